@@ -1,0 +1,84 @@
+/* The logical-call context and the cooperative cancellation token.
+ *
+ * A resil_ctx travels down a chain of policies with each attempt: the one
+ * absolute deadline of the logical call (DESIGN §2.7), the cancellation token
+ * the innermost call should watch, and what the caller says about the
+ * operation's safety (idempotent? stable idempotency key?), which decides
+ * what may be retried (DESIGN §2.3).
+ *
+ * Thread-safety: a resil_ctx is a plain value owned by the caller. A
+ * resil_cancel may be signalled and polled from any thread at once;
+ * resil_cancel_free needs exclusive access. */
+#ifndef RESIL_CALL_H
+#define RESIL_CALL_H
+
+#include <stdint.h>
+
+#include "clock.h"
+#include "outcome.h"
+#include "status.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RESIL_NO_DEADLINE INT64_MAX
+
+/* The operation is safe to execute more than once (GET, PUT of a full
+ * resource, a pure function). */
+#define RESIL_CALL_IDEMPOTENT 0x1u
+/* The operation carries an idempotency key that stays the same for every
+ * attempt of this logical call, and the server deduplicates by it. */
+#define RESIL_CALL_STABLE_KEY 0x2u
+
+typedef struct resil_ctx {
+  /* Clock the deadline is measured on; NULL = system clock. It should be the
+   * same clock the policies of the chain use. */
+  const resil_clock *clock;
+  /* Absolute deadline on clock->now_ns, or RESIL_NO_DEADLINE. */
+  int64_t deadline_ns;
+  /* Token the call should watch; NULL = none. Not owned. */
+  resil_cancel *cancel;
+  /* RESIL_CALL_* */
+  uint32_t flags;
+  /* 1-based number of this attempt within the logical call, set by the
+   * innermost retry layer; 0 when no retry layer ran. */
+  uint32_t attempt;
+  /* Free for the caller; passed through unchanged. */
+  void *user;
+} resil_ctx;
+
+/* The call protected by policies: one physical attempt. It returns what
+ * happened; it must not block past ctx->deadline_ns more than it can help,
+ * and should stop early when ctx->cancel is signalled. */
+typedef resil_outcome (*resil_call_fn)(void *arg, const resil_ctx *ctx);
+
+/* No deadline, no token, flags 0, system clock. */
+RESIL_API void resil_ctx_init(resil_ctx *ctx);
+/* Sets the deadline to now + timeout_ns on ctx->clock (timeout_ns >= 0). */
+RESIL_API void resil_ctx_set_timeout_ns(resil_ctx *ctx, int64_t timeout_ns);
+/* Nanoseconds left before the deadline, never negative; INT64_MAX when the
+ * context has no deadline. */
+RESIL_API int64_t resil_ctx_remaining_ns(const resil_ctx *ctx);
+/* min(attempt_timeout_ns, remaining). attempt_timeout_ns <= 0 means "none".
+ * Returns INT64_MAX when neither limits. */
+RESIL_API int64_t resil_ctx_attempt_timeout_ns(const resil_ctx *ctx,
+                                               int64_t attempt_timeout_ns);
+
+/* Cooperative cancellation token. Create/free pair: resil_cancel_new /
+ * resil_cancel_free. */
+RESIL_API resil_status resil_cancel_new(resil_cancel **out);
+RESIL_API void resil_cancel_free(resil_cancel *c);
+/* Idempotent; wakes every sleeper waiting on the token. */
+RESIL_API void resil_cancel_signal(resil_cancel *c);
+/* 1 once signalled. NULL gives 0. Cheap (one atomic load). */
+RESIL_API int resil_cancel_is_set(const resil_cancel *c);
+/* Blocks up to timeout_ns (real time). Returns 1 when signalled, 0 on
+ * timeout. */
+RESIL_API int resil_cancel_wait_ns(resil_cancel *c, int64_t timeout_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

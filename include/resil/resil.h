@@ -1,0 +1,13 @@
+/* libresil: make remote calls fail safely. Umbrella header. */
+#ifndef RESIL_RESIL_H
+#define RESIL_RESIL_H
+
+#include "version.h"
+#include "status.h"
+#include "alloc.h"
+#include "clock.h"
+#include "outcome.h"
+#include "call.h"
+/* RESIL_POLICY_HEADERS: each policy module adds its header below. */
+
+#endif
