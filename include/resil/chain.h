@@ -1,0 +1,229 @@
+/* resil_chain: policies composed in an explicit order (DESIGN §2.8).
+ *
+ * A chain is an ordered list of layers, outermost first. Running it runs
+ * layer 0, which calls layer 1 once per attempt it makes, and so on down to
+ * the protected call. The order is the caller's decision and the chain makes
+ * it visible: resil_chain_describe() prints the nesting, e.g.
+ *
+ *   Retry(Breaker(RateLimiter(TimeLimiter(Bulkhead(call)))))
+ *
+ * (the recommended default order), what unit each layer observes (a breaker
+ * inside a retry counts every attempt; outside it counts logical calls), and
+ * warnings about known traps. Every layer counts what it sees: calls in,
+ * attempts out, rejections it made itself, and outcomes by kind, so the
+ * difference between logical calls, physical attempts and effects is always
+ * visible.
+ *
+ * Layers borrow their policies: a policy may be shared by several chains and
+ * must outlive every chain that uses it.
+ *
+ *   resil_chain_config cc;
+ *   resil_chain_config_init(&cc);
+ *   cc.total_timeout_ns = 700 * 1000000LL;   // one deadline per logical call
+ *   resil_chain *ch;
+ *   if (resil_chain_new(&cc, &ch, &err) != RESIL_OK) ...
+ *   resil_chain_add_retry(ch, retry);        // outermost
+ *   resil_chain_add_breaker(ch, breaker);
+ *   resil_chain_add_bulkhead(ch, bulkhead);  // innermost
+ *   resil_outcome o = resil_chain_run(ch, &ctx, my_call, my_arg);
+ *
+ * Thread-safety: building a chain (resil_chain_add_*) is not thread-safe and
+ * must finish before the first run. After that every function may be called
+ * from any thread at once, except resil_chain_free(), which needs exclusive
+ * access. */
+#ifndef RESIL_CHAIN_H
+#define RESIL_CHAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "call.h"
+#include "clock.h"
+#include "outcome.h"
+#include "status.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct resil_chain resil_chain;
+
+typedef enum resil_layer_kind {
+  RESIL_LAYER_CUSTOM = 0,
+  RESIL_LAYER_RETRY,
+  RESIL_LAYER_BREAKER,
+  RESIL_LAYER_RATELIMITER,
+  RESIL_LAYER_TIMELIMITER,
+  RESIL_LAYER_BULKHEAD,
+  RESIL_LAYER_THREADPOOL
+} resil_layer_kind;
+
+/* A layer's run function: the policy's run form (same contract as
+ * resil_breaker_run and friends). */
+typedef resil_outcome (*resil_layer_run_fn)(void *policy, const resil_ctx *ctx,
+                                            resil_call_fn fn, void *arg);
+
+/* What a fallback says to give the caller instead of the failure. It can
+ * never turn a failure into a success: the chain's outcome keeps its kind
+ * and reason, and only a flag records the fallback's answer. */
+typedef enum resil_fallback_kind {
+  RESIL_FALLBACK_NONE = 0,    /* no fallback: the failure stands           */
+  RESIL_FALLBACK_CACHED,      /* a cached value was served (reads only)    */
+  RESIL_FALLBACK_PENDING,     /* "accepted, result not known yet"          */
+  RESIL_FALLBACK_UNAVAILABLE  /* "temporarily unavailable"                 */
+} resil_fallback_kind;
+
+/* Outcome flags added by the chain's fallback (see outcome.h RESIL_OF_*). */
+#define RESIL_OF_FALLBACK_CACHED 0x100u
+#define RESIL_OF_FALLBACK_PENDING 0x200u
+#define RESIL_OF_FALLBACK_UNAVAILABLE 0x400u
+
+/* Called once per logical call that did not succeed, with the final
+ * outcome; it tells rejection (kind REJECTED, local protection) from failure
+ * by the outcome's kind and reason. `call_arg` is the arg given to
+ * resil_chain_run. A CACHED answer for an operation that is not idempotent
+ * (no RESIL_CALL_IDEMPOTENT in the ctx flags) is refused by the chain and
+ * becomes PENDING when the write may have executed, UNAVAILABLE otherwise:
+ * a cached value never stands in for a failed write. */
+typedef resil_fallback_kind (*resil_fallback_fn)(void *fallback_arg,
+                                                 void *call_arg,
+                                                 const resil_outcome *final);
+
+typedef struct resil_chain_config {
+  unsigned version;             /* set by resil_chain_config_init        */
+  const char *name;             /* copied; default "chain"                */
+  /* Deadline given to each logical call whose ctx has none: now + this.
+   * 0 (default) = none. Range 0..INT64_MAX. */
+  int64_t total_timeout_ns;
+  resil_fallback_fn fallback;   /* optional                               */
+  void *fallback_arg;
+  const resil_clock *clock;     /* NULL = system; used for the deadline   */
+  const resil_allocator *alloc; /* NULL = malloc                          */
+} resil_chain_config;
+
+#define RESIL_CHAIN_MAX_LAYERS 16
+
+/* A layer description for resil_chain_add_layer (custom policies). */
+typedef struct resil_layer {
+  resil_layer_kind kind;
+  const char *label;           /* "Breaker", used in the nesting; copied  */
+  const char *name;            /* the policy instance's name; copied      */
+  void *policy;                /* borrowed                                 */
+  resil_layer_run_fn run;
+  /* For RETRY layers: worst-case attempts per run and worst-case total wait
+   * per run (for the amplification calculator); 1 and 0 otherwise. */
+  uint32_t max_attempts;
+  int64_t worst_wait_ns;
+  /* For TIMELIMITER layers: the per-attempt timeout; 0 otherwise. */
+  int64_t attempt_timeout_ns;
+} resil_layer;
+
+/* Per-layer counters, monotonic for the chain's life. */
+typedef struct resil_layer_stats {
+  uint64_t calls_in;      /* times this layer was entered                 */
+  uint64_t attempts_out;  /* times it called the next layer (or the call) */
+  uint64_t rejections;    /* calls it refused itself (REJECTED, inner not
+                             called in that run)                          */
+  uint64_t successes;     /* outcomes it returned of class SUCCESS        */
+  uint64_t by_kind[5];    /* outcomes it returned, index resil_outcome_kind */
+} resil_layer_stats;
+
+/* Defaults as documented on each field. Since 0.1. */
+RESIL_API void resil_chain_config_init(resil_chain_config *cfg);
+/* RESIL_OK, RESIL_EINVAL (cfg/out NULL, bad version, negative timeout),
+ * RESIL_ENOMEM. Since 0.1. */
+RESIL_API resil_status resil_chain_new(const resil_chain_config *cfg,
+                                       resil_chain **out, resil_error *err);
+/* NULL is a no-op. The policies are not freed (they are borrowed). */
+RESIL_API void resil_chain_free(resil_chain *ch);
+
+/* Appends a layer inside the ones added before. RESIL_EINVAL (NULL policy or
+ * run function), RESIL_ESTATE (more than RESIL_CHAIN_MAX_LAYERS), RESIL_ENOMEM.
+ * Since 0.1. */
+RESIL_API resil_status resil_chain_add_layer(resil_chain *ch,
+                                             const resil_layer *layer);
+
+/* Typed adders for the library's policies: each borrows the policy (it must
+ * outlive the chain) and appends it inside the layers added before. Same
+ * statuses as resil_chain_add_layer. Since 0.1. */
+typedef struct resil_retry resil_retry;
+typedef struct resil_breaker resil_breaker;
+typedef struct resil_ratelimiter resil_ratelimiter;
+typedef struct resil_timelimiter resil_timelimiter;
+typedef struct resil_bulkhead resil_bulkhead;
+typedef struct resil_threadpool resil_threadpool;
+RESIL_API resil_status resil_chain_add_retry(resil_chain *ch, resil_retry *p);
+RESIL_API resil_status resil_chain_add_breaker(resil_chain *ch, resil_breaker *p);
+RESIL_API resil_status resil_chain_add_ratelimiter(resil_chain *ch,
+                                                   resil_ratelimiter *p);
+RESIL_API resil_status resil_chain_add_timelimiter(resil_chain *ch,
+                                                   resil_timelimiter *p);
+RESIL_API resil_status resil_chain_add_bulkhead(resil_chain *ch, resil_bulkhead *p);
+RESIL_API resil_status resil_chain_add_threadpool(resil_chain *ch,
+                                                  resil_threadpool *p);
+
+/* Runs one logical call through all layers. ctx may be NULL. When the chain
+ * has a total timeout and ctx has no deadline, the deadline is set here, once
+ * for the whole logical call. When the final outcome is not a success and a
+ * fallback is configured, the fallback decides the RESIL_OF_FALLBACK_* flag.
+ * Since 0.1. */
+RESIL_API resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
+                                        resil_call_fn fn, void *arg);
+
+/* Number of layers. */
+RESIL_API size_t resil_chain_layers(const resil_chain *ch);
+/* Counters of layer i (0 = outermost). RESIL_EINVAL when i is out of range. */
+RESIL_API resil_status resil_chain_layer_stats(const resil_chain *ch, size_t i,
+                                               resil_layer_stats *out);
+/* Counters of the protected call itself (entered = physical attempts that
+ * reached it). */
+RESIL_API void resil_chain_call_stats(const resil_chain *ch,
+                                      resil_layer_stats *out);
+
+/* Writes the nesting, e.g. "Retry(Breaker(Bulkhead(call)))", into buf.
+ * Returns the length it needed (like snprintf). */
+RESIL_API size_t resil_chain_nesting(const resil_chain *ch, char *buf,
+                                     size_t size);
+/* Writes a multi-line description: the nesting, one line per layer with its
+ * name and the unit it observes, and one "warning: ..." line per known trap
+ * (a retry outside a breaker, so the breaker counts attempts; a retry
+ * without a deadline; an attempt timeout longer than the total deadline;
+ * nested retries multiplying attempts). Returns the length it needed. */
+RESIL_API size_t resil_chain_describe(const resil_chain *ch, char *buf,
+                                      size_t size);
+/* Number of warnings resil_chain_describe would print. */
+RESIL_API unsigned resil_chain_warnings(const resil_chain *ch);
+
+/* ---- static amplification (DESIGN §2.8, P14) ------------------------- */
+
+typedef struct resil_amp_layer {
+  uint32_t max_attempts;  /* attempts one run of this layer may make (>= 1) */
+  int64_t wait_per_run_ns;/* worst-case total backoff of one run           */
+} resil_amp_layer;
+
+typedef struct resil_amplification {
+  uint64_t attempts;  /* worst-case physical attempts per logical call    */
+  int64_t wait_ns;    /* worst-case total backoff per logical call        */
+  int64_t time_ns;    /* attempts * attempt_timeout_ns + wait_ns          */
+} resil_amplification;
+
+/* Worst case of nested retry layers (outermost first): attempts multiply
+ * (2 x 3 x 2 = 12), layer i's waits happen once per run of it, and it runs
+ * once per attempt of every layer outside it. Saturates instead of
+ * overflowing. RESIL_EINVAL for n == 0, a layer with max_attempts 0 or a
+ * negative wait or timeout. Since 0.1. */
+RESIL_API resil_status resil_amplification_compute(const resil_amp_layer *layers,
+                                                   size_t n,
+                                                   int64_t attempt_timeout_ns,
+                                                   resil_amplification *out);
+/* The same for the chain's own retry layers, with the attempt timeout of
+ * its innermost time limiter (0 when it has none). */
+RESIL_API resil_status resil_chain_amplification(const resil_chain *ch,
+                                                 resil_amplification *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages libresil builds, tests and runs with.
+# Idempotent: does nothing when everything is already installed.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libcmocka-dev libcurl4-openssl-dev
+      libmicrohttpd-dev libjansson-dev zlib1g-dev libsqlite3-dev libpq-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs into a scratch prefix and builds a program against the installed
+# headers through pkg-config, static and shared; runs both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake -S . -B build/install -DCMAKE_BUILD_TYPE=Release -DRESIL_BUILD_TESTS=OFF -DRESIL_BUILD_BENCH=OFF \
+      -DCMAKE_INSTALL_PREFIX="$prefix" >/dev/null
+cmake --build build/install -j"$(nproc)" >/dev/null
+cmake --install build/install >/dev/null
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig:$prefix/lib/x86_64-linux-gnu/pkgconfig"
+cc -std=c11 -Wall -Werror examples/hello_breaker.c -o "$prefix/hello" $(pkg-config --cflags --libs resil)
+LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/x86_64-linux-gnu" "$prefix/hello"
+cc -std=c11 -Wall -Werror examples/hello_breaker.c -o "$prefix/hello_static" $(pkg-config --cflags resil) \
+   "$(find "$prefix" -name libresil.a | head -1)" -lpthread -lm
+"$prefix/hello_static"
+# Nothing but resil_* symbols may be exported.
+bad=$(nm -D --defined-only "$(find "$prefix" -name 'libresil.so.*.*' | head -1)" | awk '$2 ~ /[TDB]/ {print $3}' | grep -v '^resil_' || true)
+if [ -n "$bad" ]; then echo "unexpected exported symbols: $bad" >&2; exit 1; fi
+echo "install check: ok"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds and runs the whole test suite: plain, again under
+# AddressSanitizer+UndefinedBehaviorSanitizer, the concurrency tests under
+# ThreadSanitizer, and an install + pkg-config smoke test.
+# Usage: bash scripts/test.sh [plain|asan|tsan|install]...  (default: all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+jobs=$(nproc)
+modes=("$@")
+[ ${#modes[@]} -gt 0 ] || modes=(plain asan tsan install)
+
+run_suite() { # dir, cmake args..., then ctest args after --
+  local dir=$1; shift
+  local cargs=() targs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do cargs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  targs=("$@")
+  cmake -S . -B "$dir" -DRESIL_BUILD_BENCH=OFF "${cargs[@]}" >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  ctest --test-dir "$dir" --output-on-failure -j2 "${targs[@]}"
+}
+
+for m in "${modes[@]}"; do
+  case "$m" in
+    plain)
+      echo "== test suite (plain)"
+      run_suite build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo ;;
+    asan)
+      echo "== test suite (AddressSanitizer + UndefinedBehaviorSanitizer)"
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        run_suite build/asan -DCMAKE_BUILD_TYPE=Debug -DRESIL_SANITIZE=address,undefined ;;
+    tsan)
+      echo "== concurrency tests (ThreadSanitizer)"
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+        run_suite build/tsan -DCMAKE_BUILD_TYPE=Debug -DRESIL_SANITIZE=thread -- -L concurrency ;;
+    install)
+      echo "== install and pkg-config smoke test"
+      bash scripts/install-check.sh ;;
+    *) echo "test.sh: unknown mode '$m' (plain|asan|tsan|install)" >&2; exit 2 ;;
+  esac
+done

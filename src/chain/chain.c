@@ -1,0 +1,464 @@
+/* Chains: explicit, ordered composition of policies with per-layer
+ * accounting (DESIGN §2.8). */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "resil/chain.h"
+
+typedef struct layer_counters {
+  _Atomic uint64_t calls_in;
+  _Atomic uint64_t attempts_out;
+  _Atomic uint64_t rejections;
+  _Atomic uint64_t successes;
+  _Atomic uint64_t by_kind[5];
+} layer_counters;
+
+typedef struct chain_layer {
+  resil_layer desc; /* label and name point into owned copies */
+  char *label;
+  char *name;
+  layer_counters c;
+} chain_layer;
+
+struct resil_chain {
+  uint32_t magic;
+  size_t n;
+  chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
+  layer_counters call; /* the protected call itself */
+  char *name;
+  int64_t total_timeout_ns;
+  resil_fallback_fn fallback;
+  void *fallback_arg;
+  const resil_clock *clock;
+  const resil_allocator *alloc;
+};
+
+void resil_chain_config_init(resil_chain_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->version = 1;
+  cfg->name = "chain";
+}
+
+resil_status resil_chain_new(const resil_chain_config *cfg, resil_chain **out,
+                             resil_error *err) {
+  if (!cfg || !out)
+    return resil__err(err, RESIL_EINVAL, NULL, "cfg and out must not be NULL");
+  *out = NULL;
+  if (cfg->version != 1)
+    return resil__err_range(err, "version", 1, 1, cfg->version,
+                            "1 (call resil_chain_config_init)");
+  resil_status st = resil__check_range(err, "total_timeout_ns",
+                                       cfg->total_timeout_ns, 0, INT64_MAX);
+  if (st != RESIL_OK) return st;
+  resil_chain *ch = resil__calloc(cfg->alloc, sizeof *ch);
+  if (!ch) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  int ok;
+  ch->name = resil__strdup(cfg->alloc, cfg->name ? cfg->name : "chain", &ok);
+  if (!ok) {
+    resil__free(cfg->alloc, ch);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  ch->magic = RESIL_MAGIC_CHAIN;
+  ch->total_timeout_ns = cfg->total_timeout_ns;
+  ch->fallback = cfg->fallback;
+  ch->fallback_arg = cfg->fallback_arg;
+  ch->clock = resil__clock(cfg->clock);
+  ch->alloc = cfg->alloc;
+  *out = ch;
+  return RESIL_OK;
+}
+
+void resil_chain_free(resil_chain *ch) {
+  if (!ch || ch->magic != RESIL_MAGIC_CHAIN) return;
+  for (size_t i = 0; i < ch->n; i++) {
+    resil__free(ch->alloc, ch->layers[i].label);
+    resil__free(ch->alloc, ch->layers[i].name);
+  }
+  resil__free(ch->alloc, ch->name);
+  ch->magic = RESIL_MAGIC_DEAD;
+  resil__free(ch->alloc, ch);
+}
+
+static const char *kind_label(resil_layer_kind k) {
+  switch (k) {
+  case RESIL_LAYER_RETRY:
+    return "Retry";
+  case RESIL_LAYER_BREAKER:
+    return "Breaker";
+  case RESIL_LAYER_RATELIMITER:
+    return "RateLimiter";
+  case RESIL_LAYER_TIMELIMITER:
+    return "TimeLimiter";
+  case RESIL_LAYER_BULKHEAD:
+    return "Bulkhead";
+  case RESIL_LAYER_THREADPOOL:
+    return "ThreadPool";
+  case RESIL_LAYER_CUSTOM:
+    break;
+  }
+  return "Custom";
+}
+
+resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *layer) {
+  if (!ch || ch->magic != RESIL_MAGIC_CHAIN) return RESIL_EMISUSE;
+  if (!layer || !layer->policy || !layer->run) return RESIL_EINVAL;
+  if (layer->kind == RESIL_LAYER_RETRY && layer->max_attempts == 0)
+    return RESIL_EINVAL;
+  if (ch->n >= RESIL_CHAIN_MAX_LAYERS) return RESIL_ESTATE;
+  chain_layer *L = &ch->layers[ch->n];
+  memset(L, 0, sizeof *L);
+  int ok1, ok2;
+  L->label = resil__strdup(ch->alloc,
+                           layer->label ? layer->label : kind_label(layer->kind),
+                           &ok1);
+  L->name = resil__strdup(ch->alloc, layer->name ? layer->name : "", &ok2);
+  if (!ok1 || !ok2) {
+    resil__free(ch->alloc, L->label);
+    resil__free(ch->alloc, L->name);
+    L->label = L->name = NULL;
+    return RESIL_ENOMEM;
+  }
+  L->desc = *layer;
+  L->desc.label = L->label;
+  L->desc.name = L->name;
+  if (L->desc.max_attempts == 0) L->desc.max_attempts = 1;
+  ch->n++;
+  return RESIL_OK;
+}
+
+/* ---- running ----------------------------------------------------------
+ *
+ * Layer i's policy is called with a trampoline as its protected call; the
+ * trampoline counts the attempt on layer i and enters layer i + 1 (or the
+ * caller's function after the last layer). Frames normally live on the
+ * stack. A layer that may run its protected call on another thread and stop
+ * waiting for it (time limiter, thread pool) could leave that thread with a
+ * pointer into a stack frame that is gone, so below such a layer the frame
+ * is heap-allocated and reference-counted: freed by whichever of the
+ * caller and the abandoned task finishes last. */
+
+typedef struct frame {
+  resil_chain *ch;
+  size_t i; /* layer whose attempts this frame's trampoline makes */
+  resil_call_fn fn;
+  void *arg;
+  uint32_t inner_calls;
+  /* Heap frames only. */
+  _Atomic int refs;
+  atomic_int started;
+  int heap;
+} frame;
+
+static void count_outcome(layer_counters *c, const resil_outcome *o) {
+  unsigned k = (unsigned)o->kind;
+  if (k < 5) atomic_fetch_add_explicit(&c->by_kind[k], 1, memory_order_relaxed);
+  if (resil_outcome_is_success(o))
+    atomic_fetch_add_explicit(&c->successes, 1, memory_order_relaxed);
+}
+
+static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
+                                 resil_call_fn fn, void *arg);
+
+static void frame_release(frame *f) {
+  if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) == 1)
+    resil__free(f->ch->alloc, f);
+}
+
+static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
+  frame *f = p;
+  resil_chain *ch = f->ch;
+  if (f->heap) atomic_store_explicit(&f->started, 1, memory_order_release);
+  atomic_fetch_add_explicit(&ch->layers[f->i].c.attempts_out, 1,
+                            memory_order_relaxed);
+  f->inner_calls++;
+  resil_outcome o = enter_layer(ch, f->i + 1, ctx, f->fn, f->arg);
+  if (f->heap) frame_release(f);
+  return o;
+}
+
+static int layer_may_abandon(resil_layer_kind k) {
+  return k == RESIL_LAYER_TIMELIMITER || k == RESIL_LAYER_THREADPOOL;
+}
+
+static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
+                                 resil_call_fn fn, void *arg) {
+  if (i == ch->n) {
+    atomic_fetch_add_explicit(&ch->call.calls_in, 1, memory_order_relaxed);
+    resil_outcome o = fn(arg, ctx);
+    count_outcome(&ch->call, &o);
+    return o;
+  }
+  chain_layer *L = &ch->layers[i];
+  atomic_fetch_add_explicit(&L->c.calls_in, 1, memory_order_relaxed);
+  resil_outcome o;
+  if (layer_may_abandon(L->desc.kind)) {
+    frame *f = resil__alloc(ch->alloc, sizeof *f);
+    if (!f) {
+      o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+      count_outcome(&L->c, &o);
+      return o;
+    }
+    f->ch = ch;
+    f->i = i;
+    f->fn = fn;
+    f->arg = arg;
+    f->inner_calls = 0;
+    f->heap = 1;
+    atomic_init(&f->refs, 2);
+    atomic_init(&f->started, 0);
+    o = L->desc.run(L->desc.policy, ctx, trampoline, f);
+    if (!atomic_load_explicit(&f->started, memory_order_acquire) &&
+        o.kind == RESIL_REJECTED) {
+      /* Refused before submitting: the trampoline will never run. */
+      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+      resil__free(ch->alloc, f);
+    } else {
+      frame_release(f);
+    }
+  } else {
+    frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
+               .heap = 0};
+    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    if (o.kind == RESIL_REJECTED && f.inner_calls == 0)
+      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+    else if (o.kind == RESIL_REJECTED && L->desc.kind == RESIL_LAYER_RETRY &&
+             (o.reason == RESIL_REASON_DEADLINE ||
+              o.reason == RESIL_REASON_RETRY_BUDGET))
+      /* A retry that refused its next attempt (deadline, budget). */
+      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  }
+  count_outcome(&L->c, &o);
+  return o;
+}
+
+static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
+                                          const resil_ctx *ctx,
+                                          resil_outcome *o) {
+  resil_fallback_kind fk = ch->fallback(ch->fallback_arg, arg, o);
+  if (fk == RESIL_FALLBACK_CACHED && !(ctx->flags & RESIL_CALL_IDEMPOTENT))
+    fk = resil_outcome_maybe_executed(o) ? RESIL_FALLBACK_PENDING
+                                         : RESIL_FALLBACK_UNAVAILABLE;
+  switch (fk) {
+  case RESIL_FALLBACK_CACHED:
+    o->flags |= RESIL_OF_FALLBACK_CACHED;
+    break;
+  case RESIL_FALLBACK_PENDING:
+    o->flags |= RESIL_OF_FALLBACK_PENDING;
+    break;
+  case RESIL_FALLBACK_UNAVAILABLE:
+    o->flags |= RESIL_OF_FALLBACK_UNAVAILABLE;
+    break;
+  case RESIL_FALLBACK_NONE:
+    break;
+  }
+  return fk;
+}
+
+resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
+                              resil_call_fn fn, void *arg) {
+  if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn))
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_ctx local;
+  if (ctx)
+    local = *ctx;
+  else
+    resil_ctx_init(&local);
+  if (!local.clock) local.clock = ch->clock;
+  if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
+    resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
+  resil_outcome o = enter_layer(ch, 0, &local, fn, arg);
+  if (ch->fallback && !resil_outcome_is_success(&o))
+    apply_fallback(ch, arg, &local, &o);
+  return o;
+}
+
+/* ---- inspection -------------------------------------------------------- */
+
+size_t resil_chain_layers(const resil_chain *ch) { return ch ? ch->n : 0; }
+
+static void read_counters(const layer_counters *c, resil_layer_stats *out) {
+  layer_counters *m = (layer_counters *)c;
+  out->calls_in = atomic_load_explicit(&m->calls_in, memory_order_relaxed);
+  out->attempts_out = atomic_load_explicit(&m->attempts_out, memory_order_relaxed);
+  out->rejections = atomic_load_explicit(&m->rejections, memory_order_relaxed);
+  out->successes = atomic_load_explicit(&m->successes, memory_order_relaxed);
+  for (int k = 0; k < 5; k++)
+    out->by_kind[k] = atomic_load_explicit(&m->by_kind[k], memory_order_relaxed);
+}
+
+resil_status resil_chain_layer_stats(const resil_chain *ch, size_t i,
+                                     resil_layer_stats *out) {
+  if (!ch || ch->magic != RESIL_MAGIC_CHAIN || !out) return RESIL_EINVAL;
+  if (i >= ch->n) return RESIL_EINVAL;
+  read_counters(&ch->layers[i].c, out);
+  return RESIL_OK;
+}
+
+void resil_chain_call_stats(const resil_chain *ch, resil_layer_stats *out) {
+  read_counters(&ch->call, out);
+  out->attempts_out = out->calls_in;
+}
+
+/* Appends to a bounded buffer, tracking the length that would be needed. */
+typedef struct sbuf {
+  char *p;
+  size_t size;
+  size_t len;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *fmt, ...) RESIL_PRINTF(2, 3);
+static void sb_add(sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = b->len < b->size ? b->size - b->len : 0;
+  int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) b->len += (size_t)n;
+}
+
+size_t resil_chain_nesting(const resil_chain *ch, char *buf, size_t size) {
+  sbuf b = {buf, size, 0};
+  if (size) buf[0] = 0;
+  for (size_t i = 0; i < ch->n; i++) sb_add(&b, "%s(", ch->layers[i].label);
+  sb_add(&b, "call");
+  for (size_t i = 0; i < ch->n; i++) sb_add(&b, ")");
+  return b.len;
+}
+
+/* Index of the first layer of kind k at or after `from`, or ch->n. */
+static size_t find_kind(const resil_chain *ch, resil_layer_kind k, size_t from) {
+  for (size_t i = from; i < ch->n; i++)
+    if (ch->layers[i].desc.kind == k) return i;
+  return ch->n;
+}
+
+static const char *unit_of(const resil_chain *ch, size_t i) {
+  size_t first_retry = find_kind(ch, RESIL_LAYER_RETRY, 0);
+  resil_layer_kind k = ch->layers[i].desc.kind;
+  if (k == RESIL_LAYER_RETRY)
+    return first_retry < i ? "attempts of the retry outside it (nested: attempts multiply)"
+                           : "logical calls; makes physical attempts";
+  if (first_retry < i) return "physical attempts (every retry attempt passes here)";
+  return "logical calls (one result per call, whatever happens inside)";
+}
+
+
+static unsigned collect_warnings(const resil_chain *ch, sbuf *b) {
+  unsigned n = 0;
+  size_t retry = find_kind(ch, RESIL_LAYER_RETRY, 0);
+  size_t breaker = find_kind(ch, RESIL_LAYER_BREAKER, 0);
+  if (retry < ch->n && breaker < ch->n && retry < breaker) {
+    n++;
+    if (b)
+      sb_add(b,
+             "warning: retry \"%s\" is outside breaker \"%s\": the breaker counts "
+             "every attempt, so one failing logical call records up to %u "
+             "failures, and retrying an OPEN breaker only burns attempts\n",
+             ch->layers[retry].name, ch->layers[breaker].name,
+             ch->layers[retry].desc.max_attempts);
+  }
+  if (retry < ch->n && ch->total_timeout_ns == 0) {
+    n++;
+    if (b)
+      sb_add(b,
+             "warning: retry \"%s\" runs without a total deadline: attempts and "
+             "backoff can outlast what the caller will wait (set "
+             "total_timeout_ns or a ctx deadline)\n",
+             ch->layers[retry].name);
+  }
+  size_t tl = find_kind(ch, RESIL_LAYER_TIMELIMITER, 0);
+  if (tl < ch->n && ch->total_timeout_ns > 0 &&
+      ch->layers[tl].desc.attempt_timeout_ns > ch->total_timeout_ns) {
+    n++;
+    if (b)
+      sb_add(b,
+             "warning: time limiter \"%s\" allows %lld ms per attempt, longer "
+             "than the total deadline of %lld ms\n",
+             ch->layers[tl].name,
+             (long long)(ch->layers[tl].desc.attempt_timeout_ns / RESIL_NS_PER_MS),
+             (long long)(ch->total_timeout_ns / RESIL_NS_PER_MS));
+  }
+  if (retry < ch->n && find_kind(ch, RESIL_LAYER_RETRY, retry + 1) < ch->n) {
+    n++;
+    resil_amplification a;
+    if (b && resil_chain_amplification(ch, &a) == RESIL_OK)
+      sb_add(b,
+             "warning: nested retries multiply: up to %llu physical attempts "
+             "per logical call\n",
+             (unsigned long long)a.attempts);
+  }
+  return n;
+}
+
+unsigned resil_chain_warnings(const resil_chain *ch) {
+  return collect_warnings(ch, NULL);
+}
+
+size_t resil_chain_describe(const resil_chain *ch, char *buf, size_t size) {
+  sbuf b = {buf, size, 0};
+  if (size) buf[0] = 0;
+  char nest[512];
+  resil_chain_nesting(ch, nest, sizeof nest);
+  sb_add(&b, "%s\n", nest);
+  for (size_t i = 0; i < ch->n; i++) {
+    const chain_layer *L = &ch->layers[i];
+    sb_add(&b, "  %zu %s \"%s\": observes %s", i + 1, L->label, L->name,
+           unit_of(ch, i));
+    if (L->desc.kind == RESIL_LAYER_RETRY)
+      sb_add(&b, "; max %u attempts", L->desc.max_attempts);
+    if (L->desc.attempt_timeout_ns > 0)
+      sb_add(&b, "; %lld ms per attempt",
+             (long long)(L->desc.attempt_timeout_ns / RESIL_NS_PER_MS));
+    sb_add(&b, "\n");
+  }
+  if (ch->total_timeout_ns > 0)
+    sb_add(&b, "  deadline: %lld ms per logical call\n",
+           (long long)(ch->total_timeout_ns / RESIL_NS_PER_MS));
+  collect_warnings(ch, &b);
+  return b.len;
+}
+
+/* ---- amplification ---------------------------------------------------- */
+
+resil_status resil_amplification_compute(const resil_amp_layer *layers,
+                                         size_t n, int64_t attempt_timeout_ns,
+                                         resil_amplification *out) {
+  if (!layers || n == 0 || !out || attempt_timeout_ns < 0) return RESIL_EINVAL;
+  int64_t runs = 1; /* how many times layer i runs per logical call */
+  int64_t wait = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (layers[i].max_attempts == 0 || layers[i].wait_per_run_ns < 0)
+      return RESIL_EINVAL;
+    wait = resil__sat_add(wait, resil__sat_mul(runs, layers[i].wait_per_run_ns));
+    runs = resil__sat_mul(runs, (int64_t)layers[i].max_attempts);
+  }
+  out->attempts = (uint64_t)runs;
+  out->wait_ns = wait;
+  out->time_ns = resil__sat_add(resil__sat_mul(runs, attempt_timeout_ns), wait);
+  return RESIL_OK;
+}
+
+resil_status resil_chain_amplification(const resil_chain *ch,
+                                       resil_amplification *out) {
+  if (!ch || ch->magic != RESIL_MAGIC_CHAIN || !out) return RESIL_EINVAL;
+  resil_amp_layer layers[RESIL_CHAIN_MAX_LAYERS];
+  size_t n = 0;
+  int64_t timeout = 0;
+  for (size_t i = 0; i < ch->n; i++) {
+    const resil_layer *d = &ch->layers[i].desc;
+    if (d->kind == RESIL_LAYER_RETRY) {
+      layers[n].max_attempts = d->max_attempts;
+      layers[n].wait_per_run_ns = d->worst_wait_ns;
+      n++;
+    }
+    if (d->attempt_timeout_ns > 0) timeout = d->attempt_timeout_ns;
+  }
+  if (n == 0) {
+    layers[0].max_attempts = 1;
+    layers[0].wait_per_run_ns = 0;
+    n = 1;
+  }
+  return resil_amplification_compute(layers, n, timeout, out);
+}

@@ -1,0 +1,231 @@
+/* `resil lab`: runs every experiment, prints one line each, writes the
+ * evidence JSON, exits non-zero when any experiment failed. */
+#include "lab.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+#include "resil/resil.h"
+
+#ifdef RESIL_HAVE_HTTP
+#include <curl/curl.h>
+#endif
+#ifdef RESIL_HAVE_FIXTURE
+#include <microhttpd.h>
+#endif
+
+void lab_result_clear(lab_result *r) {
+  if (r->observed) json_decref(r->observed);
+  memset(r, 0, sizeof *r);
+}
+
+int lab_check(lab_result *r, int cond, const char *fmt, ...) {
+  if (!cond && r->failure[0] == 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->failure, sizeof r->failure, fmt, ap);
+    va_end(ap);
+  }
+  if (!cond) r->pass = 0;
+  return cond;
+}
+
+static json_t *obs(lab_result *r) {
+  if (!r->observed) r->observed = json_object();
+  return r->observed;
+}
+
+void lab_obs_int(lab_result *r, const char *key, long long v) {
+  json_object_set_new(obs(r), key, json_integer(v));
+}
+void lab_obs_str(lab_result *r, const char *key, const char *v) {
+  json_object_set_new(obs(r), key, json_string(v ? v : ""));
+}
+void lab_obs_bool(lab_result *r, const char *key, int v) {
+  json_object_set_new(obs(r), key, json_boolean(v));
+}
+void lab_obs_real(lab_result *r, const char *key, double v) {
+  json_object_set_new(obs(r), key, json_real(v));
+}
+void lab_obs_json(lab_result *r, const char *key, json_t *v) {
+  json_object_set_new(obs(r), key, v);
+}
+
+void lab_summary(lab_result *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->summary, sizeof r->summary, fmt, ap);
+  va_end(ap);
+}
+
+int lab_run_one(const lab_experiment *e, lab_result *r) {
+  memset(r, 0, sizeof *r);
+  r->pass = 1;
+  r->observed = json_object();
+  int ok = e->run(r);
+  if (!ok) r->pass = 0;
+  if (!r->pass && r->failure[0] == 0)
+    snprintf(r->failure, sizeof r->failure, "experiment reported failure");
+  return r->pass;
+}
+
+static const lab_experiment *const tables[] = {lab_policy_experiments,
+                                               lab_http_experiments};
+
+const lab_experiment *lab_find(const char *id) {
+  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+    for (const lab_experiment *e = tables[t]; e->id; e++)
+      if (strcmp(e->id, id) == 0) return e;
+  return NULL;
+}
+
+static json_t *versions(void) {
+  json_t *v = json_object();
+  json_object_set_new(v, "libresil", json_string(resil_version()));
+  json_object_set_new(v, "jansson", json_string(JANSSON_VERSION));
+#ifdef RESIL_HAVE_HTTP
+  json_object_set_new(v, "libcurl", json_string(curl_version_info(CURLVERSION_NOW)->version));
+#endif
+#ifdef RESIL_HAVE_FIXTURE
+  json_object_set_new(v, "libmicrohttpd", json_string(MHD_get_version()));
+#endif
+#ifdef __VERSION__
+  json_object_set_new(v, "compiler", json_string(__VERSION__));
+#endif
+  struct utsname u;
+  if (uname(&u) == 0) {
+    char os[256];
+    snprintf(os, sizeof os, "%s %s %s", u.sysname, u.release, u.machine);
+    json_object_set_new(v, "os", json_string(os));
+  }
+  return v;
+}
+
+static int selected(const char *only, const char *id) {
+  if (!only) return 1;
+  size_t n = strlen(id);
+  for (const char *p = only; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncmp(p, id, n) == 0) return 1;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return 0;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: resil lab [--json FILE] [--only ID[,ID...]] [--list]\n"
+          "  Runs the failure experiments of DESIGN §7 (P1-P14, H1-H16) against\n"
+          "  real code and a loopback upstream; prints one line per experiment\n"
+          "  and exits 1 when any fails.\n"
+          "  --json FILE   write the evidence JSON to FILE\n"
+          "  --only IDS    run only these experiments (e.g. P1,P6,H3)\n"
+          "  --list        list the experiments and exit\n");
+}
+
+int lab_main(int argc, char **argv) {
+  const char *json_path = NULL, *only = NULL;
+  int list = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) {
+      if (++i >= argc) {
+        fprintf(stderr, "resil lab: --json needs a file name\n");
+        return 2;
+      }
+      json_path = argv[i];
+    } else if (strcmp(argv[i], "--only") == 0) {
+      if (++i >= argc) {
+        fprintf(stderr, "resil lab: --only needs experiment ids\n");
+        return 2;
+      }
+      only = argv[i];
+    } else if (strcmp(argv[i], "--list") == 0) {
+      list = 1;
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "resil lab: unknown argument '%s' (see resil lab --help)\n",
+              argv[i]);
+      return 2;
+    }
+  }
+  if (only) {
+    for (const char *p = only; *p;) {
+      const char *comma = strchr(p, ',');
+      size_t len = comma ? (size_t)(comma - p) : strlen(p);
+      char id[16];
+      snprintf(id, sizeof id, "%.*s", (int)(len < 15 ? len : 15), p);
+      if (!lab_find(id)) {
+        fprintf(stderr, "resil lab: --only: no experiment '%s' (see resil lab --list)\n", id);
+        return 2;
+      }
+      if (!comma) break;
+      p = comma + 1;
+    }
+  }
+  json_t *doc = json_object();
+  json_object_set_new(doc, "tool", json_string("resil lab"));
+  json_object_set_new(doc, "versions", versions());
+  json_t *arr = json_array();
+  int passed = 0, failed = 0;
+  struct timespec t0, t1;
+  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+    for (const lab_experiment *e = tables[t]; e->id; e++) {
+      if (!selected(only, e->id)) continue;
+      if (list) {
+        printf("%-4s %s\n", e->id, e->title);
+        continue;
+      }
+      lab_result r;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      lab_run_one(e, &r);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                  (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+      printf("%-4s %s  %s: %s", e->id, r.pass ? "PASS" : "FAIL", e->title,
+             r.summary);
+      if (!r.pass) printf("  [%s]", r.failure);
+      printf("\n");
+      fflush(stdout);
+      json_t *x = json_object();
+      json_object_set_new(x, "id", json_string(e->id));
+      json_object_set_new(x, "title", json_string(e->title));
+      json_object_set_new(x, "pass", json_boolean(r.pass));
+      json_object_set_new(x, "summary", json_string(r.summary));
+      json_object_set(x, "observed", r.observed);
+      json_object_set_new(x, "duration_ms", json_real(ms));
+      if (!r.pass) json_object_set_new(x, "failure", json_string(r.failure));
+      json_array_append_new(arr, x);
+      if (r.pass)
+        passed++;
+      else
+        failed++;
+      lab_result_clear(&r);
+    }
+  }
+  json_object_set_new(doc, "experiments", arr);
+  json_object_set_new(doc, "passed", json_integer(passed));
+  json_object_set_new(doc, "failed", json_integer(failed));
+  int rc = 0;
+  if (!list) {
+    printf("lab: %d passed, %d failed\n", passed, failed);
+    if (json_path) {
+      if (json_dump_file(doc, json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
+        fprintf(stderr, "resil lab: cannot write %s\n", json_path);
+        rc = 2;
+      } else {
+        printf("lab: evidence written to %s\n", json_path);
+      }
+    }
+  }
+  json_decref(doc);
+  if (rc) return rc;
+  return failed ? 1 : 0;
+}

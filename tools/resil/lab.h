@@ -1,0 +1,51 @@
+/* The lab: experiments of DESIGN §7, each measured against real code (and,
+ * for the HTTP ones, a real loopback upstream), each producing one
+ * observation line and a JSON object of what it measured. */
+#ifndef RESIL_TOOL_LAB_H
+#define RESIL_TOOL_LAB_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+typedef struct lab_result {
+  int pass;
+  char summary[320]; /* one line: what was measured */
+  json_t *observed;  /* object, snake_case keys; owned by the result */
+  char failure[320]; /* first failed check, empty when passed */
+} lab_result;
+
+typedef int (*lab_fn)(lab_result *r);
+
+typedef struct lab_experiment {
+  const char *id;
+  const char *title;
+  lab_fn run;
+} lab_experiment;
+
+/* Experiment tables, each terminated by {NULL}. */
+extern const lab_experiment lab_policy_experiments[];
+extern const lab_experiment lab_http_experiments[];
+
+/* Checks used by experiments: record the first failure into r and return
+ * the condition. */
+int lab_check(lab_result *r, int cond, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void lab_obs_int(lab_result *r, const char *key, long long v);
+void lab_obs_str(lab_result *r, const char *key, const char *v);
+void lab_obs_bool(lab_result *r, const char *key, int v);
+void lab_obs_real(lab_result *r, const char *key, double v);
+void lab_obs_json(lab_result *r, const char *key, json_t *v); /* steals v */
+void lab_summary(lab_result *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Runs one experiment into r (fresh). Returns r->pass. */
+int lab_run_one(const lab_experiment *e, lab_result *r);
+void lab_result_clear(lab_result *r);
+
+/* Finds an experiment by id in all tables; NULL when none. */
+const lab_experiment *lab_find(const char *id);
+
+/* `resil lab ...` */
+int lab_main(int argc, char **argv);
+
+#endif
