@@ -1,4 +1,5 @@
 #include <stdlib.h>
+#include <time.h>
 
 #include "test_util.h"
 
@@ -24,4 +25,10 @@ void test_alloc_init(test_alloc *t, long fail_at) {
   t->fail_at = fail_at;
   t->count = 0;
   t->live = 0;
+}
+
+void test_sleep_ms(long ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
 }

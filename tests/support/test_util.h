@@ -33,4 +33,9 @@ typedef struct test_alloc {
 
 void test_alloc_init(test_alloc *t, long fail_at);
 
+
+
+/* Real sleep, for tests that coordinate real threads (never for policy
+ * time, which moves on the manual clock). */
+void test_sleep_ms(long ms);
 #endif

@@ -1,0 +1,136 @@
+/* Sliding windows of call results (DESIGN §2.1). Internal: not installed.
+ *
+ * A window keeps running totals of the results inside it (calls, failures,
+ * slow calls), so reading them is O(1) and never walks the window.
+ *
+ *   Count window: a ring of the last `size` results, stored as two bit maps
+ *   (failure bits and slow bits, one bit per slot). `head` is the next slot
+ *   to overwrite. When the ring is full, a record first subtracts the
+ *   evicted slot's contribution from the totals, then adds the new result,
+ *   then advances `head`. Record and read are O(1); init is O(size).
+ *
+ *   Time window: `size` one-second buckets aligned to whole seconds of the
+ *   clock (bucket of second s = floor(now_ns / 1e9)). Before a bucket is
+ *   reused for a newer second, its contribution is subtracted from the
+ *   totals. Moving the window forward over d idle seconds costs
+ *   O(min(d, size)), so a jump of hours never loops hours. A result whose
+ *   time is older than the newest bucket (threads read the clock before
+ *   they serialize) is added to the newest bucket.
+ *
+ * Decisions use exact integer arithmetic widened to 64 bits:
+ *   rate reached  <=>  hits * 100 >= calls * threshold_pct
+ * which has no floating-point equality problem at the boundaries (1 failure
+ * of 3 calls reaches 33 % and does not reach 34 %).
+ *
+ * Thread-safety: none. The owner serializes every call on one window. */
+#ifndef RESIL_CORE_WINDOW_H
+#define RESIL_CORE_WINDOW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "resil/status.h"
+
+typedef enum resil__window_kind {
+  RESIL__WINDOW_COUNT = 0,
+  RESIL__WINDOW_TIME = 1
+} resil__window_kind;
+
+/* Largest sizes accepted by resil__window_validate: a million slots is
+ * 250 KiB of bit maps; a day of one-second buckets is 1 MiB. */
+#define RESIL__WINDOW_COUNT_MAX 1000000u
+#define RESIL__WINDOW_TIME_MAX 86400u
+
+/* One second of a time window. 32-bit counts allow 4e9 results per second. */
+typedef struct resil__bucket {
+  uint32_t calls;
+  uint32_t failures;
+  uint32_t slow;
+} resil__bucket;
+
+typedef struct resil__window {
+  uint64_t calls;     /* results in the window */
+  uint64_t failures;  /* of which failures */
+  uint64_t slow;      /* of which slow (failed or not) */
+  uint32_t kind;      /* resil__window_kind */
+  uint32_t size;      /* slots (count) or seconds (time) */
+  uint32_t min_calls; /* results needed before a rate is decided */
+  uint32_t head;      /* count: next slot to overwrite */
+  int64_t last_sec;   /* time: second of the newest bucket */
+  void *store;        /* count: uint64_t[2 * words]; time: resil__bucket[size] */
+} resil__window;
+
+/* What the window says about the thresholds. */
+typedef enum resil__verdict {
+  RESIL__VERDICT_NOT_ENOUGH_DATA = 0, /* fewer than min_calls results */
+  RESIL__VERDICT_BELOW = 1,           /* both rates below their thresholds */
+  RESIL__VERDICT_FAILURE = 2,         /* failure rate reached, slow not */
+  RESIL__VERDICT_SLOW = 3,            /* slow rate reached, failure not */
+  RESIL__VERDICT_BOTH = 4             /* both reached */
+} resil__verdict;
+
+/* Checks size and min_calls, reporting the given field names through err:
+ * size in 1..RESIL__WINDOW_COUNT_MAX (count) or 1..RESIL__WINDOW_TIME_MAX
+ * (time); min_calls in 1..size for a count window and 1..UINT32_MAX for a
+ * time window (its minimum may exceed its length in seconds). Returns
+ * RESIL_OK or RESIL_EINVAL. */
+resil_status resil__window_validate(resil__window_kind kind, uint32_t size,
+                                    uint32_t min_calls, const char *size_field,
+                                    const char *min_field, resil_error *err);
+/* Checks threshold_pct in 1..100. Returns RESIL_OK or RESIL_EINVAL. */
+resil_status resil__window_validate_threshold(uint32_t threshold_pct,
+                                              const char *field,
+                                              resil_error *err);
+
+/* Bytes of storage a window of this kind and size needs (suitably aligned
+ * for uint64_t when the caller places it). */
+size_t resil__window_store_bytes(resil__window_kind kind, uint32_t size);
+
+/* Makes an empty window over caller-provided storage of at least
+ * resil__window_store_bytes(kind, size) bytes. O(size). */
+void resil__window_init(resil__window *w, resil__window_kind kind,
+                        uint32_t size, uint32_t min_calls, void *store);
+/* Empties the window, keeping its kind, size and storage. O(size). */
+void resil__window_clear(resil__window *w);
+
+/* Adds one result to a count window. O(1). */
+void resil__window_record_count(resil__window *w, int failed, int slow);
+/* Moves a time window to the second of now_ns, subtracting every bucket
+ * that falls out of it. O(min(idle seconds, size)). */
+void resil__window_advance(resil__window *w, int64_t now_ns);
+/* Adds one result to a time window at now_ns (advancing it first). */
+void resil__window_record_time(resil__window *w, int64_t now_ns, int failed,
+                               int slow);
+
+/* Adds one result to either kind; now_ns is used by time windows only. */
+static inline void resil__window_record(resil__window *w, int64_t now_ns,
+                                        int failed, int slow) {
+  if (w->kind == RESIL__WINDOW_COUNT)
+    resil__window_record_count(w, failed, slow);
+  else
+    resil__window_record_time(w, now_ns, failed, slow);
+}
+
+/* 1 when hits / calls >= threshold_pct / 100, exactly, in 64-bit integers.
+ * Exact while calls * 100 fits in 64 bits (calls < 1.8e17). calls == 0
+ * never reaches a threshold. */
+static inline int resil__rate_reached(uint64_t hits, uint64_t calls,
+                                      uint32_t threshold_pct) {
+  return calls > 0 && hits * 100u >= calls * (uint64_t)threshold_pct;
+}
+
+/* The verdict of the window's current totals against two thresholds. */
+static inline resil__verdict resil__window_verdict(const resil__window *w,
+                                                   uint32_t failure_pct,
+                                                   uint32_t slow_pct) {
+  if (w->calls < w->min_calls || w->calls == 0)
+    return RESIL__VERDICT_NOT_ENOUGH_DATA;
+  int f = resil__rate_reached(w->failures, w->calls, failure_pct);
+  int s = resil__rate_reached(w->slow, w->calls, slow_pct);
+  if (f && s) return RESIL__VERDICT_BOTH;
+  if (f) return RESIL__VERDICT_FAILURE;
+  if (s) return RESIL__VERDICT_SLOW;
+  return RESIL__VERDICT_BELOW;
+}
+
+#endif
