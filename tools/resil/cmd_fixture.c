@@ -1,0 +1,153 @@
+/* resil fixture: runs the fault-injecting upstream (DESIGN §4) in the
+ * foreground, for trying a client against it by hand or from a script. */
+#include <stdio.h>
+
+#include "cmds.h"
+
+#ifdef RESIL_HAVE_FIXTURE
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture/fixture.h"
+
+static void usage(FILE *out) {
+  fprintf(
+      out,
+      "usage: resil fixture [--port N] [--bind ADDR] [--verbose]\n"
+      "Runs the fault-injecting HTTP upstream until SIGINT or SIGTERM and\n"
+      "prints \"fixture listening on http://ADDR:PORT\" once it accepts\n"
+      "connections.\n"
+      "  --port N     TCP port, 0..65535; 0 (default) picks a free one\n"
+      "  --bind ADDR  IPv4 loopback address (127.0.0.0/8) or localhost;\n"
+      "               default 127.0.0.1; other addresses are refused\n"
+      "  --verbose    let libmicrohttpd log its errors on stderr (closing a\n"
+      "               connection on purpose is logged as an error too)\n"
+      "  --help       print this help\n"
+      "Routes: /items/{id} /status/{code} /slow /effect/{code}\n"
+      "  /commit-close /flaky/{id} /seq/{id} /redirect/{n} /echo /empty\n"
+      "  /badjson /idem/{name} /idem-close /operations/{key} /ka /__stats\n"
+      "  (described in src/fixture/fixture.h).\n");
+}
+
+/* The value of option `name` at argv[*i]: "--name=V" or "--name V". Returns
+ * NULL when argv[*i] is not that option; *missing is set when it is but has
+ * no value. */
+static const char *option_value(int argc, char **argv, int *i, const char *name,
+                                int *missing) {
+  size_t n = strlen(name);
+  const char *a = argv[*i];
+  if (strncmp(a, name, n) != 0)
+    return NULL;
+  if (a[n] == '=')
+    return a + n + 1;
+  if (a[n] != '\0')
+    return NULL;
+  if (*i + 1 >= argc) {
+    *missing = 1;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static int parse_port(const char *s, uint16_t *out) {
+  if (!s || *s < '0' || *s > '9')
+    return -1;
+  errno = 0;
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v < 0 || v > 65535)
+    return -1;
+  *out = (uint16_t)v;
+  return 0;
+}
+
+static int is_loopback(const char *s) {
+  struct in_addr a;
+  if (strcmp(s, "localhost") == 0)
+    return 1;
+  return inet_pton(AF_INET, s, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+int resil_cmd_fixture(int argc, char **argv) {
+  resil_fixture_config cfg;
+  resil_fixture_config_init(&cfg);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int missing = 0;
+    const char *v;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(a, "--verbose") == 0) {
+      cfg.quiet = 0;
+    } else if ((v = option_value(argc, argv, &i, "--port", &missing)) ||
+               missing) {
+      if (missing) {
+        fprintf(stderr, "resil fixture: --port: needs a value\n");
+        return 2;
+      }
+      if (parse_port(v, &cfg.port) != 0) {
+        fprintf(stderr, "resil fixture: --port: must be 0..65535, got '%s'\n",
+                v);
+        return 2;
+      }
+    } else if ((v = option_value(argc, argv, &i, "--bind", &missing)) ||
+               missing) {
+      if (missing) {
+        fprintf(stderr, "resil fixture: --bind: needs a value\n");
+        return 2;
+      }
+      if (!is_loopback(v)) {
+        fprintf(stderr,
+                "resil fixture: --bind: must be an IPv4 loopback address "
+                "(127.0.0.0/8) or localhost, got '%s'\n",
+                v);
+        return 2;
+      }
+      cfg.bind_addr = v;
+    } else {
+      fprintf(stderr, "resil fixture: unknown argument '%s' (see --help)\n", a);
+      return 2;
+    }
+  }
+
+  /* Block the stop signals before the server's threads exist, so that they
+   * inherit the mask and only sigwait() below receives them. */
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  if (pthread_sigmask(SIG_BLOCK, &stop_signals, NULL) != 0) {
+    fprintf(stderr, "resil fixture: cannot block SIGINT/SIGTERM\n");
+    return 1;
+  }
+  resil_fixture *f = NULL;
+  char err[256];
+  if (resil_fixture_start(&cfg, &f, err, sizeof err) != 0) {
+    fprintf(stderr, "resil fixture: %s\n", err);
+    return 1;
+  }
+  printf("fixture listening on %s\n", resil_fixture_url(f));
+  fflush(stdout);
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  resil_fixture_stop(f);
+  return 0;
+}
+
+#else
+
+int resil_cmd_fixture(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  fprintf(stderr, "resil fixture: this resil was built without the fixture "
+                  "(RESIL_WITH_HTTP=OFF)\n");
+  return 2;
+}
+
+#endif

@@ -1,0 +1,18 @@
+/* Subcommands of the resil tool: each takes the arguments after "resil"
+ * (argv[0] is the subcommand's name) and returns the process exit status:
+ * 0 on success, 1 when the command failed, 2 on bad arguments. */
+#ifndef RESIL_TOOL_CMDS_H
+#define RESIL_TOOL_CMDS_H
+
+/* resil describe: a chain's nesting, units, traps and amplification. */
+int resil_cmd_describe(int argc, char **argv);
+
+/* resil call: an HTTP call through the policies (built with libresil-http). */
+int resil_cmd_call(int argc, char **argv);
+
+/* resil fixture [--port N] [--bind ADDR] [--verbose]: runs the
+ * fault-injecting upstream until SIGINT or SIGTERM (built with the
+ * fixture). */
+int resil_cmd_fixture(int argc, char **argv);
+
+#endif
