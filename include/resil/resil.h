@@ -9,5 +9,10 @@
 #include "outcome.h"
 #include "call.h"
 /* RESIL_POLICY_HEADERS: each policy module adds its header below. */
+#include "breaker.h"
+#include "retry.h"
+#include "ratelimit.h"
+#include "bulkhead.h"
+#include "timelimit.h"
 
 #endif

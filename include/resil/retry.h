@@ -66,8 +66,11 @@
  *   resil_retry_free(r);
  *
  * Thread-safety: a resil_retry and a resil_retry_budget may be used from any
- * number of threads at once (counters are atomics; no lock is taken on the
- * retry's path), except their _free functions, which need exclusive access.
+ * number of threads at once, except their _free functions, which need
+ * exclusive access. Counters are atomics; the only lock is the budget's,
+ * taken when a retry withdraws a token (never on a call that succeeds at
+ * once). A run whose first attempt succeeds, with no budget, deadline or
+ * cancellation token, reads no clock and costs one atomic add.
  * A resil_retry_state belongs to one logical call and must not be used by
  * two threads at once. Callbacks (random source, predicate, listener) run on
  * the thread driving the logical call, with no library lock held; when the
@@ -209,8 +212,9 @@ typedef struct resil_retry_config {
   void *user;
   /* Called with `user` by resil_retry_free(); NULL for none. */
   void (*user_free)(void *user);
-  /* Clock for sleeping (run form) and the default context; NULL = system.
-   * The deadline is read on the context's clock (call.h). */
+  /* Clock of the default context (ctx NULL), and the clock the run form
+   * sleeps on when the context has none; NULL = system. The deadline is
+   * always read on the context's clock (call.h). */
   const resil_clock *clock;
   /* NULL = malloc/free. */
   const resil_allocator *alloc;

@@ -1,0 +1,622 @@
+/* Retry policy: decisions, waits, deadline and budget checks, folding of the
+ * final outcome, and the run form. See include/resil/retry.h. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "retry_int.h"
+
+/* resil_retry_state.bits */
+#define ST_STOPPED 0x1u    /* the final outcome is in st->result            */
+#define ST_RNG_SEEDED 0x2u /* st->rng holds a seeded generator              */
+#define ST_MAYBE_RAN 0x4u  /* some recorded attempt may have executed        */
+
+#define SAFE_FLAGS (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY)
+#define ALLOWED_CLASSES RESIL_RETRY_DEFAULT_CLASSES
+#define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
+
+struct resil_retry {
+  uint32_t magic;
+  uint32_t max_attempts;
+  resil_retry_backoff backoff;
+  uint32_t retry_classes;
+  int respect_retry_after;
+  int retry_on_rejected;
+  int unsafe_retry_non_idempotent;
+  int64_t wait_ns;
+  int64_t initial_wait_ns;
+  int64_t max_wait_ns;
+  int64_t retry_after_cap_ns; /* max_retry_after_ns, else max_wait_ns */
+  int64_t min_attempt_budget_ns;
+  double multiplier;
+  resil_retry_budget *budget;
+  resil_retry_random_fn random;
+  void *random_self;
+  resil_retry_predicate_fn predicate;
+  resil_retry_listener_fn on_retry;
+  void *user;
+  void (*user_free)(void *user);
+  const resil_clock *clock; /* as configured: may be NULL (system) */
+  const resil_allocator *alloc;
+  char *name;
+  uint64_t seed_base;
+  /* Keeps the read-mostly fields above off the counters' cache lines. */
+  char pad_[64];
+  /* Written on the success fast path, by every thread. */
+  _Atomic uint64_t ok_first;
+  _Atomic uint64_t ok_retried;
+  _Atomic uint64_t failed_first;
+  _Atomic uint64_t failed_retried;
+  /* Attempts of every finished call except the ok_first ones (1 each). */
+  _Atomic uint64_t attempts_other;
+  _Atomic uint64_t refused_deadline;
+  _Atomic uint64_t refused_budget;
+  _Atomic uint64_t seq; /* per-call generator seeds */
+  _Atomic uint64_t stops[RESIL_RETRY_STOP_SLOTS];
+};
+
+_Static_assert(RESIL_STOP_CANCELLED + 1 == RESIL_RETRY_STOP_SLOTS,
+               "resil_retry_stats.stops needs one slot per resil_stop");
+
+static int valid(const resil_retry *r) {
+  return r && r->magic == RESIL_MAGIC_RETRY;
+}
+
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+#define BUMP(x, n) atomic_fetch_add_explicit(&(x), (n), memory_order_relaxed)
+
+/* ---- configuration ------------------------------------------------------ */
+
+void resil_retry_config_init(resil_retry_config *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->version = 1;
+  cfg->name = NULL;
+  cfg->max_attempts = 3;
+  cfg->backoff = RESIL_RETRY_FIXED;
+  cfg->wait_ns = 500 * RESIL_NS_PER_MS;
+  cfg->initial_wait_ns = 500 * RESIL_NS_PER_MS;
+  cfg->multiplier = 1.5;
+  cfg->max_wait_ns = 30 * RESIL_NS_PER_S;
+  cfg->respect_retry_after = 1;
+  cfg->max_retry_after_ns = 0;
+  cfg->retry_classes = RESIL_RETRY_DEFAULT_CLASSES;
+  cfg->retry_on_rejected = 0;
+  cfg->unsafe_retry_non_idempotent = 0;
+  cfg->min_attempt_budget_ns = 0;
+  cfg->budget = NULL;
+  cfg->random = NULL;
+  cfg->random_self = NULL;
+  cfg->predicate = NULL;
+  cfg->on_retry = NULL;
+  cfg->user = NULL;
+  cfg->user_free = NULL;
+  cfg->clock = NULL;
+  cfg->alloc = NULL;
+}
+
+#define CHECK(field, lo, hi)                                                   \
+  do {                                                                         \
+    resil_status st_ =                                                         \
+        resil__check_range(err, #field, (int64_t)c->field, (lo), (hi));        \
+    if (st_ != RESIL_OK) return st_;                                           \
+  } while (0)
+
+static resil_status validate(const resil_retry_config *c, resil_error *err) {
+  const int64_t day = RESIL_RETRY_MAX_DURATION_NS;
+  CHECK(version, 1, 1);
+  CHECK(max_attempts, 1, RESIL_RETRY_MAX_ATTEMPTS);
+  CHECK(backoff, RESIL_RETRY_FIXED, RESIL_RETRY_DECORRELATED_JITTER);
+  CHECK(wait_ns, 0, day);
+  CHECK(initial_wait_ns, RESIL_NS_PER_MS, day);
+  /* The negated test also rejects NaN. */
+  if (!(c->multiplier >= 1.0 && c->multiplier <= 100.0))
+    return resil__err(err, RESIL_EINVAL, "multiplier",
+                      "must be 1.0..100.0, got %g", c->multiplier);
+  if (c->max_wait_ns < c->initial_wait_ns || c->max_wait_ns > day) {
+    char what[80];
+    snprintf(what, sizeof what, "initial_wait_ns (%lld)..%lld",
+             (long long)c->initial_wait_ns, (long long)day);
+    return resil__err_range(err, "max_wait_ns", c->initial_wait_ns, day,
+                            c->max_wait_ns, what);
+  }
+  CHECK(respect_retry_after, 0, 1);
+  CHECK(max_retry_after_ns, 0, day);
+  if (c->retry_classes & ~(uint32_t)ALLOWED_CLASSES)
+    return resil__err(err, RESIL_EINVAL, "retry_classes",
+                      "may hold only the NOT_SENT, UNKNOWN, SERVER_ERROR and "
+                      "THROTTLED bits (0x%x), got 0x%x",
+                      (unsigned)ALLOWED_CLASSES, (unsigned)c->retry_classes);
+  CHECK(retry_on_rejected, 0, 1);
+  CHECK(unsafe_retry_non_idempotent, 0, 1);
+  CHECK(min_attempt_budget_ns, 0, day);
+  if (c->budget && !resil__budget_valid(c->budget))
+    return resil__err(err, RESIL_EINVAL, "budget",
+                      "is not a live retry budget");
+  if (c->clock && !c->clock->now_ns)
+    return resil__err(err, RESIL_EINVAL, "clock", "has no now_ns function");
+  if (c->alloc && (!c->alloc->alloc || !c->alloc->free))
+    return resil__err(err, RESIL_EINVAL, "alloc",
+                      "needs both alloc and free functions");
+  return RESIL_OK;
+}
+
+#undef CHECK
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+resil_status resil_retry_new(const resil_retry_config *cfg, resil_retry **out,
+                             resil_error *err) {
+  if (!cfg || !out)
+    return resil__err(err, RESIL_EINVAL, cfg ? "out" : "cfg",
+                      "must not be NULL");
+  resil_status st = validate(cfg, err);
+  if (st != RESIL_OK) return st;
+  resil_retry *r = resil__calloc(cfg->alloc, sizeof *r);
+  if (!r) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  int ok;
+  r->name = resil__strdup(cfg->alloc, cfg->name, &ok);
+  if (!ok) {
+    resil__free(cfg->alloc, r);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  r->alloc = cfg->alloc;
+  r->max_attempts = cfg->max_attempts;
+  r->backoff = cfg->backoff;
+  r->retry_classes = cfg->retry_classes;
+  r->respect_retry_after = cfg->respect_retry_after;
+  r->retry_on_rejected = cfg->retry_on_rejected;
+  r->unsafe_retry_non_idempotent = cfg->unsafe_retry_non_idempotent;
+  r->wait_ns = cfg->wait_ns;
+  r->initial_wait_ns = cfg->initial_wait_ns;
+  r->max_wait_ns = cfg->max_wait_ns;
+  r->retry_after_cap_ns =
+      cfg->max_retry_after_ns > 0 ? cfg->max_retry_after_ns : cfg->max_wait_ns;
+  r->min_attempt_budget_ns = cfg->min_attempt_budget_ns;
+  r->multiplier = cfg->multiplier;
+  r->budget = cfg->budget;
+  r->random = cfg->random;
+  r->random_self = cfg->random_self;
+  r->predicate = cfg->predicate;
+  r->on_retry = cfg->on_retry;
+  r->user = cfg->user;
+  r->user_free = cfg->user_free;
+  r->clock = cfg->clock;
+  /* Different processes and instances must not jitter in lockstep: the
+   * seed mixes the time of creation with the object's address. */
+  const resil_clock *clk = resil__clock(cfg->clock);
+  r->seed_base = mix64((uint64_t)resil__now(clk) ^
+                       ((uint64_t)resil_clock_wall_ms(clk) << 20) ^
+                       (uint64_t)(uintptr_t)r);
+  atomic_init(&r->ok_first, 0);
+  atomic_init(&r->ok_retried, 0);
+  atomic_init(&r->failed_first, 0);
+  atomic_init(&r->failed_retried, 0);
+  atomic_init(&r->attempts_other, 0);
+  atomic_init(&r->refused_deadline, 0);
+  atomic_init(&r->refused_budget, 0);
+  atomic_init(&r->seq, 0);
+  for (int i = 0; i < RESIL_RETRY_STOP_SLOTS; i++) atomic_init(&r->stops[i], 0);
+  r->magic = RESIL_MAGIC_RETRY;
+  *out = r;
+  resil_error_clear(err);
+  return RESIL_OK;
+}
+
+void resil_retry_free(resil_retry *r) {
+  if (!r || r->magic != RESIL_MAGIC_RETRY) return;
+  r->magic = RESIL_MAGIC_DEAD;
+  if (r->user_free) r->user_free(r->user);
+  resil__free(r->alloc, r->name);
+  resil__free(r->alloc, r);
+}
+
+const char *resil_retry_name(const resil_retry *r) {
+  if (!valid(r)) return "?";
+  return r->name ? r->name : "retry";
+}
+
+uint32_t resil_retry_max_attempts(const resil_retry *r) {
+  return valid(r) ? r->max_attempts : 0;
+}
+
+/* ---- waits -------------------------------------------------------------- */
+
+/* One exponential step: multiply, truncate to whole milliseconds (as
+ * Resilience4j does with its long milliseconds), cap. Comparing with the cap
+ * in floating point first keeps the conversion back in range. */
+static int64_t exp_step(int64_t b, double multiplier, int64_t cap) {
+  if (b >= cap) return cap;
+  double ms = (double)b / (double)RESIL_NS_PER_MS * multiplier;
+  if (ms >= (double)cap / (double)RESIL_NS_PER_MS) return cap;
+  int64_t next = (int64_t)ms * RESIL_NS_PER_MS;
+  return next < cap ? next : cap;
+}
+
+/* High 64 bits of a 64 x 64-bit product, without a 128-bit type. */
+static uint64_t mulhi64(uint64_t a, uint64_t b) {
+  uint64_t a_lo = (uint32_t)a, a_hi = a >> 32;
+  uint64_t b_lo = (uint32_t)b, b_hi = b >> 32;
+  uint64_t p0 = a_lo * b_lo, p1 = a_lo * b_hi, p2 = a_hi * b_lo;
+  uint64_t p3 = a_hi * b_hi;
+  uint64_t mid = (p0 >> 32) + (uint32_t)p1 + (uint32_t)p2;
+  return p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
+}
+
+static uint64_t next_random(const resil_retry *r, resil_retry_state *st) {
+  if (r->random) return r->random(r->random_self);
+  if (!(st->bits & ST_RNG_SEEDED)) {
+    /* Seeded only when a jittered wait is first needed, so calls that never
+     * retry pay nothing; the per-retry sequence number keeps concurrent
+     * logical calls apart without any global state. */
+    uint64_t n = atomic_fetch_add_explicit(&((resil_retry *)r)->seq, 1,
+                                           memory_order_relaxed);
+    st->rng = r->seed_base ^ ((n + 1) * GOLDEN);
+    st->bits |= ST_RNG_SEEDED;
+  }
+  st->rng += GOLDEN; /* splitmix64 */
+  return mix64(st->rng);
+}
+
+/* Uniform in [lo, hi] (hi >= lo >= 0). Multiply-shift maps 0 to lo and
+ * UINT64_MAX to hi, which tests with an injected source rely on. */
+static int64_t random_between(const resil_retry *r, resil_retry_state *st,
+                              int64_t lo, int64_t hi) {
+  uint64_t span = (uint64_t)(hi - lo) + 1;
+  return lo + (int64_t)mulhi64(next_random(r, st), span);
+}
+
+/* The wait after attempt n, before the Retry-After and deadline rules.
+ * Advances the state's backoff sequence. */
+static int64_t computed_wait(const resil_retry *r, resil_retry_state *st) {
+  int64_t b = st->base_wait_ns, w;
+  switch (r->backoff) {
+  case RESIL_RETRY_FIXED:
+    return r->wait_ns;
+  case RESIL_RETRY_EXPONENTIAL:
+    w = b;
+    break;
+  case RESIL_RETRY_EXPONENTIAL_FULL_JITTER:
+    w = random_between(r, st, 0, b);
+    break;
+  case RESIL_RETRY_EXPONENTIAL_EQUAL_JITTER:
+    w = random_between(r, st, b / 2, b);
+    break;
+  case RESIL_RETRY_DECORRELATED_JITTER:
+  default:
+    w = random_between(r, st, r->initial_wait_ns,
+                       resil__sat_mul(st->prev_wait_ns, 3));
+    if (w > r->max_wait_ns) w = r->max_wait_ns;
+    st->prev_wait_ns = w;
+    return w;
+  }
+  st->base_wait_ns = exp_step(b, r->multiplier, r->max_wait_ns);
+  return w;
+}
+
+/* Sum of the upper bounds of the n - 1 waits of a logical call. */
+static int64_t worst_wait(uint32_t max_attempts, resil_retry_backoff backoff,
+                          int64_t wait_ns, int64_t initial_wait_ns,
+                          double multiplier, int64_t max_wait_ns,
+                          int respect_retry_after, int64_t retry_after_cap_ns) {
+  int64_t base = initial_wait_ns, prev = initial_wait_ns;
+  int64_t total = 0;
+  for (uint32_t n = 1; n < max_attempts; n++) {
+    int64_t w;
+    switch (backoff) {
+    case RESIL_RETRY_FIXED:
+      w = wait_ns;
+      break;
+    case RESIL_RETRY_DECORRELATED_JITTER:
+      w = resil__sat_mul(prev, 3);
+      if (w > max_wait_ns) w = max_wait_ns;
+      prev = w;
+      break;
+    default: /* the exponential family: jitter never exceeds b(n) */
+      w = base;
+      base = exp_step(base, multiplier, max_wait_ns);
+      break;
+    }
+    if (respect_retry_after && retry_after_cap_ns > w) w = retry_after_cap_ns;
+    total = resil__sat_add(total, w);
+  }
+  return total;
+}
+
+int64_t resil_retry_worst_wait_ns(const resil_retry_config *cfg) {
+  if (!cfg || validate(cfg, NULL) != RESIL_OK) return -1;
+  return worst_wait(cfg->max_attempts, cfg->backoff, cfg->wait_ns,
+                    cfg->initial_wait_ns, cfg->multiplier, cfg->max_wait_ns,
+                    cfg->respect_retry_after,
+                    cfg->max_retry_after_ns > 0 ? cfg->max_retry_after_ns
+                                                : cfg->max_wait_ns);
+}
+
+int64_t resil__retry_worst_wait_of(const resil_retry *r) {
+  if (!valid(r)) return -1;
+  return worst_wait(r->max_attempts, r->backoff, r->wait_ns, r->initial_wait_ns,
+                    r->multiplier, r->max_wait_ns, r->respect_retry_after,
+                    r->retry_after_cap_ns);
+}
+
+/* ---- decisions ----------------------------------------------------------- */
+
+/* The deadline rule (§2.7): after waiting, the next attempt must still have
+ * min_attempt_budget_ns, or at least some time when that is 0. */
+static int fits_deadline(const resil_retry *r, int64_t left_after_wait) {
+  return r->min_attempt_budget_ns > 0
+             ? left_after_wait >= r->min_attempt_budget_ns
+             : left_after_wait > 0;
+}
+
+static void account(resil_retry *r, const resil_retry_state *st,
+                    resil_stop stop) {
+  uint32_t n = st->attempts;
+  if (stop == RESIL_STOP_SUCCESS) {
+    if (RESIL_LIKELY(n <= 1)) {
+      BUMP(r->ok_first, 1);
+      return;
+    }
+    BUMP(r->ok_retried, 1);
+  } else {
+    if (n <= 1)
+      BUMP(r->failed_first, 1);
+    else
+      BUMP(r->failed_retried, 1);
+    BUMP(r->stops[stop], 1);
+  }
+  if (n) BUMP(r->attempts_other, n);
+}
+
+/* Ends the logical call with the last recorded outcome (or the refusal
+ * already placed in st->result) and folds it: when nothing was sent this
+ * time but an earlier attempt may have executed, the caller must not read
+ * "not sent", so the kind becomes UNKNOWN with PRIOR_MAYBE_EXECUTED. A
+ * NOT_SENT or REJECTED outcome counts in ST_MAYBE_RAN only through that same
+ * flag, so the one bit answers "may an earlier attempt have run?". */
+static resil_retry_decision finish(resil_retry *r, resil_retry_state *st,
+                                   resil_stop stop) {
+  resil_outcome *f = &st->result;
+  f->stop = stop;
+  f->attempts = st->attempts;
+  if ((f->kind == RESIL_NOT_SENT || f->kind == RESIL_REJECTED) &&
+      (st->bits & ST_MAYBE_RAN)) {
+    f->kind = RESIL_UNKNOWN;
+    f->flags |= RESIL_OF_PRIOR_MAYBE_EXECUTED;
+  }
+  st->bits |= ST_STOPPED;
+  account(r, st, stop);
+  return RESIL_RETRY_STOP;
+}
+
+/* The deadline or the budget refused the next attempt. After a NOT_SENT or
+ * REJECTED attempt the refusal is the most exact answer (DESIGN §2.3: the
+ * retry gives up, REJECTED, reason deadline); after an attempt that reached
+ * the server, that attempt's outcome says more and is kept. */
+static resil_retry_decision refuse(resil_retry *r, resil_retry_state *st,
+                                   resil_stop stop, resil_reason reason) {
+  if (stop == RESIL_STOP_DEADLINE)
+    BUMP(r->refused_deadline, 1);
+  else
+    BUMP(r->refused_budget, 1);
+  if (st->attempts == 0 || st->result.kind == RESIL_NOT_SENT ||
+      st->result.kind == RESIL_REJECTED) {
+    uint32_t flags = st->attempts ? st->result.flags : 0;
+    st->result = resil_outcome_make(RESIL_REJECTED, reason);
+    st->result.flags = flags;
+  }
+  return finish(r, st, stop);
+}
+
+static int64_t deadline_left(const resil_retry_state *st) {
+  int64_t now = resil__now(resil__clock(st->ctx.clock));
+  return resil__sat_add(st->ctx.deadline_ns, -now);
+}
+
+resil_retry_decision resil_retry_begin(resil_retry *r, const resil_ctx *ctx,
+                                       resil_retry_state *st) {
+  if (!st) return RESIL_RETRY_MISUSE;
+  if (ctx) {
+    st->ctx = *ctx;
+  } else {
+    resil_ctx_init(&st->ctx);
+    st->ctx.clock = valid(r) ? r->clock : NULL;
+  }
+  /* Written field by field: resil_outcome_make lives in another unit and
+   * this runs once per logical call of the split form. */
+  st->result.kind = RESIL_NOT_SENT;
+  st->result.reason = RESIL_REASON_LOCAL_ERROR;
+  st->result.http_status = 0;
+  st->result.retry_after_ms = -1;
+  st->result.flags = 0;
+  st->result.stop = RESIL_STOP_NONE;
+  st->result.attempts = 0;
+  st->attempts = 0;
+  st->rng = 0;
+  if (RESIL_UNLIKELY(!valid(r))) {
+    st->owner = NULL;
+    st->bits = ST_STOPPED;
+    st->base_wait_ns = st->prev_wait_ns = 0;
+    return RESIL_RETRY_MISUSE;
+  }
+  st->owner = r;
+  st->bits = 0;
+  st->base_wait_ns = r->initial_wait_ns;
+  st->prev_wait_ns = r->initial_wait_ns;
+  st->ctx.attempt = 1;
+  if (r->budget) resil__budget_on_call(r->budget);
+  if (st->ctx.cancel && resil_cancel_is_set(st->ctx.cancel)) {
+    st->result.reason = RESIL_REASON_CANCELLED;
+    finish(r, st, RESIL_STOP_CANCELLED);
+    return RESIL_RETRY_STOP;
+  }
+  if (st->ctx.deadline_ns != RESIL_NO_DEADLINE &&
+      !fits_deadline(r, deadline_left(st))) {
+    refuse(r, st, RESIL_STOP_DEADLINE, RESIL_REASON_DEADLINE);
+    return RESIL_RETRY_STOP;
+  }
+  return RESIL_RETRY_ATTEMPT;
+}
+
+resil_retry_decision resil_retry_next(resil_retry *r, resil_retry_state *st,
+                                      const resil_outcome *o,
+                                      int64_t *delay_ns) {
+  if (delay_ns) *delay_ns = 0;
+  if (RESIL_UNLIKELY(!st || !o || !valid(r) || st->owner != r))
+    return RESIL_RETRY_MISUSE;
+  if (st->bits & ST_STOPPED) return RESIL_RETRY_STOP;
+  uint32_t n = ++st->attempts;
+  st->result = *o;
+  /* The common success, classified without a call. */
+  resil_outcome_class c =
+      (o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK)
+          ? RESIL_CLASS_SUCCESS
+          : resil_outcome_classify(o);
+  if (r->budget) resil__budget_on_attempt(r->budget, c);
+  int retry;
+  resil_retry_verdict v =
+      r->predicate ? r->predicate(r->user, o) : RESIL_RETRY_VERDICT_DEFAULT;
+  if (v == RESIL_RETRY_VERDICT_DEFAULT) {
+    if (RESIL_LIKELY(c == RESIL_CLASS_SUCCESS))
+      return finish(r, st, RESIL_STOP_SUCCESS);
+    retry = c == RESIL_CLASS_REJECTED ? r->retry_on_rejected
+                                      : (r->retry_classes & RESIL_CLASS_BIT(c)) != 0;
+  } else {
+    retry = v == RESIL_RETRY_VERDICT_RETRY;
+  }
+  int maybe_ran = resil_outcome_maybe_executed(o);
+  if (maybe_ran) st->bits |= ST_MAYBE_RAN;
+  if (!retry)
+    return finish(r, st,
+                  c == RESIL_CLASS_SUCCESS ? RESIL_STOP_SUCCESS
+                                           : RESIL_STOP_NOT_RETRYABLE);
+  /* The safety rule: an attempt that may have executed is repeated only for
+   * an operation that tolerates it, or on the explicit unsafe opt-in. */
+  if (maybe_ran && !(st->ctx.flags & SAFE_FLAGS) &&
+      !r->unsafe_retry_non_idempotent)
+    return finish(r, st, RESIL_STOP_UNSAFE);
+  if (n >= r->max_attempts) return finish(r, st, RESIL_STOP_MAX_ATTEMPTS);
+  if (st->ctx.cancel && resil_cancel_is_set(st->ctx.cancel))
+    return finish(r, st, RESIL_STOP_CANCELLED);
+
+  int64_t wait = computed_wait(r, st);
+  if (r->respect_retry_after && o->retry_after_ms >= 0) {
+    /* The server's hint replaces the computed wait, shorter or longer,
+     * within the policy's cap. */
+    int64_t ra = resil__sat_mul(o->retry_after_ms, RESIL_NS_PER_MS);
+    wait = ra < r->retry_after_cap_ns ? ra : r->retry_after_cap_ns;
+  }
+  if (st->ctx.deadline_ns != RESIL_NO_DEADLINE) {
+    int64_t left = deadline_left(st);
+    /* Never sleep past the deadline; then refuse at once, before any
+     * sleep, when the attempt after the wait would not fit. */
+    if (wait > left) wait = left > 0 ? left : 0;
+    if (!fits_deadline(r, left - wait))
+      return refuse(r, st, RESIL_STOP_DEADLINE, RESIL_REASON_DEADLINE);
+  }
+  if (r->budget && !resil__budget_allow_retry(r->budget))
+    return refuse(r, st, RESIL_STOP_BUDGET, RESIL_REASON_RETRY_BUDGET);
+  if (r->on_retry) r->on_retry(r->user, r, n, o, wait);
+  st->ctx.attempt = n + 1;
+  if (delay_ns) *delay_ns = wait;
+  return RESIL_RETRY_ATTEMPT;
+}
+
+resil_outcome resil_retry_result(const resil_retry_state *st) {
+  if (!st) return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  return st->result;
+}
+
+/* The rest of resil_retry_begin for the run form's fast path, once the
+ * first attempt has failed. */
+static void state_init_rest(resil_retry *r, resil_retry_state *st) {
+  st->result = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  st->owner = r;
+  st->bits = 0;
+  st->attempts = 0;
+  st->rng = 0;
+  st->base_wait_ns = r->initial_wait_ns;
+  st->prev_wait_ns = r->initial_wait_ns;
+}
+
+resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
+                              resil_call_fn fn, void *arg) {
+  if (RESIL_UNLIKELY(!valid(r) || !fn))
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_retry_state st;
+  resil_retry_decision d;
+  int64_t delay = 0;
+  if (!r->budget &&
+      (!ctx || (ctx->deadline_ns == RESIL_NO_DEADLINE && !ctx->cancel))) {
+    /* Fast path: with no budget, deadline or token there is nothing to
+     * check before the first attempt, and a plain success needs no state:
+     * no clock read, no allocation, no lock, one atomic add. */
+    if (ctx) {
+      st.ctx = *ctx;
+    } else {
+      st.ctx.clock = r->clock;
+      st.ctx.deadline_ns = RESIL_NO_DEADLINE;
+      st.ctx.cancel = NULL;
+      st.ctx.flags = 0;
+      st.ctx.user = NULL;
+    }
+    st.ctx.attempt = 1;
+    resil_outcome o = fn(arg, &st.ctx);
+    if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK &&
+                     !r->predicate)) {
+      BUMP(r->ok_first, 1);
+      o.stop = RESIL_STOP_SUCCESS;
+      o.attempts = 1;
+      return o;
+    }
+    state_init_rest(r, &st);
+    d = resil_retry_next(r, &st, &o, &delay);
+  } else {
+    d = resil_retry_begin(r, ctx, &st);
+    if (d == RESIL_RETRY_ATTEMPT) {
+      resil_outcome o = fn(arg, &st.ctx);
+      d = resil_retry_next(r, &st, &o, &delay);
+    }
+  }
+  while (d == RESIL_RETRY_ATTEMPT) {
+    if (delay > 0) {
+      const resil_clock *clk = st.ctx.clock ? st.ctx.clock : r->clock;
+      if (resil_clock_sleep_ns(clk, delay, st.ctx.cancel)) {
+        /* Woken by cancellation: the next attempt is not made. */
+        finish(r, &st, RESIL_STOP_CANCELLED);
+        break;
+      }
+    }
+    resil_outcome o = fn(arg, &st.ctx);
+    d = resil_retry_next(r, &st, &o, &delay);
+  }
+  return st.result;
+}
+
+resil_status resil_retry_get_stats(const resil_retry *r,
+                                   resil_retry_stats *out) {
+  if (!out) return RESIL_EINVAL;
+  if (!valid(r)) return RESIL_EMISUSE;
+  resil_retry *m = (resil_retry *)r; /* atomics are not const */
+  memset(out, 0, sizeof *out);
+  out->successful_without_retry = LOAD(m->ok_first);
+  out->successful_with_retry = LOAD(m->ok_retried);
+  out->failed_without_retry = LOAD(m->failed_first);
+  out->failed_with_retry = LOAD(m->failed_retried);
+  out->calls = out->successful_without_retry + out->successful_with_retry +
+               out->failed_without_retry + out->failed_with_retry;
+  out->attempts = out->successful_without_retry + LOAD(m->attempts_other);
+  for (int i = 0; i < RESIL_RETRY_STOP_SLOTS; i++)
+    out->stops[i] = LOAD(m->stops[i]);
+  /* Successes are not counted per stop on the fast path; they are exactly
+   * the successful calls. */
+  out->stops[RESIL_STOP_SUCCESS] =
+      out->successful_without_retry + out->successful_with_retry;
+  out->refused_by_deadline = LOAD(m->refused_deadline);
+  out->refused_by_budget = LOAD(m->refused_budget);
+  return RESIL_OK;
+}
