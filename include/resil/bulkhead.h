@@ -1,0 +1,278 @@
+/* Bulkheads (DESIGN §2.5): limits on how much code runs at once.
+ *
+ * resil_bulkhead: a semaphore. At most `max_concurrent` calls hold a slot;
+ * a call that finds none waits up to `max_wait_ns` (default 0: rejected at
+ * once). The slot is returned on every path of the run form (success,
+ * failure, timeout, cancellation), and the free slots are observable.
+ *
+ * resil_threadpool: own worker threads and a bounded queue. A submitted call
+ * runs on a worker; when the queue is full it is rejected; the caller gets a
+ * future to wait on.
+ *
+ * A connection-pool limit is not a bulkhead: it limits connections to a
+ * target, not how many calls run.
+ *
+ *   resil_bulkhead_config cfg;
+ *   resil_bulkhead_config_init(&cfg);
+ *   cfg.max_concurrent = 2;
+ *   resil_bulkhead *bh;
+ *   if (resil_bulkhead_new(&cfg, &bh, NULL) != RESIL_OK) ...
+ *   resil_outcome o = resil_bulkhead_run(bh, NULL, my_call, my_arg);
+ *   resil_bulkhead_free(bh);
+ *
+ * Thread-safety: every function may be called on the same bulkhead, pool or
+ * future from any thread at once, except the _free functions, which need
+ * exclusive access (resil_future_free excepted: see there).
+ *
+ * Create/free pairs: resil_bulkhead_new / resil_bulkhead_free,
+ * resil_threadpool_new / resil_threadpool_free, resil_threadpool_submit /
+ * resil_future_free. */
+#ifndef RESIL_BULKHEAD_H
+#define RESIL_BULKHEAD_H
+
+#include <stdint.h>
+
+#include "alloc.h"
+#include "call.h"
+#include "clock.h"
+#include "outcome.h"
+#include "status.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- semaphore bulkhead ---------------------------------------------- */
+
+typedef struct resil_bulkhead resil_bulkhead;
+
+#define RESIL_BULKHEAD_MAX_CONCURRENT 1000000
+
+typedef struct resil_bulkhead_config {
+  /* Set to 1 by resil_bulkhead_config_init. */
+  unsigned version;
+  /* Instance name, copied. Default "bulkhead". */
+  const char *name;
+  /* Slots, 1..RESIL_BULKHEAD_MAX_CONCURRENT. Default 25 (Resilience4j). */
+  uint32_t max_concurrent;
+  /* Longest wait for a slot in resil_bulkhead_acquire and _run,
+   * 0..INT64_MAX nanoseconds; 0 = reject at once. Default 0 (Resilience4j).
+   * The wait is real time (a condition variable on CLOCK_MONOTONIC): an
+   * injected clock cannot shorten it. */
+  int64_t max_wait_ns;
+  /* The clock of the default ctx given to fn when resil_bulkhead_run gets a
+   * NULL ctx; NULL = resil_clock_system(). The bulkhead itself reads no
+   * clock: its only time is the real-time wait above. */
+  const resil_clock *clock;
+  /* NULL = malloc/free. Used only by _new and _free. */
+  const resil_allocator *alloc;
+} resil_bulkhead_config;
+
+/* What resil_bulkhead_acquire got. */
+typedef enum resil_bh_decision {
+  RESIL_BH_ACQUIRED = 0,  /* the caller holds a slot: release it          */
+  RESIL_BH_FULL = 1,      /* no slot within min(max_wait, deadline)       */
+  RESIL_BH_CANCELLED = 2, /* ctx->cancel was signalled during the wait    */
+  RESIL_BH_MISUSE = 3     /* invalid handle                               */
+} resil_bh_decision;
+
+/* Counters since creation, and the current gauges. Each value is read
+ * atomically; the set is not one snapshot. */
+typedef struct resil_bulkhead_metrics {
+  uint32_t max_concurrent;
+  uint32_t in_flight;      /* slots held now                            */
+  uint32_t available;      /* max_concurrent - in_flight                */
+  uint32_t peak_in_flight; /* highest in_flight seen                    */
+  uint32_t waiting;        /* callers waiting for a slot now            */
+  uint64_t permitted;      /* slots handed out                          */
+  uint64_t rejected;       /* acquisitions refused (full or cancelled)  */
+} resil_bulkhead_metrics;
+
+/* Writes the documented defaults (version 1). Since 0.1. */
+RESIL_API void resil_bulkhead_config_init(resil_bulkhead_config *cfg);
+
+/* Validates cfg and creates a bulkhead with every slot free.
+ * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL or a field out of range
+ * (err says which field, its range and the value received); RESIL_ENOMEM;
+ * RESIL_ESYS when the mutex or condition variable cannot be created. err may
+ * be NULL. *out is written only on success. Since 0.1. */
+RESIL_API resil_status resil_bulkhead_new(const resil_bulkhead_config *cfg,
+                                          resil_bulkhead **out,
+                                          resil_error *err);
+
+/* Frees the bulkhead. NULL is a no-op. Needs exclusive access: no slot may
+ * be held and nobody may be waiting. Since 0.1. */
+RESIL_API void resil_bulkhead_free(resil_bulkhead *bh);
+
+/* The split form: takes a free slot if there is one, never blocks (one
+ * compare-and-swap). Returns 1 when the caller now holds a slot (release it
+ * with resil_bulkhead_release), 0 when none is free (counted as rejected) or
+ * the handle is invalid. Since 0.1. */
+RESIL_API int resil_bulkhead_try_acquire(resil_bulkhead *bh);
+
+/* Takes a slot, waiting when none is free up to min(max_wait_ns, remaining
+ * deadline of ctx) of real time. ctx may be NULL (no deadline, no token).
+ * The wait ends early when ctx->cancel is signalled; the token is polled
+ * every millisecond while waiting. Waiters are not served in FIFO order: a
+ * call that arrives when a slot is free takes it. The fast path (a slot is
+ * free) is one compare-and-swap and takes no lock.
+ * Returns RESIL_BH_ACQUIRED, RESIL_BH_FULL, RESIL_BH_CANCELLED or
+ * RESIL_BH_MISUSE. Since 0.1. */
+RESIL_API resil_bh_decision resil_bulkhead_acquire(resil_bulkhead *bh,
+                                                   const resil_ctx *ctx);
+
+/* Returns a slot taken by a successful acquire and wakes one waiter.
+ * Returns RESIL_OK, or RESIL_EMISUSE (invalid handle, or no slot is held:
+ * releasing more than was acquired never raises the free slots above
+ * max_concurrent). Since 0.1. */
+RESIL_API resil_status resil_bulkhead_release(resil_bulkhead *bh);
+
+/* The run form: resil_bulkhead_acquire, then fn(arg, ctx) with the caller's
+ * ctx (a default ctx on the configured clock when NULL), then release,
+ * whatever fn returned; fn's outcome is returned. No slot: REJECTED with
+ * reason BULKHEAD_FULL, fn not called. Wait cancelled: NOT_SENT with reason CANCELLED, fn not called.
+ * Invalid handle or NULL fn: NOT_SENT with reason LOCAL_ERROR.
+ * When fn is itself time-limited (a resil_timelimiter_run inside), the slot
+ * is returned when the limiter stops waiting, not when its task ends; put
+ * the bulkhead inside the limiter to bound the tasks themselves. Since 0.1. */
+RESIL_API resil_outcome resil_bulkhead_run(resil_bulkhead *bh,
+                                           const resil_ctx *ctx,
+                                           resil_call_fn fn, void *arg);
+
+/* Free slots now, 0..max_concurrent; 0 for an invalid handle. Since 0.1. */
+RESIL_API uint32_t resil_bulkhead_available(const resil_bulkhead *bh);
+
+/* Fills *out. RESIL_OK, or RESIL_EINVAL (out NULL), RESIL_EMISUSE (invalid
+ * handle). Since 0.1. */
+RESIL_API resil_status resil_bulkhead_get_metrics(const resil_bulkhead *bh,
+                                                  resil_bulkhead_metrics *out);
+
+/* The instance name, owned by the bulkhead until it is freed; "" for an
+ * invalid handle. Since 0.1. */
+RESIL_API const char *resil_bulkhead_name(const resil_bulkhead *bh);
+
+/* ---- thread-pool bulkhead -------------------------------------------- */
+
+typedef struct resil_threadpool resil_threadpool;
+/* The result of one submitted call. Refcounted: the pool holds it until the
+ * call has run, the caller until resil_future_free. */
+typedef struct resil_future resil_future;
+
+#define RESIL_THREADPOOL_MAX_THREADS 1024
+#define RESIL_THREADPOOL_MAX_QUEUE 1000000
+
+typedef struct resil_threadpool_config {
+  /* Set to 1 by resil_threadpool_config_init. */
+  unsigned version;
+  /* Instance name, copied. Default "threadpool". */
+  const char *name;
+  /* Worker threads, 1..RESIL_THREADPOOL_MAX_THREADS, all started by
+   * resil_threadpool_new and kept until resil_threadpool_free (a fixed
+   * count: Resilience4j's core/max sizes with keep-alive are not
+   * reproduced). Default: the number of online processors (Resilience4j's
+   * maxThreadPoolSize default). */
+  uint32_t threads;
+  /* Calls that may wait for a worker, 0..RESIL_THREADPOOL_MAX_QUEUE. A call
+   * is accepted when fewer than queue_capacity + (idle workers) calls are
+   * waiting, so 0 means "accepted only when a worker is idle". Default 100
+   * (Resilience4j). */
+  uint32_t queue_capacity;
+  /* NULL = malloc/free. Used by _new, _submit (one future per call) and the
+   * _free functions; it must outlive every future of the pool. */
+  const resil_allocator *alloc;
+} resil_threadpool_config;
+
+/* Counters since creation, and the current gauges, read together under the
+ * pool's lock (one snapshot). */
+typedef struct resil_threadpool_metrics {
+  uint32_t threads;
+  uint32_t queue_capacity;
+  uint32_t queue_depth; /* calls waiting for a worker now              */
+  uint32_t active;      /* calls running now                           */
+  uint32_t idle;        /* workers waiting for a call now              */
+  uint64_t submitted;   /* calls accepted                              */
+  uint64_t completed;   /* calls that ran to the end                   */
+  uint64_t rejected;    /* calls refused: queue full                   */
+} resil_threadpool_metrics;
+
+/* Writes the documented defaults (version 1). Since 0.1. */
+RESIL_API void resil_threadpool_config_init(resil_threadpool_config *cfg);
+
+/* Validates cfg, creates the pool and starts its workers.
+ * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL or a field out of range
+ * (err says which field, its range and the value received); RESIL_ENOMEM;
+ * RESIL_ESYS when a thread, mutex or condition variable cannot be created
+ * (workers already started are stopped). err may be NULL. *out is written
+ * only on success. Since 0.1. */
+RESIL_API resil_status resil_threadpool_new(const resil_threadpool_config *cfg,
+                                            resil_threadpool **out,
+                                            resil_error *err);
+
+/* Stops accepting calls, DRAINS the queue (every accepted call runs, as Java's
+ * ExecutorService.shutdown() that Resilience4j's ThreadPoolBulkhead.close()
+ * uses), joins the workers and frees the pool. It blocks until the last call
+ * ended. Futures stay valid until resil_future_free. NULL is a no-op. Needs
+ * exclusive access: no submit may run at the same time. Since 0.1. */
+RESIL_API void resil_threadpool_free(resil_threadpool *tp);
+
+/* Queues fn(arg, ctx') to run on a worker, where ctx' is a copy of *ctx (a
+ * default ctx when ctx is NULL) made now; the objects it points to
+ * (ctx->cancel, ctx->clock, ctx->user) must stay valid until the call ends.
+ * On RESIL_OK, *out (when out is not NULL) receives a future the caller
+ * owns and must free with resil_future_free; pass out NULL to run the call
+ * without a future.
+ * Returns RESIL_OK; RESIL_EBUSY when the queue is full (the call is
+ * rejected, counted, and will not run; the run form reports it as REJECTED
+ * with reason QUEUE_FULL); RESIL_EINVAL (fn NULL); RESIL_ENOMEM; RESIL_ESYS;
+ * RESIL_EMISUSE (invalid handle, or the pool is being freed). Since 0.1. */
+RESIL_API resil_status resil_threadpool_submit(resil_threadpool *tp,
+                                               const resil_ctx *ctx,
+                                               resil_call_fn fn, void *arg,
+                                               resil_future **out);
+
+/* The run form: submit, then wait for the call to end (without limit: put a
+ * resil_timelimiter around it, or use the pool as a time limiter's executor,
+ * to bound the wait). Returns the call's outcome; REJECTED with reason
+ * QUEUE_FULL when the queue is full; NOT_SENT with reason LOCAL_ERROR when
+ * the call could not be queued (invalid handle, NULL fn, out of memory).
+ * Since 0.1. */
+RESIL_API resil_outcome resil_threadpool_run(resil_threadpool *tp,
+                                             const resil_ctx *ctx,
+                                             resil_call_fn fn, void *arg);
+
+/* Fills *out. RESIL_OK, or RESIL_EINVAL (out NULL), RESIL_EMISUSE (invalid
+ * handle). Since 0.1. */
+RESIL_API resil_status resil_threadpool_get_metrics(
+    const resil_threadpool *tp, resil_threadpool_metrics *out);
+
+/* The instance name, owned by the pool until it is freed; "" for an
+ * invalid handle. Since 0.1. */
+RESIL_API const char *resil_threadpool_name(const resil_threadpool *tp);
+
+/* Waits until the call has ended, up to timeout_ns of real time (0 polls;
+ * INT64_MAX waits without limit).
+ * Returns RESIL_OK (ended: read resil_future_outcome), RESIL_ETIMEDOUT (not
+ * yet), RESIL_EINVAL (timeout_ns < 0) or RESIL_EMISUSE (invalid handle).
+ * Since 0.1. */
+RESIL_API resil_status resil_future_wait_ns(resil_future *f, int64_t timeout_ns);
+
+/* 1 when the call has ended, 0 otherwise (also for an invalid handle).
+ * Since 0.1. */
+RESIL_API int resil_future_done(const resil_future *f);
+
+/* The call's outcome once it has ended; before that (or for an invalid
+ * handle) UNKNOWN with reason NONE. Since 0.1. */
+RESIL_API resil_outcome resil_future_outcome(const resil_future *f);
+
+/* Drops the caller's reference. Safe whether or not the call has ended: a
+ * call still queued or running keeps the future alive and it is freed when
+ * the call ends. The call is not cancelled (cancel it through the token in
+ * its ctx). NULL is a no-op. Must be called once per future, after any
+ * wait on it has returned. Since 0.1. */
+RESIL_API void resil_future_free(resil_future *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,348 @@
+/* Rate limiter: Resilience4j AtomicRateLimiter semantics, one 64-bit state
+ * word.
+ *
+ * State packing. `state` holds the cycle the permits belong to and the
+ * permits left in it:
+ *
+ *   bits 63..32  cycle tag: the low 32 bits of the cycle number
+ *   bits 31..0   permits, two's-complement int32 (negative = owed by
+ *                coming cycles to callers that reserved ahead)
+ *
+ * The constructor bounds the debt (limit × (timeout / period + 1) fits in
+ * 31 bits), so permits never overflow: a reservation is granted only when
+ * the k-th coming cycle covers it and k <= timeout / period + 1.
+ *
+ * Cycle wraparound. With the default 500 ns period a 32-bit cycle number
+ * wraps every 36 minutes, so the tag alone cannot say how many cycles passed
+ * while the limiter was idle. `epoch` holds the full 64-bit number of the
+ * newest cycle any thread is moving the state to: a thread that advances the
+ * state raises `epoch` (atomic max) BEFORE its compare-and-swap, so a reader
+ * that loads `state` and then `epoch` never sees an epoch below the state's
+ * cycle. It takes as the state's cycle the largest number not above `epoch`
+ * that carries the tag. That is exact unless the epoch is 2^32 or more
+ * cycles ahead, which happens only in the instant after an idle gap of 2^32
+ * cycles, between the advancing thread's raise and its swap. A reader in
+ * that instant takes the state for newer than it is and refills less than
+ * it could: permits may be under-issued for a moment, never over-issued.
+ *
+ * The hot path (a permit is free) is one clock read, two atomic loads, one
+ * compare-and-swap and one relaxed counter increment. A refusal writes
+ * nothing to the state. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "resil/ratelimit.h"
+
+#define RL_LIMIT_MAX INT64_C(2147483647)
+
+/* The state, the read-only parameters and the counters are all touched by
+ * every call, so they are kept together rather than on separate cache lines
+ * (and the allocator gives no alignment beyond malloc's anyway). */
+struct resil_ratelimiter {
+  _Atomic uint64_t state;
+  _Atomic int64_t epoch;
+  unsigned magic;
+  int64_t limit;
+  int64_t period_ns;
+  int64_t timeout_ns;
+  int64_t start_ns; /* clock time at which cycle 0 began */
+  const resil_clock *clock;
+  const resil_allocator *alloc;
+  char *name;
+  _Atomic uint64_t n_permitted;
+  _Atomic uint64_t n_reserved;
+  _Atomic uint64_t n_refused;
+  _Atomic uint64_t n_cancelled;
+};
+
+static inline uint64_t pack(int64_t cycle, int64_t permits) {
+  return ((uint64_t)(uint32_t)cycle << 32) | (uint64_t)(uint32_t)(int32_t)permits;
+}
+
+static inline int32_t unpack_permits(uint64_t s) {
+  return (int32_t)(uint32_t)(s & 0xffffffffu);
+}
+
+/* The full cycle number of a state word, given the epoch loaded after it:
+ * the largest number not above the epoch whose low 32 bits are the tag. */
+static inline int64_t unpack_cycle(uint64_t s, int64_t epoch) {
+  uint32_t tag = (uint32_t)(s >> 32);
+  return epoch - (int64_t)(uint32_t)((uint32_t)epoch - tag);
+}
+
+static inline void raise_epoch(resil_ratelimiter *rl, int64_t cycle) {
+  int64_t e = atomic_load_explicit(&rl->epoch, memory_order_relaxed);
+  while (e < cycle &&
+         !atomic_compare_exchange_weak_explicit(&rl->epoch, &e, cycle,
+                                                memory_order_seq_cst,
+                                                memory_order_relaxed)) {
+  }
+}
+
+/* Permits after refilling `elapsed` cycles: each adds the limit, and a cycle
+ * never starts with more than the limit. Saturates instead of overflowing
+ * after long idle gaps. */
+static inline int64_t refill(int64_t permits, int64_t elapsed, int64_t limit) {
+  if (elapsed <= 0) return permits;
+  int64_t missing = limit - permits; /* >= 0 */
+  if (elapsed >= (missing + limit - 1) / limit) return limit;
+  return permits + elapsed * limit;
+}
+
+/* Nanoseconds from `rel` (time since start) until `n` permits are covered,
+ * given `p` permits left in cycle `c` (p < n). The next cycle starts at
+ * (c + 1) × period; every further cycle adds `limit`. Saturates. */
+static int64_t wait_for(const resil_ratelimiter *rl, int64_t rel, int64_t c,
+                        int64_t p, int64_t n) {
+  int64_t next_start = resil__sat_mul(resil__sat_add(c, 1), rl->period_ns);
+  int64_t to_next = next_start - rel;
+  int64_t need_after_next = n - (p + rl->limit); /* may be <= 0 */
+  if (need_after_next <= 0) return to_next;
+  int64_t more_cycles = (need_after_next + rl->limit - 1) / rl->limit;
+  return resil__sat_add(to_next, resil__sat_mul(more_cycles, rl->period_ns));
+}
+
+static inline int64_t rel_now(const resil_ratelimiter *rl, int64_t now) {
+  int64_t rel = now - rl->start_ns;
+  return rel > 0 ? rel : 0; /* a clock that moved back stays in cycle 0 */
+}
+
+void resil_ratelimiter_config_init(resil_ratelimiter_config *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->version = 1;
+  cfg->name = "ratelimiter";
+  cfg->limit_for_period = 50;
+  cfg->refresh_period_ns = 500;
+  cfg->timeout_ns = 5 * RESIL_NS_PER_S;
+  cfg->clock = NULL;
+  cfg->alloc = NULL;
+}
+
+static resil_status validate(const resil_ratelimiter_config *cfg,
+                             resil_error *err) {
+  resil_status st;
+  if ((st = resil__check_range(err, "version", cfg->version, 1, 1))) return st;
+  if ((st = resil__check_range(err, "limit_for_period", cfg->limit_for_period,
+                               1, RL_LIMIT_MAX)))
+    return st;
+  if ((st = resil__check_range(err, "refresh_period_ns", cfg->refresh_period_ns,
+                               1, INT64_MAX)))
+    return st;
+  if ((st = resil__check_range(err, "timeout_ns", cfg->timeout_ns, 0,
+                               INT64_MAX)))
+    return st;
+  /* The largest timeout whose debt fits: (timeout / period + 1) × limit <=
+   * 2^31 - 1, i.e. timeout / period <= (2^31 - 1) / limit - 1. */
+  int64_t max_cycles = RL_LIMIT_MAX / cfg->limit_for_period - 1;
+  int64_t max_timeout = resil__sat_add(
+      resil__sat_mul(max_cycles, cfg->refresh_period_ns),
+      cfg->refresh_period_ns - 1);
+  if (cfg->timeout_ns > max_timeout) {
+    char what[96];
+    snprintf(what, sizeof what,
+             "0..%lld (limit_for_period x (timeout_ns / refresh_period_ns + 1) "
+             "<= 2^31-1)",
+             (long long)max_timeout);
+    return resil__err_range(err, "timeout_ns", 0, max_timeout, cfg->timeout_ns,
+                            what);
+  }
+  return RESIL_OK;
+}
+
+resil_status resil_ratelimiter_new(const resil_ratelimiter_config *cfg,
+                                   resil_ratelimiter **out, resil_error *err) {
+  if (!cfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
+  if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
+  resil_status st = validate(cfg, err);
+  if (st != RESIL_OK) return st;
+  resil_ratelimiter *rl = resil__alloc(cfg->alloc, sizeof *rl);
+  if (!rl) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  memset(rl, 0, sizeof *rl);
+  int ok;
+  rl->name = resil__strdup(cfg->alloc, cfg->name ? cfg->name : "ratelimiter", &ok);
+  if (!ok) {
+    resil__free(cfg->alloc, rl);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  rl->limit = cfg->limit_for_period;
+  rl->period_ns = cfg->refresh_period_ns;
+  rl->timeout_ns = cfg->timeout_ns;
+  rl->clock = resil__clock(cfg->clock);
+  rl->alloc = cfg->alloc;
+  rl->start_ns = resil__now(rl->clock);
+  atomic_init(&rl->state, pack(0, rl->limit));
+  atomic_init(&rl->epoch, 0);
+  atomic_init(&rl->n_permitted, 0);
+  atomic_init(&rl->n_reserved, 0);
+  atomic_init(&rl->n_refused, 0);
+  atomic_init(&rl->n_cancelled, 0);
+  rl->magic = RESIL_MAGIC_RATELIM;
+  *out = rl;
+  return RESIL_OK;
+}
+
+void resil_ratelimiter_free(resil_ratelimiter *rl) {
+  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return;
+  rl->magic = RESIL_MAGIC_DEAD;
+  const resil_allocator *a = rl->alloc;
+  resil__free(a, rl->name);
+  resil__free(a, rl);
+}
+
+/* The ctx's remaining deadline, reusing the limiter's clock read when the
+ * ctx measures its deadline on the same clock. */
+static inline int64_t remaining_ns(const resil_ratelimiter *rl,
+                                   const resil_ctx *ctx, int64_t now) {
+  if (!ctx || ctx->deadline_ns == RESIL_NO_DEADLINE) return INT64_MAX;
+  if (resil__clock(ctx->clock) == rl->clock) {
+    int64_t left = ctx->deadline_ns - now;
+    return left > 0 ? left : 0;
+  }
+  return resil_ctx_remaining_ns(ctx);
+}
+
+resil_rl_decision resil_ratelimiter_reserve(resil_ratelimiter *rl, int permits,
+                                            const resil_ctx *ctx,
+                                            int64_t *wait_ns) {
+  if (RESIL_UNLIKELY(!rl || rl->magic != RESIL_MAGIC_RATELIM || permits < 1)) {
+    if (wait_ns) *wait_ns = 0;
+    return RESIL_RL_MISUSE;
+  }
+  const int64_t now = resil__now(rl->clock);
+  const int64_t rel = rel_now(rl, now);
+  const int64_t cur = rel / rl->period_ns;
+  int64_t limit_ns = rl->timeout_ns;
+  int64_t left = remaining_ns(rl, ctx, now);
+  if (left < limit_ns) limit_ns = left;
+  const int64_t n = permits;
+
+  uint64_t old = atomic_load_explicit(&rl->state, memory_order_acquire);
+  int64_t epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  for (;;) {
+    int64_t sc = unpack_cycle(old, epoch);
+    /* Another thread with a later clock read may have moved the state past
+     * our cycle: then its cycle stands and nothing is refilled. */
+    int64_t c = cur > sc ? cur : sc;
+    int64_t p = refill(unpack_permits(old), c - sc, rl->limit);
+    int64_t wait = p >= n ? 0 : wait_for(rl, rel, c, p, n);
+    if (wait > limit_ns) {
+      atomic_fetch_add_explicit(&rl->n_refused, 1, memory_order_relaxed);
+      if (wait_ns) *wait_ns = wait;
+      return RESIL_RL_REFUSED;
+    }
+    if (c > sc) raise_epoch(rl, c);
+    if (atomic_compare_exchange_weak_explicit(&rl->state, &old, pack(c, p - n),
+                                              memory_order_acq_rel,
+                                              memory_order_acquire)) {
+      if (wait_ns) *wait_ns = wait;
+      if (wait == 0) {
+        atomic_fetch_add_explicit(&rl->n_permitted, 1, memory_order_relaxed);
+        return RESIL_RL_PERMITTED;
+      }
+      atomic_fetch_add_explicit(&rl->n_reserved, 1, memory_order_relaxed);
+      return RESIL_RL_RESERVED;
+    }
+    /* The failed swap loaded the new state; the epoch that interprets it
+     * must be read after it. */
+    epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  }
+}
+
+/* Gives back n reserved permits whose wait was cancelled. Adding them to the
+ * current cycle is exact while their cycle has not begun (the debt they
+ * created is cancelled); once it has, the cap at the limit keeps the cycle
+ * from granting more than limit_for_period. */
+static void give_back(resil_ratelimiter *rl, int64_t n) {
+  const int64_t cur = rel_now(rl, resil__now(rl->clock)) / rl->period_ns;
+  uint64_t old = atomic_load_explicit(&rl->state, memory_order_acquire);
+  int64_t epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  for (;;) {
+    int64_t sc = unpack_cycle(old, epoch);
+    int64_t c = cur > sc ? cur : sc;
+    int64_t p = refill(unpack_permits(old), c - sc, rl->limit) + n;
+    if (p > rl->limit) p = rl->limit;
+    if (c > sc) raise_epoch(rl, c);
+    if (atomic_compare_exchange_weak_explicit(&rl->state, &old, pack(c, p),
+                                              memory_order_acq_rel,
+                                              memory_order_acquire))
+      return;
+    epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  }
+}
+
+/* Reserve, then wait for reserved permits; *wait gets reserve's answer. */
+static resil_rl_decision acquire_wait(resil_ratelimiter *rl, int permits,
+                                      const resil_ctx *ctx, int64_t *wait) {
+  resil_rl_decision d = resil_ratelimiter_reserve(rl, permits, ctx, wait);
+  if (d != RESIL_RL_RESERVED) return d;
+  if (resil_clock_sleep_ns(rl->clock, *wait, ctx ? ctx->cancel : NULL)) {
+    give_back(rl, permits);
+    atomic_fetch_add_explicit(&rl->n_cancelled, 1, memory_order_relaxed);
+    return RESIL_RL_CANCELLED;
+  }
+  return RESIL_RL_PERMITTED;
+}
+
+resil_rl_decision resil_ratelimiter_acquire(resil_ratelimiter *rl, int permits,
+                                            const resil_ctx *ctx) {
+  int64_t wait;
+  return acquire_wait(rl, permits, ctx, &wait);
+}
+
+resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
+                                    resil_call_fn fn, void *arg) {
+  if (!fn || !rl || rl->magic != RESIL_MAGIC_RATELIM)
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_ctx dflt;
+  if (!ctx) {
+    resil_ctx_init(&dflt);
+    dflt.clock = rl->clock;
+    ctx = &dflt;
+  }
+  int64_t wait;
+  switch (acquire_wait(rl, 1, ctx, &wait)) {
+  case RESIL_RL_PERMITTED:
+    return fn(arg, ctx);
+  case RESIL_RL_REFUSED:
+    /* A permit that would have come within the timeout was refused only
+     * because the deadline is shorter. */
+    return resil_outcome_make(RESIL_REJECTED, wait <= rl->timeout_ns
+                                                  ? RESIL_REASON_DEADLINE
+                                                  : RESIL_REASON_RATE_LIMITED);
+  case RESIL_RL_CANCELLED:
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED);
+  default:
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  }
+}
+
+int64_t resil_ratelimiter_available(const resil_ratelimiter *rl) {
+  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return 0;
+  resil_ratelimiter *m = (resil_ratelimiter *)rl; /* atomics need non-const */
+  const int64_t cur = rel_now(rl, resil__now(rl->clock)) / rl->period_ns;
+  uint64_t s = atomic_load_explicit(&m->state, memory_order_acquire);
+  int64_t epoch = atomic_load_explicit(&m->epoch, memory_order_acquire);
+  int64_t sc = unpack_cycle(s, epoch);
+  return refill(unpack_permits(s), cur - sc, rl->limit);
+}
+
+resil_status resil_ratelimiter_get_metrics(const resil_ratelimiter *rl,
+                                           resil_ratelimiter_metrics *out) {
+  if (!out) return RESIL_EINVAL;
+  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return RESIL_EMISUSE;
+  resil_ratelimiter *m = (resil_ratelimiter *)rl;
+  out->permitted = atomic_load_explicit(&m->n_permitted, memory_order_relaxed);
+  out->reserved = atomic_load_explicit(&m->n_reserved, memory_order_relaxed);
+  out->refused = atomic_load_explicit(&m->n_refused, memory_order_relaxed);
+  out->cancelled = atomic_load_explicit(&m->n_cancelled, memory_order_relaxed);
+  out->available = resil_ratelimiter_available(rl);
+  return RESIL_OK;
+}
+
+const char *resil_ratelimiter_name(const resil_ratelimiter *rl) {
+  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return "";
+  return rl->name;
+}
