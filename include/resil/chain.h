@@ -118,6 +118,17 @@ typedef struct resil_layer {
   int64_t worst_wait_ns;
   /* For TIMELIMITER layers: the per-attempt timeout; 0 otherwise. */
   int64_t attempt_timeout_ns;
+  /* Optional, for a layer that may stop waiting for its call while the call
+   * still runs on another thread (a time limiter): the run form with an
+   * arg_done(arg) callback the policy calls exactly once when it no longer
+   * uses arg (see resil_timelimiter_run_owned). With it, the chain keeps
+   * the frames below the layer alive exactly as long as needed. A layer of
+   * kind TIMELIMITER without it is treated as "may abandon": its call's
+   * frame is freed when the call ends, or at once when the layer returns
+   * REJECTED without starting it. */
+  resil_outcome (*run_owned)(void *policy, const resil_ctx *ctx,
+                             resil_call_fn fn, void *arg,
+                             void (*arg_done)(void *arg));
 } resil_layer;
 
 /* Per-layer counters, monotonic for the chain's life. */

@@ -145,6 +145,17 @@ RESIL_API resil_outcome resil_timelimiter_run(resil_timelimiter *tl,
                                               const resil_ctx *ctx,
                                               resil_call_fn fn, void *arg);
 
+/* resil_timelimiter_run for an `arg` whose lifetime the limiter must end:
+ * arg_done(arg) (may be NULL) is called exactly once, when arg is no longer
+ * used by the limiter or its task — after fn returned (on the task's thread,
+ * possibly after the caller gave up), or before this function returns when
+ * fn was never started (refused, queued and dropped, no thread). Chains use
+ * it so that an abandoned task never sees freed memory. Since 0.1. */
+RESIL_API resil_outcome resil_timelimiter_run_owned(resil_timelimiter *tl,
+                                                    const resil_ctx *ctx,
+                                                    resil_call_fn fn, void *arg,
+                                                    void (*arg_done)(void *arg));
+
 /* Waits up to timeout_ns of real time (INT64_MAX: without limit) until no
  * task of the limiter is running. When no run is in progress, that means
  * every abandoned task has ended. Returns RESIL_OK, RESIL_ETIMEDOUT,

@@ -148,8 +148,11 @@ typedef struct frame {
   /* Heap frames only. */
   _Atomic int refs;
   atomic_int started;
-  int heap;
+  int heap; /* 0 stack; HEAP_TRAMPOLINE: the trampoline drops a reference
+               when the call ends; HEAP_ARG_DONE: the policy's arg_done does */
 } frame;
+
+enum { HEAP_TRAMPOLINE = 1, HEAP_ARG_DONE = 2 };
 
 static void count_outcome(layer_counters *c, const resil_outcome *o) {
   unsigned k = (unsigned)o->kind;
@@ -166,6 +169,8 @@ static void frame_release(frame *f) {
     resil__free(f->ch->alloc, f);
 }
 
+static void frame_arg_done(void *p) { frame_release(p); }
+
 static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
   frame *f = p;
   resil_chain *ch = f->ch;
@@ -174,12 +179,12 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
                             memory_order_relaxed);
   f->inner_calls++;
   resil_outcome o = enter_layer(ch, f->i + 1, ctx, f->fn, f->arg);
-  if (f->heap) frame_release(f);
+  if (f->heap == HEAP_TRAMPOLINE) frame_release(f);
   return o;
 }
 
-static int layer_may_abandon(resil_layer_kind k) {
-  return k == RESIL_LAYER_TIMELIMITER || k == RESIL_LAYER_THREADPOOL;
+static int layer_may_abandon(const resil_layer *d) {
+  return d->run_owned || d->kind == RESIL_LAYER_TIMELIMITER;
 }
 
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
@@ -193,7 +198,7 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
   chain_layer *L = &ch->layers[i];
   atomic_fetch_add_explicit(&L->c.calls_in, 1, memory_order_relaxed);
   resil_outcome o;
-  if (layer_may_abandon(L->desc.kind)) {
+  if (layer_may_abandon(&L->desc)) {
     frame *f = resil__alloc(ch->alloc, sizeof *f);
     if (!f) {
       o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
@@ -205,18 +210,24 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
     f->fn = fn;
     f->arg = arg;
     f->inner_calls = 0;
-    f->heap = 1;
     atomic_init(&f->refs, 2);
     atomic_init(&f->started, 0);
-    o = L->desc.run(L->desc.policy, ctx, trampoline, f);
-    if (!atomic_load_explicit(&f->started, memory_order_acquire) &&
-        o.kind == RESIL_REJECTED) {
-      /* Refused before submitting: the trampoline will never run. */
-      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
-      resil__free(ch->alloc, f);
+    if (L->desc.run_owned) {
+      /* The policy calls frame_arg_done once when it is done with f. */
+      f->heap = HEAP_ARG_DONE;
+      o = L->desc.run_owned(L->desc.policy, ctx, trampoline, f, frame_arg_done);
     } else {
-      frame_release(f);
+      f->heap = HEAP_TRAMPOLINE;
+      o = L->desc.run(L->desc.policy, ctx, trampoline, f);
     }
+    int started = atomic_load_explicit(&f->started, memory_order_acquire);
+    if (!started && o.kind == RESIL_REJECTED)
+      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+    if (f->heap == HEAP_TRAMPOLINE && !started && o.kind == RESIL_REJECTED)
+      /* Refused before submitting: the trampoline will never run. */
+      resil__free(ch->alloc, f);
+    else
+      frame_release(f);
   } else {
     frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
                .heap = 0};

@@ -42,6 +42,7 @@ typedef struct tl_job {
   resil_outcome outcome;
   resil_call_fn fn;
   void *arg;
+  void (*arg_done)(void *arg); /* called once when arg is no longer used */
   resil_ctx ctx; /* the task's: the caller's copy with ctx.cancel = token */
   resil_cancel *token;
   resil_timelimiter *tl;
@@ -83,6 +84,7 @@ static resil_outcome job_run(void *arg, const resil_ctx *unused) {
     o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED);
   else
     o = j->fn(j->arg, &j->ctx);
+  if (j->arg_done) j->arg_done(j->arg);
   resil_timelimiter *tl = j->tl;
   pthread_mutex_lock(&j->mu);
   j->outcome = o;
@@ -180,7 +182,7 @@ void resil_timelimiter_free(resil_timelimiter *tl) {
 }
 
 static tl_job *job_new(resil_timelimiter *tl, const resil_ctx *ctx,
-                       resil_call_fn fn, void *arg) {
+                       resil_call_fn fn, void *arg, void (*arg_done)(void *)) {
   tl_job *j = resil__calloc(tl->alloc, sizeof *j);
   if (!j) return NULL;
   if (resil_cancel_new(&j->token) != RESIL_OK) goto fail_token;
@@ -189,6 +191,7 @@ static tl_job *job_new(resil_timelimiter *tl, const resil_ctx *ctx,
   atomic_init(&j->refs, 2);
   j->fn = fn;
   j->arg = arg;
+  j->arg_done = arg_done;
   if (ctx) {
     j->ctx = *ctx;
   } else {
@@ -238,6 +241,7 @@ static int job_start(resil_timelimiter *tl, tl_job *j, resil_outcome *o) {
     count(&tl->errors);
     *o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   }
+  if (j->arg_done) j->arg_done(j->arg);
   atomic_store_explicit(&j->refs, 1, memory_order_relaxed);
   job_unref(j);
   task_ended(tl, 0);
@@ -246,29 +250,47 @@ static int job_start(resil_timelimiter *tl, tl_job *j, resil_outcome *o) {
 
 resil_outcome resil_timelimiter_run(resil_timelimiter *tl, const resil_ctx *ctx,
                                     resil_call_fn fn, void *arg) {
+  return resil_timelimiter_run_owned(tl, ctx, fn, arg, NULL);
+}
+
+/* Returns o after handing arg back: fn was never started. */
+static resil_outcome not_started(resil_outcome o, void (*arg_done)(void *),
+                                 void *arg) {
+  if (arg_done) arg_done(arg);
+  return o;
+}
+
+resil_outcome resil_timelimiter_run_owned(resil_timelimiter *tl,
+                                          const resil_ctx *ctx,
+                                          resil_call_fn fn, void *arg,
+                                          void (*arg_done)(void *arg)) {
   if (!fn || !valid(tl))
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    return not_started(resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR),
+                       arg_done, arg);
   count(&tl->calls);
   int64_t wait = tl->timeout_ns;
   if (ctx && ctx->deadline_ns != RESIL_NO_DEADLINE) {
     int64_t left = resil_ctx_remaining_ns(ctx);
     if (left == 0) {
       count(&tl->rejected);
-      return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_DEADLINE);
+      return not_started(resil_outcome_make(RESIL_REJECTED, RESIL_REASON_DEADLINE),
+                         arg_done, arg);
     }
     if (left < wait) wait = left;
   }
   resil_cancel *caller_cancel = ctx ? ctx->cancel : NULL;
   if (resil_cancel_is_set(caller_cancel)) {
     count(&tl->cancelled);
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED);
+    return not_started(resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED),
+                       arg_done, arg);
   }
   const int64_t until = resil__sat_add(resil__mono_ns(), wait);
 
-  tl_job *j = job_new(tl, ctx, fn, arg);
+  tl_job *j = job_new(tl, ctx, fn, arg, arg_done);
   if (!j) {
     count(&tl->errors);
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    return not_started(resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR),
+                       arg_done, arg);
   }
   resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_NONE);
   if (!job_start(tl, j, &o)) return o;

@@ -1,0 +1,90 @@
+/* Typed adders: the library's policies as chain layers. Each wrapper only
+ * converts the policy pointer; the policy's own run form does the work. */
+#include "resil/breaker.h"
+#include "resil/bulkhead.h"
+#include "resil/chain.h"
+#include "resil/ratelimit.h"
+#include "resil/retry.h"
+#include "resil/timelimit.h"
+#include "retry/retry_int.h"
+
+static resil_outcome run_retry(void *p, const resil_ctx *ctx, resil_call_fn fn,
+                               void *arg) {
+  return resil_retry_run(p, ctx, fn, arg);
+}
+static resil_outcome run_breaker(void *p, const resil_ctx *ctx,
+                                 resil_call_fn fn, void *arg) {
+  return resil_breaker_run(p, ctx, fn, arg);
+}
+static resil_outcome run_ratelimiter(void *p, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg) {
+  return resil_ratelimiter_run(p, ctx, fn, arg);
+}
+static resil_outcome run_timelimiter(void *p, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg) {
+  return resil_timelimiter_run(p, ctx, fn, arg);
+}
+static resil_outcome run_timelimiter_owned(void *p, const resil_ctx *ctx,
+                                           resil_call_fn fn, void *arg,
+                                           void (*arg_done)(void *)) {
+  return resil_timelimiter_run_owned(p, ctx, fn, arg, arg_done);
+}
+static resil_outcome run_bulkhead(void *p, const resil_ctx *ctx,
+                                  resil_call_fn fn, void *arg) {
+  return resil_bulkhead_run(p, ctx, fn, arg);
+}
+static resil_outcome run_threadpool(void *p, const resil_ctx *ctx,
+                                    resil_call_fn fn, void *arg) {
+  return resil_threadpool_run(p, ctx, fn, arg);
+}
+
+static resil_status add(resil_chain *ch, resil_layer_kind kind, void *p,
+                        const char *name, resil_layer_run_fn run) {
+  if (!p) return RESIL_EINVAL;
+  resil_layer l = {.kind = kind, .name = name, .policy = p, .run = run,
+                   .max_attempts = 1};
+  return resil_chain_add_layer(ch, &l);
+}
+
+resil_status resil_chain_add_retry(resil_chain *ch, resil_retry *p) {
+  if (!p) return RESIL_EINVAL;
+  resil_layer l = {.kind = RESIL_LAYER_RETRY,
+                   .name = resil_retry_name(p),
+                   .policy = p,
+                   .run = run_retry,
+                   .max_attempts = resil_retry_max_attempts(p),
+                   .worst_wait_ns = resil__retry_worst_wait_of(p)};
+  return resil_chain_add_layer(ch, &l);
+}
+
+resil_status resil_chain_add_breaker(resil_chain *ch, resil_breaker *p) {
+  return add(ch, RESIL_LAYER_BREAKER, p, p ? resil_breaker_name(p) : NULL,
+             run_breaker);
+}
+
+resil_status resil_chain_add_ratelimiter(resil_chain *ch, resil_ratelimiter *p) {
+  return add(ch, RESIL_LAYER_RATELIMITER, p, p ? resil_ratelimiter_name(p) : NULL,
+             run_ratelimiter);
+}
+
+resil_status resil_chain_add_timelimiter(resil_chain *ch, resil_timelimiter *p) {
+  if (!p) return RESIL_EINVAL;
+  resil_layer l = {.kind = RESIL_LAYER_TIMELIMITER,
+                   .name = resil_timelimiter_name(p),
+                   .policy = p,
+                   .run = run_timelimiter,
+                   .run_owned = run_timelimiter_owned,
+                   .max_attempts = 1,
+                   .attempt_timeout_ns = resil_timelimiter_timeout_ns(p)};
+  return resil_chain_add_layer(ch, &l);
+}
+
+resil_status resil_chain_add_bulkhead(resil_chain *ch, resil_bulkhead *p) {
+  return add(ch, RESIL_LAYER_BULKHEAD, p, p ? resil_bulkhead_name(p) : NULL,
+             run_bulkhead);
+}
+
+resil_status resil_chain_add_threadpool(resil_chain *ch, resil_threadpool *p) {
+  return add(ch, RESIL_LAYER_THREADPOOL, p, p ? resil_threadpool_name(p) : NULL,
+             run_threadpool);
+}

@@ -1,0 +1,133 @@
+/* Every policy experiment of the lab (P1-P12, P14) runs here too, and the
+ * observed values DESIGN §7 gives are asserted again from the evidence
+ * object, independently of the experiment's own verdict. The experiments
+ * use real threads (P5, P10, P11), so this is also a concurrency test. */
+#include <string.h>
+
+#include "lab.h"
+#include "test_util.h"
+
+static json_t *run(const char *id, lab_result *r) {
+  const lab_experiment *e = lab_find(id);
+  assert_non_null(e);
+  int pass = lab_run_one(e, r);
+  if (!pass) fail_msg("%s failed: %s (%s)", id, r->failure, r->summary);
+  assert_non_null(r->observed);
+  return r->observed;
+}
+
+static long long obs_int(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_integer(v)) fail_msg("observed.%s missing or not an integer", k);
+  return json_integer_value(v);
+}
+
+static const char *obs_str(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_string(v)) fail_msg("observed.%s missing or not a string", k);
+  return json_string_value(v);
+}
+
+static void p1_retry_outside_breaker_makes_one_physical_call(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("P1", &r);
+  assert_int_equal(obs_int(o, "physical_calls"), 1);
+  assert_string_equal(obs_str(o, "breaker_state"), "OPEN");
+  assert_string_equal(obs_str(o, "outcome"), "REJECTED(circuit breaker open)");
+  lab_result_clear(&r);
+}
+
+static void p2_breaker_outside_retry_sees_one_success(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("P2", &r);
+  assert_int_equal(obs_int(o, "physical_calls"), 3);
+  assert_string_equal(obs_str(o, "breaker_state"), "CLOSED");
+  assert_int_equal(obs_int(o, "breaker_successes"), 1);
+  assert_int_equal(obs_int(o, "breaker_failures"), 0);
+  lab_result_clear(&r);
+}
+
+static void p3_breaker_failures_depend_on_position(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("P3", &r);
+  assert_int_equal(obs_int(o, "retry_outside_failures"), 3);
+  assert_int_equal(obs_int(o, "breaker_outside_failures"), 1);
+  lab_result_clear(&r);
+}
+
+static void p4_rate_limiter_permits(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("P4", &r);
+  json_t *p = json_object_get(o, "permits");
+  assert_int_equal(json_array_size(p), 3);
+  assert_true(json_is_true(json_array_get(p, 0)));
+  assert_true(json_is_true(json_array_get(p, 1)));
+  assert_true(json_is_false(json_array_get(p, 2)));
+  assert_int_equal(obs_int(o, "available"), 0);
+  lab_result_clear(&r);
+}
+
+static void p5_bulkhead_rejects_third_at_once(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("P5", &r);
+  assert_int_equal(obs_int(o, "business_calls"), 2);
+  assert_int_equal(obs_int(o, "available_after_release"), 2);
+  assert_int_equal(obs_int(o, "peak_in_flight"), 2);
+  lab_result_clear(&r);
+}
+
+static void p6_breaker_state_sequence(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("P6", &r);
+  const char *want[] = {"CLOSED", "OPEN", "OPEN", "OPEN", "CLOSED"};
+  json_t *st = json_object_get(o, "states");
+  assert_int_equal(json_array_size(st), 5);
+  for (size_t i = 0; i < 5; i++)
+    assert_string_equal(json_string_value(json_array_get(st, i)), want[i]);
+  assert_int_equal(obs_int(o, "not_permitted"), 1);
+  json_t *tr = json_object_get(o, "transitions");
+  const char *want_tr[] = {"CLOSED->OPEN", "OPEN->HALF_OPEN", "HALF_OPEN->OPEN",
+                           "OPEN->HALF_OPEN", "HALF_OPEN->CLOSED"};
+  assert_int_equal(json_array_size(tr), 5);
+  for (size_t i = 0; i < 5; i++)
+    assert_string_equal(json_string_value(json_array_get(tr, i)), want_tr[i]);
+  lab_result_clear(&r);
+}
+
+static void p7_to_p12_and_p14_pass(void **s) {
+  (void)s;
+  const char *ids[] = {"P7", "P8", "P9", "P10", "P11", "P12", "P14"};
+  for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+    lab_result r;
+    run(ids[i], &r);
+    lab_result_clear(&r);
+  }
+  lab_result r;
+  json_t *o = run("P10", &r);
+  assert_int_equal(obs_int(o, "effects"), 2);
+  assert_int_equal(obs_int(o, "finished_after_release"), 2);
+  lab_result_clear(&r);
+  o = run("P14", &r);
+  assert_int_equal(obs_int(o, "attempts_2x3x2"), 12);
+  assert_int_equal(obs_int(o, "attempts_retries_2_3_2"), 36);
+  lab_result_clear(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(p1_retry_outside_breaker_makes_one_physical_call),
+      cmocka_unit_test(p2_breaker_outside_retry_sees_one_success),
+      cmocka_unit_test(p3_breaker_failures_depend_on_position),
+      cmocka_unit_test(p4_rate_limiter_permits),
+      cmocka_unit_test(p5_bulkhead_rejects_third_at_once),
+      cmocka_unit_test(p6_breaker_state_sequence),
+      cmocka_unit_test(p7_to_p12_and_p14_pass),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,182 @@
+/* resil describe: builds a chain from command-line settings with the real
+ * policies and prints what resil_chain_describe says about it: nesting,
+ * the unit each layer observes, the known traps, and the static
+ * amplification (worst-case attempts and time). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmds.h"
+#include "resil/chain.h"
+#include "resil/resil.h"
+
+#define MS(x) ((int64_t)(x) * INT64_C(1000000))
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: resil describe [--order LAYERS] [--retries N[,N...]] [--retry-wait MS]\n"
+          "                      [--timeout MS] [--deadline MS]\n"
+          "  --order LAYERS   outermost first, comma-separated from: retry, breaker,\n"
+          "                   ratelimiter, timelimiter, bulkhead\n"
+          "                   (default retry,breaker,ratelimiter,timelimiter,bulkhead)\n"
+          "  --retries N,...  max attempts of each retry layer, outermost first\n"
+          "                   (one number per 'retry' in --order; default 3)\n"
+          "  --retry-wait MS  fixed wait between attempts (default 500)\n"
+          "  --timeout MS     time limiter timeout per attempt (default 1000)\n"
+          "  --deadline MS    total deadline per logical call (default: none)\n"
+          "Exit status: 0, or 1 when the chain has warnings, 2 on bad arguments.\n");
+}
+
+static int parse_ms(const char *arg, const char *v, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || *v == 0 || *end != 0 || x < 0 || x > 86400000LL) {
+    fprintf(stderr, "resil describe: %s: expected milliseconds 0..86400000, got '%s'\n",
+            arg, v);
+    return -1;
+  }
+  *out = MS(x);
+  return 0;
+}
+
+int resil_cmd_describe(int argc, char **argv) {
+  const char *order = "retry,breaker,ratelimiter,timelimiter,bulkhead";
+  const char *retries = NULL;
+  int64_t wait_ns = MS(500), timeout_ns = MS(1000), deadline_ns = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "resil describe: unknown argument or missing value: '%s'\n", a);
+      return 2;
+    }
+    const char *v = argv[++i];
+    if (strcmp(a, "--order") == 0) {
+      order = v;
+    } else if (strcmp(a, "--retries") == 0) {
+      retries = v;
+    } else if (strcmp(a, "--retry-wait") == 0) {
+      if (parse_ms(a, v, &wait_ns)) return 2;
+    } else if (strcmp(a, "--timeout") == 0) {
+      if (parse_ms(a, v, &timeout_ns)) return 2;
+      if (timeout_ns == 0) {
+        fprintf(stderr, "resil describe: --timeout: must be at least 1 ms\n");
+        return 2;
+      }
+    } else if (strcmp(a, "--deadline") == 0) {
+      if (parse_ms(a, v, &deadline_ns)) return 2;
+    } else {
+      fprintf(stderr, "resil describe: unknown argument '%s'\n", a);
+      return 2;
+    }
+  }
+
+  resil_chain_config cc;
+  resil_chain_config_init(&cc);
+  cc.total_timeout_ns = deadline_ns;
+  resil_chain *ch = NULL;
+  resil_error err;
+  if (resil_chain_new(&cc, &ch, &err) != RESIL_OK) {
+    fprintf(stderr, "resil describe: %s\n", err.msg);
+    return 2;
+  }
+  enum { MAXP = RESIL_CHAIN_MAX_LAYERS };
+  resil_retry *rts[MAXP] = {0};
+  resil_breaker *brs[MAXP] = {0};
+  resil_ratelimiter *rls[MAXP] = {0};
+  resil_timelimiter *tls[MAXP] = {0};
+  resil_bulkhead *bhs[MAXP] = {0};
+  size_t n = 0;
+  int rc = 0;
+  const char *rp = retries;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", order);
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && rc == 0;
+       tok = strtok_r(NULL, ",", &save), n++) {
+    if (n >= MAXP) {
+      fprintf(stderr, "resil describe: --order: at most %d layers\n", MAXP);
+      rc = 2;
+      break;
+    }
+    resil_status st = RESIL_OK;
+    if (strcmp(tok, "retry") == 0) {
+      resil_retry_config c;
+      resil_retry_config_init(&c);
+      c.wait_ns = wait_ns;
+      c.respect_retry_after = 0;
+      if (rp && *rp) {
+        char *end;
+        long x = strtol(rp, &end, 10);
+        if (end == rp || (*end != ',' && *end != 0)) {
+          fprintf(stderr, "resil describe: --retries: expected numbers like 2,3,2, got '%s'\n",
+                  retries);
+          rc = 2;
+          break;
+        }
+        c.max_attempts = (uint32_t)(x < 0 ? 0 : x);
+        rp = *end ? end + 1 : end;
+      }
+      st = resil_retry_new(&c, &rts[n], &err);
+      if (st == RESIL_OK) st = resil_chain_add_retry(ch, rts[n]);
+    } else if (strcmp(tok, "breaker") == 0) {
+      resil_breaker_config c;
+      resil_breaker_config_init(&c);
+      st = resil_breaker_new(&c, &brs[n], &err);
+      if (st == RESIL_OK) st = resil_chain_add_breaker(ch, brs[n]);
+    } else if (strcmp(tok, "ratelimiter") == 0) {
+      resil_ratelimiter_config c;
+      resil_ratelimiter_config_init(&c);
+      st = resil_ratelimiter_new(&c, &rls[n], &err);
+      if (st == RESIL_OK) st = resil_chain_add_ratelimiter(ch, rls[n]);
+    } else if (strcmp(tok, "timelimiter") == 0) {
+      resil_timelimiter_config c;
+      resil_timelimiter_config_init(&c);
+      c.timeout_ns = timeout_ns;
+      st = resil_timelimiter_new(&c, &tls[n], &err);
+      if (st == RESIL_OK) st = resil_chain_add_timelimiter(ch, tls[n]);
+    } else if (strcmp(tok, "bulkhead") == 0) {
+      resil_bulkhead_config c;
+      resil_bulkhead_config_init(&c);
+      st = resil_bulkhead_new(&c, &bhs[n], &err);
+      if (st == RESIL_OK) st = resil_chain_add_bulkhead(ch, bhs[n]);
+    } else {
+      fprintf(stderr, "resil describe: --order: unknown layer '%s' (retry, breaker, ratelimiter, timelimiter, bulkhead)\n",
+              tok);
+      rc = 2;
+      break;
+    }
+    if (st != RESIL_OK) {
+      fprintf(stderr, "resil describe: %s: %s\n", tok,
+              err.status != RESIL_OK ? err.msg : resil_strerror(st));
+      rc = 2;
+    }
+  }
+  if (rc == 0) {
+    char out[4096];
+    resil_chain_describe(ch, out, sizeof out);
+    fputs(out, stdout);
+    resil_amplification a;
+    if (resil_chain_amplification(ch, &a) == RESIL_OK)
+      printf("worst case per logical call: %llu physical attempts, %.3f s "
+             "(%llu x %lld ms per attempt + %lld ms backoff)\n",
+             (unsigned long long)a.attempts, (double)a.time_ns / 1e9,
+             (unsigned long long)a.attempts,
+             (long long)(a.attempts ? (a.time_ns - a.wait_ns) / (int64_t)a.attempts / 1000000 : 0),
+             (long long)(a.wait_ns / 1000000));
+    rc = resil_chain_warnings(ch) ? 1 : 0;
+  }
+  resil_chain_free(ch);
+  for (size_t i = 0; i < MAXP; i++) {
+    resil_retry_free(rts[i]);
+    resil_breaker_free(brs[i]);
+    resil_ratelimiter_free(rls[i]);
+    resil_timelimiter_free(tls[i]);
+    resil_bulkhead_free(bhs[i]);
+  }
+  return rc;
+}

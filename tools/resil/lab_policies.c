@@ -1,0 +1,780 @@
+/* Lab experiments P1-P12 and P14 (DESIGN §7): the policies on in-process
+ * calls, no network. Policy time runs on a manual clock where the
+ * experiment is about state over time (P6-P8); experiments about real
+ * waiting (P9-P11) use the real clock and real threads. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "lab.h"
+#include "resil/chain.h"
+#include "resil/resil.h"
+
+#define MS(x) ((int64_t)(x) * INT64_C(1000000))
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static int64_t mono_ns(void) { return resil_clock_now_ns(NULL); }
+
+static const char *fmt_outcome(const resil_outcome *o, char *buf, size_t n) {
+  return resil_outcome_format(o, buf, n);
+}
+
+/* A call that fails `fail_first` times with `failure`, then succeeds. */
+typedef struct flaky {
+  atomic_int calls;
+  int fail_first;
+  resil_outcome failure;
+} flaky;
+
+static resil_outcome flaky_call(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  flaky *f = arg;
+  int n = atomic_fetch_add(&f->calls, 1) + 1;
+  return n <= f->fail_first ? f->failure : resil_outcome_ok();
+}
+
+static resil_outcome refused(void) {
+  return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED);
+}
+
+static resil_breaker *breaker(uint32_t window, uint32_t min_calls,
+                              uint32_t threshold, const resil_clock *clock) {
+  resil_breaker_config c;
+  resil_breaker_config_init(&c);
+  c.name = "breaker";
+  c.window_size = window;
+  c.minimum_calls = min_calls;
+  c.failure_rate_threshold_pct = threshold;
+  c.clock = clock;
+  resil_breaker *b = NULL;
+  return resil_breaker_new(&c, &b, NULL) == RESIL_OK ? b : NULL;
+}
+
+static resil_retry *retry(uint32_t attempts, int64_t wait_ns) {
+  resil_retry_config c;
+  resil_retry_config_init(&c);
+  c.name = "retry";
+  c.max_attempts = attempts;
+  c.wait_ns = wait_ns;
+  c.respect_retry_after = 0;
+  resil_retry *r = NULL;
+  return resil_retry_new(&c, &r, NULL) == RESIL_OK ? r : NULL;
+}
+
+static resil_chain *chain2(resil_retry *r, resil_breaker *b, int retry_outside) {
+  resil_chain_config cc;
+  resil_chain_config_init(&cc);
+  resil_chain *ch = NULL;
+  if (resil_chain_new(&cc, &ch, NULL) != RESIL_OK) return NULL;
+  if (retry_outside) {
+    resil_chain_add_retry(ch, r);
+    resil_chain_add_breaker(ch, b);
+  } else {
+    resil_chain_add_breaker(ch, b);
+    resil_chain_add_retry(ch, r);
+  }
+  return ch;
+}
+
+static resil_breaker_metrics bmetrics(resil_breaker *b) {
+  resil_breaker_metrics m;
+  memset(&m, 0, sizeof m);
+  resil_breaker_get_metrics(b, &m);
+  return m;
+}
+
+/* P1 and P2 share the setup: breaker window 1 / min 1 / 50 %, retry 3
+ * attempts with zero wait, a call that fails (connection refused) twice
+ * and then succeeds. */
+static int order_experiment(lab_result *r, int retry_outside) {
+  resil_breaker *b = breaker(1, 1, 50, NULL);
+  resil_retry *rt = retry(3, 0);
+  resil_chain *ch = b && rt ? chain2(rt, b, retry_outside) : NULL;
+  if (!lab_check(r, ch != NULL, "setup failed")) goto out;
+  flaky f = {.fail_first = 2, .failure = refused()};
+  atomic_init(&f.calls, 0);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  resil_outcome o = resil_chain_run(ch, &ctx, flaky_call, &f);
+  resil_breaker_metrics m = bmetrics(b);
+  char ob[96], nest[128];
+  fmt_outcome(&o, ob, sizeof ob);
+  resil_chain_nesting(ch, nest, sizeof nest);
+  int calls = atomic_load(&f.calls);
+  lab_obs_str(r, "chain", nest);
+  lab_obs_int(r, "physical_calls", calls);
+  lab_obs_str(r, "breaker_state", resil_breaker_state_name(m.state));
+  lab_obs_int(r, "breaker_successes", (long long)m.total_successes);
+  lab_obs_int(r, "breaker_failures", (long long)m.total_failures);
+  lab_obs_int(r, "breaker_not_permitted", (long long)m.total_not_permitted);
+  lab_obs_str(r, "outcome", ob);
+  lab_summary(r, "%s: physical_calls=%d breaker=%s (successes %llu, failures %llu) outcome=%s",
+              nest, calls, resil_breaker_state_name(m.state),
+              (unsigned long long)m.total_successes,
+              (unsigned long long)m.total_failures, ob);
+  if (retry_outside) {
+    lab_check(r, calls == 1, "physical_calls %d, expected 1", calls);
+    lab_check(r, m.state == RESIL_BREAKER_OPEN, "breaker %s, expected OPEN",
+              resil_breaker_state_name(m.state));
+    lab_check(r, o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_BREAKER_OPEN,
+              "outcome %s, expected REJECTED(circuit breaker open)", ob);
+  } else {
+    lab_check(r, calls == 3, "physical_calls %d, expected 3", calls);
+    lab_check(r, m.state == RESIL_BREAKER_CLOSED, "breaker %s, expected CLOSED",
+              resil_breaker_state_name(m.state));
+    lab_check(r, m.total_successes == 1 && m.total_failures == 0,
+              "breaker successes %llu failures %llu, expected 1 and 0",
+              (unsigned long long)m.total_successes,
+              (unsigned long long)m.total_failures);
+    lab_check(r, resil_outcome_is_success(&o), "outcome %s, expected ok", ob);
+  }
+out:
+  resil_chain_free(ch);
+  resil_retry_free(rt);
+  resil_breaker_free(b);
+  return r->pass;
+}
+
+static int p1(lab_result *r) { return order_experiment(r, 1); }
+static int p2(lab_result *r) { return order_experiment(r, 0); }
+
+/* P3: an always-failing call, retry 3: the breaker's failure count depends
+ * on where it stands. */
+static int p3(lab_result *r) {
+  uint64_t failures[2] = {0, 0};
+  int calls[2] = {0, 0};
+  for (int outside = 1; outside >= 0; outside--) {
+    resil_breaker *b = breaker(10, 10, 50, NULL);
+    resil_retry *rt = retry(3, 0);
+    resil_chain *ch = b && rt ? chain2(rt, b, outside) : NULL;
+    if (lab_check(r, ch != NULL, "setup failed")) {
+      flaky f = {.fail_first = 1000, .failure = refused()};
+      atomic_init(&f.calls, 0);
+      resil_chain_run(ch, NULL, flaky_call, &f);
+      failures[outside] = bmetrics(b).total_failures;
+      calls[outside] = atomic_load(&f.calls);
+    }
+    resil_chain_free(ch);
+    resil_retry_free(rt);
+    resil_breaker_free(b);
+  }
+  lab_obs_int(r, "retry_outside_failures", (long long)failures[1]);
+  lab_obs_int(r, "breaker_outside_failures", (long long)failures[0]);
+  lab_obs_int(r, "retry_outside_physical_calls", calls[1]);
+  lab_obs_int(r, "breaker_outside_physical_calls", calls[0]);
+  lab_summary(r, "Retry(Breaker): breaker failures=%llu; Breaker(Retry): breaker failures=%llu; physical calls %d and %d",
+              (unsigned long long)failures[1], (unsigned long long)failures[0],
+              calls[1], calls[0]);
+  lab_check(r, failures[1] == 3, "retry outside: %llu failures, expected 3",
+            (unsigned long long)failures[1]);
+  lab_check(r, failures[0] == 1, "breaker outside: %llu failures, expected 1",
+            (unsigned long long)failures[0]);
+  return r->pass;
+}
+
+/* P4: rate limiter 2 per period (1 h), timeout 0. */
+static int p4(lab_result *r) {
+  resil_ratelimiter_config c;
+  resil_ratelimiter_config_init(&c);
+  c.limit_for_period = 2;
+  c.refresh_period_ns = INT64_C(3600) * 1000000000;
+  c.timeout_ns = 0;
+  resil_ratelimiter *rl = NULL;
+  if (!lab_check(r, resil_ratelimiter_new(&c, &rl, NULL) == RESIL_OK, "setup failed"))
+    return 0;
+  int got[3];
+  json_t *arr = json_array();
+  for (int i = 0; i < 3; i++) {
+    int64_t wait = 0;
+    got[i] = resil_ratelimiter_reserve(rl, 1, NULL, &wait) == RESIL_RL_PERMITTED;
+    json_array_append_new(arr, json_boolean(got[i]));
+  }
+  int64_t avail = resil_ratelimiter_available(rl);
+  lab_obs_json(r, "permits", arr);
+  lab_obs_int(r, "available", avail);
+  lab_summary(r, "2 per 1 h, timeout 0: permits %s, %s, %s; available %lld",
+              got[0] ? "true" : "false", got[1] ? "true" : "false",
+              got[2] ? "true" : "false", (long long)avail);
+  lab_check(r, got[0] && got[1] && !got[2], "permits not true,true,false");
+  lab_check(r, avail == 0, "available %lld, expected 0", (long long)avail);
+  resil_ratelimiter_free(rl);
+  return r->pass;
+}
+
+/* P5: bulkhead max 2, wait 0; two calls held in flight by a latch. */
+typedef struct latch {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int open;
+  int entered;
+} latch;
+
+static void latch_init(latch *l) {
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->cv, NULL);
+  l->open = 0;
+  l->entered = 0;
+}
+static void latch_destroy(latch *l) {
+  pthread_cond_destroy(&l->cv);
+  pthread_mutex_destroy(&l->mu);
+}
+static void latch_enter_and_wait(latch *l) {
+  pthread_mutex_lock(&l->mu);
+  l->entered++;
+  pthread_cond_broadcast(&l->cv);
+  while (!l->open) pthread_cond_wait(&l->cv, &l->mu);
+  pthread_mutex_unlock(&l->mu);
+}
+static void latch_wait_entered(latch *l, int n) {
+  pthread_mutex_lock(&l->mu);
+  while (l->entered < n) pthread_cond_wait(&l->cv, &l->mu);
+  pthread_mutex_unlock(&l->mu);
+}
+static void latch_release(latch *l) {
+  pthread_mutex_lock(&l->mu);
+  l->open = 1;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+typedef struct p5_arg {
+  resil_bulkhead *bh;
+  latch *l;
+  atomic_int *business;
+  resil_outcome out;
+} p5_arg;
+
+static resil_outcome held_call(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  p5_arg *a = arg;
+  atomic_fetch_add(a->business, 1);
+  latch_enter_and_wait(a->l);
+  return resil_outcome_ok();
+}
+
+static void *p5_thread(void *p) {
+  p5_arg *a = p;
+  a->out = resil_bulkhead_run(a->bh, NULL, held_call, a);
+  return NULL;
+}
+
+static int p5(lab_result *r) {
+  resil_bulkhead_config c;
+  resil_bulkhead_config_init(&c);
+  c.max_concurrent = 2;
+  c.max_wait_ns = 0;
+  resil_bulkhead *bh = NULL;
+  if (!lab_check(r, resil_bulkhead_new(&c, &bh, NULL) == RESIL_OK, "setup failed"))
+    return 0;
+  latch l;
+  latch_init(&l);
+  atomic_int business;
+  atomic_init(&business, 0);
+  p5_arg a[3] = {{bh, &l, &business, {0}}, {bh, &l, &business, {0}},
+                 {bh, &l, &business, {0}}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, p5_thread, &a[i]);
+  latch_wait_entered(&l, 2);
+  uint32_t avail_held = resil_bulkhead_available(bh);
+  int64_t t0 = mono_ns();
+  resil_outcome third = resil_bulkhead_run(bh, NULL, held_call, &a[2]);
+  int64_t third_ms = (mono_ns() - t0) / 1000000;
+  int business_before_release = atomic_load(&business);
+  latch_release(&l);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  resil_bulkhead_metrics m;
+  resil_bulkhead_get_metrics(bh, &m);
+  char ob[96];
+  fmt_outcome(&third, ob, sizeof ob);
+  lab_obs_int(r, "available_while_held", avail_held);
+  lab_obs_str(r, "third_outcome", ob);
+  lab_obs_int(r, "third_wait_ms", third_ms);
+  lab_obs_int(r, "business_calls", business_before_release);
+  lab_obs_int(r, "available_after_release", m.available);
+  lab_obs_int(r, "peak_in_flight", m.peak_in_flight);
+  lab_summary(r, "max 2: held 2 (available %u), third %s after %lld ms, business calls %d; after release available %u, peak %u",
+              avail_held, ob, (long long)third_ms, business_before_release,
+              m.available, m.peak_in_flight);
+  lab_check(r, avail_held == 0, "available while held %u, expected 0", avail_held);
+  lab_check(r, third.kind == RESIL_REJECTED && third.reason == RESIL_REASON_BULKHEAD_FULL,
+            "third call %s, expected REJECTED(bulkhead full)", ob);
+  lab_check(r, business_before_release == 2, "business code ran %d times, expected 2",
+            business_before_release);
+  lab_check(r, third_ms < 100, "rejection took %lld ms, expected at once",
+            (long long)third_ms);
+  lab_check(r, m.available == 2, "available after release %u, expected 2", m.available);
+  lab_check(r, m.peak_in_flight == 2, "peak %u, expected 2", m.peak_in_flight);
+  latch_destroy(&l);
+  resil_bulkhead_free(bh);
+  return r->pass;
+}
+
+/* Runs one call through the breaker's split form on the manual clock:
+ * returns 1 when permitted (and records `o` with duration_ns). */
+static int breaker_step(resil_breaker *b, resil_outcome o, int64_t duration_ns,
+                        int *business) {
+  resil_breaker_permit p;
+  if (!resil_breaker_try_acquire(b, &p)) return 0;
+  (*business)++;
+  resil_breaker_record(b, &p, &o, duration_ns);
+  return 1;
+}
+
+static json_t *transitions_json(resil_breaker *b) {
+  resil_breaker_event ev[32];
+  size_t n = resil_breaker_events(b, ev, 32);
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++)
+    if (ev[i].kind == RESIL_BREAKER_EVENT_TRANSITION) {
+      char s[48];
+      snprintf(s, sizeof s, "%s->%s", resil_breaker_state_name(ev[i].from),
+               resil_breaker_state_name(ev[i].to));
+      json_array_append_new(arr, json_string(s));
+    }
+  return arr;
+}
+
+/* P6: window 4 / min 2 / 50 % / OPEN wait 150 ms / 1 half-open probe. */
+static int p6(lab_result *r) {
+  resil_manual_clock *mc = NULL;
+  resil_manual_clock_new(0, 0, &mc);
+  resil_breaker_config c;
+  resil_breaker_config_init(&c);
+  c.window_size = 4;
+  c.minimum_calls = 2;
+  c.failure_rate_threshold_pct = 50;
+  c.open_wait_ns = MS(150);
+  c.half_open_permitted_calls = 1;
+  c.event_capacity = 32;
+  c.clock = mc ? resil_manual_clock_get(mc) : NULL;
+  resil_breaker *b = NULL;
+  if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
+    resil_manual_clock_free(mc);
+    return 0;
+  }
+  const char *states[5];
+  int business = 0;
+  resil_outcome fail = resil_outcome_failure();
+  breaker_step(b, fail, MS(1), &business);
+  states[0] = resil_breaker_state_name(resil_breaker_state(b));
+  breaker_step(b, fail, MS(1), &business);
+  resil_breaker_metrics m_open = bmetrics(b);
+  states[1] = resil_breaker_state_name(m_open.state);
+  int before = business;
+  int permitted = breaker_step(b, resil_outcome_ok(), MS(1), &business);
+  int ran_while_open = permitted || business != before;
+  resil_breaker_metrics m_rej = bmetrics(b);
+  states[2] = resil_breaker_state_name(m_rej.state);
+  resil_manual_clock_advance_ns(mc, MS(200));
+  breaker_step(b, fail, MS(1), &business);
+  states[3] = resil_breaker_state_name(resil_breaker_state(b));
+  resil_manual_clock_advance_ns(mc, MS(200));
+  breaker_step(b, resil_outcome_ok(), MS(1), &business);
+  states[4] = resil_breaker_state_name(resil_breaker_state(b));
+  json_t *arr = json_array();
+  for (int i = 0; i < 5; i++) json_array_append_new(arr, json_string(states[i]));
+  lab_obs_json(r, "states", arr);
+  lab_obs_json(r, "transitions", transitions_json(b));
+  lab_obs_int(r, "failed_when_opened", (long long)m_open.failed_calls);
+  lab_obs_real(r, "failure_rate_when_opened", m_open.failure_rate_pct);
+  lab_obs_int(r, "not_permitted", (long long)m_rej.total_not_permitted);
+  lab_obs_bool(r, "business_ran_while_open", ran_while_open);
+  lab_summary(r, "states %s, %s, %s (rejected, not-permitted %llu), +200 ms probe fails: %s, +200 ms probe ok: %s; opened with failed %llu rate %.0f%%",
+              states[0], states[1], states[2],
+              (unsigned long long)m_rej.total_not_permitted, states[3], states[4],
+              (unsigned long long)m_open.failed_calls, m_open.failure_rate_pct);
+  lab_check(r, strcmp(states[0], "CLOSED") == 0, "after 1 failure %s, expected CLOSED", states[0]);
+  lab_check(r, strcmp(states[1], "OPEN") == 0, "after 2 failures %s, expected OPEN", states[1]);
+  lab_check(r, m_open.failed_calls == 2 && m_open.failure_rate_pct == 100.0,
+            "opened with failed %llu rate %.1f, expected 2 and 100",
+            (unsigned long long)m_open.failed_calls, m_open.failure_rate_pct);
+  lab_check(r, !ran_while_open, "call in OPEN ran the business code");
+  lab_check(r, m_rej.total_not_permitted == 1, "not-permitted %llu, expected 1",
+            (unsigned long long)m_rej.total_not_permitted);
+  lab_check(r, strcmp(states[3], "OPEN") == 0, "after failed probe %s, expected OPEN", states[3]);
+  lab_check(r, strcmp(states[4], "CLOSED") == 0, "after good probe %s, expected CLOSED", states[4]);
+  resil_breaker_free(b);
+  resil_manual_clock_free(mc);
+  return r->pass;
+}
+
+/* P7: one permitted probe. */
+static int p7(lab_result *r) {
+  resil_manual_clock *mc = NULL;
+  resil_manual_clock_new(0, 0, &mc);
+  resil_breaker_config c;
+  resil_breaker_config_init(&c);
+  c.window_size = 2;
+  c.minimum_calls = 1;
+  c.open_wait_ns = MS(100);
+  c.half_open_permitted_calls = 1;
+  c.clock = mc ? resil_manual_clock_get(mc) : NULL;
+  resil_breaker *b = NULL;
+  if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
+    resil_manual_clock_free(mc);
+    return 0;
+  }
+  resil_outcome fail = resil_outcome_failure(), ok = resil_outcome_ok();
+  int business = 0;
+  breaker_step(b, fail, 0, &business); /* -> OPEN */
+  resil_manual_clock_advance_ns(mc, MS(100));
+  resil_breaker_permit p1, p2;
+  int first = resil_breaker_try_acquire(b, &p1);
+  int second = resil_breaker_try_acquire(b, &p2);
+  if (first) resil_breaker_record(b, &p1, &ok, 0);
+  const char *after_success = resil_breaker_state_name(resil_breaker_state(b));
+  breaker_step(b, fail, 0, &business); /* -> OPEN again */
+  resil_manual_clock_advance_ns(mc, MS(100));
+  breaker_step(b, fail, 0, &business); /* failed probe */
+  const char *after_failure = resil_breaker_state_name(resil_breaker_state(b));
+  lab_obs_bool(r, "first_probe_permitted", first);
+  lab_obs_bool(r, "second_probe_permitted", second);
+  lab_obs_str(r, "after_probe_success", after_success);
+  lab_obs_str(r, "after_probe_failure", after_failure);
+  lab_summary(r, "half-open with 1 permit: acquire %s, %s; success -> %s; next cycle failed probe -> %s",
+              first ? "yes" : "no", second ? "yes" : "no", after_success, after_failure);
+  lab_check(r, first && !second, "probes permitted %d,%d, expected 1,0", first, second);
+  lab_check(r, strcmp(after_success, "CLOSED") == 0, "after success %s", after_success);
+  lab_check(r, strcmp(after_failure, "OPEN") == 0, "after failure %s", after_failure);
+  resil_breaker_free(b);
+  resil_manual_clock_free(mc);
+  return r->pass;
+}
+
+/* P8: time window 1 s, min 2, slow 40 ms at 50 %. */
+static int p8(lab_result *r) {
+  resil_manual_clock *mc = NULL;
+  resil_manual_clock_new(0, 0, &mc);
+  resil_breaker_config c;
+  resil_breaker_config_init(&c);
+  c.window_type = RESIL_BREAKER_WINDOW_TIME;
+  c.window_size = 1;
+  c.minimum_calls = 2;
+  c.slow_call_duration_ns = MS(40);
+  c.slow_call_rate_threshold_pct = 50;
+  c.clock = mc ? resil_manual_clock_get(mc) : NULL;
+  resil_breaker *b = NULL;
+  if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
+    resil_manual_clock_free(mc);
+    return 0;
+  }
+  int business = 0;
+  breaker_step(b, resil_outcome_failure(), MS(1), &business);
+  const char *s1 = resil_breaker_state_name(resil_breaker_state(b));
+  resil_manual_clock_advance_ns(mc, MS(2000));
+  breaker_step(b, resil_outcome_ok(), MS(1), &business);
+  resil_breaker_metrics m2 = bmetrics(b);
+  breaker_step(b, resil_outcome_ok(), MS(80), &business);
+  resil_breaker_metrics m3 = bmetrics(b);
+  lab_obs_str(r, "after_failure", s1);
+  lab_obs_int(r, "failures_after_2s", (long long)m2.failed_calls);
+  lab_obs_real(r, "slow_rate", m3.slow_call_rate_pct);
+  lab_obs_real(r, "failure_rate", m3.failure_rate_pct);
+  lab_obs_str(r, "final_state", resil_breaker_state_name(m3.state));
+  lab_summary(r, "failure -> %s; +2000 ms fast success -> failures %llu; 80 ms success -> slow rate %.0f%%, failure rate %.0f%%, %s",
+              s1, (unsigned long long)m2.failed_calls, m3.slow_call_rate_pct,
+              m3.failure_rate_pct, resil_breaker_state_name(m3.state));
+  lab_check(r, strcmp(s1, "CLOSED") == 0, "after one failure %s", s1);
+  lab_check(r, m2.failed_calls == 0, "failures %llu after the window moved",
+            (unsigned long long)m2.failed_calls);
+  lab_check(r, m3.slow_call_rate_pct == 50.0, "slow rate %.1f", m3.slow_call_rate_pct);
+  lab_check(r, m3.failure_rate_pct == 0.0, "failure rate %.1f", m3.failure_rate_pct);
+  lab_check(r, m3.state == RESIL_BREAKER_OPEN, "state %s, expected OPEN",
+            resil_breaker_state_name(m3.state));
+  resil_breaker_free(b);
+  resil_manual_clock_free(mc);
+  return r->pass;
+}
+
+/* P9: exponential 20 ms x 2 on the real clock. */
+typedef struct p9_state {
+  int calls;
+  int fail_first;
+  int64_t starts[8];
+  resil_outcome failure;
+} p9_state;
+
+static resil_outcome p9_call(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  p9_state *s = arg;
+  if (s->calls < 8) s->starts[s->calls] = mono_ns();
+  s->calls++;
+  return s->calls <= s->fail_first ? s->failure : resil_outcome_ok();
+}
+
+static int p9(lab_result *r) {
+  resil_retry_config c;
+  resil_retry_config_init(&c);
+  c.backoff = RESIL_RETRY_EXPONENTIAL;
+  c.initial_wait_ns = MS(20);
+  c.multiplier = 2.0;
+  c.max_attempts = 3;
+  resil_retry *rt = NULL;
+  if (!lab_check(r, resil_retry_new(&c, &rt, NULL) == RESIL_OK, "setup failed")) return 0;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  p9_state s = {.fail_first = 2, .failure = resil_outcome_http(503)};
+  resil_outcome o = resil_retry_run(rt, &ctx, p9_call, &s);
+  double gap1 = s.calls >= 2 ? (double)(s.starts[1] - s.starts[0]) / 1e6 : -1;
+  double gap2 = s.calls >= 3 ? (double)(s.starts[2] - s.starts[1]) / 1e6 : -1;
+  p9_state n = {.fail_first = 5, .failure = resil_outcome_http(400)};
+  resil_outcome o2 = resil_retry_run(rt, &ctx, p9_call, &n);
+  lab_obs_int(r, "attempts", s.calls);
+  lab_obs_real(r, "gap1_ms", gap1);
+  lab_obs_real(r, "gap2_ms", gap2);
+  lab_obs_bool(r, "success", resil_outcome_is_success(&o));
+  lab_obs_int(r, "non_retryable_attempts", n.calls);
+  lab_summary(r, "503, 503, 200: attempts %d, real gaps %.1f ms and %.1f ms; 400: attempts %d (stop %s)",
+              s.calls, gap1, gap2, n.calls, resil_stop_name(o2.stop));
+  lab_check(r, s.calls == 3 && resil_outcome_is_success(&o), "attempts %d", s.calls);
+  lab_check(r, gap1 >= 20.0, "first gap %.2f ms < 20", gap1);
+  lab_check(r, gap2 >= 40.0, "second gap %.2f ms < 40", gap2);
+  lab_check(r, n.calls == 1, "non-retryable error made %d attempts", n.calls);
+  resil_retry_free(rt);
+  return r->pass;
+}
+
+/* P10 and P11: tasks that count their effect, then block on a latch. */
+typedef struct tl_task {
+  atomic_int effects;
+  atomic_int finished;
+  atomic_int saw_cancel;
+  latch l;
+  long delay_before_effect_ms;
+} tl_task;
+
+static resil_outcome tl_call(void *arg, const resil_ctx *ctx) {
+  tl_task *t = arg;
+  if (t->delay_before_effect_ms) sleep_ms(t->delay_before_effect_ms);
+  atomic_fetch_add(&t->effects, 1);
+  latch_enter_and_wait(&t->l);
+  if (resil_cancel_is_set(ctx->cancel)) atomic_fetch_add(&t->saw_cancel, 1);
+  atomic_fetch_add(&t->finished, 1);
+  return resil_outcome_ok();
+}
+
+static resil_timelimiter *timelimiter(int64_t timeout_ns, int cancel) {
+  resil_timelimiter_config c;
+  resil_timelimiter_config_init(&c);
+  c.timeout_ns = timeout_ns;
+  c.cancel_running = cancel;
+  resil_timelimiter *tl = NULL;
+  return resil_timelimiter_new(&c, &tl, NULL) == RESIL_OK ? tl : NULL;
+}
+
+static int p10(lab_result *r) {
+  resil_timelimiter *tl = timelimiter(MS(25), 1);
+  resil_retry *rt = retry(2, 0);
+  resil_chain_config cc;
+  resil_chain_config_init(&cc);
+  resil_chain *ch = NULL;
+  if (!lab_check(r, tl && rt && resil_chain_new(&cc, &ch, NULL) == RESIL_OK,
+                 "setup failed"))
+    goto out;
+  resil_chain_add_retry(ch, rt);
+  resil_chain_add_timelimiter(ch, tl);
+  tl_task t = {.delay_before_effect_ms = 0};
+  atomic_init(&t.effects, 0);
+  atomic_init(&t.finished, 0);
+  atomic_init(&t.saw_cancel, 0);
+  latch_init(&t.l);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  resil_outcome o = resil_chain_run(ch, &ctx, tl_call, &t);
+  int effects = atomic_load(&t.effects);
+  int finished_before = atomic_load(&t.finished);
+  latch_release(&t.l);
+  resil_timelimiter_wait_idle(tl, INT64_C(5000000000));
+  int finished = atomic_load(&t.finished);
+  char ob[96];
+  fmt_outcome(&o, ob, sizeof ob);
+  lab_obs_str(r, "outcome", ob);
+  lab_obs_int(r, "attempts", o.attempts);
+  lab_obs_int(r, "effects", effects);
+  lab_obs_int(r, "finished_before_release", finished_before);
+  lab_obs_int(r, "finished_after_release", finished);
+  lab_obs_int(r, "tasks_saw_cancel", atomic_load(&t.saw_cancel));
+  lab_summary(r, "Retry(2)(TimeLimiter(25 ms, cancel)): %s after %u attempts, effects %d; tasks finished %d before release, %d after (cancel seen by %d)",
+              ob, o.attempts, effects, finished_before, finished,
+              atomic_load(&t.saw_cancel));
+  lab_check(r, o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
+            "outcome %s, expected UNKNOWN(timeout)", ob);
+  lab_check(r, effects == 2, "effects %d, expected 2", effects);
+  lab_check(r, finished_before == 0 && finished == 2,
+            "tasks finished %d before / %d after release, expected 0 / 2",
+            finished_before, finished);
+  latch_destroy(&t.l);
+out:
+  resil_chain_free(ch);
+  resil_retry_free(rt);
+  resil_timelimiter_free(tl);
+  return r->pass;
+}
+
+static int p11(lab_result *r) {
+  resil_timelimiter *tl = timelimiter(MS(25), 0);
+  if (!lab_check(r, tl != NULL, "setup failed")) return 0;
+  tl_task t = {.delay_before_effect_ms = 60};
+  atomic_init(&t.effects, 0);
+  atomic_init(&t.finished, 0);
+  atomic_init(&t.saw_cancel, 0);
+  latch_init(&t.l);
+  latch_release(&t.l); /* the task does not block after its effect */
+  int64_t t0 = mono_ns();
+  resil_outcome o = resil_timelimiter_run(tl, NULL, tl_call, &t);
+  double waited = (double)(mono_ns() - t0) / 1e6;
+  int effects_at_return = atomic_load(&t.effects);
+  resil_timelimiter_wait_idle(tl, INT64_C(5000000000));
+  int effects_later = atomic_load(&t.effects);
+  char ob[96];
+  fmt_outcome(&o, ob, sizeof ob);
+  lab_obs_str(r, "outcome", ob);
+  lab_obs_real(r, "caller_waited_ms", waited);
+  lab_obs_int(r, "effects_when_caller_returned", effects_at_return);
+  lab_obs_int(r, "effects", effects_later);
+  lab_obs_int(r, "task_saw_cancel", atomic_load(&t.saw_cancel));
+  lab_summary(r, "TimeLimiter(25 ms, no cancel): caller got %s after %.1f ms with effects %d; the task still made its effect later: effects %d",
+              ob, waited, effects_at_return, effects_later);
+  lab_check(r, o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
+            "outcome %s, expected UNKNOWN(timeout)", ob);
+  lab_check(r, waited >= 25.0 && waited < 55.0, "caller waited %.1f ms", waited);
+  lab_check(r, effects_at_return == 0, "effect before the caller returned");
+  lab_check(r, effects_later == 1, "effects %d, expected 1", effects_later);
+  lab_check(r, atomic_load(&t.saw_cancel) == 0, "task was cancelled");
+  latch_destroy(&t.l);
+  resil_timelimiter_free(tl);
+  return r->pass;
+}
+
+/* P12: the fallback sees failure and rejection as different outcomes. */
+typedef struct p12_seen {
+  int n;
+  resil_outcome o[4];
+} p12_seen;
+
+static resil_fallback_kind p12_fallback(void *fa, void *call_arg,
+                                        const resil_outcome *o) {
+  (void)call_arg;
+  p12_seen *s = fa;
+  if (s->n < 4) s->o[s->n++] = *o;
+  return o->kind == RESIL_REJECTED ? RESIL_FALLBACK_UNAVAILABLE
+                                   : RESIL_FALLBACK_CACHED;
+}
+
+static int p12(lab_result *r) {
+  resil_breaker *b = breaker(1, 1, 50, NULL);
+  p12_seen seen = {0};
+  resil_chain_config cc;
+  resil_chain_config_init(&cc);
+  cc.fallback = p12_fallback;
+  cc.fallback_arg = &seen;
+  resil_chain *ch = NULL;
+  if (!lab_check(r, b && resil_chain_new(&cc, &ch, NULL) == RESIL_OK, "setup failed"))
+    goto out;
+  resil_chain_add_breaker(ch, b);
+  flaky f = {.fail_first = 100, .failure = resil_outcome_failure()};
+  atomic_init(&f.calls, 0);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  resil_outcome o1 = resil_chain_run(ch, &ctx, flaky_call, &f);
+  resil_outcome o2 = resil_chain_run(ch, &ctx, flaky_call, &f);
+  char a[96] = "", c[96] = "";
+  if (seen.n >= 2) {
+    fmt_outcome(&seen.o[0], a, sizeof a);
+    fmt_outcome(&seen.o[1], c, sizeof c);
+  }
+  lab_obs_str(r, "first_seen", a);
+  lab_obs_str(r, "second_seen", c);
+  lab_obs_bool(r, "first_cached", (o1.flags & RESIL_OF_FALLBACK_CACHED) != 0);
+  lab_obs_bool(r, "second_unavailable", (o2.flags & RESIL_OF_FALLBACK_UNAVAILABLE) != 0);
+  lab_obs_bool(r, "success_reported", resil_outcome_is_success(&o1) ||
+                                          resil_outcome_is_success(&o2));
+  lab_summary(r, "fallback saw %s (served cached) then %s (answered unavailable); neither reported as success",
+              a, c);
+  lab_check(r, seen.n == 2, "fallback called %d times", seen.n);
+  lab_check(r, seen.n == 2 && seen.o[0].kind == RESIL_ANSWERED &&
+                   seen.o[0].reason == RESIL_REASON_FAILURE,
+            "first outcome %s, expected a failure", a);
+  lab_check(r, seen.n == 2 && seen.o[1].kind == RESIL_REJECTED &&
+                   seen.o[1].reason == RESIL_REASON_BREAKER_OPEN,
+            "second outcome %s, expected REJECTED(breaker open)", c);
+  lab_check(r, !resil_outcome_is_success(&o1) && !resil_outcome_is_success(&o2),
+            "a fallback turned a failure into success");
+out:
+  resil_chain_free(ch);
+  resil_breaker_free(b);
+  return r->pass;
+}
+
+/* P14: static amplification from real retry configs. */
+static int p14(lab_result *r) {
+  uint32_t attempts[3] = {2, 3, 2};
+  int64_t waits[3] = {MS(100), MS(75), MS(50)};
+  resil_retry *rt[3] = {NULL, NULL, NULL};
+  resil_timelimiter *tl = timelimiter(MS(500), 1);
+  resil_chain_config cc;
+  resil_chain_config_init(&cc);
+  resil_chain *ch = NULL;
+  int ok = tl && resil_chain_new(&cc, &ch, NULL) == RESIL_OK;
+  for (int i = 0; i < 3 && ok; i++) {
+    rt[i] = retry(attempts[i], waits[i]);
+    ok = rt[i] && resil_chain_add_retry(ch, rt[i]) == RESIL_OK;
+  }
+  ok = ok && resil_chain_add_timelimiter(ch, tl) == RESIL_OK;
+  resil_amplification a = {0}, b = {0};
+  if (lab_check(r, ok, "setup failed")) {
+    resil_chain_amplification(ch, &a);
+    resil_amp_layer l[3] = {{3, 0}, {4, 0}, {3, 0}}; /* retries 2/3/2 */
+    resil_amplification_compute(l, 3, 0, &b);
+  }
+  char nest[160];
+  if (ch) resil_chain_nesting(ch, nest, sizeof nest);
+  else nest[0] = 0;
+  lab_obs_str(r, "chain", nest);
+  lab_obs_int(r, "attempts_2x3x2", (long long)a.attempts);
+  lab_obs_int(r, "attempts_retries_2_3_2", (long long)b.attempts);
+  lab_obs_int(r, "backoff_ms", a.wait_ns / 1000000);
+  lab_obs_real(r, "worst_time_s", (double)a.time_ns / 1e9);
+  lab_summary(r, "%s: attempts 2x3x2=%llu; retries 2/3/2 -> %llu; worst time %llu x 500 ms + %lld ms = %.1f s",
+              nest, (unsigned long long)a.attempts, (unsigned long long)b.attempts,
+              (unsigned long long)a.attempts, (long long)(a.wait_ns / 1000000),
+              (double)a.time_ns / 1e9);
+  lab_check(r, a.attempts == 12, "attempts %llu, expected 12", (unsigned long long)a.attempts);
+  lab_check(r, b.attempts == 36, "attempts %llu, expected 36", (unsigned long long)b.attempts);
+  lab_check(r, a.wait_ns == MS(700), "backoff %lld ms, expected 700",
+            (long long)(a.wait_ns / 1000000));
+  lab_check(r, a.time_ns == MS(6700), "worst time %lld ms, expected 6700",
+            (long long)(a.time_ns / 1000000));
+  resil_chain_free(ch);
+  for (int i = 0; i < 3; i++) resil_retry_free(rt[i]);
+  resil_timelimiter_free(tl);
+  return r->pass;
+}
+
+const lab_experiment lab_policy_experiments[] = {
+    {"P1", "Retry(Breaker(call)), fails twice then ok", p1},
+    {"P2", "Breaker(Retry(call)), fails twice then ok", p2},
+    {"P3", "always failing, retry 3: where the breaker stands", p3},
+    {"P4", "rate limiter 2 per hour, timeout 0", p4},
+    {"P5", "bulkhead max 2, wait 0", p5},
+    {"P6", "breaker window 4/min 2/50%/wait 150 ms/1 probe", p6},
+    {"P7", "half-open admits only the permitted probes", p7},
+    {"P8", "time window 1 s, slow calls 40 ms at 50%", p8},
+    {"P9", "retry exponential 20 ms x 2, real gaps", p9},
+    {"P10", "time limiter 25 ms with cancellation, retry 2", p10},
+    {"P11", "time limiter without cancellation", p11},
+    {"P12", "fallback tells failure from rejection", p12},
+    {"P14", "static amplification of nested retries", p14},
+    {NULL, NULL, NULL}};
