@@ -1,0 +1,608 @@
+/* libresil-http: a declarative HTTP client on libcurl whose every attempt
+ * ends in a resil_outcome (DESIGN §1, §3). A separate library: link
+ * libresil-http (pkg-config resil-http) and include <resil/http.h>; the
+ * umbrella header resil.h does not include it.
+ *
+ * Objects and their create/free pairs:
+ *   resil_http_client    resil_http_client_new / resil_http_client_free
+ *                        An endpoint table validated once, a pool of
+ *                        connections (one libcurl easy handle and one
+ *                        keep-alive connection per pool slot), counters.
+ *   resil_http_request   resil_http_request_new / resil_http_request_free
+ *                        One logical call: endpoint, bound parameters,
+ *                        body, and an Idempotency-Key generated once.
+ *                        resil_http_request_attempt() is a resil_call_fn:
+ *                        each call makes ONE physical attempt, so policies
+ *                        (retry, breaker, time limiter, bulkhead) wrap it.
+ *   resil_http_response  resil_http_request_take_response /
+ *                        resil_http_response_free
+ *
+ * What libresil guarantees on the wire:
+ *   - No hidden retries. libcurl re-sends a request by itself when a reused
+ *     keep-alive connection turns out dead before any response byte
+ *     (Curl_retry_request, lib/transfer.c, driven from lib/multi.c). Every
+ *     such re-send is caught before it leaves the client (a second
+ *     CURLOPT_PREREQFUNCTION call, or a socket opened, within one attempt
+ *     with no response since the previous request) and either refused
+ *     (default: the attempt ends UNKNOWN, reason CONNECTION_CLOSED) or, with
+ *     resend_stale = RESIL_HTTP_RESEND_IF_SAFE, allowed only for an idempotent
+ *     or keyed call and counted (resil_http_stats.resends_counted).
+ *     "Expect: 100-continue" is never sent, HTTP/0.9 is refused, HTTP/1.1 is
+ *     used, no authentication scheme that needs a second request is enabled,
+ *     and redirects are off unless configured (then each hop is counted
+ *     apart from attempts).
+ *   - No environment surprises: proxies come only from the config (the
+ *     http_proxy family of variables is ignored), .netrc is never read,
+ *     and TLS peer and host verification are on unless switched off.
+ *
+ * Outcome of one attempt (resil_http_request_attempt):
+ *   REJECTED(DEADLINE)          no time left before the attempt started.
+ *   NOT_SENT(CANCELLED)         the token fired before the request was sent.
+ *   NOT_SENT(POOL_TIMEOUT)      no pool slot within the lease timeout.
+ *   NOT_SENT(DNS)               name resolution failed.
+ *   NOT_SENT(CONNECT_REFUSED)   the connection could not be established.
+ *   NOT_SENT(CONNECT_TIMEOUT)   connect (TCP and TLS) timed out.
+ *   NOT_SENT(LOCAL_ERROR)       an interceptor refused, TLS failed before the
+ *                               request, out of memory before sending.
+ *   UNKNOWN(TIMEOUT)            the response timeout or the deadline passed
+ *                               after the request was sent.
+ *   UNKNOWN(CONNECTION_CLOSED)  closed before a complete response, or a
+ *                               hidden re-send was refused.
+ *   UNKNOWN(CONNECTION_RESET)   reset before a complete response.
+ *   UNKNOWN(CANCELLED)          the token fired after the request was sent.
+ *   ANSWERED(status)            a complete response (resil_outcome_http), then
+ *                               passed to the decoder hook; a JSON endpoint's
+ *                               body that does not parse gives reason DECODE
+ *                               with http_status kept. retry_after_ms holds
+ *                               a parsed Retry-After header.
+ *
+ * Thread-safety: a resil_http_client may be shared by any number of threads:
+ * every function taking a client is thread-safe. A resil_http_request may
+ * have attempts running on several threads at once (a time limiter that
+ * gave up on an attempt may leave it running while a retry starts the next);
+ * see resil_http_request_attempt() for what becomes of an abandoned attempt.
+ * A resil_http_response belongs to whoever took it and is not synchronised.
+ * Callbacks (interceptors, decoder, log sink) run on the thread making the
+ * attempt, with no library lock held, possibly on several threads at once.
+ *
+ * Example (H1):
+ *
+ *   static const char *const item_headers[] = {"X-Token: {token}", NULL};
+ *   static const resil_http_endpoint endpoints[] = {
+ *       {.name = "get_item", .method = RESIL_HTTP_GET, .path = "/items/{id}",
+ *        .headers = item_headers, .response_codec = RESIL_HTTP_CODEC_JSON},
+ *   };
+ *   resil_http_client_config cfg;
+ *   resil_http_client_config_init(&cfg);
+ *   cfg.base_url = "http://127.0.0.1:8080";
+ *   cfg.endpoints = endpoints;
+ *   cfg.endpoint_count = 1;
+ *   resil_http_client *client = NULL;
+ *   resil_error err;
+ *   if (resil_http_client_new(&cfg, &client, &err) != RESIL_OK) {
+ *     fprintf(stderr, "%s\n", err.msg);
+ *     return 1;
+ *   }
+ *   resil_http_param params[] = {{"id", "42"}, {"token", "s3cret"}};
+ *   resil_http_args args;
+ *   resil_http_args_init(&args);
+ *   args.params = params;
+ *   args.param_count = 2;
+ *   resil_http_response *resp = NULL;
+ *   resil_outcome o = resil_http_call(client, "get_item", &args, NULL, NULL, &resp);
+ *   if (resil_outcome_is_success(&o))
+ *     printf("%s\n", json_string_value(
+ *         json_object_get(resil_http_response_json(resp), "name")));
+ *   resil_http_response_free(resp);
+ *   resil_http_client_free(client);
+ */
+#ifndef RESIL_HTTP_H
+#define RESIL_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "alloc.h"
+#include "call.h"
+#include "clock.h"
+#include "outcome.h"
+#include "retry.h"
+#include "status.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct resil_http_client resil_http_client;
+typedef struct resil_http_request resil_http_request;
+typedef struct resil_http_response resil_http_response;
+/* The headers an interceptor may add or replace; valid during the callback. */
+typedef struct resil_http_headers resil_http_headers;
+
+typedef enum resil_http_method {
+  RESIL_HTTP_GET = 0,
+  RESIL_HTTP_HEAD = 1,
+  RESIL_HTTP_POST = 2,
+  RESIL_HTTP_PUT = 3,
+  RESIL_HTTP_PATCH = 4,
+  RESIL_HTTP_DELETE = 5,
+  RESIL_HTTP_OPTIONS = 6
+} resil_http_method;
+
+/* Whether an endpoint's operation may be executed more than once. */
+typedef enum resil_http_idempotency {
+  /* From the method (RFC 9110 §9.2.2): GET, HEAD, PUT, DELETE and OPTIONS
+   * are idempotent; POST and PATCH are not. */
+  RESIL_HTTP_IDEMPOTENT_DEFAULT = 0,
+  RESIL_HTTP_IDEMPOTENT_YES = 1,
+  RESIL_HTTP_IDEMPOTENT_NO = 2
+} resil_http_idempotency;
+
+typedef enum resil_http_codec {
+  /* Bytes as they are. Request: Content-Type from the endpoint, else
+   * application/octet-stream when a body is given. */
+  RESIL_HTTP_CODEC_RAW = 0,
+  /* Request: a json_t (serialised once per logical call) or JSON text,
+   * Content-Type application/json. Response: Accept: application/json, and
+   * a non-empty body is parsed with jansson during the attempt. */
+  RESIL_HTTP_CODEC_JSON = 1
+} resil_http_codec;
+
+/* Whether a logical call on the endpoint sends an idempotency key. */
+typedef enum resil_http_key {
+  /* Only a key the caller passes in resil_http_args is sent. */
+  RESIL_HTTP_KEY_NONE = 0,
+  /* A key is sent on every attempt: the caller's, else a random 128-bit
+   * hex key generated once per logical call. */
+  RESIL_HTTP_KEY_SEND = 1
+} resil_http_key;
+
+/* What libcurl may do when a request sent on a reused keep-alive connection
+ * gets no response byte because the connection died (libcurl then re-sends
+ * the same request on a new connection by itself). */
+typedef enum resil_http_resend {
+  /* Refuse the re-send: the attempt ends UNKNOWN(CONNECTION_CLOSED) and the
+   * caller's policies decide (the server may have executed the request).
+   * Counted in resil_http_stats.resends_prevented. */
+  RESIL_HTTP_RESEND_NEVER = 0,
+  /* Allow one re-send when the call is idempotent or keyed (endpoint flags,
+   * or ctx->flags), the same rule a retry applies to an UNKNOWN outcome;
+   * refuse it otherwise. An allowed re-send counts as a physical attempt
+   * (resil_http_stats.attempts and .resends_counted, and
+   * resil_http_info.resends). */
+  RESIL_HTTP_RESEND_IF_SAFE = 1
+} resil_http_resend;
+
+/* Decoder hook: sees every attempt that got a complete response, with the
+ * outcome the library proposes (ANSWERED(status), or reason DECODE), and
+ * returns the outcome to report. Typical: 422 -> reason BUSINESS (a client
+ * error, never retried). The response is the attempt's own; read it, do not
+ * keep it. Runs on the attempting thread. */
+typedef resil_outcome (*resil_http_decoder_fn)(void *user,
+                                               const resil_http_response *resp,
+                                               resil_outcome proposed);
+
+/* One endpoint of a static, declarative table. Unlike config structs, an
+ * endpoint is plain data meant for designated initialisers: every field's
+ * zero value is its documented default. Strings are copied by
+ * resil_http_client_new(). */
+typedef struct resil_http_endpoint {
+  /* Required. 1..63 characters of [A-Za-z0-9_.-], unique in the table. */
+  const char *name;
+  /* Default (0) RESIL_HTTP_GET. */
+  resil_http_method method;
+  /* Required path template, appended to the base URL: starts with '/';
+   * literal characters are RFC 3986 pchars and '/' ('%' only as a %XX
+   * escape); `{name}` placeholders ([A-Za-z0-9_.-], 1..64 characters) are
+   * replaced by percent-encoded parameter values (everything but
+   * A-Za-z0-9-._~ is encoded, '/' included). */
+  const char *path;
+  /* Optional query template without the '?', e.g. "q={q}&limit=10"; the
+   * same rules as the path ('?' and '/' also allowed literally). */
+  const char *query;
+  /* Optional NULL-terminated list of "Name: value" templates; placeholders
+   * only in the value, inserted verbatim (CR and LF refused). */
+  const char *const *headers;
+  /* Default (0) RESIL_HTTP_IDEMPOTENT_DEFAULT (from the method). */
+  resil_http_idempotency idempotent;
+  /* Default (0) RESIL_HTTP_CODEC_RAW. */
+  resil_http_codec request_codec;
+  /* Default (0) RESIL_HTTP_CODEC_RAW. */
+  resil_http_codec response_codec;
+  /* Request Content-Type; NULL gives the codec's (see resil_http_codec). */
+  const char *content_type;
+  /* Default (0) RESIL_HTTP_KEY_NONE. */
+  resil_http_key idempotency_key;
+  /* 0 (default): a 204, 205 or 304, or any response with an empty body, is
+   * "empty" (resil_http_response_is_empty) and never a decode error. 1: an
+   * empty body on a JSON endpoint is a decode error, except for 204/205/304. */
+  int empty_is_error;
+  /* Optional absolute base URL for this endpoint ("https://host:port/api"),
+   * NULL for the client's. Each distinct origin has its own per-host limit. */
+  const char *base_url;
+  /* Optional decoder for this endpoint; NULL uses the client's. */
+  resil_http_decoder_fn decoder;
+  void *decoder_user;
+} resil_http_endpoint;
+
+/* A name and a value: a placeholder binding, a query parameter or a header. */
+typedef struct resil_http_param {
+  const char *name;
+  const char *value;
+} resil_http_param;
+
+/* What an interceptor sees of the attempt about to be made. */
+typedef struct resil_http_attempt_info {
+  const char *endpoint;        /* endpoint name                          */
+  const char *method;          /* "GET", "POST", ...                     */
+  const char *url;             /* full URL, not redacted                 */
+  const void *body;            /* request body as sent (maybe gzipped)   */
+  size_t body_len;
+  const char *idempotency_key; /* NULL when the call sends none          */
+  uint32_t attempt;            /* ctx->attempt (0 without a retry layer) */
+} resil_http_attempt_info;
+
+/* Runs before every attempt of every call (in the order configured), e.g.
+ * to add a fresh signature or timestamp with resil_http_headers_set().
+ * Returning anything but RESIL_OK stops the attempt: NOT_SENT(LOCAL_ERROR),
+ * nothing sent. */
+typedef resil_status (*resil_http_interceptor_fn)(
+    void *user, const resil_http_attempt_info *info, resil_http_headers *h);
+
+typedef struct resil_http_interceptor {
+  resil_http_interceptor_fn fn;
+  void *user;
+} resil_http_interceptor;
+
+/* Adds header `name` or replaces an endpoint or caller header of that name
+ * (case-insensitive) for this attempt only. Returns RESIL_OK,
+ * RESIL_EMISUSE when name is the idempotency key header (the key is fixed
+ * per logical call and is never changed by an interceptor) or a header the
+ * library owns (Content-Length, Content-Encoding, Transfer-Encoding, Host,
+ * Expect, Connection), RESIL_EINVAL (NULL, a name that is not an HTTP token, a value
+ * with CR, LF or NUL), RESIL_ENOMEM. Only valid inside the interceptor
+ * callback. Since 0.1. */
+RESIL_API resil_status resil_http_headers_set(resil_http_headers *h,
+                                              const char *name,
+                                              const char *value);
+
+typedef enum resil_http_log_level {
+  RESIL_HTTP_LOG_NONE = 0,
+  /* Request line (method, redacted URL) and response status with duration
+   * and outcome. */
+  RESIL_HTTP_LOG_BASIC = 1,
+  /* BASIC plus request and response headers, secrets redacted. */
+  RESIL_HTTP_LOG_HEADERS = 2,
+  /* HEADERS plus bodies (first 4 KiB), with the values of secret-looking
+   * JSON keys and form fields redacted. */
+  RESIL_HTTP_LOG_FULL = 3,
+  /* One line per attempt with metadata only: method, endpoint name, status,
+   * duration, outcome, attempt. No URL, header or body. */
+  RESIL_HTTP_LOG_METADATA = 4
+} resil_http_log_level;
+
+/* Receives one NUL-terminated line without a newline. Redaction happened
+ * before, at every level, case-insensitively:
+ *   - header values of Authorization, Proxy-Authorization, Cookie,
+ *     Set-Cookie, X-Api-Key, Api-Key and of any header whose name contains
+ *     "api-key", "apikey", "api_key", "token", "secret", "password",
+ *     "signature", "credential" or "session";
+ *   - URL userinfo, and query parameter values whose names contain "token",
+ *     "key", "secret", "passw", "pwd", "sig", "auth", "credential",
+ *     "session" or "cookie";
+ *   - at FULL, the same names as JSON keys (the whole value) and form
+ *     fields, and name=value pairs inside JSON strings.
+ * All become "[REDACTED]"; matching errs towards hiding too much. Bodies
+ * that are neither JSON nor forms are logged as they are (first 4 KiB). */
+typedef void (*resil_http_log_fn)(void *user, resil_http_log_level level,
+                                  const char *line);
+
+typedef struct resil_http_client_config {
+  /* Set to 1 by resil_http_client_config_init(). Fields only appended. */
+  unsigned version;
+  /* Instance name for logs; copied. NULL gives "http". */
+  const char *name;
+  /* Required: "http://host[:port][/prefix]" or "https://...", no query, no
+   * fragment, no trailing '/' needed (one is removed). Copied. */
+  const char *base_url;
+  /* Required: 1..1024 endpoints, validated here (templates parsed, names
+   * unique). A bad table fails resil_http_client_new() with RESIL_EINVAL and
+   * err naming the endpoint and the problem; nothing is ever sent. */
+  const resil_http_endpoint *endpoints;
+  size_t endpoint_count;
+  /* Pool slots: attempts in flight at once, and so connections. 1..1024.
+   * Default 16. Each slot keeps at most one idle keep-alive connection. */
+  uint32_t max_connections;
+  /* Attempts in flight at once to one origin (scheme, host, port).
+   * 1..max_connections. Default 16. */
+  uint32_t max_connections_per_host;
+  /* How long an attempt waits for a pool slot before it ends
+   * NOT_SENT(POOL_TIMEOUT) without sending; clipped to the deadline.
+   * 0..1 day; 0 fails at once. Default 1 s. */
+  int64_t lease_timeout_ns;
+  /* Per attempt: DNS + TCP + TLS connect. 1 ms..1 day. Default 10 s. */
+  int64_t connect_timeout_ns;
+  /* Per attempt: from the moment the request starts being sent (each
+   * redirect hop restarts it) to the last byte of the response.
+   * 1 ms..1 day. Default 60 s. Every timeout is also clipped to the
+   * remaining deadline of the resil_ctx. */
+  int64_t response_timeout_ns;
+  /* 0 (default): a 3xx comes back as the answer. 1: follow up to
+   * max_redirects hops within one attempt; hops are counted apart from
+   * attempts (resil_http_info.hops). */
+  int follow_redirects;
+  /* 0..50. Default 5. */
+  uint32_t max_redirects;
+  /* 1: gzip request bodies strictly larger than gzip_min_bytes whose
+   * Content-Type media type (parameters ignored, case-insensitive) is in
+   * gzip_media_types, and send Content-Encoding: gzip. The server must
+   * accept gzip request bodies. 0 or 1. Default 0. */
+  int request_gzip;
+  /* 0..1 GiB. Default 2048: a 2049-byte body is compressed, 2048 is not. */
+  size_t gzip_min_bytes;
+  /* NULL-terminated media types; NULL gives application/json,
+   * application/xml, text/xml. An empty list matches nothing. Copied. */
+  const char *const *gzip_media_types;
+  /* 1: send Accept-Encoding with the encodings libcurl can decode (gzip,
+   * deflate, ...) and decode the response. 0 or 1. Default 1. */
+  int response_decompression;
+  /* Default RESIL_HTTP_RESEND_NEVER. */
+  resil_http_resend resend_stale;
+  /* Header carrying the idempotency key. Default "Idempotency-Key". Copied. */
+  const char *idempotency_header;
+  /* Largest response body kept, 1..1 GiB. A larger body aborts the
+   * attempt: UNKNOWN(CONNECTION_CLOSED) with the status kept on the
+   * response. Default 64 MiB. */
+  size_t max_response_bytes;
+  /* Client-wide decoder hook (endpoints may override); NULL for none. */
+  resil_http_decoder_fn decoder;
+  void *decoder_user;
+  /* 0..16 interceptors; copied. Default none. */
+  const resil_http_interceptor *interceptors;
+  size_t interceptor_count;
+  /* Default RESIL_HTTP_LOG_NONE; a level other than NONE needs log_fn. */
+  resil_http_log_level log_level;
+  resil_http_log_fn log_fn;
+  void *log_user;
+  /* Proxy URL, or NULL (default) for a direct connection whatever the
+   * environment says. Copied. */
+  const char *proxy;
+  /* TLS: 1 (default) verifies the peer's certificate and host name. 0 is
+   * for tests against self-signed servers only. */
+  int verify_peer;
+  /* CA bundle file, NULL (default) for the system's. Copied. */
+  const char *ca_file;
+  /* User-Agent; NULL gives "libresil/<version>". Copied. */
+  const char *user_agent;
+  /* Clock for Retry-After HTTP-dates (wall time); NULL = system. Transfers
+   * always run on real time; the deadline is read on the ctx's clock once
+   * when the attempt starts. */
+  const resil_clock *clock;
+  /* NULL = malloc/free. Used for libresil's own memory (libcurl, jansson
+   * and zlib use their own). */
+  const resil_allocator *alloc;
+} resil_http_client_config;
+
+/* Writes the documented defaults. NULL is a no-op. Since 0.1. */
+RESIL_API void resil_http_client_config_init(resil_http_client_config *cfg);
+
+/* Validates cfg and the endpoint table and creates a client; no connection
+ * is made yet (pool slots are set up on first use). Returns RESIL_OK,
+ * RESIL_EINVAL (NULL argument, a field out of range, or a bad endpoint: err
+ * has the field, e.g. "endpoints[2].path", and a message naming the
+ * endpoint and the problem), RESIL_ENOMEM, RESIL_ESYS (mutex or libcurl
+ * global initialisation failed). *out untouched on failure. Since 0.1. */
+RESIL_API resil_status resil_http_client_new(const resil_http_client_config *cfg,
+                                             resil_http_client **out,
+                                             resil_error *err);
+
+/* Releases the caller's reference. The client's memory, connections and
+ * libcurl handles live until its last request (and the last attempt still
+ * running on any thread) is gone, so freeing the client while abandoned
+ * attempts run is safe; no new request may be made on it afterwards. NULL
+ * is a no-op. Since 0.1. */
+RESIL_API void resil_http_client_free(resil_http_client *c);
+
+/* The client's name; "?" for an invalid handle. Since 0.1. */
+RESIL_API const char *resil_http_client_name(const resil_http_client *c);
+
+typedef struct resil_http_stats {
+  uint64_t requests;           /* logical calls (requests) created        */
+  uint64_t attempts;           /* attempts that got a pool slot, plus
+                                  allowed hidden re-sends                 */
+  uint64_t requests_sent;      /* requests put on the wire, every redirect
+                                  hop and allowed re-send included        */
+  uint64_t hops;               /* redirects followed                      */
+  uint64_t connections_opened; /* sockets opened for connections          */
+  uint64_t resends_prevented;  /* hidden re-sends refused                 */
+  uint64_t resends_counted;    /* hidden re-sends allowed (IF_SAFE)       */
+  uint64_t lease_timeouts;     /* attempts ended NOT_SENT(POOL_TIMEOUT)   */
+  uint64_t decode_errors;      /* answered attempts with reason DECODE    */
+  /* Attempt outcomes by kind, indexed by resil_outcome_kind (0 unused). */
+  uint64_t outcomes[5];
+  uint32_t leased;             /* pool slots in use now                   */
+  uint32_t max_connections;    /* pool size                               */
+} resil_http_stats;
+
+/* Snapshot of the counters (each read atomically). Returns RESIL_OK,
+ * RESIL_EINVAL (out NULL), RESIL_EMISUSE (invalid handle). Thread-safe.
+ * Since 0.1. */
+RESIL_API resil_status resil_http_client_get_stats(const resil_http_client *c,
+                                                   resil_http_stats *out);
+
+/* ---- logical calls ---------------------------------------------------- */
+
+/* What the caller binds for one logical call. Pointers are read by
+ * resil_http_request_new() and copied; nothing is kept. */
+typedef struct resil_http_args {
+  /* Set to 1 by resil_http_args_init(). */
+  unsigned version;
+  /* Values for the {placeholders} of the path, query and header templates.
+   * Every placeholder needs one; extra entries are ignored. */
+  const resil_http_param *params;
+  size_t param_count;
+  /* Extra query parameters appended after the template's (both name and
+   * value percent-encoded). */
+  const resil_http_param *query;
+  size_t query_count;
+  /* Extra request headers ("Name", "value"), after the endpoint's. Names
+   * libresil owns (Content-Length, Content-Encoding, Transfer-Encoding,
+   * Host, Expect, Connection, the idempotency header) are refused. */
+  const resil_http_param *headers;
+  size_t header_count;
+  /* Request body: bytes (RAW) or JSON text (JSON codec). NULL with
+   * body_len 0 sends an empty body on POST/PUT/PATCH and none otherwise. */
+  const void *body;
+  size_t body_len;
+  /* JSON codec only: a JSON value serialised once (compact) instead of
+   * body. Not kept. */
+  const json_t *json;
+  /* A caller-chosen idempotency key, sent as is on every attempt (any
+   * endpoint); NULL generates one when the endpoint says
+   * RESIL_HTTP_KEY_SEND. 1..255 visible ASCII characters. */
+  const char *idempotency_key;
+} resil_http_args;
+
+/* Writes empty arguments. NULL is a no-op. Since 0.1. */
+RESIL_API void resil_http_args_init(resil_http_args *args);
+
+/* Builds a logical call: finds the endpoint, binds the parameters
+ * (percent-encoding path and query values), serialises and, when
+ * configured, gzips the body, and fixes the idempotency key (random 128-bit
+ * hex from getrandom(), generated here once). args may be NULL (no
+ * parameters). Returns RESIL_OK, RESIL_EINVAL (unknown endpoint, missing
+ * placeholder value, CR/LF in a header value, a reserved header, a bad
+ * key, a body on HEAD, a JSON value on a RAW endpoint; err says which),
+ * RESIL_EMISUSE (invalid or freed client),
+ * RESIL_ENOMEM, RESIL_EIO (getrandom failed). Nothing is sent. Thread-safe.
+ * Since 0.1. */
+RESIL_API resil_status resil_http_request_new(resil_http_client *c,
+                                              const char *endpoint,
+                                              const resil_http_args *args,
+                                              resil_http_request **out,
+                                              resil_error *err);
+
+/* ONE physical attempt of the logical call `req` (a resil_http_request *),
+ * with the resil_call_fn signature so that it plugs into any policy:
+ *
+ *   resil_ctx ctx;
+ *   resil_ctx_init(&ctx);
+ *   ctx.flags = resil_http_request_call_flags(req);
+ *   resil_ctx_set_timeout_ns(&ctx, 700 * 1000000LL);
+ *   resil_outcome o = resil_retry_run(retry, &ctx, resil_http_request_attempt, req);
+ *
+ * ctx may be NULL (no deadline, no token). The pool lease, connect and
+ * response timeouts are each clipped to the remaining deadline, read once
+ * at the start; ctx->cancel aborts the transfer within about 10 ms;
+ * ctx->attempt is logged and shown to interceptors. Returns the attempt's
+ * outcome (see the top of this file); an invalid req gives
+ * NOT_SENT(LOCAL_ERROR).
+ *
+ * Abandoned attempts: each attempt writes into its own pool slot's
+ * response and, when it ends, publishes it into the request under the
+ * request's lock only if no later attempt of the same request has started
+ * and the response has not been taken; otherwise its response is dropped.
+ * Every running attempt holds a reference on the request (and the request
+ * on its client), so resil_http_request_free() and resil_http_client_free()
+ * may be called while an abandoned attempt still runs: the memory goes when
+ * the last attempt ends. Since 0.1. */
+RESIL_API resil_outcome resil_http_request_attempt(void *req,
+                                                   const resil_ctx *ctx);
+
+/* RESIL_CALL_IDEMPOTENT when the endpoint is idempotent, and
+ * RESIL_CALL_STABLE_KEY when the call carries an idempotency key: the flags
+ * a retry layer needs in ctx->flags. 0 for NULL. Since 0.1. */
+RESIL_API uint32_t resil_http_request_call_flags(const resil_http_request *req);
+
+/* The call's idempotency key (owned by req), or NULL when it sends none.
+ * Since 0.1. */
+RESIL_API const char *resil_http_request_idempotency_key(
+    const resil_http_request *req);
+
+/* Takes the response of the latest attempt that finished and published
+ * (see resil_http_request_attempt), and stops any later publication: an
+ * attempt still running afterwards drops its result. The caller owns the
+ * result and frees it with resil_http_response_free(). Returns NULL when no
+ * attempt has published (none made, all abandoned, or taken before) or out
+ * of memory. Thread-safe. Since 0.1. */
+RESIL_API resil_http_response *resil_http_request_take_response(
+    resil_http_request *req);
+
+/* Releases the caller's reference; attempts still running keep the memory
+ * alive until they end. NULL is a no-op. Since 0.1. */
+RESIL_API void resil_http_request_free(resil_http_request *req);
+
+/* Convenience: one logical call. Builds the request, sets ctx->flags from
+ * it (added to the caller's), runs it through `retry` (resil_retry_run)
+ * or, when retry is NULL, makes exactly one attempt (the HTTP layer never
+ * retries by itself), takes the response into *out (may be NULL: then the
+ * response is dropped) and frees the request. Policy chains (breaker, time
+ * limiter, bulkhead) compose with resil_http_request_attempt instead. A
+ * request that cannot be built returns NOT_SENT(LOCAL_ERROR) and, when out
+ * is not NULL, a response whose resil_http_response_error() says why.
+ * Since 0.1. */
+RESIL_API resil_outcome resil_http_call(resil_http_client *c,
+                                        const char *endpoint,
+                                        const resil_http_args *args,
+                                        resil_retry *retry,
+                                        const resil_ctx *ctx,
+                                        resil_http_response **out);
+
+/* ---- responses -------------------------------------------------------- */
+
+/* Per-attempt facts. */
+typedef struct resil_http_info {
+  uint32_t attempt;       /* ctx->attempt of the attempt that produced it   */
+  uint32_t hops;          /* redirects followed within the attempt          */
+  uint32_t resends;       /* hidden re-sends allowed within the attempt     */
+  uint32_t connections;   /* sockets opened by the attempt                  */
+  unsigned local_port;    /* local TCP port of the (last) connection, 0 if
+                             none was made                                 */
+  int reused_connection;  /* 1 when the request went on a pooled connection */
+  int64_t lease_wait_ns;  /* waiting for a pool slot                        */
+  int64_t connect_ns;     /* CURLINFO_CONNECT_TIME_T (0 when reused)        */
+  int64_t first_byte_ns;  /* CURLINFO_STARTTRANSFER_TIME_T                  */
+  int64_t total_ns;       /* the whole attempt, lease included              */
+} resil_http_info;
+
+/* The outcome of the attempt that produced the response. When a time
+ * limiter gave up on that attempt, the chain reports its own timeout while
+ * this says what the transfer ended with. Since 0.1. */
+RESIL_API resil_outcome resil_http_response_outcome(const resil_http_response *r);
+/* HTTP status of the final response (after redirects), 0 when none came
+ * back. Since 0.1. */
+RESIL_API int resil_http_response_status(const resil_http_response *r);
+/* Body bytes (decoded from Content-Encoding), NUL-terminated for
+ * convenience (the NUL is not counted); owned by r. *len may be NULL.
+ * Never NULL for a valid response ("" when empty). Since 0.1. */
+RESIL_API const void *resil_http_response_body(const resil_http_response *r,
+                                               size_t *len);
+/* The decoded body of a JSON endpoint, owned by r (json_incref to keep it
+ * longer); NULL for a RAW endpoint, an empty or undecodable body. Since 0.1. */
+RESIL_API json_t *resil_http_response_json(const resil_http_response *r);
+/* 1 when the response carries no content: 204, 205, 304, or an empty body
+ * (unless the endpoint sets empty_is_error). Since 0.1. */
+RESIL_API int resil_http_response_is_empty(const resil_http_response *r);
+/* Why the JSON body could not be decoded (jansson's message with line and
+ * column), or NULL when it was (or nothing needed decoding). Since 0.1. */
+RESIL_API const char *resil_http_response_decode_error(const resil_http_response *r);
+/* libcurl's or libresil's message for a failed attempt (e.g. "Failed to
+ * connect to 127.0.0.1 port 9: Connection refused"), or NULL. Since 0.1. */
+RESIL_API const char *resil_http_response_error(const resil_http_response *r);
+/* Value of the final response's header `name` (case-insensitive; the first
+ * one when repeated), NULL when absent. Owned by r. Since 0.1. */
+RESIL_API const char *resil_http_response_header(const resil_http_response *r,
+                                                 const char *name);
+/* Fills *out. Returns RESIL_OK or RESIL_EINVAL (NULL). Since 0.1. */
+RESIL_API resil_status resil_http_response_info(const resil_http_response *r,
+                                                resil_http_info *out);
+/* NULL is a no-op. Since 0.1. */
+RESIL_API void resil_http_response_free(resil_http_response *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,664 @@
+/* The client: config validation, the compiled endpoint table, the pool of
+ * transfer slots and the counters. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "http_int.h"
+
+#define HTTP_MAX_ENDPOINTS 1024u
+#define HTTP_MAX_SLOTS 1024u
+#define HTTP_MAX_INTERCEPTORS 16u
+#define HTTP_DAY_NS (INT64_C(86400) * RESIL_NS_PER_S)
+#define HTTP_GIB ((size_t)1 << 30)
+
+int64_t resil__http_mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec;
+}
+
+const char *resil__http_method_name(resil_http_method m) {
+  switch (m) {
+  case RESIL_HTTP_GET: return "GET";
+  case RESIL_HTTP_HEAD: return "HEAD";
+  case RESIL_HTTP_POST: return "POST";
+  case RESIL_HTTP_PUT: return "PUT";
+  case RESIL_HTTP_PATCH: return "PATCH";
+  case RESIL_HTTP_DELETE: return "DELETE";
+  case RESIL_HTTP_OPTIONS: return "OPTIONS";
+  }
+  return "GET";
+}
+
+void resil_http_client_config_init(resil_http_client_config *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->version = 1;
+  cfg->max_connections = 16;
+  cfg->max_connections_per_host = 16;
+  cfg->lease_timeout_ns = RESIL_NS_PER_S;
+  cfg->connect_timeout_ns = 10 * RESIL_NS_PER_S;
+  cfg->response_timeout_ns = 60 * RESIL_NS_PER_S;
+  cfg->follow_redirects = 0;
+  cfg->max_redirects = 5;
+  cfg->request_gzip = 0;
+  cfg->gzip_min_bytes = 2048;
+  cfg->gzip_media_types = NULL;
+  cfg->response_decompression = 1;
+  cfg->resend_stale = RESIL_HTTP_RESEND_NEVER;
+  cfg->idempotency_header = "Idempotency-Key";
+  cfg->max_response_bytes = 64u << 20;
+  cfg->log_level = RESIL_HTTP_LOG_NONE;
+  cfg->verify_peer = 1;
+}
+
+/* ---- small string helpers ------------------------------------------------ */
+
+static char *dup_n(const resil_allocator *a, const char *s, size_t n) {
+  char *p = resil__alloc(a, n + 1);
+  if (!p) return NULL;
+  memcpy(p, s, n);
+  p[n] = '\0';
+  return p;
+}
+
+static int lc(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+static int valid_name(const char *s) {
+  size_t n = 0;
+  for (; s[n]; n++) {
+    int c = (unsigned char)s[n];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '_' || c == '.' || c == '-'))
+      return 0;
+  }
+  return n >= 1 && n <= 63;
+}
+
+/* Validates an absolute http(s) base URL and writes its origin key
+ * ("scheme://host:port", lower case) into key. Returns NULL when valid, else
+ * the problem. */
+static const char *parse_base(const char *url, char *key, size_t keylen) {
+  size_t slen;
+  const char *scheme;
+  if (strncmp(url, "http://", 7) == 0) {
+    slen = 7;
+    scheme = "http";
+  } else if (strncmp(url, "https://", 8) == 0) {
+    slen = 8;
+    scheme = "https";
+  } else {
+    return "must start with http:// or https://";
+  }
+  for (const char *p = url; *p; p++) {
+    unsigned char c = (unsigned char)*p;
+    if (c <= 0x20 || c >= 0x7f) return "must not contain spaces, control or non-ASCII characters";
+    if (c == '?' || c == '#') return "must not contain a query or a fragment";
+    if (c == '{' || c == '}') return "must not contain placeholders";
+  }
+  const char *auth = url + slen;
+  const char *end = auth;
+  while (*end && *end != '/') end++;
+  const char *host = auth;
+  for (const char *p = auth; p < end; p++)
+    if (*p == '@') host = p + 1;
+  if (host == end) return "has no host";
+  const char *port = NULL;
+  const char *hend = end;
+  if (*host == '[') {
+    const char *rb = memchr(host, ']', (size_t)(end - host));
+    if (!rb) return "has an unclosed '[' in the host";
+    hend = rb + 1;
+    if (hend < end) {
+      if (*hend != ':') return "has characters after the IPv6 host";
+      port = hend + 1;
+    }
+  } else {
+    const char *colon = memchr(host, ':', (size_t)(end - host));
+    if (colon) {
+      hend = colon;
+      port = colon + 1;
+    }
+  }
+  if (hend == host) return "has no host";
+  long pnum = strcmp(scheme, "https") == 0 ? 443 : 80;
+  if (port) {
+    if (port == end) return "has an empty port";
+    pnum = 0;
+    for (const char *p = port; p < end; p++) {
+      if (*p < '0' || *p > '9') return "has a port that is not a number";
+      pnum = pnum * 10 + (*p - '0');
+      if (pnum > 65535) return "has a port above 65535";
+    }
+    if (pnum == 0) return "has port 0";
+  }
+  int n = snprintf(key, keylen, "%s://%.*s:%ld", scheme, (int)(hend - host), host, pnum);
+  if (n < 0 || (size_t)n >= keylen) return "has a host name that is too long";
+  for (char *p = key; *p; p++) *p = (char)lc((unsigned char)*p);
+  return NULL;
+}
+
+static int media_type_eq(const char *ct, const char *type) {
+  /* Compares the media type of ct (before ';', spaces trimmed) with type. */
+  while (*ct == ' ' || *ct == '\t') ct++;
+  size_t n = 0;
+  while (ct[n] && ct[n] != ';') n++;
+  while (n > 0 && (ct[n - 1] == ' ' || ct[n - 1] == '\t')) n--;
+  size_t tl = strlen(type);
+  if (tl != n) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (lc((unsigned char)ct[i]) != lc((unsigned char)type[i])) return 0;
+  return 1;
+}
+
+/* ---- endpoint compilation -------------------------------------------------- */
+
+static resil_status tpl_compile(resil_http_client *c, size_t idx,
+                                const char *ename, const char *field,
+                                const char *src, http_tpl_kind kind,
+                                http_tpl *out, resil_error *err) {
+  char fname[48];
+  snprintf(fname, sizeof fname, "endpoints[%u].%.20s", (unsigned)idx, field);
+  size_t len = strlen(src);
+  uint32_t n = 0;
+  size_t off = 0;
+  const char *why = NULL;
+  if (resil__http_tpl_parse(src, len, kind, NULL, 0, &n, &off, &why) != 0)
+    return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu in \"%.60s\"",
+                      ename, why, off, src);
+  out->src = src;
+  out->nparts = n;
+  out->parts = n ? resil__calloc(c->alloc, n * sizeof *out->parts) : NULL;
+  if (n && !out->parts) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  resil__http_tpl_parse(src, len, kind, out->parts, n, &n, &off, &why);
+  return RESIL_OK;
+}
+
+static void endpoint_free(const resil_allocator *a, http_endpoint *e) {
+  resil__free(a, e->name);
+  resil__free(a, e->content_type);
+  resil__free(a, e->path.parts);
+  resil__free(a, e->query.parts);
+  for (uint32_t i = 0; e->headers && i < e->nheaders; i++) {
+    resil__free(a, e->headers[i].name);
+    resil__free(a, e->headers[i].value.parts);
+  }
+  resil__free(a, e->headers);
+  resil__free(a, e->base);
+  resil__free(a, e->tpl_store);
+}
+
+static int method_idempotent(resil_http_method m) {
+  return m != RESIL_HTTP_POST && m != RESIL_HTTP_PATCH;
+}
+
+static resil_status origin_index(resil_http_client *c, const char *key,
+                                 uint32_t *out, resil_error *err) {
+  for (uint32_t i = 0; i < c->norigins; i++)
+    if (strcmp(c->origins[i], key) == 0) {
+      *out = i;
+      return RESIL_OK;
+    }
+  char *k = dup_n(c->alloc, key, strlen(key));
+  if (!k) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  c->origins[c->norigins] = k;
+  *out = c->norigins++;
+  return RESIL_OK;
+}
+
+static resil_status compile_endpoint(resil_http_client *c, size_t idx,
+                                     const resil_http_endpoint *src,
+                                     const char *const *gzip_types,
+                                     const char *client_base,
+                                     http_endpoint *e, resil_error *err) {
+  char fname[48];
+  const resil_allocator *a = c->alloc;
+#define EFIELD(f) (snprintf(fname, sizeof fname, "endpoints[%u].%.20s", (unsigned)idx, f), fname)
+  if (!src->name || !valid_name(src->name))
+    return resil__err(err, RESIL_EINVAL, EFIELD("name"),
+                      "must be 1..63 characters of A-Z a-z 0-9 _ . -, got \"%.40s\"",
+                      src->name ? src->name : "(null)");
+  const char *en = src->name;
+  for (size_t i = 0; i < idx; i++)
+    if (strcmp(c->eps[i].name, en) == 0)
+      return resil__err(err, RESIL_EINVAL, EFIELD("name"),
+                        "endpoint '%s': name already used by endpoints[%zu]", en, i);
+  if ((unsigned)src->method > RESIL_HTTP_OPTIONS)
+    return resil__err_range(err, EFIELD("method"), 0, RESIL_HTTP_OPTIONS, (int64_t)src->method, NULL);
+  if ((unsigned)src->idempotent > RESIL_HTTP_IDEMPOTENT_NO)
+    return resil__err_range(err, EFIELD("idempotent"), 0, 2, (int64_t)src->idempotent, NULL);
+  if ((unsigned)src->request_codec > RESIL_HTTP_CODEC_JSON)
+    return resil__err_range(err, EFIELD("request_codec"), 0, 1, (int64_t)src->request_codec, NULL);
+  if ((unsigned)src->response_codec > RESIL_HTTP_CODEC_JSON)
+    return resil__err_range(err, EFIELD("response_codec"), 0, 1, (int64_t)src->response_codec, NULL);
+  if ((unsigned)src->idempotency_key > RESIL_HTTP_KEY_SEND)
+    return resil__err_range(err, EFIELD("idempotency_key"), 0, 1, (int64_t)src->idempotency_key, NULL);
+  if (src->empty_is_error != 0 && src->empty_is_error != 1)
+    return resil__err_range(err, EFIELD("empty_is_error"), 0, 1, src->empty_is_error, NULL);
+  if (!src->path)
+    return resil__err(err, RESIL_EINVAL, EFIELD("path"), "endpoint '%s': path is required", en);
+
+  e->name = dup_n(a, en, strlen(en));
+  if (!e->name) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  e->method = src->method;
+  e->idempotent = src->idempotent == RESIL_HTTP_IDEMPOTENT_DEFAULT
+                      ? method_idempotent(src->method)
+                      : src->idempotent == RESIL_HTTP_IDEMPOTENT_YES;
+  e->req_codec = src->request_codec;
+  e->resp_codec = src->response_codec;
+  e->key_mode = src->idempotency_key;
+  e->empty_is_error = src->empty_is_error;
+  e->decoder = src->decoder;
+  e->decoder_user = src->decoder_user;
+
+  const char *ct = src->content_type;
+  if (!ct) ct = src->request_codec == RESIL_HTTP_CODEC_JSON ? "application/json" : NULL;
+  if (ct) {
+    for (const char *p = ct; *p; p++)
+      if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
+        return resil__err(err, RESIL_EINVAL, EFIELD("content_type"),
+                          "endpoint '%s': control character in the content type", en);
+    e->content_type = dup_n(a, ct, strlen(ct));
+    if (!e->content_type) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+    for (size_t i = 0; gzip_types && gzip_types[i]; i++)
+      if (media_type_eq(ct, gzip_types[i])) e->gzip_type = 1;
+  }
+
+  /* One block holds the copies of every template source. */
+  size_t plen = strlen(src->path) + 1;
+  size_t qlen = src->query ? strlen(src->query) + 1 : 0;
+  size_t hlen = 0, nh = 0;
+  for (size_t i = 0; src->headers && src->headers[i]; i++) {
+    hlen += strlen(src->headers[i]) + 1;
+    nh++;
+  }
+  if (nh > 64)
+    return resil__err_range(err, EFIELD("headers"), 0, 64, (int64_t)nh, NULL);
+  e->tpl_store = resil__alloc(a, plen + qlen + hlen);
+  if (!e->tpl_store) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  char *w = e->tpl_store;
+  memcpy(w, src->path, plen);
+  resil_status st = tpl_compile(c, idx, en, "path", w, HTTP_TPL_PATH, &e->path, err);
+  if (st != RESIL_OK) return st;
+  w += plen;
+  if (src->query) {
+    memcpy(w, src->query, qlen);
+    st = tpl_compile(c, idx, en, "query", w, HTTP_TPL_QUERY, &e->query, err);
+    if (st != RESIL_OK) return st;
+    w += qlen;
+  }
+  if (nh) {
+    e->headers = resil__calloc(a, nh * sizeof *e->headers);
+    if (!e->headers) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  for (size_t i = 0; i < nh; i++) {
+    const char *h = src->headers[i];
+    size_t n = strlen(h);
+    memcpy(w, h, n + 1);
+    size_t k = 0;
+    while (k < n && resil__http_tchar((unsigned char)w[k])) k++;
+    char hf[24];
+    snprintf(hf, sizeof hf, "headers[%zu]", i);
+    if (k == 0 || k >= n || w[k] != ':')
+      return resil__err(err, RESIL_EINVAL, EFIELD(hf),
+                        "endpoint '%s': header must be \"Name: value\" with a token name, got \"%.60s\"",
+                        en, h);
+    e->headers[i].name = dup_n(a, w, k);
+    if (!e->headers[i].name) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+    e->headers[i].name_len = k;
+    e->nheaders = (uint32_t)(i + 1);
+    const char *v = w + k + 1;
+    while (*v == ' ' || *v == '\t') v++;
+    st = tpl_compile(c, idx, en, hf, (char *)v, HTTP_TPL_HEADER, &e->headers[i].value, err);
+    if (st != RESIL_OK) return st;
+    w += n + 1;
+  }
+
+  const char *base = src->base_url ? src->base_url : client_base;
+  char key[300];
+  const char *why = parse_base(base, key, sizeof key);
+  if (why)
+    return resil__err(err, RESIL_EINVAL, EFIELD("base_url"), "endpoint '%s': base_url %s",
+                      en, why);
+  size_t bl = strlen(base);
+  while (bl > 0 && base[bl - 1] == '/') bl--;
+  e->base = dup_n(a, base, bl);
+  if (!e->base) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  return origin_index(c, key, &e->origin, err);
+#undef EFIELD
+}
+
+/* ---- client lifetime ---------------------------------------------------------- */
+
+static void client_destroy(resil_http_client *c) {
+  const resil_allocator *a = c->alloc;
+  for (uint32_t i = 0; c->slots && i < c->nslots; i++)
+    resil__http_slot_cleanup(c, &c->slots[i]);
+  resil__free(a, c->slots);
+  resil__free(a, c->free_stack);
+  for (size_t i = 0; c->eps && i < c->neps; i++) endpoint_free(a, &c->eps[i]);
+  resil__free(a, c->eps);
+  for (uint32_t i = 0; c->origins && i < c->norigins; i++) resil__free(a, c->origins[i]);
+  resil__free(a, c->origins);
+  resil__free(a, c->origin_inuse);
+  resil__free(a, c->interceptors);
+  resil__free(a, c->name);
+  resil__free(a, c->idem_header);
+  resil__free(a, c->proxy);
+  resil__free(a, c->ca_file);
+  resil__free(a, c->user_agent);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  int inited = c->curl_inited;
+  c->magic = RESIL_MAGIC_DEAD;
+  resil__free(a, c);
+  if (inited) curl_global_cleanup();
+}
+
+void resil__http_client_ref(resil_http_client *c) {
+  atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+}
+
+void resil__http_client_unref(resil_http_client *c) {
+  if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
+    client_destroy(c);
+}
+
+static resil_status check_config(const resil_http_client_config *cfg,
+                                 resil_error *err) {
+  resil_status st;
+  if (cfg->version < 1)
+    return resil__err(err, RESIL_EINVAL, "version",
+                      "must be set by resil_http_client_config_init(), got %u", cfg->version);
+  if (!cfg->base_url) return resil__err(err, RESIL_EINVAL, "base_url", "is required");
+  char key[300];
+  const char *why = parse_base(cfg->base_url, key, sizeof key);
+  if (why) return resil__err(err, RESIL_EINVAL, "base_url", "%s", why);
+  if (!cfg->endpoints && cfg->endpoint_count)
+    return resil__err(err, RESIL_EINVAL, "endpoints", "is NULL with endpoint_count %zu",
+                      cfg->endpoint_count);
+  if ((st = resil__check_range(err, "endpoint_count", (int64_t)cfg->endpoint_count, 1,
+                               HTTP_MAX_ENDPOINTS)))
+    return st;
+  if ((st = resil__check_range(err, "max_connections", cfg->max_connections, 1, HTTP_MAX_SLOTS)))
+    return st;
+  if (cfg->max_connections_per_host < 1 ||
+      cfg->max_connections_per_host > cfg->max_connections) {
+    char what[48];
+    snprintf(what, sizeof what, "1..max_connections (%u)", cfg->max_connections);
+    return resil__err_range(err, "max_connections_per_host", 1, cfg->max_connections,
+                            cfg->max_connections_per_host, what);
+  }
+  if ((st = resil__check_range(err, "lease_timeout_ns", cfg->lease_timeout_ns, 0, HTTP_DAY_NS)))
+    return st;
+  if ((st = resil__check_range(err, "connect_timeout_ns", cfg->connect_timeout_ns,
+                               RESIL_NS_PER_MS, HTTP_DAY_NS)))
+    return st;
+  if ((st = resil__check_range(err, "response_timeout_ns", cfg->response_timeout_ns,
+                               RESIL_NS_PER_MS, HTTP_DAY_NS)))
+    return st;
+  if ((st = resil__check_range(err, "follow_redirects", cfg->follow_redirects, 0, 1))) return st;
+  if ((st = resil__check_range(err, "max_redirects", cfg->max_redirects, 0, 50))) return st;
+  if ((st = resil__check_range(err, "request_gzip", cfg->request_gzip, 0, 1))) return st;
+  if ((st = resil__check_range(err, "gzip_min_bytes", (int64_t)cfg->gzip_min_bytes, 0,
+                               (int64_t)HTTP_GIB)))
+    return st;
+  if ((st = resil__check_range(err, "response_decompression", cfg->response_decompression, 0, 1)))
+    return st;
+  if ((st = resil__check_range(err, "resend_stale", (int64_t)cfg->resend_stale, 0, 1))) return st;
+  if (!cfg->idempotency_header || !cfg->idempotency_header[0])
+    return resil__err(err, RESIL_EINVAL, "idempotency_header", "must be a header name");
+  for (const char *p = cfg->idempotency_header; *p; p++)
+    if (!resil__http_tchar((unsigned char)*p))
+      return resil__err(err, RESIL_EINVAL, "idempotency_header",
+                        "must be an HTTP token, got \"%.40s\"", cfg->idempotency_header);
+  if ((st = resil__check_range(err, "max_response_bytes", (int64_t)cfg->max_response_bytes, 1,
+                               (int64_t)HTTP_GIB)))
+    return st;
+  if ((st = resil__check_range(err, "interceptor_count", (int64_t)cfg->interceptor_count, 0,
+                               HTTP_MAX_INTERCEPTORS)))
+    return st;
+  for (size_t i = 0; i < cfg->interceptor_count; i++)
+    if (!cfg->interceptors || !cfg->interceptors[i].fn)
+      return resil__err(err, RESIL_EINVAL, "interceptors", "interceptors[%zu].fn is NULL", i);
+  if ((st = resil__check_range(err, "log_level", (int64_t)cfg->log_level, 0,
+                               RESIL_HTTP_LOG_METADATA)))
+    return st;
+  if (cfg->log_level != RESIL_HTTP_LOG_NONE && !cfg->log_fn)
+    return resil__err(err, RESIL_EINVAL, "log_fn", "is required when log_level is not NONE");
+  if ((st = resil__check_range(err, "verify_peer", cfg->verify_peer, 0, 1))) return st;
+  return RESIL_OK;
+}
+
+static const char *const default_gzip_types[] = {"application/json", "application/xml",
+                                                 "text/xml", NULL};
+
+resil_status resil_http_client_new(const resil_http_client_config *cfg,
+                                   resil_http_client **out, resil_error *err) {
+  if (!cfg || !out)
+    return resil__err(err, RESIL_EINVAL, NULL, "cfg and out must not be NULL");
+  resil_status st = check_config(cfg, err);
+  if (st != RESIL_OK) return st;
+  const resil_allocator *a = cfg->alloc;
+  resil_http_client *c = resil__calloc(a, sizeof *c);
+  if (!c) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  c->alloc = a;
+  c->clock = resil__clock(cfg->clock);
+  atomic_init(&c->refs, 1);
+  atomic_init(&c->user_freed, 0);
+  if (pthread_mutex_init(&c->mu, NULL) != 0) {
+    resil__free(a, c);
+    return resil__err(err, RESIL_ESYS, NULL, "pthread_mutex_init failed");
+  }
+  pthread_condattr_t ca;
+  int cv_ok = pthread_condattr_init(&ca) == 0;
+  if (cv_ok) {
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    cv_ok = pthread_cond_init(&c->cv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+  }
+  if (!cv_ok) {
+    pthread_mutex_destroy(&c->mu);
+    resil__free(a, c);
+    return resil__err(err, RESIL_ESYS, NULL, "pthread_cond_init failed");
+  }
+  /* From here on client_destroy() cleans up whatever was made. */
+  int ok = 1;
+  const char *nm = cfg->name ? cfg->name : "http";
+  c->name = dup_n(a, nm, strlen(nm));
+  c->idem_header = dup_n(a, cfg->idempotency_header, strlen(cfg->idempotency_header));
+  c->idem_header_len = strlen(cfg->idempotency_header);
+  ok = c->name && c->idem_header;
+  if (ok && cfg->proxy) ok = (c->proxy = dup_n(a, cfg->proxy, strlen(cfg->proxy))) != NULL;
+  if (ok && cfg->ca_file) ok = (c->ca_file = dup_n(a, cfg->ca_file, strlen(cfg->ca_file))) != NULL;
+  if (ok) {
+    char ua[64];
+    const char *u = cfg->user_agent;
+    if (!u) {
+      snprintf(ua, sizeof ua, "libresil/%s", RESIL_VERSION_STRING);
+      u = ua;
+    }
+    ok = (c->user_agent = dup_n(a, u, strlen(u))) != NULL;
+  }
+  if (ok && cfg->interceptor_count) {
+    c->interceptors = resil__alloc(a, cfg->interceptor_count * sizeof *c->interceptors);
+    ok = c->interceptors != NULL;
+    if (ok) {
+      memcpy(c->interceptors, cfg->interceptors, cfg->interceptor_count * sizeof *c->interceptors);
+      c->ninterceptors = cfg->interceptor_count;
+    }
+  }
+  c->nslots = cfg->max_connections;
+  if (ok) ok = (c->slots = resil__calloc(a, c->nslots * sizeof *c->slots)) != NULL;
+  if (ok) ok = (c->free_stack = resil__alloc(a, c->nslots * sizeof *c->free_stack)) != NULL;
+  size_t ne = cfg->endpoint_count;
+  if (ok) ok = (c->eps = resil__calloc(a, ne * sizeof *c->eps)) != NULL;
+  if (ok) ok = (c->origins = resil__calloc(a, (ne + 1) * sizeof *c->origins)) != NULL;
+  if (!ok) {
+    client_destroy(c);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  for (uint32_t i = 0; i < c->nslots; i++) {
+    c->slots[i].index = i;
+    c->slots[i].origin = -1;
+    c->slots[i].method_set = -1;
+    /* The stack pops from the top: slot 0 first. */
+    c->free_stack[i] = c->nslots - 1 - i;
+  }
+  c->nfree = c->nslots;
+  c->per_host = cfg->max_connections_per_host;
+  c->lease_timeout_ns = cfg->lease_timeout_ns;
+  c->connect_timeout_ns = cfg->connect_timeout_ns;
+  c->response_timeout_ns = cfg->response_timeout_ns;
+  c->follow_redirects = cfg->follow_redirects;
+  c->max_redirects = cfg->max_redirects;
+  c->request_gzip = cfg->request_gzip;
+  c->gzip_min_bytes = cfg->gzip_min_bytes;
+  c->response_decompression = cfg->response_decompression;
+  c->resend_stale = cfg->resend_stale;
+  c->max_response_bytes = cfg->max_response_bytes;
+  c->decoder = cfg->decoder;
+  c->decoder_user = cfg->decoder_user;
+  c->log_level = cfg->log_level;
+  c->log_fn = cfg->log_fn;
+  c->log_user = cfg->log_user;
+  c->verify_peer = cfg->verify_peer;
+
+  /* The client's own origin is origin 0 even when no endpoint uses it. */
+  char key[300];
+  parse_base(cfg->base_url, key, sizeof key);
+  uint32_t o0 = 0;
+  st = origin_index(c, key, &o0, err);
+  const char *const *gz = cfg->gzip_media_types ? cfg->gzip_media_types : default_gzip_types;
+  for (size_t i = 0; st == RESIL_OK && i < ne; i++) {
+    st = compile_endpoint(c, i, &cfg->endpoints[i], gz, cfg->base_url, &c->eps[i], err);
+    c->neps = i + 1;
+  }
+  if (st == RESIL_OK) {
+    c->origin_inuse = resil__calloc(a, c->norigins * sizeof *c->origin_inuse);
+    if (!c->origin_inuse) st = resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  if (st == RESIL_OK) {
+    /* Thread-safe in libcurl >= 7.84 and reference counted by libcurl. */
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+      st = resil__err(err, RESIL_ESYS, NULL, "curl_global_init failed");
+    else
+      c->curl_inited = 1;
+  }
+  if (st != RESIL_OK) {
+    client_destroy(c);
+    return st;
+  }
+  for (int k = 0; k < 5; k++) atomic_init(&c->st_outcomes[k], 0);
+  c->magic = RESIL_MAGIC_HTTP_CLIENT;
+  *out = c;
+  if (err) resil_error_clear(err);
+  return RESIL_OK;
+}
+
+void resil_http_client_free(resil_http_client *c) {
+  if (!c || c->magic != RESIL_MAGIC_HTTP_CLIENT) return;
+  if (atomic_exchange(&c->user_freed, 1)) return;
+  resil__http_client_unref(c);
+}
+
+const char *resil_http_client_name(const resil_http_client *c) {
+  if (!c || c->magic != RESIL_MAGIC_HTTP_CLIENT) return "?";
+  return c->name;
+}
+
+resil_status resil_http_client_get_stats(const resil_http_client *cc,
+                                         resil_http_stats *out) {
+  if (!out) return RESIL_EINVAL;
+  if (!cc || cc->magic != RESIL_MAGIC_HTTP_CLIENT) return RESIL_EMISUSE;
+  resil_http_client *c = (resil_http_client *)cc;
+  memset(out, 0, sizeof *out);
+  out->requests = atomic_load(&c->st_requests);
+  out->attempts = atomic_load(&c->st_attempts);
+  out->requests_sent = atomic_load(&c->st_sent);
+  out->hops = atomic_load(&c->st_hops);
+  out->connections_opened = atomic_load(&c->st_conns);
+  out->resends_prevented = atomic_load(&c->st_prevented);
+  out->resends_counted = atomic_load(&c->st_counted);
+  out->lease_timeouts = atomic_load(&c->st_lease_timeouts);
+  out->decode_errors = atomic_load(&c->st_decode_errors);
+  for (int k = 0; k < 5; k++) out->outcomes[k] = atomic_load(&c->st_outcomes[k]);
+  out->leased = atomic_load(&c->st_leased);
+  out->max_connections = c->nslots;
+  return RESIL_OK;
+}
+
+const http_endpoint *resil__http_find_endpoint(const resil_http_client *c,
+                                               const char *name) {
+  for (size_t i = 0; i < c->neps; i++)
+    if (strcmp(c->eps[i].name, name) == 0) return &c->eps[i];
+  return NULL;
+}
+
+/* ---- the pool ----------------------------------------------------------------- */
+
+static void add_ns(struct timespec *ts, int64_t t) {
+  ts->tv_sec = (time_t)(t / RESIL_NS_PER_S);
+  ts->tv_nsec = (long)(t % RESIL_NS_PER_S);
+}
+
+http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
+                                     int64_t timeout_ns, resil_cancel *cancel,
+                                     http_slot **out) {
+  int64_t until = 0;
+  pthread_mutex_lock(&c->mu);
+  while (c->nfree == 0 || c->origin_inuse[origin] >= c->per_host) {
+    if (cancel && resil_cancel_is_set(cancel)) {
+      pthread_mutex_unlock(&c->mu);
+      return HTTP_LEASE_CANCELLED;
+    }
+    int64_t now = resil__http_mono_ns();
+    if (until == 0) until = resil__sat_add(now, timeout_ns);
+    if (now >= until) {
+      pthread_mutex_unlock(&c->mu);
+      return HTTP_LEASE_TIMEOUT;
+    }
+    /* A cancellation token cannot wake a condition variable, so the wait
+     * is sliced to notice it within 10 ms. */
+    int64_t wake = until;
+    if (cancel && wake - now > 10 * RESIL_NS_PER_MS) wake = now + 10 * RESIL_NS_PER_MS;
+    struct timespec ts;
+    add_ns(&ts, wake);
+    c->waiters++;
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    c->waiters--;
+  }
+  /* Prefer the most recently used slot whose idle connection goes to this
+   * origin: it is the one most likely to be reused (H8). */
+  uint32_t pick = c->nfree - 1;
+  for (uint32_t k = c->nfree; k-- > 0;) {
+    if (c->slots[c->free_stack[k]].origin == (int32_t)origin) {
+      pick = k;
+      break;
+    }
+  }
+  uint32_t idx = c->free_stack[pick];
+  memmove(&c->free_stack[pick], &c->free_stack[pick + 1],
+          (c->nfree - pick - 1) * sizeof *c->free_stack);
+  c->nfree--;
+  c->origin_inuse[origin]++;
+  pthread_mutex_unlock(&c->mu);
+  atomic_fetch_add_explicit(&c->st_leased, 1, memory_order_relaxed);
+  *out = &c->slots[idx];
+  return HTTP_LEASE_OK;
+}
+
+void resil__http_pool_release(resil_http_client *c, http_slot *s,
+                              uint32_t origin) {
+  atomic_fetch_sub_explicit(&c->st_leased, 1, memory_order_relaxed);
+  pthread_mutex_lock(&c->mu);
+  c->free_stack[c->nfree++] = s->index;
+  c->origin_inuse[origin]--;
+  /* Waiters may wait for different origins: wake them all. */
+  if (c->waiters) pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}

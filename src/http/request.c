@@ -1,0 +1,1085 @@
+/* Logical requests and their physical attempts: building the request once,
+ * driving one transfer per attempt, classifying what libcurl reports into
+ * an outcome, decoding, logging, and publishing the result. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <zlib.h>
+
+#include "http_int.h"
+
+static const char empty_body[1] = "";
+
+void resil_http_args_init(resil_http_args *args) {
+  if (!args) return;
+  memset(args, 0, sizeof *args);
+  args->version = 1;
+}
+
+static int ieq(const char *a, size_t alen, const char *b, size_t blen) {
+  if (alen != blen) return 0;
+  for (size_t i = 0; i < alen; i++) {
+    int x = (unsigned char)a[i], y = (unsigned char)b[i];
+    if (x >= 'A' && x <= 'Z') x += 32;
+    if (y >= 'A' && y <= 'Z') y += 32;
+    if (x != y) return 0;
+  }
+  return 1;
+}
+
+/* Headers libcurl or libresil own: neither tables, callers nor
+ * interceptors may set them. */
+static int reserved_header(const char *n, size_t len) {
+  static const char *const names[] = {"content-length", "transfer-encoding", "host",
+                                      "expect", "content-encoding", "connection"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (ieq(n, len, names[i], strlen(names[i]))) return 1;
+  return 0;
+}
+
+static int value_ok(const char *v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)v[i];
+    if (ch == '\r' || ch == '\n' || ch == 0) return 0;
+  }
+  return 1;
+}
+
+/* ---- building a request ----------------------------------------------------- */
+
+typedef struct hdr_builder {
+  const resil_allocator *a;
+  http_buf store;
+  uint32_t *offs;
+  uint32_t *nlen;
+  uint32_t n;
+  uint32_t cap;
+} hdr_builder;
+
+static int hb_has(const hdr_builder *b, const char *name, size_t nl) {
+  for (uint32_t i = 0; i < b->n; i++)
+    if (ieq(b->store.p + b->offs[i], b->nlen[i], name, nl)) return 1;
+  return 0;
+}
+
+static int hb_add(hdr_builder *b, const char *name, size_t nl, const char *v, size_t vl) {
+  if (b->n == b->cap) {
+    uint32_t cap = b->cap ? b->cap * 2 : 16;
+    uint32_t *o = resil__alloc(b->a, cap * sizeof *o);
+    uint32_t *l = resil__alloc(b->a, cap * sizeof *l);
+    if (!o || !l) {
+      if (o) resil__free(b->a, o);
+      if (l) resil__free(b->a, l);
+      return -1;
+    }
+    if (b->n) {
+      memcpy(o, b->offs, b->n * sizeof *o);
+      memcpy(l, b->nlen, b->n * sizeof *l);
+    }
+    if (b->offs) resil__free(b->a, b->offs);
+    if (b->nlen) resil__free(b->a, b->nlen);
+    b->offs = o;
+    b->nlen = l;
+    b->cap = cap;
+  }
+  size_t off = b->store.len;
+  /* An empty value is sent as "Name;" so that libcurl sends it at all
+   * ("Name:" alone removes a header libcurl would add). */
+  if (resil__http_buf_append(b->a, &b->store, name, nl) != 0) return -1;
+  if (vl == 0) {
+    if (resil__http_buf_append(b->a, &b->store, ";", 2) != 0) return -1;
+  } else if (resil__http_buf_append(b->a, &b->store, ": ", 2) != 0 ||
+             resil__http_buf_append(b->a, &b->store, v, vl) != 0 ||
+             resil__http_buf_append(b->a, &b->store, "", 1) != 0) {
+    return -1;
+  }
+  b->offs[b->n] = (uint32_t)off;
+  b->nlen[b->n] = (uint32_t)nl;
+  b->n++;
+  return 0;
+}
+
+/* Adds a raw "Name:" line that removes a header libcurl would add. */
+static int hb_remove(hdr_builder *b, const char *name) {
+  size_t nl = strlen(name);
+  if (hb_add(b, name, nl, "x", 1) != 0) return -1;
+  /* Rewrite "Name: x" into "Name:" in place. */
+  char *p = b->store.p + b->offs[b->n - 1];
+  p[nl + 1] = '\0';
+  b->store.len = b->offs[b->n - 1] + nl + 2;
+  b->store.p[b->store.len] = '\0';
+  return 0;
+}
+
+static int gzip_body(const resil_allocator *a, const unsigned char *in, size_t n,
+                     unsigned char **out, size_t *outlen) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    return -1;
+  uLong bound = deflateBound(&z, (uLong)n) + 32;
+  unsigned char *buf = resil__alloc(a, bound);
+  if (!buf) {
+    deflateEnd(&z);
+    return -1;
+  }
+  z.next_in = (Bytef *)(uintptr_t)in;
+  z.avail_in = (uInt)n;
+  z.next_out = buf;
+  z.avail_out = (uInt)bound;
+  int rc = deflate(&z, Z_FINISH);
+  size_t produced = (size_t)z.total_out;
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) {
+    resil__free(a, buf);
+    return -1;
+  }
+  *out = buf;
+  *outlen = produced;
+  return 0;
+}
+
+static int make_key(char out[33]) {
+  unsigned char raw[16];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    got += (size_t)r;
+  }
+  static const char hex[] = "0123456789abcdef";
+  for (size_t i = 0; i < 16; i++) {
+    out[2 * i] = hex[raw[i] >> 4];
+    out[2 * i + 1] = hex[raw[i] & 15];
+  }
+  out[32] = '\0';
+  return 0;
+}
+
+static void request_destroy(resil_http_request *req) {
+  resil_http_client *c = req->client;
+  const resil_allocator *a = c->alloc;
+  if (req->pub) resil_http_response_free(req->pub);
+  resil__free(a, req->url);
+  resil__free(a, req->hdr_store);
+  resil__free(a, req->hdr_offs);
+  resil__free(a, req->hdr_nlen);
+  if (req->body) resil__free(a, req->body);
+  resil__free(a, req->key);
+  pthread_mutex_destroy(&req->mu);
+  req->magic = RESIL_MAGIC_DEAD;
+  resil__free(a, req);
+  resil__http_client_unref(c);
+}
+
+static void request_unref(resil_http_request *req) {
+  if (atomic_fetch_sub_explicit(&req->refs, 1, memory_order_acq_rel) == 1)
+    request_destroy(req);
+}
+
+static int client_usable(const resil_http_client *c) {
+  return c && c->magic == RESIL_MAGIC_HTTP_CLIENT &&
+         !atomic_load_explicit(&((resil_http_client *)c)->user_freed, memory_order_relaxed);
+}
+
+resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
+                                    const resil_http_args *args,
+                                    resil_http_request **out, resil_error *err) {
+  if (!out || !endpoint)
+    return resil__err(err, RESIL_EINVAL, NULL, "endpoint and out must not be NULL");
+  if (!client_usable(c))
+    return resil__err(err, RESIL_EMISUSE, NULL, "invalid or freed client");
+  const http_endpoint *ep = resil__http_find_endpoint(c, endpoint);
+  if (!ep)
+    return resil__err(err, RESIL_EINVAL, "endpoint", "unknown endpoint '%.60s'", endpoint);
+  resil_http_args none;
+  if (!args) {
+    resil_http_args_init(&none);
+    args = &none;
+  }
+  if (args->version < 1)
+    return resil__err(err, RESIL_EINVAL, "args.version",
+                      "must be set by resil_http_args_init(), got %u", args->version);
+  const resil_allocator *a = c->alloc;
+  resil_status st = RESIL_OK;
+  http_buf url = {0};
+  hdr_builder hb = {.a = a};
+  unsigned char *body = NULL;
+  size_t body_len = 0;
+  char *key = NULL;
+  char *json_text = NULL;
+  resil_http_request *req = NULL;
+  const http_tpl_part *miss = NULL;
+
+  /* URL: base, path, query template, extra query parameters. */
+  if (resil__http_buf_append(a, &url, ep->base, strlen(ep->base)) != 0) goto oom;
+  int rc = resil__http_tpl_expand(a, &ep->path, args->params, args->param_count, 1, &url, &miss);
+  if (rc == -2) goto oom;
+  if (rc == -1) {
+    st = resil__err(err, RESIL_EINVAL, "params", "endpoint '%s': no value for path placeholder {%.*s}",
+                    ep->name, (int)miss->len, ep->path.src + miss->off);
+    goto fail;
+  }
+  int have_q = 0;
+  if (ep->query.src && ep->query.nparts) {
+    if (resil__http_buf_append(a, &url, "?", 1) != 0) goto oom;
+    rc = resil__http_tpl_expand(a, &ep->query, args->params, args->param_count, 1, &url, &miss);
+    if (rc == -2) goto oom;
+    if (rc == -1) {
+      st = resil__err(err, RESIL_EINVAL, "params", "endpoint '%s': no value for query placeholder {%.*s}",
+                      ep->name, (int)miss->len, ep->query.src + miss->off);
+      goto fail;
+    }
+    have_q = 1;
+  }
+  for (size_t i = 0; i < args->query_count; i++) {
+    const resil_http_param *q = &args->query[i];
+    if (!q->name || !q->name[0]) {
+      st = resil__err(err, RESIL_EINVAL, "query", "query[%zu] has no name", i);
+      goto fail;
+    }
+    if (resil__http_buf_append(a, &url, have_q ? "&" : "?", 1) != 0) goto oom;
+    have_q = 1;
+    if (resil__http_pct_encode(a, &url, q->name, strlen(q->name)) != 0) goto oom;
+    if (q->value) {
+      if (resil__http_buf_append(a, &url, "=", 1) != 0 ||
+          resil__http_pct_encode(a, &url, q->value, strlen(q->value)) != 0)
+        goto oom;
+    }
+  }
+
+  /* Body. */
+  int has_body = ep->method == RESIL_HTTP_POST || ep->method == RESIL_HTTP_PUT ||
+                 ep->method == RESIL_HTTP_PATCH;
+  const void *src_body = args->body;
+  size_t src_len = args->body_len;
+  if (args->json) {
+    if (ep->req_codec != RESIL_HTTP_CODEC_JSON) {
+      st = resil__err(err, RESIL_EINVAL, "json", "endpoint '%s' does not take a JSON body", ep->name);
+      goto fail;
+    }
+    json_text = json_dumps(args->json, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!json_text) goto oom;
+    src_body = json_text;
+    src_len = strlen(json_text);
+  }
+  if (!src_body && src_len) {
+    st = resil__err(err, RESIL_EINVAL, "body", "is NULL with body_len %zu", src_len);
+    goto fail;
+  }
+  if (src_len || args->json) has_body = 1;
+  if (has_body && ep->method == RESIL_HTTP_HEAD) {
+    st = resil__err(err, RESIL_EINVAL, "body", "endpoint '%s': a HEAD request has no body", ep->name);
+    goto fail;
+  }
+  int gzipped = 0;
+  if (has_body) {
+    /* The media type decision was made for the endpoint's content type; a
+     * caller who sets another one gets no compression. */
+    int gz_type = ep->gzip_type;
+    for (size_t i = 0; i < args->header_count; i++)
+      if (args->headers[i].name && ieq(args->headers[i].name, strlen(args->headers[i].name),
+                                       "content-type", 12))
+        gz_type = 0;
+    if (c->request_gzip && gz_type && src_len > c->gzip_min_bytes) {
+      if (gzip_body(a, src_body, src_len, &body, &body_len) != 0) goto oom;
+      gzipped = 1;
+    } else if (src_len) {
+      body = resil__alloc(a, src_len);
+      if (!body) goto oom;
+      memcpy(body, src_body, src_len);
+      body_len = src_len;
+    }
+  }
+
+  /* Idempotency key. */
+  if (args->idempotency_key) {
+    size_t kl = strlen(args->idempotency_key);
+    int ok = kl >= 1 && kl <= 255;
+    for (size_t i = 0; ok && i < kl; i++) {
+      unsigned char ch = (unsigned char)args->idempotency_key[i];
+      if (ch <= 0x20 || ch >= 0x7f) ok = 0;
+    }
+    if (!ok) {
+      st = resil__err(err, RESIL_EINVAL, "idempotency_key",
+                      "must be 1..255 visible ASCII characters");
+      goto fail;
+    }
+    key = resil__alloc(a, kl + 1);
+    if (!key) goto oom;
+    memcpy(key, args->idempotency_key, kl + 1);
+  } else if (ep->key_mode == RESIL_HTTP_KEY_SEND) {
+    key = resil__alloc(a, 33);
+    if (!key) goto oom;
+    if (make_key(key) != 0) {
+      st = resil__err(err, RESIL_EIO, NULL, "getrandom failed");
+      goto fail;
+    }
+  }
+
+  /* Headers: the endpoint's, the caller's, then the ones libresil owns. */
+  for (uint32_t i = 0; i < ep->nheaders; i++) {
+    const http_header_tpl *h = &ep->headers[i];
+    http_buf v = {0};
+    rc = resil__http_tpl_expand(a, &h->value, args->params, args->param_count, 0, &v, &miss);
+    if (rc == 0 && !v.p) rc = resil__http_buf_append(a, &v, "", 0) == 0 ? 0 : -2;
+    if (rc == -2) {
+      resil__http_buf_free(a, &v);
+      goto oom;
+    }
+    if (rc == -1) {
+      resil__http_buf_free(a, &v);
+      st = resil__err(err, RESIL_EINVAL, "params",
+                      "endpoint '%s': no value for header placeholder {%.*s}", ep->name,
+                      (int)miss->len, h->value.src + miss->off);
+      goto fail;
+    }
+    if (!value_ok(v.p, v.len) || reserved_header(h->name, h->name_len) ||
+        ieq(h->name, h->name_len, c->idem_header, c->idem_header_len)) {
+      resil__http_buf_free(a, &v);
+      st = resil__err(err, RESIL_EINVAL, "params",
+                      "endpoint '%s': header %s: reserved name, or CR/LF in its value",
+                      ep->name, h->name);
+      goto fail;
+    }
+    rc = hb_add(&hb, h->name, h->name_len, v.p, v.len);
+    resil__http_buf_free(a, &v);
+    if (rc != 0) goto oom;
+  }
+  for (size_t i = 0; i < args->header_count; i++) {
+    const resil_http_param *h = &args->headers[i];
+    size_t nl = h->name ? strlen(h->name) : 0;
+    int ok = nl > 0 && h->value;
+    for (size_t k = 0; ok && k < nl; k++) ok = resil__http_tchar((unsigned char)h->name[k]);
+    if (ok) ok = value_ok(h->value, strlen(h->value)) && !reserved_header(h->name, nl) &&
+                 !ieq(h->name, nl, c->idem_header, c->idem_header_len);
+    if (!ok) {
+      st = resil__err(err, RESIL_EINVAL, "headers",
+                      "headers[%zu]: needs a token name that libresil does not own and a "
+                      "value without CR/LF (the idempotency key goes in idempotency_key)",
+                      i);
+      goto fail;
+    }
+    if (hb_add(&hb, h->name, nl, h->value, strlen(h->value)) != 0) goto oom;
+  }
+  if (has_body && !hb_has(&hb, "Content-Type", 12)) {
+    const char *ct = ep->content_type ? ep->content_type
+                     : body_len ? "application/octet-stream" : NULL;
+    if (ct ? hb_add(&hb, "Content-Type", 12, ct, strlen(ct)) != 0
+           : hb_remove(&hb, "Content-Type") != 0)
+      goto oom;
+  }
+  if (ep->resp_codec == RESIL_HTTP_CODEC_JSON && !hb_has(&hb, "Accept", 6) &&
+      hb_add(&hb, "Accept", 6, "application/json", 16) != 0)
+    goto oom;
+  if (gzipped && hb_add(&hb, "Content-Encoding", 16, "gzip", 4) != 0) goto oom;
+  if (key && hb_add(&hb, c->idem_header, c->idem_header_len, key, strlen(key)) != 0) goto oom;
+  /* Never "Expect: 100-continue": libcurl adds it to large bodies, and a 417
+   * answer makes it send the request again. */
+  if (has_body && hb_remove(&hb, "Expect") != 0) goto oom;
+
+  req = resil__calloc(a, sizeof *req);
+  if (!req) goto oom;
+  if (pthread_mutex_init(&req->mu, NULL) != 0) {
+    resil__free(a, req);
+    req = NULL;
+    st = resil__err(err, RESIL_ESYS, NULL, "pthread_mutex_init failed");
+    goto fail;
+  }
+  req->magic = RESIL_MAGIC_HTTP_REQUEST;
+  atomic_init(&req->refs, 1);
+  req->client = c;
+  req->ep = ep;
+  req->url = url.p;
+  req->hdr_store = hb.store.p;
+  req->hdr_offs = hb.offs;
+  req->hdr_nlen = hb.nlen;
+  req->nhdrs = hb.n;
+  req->body = body;
+  req->body_len = body_len;
+  req->has_body = has_body;
+  req->key = key;
+  req->flags = (ep->idempotent ? RESIL_CALL_IDEMPOTENT : 0u) | (key ? RESIL_CALL_STABLE_KEY : 0u);
+  if (json_text) free(json_text);
+  resil__http_client_ref(c);
+  atomic_fetch_add_explicit(&c->st_requests, 1, memory_order_relaxed);
+  *out = req;
+  if (err) resil_error_clear(err);
+  return RESIL_OK;
+oom:
+  st = resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+fail:
+  if (json_text) free(json_text);
+  resil__http_buf_free(a, &url);
+  resil__http_buf_free(a, &hb.store);
+  if (hb.offs) resil__free(a, hb.offs);
+  if (hb.nlen) resil__free(a, hb.nlen);
+  if (body) resil__free(a, body);
+  if (key) resil__free(a, key);
+  return st;
+}
+
+uint32_t resil_http_request_call_flags(const resil_http_request *req) {
+  if (!req || req->magic != RESIL_MAGIC_HTTP_REQUEST) return 0;
+  return req->flags;
+}
+
+const char *resil_http_request_idempotency_key(const resil_http_request *req) {
+  if (!req || req->magic != RESIL_MAGIC_HTTP_REQUEST) return NULL;
+  return req->key;
+}
+
+void resil_http_request_free(resil_http_request *req) {
+  if (!req || req->magic != RESIL_MAGIC_HTTP_REQUEST) return;
+  request_unref(req);
+}
+
+resil_http_response *resil_http_request_take_response(resil_http_request *req) {
+  if (!req || req->magic != RESIL_MAGIC_HTTP_REQUEST) return NULL;
+  pthread_mutex_lock(&req->mu);
+  resil_http_response *r = req->taken ? NULL : req->pub;
+  req->pub = NULL;
+  req->taken = 1;
+  pthread_mutex_unlock(&req->mu);
+  return r;
+}
+
+/* ---- interceptor headers ------------------------------------------------------ */
+
+resil_status resil_http_headers_set(resil_http_headers *h, const char *name,
+                                    const char *value) {
+  if (!h || !h->slot || !name || !value) return RESIL_EINVAL;
+  size_t nl = strlen(name), vl = strlen(value);
+  if (nl == 0) return RESIL_EINVAL;
+  for (size_t i = 0; i < nl; i++)
+    if (!resil__http_tchar((unsigned char)name[i])) return RESIL_EINVAL;
+  if (!value_ok(value, vl)) return RESIL_EINVAL;
+  const resil_http_client *c = h->client;
+  /* The idempotency key is fixed for the logical call: an interceptor may
+   * refresh a signature, never the key. */
+  if (ieq(name, nl, c->idem_header, c->idem_header_len) || reserved_header(name, nl))
+    return RESIL_EMISUSE;
+  http_slot *s = h->slot;
+  const resil_allocator *a = c->alloc;
+  for (uint32_t i = 0; i < s->ic_count; i++) {
+    if (s->ic_offs[i] == UINT32_MAX) continue;
+    const char *e = s->ic.p + s->ic_offs[i];
+    const char *colon = strchr(e, ':');
+    if (colon && ieq(e, (size_t)(colon - e), name, nl)) s->ic_offs[i] = UINT32_MAX;
+  }
+  if (s->ic_count == s->ic_cap) {
+    uint32_t cap = s->ic_cap ? s->ic_cap * 2 : 8;
+    uint32_t *o = resil__alloc(a, cap * sizeof *o);
+    if (!o) return RESIL_ENOMEM;
+    if (s->ic_count) memcpy(o, s->ic_offs, s->ic_count * sizeof *o);
+    if (s->ic_offs) resil__free(a, s->ic_offs);
+    s->ic_offs = o;
+    s->ic_cap = cap;
+  }
+  size_t off = s->ic.len;
+  if (resil__http_buf_reserve(a, &s->ic, nl + vl + 3) != 0) return RESIL_ENOMEM;
+  resil__http_buf_append(a, &s->ic, name, nl);
+  resil__http_buf_append(a, &s->ic, ": ", 2);
+  resil__http_buf_append(a, &s->ic, value, vl);
+  resil__http_buf_append(a, &s->ic, "", 1);
+  s->ic_offs[s->ic_count++] = (uint32_t)off;
+  return RESIL_OK;
+}
+
+/* ---- one attempt ---------------------------------------------------------------- */
+
+enum { ABORT_NONE = 0, ABORT_CANCEL, ABORT_DEADLINE, ABORT_RESPONSE, ABORT_LOCAL };
+
+static long ceil_ms(int64_t ns) {
+  if (ns <= 0) return 1;
+  int64_t ms = (ns + RESIL_NS_PER_MS - 1) / RESIL_NS_PER_MS;
+  return ms > (int64_t)0x7fffffff ? 0x7fffffffL : (long)ms;
+}
+
+static int run_transfer(http_slot *s, resil_cancel *cancel, int64_t deadline,
+                        CURLcode *rc_out) {
+  int aborted = ABORT_NONE;
+  CURLcode rc = CURLE_OK;
+  if (curl_multi_add_handle(s->m, s->e) != CURLM_OK) {
+    *rc_out = CURLE_FAILED_INIT;
+    return ABORT_LOCAL;
+  }
+  for (;;) {
+    int running = 0;
+    if (curl_multi_perform(s->m, &running) != CURLM_OK) {
+      aborted = ABORT_LOCAL;
+      break;
+    }
+    if (!running) break;
+    int64_t now = resil__http_mono_ns();
+    if (cancel && resil_cancel_is_set(cancel)) {
+      aborted = ABORT_CANCEL;
+      break;
+    }
+    if (now >= deadline) {
+      aborted = ABORT_DEADLINE;
+      break;
+    }
+    if (s->x.prereqs && now >= s->x.resp_deadline) {
+      aborted = ABORT_RESPONSE;
+      break;
+    }
+    long to = -1;
+    curl_multi_timeout(s->m, &to);
+    int64_t wait = to >= 0 ? (int64_t)to * RESIL_NS_PER_MS : RESIL_NS_PER_S;
+    if (deadline - now < wait) wait = deadline - now;
+    if (s->x.prereqs && s->x.resp_deadline - now < wait) wait = s->x.resp_deadline - now;
+    /* A token cannot wake curl_multi_poll: look at it every 10 ms. */
+    if (cancel && wait > 10 * RESIL_NS_PER_MS) wait = 10 * RESIL_NS_PER_MS;
+    int wms = wait <= 0 ? 0 : (int)((wait + RESIL_NS_PER_MS - 1) / RESIL_NS_PER_MS);
+    curl_multi_poll(s->m, NULL, 0, wms, NULL);
+  }
+  if (!aborted) {
+    int left = 0;
+    CURLMsg *msg;
+    while ((msg = curl_multi_info_read(s->m, &left)) != NULL)
+      if (msg->msg == CURLMSG_DONE) rc = msg->data.result;
+  }
+  /* Removing a transfer that has not finished closes its connection. */
+  curl_multi_remove_handle(s->m, s->e);
+  *rc_out = rc;
+  return aborted;
+}
+
+static void set_error(resil_http_response *r, const char *fmt, const char *detail) {
+  snprintf(r->error, sizeof r->error, fmt, detail);
+  r->has_error = 1;
+}
+
+static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
+                              resil_http_response *res, const resil_http_client *c) {
+  http_xfer *x = &s->x;
+  int sent = x->prereqs > 0;
+  const char *cerr = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
+  if (x->resend_refused) {
+    set_error(res, "%s", "the reused keep-alive connection closed without a response; "
+                         "libcurl's hidden re-send on a new connection was refused");
+    return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
+  }
+  switch (aborted) {
+  case ABORT_CANCEL:
+    set_error(res, "%s", "cancelled");
+    return resil_outcome_make(sent ? RESIL_UNKNOWN : RESIL_NOT_SENT, RESIL_REASON_CANCELLED);
+  case ABORT_DEADLINE:
+  case ABORT_RESPONSE:
+    set_error(res, "%s", aborted == ABORT_DEADLINE ? "deadline reached" : "response timeout");
+    return sent ? resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT)
+                : resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_TIMEOUT);
+  case ABORT_LOCAL:
+    set_error(res, "%s", "libcurl multi interface failure");
+    return sent ? resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED)
+                : resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  default:
+    break;
+  }
+  if (rc == CURLE_OK) return resil_outcome_http(x->last_status);
+  set_error(res, "%s", cerr);
+  /* The last hop was a complete redirect answer that was not followed. */
+  if (rc == CURLE_TOO_MANY_REDIRECTS && x->last_status >= 300 && x->last_status < 400)
+    return resil_outcome_http(x->last_status);
+  if (x->too_large) {
+    snprintf(res->error, sizeof res->error, "response body larger than max_response_bytes (%zu)",
+             c->max_response_bytes);
+    return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
+  }
+  long oserr = 0;
+  curl_easy_getinfo(s->e, CURLINFO_OS_ERRNO, &oserr);
+  switch (rc) {
+  case CURLE_COULDNT_RESOLVE_HOST:
+  case CURLE_COULDNT_RESOLVE_PROXY:
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS);
+  case CURLE_COULDNT_CONNECT:
+    if (!sent)
+      return resil_outcome_make(RESIL_NOT_SENT, oserr == ETIMEDOUT ? RESIL_REASON_CONNECT_TIMEOUT
+                                                                   : RESIL_REASON_CONNECT_REFUSED);
+    break;
+  case CURLE_OPERATION_TIMEDOUT:
+    return sent ? resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT)
+                : resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_TIMEOUT);
+  default:
+    break;
+  }
+  if (!sent) return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  return resil_outcome_make(RESIL_UNKNOWN, oserr == ECONNRESET ? RESIL_REASON_CONNECTION_RESET
+                                                               : RESIL_REASON_CONNECTION_CLOSED);
+}
+
+static void decode(const http_endpoint *ep, resil_http_response *r, resil_outcome *o) {
+  int st = r->status;
+  int no_content = st == 204 || st == 205 || st == 304;
+  int ok2xx = st >= 200 && st < 300;
+  if (no_content || r->body.len == 0) {
+    if (ep->resp_codec == RESIL_HTTP_CODEC_JSON && ep->empty_is_error && !no_content && ok2xx) {
+      snprintf(r->decode_error, sizeof r->decode_error, "empty body");
+      r->has_decode_error = 1;
+      resil_outcome d = resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_DECODE);
+      d.http_status = st;
+      *o = d;
+      return;
+    }
+    r->empty = 1;
+    return;
+  }
+  if (ep->resp_codec != RESIL_HTTP_CODEC_JSON) return;
+  json_error_t je;
+  r->json = json_loadb(r->body.p, r->body.len, JSON_DECODE_ANY, &je);
+  if (r->json) return;
+  snprintf(r->decode_error, sizeof r->decode_error, "invalid JSON at line %d column %d: %.120s",
+           je.line, je.column, je.text);
+  r->has_decode_error = 1;
+  /* Only a success that cannot be read is a decode failure: an error page
+   * that is not JSON stays the error status it is. */
+  if (ok2xx) {
+    resil_outcome d = resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_DECODE);
+    d.http_status = st;
+    *o = d;
+  }
+}
+
+/* ---- logging ------------------------------------------------------------------------ */
+
+static void emit(const resil_http_client *c, http_slot *s, resil_http_log_level lv) {
+  if (s->log.p) c->log_fn(c->log_user, lv, s->log.p);
+  s->log.len = 0;
+  if (s->log.p) s->log.p[0] = '\0';
+}
+
+static void log_puts(const resil_http_client *c, http_slot *s, const char *t) {
+  (void)resil__http_buf_puts(c->alloc, &s->log, t);
+}
+
+/* Appends a header line "  Name: value" with the value redacted when its
+ * name looks secret. */
+static void log_header(const resil_http_client *c, http_slot *s, const char *name,
+                       size_t nl, const char *value) {
+  log_puts(c, s, "  ");
+  (void)resil__http_buf_append(c->alloc, &s->log, name, nl);
+  log_puts(c, s, ": ");
+  log_puts(c, s, resil__http_secret_header(name, nl) ? "[REDACTED]" : value);
+}
+
+static void log_body(const resil_http_client *c, http_slot *s, const char *body, size_t len,
+                     int gzipped) {
+  char tmp[64];
+  if (gzipped) {
+    snprintf(tmp, sizeof tmp, "  [gzip body, %zu bytes]", len);
+    log_puts(c, s, tmp);
+    return;
+  }
+  log_puts(c, s, "  ");
+  size_t from = s->log.len;
+  (void)resil__http_redact_body(c->alloc, &s->log, body, len, 4096);
+  for (size_t i = from; i < s->log.len; i++) {
+    unsigned char ch = (unsigned char)s->log.p[i];
+    if (ch == '\r' || ch == '\n' || ch == '\t') s->log.p[i] = ' ';
+    else if (ch < 0x20 || ch == 0x7f) s->log.p[i] = '.';
+  }
+}
+
+static void log_request(const resil_http_client *c, http_slot *s,
+                        const resil_http_request *req, uint32_t attempt) {
+  char tmp[96];
+  log_puts(c, s, "--> ");
+  log_puts(c, s, resil__http_method_name(req->ep->method));
+  log_puts(c, s, " ");
+  (void)resil__http_redact_url(c->alloc, &s->log, req->url);
+  snprintf(tmp, sizeof tmp, " endpoint=%s attempt=%u", req->ep->name, attempt);
+  log_puts(c, s, tmp);
+  emit(c, s, RESIL_HTTP_LOG_BASIC);
+  if (c->log_level < RESIL_HTTP_LOG_HEADERS) return;
+  for (const struct curl_slist *n = s->has_nodes ? s->nodes : NULL; n; n = n->next) {
+    const char *colon = strchr(n->data, ':');
+    const char *semi = strchr(n->data, ';');
+    if (!colon && semi) colon = semi;
+    if (!colon) continue;
+    const char *v = colon + 1;
+    while (*v == ' ') v++;
+    log_header(c, s, n->data, (size_t)(colon - n->data), v);
+    emit(c, s, RESIL_HTTP_LOG_HEADERS);
+  }
+  if (c->log_level < RESIL_HTTP_LOG_FULL || !req->has_body) return;
+  int gz = 0;
+  for (uint32_t i = 0; i < req->nhdrs; i++)
+    if (ieq(req->hdr_store + req->hdr_offs[i], req->hdr_nlen[i], "content-encoding", 16)) gz = 1;
+  log_body(c, s, req->body ? (const char *)req->body : "", req->body_len, gz);
+  emit(c, s, RESIL_HTTP_LOG_FULL);
+}
+
+static void log_result(const resil_http_client *c, http_slot *s, const resil_http_request *req,
+                       const resil_http_response *r, uint32_t attempt) {
+  char ob[96], tmp[320];
+  resil_outcome_format(&r->outcome, ob, sizeof ob);
+  double ms = (double)r->info.total_ns / 1e6;
+  if (c->log_level == RESIL_HTTP_LOG_METADATA) {
+    snprintf(tmp, sizeof tmp, "method=%s endpoint=%s status=%d duration_ms=%.3f outcome=%s attempt=%u",
+             resil__http_method_name(req->ep->method), req->ep->name, r->status, ms, ob, attempt);
+    log_puts(c, s, tmp);
+    emit(c, s, RESIL_HTTP_LOG_METADATA);
+    return;
+  }
+  if (r->status)
+    snprintf(tmp, sizeof tmp, "<-- %d endpoint=%s attempt=%u outcome=%s (%.3f ms)", r->status,
+             req->ep->name, attempt, ob, ms);
+  else
+    snprintf(tmp, sizeof tmp, "<-- no response endpoint=%s attempt=%u outcome=%s (%.3f ms)",
+             req->ep->name, attempt, ob, ms);
+  log_puts(c, s, tmp);
+  emit(c, s, RESIL_HTTP_LOG_BASIC);
+  if (c->log_level < RESIL_HTTP_LOG_HEADERS || !s->e) return;
+  const char *p = r->hdr.p, *end = r->hdr.p ? r->hdr.p + r->hdr.len : NULL;
+  while (p && p < end) {
+    size_t kl = strlen(p);
+    const char *v = p + kl + 1;
+    log_header(c, s, p, kl, v);
+    emit(c, s, RESIL_HTTP_LOG_HEADERS);
+    p = v + strlen(v) + 1;
+  }
+  if (c->log_level < RESIL_HTTP_LOG_FULL || r->body.len == 0) return;
+  log_body(c, s, r->body.p, r->body.len, 0);
+  emit(c, s, RESIL_HTTP_LOG_FULL);
+}
+
+/* ---- publishing ----------------------------------------------------------------------- */
+
+static void count_outcome(resil_http_client *c, const resil_outcome *o) {
+  unsigned k = (unsigned)o->kind;
+  if (k < 5) atomic_fetch_add_explicit(&c->st_outcomes[k], 1, memory_order_relaxed);
+  if (o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_DECODE)
+    atomic_fetch_add_explicit(&c->st_decode_errors, 1, memory_order_relaxed);
+}
+
+/* An attempt that ended before any transfer (no time, cancelled, no pool
+ * slot): publishes a response carrying only the outcome. */
+static resil_outcome finish_bare(resil_http_request *req, uint32_t seq, resil_outcome o,
+                                 const resil_ctx *ctx, int64_t t0, const char *why) {
+  resil_http_client *c = req->client;
+  count_outcome(c, &o);
+  int64_t total = resil__http_mono_ns() - t0;
+  pthread_mutex_lock(&req->mu);
+  if (!req->taken && req->seq == seq) {
+    if (!req->pub) req->pub = resil__http_response_new(c->alloc);
+    else resil__http_response_reset(req->pub);
+    resil_http_response *r = req->pub;
+    if (r) {
+      r->outcome = o;
+      r->info.attempt = ctx->attempt;
+      r->info.lease_wait_ns = o.reason == RESIL_REASON_POOL_TIMEOUT ? total : 0;
+      r->info.total_ns = total;
+      if (why) {
+        snprintf(r->error, sizeof r->error, "%s", why);
+        r->has_error = 1;
+      }
+    }
+  }
+  pthread_mutex_unlock(&req->mu);
+  if (c->log_level != RESIL_HTTP_LOG_NONE) {
+    char ob[96], line[320];
+    resil_outcome_format(&o, ob, sizeof ob);
+    if (c->log_level == RESIL_HTTP_LOG_METADATA)
+      snprintf(line, sizeof line, "method=%s endpoint=%s status=0 duration_ms=%.3f outcome=%s attempt=%u",
+               resil__http_method_name(req->ep->method), req->ep->name, (double)total / 1e6, ob,
+               ctx->attempt);
+    else
+      snprintf(line, sizeof line, "<-- not sent endpoint=%s attempt=%u outcome=%s (%.3f ms)",
+               req->ep->name, ctx->attempt, ob, (double)total / 1e6);
+    c->log_fn(c->log_user, c->log_level == RESIL_HTTP_LOG_METADATA ? RESIL_HTTP_LOG_METADATA
+                                                                   : RESIL_HTTP_LOG_BASIC,
+              line);
+  }
+  return o;
+}
+
+/* Sets the method and body, skipping what the handle already has. Returns
+ * nonzero when libcurl refused (out of memory): the handle then must not
+ * be used for this request. */
+static CURLcode set_method(http_slot *s, const resil_http_request *req) {
+  CURL *e = s->e;
+  CURLcode rc = CURLE_OK;
+#define SETM(opt, val)                                                         \
+  do {                                                                         \
+    if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val);                    \
+  } while (0)
+  resil_http_method m = req->ep->method;
+  int key = (int)m * 2 + (req->has_body ? 1 : 0);
+  if (s->method_set != key) {
+    s->method_set = -1;
+    SETM(CURLOPT_NOBODY, 0L);
+    if (m == RESIL_HTTP_HEAD) {
+      SETM(CURLOPT_POSTFIELDS, (char *)NULL);
+      SETM(CURLOPT_NOBODY, 1L);
+      SETM(CURLOPT_CUSTOMREQUEST, (char *)NULL);
+    } else if (req->has_body) {
+      SETM(CURLOPT_POST, 1L);
+      SETM(CURLOPT_CUSTOMREQUEST, m == RESIL_HTTP_POST ? NULL : resil__http_method_name(m));
+    } else {
+      SETM(CURLOPT_POSTFIELDS, (char *)NULL);
+      SETM(CURLOPT_HTTPGET, 1L);
+      SETM(CURLOPT_CUSTOMREQUEST, m == RESIL_HTTP_GET ? NULL : resil__http_method_name(m));
+    }
+    if (rc == CURLE_OK) s->method_set = key;
+  }
+  if (req->has_body) {
+    SETM(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+    SETM(CURLOPT_POSTFIELDS, req->body ? (const char *)req->body : empty_body);
+  }
+#undef SETM
+  return rc;
+}
+
+/* Links the request's headers and the interceptors' into the slot's own
+ * curl_slist nodes: no allocation once the slot has grown to size. */
+static int link_headers(const resil_http_client *c, http_slot *s, const resil_http_request *req) {
+  uint32_t total = req->nhdrs + s->ic_count;
+  if (total > s->nodes_cap) {
+    struct curl_slist *n = resil__alloc(c->alloc, total * sizeof *n);
+    if (!n) return -1;
+    if (s->nodes) resil__free(c->alloc, s->nodes);
+    s->nodes = n;
+    s->nodes_cap = total;
+  }
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < req->nhdrs; i++) {
+    const char *h = req->hdr_store + req->hdr_offs[i];
+    int overridden = 0;
+    for (uint32_t j = 0; j < s->ic_count && !overridden; j++) {
+      if (s->ic_offs[j] == UINT32_MAX) continue;
+      const char *e = s->ic.p + s->ic_offs[j];
+      const char *colon = strchr(e, ':');
+      overridden = colon && ieq(e, (size_t)(colon - e), h, req->hdr_nlen[i]);
+    }
+    if (!overridden) s->nodes[k++].data = (char *)(uintptr_t)h;
+  }
+  for (uint32_t j = 0; j < s->ic_count; j++)
+    if (s->ic_offs[j] != UINT32_MAX) s->nodes[k++].data = s->ic.p + s->ic_offs[j];
+  for (uint32_t i = 0; i < k; i++) s->nodes[i].next = i + 1 < k ? &s->nodes[i + 1] : NULL;
+  s->has_nodes = k > 0;
+  curl_easy_setopt(s->e, CURLOPT_HTTPHEADER, k ? s->nodes : NULL);
+  return 0;
+}
+
+static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, http_slot *s,
+                                 const resil_ctx *ctx, uint32_t seq, int64_t t0, int64_t t_leased,
+                                 int64_t deadline) {
+  const http_endpoint *ep = req->ep;
+  resil_outcome o;
+  const char *why = NULL;
+  if (!s->e && resil__http_slot_setup(c, s) != 0) why = "could not create libcurl handles";
+  if (!why && !s->res && !(s->res = resil__http_response_new(c->alloc))) why = "out of memory";
+  if (why) {
+    resil__http_pool_release(c, s, ep->origin);
+    return finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR),
+                       ctx, t0, why);
+  }
+  resil_http_response *res = s->res;
+  resil__http_response_reset(res);
+  atomic_fetch_add_explicit(&c->st_attempts, 1, memory_order_relaxed);
+  s->origin = (int32_t)ep->origin;
+
+  s->ic.len = 0;
+  s->ic_count = 0;
+  int refused = 0;
+  if (c->ninterceptors) {
+    resil_http_attempt_info info = {ep->name, resil__http_method_name(ep->method), req->url,
+                                    req->body, req->body_len, req->key, ctx->attempt};
+    resil_http_headers h = {s, c};
+    for (size_t i = 0; i < c->ninterceptors && !refused; i++) {
+      resil_status st = c->interceptors[i].fn(c->interceptors[i].user, &info, &h);
+      if (st != RESIL_OK) {
+        refused = 1;
+        snprintf(res->error, sizeof res->error, "interceptor %zu refused the attempt: %s", i,
+                 resil_status_name(st));
+        res->has_error = 1;
+      }
+    }
+  }
+  if (!refused && link_headers(c, s, req) != 0) {
+    refused = 1;
+    set_error(res, "%s", "out of memory");
+  }
+  if (refused) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  } else {
+    size_t ul = strlen(req->url);
+    CURLcode src = CURLE_OK;
+    if (s->url.len != ul || memcmp(s->url.p, req->url, ul) != 0) {
+      s->url.len = 0;
+      src = curl_easy_setopt(s->e, CURLOPT_URL, req->url);
+      if (src == CURLE_OK && resil__http_buf_append(c->alloc, &s->url, req->url, ul) != 0)
+        s->url.len = 0;
+    }
+    if (src == CURLE_OK) src = set_method(s, req);
+    if (src != CURLE_OK) {
+      /* The handle may still hold the previous request's URL or method. */
+      s->url.len = 0;
+      s->method_set = -1;
+      set_error(res, "%s", "libcurl refused the request options (out of memory)");
+      o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+      goto done;
+    }
+    int64_t now = resil__http_mono_ns();
+    int64_t left = deadline == INT64_MAX ? INT64_MAX : deadline - now;
+    curl_easy_setopt(s->e, CURLOPT_CONNECTTIMEOUT_MS,
+                     ceil_ms(c->connect_timeout_ns < left ? c->connect_timeout_ns : left));
+    curl_easy_setopt(s->e, CURLOPT_TIMEOUT_MS, deadline == INT64_MAX ? 0L : ceil_ms(left));
+    http_xfer *x = &s->x;
+    memset(x, 0, sizeof *x);
+    x->client = c;
+    x->res = res;
+    x->follow = c->follow_redirects;
+    x->resend_ok = c->resend_stale == RESIL_HTTP_RESEND_IF_SAFE &&
+                   ((req->flags | ctx->flags) & (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY));
+    x->response_timeout_ns = c->response_timeout_ns < left ? c->response_timeout_ns : left;
+    x->max_body = c->max_response_bytes;
+    s->errbuf[0] = '\0';
+    if (c->log_level != RESIL_HTTP_LOG_NONE && c->log_level != RESIL_HTTP_LOG_METADATA)
+      log_request(c, s, req, ctx->attempt);
+
+    CURLcode rc = CURLE_OK;
+    int aborted = run_transfer(s, ctx->cancel, deadline, &rc);
+    o = classify(s, aborted, rc, res, c);
+    if (o.kind == RESIL_ANSWERED) {
+      decode(ep, res, &o);
+      const char *ra = resil_http_response_header(res, "retry-after");
+      int64_t ms = -1;
+      if (ra && resil_retry_after_parse(ra, strlen(ra), resil_clock_wall_ms(c->clock), &ms) ==
+                    RESIL_OK)
+        o.retry_after_ms = ms;
+      resil_http_decoder_fn dec = ep->decoder ? ep->decoder : c->decoder;
+      if (dec) {
+        res->outcome = o;
+        o = dec(ep->decoder ? ep->decoder_user : c->decoder_user, res, o);
+      }
+    }
+    res->info.hops = x->hops;
+    res->info.resends = x->resends;
+    res->info.connections = x->sockets;
+    res->info.local_port = x->local_port;
+    res->info.reused_connection = x->prereqs > 0 && x->sockets == 0;
+    if (x->prereqs) {
+      curl_off_t us = 0;
+      curl_easy_getinfo(s->e, CURLINFO_CONNECT_TIME_T, &us);
+      res->info.connect_ns = (int64_t)us * 1000;
+      us = 0;
+      curl_easy_getinfo(s->e, CURLINFO_STARTTRANSFER_TIME_T, &us);
+      res->info.first_byte_ns = (int64_t)us * 1000;
+    }
+    atomic_fetch_add_explicit(&c->st_sent, x->prereqs, memory_order_relaxed);
+    if (x->hops) atomic_fetch_add_explicit(&c->st_hops, x->hops, memory_order_relaxed);
+    if (x->sockets) atomic_fetch_add_explicit(&c->st_conns, x->sockets, memory_order_relaxed);
+    if (x->resend_refused) atomic_fetch_add_explicit(&c->st_prevented, 1, memory_order_relaxed);
+    if (x->resends) {
+      atomic_fetch_add_explicit(&c->st_counted, x->resends, memory_order_relaxed);
+      atomic_fetch_add_explicit(&c->st_attempts, x->resends, memory_order_relaxed);
+    }
+  }
+done:
+  res->outcome = o;
+  res->info.attempt = ctx->attempt;
+  res->info.lease_wait_ns = t_leased - t0;
+  res->info.total_ns = resil__http_mono_ns() - t0;
+  if (c->log_level != RESIL_HTTP_LOG_NONE) log_result(c, s, req, res, ctx->attempt);
+  count_outcome(c, &o);
+
+  /* Publish this attempt's response unless a later attempt has started or
+   * the response was taken: an abandoned attempt never overwrites. */
+  pthread_mutex_lock(&req->mu);
+  if (!req->taken && req->seq == seq) {
+    resil_http_response *old = req->pub;
+    req->pub = res;
+    s->res = old;
+  }
+  pthread_mutex_unlock(&req->mu);
+  resil__http_pool_release(c, s, ep->origin);
+  return o;
+}
+
+resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *ctx) {
+  resil_http_request *req = arg;
+  if (!req || req->magic != RESIL_MAGIC_HTTP_REQUEST)
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_ctx dctx;
+  if (!ctx) {
+    resil_ctx_init(&dctx);
+    ctx = &dctx;
+  }
+  resil_http_client *c = req->client;
+  int64_t t0 = resil__http_mono_ns();
+  atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed);
+  pthread_mutex_lock(&req->mu);
+  uint32_t seq = ++req->seq;
+  pthread_mutex_unlock(&req->mu);
+
+  resil_outcome o;
+  int64_t budget = resil_ctx_remaining_ns(ctx);
+  if (resil_cancel_is_set(ctx->cancel)) {
+    o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx, t0,
+                    "cancelled before sending");
+  } else if (budget <= 0) {
+    o = finish_bare(req, seq, resil_outcome_make(RESIL_REJECTED, RESIL_REASON_DEADLINE), ctx, t0,
+                    "no time left before the deadline");
+  } else {
+    int64_t deadline = budget == INT64_MAX ? INT64_MAX : resil__sat_add(t0, budget);
+    int64_t lease_to = c->lease_timeout_ns < budget ? c->lease_timeout_ns : budget;
+    http_slot *s = NULL;
+    http_lease_rc lr = resil__http_pool_lease(c, req->ep->origin, lease_to, ctx->cancel, &s);
+    if (lr == HTTP_LEASE_TIMEOUT) {
+      atomic_fetch_add_explicit(&c->st_lease_timeouts, 1, memory_order_relaxed);
+      o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_POOL_TIMEOUT), ctx,
+                      t0, "no pool connection free within the lease timeout");
+    } else if (lr == HTTP_LEASE_CANCELLED) {
+      o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx, t0,
+                      "cancelled while waiting for a pool connection");
+    } else {
+      o = run_attempt(c, req, s, ctx, seq, t0, resil__http_mono_ns(), deadline);
+    }
+  }
+  request_unref(req);
+  return o;
+}
+
+/* ---- convenience ---------------------------------------------------------------------- */
+
+resil_outcome resil_http_call(resil_http_client *c, const char *endpoint,
+                              const resil_http_args *args, resil_retry *retry,
+                              const resil_ctx *ctx, resil_http_response **out) {
+  if (out) *out = NULL;
+  resil_http_request *req = NULL;
+  resil_error err;
+  resil_status st = resil_http_request_new(c, endpoint, args, &req, &err);
+  if (st != RESIL_OK) {
+    resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    if (out) {
+      const resil_allocator *a =
+          c && c->magic == RESIL_MAGIC_HTTP_CLIENT ? c->alloc : NULL;
+      resil_http_response *r = resil__http_response_new(a);
+      if (r) {
+        r->outcome = o;
+        snprintf(r->error, sizeof r->error, "%s", err.msg);
+        r->has_error = 1;
+      }
+      *out = r;
+    }
+    return o;
+  }
+  resil_ctx lc;
+  if (ctx) lc = *ctx;
+  else resil_ctx_init(&lc);
+  lc.flags |= req->flags;
+  resil_outcome o = retry ? resil_retry_run(retry, &lc, resil_http_request_attempt, req)
+                          : resil_http_request_attempt(req, &lc);
+  resil_http_response *r = resil_http_request_take_response(req);
+  if (out) *out = r;
+  else resil_http_response_free(r);
+  resil_http_request_free(req);
+  return o;
+}

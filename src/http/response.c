@@ -1,0 +1,134 @@
+/* Responses: the result of one attempt, owned by a pool slot while the
+ * attempt runs, then by the request, then by whoever took it. */
+#include <string.h>
+
+#include "http_int.h"
+
+static const char empty_body[1] = "";
+
+resil_http_response *resil__http_response_new(const resil_allocator *a) {
+  resil_http_response *r = resil__calloc(a, sizeof *r);
+  if (!r) return NULL;
+  r->magic = RESIL_MAGIC_HTTP_RESPONSE;
+  r->alloc = a;
+  r->outcome = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  return r;
+}
+
+void resil__http_response_reset(resil_http_response *r) {
+  r->outcome = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  r->status = 0;
+  r->empty = 0;
+  r->has_decode_error = 0;
+  r->has_error = 0;
+  r->body.len = 0;
+  if (r->body.p) r->body.p[0] = '\0';
+  r->hdr.len = 0;
+  if (r->hdr.p) r->hdr.p[0] = '\0';
+  if (r->json) json_decref(r->json);
+  r->json = NULL;
+  memset(&r->info, 0, sizeof r->info);
+  r->decode_error[0] = '\0';
+  r->error[0] = '\0';
+}
+
+int resil__http_response_add_header(resil_http_response *r, const char *name,
+                                    size_t nlen, const char *value,
+                                    size_t vlen) {
+  while (nlen > 0 && (name[nlen - 1] == ' ' || name[nlen - 1] == '\t')) nlen--;
+  while (vlen > 0 && (*value == ' ' || *value == '\t')) {
+    value++;
+    vlen--;
+  }
+  while (vlen > 0 && (value[vlen - 1] == '\r' || value[vlen - 1] == '\n' ||
+                      value[vlen - 1] == ' ' || value[vlen - 1] == '\t'))
+    vlen--;
+  if (resil__http_buf_reserve(r->alloc, &r->hdr, nlen + vlen + 2) != 0) return -1;
+  char *w = r->hdr.p + r->hdr.len;
+  memcpy(w, name, nlen);
+  w[nlen] = '\0';
+  memcpy(w + nlen + 1, value, vlen);
+  w[nlen + 1 + vlen] = '\0';
+  r->hdr.len += nlen + vlen + 2;
+  /* The buffer stays NUL-terminated one past the last pair. */
+  r->hdr.p[r->hdr.len] = '\0';
+  return 0;
+}
+
+static int valid(const resil_http_response *r) {
+  return r && r->magic == RESIL_MAGIC_HTTP_RESPONSE;
+}
+
+resil_outcome resil_http_response_outcome(const resil_http_response *r) {
+  if (!valid(r)) return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  return r->outcome;
+}
+
+int resil_http_response_status(const resil_http_response *r) {
+  return valid(r) ? r->status : 0;
+}
+
+const void *resil_http_response_body(const resil_http_response *r, size_t *len) {
+  if (!valid(r)) {
+    if (len) *len = 0;
+    return NULL;
+  }
+  if (len) *len = r->body.len;
+  return r->body.p ? r->body.p : empty_body;
+}
+
+json_t *resil_http_response_json(const resil_http_response *r) {
+  return valid(r) ? r->json : NULL;
+}
+
+int resil_http_response_is_empty(const resil_http_response *r) {
+  return valid(r) ? r->empty : 0;
+}
+
+const char *resil_http_response_decode_error(const resil_http_response *r) {
+  return valid(r) && r->has_decode_error ? r->decode_error : NULL;
+}
+
+const char *resil_http_response_error(const resil_http_response *r) {
+  return valid(r) && r->has_error ? r->error : NULL;
+}
+
+const char *resil_http_response_header(const resil_http_response *r,
+                                       const char *name) {
+  if (!valid(r) || !name || !r->hdr.p) return NULL;
+  size_t nl = strlen(name);
+  const char *p = r->hdr.p, *end = r->hdr.p + r->hdr.len;
+  while (p < end) {
+    size_t kl = strlen(p);
+    const char *v = p + kl + 1;
+    if (kl == nl) {
+      size_t i = 0;
+      for (; i < nl; i++) {
+        int a = (unsigned char)p[i], b = (unsigned char)name[i];
+        if (a >= 'A' && a <= 'Z') a += 32;
+        if (b >= 'A' && b <= 'Z') b += 32;
+        if (a != b) break;
+      }
+      if (i == nl) return v;
+    }
+    p = v + strlen(v) + 1;
+  }
+  return NULL;
+}
+
+resil_status resil_http_response_info(const resil_http_response *r,
+                                      resil_http_info *out) {
+  if (!valid(r) || !out) return RESIL_EINVAL;
+  *out = r->info;
+  return RESIL_OK;
+}
+
+void resil_http_response_free(resil_http_response *r) {
+  if (!valid(r)) return;
+  const resil_allocator *a = r->alloc;
+  if (r->json) json_decref(r->json);
+  resil__http_buf_free(a, &r->body);
+  resil__http_buf_free(a, &r->hdr);
+  r->magic = RESIL_MAGIC_DEAD;
+  resil__free(a, r);
+}
