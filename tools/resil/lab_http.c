@@ -1,4 +1,903 @@
-/* Lab experiments H1-H16 and P13: libresil-http against the fixture. */
+/* Lab experiments H1-H16 and P13 (DESIGN §7): libresil-http against the
+ * fault-injecting fixture upstream on 127.0.0.1, real sockets, real time.
+ * Each experiment starts its own fixture so that its counters are its
+ * own. */
 #include "lab.h"
 
+#ifdef RESIL_HAVE_FIXTURE
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fixture/fixture.h"
+#include "resil/chain.h"
+#include "resil/http.h"
+#include "resil/resil.h"
+
+#define MS(x) ((int64_t)(x) * INT64_C(1000000))
+
+static const char *const item_headers[] = {"X-Token: {token}", NULL};
+static const char *const secret_headers[] = {
+    "Authorization: {auth}", "Cookie: {cookie}", "X-Api-Key: {apikey}", NULL};
+
+static resil_outcome business_decoder(void *user, const resil_http_response *r,
+                                      resil_outcome proposed) {
+  (void)user;
+  if (resil_http_response_status(r) == 422) proposed.reason = RESIL_REASON_BUSINESS;
+  return proposed;
+}
+
+static const resil_http_endpoint lab_endpoints[] = {
+    {.name = "get_item", .path = "/items/{id}", .headers = item_headers,
+     .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.name = "status", .path = "/status/{code}"},
+    {.name = "status_ra", .path = "/status/{code}", .query = "retry_after={ra}"},
+    {.name = "post_status", .method = RESIL_HTTP_POST, .path = "/status/{code}",
+     .query = "retry_after={ra}"},
+    {.name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}"},
+    {.name = "slow_get", .path = "/slow", .query = "ms={ms}"},
+    {.name = "idem_post", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
+     .query = "sleep_ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND},
+    {.name = "empty", .path = "/empty", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.name = "badjson", .path = "/badjson", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.name = "seq", .path = "/seq/{id}", .query = "codes={codes}"},
+    {.name = "business", .method = RESIL_HTTP_POST, .path = "/status/422",
+     .decoder = business_decoder},
+    {.name = "echo", .method = RESIL_HTTP_POST, .path = "/echo",
+     .request_codec = RESIL_HTTP_CODEC_JSON, .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.name = "redirect", .path = "/redirect/{n}"},
+    {.name = "ka_get", .path = "/ka"},
+    {.name = "ka_post", .method = RESIL_HTTP_POST, .path = "/ka"},
+    {.name = "secret", .path = "/items/{id}", .query = "token={qt}&page=2",
+     .headers = secret_headers},
+};
+
+typedef struct lab_http {
+  resil_fixture *fx;
+  resil_http_client *c;
+} lab_http;
+
+typedef void (*cfg_fn)(resil_http_client_config *cfg, void *u);
+
+static int lab_http_open(lab_result *r, lab_http *h, cfg_fn fn, void *u) {
+  memset(h, 0, sizeof *h);
+  char eb[256];
+  if (!lab_check(r, resil_fixture_start(NULL, &h->fx, eb, sizeof eb) == 0,
+                 "fixture: %s", eb))
+    return 0;
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.base_url = resil_fixture_url(h->fx);
+  cfg.endpoints = lab_endpoints;
+  cfg.endpoint_count = sizeof lab_endpoints / sizeof lab_endpoints[0];
+  if (fn) fn(&cfg, u);
+  resil_error err;
+  return lab_check(r, resil_http_client_new(&cfg, &h->c, &err) == RESIL_OK,
+                   "client: %s", err.msg);
+}
+
+static void lab_http_close(lab_http *h) {
+  resil_http_client_free(h->c);
+  resil_fixture_stop(h->fx);
+}
+
+/* One logical call with name/value params (NULL-terminated list), an
+ * optional retry and an optional ctx. */
+static resil_outcome call(lab_http *h, const char *ep, const char *const *kv,
+                          resil_retry *rt, const resil_ctx *ctx,
+                          resil_http_response **out) {
+  resil_http_param ps[8];
+  size_t n = 0;
+  for (; kv && kv[2 * n] && n < 8; n++) {
+    ps[n].name = kv[2 * n];
+    ps[n].value = kv[2 * n + 1];
+  }
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = ps;
+  args.param_count = n;
+  return resil_http_call(h->c, ep, &args, rt, ctx, out);
+}
+
+#define KV(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static const char *fmt(const resil_outcome *o, char *b, size_t n) {
+  return resil_outcome_format(o, b, n);
+}
+
+static int64_t now_ms(void) { return resil_clock_now_ns(NULL) / 1000000; }
+
+static resil_retry *make_retry(uint32_t attempts, resil_retry_backoff kind,
+                               int64_t wait_ns, int64_t cap_ns, int unsafe,
+                               resil_retry_listener_fn listener, void *user) {
+  resil_retry_config c;
+  resil_retry_config_init(&c);
+  c.max_attempts = attempts;
+  c.backoff = kind;
+  c.wait_ns = wait_ns;
+  c.initial_wait_ns = wait_ns > 0 ? wait_ns : MS(1);
+  c.multiplier = 2.0;
+  c.max_wait_ns = cap_ns > c.initial_wait_ns ? cap_ns : c.initial_wait_ns;
+  c.unsafe_retry_non_idempotent = unsafe;
+  c.on_retry = listener;
+  c.user = user;
+  resil_retry *r = NULL;
+  return resil_retry_new(&c, &r, NULL) == RESIL_OK ? r : NULL;
+}
+
+static long effects(lab_http *h, const char *route) {
+  return resil_fixture_effects(h->fx, route);
+}
+static long attempts(lab_http *h, const char *route) {
+  return resil_fixture_attempts(h->fx, route);
+}
+
+/* ---- H1 ---------------------------------------------------------------- */
+static int h1(lab_result *r) {
+  lab_http h;
+  if (!lab_http_open(r, &h, NULL, NULL)) goto out;
+  resil_http_response *resp = NULL;
+  resil_outcome o = call(&h, "get_item", KV("id", "42", "token", "tok-42"), NULL, NULL, &resp);
+  json_t *j = resil_http_response_json(resp);
+  long long id = json_integer_value(json_object_get(j, "id"));
+  const char *name = json_string_value(json_object_get(j, "name"));
+  char tok[64] = "";
+  resil_fixture_last_header(h.fx, "items", "x-token", tok, sizeof tok);
+  long seen = attempts(&h, "items");
+  char ob[96];
+  lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
+  lab_obs_int(r, "attempts", seen);
+  lab_obs_int(r, "id", id);
+  lab_obs_str(r, "name", name ? name : "");
+  lab_obs_str(r, "token_header_seen", tok);
+  lab_summary(r, "GET /items/{id} id=42 X-Token: tok-42 -> %s, decoded {id %lld, name \"%s\"}, upstream saw %ld request(s) with X-Token %s",
+              ob, id, name ? name : "", seen, tok);
+  lab_check(r, o.http_status == 200, "outcome %s", ob);
+  lab_check(r, id == 42 && name && strcmp(name, "item-42") == 0, "decoded wrong");
+  lab_check(r, strcmp(tok, "tok-42") == 0, "token header not bound");
+  lab_check(r, seen == 1, "upstream saw %ld requests", seen);
+  resil_http_response_free(resp);
+out:
+  lab_http_close(&h);
+  return r->pass;
+}
+
+/* ---- H2 ---------------------------------------------------------------- */
+static int h2(lab_result *r) {
+  lab_http h;
+  if (!lab_http_open(r, &h, NULL, NULL)) goto out;
+  resil_outcome a = call(&h, "status", KV("code", "400"), NULL, NULL, NULL);
+  long n400 = attempts(&h, "status");
+  resil_fixture_reset(h.fx);
+  resil_outcome b = call(&h, "status", KV("code", "500"), NULL, NULL, NULL);
+  long n500 = attempts(&h, "status");
+  char oa[64], ob[64];
+  lab_obs_int(r, "attempts_400", n400);
+  lab_obs_int(r, "attempts_500", n500);
+  lab_obs_int(r, "attempts", n400 + n500);
+  lab_obs_str(r, "outcome", fmt(&b, ob, sizeof ob));
+  lab_obs_str(r, "outcome_400", fmt(&a, oa, sizeof oa));
+  lab_summary(r, "no retry policy: 400 -> %s after %ld attempt(s); 500 -> %s after %ld attempt(s)",
+              oa, n400, ob, n500);
+  lab_check(r, a.http_status == 400 && n400 == 1, "400: %s, %ld attempts", oa, n400);
+  lab_check(r, b.http_status == 500 && n500 == 1, "500: %s, %ld attempts", ob, n500);
+out:
+  lab_http_close(&h);
+  return r->pass;
+}
+
+/* ---- H3 ---------------------------------------------------------------- */
+typedef struct waits {
+  int n;
+  int64_t ms[8];
+} waits;
+
+static void record_wait(void *user, const resil_retry *rt, uint32_t attempt,
+                        const resil_outcome *o, int64_t delay_ns) {
+  (void)rt;
+  (void)attempt;
+  (void)o;
+  waits *w = user;
+  if (w->n < 8) w->ms[w->n++] = delay_ns / 1000000;
+}
+
+static int h3(lab_result *r) {
+  lab_http h;
+  waits w = {0};
+  resil_retry *rt = make_retry(3, RESIL_RETRY_EXPONENTIAL, MS(20), MS(50), 0,
+                               record_wait, &w);
+  if (!lab_check(r, rt != NULL, "retry setup") || !lab_http_open(r, &h, NULL, NULL)) {
+    resil_retry_free(rt);
+    return 0;
+  }
+  int64_t t0 = now_ms();
+  resil_outcome o = call(&h, "status_ra", KV("code", "502", "ra", "1"), rt, NULL, NULL);
+  int64_t took = now_ms() - t0;
+  long with_retry = attempts(&h, "status");
+  resil_fixture_reset(h.fx);
+  call(&h, "status_ra", KV("code", "502", "ra", "1"), NULL, NULL, NULL);
+  long without = attempts(&h, "status");
+  json_t *arr = json_array();
+  int capped = 1;
+  for (int i = 0; i < w.n; i++) {
+    json_array_append_new(arr, json_integer(w.ms[i]));
+    if (w.ms[i] > 50) capped = 0;
+  }
+  char ob[64];
+  lab_obs_int(r, "attempts", with_retry);
+  lab_obs_int(r, "attempts_without_retry", without);
+  lab_obs_json(r, "waits_ms", arr);
+  lab_obs_int(r, "total_ms", took);
+  lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
+  lab_summary(r, "502 + Retry-After: 1, retry exp 20 ms cap 50 ms x3: %ld attempts, waits %lld/%lld ms (Retry-After capped), %lld ms in all; without retry: %ld attempt",
+              with_retry, (long long)(w.n > 0 ? w.ms[0] : -1),
+              (long long)(w.n > 1 ? w.ms[1] : -1), (long long)took, without);
+  lab_check(r, with_retry == 3, "%ld attempts with retry, expected 3", with_retry);
+  lab_check(r, w.n == 2 && capped, "waits not capped at 50 ms");
+  lab_check(r, took < 1000, "took %lld ms: Retry-After not capped", (long long)took);
+  lab_check(r, without == 1, "%ld attempts without retry, expected 1", without);
+  lab_http_close(&h);
+  resil_retry_free(rt);
+  return r->pass;
+}
+
+/* ---- H4 ---------------------------------------------------------------- */
+static void set_timeout(resil_http_client_config *cfg, void *u) {
+  cfg->response_timeout_ns = *(int64_t *)u;
+}
+
+static int h4(lab_result *r) {
+  int64_t timeouts[2] = {MS(50), MS(5000)};
+  const char *codes[2] = {"503", "429"};
+  json_t *arr = json_array();
+  long total = 0;
+  int ok = 1;
+  for (int t = 0; t < 2; t++) {
+    lab_http h;
+    if (!lab_http_open(r, &h, set_timeout, &timeouts[t])) {
+      lab_http_close(&h);
+      json_decref(arr);
+      return 0;
+    }
+    for (int k = 0; k < 2; k++) {
+      resil_fixture_reset(h.fx);
+      resil_outcome o = call(&h, "post_status", KV("code", codes[k], "ra", "1"), NULL, NULL, NULL);
+      long n = attempts(&h, "status");
+      total += n;
+      json_t *x = json_object();
+      json_object_set_new(x, "status", json_integer(o.http_status));
+      json_object_set_new(x, "response_timeout_ms", json_integer(timeouts[t] / 1000000));
+      json_object_set_new(x, "attempts", json_integer(n));
+      json_array_append_new(arr, x);
+      if (n != 1 || o.http_status != atoi(codes[k])) ok = 0;
+    }
+    resil_http_stats st;
+    resil_http_client_get_stats(h.c, &st);
+    if (st.resends_counted != 0 || st.requests_sent != 2) ok = 0;
+    lab_http_close(&h);
+  }
+  lab_obs_json(r, "cases", arr);
+  lab_obs_int(r, "attempts", total);
+  lab_obs_str(r, "outcome", "ANSWERED(503), ANSWERED(429)");
+  lab_summary(r, "POST 503 and 429 with response timeouts 50 ms and 5 s: %ld attempts for 4 calls, no transport re-send", total);
+  lab_check(r, ok && total == 4, "some call made more than one attempt");
+  return r->pass;
+}
+
+/* ---- H5 ---------------------------------------------------------------- */
+static void set_250(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->response_timeout_ns = MS(250);
+}
+
+static int h5(lab_result *r) {
+  lab_http h;
+  if (!lab_http_open(r, &h, set_250, NULL)) goto out;
+  int64_t t0 = now_ms();
+  resil_outcome o = call(&h, "slow_post", KV("ms", "900"), NULL, NULL, NULL);
+  int64_t took = now_ms() - t0;
+  long eff = effects(&h, "slow");
+  char ob[96];
+  lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
+  lab_obs_int(r, "attempts", attempts(&h, "slow"));
+  lab_obs_int(r, "effects", eff);
+  lab_obs_int(r, "elapsed_ms", took);
+  lab_summary(r, "POST /slow (effect, then 900 ms), response timeout 250 ms: %s after %lld ms, effects %ld: the server did it",
+              ob, (long long)took, eff);
+  lab_check(r, o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT, "outcome %s", ob);
+  lab_check(r, eff == 1, "effects %ld, expected 1", eff);
+out:
+  lab_http_close(&h);
+  return r->pass;
+}
+
+/* ---- H6 ---------------------------------------------------------------- */
+static int h6(lab_result *r) {
+  lab_http h;
+  resil_retry *unsafe = make_retry(3, RESIL_RETRY_FIXED, MS(10), 0, 1, NULL, NULL);
+  resil_retry *safe = make_retry(3, RESIL_RETRY_FIXED, MS(10), 0, 0, NULL, NULL);
+  if (!lab_check(r, unsafe && safe, "retry setup") || !lab_http_open(r, &h, set_250, NULL))
+    goto out;
+  resil_outcome ou = call(&h, "slow_post", KV("ms", "900"), unsafe, NULL, NULL);
+  long eff_unsafe = effects(&h, "slow");
+  resil_fixture_reset(h.fx);
+  resil_outcome os = call(&h, "slow_post", KV("ms", "900"), safe, NULL, NULL);
+  long eff_safe = effects(&h, "slow");
+  resil_fixture_reset(h.fx);
+  resil_outcome ok = call(&h, "idem_post", KV("name", "pay-1", "ms", "900"), safe, NULL, NULL);
+  long eff_key = effects(&h, "idem");
+  long att_key = attempts(&h, "idem");
+  char b1[96], b2[96], b3[96];
+  lab_obs_int(r, "unsafe_attempts", ou.attempts);
+  lab_obs_int(r, "unsafe_effects", eff_unsafe);
+  lab_obs_int(r, "safe_attempts", os.attempts);
+  lab_obs_int(r, "safe_effects", eff_safe);
+  lab_obs_str(r, "safe_stop", resil_stop_name(os.stop));
+  lab_obs_int(r, "keyed_attempts", att_key);
+  lab_obs_int(r, "keyed_effects", eff_key);
+  lab_obs_int(r, "attempts", ou.attempts + os.attempts + (long long)att_key);
+  lab_obs_int(r, "effects", eff_unsafe + eff_safe + eff_key);
+  lab_obs_str(r, "outcome", fmt(&ok, b3, sizeof b3));
+  lab_summary(r, "POST timing out at 250 ms, retry 3: unsafe opt-in -> %u attempts, %ld effects (%s); safe default -> %u attempt, %ld effect (stop %s); stable key on /idem -> %ld attempts, %ld effect, %s",
+              ou.attempts, eff_unsafe, fmt(&ou, b1, sizeof b1), os.attempts, eff_safe,
+              resil_stop_name(os.stop), att_key, eff_key, b3);
+  (void)b2;
+  lab_check(r, eff_unsafe == 3, "unsafe effects %ld, expected 3", eff_unsafe);
+  lab_check(r, eff_safe == 1 && os.attempts == 1 && os.stop == RESIL_STOP_UNSAFE,
+            "safe default: effects %ld attempts %u", eff_safe, os.attempts);
+  lab_check(r, eff_key == 1 && att_key >= 2 && resil_outcome_is_success(&ok),
+            "keyed: effects %ld attempts %ld", eff_key, att_key);
+out:
+  lab_http_close(&h);
+  resil_retry_free(unsafe);
+  resil_retry_free(safe);
+  return r->pass;
+}
+
+/* ---- H7 ---------------------------------------------------------------- */
+static int closed_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(s, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(s); /* nobody listens there now */
+  return port;
+}
+
+static void set_refused_base(resil_http_client_config *cfg, void *u) {
+  cfg->base_url = u;
+}
+
+static int h7(lab_result *r) {
+  int port = closed_port();
+  char base[64];
+  snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+  lab_http h;
+  if (!lab_check(r, port > 0, "no port") || !lab_http_open(r, &h, set_refused_base, base))
+    goto out;
+  resil_http_response *resp = NULL;
+  resil_outcome o = call(&h, "get_item", KV("id", "1", "token", "t"), NULL, NULL, &resp);
+  char ob[96];
+  const char *cause = resil_reason_text(o.reason);
+  long seen = resil_fixture_connections(h.fx);
+  resil_http_stats st;
+  resil_http_client_get_stats(h.c, &st);
+  lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
+  lab_obs_str(r, "cause", cause);
+  lab_obs_int(r, "attempts", (long long)st.attempts);
+  lab_obs_int(r, "requests_seen", seen);
+  lab_summary(r, "connect to a closed port: %s, cause \"%s\" (%s), requests seen 0 by design: %ld connections to the fixture",
+              ob, cause, resp && resil_http_response_error(resp) ? resil_http_response_error(resp) : "",
+              seen);
+  lab_check(r, o.kind == RESIL_NOT_SENT && o.reason == RESIL_REASON_CONNECT_REFUSED,
+            "outcome %s", ob);
+  lab_check(r, st.requests_sent == 0, "%llu requests sent", (unsigned long long)st.requests_sent);
+  resil_http_response_free(resp);
+out:
+  lab_http_close(&h);
+  return r->pass;
+}
+
+/* ---- H8 ---------------------------------------------------------------- */
+static int h8(lab_result *r) {
+  lab_http h;
+  if (!lab_http_open(r, &h, NULL, NULL)) goto out;
+  unsigned ports[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    call(&h, "get_item", KV("id", "1", "token", "t"), NULL, NULL, NULL);
+    ports[i] = resil_fixture_last_peer_port(h.fx, "items");
+  }
+  long conns = resil_fixture_connections(h.fx);
+  lab_obs_int(r, "attempts", attempts(&h, "items"));
+  lab_obs_int(r, "local_port_1", ports[0]);
+  lab_obs_int(r, "local_port_2", ports[1]);
+  lab_obs_int(r, "connections", conns);
+  lab_obs_str(r, "outcome", "ANSWERED(200)");
+  lab_summary(r, "two sequential GETs: client ports %u and %u, server accepted %ld connection(s)",
+              ports[0], ports[1], conns);
+  lab_check(r, ports[0] != 0 && ports[0] == ports[1], "ports differ");
+  lab_check(r, conns == 1, "%ld connections", conns);
+out:
+  lab_http_close(&h);
+  return r->pass;
+}
+
+/* ---- H9 ---------------------------------------------------------------- */
+static void set_pool_1(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->max_connections = 1;
+  cfg->max_connections_per_host = 1;
+  cfg->lease_timeout_ns = MS(100);
+}
+
+typedef struct holder {
+  lab_http *h;
+  resil_outcome o;
+} holder;
+
+static void *hold_slot(void *p) {
+  holder *x = p;
+  x->o = call(x->h, "slow_get", KV("ms", "600"), NULL, NULL, NULL);
+  return NULL;
+}
+
+static int h9(lab_result *r) {
+  lab_http h;
+  if (!lab_http_open(r, &h, set_pool_1, NULL)) goto out;
+  holder x = {&h, {0}};
+  pthread_t t;
+  pthread_create(&t, NULL, hold_slot, &x);
+  for (int i = 0; i < 500 && attempts(&h, "slow") < 1; i++) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  int64_t t0 = now_ms();
+  resil_outcome o = call(&h, "get_item", KV("id", "9", "token", "t"), NULL, NULL, NULL);
+  int64_t waited = now_ms() - t0;
+  long items_seen = attempts(&h, "items");
+  pthread_join(t, NULL);
+  resil_outcome after = call(&h, "get_item", KV("id", "9", "token", "t"), NULL, NULL, NULL);
+  char ob[96], ab[96];
+  lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
+  lab_obs_int(r, "lease_wait_ms", waited);
+  lab_obs_int(r, "attempts", 1);
+  lab_obs_int(r, "upstream_saw", items_seen);
+  lab_obs_str(r, "after_release", fmt(&after, ab, sizeof ab));
+  lab_summary(r, "pool of 1 held by a slow call: second call %s after %lld ms, upstream saw %ld; after release %s",
+              ob, (long long)waited, items_seen, ab);
+  lab_check(r, o.kind == RESIL_NOT_SENT && o.reason == RESIL_REASON_POOL_TIMEOUT, "outcome %s", ob);
+  lab_check(r, waited >= 95 && waited < 400, "lease wait %lld ms", (long long)waited);
+  lab_check(r, items_seen == 0, "upstream saw %ld requests", items_seen);
+  lab_check(r, after.http_status == 200, "after release %s", ab);
+out:
+  lab_http_close(&h);
+  return r->pass;
+}
+
+/* ---- H10 --------------------------------------------------------------- */
+static int h10(lab_result *r) {
+  resil_fixture *fx = NULL;
+  char eb[256];
+  if (!lab_check(r, resil_fixture_start(NULL, &fx, eb, sizeof eb) == 0, "fixture: %s", eb))
+    return 0;
+  static const resil_http_endpoint bad[] = {
+      {.name = "ok", .path = "/items/{id}"},
+      {.name = "broken", .path = "/items/{id"},
+  };
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.base_url = resil_fixture_url(fx);
+  cfg.endpoints = bad;
+  cfg.endpoint_count = 2;
+  resil_http_client *c = NULL;
+  resil_error err;
+  resil_status st = resil_http_client_new(&cfg, &c, &err);
+  long conns = resil_fixture_connections(fx);
+  lab_obs_str(r, "status", resil_status_name(st));
+  lab_obs_str(r, "field", err.field);
+  lab_obs_str(r, "message", err.msg);
+  lab_obs_int(r, "attempts", 0);
+  lab_obs_int(r, "requests_seen", conns);
+  lab_obs_str(r, "outcome", "none: client not created");
+  lab_summary(r, "endpoint \"broken\" with path /items/{id: %s at creation (%s), upstream connections %ld",
+              resil_status_name(st), err.msg, conns);
+  lab_check(r, st == RESIL_EINVAL && c == NULL, "client created");
+  lab_check(r, strcmp(err.field, "endpoints[1].path") == 0, "field %s", err.field);
+  lab_check(r, conns == 0, "%ld connections", conns);
+  resil_http_client_free(c);
+  resil_fixture_stop(fx);
+  return r->pass;
+}
+
+/* ---- H11 --------------------------------------------------------------- */
+static int h11(lab_result *r) {
+  lab_http h;
+  if (!lab_http_open(r, &h, NULL, NULL)) goto out;
+  resil_http_response *e = NULL, *b = NULL, *n = NULL;
+  resil_outcome oe = call(&h, "empty", NULL, NULL, NULL, &e);
+  resil_outcome ob = call(&h, "badjson", NULL, NULL, NULL, &b);
+  resil_outcome on = call(&h, "get_item", KV("id", "7", "token", "t"), NULL, NULL, &n);
+  int empty = resil_http_response_is_empty(e);
+  const char *derr = resil_http_response_decode_error(b);
+  char b1[64], b2[64], b3[64];
+  lab_obs_bool(r, "empty_204", empty);
+  lab_obs_str(r, "badjson_outcome", fmt(&ob, b2, sizeof b2));
+  lab_obs_str(r, "decode_error", derr ? derr : "");
+  lab_obs_str(r, "outcome", fmt(&on, b3, sizeof b3));
+  lab_obs_int(r, "attempts", attempts(&h, "empty") + attempts(&h, "badjson") + attempts(&h, "items"));
+  lab_summary(r, "204 -> %s, empty=%d; invalid JSON -> %s (%s); next call -> %s",
+              fmt(&oe, b1, sizeof b1), empty, b2, derr ? derr : "", b3);
+  lab_check(r, oe.http_status == 204 && empty, "204 not empty");
+  lab_check(r, ob.reason == RESIL_REASON_DECODE && derr != NULL, "no decode error");
+  lab_check(r, on.http_status == 200 && resil_http_response_json(n) != NULL, "next call failed");
+  resil_http_response_free(e);
+  resil_http_response_free(b);
+  resil_http_response_free(n);
+out:
+  lab_http_close(&h);
+  return r->pass;
+}
+
+/* ---- H12 --------------------------------------------------------------- */
+static int h12(lab_result *r) {
+  lab_http h;
+  resil_retry *rt = make_retry(3, RESIL_RETRY_FIXED, MS(5), 0, 0, NULL, NULL);
+  if (!lab_check(r, rt != NULL, "retry") || !lab_http_open(r, &h, NULL, NULL)) goto out;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT; /* even so, a business rejection is final */
+  resil_outcome b = call(&h, "business", NULL, rt, &ctx, NULL);
+  long b_att = attempts(&h, "status");
+  resil_outcome s = call(&h, "seq", KV("id", "h12", "codes", "429,200"), rt, NULL, NULL);
+  long s_att = attempts(&h, "seq");
+  char b1[64], b2[64];
+  lab_obs_str(r, "business_outcome", fmt(&b, b1, sizeof b1));
+  lab_obs_str(r, "business_class", resil_outcome_class_name(resil_outcome_classify(&b)));
+  lab_obs_int(r, "business_attempts", b_att);
+  lab_obs_int(r, "throttled_then_ok_attempts", s_att);
+  lab_obs_int(r, "attempts", b_att + s_att);
+  lab_obs_str(r, "outcome", fmt(&s, b2, sizeof b2));
+  lab_summary(r, "decoder 422 -> %s (%s): %ld attempt; 429 then 200 -> %s after %ld attempts",
+              b1, resil_outcome_class_name(resil_outcome_classify(&b)), b_att, b2, s_att);
+  lab_check(r, b.reason == RESIL_REASON_BUSINESS && b_att == 1, "422: %s, %ld attempts", b1, b_att);
+  lab_check(r, s.http_status == 200 && s_att == 2, "429,200: %s, %ld attempts", b2, s_att);
+out:
+  lab_http_close(&h);
+  resil_retry_free(rt);
+  return r->pass;
+}
+
+/* ---- H13 --------------------------------------------------------------- */
+typedef struct log_capture {
+  size_t lines;
+  int leaked;
+  int redacted_seen;
+  char first_leak[160];
+} log_capture;
+
+static const char *const secrets[] = {"sekret-auth-123", "sekret-cookie-456",
+                                      "sekret-key-789", "sekret-qt-000"};
+
+static void capture(void *user, resil_http_log_level level, const char *line) {
+  (void)level;
+  log_capture *c = user;
+  c->lines++;
+  for (size_t i = 0; i < 4; i++)
+    if (strstr(line, secrets[i])) {
+      if (!c->leaked) snprintf(c->first_leak, sizeof c->first_leak, "%s", line);
+      c->leaked = 1;
+    }
+  if (strstr(line, "[REDACTED]")) c->redacted_seen = 1;
+}
+
+typedef struct log_setup {
+  resil_http_log_level level;
+  log_capture *cap;
+} log_setup;
+
+static void set_log(resil_http_client_config *cfg, void *u) {
+  log_setup *s = u;
+  cfg->log_level = s->level;
+  cfg->log_fn = capture;
+  cfg->log_user = s->cap;
+}
+
+static int h13(lab_result *r) {
+  const resil_http_log_level levels[] = {RESIL_HTTP_LOG_NONE, RESIL_HTTP_LOG_BASIC,
+                                         RESIL_HTTP_LOG_HEADERS, RESIL_HTTP_LOG_FULL,
+                                         RESIL_HTTP_LOG_METADATA};
+  const char *names[] = {"NONE", "BASIC", "HEADERS", "FULL", "METADATA"};
+  json_t *per = json_object();
+  int leaks = 0;
+  size_t total = 0;
+  int headers_redacted = 0;
+  for (size_t i = 0; i < 5; i++) {
+    log_capture cap = {0};
+    log_setup ls = {levels[i], &cap};
+    lab_http h;
+    if (lab_http_open(r, &h, set_log, &ls)) {
+      resil_outcome o = call(&h, "secret",
+                             KV("id", "5", "qt", secrets[3], "auth", "Bearer sekret-auth-123",
+                                "cookie", "session=sekret-cookie-456", "apikey", secrets[2]),
+                             NULL, NULL, NULL);
+      lab_check(r, o.http_status == 200, "call at %s failed", names[i]);
+    }
+    lab_http_close(&h);
+    json_object_set_new(per, names[i], json_integer((json_int_t)cap.lines));
+    total += cap.lines;
+    if (cap.leaked) {
+      leaks++;
+      lab_check(r, 0, "secret in %s log: %s", names[i], cap.first_leak);
+    }
+    if (levels[i] == RESIL_HTTP_LOG_HEADERS) headers_redacted = cap.redacted_seen;
+  }
+  lab_obs_json(r, "lines_per_level", per);
+  lab_obs_int(r, "secrets_found", leaks);
+  lab_obs_int(r, "attempts", 5);
+  lab_obs_str(r, "outcome", "ANSWERED(200)");
+  lab_summary(r, "Authorization, Cookie, X-Api-Key and ?token= sent at 5 log levels: %zu lines logged, secrets found in %d levels, [REDACTED] shown at HEADERS: %s",
+              total, leaks, headers_redacted ? "yes" : "no");
+  lab_check(r, total > 0, "nothing was logged: the check would prove nothing");
+  lab_check(r, headers_redacted, "HEADERS level showed no redaction marker");
+  return r->pass;
+}
+
+/* ---- H14 --------------------------------------------------------------- */
+static void set_gzip(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->request_gzip = 1;
+}
+
+static int h14(lab_result *r) {
+  lab_http h;
+  if (!lab_http_open(r, &h, set_gzip, NULL)) goto out;
+  size_t sizes[2] = {2049, 2048};
+  long decoded[2] = {0, 0};
+  char enc[2][32] = {"", ""};
+  for (int k = 0; k < 2; k++) {
+    /* {"pad":"xxx...x"} of exactly sizes[k] bytes. */
+    size_t n = sizes[k];
+    char *body = malloc(n + 1);
+    if (!body) break;
+    memcpy(body, "{\"pad\":\"", 8);
+    memset(body + 8, 'x', n - 10);
+    memcpy(body + n - 2, "\"}", 2);
+    body[n] = 0;
+    resil_http_args args;
+    resil_http_args_init(&args);
+    args.body = body;
+    args.body_len = n;
+    resil_http_response *resp = NULL;
+    resil_http_call(h.c, "echo", &args, NULL, NULL, &resp);
+    json_t *j = resil_http_response_json(resp);
+    decoded[k] = (long)json_integer_value(json_object_get(j, "body_len"));
+    const char *ce = json_string_value(json_object_get(j, "content_encoding"));
+    snprintf(enc[k], sizeof enc[k], "%s", ce && *ce ? ce : "identity");
+    resil_http_response_free(resp);
+    free(body);
+  }
+  lab_obs_str(r, "encoding_2049", enc[0]);
+  lab_obs_str(r, "encoding_2048", enc[1]);
+  lab_obs_int(r, "server_decoded_2049", decoded[0]);
+  lab_obs_int(r, "server_decoded_2048", decoded[1]);
+  lab_obs_int(r, "attempts", attempts(&h, "echo"));
+  lab_obs_str(r, "outcome", "ANSWERED(200)");
+  lab_summary(r, "JSON body of 2049 bytes sent as %s, server decoded %ld bytes; 2048 bytes sent as %s, server read %ld",
+              enc[0], decoded[0], enc[1], decoded[1]);
+  lab_check(r, strcmp(enc[0], "gzip") == 0 && decoded[0] == 2049, "2049 not gzipped/decoded");
+  lab_check(r, strcmp(enc[1], "identity") == 0 && decoded[1] == 2048, "2048 gzipped");
+out:
+  lab_http_close(&h);
+  return r->pass;
+}
+
+/* ---- H15 --------------------------------------------------------------- */
+static void set_follow(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->follow_redirects = 1;
+}
+
+static int h15(lab_result *r) {
+  lab_http off, on;
+  int ok_off = lab_http_open(r, &off, NULL, NULL);
+  int ok_on = ok_off && lab_http_open(r, &on, set_follow, NULL);
+  if (!ok_on) {
+    if (ok_off) lab_http_close(&off);
+    return 0;
+  }
+  resil_http_response *a = NULL, *b = NULL;
+  resil_outcome oa = call(&off, "redirect", KV("n", "2"), NULL, NULL, &a);
+  resil_outcome ob = call(&on, "redirect", KV("n", "2"), NULL, NULL, &b);
+  resil_http_info ia, ib;
+  resil_http_response_info(a, &ia);
+  resil_http_response_info(b, &ib);
+  resil_http_stats sa, sb;
+  resil_http_client_get_stats(off.c, &sa);
+  resil_http_client_get_stats(on.c, &sb);
+  char b1[64], b2[64];
+  lab_obs_str(r, "off_outcome", fmt(&oa, b1, sizeof b1));
+  lab_obs_int(r, "off_hops", ia.hops);
+  lab_obs_str(r, "outcome", fmt(&ob, b2, sizeof b2));
+  lab_obs_int(r, "hops", ib.hops);
+  lab_obs_int(r, "attempts", (long long)sb.attempts);
+  lab_obs_int(r, "requests_sent", (long long)sb.requests_sent);
+  lab_summary(r, "redirects off: %s, hops %u, attempts %llu; on: %s, hops %u, attempts %llu, requests on the wire %llu",
+              b1, ia.hops, (unsigned long long)sa.attempts, b2, ib.hops,
+              (unsigned long long)sb.attempts, (unsigned long long)sb.requests_sent);
+  lab_check(r, oa.http_status == 302 && ia.hops == 0 && sa.attempts == 1, "off: %s", b1);
+  lab_check(r, ob.http_status == 200 && ib.hops == 2 && sb.attempts == 1, "on: %s hops %u", b2, ib.hops);
+  resil_http_response_free(a);
+  resil_http_response_free(b);
+  lab_http_close(&off);
+  lab_http_close(&on);
+  return r->pass;
+}
+
+/* ---- H16 --------------------------------------------------------------- */
+static int h16(lab_result *r) {
+  lab_http h;
+  if (!lab_http_open(r, &h, NULL, NULL)) goto out;
+  resil_outcome g = call(&h, "ka_get", NULL, NULL, NULL, NULL);
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.body = "pay=10";
+  args.body_len = 6;
+  resil_http_response *resp = NULL;
+  resil_outcome o = resil_http_call(h.c, "ka_post", &args, NULL, NULL, &resp);
+  resil_http_stats st;
+  resil_http_client_get_stats(h.c, &st);
+  resil_http_info info;
+  resil_http_response_info(resp, &info);
+  long eff = effects(&h, "ka");
+  long conns = resil_fixture_connections(h.fx);
+  char ob[96];
+  lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
+  lab_obs_int(r, "effects", eff);
+  lab_obs_int(r, "attempts", 1);
+  lab_obs_int(r, "resends_prevented", (long long)st.resends_prevented);
+  lab_obs_int(r, "connections", conns);
+  lab_obs_bool(r, "post_on_reused_connection", info.reused_connection);
+  lab_summary(r, "POST on a reused keep-alive connection that the server closes after reading it: %s, effects %ld, libcurl's silent re-send refused %llu time(s), connections %ld",
+              ob, eff, (unsigned long long)st.resends_prevented, conns);
+  lab_check(r, g.http_status == 200, "warm-up GET failed");
+  lab_check(r, o.kind == RESIL_UNKNOWN, "outcome %s, expected UNKNOWN", ob);
+  lab_check(r, eff == 1, "effects %ld, expected exactly 1", eff);
+  lab_check(r, st.resends_prevented == 1, "re-send not detected");
+  resil_http_response_free(resp);
+out:
+  lab_http_close(&h);
+  return r->pass;
+}
+
+/* ---- P13 --------------------------------------------------------------- */
+static int p13(lab_result *r) {
+  lab_http h;
+  resil_retry *rt = NULL;
+  resil_breaker *br = NULL;
+  resil_timelimiter *tl = NULL;
+  resil_bulkhead *bh = NULL;
+  resil_chain *ch = NULL;
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = MS(100);
+  rc.min_attempt_budget_ns = MS(500);
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  resil_timelimiter_config tc;
+  resil_timelimiter_config_init(&tc);
+  tc.timeout_ns = MS(400);
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = 4;
+  resil_chain_config cc;
+  resil_chain_config_init(&cc);
+  cc.total_timeout_ns = MS(700);
+  int ok = resil_retry_new(&rc, &rt, NULL) == RESIL_OK &&
+           resil_breaker_new(&bc, &br, NULL) == RESIL_OK &&
+           resil_timelimiter_new(&tc, &tl, NULL) == RESIL_OK &&
+           resil_bulkhead_new(&hc, &bh, NULL) == RESIL_OK &&
+           resil_chain_new(&cc, &ch, NULL) == RESIL_OK &&
+           resil_chain_add_retry(ch, rt) == RESIL_OK &&
+           resil_chain_add_breaker(ch, br) == RESIL_OK &&
+           resil_chain_add_timelimiter(ch, tl) == RESIL_OK &&
+           resil_chain_add_bulkhead(ch, bh) == RESIL_OK;
+  if (!lab_check(r, ok, "policy setup") || !lab_http_open(r, &h, NULL, NULL)) goto out;
+
+  resil_http_request *req = NULL;
+  resil_http_param p[] = {{"ms", "900"}};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = p;
+  args.param_count = 1;
+  resil_http_request_new(h.c, "slow_get", &args, &req, NULL);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = resil_http_request_call_flags(req);
+  int64_t t0 = now_ms();
+  resil_outcome o = resil_chain_run(ch, &ctx, resil_http_request_attempt, req);
+  int64_t took = now_ms() - t0;
+  long seen = attempts(&h, "slow");
+  resil_retry_stats rs;
+  resil_retry_get_stats(rt, &rs);
+  resil_http_request_free(req);
+  resil_timelimiter_wait_idle(tl, MS(3000));
+  uint32_t avail = resil_bulkhead_available(bh);
+
+  /* The upstream recovers; a new logical call gets a new 700 ms budget. */
+  p[0].value = "0";
+  resil_http_request_new(h.c, "slow_get", &args, &req, NULL);
+  resil_ctx ctx2;
+  resil_ctx_init(&ctx2);
+  ctx2.flags = resil_http_request_call_flags(req);
+  resil_outcome o2 = resil_chain_run(ch, &ctx2, resil_http_request_attempt, req);
+  resil_http_request_free(req);
+  char nest[128], b1[96], b2[96];
+  resil_chain_nesting(ch, nest, sizeof nest);
+  lab_obs_str(r, "chain", nest);
+  lab_obs_str(r, "outcome", fmt(&o, b1, sizeof b1));
+  lab_obs_str(r, "stop", resil_stop_name(o.stop));
+  lab_obs_int(r, "attempts", o.attempts);
+  lab_obs_int(r, "refused_by_deadline", (long long)rs.refused_by_deadline);
+  lab_obs_int(r, "upstream_saw", seen);
+  lab_obs_int(r, "elapsed_ms", took);
+  lab_obs_int(r, "bulkhead_available", avail);
+  lab_obs_str(r, "recovered_outcome", fmt(&o2, b2, sizeof b2));
+  lab_obs_int(r, "recovered_attempts", o2.attempts);
+  lab_summary(r, "%s, deadline 700 ms, limiter 400 ms, wait 100 ms, min budget 500 ms, upstream 900 ms: %s after %u attempt, next refused (%s), upstream saw %ld, %lld ms, bulkhead %u/4 free; recovered: %s in %u attempt",
+              nest, b1, o.attempts, resil_stop_name(o.stop), seen, (long long)took, avail, b2,
+              o2.attempts);
+  lab_check(r, o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT, "outcome %s", b1);
+  lab_check(r, o.attempts == 1 && o.stop == RESIL_STOP_DEADLINE && rs.refused_by_deadline == 1,
+            "attempts %u stop %s", o.attempts, resil_stop_name(o.stop));
+  lab_check(r, seen == 1, "upstream saw %ld requests", seen);
+  lab_check(r, avail == 4, "bulkhead %u free", avail);
+  lab_check(r, o2.http_status == 200 && o2.attempts == 1, "recovered: %s", b2);
+out:
+  lab_http_close(&h);
+  resil_chain_free(ch);
+  resil_timelimiter_free(tl);
+  resil_bulkhead_free(bh);
+  resil_breaker_free(br);
+  resil_retry_free(rt);
+  return r->pass;
+}
+
+const lab_experiment lab_http_experiments[] = {
+    {"P13", "one deadline through Retry(Breaker(TimeLimiter(Bulkhead(HTTP))))", p13},
+    {"H1", "GET /items/42: path and header bound, JSON decoded", h1},
+    {"H2", "400 and 500: one attempt each by default", h2},
+    {"H3", "502 + Retry-After with a capped retry", h3},
+    {"H4", "503 and 429: no hidden transport retry", h4},
+    {"H5", "POST /slow, response timeout 250 ms", h5},
+    {"H6", "unsafe retries vs safe default vs stable key", h6},
+    {"H7", "connection refused", h7},
+    {"H8", "keep-alive reuses one connection", h8},
+    {"H9", "pool of 1: lease timeout fails NOT_SENT", h9},
+    {"H10", "bad endpoint template fails at creation", h10},
+    {"H11", "204, invalid JSON, then a normal call", h11},
+    {"H12", "custom decoder: 422 business, 429 retryable", h12},
+    {"H13", "secrets never logged at any level", h13},
+    {"H14", "gzip above 2048 bytes, server decodes", h14},
+    {"H15", "redirects off and on: hops apart from attempts", h15},
+    {"H16", "dead reused connection: no silent re-send", h16},
+    {NULL, NULL, NULL}};
+
+#else /* !RESIL_HAVE_FIXTURE */
+
 const lab_experiment lab_http_experiments[] = {{NULL, NULL, NULL}};
+
+#endif
