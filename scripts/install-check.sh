@@ -15,7 +15,17 @@ LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/x86_64-linux-gnu" "$prefix/hello"
 cc -std=c11 -Wall -Werror examples/hello_breaker.c -o "$prefix/hello_static" $(pkg-config --cflags resil) \
    "$(find "$prefix" -name libresil.a | head -1)" -lpthread -lm
 "$prefix/hello_static"
-# Nothing but resil_* symbols may be exported.
-bad=$(nm -D --defined-only "$(find "$prefix" -name 'libresil.so.*.*' | head -1)" | awk '$2 ~ /[TDB]/ {print $3}' | grep -v '^resil_' || true)
-if [ -n "$bad" ]; then echo "unexpected exported symbols: $bad" >&2; exit 1; fi
+# Nothing but the public API may be exported: resil_* from libresil,
+# resil_http_* from libresil-http (internal resil__* helpers stay hidden).
+check_exports() { # library file, allowed prefix
+  local bad
+  bad=$(nm -D --defined-only "$1" | awk '$2 ~ /[TDBRW]/ {print $3}' | grep -v "^$2" || true)
+  if [ -n "$bad" ]; then echo "unexpected exported symbols in $1: $bad" >&2; exit 1; fi
+}
+check_exports "$(find "$prefix" -name 'libresil.so.*.*' | head -1)" 'resil_[a-z]'
+http_so=$(find "$prefix" -name 'libresil-http.so.*.*' | head -1)
+if [ -n "$http_so" ]; then
+  check_exports "$http_so" 'resil_http_'
+  pkg-config --exists resil-http || { echo "resil-http.pc not installed" >&2; exit 1; }
+fi
 echo "install check: ok"

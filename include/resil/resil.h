@@ -14,5 +14,6 @@
 #include "ratelimit.h"
 #include "bulkhead.h"
 #include "timelimit.h"
+#include "chain.h"
 
 #endif
