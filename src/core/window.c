@@ -6,16 +6,14 @@
 #include "internal.h"
 #include "window.h"
 
-/* 64-bit words per bit map of a count window. */
-static uint32_t count_words(uint32_t size) { return (size + 63u) / 64u; }
-
 resil_status resil__window_validate(resil__window_kind kind, uint32_t size,
                                     uint32_t min_calls, const char *size_field,
                                     const char *min_field, resil_error *err) {
   resil_status st;
   if (kind == RESIL__WINDOW_COUNT) {
     st = resil__check_range(err, size_field, size, 1, RESIL__WINDOW_COUNT_MAX);
-    if (st != RESIL_OK) return st;
+    if (st != RESIL_OK)
+      return st;
     if (min_calls < 1 || min_calls > size) {
       char what[64];
       snprintf(what, sizeof what, "1..%s (%u)", size_field, (unsigned)size);
@@ -24,7 +22,8 @@ resil_status resil__window_validate(resil__window_kind kind, uint32_t size,
     return RESIL_OK;
   }
   st = resil__check_range(err, size_field, size, 1, RESIL__WINDOW_TIME_MAX);
-  if (st != RESIL_OK) return st;
+  if (st != RESIL_OK)
+    return st;
   return resil__check_range(err, min_field, min_calls, 1, UINT32_MAX);
 }
 
@@ -36,7 +35,7 @@ resil_status resil__window_validate_threshold(uint32_t threshold_pct,
 
 size_t resil__window_store_bytes(resil__window_kind kind, uint32_t size) {
   if (kind == RESIL__WINDOW_COUNT)
-    return 2u * (size_t)count_words(size) * sizeof(uint64_t);
+    return (size_t)resil__window_words(size) * sizeof(uint64_t);
   return (size_t)size * sizeof(resil__bucket);
 }
 
@@ -54,57 +53,32 @@ void resil__window_clear(resil__window *w) {
   w->failures = 0;
   w->slow = 0;
   w->head = 0;
-  w->last_sec = 0;
-  memset(w->store, 0, resil__window_store_bytes((resil__window_kind)w->kind,
-                                                w->size));
-}
-
-void resil__window_record_count(resil__window *w, int failed, int slow) {
-  uint64_t *fbits = w->store;
-  uint64_t *sbits = fbits + count_words(w->size);
-  uint32_t i = w->head;
-  uint32_t word = i >> 6;
-  uint64_t bit = UINT64_C(1) << (i & 63u);
-  if (w->calls == w->size) {
-    /* Full: the slot at head holds the oldest result. Take it out of the
-     * totals before it is overwritten, so they never count it twice. */
-    w->failures -= (fbits[word] & bit) != 0;
-    w->slow -= (sbits[word] & bit) != 0;
-  } else {
-    w->calls++;
-  }
-  if (failed) {
-    fbits[word] |= bit;
-    w->failures++;
-  } else {
-    fbits[word] &= ~bit;
-  }
-  if (slow) {
-    sbits[word] |= bit;
-    w->slow++;
-  } else {
-    sbits[word] &= ~bit;
-  }
-  w->head = (i + 1 == w->size) ? 0 : i + 1;
+  /* No second yet: the first record moves the window without clearing. */
+  w->last_sec = INT64_MIN;
+  memset(w->store, 0,
+         resil__window_store_bytes((resil__window_kind)w->kind, w->size));
 }
 
 /* Floor division, so that a clock reading before its epoch still maps to
  * whole seconds consistently. */
 static int64_t second_of(int64_t ns) {
   int64_t s = ns / RESIL_NS_PER_S;
-  if (ns % RESIL_NS_PER_S < 0) s--;
+  if (ns % RESIL_NS_PER_S < 0)
+    s--;
   return s;
 }
 
 static uint32_t bucket_index(const resil__window *w, int64_t sec) {
   int64_t r = sec % (int64_t)w->size;
-  if (r < 0) r += w->size;
+  if (r < 0)
+    r += w->size;
   return (uint32_t)r;
 }
 
 void resil__window_advance(resil__window *w, int64_t now_ns) {
   int64_t sec = second_of(now_ns);
-  if (sec <= w->last_sec) return;
+  if (sec <= w->last_sec)
+    return;
   if (w->calls == 0) {
     /* Every bucket is zero (the totals are their sums and counts are never
      * negative), so nothing needs clearing: just move. This keeps the
@@ -139,7 +113,8 @@ void resil__window_advance(resil__window *w, int64_t now_ns) {
 void resil__window_record_time(resil__window *w, int64_t now_ns, int failed,
                                int slow) {
   resil__window_advance(w, now_ns);
-  resil__bucket *cur = &((resil__bucket *)w->store)[bucket_index(w, w->last_sec)];
+  resil__bucket *cur =
+      &((resil__bucket *)w->store)[bucket_index(w, w->last_sec)];
   cur->calls++;
   w->calls++;
   if (failed) {

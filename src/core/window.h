@@ -3,11 +3,12 @@
  * A window keeps running totals of the results inside it (calls, failures,
  * slow calls), so reading them is O(1) and never walks the window.
  *
- *   Count window: a ring of the last `size` results, stored as two bit maps
- *   (failure bits and slow bits, one bit per slot). `head` is the next slot
- *   to overwrite. When the ring is full, a record first subtracts the
- *   evicted slot's contribution from the totals, then adds the new result,
- *   then advances `head`. Record and read are O(1); init is O(size).
+ *   Count window: a ring of the last `size` results, stored as bit maps
+ *   (a failure bit and a slow bit per slot, 32 slots per 64-bit word).
+ *   `head` is the next slot to overwrite. When the ring is full, a record
+ *   first subtracts the evicted slot's contribution from the totals, then
+ *   adds the new result, then advances `head`. Record and read are O(1);
+ *   init is O(size).
  *
  *   Time window: `size` one-second buckets aligned to whole seconds of the
  *   clock (bucket of second s = floor(now_ns / 1e9)). Before a bucket is
@@ -57,7 +58,7 @@ typedef struct resil__window {
   uint32_t min_calls; /* results needed before a rate is decided */
   uint32_t head;      /* count: next slot to overwrite */
   int64_t last_sec;   /* time: second of the newest bucket */
-  void *store;        /* count: uint64_t[2 * words]; time: resil__bucket[size] */
+  void *store;        /* count: uint64_t[words]; time: resil__bucket[size] */
 } resil__window;
 
 /* What the window says about the thresholds. */
@@ -93,8 +94,40 @@ void resil__window_init(resil__window *w, resil__window_kind kind,
 /* Empties the window, keeping its kind, size and storage. O(size). */
 void resil__window_clear(resil__window *w);
 
-/* Adds one result to a count window. O(1). */
-void resil__window_record_count(resil__window *w, int failed, int slow);
+/* 64-bit words of a count window's slots (2 bits per slot). */
+static inline uint32_t resil__window_words(uint32_t size) {
+  return (size + 31u) / 32u;
+}
+
+/* Adds one result to a count window. O(1). Inline: it is on the breaker's
+ * record path.
+ *
+ * Slot i holds 2 bits at bit 2*(i % 32) of word i / 32: bit 0 = failed,
+ * bit 1 = slow, so one load and one store update both. Slots not yet
+ * filled are zero (init clears them), which lets the eviction below run
+ * unconditionally: before the ring is full it subtracts nothing. */
+static inline void resil__window_record_count(resil__window *w, int failed,
+                                              int slow) {
+  uint32_t i = w->head;
+  uint64_t *p = (uint64_t *)w->store + (i >> 5);
+  unsigned shift = (i & 31u) * 2u;
+  uint64_t v = *p;
+  uint64_t old = (v >> shift) & 3u;
+  uint64_t nv = (uint64_t)(failed != 0) | ((uint64_t)(slow != 0) << 1);
+  if (old != nv) {
+    /* First take the evicted result out of the totals, then add the new
+     * one (unsigned arithmetic: the totals never go below zero in
+     * between). When they are equal nothing changes: a healthy stream of
+     * successes stores only `head`. */
+    w->failures = w->failures - (old & 1u) + (nv & 1u);
+    w->slow = w->slow - (old >> 1) + (nv >> 1);
+    *p = v ^ ((old ^ nv) << shift);
+  }
+  if (w->calls < w->size)
+    w->calls++;
+  w->head = (i + 1 == w->size) ? 0 : i + 1;
+}
+
 /* Moves a time window to the second of now_ns, subtracting every bucket
  * that falls out of it. O(min(idle seconds, size)). */
 void resil__window_advance(resil__window *w, int64_t now_ns);
@@ -127,9 +160,12 @@ static inline resil__verdict resil__window_verdict(const resil__window *w,
     return RESIL__VERDICT_NOT_ENOUGH_DATA;
   int f = resil__rate_reached(w->failures, w->calls, failure_pct);
   int s = resil__rate_reached(w->slow, w->calls, slow_pct);
-  if (f && s) return RESIL__VERDICT_BOTH;
-  if (f) return RESIL__VERDICT_FAILURE;
-  if (s) return RESIL__VERDICT_SLOW;
+  if (f && s)
+    return RESIL__VERDICT_BOTH;
+  if (f)
+    return RESIL__VERDICT_FAILURE;
+  if (s)
+    return RESIL__VERDICT_SLOW;
   return RESIL__VERDICT_BELOW;
 }
 

@@ -1,0 +1,437 @@
+/* resil_breaker: a circuit breaker shared by all calls to one downstream
+ * (DESIGN §2.2): Resilience4j's state machine, then better.
+ *
+ * Thread-safety: any function may be called on the same breaker from any
+ * thread at once, except resil_breaker_free(), which needs exclusive access.
+ * Listeners run on the thread that caused the event, with no library lock
+ * held. The clock and allocator given in the config must be thread-safe if
+ * the breaker is shared; the clock is read while the breaker's internal lock
+ * is held, so its functions must not call back into the breaker.
+ *
+ * Create/free pair: resil_breaker_new / resil_breaker_free.
+ *
+ * States:
+ *   CLOSED        every call is permitted; results fill the window; when the
+ *                 window holds at least `minimum_calls` results and the
+ *                 failure rate or the slow-call rate reaches its threshold,
+ *                 the breaker opens.
+ *   OPEN          calls are rejected. Once `open_wait` has fully elapsed
+ *                 (elapsed >= wait), the first acquire moves it to HALF_OPEN
+ *                 at that moment; with `automatic_half_open` the move happens
+ *                 at the scheduled instant instead (see "Time" below).
+ *   HALF_OPEN     at most `half_open_permitted_calls` probes are let in, even
+ *                 under concurrency. A separate count window of that size
+ *                 decides after min(minimum_calls, permitted) results: a rate
+ *                 at or over its threshold -> OPEN, both below -> CLOSED.
+ *                 After `half_open_max_wait_ns` without a decision it goes
+ *                 back to OPEN (default 60 s; 0 = no limit).
+ *   DISABLED      every call is permitted and nothing is recorded.
+ *   FORCED_OPEN   every call is rejected until a manual transition.
+ *   METRICS_ONLY  every call is permitted, results are recorded, thresholds
+ *                 are evaluated (a THRESHOLDS_EXCEEDED event once per
+ *                 excursion) but the state never changes by itself.
+ *
+ * Creating one:
+ *     resil_breaker_config cfg;
+ *     resil_breaker_config_init(&cfg);   // Resilience4j's defaults
+ *     cfg.name = "payments";
+ *     cfg.window_size = 20;
+ *     cfg.minimum_calls = 10;
+ *     resil_breaker *br = NULL;
+ *     resil_error err;
+ *     if (resil_breaker_new(&cfg, &br, &err) != RESIL_OK)
+ *       fprintf(stderr, "%s\n", err.msg);
+ *     ...
+ *     resil_breaker_free(br);
+ *
+ * Two forms of use:
+ *
+ *   Run form (the breaker measures the duration):
+ *     resil_outcome o = resil_breaker_run(br, ctx, my_call, my_arg);
+ *     // o.kind == RESIL_REJECTED, o.reason == RESIL_REASON_BREAKER_OPEN
+ *     // when the call was not permitted; my_call was not called then.
+ *
+ *   Split form (event loops; never blocks, no I/O):
+ *     resil_breaker_permit p;
+ *     if (resil_breaker_try_acquire(br, &p)) {
+ *       int64_t t0 = now();
+ *       resil_outcome o = send_and_wait(...);
+ *       resil_breaker_record(br, &p, &o, now() - t0);
+ *     }
+ *   Every permitted acquire must be followed by exactly one
+ *   resil_breaker_record() or resil_breaker_release() with its permit.
+ *
+ * Failures and successes: the outcome's class (resil_outcome_classify) is
+ * looked up in `failure_classes`. By default NOT_SENT, UNKNOWN, SERVER_ERROR
+ * (5xx) and THROTTLED (408/425/429) count as failures; SUCCESS and
+ * CLIENT_ERROR (4xx: the downstream is healthy, the request was wrong) are
+ * recorded as successes. A REJECTED outcome (local protection, e.g. an inner
+ * bulkhead) is never counted anywhere and hands back a HALF_OPEN permit.
+ * A call whose duration is >= `slow_call_duration_ns` is also slow, whether
+ * it failed or not: a 200 that took too long is not health.
+ *
+ * Generations: every transition (automatic, manual or a reset) starts a new
+ * generation. A permit remembers the generation it was issued in; a result
+ * recorded with a permit of an older generation is ignored (counted in
+ * totals.ignored, nothing else changes), so a slow call started while
+ * CLOSED cannot vote in the HALF_OPEN that followed.
+ *
+ * Two families of figures (resil_breaker_get_metrics):
+ *   window  buffered, failed, slow and successful calls, failure and slow
+ *           rates of the current state period. Restarted on entering CLOSED,
+ *           HALF_OPEN, DISABLED, METRICS_ONLY and FORCED_OPEN; OPEN keeps the
+ *           window it came from (so it shows why it opened). Below the
+ *           minimum number of calls the rates are marked
+ *           RESIL_BREAKER_RATES_NOT_ENOUGH_DATA, never a magic -1.
+ *   totals  monotonic for the breaker's life (fit for Prometheus counters):
+ *           calls (= successes + failures recorded), successes, failures,
+ *           slow, ignored, not permitted, transitions. A released permit and
+ *           a REJECTED outcome count nowhere; DISABLED records nothing.
+ * Rates are reported as percentages with decimals; decisions use the exact
+ * integer comparison failures * 100 >= calls * threshold_pct.
+ *
+ * Time: time-driven changes happen once the wait has fully elapsed
+ * (elapsed >= wait). The HALF_OPEN maximum wait and, with
+ * `automatic_half_open`, the OPEN -> HALF_OPEN move take effect at their
+ * scheduled instant: the library starts no thread; the next call on the
+ * breaker that looks at the state (acquire, record, state, metrics,
+ * transition) applies the overdue change as of that instant (the event's
+ * time_ns is the scheduled instant and the next wait counts from it), and
+ * delivers its events to listeners then. When the automatic OPEN <->
+ * HALF_OPEN cycle has run idle for more than one whole cycle with a wait
+ * that no longer grows, the intermediate idle cycles are counted in
+ * totals.transitions and consecutive_opens but not recorded as events.
+ *
+ * Clock reads: an acquire in CLOSED, DISABLED or METRICS_ONLY is one atomic
+ * load and reads no clock; OPEN and HALF_OPEN read it. A record reads the
+ * clock only with a time window (the coarse clock when its resolution is at
+ * most 10 ms), in HALF_OPEN, or to time-stamp a transition it causes.
+ * resil_breaker_run() measures the call with the clock's coarse reading
+ * when slow_call_duration_ns >= 100 * coarse_resolution_ns (an error of at
+ * most 1 %; the default 60 s qualifies on Linux) and with the precise clock
+ * otherwise.
+ *
+ * Memory: one block holds the state, the windows, the event ring and the
+ * name; a breaker with a 100-call count window and the default 8-event ring
+ * occupies under 512 bytes (resil_breaker_memory_bytes). The listener array
+ * is allocated only when a listener is added. */
+#ifndef RESIL_BREAKER_H
+#define RESIL_BREAKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "call.h"
+#include "clock.h"
+#include "outcome.h"
+#include "status.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct resil_breaker resil_breaker;
+
+/* The state of a breaker. (The type is named _kind because
+ * resil_breaker_state() is the function that returns it.) */
+typedef enum resil_breaker_state_kind {
+  RESIL_BREAKER_CLOSED = 0,
+  RESIL_BREAKER_OPEN = 1,
+  RESIL_BREAKER_HALF_OPEN = 2,
+  RESIL_BREAKER_DISABLED = 3,
+  RESIL_BREAKER_FORCED_OPEN = 4,
+  RESIL_BREAKER_METRICS_ONLY = 5
+} resil_breaker_state_kind;
+
+typedef enum resil_breaker_window_type {
+  RESIL_BREAKER_WINDOW_COUNT = 0, /* the last window_size results */
+  RESIL_BREAKER_WINDOW_TIME = 1   /* the results of the last window_size s */
+} resil_breaker_window_type;
+
+/* Default failure classes: NOT_SENT | UNKNOWN | SERVER_ERROR | THROTTLED. */
+#define RESIL_BREAKER_DEFAULT_FAILURE_CLASSES                                  \
+  (RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) |                                     \
+   RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) |                                      \
+   RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |                                 \
+   RESIL_CLASS_BIT(RESIL_CLASS_THROTTLED))
+
+/* Most listeners one breaker holds at once. */
+#define RESIL_BREAKER_MAX_LISTENERS 16u
+/* Largest event ring. */
+#define RESIL_BREAKER_MAX_EVENTS 1024u
+
+/* Configuration. Fill with resil_breaker_config_init(), then change fields.
+ * The constructor validates every field and copies what it keeps (the name
+ * included); it never clamps silently. Defaults are Resilience4j's. */
+typedef struct resil_breaker_config {
+  /* Set to 1 by resil_breaker_config_init(). Must be 1. */
+  unsigned version;
+  /* Instance name, copied; at most 255 bytes. NULL gives "breaker".
+   * Default NULL. */
+  const char *name;
+  /* COUNT or TIME. Default COUNT. */
+  resil_breaker_window_type window_type;
+  /* Results kept (COUNT, 1..1000000) or seconds covered (TIME, 1..86400).
+   * Default 100. */
+  uint32_t window_size;
+  /* Results the window must hold before a rate is decided. COUNT:
+   * 1..window_size; TIME: 1..UINT32_MAX (may exceed the seconds).
+   * Default 100. */
+  uint32_t minimum_calls;
+  /* Percent, 1..100. Opens at or above. Default 50. */
+  uint32_t failure_rate_threshold_pct;
+  /* Percent, 1..100. Opens at or above. Default 100. */
+  uint32_t slow_call_rate_threshold_pct;
+  /* A call taking at least this long is slow. 1..INT64_MAX ns.
+   * Default 60 s. */
+  int64_t slow_call_duration_ns;
+  /* Wait in OPEN before probing, for the first consecutive OPEN.
+   * 1 ms..INT64_MAX ns (Resilience4j's minimum is 1 ms). Default 60 s. */
+  int64_t open_wait_ns;
+  /* Growth of the OPEN wait per consecutive OPEN, counted as Resilience4j
+   * counts them (CLOSED->OPEN is the 1st; a failed HALF_OPEN makes the 2nd,
+   * ...; entering CLOSED, DISABLED or METRICS_ONLY restarts the count;
+   * FORCED_OPEN counts as one). The n-th wait is the (n-1)-th times the
+   * multiplier, truncated to whole milliseconds when open_wait_ns is a
+   * whole number of milliseconds (as Resilience4j's exponential
+   * IntervalFunction does) and to whole nanoseconds otherwise, capped at
+   * open_wait_max_ns. 1.0..100.0; 1.0 = fixed wait. Default 1.0. */
+  double open_wait_multiplier;
+  /* Cap of the growing wait; 0 = no cap (the wait saturates at INT64_MAX).
+   * 0 or open_wait_ns..INT64_MAX. Default 0. */
+  int64_t open_wait_max_ns;
+  /* Probes let in per HALF_OPEN period, also the size of the HALF_OPEN
+   * window. 1..1000000. Default 10. */
+  uint32_t half_open_permitted_calls;
+  /* Longest time in HALF_OPEN without a decision before going back to
+   * OPEN. 0 = no limit, else 1..INT64_MAX ns. Default 60 s (Resilience4j
+   * waits forever by default: a probe whose result never comes would hold
+   * the breaker half-open for good). */
+  int64_t half_open_max_wait_ns;
+  /* 1 = OPEN -> HALF_OPEN happens at the instant the wait ends, without an
+   * acquire (applied by the next call on the breaker; no thread is
+   * started). 0 = the first acquire after the wait moves it. 0..1.
+   * Default 0. */
+  int automatic_half_open;
+  /* Bit mask of RESIL_CLASS_BIT(resil_outcome_class): the classes counted
+   * as failures; the others (except REJECTED) are successes. Must not
+   * include RESIL_CLASS_REJECTED or unknown bits.
+   * Default RESIL_BREAKER_DEFAULT_FAILURE_CLASSES. */
+  uint32_t failure_classes;
+  /* Recent events kept in the ring, 0..RESIL_BREAKER_MAX_EVENTS. Default 8. */
+  uint32_t event_capacity;
+  /* NULL = system clock. Must outlive the breaker. */
+  const resil_clock *clock;
+  /* NULL = malloc/free. Must outlive the breaker. */
+  const resil_allocator *alloc;
+} resil_breaker_config;
+
+/* A permit handed out by resil_breaker_try_acquire(). A plain value the
+ * caller keeps until it records or releases it. */
+typedef struct resil_breaker_permit {
+  uint64_t generation;            /* state generation it was issued in */
+  resil_breaker_state_kind state; /* state that issued it */
+} resil_breaker_permit;
+
+typedef enum resil_breaker_event_kind {
+  RESIL_BREAKER_EVENT_TRANSITION = 1,    /* from -> to */
+  RESIL_BREAKER_EVENT_NOT_PERMITTED = 2, /* a call was rejected in `from` */
+  RESIL_BREAKER_EVENT_RESET = 3,         /* resil_breaker_reset() */
+  RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED = 4 /* METRICS_ONLY only */
+} resil_breaker_event_kind;
+
+/* Why an event happened. */
+typedef enum resil_breaker_cause {
+  RESIL_BREAKER_CAUSE_NONE = 0,             /* NOT_PERMITTED events */
+  RESIL_BREAKER_CAUSE_MANUAL = 1,           /* resil_breaker_transition() */
+  RESIL_BREAKER_CAUSE_RESET = 2,            /* resil_breaker_reset() */
+  RESIL_BREAKER_CAUSE_FAILURE_RATE = 3,     /* failure rate reached */
+  RESIL_BREAKER_CAUSE_SLOW_CALL_RATE = 4,   /* slow-call rate reached */
+  RESIL_BREAKER_CAUSE_BOTH_RATES = 5,       /* both reached */
+  RESIL_BREAKER_CAUSE_BELOW_THRESHOLDS = 6, /* HALF_OPEN probes healthy */
+  RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED = 7,
+  RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT = 8
+} resil_breaker_cause;
+
+typedef struct resil_breaker_event {
+  uint64_t seq;    /* 1 for the breaker's first event */
+  int64_t time_ns; /* on the breaker's clock */
+  resil_breaker_event_kind kind;
+  resil_breaker_state_kind from; /* state before (the state, if no change) */
+  resil_breaker_state_kind to;   /* state after */
+  resil_breaker_cause cause;
+} resil_breaker_event;
+
+/* Whether the window's rates can be decided yet. */
+typedef enum resil_breaker_rates {
+  RESIL_BREAKER_RATES_NOT_ENOUGH_DATA = 0, /* buffered < minimum calls */
+  RESIL_BREAKER_RATES_AVAILABLE = 1
+} resil_breaker_rates;
+
+typedef struct resil_breaker_metrics {
+  resil_breaker_state_kind state;
+  uint64_t generation;
+  int64_t state_since_ns;     /* when the current state began */
+  uint32_t consecutive_opens; /* Resilience4j's "attempts" */
+  int64_t open_wait_ns;       /* wait of the current/last OPEN; 0 if none */
+  uint32_t half_open_permits_available; /* HALF_OPEN only; else 0 */
+  /* Window family (current state period). */
+  uint64_t buffered_calls;
+  uint64_t failed_calls;
+  uint64_t slow_calls;       /* failed or not */
+  uint64_t successful_calls; /* buffered - failed */
+  uint64_t minimum_calls;    /* of the current window */
+  resil_breaker_rates rates; /* NOT_ENOUGH_DATA: the rates below are 0 */
+  double failure_rate_pct;   /* 0..100 */
+  double slow_call_rate_pct; /* 0..100 */
+  /* Totals family (monotonic). */
+  uint64_t total_calls; /* = total_successes + total_failures */
+  uint64_t total_successes;
+  uint64_t total_failures;
+  uint64_t total_slow;
+  uint64_t total_ignored; /* results of an older generation */
+  uint64_t total_not_permitted;
+  uint64_t total_transitions;
+} resil_breaker_metrics;
+
+/* Called once for each event, on the thread that caused it, with no library
+ * lock held. It may call any function on the breaker except
+ * resil_breaker_free(); events those calls cause are delivered from inside
+ * them. Events caused by different threads may reach listeners out of
+ * order; `seq` gives the true order. */
+typedef void (*resil_breaker_listener_fn)(void *user, resil_breaker *br,
+                                          const resil_breaker_event *ev);
+
+/* Writes the documented defaults (Resilience4j's, plus a 60 s HALF_OPEN
+ * maximum wait) and version = 1. NULL is a no-op. Since 0.1. */
+RESIL_API void resil_breaker_config_init(resil_breaker_config *cfg);
+
+/* Validates cfg and creates a breaker in CLOSED, generation 1.
+ * Returns RESIL_OK (*out set), RESIL_EINVAL (cfg or out NULL, or a field out
+ * of range: err names the field, its range and the value received; *out
+ * untouched) or RESIL_ENOMEM. err may be NULL. One allocation (breaker,
+ * windows, event ring and name together). Since 0.1. */
+RESIL_API resil_status resil_breaker_new(const resil_breaker_config *cfg,
+                                         resil_breaker **out, resil_error *err);
+
+/* Frees the breaker. NULL is a no-op. Needs exclusive access: no other
+ * thread may use the breaker during or after the call. Since 0.1. */
+RESIL_API void resil_breaker_free(resil_breaker *br);
+
+/* The name given in the config ("breaker" when none), owned by the breaker.
+ * NULL for a NULL or freed handle. Since 0.1. */
+RESIL_API const char *resil_breaker_name(const resil_breaker *br);
+
+/* "CLOSED", "OPEN", "HALF_OPEN", "DISABLED", "FORCED_OPEN", "METRICS_ONLY";
+ * static text, "?" for an unknown value. Since 0.1. */
+RESIL_API const char *resil_breaker_state_name(resil_breaker_state_kind st);
+/* "TRANSITION", "NOT_PERMITTED", "RESET", "THRESHOLDS_EXCEEDED"; "?" for an
+ * unknown value. Since 0.1. */
+RESIL_API const char *resil_breaker_event_kind_name(resil_breaker_event_kind k);
+/* "NONE", "MANUAL", "RESET", "FAILURE_RATE", "SLOW_CALL_RATE",
+ * "BOTH_RATES", "BELOW_THRESHOLDS", "OPEN_WAIT_ELAPSED",
+ * "HALF_OPEN_MAX_WAIT"; "?" for an unknown value. Since 0.1. */
+RESIL_API const char *resil_breaker_cause_name(resil_breaker_cause c);
+
+/* Asks for permission to make one call. Returns 1 and fills *permit when
+ * permitted; returns 0 when not (the call must not be made): the rejection
+ * is counted in total_not_permitted and emits a NOT_PERMITTED event.
+ * In OPEN whose wait has elapsed it moves to HALF_OPEN and takes a probe
+ * permit. Returns 0 without counting for a NULL/freed handle or a NULL
+ * permit. Never blocks on I/O. Since 0.1. */
+RESIL_API int resil_breaker_try_acquire(resil_breaker *br,
+                                        resil_breaker_permit *permit);
+
+/* Records the result of a permitted call: outcome *o, which took
+ * duration_ns. A permit from an older generation is ignored (counted in
+ * total_ignored); a REJECTED outcome counts nowhere and hands back a
+ * HALF_OPEN permit. May change the state (and deliver events).
+ * Returns RESIL_OK (also when the result was ignored), RESIL_EINVAL (permit
+ * or o NULL, or duration_ns < 0: nothing is recorded and the permit is
+ * still outstanding) or RESIL_EMISUSE (NULL or freed handle). Since 0.1. */
+RESIL_API resil_status resil_breaker_record(resil_breaker *br,
+                                            const resil_breaker_permit *permit,
+                                            const resil_outcome *o,
+                                            int64_t duration_ns);
+
+/* Gives a permit back without a result (the call was not made after all).
+ * Counts nowhere; a HALF_OPEN permit of the current generation becomes
+ * available again. Returns RESIL_OK, RESIL_EINVAL (permit NULL) or
+ * RESIL_EMISUSE. Since 0.1. */
+RESIL_API resil_status
+resil_breaker_release(resil_breaker *br, const resil_breaker_permit *permit);
+
+/* Run form: acquires, calls fn(arg, ctx) when permitted, measures its
+ * duration (see "Clock reads") and records the outcome, which it returns.
+ * When not permitted returns REJECTED(BREAKER_OPEN) without calling fn.
+ * ctx NULL means a default context (no deadline, no token, the breaker's
+ * clock); otherwise ctx is passed through unchanged. A NULL or freed
+ * handle, or a NULL fn, is a misuse: it returns NOT_SENT(LOCAL_ERROR)
+ * without calling fn. Since 0.1. */
+RESIL_API resil_outcome resil_breaker_run(resil_breaker *br,
+                                          const resil_ctx *ctx,
+                                          resil_call_fn fn, void *arg);
+
+/* The current state, after applying an overdue time-driven change (HALF_OPEN
+ * maximum wait; with automatic_half_open, the end of the OPEN wait). Reads
+ * the clock only in OPEN (automatic) and HALF_OPEN. A NULL or freed handle
+ * gives RESIL_BREAKER_FORCED_OPEN (fail closed). Since 0.1. */
+RESIL_API resil_breaker_state_kind resil_breaker_state(resil_breaker *br);
+
+/* Manual transition, following Resilience4j's table: every pair is allowed
+ * except CLOSED->HALF_OPEN, METRICS_ONLY->OPEN and METRICS_ONLY->HALF_OPEN.
+ * An overdue time-driven change is applied first. A transition to the
+ * current state does nothing (no event, same generation). Returns RESIL_OK,
+ * RESIL_ESTATE (refused pair; nothing changes), RESIL_EINVAL (unknown
+ * state) or RESIL_EMISUSE. Since 0.1. */
+RESIL_API resil_status resil_breaker_transition(resil_breaker *br,
+                                                resil_breaker_state_kind to);
+
+/* Back to CLOSED with an empty window and no consecutive OPENs, in a new
+ * generation (outstanding permits become stale). Emits a TRANSITION event
+ * (cause RESET) when the state was not CLOSED, then a RESET event. Totals
+ * are kept: they are monotonic. Returns RESIL_OK or RESIL_EMISUSE.
+ * Since 0.1. */
+RESIL_API resil_status resil_breaker_reset(resil_breaker *br);
+
+/* Fills *out with both families of figures, after applying an overdue
+ * time-driven change and moving a time window to now. Returns RESIL_OK,
+ * RESIL_EINVAL (out NULL) or RESIL_EMISUSE. Since 0.1. */
+RESIL_API resil_status resil_breaker_get_metrics(resil_breaker *br,
+                                                 resil_breaker_metrics *out);
+
+/* Copies the most recent events, at most max and at most event_capacity,
+ * oldest first, into out. Returns the number copied (0 for a NULL/freed
+ * handle or NULL out). Since 0.1. */
+RESIL_API size_t resil_breaker_events(resil_breaker *br,
+                                      resil_breaker_event *out, size_t max);
+
+/* Adds a listener called for every later event. The same fn/user pair may
+ * be added more than once (it is then called once per registration).
+ * Returns RESIL_OK, RESIL_EINVAL (fn NULL), RESIL_ESTATE (already
+ * RESIL_BREAKER_MAX_LISTENERS listeners), RESIL_ENOMEM or RESIL_EMISUSE.
+ * Since 0.1. */
+RESIL_API resil_status resil_breaker_listener_add(resil_breaker *br,
+                                                  resil_breaker_listener_fn fn,
+                                                  void *user);
+
+/* Removes one registration of fn/user. When it returns, the listener is not
+ * running and will not be called again, so `user` may be freed -- except
+ * when called from inside a listener, where it cannot wait for other
+ * threads' deliveries already under way. Returns RESIL_OK, RESIL_EINVAL
+ * (not registered) or RESIL_EMISUSE. Since 0.1. */
+RESIL_API resil_status resil_breaker_listener_remove(
+    resil_breaker *br, resil_breaker_listener_fn fn, void *user);
+
+/* Bytes the breaker occupies: its one block (state, windows, event ring,
+ * name) plus the listener array when listeners were added. Bytes requested
+ * from the allocator; its own overhead is not included. 0 for a NULL or
+ * freed handle. Since 0.1. */
+RESIL_API size_t resil_breaker_memory_bytes(const resil_breaker *br);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1262 @@
+/* Circuit breaker (DESIGN §2.2). The public contract is in
+ * include/resil/breaker.h; this file explains how it is kept.
+ *
+ * Concurrency model:
+ *   - `word` packs the state (low 3 bits) and the generation (the rest) in
+ *     one atomic. Acquire in CLOSED, DISABLED and METRICS_ONLY is a single
+ *     load of it and nothing else, no lock and no clock.
+ *   - Everything else (window, totals, HALF_OPEN permits, event ring,
+ *     listener list) is guarded by `lock`, a test-and-test-and-set
+ *     spinlock: a record holds it for a few dozen instructions, so spinning
+ *     beats sleeping (a pthread mutex, which needs a second atomic to
+ *     unlock, measured at about half the throughput with one thread and
+ *     with two). Waiters back off exponentially and, after a bound, yield
+ *     in case the holder was preempted. `word` is written only with the
+ *     lock held, so a transition and its window change are one step for
+ *     every other locked reader.
+ *   - `word` and the read-only configuration sit at least 64 bytes before
+ *     `lock` and the counters it guards, so the stores of the record path
+ *     never invalidate the cache line the acquire path reads.
+ *   - Events are collected while the lock is held (into the ring and into a
+ *     per-call buffer) and delivered to listeners after it is released, on
+ *     the calling thread, from a snapshot of the listener list. */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "core/window.h"
+#include "resil/breaker.h"
+
+#if defined(__GNUC__)
+#define RESIL_NOINLINE __attribute__((noinline))
+#define RESIL_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define RESIL_NOINLINE
+#define RESIL_ALWAYS_INLINE inline
+#endif
+
+/* Spinlock tuning, measured with two threads pinned to two cores hammering
+ * one breaker. The lock is held for about ten nanoseconds and a pause
+ * instruction costs 10-40 ns. Every look at the lock pulls its cache line
+ * away from the holder, and every handoff moves the record path's lines
+ * between cores, so total throughput is best when the holder keeps the
+ * lock for long runs: a waiter first waits LOCK_MIN_DELAY pauses (about a
+ * microsecond), doubles that up to LOCK_MAX_DELAY, and after
+ * LOCK_LOOKS_BEFORE_YIELD looks (tens of microseconds: the holder was
+ * probably preempted) yields the processor. Starting at 4 pauses instead
+ * gave less than half the two-thread throughput. The added latency under
+ * contention is microseconds, small against any remote call. */
+#define LOCK_MIN_DELAY 64u
+#define LOCK_MAX_DELAY 256u
+#define LOCK_LOOKS_BEFORE_YIELD 16u
+
+#define STATE_BITS 3u
+/* States that permit every call without a lock, as a bit set. */
+#define ALWAYS_PERMITS                                                         \
+  ((1u << RESIL_BREAKER_CLOSED) | (1u << RESIL_BREAKER_DISABLED) |             \
+   (1u << RESIL_BREAKER_METRICS_ONLY))
+#define STATE_MASK 7u
+
+/* Events one operation can produce after its time-driven catch-up: a reset
+ * gives a TRANSITION and a RESET; an acquire, a record or a manual
+ * transition at most one. The catch-up stops early to leave them room and
+ * lets the operation go on after a delivery. */
+#define EVBUF_CAP 8u
+#define EVBUF_RESERVE 2u
+
+#define DEFAULT_NAME "breaker"
+#define NAME_MAX_LEN 255u
+
+/* The event ring stores events in 16 bytes; the sequence number is derived
+ * from the slot and the total count, so it is not stored. */
+typedef struct packed_event {
+  int64_t time_ns;
+  uint8_t kind;
+  uint8_t from;
+  uint8_t to;
+  uint8_t cause;
+  uint32_t unused;
+} packed_event;
+
+typedef struct listener {
+  resil_breaker_listener_fn fn;
+  void *user;
+} listener;
+
+/* Events produced under the lock by one operation, and the listeners that
+ * will receive them, copied before the lock is released. */
+typedef struct evbuf {
+  unsigned n;
+  unsigned nl;
+  unsigned phase;
+  resil_breaker_event ev[EVBUF_CAP];
+  listener ls[RESIL_BREAKER_MAX_LISTENERS];
+} evbuf;
+
+struct resil_breaker {
+  /* ---- read by every acquire and record; written only on transitions
+   * (word) or never (the rest). */
+  _Atomic uint64_t word; /* state | generation << STATE_BITS */
+  uint32_t magic;
+  uint32_t failure_mask;
+  int64_t slow_ns;
+  const resil_clock *clock; /* never NULL */
+  uint8_t failure_pct;
+  uint8_t slow_pct;
+  uint8_t window_kind;
+  uint8_t auto_half_open;
+  uint8_t slow_coarse;   /* run form measures on the coarse clock */
+  uint8_t window_coarse; /* time window is placed on the coarse clock */
+  uint8_t ms_granular;   /* growing wait truncates to whole ms */
+  uint8_t unused0;
+  uint32_t window_size;
+  uint32_t min_calls;
+  uint32_t half_permitted;
+  uint32_t event_cap;
+  int64_t open_wait_ns;
+  int64_t open_wait_max_ns; /* INT64_MAX when uncapped */
+  int64_t half_max_ns;      /* 0 = no limit */
+  double multiplier;
+  const resil_allocator *alloc;
+
+  /* ---- written on transitions, events and rare results, under the
+   * lock. */
+  int64_t since_ns;    /* when the current state began */
+  int64_t cur_wait_ns; /* wait of the current (or last) OPEN */
+  uint32_t opens;      /* consecutive OPENs, as Resilience4j counts them */
+  uint32_t exceeded;   /* METRICS_ONLY: excursion already reported */
+  uint64_t ev_total;   /* events ever emitted */
+  uint64_t t_ignored;
+  uint64_t t_not_permitted;
+  uint64_t t_transitions;
+  listener *ls;
+  uint32_t nls;
+  uint32_t ls_cap;
+  /* In-flight listener deliveries per phase; see listener_remove. */
+  atomic_uint deliv[2];
+  uint32_t phase;
+  uint32_t remove_busy;
+  /* Layout of the block that follows the struct. */
+  uint32_t half_off;
+  uint32_t ring_off;
+  uint32_t name_off;
+  uint32_t block_bytes;
+
+  /* ---- written by every record, under the lock. Last in the struct, so
+   * that the main window's slots (which follow it) are contiguous with it:
+   * a lock handed between threads drags as few cache lines as possible. */
+  atomic_uint lock;
+  uint32_t half_left; /* HALF_OPEN permits not handed out */
+  resil__window win;
+  uint64_t t_calls; /* successes = t_calls - t_failures */
+  uint64_t t_failures;
+  uint64_t t_slow;
+};
+
+_Static_assert(offsetof(struct resil_breaker, lock) -
+                       offsetof(struct resil_breaker, word) >=
+                   64,
+               "word and lock must not share a cache line");
+_Static_assert(sizeof(packed_event) == 16, "compact event ring");
+
+/* Depth of listener deliveries on this thread (any breaker): a listener
+ * that removes a listener cannot wait for deliveries to finish. */
+static _Thread_local unsigned tl_delivering;
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static inline resil_breaker_state_kind word_state(uint64_t w) {
+  return (resil_breaker_state_kind)(w & STATE_MASK);
+}
+static inline uint64_t word_gen(uint64_t w) { return w >> STATE_BITS; }
+
+static inline int valid(const resil_breaker *br) {
+  return br && br->magic == RESIL_MAGIC_BREAKER;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Contended path: exponential backoff between looks, then yields (see the
+ * tuning constants above). */
+static RESIL_NOINLINE void lock_slow(resil_breaker *br) {
+  unsigned delay = LOCK_MIN_DELAY;
+  unsigned looks = 0;
+  for (;;) {
+    for (unsigned i = 0; i < delay; i++)
+      cpu_relax();
+    if (!atomic_load_explicit(&br->lock, memory_order_relaxed) &&
+        !atomic_exchange_explicit(&br->lock, 1u, memory_order_acquire))
+      return;
+    if (delay < LOCK_MAX_DELAY)
+      delay <<= 1;
+    if (++looks >= LOCK_LOOKS_BEFORE_YIELD) {
+      looks = 0;
+      sched_yield();
+    }
+  }
+}
+
+static RESIL_ALWAYS_INLINE void lock_br(resil_breaker *br) {
+  if (RESIL_LIKELY(
+          !atomic_exchange_explicit(&br->lock, 1u, memory_order_acquire)))
+    return;
+  lock_slow(br);
+}
+
+static inline void unlock_br(resil_breaker *br) {
+  atomic_store_explicit(&br->lock, 0u, memory_order_release);
+}
+
+static inline uint64_t load_word(const resil_breaker *br) {
+  return atomic_load_explicit(&((resil_breaker *)br)->word,
+                              memory_order_acquire);
+}
+
+static inline int64_t now_precise(const resil_breaker *br) {
+  return resil__now(br->clock);
+}
+
+static inline int64_t now_window(const resil_breaker *br) {
+  return br->window_coarse ? resil__coarse_now(br->clock)
+                           : resil__now(br->clock);
+}
+
+static inline int64_t now_run(const resil_breaker *br) {
+  return br->slow_coarse ? resil__coarse_now(br->clock) : resil__now(br->clock);
+}
+
+static inline void *main_store(resil_breaker *br) { return br + 1; }
+static inline void *half_store(resil_breaker *br) {
+  return (char *)br + br->half_off;
+}
+static inline packed_event *ring(resil_breaker *br) {
+  return (packed_event *)(void *)((char *)br + br->ring_off);
+}
+static inline const char *name_of(const resil_breaker *br) {
+  return (const char *)br + br->name_off;
+}
+
+static inline uint32_t half_min(const resil_breaker *br) {
+  return br->min_calls < br->half_permitted ? br->min_calls
+                                            : br->half_permitted;
+}
+
+/* Outcome class with the common case inline: a plain success. */
+static inline resil_outcome_class classify(const resil_outcome *o) {
+  if (RESIL_LIKELY(o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK))
+    return RESIL_CLASS_SUCCESS;
+  return resil_outcome_classify(o);
+}
+
+/* A state whose next change is driven by time, not by a call. */
+static inline int time_driven(const resil_breaker *br,
+                              resil_breaker_state_kind st) {
+  return (st == RESIL_BREAKER_HALF_OPEN && br->half_max_ns > 0) ||
+         (st == RESIL_BREAKER_OPEN && br->auto_half_open);
+}
+
+static resil_breaker_cause cause_of(resil__verdict v) {
+  switch (v) {
+  case RESIL__VERDICT_FAILURE:
+    return RESIL_BREAKER_CAUSE_FAILURE_RATE;
+  case RESIL__VERDICT_SLOW:
+    return RESIL_BREAKER_CAUSE_SLOW_CALL_RATE;
+  case RESIL__VERDICT_BOTH:
+    return RESIL_BREAKER_CAUSE_BOTH_RATES;
+  default:
+    return RESIL_BREAKER_CAUSE_NONE;
+  }
+}
+
+/* The wait of the next consecutive OPEN. Resilience4j's exponential
+ * IntervalFunction multiplies the previous interval and truncates to whole
+ * milliseconds at every step, then caps; capping each step gives the same
+ * numbers because the sequence never decreases. */
+static int64_t next_wait(const resil_breaker *br, int64_t w) {
+  int64_t cap = br->open_wait_max_ns;
+  if (br->multiplier <= 1.0)
+    return w;
+  if (w >= cap)
+    return cap;
+  double x = (double)w * br->multiplier;
+  if (x >= (double)cap)
+    return cap; /* also keeps the cast below defined */
+  int64_t n = (int64_t)x;
+  if (br->ms_granular)
+    n -= n % RESIL_NS_PER_MS;
+  if (n < w)
+    n = w;
+  return n > cap ? cap : n;
+}
+
+/* ---- events ---------------------------------------------------------------
+ */
+
+static void emit(resil_breaker *br, evbuf *eb, resil_breaker_event_kind kind,
+                 resil_breaker_state_kind from, resil_breaker_state_kind to,
+                 resil_breaker_cause cause, int64_t t) {
+  uint64_t seq = ++br->ev_total;
+  if (br->event_cap) {
+    packed_event *pe = &ring(br)[(seq - 1) % br->event_cap];
+    pe->time_ns = t;
+    pe->kind = (uint8_t)kind;
+    pe->from = (uint8_t)from;
+    pe->to = (uint8_t)to;
+    pe->cause = (uint8_t)cause;
+    pe->unused = 0;
+  }
+  /* The catch-up in settle() leaves EVBUF_RESERVE slots for the operation,
+   * so this never drops an event; the check only guards the array. */
+  if (eb->n < EVBUF_CAP) {
+    resil_breaker_event *e = &eb->ev[eb->n++];
+    e->seq = seq;
+    e->time_ns = t;
+    e->kind = kind;
+    e->from = from;
+    e->to = to;
+    e->cause = cause;
+  }
+}
+
+static void deliver(resil_breaker *br, evbuf *eb) {
+  tl_delivering++;
+  for (unsigned i = 0; i < eb->n; i++)
+    for (unsigned j = 0; j < eb->nl; j++)
+      eb->ls[j].fn(eb->ls[j].user, br, &eb->ev[i]);
+  tl_delivering--;
+  atomic_fetch_sub_explicit(&br->deliv[eb->phase], 1u, memory_order_release);
+}
+
+/* Releases the lock, then delivers the operation's events (if any) to a
+ * snapshot of the listeners taken while the lock was still held. */
+static inline void unlock_deliver(resil_breaker *br, evbuf *eb) {
+  if (RESIL_LIKELY(eb->n == 0)) {
+    unlock_br(br);
+    return;
+  }
+  eb->nl = br->nls;
+  if (eb->nl) {
+    memcpy(eb->ls, br->ls, eb->nl * sizeof *eb->ls);
+    eb->phase = br->phase;
+    atomic_fetch_add_explicit(&br->deliv[eb->phase], 1u, memory_order_relaxed);
+  }
+  unlock_br(br);
+  if (eb->nl)
+    deliver(br, eb);
+}
+
+/* ---- transitions (lock held) ------------------------------------------- */
+
+static void window_main(resil_breaker *br) {
+  resil__window_init(&br->win, (resil__window_kind)br->window_kind,
+                     br->window_size, br->min_calls, main_store(br));
+}
+
+static void window_half(resil_breaker *br) {
+  resil__window_init(&br->win, RESIL__WINDOW_COUNT, br->half_permitted,
+                     half_min(br), half_store(br));
+}
+
+static void count_open(resil_breaker *br) {
+  if (br->opens < UINT32_MAX)
+    br->opens++;
+  br->cur_wait_ns =
+      br->opens == 1 ? br->open_wait_ns : next_wait(br, br->cur_wait_ns);
+}
+
+/* Enters `to` as of instant `at` in a new generation: the per-state setup
+ * shared by transitions and reset, without the event. */
+static void restart(resil_breaker *br, resil_breaker_state_kind to,
+                    int64_t at) {
+  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
+  switch (to) {
+  case RESIL_BREAKER_OPEN:
+    /* OPEN keeps the window it came from: it shows why it opened. */
+    count_open(br);
+    break;
+  case RESIL_BREAKER_FORCED_OPEN:
+    /* Resilience4j counts a forced OPEN as a consecutive OPEN too. */
+    count_open(br);
+    window_main(br);
+    break;
+  case RESIL_BREAKER_HALF_OPEN:
+    /* The consecutive OPEN count is kept: a failed probe grows the wait. */
+    br->half_left = br->half_permitted;
+    window_half(br);
+    break;
+  case RESIL_BREAKER_CLOSED:
+  case RESIL_BREAKER_DISABLED:
+  case RESIL_BREAKER_METRICS_ONLY:
+    br->opens = 0;
+    br->cur_wait_ns = 0;
+    window_main(br);
+    break;
+  }
+  br->exceeded = 0;
+  br->since_ns = at;
+  atomic_store_explicit(&br->word,
+                        ((word_gen(w) + 1) << STATE_BITS) | (uint64_t)to,
+                        memory_order_release);
+}
+
+static void enter(resil_breaker *br, evbuf *eb, resil_breaker_state_kind to,
+                  int64_t at, resil_breaker_cause cause) {
+  resil_breaker_state_kind from =
+      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+  restart(br, to, at);
+  br->t_transitions++;
+  emit(br, eb, RESIL_BREAKER_EVENT_TRANSITION, from, to, cause, at);
+}
+
+/* After an idle HALF_OPEN -> OPEN with the automatic timer: when the wait
+ * no longer grows, every later cycle is OPEN for `wait` then HALF_OPEN for
+ * `half_max`, forever. Whole cycles beyond the last one are accounted in
+ * one step instead of looping (a day of 1 ms cycles would otherwise be
+ * millions of iterations); they are counted but not recorded as events. */
+static void skip_idle_cycles(resil_breaker *br, int64_t now) {
+  int64_t w = br->cur_wait_ns;
+  if (next_wait(br, w) != w)
+    return;
+  int64_t cycle = resil__sat_add(w, br->half_max_ns);
+  if (cycle == INT64_MAX)
+    return;
+  int64_t cycles = (now - br->since_ns) / cycle;
+  if (cycles < 2)
+    return;
+  int64_t skip = cycles - 1;
+  br->since_ns += skip * cycle;
+  uint64_t add = (uint64_t)skip;
+  br->opens = (uint64_t)br->opens + add > UINT32_MAX
+                  ? UINT32_MAX
+                  : (uint32_t)(br->opens + add);
+  br->t_transitions += 2 * add;
+  /* The last skipped HALF_OPEN saw no call: OPEN shows its empty window. */
+  window_half(br);
+  uint64_t word = atomic_load_explicit(&br->word, memory_order_relaxed);
+  atomic_store_explicit(&br->word,
+                        ((word_gen(word) + 2 * add) << STATE_BITS) |
+                            RESIL_BREAKER_OPEN,
+                        memory_order_release);
+}
+
+/* Applies the time-driven changes due at `now`, each at its scheduled
+ * instant. Returns 1 when it stopped with a change still due because the
+ * event buffer is nearly full: the caller delivers and comes back. */
+static int settle(resil_breaker *br, int64_t now, evbuf *eb) {
+  for (;;) {
+    resil_breaker_state_kind st =
+        word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+    if (st == RESIL_BREAKER_HALF_OPEN && br->half_max_ns > 0 &&
+        now - br->since_ns >= br->half_max_ns) {
+      if (eb->n + EVBUF_RESERVE >= EVBUF_CAP)
+        return 1;
+      enter(br, eb, RESIL_BREAKER_OPEN, br->since_ns + br->half_max_ns,
+            RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT);
+      if (br->auto_half_open)
+        skip_idle_cycles(br, now);
+      continue;
+    }
+    if (st == RESIL_BREAKER_OPEN && br->auto_half_open &&
+        now - br->since_ns >= br->cur_wait_ns) {
+      if (eb->n + EVBUF_RESERVE >= EVBUF_CAP)
+        return 1;
+      enter(br, eb, RESIL_BREAKER_HALF_OPEN, br->since_ns + br->cur_wait_ns,
+            RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED);
+      continue;
+    }
+    return 0;
+  }
+}
+
+/* Takes the lock with every due time-driven change applied; `now` is the
+ * precise clock, read by the caller. */
+static void lock_settled(resil_breaker *br, int64_t now, evbuf *eb) {
+  for (;;) {
+    eb->n = 0;
+    lock_br(br);
+    if (!settle(br, now, eb))
+      return;
+    unlock_deliver(br, eb);
+  }
+}
+
+/* ---- config ---------------------------------------------------------------
+ */
+
+void resil_breaker_config_init(resil_breaker_config *cfg) {
+  if (!cfg)
+    return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->version = 1;
+  cfg->name = NULL;
+  cfg->window_type = RESIL_BREAKER_WINDOW_COUNT;
+  cfg->window_size = 100;
+  cfg->minimum_calls = 100;
+  cfg->failure_rate_threshold_pct = 50;
+  cfg->slow_call_rate_threshold_pct = 100;
+  cfg->slow_call_duration_ns = 60 * RESIL_NS_PER_S;
+  cfg->open_wait_ns = 60 * RESIL_NS_PER_S;
+  cfg->open_wait_multiplier = 1.0;
+  cfg->open_wait_max_ns = 0;
+  cfg->half_open_permitted_calls = 10;
+  cfg->half_open_max_wait_ns = 60 * RESIL_NS_PER_S;
+  cfg->automatic_half_open = 0;
+  cfg->failure_classes = RESIL_BREAKER_DEFAULT_FAILURE_CLASSES;
+  cfg->event_capacity = 8;
+  cfg->clock = NULL;
+  cfg->alloc = NULL;
+}
+
+/* Every class bit except REJECTED. */
+#define VALID_FAILURE_CLASSES                                                  \
+  (RESIL_CLASS_BIT(RESIL_CLASS_SUCCESS) |                                      \
+   RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR) |                                 \
+   RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |                                 \
+   RESIL_CLASS_BIT(RESIL_CLASS_THROTTLED) |                                    \
+   RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) |                                     \
+   RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN))
+
+static resil_status validate(const resil_breaker_config *cfg,
+                             resil_error *err) {
+  resil_status st;
+  char what[96];
+  if ((st = resil__check_range(err, "version", cfg->version, 1, 1)))
+    return st;
+  if ((st = resil__check_range(err, "window_type", (int64_t)cfg->window_type,
+                               RESIL_BREAKER_WINDOW_COUNT,
+                               RESIL_BREAKER_WINDOW_TIME)))
+    return st;
+  if ((st = resil__window_validate(cfg->window_type == RESIL_BREAKER_WINDOW_TIME
+                                       ? RESIL__WINDOW_TIME
+                                       : RESIL__WINDOW_COUNT,
+                                   cfg->window_size, cfg->minimum_calls,
+                                   "window_size", "minimum_calls", err)))
+    return st;
+  if ((st = resil__window_validate_threshold(
+           cfg->failure_rate_threshold_pct, "failure_rate_threshold_pct", err)))
+    return st;
+  if ((st = resil__window_validate_threshold(cfg->slow_call_rate_threshold_pct,
+                                             "slow_call_rate_threshold_pct",
+                                             err)))
+    return st;
+  if ((st = resil__check_range(err, "slow_call_duration_ns",
+                               cfg->slow_call_duration_ns, 1, INT64_MAX)))
+    return st;
+  if ((st = resil__check_range(err, "open_wait_ns", cfg->open_wait_ns,
+                               RESIL_NS_PER_MS, INT64_MAX)))
+    return st;
+  double m = cfg->open_wait_multiplier;
+  if (!(m >= 1.0 && m <= 100.0)) { /* also rejects NaN */
+    resil__err(err, RESIL_EINVAL, "open_wait_multiplier",
+               "must be 1.0..100.0, got %g", m);
+    if (err) {
+      err->has_range = 1;
+      err->min = 1;
+      err->max = 100;
+      err->got = m != m      ? 0
+                 : m > 1e18  ? INT64_MAX
+                 : m < -1e18 ? INT64_MIN
+                             : (int64_t)m;
+    }
+    return RESIL_EINVAL;
+  }
+  if (cfg->open_wait_max_ns != 0 && cfg->open_wait_max_ns < cfg->open_wait_ns) {
+    snprintf(what, sizeof what, "0 or open_wait_ns (%lld)..INT64_MAX",
+             (long long)cfg->open_wait_ns);
+    return resil__err_range(err, "open_wait_max_ns", cfg->open_wait_ns,
+                            INT64_MAX, cfg->open_wait_max_ns, what);
+  }
+  if ((st = resil__check_range(err, "half_open_permitted_calls",
+                               cfg->half_open_permitted_calls, 1,
+                               RESIL__WINDOW_COUNT_MAX)))
+    return st;
+  if ((st = resil__check_range(err, "half_open_max_wait_ns",
+                               cfg->half_open_max_wait_ns, 0, INT64_MAX)))
+    return st;
+  if ((st = resil__check_range(err, "automatic_half_open",
+                               cfg->automatic_half_open, 0, 1)))
+    return st;
+  if (cfg->failure_classes & ~(uint32_t)VALID_FAILURE_CLASSES) {
+    resil__err(err, RESIL_EINVAL, "failure_classes",
+               "must be a mask of RESIL_CLASS_BIT(SUCCESS..UNKNOWN) without "
+               "REJECTED (0..0x%x), got 0x%x",
+               (unsigned)VALID_FAILURE_CLASSES, (unsigned)cfg->failure_classes);
+    if (err) {
+      err->has_range = 1;
+      err->min = 0;
+      err->max = VALID_FAILURE_CLASSES;
+      err->got = cfg->failure_classes;
+    }
+    return RESIL_EINVAL;
+  }
+  if ((st = resil__check_range(err, "event_capacity", cfg->event_capacity, 0,
+                               RESIL_BREAKER_MAX_EVENTS)))
+    return st;
+  if (cfg->name &&
+      (st = resil__check_range(err, "name", (int64_t)strlen(cfg->name), 0,
+                               NAME_MAX_LEN)))
+    return st;
+  if (cfg->clock && !cfg->clock->now_ns)
+    return resil__err(err, RESIL_EINVAL, "clock", "now_ns must not be NULL");
+  if (cfg->alloc && (!cfg->alloc->alloc || !cfg->alloc->free))
+    return resil__err(err, RESIL_EINVAL, "alloc",
+                      "alloc and free must not be NULL");
+  return RESIL_OK;
+}
+
+static size_t align8(size_t n) { return (n + 7u) & ~(size_t)7u; }
+
+resil_status resil_breaker_new(const resil_breaker_config *cfg,
+                               resil_breaker **out, resil_error *err) {
+  if (!cfg)
+    return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
+  if (!out)
+    return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
+  resil_status st = validate(cfg, err);
+  if (st != RESIL_OK)
+    return st;
+
+  resil__window_kind kind = cfg->window_type == RESIL_BREAKER_WINDOW_TIME
+                                ? RESIL__WINDOW_TIME
+                                : RESIL__WINDOW_COUNT;
+  uint32_t half = cfg->half_open_permitted_calls;
+  /* One block: struct, main window storage, HALF_OPEN window storage (the
+   * same bytes when the main window is a count window: only one of the two
+   * is live at a time), event ring, name. */
+  size_t main_bytes, half_bytes;
+  if (kind == RESIL__WINDOW_COUNT) {
+    uint32_t larger = cfg->window_size > half ? cfg->window_size : half;
+    main_bytes = resil__window_store_bytes(RESIL__WINDOW_COUNT, larger);
+    half_bytes = 0;
+  } else {
+    main_bytes =
+        resil__window_store_bytes(RESIL__WINDOW_TIME, cfg->window_size);
+    half_bytes = resil__window_store_bytes(RESIL__WINDOW_COUNT, half);
+  }
+  const char *name = cfg->name ? cfg->name : DEFAULT_NAME;
+  size_t name_len = strlen(name);
+  size_t off = sizeof(resil_breaker);
+  size_t half_off = align8(off + main_bytes);
+  size_t ring_off = align8(half_off + half_bytes);
+  size_t name_off =
+      ring_off + (size_t)cfg->event_capacity * sizeof(packed_event);
+  size_t total = name_off + name_len + 1;
+  if (half_bytes == 0)
+    half_off = off;
+
+  resil_breaker *br = resil__calloc(cfg->alloc, total);
+  if (!br)
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+
+  const resil_clock *clock = resil__clock(cfg->clock);
+  br->magic = RESIL_MAGIC_BREAKER;
+  br->failure_mask = cfg->failure_classes;
+  br->slow_ns = cfg->slow_call_duration_ns;
+  br->clock = clock;
+  br->failure_pct = (uint8_t)cfg->failure_rate_threshold_pct;
+  br->slow_pct = (uint8_t)cfg->slow_call_rate_threshold_pct;
+  br->window_kind = (uint8_t)kind;
+  br->auto_half_open = (uint8_t)cfg->automatic_half_open;
+  /* Coarse readings are used where their lag is at most 1 % of what they
+   * measure: slow-call durations, and one-second buckets (10 ms). */
+  br->slow_coarse = (uint8_t)(clock->coarse_resolution_ns <=
+                              cfg->slow_call_duration_ns / 100);
+  br->window_coarse =
+      (uint8_t)(clock->coarse_resolution_ns <= 10 * RESIL_NS_PER_MS);
+  br->ms_granular = (uint8_t)(cfg->open_wait_ns % RESIL_NS_PER_MS == 0);
+  br->window_size = cfg->window_size;
+  br->min_calls = cfg->minimum_calls;
+  br->half_permitted = half;
+  br->event_cap = cfg->event_capacity;
+  br->open_wait_ns = cfg->open_wait_ns;
+  br->open_wait_max_ns =
+      cfg->open_wait_max_ns ? cfg->open_wait_max_ns : INT64_MAX;
+  br->half_max_ns = cfg->half_open_max_wait_ns;
+  br->multiplier = cfg->open_wait_multiplier;
+  br->alloc = cfg->alloc;
+  br->half_off = (uint32_t)half_off;
+  br->ring_off = (uint32_t)ring_off;
+  br->name_off = (uint32_t)name_off;
+  br->block_bytes = (uint32_t)total;
+  memcpy((char *)br + name_off, name, name_len + 1);
+
+  atomic_init(&br->lock, 0u);
+  atomic_init(&br->deliv[0], 0u);
+  atomic_init(&br->deliv[1], 0u);
+  window_main(br);
+  br->since_ns = resil__now(clock);
+  atomic_init(&br->word, ((uint64_t)1 << STATE_BITS) | RESIL_BREAKER_CLOSED);
+  *out = br;
+  return RESIL_OK;
+}
+
+void resil_breaker_free(resil_breaker *br) {
+  if (!valid(br))
+    return;
+  const resil_allocator *a = br->alloc;
+  resil__free(a, br->ls);
+  br->magic = RESIL_MAGIC_DEAD;
+  resil__free(a, br);
+}
+
+const char *resil_breaker_name(const resil_breaker *br) {
+  return valid(br) ? name_of(br) : NULL;
+}
+
+size_t resil_breaker_memory_bytes(const resil_breaker *br) {
+  if (!valid(br))
+    return 0;
+  resil_breaker *m = (resil_breaker *)br;
+  lock_br(m);
+  size_t n = (size_t)m->block_bytes + (size_t)m->ls_cap * sizeof(listener);
+  unlock_br(m);
+  return n;
+}
+
+/* ---- names ----------------------------------------------------------------
+ */
+
+const char *resil_breaker_state_name(resil_breaker_state_kind st) {
+  switch (st) {
+  case RESIL_BREAKER_CLOSED:
+    return "CLOSED";
+  case RESIL_BREAKER_OPEN:
+    return "OPEN";
+  case RESIL_BREAKER_HALF_OPEN:
+    return "HALF_OPEN";
+  case RESIL_BREAKER_DISABLED:
+    return "DISABLED";
+  case RESIL_BREAKER_FORCED_OPEN:
+    return "FORCED_OPEN";
+  case RESIL_BREAKER_METRICS_ONLY:
+    return "METRICS_ONLY";
+  }
+  return "?";
+}
+
+const char *resil_breaker_event_kind_name(resil_breaker_event_kind k) {
+  switch (k) {
+  case RESIL_BREAKER_EVENT_TRANSITION:
+    return "TRANSITION";
+  case RESIL_BREAKER_EVENT_NOT_PERMITTED:
+    return "NOT_PERMITTED";
+  case RESIL_BREAKER_EVENT_RESET:
+    return "RESET";
+  case RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED:
+    return "THRESHOLDS_EXCEEDED";
+  }
+  return "?";
+}
+
+const char *resil_breaker_cause_name(resil_breaker_cause c) {
+  switch (c) {
+  case RESIL_BREAKER_CAUSE_NONE:
+    return "NONE";
+  case RESIL_BREAKER_CAUSE_MANUAL:
+    return "MANUAL";
+  case RESIL_BREAKER_CAUSE_RESET:
+    return "RESET";
+  case RESIL_BREAKER_CAUSE_FAILURE_RATE:
+    return "FAILURE_RATE";
+  case RESIL_BREAKER_CAUSE_SLOW_CALL_RATE:
+    return "SLOW_CALL_RATE";
+  case RESIL_BREAKER_CAUSE_BOTH_RATES:
+    return "BOTH_RATES";
+  case RESIL_BREAKER_CAUSE_BELOW_THRESHOLDS:
+    return "BELOW_THRESHOLDS";
+  case RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED:
+    return "OPEN_WAIT_ELAPSED";
+  case RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT:
+    return "HALF_OPEN_MAX_WAIT";
+  }
+  return "?";
+}
+
+/* ---- acquire / record / release ------------------------------------------ */
+
+/* OPEN, HALF_OPEN, FORCED_OPEN, or a state that changed under us. */
+static int acquire_slow(resil_breaker *br, resil_breaker_permit *permit) {
+  int64_t now = now_precise(br);
+  evbuf eb;
+  lock_settled(br, now, &eb);
+  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
+  resil_breaker_state_kind st = word_state(w);
+  int ok = 1;
+  if (st == RESIL_BREAKER_OPEN) {
+    ok = 0;
+    if (now - br->since_ns >= br->cur_wait_ns) {
+      /* The first acquire after the wait moves it, at this moment. */
+      enter(br, &eb, RESIL_BREAKER_HALF_OPEN, now,
+            RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED);
+      w = atomic_load_explicit(&br->word, memory_order_relaxed);
+      st = RESIL_BREAKER_HALF_OPEN;
+      ok = 1;
+    }
+  }
+  if (st == RESIL_BREAKER_HALF_OPEN) {
+    if (br->half_left > 0)
+      br->half_left--;
+    else
+      ok = 0;
+  } else if (st == RESIL_BREAKER_FORCED_OPEN) {
+    ok = 0;
+  }
+  if (ok) {
+    permit->generation = word_gen(w);
+    permit->state = st;
+  } else {
+    br->t_not_permitted++;
+    emit(br, &eb, RESIL_BREAKER_EVENT_NOT_PERMITTED, st, st,
+         RESIL_BREAKER_CAUSE_NONE, now);
+  }
+  unlock_deliver(br, &eb);
+  return ok;
+}
+
+static RESIL_ALWAYS_INLINE int acquire(resil_breaker *br,
+                                       resil_breaker_permit *permit) {
+  uint64_t w = load_word(br);
+  resil_breaker_state_kind st = word_state(w);
+  if (RESIL_LIKELY((ALWAYS_PERMITS >> st) & 1u)) {
+    permit->generation = word_gen(w);
+    permit->state = st;
+    return 1;
+  }
+  return acquire_slow(br, permit);
+}
+
+int resil_breaker_try_acquire(resil_breaker *br, resil_breaker_permit *permit) {
+  if (RESIL_UNLIKELY(!valid(br) || !permit))
+    return 0;
+  return acquire(br, permit);
+}
+
+/* CLOSED, count window: the result just recorded reached a threshold. */
+static RESIL_NOINLINE resil_status open_on_threshold(resil_breaker *br) {
+  evbuf eb;
+  eb.n = 0;
+  resil__verdict v =
+      resil__window_verdict(&br->win, br->failure_pct, br->slow_pct);
+  enter(br, &eb, RESIL_BREAKER_OPEN, now_precise(br), cause_of(v));
+  unlock_deliver(br, &eb);
+  return RESIL_OK;
+}
+
+/* Records one classified result; the lock is held on entry and released
+ * on return. `wnow` is a reading of the window clock when have_wnow is set
+ * (the run form reuses its end-of-call reading). */
+static RESIL_NOINLINE resil_status
+record_locked(resil_breaker *br, const resil_breaker_permit *permit,
+              resil_outcome_class cls, int slow, int64_t wnow, int have_wnow) {
+  int failed = (int)((br->failure_mask >> (unsigned)cls) & 1u);
+  int64_t now = 0;
+  int have_now = 0;
+  evbuf eb;
+  eb.n = 0;
+  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
+  resil_breaker_state_kind st = word_state(w);
+  if (RESIL_UNLIKELY(time_driven(br, st))) {
+    /* HALF_OPEN past its maximum wait must not take this result. */
+    now = now_precise(br);
+    have_now = 1;
+    while (settle(br, now, &eb)) {
+      unlock_deliver(br, &eb);
+      eb.n = 0;
+      lock_br(br);
+    }
+    w = atomic_load_explicit(&br->word, memory_order_relaxed);
+    st = word_state(w);
+  }
+  if (word_gen(w) != permit->generation) {
+    /* Issued in an earlier state period: it must not vote in this one. A
+     * REJECTED outcome counts nowhere, not even as ignored. */
+    if (cls != RESIL_CLASS_REJECTED)
+      br->t_ignored++;
+    unlock_deliver(br, &eb);
+    return RESIL_OK;
+  }
+  if (cls == RESIL_CLASS_REJECTED) {
+    /* Local protection refused the call: not a downstream result. */
+    if (st == RESIL_BREAKER_HALF_OPEN && br->half_left < br->half_permitted)
+      br->half_left++;
+    unlock_deliver(br, &eb);
+    return RESIL_OK;
+  }
+  if (st != RESIL_BREAKER_CLOSED && st != RESIL_BREAKER_HALF_OPEN &&
+      st != RESIL_BREAKER_METRICS_ONLY) {
+    /* DISABLED records nothing; OPEN and FORCED_OPEN issue no permits. */
+    unlock_deliver(br, &eb);
+    return RESIL_OK;
+  }
+  br->t_calls++;
+  br->t_failures += (uint64_t)failed;
+  br->t_slow += (uint64_t)slow;
+  if (br->win.kind == RESIL__WINDOW_COUNT) {
+    resil__window_record_count(&br->win, failed, slow);
+  } else {
+    if (!have_wnow)
+      wnow = now_window(br);
+    resil__window_record_time(&br->win, wnow, failed, slow);
+  }
+  resil__verdict v =
+      resil__window_verdict(&br->win, br->failure_pct, br->slow_pct);
+  if (v >= RESIL__VERDICT_FAILURE) {
+    if (!have_now)
+      now = now_precise(br);
+    if (st != RESIL_BREAKER_METRICS_ONLY) {
+      enter(br, &eb, RESIL_BREAKER_OPEN, now, cause_of(v));
+    } else if (!br->exceeded) {
+      /* Reported once per excursion above a threshold. */
+      br->exceeded = 1;
+      emit(br, &eb, RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED, st, st,
+           cause_of(v), now);
+    }
+  } else if (v == RESIL__VERDICT_BELOW) {
+    if (st == RESIL_BREAKER_HALF_OPEN) {
+      if (!have_now)
+        now = now_precise(br);
+      enter(br, &eb, RESIL_BREAKER_CLOSED, now,
+            RESIL_BREAKER_CAUSE_BELOW_THRESHOLDS);
+    } else {
+      br->exceeded = 0;
+    }
+  }
+  unlock_deliver(br, &eb);
+  return RESIL_OK;
+}
+
+/* A result for a breaker whose main window is a time window: it needs the
+ * time of the result, read before taking the lock (a result read slightly
+ * late lands in the newest bucket). */
+static RESIL_NOINLINE resil_status
+record_timed(resil_breaker *br, const resil_breaker_permit *permit,
+             resil_outcome_class cls, int slow, int64_t wnow, int have_wnow) {
+  if (!have_wnow)
+    wnow = now_window(br);
+  lock_br(br);
+  return record_locked(br, permit, cls, slow, wnow, 1);
+}
+
+/* The common case inline: CLOSED with a count window, a permit of the
+ * current generation, and no threshold reached: one lock and a handful of
+ * loads and stores. Everything else goes to record_locked(). */
+static RESIL_ALWAYS_INLINE resil_status
+record(resil_breaker *br, const resil_breaker_permit *permit,
+       resil_outcome_class cls, int slow, int64_t wnow, int have_wnow) {
+  if (RESIL_UNLIKELY(br->window_kind != RESIL__WINDOW_COUNT))
+    return record_timed(br, permit, cls, slow, wnow, have_wnow);
+  /* Everything that needs no lock is computed before taking it: loads
+   * after the lock's acquire cannot be moved above it. */
+  uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
+  int failed = (int)((br->failure_mask >> (unsigned)cls) & 1u);
+  int counted = cls != RESIL_CLASS_REJECTED;
+  lock_br(br);
+  if (RESIL_LIKELY(atomic_load_explicit(&br->word, memory_order_relaxed) ==
+                       expect &&
+                   counted)) {
+    br->t_calls++;
+    if (failed)
+      br->t_failures++;
+    if (slow)
+      br->t_slow++;
+    resil__window_record_count(&br->win, failed, slow);
+    if (RESIL_LIKELY(br->win.calls < br->win.min_calls) ||
+        resil__window_verdict(&br->win, br->failure_pct, br->slow_pct) <=
+            RESIL__VERDICT_BELOW) {
+      unlock_br(br);
+      return RESIL_OK;
+    }
+    return open_on_threshold(br);
+  }
+  return record_locked(br, permit, cls, slow, 0, 0);
+}
+
+resil_status resil_breaker_record(resil_breaker *br,
+                                  const resil_breaker_permit *permit,
+                                  const resil_outcome *o, int64_t duration_ns) {
+  if (RESIL_UNLIKELY(!valid(br)))
+    return RESIL_EMISUSE;
+  if (RESIL_UNLIKELY(!permit || !o || duration_ns < 0))
+    return RESIL_EINVAL;
+  return record(br, permit, classify(o), duration_ns >= br->slow_ns, 0, 0);
+}
+
+resil_status resil_breaker_release(resil_breaker *br,
+                                   const resil_breaker_permit *permit) {
+  if (!valid(br))
+    return RESIL_EMISUSE;
+  if (!permit)
+    return RESIL_EINVAL;
+  lock_br(br);
+  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
+  if (word_gen(w) == permit->generation &&
+      word_state(w) == RESIL_BREAKER_HALF_OPEN &&
+      br->half_left < br->half_permitted)
+    br->half_left++;
+  unlock_br(br);
+  return RESIL_OK;
+}
+
+resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
+                                resil_call_fn fn, void *arg) {
+  if (RESIL_UNLIKELY(!valid(br) || !fn))
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_breaker_permit permit;
+  if (!acquire(br, &permit))
+    return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+  resil_ctx local;
+  if (!ctx) {
+    local.clock = br->clock;
+    local.deadline_ns = RESIL_NO_DEADLINE;
+    local.cancel = NULL;
+    local.flags = 0;
+    local.attempt = 0;
+    local.user = NULL;
+    ctx = &local;
+  }
+  int64_t t0 = now_run(br);
+  resil_outcome o = fn(arg, ctx);
+  int64_t t1 = now_run(br);
+  int64_t d = t1 - t0;
+  record(br, &permit, classify(&o), d >= br->slow_ns, t1,
+         br->slow_coarse == br->window_coarse);
+  return o;
+}
+
+/* ---- state, transitions, reset ------------------------------------------- */
+
+resil_breaker_state_kind resil_breaker_state(resil_breaker *br) {
+  if (!valid(br))
+    return RESIL_BREAKER_FORCED_OPEN;
+  resil_breaker_state_kind st = word_state(load_word(br));
+  if (!time_driven(br, st))
+    return st;
+  evbuf eb;
+  lock_settled(br, now_precise(br), &eb);
+  st = word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+  unlock_deliver(br, &eb);
+  return st;
+}
+
+/* Resilience4j's StateTransition table has every pair but these. */
+static int refused(resil_breaker_state_kind from, resil_breaker_state_kind to) {
+  return (from == RESIL_BREAKER_CLOSED && to == RESIL_BREAKER_HALF_OPEN) ||
+         (from == RESIL_BREAKER_METRICS_ONLY &&
+          (to == RESIL_BREAKER_OPEN || to == RESIL_BREAKER_HALF_OPEN));
+}
+
+resil_status resil_breaker_transition(resil_breaker *br,
+                                      resil_breaker_state_kind to) {
+  if (!valid(br))
+    return RESIL_EMISUSE;
+  if ((int)to < (int)RESIL_BREAKER_CLOSED ||
+      (int)to > (int)RESIL_BREAKER_METRICS_ONLY)
+    return RESIL_EINVAL;
+  int64_t now = now_precise(br);
+  evbuf eb;
+  lock_settled(br, now, &eb);
+  resil_breaker_state_kind from =
+      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+  resil_status st = RESIL_OK;
+  if (from == to) {
+    /* Not a transition: no event, no new generation. */
+  } else if (refused(from, to)) {
+    st = RESIL_ESTATE;
+  } else {
+    enter(br, &eb, to, now, RESIL_BREAKER_CAUSE_MANUAL);
+  }
+  unlock_deliver(br, &eb);
+  return st;
+}
+
+resil_status resil_breaker_reset(resil_breaker *br) {
+  if (!valid(br))
+    return RESIL_EMISUSE;
+  int64_t now = now_precise(br);
+  evbuf eb;
+  lock_settled(br, now, &eb);
+  resil_breaker_state_kind from =
+      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+  if (from != RESIL_BREAKER_CLOSED)
+    enter(br, &eb, RESIL_BREAKER_CLOSED, now, RESIL_BREAKER_CAUSE_RESET);
+  else
+    restart(br, RESIL_BREAKER_CLOSED, now); /* new generation, no event */
+  emit(br, &eb, RESIL_BREAKER_EVENT_RESET, from, RESIL_BREAKER_CLOSED,
+       RESIL_BREAKER_CAUSE_RESET, now);
+  unlock_deliver(br, &eb);
+  return RESIL_OK;
+}
+
+/* ---- metrics and events ---------------------------------------------------
+ */
+
+resil_status resil_breaker_get_metrics(resil_breaker *br,
+                                       resil_breaker_metrics *out) {
+  if (!valid(br))
+    return RESIL_EMISUSE;
+  if (!out)
+    return RESIL_EINVAL;
+  int64_t now = now_precise(br);
+  int64_t wnow = br->window_coarse ? resil__coarse_now(br->clock) : now;
+  evbuf eb;
+  lock_settled(br, now, &eb);
+  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
+  if (br->win.kind == RESIL__WINDOW_TIME)
+    resil__window_advance(&br->win, wnow);
+  memset(out, 0, sizeof *out);
+  out->state = word_state(w);
+  out->generation = word_gen(w);
+  out->state_since_ns = br->since_ns;
+  out->consecutive_opens = br->opens;
+  out->open_wait_ns = br->cur_wait_ns;
+  out->half_open_permits_available =
+      out->state == RESIL_BREAKER_HALF_OPEN ? br->half_left : 0;
+  const resil__window *win = &br->win;
+  out->buffered_calls = win->calls;
+  out->failed_calls = win->failures;
+  out->slow_calls = win->slow;
+  out->successful_calls = win->calls - win->failures;
+  out->minimum_calls = win->min_calls;
+  if (win->calls > 0 && win->calls >= win->min_calls) {
+    out->rates = RESIL_BREAKER_RATES_AVAILABLE;
+    out->failure_rate_pct = (double)win->failures * 100.0 / (double)win->calls;
+    out->slow_call_rate_pct = (double)win->slow * 100.0 / (double)win->calls;
+  } else {
+    out->rates = RESIL_BREAKER_RATES_NOT_ENOUGH_DATA;
+  }
+  out->total_calls = br->t_calls;
+  out->total_successes = br->t_calls - br->t_failures;
+  out->total_failures = br->t_failures;
+  out->total_slow = br->t_slow;
+  out->total_ignored = br->t_ignored;
+  out->total_not_permitted = br->t_not_permitted;
+  out->total_transitions = br->t_transitions;
+  unlock_deliver(br, &eb);
+  return RESIL_OK;
+}
+
+size_t resil_breaker_events(resil_breaker *br, resil_breaker_event *out,
+                            size_t max) {
+  if (!valid(br) || !out)
+    return 0;
+  lock_br(br);
+  uint64_t held = br->ev_total < br->event_cap ? br->ev_total : br->event_cap;
+  size_t n = held < max ? (size_t)held : max;
+  uint64_t first = br->ev_total - n + 1; /* seq of the oldest copied */
+  for (size_t i = 0; i < n; i++) {
+    uint64_t seq = first + i;
+    const packed_event *pe = &ring(br)[(seq - 1) % br->event_cap];
+    out[i].seq = seq;
+    out[i].time_ns = pe->time_ns;
+    out[i].kind = (resil_breaker_event_kind)pe->kind;
+    out[i].from = (resil_breaker_state_kind)pe->from;
+    out[i].to = (resil_breaker_state_kind)pe->to;
+    out[i].cause = (resil_breaker_cause)pe->cause;
+  }
+  unlock_br(br);
+  return n;
+}
+
+/* ---- listeners ------------------------------------------------------------
+ */
+
+resil_status resil_breaker_listener_add(resil_breaker *br,
+                                        resil_breaker_listener_fn fn,
+                                        void *user) {
+  if (!valid(br))
+    return RESIL_EMISUSE;
+  if (!fn)
+    return RESIL_EINVAL;
+  listener *fresh = NULL;
+  uint32_t fresh_cap = 0;
+  for (;;) {
+    lock_br(br);
+    if (br->nls >= RESIL_BREAKER_MAX_LISTENERS) {
+      unlock_br(br);
+      resil__free(br->alloc, fresh);
+      return RESIL_ESTATE;
+    }
+    listener *old = NULL;
+    if (br->nls == br->ls_cap && fresh && fresh_cap > br->ls_cap) {
+      if (br->nls)
+        memcpy(fresh, br->ls, br->nls * sizeof *fresh);
+      old = br->ls;
+      br->ls = fresh;
+      br->ls_cap = fresh_cap;
+      fresh = NULL;
+    }
+    if (br->nls < br->ls_cap) {
+      br->ls[br->nls].fn = fn;
+      br->ls[br->nls].user = user;
+      br->nls++;
+      unlock_br(br);
+      /* Deliveries copy the list under the lock, so nobody still reads the
+       * old array. */
+      resil__free(br->alloc, old);
+      resil__free(br->alloc, fresh);
+      return RESIL_OK;
+    }
+    /* Grow outside the lock: the allocator is the caller's code. */
+    uint32_t want = br->ls_cap ? br->ls_cap * 2 : 2;
+    if (want > RESIL_BREAKER_MAX_LISTENERS)
+      want = RESIL_BREAKER_MAX_LISTENERS;
+    unlock_br(br);
+    resil__free(br->alloc, fresh);
+    fresh = resil__alloc(br->alloc, want * sizeof *fresh);
+    if (!fresh)
+      return RESIL_ENOMEM;
+    fresh_cap = want;
+  }
+}
+
+/* Removal must guarantee that the listener is not running when it returns.
+ * Each delivery counts itself in deliv[phase] for the phase current when it
+ * copied the list. A remover flips the phase, so later deliveries (which
+ * cannot see the removed listener) count in the other slot, then waits for
+ * the old slot to drain: the wait ends even under a steady stream of
+ * events. Removers are serialized by remove_busy so the phases never mix. */
+resil_status resil_breaker_listener_remove(resil_breaker *br,
+                                           resil_breaker_listener_fn fn,
+                                           void *user) {
+  if (!valid(br))
+    return RESIL_EMISUSE;
+  lock_br(br);
+  while (br->remove_busy && tl_delivering == 0) {
+    unlock_br(br);
+    sched_yield();
+    lock_br(br);
+  }
+  uint32_t i = 0;
+  while (i < br->nls && !(br->ls[i].fn == fn && br->ls[i].user == user))
+    i++;
+  if (i == br->nls) {
+    unlock_br(br);
+    return RESIL_EINVAL;
+  }
+  memmove(&br->ls[i], &br->ls[i + 1], (br->nls - i - 1) * sizeof *br->ls);
+  br->nls--;
+  if (tl_delivering > 0) {
+    /* Inside a listener: waiting could wait for this very delivery. */
+    unlock_br(br);
+    return RESIL_OK;
+  }
+  br->remove_busy = 1;
+  uint32_t old = br->phase;
+  br->phase ^= 1u;
+  unlock_br(br);
+  while (atomic_load_explicit(&br->deliv[old], memory_order_acquire) != 0)
+    sched_yield();
+  lock_br(br);
+  br->remove_busy = 0;
+  unlock_br(br);
+  return RESIL_OK;
+}

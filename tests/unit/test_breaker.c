@@ -1,0 +1,1606 @@
+/* Circuit breaker (DESIGN §2.2, §7 P6-P8). Time comes from the manual
+ * clock; nothing sleeps. */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "test_util.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static resil_manual_clock *clock_new(void) {
+  resil_manual_clock *mc = NULL;
+  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
+  return mc;
+}
+
+static resil_breaker *breaker_new(const resil_breaker_config *cfg) {
+  resil_breaker *br = NULL;
+  resil_error err;
+  resil_status st = resil_breaker_new(cfg, &br, &err);
+  if (st != RESIL_OK)
+    fail_msg("resil_breaker_new: %s", err.msg);
+  return br;
+}
+
+/* DESIGN §7 P6: window 4 / min 2 / 50 % / OPEN wait 150 ms / 1 probe. */
+static void p6_config(resil_breaker_config *cfg, resil_manual_clock *mc) {
+  resil_breaker_config_init(cfg);
+  cfg->window_size = 4;
+  cfg->minimum_calls = 2;
+  cfg->failure_rate_threshold_pct = 50;
+  cfg->open_wait_ns = MS(150);
+  cfg->half_open_permitted_calls = 1;
+  cfg->clock = resil_manual_clock_get(mc);
+}
+
+static resil_breaker_metrics metrics_of(resil_breaker *br) {
+  resil_breaker_metrics m;
+  assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
+  return m;
+}
+
+/* Acquire (must be permitted) and record. */
+static void record_ok(resil_breaker *br, resil_outcome o, int64_t dur) {
+  resil_breaker_permit p;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &o, dur));
+}
+
+static resil_outcome fail_o(void) { return resil_outcome_http(503); }
+static resil_outcome ok_o(void) { return resil_outcome_ok(); }
+
+/* A business call for the run form: counts its runs, takes `take_ns` of
+ * manual-clock time and returns `out`. */
+typedef struct call_arg {
+  resil_manual_clock *mc;
+  int64_t take_ns;
+  resil_outcome out;
+  int runs;
+  const resil_ctx *seen_ctx;
+  int64_t seen_deadline;
+  const resil_clock *seen_clock;
+} call_arg;
+
+static resil_outcome business_call(void *arg, const resil_ctx *ctx) {
+  call_arg *a = arg;
+  a->runs++;
+  a->seen_ctx = ctx;
+  a->seen_deadline = ctx ? ctx->deadline_ns : -1;
+  a->seen_clock = ctx ? ctx->clock : NULL;
+  if (a->take_ns > 0)
+    resil_manual_clock_advance_ns(a->mc, a->take_ns);
+  return a->out;
+}
+
+static resil_outcome run_call(resil_breaker *br, call_arg *a, resil_outcome o,
+                              int64_t take_ns) {
+  a->out = o;
+  a->take_ns = take_ns;
+  return resil_breaker_run(br, NULL, business_call, a);
+}
+
+static int is_rejected_open(resil_outcome o) {
+  return o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_BREAKER_OPEN;
+}
+
+/* ---- defaults and validation -------------------------------------------- */
+
+static void config_init_writes_resilience4j_defaults(void **state) {
+  (void)state;
+  resil_breaker_config cfg;
+  memset(&cfg, 0xab, sizeof cfg);
+  resil_breaker_config_init(&cfg);
+  assert_int_equal(cfg.version, 1);
+  assert_null(cfg.name);
+  assert_int_equal(cfg.window_type, RESIL_BREAKER_WINDOW_COUNT);
+  assert_int_equal(cfg.window_size, 100);
+  assert_int_equal(cfg.minimum_calls, 100);
+  assert_int_equal(cfg.failure_rate_threshold_pct, 50);
+  assert_int_equal(cfg.slow_call_rate_threshold_pct, 100);
+  assert_int_equal(cfg.slow_call_duration_ns, 60 * RESIL_NS_PER_S);
+  assert_int_equal(cfg.open_wait_ns, 60 * RESIL_NS_PER_S);
+  assert_true(cfg.open_wait_multiplier == 1.0);
+  assert_int_equal(cfg.open_wait_max_ns, 0);
+  assert_int_equal(cfg.half_open_permitted_calls, 10);
+  assert_int_equal(cfg.half_open_max_wait_ns, 60 * RESIL_NS_PER_S);
+  assert_int_equal(cfg.automatic_half_open, 0);
+  assert_int_equal(cfg.failure_classes,
+                   RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) |
+                       RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) |
+                       RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |
+                       RESIL_CLASS_BIT(RESIL_CLASS_THROTTLED));
+  assert_int_equal(cfg.event_capacity, 8);
+  assert_null(cfg.clock);
+  assert_null(cfg.alloc);
+  resil_breaker_config_init(NULL); /* no-op */
+
+  resil_breaker *br = breaker_new(&cfg);
+  assert_string_equal(resil_breaker_name(br), "breaker");
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.generation, 1);
+  assert_int_equal(m.minimum_calls, 100);
+  resil_breaker_free(br);
+}
+
+typedef struct bad_case {
+  const char *field;
+  int has_range;
+  int64_t min, max, got;
+} bad_case;
+
+static void expect_rejected(const resil_breaker_config *cfg, bad_case want) {
+  resil_breaker *br = (resil_breaker *)0x1;
+  resil_error e;
+  resil_status st = resil_breaker_new(cfg, &br, &e);
+  if (st != RESIL_EINVAL)
+    fail_msg("%s: status %s, expected RESIL_EINVAL", want.field,
+             resil_status_name(st));
+  assert_ptr_equal(br, (resil_breaker *)0x1); /* *out untouched */
+  assert_int_equal(e.status, RESIL_EINVAL);
+  assert_string_equal(e.field, want.field);
+  assert_int_equal(e.has_range, want.has_range);
+  if (want.has_range) {
+    assert_int_equal(e.min, want.min);
+    assert_int_equal(e.max, want.max);
+    assert_int_equal(e.got, want.got);
+  }
+  assert_true(strncmp(e.msg, want.field, strlen(want.field)) == 0);
+}
+
+static int64_t never_now(void *self) {
+  (void)self;
+  return 0;
+}
+
+static void new_rejects_every_invalid_field_with_range_and_value(void **state) {
+  (void)state;
+  resil_breaker_config cfg;
+#define BAD(stmt, ...)                                                         \
+  do {                                                                         \
+    resil_breaker_config_init(&cfg);                                           \
+    stmt;                                                                      \
+    expect_rejected(&cfg, (bad_case){__VA_ARGS__});                            \
+  } while (0)
+  BAD(cfg.version = 0, "version", 1, 1, 1, 0);
+  BAD(cfg.version = 2, "version", 1, 1, 1, 2);
+  BAD(cfg.window_type = (resil_breaker_window_type)2, "window_type", 1, 0, 1,
+      2);
+  BAD(cfg.window_size = 0, "window_size", 1, 1, 1000000, 0);
+  BAD(cfg.window_size = 1000001, "window_size", 1, 1, 1000000, 1000001);
+  BAD((cfg.window_type = RESIL_BREAKER_WINDOW_TIME, cfg.window_size = 86401),
+      "window_size", 1, 1, 86400, 86401);
+  BAD(cfg.minimum_calls = 0, "minimum_calls", 1, 1, 100, 0);
+  BAD(cfg.minimum_calls = 101, "minimum_calls", 1, 1, 100, 101);
+  BAD((cfg.window_type = RESIL_BREAKER_WINDOW_TIME, cfg.minimum_calls = 0),
+      "minimum_calls", 1, 1, UINT32_MAX, 0);
+  BAD(cfg.failure_rate_threshold_pct = 0, "failure_rate_threshold_pct", 1, 1,
+      100, 0);
+  BAD(cfg.failure_rate_threshold_pct = 101, "failure_rate_threshold_pct", 1, 1,
+      100, 101);
+  BAD(cfg.slow_call_rate_threshold_pct = 0, "slow_call_rate_threshold_pct", 1,
+      1, 100, 0);
+  BAD(cfg.slow_call_rate_threshold_pct = 101, "slow_call_rate_threshold_pct", 1,
+      1, 100, 101);
+  BAD(cfg.slow_call_duration_ns = 0, "slow_call_duration_ns", 1, 1, INT64_MAX,
+      0);
+  BAD(cfg.open_wait_ns = MS(1) - 1, "open_wait_ns", 1, MS(1), INT64_MAX,
+      MS(1) - 1);
+  BAD(cfg.open_wait_multiplier = 0.5, "open_wait_multiplier", 1, 1, 100, 0);
+  BAD(cfg.open_wait_multiplier = 100.5, "open_wait_multiplier", 1, 1, 100, 100);
+  BAD(cfg.open_wait_multiplier = NAN, "open_wait_multiplier", 1, 1, 100, 0);
+  BAD((cfg.open_wait_ns = MS(150), cfg.open_wait_max_ns = MS(100)),
+      "open_wait_max_ns", 1, MS(150), INT64_MAX, MS(100));
+  BAD(cfg.open_wait_max_ns = -1, "open_wait_max_ns", 1, 60 * RESIL_NS_PER_S,
+      INT64_MAX, -1);
+  BAD(cfg.half_open_permitted_calls = 0, "half_open_permitted_calls", 1, 1,
+      1000000, 0);
+  BAD(cfg.half_open_max_wait_ns = -1, "half_open_max_wait_ns", 1, 0, INT64_MAX,
+      -1);
+  BAD(cfg.automatic_half_open = 2, "automatic_half_open", 1, 0, 1, 2);
+  BAD(cfg.failure_classes = RESIL_CLASS_BIT(RESIL_CLASS_REJECTED),
+      "failure_classes", 1, 0, 0x3f, 0x40);
+  BAD(cfg.failure_classes = 0x100, "failure_classes", 1, 0, 0x3f, 0x100);
+  BAD(cfg.event_capacity = 1025, "event_capacity", 1, 0, 1024, 1025);
+  char long_name[300];
+  memset(long_name, 'n', sizeof long_name - 1);
+  long_name[256] = '\0';
+  BAD(cfg.name = long_name, "name", 1, 0, 255, 256);
+  resil_clock bad_clock;
+  memset(&bad_clock, 0, sizeof bad_clock);
+  BAD(cfg.clock = &bad_clock, "clock", 0, 0, 0, 0);
+  resil_allocator bad_alloc = {NULL, NULL, NULL};
+  BAD(cfg.alloc = &bad_alloc, "alloc", 0, 0, 0, 0);
+#undef BAD
+
+  /* The message names the bound that depends on another field. */
+  resil_breaker_config_init(&cfg);
+  cfg.window_size = 20;
+  resil_breaker *br = NULL;
+  resil_error e;
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &br, &e));
+  assert_string_equal(e.msg,
+                      "minimum_calls: must be 1..window_size (20), got 100");
+  /* NULL arguments, and a NULL err is accepted. */
+  assert_status(RESIL_EINVAL, resil_breaker_new(NULL, &br, &e));
+  assert_string_equal(e.field, "cfg");
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, NULL, &e));
+  assert_string_equal(e.field, "out");
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &br, NULL));
+  assert_null(br);
+
+  /* Edges that are valid. */
+  resil_breaker_config_init(&cfg);
+  cfg.window_type = RESIL_BREAKER_WINDOW_TIME;
+  cfg.window_size = 1;
+  cfg.minimum_calls = 500; /* a time window's minimum may exceed its seconds */
+  cfg.open_wait_ns = MS(1);
+  cfg.open_wait_multiplier = 100.0;
+  cfg.open_wait_max_ns = MS(1);
+  cfg.half_open_max_wait_ns = 0;
+  cfg.event_capacity = 0;
+  cfg.failure_classes = 0x3f;
+  resil_clock ok_clock;
+  memset(&ok_clock, 0, sizeof ok_clock);
+  ok_clock.now_ns = never_now;
+  cfg.clock = &ok_clock;
+  br = breaker_new(&cfg);
+  resil_breaker_free(br);
+}
+
+/* ---- DESIGN §7 P6, P7, P8 ----------------------------------------------- */
+
+static void p6_count_window_opens_probes_reopens_and_closes(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  call_arg a = {.mc = mc};
+
+  /* fail -> still CLOSED: fewer than minimum calls. */
+  resil_outcome o = run_call(br, &a, fail_o(), 0);
+  assert_int_equal(o.http_status, 503);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  /* fail -> OPEN with 2 failures, rate 100. */
+  run_call(br, &a, fail_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.failed_calls, 2);
+  assert_int_equal(m.rates, RESIL_BREAKER_RATES_AVAILABLE);
+  assert_true(m.failure_rate_pct == 100.0);
+  /* Next call rejected, business code not run. */
+  int runs = a.runs;
+  o = run_call(br, &a, ok_o(), 0);
+  assert_true(is_rejected_open(o));
+  assert_int_equal(a.runs, runs);
+  m = metrics_of(br);
+  assert_int_equal(m.total_not_permitted, 1);
+  /* After 200 ms the probe fails -> OPEN again. */
+  resil_manual_clock_advance_ns(mc, MS(200));
+  o = run_call(br, &a, fail_o(), 0);
+  assert_int_equal(o.http_status, 503);
+  assert_int_equal(a.runs, runs + 1);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  /* After 200 ms more the probe succeeds -> CLOSED. */
+  resil_manual_clock_advance_ns(mc, MS(200));
+  o = run_call(br, &a, ok_o(), 0);
+  assert_true(resil_outcome_is_success(&o));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  m = metrics_of(br);
+  assert_int_equal(m.total_calls, 4);
+  assert_int_equal(m.total_failures, 3);
+  assert_int_equal(m.total_successes, 1);
+  assert_int_equal(m.total_not_permitted, 1);
+  /* CLOSED->OPEN, OPEN->HALF_OPEN, HALF_OPEN->OPEN, OPEN->HALF_OPEN,
+   * HALF_OPEN->CLOSED. */
+  assert_int_equal(m.total_transitions, 5);
+  assert_int_equal(m.buffered_calls, 0); /* CLOSED restarted its window */
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void p7_half_open_admits_exactly_the_permitted_probe(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_manual_clock_advance_ns(mc, MS(150));
+
+  resil_breaker_permit p1, p2;
+  assert_int_equal(resil_breaker_try_acquire(br, &p1), 1);
+  assert_int_equal(p1.state, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(resil_breaker_try_acquire(br, &p2), 0);
+  resil_outcome ok = ok_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &p1, &ok, MS(1)));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+
+  /* Another cycle: a failed probe reopens. */
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_manual_clock_advance_ns(mc, MS(150));
+  assert_int_equal(resil_breaker_try_acquire(br, &p1), 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p2), 0);
+  resil_outcome f = fail_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &p1, &f, MS(1)));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.total_not_permitted, 2);
+  assert_int_equal(m.consecutive_opens, 2);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void
+p8_time_window_opens_on_slow_calls_with_failure_rate_zero(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  cfg.window_type = RESIL_BREAKER_WINDOW_TIME;
+  cfg.window_size = 1;
+  cfg.minimum_calls = 2;
+  cfg.slow_call_duration_ns = MS(40);
+  cfg.slow_call_rate_threshold_pct = 50;
+  cfg.clock = resil_manual_clock_get(mc);
+  resil_breaker *br = breaker_new(&cfg);
+  call_arg a = {.mc = mc};
+
+  run_call(br, &a, fail_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  resil_manual_clock_advance_ns(mc, MS(2000));
+  run_call(br, &a, ok_o(), 0); /* fast success */
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.failed_calls, 0); /* the old second fell out */
+  assert_int_equal(m.buffered_calls, 1);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  run_call(br, &a, ok_o(), MS(80)); /* slow success */
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  m = metrics_of(br);
+  assert_int_equal(m.rates, RESIL_BREAKER_RATES_AVAILABLE);
+  assert_true(m.slow_call_rate_pct == 50.0);
+  assert_true(m.failure_rate_pct == 0.0);
+  assert_int_equal(m.slow_calls, 1);
+  assert_int_equal(m.total_slow, 1);
+  resil_breaker_event ev[8];
+  size_t n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(n, 1);
+  assert_int_equal(ev[0].cause, RESIL_BREAKER_CAUSE_SLOW_CALL_RATE);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* ---- HALF_OPEN ---------------------------------------------------------- */
+
+static void half_open_decides_after_min_of_minimum_and_permitted(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.half_open_permitted_calls = 4; /* min(2, 4) = 2 results decide */
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_manual_clock_advance_ns(mc, MS(150));
+  record_ok(br, ok_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.minimum_calls, 2);
+  assert_int_equal(m.half_open_permits_available, 3);
+  record_ok(br, ok_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+
+  /* 1 failure of 2 probes reaches 50 %: back to OPEN. */
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_manual_clock_advance_ns(mc, MS(150));
+  record_ok(br, ok_o(), 0);
+  record_ok(br, fail_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_breaker_free(br);
+
+  /* Minimum 100 but only 2 permitted: 2 results decide. */
+  resil_breaker_config_init(&cfg);
+  cfg.half_open_permitted_calls = 2;
+  cfg.clock = resil_manual_clock_get(mc);
+  br = breaker_new(&cfg);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_HALF_OPEN));
+  record_ok(br, ok_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  record_ok(br, ok_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void result_of_an_older_generation_is_ignored(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  /* A slow call starts while CLOSED... */
+  resil_breaker_permit old;
+  assert_int_equal(resil_breaker_try_acquire(br, &old), 1);
+  assert_int_equal(old.generation, 1);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_manual_clock_advance_ns(mc, MS(150));
+  resil_breaker_permit probe;
+  assert_int_equal(resil_breaker_try_acquire(br, &probe), 1);
+  assert_int_equal(probe.generation, 3);
+  /* ...and ends during HALF_OPEN: its success must not close it. */
+  resil_outcome ok = ok_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &old, &ok, 0));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.total_ignored, 1);
+  assert_int_equal(m.buffered_calls, 0);
+  assert_int_equal(m.total_calls, 2);
+  assert_int_equal(m.generation, 3);
+  /* A release of the stale permit does not free a probe either. */
+  assert_status(RESIL_OK, resil_breaker_release(br, &old));
+  resil_breaker_permit again;
+  assert_int_equal(resil_breaker_try_acquire(br, &again), 0);
+  /* The current probe decides. */
+  assert_status(RESIL_OK, resil_breaker_record(br, &probe, &ok, 0));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void half_open_max_wait_returns_to_open_at_its_instant(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.half_open_max_wait_ns = MS(1000);
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_manual_clock_advance_ns(mc, MS(150));
+  int64_t t_half = resil_manual_clock_now_ns(mc);
+  resil_breaker_permit probe; /* its result never comes in time */
+  assert_int_equal(resil_breaker_try_acquire(br, &probe), 1);
+  resil_manual_clock_advance_ns(mc, MS(1000) - 1);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  resil_manual_clock_advance_ns(mc, MS(100) + 1); /* 100 ms overdue */
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state_since_ns, t_half + MS(1000)); /* scheduled */
+  assert_int_equal(m.consecutive_opens, 2);
+  resil_breaker_event ev[8];
+  size_t n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(ev[n - 1].kind, RESIL_BREAKER_EVENT_TRANSITION);
+  assert_int_equal(ev[n - 1].from, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(ev[n - 1].to, RESIL_BREAKER_OPEN);
+  assert_int_equal(ev[n - 1].cause, RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT);
+  assert_int_equal(ev[n - 1].time_ns, t_half + MS(1000));
+  /* The late result is from an older generation. */
+  resil_outcome ok = ok_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &probe, &ok, 0));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  assert_int_equal(metrics_of(br).total_ignored, 1);
+  /* The next OPEN wait counts from the scheduled instant: 150 ms after
+   * t_half + 1000 ms, of which 100 ms are gone. */
+  resil_manual_clock_advance_ns(mc, MS(50) - 1);
+  resil_breaker_permit p;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 0);
+  resil_manual_clock_advance_ns(mc, 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void half_open_max_wait_is_applied_on_record_and_acquire(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.half_open_max_wait_ns = MS(1000);
+  cfg.open_wait_ns = MS(5000);
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_manual_clock_advance_ns(mc, MS(5000));
+  resil_breaker_permit probe, p;
+  assert_int_equal(resil_breaker_try_acquire(br, &probe), 1);
+  resil_manual_clock_advance_ns(mc, MS(1000));
+  /* No state query in between: the record itself finds HALF_OPEN over. */
+  resil_outcome ok = ok_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &probe, &ok, 0));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  /* And an acquire in an overdue HALF_OPEN is refused by the OPEN it is. */
+  resil_manual_clock_advance_ns(mc, MS(5000));
+  assert_int_equal(resil_breaker_try_acquire(br, &probe), 1);
+  resil_manual_clock_advance_ns(mc, MS(1000));
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 0);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_OPEN);
+  assert_int_equal(m.total_not_permitted, 1);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void half_open_max_wait_zero_means_no_limit(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.half_open_max_wait_ns = 0;
+  resil_breaker *br = breaker_new(&cfg);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_HALF_OPEN));
+  resil_manual_clock_advance_ns(mc, 1000 * 3600 * RESIL_NS_PER_S);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  record_ok(br, ok_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* ---- OPEN -> HALF_OPEN -------------------------------------------------- */
+
+static void open_wait_ends_when_fully_elapsed(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_breaker_permit p;
+  resil_manual_clock_advance_ns(mc, MS(150) - 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 0);
+  resil_manual_clock_advance_ns(mc, 1); /* elapsed == wait */
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void without_automatic_timer_open_waits_for_an_acquire(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_manual_clock_advance_ns(mc, MS(10000));
+  /* Long past the wait, a state query does not move it. */
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  assert_int_equal(metrics_of(br).state, RESIL_BREAKER_OPEN);
+  resil_breaker_permit p;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(m.state_since_ns, MS(10000)); /* the acquire's moment */
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void
+automatic_transition_takes_effect_at_its_scheduled_instant(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.automatic_half_open = 1;
+  cfg.half_open_max_wait_ns = MS(1000);
+  resil_breaker *br = breaker_new(&cfg);
+  resil_manual_clock_advance_ns(mc, MS(7));
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  int64_t t_open = MS(7);
+  resil_manual_clock_advance_ns(mc, MS(150) - 1);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  /* Query 500 ms after the wait ended: HALF_OPEN since the wait's end. */
+  resil_manual_clock_advance_ns(mc, MS(500) + 1);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state_since_ns, t_open + MS(150));
+  resil_breaker_event ev[8];
+  size_t n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(ev[n - 1].to, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(ev[n - 1].cause, RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED);
+  assert_int_equal(ev[n - 1].time_ns, t_open + MS(150));
+  /* The HALF_OPEN maximum wait counts from that instant, not the query:
+   * OPEN again at t_open + 1150 ms, HALF_OPEN again at + 1300 ms. */
+  resil_manual_clock_advance_ns(mc, MS(1150) - MS(650) - 1);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  resil_manual_clock_advance_ns(mc, 1 + MS(50));
+  m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_OPEN);
+  assert_int_equal(m.state_since_ns, t_open + MS(1150));
+  resil_manual_clock_advance_ns(mc, MS(100));
+  m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(m.state_since_ns, t_open + MS(1300));
+  assert_int_equal(m.total_transitions, 4);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void idle_automatic_cycles_of_years_are_accounted_in_bulk(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.automatic_half_open = 1;
+  cfg.open_wait_ns = MS(1);
+  cfg.half_open_max_wait_ns = MS(1);
+  resil_breaker *br = breaker_new(&cfg);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  /* Ten years of idle 2 ms cycles (1.6e11 of them); the last one ends
+   * exactly now. Looping over them would take hours: the query must
+   * account for them in one step. */
+  const int64_t cycles = INT64_C(157680000000);
+  resil_manual_clock_advance_ns(mc, cycles * MS(2));
+  int64_t t0 = resil_clock_now_ns(NULL);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  assert_true(resil_clock_now_ns(NULL) - t0 < 2 * RESIL_NS_PER_S);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state_since_ns, cycles * MS(2));
+  assert_int_equal(m.total_transitions, 1 + 2 * cycles);
+  assert_int_equal(m.consecutive_opens, UINT32_MAX); /* saturated */
+  assert_int_equal(m.generation, 2 + 2 * cycles);
+  /* The breaker still works as scheduled afterwards. */
+  resil_manual_clock_advance_ns(mc, MS(1));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  record_ok(br, ok_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  resil_breaker_free(br);
+
+  /* A shorter idle period with a day of 1 s cycles gives exact counts. */
+  cfg.open_wait_ns = RESIL_NS_PER_S;
+  cfg.half_open_max_wait_ns = RESIL_NS_PER_S;
+  br = breaker_new(&cfg);
+  int64_t start = resil_manual_clock_now_ns(mc);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  resil_manual_clock_advance_ns(mc, 86400 * RESIL_NS_PER_S + MS(1500));
+  m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(m.state_since_ns, start + 86401 * RESIL_NS_PER_S);
+  assert_int_equal(m.total_transitions, 1 + 2 * 43200 + 1);
+  assert_int_equal(m.consecutive_opens, 1 + 43200);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* Acquire after the current OPEN wait, then fail the probe: reopens. */
+static void fail_probe_after_wait(resil_breaker *br, resil_manual_clock *mc,
+                                  int64_t wait) {
+  resil_breaker_permit p;
+  resil_manual_clock_advance_ns(mc, wait - 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 0);
+  resil_manual_clock_advance_ns(mc, 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  resil_outcome f = fail_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &f, 0));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+}
+
+static void open_wait_grows_per_consecutive_open(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.open_wait_ns = MS(100);
+  cfg.open_wait_multiplier = 2.0;
+  cfg.open_wait_max_ns = MS(350);
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.consecutive_opens, 1);
+  assert_int_equal(m.open_wait_ns, MS(100));
+  fail_probe_after_wait(br, mc, MS(100));
+  m = metrics_of(br);
+  assert_int_equal(m.consecutive_opens, 2);
+  assert_int_equal(m.open_wait_ns, MS(200));
+  fail_probe_after_wait(br, mc, MS(200));
+  assert_int_equal(metrics_of(br).open_wait_ns, MS(350)); /* capped */
+  fail_probe_after_wait(br, mc, MS(350));
+  assert_int_equal(metrics_of(br).open_wait_ns, MS(350));
+  /* A successful probe closes and restarts the count. */
+  resil_manual_clock_advance_ns(mc, MS(350));
+  record_ok(br, ok_o(), 0);
+  m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.consecutive_opens, 0);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  m = metrics_of(br);
+  assert_int_equal(m.consecutive_opens, 1);
+  assert_int_equal(m.open_wait_ns, MS(100));
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void
+growing_wait_truncates_each_step_to_whole_milliseconds(void **state) {
+  (void)state;
+  /* Resilience4j: 150 -> 225 -> 337 (not 337.5) -> 505 (not 505.5). */
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.open_wait_multiplier = 1.5;
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  int64_t want[] = {MS(150), MS(225), MS(337), MS(505)};
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(metrics_of(br).open_wait_ns, want[i]);
+    fail_probe_after_wait(br, mc, want[i]);
+  }
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void forced_open_counts_as_a_consecutive_open(void **state) {
+  (void)state;
+  /* Resilience4j: FORCED_OPEN is attempts + 1, and OPEN after it another. */
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.open_wait_ns = MS(100);
+  cfg.open_wait_multiplier = 2.0;
+  resil_breaker *br = breaker_new(&cfg);
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_FORCED_OPEN));
+  assert_int_equal(metrics_of(br).consecutive_opens, 1);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.consecutive_opens, 2);
+  assert_int_equal(m.open_wait_ns, MS(200));
+  /* HALF_OPEN keeps the count; DISABLED restarts it. */
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_HALF_OPEN));
+  assert_int_equal(metrics_of(br).consecutive_opens, 2);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_DISABLED));
+  assert_int_equal(metrics_of(br).consecutive_opens, 0);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  assert_int_equal(metrics_of(br).open_wait_ns, MS(100));
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+typedef struct counter {
+  int count;
+  uint64_t last_seq;
+  int in_order;
+} counter;
+
+static void counting_listener(void *user, resil_breaker *br,
+                              const resil_breaker_event *ev) {
+  (void)br;
+  counter *c = user;
+  c->count++;
+  if (ev->seq != c->last_seq + 1)
+    c->in_order = 0;
+  c->last_seq = ev->seq;
+}
+
+static void listeners_receive_every_event_of_a_long_catch_up(void **state) {
+  (void)state;
+  /* A growing wait cannot be skipped in bulk: one state query after an
+   * idle second applies about 20 overdue transitions, more than one
+   * delivery batch holds. Every one must reach the listener, in order. */
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.automatic_half_open = 1;
+  cfg.open_wait_ns = MS(1);
+  cfg.open_wait_multiplier = 2.0;
+  cfg.half_open_max_wait_ns = MS(1);
+  resil_breaker *br = breaker_new(&cfg);
+  counter c = {0, 0, 1};
+  assert_status(RESIL_OK,
+                resil_breaker_listener_add(br, counting_listener, &c));
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  resil_manual_clock_advance_ns(mc, RESIL_NS_PER_S);
+  resil_breaker_state(br);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_true(m.total_transitions > 16);
+  assert_int_equal((uint64_t)c.count, m.total_transitions);
+  assert_int_equal(c.last_seq, m.total_transitions);
+  assert_true(c.in_order);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* ---- manual transitions, reset ------------------------------------------ */
+
+static const resil_breaker_state_kind all_states[] = {
+    RESIL_BREAKER_CLOSED,      RESIL_BREAKER_OPEN,
+    RESIL_BREAKER_HALF_OPEN,   RESIL_BREAKER_DISABLED,
+    RESIL_BREAKER_FORCED_OPEN, RESIL_BREAKER_METRICS_ONLY};
+
+static void put_in(resil_breaker *br, resil_breaker_state_kind st) {
+  if (st == RESIL_BREAKER_HALF_OPEN)
+    assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  if (st != RESIL_BREAKER_CLOSED)
+    assert_status(RESIL_OK, resil_breaker_transition(br, st));
+  assert_int_equal(resil_breaker_state(br), st);
+}
+
+static void manual_transitions_follow_resilience4j_table(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  for (size_t i = 0; i < 6; i++) {
+    for (size_t j = 0; j < 6; j++) {
+      resil_breaker_state_kind from = all_states[i], to = all_states[j];
+      resil_breaker *br = breaker_new(&cfg);
+      put_in(br, from);
+      resil_breaker_metrics before = metrics_of(br);
+      resil_breaker_event ev[8];
+      size_t n_before = resil_breaker_events(br, ev, 8);
+      resil_status st = resil_breaker_transition(br, to);
+      resil_breaker_metrics after = metrics_of(br);
+      size_t n_after = resil_breaker_events(br, ev, 8);
+      int refused =
+          (from == RESIL_BREAKER_CLOSED && to == RESIL_BREAKER_HALF_OPEN) ||
+          (from == RESIL_BREAKER_METRICS_ONLY &&
+           (to == RESIL_BREAKER_OPEN || to == RESIL_BREAKER_HALF_OPEN));
+      if (refused) {
+        if (st != RESIL_ESTATE)
+          fail_msg("%s -> %s: %s, expected RESIL_ESTATE",
+                   resil_breaker_state_name(from), resil_breaker_state_name(to),
+                   resil_status_name(st));
+        assert_int_equal(after.state, from);
+        assert_int_equal(after.generation, before.generation);
+        assert_int_equal(n_after, n_before);
+      } else if (from == to) {
+        /* Not a transition: no event, no new generation. */
+        assert_status(RESIL_OK, st);
+        assert_int_equal(after.generation, before.generation);
+        assert_int_equal(n_after, n_before);
+        assert_int_equal(after.total_transitions, before.total_transitions);
+      } else {
+        if (st != RESIL_OK)
+          fail_msg("%s -> %s: %s", resil_breaker_state_name(from),
+                   resil_breaker_state_name(to), resil_status_name(st));
+        assert_int_equal(after.state, to);
+        assert_int_equal(after.generation, before.generation + 1);
+        assert_int_equal(n_after, n_before + 1);
+        assert_int_equal(ev[n_after - 1].kind, RESIL_BREAKER_EVENT_TRANSITION);
+        assert_int_equal(ev[n_after - 1].from, from);
+        assert_int_equal(ev[n_after - 1].to, to);
+        assert_int_equal(ev[n_after - 1].cause, RESIL_BREAKER_CAUSE_MANUAL);
+      }
+      resil_breaker_free(br);
+    }
+  }
+  resil_breaker *br = breaker_new(&cfg);
+  assert_status(RESIL_EINVAL,
+                resil_breaker_transition(br, (resil_breaker_state_kind)6));
+  assert_status(RESIL_EINVAL,
+                resil_breaker_transition(br, (resil_breaker_state_kind)-1));
+  assert_status(RESIL_EMISUSE,
+                resil_breaker_transition(NULL, RESIL_BREAKER_OPEN));
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void manual_open_keeps_the_window_others_restart_it(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.minimum_calls = 4;
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, ok_o(), 0);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  assert_int_equal(metrics_of(br).buffered_calls, 2);
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_FORCED_OPEN));
+  assert_int_equal(metrics_of(br).buffered_calls, 0);
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_METRICS_ONLY));
+  record_ok(br, ok_o(), 0);
+  assert_int_equal(metrics_of(br).buffered_calls, 1);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_CLOSED));
+  assert_int_equal(metrics_of(br).buffered_calls, 0);
+  assert_int_equal(metrics_of(br).total_calls, 3); /* totals are kept */
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void reset_closes_in_a_new_generation_and_keeps_totals(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  resil_breaker_permit old;
+  assert_int_equal(resil_breaker_try_acquire(br, &old), 1);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_breaker_metrics before = metrics_of(br);
+  assert_int_equal(before.state, RESIL_BREAKER_OPEN);
+  assert_status(RESIL_OK, resil_breaker_reset(br));
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.generation, before.generation + 1);
+  assert_int_equal(m.buffered_calls, 0);
+  assert_int_equal(m.consecutive_opens, 0);
+  assert_int_equal(m.total_failures, 2);
+  assert_int_equal(m.total_transitions, 2);
+  resil_breaker_event ev[8];
+  size_t n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(n, 3);
+  assert_int_equal(ev[1].kind, RESIL_BREAKER_EVENT_TRANSITION);
+  assert_int_equal(ev[1].from, RESIL_BREAKER_OPEN);
+  assert_int_equal(ev[1].to, RESIL_BREAKER_CLOSED);
+  assert_int_equal(ev[1].cause, RESIL_BREAKER_CAUSE_RESET);
+  assert_int_equal(ev[2].kind, RESIL_BREAKER_EVENT_RESET);
+
+  /* Reset from CLOSED: a new generation, a RESET event, no transition. */
+  assert_int_equal(resil_breaker_try_acquire(br, &old), 1);
+  assert_status(RESIL_OK, resil_breaker_reset(br));
+  m = metrics_of(br);
+  assert_int_equal(m.generation, before.generation + 2);
+  assert_int_equal(m.total_transitions, 2);
+  n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(n, 4);
+  assert_int_equal(ev[3].kind, RESIL_BREAKER_EVENT_RESET);
+  assert_int_equal(ev[3].from, RESIL_BREAKER_CLOSED);
+  resil_outcome f = fail_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &old, &f, 0));
+  m = metrics_of(br);
+  assert_int_equal(m.total_ignored, 1);
+  assert_int_equal(m.buffered_calls, 0);
+  assert_status(RESIL_EMISUSE, resil_breaker_reset(NULL));
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* ---- special states ----------------------------------------------------- */
+
+static void disabled_permits_everything_and_records_nothing(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_DISABLED));
+  call_arg a = {.mc = mc};
+  for (int i = 0; i < 10; i++) {
+    record_ok(br, fail_o(), MS(100000));
+    run_call(br, &a, fail_o(), 0);
+  }
+  assert_int_equal(a.runs, 10);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_DISABLED);
+  assert_int_equal(m.buffered_calls, 0);
+  assert_int_equal(m.total_calls, 0);
+  assert_int_equal(m.total_failures, 0);
+  assert_int_equal(m.total_slow, 0);
+  assert_int_equal(m.total_not_permitted, 0);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void forced_open_rejects_everything_until_told(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_FORCED_OPEN));
+  call_arg a = {.mc = mc};
+  for (int i = 0; i < 3; i++) {
+    assert_true(is_rejected_open(run_call(br, &a, ok_o(), 0)));
+    resil_manual_clock_advance_ns(mc, 3600 * RESIL_NS_PER_S);
+  }
+  assert_int_equal(a.runs, 0);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_FORCED_OPEN);
+  assert_int_equal(m.total_not_permitted, 3);
+  resil_breaker_event ev[8];
+  size_t n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(ev[n - 1].kind, RESIL_BREAKER_EVENT_NOT_PERMITTED);
+  assert_int_equal(ev[n - 1].from, RESIL_BREAKER_FORCED_OPEN);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_CLOSED));
+  resil_outcome o = run_call(br, &a, ok_o(), 0);
+  assert_true(resil_outcome_is_success(&o));
+  assert_int_equal(a.runs, 1);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void metrics_only_records_and_reports_each_excursion_once(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_METRICS_ONLY));
+  for (int i = 0; i < 5; i++)
+    record_ok(br, fail_o(), 0);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_METRICS_ONLY);
+  assert_int_equal(m.buffered_calls, 4);
+  assert_true(m.failure_rate_pct == 100.0);
+  assert_int_equal(m.total_failures, 5);
+  resil_breaker_event ev[8];
+  size_t n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(n, 2); /* the transition, one THRESHOLDS_EXCEEDED */
+  assert_int_equal(ev[1].kind, RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED);
+  assert_int_equal(ev[1].cause, RESIL_BREAKER_CAUSE_FAILURE_RATE);
+  /* Below again, then above again: a second report. */
+  for (int i = 0; i < 4; i++)
+    record_ok(br, ok_o(), 0);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(n, 3);
+  assert_int_equal(ev[2].kind, RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_METRICS_ONLY);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* ---- classification ----------------------------------------------------- */
+
+static void client_error_is_recorded_as_success(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  for (int i = 0; i < 6; i++)
+    record_ok(br, resil_outcome_http(404), 0);
+  record_ok(br, resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_BUSINESS), 0);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.total_successes, 7);
+  assert_int_equal(m.total_failures, 0);
+  assert_int_equal(m.successful_calls, 4);
+  resil_breaker_free(br);
+
+  /* Default failures: 5xx, 408/425/429, NOT_SENT, UNKNOWN. */
+  resil_outcome fails[] = {
+      resil_outcome_http(500),
+      resil_outcome_http(429),
+      resil_outcome_http(408),
+      resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED),
+      resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT),
+      resil_outcome_failure()};
+  for (size_t i = 0; i < sizeof fails / sizeof fails[0]; i++) {
+    br = breaker_new(&cfg);
+    record_ok(br, fails[i], 0);
+    assert_int_equal(metrics_of(br).total_failures, 1);
+    resil_breaker_free(br);
+  }
+  resil_manual_clock_free(mc);
+}
+
+static void failure_classes_are_configurable(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.failure_classes = RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR);
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, resil_outcome_http(503), 0); /* now a success */
+  record_ok(br, resil_outcome_http(422), 0); /* now a failure */
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.total_failures, 1);
+  assert_int_equal(m.total_successes, 1);
+  assert_int_equal(m.state, RESIL_BREAKER_OPEN); /* 1 of 2 >= 50 % */
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void
+rejected_outcome_counts_nowhere_and_hands_back_the_probe(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  resil_outcome rej =
+      resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+  for (int i = 0; i < 5; i++)
+    record_ok(br, rej, MS(100000));
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.buffered_calls, 0);
+  assert_int_equal(m.total_calls, 0);
+  assert_int_equal(m.total_ignored, 0);
+  assert_int_equal(m.total_slow, 0);
+
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_manual_clock_advance_ns(mc, MS(150));
+  resil_breaker_permit p, q;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &q), 0);
+  /* An inner layer refused the probe: the slot comes back. */
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &rej, 0));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(metrics_of(br).half_open_permits_available, 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  /* The run form does the same when the call returns REJECTED. */
+  call_arg a = {.mc = mc};
+  assert_status(RESIL_OK, resil_breaker_release(br, &p));
+  resil_outcome o = run_call(br, &a, rej, 0);
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_BULKHEAD_FULL);
+  assert_int_equal(metrics_of(br).half_open_permits_available, 1);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void release_hands_back_a_probe_and_counts_nowhere(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  resil_breaker_permit p;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  assert_status(RESIL_OK, resil_breaker_release(br, &p)); /* CLOSED: no-op */
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_HALF_OPEN));
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+    assert_status(RESIL_OK, resil_breaker_release(br, &p));
+  }
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.total_calls, 0);
+  assert_int_equal(m.total_ignored, 0);
+  assert_int_equal(m.total_not_permitted, 0);
+  assert_int_equal(m.half_open_permits_available, 1);
+  /* Releasing twice never creates a second probe. */
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  assert_status(RESIL_OK, resil_breaker_release(br, &p));
+  assert_status(RESIL_OK, resil_breaker_release(br, &p));
+  assert_int_equal(metrics_of(br).half_open_permits_available, 1);
+  assert_status(RESIL_EINVAL, resil_breaker_release(br, NULL));
+  assert_status(RESIL_EMISUSE, resil_breaker_release(NULL, &p));
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void slow_success_is_counted_as_slow(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.slow_call_duration_ns = MS(100);
+  cfg.slow_call_rate_threshold_pct = 100;
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, ok_o(), MS(100) - 1); /* not slow */
+  record_ok(br, ok_o(), MS(100));     /* slow: at the threshold */
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.slow_calls, 1);
+  assert_int_equal(m.total_slow, 1);
+  assert_int_equal(m.total_successes, 2);
+  assert_true(m.slow_call_rate_pct == 50.0);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  record_ok(br, fail_o(), MS(500)); /* a slow failure is both */
+  m = metrics_of(br);
+  assert_int_equal(m.slow_calls, 2);
+  assert_int_equal(m.failed_calls, 1);
+  record_ok(br, ok_o(), MS(500)); /* window of 4: 3 slow, 1 failure */
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  record_ok(br, ok_o(), MS(500)); /* 4 slow of 4: 100 % reached */
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_breaker_event ev[8];
+  size_t n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(ev[n - 1].cause, RESIL_BREAKER_CAUSE_SLOW_CALL_RATE);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void rates_report_not_enough_data_explicitly(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.minimum_calls = 3;
+  resil_breaker *br = breaker_new(&cfg);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.rates, RESIL_BREAKER_RATES_NOT_ENOUGH_DATA);
+  assert_true(m.failure_rate_pct == 0.0 && m.slow_call_rate_pct == 0.0);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, ok_o(), 0);
+  m = metrics_of(br);
+  assert_int_equal(m.rates, RESIL_BREAKER_RATES_NOT_ENOUGH_DATA);
+  assert_int_equal(m.buffered_calls, 2);
+  assert_int_equal(m.failed_calls, 1);
+  assert_true(m.failure_rate_pct == 0.0);
+  record_ok(br, ok_o(), 0);
+  m = metrics_of(br);
+  assert_int_equal(m.rates, RESIL_BREAKER_RATES_AVAILABLE);
+  assert_true(fabs(m.failure_rate_pct - 100.0 / 3.0) < 1e-9);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void time_window_minimum_may_exceed_its_seconds(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  cfg.window_type = RESIL_BREAKER_WINDOW_TIME;
+  cfg.window_size = 1;
+  cfg.minimum_calls = 5;
+  cfg.clock = resil_manual_clock_get(mc);
+  resil_breaker *br = breaker_new(&cfg);
+  for (int i = 0; i < 4; i++)
+    record_ok(br, fail_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  record_ok(br, fail_o(), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* ---- events and listeners ----------------------------------------------- */
+
+static void event_ring_keeps_the_most_recent_oldest_first(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.event_capacity = 3;
+  resil_breaker *br = breaker_new(&cfg);
+  resil_breaker_state_kind seq[] = {
+      RESIL_BREAKER_OPEN, RESIL_BREAKER_CLOSED, RESIL_BREAKER_DISABLED,
+      RESIL_BREAKER_FORCED_OPEN, RESIL_BREAKER_METRICS_ONLY};
+  for (int i = 0; i < 5; i++) {
+    resil_manual_clock_advance_ns(mc, MS(1));
+    assert_status(RESIL_OK, resil_breaker_transition(br, seq[i]));
+  }
+  resil_breaker_event ev[8];
+  size_t n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(n, 3);
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(ev[i].seq, 3 + i);
+    assert_int_equal(ev[i].to, seq[2 + i]);
+    assert_int_equal(ev[i].time_ns, MS(3 + (int64_t)i));
+  }
+  n = resil_breaker_events(br, ev, 2); /* the latest two */
+  assert_int_equal(n, 2);
+  assert_int_equal(ev[0].seq, 4);
+  assert_int_equal(ev[1].seq, 5);
+  assert_int_equal(resil_breaker_events(br, ev, 0), 0);
+  assert_int_equal(resil_breaker_events(br, NULL, 8), 0);
+  assert_int_equal(resil_breaker_events(NULL, ev, 8), 0);
+  resil_breaker_free(br);
+
+  cfg.event_capacity = 0;
+  br = breaker_new(&cfg);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  assert_int_equal(resil_breaker_events(br, ev, 8), 0);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+typedef struct seen {
+  int count;
+  resil_breaker_event ev[16];
+  pthread_t thread[16];
+  resil_breaker_state_kind state_inside[16];
+  int remove_self;
+} seen;
+
+static void listener(void *user, resil_breaker *br,
+                     const resil_breaker_event *ev) {
+  seen *s = user;
+  if (s->count < 16) {
+    s->ev[s->count] = *ev;
+    s->thread[s->count] = pthread_self();
+    /* Would deadlock if a library lock were held. */
+    s->state_inside[s->count] = resil_breaker_state(br);
+    resil_breaker_metrics m;
+    assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
+  }
+  s->count++;
+  if (s->remove_self)
+    assert_status(RESIL_OK, resil_breaker_listener_remove(br, listener, s));
+}
+
+static void listeners_run_on_the_calling_thread_without_the_lock(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  seen s1, s2;
+  memset(&s1, 0, sizeof s1);
+  memset(&s2, 0, sizeof s2);
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, listener, &s1));
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, listener, &s2));
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_breaker_permit p;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 0);
+  assert_int_equal(s1.count, 2);
+  assert_int_equal(s2.count, 2);
+  assert_int_equal(s1.ev[0].kind, RESIL_BREAKER_EVENT_TRANSITION);
+  assert_int_equal(s1.ev[0].to, RESIL_BREAKER_OPEN);
+  assert_int_equal(s1.ev[0].cause, RESIL_BREAKER_CAUSE_FAILURE_RATE);
+  assert_int_equal(s1.state_inside[0], RESIL_BREAKER_OPEN);
+  assert_int_equal(s1.ev[1].kind, RESIL_BREAKER_EVENT_NOT_PERMITTED);
+  assert_int_equal(s1.ev[1].seq, 2);
+  assert_true(pthread_equal(s1.thread[0], pthread_self()));
+  assert_true(pthread_equal(s1.thread[1], pthread_self()));
+
+  /* Removed: no longer called. */
+  assert_status(RESIL_OK, resil_breaker_listener_remove(br, listener, &s2));
+  assert_status(RESIL_EINVAL, resil_breaker_listener_remove(br, listener, &s2));
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 0);
+  assert_int_equal(s1.count, 3);
+  assert_int_equal(s2.count, 2);
+
+  /* A listener may remove itself from inside its call. */
+  s1.remove_self = 1;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 0);
+  assert_int_equal(s1.count, 4);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 0);
+  assert_int_equal(s1.count, 4);
+
+  assert_status(RESIL_EINVAL, resil_breaker_listener_add(br, NULL, NULL));
+  assert_status(RESIL_EMISUSE, resil_breaker_listener_add(NULL, listener, &s1));
+  assert_status(RESIL_EMISUSE,
+                resil_breaker_listener_remove(NULL, listener, &s1));
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void listener_count_is_bounded(void **state) {
+  (void)state;
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  resil_breaker *br = breaker_new(&cfg);
+  seen s[RESIL_BREAKER_MAX_LISTENERS + 1];
+  memset(s, 0, sizeof s);
+  for (unsigned i = 0; i < RESIL_BREAKER_MAX_LISTENERS; i++)
+    assert_status(RESIL_OK, resil_breaker_listener_add(br, listener, &s[i]));
+  assert_status(RESIL_ESTATE,
+                resil_breaker_listener_add(br, listener,
+                                           &s[RESIL_BREAKER_MAX_LISTENERS]));
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  for (unsigned i = 0; i < RESIL_BREAKER_MAX_LISTENERS; i++)
+    assert_int_equal(s[i].count, 1);
+  /* Remove from the middle; the order of the rest is kept. */
+  assert_status(RESIL_OK, resil_breaker_listener_remove(br, listener, &s[3]));
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_CLOSED));
+  assert_int_equal(s[3].count, 1);
+  assert_int_equal(s[4].count, 2);
+  resil_breaker_free(br); /* frees the listener array too (ASan checks) */
+}
+
+/* ---- run form ----------------------------------------------------------- */
+
+static void run_form_passes_the_context_and_a_default_one(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  call_arg a = {.mc = mc, .out = resil_outcome_ok()};
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.deadline_ns = MS(700);
+  resil_breaker_run(br, &ctx, business_call, &a);
+  assert_ptr_equal(a.seen_ctx, &ctx);
+  assert_int_equal(a.seen_deadline, MS(700));
+  resil_breaker_run(br, NULL, business_call, &a);
+  assert_non_null(a.seen_ctx);
+  assert_int_equal(a.seen_deadline, RESIL_NO_DEADLINE);
+  assert_ptr_equal(a.seen_clock, resil_manual_clock_get(mc));
+  /* Misuse is not a call. */
+  resil_outcome o = resil_breaker_run(br, NULL, NULL, &a);
+  assert_int_equal(o.kind, RESIL_NOT_SENT);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  o = resil_breaker_run(NULL, NULL, business_call, &a);
+  assert_int_equal(o.kind, RESIL_NOT_SENT);
+  assert_int_equal(a.runs, 2);
+  assert_int_equal(metrics_of(br).total_calls, 2);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void run_form_measures_the_call_for_slow_detection(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.slow_call_duration_ns = MS(40);
+  resil_breaker *br = breaker_new(&cfg);
+  call_arg a = {.mc = mc};
+  run_call(br, &a, ok_o(), MS(39));
+  assert_int_equal(metrics_of(br).slow_calls, 0);
+  run_call(br, &a, ok_o(), MS(40));
+  assert_int_equal(metrics_of(br).slow_calls, 1);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void invalid_arguments_are_reported_not_crashed_on(void **state) {
+  (void)state;
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  resil_breaker *br = breaker_new(&cfg);
+  resil_breaker_permit p;
+  resil_outcome o = ok_o();
+  assert_int_equal(resil_breaker_try_acquire(NULL, &p), 0);
+  assert_int_equal(resil_breaker_try_acquire(br, NULL), 0);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), 1);
+  assert_status(RESIL_EMISUSE, resil_breaker_record(NULL, &p, &o, 0));
+  assert_status(RESIL_EINVAL, resil_breaker_record(br, NULL, &o, 0));
+  assert_status(RESIL_EINVAL, resil_breaker_record(br, &p, NULL, 0));
+  assert_status(RESIL_EINVAL, resil_breaker_record(br, &p, &o, -1));
+  assert_int_equal(metrics_of(br).total_calls, 0);
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &o, 0));
+  assert_status(RESIL_EMISUSE, resil_breaker_get_metrics(NULL, NULL));
+  resil_breaker_metrics m;
+  assert_status(RESIL_EINVAL, resil_breaker_get_metrics(br, NULL));
+  assert_status(RESIL_EMISUSE, resil_breaker_get_metrics(NULL, &m));
+  assert_int_equal(resil_breaker_state(NULL), RESIL_BREAKER_FORCED_OPEN);
+  assert_null(resil_breaker_name(NULL));
+  assert_int_equal(resil_breaker_memory_bytes(NULL), 0);
+  resil_breaker_free(NULL);
+  resil_breaker_free(br);
+}
+
+static void names_are_static_text(void **state) {
+  (void)state;
+  const char *want[] = {"CLOSED",   "OPEN",        "HALF_OPEN",
+                        "DISABLED", "FORCED_OPEN", "METRICS_ONLY"};
+  for (int i = 0; i < 6; i++)
+    assert_string_equal(resil_breaker_state_name(all_states[i]), want[i]);
+  assert_string_equal(resil_breaker_state_name((resil_breaker_state_kind)9),
+                      "?");
+  assert_string_equal(
+      resil_breaker_event_kind_name(RESIL_BREAKER_EVENT_NOT_PERMITTED),
+      "NOT_PERMITTED");
+  assert_string_equal(
+      resil_breaker_event_kind_name(RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED),
+      "THRESHOLDS_EXCEEDED");
+  assert_string_equal(
+      resil_breaker_event_kind_name((resil_breaker_event_kind)0), "?");
+  assert_string_equal(
+      resil_breaker_cause_name(RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT),
+      "HALF_OPEN_MAX_WAIT");
+  assert_string_equal(resil_breaker_cause_name((resil_breaker_cause)99), "?");
+
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  char name[32] = "orders";
+  cfg.name = name;
+  resil_breaker *br = breaker_new(&cfg);
+  name[0] = 'X'; /* the breaker keeps its own copy */
+  assert_string_equal(resil_breaker_name(br), "orders");
+  resil_breaker_free(br);
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static void breaker_with_100_call_window_fits_in_512_bytes(void **state) {
+  (void)state;
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  cfg.name = "payments-service";
+  test_alloc ta;
+  test_alloc_init(&ta, 0);
+  cfg.alloc = &ta.a;
+  resil_breaker *br = breaker_new(&cfg);
+  size_t bytes = resil_breaker_memory_bytes(br);
+  if (bytes > 512)
+    fail_msg("breaker occupies %zu bytes", bytes);
+  assert_int_equal(ta.live, 1); /* one block: no hidden allocations */
+  /* Listeners cost memory only once added. */
+  seen s;
+  memset(&s, 0, sizeof s);
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, listener, &s));
+  assert_true(resil_breaker_memory_bytes(br) > bytes);
+  assert_int_equal(ta.live, 2);
+  resil_breaker_free(br);
+  assert_int_equal(ta.live, 0);
+}
+
+static void allocation_failures_are_reported_and_leak_nothing(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.name = "sweep";
+  int succeeded = 0;
+  for (long fail_at = 1; fail_at <= 10 && !succeeded; fail_at++) {
+    test_alloc ta;
+    test_alloc_init(&ta, fail_at);
+    cfg.alloc = &ta.a;
+    resil_breaker *br = NULL;
+    resil_error e;
+    resil_status st = resil_breaker_new(&cfg, &br, &e);
+    if (st == RESIL_OK) {
+      succeeded = 1;
+      /* Growing the listener array can fail too: reported, nothing
+       * changes, and the breaker keeps working. */
+      seen s;
+      memset(&s, 0, sizeof s);
+      assert_status(RESIL_ENOMEM, resil_breaker_listener_add(br, listener, &s));
+      assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+      assert_int_equal(s.count, 0);
+      resil_breaker_free(br);
+    } else {
+      assert_status(RESIL_ENOMEM, st);
+      assert_int_equal(e.status, RESIL_ENOMEM);
+      assert_null(br);
+    }
+    assert_int_equal(ta.live, 0);
+  }
+  assert_true(succeeded);
+  resil_manual_clock_free(mc);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(config_init_writes_resilience4j_defaults),
+      cmocka_unit_test(new_rejects_every_invalid_field_with_range_and_value),
+      cmocka_unit_test(p6_count_window_opens_probes_reopens_and_closes),
+      cmocka_unit_test(p7_half_open_admits_exactly_the_permitted_probe),
+      cmocka_unit_test(
+          p8_time_window_opens_on_slow_calls_with_failure_rate_zero),
+      cmocka_unit_test(half_open_decides_after_min_of_minimum_and_permitted),
+      cmocka_unit_test(result_of_an_older_generation_is_ignored),
+      cmocka_unit_test(half_open_max_wait_returns_to_open_at_its_instant),
+      cmocka_unit_test(half_open_max_wait_is_applied_on_record_and_acquire),
+      cmocka_unit_test(half_open_max_wait_zero_means_no_limit),
+      cmocka_unit_test(open_wait_ends_when_fully_elapsed),
+      cmocka_unit_test(without_automatic_timer_open_waits_for_an_acquire),
+      cmocka_unit_test(
+          automatic_transition_takes_effect_at_its_scheduled_instant),
+      cmocka_unit_test(idle_automatic_cycles_of_years_are_accounted_in_bulk),
+      cmocka_unit_test(open_wait_grows_per_consecutive_open),
+      cmocka_unit_test(growing_wait_truncates_each_step_to_whole_milliseconds),
+      cmocka_unit_test(forced_open_counts_as_a_consecutive_open),
+      cmocka_unit_test(listeners_receive_every_event_of_a_long_catch_up),
+      cmocka_unit_test(manual_transitions_follow_resilience4j_table),
+      cmocka_unit_test(manual_open_keeps_the_window_others_restart_it),
+      cmocka_unit_test(reset_closes_in_a_new_generation_and_keeps_totals),
+      cmocka_unit_test(disabled_permits_everything_and_records_nothing),
+      cmocka_unit_test(forced_open_rejects_everything_until_told),
+      cmocka_unit_test(metrics_only_records_and_reports_each_excursion_once),
+      cmocka_unit_test(client_error_is_recorded_as_success),
+      cmocka_unit_test(failure_classes_are_configurable),
+      cmocka_unit_test(
+          rejected_outcome_counts_nowhere_and_hands_back_the_probe),
+      cmocka_unit_test(release_hands_back_a_probe_and_counts_nowhere),
+      cmocka_unit_test(slow_success_is_counted_as_slow),
+      cmocka_unit_test(rates_report_not_enough_data_explicitly),
+      cmocka_unit_test(time_window_minimum_may_exceed_its_seconds),
+      cmocka_unit_test(event_ring_keeps_the_most_recent_oldest_first),
+      cmocka_unit_test(listeners_run_on_the_calling_thread_without_the_lock),
+      cmocka_unit_test(listener_count_is_bounded),
+      cmocka_unit_test(run_form_passes_the_context_and_a_default_one),
+      cmocka_unit_test(run_form_measures_the_call_for_slow_detection),
+      cmocka_unit_test(invalid_arguments_are_reported_not_crashed_on),
+      cmocka_unit_test(names_are_static_text),
+      cmocka_unit_test(breaker_with_100_call_window_fits_in_512_bytes),
+      cmocka_unit_test(allocation_failures_are_reported_and_leak_nothing),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
