@@ -1,0 +1,551 @@
+/* The resil tool as scripts see it: `resil call` (and `resil describe`) run
+ * as a child process (posix_spawn) against the fixture upstream started in
+ * this process, with stdout, stderr and the exit status checked. The
+ * fixture's counters prove how many attempts reached the server and how many
+ * effects they caused. The binary comes from $RESIL_BIN (set by ctest); the
+ * tests are skipped without it. The fixture serves on its own threads while
+ * the child runs, hence _mt. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_http_common.h"
+
+extern char **environ;
+
+typedef struct run_result {
+  int status; /* exit status, or 128 + signal */
+  char *out;  /* NUL-terminated; out_len counts the bytes before the NUL */
+  size_t out_len;
+  char *err;
+  size_t err_len;
+} run_result;
+
+static void run_result_free(run_result *r) {
+  free(r->out);
+  free(r->err);
+  memset(r, 0, sizeof *r);
+}
+
+static char *slurp(int fd, size_t *len) {
+  off_t end = lseek(fd, 0, SEEK_END);
+  assert_true(end >= 0);
+  char *buf = malloc((size_t)end + 1);
+  assert_non_null(buf);
+  size_t got = 0;
+  while (got < (size_t)end) {
+    ssize_t n = pread(fd, buf + got, (size_t)end - got, (off_t)got);
+    assert_true(n > 0);
+    got += (size_t)n;
+  }
+  buf[got] = '\0';
+  *len = got;
+  return buf;
+}
+
+static int temp_fd(void) {
+  char path[] = "/tmp/resil-cli-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  unlink(path);
+  return fd;
+}
+
+/* Runs $RESIL_BIN with args (NULL-terminated), stdin from stdin_path (NULL:
+ * /dev/null), and collects what it wrote and how it ended. */
+static void run_resil(run_result *r, const char *stdin_path, const char *const *args) {
+  const char *bin = getenv("RESIL_BIN");
+  if (!bin || !*bin) skip();
+  const char *argv[64];
+  size_t n = 0;
+  argv[n++] = bin;
+  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  int out = temp_fd(), err = temp_fd();
+  posix_spawn_file_actions_t fa;
+  assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
+  assert_int_equal(posix_spawn_file_actions_addopen(&fa, 0, stdin_path ? stdin_path : "/dev/null",
+                                                    O_RDONLY, 0),
+                   0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, out, 1), 0);
+  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, err, 2), 0);
+  pid_t pid;
+  int rc = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  assert_int_equal(rc, 0);
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0) {
+  }
+  r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  r->out = slurp(out, &r->out_len);
+  r->err = slurp(err, &r->err_len);
+  close(out);
+  close(err);
+}
+
+#define RUN(r, ...) run_resil((r), NULL, (const char *const[]){__VA_ARGS__, NULL})
+
+/* Fails with the child's output when the status differs. */
+#define assert_exit(r, expected)                                                \
+  do {                                                                         \
+    if ((r)->status != (expected))                                             \
+      fail_msg("exit %d, expected %d\nstdout: %s\nstderr: %s", (r)->status,   \
+               (expected), (r)->out, (r)->err);                                \
+  } while (0)
+
+#define assert_contains(hay, needle)                                           \
+  do {                                                                         \
+    if (!strstr((hay), (needle)))                                              \
+      fail_msg("'%s' not found in:\n%s", (needle), (hay));                     \
+  } while (0)
+
+static size_t count(const char *hay, const char *needle) {
+  size_t n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+typedef struct cli_state {
+  resil_fixture *f;
+  char url[512];
+} cli_state;
+
+static int setup(void **state) {
+  cli_state *s = calloc(1, sizeof *s);
+  assert_non_null(s);
+  s->f = fx_start();
+  *state = s;
+  return 0;
+}
+
+static int teardown(void **state) {
+  cli_state *s = *state;
+  resil_fixture_stop(s->f);
+  free(s);
+  return 0;
+}
+
+/* The fixture URL with path appended, in the state's buffer. */
+static const char *url(cli_state *s, const char *path) {
+  snprintf(s->url, sizeof s->url, "%s%s", resil_fixture_url(s->f), path);
+  return s->url;
+}
+
+/* A loopback port nothing listens on: bound, never listened, closed. */
+static unsigned closed_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t len = sizeof a;
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* ---- answered calls ---------------------------------------------------- */
+
+static void call_get_prints_the_body_and_exits_0(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", url(s, "/items/42"));
+  assert_exit(&r, 0);
+  assert_string_equal(r.out, "{\"id\":42,\"name\":\"item-42\"}");
+  assert_int_equal(r.err_len, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 1);
+  run_result_free(&r);
+}
+
+static void call_404_prints_the_body_and_exits_5(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", url(s, "/status/404"));
+  assert_exit(&r, 5);
+  assert_string_equal(r.out, "{\"status\":404}");
+  run_result_free(&r);
+}
+
+static void call_503_exits_6_after_one_attempt_by_default(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "-v", url(s, "/status/503"));
+  assert_exit(&r, 6);
+  assert_string_equal(r.out, "{\"status\":503}");
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 1);
+  assert_int_equal(count(r.err, "attempt "), 1);
+  assert_contains(r.err, "attempt 1: ANSWERED(503) status=503 ");
+  assert_contains(r.err, "stop: MAX_ATTEMPTS");
+  run_result_free(&r);
+}
+
+static void call_retry_3_makes_3_attempts_on_a_get_503(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "-v", "--retry", "3", "--backoff", "exp:10,2,50", "--deadline", "5000",
+      "--timeout", "2000", url(s, "/status/503"));
+  assert_exit(&r, 6);
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 3);
+  assert_contains(r.err, "attempt 1: ANSWERED(503) status=503 ");
+  assert_contains(r.err, ", next in 10 ms\n");
+  assert_contains(r.err, "attempt 2: ANSWERED(503) status=503 ");
+  assert_contains(r.err, ", next in 20 ms\n");
+  assert_contains(r.err, "attempt 3: ANSWERED(503) status=503 ");
+  assert_contains(r.err, "result: ANSWERED(503) after 3 attempts, stop: MAX_ATTEMPTS");
+  assert_contains(r.err, "idempotency key: none\n");
+  /* A deadline and a shorter attempt timeout: no trap to warn about. */
+  assert_null(strstr(r.err, "warning"));
+  run_result_free(&r);
+}
+
+static void call_waits_what_retry_after_asks(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  int64_t t0 = mono_ms();
+  RUN(&r, "call", "-v", "--retry", "2", "--backoff", "exp:10,2,5000", "--deadline", "5000",
+      "--timeout", "2000", url(s, "/seq/ra?codes=503,200&retry_after=1"));
+  int64_t took = mono_ms() - t0;
+  assert_exit(&r, 0);
+  assert_contains(r.err, "next in 1000 ms (Retry-After)");
+  assert_true(took >= 950);
+  assert_int_equal(resil_fixture_attempts(s->f, "seq"), 2);
+  run_result_free(&r);
+}
+
+/* ---- writes: UNKNOWN and the safety rule ----------------------------------- */
+
+static void call_post_timeout_is_unknown_exit_4_with_one_effect(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "-X", "POST", "--timeout", "250", url(s, "/slow?ms=900"));
+  assert_exit(&r, 4);
+  assert_int_equal(r.out_len, 0);
+  assert_int_equal(resil_fixture_effects(s->f, "slow"), 1);
+  /* Without -v a call that got no answer still says why, in one line. */
+  assert_int_equal(count(r.err, "\n"), 1);
+  assert_contains(r.err, "UNKNOWN(timeout after sending)");
+  assert_contains(r.err, "MAY HAVE EXECUTED");
+  run_result_free(&r);
+}
+
+static void call_post_timeout_without_key_is_not_retried(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "-v", "-X", "POST", "--retry", "3", "--timeout", "250", "--deadline", "5000",
+      url(s, "/slow?ms=900"));
+  assert_exit(&r, 4);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
+  assert_int_equal(resil_fixture_effects(s->f, "slow"), 1);
+  assert_contains(r.err, "(not idempotent, at most 3 attempts)");
+  assert_contains(r.err, "attempt 1: UNKNOWN(timeout after sending) status=- ");
+  assert_contains(r.err, "stop: UNSAFE");
+  assert_int_equal(count(r.err, "attempt 2:"), 0);
+  run_result_free(&r);
+}
+
+static void call_unsafe_retries_repeat_the_effect_and_warn(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "-v", "-X", "POST", "--retry", "3", "--unsafe-retries", "--backoff",
+      "exp:10,2,50", "--timeout", "250", "--deadline", "5000", url(s, "/slow?ms=900"));
+  assert_exit(&r, 4);
+  assert_int_equal(resil_fixture_effects(s->f, "slow"), 3);
+  assert_contains(r.err, "WARNING: --unsafe-retries");
+  assert_contains(r.err, "attempt 3: UNKNOWN(timeout after sending)");
+  assert_contains(r.err, "stop: MAX_ATTEMPTS");
+  run_result_free(&r);
+}
+
+static void call_idempotency_key_auto_makes_a_post_retry_safe(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "-v", "-X", "POST", "-d", "{\"amount\":5}", "--retry", "3", "--backoff",
+      "exp:50,2,200", "--timeout", "250", "--deadline", "5000", "--idempotency-key", "auto",
+      url(s, "/idem/pay?sleep_ms=500"));
+  /* Attempt 1 commits, then times out (UNKNOWN); attempt 2 carries the same
+   * key and gets the stored answer: one effect for two attempts. */
+  assert_exit(&r, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "idem"), 2);
+  assert_int_equal(resil_fixture_effects(s->f, "idem"), 1);
+  assert_contains(r.out, "\"effect\":1");
+  assert_contains(r.err, "attempt 1: UNKNOWN(timeout after sending)");
+  assert_contains(r.err, "attempt 2: ANSWERED(201) status=201 ");
+  const char *k = strstr(r.err, "idempotency key: ");
+  assert_non_null(k);
+  k += strlen("idempotency key: ");
+  char printed[64] = {0};
+  size_t kl = strcspn(k, "\n");
+  assert_int_equal(kl, 32);
+  memcpy(printed, k, kl);
+  char sent[64];
+  assert_int_equal(resil_fixture_last_header(s->f, "idem", "Idempotency-Key", sent, sizeof sent),
+                   1);
+  assert_string_equal(sent, printed);
+  run_result_free(&r);
+}
+
+static void call_explicit_idempotency_key_is_sent_as_given(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "--idempotency-key", "order-17", "-d", "x", url(s, "/idem/o"));
+  assert_exit(&r, 0);
+  char sent[64];
+  assert_int_equal(resil_fixture_last_header(s->f, "idem", "Idempotency-Key", sent, sizeof sent),
+                   1);
+  assert_string_equal(sent, "order-17");
+  run_result_free(&r);
+}
+
+/* ---- not sent, deadline ------------------------------------------------------- */
+
+static void call_connection_refused_is_not_sent_exit_3(void **state) {
+  (void)state;
+  char u[64];
+  snprintf(u, sizeof u, "http://127.0.0.1:%u/items/1", closed_port());
+  run_result r;
+  RUN(&r, "call", "-v", u);
+  assert_exit(&r, 3);
+  assert_int_equal(r.out_len, 0);
+  assert_contains(r.err, "attempt 1: NOT_SENT(connection refused) status=- ");
+  assert_contains(r.err, "connection refused");
+  run_result_free(&r);
+}
+
+static void call_deadline_stops_retries_of_a_slow_get(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "-v", "--deadline", "300", "--retry", "5", url(s, "/slow?ms=1000"));
+  /* The first attempt times out at the deadline after sending: the outcome
+   * stays UNKNOWN (it may have run) and the retry stops on the deadline. */
+  assert_exit(&r, 4);
+  assert_contains(r.err, "result: UNKNOWN(timeout after sending)");
+  assert_contains(r.err, "stop: DEADLINE");
+  long attempts = resil_fixture_attempts(s->f, "slow");
+  assert_true(attempts >= 1 && attempts < 5);
+  /* --retry with a deadline but no --timeout is the trap warned about. */
+  assert_contains(r.err, "warning: --retry 5 with --deadline but no --timeout");
+  run_result_free(&r);
+}
+
+static void call_deadline_refusal_after_not_sent_is_rejected_exit_7(void **state) {
+  (void)state;
+  char u[64];
+  snprintf(u, sizeof u, "http://127.0.0.1:%u/items/1", closed_port());
+  run_result r;
+  RUN(&r, "call", "-v", "--retry", "5", "--backoff", "fixed:1000", "--deadline", "200",
+      "--timeout", "100", u);
+  /* Nothing was sent, and the wait would pass the deadline: the retry gives
+   * up at once with REJECTED(deadline). */
+  assert_exit(&r, 7);
+  assert_contains(r.err, "result: REJECTED(deadline too short) after 1 attempt, stop: DEADLINE");
+  run_result_free(&r);
+}
+
+/* ---- request shape ---------------------------------------------------------- */
+
+static void call_sends_headers_and_the_raw_body_of_a_file(void **state) {
+  cli_state *s = *state;
+  /* Skip before making the temporary file that run_resil would strand. */
+  if (!getenv("RESIL_BIN")) skip();
+  char path[] = "/tmp/resil-cli-body-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "a\0b\n", 4), 4);
+  close(fd);
+  char data[64];
+  snprintf(data, sizeof data, "@%s", path);
+  run_result r;
+  RUN(&r, "call", "-H", "X-Test:  v ", "-H", "X-Empty:", "-d", data,
+      url(s, "/echo?q={x}&a=%41 b"));
+  unlink(path);
+  assert_exit(&r, 0);
+  assert_contains(r.out, "\"method\":\"POST\"");
+  assert_contains(r.out, "\"body_len\":4");
+  assert_contains(r.out, "\"content_type\":\"application/x-www-form-urlencoded\"");
+  assert_contains(r.out, "\"x-test\":\"v\"");
+  assert_contains(r.out, "\"x-empty\":\"\"");
+  /* Taken literally: '{' and '}' are escaped, never read as placeholders. */
+  assert_contains(r.out, "\"query\":\"q=%7Bx%7D&a=%41%20b\"");
+  run_result_free(&r);
+}
+
+static void call_reads_the_body_from_stdin_with_its_content_type(void **state) {
+  cli_state *s = *state;
+  /* Skip before making the temporary file that run_resil would strand. */
+  if (!getenv("RESIL_BIN")) skip();
+  char path[] = "/tmp/resil-cli-stdin-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "{\"a\":1}\n", 8), 8);
+  close(fd);
+  run_result r;
+  run_resil(&r, path,
+            (const char *const[]){"call", "-X", "PUT", "-H", "Content-Type: application/json",
+                                  "-d", "@-", url(s, "/echo"), NULL});
+  unlink(path);
+  assert_exit(&r, 0);
+  assert_contains(r.out, "\"method\":\"PUT\"");
+  assert_contains(r.out, "\"body_len\":8");
+  assert_contains(r.out, "\"content_type\":\"application/json\"");
+  assert_int_equal(resil_fixture_effects(s->f, "echo"), 1);
+  run_result_free(&r);
+}
+
+static void call_follows_redirects_only_with_location(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", url(s, "/redirect/2"));
+  assert_exit(&r, 0);
+  assert_contains(r.out, "\"location\":\"/redirect/1\"");
+  run_result_free(&r);
+  RUN(&r, "call", "-L", url(s, "/redirect/2"));
+  assert_exit(&r, 0);
+  assert_string_equal(r.out, "{\"hops_done\":true}");
+  run_result_free(&r);
+}
+
+/* ---- warnings, usage -------------------------------------------------------- */
+
+static void call_warns_about_retry_without_deadline_and_long_timeouts(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "--retry", "2", url(s, "/items/1"));
+  assert_exit(&r, 0);
+  assert_int_equal(count(r.err, "\n"), 1);
+  assert_contains(r.err, "resil call: warning: --retry 2 without --deadline");
+  run_result_free(&r);
+
+  RUN(&r, "call", "--timeout", "500", "--deadline", "200", url(s, "/items/1"));
+  assert_exit(&r, 0);
+  assert_int_equal(count(r.err, "\n"), 1);
+  assert_contains(r.err, "warning: --timeout 500 ms is longer than --deadline 200 ms");
+  run_result_free(&r);
+}
+
+static void call_bad_arguments_exit_2_with_one_line_naming_the_argument(void **state) {
+  cli_state *s = *state;
+  char u[256];
+  snprintf(u, sizeof u, "%s/items/1", resil_fixture_url(s->f));
+  struct {
+    const char *args[6];
+    const char *names;
+  } cases[] = {
+      {{"--bogus", u}, "'--bogus'"},
+      {{"-H", "nocolon", u}, "-H:"},
+      {{"-H", "Host: x", u}, "-H:"},
+      {{"-H", "Idempotency-Key: k", u}, "--idempotency-key"},
+      {{"--retry", "0", u}, "--retry:"},
+      {{"--retry", "x", u}, "--retry:"},
+      {{"--backoff", "garbage", u}, "--backoff:"},
+      {{"--backoff", "exp:100,2,10", u}, "--backoff:"},
+      {{"-X", "FETCH", u}, "-X:"},
+      {{"--timeout", "0", u}, "--timeout:"},
+      {{"--deadline", "abc", u}, "--deadline:"},
+      {{"--idempotency-key", "a b", u}, "--idempotency-key:"},
+      {{"-d", "@/nonexistent/body", u}, "-d:"},
+      {{"-X", "HEAD", "-d", "x", u}, "-d:"},
+      {{"-v"}, "URL:"},
+      {{"ftp://example.com/x"}, "URL:"},
+      {{"http:///x"}, "URL:"},
+      {{u, u}, "URL:"},
+      {{u, "--timeout"}, "--timeout:"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *argv[8] = {"call"};
+    size_t n = 1;
+    for (size_t k = 0; k < 6 && cases[i].args[k]; k++) argv[n++] = cases[i].args[k];
+    argv[n] = NULL;
+    run_result r;
+    run_resil(&r, NULL, argv);
+    if (r.status != 2 || r.out_len != 0 || count(r.err, "\n") != 1 ||
+        r.err[r.err_len - 1] != '\n' || !strstr(r.err, cases[i].names) ||
+        strncmp(r.err, "resil call: ", 12) != 0)
+      fail_msg("case %zu: exit %d, stdout '%s', stderr '%s' (expected 2 and one line naming %s)",
+               i, r.status, r.out, r.err, cases[i].names);
+    run_result_free(&r);
+  }
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+}
+
+static void call_help_exits_0_and_documents_the_exit_codes(void **state) {
+  (void)state;
+  run_result r;
+  RUN(&r, "call", "--help");
+  assert_exit(&r, 0);
+  assert_contains(r.out, "usage: resil call [OPTIONS] URL");
+  assert_contains(r.out, "--retry N");
+  assert_contains(r.out, "--retry 3\n                          makes at most 3 calls");
+  assert_contains(r.out, "Exit status:");
+  for (int code = 0; code <= 7; code++) {
+    char line[8];
+    snprintf(line, sizeof line, "\n  %d  ", code);
+    assert_contains(r.out, line);
+  }
+  assert_int_equal(r.err_len, 0);
+  run_result_free(&r);
+  RUN(&r, "--help");
+  assert_exit(&r, 0);
+  assert_contains(r.out, "  call ");
+  run_result_free(&r);
+}
+
+/* ---- resil describe -------------------------------------------------------- */
+
+static void describe_prints_the_nesting_and_warns_about_traps(void **state) {
+  (void)state;
+  run_result r;
+  RUN(&r, "describe", "--order", "retry,breaker", "--retries", "3");
+  assert_exit(&r, 1);
+  assert_contains(r.out, "Retry(Breaker(call))\n");
+  assert_contains(r.out, "warning: retry \"retry\" is outside breaker");
+  assert_contains(r.out, "without a total deadline");
+  assert_contains(r.out, "3 physical attempts");
+  run_result_free(&r);
+
+  RUN(&r, "describe", "--order", "breaker,retry", "--retries", "3", "--deadline", "5000");
+  assert_exit(&r, 0);
+  assert_contains(r.out, "Breaker(Retry(call))\n");
+  assert_null(strstr(r.out, "warning"));
+  run_result_free(&r);
+
+  RUN(&r, "describe", "--order", "retry,bogus");
+  assert_exit(&r, 2);
+  assert_int_equal(count(r.err, "\n"), 1);
+  assert_contains(r.err, "--order");
+  run_result_free(&r);
+}
+
+int main(void) {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+  const struct CMUnitTest tests[] = {
+      T(call_get_prints_the_body_and_exits_0),
+      T(call_404_prints_the_body_and_exits_5),
+      T(call_503_exits_6_after_one_attempt_by_default),
+      T(call_retry_3_makes_3_attempts_on_a_get_503),
+      T(call_waits_what_retry_after_asks),
+      T(call_post_timeout_is_unknown_exit_4_with_one_effect),
+      T(call_post_timeout_without_key_is_not_retried),
+      T(call_unsafe_retries_repeat_the_effect_and_warn),
+      T(call_idempotency_key_auto_makes_a_post_retry_safe),
+      T(call_explicit_idempotency_key_is_sent_as_given),
+      T(call_connection_refused_is_not_sent_exit_3),
+      T(call_deadline_stops_retries_of_a_slow_get),
+      T(call_deadline_refusal_after_not_sent_is_rejected_exit_7),
+      T(call_sends_headers_and_the_raw_body_of_a_file),
+      T(call_reads_the_body_from_stdin_with_its_content_type),
+      T(call_follows_redirects_only_with_location),
+      T(call_warns_about_retry_without_deadline_and_long_timeouts),
+      T(call_bad_arguments_exit_2_with_one_line_naming_the_argument),
+      T(call_help_exits_0_and_documents_the_exit_codes),
+      T(describe_prints_the_nesting_and_warns_about_traps),
+  };
+#undef T
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,885 @@
+/* resil call: a curl-like HTTP call for scripts, made through libresil-http
+ * and a resil_retry (split form), so that the exit status says which of the
+ * outcomes of DESIGN §1 the call ended in.
+ *
+ *   resil call [-X METHOD] [-H 'Name: value']... [-d BODY|@FILE|@-] [-L]
+ *              [--connect-timeout MS] [--timeout MS] [--deadline MS]
+ *              [--retry N] [--backoff exp:INITIAL,MULT,CAP|fixed:MS]
+ *              [--idempotency-key auto|KEY] [--unsafe-retries] [-v|-vv] URL
+ *
+ * The response body of an answered call (any status) goes to stdout byte for
+ * byte; everything else (warnings, -v lines, the one-line summary of a call
+ * that got no answer) goes to stderr.
+ *
+ * Exit status (also in --help):
+ *   0  answered with success: 2xx (or 1xx/3xx: a redirect is followed only
+ *      with -L)
+ *   1  local failure: out of memory, the HTTP client could not be set up, or
+ *      stdout could not be written
+ *   2  bad usage: a one-line error naming the argument
+ *   3  NOT_SENT: the request never reached the server (DNS, connection
+ *      refused, connect timeout); repeating it is safe
+ *   4  UNKNOWN: the request was sent, or may have been, and no complete answer
+ *      came back: the server MAY HAVE EXECUTED it. A call whose last attempt
+ *      was NOT_SENT or REJECTED after an earlier attempt that may have run
+ *      also ends here (the retry's folding, retry.h)
+ *   5  answered 4xx, except 408, 425 and 429: fix the request
+ *   6  answered 5xx, 408, 425 or 429
+ *   7  REJECTED: refused locally before sending (deadline too short)
+ *
+ * How the call is built: one client with ONE endpoint whose base URL is the
+ * URL's scheme://authority and whose path and query templates are the URL's
+ * path and query, taken literally: a byte that a template may not hold
+ * literally ('{', '}', space, '%' not starting a %XX escape, non-ASCII, ...)
+ * is percent-encoded, so no placeholder can ever be read into a user's URL.
+ * The fragment is dropped, as curl does. --retry N is the retry's
+ * max_attempts (the first attempt included); the HTTP layer never retries by
+ * itself. */
+#include <stdio.h>
+
+#include "cmds.h"
+
+#ifdef RESIL_HAVE_HTTP
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "resil/http.h"
+#include "resil/resil.h"
+#include "resil/retry.h"
+
+#define PROG "resil call"
+#define NS_PER_MS INT64_C(1000000)
+#define MAX_MS INT64_C(86400000)
+/* Largest -d body read from a file or stdin. */
+#define MAX_BODY_BYTES ((size_t)1 << 30)
+
+enum {
+  EXIT_OK = 0,
+  EXIT_LOCAL = 1,
+  EXIT_USAGE = 2,
+  EXIT_NOT_SENT = 3,
+  EXIT_UNKNOWN = 4,
+  EXIT_CLIENT_ERROR = 5,
+  EXIT_SERVER_ERROR = 6,
+  EXIT_REJECTED = 7
+};
+
+static void usage(FILE *f) {
+  fprintf(
+      f,
+      "usage: resil call [OPTIONS] URL\n"
+      "Makes one logical HTTP call through libresil (every attempt counted, a\n"
+      "retry only when it is safe, one total deadline), writes the response\n"
+      "body to stdout as received, and says by its exit status what happened.\n"
+      "  -X, --request METHOD    GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS\n"
+      "                          (default GET, or POST when -d is given)\n"
+      "  -H, --header 'Name: value'\n"
+      "                          add a request header (repeatable); 'Name:' sends\n"
+      "                          an empty value. Host, Content-Length,\n"
+      "                          Content-Encoding, Transfer-Encoding, Expect and\n"
+      "                          Connection belong to libresil; the idempotency\n"
+      "                          key is set with --idempotency-key\n"
+      "  -d, --data BODY         request body, sent byte for byte; @FILE reads a\n"
+      "                          file and @- standard input (newlines kept, unlike\n"
+      "                          curl -d). Content-Type defaults to\n"
+      "                          application/x-www-form-urlencoded, as with curl\n"
+      "  -L, --location          follow redirects (at most 5 hops per attempt; a\n"
+      "                          hop is not a retry)\n"
+      "  --connect-timeout MS    connect timeout per attempt (default 10000)\n"
+      "  --timeout MS            response timeout per attempt, from sending to the\n"
+      "                          last byte (default 60000)\n"
+      "  --deadline MS           total time of the call, every attempt and wait\n"
+      "                          included; each timeout is clipped to it\n"
+      "                          (default: none)\n"
+      "  --retry N               at most N attempts, the first included: --retry 3\n"
+      "                          makes at most 3 calls (1..1000; default 1, no\n"
+      "                          retry). NOT_SENT is retried; UNKNOWN, 5xx, 408,\n"
+      "                          425 and 429 only for GET, HEAD, PUT, DELETE and\n"
+      "                          OPTIONS or with an idempotency key; other 4xx\n"
+      "                          never\n"
+      "  --backoff exp:INITIAL,MULT,CAP\n"
+      "                          wait before each retry, in ms: INITIAL, then\n"
+      "                          multiplied by MULT (1..100) up to CAP (default\n"
+      "                          exp:100,2,2000); fixed:MS waits MS every time.\n"
+      "                          A Retry-After from the server replaces the wait,\n"
+      "                          capped at CAP (fixed: MS) and at the deadline\n"
+      "  --idempotency-key auto|KEY\n"
+      "                          send Idempotency-Key with the same value on every\n"
+      "                          attempt: auto makes a random 128-bit key once per\n"
+      "                          call, KEY is 1..255 visible ASCII characters.\n"
+      "                          Retrying a POST is then safe when the server\n"
+      "                          deduplicates by the key\n"
+      "  --unsafe-retries        DANGER: also retry UNKNOWN, 5xx, 408, 425 and 429\n"
+      "                          of a request that is neither idempotent nor keyed;\n"
+      "                          every retry may repeat the side effect\n"
+      "  -v, --verbose           on stderr: the idempotency key, one line per\n"
+      "                          attempt (outcome, status, duration, wait before\n"
+      "                          the next) and the result; -vv adds the request\n"
+      "                          and response headers (secrets redacted)\n"
+      "  -h, --help              print this help\n"
+      "Options take their value as the next argument, or --opt=VALUE (long) and\n"
+      "-XVALUE (short); '--' ends the options.\n"
+      "Warnings on stderr: --retry above 1 without --deadline, or with a\n"
+      "deadline but no --timeout; --timeout longer than --deadline;\n"
+      "--unsafe-retries.\n"
+      "Exit status:\n"
+      "  0  answered 2xx (or 1xx/3xx: redirects are followed only with -L)\n"
+      "  1  local failure (out of memory, client setup, writing stdout)\n"
+      "  2  bad usage\n"
+      "  3  NOT_SENT: the request never reached the server; safe to repeat\n"
+      "  4  UNKNOWN: sent or maybe sent, no complete answer: the server MAY HAVE\n"
+      "     EXECUTED it (also when a later attempt was not sent or refused)\n"
+      "  5  answered 4xx other than 408, 425, 429: fix the request\n"
+      "  6  answered 5xx, 408, 425 or 429\n"
+      "  7  REJECTED: refused locally before sending (deadline too short)\n");
+}
+
+typedef struct call_opts {
+  const char *url;
+  int method;                 /* resil_http_method, or -1 for the default */
+  resil_http_param *headers;  /* names and values point into hdr_store     */
+  char **hdr_store;           /* one allocation per -H                     */
+  size_t header_count;
+  char *body;                 /* owned                                     */
+  size_t body_len;
+  int has_body;
+  int64_t connect_timeout_ns; /* 0: the client's default                   */
+  int64_t timeout_ns;         /* 0: the client's default                   */
+  int64_t deadline_ns;        /* 0: none                                   */
+  uint32_t attempts;
+  int fixed_backoff;
+  int64_t initial_wait_ns;
+  double multiplier;
+  int64_t cap_ns;
+  const char *idem_key;       /* NULL: none or auto                        */
+  int idem_auto;
+  int unsafe;
+  int follow;
+  int verbose;
+} call_opts;
+
+static void opts_free(call_opts *o) {
+  for (size_t i = 0; i < o->header_count; i++) free(o->hdr_store[i]);
+  free(o->hdr_store);
+  free(o->headers);
+  free(o->body);
+}
+
+static int bad(const char *arg, const char *fmt, const char *v) {
+  fprintf(stderr, PROG ": %s: ", arg);
+  fprintf(stderr, fmt, v);
+  fputc('\n', stderr);
+  return EXIT_USAGE;
+}
+
+/* Matches argv[*i] against a value option: "-X V", "-XV" (short) or
+ * "--name V", "--name=V" (long). Returns 1 with *v set, 0 when argv[*i] is
+ * another argument, -1 (error printed) when the value is missing. */
+static int opt_value(int argc, char **argv, int *i, const char *shortname,
+                     const char *longname, const char **v) {
+  const char *a = argv[*i];
+  const char *name = NULL;
+  if (shortname && strncmp(a, shortname, 2) == 0) {
+    name = shortname;
+    if (a[2]) {
+      *v = a + 2;
+      return 1;
+    }
+  } else {
+    size_t n = strlen(longname);
+    if (strncmp(a, longname, n) != 0) return 0;
+    if (a[n] == '=') {
+      *v = a + n + 1;
+      return 1;
+    }
+    if (a[n] != '\0') return 0;
+    name = longname;
+  }
+  if (*i + 1 >= argc) {
+    fprintf(stderr, PROG ": %s: needs a value (see --help)\n", name);
+    return -1;
+  }
+  *v = argv[++*i];
+  return 1;
+}
+
+static int parse_ms(const char *arg, const char *v, int64_t min, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long x = (*v >= '0' && *v <= '9') ? strtoll(v, &end, 10) : -1;
+  if (x < 0 || errno != 0 || *end != '\0' || x < min || x > MAX_MS) {
+    fprintf(stderr, PROG ": %s: expected milliseconds %lld..%lld, got '%s'\n",
+            arg, (long long)min, (long long)MAX_MS, v);
+    return -1;
+  }
+  *out = (int64_t)x * NS_PER_MS;
+  return 0;
+}
+
+/* Indexed by resil_http_method. */
+static const char *const method_names[] = {"GET",   "HEAD",   "POST",   "PUT",
+                                           "PATCH", "DELETE", "OPTIONS"};
+
+static int parse_method(const char *v, int *out) {
+  for (int m = 0; m < (int)(sizeof method_names / sizeof method_names[0]); m++) {
+    if (strcasecmp(v, method_names[m]) == 0) {
+      *out = m;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static int is_tchar(int c) {
+  return isalnum(c) || (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static int ieq(const char *a, size_t alen, const char *b) {
+  return strlen(b) == alen && strncasecmp(a, b, alen) == 0;
+}
+
+/* "Name: value" into a stored copy split at the colon. Leading and
+ * trailing blanks of the value are dropped, as HTTP does. */
+static int add_header(call_opts *o, const char *v) {
+  const char *colon = strchr(v, ':');
+  if (!colon || colon == v)
+    return bad("-H", "expected 'Name: value', got '%s'", v);
+  size_t nl = (size_t)(colon - v);
+  for (size_t k = 0; k < nl; k++)
+    if (!is_tchar((unsigned char)v[k]))
+      return bad("-H", "the header name must be an HTTP token (no spaces), got '%s'", v);
+  for (const char *p = colon + 1; *p; p++)
+    if (*p == '\r' || *p == '\n')
+      return bad("-H", "the value must not contain CR or LF, got '%s'", v);
+  static const char *const owned[] = {"Content-Length", "Content-Encoding",
+                                      "Transfer-Encoding", "Host", "Expect",
+                                      "Connection"};
+  for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++)
+    if (ieq(v, nl, owned[k]))
+      return bad("-H", "%s is set by libresil and cannot be given", owned[k]);
+  if (ieq(v, nl, "Idempotency-Key"))
+    return bad("-H", "%s", "use --idempotency-key KEY to send Idempotency-Key");
+  char *s = malloc(strlen(v) + 1);
+  if (!s) {
+    fprintf(stderr, PROG ": out of memory\n");
+    return EXIT_LOCAL;
+  }
+  strcpy(s, v);
+  s[nl] = '\0';
+  char *val = s + nl + 1;
+  while (*val == ' ' || *val == '\t') val++;
+  size_t vl = strlen(val);
+  while (vl > 0 && (val[vl - 1] == ' ' || val[vl - 1] == '\t')) val[--vl] = '\0';
+  o->hdr_store[o->header_count] = s;
+  o->headers[o->header_count].name = s;
+  o->headers[o->header_count].value = val;
+  o->header_count++;
+  return 0;
+}
+
+/* Reads all of f into o->body. */
+static int read_body(call_opts *o, FILE *f, const char *what) {
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  if (!buf) {
+    fprintf(stderr, PROG ": out of memory\n");
+    return EXIT_LOCAL;
+  }
+  for (;;) {
+    if (len == cap) {
+      if (cap >= MAX_BODY_BYTES) {
+        free(buf);
+        return bad("-d", "'%s' is larger than 1 GiB", what);
+      }
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) {
+        free(buf);
+        fprintf(stderr, PROG ": out of memory\n");
+        return EXIT_LOCAL;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t n = fread(buf + len, 1, cap - len, f);
+    len += n;
+    if (n == 0) break;
+  }
+  if (ferror(f)) {
+    int e = errno;
+    free(buf);
+    fprintf(stderr, PROG ": -d: cannot read '%s': %s\n", what, strerror(e));
+    return EXIT_USAGE;
+  }
+  o->body = buf;
+  o->body_len = len;
+  return 0;
+}
+
+static int set_body(call_opts *o, const char *v) {
+  if (o->has_body) return bad("-d", "%s", "given more than once");
+  o->has_body = 1;
+  if (v[0] != '@') {
+    o->body_len = strlen(v);
+    o->body = malloc(o->body_len + 1);
+    if (!o->body) {
+      fprintf(stderr, PROG ": out of memory\n");
+      return EXIT_LOCAL;
+    }
+    memcpy(o->body, v, o->body_len + 1);
+    return 0;
+  }
+  const char *path = v + 1;
+  if (strcmp(path, "-") == 0) return read_body(o, stdin, "standard input");
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, PROG ": -d: cannot open '%s': %s\n", path, strerror(errno));
+    return EXIT_USAGE;
+  }
+  int rc = read_body(o, f, path);
+  fclose(f);
+  return rc;
+}
+
+static int parse_backoff(call_opts *o, const char *v) {
+  static const char *const expect =
+      "expected exp:INITIAL_MS,MULTIPLIER,CAP_MS (e.g. exp:100,2,2000) or fixed:MS, got '%s'";
+  char *end = NULL;
+  if (strncmp(v, "fixed:", 6) == 0) {
+    const char *p = v + 6;
+    errno = 0;
+    long long ms = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
+    if (ms < 0 || errno || *end) return bad("--backoff", expect, v);
+    if (ms > MAX_MS) return bad("--backoff", "fixed wait must be 0..86400000 ms, got '%s'", v);
+    o->fixed_backoff = 1;
+    o->initial_wait_ns = (int64_t)ms * NS_PER_MS;
+    o->cap_ns = o->initial_wait_ns;
+    return 0;
+  }
+  if (strncmp(v, "exp:", 4) != 0) return bad("--backoff", expect, v);
+  const char *p = v + 4;
+  errno = 0;
+  long long initial = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
+  if (initial < 0 || errno || *end != ',') return bad("--backoff", expect, v);
+  p = end + 1;
+  double mult = (*p >= '0' && *p <= '9') ? strtod(p, &end) : -1.0;
+  if (mult < 0 || errno || *end != ',') return bad("--backoff", expect, v);
+  p = end + 1;
+  long long cap = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
+  if (cap < 0 || errno || *end != '\0') return bad("--backoff", expect, v);
+  if (initial < 1 || initial > MAX_MS)
+    return bad("--backoff", "INITIAL must be 1..86400000 ms, got '%s'", v);
+  if (!(mult >= 1.0 && mult <= 100.0))
+    return bad("--backoff", "MULT must be 1..100, got '%s'", v);
+  if (cap < initial || cap > MAX_MS)
+    return bad("--backoff", "CAP must be INITIAL..86400000 ms, got '%s'", v);
+  o->fixed_backoff = 0;
+  o->initial_wait_ns = (int64_t)initial * NS_PER_MS;
+  o->multiplier = mult;
+  o->cap_ns = (int64_t)cap * NS_PER_MS;
+  return 0;
+}
+
+static int parse_key(call_opts *o, const char *v) {
+  if (strcmp(v, "auto") == 0) {
+    o->idem_auto = 1;
+    o->idem_key = NULL;
+    return 0;
+  }
+  size_t n = strlen(v);
+  int ok = n >= 1 && n <= 255;
+  for (size_t k = 0; ok && k < n; k++)
+    ok = (unsigned char)v[k] > 0x20 && (unsigned char)v[k] < 0x7f;
+  if (!ok)
+    return bad("--idempotency-key",
+               "expected auto or 1..255 visible ASCII characters (no spaces), got '%s'", v);
+  o->idem_auto = 0;
+  o->idem_key = v;
+  return 0;
+}
+
+/* Returns 0, or the exit status of a usage error (already reported), or
+ * -1 after --help. */
+static int parse_args(int argc, char **argv, call_opts *o) {
+  o->method = -1;
+  o->attempts = 1;
+  o->initial_wait_ns = 100 * NS_PER_MS;
+  o->multiplier = 2.0;
+  o->cap_ns = 2000 * NS_PER_MS;
+  o->headers = calloc((size_t)argc, sizeof *o->headers);
+  o->hdr_store = calloc((size_t)argc, sizeof *o->hdr_store);
+  if (!o->headers || !o->hdr_store) {
+    fprintf(stderr, PROG ": out of memory\n");
+    return EXIT_LOCAL;
+  }
+  int options_done = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = NULL;
+    int m, rc = 0;
+    if (options_done || a[0] != '-' || a[1] == '\0') {
+      if (o->url) {
+        fprintf(stderr, PROG ": URL: given twice ('%s' and '%s')\n", o->url, a);
+        return EXIT_USAGE;
+      }
+      o->url = a;
+      continue;
+    }
+    if (strcmp(a, "--") == 0) {
+      options_done = 1;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return -1;
+    } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+      o->verbose++;
+    } else if (strcmp(a, "-vv") == 0) {
+      o->verbose += 2;
+    } else if (strcmp(a, "-L") == 0 || strcmp(a, "--location") == 0) {
+      o->follow = 1;
+    } else if (strcmp(a, "--unsafe-retries") == 0) {
+      o->unsafe = 1;
+    } else if ((m = opt_value(argc, argv, &i, "-X", "--request", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      if (parse_method(v, &o->method) != 0)
+        return bad("-X", "expected GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS, got '%s'", v);
+    } else if ((m = opt_value(argc, argv, &i, "-H", "--header", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      if ((rc = add_header(o, v)) != 0) return rc;
+    } else if ((m = opt_value(argc, argv, &i, "-d", "--data", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      if ((rc = set_body(o, v)) != 0) return rc;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--connect-timeout", &v)) != 0) {
+      if (m < 0 || parse_ms("--connect-timeout", v, 1, &o->connect_timeout_ns)) return EXIT_USAGE;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--timeout", &v)) != 0) {
+      if (m < 0 || parse_ms("--timeout", v, 1, &o->timeout_ns)) return EXIT_USAGE;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--deadline", &v)) != 0) {
+      if (m < 0 || parse_ms("--deadline", v, 1, &o->deadline_ns)) return EXIT_USAGE;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--retry", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      char *end = NULL;
+      errno = 0;
+      long n = (*v >= '0' && *v <= '9') ? strtol(v, &end, 10) : -1;
+      if (n < 1 || errno || *end || n > (long)RESIL_RETRY_MAX_ATTEMPTS)
+        return bad("--retry",
+                   "expected attempts 1..1000, the first included (--retry 3 = at most 3 "
+                   "calls), got '%s'",
+                   v);
+      o->attempts = (uint32_t)n;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--backoff", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      if ((rc = parse_backoff(o, v)) != 0) return rc;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--idempotency-key", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      if ((rc = parse_key(o, v)) != 0) return rc;
+    } else {
+      fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", a);
+      return EXIT_USAGE;
+    }
+  }
+  if (!o->url) {
+    fprintf(stderr, PROG ": URL: missing (see --help)\n");
+    return EXIT_USAGE;
+  }
+  if (o->method < 0) o->method = o->has_body ? RESIL_HTTP_POST : RESIL_HTTP_GET;
+  if (o->method == RESIL_HTTP_HEAD && o->has_body && o->body_len > 0)
+    return bad("-d", "%s", "a HEAD request has no body");
+  return 0;
+}
+
+/* ---- URL ------------------------------------------------------------------ */
+
+static int url_literal_ok(int c, int query) {
+  if (isalnum(c) || (c != 0 && strchr("-._~!$&'()*+,;=:@/", c))) return 1;
+  return query && c == '?';
+}
+
+static int is_hex(int c) { return isxdigit(c) != 0; }
+
+/* Copies s[0..n) percent-encoding every byte a path (or query) template may
+ * not hold literally; "%XX" escapes are kept. */
+static char *escape_part(const char *s, size_t n, int query) {
+  static const char hex[] = "0123456789ABCDEF";
+  char *out = malloc(3 * n + 1), *w = out;
+  if (!out) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '%' && i + 2 < n && is_hex((unsigned char)s[i + 1]) &&
+        is_hex((unsigned char)s[i + 2])) {
+      memcpy(w, s + i, 3);
+      w += 3;
+      i += 2;
+    } else if (c != '%' && url_literal_ok(c, query)) {
+      *w++ = (char)c;
+    } else {
+      *w++ = '%';
+      *w++ = hex[c >> 4];
+      *w++ = hex[c & 15];
+    }
+  }
+  *w = '\0';
+  return out;
+}
+
+typedef struct url_parts {
+  char *base;  /* "http://host:port" */
+  char *path;  /* "/a/b", never empty */
+  char *query; /* without '?'; NULL when absent or empty */
+} url_parts;
+
+static void url_parts_free(url_parts *u) {
+  free(u->base);
+  free(u->path);
+  free(u->query);
+}
+
+/* Returns 0, EXIT_USAGE (reported) or EXIT_LOCAL (reported). */
+static int split_url(const char *url, url_parts *u) {
+  size_t slen;
+  const char *scheme;
+  if (strncasecmp(url, "http://", 7) == 0) {
+    slen = 7;
+    scheme = "http://";
+  } else if (strncasecmp(url, "https://", 8) == 0) {
+    slen = 8;
+    scheme = "https://";
+  } else {
+    return bad("URL", "must start with http:// or https://, got '%s'", url);
+  }
+  const char *auth = url + slen;
+  size_t alen = strcspn(auth, "/?#");
+  if (alen == 0) return bad("URL", "has no host: '%s'", url);
+  const char *rest = auth + alen;
+  size_t plen = strcspn(rest, "?#");
+  const char *q = rest + plen;
+  size_t qlen = 0;
+  if (*q == '?') {
+    q++;
+    qlen = strcspn(q, "#");
+  }
+  u->base = malloc(slen + alen + 1);
+  u->path = plen ? escape_part(rest, plen, 0) : malloc(2);
+  u->query = qlen ? escape_part(q, qlen, 1) : NULL;
+  if (!u->base || !u->path || (qlen && !u->query)) {
+    fprintf(stderr, PROG ": out of memory\n");
+    return EXIT_LOCAL;
+  }
+  memcpy(u->base, scheme, slen);
+  memcpy(u->base + slen, auth, alen);
+  u->base[slen + alen] = '\0';
+  if (!plen) strcpy(u->path, "/");
+  return 0;
+}
+
+/* ---- the call ------------------------------------------------------------- */
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * INT64_C(1000000000) + ts.tv_nsec;
+}
+
+static void log_line(void *user, resil_http_log_level level, const char *line) {
+  (void)user;
+  (void)level;
+  fprintf(stderr, "* %s\n", line);
+}
+
+static int exit_status(const resil_outcome *o) {
+  switch (o->kind) {
+  case RESIL_NOT_SENT:
+    return EXIT_NOT_SENT;
+  case RESIL_UNKNOWN:
+    return EXIT_UNKNOWN;
+  case RESIL_REJECTED:
+    return EXIT_REJECTED;
+  case RESIL_ANSWERED:
+    switch (resil_outcome_classify(o)) {
+    case RESIL_CLASS_SUCCESS:
+      return EXIT_OK;
+    case RESIL_CLASS_CLIENT_ERROR:
+      return EXIT_CLIENT_ERROR;
+    default:
+      return EXIT_SERVER_ERROR;
+    }
+  }
+  return EXIT_LOCAL;
+}
+
+/* Why the retry stopped, in words, for the result line. */
+static const char *stop_hint(const resil_outcome *o) {
+  switch (o->stop) {
+  case RESIL_STOP_UNSAFE:
+    return "not retried: the request may have executed and is neither idempotent nor "
+           "keyed; --idempotency-key auto makes a retry safe if the server deduplicates";
+  case RESIL_STOP_NOT_RETRYABLE:
+    return o->kind == RESIL_ANSWERED ? "not retried: a client error is never retried"
+                                     : "not retried";
+  case RESIL_STOP_DEADLINE:
+    return "the deadline left no time for another attempt";
+  case RESIL_STOP_MAX_ATTEMPTS:
+    return "all --retry attempts made";
+  default:
+    return NULL;
+  }
+}
+
+static void print_warnings(const call_opts *o, const resil_retry_config *rc) {
+  if (o->unsafe)
+    fprintf(stderr,
+            PROG ": WARNING: --unsafe-retries: UNKNOWN, 5xx, 408, 425 and 429 outcomes of a "
+                 "request that is neither idempotent nor keyed will be retried; every retry "
+                 "may repeat the side effect (a duplicate order, a double payment)\n");
+  if (o->attempts > 1 && o->deadline_ns == 0) {
+    int64_t per_attempt = (o->connect_timeout_ns ? o->connect_timeout_ns : 10000 * NS_PER_MS) +
+                          (o->timeout_ns ? o->timeout_ns : 60000 * NS_PER_MS);
+    int64_t wait = resil_retry_worst_wait_ns(rc);
+    fprintf(stderr,
+            PROG ": warning: --retry %u without --deadline: the call may take up to %.1f s "
+                 "(%u attempts x %.1f s of connect and response timeouts, + %.1f s of waits); "
+                 "set --deadline MS\n",
+            (unsigned)o->attempts,
+            (double)o->attempts * (double)per_attempt / 1e9 + (double)wait / 1e9,
+            (unsigned)o->attempts, (double)per_attempt / 1e9, (double)wait / 1e9);
+  }
+  if (o->deadline_ns && o->timeout_ns > o->deadline_ns)
+    fprintf(stderr,
+            PROG ": warning: --timeout %lld ms is longer than --deadline %lld ms: an attempt "
+                 "is cut at the deadline, and one slow attempt leaves no time for a retry\n",
+            (long long)(o->timeout_ns / NS_PER_MS), (long long)(o->deadline_ns / NS_PER_MS));
+  else if (o->deadline_ns && o->attempts > 1 && o->timeout_ns == 0)
+    fprintf(stderr,
+            PROG ": warning: --retry %u with --deadline but no --timeout: one slow attempt "
+                 "can use the whole deadline and leave no time for a retry\n",
+            (unsigned)o->attempts);
+}
+
+static void fmt_status(char *buf, size_t n, const resil_outcome *o) {
+  if (o->http_status > 0)
+    snprintf(buf, n, "%d", o->http_status);
+  else
+    snprintf(buf, n, "-");
+}
+
+/* Runs the attempts with the retry's split form, printing one line per
+ * attempt with -v. Returns the final outcome. */
+static resil_outcome run_call(const call_opts *o, resil_retry *retry,
+                              resil_http_request *req) {
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = resil_http_request_call_flags(req);
+  if (o->deadline_ns) resil_ctx_set_timeout_ns(&ctx, o->deadline_ns);
+  resil_retry_state st;
+  resil_retry_decision d = resil_retry_begin(retry, &ctx, &st);
+  if (d != RESIL_RETRY_ATTEMPT && o->verbose) {
+    resil_outcome r = resil_retry_result(&st);
+    char ob[96];
+    fprintf(stderr, "no attempt made: %s\n", resil_outcome_format(&r, ob, sizeof ob));
+  }
+  while (d == RESIL_RETRY_ATTEMPT) {
+    int64_t t0 = mono_ns();
+    resil_outcome a = resil_http_request_attempt(req, &st.ctx);
+    int64_t took = mono_ns() - t0;
+    uint32_t n = st.ctx.attempt;
+    int64_t delay = 0;
+    d = resil_retry_next(retry, &st, &a, &delay);
+    if (o->verbose) {
+      char ob[96], sb[16];
+      resil_outcome_format(&a, ob, sizeof ob);
+      fmt_status(sb, sizeof sb, &a);
+      if (d == RESIL_RETRY_ATTEMPT) {
+        fprintf(stderr, "attempt %u: %s status=%s %.1f ms, next in %lld ms%s\n", (unsigned)n,
+                ob, sb, (double)took / 1e6, (long long)(delay / NS_PER_MS),
+                a.retry_after_ms >= 0 ? " (Retry-After)" : "");
+      } else {
+        resil_outcome r = resil_retry_result(&st);
+        fprintf(stderr, "attempt %u: %s status=%s %.1f ms, stop: %s\n", (unsigned)n, ob, sb,
+                (double)took / 1e6, resil_stop_name(r.stop));
+      }
+    }
+    if (d == RESIL_RETRY_ATTEMPT && delay > 0) resil_clock_sleep_ns(NULL, delay, NULL);
+  }
+  return resil_retry_result(&st);
+}
+
+static int write_body(const resil_http_response *resp) {
+  size_t len = 0;
+  const void *body = resil_http_response_body(resp, &len);
+  if ((len && fwrite(body, 1, len, stdout) != len) || fflush(stdout) != 0) {
+    fprintf(stderr, PROG ": stdout: write error: %s\n", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* Reports a client or request setup error: usage (2) when the error is about
+ * what the user gave, else local (1). */
+static int setup_error(resil_status st, const resil_error *err) {
+  const char *msg = err->msg;
+  size_t fl = strlen(err->field);
+  if (fl && strncmp(msg, err->field, fl) == 0 && msg[fl] == ':') msg += fl + 1;
+  while (*msg == ' ') msg++;
+  if (st != RESIL_EINVAL) {
+    fprintf(stderr, PROG ": %s\n", err->msg[0] ? err->msg : resil_strerror(st));
+    return EXIT_LOCAL;
+  }
+  const char *arg = err->field;
+  if (strcmp(arg, "base_url") == 0 || strncmp(arg, "endpoints[0].", 13) == 0)
+    arg = "URL";
+  else if (strcmp(arg, "headers") == 0)
+    arg = "-H";
+  else if (strcmp(arg, "body") == 0)
+    arg = "-d";
+  else if (strcmp(arg, "idempotency_key") == 0)
+    arg = "--idempotency-key";
+  fprintf(stderr, PROG ": %s: %s\n", arg[0] ? arg : "error", msg);
+  return EXIT_USAGE;
+}
+
+int resil_cmd_call(int argc, char **argv) {
+  call_opts o;
+  memset(&o, 0, sizeof o);
+  url_parts u;
+  memset(&u, 0, sizeof u);
+  resil_http_client *client = NULL;
+  resil_http_request *req = NULL;
+  resil_retry *retry = NULL;
+  resil_http_response *resp = NULL;
+  resil_error err;
+  resil_status st;
+  int rc = parse_args(argc, argv, &o);
+  if (rc != 0) {
+    rc = rc < 0 ? EXIT_OK : rc;
+    goto done;
+  }
+  if ((rc = split_url(o.url, &u)) != 0) goto done;
+
+  resil_retry_config rcfg;
+  resil_retry_config_init(&rcfg);
+  rcfg.name = "call";
+  rcfg.max_attempts = o.attempts;
+  if (o.fixed_backoff) {
+    rcfg.backoff = RESIL_RETRY_FIXED;
+    rcfg.wait_ns = o.initial_wait_ns;
+    /* A Retry-After is capped at the fixed wait, as --help says; with no
+     * wait at all (0 would mean "the default cap") it is not used. */
+    rcfg.max_retry_after_ns = o.initial_wait_ns;
+  } else {
+    rcfg.backoff = RESIL_RETRY_EXPONENTIAL;
+    rcfg.initial_wait_ns = o.initial_wait_ns;
+    rcfg.multiplier = o.multiplier;
+    rcfg.max_wait_ns = o.cap_ns;
+  }
+  rcfg.respect_retry_after = !o.fixed_backoff || o.initial_wait_ns > 0;
+  rcfg.unsafe_retry_non_idempotent = o.unsafe;
+  if ((st = resil_retry_new(&rcfg, &retry, &err)) != RESIL_OK) {
+    fprintf(stderr, PROG ": %s: %s\n", st == RESIL_EINVAL ? "--backoff" : "retry", err.msg);
+    rc = st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
+    goto done;
+  }
+
+  resil_http_endpoint ep;
+  memset(&ep, 0, sizeof ep);
+  ep.name = "call";
+  ep.method = (resil_http_method)o.method;
+  ep.path = u.path;
+  ep.query = u.query;
+  /* curl's default for -d; a -H Content-Type replaces it. */
+  ep.content_type = o.has_body ? "application/x-www-form-urlencoded" : NULL;
+  ep.idempotency_key = o.idem_auto ? RESIL_HTTP_KEY_SEND : RESIL_HTTP_KEY_NONE;
+  resil_http_client_config cc;
+  resil_http_client_config_init(&cc);
+  cc.name = "call";
+  cc.base_url = u.base;
+  cc.endpoints = &ep;
+  cc.endpoint_count = 1;
+  /* One logical call, one attempt at a time: one connection is enough. */
+  cc.max_connections = 1;
+  cc.max_connections_per_host = 1;
+  if (o.connect_timeout_ns) cc.connect_timeout_ns = o.connect_timeout_ns;
+  if (o.timeout_ns) cc.response_timeout_ns = o.timeout_ns;
+  cc.follow_redirects = o.follow;
+  if (o.verbose >= 2) {
+    cc.log_level = RESIL_HTTP_LOG_HEADERS;
+    cc.log_fn = log_line;
+  }
+  if ((st = resil_http_client_new(&cc, &client, &err)) != RESIL_OK) {
+    rc = setup_error(st, &err);
+    goto done;
+  }
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.headers = o.headers;
+  args.header_count = o.header_count;
+  args.body = o.body;
+  args.body_len = o.body_len;
+  args.idempotency_key = o.idem_key;
+  if ((st = resil_http_request_new(client, "call", &args, &req, &err)) != RESIL_OK) {
+    rc = setup_error(st, &err);
+    goto done;
+  }
+
+  print_warnings(&o, &rcfg);
+  uint32_t flags = resil_http_request_call_flags(req);
+  if (o.verbose) {
+    const char *key = resil_http_request_idempotency_key(req);
+    /* The URL is not repeated here: it may carry credentials, and -vv shows
+     * it as sent, redacted by the library. */
+    fprintf(stderr, "request: %s (%s, at most %u attempt%s)\n", method_names[o.method],
+            (flags & RESIL_CALL_IDEMPOTENT) ? "idempotent" : "not idempotent",
+            (unsigned)o.attempts, o.attempts == 1 ? "" : "s");
+    fprintf(stderr, "idempotency key: %s\n", key ? key : "none");
+  }
+
+  resil_outcome fin = run_call(&o, retry, req);
+  resp = resil_http_request_take_response(req);
+  rc = exit_status(&fin);
+  const char *detail = resp ? resil_http_response_error(resp) : NULL;
+  char ob[96];
+  resil_outcome_format(&fin, ob, sizeof ob);
+  const char *hint = stop_hint(&fin);
+  const char *maybe = (fin.flags & RESIL_OF_PRIOR_MAYBE_EXECUTED)
+                          ? "; an earlier attempt may have executed"
+                          : "";
+  if (o.verbose) {
+    fprintf(stderr, "result: %s after %u attempt%s, stop: %s%s%s%s%s, exit %d\n", ob,
+            (unsigned)fin.attempts, fin.attempts == 1 ? "" : "s", resil_stop_name(fin.stop),
+            hint ? " (" : "", hint ? hint : "", hint ? ")" : "", maybe, rc);
+    if (detail) fprintf(stderr, "error: %s\n", detail);
+  } else if (fin.kind != RESIL_ANSWERED) {
+    /* A call that got no answer says why, in one line; an answer speaks
+     * through its body and the exit status. */
+    fprintf(stderr, PROG ": %s after %u attempt%s%s%s%s%s\n", ob, (unsigned)fin.attempts,
+            fin.attempts == 1 ? "" : "s",
+            fin.kind == RESIL_UNKNOWN ? ": the server MAY HAVE EXECUTED the request" : "",
+            maybe, detail ? ": " : "", detail ? detail : "");
+  }
+  if (resp && resil_http_response_status(resp) > 0 &&
+      resil_http_response_outcome(resp).kind == RESIL_ANSWERED && write_body(resp) != 0)
+    rc = EXIT_LOCAL;
+
+done:
+  resil_http_response_free(resp);
+  resil_http_request_free(req);
+  resil_http_client_free(client);
+  resil_retry_free(retry);
+  url_parts_free(&u);
+  opts_free(&o);
+  return rc;
+}
+
+#else
+
+int resil_cmd_call(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  fprintf(stderr, "resil call: this resil was built without libresil-http "
+                  "(RESIL_WITH_HTTP=OFF)\n");
+  return 2;
+}
+
+#endif
