@@ -1,0 +1,90 @@
+/* resil_bench: libresil's benchmark command. scripts/bench.sh drives it:
+ *
+ *   resil_bench run --out FILE [--runs N] [--min-run-ms N] [--thread-run-ms N]
+ *                   [--no-pin] [--only CASE[,CASE...]]
+ *       measures every case (or the ones named) and writes the raw figures
+ *       as JSON;
+ *   resil_bench report --c FILE (--peers FILE | --peers-skipped REASON)
+ *                      --out FILE
+ *       merges them with the Node.js peers, checks the targets, prints the
+ *       table and writes results.json.
+ *
+ * Not part of ctest: timings depend on the machine and its load. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: resil_bench run --out FILE [--runs N] [--min-run-ms N] "
+          "[--thread-run-ms N] [--no-pin]\n"
+          "                       [--only CASE[,CASE...]]\n"
+          "       resil_bench report --c FILE (--peers FILE | --peers-skipped "
+          "REASON) --out FILE\n");
+}
+
+/* Parses a positive integer option value; exits with a message otherwise. */
+static long long positive(const char *opt, const char *v, long long max) {
+  char *end = NULL;
+  long long n = v ? strtoll(v, &end, 10) : 0;
+  if (!v || !*v || *end || n < 1 || n > max) {
+    fprintf(stderr, "resil_bench: %s: expected an integer 1..%lld, got '%s'\n",
+            opt, max, v ? v : "");
+    exit(2);
+  }
+  return n;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  const char *cmd = argv[1];
+  const char *out = NULL, *c_json = NULL, *peers = NULL, *skipped = NULL;
+  bench_opts opts = {.runs = 7,
+                     .min_run_ns = INT64_C(200000000),
+                     .thread_run_ns = INT64_C(300000000),
+                     .pin_threads = 1};
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--no-pin")) {
+      opts.pin_threads = 0;
+      continue;
+    }
+    if (!v) {
+      fprintf(stderr, "resil_bench: %s needs a value\n", a);
+      return 2;
+    }
+    i++;
+    if (!strcmp(a, "--out"))
+      out = v;
+    else if (!strcmp(a, "--c"))
+      c_json = v;
+    else if (!strcmp(a, "--peers"))
+      peers = v;
+    else if (!strcmp(a, "--peers-skipped"))
+      skipped = v;
+    else if (!strcmp(a, "--only"))
+      opts.only = v;
+    else if (!strcmp(a, "--runs"))
+      opts.runs = (int)positive(a, v, BENCH_MAX_RUNS);
+    else if (!strcmp(a, "--min-run-ms"))
+      opts.min_run_ns = positive(a, v, 60000) * INT64_C(1000000);
+    else if (!strcmp(a, "--thread-run-ms"))
+      opts.thread_run_ns = positive(a, v, 60000) * INT64_C(1000000);
+    else {
+      fprintf(stderr, "resil_bench: unknown option %s\n", a);
+      usage();
+      return 2;
+    }
+  }
+  if (!strcmp(cmd, "run") && out) return bench_run_cases(&opts, out);
+  if (!strcmp(cmd, "report") && out && c_json && (peers || skipped))
+    return bench_report(c_json, peers, skipped, out);
+  usage();
+  return 2;
+}

@@ -1,0 +1,86 @@
+/* libresil benchmarks: the measuring harness shared by the cases
+ * (harness.c), the cases themselves (cases.c) and the report that merges them
+ * with the Node.js peers (report.c). Not part of the library. */
+#ifndef RESIL_BENCH_H
+#define RESIL_BENCH_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define BENCH_MAX_RUNS 31
+
+/* How every case is measured; set from the command line. */
+typedef struct bench_opts {
+  int runs;               /* runs per case; the median is reported        */
+  int64_t min_run_ns;     /* single-thread cases: each run lasts at least this */
+  int64_t thread_run_ns;  /* multi-thread cases: each run lasts this long  */
+  int pin_threads;        /* pin thread i to the i-th allowed CPU          */
+  const char *only;       /* NULL, or a comma-separated list of case names */
+} bench_opts;
+
+/* 1 when the case is selected by opts->only. */
+int bench_selected(const bench_opts *opts, const char *name);
+
+/* A single-thread case body: performs `iters` operations and returns how
+ * many of them succeeded (the harness requires all of them to). */
+typedef uint64_t (*bench_body_fn)(void *state, uint64_t iters);
+
+/* A multi-thread case body: performs operations until *stop is set, checking
+ * it at most every few hundred operations; writes the number done to *ops
+ * and returns how many did not succeed. */
+typedef uint64_t (*bench_thread_fn)(void *state, const atomic_int *stop,
+                                    uint64_t *ops);
+
+typedef struct bench_result {
+  const char *name;
+  const char *measures;         /* one sentence: what one call does        */
+  double ns_per_call;           /* median over runs                        */
+  double ops_per_s;             /* median over runs (thread cases only)    */
+  int has_ops;
+  int threads;                  /* 0 for single-thread cases               */
+  double runs[BENCH_MAX_RUNS];  /* ns per call of each run                 */
+  double runs_ops[BENCH_MAX_RUNS];
+  int nruns;
+  uint64_t iters_per_run;       /* single-thread cases                     */
+  char error[256];              /* non-empty: the case is invalid          */
+} bench_result;
+
+/* Stores v where the compiler must assume it is read, so the work that
+ * produced it cannot be removed. */
+void bench_sink(uint64_t v);
+
+int64_t bench_now_ns(void);
+double bench_median(const double *v, int n);
+
+/* Warm-up, calibration to opts->min_run_ns, then opts->runs timed runs of a
+ * fixed iteration count. Fills out (name and measures are the caller's). */
+void bench_measure(const bench_opts *opts, bench_body_fn body, void *state,
+                   bench_result *out);
+
+/* nthreads threads run body on the same state for opts->thread_run_ns, after
+ * a warm-up run; repeated opts->runs times. ops_per_s is the total of all
+ * threads; ns_per_call is the time one thread spends per call
+ * (nthreads / ops_per_s). */
+void bench_measure_threads(const bench_opts *opts, int nthreads,
+                           bench_thread_fn body, void *state,
+                           bench_result *out);
+
+/* Appends a case to a JSON array. */
+void bench_result_to_json(const bench_result *r, json_t *array);
+
+/* Machine description: nproc, CPU model, kernel, compiler, and the measured
+ * cost of clock reads and of an indirect call to a no-op. */
+json_t *bench_machine_json(const bench_opts *opts);
+
+/* Runs every libresil case and writes the JSON to path (cases.c). */
+int bench_run_cases(const bench_opts *opts, const char *json_path);
+
+/* Merges the C results with the Node peers' JSON (or the reason they were
+ * skipped), prints the table and writes results.json (report.c). */
+int bench_report(const char *c_json, const char *peers_json,
+                 const char *peers_skipped, const char *out_path);
+
+#endif
