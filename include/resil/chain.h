@@ -131,10 +131,14 @@ typedef struct resil_layer {
                              void (*arg_done)(void *arg));
 } resil_layer;
 
-/* Per-layer counters, monotonic for the chain's life. */
+/* Per-layer counters, monotonic for the chain's life. A call is counted
+ * when it returns from the layer (one atomic add per layer per call); a
+ * call still in flight, such as an attempt a time limiter abandoned, is
+ * counted when it ends. */
 typedef struct resil_layer_stats {
-  uint64_t calls_in;      /* times this layer was entered                 */
-  uint64_t attempts_out;  /* times it called the next layer (or the call) */
+  uint64_t calls_in;      /* calls this layer returned from               */
+  uint64_t attempts_out;  /* calls it made to the next layer (or the call)
+                             that returned                                */
   uint64_t rejections;    /* calls it refused itself (REJECTED, inner not
                              called in that run)                          */
   uint64_t successes;     /* outcomes it returned of class SUCCESS        */
