@@ -70,7 +70,10 @@ typedef struct resil_ratelimiter_config {
    * (timeout_ns / refresh_period_ns + 1) must not exceed 2147483647; the
    * constructor reports the largest timeout_ns that fits otherwise. */
   int64_t timeout_ns;
-  /* NULL = resil_clock_system(). Reservations read now_ns; acquire sleeps
+  /* NULL = resil_clock_system(). Reservations read now_ns, or coarse_ns
+   * when refresh_period_ns is at least 100 x coarse_resolution_ns (1 s and
+   * more on Linux: new permits come at most 1 % of a period late, never
+   * early; deadlines are still read on now_ns); acquire sleeps
    * through sleep_ns. */
   const resil_clock *clock;
   /* NULL = malloc/free. Used only by _new and _free. */
