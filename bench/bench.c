@@ -2,8 +2,8 @@
  *
  *   resil_bench run --out FILE [--runs N] [--min-run-ms N] [--thread-run-ms N]
  *                   [--no-pin] [--only CASE[,CASE...]]
- *       measures every case (or the ones named) and writes the raw figures
- *       as JSON;
+ *       measures every case (or the ones named), the HTTP cases last, and
+ *       writes the raw figures as JSON;
  *   resil_bench report --c FILE (--peers FILE | --peers-skipped REASON)
  *                      --out FILE
  *       merges them with the Node.js peers, checks the targets, prints the
@@ -82,7 +82,10 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!strcmp(cmd, "run") && out) return bench_run_cases(&opts, out);
+  if (!strcmp(cmd, "run") && out) {
+    int rc = bench_run_cases(&opts, out);
+    return rc != 0 ? rc : bench_run_http_cases(&opts, out);
+  }
   if (!strcmp(cmd, "report") && out && c_json && (peers || skipped))
     return bench_report(c_json, peers, skipped, out);
   usage();

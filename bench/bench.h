@@ -78,6 +78,19 @@ json_t *bench_machine_json(const bench_opts *opts);
 /* Runs every libresil case and writes the JSON to path (cases.c). */
 int bench_run_cases(const bench_opts *opts, const char *json_path);
 
+/* The HTTP cases' targets: libresil's req/s at least this fraction of bare
+ * libcurl's measured in the same run, and its p50 latency at most this many
+ * microseconds above libcurl's. */
+#define BENCH_HTTP_MIN_RATIO 0.95
+#define BENCH_HTTP_MAX_ADDED_US 3.0
+
+/* Runs the HTTP cases (bare libcurl vs libresil's client behind a full
+ * chain, against an in-process loopback server) and appends them, marked
+ * "kind": "http", to the JSON that bench_run_cases() wrote to path; in a
+ * build without libresil-http they are appended as skipped
+ * (http_cases.c). */
+int bench_run_http_cases(const bench_opts *opts, const char *json_path);
+
 /* Merges the C results with the Node peers' JSON (or the reason they were
  * skipped), prints the table and writes results.json (report.c). */
 int bench_report(const char *c_json, const char *peers_json,

@@ -77,6 +77,71 @@ static int add_check(json_t *checks, const char *what, double value, int met,
   return met;
 }
 
+static int is_http_case(json_t *c) {
+  return !strcmp(str(c, "kind", ""), "http");
+}
+
+/* The HTTP cases (http_cases.c): their own lines and checks, against bare
+ * libcurl measured in the same run rather than against the Node peers.
+ * Appends each case, with "target" and "met", to ocases. */
+static void report_http(json_t *ccases, json_t *ocases, json_t *checks) {
+  char target[96], what[200];
+  snprintf(target, sizeof target, ">= %.2fx libcurl req/s, p50 added <= %.0f us",
+           BENCH_HTTP_MIN_RATIO, BENCH_HTTP_MAX_ADDED_US);
+  int header = 0;
+  size_t i;
+  json_t *cc;
+  json_array_foreach(ccases, i, cc) {
+    if (!is_http_case(cc)) continue;
+    if (!header) {
+      printf("\nHTTP, bare libcurl vs libresil's client behind "
+             "Retry(Breaker(RateLimiter(Bulkhead(HTTP)))), same run "
+             "(target %s):\n", target);
+      header = 1;
+    }
+    const char *name = str(cc, "name", "?");
+    json_t *o = json_deep_copy(cc);
+    json_object_set_new(o, "target", json_string(target));
+    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
+    const char *err = json_string_value(json_object_get(cc, "error"));
+    double ratio = num(cc, "ratio"), added = num(cc, "p50_added_us");
+    snprintf(what, sizeof what, "%s libresil req/s >= %.2fx bare libcurl's (same run)",
+             name, BENCH_HTTP_MIN_RATIO);
+    if (skipped) {
+      add_check(checks, what, NAN, 0, 0);
+      json_object_set_new(o, "met", json_null());
+      printf("  %-28s SKIPPED: %s\n", name, skipped);
+    } else if (err) {
+      add_check(checks, what, NAN, 0, 1);
+      json_object_set_new(o, "met", json_false());
+      printf("  %-28s INVALID: %s\n", name, err);
+    } else {
+      int ratio_ok = ratio >= BENCH_HTTP_MIN_RATIO;
+      int added_ok = added <= BENCH_HTTP_MAX_ADDED_US;
+      add_check(checks, what, ratio, ratio_ok, 1);
+      snprintf(what, sizeof what, "%s p50 added by libresil <= %.0f us", name,
+               BENCH_HTTP_MAX_ADDED_US);
+      add_check(checks, what, added, added_ok, 1);
+      json_object_set_new(o, "met", json_boolean(ratio_ok && added_ok));
+      printf("  %-28s req/s libcurl %9.0f  libresil %9.0f  ratio %.3f %-4s p50 %.1f / "
+             "%.1f us (added %+.2f us %s)  p99 %.1f / %.1f us  [%lld callers, %lld "
+             "rounds]\n",
+             name, num(cc, "req_per_s_libcurl"), num(cc, "req_per_s_libresil"), ratio,
+             ratio_ok ? "yes" : "NO", num(cc, "p50_us_libcurl"), num(cc, "p50_us_libresil"),
+             added, added_ok ? "yes" : "NO", num(cc, "p99_us_libcurl"),
+             num(cc, "p99_us_libresil"),
+             (long long)json_integer_value(json_object_get(cc, "callers")),
+             (long long)json_integer_value(json_object_get(cc, "rounds")));
+      if (json_object_get(cc, "ratio_vs_libcurl_multi"))
+        printf("  %-28s vs libcurl driven through a multi handle like libresil "
+               "(%.0f req/s): ratio %.3f, p50 added %+.2f us (not a target)\n",
+               "", num(cc, "req_per_s_libcurl_multi"), num(cc, "ratio_vs_libcurl_multi"),
+               num(cc, "p50_added_us_vs_libcurl_multi"));
+    }
+    json_array_append_new(ocases, o);
+  }
+}
+
 int bench_report(const char *c_json, const char *peers_json,
                  const char *peers_skipped, const char *out_path) {
   json_error_t jerr;
@@ -152,6 +217,7 @@ int bench_report(const char *c_json, const char *peers_json,
   size_t i;
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
+    if (is_http_case(cc)) continue;
     const char *name = str(cc, "name", "?");
     const case_target *t = target_for(name);
     json_t *o = json_deep_copy(cc);
@@ -224,6 +290,7 @@ int bench_report(const char *c_json, const char *peers_json,
   }
   printf("(thread cases: ns/call is the time one thread spends per call; ops/s "
          "is the total of all threads)\n");
+  report_http(ccases, ocases, checks);
 
   /* Memory. */
   json_t *bytes = json_object_get(c, "breaker_bytes_100_window");
@@ -314,6 +381,8 @@ int bench_report(const char *c_json, const char *peers_json,
   json_object_set_new(out, "summary", summary);
   json_object_set_new(out, "machine", machine);
   json_object_set(out, "method", json_object_get(c, "method"));
+  if (json_object_get(c, "http_method"))
+    json_object_set(out, "http_method", json_object_get(c, "http_method"));
   json_object_set(out, "library_version", json_object_get(c, "library_version"));
 
   int rc = json_dump_file(out, out_path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));

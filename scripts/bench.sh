@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # libresil benchmarks, in one command:
 #   1. builds resil_bench in build/bench (Release, -O2);
-#   2. runs the C cases (each case: several runs, median);
+#   2. runs the C cases (each case: several runs, median), then the HTTP
+#      cases: keep-alive GETs against an in-process loopback fixture, bare
+#      libcurl vs libresil's client behind a full chain, alternating in the
+#      same run (about 15 s at the defaults, more on a busy machine; needs
+#      libresil-http, libcurl and libmicrohttpd, hence -DRESIL_WITH_HTTP=ON);
 #   3. installs the Node.js peers pinned in bench/node_peers/package.json
 #      (opossum, cockatiel) into build/bench/node_peers and measures them in
 #      the same run;
@@ -12,7 +16,8 @@
 # stand: the script exits 0. Missed targets are reported, not fatal.
 #
 # Usage: bash scripts/bench.sh [--quick]
-#   --quick  3 runs of 50 ms per case (a smoke test; figures are noisier)
+#   --quick  3 runs of 50 ms per case, fewer HTTP rounds (a smoke test;
+#            figures are noisier)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +36,7 @@ rm -f bench/results.json
 echo "== building resil_bench (Release, -O2) in $build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" \
   -DRESIL_BUILD_BENCH=ON -DRESIL_BUILD_TESTS=OFF -DRESIL_BUILD_TOOL=OFF \
-  -DRESIL_WITH_HTTP=OFF >/dev/null
+  -DRESIL_WITH_HTTP=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" --target resil_bench >/dev/null
 bin="$build/bench/resil_bench"
 
