@@ -1,0 +1,390 @@
+/* libresil-store: the durable operation store behind idempotency keys
+ * (DESIGN §6). A separate library: link libresil-store (pkg-config
+ * resil-store) and include <resil/store.h>; the umbrella header resil.h does
+ * not include it.
+ *
+ * One interface, two backends chosen by the URI given to resil_store_open():
+ *   "sqlite:PATH"           embedded, the default: one file (created if
+ *                           missing), WAL journal, synchronous=FULL. Several
+ *                           threads, stores and processes may share the file.
+ *   "postgresql://..."      libpq (also "postgres://..."), for several
+ *                           instances sharing one store.
+ * The schema (tables resil_operations and resil_schema) is created or
+ * migrated on open.
+ *
+ * Per key the store keeps one operation with this state machine:
+ *
+ *     (unknown) --begin--> PENDING --complete--> COMMITTED
+ *                                  \-----------> FAILED
+ *
+ * with the request fingerprint (SHA-256 of method, path and body), the
+ * request itself (so recovery can re-drive it), the stored response (status,
+ * headers worth replaying, body), wall-clock timestamps and an attempt count.
+ *
+ *   resil_store_begin     NEW (PENDING stored durably, the caller owns it),
+ *                         REPLAY (COMMITTED or FAILED: the stored response),
+ *                         IN_PROGRESS (PENDING, owned by another request) or
+ *                         CONFLICT (same key, different fingerprint).
+ *   resil_store_complete  runs the caller's effect INSIDE the transaction that
+ *                         writes the terminal state, under the row lock
+ *                         (SQLite: BEGIN IMMEDIATE; PostgreSQL: SELECT ... FOR
+ *                         UPDATE). Either both the effect's own SQL writes
+ *                         and the terminal state are committed, or neither.
+ *   resil_store_status    COMMITTED(result) / PENDING / FAILED / UNKNOWN.
+ *   resil_store_recover   re-drives old PENDING operations through the same
+ *                         lock and transaction, a bounded number per call.
+ *   resil_store_sweep     deletes expired terminal operations, bounded.
+ *
+ * Typical server flow for a keyed POST:
+ *
+ *   resil_op_record rec;
+ *   resil_op_record_init(&rec);
+ *   resil_op_request req = {.method = "POST", .path = "/payments",
+ *                           .body = body, .body_len = body_len};
+ *   resil_op_begin_result r;
+ *   if (resil_store_begin(store, key, &req, &r, &rec) != RESIL_OK) ... 503
+ *   switch (r) {
+ *   case RESIL_OP_NEW:
+ *     if (resil_store_complete(store, key, pay, &ctx, &rec) != RESIL_OK) ... 503
+ *     ... answer rec.status, rec.headers, rec.body
+ *   case RESIL_OP_REPLAY:      ... answer rec.status, rec.headers, rec.body
+ *   case RESIL_OP_IN_PROGRESS: ... 409 with Retry-After
+ *   case RESIL_OP_CONFLICT:    ... 422
+ *   }
+ *   resil_op_record_clear(&rec);
+ *
+ * Errors: every function returns a resil_status. RESIL_EIO means the database
+ * failed (disk full, I/O error, corrupt file, connection lost, a schema newer
+ * than this library); RESIL_ETIMEDOUT means the database (or the row) stayed
+ * locked, or no pooled connection became free, for longer than
+ * busy_timeout_ns. resil_store_errmsg() and resil_store_last_error() tell
+ * more. Nothing is half-written: a failing call rolls its transaction back.
+ *
+ * Thread-safety: a resil_store may be used from any number of threads at once
+ * (an internal pool of connections), except resil_store_close(), which needs
+ * exclusive access. Several stores, and several processes, may open the same
+ * SQLite file or PostgreSQL database. Effects run on the calling thread, with
+ * one pooled connection held and no library mutex held; an effect must not
+ * call the same store (it would wait for the row lock it holds itself).
+ * resil_op_record values are plain data, not synchronised.
+ *
+ * Create/free pairs: resil_store_open / resil_store_close;
+ * resil_op_record_init / resil_op_record_clear. */
+#ifndef RESIL_STORE_H
+#define RESIL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "status.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct resil_store resil_store;
+/* The open transaction of a completion; valid only inside an effect call. */
+typedef struct resil_store_txn resil_store_txn;
+
+/* Keys are 1..RESIL_STORE_KEY_MAX visible ASCII characters (0x21..0x7e). */
+#define RESIL_STORE_KEY_MAX 255
+/* Request methods are 1..RESIL_OP_METHOD_MAX visible ASCII characters. */
+#define RESIL_OP_METHOD_MAX 15
+
+typedef enum resil_op_state {
+  RESIL_OP_UNKNOWN = 0,   /* no such key (never stored, or swept) */
+  RESIL_OP_PENDING = 1,   /* accepted, effect not committed yet */
+  RESIL_OP_COMMITTED = 2, /* effect committed, response stored */
+  RESIL_OP_FAILED = 3     /* terminal refusal, response stored */
+} resil_op_state;
+
+typedef enum resil_op_begin_result {
+  RESIL_OP_NEW = 1,         /* key was unknown: PENDING stored (durably), the
+                               caller owns it: run resil_store_complete */
+  RESIL_OP_REPLAY = 2,      /* COMMITTED or FAILED: rec holds the stored
+                               response, replay it byte for byte */
+  RESIL_OP_IN_PROGRESS = 3, /* PENDING owned by another request (answer 409
+                               and Retry-After) */
+  RESIL_OP_CONFLICT = 4     /* same key, different fingerprint (answer 422),
+                               never a replay */
+} resil_op_begin_result;
+
+/* What the fingerprint is made of, and what recovery re-drives. */
+typedef struct resil_op_request {
+  const char *method; /* "POST": 1..RESIL_OP_METHOD_MAX visible ASCII */
+  const char *path;   /* "/payments" (no query); NUL-terminated UTF-8
+                         (PostgreSQL text holds nothing else) */
+  const void *body;   /* may be NULL when body_len is 0 */
+  size_t body_len;
+} resil_op_request;
+
+/* What an effect produces and a replay returns. */
+typedef struct resil_op_response {
+  int status;          /* 100..599 */
+  const char *headers; /* "Name: value\r\n" lines worth replaying (e.g.
+                          Content-Type, Location); may be NULL when
+                          headers_len is 0 */
+  size_t headers_len;
+  const void *body; /* may be NULL when body_len is 0 */
+  size_t body_len;
+  int failed; /* 1: terminal FAILED (e.g. a business refusal) instead of
+                 COMMITTED; still stored and replayed. 0 or 1. */
+} resil_op_response;
+
+/* An operation as stored, filled by the store. Initialise once with
+ * resil_op_record_init(); a function that fills it first releases what it
+ * held, so one record may be reused; release with resil_op_record_clear().
+ * Buffers (path, request_body, headers, body) are owned by the record and are
+ * NUL-terminated one byte past their length, so text can be printed as is. */
+typedef struct resil_op_record {
+  char key[256];
+  resil_op_state state;
+  unsigned char fingerprint[32]; /* SHA-256 of method, path, body, each
+                                    preceded by its length (8 bytes, big
+                                    endian) */
+  char method[16];
+  char *path;
+  void *request_body;
+  size_t request_body_len;
+  /* The response: set for COMMITTED and FAILED; for PENDING (and in a
+   * CONFLICT answer, which must not disclose another request's result)
+   * status is 0 and headers and body are NULL. */
+  int status;
+  char *headers;
+  size_t headers_len;
+  void *body;
+  size_t body_len;
+  int64_t created_ms, updated_ms; /* wall clock, ms since the Unix epoch;
+                                     updated_ms: the last state change, or
+                                     the last failed recovery attempt */
+  uint32_t attempts;              /* begin calls seen for this key (see
+                                     resil_store_begin for the one case
+                                     where a begin is not counted) */
+  /* Set by the store: the allocator the buffers came from. */
+  const resil_allocator *alloc;
+} resil_op_record;
+
+/* Zeroes *r (state UNKNOWN, no buffers). NULL is a no-op. Since 0.1. */
+RESIL_API void resil_op_record_init(resil_op_record *r);
+/* Frees the buffers and re-initialises *r. NULL is a no-op. Since 0.1. */
+RESIL_API void resil_op_record_clear(resil_op_record *r);
+
+/* "PENDING" etc.; "UNKNOWN" for an unknown value. Static text. Since 0.1. */
+RESIL_API const char *resil_op_state_name(resil_op_state st);
+/* "NEW", "REPLAY", "IN_PROGRESS", "CONFLICT"; "?" otherwise. Since 0.1. */
+RESIL_API const char *resil_op_begin_result_name(resil_op_begin_result r);
+
+/* The fingerprint resil_store_begin stores and compares: SHA-256 over the
+ * method, the path and the body, each preceded by its length as 8 bytes big
+ * endian (so that moving bytes between fields changes it). Returns RESIL_OK,
+ * RESIL_EINVAL (req or out NULL, method or path NULL, body NULL with a
+ * length), RESIL_ENOMEM or RESIL_EIO (no SHA-256 in libcrypto). Thread-safe.
+ * Since 0.1. */
+RESIL_API resil_status resil_op_fingerprint(const resil_op_request *req,
+                                            unsigned char out[32]);
+
+/* The effect: runs INSIDE the transaction that writes the terminal state,
+ * under the row lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: SELECT ... FOR
+ * UPDATE), with `pending` the locked record (state PENDING, with the request
+ * to re-drive). It may run its own SQL on the same connection and
+ * transaction through resil_store_txn_sqlite(tx) or resil_store_txn_pg(tx)
+ * (the other one returns NULL); it must not commit or roll back that
+ * transaction itself.
+ *
+ * Return RESIL_OK with *out filled to commit: *out is zeroed before the call
+ * and copied by the store after it, so the buffers it points to must stay
+ * valid until resil_store_complete (or _recover) returns. Any other status
+ * rolls everything back: the operation stays PENDING (recoverable) and the
+ * effect's own SQL writes are undone. */
+typedef resil_status (*resil_op_effect_fn)(void *user, resil_store_txn *tx,
+                                           const resil_op_record *pending,
+                                           resil_op_response *out);
+
+/* The SQLite connection of the effect's transaction, or NULL on another
+ * backend. Since 0.1. */
+RESIL_API struct sqlite3 *resil_store_txn_sqlite(resil_store_txn *tx);
+/* The libpq connection (PGconn) of the effect's transaction, or NULL on
+ * another backend. Since 0.1. */
+RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
+
+/* Longest busy_timeout_ns accepted: one hour. */
+#define RESIL_STORE_BUSY_TIMEOUT_MAX_NS (INT64_C(3600) * INT64_C(1000000000))
+/* Largest pool_size accepted. */
+#define RESIL_STORE_POOL_MAX 64
+
+/* TEST ONLY fault hook: see resil_store_config.fault_before_terminal. */
+typedef resil_status (*resil_store_fault_fn)(void *user, const char *key);
+
+typedef struct resil_store_config {
+  /* Set to 1 by resil_store_config_init. */
+  unsigned version;
+  /* How long a call waits for a locked database (SQLite busy_timeout), a
+   * locked row (PostgreSQL lock_timeout) or a free pooled connection before
+   * it gives up with RESIL_ETIMEDOUT; also the PostgreSQL connect timeout
+   * (rounded up to whole seconds, at least 2 s).
+   * 0..RESIL_STORE_BUSY_TIMEOUT_MAX_NS nanoseconds, millisecond resolution;
+   * 0 = do not wait (PostgreSQL: 1 ms, as its 0 means "wait forever").
+   * Default 5 s. */
+  int64_t busy_timeout_ns;
+  /* Connections kept open, 1..RESIL_STORE_POOL_MAX: the number of calls that
+   * run at once; others wait for a free one. Default 4. */
+  uint32_t pool_size;
+  /* NULL = malloc/free. Also used for the buffers of records filled by the
+   * store (resil_op_record.alloc). */
+  const resil_allocator *alloc;
+  /* NULL = the system clock. Only wall_ms is read: timestamps and the age
+   * thresholds of recover and sweep. Waits use real time. */
+  const resil_clock *clock;
+  /* TEST ONLY, loudly named: commit the effect in its own transaction BEFORE
+   * writing the terminal state in a second one. This is the bug class the I7
+   * negative control must catch (a failure between the two leaves a PENDING
+   * operation whose effect is already committed, and recovery runs it
+   * again). Never set it in production. 0 or 1. Default 0. */
+  int unsafe_commit_effect_early;
+  /* TEST ONLY fault injection: when not NULL, called by every completion
+   * after the effect returned RESIL_OK and before the terminal state is
+   * written (inside the transaction, or with unsafe_commit_effect_early
+   * after the effect's own commit). Any status but RESIL_OK makes the
+   * completion fail there: it rolls back and returns that status. A test may
+   * also end the process in it (DESIGN §7 I8). Default NULL. */
+  resil_store_fault_fn fault_before_terminal;
+  void *fault_user;
+} resil_store_config;
+
+/* Writes the documented defaults (version 1). Since 0.1. */
+RESIL_API void resil_store_config_init(resil_store_config *cfg);
+
+/* Opens (and creates or migrates) the store at uri:
+ *   "sqlite:/path/to/file.db"  any path but ":memory:" and "" (an in-memory
+ *                              database would not be shared by the pool);
+ *   "postgresql://user@127.0.0.1:5432/db" or "postgres://..." (a libpq URI,
+ *                              passed to libpq unchanged: options such as
+ *                              ?sslmode=... or ?options=-csearch_path%3Dx
+ *                              work).
+ * cfg may be NULL (defaults). Opens pool_size connections at once. Every
+ * connection sets WAL, synchronous=FULL and the busy timeout (SQLite), or
+ * lock_timeout (PostgreSQL).
+ * Returns RESIL_OK with *out set; RESIL_EINVAL (err->field names "uri",
+ * "out" or the config field); RESIL_EIO (cannot open or connect, not a
+ * database, read-only, a schema version newer than this library; err->msg
+ * says which); RESIL_ETIMEDOUT (locked beyond busy_timeout_ns while
+ * migrating); RESIL_ENOMEM; RESIL_ESYS (no mutex or condition variable
+ * for the pool). err may be NULL. Thread-safe. Since 0.1. */
+RESIL_API resil_status resil_store_open(const char *uri,
+                                        const resil_store_config *cfg,
+                                        resil_store **out, resil_error *err);
+/* Closes every connection and frees s. NULL is a no-op. Needs exclusive
+ * access: no other call on s may be running. Since 0.1. */
+RESIL_API void resil_store_close(resil_store *s);
+
+/* "sqlite" or "postgresql"; "" for an invalid handle. Since 0.1. */
+RESIL_API const char *resil_store_backend(const resil_store *s);
+
+/* Why the calling thread's most recent call on s failed, e.g.
+ * "begin: insert: database or disk is full (SQLite code 13)", or "" when that
+ * call succeeded. Kept per thread, so one thread never sees another's
+ * errors; owned by the library and valid until the calling thread's next
+ * call on s. "" for NULL or an invalid handle. Thread-safe. Since 0.1. */
+RESIL_API const char *resil_store_errmsg(const resil_store *s);
+/* The same failure as data: status, field (e.g. "key" for a rejected key,
+ * "body" for a body pointer missing; empty when no argument was at fault)
+ * and msg (shortened to fit). Fills *out with status RESIL_OK and empty
+ * texts when the calling thread's most recent call on s succeeded. out may
+ * be NULL. Thread-safe. Since 0.1. */
+RESIL_API void resil_store_last_error(const resil_store *s, resil_error *out);
+
+/* Starts (or finds) the operation `key` for the request req, in one
+ * transaction:
+ *   - unknown key: stores PENDING with the fingerprint and the request,
+ *     attempts 1: *result = RESIL_OP_NEW; the caller now owns it and runs
+ *     resil_store_complete();
+ *   - COMMITTED or FAILED with the same fingerprint: RESIL_OP_REPLAY, rec
+ *     holds the stored response;
+ *   - PENDING with the same fingerprint: RESIL_OP_IN_PROGRESS;
+ *   - a different fingerprint (method, path or body differ):
+ *     RESIL_OP_CONFLICT; rec then holds the stored key, state, fingerprint,
+ *     method, path and timestamps but no response and no request body.
+ * An existing key's attempt count is incremented, except when its row is
+ * locked at that moment (a completion or another begin is running on it):
+ * then the answer comes from the last committed state without waiting, and
+ * that begin is not counted. begin never waits for a running effect.
+ * rec may be NULL; otherwise it must be initialised (resil_op_record_init)
+ * and receives the operation as stored after this call.
+ * Returns RESIL_OK; RESIL_EINVAL (bad key, request or pointer; see
+ * resil_store_last_error for the field); RESIL_EMISUSE (invalid handle);
+ * RESIL_EIO; RESIL_ETIMEDOUT; RESIL_ENOMEM. On any error nothing was stored
+ * and *result is unspecified. Thread-safe. Since 0.1. */
+RESIL_API resil_status resil_store_begin(resil_store *s, const char *key,
+                                         const resil_op_request *req,
+                                         resil_op_begin_result *result,
+                                         resil_op_record *rec);
+
+/* Completes the PENDING operation `key`: in one transaction, locks its row,
+ * runs effect(user, tx, pending, &out) and writes the terminal state
+ * (COMMITTED, or FAILED when out.failed is 1) with out's response, then
+ * commits. If the operation is no longer PENDING (completed by someone else
+ * meanwhile) the effect is NOT run, and rec gets the stored record: callers
+ * tell the two apart by whether their effect ran.
+ * rec may be NULL; otherwise (initialised) it receives the final record.
+ * Returns RESIL_OK (committed by this call or already terminal);
+ * RESIL_ESTATE (no such key: rec->state is RESIL_OP_UNKNOWN);
+ * RESIL_EINVAL (bad key or effect NULL, or the effect's response is
+ * invalid: status outside 100..599, a NULL buffer with a length, failed not
+ * 0 or 1; then it rolls back); whatever the effect or the fault hook
+ * returned when it was not RESIL_OK (rolled back, still PENDING);
+ * RESIL_EMISUSE (invalid handle, or the transaction was no longer open
+ * after the effect: it ended it, or an error in its SQL made SQLite roll it
+ * back); RESIL_EIO (also when an error in the effect's SQL aborted the
+ * PostgreSQL transaction); RESIL_ETIMEDOUT; RESIL_ENOMEM. Every failure
+ * leaves the operation PENDING with the effect's own writes undone.
+ * Thread-safe. Since 0.1. */
+RESIL_API resil_status resil_store_complete(resil_store *s, const char *key,
+                                            resil_op_effect_fn effect,
+                                            void *user, resil_op_record *rec);
+
+/* The operation `key` as stored, read in one consistent snapshot:
+ * COMMITTED or FAILED with the result, PENDING, or, when there is no such
+ * key, rec->state = RESIL_OP_UNKNOWN with RESIL_OK (UNKNOWN is not "did not
+ * happen": the key may have been swept, or belong to another store).
+ * rec must be initialised. Returns RESIL_OK; RESIL_EINVAL (bad key, rec
+ * NULL); RESIL_EMISUSE; RESIL_EIO; RESIL_ETIMEDOUT (no free connection);
+ * RESIL_ENOMEM. Thread-safe. Since 0.1. */
+RESIL_API resil_status resil_store_status(resil_store *s, const char *key,
+                                          resil_op_record *rec);
+
+/* Re-drives PENDING operations whose updated_ms is at or before
+ * now - older_than_ns, oldest first, at most max_ops per call, each through
+ * resil_store_complete()'s lock and transaction (effect called with the
+ * pending record, so a concurrent completion never runs a second effect).
+ * An operation whose effect (or the fault hook) fails stays PENDING, and its
+ * updated_ms is moved to now so that the next call tries the others first
+ * and retries it only after older_than_ns again.
+ * *recovered (may be NULL) gets the number of operations this call moved to
+ * a terminal state. older_than_ns >= 0; max_ops 0 does nothing.
+ * Returns RESIL_OK when every selected operation was handled; the first
+ * failing effect's status after trying all of them; RESIL_EINVAL
+ * (older_than_ns < 0, effect NULL); RESIL_EMISUSE; and at once, with
+ * *recovered counting what was done: RESIL_EIO, RESIL_ETIMEDOUT,
+ * RESIL_ENOMEM. Thread-safe; several recoverers may run at once (in one
+ * process or several). Since 0.1. */
+RESIL_API resil_status resil_store_recover(resil_store *s, int64_t older_than_ns,
+                                           uint32_t max_ops,
+                                           resil_op_effect_fn effect, void *user,
+                                           uint32_t *recovered);
+
+/* Retention: deletes COMMITTED and FAILED operations whose updated_ms is at
+ * or before now - older_than_ns, oldest first, at most max_rows per call
+ * (call again while *deleted == max_rows). PENDING operations are never
+ * deleted. *deleted may be NULL. older_than_ns >= 0; max_rows 0 does
+ * nothing. Returns RESIL_OK; RESIL_EINVAL; RESIL_EMISUSE; RESIL_EIO;
+ * RESIL_ETIMEDOUT; RESIL_ENOMEM. Thread-safe. Since 0.1. */
+RESIL_API resil_status resil_store_sweep(resil_store *s, int64_t older_than_ns,
+                                         uint32_t max_rows, uint32_t *deleted);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,835 @@
+/* The operation store's backend-independent half: validation, fingerprints,
+ * the connection pool, the begin decision, the completion protocol, recovery
+ * and error reporting. The backends (store_sqlite.c, store_pg.c) provide the
+ * transactions and the SQL. */
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/store_int.h"
+
+/* ---- per-thread error text ---------------------------------------------
+ * A store is shared by many threads, so "the last error" is kept per thread:
+ * one thread's failure never replaces the message another is about to read.
+ * The store's id (not its address, which malloc may reuse) says which store
+ * the text belongs to. */
+typedef struct store_tls_err {
+  uint64_t id;
+  const char *op;
+  resil_error err;
+  char msg[512];
+} store_tls_err;
+
+static _Thread_local store_tls_err t_err;
+static atomic_uint_fast64_t next_store_id = 1;
+
+/* Starts a public call on s: forgets the previous call's error. */
+static void enter(const resil_store *s, const char *op) {
+  if (t_err.id == s->id) t_err.id = 0;
+  t_err.op = op;
+}
+
+resil_status resil__store_fail(resil_store *s, resil_status st,
+                               const char *field, const char *fmt, ...) {
+  char text[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  t_err.id = s->id;
+  memset(&t_err.err, 0, sizeof t_err.err);
+  t_err.err.status = st;
+  const char *op = t_err.op ? t_err.op : "store";
+  if (field) {
+    snprintf(t_err.err.field, sizeof t_err.err.field, "%s", field);
+    snprintf(t_err.msg, sizeof t_err.msg, "%s: %s: %s", op, field, text);
+  } else {
+    snprintf(t_err.msg, sizeof t_err.msg, "%s: %s", op, text);
+  }
+  size_t n = strlen(t_err.msg);
+  if (n >= sizeof t_err.err.msg) n = sizeof t_err.err.msg - 1;
+  memcpy(t_err.err.msg, t_err.msg, n);
+  t_err.err.msg[n] = '\0';
+  return st;
+}
+
+const char *resil_store_errmsg(const resil_store *s) {
+  if (!s || s->magic != RESIL_MAGIC_STORE || t_err.id != s->id) return "";
+  return t_err.msg;
+}
+
+void resil_store_last_error(const resil_store *s, resil_error *out) {
+  if (!out) return;
+  if (!s || s->magic != RESIL_MAGIC_STORE || t_err.id != s->id) {
+    resil_error_clear(out);
+    return;
+  }
+  *out = t_err.err;
+}
+
+/* ---- names and records ------------------------------------------------- */
+
+const char *resil_op_state_name(resil_op_state st) {
+  switch (st) {
+  case RESIL_OP_PENDING: return "PENDING";
+  case RESIL_OP_COMMITTED: return "COMMITTED";
+  case RESIL_OP_FAILED: return "FAILED";
+  case RESIL_OP_UNKNOWN: break;
+  }
+  return "UNKNOWN";
+}
+
+const char *resil_op_begin_result_name(resil_op_begin_result r) {
+  switch (r) {
+  case RESIL_OP_NEW: return "NEW";
+  case RESIL_OP_REPLAY: return "REPLAY";
+  case RESIL_OP_IN_PROGRESS: return "IN_PROGRESS";
+  case RESIL_OP_CONFLICT: return "CONFLICT";
+  }
+  return "?";
+}
+
+void resil_op_record_init(resil_op_record *r) {
+  if (r) memset(r, 0, sizeof *r);
+}
+
+static void free_response(resil_op_record *r) {
+  resil__free(r->alloc, r->headers);
+  resil__free(r->alloc, r->body);
+  r->headers = NULL;
+  r->body = NULL;
+  r->headers_len = 0;
+  r->body_len = 0;
+  r->status = 0;
+}
+
+void resil_op_record_clear(resil_op_record *r) {
+  if (!r) return;
+  free_response(r);
+  resil__free(r->alloc, r->path);
+  resil__free(r->alloc, r->request_body);
+  memset(r, 0, sizeof *r);
+}
+
+/* Moves *from into *to (releasing what *to held), leaving *from empty. */
+static void rec_move(resil_op_record *to, resil_op_record *from) {
+  if (to) {
+    resil_op_record_clear(to);
+    *to = *from;
+  } else {
+    resil_op_record_clear(from);
+  }
+  memset(from, 0, sizeof *from);
+}
+
+/* A NUL-terminated copy of p[0..n): text can be printed as is. */
+static void *dup_bytes(const resil_allocator *a, const void *p, size_t n) {
+  char *d = resil__alloc(a, n + 1);
+  if (!d) return NULL;
+  if (n) memcpy(d, p, n);
+  d[n] = '\0';
+  return d;
+}
+
+resil_status resil__rec_set(resil_store *s, resil_op_record *rec,
+                            const resil__row *row) {
+  if (row->key_len < 1 || row->key_len > RESIL_STORE_KEY_MAX ||
+      row->method_len < 1 || row->method_len > RESIL_OP_METHOD_MAX ||
+      row->fingerprint_len != 32 || row->state < RESIL_OP_PENDING ||
+      row->state > RESIL_OP_FAILED ||
+      (row->state == RESIL_OP_PENDING) == (row->has_response != 0) ||
+      (row->has_response && (row->status < 100 || row->status > 599)) ||
+      row->attempts < 0)
+    return resil__store_fail(s, RESIL_EIO, NULL,
+                             "a stored row is not a valid operation (key "
+                             "length %zu, state %d): damaged or foreign table",
+                             row->key_len, row->state);
+  resil_op_record t;
+  memset(&t, 0, sizeof t);
+  t.alloc = s->alloc;
+  memcpy(t.key, row->key, row->key_len);
+  t.state = (resil_op_state)row->state;
+  memcpy(t.fingerprint, row->fingerprint, 32);
+  memcpy(t.method, row->method, row->method_len);
+  t.path = dup_bytes(s->alloc, row->path, row->path_len);
+  t.request_body = dup_bytes(s->alloc, row->request_body, row->request_body_len);
+  t.request_body_len = row->request_body_len;
+  int ok = t.path && t.request_body;
+  if (ok && row->has_response) {
+    t.status = row->status;
+    t.headers = dup_bytes(s->alloc, row->headers, row->headers_len);
+    t.headers_len = row->headers_len;
+    t.body = dup_bytes(s->alloc, row->body, row->body_len);
+    t.body_len = row->body_len;
+    ok = t.headers && t.body;
+  }
+  t.created_ms = row->created_ms;
+  t.updated_ms = row->updated_ms;
+  t.attempts = row->attempts > UINT32_MAX ? UINT32_MAX : (uint32_t)row->attempts;
+  if (!ok) {
+    resil_op_record_clear(&t);
+    return resil__store_fail(s, RESIL_ENOMEM, NULL, "out of memory copying a record");
+  }
+  resil_op_record_clear(rec);
+  *rec = t;
+  return RESIL_OK;
+}
+
+resil_status resil__keylist_add(resil_store *s, resil__keylist *kl,
+                                const char *key, size_t len) {
+  if (kl->count == kl->cap) {
+    uint32_t cap = kl->cap ? kl->cap * 2 : 16;
+    char **k = resil__alloc(s->alloc, cap * sizeof *k);
+    if (!k) return resil__store_fail(s, RESIL_ENOMEM, NULL, "out of memory listing keys");
+    if (kl->count) memcpy(k, kl->keys, kl->count * sizeof *k);
+    resil__free(s->alloc, kl->keys);
+    kl->keys = k;
+    kl->cap = cap;
+  }
+  char *d = dup_bytes(s->alloc, key, len);
+  if (!d) return resil__store_fail(s, RESIL_ENOMEM, NULL, "out of memory listing keys");
+  kl->keys[kl->count++] = d;
+  return RESIL_OK;
+}
+
+static void keylist_free(resil_store *s, resil__keylist *kl) {
+  for (uint32_t i = 0; i < kl->count; i++) resil__free(s->alloc, kl->keys[i]);
+  resil__free(s->alloc, kl->keys);
+  memset(kl, 0, sizeof *kl);
+}
+
+/* ---- validation ----------------------------------------------------------- */
+
+static resil_status check_key(resil_store *s, const char *key) {
+  if (!key) return resil__store_fail(s, RESIL_EINVAL, "key", "must not be NULL");
+  size_t n = 0;
+  for (; key[n]; n++) {
+    unsigned char c = (unsigned char)key[n];
+    if (n >= RESIL_STORE_KEY_MAX)
+      return resil__store_fail(s, RESIL_EINVAL, "key",
+                               "must be 1..%d visible ASCII characters, got more",
+                               RESIL_STORE_KEY_MAX);
+    if (c < 0x21 || c > 0x7e)
+      return resil__store_fail(s, RESIL_EINVAL, "key",
+                               "must be visible ASCII (0x21..0x7e), got byte "
+                               "0x%02x at offset %zu", c, n);
+  }
+  if (n == 0)
+    return resil__store_fail(s, RESIL_EINVAL, "key",
+                             "must be 1..%d visible ASCII characters, got none",
+                             RESIL_STORE_KEY_MAX);
+  return RESIL_OK;
+}
+
+/* Well-formed UTF-8 (no overlongs, surrogates or code points past
+ * U+10FFFF): PostgreSQL refuses anything else in a text column, and both
+ * backends must accept the same requests. */
+static int utf8_valid(const unsigned char *p, size_t *len) {
+  size_t i = 0;
+  while (p[i]) {
+    unsigned c = p[i];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      n = 1;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return 0;
+    }
+    for (size_t k = 1; k <= n; k++) {
+      if ((p[i + k] & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (p[i + k] & 0x3fu);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
+        (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+      return 0;
+    i += n + 1;
+  }
+  *len = i;
+  return 1;
+}
+
+static resil_status check_request(resil_store *s, const resil_op_request *req,
+                                  size_t *method_len, size_t *path_len) {
+  if (!req) return resil__store_fail(s, RESIL_EINVAL, "req", "must not be NULL");
+  if (!req->method)
+    return resil__store_fail(s, RESIL_EINVAL, "method", "must not be NULL");
+  size_t n = 0;
+  for (; req->method[n]; n++) {
+    unsigned char c = (unsigned char)req->method[n];
+    if (n >= RESIL_OP_METHOD_MAX || c < 0x21 || c > 0x7e)
+      return resil__store_fail(s, RESIL_EINVAL, "method",
+                               "must be 1..%d visible ASCII characters",
+                               RESIL_OP_METHOD_MAX);
+  }
+  if (n == 0)
+    return resil__store_fail(s, RESIL_EINVAL, "method",
+                             "must be 1..%d visible ASCII characters, got none",
+                             RESIL_OP_METHOD_MAX);
+  *method_len = n;
+  if (!req->path) return resil__store_fail(s, RESIL_EINVAL, "path", "must not be NULL");
+  if (!utf8_valid((const unsigned char *)req->path, path_len))
+    return resil__store_fail(s, RESIL_EINVAL, "path", "must be valid UTF-8");
+  if (!req->body && req->body_len)
+    return resil__store_fail(s, RESIL_EINVAL, "body",
+                             "is NULL with body_len %zu", req->body_len);
+  return RESIL_OK;
+}
+
+static resil_status check_response(resil_store *s, const resil_op_response *r) {
+  if (r->status < 100 || r->status > 599)
+    return resil__store_fail(s, RESIL_EINVAL, "status",
+                             "the effect's response status must be 100..599, got %d",
+                             r->status);
+  if (!r->headers && r->headers_len)
+    return resil__store_fail(s, RESIL_EINVAL, "headers",
+                             "the effect's response headers are NULL with length %zu",
+                             r->headers_len);
+  if (!r->body && r->body_len)
+    return resil__store_fail(s, RESIL_EINVAL, "body",
+                             "the effect's response body is NULL with length %zu",
+                             r->body_len);
+  if (r->failed != 0 && r->failed != 1)
+    return resil__store_fail(s, RESIL_EINVAL, "failed",
+                             "the effect's response failed flag must be 0 or 1, got %d",
+                             r->failed);
+  return RESIL_OK;
+}
+
+/* ---- fingerprint -------------------------------------------------------- */
+
+static int digest_part(EVP_MD_CTX *c, const void *p, size_t n) {
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)n >> (56 - 8 * i));
+  if (!EVP_DigestUpdate(c, len, sizeof len)) return 0;
+  return n == 0 || EVP_DigestUpdate(c, p, n);
+}
+
+static resil_status fingerprint(const resil_op_request *req, size_t method_len,
+                                size_t path_len, unsigned char out[32]) {
+  EVP_MD_CTX *c = EVP_MD_CTX_new();
+  if (!c) return RESIL_ENOMEM;
+  unsigned int n = 0;
+  int ok = EVP_DigestInit_ex(c, EVP_sha256(), NULL) &&
+           digest_part(c, req->method, method_len) &&
+           digest_part(c, req->path, path_len) &&
+           digest_part(c, req->body, req->body_len) &&
+           EVP_DigestFinal_ex(c, out, &n) && n == 32;
+  EVP_MD_CTX_free(c);
+  return ok ? RESIL_OK : RESIL_EIO;
+}
+
+resil_status resil_op_fingerprint(const resil_op_request *req, unsigned char out[32]) {
+  if (!req || !out || !req->method || !req->path || (!req->body && req->body_len))
+    return RESIL_EINVAL;
+  return fingerprint(req, strlen(req->method), strlen(req->path), out);
+}
+
+/* ---- config, open, close -------------------------------------------------- */
+
+void resil_store_config_init(resil_store_config *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->version = 1;
+  cfg->busy_timeout_ns = 5 * RESIL_NS_PER_S;
+  cfg->pool_size = 4;
+}
+
+static inline int valid(const resil_store *s) {
+  return s && s->magic == RESIL_MAGIC_STORE;
+}
+
+static void free_store(resil_store *s, int sync_ready) {
+  for (uint32_t i = 0; i < s->nconns; i++) s->be->disconnect(s, s->conns[i]);
+  if (sync_ready) {
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+  }
+  resil__free(s->alloc, s->conns);
+  resil__free(s->alloc, s->idle);
+  resil__free(s->alloc, s->target);
+  s->magic = RESIL_MAGIC_DEAD;
+  resil__free(s->alloc, s);
+}
+
+static int sync_init(resil_store *s) {
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca)) return 0;
+  int ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+           pthread_cond_init(&s->cv, &ca) == 0;
+  pthread_condattr_destroy(&ca);
+  if (!ok) return 0;
+  if (pthread_mutex_init(&s->mu, NULL)) {
+    pthread_cond_destroy(&s->cv);
+    return 0;
+  }
+  return 1;
+}
+
+resil_status resil_store_open(const char *uri, const resil_store_config *cfg,
+                              resil_store **out, resil_error *err) {
+  if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
+  *out = NULL;
+  resil_store_config defaults;
+  if (!cfg) {
+    resil_store_config_init(&defaults);
+    cfg = &defaults;
+  }
+  resil_status st;
+  if ((st = resil__check_range(err, "version", cfg->version, 1, 1)) ||
+      (st = resil__check_range(err, "busy_timeout_ns", cfg->busy_timeout_ns, 0,
+                               RESIL_STORE_BUSY_TIMEOUT_MAX_NS)) ||
+      (st = resil__check_range(err, "pool_size", cfg->pool_size, 1,
+                               RESIL_STORE_POOL_MAX)) ||
+      (st = resil__check_range(err, "unsafe_commit_effect_early",
+                               cfg->unsafe_commit_effect_early, 0, 1)))
+    return st;
+  if (!uri) return resil__err(err, RESIL_EINVAL, "uri", "must not be NULL");
+  const resil__store_backend *be;
+  const char *target;
+  if (strncmp(uri, "sqlite:", 7) == 0) {
+    be = &resil__store_sqlite;
+    target = uri + 7;
+    if (!*target || strcmp(target, ":memory:") == 0)
+      return resil__err(err, RESIL_EINVAL, "uri",
+                        "sqlite: needs a file path (an in-memory database "
+                        "would not be shared by the pool), got '%.60s'", uri);
+  } else if (strncmp(uri, "postgresql://", 13) == 0 ||
+             strncmp(uri, "postgres://", 11) == 0) {
+    be = &resil__store_pg;
+    target = uri;
+  } else {
+    return resil__err(err, RESIL_EINVAL, "uri",
+                      "must start with 'sqlite:' or 'postgresql://', got '%.60s'", uri);
+  }
+
+  resil_store *s = resil__calloc(cfg->alloc, sizeof *s);
+  if (!s) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  s->alloc = cfg->alloc;
+  s->be = be;
+  s->id = atomic_fetch_add(&next_store_id, 1);
+  s->busy_timeout_ms = cfg->busy_timeout_ns / RESIL_NS_PER_MS;
+  s->pool_size = cfg->pool_size;
+  s->clock = resil__clock(cfg->clock);
+  s->unsafe_commit_effect_early = cfg->unsafe_commit_effect_early;
+  s->fault_before_terminal = cfg->fault_before_terminal;
+  s->fault_user = cfg->fault_user;
+  int ok;
+  s->target = resil__strdup(s->alloc, target, &ok);
+  s->conns = resil__calloc(s->alloc, cfg->pool_size * sizeof *s->conns);
+  s->idle = resil__calloc(s->alloc, cfg->pool_size * sizeof *s->idle);
+  if (!s->target || !s->conns || !s->idle) {
+    free_store(s, 0);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  if (!sync_init(s)) {
+    free_store(s, 0);
+    return resil__err(err, RESIL_ESYS, NULL, "cannot create the pool's mutex");
+  }
+  enter(s, "open");
+  for (uint32_t i = 0; i < cfg->pool_size; i++) {
+    void *c = NULL;
+    st = be->connect(s, &c, i == 0);
+    if (st) {
+      if (err) *err = t_err.err;
+      t_err.id = 0;
+      free_store(s, 1);
+      return st;
+    }
+    s->conns[s->nconns++] = c;
+    s->idle[s->nidle++] = c;
+  }
+  s->magic = RESIL_MAGIC_STORE;
+  *out = s;
+  return RESIL_OK;
+}
+
+void resil_store_close(resil_store *s) {
+  if (!valid(s)) return;
+  if (t_err.id == s->id) t_err.id = 0;
+  free_store(s, 1);
+}
+
+const char *resil_store_backend(const resil_store *s) {
+  return valid(s) ? s->be->name : "";
+}
+
+struct sqlite3 *resil_store_txn_sqlite(resil_store_txn *tx) {
+  return tx ? tx->sqlite : NULL;
+}
+
+struct pg_conn *resil_store_txn_pg(resil_store_txn *tx) {
+  return tx ? tx->pg : NULL;
+}
+
+/* ---- the pool --------------------------------------------------------------- */
+
+static resil_status pool_get(resil_store *s, void **conn) {
+  pthread_mutex_lock(&s->mu);
+  if (s->nidle == 0) {
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    int64_t ns = dl.tv_nsec + (s->busy_timeout_ms % 1000) * RESIL_NS_PER_MS;
+    dl.tv_sec += (time_t)(s->busy_timeout_ms / 1000 + ns / RESIL_NS_PER_S);
+    dl.tv_nsec = (long)(ns % RESIL_NS_PER_S);
+    while (s->nidle == 0) {
+      int rc = pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+      if (rc == ETIMEDOUT && s->nidle == 0) {
+        pthread_mutex_unlock(&s->mu);
+        return resil__store_fail(s, RESIL_ETIMEDOUT, NULL,
+                                 "no free connection in the pool (%u) within "
+                                 "busy_timeout (%lld ms)",
+                                 s->pool_size, (long long)s->busy_timeout_ms);
+      }
+    }
+  }
+  *conn = s->idle[--s->nidle];
+  pthread_mutex_unlock(&s->mu);
+  return RESIL_OK;
+}
+
+static void pool_put(resil_store *s, void *conn) {
+  pthread_mutex_lock(&s->mu);
+  s->idle[s->nidle++] = conn;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Takes a connection and makes it usable (reconnecting a lost one). */
+static resil_status acquire(resil_store *s, void **conn) {
+  resil_status st = pool_get(s, conn);
+  if (st) return st;
+  st = s->be->ready(s, *conn);
+  if (st) pool_put(s, *conn);
+  return st;
+}
+
+static int64_t wall_ms(const resil_store *s) {
+  return resil_clock_wall_ms(s->clock);
+}
+
+/* now - age, rounding the age up to whole milliseconds so that "older than"
+ * never admits a row younger than asked. */
+static int64_t cutoff_ms(const resil_store *s, int64_t older_than_ns) {
+  int64_t age_ms = older_than_ns / RESIL_NS_PER_MS + (older_than_ns % RESIL_NS_PER_MS != 0);
+  return resil__sat_add(wall_ms(s), -age_ms);
+}
+
+/* ---- begin ------------------------------------------------------------------ */
+
+resil_status resil_store_begin(resil_store *s, const char *key,
+                               const resil_op_request *req,
+                               resil_op_begin_result *result,
+                               resil_op_record *rec) {
+  if (!valid(s)) return RESIL_EMISUSE;
+  enter(s, "begin");
+  resil_status st;
+  resil__op_input in;
+  memset(&in, 0, sizeof in);
+  if ((st = check_key(s, key)) ||
+      (st = check_request(s, req, &in.method_len, &in.path_len)))
+    return st;
+  if (!result) return resil__store_fail(s, RESIL_EINVAL, "result", "must not be NULL");
+  in.key = key;
+  in.req = req;
+  if ((st = fingerprint(req, in.method_len, in.path_len, in.fingerprint)))
+    return resil__store_fail(s, st, NULL, "cannot compute the SHA-256 fingerprint");
+  in.now_ms = wall_ms(s);
+
+  /* The record a NEW answer returns is built before the insert commits, so
+   * that running out of memory can never hide a PENDING operation the caller
+   * would not know it owns. */
+  resil_op_record fresh, cur;
+  resil_op_record_init(&fresh);
+  resil_op_record_init(&cur);
+  if (rec) {
+    resil__row row = {
+        .key = key, .key_len = strlen(key), .state = RESIL_OP_PENDING,
+        .fingerprint = in.fingerprint, .fingerprint_len = 32,
+        .method = req->method, .method_len = in.method_len,
+        .path = req->path, .path_len = in.path_len,
+        .request_body = req->body, .request_body_len = req->body_len,
+        .created_ms = in.now_ms, .updated_ms = in.now_ms, .attempts = 1};
+    if ((st = resil__rec_set(s, &fresh, &row))) return st;
+  }
+
+  void *conn = NULL;
+  if ((st = acquire(s, &conn))) {
+    resil_op_record_clear(&fresh);
+    return st;
+  }
+  int inserted = 0, counted = 0;
+  st = s->be->begin(s, conn, &in, &inserted, &counted, &cur);
+  pool_put(s, conn);
+  if (st) {
+    resil_op_record_clear(&fresh);
+    resil_op_record_clear(&cur);
+    return st;
+  }
+  if (inserted) {
+    *result = RESIL_OP_NEW;
+    resil_op_record_clear(&cur);
+    rec_move(rec, &fresh);
+    return RESIL_OK;
+  }
+  resil_op_record_clear(&fresh);
+  if (memcmp(cur.fingerprint, in.fingerprint, 32) != 0) {
+    /* Another request's result is not this caller's business. */
+    *result = RESIL_OP_CONFLICT;
+    free_response(&cur);
+    resil__free(cur.alloc, cur.request_body);
+    cur.request_body = NULL;
+    cur.request_body_len = 0;
+  } else if (cur.state == RESIL_OP_PENDING) {
+    *result = RESIL_OP_IN_PROGRESS;
+  } else {
+    *result = RESIL_OP_REPLAY;
+  }
+  rec_move(rec, &cur);
+  return RESIL_OK;
+}
+
+/* ---- complete ------------------------------------------------------------- */
+
+/* Stores a copy of the effect's response in r, the record to return after
+ * the commit: prepared before anything commits, so that no allocation can
+ * fail once the terminal state is durable. */
+static resil_status set_response(resil_store *s, resil_op_record *r,
+                                 const resil_op_response *out, int64_t now_ms) {
+  char *h = dup_bytes(s->alloc, out->headers, out->headers_len);
+  void *b = dup_bytes(s->alloc, out->body, out->body_len);
+  if (!h || !b) {
+    resil__free(s->alloc, h);
+    resil__free(s->alloc, b);
+    return resil__store_fail(s, RESIL_ENOMEM, NULL, "out of memory copying the response");
+  }
+  free_response(r);
+  r->state = out->failed ? RESIL_OP_FAILED : RESIL_OP_COMMITTED;
+  r->status = out->status;
+  r->headers = h;
+  r->headers_len = out->headers_len;
+  r->body = b;
+  r->body_len = out->body_len;
+  r->updated_ms = now_ms;
+  return RESIL_OK;
+}
+
+typedef struct completion {
+  int found;         /* the key exists */
+  int committed;     /* this call wrote the terminal state */
+  int effect_failed; /* the effect, its response or the fault hook failed */
+} completion;
+
+/* The completion protocol on one connection: lock the row; if it is still
+ * PENDING, run the effect and write the terminal state in the same
+ * transaction; commit. With unsafe_commit_effect_early the effect's
+ * transaction is committed first, on purpose (I7's negative control). */
+static resil_status complete_on(resil_store *s, void *conn, const char *key,
+                                resil_op_effect_fn effect, void *user,
+                                resil_op_record *rec, completion *c) {
+  const resil__store_backend *be = s->be;
+  memset(c, 0, sizeof *c);
+  resil_op_record cur;
+  resil_op_record_init(&cur);
+  resil_status st = be->txn_begin(s, conn);
+  if (st) return st;
+  if ((st = be->lock_row(s, conn, key, &cur, &c->found))) goto fail;
+  if (!c->found || cur.state != RESIL_OP_PENDING) {
+    /* Nothing to do: completed by someone else meanwhile (or unknown). The
+     * transaction wrote nothing. */
+    be->txn_rollback(s, conn);
+    if (c->found) rec_move(rec, &cur);
+    return RESIL_OK;
+  }
+  resil_store_txn tx = {0};
+  be->txn_fill(conn, &tx);
+  resil_op_response out;
+  memset(&out, 0, sizeof out);
+  st = effect(user, &tx, &cur, &out);
+  if (st) {
+    c->effect_failed = 1;
+    resil__store_fail(s, st, NULL, "the effect for '%s' returned %s; rolled back",
+                      key, resil_status_name(st));
+    goto fail;
+  }
+  int open = be->txn_open(s, conn);
+  if (open <= 0) {
+    /* Whatever the effect wrote is not bound to the terminal state any
+     * more: fail, and let recovery try again later. */
+    c->effect_failed = 1;
+    st = open == 0
+             ? resil__store_fail(s, RESIL_EMISUSE, NULL,
+                                 "the transaction for '%s' was no longer open after the "
+                                 "effect (the effect ended it, or an error in its SQL "
+                                 "rolled it back)", key)
+             : resil__store_fail(s, RESIL_EIO, NULL,
+                                 "an error in the effect's SQL aborted the transaction "
+                                 "for '%s'", key);
+    goto fail;
+  }
+  if ((st = check_response(s, &out))) {
+    c->effect_failed = 1;
+    goto fail;
+  }
+  int64_t now = wall_ms(s);
+  if ((st = set_response(s, &cur, &out, now))) goto fail;
+  if (s->unsafe_commit_effect_early && (st = be->txn_commit(s, conn))) goto fail;
+  if (s->fault_before_terminal) {
+    st = s->fault_before_terminal(s->fault_user, key);
+    if (st) {
+      c->effect_failed = 1;
+      resil__store_fail(s, st, NULL,
+                        "fault injected before the terminal state of '%s' (%s)",
+                        key, resil_status_name(st));
+      goto fail;
+    }
+  }
+  if (s->unsafe_commit_effect_early && (st = be->txn_begin(s, conn))) goto fail;
+  if ((st = be->write_terminal(s, conn, key, &out, now))) goto fail;
+  if ((st = be->txn_commit(s, conn))) goto fail;
+  c->committed = 1;
+  rec_move(rec, &cur);
+  return RESIL_OK;
+fail:
+  be->txn_rollback(s, conn);
+  resil_op_record_clear(&cur);
+  return st;
+}
+
+resil_status resil_store_complete(resil_store *s, const char *key,
+                                  resil_op_effect_fn effect, void *user,
+                                  resil_op_record *rec) {
+  if (!valid(s)) return RESIL_EMISUSE;
+  enter(s, "complete");
+  resil_status st;
+  if ((st = check_key(s, key))) return st;
+  if (!effect) return resil__store_fail(s, RESIL_EINVAL, "effect", "must not be NULL");
+  void *conn = NULL;
+  if ((st = acquire(s, &conn))) return st;
+  completion c;
+  st = complete_on(s, conn, key, effect, user, rec, &c);
+  pool_put(s, conn);
+  if (st == RESIL_OK && !c.found) {
+    if (rec) {
+      resil_op_record_clear(rec);
+      snprintf(rec->key, sizeof rec->key, "%s", key);
+    }
+    return resil__store_fail(s, RESIL_ESTATE, "key", "no operation '%s' to complete", key);
+  }
+  return st;
+}
+
+/* ---- status -------------------------------------------------------------- */
+
+resil_status resil_store_status(resil_store *s, const char *key, resil_op_record *rec) {
+  if (!valid(s)) return RESIL_EMISUSE;
+  enter(s, "status");
+  resil_status st;
+  if ((st = check_key(s, key))) return st;
+  if (!rec) return resil__store_fail(s, RESIL_EINVAL, "rec", "must not be NULL");
+  void *conn = NULL;
+  if ((st = acquire(s, &conn))) return st;
+  resil_op_record cur;
+  resil_op_record_init(&cur);
+  int found = 0;
+  st = s->be->read_row(s, conn, key, &cur, &found);
+  pool_put(s, conn);
+  if (st) {
+    resil_op_record_clear(&cur);
+    return st;
+  }
+  if (!found) {
+    resil_op_record_clear(rec);
+    snprintf(rec->key, sizeof rec->key, "%s", key);
+    return RESIL_OK;
+  }
+  rec_move(rec, &cur);
+  return RESIL_OK;
+}
+
+/* ---- recovery and retention ----------------------------------------------- */
+
+resil_status resil_store_recover(resil_store *s, int64_t older_than_ns,
+                                 uint32_t max_ops, resil_op_effect_fn effect,
+                                 void *user, uint32_t *recovered) {
+  if (!valid(s)) return RESIL_EMISUSE;
+  enter(s, "recover");
+  if (recovered) *recovered = 0;
+  if (older_than_ns < 0)
+    return resil__store_fail(s, RESIL_EINVAL, "older_than_ns",
+                             "must be >= 0, got %lld", (long long)older_than_ns);
+  if (!effect) return resil__store_fail(s, RESIL_EINVAL, "effect", "must not be NULL");
+  if (max_ops == 0) return RESIL_OK;
+  void *conn = NULL;
+  resil_status st;
+  if ((st = acquire(s, &conn))) return st;
+  resil__keylist kl = {0};
+  st = s->be->list_pending(s, conn, cutoff_ms(s, older_than_ns), max_ops, &kl);
+  resil_status first_effect_failure = RESIL_OK;
+  char effect_msg[sizeof t_err.msg];
+  resil_error effect_err;
+  uint32_t done = 0;
+  for (uint32_t i = 0; st == RESIL_OK && i < kl.count; i++) {
+    completion c;
+    resil_status one = complete_on(s, conn, kl.keys[i], effect, user, NULL, &c);
+    if (one == RESIL_OK) {
+      done += (uint32_t)c.committed;
+      continue;
+    }
+    if (!c.effect_failed) {
+      st = one; /* the store failed: stop here */
+      break;
+    }
+    if (first_effect_failure == RESIL_OK) {
+      first_effect_failure = one;
+      memcpy(effect_msg, t_err.msg, sizeof effect_msg);
+      effect_err = t_err.err;
+    }
+    /* Back off: the next call tries the other operations first. */
+    st = s->be->touch(s, conn, kl.keys[i], wall_ms(s));
+  }
+  pool_put(s, conn);
+  keylist_free(s, &kl);
+  if (recovered) *recovered = done;
+  if (st) return st;
+  if (first_effect_failure) {
+    t_err.id = s->id;
+    memcpy(t_err.msg, effect_msg, sizeof t_err.msg);
+    t_err.err = effect_err;
+    return first_effect_failure;
+  }
+  if (t_err.id == s->id) t_err.id = 0;
+  return RESIL_OK;
+}
+
+resil_status resil_store_sweep(resil_store *s, int64_t older_than_ns,
+                               uint32_t max_rows, uint32_t *deleted) {
+  if (!valid(s)) return RESIL_EMISUSE;
+  enter(s, "sweep");
+  if (deleted) *deleted = 0;
+  if (older_than_ns < 0)
+    return resil__store_fail(s, RESIL_EINVAL, "older_than_ns",
+                             "must be >= 0, got %lld", (long long)older_than_ns);
+  if (max_rows == 0) return RESIL_OK;
+  void *conn = NULL;
+  resil_status st;
+  if ((st = acquire(s, &conn))) return st;
+  uint32_t n = 0;
+  st = s->be->sweep(s, conn, cutoff_ms(s, older_than_ns), max_rows, &n);
+  pool_put(s, conn);
+  if (deleted) *deleted = n;
+  return st;
+}

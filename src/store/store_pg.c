@@ -1,0 +1,504 @@
+/* The server backend: PostgreSQL through libpq, for several instances
+ * sharing one store. One PGconn per pool slot.
+ *
+ * begin inserts with INSERT ... ON CONFLICT DO NOTHING (the unique key orders
+ * concurrent inserts: exactly one of them inserts). A completion locks the
+ * row with SELECT ... FOR UPDATE in the transaction that runs the effect and
+ * writes the terminal state, so a second completer (another request, another
+ * instance, recovery) waits for the first and then sees the terminal state.
+ * lock_timeout (from busy_timeout) bounds every lock wait: SQLSTATE 55P03
+ * becomes RESIL_ETIMEDOUT. A lost connection gives RESIL_EIO and is
+ * re-established the next time the pool hands the slot out.
+ *
+ * Results are requested in binary format: bytea columns arrive as raw bytes
+ * and integers as big-endian words, with no text escaping either way. */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_int.h"
+
+#define COLUMNS                                                                \
+  "key, state, fingerprint, method, path, request_body, status, headers, "    \
+  "body, created_ms, updated_ms, attempts"
+
+/* Schema version 1. A new version appends a migration step to migrate(). */
+#define SCHEMA_VERSION 1
+static const char schema_v1[] =
+    "CREATE TABLE resil_operations ("
+    " key TEXT COLLATE \"C\" PRIMARY KEY,"
+    " state INT NOT NULL CHECK (state IN (1, 2, 3)),"
+    " fingerprint BYTEA NOT NULL,"
+    " method TEXT NOT NULL,"
+    " path TEXT NOT NULL,"
+    " request_body BYTEA NOT NULL,"
+    " status INT,"
+    " headers BYTEA,"
+    " body BYTEA,"
+    " created_ms BIGINT NOT NULL,"
+    " updated_ms BIGINT NOT NULL,"
+    " attempts BIGINT NOT NULL);"
+    "CREATE INDEX resil_operations_state_age ON resil_operations (state, updated_ms);"
+    "INSERT INTO resil_schema (version) VALUES (1);";
+
+/* Serialises concurrent migrations of one database ("resil-st"). */
+#define MIGRATION_LOCK "8243160126213387636"
+
+typedef struct pg_slot {
+  PGconn *conn;
+} pg_slot;
+
+static void quiet_notices(void *arg, const char *message) {
+  (void)arg;
+  (void)message;
+}
+
+/* libpq's messages end with a newline; ours do not. */
+static const char *trimmed(const char *m, char *buf, size_t n) {
+  snprintf(buf, n, "%s", m && *m ? m : "no message from libpq");
+  size_t len = strlen(buf);
+  while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ')) buf[--len] = '\0';
+  return buf;
+}
+
+/* Maps a failed result (or a failure to get one) to a status. */
+static resil_status pg_fail(resil_store *s, pg_slot *c, const PGresult *r,
+                            const char *what) {
+  char buf[300];
+  const char *m = r ? PQresultErrorMessage(r) : NULL;
+  if (!m || !*m) m = PQerrorMessage(c->conn);
+  trimmed(m, buf, sizeof buf);
+  if (PQstatus(c->conn) != CONNECTION_OK)
+    return resil__store_fail(s, RESIL_EIO, NULL, "%s: connection lost: %s", what, buf);
+  const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+  if (state && (strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0))
+    return resil__store_fail(s, RESIL_ETIMEDOUT, NULL,
+                             "%s: row locked beyond busy_timeout (%lld ms): %s", what,
+                             (long long)s->busy_timeout_ms, buf);
+  return resil__store_fail(s, RESIL_EIO, NULL, "%s: %s (SQLSTATE %s)", what, buf,
+                           state ? state : "none");
+}
+
+/* Runs a command; *out (may be NULL) gets the result when it has the
+ * expected status, otherwise the failure is reported. */
+static resil_status pg_run(resil_store *s, pg_slot *c, const char *sql, int n,
+                           const char *const *vals, const int *lens,
+                           const int *fmts, ExecStatusType want, PGresult **out,
+                           const char *what) {
+  PGresult *r = n ? PQexecParams(c->conn, sql, n, NULL, vals, lens, fmts, 1)
+                  : PQexecParams(c->conn, sql, 0, NULL, NULL, NULL, NULL, 1);
+  if (!r || PQresultStatus(r) != want) {
+    resil_status st = pg_fail(s, c, r, what);
+    PQclear(r);
+    return st;
+  }
+  if (out)
+    *out = r;
+  else
+    PQclear(r);
+  return RESIL_OK;
+}
+
+static resil_status pg_cmd(resil_store *s, pg_slot *c, const char *sql, const char *what) {
+  return pg_run(s, c, sql, 0, NULL, NULL, NULL, PGRES_COMMAND_OK, NULL, what);
+}
+
+/* Copies result row 0 into rec. */
+static resil_status pg_row(resil_store *s, const PGresult *r, resil_op_record *rec) {
+  if (PQnfields(r) != 12 || PQgetlength(r, 0, 1) != 4 || PQgetlength(r, 0, 9) != 8 ||
+      PQgetlength(r, 0, 10) != 8 || PQgetlength(r, 0, 11) != 8 ||
+      (!PQgetisnull(r, 0, 6) && PQgetlength(r, 0, 6) != 4))
+    return resil__store_fail(s, RESIL_EIO, NULL,
+                             "read: the resil_operations table has unexpected column types");
+  resil__row row;
+  memset(&row, 0, sizeof row);
+  row.key = PQgetvalue(r, 0, 0);
+  row.key_len = (size_t)PQgetlength(r, 0, 0);
+  row.state = resil__be32((const unsigned char *)PQgetvalue(r, 0, 1));
+  row.fingerprint = (const unsigned char *)PQgetvalue(r, 0, 2);
+  row.fingerprint_len = (size_t)PQgetlength(r, 0, 2);
+  row.method = PQgetvalue(r, 0, 3);
+  row.method_len = (size_t)PQgetlength(r, 0, 3);
+  row.path = PQgetvalue(r, 0, 4);
+  row.path_len = (size_t)PQgetlength(r, 0, 4);
+  row.request_body = PQgetvalue(r, 0, 5);
+  row.request_body_len = (size_t)PQgetlength(r, 0, 5);
+  row.has_response = !PQgetisnull(r, 0, 6);
+  if (row.has_response) {
+    row.status = resil__be32((const unsigned char *)PQgetvalue(r, 0, 6));
+    row.headers = PQgetvalue(r, 0, 7);
+    row.headers_len = (size_t)PQgetlength(r, 0, 7);
+    row.body = PQgetvalue(r, 0, 8);
+    row.body_len = (size_t)PQgetlength(r, 0, 8);
+  }
+  row.created_ms = resil__be64((const unsigned char *)PQgetvalue(r, 0, 9));
+  row.updated_ms = resil__be64((const unsigned char *)PQgetvalue(r, 0, 10));
+  row.attempts = resil__be64((const unsigned char *)PQgetvalue(r, 0, 11));
+  return resil__rec_set(s, rec, &row);
+}
+
+/* Reads the row of key with the given locking clause ("" for a plain
+ * read). */
+static resil_status pg_select(resil_store *s, pg_slot *c, const char *key,
+                              const char *sql, resil_op_record *rec, int *found,
+                              const char *what) {
+  const char *vals[1] = {key};
+  PGresult *r = NULL;
+  resil_status st = pg_run(s, c, sql, 1, vals, NULL, NULL, PGRES_TUPLES_OK, &r, what);
+  if (st) return st;
+  *found = PQntuples(r) > 0;
+  if (*found) st = pg_row(s, r, rec);
+  PQclear(r);
+  return st;
+}
+
+#define SELECT_ROW "SELECT " COLUMNS " FROM resil_operations WHERE key = $1"
+
+/* ---- connections and the schema ------------------------------------------- */
+
+static resil_status session_setup(resil_store *s, pg_slot *c) {
+  PQsetNoticeProcessor(c->conn, quiet_notices, NULL);
+  /* PostgreSQL's lock_timeout 0 means "wait forever"; ours means "do not
+   * wait", which 1 ms is closest to. */
+  char sql[64];
+  long long ms = s->busy_timeout_ms > 0 ? (long long)s->busy_timeout_ms : 1;
+  snprintf(sql, sizeof sql, "SET lock_timeout = %lld", ms);
+  return pg_cmd(s, c, sql, "set lock_timeout");
+}
+
+/* The schema version as stored, 0 when there is no schema yet. */
+static resil_status schema_version(resil_store *s, pg_slot *c, int32_t *version) {
+  PGresult *r = NULL;
+  *version = 0;
+  resil_status st = pg_run(s, c, "SELECT to_regclass('resil_schema') IS NOT NULL", 0, NULL,
+                           NULL, NULL, PGRES_TUPLES_OK, &r, "read the schema version");
+  if (st) return st;
+  int exists = PQntuples(r) == 1 && PQgetlength(r, 0, 0) == 1 && PQgetvalue(r, 0, 0)[0];
+  PQclear(r);
+  if (!exists) return RESIL_OK;
+  r = NULL;
+  st = pg_run(s, c, "SELECT max(version) FROM resil_schema", 0, NULL, NULL, NULL,
+              PGRES_TUPLES_OK, &r, "read the schema version");
+  if (st) return st;
+  if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) && PQgetlength(r, 0, 0) == 4)
+    *version = resil__be32((const unsigned char *)PQgetvalue(r, 0, 0));
+  PQclear(r);
+  return RESIL_OK;
+}
+
+static resil_status newer_schema(resil_store *s, int32_t version) {
+  return resil__store_fail(s, RESIL_EIO, NULL,
+                           "the schema version %d is newer than this library's (%d)",
+                           (int)version, SCHEMA_VERSION);
+}
+
+/* Creates or upgrades the schema. A current schema needs no lock; otherwise
+ * an advisory lock serialises the instances that migrate at once, and the
+ * version is read again under it. */
+static resil_status migrate(resil_store *s, pg_slot *c) {
+  int32_t version = 0;
+  resil_status st = schema_version(s, c, &version);
+  if (st) return st;
+  if (version == SCHEMA_VERSION) return RESIL_OK;
+  if (version > SCHEMA_VERSION) return newer_schema(s, version);
+  if ((st = pg_cmd(s, c, "BEGIN", "migrate: BEGIN"))) return st;
+  if (!(st = pg_run(s, c, "SELECT pg_advisory_xact_lock(" MIGRATION_LOCK ")", 0, NULL,
+                    NULL, NULL, PGRES_TUPLES_OK, NULL, "migrate: lock")) &&
+      !(st = pg_cmd(s, c, "CREATE TABLE IF NOT EXISTS resil_schema (version INT NOT NULL)",
+                    "migrate")) &&
+      !(st = schema_version(s, c, &version))) {
+    if (version == 0) {
+      PGresult *x = PQexec(c->conn, schema_v1);
+      if (!x || PQresultStatus(x) != PGRES_COMMAND_OK)
+        st = pg_fail(s, c, x, "migrate: create the schema");
+      PQclear(x);
+    } else if (version > SCHEMA_VERSION) {
+      st = newer_schema(s, version);
+    }
+  }
+  if (!st) st = pg_cmd(s, c, "COMMIT", "migrate: COMMIT");
+  if (st && PQstatus(c->conn) == CONNECTION_OK &&
+      PQtransactionStatus(c->conn) != PQTRANS_IDLE)
+    PQclear(PQexec(c->conn, "ROLLBACK"));
+  return st;
+}
+
+static void pg_disconnect(resil_store *s, void *conn) {
+  pg_slot *c = conn;
+  if (!c) return;
+  PQfinish(c->conn);
+  resil__free(s->alloc, c);
+}
+
+static resil_status pg_connect(resil_store *s, void **out, int first) {
+  pg_slot *c = resil__calloc(s->alloc, sizeof *c);
+  if (!c) return resil__store_fail(s, RESIL_ENOMEM, NULL, "out of memory");
+  /* Entries before dbname (the URI) are defaults the URI may override. */
+  char timeout[24];
+  long long secs = (s->busy_timeout_ms + 999) / 1000;
+  snprintf(timeout, sizeof timeout, "%lld", secs < 2 ? 2 : secs);
+  const char *keys[] = {"connect_timeout", "application_name", "client_encoding",
+                        "dbname", NULL};
+  const char *vals[] = {timeout, "libresil-store", "UTF8", s->target, NULL};
+  c->conn = PQconnectdbParams(keys, vals, 1);
+  resil_status st;
+  if (!c->conn) {
+    st = resil__store_fail(s, RESIL_ENOMEM, NULL, "out of memory connecting");
+    goto fail;
+  }
+  if (PQstatus(c->conn) != CONNECTION_OK) {
+    char buf[300];
+    st = resil__store_fail(s, RESIL_EIO, NULL, "cannot connect: %s",
+                           trimmed(PQerrorMessage(c->conn), buf, sizeof buf));
+    goto fail;
+  }
+  if ((st = session_setup(s, c))) goto fail;
+  if (first && (st = migrate(s, c))) goto fail;
+  *out = c;
+  return RESIL_OK;
+fail:
+  pg_disconnect(s, c);
+  return st;
+}
+
+/* A slot whose connection was lost is re-established here, on its next use
+ * (the call that saw the loss has already reported RESIL_EIO). */
+static resil_status pg_ready(resil_store *s, void *conn) {
+  pg_slot *c = conn;
+  PGTransactionStatusType ts = PQtransactionStatus(c->conn);
+  if (PQstatus(c->conn) == CONNECTION_OK && ts == PQTRANS_IDLE) return RESIL_OK;
+  if (PQstatus(c->conn) == CONNECTION_OK && (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR)) {
+    PGresult *r = PQexec(c->conn, "ROLLBACK");
+    int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (ok) return RESIL_OK;
+  }
+  PQreset(c->conn);
+  if (PQstatus(c->conn) != CONNECTION_OK) {
+    char buf[300];
+    return resil__store_fail(s, RESIL_EIO, NULL, "reconnect failed: %s",
+                             trimmed(PQerrorMessage(c->conn), buf, sizeof buf));
+  }
+  return session_setup(s, c);
+}
+
+/* ---- operations ------------------------------------------------------------ */
+
+static resil_status pg_txn_begin(resil_store *s, void *conn) {
+  return pg_cmd(s, conn, "BEGIN", "BEGIN");
+}
+
+static resil_status pg_txn_commit(resil_store *s, void *conn) {
+  pg_slot *c = conn;
+  /* COMMIT of a failed transaction "succeeds" with the tag ROLLBACK. */
+  if (PQtransactionStatus(c->conn) != PQTRANS_INTRANS)
+    return resil__store_fail(s, RESIL_EIO, NULL,
+                             "COMMIT: the transaction was aborted by an earlier error");
+  PGresult *r = PQexec(c->conn, "COMMIT");
+  resil_status st = RESIL_OK;
+  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK)
+    st = pg_fail(s, c, r, "COMMIT");
+  else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
+    st = resil__store_fail(s, RESIL_EIO, NULL, "COMMIT: the server rolled back (%s)",
+                           PQcmdStatus(r));
+  PQclear(r);
+  return st;
+}
+
+static void pg_txn_rollback(resil_store *s, void *conn) {
+  (void)s;
+  pg_slot *c = conn;
+  if (PQstatus(c->conn) == CONNECTION_OK && PQtransactionStatus(c->conn) != PQTRANS_IDLE)
+    PQclear(PQexec(c->conn, "ROLLBACK"));
+}
+
+static int pg_txn_open(resil_store *s, void *conn) {
+  (void)s;
+  PGTransactionStatusType ts = PQtransactionStatus(((pg_slot *)conn)->conn);
+  return ts == PQTRANS_INTRANS ? 1 : ts == PQTRANS_INERROR ? -1 : 0;
+}
+
+static void pg_txn_fill(void *conn, resil_store_txn *tx) {
+  tx->pg = ((pg_slot *)conn)->conn;
+}
+
+static resil_status pg_lock_row(resil_store *s, void *conn, const char *key,
+                                resil_op_record *rec, int *found) {
+  return pg_select(s, conn, key, SELECT_ROW " FOR UPDATE", rec, found, "lock the row");
+}
+
+static resil_status pg_read_row(resil_store *s, void *conn, const char *key,
+                                resil_op_record *rec, int *found) {
+  return pg_select(s, conn, key, SELECT_ROW, rec, found, "read");
+}
+
+/* INSERT ... ON CONFLICT DO NOTHING; *inserted says whether this call made
+ * the row. */
+static resil_status pg_insert(resil_store *s, pg_slot *c, const resil__op_input *in,
+                              int *inserted) {
+  char now[24];
+  snprintf(now, sizeof now, "%lld", (long long)in->now_ms);
+  static const char empty[1];
+  const char *vals[6] = {in->key, (const char *)in->fingerprint, in->req->method,
+                         in->req->path,
+                         in->req->body_len ? (const char *)in->req->body : empty, now};
+  int lens[6] = {0, 32, 0, 0, (int)in->req->body_len, 0};
+  int fmts[6] = {0, 1, 0, 0, 1, 0};
+  if (in->req->body_len > INT32_MAX)
+    return resil__store_fail(s, RESIL_EINVAL, "body", "is longer than libpq accepts (2 GiB)");
+  PGresult *r = NULL;
+  resil_status st = pg_run(s, c,
+                           "INSERT INTO resil_operations (key, state, fingerprint, method, "
+                           "path, request_body, created_ms, updated_ms, attempts) "
+                           "VALUES ($1, 1, $2, $3, $4, $5, $6, $6, 1) "
+                           "ON CONFLICT (key) DO NOTHING",
+                           6, vals, lens, fmts, PGRES_COMMAND_OK, &r, "insert");
+  if (st) return st;
+  *inserted = strcmp(PQcmdTuples(r), "1") == 0;
+  PQclear(r);
+  return RESIL_OK;
+}
+
+static resil_status pg_begin(resil_store *s, void *conn, const resil__op_input *in,
+                             int *inserted, int *counted, resil_op_record *rec) {
+  pg_slot *c = conn;
+  /* A key deleted by a sweep between two statements sends us round again;
+   * three rounds need a sweep racing every one of them. */
+  for (int round = 0; round < 3; round++) {
+    resil_status st = pg_insert(s, c, in, inserted);
+    if (st || *inserted) return st;
+    /* Count the attempt under the row lock, unless someone holds it (a
+     * completion running its effect): then answer from the last committed
+     * state without waiting. */
+    if ((st = pg_txn_begin(s, c))) return st;
+    int found = 0;
+    st = pg_select(s, c, in->key, SELECT_ROW " FOR UPDATE SKIP LOCKED", rec, &found,
+                   "lock the row");
+    if (!st && found) {
+      const char *vals[1] = {in->key};
+      st = pg_run(s, c, "UPDATE resil_operations SET attempts = attempts + 1 WHERE key = $1",
+                  1, vals, NULL, NULL, PGRES_COMMAND_OK, NULL, "count the attempt");
+      if (!st) st = pg_txn_commit(s, c);
+      if (st) {
+        pg_txn_rollback(s, c);
+        return st;
+      }
+      if (rec->attempts < UINT32_MAX) rec->attempts++;
+      *counted = 1;
+      return RESIL_OK;
+    }
+    pg_txn_rollback(s, c);
+    if (st) return st;
+    if ((st = pg_read_row(s, c, in->key, rec, &found))) return st;
+    if (found) {
+      *counted = 0;
+      return RESIL_OK;
+    }
+  }
+  return resil__store_fail(s, RESIL_EIO, NULL,
+                           "'%s' was deleted and recreated under us three times", in->key);
+}
+
+static resil_status pg_write_terminal(resil_store *s, void *conn, const char *key,
+                                      const resil_op_response *resp, int64_t now_ms) {
+  pg_slot *c = conn;
+  if (resp->headers_len > INT32_MAX || resp->body_len > INT32_MAX)
+    return resil__store_fail(s, RESIL_EINVAL, "body",
+                             "the response is longer than libpq accepts (2 GiB)");
+  char state[4], status[12], now[24];
+  snprintf(state, sizeof state, "%d", resp->failed ? RESIL_OP_FAILED : RESIL_OP_COMMITTED);
+  snprintf(status, sizeof status, "%d", resp->status);
+  snprintf(now, sizeof now, "%lld", (long long)now_ms);
+  static const char empty[1];
+  const char *vals[6] = {key, state, status,
+                         resp->headers_len ? resp->headers : empty,
+                         resp->body_len ? (const char *)resp->body : empty, now};
+  int lens[6] = {0, 0, 0, (int)resp->headers_len, (int)resp->body_len, 0};
+  int fmts[6] = {0, 0, 0, 1, 1, 0};
+  PGresult *r = NULL;
+  resil_status st = pg_run(s, c,
+                           "UPDATE resil_operations SET state = $2, status = $3, "
+                           "headers = $4, body = $5, updated_ms = $6 "
+                           "WHERE key = $1 AND state = 1",
+                           6, vals, lens, fmts, PGRES_COMMAND_OK, &r,
+                           "write the terminal state");
+  if (st) return st;
+  int one = strcmp(PQcmdTuples(r), "1") == 0;
+  PQclear(r);
+  if (!one)
+    return resil__store_fail(s, RESIL_EIO, NULL,
+                             "write the terminal state: '%s' is no longer PENDING", key);
+  return RESIL_OK;
+}
+
+static resil_status pg_list_pending(resil_store *s, void *conn, int64_t cutoff,
+                                    uint32_t max, resil__keylist *out) {
+  pg_slot *c = conn;
+  char cut[24], lim[16];
+  snprintf(cut, sizeof cut, "%lld", (long long)cutoff);
+  snprintf(lim, sizeof lim, "%u", max);
+  const char *vals[2] = {cut, lim};
+  PGresult *r = NULL;
+  resil_status st = pg_run(s, c,
+                           "SELECT key FROM resil_operations WHERE state = 1 AND "
+                           "updated_ms <= $1 ORDER BY updated_ms, key LIMIT $2",
+                           2, vals, NULL, NULL, PGRES_TUPLES_OK, &r,
+                           "list pending operations");
+  if (st) return st;
+  int n = PQntuples(r);
+  for (int i = 0; i < n && !st; i++)
+    st = resil__keylist_add(s, out, PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0));
+  PQclear(r);
+  return st;
+}
+
+static resil_status pg_touch(resil_store *s, void *conn, const char *key, int64_t now_ms) {
+  char now[24];
+  snprintf(now, sizeof now, "%lld", (long long)now_ms);
+  const char *vals[2] = {key, now};
+  return pg_run(s, conn,
+                "UPDATE resil_operations SET updated_ms = $2 WHERE key = $1 AND state = 1",
+                2, vals, NULL, NULL, PGRES_COMMAND_OK, NULL, "postpone a failed recovery");
+}
+
+static resil_status pg_sweep(resil_store *s, void *conn, int64_t cutoff, uint32_t max,
+                             uint32_t *deleted) {
+  pg_slot *c = conn;
+  char cut[24], lim[16];
+  snprintf(cut, sizeof cut, "%lld", (long long)cutoff);
+  snprintf(lim, sizeof lim, "%u", max);
+  const char *vals[2] = {cut, lim};
+  PGresult *r = NULL;
+  /* SKIP LOCKED: a row someone is reading under lock (a begin counting an
+   * attempt) is left for the next sweep instead of waiting for it. */
+  resil_status st = pg_run(s, c,
+                           "DELETE FROM resil_operations WHERE key IN (SELECT key FROM "
+                           "resil_operations WHERE state IN (2, 3) AND updated_ms <= $1 "
+                           "ORDER BY updated_ms LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                           2, vals, NULL, NULL, PGRES_COMMAND_OK, &r,
+                           "delete expired operations");
+  if (st) return st;
+  *deleted = (uint32_t)strtoul(PQcmdTuples(r), NULL, 10);
+  PQclear(r);
+  return RESIL_OK;
+}
+
+const resil__store_backend resil__store_pg = {
+    .name = "postgresql",
+    .connect = pg_connect,
+    .disconnect = pg_disconnect,
+    .ready = pg_ready,
+    .begin = pg_begin,
+    .txn_begin = pg_txn_begin,
+    .lock_row = pg_lock_row,
+    .write_terminal = pg_write_terminal,
+    .txn_commit = pg_txn_commit,
+    .txn_rollback = pg_txn_rollback,
+    .txn_open = pg_txn_open,
+    .txn_fill = pg_txn_fill,
+    .read_row = pg_read_row,
+    .list_pending = pg_list_pending,
+    .touch = pg_touch,
+    .sweep = pg_sweep,
+};

@@ -1,0 +1,493 @@
+/* The embedded backend: one SQLite file in WAL mode with synchronous=FULL,
+ * one connection per pool slot (opened SQLITE_OPEN_NOMUTEX: the pool hands
+ * each connection to one thread at a time).
+ *
+ * Every write runs in a BEGIN IMMEDIATE transaction, which takes the
+ * database's single write lock at its start: the completion's "row lock" is
+ * that lock, so the effect, the terminal state and everything else written
+ * in the transaction commit together or not at all. Readers (status, and
+ * begin on a key being completed) read the last committed state in WAL mode
+ * without waiting for the writer. A lock held longer than busy_timeout gives
+ * SQLITE_BUSY, reported as RESIL_ETIMEDOUT. */
+#include <sqlite3.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/store_int.h"
+
+enum {
+  Q_BEGIN,
+  Q_COMMIT,
+  Q_ROLLBACK,
+  Q_SELECT,
+  Q_INSERT,
+  Q_BUMP,
+  Q_TERMINAL,
+  Q_LIST,
+  Q_TOUCH,
+  Q_SWEEP,
+  Q_COUNT
+};
+
+#define COLUMNS                                                                \
+  "key, state, fingerprint, method, path, request_body, status, headers, "    \
+  "body, created_ms, updated_ms, attempts"
+
+static const char *const sql[Q_COUNT] = {
+    [Q_BEGIN] = "BEGIN IMMEDIATE",
+    [Q_COMMIT] = "COMMIT",
+    [Q_ROLLBACK] = "ROLLBACK",
+    [Q_SELECT] = "SELECT " COLUMNS " FROM resil_operations WHERE key = ?1",
+    [Q_INSERT] = "INSERT INTO resil_operations (" COLUMNS ") "
+                 "VALUES (?1, 1, ?2, ?3, ?4, ?5, NULL, NULL, NULL, ?6, ?6, 1)",
+    [Q_BUMP] = "UPDATE resil_operations SET attempts = attempts + 1 WHERE key = ?1",
+    [Q_TERMINAL] = "UPDATE resil_operations SET state = ?2, status = ?3, "
+                   "headers = ?4, body = ?5, updated_ms = ?6 "
+                   "WHERE key = ?1 AND state = 1",
+    [Q_LIST] = "SELECT key FROM resil_operations WHERE state = 1 AND "
+               "updated_ms <= ?1 ORDER BY updated_ms, key LIMIT ?2",
+    [Q_TOUCH] = "UPDATE resil_operations SET updated_ms = ?2 "
+                "WHERE key = ?1 AND state = 1",
+    [Q_SWEEP] = "DELETE FROM resil_operations WHERE key IN (SELECT key FROM "
+                "resil_operations WHERE state IN (2, 3) AND updated_ms <= ?1 "
+                "ORDER BY updated_ms LIMIT ?2)",
+};
+
+/* Schema version 1. A new version appends a migration step to migrate(). */
+#define SCHEMA_VERSION 1
+static const char schema_v1[] =
+    "CREATE TABLE resil_operations ("
+    " key TEXT PRIMARY KEY NOT NULL,"
+    " state INTEGER NOT NULL CHECK (state IN (1, 2, 3)),"
+    " fingerprint BLOB NOT NULL,"
+    " method TEXT NOT NULL,"
+    " path TEXT NOT NULL,"
+    " request_body BLOB NOT NULL,"
+    " status INTEGER,"
+    " headers BLOB,"
+    " body BLOB,"
+    " created_ms INTEGER NOT NULL,"
+    " updated_ms INTEGER NOT NULL,"
+    " attempts INTEGER NOT NULL);"
+    "CREATE INDEX resil_operations_state_age ON resil_operations (state, updated_ms);"
+    "INSERT INTO resil_schema (version) VALUES (1);";
+
+typedef struct sq_conn {
+  sqlite3 *db;
+  sqlite3_stmt *st[Q_COUNT];
+} sq_conn;
+
+/* Maps an SQLite result code to a status and records the message. */
+static resil_status sq_fail(resil_store *s, sq_conn *c, int rc, const char *what) {
+  const char *text = c && c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc);
+  switch (rc & 0xff) {
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED:
+    return resil__store_fail(s, RESIL_ETIMEDOUT, NULL,
+                             "%s: database locked beyond busy_timeout (%lld ms): %s",
+                             what, (long long)s->busy_timeout_ms, text);
+  case SQLITE_NOMEM:
+    return resil__store_fail(s, RESIL_ENOMEM, NULL, "%s: %s", what, text);
+  default:
+    return resil__store_fail(s, RESIL_EIO, NULL, "%s: %s (SQLite code %d)", what,
+                             text, rc);
+  }
+}
+
+static resil_status stmt(resil_store *s, sq_conn *c, int q, sqlite3_stmt **out) {
+  if (!c->st[q]) {
+    int rc = sqlite3_prepare_v3(c->db, sql[q], -1, SQLITE_PREPARE_PERSISTENT,
+                                &c->st[q], NULL);
+    if (rc != SQLITE_OK) {
+      c->st[q] = NULL;
+      return sq_fail(s, c, rc, "prepare");
+    }
+  }
+  *out = c->st[q];
+  return RESIL_OK;
+}
+
+static void stmt_done(sqlite3_stmt *q) {
+  sqlite3_reset(q);
+  sqlite3_clear_bindings(q);
+}
+
+/* Runs a statement that returns no rows (bindings already made). */
+static resil_status run(resil_store *s, sq_conn *c, sqlite3_stmt *q, const char *what) {
+  int rc = sqlite3_step(q);
+  resil_status st = rc == SQLITE_DONE ? RESIL_OK : sq_fail(s, c, rc, what);
+  stmt_done(q);
+  return st;
+}
+
+static resil_status run_q(resil_store *s, sq_conn *c, int q, const char *what) {
+  sqlite3_stmt *p = NULL;
+  resil_status st = stmt(s, c, q, &p);
+  return st ? st : run(s, c, p, what);
+}
+
+/* An empty blob must not be bound as a NULL pointer (that stores NULL). */
+static int bind_blob(sqlite3_stmt *q, int i, const void *p, size_t n) {
+  static const char empty[1];
+  return sqlite3_bind_blob64(q, i, n ? p : empty, n, SQLITE_STATIC);
+}
+
+static resil_status sq_rollback_to_idle(resil_store *s, sq_conn *c) {
+  if (sqlite3_get_autocommit(c->db)) return RESIL_OK;
+  return run_q(s, c, Q_ROLLBACK, "rollback");
+}
+
+static void sq_txn_rollback(resil_store *s, void *conn) {
+  sq_conn *c = conn;
+  /* A failed ROLLBACK leaves nothing committed either; the next ready()
+   * tries again. */
+  (void)sq_rollback_to_idle(s, c);
+}
+
+/* Reads the row of key (inside or outside a transaction). */
+static resil_status sq_read_row(resil_store *s, void *conn, const char *key,
+                                resil_op_record *rec, int *found) {
+  sq_conn *c = conn;
+  sqlite3_stmt *q = NULL;
+  resil_status st = stmt(s, c, Q_SELECT, &q);
+  if (st) return st;
+  *found = 0;
+  sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(q);
+  if (rc == SQLITE_DONE) {
+    stmt_done(q);
+    return RESIL_OK;
+  }
+  if (rc != SQLITE_ROW) {
+    st = sq_fail(s, c, rc, "read");
+    stmt_done(q);
+    return st;
+  }
+  resil__row r;
+  memset(&r, 0, sizeof r);
+  r.key = (const char *)sqlite3_column_text(q, 0);
+  r.key_len = (size_t)sqlite3_column_bytes(q, 0);
+  r.state = sqlite3_column_int(q, 1);
+  r.fingerprint = sqlite3_column_blob(q, 2);
+  r.fingerprint_len = (size_t)sqlite3_column_bytes(q, 2);
+  r.method = (const char *)sqlite3_column_text(q, 3);
+  r.method_len = (size_t)sqlite3_column_bytes(q, 3);
+  r.path = (const char *)sqlite3_column_text(q, 4);
+  r.path_len = (size_t)sqlite3_column_bytes(q, 4);
+  r.request_body = sqlite3_column_blob(q, 5);
+  r.request_body_len = (size_t)sqlite3_column_bytes(q, 5);
+  r.has_response = sqlite3_column_type(q, 6) != SQLITE_NULL;
+  r.status = sqlite3_column_int(q, 6);
+  r.headers = sqlite3_column_blob(q, 7);
+  r.headers_len = (size_t)sqlite3_column_bytes(q, 7);
+  r.body = sqlite3_column_blob(q, 8);
+  r.body_len = (size_t)sqlite3_column_bytes(q, 8);
+  r.created_ms = sqlite3_column_int64(q, 9);
+  r.updated_ms = sqlite3_column_int64(q, 10);
+  r.attempts = sqlite3_column_int64(q, 11);
+  /* A NULL pointer with a length, or a missing text, is SQLite running out
+   * of memory while converting. */
+  if (!r.key || !r.method || !r.path || (!r.fingerprint && r.fingerprint_len) ||
+      (!r.request_body && r.request_body_len) || (!r.headers && r.headers_len) ||
+      (!r.body && r.body_len)) {
+    st = resil__store_fail(s, RESIL_ENOMEM, NULL, "read: out of memory");
+  } else {
+    st = resil__rec_set(s, rec, &r);
+  }
+  stmt_done(q);
+  if (st == RESIL_OK) *found = 1;
+  return st;
+}
+
+/* ---- connections and the schema ------------------------------------------- */
+
+static resil_status exec(resil_store *s, sq_conn *c, const char *text, const char *what) {
+  int rc = sqlite3_exec(c->db, text, NULL, NULL, NULL);
+  return rc == SQLITE_OK ? RESIL_OK : sq_fail(s, c, rc, what);
+}
+
+/* The schema version as stored, 0 when there is no schema yet: a plain read,
+ * which in WAL mode waits for no writer. */
+static resil_status schema_version(resil_store *s, sq_conn *c, sqlite3_int64 *version) {
+  sqlite3_stmt *q = NULL;
+  *version = 0;
+  int rc = sqlite3_prepare_v2(c->db,
+                              "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+                              "AND name = 'resil_schema'", -1, &q, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  int exists = rc == SQLITE_ROW && sqlite3_column_int(q, 0) > 0;
+  sqlite3_finalize(q);
+  if (rc != SQLITE_ROW) return sq_fail(s, c, rc, "read the schema version");
+  if (!exists) return RESIL_OK;
+  q = NULL;
+  rc = sqlite3_prepare_v2(c->db, "SELECT max(version) FROM resil_schema", -1, &q, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  if (rc == SQLITE_ROW) *version = sqlite3_column_int64(q, 0);
+  sqlite3_finalize(q);
+  return rc == SQLITE_ROW ? RESIL_OK : sq_fail(s, c, rc, "read the schema version");
+}
+
+static resil_status newer_schema(resil_store *s, sqlite3_int64 version) {
+  return resil__store_fail(s, RESIL_EIO, NULL,
+                           "the schema version %lld is newer than this library's (%d)",
+                           (long long)version, SCHEMA_VERSION);
+}
+
+/* Creates or upgrades the schema. The common case, a current schema, takes
+ * no lock, so that opening a store never waits for a running writer. */
+static resil_status migrate(resil_store *s, sq_conn *c) {
+  sqlite3_int64 version = 0;
+  resil_status st = schema_version(s, c, &version);
+  if (st) return st;
+  if (version == SCHEMA_VERSION) return RESIL_OK;
+  if (version > SCHEMA_VERSION) return newer_schema(s, version);
+  st = run_q(s, c, Q_BEGIN, "migrate: BEGIN IMMEDIATE");
+  if (st) return st;
+  /* Under the lock, look again: another connection may have migrated. */
+  st = exec(s, c, "CREATE TABLE IF NOT EXISTS resil_schema (version INTEGER NOT NULL)",
+            "migrate");
+  if (!st) st = schema_version(s, c, &version);
+  if (!st && version == 0) st = exec(s, c, schema_v1, "migrate: create the schema");
+  if (!st && version > SCHEMA_VERSION) st = newer_schema(s, version);
+  if (!st) st = run_q(s, c, Q_COMMIT, "migrate: COMMIT");
+  if (st) (void)sq_rollback_to_idle(s, c);
+  return st;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One attempt at journal_mode=WAL: SQLITE_ROW and *is_wal, or the error. */
+static int try_wal(sq_conn *c, int *is_wal) {
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_prepare_v2(c->db, "PRAGMA journal_mode = WAL", -1, &q, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_step(q);
+  if (rc == SQLITE_ROW) {
+    /* The answer is the mode in effect: WAL can be refused (e.g. on a file
+     * system without shared memory). */
+    const char *mode = (const char *)sqlite3_column_text(q, 0);
+    *is_wal = mode && sqlite3_stricmp(mode, "wal") == 0;
+  }
+  sqlite3_finalize(q);
+  return rc;
+}
+
+/* Switching a file to WAL takes an exclusive lock. When several connections
+ * switch a new file at once, SQLite answers SQLITE_BUSY at once instead of
+ * calling the busy handler (waiting could deadlock their lock upgrades), so
+ * the switch is retried here until busy_timeout has passed. */
+static resil_status set_wal(resil_store *s, sq_conn *c) {
+  int64_t deadline = mono_ms() + s->busy_timeout_ms;
+  long pause_ms = 1;
+  int is_wal = 0, rc;
+  while ((rc = try_wal(c, &is_wal)) != SQLITE_ROW && (rc & 0xff) == SQLITE_BUSY &&
+         mono_ms() < deadline) {
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = pause_ms * 1000000L};
+    nanosleep(&ts, NULL);
+    if (pause_ms < 16) pause_ms *= 2;
+  }
+  if (rc != SQLITE_ROW) return sq_fail(s, c, rc, "cannot set journal_mode=WAL");
+  if (!is_wal)
+    return resil__store_fail(s, RESIL_EIO, NULL, "the database refused journal_mode=WAL");
+  return RESIL_OK;
+}
+
+static void sq_disconnect(resil_store *s, void *conn) {
+  sq_conn *c = conn;
+  if (!c) return;
+  for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(c->st[i]);
+  /* close_v2: statements an effect left unfinalised do not keep the file
+   * open for long; they are released when finalised. */
+  sqlite3_close_v2(c->db);
+  resil__free(s->alloc, c);
+}
+
+static resil_status sq_connect(resil_store *s, void **out, int first) {
+  sq_conn *c = resil__calloc(s->alloc, sizeof *c);
+  if (!c) return resil__store_fail(s, RESIL_ENOMEM, NULL, "out of memory");
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+#ifdef SQLITE_OPEN_EXRESCODE
+  flags |= SQLITE_OPEN_EXRESCODE;
+#endif
+  int rc = sqlite3_open_v2(s->target, &c->db, flags, NULL);
+  resil_status st = RESIL_OK;
+  if (rc != SQLITE_OK) {
+    st = sq_fail(s, c, rc, "cannot open the database file");
+    goto fail;
+  }
+  sqlite3_extended_result_codes(c->db, 1);
+  sqlite3_busy_timeout(c->db, (int)s->busy_timeout_ms);
+  if ((st = set_wal(s, c))) goto fail;
+  if ((st = exec(s, c, "PRAGMA synchronous = FULL", "cannot set synchronous=FULL")))
+    goto fail;
+  if (first && (st = migrate(s, c))) goto fail;
+  *out = c;
+  return RESIL_OK;
+fail:
+  sq_disconnect(s, c);
+  return st;
+}
+
+static resil_status sq_ready(resil_store *s, void *conn) {
+  return sq_rollback_to_idle(s, conn);
+}
+
+/* ---- operations ------------------------------------------------------------ */
+
+static resil_status sq_txn_begin(resil_store *s, void *conn) {
+  return run_q(s, conn, Q_BEGIN, "BEGIN IMMEDIATE");
+}
+
+static resil_status sq_txn_commit(resil_store *s, void *conn) {
+  return run_q(s, conn, Q_COMMIT, "COMMIT");
+}
+
+static int sq_txn_open(resil_store *s, void *conn) {
+  (void)s;
+  return !sqlite3_get_autocommit(((sq_conn *)conn)->db);
+}
+
+static void sq_txn_fill(void *conn, resil_store_txn *tx) {
+  tx->sqlite = ((sq_conn *)conn)->db;
+}
+
+static resil_status sq_begin(resil_store *s, void *conn, const resil__op_input *in,
+                             int *inserted, int *counted, resil_op_record *rec) {
+  sq_conn *c = conn;
+  sqlite3_stmt *q = NULL;
+  resil_status st = stmt(s, c, Q_BEGIN, &q);
+  if (st) return st;
+  /* Try the write lock without waiting. If a writer holds it (maybe a
+   * completion running an effect), an existing key is answered from its
+   * last committed state instead of waiting: begin never waits for an
+   * effect. Only a new key needs the lock, and waits for it. */
+  sqlite3_busy_timeout(c->db, 0);
+  int rc = sqlite3_step(q);
+  stmt_done(q);
+  sqlite3_busy_timeout(c->db, (int)s->busy_timeout_ms);
+  if ((rc & 0xff) == SQLITE_BUSY) {
+    int found = 0;
+    if ((st = sq_read_row(s, c, in->key, rec, &found))) return st;
+    if (found) {
+      *counted = 0;
+      return RESIL_OK;
+    }
+    rc = sqlite3_step(q);
+    stmt_done(q);
+  }
+  if (rc != SQLITE_DONE) return sq_fail(s, c, rc, "BEGIN IMMEDIATE");
+
+  int found = 0;
+  if ((st = sq_read_row(s, c, in->key, rec, &found))) goto fail;
+  if (found) {
+    if ((st = stmt(s, c, Q_BUMP, &q))) goto fail;
+    sqlite3_bind_text(q, 1, in->key, -1, SQLITE_STATIC);
+    if ((st = run(s, c, q, "count the attempt"))) goto fail;
+    if (rec->attempts < UINT32_MAX) rec->attempts++;
+    *counted = 1;
+  } else {
+    if ((st = stmt(s, c, Q_INSERT, &q))) goto fail;
+    sqlite3_bind_text(q, 1, in->key, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(q, 2, in->fingerprint, 32, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, in->req->method, (int)in->method_len, SQLITE_STATIC);
+    sqlite3_bind_text64(q, 4, in->req->path, in->path_len, SQLITE_STATIC, SQLITE_UTF8);
+    bind_blob(q, 5, in->req->body, in->req->body_len);
+    sqlite3_bind_int64(q, 6, in->now_ms);
+    if ((st = run(s, c, q, "insert"))) goto fail;
+    *inserted = 1;
+  }
+  if ((st = sq_txn_commit(s, c))) goto fail;
+  return RESIL_OK;
+fail:
+  sq_txn_rollback(s, c);
+  return st;
+}
+
+static resil_status sq_write_terminal(resil_store *s, void *conn, const char *key,
+                                      const resil_op_response *resp, int64_t now_ms) {
+  sq_conn *c = conn;
+  sqlite3_stmt *q = NULL;
+  resil_status st = stmt(s, c, Q_TERMINAL, &q);
+  if (st) return st;
+  sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
+  sqlite3_bind_int(q, 2, resp->failed ? RESIL_OP_FAILED : RESIL_OP_COMMITTED);
+  sqlite3_bind_int(q, 3, resp->status);
+  bind_blob(q, 4, resp->headers, resp->headers_len);
+  bind_blob(q, 5, resp->body, resp->body_len);
+  sqlite3_bind_int64(q, 6, now_ms);
+  if ((st = run(s, c, q, "write the terminal state"))) return st;
+  if (sqlite3_changes(c->db) != 1)
+    return resil__store_fail(s, RESIL_EIO, NULL,
+                             "write the terminal state: '%s' is no longer PENDING", key);
+  return RESIL_OK;
+}
+
+static resil_status sq_list_pending(resil_store *s, void *conn, int64_t cutoff,
+                                    uint32_t max, resil__keylist *out) {
+  sq_conn *c = conn;
+  sqlite3_stmt *q = NULL;
+  resil_status st = stmt(s, c, Q_LIST, &q);
+  if (st) return st;
+  sqlite3_bind_int64(q, 1, cutoff);
+  sqlite3_bind_int64(q, 2, max);
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    const char *k = (const char *)sqlite3_column_text(q, 0);
+    if (!k) {
+      rc = SQLITE_NOMEM;
+      break;
+    }
+    if ((st = resil__keylist_add(s, out, k, (size_t)sqlite3_column_bytes(q, 0)))) {
+      stmt_done(q);
+      return st;
+    }
+  }
+  if (rc != SQLITE_DONE) st = sq_fail(s, c, rc, "list pending operations");
+  stmt_done(q);
+  return st;
+}
+
+static resil_status sq_touch(resil_store *s, void *conn, const char *key, int64_t now_ms) {
+  sq_conn *c = conn;
+  sqlite3_stmt *q = NULL;
+  resil_status st = stmt(s, c, Q_TOUCH, &q);
+  if (st) return st;
+  sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(q, 2, now_ms);
+  return run(s, c, q, "postpone a failed recovery");
+}
+
+static resil_status sq_sweep(resil_store *s, void *conn, int64_t cutoff,
+                             uint32_t max, uint32_t *deleted) {
+  sq_conn *c = conn;
+  sqlite3_stmt *q = NULL;
+  resil_status st = stmt(s, c, Q_SWEEP, &q);
+  if (st) return st;
+  sqlite3_bind_int64(q, 1, cutoff);
+  sqlite3_bind_int64(q, 2, max);
+  if ((st = run(s, c, q, "delete expired operations"))) return st;
+  *deleted = (uint32_t)sqlite3_changes(c->db);
+  return RESIL_OK;
+}
+
+const resil__store_backend resil__store_sqlite = {
+    .name = "sqlite",
+    .connect = sq_connect,
+    .disconnect = sq_disconnect,
+    .ready = sq_ready,
+    .begin = sq_begin,
+    .txn_begin = sq_txn_begin,
+    .lock_row = sq_read_row,
+    .write_terminal = sq_write_terminal,
+    .txn_commit = sq_txn_commit,
+    .txn_rollback = sq_txn_rollback,
+    .txn_open = sq_txn_open,
+    .txn_fill = sq_txn_fill,
+    .read_row = sq_read_row,
+    .list_pending = sq_list_pending,
+    .touch = sq_touch,
+    .sweep = sq_sweep,
+};

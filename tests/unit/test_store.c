@@ -1,0 +1,1179 @@
+/* The operation store (DESIGN §6, §7 I3, I5, I7): one suite, run against
+ * every available backend: SQLite (a fresh file in a mkdtemp directory per
+ * test) always, PostgreSQL when RESIL_TEST_PG_URI is set (a fresh schema per
+ * test), else its cases are skipped with a note. */
+#include <pthread.h>
+#include <time.h>
+
+#include "test_store_common.h"
+
+typedef struct fx {
+  ts_backend bk;
+  int skip;
+  ts_env env;
+  resil_manual_clock *mc;
+  resil_store_config cfg;
+  resil_store *s;
+} fx;
+
+static const ts_backend on_sqlite = TS_SQLITE;
+static const ts_backend on_pg = TS_PG;
+
+static void fx_open(fx *f) {
+  resil_error err;
+  resil_status st = resil_store_open(f->env.uri, &f->cfg, &f->s, &err);
+  if (st) fail_msg("open %s: %s: %s", f->env.uri, resil_status_name(st), err.msg);
+}
+
+static void fx_reopen(fx *f) {
+  resil_store_close(f->s);
+  f->s = NULL;
+  fx_open(f);
+}
+
+static int fx_setup(void **state) {
+  ts_backend bk = *(const ts_backend *)*state;
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->bk = bk;
+  *state = f;
+  if (!ts_available(bk)) {
+    f->skip = 1;
+    return 0;
+  }
+  ts_env_setup(&f->env, bk, "u");
+  assert_int_equal(resil_manual_clock_new(0, INT64_C(1700000000000), &f->mc), RESIL_OK);
+  resil_store_config_init(&f->cfg);
+  f->cfg.clock = resil_manual_clock_get(f->mc);
+  fx_open(f);
+  return 0;
+}
+
+static int fx_teardown(void **state) {
+  fx *f = *state;
+  if (!f->skip) {
+    resil_store_close(f->s);
+    ts_env_teardown(&f->env);
+    resil_manual_clock_free(f->mc);
+  }
+  free(f);
+  return 0;
+}
+
+static fx *get(void **state) {
+  fx *f = *state;
+  if (f->skip) skip();
+  return f;
+}
+
+static int64_t wall(fx *f) { return resil_clock_wall_ms(f->cfg.clock); }
+
+static void advance_s(fx *f, int64_t s) {
+  resil_manual_clock_advance_ns(f->mc, s * NS_PER_S);
+}
+
+static resil_op_begin_result begin_ok(resil_store *s, const char *key,
+                                      const resil_op_request *req, resil_op_record *rec) {
+  resil_op_begin_result r = 0;
+  resil_status st = resil_store_begin(s, key, req, &r, rec);
+  if (st) fail_msg("begin %s: %s: %s", key, resil_status_name(st), resil_store_errmsg(s));
+  return r;
+}
+
+static void complete_ok(resil_store *s, const char *key, ts_effect *e, resil_op_record *rec) {
+  resil_status st = resil_store_complete(s, key, ts_effect_fn, e, rec);
+  if (st) fail_msg("complete %s: %s: %s", key, resil_status_name(st), resil_store_errmsg(s));
+}
+
+static resil_op_state state_of(resil_store *s, const char *key) {
+  resil_op_record r;
+  resil_op_record_init(&r);
+  resil_status st = resil_store_status(s, key, &r);
+  if (st) fail_msg("status %s: %s: %s", key, resil_status_name(st), resil_store_errmsg(s));
+  resil_op_state v = r.state;
+  resil_op_record_clear(&r);
+  return v;
+}
+
+/* Begin as NEW and complete with e: the usual path. */
+static void commit_key(fx *f, const char *key, const resil_op_request *req, ts_effect *e) {
+  assert_int_equal(begin_ok(f->s, key, req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, key, e, NULL);
+}
+
+static void assert_field(resil_store *s, const char *field) {
+  resil_error err;
+  resil_store_last_error(s, &err);
+  if (strcmp(err.field, field) != 0)
+    fail_msg("field '%s', expected '%s' (%s)", err.field, field, err.msg);
+}
+
+/* ---- begin ----------------------------------------------------------------- */
+
+static void begin_new_stores_pending_with_request_and_fingerprint(void **state) {
+  fx *f = get(state);
+  static const char body[] = "{\"amount\":10}";
+  resil_op_request req = ts_req("POST", "/payments", body);
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(begin_ok(f->s, "pay-1", &req, &rec), RESIL_OP_NEW);
+  assert_string_equal(rec.key, "pay-1");
+  assert_int_equal(rec.state, RESIL_OP_PENDING);
+  assert_int_equal(rec.attempts, 1);
+  assert_string_equal(rec.method, "POST");
+  assert_string_equal(rec.path, "/payments");
+  assert_int_equal(rec.request_body_len, strlen(body));
+  assert_memory_equal(rec.request_body, body, strlen(body));
+  assert_int_equal(rec.created_ms, wall(f));
+  assert_int_equal(rec.updated_ms, wall(f));
+  assert_int_equal(rec.status, 0);
+  assert_null(rec.body);
+  unsigned char fp[32];
+  assert_status(RESIL_OK, resil_op_fingerprint(&req, fp));
+  assert_memory_equal(rec.fingerprint, fp, 32);
+
+  /* Durable: another store (and a reopened one) sees the same record. */
+  fx_reopen(f);
+  assert_status(RESIL_OK, resil_store_status(f->s, "pay-1", &rec));
+  assert_int_equal(rec.state, RESIL_OP_PENDING);
+  assert_memory_equal(rec.fingerprint, fp, 32);
+  assert_memory_equal(rec.request_body, body, strlen(body));
+  assert_int_equal(ts_effects(&f->env, "pay-1"), 0);
+  resil_op_record_clear(&rec);
+}
+
+static void begin_replays_committed_response_byte_for_byte(void **state) {
+  fx *f = get(state);
+  static const char body[] = "{\"id\":1}\0\xff\r\n\x01tail";
+  static const char headers[] = "Content-Type: application/json\r\nLocation: /payments/1\r\n";
+  ts_effect e = {.status = 201, .headers = headers, .headers_len = strlen(headers),
+                 .body = body, .body_len = sizeof body - 1};
+  resil_op_request req = ts_req("POST", "/payments", "{\"amount\":10}");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(begin_ok(f->s, "pay-2", &req, NULL), RESIL_OP_NEW);
+  advance_s(f, 3);
+  complete_ok(f->s, "pay-2", &e, &rec);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(rec.status, 201);
+  assert_int_equal(rec.updated_ms, wall(f));
+
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(begin_ok(f->s, "pay-2", &req, &rec), RESIL_OP_REPLAY);
+    assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+    assert_int_equal(rec.status, 201);
+    assert_int_equal(rec.headers_len, strlen(headers));
+    assert_memory_equal(rec.headers, headers, strlen(headers));
+    assert_int_equal(rec.body_len, sizeof body - 1);
+    assert_memory_equal(rec.body, body, sizeof body - 1);
+    assert_int_equal(((const char *)rec.body)[rec.body_len], '\0');
+    assert_int_equal(rec.attempts, 2 + round);
+    fx_reopen(f); /* and after a restart */
+  }
+  assert_int_equal(atomic_load(&e.calls), 1);
+  assert_int_equal(ts_effects(&f->env, "pay-2"), 1);
+
+  /* An empty response replays as empty, not as missing. */
+  ts_effect empty = {.status = 204};
+  commit_key(f, "pay-empty", &req, &empty);
+  assert_int_equal(begin_ok(f->s, "pay-empty", &req, &rec), RESIL_OP_REPLAY);
+  assert_int_equal(rec.status, 204);
+  assert_int_equal(rec.body_len, 0);
+  assert_int_equal(rec.headers_len, 0);
+  assert_non_null(rec.body);
+  resil_op_record_clear(&rec);
+}
+
+static void begin_replays_failed_terminal_state(void **state) {
+  fx *f = get(state);
+  static const char refusal[] = "{\"error\":\"insufficient funds\"}";
+  ts_effect e = {.status = 402, .body = refusal, .body_len = strlen(refusal), .failed = 1};
+  resil_op_request req = ts_req("POST", "/payments", "{\"amount\":1000000}");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(begin_ok(f->s, "pay-f", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "pay-f", &e, &rec);
+  assert_int_equal(rec.state, RESIL_OP_FAILED);
+  assert_int_equal(begin_ok(f->s, "pay-f", &req, &rec), RESIL_OP_REPLAY);
+  assert_int_equal(rec.state, RESIL_OP_FAILED);
+  assert_int_equal(rec.status, 402);
+  assert_memory_equal(rec.body, refusal, strlen(refusal));
+  assert_int_equal(state_of(f->s, "pay-f"), RESIL_OP_FAILED);
+  /* A FAILED operation is terminal: complete does not run the effect again. */
+  complete_ok(f->s, "pay-f", &e, &rec);
+  assert_int_equal(atomic_load(&e.calls), 1);
+  resil_op_record_clear(&rec);
+}
+
+static void begin_on_pending_key_is_in_progress(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/payments", "{}");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(begin_ok(f->s, "pay-3", &req, &rec), RESIL_OP_NEW);
+  advance_s(f, 1);
+  assert_int_equal(begin_ok(f->s, "pay-3", &req, &rec), RESIL_OP_IN_PROGRESS);
+  assert_int_equal(rec.state, RESIL_OP_PENDING);
+  assert_int_equal(rec.attempts, 2);
+  assert_int_equal(rec.status, 0);
+  /* A begin is not a state change: the age recovery looks at is kept. */
+  assert_int_equal(rec.updated_ms, wall(f) - 1000);
+  assert_int_equal(begin_ok(f->s, "pay-3", &req, NULL), RESIL_OP_IN_PROGRESS);
+  assert_status(RESIL_OK, resil_store_status(f->s, "pay-3", &rec));
+  assert_int_equal(rec.attempts, 3);
+  assert_int_equal(ts_effects(&f->env, "pay-3"), 0);
+  resil_op_record_clear(&rec);
+}
+
+static void begin_with_other_method_path_or_body_is_conflict(void **state) {
+  fx *f = get(state);
+  static const char secret[] = "{\"card\":\"4111\"}";
+  ts_effect e = {.body = secret, .body_len = strlen(secret)};
+  resil_op_request req = ts_req("POST", "/a", "b");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  commit_key(f, "pay-4", &req, &e);
+  const resil_op_request others[] = {
+      ts_req("PUT", "/a", "b"),  /* method */
+      ts_req("POST", "/x", "b"), /* path */
+      ts_req("POST", "/a", "c"), /* body */
+      ts_req("POST", "/ab", ""), /* the same bytes, split differently */
+      ts_req("POST", "/a", NULL),
+  };
+  for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+    assert_int_equal(begin_ok(f->s, "pay-4", &others[i], &rec), RESIL_OP_CONFLICT);
+    /* Never a replay: another request's result and body are not disclosed. */
+    assert_int_equal(rec.status, 0);
+    assert_null(rec.body);
+    assert_null(rec.headers);
+    assert_null(rec.request_body);
+    assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+    assert_string_equal(rec.key, "pay-4");
+  }
+  assert_int_equal(begin_ok(f->s, "pay-4", &req, &rec), RESIL_OP_REPLAY);
+  assert_memory_equal(rec.body, secret, strlen(secret));
+
+  /* A PENDING key with another fingerprint is a conflict too, not "in
+   * progress". */
+  assert_int_equal(begin_ok(f->s, "pay-5", &req, NULL), RESIL_OP_NEW);
+  assert_int_equal(begin_ok(f->s, "pay-5", &others[2], &rec), RESIL_OP_CONFLICT);
+  assert_int_equal(rec.state, RESIL_OP_PENDING);
+  assert_int_equal(atomic_load(&e.calls), 1);
+  resil_op_record_clear(&rec);
+}
+
+/* ---- status ---------------------------------------------------------------- */
+
+static void status_reports_each_state_and_unknown_for_missing_key(void **state) {
+  fx *f = get(state);
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_status(RESIL_OK, resil_store_status(f->s, "never-seen", &rec));
+  assert_int_equal(rec.state, RESIL_OP_UNKNOWN);
+  assert_string_equal(rec.key, "never-seen");
+  assert_null(rec.body);
+
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "st-pending", &req, NULL), RESIL_OP_NEW);
+  assert_int_equal(state_of(f->s, "st-pending"), RESIL_OP_PENDING);
+
+  ts_effect ok = {.status = 200, .body = "done", .body_len = 4};
+  commit_key(f, "st-committed", &req, &ok);
+  assert_status(RESIL_OK, resil_store_status(f->s, "st-committed", &rec));
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(rec.status, 200);
+  assert_memory_equal(rec.body, "done", 4);
+
+  ts_effect no = {.status = 409, .failed = 1};
+  commit_key(f, "st-failed", &req, &no);
+  assert_int_equal(state_of(f->s, "st-failed"), RESIL_OP_FAILED);
+  /* Status reads do not count as attempts. */
+  assert_status(RESIL_OK, resil_store_status(f->s, "st-failed", &rec));
+  assert_int_equal(rec.attempts, 1);
+  resil_op_record_clear(&rec);
+}
+
+/* ---- complete -------------------------------------------------------------- */
+
+static void complete_runs_effect_once_and_second_complete_does_not(void **state) {
+  fx *f = get(state);
+  ts_effect e = {.status = 201, .body = "first", .body_len = 5};
+  resil_op_request req = ts_req("POST", "/p", "1");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(begin_ok(f->s, "c-1", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "c-1", &e, &rec);
+  assert_int_equal(atomic_load(&e.calls), 1);
+  assert_int_equal(ts_effects(&f->env, "c-1"), 1);
+
+  ts_effect again = {.status = 500, .body = "second", .body_len = 6};
+  complete_ok(f->s, "c-1", &again, &rec);
+  assert_int_equal(atomic_load(&again.calls), 0);
+  assert_int_equal(ts_effects(&f->env, "c-1"), 1);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(rec.status, 201);
+  assert_memory_equal(rec.body, "first", 5);
+  /* Through a second store on the same database as well. */
+  resil_store *other = NULL;
+  assert_status(RESIL_OK, resil_store_open(f->env.uri, &f->cfg, &other, NULL));
+  assert_status(RESIL_OK, resil_store_complete(other, "c-1", ts_effect_fn, &again, NULL));
+  assert_int_equal(atomic_load(&again.calls), 0);
+  resil_store_close(other);
+  assert_int_equal(ts_effects(&f->env, "c-1"), 1);
+  resil_op_record_clear(&rec);
+}
+
+static void complete_effect_error_rolls_back_its_own_writes(void **state) {
+  fx *f = get(state);
+  ts_effect bad = {.ret = RESIL_EIO};
+  resil_op_request req = ts_req("POST", "/p", "1");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(begin_ok(f->s, "c-2", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "c-2", ts_effect_fn, &bad, &rec));
+  assert_int_equal(atomic_load(&bad.calls), 1);
+  assert_true(strlen(resil_store_errmsg(f->s)) > 0);
+  assert_int_equal(rec.state, RESIL_OP_UNKNOWN); /* rec untouched on failure */
+  /* The effect's INSERT ran on the same connection and was rolled back. */
+  assert_int_equal(ts_effects(&f->env, "c-2"), 0);
+  assert_int_equal(state_of(f->s, "c-2"), RESIL_OP_PENDING);
+
+  ts_effect good = {.status = 200};
+  complete_ok(f->s, "c-2", &good, &rec);
+  assert_string_equal(resil_store_errmsg(f->s), "");
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(ts_effects(&f->env, "c-2"), 1);
+  resil_op_record_clear(&rec);
+}
+
+static void complete_rejects_invalid_effect_response_and_rolls_back(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "c-3", &req, NULL), RESIL_OP_NEW);
+  ts_effect low = {.status = 99};
+  assert_status(RESIL_EINVAL, resil_store_complete(f->s, "c-3", ts_effect_fn, &low, NULL));
+  assert_field(f->s, "status");
+  ts_effect high = {.status = 600};
+  assert_status(RESIL_EINVAL, resil_store_complete(f->s, "c-3", ts_effect_fn, &high, NULL));
+  ts_effect nohdr = {.headers_len = 3};
+  assert_status(RESIL_EINVAL, resil_store_complete(f->s, "c-3", ts_effect_fn, &nohdr, NULL));
+  assert_field(f->s, "headers");
+  ts_effect nobody = {.body_len = 3};
+  assert_status(RESIL_EINVAL, resil_store_complete(f->s, "c-3", ts_effect_fn, &nobody, NULL));
+  assert_field(f->s, "body");
+  ts_effect flag = {.failed = 2};
+  assert_status(RESIL_EINVAL, resil_store_complete(f->s, "c-3", ts_effect_fn, &flag, NULL));
+  assert_field(f->s, "failed");
+  assert_int_equal(ts_effects(&f->env, "c-3"), 0);
+  assert_int_equal(state_of(f->s, "c-3"), RESIL_OP_PENDING);
+}
+
+static void complete_unknown_key_is_estate_without_effect(void **state) {
+  fx *f = get(state);
+  ts_effect e = {0};
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  rec.state = RESIL_OP_COMMITTED;
+  assert_status(RESIL_ESTATE, resil_store_complete(f->s, "nobody", ts_effect_fn, &e, &rec));
+  assert_int_equal(rec.state, RESIL_OP_UNKNOWN);
+  assert_string_equal(rec.key, "nobody");
+  assert_field(f->s, "key");
+  assert_int_equal(atomic_load(&e.calls), 0);
+  assert_int_equal(state_of(f->s, "nobody"), RESIL_OP_UNKNOWN);
+}
+
+static void complete_refuses_an_effect_that_ends_the_transaction(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "c-4", &req, NULL), RESIL_OP_NEW);
+  ts_effect e = {.end_txn = 1};
+  assert_status(RESIL_EMISUSE, resil_store_complete(f->s, "c-4", ts_effect_fn, &e, NULL));
+  assert_int_equal(state_of(f->s, "c-4"), RESIL_OP_PENDING);
+  /* The connection is usable afterwards. */
+  ts_effect good = {0};
+  complete_ok(f->s, "c-4", &good, NULL);
+  assert_int_equal(state_of(f->s, "c-4"), RESIL_OP_COMMITTED);
+}
+
+static resil_status effect_with_failing_sql(void *user, resil_store_txn *tx,
+                                            const resil_op_record *pending,
+                                            resil_op_response *out) {
+  (void)user;
+  ts_txn_exec(tx, "INSERT INTO effects (key, n) VALUES ($1, 1)", pending->key);
+  /* A broken statement whose error the effect ignores. */
+  ts_txn_exec(tx, "INSERT INTO no_such_table VALUES ($1)", pending->key);
+  out->status = 200;
+  return RESIL_OK;
+}
+
+static void pg_complete_fails_when_the_effects_sql_aborted_the_transaction(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "c-5", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "c-5", effect_with_failing_sql, NULL, NULL));
+  assert_int_equal(state_of(f->s, "c-5"), RESIL_OP_PENDING);
+  assert_int_equal(ts_effects(&f->env, "c-5"), 0);
+}
+
+/* ---- I5 and I7 --------------------------------------------------------------- */
+
+static resil_status fail_before_terminal(void *user, const char *key) {
+  atomic_int *n = user;
+  (void)key;
+  atomic_fetch_add(n, 1);
+  return RESIL_EIO;
+}
+
+/* The durability invariant I7's negative control checks: a PENDING
+ * operation has no committed effect. */
+static int pending_has_no_effect(resil_op_state st, long effects) {
+  return st != RESIL_OP_PENDING || effects == 0;
+}
+
+/* I5's timeline; returns the effects seen after the injected failure. */
+static long rollback_between_effect_and_terminal(fx *f, int unsafe, atomic_int *faults) {
+  resil_op_request req = ts_req("POST", "/payments", "{\"amount\":10}");
+  ts_effect e = {0};
+  commit_key(f, "old-committed", &req, &e);
+
+  f->cfg.unsafe_commit_effect_early = unsafe;
+  f->cfg.fault_before_terminal = fail_before_terminal;
+  f->cfg.fault_user = faults;
+  fx_reopen(f);
+  assert_int_equal(begin_ok(f->s, "i5", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "i5", ts_effect_fn, &e, NULL));
+  assert_int_equal(atomic_load(faults), 1);
+  assert_int_equal(state_of(f->s, "i5"), RESIL_OP_PENDING);
+  long effects = ts_effects(&f->env, "i5");
+
+  /* Close everything and reopen the same database, without the fault. */
+  f->cfg.fault_before_terminal = NULL;
+  fx_reopen(f);
+  assert_int_equal(state_of(f->s, "i5"), RESIL_OP_PENDING);
+  assert_int_equal(state_of(f->s, "old-committed"), RESIL_OP_COMMITTED);
+  assert_int_equal(ts_effects(&f->env, "i5"), effects);
+  return effects;
+}
+
+static void i5_rollback_between_effect_and_terminal_state_then_recover_once(void **state) {
+  fx *f = get(state);
+  atomic_int faults = 0;
+  long effects = rollback_between_effect_and_terminal(f, 0, &faults);
+  assert_int_equal(effects, 0); /* PENDING:0 */
+  assert_true(pending_has_no_effect(RESIL_OP_PENDING, effects));
+
+  ts_effect e = {0};
+  uint32_t n = 99;
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(state_of(f->s, "i5"), RESIL_OP_COMMITTED);
+  assert_int_equal(ts_effects(&f->env, "i5"), 1); /* COMMITTED:1 */
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 0);
+  assert_int_equal(ts_effects(&f->env, "i5"), 1); /* still 1 */
+  assert_int_equal(ts_effects(&f->env, "old-committed"), 1);
+}
+
+static void i7_negative_control_catches_effect_committed_early(void **state) {
+  fx *f = get(state);
+  atomic_int faults = 0;
+  long effects = rollback_between_effect_and_terminal(f, 1, &faults);
+  /* The same scenario catches the broken implementation: PENDING:1. */
+  assert_int_equal(effects, 1);
+  assert_false(pending_has_no_effect(RESIL_OP_PENDING, effects));
+  /* and recovery then duplicates the effect. */
+  ts_effect e = {0};
+  uint32_t n = 0;
+  f->cfg.unsafe_commit_effect_early = 0;
+  fx_reopen(f);
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(ts_effects(&f->env, "i5"), 2);
+}
+
+/* ---- recovery and retention ----------------------------------------------- */
+
+static void recover_takes_only_ops_older_than_threshold(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect e = {0};
+  uint32_t n = 0;
+  assert_int_equal(begin_ok(f->s, "r-old", &req, NULL), RESIL_OP_NEW);
+  advance_s(f, 10);
+  assert_int_equal(begin_ok(f->s, "r-young", &req, NULL), RESIL_OP_NEW);
+  advance_s(f, 5);
+  /* r-old is 15 s old, r-young 5 s: a 10 s threshold takes r-old only. */
+  assert_status(RESIL_OK, resil_store_recover(f->s, 10 * NS_PER_S, 100,
+                                              ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(state_of(f->s, "r-old"), RESIL_OP_COMMITTED);
+  assert_int_equal(state_of(f->s, "r-young"), RESIL_OP_PENDING);
+  /* 1 ns short of 10 s still does not qualify; exactly 10 s does. */
+  advance_s(f, 5);
+  assert_status(RESIL_OK, resil_store_recover(f->s, 10 * NS_PER_S + 1, 100,
+                                              ts_effect_fn, &e, &n));
+  assert_int_equal(n, 0);
+  assert_status(RESIL_OK, resil_store_recover(f->s, 10 * NS_PER_S, 100,
+                                              ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(state_of(f->s, "r-young"), RESIL_OP_COMMITTED);
+  assert_int_equal(ts_all_effects(&f->env), 2);
+  /* max_ops 0 does nothing. */
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 0, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 0);
+}
+
+static void recover_is_bounded_by_max_ops_oldest_first(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  char key[16];
+  for (int i = 0; i < 5; i++) {
+    snprintf(key, sizeof key, "b-%d", 4 - i); /* b-4 is the oldest */
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    advance_s(f, 1);
+  }
+  ts_effect e = {0};
+  uint32_t n = 0;
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 2, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 2);
+  assert_int_equal(state_of(f->s, "b-4"), RESIL_OP_COMMITTED);
+  assert_int_equal(state_of(f->s, "b-3"), RESIL_OP_COMMITTED);
+  assert_int_equal(state_of(f->s, "b-2"), RESIL_OP_PENDING);
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 2, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 2);
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 2, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 2, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 0);
+  assert_int_equal(atomic_load(&e.calls), 5);
+  assert_int_equal(ts_all_effects(&f->env), 5);
+}
+
+static void recover_postpones_a_failing_op_behind_the_others(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "poison", &req, NULL), RESIL_OP_NEW);
+  advance_s(f, 1);
+  assert_int_equal(begin_ok(f->s, "fine-1", &req, NULL), RESIL_OP_NEW);
+  advance_s(f, 1);
+  assert_int_equal(begin_ok(f->s, "fine-2", &req, NULL), RESIL_OP_NEW);
+  advance_s(f, 1);
+  ts_effect e = {.ret = RESIL_EIO, .fail_key = "poison"};
+  uint32_t n = 9;
+  /* The oldest fails: reported, kept PENDING, moved behind the others. */
+  assert_status(RESIL_EIO, resil_store_recover(f->s, 0, 1, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 0);
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_status(RESIL_OK, resil_store_status(f->s, "poison", &rec));
+  assert_int_equal(rec.state, RESIL_OP_PENDING);
+  assert_int_equal(rec.updated_ms, wall(f));
+  assert_int_equal(ts_effects(&f->env, "poison"), 0);
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 1, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(state_of(f->s, "fine-1"), RESIL_OP_COMMITTED);
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 1, ts_effect_fn, &e, &n));
+  assert_int_equal(state_of(f->s, "fine-2"), RESIL_OP_COMMITTED);
+  /* Within the threshold of its failed attempt the poison is left alone. */
+  assert_status(RESIL_OK, resil_store_recover(f->s, 10 * NS_PER_S, 5,
+                                              ts_effect_fn, &e, &n));
+  assert_int_equal(n, 0);
+  /* A batch with a failure still handles the rest and reports the failure. */
+  advance_s(f, 1);
+  assert_int_equal(begin_ok(f->s, "fine-3", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EIO, resil_store_recover(f->s, 0, 5, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(state_of(f->s, "fine-3"), RESIL_OP_COMMITTED);
+  assert_int_equal(state_of(f->s, "poison"), RESIL_OP_PENDING);
+  resil_op_record_clear(&rec);
+}
+
+static void sweep_deletes_expired_terminal_ops_in_bounded_batches(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect e = {0};
+  char key[16];
+  for (int i = 0; i < 5; i++) {
+    snprintf(key, sizeof key, "old-%d", i);
+    commit_key(f, key, &req, &e);
+  }
+  ts_effect no = {.failed = 1, .status = 400};
+  commit_key(f, "old-failed", &req, &no);
+  assert_int_equal(begin_ok(f->s, "old-pending", &req, NULL), RESIL_OP_NEW);
+  advance_s(f, 3600);
+  commit_key(f, "new", &req, &e);
+
+  uint32_t n = 0;
+  assert_status(RESIL_OK, resil_store_sweep(f->s, 1800 * NS_PER_S, 0, &n));
+  assert_int_equal(n, 0);
+  uint32_t total = 0;
+  uint32_t batches[4];
+  for (int i = 0; i < 4; i++) {
+    assert_status(RESIL_OK, resil_store_sweep(f->s, 1800 * NS_PER_S, 2, &n));
+    batches[i] = n;
+    total += n;
+  }
+  assert_int_equal(batches[0], 2);
+  assert_int_equal(batches[1], 2);
+  assert_int_equal(batches[2], 2);
+  assert_int_equal(batches[3], 0);
+  assert_int_equal(total, 6);
+  assert_int_equal(state_of(f->s, "old-0"), RESIL_OP_UNKNOWN);
+  assert_int_equal(state_of(f->s, "old-failed"), RESIL_OP_UNKNOWN);
+  assert_int_equal(state_of(f->s, "old-pending"), RESIL_OP_PENDING); /* never swept */
+  assert_int_equal(state_of(f->s, "new"), RESIL_OP_COMMITTED);
+  /* A swept key is new again. */
+  assert_int_equal(begin_ok(f->s, "old-0", &req, NULL), RESIL_OP_NEW);
+}
+
+/* ---- locks and timeouts ------------------------------------------------------ */
+
+typedef struct blocker {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int inside, release;
+  resil_store *s;
+  const char *key;
+  resil_status result;
+  atomic_int calls;
+} blocker;
+
+static resil_status blocking_effect(void *user, resil_store_txn *tx,
+                                    const resil_op_record *pending, resil_op_response *out) {
+  blocker *b = user;
+  atomic_fetch_add(&b->calls, 1);
+  const char *ins = resil_store_txn_sqlite(tx) ? "INSERT INTO effects (key, n) VALUES (?1, 1)"
+                                              : "INSERT INTO effects (key, n) VALUES ($1, 1)";
+  if (ts_txn_exec(tx, ins, pending->key)) return RESIL_EIO;
+  pthread_mutex_lock(&b->mu);
+  b->inside = 1;
+  pthread_cond_broadcast(&b->cv);
+  while (!b->release) pthread_cond_wait(&b->cv, &b->mu);
+  pthread_mutex_unlock(&b->mu);
+  out->status = 200;
+  return RESIL_OK;
+}
+
+static void *blocking_complete(void *arg) {
+  blocker *b = arg;
+  b->result = resil_store_complete(b->s, b->key, blocking_effect, b, NULL);
+  return NULL;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void complete_times_out_while_another_holds_the_row(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "locked", &req, NULL), RESIL_OP_NEW);
+  blocker b = {.s = f->s, .key = "locked"};
+  pthread_mutex_init(&b.mu, NULL);
+  pthread_cond_init(&b.cv, NULL);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, blocking_complete, &b), 0);
+  pthread_mutex_lock(&b.mu);
+  while (!b.inside) pthread_cond_wait(&b.cv, &b.mu);
+  pthread_mutex_unlock(&b.mu);
+
+  /* Another store (another instance) with a 150 ms busy timeout. */
+  resil_store_config cfg = f->cfg;
+  cfg.busy_timeout_ns = MS(150);
+  cfg.pool_size = 1;
+  resil_store *other = NULL;
+  assert_status(RESIL_OK, resil_store_open(f->env.uri, &cfg, &other, NULL));
+  ts_effect e = {0};
+  int64_t t0 = mono_ms();
+  assert_status(RESIL_ETIMEDOUT, resil_store_complete(other, "locked", ts_effect_fn, &e, NULL));
+  int64_t waited = mono_ms() - t0;
+  assert_true(waited >= 140);
+  assert_true(strlen(resil_store_errmsg(other)) > 0);
+  assert_int_equal(atomic_load(&e.calls), 0);
+  /* begin on the key being completed answers at once, without waiting. */
+  resil_op_begin_result r = 0;
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  t0 = mono_ms();
+  assert_status(RESIL_OK, resil_store_begin(other, "locked", &req, &r, &rec));
+  assert_true(mono_ms() - t0 < 140);
+  assert_int_equal(r, RESIL_OP_IN_PROGRESS);
+  assert_int_equal(rec.attempts, 1); /* read without the lock: not counted */
+  /* A new key needs the write lock: SQLite has one per database. */
+  resil_status st = resil_store_begin(other, "other-key", &req, &r, NULL);
+  if (f->bk == TS_SQLITE) {
+    assert_status(RESIL_ETIMEDOUT, st);
+  } else {
+    assert_status(RESIL_OK, st);
+    assert_int_equal(r, RESIL_OP_NEW);
+  }
+
+  pthread_mutex_lock(&b.mu);
+  b.release = 1;
+  pthread_cond_broadcast(&b.cv);
+  pthread_mutex_unlock(&b.mu);
+  pthread_join(t, NULL);
+  assert_status(RESIL_OK, b.result);
+  assert_int_equal(atomic_load(&b.calls), 1);
+  assert_status(RESIL_OK, resil_store_complete(other, "locked", ts_effect_fn, &e, &rec));
+  assert_int_equal(atomic_load(&e.calls), 0);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(ts_effects(&f->env, "locked"), 1);
+  resil_op_record_clear(&rec);
+  resil_store_close(other);
+  pthread_cond_destroy(&b.cv);
+  pthread_mutex_destroy(&b.mu);
+}
+
+static void sqlite_begin_times_out_while_another_connection_holds_the_write_lock(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  f->cfg.busy_timeout_ns = MS(100);
+  fx_reopen(f);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->env.path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  resil_op_begin_result r = 0;
+  int64_t t0 = mono_ms();
+  assert_status(RESIL_ETIMEDOUT, resil_store_begin(f->s, "held", &req, &r, NULL));
+  assert_true(mono_ms() - t0 >= 90);
+  resil_error err;
+  resil_store_last_error(f->s, &err);
+  assert_int_equal(err.status, RESIL_ETIMEDOUT);
+  uint32_t n = 7;
+  assert_status(RESIL_ETIMEDOUT, resil_store_sweep(f->s, 0, 10, &n));
+  assert_int_equal(n, 0);
+  /* Reads are not blocked by a writer in WAL mode. */
+  assert_int_equal(state_of(f->s, "held"), RESIL_OP_UNKNOWN);
+  assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(begin_ok(f->s, "held", &req, NULL), RESIL_OP_NEW);
+}
+
+/* ---- store errors ------------------------------------------------------------ */
+
+static void sqlite_disk_full_is_eio_and_nothing_half_written(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  f->cfg.pool_size = 1; /* the page limit is set on the one connection */
+  fx_reopen(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "full", &req, NULL), RESIL_OP_NEW);
+  size_t big = 1 << 20;
+  char *blob = malloc(big);
+  assert_non_null(blob);
+  memset(blob, 'x', big);
+  ts_effect e = {.body = blob, .body_len = big, .fill_disk = 1};
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "full", ts_effect_fn, &e, NULL));
+  resil_error err;
+  resil_store_last_error(f->s, &err);
+  assert_int_equal(err.status, RESIL_EIO);
+  assert_int_equal(atomic_load(&e.calls), 1);
+  assert_int_equal(state_of(f->s, "full"), RESIL_OP_PENDING);
+  assert_int_equal(ts_effects(&f->env, "full"), 0);
+  /* The limit stays on the connection: a big new request fails whole. */
+  resil_op_request bigreq = {.method = "POST", .path = "/p", .body = blob, .body_len = big};
+  resil_op_begin_result r = 0;
+  assert_status(RESIL_EIO, resil_store_begin(f->s, "full-2", &bigreq, &r, NULL));
+  assert_int_equal(state_of(f->s, "full-2"), RESIL_OP_UNKNOWN);
+  free(blob);
+  /* With the space back (a new connection), recovery completes it once. */
+  f->cfg.pool_size = 4;
+  fx_reopen(f);
+  ts_effect small = {0};
+  uint32_t n = 0;
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, ts_effect_fn, &small, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(ts_effects(&f->env, "full"), 1);
+}
+
+static void sqlite_open_reports_unusable_files_as_eio(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  resil_store *s = NULL;
+  resil_error err;
+  char uri[700];
+  snprintf(uri, sizeof uri, "sqlite:%s/no/such/dir/ops.db", f->env.dir);
+  assert_status(RESIL_EIO, resil_store_open(uri, NULL, &s, &err));
+  assert_null(s);
+  assert_true(strlen(err.msg) > 0);
+
+  char path[600];
+  snprintf(path, sizeof path, "%s/garbage.db", f->env.dir);
+  FILE *fp = fopen(path, "wb");
+  assert_non_null(fp);
+  for (int i = 0; i < 4096; i++) fputc("not a database"[i % 14], fp);
+  fclose(fp);
+  snprintf(uri, sizeof uri, "sqlite:%s", path);
+  assert_status(RESIL_EIO, resil_store_open(uri, NULL, &s, &err));
+  assert_null(s);
+  unlink(path);
+}
+
+static void open_refuses_a_schema_newer_than_the_library(void **state) {
+  fx *f = get(state);
+  resil_store_close(f->s);
+  f->s = NULL;
+  ts_exec(&f->env, "UPDATE resil_schema SET version = 99");
+  resil_store *s = NULL;
+  resil_error err;
+  assert_status(RESIL_EIO, resil_store_open(f->env.uri, &f->cfg, &s, &err));
+  assert_null(s);
+  assert_non_null(strstr(err.msg, "99"));
+  ts_exec(&f->env, "UPDATE resil_schema SET version = 1");
+  fx_open(f);
+}
+
+static void pg_lost_connection_is_eio_then_reconnects(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "before", &req, NULL), RESIL_OP_NEW);
+  char sql[300];
+  snprintf(sql, sizeof sql,
+           "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+           "WHERE application_name = '%s' AND pid <> pg_backend_pid()",
+           f->env.schema);
+  assert_int_equal(ts_query_long(&f->env, sql), 1);
+  /* pg_terminate_backend waited for the server process to end: the next
+   * call on the pooled connection finds it gone. */
+  resil_op_begin_result r = 0;
+  assert_status(RESIL_EIO, resil_store_begin(f->s, "after", &req, &r, NULL));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "connection"));
+  /* The pool reconnects on the next use; nothing was half-written. */
+  assert_int_equal(state_of(f->s, "after"), RESIL_OP_UNKNOWN);
+  assert_int_equal(begin_ok(f->s, "after", &req, NULL), RESIL_OP_NEW);
+  assert_int_equal(state_of(f->s, "before"), RESIL_OP_PENDING);
+}
+
+/* ---- validation -------------------------------------------------------------- */
+
+static void check_open_field(const char *uri, const resil_store_config *cfg,
+                             const char *field) {
+  resil_store *s = (resil_store *)1;
+  resil_error err;
+  assert_status(RESIL_EINVAL, resil_store_open(uri, cfg, &s, &err));
+  assert_null(s);
+  if (strcmp(err.field, field) != 0) fail_msg("field '%s', expected '%s'", err.field, field);
+}
+
+static void open_rejects_bad_uris_and_config_fields(void **state) {
+  (void)state;
+  check_open_field(NULL, NULL, "uri");
+  check_open_field("", NULL, "uri");
+  check_open_field("mysql://localhost/x", NULL, "uri");
+  check_open_field("sqlite:", NULL, "uri");
+  check_open_field("sqlite::memory:", NULL, "uri");
+  check_open_field("SQLITE:/tmp/x.db", NULL, "uri");
+  resil_error err;
+  assert_status(RESIL_EINVAL, resil_store_open("sqlite:/tmp/x.db", NULL, NULL, &err));
+  assert_string_equal(err.field, "out");
+
+  resil_store_config cfg;
+  resil_store_config_init(&cfg);
+  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.busy_timeout_ns, 5 * NS_PER_S);
+  assert_int_equal(cfg.pool_size, 4);
+  assert_int_equal(cfg.unsafe_commit_effect_early, 0);
+  cfg.version = 2;
+  check_open_field("sqlite:/tmp/x.db", &cfg, "version");
+  resil_store_config_init(&cfg);
+  cfg.pool_size = 0;
+  check_open_field("sqlite:/tmp/x.db", &cfg, "pool_size");
+  cfg.pool_size = RESIL_STORE_POOL_MAX + 1;
+  resil_store *s = NULL;
+  assert_status(RESIL_EINVAL, resil_store_open("sqlite:/tmp/x.db", &cfg, &s, &err));
+  assert_int_equal(err.has_range, 1);
+  assert_int_equal(err.min, 1);
+  assert_int_equal(err.max, RESIL_STORE_POOL_MAX);
+  assert_int_equal(err.got, RESIL_STORE_POOL_MAX + 1);
+  resil_store_config_init(&cfg);
+  cfg.busy_timeout_ns = -1;
+  check_open_field("sqlite:/tmp/x.db", &cfg, "busy_timeout_ns");
+  cfg.busy_timeout_ns = RESIL_STORE_BUSY_TIMEOUT_MAX_NS + 1;
+  check_open_field("sqlite:/tmp/x.db", &cfg, "busy_timeout_ns");
+  resil_store_config_init(&cfg);
+  cfg.unsafe_commit_effect_early = 2;
+  check_open_field("sqlite:/tmp/x.db", &cfg, "unsafe_commit_effect_early");
+
+  /* A PostgreSQL URI nobody listens on: a clear EIO, quickly. */
+  assert_status(RESIL_EIO, resil_store_open("postgresql://nobody@127.0.0.1:1/x", NULL, &s, &err));
+  assert_null(s);
+  assert_true(strlen(err.msg) > 0);
+
+  /* NULL and dead handles. */
+  resil_store_close(NULL);
+  resil_op_begin_result r;
+  assert_status(RESIL_EMISUSE, resil_store_begin(NULL, "k", NULL, &r, NULL));
+  assert_status(RESIL_EMISUSE, resil_store_complete(NULL, "k", ts_effect_fn, NULL, NULL));
+  assert_status(RESIL_EMISUSE, resil_store_status(NULL, "k", NULL));
+  assert_status(RESIL_EMISUSE, resil_store_recover(NULL, 0, 1, ts_effect_fn, NULL, NULL));
+  assert_status(RESIL_EMISUSE, resil_store_sweep(NULL, 0, 1, NULL));
+  assert_string_equal(resil_store_errmsg(NULL), "");
+  assert_string_equal(resil_store_backend(NULL), "");
+  assert_string_equal(resil_op_state_name(RESIL_OP_COMMITTED), "COMMITTED");
+  assert_string_equal(resil_op_state_name((resil_op_state)42), "UNKNOWN");
+  assert_string_equal(resil_op_begin_result_name(RESIL_OP_IN_PROGRESS), "IN_PROGRESS");
+}
+
+static void check_begin_field(resil_store *s, const char *key, const resil_op_request *req,
+                              const char *field) {
+  resil_op_begin_result r;
+  assert_status(RESIL_EINVAL, resil_store_begin(s, key, req, &r, NULL));
+  resil_error err;
+  resil_store_last_error(s, &err);
+  assert_int_equal(err.status, RESIL_EINVAL);
+  if (strcmp(err.field, field) != 0)
+    fail_msg("key '%.20s': field '%s', expected '%s'", key ? key : "(null)", err.field, field);
+}
+
+static void calls_reject_bad_keys_and_requests_naming_the_field(void **state) {
+  fx *f = get(state);
+  assert_string_equal(resil_store_backend(f->s), ts_backend_names[f->bk]);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  char longkey[RESIL_STORE_KEY_MAX + 2];
+  memset(longkey, 'k', sizeof longkey - 1);
+  longkey[sizeof longkey - 1] = '\0';
+  check_begin_field(f->s, NULL, &req, "key");
+  check_begin_field(f->s, "", &req, "key");
+  check_begin_field(f->s, longkey, &req, "key");
+  check_begin_field(f->s, "a b", &req, "key");
+  check_begin_field(f->s, "a\x01", &req, "key");
+  check_begin_field(f->s, "caf\xc3\xa9", &req, "key");
+  check_begin_field(f->s, "k", NULL, "req");
+  resil_op_request bad = req;
+  bad.method = NULL;
+  check_begin_field(f->s, "k", &bad, "method");
+  bad.method = "";
+  check_begin_field(f->s, "k", &bad, "method");
+  bad.method = "ABCDEFGHIJKLMNOP"; /* 16 */
+  check_begin_field(f->s, "k", &bad, "method");
+  bad.method = "PO ST";
+  check_begin_field(f->s, "k", &bad, "method");
+  bad = req;
+  bad.path = NULL;
+  check_begin_field(f->s, "k", &bad, "path");
+  bad.path = "/\xff";
+  check_begin_field(f->s, "k", &bad, "path");
+  bad.path = "/\xc0\xaf"; /* overlong '/' */
+  check_begin_field(f->s, "k", &bad, "path");
+  bad = req;
+  bad.body = NULL;
+  bad.body_len = 3;
+  check_begin_field(f->s, "k", &bad, "body");
+  assert_status(RESIL_EINVAL, resil_store_begin(f->s, "k", &req, NULL, NULL));
+  assert_field(f->s, "result");
+  /* Nothing was stored by any of them. */
+  assert_int_equal(state_of(f->s, "k"), RESIL_OP_UNKNOWN);
+
+  /* The longest key, the longest method and a non-ASCII path are fine. */
+  longkey[RESIL_STORE_KEY_MAX] = '\0';
+  resil_op_request ok = ts_req("ABCDEFGHIJKLMNO", "/caf\xc3\xa9/\xe2\x82\xac", "");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(begin_ok(f->s, longkey, &ok, &rec), RESIL_OP_NEW);
+  assert_string_equal(rec.key, longkey);
+  assert_int_equal(begin_ok(f->s, longkey, &ok, &rec), RESIL_OP_IN_PROGRESS);
+  assert_string_equal(rec.path, "/caf\xc3\xa9/\xe2\x82\xac");
+  assert_string_equal(rec.method, "ABCDEFGHIJKLMNO");
+  resil_op_record_clear(&rec);
+
+  /* The other calls. */
+  assert_status(RESIL_EINVAL, resil_store_complete(f->s, "", ts_effect_fn, NULL, NULL));
+  assert_field(f->s, "key");
+  assert_status(RESIL_EINVAL, resil_store_complete(f->s, "k", NULL, NULL, NULL));
+  assert_field(f->s, "effect");
+  assert_status(RESIL_EINVAL, resil_store_status(f->s, "k", NULL));
+  assert_field(f->s, "rec");
+  assert_status(RESIL_EINVAL, resil_store_status(f->s, "a b", &rec));
+  assert_field(f->s, "key");
+  assert_status(RESIL_EINVAL, resil_store_recover(f->s, -1, 1, ts_effect_fn, NULL, NULL));
+  assert_field(f->s, "older_than_ns");
+  assert_status(RESIL_EINVAL, resil_store_recover(f->s, 0, 1, NULL, NULL, NULL));
+  assert_field(f->s, "effect");
+  assert_status(RESIL_EINVAL, resil_store_sweep(f->s, -1, 1, NULL));
+  assert_field(f->s, "older_than_ns");
+  /* A successful call forgets the error. */
+  assert_int_equal(state_of(f->s, "k"), RESIL_OP_UNKNOWN);
+  assert_string_equal(resil_store_errmsg(f->s), "");
+  resil_error err;
+  resil_store_last_error(f->s, &err);
+  assert_int_equal(err.status, RESIL_OK);
+}
+
+typedef struct errmsg_probe {
+  resil_store *s;
+  char seen[64];
+} errmsg_probe;
+
+static void *read_errmsg(void *arg) {
+  errmsg_probe *p = arg;
+  snprintf(p->seen, sizeof p->seen, "%s", resil_store_errmsg(p->s));
+  return NULL;
+}
+
+static void errmsg_belongs_to_the_calling_thread(void **state) {
+  fx *f = get(state);
+  resil_op_begin_result r;
+  assert_status(RESIL_EINVAL, resil_store_begin(f->s, "", NULL, &r, NULL));
+  assert_true(strlen(resil_store_errmsg(f->s)) > 0);
+  pthread_t t;
+  errmsg_probe probe = {.s = f->s, .seen = "unset"};
+  assert_int_equal(pthread_create(&t, NULL, read_errmsg, &probe), 0);
+  pthread_join(t, NULL);
+  assert_string_equal(probe.seen, "");
+  assert_true(strlen(resil_store_errmsg(f->s)) > 0);
+}
+
+/* ---- allocation failures ------------------------------------------------------ */
+
+static void open_allocation_failure_sweep(void **state) {
+  fx *f = get(state);
+  resil_store_close(f->s);
+  f->s = NULL;
+  int succeeded = 0;
+  for (long i = 1; i < 200 && !succeeded; i++) {
+    test_alloc ta;
+    test_alloc_init(&ta, i);
+    resil_store_config cfg = f->cfg;
+    cfg.alloc = &ta.a;
+    resil_store *s = NULL;
+    resil_error err;
+    resil_status st = resil_store_open(f->env.uri, &cfg, &s, &err);
+    if (st == RESIL_OK) {
+      succeeded = 1;
+      resil_store_close(s);
+    } else {
+      if (st != RESIL_ENOMEM) fail_msg("fail at %ld: %s: %s", i, resil_status_name(st), err.msg);
+      assert_null(s);
+    }
+    assert_int_equal(ta.live, 0);
+  }
+  assert_true(succeeded);
+  fx_open(f);
+}
+
+static void begin_and_complete_allocation_failure_sweep(void **state) {
+  fx *f = get(state);
+  test_alloc ta;
+  test_alloc_init(&ta, 0);
+  f->cfg.alloc = &ta.a;
+  fx_reopen(f);
+  long base = ta.live;
+  resil_op_request req = ts_req("POST", "/p", "body");
+  ts_effect e = {.status = 200, .body = "result", .body_len = 6,
+                 .headers = "A: b\r\n", .headers_len = 6};
+  commit_key(f, "alloc-done", &req, &e);
+  assert_int_equal(ta.live, base);
+
+  /* Replays: each either succeeds or fails whole, counting no attempt. */
+  uint32_t oks = 0;
+  for (long i = 1; i < 50; i++) {
+    ta.fail_at = ta.count + i;
+    resil_op_record rec;
+    resil_op_record_init(&rec);
+    resil_op_begin_result r = 0;
+    resil_status st = resil_store_begin(f->s, "alloc-done", &req, &r, &rec);
+    if (st == RESIL_OK) {
+      oks++;
+      assert_int_equal(r, RESIL_OP_REPLAY);
+      assert_memory_equal(rec.body, "result", 6);
+    } else {
+      assert_status(RESIL_ENOMEM, st);
+    }
+    resil_op_record_clear(&rec);
+    assert_int_equal(ta.live, base);
+  }
+  ta.fail_at = 0;
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_status(RESIL_OK, resil_store_status(f->s, "alloc-done", &rec));
+  assert_int_equal(rec.attempts, 1 + oks);
+  resil_op_record_clear(&rec);
+
+  /* New keys and completions: ENOMEM leaves either nothing or PENDING. */
+  for (long i = 1; i < 30; i++) {
+    char key[24];
+    snprintf(key, sizeof key, "alloc-%ld", i);
+    ta.fail_at = ta.count + i;
+    resil_op_begin_result r = 0;
+    resil_op_record_init(&rec);
+    resil_status st = resil_store_begin(f->s, key, &req, &r, &rec);
+    resil_op_record_clear(&rec);
+    ta.fail_at = 0;
+    if (st) {
+      assert_status(RESIL_ENOMEM, st);
+      assert_int_equal(state_of(f->s, key), RESIL_OP_UNKNOWN);
+      continue;
+    }
+    ta.fail_at = ta.count + i;
+    ts_effect ce = {.status = 200, .body = "x", .body_len = 1};
+    resil_op_record_init(&rec);
+    st = resil_store_complete(f->s, key, ts_effect_fn, &ce, &rec);
+    resil_op_record_clear(&rec);
+    ta.fail_at = 0;
+    resil_op_state want = st == RESIL_OK ? RESIL_OP_COMMITTED : RESIL_OP_PENDING;
+    if (st) assert_status(RESIL_ENOMEM, st);
+    assert_int_equal(state_of(f->s, key), want);
+    assert_int_equal(ts_effects(&f->env, key), want == RESIL_OP_COMMITTED ? 1 : 0);
+    assert_int_equal(ta.live, base);
+  }
+  resil_store_close(f->s);
+  f->s = NULL;
+  assert_int_equal(ta.live, 0);
+  f->cfg.alloc = NULL;
+  fx_open(f);
+}
+
+#define STORE_TESTS(bk)                                                                \
+  cmocka_unit_test_prestate_setup_teardown(begin_new_stores_pending_with_request_and_fingerprint, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(begin_replays_committed_response_byte_for_byte, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(begin_replays_failed_terminal_state, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(begin_on_pending_key_is_in_progress, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(begin_with_other_method_path_or_body_is_conflict, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(status_reports_each_state_and_unknown_for_missing_key, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(complete_runs_effect_once_and_second_complete_does_not, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(complete_effect_error_rolls_back_its_own_writes, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(complete_rejects_invalid_effect_response_and_rolls_back, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(complete_unknown_key_is_estate_without_effect, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(complete_refuses_an_effect_that_ends_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_complete_fails_when_the_effects_sql_aborted_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(i5_rollback_between_effect_and_terminal_state_then_recover_once, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(i7_negative_control_catches_effect_committed_early, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(recover_takes_only_ops_older_than_threshold, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(recover_is_bounded_by_max_ops_oldest_first, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(recover_postpones_a_failing_op_behind_the_others, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sweep_deletes_expired_terminal_ops_in_bounded_batches, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(complete_times_out_while_another_holds_the_row, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_begin_times_out_while_another_connection_holds_the_write_lock, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_disk_full_is_eio_and_nothing_half_written, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_open_reports_unusable_files_as_eio, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(open_refuses_a_schema_newer_than_the_library, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_lost_connection_is_eio_then_reconnects, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(calls_reject_bad_keys_and_requests_naming_the_field, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(errmsg_belongs_to_the_calling_thread, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(open_allocation_failure_sweep, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(begin_and_complete_allocation_failure_sweep, fx_setup, fx_teardown, (void *)&bk)
+
+int main(void) {
+  const struct CMUnitTest common[] = {
+      cmocka_unit_test(open_rejects_bad_uris_and_config_fields),
+  };
+  const struct CMUnitTest sqlite_tests[] = {STORE_TESTS(on_sqlite)};
+  const struct CMUnitTest pg_tests[] = {STORE_TESTS(on_pg)};
+  int failed = cmocka_run_group_tests_name("store", common, NULL, NULL);
+  failed += cmocka_run_group_tests_name("store_sqlite", sqlite_tests, NULL, NULL);
+  if (!ts_pg_base()) {
+    printf("note: RESIL_TEST_PG_URI is not set: the PostgreSQL cases are skipped "
+           "(start a server with scripts/pg-start.sh)\n");
+    fflush(stdout);
+  }
+  failed += cmocka_run_group_tests_name("store_postgresql", pg_tests, NULL, NULL);
+  return failed;
+}
