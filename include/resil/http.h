@@ -17,6 +17,14 @@
  *   resil_http_response  resil_http_request_take_response /
  *                        resil_http_response_free
  *
+ * Recovery after UNKNOWN (DESIGN §6): resil_http_call_keyed() runs a keyed
+ * write and, when an attempt ends in a way that may have executed, asks the
+ * endpoint's status endpoint (resil_http_endpoint.status_endpoint, e.g.
+ * GET /operations/{key}) what became of the operation before deciding
+ * anything: COMMITTED gives the stored result, PENDING is waited for, and
+ * UNKNOWN (a 404 included: it never means "did not happen") leaves the
+ * decision to the retry policy, which re-sends with the same key.
+ *
  * What libresil guarantees on the wire:
  *   - No hidden retries. libcurl re-sends a request by itself when a reused
  *     keep-alive connection turns out dead before any response byte
@@ -226,6 +234,16 @@ typedef struct resil_http_endpoint {
   /* Optional decoder for this endpoint; NULL uses the client's. */
   resil_http_decoder_fn decoder;
   void *decoder_user;
+  /* Optional name of another endpoint of the same table that reports the
+   * state of an operation by its idempotency key, e.g.
+   *   {.name = "op_status", .path = "/operations/{key}",
+   *    .response_codec = RESIL_HTTP_CODEC_JSON}
+   * Only resil_http_call_keyed() uses it (see there for the answers it
+   * understands). Checked by resil_http_client_new(): it must name an
+   * endpoint of the table other than this one, whose method is GET and
+   * whose path or query template has a {key} placeholder. NULL (default):
+   * no status queries. */
+  const char *status_endpoint;
 } resil_http_endpoint;
 
 /* A name and a value: a placeholder binding, a query parameter or a header. */
@@ -384,6 +402,21 @@ typedef struct resil_http_client_config {
   /* NULL = malloc/free. Used for libresil's own memory (libcurl, jansson
    * and zlib use their own). */
   const resil_allocator *alloc;
+  /* Recovery flow of resil_http_call_keyed(). Outcome classes of a write
+   * attempt after which the status endpoint is asked: RESIL_CLASS_BIT() of
+   * UNKNOWN, SERVER_ERROR and THROTTLED only (the classes that may have
+   * executed); 0 makes no status queries. Default UNKNOWN | SERVER_ERROR:
+   * a 408/425/429 normally means the server refused before executing, and
+   * asking an overloaded server one more question does not help it. */
+  uint32_t status_query_classes;
+  /* Wait between two status queries while the operation is PENDING.
+   * 1 ms..1 day. Default 100 ms. A usable Retry-After on a PENDING answer
+   * replaces it. */
+  int64_t status_poll_ns;
+  /* Longest time one logical call waits for a PENDING operation, from its
+   * first PENDING answer. 0..1 day; 0 reports PENDING at once. Default
+   * 10 s. The wait always ends at the ctx deadline too. */
+  int64_t pending_wait_max_ns;
 } resil_http_client_config;
 
 /* Writes the documented defaults. NULL is a no-op. Since 0.1. */
@@ -425,6 +458,17 @@ typedef struct resil_http_stats {
   uint64_t outcomes[5];
   uint32_t leased;             /* pool slots in use now                   */
   uint32_t max_connections;    /* pool size                               */
+  /* Recovery flow (resil_http_call_keyed). A status query is a logical
+   * call of its own on the status endpoint, so it is also counted in
+   * requests, attempts and outcomes above: the write attempts are
+   * attempts - status_queries when nothing else runs on the client. */
+  uint64_t status_queries;     /* status queries made                     */
+  uint64_t status_committed;   /* ... answered COMMITTED                  */
+  uint64_t status_pending;     /* ... answered PENDING                    */
+  uint64_t status_unknown;     /* ... answered UNKNOWN (404) or FAILED, or
+                                  that got no usable answer                */
+  uint64_t recovered;          /* keyed calls answered with a stored
+                                  result (RESIL_OF_RECOVERED)              */
 } resil_http_stats;
 
 /* Snapshot of the counters (each read atomically). Returns RESIL_OK,
@@ -551,6 +595,142 @@ RESIL_API resil_outcome resil_http_call(resil_http_client *c,
                                         const resil_ctx *ctx,
                                         resil_http_response **out);
 
+/* ---- recovery after UNKNOWN (DESIGN §6) ------------------------------- */
+
+/* Outcome flags of resil_http_call_keyed() (libresil-http uses 0x1000 to
+ * 0x8000 of resil_outcome.flags; see outcome.h and chain.h for the rest). */
+/* The answer is the operation's stored result, read from the status
+ * endpoint after a write attempt whose own answer was lost: kind ANSWERED,
+ * http_status the stored status; resil_http_response_recovered() is 1. */
+#define RESIL_OF_RECOVERED 0x1000u
+/* The status endpoint said PENDING and the wait for it ended (deadline,
+ * pending_wait_max_ns or cancellation) before it said anything else. The
+ * outcome stays UNKNOWN: the operation has been accepted and may still
+ * commit. A chain fallback can answer RESIL_FALLBACK_PENDING on it. */
+#define RESIL_OF_STATUS_PENDING 0x2000u
+
+/* What a status query said about the operation. */
+typedef enum resil_http_op_state {
+  RESIL_HTTP_OP_NONE = 0,      /* no status query was made               */
+  /* 404, {"state":"UNKNOWN"}, or no usable answer (not sent, timed out,
+   * another status, a body that is not the contract below). Never "did not
+   * happen": only that the server could not say. */
+  RESIL_HTTP_OP_UNKNOWN = 1,
+  RESIL_HTTP_OP_PENDING = 2,   /* accepted, not finished                 */
+  RESIL_HTTP_OP_COMMITTED = 3, /* finished; the stored result came back  */
+  RESIL_HTTP_OP_FAILED = 4     /* {"state":"FAILED"}: it did not commit  */
+} resil_http_op_state;
+
+/* What one resil_http_call_keyed() did, for the caller and for tests. */
+typedef struct resil_http_recovery {
+  uint32_t write_attempts;   /* attempts of the write, counted as the
+                                retry counts them                        */
+  uint32_t status_queries;   /* status queries made (or tried: one whose
+                                request could not be built is a failed
+                                query)                                   */
+  uint32_t pending_answers;  /* ... answered PENDING                     */
+  uint32_t unknown_answers;  /* ... answered 404, UNKNOWN or FAILED      */
+  uint32_t failed_queries;   /* ... that got no usable answer            */
+  resil_http_op_state state; /* what the last status query said (a failed
+                                query after PENDING keeps PENDING)       */
+  resil_outcome last_query;  /* outcome of the last status query's
+                                attempt; kind 0 when none was made       */
+  int64_t pending_wait_ns;   /* time slept waiting on PENDING            */
+} resil_http_recovery;
+
+/* One logical keyed write with the recovery flow. Builds the request as
+ * resil_http_call() does (one idempotency key for every attempt), sets
+ * ctx->flags from it, and drives `retry` through its split form
+ * (resil_retry_begin/next), sleeping between attempts on ctx->clock; with
+ * retry NULL it makes one write attempt, never more.
+ *
+ * After each write attempt whose outcome class is in the client's
+ * status_query_classes (default: UNKNOWN and 5xx), when the call carries an
+ * idempotency key and the endpoint names a status_endpoint, it asks the
+ * status endpoint (GET, bound with {key} = the call's key plus the call's
+ * params and extra headers; its own logical call, within the same ctx
+ * deadline and cancellation token) and acts on the answer:
+ *
+ *   200 {"state":"COMMITTED","status":S,"body":"..."}
+ *       The operation is done: returns ANSWERED(S) with RESIL_OF_RECOVERED,
+ *       and *out is a response with status S and the stored body (decoded
+ *       as the write endpoint's response, its decoder hook applied), marked
+ *       recovered. No further write is sent, whatever S is. An optional
+ *       "key" member must equal the call's key.
+ *   200 {"state":"PENDING"}
+ *       Waits status_poll_ns (or the answer's Retry-After) and asks again,
+ *       for at most pending_wait_max_ns from the first PENDING answer and
+ *       never past the ctx deadline: it does not sleep when the wait would
+ *       reach either. A query that fails meanwhile changes nothing and is
+ *       repeated the same way. When the wait ends, the write's own outcome
+ *       (UNKNOWN, or the 5xx) is returned with RESIL_OF_STATUS_PENDING and
+ *       no write is re-sent: the server is still working on it. A retry
+ *       records it as an attempt after which no time is left (stop
+ *       DEADLINE, or MAX_ATTEMPTS when that came first; CANCELLED when the
+ *       ctx token ended the wait).
+ *   404, {"state":"UNKNOWN"}, {"state":"FAILED"}, or no usable answer
+ *       Still UNKNOWN (a 404 is never "did not happen"). The write's own
+ *       outcome goes to the retry policy, which decides as always (class,
+ *       safety, attempts, deadline, budget) whether to re-send the write
+ *       with the same key.
+ *
+ * Without a key, without a status endpoint, or with status_query_classes
+ * 0, no status query is made and the call behaves as resil_http_call().
+ * It never reports a success the server did not report: a success comes
+ * only from a write's own answer or from a COMMITTED status.
+ *
+ * The final outcome is the retry's (resil_retry.h: stop, attempts, the
+ * PRIOR_MAYBE_EXECUTED folding), counting write attempts only; without a
+ * retry, the last attempt's, attempts 0. *out (may be NULL: dropped) is the
+ * recovered response or the last write attempt's; a request that cannot
+ * be built gives NOT_SENT(LOCAL_ERROR) and a response saying why, as
+ * resil_http_call(). An invalid retry handle gives NOT_SENT(LOCAL_ERROR)
+ * with nothing sent. report (may be NULL) is filled in every case.
+ *
+ * Known limit of the retry's counters: a COMMITTED answer whose stored
+ * status the retry would retry (a 5xx, or a predicate asking for it) ends
+ * the call with stop NOT_RETRYABLE without being counted in
+ * resil_retry_get_stats() (the split form has no way to end a call the
+ * policy wanted to continue).
+ *
+ * Example (a payment that must not run twice):
+ *
+ *   static const resil_http_endpoint endpoints[] = {
+ *       {.name = "op_status", .path = "/operations/{key}",
+ *        .response_codec = RESIL_HTTP_CODEC_JSON},
+ *       {.name = "pay", .method = RESIL_HTTP_POST, .path = "/payments",
+ *        .request_codec = RESIL_HTTP_CODEC_JSON,
+ *        .response_codec = RESIL_HTTP_CODEC_JSON,
+ *        .idempotency_key = RESIL_HTTP_KEY_SEND,
+ *        .status_endpoint = "op_status"},
+ *   };
+ *   ...
+ *   resil_ctx ctx;
+ *   resil_ctx_init(&ctx);
+ *   resil_ctx_set_timeout_ns(&ctx, 2000 * 1000000LL);
+ *   resil_http_response *resp = NULL;
+ *   resil_http_recovery rep;
+ *   resil_outcome o = resil_http_call_keyed(client, "pay", &args, retry, &ctx,
+ *                                           &resp, &rep);
+ *   if (resil_outcome_is_success(&o))
+ *     ...  // paid: resp is the answer, live or stored
+ *   else if (o.flags & RESIL_OF_STATUS_PENDING)
+ *     ...  // accepted, outcome not known yet: tell the user "pending"
+ *   else if (resil_outcome_maybe_executed(&o))
+ *     ...  // unknown: keep the key, ask again later
+ *   resil_http_response_free(resp);
+ *
+ * Thread-safety: thread-safe (the client may be shared; report and *out
+ * belong to the caller). Blocks for the attempts, the queries and the
+ * waits, all within the ctx deadline when it has one. Since 0.1. */
+RESIL_API resil_outcome resil_http_call_keyed(resil_http_client *c,
+                                              const char *endpoint,
+                                              const resil_http_args *args,
+                                              resil_retry *retry,
+                                              const resil_ctx *ctx,
+                                              resil_http_response **out,
+                                              resil_http_recovery *report);
+
 /* ---- responses -------------------------------------------------------- */
 
 /* Per-attempt facts. */
@@ -599,6 +779,12 @@ RESIL_API const char *resil_http_response_header(const resil_http_response *r,
 /* Fills *out. Returns RESIL_OK or RESIL_EINVAL (NULL). Since 0.1. */
 RESIL_API resil_status resil_http_response_info(const resil_http_response *r,
                                                 resil_http_info *out);
+/* 1 when the response is an operation's stored result read from the
+ * status endpoint by resil_http_call_keyed() (its outcome carries
+ * RESIL_OF_RECOVERED; it has no headers, and its info describes the status
+ * query with info.attempt the write attempt it recovered), 0 otherwise or
+ * for NULL. Since 0.1. */
+RESIL_API int resil_http_response_recovered(const resil_http_response *r);
 /* NULL is a no-op. Since 0.1. */
 RESIL_API void resil_http_response_free(resil_http_response *r);
 

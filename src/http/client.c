@@ -54,6 +54,10 @@ void resil_http_client_config_init(resil_http_client_config *cfg) {
   cfg->max_response_bytes = 64u << 20;
   cfg->log_level = RESIL_HTTP_LOG_NONE;
   cfg->verify_peer = 1;
+  cfg->status_query_classes =
+      RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR);
+  cfg->status_poll_ns = 100 * RESIL_NS_PER_MS;
+  cfg->pending_wait_max_ns = 10 * RESIL_NS_PER_S;
 }
 
 /* ---- small string helpers ------------------------------------------------ */
@@ -431,7 +435,7 @@ static resil_status check_config(const resil_http_client_config *cfg,
   if (cfg->log_level != RESIL_HTTP_LOG_NONE && !cfg->log_fn)
     return resil__err(err, RESIL_EINVAL, "log_fn", "is required when log_level is not NONE");
   if ((st = resil__check_range(err, "verify_peer", cfg->verify_peer, 0, 1))) return st;
-  return RESIL_OK;
+  return resil__http_recovery_check(cfg, err);
 }
 
 static const char *const default_gzip_types[] = {"application/json", "application/xml",
@@ -538,6 +542,7 @@ resil_status resil_http_client_new(const resil_http_client_config *cfg,
     st = compile_endpoint(c, i, &cfg->endpoints[i], gz, cfg->base_url, &c->eps[i], err);
     c->neps = i + 1;
   }
+  if (st == RESIL_OK) st = resil__http_recovery_setup(c, cfg, err);
   if (st == RESIL_OK) {
     c->origin_inuse = resil__calloc(a, c->norigins * sizeof *c->origin_inuse);
     if (!c->origin_inuse) st = resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
@@ -589,6 +594,11 @@ resil_status resil_http_client_get_stats(const resil_http_client *cc,
   for (int k = 0; k < 5; k++) out->outcomes[k] = atomic_load(&c->st_outcomes[k]);
   out->leased = atomic_load(&c->st_leased);
   out->max_connections = c->nslots;
+  out->status_queries = atomic_load(&c->st_status_queries);
+  out->status_committed = atomic_load(&c->st_status_committed);
+  out->status_pending = atomic_load(&c->st_status_pending);
+  out->status_unknown = atomic_load(&c->st_status_unknown);
+  out->recovered = atomic_load(&c->st_recovered);
   return RESIL_OK;
 }
 

@@ -133,6 +133,7 @@ typedef struct http_endpoint {
   resil_http_decoder_fn decoder;
   void *decoder_user;
   char *tpl_store;      /* copies of the template sources                 */
+  int32_t status_ep;    /* index of the status endpoint, -1 none          */
 } http_endpoint;
 
 /* Per-attempt transfer state, written by libcurl callbacks on the thread
@@ -246,6 +247,15 @@ struct resil_http_client {
   atomic_uint_fast64_t st_decode_errors;
   atomic_uint_fast64_t st_outcomes[5];
   atomic_uint st_leased;
+  /* Recovery flow (recover.c). */
+  uint32_t status_query_classes;
+  int64_t status_poll_ns;
+  int64_t pending_wait_max_ns;
+  atomic_uint_fast64_t st_status_queries;
+  atomic_uint_fast64_t st_status_committed;
+  atomic_uint_fast64_t st_status_pending;
+  atomic_uint_fast64_t st_status_unknown;
+  atomic_uint_fast64_t st_recovered;
 };
 
 void resil__http_client_ref(resil_http_client *c);
@@ -273,6 +283,18 @@ void resil__http_slot_cleanup(const resil_http_client *c, http_slot *s);
 
 int64_t resil__http_mono_ns(void);
 
+/* recover.c: checks the recovery fields of cfg (called by check_config).
+ * Returns RESIL_OK or RESIL_EINVAL with err filled. */
+resil_status resil__http_recovery_check(const resil_http_client_config *cfg,
+                                        resil_error *err);
+/* recover.c: copies the recovery settings and resolves every endpoint's
+ * status_endpoint once the table is compiled (called by
+ * resil_http_client_new). Returns RESIL_OK or RESIL_EINVAL with err naming
+ * the endpoint. */
+resil_status resil__http_recovery_setup(resil_http_client *c,
+                                        const resil_http_client_config *cfg,
+                                        resil_error *err);
+
 /* ---- requests and responses ------------------------------------------- */
 
 struct resil_http_response {
@@ -289,6 +311,7 @@ struct resil_http_response {
   resil_http_info info;
   char decode_error[192];
   char error[CURL_ERROR_SIZE];
+  int recovered; /* the stored result of a status query (recover.c) */
 };
 
 /* A fresh, empty response. NULL when out of memory. */
@@ -325,5 +348,10 @@ struct resil_http_request {
 
 /* The method's name ("GET"). */
 const char *resil__http_method_name(resil_http_method m);
+
+/* Marks r empty or decodes its JSON body as endpoint ep's response, and
+ * turns *o into reason DECODE when a success cannot be read (request.c). */
+void resil__http_decode(const http_endpoint *ep, resil_http_response *r,
+                        resil_outcome *o);
 
 #endif

@@ -614,7 +614,7 @@ static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
                                                                : RESIL_REASON_CONNECTION_CLOSED);
 }
 
-static void decode(const http_endpoint *ep, resil_http_response *r, resil_outcome *o) {
+void resil__http_decode(const http_endpoint *ep, resil_http_response *r, resil_outcome *o) {
   int st = r->status;
   int no_content = st == 204 || st == 205 || st == 304;
   int ok2xx = st >= 200 && st < 300;
@@ -948,7 +948,7 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
     int aborted = run_transfer(s, ctx->cancel, deadline, &rc);
     o = classify(s, aborted, rc, res, c);
     if (o.kind == RESIL_ANSWERED) {
-      decode(ep, res, &o);
+      resil__http_decode(ep, res, &o);
       const char *ra = resil_http_response_header(res, "retry-after");
       int64_t ms = -1;
       if (ra && resil_retry_after_parse(ra, strlen(ra), resil_clock_wall_ms(c->clock), &ms) ==

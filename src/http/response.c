@@ -30,6 +30,7 @@ void resil__http_response_reset(resil_http_response *r) {
   memset(&r->info, 0, sizeof r->info);
   r->decode_error[0] = '\0';
   r->error[0] = '\0';
+  r->recovered = 0;
 }
 
 int resil__http_response_add_header(resil_http_response *r, const char *name,

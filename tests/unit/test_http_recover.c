@@ -1,0 +1,700 @@
+/* libresil-http recovery flow (DESIGN §6, issue 4): after a keyed write
+ * attempt that may have executed, resil_http_call_keyed() asks the status
+ * endpoint first. COMMITTED gives the stored result (I1, I4 shapes), a 404
+ * leaves the decision to the retry policy, which re-sends with the same
+ * key, and a call without a key asks nothing. PENDING and concurrency are
+ * in test_http_recover_mt.c. */
+#include <stdlib.h>
+
+#include "fixture/fixture_int.h"
+#include "test_http_common.h"
+
+static const resil_http_endpoint eps[] = {
+    {.name = "op_status", .path = "/operations/{key}", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.name = "idem", .method = RESIL_HTTP_POST, .path = "/idem/{name}", .query = "sleep_ms={ms}",
+     .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON,
+     .status_endpoint = "op_status"},
+    {.name = "idem_close", .method = RESIL_HTTP_POST, .path = "/idem-close",
+     .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON,
+     .status_endpoint = "op_status"},
+    {.name = "slow_keyed", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+     .idempotency_key = RESIL_HTTP_KEY_SEND, .status_endpoint = "op_status"},
+    {.name = "slow_unkeyed", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+     .status_endpoint = "op_status"},
+    {.name = "flaky_keyed", .method = RESIL_HTTP_POST, .path = "/flaky/{id}", .query = "fail={n}",
+     .idempotency_key = RESIL_HTTP_KEY_SEND, .status_endpoint = "op_status"},
+    {.name = "idem_plain", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
+     .query = "sleep_ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND,
+     .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.name = "echo_status", .path = "/echo", .query = "k={key}",
+     .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.name = "slow_echo_status", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+     .idempotency_key = RESIL_HTTP_KEY_SEND, .status_endpoint = "echo_status"},
+    /* A misconfigured status path that asks about another key. */
+    {.name = "other_key_status", .path = "/operations/x{key}",
+     .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.name = "slow_other_key", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+     .idempotency_key = RESIL_HTTP_KEY_SEND, .status_endpoint = "other_key_status"},
+};
+#define NEPS (sizeof eps / sizeof eps[0])
+
+/* Writes that must end UNKNOWN time out after WRITE_TIMEOUT_MS against a
+ * server that answers after SLOW_MS; the margin keeps the status queries
+ * (same client timeout) well inside it on a loaded machine. The I1 test
+ * keeps the catalogue's 150 ms / 500 ms. */
+#define WRITE_TIMEOUT_MS 300
+#define SLOW_MS "1200"
+
+typedef struct fx_state {
+  resil_fixture *f;
+} fx_state;
+
+static int setup(void **state) {
+  fx_state *s = calloc(1, sizeof *s);
+  s->f = fx_start();
+  *state = s;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_state *s = *state;
+  resil_fixture_stop(s->f);
+  free(s);
+  return 0;
+}
+
+/* Records the idempotency key each attempt carried, per endpoint. */
+typedef struct key_log {
+  int n;
+  char ep[16][32];
+  char key[16][80];
+} key_log;
+
+static resil_status record_key(void *user, const resil_http_attempt_info *info,
+                               resil_http_headers *h) {
+  (void)h;
+  key_log *l = user;
+  if (l->n < 16) {
+    snprintf(l->ep[l->n], sizeof l->ep[0], "%s", info->endpoint);
+    snprintf(l->key[l->n], sizeof l->key[0], "%s",
+             info->idempotency_key ? info->idempotency_key : "");
+    l->n++;
+  }
+  return RESIL_OK;
+}
+
+typedef struct client_opts {
+  int64_t response_timeout_ms;
+  key_log *log;
+  resil_http_interceptor ic;
+  uint32_t classes;
+  int set_classes;
+} client_opts;
+
+static void apply_opts(resil_http_client_config *cfg, void *u) {
+  client_opts *o = u;
+  if (o->response_timeout_ms) cfg->response_timeout_ns = MS(o->response_timeout_ms);
+  if (o->log) {
+    o->ic.fn = record_key;
+    o->ic.user = o->log;
+    cfg->interceptors = &o->ic;
+    cfg->interceptor_count = 1;
+  }
+  if (o->set_classes) cfg->status_query_classes = o->classes;
+}
+
+static resil_retry *retry_n(uint32_t n) {
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = n;
+  rc.wait_ns = 0;
+  resil_retry *r = NULL;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
+  return r;
+}
+
+static resil_http_args args_of(resil_http_param *ps, size_t n, const char *key) {
+  resil_http_args a;
+  resil_http_args_init(&a);
+  a.params = ps;
+  a.param_count = n;
+  a.idempotency_key = key;
+  return a;
+}
+
+/* Writes key into the fixture's operation table as PENDING, as a request
+ * still in progress would (the fixture's internal store hook). */
+static void op_pending(resil_fixture *f, const char *key) {
+  resil__fx_op op;
+  assert_int_equal(resil__fx_opstore_begin(f->ops, key, 1, &op), 0);
+  assert_int_equal(op.state, RESIL_FX_OP_UNKNOWN);
+  free(op.body);
+}
+
+/* ---- configuration ------------------------------------------------------------ */
+
+static resil_status new_client(const char *base, const resil_http_endpoint *e, size_t n,
+                               resil_http_client_config *cfg_out, resil_error *err) {
+  resil_http_client_config cfg;
+  if (cfg_out) {
+    cfg = *cfg_out;
+  } else {
+    resil_http_client_config_init(&cfg);
+  }
+  cfg.base_url = base;
+  cfg.endpoints = e;
+  cfg.endpoint_count = n;
+  resil_http_client *c = NULL;
+  resil_status st = resil_http_client_new(&cfg, &c, err);
+  resil_http_client_free(c);
+  return st;
+}
+
+static void client_new_rejects_status_endpoints_that_cannot_answer(void **state) {
+  fx_state *s = *state;
+  const char *url = resil_fixture_url(s->f);
+  resil_error err;
+  const resil_http_endpoint unknown[] = {
+      {.name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "nope"}};
+  assert_status(RESIL_EINVAL, new_client(url, unknown, 1, NULL, &err));
+  assert_string_equal(err.field, "endpoints[0].status_endpoint");
+  const resil_http_endpoint self[] = {
+      {.name = "w", .path = "/w/{key}", .status_endpoint = "w"}};
+  assert_status(RESIL_EINVAL, new_client(url, self, 1, NULL, &err));
+  assert_string_equal(err.field, "endpoints[0].status_endpoint");
+  const resil_http_endpoint post[] = {
+      {.name = "st", .method = RESIL_HTTP_POST, .path = "/operations/{key}"},
+      {.name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "st"}};
+  assert_status(RESIL_EINVAL, new_client(url, post, 2, NULL, &err));
+  assert_string_equal(err.field, "endpoints[1].status_endpoint");
+  assert_non_null(strstr(err.msg, "GET"));
+  const resil_http_endpoint nokey[] = {
+      {.name = "st", .path = "/operations/{id}"},
+      {.name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "st"}};
+  assert_status(RESIL_EINVAL, new_client(url, nokey, 2, NULL, &err));
+  assert_string_equal(err.field, "endpoints[1].status_endpoint");
+  /* {key} in the query is as good as in the path; a later entry of the
+   * table may be named. */
+  const resil_http_endpoint inquery[] = {
+      {.name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "st"},
+      {.name = "st", .path = "/operations", .query = "key={key}"}};
+  assert_status(RESIL_OK, new_client(url, inquery, 2, NULL, &err));
+
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  assert_int_equal(cfg.status_poll_ns, MS(100));
+  assert_int_equal(cfg.pending_wait_max_ns, MS(10000));
+  assert_int_equal(cfg.status_query_classes, RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) |
+                                                 RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR));
+  cfg.status_poll_ns = 0;
+  assert_status(RESIL_EINVAL, new_client(url, eps, NEPS, &cfg, &err));
+  assert_string_equal(err.field, "status_poll_ns");
+  assert_int_equal(err.has_range, 1);
+  assert_int_equal(err.min, MS(1));
+  assert_int_equal(err.got, 0);
+  resil_http_client_config_init(&cfg);
+  cfg.pending_wait_max_ns = -1;
+  assert_status(RESIL_EINVAL, new_client(url, eps, NEPS, &cfg, &err));
+  assert_string_equal(err.field, "pending_wait_max_ns");
+  assert_int_equal(err.has_range, 1);
+  resil_http_client_config_init(&cfg);
+  /* A 4xx says the request was wrong; its key may even belong to another
+   * request, so no status answer can stand in for it. */
+  cfg.status_query_classes |= RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR);
+  assert_status(RESIL_EINVAL, new_client(url, eps, NEPS, &cfg, &err));
+  assert_string_equal(err.field, "status_query_classes");
+  /* A bad table sends nothing. */
+  assert_int_equal(resil_fixture_connections(s->f), 0);
+}
+
+/* ---- COMMITTED ------------------------------------------------------------------ */
+
+/* I1 shape: the server commits, then answers after 500 ms; the client gives
+ * up after 150 ms. Plain retry needs a second write to learn the result;
+ * the recovery flow asks the status endpoint instead. */
+static void i1_committed_write_recovers_from_status_with_one_write(void **state) {
+  fx_state *s = *state;
+  client_opts opt = {.response_timeout_ms = 150};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
+  resil_retry *retry = retry_n(3);
+  resil_http_param ps[] = {{"name", "i1"}, {"ms", "500"}};
+  resil_http_args args = args_of(ps, 2, NULL);
+  resil_http_response *r = NULL;
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "idem", &args, retry, NULL, &r, &rep);
+
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  assert_int_equal(o.http_status, 201);
+  assert_true(resil_outcome_is_success(&o));
+  assert_true(o.flags & RESIL_OF_RECOVERED);
+  assert_false(o.flags & RESIL_OF_STATUS_PENDING);
+  assert_int_equal(o.stop, RESIL_STOP_SUCCESS);
+  assert_int_equal(o.attempts, 1);
+  assert_int_equal(rep.write_attempts, 1);
+  assert_int_equal(rep.status_queries, 1);
+  assert_int_equal(rep.state, RESIL_HTTP_OP_COMMITTED);
+  assert_int_equal(rep.last_query.http_status, 200);
+  assert_int_equal(resil_fixture_attempts(s->f, "idem"), 1);
+  assert_int_equal(resil_fixture_effects(s->f, "idem"), 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), 1);
+
+  /* The stored result, decoded as the write endpoint's response. */
+  assert_true(resil_http_response_recovered(r));
+  assert_int_equal(resil_http_response_status(r), 201);
+  json_t *j = resil_http_response_json(r);
+  assert_non_null(j);
+  assert_int_equal(json_integer_value(json_object_get(j, "effect")), 1);
+  char sent_key[80];
+  assert_int_equal(resil_fixture_last_header(s->f, "idem", "idempotency-key", sent_key,
+                                             sizeof sent_key), 1);
+  assert_string_equal(json_string_value(json_object_get(j, "key")), sent_key);
+  resil_http_info info;
+  assert_status(RESIL_OK, resil_http_response_info(r, &info));
+  assert_int_equal(info.attempt, 1);
+  assert_true(resil_http_response_outcome(r).flags & RESIL_OF_RECOVERED);
+
+  resil_http_stats st;
+  resil_http_client_get_stats(c, &st);
+  assert_int_equal(st.status_queries, 1);
+  assert_int_equal(st.status_committed, 1);
+  assert_int_equal(st.recovered, 1);
+  assert_int_equal(st.status_pending, 0);
+  assert_int_equal(st.status_unknown, 0);
+  /* One write and one status query went out. */
+  assert_int_equal(st.attempts, 2);
+  assert_int_equal(st.outcomes[RESIL_UNKNOWN], 1);
+  resil_retry_stats rs;
+  resil_retry_get_stats(retry, &rs);
+  assert_int_equal(rs.calls, 1);
+  assert_int_equal(rs.successful_without_retry, 1);
+  assert_int_equal(rs.attempts, 1);
+  resil_http_response_free(r);
+
+  /* The same call without the recovery flow needs a second write. */
+  resil_fixture_reset(s->f);
+  o = resil_http_call(c, "idem", &args, retry, NULL, NULL);
+  assert_int_equal(o.http_status, 201);
+  assert_int_equal(o.attempts, 2);
+  assert_false(o.flags & RESIL_OF_RECOVERED);
+  assert_int_equal(resil_fixture_effects(s->f, "idem"), 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), 0);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+/* I4 shape: commit, then close before any response byte. No retry is
+ * configured: the status query alone turns UNKNOWN into the result. */
+static void i4_commit_then_close_recovers_and_a_replay_returns_the_same_body(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_http_args args = args_of(NULL, 0, "i4-key-1");
+  resil_http_response *r = NULL;
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, &r, &rep);
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  assert_int_equal(o.http_status, 201);
+  assert_true(o.flags & RESIL_OF_RECOVERED);
+  assert_int_equal(o.attempts, 0);
+  assert_int_equal(rep.write_attempts, 1);
+  assert_int_equal(rep.status_queries, 1);
+  assert_int_equal(rep.state, RESIL_HTTP_OP_COMMITTED);
+  assert_int_equal(resil_fixture_effects(s->f, "idem_close"), 1);
+  assert_true(resil_http_response_recovered(r));
+  size_t n1 = 0;
+  const char *b1 = resil_http_response_body(r, &n1);
+  assert_true(n1 > 0);
+  char *stored = strndup(b1, n1);
+  resil_http_response_free(r);
+
+  /* Replaying the write with the key returns the stored result: the same
+   * bytes, no new effect. */
+  r = NULL;
+  o = resil_http_call(c, "idem_close", &args, NULL, NULL, &r);
+  assert_int_equal(o.http_status, 201);
+  assert_false(resil_http_response_recovered(r));
+  assert_string_equal(resil_http_response_header(r, "idempotent-replayed"), "true");
+  size_t n2 = 0;
+  const char *b2 = resil_http_response_body(r, &n2);
+  assert_int_equal(n2, n1);
+  assert_memory_equal(b2, stored, n1);
+  assert_int_equal(resil_fixture_effects(s->f, "idem_close"), 1);
+  free(stored);
+  resil_http_response_free(r);
+  resil_http_client_free(c);
+}
+
+/* A stored failure is the operation's result too: it is returned, and no
+ * write is sent again even though the retry would retry a 500. */
+static void committed_failure_is_returned_without_another_write(void **state) {
+  fx_state *s = *state;
+  client_opts opt = {.response_timeout_ms = WRITE_TIMEOUT_MS};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
+  resil_retry *retry = retry_n(3);
+  op_pending(s->f, "stored-500");
+  assert_int_equal(resil__fx_opstore_commit(s->f->ops, "stored-500", 500, "{\"error\":\"declined\"}"), 0);
+  resil_http_param ps[] = {{"ms", SLOW_MS}};
+  resil_http_args args = args_of(ps, 1, "stored-500");
+  resil_http_response *r = NULL;
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, &r, &rep);
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  assert_int_equal(o.http_status, 500);
+  assert_false(resil_outcome_is_success(&o));
+  assert_true(o.flags & RESIL_OF_RECOVERED);
+  assert_int_equal(o.stop, RESIL_STOP_NOT_RETRYABLE);
+  assert_int_equal(o.attempts, 1);
+  assert_int_equal(rep.write_attempts, 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
+  assert_string_equal(resil_http_response_body(r, NULL), "{\"error\":\"declined\"}");
+  resil_http_response_free(r);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+/* ---- UNKNOWN -------------------------------------------------------------------- */
+
+/* A 503 may have executed: the status endpoint does not know the key (404),
+ * so the retry re-sends the write with the same key, and that answer
+ * stands. */
+static void status_404_retries_the_write_with_the_same_key(void **state) {
+  fx_state *s = *state;
+  key_log log = {0};
+  client_opts opt = {.log = &log};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
+  resil_retry *retry = retry_n(3);
+  resil_http_param ps[] = {{"id", "u404"}, {"n", "1"}};
+  resil_http_args args = args_of(ps, 2, NULL);
+  resil_http_response *r = NULL;
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "flaky_keyed", &args, retry, NULL, &r, &rep);
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  assert_int_equal(o.http_status, 200);
+  assert_false(o.flags & RESIL_OF_RECOVERED);
+  assert_false(resil_http_response_recovered(r));
+  assert_int_equal(o.attempts, 2);
+  assert_int_equal(rep.write_attempts, 2);
+  assert_int_equal(rep.status_queries, 1);
+  assert_int_equal(rep.unknown_answers, 1);
+  assert_int_equal(rep.state, RESIL_HTTP_OP_UNKNOWN);
+  assert_int_equal(rep.last_query.http_status, 404);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 2);
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), 1);
+
+  /* write, status, write: both writes carried the key the server saw. */
+  assert_int_equal(log.n, 3);
+  assert_string_equal(log.ep[0], "flaky_keyed");
+  assert_string_equal(log.ep[1], "op_status");
+  assert_string_equal(log.ep[2], "flaky_keyed");
+  assert_true(strlen(log.key[0]) > 0);
+  assert_string_equal(log.key[0], log.key[2]);
+  char seen[80];
+  assert_int_equal(resil_fixture_last_header(s->f, "flaky", "idempotency-key", seen, sizeof seen), 1);
+  assert_string_equal(seen, log.key[0]);
+  resil_http_stats st;
+  resil_http_client_get_stats(c, &st);
+  assert_int_equal(st.status_queries, 1);
+  assert_int_equal(st.status_unknown, 1);
+  assert_int_equal(st.recovered, 0);
+  resil_http_response_free(r);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+/* A write that never committed anything (the slow route keeps no
+ * operation table) times out twice: each UNKNOWN asks the status endpoint,
+ * each 404 leaves it to the retry, and the call ends UNKNOWN, never a
+ * success. */
+static void unknown_status_each_time_ends_unknown_after_max_attempts(void **state) {
+  fx_state *s = *state;
+  key_log log = {0};
+  client_opts opt = {.response_timeout_ms = WRITE_TIMEOUT_MS, .log = &log};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
+  resil_retry *retry = retry_n(2);
+  resil_http_param ps[] = {{"ms", SLOW_MS}};
+  resil_http_args args = args_of(ps, 1, "never-committed");
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, NULL, &rep);
+  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  assert_false(o.flags & (RESIL_OF_RECOVERED | RESIL_OF_STATUS_PENDING));
+  assert_int_equal(o.stop, RESIL_STOP_MAX_ATTEMPTS);
+  assert_int_equal(o.attempts, 2);
+  assert_int_equal(rep.write_attempts, 2);
+  assert_int_equal(rep.status_queries, 2);
+  assert_int_equal(rep.unknown_answers, 2);
+  assert_int_equal(log.n, 4);
+  assert_string_equal(log.key[0], "never-committed");
+  assert_string_equal(log.key[2], "never-committed");
+  char seen[80];
+  assert_int_equal(resil_fixture_last_header(s->f, "slow", "idempotency-key", seen, sizeof seen), 1);
+  assert_string_equal(seen, "never-committed");
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), 2);
+
+  /* Without a retry the 404 ends the call: still UNKNOWN. */
+  resil_fixture_reset(s->f);
+  resil_http_response *r = NULL;
+  o = resil_http_call_keyed(c, "slow_keyed", &args, NULL, NULL, &r, &rep);
+  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  assert_int_equal(o.stop, RESIL_STOP_NONE);
+  assert_int_equal(rep.write_attempts, 1);
+  assert_int_equal(rep.status_queries, 1);
+  assert_int_equal(resil_http_response_status(r), 0);
+  assert_false(resil_http_response_recovered(r));
+  resil_http_response_free(r);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+/* A 200 that is not the status contract (here the echo route) is no
+ * answer at all: never taken for COMMITTED. */
+static void status_answer_outside_the_contract_counts_as_unknown(void **state) {
+  fx_state *s = *state;
+  client_opts opt = {.response_timeout_ms = WRITE_TIMEOUT_MS};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
+  resil_http_param ps[] = {{"ms", SLOW_MS}};
+  resil_http_args args = args_of(ps, 1, "odd-status");
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "slow_echo_status", &args, NULL, NULL, NULL, &rep);
+  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  assert_false(resil_outcome_is_success(&o));
+  assert_int_equal(rep.status_queries, 1);
+  assert_int_equal(rep.failed_queries, 1);
+  assert_int_equal(rep.unknown_answers, 0);
+  assert_int_equal(rep.state, RESIL_HTTP_OP_UNKNOWN);
+  assert_int_equal(rep.last_query.http_status, 200);
+  /* The query carried the key in its query string. */
+  assert_int_equal(resil_fixture_attempts(s->f, "echo"), 1);
+  resil_http_client_free(c);
+}
+
+/* A COMMITTED answer about another key says nothing about this call. */
+static void committed_answer_about_another_key_is_not_taken(void **state) {
+  fx_state *s = *state;
+  client_opts opt = {.response_timeout_ms = WRITE_TIMEOUT_MS};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
+  op_pending(s->f, "xmine");
+  assert_int_equal(resil__fx_opstore_commit(s->f->ops, "xmine", 201, "{\"theirs\":1}"), 0);
+  resil_http_param ps[] = {{"ms", SLOW_MS}};
+  resil_http_args args = args_of(ps, 1, "mine");
+  resil_http_response *r = NULL;
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "slow_other_key", &args, NULL, NULL, &r, &rep);
+  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  assert_false(o.flags & RESIL_OF_RECOVERED);
+  assert_false(resil_http_response_recovered(r));
+  assert_int_equal(rep.failed_queries, 1);
+  assert_int_equal(rep.state, RESIL_HTTP_OP_UNKNOWN);
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), 1);
+  resil_http_response_free(r);
+  resil_http_client_free(c);
+}
+
+/* ---- nothing to ask ----------------------------------------------------------------- */
+
+static void call_without_a_key_makes_no_status_query(void **state) {
+  fx_state *s = *state;
+  client_opts opt = {.response_timeout_ms = WRITE_TIMEOUT_MS};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
+  resil_retry *retry = retry_n(3);
+  resil_http_param ps[] = {{"ms", SLOW_MS}};
+  resil_http_args args = args_of(ps, 1, NULL);
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "slow_unkeyed", &args, retry, NULL, NULL, &rep);
+  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  /* No key: not retried either (the safety rule), and nothing to ask. */
+  assert_int_equal(o.stop, RESIL_STOP_UNSAFE);
+  assert_int_equal(rep.write_attempts, 1);
+  assert_int_equal(rep.status_queries, 0);
+  assert_int_equal(rep.state, RESIL_HTTP_OP_NONE);
+  assert_int_equal(rep.last_query.kind, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), 0);
+  resil_http_stats st;
+  resil_http_client_get_stats(c, &st);
+  assert_int_equal(st.status_queries, 0);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+/* A keyed endpoint without a status endpoint, or a client with the
+ * queries switched off, behaves as resil_http_call(). */
+static void no_status_endpoint_or_no_query_classes_behaves_as_plain_call(void **state) {
+  fx_state *s = *state;
+  client_opts opt = {.response_timeout_ms = WRITE_TIMEOUT_MS};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
+  resil_retry *retry = retry_n(3);
+  resil_http_param ps[] = {{"name", "plain"}, {"ms", SLOW_MS}};
+  resil_http_args args = args_of(ps, 2, NULL);
+  resil_http_response *r = NULL;
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "idem_plain", &args, retry, NULL, &r, &rep);
+  assert_int_equal(o.http_status, 201);
+  assert_int_equal(o.attempts, 2);
+  assert_false(o.flags & RESIL_OF_RECOVERED);
+  assert_int_equal(rep.status_queries, 0);
+  assert_string_equal(resil_http_response_header(r, "idempotent-replayed"), "true");
+  assert_int_equal(resil_fixture_effects(s->f, "idem"), 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), 0);
+  resil_http_response_free(r);
+  resil_http_client_free(c);
+
+  resil_fixture_reset(s->f);
+  client_opts off = {.response_timeout_ms = WRITE_TIMEOUT_MS, .set_classes = 1, .classes = 0};
+  c = client_on(s->f, eps, NEPS, apply_opts, &off);
+  ps[0].value = "off";
+  o = resil_http_call_keyed(c, "idem", &args, retry, NULL, NULL, &rep);
+  assert_int_equal(o.http_status, 201);
+  assert_int_equal(o.attempts, 2);
+  assert_int_equal(rep.status_queries, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), 0);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+/* ---- logging, bad input, allocation failures --------------------------------------- */
+
+typedef struct log_sink {
+  int recovered_lines;
+  int key_logged;
+  const char *key;
+} log_sink;
+
+static void sink(void *user, resil_http_log_level level, const char *line) {
+  log_sink *l = user;
+  (void)level;
+  if (strstr(line, "recovered_from=op_status") && strstr(line, "status=201")) l->recovered_lines++;
+  if (l->key && strstr(line, l->key)) l->key_logged++;
+}
+
+static void set_metadata_log(resil_http_client_config *cfg, void *u) {
+  cfg->log_level = RESIL_HTTP_LOG_METADATA;
+  cfg->log_fn = sink;
+  cfg->log_user = u;
+}
+
+static void recovered_answer_is_logged_as_such(void **state) {
+  fx_state *s = *state;
+  log_sink l = {.key = "log-key-77"};
+  resil_http_client *c = client_on(s->f, eps, NEPS, set_metadata_log, &l);
+  resil_http_args args = args_of(NULL, 0, "log-key-77");
+  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, NULL, NULL);
+  assert_true(o.flags & RESIL_OF_RECOVERED);
+  assert_int_equal(l.recovered_lines, 1);
+  /* Metadata only: no URL, so not the key in the status path either. */
+  assert_int_equal(l.key_logged, 0);
+  resil_http_client_free(c);
+}
+
+static void unbuildable_request_and_bad_retry_send_nothing(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_http_response *r = NULL;
+  resil_http_recovery rep;
+  rep.write_attempts = 99;
+  resil_outcome o = resil_http_call_keyed(c, "no_such_endpoint", NULL, NULL, NULL, &r, &rep);
+  assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  assert_non_null(resil_http_response_error(r));
+  assert_int_equal(rep.write_attempts, 0);
+  resil_http_response_free(r);
+  /* Something that is not a retry: refused before anything is sent. */
+  static uint64_t not_a_retry[64];
+  resil_retry *retry = (resil_retry *)(void *)not_a_retry;
+  resil_http_args args = args_of(NULL, 0, "bad-retry");
+  o = resil_http_call_keyed(c, "idem_close", &args, retry, NULL, NULL, &rep);
+  assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(rep.write_attempts, 0);
+  /* No time left: the retry refuses the first write. */
+  resil_retry *real = retry_n(2);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, 0);
+  o = resil_http_call_keyed(c, "idem_close", &args, real, &ctx, NULL, &rep);
+  assert_outcome(o, RESIL_REJECTED, RESIL_REASON_DEADLINE);
+  assert_int_equal(o.attempts, 0);
+  assert_int_equal(rep.write_attempts, 0);
+  assert_int_equal(rep.status_queries, 0);
+  resil_retry_free(real);
+  assert_int_equal(resil_fixture_connections(s->f), 0);
+  resil_http_client_free(c);
+}
+
+/* Every allocation of a recovering call fails in turn: each run ends
+ * without a leak, and a success is reported only with the stored result
+ * in hand (never from an answer that could not be read). */
+static void allocation_failures_never_turn_into_a_success(void **state) {
+  fx_state *s = *state;
+  test_alloc ta;
+  test_alloc_init(&ta, 0);
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.base_url = resil_fixture_url(s->f);
+  cfg.endpoints = eps;
+  cfg.endpoint_count = NEPS;
+  cfg.alloc = &ta.a;
+  resil_http_client *c = NULL;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+  /* Warm up the pool slots, then count one recovering call. */
+  resil_http_args args = args_of(NULL, 0, "alloc-warm");
+  resil_http_response *r = NULL;
+  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, &r, NULL);
+  assert_true(o.flags & RESIL_OF_RECOVERED);
+  resil_http_response_free(r);
+  long before = ta.count;
+  args.idempotency_key = "alloc-count";
+  o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, &r, NULL);
+  assert_true(o.flags & RESIL_OF_RECOVERED);
+  resil_http_response_free(r);
+  long n = ta.count - before;
+  assert_true(n > 3);
+  for (long k = 1; k <= n + 1; k++) {
+    char key[32];
+    snprintf(key, sizeof key, "alloc-%ld", k);
+    args.idempotency_key = key;
+    ta.fail_at = ta.count + k;
+    r = NULL;
+    resil_http_recovery rep;
+    o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, &r, &rep);
+    ta.fail_at = 0;
+    if (resil_outcome_is_success(&o)) {
+      assert_true(o.flags & RESIL_OF_RECOVERED);
+      assert_int_equal(rep.state, RESIL_HTTP_OP_COMMITTED);
+      assert_non_null(r);
+      assert_non_null(strstr((const char *)resil_http_response_body(r, NULL), key));
+    } else {
+      assert_true(o.kind == RESIL_NOT_SENT || o.kind == RESIL_UNKNOWN);
+      assert_false(o.flags & RESIL_OF_RECOVERED);
+    }
+    resil_http_response_free(r);
+  }
+  resil_http_client_free(c);
+  assert_int_equal(ta.live, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(client_new_rejects_status_endpoints_that_cannot_answer,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(i1_committed_write_recovers_from_status_with_one_write,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          i4_commit_then_close_recovers_and_a_replay_returns_the_same_body, setup, teardown),
+      cmocka_unit_test_setup_teardown(committed_failure_is_returned_without_another_write,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(status_404_retries_the_write_with_the_same_key, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(unknown_status_each_time_ends_unknown_after_max_attempts,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(status_answer_outside_the_contract_counts_as_unknown,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(committed_answer_about_another_key_is_not_taken, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(call_without_a_key_makes_no_status_query, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(no_status_endpoint_or_no_query_classes_behaves_as_plain_call,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(recovered_answer_is_logged_as_such, setup, teardown),
+      cmocka_unit_test_setup_teardown(unbuildable_request_and_bad_retry_send_nothing, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(allocation_failures_never_turn_into_a_success, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
