@@ -3,7 +3,8 @@
 # Idempotent: does nothing when everything is already installed.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcmocka-dev libcurl4-openssl-dev
-      libmicrohttpd-dev libjansson-dev zlib1g-dev libsqlite3-dev libpq-dev)
+      libmicrohttpd-dev libjansson-dev zlib1g-dev libsqlite3-dev libpq-dev
+      libssl-dev postgresql-15)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -28,4 +28,9 @@ if [ -n "$http_so" ]; then
   check_exports "$http_so" 'resil_http_'
   pkg-config --exists resil-http || { echo "resil-http.pc not installed" >&2; exit 1; }
 fi
+store_so=$(find "$prefix" -name 'libresil-store.so.*.*' | head -1)
+if [ -n "$store_so" ]; then
+  check_exports "$store_so" 'resil_\(store\|op\|idem\)_'
+  pkg-config --exists resil-store || { echo "resil-store.pc not installed" >&2; exit 1; }
+fi
 echo "install check: ok"

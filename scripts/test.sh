@@ -10,6 +10,22 @@ jobs=$(nproc)
 modes=("$@")
 [ ${#modes[@]} -gt 0 ] || modes=(plain asan tsan install)
 
+# The operation store's suite runs on SQLite always, and on PostgreSQL
+# against a throwaway server on 127.0.0.1 started here (and stopped on exit).
+# Under CI a server that cannot start is a failure, not a skip.
+if [ -z "${RESIL_TEST_PG_URI:-}" ] && [ "${RESIL_NO_PG:-0}" != 1 ]; then
+  if uri=$(bash scripts/pg-start.sh); then
+    export RESIL_TEST_PG_URI=$uri
+    trap 'bash scripts/pg-stop.sh "$RESIL_TEST_PG_URI" || true' EXIT
+    echo "== PostgreSQL for the store tests: $uri"
+  elif [ "${CI:-}" = true ]; then
+    echo "test.sh: PostgreSQL could not be started" >&2
+    exit 1
+  else
+    echo "test.sh: PostgreSQL could not be started; its store tests are skipped" >&2
+  fi
+fi
+
 run_suite() { # dir, cmake args..., then ctest args after --
   local dir=$1; shift
   local cargs=() targs=()
