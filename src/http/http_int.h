@@ -166,6 +166,8 @@ typedef struct http_slot {
   CURLM *m;
   int32_t origin;           /* origin of the cached connection, -1 none */
   uint32_t index;
+  pthread_t last_thread;    /* thread that last released it (under c->mu) */
+  int has_last_thread;
   http_xfer x;
   resil_http_response *res; /* this slot's response; swapped on publish */
   struct curl_slist *nodes;
