@@ -15,4 +15,10 @@ int resil_cmd_call(int argc, char **argv);
  * fixture). */
 int resil_cmd_fixture(int argc, char **argv);
 
+/* resil upstream --store URI [--port N] [--crash-at POINT] ...: an
+ * idempotent payment service in its own process, which can SIGKILL itself
+ * at a chosen point of an operation (crash experiments, DESIGN §7 I8; built
+ * with the fixture and libresil-store). */
+int resil_cmd_upstream(int argc, char **argv);
+
 #endif

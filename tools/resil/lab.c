@@ -17,6 +17,10 @@
 #ifdef RESIL_HAVE_FIXTURE
 #include <microhttpd.h>
 #endif
+#ifdef RESIL_HAVE_STORE
+#include <libpq-fe.h>
+#include <sqlite3.h>
+#endif
 
 void lab_result_clear(lab_result *r) {
   if (r->observed) json_decref(r->observed);
@@ -73,8 +77,8 @@ int lab_run_one(const lab_experiment *e, lab_result *r) {
   return r->pass;
 }
 
-static const lab_experiment *const tables[] = {lab_policy_experiments,
-                                               lab_http_experiments};
+static const lab_experiment *const tables[] = {
+    lab_policy_experiments, lab_http_experiments, lab_idem_experiments};
 
 const lab_experiment *lab_find(const char *id) {
   for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
@@ -92,6 +96,10 @@ static json_t *versions(void) {
 #endif
 #ifdef RESIL_HAVE_FIXTURE
   json_object_set_new(v, "libmicrohttpd", json_string(MHD_get_version()));
+#endif
+#ifdef RESIL_HAVE_STORE
+  json_object_set_new(v, "sqlite", json_string(sqlite3_libversion()));
+  json_object_set_new(v, "libpq", json_integer(PQlibVersion()));
 #endif
 #ifdef __VERSION__
   json_object_set_new(v, "compiler", json_string(__VERSION__));
@@ -121,9 +129,9 @@ static int selected(const char *only, const char *id) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: resil lab [--json FILE] [--only ID[,ID...]] [--list]\n"
-          "  Runs the failure experiments of DESIGN §7 (P1-P14, H1-H16) against\n"
-          "  real code and a loopback upstream; prints one line per experiment\n"
-          "  and exits 1 when any fails.\n"
+          "  Runs the failure experiments of DESIGN §7 (P1-P14, H1-H16, I1-I8)\n"
+          "  against real code, a loopback upstream and temporary SQLite files;\n"
+          "  prints one line per experiment and exits 1 when any fails.\n"
           "  --json FILE   write the evidence JSON to FILE\n"
           "  --only IDS    run only these experiments (e.g. P1,P6,H3)\n"
           "  --list        list the experiments and exit\n");

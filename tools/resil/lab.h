@@ -25,6 +25,7 @@ typedef struct lab_experiment {
 /* Experiment tables, each terminated by {NULL}. */
 extern const lab_experiment lab_policy_experiments[];
 extern const lab_experiment lab_http_experiments[];
+extern const lab_experiment lab_idem_experiments[];
 
 /* Checks used by experiments: record the first failure into r and return
  * the condition. */

@@ -18,6 +18,9 @@ static void usage(FILE *f) {
 #ifdef RESIL_HAVE_FIXTURE
           "  fixture    run the fault-injecting upstream on 127.0.0.1\n"
 #endif
+#if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
+          "  upstream   run an idempotent payment service that can crash itself\n"
+#endif
           "  version    print the version\n"
           "Run 'resil COMMAND --help' for a command's options.\n");
 }
@@ -35,6 +38,9 @@ int main(int argc, char **argv) {
 #endif
 #ifdef RESIL_HAVE_FIXTURE
   if (strcmp(cmd, "fixture") == 0) return resil_cmd_fixture(argc - 1, argv + 1);
+#endif
+#if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
+  if (strcmp(cmd, "upstream") == 0) return resil_cmd_upstream(argc - 1, argv + 1);
 #endif
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
     printf("resil %s\n", resil_version());

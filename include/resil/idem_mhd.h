@@ -1,0 +1,310 @@
+/* resil_idem_mhd: the server side of idempotent operations (DESIGN §6) for
+ * libmicrohttpd servers. Part of libresil-store: link libresil-store and
+ * libmicrohttpd, include <resil/idem_mhd.h>; the umbrella header resil.h
+ * does not include it.
+ *
+ * The helper wraps a handler (the operation's effect) so that, on every
+ * request it serves:
+ *   - the request must carry an idempotency key (header `key_header`,
+ *     default "Idempotency-Key"): without one it answers 400 (or, when
+ *     require_key is 0, runs the operation under a key it generates and
+ *     returns in that header);
+ *   - a new key is stored PENDING durably (resil_store_begin), then the
+ *     handler runs INSIDE the store transaction that writes the terminal
+ *     state (resil_store_complete): its effect and the COMMITTED (or FAILED)
+ *     record are committed together or not at all;
+ *   - a key already COMMITTED or FAILED answers the stored status, headers
+ *     and body byte for byte, plus "Idempotent-Replayed: true", and never
+ *     runs the handler again;
+ *   - a key still PENDING answers 409 with Retry-After;
+ *   - a key reused with another method, path or body (another request
+ *     fingerprint) answers 422, never a replay;
+ *   - GET {status_prefix}{key} answers the operation's state (below);
+ *   - resil_idem_mhd_recover() (and, when configured, POST {recover_path})
+ *     re-drives PENDING operations through the same handler, lock and
+ *     transaction.
+ *
+ * Answers the helper makes itself (all application/json):
+ *   400 {"error":"missing Idempotency-Key"} / {"error":"invalid ..."}
+ *   405 {"error":"method not allowed"}          (status and recovery routes)
+ *   409 {"key":K,"state":"PENDING"}            + Retry-After
+ *   413 {"error":"request body too large"}      (resil_idem_mhd_access only)
+ *   422 {"error":"Idempotency-Key reused with a different request","key":K}
+ *   500 {"key":K,"state":"PENDING","error":...} + Retry-After: the handler
+ *       failed or the store could not commit; everything was rolled back and
+ *       the operation stays PENDING until recovery re-drives it
+ *   503 {"error":...} + Retry-After: the store was locked beyond its busy
+ *       timeout, or failed before anything was stored
+ *   Status route: 200 {"key","state":"COMMITTED"|"FAILED","status","body",
+ *       "created_ms","updated_ms","attempts"[,extra]} (body as a JSON string
+ *       when it is UTF-8, else "body_base64"), 200 {"key","state":"PENDING",
+ *       ...} or 404 {"key","state":"UNKNOWN"}. A 404 means "this store has
+ *       no record", never "it did not happen" (DESIGN §1).
+ *   Recovery route: 200 {"recovered":n}.
+ *
+ * The handler must be deterministic with respect to the stored request
+ * (method, path, body): recovery calls it again, on another thread and
+ * possibly in another process, with only the stored record and no
+ * connection. Its writes must go through call->tx so that a rollback takes
+ * them back; anything it does outside the database is not covered.
+ *
+ * Example (a server whose only route is POST /payments):
+ *
+ *   static resil_status pay(void *user, resil_idem_call *call,
+ *                           resil_op_response *out) {
+ *     sqlite3 *db = resil_store_txn_sqlite(call->tx);
+ *     ... INSERT INTO payments(op_key, amount) VALUES (call->key, 1) ...
+ *     out->status = 201;
+ *     out->headers = "Content-Type: application/json\r\n";
+ *     out->headers_len = strlen(out->headers);
+ *     out->body = "{\"paid\":true}";
+ *     out->body_len = 13;
+ *     return RESIL_OK;
+ *   }
+ *   resil_idem_mhd_config cfg;
+ *   resil_idem_mhd_config_init(&cfg);
+ *   cfg.store = store;
+ *   cfg.handler = pay;
+ *   resil_idem_mhd *idem = NULL;
+ *   resil_idem_mhd_new(&cfg, &idem, &err);
+ *   MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
+ *                    MHD_USE_THREAD_PER_CONNECTION, port, NULL, NULL,
+ *                    resil_idem_mhd_access, idem,
+ *                    MHD_OPTION_NOTIFY_COMPLETED, resil_idem_mhd_completed,
+ *                    idem, MHD_OPTION_END);
+ *
+ * Create/free pair: resil_idem_mhd_new / resil_idem_mhd_free.
+ *
+ * Thread-safety: every function may be called on the same helper from any
+ * thread at once (libmicrohttpd's thread per connection, any other pool),
+ * except resil_idem_mhd_free(), which needs exclusive access: stop the
+ * daemon first. Handlers and hooks run on the thread serving the request
+ * (or calling recovery), with no helper lock held, possibly on several
+ * threads at once. */
+#ifndef RESIL_IDEM_MHD_H
+#define RESIL_IDEM_MHD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+
+#include "alloc.h"
+#include "status.h"
+#include "store.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct resil_idem_mhd resil_idem_mhd;
+typedef struct resil_idem_call_priv resil_idem_call_priv;
+
+/* What a handler and the hooks see of one operation. Valid only during the
+ * callback it is passed to. */
+typedef struct resil_idem_call {
+  /* The operation's idempotency key (the client's, or a generated one). */
+  const char *key;
+  /* The stored PENDING record: method, path and request body exactly as
+   * the first request carried them (what recovery re-drives). */
+  const resil_op_record *pending;
+  /* The store transaction that will also write the terminal state: run the
+   * effect's SQL through resil_store_txn_sqlite(tx) or
+   * resil_store_txn_pg(tx). NULL in the hooks. */
+  resil_store_txn *tx;
+  /* The request's connection (query arguments, headers), or NULL when
+   * recovery re-drives the operation. */
+  struct MHD_Connection *conn;
+  /* resil_idem_mhd_serve()'s request_user; NULL otherwise. */
+  void *request_user;
+  /* 1 when recovery re-drives the operation, 0 for a request. */
+  int recovering;
+  resil_idem_call_priv *priv_;
+} resil_idem_call;
+
+/* The wrapped handler: the operation's effect. Runs inside the transaction
+ * that writes the terminal state, under the operation's row lock. Fill *out
+ * (status 100..599; headers as "Name: value\r\n" lines, e.g. Content-Type;
+ * body; failed = 1 for a terminal business refusal that is stored and
+ * replayed like a success) and return RESIL_OK to commit effect and state
+ * together. Any other status rolls both back: the operation stays PENDING
+ * and the request is answered 500. The memory out points to must outlive
+ * the handler's return: static data, or resil_idem_call_alloc(). */
+typedef resil_status (*resil_idem_handler_fn)(void *user, resil_idem_call *call,
+                                              resil_op_response *out);
+
+/* Hook: PENDING is durable and the handler has not run yet. call->tx is
+ * NULL. For tests and crash experiments (a process killed here leaves a
+ * PENDING operation for recovery); production servers leave it NULL. */
+typedef void (*resil_idem_pending_fn)(void *user, const resil_idem_call *call);
+
+/* What to do with a response after its operation committed. */
+typedef enum resil_idem_action {
+  RESIL_IDEM_SEND = 0, /* queue the response */
+  RESIL_IDEM_DROP = 1  /* close the connection without any response byte */
+} resil_idem_action;
+
+/* Hook: this request's handler ran and its effect and terminal state
+ * (COMMITTED, or FAILED) have just committed together (rec is the stored
+ * record); the response is not queued yet. May sleep. Never called for a
+ * replay, nor when recovery completed the operation first. call->tx is
+ * NULL. */
+typedef resil_idem_action (*resil_idem_committed_fn)(void *user,
+                                                     const resil_idem_call *call,
+                                                     const resil_op_record *rec);
+
+/* Hook: extra members for the status route's JSON object. Write them into
+ * buf as `"name":value` pairs separated by commas, without braces and
+ * without a leading comma, and return the length written (0 for none);
+ * return -1, or a length >= len, to add nothing. */
+typedef int (*resil_idem_status_fn)(void *user, const resil_op_record *rec,
+                                    char *buf, size_t len);
+
+typedef struct resil_idem_mhd_config {
+  /* Set to 1 by resil_idem_mhd_config_init(). Fields only appended. */
+  unsigned version;
+  /* Instance name, copied. Default "idem". */
+  const char *name;
+  /* Required. Not owned: must outlive the helper. */
+  resil_store *store;
+  /* Required: the wrapped handler, and its user pointer (also passed to
+   * every hook). */
+  resil_idem_handler_fn handler;
+  void *user;
+  /* Request header carrying the key; an HTTP token of 1..63 characters.
+   * Copied. Default "Idempotency-Key". */
+  const char *key_header;
+  /* 1 (default): a request without a key is answered 400 and never run.
+   * 0: it runs once under a generated key "srv-<32 hex digits>", sent back
+   * in key_header so that the client can query its status. */
+  int require_key;
+  /* Seconds in Retry-After on 409, 500 and 503, 0..86400. Default 1. */
+  uint32_t retry_after_s;
+  /* Largest request body resil_idem_mhd_access() reads; a larger one is
+   * answered 413 after it has been read. 0..1 GiB. Default 1 MiB. */
+  size_t max_body_bytes;
+  /* Path prefix of the status route ("/operations/" answers
+   * GET /operations/{key}); must start with '/'. Copied. NULL: no status
+   * route. Default "/operations/". */
+  const char *status_prefix;
+  /* Exact path of the recovery route (POST, optional query
+   * older_than_ms=N and max=N), e.g. "/__recover". Copied. NULL (default):
+   * no such route; call resil_idem_mhd_recover() instead. Expose it only
+   * where every client may trigger recovery. */
+  const char *recover_path;
+  /* Recovery route defaults: re-drive PENDING operations last touched at
+   * least this long ago (0..1 day; default 0: every PENDING operation; the
+   * row lock makes racing a live request safe), at most recover_max_ops of
+   * them per call (1..100000; default 100). */
+  int64_t recover_older_than_ns;
+  uint32_t recover_max_ops;
+  /* Optional hooks (NULL for none). */
+  resil_idem_pending_fn on_pending;
+  resil_idem_committed_fn on_committed;
+  resil_idem_status_fn status_extra;
+  /* NULL = malloc/free. Used for the helper's own memory. */
+  const resil_allocator *alloc;
+} resil_idem_mhd_config;
+
+/* Writes the documented defaults. NULL is a no-op. Since 0.1. */
+RESIL_API void resil_idem_mhd_config_init(resil_idem_mhd_config *cfg);
+
+/* Validates cfg and creates a helper. Returns RESIL_OK, RESIL_EINVAL (NULL
+ * argument or a field out of range: err names it), RESIL_ENOMEM. *out is
+ * untouched on failure. Since 0.1. */
+RESIL_API resil_status resil_idem_mhd_new(const resil_idem_mhd_config *cfg,
+                                          resil_idem_mhd **out,
+                                          resil_error *err);
+
+/* Frees the helper (not the store). The daemon using it must be stopped
+ * first. NULL is a no-op. Needs exclusive access. Since 0.1. */
+RESIL_API void resil_idem_mhd_free(resil_idem_mhd *h);
+
+/* The helper's name; "?" for an invalid handle. Since 0.1. */
+RESIL_API const char *resil_idem_mhd_name(const resil_idem_mhd *h);
+
+/* A complete MHD_AccessHandlerCallback with cls = the helper: reads the
+ * request body (up to max_body_bytes) into per-request state kept in
+ * *con_cls, then serves the request as resil_idem_mhd_serve() does (status
+ * route, recovery route, or the operation). Register
+ * resil_idem_mhd_completed() as MHD_OPTION_NOTIFY_COMPLETED to free that
+ * state; a server with other routes may call both for the requests it
+ * hands to the helper. Since 0.1. */
+RESIL_API enum MHD_Result resil_idem_mhd_access(void *cls,
+                                                struct MHD_Connection *conn,
+                                                const char *url,
+                                                const char *method,
+                                                const char *version,
+                                                const char *upload_data,
+                                                size_t *upload_data_size,
+                                                void **con_cls);
+
+/* MHD_RequestCompletedCallback with cls = the helper: frees what
+ * resil_idem_mhd_access() kept in *con_cls and sets it to NULL. *con_cls
+ * must be NULL or the helper's: a server with other routes calls it only
+ * for the requests it handed to resil_idem_mhd_access(). Since 0.1. */
+RESIL_API void resil_idem_mhd_completed(void *cls, struct MHD_Connection *conn,
+                                        void **con_cls,
+                                        enum MHD_RequestTerminationCode toe);
+
+/* Serves one fully read request for a server that reads bodies itself (the
+ * last call of its access handler): the status route for GET
+ * {status_prefix}{key}, the recovery route for {recover_path}, otherwise
+ * the idempotent operation described at the top. path is the URL path
+ * without query; body may be NULL when body_len is 0. request_user is
+ * passed to the handler and hooks in call->request_user. Queues the
+ * response on conn and returns what MHD_queue_response() returned, or
+ * MHD_NO to close the connection without a response (RESIL_IDEM_DROP, or
+ * out of memory). Since 0.1. */
+RESIL_API enum MHD_Result resil_idem_mhd_serve(resil_idem_mhd *h,
+                                               struct MHD_Connection *conn,
+                                               const char *method,
+                                               const char *path,
+                                               const void *body, size_t body_len,
+                                               void *request_user);
+
+/* The recovery entry point: re-drives up to max_ops (1..100000) PENDING
+ * operations last touched at least older_than_ns (0..1 day) ago through the
+ * handler (call->recovering = 1, call->conn = NULL), each under the same
+ * row lock and in the same transaction as a request's completion, so an
+ * operation a live request completes at the same time still gets one
+ * effect. *recovered (may be NULL) receives the number completed. Returns
+ * RESIL_OK, RESIL_EINVAL (argument out of range), RESIL_EMISUSE (invalid
+ * handle), or the store's RESIL_EIO / RESIL_ETIMEDOUT / RESIL_ENOMEM. Since
+ * 0.1. */
+RESIL_API resil_status resil_idem_mhd_recover(resil_idem_mhd *h,
+                                              int64_t older_than_ns,
+                                              uint32_t max_ops,
+                                              uint32_t *recovered);
+
+/* Allocates n bytes that stay valid until the store has copied the
+ * handler's response: for a body or headers built by the handler. NULL on
+ * allocation failure (return RESIL_ENOMEM then). Only inside the handler.
+ * Since 0.1. */
+RESIL_API void *resil_idem_call_alloc(resil_idem_call *call, size_t n);
+
+typedef struct resil_idem_mhd_stats {
+  uint64_t requests;       /* operation requests served (status and
+                              recovery routes excluded)                 */
+  uint64_t executed;       /* handler runs committed by a request        */
+  uint64_t replayed;       /* stored responses replayed                  */
+  uint64_t in_progress;    /* 409: the key was PENDING                   */
+  uint64_t conflicts;      /* 422: another fingerprint                   */
+  uint64_t rejected;       /* 400 and 413: no or invalid key, body size  */
+  uint64_t handler_failed; /* handler errors: rolled back, left PENDING   */
+  uint64_t store_errors;   /* 500 and 503 caused by the store            */
+  uint64_t dropped;        /* responses dropped by on_committed          */
+  uint64_t status_queries; /* status route requests                      */
+  uint64_t recovered;      /* operations completed by recovery           */
+} resil_idem_mhd_stats;
+
+/* Snapshot of the counters. Returns RESIL_OK, RESIL_EINVAL (out NULL),
+ * RESIL_EMISUSE (invalid handle). Since 0.1. */
+RESIL_API resil_status resil_idem_mhd_get_stats(const resil_idem_mhd *h,
+                                                resil_idem_mhd_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,198 @@
+/* The lab's idempotency experiments (I1-I8) run here against the fixture on
+ * temporary SQLite files (and `resil upstream` child processes for I8), and
+ * the numbers DESIGN §7 gives are asserted again from each experiment's
+ * evidence object. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lab.h"
+#include "test_util.h"
+
+static json_t *run(const char *id, lab_result *r) {
+  const lab_experiment *e = lab_find(id);
+  if (!e)
+    fail_msg("no experiment %s", id);
+  if (!lab_run_one(e, r))
+    fail_msg("%s failed: %s (%s)", id, r->failure, r->summary);
+  /* The evidence format every experiment follows. */
+  if (!json_object_get(r->observed, "attempts") ||
+      !json_object_get(r->observed, "effects") ||
+      !json_object_get(r->observed, "outcome"))
+    fail_msg("%s: observed lacks attempts, effects or outcome", id);
+  return r->observed;
+}
+
+static long long num(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_integer(v))
+    fail_msg("observed.%s missing", k);
+  return json_integer_value(v);
+}
+
+static const char *str(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_string(v))
+    fail_msg("observed.%s missing", k);
+  return json_string_value(v);
+}
+
+static int truth(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_boolean(v))
+    fail_msg("observed.%s missing", k);
+  return json_is_true(v);
+}
+
+static void stable_key_retry_makes_two_attempts_and_one_effect(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("I1", &r);
+  assert_int_equal(num(o, "attempts"), 2);
+  assert_int_equal(num(o, "effects"), 1);
+  assert_string_equal(str(o, "status"), "COMMITTED");
+  assert_string_equal(str(o, "outcome"), "ANSWERED(201)");
+  assert_true(truth(o, "second_attempt_replayed"));
+  lab_result_clear(&r);
+}
+
+static void new_key_per_attempt_makes_three_effects_and_still_fails(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("I2", &r);
+  assert_int_equal(num(o, "attempts"), 3);
+  assert_int_equal(num(o, "effects"), 3);
+  assert_int_equal(num(o, "distinct_keys"), 3);
+  assert_string_equal(str(o, "outcome"), "UNKNOWN(timeout after sending)");
+  lab_result_clear(&r);
+}
+
+static void status_query_tells_committed_from_unknown_and_expired(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("I3", &r);
+  assert_string_equal(str(o, "committed_key_state"), "COMMITTED");
+  assert_int_equal(num(o, "committed_key_http"), 200);
+  assert_string_equal(str(o, "unknown_key_state"), "UNKNOWN");
+  assert_int_equal(num(o, "unknown_key_http"), 404);
+  assert_int_equal(num(o, "effects"), 1);
+  /* Key expiry: swept, the key is UNKNOWN though its effect exists, and
+   * reusing it pays again; PENDING is never swept. */
+  assert_int_equal(num(o, "swept"), 1);
+  assert_int_equal(num(o, "expired_key_http"), 404);
+  assert_int_equal(num(o, "effects_after_expiry"), 1);
+  assert_string_equal(str(o, "pending_key_after_sweep"), "PENDING");
+  assert_int_equal(num(o, "reused_expired_key_http"), 201);
+  assert_int_equal(num(o, "effects_after_reuse"), 2);
+  lab_result_clear(&r);
+}
+
+static void lost_response_is_unknown_then_committed_by_status_and_replay(
+    void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("I4", &r);
+  assert_true(strncmp(str(o, "outcome"), "UNKNOWN", 7) == 0);
+  assert_string_equal(str(o, "status"), "COMMITTED");
+  assert_int_equal(num(o, "status_effects"), 1);
+  assert_string_equal(str(o, "replay_outcome"), "ANSWERED(201)");
+  assert_int_equal(num(o, "replay_effects"), 1);
+  assert_true(truth(o, "replay_same_bytes"));
+  lab_result_clear(&r);
+}
+
+static void rollback_leaves_pending_that_survives_reopen_and_recovers_once(
+    void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("I5", &r);
+  assert_string_equal(str(o, "status_after_rollback"), "PENDING");
+  assert_int_equal(num(o, "effects_after_rollback"), 0);
+  assert_int_equal(num(o, "retry_before_recovery_http"), 409);
+  assert_string_equal(str(o, "status_after_reopen"), "PENDING");
+  assert_int_equal(num(o, "effects_after_reopen"), 0);
+  assert_int_equal(num(o, "recovered_first"), 1);
+  assert_string_equal(str(o, "status_after_recover"), "COMMITTED");
+  assert_int_equal(num(o, "effects_after_recover"), 1);
+  assert_int_equal(num(o, "recovered_second"), 0);
+  assert_int_equal(num(o, "effects_after_second_recover"), 1);
+  lab_result_clear(&r);
+}
+
+static void twelve_concurrent_posts_and_a_recovery_make_one_effect(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("I6", &r);
+  json_t *b = json_object_get(o, "backends");
+  json_t *sq = json_object_get(b, "sqlite");
+  assert_non_null(sq);
+  assert_int_equal(num(sq, "effects"), 1);
+  assert_string_equal(str(sq, "state"), "COMMITTED");
+  assert_int_equal(num(sq, "fresh") + num(sq, "replays") + num(sq, "in_progress"), 12);
+  assert_int_equal(num(o, "attempts"), 13);
+  const char *pg = getenv("RESIL_TEST_PG_URI");
+  if (pg && *pg) {
+    json_t *p = json_object_get(b, "postgresql");
+    assert_non_null(p);
+    assert_int_equal(num(p, "effects"), 1);
+    assert_string_equal(str(p, "state"), "COMMITTED");
+  }
+  lab_result_clear(&r);
+}
+
+static void early_commit_is_caught_as_pending_with_one_effect(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("I7", &r);
+  assert_string_equal(str(o, "status_after_rollback"), "PENDING");
+  assert_int_equal(num(o, "effects_after_rollback"), 1);
+  assert_int_equal(num(o, "effects_after_recover"), 2);
+  assert_true(truth(o, "caught"));
+  lab_result_clear(&r);
+}
+
+static void sigkill_inside_an_operation_recovers_to_one_effect(void **s) {
+  (void)s;
+  lab_result r;
+  json_t *o = run("I8", &r);
+  json_t *pts = json_object_get(o, "kills_at_points");
+  assert_int_equal(json_array_size(pts), 3);
+  for (size_t i = 0; i < json_array_size(pts); i++) {
+    json_t *p = json_array_get(pts, i);
+    assert_int_equal(num(p, "signal"), 9);
+    assert_int_equal(num(p, "effects"), 1);
+    assert_string_equal(str(p, "state_after_recover"), "COMMITTED");
+    assert_int_equal(num(p, "conflict_http"), 422);
+  }
+  assert_int_equal(num(o, "kills"), 13);
+  assert_int_equal(num(o, "duplicates"), 0);
+  assert_int_equal(num(o, "lost"), 0);
+  lab_result_clear(&r);
+}
+
+static void idem_table_lists_i1_to_i8_in_order(void **s) {
+  (void)s;
+  static const char *const ids[] = {"I1", "I2", "I3", "I4",
+                                    "I5", "I6", "I7", "I8"};
+  size_t n = 0;
+  for (const lab_experiment *e = lab_idem_experiments; e->id; e++, n++) {
+    assert_true(n < 8);
+    assert_string_equal(e->id, ids[n]);
+    assert_ptr_equal(lab_find(ids[n]), e);
+  }
+  assert_int_equal(n, 8);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(idem_table_lists_i1_to_i8_in_order),
+      cmocka_unit_test(stable_key_retry_makes_two_attempts_and_one_effect),
+      cmocka_unit_test(new_key_per_attempt_makes_three_effects_and_still_fails),
+      cmocka_unit_test(status_query_tells_committed_from_unknown_and_expired),
+      cmocka_unit_test(lost_response_is_unknown_then_committed_by_status_and_replay),
+      cmocka_unit_test(rollback_leaves_pending_that_survives_reopen_and_recovers_once),
+      cmocka_unit_test(twelve_concurrent_posts_and_a_recovery_make_one_effect),
+      cmocka_unit_test(early_commit_is_caught_as_pending_with_one_effect),
+      cmocka_unit_test(sigkill_inside_an_operation_recovers_to_one_effect),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,577 @@
+/* resil upstream: an idempotent payment service in its own OS process, for
+ * crash experiments (DESIGN §7 I8). It serves through resil_idem_mhd on a
+ * durable operation store:
+ *
+ *   POST /payments         Idempotency-Key required; body {"amount":N} with
+ *                          N in 1..1000000. The effect, one row INSERTed into
+ *                          payments(id, op_key, route, amount) of the store's
+ *                          database, commits in the transaction that writes
+ *                          the terminal state. 201 {"key","payment_id",
+ *                          "amount"} with Location; another body is a stored
+ *                          business refusal (FAILED, 400, no effect).
+ *   GET /operations/{key}  the operation's state (resil_idem_mhd).
+ *   POST /__recover        re-drives PENDING operations: {"recovered":n}.
+ *
+ * --crash-at makes the process kill itself with SIGKILL at one point of the
+ * n-th new operation (--crash-nth): after PENDING is durable and before the
+ * effect's transaction ("pending"); inside the transaction after the effect
+ * was written and before the terminal state ("in-txn"); after the effect
+ * and the terminal state committed and before the response ("effect"). A
+ * restarted process on the same database recovers the operation: exactly
+ * one effect, whatever the point. */
+#include <stdio.h>
+
+#include "cmds.h"
+
+#if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "resil/idem_mhd.h"
+#include "resil/resil.h"
+#include "resil/store.h"
+
+#define PROG "resil upstream"
+
+typedef enum crash_point {
+  CRASH_NONE,
+  CRASH_PENDING, /* PENDING durable, effect not started */
+  CRASH_IN_TXN,  /* effect written, transaction not committed */
+  CRASH_EFFECT   /* effect and terminal state committed, no response yet */
+} crash_point;
+
+static const char *const crash_names[] = {"none", "pending", "in-txn",
+                                          "effect"};
+
+typedef struct upstream {
+  resil_idem_mhd *idem;
+  crash_point crash_at;
+  long crash_nth;
+  atomic_long reached; /* new operations that reached crash_at */
+  int verbose;
+} upstream;
+
+/* Written from a hook that may run on any thread; the process dies right
+ * after, so nothing else reads it. */
+static upstream *the_upstream;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: " PROG " --store URI [--port N] [--bind ADDR]\n"
+          "                      [--crash-at none|pending|in-txn|effect]\n"
+          "                      [--crash-nth N] [--recover] [--verbose]\n"
+          "                      [--unsafe-commit-effect-early]\n"
+          "Serves an idempotent POST /payments (Idempotency-Key required,\n"
+          "body {\"amount\":N}), GET /operations/{key} and POST /__recover on\n"
+          "the operation store URI (sqlite:/path/file.db or postgresql://...)\n"
+          "until SIGINT or SIGTERM. Prints \"upstream listening on\n"
+          "http://ADDR:PORT\" once it accepts connections.\n"
+          "  --store URI      operation store (created when missing)\n"
+          "  --port N         TCP port, 0..65535; 0 (default) picks a free one\n"
+          "  --bind ADDR      IPv4 loopback address; default 127.0.0.1\n"
+          "  --crash-at P     SIGKILL this process at point P of a new\n"
+          "                   operation: pending (PENDING durable, before the\n"
+          "                   effect), in-txn (effect written, terminal state\n"
+          "                   not committed), effect (both committed, before\n"
+          "                   the response); default none\n"
+          "  --crash-nth N    crash at the N-th new operation reaching P,\n"
+          "                   1..1000000; default 1\n"
+          "  --recover        re-drive every PENDING operation before serving\n"
+          "                   and print \"recovered N\"\n"
+          "  --verbose        say on stderr where the process kills itself\n"
+          "  --unsafe-commit-effect-early\n"
+          "                   TEST ONLY: commit the effect before the terminal\n"
+          "                   state (the bug a crash test must catch)\n"
+          "Exit status: 0 after a stop signal, 1 when the store or the server\n"
+          "cannot start, 2 on bad arguments; killed by SIGKILL at a crash\n"
+          "point.\n");
+}
+
+/* ---- crash points --------------------------------------------------------
+ */
+
+static void maybe_crash(crash_point at, const char *key) {
+  upstream *u = the_upstream;
+  if (!u || u->crash_at != at)
+    return;
+  if (atomic_fetch_add(&u->reached, 1) + 1 != u->crash_nth)
+    return;
+  if (u->verbose)
+    fprintf(stderr, PROG ": SIGKILL at %s (key %s)\n", crash_names[at], key);
+  fflush(stdout);
+  kill(getpid(), SIGKILL);
+  _exit(137); /* not reached: SIGKILL cannot be caught */
+}
+
+static void on_pending(void *user, const resil_idem_call *call) {
+  (void)user;
+  maybe_crash(CRASH_PENDING, call->key);
+}
+
+static resil_status fault_before_terminal(void *user, const char *key) {
+  (void)user;
+  maybe_crash(CRASH_IN_TXN, key);
+  return RESIL_OK;
+}
+
+static resil_idem_action on_committed(void *user, const resil_idem_call *call,
+                                      const resil_op_record *rec) {
+  (void)user;
+  (void)rec;
+  maybe_crash(CRASH_EFFECT, call->key);
+  return RESIL_IDEM_SEND;
+}
+
+/* ---- the payment ---------------------------------------------------------
+ */
+
+static const char pay_headers_fmt[] =
+    "Content-Type: application/json\r\nLocation: /payments/%lld\r\n";
+static const char refusal_headers[] = "Content-Type: application/json\r\n";
+static const char refusal_body[] =
+    "{\"error\":\"body must be {\\\"amount\\\": 1..1000000}\"}";
+
+/* The amount of a stored request body, or 0 when it is not one. */
+static long long amount_of(const resil_op_record *pending) {
+  json_error_t e;
+  json_t *j = json_loadb(pending->request_body ? pending->request_body : "",
+                         pending->request_body_len, 0, &e);
+  json_t *a = json_object_get(j, "amount");
+  long long v = json_is_integer(a) ? (long long)json_integer_value(a) : 0;
+  json_decref(j);
+  return v >= 1 && v <= 1000000 ? v : 0;
+}
+
+static resil_status insert_sqlite(sqlite3 *db, const char *key,
+                                  long long amount, long long *id) {
+  sqlite3_stmt *st = NULL;
+  int ok = sqlite3_prepare_v2(db,
+                              "INSERT INTO payments(op_key, route, amount) "
+                              "VALUES (?1, 'payments', ?2)",
+                              -1, &st, NULL) == SQLITE_OK;
+  if (ok) {
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, amount);
+    ok = sqlite3_step(st) == SQLITE_DONE;
+  }
+  sqlite3_finalize(st);
+  if (ok)
+    *id = (long long)sqlite3_last_insert_rowid(db);
+  return ok ? RESIL_OK : RESIL_EIO;
+}
+
+static resil_status insert_pg(PGconn *pg, const char *key, long long amount,
+                              long long *id) {
+  char a[32];
+  snprintf(a, sizeof a, "%lld", amount);
+  const char *args[2] = {key, a};
+  PGresult *r = PQexecParams(pg,
+                             "INSERT INTO payments(op_key, route, amount) "
+                             "VALUES ($1, 'payments', $2) RETURNING id",
+                             2, NULL, args, NULL, NULL, 0);
+  int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+  if (ok)
+    *id = atoll(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  return ok ? RESIL_OK : RESIL_EIO;
+}
+
+static resil_status pay(void *user, resil_idem_call *call,
+                        resil_op_response *out) {
+  (void)user;
+  long long amount = amount_of(call->pending);
+  if (amount == 0) {
+    /* A business refusal: stored FAILED and replayed, no effect. */
+    out->status = 400;
+    out->failed = 1;
+    out->headers = refusal_headers;
+    out->headers_len = sizeof refusal_headers - 1;
+    out->body = refusal_body;
+    out->body_len = sizeof refusal_body - 1;
+    return RESIL_OK;
+  }
+  long long id = 0;
+  sqlite3 *db = resil_store_txn_sqlite(call->tx);
+  resil_status st =
+      db ? insert_sqlite(db, call->key, amount, &id)
+         : insert_pg((PGconn *)resil_store_txn_pg(call->tx), call->key, amount,
+                     &id);
+  if (st != RESIL_OK)
+    return st;
+  json_t *j = json_pack("{s:s,s:I,s:I}", "key", call->key, "payment_id",
+                        (json_int_t)id, "amount", (json_int_t)amount);
+  char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  size_t hcap = sizeof pay_headers_fmt + 24;
+  char *body = text ? resil_idem_call_alloc(call, strlen(text) + 1) : NULL;
+  char *hdrs = resil_idem_call_alloc(call, hcap);
+  if (!body || !hdrs) {
+    free(text);
+    return RESIL_ENOMEM;
+  }
+  memcpy(body, text, strlen(text) + 1);
+  free(text);
+  int hn = snprintf(hdrs, hcap, pay_headers_fmt, id);
+  out->status = 201;
+  out->headers = hdrs;
+  out->headers_len = (size_t)hn;
+  out->body = body;
+  out->body_len = strlen(body);
+  return RESIL_OK;
+}
+
+/* ---- the payments table -------------------------------------------------
+ */
+
+static void quiet_notice(void *arg, const char *message) {
+  (void)arg;
+  (void)message;
+}
+
+/* No UNIQUE constraint on op_key: a duplicate effect must be visible as a
+ * second row, not be turned into an error that hides it. */
+static int create_table(const char *uri, const char *backend) {
+  if (strcmp(backend, "sqlite") == 0) {
+    sqlite3 *db = NULL;
+    char *msg = NULL;
+    int ok = sqlite3_open_v2(uri + strlen("sqlite:"), &db,
+                             SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK;
+    if (ok) {
+      sqlite3_busy_timeout(db, 5000);
+      ok = sqlite3_exec(db,
+                        "CREATE TABLE IF NOT EXISTS payments ("
+                        " id INTEGER PRIMARY KEY, op_key TEXT NOT NULL,"
+                        " route TEXT NOT NULL, amount INTEGER NOT NULL);"
+                        "CREATE INDEX IF NOT EXISTS payments_op_key"
+                        " ON payments(op_key);",
+                        NULL, NULL, &msg) == SQLITE_OK;
+    }
+    if (!ok)
+      fprintf(stderr, PROG ": cannot create the payments table: %s\n",
+              msg ? msg : db ? sqlite3_errmsg(db) : "out of memory");
+    sqlite3_free(msg);
+    sqlite3_close(db);
+    return ok ? 0 : -1;
+  }
+  PGconn *pg = PQconnectdb(uri);
+  int ok = pg && PQstatus(pg) == CONNECTION_OK;
+  if (ok) {
+    /* "relation already exists, skipping" is not worth a line on stderr. */
+    PQsetNoticeProcessor(pg, quiet_notice, NULL);
+    PGresult *r = PQexec(pg, "CREATE TABLE IF NOT EXISTS payments ("
+                             " id BIGSERIAL PRIMARY KEY, op_key TEXT NOT NULL,"
+                             " route TEXT NOT NULL, amount INTEGER NOT NULL);"
+                             "CREATE INDEX IF NOT EXISTS payments_op_key"
+                             " ON payments(op_key);");
+    ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+  }
+  if (!ok)
+    fprintf(stderr, PROG ": cannot create the payments table: %s",
+            pg ? PQerrorMessage(pg) : "out of memory\n");
+  PQfinish(pg);
+  return ok ? 0 : -1;
+}
+
+/* ---- HTTP ---------------------------------------------------------------
+ */
+
+/* con_cls of a request for a path this server does not have. */
+static unsigned not_found_marker;
+
+static int served_by_helper(const char *url) {
+  return strcmp(url, "/payments") == 0 ||
+         strncmp(url, "/operations/", 12) == 0 ||
+         strcmp(url, "/__recover") == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  upstream *u = cls;
+  if (*con_cls != &not_found_marker && served_by_helper(url))
+    return resil_idem_mhd_access(u->idem, conn, url, method, version, upload,
+                                 upload_size, con_cls);
+  if (!*con_cls) {
+    *con_cls = &not_found_marker;
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    *upload_size = 0; /* read and dropped */
+    return MHD_YES;
+  }
+  static const char body[] = "{\"error\":\"no such route\"}";
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+  if (!r)
+    return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  enum MHD_Result rc = MHD_queue_response(conn, MHD_HTTP_NOT_FOUND, r);
+  MHD_destroy_response(r);
+  return rc;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn,
+                         void **con_cls, enum MHD_RequestTerminationCode toe) {
+  upstream *u = cls;
+  if (*con_cls == &not_found_marker) {
+    *con_cls = NULL;
+    return;
+  }
+  resil_idem_mhd_completed(u->idem, conn, con_cls, toe);
+}
+
+/* ---- arguments ----------------------------------------------------------
+ */
+
+static const char *option_value(int argc, char **argv, int *i,
+                                const char *name, int *missing) {
+  size_t n = strlen(name);
+  const char *a = argv[*i];
+  if (strncmp(a, name, n) != 0)
+    return NULL;
+  if (a[n] == '=')
+    return a + n + 1;
+  if (a[n] != '\0')
+    return NULL;
+  if (*i + 1 >= argc) {
+    *missing = 1;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static int parse_long(const char *s, long min, long max, long *out) {
+  if (!s || *s < '0' || *s > '9')
+    return -1;
+  errno = 0;
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < min || v > max)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+typedef struct options {
+  const char *store;
+  long port;
+  const char *bind;
+  crash_point crash_at;
+  long crash_nth;
+  int recover;
+  int verbose;
+  int unsafe;
+} options;
+
+/* Options that take a value, in the order of the switch below. */
+static const char *const value_options[] = {"--store", "--port", "--bind",
+                                            "--crash-at", "--crash-nth"};
+
+/* 0 or 2: exit with it (help printed, or bad arguments); -1: go on. */
+static int parse_args(int argc, char **argv, options *o) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return 0;
+    }
+    if (strcmp(a, "--recover") == 0) {
+      o->recover = 1;
+      continue;
+    }
+    if (strcmp(a, "--verbose") == 0) {
+      o->verbose = 1;
+      continue;
+    }
+    if (strcmp(a, "--unsafe-commit-effect-early") == 0) {
+      o->unsafe = 1;
+      continue;
+    }
+    int which = -1, missing = 0;
+    for (int k = 0; k < 5 && which < 0; k++) {
+      v = option_value(argc, argv, &i, value_options[k], &missing);
+      if (v || missing)
+        which = k;
+    }
+    if (which < 0) {
+      fprintf(stderr, PROG ": unknown argument '%s' (see --help)\n", a);
+      return 2;
+    }
+    if (missing) {
+      fprintf(stderr, PROG ": %s: needs a value\n", value_options[which]);
+      return 2;
+    }
+    switch (which) {
+    case 0:
+      o->store = v;
+      break;
+    case 1:
+      if (parse_long(v, 0, 65535, &o->port) != 0) {
+        fprintf(stderr, PROG ": --port: must be 0..65535, got '%s'\n", v);
+        return 2;
+      }
+      break;
+    case 2: {
+      struct in_addr ad;
+      if (strcmp(v, "localhost") != 0 &&
+          (inet_pton(AF_INET, v, &ad) != 1 ||
+           (ntohl(ad.s_addr) >> 24) != 127)) {
+        fprintf(stderr,
+                PROG ": --bind: must be an IPv4 loopback address "
+                     "(127.0.0.0/8) or localhost, got '%s'\n",
+                v);
+        return 2;
+      }
+      o->bind = strcmp(v, "localhost") == 0 ? "127.0.0.1" : v;
+      break;
+    }
+    case 3: {
+      int found = 0;
+      for (int k = 0; k < 4; k++)
+        if (strcmp(v, crash_names[k]) == 0) {
+          o->crash_at = (crash_point)k;
+          found = 1;
+        }
+      if (!found) {
+        fprintf(stderr,
+                PROG ": --crash-at: must be none, pending, in-txn or effect, "
+                     "got '%s'\n",
+                v);
+        return 2;
+      }
+      break;
+    }
+    default:
+      if (parse_long(v, 1, 1000000, &o->crash_nth) != 0) {
+        fprintf(stderr, PROG ": --crash-nth: must be 1..1000000, got '%s'\n",
+                v);
+        return 2;
+      }
+      break;
+    }
+  }
+  if (!o->store) {
+    fprintf(stderr, PROG ": --store: required (see --help)\n");
+    return 2;
+  }
+  return -1;
+}
+
+int resil_cmd_upstream(int argc, char **argv) {
+  options o = {.port = 0, .bind = "127.0.0.1", .crash_nth = 1};
+  int prc = parse_args(argc, argv, &o);
+  if (prc >= 0)
+    return prc;
+
+  /* Stop signals go to sigwait() below only; the server's threads inherit
+   * the mask. */
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  if (pthread_sigmask(SIG_BLOCK, &stop_signals, NULL) != 0) {
+    fprintf(stderr, PROG ": cannot block SIGINT/SIGTERM\n");
+    return 1;
+  }
+
+  upstream u = {.crash_at = o.crash_at, .crash_nth = o.crash_nth,
+                .verbose = o.verbose};
+  the_upstream = &u;
+  resil_store_config sc;
+  resil_store_config_init(&sc);
+  sc.pool_size = 8;
+  sc.fault_before_terminal = fault_before_terminal;
+  sc.unsafe_commit_effect_early = o.unsafe;
+  resil_store *store = NULL;
+  resil_error err;
+  resil_error_clear(&err);
+  if (resil_store_open(o.store, &sc, &store, &err) != RESIL_OK) {
+    fprintf(stderr, PROG ": --store: %s\n", err.msg);
+    return 1;
+  }
+  int rc = 1;
+  struct MHD_Daemon *d = NULL;
+  if (create_table(o.store, resil_store_backend(store)) != 0)
+    goto out;
+  resil_idem_mhd_config ic;
+  resil_idem_mhd_config_init(&ic);
+  ic.name = "upstream";
+  ic.store = store;
+  ic.handler = pay;
+  ic.user = &u;
+  ic.recover_path = "/__recover";
+  ic.on_pending = on_pending;
+  ic.on_committed = on_committed;
+  if (resil_idem_mhd_new(&ic, &u.idem, &err) != RESIL_OK) {
+    fprintf(stderr, PROG ": %s\n", err.msg);
+    goto out;
+  }
+  if (o.recover) {
+    uint32_t n = 0;
+    resil_status st = resil_idem_mhd_recover(u.idem, 0, 100000, &n);
+    if (st != RESIL_OK) {
+      fprintf(stderr, PROG ": recovery: %s\n", resil_status_name(st));
+      goto out;
+    }
+    printf("recovered %u\n", (unsigned)n);
+  }
+
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)o.port);
+  inet_pton(AF_INET, o.bind, &sa.sin_addr);
+  d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
+                           MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO |
+                           MHD_USE_ITC,
+                       (uint16_t)o.port, NULL, NULL, on_request, &u,
+                       MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&sa,
+                       MHD_OPTION_NOTIFY_COMPLETED, on_completed, &u,
+                       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
+                       MHD_OPTION_END);
+  if (!d) {
+    fprintf(stderr, PROG ": cannot listen on %s:%ld\n", o.bind, o.port);
+    goto out;
+  }
+  const union MHD_DaemonInfo *di =
+      MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+  printf("upstream listening on http://%s:%u\n", o.bind,
+         di ? (unsigned)di->port : (unsigned)o.port);
+  fflush(stdout);
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  rc = 0;
+out:
+  if (d)
+    MHD_stop_daemon(d);
+  the_upstream = NULL;
+  resil_idem_mhd_free(u.idem);
+  resil_store_close(store);
+  return rc;
+}
+
+#else
+
+int resil_cmd_upstream(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  fprintf(stderr, "resil upstream: this resil was built without the operation "
+                  "store or the fixture (libresil-store, libmicrohttpd)\n");
+  return 2;
+}
+
+#endif
