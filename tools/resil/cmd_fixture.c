@@ -17,19 +17,24 @@
 static void usage(FILE *out) {
   fprintf(
       out,
-      "usage: resil fixture [--port N] [--bind ADDR] [--verbose]\n"
+      "usage: resil fixture [--port N] [--bind ADDR] [--store URI] [--verbose]\n"
       "Runs the fault-injecting HTTP upstream until SIGINT or SIGTERM and\n"
       "prints \"fixture listening on http://ADDR:PORT\" once it accepts\n"
       "connections.\n"
       "  --port N     TCP port, 0..65535; 0 (default) picks a free one\n"
       "  --bind ADDR  IPv4 loopback address (127.0.0.0/8) or localhost;\n"
       "               default 127.0.0.1; other addresses are refused\n"
+      "  --store URI  serve the idempotent routes (/idem, /idem-close,\n"
+      "               /operations, POST /__recover) from a durable operation\n"
+      "               store: sqlite:PATH or postgresql://...; default: an\n"
+      "               in-memory table\n"
       "  --verbose    let libmicrohttpd log its errors on stderr (closing a\n"
       "               connection on purpose is logged as an error too)\n"
       "  --help       print this help\n"
       "Routes: /items/{id} /status/{code} /slow /effect/{code}\n"
       "  /commit-close /flaky/{id} /seq/{id} /redirect/{n} /echo /empty\n"
       "  /badjson /idem/{name} /idem-close /operations/{key} /ka /__stats\n"
+      "  /__recover (with --store)\n"
       "  (described in src/fixture/fixture.h).\n");
 }
 
@@ -109,6 +114,13 @@ int resil_cmd_fixture(int argc, char **argv) {
         return 2;
       }
       cfg.bind_addr = v;
+    } else if ((v = option_value(argc, argv, &i, "--store", &missing)) ||
+               missing) {
+      if (missing || !*v) {
+        fprintf(stderr, "resil fixture: --store: needs a URI (sqlite:PATH or postgresql://...)\n");
+        return 2;
+      }
+      cfg.store_uri = v;
     } else {
       fprintf(stderr, "resil fixture: unknown argument '%s' (see --help)\n", a);
       return 2;
