@@ -2,6 +2,7 @@
  * foreground, for trying a client against it by hand or from a script. */
 #include <stdio.h>
 
+#include "cli.h"
 #include "cmds.h"
 
 #ifdef RESIL_HAVE_FIXTURE
@@ -38,26 +39,6 @@ static void usage(FILE *out) {
       "  (described in src/fixture/fixture.h).\n");
 }
 
-/* The value of option `name` at argv[*i]: "--name=V" or "--name V". Returns
- * NULL when argv[*i] is not that option; *missing is set when it is but has
- * no value. */
-static const char *option_value(int argc, char **argv, int *i, const char *name,
-                                int *missing) {
-  size_t n = strlen(name);
-  const char *a = argv[*i];
-  if (strncmp(a, name, n) != 0)
-    return NULL;
-  if (a[n] == '=')
-    return a + n + 1;
-  if (a[n] != '\0')
-    return NULL;
-  if (*i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
-  }
-  return argv[++*i];
-}
-
 static int parse_port(const char *s, uint16_t *out) {
   if (!s || *s < '0' || *s > '9')
     return -1;
@@ -89,7 +70,7 @@ int resil_cmd_fixture(int argc, char **argv) {
       return 0;
     } else if (strcmp(a, "--verbose") == 0) {
       cfg.quiet = 0;
-    } else if ((v = option_value(argc, argv, &i, "--port", &missing)) ||
+    } else if ((v = resil_cli_option_value(argc, argv, &i, "--port", &missing)) ||
                missing) {
       if (missing) {
         fprintf(stderr, "resil fixture: --port: needs a value\n");
@@ -100,7 +81,7 @@ int resil_cmd_fixture(int argc, char **argv) {
                 v);
         return 2;
       }
-    } else if ((v = option_value(argc, argv, &i, "--bind", &missing)) ||
+    } else if ((v = resil_cli_option_value(argc, argv, &i, "--bind", &missing)) ||
                missing) {
       if (missing) {
         fprintf(stderr, "resil fixture: --bind: needs a value\n");
@@ -114,7 +95,7 @@ int resil_cmd_fixture(int argc, char **argv) {
         return 2;
       }
       cfg.bind_addr = v;
-    } else if ((v = option_value(argc, argv, &i, "--store", &missing)) ||
+    } else if ((v = resil_cli_option_value(argc, argv, &i, "--store", &missing)) ||
                missing) {
       if (missing || !*v) {
         fprintf(stderr, "resil fixture: --store: needs a URI (sqlite:PATH or postgresql://...)\n");

@@ -21,6 +21,7 @@
  * one effect, whatever the point. */
 #include <stdio.h>
 
+#include "cli.h"
 #include "cmds.h"
 
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
@@ -333,25 +334,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
   resil_idem_mhd_completed(u->idem, conn, con_cls, toe);
 }
 
-/* ---- arguments ----------------------------------------------------------
- */
-
-static const char *option_value(int argc, char **argv, int *i,
-                                const char *name, int *missing) {
-  size_t n = strlen(name);
-  const char *a = argv[*i];
-  if (strncmp(a, name, n) != 0)
-    return NULL;
-  if (a[n] == '=')
-    return a + n + 1;
-  if (a[n] != '\0')
-    return NULL;
-  if (*i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
-  }
-  return argv[++*i];
-}
+/* ---- arguments ---------------------------------------------------------- */
 
 static int parse_long(const char *s, long min, long max, long *out) {
   if (!s || *s < '0' || *s > '9')
@@ -402,7 +385,7 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     int which = -1, missing = 0;
     for (int k = 0; k < 5 && which < 0; k++) {
-      v = option_value(argc, argv, &i, value_options[k], &missing);
+      v = resil_cli_option_value(argc, argv, &i, value_options[k], &missing);
       if (v || missing)
         which = k;
     }

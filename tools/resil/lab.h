@@ -46,6 +46,18 @@ void lab_result_clear(lab_result *r);
 /* Finds an experiment by id in all tables; NULL when none. */
 const lab_experiment *lab_find(const char *id);
 
+#ifdef RESIL_HAVE_HTTP
+#include "resil/http.h"
+/* One logical call on client c (lab_http.c): kv is a NULL-terminated list of
+ * name, value pairs for the endpoint's placeholders (at most 8 pairs), key
+ * the idempotency key or NULL, body text sent as is or NULL; rt, ctx and out
+ * may be NULL, as for resil_http_call. */
+resil_outcome lab_http_call(resil_http_client *c, const char *ep,
+                            const char *const *kv, const char *key,
+                            const char *body, resil_retry *rt,
+                            const resil_ctx *ctx, resil_http_response **out);
+#endif
+
 /* `resil lab ...` */
 int lab_main(int argc, char **argv);
 

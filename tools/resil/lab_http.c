@@ -4,6 +4,32 @@
  * own. */
 #include "lab.h"
 
+#ifdef RESIL_HAVE_HTTP
+#include <string.h>
+
+resil_outcome lab_http_call(resil_http_client *c, const char *ep,
+                            const char *const *kv, const char *key,
+                            const char *body, resil_retry *rt,
+                            const resil_ctx *ctx, resil_http_response **out) {
+  resil_http_param ps[8];
+  size_t n = 0;
+  for (; kv && kv[2 * n] && n < 8; n++) {
+    ps[n].name = kv[2 * n];
+    ps[n].value = kv[2 * n + 1];
+  }
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = ps;
+  args.param_count = n;
+  args.idempotency_key = key;
+  if (body) {
+    args.body = body;
+    args.body_len = strlen(body);
+  }
+  return resil_http_call(c, ep, &args, rt, ctx, out);
+}
+#endif
+
 #ifdef RESIL_HAVE_FIXTURE
 
 #include <arpa/inet.h>
@@ -89,22 +115,11 @@ static void lab_http_close(lab_http *h) {
   resil_fixture_stop(h->fx);
 }
 
-/* One logical call with name/value params (NULL-terminated list), an
- * optional retry and an optional ctx. */
+/* One logical call through the experiment's client. */
 static resil_outcome call(lab_http *h, const char *ep, const char *const *kv,
                           resil_retry *rt, const resil_ctx *ctx,
                           resil_http_response **out) {
-  resil_http_param ps[8];
-  size_t n = 0;
-  for (; kv && kv[2 * n] && n < 8; n++) {
-    ps[n].name = kv[2 * n];
-    ps[n].value = kv[2 * n + 1];
-  }
-  resil_http_args args;
-  resil_http_args_init(&args);
-  args.params = ps;
-  args.param_count = n;
-  return resil_http_call(h->c, ep, &args, rt, ctx, out);
+  return lab_http_call(h->c, ep, kv, NULL, NULL, rt, ctx, out);
 }
 
 #define KV(...) ((const char *const[]){__VA_ARGS__, NULL})

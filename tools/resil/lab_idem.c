@@ -139,22 +139,7 @@ static resil_outcome call(resil_http_client *c, const char *ep,
                           const char *const *kv, const char *key,
                           const char *body, resil_retry *rt,
                           resil_http_response **out) {
-  resil_http_param ps[4];
-  size_t n = 0;
-  for (; kv && kv[2 * n] && n < 4; n++) {
-    ps[n].name = kv[2 * n];
-    ps[n].value = kv[2 * n + 1];
-  }
-  resil_http_args args;
-  resil_http_args_init(&args);
-  args.params = ps;
-  args.param_count = n;
-  args.idempotency_key = key;
-  if (body) {
-    args.body = body;
-    args.body_len = strlen(body);
-  }
-  return resil_http_call(c, ep, &args, rt, NULL, out);
+  return lab_http_call(c, ep, kv, key, body, rt, NULL, out);
 }
 
 #define KV(...) ((const char *const[]){__VA_ARGS__, NULL})
