@@ -34,6 +34,10 @@ void resil__free(const resil_allocator *a, void *p);
 /* Copies a NUL-terminated string (NULL gives NULL with *ok = 1). */
 char *resil__strdup(const resil_allocator *a, const char *s, int *ok);
 
+/* Writes 2 * nbytes lowercase hex digits of kernel randomness and a NUL
+ * into out (nbytes <= 64). Returns 0, or -1 when getrandom failed. */
+int resil__random_hex(char *out, size_t nbytes);
+
 /* The clock to use: c, or the system clock when c is NULL. */
 static inline const resil_clock *resil__clock(const resil_clock *c) {
   return c ? c : resil_clock_system();

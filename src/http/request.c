@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 #include <zlib.h>
 
 #include "http_int.h"
@@ -138,26 +137,6 @@ static int gzip_body(const resil_allocator *a, const unsigned char *in, size_t n
   }
   *out = buf;
   *outlen = produced;
-  return 0;
-}
-
-static int make_key(char out[33]) {
-  unsigned char raw[16];
-  size_t got = 0;
-  while (got < sizeof raw) {
-    ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    got += (size_t)r;
-  }
-  static const char hex[] = "0123456789abcdef";
-  for (size_t i = 0; i < 16; i++) {
-    out[2 * i] = hex[raw[i] >> 4];
-    out[2 * i + 1] = hex[raw[i] & 15];
-  }
-  out[32] = '\0';
   return 0;
 }
 
@@ -316,7 +295,7 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   } else if (ep->key_mode == RESIL_HTTP_KEY_SEND) {
     key = resil__alloc(a, 33);
     if (!key) goto oom;
-    if (make_key(key) != 0) {
+    if (resil__random_hex(key, 16) != 0) {
       st = resil__err(err, RESIL_EIO, NULL, "getrandom failed");
       goto fail;
     }

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 
 #include "core/internal.h"
 #include "resil/idem_mhd.h"
@@ -535,26 +534,11 @@ static resil_status run_handler(void *user, resil_store_txn *tx,
 /* ---- the operation --------------------------------------------------------
  */
 
+/* "srv-" and 32 hex digits: a key for a request that came without one. */
 static int random_key(char *out, size_t outlen) {
-  unsigned char raw[16];
-  size_t got = 0;
-  while (got < sizeof raw) {
-    ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    got += (size_t)r;
-  }
-  static const char hex[] = "0123456789abcdef";
-  if (outlen < 4 + 2 * sizeof raw + 1) return -1;
+  if (outlen < 4 + 32 + 1) return -1;
   memcpy(out, "srv-", 4);
-  for (size_t i = 0; i < sizeof raw; i++) {
-    out[4 + 2 * i] = hex[raw[i] >> 4];
-    out[5 + 2 * i] = hex[raw[i] & 15];
-  }
-  out[4 + 2 * sizeof raw] = '\0';
-  return 0;
+  return resil__random_hex(out + 4, 16);
 }
 
 static enum MHD_Result serve_op(resil_idem_mhd *h, struct MHD_Connection *conn,
