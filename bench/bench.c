@@ -1,9 +1,15 @@
 /* resil_bench: libresil's benchmark command. scripts/bench.sh drives it:
  *
  *   resil_bench run --out FILE [--runs N] [--min-run-ms N] [--thread-run-ms N]
- *                   [--no-pin] [--only CASE[,CASE...]]
- *       measures every case (or the ones named), the HTTP cases last, and
- *       writes the raw figures as JSON;
+ *                   [--no-pin] [--only CASE[,CASE...]] [--store-dir DIR]
+ *                   [--pg-uri URI | --pg-skipped REASON]
+ *                   [--store-effect insert|none]
+ *       measures every case (or the ones named), then the HTTP cases, then
+ *       the operation-store cases (SQLite in a new directory under DIR, by
+ *       default the one holding resil_bench; PostgreSQL on the server at
+ *       URI, or reported as skipped with REASON; their effect inserts one
+ *       row, or with --store-effect none runs no SQL), and writes the raw
+ *       figures as JSON;
  *   resil_bench report --c FILE (--peers FILE | --peers-skipped REASON)
  *                      --out FILE
  *       merges them with the Node.js peers, checks the targets, prints the
@@ -20,7 +26,9 @@ static void usage(void) {
   fprintf(stderr,
           "usage: resil_bench run --out FILE [--runs N] [--min-run-ms N] "
           "[--thread-run-ms N] [--no-pin]\n"
-          "                       [--only CASE[,CASE...]]\n"
+          "                       [--only CASE[,CASE...]] [--store-dir DIR]\n"
+          "                       [--pg-uri URI | --pg-skipped REASON] "
+          "[--store-effect insert|none]\n"
           "       resil_bench report --c FILE (--peers FILE | --peers-skipped "
           "REASON) --out FILE\n");
 }
@@ -47,7 +55,8 @@ int main(int argc, char **argv) {
   bench_opts opts = {.runs = 7,
                      .min_run_ns = INT64_C(200000000),
                      .thread_run_ns = INT64_C(300000000),
-                     .pin_threads = 1};
+                     .pin_threads = 1,
+                     .store_effect_insert = 1};
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -70,6 +79,19 @@ int main(int argc, char **argv) {
       skipped = v;
     else if (!strcmp(a, "--only"))
       opts.only = v;
+    else if (!strcmp(a, "--store-dir"))
+      opts.store_dir = v;
+    else if (!strcmp(a, "--pg-uri"))
+      opts.pg_uri = v;
+    else if (!strcmp(a, "--pg-skipped"))
+      opts.pg_skipped = v;
+    else if (!strcmp(a, "--store-effect")) {
+      if (strcmp(v, "insert") != 0 && strcmp(v, "none") != 0) {
+        fprintf(stderr, "resil_bench: --store-effect: expected insert or none, got '%s'\n", v);
+        return 2;
+      }
+      opts.store_effect_insert = !strcmp(v, "insert");
+    }
     else if (!strcmp(a, "--runs"))
       opts.runs = (int)positive(a, v, BENCH_MAX_RUNS);
     else if (!strcmp(a, "--min-run-ms"))
@@ -84,7 +106,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "run") && out) {
     int rc = bench_run_cases(&opts, out);
-    return rc != 0 ? rc : bench_run_http_cases(&opts, out);
+    if (rc == 0) rc = bench_run_http_cases(&opts, out);
+    return rc != 0 ? rc : bench_run_store_cases(&opts, out);
   }
   if (!strcmp(cmd, "report") && out && c_json && (peers || skipped))
     return bench_report(c_json, peers, skipped, out);

@@ -19,6 +19,11 @@ typedef struct bench_opts {
   int64_t thread_run_ns;  /* multi-thread cases: each run lasts this long  */
   int pin_threads;        /* pin thread i to the i-th allowed CPU          */
   const char *only;       /* NULL, or a comma-separated list of case names */
+  const char *store_dir;  /* NULL: the directory of resil_bench; where the
+                             SQLite store case makes its mkdtemp directory */
+  const char *pg_uri;     /* NULL: the PostgreSQL store case is skipped    */
+  const char *pg_skipped; /* why there is no pg_uri, for the report        */
+  int store_effect_insert; /* 1: the store cases' effect inserts a row     */
 } bench_opts;
 
 /* 1 when the case is selected by opts->only. */
@@ -90,6 +95,18 @@ int bench_run_cases(const bench_opts *opts, const char *json_path);
  * build without libresil-http they are appended as skipped
  * (http_cases.c). */
 int bench_run_http_cases(const bench_opts *opts, const char *json_path);
+
+/* The operation-store cases' target: libresil's keyed operations per
+ * second (begin + complete) at least this fraction of the raw ceiling
+ * (single-row INSERT transactions) measured in the same run. */
+#define BENCH_STORE_MIN_RATIO 0.45
+
+/* Runs the operation-store cases (SQLite, and PostgreSQL when
+ * opts->pg_uri is set) and appends them, marked "kind": "store", to the
+ * JSON that bench_run_cases() wrote to path; in a build without
+ * libresil-store, or without a server, they are appended as skipped
+ * (store_cases.c). */
+int bench_run_store_cases(const bench_opts *opts, const char *json_path);
 
 /* Merges the C results with the Node peers' JSON (or the reason they were
  * skipped), prints the table and writes results.json (report.c). */

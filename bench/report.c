@@ -81,6 +81,10 @@ static int is_http_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "http");
 }
 
+static int is_store_case(json_t *c) {
+  return !strcmp(str(c, "kind", ""), "store");
+}
+
 /* The HTTP cases (http_cases.c): their own lines and checks, against bare
  * libcurl measured in the same run rather than against the Node peers.
  * Appends each case, with "target" and "met", to ocases. */
@@ -137,6 +141,55 @@ static void report_http(json_t *ccases, json_t *ocases, json_t *checks) {
                "(%.0f req/s): ratio %.3f, p50 added %+.2f us (not a target)\n",
                "", num(cc, "req_per_s_libcurl_multi"), num(cc, "ratio_vs_libcurl_multi"),
                num(cc, "p50_added_us_vs_libcurl_multi"));
+    }
+    json_array_append_new(ocases, o);
+  }
+}
+
+/* The operation-store cases (store_cases.c): keyed operations per second
+ * against the raw INSERT ceiling measured in the same run. Appends each
+ * case, with "target" and "met", to ocases. */
+static void report_store(json_t *ccases, json_t *ocases, json_t *checks) {
+  char target[96], what[200];
+  snprintf(target, sizeof target, ">= %.2f of the raw ceiling's ops/s", BENCH_STORE_MIN_RATIO);
+  int header = 0;
+  size_t i;
+  json_t *cc;
+  json_array_foreach(ccases, i, cc) {
+    if (!is_store_case(cc)) continue;
+    if (!header) {
+      printf("\nOperation store, keyed operations (begin + complete, trivial effect) vs "
+             "raw single-row INSERT transactions, same run, one thread (target %s; "
+             "ratio = median of per-round ratios):\n", target);
+      header = 1;
+    }
+    const char *name = str(cc, "name", "?");
+    json_t *o = json_deep_copy(cc);
+    json_object_set_new(o, "target", json_string(target));
+    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
+    const char *err = json_string_value(json_object_get(cc, "error"));
+    double ratio = num(cc, "ratio");
+    snprintf(what, sizeof what, "%s libresil keyed ops/s >= %.2fx raw INSERT transactions' "
+             "(same run)", name, BENCH_STORE_MIN_RATIO);
+    if (skipped) {
+      add_check(checks, what, NAN, 0, 0);
+      json_object_set_new(o, "met", json_null());
+      printf("  %-26s SKIPPED: %s\n", name, skipped);
+    } else if (err) {
+      add_check(checks, what, NAN, 0, 1);
+      json_object_set_new(o, "met", json_false());
+      printf("  %-26s INVALID: %s\n", name, err);
+    } else {
+      int met = ratio >= BENCH_STORE_MIN_RATIO;
+      add_check(checks, what, ratio, met, 1);
+      json_object_set_new(o, "met", json_boolean(met));
+      printf("  %-26s ops/s raw %8.0f  libresil %8.0f  ratio %.3f %-4s (ratio of the "
+             "medians %.3f)  commits/op raw %.2f libresil %.2f  [%s, %lld rounds]\n",
+             name, num(cc, "ops_per_s_raw"), num(cc, "ops_per_s_libresil"), ratio,
+             met ? "yes" : "NO", num(cc, "ratio_of_medians"),
+             num(cc, "commits_per_op_raw"), num(cc, "commits_per_op_libresil"),
+             str(cc, "filesystem", "?"),
+             (long long)json_integer_value(json_object_get(cc, "rounds")));
     }
     json_array_append_new(ocases, o);
   }
@@ -217,7 +270,7 @@ int bench_report(const char *c_json, const char *peers_json,
   size_t i;
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
-    if (is_http_case(cc)) continue;
+    if (is_http_case(cc) || is_store_case(cc)) continue;
     const char *name = str(cc, "name", "?");
     const case_target *t = target_for(name);
     json_t *o = json_deep_copy(cc);
@@ -291,6 +344,7 @@ int bench_report(const char *c_json, const char *peers_json,
   printf("(thread cases: ns/call is the time one thread spends per call; ops/s "
          "is the total of all threads)\n");
   report_http(ccases, ocases, checks);
+  report_store(ccases, ocases, checks);
 
   /* Memory. */
   json_t *bytes = json_object_get(c, "breaker_bytes_100_window");
@@ -383,6 +437,8 @@ int bench_report(const char *c_json, const char *peers_json,
   json_object_set(out, "method", json_object_get(c, "method"));
   if (json_object_get(c, "http_method"))
     json_object_set(out, "http_method", json_object_get(c, "http_method"));
+  if (json_object_get(c, "store_method"))
+    json_object_set(out, "store_method", json_object_get(c, "store_method"));
   json_object_set(out, "library_version", json_object_get(c, "library_version"));
 
   int rc = json_dump_file(out, out_path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));

@@ -6,18 +6,28 @@
 #      libcurl vs libresil's client behind a full chain, alternating in the
 #      same run (about 15 s at the defaults, more on a busy machine; needs
 #      libresil-http, libcurl and libmicrohttpd, hence -DRESIL_WITH_HTTP=ON);
-#   3. installs the Node.js peers pinned in bench/node_peers/package.json
+#   3. then the operation-store cases: keyed operations (resil_store_begin
+#      + resil_store_complete with a trivial effect) against raw single-row
+#      INSERT transactions, interleaved rounds in the same run, on SQLite (a
+#      fresh file under build/bench, WAL, synchronous=FULL) and on a
+#      throwaway PostgreSQL server that this script starts with
+#      scripts/pg-start.sh (its data directory under build/bench/pgtmp, on
+#      the same disk as the SQLite files when it can) and stops on exit
+#      (about 35 s at the defaults; needs libresil-store);
+#   4. installs the Node.js peers pinned in bench/node_peers/package.json
 #      (opossum, cockatiel) into build/bench/node_peers and measures them in
 #      the same run;
-#   4. prints the table (ns per call, ops/s, target, met?, ratios against
-#      the peers) and writes bench/results.json.
+#   5. prints the table (ns per call, ops/s, target, met?, ratios against
+#      the peers and the raw ceilings) and writes bench/results.json.
 # When node or npm is missing or the install fails, the peers are reported
 # as skipped (with the reason, also in results.json) and the C results still
-# stand: the script exits 0. Missed targets are reported, not fatal.
+# stand; likewise when PostgreSQL cannot start, its store case is reported as
+# skipped with the reason: the script exits 0. Missed targets are reported,
+# not fatal.
 #
 # Usage: bash scripts/bench.sh [--quick]
-#   --quick  3 runs of 50 ms per case, fewer HTTP rounds (a smoke test;
-#            figures are noisier)
+#   --quick  3 runs of 50 ms per case, fewer HTTP and store rounds (a smoke
+#            test; figures are noisier)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,9 +50,47 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O2 -
 cmake --build "$build" -j"$(nproc)" --target resil_bench >/dev/null
 bin="$build/bench/resil_bench"
 
+# The PostgreSQL server of the store case: started now, stopped as soon as
+# the cases have run, and on any exit (a failure, Ctrl-C) by the trap.
+pg_uri="" pg_tmp="" pg_reason=""
+stop_pg() {
+  if [ -n "$pg_uri" ]; then
+    TMPDIR="$pg_tmp" bash scripts/pg-stop.sh "$pg_uri" >/dev/null 2>&1 || true
+    pg_uri=""
+  fi
+}
+# resil_bench removes its SQLite directory itself, unless it was killed.
+on_exit() {
+  stop_pg
+  rm -rf "$build"/resil-store-bench.??????
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+echo "== PostgreSQL for the store case (scripts/pg-start.sh)"
+mkdir -p "$build/pgtmp"
+: >"$build/pg-start.log"
+# Under the build directory first (the disk that holds the SQLite files; the
+# server, which may run as another user, must be able to reach it), else
+# wherever TMPDIR or /tmp is.
+for dir in "$PWD/$build/pgtmp" "${TMPDIR:-/tmp}"; do
+  if uri=$(TMPDIR="$dir" bash scripts/pg-start.sh 2>>"$build/pg-start.log"); then
+    pg_uri=$uri pg_tmp=$dir
+    echo "PostgreSQL at $pg_uri (cluster under $dir: $(df -PT "$dir" | awk 'NR==2 {print $2}'))"
+    break
+  fi
+done
+if [ -z "$pg_uri" ]; then
+  pg_reason="scripts/pg-start.sh failed: $(grep -m1 'pg-start:' "$build/pg-start.log" || tail -n 1 "$build/pg-start.log") (full log: $build/pg-start.log)"
+  echo "PostgreSQL store case SKIPPED: $pg_reason"
+  pg_args=(--pg-skipped "$pg_reason")
+else
+  pg_args=(--pg-uri "$pg_uri")
+fi
+
 echo "== libresil cases"
 "$bin" run --out "$build/c.json" --runs "$runs" --min-run-ms "$min_run_ms" \
-  --thread-run-ms "$thread_run_ms"
+  --thread-run-ms "$thread_run_ms" --store-dir "$PWD/$build" "${pg_args[@]}"
+stop_pg
 
 echo "== Node.js peers (opossum, cockatiel)"
 peers_dir="$build/node_peers"
