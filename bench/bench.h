@@ -113,4 +113,11 @@ int bench_run_store_cases(const bench_opts *opts, const char *json_path);
 int bench_report(const char *c_json, const char *peers_json,
                  const char *peers_skipped, const char *out_path);
 
+/* Appends entries (stolen) to the "cases" array of the JSON file
+ * bench_run_cases() wrote and writes it back; when method_key and method are
+ * given, also sets root[method_key] = method. Returns 0, or 1 after printing
+ * why. */
+int bench_append_cases(const char *json_path, json_t *entries,
+                       const char *method_key, const char *method);
+
 #endif

@@ -365,3 +365,29 @@ json_t *bench_machine_json(const bench_opts *opts) {
   json_object_set_new(m, "indirect_noop_call_ns", json_real(r.ns_per_call));
   return m;
 }
+
+int bench_append_cases(const char *json_path, json_t *entries,
+                       const char *method_key, const char *method) {
+  json_error_t jerr;
+  json_t *root = json_load_file(json_path, 0, &jerr);
+  if (!root) {
+    fprintf(stderr, "resil_bench: %s: %s\n", json_path, jerr.text);
+    json_decref(entries);
+    return 1;
+  }
+  json_t *cases = json_object_get(root, "cases");
+  if (!json_is_array(cases)) {
+    cases = json_array();
+    json_object_set_new(root, "cases", cases);
+  }
+  json_array_extend(cases, entries);
+  json_decref(entries);
+  if (method_key && method) json_object_set_new(root, method_key, json_string(method));
+  int rc = json_dump_file(root, json_path, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+  json_decref(root);
+  if (rc != 0) {
+    fprintf(stderr, "resil_bench: cannot write %s\n", json_path);
+    return 1;
+  }
+  return 0;
+}

@@ -117,34 +117,6 @@ static const char measures_conc[] =
     "libcurl through a multi handle per caller; req/s is the total of all "
     "callers";
 
-/* Appends entries to the "cases" array of the JSON file bench_run_cases()
- * wrote, and writes it back. */
-static int append_cases(const char *json_path, json_t *entries,
-                        const char *method) {
-  json_error_t jerr;
-  json_t *root = json_load_file(json_path, 0, &jerr);
-  if (!root) {
-    fprintf(stderr, "resil_bench: %s: %s\n", json_path, jerr.text);
-    json_decref(entries);
-    return 1;
-  }
-  json_t *cases = json_object_get(root, "cases");
-  if (!json_is_array(cases)) {
-    cases = json_array();
-    json_object_set_new(root, "cases", cases);
-  }
-  json_array_extend(cases, entries);
-  json_decref(entries);
-  if (method) json_object_set_new(root, "http_method", json_string(method));
-  int rc = json_dump_file(root, json_path, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
-  json_decref(root);
-  if (rc != 0) {
-    fprintf(stderr, "resil_bench: cannot write %s\n", json_path);
-    return 1;
-  }
-  return 0;
-}
-
 static json_t *case_stub(const char *name, const char *measures) {
   json_t *o = json_object();
   json_object_set_new(o, "name", json_string(name));
@@ -179,7 +151,7 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
   all_cases_with(opts, entries, "skipped",
                  "not built: libresil-http or the fixture is missing "
                  "(configure with -DRESIL_WITH_HTTP=ON)");
-  return append_cases(json_path, entries, NULL);
+  return bench_append_cases(json_path, entries, NULL, NULL);
 }
 
 #else
@@ -1110,7 +1082,7 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
            opts->pin_threads ? "callers pinned" : "not pinned");
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
     all_cases_with(opts, entries, "error", "curl_global_init failed");
-    return append_cases(json_path, entries, method);
+    return bench_append_cases(json_path, entries, "http_method", method);
   }
   resil_fixture_config fc;
   resil_fixture_config_init(&fc);
@@ -1130,7 +1102,7 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
     resil_fixture_stop(fx);
   }
   curl_global_cleanup();
-  return append_cases(json_path, entries, method);
+  return bench_append_cases(json_path, entries, "http_method", method);
 }
 
 #endif

@@ -95,34 +95,6 @@ static const char measures_pg[] =
     "prepared statement on one connection; each side in its own new schema; "
     "interleaved batches, ratio = libresil / raw";
 
-/* Appends entries to the "cases" array of the JSON file bench_run_cases()
- * wrote, and writes it back. */
-static int append_cases(const char *json_path, json_t *entries,
-                        const char *method) {
-  json_error_t jerr;
-  json_t *root = json_load_file(json_path, 0, &jerr);
-  if (!root) {
-    fprintf(stderr, "resil_bench: %s: %s\n", json_path, jerr.text);
-    json_decref(entries);
-    return 1;
-  }
-  json_t *cases = json_object_get(root, "cases");
-  if (!json_is_array(cases)) {
-    cases = json_array();
-    json_object_set_new(root, "cases", cases);
-  }
-  json_array_extend(cases, entries);
-  json_decref(entries);
-  if (method) json_object_set_new(root, "store_method", json_string(method));
-  int rc = json_dump_file(root, json_path, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
-  json_decref(root);
-  if (rc != 0) {
-    fprintf(stderr, "resil_bench: cannot write %s\n", json_path);
-    return 1;
-  }
-  return 0;
-}
-
 static json_t *case_stub(const char *name, const char *measures,
                          const char *backend) {
   json_t *o = json_object();
@@ -158,7 +130,7 @@ int bench_run_store_cases(const bench_opts *opts, const char *json_path) {
   json_t *entries = json_array();
   if (want_sq) skipped_case(entries, CASE_SQLITE, measures_sqlite, "sqlite", why);
   if (want_pg) skipped_case(entries, CASE_PG, measures_pg, "postgresql", why);
-  return append_cases(json_path, entries, NULL);
+  return bench_append_cases(json_path, entries, NULL, NULL);
 }
 
 #else
@@ -1178,7 +1150,7 @@ int bench_run_store_cases(const bench_opts *opts, const char *json_path) {
   json_t *entries = json_array();
   if (want_sq) run_sqlite(opts, &p, entries);
   if (want_pg) run_pg(opts, &p, entries);
-  return append_cases(json_path, entries, method);
+  return bench_append_cases(json_path, entries, "store_method", method);
 }
 
 #endif
