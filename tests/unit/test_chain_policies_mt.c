@@ -99,7 +99,7 @@ static void one_deadline_refuses_the_attempt_that_cannot_fit(void **state) {
   assert_int_equal(o.stop, RESIL_STOP_DEADLINE);
   assert_int_equal(o.attempts, 1);
   assert_int_equal(atomic_load(&up.calls), 1);
-  assert_true(took >= MS(400) && took < MS(650));
+  assert_true(took >= MS(400) && took < MS(1000)); /* bound generous for loaded CI */
   resil_retry_stats rs;
   resil_retry_get_stats(s.rt, &rs);
   assert_int_equal(rs.refused_by_deadline, 1);

@@ -625,7 +625,7 @@ out:
 static int p11(lab_result *r) {
   resil_timelimiter *tl = timelimiter(MS(25), 0);
   if (!lab_check(r, tl != NULL, "setup failed")) return 0;
-  tl_task t = {.delay_before_effect_ms = 60};
+  tl_task t = {.delay_before_effect_ms = 300};
   atomic_init(&t.effects, 0);
   atomic_init(&t.finished, 0);
   atomic_init(&t.saw_cancel, 0);
@@ -648,7 +648,9 @@ static int p11(lab_result *r) {
               ob, waited, effects_at_return, effects_later);
   lab_check(r, o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
             "outcome %s, expected UNKNOWN(timeout)", ob);
-  lab_check(r, waited >= 25.0 && waited < 55.0, "caller waited %.1f ms", waited);
+  /* Upper bound generous for loaded machines: the point is that the caller
+   * returns long before the task's effect (300 ms). */
+  lab_check(r, waited >= 25.0 && waited < 250.0, "caller waited %.1f ms", waited);
   lab_check(r, effects_at_return == 0, "effect before the caller returned");
   lab_check(r, effects_later == 1, "effects %d, expected 1", effects_later);
   lab_check(r, atomic_load(&t.saw_cancel) == 0, "task was cancelled");
