@@ -39,24 +39,6 @@ static const resil_http_endpoint eps[] = {
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
-typedef struct fx_state {
-  resil_fixture *f;
-} fx_state;
-
-static int setup(void **state) {
-  fx_state *s = calloc(1, sizeof *s);
-  s->f = fx_start();
-  *state = s;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_state *s = *state;
-  resil_fixture_stop(s->f);
-  free(s);
-  return 0;
-}
-
 static void h1_path_and_header_bound_json_decoded_one_request(void **state) {
   fx_state *s = *state;
   resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
@@ -742,26 +724,26 @@ static void client_constructor_survives_allocation_failures(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(h1_path_and_header_bound_json_decoded_one_request, setup, teardown),
-      cmocka_unit_test_setup_teardown(path_values_are_percent_encoded, setup, teardown),
-      cmocka_unit_test_setup_teardown(h2_400_and_500_make_one_attempt_each, setup, teardown),
-      cmocka_unit_test_setup_teardown(h3_retry_after_is_capped_by_the_retry_policy, setup, teardown),
-      cmocka_unit_test_setup_teardown(h4_503_and_429_make_exactly_one_attempt_whatever_the_timeout, setup, teardown),
-      cmocka_unit_test_setup_teardown(h5_post_slow_times_out_unknown_with_one_effect, setup, teardown),
+      cmocka_unit_test_setup_teardown(h1_path_and_header_bound_json_decoded_one_request, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(path_values_are_percent_encoded, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h2_400_and_500_make_one_attempt_each, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h3_retry_after_is_capped_by_the_retry_policy, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h4_503_and_429_make_exactly_one_attempt_whatever_the_timeout, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h5_post_slow_times_out_unknown_with_one_effect, fx_setup, fx_teardown),
       cmocka_unit_test(h7_connection_refused_is_not_sent),
-      cmocka_unit_test_setup_teardown(h8_sequential_calls_reuse_one_connection, setup, teardown),
-      cmocka_unit_test_setup_teardown(h10_bad_template_fails_at_creation_and_sends_nothing, setup, teardown),
-      cmocka_unit_test_setup_teardown(h11_204_is_empty_bad_json_is_decode_error_next_call_works, setup, teardown),
-      cmocka_unit_test_setup_teardown(h12_decoder_makes_422_business_and_429_retryable, setup, teardown),
-      cmocka_unit_test_setup_teardown(h14_bodies_over_2048_bytes_are_gzipped_and_decoded_by_server, setup, teardown),
-      cmocka_unit_test_setup_teardown(json_value_body_is_serialised_once, setup, teardown),
-      cmocka_unit_test_setup_teardown(h15_redirects_off_by_default_hops_counted_apart_when_on, setup, teardown),
-      cmocka_unit_test_setup_teardown(deadline_already_passed_rejects_without_sending, setup, teardown),
-      cmocka_unit_test_setup_teardown(cancelled_token_stops_a_slow_transfer_promptly, setup, teardown),
-      cmocka_unit_test_setup_teardown(methods_switch_cleanly_on_one_handle, setup, teardown),
-      cmocka_unit_test_setup_teardown(proxy_environment_is_ignored, setup, teardown),
-      cmocka_unit_test_setup_teardown(body_over_the_limit_aborts_unknown_with_status_kept, setup, teardown),
-      cmocka_unit_test_setup_teardown(retry_after_http_date_is_parsed_on_the_client_clock, setup, teardown),
+      cmocka_unit_test_setup_teardown(h8_sequential_calls_reuse_one_connection, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h10_bad_template_fails_at_creation_and_sends_nothing, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h11_204_is_empty_bad_json_is_decode_error_next_call_works, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h12_decoder_makes_422_business_and_429_retryable, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h14_bodies_over_2048_bytes_are_gzipped_and_decoded_by_server, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(json_value_body_is_serialised_once, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h15_redirects_off_by_default_hops_counted_apart_when_on, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(deadline_already_passed_rejects_without_sending, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(cancelled_token_stops_a_slow_transfer_promptly, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(methods_switch_cleanly_on_one_handle, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(proxy_environment_is_ignored, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(body_over_the_limit_aborts_unknown_with_status_kept, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(retry_after_http_date_is_parsed_on_the_client_clock, fx_setup, fx_teardown),
       cmocka_unit_test(config_is_validated_field_by_field),
       cmocka_unit_test(client_constructor_survives_allocation_failures),
   };

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,6 +31,26 @@ static inline void sleep_ms(long ms) {
   struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0) {
   }
+}
+
+/* cmocka test state: one fixture per test (fx_setup/fx_teardown). */
+typedef struct fx_state {
+  resil_fixture *f;
+} fx_state;
+
+static inline int fx_setup(void **state) {
+  fx_state *s = calloc(1, sizeof *s);
+  if (!s) return -1;
+  s->f = fx_start();
+  *state = s;
+  return 0;
+}
+
+static inline int fx_teardown(void **state) {
+  fx_state *s = *state;
+  resil_fixture_stop(s->f);
+  free(s);
+  return 0;
 }
 
 /* A client on the fixture with the given endpoints; cfg_fn may adjust the

@@ -11,24 +11,6 @@ static const resil_http_endpoint eps[] = {
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
-typedef struct fx_state {
-  resil_fixture *f;
-} fx_state;
-
-static int setup(void **state) {
-  fx_state *s = calloc(1, sizeof *s);
-  s->f = fx_start();
-  *state = s;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_state *s = *state;
-  resil_fixture_stop(s->f);
-  free(s);
-  return 0;
-}
-
 static void pool_of_one(resil_http_client_config *cfg, void *u) {
   (void)u;
   cfg->max_connections = 1;
@@ -226,10 +208,10 @@ static void per_host_limit_applies_to_each_origin(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(h9_pool_of_one_lease_timeout_is_not_sent, setup, teardown),
-      cmocka_unit_test_setup_teardown(per_host_limit_applies_to_each_origin, setup, teardown),
-      cmocka_unit_test_setup_teardown(shared_client_serves_threads_within_its_connection_limit, setup, teardown),
-      cmocka_unit_test_setup_teardown(one_request_attempted_from_many_threads_stays_consistent, setup, teardown),
+      cmocka_unit_test_setup_teardown(h9_pool_of_one_lease_timeout_is_not_sent, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(per_host_limit_applies_to_each_origin, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(shared_client_serves_threads_within_its_connection_limit, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(one_request_attempted_from_many_threads_stays_consistent, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

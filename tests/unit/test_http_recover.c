@@ -45,24 +45,6 @@ static const resil_http_endpoint eps[] = {
 #define WRITE_TIMEOUT_MS 300
 #define SLOW_MS "1200"
 
-typedef struct fx_state {
-  resil_fixture *f;
-} fx_state;
-
-static int setup(void **state) {
-  fx_state *s = calloc(1, sizeof *s);
-  s->f = fx_start();
-  *state = s;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_state *s = *state;
-  resil_fixture_stop(s->f);
-  free(s);
-  return 0;
-}
-
 /* Records the idempotency key each attempt carried, per endpoint. */
 typedef struct key_log {
   int n;
@@ -671,30 +653,30 @@ static void allocation_failures_never_turn_into_a_success(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(client_new_rejects_status_endpoints_that_cannot_answer,
-                                      setup, teardown),
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(i1_committed_write_recovers_from_status_with_one_write,
-                                      setup, teardown),
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(
-          i4_commit_then_close_recovers_and_a_replay_returns_the_same_body, setup, teardown),
+          i4_commit_then_close_recovers_and_a_replay_returns_the_same_body, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(committed_failure_is_returned_without_another_write,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(status_404_retries_the_write_with_the_same_key, setup,
-                                      teardown),
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(status_404_retries_the_write_with_the_same_key, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(unknown_status_each_time_ends_unknown_after_max_attempts,
-                                      setup, teardown),
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(status_answer_outside_the_contract_counts_as_unknown,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(committed_answer_about_another_key_is_not_taken, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(call_without_a_key_makes_no_status_query, setup,
-                                      teardown),
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(committed_answer_about_another_key_is_not_taken, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(call_without_a_key_makes_no_status_query, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(no_status_endpoint_or_no_query_classes_behaves_as_plain_call,
-                                      setup, teardown),
-      cmocka_unit_test_setup_teardown(recovered_answer_is_logged_as_such, setup, teardown),
-      cmocka_unit_test_setup_teardown(unbuildable_request_and_bad_retry_send_nothing, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(allocation_failures_never_turn_into_a_success, setup,
-                                      teardown),
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(recovered_answer_is_logged_as_such, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(unbuildable_request_and_bad_retry_send_nothing, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(allocation_failures_never_turn_into_a_success, fx_setup,
+                                      fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,24 +20,6 @@ static const resil_http_endpoint eps[] = {
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
-typedef struct fx_state {
-  resil_fixture *f;
-} fx_state;
-
-static int setup(void **state) {
-  fx_state *s = calloc(1, sizeof *s);
-  s->f = fx_start();
-  *state = s;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_state *s = *state;
-  resil_fixture_stop(s->f);
-  free(s);
-  return 0;
-}
-
 typedef struct client_opts {
   int64_t poll_ms;
   int64_t pending_max_ms;
@@ -405,18 +387,18 @@ static void concurrent_keyed_calls_each_recover_their_own_result(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(pending_operation_committed_meanwhile_is_recovered, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(pending_operation_committed_meanwhile_is_recovered, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(
-          pending_until_the_deadline_stays_unknown_with_the_pending_flag, setup, teardown),
-      cmocka_unit_test_setup_teardown(pending_wait_max_bounds_a_call_without_deadline, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(cancellation_during_the_pending_wait_ends_the_call, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(chain_fallback_answers_pending_and_never_success, setup,
-                                      teardown),
+          pending_until_the_deadline_stays_unknown_with_the_pending_flag, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(pending_wait_max_bounds_a_call_without_deadline, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(cancellation_during_the_pending_wait_ends_the_call, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(chain_fallback_answers_pending_and_never_success, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(concurrent_keyed_calls_each_recover_their_own_result,
-                                      setup, teardown),
+                                      fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,24 +31,6 @@ static const resil_http_endpoint eps[] = {
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
-typedef struct fx_state {
-  resil_fixture *f;
-} fx_state;
-
-static int setup(void **state) {
-  fx_state *s = calloc(1, sizeof *s);
-  s->f = fx_start();
-  *state = s;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_state *s = *state;
-  resil_fixture_stop(s->f);
-  free(s);
-  return 0;
-}
-
 /* ---- H16 ------------------------------------------------------------------ */
 
 static void set_resend(resil_http_client_config *cfg, void *u) {
@@ -523,16 +505,16 @@ static void p13_deadline_shared_by_retry_and_http(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(h16_post_on_dead_keepalive_connection_is_not_resent, setup, teardown),
-      cmocka_unit_test_setup_teardown(h16_if_safe_resends_a_keyed_post_once_and_counts_it, setup, teardown),
-      cmocka_unit_test_setup_teardown(commit_then_close_before_headers_is_unknown, setup, teardown),
-      cmocka_unit_test_setup_teardown(h13_secrets_never_appear_at_any_log_level, setup, teardown),
-      cmocka_unit_test_setup_teardown(key_is_generated_once_and_sent_on_every_attempt, setup, teardown),
-      cmocka_unit_test_setup_teardown(interceptor_refusal_sends_nothing, setup, teardown),
-      cmocka_unit_test_setup_teardown(h6_unsafe_retries_only_when_opted_in_stable_key_gives_one_effect, setup, teardown),
-      cmocka_unit_test_setup_teardown(abandoned_attempt_never_overwrites_the_current_result, setup, teardown),
-      cmocka_unit_test_setup_teardown(request_and_client_freed_while_attempt_runs, setup, teardown),
-      cmocka_unit_test_setup_teardown(p13_deadline_shared_by_retry_and_http, setup, teardown),
+      cmocka_unit_test_setup_teardown(h16_post_on_dead_keepalive_connection_is_not_resent, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h16_if_safe_resends_a_keyed_post_once_and_counts_it, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(commit_then_close_before_headers_is_unknown, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h13_secrets_never_appear_at_any_log_level, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(key_is_generated_once_and_sent_on_every_attempt, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(interceptor_refusal_sends_nothing, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h6_unsafe_retries_only_when_opted_in_stable_key_gives_one_effect, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(abandoned_attempt_never_overwrites_the_current_result, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(request_and_client_freed_while_attempt_runs, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(p13_deadline_shared_by_retry_and_http, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
