@@ -258,13 +258,13 @@ static void finish(bench_result *r, json_t *cases) {
   bench_result_to_json(r, cases);
 }
 
-static void case_breaker_acquire_record(const bench_opts *o, json_t *cases) {
+/* The two single-thread breaker cases: same breaker, different loop body. */
+static void breaker_case(const bench_opts *o, json_t *cases, const char *name,
+                         const char *measures, bench_body_fn body) {
   bench_result r;
   memset(&r, 0, sizeof r);
-  r.name = "breaker_acquire_record";
-  r.measures = "resil_breaker_try_acquire + resil_breaker_record(success, 1 us "
-               "supplied by the caller) on one thread; CLOSED, count window "
-               "100, slow-call detection at 1 s";
+  r.name = name;
+  r.measures = measures;
   breaker_state s;
   memset(&s, 0, sizeof s);
   resil_error err;
@@ -272,32 +272,27 @@ static void case_breaker_acquire_record(const bench_opts *o, json_t *cases) {
   if (st != RESIL_OK)
     setup_error(&r, "resil_breaker_new", st, &err);
   else
-    bench_measure(o, body_breaker_acquire_record, &s, &r);
+    bench_measure(o, body, &s, &r);
   if (!r.error[0] && resil_breaker_state(s.br) != RESIL_BREAKER_CLOSED)
     snprintf(r.error, sizeof r.error, "breaker left CLOSED");
   resil_breaker_free(s.br);
   finish(&r, cases);
 }
 
+static void case_breaker_acquire_record(const bench_opts *o, json_t *cases) {
+  breaker_case(o, cases, "breaker_acquire_record",
+               "resil_breaker_try_acquire + resil_breaker_record(success, 1 us "
+               "supplied by the caller) on one thread; CLOSED, count window "
+               "100, slow-call detection at 1 s",
+               body_breaker_acquire_record);
+}
+
 static void case_breaker_run(const bench_opts *o, json_t *cases) {
-  bench_result r;
-  memset(&r, 0, sizeof r);
-  r.name = "breaker_run";
-  r.measures = "resil_breaker_run of a no-op call (through a function "
+  breaker_case(o, cases, "breaker_run",
+               "resil_breaker_run of a no-op call (through a function "
                "pointer) on one thread; CLOSED, count window 100, slow-call "
-               "detection at 1 s (the breaker times every call)";
-  breaker_state s;
-  memset(&s, 0, sizeof s);
-  resil_error err;
-  resil_status st = make_breaker(&s.br, &err);
-  if (st != RESIL_OK)
-    setup_error(&r, "resil_breaker_new", st, &err);
-  else
-    bench_measure(o, body_breaker_run, &s, &r);
-  if (!r.error[0] && resil_breaker_state(s.br) != RESIL_BREAKER_CLOSED)
-    snprintf(r.error, sizeof r.error, "breaker left CLOSED");
-  resil_breaker_free(s.br);
-  finish(&r, cases);
+               "detection at 1 s (the breaker times every call)",
+               body_breaker_run);
 }
 
 static void case_retry_run(const bench_opts *o, json_t *cases) {
