@@ -155,7 +155,7 @@ typedef enum resil_breaker_window_type {
   (RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) |                                     \
    RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) |                                      \
    RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |                                 \
-   RESIL_CLASS_BIT(RESIL_CLASS_THROTTLED))
+   RESIL_CLASSES_THROTTLED)
 
 /* Most listeners one breaker holds at once. */
 #define RESIL_BREAKER_MAX_LISTENERS 16u

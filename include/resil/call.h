@@ -12,6 +12,7 @@
 #ifndef RESIL_CALL_H
 #define RESIL_CALL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "clock.h"
@@ -33,6 +34,9 @@ extern "C" {
 #define RESIL_CALL_STABLE_KEY 0x2u
 
 typedef struct resil_ctx {
+  /* Size of the struct the caller was compiled with; set by
+   * resil_ctx_init() (version.h, "Sized structs"). */
+  size_t struct_size;
   /* Clock the deadline is measured on; NULL = system clock. It should be the
    * same clock the policies of the chain use. */
   const resil_clock *clock;
@@ -47,6 +51,10 @@ typedef struct resil_ctx {
   uint32_t attempt;
   /* Free for the caller; passed through unchanged. */
   void *user;
+  /* The logical call's idempotency key when it carries one (NUL-terminated,
+   * not owned; the HTTP layer sets it), NULL otherwise. Reported to attempt
+   * listeners; policies never change it. */
+  const char *idempotency_key;
 } resil_ctx;
 
 /* The call protected by policies: one physical attempt. It returns what
@@ -54,8 +62,44 @@ typedef struct resil_ctx {
  * and should stop early when ctx->cancel is signalled. */
 typedef resil_outcome (*resil_call_fn)(void *arg, const resil_ctx *ctx);
 
-/* No deadline, no token, flags 0, system clock. */
-RESIL_API void resil_ctx_init(resil_ctx *ctx);
+/* One physical attempt, as an attempt listener sees it (the retry's
+ * config `on_attempt`, the HTTP client's `on_attempt`). Filled by the
+ * library; struct_size is the size it filled (version.h). Every attempt is
+ * reported once, after its outcome and the decision that followed are
+ * known, the last one included (next_wait_ns -1). */
+typedef struct resil_attempt_info {
+  size_t struct_size;
+  /* Name of the instance that made the attempt (the retry's, or the HTTP
+   * client's when no retry drives it). */
+  const char *source;
+  /* 1-based number of the physical attempt within the logical call. */
+  uint32_t attempt;
+  /* What this attempt ended with (before any folding of the final
+   * outcome). */
+  resil_outcome outcome;
+  /* How long the attempt took. */
+  int64_t duration_ns;
+  /* The wait slept before this attempt (backoff or Retry-After); 0 for the
+   * first. */
+  int64_t wait_before_ns;
+  /* The wait before the next attempt, or -1 when this is the last one. */
+  int64_t next_wait_ns;
+  /* Why the logical call stops after this attempt (RESIL_STOP_NONE when
+   * another attempt follows). */
+  resil_stop stop;
+  /* The logical call's idempotency key, or NULL when it carries none. */
+  const char *idempotency_key;
+} resil_attempt_info;
+
+/* Called once per physical attempt, on the thread that made it, with no
+ * library lock held. */
+typedef void (*resil_attempt_listener_fn)(void *user,
+                                          const resil_attempt_info *info);
+
+/* No deadline, no token, flags 0, system clock, no key; struct_size set
+ * (a macro passing sizeof(resil_ctx)). */
+RESIL_API void resil_ctx_init_sized(resil_ctx *ctx, size_t struct_size);
+#define resil_ctx_init(ctx) resil_ctx_init_sized((ctx), sizeof(resil_ctx))
 /* Sets the deadline to now + timeout_ns on ctx->clock (timeout_ns >= 0). */
 RESIL_API void resil_ctx_set_timeout_ns(resil_ctx *ctx, int64_t timeout_ns);
 /* Nanoseconds left before the deadline, never negative; INT64_MAX when the

@@ -17,6 +17,15 @@ extern "C" {
 
 typedef struct resil_cancel resil_cancel;
 
+/* Durations in the API are int64_t nanoseconds. These build them from
+ * human units: cfg.open_wait_ns = RESIL_S(30); cfg.wait_ns = RESIL_MS(250).
+ * The argument may be any integer expression; no overflow check. */
+#define RESIL_US(us) ((int64_t)(us) * INT64_C(1000))
+#define RESIL_MS(ms) ((int64_t)(ms) * INT64_C(1000000))
+#define RESIL_S(s) ((int64_t)(s) * INT64_C(1000000000))
+#define RESIL_MIN(m) ((int64_t)(m) * INT64_C(60000000000))
+#define RESIL_H(h) ((int64_t)(h) * INT64_C(3600000000000))
+
 typedef struct resil_clock {
   /* Monotonic time in nanoseconds. Required. */
   int64_t (*now_ns)(void *self);

@@ -67,19 +67,31 @@ typedef enum resil_reason {
 } resil_reason;
 
 /* The class an outcome falls in, for classification bit masks
- * (RESIL_CLASS_BIT(c)): which classes a breaker counts as failures, which a
- * retry may retry. */
+ * (RESIL_CLASS_BIT(c)): which classes a breaker counts as failures or
+ * ignores, which a retry may retry. 408, 425 and 429 are classes of their
+ * own so that each can be classified apart (RESIL_CLASSES_THROTTLED is the
+ * three together). Append only. */
 typedef enum resil_outcome_class {
-  RESIL_CLASS_SUCCESS = 0,      /* ANSWERED 1xx-3xx, or reason OK          */
+  RESIL_CLASS_SUCCESS = 0,      /* ANSWERED 1xx, 2xx, or reason OK         */
   RESIL_CLASS_CLIENT_ERROR = 1, /* ANSWERED 4xx except 408/425/429; BUSINESS */
   RESIL_CLASS_SERVER_ERROR = 2, /* ANSWERED 5xx, or reason FAILURE, DECODE  */
-  RESIL_CLASS_THROTTLED = 3,    /* ANSWERED 408, 425, 429                  */
+  RESIL_CLASS_HTTP_429 = 3,     /* ANSWERED 429 Too Many Requests          */
   RESIL_CLASS_NOT_SENT = 4,
   RESIL_CLASS_UNKNOWN = 5,
-  RESIL_CLASS_REJECTED = 6
+  RESIL_CLASS_REJECTED = 6,
+  RESIL_CLASS_HTTP_408 = 7,     /* ANSWERED 408 Request Timeout            */
+  RESIL_CLASS_HTTP_425 = 8,     /* ANSWERED 425 Too Early                  */
+  RESIL_CLASS_REDIRECT = 9,     /* ANSWERED 3xx                            */
+  RESIL_CLASS_COUNT_            /* not a class                             */
 } resil_outcome_class;
 
 #define RESIL_CLASS_BIT(c) (1u << (unsigned)(c))
+/* 408, 425 and 429: the server asks to come back later. */
+#define RESIL_CLASSES_THROTTLED                                                \
+  (RESIL_CLASS_BIT(RESIL_CLASS_HTTP_408) | RESIL_CLASS_BIT(RESIL_CLASS_HTTP_425) | \
+   RESIL_CLASS_BIT(RESIL_CLASS_HTTP_429))
+/* Every class bit. */
+#define RESIL_CLASSES_ALL ((1u << (unsigned)RESIL_CLASS_COUNT_) - 1u)
 
 /* Outcome flags. */
 /* An earlier attempt of the same logical call may have executed (it ended
@@ -123,7 +135,8 @@ RESIL_API resil_outcome resil_outcome_make(resil_outcome_kind kind,
 
 /* The class of an outcome (see resil_outcome_class). */
 RESIL_API resil_outcome_class resil_outcome_classify(const resil_outcome *o);
-/* 1 when the class is SUCCESS. */
+/* 1 when the class is SUCCESS or REDIRECT (a 3xx is an answer, not a
+ * failure). */
 RESIL_API int resil_outcome_is_success(const resil_outcome *o);
 /* 1 when the server may have executed the request: UNKNOWN, ANSWERED
  * 5xx/408/425/429/FAILURE, or the PRIOR_MAYBE_EXECUTED flag; 1 also for a

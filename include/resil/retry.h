@@ -150,7 +150,7 @@ typedef void (*resil_retry_listener_fn)(void *user, const resil_retry *r,
 #define RESIL_RETRY_DEFAULT_CLASSES                                            \
   (RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) | RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | \
    RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |                                \
-   RESIL_CLASS_BIT(RESIL_CLASS_THROTTLED))
+   RESIL_CLASSES_THROTTLED)
 
 typedef struct resil_retry_config {
   /* Set to 1 by resil_retry_config_init(). Fields are only ever appended. */

@@ -27,6 +27,29 @@
 #define RESIL_API
 #endif
 
+/* Sized structs (DESIGN §11): an API that can grow.
+ *
+ * Every public struct a caller allocates -- configs, stats, metrics, infos,
+ * endpoint entries -- begins with `size_t struct_size`, the size of the
+ * struct the caller was compiled with. The functions that fill one
+ * (resil_X_config_init(), resil_X_get_metrics(), ...) are macros that pass
+ * sizeof of the type the caller sees, so the library reads and writes only
+ * that much:
+ *   - a config shorter than the library's (a program built against an older
+ *     header) gets the documented defaults for the fields it does not have;
+ *   - a config longer than the library's (built against a newer header) is
+ *     accepted when the bytes the library does not know are all zero, and
+ *     refused (RESIL_EINVAL naming the struct) otherwise;
+ *   - a config whose struct_size is not a size the library can trust (0,
+ *     or garbage because resil_X_config_init() was never called) is refused
+ *     with "call resil_X_config_init()";
+ *   - an out struct (metrics, stats, infos) is filled up to the caller's
+ *     size; its struct_size then says how many bytes the library wrote, so
+ *     a caller built against a newer header can tell which fields it got.
+ * Structs the library hands out (events, attempt infos given to
+ * listeners) carry struct_size too: the size the library filled.
+ * Fields are only ever appended. */
+
 #ifdef __cplusplus
 extern "C" {
 #endif

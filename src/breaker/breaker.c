@@ -521,7 +521,7 @@ void resil_breaker_config_init(resil_breaker_config *cfg) {
   (RESIL_CLASS_BIT(RESIL_CLASS_SUCCESS) |                                      \
    RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR) |                                 \
    RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |                                 \
-   RESIL_CLASS_BIT(RESIL_CLASS_THROTTLED) |                                    \
+   RESIL_CLASSES_THROTTLED | RESIL_CLASS_BIT(RESIL_CLASS_REDIRECT) |           \
    RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) |                                     \
    RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN))
 

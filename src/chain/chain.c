@@ -13,7 +13,7 @@
  * successes from the classes. (Counting calls in, attempts out, kinds and
  * successes separately cost four atomic adds per layer and tripled the
  * overhead of a four-layer chain.) */
-#define CLASS_SLOTS 7
+#define CLASS_SLOTS RESIL_CLASS_COUNT_
 typedef struct layer_counters {
   _Atomic uint64_t by_class[CLASS_SLOTS];
   _Atomic uint64_t rejections;
@@ -303,8 +303,10 @@ static void read_counters(const layer_counters *c, resil_layer_stats *out) {
   out->by_kind[RESIL_NOT_SENT] = cls[RESIL_CLASS_NOT_SENT];
   out->by_kind[RESIL_UNKNOWN] = cls[RESIL_CLASS_UNKNOWN];
   out->by_kind[RESIL_REJECTED] = cls[RESIL_CLASS_REJECTED];
-  out->by_kind[RESIL_ANSWERED] = cls[RESIL_CLASS_SUCCESS] + cls[RESIL_CLASS_CLIENT_ERROR] +
-                                 cls[RESIL_CLASS_SERVER_ERROR] + cls[RESIL_CLASS_THROTTLED];
+  out->by_kind[RESIL_ANSWERED] = cls[RESIL_CLASS_SUCCESS] + cls[RESIL_CLASS_REDIRECT] +
+                                 cls[RESIL_CLASS_CLIENT_ERROR] + cls[RESIL_CLASS_SERVER_ERROR] +
+                                 cls[RESIL_CLASS_HTTP_408] + cls[RESIL_CLASS_HTTP_425] +
+                                 cls[RESIL_CLASS_HTTP_429];
 }
 
 resil_status resil_chain_layer_stats(const resil_chain *ch, size_t i,

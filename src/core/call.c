@@ -7,13 +7,31 @@
 
 #include "internal.h"
 
-void resil_ctx_init(resil_ctx *ctx) {
+static void ctx_defaults(resil_ctx *ctx) {
+  ctx->struct_size = sizeof *ctx;
   ctx->clock = NULL;
   ctx->deadline_ns = RESIL_NO_DEADLINE;
   ctx->cancel = NULL;
   ctx->flags = 0;
   ctx->attempt = 0;
   ctx->user = NULL;
+  ctx->idempotency_key = NULL;
+}
+
+void resil_ctx_init_sized(resil_ctx *ctx, size_t struct_size) {
+  if (!ctx) return;
+  resil_ctx full;
+  ctx_defaults(&full);
+  resil__sized_out(ctx, struct_size, &full, sizeof full);
+}
+
+const resil_ctx *resil__ctx_in(resil_ctx *local, const resil_ctx *ctx) {
+  if (ctx && RESIL_LIKELY(ctx->struct_size == sizeof *ctx)) return ctx;
+  ctx_defaults(local);
+  if (ctx && resil__sized_in(local, sizeof *local, ctx, RESIL__CTX_MIN_SIZE,
+                             "resil_ctx", "resil_ctx_init", NULL) != RESIL_OK)
+    return NULL;
+  return local;
 }
 
 void resil_ctx_set_timeout_ns(resil_ctx *ctx, int64_t timeout_ns) {

@@ -66,6 +66,66 @@ static inline resil_status resil__check_range(resil_error *err,
   return RESIL_OK;
 }
 
+/* ---- sized structs (DESIGN §11; see version.h) ---------------------------
+ * Every sized struct starts with `size_t struct_size`. */
+
+/* Largest struct_size accepted for a struct of the library's size `full`:
+ * anything beyond this is garbage, not a newer layout. */
+#define RESIL__SIZED_SLACK 4096u
+
+/* Reads the caller's struct at src into dst (full_size bytes, already
+ * holding the defaults): copies min(caller size, full_size) bytes, then sets
+ * dst's struct_size to full_size. Refuses (RESIL_EINVAL, field "struct_size",
+ * message "... call INIT_FN()") a caller size below min_size or above
+ * full_size + RESIL__SIZED_SLACK, and a longer struct whose bytes past
+ * full_size are not all zero. type names the struct in messages. */
+resil_status resil__sized_in(void *dst, size_t full_size, const void *src,
+                             size_t min_size, const char *type,
+                             const char *init_fn, resil_error *err);
+/* Writes the library's struct src (full_size bytes) into the caller's dst
+ * of caller_size bytes: copies min of the two, zeroes the caller's bytes
+ * past full_size, and sets dst's struct_size to the bytes written. A
+ * caller_size below sizeof(size_t) writes nothing. */
+void resil__sized_out(void *dst, size_t caller_size, const void *src,
+                      size_t full_size);
+/* The struct_size a caller struct claims (0 for NULL). */
+static inline size_t resil__sized_size(const void *p) {
+  size_t n = 0;
+  if (p) __builtin_memcpy(&n, p, sizeof n);
+  return n;
+}
+
+/* The caller's context as a full-size one: ctx itself when it has the
+ * library's size (the fast path), else *local filled from it (defaults for
+ * fields it lacks; NULL gives the defaults). Returns NULL for a ctx whose
+ * struct_size cannot be trusted (never passed through resil_ctx_init()):
+ * the entry point then treats it as a misuse (NOT_SENT(LOCAL_ERROR), or
+ * RESIL_EMISUSE). Every public entry point that takes a const resil_ctx *
+ * passes it through this before reading a field. */
+#define RESIL__CTX_MIN_SIZE (offsetof(resil_ctx, user) + sizeof(void *))
+const resil_ctx *resil__ctx_in(resil_ctx *local, const resil_ctx *ctx);
+
+/* ---- durations in human units -------------------------------------------- */
+
+/* Writes ns as an exact human duration into buf: "0 ns", "200 ns",
+ * "1.5 us", "1 ms", "2.25 s", "1 min", "24 h", "2 d" (min, h, d only for
+ * whole values; otherwise seconds with decimals), "forever" for INT64_MAX.
+ * Returns buf. */
+char *resil__fmt_ns(char *buf, size_t n, int64_t ns);
+/* "field: must be 1 ms..24 h, got 200 ns" plus the range data (in ns);
+ * returns EINVAL. `what` may replace the range text as in resil__err_range. */
+resil_status resil__err_range_ns(resil_error *err, const char *field,
+                                 int64_t min, int64_t max, int64_t got,
+                                 const char *what);
+/* Checks min <= got <= max for a duration, else resil__err_range_ns. */
+static inline resil_status resil__check_ns(resil_error *err, const char *field,
+                                           int64_t got, int64_t min,
+                                           int64_t max) {
+  if (got < min || got > max)
+    return resil__err_range_ns(err, field, min, max, got, NULL);
+  return RESIL_OK;
+}
+
 /* Saturating helpers. */
 static inline int64_t resil__sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;

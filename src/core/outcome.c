@@ -51,23 +51,30 @@ resil_outcome_class resil_outcome_classify(const resil_outcome *o) {
     break;
   }
   int s = o->http_status;
-  if (s == 408 || s == 425 || s == 429) return RESIL_CLASS_THROTTLED;
+  if (s == 408) return RESIL_CLASS_HTTP_408;
+  if (s == 425) return RESIL_CLASS_HTTP_425;
+  if (s == 429) return RESIL_CLASS_HTTP_429;
   if (s >= 500) return RESIL_CLASS_SERVER_ERROR;
   if (s >= 400) return RESIL_CLASS_CLIENT_ERROR;
+  if (s >= 300) return RESIL_CLASS_REDIRECT;
   if (s == 0 && o->reason != RESIL_REASON_HTTP) return RESIL_CLASS_SERVER_ERROR;
   return RESIL_CLASS_SUCCESS;
 }
 
 int resil_outcome_is_success(const resil_outcome *o) {
-  return resil_outcome_classify(o) == RESIL_CLASS_SUCCESS;
+  resil_outcome_class c = resil_outcome_classify(o);
+  return c == RESIL_CLASS_SUCCESS || c == RESIL_CLASS_REDIRECT;
 }
 
 int resil_outcome_maybe_executed(const resil_outcome *o) {
   if (o->flags & RESIL_OF_PRIOR_MAYBE_EXECUTED) return 1;
   switch (resil_outcome_classify(o)) {
   case RESIL_CLASS_SUCCESS:
+  case RESIL_CLASS_REDIRECT:
   case RESIL_CLASS_SERVER_ERROR:
-  case RESIL_CLASS_THROTTLED:
+  case RESIL_CLASS_HTTP_408:
+  case RESIL_CLASS_HTTP_425:
+  case RESIL_CLASS_HTTP_429:
   case RESIL_CLASS_UNKNOWN:
     return 1;
   default:
@@ -123,14 +130,22 @@ const char *resil_outcome_class_name(resil_outcome_class c) {
     return "CLIENT_ERROR";
   case RESIL_CLASS_SERVER_ERROR:
     return "SERVER_ERROR";
-  case RESIL_CLASS_THROTTLED:
-    return "THROTTLED";
+  case RESIL_CLASS_HTTP_408:
+    return "HTTP_408";
+  case RESIL_CLASS_HTTP_425:
+    return "HTTP_425";
+  case RESIL_CLASS_HTTP_429:
+    return "HTTP_429";
+  case RESIL_CLASS_REDIRECT:
+    return "REDIRECT";
   case RESIL_CLASS_NOT_SENT:
     return "NOT_SENT";
   case RESIL_CLASS_UNKNOWN:
     return "UNKNOWN";
   case RESIL_CLASS_REJECTED:
     return "REJECTED";
+  case RESIL_CLASS_COUNT_:
+    break;
   }
   return "?";
 }

@@ -15,7 +15,7 @@
  * tell anything about. */
 #define RECOVER_QUERY_CLASSES                                                  \
   (RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) | \
-   RESIL_CLASS_BIT(RESIL_CLASS_THROTTLED))
+   RESIL_CLASSES_THROTTLED)
 
 /* ---- configuration -------------------------------------------------------- */
 

@@ -261,7 +261,9 @@ void resil__budget_on_attempt(resil_retry_budget *b, resil_outcome_class c) {
   case RESIL_CLASS_NOT_SENT:
   case RESIL_CLASS_UNKNOWN:
   case RESIL_CLASS_SERVER_ERROR:
-  case RESIL_CLASS_THROTTLED:
+  case RESIL_CLASS_HTTP_408:
+  case RESIL_CLASS_HTTP_425:
+  case RESIL_CLASS_HTTP_429:
     tokens_add(b, -MILLI);
     break;
   default:

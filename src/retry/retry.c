@@ -124,8 +124,8 @@ static resil_status validate(const resil_retry_config *c, resil_error *err) {
   CHECK(max_retry_after_ns, 0, day);
   if (c->retry_classes & ~(uint32_t)ALLOWED_CLASSES)
     return resil__err(err, RESIL_EINVAL, "retry_classes",
-                      "may hold only the NOT_SENT, UNKNOWN, SERVER_ERROR and "
-                      "THROTTLED bits (0x%x), got 0x%x",
+                      "may hold only the NOT_SENT, UNKNOWN, SERVER_ERROR, "
+                      "HTTP_408, HTTP_425 and HTTP_429 bits (0x%x), got 0x%x",
                       (unsigned)ALLOWED_CLASSES, (unsigned)c->retry_classes);
   CHECK(retry_on_rejected, 0, 1);
   CHECK(unsafe_retry_non_idempotent, 0, 1);

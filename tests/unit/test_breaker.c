@@ -110,7 +110,7 @@ static void config_init_writes_resilience4j_defaults(void **state) {
                    RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) |
                        RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) |
                        RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |
-                       RESIL_CLASS_BIT(RESIL_CLASS_THROTTLED));
+                       RESIL_CLASSES_THROTTLED);
   assert_int_equal(cfg.event_capacity, 8);
   assert_null(cfg.clock);
   assert_null(cfg.alloc);
@@ -201,8 +201,8 @@ static void new_rejects_every_invalid_field_with_range_and_value(void **state) {
       -1);
   BAD(cfg.automatic_half_open = 2, "automatic_half_open", 1, 0, 1, 2);
   BAD(cfg.failure_classes = RESIL_CLASS_BIT(RESIL_CLASS_REJECTED),
-      "failure_classes", 1, 0, 0x3f, 0x40);
-  BAD(cfg.failure_classes = 0x100, "failure_classes", 1, 0, 0x3f, 0x100);
+      "failure_classes", 1, 0, 0x3bf, 0x40);
+  BAD(cfg.failure_classes = 0x400, "failure_classes", 1, 0, 0x3bf, 0x400);
   BAD(cfg.event_capacity = 1025, "event_capacity", 1, 0, 1024, 1025);
   char long_name[300];
   memset(long_name, 'n', sizeof long_name - 1);

@@ -42,10 +42,17 @@ static void outcome_classes_follow_design_table(void **state) {
   assert_int_equal(resil_outcome_classify(&o), RESIL_CLASS_CLIENT_ERROR);
   assert_false(resil_outcome_maybe_executed(&o));
   int throttled[] = {408, 425, 429};
+  resil_outcome_class throttled_class[] = {RESIL_CLASS_HTTP_408, RESIL_CLASS_HTTP_425,
+                                           RESIL_CLASS_HTTP_429};
   for (size_t i = 0; i < 3; i++) {
     o = resil_outcome_http(throttled[i]);
-    assert_int_equal(resil_outcome_classify(&o), RESIL_CLASS_THROTTLED);
+    assert_int_equal(resil_outcome_classify(&o), throttled_class[i]);
+    assert_true(RESIL_CLASSES_THROTTLED & RESIL_CLASS_BIT(resil_outcome_classify(&o)));
+    assert_true(resil_outcome_maybe_executed(&o));
   }
+  o = resil_outcome_http(302);
+  assert_int_equal(resil_outcome_classify(&o), RESIL_CLASS_REDIRECT);
+  assert_true(resil_outcome_is_success(&o));
   o = resil_outcome_http(503);
   assert_int_equal(resil_outcome_classify(&o), RESIL_CLASS_SERVER_ERROR);
   assert_true(resil_outcome_maybe_executed(&o));

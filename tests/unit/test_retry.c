@@ -651,7 +651,7 @@ static void retry_classes_mask_narrows_what_is_retried(void **state) {
   env e;
   env_init(&e);
   e.cfg.wait_ns = 0;
-  e.cfg.retry_classes = RESIL_CLASS_BIT(RESIL_CLASS_THROTTLED);
+  e.cfg.retry_classes = RESIL_CLASSES_THROTTLED;
   resil_retry *r = env_retry(&e);
   e.ctx.flags = RESIL_CALL_IDEMPOTENT;
   script s;

@@ -600,6 +600,7 @@ static int exit_status(const resil_outcome *o) {
   case RESIL_ANSWERED:
     switch (resil_outcome_classify(o)) {
     case RESIL_CLASS_SUCCESS:
+    case RESIL_CLASS_REDIRECT:
       return EXIT_OK;
     case RESIL_CLASS_CLIENT_ERROR:
       return EXIT_CLIENT_ERROR;
