@@ -57,6 +57,22 @@ typedef struct resil_ctx {
   const char *idempotency_key;
 } resil_ctx;
 
+/* The answer of every split form's decision (DESIGN §2, §11): breaker,
+ * rate-limiter and bulkhead acquires, retry begin/next. Non-zero means "go
+ * ahead", so `if (resil_X_try_acquire(...))` reads right everywhere. */
+typedef enum resil_decision {
+  /* Do not make the call or attempt; nothing is held. Also the answer to a
+   * NULL handle or a NULL required argument: fail closed, nothing counted
+   * (where a result exists, it says NOT_SENT(LOCAL_ERROR)). */
+  RESIL_DECISION_DENY = 0,
+  /* Make it now; what was acquired is the caller's until it records or
+   * releases it. */
+  RESIL_DECISION_GO = 1,
+  /* Make it after the wait the function returned (*wait_ns > 0); what was
+   * acquired is already the caller's. */
+  RESIL_DECISION_WAIT = 2
+} resil_decision;
+
 /* The call protected by policies: one physical attempt. It returns what
  * happened; it must not block past ctx->deadline_ns more than it can help,
  * and should stop early when ctx->cancel is signalled. */
