@@ -138,7 +138,8 @@
  * load and reads no clock; OPEN and HALF_OPEN read it. A record reads the
  * clock only with a time window (the coarse clock when its resolution is at
  * most 10 ms), in HALF_OPEN, in OPEN with the automatic timer, or to
- * time-stamp a transition it causes.
+ * time-stamp a transition it causes; a release only in HALF_OPEN or in
+ * OPEN with the automatic timer.
  * resil_breaker_run() measures the call with the clock's coarse reading
  * when slow_call_duration_ns >= 100 * coarse_resolution_ns (an error of at
  * most 1 %; the default 60 s qualifies on Linux) and with the precise clock

@@ -788,11 +788,10 @@ static int run_one(run *r, const resil_breaker_config *cfg) {
         /* Land at the end of the current wait, -1, 0 or +1. */
         int64_t due = m->state == RESIL_BREAKER_OPEN ? m->wait
                                                      : m->c.half_open_max_wait_ns;
-        d = m->since + due - now + (int64_t)below(3) - 1;
+        int64_t left = due - (now - m->since); /* no overflow: both >= 0 */
+        d = left > 2 * DAY ? 2 * DAY : left + (int64_t)below(3) - 1;
         if (d < 0)
           d = 0;
-        if (d > 2 * DAY)
-          d = 2 * DAY;
       }
       now += d;
       resil_manual_clock_advance_ns(mc, d);
