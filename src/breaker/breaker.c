@@ -1091,15 +1091,13 @@ resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
                                 resil_call_fn fn, void *arg) {
   if (RESIL_UNLIKELY(!valid(br) || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  /* NULL gives the defaults in `local`, then the breaker's clock. */
   resil_ctx local;
-  const resil_ctx *c;
-  if (!ctx) {
-    resil_ctx_init(&local);
-    local.clock = br->clock;
-    c = &local;
-  } else if (RESIL_UNLIKELY(!(c = resil__ctx_in(&local, ctx)))) {
+  const resil_ctx *c = resil__ctx_in(&local, ctx);
+  if (RESIL_UNLIKELY(!c))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  }
+  if (!ctx)
+    local.clock = br->clock;
   resil_breaker_permit permit;
   if (!acquire(br, &permit))
     return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
