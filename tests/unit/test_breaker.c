@@ -202,6 +202,14 @@ static void new_rejects_every_invalid_field_with_range_and_value(void **state) {
       "failure_classes", 1, 0, 0x3bf, 0x40);
   BAD(cfg.failure_classes = 0x400, "failure_classes", 1, 0, 0x3bf, 0x400);
   BAD(cfg.event_capacity = 1025, "event_capacity", 1, 0, 1024, 1025);
+  BAD(cfg.ignored_classes = RESIL_CLASS_BIT(RESIL_CLASS_REJECTED),
+      "ignored_classes", 1, 0, 0x3bf, 0x40);
+  BAD(cfg.ignored_classes = RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN),
+      "ignored_classes", 0, 0, 0, 0); /* also a failure class */
+  BAD(cfg.initial_state = (resil_breaker_state_kind)6, "initial_state", 1, 0,
+      5, 6);
+  BAD(cfg.half_open_max_wait_to_closed = 2, "half_open_max_wait_to_closed", 1,
+      0, 1, 2);
   char long_name[300];
   memset(long_name, 'n', sizeof long_name - 1);
   long_name[256] = '\0';

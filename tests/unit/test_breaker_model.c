@@ -27,7 +27,7 @@
 #define NS_PER_S INT64_C(1000000000)
 #define DAY (86400 * NS_PER_S)
 
-#define CONFIGS 120
+#define CONFIGS 300
 #define STEPS 200
 #define MAX_PERMITS 12
 #define MAX_RESULTS 512
