@@ -131,8 +131,9 @@
  * are dropped, because the schedule they belonged to is gone. Transitions
  * always come in the order of their instants; a NOT_PERMITTED event of a
  * lagging breaker carries the clock's now, so later catch-up transitions
- * may have earlier instants than it. A cycle of
- * the defaults (60 s + 60 s) lags only after 68 idle hours.
+ * may have earlier instants than it. With the
+ * default waits (60 s + 60 s) and the automatic timer, it lags only after
+ * 68 idle hours.
  *
  * Clock reads: an acquire in CLOSED, DISABLED or METRICS_ONLY is one atomic
  * load and reads no clock; OPEN and HALF_OPEN read it. A record reads the
