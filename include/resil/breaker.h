@@ -24,7 +24,8 @@
  *                 decides after min(minimum_calls, permitted) results: a rate
  *                 at or over its threshold -> OPEN, both below -> CLOSED.
  *                 After `half_open_max_wait_ns` without a decision it goes
- *                 back to OPEN (default 60 s; 0 = no limit).
+ *                 back to OPEN (default 60 s; 0 = no limit), or to CLOSED
+ *                 with `half_open_max_wait_to_closed`.
  *   DISABLED      every call is permitted and nothing is recorded.
  *   FORCED_OPEN   every call is rejected until a manual transition.
  *   METRICS_ONLY  every call is permitted, results are recorded, thresholds
@@ -53,7 +54,7 @@
  *
  *   Split form (event loops; never blocks, no I/O):
  *     resil_breaker_permit p;
- *     if (resil_breaker_try_acquire(br, &p)) {
+ *     if (resil_breaker_try_acquire(br, &p) == RESIL_DECISION_GO) {
  *       int64_t t0 = now();
  *       resil_outcome o = send_and_wait(...);
  *       resil_breaker_record(br, &p, &o, now() - t0);
@@ -61,32 +62,48 @@
  *   Every permitted acquire must be followed by exactly one
  *   resil_breaker_record() or resil_breaker_release() with its permit.
  *
- * Failures and successes: the outcome's class (resil_outcome_classify) is
- * looked up in `failure_classes`. By default NOT_SENT, UNKNOWN, SERVER_ERROR
- * (5xx) and THROTTLED (408/425/429) count as failures; SUCCESS and
- * CLIENT_ERROR (4xx: the downstream is healthy, the request was wrong) are
- * recorded as successes. A REJECTED outcome (local protection, e.g. an inner
- * bulkhead) is never counted anywhere and hands back a HALF_OPEN permit.
- * A call whose duration is >= `slow_call_duration_ns` is also slow, whether
- * it failed or not: a 200 that took too long is not health.
+ * Failures, successes and ignored results: the outcome's class
+ * (resil_outcome_classify) is looked up in `failure_classes`, then in
+ * `ignored_classes`; any other class is a success. Each of NOT_SENT,
+ * UNKNOWN, SUCCESS (2xx), REDIRECT (3xx), CLIENT_ERROR (4xx), HTTP_408,
+ * HTTP_425, HTTP_429 and SERVER_ERROR (5xx) can be put in either mask or in
+ * neither. By default NOT_SENT, UNKNOWN, SERVER_ERROR and THROTTLED
+ * (408/425/429) count as failures, nothing is ignored, and SUCCESS, REDIRECT
+ * and CLIENT_ERROR (4xx: the downstream is healthy, the request was wrong)
+ * are recorded as successes. An ignored result (Resilience4j's
+ * ignoreExceptions) is neither: it is counted only in total_ignored, never
+ * in the window, and hands back its HALF_OPEN permit. A REJECTED outcome
+ * (local protection, e.g. an inner bulkhead) is never counted anywhere and
+ * hands back its HALF_OPEN permit. A call whose duration is >=
+ * `slow_call_duration_ns` is also slow, whether it failed or not: a 200 that
+ * took too long is not health.
  *
  * Generations: every transition (automatic, manual or a reset) starts a new
- * generation. A permit remembers the generation it was issued in; a result
- * recorded with a permit of an older generation is ignored (counted in
- * totals.ignored, nothing else changes), so a slow call started while
- * CLOSED cannot vote in the HALF_OPEN that followed.
+ * generation, and so does a manual transition to the state the breaker is
+ * already in (X->X): it restarts that state as if entered anew -- a fresh
+ * window for CLOSED, HALF_OPEN (with all its permits), METRICS_ONLY,
+ * DISABLED and FORCED_OPEN; OPEN->OPEN and FORCED_OPEN->FORCED_OPEN count
+ * one more consecutive OPEN, and OPEN->OPEN restarts the wait with the grown
+ * wait -- but emits no event and is not counted in total_transitions. A
+ * permit remembers the generation it was issued in; a result or a release
+ * with a permit of an older generation changes nothing at all (no window,
+ * no total, not even total_ignored, no HALF_OPEN permit), so a slow call
+ * started while CLOSED cannot vote in the HALF_OPEN that followed.
  *
  * Two families of figures (resil_breaker_get_metrics):
- *   window  buffered, failed, slow and successful calls, failure and slow
- *           rates of the current state period. Restarted on entering CLOSED,
- *           HALF_OPEN, DISABLED, METRICS_ONLY and FORCED_OPEN; OPEN keeps the
- *           window it came from (so it shows why it opened). Below the
+ *   window  buffered, failed, slow (split into slow failed and slow
+ *           successful) and successful calls, failure and slow rates of the
+ *           current state period. Restarted on entering CLOSED, HALF_OPEN,
+ *           DISABLED, METRICS_ONLY and FORCED_OPEN (also X->X); OPEN keeps
+ *           the window it came from (so it shows why it opened). Below the
  *           minimum number of calls the rates are marked
  *           RESIL_BREAKER_RATES_NOT_ENOUGH_DATA, never a magic -1.
  *   totals  monotonic for the breaker's life (fit for Prometheus counters):
  *           calls (= successes + failures recorded), successes, failures,
- *           slow, ignored, not permitted, transitions. A released permit and
- *           a REJECTED outcome count nowhere; DISABLED records nothing.
+ *           slow (split by result), ignored (results of an ignored class),
+ *           not permitted, transitions (= the TRANSITION events emitted).
+ *           A released permit, a REJECTED outcome and a result of an older
+ *           generation count nowhere; DISABLED records nothing.
  * Rates are reported as percentages with decimals; decisions use the exact
  * integer comparison failures * 100 >= calls * threshold_pct.
  *
@@ -94,22 +111,46 @@
  * (elapsed >= wait). The HALF_OPEN maximum wait and, with
  * `automatic_half_open`, the OPEN -> HALF_OPEN move take effect at their
  * scheduled instant: the library starts no thread; the next call on the
- * breaker that looks at the state (acquire, record, state, metrics,
- * transition) applies the overdue change as of that instant (the event's
- * time_ns is the scheduled instant and the next wait counts from it), and
- * delivers its events to listeners then. When the automatic OPEN <->
- * HALF_OPEN cycle has run idle for more than one whole cycle with a wait
- * that no longer grows, the intermediate idle cycles are counted in
- * totals.transitions and consecutive_opens but not recorded as events.
+ * breaker that looks at the state (acquire in OPEN or HALF_OPEN, record,
+ * release, state, metrics, transition, reset) applies the overdue changes
+ * as of their instants (each event's time_ns is its scheduled instant and
+ * the next wait counts from it), and delivers their events to listeners
+ * then. Every one of them is a transition with its event, also each cycle
+ * OPEN -> HALF_OPEN -> OPEN an idle breaker with the automatic timer went
+ * through while nobody called.
+ * Catch-up bound: one call applies at most RESIL_BREAKER_MAX_CATCHUP
+ * overdue time-driven transitions (so a jump of days over 1 ms cycles never
+ * loops millions of times in one call). When more were due, the call works
+ * on the state reached by the last one applied -- a state the breaker was
+ * in at that instant, not at the clock's now -- and the following calls go
+ * on from there, RESIL_BREAKER_MAX_CATCHUP at a time, until caught up. While
+ * it lags (only the automatic timer can make it lag), an acquire in OPEN is
+ * refused even if the clock says the wait is over (the catch-up, not the
+ * acquire, ends it), and a manual transition or
+ * a reset starts from the state reached: the transitions still due after it
+ * are dropped, because the schedule they belonged to is gone. Transitions
+ * always come in the order of their instants; a NOT_PERMITTED event of a
+ * lagging breaker carries the clock's now, so later catch-up transitions
+ * may have earlier instants than it. With the
+ * default waits (60 s + 60 s) and the automatic timer, it lags only after
+ * 68 idle hours.
  *
  * Clock reads: an acquire in CLOSED, DISABLED or METRICS_ONLY is one atomic
  * load and reads no clock; OPEN and HALF_OPEN read it. A record reads the
  * clock only with a time window (the coarse clock when its resolution is at
- * most 10 ms), in HALF_OPEN, or to time-stamp a transition it causes.
+ * most 10 ms), in HALF_OPEN, in OPEN with the automatic timer, or to
+ * time-stamp a transition it causes; a release only in HALF_OPEN or in
+ * OPEN with the automatic timer.
  * resil_breaker_run() measures the call with the clock's coarse reading
  * when slow_call_duration_ns >= 100 * coarse_resolution_ns (an error of at
  * most 1 %; the default 60 s qualifies on Linux) and with the precise clock
  * otherwise.
+ *
+ * NULL handles: every function given a NULL breaker fails closed and
+ * counts nothing: try_acquire says DENY, run returns NOT_SENT(LOCAL_ERROR)
+ * without calling, status functions return RESIL_EMISUSE (RESIL_EINVAL for
+ * another NULL argument), state says FORCED_OPEN, name says NULL, counts
+ * and sizes are 0.
  *
  * Memory: one block holds the state, the windows, the event ring and the
  * name; a breaker with a 100-call count window and the default 8-event ring
@@ -157,17 +198,27 @@ typedef enum resil_breaker_window_type {
    RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |                                 \
    RESIL_CLASSES_THROTTLED)
 
+/* The classes failure_classes and ignored_classes may hold: every class
+ * but REJECTED. Since 0.2. */
+#define RESIL_BREAKER_CLASSIFIABLE                                             \
+  (RESIL_CLASSES_ALL & ~RESIL_CLASS_BIT(RESIL_CLASS_REJECTED))
+
 /* Most listeners one breaker holds at once. */
 #define RESIL_BREAKER_MAX_LISTENERS 16u
 /* Largest event ring. */
 #define RESIL_BREAKER_MAX_EVENTS 1024u
+/* Most overdue time-driven transitions one call applies (see "Catch-up
+ * bound" above). Since 0.2. */
+#define RESIL_BREAKER_MAX_CATCHUP 4096u
 
-/* Configuration. Fill with resil_breaker_config_init(), then change fields.
- * The constructor validates every field and copies what it keeps (the name
- * included); it never clamps silently. Defaults are Resilience4j's. */
+/* Configuration (a sized struct, see version.h). Fill with
+ * resil_breaker_config_init(), then change fields. The constructor
+ * validates every field and copies what it keeps (the name included); it
+ * never clamps silently. Defaults are Resilience4j's. */
 typedef struct resil_breaker_config {
-  /* Set to 1 by resil_breaker_config_init(). Must be 1. */
-  unsigned version;
+  /* sizeof(resil_breaker_config) as the caller was compiled; set by
+   * resil_breaker_config_init(). */
+  size_t struct_size;
   /* Instance name, copied; at most 255 bytes. NULL gives "breaker".
    * Default NULL. */
   const char *name;
@@ -184,31 +235,34 @@ typedef struct resil_breaker_config {
   uint32_t failure_rate_threshold_pct;
   /* Percent, 1..100. Opens at or above. Default 100. */
   uint32_t slow_call_rate_threshold_pct;
-  /* A call taking at least this long is slow. 1..INT64_MAX ns.
+  /* A call taking at least this long is slow. At least 1 ns.
    * Default 60 s. */
   int64_t slow_call_duration_ns;
   /* Wait in OPEN before probing, for the first consecutive OPEN.
-   * 1 ms..INT64_MAX ns (Resilience4j's minimum is 1 ms). Default 60 s. */
+   * At least 1 ms (Resilience4j's minimum). Default 60 s. */
   int64_t open_wait_ns;
   /* Growth of the OPEN wait per consecutive OPEN, counted as Resilience4j
    * counts them (CLOSED->OPEN is the 1st; a failed HALF_OPEN makes the 2nd,
-   * ...; entering CLOSED, DISABLED or METRICS_ONLY restarts the count;
-   * FORCED_OPEN counts as one). The n-th wait is the (n-1)-th times the
-   * multiplier, truncated to whole milliseconds when open_wait_ns is a
-   * whole number of milliseconds (as Resilience4j's exponential
-   * IntervalFunction does) and to whole nanoseconds otherwise, capped at
-   * open_wait_max_ns. 1.0..100.0; 1.0 = fixed wait. Default 1.0. */
+   * ...; OPEN->OPEN one more; entering CLOSED, DISABLED or METRICS_ONLY
+   * restarts the count; FORCED_OPEN counts as one). The n-th wait is the
+   * (n-1)-th times the multiplier, truncated to whole milliseconds when
+   * open_wait_ns is a whole number of milliseconds (as Resilience4j's
+   * exponential IntervalFunction does) and to whole nanoseconds otherwise,
+   * capped at open_wait_max_ns. A wait given to resil_breaker_open_for()
+   * replaces the n-th wait of that one OPEN only. 1.0..100.0; 1.0 = fixed
+   * wait. Default 1.0. */
   double open_wait_multiplier;
   /* Cap of the growing wait; 0 = no cap (the wait saturates at INT64_MAX).
-   * 0 or open_wait_ns..INT64_MAX. Default 0. */
+   * 0 or at least open_wait_ns. Default 0. */
   int64_t open_wait_max_ns;
   /* Probes let in per HALF_OPEN period, also the size of the HALF_OPEN
    * window. 1..1000000. Default 10. */
   uint32_t half_open_permitted_calls;
   /* Longest time in HALF_OPEN without a decision before going back to
-   * OPEN. 0 = no limit, else 1..INT64_MAX ns. Default 60 s (Resilience4j
-   * waits forever by default: a probe whose result never comes would hold
-   * the breaker half-open for good). */
+   * OPEN (or to CLOSED, see half_open_max_wait_to_closed). 0 = no limit,
+   * else at least 1 ns. Default 60 s (Resilience4j waits forever by
+   * default: a probe whose result never comes would hold the breaker
+   * half-open for good). */
   int64_t half_open_max_wait_ns;
   /* 1 = OPEN -> HALF_OPEN happens at the instant the wait ends, without an
    * acquire (applied by the next call on the breaker; no thread is
@@ -216,8 +270,7 @@ typedef struct resil_breaker_config {
    * Default 0. */
   int automatic_half_open;
   /* Bit mask of RESIL_CLASS_BIT(resil_outcome_class): the classes counted
-   * as failures; the others (except REJECTED) are successes. Must not
-   * include RESIL_CLASS_REJECTED or unknown bits.
+   * as failures. A subset of RESIL_BREAKER_CLASSIFIABLE.
    * Default RESIL_BREAKER_DEFAULT_FAILURE_CLASSES. */
   uint32_t failure_classes;
   /* Recent events kept in the ring, 0..RESIL_BREAKER_MAX_EVENTS. Default 8. */
@@ -226,6 +279,19 @@ typedef struct resil_breaker_config {
   const resil_clock *clock;
   /* NULL = malloc/free. Must outlive the breaker. */
   const resil_allocator *alloc;
+  /* ---- Since 0.2 (a caller built without these gets their defaults). */
+  /* Bit mask of the classes recorded as neither success nor failure
+   * (counted in total_ignored only; a HALF_OPEN permit is handed back). A
+   * subset of RESIL_BREAKER_CLASSIFIABLE disjoint from failure_classes.
+   * Default 0. */
+  uint32_t ignored_classes;
+  /* State of the new breaker (generation 1, no event; OPEN and FORCED_OPEN
+   * count as the first consecutive OPEN, OPEN waits open_wait_ns from the
+   * creation). Any state. Default CLOSED. */
+  resil_breaker_state_kind initial_state;
+  /* Where the HALF_OPEN maximum wait leads (Resilience4j's
+   * transitionToStateAfterWaitDuration): 0 = OPEN, 1 = CLOSED. Default 0. */
+  int half_open_max_wait_to_closed;
 } resil_breaker_config;
 
 /* A permit handed out by resil_breaker_try_acquire(). A plain value the
@@ -244,9 +310,9 @@ typedef enum resil_breaker_event_kind {
 
 /* Why an event happened. */
 typedef enum resil_breaker_cause {
-  RESIL_BREAKER_CAUSE_NONE = 0,             /* NOT_PERMITTED events */
-  RESIL_BREAKER_CAUSE_MANUAL = 1,           /* resil_breaker_transition() */
-  RESIL_BREAKER_CAUSE_RESET = 2,            /* resil_breaker_reset() */
+  RESIL_BREAKER_CAUSE_NONE = 0,   /* NOT_PERMITTED events */
+  RESIL_BREAKER_CAUSE_MANUAL = 1, /* resil_breaker_transition(), _open_for() */
+  RESIL_BREAKER_CAUSE_RESET = 2,  /* resil_breaker_reset() */
   RESIL_BREAKER_CAUSE_FAILURE_RATE = 3,     /* failure rate reached */
   RESIL_BREAKER_CAUSE_SLOW_CALL_RATE = 4,   /* slow-call rate reached */
   RESIL_BREAKER_CAUSE_BOTH_RATES = 5,       /* both reached */
@@ -255,9 +321,12 @@ typedef enum resil_breaker_cause {
   RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT = 8
 } resil_breaker_cause;
 
+/* An event (a sized struct: the library sets struct_size to the bytes it
+ * filled, for listeners and for resil_breaker_events()). */
 typedef struct resil_breaker_event {
+  size_t struct_size;
   uint64_t seq;    /* 1 for the breaker's first event */
-  int64_t time_ns; /* on the breaker's clock */
+  int64_t time_ns; /* on the breaker's clock: the instant it happened */
   resil_breaker_event_kind kind;
   resil_breaker_state_kind from; /* state before (the state, if no change) */
   resil_breaker_state_kind to;   /* state after */
@@ -270,7 +339,10 @@ typedef enum resil_breaker_rates {
   RESIL_BREAKER_RATES_AVAILABLE = 1
 } resil_breaker_rates;
 
+/* Figures of a breaker (a sized struct, see version.h): filled up to the
+ * caller's struct_size by resil_breaker_get_metrics(). */
 typedef struct resil_breaker_metrics {
+  size_t struct_size;
   resil_breaker_state_kind state;
   uint64_t generation;
   int64_t state_since_ns;     /* when the current state began */
@@ -291,28 +363,40 @@ typedef struct resil_breaker_metrics {
   uint64_t total_successes;
   uint64_t total_failures;
   uint64_t total_slow;
-  uint64_t total_ignored; /* results of an older generation */
+  uint64_t total_ignored; /* results of an ignored class */
   uint64_t total_not_permitted;
-  uint64_t total_transitions;
+  uint64_t total_transitions; /* = TRANSITION events emitted */
+  /* ---- Since 0.2. */
+  uint64_t slow_failed_calls;     /* window: slow and failed */
+  uint64_t slow_successful_calls; /* window: slow - slow failed */
+  uint64_t total_slow_failed;     /* totals: slow and failed */
+  uint64_t total_slow_successful; /* totals: total_slow - slow failed */
 } resil_breaker_metrics;
 
 /* Called once for each event, on the thread that caused it, with no library
  * lock held. It may call any function on the breaker except
  * resil_breaker_free(); events those calls cause are delivered from inside
- * them. Events caused by different threads may reach listeners out of
- * order; `seq` gives the true order. */
+ * them. One thread's events reach the listeners in seq order; events caused
+ * by different threads may reach them out of order, and `seq` gives the
+ * true order. */
 typedef void (*resil_breaker_listener_fn)(void *user, resil_breaker *br,
                                           const resil_breaker_event *ev);
 
 /* Writes the documented defaults (Resilience4j's, plus a 60 s HALF_OPEN
- * maximum wait) and version = 1. NULL is a no-op. Since 0.1. */
-RESIL_API void resil_breaker_config_init(resil_breaker_config *cfg);
+ * maximum wait) into the first struct_size bytes of cfg, and struct_size.
+ * NULL is a no-op. Use the macro. Since 0.2 (0.1 had a function). */
+RESIL_API void resil_breaker_config_init_sized(resil_breaker_config *cfg,
+                                               size_t struct_size);
+#define resil_breaker_config_init(cfg)                                         \
+  resil_breaker_config_init_sized((cfg), sizeof(resil_breaker_config))
 
-/* Validates cfg and creates a breaker in CLOSED, generation 1.
- * Returns RESIL_OK (*out set), RESIL_EINVAL (cfg or out NULL, or a field out
- * of range: err names the field, its range and the value received; *out
- * untouched) or RESIL_ENOMEM. err may be NULL. One allocation (breaker,
- * windows, event ring and name together). Since 0.1. */
+/* Validates cfg and creates a breaker in cfg->initial_state, generation 1.
+ * Reads only cfg->struct_size bytes of cfg (defaults for the rest).
+ * Returns RESIL_OK (*out set), RESIL_EINVAL (cfg or out NULL; cfg never
+ * passed through resil_breaker_config_init(); or a field out of range: err
+ * names the field, its range and the value received, durations in human
+ * units; *out untouched) or RESIL_ENOMEM. err may be NULL. One allocation
+ * (breaker, windows, event ring and name together). Since 0.1. */
 RESIL_API resil_status resil_breaker_new(const resil_breaker_config *cfg,
                                          resil_breaker **out, resil_error *err);
 
@@ -321,7 +405,7 @@ RESIL_API resil_status resil_breaker_new(const resil_breaker_config *cfg,
 RESIL_API void resil_breaker_free(resil_breaker *br);
 
 /* The name given in the config ("breaker" when none), owned by the breaker.
- * NULL for a NULL or freed handle. Since 0.1. */
+ * NULL for a NULL handle. Since 0.1. */
 RESIL_API const char *resil_breaker_name(const resil_breaker *br);
 
 /* "CLOSED", "OPEN", "HALF_OPEN", "DISABLED", "FORCED_OPEN", "METRICS_ONLY";
@@ -335,22 +419,24 @@ RESIL_API const char *resil_breaker_event_kind_name(resil_breaker_event_kind k);
  * "HALF_OPEN_MAX_WAIT"; "?" for an unknown value. Since 0.1. */
 RESIL_API const char *resil_breaker_cause_name(resil_breaker_cause c);
 
-/* Asks for permission to make one call. Returns 1 and fills *permit when
- * permitted; returns 0 when not (the call must not be made): the rejection
- * is counted in total_not_permitted and emits a NOT_PERMITTED event.
- * In OPEN whose wait has elapsed it moves to HALF_OPEN and takes a probe
- * permit. Returns 0 without counting for a NULL/freed handle or a NULL
- * permit. Never blocks on I/O. Since 0.1. */
-RESIL_API int resil_breaker_try_acquire(resil_breaker *br,
-                                        resil_breaker_permit *permit);
+/* Asks for permission to make one call. Returns RESIL_DECISION_GO and fills
+ * *permit when permitted; RESIL_DECISION_DENY when not (the call must not
+ * be made): the rejection is counted in total_not_permitted and emits a
+ * NOT_PERMITTED event. In OPEN whose wait has elapsed (without the
+ * automatic timer) it moves to HALF_OPEN and takes a probe permit. A NULL
+ * handle or a NULL permit gives DENY and counts nothing. Never WAIT. Never
+ * blocks on I/O. Since 0.1 (returns resil_decision since 0.2). */
+RESIL_API resil_decision resil_breaker_try_acquire(resil_breaker *br,
+                                                   resil_breaker_permit *permit);
 
 /* Records the result of a permitted call: outcome *o, which took
- * duration_ns. A permit from an older generation is ignored (counted in
- * total_ignored); a REJECTED outcome counts nowhere and hands back a
- * HALF_OPEN permit. May change the state (and deliver events).
- * Returns RESIL_OK (also when the result was ignored), RESIL_EINVAL (permit
- * or o NULL, or duration_ns < 0: nothing is recorded and the permit is
- * still outstanding) or RESIL_EMISUSE (NULL or freed handle). Since 0.1. */
+ * duration_ns. A permit from an older generation changes nothing; an
+ * ignored class counts in total_ignored only; a REJECTED outcome counts
+ * nowhere; both hand back a HALF_OPEN permit. May change the state (and
+ * deliver events). Returns RESIL_OK (also when the result changed
+ * nothing), RESIL_EINVAL (permit or o NULL, or duration_ns < 0: nothing is
+ * recorded and the permit is still outstanding) or RESIL_EMISUSE (NULL
+ * handle). Since 0.1. */
 RESIL_API resil_status resil_breaker_record(resil_breaker *br,
                                             const resil_breaker_permit *permit,
                                             const resil_outcome *o,
@@ -358,8 +444,8 @@ RESIL_API resil_status resil_breaker_record(resil_breaker *br,
 
 /* Gives a permit back without a result (the call was not made after all).
  * Counts nowhere; a HALF_OPEN permit of the current generation becomes
- * available again. Returns RESIL_OK, RESIL_EINVAL (permit NULL) or
- * RESIL_EMISUSE. Since 0.1. */
+ * available again; an older generation's changes nothing. Returns
+ * RESIL_OK, RESIL_EINVAL (permit NULL) or RESIL_EMISUSE. Since 0.1. */
 RESIL_API resil_status
 resil_breaker_release(resil_breaker *br, const resil_breaker_permit *permit);
 
@@ -367,27 +453,39 @@ resil_breaker_release(resil_breaker *br, const resil_breaker_permit *permit);
  * duration (see "Clock reads") and records the outcome, which it returns.
  * When not permitted returns REJECTED(BREAKER_OPEN) without calling fn.
  * ctx NULL means a default context (no deadline, no token, the breaker's
- * clock); otherwise ctx is passed through unchanged. A NULL or freed
- * handle, or a NULL fn, is a misuse: it returns NOT_SENT(LOCAL_ERROR)
- * without calling fn. Since 0.1. */
+ * clock); otherwise fn gets ctx itself, or a full-size copy when ctx was
+ * built against an older header. A NULL handle, a NULL fn or a ctx never
+ * passed through resil_ctx_init() is a misuse: it returns
+ * NOT_SENT(LOCAL_ERROR) without calling fn and counts nothing. Since 0.1. */
 RESIL_API resil_outcome resil_breaker_run(resil_breaker *br,
                                           const resil_ctx *ctx,
                                           resil_call_fn fn, void *arg);
 
-/* The current state, after applying an overdue time-driven change (HALF_OPEN
- * maximum wait; with automatic_half_open, the end of the OPEN wait). Reads
- * the clock only in OPEN (automatic) and HALF_OPEN. A NULL or freed handle
- * gives RESIL_BREAKER_FORCED_OPEN (fail closed). Since 0.1. */
+/* The current state, after applying overdue time-driven changes (HALF_OPEN
+ * maximum wait; with automatic_half_open, the end of the OPEN wait; at most
+ * RESIL_BREAKER_MAX_CATCHUP of them). Reads the clock only in OPEN
+ * (automatic) and HALF_OPEN. A NULL handle gives RESIL_BREAKER_FORCED_OPEN
+ * (fail closed). Since 0.1. */
 RESIL_API resil_breaker_state_kind resil_breaker_state(resil_breaker *br);
 
 /* Manual transition, following Resilience4j's table: every pair is allowed
  * except CLOSED->HALF_OPEN, METRICS_ONLY->OPEN and METRICS_ONLY->HALF_OPEN.
- * An overdue time-driven change is applied first. A transition to the
- * current state does nothing (no event, same generation). Returns RESIL_OK,
- * RESIL_ESTATE (refused pair; nothing changes), RESIL_EINVAL (unknown
- * state) or RESIL_EMISUSE. Since 0.1. */
+ * Overdue time-driven changes are applied first. A transition to the
+ * current state restarts it in a new generation without an event (see
+ * "Generations"). Returns RESIL_OK, RESIL_ESTATE (refused pair; nothing
+ * changes), RESIL_EINVAL (unknown state) or RESIL_EMISUSE. Since 0.1. */
 RESIL_API resil_status resil_breaker_transition(resil_breaker *br,
                                                 resil_breaker_state_kind to);
+
+/* Manual transition to OPEN for an explicit wait (Resilience4j's
+ * transitionToOpenStateFor): as resil_breaker_transition(br, OPEN) --
+ * one more consecutive OPEN, refused from METRICS_ONLY, no event from
+ * OPEN -- but this OPEN waits wait_ns (at least 1 ns) instead of the
+ * configured or grown wait; a later consecutive OPEN grows from the
+ * configured series, not from wait_ns. Returns RESIL_OK, RESIL_ESTATE,
+ * RESIL_EINVAL (wait_ns < 1) or RESIL_EMISUSE. Since 0.2. */
+RESIL_API resil_status resil_breaker_open_for(resil_breaker *br,
+                                              int64_t wait_ns);
 
 /* Back to CLOSED with an empty window and no consecutive OPENs, in a new
  * generation (outstanding permits become stale). Emits a TRANSITION event
@@ -396,17 +494,26 @@ RESIL_API resil_status resil_breaker_transition(resil_breaker *br,
  * Since 0.1. */
 RESIL_API resil_status resil_breaker_reset(resil_breaker *br);
 
-/* Fills *out with both families of figures, after applying an overdue
- * time-driven change and moving a time window to now. Returns RESIL_OK,
- * RESIL_EINVAL (out NULL) or RESIL_EMISUSE. Since 0.1. */
-RESIL_API resil_status resil_breaker_get_metrics(resil_breaker *br,
-                                                 resil_breaker_metrics *out);
+/* Fills *out up to out's struct_size (given by the macro) with both
+ * families of figures, after applying overdue time-driven changes and
+ * moving a time window to now. Returns RESIL_OK, RESIL_EINVAL (out NULL,
+ * or struct_size smaller than a size_t) or RESIL_EMISUSE. Use the macro.
+ * Since 0.2 (0.1 had a function). */
+RESIL_API resil_status resil_breaker_get_metrics_sized(
+    resil_breaker *br, resil_breaker_metrics *out, size_t struct_size);
+#define resil_breaker_get_metrics(br, out)                                     \
+  resil_breaker_get_metrics_sized((br), (out), sizeof(resil_breaker_metrics))
 
 /* Copies the most recent events, at most max and at most event_capacity,
- * oldest first, into out. Returns the number copied (0 for a NULL/freed
- * handle or NULL out). Since 0.1. */
-RESIL_API size_t resil_breaker_events(resil_breaker *br,
-                                      resil_breaker_event *out, size_t max);
+ * oldest first, into out, an array of max elements of elem_size bytes
+ * each (given by the macro). Returns the number copied (0 for a NULL
+ * handle, a NULL out, or an elem_size smaller than the 0.1 event). Use
+ * the macro. Since 0.2 (0.1 had a function). */
+RESIL_API size_t resil_breaker_events_sized(resil_breaker *br,
+                                            resil_breaker_event *out,
+                                            size_t max, size_t elem_size);
+#define resil_breaker_events(br, out, max)                                     \
+  resil_breaker_events_sized((br), (out), (max), sizeof(resil_breaker_event))
 
 /* Adds a listener called for every later event. The same fn/user pair may
  * be added more than once (it is then called once per registration).
@@ -427,8 +534,8 @@ RESIL_API resil_status resil_breaker_listener_remove(
 
 /* Bytes the breaker occupies: its one block (state, windows, event ring,
  * name) plus the listener array when listeners were added. Bytes requested
- * from the allocator; its own overhead is not included. 0 for a NULL or
- * freed handle. Since 0.1. */
+ * from the allocator; its own overhead is not included. 0 for a NULL
+ * handle. Since 0.1. */
 RESIL_API size_t resil_breaker_memory_bytes(const resil_breaker *br);
 
 #ifdef __cplusplus

@@ -62,8 +62,9 @@
 
 /* Events one operation can produce after its time-driven catch-up: a reset
  * gives a TRANSITION and a RESET; an acquire, a record or a manual
- * transition at most one. The catch-up stops early to leave them room and
- * lets the operation go on after a delivery. */
+ * transition at most one. The catch-up stops early to leave them room,
+ * delivers what it has and goes on (at most RESIL_BREAKER_MAX_CATCHUP
+ * transitions in one call). */
 #define EVBUF_CAP 8u
 #define EVBUF_RESERVE 2u
 
@@ -92,6 +93,7 @@ typedef struct evbuf {
   unsigned n;
   unsigned nl;
   unsigned phase;
+  unsigned catchup; /* time-driven transitions applied in this call */
   resil_breaker_event ev[EVBUF_CAP];
   listener ls[RESIL_BREAKER_MAX_LISTENERS];
 } evbuf;
@@ -102,6 +104,8 @@ struct resil_breaker {
   _Atomic uint64_t word; /* state | generation << STATE_BITS */
   uint32_t magic;
   uint32_t failure_mask;
+  uint32_t record_mask; /* classes recorded: not REJECTED, not ignored */
+  uint32_t ignored_mask;
   int64_t slow_ns;
   const resil_clock *clock; /* never NULL */
   uint8_t failure_pct;
@@ -111,7 +115,7 @@ struct resil_breaker {
   uint8_t slow_coarse;   /* run form measures on the coarse clock */
   uint8_t window_coarse; /* time window is placed on the coarse clock */
   uint8_t ms_granular;   /* growing wait truncates to whole ms */
-  uint8_t unused0;
+  uint8_t half_to_closed; /* HALF_OPEN maximum wait leads to CLOSED */
   uint32_t window_size;
   uint32_t min_calls;
   uint32_t half_permitted;
@@ -126,6 +130,9 @@ struct resil_breaker {
    * lock. */
   int64_t since_ns;    /* when the current state began */
   int64_t cur_wait_ns; /* wait of the current (or last) OPEN */
+  /* The configured series' wait for `opens` (cur_wait_ns differs only for
+   * an OPEN entered by resil_breaker_open_for). */
+  int64_t series_wait_ns;
   uint32_t opens;      /* consecutive OPENs, as Resilience4j counts them */
   uint32_t exceeded;   /* METRICS_ONLY: excursion already reported */
   uint64_t ev_total;   /* events ever emitted */
@@ -154,6 +161,7 @@ struct resil_breaker {
   uint64_t t_calls; /* successes = t_calls - t_failures */
   uint64_t t_failures;
   uint64_t t_slow;
+  uint64_t t_slow_failures;
 };
 
 _Static_assert(offsetof(struct resil_breaker, lock) -
@@ -318,6 +326,7 @@ static void emit(resil_breaker *br, evbuf *eb, resil_breaker_event_kind kind,
    * so this never drops an event; the check only guards the array. */
   if (eb->n < EVBUF_CAP) {
     resil_breaker_event *e = &eb->ev[eb->n++];
+    e->struct_size = sizeof *e;
     e->seq = seq;
     e->time_ns = t;
     e->kind = kind;
@@ -356,21 +365,36 @@ static inline void unlock_deliver(resil_breaker *br, evbuf *eb) {
 
 /* ---- transitions (lock held) ------------------------------------------- */
 
+/* Starts an empty window. Restarting the same window (same storage,
+ * kind and size) that holds no result costs nothing: an idle catch-up
+ * enters HALF_OPEN thousands of times. */
+static void window_to(resil_breaker *br, resil__window_kind kind,
+                      uint32_t size, uint32_t min_calls, void *store) {
+  resil__window *w = &br->win;
+  if (w->store == store && w->kind == (uint32_t)kind && w->size == size) {
+    w->min_calls = min_calls;
+    resil__window_clear(w);
+  } else {
+    resil__window_init(w, kind, size, min_calls, store);
+  }
+}
+
 static void window_main(resil_breaker *br) {
-  resil__window_init(&br->win, (resil__window_kind)br->window_kind,
-                     br->window_size, br->min_calls, main_store(br));
+  window_to(br, (resil__window_kind)br->window_kind, br->window_size,
+            br->min_calls, main_store(br));
 }
 
 static void window_half(resil_breaker *br) {
-  resil__window_init(&br->win, RESIL__WINDOW_COUNT, br->half_permitted,
-                     half_min(br), half_store(br));
+  window_to(br, RESIL__WINDOW_COUNT, br->half_permitted, half_min(br),
+            half_store(br));
 }
 
 static void count_open(resil_breaker *br) {
   if (br->opens < UINT32_MAX)
     br->opens++;
-  br->cur_wait_ns =
-      br->opens == 1 ? br->open_wait_ns : next_wait(br, br->cur_wait_ns);
+  br->series_wait_ns =
+      br->opens == 1 ? br->open_wait_ns : next_wait(br, br->series_wait_ns);
+  br->cur_wait_ns = br->series_wait_ns;
 }
 
 /* Enters `to` as of instant `at` in a new generation: the per-state setup
@@ -398,6 +422,7 @@ static void restart(resil_breaker *br, resil_breaker_state_kind to,
   case RESIL_BREAKER_METRICS_ONLY:
     br->opens = 0;
     br->cur_wait_ns = 0;
+    br->series_wait_ns = 0;
     window_main(br);
     break;
   }
@@ -417,69 +442,48 @@ static void enter(resil_breaker *br, evbuf *eb, resil_breaker_state_kind to,
   emit(br, eb, RESIL_BREAKER_EVENT_TRANSITION, from, to, cause, at);
 }
 
-/* After an idle HALF_OPEN -> OPEN with the automatic timer: when the wait
- * no longer grows, every later cycle is OPEN for `wait` then HALF_OPEN for
- * `half_max`, forever. Whole cycles beyond the last one are accounted in
- * one step instead of looping (a day of 1 ms cycles would otherwise be
- * millions of iterations); they are counted but not recorded as events. */
-static void skip_idle_cycles(resil_breaker *br, int64_t now) {
-  int64_t w = br->cur_wait_ns;
-  if (next_wait(br, w) != w)
-    return;
-  int64_t cycle = resil__sat_add(w, br->half_max_ns);
-  if (cycle == INT64_MAX)
-    return;
-  int64_t cycles = (now - br->since_ns) / cycle;
-  if (cycles < 2)
-    return;
-  int64_t skip = cycles - 1;
-  br->since_ns += skip * cycle;
-  uint64_t add = (uint64_t)skip;
-  br->opens = (uint64_t)br->opens + add > UINT32_MAX
-                  ? UINT32_MAX
-                  : (uint32_t)(br->opens + add);
-  br->t_transitions += 2 * add;
-  /* The last skipped HALF_OPEN saw no call: OPEN shows its empty window. */
-  window_half(br);
-  uint64_t word = atomic_load_explicit(&br->word, memory_order_relaxed);
-  atomic_store_explicit(&br->word,
-                        ((word_gen(word) + 2 * add) << STATE_BITS) |
-                            RESIL_BREAKER_OPEN,
-                        memory_order_release);
-}
-
 /* Applies the time-driven changes due at `now`, each at its scheduled
- * instant. Returns 1 when it stopped with a change still due because the
- * event buffer is nearly full: the caller delivers and comes back. */
+ * instant, at most RESIL_BREAKER_MAX_CATCHUP in one call (eb->catchup
+ * counts them across deliveries). Returns 1 when it stopped with a change
+ * still due because the event buffer is nearly full: the caller delivers
+ * and comes back. */
 static int settle(resil_breaker *br, int64_t now, evbuf *eb) {
-  for (;;) {
+  while (eb->catchup < RESIL_BREAKER_MAX_CATCHUP) {
     resil_breaker_state_kind st =
         word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+    int64_t at;
+    resil_breaker_state_kind to;
+    resil_breaker_cause cause;
     if (st == RESIL_BREAKER_HALF_OPEN && br->half_max_ns > 0 &&
         now - br->since_ns >= br->half_max_ns) {
-      if (eb->n + EVBUF_RESERVE >= EVBUF_CAP)
-        return 1;
-      enter(br, eb, RESIL_BREAKER_OPEN, br->since_ns + br->half_max_ns,
-            RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT);
-      if (br->auto_half_open)
-        skip_idle_cycles(br, now);
-      continue;
+      at = br->since_ns + br->half_max_ns; /* <= now: no overflow */
+      to = br->half_to_closed ? RESIL_BREAKER_CLOSED : RESIL_BREAKER_OPEN;
+      cause = RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT;
+    } else if (st == RESIL_BREAKER_OPEN && br->auto_half_open &&
+               now - br->since_ns >= br->cur_wait_ns) {
+      at = br->since_ns + br->cur_wait_ns;
+      to = RESIL_BREAKER_HALF_OPEN;
+      cause = RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED;
+    } else {
+      return 0;
     }
-    if (st == RESIL_BREAKER_OPEN && br->auto_half_open &&
-        now - br->since_ns >= br->cur_wait_ns) {
-      if (eb->n + EVBUF_RESERVE >= EVBUF_CAP)
-        return 1;
-      enter(br, eb, RESIL_BREAKER_HALF_OPEN, br->since_ns + br->cur_wait_ns,
-            RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED);
-      continue;
-    }
-    return 0;
+    if (eb->n + EVBUF_RESERVE >= EVBUF_CAP)
+      return 1;
+    enter(br, eb, to, at, cause);
+    eb->catchup++;
   }
+  return 0;
+}
+
+static inline void eb_init(evbuf *eb) {
+  eb->n = 0;
+  eb->catchup = 0;
 }
 
 /* Takes the lock with every due time-driven change applied; `now` is the
  * precise clock, read by the caller. */
 static void lock_settled(resil_breaker *br, int64_t now, evbuf *eb) {
+  eb_init(eb);
   for (;;) {
     eb->n = 0;
     lock_br(br);
@@ -492,11 +496,17 @@ static void lock_settled(resil_breaker *br, int64_t now, evbuf *eb) {
 /* ---- config ---------------------------------------------------------------
  */
 
-void resil_breaker_config_init(resil_breaker_config *cfg) {
-  if (!cfg)
-    return;
+/* The 0.1 layout ends with `alloc`: a caller built against it lacks the
+ * fields marked "Since 0.2" and gets their defaults. */
+#define CONFIG_MIN_SIZE                                                        \
+  (offsetof(resil_breaker_config, alloc) + sizeof(const resil_allocator *))
+/* The 0.1 event ends with `cause`. */
+#define EVENT_MIN_SIZE                                                         \
+  (offsetof(resil_breaker_event, cause) + sizeof(resil_breaker_cause))
+
+static void config_defaults(resil_breaker_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->name = NULL;
   cfg->window_type = RESIL_BREAKER_WINDOW_COUNT;
   cfg->window_size = 100;
@@ -514,23 +524,51 @@ void resil_breaker_config_init(resil_breaker_config *cfg) {
   cfg->event_capacity = 8;
   cfg->clock = NULL;
   cfg->alloc = NULL;
+  cfg->ignored_classes = 0;
+  cfg->initial_state = RESIL_BREAKER_CLOSED;
+  cfg->half_open_max_wait_to_closed = 0;
 }
 
-/* Every class bit except REJECTED. */
-#define VALID_FAILURE_CLASSES                                                  \
-  (RESIL_CLASS_BIT(RESIL_CLASS_SUCCESS) |                                      \
-   RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR) |                                 \
-   RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |                                 \
-   RESIL_CLASSES_THROTTLED | RESIL_CLASS_BIT(RESIL_CLASS_REDIRECT) |           \
-   RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) |                                     \
-   RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN))
+void resil_breaker_config_init_sized(resil_breaker_config *cfg,
+                                     size_t struct_size) {
+  if (!cfg)
+    return;
+  resil_breaker_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, struct_size, &full, sizeof full);
+}
+
+/* A duration with a lower bound only: "must be at least 1 ms, got 200 ns". */
+static resil_status check_min_ns(resil_error *err, const char *field,
+                                 int64_t got, int64_t min) {
+  if (got >= min)
+    return RESIL_OK;
+  char what[48], m[32];
+  snprintf(what, sizeof what, "at least %s", resil__fmt_ns(m, sizeof m, min));
+  return resil__err_range_ns(err, field, min, INT64_MAX, got, what);
+}
+
+static resil_status check_classes(resil_error *err, const char *field,
+                                  uint32_t mask) {
+  if (!(mask & ~(uint32_t)RESIL_BREAKER_CLASSIFIABLE))
+    return RESIL_OK;
+  resil__err(err, RESIL_EINVAL, field,
+             "must be a mask of RESIL_CLASS_BIT(SUCCESS..REDIRECT) without "
+             "REJECTED (0..0x%x), got 0x%x",
+             (unsigned)RESIL_BREAKER_CLASSIFIABLE, (unsigned)mask);
+  if (err) {
+    err->has_range = 1;
+    err->min = 0;
+    err->max = RESIL_BREAKER_CLASSIFIABLE;
+    err->got = mask;
+  }
+  return RESIL_EINVAL;
+}
 
 static resil_status validate(const resil_breaker_config *cfg,
                              resil_error *err) {
   resil_status st;
-  char what[96];
-  if ((st = resil__check_range(err, "version", cfg->version, 1, 1)))
-    return st;
+  char what[96], b[32];
   if ((st = resil__check_range(err, "window_type", (int64_t)cfg->window_type,
                                RESIL_BREAKER_WINDOW_COUNT,
                                RESIL_BREAKER_WINDOW_TIME)))
@@ -548,11 +586,11 @@ static resil_status validate(const resil_breaker_config *cfg,
                                              "slow_call_rate_threshold_pct",
                                              err)))
     return st;
-  if ((st = resil__check_range(err, "slow_call_duration_ns",
-                               cfg->slow_call_duration_ns, 1, INT64_MAX)))
+  if ((st = check_min_ns(err, "slow_call_duration_ns",
+                         cfg->slow_call_duration_ns, 1)))
     return st;
-  if ((st = resil__check_range(err, "open_wait_ns", cfg->open_wait_ns,
-                               RESIL_NS_PER_MS, INT64_MAX)))
+  if ((st = check_min_ns(err, "open_wait_ns", cfg->open_wait_ns,
+                         RESIL_NS_PER_MS)))
     return st;
   double m = cfg->open_wait_multiplier;
   if (!(m >= 1.0 && m <= 100.0)) { /* also rejects NaN */
@@ -570,36 +608,43 @@ static resil_status validate(const resil_breaker_config *cfg,
     return RESIL_EINVAL;
   }
   if (cfg->open_wait_max_ns != 0 && cfg->open_wait_max_ns < cfg->open_wait_ns) {
-    snprintf(what, sizeof what, "0 or open_wait_ns (%lld)..INT64_MAX",
-             (long long)cfg->open_wait_ns);
-    return resil__err_range(err, "open_wait_max_ns", cfg->open_wait_ns,
-                            INT64_MAX, cfg->open_wait_max_ns, what);
+    snprintf(what, sizeof what, "0 or at least open_wait_ns (%s)",
+             resil__fmt_ns(b, sizeof b, cfg->open_wait_ns));
+    return resil__err_range_ns(err, "open_wait_max_ns", cfg->open_wait_ns,
+                               INT64_MAX, cfg->open_wait_max_ns, what);
   }
   if ((st = resil__check_range(err, "half_open_permitted_calls",
                                cfg->half_open_permitted_calls, 1,
                                RESIL__WINDOW_COUNT_MAX)))
     return st;
-  if ((st = resil__check_range(err, "half_open_max_wait_ns",
-                               cfg->half_open_max_wait_ns, 0, INT64_MAX)))
-    return st;
+  if (cfg->half_open_max_wait_ns < 0)
+    return resil__err_range_ns(err, "half_open_max_wait_ns", 0, INT64_MAX,
+                               cfg->half_open_max_wait_ns,
+                               "0 (no limit) or at least 1 ns");
   if ((st = resil__check_range(err, "automatic_half_open",
                                cfg->automatic_half_open, 0, 1)))
     return st;
-  if (cfg->failure_classes & ~(uint32_t)VALID_FAILURE_CLASSES) {
-    resil__err(err, RESIL_EINVAL, "failure_classes",
-               "must be a mask of RESIL_CLASS_BIT(SUCCESS..UNKNOWN) without "
-               "REJECTED (0..0x%x), got 0x%x",
-               (unsigned)VALID_FAILURE_CLASSES, (unsigned)cfg->failure_classes);
-    if (err) {
-      err->has_range = 1;
-      err->min = 0;
-      err->max = VALID_FAILURE_CLASSES;
-      err->got = cfg->failure_classes;
-    }
+  if ((st = check_classes(err, "failure_classes", cfg->failure_classes)))
+    return st;
+  if ((st = check_classes(err, "ignored_classes", cfg->ignored_classes)))
+    return st;
+  if (cfg->failure_classes & cfg->ignored_classes) {
+    resil__err(err, RESIL_EINVAL, "ignored_classes",
+               "must be disjoint from failure_classes (0x%x): both hold 0x%x",
+               (unsigned)cfg->failure_classes,
+               (unsigned)(cfg->failure_classes & cfg->ignored_classes));
     return RESIL_EINVAL;
   }
   if ((st = resil__check_range(err, "event_capacity", cfg->event_capacity, 0,
                                RESIL_BREAKER_MAX_EVENTS)))
+    return st;
+  if ((st = resil__check_range(err, "initial_state",
+                               (int64_t)cfg->initial_state,
+                               RESIL_BREAKER_CLOSED,
+                               RESIL_BREAKER_METRICS_ONLY)))
+    return st;
+  if ((st = resil__check_range(err, "half_open_max_wait_to_closed",
+                               cfg->half_open_max_wait_to_closed, 0, 1)))
     return st;
   if (cfg->name &&
       (st = resil__check_range(err, "name", (int64_t)strlen(cfg->name), 0,
@@ -615,13 +660,21 @@ static resil_status validate(const resil_breaker_config *cfg,
 
 static size_t align8(size_t n) { return (n + 7u) & ~(size_t)7u; }
 
-resil_status resil_breaker_new(const resil_breaker_config *cfg,
+resil_status resil_breaker_new(const resil_breaker_config *ucfg,
                                resil_breaker **out, resil_error *err) {
-  if (!cfg)
+  if (!ucfg)
     return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
   if (!out)
     return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
-  resil_status st = validate(cfg, err);
+  resil_breaker_config full;
+  const resil_breaker_config *cfg = &full;
+  config_defaults(&full);
+  resil_status st =
+      resil__sized_in(&full, sizeof full, ucfg, CONFIG_MIN_SIZE,
+                      "resil_breaker_config", "resil_breaker_config_init", err);
+  if (st != RESIL_OK)
+    return st;
+  st = validate(cfg, err);
   if (st != RESIL_OK)
     return st;
 
@@ -660,6 +713,9 @@ resil_status resil_breaker_new(const resil_breaker_config *cfg,
   const resil_clock *clock = resil__clock(cfg->clock);
   br->magic = RESIL_MAGIC_BREAKER;
   br->failure_mask = cfg->failure_classes;
+  br->ignored_mask = cfg->ignored_classes;
+  br->record_mask = (uint32_t)RESIL_BREAKER_CLASSIFIABLE & ~cfg->ignored_classes;
+  br->half_to_closed = (uint8_t)cfg->half_open_max_wait_to_closed;
   br->slow_ns = cfg->slow_call_duration_ns;
   br->clock = clock;
   br->failure_pct = (uint8_t)cfg->failure_rate_threshold_pct;
@@ -692,9 +748,11 @@ resil_status resil_breaker_new(const resil_breaker_config *cfg,
   atomic_init(&br->lock, 0u);
   atomic_init(&br->deliv[0], 0u);
   atomic_init(&br->deliv[1], 0u);
+  /* Generation 0, then the initial state is entered as generation 1,
+   * without an event. */
+  atomic_init(&br->word, (uint64_t)RESIL_BREAKER_CLOSED);
   window_main(br);
-  br->since_ns = resil__now(clock);
-  atomic_init(&br->word, ((uint64_t)1 << STATE_BITS) | RESIL_BREAKER_CLOSED);
+  restart(br, cfg->initial_state, resil__now(clock));
   *out = br;
   return RESIL_OK;
 }
@@ -784,7 +842,8 @@ const char *resil_breaker_cause_name(resil_breaker_cause c) {
 /* ---- acquire / record / release ------------------------------------------ */
 
 /* OPEN, HALF_OPEN, FORCED_OPEN, or a state that changed under us. */
-static int acquire_slow(resil_breaker *br, resil_breaker_permit *permit) {
+static resil_decision acquire_slow(resil_breaker *br,
+                                   resil_breaker_permit *permit) {
   int64_t now = now_precise(br);
   evbuf eb;
   lock_settled(br, now, &eb);
@@ -793,8 +852,10 @@ static int acquire_slow(resil_breaker *br, resil_breaker_permit *permit) {
   int ok = 1;
   if (st == RESIL_BREAKER_OPEN) {
     ok = 0;
-    if (now - br->since_ns >= br->cur_wait_ns) {
-      /* The first acquire after the wait moves it, at this moment. */
+    /* Without the timer the first acquire after the wait moves it, at this
+     * moment. With it the catch-up does (at the wait's end): an OPEN still
+     * there after settling lags behind the clock (catch-up bound). */
+    if (!br->auto_half_open && now - br->since_ns >= br->cur_wait_ns) {
       enter(br, &eb, RESIL_BREAKER_HALF_OPEN, now,
             RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED);
       w = atomic_load_explicit(&br->word, memory_order_relaxed);
@@ -819,31 +880,32 @@ static int acquire_slow(resil_breaker *br, resil_breaker_permit *permit) {
          RESIL_BREAKER_CAUSE_NONE, now);
   }
   unlock_deliver(br, &eb);
-  return ok;
+  return ok ? RESIL_DECISION_GO : RESIL_DECISION_DENY;
 }
 
-static RESIL_ALWAYS_INLINE int acquire(resil_breaker *br,
-                                       resil_breaker_permit *permit) {
+static RESIL_ALWAYS_INLINE resil_decision
+acquire(resil_breaker *br, resil_breaker_permit *permit) {
   uint64_t w = load_word(br);
   resil_breaker_state_kind st = word_state(w);
   if (RESIL_LIKELY((ALWAYS_PERMITS >> st) & 1u)) {
     permit->generation = word_gen(w);
     permit->state = st;
-    return 1;
+    return RESIL_DECISION_GO;
   }
   return acquire_slow(br, permit);
 }
 
-int resil_breaker_try_acquire(resil_breaker *br, resil_breaker_permit *permit) {
+resil_decision resil_breaker_try_acquire(resil_breaker *br,
+                                         resil_breaker_permit *permit) {
   if (RESIL_UNLIKELY(!valid(br) || !permit))
-    return 0;
+    return RESIL_DECISION_DENY;
   return acquire(br, permit);
 }
 
 /* CLOSED, count window: the result just recorded reached a threshold. */
 static RESIL_NOINLINE resil_status open_on_threshold(resil_breaker *br) {
   evbuf eb;
-  eb.n = 0;
+  eb_init(&eb);
   resil__verdict v =
       resil__window_verdict(&br->win, br->failure_pct, br->slow_pct);
   enter(br, &eb, RESIL_BREAKER_OPEN, now_precise(br), cause_of(v));
@@ -854,6 +916,29 @@ static RESIL_NOINLINE resil_status open_on_threshold(resil_breaker *br) {
 /* Records one classified result; the lock is held on entry and released
  * on return. `wnow` is a reading of the window clock when have_wnow is set
  * (the run form reuses its end-of-call reading). */
+/* Hands back a HALF_OPEN permit of the current generation (lock held). */
+static inline void hand_back(resil_breaker *br, resil_breaker_state_kind st) {
+  if (st == RESIL_BREAKER_HALF_OPEN && br->half_left < br->half_permitted)
+    br->half_left++;
+}
+
+/* Applies the overdue time-driven changes of a state driven by time, with
+ * the lock held on entry and on return (it may deliver in between). */
+static void settle_locked(resil_breaker *br, evbuf *eb, int64_t *now,
+                          int *have_now) {
+  resil_breaker_state_kind st =
+      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+  if (RESIL_LIKELY(!time_driven(br, st)))
+    return;
+  *now = now_precise(br);
+  *have_now = 1;
+  while (settle(br, *now, eb)) {
+    unlock_deliver(br, eb);
+    eb->n = 0;
+    lock_br(br);
+  }
+}
+
 static RESIL_NOINLINE resil_status
 record_locked(resil_breaker *br, const resil_breaker_permit *permit,
               resil_outcome_class cls, int slow, int64_t wnow, int have_wnow) {
@@ -861,33 +946,13 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
   int64_t now = 0;
   int have_now = 0;
   evbuf eb;
-  eb.n = 0;
+  eb_init(&eb);
+  /* HALF_OPEN past its maximum wait must not take this result. */
+  settle_locked(br, &eb, &now, &have_now);
   uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
   resil_breaker_state_kind st = word_state(w);
-  if (RESIL_UNLIKELY(time_driven(br, st))) {
-    /* HALF_OPEN past its maximum wait must not take this result. */
-    now = now_precise(br);
-    have_now = 1;
-    while (settle(br, now, &eb)) {
-      unlock_deliver(br, &eb);
-      eb.n = 0;
-      lock_br(br);
-    }
-    w = atomic_load_explicit(&br->word, memory_order_relaxed);
-    st = word_state(w);
-  }
   if (word_gen(w) != permit->generation) {
-    /* Issued in an earlier state period: it must not vote in this one. A
-     * REJECTED outcome counts nowhere, not even as ignored. */
-    if (cls != RESIL_CLASS_REJECTED)
-      br->t_ignored++;
-    unlock_deliver(br, &eb);
-    return RESIL_OK;
-  }
-  if (cls == RESIL_CLASS_REJECTED) {
-    /* Local protection refused the call: not a downstream result. */
-    if (st == RESIL_BREAKER_HALF_OPEN && br->half_left < br->half_permitted)
-      br->half_left++;
+    /* Issued in an earlier state period: it changes nothing at all. */
     unlock_deliver(br, &eb);
     return RESIL_OK;
   }
@@ -897,9 +962,19 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
     unlock_deliver(br, &eb);
     return RESIL_OK;
   }
+  if (!((br->record_mask >> (unsigned)cls) & 1u)) {
+    /* REJECTED (local protection refused the call) counts nowhere; an
+     * ignored class counts as ignored only. Neither votes. */
+    if ((br->ignored_mask >> (unsigned)cls) & 1u)
+      br->t_ignored++;
+    hand_back(br, st);
+    unlock_deliver(br, &eb);
+    return RESIL_OK;
+  }
   br->t_calls++;
   br->t_failures += (uint64_t)failed;
   br->t_slow += (uint64_t)slow;
+  br->t_slow_failures += (uint64_t)(slow & failed);
   if (br->win.kind == RESIL__WINDOW_COUNT) {
     resil__window_record_count(&br->win, failed, slow);
   } else {
@@ -958,7 +1033,7 @@ record(resil_breaker *br, const resil_breaker_permit *permit,
    * after the lock's acquire cannot be moved above it. */
   uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
   int failed = (int)((br->failure_mask >> (unsigned)cls) & 1u);
-  int counted = cls != RESIL_CLASS_REJECTED;
+  int counted = (int)((br->record_mask >> (unsigned)cls) & 1u);
   lock_br(br);
   if (RESIL_LIKELY(atomic_load_explicit(&br->word, memory_order_relaxed) ==
                        expect &&
@@ -966,8 +1041,10 @@ record(resil_breaker *br, const resil_breaker_permit *permit,
     br->t_calls++;
     if (failed)
       br->t_failures++;
-    if (slow)
+    if (slow) {
       br->t_slow++;
+      br->t_slow_failures += (uint64_t)failed;
+    }
     resil__window_record_count(&br->win, failed, slow);
     if (RESIL_LIKELY(br->win.calls < br->win.min_calls) ||
         resil__window_verdict(&br->win, br->failure_pct, br->slow_pct) <=
@@ -996,13 +1073,17 @@ resil_status resil_breaker_release(resil_breaker *br,
     return RESIL_EMISUSE;
   if (!permit)
     return RESIL_EINVAL;
+  evbuf eb;
+  eb_init(&eb);
+  int64_t now;
+  int have_now = 0;
   lock_br(br);
+  /* A HALF_OPEN past its maximum wait must not get the permit back. */
+  settle_locked(br, &eb, &now, &have_now);
   uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
-  if (word_gen(w) == permit->generation &&
-      word_state(w) == RESIL_BREAKER_HALF_OPEN &&
-      br->half_left < br->half_permitted)
-    br->half_left++;
-  unlock_br(br);
+  if (word_gen(w) == permit->generation)
+    hand_back(br, word_state(w));
+  unlock_deliver(br, &eb);
   return RESIL_OK;
 }
 
@@ -1010,21 +1091,18 @@ resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
                                 resil_call_fn fn, void *arg) {
   if (RESIL_UNLIKELY(!valid(br) || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  /* NULL gives the defaults in `local`, then the breaker's clock. */
+  resil_ctx local;
+  const resil_ctx *c = resil__ctx_in(&local, ctx);
+  if (RESIL_UNLIKELY(!c))
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  if (!ctx)
+    local.clock = br->clock;
   resil_breaker_permit permit;
   if (!acquire(br, &permit))
     return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
-  resil_ctx local;
-  if (!ctx) {
-    local.clock = br->clock;
-    local.deadline_ns = RESIL_NO_DEADLINE;
-    local.cancel = NULL;
-    local.flags = 0;
-    local.attempt = 0;
-    local.user = NULL;
-    ctx = &local;
-  }
   int64_t t0 = now_run(br);
-  resil_outcome o = fn(arg, ctx);
+  resil_outcome o = fn(arg, c);
   int64_t t1 = now_run(br);
   int64_t d = t1 - t0;
   record(br, &permit, classify(&o), d >= br->slow_ns, t1,
@@ -1054,6 +1132,37 @@ static int refused(resil_breaker_state_kind from, resil_breaker_state_kind to) {
           (to == RESIL_BREAKER_OPEN || to == RESIL_BREAKER_HALF_OPEN));
 }
 
+/* A manual transition (also X->X: a restart in a new generation without
+ * an event, not counted as a transition). wait_ns > 0: OPEN for that wait
+ * instead of the series' (resil_breaker_open_for). */
+static void enter_manual(resil_breaker *br, evbuf *eb,
+                         resil_breaker_state_kind from,
+                         resil_breaker_state_kind to, int64_t now,
+                         int64_t wait_ns) {
+  if (from == to)
+    restart(br, to, now);
+  else
+    enter(br, eb, to, now, RESIL_BREAKER_CAUSE_MANUAL);
+  if (wait_ns > 0)
+    br->cur_wait_ns = wait_ns;
+}
+
+static resil_status manual(resil_breaker *br, resil_breaker_state_kind to,
+                           int64_t wait_ns) {
+  int64_t now = now_precise(br);
+  evbuf eb;
+  lock_settled(br, now, &eb);
+  resil_breaker_state_kind from =
+      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+  resil_status st = RESIL_OK;
+  if (refused(from, to))
+    st = RESIL_ESTATE;
+  else
+    enter_manual(br, &eb, from, to, now, wait_ns);
+  unlock_deliver(br, &eb);
+  return st;
+}
+
 resil_status resil_breaker_transition(resil_breaker *br,
                                       resil_breaker_state_kind to) {
   if (!valid(br))
@@ -1061,21 +1170,15 @@ resil_status resil_breaker_transition(resil_breaker *br,
   if ((int)to < (int)RESIL_BREAKER_CLOSED ||
       (int)to > (int)RESIL_BREAKER_METRICS_ONLY)
     return RESIL_EINVAL;
-  int64_t now = now_precise(br);
-  evbuf eb;
-  lock_settled(br, now, &eb);
-  resil_breaker_state_kind from =
-      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
-  resil_status st = RESIL_OK;
-  if (from == to) {
-    /* Not a transition: no event, no new generation. */
-  } else if (refused(from, to)) {
-    st = RESIL_ESTATE;
-  } else {
-    enter(br, &eb, to, now, RESIL_BREAKER_CAUSE_MANUAL);
-  }
-  unlock_deliver(br, &eb);
-  return st;
+  return manual(br, to, 0);
+}
+
+resil_status resil_breaker_open_for(resil_breaker *br, int64_t wait_ns) {
+  if (!valid(br))
+    return RESIL_EMISUSE;
+  if (wait_ns < 1)
+    return RESIL_EINVAL;
+  return manual(br, RESIL_BREAKER_OPEN, wait_ns);
 }
 
 resil_status resil_breaker_reset(resil_breaker *br) {
@@ -1099,12 +1202,15 @@ resil_status resil_breaker_reset(resil_breaker *br) {
 /* ---- metrics and events ---------------------------------------------------
  */
 
-resil_status resil_breaker_get_metrics(resil_breaker *br,
-                                       resil_breaker_metrics *out) {
+resil_status resil_breaker_get_metrics_sized(resil_breaker *br,
+                                             resil_breaker_metrics *uout,
+                                             size_t struct_size) {
   if (!valid(br))
     return RESIL_EMISUSE;
-  if (!out)
+  if (!uout || struct_size < sizeof(size_t))
     return RESIL_EINVAL;
+  resil_breaker_metrics full;
+  resil_breaker_metrics *out = &full;
   int64_t now = now_precise(br);
   int64_t wnow = br->window_coarse ? resil__coarse_now(br->clock) : now;
   evbuf eb;
@@ -1113,6 +1219,7 @@ resil_status resil_breaker_get_metrics(resil_breaker *br,
   if (br->win.kind == RESIL__WINDOW_TIME)
     resil__window_advance(&br->win, wnow);
   memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
   out->state = word_state(w);
   out->generation = word_gen(w);
   out->state_since_ns = br->since_ns;
@@ -1125,6 +1232,8 @@ resil_status resil_breaker_get_metrics(resil_breaker *br,
   out->failed_calls = win->failures;
   out->slow_calls = win->slow;
   out->successful_calls = win->calls - win->failures;
+  out->slow_failed_calls = win->slow_failures;
+  out->slow_successful_calls = win->slow - win->slow_failures;
   out->minimum_calls = win->min_calls;
   if (win->calls > 0 && win->calls >= win->min_calls) {
     out->rates = RESIL_BREAKER_RATES_AVAILABLE;
@@ -1140,13 +1249,17 @@ resil_status resil_breaker_get_metrics(resil_breaker *br,
   out->total_ignored = br->t_ignored;
   out->total_not_permitted = br->t_not_permitted;
   out->total_transitions = br->t_transitions;
+  out->total_slow_failed = br->t_slow_failures;
+  out->total_slow_successful = br->t_slow - br->t_slow_failures;
   unlock_deliver(br, &eb);
+  resil__sized_out(uout, struct_size, &full, sizeof full);
   return RESIL_OK;
 }
 
-size_t resil_breaker_events(resil_breaker *br, resil_breaker_event *out,
-                            size_t max) {
-  if (!valid(br) || !out)
+size_t resil_breaker_events_sized(resil_breaker *br, resil_breaker_event *out,
+                                  size_t max, size_t elem_size) {
+  if (!valid(br) || !out || elem_size < EVENT_MIN_SIZE ||
+      elem_size > sizeof(resil_breaker_event) + RESIL__SIZED_SLACK)
     return 0;
   lock_br(br);
   uint64_t held = br->ev_total < br->event_cap ? br->ev_total : br->event_cap;
@@ -1155,12 +1268,16 @@ size_t resil_breaker_events(resil_breaker *br, resil_breaker_event *out,
   for (size_t i = 0; i < n; i++) {
     uint64_t seq = first + i;
     const packed_event *pe = &ring(br)[(seq - 1) % br->event_cap];
-    out[i].seq = seq;
-    out[i].time_ns = pe->time_ns;
-    out[i].kind = (resil_breaker_event_kind)pe->kind;
-    out[i].from = (resil_breaker_state_kind)pe->from;
-    out[i].to = (resil_breaker_state_kind)pe->to;
-    out[i].cause = (resil_breaker_cause)pe->cause;
+    resil_breaker_event e;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    e.seq = seq;
+    e.time_ns = pe->time_ns;
+    e.kind = (resil_breaker_event_kind)pe->kind;
+    e.from = (resil_breaker_state_kind)pe->from;
+    e.to = (resil_breaker_state_kind)pe->to;
+    e.cause = (resil_breaker_cause)pe->cause;
+    resil__sized_out((char *)out + i * elem_size, elem_size, &e, sizeof e);
   }
   unlock_br(br);
   return n;

@@ -45,17 +45,24 @@ void resil__window_init(resil__window *w, resil__window_kind kind,
   w->size = size;
   w->min_calls = min_calls;
   w->store = store;
+  /* Whatever w held before is not this window's: clear the storage. */
+  w->calls = 1;
   resil__window_clear(w);
 }
 
 void resil__window_clear(resil__window *w) {
+  /* No result since the last clear: every slot or bucket is still zero
+   * (totals are their sums, counts never negative). */
+  int empty = w->calls == 0;
   w->calls = 0;
   w->failures = 0;
   w->slow = 0;
+  w->slow_failures = 0;
   w->head = 0;
   /* No second yet: the first record moves the window without clearing. */
   w->last_sec = INT64_MIN;
-  memset(w->store, 0,
+  if (!empty)
+    memset(w->store, 0,
          resil__window_store_bytes((resil__window_kind)w->kind, w->size));
 }
 
@@ -94,6 +101,7 @@ void resil__window_advance(resil__window *w, int64_t now_ns) {
     w->calls = 0;
     w->failures = 0;
     w->slow = 0;
+    w->slow_failures = 0;
   } else {
     /* Seconds last_sec+1 .. sec enter the window; the buckets they reuse
      * hold seconds that are now too old, so subtract them before reuse. */
@@ -102,9 +110,11 @@ void resil__window_advance(resil__window *w, int64_t now_ns) {
       w->calls -= old->calls;
       w->failures -= old->failures;
       w->slow -= old->slow;
+      w->slow_failures -= old->slow_failures;
       old->calls = 0;
       old->failures = 0;
       old->slow = 0;
+      old->slow_failures = 0;
     }
   }
   w->last_sec = sec;
@@ -124,5 +134,9 @@ void resil__window_record_time(resil__window *w, int64_t now_ns, int failed,
   if (slow) {
     cur->slow++;
     w->slow++;
+    if (failed) {
+      cur->slow_failures++;
+      w->slow_failures++;
+    }
   }
 }

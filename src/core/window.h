@@ -47,12 +47,14 @@ typedef struct resil__bucket {
   uint32_t calls;
   uint32_t failures;
   uint32_t slow;
+  uint32_t slow_failures; /* of which failed */
 } resil__bucket;
 
 typedef struct resil__window {
   uint64_t calls;     /* results in the window */
   uint64_t failures;  /* of which failures */
   uint64_t slow;      /* of which slow (failed or not) */
+  uint64_t slow_failures; /* of which slow and failed */
   uint32_t kind;      /* resil__window_kind */
   uint32_t size;      /* slots (count) or seconds (time) */
   uint32_t min_calls; /* results needed before a rate is decided */
@@ -91,7 +93,8 @@ size_t resil__window_store_bytes(resil__window_kind kind, uint32_t size);
  * resil__window_store_bytes(kind, size) bytes. O(size). */
 void resil__window_init(resil__window *w, resil__window_kind kind,
                         uint32_t size, uint32_t min_calls, void *store);
-/* Empties the window, keeping its kind, size and storage. O(size). */
+/* Empties the window, keeping its kind, size and storage. O(size), and
+ * O(1) when it holds no result (its storage is then all zero already). */
 void resil__window_clear(resil__window *w);
 
 /* 64-bit words of a count window's slots (2 bits per slot). */
@@ -121,6 +124,7 @@ static inline void resil__window_record_count(resil__window *w, int failed,
      * successes stores only `head`. */
     w->failures = w->failures - (old & 1u) + (nv & 1u);
     w->slow = w->slow - (old >> 1) + (nv >> 1);
+    w->slow_failures = w->slow_failures - (old == 3u) + (nv == 3u);
     *p = v ^ ((old ^ nv) << shift);
   }
   if (w->calls < w->size)

@@ -92,7 +92,7 @@ static void config_init_writes_resilience4j_defaults(void **state) {
   resil_breaker_config cfg;
   memset(&cfg, 0xab, sizeof cfg);
   resil_breaker_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_null(cfg.name);
   assert_int_equal(cfg.window_type, RESIL_BREAKER_WINDOW_COUNT);
   assert_int_equal(cfg.window_size, 100);
@@ -164,8 +164,6 @@ static void new_rejects_every_invalid_field_with_range_and_value(void **state) {
     stmt;                                                                      \
     expect_rejected(&cfg, (bad_case){__VA_ARGS__});                            \
   } while (0)
-  BAD(cfg.version = 0, "version", 1, 1, 1, 0);
-  BAD(cfg.version = 2, "version", 1, 1, 1, 2);
   BAD(cfg.window_type = (resil_breaker_window_type)2, "window_type", 1, 0, 1,
       2);
   BAD(cfg.window_size = 0, "window_size", 1, 1, 1000000, 0);
@@ -204,6 +202,14 @@ static void new_rejects_every_invalid_field_with_range_and_value(void **state) {
       "failure_classes", 1, 0, 0x3bf, 0x40);
   BAD(cfg.failure_classes = 0x400, "failure_classes", 1, 0, 0x3bf, 0x400);
   BAD(cfg.event_capacity = 1025, "event_capacity", 1, 0, 1024, 1025);
+  BAD(cfg.ignored_classes = RESIL_CLASS_BIT(RESIL_CLASS_REJECTED),
+      "ignored_classes", 1, 0, 0x3bf, 0x40);
+  BAD(cfg.ignored_classes = RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN),
+      "ignored_classes", 0, 0, 0, 0); /* also a failure class */
+  BAD(cfg.initial_state = (resil_breaker_state_kind)6, "initial_state", 1, 0,
+      5, 6);
+  BAD(cfg.half_open_max_wait_to_closed = 2, "half_open_max_wait_to_closed", 1,
+      0, 1, 2);
   char long_name[300];
   memset(long_name, 'n', sizeof long_name - 1);
   long_name[256] = '\0';
@@ -422,7 +428,7 @@ static void half_open_decides_after_min_of_minimum_and_permitted(void **state) {
   resil_manual_clock_free(mc);
 }
 
-static void result_of_an_older_generation_is_ignored(void **state) {
+static void result_of_an_older_generation_changes_nothing(void **state) {
   (void)state;
   resil_manual_clock *mc = clock_new();
   resil_breaker_config cfg;
@@ -438,17 +444,25 @@ static void result_of_an_older_generation_is_ignored(void **state) {
   resil_breaker_permit probe;
   assert_int_equal(resil_breaker_try_acquire(br, &probe), 1);
   assert_int_equal(probe.generation, 3);
-  /* ...and ends during HALF_OPEN: its success must not close it. */
+  /* ...and ends during HALF_OPEN: its success must not close it, and it
+   * changes nothing at all, not even total_ignored (DESIGN §2.2). */
+  resil_breaker_metrics before = metrics_of(br);
   resil_outcome ok = ok_o();
   assert_status(RESIL_OK, resil_breaker_record(br, &old, &ok, 0));
+  resil_outcome rej = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+  assert_status(RESIL_OK, resil_breaker_record(br, &old, &rej, 0));
   assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
   resil_breaker_metrics m = metrics_of(br);
-  assert_int_equal(m.total_ignored, 1);
+  assert_memory_equal(&m, &before, sizeof m);
+  assert_int_equal(m.total_ignored, 0);
   assert_int_equal(m.buffered_calls, 0);
   assert_int_equal(m.total_calls, 2);
   assert_int_equal(m.generation, 3);
+  assert_int_equal(m.half_open_permits_available, 0);
   /* A release of the stale permit does not free a probe either. */
   assert_status(RESIL_OK, resil_breaker_release(br, &old));
+  m = metrics_of(br);
+  assert_memory_equal(&m, &before, sizeof m);
   resil_breaker_permit again;
   assert_int_equal(resil_breaker_try_acquire(br, &again), 0);
   /* The current probe decides. */
@@ -489,7 +503,8 @@ static void half_open_max_wait_returns_to_open_at_its_instant(void **state) {
   resil_outcome ok = ok_o();
   assert_status(RESIL_OK, resil_breaker_record(br, &probe, &ok, 0));
   assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
-  assert_int_equal(metrics_of(br).total_ignored, 1);
+  assert_int_equal(metrics_of(br).total_ignored, 0); /* counts nowhere */
+  assert_int_equal(metrics_of(br).total_calls, 2);
   /* The next OPEN wait counts from the scheduled instant: 150 ms after
    * t_half + 1000 ms, of which 100 ms are gone. */
   resil_manual_clock_advance_ns(mc, MS(50) - 1);
@@ -631,48 +646,135 @@ automatic_transition_takes_effect_at_its_scheduled_instant(void **state) {
   resil_manual_clock_free(mc);
 }
 
-static void idle_automatic_cycles_of_years_are_accounted_in_bulk(void **state) {
+/* Records every event a listener gets, checking seq order. */
+typedef struct ev_log {
+  size_t n, transitions;
+  uint64_t last_seq;
+  int in_order;
+  int64_t last_time;
+  int times_ordered;
+  resil_breaker_event last;
+  /* Idle cycle check: OPEN->HALF_OPEN at since + wait, HALF_OPEN->OPEN at
+   * since + half, alternating (0 = not checked). */
+  int64_t cycle_wait, cycle_half, cycle_at;
+  int cycle_ok;
+} ev_log;
+
+static void logging_listener(void *user, resil_breaker *br,
+                             const resil_breaker_event *ev) {
+  (void)br;
+  ev_log *l = user;
+  if (ev->seq != l->last_seq + 1)
+    l->in_order = 0;
+  if (ev->struct_size != sizeof *ev)
+    l->in_order = 0;
+  l->last_seq = ev->seq;
+  l->n++;
+  if (ev->kind == RESIL_BREAKER_EVENT_TRANSITION) {
+    /* Transitions come in the order of their instants. */
+    if (ev->time_ns < l->last_time)
+      l->times_ordered = 0;
+    l->last_time = ev->time_ns;
+    l->transitions++;
+    if (l->cycle_wait) {
+      int64_t step =
+          ev->to == RESIL_BREAKER_HALF_OPEN ? l->cycle_wait : l->cycle_half;
+      if (ev->time_ns != l->cycle_at + step)
+        l->cycle_ok = 0;
+      l->cycle_at = ev->time_ns;
+    }
+  }
+  l->last = *ev;
+}
+
+static void ev_log_init(ev_log *l) {
+  memset(l, 0, sizeof *l);
+  l->in_order = 1;
+  l->times_ordered = 1;
+  l->cycle_ok = 1;
+  l->last_time = INT64_MIN;
+}
+
+static void idle_automatic_cycles_are_all_delivered_at_their_instants(
+    void **state) {
   (void)state;
   resil_manual_clock *mc = clock_new();
   resil_breaker_config cfg;
   p6_config(&cfg, mc);
   cfg.automatic_half_open = 1;
+  cfg.open_wait_ns = RESIL_NS_PER_S;
+  cfg.half_open_max_wait_ns = 500 * RESIL_NS_PER_S / 1000;
+  resil_breaker *br = breaker_new(&cfg);
+  ev_log l;
+  ev_log_init(&l);
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, logging_listener, &l));
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  l.cycle_wait = cfg.open_wait_ns;
+  l.cycle_half = cfg.half_open_max_wait_ns;
+  l.cycle_at = 0;
+  /* Two idle hours of 1.5 s cycles (4800 of them, 9601 transitions):
+   * more than one call may apply, so the calls that follow go on, and
+   * every transition reaches the listener with its scheduled instant. */
+  resil_manual_clock_advance_ns(mc, 7200 * RESIL_NS_PER_S + MS(1200));
+  int calls = 0;
+  resil_breaker_metrics m;
+  do {
+    m = metrics_of(br);
+    calls++;
+    assert_true(m.total_transitions - 1 <=
+                (uint64_t)calls * RESIL_BREAKER_MAX_CATCHUP);
+  } while (m.state_since_ns < 7201 * RESIL_NS_PER_S && calls < 10);
+  assert_int_equal(calls, (9601 + RESIL_BREAKER_MAX_CATCHUP - 1) /
+                              RESIL_BREAKER_MAX_CATCHUP);
+  assert_int_equal(m.state, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(m.state_since_ns, 7201 * RESIL_NS_PER_S);
+  assert_int_equal(m.total_transitions, 1 + 9601);
+  assert_int_equal(m.consecutive_opens, 1 + 4800);
+  assert_int_equal(l.transitions, m.total_transitions);
+  assert_int_equal(l.n, m.total_transitions);
+  assert_true(l.in_order && l.times_ordered && l.cycle_ok);
+  /* Caught up: the next query applies nothing. */
+  assert_int_equal(metrics_of(br).total_transitions, m.total_transitions);
+  resil_breaker_free(br);
+
+  /* Ten years of idle 2 ms cycles (1.6e11 of them): one call applies at
+   * most RESIL_BREAKER_MAX_CATCHUP of them, quickly, and delivers each. */
   cfg.open_wait_ns = MS(1);
   cfg.half_open_max_wait_ns = MS(1);
-  resil_breaker *br = breaker_new(&cfg);
+  resil_manual_clock_free(mc);
+  mc = clock_new();
+  cfg.clock = resil_manual_clock_get(mc);
+  br = breaker_new(&cfg);
+  ev_log_init(&l);
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, logging_listener, &l));
   assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
-  /* Ten years of idle 2 ms cycles (1.6e11 of them); the last one ends
-   * exactly now. Looping over them would take hours: the query must
-   * account for them in one step. */
-  const int64_t cycles = INT64_C(157680000000);
-  resil_manual_clock_advance_ns(mc, cycles * MS(2));
+  resil_manual_clock_advance_ns(mc, INT64_C(157680000000) * MS(2));
   int64_t t0 = resil_clock_now_ns(NULL);
   assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
   assert_true(resil_clock_now_ns(NULL) - t0 < 2 * RESIL_NS_PER_S);
-  resil_breaker_metrics m = metrics_of(br);
-  assert_int_equal(m.state_since_ns, cycles * MS(2));
-  assert_int_equal(m.total_transitions, 1 + 2 * cycles);
-  assert_int_equal(m.consecutive_opens, UINT32_MAX); /* saturated */
-  assert_int_equal(m.generation, 2 + 2 * cycles);
-  /* The breaker still works as scheduled afterwards. */
-  resil_manual_clock_advance_ns(mc, MS(1));
-  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
-  record_ok(br, ok_o(), 0);
-  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
-  resil_breaker_free(br);
-
-  /* A shorter idle period with a day of 1 s cycles gives exact counts. */
-  cfg.open_wait_ns = RESIL_NS_PER_S;
-  cfg.half_open_max_wait_ns = RESIL_NS_PER_S;
-  br = breaker_new(&cfg);
-  int64_t start = resil_manual_clock_now_ns(mc);
-  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
-  resil_manual_clock_advance_ns(mc, 86400 * RESIL_NS_PER_S + MS(1500));
+  m = metrics_of(br); /* a second call: as many again */
+  assert_int_equal(m.total_transitions, 1 + 2 * RESIL_BREAKER_MAX_CATCHUP);
+  assert_int_equal(l.transitions, m.total_transitions);
+  assert_int_equal(m.state_since_ns, 2 * (int64_t)RESIL_BREAKER_MAX_CATCHUP *
+                                         MS(1));
+  assert_int_equal(m.consecutive_opens, 1 + RESIL_BREAKER_MAX_CATCHUP);
+  /* It lags: an acquire applies its share and is refused in the OPEN it
+   * reached, though the clock says that OPEN's wait is long over. */
+  resil_breaker_permit p;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_DENY);
   m = metrics_of(br);
-  assert_int_equal(m.state, RESIL_BREAKER_HALF_OPEN);
-  assert_int_equal(m.state_since_ns, start + 86401 * RESIL_NS_PER_S);
-  assert_int_equal(m.total_transitions, 1 + 2 * 43200 + 1);
-  assert_int_equal(m.consecutive_opens, 1 + 43200);
+  assert_int_equal(m.total_transitions, 1 + 4 * RESIL_BREAKER_MAX_CATCHUP);
+  assert_int_equal(m.total_not_permitted, 1);
+  assert_int_equal(l.transitions, m.total_transitions);
+  /* A manual transition starts from the state reached, at now; the rest
+   * of the old schedule is gone. */
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_CLOSED));
+  m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.state_since_ns, resil_manual_clock_now_ns(mc));
+  assert_int_equal(l.transitions, m.total_transitions);
+  assert_int_equal(l.last.to, RESIL_BREAKER_CLOSED);
+  assert_true(l.in_order && l.times_ordered);
   resil_breaker_free(br);
   resil_manual_clock_free(mc);
 }
@@ -863,9 +965,11 @@ static void manual_transitions_follow_resilience4j_table(void **state) {
         assert_int_equal(after.generation, before.generation);
         assert_int_equal(n_after, n_before);
       } else if (from == to) {
-        /* Not a transition: no event, no new generation. */
+        /* A restart in a new generation, without an event and not
+         * counted as a transition (the total equals the events). */
         assert_status(RESIL_OK, st);
-        assert_int_equal(after.generation, before.generation);
+        assert_int_equal(after.state, to);
+        assert_int_equal(after.generation, before.generation + 1);
         assert_int_equal(n_after, n_before);
         assert_int_equal(after.total_transitions, before.total_transitions);
       } else {
@@ -961,7 +1065,8 @@ static void reset_closes_in_a_new_generation_and_keeps_totals(void **state) {
   resil_outcome f = fail_o();
   assert_status(RESIL_OK, resil_breaker_record(br, &old, &f, 0));
   m = metrics_of(br);
-  assert_int_equal(m.total_ignored, 1);
+  assert_int_equal(m.total_ignored, 0); /* a stale result counts nowhere */
+  assert_int_equal(m.total_failures, 2);
   assert_int_equal(m.buffered_calls, 0);
   assert_status(RESIL_EMISUSE, resil_breaker_reset(NULL));
   resil_breaker_free(br);
@@ -1556,6 +1661,569 @@ static void allocation_failures_are_reported_and_leak_nothing(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* ---- issue 7: DESIGN §2.2 to the letter ---------------------------------- */
+
+static void manual_transition_to_the_same_state_restarts_it(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.window_size = 10;
+  cfg.minimum_calls = 5;
+  cfg.half_open_permitted_calls = 3;
+  cfg.open_wait_ns = MS(100);
+  cfg.open_wait_multiplier = 2.0;
+  resil_breaker *br = breaker_new(&cfg);
+  ev_log l;
+  ev_log_init(&l);
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, logging_listener, &l));
+
+  /* CLOSED -> CLOSED: new generation, fresh window, totals kept, no event;
+   * a permit of before is stale. */
+  resil_breaker_permit old;
+  assert_int_equal(resil_breaker_try_acquire(br, &old), RESIL_DECISION_GO);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_manual_clock_advance_ns(mc, MS(5));
+  resil_breaker_metrics b = metrics_of(br);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_CLOSED));
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.generation, b.generation + 1);
+  assert_int_equal(m.buffered_calls, 0);
+  assert_int_equal(m.state_since_ns, MS(5));
+  assert_int_equal(m.total_failures, 2);
+  assert_int_equal(m.total_transitions, 0);
+  assert_int_equal(l.n, 0);
+  resil_outcome f = fail_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &old, &f, 0));
+  assert_int_equal(metrics_of(br).total_failures, 2);
+  assert_int_equal(metrics_of(br).buffered_calls, 0);
+
+  /* METRICS_ONLY -> METRICS_ONLY: fresh window. */
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_METRICS_ONLY));
+  record_ok(br, fail_o(), 0);
+  b = metrics_of(br);
+  assert_int_equal(b.buffered_calls, 1);
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_METRICS_ONLY));
+  m = metrics_of(br);
+  assert_int_equal(m.generation, b.generation + 1);
+  assert_int_equal(m.buffered_calls, 0);
+  assert_int_equal(m.total_transitions, 1);
+  assert_int_equal(l.transitions, 1);
+
+  /* OPEN -> OPEN: one more consecutive OPEN, the wait restarts now with
+   * the grown wait, the window it came from is kept. */
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_CLOSED));
+  record_ok(br, fail_o(), 0);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  b = metrics_of(br);
+  assert_int_equal(b.consecutive_opens, 1);
+  assert_int_equal(b.open_wait_ns, MS(100));
+  resil_manual_clock_advance_ns(mc, MS(60));
+  int64_t t_again = resil_manual_clock_now_ns(mc);
+  size_t events = l.n;
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_OPEN);
+  assert_int_equal(m.generation, b.generation + 1);
+  assert_int_equal(m.consecutive_opens, 2);
+  assert_int_equal(m.open_wait_ns, MS(200));
+  assert_int_equal(m.state_since_ns, t_again);
+  assert_int_equal(m.buffered_calls, 1);
+  assert_int_equal(m.total_transitions, b.total_transitions);
+  assert_int_equal(l.n, events);
+  resil_breaker_permit p;
+  resil_manual_clock_advance_ns(mc, MS(200) - 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_DENY);
+  resil_manual_clock_advance_ns(mc, 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+
+  /* HALF_OPEN -> HALF_OPEN: every permit again, fresh window, the maximum
+   * wait counts from now; the probe of before is stale. */
+  record_ok(br, ok_o(), 0);
+  b = metrics_of(br);
+  assert_int_equal(b.state, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(b.buffered_calls, 1);
+  assert_int_equal(b.half_open_permits_available, 1);
+  resil_manual_clock_advance_ns(mc, MS(7));
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_HALF_OPEN));
+  m = metrics_of(br);
+  assert_int_equal(m.generation, b.generation + 1);
+  assert_int_equal(m.buffered_calls, 0);
+  assert_int_equal(m.half_open_permits_available, 3);
+  assert_int_equal(m.state_since_ns, resil_manual_clock_now_ns(mc));
+  assert_int_equal(m.consecutive_opens, 2); /* kept */
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &f, 0));
+  assert_int_equal(metrics_of(br).total_failures, b.total_failures);
+
+  /* FORCED_OPEN -> FORCED_OPEN counts one more consecutive OPEN. */
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_FORCED_OPEN));
+  b = metrics_of(br);
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_FORCED_OPEN));
+  m = metrics_of(br);
+  assert_int_equal(m.generation, b.generation + 1);
+  assert_int_equal(m.consecutive_opens, b.consecutive_opens + 1);
+  /* DISABLED -> DISABLED: a new generation too. */
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_DISABLED));
+  b = metrics_of(br);
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_DISABLED));
+  m = metrics_of(br);
+  assert_int_equal(m.generation, b.generation + 1);
+  /* The total of transitions is the number of TRANSITION events. */
+  assert_int_equal(m.total_transitions, l.transitions);
+  assert_true(l.in_order);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* One outcome of each classifiable class. */
+static resil_outcome outcome_of_class(resil_outcome_class c) {
+  switch (c) {
+  case RESIL_CLASS_NOT_SENT:
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED);
+  case RESIL_CLASS_UNKNOWN:
+    return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  case RESIL_CLASS_SUCCESS:
+    return resil_outcome_http(200);
+  case RESIL_CLASS_REDIRECT:
+    return resil_outcome_http(302);
+  case RESIL_CLASS_CLIENT_ERROR:
+    return resil_outcome_http(404);
+  case RESIL_CLASS_HTTP_408:
+    return resil_outcome_http(408);
+  case RESIL_CLASS_HTTP_425:
+    return resil_outcome_http(425);
+  case RESIL_CLASS_HTTP_429:
+    return resil_outcome_http(429);
+  case RESIL_CLASS_SERVER_ERROR:
+    return resil_outcome_http(500);
+  default:
+    return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+  }
+}
+
+static const resil_outcome_class classifiable[] = {
+    RESIL_CLASS_NOT_SENT,     RESIL_CLASS_UNKNOWN,     RESIL_CLASS_SUCCESS,
+    RESIL_CLASS_REDIRECT,     RESIL_CLASS_CLIENT_ERROR, RESIL_CLASS_HTTP_408,
+    RESIL_CLASS_HTTP_425,     RESIL_CLASS_HTTP_429,     RESIL_CLASS_SERVER_ERROR};
+
+static void every_class_can_be_failure_success_or_ignored(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  for (size_t i = 0; i < 9; i++) {
+    resil_outcome_class c = classifiable[i];
+    resil_outcome o = outcome_of_class(c);
+    assert_int_equal(resil_outcome_classify(&o), c);
+    for (int role = 0; role < 3; role++) { /* failure, success, ignored */
+      resil_breaker_config cfg;
+      p6_config(&cfg, mc);
+      cfg.window_size = 10;
+      cfg.minimum_calls = 10;
+      cfg.failure_classes = role == 0 ? RESIL_CLASS_BIT(c) : 0;
+      cfg.ignored_classes = role == 2 ? RESIL_CLASS_BIT(c) : 0;
+      resil_breaker *br = breaker_new(&cfg);
+      record_ok(br, o, MS(100000)); /* slow too */
+      resil_breaker_metrics m = metrics_of(br);
+      assert_int_equal(m.total_failures, role == 0);
+      assert_int_equal(m.total_successes, role == 1);
+      assert_int_equal(m.total_ignored, role == 2);
+      assert_int_equal(m.total_calls, role != 2);
+      assert_int_equal(m.buffered_calls, role != 2);
+      assert_int_equal(m.failed_calls, role == 0);
+      assert_int_equal(m.total_slow, role != 2);
+      resil_breaker_free(br);
+    }
+  }
+  resil_manual_clock_free(mc);
+}
+
+static void ignored_results_hand_back_the_probe_and_never_vote(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.ignored_classes = RESIL_CLASS_BIT(RESIL_CLASS_HTTP_429);
+  cfg.failure_classes = RESIL_BREAKER_DEFAULT_FAILURE_CLASSES &
+                        ~RESIL_CLASS_BIT(RESIL_CLASS_HTTP_429);
+  resil_breaker *br = breaker_new(&cfg);
+  for (int i = 0; i < 10; i++)
+    record_ok(br, resil_outcome_http(429), 0);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.total_ignored, 10);
+  assert_int_equal(m.total_calls, 0);
+  assert_int_equal(m.buffered_calls, 0);
+  /* 408 and 425 still fail: each is classified apart from 429. */
+  record_ok(br, resil_outcome_http(408), 0);
+  record_ok(br, resil_outcome_http(425), 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_manual_clock_advance_ns(mc, MS(150));
+  resil_breaker_permit p;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+  assert_int_equal(metrics_of(br).half_open_permits_available, 0);
+  resil_outcome o = resil_outcome_http(429);
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &o, 0));
+  m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(m.half_open_permits_available, 1);
+  assert_int_equal(m.total_ignored, 11);
+  assert_int_equal(m.buffered_calls, 0);
+  /* DISABLED records nothing, not even an ignored result. */
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_DISABLED));
+  record_ok(br, o, 0);
+  assert_int_equal(metrics_of(br).total_ignored, 11);
+  resil_breaker_free(br);
+
+  /* The two masks must be disjoint, and REJECTED is in neither. */
+  p6_config(&cfg, mc);
+  cfg.ignored_classes = RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR);
+  resil_breaker *none = NULL;
+  resil_error e;
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &none, &e));
+  assert_null(none);
+  assert_string_equal(e.field, "ignored_classes");
+  assert_non_null(strstr(e.msg, "disjoint from failure_classes"));
+  cfg.ignored_classes = RESIL_CLASS_BIT(RESIL_CLASS_REJECTED);
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &none, &e));
+  assert_string_equal(e.field, "ignored_classes");
+  resil_manual_clock_free(mc);
+}
+
+static void initial_state_is_generation_one_without_an_event(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_manual_clock_advance_ns(mc, MS(3));
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  for (size_t i = 0; i < 6; i++) {
+    cfg.initial_state = all_states[i];
+    int64_t t_new = resil_manual_clock_now_ns(mc);
+    resil_breaker *br = breaker_new(&cfg);
+    resil_breaker_metrics m = metrics_of(br);
+    assert_int_equal(m.state, all_states[i]);
+    assert_int_equal(m.generation, 1);
+    assert_int_equal(m.total_transitions, 0);
+    assert_int_equal(m.state_since_ns, t_new);
+    resil_breaker_event ev[2];
+    assert_int_equal(resil_breaker_events(br, ev, 2), 0);
+    int opens = all_states[i] == RESIL_BREAKER_OPEN ||
+                all_states[i] == RESIL_BREAKER_FORCED_OPEN;
+    assert_int_equal(m.consecutive_opens, opens);
+    resil_breaker_permit p;
+    resil_decision d = resil_breaker_try_acquire(br, &p);
+    int denied = opens;
+    assert_int_equal(d, denied ? RESIL_DECISION_DENY : RESIL_DECISION_GO);
+    if (all_states[i] == RESIL_BREAKER_HALF_OPEN) {
+      assert_int_equal(metrics_of(br).half_open_permits_available, 0);
+      resil_outcome ok = ok_o();
+      assert_status(RESIL_OK, resil_breaker_record(br, &p, &ok, 0));
+      assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+    }
+    if (all_states[i] == RESIL_BREAKER_OPEN) {
+      resil_manual_clock_advance_ns(mc, MS(150));
+      assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+    }
+    resil_breaker_free(br);
+  }
+  cfg.initial_state = (resil_breaker_state_kind)6;
+  resil_breaker *br = NULL;
+  resil_error e;
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &br, &e));
+  assert_string_equal(e.field, "initial_state");
+  resil_manual_clock_free(mc);
+}
+
+static void open_for_waits_the_given_duration(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.open_wait_ns = MS(100);
+  cfg.open_wait_multiplier = 2.0;
+  resil_breaker *br = breaker_new(&cfg);
+  assert_status(RESIL_OK, resil_breaker_open_for(br, MS(5000)));
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_OPEN);
+  assert_int_equal(m.open_wait_ns, MS(5000));
+  assert_int_equal(m.consecutive_opens, 1);
+  resil_breaker_event ev[4];
+  size_t n = resil_breaker_events(br, ev, 4);
+  assert_int_equal(n, 1);
+  assert_int_equal(ev[0].cause, RESIL_BREAKER_CAUSE_MANUAL);
+  resil_breaker_permit p;
+  resil_manual_clock_advance_ns(mc, MS(5000) - 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_DENY);
+  resil_manual_clock_advance_ns(mc, 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+  /* A failed probe: the 2nd consecutive OPEN waits the series' 2nd wait
+   * (100 ms * 2), not a growth of the explicit 5 s. */
+  resil_outcome f = fail_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &f, 0));
+  m = metrics_of(br);
+  assert_int_equal(m.consecutive_opens, 2);
+  assert_int_equal(m.open_wait_ns, MS(200));
+  /* From OPEN: OPEN -> OPEN for the given wait, no event. */
+  uint64_t gen = m.generation;
+  assert_status(RESIL_OK, resil_breaker_open_for(br, MS(30)));
+  m = metrics_of(br);
+  assert_int_equal(m.generation, gen + 1);
+  assert_int_equal(m.open_wait_ns, MS(30));
+  assert_int_equal(m.consecutive_opens, 3);
+  assert_int_equal(resil_breaker_events(br, ev, 4), 4); /* no new one */
+  /* Refused from METRICS_ONLY, as a transition to OPEN is. */
+  assert_status(RESIL_OK,
+                resil_breaker_transition(br, RESIL_BREAKER_METRICS_ONLY));
+  assert_status(RESIL_ESTATE, resil_breaker_open_for(br, MS(30)));
+  assert_status(RESIL_EINVAL, resil_breaker_open_for(br, 0));
+  assert_status(RESIL_EMISUSE, resil_breaker_open_for(NULL, MS(30)));
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_METRICS_ONLY);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void half_open_max_wait_may_lead_to_closed(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.half_open_max_wait_ns = MS(1000);
+  cfg.half_open_max_wait_to_closed = 1;
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  resil_manual_clock_advance_ns(mc, MS(150));
+  resil_breaker_permit probe;
+  assert_int_equal(resil_breaker_try_acquire(br, &probe), RESIL_DECISION_GO);
+  int64_t t_half = resil_manual_clock_now_ns(mc);
+  resil_manual_clock_advance_ns(mc, MS(1000) - 1);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  resil_manual_clock_advance_ns(mc, 1 + MS(20));
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.state_since_ns, t_half + MS(1000));
+  assert_int_equal(m.consecutive_opens, 0);
+  assert_int_equal(m.buffered_calls, 0);
+  resil_breaker_event ev[8];
+  size_t n = resil_breaker_events(br, ev, 8);
+  assert_int_equal(ev[n - 1].from, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(ev[n - 1].to, RESIL_BREAKER_CLOSED);
+  assert_int_equal(ev[n - 1].cause, RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT);
+  assert_int_equal(ev[n - 1].time_ns, t_half + MS(1000));
+  resil_breaker_free(br);
+  cfg.half_open_max_wait_to_closed = 2;
+  resil_error e;
+  br = NULL;
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &br, &e));
+  assert_string_equal(e.field, "half_open_max_wait_to_closed");
+  resil_manual_clock_free(mc);
+}
+
+static void slow_calls_are_split_by_result(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  for (int timed = 0; timed < 2; timed++) {
+    resil_breaker_config cfg;
+    p6_config(&cfg, mc);
+    cfg.window_type = timed ? RESIL_BREAKER_WINDOW_TIME : RESIL_BREAKER_WINDOW_COUNT;
+    cfg.window_size = 3;
+    cfg.minimum_calls = 3;
+    cfg.failure_rate_threshold_pct = 100;
+    cfg.slow_call_duration_ns = MS(10);
+    resil_breaker *br = breaker_new(&cfg);
+    record_ok(br, fail_o(), MS(10));    /* slow failed */
+    record_ok(br, ok_o(), MS(10));      /* slow successful */
+    record_ok(br, ok_o(), MS(10) - 1);  /* neither */
+    resil_breaker_metrics m = metrics_of(br);
+    assert_int_equal(m.slow_calls, 2);
+    assert_int_equal(m.slow_failed_calls, 1);
+    assert_int_equal(m.slow_successful_calls, 1);
+    assert_int_equal(m.total_slow_failed, 1);
+    assert_int_equal(m.total_slow_successful, 1);
+    if (!timed) {
+      /* The slow failure leaves the count window: the split follows. */
+      record_ok(br, ok_o(), MS(20));
+      m = metrics_of(br);
+      assert_int_equal(m.slow_failed_calls, 0);
+      assert_int_equal(m.slow_successful_calls, 2);
+    } else {
+      resil_manual_clock_advance_ns(mc, 3 * RESIL_NS_PER_S);
+      record_ok(br, fail_o(), MS(20));
+      m = metrics_of(br);
+      assert_int_equal(m.buffered_calls, 1);
+      assert_int_equal(m.slow_failed_calls, 1);
+      assert_int_equal(m.slow_successful_calls, 0);
+    }
+    assert_int_equal(m.total_slow_failed + m.total_slow_successful,
+                     m.total_slow);
+    assert_int_equal(m.total_slow_failed, timed ? 2 : 1);
+    resil_breaker_free(br);
+  }
+  resil_manual_clock_free(mc);
+}
+
+/* ---- issue 7: sized structs, decisions, human units ---------------------- */
+
+#define OLD_CONFIG_SIZE                                                        \
+  (offsetof(resil_breaker_config, alloc) + sizeof(const resil_allocator *))
+
+static void config_is_read_only_up_to_its_struct_size(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  /* A caller built against the 0.1 field set: init writes only its bytes,
+   * new reads only them (the fields it lacks get their defaults). */
+  unsigned char raw[sizeof(resil_breaker_config) + 16];
+  memset(raw, 0x5a, sizeof raw);
+  resil_breaker_config *old = (resil_breaker_config *)(void *)raw;
+  resil_breaker_config_init_sized(old, OLD_CONFIG_SIZE);
+  assert_int_equal(old->struct_size, OLD_CONFIG_SIZE);
+  for (size_t i = OLD_CONFIG_SIZE; i < sizeof raw; i++)
+    assert_int_equal(raw[i], 0x5a); /* untouched */
+  old->clock = resil_manual_clock_get(mc);
+  /* What lies past its size would be invalid if it were read. */
+  resil_breaker *br = breaker_new(old);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED); /* default initial_state */
+  record_ok(br, resil_outcome_http(429), 0); /* a failure: nothing ignored */
+  assert_int_equal(metrics_of(br).total_failures, 1);
+  assert_int_equal(metrics_of(br).total_ignored, 0);
+  resil_breaker_free(br);
+
+  /* Never passed through init. */
+  resil_breaker_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  resil_error e;
+  br = NULL;
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &br, &e));
+  assert_null(br);
+  assert_string_equal(e.field, "struct_size");
+  assert_non_null(strstr(e.msg, "call resil_breaker_config_init()"));
+  /* A newer caller's longer struct: zero tail accepted, else refused. */
+  memset(raw, 0, sizeof raw);
+  resil_breaker_config_init_sized(old, sizeof raw);
+  assert_int_equal(old->struct_size, sizeof(resil_breaker_config)); /* written */
+  old->struct_size = sizeof raw; /* as a newer header's init would say */
+  br = breaker_new(old);
+  resil_breaker_free(br);
+  raw[sizeof raw - 1] = 1;
+  assert_status(RESIL_EINVAL, resil_breaker_new(old, &br, &e));
+  assert_string_equal(e.field, "struct_size");
+  resil_manual_clock_free(mc);
+}
+
+static void metrics_and_events_are_written_only_up_to_their_size(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  record_ok(br, fail_o(), 0);
+  record_ok(br, fail_o(), 0);
+  /* A 0.1-sized metrics struct ends with total_transitions. */
+  size_t old = offsetof(resil_breaker_metrics, total_transitions) +
+               sizeof(uint64_t);
+  unsigned char raw[sizeof(resil_breaker_metrics) + 8];
+  memset(raw, 0x5a, sizeof raw);
+  assert_status(RESIL_OK, resil_breaker_get_metrics_sized(
+                              br, (resil_breaker_metrics *)(void *)raw, old));
+  resil_breaker_metrics m;
+  memcpy(&m, raw, old);
+  assert_int_equal(m.struct_size, old);
+  assert_int_equal(m.total_failures, 2);
+  assert_int_equal(m.state, RESIL_BREAKER_OPEN);
+  for (size_t i = old; i < sizeof raw; i++)
+    assert_int_equal(raw[i], 0x5a);
+  assert_status(RESIL_EINVAL, resil_breaker_get_metrics_sized(
+                                  br, (resil_breaker_metrics *)(void *)raw, 2));
+  m = metrics_of(br);
+  assert_int_equal(m.struct_size, sizeof m);
+
+  /* Events: an array of the caller's element size. */
+  size_t esz = offsetof(resil_breaker_event, cause) + sizeof(int);
+  unsigned char evs[3 * sizeof(resil_breaker_event)];
+  memset(evs, 0x5a, sizeof evs);
+  assert_int_equal(resil_breaker_events_sized(
+                       br, (resil_breaker_event *)(void *)evs, 3, esz),
+                   1);
+  resil_breaker_event e;
+  memcpy(&e, evs, esz);
+  assert_int_equal(e.struct_size, esz);
+  assert_int_equal(e.seq, 1);
+  assert_int_equal(e.to, RESIL_BREAKER_OPEN);
+  assert_int_equal(evs[esz], 0x5a);
+  assert_int_equal(resil_breaker_events_sized(
+                       br, (resil_breaker_event *)(void *)evs, 3, 8),
+                   0);
+  resil_breaker_event full[2];
+  assert_int_equal(resil_breaker_events(br, full, 2), 1);
+  assert_int_equal(full[0].struct_size, sizeof full[0]);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+static void duration_errors_speak_human_units(void **state) {
+  (void)state;
+  resil_breaker_config cfg;
+  resil_breaker *br = NULL;
+  resil_error e;
+  resil_breaker_config_init(&cfg);
+  cfg.open_wait_ns = 200;
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &br, &e));
+  assert_string_equal(e.msg, "open_wait_ns: must be at least 1 ms, got 200 ns");
+  assert_int_equal(e.min, MS(1));
+  assert_int_equal(e.got, 200);
+  resil_breaker_config_init(&cfg);
+  cfg.open_wait_ns = RESIL_NS_PER_S * 90;
+  cfg.open_wait_max_ns = RESIL_NS_PER_S * 30;
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &br, &e));
+  assert_string_equal(
+      e.msg, "open_wait_max_ns: must be 0 or at least open_wait_ns (90 s), "
+             "got 30 s");
+  resil_breaker_config_init(&cfg);
+  cfg.slow_call_duration_ns = 0;
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &br, &e));
+  assert_string_equal(e.msg,
+                      "slow_call_duration_ns: must be at least 1 ns, got 0 ns");
+  resil_breaker_config_init(&cfg);
+  cfg.half_open_max_wait_ns = -MS(2);
+  assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &br, &e));
+  assert_string_equal(e.msg, "half_open_max_wait_ns: must be 0 (no limit) or "
+                             "at least 1 ns, got -2 ms");
+  assert_null(br);
+}
+
+static void run_form_refuses_an_uninitialised_context(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  call_arg a = {.mc = mc};
+  a.out = ok_o();
+  resil_ctx junk;
+  memset(&junk, 0, sizeof junk);
+  resil_outcome o = resil_breaker_run(br, &junk, business_call, &a);
+  assert_int_equal(o.kind, RESIL_NOT_SENT);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(a.runs, 0);
+  assert_int_equal(metrics_of(br).total_calls, 0);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  o = resil_breaker_run(br, &ctx, business_call, &a);
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  assert_int_equal(a.runs, 1);
+  assert_ptr_equal(a.seen_ctx, &ctx);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(config_init_writes_resilience4j_defaults),
@@ -1565,7 +2233,7 @@ int main(void) {
       cmocka_unit_test(
           p8_time_window_opens_on_slow_calls_with_failure_rate_zero),
       cmocka_unit_test(half_open_decides_after_min_of_minimum_and_permitted),
-      cmocka_unit_test(result_of_an_older_generation_is_ignored),
+      cmocka_unit_test(result_of_an_older_generation_changes_nothing),
       cmocka_unit_test(half_open_max_wait_returns_to_open_at_its_instant),
       cmocka_unit_test(half_open_max_wait_is_applied_on_record_and_acquire),
       cmocka_unit_test(half_open_max_wait_zero_means_no_limit),
@@ -1573,7 +2241,8 @@ int main(void) {
       cmocka_unit_test(without_automatic_timer_open_waits_for_an_acquire),
       cmocka_unit_test(
           automatic_transition_takes_effect_at_its_scheduled_instant),
-      cmocka_unit_test(idle_automatic_cycles_of_years_are_accounted_in_bulk),
+      cmocka_unit_test(
+          idle_automatic_cycles_are_all_delivered_at_their_instants),
       cmocka_unit_test(open_wait_grows_per_consecutive_open),
       cmocka_unit_test(growing_wait_truncates_each_step_to_whole_milliseconds),
       cmocka_unit_test(forced_open_counts_as_a_consecutive_open),
@@ -1601,6 +2270,17 @@ int main(void) {
       cmocka_unit_test(names_are_static_text),
       cmocka_unit_test(breaker_with_100_call_window_fits_in_512_bytes),
       cmocka_unit_test(allocation_failures_are_reported_and_leak_nothing),
+      cmocka_unit_test(manual_transition_to_the_same_state_restarts_it),
+      cmocka_unit_test(every_class_can_be_failure_success_or_ignored),
+      cmocka_unit_test(ignored_results_hand_back_the_probe_and_never_vote),
+      cmocka_unit_test(initial_state_is_generation_one_without_an_event),
+      cmocka_unit_test(open_for_waits_the_given_duration),
+      cmocka_unit_test(half_open_max_wait_may_lead_to_closed),
+      cmocka_unit_test(slow_calls_are_split_by_result),
+      cmocka_unit_test(config_is_read_only_up_to_its_struct_size),
+      cmocka_unit_test(metrics_and_events_are_written_only_up_to_their_size),
+      cmocka_unit_test(duration_errors_speak_human_units),
+      cmocka_unit_test(run_form_refuses_an_uninitialised_context),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
