@@ -892,27 +892,27 @@ out:
 }
 
 const lab_experiment lab_http_experiments[] = {
-    {"P13", "one deadline through Retry(Breaker(TimeLimiter(Bulkhead(HTTP))))", p13},
-    {"H1", "GET /items/42: path and header bound, JSON decoded", h1},
-    {"H2", "400 and 500: one attempt each by default", h2},
-    {"H3", "502 + Retry-After with a capped retry", h3},
-    {"H4", "503 and 429: no hidden transport retry", h4},
-    {"H5", "POST /slow, response timeout 250 ms", h5},
-    {"H6", "unsafe retries vs safe default vs stable key", h6},
-    {"H7", "connection refused", h7},
-    {"H8", "keep-alive reuses one connection", h8},
-    {"H9", "pool of 1: lease timeout fails NOT_SENT", h9},
-    {"H10", "bad endpoint template fails at creation", h10},
-    {"H11", "204, invalid JSON, then a normal call", h11},
-    {"H12", "custom decoder: 422 business, 429 retryable", h12},
-    {"H13", "secrets never logged at any level", h13},
-    {"H14", "gzip above 2048 bytes, server decodes", h14},
-    {"H15", "redirects off and on: hops apart from attempts", h15},
-    {"H16", "dead reused connection: no silent re-send", h16},
-    {NULL, NULL, NULL}};
+    {"P13", "one deadline through Retry(Breaker(TimeLimiter(Bulkhead(HTTP))))", p13, NULL, NULL, NULL},
+    {"H1", "GET /items/42: path and header bound, JSON decoded", h1, NULL, NULL, NULL},
+    {"H2", "400 and 500: one attempt each by default", h2, NULL, NULL, NULL},
+    {"H3", "502 + Retry-After with a capped retry", h3, NULL, NULL, NULL},
+    {"H4", "503 and 429: no hidden transport retry", h4, NULL, NULL, NULL},
+    {"H5", "POST /slow, response timeout 250 ms", h5, NULL, NULL, NULL},
+    {"H6", "unsafe retries vs safe default vs stable key", h6, NULL, NULL, NULL},
+    {"H7", "connection refused", h7, NULL, NULL, NULL},
+    {"H8", "keep-alive reuses one connection", h8, NULL, NULL, NULL},
+    {"H9", "pool of 1: lease timeout fails NOT_SENT", h9, NULL, NULL, NULL},
+    {"H10", "bad endpoint template fails at creation", h10, NULL, NULL, NULL},
+    {"H11", "204, invalid JSON, then a normal call", h11, NULL, NULL, NULL},
+    {"H12", "custom decoder: 422 business, 429 retryable", h12, NULL, NULL, NULL},
+    {"H13", "secrets never logged at any level", h13, NULL, NULL, NULL},
+    {"H14", "gzip above 2048 bytes, server decodes", h14, NULL, NULL, NULL},
+    {"H15", "redirects off and on: hops apart from attempts", h15, NULL, NULL, NULL},
+    {"H16", "dead reused connection: no silent re-send", h16, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL, NULL}};
 
 #else /* !RESIL_HAVE_FIXTURE */
 
-const lab_experiment lab_http_experiments[] = {{NULL, NULL, NULL}};
+const lab_experiment lab_http_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL}};
 
 #endif

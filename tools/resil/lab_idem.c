@@ -1054,18 +1054,18 @@ out:
 }
 
 const lab_experiment lab_idem_experiments[] = {
-    {"I1", "stable key, commit then slow response, retry", i1},
-    {"I2", "new key per attempt", i2},
-    {"I3", "status query: COMMITTED, UNKNOWN, expired", i3},
-    {"I4", "commit, then close before the response", i4},
-    {"I5", "rollback between effect and state, reopen, recover", i5},
-    {"I6", "12 concurrent same-key POSTs and a recovery", i6},
-    {"I7", "negative control: effect committed early", i7},
-    {"I8", "SIGKILL inside an operation, restart, recover", i8},
-    {NULL, NULL, NULL}};
+    {"I1", "stable key, commit then slow response, retry", i1, NULL, NULL, NULL},
+    {"I2", "new key per attempt", i2, NULL, NULL, NULL},
+    {"I3", "status query: COMMITTED, UNKNOWN, expired", i3, NULL, NULL, NULL},
+    {"I4", "commit, then close before the response", i4, NULL, NULL, NULL},
+    {"I5", "rollback between effect and state, reopen, recover", i5, NULL, NULL, NULL},
+    {"I6", "12 concurrent same-key POSTs and a recovery", i6, NULL, NULL, NULL},
+    {"I7", "negative control: effect committed early", i7, NULL, NULL, NULL},
+    {"I8", "SIGKILL inside an operation, restart, recover", i8, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL, NULL}};
 
 #else /* no fixture or no store */
 
-const lab_experiment lab_idem_experiments[] = {{NULL, NULL, NULL}};
+const lab_experiment lab_idem_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL}};
 
 #endif
