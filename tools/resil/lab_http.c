@@ -154,6 +154,13 @@ static long effects(lab_http *h, const char *route) {
 static long attempts(lab_http *h, const char *route) {
   return resil_fixture_attempts(h->fx, route);
 }
+/* Attempts the client made so far (resil_http_stats.attempts). */
+static long long client_attempts(lab_http *h) {
+  resil_http_stats st;
+  memset(&st, 0, sizeof st);
+  resil_http_client_get_stats(h->c, &st);
+  return (long long)st.attempts;
+}
 
 /* ---- H1 ---------------------------------------------------------------- */
 static int h1(lab_result *r) {
@@ -210,9 +217,16 @@ out:
 }
 
 /* ---- H3 ---------------------------------------------------------------- */
+/* The waits of a retried call, as planned and as they happened: the retry's
+ * listener gives the planned wait and the instant the failed attempt ended;
+ * an interceptor gives the instant the next attempt started. */
 typedef struct waits {
   int n;
-  int64_t ms[8];
+  int64_t planned_ns[8];
+  int64_t ended_ns[8];
+  int starts;
+  int64_t started_ns[8];
+  resil_http_interceptor ic;
 } waits;
 
 static void record_wait(void *user, const resil_retry *rt, uint32_t attempt,
@@ -221,15 +235,64 @@ static void record_wait(void *user, const resil_retry *rt, uint32_t attempt,
   (void)attempt;
   (void)o;
   waits *w = user;
-  if (w->n < 8) w->ms[w->n++] = delay_ns / 1000000;
+  if (w->n < 8) {
+    w->planned_ns[w->n] = delay_ns;
+    w->ended_ns[w->n++] = resil_clock_now_ns(NULL);
+  }
 }
 
-static int h3(lab_result *r) {
+static resil_status record_start(void *user, const resil_http_attempt_info *info,
+                                 resil_http_headers *hd) {
+  (void)info;
+  (void)hd;
+  waits *w = user;
+  if (w->starts < 8) w->started_ns[w->starts++] = resil_clock_now_ns(NULL);
+  return RESIL_OK;
+}
+
+static void set_start_recorder(resil_http_client_config *cfg, void *u) {
+  waits *w = u;
+  w->ic.fn = record_start;
+  w->ic.user = w;
+  cfg->interceptors = &w->ic;
+  cfg->interceptor_count = 1;
+}
+
+/* The measured wait before attempt k + 2: from the end of attempt k + 1 to
+ * the start of the next; -1 when there is none. */
+static double measured_wait_ms(const waits *w, int k) {
+  if (k >= w->n || k + 1 >= w->starts) return -1;
+  return (double)(w->started_ns[k + 1] - w->ended_ns[k]) / 1e6;
+}
+
+/* 502 + Retry-After: 1 (1000 ms) with an exponential retry 20 ms x 2, cap
+ * 50 ms: each wait must be the Retry-After capped at 50 ms, not the computed
+ * 20 and 40 ms. The planned waits (the retry's listener) must be exactly
+ * 50 ms. The measured ones must be at least that (a sleep is never shorter
+ * than asked; 0.5 ms allows for the two clock reads) and at most 250 ms:
+ * 200 ms of scheduling delay is generous for a loaded 2-core machine and
+ * still far below the uncapped 1000 ms. The wrong variant ignores
+ * Retry-After (respect_retry_after 0). */
+#define H3_CAP_MS 50
+#define H3_SLACK_MS 200
+
+static int h3_run(lab_result *r, int respect_retry_after) {
   lab_http h;
-  waits w = {0};
-  resil_retry *rt = make_retry(3, RESIL_RETRY_EXPONENTIAL, MS(20), MS(50), 0,
-                               record_wait, &w);
-  if (!lab_check(r, rt != NULL, "retry setup") || !lab_http_open(r, &h, NULL, NULL)) {
+  waits w;
+  memset(&w, 0, sizeof w);
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.backoff = RESIL_RETRY_EXPONENTIAL;
+  rc.initial_wait_ns = MS(20);
+  rc.multiplier = 2.0;
+  rc.max_wait_ns = MS(H3_CAP_MS);
+  rc.respect_retry_after = respect_retry_after;
+  rc.on_retry = record_wait;
+  rc.user = &w;
+  resil_retry *rt = NULL;
+  if (!lab_check(r, resil_retry_new(&rc, &rt, NULL) == RESIL_OK, "retry setup") ||
+      !lab_http_open(r, &h, set_start_recorder, &w)) {
     resil_retry_free(rt);
     return 0;
   }
@@ -238,31 +301,56 @@ static int h3(lab_result *r) {
   int64_t took = now_ms() - t0;
   long with_retry = attempts(&h, "status");
   resil_fixture_reset(h.fx);
+  long long before = client_attempts(&h);
   call(&h, "status_ra", KV("code", "502", "ra", "1"), NULL, NULL, NULL);
+  long long made_without = client_attempts(&h) - before;
   long without = attempts(&h, "status");
-  json_t *arr = json_array();
-  int capped = 1;
+  json_t *planned = json_array(), *measured = json_array();
+  int planned_ok = w.n == 2, measured_ok = w.n == 2;
+  double lo = 1e9, hi = -1;
   for (int i = 0; i < w.n; i++) {
-    json_array_append_new(arr, json_integer(w.ms[i]));
-    if (w.ms[i] > 50) capped = 0;
+    double m = measured_wait_ms(&w, i);
+    json_array_append_new(planned, json_integer(w.planned_ns[i] / 1000000));
+    json_array_append_new(measured, json_real(m));
+    if (w.planned_ns[i] != MS(H3_CAP_MS)) planned_ok = 0;
+    if (m < H3_CAP_MS - 0.5 || m > H3_CAP_MS + H3_SLACK_MS) measured_ok = 0;
+    if (m < lo) lo = m;
+    if (m > hi) hi = m;
   }
   char ob[64];
-  lab_obs_int(r, "attempts", with_retry);
-  lab_obs_int(r, "attempts_without_retry", without);
-  lab_obs_json(r, "waits_ms", arr);
+  lab_obs_int(r, "attempts", o.attempts);
+  lab_obs_int(r, "upstream_attempts", with_retry);
+  lab_obs_int(r, "attempts_without_retry", made_without);
+  lab_obs_int(r, "upstream_attempts_without_retry", without);
+  lab_obs_bool(r, "respect_retry_after", respect_retry_after);
+  lab_obs_json(r, "waits_ms", planned);
+  lab_obs_json(r, "measured_waits_ms", measured);
   lab_obs_int(r, "total_ms", took);
   lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
-  lab_summary(r, "502 + Retry-After: 1, retry exp 20 ms cap 50 ms x3: %ld attempts, waits %lld/%lld ms (Retry-After capped), %lld ms in all; without retry: %ld attempt",
-              with_retry, (long long)(w.n > 0 ? w.ms[0] : -1),
-              (long long)(w.n > 1 ? w.ms[1] : -1), (long long)took, without);
-  lab_check(r, with_retry == 3, "%ld attempts with retry, expected 3", with_retry);
-  lab_check(r, w.n == 2 && capped, "waits not capped at 50 ms");
-  lab_check(r, took < 1000, "took %lld ms: Retry-After not capped", (long long)took);
-  lab_check(r, without == 1, "%ld attempts without retry, expected 1", without);
+  lab_summary(r, "502 + Retry-After: 1, retry exp 20 ms cap 50 ms x3: %u attempts (upstream saw %ld), planned waits %lld/%lld ms, measured %.1f..%.1f ms, %lld ms in all; without retry: %lld attempt (upstream saw %ld)",
+              o.attempts, with_retry,
+              (long long)(w.n > 0 ? w.planned_ns[0] / 1000000 : -1),
+              (long long)(w.n > 1 ? w.planned_ns[1] / 1000000 : -1), lo, hi, (long long)took,
+              made_without, without);
+  lab_expect(r, "three_attempts", with_retry == 3 && o.attempts == 3,
+             "%ld attempts seen, %u counted with retry, expected 3", with_retry, o.attempts);
+  lab_expect(r, "waits_are_capped_retry_after", planned_ok,
+             "planned waits %lld/%lld ms (%d), expected %d/%d: the capped Retry-After",
+             (long long)(w.n > 0 ? w.planned_ns[0] / 1000000 : -1),
+             (long long)(w.n > 1 ? w.planned_ns[1] / 1000000 : -1), w.n, H3_CAP_MS,
+             H3_CAP_MS);
+  lab_expect(r, "measured_waits_capped", measured_ok,
+             "measured waits %.1f..%.1f ms, expected %d..%d", lo, hi, H3_CAP_MS,
+             H3_CAP_MS + H3_SLACK_MS);
+  lab_expect(r, "one_attempt_without_retry", without == 1 && made_without == 1,
+             "%ld attempts seen, %lld made without retry, expected 1", without, made_without);
   lab_http_close(&h);
   resil_retry_free(rt);
   return r->pass;
 }
+
+static int h3(lab_result *r) { return h3_run(r, 1); }
+static int h3_wrong(lab_result *r) { return h3_run(r, 0); }
 
 /* ---- H4 ---------------------------------------------------------------- */
 static void set_timeout(resil_http_client_config *cfg, void *u) {
@@ -274,7 +362,9 @@ static int h4(lab_result *r) {
   const char *codes[2] = {"503", "429"};
   json_t *arr = json_array();
   long total = 0;
+  long long made = 0;
   int ok = 1;
+  char outs[2][64] = {"", ""};
   for (int t = 0; t < 2; t++) {
     lab_http h;
     if (!lab_http_open(r, &h, set_timeout, &timeouts[t])) {
@@ -287,8 +377,12 @@ static int h4(lab_result *r) {
       resil_outcome o = call(&h, "post_status", KV("code", codes[k], "ra", "1"), NULL, NULL, NULL);
       long n = attempts(&h, "status");
       total += n;
+      char ob[64];
+      fmt(&o, ob, sizeof ob);
+      if (t == 0) snprintf(outs[k], sizeof outs[k], "%s", ob);
       json_t *x = json_object();
       json_object_set_new(x, "status", json_integer(o.http_status));
+      json_object_set_new(x, "outcome", json_string(ob));
       json_object_set_new(x, "response_timeout_ms", json_integer(timeouts[t] / 1000000));
       json_object_set_new(x, "attempts", json_integer(n));
       json_array_append_new(arr, x);
@@ -296,14 +390,19 @@ static int h4(lab_result *r) {
     }
     resil_http_stats st;
     resil_http_client_get_stats(h.c, &st);
-    if (st.resends_counted != 0 || st.requests_sent != 2) ok = 0;
+    made += (long long)st.attempts;
+    if (st.resends_counted != 0 || st.requests_sent != 2 || st.attempts != 2) ok = 0;
     lab_http_close(&h);
   }
+  char both[140];
+  snprintf(both, sizeof both, "%s, %s", outs[0], outs[1]);
   lab_obs_json(r, "cases", arr);
   lab_obs_int(r, "attempts", total);
-  lab_obs_str(r, "outcome", "ANSWERED(503), ANSWERED(429)");
-  lab_summary(r, "POST 503 and 429 with response timeouts 50 ms and 5 s: %ld attempts for 4 calls, no transport re-send", total);
-  lab_check(r, ok && total == 4, "some call made more than one attempt");
+  lab_obs_int(r, "client_attempts", made);
+  lab_obs_str(r, "outcome", both);
+  lab_summary(r, "POST 503 and 429 with response timeouts 50 ms and 5 s: %s; upstream saw %ld attempts for 4 calls, the clients made %lld, no transport re-send",
+              both, total, made);
+  lab_check(r, ok && total == 4 && made == 4, "some call made more than one attempt");
   return r->pass;
 }
 
@@ -431,18 +530,24 @@ static int h8(lab_result *r) {
   lab_http h;
   if (!lab_http_open(r, &h, NULL, NULL)) goto out;
   unsigned ports[2] = {0, 0};
+  resil_outcome o[2];
   for (int i = 0; i < 2; i++) {
-    call(&h, "get_item", KV("id", "1", "token", "t"), NULL, NULL, NULL);
+    o[i] = call(&h, "get_item", KV("id", "1", "token", "t"), NULL, NULL, NULL);
     ports[i] = resil_fixture_last_peer_port(h.fx, "items");
   }
   long conns = resil_fixture_connections(h.fx);
-  lab_obs_int(r, "attempts", attempts(&h, "items"));
+  long seen = attempts(&h, "items");
+  char ob[64];
+  lab_obs_int(r, "attempts", seen);
   lab_obs_int(r, "local_port_1", ports[0]);
   lab_obs_int(r, "local_port_2", ports[1]);
   lab_obs_int(r, "connections", conns);
-  lab_obs_str(r, "outcome", "ANSWERED(200)");
-  lab_summary(r, "two sequential GETs: client ports %u and %u, server accepted %ld connection(s)",
-              ports[0], ports[1], conns);
+  lab_obs_str(r, "outcome", fmt(&o[1], ob, sizeof ob));
+  lab_summary(r, "two sequential GETs (%s, upstream saw %ld): client ports %u and %u, server accepted %ld connection(s)",
+              ob, seen, ports[0], ports[1], conns);
+  lab_check(r, o[0].http_status == 200 && o[1].http_status == 200 && seen == 2,
+            "calls answered %d and %d, upstream saw %ld", o[0].http_status, o[1].http_status,
+            seen);
   lab_check(r, ports[0] != 0 && ports[0] == ports[1], "ports differ");
   lab_check(r, conns == 1, "%ld connections", conns);
 out:
@@ -479,16 +584,25 @@ static int h9(lab_result *r) {
     struct timespec ts = {0, 2000000};
     nanosleep(&ts, NULL);
   }
+  resil_http_stats st0, st1;
+  memset(&st0, 0, sizeof st0);
+  memset(&st1, 0, sizeof st1);
+  resil_http_client_get_stats(h.c, &st0);
   int64_t t0 = now_ms();
   resil_outcome o = call(&h, "get_item", KV("id", "9", "token", "t"), NULL, NULL, NULL);
   int64_t waited = now_ms() - t0;
+  resil_http_client_get_stats(h.c, &st1);
   long items_seen = attempts(&h, "items");
+  /* The attempt that timed out waiting for a slot, and any that got one. */
+  long long lease_timeouts = (long long)(st1.lease_timeouts - st0.lease_timeouts);
+  long long made = lease_timeouts + (long long)(st1.attempts - st0.attempts);
   pthread_join(t, NULL);
   resil_outcome after = call(&h, "get_item", KV("id", "9", "token", "t"), NULL, NULL, NULL);
   char ob[96], ab[96];
   lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
   lab_obs_int(r, "lease_wait_ms", waited);
-  lab_obs_int(r, "attempts", 1);
+  lab_obs_int(r, "attempts", made);
+  lab_obs_int(r, "lease_timeouts", lease_timeouts);
   lab_obs_int(r, "upstream_saw", items_seen);
   lab_obs_str(r, "after_release", fmt(&after, ab, sizeof ab));
   lab_summary(r, "pool of 1 held by a slow call: second call %s after %lld ms, upstream saw %ld; after release %s",
@@ -496,6 +610,8 @@ static int h9(lab_result *r) {
   lab_check(r, o.kind == RESIL_NOT_SENT && o.reason == RESIL_REASON_POOL_TIMEOUT, "outcome %s", ob);
   lab_check(r, waited >= 95 && waited < 400, "lease wait %lld ms", (long long)waited);
   lab_check(r, items_seen == 0, "upstream saw %ld requests", items_seen);
+  lab_check(r, made == 1 && lease_timeouts == 1, "%lld attempts, %lld lease timeouts, expected 1",
+            made, lease_timeouts);
   lab_check(r, after.http_status == 200, "after release %s", ab);
 out:
   lab_http_close(&h);
@@ -639,6 +755,8 @@ static int h13(lab_result *r) {
   int leaks = 0;
   size_t total = 0;
   int headers_redacted = 0;
+  long seen = 0;
+  char last[64] = "";
   for (size_t i = 0; i < 5; i++) {
     log_capture cap = {0};
     log_setup ls = {levels[i], &cap};
@@ -649,6 +767,8 @@ static int h13(lab_result *r) {
                                 "cookie", "session=sekret-cookie-456", "apikey", secrets[2]),
                              NULL, NULL, NULL);
       lab_check(r, o.http_status == 200, "call at %s failed", names[i]);
+      fmt(&o, last, sizeof last);
+      seen += attempts(&h, "items");
     }
     lab_http_close(&h);
     json_object_set_new(per, names[i], json_integer((json_int_t)cap.lines));
@@ -661,10 +781,11 @@ static int h13(lab_result *r) {
   }
   lab_obs_json(r, "lines_per_level", per);
   lab_obs_int(r, "secrets_found", leaks);
-  lab_obs_int(r, "attempts", 5);
-  lab_obs_str(r, "outcome", "ANSWERED(200)");
-  lab_summary(r, "Authorization, Cookie, X-Api-Key and ?token= sent at 5 log levels: %zu lines logged, secrets found in %d levels, [REDACTED] shown at HEADERS: %s",
-              total, leaks, headers_redacted ? "yes" : "no");
+  lab_obs_int(r, "attempts", seen);
+  lab_obs_str(r, "outcome", last);
+  lab_summary(r, "Authorization, Cookie, X-Api-Key and ?token= sent at 5 log levels (upstream saw %ld requests, last %s): %zu lines logged, secrets found in %d levels, [REDACTED] shown at HEADERS: %s",
+              seen, last, total, leaks, headers_redacted ? "yes" : "no");
+  lab_check(r, seen == 5, "upstream saw %ld requests, expected 5", seen);
   lab_check(r, total > 0, "nothing was logged: the check would prove nothing");
   lab_check(r, headers_redacted, "HEADERS level showed no redaction marker");
   return r->pass;
@@ -682,6 +803,7 @@ static int h14(lab_result *r) {
   size_t sizes[2] = {2049, 2048};
   long decoded[2] = {0, 0};
   char enc[2][32] = {"", ""};
+  char outs[2][64] = {"", ""};
   for (int k = 0; k < 2; k++) {
     /* {"pad":"xxx...x"} of exactly sizes[k] bytes. */
     size_t n = sizes[k];
@@ -696,7 +818,8 @@ static int h14(lab_result *r) {
     args.body = body;
     args.body_len = n;
     resil_http_response *resp = NULL;
-    resil_http_call(h.c, "echo", &args, NULL, NULL, &resp);
+    resil_outcome o = resil_http_call(h.c, "echo", &args, NULL, NULL, &resp);
+    fmt(&o, outs[k], sizeof outs[k]);
     json_t *j = resil_http_response_json(resp);
     decoded[k] = (long)json_integer_value(json_object_get(j, "body_len"));
     const char *ce = json_string_value(json_object_get(j, "content_encoding"));
@@ -708,12 +831,16 @@ static int h14(lab_result *r) {
   lab_obs_str(r, "encoding_2048", enc[1]);
   lab_obs_int(r, "server_decoded_2049", decoded[0]);
   lab_obs_int(r, "server_decoded_2048", decoded[1]);
-  lab_obs_int(r, "attempts", attempts(&h, "echo"));
-  lab_obs_str(r, "outcome", "ANSWERED(200)");
+  long seen = attempts(&h, "echo");
+  char both[140];
+  snprintf(both, sizeof both, "%s, %s", outs[0], outs[1]);
+  lab_obs_int(r, "attempts", seen);
+  lab_obs_str(r, "outcome", both);
   lab_summary(r, "JSON body of 2049 bytes sent as %s, server decoded %ld bytes; 2048 bytes sent as %s, server read %ld",
               enc[0], decoded[0], enc[1], decoded[1]);
   lab_check(r, strcmp(enc[0], "gzip") == 0 && decoded[0] == 2049, "2049 not gzipped/decoded");
   lab_check(r, strcmp(enc[1], "identity") == 0 && decoded[1] == 2048, "2048 gzipped");
+  lab_check(r, seen == 2, "upstream saw %ld requests, expected 2", seen);
 out:
   lab_http_close(&h);
   return r->pass;
@@ -762,43 +889,73 @@ static int h15(lab_result *r) {
 }
 
 /* ---- H16 --------------------------------------------------------------- */
-static int h16(lab_result *r) {
+/* The wrong variant lets libcurl re-send: RESIL_HTTP_RESEND_IF_SAFE and the
+ * POST declared idempotent, so the hidden re-send is allowed and happens. */
+static void set_resend_if_safe(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->resend_stale = RESIL_HTTP_RESEND_IF_SAFE;
+}
+
+static int h16_run(lab_result *r, int wrong) {
   lab_http h;
-  if (!lab_http_open(r, &h, NULL, NULL)) goto out;
+  if (!lab_http_open(r, &h, wrong ? set_resend_if_safe : NULL, NULL)) goto out;
   resil_outcome g = call(&h, "ka_get", NULL, NULL, NULL, NULL);
+  resil_http_stats st0;
+  memset(&st0, 0, sizeof st0);
+  resil_http_client_get_stats(h.c, &st0);
+  long seen0 = attempts(&h, "ka");
   resil_http_args args;
   resil_http_args_init(&args);
   args.body = "pay=10";
   args.body_len = 6;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  if (wrong) ctx.flags = RESIL_CALL_IDEMPOTENT;
   resil_http_response *resp = NULL;
-  resil_outcome o = resil_http_call(h.c, "ka_post", &args, NULL, NULL, &resp);
+  resil_outcome o = resil_http_call(h.c, "ka_post", &args, NULL, &ctx, &resp);
   resil_http_stats st;
+  memset(&st, 0, sizeof st);
   resil_http_client_get_stats(h.c, &st);
   resil_http_info info;
+  memset(&info, 0, sizeof info);
   resil_http_response_info(resp, &info);
   long eff = effects(&h, "ka");
+  long seen = attempts(&h, "ka") - seen0;
   long conns = resil_fixture_connections(h.fx);
+  long long made = (long long)(st.attempts - st0.attempts);
+  long long prevented = (long long)(st.resends_prevented - st0.resends_prevented);
+  long long counted = (long long)(st.resends_counted - st0.resends_counted);
   char ob[96];
   lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
   lab_obs_int(r, "effects", eff);
-  lab_obs_int(r, "attempts", 1);
-  lab_obs_int(r, "resends_prevented", (long long)st.resends_prevented);
+  lab_obs_int(r, "attempts", made);
+  lab_obs_int(r, "upstream_saw", seen);
+  lab_obs_int(r, "resends_prevented", prevented);
+  lab_obs_int(r, "resends_counted", counted);
   lab_obs_int(r, "connections", conns);
   lab_obs_bool(r, "post_on_reused_connection", info.reused_connection);
-  lab_summary(r, "POST on a reused keep-alive connection that the server closes after reading it: %s, effects %ld, libcurl's silent re-send refused %llu time(s), connections %ld",
-              ob, eff, (unsigned long long)st.resends_prevented, conns);
-  lab_check(r, g.http_status == 200, "warm-up GET failed");
-  lab_check(r, o.kind == RESIL_UNKNOWN, "outcome %s, expected UNKNOWN", ob);
-  lab_check(r, eff == 1, "effects %ld, expected exactly 1", eff);
-  lab_check(r, st.resends_prevented == 1, "re-send not detected");
+  lab_summary(r, "POST on a reused keep-alive connection that the server closes after reading it: %s, %lld attempt(s), upstream saw %ld POST(s), effects %ld, libcurl's silent re-send refused %lld time(s), allowed %lld, connections %ld",
+              ob, made, seen, eff, prevented, counted, conns);
+  lab_expect(r, "warm_up", g.http_status == 200, "warm-up GET failed");
+  lab_expect(r, "unknown", o.kind == RESIL_UNKNOWN, "outcome %s, expected UNKNOWN", ob);
+  lab_expect(r, "one_effect", eff == 1 && seen == 1,
+             "effects %ld, POSTs seen %ld, expected exactly 1", eff, seen);
+  lab_expect(r, "resend_refused", prevented == 1 && counted == 0,
+             "re-sends refused %lld, allowed %lld, expected 1 and 0", prevented, counted);
+  lab_expect(r, "one_attempt", made == 1, "%lld attempts, expected 1", made);
   resil_http_response_free(resp);
 out:
   lab_http_close(&h);
   return r->pass;
 }
 
+static int h16(lab_result *r) { return h16_run(r, 0); }
+static int h16_wrong(lab_result *r) { return h16_run(r, 1); }
+
 /* ---- P13 --------------------------------------------------------------- */
-static int p13(lab_result *r) {
+/* The wrong variant has no minimum attempt budget: the second attempt is
+ * sent into the 200 ms left. */
+static int p13_run(lab_result *r, int64_t min_attempt_budget_ns) {
   lab_http h;
   resil_retry *rt = NULL;
   resil_breaker *br = NULL;
@@ -809,7 +966,7 @@ static int p13(lab_result *r) {
   resil_retry_config_init(&rc);
   rc.max_attempts = 3;
   rc.wait_ns = MS(100);
-  rc.min_attempt_budget_ns = MS(500);
+  rc.min_attempt_budget_ns = min_attempt_budget_ns;
   resil_breaker_config bc;
   resil_breaker_config_init(&bc);
   resil_timelimiter_config tc;
@@ -872,15 +1029,19 @@ static int p13(lab_result *r) {
   lab_obs_int(r, "bulkhead_available", avail);
   lab_obs_str(r, "recovered_outcome", fmt(&o2, b2, sizeof b2));
   lab_obs_int(r, "recovered_attempts", o2.attempts);
-  lab_summary(r, "%s, deadline 700 ms, limiter 400 ms, wait 100 ms, min budget 500 ms, upstream 900 ms: %s after %u attempt, next refused (%s), upstream saw %ld, %lld ms, bulkhead %u/4 free; recovered: %s in %u attempt",
-              nest, b1, o.attempts, resil_stop_name(o.stop), seen, (long long)took, avail, b2,
-              o2.attempts);
-  lab_check(r, o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT, "outcome %s", b1);
-  lab_check(r, o.attempts == 1 && o.stop == RESIL_STOP_DEADLINE && rs.refused_by_deadline == 1,
-            "attempts %u stop %s", o.attempts, resil_stop_name(o.stop));
-  lab_check(r, seen == 1, "upstream saw %ld requests", seen);
-  lab_check(r, avail == 4, "bulkhead %u free", avail);
-  lab_check(r, o2.http_status == 200 && o2.attempts == 1, "recovered: %s", b2);
+  lab_obs_int(r, "min_attempt_budget_ms", min_attempt_budget_ns / 1000000);
+  lab_summary(r, "%s, deadline 700 ms, limiter 400 ms, wait 100 ms, min budget %lld ms, upstream 900 ms: %s after %u attempt(s), stop %s, upstream saw %ld, %lld ms, bulkhead %u/4 free; recovered: %s in %u attempt",
+              nest, (long long)(min_attempt_budget_ns / 1000000), b1, o.attempts,
+              resil_stop_name(o.stop), seen, (long long)took, avail, b2, o2.attempts);
+  lab_expect(r, "timeout", o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
+             "outcome %s", b1);
+  lab_expect(r, "second_refused_by_deadline",
+             o.attempts == 1 && o.stop == RESIL_STOP_DEADLINE && rs.refused_by_deadline == 1,
+             "attempts %u stop %s, refused by deadline %llu", o.attempts,
+             resil_stop_name(o.stop), (unsigned long long)rs.refused_by_deadline);
+  lab_expect(r, "upstream_saw_one", seen == 1, "upstream saw %ld requests", seen);
+  lab_expect(r, "bulkhead_full_again", avail == 4, "bulkhead %u free", avail);
+  lab_expect(r, "recovered", o2.http_status == 200 && o2.attempts == 1, "recovered: %s", b2);
 out:
   lab_http_close(&h);
   resil_chain_free(ch);
@@ -891,11 +1052,16 @@ out:
   return r->pass;
 }
 
+static int p13(lab_result *r) { return p13_run(r, MS(500)); }
+static int p13_wrong(lab_result *r) { return p13_run(r, 0); }
+
 const lab_experiment lab_http_experiments[] = {
-    {"P13", "one deadline through Retry(Breaker(TimeLimiter(Bulkhead(HTTP))))", p13, NULL, NULL, NULL},
+    {"P13", "one deadline through Retry(Breaker(TimeLimiter(Bulkhead(HTTP))))", p13,
+     p13_wrong, "no minimum attempt budget", "second_refused_by_deadline"},
     {"H1", "GET /items/42: path and header bound, JSON decoded", h1, NULL, NULL, NULL},
     {"H2", "400 and 500: one attempt each by default", h2, NULL, NULL, NULL},
-    {"H3", "502 + Retry-After with a capped retry", h3, NULL, NULL, NULL},
+    {"H3", "502 + Retry-After with a capped retry", h3, h3_wrong,
+     "Retry-After ignored (respect_retry_after 0)", "waits_are_capped_retry_after"},
     {"H4", "503 and 429: no hidden transport retry", h4, NULL, NULL, NULL},
     {"H5", "POST /slow, response timeout 250 ms", h5, NULL, NULL, NULL},
     {"H6", "unsafe retries vs safe default vs stable key", h6, NULL, NULL, NULL},
@@ -908,7 +1074,8 @@ const lab_experiment lab_http_experiments[] = {
     {"H13", "secrets never logged at any level", h13, NULL, NULL, NULL},
     {"H14", "gzip above 2048 bytes, server decodes", h14, NULL, NULL, NULL},
     {"H15", "redirects off and on: hops apart from attempts", h15, NULL, NULL, NULL},
-    {"H16", "dead reused connection: no silent re-send", h16, NULL, NULL, NULL},
+    {"H16", "dead reused connection: no silent re-send", h16, h16_wrong,
+     "the re-send allowed (RESEND_IF_SAFE, POST declared idempotent)", "one_effect"},
     {NULL, NULL, NULL, NULL, NULL, NULL}};
 
 #else /* !RESIL_HAVE_FIXTURE */
