@@ -640,7 +640,7 @@ static int h10(lab_result *r) {
   lab_obs_str(r, "status", resil_status_name(st));
   lab_obs_str(r, "field", err.field);
   lab_obs_str(r, "message", err.msg);
-  lab_obs_int(r, "attempts", 0);
+  lab_obs_int(r, "attempts", resil_fixture_attempts(fx, "items"));
   lab_obs_int(r, "requests_seen", conns);
   lab_obs_str(r, "outcome", "none: client not created");
   lab_summary(r, "endpoint \"broken\" with path /items/{id: %s at creation (%s), upstream connections %ld",
