@@ -93,10 +93,11 @@ static resil_breaker_metrics bmetrics(resil_breaker *b) {
 /* P1 and P2 share the setup: breaker window 1 / min 1 / 50 %, retry 3
  * attempts with zero wait, a call that fails (connection refused) twice
  * and then succeeds. */
-static int order_experiment(lab_result *r, int retry_outside) {
+static int order_experiment(lab_result *r, int retry_outside, int wrong) {
   resil_breaker *b = breaker(1, 1, 50, NULL);
   resil_retry *rt = retry(3, 0);
-  resil_chain *ch = b && rt ? chain2(rt, b, retry_outside) : NULL;
+  /* The wrong variant builds the other order and checks this one. */
+  resil_chain *ch = b && rt ? chain2(rt, b, wrong ? !retry_outside : retry_outside) : NULL;
   if (!lab_check(r, ch != NULL, "setup failed")) goto out;
   flaky f = {.fail_first = 2, .failure = refused()};
   atomic_init(&f.calls, 0);
@@ -121,13 +122,13 @@ static int order_experiment(lab_result *r, int retry_outside) {
               (unsigned long long)m.total_successes,
               (unsigned long long)m.total_failures, ob);
   if (retry_outside) {
-    lab_check(r, calls == 1, "physical_calls %d, expected 1", calls);
+    lab_expect(r, "physical_calls", calls == 1, "physical_calls %d, expected 1", calls);
     lab_check(r, m.state == RESIL_BREAKER_OPEN, "breaker %s, expected OPEN",
               resil_breaker_state_name(m.state));
     lab_check(r, o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_BREAKER_OPEN,
               "outcome %s, expected REJECTED(circuit breaker open)", ob);
   } else {
-    lab_check(r, calls == 3, "physical_calls %d, expected 3", calls);
+    lab_expect(r, "physical_calls", calls == 3, "physical_calls %d, expected 3", calls);
     lab_check(r, m.state == RESIL_BREAKER_CLOSED, "breaker %s, expected CLOSED",
               resil_breaker_state_name(m.state));
     lab_check(r, m.total_successes == 1 && m.total_failures == 0,
@@ -143,18 +144,21 @@ out:
   return r->pass;
 }
 
-static int p1(lab_result *r) { return order_experiment(r, 1); }
-static int p2(lab_result *r) { return order_experiment(r, 0); }
+static int p1(lab_result *r) { return order_experiment(r, 1, 0); }
+static int p1_wrong(lab_result *r) { return order_experiment(r, 1, 1); }
+static int p2(lab_result *r) { return order_experiment(r, 0, 0); }
+static int p2_wrong(lab_result *r) { return order_experiment(r, 0, 1); }
 
 /* P3: an always-failing call, retry 3: the breaker's failure count depends
  * on where it stands. */
-static int p3(lab_result *r) {
+static int p3_run(lab_result *r, int wrong) {
   uint64_t failures[2] = {0, 0};
   int calls[2] = {0, 0};
   for (int outside = 1; outside >= 0; outside--) {
     resil_breaker *b = breaker(10, 10, 50, NULL);
     resil_retry *rt = retry(3, 0);
-    resil_chain *ch = b && rt ? chain2(rt, b, outside) : NULL;
+    /* The wrong variant puts the retry outside both times. */
+    resil_chain *ch = b && rt ? chain2(rt, b, wrong ? 1 : outside) : NULL;
     if (lab_check(r, ch != NULL, "setup failed")) {
       flaky f = {.fail_first = 1000, .failure = refused()};
       atomic_init(&f.calls, 0);
@@ -173,18 +177,21 @@ static int p3(lab_result *r) {
   lab_summary(r, "Retry(Breaker): breaker failures=%llu; Breaker(Retry): breaker failures=%llu; physical calls %d and %d",
               (unsigned long long)failures[1], (unsigned long long)failures[0],
               calls[1], calls[0]);
-  lab_check(r, failures[1] == 3, "retry outside: %llu failures, expected 3",
-            (unsigned long long)failures[1]);
-  lab_check(r, failures[0] == 1, "breaker outside: %llu failures, expected 1",
-            (unsigned long long)failures[0]);
+  lab_expect(r, "retry_outside_3", failures[1] == 3, "retry outside: %llu failures, expected 3",
+             (unsigned long long)failures[1]);
+  lab_expect(r, "breaker_outside_1", failures[0] == 1,
+             "breaker outside: %llu failures, expected 1", (unsigned long long)failures[0]);
   return r->pass;
 }
 
+static int p3(lab_result *r) { return p3_run(r, 0); }
+static int p3_wrong(lab_result *r) { return p3_run(r, 1); }
+
 /* P4: rate limiter 2 per period (1 h), timeout 0. */
-static int p4(lab_result *r) {
+static int p4_run(lab_result *r, uint32_t limit) {
   resil_ratelimiter_config c;
   resil_ratelimiter_config_init(&c);
-  c.limit_for_period = 2;
+  c.limit_for_period = limit;
   c.refresh_period_ns = INT64_C(3600) * 1000000000;
   c.timeout_ns = 0;
   resil_ratelimiter *rl = NULL;
@@ -203,11 +210,14 @@ static int p4(lab_result *r) {
   lab_summary(r, "2 per 1 h, timeout 0: permits %s, %s, %s; available %lld",
               got[0] ? "true" : "false", got[1] ? "true" : "false",
               got[2] ? "true" : "false", (long long)avail);
-  lab_check(r, got[0] && got[1] && !got[2], "permits not true,true,false");
-  lab_check(r, avail == 0, "available %lld, expected 0", (long long)avail);
+  lab_expect(r, "third_refused", got[0] && got[1] && !got[2], "permits not true,true,false");
+  lab_expect(r, "none_available", avail == 0, "available %lld, expected 0", (long long)avail);
   resil_ratelimiter_free(rl);
   return r->pass;
 }
+
+static int p4(lab_result *r) { return p4_run(r, 2); }
+static int p4_wrong(lab_result *r) { return p4_run(r, 3); }
 
 /* P5: bulkhead max 2, wait 0; two calls held in flight by a latch. */
 typedef struct latch {
@@ -267,11 +277,12 @@ static void *p5_thread(void *p) {
   return NULL;
 }
 
-static int p5(lab_result *r) {
+/* The wrong variant lets the third call wait 200 ms for a slot. */
+static int p5_run(lab_result *r, int64_t max_wait_ns) {
   resil_bulkhead_config c;
   resil_bulkhead_config_init(&c);
   c.max_concurrent = 2;
-  c.max_wait_ns = 0;
+  c.max_wait_ns = max_wait_ns;
   resil_bulkhead *bh = NULL;
   if (!lab_check(r, resil_bulkhead_new(&c, &bh, NULL) == RESIL_OK, "setup failed"))
     return 0;
@@ -309,14 +320,17 @@ static int p5(lab_result *r) {
             "third call %s, expected REJECTED(bulkhead full)", ob);
   lab_check(r, business_before_release == 2, "business code ran %d times, expected 2",
             business_before_release);
-  lab_check(r, third_ms < 100, "rejection took %lld ms, expected at once",
-            (long long)third_ms);
+  lab_expect(r, "rejected_at_once", third_ms < 100, "rejection took %lld ms, expected at once",
+             (long long)third_ms);
   lab_check(r, m.available == 2, "available after release %u, expected 2", m.available);
   lab_check(r, m.peak_in_flight == 2, "peak %u, expected 2", m.peak_in_flight);
   latch_destroy(&l);
   resil_bulkhead_free(bh);
   return r->pass;
 }
+
+static int p5(lab_result *r) { return p5_run(r, 0); }
+static int p5_wrong(lab_result *r) { return p5_run(r, MS(200)); }
 
 /* Runs one call through the breaker's split form on the manual clock:
  * returns 1 when permitted (and records `o` with duration_ns). */
@@ -344,13 +358,14 @@ static json_t *transitions_json(resil_breaker *b) {
 }
 
 /* P6: window 4 / min 2 / 50 % / OPEN wait 150 ms / 1 half-open probe. */
-static int p6(lab_result *r) {
+/* The wrong variant needs 3 calls before it may open. */
+static int p6_run(lab_result *r, uint32_t min_calls) {
   resil_manual_clock *mc = NULL;
   resil_manual_clock_new(0, 0, &mc);
   resil_breaker_config c;
   resil_breaker_config_init(&c);
   c.window_size = 4;
-  c.minimum_calls = 2;
+  c.minimum_calls = min_calls;
   c.failure_rate_threshold_pct = 50;
   c.open_wait_ns = MS(150);
   c.half_open_permitted_calls = 1;
@@ -393,7 +408,8 @@ static int p6(lab_result *r) {
               (unsigned long long)m_rej.total_not_permitted, states[3], states[4],
               (unsigned long long)m_open.failed_calls, m_open.failure_rate_pct);
   lab_check(r, strcmp(states[0], "CLOSED") == 0, "after 1 failure %s, expected CLOSED", states[0]);
-  lab_check(r, strcmp(states[1], "OPEN") == 0, "after 2 failures %s, expected OPEN", states[1]);
+  lab_expect(r, "opens_after_2", strcmp(states[1], "OPEN") == 0,
+             "after 2 failures %s, expected OPEN", states[1]);
   lab_check(r, m_open.failed_calls == 2 && m_open.failure_rate_pct == 100.0,
             "opened with failed %llu rate %.1f, expected 2 and 100",
             (unsigned long long)m_open.failed_calls, m_open.failure_rate_pct);
@@ -406,6 +422,9 @@ static int p6(lab_result *r) {
   resil_manual_clock_free(mc);
   return r->pass;
 }
+
+static int p6(lab_result *r) { return p6_run(r, 2); }
+static int p6_wrong(lab_result *r) { return p6_run(r, 3); }
 
 /* P7: one permitted probe; the wrong variant permits 2. The failed probe
  * of the second cycle must have been admitted by HALF_OPEN (the permit
@@ -475,7 +494,8 @@ static int p7(lab_result *r) { return p7_run(r, 1); }
 static int p7_wrong(lab_result *r) { return p7_run(r, 2); }
 
 /* P8: time window 1 s, min 2, slow 40 ms at 50 %. */
-static int p8(lab_result *r) {
+/* The wrong variant calls slow only from 100 ms on. */
+static int p8_run(lab_result *r, int64_t slow_ns) {
   resil_manual_clock *mc = NULL;
   resil_manual_clock_new(0, 0, &mc);
   resil_breaker_config c;
@@ -483,7 +503,7 @@ static int p8(lab_result *r) {
   c.window_type = RESIL_BREAKER_WINDOW_TIME;
   c.window_size = 1;
   c.minimum_calls = 2;
-  c.slow_call_duration_ns = MS(40);
+  c.slow_call_duration_ns = slow_ns;
   c.slow_call_rate_threshold_pct = 50;
   c.clock = mc ? resil_manual_clock_get(mc) : NULL;
   resil_breaker *b = NULL;
@@ -510,7 +530,8 @@ static int p8(lab_result *r) {
   lab_check(r, strcmp(s1, "CLOSED") == 0, "after one failure %s", s1);
   lab_check(r, m2.failed_calls == 0, "failures %llu after the window moved",
             (unsigned long long)m2.failed_calls);
-  lab_check(r, m3.slow_call_rate_pct == 50.0, "slow rate %.1f", m3.slow_call_rate_pct);
+  lab_expect(r, "slow_rate_50", m3.slow_call_rate_pct == 50.0, "slow rate %.1f",
+             m3.slow_call_rate_pct);
   lab_check(r, m3.failure_rate_pct == 0.0, "failure rate %.1f", m3.failure_rate_pct);
   lab_check(r, m3.state == RESIL_BREAKER_OPEN, "state %s, expected OPEN",
             resil_breaker_state_name(m3.state));
@@ -518,6 +539,9 @@ static int p8(lab_result *r) {
   resil_manual_clock_free(mc);
   return r->pass;
 }
+
+static int p8(lab_result *r) { return p8_run(r, MS(40)); }
+static int p8_wrong(lab_result *r) { return p8_run(r, MS(100)); }
 
 /* P9: exponential 20 ms x 2 on the real clock; the wrong variant waits a
  * fixed 40 ms. The waits the retry planned (its listener) must be 20 and
@@ -730,8 +754,9 @@ out:
 static int p10(lab_result *r) { return p10_run(r, 1); }
 static int p10_wrong(lab_result *r) { return p10_run(r, 0); }
 
-static int p11(lab_result *r) {
-  resil_timelimiter *tl = timelimiter(MS(25), 0);
+/* The wrong variant cancels the running task. */
+static int p11_run(lab_result *r, int cancel) {
+  resil_timelimiter *tl = timelimiter(MS(25), cancel);
   if (!lab_check(r, tl != NULL, "setup failed")) return 0;
   tl_task t = {.delay_before_effect_ms = 300};
   atomic_init(&t.effects, 0);
@@ -761,11 +786,14 @@ static int p11(lab_result *r) {
   lab_check(r, waited >= 25.0 && waited < 250.0, "caller waited %.1f ms", waited);
   lab_check(r, effects_at_return == 0, "effect before the caller returned");
   lab_check(r, effects_later == 1, "effects %d, expected 1", effects_later);
-  lab_check(r, atomic_load(&t.saw_cancel) == 0, "task was cancelled");
+  lab_expect(r, "not_cancelled", atomic_load(&t.saw_cancel) == 0, "task was cancelled");
   latch_destroy(&t.l);
   resil_timelimiter_free(tl);
   return r->pass;
 }
+
+static int p11(lab_result *r) { return p11_run(r, 0); }
+static int p11_wrong(lab_result *r) { return p11_run(r, 1); }
 
 /* P12: the fallback sees failure and rejection as different outcomes. */
 typedef struct p12_seen {
@@ -782,8 +810,9 @@ static resil_fallback_kind p12_fallback(void *fa, void *call_arg,
                                    : RESIL_FALLBACK_CACHED;
 }
 
-static int p12(lab_result *r) {
-  resil_breaker *b = breaker(1, 1, 50, NULL);
+/* The wrong variant's breaker needs 10 calls before it may open. */
+static int p12_run(lab_result *r, uint32_t window) {
+  resil_breaker *b = breaker(window, window, 50, NULL);
   p12_seen seen = {0};
   resil_chain_config cc;
   resil_chain_config_init(&cc);
@@ -817,9 +846,10 @@ static int p12(lab_result *r) {
   lab_check(r, seen.n == 2 && seen.o[0].kind == RESIL_ANSWERED &&
                    seen.o[0].reason == RESIL_REASON_FAILURE,
             "first outcome %s, expected a failure", a);
-  lab_check(r, seen.n == 2 && seen.o[1].kind == RESIL_REJECTED &&
-                   seen.o[1].reason == RESIL_REASON_BREAKER_OPEN,
-            "second outcome %s, expected REJECTED(breaker open)", c);
+  lab_expect(r, "second_rejected",
+             seen.n == 2 && seen.o[1].kind == RESIL_REJECTED &&
+                 seen.o[1].reason == RESIL_REASON_BREAKER_OPEN,
+             "second outcome %s, expected REJECTED(breaker open)", c);
   lab_check(r, !resil_outcome_is_success(&o1) && !resil_outcome_is_success(&o2),
             "a fallback turned a failure into success");
 out:
@@ -827,6 +857,9 @@ out:
   resil_breaker_free(b);
   return r->pass;
 }
+
+static int p12(lab_result *r) { return p12_run(r, 1); }
+static int p12_wrong(lab_result *r) { return p12_run(r, 10); }
 
 /* P14: amplification of nested retries, computed by the library from real
  * retry instances (resil_chain_amplification reads each layer's
@@ -876,7 +909,9 @@ static int p14_measure(p14_chain *c, int *calls, int64_t *slept_ns) {
   return 1;
 }
 
-static int p14(lab_result *r) {
+/* The wrong variant gives each layer its retry count as max_attempts: the
+ * "retries vs attempts" mistake. */
+static int p14_run(lab_result *r, int wrong) {
   /* 2 x 3 x 2 attempts, fixed waits 100, 75 and 50 ms. */
   const uint32_t attempts[3] = {2, 3, 2};
   const int64_t waits[3] = {MS(100), MS(75), MS(50)};
@@ -885,7 +920,9 @@ static int p14(lab_result *r) {
    * library's view of each layer (resil_retry_max_attempts) is what the
    * amplification multiplies. */
   const uint32_t retries[3] = {2, 3, 2};
-  const uint32_t retry_attempts[3] = {retries[0] + 1, retries[1] + 1, retries[2] + 1};
+  const uint32_t extra = wrong ? 0 : 1;
+  const uint32_t retry_attempts[3] = {retries[0] + extra, retries[1] + extra,
+                                      retries[2] + extra};
   const int64_t no_waits[3] = {0, 0, 0};
   resil_timelimiter *tl = timelimiter(MS(500), 1);
   p14_chain a = {{NULL}, NULL}, am = {{NULL}, NULL}, b = {{NULL}, NULL};
@@ -940,21 +977,34 @@ static int p14(lab_result *r) {
   return r->pass;
 }
 
+static int p14(lab_result *r) { return p14_run(r, 0); }
+static int p14_wrong(lab_result *r) { return p14_run(r, 1); }
+
 const lab_experiment lab_policy_experiments[] = {
-    {"P1", "Retry(Breaker(call)), fails twice then ok", p1, NULL, NULL, NULL},
-    {"P2", "Breaker(Retry(call)), fails twice then ok", p2, NULL, NULL, NULL},
-    {"P3", "always failing, retry 3: where the breaker stands", p3, NULL, NULL, NULL},
-    {"P4", "rate limiter 2 per hour, timeout 0", p4, NULL, NULL, NULL},
-    {"P5", "bulkhead max 2, wait 0", p5, NULL, NULL, NULL},
-    {"P6", "breaker window 4/min 2/50%/wait 150 ms/1 probe", p6, NULL, NULL, NULL},
+    {"P1", "Retry(Breaker(call)), fails twice then ok", p1, p1_wrong,
+     "Breaker(Retry(call)) instead", "physical_calls"},
+    {"P2", "Breaker(Retry(call)), fails twice then ok", p2, p2_wrong,
+     "Retry(Breaker(call)) instead", "physical_calls"},
+    {"P3", "always failing, retry 3: where the breaker stands", p3, p3_wrong,
+     "the retry outside in both chains", "breaker_outside_1"},
+    {"P4", "rate limiter 2 per hour, timeout 0", p4, p4_wrong,
+     "3 permits per period", "third_refused"},
+    {"P5", "bulkhead max 2, wait 0", p5, p5_wrong,
+     "a 200 ms wait for a slot", "rejected_at_once"},
+    {"P6", "breaker window 4/min 2/50%/wait 150 ms/1 probe", p6, p6_wrong,
+     "minimum 3 calls", "opens_after_2"},
     {"P7", "half-open admits only the permitted probes", p7, p7_wrong,
      "2 permitted half-open probes", "one_probe_admitted"},
-    {"P8", "time window 1 s, slow calls 40 ms at 50%", p8, NULL, NULL, NULL},
+    {"P8", "time window 1 s, slow calls 40 ms at 50%", p8, p8_wrong,
+     "slow from 100 ms", "slow_rate_50"},
     {"P9", "retry exponential 20 ms x 2, real gaps", p9, p9_wrong,
      "a fixed 40 ms wait", "gap1_below_40"},
     {"P10", "time limiter 25 ms with cancellation, retry 2", p10, p10_wrong,
      "the time limiter without cancellation", "tasks_saw_cancel"},
-    {"P11", "time limiter without cancellation", p11, NULL, NULL, NULL},
-    {"P12", "fallback tells failure from rejection", p12, NULL, NULL, NULL},
-    {"P14", "static amplification of nested retries", p14, NULL, NULL, NULL},
+    {"P11", "time limiter without cancellation", p11, p11_wrong,
+     "the time limiter with cancellation", "not_cancelled"},
+    {"P12", "fallback tells failure from rejection", p12, p12_wrong,
+     "a breaker that needs 10 calls to open", "second_rejected"},
+    {"P14", "static amplification of nested retries", p14, p14_wrong,
+     "retries counted as max_attempts", "attempts_36"},
     {NULL, NULL, NULL, NULL, NULL, NULL}};
