@@ -164,6 +164,24 @@ static void p13_without_the_minimum_attempt_budget_fails(void **s) {
   run_wrong_fails("P13", "second_refused_by_deadline upstream_saw_one");
 }
 
+/* Every other experiment's wrong variant fails through the check its
+ * table entry names (H3, H16 and P13 have tests of their own above). */
+static void every_other_wrong_variant_fails(void **s) {
+  (void)s;
+  static const char *const own[] = {"H3", "H16", "P13"};
+  int n = 0;
+  for (const lab_experiment *e = lab_http_experiments; e->id; e++) {
+    int skip = 0;
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+      if (strcmp(e->id, own[i]) == 0) skip = 1;
+    if (skip) continue;
+    if (!e->run_wrong) fail_msg("%s has no wrong variant", e->id);
+    run_wrong_fails(e->id, e->wrong_fails);
+    n++;
+  }
+  assert_int_equal(n, 14);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_http_experiment_reports_attempts_and_outcome),
@@ -175,6 +193,7 @@ int main(void) {
       cmocka_unit_test(h16_with_the_resend_allowed_fails),
       cmocka_unit_test(p13_second_attempt_refused_before_sending),
       cmocka_unit_test(p13_without_the_minimum_attempt_budget_fails),
+      cmocka_unit_test(every_other_wrong_variant_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
