@@ -204,6 +204,20 @@ static void sigkill_inside_an_operation_recovers_to_one_effect(void **s) {
   lab_result_clear(&r);
 }
 
+/* Every other experiment's wrong variant fails through the check its
+ * table entry names (I1 and I6 have tests of their own above). */
+static void every_other_wrong_variant_fails(void **s) {
+  (void)s;
+  int n = 0;
+  for (const lab_experiment *e = lab_idem_experiments; e->id; e++) {
+    if (strcmp(e->id, "I1") == 0 || strcmp(e->id, "I6") == 0)
+      continue;
+    run_wrong_fails(e->id);
+    n++;
+  }
+  assert_int_equal(n, 6);
+}
+
 static void idem_table_lists_i1_to_i8_in_order(void **s) {
   (void)s;
   static const char *const ids[] = {"I1", "I2", "I3", "I4",
@@ -230,6 +244,7 @@ int main(void) {
       cmocka_unit_test(concurrent_posts_with_a_key_each_fail),
       cmocka_unit_test(early_commit_is_caught_as_pending_with_one_effect),
       cmocka_unit_test(sigkill_inside_an_operation_recovers_to_one_effect),
+      cmocka_unit_test(every_other_wrong_variant_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -288,7 +288,8 @@ static int i1(lab_result *r) { return i1_run(r, 0); }
 static int i1_wrong(lab_result *r) { return i1_run(r, 1); }
 
 /* ---- I2 ------------------------------------------------------------------ */
-static int i2(lab_result *r) {
+/* The wrong variant does it right: one stable key for every attempt. */
+static int i2_run(lab_result *r, int stable_key) {
   idem_env e;
   resil_retry *rt = fixed_retry(3, MS(30));
   if (!lab_check(r, rt != NULL, "retry setup") || !env_dir(r, &e))
@@ -299,7 +300,9 @@ static int i2(lab_result *r) {
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.flags = RESIL_CALL_STABLE_KEY;
-  resil_outcome o = resil_retry_run(rt, &ctx, attempt_with_new_key, &nk);
+  resil_outcome o = stable_key ? call(e.c, "idem_post", KV("name", "i2", "ms", "500"),
+                                      "i2-stable-key", "{\"amount\":1}", rt, NULL)
+                               : resil_retry_run(rt, &ctx, attempt_with_new_key, &nk);
   long seen = resil_fixture_attempts(e.fx, "idem");
   /* The server commits before it sleeps; on a loaded machine the last
    * commit may still be running when the client gives up. */
@@ -324,7 +327,8 @@ static int i2(lab_result *r) {
   lab_summary(r, "new key per attempt, same timeouts: %s after %ld attempts, effects %ld: %d keys, each COMMITTED once, and the call still failed",
               ob, seen, eff, nk.n);
   lab_check(r, seen == 3 && o.attempts == 3, "%ld attempts, expected 3", seen);
-  lab_check(r, eff == 3 && per_key == 3, "effects %ld (%ld keys committed), expected 3", eff,
+  lab_expect(r, "three_effects", eff == 3 && per_key == 3,
+             "effects %ld (%ld keys committed), expected 3", eff,
             per_key);
   lab_check(r, o.kind == RESIL_UNKNOWN, "outcome %s, expected UNKNOWN", ob);
 stop:
@@ -335,8 +339,12 @@ out:
   return r->pass;
 }
 
+static int i2(lab_result *r) { return i2_run(r, 0); }
+static int i2_wrong(lab_result *r) { return i2_run(r, 1); }
+
 /* ---- I3 ------------------------------------------------------------------ */
-static int i3(lab_result *r) {
+/* The wrong variant's sweep keeps everything younger than a day. */
+static int i3_run(lab_result *r, int64_t sweep_older_than_ms) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
@@ -355,7 +363,7 @@ static int i3(lab_result *r) {
   call(e.c, "idem_fail", KV("name", "i3"), "op-pending", "{\"amount\":1}", NULL, NULL);
   uint32_t swept = 0;
   int sweep_ok = resil_store_open(e.uri, NULL, &ops, NULL) == RESIL_OK &&
-                 resil_store_sweep(ops, 0, 1000, &swept) == RESIL_OK;
+                 resil_store_sweep(ops, sweep_older_than_ms, 1000, &swept) == RESIL_OK;
   op_view expired = op_status(e.c, "op-status");
   op_view kept = op_status(e.c, "op-pending");
   long eff_expired = resil_fixture_effects(e.fx, "idem");
@@ -385,7 +393,8 @@ static int i3(lab_result *r) {
             done.http, done.state);
   lab_check(r, missing.http == 404 && strcmp(missing.state, "UNKNOWN") == 0,
             "unknown key: %d %s", missing.http, missing.state);
-  lab_check(r, sweep_ok && swept == 1, "sweep: ok %d, %u deleted", sweep_ok, swept);
+  lab_expect(r, "sweep_deletes_terminal", sweep_ok && swept == 1, "sweep: ok %d, %u deleted",
+             sweep_ok, swept);
   lab_check(r, expired.http == 404 && eff_expired == 1,
             "expired key: %d %s with %ld effects", expired.http, expired.state, eff_expired);
   lab_check(r, strcmp(kept.state, "PENDING") == 0, "PENDING key after the sweep: %s",
@@ -399,8 +408,12 @@ stop:
   return r->pass;
 }
 
+static int i3(lab_result *r) { return i3_run(r, 0); }
+static int i3_wrong(lab_result *r) { return i3_run(r, INT64_C(86400000)); }
+
 /* ---- I4 ------------------------------------------------------------------ */
-static int i4(lab_result *r) {
+/* The wrong variant replays with another key. */
+static int i4_run(lab_result *r, int other_key) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
@@ -410,7 +423,8 @@ static int i4(lab_result *r) {
   resil_outcome first = call(e.c, "idem_close", NULL, "i4-key", body, NULL, NULL);
   op_view v = op_status(e.c, "i4-key");
   resil_http_response *resp = NULL;
-  resil_outcome replay = call(e.c, "idem_close", NULL, "i4-key", body, NULL, &resp);
+  resil_outcome replay = call(e.c, "idem_close", NULL, other_key ? "i4-other-key" : "i4-key",
+                              body, NULL, &resp);
   size_t blen = 0;
   const char *rb = resp ? resil_http_response_body(resp, &blen) : "";
   int same_bytes = blen == strlen(v.body) && memcmp(rb, v.body, blen) == 0;
@@ -434,13 +448,17 @@ static int i4(lab_result *r) {
   lab_check(r, strcmp(v.state, "COMMITTED") == 0 && v.effects == 1, "status %s:%ld", v.state,
             v.effects);
   lab_check(r, replay.http_status == 201 && replayed && same_bytes, "replay %s", o2);
-  lab_check(r, strcmp(after.state, "COMMITTED") == 0 && after.effects == 1 && eff == 1,
-            "after replay %s:%ld (route effects %ld)", after.state, after.effects, eff);
+  lab_expect(r, "replay_same_effect",
+             strcmp(after.state, "COMMITTED") == 0 && after.effects == 1 && eff == 1,
+             "after replay %s:%ld (route effects %ld)", after.state, after.effects, eff);
 stop:
   env_stop(&e);
   env_remove(&e);
   return r->pass;
 }
+
+static int i4(lab_result *r) { return i4_run(r, 0); }
+static int i4_wrong(lab_result *r) { return i4_run(r, 1); }
 
 /* ---- I5 and I7: rollback between effect and terminal state ---------------- */
 typedef struct rollback_obs {
@@ -478,12 +496,13 @@ static void rollback_run(lab_result *r, idem_env *e, int unsafe,
   ob->ok = 1;
 }
 
-static int i5(lab_result *r) {
+/* The wrong variant's store commits the effect early (I7's bug). */
+static int i5_run(lab_result *r, int unsafe) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
   rollback_obs o;
-  rollback_run(r, &e, 0, &o);
+  rollback_run(r, &e, unsafe, &o);
   if (o.ok) {
     char b[96];
     lab_obs_str(r, "outcome", fmt(&o.first, b, sizeof b));
@@ -505,8 +524,9 @@ static int i5(lab_result *r) {
                 o.again.state, o.again.effects);
     lab_check(r, o.first.http_status == 500 && o.first_attempts == 1,
               "first call %s after %ld attempts, expected 500 after 1", b, o.first_attempts);
-    lab_check(r, strcmp(o.pending.state, "PENDING") == 0 && o.pending.effects == 0,
-              "after rollback %s:%ld, expected PENDING:0", o.pending.state, o.pending.effects);
+    lab_expect(r, "pending_no_effect",
+               strcmp(o.pending.state, "PENDING") == 0 && o.pending.effects == 0,
+               "after rollback %s:%ld, expected PENDING:0", o.pending.state, o.pending.effects);
     lab_check(r, o.retry_http == 409, "retry before recovery answered %d, expected 409",
               o.retry_http);
     lab_check(r, strcmp(o.reopened.state, "PENDING") == 0 && o.reopened.effects == 0,
@@ -522,12 +542,16 @@ static int i5(lab_result *r) {
   return r->pass;
 }
 
-static int i7(lab_result *r) {
+static int i5(lab_result *r) { return i5_run(r, 0); }
+static int i5_wrong(lab_result *r) { return i5_run(r, 1); }
+
+/* The wrong variant runs it on the correct store: nothing to catch. */
+static int i7_run(lab_result *r, int unsafe) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
   rollback_obs o;
-  rollback_run(r, &e, 1, &o);
+  rollback_run(r, &e, unsafe, &o);
   if (o.ok) {
     char b[96];
     /* The I5 invariant applied to the broken store: it must not hold. */
@@ -546,7 +570,7 @@ static int i7(lab_result *r) {
     lab_check(r, strcmp(o.pending.state, "PENDING") == 0 && o.pending.effects == 1,
               "expected PENDING:1 from the broken store, got %s:%ld", o.pending.state,
               o.pending.effects);
-    lab_check(r, !i5_holds, "the I5 checks did not catch the early commit");
+    lab_expect(r, "caught", !i5_holds, "the I5 checks did not catch the early commit");
     lab_check(r, o.first_attempts == 1, "first call made %ld attempts, expected 1",
               o.first_attempts);
   }
@@ -554,6 +578,9 @@ static int i7(lab_result *r) {
   env_remove(&e);
   return r->pass;
 }
+
+static int i7(lab_result *r) { return i7_run(r, 1); }
+static int i7_wrong(lab_result *r) { return i7_run(r, 0); }
 
 /* ---- I6 ------------------------------------------------------------------ */
 #define I6_POSTS 12
@@ -901,7 +928,8 @@ static long long client_attempts(resil_http_client *c) {
 
 /* One kill at `point` for key, then restart, recover, replay, conflict. */
 static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *s,
-                      sqlite3 *db, const char *point, const char *key, crash_obs *ob) {
+                      sqlite3 *db, const char *point, const char *key, int recovery,
+                      crash_obs *ob) {
   memset(ob, 0, sizeof *ob);
   ob->point = point;
   upstream_proc p;
@@ -932,7 +960,7 @@ static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *
     proc_stop(&p);
     return 0;
   }
-  ob->recovered = recover(c);
+  ob->recovered = recovery ? recover(c) : 0;
   ob->state_after_recover = resil_op_state_name(store_state(s, key));
   resil_http_response *resp = NULL;
   resil_outcome rep = call(c, "pay", NULL, key, "{\"amount\":100}", NULL, &resp);
@@ -949,8 +977,8 @@ static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *
 /* The short random series of the lab (the test suite runs 200+). Returns
  * kills; adds duplicate and lost keys. */
 static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_store *s,
-                         sqlite3 *db, int iterations, long *lost, long *unresolved,
-                         long *unclean) {
+                         sqlite3 *db, int iterations, int recovery, long *lost,
+                         long *unresolved, long *unclean) {
   static const char *const points[] = {"pending", "in-txn", "effect"};
   uint64_t seed = (uint64_t)resil_clock_now_ns(NULL) ^ (uint64_t)getpid();
   long kills = 0;
@@ -992,7 +1020,8 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
       proc_stop(&p);
       break;
     }
-    recover(c);
+    if (recovery)
+      recover(c);
     for (int k = 0; k < sent; k++) {
       /* An acknowledged payment must have survived the kill as it was. */
       if (acked[k] && (store_state(s, keys[k]) != RESIL_OP_COMMITTED ||
@@ -1011,7 +1040,8 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
   return kills;
 }
 
-static int i8(lab_result *r) {
+/* The wrong variant restarts without recovering. */
+static int i8_run(lab_result *r, int recovery) {
   char bin[512];
   if (!lab_check(r, resil_bin(bin, sizeof bin),
                  "I8 runs `resil upstream` as a child process: set RESIL_BIN to the resil binary"))
@@ -1040,13 +1070,13 @@ static int i8(lab_result *r) {
   static const char *const points[] = {"pending", "effect", "in-txn"};
   static const char *const keys[] = {"i8-pending", "i8-effect", "i8-in-txn"};
   for (int i = 0; i < 3; i++) {
-    if (!crash_once(r, bin, &e, s, db, points[i], keys[i], &obs[i]))
+    if (!crash_once(r, bin, &e, s, db, points[i], keys[i], recovery, &obs[i]))
       goto out;
     nobs++;
     if (obs[i].signal == SIGKILL)
       kills++;
   }
-  kills += crash_series(r, bin, &e, s, db, 10, &lost, &unresolved, &unclean);
+  kills += crash_series(r, bin, &e, s, db, 10, recovery, &lost, &unresolved, &unclean);
   long dups = db_duplicates(db);
   json_t *arr = json_array();
   long total_effects = 0;
@@ -1090,9 +1120,10 @@ static int i8(lab_result *r) {
                   o->effects_after_kill == (before_commit ? 0 : 1),
               "%s: after the kill %s:%ld", o->point, o->state_after_kill,
               o->effects_after_kill);
-    lab_check(r, o->recovered == (before_commit ? 1 : 0) &&
-                     strcmp(o->state_after_recover, "COMMITTED") == 0,
-              "%s: recovered %ld -> %s", o->point, o->recovered, o->state_after_recover);
+    lab_expect(r, "recovered",
+               o->recovered == (before_commit ? 1 : 0) &&
+                   strcmp(o->state_after_recover, "COMMITTED") == 0,
+               "%s: recovered %ld -> %s", o->point, o->recovered, o->state_after_recover);
     lab_check(r, o->replay_http == 201 && o->effects == 1, "%s: replay %d, effects %ld",
               o->point, o->replay_http, o->effects);
     lab_check(r, o->conflict_http == 422, "%s: other body answered %d", o->point,
@@ -1112,17 +1143,26 @@ out:
   return r->pass;
 }
 
+static int i8(lab_result *r) { return i8_run(r, 1); }
+static int i8_wrong(lab_result *r) { return i8_run(r, 0); }
+
 const lab_experiment lab_idem_experiments[] = {
     {"I1", "stable key, commit then slow response, retry", i1, i1_wrong,
      "a new key per attempt", "one_effect"},
-    {"I2", "new key per attempt", i2, NULL, NULL, NULL},
-    {"I3", "status query: COMMITTED, UNKNOWN, expired", i3, NULL, NULL, NULL},
-    {"I4", "commit, then close before the response", i4, NULL, NULL, NULL},
-    {"I5", "rollback between effect and state, reopen, recover", i5, NULL, NULL, NULL},
+    {"I2", "new key per attempt", i2, i2_wrong,
+     "one stable key for every attempt", "three_effects"},
+    {"I3", "status query: COMMITTED, UNKNOWN, expired", i3, i3_wrong,
+     "a sweep of operations older than a day", "sweep_deletes_terminal"},
+    {"I4", "commit, then close before the response", i4, i4_wrong,
+     "the replay with another key", "replay_same_effect"},
+    {"I5", "rollback between effect and state, reopen, recover", i5, i5_wrong,
+     "a store that commits the effect early", "pending_no_effect"},
     {"I6", "12 concurrent same-key POSTs and a recovery", i6, i6_wrong,
      "a key per POST", "one_effect"},
-    {"I7", "negative control: effect committed early", i7, NULL, NULL, NULL},
-    {"I8", "SIGKILL inside an operation, restart, recover", i8, NULL, NULL, NULL},
+    {"I7", "negative control: effect committed early", i7, i7_wrong,
+     "the correct store", "caught"},
+    {"I8", "SIGKILL inside an operation, restart, recover", i8, i8_wrong,
+     "restarts without recovery", "recovered"},
     {NULL, NULL, NULL, NULL, NULL, NULL}};
 
 #else /* no fixture or no store */
