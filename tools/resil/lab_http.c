@@ -517,7 +517,8 @@ static int h6_run(lab_result *r, int wrong) {
               resil_stop_name(os.stop), att_key, eff_key, b3);
   (void)b2;
   lab_check(r, eff_unsafe == 3, "unsafe effects %ld, expected 3", eff_unsafe);
-  lab_expect(r, "safe_not_retried", eff_safe == 1 && os.attempts == 1 && os.stop == RESIL_STOP_UNSAFE,
+  lab_expect(r, "safe_not_retried",
+             eff_safe == 1 && os.attempts == 1 && os.stop == RESIL_STOP_UNSAFE,
              "safe default: effects %ld attempts %u", eff_safe, os.attempts);
   lab_check(r, eff_key == 1 && att_key >= 2 && resil_outcome_is_success(&ok),
             "keyed: effects %ld attempts %ld", eff_key, att_key);

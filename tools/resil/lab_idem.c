@@ -721,7 +721,8 @@ static int i6_run(lab_result *r, int distinct_keys) {
     snprintf(pgs, sizeof pgs, "PostgreSQL: %ld effect, %s (%d fresh, %d replays, %d x 409, recovery %ld)",
              pg.effects, pg.state, pg.fresh, pg.replays, pg.in_progress, pg.recovered);
   lab_summary(r, "12 concurrent POSTs with %s (held PENDING 100 ms) + 1 recovery at 30 ms: SQLite: %ld requests seen, %ld effect(s), key %s (%d fresh, %d replays, %d x 409, recovery %ld); %s",
-              distinct_keys ? "a key each" : "one key", sq.attempts, sq.route_effects, sq.state, sq.fresh, sq.replays, sq.in_progress, sq.recovered, pgs);
+              distinct_keys ? "a key each" : "one key", sq.attempts, sq.route_effects, sq.state,
+              sq.fresh, sq.replays, sq.in_progress, sq.recovered, pgs);
   for (int i = 0; i < 2; i++) {
     if (!all[i])
       continue;
