@@ -44,7 +44,8 @@ extern const lab_experiment lab_idem_experiments[];
 int lab_check(lab_result *r, int cond, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* lab_check with a name (snake_case) that a negative control can name as
- * the check that must fail; a failed one is added to r->failed_checks. */
+ * the check that must fail; a failed one is added to r->failed_checks, and
+ * when it is the first failure, r->failure reads "name: message". */
 int lab_expect(lab_result *r, const char *check, int cond, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* 1 when the named check failed in r. */
