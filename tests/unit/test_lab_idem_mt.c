@@ -22,6 +22,24 @@ static json_t *run(const char *id, lab_result *r) {
   return r->observed;
 }
 
+/* Runs the experiment's deliberately wrong variant: it must FAIL, and
+ * through the check its table entry names. */
+static void run_wrong_fails(const char *id) {
+  const lab_experiment *e = lab_find(id);
+  if (!e || !e->run_wrong)
+    fail_msg("no wrong variant for %s", id);
+  lab_result r;
+  if (lab_run_wrong(e, &r) != 0)
+    fail_msg("%s run against %s passed: %s", id, e->wrong, r.summary);
+  assert_int_equal(r.pass, 0);
+  if (!lab_check_failed(&r, e->wrong_fails))
+    fail_msg("%s against %s: check %s did not fail (failed: %s; %s)", id, e->wrong,
+             e->wrong_fails, r.failed_checks, r.failure);
+  print_message("%s against %s fails as it must: [%s] %s\n", id, e->wrong, r.failed_checks,
+                r.failure);
+  lab_result_clear(&r);
+}
+
 static long long num(json_t *o, const char *k) {
   json_t *v = json_object_get(o, k);
   if (!json_is_integer(v))
@@ -53,6 +71,11 @@ static void stable_key_retry_makes_two_attempts_and_one_effect(void **s) {
   assert_string_equal(str(o, "outcome"), "ANSWERED(201)");
   assert_true(truth(o, "second_attempt_replayed"));
   lab_result_clear(&r);
+}
+
+static void stable_key_with_a_new_key_per_attempt_fails(void **s) {
+  (void)s;
+  run_wrong_fails("I1");
 }
 
 static void new_key_per_attempt_makes_three_effects_and_still_fails(void **s) {
@@ -105,6 +128,7 @@ static void rollback_leaves_pending_that_survives_reopen_and_recovers_once(
   (void)s;
   lab_result r;
   json_t *o = run("I5", &r);
+  assert_int_equal(num(o, "attempts"), 1);
   assert_string_equal(str(o, "status_after_rollback"), "PENDING");
   assert_int_equal(num(o, "effects_after_rollback"), 0);
   assert_int_equal(num(o, "retry_before_recovery_http"), 409);
@@ -126,23 +150,34 @@ static void twelve_concurrent_posts_and_a_recovery_make_one_effect(void **s) {
   json_t *sq = json_object_get(b, "sqlite");
   assert_non_null(sq);
   assert_int_equal(num(sq, "effects"), 1);
+  assert_int_equal(num(sq, "route_effects"), 1);
+  assert_int_equal(num(sq, "attempts"), 13);
   assert_string_equal(str(sq, "state"), "COMMITTED");
   assert_int_equal(num(sq, "fresh") + num(sq, "replays") + num(sq, "in_progress"), 12);
-  assert_int_equal(num(o, "attempts"), 13);
+  assert_int_equal(num(o, "attempts"), 13); /* 12 POSTs and the recovery, seen */
+  assert_int_equal(num(o, "effects"), 1);
   const char *pg = getenv("RESIL_TEST_PG_URI");
   if (pg && *pg) {
     json_t *p = json_object_get(b, "postgresql");
     assert_non_null(p);
     assert_int_equal(num(p, "effects"), 1);
+    assert_int_equal(num(p, "route_effects"), 1);
+    assert_int_equal(num(p, "attempts"), 13);
     assert_string_equal(str(p, "state"), "COMMITTED");
   }
   lab_result_clear(&r);
+}
+
+static void concurrent_posts_with_a_key_each_fail(void **s) {
+  (void)s;
+  run_wrong_fails("I6");
 }
 
 static void early_commit_is_caught_as_pending_with_one_effect(void **s) {
   (void)s;
   lab_result r;
   json_t *o = run("I7", &r);
+  assert_int_equal(num(o, "attempts"), 1);
   assert_string_equal(str(o, "status_after_rollback"), "PENDING");
   assert_int_equal(num(o, "effects_after_rollback"), 1);
   assert_int_equal(num(o, "effects_after_recover"), 2);
@@ -169,6 +204,20 @@ static void sigkill_inside_an_operation_recovers_to_one_effect(void **s) {
   lab_result_clear(&r);
 }
 
+/* Every other experiment's wrong variant fails through the check its
+ * table entry names (I1 and I6 have tests of their own above). */
+static void every_other_wrong_variant_fails(void **s) {
+  (void)s;
+  int n = 0;
+  for (const lab_experiment *e = lab_idem_experiments; e->id; e++) {
+    if (strcmp(e->id, "I1") == 0 || strcmp(e->id, "I6") == 0)
+      continue;
+    run_wrong_fails(e->id);
+    n++;
+  }
+  assert_int_equal(n, 6);
+}
+
 static void idem_table_lists_i1_to_i8_in_order(void **s) {
   (void)s;
   static const char *const ids[] = {"I1", "I2", "I3", "I4",
@@ -186,13 +235,16 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(idem_table_lists_i1_to_i8_in_order),
       cmocka_unit_test(stable_key_retry_makes_two_attempts_and_one_effect),
+      cmocka_unit_test(stable_key_with_a_new_key_per_attempt_fails),
       cmocka_unit_test(new_key_per_attempt_makes_three_effects_and_still_fails),
       cmocka_unit_test(status_query_tells_committed_from_unknown_and_expired),
       cmocka_unit_test(lost_response_is_unknown_then_committed_by_status_and_replay),
       cmocka_unit_test(rollback_leaves_pending_that_survives_reopen_and_recovers_once),
       cmocka_unit_test(twelve_concurrent_posts_and_a_recovery_make_one_effect),
+      cmocka_unit_test(concurrent_posts_with_a_key_each_fail),
       cmocka_unit_test(early_commit_is_caught_as_pending_with_one_effect),
       cmocka_unit_test(sigkill_inside_an_operation_recovers_to_one_effect),
+      cmocka_unit_test(every_other_wrong_variant_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

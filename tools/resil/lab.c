@@ -38,6 +38,32 @@ int lab_check(lab_result *r, int cond, const char *fmt, ...) {
   return cond;
 }
 
+int lab_expect(lab_result *r, const char *check, int cond, const char *fmt, ...) {
+  if (cond) return 1;
+  if (r->failure[0] == 0) {
+    int n = snprintf(r->failure, sizeof r->failure, "%s: ", check);
+    if (n > 0 && (size_t)n < sizeof r->failure) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(r->failure + n, sizeof r->failure - (size_t)n, fmt, ap);
+      va_end(ap);
+    }
+  }
+  if (!lab_check_failed(r, check)) {
+    size_t used = strlen(r->failed_checks);
+    snprintf(r->failed_checks + used, sizeof r->failed_checks - used, "%s ", check);
+  }
+  r->pass = 0;
+  return 0;
+}
+
+int lab_check_failed(const lab_result *r, const char *check) {
+  size_t n = strlen(check);
+  for (const char *p = r->failed_checks; (p = strstr(p, check)) != NULL; p += n)
+    if ((p == r->failed_checks || p[-1] == ' ') && p[n] == ' ') return 1;
+  return 0;
+}
+
 static json_t *obs(lab_result *r) {
   if (!r->observed) r->observed = json_object();
   return r->observed;
@@ -66,15 +92,25 @@ void lab_summary(lab_result *r, const char *fmt, ...) {
   va_end(ap);
 }
 
-int lab_run_one(const lab_experiment *e, lab_result *r) {
+static int run_fn(lab_fn fn, lab_result *r) {
   memset(r, 0, sizeof *r);
   r->pass = 1;
   r->observed = json_object();
-  int ok = e->run(r);
+  int ok = fn(r);
   if (!ok) r->pass = 0;
   if (!r->pass && r->failure[0] == 0)
     snprintf(r->failure, sizeof r->failure, "experiment reported failure");
   return r->pass;
+}
+
+int lab_run_one(const lab_experiment *e, lab_result *r) { return run_fn(e->run, r); }
+
+int lab_run_wrong(const lab_experiment *e, lab_result *r) {
+  if (!e->run_wrong) {
+    memset(r, 0, sizeof *r);
+    return -1;
+  }
+  return run_fn(e->run_wrong, r);
 }
 
 static const lab_experiment *const tables[] = {
@@ -210,6 +246,8 @@ int lab_main(int argc, char **argv) {
       json_object_set(x, "observed", r.observed);
       json_object_set_new(x, "duration_ms", json_real(ms));
       if (!r.pass) json_object_set_new(x, "failure", json_string(r.failure));
+      if (r.failed_checks[0])
+        json_object_set_new(x, "failed_checks", json_string(r.failed_checks));
       json_array_append_new(arr, x);
       if (r.pass)
         passed++;

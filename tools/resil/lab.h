@@ -12,6 +12,9 @@ typedef struct lab_result {
   char summary[320]; /* one line: what was measured */
   json_t *observed;  /* object, snake_case keys; owned by the result */
   char failure[320]; /* first failed check, empty when passed */
+  /* Names of the named checks (lab_expect) that failed, each followed by
+   * one space; empty when none did. */
+  char failed_checks[256];
 } lab_result;
 
 typedef int (*lab_fn)(lab_result *r);
@@ -20,6 +23,15 @@ typedef struct lab_experiment {
   const char *id;
   const char *title;
   lab_fn run;
+  /* The same experiment, same checks, run against a deliberately wrong
+   * configuration or policy that its checks must catch (a negative
+   * control, as I7 is for I5); NULL when it has none. Only the tests run
+   * it: `resil lab` runs `run` alone. */
+  lab_fn run_wrong;
+  /* What is wrong in run_wrong, and the named check (lab_expect) that must
+   * fail there. */
+  const char *wrong;
+  const char *wrong_fails;
 } lab_experiment;
 
 /* Experiment tables, each terminated by {NULL}. */
@@ -31,6 +43,13 @@ extern const lab_experiment lab_idem_experiments[];
  * the condition. */
 int lab_check(lab_result *r, int cond, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* lab_check with a name (snake_case) that a negative control can name as
+ * the check that must fail; a failed one is added to r->failed_checks, and
+ * when it is the first failure, r->failure reads "name: message". */
+int lab_expect(lab_result *r, const char *check, int cond, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* 1 when the named check failed in r. */
+int lab_check_failed(const lab_result *r, const char *check);
 void lab_obs_int(lab_result *r, const char *key, long long v);
 void lab_obs_str(lab_result *r, const char *key, const char *v);
 void lab_obs_bool(lab_result *r, const char *key, int v);
@@ -41,6 +60,9 @@ void lab_summary(lab_result *r, const char *fmt, ...)
 
 /* Runs one experiment into r (fresh). Returns r->pass. */
 int lab_run_one(const lab_experiment *e, lab_result *r);
+/* Runs e->run_wrong into r (fresh), as lab_run_one does; returns r->pass,
+ * or -1 (r cleared) when e has no wrong variant. */
+int lab_run_wrong(const lab_experiment *e, lab_result *r);
 void lab_result_clear(lab_result *r);
 
 /* Finds an experiment by id in all tables; NULL when none. */

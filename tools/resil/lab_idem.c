@@ -201,48 +201,9 @@ static int is_replay(const resil_http_response *resp) {
   return h && strcmp(h, "true") == 0;
 }
 
-/* ---- I1 ------------------------------------------------------------------ */
-static int i1(lab_result *r) {
-  idem_env e;
-  resil_retry *rt = fixed_retry(3, MS(30));
-  if (!lab_check(r, rt != NULL, "retry setup") || !env_dir(r, &e))
-    goto out;
-  if (!env_start(r, &e, NULL, 0, MS(150)))
-    goto stop;
-  resil_http_response *resp = NULL;
-  resil_outcome o = call(e.c, "idem_post", KV("name", "i1", "ms", "500"),
-                         "i1-stable-key", "{\"amount\":1}", rt, &resp);
-  int replayed = is_replay(resp);
-  resil_http_response_free(resp);
-  long seen = resil_fixture_attempts(e.fx, "idem");
-  long eff = resil_fixture_effects(e.fx, "idem");
-  op_view v = op_status(e.c, "i1-stable-key");
-  char ob[96];
-  lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
-  lab_obs_int(r, "attempts", seen);
-  lab_obs_int(r, "effects", eff);
-  lab_obs_str(r, "status", v.state);
-  lab_obs_int(r, "status_effects", v.effects);
-  lab_obs_bool(r, "second_attempt_replayed", replayed);
-  lab_summary(r, "stable key, server commits then sleeps 500 ms, timeout 150 ms, retry 3: %s after %ld attempts, effects %ld (payments table), status %s:%ld, replayed %s",
-              ob, seen, eff, v.state, v.effects, replayed ? "yes" : "no");
-  lab_check(r, o.http_status == 201, "outcome %s", ob);
-  lab_check(r, seen == 2 && o.attempts == 2, "%ld attempts (retry says %u), expected 2",
-            seen, o.attempts);
-  lab_check(r, eff == 1 && v.effects == 1, "effects %ld / %ld, expected 1", eff, v.effects);
-  lab_check(r, strcmp(v.state, "COMMITTED") == 0, "status %s", v.state);
-  lab_check(r, replayed, "the second attempt was not a replay");
-stop:
-  env_stop(&e);
-  env_remove(&e);
-out:
-  resil_retry_free(rt);
-  return r->pass;
-}
-
-/* ---- I2 ------------------------------------------------------------------ */
 typedef struct newkey {
   resil_http_client *c;
+  const char *name; /* the {name} of /idem/{name} */
   char keys[3][80];
   int n;
 } newkey;
@@ -252,7 +213,7 @@ typedef struct newkey {
  * the retry layer is told the key is stable. */
 static resil_outcome attempt_with_new_key(void *arg, const resil_ctx *ctx) {
   newkey *nk = arg;
-  resil_http_param ps[] = {{"name", "i2"}, {"ms", "500"}};
+  resil_http_param ps[] = {{"name", nk->name}, {"ms", "500"}};
   resil_http_args args;
   resil_http_args_init(&args);
   args.params = ps;
@@ -270,18 +231,78 @@ static resil_outcome attempt_with_new_key(void *arg, const resil_ctx *ctx) {
   return o;
 }
 
-static int i2(lab_result *r) {
+/* ---- I1 ------------------------------------------------------------------ */
+/* I1; the wrong variant makes every attempt a new logical call with a new
+ * key (I2's bug) while the retry is told the key is stable. */
+static int i1_run(lab_result *r, int new_key_per_attempt) {
   idem_env e;
   resil_retry *rt = fixed_retry(3, MS(30));
   if (!lab_check(r, rt != NULL, "retry setup") || !env_dir(r, &e))
     goto out;
   if (!env_start(r, &e, NULL, 0, MS(150)))
     goto stop;
-  newkey nk = {.c = e.c};
+  resil_http_response *resp = NULL;
+  resil_outcome o;
+  if (new_key_per_attempt) {
+    newkey nk = {.c = e.c, .name = "i1"};
+    resil_ctx ctx;
+    resil_ctx_init(&ctx);
+    ctx.flags = RESIL_CALL_STABLE_KEY;
+    o = resil_retry_run(rt, &ctx, attempt_with_new_key, &nk);
+  } else {
+    o = call(e.c, "idem_post", KV("name", "i1", "ms", "500"), "i1-stable-key",
+             "{\"amount\":1}", rt, &resp);
+  }
+  int replayed = is_replay(resp);
+  resil_http_response_free(resp);
+  long seen = resil_fixture_attempts(e.fx, "idem");
+  long eff = resil_fixture_effects(e.fx, "idem");
+  op_view v = op_status(e.c, "i1-stable-key");
+  char ob[96];
+  lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
+  lab_obs_int(r, "attempts", seen);
+  lab_obs_int(r, "retry_attempts", o.attempts);
+  lab_obs_int(r, "effects", eff);
+  lab_obs_str(r, "status", v.state);
+  lab_obs_int(r, "status_effects", v.effects);
+  lab_obs_bool(r, "second_attempt_replayed", replayed);
+  lab_summary(r, "%s, server commits then sleeps 500 ms, timeout 150 ms, retry 3: %s after %ld attempts, effects %ld (payments table), status %s:%ld, replayed %s",
+              new_key_per_attempt ? "new key per attempt" : "stable key", ob, seen, eff,
+              v.state, v.effects, replayed ? "yes" : "no");
+  lab_expect(r, "answered_201", o.http_status == 201, "outcome %s", ob);
+  lab_expect(r, "two_attempts", seen == 2 && o.attempts == 2,
+             "%ld attempts (retry says %u), expected 2", seen, o.attempts);
+  lab_expect(r, "one_effect", eff == 1 && v.effects == 1, "effects %ld / %ld, expected 1",
+             eff, v.effects);
+  lab_expect(r, "committed", strcmp(v.state, "COMMITTED") == 0, "status %s", v.state);
+  lab_expect(r, "replayed", replayed, "the second attempt was not a replay");
+stop:
+  env_stop(&e);
+  env_remove(&e);
+out:
+  resil_retry_free(rt);
+  return r->pass;
+}
+
+static int i1(lab_result *r) { return i1_run(r, 0); }
+static int i1_wrong(lab_result *r) { return i1_run(r, 1); }
+
+/* ---- I2 ------------------------------------------------------------------ */
+/* The wrong variant does it right: one stable key for every attempt. */
+static int i2_run(lab_result *r, int stable_key) {
+  idem_env e;
+  resil_retry *rt = fixed_retry(3, MS(30));
+  if (!lab_check(r, rt != NULL, "retry setup") || !env_dir(r, &e))
+    goto out;
+  if (!env_start(r, &e, NULL, 0, MS(150)))
+    goto stop;
+  newkey nk = {.c = e.c, .name = "i2"};
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.flags = RESIL_CALL_STABLE_KEY;
-  resil_outcome o = resil_retry_run(rt, &ctx, attempt_with_new_key, &nk);
+  resil_outcome o = stable_key ? call(e.c, "idem_post", KV("name", "i2", "ms", "500"),
+                                      "i2-stable-key", "{\"amount\":1}", rt, NULL)
+                               : resil_retry_run(rt, &ctx, attempt_with_new_key, &nk);
   long seen = resil_fixture_attempts(e.fx, "idem");
   /* The server commits before it sleeps; on a loaded machine the last
    * commit may still be running when the client gives up. */
@@ -306,7 +327,8 @@ static int i2(lab_result *r) {
   lab_summary(r, "new key per attempt, same timeouts: %s after %ld attempts, effects %ld: %d keys, each COMMITTED once, and the call still failed",
               ob, seen, eff, nk.n);
   lab_check(r, seen == 3 && o.attempts == 3, "%ld attempts, expected 3", seen);
-  lab_check(r, eff == 3 && per_key == 3, "effects %ld (%ld keys committed), expected 3", eff,
+  lab_expect(r, "three_effects", eff == 3 && per_key == 3,
+             "effects %ld (%ld keys committed), expected 3", eff,
             per_key);
   lab_check(r, o.kind == RESIL_UNKNOWN, "outcome %s, expected UNKNOWN", ob);
 stop:
@@ -317,8 +339,12 @@ out:
   return r->pass;
 }
 
+static int i2(lab_result *r) { return i2_run(r, 0); }
+static int i2_wrong(lab_result *r) { return i2_run(r, 1); }
+
 /* ---- I3 ------------------------------------------------------------------ */
-static int i3(lab_result *r) {
+/* The wrong variant's sweep keeps everything younger than a day. */
+static int i3_run(lab_result *r, int64_t sweep_older_than_ms) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
@@ -337,7 +363,7 @@ static int i3(lab_result *r) {
   call(e.c, "idem_fail", KV("name", "i3"), "op-pending", "{\"amount\":1}", NULL, NULL);
   uint32_t swept = 0;
   int sweep_ok = resil_store_open(e.uri, NULL, &ops, NULL) == RESIL_OK &&
-                 resil_store_sweep(ops, 0, 1000, &swept) == RESIL_OK;
+                 resil_store_sweep(ops, sweep_older_than_ms, 1000, &swept) == RESIL_OK;
   op_view expired = op_status(e.c, "op-status");
   op_view kept = op_status(e.c, "op-pending");
   long eff_expired = resil_fixture_effects(e.fx, "idem");
@@ -367,7 +393,8 @@ static int i3(lab_result *r) {
             done.http, done.state);
   lab_check(r, missing.http == 404 && strcmp(missing.state, "UNKNOWN") == 0,
             "unknown key: %d %s", missing.http, missing.state);
-  lab_check(r, sweep_ok && swept == 1, "sweep: ok %d, %u deleted", sweep_ok, swept);
+  lab_expect(r, "sweep_deletes_terminal", sweep_ok && swept == 1, "sweep: ok %d, %u deleted",
+             sweep_ok, swept);
   lab_check(r, expired.http == 404 && eff_expired == 1,
             "expired key: %d %s with %ld effects", expired.http, expired.state, eff_expired);
   lab_check(r, strcmp(kept.state, "PENDING") == 0, "PENDING key after the sweep: %s",
@@ -381,8 +408,12 @@ stop:
   return r->pass;
 }
 
+static int i3(lab_result *r) { return i3_run(r, 0); }
+static int i3_wrong(lab_result *r) { return i3_run(r, INT64_C(86400000)); }
+
 /* ---- I4 ------------------------------------------------------------------ */
-static int i4(lab_result *r) {
+/* The wrong variant replays with another key. */
+static int i4_run(lab_result *r, int other_key) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
@@ -392,7 +423,8 @@ static int i4(lab_result *r) {
   resil_outcome first = call(e.c, "idem_close", NULL, "i4-key", body, NULL, NULL);
   op_view v = op_status(e.c, "i4-key");
   resil_http_response *resp = NULL;
-  resil_outcome replay = call(e.c, "idem_close", NULL, "i4-key", body, NULL, &resp);
+  resil_outcome replay = call(e.c, "idem_close", NULL, other_key ? "i4-other-key" : "i4-key",
+                              body, NULL, &resp);
   size_t blen = 0;
   const char *rb = resp ? resil_http_response_body(resp, &blen) : "";
   int same_bytes = blen == strlen(v.body) && memcmp(rb, v.body, blen) == 0;
@@ -416,19 +448,24 @@ static int i4(lab_result *r) {
   lab_check(r, strcmp(v.state, "COMMITTED") == 0 && v.effects == 1, "status %s:%ld", v.state,
             v.effects);
   lab_check(r, replay.http_status == 201 && replayed && same_bytes, "replay %s", o2);
-  lab_check(r, strcmp(after.state, "COMMITTED") == 0 && after.effects == 1 && eff == 1,
-            "after replay %s:%ld (route effects %ld)", after.state, after.effects, eff);
+  lab_expect(r, "replay_same_effect",
+             strcmp(after.state, "COMMITTED") == 0 && after.effects == 1 && eff == 1,
+             "after replay %s:%ld (route effects %ld)", after.state, after.effects, eff);
 stop:
   env_stop(&e);
   env_remove(&e);
   return r->pass;
 }
 
+static int i4(lab_result *r) { return i4_run(r, 0); }
+static int i4_wrong(lab_result *r) { return i4_run(r, 1); }
+
 /* ---- I5 and I7: rollback between effect and terminal state ---------------- */
 typedef struct rollback_obs {
   resil_outcome first;
   op_view pending, reopened, recovered, again;
   int retry_http; /* the same key retried before recovery */
+  long first_attempts; /* requests the first call made, as the server saw them */
   long rec1, rec2;
   int ok;
 } rollback_obs;
@@ -442,6 +479,7 @@ static void rollback_run(lab_result *r, idem_env *e, int unsafe,
   if (!env_start(r, e, NULL, unsafe, MS(5000)))
     return;
   ob->first = call(e->c, "idem_fail", KV("name", "i5"), "i5-key", body, NULL, NULL);
+  ob->first_attempts = resil_fixture_attempts(e->fx, "idem");
   ob->pending = op_status(e->c, "i5-key");
   ob->retry_http = call(e->c, "idem_post", KV("name", "i5", "ms", "0"), "i5-key",
                         body, NULL, NULL)
@@ -458,16 +496,17 @@ static void rollback_run(lab_result *r, idem_env *e, int unsafe,
   ob->ok = 1;
 }
 
-static int i5(lab_result *r) {
+/* The wrong variant's store commits the effect early (I7's bug). */
+static int i5_run(lab_result *r, int unsafe) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
   rollback_obs o;
-  rollback_run(r, &e, 0, &o);
+  rollback_run(r, &e, unsafe, &o);
   if (o.ok) {
     char b[96];
     lab_obs_str(r, "outcome", fmt(&o.first, b, sizeof b));
-    lab_obs_int(r, "attempts", 1);
+    lab_obs_int(r, "attempts", o.first_attempts);
     lab_obs_int(r, "effects", o.again.effects);
     lab_obs_str(r, "status_after_rollback", o.pending.state);
     lab_obs_int(r, "effects_after_rollback", o.pending.effects);
@@ -483,9 +522,11 @@ static int i5(lab_result *r) {
                 b, o.pending.state, o.pending.effects, o.retry_http, o.reopened.state,
                 o.reopened.effects, o.rec1, o.recovered.state, o.recovered.effects, o.rec2,
                 o.again.state, o.again.effects);
-    lab_check(r, o.first.http_status == 500, "first call %s, expected 500", b);
-    lab_check(r, strcmp(o.pending.state, "PENDING") == 0 && o.pending.effects == 0,
-              "after rollback %s:%ld, expected PENDING:0", o.pending.state, o.pending.effects);
+    lab_check(r, o.first.http_status == 500 && o.first_attempts == 1,
+              "first call %s after %ld attempts, expected 500 after 1", b, o.first_attempts);
+    lab_expect(r, "pending_no_effect",
+               strcmp(o.pending.state, "PENDING") == 0 && o.pending.effects == 0,
+               "after rollback %s:%ld, expected PENDING:0", o.pending.state, o.pending.effects);
     lab_check(r, o.retry_http == 409, "retry before recovery answered %d, expected 409",
               o.retry_http);
     lab_check(r, strcmp(o.reopened.state, "PENDING") == 0 && o.reopened.effects == 0,
@@ -501,19 +542,23 @@ static int i5(lab_result *r) {
   return r->pass;
 }
 
-static int i7(lab_result *r) {
+static int i5(lab_result *r) { return i5_run(r, 0); }
+static int i5_wrong(lab_result *r) { return i5_run(r, 1); }
+
+/* The wrong variant runs it on the correct store: nothing to catch. */
+static int i7_run(lab_result *r, int unsafe) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
   rollback_obs o;
-  rollback_run(r, &e, 1, &o);
+  rollback_run(r, &e, unsafe, &o);
   if (o.ok) {
     char b[96];
     /* The I5 invariant applied to the broken store: it must not hold. */
     int i5_holds = strcmp(o.pending.state, "PENDING") == 0 && o.pending.effects == 0 &&
                    o.again.effects == 1;
     lab_obs_str(r, "outcome", fmt(&o.first, b, sizeof b));
-    lab_obs_int(r, "attempts", 1);
+    lab_obs_int(r, "attempts", o.first_attempts);
     lab_obs_int(r, "effects", o.again.effects);
     lab_obs_str(r, "status_after_rollback", o.pending.state);
     lab_obs_int(r, "effects_after_rollback", o.pending.effects);
@@ -525,12 +570,17 @@ static int i7(lab_result *r) {
     lab_check(r, strcmp(o.pending.state, "PENDING") == 0 && o.pending.effects == 1,
               "expected PENDING:1 from the broken store, got %s:%ld", o.pending.state,
               o.pending.effects);
-    lab_check(r, !i5_holds, "the I5 checks did not catch the early commit");
+    lab_expect(r, "caught", !i5_holds, "the I5 checks did not catch the early commit");
+    lab_check(r, o.first_attempts == 1, "first call made %ld attempts, expected 1",
+              o.first_attempts);
   }
   env_stop(&e);
   env_remove(&e);
   return r->pass;
 }
+
+static int i7(lab_result *r) { return i7_run(r, 1); }
+static int i7_wrong(lab_result *r) { return i7_run(r, 0); }
 
 /* ---- I6 ------------------------------------------------------------------ */
 #define I6_POSTS 12
@@ -538,7 +588,7 @@ static int i7(lab_result *r) {
 typedef struct i6_arg {
   resil_http_client *c;
   pthread_barrier_t *go;
-  const char *key;
+  char key[64];
   int recovery;
   int http;
   int replayed;
@@ -566,24 +616,34 @@ static void *i6_thread(void *p) {
 }
 
 typedef struct i6_obs {
-  long effects;
+  long effects;       /* of the key, from its status */
+  long route_effects; /* every payment the POSTs made */
+  long attempts;      /* POSTs and the recovery, as the server saw them */
   char state[16];
   int fresh, replays, in_progress, other;
   long recovered, recovered_after;
 } i6_obs;
 
+/* distinct_keys is the wrong variant: every POST carries its own key. */
 static int i6_backend(lab_result *r, idem_env *e, const char *uri, const char *key,
-                      i6_obs *ob) {
+                      int distinct_keys, i6_obs *ob) {
   memset(ob, 0, sizeof *ob);
   if (!env_start(r, e, uri, 0, MS(10000)))
     return 0;
+  /* Count only this run's requests and payments (a PostgreSQL database
+   * may hold earlier runs' rows). */
+  resil_fixture_reset(e->fx);
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, I6_POSTS + 1);
   i6_arg args[I6_POSTS + 1];
   pthread_t th[I6_POSTS + 1];
   int started = 0;
   for (int i = 0; i <= I6_POSTS; i++) {
-    args[i] = (i6_arg){.c = e->c, .go = &go, .key = key, .recovery = i == I6_POSTS};
+    args[i] = (i6_arg){.c = e->c, .go = &go, .recovery = i == I6_POSTS};
+    if (distinct_keys)
+      snprintf(args[i].key, sizeof args[i].key, "%s-%d", key, i);
+    else
+      snprintf(args[i].key, sizeof args[i].key, "%s", key);
     if (pthread_create(&th[i], NULL, i6_thread, &args[i]) != 0)
       break;
     started++;
@@ -607,7 +667,9 @@ static int i6_backend(lab_result *r, idem_env *e, const char *uri, const char *k
       ob->other++;
   }
   ob->recovered = args[I6_POSTS].recovered;
+  ob->attempts = resil_fixture_attempts(e->fx, "idem") + resil_fixture_attempts(e->fx, "recover");
   ob->recovered_after = recover(e->c);
+  ob->route_effects = resil_fixture_effects(e->fx, "idem");
   op_view v = op_status(e->c, key);
   ob->effects = v.effects;
   snprintf(ob->state, sizeof ob->state, "%s", v.state);
@@ -615,19 +677,19 @@ static int i6_backend(lab_result *r, idem_env *e, const char *uri, const char *k
   return lab_check(r, started == I6_POSTS + 1, "could not start %d threads", I6_POSTS + 1);
 }
 
-static int i6(lab_result *r) {
+static int i6_run(lab_result *r, int distinct_keys) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
   i6_obs sq, pg;
-  int have_sq = i6_backend(r, &e, NULL, "i6-key", &sq);
+  int have_sq = i6_backend(r, &e, NULL, "i6-key", distinct_keys, &sq);
   const char *pg_uri = getenv("RESIL_TEST_PG_URI");
   int have_pg = 0;
   char pg_key[64];
   snprintf(pg_key, sizeof pg_key, "i6-%ld-%lld", (long)getpid(),
            (long long)resil_clock_wall_ms(NULL));
   if (pg_uri && *pg_uri)
-    have_pg = i6_backend(r, &e, pg_uri, pg_key, &pg);
+    have_pg = i6_backend(r, &e, pg_uri, pg_key, distinct_keys, &pg);
   env_remove(&e);
   if (!have_sq)
     return 0;
@@ -639,37 +701,50 @@ static int i6(lab_result *r) {
       continue;
     json_object_set_new(
         backends, names[i],
-        json_pack("{s:I,s:s,s:i,s:i,s:i,s:i,s:I,s:I}", "effects",
-                  (json_int_t)all[i]->effects, "state", all[i]->state, "fresh",
+        json_pack("{s:I,s:I,s:I,s:s,s:i,s:i,s:i,s:i,s:I,s:I}", "effects",
+                  (json_int_t)all[i]->effects, "route_effects",
+                  (json_int_t)all[i]->route_effects, "attempts",
+                  (json_int_t)all[i]->attempts, "state", all[i]->state, "fresh",
                   all[i]->fresh, "replays", all[i]->replays, "in_progress",
                   all[i]->in_progress, "other", all[i]->other, "recovered_concurrently",
                   (json_int_t)all[i]->recovered, "recovered_after",
                   (json_int_t)all[i]->recovered_after));
   }
   lab_obs_json(r, "backends", backends);
-  lab_obs_int(r, "attempts", I6_POSTS + 1);
-  lab_obs_int(r, "effects", sq.effects);
+  lab_obs_int(r, "attempts", sq.attempts);
+  lab_obs_int(r, "effects", sq.route_effects);
+  lab_obs_bool(r, "distinct_keys", distinct_keys);
   lab_obs_str(r, "outcome", sq.state);
   lab_obs_str(r, "postgresql", have_pg ? "ran" : "not run (set RESIL_TEST_PG_URI)");
   char pgs[160] = "PostgreSQL not run (set RESIL_TEST_PG_URI)";
   if (have_pg)
     snprintf(pgs, sizeof pgs, "PostgreSQL: %ld effect, %s (%d fresh, %d replays, %d x 409, recovery %ld)",
              pg.effects, pg.state, pg.fresh, pg.replays, pg.in_progress, pg.recovered);
-  lab_summary(r, "12 concurrent POSTs with one key (held PENDING 100 ms) + 1 recovery at 30 ms: SQLite: %ld effect, %s (%d fresh, %d replays, %d x 409, recovery %ld); %s",
-              sq.effects, sq.state, sq.fresh, sq.replays, sq.in_progress, sq.recovered, pgs);
+  lab_summary(r, "12 concurrent POSTs with %s (held PENDING 100 ms) + 1 recovery at 30 ms: SQLite: %ld requests seen, %ld effect(s), key %s (%d fresh, %d replays, %d x 409, recovery %ld); %s",
+              distinct_keys ? "a key each" : "one key", sq.attempts, sq.route_effects, sq.state,
+              sq.fresh, sq.replays, sq.in_progress, sq.recovered, pgs);
   for (int i = 0; i < 2; i++) {
     if (!all[i])
       continue;
-    lab_check(r, all[i]->effects == 1 && strcmp(all[i]->state, "COMMITTED") == 0,
-              "%s: %ld effects, %s", names[i], all[i]->effects, all[i]->state);
+    lab_expect(r, "all_requests_seen", all[i]->attempts == I6_POSTS + 1,
+               "%s: the server saw %ld requests, expected %d", names[i], all[i]->attempts,
+               I6_POSTS + 1);
+    lab_expect(r, "one_effect",
+               all[i]->route_effects == 1 && all[i]->effects == 1 &&
+                   strcmp(all[i]->state, "COMMITTED") == 0,
+               "%s: %ld effects (%ld for the key), %s", names[i], all[i]->route_effects,
+               all[i]->effects, all[i]->state);
     lab_check(r, all[i]->other == 0, "%s: %d answers neither 201 nor 409", names[i],
               all[i]->other);
-    lab_check(r, all[i]->fresh + (all[i]->recovered == 1) == 1,
-              "%s: %d requests ran the effect, recovery %ld", names[i], all[i]->fresh,
-              all[i]->recovered);
+    lab_expect(r, "one_party_ran_it", all[i]->fresh + (all[i]->recovered == 1) == 1,
+               "%s: %d requests ran the effect, recovery %ld", names[i], all[i]->fresh,
+               all[i]->recovered);
   }
   return r->pass;
 }
+
+static int i6(lab_result *r) { return i6_run(r, 0); }
+static int i6_wrong(lab_result *r) { return i6_run(r, 1); }
 
 /* ---- I8: a real process crash ------------------------------------------- */
 
@@ -842,11 +917,20 @@ typedef struct crash_obs {
   long effects;
   int conflict_http;
   int stop; /* proc_wait of the restarted process after SIGTERM: 0 */
+  long long attempts; /* requests the clients made (resil_http_stats) */
 } crash_obs;
+
+static long long client_attempts(resil_http_client *c) {
+  resil_http_stats st;
+  memset(&st, 0, sizeof st);
+  resil_http_client_get_stats(c, &st);
+  return (long long)st.attempts;
+}
 
 /* One kill at `point` for key, then restart, recover, replay, conflict. */
 static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *s,
-                      sqlite3 *db, const char *point, const char *key, crash_obs *ob) {
+                      sqlite3 *db, const char *point, const char *key, int recovery,
+                      crash_obs *ob) {
   memset(ob, 0, sizeof *ob);
   ob->point = point;
   upstream_proc p;
@@ -862,6 +946,7 @@ static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *
   }
   resil_outcome o = call(c, "pay", NULL, key, "{\"amount\":100}", NULL, NULL);
   fmt(&o, ob->outcome, sizeof ob->outcome);
+  ob->attempts += client_attempts(c);
   resil_http_client_free(c);
   ob->signal = proc_wait(&p, 10000);
   ob->state_after_kill = resil_op_state_name(store_state(s, key));
@@ -876,7 +961,7 @@ static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *
     proc_stop(&p);
     return 0;
   }
-  ob->recovered = recover(c);
+  ob->recovered = recovery ? recover(c) : 0;
   ob->state_after_recover = resil_op_state_name(store_state(s, key));
   resil_http_response *resp = NULL;
   resil_outcome rep = call(c, "pay", NULL, key, "{\"amount\":100}", NULL, &resp);
@@ -884,6 +969,7 @@ static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *
   resil_http_response_free(resp);
   ob->conflict_http = call(c, "pay", NULL, key, "{\"amount\":999}", NULL, NULL).http_status;
   ob->effects = db_effects(db, key);
+  ob->attempts += client_attempts(c);
   resil_http_client_free(c);
   ob->stop = proc_stop(&p);
   return 1;
@@ -892,8 +978,8 @@ static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *
 /* The short random series of the lab (the test suite runs 200+). Returns
  * kills; adds duplicate and lost keys. */
 static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_store *s,
-                         sqlite3 *db, int iterations, long *lost, long *unresolved,
-                         long *unclean) {
+                         sqlite3 *db, int iterations, int recovery, long *lost,
+                         long *unresolved, long *unclean) {
   static const char *const points[] = {"pending", "in-txn", "effect"};
   uint64_t seed = (uint64_t)resil_clock_now_ns(NULL) ^ (uint64_t)getpid();
   long kills = 0;
@@ -935,7 +1021,8 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
       proc_stop(&p);
       break;
     }
-    recover(c);
+    if (recovery)
+      recover(c);
     for (int k = 0; k < sent; k++) {
       /* An acknowledged payment must have survived the kill as it was. */
       if (acked[k] && (store_state(s, keys[k]) != RESIL_OP_COMMITTED ||
@@ -954,7 +1041,8 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
   return kills;
 }
 
-static int i8(lab_result *r) {
+/* The wrong variant restarts without recovering. */
+static int i8_run(lab_result *r, int recovery) {
   char bin[512];
   if (!lab_check(r, resil_bin(bin, sizeof bin),
                  "I8 runs `resil upstream` as a child process: set RESIL_BIN to the resil binary"))
@@ -983,18 +1071,20 @@ static int i8(lab_result *r) {
   static const char *const points[] = {"pending", "effect", "in-txn"};
   static const char *const keys[] = {"i8-pending", "i8-effect", "i8-in-txn"};
   for (int i = 0; i < 3; i++) {
-    if (!crash_once(r, bin, &e, s, db, points[i], keys[i], &obs[i]))
+    if (!crash_once(r, bin, &e, s, db, points[i], keys[i], recovery, &obs[i]))
       goto out;
     nobs++;
     if (obs[i].signal == SIGKILL)
       kills++;
   }
-  kills += crash_series(r, bin, &e, s, db, 10, &lost, &unresolved, &unclean);
+  kills += crash_series(r, bin, &e, s, db, 10, recovery, &lost, &unresolved, &unclean);
   long dups = db_duplicates(db);
   json_t *arr = json_array();
   long total_effects = 0;
+  long long total_attempts = 0;
   for (int i = 0; i < nobs; i++) {
     total_effects += obs[i].effects;
+    total_attempts += obs[i].attempts;
     json_array_append_new(
         arr, json_pack("{s:s,s:s,s:i,s:s,s:I,s:I,s:s,s:i,s:I,s:i}", "point", obs[i].point,
                        "outcome", obs[i].outcome, "signal", obs[i].signal, "state_after_kill",
@@ -1006,7 +1096,7 @@ static int i8(lab_result *r) {
                        obs[i].conflict_http));
   }
   lab_obs_json(r, "kills_at_points", arr);
-  lab_obs_int(r, "attempts", 3 * nobs);
+  lab_obs_int(r, "attempts", total_attempts); /* pay, recover, replay, conflict */
   lab_obs_int(r, "effects", total_effects);
   lab_obs_str(r, "outcome", obs[0].outcome);
   lab_obs_int(r, "kills", kills);
@@ -1031,9 +1121,10 @@ static int i8(lab_result *r) {
                   o->effects_after_kill == (before_commit ? 0 : 1),
               "%s: after the kill %s:%ld", o->point, o->state_after_kill,
               o->effects_after_kill);
-    lab_check(r, o->recovered == (before_commit ? 1 : 0) &&
-                     strcmp(o->state_after_recover, "COMMITTED") == 0,
-              "%s: recovered %ld -> %s", o->point, o->recovered, o->state_after_recover);
+    lab_expect(r, "recovered",
+               o->recovered == (before_commit ? 1 : 0) &&
+                   strcmp(o->state_after_recover, "COMMITTED") == 0,
+               "%s: recovered %ld -> %s", o->point, o->recovered, o->state_after_recover);
     lab_check(r, o->replay_http == 201 && o->effects == 1, "%s: replay %d, effects %ld",
               o->point, o->replay_http, o->effects);
     lab_check(r, o->conflict_http == 422, "%s: other body answered %d", o->point,
@@ -1053,19 +1144,30 @@ out:
   return r->pass;
 }
 
+static int i8(lab_result *r) { return i8_run(r, 1); }
+static int i8_wrong(lab_result *r) { return i8_run(r, 0); }
+
 const lab_experiment lab_idem_experiments[] = {
-    {"I1", "stable key, commit then slow response, retry", i1},
-    {"I2", "new key per attempt", i2},
-    {"I3", "status query: COMMITTED, UNKNOWN, expired", i3},
-    {"I4", "commit, then close before the response", i4},
-    {"I5", "rollback between effect and state, reopen, recover", i5},
-    {"I6", "12 concurrent same-key POSTs and a recovery", i6},
-    {"I7", "negative control: effect committed early", i7},
-    {"I8", "SIGKILL inside an operation, restart, recover", i8},
-    {NULL, NULL, NULL}};
+    {"I1", "stable key, commit then slow response, retry", i1, i1_wrong,
+     "a new key per attempt", "one_effect"},
+    {"I2", "new key per attempt", i2, i2_wrong,
+     "one stable key for every attempt", "three_effects"},
+    {"I3", "status query: COMMITTED, UNKNOWN, expired", i3, i3_wrong,
+     "a sweep of operations older than a day", "sweep_deletes_terminal"},
+    {"I4", "commit, then close before the response", i4, i4_wrong,
+     "the replay with another key", "replay_same_effect"},
+    {"I5", "rollback between effect and state, reopen, recover", i5, i5_wrong,
+     "a store that commits the effect early", "pending_no_effect"},
+    {"I6", "12 concurrent same-key POSTs and a recovery", i6, i6_wrong,
+     "a key per POST", "one_effect"},
+    {"I7", "negative control: effect committed early", i7, i7_wrong,
+     "the correct store", "caught"},
+    {"I8", "SIGKILL inside an operation, restart, recover", i8, i8_wrong,
+     "restarts without recovery", "recovered"},
+    {NULL, NULL, NULL, NULL, NULL, NULL}};
 
 #else /* no fixture or no store */
 
-const lab_experiment lab_idem_experiments[] = {{NULL, NULL, NULL}};
+const lab_experiment lab_idem_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL}};
 
 #endif

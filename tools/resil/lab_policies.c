@@ -93,10 +93,11 @@ static resil_breaker_metrics bmetrics(resil_breaker *b) {
 /* P1 and P2 share the setup: breaker window 1 / min 1 / 50 %, retry 3
  * attempts with zero wait, a call that fails (connection refused) twice
  * and then succeeds. */
-static int order_experiment(lab_result *r, int retry_outside) {
+static int order_experiment(lab_result *r, int retry_outside, int wrong) {
   resil_breaker *b = breaker(1, 1, 50, NULL);
   resil_retry *rt = retry(3, 0);
-  resil_chain *ch = b && rt ? chain2(rt, b, retry_outside) : NULL;
+  /* The wrong variant builds the other order and checks this one. */
+  resil_chain *ch = b && rt ? chain2(rt, b, wrong ? !retry_outside : retry_outside) : NULL;
   if (!lab_check(r, ch != NULL, "setup failed")) goto out;
   flaky f = {.fail_first = 2, .failure = refused()};
   atomic_init(&f.calls, 0);
@@ -121,13 +122,13 @@ static int order_experiment(lab_result *r, int retry_outside) {
               (unsigned long long)m.total_successes,
               (unsigned long long)m.total_failures, ob);
   if (retry_outside) {
-    lab_check(r, calls == 1, "physical_calls %d, expected 1", calls);
+    lab_expect(r, "physical_calls", calls == 1, "physical_calls %d, expected 1", calls);
     lab_check(r, m.state == RESIL_BREAKER_OPEN, "breaker %s, expected OPEN",
               resil_breaker_state_name(m.state));
     lab_check(r, o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_BREAKER_OPEN,
               "outcome %s, expected REJECTED(circuit breaker open)", ob);
   } else {
-    lab_check(r, calls == 3, "physical_calls %d, expected 3", calls);
+    lab_expect(r, "physical_calls", calls == 3, "physical_calls %d, expected 3", calls);
     lab_check(r, m.state == RESIL_BREAKER_CLOSED, "breaker %s, expected CLOSED",
               resil_breaker_state_name(m.state));
     lab_check(r, m.total_successes == 1 && m.total_failures == 0,
@@ -143,18 +144,21 @@ out:
   return r->pass;
 }
 
-static int p1(lab_result *r) { return order_experiment(r, 1); }
-static int p2(lab_result *r) { return order_experiment(r, 0); }
+static int p1(lab_result *r) { return order_experiment(r, 1, 0); }
+static int p1_wrong(lab_result *r) { return order_experiment(r, 1, 1); }
+static int p2(lab_result *r) { return order_experiment(r, 0, 0); }
+static int p2_wrong(lab_result *r) { return order_experiment(r, 0, 1); }
 
 /* P3: an always-failing call, retry 3: the breaker's failure count depends
  * on where it stands. */
-static int p3(lab_result *r) {
+static int p3_run(lab_result *r, int wrong) {
   uint64_t failures[2] = {0, 0};
   int calls[2] = {0, 0};
   for (int outside = 1; outside >= 0; outside--) {
     resil_breaker *b = breaker(10, 10, 50, NULL);
     resil_retry *rt = retry(3, 0);
-    resil_chain *ch = b && rt ? chain2(rt, b, outside) : NULL;
+    /* The wrong variant puts the retry outside both times. */
+    resil_chain *ch = b && rt ? chain2(rt, b, wrong ? 1 : outside) : NULL;
     if (lab_check(r, ch != NULL, "setup failed")) {
       flaky f = {.fail_first = 1000, .failure = refused()};
       atomic_init(&f.calls, 0);
@@ -173,18 +177,21 @@ static int p3(lab_result *r) {
   lab_summary(r, "Retry(Breaker): breaker failures=%llu; Breaker(Retry): breaker failures=%llu; physical calls %d and %d",
               (unsigned long long)failures[1], (unsigned long long)failures[0],
               calls[1], calls[0]);
-  lab_check(r, failures[1] == 3, "retry outside: %llu failures, expected 3",
-            (unsigned long long)failures[1]);
-  lab_check(r, failures[0] == 1, "breaker outside: %llu failures, expected 1",
-            (unsigned long long)failures[0]);
+  lab_expect(r, "retry_outside_3", failures[1] == 3, "retry outside: %llu failures, expected 3",
+             (unsigned long long)failures[1]);
+  lab_expect(r, "breaker_outside_1", failures[0] == 1,
+             "breaker outside: %llu failures, expected 1", (unsigned long long)failures[0]);
   return r->pass;
 }
 
+static int p3(lab_result *r) { return p3_run(r, 0); }
+static int p3_wrong(lab_result *r) { return p3_run(r, 1); }
+
 /* P4: rate limiter 2 per period (1 h), timeout 0. */
-static int p4(lab_result *r) {
+static int p4_run(lab_result *r, uint32_t limit) {
   resil_ratelimiter_config c;
   resil_ratelimiter_config_init(&c);
-  c.limit_for_period = 2;
+  c.limit_for_period = limit;
   c.refresh_period_ns = INT64_C(3600) * 1000000000;
   c.timeout_ns = 0;
   resil_ratelimiter *rl = NULL;
@@ -203,11 +210,14 @@ static int p4(lab_result *r) {
   lab_summary(r, "2 per 1 h, timeout 0: permits %s, %s, %s; available %lld",
               got[0] ? "true" : "false", got[1] ? "true" : "false",
               got[2] ? "true" : "false", (long long)avail);
-  lab_check(r, got[0] && got[1] && !got[2], "permits not true,true,false");
-  lab_check(r, avail == 0, "available %lld, expected 0", (long long)avail);
+  lab_expect(r, "third_refused", got[0] && got[1] && !got[2], "permits not true,true,false");
+  lab_expect(r, "none_available", avail == 0, "available %lld, expected 0", (long long)avail);
   resil_ratelimiter_free(rl);
   return r->pass;
 }
+
+static int p4(lab_result *r) { return p4_run(r, 2); }
+static int p4_wrong(lab_result *r) { return p4_run(r, 3); }
 
 /* P5: bulkhead max 2, wait 0; two calls held in flight by a latch. */
 typedef struct latch {
@@ -267,11 +277,12 @@ static void *p5_thread(void *p) {
   return NULL;
 }
 
-static int p5(lab_result *r) {
+/* The wrong variant lets the third call wait 200 ms for a slot. */
+static int p5_run(lab_result *r, int64_t max_wait_ns) {
   resil_bulkhead_config c;
   resil_bulkhead_config_init(&c);
   c.max_concurrent = 2;
-  c.max_wait_ns = 0;
+  c.max_wait_ns = max_wait_ns;
   resil_bulkhead *bh = NULL;
   if (!lab_check(r, resil_bulkhead_new(&c, &bh, NULL) == RESIL_OK, "setup failed"))
     return 0;
@@ -309,14 +320,17 @@ static int p5(lab_result *r) {
             "third call %s, expected REJECTED(bulkhead full)", ob);
   lab_check(r, business_before_release == 2, "business code ran %d times, expected 2",
             business_before_release);
-  lab_check(r, third_ms < 100, "rejection took %lld ms, expected at once",
-            (long long)third_ms);
+  lab_expect(r, "rejected_at_once", third_ms < 100, "rejection took %lld ms, expected at once",
+             (long long)third_ms);
   lab_check(r, m.available == 2, "available after release %u, expected 2", m.available);
   lab_check(r, m.peak_in_flight == 2, "peak %u, expected 2", m.peak_in_flight);
   latch_destroy(&l);
   resil_bulkhead_free(bh);
   return r->pass;
 }
+
+static int p5(lab_result *r) { return p5_run(r, 0); }
+static int p5_wrong(lab_result *r) { return p5_run(r, MS(200)); }
 
 /* Runs one call through the breaker's split form on the manual clock:
  * returns 1 when permitted (and records `o` with duration_ns). */
@@ -344,13 +358,14 @@ static json_t *transitions_json(resil_breaker *b) {
 }
 
 /* P6: window 4 / min 2 / 50 % / OPEN wait 150 ms / 1 half-open probe. */
-static int p6(lab_result *r) {
+/* The wrong variant needs 3 calls before it may open. */
+static int p6_run(lab_result *r, uint32_t min_calls) {
   resil_manual_clock *mc = NULL;
   resil_manual_clock_new(0, 0, &mc);
   resil_breaker_config c;
   resil_breaker_config_init(&c);
   c.window_size = 4;
-  c.minimum_calls = 2;
+  c.minimum_calls = min_calls;
   c.failure_rate_threshold_pct = 50;
   c.open_wait_ns = MS(150);
   c.half_open_permitted_calls = 1;
@@ -393,7 +408,8 @@ static int p6(lab_result *r) {
               (unsigned long long)m_rej.total_not_permitted, states[3], states[4],
               (unsigned long long)m_open.failed_calls, m_open.failure_rate_pct);
   lab_check(r, strcmp(states[0], "CLOSED") == 0, "after 1 failure %s, expected CLOSED", states[0]);
-  lab_check(r, strcmp(states[1], "OPEN") == 0, "after 2 failures %s, expected OPEN", states[1]);
+  lab_expect(r, "opens_after_2", strcmp(states[1], "OPEN") == 0,
+             "after 2 failures %s, expected OPEN", states[1]);
   lab_check(r, m_open.failed_calls == 2 && m_open.failure_rate_pct == 100.0,
             "opened with failed %llu rate %.1f, expected 2 and 100",
             (unsigned long long)m_open.failed_calls, m_open.failure_rate_pct);
@@ -407,8 +423,14 @@ static int p6(lab_result *r) {
   return r->pass;
 }
 
-/* P7: one permitted probe. */
-static int p7(lab_result *r) {
+static int p6(lab_result *r) { return p6_run(r, 2); }
+static int p6_wrong(lab_result *r) { return p6_run(r, 3); }
+
+/* P7: one permitted probe; the wrong variant permits 2. The failed probe
+ * of the second cycle must have been admitted by HALF_OPEN (the permit
+ * says which state issued it), not by a CLOSED breaker that a failure
+ * would open just the same. */
+static int p7_run(lab_result *r, uint32_t permitted) {
   resil_manual_clock *mc = NULL;
   resil_manual_clock_new(0, 0, &mc);
   resil_breaker_config c;
@@ -416,7 +438,7 @@ static int p7(lab_result *r) {
   c.window_size = 2;
   c.minimum_calls = 1;
   c.open_wait_ns = MS(100);
-  c.half_open_permitted_calls = 1;
+  c.half_open_permitted_calls = permitted;
   c.clock = mc ? resil_manual_clock_get(mc) : NULL;
   resil_breaker *b = NULL;
   if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
@@ -428,30 +450,52 @@ static int p7(lab_result *r) {
   breaker_step(b, fail, 0, &business); /* -> OPEN */
   resil_manual_clock_advance_ns(mc, MS(100));
   resil_breaker_permit p1, p2;
-  int first = resil_breaker_try_acquire(b, &p1);
-  int second = resil_breaker_try_acquire(b, &p2);
+  int first = resil_breaker_try_acquire(b, &p1) != 0;
+  int second = resil_breaker_try_acquire(b, &p2) != 0;
   if (first) resil_breaker_record(b, &p1, &ok, 0);
+  if (second) resil_breaker_record(b, &p2, &ok, 0);
   const char *after_success = resil_breaker_state_name(resil_breaker_state(b));
   breaker_step(b, fail, 0, &business); /* -> OPEN again */
+  const char *before_wait = resil_breaker_state_name(resil_breaker_state(b));
   resil_manual_clock_advance_ns(mc, MS(100));
-  breaker_step(b, fail, 0, &business); /* failed probe */
+  /* The failed probe, by hand to keep its permit. */
+  resil_breaker_permit probe;
+  memset(&probe, 0, sizeof probe);
+  int probed = resil_breaker_try_acquire(b, &probe) != 0;
+  const char *probe_state = probed ? resil_breaker_state_name(probe.state) : "none";
+  if (probed) resil_breaker_record(b, &probe, &fail, 0);
   const char *after_failure = resil_breaker_state_name(resil_breaker_state(b));
+  lab_obs_int(r, "half_open_permitted_calls", permitted);
   lab_obs_bool(r, "first_probe_permitted", first);
   lab_obs_bool(r, "second_probe_permitted", second);
   lab_obs_str(r, "after_probe_success", after_success);
+  lab_obs_str(r, "before_failed_probe_wait", before_wait);
+  lab_obs_str(r, "failed_probe_admitted_in", probe_state);
   lab_obs_str(r, "after_probe_failure", after_failure);
-  lab_summary(r, "half-open with 1 permit: acquire %s, %s; success -> %s; next cycle failed probe -> %s",
-              first ? "yes" : "no", second ? "yes" : "no", after_success, after_failure);
-  lab_check(r, first && !second, "probes permitted %d,%d, expected 1,0", first, second);
-  lab_check(r, strcmp(after_success, "CLOSED") == 0, "after success %s", after_success);
-  lab_check(r, strcmp(after_failure, "OPEN") == 0, "after failure %s", after_failure);
+  lab_summary(r, "half-open with %u permit(s): acquire %s, %s; success -> %s; next cycle %s, failed probe admitted in %s -> %s",
+              permitted, first ? "yes" : "no", second ? "yes" : "no", after_success,
+              before_wait, probe_state, after_failure);
+  lab_expect(r, "one_probe_admitted", first && !second,
+             "probes permitted %d,%d, expected 1,0", first, second);
+  lab_expect(r, "success_closes", strcmp(after_success, "CLOSED") == 0,
+             "after success %s", after_success);
+  lab_expect(r, "reopened", strcmp(before_wait, "OPEN") == 0,
+             "after the failure in CLOSED %s, expected OPEN", before_wait);
+  lab_expect(r, "probe_from_half_open", probed && probe.state == RESIL_BREAKER_HALF_OPEN,
+             "the failed probe was admitted in %s, expected HALF_OPEN", probe_state);
+  lab_expect(r, "failed_probe_opens", strcmp(after_failure, "OPEN") == 0,
+             "after failure %s", after_failure);
   resil_breaker_free(b);
   resil_manual_clock_free(mc);
   return r->pass;
 }
 
+static int p7(lab_result *r) { return p7_run(r, 1); }
+static int p7_wrong(lab_result *r) { return p7_run(r, 2); }
+
 /* P8: time window 1 s, min 2, slow 40 ms at 50 %. */
-static int p8(lab_result *r) {
+/* The wrong variant calls slow only from 100 ms on. */
+static int p8_run(lab_result *r, int64_t slow_ns) {
   resil_manual_clock *mc = NULL;
   resil_manual_clock_new(0, 0, &mc);
   resil_breaker_config c;
@@ -459,7 +503,7 @@ static int p8(lab_result *r) {
   c.window_type = RESIL_BREAKER_WINDOW_TIME;
   c.window_size = 1;
   c.minimum_calls = 2;
-  c.slow_call_duration_ns = MS(40);
+  c.slow_call_duration_ns = slow_ns;
   c.slow_call_rate_threshold_pct = 50;
   c.clock = mc ? resil_manual_clock_get(mc) : NULL;
   resil_breaker *b = NULL;
@@ -486,7 +530,8 @@ static int p8(lab_result *r) {
   lab_check(r, strcmp(s1, "CLOSED") == 0, "after one failure %s", s1);
   lab_check(r, m2.failed_calls == 0, "failures %llu after the window moved",
             (unsigned long long)m2.failed_calls);
-  lab_check(r, m3.slow_call_rate_pct == 50.0, "slow rate %.1f", m3.slow_call_rate_pct);
+  lab_expect(r, "slow_rate_50", m3.slow_call_rate_pct == 50.0, "slow rate %.1f",
+             m3.slow_call_rate_pct);
   lab_check(r, m3.failure_rate_pct == 0.0, "failure rate %.1f", m3.failure_rate_pct);
   lab_check(r, m3.state == RESIL_BREAKER_OPEN, "state %s, expected OPEN",
             resil_breaker_state_name(m3.state));
@@ -495,11 +540,24 @@ static int p8(lab_result *r) {
   return r->pass;
 }
 
-/* P9: exponential 20 ms x 2 on the real clock. */
+static int p8(lab_result *r) { return p8_run(r, MS(40)); }
+static int p8_wrong(lab_result *r) { return p8_run(r, MS(100)); }
+
+/* P9: exponential 20 ms x 2 on the real clock; the wrong variant waits a
+ * fixed 40 ms. The waits the retry planned (its listener) must be 20 and
+ * 40 ms exactly; the real gaps must be at least those (a sleep is never
+ * shorter) and, taken as the minimum over three runs so that one late
+ * wake-up on a loaded machine does not decide, the first must stay below
+ * 40 ms and the second exceed it by at least 10 ms (20 ms nominally). A
+ * fixed 40 ms wait can never measure below 40 ms. */
+#define P9_RUNS 3
+
 typedef struct p9_state {
   int calls;
   int fail_first;
   int64_t starts[8];
+  int planned_n;
+  int64_t planned_ns[8];
   resil_outcome failure;
 } p9_state;
 
@@ -511,38 +569,102 @@ static resil_outcome p9_call(void *arg, const resil_ctx *ctx) {
   return s->calls <= s->fail_first ? s->failure : resil_outcome_ok();
 }
 
-static int p9(lab_result *r) {
-  resil_retry_config c;
-  resil_retry_config_init(&c);
-  c.backoff = RESIL_RETRY_EXPONENTIAL;
-  c.initial_wait_ns = MS(20);
-  c.multiplier = 2.0;
-  c.max_attempts = 3;
-  resil_retry *rt = NULL;
-  if (!lab_check(r, resil_retry_new(&c, &rt, NULL) == RESIL_OK, "setup failed")) return 0;
+static void p9_planned(void *user, const resil_retry *rt, uint32_t attempt,
+                       const resil_outcome *o, int64_t delay_ns) {
+  (void)rt;
+  (void)attempt;
+  (void)o;
+  p9_state *s = user;
+  if (s->planned_n < 8) s->planned_ns[s->planned_n++] = delay_ns;
+}
+
+static double gap_ms(const p9_state *s, int i) {
+  return s->calls > i + 1 ? (double)(s->starts[i + 1] - s->starts[i]) / 1e6 : -1;
+}
+
+static int p9_run(lab_result *r, int wrong) {
+  /* One retry per run: the listener's user is that run's state. */
+  p9_state s[P9_RUNS];
+  memset(s, 0, sizeof s);
+  resil_retry *rt[P9_RUNS] = {NULL};
+  int ok = 1;
+  for (int i = 0; i < P9_RUNS && ok; i++) {
+    resil_retry_config c;
+    resil_retry_config_init(&c);
+    if (wrong) {
+      c.backoff = RESIL_RETRY_FIXED;
+      c.wait_ns = MS(40);
+    } else {
+      c.backoff = RESIL_RETRY_EXPONENTIAL;
+      c.initial_wait_ns = MS(20);
+      c.multiplier = 2.0;
+    }
+    c.max_attempts = 3;
+    c.on_retry = p9_planned;
+    c.user = &s[i];
+    ok = resil_retry_new(&c, &rt[i], NULL) == RESIL_OK;
+  }
+  if (!lab_check(r, ok, "setup failed")) goto out;
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.flags = RESIL_CALL_IDEMPOTENT;
-  p9_state s = {.fail_first = 2, .failure = resil_outcome_http(503)};
-  resil_outcome o = resil_retry_run(rt, &ctx, p9_call, &s);
-  double gap1 = s.calls >= 2 ? (double)(s.starts[1] - s.starts[0]) / 1e6 : -1;
-  double gap2 = s.calls >= 3 ? (double)(s.starts[2] - s.starts[1]) / 1e6 : -1;
+  int all_ok = 1, planned_ok = 1, lower_ok = 1;
+  double min1 = 1e9, min2 = 1e9;
+  json_t *g1 = json_array(), *g2 = json_array(), *pl = json_array();
+  for (int i = 0; i < P9_RUNS; i++) {
+    s[i].fail_first = 2;
+    s[i].failure = resil_outcome_http(503);
+    resil_outcome o = resil_retry_run(rt[i], &ctx, p9_call, &s[i]);
+    double a = gap_ms(&s[i], 0), b2 = gap_ms(&s[i], 1);
+    if (s[i].calls != 3 || o.attempts != 3 || !resil_outcome_is_success(&o)) all_ok = 0;
+    if (s[i].planned_n != 2 || s[i].planned_ns[0] != MS(20) || s[i].planned_ns[1] != MS(40))
+      planned_ok = 0;
+    /* The real gap is never shorter than the wait planned before it. */
+    for (int k = 0; k < s[i].planned_n && k < 2; k++)
+      if (gap_ms(&s[i], k) < (double)s[i].planned_ns[k] / 1e6) lower_ok = 0;
+    if (a >= 0 && a < min1) min1 = a;
+    if (b2 >= 0 && b2 < min2) min2 = b2;
+    json_array_append_new(g1, json_real(a));
+    json_array_append_new(g2, json_real(b2));
+    json_t *one = json_array();
+    for (int k = 0; k < s[i].planned_n; k++)
+      json_array_append_new(one, json_integer(s[i].planned_ns[k] / 1000000));
+    json_array_append_new(pl, one);
+  }
   p9_state n = {.fail_first = 5, .failure = resil_outcome_http(400)};
-  resil_outcome o2 = resil_retry_run(rt, &ctx, p9_call, &n);
-  lab_obs_int(r, "attempts", s.calls);
-  lab_obs_real(r, "gap1_ms", gap1);
-  lab_obs_real(r, "gap2_ms", gap2);
-  lab_obs_bool(r, "success", resil_outcome_is_success(&o));
+  resil_outcome o2 = resil_retry_run(rt[0], &ctx, p9_call, &n);
+  lab_obs_int(r, "attempts", s[0].calls);
+  lab_obs_json(r, "planned_waits_ms", pl);
+  lab_obs_json(r, "gap1_ms", g1);
+  lab_obs_json(r, "gap2_ms", g2);
+  lab_obs_real(r, "min_gap1_ms", min1);
+  lab_obs_real(r, "min_gap2_ms", min2);
+  lab_obs_bool(r, "success", all_ok);
   lab_obs_int(r, "non_retryable_attempts", n.calls);
-  lab_summary(r, "503, 503, 200: attempts %d, real gaps %.1f ms and %.1f ms; 400: attempts %d (stop %s)",
-              s.calls, gap1, gap2, n.calls, resil_stop_name(o2.stop));
-  lab_check(r, s.calls == 3 && resil_outcome_is_success(&o), "attempts %d", s.calls);
-  lab_check(r, gap1 >= 20.0, "first gap %.2f ms < 20", gap1);
-  lab_check(r, gap2 >= 40.0, "second gap %.2f ms < 40", gap2);
-  lab_check(r, n.calls == 1, "non-retryable error made %d attempts", n.calls);
-  resil_retry_free(rt);
+  lab_summary(r, "503, 503, 200 (x%d): attempts %d, planned waits %lld/%lld ms, real gaps (min of %d runs) %.1f ms and %.1f ms; 400: attempts %d (stop %s)",
+              P9_RUNS, s[0].calls,
+              (long long)(s[0].planned_n > 0 ? s[0].planned_ns[0] / 1000000 : -1),
+              (long long)(s[0].planned_n > 1 ? s[0].planned_ns[1] / 1000000 : -1), P9_RUNS,
+              min1, min2, n.calls, resil_stop_name(o2.stop));
+  lab_expect(r, "three_attempts", all_ok, "a run did not succeed after 3 attempts");
+  lab_expect(r, "planned_waits_20_40", planned_ok,
+             "planned waits %lld/%lld ms, expected 20/40",
+             (long long)(s[0].planned_n > 0 ? s[0].planned_ns[0] / 1000000 : -1),
+             (long long)(s[0].planned_n > 1 ? s[0].planned_ns[1] / 1000000 : -1));
+  lab_expect(r, "gaps_not_shorter", lower_ok, "a real gap was shorter than its planned wait");
+  lab_expect(r, "gap1_below_40", min1 < 40.0, "first gap %.2f ms, expected about 20 (< 40)",
+             min1);
+  lab_expect(r, "gap2_grows", min2 >= min1 + 10.0,
+             "second gap %.2f ms, expected about 40 (first %.2f + at least 10)", min2, min1);
+  lab_expect(r, "non_retryable_once", n.calls == 1, "non-retryable error made %d attempts",
+             n.calls);
+out:
+  for (int i = 0; i < P9_RUNS; i++) resil_retry_free(rt[i]);
   return r->pass;
 }
+
+static int p9(lab_result *r) { return p9_run(r, 0); }
+static int p9_wrong(lab_result *r) { return p9_run(r, 1); }
 
 /* P10 and P11: tasks that count their effect, then block on a latch. */
 typedef struct tl_task {
@@ -572,8 +694,9 @@ static resil_timelimiter *timelimiter(int64_t timeout_ns, int cancel) {
   return resil_timelimiter_new(&c, &tl, NULL) == RESIL_OK ? tl : NULL;
 }
 
-static int p10(lab_result *r) {
-  resil_timelimiter *tl = timelimiter(MS(25), 1);
+/* P10; the wrong variant runs the time limiter without cancellation. */
+static int p10_run(lab_result *r, int cancel) {
+  resil_timelimiter *tl = timelimiter(MS(25), cancel);
   resil_retry *rt = retry(2, 0);
   resil_chain_config cc;
   resil_chain_config_init(&cc);
@@ -604,16 +727,22 @@ static int p10(lab_result *r) {
   lab_obs_int(r, "effects", effects);
   lab_obs_int(r, "finished_before_release", finished_before);
   lab_obs_int(r, "finished_after_release", finished);
-  lab_obs_int(r, "tasks_saw_cancel", atomic_load(&t.saw_cancel));
-  lab_summary(r, "Retry(2)(TimeLimiter(25 ms, cancel)): %s after %u attempts, effects %d; tasks finished %d before release, %d after (cancel seen by %d)",
-              ob, o.attempts, effects, finished_before, finished,
-              atomic_load(&t.saw_cancel));
-  lab_check(r, o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
-            "outcome %s, expected UNKNOWN(timeout)", ob);
-  lab_check(r, effects == 2, "effects %d, expected 2", effects);
-  lab_check(r, finished_before == 0 && finished == 2,
-            "tasks finished %d before / %d after release, expected 0 / 2",
-            finished_before, finished);
+  int saw_cancel = atomic_load(&t.saw_cancel);
+  lab_obs_bool(r, "cancel_running", cancel);
+  lab_obs_int(r, "tasks_saw_cancel", saw_cancel);
+  lab_summary(r, "Retry(2)(TimeLimiter(25 ms, %s)): %s after %u attempts, effects %d; tasks finished %d before release, %d after (cancel seen by %d)",
+              cancel ? "cancel" : "no cancel", ob, o.attempts, effects, finished_before,
+              finished, saw_cancel);
+  lab_expect(r, "timeout", o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
+             "outcome %s, expected UNKNOWN(timeout)", ob);
+  lab_expect(r, "two_attempts", o.attempts == 2, "attempts %u, expected 2", o.attempts);
+  lab_expect(r, "two_effects", effects == 2, "effects %d, expected 2", effects);
+  lab_expect(r, "tasks_finish_after_release", finished_before == 0 && finished == 2,
+             "tasks finished %d before / %d after release, expected 0 / 2",
+             finished_before, finished);
+  /* Each abandoned task was told to stop: its token was signalled. */
+  lab_expect(r, "tasks_saw_cancel", saw_cancel == 2,
+             "%d of 2 tasks saw their cancellation token signalled", saw_cancel);
   latch_destroy(&t.l);
 out:
   resil_chain_free(ch);
@@ -622,8 +751,12 @@ out:
   return r->pass;
 }
 
-static int p11(lab_result *r) {
-  resil_timelimiter *tl = timelimiter(MS(25), 0);
+static int p10(lab_result *r) { return p10_run(r, 1); }
+static int p10_wrong(lab_result *r) { return p10_run(r, 0); }
+
+/* The wrong variant cancels the running task. */
+static int p11_run(lab_result *r, int cancel) {
+  resil_timelimiter *tl = timelimiter(MS(25), cancel);
   if (!lab_check(r, tl != NULL, "setup failed")) return 0;
   tl_task t = {.delay_before_effect_ms = 300};
   atomic_init(&t.effects, 0);
@@ -653,11 +786,14 @@ static int p11(lab_result *r) {
   lab_check(r, waited >= 25.0 && waited < 250.0, "caller waited %.1f ms", waited);
   lab_check(r, effects_at_return == 0, "effect before the caller returned");
   lab_check(r, effects_later == 1, "effects %d, expected 1", effects_later);
-  lab_check(r, atomic_load(&t.saw_cancel) == 0, "task was cancelled");
+  lab_expect(r, "not_cancelled", atomic_load(&t.saw_cancel) == 0, "task was cancelled");
   latch_destroy(&t.l);
   resil_timelimiter_free(tl);
   return r->pass;
 }
+
+static int p11(lab_result *r) { return p11_run(r, 0); }
+static int p11_wrong(lab_result *r) { return p11_run(r, 1); }
 
 /* P12: the fallback sees failure and rejection as different outcomes. */
 typedef struct p12_seen {
@@ -674,8 +810,9 @@ static resil_fallback_kind p12_fallback(void *fa, void *call_arg,
                                    : RESIL_FALLBACK_CACHED;
 }
 
-static int p12(lab_result *r) {
-  resil_breaker *b = breaker(1, 1, 50, NULL);
+/* The wrong variant's breaker needs 10 calls before it may open. */
+static int p12_run(lab_result *r, uint32_t window) {
+  resil_breaker *b = breaker(window, window, 50, NULL);
   p12_seen seen = {0};
   resil_chain_config cc;
   resil_chain_config_init(&cc);
@@ -709,9 +846,10 @@ static int p12(lab_result *r) {
   lab_check(r, seen.n == 2 && seen.o[0].kind == RESIL_ANSWERED &&
                    seen.o[0].reason == RESIL_REASON_FAILURE,
             "first outcome %s, expected a failure", a);
-  lab_check(r, seen.n == 2 && seen.o[1].kind == RESIL_REJECTED &&
-                   seen.o[1].reason == RESIL_REASON_BREAKER_OPEN,
-            "second outcome %s, expected REJECTED(breaker open)", c);
+  lab_expect(r, "second_rejected",
+             seen.n == 2 && seen.o[1].kind == RESIL_REJECTED &&
+                 seen.o[1].reason == RESIL_REASON_BREAKER_OPEN,
+             "second outcome %s, expected REJECTED(breaker open)", c);
   lab_check(r, !resil_outcome_is_success(&o1) && !resil_outcome_is_success(&o2),
             "a fallback turned a failure into success");
 out:
@@ -720,63 +858,153 @@ out:
   return r->pass;
 }
 
-/* P14: static amplification from real retry configs. */
-static int p14(lab_result *r) {
-  uint32_t attempts[3] = {2, 3, 2};
-  int64_t waits[3] = {MS(100), MS(75), MS(50)};
-  resil_retry *rt[3] = {NULL, NULL, NULL};
-  resil_timelimiter *tl = timelimiter(MS(500), 1);
+static int p12(lab_result *r) { return p12_run(r, 1); }
+static int p12_wrong(lab_result *r) { return p12_run(r, 10); }
+
+/* P14: amplification of nested retries, computed by the library from real
+ * retry instances (resil_chain_amplification reads each layer's
+ * resil_retry_max_attempts) and measured: the same retries, with an
+ * always-failing call on a manual clock (the backoff takes no real time,
+ * and the clock adds up what was slept), make that many physical calls. */
+typedef struct p14_chain {
+  resil_retry *rt[3];
+  resil_chain *ch;
+} p14_chain;
+
+/* A chain of three retry layers, outermost first, with attempts[i]
+ * attempts and waits[i] fixed waits; tl innermost when not NULL. */
+static int p14_chain_new(p14_chain *c, const uint32_t attempts[3], const int64_t waits[3],
+                         resil_timelimiter *tl) {
+  memset(c, 0, sizeof *c);
   resil_chain_config cc;
   resil_chain_config_init(&cc);
-  resil_chain *ch = NULL;
-  int ok = tl && resil_chain_new(&cc, &ch, NULL) == RESIL_OK;
-  for (int i = 0; i < 3 && ok; i++) {
-    rt[i] = retry(attempts[i], waits[i]);
-    ok = rt[i] && resil_chain_add_retry(ch, rt[i]) == RESIL_OK;
+  if (resil_chain_new(&cc, &c->ch, NULL) != RESIL_OK) return 0;
+  for (int i = 0; i < 3; i++) {
+    c->rt[i] = retry(attempts[i], waits[i]);
+    if (!c->rt[i] || resil_chain_add_retry(c->ch, c->rt[i]) != RESIL_OK) return 0;
   }
-  ok = ok && resil_chain_add_timelimiter(ch, tl) == RESIL_OK;
-  resil_amplification a = {0}, b = {0};
+  return !tl || resil_chain_add_timelimiter(c->ch, tl) == RESIL_OK;
+}
+
+static void p14_chain_free(p14_chain *c) {
+  resil_chain_free(c->ch);
+  for (int i = 0; i < 3; i++) resil_retry_free(c->rt[i]);
+}
+
+/* Runs an always-failing idempotent call through c on a fresh manual
+ * clock: physical calls into *calls, total backoff slept into *slept_ns. */
+static int p14_measure(p14_chain *c, int *calls, int64_t *slept_ns) {
+  resil_manual_clock *mc = NULL;
+  if (resil_manual_clock_new(0, 0, &mc) != RESIL_OK) return 0;
+  flaky f = {.fail_first = 1 << 30, .failure = refused()};
+  atomic_init(&f.calls, 0);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  ctx.clock = resil_manual_clock_get(mc);
+  resil_chain_run(c->ch, &ctx, flaky_call, &f);
+  *calls = atomic_load(&f.calls);
+  *slept_ns = resil_manual_clock_slept_ns(mc);
+  resil_manual_clock_free(mc);
+  return 1;
+}
+
+/* The wrong variant gives each layer its retry count as max_attempts: the
+ * "retries vs attempts" mistake. */
+static int p14_run(lab_result *r, int wrong) {
+  /* 2 x 3 x 2 attempts, fixed waits 100, 75 and 50 ms. */
+  const uint32_t attempts[3] = {2, 3, 2};
+  const int64_t waits[3] = {MS(100), MS(75), MS(50)};
+  /* Retries 2/3/2: a retry's max_attempts counts the first attempt
+   * (retry.h), so each layer gets one attempt more than it retries; the
+   * library's view of each layer (resil_retry_max_attempts) is what the
+   * amplification multiplies. */
+  const uint32_t retries[3] = {2, 3, 2};
+  const uint32_t extra = wrong ? 0 : 1;
+  const uint32_t retry_attempts[3] = {retries[0] + extra, retries[1] + extra,
+                                      retries[2] + extra};
+  const int64_t no_waits[3] = {0, 0, 0};
+  resil_timelimiter *tl = timelimiter(MS(500), 1);
+  p14_chain a = {{NULL}, NULL}, am = {{NULL}, NULL}, b = {{NULL}, NULL};
+  int ok = tl && p14_chain_new(&a, attempts, waits, tl) &&
+           p14_chain_new(&am, attempts, waits, NULL) &&
+           p14_chain_new(&b, retry_attempts, no_waits, NULL);
+  resil_amplification amp_a = {0}, amp_b = {0};
+  int calls_a = 0, calls_b = 0;
+  int64_t slept_a = 0, slept_b = 0;
+  uint32_t lib_attempts[3] = {0, 0, 0};
+  char nest[160] = "";
   if (lab_check(r, ok, "setup failed")) {
-    resil_chain_amplification(ch, &a);
-    resil_amp_layer l[3] = {{3, 0}, {4, 0}, {3, 0}}; /* retries 2/3/2 */
-    resil_amplification_compute(l, 3, 0, &b);
+    ok = resil_chain_amplification(a.ch, &amp_a) == RESIL_OK &&
+         resil_chain_amplification(b.ch, &amp_b) == RESIL_OK &&
+         p14_measure(&am, &calls_a, &slept_a) && p14_measure(&b, &calls_b, &slept_b);
+    lab_check(r, ok, "amplification or measurement failed");
+    for (int i = 0; i < 3; i++) lib_attempts[i] = resil_retry_max_attempts(b.rt[i]);
+    resil_chain_nesting(a.ch, nest, sizeof nest);
   }
-  char nest[160];
-  if (ch) resil_chain_nesting(ch, nest, sizeof nest);
-  else nest[0] = 0;
+  json_t *la = json_array();
+  for (int i = 0; i < 3; i++) json_array_append_new(la, json_integer(lib_attempts[i]));
   lab_obs_str(r, "chain", nest);
-  lab_obs_int(r, "attempts_2x3x2", (long long)a.attempts);
-  lab_obs_int(r, "attempts_retries_2_3_2", (long long)b.attempts);
-  lab_obs_int(r, "backoff_ms", a.wait_ns / 1000000);
-  lab_obs_real(r, "worst_time_s", (double)a.time_ns / 1e9);
-  lab_summary(r, "%s: attempts 2x3x2=%llu; retries 2/3/2 -> %llu; worst time %llu x 500 ms + %lld ms = %.1f s",
-              nest, (unsigned long long)a.attempts, (unsigned long long)b.attempts,
-              (unsigned long long)a.attempts, (long long)(a.wait_ns / 1000000),
-              (double)a.time_ns / 1e9);
-  lab_check(r, a.attempts == 12, "attempts %llu, expected 12", (unsigned long long)a.attempts);
-  lab_check(r, b.attempts == 36, "attempts %llu, expected 36", (unsigned long long)b.attempts);
-  lab_check(r, a.wait_ns == MS(700), "backoff %lld ms, expected 700",
-            (long long)(a.wait_ns / 1000000));
-  lab_check(r, a.time_ns == MS(6700), "worst time %lld ms, expected 6700",
-            (long long)(a.time_ns / 1000000));
-  resil_chain_free(ch);
-  for (int i = 0; i < 3; i++) resil_retry_free(rt[i]);
+  lab_obs_int(r, "attempts_2x3x2", (long long)amp_a.attempts);
+  lab_obs_int(r, "measured_calls_2x3x2", calls_a);
+  lab_obs_int(r, "measured_backoff_2x3x2_ms", slept_a / 1000000);
+  lab_obs_json(r, "layer_attempts_retries_2_3_2", la);
+  lab_obs_int(r, "attempts_retries_2_3_2", (long long)amp_b.attempts);
+  lab_obs_int(r, "measured_calls_retries_2_3_2", calls_b);
+  lab_obs_int(r, "backoff_ms", amp_a.wait_ns / 1000000);
+  lab_obs_real(r, "worst_time_s", (double)amp_a.time_ns / 1e9);
+  lab_summary(r, "%s: attempts 2x3x2=%llu (measured %d calls, %lld ms slept); retries 2/3/2 -> layers of %u/%u/%u attempts -> %llu (measured %d calls); worst time %llu x 500 ms + %lld ms = %.1f s",
+              nest, (unsigned long long)amp_a.attempts, calls_a, (long long)(slept_a / 1000000),
+              lib_attempts[0], lib_attempts[1], lib_attempts[2],
+              (unsigned long long)amp_b.attempts, calls_b,
+              (unsigned long long)amp_a.attempts, (long long)(amp_a.wait_ns / 1000000),
+              (double)amp_a.time_ns / 1e9);
+  lab_expect(r, "attempts_12", amp_a.attempts == 12 && calls_a == 12,
+             "2x3x2: %llu attempts computed, %d calls measured, expected 12",
+             (unsigned long long)amp_a.attempts, calls_a);
+  lab_expect(r, "attempts_36", amp_b.attempts == 36 && calls_b == 36,
+             "retries 2/3/2: %llu attempts computed, %d calls measured, expected 36",
+             (unsigned long long)amp_b.attempts, calls_b);
+  lab_expect(r, "backoff_700", amp_a.wait_ns == MS(700) && slept_a == MS(700),
+             "backoff %lld ms computed, %lld ms slept, expected 700",
+             (long long)(amp_a.wait_ns / 1000000), (long long)(slept_a / 1000000));
+  lab_expect(r, "worst_time_6700", amp_a.time_ns == MS(6700),
+             "worst time %lld ms, expected 6700", (long long)(amp_a.time_ns / 1000000));
+  p14_chain_free(&a);
+  p14_chain_free(&am);
+  p14_chain_free(&b);
   resil_timelimiter_free(tl);
   return r->pass;
 }
 
+static int p14(lab_result *r) { return p14_run(r, 0); }
+static int p14_wrong(lab_result *r) { return p14_run(r, 1); }
+
 const lab_experiment lab_policy_experiments[] = {
-    {"P1", "Retry(Breaker(call)), fails twice then ok", p1},
-    {"P2", "Breaker(Retry(call)), fails twice then ok", p2},
-    {"P3", "always failing, retry 3: where the breaker stands", p3},
-    {"P4", "rate limiter 2 per hour, timeout 0", p4},
-    {"P5", "bulkhead max 2, wait 0", p5},
-    {"P6", "breaker window 4/min 2/50%/wait 150 ms/1 probe", p6},
-    {"P7", "half-open admits only the permitted probes", p7},
-    {"P8", "time window 1 s, slow calls 40 ms at 50%", p8},
-    {"P9", "retry exponential 20 ms x 2, real gaps", p9},
-    {"P10", "time limiter 25 ms with cancellation, retry 2", p10},
-    {"P11", "time limiter without cancellation", p11},
-    {"P12", "fallback tells failure from rejection", p12},
-    {"P14", "static amplification of nested retries", p14},
-    {NULL, NULL, NULL}};
+    {"P1", "Retry(Breaker(call)), fails twice then ok", p1, p1_wrong,
+     "Breaker(Retry(call)) instead", "physical_calls"},
+    {"P2", "Breaker(Retry(call)), fails twice then ok", p2, p2_wrong,
+     "Retry(Breaker(call)) instead", "physical_calls"},
+    {"P3", "always failing, retry 3: where the breaker stands", p3, p3_wrong,
+     "the retry outside in both chains", "breaker_outside_1"},
+    {"P4", "rate limiter 2 per hour, timeout 0", p4, p4_wrong,
+     "3 permits per period", "third_refused"},
+    {"P5", "bulkhead max 2, wait 0", p5, p5_wrong,
+     "a 200 ms wait for a slot", "rejected_at_once"},
+    {"P6", "breaker window 4/min 2/50%/wait 150 ms/1 probe", p6, p6_wrong,
+     "minimum 3 calls", "opens_after_2"},
+    {"P7", "half-open admits only the permitted probes", p7, p7_wrong,
+     "2 permitted half-open probes", "one_probe_admitted"},
+    {"P8", "time window 1 s, slow calls 40 ms at 50%", p8, p8_wrong,
+     "slow from 100 ms", "slow_rate_50"},
+    {"P9", "retry exponential 20 ms x 2, real gaps", p9, p9_wrong,
+     "a fixed 40 ms wait", "gap1_below_40"},
+    {"P10", "time limiter 25 ms with cancellation, retry 2", p10, p10_wrong,
+     "the time limiter without cancellation", "tasks_saw_cancel"},
+    {"P11", "time limiter without cancellation", p11, p11_wrong,
+     "the time limiter with cancellation", "not_cancelled"},
+    {"P12", "fallback tells failure from rejection", p12, p12_wrong,
+     "a breaker that needs 10 calls to open", "second_rejected"},
+    {"P14", "static amplification of nested retries", p14, p14_wrong,
+     "retries counted as max_attempts", "attempts_36"},
+    {NULL, NULL, NULL, NULL, NULL, NULL}};
