@@ -12,29 +12,29 @@
 static const char *const item_headers[] = {"X-Token: {token}", NULL};
 
 static const resil_http_endpoint eps[] = {
-    {.name = "get_item", .path = "/items/{id}", .headers = item_headers,
+    {.struct_size = sizeof(resil_http_endpoint), .name = "get_item", .path = "/items/{id}", .headers = item_headers,
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "status", .path = "/status/{code}", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "post_status", .method = RESIL_HTTP_POST, .path = "/status/{code}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "status", .path = "/status/{code}", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "post_status", .method = RESIL_HTTP_POST, .path = "/status/{code}",
      .query = "retry_after={ra}"},
-    {.name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "empty", .path = "/empty", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "badjson", .path = "/badjson", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "echo", .method = RESIL_HTTP_POST, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "empty", .path = "/empty", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "badjson", .path = "/badjson", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "echo", .method = RESIL_HTTP_POST, .path = "/echo",
      .request_codec = RESIL_HTTP_CODEC_JSON, .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "redirect", .path = "/redirect/{n}"},
-    {.name = "seq", .path = "/seq/{id}", .query = "codes={codes}"},
-    {.name = "items_raw", .path = "/items/{id}"},
-    {.name = "get_status_ra", .path = "/status/{code}", .query = "retry_after={ra}"},
-    {.name = "m_get", .path = "/echo", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "m_head", .method = RESIL_HTTP_HEAD, .path = "/echo"},
-    {.name = "m_put", .method = RESIL_HTTP_PUT, .path = "/echo", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "m_delete", .method = RESIL_HTTP_DELETE, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "redirect", .path = "/redirect/{n}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "seq", .path = "/seq/{id}", .query = "codes={codes}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "items_raw", .path = "/items/{id}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "get_status_ra", .path = "/status/{code}", .query = "retry_after={ra}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_get", .path = "/echo", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_head", .method = RESIL_HTTP_HEAD, .path = "/echo"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_put", .method = RESIL_HTTP_PUT, .path = "/echo", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_delete", .method = RESIL_HTTP_DELETE, .path = "/echo",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "m_patch", .method = RESIL_HTTP_PATCH, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_patch", .method = RESIL_HTTP_PATCH, .path = "/echo",
      .content_type = "text/plain; charset=utf-8", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "m_post_empty", .method = RESIL_HTTP_POST, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_post_empty", .method = RESIL_HTTP_POST, .path = "/echo",
      .response_codec = RESIL_HTTP_CODEC_JSON},
 };
 #define NEPS (sizeof eps / sizeof eps[0])
@@ -207,8 +207,8 @@ static void h8_sequential_calls_reuse_one_connection(void **state) {
 static void h10_bad_template_fails_at_creation_and_sends_nothing(void **state) {
   fx_state *s = *state;
   static const resil_http_endpoint bad[] = {
-      {.name = "ok", .path = "/items/{id}"},
-      {.name = "broken", .path = "/items/{id"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "ok", .path = "/items/{id}"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "broken", .path = "/items/{id"},
   };
   resil_http_client_config cfg;
   resil_http_client_config_init(&cfg);
@@ -223,9 +223,9 @@ static void h10_bad_template_fails_at_creation_and_sends_nothing(void **state) {
   assert_non_null(strstr(err.msg, "'broken'"));
   assert_non_null(strstr(err.msg, "unclosed '{'"));
   static const resil_http_endpoint bad2[] = {
-      {.name = "q", .path = "/a", .query = "x={}"},
-      {.name = "dup", .path = "/a"},
-      {.name = "dup", .path = "/b"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "q", .path = "/a", .query = "x={}"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "dup", .path = "/a"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "dup", .path = "/b"},
   };
   cfg.endpoints = bad2;
   cfg.endpoint_count = 1;
@@ -629,7 +629,7 @@ static void config_is_validated_field_by_field(void **state) {
   (void)state;
   resil_http_client_config cfg;
   resil_http_client_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_int_equal(cfg.gzip_min_bytes, 2048);
   assert_int_equal(cfg.follow_redirects, 0);
   assert_int_equal(cfg.verify_peer, 1);

@@ -10,30 +10,30 @@
 #include "test_http_common.h"
 
 static const resil_http_endpoint eps[] = {
-    {.name = "op_status", .path = "/operations/{key}", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "idem", .method = RESIL_HTTP_POST, .path = "/idem/{name}", .query = "sleep_ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "op_status", .path = "/operations/{key}", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem", .method = RESIL_HTTP_POST, .path = "/idem/{name}", .query = "sleep_ms={ms}",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON,
      .status_endpoint = "op_status"},
-    {.name = "idem_close", .method = RESIL_HTTP_POST, .path = "/idem-close",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_close", .method = RESIL_HTTP_POST, .path = "/idem-close",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON,
      .status_endpoint = "op_status"},
-    {.name = "slow_keyed", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_keyed", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .status_endpoint = "op_status"},
-    {.name = "slow_unkeyed", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_unkeyed", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
      .status_endpoint = "op_status"},
-    {.name = "flaky_keyed", .method = RESIL_HTTP_POST, .path = "/flaky/{id}", .query = "fail={n}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "flaky_keyed", .method = RESIL_HTTP_POST, .path = "/flaky/{id}", .query = "fail={n}",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .status_endpoint = "op_status"},
-    {.name = "idem_plain", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_plain", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
      .query = "sleep_ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND,
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "echo_status", .path = "/echo", .query = "k={key}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "echo_status", .path = "/echo", .query = "k={key}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "slow_echo_status", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_echo_status", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .status_endpoint = "echo_status"},
     /* A misconfigured status path that asks about another key. */
-    {.name = "other_key_status", .path = "/operations/x{key}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "other_key_status", .path = "/operations/x{key}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "slow_other_key", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_other_key", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .status_endpoint = "other_key_status"},
 };
 #define NEPS (sizeof eps / sizeof eps[0])
@@ -137,29 +137,29 @@ static void client_new_rejects_status_endpoints_that_cannot_answer(void **state)
   const char *url = resil_fixture_url(s->f);
   resil_error err;
   const resil_http_endpoint unknown[] = {
-      {.name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "nope"}};
+      {.struct_size = sizeof(resil_http_endpoint), .name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "nope"}};
   assert_status(RESIL_EINVAL, new_client(url, unknown, 1, NULL, &err));
   assert_string_equal(err.field, "endpoints[0].status_endpoint");
   const resil_http_endpoint self[] = {
-      {.name = "w", .path = "/w/{key}", .status_endpoint = "w"}};
+      {.struct_size = sizeof(resil_http_endpoint), .name = "w", .path = "/w/{key}", .status_endpoint = "w"}};
   assert_status(RESIL_EINVAL, new_client(url, self, 1, NULL, &err));
   assert_string_equal(err.field, "endpoints[0].status_endpoint");
   const resil_http_endpoint post[] = {
-      {.name = "st", .method = RESIL_HTTP_POST, .path = "/operations/{key}"},
-      {.name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "st"}};
+      {.struct_size = sizeof(resil_http_endpoint), .name = "st", .method = RESIL_HTTP_POST, .path = "/operations/{key}"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "st"}};
   assert_status(RESIL_EINVAL, new_client(url, post, 2, NULL, &err));
   assert_string_equal(err.field, "endpoints[1].status_endpoint");
   assert_non_null(strstr(err.msg, "GET"));
   const resil_http_endpoint nokey[] = {
-      {.name = "st", .path = "/operations/{id}"},
-      {.name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "st"}};
+      {.struct_size = sizeof(resil_http_endpoint), .name = "st", .path = "/operations/{id}"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "st"}};
   assert_status(RESIL_EINVAL, new_client(url, nokey, 2, NULL, &err));
   assert_string_equal(err.field, "endpoints[1].status_endpoint");
   /* {key} in the query is as good as in the path; a later entry of the
    * table may be named. */
   const resil_http_endpoint inquery[] = {
-      {.name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "st"},
-      {.name = "st", .path = "/operations", .query = "key={key}"}};
+      {.struct_size = sizeof(resil_http_endpoint), .name = "w", .method = RESIL_HTTP_POST, .path = "/w", .status_endpoint = "st"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "st", .path = "/operations", .query = "key={key}"}};
   assert_status(RESIL_OK, new_client(url, inquery, 2, NULL, &err));
 
   resil_http_client_config cfg;
@@ -203,7 +203,7 @@ static void i1_committed_write_recovers_from_status_with_one_write(void **state)
   resil_http_args args = args_of(ps, 2, NULL);
   resil_http_response *r = NULL;
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "idem", &args, retry, NULL, &r, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "idem", &args, retry, NULL, NULL, &r, &rep);
 
   assert_int_equal(o.kind, RESIL_ANSWERED);
   assert_int_equal(o.http_status, 201);
@@ -272,7 +272,7 @@ static void i4_commit_then_close_recovers_and_a_replay_returns_the_same_body(voi
   resil_http_args args = args_of(NULL, 0, "i4-key-1");
   resil_http_response *r = NULL;
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, &r, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, NULL, &r, &rep);
   assert_int_equal(o.kind, RESIL_ANSWERED);
   assert_int_equal(o.http_status, 201);
   assert_true(o.flags & RESIL_OF_RECOVERED);
@@ -318,7 +318,7 @@ static void committed_failure_is_returned_without_another_write(void **state) {
   resil_http_args args = args_of(ps, 1, "stored-500");
   resil_http_response *r = NULL;
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, &r, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, NULL, &r, &rep);
   assert_int_equal(o.kind, RESIL_ANSWERED);
   assert_int_equal(o.http_status, 500);
   assert_false(resil_outcome_is_success(&o));
@@ -348,7 +348,7 @@ static void status_404_retries_the_write_with_the_same_key(void **state) {
   resil_http_args args = args_of(ps, 2, NULL);
   resil_http_response *r = NULL;
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "flaky_keyed", &args, retry, NULL, &r, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "flaky_keyed", &args, retry, NULL, NULL, &r, &rep);
   assert_int_equal(o.kind, RESIL_ANSWERED);
   assert_int_equal(o.http_status, 200);
   assert_false(o.flags & RESIL_OF_RECOVERED);
@@ -395,7 +395,7 @@ static void unknown_status_each_time_ends_unknown_after_max_attempts(void **stat
   resil_http_param ps[] = {{"ms", SLOW_MS}};
   resil_http_args args = args_of(ps, 1, "never-committed");
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, NULL, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, NULL, NULL, &rep);
   assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
   assert_false(o.flags & (RESIL_OF_RECOVERED | RESIL_OF_STATUS_PENDING));
   assert_int_equal(o.stop, RESIL_STOP_MAX_ATTEMPTS);
@@ -414,7 +414,7 @@ static void unknown_status_each_time_ends_unknown_after_max_attempts(void **stat
   /* Without a retry the 404 ends the call: still UNKNOWN. */
   resil_fixture_reset(s->f);
   resil_http_response *r = NULL;
-  o = resil_http_call_keyed(c, "slow_keyed", &args, NULL, NULL, &r, &rep);
+  o = resil_http_call_keyed(c, "slow_keyed", &args, NULL, NULL, NULL, &r, &rep);
   assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
   assert_int_equal(o.stop, RESIL_STOP_NONE);
   assert_int_equal(rep.write_attempts, 1);
@@ -435,7 +435,7 @@ static void status_answer_outside_the_contract_counts_as_unknown(void **state) {
   resil_http_param ps[] = {{"ms", SLOW_MS}};
   resil_http_args args = args_of(ps, 1, "odd-status");
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "slow_echo_status", &args, NULL, NULL, NULL, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "slow_echo_status", &args, NULL, NULL, NULL, NULL, &rep);
   assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
   assert_false(resil_outcome_is_success(&o));
   assert_int_equal(rep.status_queries, 1);
@@ -459,7 +459,7 @@ static void committed_answer_about_another_key_is_not_taken(void **state) {
   resil_http_args args = args_of(ps, 1, "mine");
   resil_http_response *r = NULL;
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "slow_other_key", &args, NULL, NULL, &r, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "slow_other_key", &args, NULL, NULL, NULL, &r, &rep);
   assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
   assert_false(o.flags & RESIL_OF_RECOVERED);
   assert_false(resil_http_response_recovered(r));
@@ -480,7 +480,7 @@ static void call_without_a_key_makes_no_status_query(void **state) {
   resil_http_param ps[] = {{"ms", SLOW_MS}};
   resil_http_args args = args_of(ps, 1, NULL);
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "slow_unkeyed", &args, retry, NULL, NULL, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "slow_unkeyed", &args, retry, NULL, NULL, NULL, &rep);
   assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
   /* No key: not retried either (the safety rule), and nothing to ask. */
   assert_int_equal(o.stop, RESIL_STOP_UNSAFE);
@@ -507,7 +507,7 @@ static void no_status_endpoint_or_no_query_classes_behaves_as_plain_call(void **
   resil_http_args args = args_of(ps, 2, NULL);
   resil_http_response *r = NULL;
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "idem_plain", &args, retry, NULL, &r, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "idem_plain", &args, retry, NULL, NULL, &r, &rep);
   assert_int_equal(o.http_status, 201);
   assert_int_equal(o.attempts, 2);
   assert_false(o.flags & RESIL_OF_RECOVERED);
@@ -522,7 +522,7 @@ static void no_status_endpoint_or_no_query_classes_behaves_as_plain_call(void **
   client_opts off = {.response_timeout_ms = WRITE_TIMEOUT_MS, .set_classes = 1, .classes = 0};
   c = client_on(s->f, eps, NEPS, apply_opts, &off);
   ps[0].value = "off";
-  o = resil_http_call_keyed(c, "idem", &args, retry, NULL, NULL, &rep);
+  o = resil_http_call_keyed(c, "idem", &args, retry, NULL, NULL, NULL, &rep);
   assert_int_equal(o.http_status, 201);
   assert_int_equal(o.attempts, 2);
   assert_int_equal(rep.status_queries, 0);
@@ -557,7 +557,7 @@ static void recovered_answer_is_logged_as_such(void **state) {
   log_sink l = {.key = "log-key-77"};
   resil_http_client *c = client_on(s->f, eps, NEPS, set_metadata_log, &l);
   resil_http_args args = args_of(NULL, 0, "log-key-77");
-  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, NULL, NULL);
+  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, NULL, NULL, NULL);
   assert_true(o.flags & RESIL_OF_RECOVERED);
   assert_int_equal(l.recovered_lines, 1);
   /* Metadata only: no URL, so not the key in the status path either. */
@@ -571,7 +571,7 @@ static void unbuildable_request_and_bad_retry_send_nothing(void **state) {
   resil_http_response *r = NULL;
   resil_http_recovery rep;
   rep.write_attempts = 99;
-  resil_outcome o = resil_http_call_keyed(c, "no_such_endpoint", NULL, NULL, NULL, &r, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "no_such_endpoint", NULL, NULL, NULL, NULL, &r, &rep);
   assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   assert_non_null(resil_http_response_error(r));
   assert_int_equal(rep.write_attempts, 0);
@@ -580,7 +580,7 @@ static void unbuildable_request_and_bad_retry_send_nothing(void **state) {
   static uint64_t not_a_retry[64];
   resil_retry *retry = (resil_retry *)(void *)not_a_retry;
   resil_http_args args = args_of(NULL, 0, "bad-retry");
-  o = resil_http_call_keyed(c, "idem_close", &args, retry, NULL, NULL, &rep);
+  o = resil_http_call_keyed(c, "idem_close", &args, retry, NULL, NULL, NULL, &rep);
   assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   assert_int_equal(rep.write_attempts, 0);
   /* No time left: the retry refuses the first write. */
@@ -588,7 +588,7 @@ static void unbuildable_request_and_bad_retry_send_nothing(void **state) {
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   resil_ctx_set_timeout_ns(&ctx, 0);
-  o = resil_http_call_keyed(c, "idem_close", &args, real, &ctx, NULL, &rep);
+  o = resil_http_call_keyed(c, "idem_close", &args, real, NULL, &ctx, NULL, &rep);
   assert_outcome(o, RESIL_REJECTED, RESIL_REASON_DEADLINE);
   assert_int_equal(o.attempts, 0);
   assert_int_equal(rep.write_attempts, 0);
@@ -616,12 +616,12 @@ static void allocation_failures_never_turn_into_a_success(void **state) {
   /* Warm up the pool slots, then count one recovering call. */
   resil_http_args args = args_of(NULL, 0, "alloc-warm");
   resil_http_response *r = NULL;
-  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, &r, NULL);
+  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, NULL, &r, NULL);
   assert_true(o.flags & RESIL_OF_RECOVERED);
   resil_http_response_free(r);
   long before = ta.count;
   args.idempotency_key = "alloc-count";
-  o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, &r, NULL);
+  o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, NULL, &r, NULL);
   assert_true(o.flags & RESIL_OF_RECOVERED);
   resil_http_response_free(r);
   long n = ta.count - before;
@@ -633,7 +633,7 @@ static void allocation_failures_never_turn_into_a_success(void **state) {
     ta.fail_at = ta.count + k;
     r = NULL;
     resil_http_recovery rep;
-    o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, &r, &rep);
+    o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, NULL, &r, &rep);
     ta.fail_at = 0;
     if (resil_outcome_is_success(&o)) {
       assert_true(o.flags & RESIL_OF_RECOVERED);

@@ -12,22 +12,22 @@ static const char *const secret_headers[] = {
     "X-Trace: visible-trace", NULL};
 
 static const resil_http_endpoint eps[] = {
-    {.name = "ka_get", .path = "/ka"},
-    {.name = "ka_post", .method = RESIL_HTTP_POST, .path = "/ka",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_get", .path = "/ka"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_post", .method = RESIL_HTTP_POST, .path = "/ka",
      .request_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "echo_secret", .method = RESIL_HTTP_POST, .path = "/echo", .query = "token={qt}&page=2",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "echo_secret", .method = RESIL_HTTP_POST, .path = "/echo", .query = "token={qt}&page=2",
      .headers = secret_headers, .request_codec = RESIL_HTTP_CODEC_JSON,
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "echo_keyed", .method = RESIL_HTTP_POST, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "echo_keyed", .method = RESIL_HTTP_POST, .path = "/echo",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "flaky_keyed", .method = RESIL_HTTP_POST, .path = "/flaky/{id}", .query = "fail={n}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "flaky_keyed", .method = RESIL_HTTP_POST, .path = "/flaky/{id}", .query = "fail={n}",
      .idempotency_key = RESIL_HTTP_KEY_SEND},
-    {.name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}"},
-    {.name = "idem", .method = RESIL_HTTP_POST, .path = "/idem/{name}", .query = "sleep_ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem", .method = RESIL_HTTP_POST, .path = "/idem/{name}", .query = "sleep_ms={ms}",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "item_slow", .path = "/items/{id}", .query = "delay_ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "item_slow", .path = "/items/{id}", .query = "delay_ms={ms}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "commit_close", .method = RESIL_HTTP_POST, .path = "/commit-close"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "commit_close", .method = RESIL_HTTP_POST, .path = "/commit-close"},
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
