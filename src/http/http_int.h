@@ -153,6 +153,9 @@ typedef struct http_xfer {
   int got_bytes;          /* a response byte since the last request      */
   int resend_refused;     /* a hidden re-send was caught and refused     */
   int too_large;
+  int withheld;           /* secret headers withheld after a redirect to
+                             another origin                             */
+  const char *origin;     /* the request's origin ("scheme://host:port") */
   int last_status;
   unsigned local_port;
   int64_t response_timeout_ns;

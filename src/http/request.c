@@ -590,6 +590,27 @@ static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
   /* The last hop was a complete redirect answer that was not followed. */
   if (rc == CURLE_TOO_MANY_REDIRECTS && x->last_status >= 300 && x->last_status < 400)
     return resil_outcome_http(x->last_status);
+  /* A complete redirect answer whose Location libresil does not follow (a
+   * protocol other than http and https, or no URL at all): nothing more
+   * was sent, and the answer stands. Only the scheme is quoted: the rest
+   * of a URL may carry credentials. */
+  if ((rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT) && x->follow &&
+      x->got_bytes && x->last_status >= 300 && x->last_status < 400) {
+    const char *loc = resil_http_response_header(res, "location");
+    size_t sl = loc ? strspn(loc, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+                    : 0;
+    if (loc && loc[sl] == ':' && sl <= 16)
+      snprintf(res->error, sizeof res->error,
+               "redirect to a %.*s: URL refused (only http and https are followed); the %d "
+               "answer is returned",
+               (int)sl, loc, x->last_status);
+    else
+      snprintf(res->error, sizeof res->error,
+               "redirect not followed: its Location is not a URL libresil follows; the %d "
+               "answer is returned",
+               x->last_status);
+    return resil_outcome_http(x->last_status);
+  }
   if (x->too_large) {
     snprintf(res->error, sizeof res->error, "response body larger than max_response_bytes (%zu)",
              c->max_response_bytes);
@@ -943,6 +964,7 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
     x->client = c;
     x->res = res;
     x->follow = c->follow_redirects;
+    x->origin = c->origins[ep->origin];
     x->resend_ok = c->resend_stale == RESIL_HTTP_RESEND_IF_SAFE &&
                    ((req->flags | ctx->flags) & (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY));
     x->response_timeout_ns = c->response_timeout_ns < left ? c->response_timeout_ns : left;
