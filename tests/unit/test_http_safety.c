@@ -397,9 +397,46 @@ static void *run_attempt(void *u) {
   return NULL;
 }
 
+/* Opens when an attempt numbered `attempt` has begun: its interceptor runs
+ * inside the attempt, after it took its sequence number and its reference
+ * on the request, before anything is sent. The ordering the tests need,
+ * without sleeping for it. */
+typedef struct start_gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint32_t attempt;
+  int started;
+} start_gate;
+
+static resil_status open_gate(void *u, const resil_http_attempt_info *info,
+                              resil_http_headers *h) {
+  (void)h;
+  start_gate *g = u;
+  pthread_mutex_lock(&g->mu);
+  if (info->attempt == g->attempt) g->started = 1;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+  return RESIL_OK;
+}
+
+static void wait_gate(start_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  while (!g->started) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void set_gate(resil_http_client_config *cfg, void *u) {
+  static resil_http_interceptor ic[1];
+  ic[0].fn = open_gate;
+  ic[0].user = u;
+  cfg->interceptors = ic;
+  cfg->interceptor_count = 1;
+}
+
 static void abandoned_attempt_never_overwrites_the_current_result(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  start_gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0};
+  resil_http_client *c = client_on(s->f, eps, NEPS, set_gate, &g);
   resil_http_request *req = NULL;
   resil_http_param ps[] = {{"id", "5"}, {"ms", "400"}};
   resil_http_args args;
@@ -413,8 +450,9 @@ static void abandoned_attempt_never_overwrites_the_current_result(void **state) 
   r1.ctx.attempt = 1;
   pthread_t t;
   pthread_create(&t, NULL, run_attempt, &r1);
-  sleep_ms(50);
-  /* Attempt 2 starts while 1 still runs and times out first. */
+  wait_gate(&g);
+  /* Attempt 2 starts while 1 still runs (its 400 ms answer is far off)
+   * and times out first. */
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.attempt = 2;
@@ -436,7 +474,8 @@ static void abandoned_attempt_never_overwrites_the_current_result(void **state) 
 
 static void request_and_client_freed_while_attempt_runs(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  start_gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+  resil_http_client *c = client_on(s->f, eps, NEPS, set_gate, &g);
   resil_http_request *req = NULL;
   resil_http_param ps[] = {{"id", "6"}, {"ms", "200"}};
   resil_http_args args;
@@ -448,7 +487,7 @@ static void request_and_client_freed_while_attempt_runs(void **state) {
   resil_ctx_init(&r1.ctx);
   pthread_t t;
   pthread_create(&t, NULL, run_attempt, &r1);
-  sleep_ms(50);
+  wait_gate(&g);
   /* The caller gives up: it frees everything while the attempt runs. */
   resil_http_request_free(req);
   resil_http_client_free(c);
