@@ -5,6 +5,7 @@
  * bulkhead layers). */
 #include <stdlib.h>
 
+#include "http/http_int.h"
 #include "test_http_common.h"
 
 static const char *const secret_headers[] = {
@@ -112,6 +113,56 @@ static void h16_if_safe_resends_a_keyed_post_once_and_counts_it(void **state) {
   assert_int_equal(resil_fixture_effects(s->f, "ka"), 1);
   resil_http_client_get_stats(c, &st);
   assert_int_equal(st.resends_prevented, 1);
+  resil_http_client_free(c);
+}
+
+/* libcurl's hidden re-send passes two guards (slot.c): the socket opened
+ * for it (CURLOPT_OPENSOCKETFUNCTION), then the second request of the
+ * transfer (CURLOPT_PREREQFUNCTION). With libcurl 7.88 every re-send opens
+ * a socket first, so the test above never reaches the second guard. Here
+ * the slot's socket opener is replaced by a plain one: the re-send gets its
+ * connection, and only the request guard stands between it and a second
+ * effect. */
+static curl_socket_t plain_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *addr) {
+  (void)purpose;
+  (*(int *)ud)++;
+  return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+static void one_slot(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->max_connections = 1;
+  cfg->max_connections_per_host = 1;
+}
+
+static void h16_request_guard_alone_refuses_the_resend(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, one_slot, NULL);
+  /* The slot's handle exists and keeps the connection alive. */
+  resil_outcome o = resil_http_call(c, "ka_get", NULL, NULL, NULL, NULL);
+  assert_int_equal(o.http_status, 200);
+  int opened = 0;
+  CURL *e = c->slots[0].e;
+  assert_non_null(e);
+  curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, plain_socket);
+  curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, &opened);
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.body = "{\"a\":1}";
+  args.body_len = strlen(args.body);
+  resil_http_response *r = NULL;
+  o = resil_http_call(c, "ka_post", &args, NULL, NULL, &r);
+  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
+  /* libcurl did try: it opened a new connection for the re-send... */
+  assert_int_equal(opened, 1);
+  /* ...and the request guard kept the POST from going out again. */
+  assert_int_equal(resil_fixture_effects(s->f, "ka"), 1);
+  assert_non_null(strstr(resil_http_response_error(r), "re-send"));
+  resil_http_stats st;
+  resil_http_client_get_stats(c, &st);
+  assert_int_equal(st.resends_prevented, 1);
+  assert_int_equal(st.requests_sent, 2);
+  resil_http_response_free(r);
   resil_http_client_free(c);
 }
 
@@ -546,6 +597,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(h16_post_on_dead_keepalive_connection_is_not_resent, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(h16_if_safe_resends_a_keyed_post_once_and_counts_it, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h16_request_guard_alone_refuses_the_resend, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(commit_then_close_before_headers_is_unknown, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(h13_secrets_never_appear_at_any_log_level, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(key_is_generated_once_and_sent_on_every_attempt, fx_setup, fx_teardown),
