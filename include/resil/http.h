@@ -38,7 +38,12 @@
  *     "Expect: 100-continue" is never sent, HTTP/0.9 is refused, HTTP/1.1 is
  *     used, no authentication scheme that needs a second request is enabled,
  *     and redirects are off unless configured (then each hop is counted
- *     apart from attempts).
+ *     apart from attempts, only http and https Locations are followed,
+ *     and headers the log redactor treats as secret are not sent to
+ *     another origin; see follow_redirects).
+ *   - Path parameters cannot change the path's segments: every byte but
+ *     A-Za-z0-9-._~ is percent-encoded, '/' included, and a whole value
+ *     "." or ".." is sent as %2E or %2E%2E.
  *   - No environment surprises: proxies come only from the config (the
  *     http_proxy family of variables is ignored), .netrc is never read,
  *     and TLS peer and host verification are on unless switched off.
@@ -214,7 +219,8 @@ typedef struct resil_http_endpoint {
    * literal characters are RFC 3986 pchars and '/' ('%' only as a %XX
    * escape); `{name}` placeholders ([A-Za-z0-9_.-], 1..64 characters) are
    * replaced by percent-encoded parameter values (everything but
-   * A-Za-z0-9-._~ is encoded, '/' included). */
+   * A-Za-z0-9-._~ is encoded, '/' included, and a whole value "." or ".."
+   * becomes %2E or %2E%2E, so that no value changes the segments). */
   const char *path;
   /* Optional query template without the '?', e.g. "q={q}&limit=10"; the
    * same rules as the path ('?' and '/' also allowed literally). */
@@ -372,7 +378,16 @@ typedef struct resil_http_client_config {
   int64_t response_timeout_ns;
   /* 0 (default): a 3xx comes back as the answer. 1: follow up to
    * max_redirects hops within one attempt; hops are counted apart from
-   * attempts (resil_http_info.hops). */
+   * attempts (resil_http_info.hops). Past max_redirects, and for a
+   * Location that is not an http or https URL (file:, ftp:, ...), nothing
+   * more is sent and the last 3xx is the attempt's answer, ANSWERED(3xx),
+   * with resil_http_response_error() saying why it was not followed (the
+   * refused scheme, never the rest of the URL). From the first hop to
+   * another origin (scheme, host or port) on, the attempt no longer sends
+   * the headers whose values the log redactor hides (Authorization,
+   * Cookie, X-Api-Key, ...: see resil_http_log_fn), whether the table, the
+   * caller or an interceptor set them; the idempotency key and the other
+   * headers are still sent. */
   int follow_redirects;
   /* 0..50. Default 5. */
   uint32_t max_redirects;
