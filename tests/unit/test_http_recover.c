@@ -692,6 +692,24 @@ static void policies_free(policies *p) {
   resil_breaker_free(p->br);
 }
 
+/* A custom innermost layer that records the context each request carries. */
+typedef struct ctx_seen {
+  int n;
+  char keys[8][64];
+  uint32_t flags[8];
+} ctx_seen;
+
+static resil_outcome record_ctx(void *policy, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
+  ctx_seen *cs = policy;
+  if (cs->n < 8) {
+    snprintf(cs->keys[cs->n], sizeof cs->keys[0], "%s",
+             ctx->idempotency_key ? ctx->idempotency_key : "");
+    cs->flags[cs->n] = ctx->flags;
+    cs->n++;
+  }
+  return fn(arg, ctx);
+}
+
 static void keyed_call_runs_every_physical_request_through_the_chain(void **state) {
   fx_state *s = *state;
   client_opts opt = {.response_timeout_ms = WRITE_TIMEOUT_MS};
@@ -726,6 +744,34 @@ static void keyed_call_runs_every_physical_request_through_the_chain(void **stat
   resil_chain_call_stats(p.ch, &cs);
   assert_int_equal(cs.calls_in, 4);
   policies_free(&p);
+
+  /* Inner layers see the call's key (ctx->idempotency_key) on every
+   * request; a status query is an idempotent read, the write is keyed. */
+  resil_fixture_reset(s->f);
+  ctx_seen seen = {0};
+  resil_chain_config ccfg;
+  resil_chain_config_init(&ccfg);
+  resil_chain *rch = NULL;
+  assert_status(RESIL_OK, resil_chain_new(&ccfg, &rch, NULL));
+  resil_layer lay = {.kind = RESIL_LAYER_CUSTOM, .label = "Record", .name = "record",
+                     .policy = &seen, .run = record_ctx, .max_attempts = 1};
+  assert_status(RESIL_OK, resil_chain_add_layer(rch, &lay));
+  resil_http_args kargs = args_of(ps, 1, "k-chain-ctx");
+  /* An older caller's report (without the key): written up to its size. */
+  resil_http_recovery small;
+  memset(&small, 0xab, sizeof small);
+  o = resil_http_call_keyed_sized(c, "slow_keyed", &kargs, NULL, rch, NULL, NULL, &small,
+                                  offsetof(resil_http_recovery, idempotency_key));
+  assert_int_equal(o.kind, RESIL_UNKNOWN);
+  assert_int_equal(small.struct_size, offsetof(resil_http_recovery, idempotency_key));
+  assert_int_equal(small.status_queries, 1);
+  assert_int_equal((unsigned char)small.idempotency_key[0], 0xab);
+  assert_int_equal(seen.n, 2);
+  assert_string_equal(seen.keys[0], "k-chain-ctx");
+  assert_string_equal(seen.keys[1], "k-chain-ctx");
+  assert_true(seen.flags[0] & RESIL_CALL_STABLE_KEY);
+  assert_int_equal(seen.flags[1], RESIL_CALL_IDEMPOTENT);
+  resil_chain_free(rch);
 
   /* A layer may refuse a status query: one permit, taken by the write. */
   resil_fixture_reset(s->f);
