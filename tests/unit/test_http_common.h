@@ -173,12 +173,13 @@ static inline void raw_start(raw_server *s, const char *const *replies, size_t n
   pthread_create(&s->th, NULL, raw_server_main, s);
 }
 
-/* Stops accepting (a connection never made ends the thread too). */
+/* Stops accepting (a connection never made ends the thread too). The
+ * recorded requests stay readable (the mutex is not destroyed: it needs
+ * no cleanup). */
 static inline void raw_stop(raw_server *s) {
   shutdown(s->lfd, SHUT_RDWR);
   pthread_join(s->th, NULL);
   close(s->lfd);
-  pthread_mutex_destroy(&s->mu);
 }
 
 /* The request line of request i ("" when none came). */
