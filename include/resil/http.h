@@ -501,7 +501,7 @@ RESIL_API resil_status resil_http_client_new(const resil_http_client_config *cfg
  * is a no-op. Since 0.1. */
 RESIL_API void resil_http_client_free(resil_http_client *c);
 
-/* The client's name; "?" for an invalid handle. Since 0.1. */
+/* The client's name (owned by c); NULL for a NULL handle. Since 0.1. */
 RESIL_API const char *resil_http_client_name(const resil_http_client *c);
 
 typedef struct resil_http_stats {
@@ -590,7 +590,7 @@ RESIL_API void resil_http_args_init_sized(resil_http_args *args, size_t struct_s
  * resil_http_args_init(), unknown endpoint, missing
  * placeholder value, CR/LF in a header value, a reserved header, a bad
  * key, a body on HEAD, a JSON value on a RAW endpoint; err says which),
- * RESIL_EMISUSE (NULL client, or one already freed by the caller),
+ * RESIL_EMISUSE (NULL client),
  * RESIL_ENOMEM, RESIL_EIO (getrandom failed). Nothing is sent. Thread-safe.
  * Since 0.1. */
 RESIL_API resil_status resil_http_request_new(resil_http_client *c,

@@ -620,7 +620,7 @@ void resil_http_client_free(resil_http_client *c) {
 }
 
 const char *resil_http_client_name(const resil_http_client *c) {
-  if (!c || c->magic != RESIL_MAGIC_HTTP_CLIENT) return "?";
+  if (!c || c->magic != RESIL_MAGIC_HTTP_CLIENT) return NULL;
   return c->name;
 }
 
