@@ -359,6 +359,15 @@ struct resil_http_request {
   resil_http_response *pub;
 };
 
+/* The caller's args (NULL: none) as a full-size copy in *dst; RESIL_EINVAL
+ * for args not passed through resil_http_args_init() (request.c). */
+resil_status resil__http_args_in(resil_http_args *dst, const resil_http_args *src,
+                                 resil_error *err);
+
+/* 1 when key is a valid idempotency key: 1..255 visible ASCII characters
+ * (request.c). */
+int resil__http_key_ok(const char *key);
+
 /* Copies key (NULL: none) into r as the call's idempotency key. */
 void resil__http_response_set_key(resil_http_response *r, const char *key);
 

@@ -497,11 +497,8 @@ static resil_outcome call_keyed(resil_http_client *c, const char *endpoint,
   if (why) return resil__http_not_built(c, why, out);
   /* The caller's args as a full-size copy: the status query reads them. */
   resil_http_args args;
-  resil_http_args_init(&args);
   resil_error err;
-  if (uargs && resil__sized_in(&args, sizeof args, uargs,
-                               offsetof(resil_http_args, idempotency_key) + sizeof(char *),
-                               "resil_http_args", "resil_http_args_init", &err) != RESIL_OK)
+  if (resil__http_args_in(&args, uargs, &err) != RESIL_OK)
     return resil__http_not_built(c, err.msg, out);
   resil_http_request *req = NULL;
   if (resil_http_request_new(c, endpoint, &args, &req, &err) != RESIL_OK)
@@ -612,17 +609,10 @@ resil_outcome resil_http_operation_status(resil_http_client *c, const char *endp
   if (!ep) return resil__http_not_built(c, "unknown endpoint", out);
   if (ep->status_ep < 0)
     return resil__http_not_built(c, "endpoint has no status_endpoint", out);
-  size_t kl = key ? strlen(key) : 0;
-  int ok = kl >= 1 && kl <= RESIL_HTTP_MAX_KEY;
-  for (size_t i = 0; ok && i < kl; i++)
-    ok = (unsigned char)key[i] > 0x20 && (unsigned char)key[i] < 0x7f;
-  if (!ok) return resil__http_not_built(c, "key: must be 1..255 visible ASCII characters", out);
+  if (!resil__http_key_ok(key)) return resil__http_not_built(c, "key: must be 1..255 visible ASCII characters", out);
   resil_http_args args;
-  resil_http_args_init(&args);
   resil_error err;
-  if (uargs && resil__sized_in(&args, sizeof args, uargs,
-                               offsetof(resil_http_args, idempotency_key) + sizeof(char *),
-                               "resil_http_args", "resil_http_args_init", &err) != RESIL_OK)
+  if (resil__http_args_in(&args, uargs, &err) != RESIL_OK)
     return resil__http_not_built(c, err.msg, out);
 
   resil_http_recovery rep;

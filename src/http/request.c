@@ -22,6 +22,24 @@ void resil_http_args_init_sized(resil_http_args *args, size_t n) {
   resil__sized_out(args, n, &full, sizeof full);
 }
 
+int resil__http_key_ok(const char *key) {
+  size_t kl = key ? strlen(key) : 0;
+  int ok = kl >= 1 && kl <= RESIL_HTTP_MAX_KEY;
+  for (size_t i = 0; ok && i < kl; i++) {
+    unsigned char ch = (unsigned char)key[i];
+    if (ch <= 0x20 || ch >= 0x7f) ok = 0;
+  }
+  return ok;
+}
+
+resil_status resil__http_args_in(resil_http_args *dst, const resil_http_args *src,
+                                 resil_error *err) {
+  resil_http_args_init(dst);
+  if (!src) return RESIL_OK;
+  return resil__sized_in(dst, sizeof *dst, src, ARGS_MIN_SIZE, "resil_http_args",
+                         "resil_http_args_init", err);
+}
+
 void resil__http_report(const resil_http_client *c, uint32_t attempt, const resil_outcome *o,
                         int64_t duration_ns, int64_t wait_before_ns, int64_t next_wait_ns,
                         resil_stop stop, const char *key) {
@@ -201,12 +219,8 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
     return resil__err(err, RESIL_EINVAL, "endpoint", "unknown endpoint '%.60s'", endpoint);
   /* Only the full local copy is read from here on. */
   resil_http_args largs;
-  resil_http_args_init(&largs);
-  if (args) {
-    resil_status ast = resil__sized_in(&largs, sizeof largs, args, ARGS_MIN_SIZE,
-                                       "resil_http_args", "resil_http_args_init", err);
-    if (ast != RESIL_OK) return ast;
-  }
+  resil_status ast = resil__http_args_in(&largs, args, err);
+  if (ast != RESIL_OK) return ast;
   args = &largs;
   const resil_allocator *a = c->alloc;
   resil_status st = RESIL_OK;
@@ -303,12 +317,7 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   /* Idempotency key. */
   if (args->idempotency_key) {
     size_t kl = strlen(args->idempotency_key);
-    int ok = kl >= 1 && kl <= 255;
-    for (size_t i = 0; ok && i < kl; i++) {
-      unsigned char ch = (unsigned char)args->idempotency_key[i];
-      if (ch <= 0x20 || ch >= 0x7f) ok = 0;
-    }
-    if (!ok) {
+    if (!resil__http_key_ok(args->idempotency_key)) {
       st = resil__err(err, RESIL_EINVAL, "idempotency_key",
                       "must be 1..255 visible ASCII characters");
       goto fail;
