@@ -23,7 +23,11 @@
  * GET /operations/{key}) what became of the operation before deciding
  * anything: COMMITTED gives the stored result, PENDING is waited for, and
  * UNKNOWN (a 404 included: it never means "did not happen") leaves the
- * decision to the retry policy, which re-sends with the same key.
+ * decision to the retry policy, which re-sends with the same key. Every
+ * write and status query of it goes through the caller's chain (breaker,
+ * rate limiter, bulkhead, time limiter), the call's key comes back
+ * (resil_http_response_idempotency_key, resil_http_recovery), and
+ * resil_http_operation_status() asks about a kept key later.
  *
  * What libresil guarantees on the wire:
  *   - No hidden retries. libcurl re-sends a request by itself when a reused
