@@ -473,6 +473,9 @@ typedef struct resil_http_client_config {
    *     around resil_http_request_attempt()) are the retry's to report
    *     (its own on_attempt): the client does not report them. Set the
    *     same listener on both to see every physical request once.
+   *   - resil_http_request_attempt() called by the caller (alone or under
+   *     the caller's own policies) is the caller's attempt: not reported
+   *     by the client.
    * source is the client's name; idempotency_key the call's key, or NULL.
    * Runs on the calling thread, with no library lock held. */
   resil_attempt_listener_fn on_attempt;
