@@ -2,7 +2,10 @@
  * have executed, ask the status endpoint before deciding anything.
  * COMMITTED gives the stored result, PENDING is waited for within the
  * deadline, and UNKNOWN (a 404 included) goes back to the retry policy,
- * which re-sends with the same key. See resil_http_call_keyed() in
+ * which re-sends with the same key. Every physical request (write or
+ * status query) runs through the caller's chain; the retry drives the
+ * writes through its split form (one small block below). See
+ * resil_http_call_keyed() and resil_http_operation_status() in
  * include/resil/http.h. */
 #include <stdio.h>
 #include <stdlib.h>
