@@ -866,7 +866,25 @@ static void structs_carry_their_size_and_tables_their_stride(void **state) {
   assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   assert_non_null(strstr(resil_http_response_error(r), "resil_ctx_init"));
   resil_http_response_free(r);
-  assert_int_equal(resil_fixture_attempts(s->f, "items"), 2);
+  resil_http_args_init(&args);
+  resil_http_param ip[] = {{"id", "1"}, {"token", "t"}};
+  args.params = ip;
+  args.param_count = 2;
+  assert_status(RESIL_OK, resil_http_request_new(c, "get_item", &args, &req, &err));
+  o = resil_http_request_attempt(req, &ctx);
+  assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_http_request_free(req);
+  resil_http_recovery rep;
+  o = resil_http_call_keyed(c, "get_item", &args, NULL, NULL, &ctx, NULL, &rep);
+  assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(rep.write_attempts, 0);
+  assert_int_equal(rep.struct_size, sizeof rep);
+  /* The same ctx through resil_ctx_init() works. */
+  resil_ctx_init(&ctx);
+  r = NULL;
+  assert_int_equal(resil_http_call(c, "get_item", &args, NULL, &ctx, &r).http_status, 200);
+  resil_http_response_free(r);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 3);
   resil_http_client_free(c);
 }
 
