@@ -298,8 +298,8 @@ static int bare_get(void *p) {
 /* ---- libresil --------------------------------------------------------------- */
 
 static const resil_http_endpoint endpoints[] = {
-    {.name = "ka", .method = RESIL_HTTP_GET, .path = "/ka"},
-    {.name = "echo", .method = RESIL_HTTP_GET, .path = "/echo"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka", .method = RESIL_HTTP_GET, .path = "/ka"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "echo", .method = RESIL_HTTP_GET, .path = "/echo"},
 };
 
 typedef struct resil_side {

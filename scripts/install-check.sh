@@ -27,6 +27,26 @@ http_so=$(find "$prefix" -name 'libresil-http.so.*.*' | head -1)
 if [ -n "$http_so" ]; then
   check_exports "$http_so" 'resil_http_'
   pkg-config --exists resil-http || { echo "resil-http.pc not installed" >&2; exit 1; }
+  # <resil/http.h> exposes json_t: a program using json_* on a response
+  # must compile and link with `pkg-config --cflags --libs resil-http` alone
+  # (jansson in Requires, not only Requires.private).
+  cat >"$prefix/http_json.c" <<'C'
+#include <resil/http.h>
+#include <stdio.h>
+int main(void) {
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  json_t *j = json_pack("{s:i}", "n", 42);
+  json_t *r = resil_http_response_json(NULL); /* NULL for no response */
+  int ok = j && !r && json_integer_value(json_object_get(j, "n")) == 42 && cfg.struct_size;
+  json_decref(j);
+  puts(ok ? "http json: ok" : "http json: FAILED");
+  return ok ? 0 : 1;
+}
+C
+  cc -std=c11 -Wall -Werror -Wl,--as-needed "$prefix/http_json.c" -o "$prefix/http_json" \
+     $(pkg-config --cflags --libs resil-http)
+  LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/x86_64-linux-gnu" "$prefix/http_json"
 fi
 store_so=$(find "$prefix" -name 'libresil-store.so.*.*' | head -1)
 if [ -n "$store_so" ]; then

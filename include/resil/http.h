@@ -23,7 +23,11 @@
  * GET /operations/{key}) what became of the operation before deciding
  * anything: COMMITTED gives the stored result, PENDING is waited for, and
  * UNKNOWN (a 404 included: it never means "did not happen") leaves the
- * decision to the retry policy, which re-sends with the same key.
+ * decision to the retry policy, which re-sends with the same key. Every
+ * write and status query of it goes through the caller's chain (breaker,
+ * rate limiter, bulkhead, time limiter), the call's key comes back
+ * (resil_http_response_idempotency_key, resil_http_recovery), and
+ * resil_http_operation_status() asks about a kept key later.
  *
  * What libresil guarantees on the wire:
  *   - No hidden retries. libcurl re-sends a request by itself when a reused
@@ -38,7 +42,12 @@
  *     "Expect: 100-continue" is never sent, HTTP/0.9 is refused, HTTP/1.1 is
  *     used, no authentication scheme that needs a second request is enabled,
  *     and redirects are off unless configured (then each hop is counted
- *     apart from attempts).
+ *     apart from attempts, only http and https Locations are followed,
+ *     and headers the log redactor treats as secret are not sent to
+ *     another origin; see follow_redirects).
+ *   - Path parameters cannot change the path's segments: every byte but
+ *     A-Za-z0-9-._~ is percent-encoded, '/' included, and a whole value
+ *     "." or ".." is sent as %2E or %2E%2E.
  *   - No environment surprises: proxies come only from the config (the
  *     http_proxy family of variables is ignored), .netrc is never read,
  *     and TLS peer and host verification are on unless switched off.
@@ -77,8 +86,9 @@
  *
  *   static const char *const item_headers[] = {"X-Token: {token}", NULL};
  *   static const resil_http_endpoint endpoints[] = {
- *       {.name = "get_item", .method = RESIL_HTTP_GET, .path = "/items/{id}",
- *        .headers = item_headers, .response_codec = RESIL_HTTP_CODEC_JSON},
+ *       RESIL_HTTP_ENDPOINT(.name = "get_item", .method = RESIL_HTTP_GET,
+ *                          .path = "/items/{id}", .headers = item_headers,
+ *                          .response_codec = RESIL_HTTP_CODEC_JSON),
  *   };
  *   resil_http_client_config cfg;
  *   resil_http_client_config_init(&cfg);
@@ -114,6 +124,7 @@
 
 #include "alloc.h"
 #include "call.h"
+#include "chain.h"
 #include "clock.h"
 #include "outcome.h"
 #include "retry.h"
@@ -195,9 +206,15 @@ typedef resil_outcome (*resil_http_decoder_fn)(void *user,
 
 /* One endpoint of a static, declarative table. Unlike config structs, an
  * endpoint is plain data meant for designated initialisers: every field's
- * zero value is its documented default. Strings are copied by
- * resil_http_client_new(). */
+ * zero value is its documented default, except struct_size, which every
+ * entry must carry (version.h, "Sized structs"): write each entry with
+ * RESIL_HTTP_ENDPOINT(...) or set `.struct_size = sizeof(resil_http_endpoint)`.
+ * The library walks the caller's table with the caller's stride (the first
+ * entry's struct_size; every entry must say the same) and reads only that
+ * much of each entry. Strings are copied by resil_http_client_new(). */
 typedef struct resil_http_endpoint {
+  /* sizeof(resil_http_endpoint) as the caller was compiled; required. */
+  size_t struct_size;
   /* Required. 1..63 characters of [A-Za-z0-9_.-], unique in the table. */
   const char *name;
   /* Default (0) RESIL_HTTP_GET. */
@@ -206,7 +223,8 @@ typedef struct resil_http_endpoint {
    * literal characters are RFC 3986 pchars and '/' ('%' only as a %XX
    * escape); `{name}` placeholders ([A-Za-z0-9_.-], 1..64 characters) are
    * replaced by percent-encoded parameter values (everything but
-   * A-Za-z0-9-._~ is encoded, '/' included). */
+   * A-Za-z0-9-._~ is encoded, '/' included, and a whole value "." or ".."
+   * becomes %2E or %2E%2E, so that no value changes the segments). */
   const char *path;
   /* Optional query template without the '?', e.g. "q={q}&limit=10"; the
    * same rules as the path ('?' and '/' also allowed literally). */
@@ -236,24 +254,36 @@ typedef struct resil_http_endpoint {
   void *decoder_user;
   /* Optional name of another endpoint of the same table that reports the
    * state of an operation by its idempotency key, e.g.
-   *   {.name = "op_status", .path = "/operations/{key}",
-   *    .response_codec = RESIL_HTTP_CODEC_JSON}
-   * Only resil_http_call_keyed() uses it (see there for the answers it
-   * understands). Checked by resil_http_client_new(): it must name an
+   *   RESIL_HTTP_ENDPOINT(.name = "op_status", .path = "/operations/{key}",
+   *                       .response_codec = RESIL_HTTP_CODEC_JSON)
+   * Only resil_http_call_keyed() and resil_http_operation_status() use it
+   * (see there for the answers it understands). Checked by resil_http_client_new(): it must name an
    * endpoint of the table other than this one, whose method is GET and
    * whose path or query template has a {key} placeholder. NULL (default):
    * no status queries. */
   const char *status_endpoint;
 } resil_http_endpoint;
 
-/* A name and a value: a placeholder binding, a query parameter or a header. */
+/* An endpoint entry with struct_size set, for tables:
+ *   static const resil_http_endpoint eps[] = {
+ *       RESIL_HTTP_ENDPOINT(.name = "get_item", .path = "/items/{id}"),
+ *   };
+ * Since 0.2. */
+#define RESIL_HTTP_ENDPOINT(...)                                               \
+  { .struct_size = sizeof(resil_http_endpoint), __VA_ARGS__ }
+
+/* A name and a value: a placeholder binding, a query parameter or a header.
+ * A fixed pair that never grows (so it has no struct_size): arrays of it
+ * may be written as {{"id", "42"}, {"token", t}}. */
 typedef struct resil_http_param {
   const char *name;
   const char *value;
 } resil_http_param;
 
-/* What an interceptor sees of the attempt about to be made. */
+/* What an interceptor sees of the attempt about to be made. Filled by the
+ * library; struct_size is the size it filled (Since 0.2). */
 typedef struct resil_http_attempt_info {
+  size_t struct_size;
   const char *endpoint;        /* endpoint name                          */
   const char *method;          /* "GET", "POST", ...                     */
   const char *url;             /* full URL, not redacted                 */
@@ -270,6 +300,7 @@ typedef struct resil_http_attempt_info {
 typedef resil_status (*resil_http_interceptor_fn)(
     void *user, const resil_http_attempt_info *info, resil_http_headers *h);
 
+/* A function and its argument: a fixed pair that never grows. */
 typedef struct resil_http_interceptor {
   resil_http_interceptor_fn fn;
   void *user;
@@ -319,8 +350,9 @@ typedef void (*resil_http_log_fn)(void *user, resil_http_log_level level,
                                   const char *line);
 
 typedef struct resil_http_client_config {
-  /* Set to 1 by resil_http_client_config_init(). Fields only appended. */
-  unsigned version;
+  /* Set by resil_http_client_config_init() (version.h, "Sized structs").
+   * Fields are only appended. */
+  size_t struct_size;
   /* Instance name for logs; copied. NULL gives "http". */
   const char *name;
   /* Required: "http://host[:port][/prefix]" or "https://...", no query, no
@@ -350,7 +382,16 @@ typedef struct resil_http_client_config {
   int64_t response_timeout_ns;
   /* 0 (default): a 3xx comes back as the answer. 1: follow up to
    * max_redirects hops within one attempt; hops are counted apart from
-   * attempts (resil_http_info.hops). */
+   * attempts (resil_http_info.hops). Past max_redirects, and for a
+   * Location that is not an http or https URL (file:, ftp:, ...), nothing
+   * more is sent and the last 3xx is the attempt's answer, ANSWERED(3xx),
+   * with resil_http_response_error() saying why it was not followed (the
+   * refused scheme, never the rest of the URL). From the first hop to
+   * another origin (scheme, host or port) on, the attempt no longer sends
+   * the headers whose values the log redactor hides (Authorization,
+   * Cookie, X-Api-Key, ...: see resil_http_log_fn), whether the table, the
+   * caller or an interceptor set them; the idempotency key and the other
+   * headers are still sent. */
   int follow_redirects;
   /* 0..50. Default 5. */
   uint32_t max_redirects;
@@ -417,16 +458,44 @@ typedef struct resil_http_client_config {
    * first PENDING answer. 0..1 day; 0 reports PENDING at once. Default
    * 10 s. The wait always ends at the ctx deadline too. */
   int64_t pending_wait_max_ns;
+  /* Since 0.2. Attempt listener (call.h), NULL for none. Which attempts
+   * the client reports: each physical request is reported exactly once,
+   * by the layer that decided to make it.
+   *   - The client reports the attempts it decides on itself: the single
+   *     attempt of resil_http_call() or resil_http_call_keyed() given no
+   *     retry, every status query of resil_http_call_keyed() and
+   *     resil_http_operation_status(). For a status query, attempt is the
+   *     query's number within the logical call (1, 2, ...), wait_before_ns
+   *     the PENDING poll slept before it, next_wait_ns the poll that
+   *     follows or -1, stop NONE while the call goes on.
+   *   - Attempts a retry drives (resil_http_call() or
+   *     resil_http_call_keyed() given a retry, or the caller's own retry
+   *     around resil_http_request_attempt()) are the retry's to report
+   *     (its own on_attempt): the client does not report them. Set the
+   *     same listener on both to see every physical request once.
+   *   - resil_http_request_attempt() called by the caller (alone or under
+   *     the caller's own policies) is the caller's attempt: not reported
+   *     by the client.
+   * source is the client's name; idempotency_key the call's key, or NULL.
+   * Runs on the calling thread, with no library lock held. */
+  resil_attempt_listener_fn on_attempt;
+  void *on_attempt_user;
 } resil_http_client_config;
 
-/* Writes the documented defaults. NULL is a no-op. Since 0.1. */
-RESIL_API void resil_http_client_config_init(resil_http_client_config *cfg);
+/* Writes the documented defaults and struct_size (a macro passing
+ * sizeof). NULL is a no-op. Since 0.1 (sized since 0.2). */
+RESIL_API void resil_http_client_config_init_sized(resil_http_client_config *cfg,
+                                                   size_t struct_size);
+#define resil_http_client_config_init(cfg)                                     \
+  resil_http_client_config_init_sized((cfg), sizeof(resil_http_client_config))
 
 /* Validates cfg and the endpoint table and creates a client; no connection
  * is made yet (pool slots are set up on first use). Returns RESIL_OK,
- * RESIL_EINVAL (NULL argument, a field out of range, or a bad endpoint: err
- * has the field, e.g. "endpoints[2].path", and a message naming the
- * endpoint and the problem), RESIL_ENOMEM, RESIL_ESYS (mutex or libcurl
+ * RESIL_EINVAL (NULL argument, a config not passed through
+ * resil_http_client_config_init(), an endpoint entry without a valid
+ * struct_size, a field out of range, or a bad endpoint: err has the
+ * field, e.g. "endpoints[2].path", and a message naming the endpoint and
+ * the problem), RESIL_ENOMEM, RESIL_ESYS (mutex or libcurl
  * global initialisation failed). *out untouched on failure. Since 0.1. */
 RESIL_API resil_status resil_http_client_new(const resil_http_client_config *cfg,
                                              resil_http_client **out,
@@ -439,10 +508,11 @@ RESIL_API resil_status resil_http_client_new(const resil_http_client_config *cfg
  * is a no-op. Since 0.1. */
 RESIL_API void resil_http_client_free(resil_http_client *c);
 
-/* The client's name; "?" for an invalid handle. Since 0.1. */
+/* The client's name (owned by c); NULL for a NULL handle. Since 0.1. */
 RESIL_API const char *resil_http_client_name(const resil_http_client *c);
 
 typedef struct resil_http_stats {
+  size_t struct_size;          /* bytes the library wrote (version.h)     */
   uint64_t requests;           /* logical calls (requests) created        */
   uint64_t attempts;           /* attempts that got a pool slot, plus
                                   allowed hidden re-sends                 */
@@ -471,19 +541,23 @@ typedef struct resil_http_stats {
                                   result (RESIL_OF_RECOVERED)              */
 } resil_http_stats;
 
-/* Snapshot of the counters (each read atomically). Returns RESIL_OK,
- * RESIL_EINVAL (out NULL), RESIL_EMISUSE (invalid handle). Thread-safe.
- * Since 0.1. */
-RESIL_API resil_status resil_http_client_get_stats(const resil_http_client *c,
-                                                   resil_http_stats *out);
+/* Snapshot of the counters (each read atomically), written up to the
+ * caller's size (a macro passing sizeof). Returns RESIL_OK, RESIL_EINVAL
+ * (out NULL), RESIL_EMISUSE (NULL handle). Thread-safe. Since 0.1 (sized
+ * since 0.2). */
+RESIL_API resil_status resil_http_client_get_stats_sized(const resil_http_client *c,
+                                                         resil_http_stats *out,
+                                                         size_t struct_size);
+#define resil_http_client_get_stats(c, out)                                    \
+  resil_http_client_get_stats_sized((c), (out), sizeof(resil_http_stats))
 
 /* ---- logical calls ---------------------------------------------------- */
 
 /* What the caller binds for one logical call. Pointers are read by
  * resil_http_request_new() and copied; nothing is kept. */
 typedef struct resil_http_args {
-  /* Set to 1 by resil_http_args_init(). */
-  unsigned version;
+  /* Set by resil_http_args_init() (version.h, "Sized structs"). */
+  size_t struct_size;
   /* Values for the {placeholders} of the path, query and header templates.
    * Every placeholder needs one; extra entries are ignored. */
   const resil_http_param *params;
@@ -510,17 +584,20 @@ typedef struct resil_http_args {
   const char *idempotency_key;
 } resil_http_args;
 
-/* Writes empty arguments. NULL is a no-op. Since 0.1. */
-RESIL_API void resil_http_args_init(resil_http_args *args);
+/* Writes empty arguments and struct_size (a macro passing sizeof). NULL is
+ * a no-op. Since 0.1 (sized since 0.2). */
+RESIL_API void resil_http_args_init_sized(resil_http_args *args, size_t struct_size);
+#define resil_http_args_init(args) resil_http_args_init_sized((args), sizeof(resil_http_args))
 
 /* Builds a logical call: finds the endpoint, binds the parameters
  * (percent-encoding path and query values), serialises and, when
  * configured, gzips the body, and fixes the idempotency key (random 128-bit
  * hex from getrandom(), generated here once). args may be NULL (no
- * parameters). Returns RESIL_OK, RESIL_EINVAL (unknown endpoint, missing
+ * parameters). Returns RESIL_OK, RESIL_EINVAL (args not passed through
+ * resil_http_args_init(), unknown endpoint, missing
  * placeholder value, CR/LF in a header value, a reserved header, a bad
  * key, a body on HEAD, a JSON value on a RAW endpoint; err says which),
- * RESIL_EMISUSE (invalid or freed client),
+ * RESIL_EMISUSE (NULL client),
  * RESIL_ENOMEM, RESIL_EIO (getrandom failed). Nothing is sent. Thread-safe.
  * Since 0.1. */
 RESIL_API resil_status resil_http_request_new(resil_http_client *c,
@@ -538,7 +615,9 @@ RESIL_API resil_status resil_http_request_new(resil_http_client *c,
  *   resil_ctx_set_timeout_ns(&ctx, 700 * 1000000LL);
  *   resil_outcome o = resil_retry_run(retry, &ctx, resil_http_request_attempt, req);
  *
- * ctx may be NULL (no deadline, no token). The pool lease, connect and
+ * ctx may be NULL (no deadline, no token); a ctx not passed through
+ * resil_ctx_init() gives NOT_SENT(LOCAL_ERROR), nothing sent. The pool
+ * lease, connect and
  * response timeouts are each clipped to the remaining deadline, read once
  * at the start; ctx->cancel aborts the transfer within about 10 ms;
  * ctx->attempt is logged and shown to interceptors. Returns the attempt's
@@ -580,14 +659,16 @@ RESIL_API resil_http_response *resil_http_request_take_response(
 RESIL_API void resil_http_request_free(resil_http_request *req);
 
 /* Convenience: one logical call. Builds the request, sets ctx->flags from
- * it (added to the caller's), runs it through `retry` (resil_retry_run)
- * or, when retry is NULL, makes exactly one attempt (the HTTP layer never
- * retries by itself), takes the response into *out (may be NULL: then the
- * response is dropped) and frees the request. Policy chains (breaker, time
- * limiter, bulkhead) compose with resil_http_request_attempt instead. A
- * request that cannot be built returns NOT_SENT(LOCAL_ERROR) and, when out
- * is not NULL, a response whose resil_http_response_error() says why.
- * Since 0.1. */
+ * it (added to the caller's) and ctx->idempotency_key to the call's key
+ * (for the retry's attempt listener), runs it through `retry`
+ * (resil_retry_run) or, when retry is NULL, makes exactly one attempt (the
+ * HTTP layer never retries by itself), takes the response into *out (may
+ * be NULL: then the response is dropped) and frees the request. Policy
+ * chains (breaker, time limiter, bulkhead) compose with
+ * resil_http_request_attempt, or with resil_http_call_keyed(). A request
+ * that cannot be built, or a ctx not passed through resil_ctx_init(),
+ * returns NOT_SENT(LOCAL_ERROR) and, when out is not NULL, a response whose
+ * resil_http_response_error() says why. Since 0.1. */
 RESIL_API resil_outcome resil_http_call(resil_http_client *c,
                                         const char *endpoint,
                                         const resil_http_args *args,
@@ -613,16 +694,21 @@ RESIL_API resil_outcome resil_http_call(resil_http_client *c,
 typedef enum resil_http_op_state {
   RESIL_HTTP_OP_NONE = 0,      /* no status query was made               */
   /* 404, {"state":"UNKNOWN"}, or no usable answer (not sent, timed out,
-   * another status, a body that is not the contract below). Never "did not
-   * happen": only that the server could not say. */
+   * rejected by a policy, another status, a body that is not the contract
+   * below). Never "did not happen": only that the server could not say. */
   RESIL_HTTP_OP_UNKNOWN = 1,
   RESIL_HTTP_OP_PENDING = 2,   /* accepted, not finished                 */
   RESIL_HTTP_OP_COMMITTED = 3, /* finished; the stored result came back  */
   RESIL_HTTP_OP_FAILED = 4     /* {"state":"FAILED"}: it did not commit  */
 } resil_http_op_state;
 
-/* What one resil_http_call_keyed() did, for the caller and for tests. */
+/* Longest idempotency key, without its NUL. */
+#define RESIL_HTTP_MAX_KEY 255
+
+/* What one resil_http_call_keyed() did, for the caller and for tests. An
+ * out struct written up to the caller's size (version.h). */
 typedef struct resil_http_recovery {
+  size_t struct_size;        /* bytes the library wrote                  */
   uint32_t write_attempts;   /* attempts of the write, counted as the
                                 retry counts them                        */
   uint32_t status_queries;   /* status queries made (or tried: one whose
@@ -636,13 +722,31 @@ typedef struct resil_http_recovery {
   resil_outcome last_query;  /* outcome of the last status query's
                                 attempt; kind 0 when none was made       */
   int64_t pending_wait_ns;   /* time slept waiting on PENDING            */
+  /* Since 0.2: the call's idempotency key (the caller's, or the one
+   * generated for the call), "" when it sent none: keep it to ask again
+   * later with resil_http_operation_status(). */
+  char idempotency_key[RESIL_HTTP_MAX_KEY + 1];
 } resil_http_recovery;
 
 /* One logical keyed write with the recovery flow. Builds the request as
  * resil_http_call() does (one idempotency key for every attempt), sets
- * ctx->flags from it, and drives `retry` through its split form
- * (resil_retry_begin/next), sleeping between attempts on ctx->clock; with
- * retry NULL it makes one write attempt, never more.
+ * ctx->flags and ctx->idempotency_key from it, and drives `retry` through
+ * its split form (resil_retry_begin/next), sleeping between attempts on
+ * ctx->clock; with retry NULL it makes one write attempt, never more.
+ *
+ * Policies (Since 0.2): `chain` (may be NULL) wraps every physical request
+ * of the call, each write attempt and each status query alike: every one
+ * is one resil_chain_run(chain, ...) of resil_http_request_attempt, so the
+ * chain's breaker, rate limiter, bulkhead and time limiter see, count and
+ * may refuse each of them (resil_chain_layer_stats: calls_in = writes +
+ * status queries). The retry stays the `retry` argument, outside: it
+ * decides the write attempts, and the status query of each comes before
+ * the retry's next decision. A chain that could itself make more than one
+ * attempt per run (a retry layer: resil_chain_amplification() attempts >
+ * 1) is refused, NOT_SENT(LOCAL_ERROR) with nothing sent: it would re-send
+ * a write before its status was asked. A write refused by a layer
+ * (REJECTED) goes to the retry as any outcome; a status query refused by
+ * one is a query without a usable answer.
  *
  * After each write attempt whose outcome class is in the client's
  * status_query_classes (default: UNKNOWN and 5xx), when the call carries an
@@ -652,11 +756,16 @@ typedef struct resil_http_recovery {
  * deadline and cancellation token) and acts on the answer:
  *
  *   200 {"state":"COMMITTED","status":S,"body":"..."}
+ *   200 {"state":"COMMITTED","status":S,"body_base64":"..."}
  *       The operation is done: returns ANSWERED(S) with RESIL_OF_RECOVERED,
  *       and *out is a response with status S and the stored body (decoded
  *       as the write endpoint's response, its decoder hook applied), marked
- *       recovered. No further write is sent, whatever S is. An optional
- *       "key" member must equal the call's key.
+ *       recovered. "body" is the body's bytes as a JSON string (NUL bytes
+ *       included, as \u0000); "body_base64" (RFC 4648, what
+ *       resil_idem_mhd sends for a body that is not UTF-8) is decoded and
+ *       wins when both are present; an invalid base64 text is no usable
+ *       answer. No further write is sent, whatever S is. An optional "key"
+ *       member must equal the call's key.
  *   200 {"state":"PENDING"}
  *       Waits status_poll_ns (or the answer's Retry-After) and asks again,
  *       for at most pending_wait_max_ns from the first PENDING answer and
@@ -682,10 +791,13 @@ typedef struct resil_http_recovery {
  * The final outcome is the retry's (resil_retry.h: stop, attempts, the
  * PRIOR_MAYBE_EXECUTED folding), counting write attempts only; without a
  * retry, the last attempt's, attempts 0. *out (may be NULL: dropped) is the
- * recovered response or the last write attempt's; a request that cannot
+ * recovered response or the last write attempt's; either carries the
+ * call's key (resil_http_response_idempotency_key). A request that cannot
  * be built gives NOT_SENT(LOCAL_ERROR) and a response saying why, as
- * resil_http_call(). An invalid retry handle gives NOT_SENT(LOCAL_ERROR)
- * with nothing sent. report (may be NULL) is filled in every case.
+ * resil_http_call(). An invalid retry handle, or a ctx not passed through
+ * resil_ctx_init(), gives NOT_SENT(LOCAL_ERROR) with nothing sent. report
+ * (may be NULL) is filled in every case, up to the caller's size (the
+ * macro passes sizeof(resil_http_recovery)).
  *
  * Known limit of the retry's counters: a COMMITTED answer whose stored
  * status the retry would retry (a 5xx, or a predicate asking for it) ends
@@ -693,48 +805,89 @@ typedef struct resil_http_recovery {
  * resil_retry_get_stats() (the split form has no way to end a call the
  * policy wanted to continue).
  *
- * Example (a payment that must not run twice):
+ * Example (a payment that must not run twice, through the caller's
+ * breaker and bulkhead):
  *
  *   static const resil_http_endpoint endpoints[] = {
- *       {.name = "op_status", .path = "/operations/{key}",
- *        .response_codec = RESIL_HTTP_CODEC_JSON},
- *       {.name = "pay", .method = RESIL_HTTP_POST, .path = "/payments",
- *        .request_codec = RESIL_HTTP_CODEC_JSON,
- *        .response_codec = RESIL_HTTP_CODEC_JSON,
- *        .idempotency_key = RESIL_HTTP_KEY_SEND,
- *        .status_endpoint = "op_status"},
+ *       RESIL_HTTP_ENDPOINT(.name = "op_status", .path = "/operations/{key}",
+ *                           .response_codec = RESIL_HTTP_CODEC_JSON),
+ *       RESIL_HTTP_ENDPOINT(.name = "pay", .method = RESIL_HTTP_POST,
+ *                           .path = "/payments",
+ *                           .request_codec = RESIL_HTTP_CODEC_JSON,
+ *                           .response_codec = RESIL_HTTP_CODEC_JSON,
+ *                           .idempotency_key = RESIL_HTTP_KEY_SEND,
+ *                           .status_endpoint = "op_status"),
  *   };
  *   ...
+ *   resil_chain_add_breaker(chain, breaker);     // no retry layer here
+ *   resil_chain_add_bulkhead(chain, bulkhead);
  *   resil_ctx ctx;
  *   resil_ctx_init(&ctx);
- *   resil_ctx_set_timeout_ns(&ctx, 2000 * 1000000LL);
+ *   resil_ctx_set_timeout_ns(&ctx, RESIL_S(2));
  *   resil_http_response *resp = NULL;
  *   resil_http_recovery rep;
- *   resil_outcome o = resil_http_call_keyed(client, "pay", &args, retry, &ctx,
- *                                           &resp, &rep);
+ *   resil_outcome o = resil_http_call_keyed(client, "pay", &args, retry, chain,
+ *                                           &ctx, &resp, &rep);
  *   if (resil_outcome_is_success(&o))
  *     ...  // paid: resp is the answer, live or stored
  *   else if (o.flags & RESIL_OF_STATUS_PENDING)
- *     ...  // accepted, outcome not known yet: tell the user "pending"
+ *     ...  // accepted, outcome not known yet: keep rep.idempotency_key
  *   else if (resil_outcome_maybe_executed(&o))
- *     ...  // unknown: keep the key, ask again later
+ *     ...  // unknown: keep rep.idempotency_key, ask again later with
+ *          // resil_http_operation_status()
  *   resil_http_response_free(resp);
  *
  * Thread-safety: thread-safe (the client may be shared; report and *out
  * belong to the caller). Blocks for the attempts, the queries and the
- * waits, all within the ctx deadline when it has one. Since 0.1. */
-RESIL_API resil_outcome resil_http_call_keyed(resil_http_client *c,
-                                              const char *endpoint,
-                                              const resil_http_args *args,
-                                              resil_retry *retry,
-                                              const resil_ctx *ctx,
-                                              resil_http_response **out,
-                                              resil_http_recovery *report);
+ * waits, all within the ctx deadline when it has one. Since 0.1 (chain and
+ * the sized report since 0.2). */
+RESIL_API resil_outcome resil_http_call_keyed_sized(resil_http_client *c,
+                                                    const char *endpoint,
+                                                    const resil_http_args *args,
+                                                    resil_retry *retry,
+                                                    resil_chain *chain,
+                                                    const resil_ctx *ctx,
+                                                    resil_http_response **out,
+                                                    resil_http_recovery *report,
+                                                    size_t report_size);
+#define resil_http_call_keyed(c, endpoint, args, retry, chain, ctx, out, report) \
+  resil_http_call_keyed_sized((c), (endpoint), (args), (retry), (chain), (ctx),   \
+                              (out), (report), sizeof(resil_http_recovery))
+
+/* Asks once what became of the operation with idempotency key `key`, made
+ * earlier on endpoint `endpoint` (the write endpoint, which must name a
+ * status_endpoint): the same status query resil_http_call_keyed() makes,
+ * for an application that kept the key and asks again later (after a
+ * restart, say). args (may be NULL) binds the status endpoint's other
+ * placeholders and extra headers; its idempotency_key, query and body are
+ * not used. chain (may be NULL; no retry layer, as for
+ * resil_http_call_keyed) wraps the query. *state receives what the server
+ * said (RESIL_HTTP_OP_UNKNOWN for no usable answer).
+ *
+ * Returns, for COMMITTED, the stored result's outcome (ANSWERED(S) with
+ * RESIL_OF_RECOVERED, the write endpoint's decoder applied) and in *out
+ * the stored result as the write endpoint's response (recovered); for any
+ * other answer, the status query's own outcome and in *out its response.
+ * NOT_SENT(LOCAL_ERROR) with *state RESIL_HTTP_OP_NONE and nothing sent
+ * for: an unknown endpoint or one without a status endpoint, a key that
+ * is not 1..255 visible ASCII characters, a chain with a retry layer, a
+ * ctx not passed through resil_ctx_init(), state NULL (then *out is not
+ * touched). out may be NULL. Reported to the client's on_attempt as a
+ * status query (attempt 1, next_wait_ns -1). Thread-safe. Since 0.2. */
+RESIL_API resil_outcome resil_http_operation_status(resil_http_client *c,
+                                                    const char *endpoint,
+                                                    const char *key,
+                                                    const resil_http_args *args,
+                                                    resil_chain *chain,
+                                                    const resil_ctx *ctx,
+                                                    resil_http_op_state *state,
+                                                    resil_http_response **out);
 
 /* ---- responses -------------------------------------------------------- */
 
-/* Per-attempt facts. */
+/* Per-attempt facts. An out struct written up to the caller's size. */
 typedef struct resil_http_info {
+  size_t struct_size;     /* bytes the library wrote (version.h)            */
   uint32_t attempt;       /* ctx->attempt of the attempt that produced it   */
   uint32_t hops;          /* redirects followed within the attempt          */
   uint32_t resends;       /* hidden re-sends allowed within the attempt     */
@@ -776,15 +929,24 @@ RESIL_API const char *resil_http_response_error(const resil_http_response *r);
  * one when repeated), NULL when absent. Owned by r. Since 0.1. */
 RESIL_API const char *resil_http_response_header(const resil_http_response *r,
                                                  const char *name);
-/* Fills *out. Returns RESIL_OK or RESIL_EINVAL (NULL). Since 0.1. */
-RESIL_API resil_status resil_http_response_info(const resil_http_response *r,
-                                                resil_http_info *out);
+/* Fills *out up to the caller's size (a macro passing sizeof). Returns
+ * RESIL_OK or RESIL_EINVAL (NULL). Since 0.1 (sized since 0.2). */
+RESIL_API resil_status resil_http_response_info_sized(const resil_http_response *r,
+                                                      resil_http_info *out,
+                                                      size_t struct_size);
+#define resil_http_response_info(r, out)                                       \
+  resil_http_response_info_sized((r), (out), sizeof(resil_http_info))
 /* 1 when the response is an operation's stored result read from the
  * status endpoint by resil_http_call_keyed() (its outcome carries
  * RESIL_OF_RECOVERED; it has no headers, and its info describes the status
  * query with info.attempt the write attempt it recovered), 0 otherwise or
  * for NULL. Since 0.1. */
 RESIL_API int resil_http_response_recovered(const resil_http_response *r);
+/* The idempotency key of the call that produced the response (the
+ * caller's, or the one generated for the call: keep it to ask again later
+ * with resil_http_operation_status()), owned by r; NULL when the call sent
+ * none, or for NULL. Since 0.2. */
+RESIL_API const char *resil_http_response_idempotency_key(const resil_http_response *r);
 /* NULL is a no-op. Since 0.1. */
 RESIL_API void resil_http_response_free(resil_http_response *r);
 

@@ -25,14 +25,8 @@ void resil_ctx_init_sized(resil_ctx *ctx, size_t struct_size) {
   resil__sized_out(ctx, struct_size, &full, sizeof full);
 }
 
-const resil_ctx *resil__ctx_in(resil_ctx *local, const resil_ctx *ctx) {
-  if (ctx && RESIL_LIKELY(ctx->struct_size == sizeof *ctx)) return ctx;
-  ctx_defaults(local);
-  if (ctx && resil__sized_in(local, sizeof *local, ctx, RESIL__CTX_MIN_SIZE,
-                             "resil_ctx", "resil_ctx_init", NULL) != RESIL_OK)
-    return NULL;
-  return local;
-}
+/* resil__ctx_in() is in ctx_in.c: the HTTP and store libraries compile it
+ * in too (libresil.so does not export resil__* helpers). */
 
 void resil_ctx_set_timeout_ns(resil_ctx *ctx, int64_t timeout_ns) {
   const resil_clock *c = resil__clock(ctx->clock);

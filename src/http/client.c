@@ -34,10 +34,15 @@ const char *resil__http_method_name(resil_http_method m) {
   return "GET";
 }
 
-void resil_http_client_config_init(resil_http_client_config *cfg) {
-  if (!cfg) return;
+/* Sized structs (version.h): the 0.1 layouts end with these fields. */
+#define CONFIG_MIN_SIZE                                                        \
+  (offsetof(resil_http_client_config, pending_wait_max_ns) + sizeof(int64_t))
+#define ENDPOINT_MIN_SIZE                                                      \
+  (offsetof(resil_http_endpoint, status_endpoint) + sizeof(const char *))
+
+static void config_defaults(resil_http_client_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->max_connections = 16;
   cfg->max_connections_per_host = 16;
   cfg->lease_timeout_ns = RESIL_NS_PER_S;
@@ -58,6 +63,39 @@ void resil_http_client_config_init(resil_http_client_config *cfg) {
       RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR);
   cfg->status_poll_ns = 100 * RESIL_NS_PER_MS;
   cfg->pending_wait_max_ns = 10 * RESIL_NS_PER_S;
+}
+
+void resil_http_client_config_init_sized(resil_http_client_config *cfg, size_t n) {
+  if (!cfg) return;
+  resil_http_client_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+/* Entry i of the caller's endpoint table, read with the caller's stride
+ * (the first entry's struct_size) into *out (zero defaults for fields the
+ * caller's layout lacks). */
+static resil_status endpoint_in(const resil_http_client_config *cfg, size_t i,
+                                resil_http_endpoint *out, resil_error *err) {
+  const unsigned char *base = (const unsigned char *)cfg->endpoints;
+  size_t stride = resil__sized_size(base);
+  memset(out, 0, sizeof *out);
+  char field[48];
+  snprintf(field, sizeof field, "endpoints[%zu].struct_size", i);
+  if (stride < ENDPOINT_MIN_SIZE || stride > sizeof *out + RESIL__SIZED_SLACK)
+    return resil__err(err, RESIL_EINVAL, field,
+                      "must be sizeof(resil_http_endpoint): write each entry with "
+                      "RESIL_HTTP_ENDPOINT(...) or set .struct_size");
+  const unsigned char *e = base + i * stride;
+  if (resil__sized_size(e) != stride)
+    return resil__err(err, RESIL_EINVAL, field,
+                      "is %zu, entry 0 says %zu: every entry of a table must carry the "
+                      "same sizeof(resil_http_endpoint) (RESIL_HTTP_ENDPOINT(...))",
+                      resil__sized_size(e), stride);
+  resil_status st = resil__sized_in(out, sizeof *out, e, ENDPOINT_MIN_SIZE,
+                                    "resil_http_endpoint", "RESIL_HTTP_ENDPOINT", err);
+  if (st != RESIL_OK && err) snprintf(err->field, sizeof err->field, "%s", field);
+  return st;
 }
 
 /* ---- small string helpers ------------------------------------------------ */
@@ -258,6 +296,7 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
   e->empty_is_error = src->empty_is_error;
   e->decoder = src->decoder;
   e->decoder_user = src->decoder_user;
+  e->status_name = src->status_endpoint;
 
   const char *ct = src->content_type;
   if (!ct) ct = src->request_codec == RESIL_HTTP_CODEC_JSON ? "application/json" : NULL;
@@ -375,9 +414,6 @@ void resil__http_client_unref(resil_http_client *c) {
 static resil_status check_config(const resil_http_client_config *cfg,
                                  resil_error *err) {
   resil_status st;
-  if (cfg->version < 1)
-    return resil__err(err, RESIL_EINVAL, "version",
-                      "must be set by resil_http_client_config_init(), got %u", cfg->version);
   if (!cfg->base_url) return resil__err(err, RESIL_EINVAL, "base_url", "is required");
   char key[300];
   const char *why = parse_base(cfg->base_url, key, sizeof key);
@@ -441,11 +477,19 @@ static resil_status check_config(const resil_http_client_config *cfg,
 static const char *const default_gzip_types[] = {"application/json", "application/xml",
                                                  "text/xml", NULL};
 
-resil_status resil_http_client_new(const resil_http_client_config *cfg,
+resil_status resil_http_client_new(const resil_http_client_config *ucfg,
                                    resil_http_client **out, resil_error *err) {
-  if (!cfg || !out)
+  if (!ucfg || !out)
     return resil__err(err, RESIL_EINVAL, NULL, "cfg and out must not be NULL");
-  resil_status st = check_config(cfg, err);
+  /* Only the full local copy is read from here on. */
+  resil_http_client_config lcfg;
+  config_defaults(&lcfg);
+  resil_status st = resil__sized_in(&lcfg, sizeof lcfg, ucfg, CONFIG_MIN_SIZE,
+                                    "resil_http_client_config",
+                                    "resil_http_client_config_init", err);
+  if (st != RESIL_OK) return st;
+  const resil_http_client_config *cfg = &lcfg;
+  st = check_config(cfg, err);
   if (st != RESIL_OK) return st;
   const resil_allocator *a = cfg->alloc;
   resil_http_client *c = resil__calloc(a, sizeof *c);
@@ -531,6 +575,8 @@ resil_status resil_http_client_new(const resil_http_client_config *cfg,
   c->log_fn = cfg->log_fn;
   c->log_user = cfg->log_user;
   c->verify_peer = cfg->verify_peer;
+  c->on_attempt = cfg->on_attempt;
+  c->on_attempt_user = cfg->on_attempt_user;
 
   /* The client's own origin is origin 0 even when no endpoint uses it. */
   char key[300];
@@ -539,7 +585,9 @@ resil_status resil_http_client_new(const resil_http_client_config *cfg,
   st = origin_index(c, key, &o0, err);
   const char *const *gz = cfg->gzip_media_types ? cfg->gzip_media_types : default_gzip_types;
   for (size_t i = 0; st == RESIL_OK && i < ne; i++) {
-    st = compile_endpoint(c, i, &cfg->endpoints[i], gz, cfg->base_url, &c->eps[i], err);
+    resil_http_endpoint ep;
+    st = endpoint_in(cfg, i, &ep, err);
+    if (st == RESIL_OK) st = compile_endpoint(c, i, &ep, gz, cfg->base_url, &c->eps[i], err);
     c->neps = i + 1;
   }
   if (st == RESIL_OK) st = resil__http_recovery_setup(c, cfg, err);
@@ -572,16 +620,19 @@ void resil_http_client_free(resil_http_client *c) {
 }
 
 const char *resil_http_client_name(const resil_http_client *c) {
-  if (!c || c->magic != RESIL_MAGIC_HTTP_CLIENT) return "?";
+  if (!c || c->magic != RESIL_MAGIC_HTTP_CLIENT) return NULL;
   return c->name;
 }
 
-resil_status resil_http_client_get_stats(const resil_http_client *cc,
-                                         resil_http_stats *out) {
-  if (!out) return RESIL_EINVAL;
-  if (!cc || cc->magic != RESIL_MAGIC_HTTP_CLIENT) return RESIL_EMISUSE;
+resil_status resil_http_client_get_stats_sized(const resil_http_client *cc,
+                                               resil_http_stats *uout, size_t n) {
+  if (!cc) return RESIL_EMISUSE;
+  if (!uout) return RESIL_EINVAL;
+  if (cc->magic != RESIL_MAGIC_HTTP_CLIENT) return RESIL_EMISUSE;
   resil_http_client *c = (resil_http_client *)cc;
+  resil_http_stats full, *out = &full;
   memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
   out->requests = atomic_load(&c->st_requests);
   out->attempts = atomic_load(&c->st_attempts);
   out->requests_sent = atomic_load(&c->st_sent);
@@ -599,6 +650,7 @@ resil_status resil_http_client_get_stats(const resil_http_client *cc,
   out->status_pending = atomic_load(&c->st_status_pending);
   out->status_unknown = atomic_load(&c->st_status_unknown);
   out->recovered = atomic_load(&c->st_recovered);
+  resil__sized_out(uout, n, &full, sizeof full);
   return RESIL_OK;
 }
 

@@ -134,6 +134,9 @@ typedef struct http_endpoint {
   void *decoder_user;
   char *tpl_store;      /* copies of the template sources                 */
   int32_t status_ep;    /* index of the status endpoint, -1 none          */
+  /* The caller's status_endpoint string: read only while
+   * resil_http_client_new() runs (resil__http_recovery_setup). */
+  const char *status_name;
 } http_endpoint;
 
 /* Per-attempt transfer state, written by libcurl callbacks on the thread
@@ -150,6 +153,9 @@ typedef struct http_xfer {
   int got_bytes;          /* a response byte since the last request      */
   int resend_refused;     /* a hidden re-send was caught and refused     */
   int too_large;
+  int withheld;           /* secret headers withheld after a redirect to
+                             another origin                             */
+  const char *origin;     /* the request's origin ("scheme://host:port") */
   int last_status;
   unsigned local_port;
   int64_t response_timeout_ns;
@@ -258,6 +264,9 @@ struct resil_http_client {
   atomic_uint_fast64_t st_status_pending;
   atomic_uint_fast64_t st_status_unknown;
   atomic_uint_fast64_t st_recovered;
+  /* Attempt listener (client config on_attempt), NULL none. */
+  resil_attempt_listener_fn on_attempt;
+  void *on_attempt_user;
 };
 
 void resil__http_client_ref(resil_http_client *c);
@@ -314,6 +323,8 @@ struct resil_http_response {
   char decode_error[192];
   char error[CURL_ERROR_SIZE];
   int recovered; /* the stored result of a status query (recover.c) */
+  int has_key;   /* key holds the call's idempotency key              */
+  char key[RESIL_HTTP_MAX_KEY + 1];
 };
 
 /* A fresh, empty response. NULL when out of memory. */
@@ -347,6 +358,28 @@ struct resil_http_request {
   int taken;
   resil_http_response *pub;
 };
+
+/* The caller's args (NULL: none) as a full-size copy in *dst; RESIL_EINVAL
+ * for args not passed through resil_http_args_init() (request.c). */
+resil_status resil__http_args_in(resil_http_args *dst, const resil_http_args *src,
+                                 resil_error *err);
+
+/* 1 when key is a valid idempotency key: 1..255 visible ASCII characters
+ * (request.c). */
+int resil__http_key_ok(const char *key);
+
+/* Copies key (NULL: none) into r as the call's idempotency key. */
+void resil__http_response_set_key(resil_http_response *r, const char *key);
+
+/* Calls the client's attempt listener, when it has one (request.c). */
+void resil__http_report(const resil_http_client *c, uint32_t attempt, const resil_outcome *o,
+                        int64_t duration_ns, int64_t wait_before_ns, int64_t next_wait_ns,
+                        resil_stop stop, const char *key);
+
+/* NOT_SENT(LOCAL_ERROR) for a call that could not start, with (when out is
+ * not NULL) a response whose error is why (request.c). */
+resil_outcome resil__http_not_built(const resil_http_client *c, const char *why,
+                                    resil_http_response **out);
 
 /* The method's name ("GET"). */
 const char *resil__http_method_name(resil_http_method m);

@@ -11,10 +11,51 @@
 
 static const char empty_body[1] = "";
 
-void resil_http_args_init(resil_http_args *args) {
+/* The 0.1 layout of resil_http_args ends with idempotency_key. */
+#define ARGS_MIN_SIZE (offsetof(resil_http_args, idempotency_key) + sizeof(const char *))
+
+void resil_http_args_init_sized(resil_http_args *args, size_t n) {
   if (!args) return;
-  memset(args, 0, sizeof *args);
-  args->version = 1;
+  resil_http_args full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(args, n, &full, sizeof full);
+}
+
+int resil__http_key_ok(const char *key) {
+  size_t kl = key ? strlen(key) : 0;
+  int ok = kl >= 1 && kl <= RESIL_HTTP_MAX_KEY;
+  for (size_t i = 0; ok && i < kl; i++) {
+    unsigned char ch = (unsigned char)key[i];
+    if (ch <= 0x20 || ch >= 0x7f) ok = 0;
+  }
+  return ok;
+}
+
+resil_status resil__http_args_in(resil_http_args *dst, const resil_http_args *src,
+                                 resil_error *err) {
+  resil_http_args_init(dst);
+  if (!src) return RESIL_OK;
+  return resil__sized_in(dst, sizeof *dst, src, ARGS_MIN_SIZE, "resil_http_args",
+                         "resil_http_args_init", err);
+}
+
+void resil__http_report(const resil_http_client *c, uint32_t attempt, const resil_outcome *o,
+                        int64_t duration_ns, int64_t wait_before_ns, int64_t next_wait_ns,
+                        resil_stop stop, const char *key) {
+  if (!c->on_attempt) return;
+  resil_attempt_info ai;
+  memset(&ai, 0, sizeof ai);
+  ai.struct_size = sizeof ai;
+  ai.source = c->name;
+  ai.attempt = attempt;
+  ai.outcome = *o;
+  ai.duration_ns = duration_ns;
+  ai.wait_before_ns = wait_before_ns;
+  ai.next_wait_ns = next_wait_ns;
+  ai.stop = stop;
+  ai.idempotency_key = key;
+  c->on_attempt(c->on_attempt_user, &ai);
 }
 
 static int ieq(const char *a, size_t alen, const char *b, size_t blen) {
@@ -176,14 +217,11 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   const http_endpoint *ep = resil__http_find_endpoint(c, endpoint);
   if (!ep)
     return resil__err(err, RESIL_EINVAL, "endpoint", "unknown endpoint '%.60s'", endpoint);
-  resil_http_args none;
-  if (!args) {
-    resil_http_args_init(&none);
-    args = &none;
-  }
-  if (args->version < 1)
-    return resil__err(err, RESIL_EINVAL, "args.version",
-                      "must be set by resil_http_args_init(), got %u", args->version);
+  /* Only the full local copy is read from here on. */
+  resil_http_args largs;
+  resil_status ast = resil__http_args_in(&largs, args, err);
+  if (ast != RESIL_OK) return ast;
+  args = &largs;
   const resil_allocator *a = c->alloc;
   resil_status st = RESIL_OK;
   http_buf url = {0};
@@ -279,12 +317,7 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   /* Idempotency key. */
   if (args->idempotency_key) {
     size_t kl = strlen(args->idempotency_key);
-    int ok = kl >= 1 && kl <= 255;
-    for (size_t i = 0; ok && i < kl; i++) {
-      unsigned char ch = (unsigned char)args->idempotency_key[i];
-      if (ch <= 0x20 || ch >= 0x7f) ok = 0;
-    }
-    if (!ok) {
+    if (!resil__http_key_ok(args->idempotency_key)) {
       st = resil__err(err, RESIL_EINVAL, "idempotency_key",
                       "must be 1..255 visible ASCII characters");
       goto fail;
@@ -566,6 +599,27 @@ static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
   /* The last hop was a complete redirect answer that was not followed. */
   if (rc == CURLE_TOO_MANY_REDIRECTS && x->last_status >= 300 && x->last_status < 400)
     return resil_outcome_http(x->last_status);
+  /* A complete redirect answer whose Location libresil does not follow (a
+   * protocol other than http and https, or no URL at all): nothing more
+   * was sent, and the answer stands. Only the scheme is quoted: the rest
+   * of a URL may carry credentials. */
+  if ((rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT) && x->follow &&
+      x->got_bytes && x->last_status >= 300 && x->last_status < 400) {
+    const char *loc = resil_http_response_header(res, "location");
+    size_t sl = loc ? strspn(loc, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+                    : 0;
+    if (loc && loc[sl] == ':' && sl <= 16)
+      snprintf(res->error, sizeof res->error,
+               "redirect to a %.*s: URL refused (only http and https are followed); the %d "
+               "answer is returned",
+               (int)sl, loc, x->last_status);
+    else
+      snprintf(res->error, sizeof res->error,
+               "redirect not followed: its Location is not a URL libresil follows; the %d "
+               "answer is returned",
+               x->last_status);
+    return resil_outcome_http(x->last_status);
+  }
   if (x->too_large) {
     snprintf(res->error, sizeof res->error, "response body larger than max_response_bytes (%zu)",
              c->max_response_bytes);
@@ -611,7 +665,9 @@ void resil__http_decode(const http_endpoint *ep, resil_http_response *r, resil_o
   }
   if (ep->resp_codec != RESIL_HTTP_CODEC_JSON) return;
   json_error_t je;
-  r->json = json_loadb(r->body.p, r->body.len, JSON_DECODE_ANY, &je);
+  /* Valid JSON may hold NUL bytes in strings (\u0000): json_string_length
+   * gives them all. */
+  r->json = json_loadb(r->body.p, r->body.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
   if (r->json) return;
   snprintf(r->decode_error, sizeof r->decode_error, "invalid JSON at line %d column %d: %.120s",
            je.line, je.column, je.text);
@@ -754,6 +810,7 @@ static resil_outcome finish_bare(resil_http_request *req, uint32_t seq, resil_ou
       r->info.attempt = ctx->attempt;
       r->info.lease_wait_ns = o.reason == RESIL_REASON_POOL_TIMEOUT ? total : 0;
       r->info.total_ns = total;
+      resil__http_response_set_key(r, req->key);
       if (why) {
         snprintf(r->error, sizeof r->error, "%s", why);
         r->has_error = 1;
@@ -868,8 +925,9 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
   s->ic_count = 0;
   int refused = 0;
   if (c->ninterceptors) {
-    resil_http_attempt_info info = {ep->name, resil__http_method_name(ep->method), req->url,
-                                    req->body, req->body_len, req->key, ctx->attempt};
+    resil_http_attempt_info info = {sizeof info, ep->name, resil__http_method_name(ep->method),
+                                    req->url, req->body, req->body_len, req->key,
+                                    ctx->attempt};
     resil_http_headers h = {s, c};
     for (size_t i = 0; i < c->ninterceptors && !refused; i++) {
       resil_status st = c->interceptors[i].fn(c->interceptors[i].user, &info, &h);
@@ -915,6 +973,7 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
     x->client = c;
     x->res = res;
     x->follow = c->follow_redirects;
+    x->origin = c->origins[ep->origin];
     x->resend_ok = c->resend_stale == RESIL_HTTP_RESEND_IF_SAFE &&
                    ((req->flags | ctx->flags) & (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY));
     x->response_timeout_ns = c->response_timeout_ns < left ? c->response_timeout_ns : left;
@@ -963,6 +1022,7 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
   }
 done:
   res->outcome = o;
+  resil__http_response_set_key(res, req->key);
   res->info.attempt = ctx->attempt;
   res->info.lease_wait_ns = t_leased - t0;
   res->info.total_ns = resil__http_mono_ns() - t0;
@@ -982,15 +1042,13 @@ done:
   return o;
 }
 
-resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *ctx) {
+resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
   resil_http_request *req = arg;
   if (!req || req->magic != RESIL_MAGIC_HTTP_REQUEST)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  resil_ctx dctx;
-  if (!ctx) {
-    resil_ctx_init(&dctx);
-    ctx = &dctx;
-  }
+  resil_ctx lctx;
+  const resil_ctx *ctx = resil__ctx_in(&lctx, uctx);
+  if (!ctx) return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   resil_http_client *c = req->client;
   int64_t t0 = resil__http_mono_ns();
   atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed);
@@ -1028,34 +1086,45 @@ resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *ctx) {
 
 /* ---- convenience ---------------------------------------------------------------------- */
 
+resil_outcome resil__http_not_built(const resil_http_client *c, const char *why,
+                                    resil_http_response **out) {
+  resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  if (out) {
+    const resil_allocator *a = c && c->magic == RESIL_MAGIC_HTTP_CLIENT ? c->alloc : NULL;
+    resil_http_response *r = resil__http_response_new(a);
+    if (r) {
+      r->outcome = o;
+      snprintf(r->error, sizeof r->error, "%s", why);
+      r->has_error = 1;
+    }
+    *out = r;
+  }
+  return o;
+}
+
 resil_outcome resil_http_call(resil_http_client *c, const char *endpoint,
                               const resil_http_args *args, resil_retry *retry,
                               const resil_ctx *ctx, resil_http_response **out) {
   if (out) *out = NULL;
+  resil_ctx lc;
+  const resil_ctx *uc = resil__ctx_in(&lc, ctx);
+  if (!uc) return resil__http_not_built(c, "ctx: call resil_ctx_init()", out);
+  if (uc != &lc) lc = *uc;
   resil_http_request *req = NULL;
   resil_error err;
   resil_status st = resil_http_request_new(c, endpoint, args, &req, &err);
-  if (st != RESIL_OK) {
-    resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-    if (out) {
-      const resil_allocator *a =
-          c && c->magic == RESIL_MAGIC_HTTP_CLIENT ? c->alloc : NULL;
-      resil_http_response *r = resil__http_response_new(a);
-      if (r) {
-        r->outcome = o;
-        snprintf(r->error, sizeof r->error, "%s", err.msg);
-        r->has_error = 1;
-      }
-      *out = r;
-    }
-    return o;
-  }
-  resil_ctx lc;
-  if (ctx) lc = *ctx;
-  else resil_ctx_init(&lc);
+  if (st != RESIL_OK) return resil__http_not_built(c, err.msg, out);
   lc.flags |= req->flags;
-  resil_outcome o = retry ? resil_retry_run(retry, &lc, resil_http_request_attempt, req)
-                          : resil_http_request_attempt(req, &lc);
+  lc.idempotency_key = req->key;
+  resil_outcome o;
+  if (retry) {
+    /* The retry decides the attempts, so its own listener reports them. */
+    o = resil_retry_run(retry, &lc, resil_http_request_attempt, req);
+  } else {
+    int64_t t0 = resil__http_mono_ns();
+    o = resil_http_request_attempt(req, &lc);
+    resil__http_report(c, 1, &o, resil__http_mono_ns() - t0, 0, -1, RESIL_STOP_NONE, req->key);
+  }
   resil_http_response *r = resil_http_request_take_response(req);
   if (out) *out = r;
   else resil_http_response_free(r);

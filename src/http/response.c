@@ -1,5 +1,6 @@
 /* Responses: the result of one attempt, owned by a pool slot while the
  * attempt runs, then by the request, then by whoever took it. */
+#include <stdio.h>
 #include <string.h>
 
 #include "http_int.h"
@@ -31,6 +32,18 @@ void resil__http_response_reset(resil_http_response *r) {
   r->decode_error[0] = '\0';
   r->error[0] = '\0';
   r->recovered = 0;
+  r->has_key = 0;
+  r->key[0] = '\0';
+}
+
+void resil__http_response_set_key(resil_http_response *r, const char *key) {
+  r->has_key = key != NULL;
+  if (key) snprintf(r->key, sizeof r->key, "%s", key);
+  else r->key[0] = '\0';
+}
+
+const char *resil_http_response_idempotency_key(const resil_http_response *r) {
+  return r && r->magic == RESIL_MAGIC_HTTP_RESPONSE && r->has_key ? r->key : NULL;
 }
 
 int resil__http_response_add_header(resil_http_response *r, const char *name,
@@ -117,10 +130,12 @@ const char *resil_http_response_header(const resil_http_response *r,
   return NULL;
 }
 
-resil_status resil_http_response_info(const resil_http_response *r,
-                                      resil_http_info *out) {
+resil_status resil_http_response_info_sized(const resil_http_response *r,
+                                            resil_http_info *out, size_t n) {
   if (!valid(r) || !out) return RESIL_EINVAL;
-  *out = r->info;
+  resil_http_info full = r->info;
+  full.struct_size = sizeof full;
+  resil__sized_out(out, n, &full, sizeof full);
   return RESIL_OK;
 }
 

@@ -41,6 +41,7 @@
  * RESIL_HTTP_RESEND_IF_SAFE. (libcurl 8.16 added CURLOPT_FORBID_RETRY_ON_REUSE
  * for the same purpose; 7.88 has no such option.) */
 #define _GNU_SOURCE
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -115,6 +116,53 @@ static int resend_allowed(http_xfer *x) {
   return 0;
 }
 
+/* 1 when url's origin ("scheme://host:port", as client.c keys origins)
+ * is not `origin`; a URL that cannot be parsed counts as another origin. */
+static int other_origin(const char *url, const char *origin) {
+  CURLU *u = curl_url();
+  char *scheme = NULL, *host = NULL, *port = NULL;
+  int other = 1;
+  if (u && url && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+    char key[320];
+    int n = snprintf(key, sizeof key, "%s://%s:%s", scheme, host, port);
+    if (n > 0 && (size_t)n < sizeof key) {
+      for (char *p = key; *p; p++)
+        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
+      other = strcmp(key, origin) != 0;
+    }
+  }
+  curl_free(scheme);
+  curl_free(host);
+  curl_free(port);
+  curl_url_cleanup(u);
+  return other;
+}
+
+/* Takes every header the redactor treats as secret (log.c,
+ * resil__http_secret_header) out of the attempt's header list before
+ * libcurl builds the next request: the list is the slot's own nodes, which
+ * libcurl reads again for every request it sends. The first node stays the
+ * list's head, so a secret there becomes a removal line ("Name:" with no
+ * value) for a header nobody sends. */
+static void withhold_secrets(http_slot *s) {
+  static char placeholder[] = "X-Resil-Withheld:";
+  struct curl_slist *prev = NULL;
+  for (struct curl_slist *n = s->has_nodes ? s->nodes : NULL; n; n = n->next) {
+    size_t nl = strcspn(n->data, ":;");
+    if (!resil__http_secret_header(n->data, nl)) {
+      prev = n;
+    } else if (!prev) {
+      n->data = placeholder;
+      prev = n;
+    } else {
+      prev->next = n->next;
+    }
+  }
+}
+
 static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,
                      int conn_primary_port, int conn_local_port) {
   (void)conn_primary_ip;
@@ -126,6 +174,15 @@ static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,
     int hop = x->follow && x->got_bytes && x->last_status >= 300 && x->last_status < 400;
     if (hop) {
       x->hops++;
+      /* Secrets go to the origin they were written for, not to whatever
+       * origin a Location names (once withheld, for the rest of the
+       * attempt). */
+      char *url = NULL;
+      if (!x->withheld && (curl_easy_getinfo(s->e, CURLINFO_EFFECTIVE_URL, &url) != CURLE_OK ||
+                           other_origin(url, x->origin))) {
+        withhold_secrets(s);
+        x->withheld = 1;
+      }
     } else {
       if (!resend_allowed(x)) return CURL_PREREQFUNC_ABORT;
       x->resends++;

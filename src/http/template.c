@@ -142,9 +142,12 @@ int resil__http_pct_encode(const resil_allocator *a, http_buf *out,
   if (n > SIZE_MAX / 4) return -2;
   if (resil__http_buf_reserve(a, out, n * 3) != 0) return -2;
   char *w = out->p + out->len;
+  /* A whole value "." or ".." would be a dot segment (RFC 3986 §5.2.4)
+   * that libcurl or a server removes: "/users/../orders" is "/orders". */
+  int dots = (n == 1 || n == 2) && s[0] == '.' && s[n - 1] == '.';
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
-    if (is_unreserved(c)) {
+    if (is_unreserved(c) && !dots) {
       *w++ = (char)c;
     } else {
       *w++ = '%';

@@ -12,29 +12,29 @@
 static const char *const item_headers[] = {"X-Token: {token}", NULL};
 
 static const resil_http_endpoint eps[] = {
-    {.name = "get_item", .path = "/items/{id}", .headers = item_headers,
+    {.struct_size = sizeof(resil_http_endpoint), .name = "get_item", .path = "/items/{id}", .headers = item_headers,
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "status", .path = "/status/{code}", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "post_status", .method = RESIL_HTTP_POST, .path = "/status/{code}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "status", .path = "/status/{code}", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "post_status", .method = RESIL_HTTP_POST, .path = "/status/{code}",
      .query = "retry_after={ra}"},
-    {.name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "empty", .path = "/empty", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "badjson", .path = "/badjson", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "echo", .method = RESIL_HTTP_POST, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "empty", .path = "/empty", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "badjson", .path = "/badjson", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "echo", .method = RESIL_HTTP_POST, .path = "/echo",
      .request_codec = RESIL_HTTP_CODEC_JSON, .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "redirect", .path = "/redirect/{n}"},
-    {.name = "seq", .path = "/seq/{id}", .query = "codes={codes}"},
-    {.name = "items_raw", .path = "/items/{id}"},
-    {.name = "get_status_ra", .path = "/status/{code}", .query = "retry_after={ra}"},
-    {.name = "m_get", .path = "/echo", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "m_head", .method = RESIL_HTTP_HEAD, .path = "/echo"},
-    {.name = "m_put", .method = RESIL_HTTP_PUT, .path = "/echo", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "m_delete", .method = RESIL_HTTP_DELETE, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "redirect", .path = "/redirect/{n}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "seq", .path = "/seq/{id}", .query = "codes={codes}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "items_raw", .path = "/items/{id}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "get_status_ra", .path = "/status/{code}", .query = "retry_after={ra}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_get", .path = "/echo", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_head", .method = RESIL_HTTP_HEAD, .path = "/echo"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_put", .method = RESIL_HTTP_PUT, .path = "/echo", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_delete", .method = RESIL_HTTP_DELETE, .path = "/echo",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "m_patch", .method = RESIL_HTTP_PATCH, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_patch", .method = RESIL_HTTP_PATCH, .path = "/echo",
      .content_type = "text/plain; charset=utf-8", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "m_post_empty", .method = RESIL_HTTP_POST, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "m_post_empty", .method = RESIL_HTTP_POST, .path = "/echo",
      .response_codec = RESIL_HTTP_CODEC_JSON},
 };
 #define NEPS (sizeof eps / sizeof eps[0])
@@ -207,8 +207,8 @@ static void h8_sequential_calls_reuse_one_connection(void **state) {
 static void h10_bad_template_fails_at_creation_and_sends_nothing(void **state) {
   fx_state *s = *state;
   static const resil_http_endpoint bad[] = {
-      {.name = "ok", .path = "/items/{id}"},
-      {.name = "broken", .path = "/items/{id"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "ok", .path = "/items/{id}"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "broken", .path = "/items/{id"},
   };
   resil_http_client_config cfg;
   resil_http_client_config_init(&cfg);
@@ -223,9 +223,9 @@ static void h10_bad_template_fails_at_creation_and_sends_nothing(void **state) {
   assert_non_null(strstr(err.msg, "'broken'"));
   assert_non_null(strstr(err.msg, "unclosed '{'"));
   static const resil_http_endpoint bad2[] = {
-      {.name = "q", .path = "/a", .query = "x={}"},
-      {.name = "dup", .path = "/a"},
-      {.name = "dup", .path = "/b"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "q", .path = "/a", .query = "x={}"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "dup", .path = "/a"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "dup", .path = "/b"},
   };
   cfg.endpoints = bad2;
   cfg.endpoint_count = 1;
@@ -625,11 +625,357 @@ static void retry_after_http_date_is_parsed_on_the_client_clock(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* ---- redirects: refused protocols, secrets and other origins (issue 7) -------- */
+
+static const char *const redir_headers[] = {"X-Api-Key: SECRET-K1", "X-Trace: visible",
+                                            "Authorization: Bearer SECRET-T2",
+                                            "X-Auth-Token: SECRET-T3", NULL};
+static const resil_http_endpoint redir_eps[] = {
+    RESIL_HTTP_ENDPOINT(.name = "start", .path = "/start", .headers = redir_headers,
+                        .idempotency_key = RESIL_HTTP_KEY_SEND),
+    RESIL_HTTP_ENDPOINT(.name = "users_orders", .path = "/users/{key}/orders"),
+};
+
+static void redirect_to_a_refused_protocol_is_answered_with_a_message(void **state) {
+  (void)state;
+  static const char *const replies[] = {
+      "HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd\r\nContent-Length: 0\r\n"
+      "Connection: close\r\n\r\n",
+      "HTTP/1.1 301 Moved\r\nLocation: ftp://user:SECRET-PW@127.0.0.1/x\r\nContent-Length: 0\r\n"
+      "Connection: close\r\n\r\n"};
+  raw_server rs;
+  raw_start(&rs, replies, 2);
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = redir_eps;
+  cfg.endpoint_count = 2;
+  raw_use(&cfg, &rs);
+  resil_http_client *c = NULL;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+  static const int codes[] = {302, 301};
+  static const char *const schemes[] = {"redirect to a file: URL refused",
+                                        "redirect to a ftp: URL refused"};
+  for (int i = 0; i < 2; i++) {
+    resil_http_response *r = NULL;
+    resil_outcome o = resil_http_call(c, "start", NULL, NULL, NULL, &r);
+    /* The server answered completely; nothing more was sent: not UNKNOWN. */
+    assert_outcome(o, RESIL_ANSWERED, RESIL_REASON_HTTP);
+    assert_int_equal(o.http_status, codes[i]);
+    assert_false(resil_outcome_maybe_executed(&o) && o.kind == RESIL_UNKNOWN);
+    const char *e = resil_http_response_error(r);
+    assert_non_null(e);
+    if (!strstr(e, schemes[i])) fail_msg("error: %s", e);
+    assert_null(strstr(e, "SECRET"));
+    resil_http_info info;
+    resil_http_response_info(r, &info);
+    assert_int_equal(info.hops, 0);
+    resil_http_response_free(r);
+  }
+  resil_http_client_free(c);
+  raw_stop(&rs);
+  assert_int_equal(rs.nreq, 2);
+}
+
+static void secret_headers_are_not_sent_to_another_origin_after_a_redirect(void **state) {
+  fx_state *s = *state;
+  /* Origin A (a raw server) redirects to origin B (the fixture): another
+   * port is another origin. */
+  char reply[256];
+  snprintf(reply, sizeof reply,
+           "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:%u/echo\r\nContent-Length: 0\r\n"
+           "Connection: close\r\n\r\n",
+           (unsigned)resil_fixture_port(s->f));
+  const char *replies[] = {reply};
+  raw_server rs;
+  raw_start(&rs, replies, 1);
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = redir_eps;
+  cfg.endpoint_count = 2;
+  raw_use(&cfg, &rs);
+  resil_http_client *c = NULL;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+  resil_http_response *r = NULL;
+  resil_outcome o = resil_http_call(c, "start", NULL, NULL, NULL, &r);
+  assert_int_equal(o.http_status, 200);
+  raw_stop(&rs);
+  /* Origin A got every header... */
+  assert_non_null(strstr(rs.req[0], "X-Api-Key: SECRET-K1"));
+  assert_non_null(strstr(rs.req[0], "Authorization: Bearer SECRET-T2"));
+  /* ...origin B none of the secret ones, the others as they were. */
+  char hv[128];
+  assert_int_equal(resil_fixture_attempts(s->f, "echo"), 1);
+  assert_int_equal(resil_fixture_last_header(s->f, "echo", "x-api-key", hv, sizeof hv), 0);
+  assert_int_equal(resil_fixture_last_header(s->f, "echo", "authorization", hv, sizeof hv), 0);
+  assert_int_equal(resil_fixture_last_header(s->f, "echo", "x-auth-token", hv, sizeof hv), 0);
+  assert_int_equal(resil_fixture_last_header(s->f, "echo", "x-resil-withheld", hv, sizeof hv), 0);
+  assert_int_equal(resil_fixture_last_header(s->f, "echo", "x-trace", hv, sizeof hv), 1);
+  assert_string_equal(hv, "visible");
+  assert_int_equal(resil_fixture_last_header(s->f, "echo", "idempotency-key", hv, sizeof hv), 1);
+  assert_string_equal(hv, resil_http_response_idempotency_key(r));
+  resil_http_response_free(r);
+  resil_http_client_free(c);
+
+  /* A redirect within one origin keeps them. */
+  static const char *const same_headers[] = {"X-Api-Key: SECRET-K1", NULL};
+  const resil_http_endpoint same[] = {
+      RESIL_HTTP_ENDPOINT(.name = "redirect", .path = "/redirect/{n}", .headers = same_headers)};
+  c = client_on(s->f, same, 1, follow, NULL);
+  o = call_p(c, "redirect", NULL, KV("n", "1"));
+  assert_int_equal(o.http_status, 200);
+  assert_int_equal(resil_fixture_attempts(s->f, "redirect"), 2);
+  assert_int_equal(resil_fixture_last_header(s->f, "redirect", "x-api-key", hv, sizeof hv), 1);
+  assert_string_equal(hv, "SECRET-K1");
+  resil_http_client_free(c);
+}
+
+/* ---- path parameters '.' and '..' (issue 7) ----------------------------------- */
+
+static void dot_path_values_never_change_the_path_segments(void **state) {
+  (void)state;
+  static const char *const ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  const char *replies[] = {ok, ok, ok};
+  raw_server rs;
+  raw_start(&rs, replies, 3);
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = redir_eps;
+  cfg.endpoint_count = 2;
+  raw_use(&cfg, &rs);
+  resil_http_client *c = NULL;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+  static const char *const keys[] = {"..", ".", "..."};
+  static const char *const lines[] = {"GET /users/%2E%2E/orders HTTP/1.1",
+                                      "GET /users/%2E/orders HTTP/1.1",
+                                      "GET /users/.../orders HTTP/1.1"};
+  for (int i = 0; i < 3; i++) {
+    resil_outcome o = call_p(c, "users_orders", NULL, KV("key", keys[i]));
+    assert_int_equal(o.http_status, 200);
+  }
+  raw_stop(&rs);
+  for (size_t i = 0; i < 3; i++) {
+    char line[256];
+    raw_request_line(&rs, i, line, sizeof line);
+    assert_string_equal(line, lines[i]);
+  }
+  resil_http_client_free(c);
+}
+
+/* ---- sized structs (DESIGN §11) -------------------------------------------------- */
+
+/* An endpoint entry as a program built against a newer header sees it:
+ * one more field, zero, so its stride is longer than the library's. */
+typedef struct newer_endpoint {
+  resil_http_endpoint e;
+  void *field_from_the_future;
+} newer_endpoint;
+
+static void structs_carry_their_size_and_tables_their_stride(void **state) {
+  fx_state *s = *state;
+  resil_error err;
+  resil_http_client *c = NULL;
+  /* A config never passed through _init. */
+  resil_http_client_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.base_url = resil_fixture_url(s->f);
+  cfg.endpoints = eps;
+  cfg.endpoint_count = NEPS;
+  assert_status(RESIL_EINVAL, resil_http_client_new(&cfg, &c, &err));
+  assert_non_null(strstr(err.msg, "call resil_http_client_config_init()"));
+  /* An older caller's config (the 0.1 layout, which ends before
+   * on_attempt), in memory of exactly that size: the library reads no
+   * byte past it (AddressSanitizer would say) and uses the defaults for
+   * what it lacks. */
+  const size_t old_size = offsetof(resil_http_client_config, on_attempt);
+  resil_http_client_config *old = malloc(old_size);
+  assert_non_null(old);
+  resil_http_client_config_init_sized(old, old_size);
+  assert_int_equal(old->struct_size, old_size);
+  assert_int_equal(old->max_connections, 16);
+  old->base_url = resil_fixture_url(s->f);
+  old->endpoints = eps;
+  old->endpoint_count = NEPS;
+  assert_status(RESIL_OK, resil_http_client_new(old, &c, &err));
+  free(old);
+  assert_int_equal(call_p(c, "get_item", NULL, KV("id", "1", "token", "t")).http_status, 200);
+  /* Stats and infos are written only up to the caller's size. */
+  const size_t old_stats = offsetof(resil_http_stats, attempts);
+  resil_http_stats *os = malloc(old_stats);
+  assert_non_null(os);
+  assert_status(RESIL_OK, resil_http_client_get_stats_sized(c, os, old_stats));
+  assert_int_equal(os->struct_size, old_stats);
+  assert_int_equal(os->requests, 1);
+  free(os);
+  resil_http_stats st;
+  assert_status(RESIL_OK, resil_http_client_get_stats(c, &st));
+  assert_int_equal(st.struct_size, sizeof st);
+  assert_int_equal(st.attempts, 1);
+  assert_status(RESIL_EMISUSE, resil_http_client_get_stats(NULL, &st));
+  assert_status(RESIL_EINVAL, resil_http_client_get_stats(c, NULL));
+  resil_http_client_free(c);
+
+  /* An endpoint entry without struct_size. */
+  const resil_http_endpoint bare[] = {{.name = "x", .path = "/items/1"}};
+  resil_http_client_config_init(&cfg);
+  cfg.base_url = resil_fixture_url(s->f);
+  cfg.endpoints = bare;
+  cfg.endpoint_count = 1;
+  assert_status(RESIL_EINVAL, resil_http_client_new(&cfg, &c, &err));
+  assert_string_equal(err.field, "endpoints[0].struct_size");
+  assert_non_null(strstr(err.msg, "RESIL_HTTP_ENDPOINT"));
+  /* A table of a newer layout is walked with its own stride. */
+  newer_endpoint nt[3];
+  memset(nt, 0, sizeof nt);
+  const char *names[] = {"a", "b", "c"};
+  for (int i = 0; i < 3; i++) {
+    nt[i].e.struct_size = sizeof nt[i];
+    nt[i].e.name = names[i];
+    nt[i].e.path = "/items/{id}";
+    nt[i].e.response_codec = RESIL_HTTP_CODEC_JSON;
+  }
+  cfg.endpoints = &nt[0].e;
+  cfg.endpoint_count = 3;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, &err));
+  resil_http_response *r = NULL;
+  assert_int_equal(call_p(c, "c", &r, KV("id", "42")).http_status, 200);
+  assert_non_null(resil_http_response_json(r));
+  resil_http_info info;
+  memset(&info, 0, sizeof info);
+  assert_status(RESIL_OK, resil_http_response_info(r, &info));
+  assert_int_equal(info.struct_size, sizeof info);
+  resil_http_response_free(r);
+  resil_http_client_free(c);
+  /* Its unknown bytes must be zero, and every entry must say the same. */
+  nt[1].field_from_the_future = &nt;
+  assert_status(RESIL_EINVAL, resil_http_client_new(&cfg, &c, &err));
+  nt[1].field_from_the_future = NULL;
+  nt[2].e.struct_size = sizeof(resil_http_endpoint);
+  assert_status(RESIL_EINVAL, resil_http_client_new(&cfg, &c, &err));
+  assert_string_equal(err.field, "endpoints[2].struct_size");
+
+  /* Args and ctx not passed through their _init. */
+  c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_http_args args;
+  memset(&args, 0, sizeof args);
+  resil_http_request *req = NULL;
+  assert_status(RESIL_EINVAL, resil_http_request_new(c, "get_item", &args, &req, &err));
+  assert_non_null(strstr(err.msg, "call resil_http_args_init()"));
+  resil_ctx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  r = NULL;
+  resil_outcome o = resil_http_call(c, "get_item", NULL, NULL, &ctx, &r);
+  assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  assert_non_null(strstr(resil_http_response_error(r), "resil_ctx_init"));
+  resil_http_response_free(r);
+  resil_http_args_init(&args);
+  resil_http_param ip[] = {{"id", "1"}, {"token", "t"}};
+  args.params = ip;
+  args.param_count = 2;
+  assert_status(RESIL_OK, resil_http_request_new(c, "get_item", &args, &req, &err));
+  o = resil_http_request_attempt(req, &ctx);
+  assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_http_request_free(req);
+  resil_http_recovery rep;
+  o = resil_http_call_keyed(c, "get_item", &args, NULL, NULL, &ctx, NULL, &rep);
+  assert_outcome(o, RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(rep.write_attempts, 0);
+  assert_int_equal(rep.struct_size, sizeof rep);
+  /* The same ctx through resil_ctx_init() works. */
+  resil_ctx_init(&ctx);
+  r = NULL;
+  assert_int_equal(resil_http_call(c, "get_item", &args, NULL, &ctx, &r).http_status, 200);
+  resil_http_response_free(r);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 3);
+  resil_http_client_free(c);
+}
+
+/* ---- the attempt listener and the key on the response (issue 7) ------------------ */
+
+typedef struct attempt_log {
+  int n;
+  resil_attempt_info a[8];
+  char keys[8][64];
+} attempt_log;
+
+static void log_attempt(void *u, const resil_attempt_info *ai) {
+  attempt_log *l = u;
+  if (l->n >= 8) return;
+  l->a[l->n] = *ai;
+  snprintf(l->keys[l->n], sizeof l->keys[0], "%s", ai->idempotency_key ? ai->idempotency_key : "");
+  l->n++;
+}
+
+static void listen_attempts(resil_http_client_config *cfg, void *u) {
+  cfg->on_attempt = log_attempt;
+  cfg->on_attempt_user = u;
+}
+
+static const resil_http_endpoint keyed_eps[] = {
+    RESIL_HTTP_ENDPOINT(.name = "echo_keyed", .method = RESIL_HTTP_POST, .path = "/echo",
+                        .idempotency_key = RESIL_HTTP_KEY_SEND,
+                        .response_codec = RESIL_HTTP_CODEC_JSON),
+    RESIL_HTTP_ENDPOINT(.name = "status", .path = "/status/{code}"),
+};
+
+static void http_call_reports_its_attempt_and_returns_the_key(void **state) {
+  fx_state *s = *state;
+  attempt_log l = {0};
+  resil_http_client *c = client_on(s->f, keyed_eps, 2, listen_attempts, &l);
+  resil_http_response *r = NULL;
+  resil_outcome o = resil_http_call(c, "echo_keyed", NULL, NULL, NULL, &r);
+  assert_int_equal(o.http_status, 200);
+  /* The generated key comes back on the response: the one the server saw. */
+  const char *key = resil_http_response_idempotency_key(r);
+  assert_non_null(key);
+  assert_int_equal(strlen(key), 32);
+  char hv[128];
+  assert_int_equal(resil_fixture_last_header(s->f, "echo", "idempotency-key", hv, sizeof hv), 1);
+  assert_string_equal(hv, key);
+  /* One attempt, the last: reported once by the client. */
+  assert_int_equal(l.n, 1);
+  assert_int_equal(l.a[0].struct_size, sizeof(resil_attempt_info));
+  assert_int_equal(l.a[0].attempt, 1);
+  assert_int_equal(l.a[0].outcome.http_status, 200);
+  assert_true(l.a[0].duration_ns > 0);
+  assert_int_equal(l.a[0].wait_before_ns, 0);
+  assert_int_equal(l.a[0].next_wait_ns, -1);
+  assert_int_equal(l.a[0].stop, RESIL_STOP_NONE);
+  assert_string_equal(l.keys[0], key);
+  assert_string_equal(l.a[0].source, "http");
+  resil_http_response_free(r);
+  /* A call without a key: no key anywhere. */
+  o = call_p(c, "status", &r, KV("code", "503"));
+  assert_int_equal(o.http_status, 503);
+  assert_null(resil_http_response_idempotency_key(r));
+  assert_int_equal(l.n, 2);
+  assert_string_equal(l.keys[1], "");
+  assert_int_equal(l.a[1].outcome.http_status, 503);
+  resil_http_response_free(r);
+  /* Attempts a retry drives are the retry's to report: not reported twice. */
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = 0;
+  rc.respect_retry_after = 0;
+  resil_retry *retry = NULL;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &retry, NULL));
+  resil_http_param ps[] = {{"code", "503"}};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = ps;
+  args.param_count = 1;
+  o = resil_http_call(c, "status", &args, retry, NULL, NULL);
+  assert_int_equal(o.attempts, 3);
+  assert_int_equal(l.n, 2);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
 static void config_is_validated_field_by_field(void **state) {
   (void)state;
   resil_http_client_config cfg;
   resil_http_client_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_int_equal(cfg.gzip_min_bytes, 2048);
   assert_int_equal(cfg.follow_redirects, 0);
   assert_int_equal(cfg.verify_peer, 1);
@@ -664,6 +1010,7 @@ static void config_is_validated_field_by_field(void **state) {
   cfg.log_level = RESIL_HTTP_LOG_NONE;
   assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, &err));
   assert_string_equal(resil_http_client_name(c), "http");
+  assert_null(resil_http_client_name(NULL));
   resil_http_request *req = NULL;
   assert_status(RESIL_EINVAL, resil_http_request_new(c, "nope", NULL, &req, &err));
   assert_string_equal(err.field, "endpoint");
@@ -744,6 +1091,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(proxy_environment_is_ignored, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(body_over_the_limit_aborts_unknown_with_status_kept, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(retry_after_http_date_is_parsed_on_the_client_clock, fx_setup, fx_teardown),
+      cmocka_unit_test(redirect_to_a_refused_protocol_is_answered_with_a_message),
+      cmocka_unit_test_setup_teardown(secret_headers_are_not_sent_to_another_origin_after_a_redirect, fx_setup, fx_teardown),
+      cmocka_unit_test(dot_path_values_never_change_the_path_segments),
+      cmocka_unit_test_setup_teardown(structs_carry_their_size_and_tables_their_stride, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(http_call_reports_its_attempt_and_returns_the_key, fx_setup, fx_teardown),
       cmocka_unit_test(config_is_validated_field_by_field),
       cmocka_unit_test(client_constructor_survives_allocation_failures),
   };

@@ -11,7 +11,7 @@
 #include "test_http_common.h"
 
 static const resil_http_endpoint eps[] = {
-    {.name = "item_slow", .path = "/items/{id}", .query = "delay_ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "item_slow", .path = "/items/{id}", .query = "delay_ms={ms}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
 };
 

@@ -90,6 +90,112 @@ static inline resil_outcome call_p(resil_http_client *c, const char *ep, resil_h
 
 #define KV(...) ((const char *const[]){__VA_ARGS__, NULL})
 
+/* ---- a scripted raw HTTP server on 127.0.0.1 ---------------------------------
+ * For what the fixture cannot say: a Location to another origin or another
+ * protocol, a status answer in a chosen shape, and the request bytes as
+ * they reached the socket. Connection i reads one request (headers and a
+ * Content-Length body), records it, writes replies[i] (NULL: closes
+ * without answering) and closes. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RAW_MAX 8
+typedef struct raw_server {
+  int lfd;
+  uint16_t port;
+  char url[64];
+  pthread_t th;
+  const char *replies[RAW_MAX];
+  size_t nreplies;
+  pthread_mutex_t mu;
+  char req[RAW_MAX][4096];
+  size_t nreq;
+} raw_server;
+
+static inline void *raw_server_main(void *u) {
+  raw_server *s = u;
+  for (size_t i = 0; i < s->nreplies; i++) {
+    int fd = accept(s->lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    char buf[4096];
+    size_t n = 0;
+    for (;;) {
+      ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+      if (r <= 0) break;
+      n += (size_t)r;
+      buf[n] = '\0';
+      char *end = strstr(buf, "\r\n\r\n");
+      if (!end) continue;
+      char low[4096];
+      for (size_t k = 0; k <= n; k++)
+        low[k] = (char)((buf[k] >= 'A' && buf[k] <= 'Z') ? buf[k] + 32 : buf[k]);
+      const char *cl = strstr(low, "\ncontent-length:");
+      size_t hl = (size_t)(end + 4 - buf);
+      size_t want = hl + (cl && (size_t)(cl - low) < hl ? strtoul(cl + 16, NULL, 10) : 0);
+      if (n >= want || n == sizeof buf - 1) break;
+    }
+    buf[n] = '\0';
+    pthread_mutex_lock(&s->mu);
+    memcpy(s->req[s->nreq++], buf, n + 1);
+    pthread_mutex_unlock(&s->mu);
+    if (s->replies[i]) {
+      size_t len = strlen(s->replies[i]), off = 0;
+      while (off < len) {
+        ssize_t w = write(fd, s->replies[i] + off, len - off);
+        if (w <= 0) break;
+        off += (size_t)w;
+      }
+    }
+    shutdown(fd, SHUT_RDWR);
+    close(fd);
+  }
+  return NULL;
+}
+
+/* Starts a server that answers the given replies, one per connection. */
+static inline void raw_start(raw_server *s, const char *const *replies, size_t n) {
+  memset(s, 0, sizeof *s);
+  assert_true(n <= RAW_MAX);
+  for (size_t i = 0; i < n; i++) s->replies[i] = replies[i];
+  s->nreplies = n;
+  pthread_mutex_init(&s->mu, NULL);
+  s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(s->lfd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(s->lfd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(s->lfd, 8), 0);
+  socklen_t al = sizeof a;
+  getsockname(s->lfd, (struct sockaddr *)&a, &al);
+  s->port = ntohs(a.sin_port);
+  snprintf(s->url, sizeof s->url, "http://127.0.0.1:%u", (unsigned)s->port);
+  pthread_create(&s->th, NULL, raw_server_main, s);
+}
+
+/* Stops accepting (a connection never made ends the thread too). The
+ * recorded requests stay readable (the mutex is not destroyed: it needs
+ * no cleanup). */
+static inline void raw_stop(raw_server *s) {
+  shutdown(s->lfd, SHUT_RDWR);
+  pthread_join(s->th, NULL);
+  close(s->lfd);
+}
+
+/* The request line of request i ("" when none came). */
+static inline void raw_request_line(raw_server *s, size_t i, char *out, size_t n) {
+  pthread_mutex_lock(&s->mu);
+  const char *r = i < s->nreq ? s->req[i] : "";
+  size_t l = strcspn(r, "\r\n");
+  snprintf(out, n, "%.*s", (int)l, r);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static inline void raw_use(resil_http_client_config *cfg, void *u) {
+  cfg->base_url = ((raw_server *)u)->url;
+  cfg->follow_redirects = 1;
+}
+
 #define assert_outcome(o, k, r)                                                \
   do {                                                                         \
     resil_outcome o_ = (o);                                                    \

@@ -6,8 +6,8 @@
 #include "test_http_common.h"
 
 static const resil_http_endpoint eps[] = {
-    {.name = "slow", .path = "/slow", .query = "ms={ms}"},
-    {.name = "item", .path = "/items/{id}", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow", .path = "/slow", .query = "ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "item", .path = "/items/{id}", .response_codec = RESIL_HTTP_CODEC_JSON},
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
@@ -180,7 +180,7 @@ static void per_host_one_of_two(resil_http_client_config *cfg, void *u) {
 static void per_host_limit_applies_to_each_origin(void **state) {
   fx_state *s = *state;
   resil_fixture *f2 = fx_start();
-  two_origins t = {.eps = {eps[0], eps[1], {.name = "item_b", .path = "/items/{id}"}}};
+  two_origins t = {.eps = {eps[0], eps[1], {.struct_size = sizeof(resil_http_endpoint), .name = "item_b", .path = "/items/{id}"}}};
   snprintf(t.other, sizeof t.other, "%s/", resil_fixture_url(f2));
   t.eps[2].base_url = t.other;
   resil_http_client *c = client_on(s->f, t.eps, 3, per_host_one_of_two, &t);

@@ -10,11 +10,11 @@
 #include "test_http_common.h"
 
 static const resil_http_endpoint eps[] = {
-    {.name = "op_status", .path = "/operations/{key}", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "slow_keyed", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "op_status", .path = "/operations/{key}", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_keyed", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON,
      .status_endpoint = "op_status"},
-    {.name = "idem_close", .method = RESIL_HTTP_POST, .path = "/idem-close",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_close", .method = RESIL_HTTP_POST, .path = "/idem-close",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON,
      .status_endpoint = "op_status"},
 };
@@ -97,7 +97,7 @@ static void pending_operation_committed_meanwhile_is_recovered(void **state) {
   resil_ctx_set_timeout_ns(&ctx, MS(3000));
   resil_http_response *r = NULL;
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, &ctx, &r, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, &ctx, &r, &rep);
   pthread_join(th, NULL);
   assert_int_equal(cm.rc, 0);
 
@@ -149,7 +149,7 @@ static void pending_until_the_deadline_stays_unknown_with_the_pending_flag(void 
   int64_t t0 = mono_ms();
   resil_http_response *r = NULL;
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, &ctx, &r, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, &ctx, &r, &rep);
   int64_t took = mono_ms() - t0;
 
   assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
@@ -177,7 +177,7 @@ static void pending_until_the_deadline_stays_unknown_with_the_pending_flag(void 
 
   /* Without a retry: the same answer, stop NONE. */
   resil_ctx_set_timeout_ns(&ctx, MS(800));
-  o = resil_http_call_keyed(c, "slow_keyed", &args, NULL, &ctx, NULL, &rep);
+  o = resil_http_call_keyed(c, "slow_keyed", &args, NULL, NULL, &ctx, NULL, &rep);
   assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
   assert_true(o.flags & RESIL_OF_STATUS_PENDING);
   assert_int_equal(o.stop, RESIL_STOP_NONE);
@@ -200,7 +200,7 @@ static void pending_wait_max_bounds_a_call_without_deadline(void **state) {
   args.idempotency_key = "pending-no-deadline";
   int64_t t0 = mono_ms();
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, NULL, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, NULL, NULL, &rep);
   int64_t took = mono_ms() - t0;
   assert_int_equal(o.kind, RESIL_UNKNOWN);
   assert_true(o.flags & RESIL_OF_STATUS_PENDING);
@@ -248,7 +248,7 @@ static void cancellation_during_the_pending_wait_ends_the_call(void **state) {
   resil_ctx_set_timeout_ns(&ctx, MS(5000));
   int64_t t0 = mono_ms();
   resil_http_recovery rep;
-  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, &ctx, NULL, &rep);
+  resil_outcome o = resil_http_call_keyed(c, "slow_keyed", &args, retry, NULL, &ctx, NULL, &rep);
   int64_t took = mono_ms() - t0;
   pthread_join(th, NULL);
   assert_int_equal(o.kind, RESIL_UNKNOWN);
@@ -272,7 +272,7 @@ typedef struct keyed_arg {
 
 static resil_outcome keyed_call_fn(void *arg, const resil_ctx *ctx) {
   keyed_arg *k = arg;
-  return resil_http_call_keyed(k->c, "slow_keyed", k->args, k->retry, ctx, NULL, NULL);
+  return resil_http_call_keyed(k->c, "slow_keyed", k->args, k->retry, NULL, ctx, NULL, NULL);
 }
 
 typedef struct fb_seen {
@@ -348,7 +348,7 @@ static void *run_worker(void *u) {
   resil_http_args_init(&args);
   args.idempotency_key = w->key;
   resil_http_response *r = NULL;
-  w->o = resil_http_call_keyed(w->c, "idem_close", &args, NULL, NULL, &r, &w->rep);
+  w->o = resil_http_call_keyed(w->c, "idem_close", &args, NULL, NULL, NULL, &r, &w->rep);
   snprintf(w->body, sizeof w->body, "%s", r ? (const char *)resil_http_response_body(r, NULL) : "");
   resil_http_response_free(r);
   return NULL;

@@ -5,6 +5,7 @@
  * bulkhead layers). */
 #include <stdlib.h>
 
+#include "http/http_int.h"
 #include "test_http_common.h"
 
 static const char *const secret_headers[] = {
@@ -12,22 +13,22 @@ static const char *const secret_headers[] = {
     "X-Trace: visible-trace", NULL};
 
 static const resil_http_endpoint eps[] = {
-    {.name = "ka_get", .path = "/ka"},
-    {.name = "ka_post", .method = RESIL_HTTP_POST, .path = "/ka",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_get", .path = "/ka"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_post", .method = RESIL_HTTP_POST, .path = "/ka",
      .request_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "echo_secret", .method = RESIL_HTTP_POST, .path = "/echo", .query = "token={qt}&page=2",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "echo_secret", .method = RESIL_HTTP_POST, .path = "/echo", .query = "token={qt}&page=2",
      .headers = secret_headers, .request_codec = RESIL_HTTP_CODEC_JSON,
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "echo_keyed", .method = RESIL_HTTP_POST, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "echo_keyed", .method = RESIL_HTTP_POST, .path = "/echo",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "flaky_keyed", .method = RESIL_HTTP_POST, .path = "/flaky/{id}", .query = "fail={n}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "flaky_keyed", .method = RESIL_HTTP_POST, .path = "/flaky/{id}", .query = "fail={n}",
      .idempotency_key = RESIL_HTTP_KEY_SEND},
-    {.name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}"},
-    {.name = "idem", .method = RESIL_HTTP_POST, .path = "/idem/{name}", .query = "sleep_ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem", .method = RESIL_HTTP_POST, .path = "/idem/{name}", .query = "sleep_ms={ms}",
      .idempotency_key = RESIL_HTTP_KEY_SEND, .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "item_slow", .path = "/items/{id}", .query = "delay_ms={ms}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "item_slow", .path = "/items/{id}", .query = "delay_ms={ms}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "commit_close", .method = RESIL_HTTP_POST, .path = "/commit-close"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "commit_close", .method = RESIL_HTTP_POST, .path = "/commit-close"},
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
@@ -112,6 +113,56 @@ static void h16_if_safe_resends_a_keyed_post_once_and_counts_it(void **state) {
   assert_int_equal(resil_fixture_effects(s->f, "ka"), 1);
   resil_http_client_get_stats(c, &st);
   assert_int_equal(st.resends_prevented, 1);
+  resil_http_client_free(c);
+}
+
+/* libcurl's hidden re-send passes two guards (slot.c): the socket opened
+ * for it (CURLOPT_OPENSOCKETFUNCTION), then the second request of the
+ * transfer (CURLOPT_PREREQFUNCTION). With libcurl 7.88 every re-send opens
+ * a socket first, so the test above never reaches the second guard. Here
+ * the slot's socket opener is replaced by a plain one: the re-send gets its
+ * connection, and only the request guard stands between it and a second
+ * effect. */
+static curl_socket_t plain_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *addr) {
+  (void)purpose;
+  (*(int *)ud)++;
+  return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+static void one_slot(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->max_connections = 1;
+  cfg->max_connections_per_host = 1;
+}
+
+static void h16_request_guard_alone_refuses_the_resend(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, one_slot, NULL);
+  /* The slot's handle exists and keeps the connection alive. */
+  resil_outcome o = resil_http_call(c, "ka_get", NULL, NULL, NULL, NULL);
+  assert_int_equal(o.http_status, 200);
+  int opened = 0;
+  CURL *e = c->slots[0].e;
+  assert_non_null(e);
+  curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, plain_socket);
+  curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, &opened);
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.body = "{\"a\":1}";
+  args.body_len = strlen(args.body);
+  resil_http_response *r = NULL;
+  o = resil_http_call(c, "ka_post", &args, NULL, NULL, &r);
+  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
+  /* libcurl did try: it opened a new connection for the re-send... */
+  assert_int_equal(opened, 1);
+  /* ...and the request guard kept the POST from going out again. */
+  assert_int_equal(resil_fixture_effects(s->f, "ka"), 1);
+  assert_non_null(strstr(resil_http_response_error(r), "re-send"));
+  resil_http_stats st;
+  resil_http_client_get_stats(c, &st);
+  assert_int_equal(st.resends_prevented, 1);
+  assert_int_equal(st.requests_sent, 2);
+  resil_http_response_free(r);
   resil_http_client_free(c);
 }
 
@@ -397,9 +448,46 @@ static void *run_attempt(void *u) {
   return NULL;
 }
 
+/* Opens when an attempt numbered `attempt` has begun: its interceptor runs
+ * inside the attempt, after it took its sequence number and its reference
+ * on the request, before anything is sent. The ordering the tests need,
+ * without sleeping for it. */
+typedef struct start_gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint32_t attempt;
+  int started;
+} start_gate;
+
+static resil_status open_gate(void *u, const resil_http_attempt_info *info,
+                              resil_http_headers *h) {
+  (void)h;
+  start_gate *g = u;
+  pthread_mutex_lock(&g->mu);
+  if (info->attempt == g->attempt) g->started = 1;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+  return RESIL_OK;
+}
+
+static void wait_gate(start_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  while (!g->started) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void set_gate(resil_http_client_config *cfg, void *u) {
+  static resil_http_interceptor ic[1];
+  ic[0].fn = open_gate;
+  ic[0].user = u;
+  cfg->interceptors = ic;
+  cfg->interceptor_count = 1;
+}
+
 static void abandoned_attempt_never_overwrites_the_current_result(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  start_gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0};
+  resil_http_client *c = client_on(s->f, eps, NEPS, set_gate, &g);
   resil_http_request *req = NULL;
   resil_http_param ps[] = {{"id", "5"}, {"ms", "400"}};
   resil_http_args args;
@@ -413,8 +501,9 @@ static void abandoned_attempt_never_overwrites_the_current_result(void **state) 
   r1.ctx.attempt = 1;
   pthread_t t;
   pthread_create(&t, NULL, run_attempt, &r1);
-  sleep_ms(50);
-  /* Attempt 2 starts while 1 still runs and times out first. */
+  wait_gate(&g);
+  /* Attempt 2 starts while 1 still runs (its 400 ms answer is far off)
+   * and times out first. */
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.attempt = 2;
@@ -436,7 +525,8 @@ static void abandoned_attempt_never_overwrites_the_current_result(void **state) 
 
 static void request_and_client_freed_while_attempt_runs(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  start_gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+  resil_http_client *c = client_on(s->f, eps, NEPS, set_gate, &g);
   resil_http_request *req = NULL;
   resil_http_param ps[] = {{"id", "6"}, {"ms", "200"}};
   resil_http_args args;
@@ -448,7 +538,7 @@ static void request_and_client_freed_while_attempt_runs(void **state) {
   resil_ctx_init(&r1.ctx);
   pthread_t t;
   pthread_create(&t, NULL, run_attempt, &r1);
-  sleep_ms(50);
+  wait_gate(&g);
   /* The caller gives up: it frees everything while the attempt runs. */
   resil_http_request_free(req);
   resil_http_client_free(c);
@@ -507,6 +597,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(h16_post_on_dead_keepalive_connection_is_not_resent, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(h16_if_safe_resends_a_keyed_post_once_and_counts_it, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h16_request_guard_alone_refuses_the_resend, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(commit_then_close_before_headers_is_unknown, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(h13_secrets_never_appear_at_any_log_level, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(key_is_generated_once_and_sent_on_every_attempt, fx_setup, fx_teardown),

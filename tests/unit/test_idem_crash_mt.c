@@ -168,12 +168,12 @@ static int child_stop(child *c) {
 /* ---- HTTP ----------------------------------------------------------------- */
 
 static const resil_http_endpoint endpoints[] = {
-    {.name = "pay", .method = RESIL_HTTP_POST, .path = "/payments",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "pay", .method = RESIL_HTTP_POST, .path = "/payments",
      .idempotency_key = RESIL_HTTP_KEY_SEND,
      .content_type = "application/json"},
-    {.name = "op", .path = "/operations/{key}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "op", .path = "/operations/{key}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "recover", .method = RESIL_HTTP_POST, .path = "/__recover",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "recover", .method = RESIL_HTTP_POST, .path = "/__recover",
      .response_codec = RESIL_HTTP_CODEC_JSON},
 };
 

@@ -785,6 +785,7 @@ int resil_cmd_call(int argc, char **argv) {
 
   resil_http_endpoint ep;
   memset(&ep, 0, sizeof ep);
+  ep.struct_size = sizeof ep;
   ep.name = "call";
   ep.method = (resil_http_method)o.method;
   ep.path = u.path;

@@ -62,27 +62,27 @@ static resil_outcome business_decoder(void *user, const resil_http_response *r,
 }
 
 static const resil_http_endpoint lab_endpoints[] = {
-    {.name = "get_item", .path = "/items/{id}", .headers = item_headers,
+    {.struct_size = sizeof(resil_http_endpoint), .name = "get_item", .path = "/items/{id}", .headers = item_headers,
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "status", .path = "/status/{code}"},
-    {.name = "status_ra", .path = "/status/{code}", .query = "retry_after={ra}"},
-    {.name = "post_status", .method = RESIL_HTTP_POST, .path = "/status/{code}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "status", .path = "/status/{code}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "status_ra", .path = "/status/{code}", .query = "retry_after={ra}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "post_status", .method = RESIL_HTTP_POST, .path = "/status/{code}",
      .query = "retry_after={ra}"},
-    {.name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}"},
-    {.name = "slow_get", .path = "/slow", .query = "ms={ms}"},
-    {.name = "idem_post", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_post", .method = RESIL_HTTP_POST, .path = "/slow", .query = "ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_get", .path = "/slow", .query = "ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_post", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
      .query = "sleep_ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND},
-    {.name = "empty", .path = "/empty", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "badjson", .path = "/badjson", .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "seq", .path = "/seq/{id}", .query = "codes={codes}"},
-    {.name = "business", .method = RESIL_HTTP_POST, .path = "/status/422",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "empty", .path = "/empty", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "badjson", .path = "/badjson", .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "seq", .path = "/seq/{id}", .query = "codes={codes}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "business", .method = RESIL_HTTP_POST, .path = "/status/422",
      .decoder = business_decoder},
-    {.name = "echo", .method = RESIL_HTTP_POST, .path = "/echo",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "echo", .method = RESIL_HTTP_POST, .path = "/echo",
      .request_codec = RESIL_HTTP_CODEC_JSON, .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "redirect", .path = "/redirect/{n}"},
-    {.name = "ka_get", .path = "/ka"},
-    {.name = "ka_post", .method = RESIL_HTTP_POST, .path = "/ka"},
-    {.name = "secret", .path = "/items/{id}", .query = "token={qt}&page=2",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "redirect", .path = "/redirect/{n}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_get", .path = "/ka"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_post", .method = RESIL_HTTP_POST, .path = "/ka"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "secret", .path = "/items/{id}", .query = "token={qt}&page=2",
      .headers = secret_headers},
 };
 
@@ -707,8 +707,8 @@ static int h10_run(lab_result *r, int wrong) {
   if (!lab_check(r, resil_fixture_start(NULL, &fx, eb, sizeof eb) == 0, "fixture: %s", eb))
     return 0;
   static const resil_http_endpoint bad[] = {
-      {.name = "ok", .path = "/items/{id}"},
-      {.name = "broken", .path = "/items/{id"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "ok", .path = "/items/{id}"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "broken", .path = "/items/{id"},
   };
   static const resil_http_endpoint good[] = {
       {.name = "ok", .path = "/items/{id}"},

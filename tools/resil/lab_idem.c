@@ -34,24 +34,24 @@ extern char **environ;
 #define MS(x) ((int64_t)(x) * INT64_C(1000000))
 
 static const resil_http_endpoint idem_endpoints[] = {
-    {.name = "idem_post", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_post", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
      .query = "sleep_ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND,
      .content_type = "application/json"},
-    {.name = "idem_hold", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_hold", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
      .query = "pending_ms={hold}", .idempotency_key = RESIL_HTTP_KEY_SEND,
      .content_type = "application/json"},
-    {.name = "idem_fail", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_fail", .method = RESIL_HTTP_POST, .path = "/idem/{name}",
      .query = "fail_before_terminal=1", .idempotency_key = RESIL_HTTP_KEY_SEND,
      .content_type = "application/json"},
-    {.name = "idem_close", .method = RESIL_HTTP_POST, .path = "/idem-close",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_close", .method = RESIL_HTTP_POST, .path = "/idem-close",
      .idempotency_key = RESIL_HTTP_KEY_SEND,
      .content_type = "application/json"},
-    {.name = "op_status", .path = "/operations/{key}",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "op_status", .path = "/operations/{key}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
-    {.name = "recover", .method = RESIL_HTTP_POST, .path = "/__recover",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "recover", .method = RESIL_HTTP_POST, .path = "/__recover",
      .response_codec = RESIL_HTTP_CODEC_JSON},
     /* resil upstream (I8) */
-    {.name = "pay", .method = RESIL_HTTP_POST, .path = "/payments",
+    {.struct_size = sizeof(resil_http_endpoint), .name = "pay", .method = RESIL_HTTP_POST, .path = "/payments",
      .idempotency_key = RESIL_HTTP_KEY_SEND,
      .content_type = "application/json"},
 };
