@@ -711,8 +711,8 @@ static int h10_run(lab_result *r, int wrong) {
       {.struct_size = sizeof(resil_http_endpoint), .name = "broken", .path = "/items/{id"},
   };
   static const resil_http_endpoint good[] = {
-      {.name = "ok", .path = "/items/{id}"},
-      {.name = "broken", .path = "/items/{id}"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "ok", .path = "/items/{id}"},
+      {.struct_size = sizeof(resil_http_endpoint), .name = "broken", .path = "/items/{id}"},
   };
   resil_http_client_config cfg;
   resil_http_client_config_init(&cfg);
