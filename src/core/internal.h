@@ -138,9 +138,10 @@ static inline int64_t resil__sat_mul(int64_t a, int64_t b) {
   return r;
 }
 
-/* Handle magic numbers: checked by the public entry points so that a freed
- * or foreign handle gives RESIL_EMISUSE rather than silent corruption where
- * the memory is still readable. */
+/* Handle magic numbers: a cheap internal consistency check at the public
+ * entry points (a pointer to some other object gives RESIL_EMISUSE). It is
+ * not a detection of freed handles: using a handle after its _free is
+ * undefined behaviour, and no documentation or test may claim otherwise. */
 #define RESIL_MAGIC_BREAKER 0x42524b52u  /* "BRKR" */
 #define RESIL_MAGIC_RETRY 0x52545259u    /* "RTRY" */
 #define RESIL_MAGIC_RATELIM 0x524c4d54u  /* "RLMT" */

@@ -372,15 +372,19 @@ resil_outcome resil_http_call_keyed(resil_http_client *c, const char *endpoint,
 
   resil_outcome final = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   resil_http_response *rec = NULL;
-  resil_retry_state st;
+  resil_retry_state *st = NULL;
   const resil_ctx *actx = &lc;
-  resil_retry_decision d = RESIL_RETRY_ATTEMPT;
+  resil_decision d = RESIL_DECISION_GO;
   if (retry) {
-    d = resil_retry_begin(retry, &lc, &st);
-    actx = &st.ctx;
-    if (d == RESIL_RETRY_STOP) final = resil_retry_result(&st);
+    if (resil_retry_state_new(NULL, &st) != RESIL_OK) {
+      d = RESIL_DECISION_DENY;
+    } else {
+      d = resil_retry_begin(retry, &lc, st);
+      actx = resil_retry_state_ctx(st);
+      if (d == RESIL_DECISION_DENY) final = resil_retry_result(st);
+    }
   }
-  while (d == RESIL_RETRY_ATTEMPT) {
+  while (d != RESIL_DECISION_DENY) {
     resil_outcome o = resil_http_request_attempt(req, actx);
     rep->write_attempts++;
     rec_result rr = REC_UNKNOWN;
@@ -392,11 +396,11 @@ resil_outcome resil_http_call_keyed(resil_http_client *c, const char *endpoint,
       atomic_fetch_add_explicit(&c->st_recovered, 1, memory_order_relaxed);
       final = rec->outcome;
       if (retry) {
-        if (resil_retry_next(retry, &st, &final, NULL) == RESIL_RETRY_STOP) {
-          final = resil_retry_result(&st);
+        if (resil_retry_next(retry, st, &final, NULL) == RESIL_DECISION_DENY) {
+          final = resil_retry_result(st);
         } else {
           final.stop = RESIL_STOP_NOT_RETRYABLE;
-          final.attempts = st.attempts;
+          final.attempts = actx->attempt - 1;
         }
       }
       break;
@@ -409,15 +413,17 @@ resil_outcome resil_http_call_keyed(resil_http_client *c, const char *endpoint,
       o.flags |= RESIL_OF_STATUS_PENDING;
       final = o;
       if (retry) {
-        if (!resil_cancel_is_set(st.ctx.cancel)) {
-          int64_t now = resil_clock_now_ns(st.ctx.clock);
-          if (st.ctx.deadline_ns > now) st.ctx.deadline_ns = now;
+        if (!resil_cancel_is_set(actx->cancel)) {
+          /* The state's context is the retry's own copy (retry.h). */
+          resil_ctx *sc = (resil_ctx *)resil_retry_state_ctx(st);
+          int64_t now = resil_clock_now_ns(sc->clock);
+          if (sc->deadline_ns > now) sc->deadline_ns = now;
         }
-        if (resil_retry_next(retry, &st, &o, NULL) == RESIL_RETRY_STOP) {
-          final = resil_retry_result(&st);
+        if (resil_retry_next(retry, st, &o, NULL) == RESIL_DECISION_DENY) {
+          final = resil_retry_result(st);
         } else {
           final.stop = RESIL_STOP_DEADLINE;
-          final.attempts = st.attempts;
+          final.attempts = actx->attempt - 1;
         }
       }
       break;
@@ -427,15 +433,16 @@ resil_outcome resil_http_call_keyed(resil_http_client *c, const char *endpoint,
       break;
     }
     int64_t delay = 0;
-    d = resil_retry_next(retry, &st, &o, &delay);
-    if (d != RESIL_RETRY_ATTEMPT) {
-      final = resil_retry_result(&st);
+    d = resil_retry_next(retry, st, &o, &delay);
+    if (d == RESIL_DECISION_DENY) {
+      final = resil_retry_result(st);
       break;
     }
     /* A token that fires during the wait stops the next attempt before it
      * sends (NOT_SENT(CANCELLED)), and the retry then ends the call. */
-    if (delay > 0) (void)resil_clock_sleep_ns(st.ctx.clock, delay, st.ctx.cancel);
+    if (delay > 0) (void)resil_clock_sleep_ns(actx->clock, delay, actx->cancel);
   }
+  resil_retry_state_free(st);
 
   resil_http_response *r = resil_http_request_take_response(req);
   if (rec) {

@@ -132,7 +132,7 @@ static int64_t now_ms(void) { return resil_clock_now_ns(NULL) / 1000000; }
 
 static resil_retry *make_retry(uint32_t attempts, resil_retry_backoff kind,
                                int64_t wait_ns, int64_t cap_ns, int unsafe,
-                               resil_retry_listener_fn listener, void *user) {
+                               resil_attempt_listener_fn listener, void *user) {
   resil_retry_config c;
   resil_retry_config_init(&c);
   c.max_attempts = attempts;
@@ -142,8 +142,8 @@ static resil_retry *make_retry(uint32_t attempts, resil_retry_backoff kind,
   c.multiplier = 2.0;
   c.max_wait_ns = cap_ns > c.initial_wait_ns ? cap_ns : c.initial_wait_ns;
   c.unsafe_retry_non_idempotent = unsafe;
-  c.on_retry = listener;
-  c.user = user;
+  c.on_attempt = listener;
+  c.on_attempt_user = user;
   resil_retry *r = NULL;
   return resil_retry_new(&c, &r, NULL) == RESIL_OK ? r : NULL;
 }
@@ -215,13 +215,10 @@ typedef struct waits {
   int64_t ms[8];
 } waits;
 
-static void record_wait(void *user, const resil_retry *rt, uint32_t attempt,
-                        const resil_outcome *o, int64_t delay_ns) {
-  (void)rt;
-  (void)attempt;
-  (void)o;
+static void record_wait(void *user, const resil_attempt_info *info) {
   waits *w = user;
-  if (w->n < 8) w->ms[w->n++] = delay_ns / 1000000;
+  if (info->next_wait_ns < 0) return; /* the last attempt: no wait follows */
+  if (w->n < 8) w->ms[w->n++] = info->next_wait_ns / 1000000;
 }
 
 static int h3(lab_result *r) {

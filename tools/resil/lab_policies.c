@@ -194,7 +194,7 @@ static int p4(lab_result *r) {
   json_t *arr = json_array();
   for (int i = 0; i < 3; i++) {
     int64_t wait = 0;
-    got[i] = resil_ratelimiter_reserve(rl, 1, NULL, &wait) == RESIL_RL_PERMITTED;
+    got[i] = resil_ratelimiter_reserve(rl, 1, NULL, &wait, NULL) == RESIL_DECISION_GO;
     json_array_append_new(arr, json_boolean(got[i]));
   }
   int64_t avail = resil_ratelimiter_available(rl);
@@ -738,7 +738,7 @@ static int p14(lab_result *r) {
   resil_amplification a = {0}, b = {0};
   if (lab_check(r, ok, "setup failed")) {
     resil_chain_amplification(ch, &a);
-    resil_amp_layer l[3] = {{3, 0}, {4, 0}, {3, 0}}; /* retries 2/3/2 */
+    resil_amp_layer l[3] = {{sizeof *l, 3, 0}, {sizeof *l, 4, 0}, {sizeof *l, 3, 0}}; /* retries 2/3/2 */
     resil_amplification_compute(l, 3, 0, &b);
   }
   char nest[160];
