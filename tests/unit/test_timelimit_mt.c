@@ -56,7 +56,7 @@ static void timelimiter_defaults_and_validation(void **state) {
   (void)state;
   resil_timelimiter_config cfg;
   resil_timelimiter_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_string_equal(cfg.name, "timelimiter");
   assert_int_equal(cfg.timeout_ns, INT64_C(1000000000));
   assert_int_equal(cfg.cancel_running, 1);
@@ -544,7 +544,7 @@ static void timelimiter_misuse_is_reported_not_crashed(void **state) {
   resil_timelimiter_metrics m;
   assert_status(RESIL_EINVAL, resil_timelimiter_get_metrics(tl, NULL));
   assert_status(RESIL_EMISUSE, resil_timelimiter_get_metrics(NULL, &m));
-  assert_string_equal(resil_timelimiter_name(NULL), "");
+  assert_null(resil_timelimiter_name(NULL));
   assert_int_equal(resil_timelimiter_timeout_ns(NULL), 0);
   resil_timelimiter_free(tl);
 }
