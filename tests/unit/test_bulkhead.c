@@ -313,6 +313,21 @@ static void bulkhead_misuse_is_reported_not_crashed(void **state) {
   assert_int_equal(o.kind, RESIL_NOT_SENT);
   assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
   assert_int_equal(resil_bulkhead_available(bh), 1);
+  /* A ctx never passed through resil_ctx_init(): no slot taken, nothing
+   * counted. */
+  resil_ctx raw;
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(bh_acquire(bh, &raw), RESIL_REASON_LOCAL_ERROR);
+  resil_outcome ok = resil_outcome_ok();
+  calls = 0;
+  o = resil_bulkhead_run(bh, &raw, returns, &ok);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(calls, 0);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
+  resil_bulkhead_metrics bm;
+  assert_status(RESIL_OK, resil_bulkhead_get_metrics(bh, &bm));
+  assert_int_equal(bm.rejected, 0);
+  assert_int_equal(bm.struct_size, sizeof bm);
   resil_bulkhead_free(bh);
 }
 

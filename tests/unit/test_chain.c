@@ -254,6 +254,24 @@ static void chain_applies_total_deadline_once(void **state) {
   ctx.user = &seen;
   resil_outcome o = resil_chain_run(ch, &ctx, (resil_call_fn)NULL, NULL);
   assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR); /* NULL fn refused */
+  /* A ctx never passed through resil_ctx_init() is refused too. */
+  resil_ctx raw;
+  memset(&raw, 0, sizeof raw);
+  script s = {.fail_first = 0};
+  o = resil_chain_run(ch, &raw, scripted, &s);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(s.calls, 0);
+  /* NULL handles: 0, nothing written, RESIL_EMISUSE. */
+  char buf[8] = "x";
+  assert_int_equal(resil_chain_describe(NULL, buf, sizeof buf), 0);
+  assert_string_equal(buf, "");
+  assert_int_equal(resil_chain_layers(NULL), 0);
+  assert_int_equal(resil_chain_warnings(NULL), 0);
+  resil_layer_stats ls;
+  assert_status(RESIL_EMISUSE, resil_chain_call_stats(NULL, &ls));
+  assert_status(RESIL_EINVAL, resil_chain_call_stats(ch, NULL));
+  resil_amplification am;
+  assert_status(RESIL_EMISUSE, resil_chain_amplification(NULL, &am));
   resil_chain_free(ch);
   resil_manual_clock_free(mc);
 }

@@ -546,6 +546,14 @@ static void timelimiter_misuse_is_reported_not_crashed(void **state) {
   assert_status(RESIL_EMISUSE, resil_timelimiter_get_metrics(NULL, &m));
   assert_null(resil_timelimiter_name(NULL));
   assert_int_equal(resil_timelimiter_timeout_ns(NULL), 0);
+  /* A ctx never passed through resil_ctx_init(): nothing is started. */
+  resil_ctx raw;
+  memset(&raw, 0, sizeof raw);
+  o = resil_timelimiter_run(tl, &raw, answer_ok, NULL);
+  assert_int_equal(o.kind, RESIL_NOT_SENT);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  assert_status(RESIL_OK, resil_timelimiter_get_metrics(tl, &m));
+  assert_int_equal(m.calls, 0);
   resil_timelimiter_free(tl);
 }
 
