@@ -25,8 +25,7 @@ void resil_ctx_init_sized(resil_ctx *ctx, size_t struct_size) {
   resil__sized_out(ctx, struct_size, &full, sizeof full);
 }
 
-const resil_ctx *resil__ctx_in(resil_ctx *local, const resil_ctx *ctx) {
-  if (ctx && RESIL_LIKELY(ctx->struct_size == sizeof *ctx)) return ctx;
+const resil_ctx *resil__ctx_in_slow(resil_ctx *local, const resil_ctx *ctx) {
   ctx_defaults(local);
   if (ctx && resil__sized_in(local, sizeof *local, ctx, RESIL__CTX_MIN_SIZE,
                              "resil_ctx", "resil_ctx_init", NULL) != RESIL_OK)

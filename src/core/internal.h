@@ -103,7 +103,14 @@ static inline size_t resil__sized_size(const void *p) {
  * RESIL_EMISUSE). Every public entry point that takes a const resil_ctx *
  * passes it through this before reading a field. */
 #define RESIL__CTX_MIN_SIZE (offsetof(resil_ctx, user) + sizeof(void *))
-const resil_ctx *resil__ctx_in(resil_ctx *local, const resil_ctx *ctx);
+const resil_ctx *resil__ctx_in_slow(resil_ctx *local, const resil_ctx *ctx);
+/* Inline so that the fast path (a full-size ctx) costs one compare on the
+ * policies' hot paths. */
+static inline const resil_ctx *resil__ctx_in(resil_ctx *local,
+                                             const resil_ctx *ctx) {
+  if (RESIL_LIKELY(ctx && ctx->struct_size == sizeof *ctx)) return ctx;
+  return resil__ctx_in_slow(local, ctx);
+}
 
 /* ---- durations in human units -------------------------------------------- */
 
