@@ -12,7 +12,7 @@
  * 31 bits), so permits never overflow: a reservation is granted only when
  * the k-th coming cycle covers it and k <= timeout / period + 1.
  *
- * Cycle wraparound. With the default 500 ns period a 32-bit cycle number
+ * Cycle wraparound. With a 500 ns period a 32-bit cycle number
  * wraps every 36 minutes, so the tag alone cannot say how many cycles passed
  * while the limiter was idle. `epoch` holds the full 64-bit number of the
  * newest cycle any thread is moving the state to: a thread that advances the
