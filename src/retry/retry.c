@@ -702,19 +702,28 @@ resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
   if (RESIL_UNLIKELY(!valid(r) || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   resil_ctx lc;
-  const resil_ctx *c = resil__ctx_in(&lc, ctx);
-  if (RESIL_UNLIKELY(!c))
+  const resil_ctx *c = ctx;
+  if (ctx && RESIL_UNLIKELY(!(c = resil__ctx_in(&lc, ctx))))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   resil_retry_state st;
   resil_decision d;
   int64_t delay = 0;
   if (!r->budget && !r->on_attempt &&
-      (!ctx || (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel))) {
+      (!c || (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel))) {
     /* Fast path: with no budget, deadline, token or listener there is
      * nothing to check before the first attempt, and a plain success needs
      * no state: no clock read, no allocation, no lock, one atomic add. */
-    st.ctx = *c;
-    if (!ctx) st.ctx.clock = r->clock;
+    if (c) {
+      st.ctx = *c;
+    } else {
+      st.ctx.struct_size = sizeof st.ctx;
+      st.ctx.clock = r->clock;
+      st.ctx.deadline_ns = RESIL_NO_DEADLINE;
+      st.ctx.cancel = NULL;
+      st.ctx.flags = 0;
+      st.ctx.user = NULL;
+      st.ctx.idempotency_key = NULL;
+    }
     st.ctx.attempt = 1;
     resil_outcome o = fn(arg, &st.ctx);
     if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK &&
