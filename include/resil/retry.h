@@ -284,10 +284,12 @@ RESIL_API resil_status resil_retry_state_new(const resil_allocator *alloc,
                                              resil_retry_state **out);
 /* NULL is a no-op. Since 0.2. */
 RESIL_API void resil_retry_state_free(resil_retry_state *st);
-/* The context for the next attempt (the caller's, with `attempt` set to its
- * number); valid until the next begin/next on st or its free. NULL for a
- * NULL state. Since 0.2. */
-RESIL_API const resil_ctx *resil_retry_state_ctx(const resil_retry_state *st);
+/* The context for the next attempt (the caller's copy, with `attempt` set
+ * to its number); valid until st is freed. The caller may lower its
+ * deadline_ns (to end the logical call as out of time: the next decision
+ * then refuses with RESIL_STOP_DEADLINE); every other field belongs to the
+ * retry. NULL for a NULL state. Since 0.2. */
+RESIL_API resil_ctx *resil_retry_state_ctx(resil_retry_state *st);
 
 /* Starts a logical call: initialises *st from ctx (NULL as for run), credits
  * the budget (one deposit), and checks the deadline and the cancellation

@@ -414,8 +414,7 @@ resil_outcome resil_http_call_keyed(resil_http_client *c, const char *endpoint,
       final = o;
       if (retry) {
         if (!resil_cancel_is_set(actx->cancel)) {
-          /* The state's context is the retry's own copy (retry.h). */
-          resil_ctx *sc = (resil_ctx *)resil_retry_state_ctx(st);
+          resil_ctx *sc = resil_retry_state_ctx(st);
           int64_t now = resil_clock_now_ns(sc->clock);
           if (sc->deadline_ns > now) sc->deadline_ns = now;
         }

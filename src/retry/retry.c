@@ -517,7 +517,7 @@ void resil_retry_state_free(resil_retry_state *st) {
   if (st) resil__free(st->alloc, st);
 }
 
-const resil_ctx *resil_retry_state_ctx(const resil_retry_state *st) {
+resil_ctx *resil_retry_state_ctx(resil_retry_state *st) {
   return st ? &st->ctx : NULL;
 }
 

@@ -26,8 +26,12 @@
  *   - resil_retry_run() runs a call with retries, sleeping between attempts
  *     on the clock (a manual clock makes the sleeps take no real time).
  *   - resil_retry_begin() / resil_retry_next() / resil_retry_result() is the
- *     split form for event loops: it never blocks and does no I/O; next()
- *     says whether to make another attempt and after how long.
+ *     split form for event loops, on a resil_retry_state: it never blocks
+ *     and does no I/O; next() says whether to make another attempt and
+ *     after how long (resil_decision, call.h).
+ *
+ * An optional attempt listener (config `on_attempt`, call.h) sees every
+ * physical attempt of both forms, the last one included.
  *
  * The final outcome of a logical call is the last attempt's outcome, with
  * `stop` saying why no further attempt was made and `attempts` counting the
@@ -54,7 +58,7 @@
  *   resil_retry_config_init(&cfg);
  *   cfg.name = "items";
  *   cfg.backoff = RESIL_RETRY_EXPONENTIAL;
- *   cfg.initial_wait_ns = 20 * 1000000;
+ *   cfg.initial_wait_ns = RESIL_MS(20);
  *   cfg.multiplier = 2.0;
  *   resil_retry *r = NULL;
  *   resil_error err;
@@ -65,7 +69,7 @@
  *   resil_ctx ctx;
  *   resil_ctx_init(&ctx);
  *   ctx.flags = RESIL_CALL_IDEMPOTENT;
- *   resil_ctx_set_timeout_ns(&ctx, 2000 * 1000000LL);
+ *   resil_ctx_set_timeout_ns(&ctx, RESIL_S(2));
  *   resil_outcome o = resil_retry_run(r, &ctx, get_item, &req);
  *   resil_retry_free(r);
  *
@@ -73,8 +77,9 @@
  * number of threads at once, except their _free functions, which need
  * exclusive access. Counters are atomics; the only lock is the budget's,
  * taken when a retry withdraws a token (never on a call that succeeds at
- * once). A run whose first attempt succeeds, with no budget, deadline or
- * cancellation token, reads no clock and costs one atomic add.
+ * once). A run whose first attempt succeeds, with no budget, deadline,
+ * cancellation token or attempt listener, reads no clock and costs one
+ * atomic add.
  * A resil_retry_state serves one logical call at a time and must not be
  * used by two threads at once. Callbacks (random source, predicate, listener) run on
  * the thread driving the logical call, with no library lock held; when the
@@ -275,10 +280,12 @@ RESIL_API resil_status resil_retry_state_new(const resil_allocator *alloc,
                                              resil_retry_state **out);
 /* NULL is a no-op. Since 0.2. */
 RESIL_API void resil_retry_state_free(resil_retry_state *st);
-/* The context for the next attempt (the caller's, with `attempt` set to its
- * number); valid until the next begin/next on st or its free. NULL for a
- * NULL state. Since 0.2. */
-RESIL_API const resil_ctx *resil_retry_state_ctx(const resil_retry_state *st);
+/* The context for the next attempt (the caller's copy, with `attempt` set
+ * to its number); valid until st is freed. The caller may lower its
+ * deadline_ns (to end the logical call as out of time: the next decision
+ * then refuses with RESIL_STOP_DEADLINE); every other field belongs to the
+ * retry. NULL for a NULL state. Since 0.2. */
+RESIL_API resil_ctx *resil_retry_state_ctx(resil_retry_state *st);
 
 /* Starts a logical call: initialises *st from ctx (NULL as for run), credits
  * the budget (one deposit), and checks the deadline and the cancellation
