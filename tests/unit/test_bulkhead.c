@@ -79,6 +79,12 @@ static void bulkhead_rejects_invalid_config_naming_field_range_and_value(
   resil_bulkhead_config_init(&cfg);
   cfg.max_wait_ns = -5;
   expect_bh_range(&cfg, "max_wait_ns", 0, INT64_MAX, -5);
+  {
+    resil_bulkhead *none = NULL;
+    resil_error e;
+    assert_status(RESIL_EINVAL, resil_bulkhead_new(&cfg, &none, &e));
+    assert_string_equal(e.msg, "max_wait_ns: must be 0 ns..forever, got -5 ns");
+  }
   resil_bulkhead_config_init(&cfg);
   resil_bulkhead *bh;
   /* A config never passed through _init is refused, naming the fix. */

@@ -1748,6 +1748,7 @@ static void validation_reports_field_range_and_value(void **state) {
   assert_int_equal(err.min, MS(1000));
   assert_int_equal(err.max, MS(3600000));
   assert_int_equal(err.got, MS(999));
+  assert_string_equal(err.msg, "ttl_ns: must be 1 s..1 h, got 999 ms");
   resil_retry_budget_config_init(&bc);
   bc.percent_can_retry_pct = 1001;
   assert_status(RESIL_EINVAL, resil_retry_budget_new(&bc, &b, &err));

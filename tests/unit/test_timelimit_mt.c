@@ -67,6 +67,7 @@ static void timelimiter_defaults_and_validation(void **state) {
   cfg.timeout_ns = 0;
   assert_status(RESIL_EINVAL, resil_timelimiter_new(&cfg, &tl, &err));
   assert_string_equal(err.field, "timeout_ns");
+  assert_string_equal(err.msg, "timeout_ns: must be 1 ns..forever, got 0 ns");
   assert_int_equal(err.min, 1);
   assert_int_equal(err.max, INT64_MAX);
   assert_int_equal(err.got, 0);
