@@ -50,6 +50,7 @@
  *     answer, that outcome is kept, with stop DEADLINE or BUDGET.
  *
  * Create/free pairs: resil_retry_new / resil_retry_free,
+ * resil_retry_state_new / resil_retry_state_free,
  * resil_retry_budget_new / resil_retry_budget_free.
  *
  * Example (exponential backoff 20 ms x 2, at most 3 attempts):
