@@ -389,7 +389,7 @@ RESIL_API int64_t resil_retry_worst_wait_ns(const resil_retry_config *cfg);
  *     asctime ("Sun Nov  6 08:49:37 1994") forms. Names are case-sensitive
  *     as the grammar says; the weekday is checked for spelling, not against
  *     the date. A date at or before now_wall_ms (milliseconds since the Unix
- *     epoch) gives 0.
+ *     epoch) gives 0, which a retry takes as no hint (respect_retry_after).
  * Leading and trailing spaces and tabs are ignored; anything else (signs,
  * inner or extra spaces, fractions, other characters, a day that does not
  * exist) is invalid. Returns RESIL_OK with *delay_ms >= 0, or RESIL_EINVAL
