@@ -153,6 +153,32 @@ static resil_fallback_kind record_fallback(void *fa, void *call_arg,
   return f->answer;
 }
 
+/* The recommended order with a deadline has no trap: a note, no warning. */
+static void recommended_order_with_a_deadline_has_no_warning(void **state) {
+  (void)state;
+  int three = 3, dummy = 0;
+  resil_chain *ch = make_chain(MS(2000), NULL, NULL);
+  resil_layer l = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_RETRY,
+                   .name = "r", .policy = &three, .run = again_run, .max_attempts = 3};
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &l));
+  resil_layer b = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_BREAKER,
+                   .name = "b", .policy = &dummy, .run = pass_run};
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &b));
+  char buf[2048];
+  resil_chain_describe(ch, buf, sizeof buf);
+  assert_int_equal(resil_chain_warnings(ch), 0);
+  assert_non_null(strstr(buf, "note: retry \"r\" is outside breaker \"b\""));
+  assert_null(strstr(buf, "warning"));
+  resil_chain_free(ch);
+  /* A layer whose struct_size is not a resil_layer's is refused. */
+  ch = make_chain(0, NULL, NULL);
+  resil_layer bad = b;
+  bad.struct_size = 0;
+  assert_status(RESIL_EINVAL, resil_chain_add_layer(ch, &bad));
+  assert_int_equal(resil_chain_layers(ch), 0);
+  resil_chain_free(ch);
+}
+
 static void fallback_tells_rejection_from_failure_and_never_fakes_success(
     void **state) {
   (void)state;
@@ -388,6 +414,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(chain_prints_nesting_and_counts_each_layer),
       cmocka_unit_test(chain_counts_rejections_of_the_refusing_layer),
+      cmocka_unit_test(recommended_order_with_a_deadline_has_no_warning),
       cmocka_unit_test(fallback_tells_rejection_from_failure_and_never_fakes_success),
       cmocka_unit_test(amplification_of_nested_retries),
       cmocka_unit_test(chain_applies_total_deadline_once),
