@@ -502,7 +502,7 @@ static void state_reset(resil_retry_state *st) {
 
 resil_status resil_retry_state_new(const resil_allocator *alloc,
                                    resil_retry_state **out) {
-  if (!out) return RESIL_EINVAL;
+  if (!out || (alloc && (!alloc->alloc || !alloc->free))) return RESIL_EINVAL;
   resil_retry_state *st = resil__calloc(alloc, sizeof *st);
   if (!st) return RESIL_ENOMEM;
   st->alloc = alloc;

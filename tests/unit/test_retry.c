@@ -1857,6 +1857,10 @@ static void invalid_handles_are_reported_as_misuse(void **state) {
 
   resil_retry_state *rs = NULL;
   assert_status(RESIL_EINVAL, resil_retry_state_new(NULL, NULL));
+  resil_allocator half = {0};
+  resil_retry_state *no_state = NULL;
+  assert_status(RESIL_EINVAL, resil_retry_state_new(&half, &no_state));
+  assert_null(no_state);
   assert_status(RESIL_OK, resil_retry_state_new(NULL, &rs));
   assert_int_equal(resil_retry_begin(NULL, NULL, rs), RESIL_DECISION_DENY);
   assert_int_equal(resil_retry_result(rs).reason, RESIL_REASON_LOCAL_ERROR);

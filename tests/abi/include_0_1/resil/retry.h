@@ -275,7 +275,7 @@ RESIL_API resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
 typedef struct resil_retry_state resil_retry_state;
 
 /* Allocates a state with alloc (NULL = malloc). RESIL_OK, RESIL_EINVAL (out
- * NULL), RESIL_ENOMEM. The state is not tied to a retry until
+ * NULL, or an allocator without both functions), RESIL_ENOMEM. The state is not tied to a retry until
  * resil_retry_begin(). Since 0.2. */
 RESIL_API resil_status resil_retry_state_new(const resil_allocator *alloc,
                                              resil_retry_state **out);
