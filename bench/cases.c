@@ -157,7 +157,7 @@ static uint64_t body_ratelimiter_acquire(void *p, uint64_t iters) {
   resil_ratelimiter *rl = p;
   uint64_t ok = 0;
   for (uint64_t i = 0; i < iters; i++)
-    ok += resil_ratelimiter_acquire(rl, 1, NULL) == RESIL_RL_PERMITTED;
+    ok += resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO;
   bench_sink(ok);
   return ok;
 }
@@ -166,7 +166,7 @@ static uint64_t body_bulkhead_acquire_release(void *p, uint64_t iters) {
   resil_bulkhead *bh = p;
   uint64_t ok = 0;
   for (uint64_t i = 0; i < iters; i++) {
-    if (resil_bulkhead_try_acquire(bh))
+    if (resil_bulkhead_try_acquire(bh, NULL))
       ok += resil_bulkhead_release(bh) == RESIL_OK;
   }
   bench_sink(ok);

@@ -26,9 +26,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* 2024-01-01 00:00:00 GMT, shifted by up to about +-1000 years. */
   int64_t now = INT64_C(1704067200000);
   if (size >= 8) {
-    int64_t shift = 0;
-    for (int i = 0; i < 8; i++) shift = (shift << 8) | data[i];
-    now += shift % INT64_C(31556952000000);
+    /* Assembled on uint64_t: shifting a byte >= 0x80 into the sign bit of
+     * an int64_t is undefined behaviour (the harness must have none of its
+     * own). Mapped onto -R..R, R = 1000 years in milliseconds. */
+    const uint64_t range = UINT64_C(31556952000000);
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; i++) bits = (bits << 8) | data[i];
+    now += (int64_t)(bits % (2 * range + 1)) - (int64_t)range;
   }
   /* An exact-size heap copy: any over-read is caught. */
   char *copy = malloc(size ? size : 1);

@@ -30,6 +30,7 @@
 #ifndef RESIL_BULKHEAD_H
 #define RESIL_BULKHEAD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "alloc.h"
@@ -50,8 +51,8 @@ typedef struct resil_bulkhead resil_bulkhead;
 #define RESIL_BULKHEAD_MAX_CONCURRENT 1000000
 
 typedef struct resil_bulkhead_config {
-  /* Set to 1 by resil_bulkhead_config_init. */
-  unsigned version;
+  /* Sized struct (version.h); set by resil_bulkhead_config_init(). */
+  size_t struct_size;
   /* Instance name, copied. Default "bulkhead". */
   const char *name;
   /* Slots, 1..RESIL_BULKHEAD_MAX_CONCURRENT. Default 25 (Resilience4j). */
@@ -69,17 +70,11 @@ typedef struct resil_bulkhead_config {
   const resil_allocator *alloc;
 } resil_bulkhead_config;
 
-/* What resil_bulkhead_acquire got. */
-typedef enum resil_bh_decision {
-  RESIL_BH_ACQUIRED = 0,  /* the caller holds a slot: release it          */
-  RESIL_BH_FULL = 1,      /* no slot within min(max_wait, deadline)       */
-  RESIL_BH_CANCELLED = 2, /* ctx->cancel was signalled during the wait    */
-  RESIL_BH_MISUSE = 3     /* invalid handle                               */
-} resil_bh_decision;
-
 /* Counters since creation, and the current gauges. Each value is read
  * atomically; the set is not one snapshot. */
 typedef struct resil_bulkhead_metrics {
+  /* Sized struct (version.h): the bytes the library wrote. */
+  size_t struct_size;
   uint32_t max_concurrent;
   uint32_t in_flight;      /* slots held now                            */
   uint32_t available;      /* max_concurrent - in_flight                */
@@ -89,12 +84,18 @@ typedef struct resil_bulkhead_metrics {
   uint64_t rejected;       /* acquisitions refused (full or cancelled)  */
 } resil_bulkhead_metrics;
 
-/* Writes the documented defaults (version 1). Since 0.1. */
-RESIL_API void resil_bulkhead_config_init(resil_bulkhead_config *cfg);
+/* Writes the documented defaults and struct_size. A macro passing
+ * sizeof(resil_bulkhead_config). NULL is a no-op. Since 0.1. */
+RESIL_API void resil_bulkhead_config_init_sized(resil_bulkhead_config *cfg,
+                                                size_t struct_size);
+#define resil_bulkhead_config_init(cfg)                                        \
+  resil_bulkhead_config_init_sized((cfg), sizeof(resil_bulkhead_config))
 
 /* Validates cfg and creates a bulkhead with every slot free.
- * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL or a field out of range
- * (err says which field, its range and the value received); RESIL_ENOMEM;
+ * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL, a config never passed
+ * through resil_bulkhead_config_init() ("call resil_bulkhead_config_init()")
+ * or a field out of range (err says which field, its range and the value
+ * received, durations in human units); RESIL_ENOMEM;
  * RESIL_ESYS when the mutex or condition variable cannot be created. err may
  * be NULL. *out is written only on success. Since 0.1. */
 RESIL_API resil_status resil_bulkhead_new(const resil_bulkhead_config *cfg,
@@ -106,10 +107,14 @@ RESIL_API resil_status resil_bulkhead_new(const resil_bulkhead_config *cfg,
 RESIL_API void resil_bulkhead_free(resil_bulkhead *bh);
 
 /* The split form: takes a free slot if there is one, never blocks (one
- * compare-and-swap). Returns 1 when the caller now holds a slot (release it
- * with resil_bulkhead_release), 0 when none is free (counted as rejected) or
- * the handle is invalid. Since 0.1. */
-RESIL_API int resil_bulkhead_try_acquire(resil_bulkhead *bh);
+ * compare-and-swap). Returns RESIL_DECISION_GO when the caller now holds a
+ * slot (release it with resil_bulkhead_release), RESIL_DECISION_DENY when
+ * none is free (counted as rejected; *why RESIL_REASON_BULKHEAD_FULL) or
+ * for a NULL handle (nothing counted; *why RESIL_REASON_LOCAL_ERROR). why
+ * may be NULL; *why is RESIL_REASON_OK on GO. Since 0.1 (resil_decision
+ * since 0.2). */
+RESIL_API resil_decision resil_bulkhead_try_acquire(resil_bulkhead *bh,
+                                                    resil_reason *why);
 
 /* Takes a slot, waiting when none is free up to min(max_wait_ns, remaining
  * deadline of ctx) of real time. ctx may be NULL (no deadline, no token).
@@ -117,13 +122,18 @@ RESIL_API int resil_bulkhead_try_acquire(resil_bulkhead *bh);
  * every millisecond while waiting. Waiters are not served in FIFO order: a
  * call that arrives when a slot is free takes it. The fast path (a slot is
  * free) is one compare-and-swap and takes no lock.
- * Returns RESIL_BH_ACQUIRED, RESIL_BH_FULL, RESIL_BH_CANCELLED or
- * RESIL_BH_MISUSE. Since 0.1. */
-RESIL_API resil_bh_decision resil_bulkhead_acquire(resil_bulkhead *bh,
-                                                   const resil_ctx *ctx);
+ * Returns RESIL_DECISION_GO (the caller holds a slot) or RESIL_DECISION_DENY
+ * with *why RESIL_REASON_BULKHEAD_FULL (no slot within min(max_wait,
+ * deadline)), RESIL_REASON_CANCELLED (ctx->cancel during the wait) or
+ * RESIL_REASON_LOCAL_ERROR (NULL handle, or a ctx never passed through
+ * resil_ctx_init(): nothing counted). why may be NULL; *why is
+ * RESIL_REASON_OK on GO. Since 0.1 (resil_decision since 0.2). */
+RESIL_API resil_decision resil_bulkhead_acquire(resil_bulkhead *bh,
+                                                const resil_ctx *ctx,
+                                                resil_reason *why);
 
 /* Returns a slot taken by a successful acquire and wakes one waiter.
- * Returns RESIL_OK, or RESIL_EMISUSE (invalid handle, or no slot is held:
+ * Returns RESIL_OK, or RESIL_EMISUSE (NULL handle, or no slot is held:
  * releasing more than was acquired never raises the free slots above
  * max_concurrent). Since 0.1. */
 RESIL_API resil_status resil_bulkhead_release(resil_bulkhead *bh);
@@ -131,8 +141,9 @@ RESIL_API resil_status resil_bulkhead_release(resil_bulkhead *bh);
 /* The run form: resil_bulkhead_acquire, then fn(arg, ctx) with the caller's
  * ctx (a default ctx on the configured clock when NULL), then release,
  * whatever fn returned; fn's outcome is returned. No slot: REJECTED with
- * reason BULKHEAD_FULL, fn not called. Wait cancelled: NOT_SENT with reason CANCELLED, fn not called.
- * Invalid handle or NULL fn: NOT_SENT with reason LOCAL_ERROR.
+ * reason BULKHEAD_FULL, fn not called. Wait cancelled: NOT_SENT with reason
+ * CANCELLED, fn not called. NULL handle, NULL fn or a ctx never passed
+ * through resil_ctx_init(): NOT_SENT with reason LOCAL_ERROR.
  * When fn is itself time-limited (a resil_timelimiter_run inside), the slot
  * is returned when the limiter stops waiting, not when its task ends; put
  * the bulkhead inside the limiter to bound the tasks themselves. Since 0.1. */
@@ -140,16 +151,19 @@ RESIL_API resil_outcome resil_bulkhead_run(resil_bulkhead *bh,
                                            const resil_ctx *ctx,
                                            resil_call_fn fn, void *arg);
 
-/* Free slots now, 0..max_concurrent; 0 for an invalid handle. Since 0.1. */
+/* Free slots now, 0..max_concurrent; 0 for a NULL handle. Since 0.1. */
 RESIL_API uint32_t resil_bulkhead_available(const resil_bulkhead *bh);
 
-/* Fills *out. RESIL_OK, or RESIL_EINVAL (out NULL), RESIL_EMISUSE (invalid
- * handle). Since 0.1. */
-RESIL_API resil_status resil_bulkhead_get_metrics(const resil_bulkhead *bh,
-                                                  resil_bulkhead_metrics *out);
+/* Fills *out up to the caller's struct size (a macro passing
+ * sizeof(resil_bulkhead_metrics)). RESIL_OK, RESIL_EMISUSE (NULL handle),
+ * RESIL_EINVAL (out NULL). Since 0.1. */
+RESIL_API resil_status resil_bulkhead_get_metrics_sized(
+    const resil_bulkhead *bh, resil_bulkhead_metrics *out, size_t struct_size);
+#define resil_bulkhead_get_metrics(bh, out)                                    \
+  resil_bulkhead_get_metrics_sized((bh), (out), sizeof(resil_bulkhead_metrics))
 
-/* The instance name, owned by the bulkhead until it is freed; "" for an
- * invalid handle. Since 0.1. */
+/* The instance name, owned by the bulkhead until it is freed; NULL for a
+ * NULL handle. Since 0.1. */
 RESIL_API const char *resil_bulkhead_name(const resil_bulkhead *bh);
 
 /* ---- thread-pool bulkhead -------------------------------------------- */
@@ -163,8 +177,8 @@ typedef struct resil_future resil_future;
 #define RESIL_THREADPOOL_MAX_QUEUE 1000000
 
 typedef struct resil_threadpool_config {
-  /* Set to 1 by resil_threadpool_config_init. */
-  unsigned version;
+  /* Sized struct (version.h); set by resil_threadpool_config_init(). */
+  size_t struct_size;
   /* Instance name, copied. Default "threadpool". */
   const char *name;
   /* Worker threads, 1..RESIL_THREADPOOL_MAX_THREADS, all started by
@@ -186,6 +200,8 @@ typedef struct resil_threadpool_config {
 /* Counters since creation, and the current gauges, read together under the
  * pool's lock (one snapshot). */
 typedef struct resil_threadpool_metrics {
+  /* Sized struct (version.h): the bytes the library wrote. */
+  size_t struct_size;
   uint32_t threads;
   uint32_t queue_capacity;
   uint32_t queue_depth; /* calls waiting for a worker now              */
@@ -196,12 +212,18 @@ typedef struct resil_threadpool_metrics {
   uint64_t rejected;    /* calls refused: queue full                   */
 } resil_threadpool_metrics;
 
-/* Writes the documented defaults (version 1). Since 0.1. */
-RESIL_API void resil_threadpool_config_init(resil_threadpool_config *cfg);
+/* Writes the documented defaults and struct_size. A macro passing
+ * sizeof(resil_threadpool_config). NULL is a no-op. Since 0.1. */
+RESIL_API void resil_threadpool_config_init_sized(resil_threadpool_config *cfg,
+                                                  size_t struct_size);
+#define resil_threadpool_config_init(cfg)                                      \
+  resil_threadpool_config_init_sized((cfg), sizeof(resil_threadpool_config))
 
 /* Validates cfg, creates the pool and starts its workers.
- * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL or a field out of range
- * (err says which field, its range and the value received); RESIL_ENOMEM;
+ * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL, a config never passed
+ * through resil_threadpool_config_init() ("call
+ * resil_threadpool_config_init()") or a field out of range (err says which
+ * field, its range and the value received); RESIL_ENOMEM;
  * RESIL_ESYS when a thread, mutex or condition variable cannot be created
  * (workers already started are stopped). err may be NULL. *out is written
  * only on success. Since 0.1. */
@@ -224,8 +246,9 @@ RESIL_API void resil_threadpool_free(resil_threadpool *tp);
  * without a future.
  * Returns RESIL_OK; RESIL_EBUSY when the queue is full (the call is
  * rejected, counted, and will not run; the run form reports it as REJECTED
- * with reason QUEUE_FULL); RESIL_EINVAL (fn NULL); RESIL_ENOMEM; RESIL_ESYS;
- * RESIL_EMISUSE (invalid handle, or the pool is being freed). Since 0.1. */
+ * with reason QUEUE_FULL); RESIL_EINVAL (fn NULL, or a ctx never passed
+ * through resil_ctx_init()); RESIL_ENOMEM; RESIL_ESYS; RESIL_EMISUSE (NULL
+ * handle, or the pool is being freed). Since 0.1. */
 RESIL_API resil_status resil_threadpool_submit(resil_threadpool *tp,
                                                const resil_ctx *ctx,
                                                resil_call_fn fn, void *arg,
@@ -235,33 +258,39 @@ RESIL_API resil_status resil_threadpool_submit(resil_threadpool *tp,
  * resil_timelimiter around it, or use the pool as a time limiter's executor,
  * to bound the wait). Returns the call's outcome; REJECTED with reason
  * QUEUE_FULL when the queue is full; NOT_SENT with reason LOCAL_ERROR when
- * the call could not be queued (invalid handle, NULL fn, out of memory).
+ * the call could not be queued (NULL handle, NULL fn, uninitialised ctx,
+ * out of memory).
  * Since 0.1. */
 RESIL_API resil_outcome resil_threadpool_run(resil_threadpool *tp,
                                              const resil_ctx *ctx,
                                              resil_call_fn fn, void *arg);
 
-/* Fills *out. RESIL_OK, or RESIL_EINVAL (out NULL), RESIL_EMISUSE (invalid
- * handle). Since 0.1. */
-RESIL_API resil_status resil_threadpool_get_metrics(
-    const resil_threadpool *tp, resil_threadpool_metrics *out);
+/* Fills *out up to the caller's struct size (a macro passing
+ * sizeof(resil_threadpool_metrics)). RESIL_OK, RESIL_EMISUSE (NULL handle),
+ * RESIL_EINVAL (out NULL). Since 0.1. */
+RESIL_API resil_status resil_threadpool_get_metrics_sized(
+    const resil_threadpool *tp, resil_threadpool_metrics *out,
+    size_t struct_size);
+#define resil_threadpool_get_metrics(tp, out)                                  \
+  resil_threadpool_get_metrics_sized((tp), (out),                              \
+                                     sizeof(resil_threadpool_metrics))
 
-/* The instance name, owned by the pool until it is freed; "" for an
- * invalid handle. Since 0.1. */
+/* The instance name, owned by the pool until it is freed; NULL for a NULL
+ * handle. Since 0.1. */
 RESIL_API const char *resil_threadpool_name(const resil_threadpool *tp);
 
 /* Waits until the call has ended, up to timeout_ns of real time (0 polls;
  * INT64_MAX waits without limit).
  * Returns RESIL_OK (ended: read resil_future_outcome), RESIL_ETIMEDOUT (not
- * yet), RESIL_EINVAL (timeout_ns < 0) or RESIL_EMISUSE (invalid handle).
+ * yet), RESIL_EINVAL (timeout_ns < 0) or RESIL_EMISUSE (NULL handle).
  * Since 0.1. */
 RESIL_API resil_status resil_future_wait_ns(resil_future *f, int64_t timeout_ns);
 
-/* 1 when the call has ended, 0 otherwise (also for an invalid handle).
+/* 1 when the call has ended, 0 otherwise (also for a NULL handle).
  * Since 0.1. */
 RESIL_API int resil_future_done(const resil_future *f);
 
-/* The call's outcome once it has ended; before that (or for an invalid
+/* The call's outcome once it has ended; before that (or for a NULL
  * handle) UNKNOWN with reason NONE. Since 0.1. */
 RESIL_API resil_outcome resil_future_outcome(const resil_future *f);
 

@@ -116,10 +116,12 @@ typedef void (*resil_attempt_listener_fn)(void *user,
  * (a macro passing sizeof(resil_ctx)). */
 RESIL_API void resil_ctx_init_sized(resil_ctx *ctx, size_t struct_size);
 #define resil_ctx_init(ctx) resil_ctx_init_sized((ctx), sizeof(resil_ctx))
-/* Sets the deadline to now + timeout_ns on ctx->clock (timeout_ns >= 0). */
+/* Sets the deadline to now + timeout_ns on ctx->clock (a negative
+ * timeout_ns counts as 0). NULL or an uninitialised ctx is left alone. */
 RESIL_API void resil_ctx_set_timeout_ns(resil_ctx *ctx, int64_t timeout_ns);
 /* Nanoseconds left before the deadline, never negative; INT64_MAX when the
- * context has no deadline. */
+ * context has no deadline (NULL: the defaults, so INT64_MAX); 0 for a ctx
+ * never passed through resil_ctx_init() (fail closed: no time). */
 RESIL_API int64_t resil_ctx_remaining_ns(const resil_ctx *ctx);
 /* min(attempt_timeout_ns, remaining). attempt_timeout_ns <= 0 means "none".
  * Returns INT64_MAX when neither limits. */

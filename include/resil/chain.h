@@ -9,7 +9,7 @@
  *
  * (the recommended default order), what unit each layer observes (a breaker
  * inside a retry counts every attempt; outside it counts logical calls), and
- * warnings about known traps. Every layer counts what it sees: calls in,
+ * warnings about real traps. Every layer counts what it sees: calls in,
  * attempts out, rejections it made itself, and outcomes by kind, so the
  * difference between logical calls, physical attempts and effects is always
  * visible.
@@ -19,7 +19,7 @@
  *
  *   resil_chain_config cc;
  *   resil_chain_config_init(&cc);
- *   cc.total_timeout_ns = 700 * 1000000LL;   // one deadline per logical call
+ *   cc.total_timeout_ns = RESIL_MS(700);     // one deadline per logical call
  *   resil_chain *ch;
  *   if (resil_chain_new(&cc, &ch, &err) != RESIL_OK) ...
  *   resil_chain_add_retry(ch, retry);        // outermost
@@ -92,7 +92,8 @@ typedef resil_fallback_kind (*resil_fallback_fn)(void *fallback_arg,
                                                  const resil_outcome *final);
 
 typedef struct resil_chain_config {
-  unsigned version;             /* set by resil_chain_config_init        */
+  size_t struct_size;           /* sized struct (version.h); set by
+                                   resil_chain_config_init()              */
   const char *name;             /* copied; default "chain"                */
   /* Deadline given to each logical call whose ctx has none: now + this.
    * 0 (default) = none. Range 0..INT64_MAX. */
@@ -105,8 +106,11 @@ typedef struct resil_chain_config {
 
 #define RESIL_CHAIN_MAX_LAYERS 16
 
-/* A layer description for resil_chain_add_layer (custom policies). */
+/* A layer description for resil_chain_add_layer (custom policies). Set
+ * struct_size to sizeof(resil_layer) (version.h), e.g. with a designated
+ * initializer: resil_layer l = {.struct_size = sizeof l, ...}. */
 typedef struct resil_layer {
+  size_t struct_size;
   resil_layer_kind kind;
   const char *label;           /* "Breaker", used in the nesting; copied  */
   const char *name;            /* the policy instance's name; copied      */
@@ -136,6 +140,7 @@ typedef struct resil_layer {
  * call still in flight, such as an attempt a time limiter abandoned, is
  * counted when it ends. */
 typedef struct resil_layer_stats {
+  size_t struct_size;     /* sized struct: the bytes the library wrote    */
   uint64_t calls_in;      /* calls this layer returned from               */
   uint64_t attempts_out;  /* calls it made to the next layer (or the call)
                              that returned                                */
@@ -145,18 +150,24 @@ typedef struct resil_layer_stats {
   uint64_t by_kind[5];    /* outcomes it returned, index resil_outcome_kind */
 } resil_layer_stats;
 
-/* Defaults as documented on each field. Since 0.1. */
-RESIL_API void resil_chain_config_init(resil_chain_config *cfg);
-/* RESIL_OK, RESIL_EINVAL (cfg/out NULL, bad version, negative timeout),
- * RESIL_ENOMEM. Since 0.1. */
+/* Defaults as documented on each field, and struct_size. A macro passing
+ * sizeof(resil_chain_config). NULL is a no-op. Since 0.1. */
+RESIL_API void resil_chain_config_init_sized(resil_chain_config *cfg,
+                                             size_t struct_size);
+#define resil_chain_config_init(cfg)                                           \
+  resil_chain_config_init_sized((cfg), sizeof(resil_chain_config))
+/* RESIL_OK, RESIL_EINVAL (cfg/out NULL, a config never passed through
+ * resil_chain_config_init() -- "call resil_chain_config_init()" -- or a
+ * negative timeout), RESIL_ENOMEM. Since 0.1. */
 RESIL_API resil_status resil_chain_new(const resil_chain_config *cfg,
                                        resil_chain **out, resil_error *err);
 /* NULL is a no-op. The policies are not freed (they are borrowed). */
 RESIL_API void resil_chain_free(resil_chain *ch);
 
-/* Appends a layer inside the ones added before. RESIL_EINVAL (NULL policy or
- * run function), RESIL_ESTATE (more than RESIL_CHAIN_MAX_LAYERS), RESIL_ENOMEM.
- * Since 0.1. */
+/* Appends a layer inside the ones added before. RESIL_EMISUSE (NULL chain),
+ * RESIL_EINVAL (NULL layer, policy or run function, a struct_size that is not
+ * a resil_layer's), RESIL_ESTATE (more than RESIL_CHAIN_MAX_LAYERS),
+ * RESIL_ENOMEM. Since 0.1. */
 RESIL_API resil_status resil_chain_add_layer(resil_chain *ch,
                                              const resil_layer *layer);
 
@@ -183,42 +194,62 @@ RESIL_API resil_status resil_chain_add_threadpool(resil_chain *ch,
  * has a total timeout and ctx has no deadline, the deadline is set here, once
  * for the whole logical call. When the final outcome is not a success and a
  * fallback is configured, the fallback decides the RESIL_OF_FALLBACK_* flag.
- * Since 0.1. */
+ * A NULL chain, a NULL fn or a ctx never passed through resil_ctx_init()
+ * give NOT_SENT(LOCAL_ERROR). Since 0.1. */
 RESIL_API resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                                         resil_call_fn fn, void *arg);
 
-/* Number of layers. */
+/* Number of layers; 0 for a NULL chain. Since 0.1. */
 RESIL_API size_t resil_chain_layers(const resil_chain *ch);
-/* Counters of layer i (0 = outermost). RESIL_EINVAL when i is out of range. */
-RESIL_API resil_status resil_chain_layer_stats(const resil_chain *ch, size_t i,
-                                               resil_layer_stats *out);
+/* Counters of layer i (0 = outermost), written up to the caller's struct
+ * size (a macro passing sizeof(resil_layer_stats)). RESIL_EMISUSE (NULL
+ * chain), RESIL_EINVAL (out NULL, i out of range). Since 0.1. */
+RESIL_API resil_status resil_chain_layer_stats_sized(const resil_chain *ch,
+                                                     size_t i,
+                                                     resil_layer_stats *out,
+                                                     size_t struct_size);
+#define resil_chain_layer_stats(ch, i, out)                                    \
+  resil_chain_layer_stats_sized((ch), (i), (out), sizeof(resil_layer_stats))
 /* Counters of the protected call itself (entered = physical attempts that
- * reached it). */
-RESIL_API void resil_chain_call_stats(const resil_chain *ch,
-                                      resil_layer_stats *out);
+ * reached it), written like resil_chain_layer_stats. RESIL_EMISUSE (NULL
+ * chain), RESIL_EINVAL (out NULL). Since 0.1 (a status since 0.2). */
+RESIL_API resil_status resil_chain_call_stats_sized(const resil_chain *ch,
+                                                    resil_layer_stats *out,
+                                                    size_t struct_size);
+#define resil_chain_call_stats(ch, out)                                        \
+  resil_chain_call_stats_sized((ch), (out), sizeof(resil_layer_stats))
 
 /* Writes the nesting, e.g. "Retry(Breaker(Bulkhead(call)))", into buf.
- * Returns the length it needed (like snprintf). */
+ * Returns the length it needed (like snprintf); 0 (and buf "") for a NULL
+ * chain. */
 RESIL_API size_t resil_chain_nesting(const resil_chain *ch, char *buf,
                                      size_t size);
 /* Writes a multi-line description: the nesting, one line per layer with its
- * name and the unit it observes, and one "warning: ..." line per known trap
- * (a retry outside a breaker, so the breaker counts attempts; a retry
- * without a deadline; an attempt timeout longer than the total deadline;
- * nested retries multiplying attempts). Returns the length it needed. */
+ * name and the unit it observes, one "note: ..." line per fact worth
+ * knowing that is not a trap (a retry outside a breaker: the breaker counts
+ * every attempt, the recommended order), and one "warning: ..." line per
+ * real trap (a retry without a deadline; an attempt timeout longer than the
+ * total deadline; nested retries multiplying attempts). Returns the length
+ * it needed; 0 (and buf "") for a NULL chain. */
 RESIL_API size_t resil_chain_describe(const resil_chain *ch, char *buf,
                                       size_t size);
-/* Number of warnings resil_chain_describe would print. */
+/* Number of warnings resil_chain_describe would print (notes not counted);
+ * 0 for a NULL chain. */
 RESIL_API unsigned resil_chain_warnings(const resil_chain *ch);
 
 /* ---- static amplification (DESIGN §2.8, P14) ------------------------- */
 
+/* One retry layer for resil_amplification_compute. Sized (version.h):
+ * every element of the array carries sizeof(resil_amp_layer), and the
+ * library steps through the array by that size. */
 typedef struct resil_amp_layer {
+  size_t struct_size;
   uint32_t max_attempts;  /* attempts one run of this layer may make (>= 1) */
   int64_t wait_per_run_ns;/* worst-case total backoff of one run           */
 } resil_amp_layer;
 
 typedef struct resil_amplification {
+  size_t struct_size; /* sized struct: the bytes the library wrote        */
   uint64_t attempts;  /* worst-case physical attempts per logical call    */
   int64_t wait_ns;    /* worst-case total backoff per logical call        */
   int64_t time_ns;    /* attempts * attempt_timeout_ns + wait_ns          */
@@ -227,16 +258,25 @@ typedef struct resil_amplification {
 /* Worst case of nested retry layers (outermost first): attempts multiply
  * (2 x 3 x 2 = 12), layer i's waits happen once per run of it, and it runs
  * once per attempt of every layer outside it. Saturates instead of
- * overflowing. RESIL_EINVAL for n == 0, a layer with max_attempts 0 or a
- * negative wait or timeout. Since 0.1. */
-RESIL_API resil_status resil_amplification_compute(const resil_amp_layer *layers,
-                                                   size_t n,
-                                                   int64_t attempt_timeout_ns,
-                                                   resil_amplification *out);
+ * overflowing. *out is written up to the caller's struct size (a macro
+ * passing sizeof(resil_amplification)). RESIL_EINVAL for layers or out
+ * NULL, n == 0, elements whose struct_size differ or is not a
+ * resil_amp_layer's, a layer with max_attempts 0 or a negative wait or
+ * timeout. Since 0.1. */
+RESIL_API resil_status resil_amplification_compute_sized(
+    const resil_amp_layer *layers, size_t n, int64_t attempt_timeout_ns,
+    resil_amplification *out, size_t struct_size);
+#define resil_amplification_compute(layers, n, timeout, out)                   \
+  resil_amplification_compute_sized((layers), (n), (timeout), (out),           \
+                                    sizeof(resil_amplification))
 /* The same for the chain's own retry layers, with the attempt timeout of
- * its innermost time limiter (0 when it has none). */
-RESIL_API resil_status resil_chain_amplification(const resil_chain *ch,
-                                                 resil_amplification *out);
+ * its innermost time limiter (0 when it has none). RESIL_EMISUSE (NULL
+ * chain), RESIL_EINVAL (out NULL). Since 0.1. */
+RESIL_API resil_status resil_chain_amplification_sized(const resil_chain *ch,
+                                                       resil_amplification *out,
+                                                       size_t struct_size);
+#define resil_chain_amplification(ch, out)                                     \
+  resil_chain_amplification_sized((ch), (out), sizeof(resil_amplification))
 
 #ifdef __cplusplus
 }

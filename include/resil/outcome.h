@@ -119,7 +119,9 @@ typedef struct resil_outcome {
   resil_outcome_kind kind;
   resil_reason reason;
   int http_status;        /* ANSWERED over HTTP: 100..599; otherwise 0     */
-  int64_t retry_after_ms; /* server's Retry-After hint; -1 when none      */
+  int64_t retry_after_ms; /* server's Retry-After hint; -1 when none or
+                             unusable; 0 for "0" or a past date, which a
+                             retry takes as no hint (retry.h)          */
   uint32_t flags;         /* RESIL_OF_*                                    */
   resil_stop stop;        /* set by a retry layer; RESIL_STOP_NONE otherwise */
   uint32_t attempts;      /* physical attempts made for the logical call

@@ -14,12 +14,12 @@
  *   resil_ratelimiter_config cfg;
  *   resil_ratelimiter_config_init(&cfg);
  *   cfg.limit_for_period = 2;
- *   cfg.refresh_period_ns = 3600 * INT64_C(1000000000);   // 1 h
+ *   cfg.refresh_period_ns = RESIL_H(1);
  *   cfg.timeout_ns = 0;                                     // fail fast
  *   resil_ratelimiter *rl;
  *   resil_error err;
  *   if (resil_ratelimiter_new(&cfg, &rl, &err) != RESIL_OK) ...
- *   if (resil_ratelimiter_acquire(rl, 1, NULL) == RESIL_RL_PERMITTED) ...
+ *   if (resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO) ...
  *   resil_ratelimiter_free(rl);
  *
  * Permits are per instance (per process); a global quota needs a shared
@@ -39,6 +39,7 @@
 #ifndef RESIL_RATELIMIT_H
 #define RESIL_RATELIMIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "alloc.h"
@@ -55,14 +56,15 @@ extern "C" {
 typedef struct resil_ratelimiter resil_ratelimiter;
 
 typedef struct resil_ratelimiter_config {
-  /* Set to 1 by resil_ratelimiter_config_init. */
-  unsigned version;
+  /* Sized struct (version.h); set by resil_ratelimiter_config_init(). */
+  size_t struct_size;
   /* Instance name, copied. Default "ratelimiter". */
   const char *name;
   /* Permits per cycle, 1..2147483647. Default 50 (Resilience4j). */
   int64_t limit_for_period;
-  /* Cycle length in nanoseconds, 1..INT64_MAX. Default 500 (Resilience4j's
-   * 500 ns, which makes the default limiter almost unlimited: set it). */
+  /* Cycle length in nanoseconds, 1 ns..INT64_MAX. Default 1 s (not
+   * Resilience4j's builder default of 500 ns, which silently makes the
+   * default limiter almost unlimited). */
   int64_t refresh_period_ns;
   /* Longest wait for a permit, 0..INT64_MAX; 0 = fail fast. Default 5 s
    * (Resilience4j). Permits reserved ahead are owed by coming cycles, and
@@ -80,41 +82,34 @@ typedef struct resil_ratelimiter_config {
   const resil_allocator *alloc;
 } resil_ratelimiter_config;
 
-/* What a request for permits got. */
-typedef enum resil_rl_decision {
-  /* The permits are the caller's now. */
-  RESIL_RL_PERMITTED = 0,
-  /* The permits are the caller's, but belong to a coming cycle: wait
-   * *wait_ns before using them. Returned by resil_ratelimiter_reserve only
-   * (acquire waits and then returns PERMITTED). */
-  RESIL_RL_RESERVED = 1,
-  /* The permits cannot come within the timeout or the ctx deadline. Nothing
-   * was consumed. */
-  RESIL_RL_REFUSED = 2,
-  /* resil_ratelimiter_acquire only: ctx->cancel was signalled during the
-   * wait. The reserved permits were given back. */
-  RESIL_RL_CANCELLED = 3,
-  /* Invalid handle or permits < 1. Nothing was consumed. */
-  RESIL_RL_MISUSE = 4
-} resil_rl_decision;
-
 /* Counters since creation. Monotonic; each is read atomically, but the set
  * is not one snapshot. */
 typedef struct resil_ratelimiter_metrics {
+  /* Sized struct (version.h): the bytes the library wrote. */
+  size_t struct_size;
   uint64_t permitted; /* requests granted without a wait                */
   uint64_t reserved;  /* requests granted from a coming cycle           */
   uint64_t refused;   /* requests refused (nothing consumed)            */
   uint64_t cancelled; /* reserved waits ended by ctx->cancel (given back) */
   int64_t available;  /* permits available now (negative when reserved) */
+  /* Since 0.2: resil_ratelimiter_nanos_to_wait() at the same reading. */
+  int64_t nanos_to_wait;
 } resil_ratelimiter_metrics;
 
-/* Writes the documented defaults (version 1). Since 0.1. */
-RESIL_API void resil_ratelimiter_config_init(resil_ratelimiter_config *cfg);
+/* Writes the documented defaults and struct_size. A macro passing
+ * sizeof(resil_ratelimiter_config). NULL is a no-op. Since 0.1. */
+RESIL_API void resil_ratelimiter_config_init_sized(resil_ratelimiter_config *cfg,
+                                                   size_t struct_size);
+#define resil_ratelimiter_config_init(cfg)                                     \
+  resil_ratelimiter_config_init_sized((cfg), sizeof(resil_ratelimiter_config))
 
 /* Validates cfg and creates a limiter whose first cycle starts now, with
  * limit_for_period permits.
- * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL or a field out of range
- * (err says which field, its range and the value received); RESIL_ENOMEM.
+ * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL, a config never passed
+ * through resil_ratelimiter_config_init() ("call
+ * resil_ratelimiter_config_init()"), or a field out of range (err says which
+ * field, its range and the value received, durations in human units);
+ * RESIL_ENOMEM.
  * err may be NULL. *out is written only on success. Since 0.1. */
 RESIL_API resil_status resil_ratelimiter_new(const resil_ratelimiter_config *cfg,
                                              resil_ratelimiter **out,
@@ -127,29 +122,40 @@ RESIL_API void resil_ratelimiter_free(resil_ratelimiter *rl);
  *
  * Takes `permits` (>= 1) now, or reserves them from a coming cycle when they
  * arrive within min(timeout_ns, remaining deadline of ctx). ctx may be NULL
- * (no deadline). *wait_ns (may be NULL) receives how long the caller must
- * wait before using reserved permits: 0 for PERMITTED, > 0 for RESERVED, and
- * for REFUSED the wait that would have been needed (INT64_MAX when it does
- * not fit in 64 bits), so a caller can tell a refusal caused by the deadline
- * (wait <= timeout_ns) from one caused by the timeout.
- * Returns RESIL_RL_PERMITTED, RESIL_RL_RESERVED, RESIL_RL_REFUSED or
- * RESIL_RL_MISUSE. Reads the limiter's clock once, and ctx's clock once more
- * only when ctx has a deadline on another clock. Since 0.1. */
-RESIL_API resil_rl_decision resil_ratelimiter_reserve(resil_ratelimiter *rl,
-                                                      int permits,
-                                                      const resil_ctx *ctx,
-                                                      int64_t *wait_ns);
+ * (no deadline). Returns
+ *   RESIL_DECISION_GO    the permits are the caller's now (*wait_ns 0);
+ *   RESIL_DECISION_WAIT  they are the caller's but belong to a coming cycle:
+ *                        wait *wait_ns (> 0) before using them;
+ *   RESIL_DECISION_DENY  nothing was consumed; *why says why:
+ *                        RESIL_REASON_RATE_LIMITED (they cannot come within
+ *                        timeout_ns), RESIL_REASON_DEADLINE (they would come
+ *                        within timeout_ns, but not within the deadline), or
+ *                        RESIL_REASON_LOCAL_ERROR (NULL handle, permits < 1,
+ *                        a ctx never passed through resil_ctx_init(); nothing
+ *                        counted). On a refusal *wait_ns is the wait that
+ *                        would have been needed (INT64_MAX when it does not
+ *                        fit in 64 bits), 0 on a misuse.
+ * wait_ns and why may be NULL; *why is RESIL_REASON_OK on GO and WAIT.
+ * Reads the limiter's clock once, and ctx's clock once more only when ctx
+ * has a deadline on another clock. Since 0.1 (resil_decision since 0.2). */
+RESIL_API resil_decision resil_ratelimiter_reserve(resil_ratelimiter *rl,
+                                                   int permits,
+                                                   const resil_ctx *ctx,
+                                                   int64_t *wait_ns,
+                                                   resil_reason *why);
 
 /* The blocking form: resil_ratelimiter_reserve, then, when the permits are
  * reserved, sleeps through the limiter clock's sleep_ns until they are due
  * (a manual clock advances instead of sleeping). The sleep ends early when
  * ctx->cancel is signalled; the reserved permits are then given back (never
- * above the limit of the current cycle) and RESIL_RL_CANCELLED is returned.
- * Returns RESIL_RL_PERMITTED (after any wait), RESIL_RL_REFUSED (at once,
- * nothing consumed), RESIL_RL_CANCELLED or RESIL_RL_MISUSE. Since 0.1. */
-RESIL_API resil_rl_decision resil_ratelimiter_acquire(resil_ratelimiter *rl,
-                                                      int permits,
-                                                      const resil_ctx *ctx);
+ * above the limit of the current cycle) and DENY is returned with *why
+ * RESIL_REASON_CANCELLED. Returns RESIL_DECISION_GO (after any wait) or
+ * RESIL_DECISION_DENY (at once and nothing consumed, *why as for reserve;
+ * or cancelled). why may be NULL. Since 0.1 (resil_decision since 0.2). */
+RESIL_API resil_decision resil_ratelimiter_acquire(resil_ratelimiter *rl,
+                                                   int permits,
+                                                   const resil_ctx *ctx,
+                                                   resil_reason *why);
 
 /* The run form: acquires one permit, then calls fn(arg, ctx) with the
  * caller's ctx (a default ctx on the limiter's clock when NULL) and returns
@@ -157,24 +163,37 @@ RESIL_API resil_rl_decision resil_ratelimiter_acquire(resil_ratelimiter *rl,
  * returns REJECTED with reason RATE_LIMITED, or DEADLINE when the permit
  * would have come within timeout_ns but not within the ctx deadline; fn is
  * not called. A wait cancelled through ctx->cancel returns NOT_SENT with
- * reason CANCELLED (fn was not called, nothing was sent). An invalid handle
- * or a NULL fn returns NOT_SENT with reason LOCAL_ERROR. Since 0.1. */
+ * reason CANCELLED (fn was not called, nothing was sent). A NULL handle, a
+ * NULL fn or a ctx never passed through resil_ctx_init() returns NOT_SENT
+ * with reason LOCAL_ERROR. Since 0.1. */
 RESIL_API resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl,
                                               const resil_ctx *ctx,
                                               resil_call_fn fn, void *arg);
 
 /* Permits available now: limit_for_period at the start of an untouched
  * cycle, negative when permits of coming cycles are reserved. Reads the
- * clock; changes nothing. 0 for an invalid handle. Since 0.1. */
+ * clock; changes nothing. 0 for a NULL handle. Since 0.1. */
 RESIL_API int64_t resil_ratelimiter_available(const resil_ratelimiter *rl);
 
-/* Fills *out. RESIL_OK, or RESIL_EINVAL (out NULL), RESIL_EMISUSE (invalid
- * handle). Since 0.1. */
-RESIL_API resil_status resil_ratelimiter_get_metrics(
-    const resil_ratelimiter *rl, resil_ratelimiter_metrics *out);
+/* Nanoseconds a request for one permit made now would have to wait for it
+ * (Resilience4j's getNanosToWait): 0 when a permit is available now, else
+ * the time until the cycle that covers it starts (the reservations already
+ * made counted), whatever the timeout. Reads the clock; changes nothing.
+ * 0 for a NULL handle. Since 0.2. */
+RESIL_API int64_t resil_ratelimiter_nanos_to_wait(const resil_ratelimiter *rl);
 
-/* The instance name, owned by the limiter until it is freed; "" for an
- * invalid handle. Since 0.1. */
+/* Fills *out up to the caller's struct size (a macro passing
+ * sizeof(resil_ratelimiter_metrics)). RESIL_OK, RESIL_EMISUSE (NULL handle),
+ * RESIL_EINVAL (out NULL). Since 0.1. */
+RESIL_API resil_status resil_ratelimiter_get_metrics_sized(
+    const resil_ratelimiter *rl, resil_ratelimiter_metrics *out,
+    size_t struct_size);
+#define resil_ratelimiter_get_metrics(rl, out)                                 \
+  resil_ratelimiter_get_metrics_sized((rl), (out),                             \
+                                      sizeof(resil_ratelimiter_metrics))
+
+/* The instance name, owned by the limiter until it is freed; NULL for a
+ * NULL handle. Since 0.1. */
 RESIL_API const char *resil_ratelimiter_name(const resil_ratelimiter *rl);
 
 #ifdef __cplusplus

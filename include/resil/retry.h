@@ -22,8 +22,12 @@
  *   - resil_retry_run() runs a call with retries, sleeping between attempts
  *     on the clock (a manual clock makes the sleeps take no real time).
  *   - resil_retry_begin() / resil_retry_next() / resil_retry_result() is the
- *     split form for event loops: it never blocks and does no I/O; next()
- *     says whether to make another attempt and after how long.
+ *     split form for event loops, on a resil_retry_state: it never blocks
+ *     and does no I/O; next() says whether to make another attempt and
+ *     after how long (resil_decision, call.h).
+ *
+ * An optional attempt listener (config `on_attempt`, call.h) sees every
+ * physical attempt of both forms, the last one included.
  *
  * The final outcome of a logical call is the last attempt's outcome, with
  * `stop` saying why no further attempt was made and `attempts` counting the
@@ -42,6 +46,7 @@
  *     answer, that outcome is kept, with stop DEADLINE or BUDGET.
  *
  * Create/free pairs: resil_retry_new / resil_retry_free,
+ * resil_retry_state_new / resil_retry_state_free,
  * resil_retry_budget_new / resil_retry_budget_free.
  *
  * Example (exponential backoff 20 ms x 2, at most 3 attempts):
@@ -50,7 +55,7 @@
  *   resil_retry_config_init(&cfg);
  *   cfg.name = "items";
  *   cfg.backoff = RESIL_RETRY_EXPONENTIAL;
- *   cfg.initial_wait_ns = 20 * 1000000;
+ *   cfg.initial_wait_ns = RESIL_MS(20);
  *   cfg.multiplier = 2.0;
  *   resil_retry *r = NULL;
  *   resil_error err;
@@ -61,7 +66,7 @@
  *   resil_ctx ctx;
  *   resil_ctx_init(&ctx);
  *   ctx.flags = RESIL_CALL_IDEMPOTENT;
- *   resil_ctx_set_timeout_ns(&ctx, 2000 * 1000000LL);
+ *   resil_ctx_set_timeout_ns(&ctx, RESIL_S(2));
  *   resil_outcome o = resil_retry_run(r, &ctx, get_item, &req);
  *   resil_retry_free(r);
  *
@@ -69,10 +74,11 @@
  * number of threads at once, except their _free functions, which need
  * exclusive access. Counters are atomics; the only lock is the budget's,
  * taken when a retry withdraws a token (never on a call that succeeds at
- * once). A run whose first attempt succeeds, with no budget, deadline or
- * cancellation token, reads no clock and costs one atomic add.
- * A resil_retry_state belongs to one logical call and must not be used by
- * two threads at once. Callbacks (random source, predicate, listener) run on
+ * once). A run whose first attempt succeeds, with no budget, deadline,
+ * cancellation token or attempt listener, reads no clock and costs one
+ * atomic add.
+ * A resil_retry_state serves one logical call at a time and must not be
+ * used by two threads at once. Callbacks (random source, predicate, listener) run on
  * the thread driving the logical call, with no library lock held; when the
  * retry is shared across threads they must be thread-safe. */
 #ifndef RESIL_RETRY_H
@@ -137,14 +143,6 @@ typedef uint64_t (*resil_retry_random_fn)(void *random_self);
  * or with unsafe_retry_non_idempotent. */
 typedef resil_retry_verdict (*resil_retry_predicate_fn)(void *user,
                                                        const resil_outcome *o);
-/* Called before each wait: `attempt` is the number of the attempt that just
- * failed (1-based), `o` its outcome, `delay_ns` the wait before attempt
- * attempt + 1. Used by `resil call -v`. */
-typedef void (*resil_retry_listener_fn)(void *user, const resil_retry *r,
-                                        uint32_t attempt,
-                                        const resil_outcome *o,
-                                        int64_t delay_ns);
-
 /* The classes retried by default: NOT_SENT, UNKNOWN, SERVER_ERROR and
  * THROTTLED (the last three subject to the safety rule). */
 #define RESIL_RETRY_DEFAULT_CLASSES                                            \
@@ -153,8 +151,9 @@ typedef void (*resil_retry_listener_fn)(void *user, const resil_retry *r,
    RESIL_CLASSES_THROTTLED)
 
 typedef struct resil_retry_config {
-  /* Set to 1 by resil_retry_config_init(). Fields are only ever appended. */
-  unsigned version;
+  /* Size of the struct the caller was compiled with; set by
+   * resil_retry_config_init() (version.h, "Sized structs"). */
+  size_t struct_size;
   /* Instance name for logs and metrics; copied. NULL gives "retry". */
   const char *name;
   /* Attempts per logical call, the first included. 1..1000. Default 3.
@@ -173,8 +172,11 @@ typedef struct resil_retry_config {
   /* Cap of every exponential or jittered wait, and the cap of a Retry-After
    * wait when max_retry_after_ns is 0. initial_wait_ns..1 day. Default 30 s. */
   int64_t max_wait_ns;
-  /* 1: a usable Retry-After on the outcome (retry_after_ms >= 0) replaces
-   * the computed wait, even when shorter. 0 or 1. Default 1. */
+  /* 1: a positive Retry-After on the outcome (retry_after_ms > 0) replaces
+   * the computed wait, even when shorter (DESIGN §2.3). Retry-After 0, an
+   * HTTP-date in the past (both parse to 0) and an unusable value (-1) give
+   * no reason to retry sooner than planned: the computed wait applies.
+   * 0 or 1. Default 1. */
   int respect_retry_after;
   /* Cap of a Retry-After wait. 0..1 day; 0 means max_wait_ns. Default 0.
    * A Retry-After wait is always also capped by the remaining deadline. */
@@ -192,11 +194,12 @@ typedef struct resil_retry_config {
    * retry may then repeat the side effect; the lab sets it to show exactly
    * that. 0 or 1. Default 0. */
   int unsafe_retry_non_idempotent;
-  /* A new attempt is made only when, after its wait, at least this much of
-   * the logical call's deadline remains; otherwise the retry stops at once
-   * (RESIL_STOP_DEADLINE) without sleeping. 0 means only "some time
-   * remains". 0..1 day. Default 0. Ignored when the context has no
-   * deadline. */
+  /* A new attempt (the first included) is made only when, after its wait,
+   * at least max(this, 1 ms) of the logical call's deadline remains;
+   * otherwise the retry stops at once (RESIL_STOP_DEADLINE) without
+   * sleeping: a wait that uses up the whole deadline leaves nothing for the
+   * attempt. 0..1 day. Default 0 (the 1 ms floor only). Ignored when the
+   * context has no deadline. */
   int64_t min_attempt_budget_ns;
   /* Shared retry budget, or NULL for none. Not owned: it must outlive the
    * retry. Default NULL. */
@@ -206,9 +209,8 @@ typedef struct resil_retry_config {
    * (no global state). Default NULL. */
   resil_retry_random_fn random;
   void *random_self;
-  /* Optional decision hook and listener; both receive `user`. */
+  /* Optional decision hook; receives `user`. */
   resil_retry_predicate_fn predicate;
-  resil_retry_listener_fn on_retry;
   void *user;
   /* Called with `user` by resil_retry_free(); NULL for none. */
   void (*user_free)(void *user);
@@ -218,21 +220,35 @@ typedef struct resil_retry_config {
   const resil_clock *clock;
   /* NULL = malloc/free. */
   const resil_allocator *alloc;
+  /* Since 0.2: the attempt listener (call.h), called with on_attempt_user
+   * once per physical attempt, the last one included, by resil_retry_run
+   * and by the split form (see resil_retry_next_timed for the duration).
+   * `source` is the retry's name, `idempotency_key` the context's. Used by
+   * `resil call -v`. NULL (default) for none; with none, no clock is read
+   * to measure attempts. */
+  resil_attempt_listener_fn on_attempt;
+  void *on_attempt_user;
 } resil_retry_config;
 
-/* Writes the documented defaults. NULL is a no-op. Since 0.1. */
-RESIL_API void resil_retry_config_init(resil_retry_config *cfg);
+/* Writes the documented defaults and struct_size. NULL is a no-op. A macro
+ * passing sizeof(resil_retry_config) (version.h). Since 0.1. */
+RESIL_API void resil_retry_config_init_sized(resil_retry_config *cfg,
+                                             size_t struct_size);
+#define resil_retry_config_init(cfg)                                           \
+  resil_retry_config_init_sized((cfg), sizeof(resil_retry_config))
 
 /* Validates cfg and creates a retry. The config is copied (name included);
  * cfg may be discarded afterwards. Returns RESIL_OK, RESIL_EINVAL (cfg or out
- * NULL, or a field out of range: err names the field, the range and the
- * value), RESIL_ENOMEM. *out is untouched on failure. Since 0.1. */
+ * NULL, a config never passed through resil_retry_config_init() -- the
+ * message then says "call resil_retry_config_init()" -- or a field out of
+ * range: err names the field, the range and the value, durations in human
+ * units), RESIL_ENOMEM. *out is untouched on failure. Since 0.1. */
 RESIL_API resil_status resil_retry_new(const resil_retry_config *cfg,
                                        resil_retry **out, resil_error *err);
 /* Frees r and calls user_free(user) when set. NULL is a no-op. Needs
  * exclusive access. Since 0.1. */
 RESIL_API void resil_retry_free(resil_retry *r);
-/* The instance name; valid until resil_retry_free(). "?" for an invalid
+/* The instance name; valid until resil_retry_free(). NULL for a NULL
  * handle. Since 0.1. */
 RESIL_API const char *resil_retry_name(const resil_retry *r);
 
@@ -244,58 +260,73 @@ RESIL_API const char *resil_retry_name(const resil_retry *r);
  * the final outcome (see the top of this file): `stop` says why it stopped,
  * `attempts` how many physical attempts were made. A refused first attempt
  * returns REJECTED(DEADLINE) (stop DEADLINE) or NOT_SENT(CANCELLED) (stop
- * CANCELLED) with attempts 0 and fn not called. An invalid handle or NULL fn
- * returns NOT_SENT(LOCAL_ERROR) without calling fn. Since 0.1. */
+ * CANCELLED) with attempts 0 and fn not called. A NULL handle, a NULL fn or
+ * a ctx never passed through resil_ctx_init() returns NOT_SENT(LOCAL_ERROR)
+ * without calling fn. With on_attempt set, every attempt is reported once,
+ * its duration measured on the same clock; when cancellation ends a wait,
+ * the attempt before it was already reported (with the wait that was
+ * planned) and nothing more is reported. Since 0.1. */
 RESIL_API resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
                                         resil_call_fn fn, void *arg);
 
 /* ---- split form ------------------------------------------------------- */
 
-typedef enum resil_retry_decision {
-  /* Make no further attempt; resil_retry_result() has the final outcome. */
-  RESIL_RETRY_STOP = 0,
-  /* Make an attempt (after *delay_ns for resil_retry_next()) with st->ctx. */
-  RESIL_RETRY_ATTEMPT = 1,
-  /* Invalid handle, NULL state or outcome, or a state of another retry. */
-  RESIL_RETRY_MISUSE = 2
-} resil_retry_decision;
+/* One logical call's progress. Opaque (nothing private is compiled into
+ * callers): create one with resil_retry_state_new() and reuse it for any
+ * number of logical calls, one at a time (resil_retry_begin() starts
+ * over). Create/free pair: resil_retry_state_new / resil_retry_state_free.
+ * Since 0.2. */
+typedef struct resil_retry_state resil_retry_state;
 
-/* One logical call's progress. A plain value: put it on the stack or in the
- * event loop's request, no cleanup needed. `ctx` is the context for the next
- * attempt (read it, do not change it); the other fields are private and may
- * change between versions. */
-typedef struct resil_retry_state {
-  resil_ctx ctx;
-  resil_outcome result;
-  const resil_retry *owner;
-  int64_t base_wait_ns;
-  int64_t prev_wait_ns;
-  uint64_t rng;
-  uint32_t attempts;
-  uint32_t bits;
-} resil_retry_state;
+/* Allocates a state with alloc (NULL = malloc). RESIL_OK, RESIL_EINVAL (out
+ * NULL, or an allocator without both functions), RESIL_ENOMEM. The state is not tied to a retry until
+ * resil_retry_begin(). Since 0.2. */
+RESIL_API resil_status resil_retry_state_new(const resil_allocator *alloc,
+                                             resil_retry_state **out);
+/* NULL is a no-op. Since 0.2. */
+RESIL_API void resil_retry_state_free(resil_retry_state *st);
+/* The context for the next attempt (the caller's copy, with `attempt` set
+ * to its number); valid until st is freed. The caller may lower its
+ * deadline_ns (to end the logical call as out of time: the next decision
+ * then refuses with RESIL_STOP_DEADLINE); every other field belongs to the
+ * retry. NULL for a NULL state. Since 0.2. */
+RESIL_API resil_ctx *resil_retry_state_ctx(resil_retry_state *st);
 
 /* Starts a logical call: initialises *st from ctx (NULL as for run), credits
  * the budget (one deposit), and checks the deadline and the cancellation
- * token for the first attempt. Returns RESIL_RETRY_ATTEMPT (make attempt 1
- * now, with st->ctx), RESIL_RETRY_STOP (refused: see resil_retry_run) or
- * RESIL_RETRY_MISUSE (r invalid or st NULL; resil_retry_result() then gives
- * NOT_SENT(LOCAL_ERROR) when st is not NULL). Never blocks. Since 0.1. */
-RESIL_API resil_retry_decision resil_retry_begin(resil_retry *r,
-                                                 const resil_ctx *ctx,
-                                                 resil_retry_state *st);
-/* Records the outcome of the attempt just made and decides: returns
- * RESIL_RETRY_ATTEMPT with *delay_ns (>= 0) the wait before the next
- * attempt, or RESIL_RETRY_STOP with *delay_ns = 0. After STOP, further calls
- * return STOP again and change nothing. RESIL_RETRY_MISUSE for an invalid
- * handle, a NULL argument or a state begun on another retry. The caller
- * should not start the next attempt if its own cancellation token fires
- * during the wait. delay_ns may be NULL. Never blocks. Since 0.1. */
-RESIL_API resil_retry_decision resil_retry_next(resil_retry *r,
+ * token for the first attempt. Returns RESIL_DECISION_GO (make attempt 1
+ * now, with resil_retry_state_ctx(st)), or RESIL_DECISION_DENY: refused
+ * (resil_retry_result() says why, as for resil_retry_run) or a misuse (r or
+ * st NULL, ctx not initialised: the result is then NOT_SENT(LOCAL_ERROR)
+ * when st is not NULL, and nothing is counted). Never blocks. Since 0.1. */
+RESIL_API resil_decision resil_retry_begin(resil_retry *r, const resil_ctx *ctx,
+                                           resil_retry_state *st);
+/* Records the outcome of the attempt just made, which took duration_ns, and
+ * decides. Returns RESIL_DECISION_GO (make the next attempt now),
+ * RESIL_DECISION_WAIT (make it after *wait_ns > 0) or RESIL_DECISION_DENY
+ * (no further attempt: resil_retry_result() has the final outcome and its
+ * stop says why); *wait_ns is 0 except for WAIT. After DENY, further calls
+ * return DENY and change nothing. DENY with nothing recorded for a NULL
+ * handle, a NULL st or o, or a state begun on another retry. wait_ns may be
+ * NULL. The caller should not start the next attempt if its own
+ * cancellation token fires during the wait. Never blocks.
+ *
+ * duration_ns is what the attempt listener reports; pass the time the
+ * caller measured, or -1 to let the retry measure it on the context's
+ * clock: the time from the decision that allowed this attempt (begin, or
+ * the previous next), plus the wait it asked for, to this call. The retry
+ * reads the clock for that only when on_attempt is set. Since 0.2. */
+RESIL_API resil_decision resil_retry_next_timed(resil_retry *r,
                                                 resil_retry_state *st,
                                                 const resil_outcome *o,
-                                                int64_t *delay_ns);
-/* The final outcome after STOP (see the top of this file); before STOP, the
+                                                int64_t duration_ns,
+                                                int64_t *wait_ns);
+/* resil_retry_next_timed() with duration_ns -1 (measured by the retry).
+ * Since 0.1. */
+RESIL_API resil_decision resil_retry_next(resil_retry *r, resil_retry_state *st,
+                                          const resil_outcome *o,
+                                          int64_t *wait_ns);
+/* The final outcome after DENY (see the top of this file); before it, the
  * last recorded outcome with stop NONE. NOT_SENT(LOCAL_ERROR) for NULL.
  * Since 0.1. */
 RESIL_API resil_outcome resil_retry_result(const resil_retry_state *st);
@@ -306,6 +337,8 @@ RESIL_API resil_outcome resil_retry_result(const resil_retry_state *st);
 #define RESIL_RETRY_STOP_SLOTS 8
 
 typedef struct resil_retry_stats {
+  /* Sized struct (version.h): the bytes the library wrote. */
+  size_t struct_size;
   /* Logical calls finished (the sum of the four below). */
   uint64_t calls;
   /* Physical attempts made by those calls. */
@@ -325,13 +358,17 @@ typedef struct resil_retry_stats {
   uint64_t refused_by_budget;
 } resil_retry_stats;
 
-/* Fills *out with a snapshot of monotonic counters (each read atomically;
- * the set is not one instant). Returns RESIL_OK, RESIL_EINVAL (out NULL),
- * RESIL_EMISUSE (invalid handle). Since 0.1. */
-RESIL_API resil_status resil_retry_get_stats(const resil_retry *r,
-                                             resil_retry_stats *out);
+/* Fills *out, up to the caller's struct size, with a snapshot of monotonic
+ * counters (each read atomically; the set is not one instant). A macro
+ * passing sizeof(resil_retry_stats). Returns RESIL_OK, RESIL_EMISUSE (NULL
+ * handle), RESIL_EINVAL (out NULL). Since 0.1. */
+RESIL_API resil_status resil_retry_get_stats_sized(const resil_retry *r,
+                                                   resil_retry_stats *out,
+                                                   size_t struct_size);
+#define resil_retry_get_stats(r, out)                                          \
+  resil_retry_get_stats_sized((r), (out), sizeof(resil_retry_stats))
 
-/* max_attempts of r (0 for an invalid handle): the factor this layer
+/* max_attempts of r (0 for a NULL handle): the factor this layer
  * contributes to the worst-case physical attempts of nested retries, which
  * multiply (2 x 3 x 2 = 12, DESIGN §2.8). Since 0.1. */
 RESIL_API uint32_t resil_retry_max_attempts(const resil_retry *r);
@@ -356,7 +393,7 @@ RESIL_API int64_t resil_retry_worst_wait_ns(const resil_retry_config *cfg);
  *     asctime ("Sun Nov  6 08:49:37 1994") forms. Names are case-sensitive
  *     as the grammar says; the weekday is checked for spelling, not against
  *     the date. A date at or before now_wall_ms (milliseconds since the Unix
- *     epoch) gives 0.
+ *     epoch) gives 0, which a retry takes as no hint (respect_retry_after).
  * Leading and trailing spaces and tabs are ignored; anything else (signs,
  * inner or extra spaces, fractions, other characters, a day that does not
  * exist) is invalid. Returns RESIL_OK with *delay_ms >= 0, or RESIL_EINVAL
@@ -392,8 +429,8 @@ typedef enum resil_retry_budget_mode {
 } resil_retry_budget_mode;
 
 typedef struct resil_retry_budget_config {
-  /* Set to 1 by resil_retry_budget_config_init(). */
-  unsigned version;
+  /* Sized struct (version.h); set by resil_retry_budget_config_init(). */
+  size_t struct_size;
   /* Copied. NULL gives "retry-budget". */
   const char *name;
   /* Default RESIL_BUDGET_FINAGLE. */
@@ -417,35 +454,41 @@ typedef struct resil_retry_budget_config {
   const resil_allocator *alloc;
 } resil_retry_budget_config;
 
-/* Writes the documented defaults. NULL is a no-op. Since 0.1. */
-RESIL_API void resil_retry_budget_config_init(resil_retry_budget_config *cfg);
+/* Writes the documented defaults and struct_size. NULL is a no-op. A macro
+ * passing sizeof(resil_retry_budget_config). Since 0.1. */
+RESIL_API void resil_retry_budget_config_init_sized(resil_retry_budget_config *cfg,
+                                                    size_t struct_size);
+#define resil_retry_budget_config_init(cfg)                                    \
+  resil_retry_budget_config_init_sized((cfg), sizeof(resil_retry_budget_config))
 /* Validates cfg and creates a budget. Returns RESIL_OK, RESIL_EINVAL (NULL
- * argument or a field out of range, detailed in err), RESIL_ENOMEM,
+ * argument, a config never passed through resil_retry_budget_config_init(),
+ * or a field out of range, detailed in err), RESIL_ENOMEM,
  * RESIL_ESYS (mutex creation failed). Since 0.1. */
 RESIL_API resil_status resil_retry_budget_new(const resil_retry_budget_config *cfg,
                                               resil_retry_budget **out,
                                               resil_error *err);
 /* NULL is a no-op. Every retry using b must be freed first. Since 0.1. */
 RESIL_API void resil_retry_budget_free(resil_retry_budget *b);
-/* The instance name; "?" for an invalid handle. Since 0.1. */
+/* The instance name; NULL for a NULL handle. Since 0.1. */
 RESIL_API const char *resil_retry_budget_name(const resil_retry_budget *b);
 /* Finagle: credits one logical call (resil_retry_begin does this). gRPC:
  * credits one successful attempt. Lock-free: one coarse clock read and one
- * atomic add in the common case. Returns RESIL_OK or RESIL_EMISUSE. Since
- * 0.1. */
+ * atomic add in the common case. Returns RESIL_OK, or RESIL_EMISUSE for a
+ * NULL handle. Since 0.1. */
 RESIL_API resil_status resil_retry_budget_deposit(resil_retry_budget *b);
 /* gRPC: debits one failed attempt (resil_retry_next does this). Finagle:
- * does nothing. Returns RESIL_OK or RESIL_EMISUSE. Since 0.1. */
+ * does nothing. Returns RESIL_OK, or RESIL_EMISUSE for a NULL handle. Since
+ * 0.1. */
 RESIL_API resil_status resil_retry_budget_record_failure(resil_retry_budget *b);
 /* Asks for one retry. Finagle: withdraws one token; returns 1 when granted,
  * 0 when less than one token is available (nothing taken). Concurrent
  * withdrawals never take more than the balance (they serialise on a mutex
  * taken only here, on the retry path). gRPC: takes nothing; returns 1 while
- * the token count is above max_tokens / 2. 0 for an invalid handle. Since
+ * the token count is above max_tokens / 2. 0 for a NULL handle. Since
  * 0.1. */
 RESIL_API int resil_retry_budget_try_withdraw(resil_retry_budget *b);
 /* Whole retries available now: Finagle, the tokens a withdrawal could take
- * (>= 0); gRPC, the token count rounded down. -1 for an invalid handle.
+ * (>= 0); gRPC, the token count rounded down. 0 for a NULL handle.
  * Since 0.1. */
 RESIL_API int64_t resil_retry_budget_balance(const resil_retry_budget *b);
 

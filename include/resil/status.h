@@ -21,7 +21,7 @@ extern "C" {
   X(OK, "success")                                                             \
   X(EINVAL, "invalid argument or configuration")                              \
   X(ENOMEM, "out of memory")                                                   \
-  X(EMISUSE, "library misuse: wrong call order or invalid handle")             \
+  X(EMISUSE, "library misuse: wrong call order or NULL handle")                \
   X(EIO, "transport or store failure")                                         \
   X(ESTATE, "operation not allowed in the current state")                      \
   X(ESYS, "system resource failure (thread, mutex or condition variable)")     \

@@ -40,6 +40,7 @@
 #ifndef RESIL_TIMELIMIT_H
 #define RESIL_TIMELIMIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "alloc.h"
@@ -57,11 +58,11 @@ extern "C" {
 typedef struct resil_timelimiter resil_timelimiter;
 
 typedef struct resil_timelimiter_config {
-  /* Set to 1 by resil_timelimiter_config_init. */
-  unsigned version;
+  /* Sized struct (version.h); set by resil_timelimiter_config_init(). */
+  size_t struct_size;
   /* Instance name, copied. Default "timelimiter". */
   const char *name;
-  /* How long the caller waits, 1..INT64_MAX nanoseconds of real time.
+  /* How long the caller waits, 1 ns..INT64_MAX nanoseconds of real time.
    * Default 1 s (Resilience4j). */
   int64_t timeout_ns;
   /* 1: when the caller stops waiting at the timeout, signal the task's
@@ -86,6 +87,8 @@ typedef struct resil_timelimiter_config {
 /* Counters since creation, and the gauges. Each value is read atomically;
  * the set is not one snapshot. */
 typedef struct resil_timelimiter_metrics {
+  /* Sized struct (version.h): the bytes the library wrote. */
+  size_t struct_size;
   uint64_t calls;     /* runs entered                                   */
   uint64_t successes; /* task ended in time with a success outcome      */
   uint64_t failures;  /* task ended in time with any other outcome      */
@@ -100,13 +103,18 @@ typedef struct resil_timelimiter_metrics {
                                  waiting                                */
 } resil_timelimiter_metrics;
 
-/* Writes the documented defaults (version 1). Since 0.1. */
-RESIL_API void resil_timelimiter_config_init(resil_timelimiter_config *cfg);
+/* Writes the documented defaults and struct_size. A macro passing
+ * sizeof(resil_timelimiter_config). NULL is a no-op. Since 0.1. */
+RESIL_API void resil_timelimiter_config_init_sized(resil_timelimiter_config *cfg,
+                                                   size_t struct_size);
+#define resil_timelimiter_config_init(cfg)                                     \
+  resil_timelimiter_config_init_sized((cfg), sizeof(resil_timelimiter_config))
 
 /* Validates cfg and creates a limiter.
- * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL or a field out of range
- * (err says which field, its range and the value received; an executor
- * that is not a live pool is reported on field "executor"); RESIL_ENOMEM;
+ * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL, a config never passed
+ * through resil_timelimiter_config_init() ("call
+ * resil_timelimiter_config_init()"), or a field out of range (err says
+ * which field, its range and the value received); RESIL_ENOMEM;
  * RESIL_ESYS (mutex or condition variable). err may be NULL. *out is written
  * only on success. Since 0.1. */
 RESIL_API resil_status resil_timelimiter_new(const resil_timelimiter_config *cfg,
@@ -136,8 +144,9 @@ RESIL_API void resil_timelimiter_free(resil_timelimiter *tl);
  *    already passed;
  *  - REJECTED, reason QUEUE_FULL, fn not called, when the executor's queue
  *    is full;
- *  - NOT_SENT, reason LOCAL_ERROR, fn not called: invalid handle, NULL fn,
- *    out of memory, or no thread could be started.
+ *  - NOT_SENT, reason LOCAL_ERROR, fn not called: NULL handle, NULL fn, a
+ *    ctx never passed through resil_ctx_init(), out of memory, or no
+ *    thread could be started.
  * A task whose token was signalled before fn was entered (its caller gave
  * up while it sat in the executor's queue, or before its thread got going)
  * never calls fn: nothing was sent. Since 0.1. */
@@ -159,22 +168,27 @@ RESIL_API resil_outcome resil_timelimiter_run_owned(resil_timelimiter *tl,
 /* Waits up to timeout_ns of real time (INT64_MAX: without limit) until no
  * task of the limiter is running. When no run is in progress, that means
  * every abandoned task has ended. Returns RESIL_OK, RESIL_ETIMEDOUT,
- * RESIL_EINVAL (timeout_ns < 0) or RESIL_EMISUSE (invalid handle).
+ * RESIL_EINVAL (timeout_ns < 0) or RESIL_EMISUSE (NULL handle).
  * Since 0.1. */
 RESIL_API resil_status resil_timelimiter_wait_idle(resil_timelimiter *tl,
                                                    int64_t timeout_ns);
 
-/* The configured timeout (for the chain's amplification report); 0 for an
- * invalid handle. Since 0.1. */
+/* The configured timeout (for the chain's amplification report); 0 for a
+ * NULL handle. Since 0.1. */
 RESIL_API int64_t resil_timelimiter_timeout_ns(const resil_timelimiter *tl);
 
-/* Fills *out. RESIL_OK, or RESIL_EINVAL (out NULL), RESIL_EMISUSE (invalid
- * handle). Since 0.1. */
-RESIL_API resil_status resil_timelimiter_get_metrics(
-    const resil_timelimiter *tl, resil_timelimiter_metrics *out);
+/* Fills *out up to the caller's struct size (a macro passing
+ * sizeof(resil_timelimiter_metrics)). RESIL_OK, RESIL_EMISUSE (NULL handle),
+ * RESIL_EINVAL (out NULL). Since 0.1. */
+RESIL_API resil_status resil_timelimiter_get_metrics_sized(
+    const resil_timelimiter *tl, resil_timelimiter_metrics *out,
+    size_t struct_size);
+#define resil_timelimiter_get_metrics(tl, out)                                 \
+  resil_timelimiter_get_metrics_sized((tl), (out),                             \
+                                      sizeof(resil_timelimiter_metrics))
 
-/* The instance name, owned by the limiter until it is freed; "" for an
- * invalid handle. Since 0.1. */
+/* The instance name, owned by the limiter until it is freed; NULL for a
+ * NULL handle. Since 0.1. */
 RESIL_API const char *resil_timelimiter_name(const resil_timelimiter *tl);
 
 #ifdef __cplusplus

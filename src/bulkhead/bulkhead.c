@@ -49,10 +49,13 @@ static inline int valid(const resil_bulkhead *bh) {
   return bh && bh->magic == RESIL_MAGIC_BULKHEAD;
 }
 
-void resil_bulkhead_config_init(resil_bulkhead_config *cfg) {
-  if (!cfg) return;
+/* The 0.1 layout ends with `alloc`. */
+#define BH_CONFIG_MIN_SIZE                                                     \
+  (offsetof(resil_bulkhead_config, alloc) + sizeof(const resil_allocator *))
+
+static void config_defaults(resil_bulkhead_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->name = "bulkhead";
   cfg->max_concurrent = 25;
   cfg->max_wait_ns = 0;
@@ -60,17 +63,29 @@ void resil_bulkhead_config_init(resil_bulkhead_config *cfg) {
   cfg->alloc = NULL;
 }
 
-resil_status resil_bulkhead_new(const resil_bulkhead_config *cfg,
+void resil_bulkhead_config_init_sized(resil_bulkhead_config *cfg, size_t n) {
+  if (!cfg) return;
+  resil_bulkhead_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+resil_status resil_bulkhead_new(const resil_bulkhead_config *ucfg,
                                 resil_bulkhead **out, resil_error *err) {
-  if (!cfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
+  if (!ucfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
   if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
-  resil_status st;
-  if ((st = resil__check_range(err, "version", cfg->version, 1, 1))) return st;
+  resil_bulkhead_config full;
+  const resil_bulkhead_config *cfg = &full;
+  config_defaults(&full);
+  resil_status st = resil__sized_in(&full, sizeof full, ucfg, BH_CONFIG_MIN_SIZE,
+                                    "resil_bulkhead_config",
+                                    "resil_bulkhead_config_init", err);
+  if (st != RESIL_OK) return st;
   if ((st = resil__check_range(err, "max_concurrent", cfg->max_concurrent, 1,
                                RESIL_BULKHEAD_MAX_CONCURRENT)))
     return st;
-  if ((st = resil__check_range(err, "max_wait_ns", cfg->max_wait_ns, 0,
-                               INT64_MAX)))
+  if ((st = resil__check_ns(err, "max_wait_ns", cfg->max_wait_ns, 0,
+                            INT64_MAX)))
     return st;
 
   resil_bulkhead *bh = resil__alloc(cfg->alloc, sizeof *bh);
@@ -144,29 +159,41 @@ static inline int take_slot(resil_bulkhead *bh) {
   }
 }
 
-int resil_bulkhead_try_acquire(resil_bulkhead *bh) {
-  if (RESIL_UNLIKELY(!valid(bh))) return 0;
-  if (RESIL_LIKELY(take_slot(bh))) return 1;
+static inline void set_why(resil_reason *why, resil_reason r) {
+  if (why) *why = r;
+}
+
+resil_decision resil_bulkhead_try_acquire(resil_bulkhead *bh,
+                                          resil_reason *why) {
+  if (RESIL_UNLIKELY(!valid(bh))) {
+    set_why(why, RESIL_REASON_LOCAL_ERROR);
+    return RESIL_DECISION_DENY;
+  }
+  if (RESIL_LIKELY(take_slot(bh))) {
+    set_why(why, RESIL_REASON_OK);
+    return RESIL_DECISION_GO;
+  }
   atomic_fetch_add_explicit(&bh->rejected, 1, memory_order_relaxed);
-  return 0;
+  set_why(why, RESIL_REASON_BULKHEAD_FULL);
+  return RESIL_DECISION_DENY;
 }
 
 /* The waiting path: sleeps until a slot is free, real time reaches
  * until_ns, or the token fires. The token has no way to wake this
  * condition variable, so with a token the sleep is cut into slices of
  * RESIL_CANCEL_POLL_NS. */
-static resil_bh_decision wait_for_slot(resil_bulkhead *bh, int64_t until_ns,
-                                       resil_cancel *cancel) {
-  resil_bh_decision d = RESIL_BH_FULL;
+static resil_reason wait_for_slot(resil_bulkhead *bh, int64_t until_ns,
+                                  resil_cancel *cancel) {
+  resil_reason d = RESIL_REASON_BULKHEAD_FULL;
   pthread_mutex_lock(&bh->mu);
   atomic_fetch_add_explicit(&bh->waiters, 1, memory_order_seq_cst);
   for (;;) {
     if (take_slot(bh)) {
-      d = RESIL_BH_ACQUIRED;
+      d = RESIL_REASON_OK;
       break;
     }
     if (resil_cancel_is_set(cancel)) {
-      d = RESIL_BH_CANCELLED;
+      d = RESIL_REASON_CANCELLED;
       break;
     }
     int64_t now = resil__mono_ns();
@@ -181,22 +208,31 @@ static resil_bh_decision wait_for_slot(resil_bulkhead *bh, int64_t until_ns,
   return d;
 }
 
-resil_bh_decision resil_bulkhead_acquire(resil_bulkhead *bh,
-                                         const resil_ctx *ctx) {
-  if (RESIL_UNLIKELY(!valid(bh))) return RESIL_BH_MISUSE;
-  if (RESIL_LIKELY(take_slot(bh))) return RESIL_BH_ACQUIRED;
+resil_decision resil_bulkhead_acquire(resil_bulkhead *bh, const resil_ctx *ctx,
+                                      resil_reason *why) {
+  resil_ctx lc;
+  const resil_ctx *c = NULL;
+  if (RESIL_UNLIKELY(!valid(bh) || (ctx && !(c = resil__ctx_in(&lc, ctx))))) {
+    set_why(why, RESIL_REASON_LOCAL_ERROR);
+    return RESIL_DECISION_DENY;
+  }
+  if (RESIL_LIKELY(take_slot(bh))) {
+    set_why(why, RESIL_REASON_OK);
+    return RESIL_DECISION_GO;
+  }
   int64_t wait = bh->max_wait_ns;
-  if (wait > 0 && ctx) {
-    int64_t left = resil_ctx_remaining_ns(ctx);
+  if (wait > 0 && c) {
+    int64_t left = resil_ctx_remaining_ns(c);
     if (left < wait) wait = left;
   }
-  resil_bh_decision d = RESIL_BH_FULL;
+  resil_reason d = RESIL_REASON_BULKHEAD_FULL;
   if (wait > 0)
     d = wait_for_slot(bh, resil__sat_add(resil__mono_ns(), wait),
-                      ctx ? ctx->cancel : NULL);
-  if (d != RESIL_BH_ACQUIRED)
-    atomic_fetch_add_explicit(&bh->rejected, 1, memory_order_relaxed);
-  return d;
+                      c ? c->cancel : NULL);
+  set_why(why, d);
+  if (d == RESIL_REASON_OK) return RESIL_DECISION_GO;
+  atomic_fetch_add_explicit(&bh->rejected, 1, memory_order_relaxed);
+  return RESIL_DECISION_DENY;
 }
 
 resil_status resil_bulkhead_release(resil_bulkhead *bh) {
@@ -216,24 +252,17 @@ resil_status resil_bulkhead_release(resil_bulkhead *bh) {
 
 resil_outcome resil_bulkhead_run(resil_bulkhead *bh, const resil_ctx *ctx,
                                  resil_call_fn fn, void *arg) {
-  if (!fn || !valid(bh))
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  if (!fn || !valid(bh) || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  switch (resil_bulkhead_acquire(bh, ctx)) {
-  case RESIL_BH_ACQUIRED:
-    break;
-  case RESIL_BH_FULL:
-    return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
-  case RESIL_BH_CANCELLED:
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED);
-  default:
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  }
-  resil_ctx dflt;
-  if (!ctx) {
-    resil_ctx_init(&dflt);
-    dflt.clock = bh->clock;
-    ctx = &dflt;
-  }
+  if (!ctx) lc.clock = bh->clock; /* c == &lc: the defaults */
+  resil_reason why;
+  if (resil_bulkhead_acquire(bh, c, &why) != RESIL_DECISION_GO)
+    return resil_outcome_make(why == RESIL_REASON_BULKHEAD_FULL ? RESIL_REJECTED
+                                                                : RESIL_NOT_SENT,
+                              why);
+  ctx = c;
   /* fn returns on every path (success, failure, its own timeout or
    * cancellation), and the slot goes back after it whatever it returned. */
   resil_outcome o = fn(arg, ctx);
@@ -248,11 +277,15 @@ uint32_t resil_bulkhead_available(const resil_bulkhead *bh) {
   return bh->max - (uint32_t)(w & IN_FLIGHT_MASK);
 }
 
-resil_status resil_bulkhead_get_metrics(const resil_bulkhead *bh,
-                                        resil_bulkhead_metrics *out) {
-  if (!out) return RESIL_EINVAL;
+resil_status resil_bulkhead_get_metrics_sized(const resil_bulkhead *bh,
+                                              resil_bulkhead_metrics *dst,
+                                              size_t n) {
   if (!valid(bh)) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
   resil_bulkhead *m = (resil_bulkhead *)bh; /* atomics need non-const */
+  resil_bulkhead_metrics full, *out = &full;
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
   uint64_t wraps = atomic_load_explicit(&m->permitted_wraps, memory_order_relaxed);
   uint64_t w = atomic_load_explicit(&m->word, memory_order_relaxed);
   out->max_concurrent = bh->max;
@@ -262,9 +295,10 @@ resil_status resil_bulkhead_get_metrics(const resil_bulkhead *bh,
   out->waiting = atomic_load_explicit(&m->waiters, memory_order_relaxed);
   out->permitted = (wraps << (64 - IN_FLIGHT_BITS)) + (w >> IN_FLIGHT_BITS);
   out->rejected = atomic_load_explicit(&m->rejected, memory_order_relaxed);
+  resil__sized_out(dst, n, &full, sizeof full);
   return RESIL_OK;
 }
 
 const char *resil_bulkhead_name(const resil_bulkhead *bh) {
-  return valid(bh) ? bh->name : "";
+  return valid(bh) ? bh->name : NULL;
 }

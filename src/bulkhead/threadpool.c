@@ -104,10 +104,13 @@ static void *worker_main(void *p) {
   return NULL;
 }
 
-void resil_threadpool_config_init(resil_threadpool_config *cfg) {
-  if (!cfg) return;
+/* The 0.1 layout ends with `alloc`. */
+#define TP_CONFIG_MIN_SIZE                                                     \
+  (offsetof(resil_threadpool_config, alloc) + sizeof(const resil_allocator *))
+
+static void config_defaults(resil_threadpool_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->name = "threadpool";
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;
@@ -115,6 +118,14 @@ void resil_threadpool_config_init(resil_threadpool_config *cfg) {
   cfg->threads = (uint32_t)n;
   cfg->queue_capacity = 100;
   cfg->alloc = NULL;
+}
+
+void resil_threadpool_config_init_sized(resil_threadpool_config *cfg,
+                                        size_t n) {
+  if (!cfg) return;
+  resil_threadpool_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
 }
 
 /* Stops and joins the first `started` workers. */
@@ -126,12 +137,17 @@ static void stop_workers(resil_threadpool *tp, uint32_t started) {
   for (uint32_t i = 0; i < started; i++) pthread_join(tp->tids[i], NULL);
 }
 
-resil_status resil_threadpool_new(const resil_threadpool_config *cfg,
+resil_status resil_threadpool_new(const resil_threadpool_config *ucfg,
                                   resil_threadpool **out, resil_error *err) {
-  if (!cfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
+  if (!ucfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
   if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
-  resil_status st;
-  if ((st = resil__check_range(err, "version", cfg->version, 1, 1))) return st;
+  resil_threadpool_config full;
+  const resil_threadpool_config *cfg = &full;
+  config_defaults(&full);
+  resil_status st = resil__sized_in(&full, sizeof full, ucfg, TP_CONFIG_MIN_SIZE,
+                                    "resil_threadpool_config",
+                                    "resil_threadpool_config_init", err);
+  if (st != RESIL_OK) return st;
   if ((st = resil__check_range(err, "threads", cfg->threads, 1,
                                RESIL_THREADPOOL_MAX_THREADS)))
     return st;
@@ -199,7 +215,9 @@ resil_status resil_threadpool_submit(resil_threadpool *tp, const resil_ctx *ctx,
                                      resil_call_fn fn, void *arg,
                                      resil_future **out) {
   if (!valid(tp)) return RESIL_EMISUSE;
-  if (!fn) return RESIL_EINVAL;
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  if (!fn || !c) return RESIL_EINVAL;
   resil_status st = RESIL_OK;
   pthread_mutex_lock(&tp->mu);
   if (tp->stopping) {
@@ -236,10 +254,7 @@ resil_status resil_threadpool_submit(resil_threadpool *tp, const resil_ctx *ctx,
   f->outcome = resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_NONE);
   f->fn = fn;
   f->arg = arg;
-  if (ctx)
-    f->ctx = *ctx;
-  else
-    resil_ctx_init(&f->ctx);
+  f->ctx = *c;
   f->alloc = tp->alloc;
   f->next = NULL;
   if (tp->tail)
@@ -270,11 +285,15 @@ resil_outcome resil_threadpool_run(resil_threadpool *tp, const resil_ctx *ctx,
   return o;
 }
 
-resil_status resil_threadpool_get_metrics(const resil_threadpool *tp,
-                                          resil_threadpool_metrics *out) {
-  if (!out) return RESIL_EINVAL;
+resil_status resil_threadpool_get_metrics_sized(const resil_threadpool *tp,
+                                                resil_threadpool_metrics *dst,
+                                                size_t n) {
   if (!valid(tp)) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
   resil_threadpool *m = (resil_threadpool *)tp; /* the lock needs non-const */
+  resil_threadpool_metrics full, *out = &full;
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
   pthread_mutex_lock(&m->mu);
   out->threads = m->threads;
   out->queue_capacity = m->capacity;
@@ -285,11 +304,12 @@ resil_status resil_threadpool_get_metrics(const resil_threadpool *tp,
   out->completed = m->completed;
   out->rejected = m->rejected;
   pthread_mutex_unlock(&m->mu);
+  resil__sized_out(dst, n, &full, sizeof full);
   return RESIL_OK;
 }
 
 const char *resil_threadpool_name(const resil_threadpool *tp) {
-  return valid(tp) ? tp->name : "";
+  return valid(tp) ? tp->name : NULL;
 }
 
 resil_status resil_future_wait_ns(resil_future *f, int64_t timeout_ns) {

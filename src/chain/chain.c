@@ -39,22 +39,39 @@ struct resil_chain {
   const resil_allocator *alloc;
 };
 
-void resil_chain_config_init(resil_chain_config *cfg) {
+/* The 0.1 layout ends with `alloc`. */
+#define CHAIN_CONFIG_MIN_SIZE                                                  \
+  (offsetof(resil_chain_config, alloc) + sizeof(const resil_allocator *))
+/* resil_layer's 0.1 layout ends with `run_owned`. */
+#define LAYER_MIN_SIZE (offsetof(resil_layer, run_owned) + sizeof(void (*)(void)))
+
+static void config_defaults(resil_chain_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->name = "chain";
 }
 
-resil_status resil_chain_new(const resil_chain_config *cfg, resil_chain **out,
+void resil_chain_config_init_sized(resil_chain_config *cfg, size_t n) {
+  if (!cfg) return;
+  resil_chain_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+resil_status resil_chain_new(const resil_chain_config *ucfg, resil_chain **out,
                              resil_error *err) {
-  if (!cfg || !out)
+  if (!ucfg || !out)
     return resil__err(err, RESIL_EINVAL, NULL, "cfg and out must not be NULL");
   *out = NULL;
-  if (cfg->version != 1)
-    return resil__err_range(err, "version", 1, 1, cfg->version,
-                            "1 (call resil_chain_config_init)");
-  resil_status st = resil__check_range(err, "total_timeout_ns",
-                                       cfg->total_timeout_ns, 0, INT64_MAX);
+  resil_chain_config full;
+  const resil_chain_config *cfg = &full;
+  config_defaults(&full);
+  resil_status st = resil__sized_in(&full, sizeof full, ucfg,
+                                    CHAIN_CONFIG_MIN_SIZE, "resil_chain_config",
+                                    "resil_chain_config_init", err);
+  if (st != RESIL_OK) return st;
+  st = resil__check_ns(err, "total_timeout_ns", cfg->total_timeout_ns, 0,
+                       INT64_MAX);
   if (st != RESIL_OK) return st;
   resil_chain *ch = resil__calloc(cfg->alloc, sizeof *ch);
   if (!ch) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
@@ -105,9 +122,16 @@ static const char *kind_label(resil_layer_kind k) {
   return "Custom";
 }
 
-resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *layer) {
+resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
   if (!ch || ch->magic != RESIL_MAGIC_CHAIN) return RESIL_EMISUSE;
-  if (!layer || !layer->policy || !layer->run) return RESIL_EINVAL;
+  resil_layer full;
+  const resil_layer *layer = &full;
+  memset(&full, 0, sizeof full);
+  if (!ulayer || resil__sized_in(&full, sizeof full, ulayer, LAYER_MIN_SIZE,
+                                 "resil_layer", "sizeof(resil_layer) in struct_size: see chain.h",
+                                 NULL) != RESIL_OK)
+    return RESIL_EINVAL;
+  if (!layer->policy || !layer->run) return RESIL_EINVAL;
   if (layer->kind == RESIL_LAYER_RETRY && layer->max_attempts == 0)
     return RESIL_EINVAL;
   if (ch->n >= RESIL_CHAIN_MAX_LAYERS) return RESIL_ESTATE;
@@ -268,13 +292,11 @@ static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
-  if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn))
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn || !c))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  resil_ctx local;
-  if (ctx)
-    local = *ctx;
-  else
-    resil_ctx_init(&local);
+  resil_ctx local = *c;
   if (!local.clock) local.clock = ch->clock;
   if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
@@ -286,7 +308,13 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
 
 /* ---- inspection -------------------------------------------------------- */
 
-size_t resil_chain_layers(const resil_chain *ch) { return ch ? ch->n : 0; }
+static int chain_valid(const resil_chain *ch) {
+  return ch && ch->magic == RESIL_MAGIC_CHAIN;
+}
+
+size_t resil_chain_layers(const resil_chain *ch) {
+  return chain_valid(ch) ? ch->n : 0;
+}
 
 static void read_counters(const layer_counters *c, resil_layer_stats *out) {
   layer_counters *m = (layer_counters *)c;
@@ -297,6 +325,7 @@ static void read_counters(const layer_counters *c, resil_layer_stats *out) {
     sum += cls[k];
   }
   memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
   out->calls_in = sum;
   out->rejections = atomic_load_explicit(&m->rejections, memory_order_relaxed);
   out->successes = cls[RESIL_CLASS_SUCCESS];
@@ -309,20 +338,28 @@ static void read_counters(const layer_counters *c, resil_layer_stats *out) {
                                  cls[RESIL_CLASS_HTTP_429];
 }
 
-resil_status resil_chain_layer_stats(const resil_chain *ch, size_t i,
-                                     resil_layer_stats *out) {
-  if (!ch || ch->magic != RESIL_MAGIC_CHAIN || !out) return RESIL_EINVAL;
-  if (i >= ch->n) return RESIL_EINVAL;
-  read_counters(&ch->layers[i].c, out);
+resil_status resil_chain_layer_stats_sized(const resil_chain *ch, size_t i,
+                                           resil_layer_stats *dst, size_t n) {
+  if (!chain_valid(ch)) return RESIL_EMISUSE;
+  if (!dst || i >= ch->n) return RESIL_EINVAL;
+  resil_layer_stats out;
+  read_counters(&ch->layers[i].c, &out);
   resil_layer_stats below;
   read_counters(i + 1 < ch->n ? &ch->layers[i + 1].c : &ch->call, &below);
-  out->attempts_out = below.calls_in;
+  out.attempts_out = below.calls_in;
+  resil__sized_out(dst, n, &out, sizeof out);
   return RESIL_OK;
 }
 
-void resil_chain_call_stats(const resil_chain *ch, resil_layer_stats *out) {
-  read_counters(&ch->call, out);
-  out->attempts_out = out->calls_in;
+resil_status resil_chain_call_stats_sized(const resil_chain *ch,
+                                          resil_layer_stats *dst, size_t n) {
+  if (!chain_valid(ch)) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
+  resil_layer_stats out;
+  read_counters(&ch->call, &out);
+  out.attempts_out = out.calls_in;
+  resil__sized_out(dst, n, &out, sizeof out);
+  return RESIL_OK;
 }
 
 /* Appends to a bounded buffer, tracking the length that would be needed. */
@@ -345,6 +382,7 @@ static void sb_add(sbuf *b, const char *fmt, ...) {
 size_t resil_chain_nesting(const resil_chain *ch, char *buf, size_t size) {
   sbuf b = {buf, size, 0};
   if (size) buf[0] = 0;
+  if (!chain_valid(ch)) return 0;
   for (size_t i = 0; i < ch->n; i++) sb_add(&b, "%s(", ch->layers[i].label);
   sb_add(&b, "call");
   for (size_t i = 0; i < ch->n; i++) sb_add(&b, ")");
@@ -369,20 +407,25 @@ static const char *unit_of(const resil_chain *ch, size_t i) {
 }
 
 
+/* Facts worth knowing that are not traps: the recommended order has a
+ * retry outside the breaker, so they are notes, not warnings. */
+static void collect_notes(const resil_chain *ch, sbuf *b) {
+  size_t retry = find_kind(ch, RESIL_LAYER_RETRY, 0);
+  size_t breaker = find_kind(ch, RESIL_LAYER_BREAKER, 0);
+  if (retry < ch->n && breaker < ch->n && retry < breaker)
+    sb_add(b,
+           "note: retry \"%s\" is outside breaker \"%s\": the breaker counts "
+           "every attempt (one failing logical call records up to %u "
+           "failures), and an OPEN breaker's REJECTED is not retried by "
+           "default\n",
+           ch->layers[retry].name, ch->layers[breaker].name,
+           ch->layers[retry].desc.max_attempts);
+}
+
+/* The real traps (chain.h). */
 static unsigned collect_warnings(const resil_chain *ch, sbuf *b) {
   unsigned n = 0;
   size_t retry = find_kind(ch, RESIL_LAYER_RETRY, 0);
-  size_t breaker = find_kind(ch, RESIL_LAYER_BREAKER, 0);
-  if (retry < ch->n && breaker < ch->n && retry < breaker) {
-    n++;
-    if (b)
-      sb_add(b,
-             "warning: retry \"%s\" is outside breaker \"%s\": the breaker counts "
-             "every attempt, so one failing logical call records up to %u "
-             "failures, and retrying an OPEN breaker only burns attempts\n",
-             ch->layers[retry].name, ch->layers[breaker].name,
-             ch->layers[retry].desc.max_attempts);
-  }
   if (retry < ch->n && ch->total_timeout_ns == 0) {
     n++;
     if (b)
@@ -417,12 +460,13 @@ static unsigned collect_warnings(const resil_chain *ch, sbuf *b) {
 }
 
 unsigned resil_chain_warnings(const resil_chain *ch) {
-  return collect_warnings(ch, NULL);
+  return chain_valid(ch) ? collect_warnings(ch, NULL) : 0;
 }
 
 size_t resil_chain_describe(const resil_chain *ch, char *buf, size_t size) {
   sbuf b = {buf, size, 0};
   if (size) buf[0] = 0;
+  if (!chain_valid(ch)) return 0;
   char nest[512];
   resil_chain_nesting(ch, nest, sizeof nest);
   sb_add(&b, "%s\n", nest);
@@ -440,39 +484,69 @@ size_t resil_chain_describe(const resil_chain *ch, char *buf, size_t size) {
   if (ch->total_timeout_ns > 0)
     sb_add(&b, "  deadline: %lld ms per logical call\n",
            (long long)(ch->total_timeout_ns / RESIL_NS_PER_MS));
+  collect_notes(ch, &b);
   collect_warnings(ch, &b);
   return b.len;
 }
 
 /* ---- amplification ---------------------------------------------------- */
 
-resil_status resil_amplification_compute(const resil_amp_layer *layers,
-                                         size_t n, int64_t attempt_timeout_ns,
-                                         resil_amplification *out) {
+static resil_status amplification(const resil_amp_layer *layers, size_t n,
+                                  int64_t attempt_timeout_ns,
+                                  resil_amplification *out) {
   if (!layers || n == 0 || !out || attempt_timeout_ns < 0) return RESIL_EINVAL;
+  /* The caller's elements are struct_size bytes apart (chain.h). */
+  size_t stride = layers[0].struct_size;
+  const size_t min = offsetof(resil_amp_layer, wait_per_run_ns) + sizeof(int64_t);
+  if (stride < min || stride > sizeof(resil_amp_layer) + RESIL__SIZED_SLACK)
+    return RESIL_EINVAL;
   int64_t runs = 1; /* how many times layer i runs per logical call */
   int64_t wait = 0;
   for (size_t i = 0; i < n; i++) {
-    if (layers[i].max_attempts == 0 || layers[i].wait_per_run_ns < 0)
+    resil_amp_layer l;
+    memset(&l, 0, sizeof l);
+    const void *src = (const unsigned char *)layers + i * stride;
+    if (resil__sized_size(src) != stride ||
+        resil__sized_in(&l, sizeof l, src, min, "resil_amp_layer",
+                        "sizeof(resil_amp_layer) in struct_size: see chain.h",
+                        NULL) != RESIL_OK)
       return RESIL_EINVAL;
-    wait = resil__sat_add(wait, resil__sat_mul(runs, layers[i].wait_per_run_ns));
-    runs = resil__sat_mul(runs, (int64_t)layers[i].max_attempts);
+    if (l.max_attempts == 0 || l.wait_per_run_ns < 0) return RESIL_EINVAL;
+    wait = resil__sat_add(wait, resil__sat_mul(runs, l.wait_per_run_ns));
+    runs = resil__sat_mul(runs, (int64_t)l.max_attempts);
   }
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
   out->attempts = (uint64_t)runs;
   out->wait_ns = wait;
   out->time_ns = resil__sat_add(resil__sat_mul(runs, attempt_timeout_ns), wait);
   return RESIL_OK;
 }
 
-resil_status resil_chain_amplification(const resil_chain *ch,
-                                       resil_amplification *out) {
-  if (!ch || ch->magic != RESIL_MAGIC_CHAIN || !out) return RESIL_EINVAL;
+resil_status resil_amplification_compute_sized(const resil_amp_layer *layers,
+                                               size_t n,
+                                               int64_t attempt_timeout_ns,
+                                               resil_amplification *dst,
+                                               size_t size) {
+  if (!dst) return RESIL_EINVAL;
+  resil_amplification a;
+  resil_status st = amplification(layers, n, attempt_timeout_ns, &a);
+  if (st == RESIL_OK) resil__sized_out(dst, size, &a, sizeof a);
+  return st;
+}
+
+resil_status resil_chain_amplification_sized(const resil_chain *ch,
+                                             resil_amplification *dst,
+                                             size_t size) {
+  if (!chain_valid(ch)) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
   resil_amp_layer layers[RESIL_CHAIN_MAX_LAYERS];
   size_t n = 0;
   int64_t timeout = 0;
   for (size_t i = 0; i < ch->n; i++) {
     const resil_layer *d = &ch->layers[i].desc;
     if (d->kind == RESIL_LAYER_RETRY) {
+      layers[n].struct_size = sizeof layers[n];
       layers[n].max_attempts = d->max_attempts;
       layers[n].wait_per_run_ns = d->worst_wait_ns;
       n++;
@@ -480,9 +554,13 @@ resil_status resil_chain_amplification(const resil_chain *ch,
     if (d->attempt_timeout_ns > 0) timeout = d->attempt_timeout_ns;
   }
   if (n == 0) {
+    layers[0].struct_size = sizeof layers[0];
     layers[0].max_attempts = 1;
     layers[0].wait_per_run_ns = 0;
     n = 1;
   }
-  return resil_amplification_compute(layers, n, timeout, out);
+  resil_amplification a;
+  resil_status st = amplification(layers, n, timeout, &a);
+  if (st == RESIL_OK) resil__sized_out(dst, size, &a, sizeof a);
+  return st;
 }

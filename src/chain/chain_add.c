@@ -41,14 +41,15 @@ static resil_outcome run_threadpool(void *p, const resil_ctx *ctx,
 static resil_status add(resil_chain *ch, resil_layer_kind kind, void *p,
                         const char *name, resil_layer_run_fn run) {
   if (!p) return RESIL_EINVAL;
-  resil_layer l = {.kind = kind, .name = name, .policy = p, .run = run,
+  resil_layer l = {.struct_size = sizeof l, .kind = kind, .name = name, .policy = p, .run = run,
                    .max_attempts = 1};
   return resil_chain_add_layer(ch, &l);
 }
 
 resil_status resil_chain_add_retry(resil_chain *ch, resil_retry *p) {
   if (!p) return RESIL_EINVAL;
-  resil_layer l = {.kind = RESIL_LAYER_RETRY,
+  resil_layer l = {.struct_size = sizeof l,
+                   .kind = RESIL_LAYER_RETRY,
                    .name = resil_retry_name(p),
                    .policy = p,
                    .run = run_retry,
@@ -69,7 +70,8 @@ resil_status resil_chain_add_ratelimiter(resil_chain *ch, resil_ratelimiter *p) 
 
 resil_status resil_chain_add_timelimiter(resil_chain *ch, resil_timelimiter *p) {
   if (!p) return RESIL_EINVAL;
-  resil_layer l = {.kind = RESIL_LAYER_TIMELIMITER,
+  resil_layer l = {.struct_size = sizeof l,
+                   .kind = RESIL_LAYER_TIMELIMITER,
                    .name = resil_timelimiter_name(p),
                    .policy = p,
                    .run = run_timelimiter,

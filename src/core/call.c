@@ -25,18 +25,25 @@ void resil_ctx_init_sized(resil_ctx *ctx, size_t struct_size) {
   resil__sized_out(ctx, struct_size, &full, sizeof full);
 }
 
-/* resil__ctx_in() is in ctx_in.c: the HTTP and store libraries compile it
- * in too (libresil.so does not export resil__* helpers). */
+/* resil__ctx_in_slow() is in ctx_in.c: the HTTP and store libraries
+ * compile it in too (libresil.so does not export resil__* helpers). */
 
 void resil_ctx_set_timeout_ns(resil_ctx *ctx, int64_t timeout_ns) {
-  const resil_clock *c = resil__clock(ctx->clock);
+  resil_ctx lc;
+  const resil_ctx *in = resil__ctx_in(&lc, ctx);
+  if (!ctx || !in) return;
+  const resil_clock *c = resil__clock(in->clock);
   if (timeout_ns < 0) timeout_ns = 0;
+  /* deadline_ns lies within every size resil__ctx_in accepts. */
   ctx->deadline_ns = resil__sat_add(resil__now(c), timeout_ns);
 }
 
 int64_t resil_ctx_remaining_ns(const resil_ctx *ctx) {
-  if (ctx->deadline_ns == RESIL_NO_DEADLINE) return INT64_MAX;
-  int64_t left = ctx->deadline_ns - resil__now(resil__clock(ctx->clock));
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  if (!c) return 0;
+  if (c->deadline_ns == RESIL_NO_DEADLINE) return INT64_MAX;
+  int64_t left = c->deadline_ns - resil__now(resil__clock(c->clock));
   return left > 0 ? left : 0;
 }
 

@@ -103,7 +103,14 @@ static inline size_t resil__sized_size(const void *p) {
  * RESIL_EMISUSE). Every public entry point that takes a const resil_ctx *
  * passes it through this before reading a field. */
 #define RESIL__CTX_MIN_SIZE (offsetof(resil_ctx, user) + sizeof(void *))
-const resil_ctx *resil__ctx_in(resil_ctx *local, const resil_ctx *ctx);
+const resil_ctx *resil__ctx_in_slow(resil_ctx *local, const resil_ctx *ctx);
+/* Inline so that the fast path (a full-size ctx) costs one compare on the
+ * policies' hot paths. */
+static inline const resil_ctx *resil__ctx_in(resil_ctx *local,
+                                             const resil_ctx *ctx) {
+  if (RESIL_LIKELY(ctx && ctx->struct_size == sizeof *ctx)) return ctx;
+  return resil__ctx_in_slow(local, ctx);
+}
 
 /* ---- durations in human units -------------------------------------------- */
 
@@ -138,9 +145,10 @@ static inline int64_t resil__sat_mul(int64_t a, int64_t b) {
   return r;
 }
 
-/* Handle magic numbers: checked by the public entry points so that a freed
- * or foreign handle gives RESIL_EMISUSE rather than silent corruption where
- * the memory is still readable. */
+/* Handle magic numbers: a cheap internal consistency check at the public
+ * entry points (a pointer to some other object gives RESIL_EMISUSE). It is
+ * not a detection of freed handles: using a handle after its _free is
+ * undefined behaviour, and no documentation or test may claim otherwise. */
 #define RESIL_MAGIC_BREAKER 0x42524b52u  /* "BRKR" */
 #define RESIL_MAGIC_RETRY 0x52545259u    /* "RTRY" */
 #define RESIL_MAGIC_RATELIM 0x524c4d54u  /* "RLMT" */

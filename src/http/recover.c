@@ -95,40 +95,46 @@ resil_status resil__http_recovery_setup(resil_http_client *c,
 
 typedef struct keyed_retry {
   resil_retry *r;
-  resil_retry_state st;
+  resil_retry_state *st; /* NULL without a retry                         */
   resil_ctx ctx; /* the attempt's context when no retry drives the call */
 } keyed_retry;
 
 /* Starts the logical call: 1 to make the first attempt with kr_ctx(), 0
- * when the retry refused it (*final says why). */
+ * when the retry refused it (*final says why). kr_free() in every case. */
 static int kr_begin(keyed_retry *kr, resil_retry *r, const resil_ctx *ctx,
                     resil_outcome *final) {
   kr->r = r;
+  kr->st = NULL;
   kr->ctx = *ctx;
   if (!r) return 1;
-  resil_retry_decision d = resil_retry_begin(r, ctx, &kr->st);
-  if (d == RESIL_RETRY_ATTEMPT) return 1;
-  *final = d == RESIL_RETRY_STOP ? resil_retry_result(&kr->st)
-                                 : resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  if (resil_retry_state_new(NULL, &kr->st) != RESIL_OK) {
+    *final = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    return 0;
+  }
+  if (resil_retry_begin(r, ctx, kr->st) != RESIL_DECISION_DENY) return 1;
+  *final = resil_retry_result(kr->st);
   return 0;
 }
 
+static void kr_free(keyed_retry *kr) { resil_retry_state_free(kr->st); }
+
 /* The context for the next attempt (numbered by the retry). */
 static const resil_ctx *kr_ctx(const keyed_retry *kr) {
-  return kr->r ? &kr->st.ctx : &kr->ctx;
+  return kr->st ? resil_retry_state_ctx(kr->st) : &kr->ctx;
 }
 
-/* Records the attempt's outcome: 1 with *delay for another attempt, 0 with
- * *final the call's outcome. */
-static int kr_next(keyed_retry *kr, const resil_outcome *o, int64_t *delay,
-                   resil_outcome *final) {
+/* Records the attempt's outcome (which took duration_ns): 1 with *delay for
+ * another attempt, 0 with *final the call's outcome. */
+static int kr_next(keyed_retry *kr, const resil_outcome *o, int64_t duration_ns,
+                   int64_t *delay, resil_outcome *final) {
   *delay = 0;
   if (!kr->r) {
     *final = *o;
     return 0;
   }
-  if (resil_retry_next(kr->r, &kr->st, o, delay) == RESIL_RETRY_ATTEMPT) return 1;
-  *final = resil_retry_result(&kr->st);
+  if (resil_retry_next_timed(kr->r, kr->st, o, duration_ns, delay) != RESIL_DECISION_DENY)
+    return 1;
+  *final = resil_retry_result(kr->st);
   return 0;
 }
 
@@ -136,19 +142,20 @@ static int kr_next(keyed_retry *kr, const resil_outcome *o, int64_t *delay,
  * it stops, else o with stop `stop_if_not`. no_time_left moves the
  * attempt's deadline to now first (unless cancelled), so that the retry
  * stops the call as one after which no time is left, and counts it. */
-static resil_outcome kr_end(keyed_retry *kr, const resil_outcome *o, resil_stop stop_if_not,
-                            int no_time_left) {
+static resil_outcome kr_end(keyed_retry *kr, const resil_outcome *o, int64_t duration_ns,
+                            resil_stop stop_if_not, int no_time_left) {
   if (!kr->r) return *o;
-  if (no_time_left && !resil_cancel_is_set(kr->st.ctx.cancel)) {
-    int64_t now = resil_clock_now_ns(kr->st.ctx.clock);
-    if (kr->st.ctx.deadline_ns > now) kr->st.ctx.deadline_ns = now;
+  resil_ctx *sc = resil_retry_state_ctx(kr->st);
+  if (no_time_left && !resil_cancel_is_set(sc->cancel)) {
+    int64_t now = resil_clock_now_ns(sc->clock);
+    if (sc->deadline_ns > now) sc->deadline_ns = now;
   }
   int64_t d = 0;
-  if (resil_retry_next(kr->r, &kr->st, o, &d) != RESIL_RETRY_ATTEMPT)
-    return resil_retry_result(&kr->st);
+  if (resil_retry_next_timed(kr->r, kr->st, o, duration_ns, &d) == RESIL_DECISION_DENY)
+    return resil_retry_result(kr->st);
   resil_outcome f = *o;
   f.stop = stop_if_not;
-  f.attempts = kr->st.attempts;
+  f.attempts = sc->attempt > 0 ? sc->attempt - 1 : 0;
   return f;
 }
 
@@ -533,18 +540,19 @@ static resil_outcome call_keyed(resil_http_client *c, const char *endpoint,
     const resil_ctx *actx = kr_ctx(&kr);
     int64_t t0 = resil__http_mono_ns();
     resil_outcome o = physical(&k, req, actx);
+    int64_t dur = resil__http_mono_ns() - t0;
     rep->write_attempts++;
     int ask = k.sep && (c->status_query_classes & RESIL_CLASS_BIT(resil_outcome_classify(&o)));
     /* Without a retry the client decided this attempt: it reports it. */
     if (!retry)
-      resil__http_report(c, 1, &o, resil__http_mono_ns() - t0, 0, ask ? 0 : -1,
+      resil__http_report(c, 1, &o, dur, 0, ask ? 0 : -1,
                          RESIL_STOP_NONE, k.key);
     rec_result rr = ask ? recover(&k, actx, actx->attempt, &rec) : REC_UNKNOWN;
     if (rr == REC_COMMITTED) {
       /* The operation is done: its stored result is the answer, and no
        * write is sent again whatever the stored status is. */
       atomic_fetch_add_explicit(&c->st_recovered, 1, memory_order_relaxed);
-      final = kr_end(&kr, &rec->outcome, RESIL_STOP_NOT_RETRYABLE, 0);
+      final = kr_end(&kr, &rec->outcome, dur, RESIL_STOP_NOT_RETRYABLE, 0);
       break;
     }
     if (rr == REC_PENDING) {
@@ -552,11 +560,11 @@ static resil_outcome call_keyed(resil_http_client *c, const char *endpoint,
        * progress", so the call ends here as if no time were left (a
        * cancelled call stops as cancelled instead). */
       o.flags |= RESIL_OF_STATUS_PENDING;
-      final = kr_end(&kr, &o, RESIL_STOP_DEADLINE, 1);
+      final = kr_end(&kr, &o, dur, RESIL_STOP_DEADLINE, 1);
       break;
     }
     int64_t delay = 0;
-    go = kr_next(&kr, &o, &delay, &final);
+    go = kr_next(&kr, &o, dur, &delay, &final);
     if (!go) break;
     flush_query(&k, delay, RESIL_STOP_NONE);
     /* A token that fires during the wait stops the next attempt before it
@@ -565,6 +573,7 @@ static resil_outcome call_keyed(resil_http_client *c, const char *endpoint,
     if (delay > 0) (void)resil_clock_sleep_ns(nctx->clock, delay, nctx->cancel);
   }
   flush_query(&k, -1, final.stop);
+  kr_free(&kr);
 
   resil_http_response *r = resil_http_request_take_response(req);
   if (rec) {

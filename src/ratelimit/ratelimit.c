@@ -12,7 +12,7 @@
  * 31 bits), so permits never overflow: a reservation is granted only when
  * the k-th coming cycle covers it and k <= timeout / period + 1.
  *
- * Cycle wraparound. With the default 500 ns period a 32-bit cycle number
+ * Cycle wraparound. With a 500 ns period a 32-bit cycle number
  * wraps every 36 minutes, so the tag alone cannot say how many cycles passed
  * while the limiter was idle. `epoch` holds the full 64-bit number of the
  * newest cycle any thread is moving the state to: a thread that advances the
@@ -121,30 +121,39 @@ static inline int64_t rel_now(const resil_ratelimiter *rl, int64_t now) {
   return rel > 0 ? rel : 0; /* a clock that moved back stays in cycle 0 */
 }
 
-void resil_ratelimiter_config_init(resil_ratelimiter_config *cfg) {
-  if (!cfg) return;
+/* The 0.1 layout ends with `alloc`. */
+#define RL_CONFIG_MIN_SIZE                                                     \
+  (offsetof(resil_ratelimiter_config, alloc) + sizeof(const resil_allocator *))
+
+static void config_defaults(resil_ratelimiter_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->name = "ratelimiter";
   cfg->limit_for_period = 50;
-  cfg->refresh_period_ns = 500;
+  cfg->refresh_period_ns = RESIL_NS_PER_S;
   cfg->timeout_ns = 5 * RESIL_NS_PER_S;
   cfg->clock = NULL;
   cfg->alloc = NULL;
 }
 
+void resil_ratelimiter_config_init_sized(resil_ratelimiter_config *cfg,
+                                         size_t n) {
+  if (!cfg) return;
+  resil_ratelimiter_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
 static resil_status validate(const resil_ratelimiter_config *cfg,
                              resil_error *err) {
   resil_status st;
-  if ((st = resil__check_range(err, "version", cfg->version, 1, 1))) return st;
   if ((st = resil__check_range(err, "limit_for_period", cfg->limit_for_period,
                                1, RL_LIMIT_MAX)))
     return st;
-  if ((st = resil__check_range(err, "refresh_period_ns", cfg->refresh_period_ns,
-                               1, INT64_MAX)))
+  if ((st = resil__check_ns(err, "refresh_period_ns", cfg->refresh_period_ns,
+                            1, INT64_MAX)))
     return st;
-  if ((st = resil__check_range(err, "timeout_ns", cfg->timeout_ns, 0,
-                               INT64_MAX)))
+  if ((st = resil__check_ns(err, "timeout_ns", cfg->timeout_ns, 0, INT64_MAX)))
     return st;
   /* The largest timeout whose debt fits: (timeout / period + 1) × limit <=
    * 2^31 - 1, i.e. timeout / period <= (2^31 - 1) / limit - 1. */
@@ -153,22 +162,29 @@ static resil_status validate(const resil_ratelimiter_config *cfg,
       resil__sat_mul(max_cycles, cfg->refresh_period_ns),
       cfg->refresh_period_ns - 1);
   if (cfg->timeout_ns > max_timeout) {
-    char what[96];
+    char what[128], hi[32];
     snprintf(what, sizeof what,
-             "0..%lld (limit_for_period x (timeout_ns / refresh_period_ns + 1) "
+             "0 ns..%s (limit_for_period x (timeout_ns / refresh_period_ns + 1) "
              "<= 2^31-1)",
-             (long long)max_timeout);
-    return resil__err_range(err, "timeout_ns", 0, max_timeout, cfg->timeout_ns,
-                            what);
+             resil__fmt_ns(hi, sizeof hi, max_timeout));
+    return resil__err_range_ns(err, "timeout_ns", 0, max_timeout,
+                               cfg->timeout_ns, what);
   }
   return RESIL_OK;
 }
 
-resil_status resil_ratelimiter_new(const resil_ratelimiter_config *cfg,
+resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
                                    resil_ratelimiter **out, resil_error *err) {
-  if (!cfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
+  if (!ucfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
   if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
-  resil_status st = validate(cfg, err);
+  resil_ratelimiter_config full;
+  const resil_ratelimiter_config *cfg = &full;
+  config_defaults(&full);
+  resil_status st = resil__sized_in(&full, sizeof full, ucfg, RL_CONFIG_MIN_SIZE,
+                                    "resil_ratelimiter_config",
+                                    "resil_ratelimiter_config_init", err);
+  if (st != RESIL_OK) return st;
+  st = validate(cfg, err);
   if (st != RESIL_OK) return st;
   resil_ratelimiter *rl = resil__alloc(cfg->alloc, sizeof *rl);
   if (!rl) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
@@ -218,18 +234,26 @@ static inline int64_t remaining_ns(const resil_ratelimiter *rl,
   return resil_ctx_remaining_ns(ctx);
 }
 
-resil_rl_decision resil_ratelimiter_reserve(resil_ratelimiter *rl, int permits,
-                                            const resil_ctx *ctx,
-                                            int64_t *wait_ns) {
-  if (RESIL_UNLIKELY(!rl || rl->magic != RESIL_MAGIC_RATELIM || permits < 1)) {
+static inline void set_why(resil_reason *why, resil_reason r) {
+  if (why) *why = r;
+}
+
+resil_decision resil_ratelimiter_reserve(resil_ratelimiter *rl, int permits,
+                                         const resil_ctx *ctx, int64_t *wait_ns,
+                                         resil_reason *why) {
+  resil_ctx lc;
+  const resil_ctx *c = NULL;
+  if (RESIL_UNLIKELY(!rl || rl->magic != RESIL_MAGIC_RATELIM || permits < 1 ||
+                     (ctx && !(c = resil__ctx_in(&lc, ctx))))) {
     if (wait_ns) *wait_ns = 0;
-    return RESIL_RL_MISUSE;
+    set_why(why, RESIL_REASON_LOCAL_ERROR);
+    return RESIL_DECISION_DENY;
   }
   const int64_t now = rl_now(rl);
   const int64_t rel = rel_now(rl, now);
   const int64_t cur = rel / rl->period_ns;
   int64_t limit_ns = rl->timeout_ns;
-  int64_t left = remaining_ns(rl, ctx, now);
+  int64_t left = remaining_ns(rl, c, now);
   if (left < limit_ns) limit_ns = left;
   const int64_t n = permits;
 
@@ -239,25 +263,29 @@ resil_rl_decision resil_ratelimiter_reserve(resil_ratelimiter *rl, int permits,
     int64_t sc = unpack_cycle(old, epoch);
     /* Another thread with a later clock read may have moved the state past
      * our cycle: then its cycle stands and nothing is refilled. */
-    int64_t c = cur > sc ? cur : sc;
-    int64_t p = refill(unpack_permits(old), c - sc, rl->limit);
-    int64_t wait = p >= n ? 0 : wait_for(rl, rel, c, p, n);
+    int64_t cy = cur > sc ? cur : sc;
+    int64_t p = refill(unpack_permits(old), cy - sc, rl->limit);
+    int64_t wait = p >= n ? 0 : wait_for(rl, rel, cy, p, n);
     if (wait > limit_ns) {
       atomic_fetch_add_explicit(&rl->n_refused, 1, memory_order_relaxed);
       if (wait_ns) *wait_ns = wait;
-      return RESIL_RL_REFUSED;
+      /* Within the timeout, refused only because the deadline is shorter. */
+      set_why(why, wait <= rl->timeout_ns ? RESIL_REASON_DEADLINE
+                                          : RESIL_REASON_RATE_LIMITED);
+      return RESIL_DECISION_DENY;
     }
-    if (c > sc) raise_epoch(rl, c);
-    if (atomic_compare_exchange_weak_explicit(&rl->state, &old, pack(c, p - n),
+    if (cy > sc) raise_epoch(rl, cy);
+    if (atomic_compare_exchange_weak_explicit(&rl->state, &old, pack(cy, p - n),
                                               memory_order_acq_rel,
                                               memory_order_acquire)) {
       if (wait_ns) *wait_ns = wait;
+      set_why(why, RESIL_REASON_OK);
       if (wait == 0) {
         atomic_fetch_add_explicit(&rl->n_permitted, 1, memory_order_relaxed);
-        return RESIL_RL_PERMITTED;
+        return RESIL_DECISION_GO;
       }
       atomic_fetch_add_explicit(&rl->n_reserved, 1, memory_order_relaxed);
-      return RESIL_RL_RESERVED;
+      return RESIL_DECISION_WAIT;
     }
     /* The failed swap loaded the new state; the epoch that interprets it
      * must be read after it. */
@@ -287,76 +315,97 @@ static void give_back(resil_ratelimiter *rl, int64_t n) {
   }
 }
 
-/* Reserve, then wait for reserved permits; *wait gets reserve's answer. */
-static resil_rl_decision acquire_wait(resil_ratelimiter *rl, int permits,
-                                      const resil_ctx *ctx, int64_t *wait) {
-  resil_rl_decision d = resil_ratelimiter_reserve(rl, permits, ctx, wait);
-  if (d != RESIL_RL_RESERVED) return d;
-  if (resil_clock_sleep_ns(rl->clock, *wait, ctx ? ctx->cancel : NULL)) {
+/* Reserve, then wait for reserved permits. */
+static resil_decision acquire_wait(resil_ratelimiter *rl, int permits,
+                                   const resil_ctx *ctx, resil_reason *why) {
+  int64_t wait;
+  resil_decision d = resil_ratelimiter_reserve(rl, permits, ctx, &wait, why);
+  if (d != RESIL_DECISION_WAIT) return d;
+  /* reserve() accepted ctx: it is either NULL or readable through
+   * resil__ctx_in, whose cancel field exists in every accepted size. */
+  resil_ctx lc;
+  const resil_ctx *c = ctx ? resil__ctx_in(&lc, ctx) : NULL;
+  if (resil_clock_sleep_ns(rl->clock, wait, c ? c->cancel : NULL)) {
     give_back(rl, permits);
     atomic_fetch_add_explicit(&rl->n_cancelled, 1, memory_order_relaxed);
-    return RESIL_RL_CANCELLED;
+    set_why(why, RESIL_REASON_CANCELLED);
+    return RESIL_DECISION_DENY;
   }
-  return RESIL_RL_PERMITTED;
+  return RESIL_DECISION_GO;
 }
 
-resil_rl_decision resil_ratelimiter_acquire(resil_ratelimiter *rl, int permits,
-                                            const resil_ctx *ctx) {
-  int64_t wait;
-  return acquire_wait(rl, permits, ctx, &wait);
+resil_decision resil_ratelimiter_acquire(resil_ratelimiter *rl, int permits,
+                                         const resil_ctx *ctx,
+                                         resil_reason *why) {
+  return acquire_wait(rl, permits, ctx, why);
 }
 
 resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
                                     resil_call_fn fn, void *arg) {
-  if (!fn || !rl || rl->magic != RESIL_MAGIC_RATELIM)
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  if (!fn || !rl || rl->magic != RESIL_MAGIC_RATELIM || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  resil_ctx dflt;
-  if (!ctx) {
-    resil_ctx_init(&dflt);
-    dflt.clock = rl->clock;
-    ctx = &dflt;
-  }
-  int64_t wait;
-  switch (acquire_wait(rl, 1, ctx, &wait)) {
-  case RESIL_RL_PERMITTED:
-    return fn(arg, ctx);
-  case RESIL_RL_REFUSED:
-    /* A permit that would have come within the timeout was refused only
-     * because the deadline is shorter. */
-    return resil_outcome_make(RESIL_REJECTED, wait <= rl->timeout_ns
-                                                  ? RESIL_REASON_DEADLINE
-                                                  : RESIL_REASON_RATE_LIMITED);
-  case RESIL_RL_CANCELLED:
+  if (!ctx) lc.clock = rl->clock; /* c == &lc: the defaults */
+  resil_reason why;
+  if (acquire_wait(rl, 1, c, &why) == RESIL_DECISION_GO) return fn(arg, c);
+  switch (why) {
+  case RESIL_REASON_DEADLINE:
+  case RESIL_REASON_RATE_LIMITED:
+    return resil_outcome_make(RESIL_REJECTED, why);
+  case RESIL_REASON_CANCELLED:
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED);
   default:
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   }
 }
 
-int64_t resil_ratelimiter_available(const resil_ratelimiter *rl) {
-  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return 0;
+/* Permits available now and the wait for one more, from one clock
+ * reading. */
+static int64_t read_now(const resil_ratelimiter *rl, int64_t *nanos_to_wait) {
   resil_ratelimiter *m = (resil_ratelimiter *)rl; /* atomics need non-const */
-  const int64_t cur = rel_now(rl, rl_now(rl)) / rl->period_ns;
+  const int64_t rel = rel_now(rl, rl_now(rl));
+  const int64_t cur = rel / rl->period_ns;
   uint64_t s = atomic_load_explicit(&m->state, memory_order_acquire);
   int64_t epoch = atomic_load_explicit(&m->epoch, memory_order_acquire);
   int64_t sc = unpack_cycle(s, epoch);
-  return refill(unpack_permits(s), cur - sc, rl->limit);
+  int64_t c = cur > sc ? cur : sc;
+  int64_t p = refill(unpack_permits(s), c - sc, rl->limit);
+  if (nanos_to_wait) *nanos_to_wait = p >= 1 ? 0 : wait_for(rl, rel, c, p, 1);
+  return p;
 }
 
-resil_status resil_ratelimiter_get_metrics(const resil_ratelimiter *rl,
-                                           resil_ratelimiter_metrics *out) {
-  if (!out) return RESIL_EINVAL;
+int64_t resil_ratelimiter_available(const resil_ratelimiter *rl) {
+  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return 0;
+  return read_now(rl, NULL);
+}
+
+int64_t resil_ratelimiter_nanos_to_wait(const resil_ratelimiter *rl) {
+  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return 0;
+  int64_t w;
+  read_now(rl, &w);
+  return w;
+}
+
+resil_status resil_ratelimiter_get_metrics_sized(const resil_ratelimiter *rl,
+                                                 resil_ratelimiter_metrics *dst,
+                                                 size_t n) {
   if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
   resil_ratelimiter *m = (resil_ratelimiter *)rl;
+  resil_ratelimiter_metrics full, *out = &full;
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
   out->permitted = atomic_load_explicit(&m->n_permitted, memory_order_relaxed);
   out->reserved = atomic_load_explicit(&m->n_reserved, memory_order_relaxed);
   out->refused = atomic_load_explicit(&m->n_refused, memory_order_relaxed);
   out->cancelled = atomic_load_explicit(&m->n_cancelled, memory_order_relaxed);
-  out->available = resil_ratelimiter_available(rl);
+  out->available = read_now(rl, &out->nanos_to_wait);
+  resil__sized_out(dst, n, &full, sizeof full);
   return RESIL_OK;
 }
 
 const char *resil_ratelimiter_name(const resil_ratelimiter *rl) {
-  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return "";
+  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return NULL;
   return rl->name;
 }

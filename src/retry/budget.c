@@ -50,10 +50,13 @@ int resil__budget_valid(const resil_retry_budget *b) {
   return b && b->magic == RESIL_MAGIC_BUDGET;
 }
 
-void resil_retry_budget_config_init(resil_retry_budget_config *cfg) {
-  if (!cfg) return;
+/* The 0.1 layout ends with `alloc`. */
+#define BUDGET_CONFIG_MIN_SIZE                                                 \
+  (offsetof(resil_retry_budget_config, alloc) + sizeof(const resil_allocator *))
+
+static void config_defaults(resil_retry_budget_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->name = NULL;
   cfg->mode = RESIL_BUDGET_FINAGLE;
   cfg->ttl_ns = 10 * RESIL_NS_PER_S;
@@ -65,17 +68,23 @@ void resil_retry_budget_config_init(resil_retry_budget_config *cfg) {
   cfg->alloc = NULL;
 }
 
+void resil_retry_budget_config_init_sized(resil_retry_budget_config *cfg,
+                                          size_t n) {
+  if (!cfg) return;
+  resil_retry_budget_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
 static resil_status validate(const resil_retry_budget_config *c,
                              resil_error *err) {
   resil_status st;
-  if ((st = resil__check_range(err, "version", c->version, 1, 1)) != RESIL_OK)
-    return st;
   if ((st = resil__check_range(err, "mode", (int64_t)c->mode,
                                RESIL_BUDGET_FINAGLE, RESIL_BUDGET_GRPC)) !=
       RESIL_OK)
     return st;
-  if ((st = resil__check_range(err, "ttl_ns", c->ttl_ns, RESIL_NS_PER_S,
-                               3600 * RESIL_NS_PER_S)) != RESIL_OK)
+  if ((st = resil__check_ns(err, "ttl_ns", c->ttl_ns, RESIL_NS_PER_S,
+                            3600 * RESIL_NS_PER_S)) != RESIL_OK)
     return st;
   if ((st = resil__check_range(err, "min_retries_per_s", c->min_retries_per_s,
                                0, 1000000)) != RESIL_OK)
@@ -102,13 +111,21 @@ static resil_status validate(const resil_retry_budget_config *c,
   return RESIL_OK;
 }
 
-resil_status resil_retry_budget_new(const resil_retry_budget_config *cfg,
+resil_status resil_retry_budget_new(const resil_retry_budget_config *ucfg,
                                     resil_retry_budget **out,
                                     resil_error *err) {
-  if (!cfg || !out)
-    return resil__err(err, RESIL_EINVAL, cfg ? "out" : "cfg",
+  if (!ucfg || !out)
+    return resil__err(err, RESIL_EINVAL, ucfg ? "out" : "cfg",
                       "must not be NULL");
-  resil_status st = validate(cfg, err);
+  resil_retry_budget_config full;
+  const resil_retry_budget_config *cfg = &full;
+  config_defaults(&full);
+  resil_status st = resil__sized_in(&full, sizeof full, ucfg,
+                                    BUDGET_CONFIG_MIN_SIZE,
+                                    "resil_retry_budget_config",
+                                    "resil_retry_budget_config_init", err);
+  if (st != RESIL_OK) return st;
+  st = validate(cfg, err);
   if (st != RESIL_OK) return st;
   resil_retry_budget *b = resil__calloc(cfg->alloc, sizeof *b);
   if (!b) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
@@ -154,7 +171,7 @@ void resil_retry_budget_free(resil_retry_budget *b) {
 }
 
 const char *resil_retry_budget_name(const resil_retry_budget *b) {
-  if (!resil__budget_valid(b)) return "?";
+  if (!resil__budget_valid(b)) return NULL;
   return b->name ? b->name : "retry-budget";
 }
 
@@ -298,7 +315,7 @@ int resil_retry_budget_try_withdraw(resil_retry_budget *b) {
 }
 
 int64_t resil_retry_budget_balance(const resil_retry_budget *b) {
-  if (!resil__budget_valid(b)) return -1;
+  if (!resil__budget_valid(b)) return 0;
   int64_t milli;
   if (b->mode == RESIL_BUDGET_GRPC)
     milli = atomic_load_explicit(&((resil_retry_budget *)b)->tokens_milli,

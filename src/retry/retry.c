@@ -11,6 +11,10 @@
 #define ST_RNG_SEEDED 0x2u /* st->rng holds a seeded generator              */
 #define ST_MAYBE_RAN 0x4u  /* some recorded attempt may have executed        */
 
+/* The shortest remaining deadline an attempt is made with (DESIGN §2.3: a
+ * wait that uses up the whole deadline leaves nothing for the attempt). */
+#define ATTEMPT_FLOOR_NS RESIL_NS_PER_MS
+
 #define SAFE_FLAGS (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY)
 #define ALLOWED_CLASSES RESIL_RETRY_DEFAULT_CLASSES
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
@@ -28,12 +32,14 @@ struct resil_retry {
   int64_t max_wait_ns;
   int64_t retry_after_cap_ns; /* max_retry_after_ns, else max_wait_ns */
   int64_t min_attempt_budget_ns;
+  int64_t attempt_floor_ns; /* max(min_attempt_budget_ns, ATTEMPT_FLOOR_NS) */
   double multiplier;
   resil_retry_budget *budget;
   resil_retry_random_fn random;
   void *random_self;
   resil_retry_predicate_fn predicate;
-  resil_retry_listener_fn on_retry;
+  resil_attempt_listener_fn on_attempt;
+  void *on_attempt_user;
   void *user;
   void (*user_free)(void *user);
   const resil_clock *clock; /* as configured: may be NULL (system) */
@@ -58,6 +64,24 @@ struct resil_retry {
 _Static_assert(RESIL_STOP_CANCELLED + 1 == RESIL_RETRY_STOP_SLOTS,
                "resil_retry_stats.stops needs one slot per resil_stop");
 
+/* One logical call's progress (retry.h: opaque). */
+struct resil_retry_state {
+  resil_ctx ctx;
+  resil_outcome result;
+  const resil_retry *owner;
+  const resil_allocator *alloc;
+  int64_t base_wait_ns;
+  int64_t prev_wait_ns;
+  /* The wait asked for before the attempt now being made (0 for the
+   * first), and, with a listener only, the clock reading at the decision
+   * that allowed it. */
+  int64_t wait_before_ns;
+  int64_t decided_ns;
+  uint64_t rng;
+  uint32_t attempts;
+  uint32_t bits;
+};
+
 static int valid(const resil_retry *r) {
   return r && r->magic == RESIL_MAGIC_RETRY;
 }
@@ -67,10 +91,13 @@ static int valid(const resil_retry *r) {
 
 /* ---- configuration ------------------------------------------------------ */
 
-void resil_retry_config_init(resil_retry_config *cfg) {
-  if (!cfg) return;
+/* The 0.1 layout ends with `alloc`; fields after it are "Since 0.2". */
+#define RETRY_CONFIG_MIN_SIZE                                                  \
+  (offsetof(resil_retry_config, alloc) + sizeof(const resil_allocator *))
+
+static void config_defaults(resil_retry_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->name = NULL;
   cfg->max_attempts = 3;
   cfg->backoff = RESIL_RETRY_FIXED;
@@ -88,11 +115,28 @@ void resil_retry_config_init(resil_retry_config *cfg) {
   cfg->random = NULL;
   cfg->random_self = NULL;
   cfg->predicate = NULL;
-  cfg->on_retry = NULL;
   cfg->user = NULL;
   cfg->user_free = NULL;
   cfg->clock = NULL;
   cfg->alloc = NULL;
+  cfg->on_attempt = NULL;
+  cfg->on_attempt_user = NULL;
+}
+
+void resil_retry_config_init_sized(resil_retry_config *cfg, size_t n) {
+  if (!cfg) return;
+  resil_retry_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+/* The caller's config as a full local one (defaults for what it lacks). */
+static resil_status config_in(resil_retry_config *c,
+                              const resil_retry_config *ucfg,
+                              resil_error *err) {
+  config_defaults(c);
+  return resil__sized_in(c, sizeof *c, ucfg, RETRY_CONFIG_MIN_SIZE,
+                         "resil_retry_config", "resil_retry_config_init", err);
 }
 
 #define CHECK(field, lo, hi)                                                   \
@@ -101,27 +145,32 @@ void resil_retry_config_init(resil_retry_config *cfg) {
         resil__check_range(err, #field, (int64_t)c->field, (lo), (hi));        \
     if (st_ != RESIL_OK) return st_;                                           \
   } while (0)
+#define CHECK_NS(field, lo, hi)                                                \
+  do {                                                                         \
+    resil_status st_ = resil__check_ns(err, #field, c->field, (lo), (hi));     \
+    if (st_ != RESIL_OK) return st_;                                           \
+  } while (0)
 
 static resil_status validate(const resil_retry_config *c, resil_error *err) {
   const int64_t day = RESIL_RETRY_MAX_DURATION_NS;
-  CHECK(version, 1, 1);
   CHECK(max_attempts, 1, RESIL_RETRY_MAX_ATTEMPTS);
   CHECK(backoff, RESIL_RETRY_FIXED, RESIL_RETRY_DECORRELATED_JITTER);
-  CHECK(wait_ns, 0, day);
-  CHECK(initial_wait_ns, RESIL_NS_PER_MS, day);
+  CHECK_NS(wait_ns, 0, day);
+  CHECK_NS(initial_wait_ns, RESIL_NS_PER_MS, day);
   /* The negated test also rejects NaN. */
   if (!(c->multiplier >= 1.0 && c->multiplier <= 100.0))
     return resil__err(err, RESIL_EINVAL, "multiplier",
                       "must be 1.0..100.0, got %g", c->multiplier);
   if (c->max_wait_ns < c->initial_wait_ns || c->max_wait_ns > day) {
-    char what[80];
-    snprintf(what, sizeof what, "initial_wait_ns (%lld)..%lld",
-             (long long)c->initial_wait_ns, (long long)day);
-    return resil__err_range(err, "max_wait_ns", c->initial_wait_ns, day,
-                            c->max_wait_ns, what);
+    char what[96], lo[32], hi[32];
+    snprintf(what, sizeof what, "initial_wait_ns (%s)..%s",
+             resil__fmt_ns(lo, sizeof lo, c->initial_wait_ns),
+             resil__fmt_ns(hi, sizeof hi, day));
+    return resil__err_range_ns(err, "max_wait_ns", c->initial_wait_ns, day,
+                               c->max_wait_ns, what);
   }
   CHECK(respect_retry_after, 0, 1);
-  CHECK(max_retry_after_ns, 0, day);
+  CHECK_NS(max_retry_after_ns, 0, day);
   if (c->retry_classes & ~(uint32_t)ALLOWED_CLASSES)
     return resil__err(err, RESIL_EINVAL, "retry_classes",
                       "may hold only the NOT_SENT, UNKNOWN, SERVER_ERROR, "
@@ -129,7 +178,7 @@ static resil_status validate(const resil_retry_config *c, resil_error *err) {
                       (unsigned)ALLOWED_CLASSES, (unsigned)c->retry_classes);
   CHECK(retry_on_rejected, 0, 1);
   CHECK(unsafe_retry_non_idempotent, 0, 1);
-  CHECK(min_attempt_budget_ns, 0, day);
+  CHECK_NS(min_attempt_budget_ns, 0, day);
   if (c->budget && !resil__budget_valid(c->budget))
     return resil__err(err, RESIL_EINVAL, "budget",
                       "is not a live retry budget");
@@ -142,6 +191,7 @@ static resil_status validate(const resil_retry_config *c, resil_error *err) {
 }
 
 #undef CHECK
+#undef CHECK_NS
 
 static uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
@@ -149,12 +199,16 @@ static uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-resil_status resil_retry_new(const resil_retry_config *cfg, resil_retry **out,
+resil_status resil_retry_new(const resil_retry_config *ucfg, resil_retry **out,
                              resil_error *err) {
-  if (!cfg || !out)
-    return resil__err(err, RESIL_EINVAL, cfg ? "out" : "cfg",
+  if (!ucfg || !out)
+    return resil__err(err, RESIL_EINVAL, ucfg ? "out" : "cfg",
                       "must not be NULL");
-  resil_status st = validate(cfg, err);
+  resil_retry_config full;
+  const resil_retry_config *cfg = &full;
+  resil_status st = config_in(&full, ucfg, err);
+  if (st != RESIL_OK) return st;
+  st = validate(cfg, err);
   if (st != RESIL_OK) return st;
   resil_retry *r = resil__calloc(cfg->alloc, sizeof *r);
   if (!r) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
@@ -177,12 +231,16 @@ resil_status resil_retry_new(const resil_retry_config *cfg, resil_retry **out,
   r->retry_after_cap_ns =
       cfg->max_retry_after_ns > 0 ? cfg->max_retry_after_ns : cfg->max_wait_ns;
   r->min_attempt_budget_ns = cfg->min_attempt_budget_ns;
+  r->attempt_floor_ns = cfg->min_attempt_budget_ns > ATTEMPT_FLOOR_NS
+                            ? cfg->min_attempt_budget_ns
+                            : ATTEMPT_FLOOR_NS;
   r->multiplier = cfg->multiplier;
   r->budget = cfg->budget;
   r->random = cfg->random;
   r->random_self = cfg->random_self;
   r->predicate = cfg->predicate;
-  r->on_retry = cfg->on_retry;
+  r->on_attempt = cfg->on_attempt;
+  r->on_attempt_user = cfg->on_attempt_user;
   r->user = cfg->user;
   r->user_free = cfg->user_free;
   r->clock = cfg->clock;
@@ -216,7 +274,7 @@ void resil_retry_free(resil_retry *r) {
 }
 
 const char *resil_retry_name(const resil_retry *r) {
-  if (!valid(r)) return "?";
+  if (!valid(r)) return NULL;
   return r->name ? r->name : "retry";
 }
 
@@ -327,8 +385,12 @@ static int64_t worst_wait(uint32_t max_attempts, resil_retry_backoff backoff,
   return total;
 }
 
-int64_t resil_retry_worst_wait_ns(const resil_retry_config *cfg) {
-  if (!cfg || validate(cfg, NULL) != RESIL_OK) return -1;
+int64_t resil_retry_worst_wait_ns(const resil_retry_config *ucfg) {
+  resil_retry_config full;
+  const resil_retry_config *cfg = &full;
+  if (!ucfg || config_in(&full, ucfg, NULL) != RESIL_OK ||
+      validate(cfg, NULL) != RESIL_OK)
+    return -1;
   return worst_wait(cfg->max_attempts, cfg->backoff, cfg->wait_ns,
                     cfg->initial_wait_ns, cfg->multiplier, cfg->max_wait_ns,
                     cfg->respect_retry_after,
@@ -345,12 +407,10 @@ int64_t resil__retry_worst_wait_of(const resil_retry *r) {
 
 /* ---- decisions ----------------------------------------------------------- */
 
-/* The deadline rule (§2.7): after waiting, the next attempt must still have
- * min_attempt_budget_ns, or at least some time when that is 0. */
+/* The deadline rule (§2.3, §2.7): after waiting, the next attempt must still
+ * have max(min_attempt_budget_ns, 1 ms). */
 static int fits_deadline(const resil_retry *r, int64_t left_after_wait) {
-  return r->min_attempt_budget_ns > 0
-             ? left_after_wait >= r->min_attempt_budget_ns
-             : left_after_wait > 0;
+  return left_after_wait >= r->attempt_floor_ns;
 }
 
 static void account(resil_retry *r, const resil_retry_state *st,
@@ -378,8 +438,8 @@ static void account(resil_retry *r, const resil_retry_state *st,
  * "not sent", so the kind becomes UNKNOWN with PRIOR_MAYBE_EXECUTED. A
  * NOT_SENT or REJECTED outcome counts in ST_MAYBE_RAN only through that same
  * flag, so the one bit answers "may an earlier attempt have run?". */
-static resil_retry_decision finish(resil_retry *r, resil_retry_state *st,
-                                   resil_stop stop) {
+static resil_stop finish(resil_retry *r, resil_retry_state *st,
+                         resil_stop stop) {
   resil_outcome *f = &st->result;
   f->stop = stop;
   f->attempts = st->attempts;
@@ -390,15 +450,15 @@ static resil_retry_decision finish(resil_retry *r, resil_retry_state *st,
   }
   st->bits |= ST_STOPPED;
   account(r, st, stop);
-  return RESIL_RETRY_STOP;
+  return stop;
 }
 
 /* The deadline or the budget refused the next attempt. After a NOT_SENT or
  * REJECTED attempt the refusal is the most exact answer (DESIGN §2.3: the
  * retry gives up, REJECTED, reason deadline); after an attempt that reached
  * the server, that attempt's outcome says more and is kept. */
-static resil_retry_decision refuse(resil_retry *r, resil_retry_state *st,
-                                   resil_stop stop, resil_reason reason) {
+static resil_stop refuse(resil_retry *r, resil_retry_state *st,
+                         resil_stop stop, resil_reason reason) {
   if (stop == RESIL_STOP_DEADLINE)
     BUMP(r->refused_deadline, 1);
   else
@@ -417,15 +477,14 @@ static int64_t deadline_left(const resil_retry_state *st) {
   return resil__sat_add(st->ctx.deadline_ns, -now);
 }
 
-resil_retry_decision resil_retry_begin(resil_retry *r, const resil_ctx *ctx,
-                                       resil_retry_state *st) {
-  if (!st) return RESIL_RETRY_MISUSE;
-  if (ctx) {
-    st->ctx = *ctx;
-  } else {
-    resil_ctx_init(&st->ctx);
-    st->ctx.clock = valid(r) ? r->clock : NULL;
-  }
+/* The clock attempts are measured and waits slept on: the context's, else
+ * the retry's, else the system's. */
+static const resil_clock *wait_clock(const resil_retry *r,
+                                     const resil_retry_state *st) {
+  return resil__clock(st->ctx.clock ? st->ctx.clock : r->clock);
+}
+
+static void state_reset(resil_retry_state *st) {
   /* Written field by field: resil_outcome_make lives in another unit and
    * this runs once per logical call of the split form. */
   st->result.kind = RESIL_NOT_SENT;
@@ -437,12 +496,44 @@ resil_retry_decision resil_retry_begin(resil_retry *r, const resil_ctx *ctx,
   st->result.attempts = 0;
   st->attempts = 0;
   st->rng = 0;
-  if (RESIL_UNLIKELY(!valid(r))) {
-    st->owner = NULL;
-    st->bits = ST_STOPPED;
-    st->base_wait_ns = st->prev_wait_ns = 0;
-    return RESIL_RETRY_MISUSE;
-  }
+  st->wait_before_ns = 0;
+  st->decided_ns = 0;
+}
+
+resil_status resil_retry_state_new(const resil_allocator *alloc,
+                                   resil_retry_state **out) {
+  if (!out || (alloc && (!alloc->alloc || !alloc->free))) return RESIL_EINVAL;
+  resil_retry_state *st = resil__calloc(alloc, sizeof *st);
+  if (!st) return RESIL_ENOMEM;
+  st->alloc = alloc;
+  resil_ctx_init(&st->ctx);
+  state_reset(st);
+  st->bits = ST_STOPPED;
+  *out = st;
+  return RESIL_OK;
+}
+
+void resil_retry_state_free(resil_retry_state *st) {
+  if (st) resil__free(st->alloc, st);
+}
+
+resil_ctx *resil_retry_state_ctx(resil_retry_state *st) {
+  return st ? &st->ctx : NULL;
+}
+
+/* begin() on a state the caller owns or on the run form's stack state. */
+static resil_decision begin(resil_retry *r, const resil_ctx *ctx,
+                            resil_retry_state *st) {
+  state_reset(st);
+  st->owner = NULL;
+  st->bits = ST_STOPPED;
+  st->base_wait_ns = st->prev_wait_ns = 0;
+  if (RESIL_UNLIKELY(!valid(r))) return RESIL_DECISION_DENY;
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  if (RESIL_UNLIKELY(!c)) return RESIL_DECISION_DENY;
+  st->ctx = *c;
+  if (!ctx) st->ctx.clock = r->clock;
   st->owner = r;
   st->bits = 0;
   st->base_wait_ns = r->initial_wait_ns;
@@ -452,23 +543,27 @@ resil_retry_decision resil_retry_begin(resil_retry *r, const resil_ctx *ctx,
   if (st->ctx.cancel && resil_cancel_is_set(st->ctx.cancel)) {
     st->result.reason = RESIL_REASON_CANCELLED;
     finish(r, st, RESIL_STOP_CANCELLED);
-    return RESIL_RETRY_STOP;
+    return RESIL_DECISION_DENY;
   }
   if (st->ctx.deadline_ns != RESIL_NO_DEADLINE &&
       !fits_deadline(r, deadline_left(st))) {
     refuse(r, st, RESIL_STOP_DEADLINE, RESIL_REASON_DEADLINE);
-    return RESIL_RETRY_STOP;
+    return RESIL_DECISION_DENY;
   }
-  return RESIL_RETRY_ATTEMPT;
+  if (r->on_attempt) st->decided_ns = resil__now(wait_clock(r, st));
+  return RESIL_DECISION_GO;
 }
 
-resil_retry_decision resil_retry_next(resil_retry *r, resil_retry_state *st,
-                                      const resil_outcome *o,
-                                      int64_t *delay_ns) {
-  if (delay_ns) *delay_ns = 0;
-  if (RESIL_UNLIKELY(!st || !o || !valid(r) || st->owner != r))
-    return RESIL_RETRY_MISUSE;
-  if (st->bits & ST_STOPPED) return RESIL_RETRY_STOP;
+resil_decision resil_retry_begin(resil_retry *r, const resil_ctx *ctx,
+                                 resil_retry_state *st) {
+  if (!st) return RESIL_DECISION_DENY;
+  return begin(r, ctx, st);
+}
+
+/* Records attempt n's outcome o and decides: RESIL_STOP_NONE with *wait the
+ * wait before the next attempt, or the reason the logical call stops. */
+static resil_stop decide(resil_retry *r, resil_retry_state *st,
+                         const resil_outcome *o, int64_t *wait_out) {
   uint32_t n = ++st->attempts;
   st->result = *o;
   /* The common success, classified without a call. */
@@ -504,26 +599,74 @@ resil_retry_decision resil_retry_next(resil_retry *r, resil_retry_state *st,
     return finish(r, st, RESIL_STOP_CANCELLED);
 
   int64_t wait = computed_wait(r, st);
-  if (r->respect_retry_after && o->retry_after_ms >= 0) {
-    /* The server's hint replaces the computed wait, shorter or longer,
-     * within the policy's cap. */
+  if (r->respect_retry_after && o->retry_after_ms > 0) {
+    /* A positive hint replaces the computed wait, shorter or longer,
+     * within the policy's cap. 0 (also a date in the past) and -1 (none,
+     * or unusable) leave the computed wait (DESIGN §2.3). */
     int64_t ra = resil__sat_mul(o->retry_after_ms, RESIL_NS_PER_MS);
     wait = ra < r->retry_after_cap_ns ? ra : r->retry_after_cap_ns;
   }
   if (st->ctx.deadline_ns != RESIL_NO_DEADLINE) {
     int64_t left = deadline_left(st);
     /* Never sleep past the deadline; then refuse at once, before any
-     * sleep, when the attempt after the wait would not fit. */
+     * sleep, when the attempt after the wait would not have its floor (a
+     * wait that uses up the whole deadline leaves nothing). */
     if (wait > left) wait = left > 0 ? left : 0;
     if (!fits_deadline(r, left - wait))
       return refuse(r, st, RESIL_STOP_DEADLINE, RESIL_REASON_DEADLINE);
   }
   if (r->budget && !resil__budget_allow_retry(r->budget))
     return refuse(r, st, RESIL_STOP_BUDGET, RESIL_REASON_RETRY_BUDGET);
-  if (r->on_retry) r->on_retry(r->user, r, n, o, wait);
-  st->ctx.attempt = n + 1;
-  if (delay_ns) *delay_ns = wait;
-  return RESIL_RETRY_ATTEMPT;
+  *wait_out = wait;
+  return RESIL_STOP_NONE;
+}
+
+static void report(const resil_retry *r, const resil_retry_state *st,
+                   const resil_outcome *o, int64_t duration_ns,
+                   int64_t next_wait_ns, resil_stop stop) {
+  resil_attempt_info info;
+  info.struct_size = sizeof info;
+  info.source = r->name ? r->name : "retry";
+  info.attempt = st->attempts;
+  info.outcome = *o;
+  info.duration_ns = duration_ns > 0 ? duration_ns : 0;
+  info.wait_before_ns = st->wait_before_ns;
+  info.next_wait_ns = next_wait_ns;
+  info.stop = stop;
+  info.idempotency_key = st->ctx.idempotency_key;
+  r->on_attempt(r->on_attempt_user, &info);
+}
+
+resil_decision resil_retry_next_timed(resil_retry *r, resil_retry_state *st,
+                                      const resil_outcome *o,
+                                      int64_t duration_ns, int64_t *wait_ns) {
+  if (wait_ns) *wait_ns = 0;
+  if (RESIL_UNLIKELY(!st || !o || !valid(r) || st->owner != r))
+    return RESIL_DECISION_DENY;
+  if (st->bits & ST_STOPPED) return RESIL_DECISION_DENY;
+  int64_t wait = 0;
+  if (RESIL_LIKELY(!r->on_attempt)) {
+    if (decide(r, st, o, &wait) != RESIL_STOP_NONE) return RESIL_DECISION_DENY;
+  } else {
+    const resil_clock *clk = wait_clock(r, st);
+    int64_t now = resil__now(clk);
+    if (duration_ns < 0)
+      duration_ns = now - st->decided_ns - st->wait_before_ns;
+    resil_outcome raw = *o;
+    resil_stop stop = decide(r, st, &raw, &wait);
+    report(r, st, &raw, duration_ns, stop == RESIL_STOP_NONE ? wait : -1, stop);
+    if (stop != RESIL_STOP_NONE) return RESIL_DECISION_DENY;
+    st->wait_before_ns = wait;
+    st->decided_ns = resil__now(clk);
+  }
+  st->ctx.attempt = st->attempts + 1;
+  if (wait_ns) *wait_ns = wait;
+  return wait > 0 ? RESIL_DECISION_WAIT : RESIL_DECISION_GO;
+}
+
+resil_decision resil_retry_next(resil_retry *r, resil_retry_state *st,
+                                const resil_outcome *o, int64_t *wait_ns) {
+  return resil_retry_next_timed(r, st, o, -1, wait_ns);
 }
 
 resil_outcome resil_retry_result(const resil_retry_state *st) {
@@ -531,38 +674,55 @@ resil_outcome resil_retry_result(const resil_retry_state *st) {
   return st->result;
 }
 
-/* The rest of resil_retry_begin for the run form's fast path, once the
- * first attempt has failed. */
+/* The rest of begin() for the run form's fast path, once the first attempt
+ * has failed. */
 static void state_init_rest(resil_retry *r, resil_retry_state *st) {
-  st->result = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  state_reset(st);
   st->owner = r;
   st->bits = 0;
-  st->attempts = 0;
-  st->rng = 0;
   st->base_wait_ns = r->initial_wait_ns;
   st->prev_wait_ns = r->initial_wait_ns;
+}
+
+/* One attempt of the run form; measured only when a listener wants it. */
+static resil_decision run_attempt(resil_retry *r, resil_retry_state *st,
+                                  resil_call_fn fn, void *arg, int64_t *delay) {
+  if (RESIL_LIKELY(!r->on_attempt)) {
+    resil_outcome o = fn(arg, &st->ctx);
+    return resil_retry_next_timed(r, st, &o, 0, delay);
+  }
+  const resil_clock *clk = wait_clock(r, st);
+  int64_t t0 = resil__now(clk);
+  resil_outcome o = fn(arg, &st->ctx);
+  return resil_retry_next_timed(r, st, &o, resil__now(clk) - t0, delay);
 }
 
 resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
   if (RESIL_UNLIKELY(!valid(r) || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_ctx lc;
+  const resil_ctx *c = ctx;
+  if (ctx && RESIL_UNLIKELY(!(c = resil__ctx_in(&lc, ctx))))
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   resil_retry_state st;
-  resil_retry_decision d;
+  resil_decision d;
   int64_t delay = 0;
-  if (!r->budget &&
-      (!ctx || (ctx->deadline_ns == RESIL_NO_DEADLINE && !ctx->cancel))) {
-    /* Fast path: with no budget, deadline or token there is nothing to
-     * check before the first attempt, and a plain success needs no state:
-     * no clock read, no allocation, no lock, one atomic add. */
-    if (ctx) {
-      st.ctx = *ctx;
+  if (!r->budget && !r->on_attempt &&
+      (!c || (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel))) {
+    /* Fast path: with no budget, deadline, token or listener there is
+     * nothing to check before the first attempt, and a plain success needs
+     * no state: no clock read, no allocation, no lock, one atomic add. */
+    if (c) {
+      st.ctx = *c;
     } else {
+      st.ctx.struct_size = sizeof st.ctx;
       st.ctx.clock = r->clock;
       st.ctx.deadline_ns = RESIL_NO_DEADLINE;
       st.ctx.cancel = NULL;
       st.ctx.flags = 0;
       st.ctx.user = NULL;
+      st.ctx.idempotency_key = NULL;
     }
     st.ctx.attempt = 1;
     resil_outcome o = fn(arg, &st.ctx);
@@ -574,35 +734,31 @@ resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
       return o;
     }
     state_init_rest(r, &st);
-    d = resil_retry_next(r, &st, &o, &delay);
+    d = resil_retry_next_timed(r, &st, &o, 0, &delay);
   } else {
-    d = resil_retry_begin(r, ctx, &st);
-    if (d == RESIL_RETRY_ATTEMPT) {
-      resil_outcome o = fn(arg, &st.ctx);
-      d = resil_retry_next(r, &st, &o, &delay);
-    }
+    d = begin(r, ctx, &st);
+    if (d != RESIL_DECISION_DENY) d = run_attempt(r, &st, fn, arg, &delay);
   }
-  while (d == RESIL_RETRY_ATTEMPT) {
-    if (delay > 0) {
-      const resil_clock *clk = st.ctx.clock ? st.ctx.clock : r->clock;
-      if (resil_clock_sleep_ns(clk, delay, st.ctx.cancel)) {
-        /* Woken by cancellation: the next attempt is not made. */
-        finish(r, &st, RESIL_STOP_CANCELLED);
-        break;
-      }
+  while (d != RESIL_DECISION_DENY) {
+    if (delay > 0 &&
+        resil_clock_sleep_ns(wait_clock(r, &st), delay, st.ctx.cancel)) {
+      /* Woken by cancellation: the next attempt is not made. */
+      finish(r, &st, RESIL_STOP_CANCELLED);
+      break;
     }
-    resil_outcome o = fn(arg, &st.ctx);
-    d = resil_retry_next(r, &st, &o, &delay);
+    d = run_attempt(r, &st, fn, arg, &delay);
   }
   return st.result;
 }
 
-resil_status resil_retry_get_stats(const resil_retry *r,
-                                   resil_retry_stats *out) {
-  if (!out) return RESIL_EINVAL;
+resil_status resil_retry_get_stats_sized(const resil_retry *r,
+                                         resil_retry_stats *dst, size_t n) {
   if (!valid(r)) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
   resil_retry *m = (resil_retry *)r; /* atomics are not const */
+  resil_retry_stats full, *out = &full;
   memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
   out->successful_without_retry = LOAD(m->ok_first);
   out->successful_with_retry = LOAD(m->ok_retried);
   out->failed_without_retry = LOAD(m->failed_first);
@@ -618,5 +774,6 @@ resil_status resil_retry_get_stats(const resil_retry *r,
       out->successful_without_retry + out->successful_with_retry;
   out->refused_by_deadline = LOAD(m->refused_deadline);
   out->refused_by_budget = LOAD(m->refused_budget);
+  resil__sized_out(dst, n, &full, sizeof full);
   return RESIL_OK;
 }

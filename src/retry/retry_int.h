@@ -19,7 +19,7 @@ void resil__budget_on_attempt(resil_retry_budget *b, resil_outcome_class c);
 int resil__budget_allow_retry(resil_retry_budget *b);
 
 /* resil_retry_worst_wait_ns() of the config r was made from, for the chain's
- * static amplification report; -1 for an invalid handle. */
+ * static amplification report; -1 for a NULL handle. */
 int64_t resil__retry_worst_wait_of(const resil_retry *r);
 
 #endif

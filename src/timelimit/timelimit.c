@@ -102,10 +102,13 @@ static void *job_thread(void *arg) {
   return NULL;
 }
 
-void resil_timelimiter_config_init(resil_timelimiter_config *cfg) {
-  if (!cfg) return;
+/* The 0.1 layout ends with `alloc`. */
+#define TL_CONFIG_MIN_SIZE                                                     \
+  (offsetof(resil_timelimiter_config, alloc) + sizeof(const resil_allocator *))
+
+static void config_defaults(resil_timelimiter_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->name = "timelimiter";
   cfg->timeout_ns = RESIL_NS_PER_S;
   cfg->cancel_running = 1;
@@ -114,14 +117,27 @@ void resil_timelimiter_config_init(resil_timelimiter_config *cfg) {
   cfg->alloc = NULL;
 }
 
-resil_status resil_timelimiter_new(const resil_timelimiter_config *cfg,
+void resil_timelimiter_config_init_sized(resil_timelimiter_config *cfg,
+                                         size_t n) {
+  if (!cfg) return;
+  resil_timelimiter_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+resil_status resil_timelimiter_new(const resil_timelimiter_config *ucfg,
                                    resil_timelimiter **out, resil_error *err) {
-  if (!cfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
+  if (!ucfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
   if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
-  resil_status st;
-  if ((st = resil__check_range(err, "version", cfg->version, 1, 1))) return st;
-  if ((st = resil__check_range(err, "timeout_ns", cfg->timeout_ns, 1,
-                               INT64_MAX)))
+  resil_timelimiter_config full;
+  const resil_timelimiter_config *cfg = &full;
+  config_defaults(&full);
+  resil_status st = resil__sized_in(&full, sizeof full, ucfg, TL_CONFIG_MIN_SIZE,
+                                    "resil_timelimiter_config",
+                                    "resil_timelimiter_config_init", err);
+  if (st != RESIL_OK) return st;
+  if ((st = resil__check_ns(err, "timeout_ns", cfg->timeout_ns, 1,
+                            INT64_MAX)))
     return st;
   if ((st = resil__check_range(err, "cancel_running", cfg->cancel_running, 0,
                                1)))
@@ -264,9 +280,12 @@ resil_outcome resil_timelimiter_run_owned(resil_timelimiter *tl,
                                           const resil_ctx *ctx,
                                           resil_call_fn fn, void *arg,
                                           void (*arg_done)(void *arg)) {
-  if (!fn || !valid(tl))
+  resil_ctx lc;
+  const resil_ctx *c = ctx ? resil__ctx_in(&lc, ctx) : NULL;
+  if (!fn || !valid(tl) || (ctx && !c))
     return not_started(resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR),
                        arg_done, arg);
+  ctx = c; /* from here on, only the normalised context is read */
   count(&tl->calls);
   int64_t wait = tl->timeout_ns;
   if (ctx && ctx->deadline_ns != RESIL_NO_DEADLINE) {
@@ -354,11 +373,15 @@ int64_t resil_timelimiter_timeout_ns(const resil_timelimiter *tl) {
   return valid(tl) ? tl->timeout_ns : 0;
 }
 
-resil_status resil_timelimiter_get_metrics(const resil_timelimiter *tl,
-                                           resil_timelimiter_metrics *out) {
-  if (!out) return RESIL_EINVAL;
+resil_status resil_timelimiter_get_metrics_sized(const resil_timelimiter *tl,
+                                                 resil_timelimiter_metrics *dst,
+                                                 size_t n) {
   if (!valid(tl)) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
   resil_timelimiter *m = (resil_timelimiter *)tl; /* atomics, lock */
+  resil_timelimiter_metrics full, *out = &full;
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
   out->calls = atomic_load_explicit(&m->calls, memory_order_relaxed);
   out->successes = atomic_load_explicit(&m->successes, memory_order_relaxed);
   out->failures = atomic_load_explicit(&m->failures, memory_order_relaxed);
@@ -370,9 +393,10 @@ resil_status resil_timelimiter_get_metrics(const resil_timelimiter *tl,
   pthread_mutex_lock(&m->mu);
   out->running = m->running;
   pthread_mutex_unlock(&m->mu);
+  resil__sized_out(dst, n, &full, sizeof full);
   return RESIL_OK;
 }
 
 const char *resil_timelimiter_name(const resil_timelimiter *tl) {
-  return valid(tl) ? tl->name : "";
+  return valid(tl) ? tl->name : NULL;
 }

@@ -27,11 +27,21 @@ static resil_bulkhead *make(uint32_t max, int64_t max_wait_ns) {
   return bh;
 }
 
+/* resil_bulkhead_acquire's answer as one value: RESIL_REASON_OK for GO,
+ * else why it denied (checking the two agree). */
+static resil_reason bh_acquire(resil_bulkhead *bh, const resil_ctx *ctx) {
+  resil_reason why = RESIL_REASON_COUNT_;
+  resil_decision d = resil_bulkhead_acquire(bh, ctx, &why);
+  assert_true(d == RESIL_DECISION_GO ? why == RESIL_REASON_OK
+                                     : d == RESIL_DECISION_DENY && why != RESIL_REASON_OK);
+  return why;
+}
+
 static void bulkhead_defaults_match_resilience4j(void **state) {
   (void)state;
   resil_bulkhead_config cfg;
   resil_bulkhead_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_string_equal(cfg.name, "bulkhead");
   assert_int_equal(cfg.max_concurrent, 25);
   assert_int_equal(cfg.max_wait_ns, 0);
@@ -69,10 +79,21 @@ static void bulkhead_rejects_invalid_config_naming_field_range_and_value(
   resil_bulkhead_config_init(&cfg);
   cfg.max_wait_ns = -5;
   expect_bh_range(&cfg, "max_wait_ns", 0, INT64_MAX, -5);
+  {
+    resil_bulkhead *none = NULL;
+    resil_error e;
+    assert_status(RESIL_EINVAL, resil_bulkhead_new(&cfg, &none, &e));
+    assert_string_equal(e.msg, "max_wait_ns: must be 0 ns..forever, got -5 ns");
+  }
   resil_bulkhead_config_init(&cfg);
-  cfg.version = 2;
-  expect_bh_range(&cfg, "version", 1, 1, 2);
   resil_bulkhead *bh;
+  /* A config never passed through _init is refused, naming the fix. */
+  resil_bulkhead_config raw;
+  memset(&raw, 0, sizeof raw);
+  raw.max_concurrent = 2;
+  resil_error err;
+  assert_status(RESIL_EINVAL, resil_bulkhead_new(&raw, &bh, &err));
+  assert_non_null(strstr(err.msg, "call resil_bulkhead_config_init()"));
   assert_status(RESIL_EINVAL, resil_bulkhead_new(NULL, &bh, NULL));
   resil_bulkhead_config_init(&cfg);
   assert_status(RESIL_EINVAL, resil_bulkhead_new(&cfg, NULL, NULL));
@@ -111,15 +132,15 @@ static void bulkhead_try_acquire_fills_then_rejects_and_release_restores(
     void **state) {
   (void)state;
   resil_bulkhead *bh = make(2, 0);
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 1);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 1);
   assert_int_equal(resil_bulkhead_available(bh), 1);
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 1);
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 0);
-  assert_int_equal(resil_bulkhead_acquire(bh, NULL), RESIL_BH_FULL);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 1);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 0);
+  assert_int_equal(bh_acquire(bh, NULL), RESIL_REASON_BULKHEAD_FULL);
   assert_int_equal(resil_bulkhead_available(bh), 0);
   assert_status(RESIL_OK, resil_bulkhead_release(bh));
   assert_int_equal(resil_bulkhead_available(bh), 1);
-  assert_int_equal(resil_bulkhead_acquire(bh, NULL), RESIL_BH_ACQUIRED);
+  assert_int_equal(bh_acquire(bh, NULL), RESIL_REASON_OK);
   assert_status(RESIL_OK, resil_bulkhead_release(bh));
   assert_status(RESIL_OK, resil_bulkhead_release(bh));
   resil_bulkhead_metrics m;
@@ -140,7 +161,7 @@ static void bulkhead_release_without_a_slot_is_misuse_and_never_exceeds_max(
   resil_bulkhead *bh = make(2, 0);
   assert_status(RESIL_EMISUSE, resil_bulkhead_release(bh));
   assert_int_equal(resil_bulkhead_available(bh), 2);
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 1);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 1);
   assert_status(RESIL_OK, resil_bulkhead_release(bh));
   assert_status(RESIL_EMISUSE, resil_bulkhead_release(bh));
   assert_int_equal(resil_bulkhead_available(bh), 2);
@@ -208,7 +229,7 @@ static void bulkhead_run_when_full_rejects_without_calling(void **state) {
   (void)state;
   resil_bulkhead *bh = make(1, 0);
   seen_bh = bh;
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 1);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 1);
   resil_outcome ok = resil_outcome_ok();
   calls = 0;
   resil_outcome o = resil_bulkhead_run(bh, NULL, returns, &ok);
@@ -225,7 +246,7 @@ static void bulkhead_run_when_full_rejects_without_calling(void **state) {
 static void bulkhead_wait_is_cut_by_a_passed_deadline(void **state) {
   (void)state;
   resil_bulkhead *bh = make(1, 10 * INT64_C(1000000000));
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 1);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 1);
   resil_manual_clock *mc;
   assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
   resil_ctx ctx;
@@ -234,7 +255,7 @@ static void bulkhead_wait_is_cut_by_a_passed_deadline(void **state) {
   resil_ctx_set_timeout_ns(&ctx, MS(5));
   resil_manual_clock_advance_ns(mc, MS(6));
   int64_t t0 = resil_clock_now_ns(NULL);
-  assert_int_equal(resil_bulkhead_acquire(bh, &ctx), RESIL_BH_FULL);
+  assert_int_equal(bh_acquire(bh, &ctx), RESIL_REASON_BULKHEAD_FULL);
   assert_true(resil_clock_now_ns(NULL) - t0 < MS(1000)); /* not 10 s */
   resil_bulkhead_release(bh);
   resil_manual_clock_free(mc);
@@ -245,7 +266,7 @@ static void bulkhead_cancelled_wait_ends_without_calling(void **state) {
   (void)state;
   resil_bulkhead *bh = make(1, 10 * INT64_C(1000000000));
   seen_bh = bh;
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 1);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 1);
   resil_cancel *c;
   assert_status(RESIL_OK, resil_cancel_new(&c));
   resil_cancel_signal(c);
@@ -253,7 +274,7 @@ static void bulkhead_cancelled_wait_ends_without_calling(void **state) {
   resil_ctx_init(&ctx);
   ctx.cancel = c;
   int64_t t0 = resil_clock_now_ns(NULL);
-  assert_int_equal(resil_bulkhead_acquire(bh, &ctx), RESIL_BH_CANCELLED);
+  assert_int_equal(bh_acquire(bh, &ctx), RESIL_REASON_CANCELLED);
   resil_outcome ok = resil_outcome_ok();
   calls = 0;
   resil_outcome o = resil_bulkhead_run(bh, &ctx, returns, &ok);
@@ -273,9 +294,9 @@ static void bulkhead_cancelled_wait_ends_without_calling(void **state) {
 static void bulkhead_waits_up_to_max_wait_then_rejects(void **state) {
   (void)state;
   resil_bulkhead *bh = make(1, MS(20));
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 1);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 1);
   int64_t t0 = resil_clock_now_ns(NULL);
-  assert_int_equal(resil_bulkhead_acquire(bh, NULL), RESIL_BH_FULL);
+  assert_int_equal(bh_acquire(bh, NULL), RESIL_REASON_BULKHEAD_FULL);
   int64_t waited = resil_clock_now_ns(NULL) - t0;
   assert_true(waited >= MS(20));
   assert_true(waited < MS(2000));
@@ -285,11 +306,11 @@ static void bulkhead_waits_up_to_max_wait_then_rejects(void **state) {
 
 static void bulkhead_misuse_is_reported_not_crashed(void **state) {
   (void)state;
-  assert_int_equal(resil_bulkhead_try_acquire(NULL), 0);
-  assert_int_equal(resil_bulkhead_acquire(NULL, NULL), RESIL_BH_MISUSE);
+  assert_int_equal(resil_bulkhead_try_acquire(NULL, NULL), 0);
+  assert_int_equal(bh_acquire(NULL, NULL), RESIL_REASON_LOCAL_ERROR);
   assert_status(RESIL_EMISUSE, resil_bulkhead_release(NULL));
   assert_int_equal(resil_bulkhead_available(NULL), 0);
-  assert_string_equal(resil_bulkhead_name(NULL), "");
+  assert_null(resil_bulkhead_name(NULL));
   resil_bulkhead_metrics m;
   assert_status(RESIL_EMISUSE, resil_bulkhead_get_metrics(NULL, &m));
   resil_bulkhead *bh = make(1, 0);
@@ -298,6 +319,21 @@ static void bulkhead_misuse_is_reported_not_crashed(void **state) {
   assert_int_equal(o.kind, RESIL_NOT_SENT);
   assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
   assert_int_equal(resil_bulkhead_available(bh), 1);
+  /* A ctx never passed through resil_ctx_init(): no slot taken, nothing
+   * counted. */
+  resil_ctx raw;
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(bh_acquire(bh, &raw), RESIL_REASON_LOCAL_ERROR);
+  resil_outcome ok = resil_outcome_ok();
+  calls = 0;
+  o = resil_bulkhead_run(bh, &raw, returns, &ok);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(calls, 0);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
+  resil_bulkhead_metrics bm;
+  assert_status(RESIL_OK, resil_bulkhead_get_metrics(bh, &bm));
+  assert_int_equal(bm.rejected, 0);
+  assert_int_equal(bm.struct_size, sizeof bm);
   resil_bulkhead_free(bh);
 }
 
@@ -307,7 +343,7 @@ static void threadpool_defaults_and_validation(void **state) {
   (void)state;
   resil_threadpool_config cfg;
   resil_threadpool_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_string_equal(cfg.name, "threadpool");
   assert_true(cfg.threads >= 1);
   assert_int_equal(cfg.queue_capacity, 100);

@@ -64,7 +64,7 @@ typedef struct runner {
   held *h;
   resil_ctx *ctx;
   resil_outcome out;
-  resil_bh_decision decision;
+  resil_reason decision; /* RESIL_REASON_OK when the slot was acquired */
 } runner;
 
 static void *run_held(void *p) {
@@ -193,8 +193,8 @@ static void bulkhead_waiters_are_woken_by_releases_and_all_get_through(
 
 static void *acquire_then_release(void *p) {
   runner *r = p;
-  r->decision = resil_bulkhead_acquire(r->bh, r->ctx);
-  if (r->decision == RESIL_BH_ACQUIRED) resil_bulkhead_release(r->bh);
+  resil_decision d = resil_bulkhead_acquire(r->bh, r->ctx, &r->decision);
+  if (d == RESIL_DECISION_GO) resil_bulkhead_release(r->bh);
   return NULL;
 }
 
@@ -211,7 +211,7 @@ static void wait_for_waiters(resil_bulkhead *bh, uint32_t n) {
 static void bulkhead_waiter_gets_the_slot_released_while_it_waits(void **state) {
   (void)state;
   resil_bulkhead *bh = make(1, LONG_NS);
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 1);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 1);
   runner r = {.bh = bh};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, acquire_then_release, &r), 0);
@@ -220,7 +220,7 @@ static void bulkhead_waiter_gets_the_slot_released_while_it_waits(void **state) 
   assert_status(RESIL_OK, resil_bulkhead_release(bh));
   pthread_join(t, NULL);
   assert_true(resil_clock_now_ns(NULL) - t0 < MS(2000));
-  assert_int_equal(r.decision, RESIL_BH_ACQUIRED);
+  assert_int_equal(r.decision, RESIL_REASON_OK);
   assert_int_equal(resil_bulkhead_available(bh), 1);
   resil_bulkhead_free(bh);
 }
@@ -228,7 +228,7 @@ static void bulkhead_waiter_gets_the_slot_released_while_it_waits(void **state) 
 static void bulkhead_cancel_from_another_thread_ends_a_wait(void **state) {
   (void)state;
   resil_bulkhead *bh = make(1, LONG_NS);
-  assert_int_equal(resil_bulkhead_try_acquire(bh), 1);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), 1);
   resil_cancel *c;
   assert_status(RESIL_OK, resil_cancel_new(&c));
   resil_ctx ctx;
@@ -242,7 +242,7 @@ static void bulkhead_cancel_from_another_thread_ends_a_wait(void **state) {
   resil_cancel_signal(c);
   pthread_join(t, NULL);
   assert_true(resil_clock_now_ns(NULL) - t0 < MS(2000));
-  assert_int_equal(r.decision, RESIL_BH_CANCELLED);
+  assert_int_equal(r.decision, RESIL_REASON_CANCELLED);
   assert_int_equal(resil_bulkhead_available(bh), 0); /* main still holds it */
   resil_bulkhead_release(bh);
   resil_cancel_free(c);

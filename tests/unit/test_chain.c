@@ -67,10 +67,10 @@ static void chain_prints_nesting_and_counts_each_layer(void **state) {
   (void)state;
   int three = 3, dummy = 0;
   resil_chain *ch = make_chain(0, NULL, NULL);
-  resil_layer l = {.kind = RESIL_LAYER_RETRY, .name = "r", .policy = &three,
+  resil_layer l = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_RETRY, .name = "r", .policy = &three,
                    .run = again_run, .max_attempts = 3};
   assert_status(RESIL_OK, resil_chain_add_layer(ch, &l));
-  resil_layer b = {.kind = RESIL_LAYER_BREAKER, .name = "b", .policy = &dummy,
+  resil_layer b = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_BREAKER, .name = "b", .policy = &dummy,
                    .run = pass_run};
   assert_status(RESIL_OK, resil_chain_add_layer(ch, &b));
   char buf[1024];
@@ -100,13 +100,17 @@ static void chain_prints_nesting_and_counts_each_layer(void **state) {
   assert_int_equal(st.calls_in, 3);
   assert_status(RESIL_EINVAL, resil_chain_layer_stats(ch, 2, &st));
 
-  /* The describe text names each unit and warns about the traps. */
+  /* The describe text names each unit, notes that the breaker counts
+   * attempts (the recommended order: a note, not a warning) and warns about
+   * the real trap (no deadline). */
   resil_chain_describe(ch, buf, sizeof buf);
   assert_non_null(strstr(buf, "Retry(Breaker(call))"));
   assert_non_null(strstr(buf, "physical attempts"));
+  assert_non_null(strstr(buf, "note: retry \"r\" is outside breaker \"b\""));
   assert_non_null(strstr(buf, "counts every attempt"));
-  assert_non_null(strstr(buf, "without a total deadline"));
-  assert_int_equal(resil_chain_warnings(ch), 2);
+  assert_null(strstr(buf, "warning: retry \"r\" is outside"));
+  assert_non_null(strstr(buf, "warning: retry \"r\" runs without a total deadline"));
+  assert_int_equal(resil_chain_warnings(ch), 1);
   resil_chain_free(ch);
 }
 
@@ -114,9 +118,9 @@ static void chain_counts_rejections_of_the_refusing_layer(void **state) {
   (void)state;
   int dummy = 0;
   resil_chain *ch = make_chain(0, NULL, NULL);
-  resil_layer a = {.kind = RESIL_LAYER_CUSTOM, .label = "Outer", .name = "a",
+  resil_layer a = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_CUSTOM, .label = "Outer", .name = "a",
                    .policy = &dummy, .run = pass_run};
-  resil_layer r = {.kind = RESIL_LAYER_BULKHEAD, .name = "full",
+  resil_layer r = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_BULKHEAD, .name = "full",
                    .policy = &dummy, .run = reject_run};
   assert_status(RESIL_OK, resil_chain_add_layer(ch, &a));
   assert_status(RESIL_OK, resil_chain_add_layer(ch, &r));
@@ -149,13 +153,39 @@ static resil_fallback_kind record_fallback(void *fa, void *call_arg,
   return f->answer;
 }
 
+/* The recommended order with a deadline has no trap: a note, no warning. */
+static void recommended_order_with_a_deadline_has_no_warning(void **state) {
+  (void)state;
+  int three = 3, dummy = 0;
+  resil_chain *ch = make_chain(MS(2000), NULL, NULL);
+  resil_layer l = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_RETRY,
+                   .name = "r", .policy = &three, .run = again_run, .max_attempts = 3};
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &l));
+  resil_layer b = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_BREAKER,
+                   .name = "b", .policy = &dummy, .run = pass_run};
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &b));
+  char buf[2048];
+  resil_chain_describe(ch, buf, sizeof buf);
+  assert_int_equal(resil_chain_warnings(ch), 0);
+  assert_non_null(strstr(buf, "note: retry \"r\" is outside breaker \"b\""));
+  assert_null(strstr(buf, "warning"));
+  resil_chain_free(ch);
+  /* A layer whose struct_size is not a resil_layer's is refused. */
+  ch = make_chain(0, NULL, NULL);
+  resil_layer bad = b;
+  bad.struct_size = 0;
+  assert_status(RESIL_EINVAL, resil_chain_add_layer(ch, &bad));
+  assert_int_equal(resil_chain_layers(ch), 0);
+  resil_chain_free(ch);
+}
+
 static void fallback_tells_rejection_from_failure_and_never_fakes_success(
     void **state) {
   (void)state;
   int dummy = 0;
   fb_seen f = {.answer = RESIL_FALLBACK_CACHED};
   resil_chain *ch = make_chain(0, record_fallback, &f);
-  resil_layer l = {.kind = RESIL_LAYER_CUSTOM, .name = "p", .policy = &dummy,
+  resil_layer l = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_CUSTOM, .name = "p", .policy = &dummy,
                    .run = pass_run};
   assert_status(RESIL_OK, resil_chain_add_layer(ch, &l));
 
@@ -189,7 +219,7 @@ static void fallback_tells_rejection_from_failure_and_never_fakes_success(
   f.calls = 0;
   f.answer = RESIL_FALLBACK_UNAVAILABLE;
   ch = make_chain(0, record_fallback, &f);
-  resil_layer r = {.kind = RESIL_LAYER_BREAKER, .name = "open", .policy = &dummy,
+  resil_layer r = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_BREAKER, .name = "open", .policy = &dummy,
                    .run = reject_run};
   assert_status(RESIL_OK, resil_chain_add_layer(ch, &r));
   o = resil_chain_run(ch, NULL, scripted, &s);
@@ -209,22 +239,24 @@ static void fallback_tells_rejection_from_failure_and_never_fakes_success(
   resil_chain_free(ch);
 }
 
+#define AMP(a, w) {sizeof(resil_amp_layer), (a), (w)}
+
 static void amplification_of_nested_retries(void **state) {
   (void)state;
-  resil_amp_layer l[3] = {{2, MS(100)}, {3, MS(150)}, {2, MS(50)}};
+  resil_amp_layer l[3] = {AMP(2, MS(100)), AMP(3, MS(150)), AMP(2, MS(50))};
   resil_amplification a;
   assert_status(RESIL_OK, resil_amplification_compute(l, 3, MS(500), &a));
   assert_int_equal(a.attempts, 12);
   /* 100 once + 150 twice + 50 six times = 700 ms of backoff. */
   assert_int_equal(a.wait_ns, MS(700));
   assert_int_equal(a.time_ns, MS(6700));
-  resil_amp_layer r[3] = {{3, 0}, {4, 0}, {3, 0}}; /* "retries 2/3/2" */
+  resil_amp_layer r[3] = {AMP(3, 0), AMP(4, 0), AMP(3, 0)}; /* "retries 2/3/2" */
   assert_status(RESIL_OK, resil_amplification_compute(r, 3, 0, &a));
   assert_int_equal(a.attempts, 36);
-  resil_amp_layer bad = {0, 0};
+  resil_amp_layer bad = AMP(0, 0);
   assert_status(RESIL_EINVAL, resil_amplification_compute(&bad, 1, 0, &a));
   assert_status(RESIL_EINVAL, resil_amplification_compute(l, 0, 0, &a));
-  resil_amp_layer huge[2] = {{UINT32_MAX, INT64_MAX}, {UINT32_MAX, INT64_MAX}};
+  resil_amp_layer huge[2] = {AMP(UINT32_MAX, INT64_MAX), AMP(UINT32_MAX, INT64_MAX)};
   assert_status(RESIL_OK, resil_amplification_compute(huge, 2, INT64_MAX, &a));
   assert_int_equal(a.time_ns, INT64_MAX); /* saturates */
 }
@@ -240,7 +272,7 @@ static void chain_applies_total_deadline_once(void **state) {
   resil_chain *ch;
   assert_status(RESIL_OK, resil_chain_new(&cc, &ch, NULL));
   int dummy = 0;
-  resil_layer l = {.kind = RESIL_LAYER_CUSTOM, .policy = &dummy, .run = pass_run};
+  resil_layer l = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_CUSTOM, .policy = &dummy, .run = pass_run};
   assert_status(RESIL_OK, resil_chain_add_layer(ch, &l));
   int64_t seen = 0;
   resil_ctx ctx;
@@ -248,6 +280,24 @@ static void chain_applies_total_deadline_once(void **state) {
   ctx.user = &seen;
   resil_outcome o = resil_chain_run(ch, &ctx, (resil_call_fn)NULL, NULL);
   assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR); /* NULL fn refused */
+  /* A ctx never passed through resil_ctx_init() is refused too. */
+  resil_ctx raw;
+  memset(&raw, 0, sizeof raw);
+  script s = {.fail_first = 0};
+  o = resil_chain_run(ch, &raw, scripted, &s);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(s.calls, 0);
+  /* NULL handles: 0, nothing written, RESIL_EMISUSE. */
+  char buf[8] = "x";
+  assert_int_equal(resil_chain_describe(NULL, buf, sizeof buf), 0);
+  assert_string_equal(buf, "");
+  assert_int_equal(resil_chain_layers(NULL), 0);
+  assert_int_equal(resil_chain_warnings(NULL), 0);
+  resil_layer_stats ls;
+  assert_status(RESIL_EMISUSE, resil_chain_call_stats(NULL, &ls));
+  assert_status(RESIL_EINVAL, resil_chain_call_stats(ch, NULL));
+  resil_amplification am;
+  assert_status(RESIL_EMISUSE, resil_chain_amplification(NULL, &am));
   resil_chain_free(ch);
   resil_manual_clock_free(mc);
 }
@@ -263,10 +313,11 @@ static void config_validation_names_the_field(void **state) {
   assert_null(ch);
   assert_string_equal(e.field, "total_timeout_ns");
   assert_int_equal(e.got, -1);
-  cc.total_timeout_ns = 0;
-  cc.version = 7;
+  /* A config never passed through _init is refused, naming the fix. */
+  memset(&cc, 0, sizeof cc);
   assert_status(RESIL_EINVAL, resil_chain_new(&cc, &ch, &e));
-  assert_string_equal(e.field, "version");
+  assert_string_equal(e.field, "struct_size");
+  assert_non_null(strstr(e.msg, "call resil_chain_config_init()"));
   resil_chain_free(NULL);
 }
 
@@ -282,7 +333,7 @@ static void allocation_failures_leave_nothing_behind(void **state) {
     resil_status st = resil_chain_new(&cc, &ch, NULL);
     if (st == RESIL_OK) {
       int dummy = 0;
-      resil_layer l = {.kind = RESIL_LAYER_CUSTOM, .name = "x", .policy = &dummy,
+      resil_layer l = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_CUSTOM, .name = "x", .policy = &dummy,
                        .run = pass_run};
       resil_status st2 = resil_chain_add_layer(ch, &l);
       assert_true(st2 == RESIL_OK || st2 == RESIL_ENOMEM);
@@ -339,10 +390,10 @@ static void frames_below_an_abandoning_layer_outlive_the_caller(void **state) {
   atomic_int done = 0;
   int dummy = 0;
   resil_chain *ch = make_chain(0, NULL, NULL);
-  resil_layer tl = {.kind = RESIL_LAYER_TIMELIMITER, .name = "tl",
+  resil_layer tl = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_TIMELIMITER, .name = "tl",
                     .policy = &done, .run = abandon_run,
                     .attempt_timeout_ns = MS(25)};
-  resil_layer inner = {.kind = RESIL_LAYER_BULKHEAD, .name = "bh",
+  resil_layer inner = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_BULKHEAD, .name = "bh",
                        .policy = &dummy, .run = pass_run};
   assert_status(RESIL_OK, resil_chain_add_layer(ch, &tl));
   assert_status(RESIL_OK, resil_chain_add_layer(ch, &inner));
@@ -363,6 +414,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(chain_prints_nesting_and_counts_each_layer),
       cmocka_unit_test(chain_counts_rejections_of_the_refusing_layer),
+      cmocka_unit_test(recommended_order_with_a_deadline_has_no_warning),
       cmocka_unit_test(fallback_tells_rejection_from_failure_and_never_fakes_success),
       cmocka_unit_test(amplification_of_nested_retries),
       cmocka_unit_test(chain_applies_total_deadline_once),

@@ -504,8 +504,10 @@ static void describe_prints_the_nesting_and_warns_about_traps(void **state) {
   RUN(&r, "describe", "--order", "retry,breaker", "--retries", "3");
   assert_exit(&r, 1);
   assert_contains(r.out, "Retry(Breaker(call))\n");
-  assert_contains(r.out, "warning: retry \"retry\" is outside breaker");
-  assert_contains(r.out, "without a total deadline");
+  /* A retry outside the breaker is the recommended order: a note. */
+  assert_contains(r.out, "note: retry \"retry\" is outside breaker");
+  assert_null(strstr(r.out, "warning: retry \"retry\" is outside"));
+  assert_contains(r.out, "warning: retry \"retry\" runs without a total deadline");
   assert_contains(r.out, "3 physical attempts");
   run_result_free(&r);
 
@@ -519,6 +521,87 @@ static void describe_prints_the_nesting_and_warns_about_traps(void **state) {
   assert_exit(&r, 2);
   assert_int_equal(count(r.err, "\n"), 1);
   assert_contains(r.err, "--order");
+  run_result_free(&r);
+}
+
+/* The recommended order with a deadline longer than the attempt timeout
+ * has no trap: no warning, exit 0. */
+static void describe_recommended_order_prints_no_warning(void **state) {
+  (void)state;
+  run_result r;
+  RUN(&r, "describe", "--deadline", "5000");
+  assert_exit(&r, 0);
+  assert_contains(r.out, "Retry(Breaker(RateLimiter(TimeLimiter(Bulkhead(call)))))\n");
+  assert_contains(r.out, "note: ");
+  assert_null(strstr(r.out, "warning"));
+  run_result_free(&r);
+  /* The real traps still warn: a timeout longer than the deadline, nested
+   * retries. */
+  RUN(&r, "describe", "--timeout", "3000", "--deadline", "2000");
+  assert_exit(&r, 1);
+  assert_contains(r.out, "warning: time limiter");
+  run_result_free(&r);
+  RUN(&r, "describe", "--order", "retry,retry", "--retries", "2,3", "--deadline", "9000");
+  assert_exit(&r, 1);
+  assert_contains(r.out, "warning: nested retries multiply: up to 6 physical attempts");
+  run_result_free(&r);
+}
+
+/* Numbers out of range are refused with exit 2 and a message naming the
+ * argument, never wrapped (4294967298 became 2) or clamped (-1 became 0). */
+static void describe_refuses_out_of_range_numbers(void **state) {
+  (void)state;
+  static const char *const bad_retries[] = {"4294967298", "-1", "0", "1001",
+                                            "99999999999999999999", "3,x"};
+  for (size_t i = 0; i < sizeof bad_retries / sizeof bad_retries[0]; i++) {
+    run_result r;
+    RUN(&r, "describe", "--order", "retry", "--retries", bad_retries[i], "--deadline", "1000");
+    assert_exit(&r, 2);
+    assert_contains(r.err, "--retries");
+    assert_null(strstr(r.out, "physical attempts"));
+    run_result_free(&r);
+  }
+  run_result r;
+  RUN(&r, "describe", "--order", "retry", "--retries", "3,4");
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--retries");
+  run_result_free(&r);
+  static const char *const ms_args[] = {"--retry-wait", "--timeout", "--deadline"};
+  for (size_t i = 0; i < 3; i++) {
+    RUN(&r, "describe", ms_args[i], "-1");
+    assert_exit(&r, 2);
+    assert_contains(r.err, ms_args[i]);
+    run_result_free(&r);
+    RUN(&r, "describe", ms_args[i], "4294967298");
+    assert_exit(&r, 2);
+    assert_contains(r.err, ms_args[i]);
+    run_result_free(&r);
+  }
+  /* The largest accepted count works. */
+  RUN(&r, "describe", "--order", "retry", "--retries", "1000", "--retry-wait", "0",
+      "--deadline", "1000");
+  assert_exit(&r, 0);
+  assert_contains(r.out, "1000 physical attempts");
+  run_result_free(&r);
+}
+
+/* The worst case never exceeds the deadline, and says so. */
+static void describe_worst_case_respects_the_deadline(void **state) {
+  (void)state;
+  run_result r;
+  /* 3 x 1000 ms + 2 x 500 ms = 4 s computed, 2 s deadline. */
+  RUN(&r, "describe", "--order", "retry,timelimiter", "--retries", "3", "--deadline", "2000",
+      "--timeout", "1000");
+  assert_exit(&r, 0);
+  assert_contains(r.out, "3 physical attempts, 2.000 s: the deadline");
+  assert_contains(r.out, "computed 4.000 s");
+  run_result_free(&r);
+  /* Within the deadline, the computed time stands. */
+  RUN(&r, "describe", "--order", "retry,timelimiter", "--retries", "2", "--deadline", "9000",
+      "--timeout", "1000");
+  assert_exit(&r, 0);
+  assert_contains(r.out, "2 physical attempts, 2.500 s (2 x 1000 ms per attempt + 500 ms "
+                         "backoff, within the deadline)");
   run_result_free(&r);
 }
 
@@ -545,6 +628,9 @@ int main(void) {
       T(call_bad_arguments_exit_2_with_one_line_naming_the_argument),
       T(call_help_exits_0_and_documents_the_exit_codes),
       T(describe_prints_the_nesting_and_warns_about_traps),
+      T(describe_recommended_order_prints_no_warning),
+      T(describe_refuses_out_of_range_numbers),
+      T(describe_worst_case_respects_the_deadline),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

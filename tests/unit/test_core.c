@@ -108,6 +108,16 @@ static void ctx_deadline_and_attempt_timeout(void **state) {
   assert_int_equal(resil_ctx_attempt_timeout_ns(&ctx, 0), MS(200));
   resil_manual_clock_advance_ns(mc, MS(900));
   assert_int_equal(resil_ctx_remaining_ns(&ctx), 0);
+  /* NULL is the defaults (no deadline); a ctx never passed through
+   * resil_ctx_init() has no time at all (fail closed). */
+  assert_int_equal(resil_ctx_remaining_ns(NULL), INT64_MAX);
+  resil_ctx raw;
+  memset(&raw, 0, sizeof raw);
+  raw.deadline_ns = RESIL_NO_DEADLINE;
+  assert_int_equal(resil_ctx_remaining_ns(&raw), 0);
+  assert_int_equal(resil_ctx_attempt_timeout_ns(&raw, MS(400)), 0);
+  resil_ctx_set_timeout_ns(&raw, MS(5)); /* left alone */
+  assert_int_equal(raw.deadline_ns, RESIL_NO_DEADLINE);
   resil_manual_clock_free(mc);
 }
 

@@ -753,7 +753,7 @@ static void keyed_call_runs_every_physical_request_through_the_chain(void **stat
   resil_chain_config_init(&ccfg);
   resil_chain *rch = NULL;
   assert_status(RESIL_OK, resil_chain_new(&ccfg, &rch, NULL));
-  resil_layer lay = {.kind = RESIL_LAYER_CUSTOM, .label = "Record", .name = "record",
+  resil_layer lay = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_CUSTOM, .label = "Record", .name = "record",
                      .policy = &seen, .run = record_ctx, .max_attempts = 1};
   assert_status(RESIL_OK, resil_chain_add_layer(rch, &lay));
   resil_http_args kargs = args_of(ps, 1, "k-chain-ctx");

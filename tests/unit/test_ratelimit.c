@@ -31,6 +31,40 @@ static void destroy(fixture *f) {
   resil_manual_clock_free(f->mc);
 }
 
+/* The five answers a request can get, from a decision and its reason, so
+ * that each assertion says which one it expects. */
+enum { RL_PERMITTED, RL_RESERVED, RL_REFUSED, RL_CANCELLED, RL_MISUSE };
+
+static int rl_code(resil_decision d, resil_reason why) {
+  switch (d) {
+  case RESIL_DECISION_GO:
+    assert_int_equal(why, RESIL_REASON_OK);
+    return RL_PERMITTED;
+  case RESIL_DECISION_WAIT:
+    assert_int_equal(why, RESIL_REASON_OK);
+    return RL_RESERVED;
+  default:
+    if (why == RESIL_REASON_RATE_LIMITED || why == RESIL_REASON_DEADLINE)
+      return RL_REFUSED;
+    if (why == RESIL_REASON_CANCELLED) return RL_CANCELLED;
+    assert_int_equal(why, RESIL_REASON_LOCAL_ERROR);
+    return RL_MISUSE;
+  }
+}
+
+static int acq(resil_ratelimiter *rl, int n, const resil_ctx *ctx) {
+  resil_reason why = RESIL_REASON_COUNT_;
+  resil_decision d = resil_ratelimiter_acquire(rl, n, ctx, &why);
+  return rl_code(d, why);
+}
+
+static int res(resil_ratelimiter *rl, int n, const resil_ctx *ctx,
+               int64_t *wait) {
+  resil_reason why = RESIL_REASON_COUNT_;
+  resil_decision d = resil_ratelimiter_reserve(rl, n, ctx, wait, &why);
+  return rl_code(d, why);
+}
+
 typedef struct seen_ctx {
   const resil_ctx *ptr;
   const resil_clock *clock;
@@ -51,10 +85,12 @@ static void ratelimiter_defaults_match_resilience4j(void **state) {
   (void)state;
   resil_ratelimiter_config cfg;
   resil_ratelimiter_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_string_equal(cfg.name, "ratelimiter");
   assert_int_equal(cfg.limit_for_period, 50);
-  assert_int_equal(cfg.refresh_period_ns, 500);
+  /* 1 s, not Resilience4j's 500 ns builder default (which silently makes
+   * the default limiter almost unlimited). */
+  assert_int_equal(cfg.refresh_period_ns, RESIL_S(1));
   assert_int_equal(cfg.timeout_ns, INT64_C(5000000000));
   assert_null(cfg.clock);
   assert_null(cfg.alloc);
@@ -97,14 +133,29 @@ static void ratelimiter_rejects_invalid_config_naming_field_range_and_value(
   cfg.timeout_ns = -1;
   expect_range(&cfg, "timeout_ns", 0, INT64_MAX, -1);
 
+  /* Range errors on durations speak human units. */
   resil_ratelimiter_config_init(&cfg);
-  cfg.version = 0;
-  expect_range(&cfg, "version", 1, 1, 0);
+  cfg.timeout_ns = -1;
+  resil_ratelimiter *bad = NULL;
+  resil_error e;
+  assert_status(RESIL_EINVAL, resil_ratelimiter_new(&cfg, &bad, &e));
+  assert_non_null(strstr(e.msg, "timeout_ns: must be 0 ns.."));
+  assert_non_null(strstr(e.msg, "got -1 ns"));
+
+  /* A config never passed through _init is refused, naming the fix. */
+  memset(&cfg, 0, sizeof cfg);
+  cfg.limit_for_period = 5;
+  cfg.refresh_period_ns = RESIL_S(1);
+  assert_status(RESIL_EINVAL, resil_ratelimiter_new(&cfg, &bad, &e));
+  assert_null(bad);
+  assert_string_equal(e.field, "struct_size");
+  assert_non_null(strstr(e.msg, "call resil_ratelimiter_config_init()"));
 
   /* 1000 permits per 500 ns for 5 s could owe 10^10 permits: the largest
    * timeout that fits is reported, never clamped. */
   resil_ratelimiter_config_init(&cfg);
   cfg.limit_for_period = 1000;
+  cfg.refresh_period_ns = 500;
   int64_t max_timeout = (INT32_MAX / 1000 - 1) * INT64_C(500) + 499;
   expect_range(&cfg, "timeout_ns", 0, max_timeout, INT64_C(5000000000));
   cfg.timeout_ns = max_timeout;
@@ -152,9 +203,9 @@ static void ratelimiter_p4_two_per_hour_grants_two_then_refuses(void **state) {
   fixture f;
   make(&f, 2, HOUR, 0);
   assert_int_equal(resil_ratelimiter_available(f.rl), 2);
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, NULL), RESIL_RL_PERMITTED);
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, NULL), RESIL_RL_PERMITTED);
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, NULL), RESIL_RL_REFUSED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_REFUSED);
   assert_int_equal(resil_ratelimiter_available(f.rl), 0);
 
   calls = 0;
@@ -178,7 +229,7 @@ static void ratelimiter_new_cycle_restores_the_limit_without_accumulating(
   (void)state;
   fixture f;
   make(&f, 2, HOUR, 0);
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 2, NULL), RESIL_RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 2, NULL), RL_PERMITTED);
   assert_int_equal(resil_ratelimiter_available(f.rl), 0);
   resil_manual_clock_advance_ns(f.mc, HOUR - 1);
   assert_int_equal(resil_ratelimiter_available(f.rl), 0);
@@ -208,20 +259,20 @@ static void ratelimiter_reserves_permits_that_free_within_the_timeout(
   make(&f, 1, MS(100), MS(250));
   resil_manual_clock_advance_ns(f.mc, MS(30));
   int64_t wait = -1;
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 1, NULL, &wait),
-                   RESIL_RL_PERMITTED);
+  assert_int_equal(res(f.rl, 1, NULL, &wait),
+                   RL_PERMITTED);
   assert_int_equal(wait, 0);
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 1, NULL, &wait),
-                   RESIL_RL_RESERVED);
+  assert_int_equal(res(f.rl, 1, NULL, &wait),
+                   RL_RESERVED);
   assert_int_equal(wait, MS(70));
   assert_int_equal(resil_ratelimiter_available(f.rl), -1);
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 1, NULL, &wait),
-                   RESIL_RL_RESERVED);
+  assert_int_equal(res(f.rl, 1, NULL, &wait),
+                   RL_RESERVED);
   assert_int_equal(wait, MS(170));
   assert_int_equal(resil_ratelimiter_available(f.rl), -2);
 
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 1, NULL, &wait),
-                   RESIL_RL_REFUSED);
+  assert_int_equal(res(f.rl, 1, NULL, &wait),
+                   RL_REFUSED);
   assert_int_equal(wait, MS(270));
   assert_int_equal(resil_ratelimiter_available(f.rl), -2); /* nothing taken */
   assert_int_equal(resil_manual_clock_slept_ns(f.mc), 0);   /* no wait */
@@ -248,8 +299,8 @@ static void ratelimiter_acquire_sleeps_through_the_clock_for_a_reserved_permit(
   fixture f;
   make(&f, 1, MS(100), MS(250));
   resil_manual_clock_advance_ns(f.mc, MS(30));
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, NULL), RESIL_RL_PERMITTED);
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, NULL), RESIL_RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
   assert_int_equal(resil_manual_clock_slept_ns(f.mc), MS(70));
   assert_int_equal(resil_manual_clock_now_ns(f.mc), MS(100));
   /* Now at the start of the cycle the permit was reserved from. */
@@ -268,17 +319,17 @@ static void ratelimiter_permit_beyond_the_timeout_is_refused_at_once(
   (void)state;
   fixture f;
   make(&f, 1, MS(100), MS(50));
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, NULL), RESIL_RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
   /* The next permit is 100 ms away, the timeout 50 ms: Resilience4j would
    * wait 50 ms first; we refuse without waiting. */
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, NULL), RESIL_RL_REFUSED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_REFUSED);
   assert_int_equal(resil_manual_clock_slept_ns(f.mc), 0);
   assert_int_equal(resil_ratelimiter_available(f.rl), 0);
   resil_manual_clock_advance_ns(f.mc, MS(60));
   /* 40 ms away now: within the timeout. */
   int64_t wait;
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 1, NULL, &wait),
-                   RESIL_RL_RESERVED);
+  assert_int_equal(res(f.rl, 1, NULL, &wait),
+                   RL_RESERVED);
   assert_int_equal(wait, MS(40));
   destroy(&f);
 }
@@ -288,7 +339,7 @@ static void ratelimiter_deadline_shorter_than_the_wait_refuses_at_once(
   (void)state;
   fixture f;
   make(&f, 1, MS(100), MS(250));
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, NULL), RESIL_RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.clock = resil_manual_clock_get(f.mc);
@@ -296,8 +347,10 @@ static void ratelimiter_deadline_shorter_than_the_wait_refuses_at_once(
   int64_t wait;
   /* The permit comes in 100 ms, within the 250 ms timeout, but after the
    * deadline. */
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 1, &ctx, &wait),
-                   RESIL_RL_REFUSED);
+  resil_reason why;
+  assert_int_equal(resil_ratelimiter_reserve(f.rl, 1, &ctx, &wait, &why),
+                   RESIL_DECISION_DENY);
+  assert_int_equal(why, RESIL_REASON_DEADLINE);
   assert_int_equal(wait, MS(100));
   calls = 0;
   resil_outcome o = resil_ratelimiter_run(f.rl, &ctx, count_call, NULL);
@@ -312,8 +365,8 @@ static void ratelimiter_deadline_shorter_than_the_wait_refuses_at_once(
   assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &other));
   ctx.clock = resil_manual_clock_get(other);
   resil_ctx_set_timeout_ns(&ctx, MS(150));
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 1, &ctx, &wait),
-                   RESIL_RL_RESERVED);
+  assert_int_equal(res(f.rl, 1, &ctx, &wait),
+                   RL_RESERVED);
   assert_int_equal(wait, MS(100));
   resil_manual_clock_free(other);
   destroy(&f);
@@ -329,8 +382,8 @@ static void ratelimiter_cancelled_wait_gives_the_permit_back(void **state) {
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.cancel = c;
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, &ctx), RESIL_RL_PERMITTED);
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, &ctx), RESIL_RL_CANCELLED);
+  assert_int_equal(acq(f.rl, 1, &ctx), RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 1, &ctx), RL_CANCELLED);
   assert_int_equal(resil_ratelimiter_available(f.rl), 0);
   calls = 0;
   resil_outcome o = resil_ratelimiter_run(f.rl, &ctx, count_call, NULL);
@@ -356,24 +409,24 @@ static void ratelimiter_multi_permit_requests_reach_into_later_cycles(
   make(&f, 2, MS(100), MS(1000));
   int64_t wait;
   /* 2 now + 2 at 100 ms cover 3. */
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 3, NULL, &wait),
-                   RESIL_RL_RESERVED);
+  assert_int_equal(res(f.rl, 3, NULL, &wait),
+                   RL_RESERVED);
   assert_int_equal(wait, MS(100));
   assert_int_equal(resil_ratelimiter_available(f.rl), -1);
   /* Owing 1: the cycle at 100 ms leaves 1, the one at 200 ms covers 2. */
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 2, NULL, &wait),
-                   RESIL_RL_RESERVED);
+  assert_int_equal(res(f.rl, 2, NULL, &wait),
+                   RL_RESERVED);
   assert_int_equal(wait, MS(200));
   /* A request no timeout can cover reports a saturated wait. */
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, INT_MAX, NULL, &wait),
-                   RESIL_RL_REFUSED);
+  assert_int_equal(res(f.rl, INT_MAX, NULL, &wait),
+                   RL_REFUSED);
   assert_true(wait > MS(1000));
   assert_int_equal(resil_ratelimiter_available(f.rl), -3);
   destroy(&f);
 
   make(&f, 1, HOUR, 0);
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, INT_MAX, NULL, &wait),
-                   RESIL_RL_REFUSED);
+  assert_int_equal(res(f.rl, INT_MAX, NULL, &wait),
+                   RL_REFUSED);
   assert_int_equal(wait, INT64_MAX);
   destroy(&f);
 }
@@ -389,8 +442,8 @@ static void ratelimiter_idle_gaps_across_cycle_tag_wraparound_refill(
   int64_t gaps[] = {wrap, wrap - 1, wrap + 1, 2 * wrap, (INT64_C(1) << 31) + 7,
                     INT64_C(5) * wrap + 12345, 1};
   for (size_t i = 0; i < sizeof gaps / sizeof gaps[0]; i++) {
-    assert_int_equal(resil_ratelimiter_acquire(f.rl, 3, NULL), RESIL_RL_PERMITTED);
-    assert_int_equal(resil_ratelimiter_acquire(f.rl, 1, NULL), RESIL_RL_REFUSED);
+    assert_int_equal(acq(f.rl, 3, NULL), RL_PERMITTED);
+    assert_int_equal(acq(f.rl, 1, NULL), RL_REFUSED);
     assert_int_equal(resil_ratelimiter_available(f.rl), 0);
     resil_manual_clock_advance_ns(f.mc, gaps[i]);
     assert_int_equal(resil_ratelimiter_available(f.rl), 3);
@@ -400,10 +453,10 @@ static void ratelimiter_idle_gaps_across_cycle_tag_wraparound_refill(
   /* Debt across a wrap: reserve 2 cycles ahead, then the same tag again. */
   make(&f, 1, 1, 2);
   int64_t wait;
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 1, NULL, &wait),
-                   RESIL_RL_PERMITTED);
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 2, NULL, &wait),
-                   RESIL_RL_RESERVED);
+  assert_int_equal(res(f.rl, 1, NULL, &wait),
+                   RL_PERMITTED);
+  assert_int_equal(res(f.rl, 2, NULL, &wait),
+                   RL_RESERVED);
   assert_int_equal(wait, 2);
   assert_int_equal(resil_ratelimiter_available(f.rl), -2);
   resil_manual_clock_advance_ns(f.mc, wrap);
@@ -416,11 +469,11 @@ static void ratelimiter_misuse_is_reported_not_crashed(void **state) {
   fixture f;
   make(&f, 2, HOUR, 0);
   int64_t wait = 7;
-  assert_int_equal(resil_ratelimiter_reserve(f.rl, 0, NULL, &wait),
-                   RESIL_RL_MISUSE);
+  assert_int_equal(res(f.rl, 0, NULL, &wait),
+                   RL_MISUSE);
   assert_int_equal(wait, 0);
-  assert_int_equal(resil_ratelimiter_acquire(f.rl, -1, NULL), RESIL_RL_MISUSE);
-  assert_int_equal(resil_ratelimiter_acquire(NULL, 1, NULL), RESIL_RL_MISUSE);
+  assert_int_equal(acq(f.rl, -1, NULL), RL_MISUSE);
+  assert_int_equal(acq(NULL, 1, NULL), RL_MISUSE);
   assert_int_equal(resil_ratelimiter_available(f.rl), 2);
   resil_outcome o = resil_ratelimiter_run(f.rl, NULL, NULL, NULL);
   assert_int_equal(o.kind, RESIL_NOT_SENT);
@@ -430,8 +483,71 @@ static void ratelimiter_misuse_is_reported_not_crashed(void **state) {
   resil_ratelimiter_metrics m;
   assert_status(RESIL_EINVAL, resil_ratelimiter_get_metrics(f.rl, NULL));
   assert_status(RESIL_EMISUSE, resil_ratelimiter_get_metrics(NULL, &m));
-  assert_string_equal(resil_ratelimiter_name(NULL), "");
+  assert_null(resil_ratelimiter_name(NULL));
   assert_int_equal(resil_ratelimiter_available(NULL), 0);
+  assert_int_equal(resil_ratelimiter_nanos_to_wait(NULL), 0);
+  /* A ctx never passed through resil_ctx_init(): nothing consumed. */
+  resil_ctx raw;
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(res(f.rl, 1, &raw, &wait), RL_MISUSE);
+  assert_int_equal(resil_ratelimiter_available(f.rl), 2);
+  o = resil_ratelimiter_run(f.rl, &raw, count_call, NULL);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  destroy(&f);
+}
+
+/* The default limiter really limits: 50 permits per second. */
+static void ratelimiter_default_period_is_one_second(void **state) {
+  (void)state;
+  resil_manual_clock *mc;
+  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
+  resil_ratelimiter_config cfg;
+  resil_ratelimiter_config_init(&cfg);
+  cfg.timeout_ns = 0;
+  cfg.clock = resil_manual_clock_get(mc);
+  resil_ratelimiter *rl = NULL;
+  assert_status(RESIL_OK, resil_ratelimiter_new(&cfg, &rl, NULL));
+  resil_manual_clock_advance_ns(mc, RESIL_MS(400));
+  for (int i = 0; i < 50; i++) assert_int_equal(acq(rl, 1, NULL), RL_PERMITTED);
+  resil_reason why;
+  assert_int_equal(resil_ratelimiter_acquire(rl, 1, NULL, &why), RESIL_DECISION_DENY);
+  assert_int_equal(why, RESIL_REASON_RATE_LIMITED);
+  /* The next permit comes with the next cycle, at t = 1 s. */
+  assert_int_equal(resil_ratelimiter_nanos_to_wait(rl), RESIL_MS(600));
+  resil_manual_clock_advance_ns(mc, RESIL_MS(600));
+  assert_int_equal(resil_ratelimiter_nanos_to_wait(rl), 0);
+  assert_int_equal(acq(rl, 1, NULL), RL_PERMITTED);
+  resil_ratelimiter_free(rl);
+  resil_manual_clock_free(mc);
+}
+
+/* Resilience4j's getNanosToWait: 0 while a permit is free now, else the
+ * time to the cycle that covers one more permit, reservations counted. */
+static void ratelimiter_nanos_to_wait_for_one_more_permit(void **state) {
+  (void)state;
+  fixture f;
+  make(&f, 2, MS(100), MS(1000));
+  assert_int_equal(resil_ratelimiter_nanos_to_wait(f.rl), 0);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
+  assert_int_equal(resil_ratelimiter_nanos_to_wait(f.rl), 0);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
+  resil_manual_clock_advance_ns(f.mc, MS(30));
+  assert_int_equal(resil_ratelimiter_nanos_to_wait(f.rl), MS(70));
+  /* Reserve the two permits of the next cycle: one more is two cycles
+   * away. */
+  int64_t wait;
+  assert_int_equal(res(f.rl, 2, NULL, &wait), RL_RESERVED);
+  assert_int_equal(wait, MS(70));
+  assert_int_equal(resil_ratelimiter_nanos_to_wait(f.rl), MS(170));
+  /* The getter changes nothing, and the metrics carry the same value. */
+  assert_int_equal(resil_ratelimiter_nanos_to_wait(f.rl), MS(170));
+  resil_ratelimiter_metrics m;
+  assert_status(RESIL_OK, resil_ratelimiter_get_metrics(f.rl, &m));
+  assert_int_equal(m.struct_size, sizeof m);
+  assert_int_equal(m.nanos_to_wait, MS(170));
+  assert_int_equal(m.available, -2);
+  resil_manual_clock_advance_ns(f.mc, MS(170));
+  assert_int_equal(resil_ratelimiter_nanos_to_wait(f.rl), 0);
   destroy(&f);
 }
 
@@ -471,6 +587,8 @@ int main(void) {
       cmocka_unit_test(ratelimiter_idle_gaps_across_cycle_tag_wraparound_refill),
       cmocka_unit_test(ratelimiter_misuse_is_reported_not_crashed),
       cmocka_unit_test(ratelimiter_run_passes_the_callers_ctx_through),
+      cmocka_unit_test(ratelimiter_default_period_is_one_second),
+      cmocka_unit_test(ratelimiter_nanos_to_wait_for_one_more_permit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

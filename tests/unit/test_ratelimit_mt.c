@@ -25,7 +25,7 @@ static void *hammer(void *p) {
   shared *s = p;
   pthread_barrier_wait(&s->start);
   for (int i = 0; i < s->tries; i++) {
-    if (resil_ratelimiter_acquire(s->rl, 1, NULL) == RESIL_RL_PERMITTED)
+    if (resil_ratelimiter_acquire(s->rl, 1, NULL, NULL) == RESIL_DECISION_GO)
       atomic_fetch_add(&s->permitted, 1);
     else
       atomic_fetch_add(&s->refused, 1);
@@ -72,7 +72,7 @@ static void *phased(void *p) {
   for (int ph = 0; ph < s->phases; ph++) {
     pthread_barrier_wait(&s->start);
     for (int i = 0; i < s->tries; i++) {
-      if (resil_ratelimiter_acquire(s->rl, 1, NULL) == RESIL_RL_PERMITTED)
+      if (resil_ratelimiter_acquire(s->rl, 1, NULL, NULL) == RESIL_DECISION_GO)
         atomic_fetch_add(&s->permitted, 1);
     }
     pthread_barrier_wait(&s->phase_done);
@@ -124,8 +124,8 @@ static void *reserver(void *p) {
   pthread_barrier_wait(&s->start);
   for (int i = 0; i < s->tries; i++) {
     int64_t wait;
-    resil_rl_decision d = resil_ratelimiter_reserve(s->rl, 1, NULL, &wait);
-    if (d == RESIL_RL_REFUSED) {
+    resil_decision d = resil_ratelimiter_reserve(s->rl, 1, NULL, &wait, NULL);
+    if (d == RESIL_DECISION_DENY) {
       atomic_fetch_add(&s->refused, 1);
       continue;
     }
@@ -178,7 +178,7 @@ static void *timed_hammer(void *p) {
   shared *s = p;
   pthread_barrier_wait(&s->start);
   for (int i = 0; i < s->tries; i++) {
-    if (resil_ratelimiter_reserve(s->rl, 1, NULL, NULL) == RESIL_RL_PERMITTED)
+    if (resil_ratelimiter_reserve(s->rl, 1, NULL, NULL, NULL) == RESIL_DECISION_GO)
       atomic_fetch_add(&s->permitted, 1);
     else
       atomic_fetch_add(&s->refused, 1);

@@ -1,6 +1,7 @@
 /* Retry policy: attempts, intervals, Retry-After, safety rules, deadline,
  * budget, folding of the final outcome, split form, stats, validation. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "retry/retry_int.h"
@@ -86,15 +87,21 @@ static void env_free(env *e) { resil_manual_clock_free(e->mc); }
 /* Runs the split form against a script and records the delays returned. */
 static int split_delays(resil_retry *r, const resil_ctx *ctx, script *s,
                         int64_t *delays, int max) {
-  resil_retry_state st;
+  resil_retry_state *st = NULL;
+  assert_status(RESIL_OK, resil_retry_state_new(NULL, &st));
   int n = 0;
-  resil_retry_decision d = resil_retry_begin(r, ctx, &st);
-  while (d == RESIL_RETRY_ATTEMPT) {
-    resil_outcome o = script_fn(s, &st.ctx);
+  resil_decision d = resil_retry_begin(r, ctx, st);
+  while (d != RESIL_DECISION_DENY) {
+    resil_outcome o = script_fn(s, resil_retry_state_ctx(st));
     int64_t delay = -1;
-    d = resil_retry_next(r, &st, &o, &delay);
-    if (d == RESIL_RETRY_ATTEMPT && n < max) delays[n++] = delay;
+    d = resil_retry_next(r, st, &o, &delay);
+    if (d != RESIL_DECISION_DENY) {
+      /* WAIT exactly when there is a wait. */
+      assert_int_equal(d, delay > 0 ? RESIL_DECISION_WAIT : RESIL_DECISION_GO);
+      if (n < max) delays[n++] = delay;
+    }
   }
+  resil_retry_state_free(st);
   return n;
 }
 
@@ -119,7 +126,7 @@ static void config_init_writes_documented_defaults(void **state) {
   resil_retry_config c;
   memset(&c, 0xab, sizeof c);
   resil_retry_config_init(&c);
-  assert_int_equal(c.version, 1);
+  assert_int_equal(c.struct_size, sizeof c);
   assert_null(c.name);
   assert_int_equal(c.max_attempts, 3);
   assert_int_equal(c.backoff, RESIL_RETRY_FIXED);
@@ -136,7 +143,8 @@ static void config_init_writes_documented_defaults(void **state) {
   assert_null(c.budget);
   assert_null(c.random);
   assert_null(c.predicate);
-  assert_null(c.on_retry);
+  assert_null(c.on_attempt);
+  assert_null(c.on_attempt_user);
   assert_null(c.clock);
   assert_null(c.alloc);
   resil_retry_config_init(NULL);
@@ -405,12 +413,125 @@ static void retry_after_replaces_computed_wait_even_when_shorter(void **state) {
   assert_true(resil_outcome_is_success(&o));
   assert_int_equal(s.at_ns[1] - s.at_ns[0], MS(100));  /* shorter than 500 */
   assert_int_equal(s.at_ns[2] - s.at_ns[1], MS(2000)); /* longer than 500  */
-  /* Retry-After 0 ("now") also replaces the wait. */
+  resil_retry_free(r);
+  env_free(&e);
+}
+
+/* DESIGN §2.3: Retry-After 0, an HTTP-date in the past (the parser gives 0
+ * for it) and an unusable value give no reason to retry sooner than planned:
+ * the computed backoff applies. Against nginx, a 429 with a past date made
+ * 3 attempts in 0.4 ms. */
+static void retry_after_zero_or_past_date_falls_back_to_backoff(void **state) {
+  (void)state;
+  env e;
+  env_init(&e);
+  e.cfg.wait_ns = MS(500);
+  resil_retry *r = env_retry(&e);
+  e.ctx.flags = RESIL_CALL_IDEMPOTENT;
+  /* Retry-After: 0 */
+  script s;
   script_init(&s, e.mc);
-  script_push(&s, http_ra(503, 0));
+  script_push(&s, http_ra(429, 0));
+  resil_outcome o = resil_retry_run(r, &e.ctx, script_fn, &s);
+  assert_int_equal(s.calls, 3);
+  assert_int_equal(o.stop, RESIL_STOP_MAX_ATTEMPTS);
+  assert_int_equal(s.at_ns[1] - s.at_ns[0], MS(500));
+  assert_int_equal(s.at_ns[2] - s.at_ns[1], MS(500));
+  assert_int_equal(resil_manual_clock_slept_ns(e.mc), MS(1000));
+  /* A date in the past, parsed against the clock's wall time. */
+  int64_t ms = -1;
+  const char *past = "Sun, 06 Nov 1994 08:49:37 GMT";
+  assert_status(RESIL_OK, resil_retry_after_parse(past, strlen(past),
+                                                  resil_clock_wall_ms(e.cfg.clock), &ms));
+  assert_int_equal(ms, 0);
+  script_init(&s, e.mc);
+  script_push(&s, http_ra(429, ms));
   int64_t d[4];
   assert_int_equal(split_delays(r, &e.ctx, &s, d, 4), 2);
-  assert_int_equal(d[0], 0);
+  assert_int_equal(d[0], MS(500));
+  assert_int_equal(d[1], MS(500));
+  /* An unusable value: the parser refuses it, the outcome carries -1. */
+  const char *junk = "soon";
+  assert_status(RESIL_EINVAL, resil_retry_after_parse(junk, strlen(junk), 0, &ms));
+  script_init(&s, e.mc);
+  script_push(&s, http_ra(503, -1));
+  assert_int_equal(split_delays(r, &e.ctx, &s, d, 4), 2);
+  assert_int_equal(d[0], MS(500));
+  /* The smallest positive hint still replaces the backoff. */
+  script_init(&s, e.mc);
+  script_push(&s, http_ra(503, 1));
+  assert_int_equal(split_delays(r, &e.ctx, &s, d, 4), 2);
+  assert_int_equal(d[0], MS(1));
+  resil_retry_free(r);
+  env_free(&e);
+}
+
+/* A Retry-After capped by the remaining deadline uses it up: nothing would
+ * be left for the attempt, so the call ends at once without sleeping
+ * (DESIGN §2.3, "at least 1 ms"); the computed wait it replaced is not slept
+ * either. */
+static void retry_after_that_uses_up_the_deadline_ends_at_once(void **state) {
+  (void)state;
+  env e;
+  env_init(&e);
+  e.cfg.wait_ns = MS(100);
+  resil_retry *r = env_retry(&e);
+  e.ctx.flags = RESIL_CALL_IDEMPOTENT;
+  /* 503 with Retry-After 2 s, 900.5 ms left: capped to 900.5 ms, 0 left. */
+  resil_ctx_set_timeout_ns(&e.ctx, MS(900) + RESIL_US(500));
+  script s;
+  script_init(&s, e.mc);
+  script_push(&s, http_ra(503, 2000));
+  resil_outcome o = resil_retry_run(r, &e.ctx, script_fn, &s);
+  assert_int_equal(s.calls, 1);
+  assert_int_equal(o.stop, RESIL_STOP_DEADLINE);
+  assert_int_equal(o.kind, RESIL_ANSWERED); /* the answer says more: kept */
+  assert_int_equal(o.http_status, 503);
+  assert_int_equal(resil_manual_clock_slept_ns(e.mc), 0);
+
+  /* Retry-After 200 ms (longer than the 100 ms backoff) leaves 0.5 ms: the
+   * call ends at once; neither the hint nor the shorter backoff is slept. */
+  resil_ctx_set_timeout_ns(&e.ctx, MS(200) + RESIL_US(500));
+  script_init(&s, e.mc);
+  script_push(&s, http_ra(429, 200));
+  script_push(&s, resil_outcome_ok());
+  o = resil_retry_run(r, &e.ctx, script_fn, &s);
+  assert_int_equal(s.calls, 1);
+  assert_int_equal(o.stop, RESIL_STOP_DEADLINE);
+  assert_int_equal(o.http_status, 429);
+  assert_int_equal(resil_manual_clock_slept_ns(e.mc), 0);
+
+  /* A wait that leaves less than 1 ms: NOT_SENT history, so REJECTED,
+   * reason DEADLINE. Neither the 100 ms backoff nor anything else is
+   * slept. */
+  resil_ctx_set_timeout_ns(&e.ctx, MS(100) + RESIL_US(500));
+  script_init(&s, e.mc);
+  script_push(&s, not_sent());
+  o = resil_retry_run(r, &e.ctx, script_fn, &s);
+  assert_int_equal(s.calls, 1);
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_DEADLINE);
+  assert_int_equal(o.stop, RESIL_STOP_DEADLINE);
+  assert_int_equal(resil_manual_clock_slept_ns(e.mc), 0);
+
+  /* With 1 ms left after the wait, the attempt is made. */
+  resil_ctx_set_timeout_ns(&e.ctx, MS(101));
+  script_init(&s, e.mc);
+  script_push(&s, not_sent());
+  script_push(&s, resil_outcome_ok());
+  o = resil_retry_run(r, &e.ctx, script_fn, &s);
+  assert_int_equal(s.calls, 2);
+  assert_int_equal(o.stop, RESIL_STOP_SUCCESS);
+  assert_int_equal(resil_manual_clock_slept_ns(e.mc), MS(100));
+
+  /* The first attempt too needs 1 ms of deadline. */
+  resil_ctx_set_timeout_ns(&e.ctx, RESIL_US(999));
+  script_init(&s, e.mc);
+  script_push(&s, resil_outcome_ok());
+  o = resil_retry_run(r, &e.ctx, script_fn, &s);
+  assert_int_equal(s.calls, 0);
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_DEADLINE);
   resil_retry_free(r);
   env_free(&e);
 }
@@ -480,8 +601,8 @@ static void unusable_retry_after_falls_back_to_computed_wait(void **state) {
   e.cfg.wait_ns = MS(70);
   resil_retry *r = env_retry(&e);
   e.ctx.flags = RESIL_CALL_IDEMPOTENT;
-  int64_t bad[] = {-1, -5, INT64_MIN};
-  for (size_t i = 0; i < 3; i++) {
+  int64_t bad[] = {-1, -5, INT64_MIN, 0};
+  for (size_t i = 0; i < 4; i++) {
     script s;
     script_init(&s, e.mc);
     script_push(&s, http_ra(503, bad[i]));
@@ -829,13 +950,10 @@ static void wait_never_sleeps_past_the_deadline(void **state) {
   env_free(&e);
 }
 
-static void signal_on_retry(void *user, const resil_retry *r, uint32_t attempt,
-                            const resil_outcome *o, int64_t delay_ns) {
-  (void)r;
-  (void)attempt;
-  (void)o;
-  (void)delay_ns;
-  resil_cancel_signal(user);
+/* Signals the token when a wait is announced (the report of an attempt
+ * that another will follow). */
+static void signal_on_wait(void *user, const resil_attempt_info *info) {
+  if (info->next_wait_ns >= 0) resil_cancel_signal(user);
 }
 
 static void cancellation_stops_before_the_next_attempt(void **state) {
@@ -844,8 +962,8 @@ static void cancellation_stops_before_the_next_attempt(void **state) {
   env_init(&e);
   resil_cancel *c = NULL;
   assert_status(RESIL_OK, resil_cancel_new(&c));
-  e.cfg.on_retry = signal_on_retry; /* fires just before the wait */
-  e.cfg.user = c;
+  e.cfg.on_attempt = signal_on_wait; /* fires just before the wait */
+  e.cfg.on_attempt_user = c;
   resil_retry *r = env_retry(&e);
   e.ctx.cancel = c;
   script s;
@@ -978,75 +1096,175 @@ static void split_form_returns_delays_without_blocking(void **state) {
   env_init(&e);
   e.cfg.wait_ns = MS(250);
   resil_retry *r = env_retry(&e);
-  resil_retry_state st;
-  assert_int_equal(resil_retry_begin(r, &e.ctx, &st), RESIL_RETRY_ATTEMPT);
-  assert_int_equal(st.ctx.attempt, 1);
+  resil_retry_state *st = NULL;
+  assert_status(RESIL_OK, resil_retry_state_new(NULL, &st));
+  assert_int_equal(resil_retry_begin(r, &e.ctx, st), RESIL_DECISION_GO);
+  assert_int_equal(resil_retry_state_ctx(st)->attempt, 1);
   resil_outcome o = not_sent();
   int64_t delay = -1;
-  assert_int_equal(resil_retry_next(r, &st, &o, &delay), RESIL_RETRY_ATTEMPT);
+  assert_int_equal(resil_retry_next(r, st, &o, &delay), RESIL_DECISION_WAIT);
   assert_int_equal(delay, MS(250));
-  assert_int_equal(st.ctx.attempt, 2);
+  assert_int_equal(resil_retry_state_ctx(st)->attempt, 2);
   o = resil_outcome_ok();
-  assert_int_equal(resil_retry_next(r, &st, &o, &delay), RESIL_RETRY_STOP);
+  assert_int_equal(resil_retry_next(r, st, &o, &delay), RESIL_DECISION_DENY);
   assert_int_equal(delay, 0);
-  resil_outcome f = resil_retry_result(&st);
+  resil_outcome f = resil_retry_result(st);
   assert_int_equal(f.stop, RESIL_STOP_SUCCESS);
   assert_int_equal(f.attempts, 2);
   /* Stopped stays stopped. */
   o = not_sent();
-  assert_int_equal(resil_retry_next(r, &st, &o, NULL), RESIL_RETRY_STOP);
-  assert_int_equal(resil_retry_result(&st).stop, RESIL_STOP_SUCCESS);
+  assert_int_equal(resil_retry_next(r, st, &o, NULL), RESIL_DECISION_DENY);
+  assert_int_equal(resil_retry_result(st).stop, RESIL_STOP_SUCCESS);
   assert_int_equal(resil_manual_clock_slept_ns(e.mc), 0);
   assert_int_equal(resil_manual_clock_now_ns(e.mc), 0);
+  /* The state is reused for the next logical call; a zero wait is GO. */
+  resil_retry_free(r);
+  e.cfg.wait_ns = 0;
+  r = env_retry(&e);
+  assert_int_equal(resil_retry_begin(r, &e.ctx, st), RESIL_DECISION_GO);
+  o = not_sent();
+  delay = -1;
+  assert_int_equal(resil_retry_next(r, st, &o, &delay), RESIL_DECISION_GO);
+  assert_int_equal(delay, 0);
+  resil_retry_state_free(st);
+  resil_retry_state_free(NULL);
+  assert_null(resil_retry_state_ctx(NULL));
   resil_retry_free(r);
   env_free(&e);
 }
 
-typedef struct seen_retry {
-  uint32_t attempts[8];
-  int64_t delays[8];
-  int statuses[8];
+#define SEEN_MAX 8
+typedef struct seen_attempts {
+  resil_attempt_info info[SEEN_MAX];
+  char source[SEEN_MAX][16];
   int n;
-  const resil_retry *r;
-} seen_retry;
+} seen_attempts;
 
-static void record_retry(void *user, const resil_retry *r, uint32_t attempt,
-                         const resil_outcome *o, int64_t delay_ns) {
-  seen_retry *s = user;
-  s->r = r;
-  s->attempts[s->n] = attempt;
-  s->delays[s->n] = delay_ns;
-  s->statuses[s->n] = o->http_status;
+static void record_attempt(void *user, const resil_attempt_info *info) {
+  seen_attempts *s = user;
+  if (s->n >= SEEN_MAX) return;
+  s->info[s->n] = *info;
+  snprintf(s->source[s->n], sizeof s->source[0], "%s", info->source);
   s->n++;
 }
 
-static void listener_sees_attempt_outcome_and_delay(void **state) {
+/* The attempt listener sees every physical attempt, the last one too:
+ * number, outcome, duration (measured on the clock), the wait before it,
+ * the next wait (-1 for the last), the stop, the key and the source. */
+static void listener_sees_every_attempt_the_last_included(void **state) {
   (void)state;
   env e;
   env_init(&e);
-  seen_retry seen;
+  seen_attempts seen;
   memset(&seen, 0, sizeof seen);
+  e.cfg.name = "items";
   e.cfg.backoff = RESIL_RETRY_EXPONENTIAL;
   e.cfg.initial_wait_ns = MS(20);
   e.cfg.multiplier = 2.0;
-  e.cfg.on_retry = record_retry;
-  e.cfg.user = &seen;
+  e.cfg.on_attempt = record_attempt;
+  e.cfg.on_attempt_user = &seen;
   resil_retry *r = env_retry(&e);
   e.ctx.flags = RESIL_CALL_IDEMPOTENT;
+  e.ctx.idempotency_key = "key-42";
   script s;
   script_init(&s, e.mc);
+  s.spend_ns = MS(7);
   script_push(&s, resil_outcome_http(502));
   script_push(&s, resil_outcome_http(503));
   script_push(&s, resil_outcome_http(504));
-  resil_retry_run(r, &e.ctx, script_fn, &s);
-  assert_int_equal(seen.n, 2); /* no event after the last attempt */
-  assert_ptr_equal(seen.r, r);
-  assert_int_equal(seen.attempts[0], 1);
-  assert_int_equal(seen.statuses[0], 502);
-  assert_int_equal(seen.delays[0], MS(20));
-  assert_int_equal(seen.attempts[1], 2);
-  assert_int_equal(seen.statuses[1], 503);
-  assert_int_equal(seen.delays[1], MS(40));
+  resil_outcome o = resil_retry_run(r, &e.ctx, script_fn, &s);
+  assert_int_equal(o.stop, RESIL_STOP_MAX_ATTEMPTS);
+  assert_int_equal(seen.n, 3);
+  const int statuses[3] = {502, 503, 504};
+  const int64_t before[3] = {0, MS(20), MS(40)};
+  const int64_t next[3] = {MS(20), MS(40), -1};
+  const resil_stop stops[3] = {RESIL_STOP_NONE, RESIL_STOP_NONE,
+                               RESIL_STOP_MAX_ATTEMPTS};
+  for (int i = 0; i < 3; i++) {
+    const resil_attempt_info *a = &seen.info[i];
+    assert_int_equal(a->struct_size, sizeof *a);
+    assert_string_equal(seen.source[i], "items");
+    assert_int_equal(a->attempt, (uint32_t)i + 1);
+    assert_int_equal(a->outcome.http_status, statuses[i]);
+    assert_int_equal(a->duration_ns, MS(7));
+    assert_int_equal(a->wait_before_ns, before[i]);
+    assert_int_equal(a->next_wait_ns, next[i]);
+    assert_int_equal(a->stop, stops[i]);
+    assert_string_equal(a->idempotency_key, "key-42");
+  }
+
+  /* A success on the first attempt is reported too (the run form's fast
+   * path is not taken with a listener). */
+  memset(&seen, 0, sizeof seen);
+  resil_ctx plain;
+  resil_ctx_init(&plain);
+  plain.clock = e.ctx.clock;
+  script_init(&s, e.mc);
+  script_push(&s, resil_outcome_ok());
+  o = resil_retry_run(r, &plain, script_fn, &s);
+  assert_int_equal(seen.n, 1);
+  assert_int_equal(seen.info[0].stop, RESIL_STOP_SUCCESS);
+  assert_int_equal(seen.info[0].next_wait_ns, -1);
+  assert_null(seen.info[0].idempotency_key);
+
+  /* The refusal of the next attempt is the last attempt's stop. */
+  memset(&seen, 0, sizeof seen);
+  resil_ctx_set_timeout_ns(&e.ctx, MS(10));
+  script_init(&s, e.mc);
+  script_push(&s, not_sent());
+  o = resil_retry_run(r, &e.ctx, script_fn, &s);
+  assert_int_equal(o.reason, RESIL_REASON_DEADLINE);
+  assert_int_equal(seen.n, 1);
+  assert_int_equal(seen.info[0].outcome.kind, RESIL_NOT_SENT); /* as it ended */
+  assert_int_equal(seen.info[0].stop, RESIL_STOP_DEADLINE);
+  assert_int_equal(seen.info[0].next_wait_ns, -1);
+  resil_retry_free(r);
+  env_free(&e);
+}
+
+/* The split form reports too: with the duration the caller passes, or,
+ * with -1, the time from the decision (plus the wait it asked for) to the
+ * next call, on the context's clock. */
+static void split_form_reports_attempts_with_given_or_measured_duration(
+    void **state) {
+  (void)state;
+  env e;
+  env_init(&e);
+  seen_attempts seen;
+  memset(&seen, 0, sizeof seen);
+  e.cfg.wait_ns = MS(30);
+  e.cfg.on_attempt = record_attempt;
+  e.cfg.on_attempt_user = &seen;
+  resil_retry *r = env_retry(&e);
+  resil_retry_state *st = NULL;
+  assert_status(RESIL_OK, resil_retry_state_new(NULL, &st));
+  assert_int_equal(resil_retry_begin(r, &e.ctx, st), RESIL_DECISION_GO);
+  resil_manual_clock_advance_ns(e.mc, MS(5));
+  resil_outcome o = not_sent();
+  int64_t wait = 0;
+  assert_int_equal(resil_retry_next(r, st, &o, &wait), RESIL_DECISION_WAIT);
+  assert_int_equal(seen.n, 1);
+  assert_int_equal(seen.info[0].duration_ns, MS(5)); /* measured */
+  assert_int_equal(seen.info[0].next_wait_ns, MS(30));
+  assert_string_equal(seen.source[0], "retry");
+  /* The caller waits 30 ms, then the attempt takes 8 ms. */
+  resil_manual_clock_advance_ns(e.mc, MS(30) + MS(8));
+  assert_int_equal(resil_retry_next(r, st, &o, &wait), RESIL_DECISION_WAIT);
+  assert_int_equal(seen.info[1].duration_ns, MS(8));
+  assert_int_equal(seen.info[1].wait_before_ns, MS(30));
+  /* A duration the caller measured is reported as given. */
+  o = resil_outcome_ok();
+  assert_int_equal(resil_retry_next_timed(r, st, &o, MS(123), &wait),
+                   RESIL_DECISION_DENY);
+  assert_int_equal(seen.n, 3);
+  assert_int_equal(seen.info[2].duration_ns, MS(123));
+  assert_int_equal(seen.info[2].attempt, 3);
+  assert_int_equal(seen.info[2].next_wait_ns, -1);
+  assert_int_equal(seen.info[2].stop, RESIL_STOP_SUCCESS);
+  /* After the stop nothing more is reported. */
+  assert_int_equal(resil_retry_next(r, st, &o, &wait), RESIL_DECISION_DENY);
+  assert_int_equal(seen.n, 3);
+  resil_retry_state_free(st);
   resil_retry_free(r);
   env_free(&e);
 }
@@ -1399,7 +1617,6 @@ typedef struct bad_field {
   int64_t min, max, got;
 } bad_field;
 
-static void bad_version(resil_retry_config *c) { c->version = 2; }
 static void bad_attempts_low(resil_retry_config *c) { c->max_attempts = 0; }
 static void bad_attempts_high(resil_retry_config *c) { c->max_attempts = 1001; }
 static void bad_backoff(resil_retry_config *c) { c->backoff = (resil_retry_backoff)7; }
@@ -1421,7 +1638,6 @@ static void validation_reports_field_range_and_value(void **state) {
   (void)state;
   const int64_t day = RESIL_RETRY_MAX_DURATION_NS;
   bad_field cases[] = {
-      {"version", bad_version, 1, 1, 1, 2},
       {"max_attempts", bad_attempts_low, 1, 1, 1000, 0},
       {"max_attempts", bad_attempts_high, 1, 1, 1000, 1001},
       {"backoff", bad_backoff, 1, 0, 4, 7},
@@ -1456,6 +1672,35 @@ static void validation_reports_field_range_and_value(void **state) {
   c.max_attempts = 0;
   assert_status(RESIL_EINVAL, resil_retry_new(&c, &r, &err));
   assert_string_equal(err.msg, "max_attempts: must be 1..1000, got 0");
+  /* Durations speak human units. */
+  resil_retry_config_init(&c);
+  c.initial_wait_ns = 200;
+  assert_status(RESIL_EINVAL, resil_retry_new(&c, &r, &err));
+  assert_string_equal(err.msg, "initial_wait_ns: must be 1 ms..1 d, got 200 ns");
+  assert_int_equal(err.min, MS(1)); /* the range data stays in ns */
+  resil_retry_config_init(&c);
+  c.initial_wait_ns = MS(100);
+  c.max_wait_ns = MS(50);
+  assert_status(RESIL_EINVAL, resil_retry_new(&c, &r, &err));
+  assert_string_equal(err.msg,
+                      "max_wait_ns: must be initial_wait_ns (100 ms)..1 d, got 50 ms");
+  /* A config never passed through _init is refused, naming the fix; so is
+   * a budget config. */
+  memset(&c, 0, sizeof c);
+  c.max_attempts = 3;
+  assert_status(RESIL_EINVAL, resil_retry_new(&c, &r, &err));
+  assert_null(r);
+  assert_string_equal(err.field, "struct_size");
+  assert_non_null(strstr(err.msg, "call resil_retry_config_init()"));
+  c.struct_size = (size_t)0x5a5a5a5a5a5aULL; /* garbage */
+  assert_status(RESIL_EINVAL, resil_retry_new(&c, &r, &err));
+  assert_non_null(strstr(err.msg, "call resil_retry_config_init()"));
+  assert_int_equal(resil_retry_worst_wait_ns(&c), -1);
+  resil_retry_budget_config raw_b;
+  memset(&raw_b, 0, sizeof raw_b);
+  resil_retry_budget *rb = NULL;
+  assert_status(RESIL_EINVAL, resil_retry_budget_new(&raw_b, &rb, &err));
+  assert_non_null(strstr(err.msg, "call resil_retry_budget_config_init()"));
 
   double bad_mult[] = {0.99, 100.5, NAN};
   for (size_t i = 0; i < 3; i++) {
@@ -1490,7 +1735,7 @@ static void validation_reports_field_range_and_value(void **state) {
   resil_retry_budget_config bc;
   resil_retry_budget *b = NULL;
   resil_retry_budget_config_init(&bc);
-  assert_int_equal(bc.version, 1);
+  assert_int_equal(bc.struct_size, sizeof bc);
   assert_int_equal(bc.mode, RESIL_BUDGET_FINAGLE);
   assert_int_equal(bc.ttl_ns, MS(10000));
   assert_int_equal(bc.min_retries_per_s, 10);
@@ -1503,6 +1748,7 @@ static void validation_reports_field_range_and_value(void **state) {
   assert_int_equal(err.min, MS(1000));
   assert_int_equal(err.max, MS(3600000));
   assert_int_equal(err.got, MS(999));
+  assert_string_equal(err.msg, "ttl_ns: must be 1 s..1 h, got 999 ms");
   resil_retry_budget_config_init(&bc);
   bc.percent_can_retry_pct = 1001;
   assert_status(RESIL_EINVAL, resil_retry_budget_new(&bc, &b, &err));
@@ -1604,15 +1850,21 @@ static void invalid_handles_are_reported_as_misuse(void **state) {
   assert_int_equal(s.calls, 0);
   assert_int_equal(o.kind, RESIL_NOT_SENT);
   assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
-  assert_string_equal(resil_retry_name(NULL), "?");
+  assert_null(resil_retry_name(NULL));
   assert_int_equal(resil_retry_max_attempts(NULL), 0);
   resil_retry_stats st;
   assert_status(RESIL_EMISUSE, resil_retry_get_stats(NULL, &st));
 
-  resil_retry_state rs;
-  assert_int_equal(resil_retry_begin(NULL, NULL, &rs), RESIL_RETRY_MISUSE);
-  assert_int_equal(resil_retry_result(&rs).reason, RESIL_REASON_LOCAL_ERROR);
-  assert_int_equal(resil_retry_begin(NULL, NULL, NULL), RESIL_RETRY_MISUSE);
+  resil_retry_state *rs = NULL;
+  assert_status(RESIL_EINVAL, resil_retry_state_new(NULL, NULL));
+  resil_allocator half = {0};
+  resil_retry_state *no_state = NULL;
+  assert_status(RESIL_EINVAL, resil_retry_state_new(&half, &no_state));
+  assert_null(no_state);
+  assert_status(RESIL_OK, resil_retry_state_new(NULL, &rs));
+  assert_int_equal(resil_retry_begin(NULL, NULL, rs), RESIL_DECISION_DENY);
+  assert_int_equal(resil_retry_result(rs).reason, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(resil_retry_begin(NULL, NULL, NULL), RESIL_DECISION_DENY);
   assert_int_equal(resil_retry_result(NULL).kind, RESIL_NOT_SENT);
 
   resil_retry_config c;
@@ -1622,21 +1874,38 @@ static void invalid_handles_are_reported_as_misuse(void **state) {
   assert_status(RESIL_OK, resil_retry_new(&c, &r2, NULL));
   o = resil_retry_run(r1, NULL, NULL, NULL);
   assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
-  assert_int_equal(resil_retry_begin(r1, NULL, &rs), RESIL_RETRY_ATTEMPT);
+  /* A ctx never passed through resil_ctx_init(): fn is not called. */
+  resil_ctx raw;
+  memset(&raw, 0, sizeof raw);
+  script_init(&s, NULL);
+  script_push(&s, resil_outcome_ok());
+  o = resil_retry_run(r1, &raw, script_fn, &s);
+  assert_int_equal(s.calls, 0);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(resil_retry_begin(r1, &raw, rs), RESIL_DECISION_DENY);
+  assert_int_equal(resil_retry_result(rs).reason, RESIL_REASON_LOCAL_ERROR);
+  resil_retry_stats none;
+  assert_status(RESIL_OK, resil_retry_get_stats(r1, &none));
+  assert_int_equal(none.calls, 0); /* misuse counts nothing */
+
+  assert_int_equal(resil_retry_begin(r1, NULL, rs), RESIL_DECISION_GO);
   resil_outcome fail = not_sent();
   int64_t delay = 123;
-  assert_int_equal(resil_retry_next(r2, &rs, &fail, &delay), RESIL_RETRY_MISUSE);
+  assert_int_equal(resil_retry_next(r2, rs, &fail, &delay), RESIL_DECISION_DENY);
   assert_int_equal(delay, 0);
-  assert_int_equal(resil_retry_next(r1, &rs, NULL, &delay), RESIL_RETRY_MISUSE);
-  assert_int_equal(resil_retry_next(r1, NULL, &fail, &delay), RESIL_RETRY_MISUSE);
+  assert_int_equal(resil_retry_next(r1, rs, NULL, &delay), RESIL_DECISION_DENY);
+  assert_int_equal(resil_retry_next(r1, NULL, &fail, &delay), RESIL_DECISION_DENY);
+  /* None of the misuses recorded anything: the call is still open. */
+  assert_int_equal(resil_retry_next(r1, rs, &fail, &delay), RESIL_DECISION_WAIT);
+  resil_retry_state_free(rs);
   resil_retry_free(r1);
   resil_retry_free(r2);
 
   assert_status(RESIL_EMISUSE, resil_retry_budget_deposit(NULL));
   assert_status(RESIL_EMISUSE, resil_retry_budget_record_failure(NULL));
   assert_false(resil_retry_budget_try_withdraw(NULL));
-  assert_int_equal(resil_retry_budget_balance(NULL), -1);
-  assert_string_equal(resil_retry_budget_name(NULL), "?");
+  assert_int_equal(resil_retry_budget_balance(NULL), 0);
+  assert_null(resil_retry_budget_name(NULL));
 }
 
 int main(void) {
@@ -1655,6 +1924,8 @@ int main(void) {
       cmocka_unit_test(retry_after_is_capped_by_max_wait_or_max_retry_after),
       cmocka_unit_test(retry_after_beyond_deadline_stops_without_sleeping),
       cmocka_unit_test(unusable_retry_after_falls_back_to_computed_wait),
+      cmocka_unit_test(retry_after_zero_or_past_date_falls_back_to_backoff),
+      cmocka_unit_test(retry_after_that_uses_up_the_deadline_ends_at_once),
       cmocka_unit_test(unknown_is_not_retried_without_idempotent_or_stable_key),
       cmocka_unit_test(unknown_is_retried_for_idempotent_or_keyed_operation),
       cmocka_unit_test(throttled_and_5xx_follow_the_same_safety_rule),
@@ -1673,7 +1944,8 @@ int main(void) {
           deadline_refusal_after_unknown_reports_prior_maybe_executed),
       cmocka_unit_test(each_attempt_gets_the_callers_ctx_with_its_number),
       cmocka_unit_test(split_form_returns_delays_without_blocking),
-      cmocka_unit_test(listener_sees_attempt_outcome_and_delay),
+      cmocka_unit_test(listener_sees_every_attempt_the_last_included),
+      cmocka_unit_test(split_form_reports_attempts_with_given_or_measured_duration),
       cmocka_unit_test(stats_count_calls_attempts_and_stops),
       cmocka_unit_test(success_without_deadline_reads_no_clock),
       cmocka_unit_test(budget_limits_retries_to_percent_of_calls),

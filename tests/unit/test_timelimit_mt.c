@@ -56,7 +56,7 @@ static void timelimiter_defaults_and_validation(void **state) {
   (void)state;
   resil_timelimiter_config cfg;
   resil_timelimiter_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_string_equal(cfg.name, "timelimiter");
   assert_int_equal(cfg.timeout_ns, INT64_C(1000000000));
   assert_int_equal(cfg.cancel_running, 1);
@@ -67,6 +67,7 @@ static void timelimiter_defaults_and_validation(void **state) {
   cfg.timeout_ns = 0;
   assert_status(RESIL_EINVAL, resil_timelimiter_new(&cfg, &tl, &err));
   assert_string_equal(err.field, "timeout_ns");
+  assert_string_equal(err.msg, "timeout_ns: must be 1 ns..forever, got 0 ns");
   assert_int_equal(err.min, 1);
   assert_int_equal(err.max, INT64_MAX);
   assert_int_equal(err.got, 0);
@@ -544,8 +545,16 @@ static void timelimiter_misuse_is_reported_not_crashed(void **state) {
   resil_timelimiter_metrics m;
   assert_status(RESIL_EINVAL, resil_timelimiter_get_metrics(tl, NULL));
   assert_status(RESIL_EMISUSE, resil_timelimiter_get_metrics(NULL, &m));
-  assert_string_equal(resil_timelimiter_name(NULL), "");
+  assert_null(resil_timelimiter_name(NULL));
   assert_int_equal(resil_timelimiter_timeout_ns(NULL), 0);
+  /* A ctx never passed through resil_ctx_init(): nothing is started. */
+  resil_ctx raw;
+  memset(&raw, 0, sizeof raw);
+  o = resil_timelimiter_run(tl, &raw, answer_ok, NULL);
+  assert_int_equal(o.kind, RESIL_NOT_SENT);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  assert_status(RESIL_OK, resil_timelimiter_get_metrics(tl, &m));
+  assert_int_equal(m.calls, 0);
   resil_timelimiter_free(tl);
 }
 

@@ -674,37 +674,41 @@ static resil_outcome run_call(const call_opts *o, resil_retry *retry,
   resil_ctx_init(&ctx);
   ctx.flags = resil_http_request_call_flags(req);
   if (o->deadline_ns) resil_ctx_set_timeout_ns(&ctx, o->deadline_ns);
-  resil_retry_state st;
-  resil_retry_decision d = resil_retry_begin(retry, &ctx, &st);
-  if (d != RESIL_RETRY_ATTEMPT && o->verbose) {
-    resil_outcome r = resil_retry_result(&st);
+  resil_retry_state *st = NULL;
+  if (resil_retry_state_new(NULL, &st) != RESIL_OK)
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_decision d = resil_retry_begin(retry, &ctx, st);
+  if (d == RESIL_DECISION_DENY && o->verbose) {
+    resil_outcome r = resil_retry_result(st);
     char ob[96];
     fprintf(stderr, "no attempt made: %s\n", resil_outcome_format(&r, ob, sizeof ob));
   }
-  while (d == RESIL_RETRY_ATTEMPT) {
+  while (d != RESIL_DECISION_DENY) {
     int64_t t0 = mono_ns();
-    resil_outcome a = resil_http_request_attempt(req, &st.ctx);
+    resil_outcome a = resil_http_request_attempt(req, resil_retry_state_ctx(st));
     int64_t took = mono_ns() - t0;
-    uint32_t n = st.ctx.attempt;
+    uint32_t n = resil_retry_state_ctx(st)->attempt;
     int64_t delay = 0;
-    d = resil_retry_next(retry, &st, &a, &delay);
+    d = resil_retry_next_timed(retry, st, &a, took, &delay);
     if (o->verbose) {
       char ob[96], sb[16];
       resil_outcome_format(&a, ob, sizeof ob);
       fmt_status(sb, sizeof sb, &a);
-      if (d == RESIL_RETRY_ATTEMPT) {
+      if (d != RESIL_DECISION_DENY) {
         fprintf(stderr, "attempt %u: %s status=%s %.1f ms, next in %lld ms%s\n", (unsigned)n,
                 ob, sb, (double)took / 1e6, (long long)(delay / NS_PER_MS),
-                a.retry_after_ms >= 0 ? " (Retry-After)" : "");
+                a.retry_after_ms > 0 ? " (Retry-After)" : "");
       } else {
-        resil_outcome r = resil_retry_result(&st);
+        resil_outcome r = resil_retry_result(st);
         fprintf(stderr, "attempt %u: %s status=%s %.1f ms, stop: %s\n", (unsigned)n, ob, sb,
                 (double)took / 1e6, resil_stop_name(r.stop));
       }
     }
-    if (d == RESIL_RETRY_ATTEMPT && delay > 0) resil_clock_sleep_ns(NULL, delay, NULL);
+    if (d == RESIL_DECISION_WAIT) resil_clock_sleep_ns(NULL, delay, NULL);
   }
-  return resil_retry_result(&st);
+  resil_outcome final = resil_retry_result(st);
+  resil_retry_state_free(st);
+  return final;
 }
 
 static int write_body(const resil_http_response *resp) {

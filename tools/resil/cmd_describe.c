@@ -1,7 +1,9 @@
 /* resil describe: builds a chain from command-line settings with the real
  * policies and prints what resil_chain_describe says about it: nesting,
- * the unit each layer observes, the known traps, and the static
- * amplification (worst-case attempts and time). */
+ * the unit each layer observes, notes, the real traps (warnings), and the
+ * static amplification (worst-case attempts and time, the latter never
+ * beyond the deadline). Out-of-range numbers are refused (exit 2), never
+ * wrapped or clamped. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,11 +22,13 @@ static void usage(FILE *f) {
           "  --order LAYERS   outermost first, comma-separated from: retry, breaker,\n"
           "                   ratelimiter, timelimiter, bulkhead\n"
           "                   (default retry,breaker,ratelimiter,timelimiter,bulkhead)\n"
-          "  --retries N,...  max attempts of each retry layer, outermost first\n"
+          "  --retries N,...  max attempts of each retry layer, outermost first, 1..1000\n"
           "                   (one number per 'retry' in --order; default 3)\n"
           "  --retry-wait MS  fixed wait between attempts (default 500)\n"
           "  --timeout MS     time limiter timeout per attempt (default 1000)\n"
           "  --deadline MS    total deadline per logical call (default: none)\n"
+          "Notes describe the order; warnings are real traps (no deadline, an attempt\n"
+          "timeout longer than the deadline, nested retries).\n"
           "Exit status: 0, or 1 when the chain has warnings, 2 on bad arguments.\n");
 }
 
@@ -38,6 +42,28 @@ static int parse_ms(const char *arg, const char *v, int64_t *out) {
     return -1;
   }
   *out = MS(x);
+  return 0;
+}
+
+/* The next number of --retries at *pp: 1..RESIL_RETRY_MAX_ATTEMPTS, else a
+ * message naming the argument and -1. Advances *pp past it and its comma. */
+static int next_attempts(const char **pp, const char *all, uint32_t *out) {
+  const char *p = *pp;
+  char *end;
+  errno = 0;
+  long long x = strtoll(p, &end, 10);
+  if (end == p || (*end != ',' && *end != 0)) {
+    fprintf(stderr, "resil describe: --retries: expected numbers like 2,3,2, got '%s'\n", all);
+    return -1;
+  }
+  if (errno == ERANGE || x < 1 || x > (long long)RESIL_RETRY_MAX_ATTEMPTS) {
+    fprintf(stderr,
+            "resil describe: --retries: %.*s is out of range: max attempts must be 1..%u\n",
+            (int)(end - p), p, (unsigned)RESIL_RETRY_MAX_ATTEMPTS);
+    return -1;
+  }
+  *out = (uint32_t)x;
+  *pp = *end ? end + 1 : end;
   return 0;
 }
 
@@ -109,17 +135,9 @@ int resil_cmd_describe(int argc, char **argv) {
       resil_retry_config_init(&c);
       c.wait_ns = wait_ns;
       c.respect_retry_after = 0;
-      if (rp && *rp) {
-        char *end;
-        long x = strtol(rp, &end, 10);
-        if (end == rp || (*end != ',' && *end != 0)) {
-          fprintf(stderr, "resil describe: --retries: expected numbers like 2,3,2, got '%s'\n",
-                  retries);
-          rc = 2;
-          break;
-        }
-        c.max_attempts = (uint32_t)(x < 0 ? 0 : x);
-        rp = *end ? end + 1 : end;
+      if (rp && *rp && next_attempts(&rp, retries, &c.max_attempts)) {
+        rc = 2;
+        break;
       }
       st = resil_retry_new(&c, &rts[n], &err);
       if (st == RESIL_OK) st = resil_chain_add_retry(ch, rts[n]);
@@ -156,18 +174,36 @@ int resil_cmd_describe(int argc, char **argv) {
       rc = 2;
     }
   }
+  if (rc == 0 && rp && *rp) {
+    fprintf(stderr, "resil describe: --retries: more numbers than 'retry' layers in --order: '%s'\n",
+            retries);
+    rc = 2;
+  }
   if (rc == 0) {
     char out[4096];
     resil_chain_describe(ch, out, sizeof out);
     fputs(out, stdout);
     resil_amplification a;
-    if (resil_chain_amplification(ch, &a) == RESIL_OK)
-      printf("worst case per logical call: %llu physical attempts, %.3f s "
-             "(%llu x %lld ms per attempt + %lld ms backoff)\n",
-             (unsigned long long)a.attempts, (double)a.time_ns / 1e9,
-             (unsigned long long)a.attempts,
-             (long long)(a.attempts ? (a.time_ns - a.wait_ns) / (int64_t)a.attempts / 1000000 : 0),
-             (long long)(a.wait_ns / 1000000));
+    if (resil_chain_amplification(ch, &a) == RESIL_OK) {
+      long long per_attempt_ms =
+          (long long)(a.attempts ? (a.time_ns - a.wait_ns) / (int64_t)a.attempts / 1000000 : 0);
+      /* The deadline ends the logical call: worst time = min(computed,
+       * deadline). */
+      if (deadline_ns > 0 && a.time_ns > deadline_ns)
+        printf("worst case per logical call: %llu physical attempts, %.3f s: the deadline "
+               "(computed %.3f s = %llu x %lld ms per attempt + %lld ms backoff, cut at "
+               "the %lld ms deadline)\n",
+               (unsigned long long)a.attempts, (double)deadline_ns / 1e9,
+               (double)a.time_ns / 1e9, (unsigned long long)a.attempts, per_attempt_ms,
+               (long long)(a.wait_ns / 1000000), (long long)(deadline_ns / 1000000));
+      else
+        printf("worst case per logical call: %llu physical attempts, %.3f s "
+               "(%llu x %lld ms per attempt + %lld ms backoff%s)\n",
+               (unsigned long long)a.attempts, (double)a.time_ns / 1e9,
+               (unsigned long long)a.attempts, per_attempt_ms,
+               (long long)(a.wait_ns / 1000000),
+               deadline_ns > 0 ? ", within the deadline" : "");
+    }
     rc = resil_chain_warnings(ch) ? 1 : 0;
   }
   resil_chain_free(ch);

@@ -150,7 +150,7 @@ static int64_t now_ms(void) { return resil_clock_now_ns(NULL) / 1000000; }
 
 static resil_retry *make_retry(uint32_t attempts, resil_retry_backoff kind,
                                int64_t wait_ns, int64_t cap_ns, int unsafe,
-                               resil_retry_listener_fn listener, void *user) {
+                               resil_attempt_listener_fn listener, void *user) {
   resil_retry_config c;
   resil_retry_config_init(&c);
   c.max_attempts = attempts;
@@ -160,8 +160,8 @@ static resil_retry *make_retry(uint32_t attempts, resil_retry_backoff kind,
   c.multiplier = 2.0;
   c.max_wait_ns = cap_ns > c.initial_wait_ns ? cap_ns : c.initial_wait_ns;
   c.unsafe_retry_non_idempotent = unsafe;
-  c.on_retry = listener;
-  c.user = user;
+  c.on_attempt = listener;
+  c.on_attempt_user = user;
   resil_retry *r = NULL;
   return resil_retry_new(&c, &r, NULL) == RESIL_OK ? r : NULL;
 }
@@ -262,14 +262,11 @@ typedef struct waits {
   resil_http_interceptor ic;
 } waits;
 
-static void record_wait(void *user, const resil_retry *rt, uint32_t attempt,
-                        const resil_outcome *o, int64_t delay_ns) {
-  (void)rt;
-  (void)attempt;
-  (void)o;
+static void record_wait(void *user, const resil_attempt_info *info) {
   waits *w = user;
+  if (info->next_wait_ns < 0) return; /* the last attempt: no wait follows */
   if (w->n < 8) {
-    w->planned_ns[w->n] = delay_ns;
+    w->planned_ns[w->n] = info->next_wait_ns;
     w->ended_ns[w->n++] = resil_clock_now_ns(NULL);
   }
 }
@@ -321,8 +318,8 @@ static int h3_run(lab_result *r, int respect_retry_after) {
   rc.multiplier = 2.0;
   rc.max_wait_ns = MS(H3_CAP_MS);
   rc.respect_retry_after = respect_retry_after;
-  rc.on_retry = record_wait;
-  rc.user = &w;
+  rc.on_attempt = record_wait;
+  rc.on_attempt_user = &w;
   resil_retry *rt = NULL;
   if (!lab_check(r, resil_retry_new(&rc, &rt, NULL) == RESIL_OK, "retry setup") ||
       !lab_http_open(r, &h, set_start_recorder, &w)) {

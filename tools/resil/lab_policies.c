@@ -201,7 +201,7 @@ static int p4_run(lab_result *r, uint32_t limit) {
   json_t *arr = json_array();
   for (int i = 0; i < 3; i++) {
     int64_t wait = 0;
-    got[i] = resil_ratelimiter_reserve(rl, 1, NULL, &wait) == RESIL_RL_PERMITTED;
+    got[i] = resil_ratelimiter_reserve(rl, 1, NULL, &wait, NULL) == RESIL_DECISION_GO;
     json_array_append_new(arr, json_boolean(got[i]));
   }
   int64_t avail = resil_ratelimiter_available(rl);
@@ -569,13 +569,10 @@ static resil_outcome p9_call(void *arg, const resil_ctx *ctx) {
   return s->calls <= s->fail_first ? s->failure : resil_outcome_ok();
 }
 
-static void p9_planned(void *user, const resil_retry *rt, uint32_t attempt,
-                       const resil_outcome *o, int64_t delay_ns) {
-  (void)rt;
-  (void)attempt;
-  (void)o;
+static void p9_planned(void *user, const resil_attempt_info *info) {
   p9_state *s = user;
-  if (s->planned_n < 8) s->planned_ns[s->planned_n++] = delay_ns;
+  if (info->next_wait_ns < 0) return; /* the last attempt: no wait follows */
+  if (s->planned_n < 8) s->planned_ns[s->planned_n++] = info->next_wait_ns;
 }
 
 static double gap_ms(const p9_state *s, int i) {
@@ -600,8 +597,8 @@ static int p9_run(lab_result *r, int wrong) {
       c.multiplier = 2.0;
     }
     c.max_attempts = 3;
-    c.on_retry = p9_planned;
-    c.user = &s[i];
+    c.on_attempt = p9_planned;
+    c.on_attempt_user = &s[i];
     ok = resil_retry_new(&c, &rt[i], NULL) == RESIL_OK;
   }
   if (!lab_check(r, ok, "setup failed")) goto out;

@@ -1,0 +1,197 @@
+/* ABI PROOF COPY (tests/abi): include/resil/ratelimit.h as a program built against
+ * libresil 0.1 saw it: the struct fields appended "Since 0.2" (and
+ * resil_ratelimiter_nanos_to_wait) are removed, nothing else is changed.
+ * Only tests/abi includes it. */
+/* resil_ratelimiter: periodic permits (DESIGN §2.4), the Resilience4j
+ * AtomicRateLimiter model.
+ *
+ * Time is cut into cycles of `refresh_period_ns`, counted from the
+ * limiter's creation. Each cycle grants `limit_for_period` permits; unused
+ * permits do not carry over (a new cycle starts with at most the limit). A
+ * call that finds no permit in the current cycle may reserve one from a
+ * coming cycle when it will arrive within `timeout_ns` (and within the
+ * call's remaining deadline): the permit is taken now and the caller waits
+ * for the cycle it belongs to. When it cannot arrive in time the call is
+ * refused AT ONCE and nothing is consumed (Resilience4j first waits out the
+ * whole timeout; we do not, because the answer is already known).
+ *
+ *   resil_ratelimiter_config cfg;
+ *   resil_ratelimiter_config_init(&cfg);
+ *   cfg.limit_for_period = 2;
+ *   cfg.refresh_period_ns = RESIL_H(1);
+ *   cfg.timeout_ns = 0;                                     // fail fast
+ *   resil_ratelimiter *rl;
+ *   resil_error err;
+ *   if (resil_ratelimiter_new(&cfg, &rl, &err) != RESIL_OK) ...
+ *   if (resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO) ...
+ *   resil_ratelimiter_free(rl);
+ *
+ * Permits are per instance (per process); a global quota needs a shared
+ * store (DESIGN §8).
+ *
+ * Lock-free: the whole state (cycle and permits) is one 64-bit word updated
+ * with a compare-and-swap; no call takes a lock or allocates. One precise
+ * clock read (now_ns) per reservation: cycles may be as short as 1 ns, and
+ * the coarse clock may lag by a whole scheduler tick, which would make the
+ * limiter see an old cycle.
+ *
+ * Thread-safety: every function may be called on the same limiter from any
+ * thread at once, except resil_ratelimiter_free(), which needs exclusive
+ * access.
+ *
+ * Create/free pair: resil_ratelimiter_new / resil_ratelimiter_free. */
+#ifndef RESIL_RATELIMIT_H
+#define RESIL_RATELIMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "call.h"
+#include "clock.h"
+#include "outcome.h"
+#include "status.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct resil_ratelimiter resil_ratelimiter;
+
+typedef struct resil_ratelimiter_config {
+  /* Sized struct (version.h); set by resil_ratelimiter_config_init(). */
+  size_t struct_size;
+  /* Instance name, copied. Default "ratelimiter". */
+  const char *name;
+  /* Permits per cycle, 1..2147483647. Default 50 (Resilience4j). */
+  int64_t limit_for_period;
+  /* Cycle length in nanoseconds, 1 ns..INT64_MAX. Default 1 s (not
+   * Resilience4j's builder default of 500 ns, which silently makes the
+   * default limiter almost unlimited). */
+  int64_t refresh_period_ns;
+  /* Longest wait for a permit, 0..INT64_MAX; 0 = fail fast. Default 5 s
+   * (Resilience4j). Permits reserved ahead are owed by coming cycles, and
+   * the debt is kept in 31 bits, so limit_for_period ×
+   * (timeout_ns / refresh_period_ns + 1) must not exceed 2147483647; the
+   * constructor reports the largest timeout_ns that fits otherwise. */
+  int64_t timeout_ns;
+  /* NULL = resil_clock_system(). Reservations read now_ns, or coarse_ns
+   * when refresh_period_ns is at least 100 x coarse_resolution_ns (1 s and
+   * more on Linux: new permits come at most 1 % of a period late, never
+   * early; deadlines are still read on now_ns); acquire sleeps
+   * through sleep_ns. */
+  const resil_clock *clock;
+  /* NULL = malloc/free. Used only by _new and _free. */
+  const resil_allocator *alloc;
+} resil_ratelimiter_config;
+
+/* Counters since creation. Monotonic; each is read atomically, but the set
+ * is not one snapshot. */
+typedef struct resil_ratelimiter_metrics {
+  /* Sized struct (version.h): the bytes the library wrote. */
+  size_t struct_size;
+  uint64_t permitted; /* requests granted without a wait                */
+  uint64_t reserved;  /* requests granted from a coming cycle           */
+  uint64_t refused;   /* requests refused (nothing consumed)            */
+  uint64_t cancelled; /* reserved waits ended by ctx->cancel (given back) */
+  int64_t available;  /* permits available now (negative when reserved) */
+} resil_ratelimiter_metrics;
+
+/* Writes the documented defaults and struct_size. A macro passing
+ * sizeof(resil_ratelimiter_config). NULL is a no-op. Since 0.1. */
+RESIL_API void resil_ratelimiter_config_init_sized(resil_ratelimiter_config *cfg,
+                                                   size_t struct_size);
+#define resil_ratelimiter_config_init(cfg)                                     \
+  resil_ratelimiter_config_init_sized((cfg), sizeof(resil_ratelimiter_config))
+
+/* Validates cfg and creates a limiter whose first cycle starts now, with
+ * limit_for_period permits.
+ * Returns RESIL_OK; RESIL_EINVAL for cfg or out NULL, a config never passed
+ * through resil_ratelimiter_config_init() ("call
+ * resil_ratelimiter_config_init()"), or a field out of range (err says which
+ * field, its range and the value received, durations in human units);
+ * RESIL_ENOMEM.
+ * err may be NULL. *out is written only on success. Since 0.1. */
+RESIL_API resil_status resil_ratelimiter_new(const resil_ratelimiter_config *cfg,
+                                             resil_ratelimiter **out,
+                                             resil_error *err);
+
+/* Frees the limiter. NULL is a no-op. Needs exclusive access. Since 0.1. */
+RESIL_API void resil_ratelimiter_free(resil_ratelimiter *rl);
+
+/* The split form: decides at once and never blocks.
+ *
+ * Takes `permits` (>= 1) now, or reserves them from a coming cycle when they
+ * arrive within min(timeout_ns, remaining deadline of ctx). ctx may be NULL
+ * (no deadline). Returns
+ *   RESIL_DECISION_GO    the permits are the caller's now (*wait_ns 0);
+ *   RESIL_DECISION_WAIT  they are the caller's but belong to a coming cycle:
+ *                        wait *wait_ns (> 0) before using them;
+ *   RESIL_DECISION_DENY  nothing was consumed; *why says why:
+ *                        RESIL_REASON_RATE_LIMITED (they cannot come within
+ *                        timeout_ns), RESIL_REASON_DEADLINE (they would come
+ *                        within timeout_ns, but not within the deadline), or
+ *                        RESIL_REASON_LOCAL_ERROR (NULL handle, permits < 1,
+ *                        a ctx never passed through resil_ctx_init(); nothing
+ *                        counted). On a refusal *wait_ns is the wait that
+ *                        would have been needed (INT64_MAX when it does not
+ *                        fit in 64 bits), 0 on a misuse.
+ * wait_ns and why may be NULL; *why is RESIL_REASON_OK on GO and WAIT.
+ * Reads the limiter's clock once, and ctx's clock once more only when ctx
+ * has a deadline on another clock. Since 0.1 (resil_decision since 0.2). */
+RESIL_API resil_decision resil_ratelimiter_reserve(resil_ratelimiter *rl,
+                                                   int permits,
+                                                   const resil_ctx *ctx,
+                                                   int64_t *wait_ns,
+                                                   resil_reason *why);
+
+/* The blocking form: resil_ratelimiter_reserve, then, when the permits are
+ * reserved, sleeps through the limiter clock's sleep_ns until they are due
+ * (a manual clock advances instead of sleeping). The sleep ends early when
+ * ctx->cancel is signalled; the reserved permits are then given back (never
+ * above the limit of the current cycle) and DENY is returned with *why
+ * RESIL_REASON_CANCELLED. Returns RESIL_DECISION_GO (after any wait) or
+ * RESIL_DECISION_DENY (at once and nothing consumed, *why as for reserve;
+ * or cancelled). why may be NULL. Since 0.1 (resil_decision since 0.2). */
+RESIL_API resil_decision resil_ratelimiter_acquire(resil_ratelimiter *rl,
+                                                   int permits,
+                                                   const resil_ctx *ctx,
+                                                   resil_reason *why);
+
+/* The run form: acquires one permit, then calls fn(arg, ctx) with the
+ * caller's ctx (a default ctx on the limiter's clock when NULL) and returns
+ * its outcome. A refusal
+ * returns REJECTED with reason RATE_LIMITED, or DEADLINE when the permit
+ * would have come within timeout_ns but not within the ctx deadline; fn is
+ * not called. A wait cancelled through ctx->cancel returns NOT_SENT with
+ * reason CANCELLED (fn was not called, nothing was sent). A NULL handle, a
+ * NULL fn or a ctx never passed through resil_ctx_init() returns NOT_SENT
+ * with reason LOCAL_ERROR. Since 0.1. */
+RESIL_API resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl,
+                                              const resil_ctx *ctx,
+                                              resil_call_fn fn, void *arg);
+
+/* Permits available now: limit_for_period at the start of an untouched
+ * cycle, negative when permits of coming cycles are reserved. Reads the
+ * clock; changes nothing. 0 for a NULL handle. Since 0.1. */
+RESIL_API int64_t resil_ratelimiter_available(const resil_ratelimiter *rl);
+
+/* Fills *out up to the caller's struct size (a macro passing
+ * sizeof(resil_ratelimiter_metrics)). RESIL_OK, RESIL_EMISUSE (NULL handle),
+ * RESIL_EINVAL (out NULL). Since 0.1. */
+RESIL_API resil_status resil_ratelimiter_get_metrics_sized(
+    const resil_ratelimiter *rl, resil_ratelimiter_metrics *out,
+    size_t struct_size);
+#define resil_ratelimiter_get_metrics(rl, out)                                 \
+  resil_ratelimiter_get_metrics_sized((rl), (out),                             \
+                                      sizeof(resil_ratelimiter_metrics))
+
+/* The instance name, owned by the limiter until it is freed; NULL for a
+ * NULL handle. Since 0.1. */
+RESIL_API const char *resil_ratelimiter_name(const resil_ratelimiter *rl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
