@@ -311,6 +311,51 @@ static void control_bytes_from_the_network_are_escaped_in_every_line(void **stat
   canned_stop(&srv);
 }
 
+static const char k_bad_redirect[] =
+    "HTTP/1.1 302 Found\r\n"
+    "Location: ftp://user:S-FTPPW@127.0.0.1/x?token=S-FTPQ\r\n"
+    "Content-Length: 0\r\n"
+    "Connection: close\r\n"
+    "\r\n";
+
+/* A redirect libcurl refuses: neither the error nor the log quotes the
+ * Location's credentials. */
+static void refused_redirect_errors_quote_no_secret(void **state) {
+  (void)state;
+  canned srv;
+  canned_start(&srv, k_bad_redirect, sizeof k_bad_redirect - 1);
+  char base[64];
+  snprintf(base, sizeof base, "http://127.0.0.1:%u", srv.port);
+  resil_http_endpoint ep = {.name = "get", .method = RESIL_HTTP_GET, .path = "/x",
+                            .response_codec = RESIL_HTTP_CODEC_RAW};
+  log_capture lc = {0};
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.base_url = base;
+  cfg.endpoints = &ep;
+  cfg.endpoint_count = 1;
+  cfg.log_level = RESIL_HTTP_LOG_HEADERS;
+  cfg.log_fn = capture;
+  cfg.log_user = &lc;
+  cfg.follow_redirects = 1;
+  resil_http_client *c = NULL;
+  resil_error err;
+  if (resil_http_client_new(&cfg, &c, &err) != RESIL_OK) fail_msg("client: %s", err.msg);
+  resil_http_response *r = NULL;
+  (void)resil_http_call(c, "get", NULL, NULL, NULL, &r);
+  const char *e = r ? resil_http_response_error(r) : NULL;
+  if (e) {
+    assert_lacks(e, "S-FTPPW");
+    assert_lacks(e, "S-FTPQ");
+  }
+  assert_lacks(lc.text, "S-FTPPW");
+  assert_lacks(lc.text, "S-FTPQ");
+  resil_http_response_free(r);
+  resil_http_client_free(c);
+  free(lc.text);
+  canned_stop(&srv);
+}
+
 /* ---- error messages ---------------------------------------------------------- */
 
 static resil_status new_client(const resil_http_endpoint *ep, resil_error *err) {
@@ -364,6 +409,7 @@ int main(void) {
       cmocka_unit_test(url_valued_and_secret_headers_are_redacted_both_ways),
       cmocka_unit_test(control_bytes_from_the_network_are_escaped_in_every_line),
       cmocka_unit_test(template_errors_quote_no_secret),
+      cmocka_unit_test(refused_redirect_errors_quote_no_secret),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
