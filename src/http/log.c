@@ -206,8 +206,7 @@ int resil__http_redact_url(const resil_allocator *a, http_buf *out,
   return redact_pairs(a, out, url + qs, qend - qs);
 }
 
-/* Bytes that end a URL's authority or a name=value pair inside a header
- * value such as Link: <https://h/?a=b>; rel="next" or Refresh: 0; url=... */
+/* Bytes that end a name=value pair inside a header value such as Link: <https://h/?a=b>; rel="next" or Refresh: 0; url=... */
 #define HDR_SEPS "?#&;,<>\"' \t"
 
 /* Any header value that is not secret as a whole: the userinfo of every URL
@@ -227,7 +226,9 @@ static int redact_header_value(const resil_allocator *a, http_buf *out, const ch
     }
     size_t auth = i + 3, end = auth, at = 0;
     int has_at = 0;
-    while (end < len && v[end] != '/' && !strchr(HDR_SEPS, v[end])) {
+    /* The authority ends only where a URL or the header's syntax must end
+     * it: a password may hold ';', ',', '&' or '@'. */
+    while (end < len && !strchr("/?#<>\"' \t", v[end])) {
       if (v[end] == '@') {
         at = end;
         has_at = 1;

@@ -214,6 +214,7 @@ static void header_values_have_urls_redacted(void **state) {
        "<https://h/p?code=[REDACTED]>; rel=\"prev\""},
       {"Refresh", "0; url=/p?token=S", "  Refresh: 0; url=/p?token=[REDACTED]"},
       {"Referer", "http://a:b@h/", "  Referer: http://[REDACTED]@h/"},
+      {"X-Upstream", "<ftp://u:p;w,x@d@h>; a=1", "  X-Upstream: <ftp://[REDACTED]@h>; a=1"},
       {"X-Auth-Key", "S", "  X-Auth-Key: [REDACTED]"},
       {"Content-Type", "text/plain; charset=utf-8", "  Content-Type: text/plain; charset=utf-8"},
   };
