@@ -106,7 +106,7 @@ static void usage(FILE *f) {
       "                          key is set with --idempotency-key\n"
       "  -d, --data BODY         request body, sent byte for byte; @FILE reads a\n"
       "                          file and @- standard input (newlines kept, unlike\n"
-      "                          curl -d). Content-Type defaults to\n"
+      "                          curl -d), at most 1 GiB. Content-Type defaults to\n"
       "                          application/x-www-form-urlencoded, as with curl\n"
       "  -L, --location          follow redirects (at most 5 hops per attempt; a\n"
       "                          hop is not a retry); still a redirect after\n"
