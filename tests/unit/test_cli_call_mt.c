@@ -65,6 +65,7 @@ static int temp_fd(void) {
 typedef struct run_opts {
   const char *stdin_path; /* NULL: /dev/null (unless stdin_fd >= 0) */
   int stdin_fd;           /* >= 0: this descriptor as stdin          */
+  int close_stdin;        /* start the child with descriptor 0 closed */
   int close_stdout;       /* start the child with descriptor 1 closed */
   long maxrss_kib;        /* out: the child's peak resident size      */
 } run_opts;
@@ -82,7 +83,9 @@ static void run_resil_opts(run_result *r, run_opts *ro, const char *const *args)
   int out = temp_fd(), err = temp_fd();
   posix_spawn_file_actions_t fa;
   assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
-  if (ro->stdin_fd >= 0)
+  if (ro->close_stdin)
+    assert_int_equal(posix_spawn_file_actions_addclose(&fa, 0), 0);
+  else if (ro->stdin_fd >= 0)
     assert_int_equal(posix_spawn_file_actions_adddup2(&fa, ro->stdin_fd, 0), 0);
   else
     assert_int_equal(posix_spawn_file_actions_addopen(
@@ -527,7 +530,7 @@ static void call_help_exits_0_and_documents_the_exit_codes(void **state) {
 
 /* ---- hostile edges ----------------------------------------------------------- */
 
-static void call_with_stdout_closed_exits_1_and_sends_nothing(void **state) {
+static void call_with_stdin_or_stdout_closed_exits_1_and_sends_nothing(void **state) {
   cli_state *s = *state;
   run_result r;
   run_opts ro = {.stdin_fd = -1, .close_stdout = 1};
@@ -535,6 +538,13 @@ static void call_with_stdout_closed_exits_1_and_sends_nothing(void **state) {
   assert_exit(&r, 1);
   assert_contains(r.err, "file descriptor 1 (stdout) is closed");
   assert_int_equal(resil_fixture_attempts(s->f, "echo"), 0);
+  run_result_free(&r);
+  run_opts ro0 = {.stdin_fd = -1, .close_stdin = 1};
+  run_resil_opts(&r, &ro0, (const char *const[]){"call", url(s, "/items/1"), NULL});
+  assert_exit(&r, 1);
+  assert_contains(r.err, "file descriptor 0 (stdin) is closed");
+  assert_int_equal(r.out_len, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
   run_result_free(&r);
 }
 
@@ -753,7 +763,7 @@ int main(void) {
       T(call_warns_about_retry_without_deadline_and_long_timeouts),
       T(call_bad_arguments_exit_2_with_one_line_naming_the_argument),
       T(call_help_exits_0_and_documents_the_exit_codes),
-      T(call_with_stdout_closed_exits_1_and_sends_nothing),
+      T(call_with_stdin_or_stdout_closed_exits_1_and_sends_nothing),
       T(call_location_past_the_redirect_limit_exits_8),
       T(call_max_body_refuses_a_larger_response_body),
       T(call_data_file_limit_is_exactly_1_gib_checked_before_reading),
