@@ -93,8 +93,7 @@ int resil__http_tchar(int c);
 
 /* ---- redaction and logging (log.c) ------------------------------------- */
 
-/* 1 when a header's value must never be logged, nor sent to another origin
- * after a redirect (see resil_http_log_fn). */
+/* 1 when a header's value must never be logged (see resil_http_log_fn). */
 int resil__http_secret_header(const char *name, size_t len);
 /* 1 when a query parameter's (or JSON key's, form field's) value must never
  * be logged. The name is matched percent-decoded. */
