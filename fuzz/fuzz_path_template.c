@@ -5,7 +5,9 @@
  * out-of-bounds read": an accepted template is covered exactly by its
  * parts, placeholders have valid names, and its expansion with values
  * that need encoding contains no brace and, for URL kinds, no raw space,
- * '#' or non-ASCII byte; a refused one reports an offset inside the input.
+ * '#' or non-ASCII byte; a path expanded with "." and ".." values has as
+ * many dot segments as with plain values (a value never makes one); a
+ * refused one reports an offset inside the input.
  *
  * Build (clang):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
@@ -36,6 +38,19 @@ static int name_ok(const char *s, size_t n) {
       return 0;
   }
   return 1;
+}
+
+/* Segments of path p[0..n) that are "." or "..". */
+static size_t dot_segments(const char *p, size_t n) {
+  size_t count = 0, i = 0;
+  while (i < n) {
+    size_t j = i + 1;
+    while (j < n && p[j] != '/') j++;
+    size_t seg = j - i - 1;
+    if ((seg == 1 || seg == 2) && strspn(p + i + 1, ".") >= seg) count++;
+    i = j;
+  }
+  return count;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -99,6 +114,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
   }
   resil__http_buf_free(NULL, &out);
+  if (rc == 0 && kind == HTTP_TPL_PATH) {
+    http_buf dots = {0}, plain = {0};
+    for (size_t i = 0; i < np; i++) params[i].value = i % 2 ? "." : "..";
+    CHECK(resil__http_tpl_expand(NULL, &t, params, np, 1, &dots, &miss) == 0);
+    for (size_t i = 0; i < np; i++) params[i].value = "x";
+    CHECK(resil__http_tpl_expand(NULL, &t, params, np, 1, &plain, &miss) == 0);
+    CHECK(dot_segments(dots.p, dots.len) == dot_segments(plain.p, plain.len));
+    resil__http_buf_free(NULL, &dots);
+    resil__http_buf_free(NULL, &plain);
+  }
   for (size_t i = 0; i < np; i++) free((void *)params[i].name);
   free(t.parts);
   return 0;

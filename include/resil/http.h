@@ -335,17 +335,30 @@ typedef enum resil_http_log_level {
 
 /* Receives one NUL-terminated line without a newline. Redaction happened
  * before, at every level, case-insensitively:
- *   - header values of Authorization, Proxy-Authorization, Cookie,
- *     Set-Cookie, X-Api-Key, Api-Key and of any header whose name contains
- *     "api-key", "apikey", "api_key", "token", "secret", "password",
- *     "signature", "credential" or "session";
- *   - URL userinfo, and query parameter values whose names contain "token",
- *     "key", "secret", "passw", "pwd", "sig", "auth", "credential",
- *     "session" or "cookie";
- *   - at FULL, the same names as JSON keys (the whole value) and form
- *     fields, and name=value pairs inside JSON strings.
+ *   - the whole value of any header whose name contains "auth", "token",
+ *     "secret", "passw", "pwd", "jwt", "session", "credential",
+ *     "signature", "cookie", "apikey", "api-key" or "api_key", or is "Key"
+ *     or ends in "-key" or "_key" (X-Access-Key, Ocp-Apim-Subscription-Key),
+ *     except a name ending in "Idempotency-Key"; in both directions;
+ *   - in every other header value (Location, Content-Location, Link,
+ *     Refresh, Referer, ... in both directions) the userinfo of any URL
+ *     ("scheme://user:pw@") and the value of any secret-looking name=value
+ *     pair, a query's or a fragment's included;
+ *   - in the request URL the userinfo, the fragment (dropped), and the
+ *     values of secret-looking query parameters;
+ *   - a name is secret-looking, matched after percent-decoding ("%74oken"
+ *     is "token"), when it contains "token", "key", "secret", "pass",
+ *     "pwd", "sig", "auth", "credential", "session", "cookie", "jwt" or
+ *     "assertion" (client_assertion), or is "code", "otp" or "pin";
+ *   - at FULL, the same names as JSON keys (the whole value; \u escapes in
+ *     the key decoded) and form fields, and name=value pairs inside JSON
+ *     strings.
  * All become "[REDACTED]"; matching errs towards hiding too much. Bodies
- * that are neither JSON nor forms are logged as they are (first 4 KiB). */
+ * that are neither JSON nor forms are logged as they are (first 4 KiB).
+ * Then every control byte, DEL and byte >= 0x80 of the line (from the
+ * network or not) is written as "\xNN" (lower-case hex), so no raw control
+ * sequence reaches a terminal; a backslash is left as it is. At FULL, CR,
+ * LF and TAB of a body become spaces and its other control bytes '.'. */
 typedef void (*resil_http_log_fn)(void *user, resil_http_log_level level,
                                   const char *line);
 

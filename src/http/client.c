@@ -209,9 +209,17 @@ static resil_status tpl_compile(resil_http_client *c, size_t idx,
   uint32_t n = 0;
   size_t off = 0;
   const char *why = NULL;
-  if (resil__http_tpl_parse(src, len, kind, NULL, 0, &n, &off, &why) != 0)
-    return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu in \"%.60s\"",
-                      ename, why, off, src);
+  if (resil__http_tpl_parse(src, len, kind, NULL, 0, &n, &off, &why) != 0) {
+    /* A header value is never quoted (it may be a credential); a query is
+     * quoted with its secret-looking values redacted (log.c). */
+    if (kind == HTTP_TPL_HEADER)
+      return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu", ename, why,
+                        off);
+    char q[64];
+    resil__http_redact_excerpt(c->alloc, q, sizeof q, src, len, kind == HTTP_TPL_QUERY);
+    return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu in \"%s\"",
+                      ename, why, off, q);
+  }
   out->src = src;
   out->nparts = n;
   out->parts = n ? resil__calloc(c->alloc, n * sizeof *out->parts) : NULL;
@@ -348,8 +356,9 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
     snprintf(hf, sizeof hf, "headers[%zu]", i);
     if (k == 0 || k >= n || w[k] != ':')
       return resil__err(err, RESIL_EINVAL, EFIELD(hf),
-                        "endpoint '%s': header must be \"Name: value\" with a token name, got \"%.60s\"",
-                        en, h);
+                        "endpoint '%s': header must be \"Name: value\" with a token name, got "
+                        "\"%.*s...\" (the rest not shown)",
+                        en, (int)(k < 40 ? k : 40), h);
     e->headers[i].name = dup_n(a, w, k);
     if (!e->headers[i].name) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
     e->headers[i].name_len = k;

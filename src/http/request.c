@@ -684,23 +684,17 @@ void resil__http_decode(const http_endpoint *ep, resil_http_response *r, resil_o
 /* ---- logging ------------------------------------------------------------------------ */
 
 static void emit(const resil_http_client *c, http_slot *s, resil_http_log_level lv) {
-  if (s->log.p) c->log_fn(c->log_user, lv, s->log.p);
-  s->log.len = 0;
-  if (s->log.p) s->log.p[0] = '\0';
+  resil__http_log_emit(c, lv, &s->log);
 }
 
 static void log_puts(const resil_http_client *c, http_slot *s, const char *t) {
   (void)resil__http_buf_puts(c->alloc, &s->log, t);
 }
 
-/* Appends a header line "  Name: value" with the value redacted when its
- * name looks secret. */
+/* Appends a header line "  Name: value", redacted (log.c). */
 static void log_header(const resil_http_client *c, http_slot *s, const char *name,
                        size_t nl, const char *value) {
-  log_puts(c, s, "  ");
-  (void)resil__http_buf_append(c->alloc, &s->log, name, nl);
-  log_puts(c, s, ": ");
-  log_puts(c, s, resil__http_secret_header(name, nl) ? "[REDACTED]" : value);
+  (void)resil__http_log_header(c->alloc, &s->log, name, nl, value, strlen(value));
 }
 
 static void log_body(const resil_http_client *c, http_slot *s, const char *body, size_t len,

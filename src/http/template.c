@@ -190,6 +190,16 @@ int resil__http_tpl_expand(const resil_allocator *a, const http_tpl *t,
     int rc = encode ? resil__http_pct_encode(a, out, v->value, vlen)
                     : resil__http_buf_append(a, out, v->value, vlen);
     if (rc != 0) return -2;
+    /* '.' is unreserved, so "." and ".." would pass as they are and a
+     * client or server removing dot segments would move the request to
+     * another path ("/users/../orders" is "/orders"). A value made of dots
+     * only has each written %2E: it stays one segment of its own, in a
+     * query too, where %2E means the same as '.'. */
+    if (encode && vlen && strspn(v->value, ".") == vlen) {
+      out->len -= vlen;
+      for (size_t k = 0; k < vlen; k++)
+        if (resil__http_buf_append(a, out, "%2E", 3) != 0) return -2;
+    }
   }
   return 0;
 }

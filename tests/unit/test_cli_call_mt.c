@@ -5,12 +5,17 @@
  * effects they caused. The binary comes from $RESIL_BIN (set by ctest); the
  * tests are skipped without it. The fixture serves on its own threads while
  * the child runs, hence _mt. */
+/* wait4() for the child's peak resident size, pipe2(). */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,9 +61,18 @@ static int temp_fd(void) {
   return fd;
 }
 
-/* Runs $RESIL_BIN with args (NULL-terminated), stdin from stdin_path (NULL:
- * /dev/null), and collects what it wrote and how it ended. */
-static void run_resil(run_result *r, const char *stdin_path, const char *const *args) {
+/* How the child is started beyond its arguments. */
+typedef struct run_opts {
+  const char *stdin_path; /* NULL: /dev/null (unless stdin_fd >= 0) */
+  int stdin_fd;           /* >= 0: this descriptor as stdin          */
+  int close_stdin;        /* start the child with descriptor 0 closed */
+  int close_stdout;       /* start the child with descriptor 1 closed */
+  long maxrss_kib;        /* out: the child's peak resident size      */
+} run_opts;
+
+/* Runs $RESIL_BIN with args (NULL-terminated) as opts says, and collects
+ * what it wrote and how it ended. */
+static void run_resil_opts(run_result *r, run_opts *ro, const char *const *args) {
   const char *bin = getenv("RESIL_BIN");
   if (!bin || !*bin) skip();
   const char *argv[64];
@@ -69,23 +83,39 @@ static void run_resil(run_result *r, const char *stdin_path, const char *const *
   int out = temp_fd(), err = temp_fd();
   posix_spawn_file_actions_t fa;
   assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
-  assert_int_equal(posix_spawn_file_actions_addopen(&fa, 0, stdin_path ? stdin_path : "/dev/null",
-                                                    O_RDONLY, 0),
-                   0);
-  assert_int_equal(posix_spawn_file_actions_adddup2(&fa, out, 1), 0);
+  if (ro->close_stdin)
+    assert_int_equal(posix_spawn_file_actions_addclose(&fa, 0), 0);
+  else if (ro->stdin_fd >= 0)
+    assert_int_equal(posix_spawn_file_actions_adddup2(&fa, ro->stdin_fd, 0), 0);
+  else
+    assert_int_equal(posix_spawn_file_actions_addopen(
+                         &fa, 0, ro->stdin_path ? ro->stdin_path : "/dev/null", O_RDONLY, 0),
+                     0);
+  if (ro->close_stdout)
+    assert_int_equal(posix_spawn_file_actions_addclose(&fa, 1), 0);
+  else
+    assert_int_equal(posix_spawn_file_actions_adddup2(&fa, out, 1), 0);
   assert_int_equal(posix_spawn_file_actions_adddup2(&fa, err, 2), 0);
   pid_t pid;
   int rc = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   assert_int_equal(rc, 0);
   int ws = 0;
-  while (waitpid(pid, &ws, 0) < 0) {
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  while (wait4(pid, &ws, 0, &ru) < 0) {
   }
+  ro->maxrss_kib = ru.ru_maxrss;
   r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
   r->out = slurp(out, &r->out_len);
   r->err = slurp(err, &r->err_len);
   close(out);
   close(err);
+}
+
+static void run_resil(run_result *r, const char *stdin_path, const char *const *args) {
+  run_opts ro = {.stdin_path = stdin_path, .stdin_fd = -1};
+  run_resil_opts(r, &ro, args);
 }
 
 #define RUN(r, ...) run_resil((r), NULL, (const char *const[]){__VA_ARGS__, NULL})
@@ -456,6 +486,8 @@ static void call_bad_arguments_exit_2_with_one_line_naming_the_argument(void **s
       {{"http:///x"}, "URL:"},
       {{u, u}, "URL:"},
       {{u, "--timeout"}, "--timeout:"},
+      {{"--max-body", "0", u}, "--max-body:"},
+      {{"--max-body", "1073741825", u}, "--max-body:"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const char *argv[8] = {"call"};
@@ -483,7 +515,7 @@ static void call_help_exits_0_and_documents_the_exit_codes(void **state) {
   assert_contains(r.out, "--retry N");
   assert_contains(r.out, "--retry 3\n                          makes at most 3 calls");
   assert_contains(r.out, "Exit status:");
-  for (int code = 0; code <= 7; code++) {
+  for (int code = 0; code <= 8; code++) {
     char line[8];
     snprintf(line, sizeof line, "\n  %d  ", code);
     assert_contains(r.out, line);
@@ -494,6 +526,193 @@ static void call_help_exits_0_and_documents_the_exit_codes(void **state) {
   assert_exit(&r, 0);
   assert_contains(r.out, "  call ");
   run_result_free(&r);
+}
+
+/* ---- hostile edges ----------------------------------------------------------- */
+
+static void call_with_stdin_or_stdout_closed_exits_1_and_sends_nothing(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  run_opts ro = {.stdin_fd = -1, .close_stdout = 1};
+  run_resil_opts(&r, &ro, (const char *const[]){"call", "-d", "x", url(s, "/echo"), NULL});
+  assert_exit(&r, 1);
+  assert_contains(r.err, "file descriptor 1 (stdout) is closed");
+  assert_int_equal(resil_fixture_attempts(s->f, "echo"), 0);
+  run_result_free(&r);
+  run_opts ro0 = {.stdin_fd = -1, .close_stdin = 1};
+  run_resil_opts(&r, &ro0, (const char *const[]){"call", url(s, "/items/1"), NULL});
+  assert_exit(&r, 1);
+  assert_contains(r.err, "file descriptor 0 (stdin) is closed");
+  assert_int_equal(r.out_len, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+  run_result_free(&r);
+}
+
+static void call_location_past_the_redirect_limit_exits_8(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", "-L", url(s, "/redirect/5"));
+  assert_exit(&r, 0);
+  assert_string_equal(r.out, "{\"hops_done\":true}");
+  run_result_free(&r);
+  RUN(&r, "call", "-L", url(s, "/redirect/6"));
+  assert_exit(&r, 8);
+  assert_contains(r.err, "-L: still a 302 redirect after 5 hops");
+  assert_int_equal(count(r.err, "\n"), 1);
+  run_result_free(&r);
+  /* Without -L a redirect is the answer, as before. */
+  RUN(&r, "call", url(s, "/redirect/6"));
+  assert_exit(&r, 0);
+  run_result_free(&r);
+}
+
+static void call_max_body_refuses_a_larger_response_body(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  RUN(&r, "call", url(s, "/items/1"));
+  assert_exit(&r, 0);
+  size_t full = r.out_len;
+  assert_true(full > 10);
+  run_result_free(&r);
+  char exact[32];
+  snprintf(exact, sizeof exact, "%zu", full);
+  RUN(&r, "call", "--max-body", exact, url(s, "/items/1"));
+  assert_exit(&r, 0);
+  assert_int_equal(r.out_len, full);
+  run_result_free(&r);
+  snprintf(exact, sizeof exact, "%zu", full - 1);
+  RUN(&r, "call", "--max-body", exact, url(s, "/items/1"));
+  assert_exit(&r, 4);
+  assert_int_equal(r.out_len, 0);
+  assert_contains(r.err, "larger than");
+  run_result_free(&r);
+}
+
+/* A sparse file of `size` bytes. */
+static void sparse_file(char *path, size_t n, off_t size) {
+  snprintf(path, n, "/tmp/resil-cli-big-XXXXXX");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, size), 0);
+  close(fd);
+}
+
+#define GIB ((off_t)1 << 30)
+
+static void call_data_file_limit_is_exactly_1_gib_checked_before_reading(void **state) {
+  (void)state;
+  char path[64], arg[80];
+  run_result r;
+  /* 1 GiB + 1: refused from its size, without reading it (the child never
+   * grows near 1 GiB). */
+  sparse_file(path, sizeof path, GIB + 1);
+  snprintf(arg, sizeof arg, "@%s", path);
+  run_opts ro = {.stdin_fd = -1};
+  run_resil_opts(&r, &ro, (const char *const[]){"call", "-d", arg, "http://127.0.0.1:9/", NULL});
+  assert_exit(&r, 2);
+  assert_contains(r.err, "-d: ");
+  assert_contains(r.err, "larger than 1 GiB");
+  if (ro.maxrss_kib > 256 * 1024) fail_msg("the child grew to %ld KiB: it read the file", ro.maxrss_kib);
+  run_result_free(&r);
+  /* Exactly 1 GiB: accepted (the error is then about the URL that follows). */
+  assert_int_equal(truncate(path, GIB), 0);
+  RUN(&r, "call", "-d", arg, "ftp://127.0.0.1/");
+  assert_exit(&r, 2);
+  assert_contains(r.err, "URL: ");
+  assert_null(strstr(r.err, "-d"));
+  run_result_free(&r);
+  unlink(path);
+}
+
+typedef struct feeder {
+  int fd;
+  size_t total; /* bytes to write, then close; 0: until the reader goes away */
+  size_t written;
+} feeder;
+
+static void *feed(void *u) {
+  feeder *f = u;
+  static char buf[1 << 16];
+  for (;;) {
+    size_t want = sizeof buf;
+    if (f->total && f->total - f->written < want) want = f->total - f->written;
+    if (f->total && want == 0) break;
+    ssize_t n = write(f->fd, buf, want);
+    if (n <= 0) break;
+    f->written += (size_t)n;
+  }
+  close(f->fd);
+  return NULL;
+}
+
+/* `resil call -d @- URL` with stdin a pipe fed `total` bytes (0: endless). */
+static void run_with_pipe(run_result *r, feeder *fd, size_t total, const char *u) {
+  int p[2];
+  /* Close-on-exec: the child must not hold the write end itself, or it
+   * would never see the end of its input. */
+  assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+  signal(SIGPIPE, SIG_IGN);
+  fd->fd = p[1];
+  fd->total = total;
+  fd->written = 0;
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, feed, fd), 0);
+  run_opts ro = {.stdin_fd = p[0]};
+  run_resil_opts(r, &ro, (const char *const[]){"call", "-d", "@-", u, NULL});
+  close(p[0]);
+  pthread_join(th, NULL);
+}
+
+static void call_data_from_a_pipe_is_limited_to_exactly_1_gib(void **state) {
+  (void)state;
+  run_result r;
+  feeder fd;
+  /* Endless: it stops reading one byte past the limit (the pipe holds a
+   * little more) and refuses. */
+  run_with_pipe(&r, &fd, 0, "http://127.0.0.1:9/");
+  assert_exit(&r, 2);
+  assert_contains(r.err, "-d: 'standard input' is larger than 1 GiB");
+  assert_true(fd.written > (size_t)GIB);
+  assert_true(fd.written < (size_t)GIB + (16u << 20));
+  run_result_free(&r);
+  /* Exactly 1 GiB: accepted (the error is then about the URL). */
+  run_with_pipe(&r, &fd, (size_t)GIB, "ftp://127.0.0.1/");
+  assert_int_equal(fd.written, (size_t)GIB);
+  assert_exit(&r, 2);
+  assert_contains(r.err, "URL: ");
+  assert_null(strstr(r.err, "-d"));
+  run_result_free(&r);
+}
+
+static void call_error_messages_quote_no_secret(void **state) {
+  cli_state *s = *state;
+  char longq[9300];
+  int n = snprintf(longq, sizeof longq, "%s/items/1?access_token=S-LONGQ&", resil_fixture_url(s->f));
+  memset(longq + n, 'a', sizeof longq - (size_t)n - 1);
+  longq[sizeof longq - 1] = '\0';
+  struct {
+    const char *args[6];
+  } cases[] = {
+      {{"-H", "Authorization Bearer S-NOCOLON", "http://127.0.0.1:9/"}},
+      {{"-H", "X Auth: S-BADNAME", "http://127.0.0.1:9/"}},
+      {{"-H", "Authorization: S-CRLF\r\nX: y", "http://127.0.0.1:9/"}},
+      {{"htp://user:S-USERINFO@127.0.0.1/"}},
+      {{"http://user:S-TWICE1@127.0.0.1/", "http://user:S-TWICE2@127.0.0.1/"}},
+      {{longq}},
+  };
+  const char *secrets[] = {"S-NOCOLON", "S-BADNAME", "S-CRLF", "S-USERINFO", "S-TWICE", "S-LONGQ"};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *argv[8] = {"call"};
+    size_t k = 1;
+    for (size_t j = 0; j < 6 && cases[i].args[j]; j++) argv[k++] = cases[i].args[j];
+    argv[k] = NULL;
+    run_result r;
+    run_resil(&r, NULL, argv);
+    if (r.status != 2) fail_msg("case %zu: exit %d, stderr %s", i, r.status, r.err);
+    if (strstr(r.err, secrets[i])) fail_msg("case %zu leaked %s: %s", i, secrets[i], r.err);
+    run_result_free(&r);
+  }
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
 }
 
 /* ---- resil describe -------------------------------------------------------- */
@@ -627,6 +846,12 @@ int main(void) {
       T(call_warns_about_retry_without_deadline_and_long_timeouts),
       T(call_bad_arguments_exit_2_with_one_line_naming_the_argument),
       T(call_help_exits_0_and_documents_the_exit_codes),
+      T(call_with_stdin_or_stdout_closed_exits_1_and_sends_nothing),
+      T(call_location_past_the_redirect_limit_exits_8),
+      T(call_max_body_refuses_a_larger_response_body),
+      T(call_data_file_limit_is_exactly_1_gib_checked_before_reading),
+      T(call_data_from_a_pipe_is_limited_to_exactly_1_gib),
+      T(call_error_messages_quote_no_secret),
       T(describe_prints_the_nesting_and_warns_about_traps),
       T(describe_recommended_order_prints_no_warning),
       T(describe_refuses_out_of_range_numbers),

@@ -1,12 +1,14 @@
-/* libresil-http parsers without the network: templates, percent-encoding,
- * redaction; and the fuzz corpus replayed as a regression test. */
+/* libresil-http parsers: templates, percent-encoding, redaction, without
+ * the network; the fuzz corpus replayed as a regression test; and one
+ * end-to-end check on the fixture that a path parameter stays inside its
+ * segment. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "http/http_int.h"
-#include "test_util.h"
+#include "test_http_common.h"
 
 /* The fuzz target itself, so that its checks run on the corpus here. */
 #include "../../fuzz/fuzz_path_template.c"
@@ -87,6 +89,60 @@ static void expansion_percent_encodes_values_and_reports_missing(void **state) {
   resil__http_buf_free(NULL, &out);
 }
 
+static void dot_segments_in_path_values_are_percent_encoded(void **state) {
+  (void)state;
+  http_tpl t = {"/users/{key}/orders", NULL, 0};
+  http_tpl_part parts[4];
+  size_t off;
+  const char *why;
+  resil__http_tpl_parse(t.src, strlen(t.src), HTTP_TPL_PATH, parts, 4, &t.nparts, &off, &why);
+  t.parts = parts;
+  struct {
+    const char *v, *want;
+  } cases[] = {
+      {"..", "/users/%2E%2E/orders"},  {".", "/users/%2E/orders"},
+      {"...", "/users/%2E%2E%2E/orders"}, {"a..b", "/users/a..b/orders"},
+      {"..a", "/users/..a/orders"},     {"../x", "/users/..%2Fx/orders"},
+      {"%2E%2E", "/users/%252E%252E/orders"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    resil_http_param ps[] = {{"key", cases[i].v}};
+    http_buf out = {0};
+    assert_int_equal(resil__http_tpl_expand(NULL, &t, ps, 1, 1, &out, NULL), 0);
+    assert_string_equal(out.p, cases[i].want);
+    resil__http_buf_free(NULL, &out);
+  }
+  /* Two dot values side by side cannot make a ".." segment either. */
+  http_tpl t2 = {"/{a}{b}/x", NULL, 0};
+  resil__http_tpl_parse(t2.src, strlen(t2.src), HTTP_TPL_PATH, parts, 4, &t2.nparts, &off, &why);
+  t2.parts = parts;
+  resil_http_param ab[] = {{"a", "."}, {"b", "."}};
+  http_buf out = {0};
+  assert_int_equal(resil__http_tpl_expand(NULL, &t2, ab, 2, 1, &out, NULL), 0);
+  assert_string_equal(out.p, "/%2E%2E/x");
+  resil__http_buf_free(NULL, &out);
+}
+
+/* On the wire: "/{dir}/echo" with ".." or "." must not reach /echo. */
+static void a_dot_path_value_cannot_reach_another_route(void **state) {
+  (void)state;
+  resil_fixture *f = fx_start();
+  resil_http_endpoint ep = {.name = "e", .method = RESIL_HTTP_GET, .path = "/{dir}/echo",
+                            .response_codec = RESIL_HTTP_CODEC_RAW};
+  resil_http_client *c = client_on(f, &ep, 1, NULL, NULL);
+  const char *vals[] = {"..", "."};
+  for (size_t i = 0; i < 2; i++) {
+    resil_http_response *r = NULL;
+    resil_outcome o = call_p(c, "e", &r, KV("dir", vals[i]));
+    if (o.http_status == 200) fail_msg("'%s' reached /echo", vals[i]);
+    assert_int_equal(o.http_status, 404);
+    resil_http_response_free(r);
+  }
+  assert_int_equal(resil_fixture_effects(f, "echo"), 0);
+  resil_http_client_free(c);
+  resil_fixture_stop(f);
+}
+
 static void secret_names_are_recognised_case_insensitively(void **state) {
   (void)state;
   const char *hs[] = {"Authorization", "PROXY-AUTHORIZATION", "cookie", "Set-Cookie", "X-API-KEY",
@@ -159,6 +215,8 @@ int main(void) {
       cmocka_unit_test(templates_accept_placeholders_and_pchars),
       cmocka_unit_test(templates_refuse_with_offset_and_reason),
       cmocka_unit_test(expansion_percent_encodes_values_and_reports_missing),
+      cmocka_unit_test(dot_segments_in_path_values_are_percent_encoded),
+      cmocka_unit_test(a_dot_path_value_cannot_reach_another_route),
       cmocka_unit_test(secret_names_are_recognised_case_insensitively),
       cmocka_unit_test(urls_and_bodies_are_redacted),
       cmocka_unit_test(fuzz_corpus_replays_cleanly),

@@ -8,4 +8,11 @@
 const char *resil_cli_option_value(int argc, char **argv, int *i,
                                    const char *name, int *missing);
 
+/* The lowest of the descriptors 0, 1 and 2 that is not open, or -1 when
+ * all three are. A command must check this before it opens anything: a
+ * closed stdout would otherwise be reused by the next descriptor opened
+ * (libcurl's socketpair, a file), and what is meant for stdout would be
+ * written into it. */
+int resil_cli_closed_std_fd(void);
+
 #endif

@@ -3,6 +3,7 @@
  * outcomes of DESIGN §1 the call ended in.
  *
  *   resil call [-X METHOD] [-H 'Name: value']... [-d BODY|@FILE|@-] [-L]
+ *              [--max-body BYTES]
  *              [--connect-timeout MS] [--timeout MS] [--deadline MS]
  *              [--retry N] [--backoff exp:INITIAL,MULT,CAP|fixed:MS]
  *              [--idempotency-key auto|KEY] [--unsafe-retries] [-v|-vv] URL
@@ -14,8 +15,9 @@
  * Exit status (also in --help):
  *   0  answered with success: 2xx (or 1xx/3xx: a redirect is followed only
  *      with -L)
- *   1  local failure: out of memory, the HTTP client could not be set up, or
- *      stdout could not be written
+ *   1  local failure: out of memory, the HTTP client could not be set up,
+ *      stdout could not be written, or one of stdin, stdout and stderr was
+ *      closed at start (checked before anything is opened)
  *   2  bad usage: a one-line error naming the argument
  *   3  NOT_SENT: the request never reached the server (DNS, connection
  *      refused, connect timeout); repeating it is safe
@@ -26,6 +28,15 @@
  *   5  answered 4xx, except 408, 425 and 429: fix the request
  *   6  answered 5xx, 408, 425 or 429
  *   7  REJECTED: refused locally before sending (deadline too short)
+ *   8  -L given and the answer is still a redirect (a 3xx with Location)
+ *      that was not followed: more than 5 hops, or a target libresil
+ *      refuses; its body is written as for any answer
+ *
+ * A response body larger than --max-body (default 64 MiB, the library's
+ * max_response_bytes) ends the attempt UNKNOWN (exit 4) with a message.
+ *
+ * Error messages never quote the URL, a header's value or a body: they may
+ * hold credentials. The -v lines come from the library's log, redacted.
  *
  * How the call is built: one client with ONE endpoint whose base URL is the
  * URL's scheme://authority and whose path and query templates are the URL's
@@ -49,6 +60,9 @@
 #include <strings.h>
 #include <time.h>
 
+#include <sys/stat.h>
+
+#include "cli.h"
 #include "resil/http.h"
 #include "resil/resil.h"
 #include "resil/retry.h"
@@ -56,8 +70,12 @@
 #define PROG "resil call"
 #define NS_PER_MS INT64_C(1000000)
 #define MAX_MS INT64_C(86400000)
-/* Largest -d body read from a file or stdin. */
+/* Largest -d body read from a file or stdin: exactly 1 GiB is accepted. */
 #define MAX_BODY_BYTES ((size_t)1 << 30)
+/* Largest --max-body, the library's max_response_bytes range. */
+#define MAX_RESPONSE_BYTES ((size_t)1 << 30)
+/* Hops -L follows within one attempt. */
+#define MAX_REDIRECTS 5u
 
 enum {
   EXIT_OK = 0,
@@ -67,7 +85,8 @@ enum {
   EXIT_UNKNOWN = 4,
   EXIT_CLIENT_ERROR = 5,
   EXIT_SERVER_ERROR = 6,
-  EXIT_REJECTED = 7
+  EXIT_REJECTED = 7,
+  EXIT_REDIRECT = 8
 };
 
 static void usage(FILE *f) {
@@ -87,10 +106,14 @@ static void usage(FILE *f) {
       "                          key is set with --idempotency-key\n"
       "  -d, --data BODY         request body, sent byte for byte; @FILE reads a\n"
       "                          file and @- standard input (newlines kept, unlike\n"
-      "                          curl -d). Content-Type defaults to\n"
+      "                          curl -d), at most 1 GiB. Content-Type defaults to\n"
       "                          application/x-www-form-urlencoded, as with curl\n"
       "  -L, --location          follow redirects (at most 5 hops per attempt; a\n"
-      "                          hop is not a retry)\n"
+      "                          hop is not a retry); still a redirect after\n"
+      "                          that exits 8\n"
+      "  --max-body BYTES        largest response body accepted, 1..1073741824\n"
+      "                          (default 67108864); a larger one ends the\n"
+      "                          attempt UNKNOWN (exit 4) with a message\n"
       "  --connect-timeout MS    connect timeout per attempt (default 10000)\n"
       "  --timeout MS            response timeout per attempt, from sending to the\n"
       "                          last byte (default 60000)\n"
@@ -130,14 +153,16 @@ static void usage(FILE *f) {
       "--unsafe-retries.\n"
       "Exit status:\n"
       "  0  answered 2xx (or 1xx/3xx: redirects are followed only with -L)\n"
-      "  1  local failure (out of memory, client setup, writing stdout)\n"
+      "  1  local failure (out of memory, client setup, writing stdout, stdin,\n"
+      "     stdout or stderr closed)\n"
       "  2  bad usage\n"
       "  3  NOT_SENT: the request never reached the server; safe to repeat\n"
       "  4  UNKNOWN: sent or maybe sent, no complete answer: the server MAY HAVE\n"
       "     EXECUTED it (also when a later attempt was not sent or refused)\n"
       "  5  answered 4xx other than 408, 425, 429: fix the request\n"
       "  6  answered 5xx, 408, 425 or 429\n"
-      "  7  REJECTED: refused locally before sending (deadline too short)\n");
+      "  7  REJECTED: refused locally before sending (deadline too short)\n"
+      "  8  -L: still a redirect after 5 hops, or one that cannot be followed\n");
 }
 
 typedef struct call_opts {
@@ -161,6 +186,7 @@ typedef struct call_opts {
   int idem_auto;
   int unsafe;
   int follow;
+  size_t max_body;            /* 0: the client's default                   */
   int verbose;
 } call_opts;
 
@@ -248,15 +274,18 @@ static int ieq(const char *a, size_t alen, const char *b) {
  * trailing blanks of the value are dropped, as HTTP does. */
 static int add_header(call_opts *o, const char *v) {
   const char *colon = strchr(v, ':');
+  /* The argument is never quoted whole: its value may be a credential. */
   if (!colon || colon == v)
-    return bad("-H", "expected 'Name: value', got '%s'", v);
+    return bad("-H", "%s", "expected 'Name: value' (no colon found)");
   size_t nl = (size_t)(colon - v);
   for (size_t k = 0; k < nl; k++)
     if (!is_tchar((unsigned char)v[k]))
-      return bad("-H", "the header name must be an HTTP token (no spaces), got '%s'", v);
+      return bad("-H", "%s", "the header name must be an HTTP token (no spaces)");
   for (const char *p = colon + 1; *p; p++)
-    if (*p == '\r' || *p == '\n')
-      return bad("-H", "the value must not contain CR or LF, got '%s'", v);
+    if (*p == '\r' || *p == '\n') {
+      fprintf(stderr, PROG ": -H: the value of %.*s must not contain CR or LF\n", (int)nl, v);
+      return EXIT_USAGE;
+    }
   static const char *const owned[] = {"Content-Length", "Content-Encoding",
                                       "Transfer-Encoding", "Host", "Expect",
                                       "Connection"};
@@ -283,9 +312,18 @@ static int add_header(call_opts *o, const char *v) {
   return 0;
 }
 
-/* Reads all of f into o->body. */
+/* Reads all of f into o->body, refusing more than MAX_BODY_BYTES: a
+ * regular file by its size before a byte is read, anything else (a pipe,
+ * a terminal) by reading at most one byte more than the limit. */
 static int read_body(call_opts *o, FILE *f, const char *what) {
+  struct stat sb;
   size_t cap = 4096, len = 0;
+  if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode)) {
+    if ((uintmax_t)sb.st_size > MAX_BODY_BYTES)
+      return bad("-d", "'%s' is larger than 1 GiB (1073741824 bytes)", what);
+    /* One byte more than the size shows whether the file grew. */
+    cap = (size_t)sb.st_size + 1;
+  }
   char *buf = malloc(cap);
   if (!buf) {
     fprintf(stderr, PROG ": out of memory\n");
@@ -293,22 +331,24 @@ static int read_body(call_opts *o, FILE *f, const char *what) {
   }
   for (;;) {
     if (len == cap) {
-      if (cap >= MAX_BODY_BYTES) {
-        free(buf);
-        return bad("-d", "'%s' is larger than 1 GiB", what);
-      }
-      char *nb = realloc(buf, cap * 2);
+      if (cap > MAX_BODY_BYTES) break;
+      size_t ncap = cap > MAX_BODY_BYTES / 2 ? MAX_BODY_BYTES + 1 : cap * 2;
+      char *nb = realloc(buf, ncap);
       if (!nb) {
         free(buf);
         fprintf(stderr, PROG ": out of memory\n");
         return EXIT_LOCAL;
       }
       buf = nb;
-      cap *= 2;
+      cap = ncap;
     }
     size_t n = fread(buf + len, 1, cap - len, f);
     len += n;
     if (n == 0) break;
+  }
+  if (len > MAX_BODY_BYTES) {
+    free(buf);
+    return bad("-d", "'%s' is larger than 1 GiB (1073741824 bytes)", what);
   }
   if (ferror(f)) {
     int e = errno;
@@ -424,7 +464,8 @@ static int parse_args(int argc, char **argv, call_opts *o) {
     int m, rc = 0;
     if (options_done || a[0] != '-' || a[1] == '\0') {
       if (o->url) {
-        fprintf(stderr, PROG ": URL: given twice ('%s' and '%s')\n", o->url, a);
+        /* Neither is quoted: a URL may carry credentials. */
+        fprintf(stderr, PROG ": URL: given twice (argument %d is a second URL)\n", i);
         return EXIT_USAGE;
       }
       o->url = a;
@@ -470,6 +511,14 @@ static int parse_args(int argc, char **argv, call_opts *o) {
                    "calls), got '%s'",
                    v);
       o->attempts = (uint32_t)n;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--max-body", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      char *end = NULL;
+      errno = 0;
+      unsigned long long n = (*v >= '0' && *v <= '9') ? strtoull(v, &end, 10) : 0;
+      if (n < 1 || errno || *end || n > MAX_RESPONSE_BYTES)
+        return bad("--max-body", "expected bytes 1..1073741824, got '%s'", v);
+      o->max_body = (size_t)n;
     } else if ((m = opt_value(argc, argv, &i, NULL, "--backoff", &v)) != 0) {
       if (m < 0) return EXIT_USAGE;
       if ((rc = parse_backoff(o, v)) != 0) return rc;
@@ -548,11 +597,12 @@ static int split_url(const char *url, url_parts *u) {
     slen = 8;
     scheme = "https://";
   } else {
-    return bad("URL", "must start with http:// or https://, got '%s'", url);
+    /* Not quoted: even a mistyped URL may carry credentials. */
+    return bad("URL", "%s", "must start with http:// or https://");
   }
   const char *auth = url + slen;
   size_t alen = strcspn(auth, "/?#");
-  if (alen == 0) return bad("URL", "has no host: '%s'", url);
+  if (alen == 0) return bad("URL", "%s", "has no host");
   const char *rest = auth + alen;
   size_t plen = strcspn(rest, "?#");
   const char *q = rest + plen;
@@ -745,7 +795,25 @@ static int setup_error(resil_status st, const resil_error *err) {
   return EXIT_USAGE;
 }
 
+/* 1 when -L was given and the answer is a redirect libcurl would follow (a
+ * 3xx other than 304, with a Location) that was not followed. */
+static int redirect_left(const call_opts *o, const resil_http_response *resp) {
+  int st = resil_http_response_status(resp);
+  return o->follow && st >= 300 && st < 400 && st != 304 && st != 305 && st != 306 &&
+         resil_http_response_header(resp, "location") != NULL;
+}
+
 int resil_cmd_call(int argc, char **argv) {
+  /* Before anything is opened: a closed descriptor 0..2 would be reused by
+   * the next one opened (libcurl's socketpair), and the body meant for
+   * stdout would go into it. */
+  int closed = resil_cli_closed_std_fd();
+  if (closed >= 0) {
+    if (closed != 2)
+      fprintf(stderr, PROG ": file descriptor %d (%s) is closed; run with it open\n", closed,
+              closed == 0 ? "stdin" : "stdout");
+    return EXIT_LOCAL;
+  }
   call_opts o;
   memset(&o, 0, sizeof o);
   url_parts u;
@@ -809,6 +877,8 @@ int resil_cmd_call(int argc, char **argv) {
   if (o.connect_timeout_ns) cc.connect_timeout_ns = o.connect_timeout_ns;
   if (o.timeout_ns) cc.response_timeout_ns = o.timeout_ns;
   cc.follow_redirects = o.follow;
+  cc.max_redirects = MAX_REDIRECTS;
+  if (o.max_body) cc.max_response_bytes = o.max_body;
   if (o.verbose >= 2) {
     cc.log_level = RESIL_HTTP_LOG_HEADERS;
     cc.log_fn = log_line;
@@ -863,6 +933,20 @@ int resil_cmd_call(int argc, char **argv) {
             fin.attempts == 1 ? "" : "s",
             fin.kind == RESIL_UNKNOWN ? ": the server MAY HAVE EXECUTED the request" : "",
             maybe, detail ? ": " : "", detail ? detail : "");
+  }
+  if (rc == EXIT_OK && resp && fin.kind == RESIL_ANSWERED && redirect_left(&o, resp)) {
+    resil_http_info info;
+    memset(&info, 0, sizeof info);
+    (void)resil_http_response_info(resp, &info);
+    /* The Location is not printed: it may carry a token. */
+    if (info.hops >= MAX_REDIRECTS)
+      fprintf(stderr, PROG ": -L: still a %d redirect after %u hops (the limit): not followed\n",
+              resil_http_response_status(resp), (unsigned)info.hops);
+    else
+      fprintf(stderr, PROG ": -L: the %d redirect after %u hop%s could not be followed%s%s\n",
+              resil_http_response_status(resp), (unsigned)info.hops, info.hops == 1 ? "" : "s",
+              detail ? ": " : "", detail ? detail : "");
+    rc = EXIT_REDIRECT;
   }
   if (resp && resil_http_response_status(resp) > 0 &&
       resil_http_response_outcome(resp).kind == RESIL_ANSWERED && write_body(resp) != 0)

@@ -1,6 +1,8 @@
 /* Helpers shared by the resil subcommands (cli.h). */
 #include "cli.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 
 const char *resil_cli_option_value(int argc, char **argv, int *i,
@@ -15,4 +17,10 @@ const char *resil_cli_option_value(int argc, char **argv, int *i,
     return NULL;
   }
   return argv[++*i];
+}
+
+int resil_cli_closed_std_fd(void) {
+  for (int fd = 0; fd <= 2; fd++)
+    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) return fd;
+  return -1;
 }
