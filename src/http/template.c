@@ -142,8 +142,11 @@ int resil__http_pct_encode(const resil_allocator *a, http_buf *out,
   if (n > SIZE_MAX / 4) return -2;
   if (resil__http_buf_reserve(a, out, n * 3) != 0) return -2;
   char *w = out->p + out->len;
-  /* A whole value "." or ".." would be a dot segment (RFC 3986 §5.2.4)
-   * that libcurl or a server removes: "/users/../orders" is "/orders". */
+  /* '.' is unreserved, but a whole value "." or ".." would be a dot
+   * segment (RFC 3986 §5.2.4) that libcurl or a server removes:
+   * "/users/../orders" is "/orders". Such a value has each '.' written
+   * %2E: it stays one segment of its own (in a query too, where %2E means
+   * the same as '.'). "..." and "a..b" are ordinary segments. */
   int dots = (n == 1 || n == 2) && s[0] == '.' && s[n - 1] == '.';
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -190,16 +193,6 @@ int resil__http_tpl_expand(const resil_allocator *a, const http_tpl *t,
     int rc = encode ? resil__http_pct_encode(a, out, v->value, vlen)
                     : resil__http_buf_append(a, out, v->value, vlen);
     if (rc != 0) return -2;
-    /* '.' is unreserved, so "." and ".." would pass as they are and a
-     * client or server removing dot segments would move the request to
-     * another path ("/users/../orders" is "/orders"). A value made of dots
-     * only has each written %2E: it stays one segment of its own, in a
-     * query too, where %2E means the same as '.'. */
-    if (encode && vlen && strspn(v->value, ".") == vlen) {
-      out->len -= vlen;
-      for (size_t k = 0; k < vlen; k++)
-        if (resil__http_buf_append(a, out, "%2E", 3) != 0) return -2;
-    }
   }
   return 0;
 }

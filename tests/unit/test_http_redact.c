@@ -115,7 +115,7 @@ static int logged_get(canned *srv, resil_http_log_level level, log_capture *lc,
                       const char *const *hdrs) {
   char base[64];
   snprintf(base, sizeof base, "http://127.0.0.1:%u", srv->port);
-  resil_http_endpoint ep = {.name = "get", .method = RESIL_HTTP_GET, .path = "/x",
+  resil_http_endpoint ep = {.struct_size = sizeof(resil_http_endpoint), .name = "get", .method = RESIL_HTTP_GET, .path = "/x",
                             .response_codec = RESIL_HTTP_CODEC_RAW};
   resil_http_client_config cfg;
   resil_http_client_config_init(&cfg);
@@ -328,7 +328,7 @@ static void refused_redirect_errors_quote_no_secret(void **state) {
   canned_start(&srv, k_bad_redirect, sizeof k_bad_redirect - 1);
   char base[64];
   snprintf(base, sizeof base, "http://127.0.0.1:%u", srv.port);
-  resil_http_endpoint ep = {.name = "get", .method = RESIL_HTTP_GET, .path = "/x",
+  resil_http_endpoint ep = {.struct_size = sizeof(resil_http_endpoint), .name = "get", .method = RESIL_HTTP_GET, .path = "/x",
                             .response_codec = RESIL_HTTP_CODEC_RAW};
   log_capture lc = {0};
   resil_http_client_config cfg;
@@ -382,7 +382,7 @@ static void template_errors_quote_no_secret(void **state) {
   memcpy(q, "access_token=S-LONGQUERY&", 25);
   memset(q + 25, 'a', qlen - 25);
   q[qlen] = '\0';
-  resil_http_endpoint ep = {.name = "e", .method = RESIL_HTTP_GET, .path = "/p", .query = q};
+  resil_http_endpoint ep = {.struct_size = sizeof(resil_http_endpoint), .name = "e", .method = RESIL_HTTP_GET, .path = "/p", .query = q};
   assert_status(RESIL_EINVAL, new_client(&ep, &err));
   assert_lacks(err.msg, "S-LONGQUERY");
   /* A bad character after a secret in a query template. */

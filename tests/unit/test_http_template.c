@@ -101,7 +101,7 @@ static void dot_segments_in_path_values_are_percent_encoded(void **state) {
     const char *v, *want;
   } cases[] = {
       {"..", "/users/%2E%2E/orders"},  {".", "/users/%2E/orders"},
-      {"...", "/users/%2E%2E%2E/orders"}, {"a..b", "/users/a..b/orders"},
+      {"...", "/users/.../orders"}, {"a..b", "/users/a..b/orders"},
       {"..a", "/users/..a/orders"},     {"../x", "/users/..%2Fx/orders"},
       {"%2E%2E", "/users/%252E%252E/orders"},
   };
@@ -127,7 +127,7 @@ static void dot_segments_in_path_values_are_percent_encoded(void **state) {
 static void a_dot_path_value_cannot_reach_another_route(void **state) {
   (void)state;
   resil_fixture *f = fx_start();
-  resil_http_endpoint ep = {.name = "e", .method = RESIL_HTTP_GET, .path = "/{dir}/echo",
+  resil_http_endpoint ep = {.struct_size = sizeof(resil_http_endpoint), .name = "e", .method = RESIL_HTTP_GET, .path = "/{dir}/echo",
                             .response_codec = RESIL_HTTP_CODEC_RAW};
   resil_http_client *c = client_on(f, &ep, 1, NULL, NULL);
   const char *vals[] = {"..", "."};
