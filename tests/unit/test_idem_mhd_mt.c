@@ -315,7 +315,7 @@ static void config_init_writes_documented_defaults(void **st) {
   resil_idem_mhd_config c;
   memset(&c, 0x5a, sizeof c);
   resil_idem_mhd_config_init(&c);
-  assert_int_equal(c.version, 1);
+  assert_int_equal(c.struct_size, sizeof c);
   assert_string_equal(c.name, "idem");
   assert_null(c.store);
   assert_null(c.handler);
@@ -331,6 +331,8 @@ static void config_init_writes_documented_defaults(void **st) {
   assert_null(c.on_committed);
   assert_null(c.status_extra);
   assert_null(c.alloc);
+  assert_null(c.log);
+  assert_null(c.log_user);
   resil_idem_mhd_config_init(NULL); /* no-op */
 }
 
@@ -347,7 +349,7 @@ static resil_status try_new(void (*bad)(resil_idem_mhd_config *),
   return rc;
 }
 
-static void bad_version(resil_idem_mhd_config *c) { c->version = 2; }
+static void bad_size(resil_idem_mhd_config *c) { c->struct_size = 0; }
 static void bad_store(resil_idem_mhd_config *c) { c->store = NULL; }
 static void bad_handler(resil_idem_mhd_config *c) { c->handler = NULL; }
 static void bad_header_empty(resil_idem_mhd_config *c) { c->key_header = ""; }
@@ -369,7 +371,7 @@ static void new_names_each_bad_field(void **st) {
     const char *field;
     int ranged;
   } cases[] = {
-      {bad_version, "version", 1},
+      {bad_size, "struct_size", 0},
       {bad_store, "store", 0},
       {bad_handler, "handler", 0},
       {bad_header_empty, "key_header", 0},

@@ -776,7 +776,7 @@ static void sqlite_disk_full_is_eio_and_nothing_half_written(void **state) {
   assert_int_equal(state_of(f->s, "full"), RESIL_OP_PENDING);
   assert_int_equal(ts_effects(&f->env, "full"), 0);
   /* The limit stays on the connection: a big new request fails whole. */
-  resil_op_request bigreq = {.method = "POST", .path = "/p", .body = blob, .body_len = big};
+  resil_op_request bigreq = {.struct_size = sizeof bigreq, .method = "POST", .path = "/p", .body = blob, .body_len = big};
   resil_op_begin_result r = 0;
   assert_status(RESIL_EIO, resil_store_begin(f->s, "full-2", &bigreq, &r, NULL));
   assert_int_equal(state_of(f->s, "full-2"), RESIL_OP_UNKNOWN);
@@ -871,18 +871,27 @@ static void open_rejects_bad_uris_and_config_fields(void **state) {
   check_open_field("sqlite:", NULL, "uri");
   check_open_field("sqlite::memory:", NULL, "uri");
   check_open_field("SQLITE:/tmp/x.db", NULL, "uri");
+  /* A query part is refused, never taken into the file name. */
+  check_open_field("sqlite:/tmp/x.db?mode=ro", NULL, "uri");
+  check_open_field("sqlite:/tmp/x.db#frag", NULL, "uri");
   resil_error err;
   assert_status(RESIL_EINVAL, resil_store_open("sqlite:/tmp/x.db", NULL, NULL, &err));
   assert_string_equal(err.field, "out");
 
   resil_store_config cfg;
   resil_store_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_int_equal(cfg.busy_timeout_ns, 5 * NS_PER_S);
   assert_int_equal(cfg.pool_size, 4);
   assert_int_equal(cfg.unsafe_commit_effect_early, 0);
-  cfg.version = 2;
-  check_open_field("sqlite:/tmp/x.db", &cfg, "version");
+  cfg.struct_size = 0;
+  check_open_field("sqlite:/tmp/x.db", &cfg, "struct_size");
+  {
+    resil_store *s0 = NULL;
+    resil_error e0;
+    assert_status(RESIL_EINVAL, resil_store_open("sqlite:/tmp/x.db", &cfg, &s0, &e0));
+    assert_non_null(strstr(e0.msg, "call resil_store_config_init()"));
+  }
   resil_store_config_init(&cfg);
   cfg.pool_size = 0;
   check_open_field("sqlite:/tmp/x.db", &cfg, "pool_size");
@@ -898,6 +907,11 @@ static void open_rejects_bad_uris_and_config_fields(void **state) {
   check_open_field("sqlite:/tmp/x.db", &cfg, "busy_timeout_ns");
   cfg.busy_timeout_ns = RESIL_STORE_BUSY_TIMEOUT_MAX_NS + 1;
   check_open_field("sqlite:/tmp/x.db", &cfg, "busy_timeout_ns");
+  /* Durations are refused in human units. */
+  cfg.busy_timeout_ns = 2 * RESIL_STORE_BUSY_TIMEOUT_MAX_NS;
+  assert_status(RESIL_EINVAL, resil_store_open("sqlite:/tmp/x.db", &cfg, &s, &err));
+  if (!strstr(err.msg, "1 h") || !strstr(err.msg, "2 h"))
+    fail_msg("busy_timeout_ns message not in human units: %s", err.msg);
   resil_store_config_init(&cfg);
   cfg.unsafe_commit_effect_early = 2;
   check_open_field("sqlite:/tmp/x.db", &cfg, "unsafe_commit_effect_early");

@@ -228,7 +228,7 @@ TS_UNUSED static resil_status ts_effect_fn(void *user, resil_store_txn *tx,
 
 TS_UNUSED static resil_op_request ts_req(const char *method, const char *path,
                                          const char *body) {
-  resil_op_request r = {.method = method, .path = path, .body = body,
+  resil_op_request r = {.struct_size = sizeof(resil_op_request), .method = method, .path = path, .body = body,
                         .body_len = body ? strlen(body) : 0};
   return r;
 }
