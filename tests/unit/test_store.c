@@ -1396,19 +1396,23 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   cmocka_unit_test_prestate_setup_teardown(sqlite_open_failures_say_why, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_restarted_server_is_reconnected_inside_the_store, fx_setup, fx_teardown, (void *)&bk)
 
-int main(void) {
+int main(int argc, char **argv) {
+  ts_run run;
+  if (ts_run_parse(argc, argv, &run) != 0) return 2;
   const struct CMUnitTest common[] = {
       cmocka_unit_test(open_rejects_bad_uris_and_config_fields),
   };
   const struct CMUnitTest sqlite_tests[] = {STORE_TESTS(on_sqlite)};
   const struct CMUnitTest pg_tests[] = {STORE_TESTS(on_pg)};
-  int failed = cmocka_run_group_tests_name("store", common, NULL, NULL);
-  failed += cmocka_run_group_tests_name("store_sqlite", sqlite_tests, NULL, NULL);
-  if (!ts_pg_base()) {
-    printf("note: RESIL_TEST_PG_URI is not set: the PostgreSQL cases are skipped "
-           "(start a server with scripts/pg-start.sh)\n");
-    fflush(stdout);
+  int failed = 0;
+  if (run.sqlite) {
+    failed += cmocka_run_group_tests_name("store", common, NULL, NULL);
+    failed += cmocka_run_group_tests_name("store_sqlite", sqlite_tests, NULL, NULL);
   }
-  failed += cmocka_run_group_tests_name("store_postgresql", pg_tests, NULL, NULL);
+  if (run.pg) {
+    int gate = ts_pg_gate(&run);
+    if (gate) return failed ? failed : gate;
+    failed += cmocka_run_group_tests_name("store_postgresql", pg_tests, NULL, NULL);
+  }
   return failed;
 }
