@@ -36,7 +36,9 @@ static void usage(FILE *out) {
       "  /commit-close /flaky/{id} /seq/{id} /redirect/{n} /echo /empty\n"
       "  /badjson /idem/{name} /idem-close /operations/{key} /ka /__stats\n"
       "  /__recover (with --store)\n"
-      "  (described in src/fixture/fixture.h).\n");
+      "  (described in src/fixture/fixture.h).\n"
+      "A connection idle for 30 s is closed, and at most 256 are served at\n"
+      "once; the flaky and seq routes remember at most 10000 ids.\n");
 }
 
 static int parse_port(const char *s, uint16_t *out) {
