@@ -37,8 +37,10 @@ static void usage(FILE *out) {
       "  /badjson /idem/{name} /idem-close /operations/{key} /ka /__stats\n"
       "  /__recover (with --store)\n"
       "  (described in src/fixture/fixture.h).\n"
-      "A connection idle for 30 s is closed, and at most 256 are served at\n"
-      "once; the flaky and seq routes remember at most 10000 ids.\n");
+      "A connection idle for %u s is closed, and at most %u are served at\n"
+      "once; the flaky and seq routes remember at most %u ids.\n",
+      RESIL_FX_DEFAULT_CONNECTION_TIMEOUT_S, RESIL_FX_DEFAULT_CONNECTION_LIMIT,
+      RESIL_FX_DEFAULT_MAX_IDS);
 }
 
 static int parse_port(const char *s, uint16_t *out) {
