@@ -347,6 +347,36 @@ static void config_init_writes_documented_defaults(void **st) {
   resil_idem_mhd_config_init(NULL); /* no-op */
 }
 
+/* A caller built against the 0.1 layouts (no log fields, no damaged
+ * counter) works: the library reads and writes only what it has. */
+static void older_layouts_are_read_and_written_only_as_far_as_they_go(void **st) {
+  (void)st;
+  server *s = server_start(NULL);
+  resil_idem_mhd_config c;
+  server_cfg(s, &c);
+  memset(&c.log, 0x5a, sizeof c.log); /* garbage past the old layout */
+  memset(&c.log_user, 0x5a, sizeof c.log_user);
+  c.struct_size = offsetof(resil_idem_mhd_config, log);
+  resil_idem_mhd *old = NULL;
+  resil_error err;
+  assert_status(RESIL_OK, resil_idem_mhd_new(&c, &old, &err));
+  resil_idem_mhd_free(old);
+  resil_idem_mhd_stats sx;
+  memset(&sx, 0x5a, sizeof sx);
+  size_t old_size = offsetof(resil_idem_mhd_stats, damaged);
+  assert_status(RESIL_OK, resil_idem_mhd_get_stats_sized(s->idem, &sx, old_size));
+  assert_int_equal(sx.struct_size, old_size);
+  assert_int_equal(sx.requests, 0);
+  uint64_t untouched;
+  memset(&untouched, 0x5a, sizeof untouched);
+  assert_memory_equal(&sx.damaged, &untouched, sizeof untouched);
+  /* Never initialised: refused, saying what to call. */
+  memset(&c, 0, sizeof c);
+  assert_status(RESIL_EINVAL, resil_idem_mhd_new(&c, &old, &err));
+  assert_non_null(strstr(err.msg, "call resil_idem_mhd_config_init()"));
+  server_stop(s);
+}
+
 static resil_status try_new(void (*bad)(resil_idem_mhd_config *),
                             resil_error *err) {
   resil_idem_mhd_config c;
@@ -1099,6 +1129,7 @@ int main(void) {
       cmocka_unit_test(recovery_route_checks_method_and_arguments),
       cmocka_unit_test(concurrent_same_key_requests_and_recovery_run_the_handler_once),
       cmocka_unit_test(two_keys_and_encoded_nul_are_refused),
+      cmocka_unit_test(older_layouts_are_read_and_written_only_as_far_as_they_go),
       cmocka_unit_test(query_string_is_not_part_of_the_fingerprint),
       cmocka_unit_test(store_failure_answers_503_with_the_stores_message_and_logs_it),
       cmocka_unit_test(handler_1xx_is_refused_and_damaged_rows_are_reported_by_recovery),

@@ -863,6 +863,24 @@ static void pg_lost_connection_is_reconnected_and_retried_once(void **state) {
   assert_int_equal(ts_effects(&f->env, "before"), 1);
 }
 
+/* The connection dies inside the completion's transaction, after the
+ * effect started: nothing was committed, so the store reconnects and runs
+ * the whole completion again; the effect is committed exactly once. */
+static void pg_connection_lost_inside_the_transaction_commits_once(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "k", &req, NULL), RESIL_OP_NEW);
+  ts_effect e = {.kill_first = f->env.admin};
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  complete_ok(f->s, "k", &e, &rec);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(atomic_load(&e.calls), 2);
+  assert_int_equal(ts_effects(&f->env, "k"), 1);
+  resil_op_record_clear(&rec);
+}
+
 /* A real restart of the server (scripts/pg-stop.sh --restart: same data
  * directory and port): every pooled connection is stale, and the next
  * operations still succeed. */
@@ -1394,7 +1412,8 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   cmocka_unit_test_prestate_setup_teardown(status_below_200_is_never_committed_nor_replayed, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(unsized_request_and_record_are_refused, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_open_failures_say_why, fx_setup, fx_teardown, (void *)&bk), \
-  cmocka_unit_test_prestate_setup_teardown(pg_restarted_server_is_reconnected_inside_the_store, fx_setup, fx_teardown, (void *)&bk)
+  cmocka_unit_test_prestate_setup_teardown(pg_restarted_server_is_reconnected_inside_the_store, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_the_transaction_commits_once, fx_setup, fx_teardown, (void *)&bk)
 
 int main(int argc, char **argv) {
   ts_run run;

@@ -235,6 +235,8 @@ typedef struct ts_effect {
   size_t body_len;
   int failed;
   int end_txn;   /* misuse: COMMIT the store's transaction */
+  PGconn *kill_first; /* PostgreSQL: the first call has this side connection
+                         terminate the effect's own backend, then fails */
   int fill_disk; /* SQLite: forbid the file to grow after the insert */
 } ts_effect;
 
@@ -242,8 +244,15 @@ TS_UNUSED static resil_status ts_effect_fn(void *user, resil_store_txn *tx,
                                            const resil_op_record *pending,
                                            resil_op_response *out) {
   ts_effect *e = user;
-  atomic_fetch_add(&e->calls, 1);
+  int call = atomic_fetch_add(&e->calls, 1);
   if (pending->state != RESIL_OP_PENDING) return RESIL_ESTATE;
+  if (e->kill_first && call == 0 && resil_store_txn_pg(tx)) {
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d, 5000)",
+             PQbackendPID(resil_store_txn_pg(tx)));
+    PGresult *r = PQexec(e->kill_first, sql);
+    PQclear(r);
+  }
   const char *ins = resil_store_txn_sqlite(tx)
                         ? "INSERT INTO effects (key, n) VALUES (?1, 1)"
                         : "INSERT INTO effects (key, n) VALUES ($1, 1)";
