@@ -539,10 +539,12 @@ int resil_cmd_upstream(int argc, char **argv) {
   if (o.recover) {
     resil_store_recovery rep;
     resil_status st = resil_idem_mhd_recover_report(u.idem, 0, 100000, &rep);
-    if (st != RESIL_OK && st != RESIL_EIO && st != RESIL_ETIMEDOUT &&
-        st != RESIL_ENOMEM) {
-      /* An effect failed: those operations stay PENDING for the next
-       * recovery (POST /__recover); serve the rest. */
+    /* Every selected operation handled, some effects failed: those stay
+     * PENDING for the next recovery (POST /__recover); serve the rest. A
+     * store failure stops recovery before the end of its batch. */
+    int all_handled =
+        rep.selected == rep.recovered + rep.failed + rep.damaged;
+    if (st != RESIL_OK && rep.failed > 0 && all_handled) {
       fprintf(stderr, PROG ": recovery: %u operation(s) failed and stay PENDING\n",
               (unsigned)rep.failed);
     } else if (st != RESIL_OK) {
