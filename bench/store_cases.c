@@ -505,7 +505,7 @@ static resil_status bench_effect(void *user, resil_store_txn *tx,
 static int ours_op(void *state) {
   ours_state *s = state;
   snprintf(s->key, sizeof s->key, "op-%llu", (unsigned long long)s->next++);
-  resil_op_request req = {.method = "POST", .path = "/payments", .body = request_body,
+  resil_op_request req = {.struct_size = sizeof(resil_op_request), .method = "POST", .path = "/payments", .body = request_body,
                           .body_len = sizeof request_body - 1};
   resil_op_begin_result br = 0;
   resil_status st = resil_store_begin(s->store, s->key, &req, &br, &s->rec);

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Stops a server started by scripts/pg-start.sh and removes its directory.
-# Usage: bash scripts/pg-stop.sh URI|PORT|DIR
+# Usage: bash scripts/pg-stop.sh [--restart] URI|PORT|DIR
+#   --restart  restart it instead (pg_ctl restart -m fast: same data
+#              directory, port and options; every client connection is
+#              closed), and keep the directory
 #   URI   what pg-start.sh printed, e.g. postgresql://resil@127.0.0.1:54321/resil
 #   PORT  its port
 #   DIR   its temporary directory (resil-pg.XXXXXX)
@@ -10,7 +13,9 @@ set -euo pipefail
 
 log() { echo "pg-stop: $*" >&2; }
 
-[ $# -eq 1 ] || { log "usage: pg-stop.sh URI|PORT|DIR"; exit 2; }
+restart=0
+if [ "${1:-}" = --restart ]; then restart=1; shift; fi
+[ $# -eq 1 ] || { log "usage: pg-stop.sh [--restart] URI|PORT|DIR"; exit 2; }
 arg=$1
 
 dir=
@@ -45,6 +50,17 @@ if [ -z "$bindir" ]; then
       break
     fi
   done
+fi
+
+if [ "$restart" -eq 1 ]; then
+  owner=$(stat -c %U "$dir/data")
+  as_user=()
+  [ "$(id -u)" -ne 0 ] || [ "$owner" = root ] || as_user=(runuser -u "$owner" --)
+  # restart reuses the options of the last start (postmaster.opts).
+  "${as_user[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 \
+    restart >/dev/null 2>&1 || { log "pg_ctl restart failed; its log:"; tail -n 20 "$dir/server.log" >&2; exit 1; }
+  log "restarted the server in $dir"
+  exit 0
 fi
 
 if [ -f "$dir/data/postmaster.pid" ]; then

@@ -12,16 +12,34 @@ modes=("$@")
 
 # The operation store's suite runs on SQLite always, and on PostgreSQL
 # against a throwaway server on 127.0.0.1 started here (and stopped on exit).
-# Under CI a server that cannot start is a failure, not a skip.
-if [ -z "${RESIL_TEST_PG_URI:-}" ] && [ "${RESIL_NO_PG:-0}" != 1 ]; then
+# Under CI a server that cannot start is a failure, not a skip (and the
+# store tests' _pg entries fail too when CI=true and no server is set).
+# Whatever happens, the last line says whether the PostgreSQL cases ran.
+pg_started=0
+pg_note="SKIPPED (RESIL_NO_PG=1)"
+on_exit() {
+  local rc=$?
+  if [ "$pg_started" = 1 ]; then
+    bash scripts/pg-stop.sh "$RESIL_TEST_PG_URI" >/dev/null 2>&1 || true
+  fi
+  echo "== summary: PostgreSQL store cases: $pg_note"
+  exit $rc
+}
+trap on_exit EXIT
+if [ -n "${RESIL_TEST_PG_URI:-}" ]; then
+  pg_note="run against RESIL_TEST_PG_URI"
+elif [ "${RESIL_NO_PG:-0}" != 1 ]; then
   if uri=$(bash scripts/pg-start.sh); then
     export RESIL_TEST_PG_URI=$uri
-    trap 'bash scripts/pg-stop.sh "$RESIL_TEST_PG_URI" || true' EXIT
+    pg_started=1
+    pg_note="run against a throwaway server ($uri)"
     echo "== PostgreSQL for the store tests: $uri"
   elif [ "${CI:-}" = true ]; then
+    pg_note="FAILED (CI=true and PostgreSQL could not be started)"
     echo "test.sh: PostgreSQL could not be started" >&2
     exit 1
   else
+    pg_note="SKIPPED (PostgreSQL could not be started; ctest lists test_store_pg and test_store_mt_pg as skipped)"
     echo "test.sh: PostgreSQL could not be started; its store tests are skipped" >&2
   fi
 fi

@@ -8,7 +8,12 @@
  *   - the request must carry an idempotency key (header `key_header`,
  *     default "Idempotency-Key"): without one it answers 400 (or, when
  *     require_key is 0, runs the operation under a key it generates and
- *     returns in that header);
+ *     returns in that header); two or more such headers answer 400 (which
+ *     one would be the key?);
+ *   - the request fingerprint is method, URL path (without the query
+ *     string) and body: the query string is NOT part of it, so the same key
+ *     with the same path and body but another query replays the stored
+ *     answer (put whatever changes the operation into the path or body);
  *   - a new key is stored PENDING durably (resil_store_begin), then the
  *     handler runs INSIDE the store transaction that writes the terminal
  *     state (resil_store_complete): its effect and the COMMITTED (or FAILED)
@@ -25,7 +30,9 @@
  *     transaction.
  *
  * Answers the helper makes itself (all application/json):
- *   400 {"error":"missing Idempotency-Key"} / {"error":"invalid ..."}
+ *   400 {"error":"missing Idempotency-Key"} / {"error":"invalid ..."} /
+ *       {"error":"more than one Idempotency-Key header"} / a path (or
+ *       status key) with an encoded NUL (with resil_idem_mhd_unescape)
  *   405 {"error":"method not allowed"}          (status and recovery routes)
  *   409 {"key":K,"state":"PENDING"}            + Retry-After
  *   413 {"error":"request body too large"}      (resil_idem_mhd_access only)
@@ -34,13 +41,17 @@
  *       failed or the store could not commit; everything was rolled back and
  *       the operation stays PENDING until recovery re-drives it
  *   503 {"error":...} + Retry-After: the store was locked beyond its busy
- *       timeout, or failed before anything was stored
+ *       timeout, or failed before anything was stored (e.g. its SQLite file
+ *       was deleted while open)
+ *   Every store failure's "error" ends with the store's own message
+ *   (resil_store_errmsg), which also goes to the configured log.
  *   Status route: 200 {"key","state":"COMMITTED"|"FAILED","status","body",
  *       "created_ms","updated_ms","attempts"[,extra]} (body as a JSON string
  *       when it is UTF-8, else "body_base64"), 200 {"key","state":"PENDING",
  *       ...} or 404 {"key","state":"UNKNOWN"}. A 404 means "this store has
  *       no record", never "it did not happen" (DESIGN §1).
- *   Recovery route: 200 {"recovered":n}.
+ *   Recovery route: 200 {"recovered":n[,"damaged":d,"damaged_keys":"k1,k2"]}
+ *       (damaged rows are skipped and reported, see resil_store_recover).
  *
  * The handler must be deterministic with respect to the stored request
  * (method, path, body): recovery calls it again, on another thread and
@@ -71,7 +82,29 @@
  *                    MHD_USE_THREAD_PER_CONNECTION, port, NULL, NULL,
  *                    resil_idem_mhd_access, idem,
  *                    MHD_OPTION_NOTIFY_COMPLETED, resil_idem_mhd_completed,
- *                    idem, MHD_OPTION_END);
+ *                    idem,
+ *                    MHD_OPTION_CONNECTION_TIMEOUT,
+ *                    (unsigned)RESIL_IDEM_MHD_CONNECTION_TIMEOUT_S,
+ *                    MHD_OPTION_CONNECTION_LIMIT,
+ *                    (unsigned)RESIL_IDEM_MHD_CONNECTION_LIMIT,
+ *                    MHD_OPTION_UNESCAPE_CALLBACK, resil_idem_mhd_unescape,
+ *                    NULL, MHD_OPTION_END);
+ *
+ * Recommended libmicrohttpd options (the example above; `resil upstream`
+ * and the test fixture use them):
+ *   MHD_OPTION_CONNECTION_TIMEOUT  RESIL_IDEM_MHD_CONNECTION_TIMEOUT_S:
+ *       MHD's default is no timeout at all, so an idle or half-sent request
+ *       holds its connection (and, with a thread per connection, a thread)
+ *       forever;
+ *   MHD_OPTION_CONNECTION_LIMIT    RESIL_IDEM_MHD_CONNECTION_LIMIT: bounds
+ *       the threads; connections past it are closed at once instead of
+ *       exhausting the process (with the timeout, idle ones make room);
+ *   MHD_OPTION_PER_IP_CONNECTION_LIMIT  for a server reachable by many
+ *       clients (behind no proxy), so that one address cannot take every
+ *       slot; pointless on loopback, where every client shares 127.0.0.1;
+ *   MHD_OPTION_UNESCAPE_CALLBACK   resil_idem_mhd_unescape: MHD's decoding
+ *       turns /operations/k%00x into "k", another key; this one makes such
+ *       a path a 400.
  *
  * Create/free pair: resil_idem_mhd_new / resil_idem_mhd_free.
  *
@@ -125,7 +158,7 @@ typedef struct resil_idem_call {
 
 /* The wrapped handler: the operation's effect. Runs inside the transaction
  * that writes the terminal state, under the operation's row lock. Fill *out
- * (status 100..599; headers as "Name: value\r\n" lines, e.g. Content-Type;
+ * (a final status 200..599, never a 1xx; headers as "Name: value\r\n" lines, e.g. Content-Type;
  * body; failed = 1 for a terminal business refusal that is stored and
  * replayed like a success) and return RESIL_OK to commit effect and state
  * together. Any other status rolls both back: the operation stays PENDING
@@ -161,9 +194,19 @@ typedef resil_idem_action (*resil_idem_committed_fn)(void *user,
 typedef int (*resil_idem_status_fn)(void *user, const resil_op_record *rec,
                                     char *buf, size_t len);
 
+/* Recommended MHD_OPTION_CONNECTION_TIMEOUT (seconds) and
+ * MHD_OPTION_CONNECTION_LIMIT (see the top of this file). Since 0.2. */
+#define RESIL_IDEM_MHD_CONNECTION_TIMEOUT_S 30
+#define RESIL_IDEM_MHD_CONNECTION_LIMIT 256
+
+/* Log sink: one line (no newline) per failure worth an operator's eye: a
+ * store failure with the store's message, a handler failure, damaged rows
+ * skipped by recovery. Called on the serving thread. */
+typedef void (*resil_idem_log_fn)(void *user, const char *line);
+
 typedef struct resil_idem_mhd_config {
-  /* Set to 1 by resil_idem_mhd_config_init(). Fields only appended. */
-  unsigned version;
+  /* Set by resil_idem_mhd_config_init(). Fields only appended. */
+  size_t struct_size;
   /* Instance name, copied. Default "idem". */
   const char *name;
   /* Required. Not owned: must outlive the helper. */
@@ -205,13 +248,22 @@ typedef struct resil_idem_mhd_config {
   resil_idem_status_fn status_extra;
   /* NULL = malloc/free. Used for the helper's own memory. */
   const resil_allocator *alloc;
+  /* Since 0.2. Where failures are logged (NULL, the default: nowhere), and
+   * its user pointer. */
+  resil_idem_log_fn log;
+  void *log_user;
 } resil_idem_mhd_config;
 
-/* Writes the documented defaults. NULL is a no-op. Since 0.1. */
-RESIL_API void resil_idem_mhd_config_init(resil_idem_mhd_config *cfg);
+/* Writes the documented defaults. NULL is a no-op. Since 0.2 (a macro
+ * passing sizeof). */
+RESIL_API void resil_idem_mhd_config_init_sized(resil_idem_mhd_config *cfg,
+                                                size_t struct_size);
+#define resil_idem_mhd_config_init(cfg)                                        \
+  resil_idem_mhd_config_init_sized((cfg), sizeof(resil_idem_mhd_config))
 
 /* Validates cfg and creates a helper. Returns RESIL_OK, RESIL_EINVAL (NULL
- * argument or a field out of range: err names it), RESIL_ENOMEM. *out is
+ * argument, a config not passed through resil_idem_mhd_config_init(), or a
+ * field out of range: err names it), RESIL_ENOMEM. *out is
  * untouched on failure. Since 0.1. */
 RESIL_API resil_status resil_idem_mhd_new(const resil_idem_mhd_config *cfg,
                                           resil_idem_mhd **out,
@@ -271,12 +323,29 @@ RESIL_API enum MHD_Result resil_idem_mhd_serve(resil_idem_mhd *h,
  * operation a live request completes at the same time still gets one
  * effect. *recovered (may be NULL) receives the number completed. Returns
  * RESIL_OK, RESIL_EINVAL (argument out of range), RESIL_EMISUSE (invalid
- * handle), or the store's RESIL_EIO / RESIL_ETIMEDOUT / RESIL_ENOMEM. Since
+ * handle), or the store's RESIL_EIO / RESIL_ETIMEDOUT / RESIL_ENOMEM.
+ * Damaged rows are skipped (see resil_store_recover) and logged. Since
  * 0.1. */
 RESIL_API resil_status resil_idem_mhd_recover(resil_idem_mhd *h,
                                               int64_t older_than_ns,
                                               uint32_t max_ops,
                                               uint32_t *recovered);
+/* The same with the store's report (recovered, failed, damaged and the
+ * damaged keys); *report may be NULL. Since 0.2 (a macro passing sizeof). */
+RESIL_API resil_status resil_idem_mhd_recover_report_sized(
+    resil_idem_mhd *h, int64_t older_than_ns, uint32_t max_ops,
+    resil_store_recovery *report, size_t struct_size);
+#define resil_idem_mhd_recover_report(h, older, max, report)                  \
+  resil_idem_mhd_recover_report_sized((h), (older), (max), (report),         \
+                                      sizeof(resil_store_recovery))
+
+/* MHD_OPTION_UNESCAPE_CALLBACK (cls unused): libmicrohttpd's percent-
+ * decoding, except that %00 decodes to the byte 0xFF instead of a NUL that
+ * would cut the path short (/operations/k%00x would ask for key "k"). 0xFF
+ * is never a key character nor valid UTF-8, so the helper answers 400.
+ * Since 0.2. */
+RESIL_API size_t resil_idem_mhd_unescape(void *cls, struct MHD_Connection *conn,
+                                         char *s);
 
 /* Allocates n bytes that stay valid until the store has copied the
  * handler's response: for a body or headers built by the handler. NULL on
@@ -285,6 +354,7 @@ RESIL_API resil_status resil_idem_mhd_recover(resil_idem_mhd *h,
 RESIL_API void *resil_idem_call_alloc(resil_idem_call *call, size_t n);
 
 typedef struct resil_idem_mhd_stats {
+  size_t struct_size;      /* bytes the library filled                   */
   uint64_t requests;       /* operation requests served (status and
                               recovery routes excluded)                 */
   uint64_t executed;       /* handler runs committed by a request        */
@@ -297,12 +367,18 @@ typedef struct resil_idem_mhd_stats {
   uint64_t dropped;        /* responses dropped by on_committed          */
   uint64_t status_queries; /* status route requests                      */
   uint64_t recovered;      /* operations completed by recovery           */
+  /* Since 0.2: */
+  uint64_t damaged;        /* damaged PENDING rows recovery skipped      */
 } resil_idem_mhd_stats;
 
-/* Snapshot of the counters. Returns RESIL_OK, RESIL_EINVAL (out NULL),
- * RESIL_EMISUSE (invalid handle). Since 0.1. */
-RESIL_API resil_status resil_idem_mhd_get_stats(const resil_idem_mhd *h,
-                                                resil_idem_mhd_stats *out);
+/* Snapshot of the counters, written up to struct_size. Returns RESIL_OK,
+ * RESIL_EMISUSE (NULL handle), RESIL_EINVAL (out NULL). Since 0.2 (a macro
+ * passing sizeof). */
+RESIL_API resil_status resil_idem_mhd_get_stats_sized(const resil_idem_mhd *h,
+                                                      resil_idem_mhd_stats *out,
+                                                      size_t struct_size);
+#define resil_idem_mhd_get_stats(h, out)                                       \
+  resil_idem_mhd_get_stats_sized((h), (out), sizeof(resil_idem_mhd_stats))
 
 #ifdef __cplusplus
 }

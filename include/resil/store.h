@@ -7,6 +7,9 @@
  *   "sqlite:PATH"           embedded, the default: one file (created if
  *                           missing), WAL journal, synchronous=FULL. Several
  *                           threads, stores and processes may share the file.
+ *                           The store refuses to report success once the
+ *                           file was deleted or replaced while open (see
+ *                           resil_store_open).
  *   "postgresql://..."      libpq (also "postgres://..."), for several
  *                           instances sharing one store.
  * The schema (tables resil_operations and resil_schema) is created or
@@ -39,8 +42,12 @@
  *
  *   resil_op_record rec;
  *   resil_op_record_init(&rec);
- *   resil_op_request req = {.method = "POST", .path = "/payments",
- *                           .body = body, .body_len = body_len};
+ *   resil_op_request req;
+ *   resil_op_request_init(&req);
+ *   req.method = "POST";
+ *   req.path = "/payments";
+ *   req.body = body;
+ *   req.body_len = body_len;
  *   resil_op_begin_result r;
  *   if (resil_store_begin(store, key, &req, &r, &rec) != RESIL_OK) ... 503
  *   switch (r) {
@@ -54,11 +61,26 @@
  *   resil_op_record_clear(&rec);
  *
  * Errors: every function returns a resil_status. RESIL_EIO means the database
- * failed (disk full, I/O error, corrupt file, connection lost, a schema newer
- * than this library); RESIL_ETIMEDOUT means the database (or the row) stayed
+ * failed (disk full, I/O error, corrupt file, a damaged row, the SQLite file
+ * deleted or replaced while open, the connection lost and not regained, a
+ * schema newer than this library); RESIL_ETIMEDOUT means the database (or the row) stayed
  * locked, or no pooled connection became free, for longer than
  * busy_timeout_ns. resil_store_errmsg() and resil_store_last_error() tell
  * more. Nothing is half-written: a failing call rolls its transaction back.
+ *
+ * Lost PostgreSQL connections (a server restart, an idle connection closed
+ * by the server): a call whose pooled connection turns out to be lost
+ * reconnects and runs its whole transaction once more on the new
+ * connection. That is safe whatever the old connection had done, COMMIT
+ * included, because every transaction is keyed by the operation key and
+ * re-reads the row under its lock: a completion whose COMMIT reached the
+ * server finds the operation terminal and returns it without running the
+ * effect again; one whose COMMIT did not finds it PENDING and runs the
+ * effect (exactly what recovery would do). A begin whose INSERT committed
+ * before the loss finds its own PENDING row and answers IN_PROGRESS (the
+ * operation is then completed by recovery). Only one retry per call; a
+ * second loss is reported (RESIL_EIO). The SQLite backend has no such
+ * retry.
  *
  * Thread-safety: a resil_store may be used from any number of threads at once
  * (an internal pool of connections), except resil_store_close(), which needs
@@ -67,6 +89,12 @@
  * one pooled connection held and no library mutex held; an effect must not
  * call the same store (it would wait for the row lock it holds itself).
  * resil_op_record values are plain data, not synchronised.
+ *
+ * Sized structs (DESIGN §11, version.h): resil_store_config,
+ * resil_op_request, resil_op_response, resil_op_record and
+ * resil_store_recovery start with `size_t struct_size`; initialise them with
+ * their _init macro (resil_op_response is initialised by the store before
+ * it is handed to an effect).
  *
  * Create/free pairs: resil_store_open / resil_store_close;
  * resil_op_record_init / resil_op_record_clear. */
@@ -112,8 +140,11 @@ typedef enum resil_op_begin_result {
                                never a replay */
 } resil_op_begin_result;
 
-/* What the fingerprint is made of, and what recovery re-drives. */
+/* What the fingerprint is made of, and what recovery re-drives. The
+ * fingerprint covers exactly method, path and body: nothing else of an HTTP
+ * request (no query string, no header) is part of it. */
 typedef struct resil_op_request {
+  size_t struct_size; /* set by resil_op_request_init() */
   const char *method; /* "POST": 1..RESIL_OP_METHOD_MAX visible ASCII */
   const char *path;   /* "/payments" (no query); NUL-terminated UTF-8
                          (PostgreSQL text holds nothing else) */
@@ -121,9 +152,14 @@ typedef struct resil_op_request {
   size_t body_len;
 } resil_op_request;
 
-/* What an effect produces and a replay returns. */
+/* What an effect produces and a replay returns. The store zeroes it and
+ * sets struct_size (the size the library knows) before the effect runs; an
+ * effect fills the fields one by one and leaves struct_size alone. */
 typedef struct resil_op_response {
-  int status;          /* 100..599 */
+  size_t struct_size;
+  int status;          /* a final status, 200..599: a 1xx is never stored
+                          (a replayed 100 would leave the client without a
+                          final response) */
   const char *headers; /* "Name: value\r\n" lines worth replaying (e.g.
                           Content-Type, Location); may be NULL when
                           headers_len is 0 */
@@ -140,6 +176,7 @@ typedef struct resil_op_response {
  * Buffers (path, request_body, headers, body) are owned by the record and are
  * NUL-terminated one byte past their length, so text can be printed as is. */
 typedef struct resil_op_record {
+  size_t struct_size; /* set by resil_op_record_init() */
   char key[256];
   resil_op_state state;
   unsigned char fingerprint[32]; /* SHA-256 of method, path, body, each
@@ -167,10 +204,21 @@ typedef struct resil_op_record {
   const resil_allocator *alloc;
 } resil_op_record;
 
-/* Zeroes *r (state UNKNOWN, no buffers). NULL is a no-op. Since 0.1. */
-RESIL_API void resil_op_record_init(resil_op_record *r);
-/* Frees the buffers and re-initialises *r. NULL is a no-op. Since 0.1. */
+/* Zeroes *r (state UNKNOWN, no buffers) and sets its struct_size. NULL is a
+ * no-op. A record that never went through it is refused by every function
+ * taking one (RESIL_EINVAL, "call resil_op_record_init()"). Since 0.2 (a
+ * macro passing sizeof). */
+RESIL_API void resil_op_record_init_sized(resil_op_record *r, size_t struct_size);
+#define resil_op_record_init(r) resil_op_record_init_sized((r), sizeof(resil_op_record))
+/* Frees the buffers and re-initialises *r (keeping its struct_size). NULL is
+ * a no-op. Since 0.1. */
 RESIL_API void resil_op_record_clear(resil_op_record *r);
+
+/* Zeroes *req and sets its struct_size. NULL is a no-op. Since 0.2 (a macro
+ * passing sizeof). */
+RESIL_API void resil_op_request_init_sized(resil_op_request *req, size_t struct_size);
+#define resil_op_request_init(req)                                             \
+  resil_op_request_init_sized((req), sizeof(resil_op_request))
 
 /* "PENDING" etc.; "UNKNOWN" for an unknown value. Static text. Since 0.1. */
 RESIL_API const char *resil_op_state_name(resil_op_state st);
@@ -180,8 +228,8 @@ RESIL_API const char *resil_op_begin_result_name(resil_op_begin_result r);
 /* The fingerprint resil_store_begin stores and compares: SHA-256 over the
  * method, the path and the body, each preceded by its length as 8 bytes big
  * endian (so that moving bytes between fields changes it). Returns RESIL_OK,
- * RESIL_EINVAL (req or out NULL, method or path NULL, body NULL with a
- * length), RESIL_ENOMEM or RESIL_EIO (no SHA-256 in libcrypto). Thread-safe.
+ * RESIL_EINVAL (req or out NULL, req not initialised, method or path NULL,
+ * body NULL with a length), RESIL_ENOMEM or RESIL_EIO (no SHA-256 in libcrypto). Thread-safe.
  * Since 0.1. */
 RESIL_API resil_status resil_op_fingerprint(const resil_op_request *req,
                                             unsigned char out[32]);
@@ -194,8 +242,8 @@ RESIL_API resil_status resil_op_fingerprint(const resil_op_request *req,
  * (the other one returns NULL); it must not commit or roll back that
  * transaction itself.
  *
- * Return RESIL_OK with *out filled to commit: *out is zeroed before the call
- * and copied by the store after it, so the buffers it points to must stay
+ * Return RESIL_OK with *out filled to commit: *out is zeroed (struct_size
+ * set) before the call and copied by the store after it, so the buffers it points to must stay
  * valid until resil_store_complete (or _recover) returns. Any other status
  * rolls everything back: the operation stays PENDING (recoverable) and the
  * effect's own SQL writes are undone. */
@@ -210,7 +258,8 @@ RESIL_API struct sqlite3 *resil_store_txn_sqlite(resil_store_txn *tx);
  * another backend. Since 0.1. */
 RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
 
-/* Longest busy_timeout_ns accepted: one hour. */
+/* Longest busy_timeout_ns accepted: one hour (range errors speak in human
+ * units, e.g. "busy_timeout_ns: must be 0 ns..1 h, got 2 h"). */
 #define RESIL_STORE_BUSY_TIMEOUT_MAX_NS (INT64_C(3600) * INT64_C(1000000000))
 /* Largest pool_size accepted. */
 #define RESIL_STORE_POOL_MAX 64
@@ -219,8 +268,8 @@ RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
 typedef resil_status (*resil_store_fault_fn)(void *user, const char *key);
 
 typedef struct resil_store_config {
-  /* Set to 1 by resil_store_config_init. */
-  unsigned version;
+  /* Set by resil_store_config_init(). */
+  size_t struct_size;
   /* How long a call waits for a locked database (SQLite busy_timeout), a
    * locked row (PostgreSQL lock_timeout) or a free pooled connection before
    * it gives up with RESIL_ETIMEDOUT; also the PostgreSQL connect timeout
@@ -254,12 +303,19 @@ typedef struct resil_store_config {
   void *fault_user;
 } resil_store_config;
 
-/* Writes the documented defaults (version 1). Since 0.1. */
-RESIL_API void resil_store_config_init(resil_store_config *cfg);
+/* Writes the documented defaults. NULL is a no-op. Since 0.2 (a macro
+ * passing sizeof). */
+RESIL_API void resil_store_config_init_sized(resil_store_config *cfg, size_t struct_size);
+#define resil_store_config_init(cfg)                                           \
+  resil_store_config_init_sized((cfg), sizeof(resil_store_config))
 
 /* Opens (and creates or migrates) the store at uri:
  *   "sqlite:/path/to/file.db"  any path but ":memory:" and "" (an in-memory
  *                              database would not be shared by the pool);
+ *                              no query part: a '?' or '#' is refused
+ *                              (RESIL_EINVAL), never taken into the file
+ *                              name (SQLite URI parameters such as
+ *                              ?mode=ro are not supported);
  *   "postgresql://user@127.0.0.1:5432/db" or "postgres://..." (a libpq URI,
  *                              passed to libpq unchanged: options such as
  *                              ?sslmode=... or ?options=-csearch_path%3Dx
@@ -267,10 +323,20 @@ RESIL_API void resil_store_config_init(resil_store_config *cfg);
  * cfg may be NULL (defaults). Opens pool_size connections at once. Every
  * connection sets WAL, synchronous=FULL and the busy timeout (SQLite), or
  * lock_timeout (PostgreSQL).
+ * SQLite: the store remembers the file it opened. Before it reports NEW
+ * (begin) or commits a terminal state (complete, recover), and whenever a
+ * pooled connection is taken, it checks (SQLITE_FCNTL_HAS_MOVED: one stat
+ * of the path against the open file) that the path still names that file.
+ * A file deleted or replaced while open makes that call fail with
+ * RESIL_EIO ("... was deleted or replaced while open ...") and nothing is
+ * reported as stored: writes into a deleted file would be lost, and the
+ * same keys would run again after a restart. Reopen the store then.
  * Returns RESIL_OK with *out set; RESIL_EINVAL (err->field names "uri",
- * "out" or the config field); RESIL_EIO (cannot open or connect, not a
- * database, read-only, a schema version newer than this library; err->msg
- * says which); RESIL_ETIMEDOUT (locked beyond busy_timeout_ns while
+ * "out" or the config field; a config not passed through
+ * resil_store_config_init() says so); RESIL_EIO (cannot open or connect,
+ * not a database, read-only, a schema version newer than this library;
+ * err->msg says which, with the system's reason for an open failure, e.g.
+ * "no such directory" or "permission denied"); RESIL_ETIMEDOUT (locked beyond busy_timeout_ns while
  * migrating); RESIL_ENOMEM; RESIL_ESYS (no mutex or condition variable
  * for the pool). err may be NULL. Thread-safe. Since 0.1. */
 RESIL_API resil_status resil_store_open(const char *uri,
@@ -302,7 +368,8 @@ RESIL_API void resil_store_last_error(const resil_store *s, resil_error *out);
  *     attempts 1: *result = RESIL_OP_NEW; the caller now owns it and runs
  *     resil_store_complete();
  *   - COMMITTED or FAILED with the same fingerprint: RESIL_OP_REPLAY, rec
- *     holds the stored response;
+ *     holds the stored response (a stored row that is not a valid
+ *     operation, e.g. a status below 200, is RESIL_EIO, never replayed);
  *   - PENDING with the same fingerprint: RESIL_OP_IN_PROGRESS;
  *   - a different fingerprint (method, path or body differ):
  *     RESIL_OP_CONFLICT; rec then holds the stored key, state, fingerprint,
@@ -312,7 +379,8 @@ RESIL_API void resil_store_last_error(const resil_store *s, resil_error *out);
  * then the answer comes from the last committed state without waiting, and
  * that begin is not counted. begin never waits for a running effect.
  * rec may be NULL; otherwise it must be initialised (resil_op_record_init)
- * and receives the operation as stored after this call.
+ * and receives the operation as stored after this call. req must be
+ * initialised (resil_op_request_init).
  * Returns RESIL_OK; RESIL_EINVAL (bad key, request or pointer; see
  * resil_store_last_error for the field); RESIL_EMISUSE (invalid handle);
  * RESIL_EIO; RESIL_ETIMEDOUT; RESIL_ENOMEM. On any error nothing was stored
@@ -332,7 +400,7 @@ RESIL_API resil_status resil_store_begin(resil_store *s, const char *key,
  * Returns RESIL_OK (committed by this call or already terminal);
  * RESIL_ESTATE (no such key: rec->state is RESIL_OP_UNKNOWN);
  * RESIL_EINVAL (bad key or effect NULL, or the effect's response is
- * invalid: status outside 100..599, a NULL buffer with a length, failed not
+ * invalid: status outside 200..599, a NULL buffer with a length, failed not
  * 0 or 1; then it rolls back); whatever the effect or the fault hook
  * returned when it was not RESIL_OK (rolled back, still PENDING);
  * RESIL_EMISUSE (invalid handle, or the transaction was no longer open
@@ -350,7 +418,8 @@ RESIL_API resil_status resil_store_complete(resil_store *s, const char *key,
  * key, rec->state = RESIL_OP_UNKNOWN with RESIL_OK (UNKNOWN is not "did not
  * happen": the key may have been swept, or belong to another store).
  * rec must be initialised. Returns RESIL_OK; RESIL_EINVAL (bad key, rec
- * NULL); RESIL_EMISUSE; RESIL_EIO; RESIL_ETIMEDOUT (no free connection);
+ * NULL or not initialised); RESIL_EIO also for a stored row that is not a
+ * valid operation; RESIL_EMISUSE; RESIL_EIO; RESIL_ETIMEDOUT (no free connection);
  * RESIL_ENOMEM. Thread-safe. Since 0.1. */
 RESIL_API resil_status resil_store_status(resil_store *s, const char *key,
                                           resil_op_record *rec);
@@ -364,8 +433,13 @@ RESIL_API resil_status resil_store_status(resil_store *s, const char *key,
  * and retries it only after older_than_ns again.
  * *recovered (may be NULL) gets the number of operations this call moved to
  * a terminal state. older_than_ns >= 0; max_ops 0 does nothing.
- * Returns RESIL_OK when every selected operation was handled; the first
- * failing effect's status after trying all of them; RESIL_EINVAL
+ * A selected row that is not a valid operation (damaged: e.g. a wrong
+ * fingerprint length, a stored status outside 200..599) is skipped, counted
+ * and named in resil_store_recover_report()'s report, and the others are
+ * recovered; it does not make the call fail.
+ * Returns RESIL_OK when every selected operation was handled (or skipped as
+ * damaged); the first failing effect's status after trying all of them;
+ * RESIL_EINVAL
  * (older_than_ns < 0, effect NULL); RESIL_EMISUSE; and at once, with
  * *recovered counting what was done: RESIL_EIO, RESIL_ETIMEDOUT,
  * RESIL_ENOMEM. Thread-safe; several recoverers may run at once (in one
@@ -374,6 +448,33 @@ RESIL_API resil_status resil_store_recover(resil_store *s, int64_t older_than_ns
                                            uint32_t max_ops,
                                            resil_op_effect_fn effect, void *user,
                                            uint32_t *recovered);
+
+/* What one recovery call did. Since 0.2. */
+typedef struct resil_store_recovery {
+  size_t struct_size;
+  uint32_t selected;  /* PENDING rows old enough, looked at (<= max_ops) */
+  uint32_t recovered; /* moved to a terminal state by this call */
+  uint32_t failed;    /* effect (or fault hook) failed: still PENDING,
+                         postponed by older_than_ns */
+  uint32_t damaged;   /* rows that are not valid operations: skipped (and
+                         postponed like a failure when their state allows) */
+  /* The damaged rows' keys, comma separated, bytes outside 0x21..0x7e
+   * written as \xNN, each key shortened to 64 characters; "..." ends a
+   * list that did not fit. NUL-terminated. */
+  char damaged_keys[512];
+} resil_store_recovery;
+
+/* resil_store_recover() with a report: *report (may be NULL) is filled up
+ * to its struct_size (set by the macro), also on failure (what was done
+ * until then). Returns what resil_store_recover() returns. Since 0.2 (a
+ * macro passing sizeof). */
+RESIL_API resil_status resil_store_recover_report_sized(
+    resil_store *s, int64_t older_than_ns, uint32_t max_ops,
+    resil_op_effect_fn effect, void *user, resil_store_recovery *report,
+    size_t struct_size);
+#define resil_store_recover_report(s, older, max, effect, user, report)        \
+  resil_store_recover_report_sized((s), (older), (max), (effect), (user),      \
+                                   (report), sizeof(resil_store_recovery))
 
 /* Retention: deletes COMMITTED and FAILED operations whose updated_ms is at
  * or before now - older_than_ns, oldest first, at most max_rows per call

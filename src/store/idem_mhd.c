@@ -26,11 +26,13 @@
 typedef struct idem_counters {
   atomic_uint_fast64_t requests, executed, replayed, in_progress, conflicts,
       rejected, handler_failed, store_errors, dropped, status_queries,
-      recovered;
+      recovered, damaged;
 } idem_counters;
 
 struct resil_idem_mhd {
   unsigned magic;
+  void (*log)(void *user, const char *line);
+  void *log_user;
   char *name;
   char *key_header;
   char *status_prefix;
@@ -84,10 +86,13 @@ static int valid(const resil_idem_mhd *h) {
 
 /* ---- configuration ------------------------------------------------------ */
 
-void resil_idem_mhd_config_init(resil_idem_mhd_config *cfg) {
-  if (!cfg) return;
+/* The 0.1 layout ends with alloc (DESIGN §11). */
+#define CONFIG_MIN_SIZE                                                        \
+  (offsetof(resil_idem_mhd_config, alloc) + sizeof(const resil_allocator *))
+
+static void config_defaults(resil_idem_mhd_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->name = "idem";
   cfg->key_header = "Idempotency-Key";
   cfg->require_key = 1;
@@ -97,6 +102,14 @@ void resil_idem_mhd_config_init(resil_idem_mhd_config *cfg) {
   cfg->recover_path = NULL;
   cfg->recover_older_than_ns = 0;
   cfg->recover_max_ops = 100;
+}
+
+void resil_idem_mhd_config_init_sized(resil_idem_mhd_config *cfg,
+                                      size_t struct_size) {
+  if (!cfg) return;
+  resil_idem_mhd_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, struct_size, &full, sizeof full);
 }
 
 /* RFC 9110 token characters. */
@@ -134,7 +147,6 @@ static void free_strings(resil_idem_mhd *h) {
 static resil_status check_config(const resil_idem_mhd_config *cfg,
                                  resil_error *err) {
   resil_status st;
-  if ((st = resil__check_range(err, "version", cfg->version, 1, 1))) return st;
   if (!cfg->store)
     return resil__err(err, RESIL_EINVAL, "store", "must not be NULL");
   if (!cfg->handler)
@@ -165,8 +177,8 @@ static resil_status check_config(const resil_idem_mhd_config *cfg,
     return resil__err(err, RESIL_EINVAL, "recover_path",
                       "must start with '/' and be 1..255 visible ASCII "
                       "characters");
-  if ((st = resil__check_range(err, "recover_older_than_ns",
-                               cfg->recover_older_than_ns, 0, DAY_NS)))
+  if ((st = resil__check_ns(err, "recover_older_than_ns",
+                            cfg->recover_older_than_ns, 0, DAY_NS)))
     return st;
   if ((st = resil__check_range(err, "recover_max_ops", cfg->recover_max_ops, 1,
                                MAX_RECOVER_OPS)))
@@ -174,11 +186,18 @@ static resil_status check_config(const resil_idem_mhd_config *cfg,
   return RESIL_OK;
 }
 
-resil_status resil_idem_mhd_new(const resil_idem_mhd_config *cfg,
+resil_status resil_idem_mhd_new(const resil_idem_mhd_config *ucfg,
                                 resil_idem_mhd **out, resil_error *err) {
-  if (!cfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
+  if (!ucfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
   if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
-  resil_status st = check_config(cfg, err);
+  resil_idem_mhd_config full;
+  config_defaults(&full);
+  resil_status st = resil__sized_in(&full, sizeof full, ucfg, CONFIG_MIN_SIZE,
+                                    "resil_idem_mhd_config",
+                                    "resil_idem_mhd_config_init", err);
+  if (st != RESIL_OK) return st;
+  const resil_idem_mhd_config *cfg = &full;
+  st = check_config(cfg, err);
   if (st != RESIL_OK) return st;
   resil_idem_mhd *h = resil__calloc(cfg->alloc, sizeof *h);
   if (!h) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
@@ -205,6 +224,8 @@ resil_status resil_idem_mhd_new(const resil_idem_mhd_config *cfg,
   h->on_pending = cfg->on_pending;
   h->on_committed = cfg->on_committed;
   h->status_extra = cfg->status_extra;
+  h->log = cfg->log;
+  h->log_user = cfg->log_user;
   h->magic = IDEM_MAGIC;
   *out = h;
   return RESIL_OK;
@@ -221,10 +242,15 @@ const char *resil_idem_mhd_name(const resil_idem_mhd *h) {
   return valid(h) ? h->name : "?";
 }
 
-resil_status resil_idem_mhd_get_stats(const resil_idem_mhd *h,
-                                      resil_idem_mhd_stats *out) {
-  if (!out) return RESIL_EINVAL;
+resil_status resil_idem_mhd_get_stats_sized(const resil_idem_mhd *h,
+                                            resil_idem_mhd_stats *uout,
+                                            size_t struct_size) {
   if (!valid(h)) return RESIL_EMISUSE;
+  if (!uout || struct_size < sizeof(size_t)) return RESIL_EINVAL;
+  resil_idem_mhd_stats full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil_idem_mhd_stats *out = &full;
   const idem_counters *n = &h->n;
   out->requests = atomic_load(&n->requests);
   out->executed = atomic_load(&n->executed);
@@ -237,6 +263,8 @@ resil_status resil_idem_mhd_get_stats(const resil_idem_mhd *h,
   out->dropped = atomic_load(&n->dropped);
   out->status_queries = atomic_load(&n->status_queries);
   out->recovered = atomic_load(&n->recovered);
+  out->damaged = atomic_load(&n->damaged);
+  resil__sized_out(uout, struct_size, &full, sizeof full);
   return RESIL_OK;
 }
 
@@ -461,14 +489,43 @@ static enum MHD_Result answer_error(resil_idem_mhd *h,
   return queue_json(h, conn, status, &b, retry_after, NULL);
 }
 
+/* Hands one line to the configured log (none: nothing). */
+static void hlog(const resil_idem_mhd *h, const char *fmt, ...) RESIL_PRINTF(2, 3);
+static void hlog(const resil_idem_mhd *h, const char *fmt, ...) {
+  if (!h->log) return;
+  char line[768];
+  int n = snprintf(line, sizeof line, "%s: ", h->name);
+  va_list ap;
+  va_start(ap, fmt);
+  if (n > 0 && (size_t)n < sizeof line)
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  h->log(h->log_user, line);
+}
+
+/* "what: <status text>: <the store's precise message>" for the store failure
+ * the calling thread just saw (resil_store_errmsg is per thread), logged. */
+static void store_failure(const resil_idem_mhd *h, const char *what,
+                          resil_status st, const char *key, char *buf,
+                          size_t n) {
+  const char *m = resil_store_errmsg(h->store);
+  snprintf(buf, n, "%s: %s%s%s", what, resil_strerror(st), *m ? ": " : "", m);
+  hlog(h, "%s%s%s%s", buf, key ? " (key " : "", key ? key : "", key ? ")" : "");
+}
+
 /* 500 or 503 for an operation left PENDING (or never stored). */
 static enum MHD_Result answer_pending_failure(resil_idem_mhd *h,
                                               struct MHD_Connection *conn,
                                               resil_status st, const char *key,
-                                              const char *what) {
+                                              const char *what, int handler) {
   jbuf b = {.a = h->alloc};
-  char msg[160];
-  snprintf(msg, sizeof msg, "%s: %s", what, resil_strerror(st));
+  char msg[640];
+  if (handler) {
+    snprintf(msg, sizeof msg, "%s: %s", what, resil_strerror(st));
+    hlog(h, "%s (key %s)", msg, key);
+  } else {
+    store_failure(h, what, st, key, msg, sizeof msg);
+  }
   jb_raw(&b, "{");
   jb_member(&b, "key", key);
   jb_member(&b, "state", "PENDING");
@@ -481,7 +538,9 @@ static enum MHD_Result answer_record(const resil_idem_mhd *h,
                                      struct MHD_Connection *conn,
                                      const resil_op_record *rec,
                                      const char *const *extra) {
-  unsigned status = rec->status >= 100 && rec->status <= 599
+  /* The store never holds a 1xx (not a final answer); should one appear,
+   * a 500 is still an answer, a replayed 100 Continue is none. */
+  unsigned status = rec->status >= 200 && rec->status <= 599
                         ? (unsigned)rec->status
                         : 500;
   return queue(h->alloc, conn, status, rec->headers,
@@ -523,7 +582,7 @@ static resil_status run_handler(void *user, resil_store_txn *tx,
   p->ran = 1;
   resil_status st = p->h->handler(p->h->user, call, out);
   call->tx = NULL;
-  if (st == RESIL_OK && (out->status < 100 || out->status > 599 ||
+  if (st == RESIL_OK && (out->status < 200 || out->status > 599 ||
                          (out->body_len && !out->body) ||
                          (out->headers_len && !out->headers)))
     st = RESIL_EINVAL; /* a malformed response must not be stored */
@@ -533,6 +592,21 @@ static resil_status run_handler(void *user, resil_store_txn *tx,
 
 /* ---- the operation --------------------------------------------------------
  */
+
+/* How many values of header name the request carries. */
+typedef struct header_count {
+  const char *name;
+  unsigned n;
+} header_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind,
+                                    const char *key, const char *value) {
+  (void)kind;
+  (void)value;
+  header_count *c = cls;
+  if (key && strcasecmp(key, c->name) == 0) c->n++;
+  return MHD_YES;
+}
 
 /* "srv-" and 32 hex digits: a key for a request that came without one. */
 static int random_key(char *out, size_t outlen) {
@@ -546,6 +620,15 @@ static enum MHD_Result serve_op(resil_idem_mhd *h, struct MHD_Connection *conn,
                                 const void *body, size_t body_len,
                                 void *request_user) {
   bump(&h->n.requests);
+  header_count hc = {h->key_header, 0};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &hc);
+  if (hc.n > 1) {
+    /* Which one would be "the" key? Neither: refuse. */
+    bump(&h->n.rejected);
+    char msg[128];
+    snprintf(msg, sizeof msg, "more than one %s header", h->key_header);
+    return answer_error(h, conn, 400, msg, NULL, 0);
+  }
   const char *key =
       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, h->key_header);
   char generated[64];
@@ -574,7 +657,12 @@ static enum MHD_Result serve_op(resil_idem_mhd *h, struct MHD_Connection *conn,
   const char *key_hdr[] = {h->key_header, key, NULL};
   const char *const *gen_extra = gen ? key_hdr : NULL;
 
-  resil_op_request req = {method, path, body, body_len};
+  resil_op_request req;
+  resil_op_request_init(&req);
+  req.method = method;
+  req.path = path;
+  req.body = body;
+  req.body_len = body_len;
   resil_op_begin_result br = RESIL_OP_NEW;
   resil_op_record rec;
   resil_op_record_init(&rec);
@@ -584,11 +672,14 @@ static enum MHD_Result serve_op(resil_idem_mhd *h, struct MHD_Connection *conn,
     resil_op_record_clear(&rec);
     if (st == RESIL_EINVAL) {
       bump(&h->n.rejected);
-      return answer_error(h, conn, 400, "request refused by the store", key, 0);
+      char msg[640];
+      snprintf(msg, sizeof msg, "request refused by the store: %s",
+               resil_store_errmsg(h->store));
+      return answer_error(h, conn, 400, msg, key, 0);
     }
     bump(&h->n.store_errors);
-    char msg[128];
-    snprintf(msg, sizeof msg, "operation store: %s", resil_strerror(st));
+    char msg[640];
+    store_failure(h, "operation store", st, key, msg, sizeof msg);
     return answer_error(h, conn, 503, msg, key, 1);
   }
   switch (br) {
@@ -643,7 +734,8 @@ static enum MHD_Result serve_op(resil_idem_mhd *h, struct MHD_Connection *conn,
     rc = answer_pending_failure(
         h, conn, handler_failed ? priv.handler_status : st, key,
         handler_failed ? "the operation failed and was rolled back"
-                       : "the operation could not be completed");
+                       : "the operation could not be completed",
+        handler_failed);
   } else if (priv.ran && priv.handler_status == RESIL_OK) {
     bump(&h->n.executed);
     resil_idem_action act = RESIL_IDEM_SEND;
@@ -689,8 +781,8 @@ static enum MHD_Result serve_status(resil_idem_mhd *h,
   resil_status st = resil_store_status(h->store, key, &rec);
   if (st != RESIL_OK) {
     resil_op_record_clear(&rec);
-    char msg[128];
-    snprintf(msg, sizeof msg, "operation store: %s", resil_strerror(st));
+    char msg[640];
+    store_failure(h, "operation store", st, key, msg, sizeof msg);
     return answer_error(h, conn, 503, msg, key, 1);
   }
   jbuf b = {.a = h->alloc};
@@ -770,16 +862,22 @@ static enum MHD_Result serve_recover(resil_idem_mhd *h,
   int64_t older_ns = h->recover_older_than_ns;
   if (MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "older_than_ms"))
     older_ns = (int64_t)older_ms * RESIL_NS_PER_MS;
-  uint32_t n = 0;
-  resil_status st = resil_idem_mhd_recover(h, older_ns, (uint32_t)max, &n);
+  resil_store_recovery r;
+  resil_status st =
+      resil_idem_mhd_recover_report(h, older_ns, (uint32_t)max, &r);
   if (st != RESIL_OK) {
-    char msg[128];
-    snprintf(msg, sizeof msg, "recovery: %s", resil_strerror(st));
+    char msg[640];
+    store_failure(h, "recovery", st, NULL, msg, sizeof msg);
     return answer_error(h, conn, st == RESIL_ETIMEDOUT ? 503 : 500, msg, NULL,
                         1);
   }
   jbuf b = {.a = h->alloc};
-  jb_fmt(&b, "{\"recovered\":%u}", (unsigned)n);
+  jb_fmt(&b, "{\"recovered\":%u", (unsigned)r.recovered);
+  if (r.damaged) {
+    jb_fmt(&b, ",\"damaged\":%u,\"damaged_keys\":", (unsigned)r.damaged);
+    jb_str(&b, r.damaged_keys, strlen(r.damaged_keys));
+  }
+  jb_raw(&b, "}");
   return queue_json(h, conn, 200, &b, 0, NULL);
 }
 
@@ -800,21 +898,60 @@ enum MHD_Result resil_idem_mhd_serve(resil_idem_mhd *h,
 
 resil_status resil_idem_mhd_recover(resil_idem_mhd *h, int64_t older_than_ns,
                                     uint32_t max_ops, uint32_t *recovered) {
-  if (recovered) *recovered = 0;
+  resil_store_recovery r;
+  resil_status st = resil_idem_mhd_recover_report(h, older_than_ns, max_ops, &r);
+  if (recovered) *recovered = r.recovered;
+  return st;
+}
+
+resil_status resil_idem_mhd_recover_report_sized(resil_idem_mhd *h,
+                                                 int64_t older_than_ns,
+                                                 uint32_t max_ops,
+                                                 resil_store_recovery *report,
+                                                 size_t struct_size) {
+  resil_store_recovery r;
+  memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  resil__sized_out(report, struct_size, &r, sizeof r);
   if (!valid(h)) return RESIL_EMISUSE;
   if (older_than_ns < 0 || older_than_ns > DAY_NS || max_ops < 1 ||
       max_ops > MAX_RECOVER_OPS)
     return RESIL_EINVAL;
   resil_idem_call_priv priv = {.h = h};
   resil_idem_call call = {.recovering = 1, .priv_ = &priv};
-  uint32_t n = 0;
-  resil_status st = resil_store_recover(h->store, older_than_ns, max_ops,
-                                        run_handler, &call, &n);
+  resil_status st = resil_store_recover_report(h->store, older_than_ns, max_ops,
+                                               run_handler, &call, &r);
   free_blocks(&priv);
-  atomic_fetch_add_explicit(&h->n.recovered, n, memory_order_relaxed);
-  if (recovered) *recovered = n;
+  atomic_fetch_add_explicit(&h->n.recovered, r.recovered, memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->n.damaged, r.damaged, memory_order_relaxed);
+  if (r.damaged)
+    hlog(h, "recovery skipped %u damaged PENDING row(s): %s",
+         (unsigned)r.damaged, r.damaged_keys);
+  if (st != RESIL_OK) {
+    char msg[640];
+    store_failure(h, "recovery", st, NULL, msg, sizeof msg);
+  }
+  resil__sized_out(report, struct_size, &r, sizeof r);
   return st;
 }
+
+/* An MHD_OPTION_UNESCAPE_CALLBACK: MHD's own percent-decoding, except that
+ * an encoded NUL (%00) becomes the byte 0xFF instead of ending the string.
+ * 0xFF is never valid UTF-8 and never a key character, so such a path is
+ * refused (400) instead of being cut short into another key's or another
+ * path's name. */
+size_t resil_idem_mhd_unescape(void *cls, struct MHD_Connection *conn,
+                               char *s) {
+  (void)cls;
+  (void)conn;
+  for (char *p = s; (p = strchr(p, '%')) != NULL; p++)
+    if (p[1] == '0' && p[2] == '0') {
+      p[1] = 'f';
+      p[2] = 'f';
+    }
+  return MHD_http_unescape(s);
+}
+
 
 /* ---- a complete access handler ------------------------------------------- */
 

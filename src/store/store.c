@@ -21,6 +21,7 @@ typedef struct store_tls_err {
   const char *op;
   resil_error err;
   char msg[512];
+  int damaged; /* the failure was a stored row that is not an operation */
 } store_tls_err;
 
 static _Thread_local store_tls_err t_err;
@@ -30,7 +31,14 @@ static atomic_uint_fast64_t next_store_id = 1;
 static void enter(const resil_store *s, const char *op) {
   if (t_err.id == s->id) t_err.id = 0;
   t_err.op = op;
+  t_err.damaged = 0;
 }
+
+/* Sizes of the 0.1 layouts (DESIGN §11): the smallest struct_size taken. */
+#define REQUEST_MIN_SIZE (offsetof(resil_op_request, body_len) + sizeof(size_t))
+#define RECORD_MIN_SIZE                                                        \
+  (offsetof(resil_op_record, alloc) + sizeof(const resil_allocator *))
+#define CONFIG_MIN_SIZE (offsetof(resil_store_config, fault_user) + sizeof(void *))
 
 resil_status resil__store_fail(resil_store *s, resil_status st,
                                const char *field, const char *fmt, ...) {
@@ -40,6 +48,7 @@ resil_status resil__store_fail(resil_store *s, resil_status st,
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
   t_err.id = s->id;
+  t_err.damaged = 0;
   memset(&t_err.err, 0, sizeof t_err.err);
   t_err.err.status = st;
   const char *op = t_err.op ? t_err.op : "store";
@@ -92,8 +101,26 @@ const char *resil_op_begin_result_name(resil_op_begin_result r) {
   return "?";
 }
 
-void resil_op_record_init(resil_op_record *r) {
-  if (r) memset(r, 0, sizeof *r);
+void resil_op_record_init_sized(resil_op_record *r, size_t struct_size) {
+  if (!r || struct_size < sizeof(size_t)) return;
+  resil_op_record full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(r, struct_size, &full, sizeof full);
+}
+
+void resil_op_request_init_sized(resil_op_request *req, size_t struct_size) {
+  if (!req || struct_size < sizeof(size_t)) return;
+  resil_op_request full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(req, struct_size, &full, sizeof full);
+}
+
+/* A full-size local record: what every internal record is. */
+static void rec_local(resil_op_record *r) {
+  memset(r, 0, sizeof *r);
+  r->struct_size = sizeof *r;
 }
 
 static void free_response(resil_op_record *r) {
@@ -108,21 +135,38 @@ static void free_response(resil_op_record *r) {
 
 void resil_op_record_clear(resil_op_record *r) {
   if (!r) return;
+  size_t n = r->struct_size;
+  /* A record never initialised (or of an unknown size) holds nothing this
+   * library could free safely. */
+  if (n < RECORD_MIN_SIZE || n > sizeof *r + RESIL__SIZED_SLACK) return;
   free_response(r);
   resil__free(r->alloc, r->path);
   resil__free(r->alloc, r->request_body);
-  memset(r, 0, sizeof *r);
+  memset(r, 0, n < sizeof *r ? n : sizeof *r);
+  r->struct_size = n;
 }
 
-/* Moves *from into *to (releasing what *to held), leaving *from empty. */
+/* Whether the caller's record can be written (NULL is fine: not asked). */
+static resil_status check_rec(resil_store *s, const resil_op_record *r) {
+  size_t n = resil__sized_size(r);
+  if (r && (n < RECORD_MIN_SIZE || n > sizeof *r + RESIL__SIZED_SLACK))
+    return resil__store_fail(s, RESIL_EINVAL, "rec",
+                             "resil_op_record not initialised (struct_size %zu): "
+                             "call resil_op_record_init()", n);
+  return RESIL_OK;
+}
+
+/* Moves the full local *from into the caller's *to (releasing what *to
+ * held; only struct_size bytes of it are written), leaving *from empty. */
 static void rec_move(resil_op_record *to, resil_op_record *from) {
   if (to) {
+    size_t n = to->struct_size;
     resil_op_record_clear(to);
-    *to = *from;
+    resil__sized_out(to, n, from, sizeof *from);
   } else {
     resil_op_record_clear(from);
   }
-  memset(from, 0, sizeof *from);
+  rec_local(from);
 }
 
 /* A NUL-terminated copy of p[0..n): text can be printed as is. */
@@ -141,14 +185,20 @@ resil_status resil__rec_set(resil_store *s, resil_op_record *rec,
       row->fingerprint_len != 32 || row->state < RESIL_OP_PENDING ||
       row->state > RESIL_OP_FAILED ||
       (row->state == RESIL_OP_PENDING) == (row->has_response != 0) ||
-      (row->has_response && (row->status < 100 || row->status > 599)) ||
-      row->attempts < 0)
-    return resil__store_fail(s, RESIL_EIO, NULL,
-                             "a stored row is not a valid operation (key "
-                             "length %zu, state %d): damaged or foreign table",
-                             row->key_len, row->state);
+      (row->has_response && (row->status < 200 || row->status > 599)) ||
+      row->attempts < 0) {
+    resil__store_fail(s, RESIL_EIO, NULL,
+                      "the stored row '%.*s' is not a valid operation (key length "
+                      "%zu, state %d, status %d, fingerprint %zu bytes): damaged "
+                      "or foreign table",
+                      (int)(row->key_len < 64 ? row->key_len : 64),
+                      row->key ? row->key : "", row->key_len, row->state,
+                      row->has_response ? row->status : 0, row->fingerprint_len);
+    t_err.damaged = 1;
+    return RESIL_EIO;
+  }
   resil_op_record t;
-  memset(&t, 0, sizeof t);
+  rec_local(&t);
   t.alloc = s->alloc;
   memcpy(t.key, row->key, row->key_len);
   t.state = (resil_op_state)row->state;
@@ -173,6 +223,7 @@ resil_status resil__rec_set(resil_store *s, resil_op_record *rec,
     resil_op_record_clear(&t);
     return resil__store_fail(s, RESIL_ENOMEM, NULL, "out of memory copying a record");
   }
+  /* rec is always one of the store's full-size local records. */
   resil_op_record_clear(rec);
   *rec = t;
   return RESIL_OK;
@@ -262,9 +313,16 @@ static int utf8_valid(const unsigned char *p, size_t *len) {
   return 1;
 }
 
-static resil_status check_request(resil_store *s, const resil_op_request *req,
-                                  size_t *method_len, size_t *path_len) {
-  if (!req) return resil__store_fail(s, RESIL_EINVAL, "req", "must not be NULL");
+/* Copies the caller's request into *req (full size) and checks it. */
+static resil_status check_request(resil_store *s, const resil_op_request *ureq,
+                                  resil_op_request *req, size_t *method_len,
+                                  size_t *path_len) {
+  if (!ureq) return resil__store_fail(s, RESIL_EINVAL, "req", "must not be NULL");
+  resil_op_request_init(req);
+  resil_error e;
+  resil_status st = resil__sized_in(req, sizeof *req, ureq, REQUEST_MIN_SIZE,
+                                    "resil_op_request", "resil_op_request_init", &e);
+  if (st) return resil__store_fail(s, st, "req", "%s", e.msg);
   if (!req->method)
     return resil__store_fail(s, RESIL_EINVAL, "method", "must not be NULL");
   size_t n = 0;
@@ -290,10 +348,12 @@ static resil_status check_request(resil_store *s, const resil_op_request *req,
 }
 
 static resil_status check_response(resil_store *s, const resil_op_response *r) {
-  if (r->status < 100 || r->status > 599)
+  /* A 1xx is not a final response: replayed, it would leave the client
+   * waiting for one that never comes. */
+  if (r->status < 200 || r->status > 599)
     return resil__store_fail(s, RESIL_EINVAL, "status",
-                             "the effect's response status must be 100..599, got %d",
-                             r->status);
+                             "the effect's response status must be a final status "
+                             "200..599, got %d", r->status);
   if (!r->headers && r->headers_len)
     return resil__store_fail(s, RESIL_EINVAL, "headers",
                              "the effect's response headers are NULL with length %zu",
@@ -332,20 +392,31 @@ static resil_status fingerprint(const resil_op_request *req, size_t method_len,
   return ok ? RESIL_OK : RESIL_EIO;
 }
 
-resil_status resil_op_fingerprint(const resil_op_request *req, unsigned char out[32]) {
-  if (!req || !out || !req->method || !req->path || (!req->body && req->body_len))
+resil_status resil_op_fingerprint(const resil_op_request *ureq, unsigned char out[32]) {
+  resil_op_request req;
+  resil_op_request_init(&req);
+  if (!ureq || !out ||
+      resil__sized_in(&req, sizeof req, ureq, REQUEST_MIN_SIZE, "resil_op_request",
+                      "resil_op_request_init", NULL) != RESIL_OK ||
+      !req.method || !req.path || (!req.body && req.body_len))
     return RESIL_EINVAL;
-  return fingerprint(req, strlen(req->method), strlen(req->path), out);
+  return fingerprint(&req, strlen(req.method), strlen(req.path), out);
 }
 
 /* ---- config, open, close -------------------------------------------------- */
 
-void resil_store_config_init(resil_store_config *cfg) {
-  if (!cfg) return;
+static void config_defaults(resil_store_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->version = 1;
+  cfg->struct_size = sizeof *cfg;
   cfg->busy_timeout_ns = 5 * RESIL_NS_PER_S;
   cfg->pool_size = 4;
+}
+
+void resil_store_config_init_sized(resil_store_config *cfg, size_t struct_size) {
+  if (!cfg) return;
+  resil_store_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, struct_size, &full, sizeof full);
 }
 
 static inline int valid(const resil_store *s) {
@@ -379,19 +450,20 @@ static int sync_init(resil_store *s) {
   return 1;
 }
 
-resil_status resil_store_open(const char *uri, const resil_store_config *cfg,
+resil_status resil_store_open(const char *uri, const resil_store_config *ucfg,
                               resil_store **out, resil_error *err) {
   if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
   *out = NULL;
-  resil_store_config defaults;
-  if (!cfg) {
-    resil_store_config_init(&defaults);
-    cfg = &defaults;
-  }
+  resil_store_config full;
+  config_defaults(&full);
   resil_status st;
-  if ((st = resil__check_range(err, "version", cfg->version, 1, 1)) ||
-      (st = resil__check_range(err, "busy_timeout_ns", cfg->busy_timeout_ns, 0,
-                               RESIL_STORE_BUSY_TIMEOUT_MAX_NS)) ||
+  if (ucfg && (st = resil__sized_in(&full, sizeof full, ucfg, CONFIG_MIN_SIZE,
+                                    "resil_store_config", "resil_store_config_init",
+                                    err)))
+    return st;
+  const resil_store_config *cfg = &full;
+  if ((st = resil__check_ns(err, "busy_timeout_ns", cfg->busy_timeout_ns, 0,
+                            RESIL_STORE_BUSY_TIMEOUT_MAX_NS)) ||
       (st = resil__check_range(err, "pool_size", cfg->pool_size, 1,
                                RESIL_STORE_POOL_MAX)) ||
       (st = resil__check_range(err, "unsafe_commit_effect_early",
@@ -407,6 +479,14 @@ resil_status resil_store_open(const char *uri, const resil_store_config *cfg,
       return resil__err(err, RESIL_EINVAL, "uri",
                         "sqlite: needs a file path (an in-memory database "
                         "would not be shared by the pool), got '%.60s'", uri);
+    /* A query or fragment would silently become part of the file name. */
+    size_t q = strcspn(target, "?#");
+    if (target[q])
+      return resil__err(err, RESIL_EINVAL, "uri",
+                        "sqlite: takes a plain file path without a query or "
+                        "fragment, got '%.60s' ('%c' at offset %zu; SQLite URI "
+                        "parameters such as ?mode=ro are not supported)",
+                        uri, target[q], q + 7);
   } else if (strncmp(uri, "postgresql://", 13) == 0 ||
              strncmp(uri, "postgres://", 11) == 0) {
     be = &resil__store_pg;
@@ -517,6 +597,23 @@ static resil_status acquire(resil_store *s, void **conn) {
   return st;
 }
 
+/* Whether a call that failed with *st on conn may run its whole transaction
+ * once more: only for RESIL_EIO on a connection the backend reports lost
+ * (a PostgreSQL restart), once per call, after reconnecting. Re-running is
+ * safe because every transaction is keyed by the operation key and reads
+ * the row again under its lock (see store.h). A failed reconnect replaces
+ * *st (and the message) with its own failure. */
+static int again(resil_store *s, void *conn, resil_status *st, int *retried) {
+  if (*st != RESIL_EIO || *retried || !s->be->lost || !s->be->lost(conn)) return 0;
+  *retried = 1;
+  resil_status r = s->be->ready(s, conn);
+  if (r) {
+    *st = r;
+    return 0;
+  }
+  return 1;
+}
+
 static int64_t wall_ms(const resil_store *s) {
   return resil_clock_wall_ms(s->clock);
 }
@@ -531,7 +628,7 @@ static int64_t cutoff_ms(const resil_store *s, int64_t older_than_ns) {
 /* ---- begin ------------------------------------------------------------------ */
 
 resil_status resil_store_begin(resil_store *s, const char *key,
-                               const resil_op_request *req,
+                               const resil_op_request *ureq,
                                resil_op_begin_result *result,
                                resil_op_record *rec) {
   if (!valid(s)) return RESIL_EMISUSE;
@@ -539,9 +636,12 @@ resil_status resil_store_begin(resil_store *s, const char *key,
   resil_status st;
   resil__op_input in;
   memset(&in, 0, sizeof in);
+  resil_op_request req_full;
   if ((st = check_key(s, key)) ||
-      (st = check_request(s, req, &in.method_len, &in.path_len)))
+      (st = check_request(s, ureq, &req_full, &in.method_len, &in.path_len)) ||
+      (st = check_rec(s, rec)))
     return st;
+  const resil_op_request *req = &req_full;
   if (!result) return resil__store_fail(s, RESIL_EINVAL, "result", "must not be NULL");
   in.key = key;
   in.req = req;
@@ -553,8 +653,8 @@ resil_status resil_store_begin(resil_store *s, const char *key,
    * that running out of memory can never hide a PENDING operation the caller
    * would not know it owns. */
   resil_op_record fresh, cur;
-  resil_op_record_init(&fresh);
-  resil_op_record_init(&cur);
+  rec_local(&fresh);
+  rec_local(&cur);
   if (rec) {
     resil__row row = {
         .key = key, .key_len = strlen(key), .state = RESIL_OP_PENDING,
@@ -571,8 +671,12 @@ resil_status resil_store_begin(resil_store *s, const char *key,
     resil_op_record_clear(&fresh);
     return st;
   }
-  int inserted = 0, counted = 0;
-  st = s->be->begin(s, conn, &in, &inserted, &counted, &cur);
+  int inserted = 0, counted = 0, retried = 0;
+  do {
+    inserted = counted = 0;
+    resil_op_record_clear(&cur);
+    st = s->be->begin(s, conn, &in, &inserted, &counted, &cur);
+  } while (st && again(s, conn, &st, &retried));
   pool_put(s, conn);
   if (st) {
     resil_op_record_clear(&fresh);
@@ -643,7 +747,7 @@ static resil_status complete_on(resil_store *s, void *conn, const char *key,
   const resil__store_backend *be = s->be;
   memset(c, 0, sizeof *c);
   resil_op_record cur;
-  resil_op_record_init(&cur);
+  rec_local(&cur);
   resil_status st = be->txn_begin(s, conn);
   if (st) return st;
   if ((st = be->lock_row(s, conn, key, &cur, &c->found))) goto fail;
@@ -658,6 +762,7 @@ static resil_status complete_on(resil_store *s, void *conn, const char *key,
   be->txn_fill(conn, &tx);
   resil_op_response out;
   memset(&out, 0, sizeof out);
+  out.struct_size = sizeof out;
   st = effect(user, &tx, &cur, &out);
   if (st) {
     c->effect_failed = 1;
@@ -715,12 +820,15 @@ resil_status resil_store_complete(resil_store *s, const char *key,
   if (!valid(s)) return RESIL_EMISUSE;
   enter(s, "complete");
   resil_status st;
-  if ((st = check_key(s, key))) return st;
+  if ((st = check_key(s, key)) || (st = check_rec(s, rec))) return st;
   if (!effect) return resil__store_fail(s, RESIL_EINVAL, "effect", "must not be NULL");
   void *conn = NULL;
   if ((st = acquire(s, &conn))) return st;
   completion c;
-  st = complete_on(s, conn, key, effect, user, rec, &c);
+  int retried = 0;
+  do
+    st = complete_on(s, conn, key, effect, user, rec, &c);
+  while (st && again(s, conn, &st, &retried));
   pool_put(s, conn);
   if (st == RESIL_OK && !c.found) {
     if (rec) {
@@ -740,12 +848,15 @@ resil_status resil_store_status(resil_store *s, const char *key, resil_op_record
   resil_status st;
   if ((st = check_key(s, key))) return st;
   if (!rec) return resil__store_fail(s, RESIL_EINVAL, "rec", "must not be NULL");
+  if ((st = check_rec(s, rec))) return st;
   void *conn = NULL;
   if ((st = acquire(s, &conn))) return st;
   resil_op_record cur;
-  resil_op_record_init(&cur);
-  int found = 0;
-  st = s->be->read_row(s, conn, key, &cur, &found);
+  rec_local(&cur);
+  int found = 0, retried = 0;
+  do
+    st = s->be->read_row(s, conn, key, &cur, &found);
+  while (st && again(s, conn, &st, &retried));
   pool_put(s, conn);
   if (st) {
     resil_op_record_clear(&cur);
@@ -762,12 +873,64 @@ resil_status resil_store_status(resil_store *s, const char *key, resil_op_record
 
 /* ---- recovery and retention ----------------------------------------------- */
 
+static resil_status recover_into(resil_store *s, int64_t older_than_ns,
+                                 uint32_t max_ops, resil_op_effect_fn effect,
+                                 void *user, resil_store_recovery *rep);
+
+/* Appends key to the report's list of damaged keys, escaped and bounded. */
+static void add_damaged_key(resil_store_recovery *r, const char *key) {
+  char *out = r->damaged_keys;
+  size_t cap = sizeof r->damaged_keys, len = strlen(out);
+  if (len >= 3 && strcmp(out + len - 3, "...") == 0) return;
+  char one[64 * 4 + 2];
+  size_t n = 0;
+  if (len) one[n++] = ',';
+  for (size_t i = 0; key[i] && i < 64; i++) {
+    unsigned char c = (unsigned char)key[i];
+    if (c >= 0x21 && c <= 0x7e && c != ',') {
+      one[n++] = (char)c;
+    } else {
+      snprintf(one + n, 5, "\\x%02x", c);
+      n += 4;
+    }
+  }
+  one[n] = '\0';
+  if (len + n + 4 <= cap) {
+    memcpy(out + len, one, n + 1);
+  } else if (len + 4 <= cap) {
+    memcpy(out + len, "...", 4);
+  }
+}
+
 resil_status resil_store_recover(resil_store *s, int64_t older_than_ns,
                                  uint32_t max_ops, resil_op_effect_fn effect,
                                  void *user, uint32_t *recovered) {
+  resil_store_recovery r;
+  resil_status st =
+      resil_store_recover_report(s, older_than_ns, max_ops, effect, user, &r);
+  if (recovered) *recovered = r.recovered;
+  return st;
+}
+
+resil_status resil_store_recover_report_sized(resil_store *s, int64_t older_than_ns,
+                                              uint32_t max_ops,
+                                              resil_op_effect_fn effect, void *user,
+                                              resil_store_recovery *report,
+                                              size_t report_size) {
+  resil_store_recovery rep;
+  memset(&rep, 0, sizeof rep);
+  rep.struct_size = sizeof rep;
+  resil__sized_out(report, report_size, &rep, sizeof rep);
   if (!valid(s)) return RESIL_EMISUSE;
   enter(s, "recover");
-  if (recovered) *recovered = 0;
+  resil_status st = recover_into(s, older_than_ns, max_ops, effect, user, &rep);
+  resil__sized_out(report, report_size, &rep, sizeof rep);
+  return st;
+}
+
+static resil_status recover_into(resil_store *s, int64_t older_than_ns,
+                                 uint32_t max_ops, resil_op_effect_fn effect,
+                                 void *user, resil_store_recovery *rep) {
   if (older_than_ns < 0)
     return resil__store_fail(s, RESIL_EINVAL, "older_than_ns",
                              "must be >= 0, got %lld", (long long)older_than_ns);
@@ -777,33 +940,51 @@ resil_status resil_store_recover(resil_store *s, int64_t older_than_ns,
   resil_status st;
   if ((st = acquire(s, &conn))) return st;
   resil__keylist kl = {0};
-  st = s->be->list_pending(s, conn, cutoff_ms(s, older_than_ns), max_ops, &kl);
+  int retried = 0;
+  do {
+    keylist_free(s, &kl);
+    st = s->be->list_pending(s, conn, cutoff_ms(s, older_than_ns), max_ops, &kl);
+  } while (st && again(s, conn, &st, &retried));
   resil_status first_effect_failure = RESIL_OK;
   char effect_msg[sizeof t_err.msg];
   resil_error effect_err;
-  uint32_t done = 0;
+  rep->selected = kl.count;
   for (uint32_t i = 0; st == RESIL_OK && i < kl.count; i++) {
     completion c;
-    resil_status one = complete_on(s, conn, kl.keys[i], effect, user, NULL, &c);
+    resil_status one;
+    retried = 0;
+    do {
+      t_err.damaged = 0;
+      one = complete_on(s, conn, kl.keys[i], effect, user, NULL, &c);
+    } while (one && again(s, conn, &one, &retried));
     if (one == RESIL_OK) {
-      done += (uint32_t)c.committed;
+      rep->recovered += (uint32_t)c.committed;
       continue;
     }
-    if (!c.effect_failed) {
+    if (t_err.damaged) {
+      /* Not an operation this library can re-drive: report it, leave it as
+       * it is for a human, and go on with the others. */
+      rep->damaged++;
+      add_damaged_key(rep, kl.keys[i]);
+    } else if (!c.effect_failed) {
       st = one; /* the store failed: stop here */
       break;
-    }
-    if (first_effect_failure == RESIL_OK) {
-      first_effect_failure = one;
-      memcpy(effect_msg, t_err.msg, sizeof effect_msg);
-      effect_err = t_err.err;
+    } else {
+      rep->failed++;
+      if (first_effect_failure == RESIL_OK) {
+        first_effect_failure = one;
+        memcpy(effect_msg, t_err.msg, sizeof effect_msg);
+        effect_err = t_err.err;
+      }
     }
     /* Back off: the next call tries the other operations first. */
-    st = s->be->touch(s, conn, kl.keys[i], wall_ms(s));
+    retried = 0;
+    do
+      st = s->be->touch(s, conn, kl.keys[i], wall_ms(s));
+    while (st && again(s, conn, &st, &retried));
   }
   pool_put(s, conn);
   keylist_free(s, &kl);
-  if (recovered) *recovered = done;
   if (st) return st;
   if (first_effect_failure) {
     t_err.id = s->id;
@@ -828,7 +1009,10 @@ resil_status resil_store_sweep(resil_store *s, int64_t older_than_ns,
   resil_status st;
   if ((st = acquire(s, &conn))) return st;
   uint32_t n = 0;
-  st = s->be->sweep(s, conn, cutoff_ms(s, older_than_ns), max_rows, &n);
+  int retried = 0;
+  do
+    st = s->be->sweep(s, conn, cutoff_ms(s, older_than_ns), max_rows, &n);
+  while (st && again(s, conn, &st, &retried));
   pool_put(s, conn);
   if (deleted) *deleted = n;
   return st;

@@ -68,8 +68,12 @@ typedef struct resil__store_backend {
   resil_status (*connect)(resil_store *s, void **conn, int first);
   void (*disconnect)(resil_store *s, void *conn);
   /* Called when a connection is taken from the pool: reconnects a
-   * connection that was lost and ends a transaction left open. */
+   * connection that was lost and ends a transaction left open (SQLite:
+   * also checks that the file was not deleted or replaced). */
   resil_status (*ready)(resil_store *s, void *conn);
+  /* 1 when conn was lost (a failure on it may be retried once after ready()
+   * reconnects it); NULL for a backend without reconnection. */
+  int (*lost)(void *conn);
   /* The begin transaction: inserts in->key as PENDING (*inserted = 1), or
    * fills rec with the existing row, its attempt count incremented when
    * *counted is 1 (0: the row was locked and was read without waiting). */
@@ -133,9 +137,11 @@ resil_status resil__store_fail(resil_store *s, resil_status st,
                                const char *field, const char *fmt, ...)
     RESIL_PRINTF(4, 5);
 
-/* Copies row into rec (releasing what rec held); the response fields only
- * when row->has_response. Returns RESIL_OK, RESIL_ENOMEM, or RESIL_EIO for a
- * row that cannot be one of ours (a damaged or foreign table). */
+/* Copies row into rec (a full-size record; releasing what it held); the
+ * response fields only when row->has_response. Returns RESIL_OK,
+ * RESIL_ENOMEM, or RESIL_EIO for a row that cannot be one of ours (a
+ * damaged or foreign table, a status outside 200..599), which recovery
+ * skips and reports. */
 resil_status resil__rec_set(resil_store *s, resil_op_record *rec,
                             const resil__row *row);
 

@@ -7,8 +7,8 @@
  * writes the terminal state, so a second completer (another request, another
  * instance, recovery) waits for the first and then sees the terminal state.
  * lock_timeout (from busy_timeout) bounds every lock wait: SQLSTATE 55P03
- * becomes RESIL_ETIMEDOUT. A lost connection gives RESIL_EIO and is
- * re-established the next time the pool hands the slot out.
+ * becomes RESIL_ETIMEDOUT. A lost connection (pg_lost) is re-established by
+ * pg_ready; store.c then runs the failed call's transaction once more.
  *
  * Results are requested in binary format: bytea columns arrive as raw bytes
  * and integers as big-endian words, with no text escaping either way. */
@@ -224,6 +224,10 @@ static resil_status migrate(resil_store *s, pg_slot *c) {
   return st;
 }
 
+static int pg_lost(void *conn) {
+  return PQstatus(((pg_slot *)conn)->conn) != CONNECTION_OK;
+}
+
 static void pg_disconnect(resil_store *s, void *conn) {
   pg_slot *c = conn;
   if (!c) return;
@@ -262,8 +266,8 @@ fail:
   return st;
 }
 
-/* A slot whose connection was lost is re-established here, on its next use
- * (the call that saw the loss has already reported RESIL_EIO). */
+/* A slot whose connection was lost is re-established here: by the call that
+ * saw the loss (before it retries), or on the slot's next use. */
 static resil_status pg_ready(resil_store *s, void *conn) {
   pg_slot *c = conn;
   PGTransactionStatusType ts = PQtransactionStatus(c->conn);
@@ -489,6 +493,7 @@ const resil__store_backend resil__store_pg = {
     .connect = pg_connect,
     .disconnect = pg_disconnect,
     .ready = pg_ready,
+    .lost = pg_lost,
     .begin = pg_begin,
     .txn_begin = pg_txn_begin,
     .lock_row = pg_lock_row,

@@ -9,9 +9,13 @@
  * begin on a key being completed) read the last committed state in WAL mode
  * without waiting for the writer. A lock held longer than busy_timeout gives
  * SQLITE_BUSY, reported as RESIL_ETIMEDOUT. */
+#include <errno.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "store/store_int.h"
 
@@ -92,6 +96,27 @@ static resil_status sq_fail(resil_store *s, sq_conn *c, int rc, const char *what
     return resil__store_fail(s, RESIL_EIO, NULL, "%s: %s (SQLite code %d)", what,
                              text, rc);
   }
+}
+
+/* The open file must still be the one the path names: a file deleted (or
+ * replaced by another one) while open would take writes nobody reads again,
+ * and a restarted server would run the same keys once more. */
+static resil_status sq_check_file(resil_store *s, sq_conn *c) {
+  int moved = 0;
+  int rc = sqlite3_file_control(c->db, "main", SQLITE_FCNTL_HAS_MOVED, &moved);
+  if (rc == SQLITE_OK && !moved) return RESIL_OK;
+  if (rc != SQLITE_OK) {
+    /* A VFS without the file control: compare the path's inode ourselves
+     * would need the open file's; the best left is whether the path is
+     * still there. */
+    struct stat sb;
+    if (stat(s->target, &sb) == 0) return RESIL_OK;
+  }
+  return resil__store_fail(s, RESIL_EIO, NULL,
+                           "the database file '%s' was deleted or replaced while "
+                           "open: refusing to report success (what is written now "
+                           "would be lost); reopen the store",
+                           s->target);
 }
 
 static resil_status stmt(resil_store *s, sq_conn *c, int q, sqlite3_stmt **out) {
@@ -305,6 +330,36 @@ static void sq_disconnect(resil_store *s, void *conn) {
   resil__free(s->alloc, c);
 }
 
+/* Why the file could not be opened, in the system's words: the missing
+ * directory, a permission, ... (SQLite itself only says "unable to open"). */
+static resil_status open_failure(resil_store *s, sq_conn *c, int rc) {
+  int e = c->db ? sqlite3_system_errno(c->db) : 0;
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s", s->target);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir) slash[1] = '\0';
+  else if (slash) *slash = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  struct stat sb;
+  const char *why;
+  char buf[600];
+  if (stat(dir, &sb) != 0 && errno == ENOENT) {
+    snprintf(buf, sizeof buf, "no such directory '%s'", dir);
+    why = buf;
+  } else if (e == EACCES || e == EPERM ||
+             (access(dir, W_OK | X_OK) != 0 && (errno == EACCES || errno == EPERM))) {
+    snprintf(buf, sizeof buf, "permission denied (%s)", strerror(e ? e : EACCES));
+    why = buf;
+  } else if (e) {
+    why = strerror(e);
+  } else {
+    why = c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc);
+  }
+  return resil__store_fail(s, (rc & 0xff) == SQLITE_NOMEM ? RESIL_ENOMEM : RESIL_EIO,
+                           NULL, "cannot open the database file '%s': %s (SQLite code %d)",
+                           s->target, why, rc);
+}
+
 static resil_status sq_connect(resil_store *s, void **out, int first) {
   sq_conn *c = resil__calloc(s->alloc, sizeof *c);
   if (!c) return resil__store_fail(s, RESIL_ENOMEM, NULL, "out of memory");
@@ -315,7 +370,13 @@ static resil_status sq_connect(resil_store *s, void **out, int first) {
   int rc = sqlite3_open_v2(s->target, &c->db, flags, NULL);
   resil_status st = RESIL_OK;
   if (rc != SQLITE_OK) {
-    st = sq_fail(s, c, rc, "cannot open the database file");
+    st = open_failure(s, c, rc);
+    goto fail;
+  }
+  if (sqlite3_db_readonly(c->db, "main") == 1) {
+    st = resil__store_fail(s, RESIL_EIO, NULL,
+                           "cannot open the database file '%s' for writing: "
+                           "permission denied (opened read-only)", s->target);
     goto fail;
   }
   sqlite3_extended_result_codes(c->db, 1);
@@ -332,7 +393,8 @@ fail:
 }
 
 static resil_status sq_ready(resil_store *s, void *conn) {
-  return sq_rollback_to_idle(s, conn);
+  resil_status st = sq_rollback_to_idle(s, conn);
+  return st ? st : sq_check_file(s, conn);
 }
 
 /* ---- operations ------------------------------------------------------------ */
@@ -341,8 +403,11 @@ static resil_status sq_txn_begin(resil_store *s, void *conn) {
   return run_q(s, conn, Q_BEGIN, "BEGIN IMMEDIATE");
 }
 
+/* Every commit (begin's insert or attempt count, a terminal state) first
+ * checks the file: no success is reported for a deleted file. */
 static resil_status sq_txn_commit(resil_store *s, void *conn) {
-  return run_q(s, conn, Q_COMMIT, "COMMIT");
+  resil_status st = sq_check_file(s, conn);
+  return st ? st : run_q(s, conn, Q_COMMIT, "COMMIT");
 }
 
 static int sq_txn_open(resil_store *s, void *conn) {

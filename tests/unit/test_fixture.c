@@ -1098,6 +1098,190 @@ static void reset_forgets_counters_captures_and_scripts(void **state) {
 
 #define FX_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
+
+/* ---- issue 7: hostile input and bounds ------------------------------------ */
+
+#include <poll.h>
+
+/* Starts a fixture with cfg tweaked by the caller. */
+static resil_fixture *start_with(const resil_fixture_config *cfg) {
+  resil_fixture *f = NULL;
+  char err[256];
+  if (resil_fixture_start(cfg, &f, err, sizeof err) != 0)
+    fail_msg("fixture: %s", err);
+  return f;
+}
+
+/* Sends text on a fresh connection; the answer's status, body into out. */
+static int raw_status(resil_fixture *f, const char *text, char *out, size_t n) {
+  int fd = raw_connect(f);
+  raw_send(fd, text);
+  ssize_t got = raw_read_to_eof(fd, out, n);
+  close(fd);
+  int status = 0;
+  if (got > 0)
+    sscanf(out, "HTTP/1.1 %d", &status);
+  return status;
+}
+
+static void echo_escapes_header_values_that_are_not_utf8(void **state) {
+  resil_fixture *f = *state;
+  char out[8192];
+  int st = raw_status(f,
+                      "GET /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                      "X-Bin: a\xff\xfe" "b\r\nX-Ok: caf\xc3\xa9\r\n\r\n",
+                      out, sizeof out);
+  assert_int_equal(st, 200);
+  char *body = strstr(out, "\r\n\r\n");
+  assert_non_null(body);
+  json_t *j = json_loads(body + 4, 0, NULL);
+  assert_non_null(j);
+  json_t *h = json_object_get(j, "headers");
+  assert_string_equal(jstr(h, "x-bin"), "a\\xff\\xfeb");
+  assert_string_equal(jstr(h, "x-ok"), "caf\xc3\xa9");
+  json_decref(j);
+}
+
+static void per_id_state_is_bounded(void **state) {
+  (void)state;
+  resil_fixture_config cfg;
+  resil_fixture_config_init(&cfg);
+  assert_int_equal(cfg.max_ids, RESIL_FX_DEFAULT_MAX_IDS);
+  cfg.max_ids = 3;
+  resil_fixture *f = start_with(&cfg);
+  reply r;
+  const char *ids[] = {"/flaky/a?fail=0", "/flaky/b?fail=0", "/seq/c?codes=200"};
+  for (int i = 0; i < 3; i++) {
+    request(f, "GET", ids[i], NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    reply_free(&r);
+  }
+  /* Known ids go on counting; a new one is refused, not stored. */
+  request(f, "GET", "/flaky/a?fail=0", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  json_t *j = parse(&r);
+  assert_int_equal(jint(j, "attempt"), 2);
+  json_decref(j);
+  reply_free(&r);
+  request(f, "GET", "/flaky/d?fail=0", NULL, NULL, &r);
+  assert_int_equal(r.status, 503);
+  assert_non_null(strstr(r.body.p, "per-id state is full"));
+  reply_free(&r);
+  /* The in-memory operation table has the same bound. */
+  struct curl_slist *hs = NULL;
+  char kh[64];
+  for (int i = 0; i < 4; i++) {
+    snprintf(kh, sizeof kh, "Idempotency-Key: k%d", i);
+    hs = curl_slist_append(NULL, kh);
+    request(f, "POST", "/idem/x", "{}", hs, &r);
+    assert_int_equal(r.status, i < 3 ? 201 : 503);
+    curl_slist_free_all(hs);
+    reply_free(&r);
+  }
+  assert_int_equal(resil_fixture_effects(f, "idem"), 3);
+  resil_fixture_reset(f);
+  request(f, "GET", "/flaky/d?fail=0", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  reply_free(&r);
+  resil_fixture_stop(f);
+}
+
+static void encoded_nul_and_two_keys_are_refused(void **state) {
+  resil_fixture *f = *state;
+  char out[4096];
+  struct curl_slist *hs = curl_slist_append(NULL, "Idempotency-Key: k");
+  reply r;
+  request(f, "POST", "/idem/x", "{}", hs, &r);
+  assert_int_equal(r.status, 201);
+  reply_free(&r);
+  curl_slist_free_all(hs);
+  assert_int_equal(raw_status(f,
+                              "GET /operations/k%00x HTTP/1.1\r\nHost: t\r\n"
+                              "Connection: close\r\n\r\n",
+                              out, sizeof out),
+                   400);
+  assert_null(strstr(out, "COMMITTED"));
+  assert_int_equal(raw_status(f,
+                              "POST /idem/x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                              "Idempotency-Key: a\r\nIdempotency-Key: b\r\n"
+                              "Content-Length: 2\r\n\r\n{}",
+                              out, sizeof out),
+                   400);
+  assert_non_null(strstr(out, "more than one Idempotency-Key"));
+  assert_int_equal(resil_fixture_effects(f, "idem"), 1);
+  /* %00 in the query is only data. */
+  assert_int_equal(raw_status(f,
+                              "GET /items/1?x=%00 HTTP/1.1\r\nHost: t\r\n"
+                              "Connection: close\r\n\r\n",
+                              out, sizeof out),
+                   200);
+}
+
+/* 64 idle half-requests against connection_limit 32 and a 1 s timeout. */
+static void idle_half_requests_are_bounded_and_timed_out(void **state) {
+  (void)state;
+  resil_fixture_config cfg;
+  resil_fixture_config_init(&cfg);
+  assert_int_equal(cfg.connection_timeout_s, RESIL_FX_DEFAULT_CONNECTION_TIMEOUT_S);
+  assert_true(cfg.connection_timeout_s <= 30);
+  assert_int_equal(cfg.connection_limit, RESIL_FX_DEFAULT_CONNECTION_LIMIT);
+  cfg.connection_timeout_s = 1;
+  cfg.connection_limit = 32;
+  resil_fixture *f = start_with(&cfg);
+  enum { N = 64 };
+  int fds[N], done[N];
+  for (int i = 0; i < N; i++) {
+    fds[i] = raw_connect(f);
+    done[i] = 0;
+    raw_send(fds[i], "GET /items/1 HTTP/1.1\r\nHost: t\r\n");
+  }
+  int64_t start = now_ms();
+  int closed = 0, early = 0;
+  while (closed < N && now_ms() - start < 8000) {
+    struct pollfd p[N];
+    for (int i = 0; i < N; i++)
+      p[i] = (struct pollfd){done[i] ? -1 : fds[i], POLLIN, 0};
+    if (poll(p, N, 100) < 0)
+      break;
+    for (int i = 0; i < N; i++) {
+      if (done[i] || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      char c;
+      if (recv(fds[i], &c, 1, MSG_DONTWAIT) <= 0) {
+        done[i] = 1;
+        closed++;
+        if (now_ms() - start < 700)
+          early++;
+      }
+    }
+  }
+  for (int i = 0; i < N; i++)
+    close(fds[i]);
+  if (early < N - 32)
+    fail_msg("only %d connections past the limit were closed at once", early);
+  if (closed != N)
+    fail_msg("%d idle connections still open", N - closed);
+  /* A closed connection's slot is free once its thread has ended, a moment
+   * after the client sees the close: try for up to 3 s. */
+  reply r;
+  for (int64_t end = now_ms() + 3000;;) {
+    request(f, "GET", "/items/7", NULL, NULL, &r);
+    if (r.status == 200 || now_ms() > end)
+      break;
+    reply_free(&r);
+    nap_ms(20);
+  }
+  assert_int_equal(r.status, 200);
+  reply_free(&r);
+  /* Bad bounds are refused. */
+  resil_fixture *g = NULL;
+  char err[256];
+  cfg.connection_timeout_s = 0;
+  assert_int_equal(resil_fixture_start(&cfg, &g, err, sizeof err), -1);
+  assert_non_null(strstr(err, "connection_timeout_s"));
+  resil_fixture_stop(f);
+}
+
 int main(void) {
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
     return 1;
@@ -1131,6 +1315,10 @@ int main(void) {
       FX_TEST(stats_reports_counters_without_counting_itself),
       FX_TEST(unknown_paths_and_route_keys),
       FX_TEST(reset_forgets_counters_captures_and_scripts),
+      FX_TEST(echo_escapes_header_values_that_are_not_utf8),
+      cmocka_unit_test(per_id_state_is_bounded),
+      FX_TEST(encoded_nul_and_two_keys_are_refused),
+      cmocka_unit_test(idle_half_requests_are_bounded_and_timed_out),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();

@@ -8,6 +8,9 @@
  * least 200 times, or RESIL_CRASH_ITERATIONS, and counts duplicate and lost
  * payments. A negative control (an upstream whose store commits the effect
  * before the terminal state) shows that the same checks see a duplicate. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -44,6 +47,11 @@ typedef struct child {
 /* Negative control: start the children with the effect committed before
  * the terminal state (the bug class the checks must catch). */
 static int unsafe_children;
+/* More arguments for the next child_start (NULL-padded). */
+static const char *extra_args[4];
+/* The last child started: killed by kill_leftover when a test fails with
+ * it still running (it would keep the test's output pipe open). */
+static pid_t last_child = -1;
 
 static const char *resil_bin(void) {
   const char *b = getenv("RESIL_BIN");
@@ -83,7 +91,7 @@ static int child_start(child *c, const char *uri, const char *crash_at,
   char nth_s[24];
   snprintf(nth_s, sizeof nth_s, "%ld", nth);
   const char *bin = resil_bin();
-  char *argv[12];
+  char *argv[16];
   int a = 0;
   argv[a++] = (char *)bin;
   argv[a++] = "upstream";
@@ -97,12 +105,16 @@ static int child_start(child *c, const char *uri, const char *crash_at,
     argv[a++] = "--recover";
   if (unsafe_children)
     argv[a++] = "--unsafe-commit-effect-early";
+  for (int k = 0; k < 4 && extra_args[k]; k++)
+    argv[a++] = (char *)extra_args[k];
   argv[a] = NULL;
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   /* stderr stays the test's: a sanitizer report of the child shows. */
   posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
   int rc = posix_spawn(&c->pid, bin, &fa, NULL, argv, environ);
+  if (rc == 0)
+    last_child = c->pid;
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
   if (rc != 0) {
@@ -673,6 +685,124 @@ static void random_kills_never_duplicate_or_lose_payments(void **s) {
   env_close(&e);
 }
 
+
+/* ---- issue 7 ------------------------------------------------------------------ */
+
+static int kill_leftover(void **s) {
+  (void)s;
+  if (last_child > 0 && kill(last_child, 0) == 0) {
+    kill(last_child, SIGKILL);
+    waitpid(last_child, NULL, 0);
+  }
+  last_child = -1;
+  return 0;
+}
+
+/* A damaged PENDING row does not stop the startup recovery: it is skipped
+ * and named, the others are recovered, and the server serves. */
+static void recover_skips_a_damaged_row_and_serves(void **s) {
+  (void)s;
+  env e;
+  env_open(&e);
+  resil_op_request req;
+  resil_op_request_init(&req);
+  req.method = "POST";
+  req.path = "/payments";
+  req.body = "{\"amount\":5}";
+  req.body_len = strlen(req.body);
+  const char *keys[] = {"bad", "good"};
+  for (int i = 0; i < 2; i++) {
+    resil_op_begin_result r = 0;
+    assert_status(RESIL_OK, resil_store_begin(e.store, keys[i], &req, &r, NULL));
+    assert_int_equal(r, RESIL_OP_NEW);
+  }
+  assert_int_equal(sqlite3_exec(e.sql,
+                                "UPDATE resil_operations SET fingerprint = X'00' "
+                                "WHERE key = 'bad'",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  child c;
+  assert_int_equal(child_start(&c, e.uri, "none", 1, 1), 0);
+  assert_int_equal(c.recovered, 1);
+  assert_int_equal(effects(&e, "good"), 1);
+  assert_int_equal(effects(&e, "bad"), 0);
+  resil_http_client *h = client_for(&c);
+  resil_outcome o = pay(h, "new", "{\"amount\":1}", NULL);
+  assert_int_equal(o.http_status, 201);
+  resil_http_client_free(h);
+  assert_int_equal(child_stop(&c), 0);
+  env_close(&e);
+}
+
+/* `resil upstream --timeout-s 1 --max-connections 8`: idle half-requests
+ * past the limit are closed at once, the others after a second. */
+static void upstream_bounds_and_times_out_idle_connections(void **s) {
+  (void)s;
+  env e;
+  env_open(&e);
+  extra_args[0] = "--timeout-s";
+  extra_args[1] = "1";
+  extra_args[2] = "--max-connections";
+  extra_args[3] = "8";
+  child c;
+  int started = child_start(&c, e.uri, "none", 1, 0);
+  memset(extra_args, 0, sizeof extra_args);
+  assert_int_equal(started, 0);
+  unsigned port = 0;
+  sscanf(c.base, "http://127.0.0.1:%u", &port);
+  enum { N = 16 };
+  int fds[N], done[N];
+  for (int i = 0; i < N; i++) {
+    fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fds[i] >= 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+    static const char half[] = "POST /payments HTTP/1.1\r\nHost: t\r\n";
+    send(fds[i], half, sizeof half - 1, MSG_NOSIGNAL);
+    done[i] = 0;
+  }
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int closed = 0, early = 0;
+  for (;;) {
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    long ms = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+    if (closed == N || ms > 8000) break;
+    struct pollfd p[N];
+    for (int i = 0; i < N; i++) p[i] = (struct pollfd){done[i] ? -1 : fds[i], POLLIN, 0};
+    poll(p, N, 100);
+    for (int i = 0; i < N; i++) {
+      char ch;
+      if (done[i] || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (recv(fds[i], &ch, 1, MSG_DONTWAIT) <= 0) {
+        done[i] = 1;
+        closed++;
+        if (ms < 700) early++;
+      }
+    }
+  }
+  for (int i = 0; i < N; i++) close(fds[i]);
+  if (early < N - 8) fail_msg("only %d connections past the limit closed at once", early);
+  if (closed != N) fail_msg("%d idle connections still open", N - closed);
+  /* A closed connection's slot is free once its thread has ended, a moment
+   * after the client sees the close: try for up to 3 s. */
+  resil_http_client *h = client_for(&c);
+  resil_outcome o;
+  for (int k = 0;; k++) {
+    o = pay(h, "after", "{\"amount\":1}", NULL);
+    if (o.http_status == 201 || k >= 150) break;
+    test_sleep_ms(20);
+  }
+  assert_int_equal(o.http_status, 201);
+  resil_http_client_free(h);
+  assert_int_equal(child_stop(&c), 0);
+  env_close(&e);
+}
+
 static int needs_binary(void **s) {
   (void)s;
   if (!resil_bin()) {
@@ -691,6 +821,9 @@ int main(void) {
       cmocka_unit_test(kill_inside_the_transaction_leaves_no_effect_until_recovery),
       cmocka_unit_test(negative_control_early_commit_is_caught_as_a_duplicate),
       cmocka_unit_test(random_kills_never_duplicate_or_lose_payments),
+      cmocka_unit_test_teardown(recover_skips_a_damaged_row_and_serves, kill_leftover),
+      cmocka_unit_test_teardown(upstream_bounds_and_times_out_idle_connections,
+                                kill_leftover),
   };
   return cmocka_run_group_tests(tests, needs_binary, NULL);
 }

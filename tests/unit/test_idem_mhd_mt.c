@@ -29,7 +29,8 @@ typedef enum handler_mode {
   H_REFUSE,   /* business refusal: FAILED 402, no row */
   H_BINARY,   /* 200 with a body that is not UTF-8 */
   H_BAD,      /* an invalid response (status 42) */
-  H_LONG      /* 200 with a 700-byte header value */
+  H_LONG,     /* 200 with a 700-byte header value */
+  H_100       /* insert a row, answer 100 (not a final status) */
 } handler_mode;
 
 typedef struct server {
@@ -77,6 +78,10 @@ static resil_status handler(void *user, resil_idem_call *call,
   }
   if (mode == H_BAD) {
     out->status = 42;
+    return RESIL_OK;
+  }
+  if (mode == H_100) {
+    out->status = 100;
     return RESIL_OK;
   }
   if (mode == H_LONG) {
@@ -147,6 +152,10 @@ static void server_cfg(server *s, resil_idem_mhd_config *cfg) {
   cfg->status_extra = extra;
 }
 
+/* The documented MHD options (idem_mhd.h); a test may shorten them. */
+static unsigned g_timeout_s = RESIL_IDEM_MHD_CONNECTION_TIMEOUT_S;
+static unsigned g_limit = RESIL_IDEM_MHD_CONNECTION_LIMIT;
+
 /* Starts a server; tweak (may be NULL) adjusts the helper's config. */
 static server *server_start(void (*tweak)(resil_idem_mhd_config *)) {
   server *s = calloc(1, sizeof *s);
@@ -173,6 +182,8 @@ static server *server_start(void (*tweak)(resil_idem_mhd_config *)) {
           MHD_USE_AUTO | MHD_USE_ITC,
       0, NULL, NULL, resil_idem_mhd_access, s->idem,
       MHD_OPTION_NOTIFY_COMPLETED, resil_idem_mhd_completed, s->idem,
+      MHD_OPTION_CONNECTION_TIMEOUT, g_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+      g_limit, MHD_OPTION_UNESCAPE_CALLBACK, resil_idem_mhd_unescape, NULL,
       MHD_OPTION_END);
   assert_non_null(s->d);
   const union MHD_DaemonInfo *di =
@@ -315,7 +326,7 @@ static void config_init_writes_documented_defaults(void **st) {
   resil_idem_mhd_config c;
   memset(&c, 0x5a, sizeof c);
   resil_idem_mhd_config_init(&c);
-  assert_int_equal(c.version, 1);
+  assert_int_equal(c.struct_size, sizeof c);
   assert_string_equal(c.name, "idem");
   assert_null(c.store);
   assert_null(c.handler);
@@ -331,7 +342,39 @@ static void config_init_writes_documented_defaults(void **st) {
   assert_null(c.on_committed);
   assert_null(c.status_extra);
   assert_null(c.alloc);
+  assert_null(c.log);
+  assert_null(c.log_user);
   resil_idem_mhd_config_init(NULL); /* no-op */
+}
+
+/* A caller built against the 0.1 layouts (no log fields, no damaged
+ * counter) works: the library reads and writes only what it has. */
+static void older_layouts_are_read_and_written_only_as_far_as_they_go(void **st) {
+  (void)st;
+  server *s = server_start(NULL);
+  resil_idem_mhd_config c;
+  server_cfg(s, &c);
+  memset(&c.log, 0x5a, sizeof c.log); /* garbage past the old layout */
+  memset(&c.log_user, 0x5a, sizeof c.log_user);
+  c.struct_size = offsetof(resil_idem_mhd_config, log);
+  resil_idem_mhd *old = NULL;
+  resil_error err;
+  assert_status(RESIL_OK, resil_idem_mhd_new(&c, &old, &err));
+  resil_idem_mhd_free(old);
+  resil_idem_mhd_stats sx;
+  memset(&sx, 0x5a, sizeof sx);
+  size_t old_size = offsetof(resil_idem_mhd_stats, damaged);
+  assert_status(RESIL_OK, resil_idem_mhd_get_stats_sized(s->idem, &sx, old_size));
+  assert_int_equal(sx.struct_size, old_size);
+  assert_int_equal(sx.requests, 0);
+  uint64_t untouched;
+  memset(&untouched, 0x5a, sizeof untouched);
+  assert_memory_equal(&sx.damaged, &untouched, sizeof untouched);
+  /* Never initialised: refused, saying what to call. */
+  memset(&c, 0, sizeof c);
+  assert_status(RESIL_EINVAL, resil_idem_mhd_new(&c, &old, &err));
+  assert_non_null(strstr(err.msg, "call resil_idem_mhd_config_init()"));
+  server_stop(s);
 }
 
 static resil_status try_new(void (*bad)(resil_idem_mhd_config *),
@@ -347,7 +390,7 @@ static resil_status try_new(void (*bad)(resil_idem_mhd_config *),
   return rc;
 }
 
-static void bad_version(resil_idem_mhd_config *c) { c->version = 2; }
+static void bad_size(resil_idem_mhd_config *c) { c->struct_size = 0; }
 static void bad_store(resil_idem_mhd_config *c) { c->store = NULL; }
 static void bad_handler(resil_idem_mhd_config *c) { c->handler = NULL; }
 static void bad_header_empty(resil_idem_mhd_config *c) { c->key_header = ""; }
@@ -369,7 +412,7 @@ static void new_names_each_bad_field(void **st) {
     const char *field;
     int ranged;
   } cases[] = {
-      {bad_version, "version", 1},
+      {bad_size, "struct_size", 0},
       {bad_store, "store", 0},
       {bad_handler, "handler", 0},
       {bad_header_empty, "key_header", 0},
@@ -812,6 +855,267 @@ static int global_teardown(void **st) {
   return 0;
 }
 
+
+/* ---- issue 7: hostile input and server limits ------------------------------ */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+
+static int connect_to(const server *s) {
+  unsigned port = 0;
+  sscanf(s->base, "http://127.0.0.1:%u", &port);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  return fd;
+}
+
+/* Sends text on a fresh connection and returns the answer's status (0 when
+ * the connection closed without one); body (may be NULL) gets the rest. */
+static int raw_request(const server *s, const char *text, char *body, size_t n) {
+  int fd = connect_to(s);
+  size_t len = strlen(text);
+  assert_int_equal(send(fd, text, len, MSG_NOSIGNAL), (ssize_t)len);
+  char buf[8192];
+  size_t got = 0;
+  for (;;) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 10000) != 1) break;
+    ssize_t r = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+    if (r <= 0) break;
+    got += (size_t)r;
+    buf[got] = '\0';
+    char *hend = strstr(buf, "\r\n\r\n");
+    const char *cl = strstr(buf, "Content-Length: ");
+    if (hend && cl && got >= (size_t)(hend + 4 - buf) + (size_t)atol(cl + 16)) break;
+    if (got >= sizeof buf - 1) break;
+  }
+  close(fd);
+  buf[got] = '\0';
+  int status = 0;
+  sscanf(buf, "HTTP/1.1 %d", &status);
+  if (body) {
+    const char *b = strstr(buf, "\r\n\r\n");
+    snprintf(body, n, "%s", b ? b + 4 : "");
+  }
+  return status;
+}
+
+static void two_keys_and_encoded_nul_are_refused(void **st) {
+  (void)st;
+  server *s = server_start(NULL);
+  reply a = post(s, "k", "{\"amount\":1}");
+  assert_int_equal(a.status, 201);
+  char body[4096];
+  /* Two Idempotency-Key headers: neither is "the" key. */
+  int code = raw_request(s,
+                         "POST /payments HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                         "Idempotency-Key: k\r\nidempotency-key: k2\r\n"
+                         "Content-Length: 12\r\n\r\n{\"amount\":1}",
+                         body, sizeof body);
+  assert_int_equal(code, 400);
+  assert_non_null(strstr(body, "more than one Idempotency-Key"));
+  assert_int_equal(rows(s, "k2"), 0);
+  assert_int_equal(rows(s, "k"), 1);
+  /* /operations/k%00x must not answer for key "k". */
+  code = raw_request(s, "GET /operations/k%00x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                     body, sizeof body);
+  assert_int_equal(code, 400);
+  assert_null(strstr(body, "COMMITTED"));
+  /* Nor may a path with %00 stand for a shorter one. */
+  code = raw_request(s,
+                     "POST /payments%00x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                     "Idempotency-Key: k\r\nContent-Length: 12\r\n\r\n{\"amount\":1}",
+                     body, sizeof body);
+  assert_int_equal(code, 400);
+  /* Other escapes still decode as before. */
+  code = raw_request(s, "GET /operations/%6B HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                     body, sizeof body);
+  assert_int_equal(code, 200);
+  assert_non_null(strstr(body, "COMMITTED"));
+  resil_idem_mhd_stats sx;
+  stats(s, &sx);
+  assert_int_equal(sx.struct_size, sizeof sx);
+  assert_int_equal(sx.executed, 1);
+  free(a.body);
+  server_stop(s);
+}
+
+static void query_string_is_not_part_of_the_fingerprint(void **st) {
+  (void)st;
+  server *s = server_start(NULL);
+  reply a = http(s, "POST", "/payments?x=1", "q", "{}", 2);
+  assert_int_equal(a.status, 201);
+  reply b = http(s, "POST", "/payments?x=2", "q", "{}", 2);
+  assert_int_equal(b.status, 201);
+  assert_string_equal(b.replayed, "true");
+  assert_string_equal(a.body, b.body);
+  assert_int_equal(rows(s, "q"), 1);
+  /* The path is: another path with the key is a conflict. */
+  reply c = http(s, "POST", "/payments/2?x=1", "q", "{}", 2);
+  assert_int_equal(c.status, 422);
+  free(a.body);
+  free(b.body);
+  free(c.body);
+  server_stop(s);
+}
+
+typedef struct log_capture {
+  pthread_mutex_t mu;
+  char text[4096];
+} log_capture;
+
+static log_capture g_log = {PTHREAD_MUTEX_INITIALIZER, ""};
+
+static void capture_log(void *user, const char *line) {
+  log_capture *l = user;
+  pthread_mutex_lock(&l->mu);
+  size_t n = strlen(l->text);
+  snprintf(l->text + n, sizeof l->text - n, "%s\n", line);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void with_log(resil_idem_mhd_config *c) {
+  c->log = capture_log;
+  c->log_user = &g_log;
+}
+
+static void store_failure_answers_503_with_the_stores_message_and_logs_it(void **st) {
+  (void)st;
+  g_log.text[0] = '\0';
+  server *s = server_start(with_log);
+  reply a = post(s, "k-1", "{\"amount\":1}");
+  assert_int_equal(a.status, 201);
+  /* The database file disappears under the running server. */
+  assert_int_equal(unlink(s->db), 0);
+  reply b = post(s, "k-2", "{\"amount\":1}");
+  assert_int_equal(b.status, 503);
+  assert_string_equal(b.retry_after, "1");
+  json_t *j = json_of(&b);
+  const char *e = jstr(j, "error");
+  if (!strstr(e, "deleted or replaced") || !strstr(e, s->db))
+    fail_msg("503 body without the store's message: %s", e);
+  json_decref(j);
+  pthread_mutex_lock(&g_log.mu);
+  int logged = strstr(g_log.text, "deleted or replaced") != NULL;
+  pthread_mutex_unlock(&g_log.mu);
+  assert_true(logged);
+  /* The replay of k-1 is refused too: the file it came from is gone. */
+  reply c = post(s, "k-1", "{\"amount\":1}");
+  assert_int_equal(c.status, 503);
+  free(a.body);
+  free(b.body);
+  free(c.body);
+  server_stop(s);
+}
+
+static void handler_1xx_is_refused_and_damaged_rows_are_reported_by_recovery(void **st) {
+  (void)st;
+  server *s = server_start(NULL);
+  atomic_store(&s->mode, H_100);
+  reply a = post(s, "k-100", "{}");
+  assert_int_equal(a.status, 500);
+  reply b = http(s, "GET", "/operations/k-100", NULL, NULL, 0);
+  json_t *j = json_of(&b);
+  assert_string_equal(jstr(j, "state"), "PENDING");
+  json_decref(j);
+  /* A damaged PENDING row is skipped and named; the good one recovered. */
+  atomic_store(&s->mode, H_FAIL);
+  reply c = post(s, "k-bad", "{}");
+  assert_int_equal(c.status, 500);
+  assert_int_equal(sqlite3_exec(s->sql,
+                                "UPDATE resil_operations SET fingerprint = X'00' "
+                                "WHERE key = 'k-bad'",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  atomic_store(&s->mode, H_PAY);
+  reply d = http(s, "POST", "/__recover", NULL, NULL, 0);
+  assert_int_equal(d.status, 200);
+  j = json_of(&d);
+  assert_int_equal(json_integer_value(json_object_get(j, "recovered")), 1);
+  assert_int_equal(json_integer_value(json_object_get(j, "damaged")), 1);
+  assert_string_equal(jstr(j, "damaged_keys"), "k-bad");
+  json_decref(j);
+  assert_int_equal(rows(s, "k-100"), 1);
+  resil_idem_mhd_stats sx;
+  stats(s, &sx);
+  assert_int_equal(sx.damaged, 1);
+  free(a.body);
+  free(b.body);
+  free(c.body);
+  free(d.body);
+  server_stop(s);
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* 64 idle half-requests against a limit of 32 and a 1 s timeout: the ones
+ * past the limit are closed at once, the others after the timeout, and the
+ * server serves again. */
+static void idle_half_requests_are_bounded_and_timed_out(void **st) {
+  (void)st;
+  g_timeout_s = 1;
+  g_limit = 32;
+  server *s = server_start(NULL);
+  enum { N = 64 };
+  int fds[N];
+  static const char half[] = "POST /payments HTTP/1.1\r\nHost: t\r\nIdempotency-Key: h\r\n";
+  for (int i = 0; i < N; i++) {
+    fds[i] = connect_to(s);
+    send(fds[i], half, sizeof half - 1, MSG_NOSIGNAL);
+  }
+  int64_t start = mono_ms();
+  int closed = 0, closed_early = 0;
+  int done[N] = {0};
+  while (closed < N && mono_ms() - start < 8000) {
+    struct pollfd p[N];
+    for (int i = 0; i < N; i++) p[i] = (struct pollfd){done[i] ? -1 : fds[i], POLLIN, 0};
+    if (poll(p, N, 100) < 0) break;
+    for (int i = 0; i < N; i++) {
+      if (done[i] || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char c;
+      if (recv(fds[i], &c, 1, MSG_DONTWAIT) <= 0) {
+        done[i] = 1;
+        closed++;
+        if (mono_ms() - start < 700) closed_early++;
+      }
+    }
+  }
+  int64_t took = mono_ms() - start;
+  for (int i = 0; i < N; i++) close(fds[i]);
+  /* The connections past the limit never held a thread. */
+  if (closed_early < N - 32) fail_msg("only %d connections closed at once", closed_early);
+  /* Every idle one was closed by the timeout. */
+  if (closed != N) fail_msg("%d of %d idle connections still open after %lld ms", N - closed, N,
+                            (long long)took);
+  /* The server frees a closed connection's slot when its thread has ended,
+   * a moment after the client sees the close: try for up to 3 s. */
+  reply a;
+  for (int64_t end = mono_ms() + 3000;;) {
+    a = post(s, "after", "{\"amount\":1}");
+    if (a.status == 201 || mono_ms() > end) break;
+    free(a.body);
+    test_sleep_ms(20);
+  }
+  assert_int_equal(a.status, 201);
+  free(a.body);
+  server_stop(s);
+  g_timeout_s = RESIL_IDEM_MHD_CONNECTION_TIMEOUT_S;
+  g_limit = RESIL_IDEM_MHD_CONNECTION_LIMIT;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(config_init_writes_documented_defaults),
@@ -832,6 +1136,12 @@ int main(void) {
       cmocka_unit_test(dropped_response_closes_the_connection_after_the_commit),
       cmocka_unit_test(recovery_route_checks_method_and_arguments),
       cmocka_unit_test(concurrent_same_key_requests_and_recovery_run_the_handler_once),
+      cmocka_unit_test(two_keys_and_encoded_nul_are_refused),
+      cmocka_unit_test(older_layouts_are_read_and_written_only_as_far_as_they_go),
+      cmocka_unit_test(query_string_is_not_part_of_the_fingerprint),
+      cmocka_unit_test(store_failure_answers_503_with_the_stores_message_and_logs_it),
+      cmocka_unit_test(handler_1xx_is_refused_and_damaged_rows_are_reported_by_recovery),
+      cmocka_unit_test(idle_half_requests_are_bounded_and_timed_out),
   };
   return cmocka_run_group_tests(tests, global_setup, global_teardown);
 }

@@ -2,6 +2,7 @@
  * every available backend: SQLite (a fresh file in a mkdtemp directory per
  * test) always, PostgreSQL when RESIL_TEST_PG_URI is set (a fresh schema per
  * test), else its cases are skipped with a note. */
+#include <sys/stat.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -776,7 +777,7 @@ static void sqlite_disk_full_is_eio_and_nothing_half_written(void **state) {
   assert_int_equal(state_of(f->s, "full"), RESIL_OP_PENDING);
   assert_int_equal(ts_effects(&f->env, "full"), 0);
   /* The limit stays on the connection: a big new request fails whole. */
-  resil_op_request bigreq = {.method = "POST", .path = "/p", .body = blob, .body_len = big};
+  resil_op_request bigreq = {.struct_size = sizeof bigreq, .method = "POST", .path = "/p", .body = blob, .body_len = big};
   resil_op_begin_result r = 0;
   assert_status(RESIL_EIO, resil_store_begin(f->s, "full-2", &bigreq, &r, NULL));
   assert_int_equal(state_of(f->s, "full-2"), RESIL_OP_UNKNOWN);
@@ -828,7 +829,7 @@ static void open_refuses_a_schema_newer_than_the_library(void **state) {
   fx_open(f);
 }
 
-static void pg_lost_connection_is_eio_then_reconnects(void **state) {
+static void pg_lost_connection_is_reconnected_and_retried_once(void **state) {
   fx *f = get(state);
   if (f->bk != TS_PG) skip();
   f->cfg.pool_size = 1;
@@ -842,14 +843,246 @@ static void pg_lost_connection_is_eio_then_reconnects(void **state) {
            f->env.schema);
   assert_int_equal(ts_query_long(&f->env, sql), 1);
   /* pg_terminate_backend waited for the server process to end: the next
-   * call on the pooled connection finds it gone. */
-  resil_op_begin_result r = 0;
-  assert_status(RESIL_EIO, resil_store_begin(f->s, "after", &req, &r, NULL));
-  assert_non_null(strstr(resil_store_errmsg(f->s), "connection"));
-  /* The pool reconnects on the next use; nothing was half-written. */
-  assert_int_equal(state_of(f->s, "after"), RESIL_OP_UNKNOWN);
+   * call on the pooled connection finds it gone, reconnects and runs its
+   * transaction once more: the request does not fail. */
   assert_int_equal(begin_ok(f->s, "after", &req, NULL), RESIL_OP_NEW);
   assert_int_equal(state_of(f->s, "before"), RESIL_OP_PENDING);
+  /* The same for a completion (its effect runs once, committed once), a
+   * status query and a recovery. */
+  assert_int_equal(ts_query_long(&f->env, sql), 1);
+  ts_effect e = {0};
+  complete_ok(f->s, "before", &e, NULL);
+  assert_int_equal(ts_effects(&f->env, "before"), 1);
+  assert_int_equal(ts_query_long(&f->env, sql), 1);
+  assert_int_equal(state_of(f->s, "before"), RESIL_OP_COMMITTED);
+  assert_int_equal(ts_query_long(&f->env, sql), 1);
+  uint32_t n = 0;
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(ts_effects(&f->env, "after"), 1);
+  assert_int_equal(ts_effects(&f->env, "before"), 1);
+}
+
+/* The connection dies inside the completion's transaction, after the
+ * effect started: nothing was committed, so the store reconnects and runs
+ * the whole completion again; the effect is committed exactly once. */
+static void pg_connection_lost_inside_the_transaction_commits_once(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "k", &req, NULL), RESIL_OP_NEW);
+  ts_effect e = {.kill_first = f->env.admin};
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  complete_ok(f->s, "k", &e, &rec);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(atomic_load(&e.calls), 2);
+  assert_int_equal(ts_effects(&f->env, "k"), 1);
+  resil_op_record_clear(&rec);
+}
+
+/* A real restart of the server (scripts/pg-stop.sh --restart: same data
+ * directory and port): every pooled connection is stale, and the next
+ * operations still succeed. */
+static void pg_restarted_server_is_reconnected_inside_the_store(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  f->cfg.pool_size = 2;
+  fx_reopen(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect e = {0};
+  commit_key(f, "k1", &req, &e);
+  assert_int_equal(begin_ok(f->s, "k2", &req, NULL), RESIL_OP_NEW);
+  char cmd[1600];
+  snprintf(cmd, sizeof cmd, "bash '%s/scripts/pg-stop.sh' --restart '%s' >/dev/null 2>&1",
+           RESIL_SOURCE_DIR, ts_pg_base());
+  PQfinish(f->env.admin);
+  f->env.admin = NULL;
+  if (system(cmd) != 0) fail_msg("could not restart PostgreSQL: %s", cmd);
+  f->env.admin = PQconnectdb(f->env.uri);
+  assert_int_equal(PQstatus(f->env.admin), CONNECTION_OK);
+  /* Both stale connections are used in turn. */
+  complete_ok(f->s, "k2", &e, NULL);
+  assert_int_equal(state_of(f->s, "k1"), RESIL_OP_COMMITTED);
+  assert_int_equal(begin_ok(f->s, "k3", &req, NULL), RESIL_OP_NEW);
+  assert_int_equal(begin_ok(f->s, "k1", &req, NULL), RESIL_OP_REPLAY);
+  assert_int_equal(ts_effects(&f->env, "k2"), 1);
+  assert_int_equal(ts_all_effects(&f->env), 2);
+}
+
+
+/* ---- issue 7: data faults ------------------------------------------------------ */
+
+/* A deleted (or replaced) SQLite file: writes would go into an inode nobody
+ * reads again, and a restart would run the same keys once more. */
+static void sqlite_deleted_or_replaced_file_is_never_reported_as_success(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect e = {0};
+  commit_key(f, "before", &req, &e);
+  assert_int_equal(begin_ok(f->s, "owned", &req, NULL), RESIL_OP_NEW);
+  assert_int_equal(unlink(f->env.path), 0);
+  resil_op_begin_result r = 0;
+  assert_status(RESIL_EIO, resil_store_begin(f->s, "after", &req, &r, NULL));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "deleted or replaced"));
+  assert_non_null(strstr(resil_store_errmsg(f->s), f->env.path));
+  /* Completing a key begun before the deletion commits nothing either. */
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "owned", ts_effect_fn, &e, NULL));
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_status(RESIL_EIO, resil_store_status(f->s, "before", &rec));
+  uint32_t n = 0;
+  assert_status(RESIL_EIO, resil_store_recover(f->s, 0, 10, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 0);
+
+  /* Replaced: another database renamed over the path. */
+  fx_reopen(f);
+  ts_exec(&f->env, "CREATE TABLE effects (key TEXT NOT NULL, n INTEGER NOT NULL)");
+  commit_key(f, "k2", &req, &e);
+  char other[400];
+  snprintf(other, sizeof other, "%s/other.db", f->env.dir);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(other, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "CREATE TABLE t (x)", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(rename(other, f->env.path), 0);
+  assert_status(RESIL_EIO, resil_store_begin(f->s, "k3", &req, &r, NULL));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "deleted or replaced"));
+  resil_op_record_clear(&rec);
+}
+
+static void damage_fingerprint(fx *f, const char *key) {
+  char sql[200];
+  snprintf(sql, sizeof sql,
+           f->bk == TS_SQLITE
+               ? "UPDATE resil_operations SET fingerprint = X'0102' WHERE key = '%s'"
+               : "UPDATE resil_operations SET fingerprint = '\\x0102'::bytea WHERE key = '%s'",
+           key);
+  ts_exec(&f->env, sql);
+}
+
+static void recovery_skips_and_reports_damaged_pending_rows(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  const char *keys[] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 4; i++) assert_int_equal(begin_ok(f->s, keys[i], &req, NULL), RESIL_OP_NEW);
+  damage_fingerprint(f, "b");
+  ts_exec(&f->env, "UPDATE resil_operations SET method = '' WHERE key = 'c'");
+  ts_effect e = {0};
+  resil_store_recovery rep;
+  memset(&rep, 0x5a, sizeof rep);
+  assert_status(RESIL_OK, resil_store_recover_report(f->s, 0, 10, ts_effect_fn, &e, &rep));
+  assert_int_equal(rep.struct_size, sizeof rep);
+  assert_int_equal(rep.selected, 4);
+  assert_int_equal(rep.recovered, 2);
+  assert_int_equal(rep.damaged, 2);
+  assert_int_equal(rep.failed, 0);
+  assert_string_equal(rep.damaged_keys, "b,c");
+  assert_int_equal(ts_effects(&f->env, "a"), 1);
+  assert_int_equal(ts_effects(&f->env, "d"), 1);
+  assert_int_equal(ts_effects(&f->env, "b"), 0);
+  assert_int_equal(state_of(f->s, "d"), RESIL_OP_COMMITTED);
+  /* The old entry point recovers the rest too, and says OK. */
+  uint32_t n = 9;
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 0);
+  /* A damaged row is an error where it is read, never a record. */
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_status(RESIL_EIO, resil_store_status(f->s, "b", &rec));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "not a valid operation"));
+  resil_op_record_clear(&rec);
+}
+
+static void status_below_200_is_never_committed_nor_replayed(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  const int bad[] = {100, 101, 199};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "k%d", bad[i]);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    ts_effect e = {.status = bad[i]};
+    assert_status(RESIL_EINVAL, resil_store_complete(f->s, key, ts_effect_fn, &e, NULL));
+    assert_field(f->s, "status");
+    assert_int_equal(state_of(f->s, key), RESIL_OP_PENDING);
+    assert_int_equal(ts_effects(&f->env, key), 0);
+  }
+  ts_effect ok = {.status = 200};
+  commit_key(f, "k200", &req, &ok);
+  /* A 1xx found in the table (written by something else) is damage: begin
+   * refuses to replay it and status refuses to report it. */
+  ts_exec(&f->env, "UPDATE resil_operations SET status = 100 WHERE key = 'k200'");
+  resil_op_begin_result r = 0;
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_status(RESIL_EIO, resil_store_begin(f->s, "k200", &req, &r, &rec));
+  assert_status(RESIL_EIO, resil_store_status(f->s, "k200", &rec));
+  assert_int_equal(rec.status, 0);
+  resil_op_record_clear(&rec);
+}
+
+static void unsized_request_and_record_are_refused(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  resil_op_request raw = req;
+  raw.struct_size = 0;
+  resil_op_begin_result r = 0;
+  assert_status(RESIL_EINVAL, resil_store_begin(f->s, "k", &raw, &r, NULL));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "call resil_op_request_init()"));
+  unsigned char fp[32];
+  assert_status(RESIL_EINVAL, resil_op_fingerprint(&raw, fp));
+  resil_op_record rec;
+  memset(&rec, 0, sizeof rec);
+  assert_status(RESIL_EINVAL, resil_store_begin(f->s, "k", &req, &r, &rec));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "call resil_op_record_init()"));
+  assert_status(RESIL_EINVAL, resil_store_status(f->s, "k", &rec));
+  /* Initialised with the macros, both work. */
+  resil_op_request_init(&raw);
+  raw.method = "POST";
+  raw.path = "/p";
+  raw.body = "1";
+  raw.body_len = 1;
+  resil_op_record_init(&rec);
+  assert_int_equal(rec.struct_size, sizeof rec);
+  assert_int_equal(begin_ok(f->s, "k", &raw, &rec), RESIL_OP_NEW);
+  assert_int_equal(rec.struct_size, sizeof rec);
+  resil_op_record_clear(&rec);
+  assert_int_equal(rec.struct_size, sizeof rec);
+}
+
+static void sqlite_open_failures_say_why(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  resil_store *s = NULL;
+  resil_error err;
+  char uri[700];
+  snprintf(uri, sizeof uri, "sqlite:%s/no/such/dir/ops.db", f->env.dir);
+  assert_status(RESIL_EIO, resil_store_open(uri, NULL, &s, &err));
+  if (!strstr(err.msg, "no such directory"))
+    fail_msg("no reason in '%s'", err.msg);
+  /* A directory where the file should be. */
+  snprintf(uri, sizeof uri, "sqlite:%s", f->env.dir);
+  assert_status(RESIL_EIO, resil_store_open(uri, NULL, &s, &err));
+  assert_non_null(strstr(err.msg, f->env.dir));
+  if (geteuid() != 0) {
+    /* Permissions mean nothing to root. */
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/ro", f->env.dir);
+    assert_int_equal(mkdir(dir, 0500), 0);
+    snprintf(uri, sizeof uri, "sqlite:%s/ops.db", dir);
+    assert_status(RESIL_EIO, resil_store_open(uri, NULL, &s, &err));
+    if (!strstr(err.msg, "ermission denied")) fail_msg("no reason in '%s'", err.msg);
+    rmdir(dir);
+  }
+  /* A query part never becomes part of the file name. */
+  snprintf(uri, sizeof uri, "sqlite:%s/q.db?mode=ro", f->env.dir);
+  assert_status(RESIL_EINVAL, resil_store_open(uri, NULL, &s, &err));
+  assert_string_equal(err.field, "uri");
+  char stray[500];
+  snprintf(stray, sizeof stray, "%s/q.db?mode=ro", f->env.dir);
+  assert_int_equal(access(stray, F_OK), -1);
 }
 
 /* ---- validation -------------------------------------------------------------- */
@@ -871,18 +1104,27 @@ static void open_rejects_bad_uris_and_config_fields(void **state) {
   check_open_field("sqlite:", NULL, "uri");
   check_open_field("sqlite::memory:", NULL, "uri");
   check_open_field("SQLITE:/tmp/x.db", NULL, "uri");
+  /* A query part is refused, never taken into the file name. */
+  check_open_field("sqlite:/tmp/x.db?mode=ro", NULL, "uri");
+  check_open_field("sqlite:/tmp/x.db#frag", NULL, "uri");
   resil_error err;
   assert_status(RESIL_EINVAL, resil_store_open("sqlite:/tmp/x.db", NULL, NULL, &err));
   assert_string_equal(err.field, "out");
 
   resil_store_config cfg;
   resil_store_config_init(&cfg);
-  assert_int_equal(cfg.version, 1);
+  assert_int_equal(cfg.struct_size, sizeof cfg);
   assert_int_equal(cfg.busy_timeout_ns, 5 * NS_PER_S);
   assert_int_equal(cfg.pool_size, 4);
   assert_int_equal(cfg.unsafe_commit_effect_early, 0);
-  cfg.version = 2;
-  check_open_field("sqlite:/tmp/x.db", &cfg, "version");
+  cfg.struct_size = 0;
+  check_open_field("sqlite:/tmp/x.db", &cfg, "struct_size");
+  {
+    resil_store *s0 = NULL;
+    resil_error e0;
+    assert_status(RESIL_EINVAL, resil_store_open("sqlite:/tmp/x.db", &cfg, &s0, &e0));
+    assert_non_null(strstr(e0.msg, "call resil_store_config_init()"));
+  }
   resil_store_config_init(&cfg);
   cfg.pool_size = 0;
   check_open_field("sqlite:/tmp/x.db", &cfg, "pool_size");
@@ -898,6 +1140,11 @@ static void open_rejects_bad_uris_and_config_fields(void **state) {
   check_open_field("sqlite:/tmp/x.db", &cfg, "busy_timeout_ns");
   cfg.busy_timeout_ns = RESIL_STORE_BUSY_TIMEOUT_MAX_NS + 1;
   check_open_field("sqlite:/tmp/x.db", &cfg, "busy_timeout_ns");
+  /* Durations are refused in human units. */
+  cfg.busy_timeout_ns = 2 * RESIL_STORE_BUSY_TIMEOUT_MAX_NS;
+  assert_status(RESIL_EINVAL, resil_store_open("sqlite:/tmp/x.db", &cfg, &s, &err));
+  if (!strstr(err.msg, "1 h") || !strstr(err.msg, "2 h"))
+    fail_msg("busy_timeout_ns message not in human units: %s", err.msg);
   resil_store_config_init(&cfg);
   cfg.unsafe_commit_effect_early = 2;
   check_open_field("sqlite:/tmp/x.db", &cfg, "unsafe_commit_effect_early");
@@ -1155,25 +1402,36 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   cmocka_unit_test_prestate_setup_teardown(sqlite_disk_full_is_eio_and_nothing_half_written, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_open_reports_unusable_files_as_eio, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(open_refuses_a_schema_newer_than_the_library, fx_setup, fx_teardown, (void *)&bk), \
-  cmocka_unit_test_prestate_setup_teardown(pg_lost_connection_is_eio_then_reconnects, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_lost_connection_is_reconnected_and_retried_once, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(calls_reject_bad_keys_and_requests_naming_the_field, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(errmsg_belongs_to_the_calling_thread, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(open_allocation_failure_sweep, fx_setup, fx_teardown, (void *)&bk), \
-  cmocka_unit_test_prestate_setup_teardown(begin_and_complete_allocation_failure_sweep, fx_setup, fx_teardown, (void *)&bk)
+  cmocka_unit_test_prestate_setup_teardown(begin_and_complete_allocation_failure_sweep, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_deleted_or_replaced_file_is_never_reported_as_success, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(recovery_skips_and_reports_damaged_pending_rows, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(status_below_200_is_never_committed_nor_replayed, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(unsized_request_and_record_are_refused, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_open_failures_say_why, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_restarted_server_is_reconnected_inside_the_store, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_the_transaction_commits_once, fx_setup, fx_teardown, (void *)&bk)
 
-int main(void) {
+int main(int argc, char **argv) {
+  ts_run run;
+  if (ts_run_parse(argc, argv, &run) != 0) return 2;
   const struct CMUnitTest common[] = {
       cmocka_unit_test(open_rejects_bad_uris_and_config_fields),
   };
   const struct CMUnitTest sqlite_tests[] = {STORE_TESTS(on_sqlite)};
   const struct CMUnitTest pg_tests[] = {STORE_TESTS(on_pg)};
-  int failed = cmocka_run_group_tests_name("store", common, NULL, NULL);
-  failed += cmocka_run_group_tests_name("store_sqlite", sqlite_tests, NULL, NULL);
-  if (!ts_pg_base()) {
-    printf("note: RESIL_TEST_PG_URI is not set: the PostgreSQL cases are skipped "
-           "(start a server with scripts/pg-start.sh)\n");
-    fflush(stdout);
+  int failed = 0;
+  if (run.sqlite) {
+    failed += cmocka_run_group_tests_name("store", common, NULL, NULL);
+    failed += cmocka_run_group_tests_name("store_sqlite", sqlite_tests, NULL, NULL);
   }
-  failed += cmocka_run_group_tests_name("store_postgresql", pg_tests, NULL, NULL);
+  if (run.pg) {
+    int gate = ts_pg_gate(&run);
+    if (gate) return failed ? failed : gate;
+    failed += cmocka_run_group_tests_name("store_postgresql", pg_tests, NULL, NULL);
+  }
   return failed;
 }

@@ -472,25 +472,33 @@ static void concurrent_recoverers_run_each_pending_effect_once(void **state) {
   cmocka_unit_test_prestate_setup_teardown(many_keys_in_parallel_each_commit_once, mt_setup, mt_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(concurrent_recoverers_run_each_pending_effect_once, mt_setup, mt_teardown, (void *)&bk)
 
-int main(void) {
+int main(int argc, char **argv) {
+  ts_run run;
+  if (ts_run_parse(argc, argv, &run) != 0) return 2;
   /* fork() first, while the process has one thread. */
-  const struct CMUnitTest processes[] = {
+  const struct CMUnitTest sqlite_processes[] = {
       cmocka_unit_test_prestate_setup_teardown(sqlite_several_processes_on_one_file_run_one_effect,
                                                mt_setup, mt_teardown, (void *)&on_sqlite),
       cmocka_unit_test_prestate_setup_teardown(i8_killed_between_pending_and_commit_then_recovered_once,
                                                mt_setup, mt_teardown, (void *)&on_sqlite),
+  };
+  const struct CMUnitTest pg_processes[] = {
       cmocka_unit_test_prestate_setup_teardown(i8_killed_between_pending_and_commit_then_recovered_once,
                                                mt_setup, mt_teardown, (void *)&on_pg),
   };
   const struct CMUnitTest sqlite_tests[] = {MT_TESTS(on_sqlite)};
   const struct CMUnitTest pg_tests[] = {MT_TESTS(on_pg)};
-  int failed = cmocka_run_group_tests_name("store_mt_processes", processes, NULL, NULL);
-  failed += cmocka_run_group_tests_name("store_mt_sqlite", sqlite_tests, NULL, NULL);
-  if (!ts_pg_base()) {
-    printf("note: RESIL_TEST_PG_URI is not set: the PostgreSQL cases are skipped "
-           "(start a server with scripts/pg-start.sh)\n");
-    fflush(stdout);
-  }
-  failed += cmocka_run_group_tests_name("store_mt_postgresql", pg_tests, NULL, NULL);
+  int failed = 0;
+  int pg_gate = run.pg ? ts_pg_gate(&run) : 0;
+  if (pg_gate) return pg_gate;
+  if (run.sqlite)
+    failed += cmocka_run_group_tests_name("store_mt_processes", sqlite_processes, NULL, NULL);
+  if (run.pg)
+    failed += cmocka_run_group_tests_name("store_mt_processes_postgresql", pg_processes,
+                                          NULL, NULL);
+  if (run.sqlite)
+    failed += cmocka_run_group_tests_name("store_mt_sqlite", sqlite_tests, NULL, NULL);
+  if (run.pg)
+    failed += cmocka_run_group_tests_name("store_mt_postgresql", pg_tests, NULL, NULL);
   return failed;
 }

@@ -36,7 +36,11 @@ static void usage(FILE *out) {
       "  /commit-close /flaky/{id} /seq/{id} /redirect/{n} /echo /empty\n"
       "  /badjson /idem/{name} /idem-close /operations/{key} /ka /__stats\n"
       "  /__recover (with --store)\n"
-      "  (described in src/fixture/fixture.h).\n");
+      "  (described in src/fixture/fixture.h).\n"
+      "A connection idle for %u s is closed, and at most %u are served at\n"
+      "once; the flaky and seq routes remember at most %u ids.\n",
+      RESIL_FX_DEFAULT_CONNECTION_TIMEOUT_S, RESIL_FX_DEFAULT_CONNECTION_LIMIT,
+      RESIL_FX_DEFAULT_MAX_IDS);
 }
 
 static int parse_port(const char *s, uint16_t *out) {

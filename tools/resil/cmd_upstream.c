@@ -72,6 +72,7 @@ static void usage(FILE *out) {
           "usage: " PROG " --store URI [--port N] [--bind ADDR]\n"
           "                      [--crash-at none|pending|in-txn|effect]\n"
           "                      [--crash-nth N] [--recover] [--verbose]\n"
+          "                      [--timeout-s N] [--max-connections N]\n"
           "                      [--unsafe-commit-effect-early]\n"
           "Serves an idempotent POST /payments (Idempotency-Key required,\n"
           "body {\"amount\":N}), GET /operations/{key} and POST /__recover on\n"
@@ -89,7 +90,12 @@ static void usage(FILE *out) {
           "  --crash-nth N    crash at the N-th new operation reaching P,\n"
           "                   1..1000000; default 1\n"
           "  --recover        re-drive every PENDING operation before serving\n"
-          "                   and print \"recovered N\"\n"
+          "                   and print \"recovered N\"; damaged rows are\n"
+          "                   skipped and named on stderr\n"
+          "  --timeout-s N    close a connection idle for N s, 1..3600;\n"
+          "                   default 30\n"
+          "  --max-connections N  serve at most N connections at once (one\n"
+          "                   thread each), 1..4096; default 256\n"
           "  --verbose        say on stderr where the process kills itself\n"
           "  --unsafe-commit-effect-early\n"
           "                   TEST ONLY: commit the effect before the terminal\n"
@@ -132,6 +138,12 @@ static resil_idem_action on_committed(void *user, const resil_idem_call *call,
   (void)rec;
   maybe_crash(CRASH_EFFECT, call->key);
   return RESIL_IDEM_SEND;
+}
+
+/* The helper's failure lines: store errors with the store's message. */
+static void log_line(void *user, const char *line) {
+  (void)user;
+  fprintf(stderr, PROG ": %s\n", line);
 }
 
 /* ---- the payment ---------------------------------------------------------
@@ -357,11 +369,15 @@ typedef struct options {
   int recover;
   int verbose;
   int unsafe;
+  long timeout_s;
+  long max_conns;
 } options;
 
 /* Options that take a value, in the order of the switch below. */
-static const char *const value_options[] = {"--store", "--port", "--bind",
-                                            "--crash-at", "--crash-nth"};
+static const char *const value_options[] = {
+    "--store",     "--port", "--bind", "--crash-at", "--crash-nth",
+    "--timeout-s", "--max-connections"};
+#define N_VALUE_OPTIONS (sizeof value_options / sizeof value_options[0])
 
 /* 0 or 2: exit with it (help printed, or bad arguments); -1: go on. */
 static int parse_args(int argc, char **argv, options *o) {
@@ -384,7 +400,7 @@ static int parse_args(int argc, char **argv, options *o) {
       continue;
     }
     int which = -1, missing = 0;
-    for (int k = 0; k < 5 && which < 0; k++) {
+    for (int k = 0; k < (int)N_VALUE_OPTIONS && which < 0; k++) {
       v = resil_cli_option_value(argc, argv, &i, value_options[k], &missing);
       if (v || missing)
         which = k;
@@ -437,6 +453,19 @@ static int parse_args(int argc, char **argv, options *o) {
       }
       break;
     }
+    case 5:
+      if (parse_long(v, 1, 3600, &o->timeout_s) != 0) {
+        fprintf(stderr, PROG ": --timeout-s: must be 1..3600, got '%s'\n", v);
+        return 2;
+      }
+      break;
+    case 6:
+      if (parse_long(v, 1, 4096, &o->max_conns) != 0) {
+        fprintf(stderr, PROG ": --max-connections: must be 1..4096, got '%s'\n",
+                v);
+        return 2;
+      }
+      break;
     default:
       if (parse_long(v, 1, 1000000, &o->crash_nth) != 0) {
         fprintf(stderr, PROG ": --crash-nth: must be 1..1000000, got '%s'\n",
@@ -454,7 +483,11 @@ static int parse_args(int argc, char **argv, options *o) {
 }
 
 int resil_cmd_upstream(int argc, char **argv) {
-  options o = {.port = 0, .bind = "127.0.0.1", .crash_nth = 1};
+  options o = {.port = 0,
+               .bind = "127.0.0.1",
+               .crash_nth = 1,
+               .timeout_s = RESIL_IDEM_MHD_CONNECTION_TIMEOUT_S,
+               .max_conns = RESIL_IDEM_MHD_CONNECTION_LIMIT};
   int prc = parse_args(argc, argv, &o);
   if (prc >= 0)
     return prc;
@@ -498,18 +531,31 @@ int resil_cmd_upstream(int argc, char **argv) {
   ic.recover_path = "/__recover";
   ic.on_pending = on_pending;
   ic.on_committed = on_committed;
+  ic.log = log_line;
   if (resil_idem_mhd_new(&ic, &u.idem, &err) != RESIL_OK) {
     fprintf(stderr, PROG ": %s\n", err.msg);
     goto out;
   }
   if (o.recover) {
-    uint32_t n = 0;
-    resil_status st = resil_idem_mhd_recover(u.idem, 0, 100000, &n);
-    if (st != RESIL_OK) {
-      fprintf(stderr, PROG ": recovery: %s\n", resil_status_name(st));
+    resil_store_recovery rep;
+    resil_status st = resil_idem_mhd_recover_report(u.idem, 0, 100000, &rep);
+    /* Every selected operation handled, some effects failed: those stay
+     * PENDING for the next recovery (POST /__recover); serve the rest. A
+     * store failure stops recovery before the end of its batch. */
+    int all_handled =
+        rep.selected == rep.recovered + rep.failed + rep.damaged;
+    if (st != RESIL_OK && rep.failed > 0 && all_handled) {
+      fprintf(stderr, PROG ": recovery: %u operation(s) failed and stay PENDING\n",
+              (unsigned)rep.failed);
+    } else if (st != RESIL_OK) {
+      fprintf(stderr, PROG ": recovery: %s\n", resil_store_errmsg(store));
       goto out;
     }
-    printf("recovered %u\n", (unsigned)n);
+    if (rep.damaged)
+      fprintf(stderr,
+              PROG ": recovery: skipped %u damaged PENDING row(s): %s\n",
+              (unsigned)rep.damaged, rep.damaged_keys);
+    printf("recovered %u\n", (unsigned)rep.recovered);
   }
 
   struct sockaddr_in sa;
@@ -524,7 +570,11 @@ int resil_cmd_upstream(int argc, char **argv) {
                        MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&sa,
                        MHD_OPTION_NOTIFY_COMPLETED, on_completed, &u,
                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
-                       MHD_OPTION_END);
+                       /* The recommended options of idem_mhd.h. */
+                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.timeout_s,
+                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_conns,
+                       MHD_OPTION_UNESCAPE_CALLBACK, resil_idem_mhd_unescape,
+                       NULL, MHD_OPTION_END);
   if (!d) {
     fprintf(stderr, PROG ": cannot listen on %s:%ld\n", o.bind, o.port);
     goto out;
