@@ -133,6 +133,11 @@ static inline resil_status resil__check_ns(resil_error *err, const char *field,
   return RESIL_OK;
 }
 
+/* 1 when the n bytes at s are well-formed UTF-8 (no overlong forms,
+ * surrogates or code points past U+10FFFF: what PostgreSQL's text columns
+ * and jansson accept), 0 otherwise. A NUL byte is valid UTF-8. */
+int resil__utf8_valid(const void *s, size_t n);
+
 /* Saturating helpers. */
 static inline int64_t resil__sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;

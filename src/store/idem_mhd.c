@@ -339,41 +339,6 @@ static void jb_member(jbuf *b, const char *name, const char *value) {
   jb_str(b, value, strlen(value));
 }
 
-static int utf8_valid(const unsigned char *s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = s[i];
-    size_t k;
-    uint32_t cp;
-    if (c < 0x80) {
-      i++;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      k = 1;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      k = 2;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      k = 3;
-      cp = c & 0x07;
-    } else {
-      return 0;
-    }
-    if (n - i <= k) return 0; /* truncated sequence */
-    for (size_t j = 1; j <= k; j++) {
-      if ((s[i + j] & 0xc0) != 0x80) return 0;
-      cp = (cp << 6) | (s[i + j] & 0x3f);
-    }
-    /* Overlong forms, surrogates and values above U+10FFFF. */
-    if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) ||
-        (k == 3 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-      return 0;
-    i += k + 1;
-  }
-  return 1;
-}
 
 static void jb_base64(jbuf *b, const unsigned char *s, size_t n) {
   static const char tab[] =
@@ -797,7 +762,7 @@ static enum MHD_Result serve_status(resil_idem_mhd *h,
       jb_fmt(&b, ",\"status\":%d", rec.status);
       const unsigned char *body = rec.body;
       size_t n = body ? rec.body_len : 0;
-      if (utf8_valid(body, n)) {
+      if (resil__utf8_valid(body, n)) {
         jb_raw(&b, ",\"body\":");
         jb_str(&b, (const char *)(body ? (const void *)body : ""), n);
       } else {

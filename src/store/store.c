@@ -275,44 +275,6 @@ static resil_status check_key(resil_store *s, const char *key) {
   return RESIL_OK;
 }
 
-/* Well-formed UTF-8 (no overlongs, surrogates or code points past
- * U+10FFFF): PostgreSQL refuses anything else in a text column, and both
- * backends must accept the same requests. */
-static int utf8_valid(const unsigned char *p, size_t *len) {
-  size_t i = 0;
-  while (p[i]) {
-    unsigned c = p[i];
-    size_t n;
-    uint32_t cp;
-    if (c < 0x80) {
-      i++;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      n = 1;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      n = 2;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return 0;
-    }
-    for (size_t k = 1; k <= n; k++) {
-      if ((p[i + k] & 0xc0) != 0x80) return 0;
-      cp = (cp << 6) | (p[i + k] & 0x3fu);
-    }
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
-        (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-      return 0;
-    i += n + 1;
-  }
-  *len = i;
-  return 1;
-}
-
 /* Copies the caller's request into *req (full size) and checks it. */
 static resil_status check_request(resil_store *s, const resil_op_request *ureq,
                                   resil_op_request *req, size_t *method_len,
@@ -339,7 +301,10 @@ static resil_status check_request(resil_store *s, const resil_op_request *ureq,
                              RESIL_OP_METHOD_MAX);
   *method_len = n;
   if (!req->path) return resil__store_fail(s, RESIL_EINVAL, "path", "must not be NULL");
-  if (!utf8_valid((const unsigned char *)req->path, path_len))
+  /* PostgreSQL refuses anything but well-formed UTF-8 in a text column,
+   * and both backends must accept the same requests. */
+  *path_len = strlen(req->path);
+  if (!resil__utf8_valid(req->path, *path_len))
     return resil__store_fail(s, RESIL_EINVAL, "path", "must be valid UTF-8");
   if (!req->body && req->body_len)
     return resil__store_fail(s, RESIL_EINVAL, "body",
