@@ -99,8 +99,8 @@ char *resil__fmt_ns(char *buf, size_t n, int64_t ns) {
       return buf;
     }
     if (units[i].digits < 0) continue;
-    char dec[16];
-    snprintf(dec, sizeof dec, "%0*" PRIu64, units[i].digits, rest);
+    char dec[32]; /* rest < per: at most 9 digits; the mask tells the compiler */
+    snprintf(dec, sizeof dec, "%0*" PRIu64, units[i].digits & 15, rest);
     size_t len = strlen(dec);
     while (len > 0 && dec[len - 1] == '0') dec[--len] = '\0';
     snprintf(buf, n, "%s%" PRIu64 ".%s %s", sign, whole, dec, units[i].name);

@@ -770,6 +770,11 @@ typedef struct newer_endpoint {
   void *field_from_the_future;
 } newer_endpoint;
 
+/* The older caller's structs below live in memory of exactly their old
+ * size and are reached through the current type, touching only the fields
+ * the old layout has; GCC's -Warray-bounds sees the type, not the fields. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
 static void structs_carry_their_size_and_tables_their_stride(void **state) {
   fx_state *s = *state;
   resil_error err;
@@ -888,6 +893,7 @@ static void structs_carry_their_size_and_tables_their_stride(void **state) {
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 3);
   resil_http_client_free(c);
 }
+#pragma GCC diagnostic pop
 
 /* ---- the attempt listener and the key on the response (issue 7) ------------------ */
 
