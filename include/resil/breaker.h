@@ -67,8 +67,8 @@
  * `ignored_classes`; any other class is a success. Each of NOT_SENT,
  * UNKNOWN, SUCCESS (2xx), REDIRECT (3xx), CLIENT_ERROR (4xx), HTTP_408,
  * HTTP_425, HTTP_429 and SERVER_ERROR (5xx) can be put in either mask or in
- * neither. By default NOT_SENT, UNKNOWN, SERVER_ERROR and THROTTLED
- * (408/425/429) count as failures, nothing is ignored, and SUCCESS, REDIRECT
+ * neither. By default NOT_SENT, UNKNOWN, SERVER_ERROR and the three of
+ * RESIL_CLASSES_THROTTLED (408/425/429) count as failures, nothing is ignored, and SUCCESS, REDIRECT
  * and CLIENT_ERROR (4xx: the downstream is healthy, the request was wrong)
  * are recorded as successes. An ignored result (Resilience4j's
  * ignoreExceptions) is neither: it is counted only in total_ignored, never
@@ -191,7 +191,8 @@ typedef enum resil_breaker_window_type {
   RESIL_BREAKER_WINDOW_TIME = 1   /* the results of the last window_size s */
 } resil_breaker_window_type;
 
-/* Default failure classes: NOT_SENT | UNKNOWN | SERVER_ERROR | THROTTLED. */
+/* Default failure classes: NOT_SENT | UNKNOWN | SERVER_ERROR |
+ * RESIL_CLASSES_THROTTLED (HTTP_408 | HTTP_425 | HTTP_429). */
 #define RESIL_BREAKER_DEFAULT_FAILURE_CLASSES                                  \
   (RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) |                                     \
    RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) |                                      \

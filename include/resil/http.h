@@ -458,7 +458,7 @@ typedef struct resil_http_client_config {
   const resil_allocator *alloc;
   /* Recovery flow of resil_http_call_keyed(). Outcome classes of a write
    * attempt after which the status endpoint is asked: RESIL_CLASS_BIT() of
-   * UNKNOWN, SERVER_ERROR and THROTTLED only (the classes that may have
+   * UNKNOWN, SERVER_ERROR, HTTP_408, HTTP_425 and HTTP_429 only (the classes that may have
    * executed); 0 makes no status queries. Default UNKNOWN | SERVER_ERROR:
    * a 408/425/429 normally means the server refused before executing, and
    * asking an overloaded server one more question does not help it. */

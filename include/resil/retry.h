@@ -9,7 +9,7 @@
  *   NOT_SENT       retried (nothing reached the server).
  *   UNKNOWN,       retried only when ctx->flags has RESIL_CALL_IDEMPOTENT or
  *   SERVER_ERROR,  RESIL_CALL_STABLE_KEY (or the loudly named opt-in
- *   THROTTLED      unsafe_retry_non_idempotent is set); otherwise the retry
+ *   HTTP_408/425/429 unsafe_retry_non_idempotent is set); otherwise the retry
  *                  stops with RESIL_STOP_UNSAFE. 408, 425 and 429 follow the
  *                  same rule as 5xx.
  *   CLIENT_ERROR   never retried: fix the request.
@@ -144,7 +144,7 @@ typedef uint64_t (*resil_retry_random_fn)(void *random_self);
 typedef resil_retry_verdict (*resil_retry_predicate_fn)(void *user,
                                                        const resil_outcome *o);
 /* The classes retried by default: NOT_SENT, UNKNOWN, SERVER_ERROR and
- * THROTTLED (the last three subject to the safety rule). */
+ * RESIL_CLASSES_THROTTLED (all but NOT_SENT subject to the safety rule). */
 #define RESIL_RETRY_DEFAULT_CLASSES                                            \
   (RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) | RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | \
    RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |                                \
@@ -182,8 +182,8 @@ typedef struct resil_retry_config {
    * A Retry-After wait is always also capped by the remaining deadline. */
   int64_t max_retry_after_ns;
   /* Outcome classes that may be retried: RESIL_CLASS_BIT() of NOT_SENT,
-   * UNKNOWN, SERVER_ERROR, THROTTLED only (SUCCESS and CLIENT_ERROR are
-   * never retried by class; REJECTED is governed by retry_on_rejected).
+   * UNKNOWN, SERVER_ERROR, HTTP_408, HTTP_425, HTTP_429 only (SUCCESS,
+   * REDIRECT and CLIENT_ERROR are never retried by class; REJECTED is governed by retry_on_rejected).
    * Default RESIL_RETRY_DEFAULT_CLASSES. */
   uint32_t retry_classes;
   /* 1: retry REJECTED outcomes of inner layers (breaker open, bulkhead full,
