@@ -273,7 +273,7 @@ RESIL_API resil_status resil_idem_mhd_new(const resil_idem_mhd_config *cfg,
  * first. NULL is a no-op. Needs exclusive access. Since 0.1. */
 RESIL_API void resil_idem_mhd_free(resil_idem_mhd *h);
 
-/* The helper's name; "?" for an invalid handle. Since 0.1. */
+/* The helper's name; NULL for a NULL handle. Since 0.1. */
 RESIL_API const char *resil_idem_mhd_name(const resil_idem_mhd *h);
 
 /* A complete MHD_AccessHandlerCallback with cls = the helper: reads the

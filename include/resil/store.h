@@ -346,14 +346,14 @@ RESIL_API resil_status resil_store_open(const char *uri,
  * access: no other call on s may be running. Since 0.1. */
 RESIL_API void resil_store_close(resil_store *s);
 
-/* "sqlite" or "postgresql"; "" for an invalid handle. Since 0.1. */
+/* "sqlite" or "postgresql"; NULL for a NULL handle. Since 0.1. */
 RESIL_API const char *resil_store_backend(const resil_store *s);
 
 /* Why the calling thread's most recent call on s failed, e.g.
  * "begin: insert: database or disk is full (SQLite code 13)", or "" when that
  * call succeeded. Kept per thread, so one thread never sees another's
  * errors; owned by the library and valid until the calling thread's next
- * call on s. "" for NULL or an invalid handle. Thread-safe. Since 0.1. */
+ * call on s. "" for a NULL handle. Thread-safe. Since 0.1. */
 RESIL_API const char *resil_store_errmsg(const resil_store *s);
 /* The same failure as data: status, field (e.g. "key" for a rejected key,
  * "body" for a body pointer missing; empty when no argument was at fault)
@@ -382,7 +382,7 @@ RESIL_API void resil_store_last_error(const resil_store *s, resil_error *out);
  * and receives the operation as stored after this call. req must be
  * initialised (resil_op_request_init).
  * Returns RESIL_OK; RESIL_EINVAL (bad key, request or pointer; see
- * resil_store_last_error for the field); RESIL_EMISUSE (invalid handle);
+ * resil_store_last_error for the field); RESIL_EMISUSE (NULL handle);
  * RESIL_EIO; RESIL_ETIMEDOUT; RESIL_ENOMEM. On any error nothing was stored
  * and *result is unspecified. Thread-safe. Since 0.1. */
 RESIL_API resil_status resil_store_begin(resil_store *s, const char *key,
@@ -403,7 +403,7 @@ RESIL_API resil_status resil_store_begin(resil_store *s, const char *key,
  * invalid: status outside 200..599, a NULL buffer with a length, failed not
  * 0 or 1; then it rolls back); whatever the effect or the fault hook
  * returned when it was not RESIL_OK (rolled back, still PENDING);
- * RESIL_EMISUSE (invalid handle, or the transaction was no longer open
+ * RESIL_EMISUSE (NULL handle, or the transaction was no longer open
  * after the effect: it ended it, or an error in its SQL made SQLite roll it
  * back); RESIL_EIO (also when an error in the effect's SQL aborted the
  * PostgreSQL transaction); RESIL_ETIMEDOUT; RESIL_ENOMEM. Every failure

@@ -213,7 +213,7 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   if (!out || !endpoint)
     return resil__err(err, RESIL_EINVAL, NULL, "endpoint and out must not be NULL");
   if (!client_usable(c))
-    return resil__err(err, RESIL_EMISUSE, NULL, "invalid or freed client");
+    return resil__err(err, RESIL_EMISUSE, NULL, "client must not be NULL");
   const http_endpoint *ep = resil__http_find_endpoint(c, endpoint);
   if (!ep)
     return resil__err(err, RESIL_EINVAL, "endpoint", "unknown endpoint '%.60s'", endpoint);

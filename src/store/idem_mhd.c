@@ -239,7 +239,7 @@ void resil_idem_mhd_free(resil_idem_mhd *h) {
 }
 
 const char *resil_idem_mhd_name(const resil_idem_mhd *h) {
-  return valid(h) ? h->name : "?";
+  return valid(h) ? h->name : NULL;
 }
 
 resil_status resil_idem_mhd_get_stats_sized(const resil_idem_mhd *h,

@@ -509,7 +509,7 @@ void resil_store_close(resil_store *s) {
 }
 
 const char *resil_store_backend(const resil_store *s) {
-  return valid(s) ? s->be->name : "";
+  return valid(s) ? s->be->name : NULL;
 }
 
 struct sqlite3 *resil_store_txn_sqlite(resil_store_txn *tx) {

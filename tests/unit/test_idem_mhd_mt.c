@@ -469,7 +469,7 @@ static void invalid_handles_are_refused(void **st) {
   (void)st;
   resil_idem_mhd_stats s;
   assert_status(RESIL_EMISUSE, resil_idem_mhd_get_stats(NULL, &s));
-  assert_string_equal(resil_idem_mhd_name(NULL), "?");
+  assert_null(resil_idem_mhd_name(NULL));
   assert_status(RESIL_EMISUSE, resil_idem_mhd_recover(NULL, 0, 1, NULL));
   assert_null(resil_idem_call_alloc(NULL, 8));
   resil_idem_mhd_free(NULL);
