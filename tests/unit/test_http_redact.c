@@ -2,9 +2,9 @@
  * (DESIGN §3 Logging): secret-looking header names, URL-valued headers in
  * both directions, percent-encoded and short query names, control bytes
  * from the network, and error messages that quote what the caller gave.
- * The end-to-end cases talk to a canned HTTP/1.1 server on 127.0.0.1 made
- * here, because they need response headers no fixture route would send
- * (ESC, BEL, 0xFF, a Location carrying a token). */
+ * The end-to-end cases talk to the scripted raw server of
+ * test_http_common.h, because they need response headers no fixture route
+ * would send (ESC, BEL, 0xFF, a Location carrying a token). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -15,76 +15,7 @@
 #include <unistd.h>
 
 #include "http/http_int.h"
-#include "test_util.h"
-
-/* ---- a canned server: answers every connection with the same bytes ----- */
-
-typedef struct canned {
-  int lfd;
-  unsigned port;
-  const char *response; /* written after the request head, then closed */
-  size_t response_len;
-  char request[8192];   /* head of the last request received */
-  pthread_t th;
-  int stop;
-} canned;
-
-static void *canned_run(void *u) {
-  canned *c = u;
-  for (;;) {
-    int fd = accept(c->lfd, NULL, NULL);
-    if (fd < 0 || __atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
-      if (fd >= 0) close(fd);
-      return NULL;
-    }
-    size_t got = 0;
-    char buf[8192];
-    while (got < sizeof buf - 1) {
-      ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
-      if (n <= 0) break;
-      got += (size_t)n;
-      buf[got] = '\0';
-      if (strstr(buf, "\r\n\r\n")) break;
-    }
-    buf[got] = '\0';
-    memcpy(c->request, buf, got + 1);
-    size_t off = 0;
-    while (off < c->response_len) {
-      ssize_t n = send(fd, c->response + off, c->response_len - off, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      off += (size_t)n;
-    }
-    close(fd);
-  }
-}
-
-static void canned_start(canned *c, const char *response, size_t len) {
-  memset(c, 0, sizeof *c);
-  c->response = response;
-  c->response_len = len;
-  c->lfd = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(c->lfd >= 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(bind(c->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
-  assert_int_equal(listen(c->lfd, 8), 0);
-  socklen_t sl = sizeof sa;
-  assert_int_equal(getsockname(c->lfd, (struct sockaddr *)&sa, &sl), 0);
-  c->port = ntohs(sa.sin_port);
-  assert_int_equal(pthread_create(&c->th, NULL, canned_run, c), 0);
-}
-
-static void canned_stop(canned *c) {
-  __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
-  /* Wake accept() with one last connection. */
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  (void)connect(fd, (struct sockaddr *)&sa, sizeof sa);
-  close(fd);
-  pthread_join(c->th, NULL);
-  close(c->lfd);
-}
+#include "test_http_common.h"
 
 /* ---- log capture ------------------------------------------------------- */
 
@@ -108,10 +39,10 @@ static void capture(void *user, resil_http_log_level level, const char *line) {
   lc->lines++;
 }
 
-/* One GET of `path` on the canned server with the log at `level`; extra
+/* One GET of `path` on the raw server with the log at `level`; extra
  * request headers as name, value pairs (NULL-terminated). Returns the
  * status. */
-static int logged_get(canned *srv, resil_http_log_level level, log_capture *lc,
+static int logged_get(raw_server *srv, resil_http_log_level level, log_capture *lc,
                       const char *const *hdrs) {
   char base[64];
   snprintf(base, sizeof base, "http://127.0.0.1:%u", srv->port);
@@ -251,8 +182,8 @@ static const char k_redirect_response[] =
 
 static void url_valued_and_secret_headers_are_redacted_both_ways(void **state) {
   (void)state;
-  canned srv;
-  canned_start(&srv, k_redirect_response, sizeof k_redirect_response - 1);
+  raw_server srv;
+  raw_start(&srv, (const char *const[]){k_redirect_response}, 1);
   log_capture lc = {0};
   int st = logged_get(&srv, RESIL_HTTP_LOG_HEADERS, &lc,
                       (const char *const[]){"Referer", "http://h/?token=S-REFERER&a=1",
@@ -262,9 +193,9 @@ static void url_valued_and_secret_headers_are_redacted_both_ways(void **state) {
   assert_int_equal(st, 200);
   /* They reached the server, so a leak would have been possible (read
    * after the server thread is joined)... */
-  canned_stop(&srv);
-  assert_contains(srv.request, "S-REFERER");
-  assert_contains(srv.request, "S-REQKEY");
+  raw_stop(&srv);
+  assert_contains(srv.req[0], "S-REFERER");
+  assert_contains(srv.req[0], "S-REQKEY");
   /* ...and none reached the log. */
   const char *secrets[] = {"S-USERINFO", "S-ACCESS", "S-CLOC",    "S-LINK",    "S-REFRESH",
                            "S-XAUTHKEY", "S-XAUTHZ", "S-XACCESS", "S-OCP",     "S-JWT",
@@ -299,8 +230,8 @@ static int has_raw_byte(const char *s) {
 
 static void control_bytes_from_the_network_are_escaped_in_every_line(void **state) {
   (void)state;
-  canned srv;
-  canned_start(&srv, k_hostile_response, sizeof k_hostile_response - 1);
+  raw_server srv;
+  raw_start(&srv, (const char *const[]){k_hostile_response}, 1);
   log_capture lc = {0};
   assert_int_equal(logged_get(&srv, RESIL_HTTP_LOG_FULL, &lc, NULL), 200);
   assert_true(lc.lines >= 4);
@@ -310,7 +241,7 @@ static void control_bytes_from_the_network_are_escaped_in_every_line(void **stat
    * escaped; its byte >= 0x80 is escaped. */
   assert_contains(lc.text, "\\xfe!");
   free(lc.text);
-  canned_stop(&srv);
+  raw_stop(&srv);
 }
 
 static const char k_bad_redirect[] =
@@ -324,8 +255,8 @@ static const char k_bad_redirect[] =
  * Location's credentials. */
 static void refused_redirect_errors_quote_no_secret(void **state) {
   (void)state;
-  canned srv;
-  canned_start(&srv, k_bad_redirect, sizeof k_bad_redirect - 1);
+  raw_server srv;
+  raw_start(&srv, (const char *const[]){k_bad_redirect}, 1);
   char base[64];
   snprintf(base, sizeof base, "http://127.0.0.1:%u", srv.port);
   resil_http_endpoint ep = {.struct_size = sizeof(resil_http_endpoint), .name = "get", .method = RESIL_HTTP_GET, .path = "/x",
@@ -355,7 +286,7 @@ static void refused_redirect_errors_quote_no_secret(void **state) {
   resil_http_response_free(r);
   resil_http_client_free(c);
   free(lc.text);
-  canned_stop(&srv);
+  raw_stop(&srv);
 }
 
 /* ---- error messages ---------------------------------------------------------- */
