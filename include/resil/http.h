@@ -426,8 +426,9 @@ typedef struct resil_http_client_config {
   /* Header carrying the idempotency key. Default "Idempotency-Key". Copied. */
   const char *idempotency_header;
   /* Largest response body kept, 1..1 GiB. A larger body aborts the
-   * attempt: UNKNOWN(CONNECTION_CLOSED) with the status kept on the
-   * response. Default 64 MiB. */
+   * attempt: UNKNOWN(RESPONSE_TOO_LARGE) (the request was executed, its
+   * answer was not read whole) with the status kept on the response.
+   * Default 64 MiB. */
   size_t max_response_bytes;
   /* Client-wide decoder hook (endpoints may override); NULL for none. */
   resil_http_decoder_fn decoder;

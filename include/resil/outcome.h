@@ -57,7 +57,8 @@ typedef enum resil_outcome_kind {
   X(DEADLINE, RESIL_REJECTED, "deadline too short")                            \
   X(RETRY_BUDGET, RESIL_REJECTED, "retry budget spent")                        \
   X(QUEUE_FULL, RESIL_REJECTED, "thread pool queue full")                      \
-  X(DECODE, RESIL_ANSWERED, "response could not be decoded")
+  X(DECODE, RESIL_ANSWERED, "response could not be decoded")                  \
+  X(RESPONSE_TOO_LARGE, RESIL_UNKNOWN, "response body over the size limit")
 
 typedef enum resil_reason {
 #define RESIL__REASON_ENUM(name, kind, text) RESIL_REASON_##name,

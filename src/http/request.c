@@ -623,7 +623,7 @@ static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
   if (x->too_large) {
     snprintf(res->error, sizeof res->error, "response body larger than max_response_bytes (%zu)",
              c->max_response_bytes);
-    return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
+    return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_RESPONSE_TOO_LARGE);
   }
   long oserr = 0;
   curl_easy_getinfo(s->e, CURLINFO_OS_ERRNO, &oserr);

@@ -585,6 +585,7 @@ static void call_max_body_refuses_a_larger_response_body(void **state) {
   assert_exit(&r, 4);
   assert_int_equal(r.out_len, 0);
   assert_contains(r.err, "larger than");
+  assert_contains(r.err, "response body over the size limit");
   run_result_free(&r);
 }
 

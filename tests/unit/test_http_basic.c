@@ -598,7 +598,7 @@ static void body_over_the_limit_aborts_unknown_with_status_kept(void **state) {
   resil_http_client *c = client_on(s->f, eps, NEPS, small_body_limit, NULL);
   resil_http_response *r = NULL;
   resil_outcome o = call_p(c, "items_raw", &r, KV("id", "12345"));
-  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
+  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_RESPONSE_TOO_LARGE);
   assert_int_equal(resil_http_response_status(r), 200);
   assert_non_null(strstr(resil_http_response_error(r), "max_response_bytes"));
   resil_http_response_free(r);
