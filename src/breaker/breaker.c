@@ -913,9 +913,6 @@ static RESIL_NOINLINE resil_status open_on_threshold(resil_breaker *br) {
   return RESIL_OK;
 }
 
-/* Records one classified result; the lock is held on entry and released
- * on return. `wnow` is a reading of the window clock when have_wnow is set
- * (the run form reuses its end-of-call reading). */
 /* Hands back a HALF_OPEN permit of the current generation (lock held). */
 static inline void hand_back(resil_breaker *br, resil_breaker_state_kind st) {
   if (st == RESIL_BREAKER_HALF_OPEN && br->half_left < br->half_permitted)
@@ -939,6 +936,9 @@ static void settle_locked(resil_breaker *br, evbuf *eb, int64_t *now,
   }
 }
 
+/* Records one classified result; the lock is held on entry and released
+ * on return. `wnow` is a reading of the window clock when have_wnow is set
+ * (the run form reuses its end-of-call reading). */
 static RESIL_NOINLINE resil_status
 record_locked(resil_breaker *br, const resil_breaker_permit *permit,
               resil_outcome_class cls, int slow, int64_t wnow, int have_wnow) {
