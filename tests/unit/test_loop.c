@@ -384,6 +384,96 @@ static void loop_free_frees_adapters_left_over(void **state) {
   close(sv[1]);
 }
 
+typedef struct reuse_ctx {
+  resil_loop_adapter *a;
+  int sv[2], tv[2];
+  int pv[2]; /* the pipe that takes over a closed fd's number */
+  int first_calls, stale_calls;
+} reuse_ctx;
+
+static void stale_cb(void *arg, int fd, unsigned ev) {
+  reuse_ctx *r = arg;
+  (void)fd;
+  (void)ev;
+  r->stale_calls++; /* the pipe's read end is never readable here */
+}
+
+static void reuse_cb(void *arg, int fd, unsigned ev) {
+  reuse_ctx *r = arg;
+  (void)ev;
+  r->first_calls++;
+  /* Whichever of the two runs first closes the other, whose event may be
+   * in this batch, and a new pipe takes its number. */
+  int other = fd == r->sv[0] ? r->tv[0] : r->sv[0];
+  assert_int_equal(r->a->watch(r->a->self, other, 0, NULL, NULL), 0);
+  assert_int_equal(r->a->watch(r->a->self, fd, 0, NULL, NULL), 0);
+  close(other);
+  assert_int_equal(pipe(r->pv), 0);
+  assert_int_equal(r->pv[0], other); /* the lowest free number */
+  assert_int_equal(r->a->watch(r->a->self, r->pv[0], RESIL_IO_READ, stale_cb, r), 0);
+}
+
+static void stale_event_of_a_closed_fd_is_not_given_to_its_successor(void **state) {
+  fixture *f = *state;
+  reuse_ctx r;
+  memset(&r, 0, sizeof r);
+  r.a = f->a;
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, r.sv), 0);
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, r.tv), 0);
+  assert_int_equal(f->a->watch(f->a->self, r.sv[0], RESIL_IO_WRITE | RESIL_IO_READ, reuse_cb, &r), 0);
+  assert_int_equal(f->a->watch(f->a->self, r.tv[0], RESIL_IO_WRITE | RESIL_IO_READ, reuse_cb, &r), 0);
+  /* Readable and writable: an event of either, if it reached the pipe's
+   * watch, would say READ. */
+  assert_int_equal(write(r.sv[1], "x", 1), 1);
+  assert_int_equal(write(r.tv[1], "x", 1), 1);
+  assert_status(RESIL_OK, resil_loop_run_once(f->loop, MS(1000), NULL));
+  assert_status(RESIL_OK, resil_loop_run_once(f->loop, MS(20), NULL));
+  assert_int_equal(r.first_calls, 1);
+  assert_int_equal(r.stale_calls, 0);
+  assert_int_equal(f->a->watch(f->a->self, r.pv[0], 0, NULL, NULL), 0);
+  int live = r.pv[0] == r.sv[0] ? r.tv[0] : r.sv[0];
+  close(live);
+  close(r.sv[1]);
+  close(r.tv[1]);
+  close(r.pv[0]);
+  close(r.pv[1]);
+}
+
+typedef struct wake_free {
+  resil_loop_adapter *victim;
+  int calls, victim_calls;
+} wake_free;
+
+static void wake_free_cb(void *arg) {
+  wake_free *w = arg;
+  w->calls++;
+  resil_loop_adapter_free(w->victim);
+  w->victim = NULL;
+}
+
+static void wake_victim_cb(void *arg) { ((wake_free *)arg)->victim_calls++; }
+
+static void wake_callback_may_free_another_woken_adapter(void **state) {
+  fixture *f = *state;
+  /* Adapters are scanned newest first: the killer (newest) runs first and
+   * frees the victim, which is the next one in the scan. */
+  wake_free w = {NULL, 0, 0};
+  resil_loop_adapter *victim = NULL, *k = NULL;
+  assert_status(RESIL_OK, resil_loop_adapter_new(f->loop, &victim));
+  assert_status(RESIL_OK, resil_loop_adapter_new(f->loop, &k));
+  w.victim = victim;
+  assert_int_equal(victim->set_wake(victim->self, wake_victim_cb, &w), 0);
+  assert_int_equal(k->set_wake(k->self, wake_free_cb, &w), 0);
+  assert_int_equal(victim->wake(victim->self), 0);
+  assert_int_equal(k->wake(k->self), 0);
+  size_t ran = 0;
+  assert_status(RESIL_OK, resil_loop_run_once(f->loop, MS(1000), &ran));
+  assert_int_equal(w.calls, 1);
+  assert_int_equal(w.victim_calls, 0);
+  assert_int_equal(ran, 1);
+  resil_loop_adapter_free(k);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(null_arguments_are_refused),
@@ -398,6 +488,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(callback_freeing_watches_stops_the_rest_of_the_batch, setup, teardown),
       cmocka_unit_test_setup_teardown(run_inside_a_callback_is_a_misuse, setup, teardown),
       cmocka_unit_test(loop_free_frees_adapters_left_over),
+      cmocka_unit_test_setup_teardown(stale_event_of_a_closed_fd_is_not_given_to_its_successor, setup, teardown),
+      cmocka_unit_test_setup_teardown(wake_callback_may_free_another_woken_adapter, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

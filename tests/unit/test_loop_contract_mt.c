@@ -13,6 +13,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -280,6 +282,49 @@ static void bad_arguments_are_refused(void **state) {
   assert_int_equal(errno, EINVAL);
   assert_int_equal(d->a->struct_size, sizeof(resil_loop_adapter));
   unpair(sv);
+}
+
+typedef struct err_rec {
+  int calls;
+  unsigned first;
+} err_rec;
+
+static void err_cb(void *arg, int fd, unsigned ev) {
+  err_rec *r = arg;
+  (void)fd;
+  ON_LOOP_THREAD();
+  if (!r->calls) r->first = ev;
+  r->calls++; /* the error is left pending */
+}
+
+static void fd_error_is_reported_until_the_watch_stops(void **state) {
+  drv *d = *state;
+  /* A connect refused on 127.0.0.1: a port just bound and closed. */
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+  socklen_t len = sizeof sa;
+  assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &len), 0);
+  close(l);
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  int rc = connect(s, (struct sockaddr *)&sa, sizeof sa);
+  assert_true(rc == 0 || errno == EINPROGRESS);
+  err_rec r = {0, 0};
+  assert_int_equal(d->a->watch(d->a->self, s, RESIL_IO_WRITE, err_cb, &r), 0);
+  run_until(d, &r.calls, 3);
+  assert_true(r.first & RESIL_IO_ERROR);
+  int soerr = 0;
+  len = sizeof soerr;
+  assert_int_equal(getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &len), 0);
+  assert_int_equal(soerr, ECONNREFUSED);
+  assert_int_equal(d->a->watch(d->a->self, s, 0, NULL, NULL), 0);
+  int before = r.calls;
+  run_for(d, 20);
+  assert_int_equal(r.calls, before);
+  close(s);
 }
 
 /* ---- the timer ----------------------------------------------------------- */
@@ -656,6 +701,7 @@ int main(void) {
       BOTH(rewatch_replaces_events_callback_and_arg),
       BOTH(second_adapter_on_a_watched_fd_is_refused),
       BOTH(bad_arguments_are_refused),
+      BOTH(fd_error_is_reported_until_the_watch_stops),
       BOTH(timer_fires_once_never_early),
       BOTH(arming_again_replaces_deadline_and_callback),
       BOTH(negative_delay_disarms),
