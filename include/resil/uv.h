@@ -29,6 +29,10 @@
  * returns only after resil_uv_adapter_free()): a wake may come from another
  * thread at any time.
  *
+ * libuv's own <uv.h>, included here, needs the POSIX types: a program
+ * compiled in a strict ISO mode (-std=c11) defines _POSIX_C_SOURCE=200809L
+ * (or uses -std=gnu11), as for any libuv program.
+ *
  * Thread-safety: as loop.h: everything on the loop thread (the one running
  * uv_run on `loop`), except the adapter's wake. */
 #ifndef RESIL_UV_H
