@@ -282,6 +282,15 @@ static void bad_arguments_are_refused(void **state) {
   assert_int_equal(errno, EINVAL);
   assert_int_equal(d->a->struct_size, sizeof(resil_loop_adapter));
   unpair(sv);
+  /* epoll cannot watch a regular file. */
+  char path[] = "/tmp/resil_loop_XXXXXX";
+  int f = mkstemp(path);
+  assert_true(f >= 0);
+  unlink(path);
+  errno = 0;
+  assert_int_equal(d->a->watch(d->a->self, f, RESIL_IO_READ, io_cb, NULL), -1);
+  assert_int_equal(errno, EPERM);
+  close(f);
 }
 
 typedef struct err_rec {
