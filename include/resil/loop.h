@@ -31,10 +31,12 @@
  *     loop is refused (EEXIST).
  *   - A watch goes on reporting readiness while the fd stays ready (level
  *     triggered), RESIL_IO_ERROR included, until it is changed or stopped.
- *   - One timer per adapter: arming replaces the previous deadline and
- *     callback; a negative delay disarms it.
+ *   - One timer per adapter, one-shot (it fires once per arming, never
+ *     before its delay on now_ns): arming replaces the previous deadline
+ *     and callback; a negative delay disarms it.
  *   - wake coalesces: several wakes before the loop runs the wake callback
- *     may run it once. A wake is never lost.
+ *     may run it once. A wake is never lost: every wake is followed by a
+ *     run of the wake callback that starts after it.
  * Functions return 0, or -1 with errno set: EBADF (fd < 0), EINVAL (events
  * other than RESIL_IO_READ | RESIL_IO_WRITE, or a NULL cb to watch or arm),
  * EEXIST (see above), ENOMEM, or what the loop's system call gave (EPERM:
