@@ -16,7 +16,8 @@ cc -std=c11 -Wall -Werror examples/hello_breaker.c -o "$prefix/hello_static" $(p
    "$(find "$prefix" -name libresil.a | head -1)" -lpthread -lm
 "$prefix/hello_static"
 # Nothing but the public API may be exported: resil_* from libresil,
-# resil_http_* from libresil-http (internal resil__* helpers stay hidden).
+# resil_http_* from libresil-http, resil_uv_* from libresil-uv (internal
+# resil__* helpers stay hidden).
 check_exports() { # library file, allowed prefix
   local bad
   bad=$(nm -D --defined-only "$1" | awk '$2 ~ /[TDBRW]/ {print $3}' | grep -v "^$2" || true)
@@ -52,5 +53,38 @@ store_so=$(find "$prefix" -name 'libresil-store.so.*.*' | head -1)
 if [ -n "$store_so" ]; then
   check_exports "$store_so" 'resil_\(store\|op\|idem\)_'
   pkg-config --exists resil-store || { echo "resil-store.pc not installed" >&2; exit 1; }
+fi
+uv_so=$(find "$prefix" -name 'libresil-uv.so.*.*' | head -1)
+if [ -n "$uv_so" ]; then
+  check_exports "$uv_so" 'resil_uv_'
+  pkg-config --exists resil-uv || { echo "resil-uv.pc not installed" >&2; exit 1; }
+  # <resil/uv.h> exposes uv_loop_t: a program running a libuv loop with the
+  # adapter must compile and link with `pkg-config --cflags --libs resil-uv`
+  # alone (libuv in Requires), and the built-in loop (libresil) comes along.
+  cat >"$prefix/uv_loop.c" <<'C'
+#include <resil/uv.h>
+#include <stdio.h>
+static int fired;
+static void on_timer(void *arg) { (void)arg; fired++; }
+int main(void) {
+  uv_loop_t loop;
+  resil_loop_adapter *a = NULL;
+  if (uv_loop_init(&loop) != 0 || resil_uv_adapter_new(&loop, NULL, &a) != RESIL_OK) return 1;
+  a->timer(a->self, RESIL_LOOP_TEST_NS, on_timer, NULL);
+  while (!fired) uv_run(&loop, UV_RUN_ONCE);
+  resil_uv_adapter_free(a);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  resil_loop *own = NULL;
+  int ok = fired == 1 && uv_loop_close(&loop) == 0 && resil_loop_new(NULL, &own) == RESIL_OK;
+  resil_loop_free(own);
+  puts(ok ? "uv loop: ok" : "uv loop: FAILED");
+  return ok ? 0 : 1;
+}
+C
+  # libuv's own <uv.h> needs the POSIX types (pthread_rwlock_t), which a
+  # strict -std=c11 hides unless _POSIX_C_SOURCE is set (resil/uv.h says so).
+  cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Werror -Wl,--as-needed -DRESIL_LOOP_TEST_NS=1000000 "$prefix/uv_loop.c" -o "$prefix/uv_loop" \
+     $(pkg-config --cflags --libs resil-uv)
+  LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/x86_64-linux-gnu" "$prefix/uv_loop"
 fi
 echo "install check: ok"

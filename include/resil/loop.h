@@ -17,14 +17,30 @@
  *     adapter's end.
  *   - Callbacks run on the loop thread, never from inside the adapter
  *     function that registered them (no re-entrancy: a timer armed with
- *     delay 0 fires on a later loop iteration).
+ *     delay 0 fires on a later loop iteration; on libuv, armed from a uv
+ *     timer callback, in the same uv_run pass after that callback has
+ *     returned, see uv.h).
+ *   - A callback may call any adapter function of the loop: watch, stop or
+ *     replace any watch (its own included), arm or disarm any timer, free
+ *     another adapter or its own. Nothing of a stopped watch or a freed
+ *     adapter runs afterwards, not even an event already collected in the
+ *     same iteration.
  *   - One watch per fd: a new watch of the same fd replaces events, cb and
- *     arg; events 0 stops watching (the fd is not closed).
- *   - One timer per adapter: arming replaces the previous deadline and
- *     callback; a negative delay disarms it.
+ *     arg; events 0 stops watching (the fd is not closed). Stop watching an
+ *     fd before closing it. An fd watched by another adapter of the same
+ *     loop is refused (EEXIST).
+ *   - A watch goes on reporting readiness while the fd stays ready (level
+ *     triggered), RESIL_IO_ERROR included, until it is changed or stopped.
+ *   - One timer per adapter, one-shot (it fires once per arming, never
+ *     before its delay on now_ns): arming replaces the previous deadline
+ *     and callback; a negative delay disarms it.
  *   - wake coalesces: several wakes before the loop runs the wake callback
- *     may run it once. A wake is never lost.
- * Functions return 0, or -1 with errno set.
+ *     may run it once. A wake is never lost: every wake is followed by a
+ *     run of the wake callback that starts after it.
+ * Functions return 0, or -1 with errno set: EBADF (fd < 0), EINVAL (events
+ * other than RESIL_IO_READ | RESIL_IO_WRITE, or a NULL cb to watch or arm),
+ * EEXIST (see above), ENOMEM, or what the loop's system call gave (EPERM:
+ * a regular file cannot be watched).
  *
  * Thread-safety: see the rules above; a resil_loop is driven by one thread
  * (the one calling resil_loop_run); resil_loop_stop and every adapter's
@@ -84,30 +100,45 @@ typedef struct resil_loop resil_loop;
  * errno kept). Since 0.2. */
 RESIL_API resil_status resil_loop_new(const resil_allocator *alloc,
                                       resil_loop **out);
-/* Frees the loop. Every adapter of it must be freed first. NULL is a
- * no-op. Since 0.2. */
+/* Frees the loop, and with it any adapter of it not freed yet (whose
+ * pointer is then invalid: free them first when something else holds
+ * them). NULL is a no-op. Loop thread, outside the loop's callbacks.
+ * Since 0.2. */
 RESIL_API void resil_loop_free(resil_loop *loop);
 
 /* A new adapter on the loop, with its own timer and wake callback; a loop
  * serves any number of them (one per engine, plus the application's own).
- * Loop thread only. Returns RESIL_OK, RESIL_EINVAL, RESIL_ENOMEM. *out is
- * valid until resil_loop_adapter_free(). Since 0.2. */
+ * All its timers share the loop's one timerfd; now_ns is CLOCK_MONOTONIC.
+ * Loop thread only. Returns RESIL_OK, RESIL_EINVAL (loop or out NULL),
+ * RESIL_ENOMEM. *out is valid until resil_loop_adapter_free(). Since 0.2. */
 RESIL_API resil_status resil_loop_adapter_new(resil_loop *loop,
                                               resil_loop_adapter **out);
-/* Stops every watch and the timer of the adapter and frees it. Loop thread
- * only. NULL is a no-op. Since 0.2. */
+/* Stops every watch and the timer of the adapter and frees it; a pending
+ * wake of it is dropped. May be called from a callback of the loop. Loop
+ * thread only. NULL, and an adapter not made by resil_loop_adapter_new(),
+ * are ignored. Since 0.2. */
 RESIL_API void resil_loop_adapter_free(resil_loop_adapter *a);
 
 /* Runs the loop on the calling thread until resil_loop_stop() (returns
- * RESIL_OK) or a system failure (RESIL_ESYS). Since 0.2. */
+ * RESIL_OK) or a system failure (RESIL_ESYS); it does not return when
+ * nothing is watched or armed. RESIL_EINVAL for NULL, RESIL_EMISUSE when
+ * called from inside one of the loop's callbacks. Since 0.2. */
 RESIL_API resil_status resil_loop_run(resil_loop *loop);
 /* One iteration: waits at most timeout_ns (0: does not wait; < 0: waits
- * until something happens) and runs what became ready. *ran (may be NULL)
- * gets the number of callbacks run. Since 0.2. */
+ * until something happens) and runs what became ready: the callbacks of
+ * ready fds, then wakes, then due timers (earliest deadline first; the same
+ * deadline in arming order). A timer armed during the iteration waits for
+ * the next one. *ran (may be NULL) gets the number of callbacks run (0
+ * when the wait ended with nothing to run, e.g. at the timeout or on a
+ * signal). Returns RESIL_OK; RESIL_EINVAL (loop NULL); RESIL_EMISUSE
+ * (called from inside one of the loop's callbacks); RESIL_ESYS (epoll or
+ * the timerfd failed). Since 0.2. */
 RESIL_API resil_status resil_loop_run_once(resil_loop *loop,
                                            int64_t timeout_ns, size_t *ran);
 /* From any thread: makes resil_loop_run() return after the callbacks of
- * the current iteration. Since 0.2. */
+ * the current iteration. A stop while no resil_loop_run() is in progress
+ * makes the next one return before it waits; it is used up by that return.
+ * NULL is a no-op. Since 0.2. */
 RESIL_API void resil_loop_stop(resil_loop *loop);
 
 #ifdef __cplusplus
