@@ -347,6 +347,40 @@ static void idem_routes_persist_through_the_private_store(void **s) {
   tmp_remove(&t);
 }
 
+/* A private store that cannot be created (TMPDIR names no directory): the
+ * idempotent routes answer 503 with Retry-After and store nothing; the
+ * other routes are unaffected. */
+static void a_private_store_that_cannot_be_created_answers_503(void **s) {
+  (void)s;
+  const char *old_tmpdir = getenv("TMPDIR");
+  char saved[256] = "";
+  if (old_tmpdir)
+    snprintf(saved, sizeof saved, "%s", old_tmpdir);
+  assert_int_equal(setenv("TMPDIR", "/nonexistent-dir-for-resil", 1), 0);
+  resil_fixture *f = start(NULL);
+  reply a = http(f, "POST", "/idem/pay", "kx", "{}");
+  assert_int_equal(a.status, 503);
+  assert_string_equal(a.retry_after, "1");
+  assert_non_null(strstr(a.body, "cannot create a temporary directory"));
+  reply b = http(f, "GET", "/operations/kx", NULL, NULL);
+  assert_int_equal(b.status, 503);
+  reply c = http(f, "GET", "/items/2", NULL, NULL);
+  assert_int_equal(c.status, 200);
+  assert_null(resil_fixture_store(f));
+  assert_null(resil_fixture_store_uri(f));
+  assert_int_equal(resil_fixture_op_pending(f, "kx", NULL, NULL), -1);
+  assert_int_equal(resil_fixture_effects(f, "idem"), 0);
+  assert_int_equal(resil_fixture_attempts(f, "idem"), 1);
+  free(a.body);
+  free(b.body);
+  free(c.body);
+  resil_fixture_stop(f);
+  if (old_tmpdir)
+    setenv("TMPDIR", saved, 1);
+  else
+    unsetenv("TMPDIR");
+}
+
 static int setup(void **s) {
   (void)s;
   return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1;
@@ -365,6 +399,7 @@ int main(void) {
       cmocka_unit_test(store_routes_replay_and_count_effects_from_the_table),
       cmocka_unit_test(failure_before_terminal_state_leaves_pending_until_recovery),
       cmocka_unit_test(idem_routes_persist_through_the_private_store),
+      cmocka_unit_test(a_private_store_that_cannot_be_created_answers_503),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
