@@ -145,6 +145,19 @@ static resil_fixture *start(const char *uri) {
   return f;
 }
 
+/* A fixture on its private store, made in dir. */
+static resil_fixture *start_private(const char *dir) {
+  resil_fixture_config c;
+  resil_fixture_config_init(&c);
+  assert_null(c.store_dir);
+  c.store_dir = dir;
+  resil_fixture *f = NULL;
+  char err[256];
+  if (resil_fixture_start(&c, &f, err, sizeof err) != 0)
+    fail_msg("fixture: %s", err);
+  return f;
+}
+
 static void a_store_that_cannot_be_opened_fails_the_start(void **s) {
   (void)s;
   resil_fixture_config c;
@@ -290,12 +303,7 @@ static void idem_routes_persist_through_the_private_store(void **s) {
   (void)s;
   tmp t;
   tmp_make(&t);
-  const char *old_tmpdir = getenv("TMPDIR");
-  char saved[256] = "";
-  if (old_tmpdir)
-    snprintf(saved, sizeof saved, "%s", old_tmpdir);
-  assert_int_equal(setenv("TMPDIR", t.dir, 1), 0);
-  resil_fixture *f = start(NULL);
+  resil_fixture *f = start_private(t.dir);
   reply a = http(f, "GET", "/items/1", NULL, NULL);
   assert_int_equal(a.status, 200);
   assert_int_equal(dir_entries(t.dir), 0); /* nothing created yet */
@@ -340,24 +348,15 @@ static void idem_routes_persist_through_the_private_store(void **s) {
   free(c.body);
   resil_fixture_stop(f);
   assert_int_equal(dir_entries(t.dir), 0); /* the private store is gone */
-  if (old_tmpdir)
-    setenv("TMPDIR", saved, 1);
-  else
-    unsetenv("TMPDIR");
   tmp_remove(&t);
 }
 
-/* A private store that cannot be created (TMPDIR names no directory): the
- * idempotent routes answer 503 with Retry-After and store nothing; the
+/* A private store that cannot be created (store_dir names no directory):
+ * the idempotent routes answer 503 with Retry-After and store nothing; the
  * other routes are unaffected. */
 static void a_private_store_that_cannot_be_created_answers_503(void **s) {
   (void)s;
-  const char *old_tmpdir = getenv("TMPDIR");
-  char saved[256] = "";
-  if (old_tmpdir)
-    snprintf(saved, sizeof saved, "%s", old_tmpdir);
-  assert_int_equal(setenv("TMPDIR", "/nonexistent-dir-for-resil", 1), 0);
-  resil_fixture *f = start(NULL);
+  resil_fixture *f = start_private("/nonexistent-dir-for-resil");
   reply a = http(f, "POST", "/idem/pay", "kx", "{}");
   assert_int_equal(a.status, 503);
   assert_string_equal(a.retry_after, "1");
@@ -375,10 +374,6 @@ static void a_private_store_that_cannot_be_created_answers_503(void **s) {
   free(b.body);
   free(c.body);
   resil_fixture_stop(f);
-  if (old_tmpdir)
-    setenv("TMPDIR", saved, 1);
-  else
-    unsetenv("TMPDIR");
 }
 
 static int setup(void **s) {
