@@ -16,9 +16,7 @@ cc -std=c11 -Wall -Werror examples/hello_breaker.c -o "$prefix/hello_static" $(p
    "$(find "$prefix" -name libresil.a | head -1)" -lpthread -lm
 "$prefix/hello_static"
 # Nothing but the public API may be exported: resil_* from libresil,
-# resil_http_* from libresil-http, resil_store_*/resil_op_* from
-# libresil-store, resil_idem_* from libresil-mhd (internal resil__* helpers
-# stay hidden).
+# resil_http_* from libresil-http (internal resil__* helpers stay hidden).
 check_exports() { # library file, allowed prefix
   local bad
   bad=$(nm -D --defined-only "$1" | awk '$2 ~ /[TDBRW]/ {print $3}' | grep -v "^$2" || true)
@@ -50,20 +48,10 @@ C
      $(pkg-config --cflags --libs resil-http)
   LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/x86_64-linux-gnu" "$prefix/http_json"
 fi
-store_so=$(find "$prefix" -name 'libresil-store.so.*.*' | head -1)
-if [ -n "$store_so" ]; then
-  check_exports "$store_so" 'resil_\(store\|op\)_'
-  pkg-config --exists resil-store || { echo "resil-store.pc not installed" >&2; exit 1; }
-  # libresil-store does not need libmicrohttpd (resil_idem_mhd is in libresil-mhd).
-  if pkg-config --print-requires --print-requires-private resil-store | grep -q microhttpd; then
-    echo "resil-store.pc requires libmicrohttpd" >&2; exit 1
-  fi
-  if nm -D --defined-only "$store_so" | grep -q 'resil_idem_'; then
-    echo "libresil-store exports resil_idem_* (they belong to libresil-mhd)" >&2; exit 1
-  fi
-fi
 mhd_so=$(find "$prefix" -name 'libresil-mhd.so.*.*' | head -1)
 if [ -n "$mhd_so" ]; then
+  # libresil-mhd exports only resil_idem_* (its own API; the store's
+  # functions come from libresil-store).
   check_exports "$mhd_so" 'resil_idem_'
   pkg-config --exists resil-mhd || { echo "resil-mhd.pc not installed" >&2; exit 1; }
   # <resil/idem_mhd.h> exposes libmicrohttpd and libresil-store: a server
@@ -113,5 +101,17 @@ C
      "$(find "$prefix" -name libresil-store.a | head -1)" "$(find "$prefix" -name libresil.a | head -1)" \
      $(pkg-config --libs sqlite3 libpq libcrypto libmicrohttpd) -lpthread -lm
   "$prefix/mhd_idem_static" "$prefix/mhd_db"
+fi
+store_so=$(find "$prefix" -name 'libresil-store.so.*.*' | head -1)
+if [ -n "$store_so" ]; then
+  check_exports "$store_so" 'resil_\(store\|op\)_'
+  pkg-config --exists resil-store || { echo "resil-store.pc not installed" >&2; exit 1; }
+  # libresil-store does not need libmicrohttpd (resil_idem_mhd is in libresil-mhd).
+  if pkg-config --print-requires --print-requires-private resil-store | grep -q microhttpd; then
+    echo "resil-store.pc requires libmicrohttpd" >&2; exit 1
+  fi
+  if nm -D --defined-only "$store_so" | grep -q 'resil_idem_'; then
+    echo "libresil-store exports resil_idem_* (they belong to libresil-mhd)" >&2; exit 1
+  fi
 fi
 echo "install check: ok"
