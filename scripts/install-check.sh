@@ -49,10 +49,71 @@ C
      $(pkg-config --cflags --libs resil-http)
   LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/x86_64-linux-gnu" "$prefix/http_json"
 fi
+mhd_so=$(find "$prefix" -name 'libresil-mhd.so.*.*' | head -1)
+if [ -n "$mhd_so" ]; then
+  # libresil-mhd exports only resil_idem_* (its own API; the store's
+  # functions come from libresil-store).
+  check_exports "$mhd_so" 'resil_idem_'
+  pkg-config --exists resil-mhd || { echo "resil-mhd.pc not installed" >&2; exit 1; }
+  # <resil/idem_mhd.h> exposes libmicrohttpd and libresil-store: a server
+  # using MHD_*, resil_store_* and resil_idem_mhd_* must compile and link
+  # with `pkg-config --cflags --libs resil-mhd` alone.
+  cat >"$prefix/mhd_idem.c" <<'C'
+#include <resil/idem_mhd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static resil_status effect(void *user, resil_idem_call *call, resil_op_response *out) {
+  (void)user; (void)call;
+  out->status = 201;
+  return RESIL_OK;
+}
+int main(int argc, char **argv) {
+  if (argc != 2) return 2;
+  char uri[512];
+  snprintf(uri, sizeof uri, "sqlite:%s/ops.db", argv[1]);
+  resil_store *s = NULL;
+  resil_error err;
+  if (resil_store_open(uri, NULL, &s, &err) != RESIL_OK) { puts(err.msg); return 1; }
+  resil_idem_mhd_config cfg;
+  resil_idem_mhd_config_init(&cfg);
+  cfg.store = s;
+  cfg.handler = effect;
+  resil_idem_mhd *h = NULL;
+  int ok = resil_idem_mhd_new(&cfg, &h, &err) == RESIL_OK && MHD_get_version() != NULL;
+  struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+                                          resil_idem_mhd_access, h, MHD_OPTION_NOTIFY_COMPLETED,
+                                          resil_idem_mhd_completed, h, MHD_OPTION_END);
+  ok = ok && d;
+  if (d) MHD_stop_daemon(d);
+  resil_idem_mhd_free(h);
+  resil_store_close(s);
+  puts(ok ? "mhd idem: ok" : "mhd idem: FAILED");
+  return ok ? 0 : 1;
+}
+C
+  cc -std=c11 -Wall -Werror -Wl,--as-needed "$prefix/mhd_idem.c" -o "$prefix/mhd_idem" \
+     $(pkg-config --cflags --libs resil-mhd)
+  mkdir "$prefix/mhd_db"
+  LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/x86_64-linux-gnu" "$prefix/mhd_idem" "$prefix/mhd_db"
+  # The static archive links with the same flags plus --static.
+  cc -std=c11 -Wall -Werror "$prefix/mhd_idem.c" -o "$prefix/mhd_idem_static" \
+     $(pkg-config --cflags resil-mhd) "$(find "$prefix" -name libresil-mhd.a | head -1)" \
+     "$(find "$prefix" -name libresil-store.a | head -1)" "$(find "$prefix" -name libresil.a | head -1)" \
+     $(pkg-config --libs sqlite3 libpq libcrypto libmicrohttpd) -lpthread -lm
+  "$prefix/mhd_idem_static" "$prefix/mhd_db"
+fi
 store_so=$(find "$prefix" -name 'libresil-store.so.*.*' | head -1)
 if [ -n "$store_so" ]; then
-  check_exports "$store_so" 'resil_\(store\|op\|idem\)_'
+  check_exports "$store_so" 'resil_\(store\|op\)_'
   pkg-config --exists resil-store || { echo "resil-store.pc not installed" >&2; exit 1; }
+  # libresil-store does not need libmicrohttpd (resil_idem_mhd is in libresil-mhd).
+  if pkg-config --print-requires --print-requires-private resil-store | grep -q microhttpd; then
+    echo "resil-store.pc requires libmicrohttpd" >&2; exit 1
+  fi
+  if nm -D --defined-only "$store_so" | grep -q 'resil_idem_'; then
+    echo "libresil-store exports resil_idem_* (they belong to libresil-mhd)" >&2; exit 1
+  fi
 fi
 uv_so=$(find "$prefix" -name 'libresil-uv.so.*.*' | head -1)
 if [ -n "$uv_so" ]; then

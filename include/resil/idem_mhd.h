@@ -1,7 +1,9 @@
 /* resil_idem_mhd: the server side of idempotent operations (DESIGN §6) for
- * libmicrohttpd servers. Part of libresil-store: link libresil-store and
- * libmicrohttpd, include <resil/idem_mhd.h>; the umbrella header resil.h
- * does not include it.
+ * libmicrohttpd servers. A library of its own, libresil-mhd (pkg-config
+ * resil-mhd, which brings libresil-store and libmicrohttpd: this header
+ * includes both <microhttpd.h> and <resil/store.h>); include
+ * <resil/idem_mhd.h>; the umbrella header resil.h does not include it.
+ * (Up to 0.1 it was part of libresil-store.)
  *
  * The helper wraps a handler (the operation's effect) so that, on every
  * request it serves:

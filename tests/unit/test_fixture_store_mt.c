@@ -1,7 +1,8 @@
 /* The fixture's idempotent routes on a durable operation store
  * (resil_fixture_config.store_uri): answers, effect counters read from the
  * payments table, the injected failure between effect and terminal state,
- * recovery, reopening the same file; and the recovery route without a store.
+ * recovery, reopening the same file; and the recovery route on the private
+ * store.
  * Driven with bare libcurl requests. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +14,11 @@
 #ifdef RESIL_HAVE_STORE
 
 #include <curl/curl.h>
+#include <dirent.h>
 #include <jansson.h>
 
 #include "fixture/fixture.h"
+#include "resil/store.h"
 
 typedef struct reply {
   CURLcode code;
@@ -142,6 +145,19 @@ static resil_fixture *start(const char *uri) {
   return f;
 }
 
+/* A fixture on its private store, made in dir. */
+static resil_fixture *start_private(const char *dir) {
+  resil_fixture_config c;
+  resil_fixture_config_init(&c);
+  assert_null(c.store_dir);
+  c.store_dir = dir;
+  resil_fixture *f = NULL;
+  char err[256];
+  if (resil_fixture_start(&c, &f, err, sizeof err) != 0)
+    fail_msg("fixture: %s", err);
+  return f;
+}
+
 static void a_store_that_cannot_be_opened_fails_the_start(void **s) {
   (void)s;
   resil_fixture_config c;
@@ -157,7 +173,7 @@ static void a_store_that_cannot_be_opened_fails_the_start(void **s) {
   assert_null(f);
 }
 
-static void recovery_route_without_a_store_answers_zero(void **s) {
+static void recovery_route_on_an_empty_private_store_answers_zero(void **s) {
   (void)s;
   resil_fixture *f = start(NULL);
   reply a = http(f, "POST", "/__recover", NULL, "");
@@ -178,7 +194,7 @@ static void store_routes_replay_and_count_effects_from_the_table(void **s) {
   resil_fixture *f = start(t.uri);
   reply a = http(f, "POST", "/idem/pay", "k1", "{\"amount\":1}");
   assert_int_equal(a.status, 201);
-  /* The same bytes the in-memory table answers. */
+  /* The same bytes the private store answers. */
   assert_string_equal(a.body, "{\"key\":\"k1\",\"effect\":1}");
   reply b = http(f, "POST", "/idem/pay", "k1", "{\"amount\":1}");
   assert_int_equal(b.status, 201);
@@ -264,6 +280,102 @@ static void failure_before_terminal_state_leaves_pending_until_recovery(
   tmp_remove(&t);
 }
 
+/* Entries of dir other than . and .. */
+static int dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+      n++;
+  closedir(d);
+  return n;
+}
+
+/* The default fixture has no operation table of its own: what /idem
+ * commits is in libresil-store, in the private SQLite file whose URI the
+ * fixture reports, readable with resil_store_status through the fixture's
+ * store and through another store opened on the same file. The file is
+ * created at the first idempotent request, not at start, and removed with
+ * its directory on stop. */
+static void idem_routes_persist_through_the_private_store(void **s) {
+  (void)s;
+  tmp t;
+  tmp_make(&t);
+  resil_fixture *f = start_private(t.dir);
+  reply a = http(f, "GET", "/items/1", NULL, NULL);
+  assert_int_equal(a.status, 200);
+  assert_int_equal(dir_entries(t.dir), 0); /* nothing created yet */
+
+  reply b = http(f, "POST", "/idem/pay", "kp1", "{\"amount\":3}");
+  assert_int_equal(b.status, 201);
+  assert_int_equal(dir_entries(t.dir), 1);
+  const char *uri = resil_fixture_store_uri(f);
+  assert_non_null(uri);
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "sqlite:%s/resil-fixture-", t.dir);
+  assert_memory_equal(uri, prefix, strlen(prefix));
+
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_status(RESIL_OK, resil_store_status(resil_fixture_store(f), "kp1", &rec));
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(rec.status, 201);
+  assert_string_equal(rec.method, "POST");
+  assert_string_equal(rec.path, "/idem/pay");
+  assert_int_equal(rec.body_len, b.len);
+  assert_memory_equal(rec.body, b.body, b.len);
+
+  /* Another store on the same file sees the same operation. */
+  resil_store *other = NULL;
+  assert_status(RESIL_OK, resil_store_open(uri, NULL, &other, NULL));
+  assert_status(RESIL_OK, resil_store_status(other, "kp1", &rec));
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_status(RESIL_OK, resil_store_status(other, "never-sent", &rec));
+  assert_int_equal(rec.state, RESIL_OP_UNKNOWN);
+  resil_store_close(other);
+  resil_op_record_clear(&rec);
+
+  /* A key seeded PENDING in the store is what the routes answer. */
+  assert_int_equal(resil_fixture_op_pending(f, "kp2", "/idem/pay", "{}"), 0);
+  reply c = http(f, "POST", "/idem/pay", "kp2", "{}");
+  assert_int_equal(c.status, 409);
+  assert_int_equal(resil_fixture_effects(f, "idem"), 1);
+
+  free(a.body);
+  free(b.body);
+  free(c.body);
+  resil_fixture_stop(f);
+  assert_int_equal(dir_entries(t.dir), 0); /* the private store is gone */
+  tmp_remove(&t);
+}
+
+/* A private store that cannot be created (store_dir names no directory):
+ * the idempotent routes answer 503 with Retry-After and store nothing; the
+ * other routes are unaffected. */
+static void a_private_store_that_cannot_be_created_answers_503(void **s) {
+  (void)s;
+  resil_fixture *f = start_private("/nonexistent-dir-for-resil");
+  reply a = http(f, "POST", "/idem/pay", "kx", "{}");
+  assert_int_equal(a.status, 503);
+  assert_string_equal(a.retry_after, "1");
+  assert_non_null(strstr(a.body, "cannot create a temporary directory"));
+  reply b = http(f, "GET", "/operations/kx", NULL, NULL);
+  assert_int_equal(b.status, 503);
+  reply c = http(f, "GET", "/items/2", NULL, NULL);
+  assert_int_equal(c.status, 200);
+  assert_null(resil_fixture_store(f));
+  assert_null(resil_fixture_store_uri(f));
+  assert_int_equal(resil_fixture_op_pending(f, "kx", NULL, NULL), -1);
+  assert_int_equal(resil_fixture_effects(f, "idem"), 0);
+  assert_int_equal(resil_fixture_attempts(f, "idem"), 1);
+  free(a.body);
+  free(b.body);
+  free(c.body);
+  resil_fixture_stop(f);
+}
+
 static int setup(void **s) {
   (void)s;
   return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1;
@@ -278,9 +390,11 @@ static int teardown(void **s) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_store_that_cannot_be_opened_fails_the_start),
-      cmocka_unit_test(recovery_route_without_a_store_answers_zero),
+      cmocka_unit_test(recovery_route_on_an_empty_private_store_answers_zero),
       cmocka_unit_test(store_routes_replay_and_count_effects_from_the_table),
       cmocka_unit_test(failure_before_terminal_state_leaves_pending_until_recovery),
+      cmocka_unit_test(idem_routes_persist_through_the_private_store),
+      cmocka_unit_test(a_private_store_that_cannot_be_created_answers_503),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,7 +6,7 @@
  * in test_http_recover_mt.c. */
 #include <stdlib.h>
 
-#include "fixture/fixture_int.h"
+#include "fixture/fixture.h"
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
 #include "resil/chain.h"
@@ -108,13 +108,10 @@ static resil_http_args args_of(resil_http_param *ps, size_t n, const char *key) 
   return a;
 }
 
-/* Writes key into the fixture's operation table as PENDING, as a request
- * still in progress would (the fixture's internal store hook). */
+/* Writes key into the fixture's operation store as PENDING, as a request
+ * still in progress would (the fixture's test hook). */
 static void op_pending(resil_fixture *f, const char *key) {
-  resil__fx_op op;
-  assert_int_equal(resil__fx_opstore_begin(f->ops, key, 1, &op), 0);
-  assert_int_equal(op.state, RESIL_FX_OP_UNKNOWN);
-  free(op.body);
+  assert_int_equal(resil_fixture_op_pending(f, key, NULL, NULL), 0);
 }
 
 /* ---- configuration ------------------------------------------------------------ */
@@ -317,7 +314,7 @@ static void committed_failure_is_returned_without_another_write(void **state) {
   resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
   resil_retry *retry = retry_n(3);
   op_pending(s->f, "stored-500");
-  assert_int_equal(resil__fx_opstore_commit(s->f->ops, "stored-500", 500, "{\"error\":\"declined\"}"), 0);
+  assert_int_equal(resil_fixture_op_complete(s->f, "stored-500", 500, "{\"error\":\"declined\"}", 0), 0);
   resil_http_param ps[] = {{"ms", SLOW_MS}};
   resil_http_args args = args_of(ps, 1, "stored-500");
   resil_http_response *r = NULL;
@@ -458,7 +455,7 @@ static void committed_answer_about_another_key_is_not_taken(void **state) {
   client_opts opt = {.response_timeout_ms = WRITE_TIMEOUT_MS};
   resil_http_client *c = client_on(s->f, eps, NEPS, apply_opts, &opt);
   op_pending(s->f, "xmine");
-  assert_int_equal(resil__fx_opstore_commit(s->f->ops, "xmine", 201, "{\"theirs\":1}"), 0);
+  assert_int_equal(resil_fixture_op_complete(s->f, "xmine", 201, "{\"theirs\":1}", 0), 0);
   resil_http_param ps[] = {{"ms", SLOW_MS}};
   resil_http_args args = args_of(ps, 1, "mine");
   resil_http_response *r = NULL;

@@ -5,7 +5,7 @@
  * recovering at once. Runs again under ThreadSanitizer. */
 #include <stdlib.h>
 
-#include "fixture/fixture_int.h"
+#include "fixture/fixture.h"
 #include "resil/chain.h"
 #include "test_http_common.h"
 
@@ -47,13 +47,10 @@ static resil_retry *retry_n(uint32_t n) {
   return r;
 }
 
-/* The fixture's internal operation table: key stored PENDING, as while its
+/* The fixture's operation store: key stored PENDING, as while its
  * first request is still executing. */
 static void op_pending(resil_fixture *f, const char *key) {
-  resil__fx_op op;
-  assert_int_equal(resil__fx_opstore_begin(f->ops, key, 1, &op), 0);
-  assert_int_equal(op.state, RESIL_FX_OP_UNKNOWN);
-  free(op.body);
+  assert_int_equal(resil_fixture_op_pending(f, key, NULL, NULL), 0);
 }
 
 typedef struct committer {
@@ -67,8 +64,7 @@ typedef struct committer {
 static void *commit_later(void *u) {
   committer *cm = u;
   sleep_ms(cm->after_ms);
-  resil__fx_opstore_effect(cm->f->ops, cm->key);
-  cm->rc = resil__fx_opstore_commit(cm->f->ops, cm->key, 201, cm->body);
+  cm->rc = resil_fixture_op_complete(cm->f, cm->key, 201, cm->body, 1);
   return NULL;
 }
 

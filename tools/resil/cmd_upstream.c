@@ -24,7 +24,7 @@
 #include "cli.h"
 #include "cmds.h"
 
-#if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
+#if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_MHD)
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -603,7 +603,7 @@ int resil_cmd_upstream(int argc, char **argv) {
   (void)argc;
   (void)argv;
   fprintf(stderr, "resil upstream: this resil was built without the operation "
-                  "store or the fixture (libresil-store, libmicrohttpd)\n");
+                  "store or the fixture (libresil-store, libresil-mhd)\n");
   return 2;
 }
 
