@@ -7,7 +7,11 @@
  * once that is merged. It keeps the adapter rules of loop.h: callbacks on
  * the loop thread only, never from inside watch/timer (a timer armed with
  * delay 0 fires on a later iteration), one watch per fd, one timer, wake
- * from any thread, coalescing and never lost. */
+ * from any thread, coalescing and never lost.
+ *
+ * When the built-in loop is part of the library (RESIL_HAVE_LOOP), the
+ * suites run twice: on this test adapter and on resil_loop
+ * (tl_use_builtin_loop). */
 #ifndef RESIL_TEST_ENGINE_COMMON_H
 #define RESIL_TEST_ENGINE_COMMON_H
 
@@ -44,7 +48,15 @@ typedef struct test_loop {
   size_t in_adapter; /* > 0 while an adapter function runs */
   size_t reentered;  /* callbacks run from inside an adapter function */
   size_t wrong_thread;
+#ifdef RESIL_HAVE_LOOP
+  resil_loop *rl;            /* the built-in loop, when used */
+  resil_loop_adapter *rad;
+#endif
+  const resil_loop_adapter *adapter; /* what the engine is given */
 } test_loop;
+
+/* 1: tl_init() sets up the built-in loop instead of the test adapter. */
+static int tl_use_builtin_loop __attribute__((unused));
 
 static inline int64_t tl_now(void) {
   struct timespec ts;
@@ -116,18 +128,36 @@ static inline void tl_init(test_loop *l) {
   l->ad.wake = tl_wake_fn;
   l->ad.now_ns = NULL;
   l->owner = pthread_self();
+  l->adapter = &l->ad;
+#ifdef RESIL_HAVE_LOOP
+  if (tl_use_builtin_loop) {
+    assert_int_equal(resil_loop_new(NULL, &l->rl), RESIL_OK);
+    assert_int_equal(resil_loop_adapter_new(l->rl, &l->rad), RESIL_OK);
+    l->adapter = l->rad;
+  }
+#endif
   assert_int_equal(pipe(l->pipe_fd), 0);
   fcntl(l->pipe_fd[0], F_SETFL, O_NONBLOCK);
   fcntl(l->pipe_fd[1], F_SETFL, O_NONBLOCK);
 }
 
 static inline void tl_close(test_loop *l) {
+#ifdef RESIL_HAVE_LOOP
+  resil_loop_adapter_free(l->rad);
+  resil_loop_free(l->rl);
+#endif
   close(l->pipe_fd[0]);
   close(l->pipe_fd[1]);
 }
 
 /* One iteration: waits at most max_ms for something. */
 static inline void tl_run_once(test_loop *l, int max_ms) {
+#ifdef RESIL_HAVE_LOOP
+  if (l->rl) {
+    resil_loop_run_once(l->rl, (int64_t)max_ms * 1000000, NULL);
+    return;
+  }
+#endif
   static struct pollfd pfd[4097];
   l->iter++;
   size_t n = 0;

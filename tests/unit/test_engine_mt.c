@@ -97,7 +97,7 @@ static void pool_of(resil_http_client_config *cfg, void *u) {
 static resil_engine *engine_on(test_loop *l, resil_http_client *c) {
   resil_engine_config ec;
   resil_engine_config_init(&ec);
-  ec.adapter = &l->ad;
+  ec.adapter = l->adapter;
   ec.client = c;
   resil_engine *e = NULL;
   resil_error err;
@@ -575,5 +575,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(engine_free_completes_running_calls_once, fx_setup,
                                       fx_teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
+#ifdef RESIL_HAVE_LOOP
+  tl_use_builtin_loop = 1;
+  failed += cmocka_run_group_tests_name("engine on resil_loop", tests, NULL, NULL);
+#endif
+  return failed;
 }
