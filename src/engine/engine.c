@@ -83,6 +83,7 @@ struct resil_engine {
   resil_engine_handle *cancel_head; /* under mu */
   resil_engine_handle *calls;       /* not DONE */
   eng_xfer *free_x;
+  size_t nfree, max_free;
   eng_sock *socks;
   size_t active, in_flight, peak;
 };
@@ -138,16 +139,25 @@ static void call_unref(resil_engine_handle *call) {
   resil__free(call->alloc, call);
 }
 
+/* Keeps a finished transfer's easy handle for the next attempt, up to
+ * twice the connection limit idle; frees the rest. */
 static void xfer_put(resil_engine *e, eng_xfer *x) {
   x->call = NULL;
+  if (e->nfree >= e->max_free) {
+    resil__http_slot_cleanup(e->client, &x->s);
+    resil__free(e->alloc, x);
+    return;
+  }
   x->next_free = e->free_x;
   e->free_x = x;
+  e->nfree++;
 }
 
 static eng_xfer *xfer_get(resil_engine *e) {
   eng_xfer *x = e->free_x;
   if (x) {
     e->free_x = x->next_free;
+    e->nfree--;
     return x;
   }
   x = resil__calloc(e->alloc, sizeof *x);
@@ -324,15 +334,13 @@ static void start_transfer(resil_engine_handle *call) {
   x->s.x.on_sent_arg = call;
   x->call = call;
   call->x = x;
+  /* transfer_end() counts it out again, also when adding failed (then
+   * classified as a local failure before sending, ABORT_LOCAL). */
+  e->in_flight++;
   if (curl_multi_add_handle(e->multi, x->s.e) != CURLM_OK) {
-    call->x = NULL;
-    e->in_flight++;
-    call->x = x;
-    /* Classified as a local failure before sending (ABORT_LOCAL). */
     transfer_end(call, ABORT_LOCAL, CURLE_FAILED_INIT);
     return;
   }
-  e->in_flight++;
   if (e->in_flight > e->peak) e->peak = e->in_flight;
   call->state = ST_FLIGHT;
   if (call->attempt_end_at != INT64_MAX) {
@@ -573,6 +581,7 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   e->alloc = c->alloc;
   e->ad = ad;
   e->client = c;
+  e->max_free = 2 * (size_t)c->nslots < 64 ? 64 : 2 * (size_t)c->nslots;
   resil__timerheap_init(&e->heap, e->alloc);
   e->curl_timer.cb = on_curl_timeout;
   e->curl_timer.arg = e;
