@@ -18,6 +18,8 @@ static const resil_http_endpoint eps[] = {
      .query = "fail={n}"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "slow", .path = "/slow", .query = "ms={ms}"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "ka_get", .path = "/ka"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "seq", .path = "/seq/{id}",
+     .query = "codes={codes}&retry_after={ra}"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "ka_post", .method = RESIL_HTTP_POST,
      .path = "/ka", .request_codec = RESIL_HTTP_CODEC_JSON},
 };
@@ -552,6 +554,105 @@ static void engine_free_completes_running_calls_once(void **state) {
   resil_http_client_free(c);
 }
 
+static void attempt_timeout_ends_each_attempt_and_the_retry_goes_on(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 2;
+  rc.wait_ns = RESIL_MS(10);
+  resil_retry *retry = NULL;
+  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  pol.attempt_timeout_ns = RESIL_MS(150);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  int64_t t0 = mono_ms();
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 20000));
+  int64_t took = d.at_ms[0] - t0;
+  /* A GET is idempotent: the UNKNOWN(TIMEOUT) attempt is retried once. */
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_int_equal(d.o[0].attempts, 2);
+  assert_int_equal(d.o[0].stop, RESIL_STOP_MAX_ATTEMPTS);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 2);
+  assert_true(took >= 300);
+  assert_true(took < 2500);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+static void response_timeout(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->response_timeout_ns = RESIL_MS(200);
+}
+
+static void client_response_timeout_applies_on_the_engine(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, response_timeout, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  d.keep_responses = 1;
+  int64_t t0 = mono_ms();
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), NULL, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 20000));
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_string_equal(resil_http_response_error(d.keep[0]), "response timeout");
+  assert_true(d.at_ms[0] - t0 >= 195);
+  assert_true(d.at_ms[0] - t0 < 2500);
+  resil_http_response_free(d.keep[0]);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+static void retry_after_is_a_timer(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = RESIL_MS(1);
+  resil_retry *retry = NULL;
+  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  int64_t t0 = mono_ms();
+  /* 503 with Retry-After: 1, then 200; a fast call meanwhile is not held. */
+  assert_int_equal(submit(e, &d, 0, "seq", KV("id", "ra", "codes", "503,200", "ra", "1"), &pol,
+                          NULL, NULL),
+                   RESIL_OK);
+  assert_int_equal(submit(e, &d, 1, "item", KV("id", "7"), NULL, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 2, 20000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(d.o[0].attempts, 2);
+  assert_true(d.at_ms[0] - t0 >= 950);
+  assert_int_equal(d.status[1], 200);
+  assert_true(d.at_ms[1] < d.at_ms[0]);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -574,6 +675,11 @@ int main(void) {
           fx_teardown),
       cmocka_unit_test_setup_teardown(engine_free_completes_running_calls_once, fx_setup,
                                       fx_teardown),
+      cmocka_unit_test_setup_teardown(attempt_timeout_ends_each_attempt_and_the_retry_goes_on,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(client_response_timeout_applies_on_the_engine, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(retry_after_is_a_timer, fx_setup, fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP
