@@ -52,9 +52,41 @@
  * resil_engine_free and resil_engine_call are called on the loop thread
  * only (or before the loop runs, on the thread that will run it);
  * resil_engine_cancel and resil_engine_handle_release may be called from any
- * thread. Callbacks run on the loop thread with no engine lock held; a
- * done_fn may submit, cancel and release calls, but must not free the
- * engine.
+ * thread, but a cancel must not run concurrently with resil_engine_free
+ * (after it returned, every call is complete and cancel is a no-op).
+ * Callbacks run on the loop thread with no engine lock held; a done_fn may
+ * submit, cancel and release calls, but must not free the engine.
+ *
+ * Lifetimes: the client and the adapter outlive the engine; free the
+ * engine, then its adapter, before the loop runs again (a wake the adapter
+ * still holds would otherwise reach the freed engine).
+ *
+ * Example (the built-in loop; error handling shortened):
+ *
+ *   static void done(void *user, resil_engine_handle *h, resil_outcome o,
+ *                    resil_http_response *r) {
+ *     (void)h;
+ *     printf("%d\n", o.http_status);
+ *     resil_http_response_free(r);
+ *     resil_loop_stop(user);
+ *   }
+ *   ...
+ *   resil_loop *loop; resil_loop_adapter *ad; resil_engine *e;
+ *   resil_loop_new(NULL, &loop);
+ *   resil_loop_adapter_new(loop, &ad);
+ *   resil_engine_config ec;
+ *   resil_engine_config_init(&ec);
+ *   ec.adapter = ad;
+ *   ec.client = client;               // a resil_http_client
+ *   resil_engine_new(&ec, &e, NULL);
+ *   resil_engine_policies pol;
+ *   resil_engine_policies_init(&pol);
+ *   pol.retry = retry;                // any of the four may stay NULL
+ *   resil_engine_call(e, "get_item", &args, &pol, NULL, done, loop, NULL, NULL);
+ *   resil_loop_run(loop);
+ *   resil_engine_free(e);
+ *   resil_loop_adapter_free(ad);
+ *   resil_loop_free(loop);
  *
  * Since 0.2. */
 #ifndef RESIL_ENGINE_H
