@@ -653,6 +653,53 @@ static void retry_after_is_a_timer(void **state) {
   resil_http_client_free(c);
 }
 
+static void engine_config_is_validated(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = (resil_engine *)&l;
+  resil_error err;
+  assert_int_equal(resil_engine_new(NULL, &e, &err), RESIL_EINVAL);
+  assert_null(e);
+  resil_engine_config ec;
+  memset(&ec, 0, sizeof ec);
+  ec.adapter = l.adapter;
+  ec.client = c;
+  /* Never passed through resil_engine_config_init(). */
+  assert_int_equal(resil_engine_new(&ec, &e, &err), RESIL_EINVAL);
+  assert_string_equal(err.field, "struct_size");
+  resil_engine_config_init(&ec);
+  ec.client = c;
+  assert_int_equal(resil_engine_new(&ec, &e, &err), RESIL_EINVAL);
+  assert_string_equal(err.field, "adapter");
+  ec.adapter = l.adapter;
+  ec.client = NULL;
+  assert_int_equal(resil_engine_new(&ec, &e, &err), RESIL_EINVAL);
+  assert_string_equal(err.field, "client");
+  ec.client = c;
+  assert_int_equal(resil_engine_new(&ec, &e, &err), RESIL_OK);
+  /* Policies never passed through resil_engine_policies_init(). */
+  resil_engine_policies pol;
+  memset(&pol, 0, sizeof pol);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "item", KV("id", "1"), &pol, NULL, NULL), RESIL_EINVAL);
+  resil_engine_policies_init(&pol);
+  pol.attempt_timeout_ns = -1;
+  assert_int_equal(submit(e, &d, 0, "item", KV("id", "1"), &pol, NULL, NULL), RESIL_EINVAL);
+  assert_int_equal(resil_engine_active(e), 0);
+  /* NULL handles. */
+  assert_int_equal(resil_engine_active(NULL), 0);
+  assert_int_equal(resil_engine_in_flight(NULL), 0);
+  resil_engine_cancel(NULL);
+  resil_engine_handle_release(NULL);
+  resil_engine_free(NULL);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -680,6 +727,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(client_response_timeout_applies_on_the_engine, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(retry_after_is_a_timer, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(engine_config_is_validated, fx_setup, fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP
