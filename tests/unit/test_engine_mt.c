@@ -700,6 +700,37 @@ static void engine_config_is_validated(void **state) {
   resil_http_client_free(c);
 }
 
+static void deadline_of_a_call_waiting_for_a_connection_is_not_sent(void **state) {
+  fx_state *s = *state;
+  uint32_t pool = 1;
+  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, RESIL_MS(1500));
+  /* Call 0 holds the one connection for 3 s (ended by its own 1.5 s
+   * deadline); call 1 waits inside libcurl for it and is never sent. */
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), NULL, &ctx, NULL), RESIL_OK);
+  resil_ctx_init(&ctx);
+  int64_t t0 = mono_ms();
+  resil_ctx_set_timeout_ns(&ctx, RESIL_MS(300));
+  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), NULL, &ctx, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 2, 20000));
+  assert_int_equal(d.o[1].kind, RESIL_NOT_SENT);
+  assert_true(d.at_ms[1] - t0 >= 295);
+  assert_true(d.at_ms[1] < d.at_ms[0]);
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -728,6 +759,8 @@ int main(void) {
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(retry_after_is_a_timer, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(engine_config_is_validated, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(deadline_of_a_call_waiting_for_a_connection_is_not_sent,
+                                      fx_setup, fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP
