@@ -1,10 +1,10 @@
-/* The lab's async experiments (A1-A3, tools/resil/lab_async.c) run here on
+/* The lab's async experiments (A1-A3, A8, tools/resil/lab_async.c) run here on
  * the built-in loop against the in-process fixture. The counts are
  * asserted exactly; the lab's own timing checks (A2 under 400 ms, A3 under
  * 20 ms past the deadline) are asserted with bounds a loaded 2-core
  * machine under a sanitizer allows, so a slow CI run reports the numbers
  * instead of failing on them. Each wrong variant must fail its named
- * check. Skipped when the built-in loop is not built. */
+ * check. Skipped when the built-in loop (A8: libresil-uv) is not built. */
 #include <stdio.h>
 #include <string.h>
 
@@ -87,11 +87,27 @@ static void a3_deadline_removes_slow_transfers_at_once(void **s) {
   wrong_fails(e);
 }
 
+static void a8_a1_on_libuv(void **s) {
+  (void)s;
+  const lab_experiment *e = find_or_skip("A8");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("A8: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "calls"), 10000);
+  assert_int_equal(num(o, "answered"), 10000);
+  assert_int_equal(num(o, "loop_threads"), 1);
+  assert_true(r.pass);
+  lab_result_clear(&r);
+  wrong_fails(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a1_ten_thousand_gets_on_one_loop_thread),
       cmocka_unit_test(a2_backoffs_are_timers),
       cmocka_unit_test(a3_deadline_removes_slow_transfers_at_once),
+      cmocka_unit_test(a8_a1_on_libuv),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
-/* Lab experiments A1-A3 (issue 8, DESIGN §9): the async engine on the
- * built-in loop (resil_loop), one loop thread, against the in-process
- * fixture. Each has a deliberately wrong variant whose named check fails.
+/* Lab experiments A1-A3 and A8 (issue 8, DESIGN §9): the async engine on
+ * the built-in loop (resil_loop), or for A8 on libuv through libresil-uv
+ * (when built), one loop thread, against the in-process fixture. Each has a deliberately wrong variant whose named check fails.
  * Built when the built-in loop is part of the library (RESIL_HAVE_LOOP). */
 #include <malloc.h>
 #include <pthread.h>
@@ -19,6 +19,9 @@
 #include "resil/engine.h"
 #include "resil/loop.h"
 #include "resil/retry.h"
+#ifdef RESIL_HAVE_UV
+#include "resil/uv.h"
+#endif
 
 #define MS(n) ((int64_t)(n) * 1000000)
 
@@ -44,6 +47,10 @@ typedef struct async_lab {
   resil_loop *loop;
   resil_loop_adapter *ad;
   resil_engine *e;
+#ifdef RESIL_HAVE_UV
+  int on_uv;      /* the libuv loop through libresil-uv instead */
+  uv_loop_t uvl;
+#endif
   size_t n;           /* calls */
   size_t done;        /* completions */
   size_t twice;       /* calls completed more than once */
@@ -72,7 +79,7 @@ static void on_done(void *user, resil_engine_handle *h, resil_outcome o, resil_h
   resil_http_response_free(r);
 }
 
-static int async_open(lab_result *r, async_lab *a, size_t n, uint32_t conns) {
+static int async_open_on(lab_result *r, async_lab *a, size_t n, uint32_t conns, int uv) {
   memset(a, 0, sizeof *a);
   a->n = n;
   a->loop_thread = pthread_self();
@@ -103,6 +110,17 @@ static int async_open(lab_result *r, async_lab *a, size_t n, uint32_t conns) {
   resil_error err;
   if (!lab_check(r, resil_http_client_new(&cfg, &a->c, &err) == RESIL_OK, "client: %s", err.msg))
     return 0;
+#ifdef RESIL_HAVE_UV
+  if (uv) {
+    if (!lab_check(r, uv_loop_init(&a->uvl) == 0, "uv_loop_init failed")) return 0;
+    a->on_uv = 1;
+    if (!lab_check(r, resil_uv_adapter_new(&a->uvl, NULL, &a->ad) == RESIL_OK,
+                   "libuv adapter could not be created"))
+      return 0;
+  } else
+#else
+  (void)uv;
+#endif
   if (!lab_check(r, resil_loop_new(NULL, &a->loop) == RESIL_OK &&
                         resil_loop_adapter_new(a->loop, &a->ad) == RESIL_OK,
                  "built-in loop could not be created"))
@@ -114,8 +132,21 @@ static int async_open(lab_result *r, async_lab *a, size_t n, uint32_t conns) {
   return lab_check(r, resil_engine_new(&ec, &a->e, &err) == RESIL_OK, "engine: %s", err.msg);
 }
 
+static int async_open(lab_result *r, async_lab *a, size_t n, uint32_t conns) {
+  return async_open_on(r, a, n, conns, 0);
+}
+
 static void async_close(async_lab *a) {
   resil_engine_free(a->e);
+#ifdef RESIL_HAVE_UV
+  if (a->on_uv) {
+    resil_uv_adapter_free(a->ad);
+    /* The adapter's handles close on the next pass. */
+    uv_run(&a->uvl, UV_RUN_NOWAIT);
+    uv_loop_close(&a->uvl);
+    a->ad = NULL;
+  }
+#endif
   resil_loop_adapter_free(a->ad);
   resil_loop_free(a->loop);
   resil_http_client_free(a->c);
@@ -143,17 +174,29 @@ static int submit(lab_result *r, async_lab *a, size_t i, async_tag *tags, const 
                    "submit: %s", err.msg);
 }
 
+/* One pass of the loop, waiting at most 10 ms (libuv: at most until its
+ * next timer; the engine's handles keep it from returning at once). */
+static void run_once(async_lab *a) {
+#ifdef RESIL_HAVE_UV
+  if (a->on_uv) {
+    uv_run(&a->uvl, UV_RUN_ONCE);
+    return;
+  }
+#endif
+  resil_loop_run_once(a->loop, MS(10), NULL);
+}
+
 /* Runs the loop until every call completed or max_ms passed. */
 static void run_loop(async_lab *a, int64_t max_ms) {
   int64_t end = now_ms() + max_ms;
-  while (a->done < a->n && now_ms() < end) resil_loop_run_once(a->loop, MS(50), NULL);
+  while (a->done < a->n && now_ms() < end) run_once(a);
 }
 
 /* ---- A1 ---------------------------------------------------------------- */
 /* 10,000 logical GETs in flight at once on one thread through
  * Retry(Breaker(Bulkhead(HTTP))). The wrong variant's bulkhead has 1,000
  * slots and no queue: 9,000 calls are refused. */
-static int a1_run(lab_result *r, uint32_t bulkhead) {
+static int a1_run(lab_result *r, uint32_t bulkhead, int uv) {
   enum { N = 10000 };
   async_lab a;
   memset(&a, 0, sizeof a);
@@ -161,7 +204,7 @@ static int a1_run(lab_result *r, uint32_t bulkhead) {
   resil_retry *rt = NULL;
   resil_breaker *br = NULL;
   resil_bulkhead *bh = NULL;
-  if (!lab_check(r, tags != NULL, "out of memory") || !async_open(r, &a, N, 64)) goto out;
+  if (!lab_check(r, tags != NULL, "out of memory") || !async_open_on(r, &a, N, 64, uv)) goto out;
   resil_retry_config rc;
   resil_retry_config_init(&rc);
   rc.wait_ns = MS(50);
@@ -190,7 +233,7 @@ static int a1_run(lab_result *r, uint32_t bulkhead) {
   /* Heap in use once every call is a transfer in libcurl (glibc's count;
    * 0 under a sanitizer's allocator). */
   while (resil_engine_in_flight(a.e) < N && a.done == 0 && now_ms() - t0 < 60000)
-    resil_loop_run_once(a.loop, MS(10), NULL);
+    run_once(&a);
   struct mallinfo2 m1 = mallinfo2();
   long long per_call =
       m1.uordblks > m0.uordblks ? (long long)((m1.uordblks - m0.uordblks) / N) : 0;
@@ -208,8 +251,10 @@ static int a1_run(lab_result *r, uint32_t bulkhead) {
   lab_obs_int(r, "upstream_saw", resil_fixture_attempts(a.fx, "items"));
   lab_obs_int(r, "elapsed_ms", elapsed);
   lab_obs_int(r, "heap_bytes_per_call_in_flight", per_call);
-  lab_summary(r, "%d GETs submitted at once through Retry(Breaker(Bulkhead(%u, no queue)(HTTP))) on one loop thread, 64 connections: %zu answered 200, peak %zu in flight, %lld ms, %lld heap bytes per call in flight",
-              N, bulkhead, answered, peak, (long long)elapsed, per_call);
+  lab_obs_str(r, "loop", uv ? "libuv (libresil-uv)" : "resil_loop");
+  lab_summary(r, "%d GETs submitted at once through Retry(Breaker(Bulkhead(%u, no queue)(HTTP))) on one %s thread, 64 connections: %zu answered 200, peak %zu in flight, %lld ms, %lld heap bytes per call in flight",
+              N, bulkhead, uv ? "libuv loop" : "resil_loop", answered, peak, (long long)elapsed,
+              per_call);
   lab_expect(r, "all_answered", answered == N, "%zu of %d answered", answered, N);
   lab_expect(r, "exactly_once", a.done == N && a.twice == 0, "%zu completions, %zu twice", a.done,
              a.twice);
@@ -225,8 +270,13 @@ out:
   return r->pass;
 }
 
-static int a1(lab_result *r) { return a1_run(r, 10000); }
-static int a1_wrong(lab_result *r) { return a1_run(r, 1000); }
+static int a1(lab_result *r) { return a1_run(r, 10000, 0); }
+static int a1_wrong(lab_result *r) { return a1_run(r, 1000, 0); }
+#ifdef RESIL_HAVE_UV
+/* A8: A1 again on a libuv loop through libresil-uv. */
+static int a8(lab_result *r) { return a1_run(r, 10000, 1); }
+static int a8_wrong(lab_result *r) { return a1_run(r, 1000, 1); }
+#endif
 
 /* ---- A2 ---------------------------------------------------------------- */
 /* 200 calls, each answered 503, 503, 200, with a 50 ms backoff: the waits
@@ -360,6 +410,10 @@ const lab_experiment lab_async_experiments[] = {
      a2_wrong, "no retry", "all_succeed"},
     {"A3", "100 slow calls with a 200 ms deadline among 1,000 fast ones", a3, a3_wrong,
      "no deadline on the slow calls", "deadline_unknown"},
+#ifdef RESIL_HAVE_UV
+    {"A8", "A1 on a libuv loop through libresil-uv", a8, a8_wrong,
+     "a bulkhead of 1,000 without a queue", "all_answered"},
+#endif
     {NULL, NULL, NULL, NULL, NULL, NULL}};
 
 #else /* the built-in loop or the fixture is not built */
