@@ -10,8 +10,8 @@
  * from any thread, coalescing and never lost.
  *
  * When the built-in loop is part of the library (RESIL_HAVE_LOOP), the
- * suites run twice: on this test adapter and on resil_loop
- * (tl_use_builtin_loop). */
+ * suites run again on resil_loop (tl_use_builtin_loop), and when
+ * libresil-uv is built (RESIL_HAVE_UV), again on libuv (tl_use_uv). */
 #ifndef RESIL_TEST_ENGINE_COMMON_H
 #define RESIL_TEST_ENGINE_COMMON_H
 
@@ -23,6 +23,9 @@
 
 #include "resil/engine.h"
 #include "test_http_common.h"
+#ifdef RESIL_HAVE_UV
+#include "resil/uv.h"
+#endif
 
 typedef struct tl_watch {
   int fd;
@@ -52,8 +55,16 @@ typedef struct test_loop {
   resil_loop *rl;            /* the built-in loop, when used */
   resil_loop_adapter *rad;
 #endif
+#ifdef RESIL_HAVE_UV
+  uv_loop_t uvl;
+  uv_timer_t bound; /* bounds one uv_run(UV_RUN_ONCE) */
+  resil_loop_adapter *uad;
+#endif
   const resil_loop_adapter *adapter; /* what the engine is given */
 } test_loop;
+
+/* 1: tl_init() sets up libuv through libresil-uv. */
+static int tl_use_uv __attribute__((unused));
 
 /* 1: tl_init() sets up the built-in loop instead of the test adapter. */
 static int tl_use_builtin_loop __attribute__((unused));
@@ -136,12 +147,28 @@ static inline void tl_init(test_loop *l) {
     l->adapter = l->rad;
   }
 #endif
+#ifdef RESIL_HAVE_UV
+  if (tl_use_uv) {
+    assert_int_equal(uv_loop_init(&l->uvl), 0);
+    assert_int_equal(uv_timer_init(&l->uvl, &l->bound), 0);
+    assert_int_equal(resil_uv_adapter_new(&l->uvl, NULL, &l->uad), RESIL_OK);
+    l->adapter = l->uad;
+  }
+#endif
   assert_int_equal(pipe(l->pipe_fd), 0);
   fcntl(l->pipe_fd[0], F_SETFL, O_NONBLOCK);
   fcntl(l->pipe_fd[1], F_SETFL, O_NONBLOCK);
 }
 
 static inline void tl_close(test_loop *l) {
+#ifdef RESIL_HAVE_UV
+  if (l->uad) {
+    resil_uv_adapter_free(l->uad);
+    uv_close((uv_handle_t *)&l->bound, NULL);
+    uv_run(&l->uvl, UV_RUN_NOWAIT);
+    assert_int_equal(uv_loop_close(&l->uvl), 0);
+  }
+#endif
 #ifdef RESIL_HAVE_LOOP
   resil_loop_adapter_free(l->rad);
   resil_loop_free(l->rl);
@@ -151,7 +178,19 @@ static inline void tl_close(test_loop *l) {
 }
 
 /* One iteration: waits at most max_ms for something. */
+#ifdef RESIL_HAVE_UV
+static void tl_bound_cb(uv_timer_t *t) { (void)t; }
+#endif
+
 static inline void tl_run_once(test_loop *l, int max_ms) {
+#ifdef RESIL_HAVE_UV
+  if (l->uad) {
+    uv_timer_start(&l->bound, tl_bound_cb, (uint64_t)max_ms, 0);
+    uv_run(&l->uvl, UV_RUN_ONCE);
+    uv_timer_stop(&l->bound);
+    return;
+  }
+#endif
 #ifdef RESIL_HAVE_LOOP
   if (l->rl) {
     resil_loop_run_once(l->rl, (int64_t)max_ms * 1000000, NULL);

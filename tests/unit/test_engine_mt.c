@@ -766,6 +766,11 @@ int main(void) {
 #ifdef RESIL_HAVE_LOOP
   tl_use_builtin_loop = 1;
   failed += cmocka_run_group_tests_name("engine on resil_loop", tests, NULL, NULL);
+  tl_use_builtin_loop = 0;
+#endif
+#ifdef RESIL_HAVE_UV
+  tl_use_uv = 1;
+  failed += cmocka_run_group_tests_name("engine on libuv (libresil-uv)", tests, NULL, NULL);
 #endif
   return failed;
 }
