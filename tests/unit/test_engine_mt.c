@@ -18,6 +18,9 @@ static const resil_http_endpoint eps[] = {
      .query = "fail={n}"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "slow", .path = "/slow", .query = "ms={ms}"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "ka_get", .path = "/ka"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "flaky_keyed", .method = RESIL_HTTP_POST,
+     .path = "/flaky/{id}", .query = "fail={n}", .idempotency_key = RESIL_HTTP_KEY_SEND,
+     .headers = (const char *const[]){"Authorization: Bearer {tok}", NULL}},
     {.struct_size = sizeof(resil_http_endpoint), .name = "seq", .path = "/seq/{id}",
      .query = "codes={codes}&retry_after={ra}"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "ka_post", .method = RESIL_HTTP_POST,
@@ -731,6 +734,72 @@ static void deadline_of_a_call_waiting_for_a_connection_is_not_sent(void **state
   resil_http_client_free(c);
 }
 
+typedef struct log_capture {
+  size_t lines;
+  size_t secret_seen;
+  size_t auth_lines;
+} log_capture;
+
+static log_capture logs;
+
+static void capture_log(void *user, resil_http_log_level lv, const char *line) {
+  (void)user;
+  (void)lv;
+  logs.lines++;
+  if (strstr(line, "s3cr3t")) logs.secret_seen++;
+  if (strstr(line, "Authorization")) logs.auth_lines++;
+}
+
+static void log_headers(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->log_level = RESIL_HTTP_LOG_HEADERS;
+  cfg->log_fn = capture_log;
+}
+
+/* The keyed POST is retried with the one key generated for the logical
+ * call, and its Authorization header is redacted in every log line: the
+ * same transport rules as resil_http_call. */
+static void keyed_post_retried_with_one_key_and_secrets_redacted(void **state) {
+  fx_state *s = *state;
+  memset(&logs, 0, sizeof logs);
+  resil_http_client *c = client_on(s->f, eps, NEPS, log_headers, NULL);
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = RESIL_MS(10);
+  resil_retry *retry = NULL;
+  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  d.keep_responses = 1;
+  assert_int_equal(submit(e, &d, 0, "flaky_keyed", KV("id", "k1", "n", "1", "tok", "s3cr3t"), &pol,
+                          NULL, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 20000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(d.o[0].attempts, 2);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 2);
+  const char *key = resil_http_response_idempotency_key(d.keep[0]);
+  assert_non_null(key);
+  char seen[300] = "";
+  assert_int_equal(resil_fixture_last_header(s->f, "flaky", "idempotency-key", seen, sizeof seen),
+                   1);
+  assert_string_equal(seen, key);
+  assert_true(logs.auth_lines >= 2);
+  assert_int_equal(logs.secret_seen, 0);
+  resil_http_response_free(d.keep[0]);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -760,6 +829,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(retry_after_is_a_timer, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(engine_config_is_validated, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(deadline_of_a_call_waiting_for_a_connection_is_not_sent,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(keyed_post_retried_with_one_key_and_secrets_redacted,
                                       fx_setup, fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
