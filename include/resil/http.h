@@ -525,6 +525,9 @@ RESIL_API void resil_http_client_free(resil_http_client *c);
 /* The client's name (owned by c); NULL for a NULL handle. Since 0.1. */
 RESIL_API const char *resil_http_client_name(const resil_http_client *c);
 
+/* The counters include the calls an async engine (engine.h) makes on the
+ * client: there an attempt starts with a transfer instead of a pool slot
+ * (leased, lease_timeouts and max_connections are the blocking pool's). */
 typedef struct resil_http_stats {
   size_t struct_size;          /* bytes the library wrote (version.h)     */
   uint64_t requests;           /* logical calls (requests) created        */

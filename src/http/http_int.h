@@ -176,6 +176,10 @@ typedef struct http_xfer {
   unsigned local_port;
   int64_t response_timeout_ns;
   int64_t resp_deadline;  /* monotonic ns; valid once prereqs > 0        */
+  /* Called (when set) each time a request is about to go on the wire,
+   * after resp_deadline is set: the engine arms its response timer. */
+  void (*on_sent)(void *arg);
+  void *on_sent_arg;
   size_t max_body;
   size_t hdr_bytes;
 } http_xfer;
@@ -303,12 +307,51 @@ http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
                                      http_slot **out);
 void resil__http_pool_release(resil_http_client *c, http_slot *s,
                               uint32_t origin);
-/* Creates the slot's libcurl handles with the options that never change.
- * Returns 0 or -1. */
+/* Creates the slot's libcurl handles (the easy handle through
+ * resil__http_easy_setup, and the slot's own multi). Returns 0 or -1. */
 int resil__http_slot_setup(resil_http_client *c, http_slot *s);
 void resil__http_slot_cleanup(const resil_http_client *c, http_slot *s);
 
 int64_t resil__http_mono_ns(void);
+
+/* ---- one physical attempt (transfer.c): the transport rules, shared by
+ * the blocking pool and the async engine ---------------------------------- */
+
+/* How a transfer was ended before libcurl finished it. */
+enum { ABORT_NONE = 0, ABORT_CANCEL, ABORT_DEADLINE, ABORT_RESPONSE, ABORT_LOCAL };
+
+/* Creates s->e with the options every attempt shares and the guards that
+ * refuse (or count) libcurl's hidden re-sends (CURLOPT_PRIVATE = s).
+ * maxconnects > 0 sets CURLOPT_MAXCONNECTS. Returns 0 or -1. */
+int resil__http_easy_setup(const resil_http_client *c, http_slot *s, long maxconnects);
+/* Prepares s (whose s->res must exist) for one attempt of req: runs the
+ * interceptors, links the headers, sets URL, method, body and the connect
+ * and whole-transfer timeouts from left_ns (INT64_MAX: no deadline), resets
+ * the transfer state, logs the request. Counts the attempt. Returns 0 when
+ * the transfer may start, or -1 with *out NOT_SENT(LOCAL_ERROR) and the
+ * reason in s->res. */
+int resil__http_attempt_begin(resil_http_client *c, const resil_http_request *req,
+                              http_slot *s, uint32_t attempt, uint32_t flags, int64_t left_ns,
+                              resil_outcome *out);
+/* Classifies the transfer libcurl finished with rc (or that was ended by
+ * `aborted`, ABORT_*) into an outcome; decodes an answer, parses
+ * Retry-After, runs the decoder hook, fills the response info and the
+ * client's counters. */
+resil_outcome resil__http_attempt_end(resil_http_client *c, const resil_http_request *req,
+                                     http_slot *s, int aborted, CURLcode rc);
+/* Closes the attempt: writes o and the timings into s->res, logs the
+ * result (redacted) and counts the outcome. */
+void resil__http_attempt_done(resil_http_client *c, const resil_http_request *req,
+                              http_slot *s, const resil_outcome *o, uint32_t attempt,
+                              int64_t lease_wait_ns, int64_t total_ns);
+/* Counts o in the client's outcome counters. */
+void resil__http_count_outcome(resil_http_client *c, const resil_outcome *o);
+/* Logs an attempt that ended before any transfer (no time, cancelled, no
+ * slot, refused by a policy). */
+void resil__http_log_bare(const resil_http_client *c, const http_endpoint *ep,
+                          const resil_outcome *o, uint32_t attempt, int64_t total_ns);
+/* ASCII case-insensitive equality of a[0..alen) and b[0..blen) (request.c). */
+int resil__http_ieq(const char *a, size_t alen, const char *b, size_t blen);
 
 /* recover.c: checks the recovery fields of cfg (called by check_config).
  * Returns RESIL_OK or RESIL_EINVAL with err filled. */

@@ -9,7 +9,7 @@
 
 #include "http_int.h"
 
-static const char empty_body[1] = "";
+#define ieq resil__http_ieq
 
 /* The 0.1 layout of resil_http_args ends with idempotency_key. */
 #define ARGS_MIN_SIZE (offsetof(resil_http_args, idempotency_key) + sizeof(const char *))
@@ -58,7 +58,7 @@ void resil__http_report(const resil_http_client *c, uint32_t attempt, const resi
   c->on_attempt(c->on_attempt_user, &ai);
 }
 
-static int ieq(const char *a, size_t alen, const char *b, size_t blen) {
+int resil__http_ieq(const char *a, size_t alen, const char *b, size_t blen) {
   if (alen != blen) return 0;
   for (size_t i = 0; i < alen; i++) {
     int x = (unsigned char)a[i], y = (unsigned char)b[i];
@@ -505,13 +505,6 @@ resil_status resil_http_headers_set(resil_http_headers *h, const char *name,
 
 /* ---- one attempt ---------------------------------------------------------------- */
 
-enum { ABORT_NONE = 0, ABORT_CANCEL, ABORT_DEADLINE, ABORT_RESPONSE, ABORT_LOCAL };
-
-static long ceil_ms(int64_t ns) {
-  if (ns <= 0) return 1;
-  int64_t ms = (ns + RESIL_NS_PER_MS - 1) / RESIL_NS_PER_MS;
-  return ms > (int64_t)0x7fffffff ? 0x7fffffffL : (long)ms;
-}
 
 static int run_transfer(http_slot *s, resil_cancel *cancel, int64_t deadline,
                         CURLcode *rc_out) {
@@ -563,236 +556,13 @@ static int run_transfer(http_slot *s, resil_cancel *cancel, int64_t deadline,
   return aborted;
 }
 
-static void set_error(resil_http_response *r, const char *fmt, const char *detail) {
-  snprintf(r->error, sizeof r->error, fmt, detail);
-  r->has_error = 1;
-}
-
-static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
-                              resil_http_response *res, const resil_http_client *c) {
-  http_xfer *x = &s->x;
-  int sent = x->prereqs > 0;
-  const char *cerr = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
-  if (x->resend_refused) {
-    set_error(res, "%s", "the reused keep-alive connection closed without a response; "
-                         "libcurl's hidden re-send on a new connection was refused");
-    return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
-  }
-  switch (aborted) {
-  case ABORT_CANCEL:
-    set_error(res, "%s", "cancelled");
-    return resil_outcome_make(sent ? RESIL_UNKNOWN : RESIL_NOT_SENT, RESIL_REASON_CANCELLED);
-  case ABORT_DEADLINE:
-  case ABORT_RESPONSE:
-    set_error(res, "%s", aborted == ABORT_DEADLINE ? "deadline reached" : "response timeout");
-    return sent ? resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT)
-                : resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_TIMEOUT);
-  case ABORT_LOCAL:
-    set_error(res, "%s", "libcurl multi interface failure");
-    return sent ? resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED)
-                : resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  default:
-    break;
-  }
-  if (rc == CURLE_OK) return resil_outcome_http(x->last_status);
-  set_error(res, "%s", cerr);
-  /* The last hop was a complete redirect answer that was not followed. */
-  if (rc == CURLE_TOO_MANY_REDIRECTS && x->last_status >= 300 && x->last_status < 400)
-    return resil_outcome_http(x->last_status);
-  /* A complete redirect answer whose Location libresil does not follow (a
-   * protocol other than http and https, or no URL at all): nothing more
-   * was sent, and the answer stands. Only the scheme is quoted: the rest
-   * of a URL may carry credentials. */
-  if ((rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT) && x->follow &&
-      x->got_bytes && x->last_status >= 300 && x->last_status < 400) {
-    const char *loc = resil_http_response_header(res, "location");
-    size_t sl = loc ? strspn(loc, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
-                    : 0;
-    if (loc && loc[sl] == ':' && sl <= 16)
-      snprintf(res->error, sizeof res->error,
-               "redirect to a %.*s: URL refused (only http and https are followed); the %d "
-               "answer is returned",
-               (int)sl, loc, x->last_status);
-    else
-      snprintf(res->error, sizeof res->error,
-               "redirect not followed: its Location is not a URL libresil follows; the %d "
-               "answer is returned",
-               x->last_status);
-    return resil_outcome_http(x->last_status);
-  }
-  if (x->too_large) {
-    snprintf(res->error, sizeof res->error, "response body larger than max_response_bytes (%zu)",
-             c->max_response_bytes);
-    return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_RESPONSE_TOO_LARGE);
-  }
-  long oserr = 0;
-  curl_easy_getinfo(s->e, CURLINFO_OS_ERRNO, &oserr);
-  switch (rc) {
-  case CURLE_COULDNT_RESOLVE_HOST:
-  case CURLE_COULDNT_RESOLVE_PROXY:
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS);
-  case CURLE_COULDNT_CONNECT:
-    if (!sent)
-      return resil_outcome_make(RESIL_NOT_SENT, oserr == ETIMEDOUT ? RESIL_REASON_CONNECT_TIMEOUT
-                                                                   : RESIL_REASON_CONNECT_REFUSED);
-    break;
-  case CURLE_OPERATION_TIMEDOUT:
-    return sent ? resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT)
-                : resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_TIMEOUT);
-  default:
-    break;
-  }
-  if (!sent) return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  return resil_outcome_make(RESIL_UNKNOWN, oserr == ECONNRESET ? RESIL_REASON_CONNECTION_RESET
-                                                               : RESIL_REASON_CONNECTION_CLOSED);
-}
-
-void resil__http_decode(const http_endpoint *ep, resil_http_response *r, resil_outcome *o) {
-  int st = r->status;
-  int no_content = st == 204 || st == 205 || st == 304;
-  int ok2xx = st >= 200 && st < 300;
-  if (no_content || r->body.len == 0) {
-    if (ep->resp_codec == RESIL_HTTP_CODEC_JSON && ep->empty_is_error && !no_content && ok2xx) {
-      snprintf(r->decode_error, sizeof r->decode_error, "empty body");
-      r->has_decode_error = 1;
-      resil_outcome d = resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_DECODE);
-      d.http_status = st;
-      *o = d;
-      return;
-    }
-    r->empty = 1;
-    return;
-  }
-  if (ep->resp_codec != RESIL_HTTP_CODEC_JSON) return;
-  json_error_t je;
-  /* Valid JSON may hold NUL bytes in strings (\u0000): json_string_length
-   * gives them all. */
-  r->json = json_loadb(r->body.p, r->body.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-  if (r->json) return;
-  snprintf(r->decode_error, sizeof r->decode_error, "invalid JSON at line %d column %d: %.120s",
-           je.line, je.column, je.text);
-  r->has_decode_error = 1;
-  /* Only a success that cannot be read is a decode failure: an error page
-   * that is not JSON stays the error status it is. */
-  if (ok2xx) {
-    resil_outcome d = resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_DECODE);
-    d.http_status = st;
-    *o = d;
-  }
-}
-
-/* ---- logging ------------------------------------------------------------------------ */
-
-static void emit(const resil_http_client *c, http_slot *s, resil_http_log_level lv) {
-  resil__http_log_emit(c, lv, &s->log);
-}
-
-static void log_puts(const resil_http_client *c, http_slot *s, const char *t) {
-  (void)resil__http_buf_puts(c->alloc, &s->log, t);
-}
-
-/* Appends a header line "  Name: value", redacted (log.c). */
-static void log_header(const resil_http_client *c, http_slot *s, const char *name,
-                       size_t nl, const char *value) {
-  (void)resil__http_log_header(c->alloc, &s->log, name, nl, value, strlen(value));
-}
-
-static void log_body(const resil_http_client *c, http_slot *s, const char *body, size_t len,
-                     int gzipped) {
-  char tmp[64];
-  if (gzipped) {
-    snprintf(tmp, sizeof tmp, "  [gzip body, %zu bytes]", len);
-    log_puts(c, s, tmp);
-    return;
-  }
-  log_puts(c, s, "  ");
-  size_t from = s->log.len;
-  (void)resil__http_redact_body(c->alloc, &s->log, body, len, 4096);
-  for (size_t i = from; i < s->log.len; i++) {
-    unsigned char ch = (unsigned char)s->log.p[i];
-    if (ch == '\r' || ch == '\n' || ch == '\t') s->log.p[i] = ' ';
-    else if (ch < 0x20 || ch == 0x7f) s->log.p[i] = '.';
-  }
-}
-
-static void log_request(const resil_http_client *c, http_slot *s,
-                        const resil_http_request *req, uint32_t attempt) {
-  char tmp[96];
-  log_puts(c, s, "--> ");
-  log_puts(c, s, resil__http_method_name(req->ep->method));
-  log_puts(c, s, " ");
-  (void)resil__http_redact_url(c->alloc, &s->log, req->url);
-  snprintf(tmp, sizeof tmp, " endpoint=%s attempt=%u", req->ep->name, attempt);
-  log_puts(c, s, tmp);
-  emit(c, s, RESIL_HTTP_LOG_BASIC);
-  if (c->log_level < RESIL_HTTP_LOG_HEADERS) return;
-  for (const struct curl_slist *n = s->has_nodes ? s->nodes : NULL; n; n = n->next) {
-    const char *colon = strchr(n->data, ':');
-    const char *semi = strchr(n->data, ';');
-    if (!colon && semi) colon = semi;
-    if (!colon) continue;
-    const char *v = colon + 1;
-    while (*v == ' ') v++;
-    log_header(c, s, n->data, (size_t)(colon - n->data), v);
-    emit(c, s, RESIL_HTTP_LOG_HEADERS);
-  }
-  if (c->log_level < RESIL_HTTP_LOG_FULL || !req->has_body) return;
-  int gz = 0;
-  for (uint32_t i = 0; i < req->nhdrs; i++)
-    if (ieq(req->hdr_store + req->hdr_offs[i], req->hdr_nlen[i], "content-encoding", 16)) gz = 1;
-  log_body(c, s, req->body ? (const char *)req->body : "", req->body_len, gz);
-  emit(c, s, RESIL_HTTP_LOG_FULL);
-}
-
-static void log_result(const resil_http_client *c, http_slot *s, const resil_http_request *req,
-                       const resil_http_response *r, uint32_t attempt) {
-  char ob[96], tmp[320];
-  resil_outcome_format(&r->outcome, ob, sizeof ob);
-  double ms = (double)r->info.total_ns / 1e6;
-  if (c->log_level == RESIL_HTTP_LOG_METADATA) {
-    snprintf(tmp, sizeof tmp, "method=%s endpoint=%s status=%d duration_ms=%.3f outcome=%s attempt=%u",
-             resil__http_method_name(req->ep->method), req->ep->name, r->status, ms, ob, attempt);
-    log_puts(c, s, tmp);
-    emit(c, s, RESIL_HTTP_LOG_METADATA);
-    return;
-  }
-  if (r->status)
-    snprintf(tmp, sizeof tmp, "<-- %d endpoint=%s attempt=%u outcome=%s (%.3f ms)", r->status,
-             req->ep->name, attempt, ob, ms);
-  else
-    snprintf(tmp, sizeof tmp, "<-- no response endpoint=%s attempt=%u outcome=%s (%.3f ms)",
-             req->ep->name, attempt, ob, ms);
-  log_puts(c, s, tmp);
-  emit(c, s, RESIL_HTTP_LOG_BASIC);
-  if (c->log_level < RESIL_HTTP_LOG_HEADERS || !s->e) return;
-  const char *p = r->hdr.p, *end = r->hdr.p ? r->hdr.p + r->hdr.len : NULL;
-  while (p && p < end) {
-    size_t kl = strlen(p);
-    const char *v = p + kl + 1;
-    log_header(c, s, p, kl, v);
-    emit(c, s, RESIL_HTTP_LOG_HEADERS);
-    p = v + strlen(v) + 1;
-  }
-  if (c->log_level < RESIL_HTTP_LOG_FULL || r->body.len == 0) return;
-  log_body(c, s, r->body.p, r->body.len, 0);
-  emit(c, s, RESIL_HTTP_LOG_FULL);
-}
-
-/* ---- publishing ----------------------------------------------------------------------- */
-
-static void count_outcome(resil_http_client *c, const resil_outcome *o) {
-  unsigned k = (unsigned)o->kind;
-  if (k < 5) atomic_fetch_add_explicit(&c->st_outcomes[k], 1, memory_order_relaxed);
-  if (o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_DECODE)
-    atomic_fetch_add_explicit(&c->st_decode_errors, 1, memory_order_relaxed);
-}
 
 /* An attempt that ended before any transfer (no time, cancelled, no pool
  * slot): publishes a response carrying only the outcome. */
 static resil_outcome finish_bare(resil_http_request *req, uint32_t seq, resil_outcome o,
                                  const resil_ctx *ctx, int64_t t0, const char *why) {
   resil_http_client *c = req->client;
-  count_outcome(c, &o);
+  resil__http_count_outcome(c, &o);
   int64_t total = resil__http_mono_ns() - t0;
   pthread_mutex_lock(&req->mu);
   if (!req->taken && req->seq == seq) {
@@ -812,89 +582,8 @@ static resil_outcome finish_bare(resil_http_request *req, uint32_t seq, resil_ou
     }
   }
   pthread_mutex_unlock(&req->mu);
-  if (c->log_level != RESIL_HTTP_LOG_NONE) {
-    char ob[96], line[320];
-    resil_outcome_format(&o, ob, sizeof ob);
-    if (c->log_level == RESIL_HTTP_LOG_METADATA)
-      snprintf(line, sizeof line, "method=%s endpoint=%s status=0 duration_ms=%.3f outcome=%s attempt=%u",
-               resil__http_method_name(req->ep->method), req->ep->name, (double)total / 1e6, ob,
-               ctx->attempt);
-    else
-      snprintf(line, sizeof line, "<-- not sent endpoint=%s attempt=%u outcome=%s (%.3f ms)",
-               req->ep->name, ctx->attempt, ob, (double)total / 1e6);
-    c->log_fn(c->log_user, c->log_level == RESIL_HTTP_LOG_METADATA ? RESIL_HTTP_LOG_METADATA
-                                                                   : RESIL_HTTP_LOG_BASIC,
-              line);
-  }
+  resil__http_log_bare(c, req->ep, &o, ctx->attempt, total);
   return o;
-}
-
-/* Sets the method and body, skipping what the handle already has. Returns
- * nonzero when libcurl refused (out of memory): the handle then must not
- * be used for this request. */
-static CURLcode set_method(http_slot *s, const resil_http_request *req) {
-  CURL *e = s->e;
-  CURLcode rc = CURLE_OK;
-#define SETM(opt, val)                                                         \
-  do {                                                                         \
-    if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val);                    \
-  } while (0)
-  resil_http_method m = req->ep->method;
-  int key = (int)m * 2 + (req->has_body ? 1 : 0);
-  if (s->method_set != key) {
-    s->method_set = -1;
-    SETM(CURLOPT_NOBODY, 0L);
-    if (m == RESIL_HTTP_HEAD) {
-      SETM(CURLOPT_POSTFIELDS, (char *)NULL);
-      SETM(CURLOPT_NOBODY, 1L);
-      SETM(CURLOPT_CUSTOMREQUEST, (char *)NULL);
-    } else if (req->has_body) {
-      SETM(CURLOPT_POST, 1L);
-      SETM(CURLOPT_CUSTOMREQUEST, m == RESIL_HTTP_POST ? NULL : resil__http_method_name(m));
-    } else {
-      SETM(CURLOPT_POSTFIELDS, (char *)NULL);
-      SETM(CURLOPT_HTTPGET, 1L);
-      SETM(CURLOPT_CUSTOMREQUEST, m == RESIL_HTTP_GET ? NULL : resil__http_method_name(m));
-    }
-    if (rc == CURLE_OK) s->method_set = key;
-  }
-  if (req->has_body) {
-    SETM(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
-    SETM(CURLOPT_POSTFIELDS, req->body ? (const char *)req->body : empty_body);
-  }
-#undef SETM
-  return rc;
-}
-
-/* Links the request's headers and the interceptors' into the slot's own
- * curl_slist nodes: no allocation once the slot has grown to size. */
-static int link_headers(const resil_http_client *c, http_slot *s, const resil_http_request *req) {
-  uint32_t total = req->nhdrs + s->ic_count;
-  if (total > s->nodes_cap) {
-    struct curl_slist *n = resil__alloc(c->alloc, total * sizeof *n);
-    if (!n) return -1;
-    if (s->nodes) resil__free(c->alloc, s->nodes);
-    s->nodes = n;
-    s->nodes_cap = total;
-  }
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < req->nhdrs; i++) {
-    const char *h = req->hdr_store + req->hdr_offs[i];
-    int overridden = 0;
-    for (uint32_t j = 0; j < s->ic_count && !overridden; j++) {
-      if (s->ic_offs[j] == UINT32_MAX) continue;
-      const char *e = s->ic.p + s->ic_offs[j];
-      const char *colon = strchr(e, ':');
-      overridden = colon && ieq(e, (size_t)(colon - e), h, req->hdr_nlen[i]);
-    }
-    if (!overridden) s->nodes[k++].data = (char *)(uintptr_t)h;
-  }
-  for (uint32_t j = 0; j < s->ic_count; j++)
-    if (s->ic_offs[j] != UINT32_MAX) s->nodes[k++].data = s->ic.p + s->ic_offs[j];
-  for (uint32_t i = 0; i < k; i++) s->nodes[i].next = i + 1 < k ? &s->nodes[i + 1] : NULL;
-  s->has_nodes = k > 0;
-  curl_easy_setopt(s->e, CURLOPT_HTTPHEADER, k ? s->nodes : NULL);
-  return 0;
 }
 
 static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, http_slot *s,
@@ -910,121 +599,17 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
     return finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR),
                        ctx, t0, why);
   }
-  resil_http_response *res = s->res;
-  resil__http_response_reset(res);
-  atomic_fetch_add_explicit(&c->st_attempts, 1, memory_order_relaxed);
-  s->origin = (int32_t)ep->origin;
-
-  s->ic.len = 0;
-  s->ic_count = 0;
-  int refused = 0;
-  if (c->ninterceptors) {
-    resil_http_attempt_info info = {sizeof info, ep->name, resil__http_method_name(ep->method),
-                                    req->url, req->body, req->body_len, req->key,
-                                    ctx->attempt};
-    resil_http_headers h = {s, c};
-    for (size_t i = 0; i < c->ninterceptors && !refused; i++) {
-      resil_status st = c->interceptors[i].fn(c->interceptors[i].user, &info, &h);
-      if (st != RESIL_OK) {
-        refused = 1;
-        snprintf(res->error, sizeof res->error, "interceptor %zu refused the attempt: %s", i,
-                 resil_status_name(st));
-        res->has_error = 1;
-      }
-    }
-  }
-  if (!refused && link_headers(c, s, req) != 0) {
-    refused = 1;
-    set_error(res, "%s", "out of memory");
-  }
-  if (refused) {
-    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  } else {
-    size_t ul = strlen(req->url);
-    CURLcode src = CURLE_OK;
-    if (s->url.len != ul || memcmp(s->url.p, req->url, ul) != 0) {
-      s->url.len = 0;
-      src = curl_easy_setopt(s->e, CURLOPT_URL, req->url);
-      if (src == CURLE_OK && resil__http_buf_append(c->alloc, &s->url, req->url, ul) != 0)
-        s->url.len = 0;
-    }
-    if (src == CURLE_OK) src = set_method(s, req);
-    if (src != CURLE_OK) {
-      /* The handle may still hold the previous request's URL or method. */
-      s->url.len = 0;
-      s->method_set = -1;
-      set_error(res, "%s", "libcurl refused the request options (out of memory)");
-      o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-      goto done;
-    }
-    int64_t now = resil__http_mono_ns();
-    int64_t left = deadline == INT64_MAX ? INT64_MAX : deadline - now;
-    curl_easy_setopt(s->e, CURLOPT_CONNECTTIMEOUT_MS,
-                     ceil_ms(c->connect_timeout_ns < left ? c->connect_timeout_ns : left));
-    curl_easy_setopt(s->e, CURLOPT_TIMEOUT_MS, deadline == INT64_MAX ? 0L : ceil_ms(left));
-    http_xfer *x = &s->x;
-    memset(x, 0, sizeof *x);
-    x->client = c;
-    x->res = res;
-    x->follow = c->follow_redirects;
-    x->origin = c->origins[ep->origin];
-    x->resend_ok = c->resend_stale == RESIL_HTTP_RESEND_IF_SAFE &&
-                   ((req->flags | ctx->flags) & (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY));
-    x->response_timeout_ns = c->response_timeout_ns < left ? c->response_timeout_ns : left;
-    x->max_body = c->max_response_bytes;
-    s->errbuf[0] = '\0';
-    if (c->log_level != RESIL_HTTP_LOG_NONE && c->log_level != RESIL_HTTP_LOG_METADATA)
-      log_request(c, s, req, ctx->attempt);
-
+  int64_t left = deadline == INT64_MAX ? INT64_MAX : deadline - resil__http_mono_ns();
+  if (resil__http_attempt_begin(c, req, s, ctx->attempt, ctx->flags, left, &o) == 0) {
     CURLcode rc = CURLE_OK;
     int aborted = run_transfer(s, ctx->cancel, deadline, &rc);
-    o = classify(s, aborted, rc, res, c);
-    if (o.kind == RESIL_ANSWERED) {
-      resil__http_decode(ep, res, &o);
-      const char *ra = resil_http_response_header(res, "retry-after");
-      int64_t ms = -1;
-      if (ra && resil_retry_after_parse(ra, strlen(ra), resil_clock_wall_ms(c->clock), &ms) ==
-                    RESIL_OK)
-        o.retry_after_ms = ms;
-      resil_http_decoder_fn dec = ep->decoder ? ep->decoder : c->decoder;
-      if (dec) {
-        res->outcome = o;
-        o = dec(ep->decoder ? ep->decoder_user : c->decoder_user, res, o);
-      }
-    }
-    res->info.hops = x->hops;
-    res->info.resends = x->resends;
-    res->info.connections = x->sockets;
-    res->info.local_port = x->local_port;
-    res->info.reused_connection = x->prereqs > 0 && x->sockets == 0;
-    if (x->prereqs) {
-      curl_off_t us = 0;
-      curl_easy_getinfo(s->e, CURLINFO_CONNECT_TIME_T, &us);
-      res->info.connect_ns = (int64_t)us * 1000;
-      us = 0;
-      curl_easy_getinfo(s->e, CURLINFO_STARTTRANSFER_TIME_T, &us);
-      res->info.first_byte_ns = (int64_t)us * 1000;
-    }
-    atomic_fetch_add_explicit(&c->st_sent, x->prereqs, memory_order_relaxed);
-    if (x->hops) atomic_fetch_add_explicit(&c->st_hops, x->hops, memory_order_relaxed);
-    if (x->sockets) atomic_fetch_add_explicit(&c->st_conns, x->sockets, memory_order_relaxed);
-    if (x->resend_refused) atomic_fetch_add_explicit(&c->st_prevented, 1, memory_order_relaxed);
-    if (x->resends) {
-      atomic_fetch_add_explicit(&c->st_counted, x->resends, memory_order_relaxed);
-      atomic_fetch_add_explicit(&c->st_attempts, x->resends, memory_order_relaxed);
-    }
+    o = resil__http_attempt_end(c, req, s, aborted, rc);
   }
-done:
-  res->outcome = o;
-  resil__http_response_set_key(res, req->key);
-  res->info.attempt = ctx->attempt;
-  res->info.lease_wait_ns = t_leased - t0;
-  res->info.total_ns = resil__http_mono_ns() - t0;
-  if (c->log_level != RESIL_HTTP_LOG_NONE) log_result(c, s, req, res, ctx->attempt);
-  count_outcome(c, &o);
+  resil__http_attempt_done(c, req, s, &o, ctx->attempt, t_leased - t0, resil__http_mono_ns() - t0);
 
   /* Publish this attempt's response unless a later attempt has started or
    * the response was taken: an abandoned attempt never overwrites. */
+  resil_http_response *res = s->res;
   pthread_mutex_lock(&req->mu);
   if (!req->taken && req->seq == seq) {
     resil_http_response *old = req->pub;
@@ -1035,6 +620,7 @@ done:
   resil__http_pool_release(c, s, ep->origin);
   return o;
 }
+
 
 resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
   resil_http_request *req = arg;

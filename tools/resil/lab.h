@@ -38,6 +38,8 @@ typedef struct lab_experiment {
 extern const lab_experiment lab_policy_experiments[];
 extern const lab_experiment lab_http_experiments[];
 extern const lab_experiment lab_idem_experiments[];
+/* A1-A3 (lab_async.c): empty unless the built-in loop is built. */
+extern const lab_experiment lab_async_experiments[];
 
 /* Checks used by experiments: record the first failure into r and return
  * the condition. */

@@ -1,0 +1,210 @@
+/* The async engine (DESIGN §9): any number of logical HTTP calls in flight
+ * on one thread, driven by the application's event loop through a
+ * resil_loop_adapter (loop.h), with every rule of the blocking API kept.
+ *
+ * Built on libcurl's multi_socket interface: the engine's socket and timer
+ * callbacks (CURLMOPT_SOCKETFUNCTION, CURLMOPT_TIMERFUNCTION) become the
+ * adapter's watches and its one timer, and transfers advance only through
+ * curl_multi_socket_action (never curl_multi_perform). The engine's many
+ * timers (libcurl's, each call's deadline, attempt timeouts, retry
+ * backoffs, Retry-After waits, rate-limiter reservations, deferred starts)
+ * share the adapter's one timer.
+ *
+ * One implementation of the transport rules: every attempt is prepared,
+ * guarded and classified by the same code as resil_http_call's (outcome
+ * classification from libcurl results, refusal of libcurl's hidden re-send
+ * on a reused connection, the endpoint's idempotency key generated once per
+ * logical call and sent on every attempt, redacted logging, max response
+ * bytes, the client's counters and attempt listener). The policies are the
+ * same objects sync callers use: one breaker may serve both.
+ *
+ * A logical call, per attempt:
+ *   ratelimiter  resil_ratelimiter_reserve: a WAIT becomes a timer;
+ *   breaker      resil_breaker_try_acquire, then record(outcome, duration);
+ *   bulkhead     resil_bulkhead_try_acquire: no free slot ends the attempt
+ *                REJECTED(BULKHEAD_FULL) at once (no waiting queue yet);
+ *   HTTP         one transfer; the attempt timeout and the client's
+ *                response timeout end it as the blocking path does;
+ * and around the attempts
+ *   retry        resil_retry_begin / resil_retry_next_timed: backoff and
+ *                Retry-After become timers; without a retry there is one
+ *                attempt;
+ *   deadline     the ctx's remaining time when the call is submitted,
+ *                measured on the adapter's clock: when it passes, a
+ *                transfer in flight is removed at once (UNKNOWN(TIMEOUT)
+ *                once the request was sent, NOT_SENT(CONNECT_TIMEOUT)
+ *                before), a wait ends, and the call completes.
+ *
+ * Connections: the engine's multi handle keeps its own connection cache,
+ * at most the client's max_connections open (max_connections_per_host per
+ * origin); further transfers wait inside libcurl, not sent, until one is
+ * free (their deadline still applies). The client's lease timeout and pool
+ * slots are the blocking path's only.
+ *
+ * Completion: done_fn is called exactly once per accepted call, on the
+ * loop thread, never from inside resil_engine_call (the call starts on a
+ * later loop iteration). It gets the final outcome (as resil_retry_run
+ * would give it, or the single attempt's) and the response of the last
+ * attempt that made a transfer (NULL when none did), which the callee then
+ * owns (resil_http_response_free).
+ *
+ * Thread-safety: an engine belongs to its loop thread. resil_engine_new,
+ * resil_engine_free and resil_engine_call are called on the loop thread
+ * only (or before the loop runs, on the thread that will run it);
+ * resil_engine_cancel and resil_engine_handle_release may be called from any
+ * thread, but a cancel must not run concurrently with resil_engine_free
+ * (after it returned, every call is complete and cancel is a no-op).
+ * Callbacks run on the loop thread with no engine lock held; a done_fn may
+ * submit, cancel and release calls, but must not free the engine.
+ *
+ * Lifetimes: the client and the adapter outlive the engine; free the
+ * engine, then its adapter, before the loop runs again (a wake the adapter
+ * still holds would otherwise reach the freed engine).
+ *
+ * Example (the built-in loop; error handling shortened):
+ *
+ *   static void done(void *user, resil_engine_handle *h, resil_outcome o,
+ *                    resil_http_response *r) {
+ *     (void)h;
+ *     printf("%d\n", o.http_status);
+ *     resil_http_response_free(r);
+ *     resil_loop_stop(user);
+ *   }
+ *   ...
+ *   resil_loop *loop; resil_loop_adapter *ad; resil_engine *e;
+ *   resil_loop_new(NULL, &loop);
+ *   resil_loop_adapter_new(loop, &ad);
+ *   resil_engine_config ec;
+ *   resil_engine_config_init(&ec);
+ *   ec.adapter = ad;
+ *   ec.client = client;               // a resil_http_client
+ *   resil_engine_new(&ec, &e, NULL);
+ *   resil_engine_policies pol;
+ *   resil_engine_policies_init(&pol);
+ *   pol.retry = retry;                // any of the four may stay NULL
+ *   resil_engine_call(e, "get_item", &args, &pol, NULL, done, loop, NULL, NULL);
+ *   resil_loop_run(loop);
+ *   resil_engine_free(e);
+ *   resil_loop_adapter_free(ad);
+ *   resil_loop_free(loop);
+ *
+ * Since 0.2. */
+#ifndef RESIL_ENGINE_H
+#define RESIL_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "breaker.h"
+#include "bulkhead.h"
+#include "call.h"
+#include "http.h"
+#include "loop.h"
+#include "ratelimit.h"
+#include "retry.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct resil_engine resil_engine;
+typedef struct resil_engine_handle resil_engine_handle;
+
+typedef struct resil_engine_config {
+  /* Sized struct (version.h): set by resil_engine_config_init(). */
+  size_t struct_size;
+  /* The loop the engine runs on. Not copied: it must outlive the engine.
+   * Required. */
+  const resil_loop_adapter *adapter;
+  /* The client whose endpoints, settings, counters and listener the calls
+   * use; the engine holds a reference until it is freed. Required. */
+  resil_http_client *client;
+} resil_engine_config;
+
+/* adapter and client NULL (both must be set). Since 0.2. */
+RESIL_API void resil_engine_config_init_sized(resil_engine_config *cfg, size_t struct_size);
+#define resil_engine_config_init(cfg) \
+  resil_engine_config_init_sized((cfg), sizeof(resil_engine_config))
+
+/* The policies of one logical call, outermost first: retry, then per
+ * attempt ratelimiter, breaker, bulkhead, HTTP. Every field may be NULL/0
+ * (not used). Not owned; each object must outlive the calls using it. The
+ * struct itself is copied by resil_engine_call(). */
+typedef struct resil_engine_policies {
+  /* Sized struct (version.h): set by resil_engine_policies_init(). */
+  size_t struct_size;
+  resil_retry *retry;
+  resil_ratelimiter *ratelimiter;
+  resil_breaker *breaker;
+  resil_bulkhead *bulkhead;
+  /* Per-attempt timeout (the time limiter), counted from the attempt's
+   * start; 0 none. An attempt it ends is UNKNOWN(TIMEOUT) once sent,
+   * NOT_SENT(CONNECT_TIMEOUT) before, and the retry may go on. */
+  int64_t attempt_timeout_ns;
+} resil_engine_policies;
+
+/* All NULL, no attempt timeout. Since 0.2. */
+RESIL_API void resil_engine_policies_init_sized(resil_engine_policies *p, size_t struct_size);
+#define resil_engine_policies_init(p) \
+  resil_engine_policies_init_sized((p), sizeof(resil_engine_policies))
+
+/* The completion of call: its final outcome, and the last attempt's
+ * response (may be NULL), now owned by the callee. */
+typedef void (*resil_engine_done_fn)(void *user, resil_engine_handle *call, resil_outcome outcome,
+                                     resil_http_response *response);
+
+/* Creates an engine on cfg->adapter (which it calls set_wake on: one
+ * engine per adapter). Returns RESIL_OK, RESIL_EINVAL (a NULL or
+ * uninitialised cfg, no adapter or client; err says which), RESIL_ENOMEM,
+ * RESIL_ESYS (libcurl or the adapter failed). Since 0.2. */
+RESIL_API resil_status resil_engine_new(const resil_engine_config *cfg, resil_engine **out,
+                                        resil_error *err);
+
+/* Frees the engine, loop thread only (not from a callback). Calls still
+ * running are ended first: each done_fn runs from inside this function
+ * with NOT_SENT(CANCELLED), or UNKNOWN(CANCELLED) for a transfer already
+ * sent. Handles the caller still holds stay valid until released. NULL is
+ * a no-op. Since 0.2. */
+RESIL_API void resil_engine_free(resil_engine *e);
+
+/* Submits a logical call of endpoint with args (as resil_http_call; copied
+ * at once), policies (NULL: none) and ctx (NULL: defaults; its deadline,
+ * flags and clock are read now, its cancel token before each attempt).
+ * Loop thread only. On RESIL_OK, done(user, ...) will be called exactly
+ * once, on a later loop iteration; when `out` is not NULL it gets a handle
+ * the caller holds until resil_engine_handle_release(), valid for
+ * resil_engine_cancel() until then (before or after completion).
+ * Otherwise (RESIL_EINVAL: NULL engine or done, an unknown endpoint, bad
+ * args, an uninitialised ctx or policies; RESIL_ENOMEM) done is never
+ * called, *out is NULL and err says why. Since 0.2. */
+RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
+                                         const resil_http_args *args,
+                                         const resil_engine_policies *policies,
+                                         const resil_ctx *ctx, resil_engine_done_fn done,
+                                         void *user, resil_engine_handle **out, resil_error *err);
+
+/* From any thread: asks the call to end. It takes effect on the next loop
+ * iteration (the adapter is woken): a call waiting to start or between
+ * attempts completes NOT_SENT(CANCELLED) (or with the last attempt's
+ * outcome, stop CANCELLED, when one was made); a transfer in flight is
+ * removed at once and completes UNKNOWN(CANCELLED) once sent,
+ * NOT_SENT(CANCELLED) before. After completion it is a no-op. NULL is a
+ * no-op. Since 0.2. */
+RESIL_API void resil_engine_cancel(resil_engine_handle *call);
+
+/* From any thread: gives back the handle resil_engine_call() returned in
+ * *out (the call itself goes on). NULL is a no-op. Since 0.2. */
+RESIL_API void resil_engine_handle_release(resil_engine_handle *call);
+
+/* Calls submitted and not yet completed (0 for NULL). Loop thread. Since 0.2. */
+RESIL_API size_t resil_engine_active(const resil_engine *e);
+/* Transfers in libcurl now, and the most there have been at once. Loop
+ * thread. 0 for NULL. Since 0.2. */
+RESIL_API size_t resil_engine_in_flight(const resil_engine *e);
+RESIL_API size_t resil_engine_peak_in_flight(const resil_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

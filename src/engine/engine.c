@@ -1,0 +1,749 @@
+/* The async engine (include/resil/engine.h): a call state machine over
+ * libcurl's multi_socket interface, driven by a resil_loop_adapter. Every
+ * attempt is prepared, guarded and classified by src/http/transfer.c, the
+ * same code the blocking path runs; this file only decides when attempts
+ * start and end.
+ *
+ * States of a call:
+ *   START  submitted; its timer fires on a later loop iteration
+ *   WAIT   waiting for a rate-limiter reservation or a retry backoff (timer)
+ *   FLIGHT one transfer in the multi handle
+ *   DONE   completed (done_fn called); kept only while handles remain
+ * Every call has three timers on the engine's heap: `t` (start, waits),
+ * `dl` (the logical deadline) and `at` (the attempt timeout, or the
+ * client's response timeout once the request is on the wire). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/timerheap.h"
+#include "http/http_int.h"
+#include "resil/engine.h"
+
+#define RESIL_MAGIC_ENGINE 0x454e474eu /* "ENGN" */
+
+enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE };
+
+typedef struct eng_xfer {
+  http_slot s; /* first: CURLINFO_PRIVATE is &s */
+  struct resil_engine_handle *call;
+  struct eng_xfer *next_free;
+} eng_xfer;
+
+/* A socket libcurl asked to watch (curl_multi_assign'ed). */
+typedef struct eng_sock {
+  int fd;
+  struct eng_sock *prev, *next;
+} eng_sock;
+
+struct resil_engine_handle {
+  atomic_int refs;
+  atomic_int cancel_req;
+  atomic_int finished;                   /* done_fn called or running */
+  const resil_allocator *alloc;
+  struct resil_engine_handle *cancel_next; /* under e->mu */
+  resil_engine *e;
+  struct resil_engine_handle *prev, *next; /* active list */
+  resil_http_request *req;
+  resil_engine_policies pol;
+  resil_retry_state *rst;
+  resil_ctx ctx;
+  int state;
+  int deadline_hit;
+  int rl_held;    /* this attempt's rate-limiter permit is reserved */
+  int has_permit; /* breaker permit held */
+  int has_bh;     /* bulkhead slot held */
+  int at_kind;    /* ABORT_* the `at` timer ends the transfer with */
+  resil_breaker_permit permit;
+  resil__timer t, dl, at;
+  int64_t deadline_at;    /* loop clock; INT64_MAX none */
+  int64_t attempt_end_at; /* loop clock; INT64_MAX none */
+  int64_t att_t0;
+  uint32_t attempts;
+  resil_outcome last;
+  eng_xfer *x;
+  resil_http_response *res;
+  resil_engine_done_fn done;
+  void *user;
+};
+
+struct resil_engine {
+  uint32_t magic;
+  const resil_allocator *alloc;
+  const resil_loop_adapter *ad;
+  resil_http_client *client;
+  CURLM *multi;
+  resil__timerheap heap;
+  resil__timer curl_timer;
+  int armed;
+  int64_t armed_at;
+  pthread_mutex_t mu;
+  resil_engine_handle *cancel_head; /* under mu */
+  resil_engine_handle *calls;       /* not DONE */
+  eng_xfer *free_x;
+  size_t nfree, max_free;
+  eng_sock *socks;
+  size_t active, in_flight, peak;
+};
+
+static int64_t eng_now(const resil_engine *e) {
+  if (e->ad->now_ns) return e->ad->now_ns(e->ad->self);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec;
+}
+
+/* ---- timers -------------------------------------------------------------- */
+
+static void on_adapter_timer(void *arg);
+
+/* Puts the earliest heap timer on the adapter's one timer. Called at the
+ * end of every entry point. */
+static void rearm(resil_engine *e) {
+  resil__timer *t = resil__timerheap_first(&e->heap);
+  if (!t) {
+    if (e->armed) e->ad->timer(e->ad->self, -1, NULL, NULL);
+    e->armed = 0;
+    return;
+  }
+  if (e->armed && e->armed_at == t->at_ns) return;
+  int64_t d = t->at_ns - eng_now(e);
+  if (d < 0) d = 0;
+  if (e->ad->timer(e->ad->self, d, on_adapter_timer, e) == 0) {
+    e->armed = 1;
+    e->armed_at = t->at_ns;
+  } else {
+    e->armed = 0;
+  }
+}
+
+static void on_adapter_timer(void *arg) {
+  resil_engine *e = arg;
+  e->armed = 0;
+  int64_t now = eng_now(e);
+  resil__timer *t;
+  while ((t = resil__timerheap_pop_due(&e->heap, now)) != NULL) t->cb(t->arg);
+  rearm(e);
+}
+
+static int arm_at(resil_engine *e, resil__timer *t, int64_t at) {
+  return resil__timerheap_arm(&e->heap, t, at);
+}
+
+/* ---- calls ---------------------------------------------------------------- */
+
+static void call_unref(resil_engine_handle *call) {
+  if (atomic_fetch_sub_explicit(&call->refs, 1, memory_order_acq_rel) != 1) return;
+  resil__free(call->alloc, call);
+}
+
+/* Keeps a finished transfer's easy handle for the next attempt, up to
+ * twice the connection limit idle; frees the rest. */
+static void xfer_put(resil_engine *e, eng_xfer *x) {
+  x->call = NULL;
+  if (e->nfree >= e->max_free) {
+    resil__http_slot_cleanup(e->client, &x->s);
+    resil__free(e->alloc, x);
+    return;
+  }
+  x->next_free = e->free_x;
+  e->free_x = x;
+  e->nfree++;
+}
+
+static eng_xfer *xfer_get(resil_engine *e) {
+  eng_xfer *x = e->free_x;
+  if (x) {
+    e->free_x = x->next_free;
+    e->nfree--;
+    return x;
+  }
+  x = resil__calloc(e->alloc, sizeof *x);
+  if (!x) return NULL;
+  if (resil__http_easy_setup(e->client, &x->s, 0) != 0 ||
+      !(x->s.res = resil__http_response_new(e->alloc))) {
+    resil__http_slot_cleanup(e->client, &x->s);
+    resil__free(e->alloc, x);
+    return NULL;
+  }
+  x->s.origin = -1;
+  return x;
+}
+
+static void finish(resil_engine_handle *call, resil_outcome o) {
+  resil_engine *e = call->e;
+  call->state = ST_DONE;
+  resil__timerheap_disarm(&e->heap, &call->t);
+  resil__timerheap_disarm(&e->heap, &call->dl);
+  resil__timerheap_disarm(&e->heap, &call->at);
+  if (call->prev) call->prev->next = call->next;
+  else e->calls = call->next;
+  if (call->next) call->next->prev = call->prev;
+  call->prev = call->next = NULL;
+  e->active--;
+  resil_http_response *r = call->res;
+  call->res = NULL;
+  atomic_store_explicit(&call->finished, 1, memory_order_release);
+  call->done(call->user, call, o, r);
+  resil_http_request_free(call->req);
+  call->req = NULL;
+  resil_retry_state_free(call->rst);
+  call->rst = NULL;
+  call_unref(call);
+}
+
+/* Ends the call between attempts (cancelled, out of time). */
+static void finish_between(resil_engine_handle *call, resil_reason why, resil_stop stop) {
+  resil_outcome o;
+  if (call->attempts) {
+    o = call->pol.retry ? resil_retry_result(call->rst) : call->last;
+  } else {
+    o = resil_outcome_make(why == RESIL_REASON_CANCELLED ? RESIL_NOT_SENT : RESIL_REJECTED, why);
+    o.attempts = 0;
+  }
+  o.stop = stop;
+  finish(call, o);
+}
+
+static const resil_ctx *attempt_ctx(resil_engine_handle *call) {
+  return call->rst ? resil_retry_state_ctx(call->rst) : &call->ctx;
+}
+
+static void begin_attempt(resil_engine_handle *call);
+
+/* The attempt ended with o after duration_ns: policies record it, the
+ * retry decides. */
+static void after_attempt(resil_engine_handle *call, const resil_outcome *o, int64_t duration_ns) {
+  resil_engine *e = call->e;
+  if (call->has_bh) {
+    resil_bulkhead_release(call->pol.bulkhead);
+    call->has_bh = 0;
+  }
+  if (call->has_permit) {
+    resil_breaker_record(call->pol.breaker, &call->permit, o, duration_ns < 0 ? 0 : duration_ns);
+    call->has_permit = 0;
+  }
+  call->last = *o;
+  if (atomic_load_explicit(&call->cancel_req, memory_order_acquire)) {
+    resil_outcome f = *o;
+    f.stop = RESIL_STOP_CANCELLED;
+    f.attempts = call->attempts;
+    finish(call, f);
+    return;
+  }
+  if (!call->pol.retry) {
+    resil__http_report(e->client, 1, o, duration_ns, 0, -1, RESIL_STOP_NONE, call->req->key);
+    finish(call, *o);
+    return;
+  }
+  int64_t wait = 0;
+  resil_decision d = resil_retry_next_timed(call->pol.retry, call->rst, o, duration_ns, &wait);
+  if (d == RESIL_DECISION_GO) {
+    begin_attempt(call);
+  } else if (d == RESIL_DECISION_WAIT) {
+    call->state = ST_WAIT;
+    if (arm_at(e, &call->t, resil__sat_add(eng_now(e), wait)) != 0)
+      finish(call, resil_retry_result(call->rst));
+  } else {
+    finish(call, resil_retry_result(call->rst));
+  }
+}
+
+/* A transfer of call ends: removed from the multi handle, classified by
+ * the shared transport rules. */
+static void transfer_end(resil_engine_handle *call, int aborted, CURLcode rc) {
+  resil_engine *e = call->e;
+  eng_xfer *x = call->x;
+  call->x = NULL;
+  curl_multi_remove_handle(e->multi, x->s.e);
+  e->in_flight--;
+  resil__timerheap_disarm(&e->heap, &call->at);
+  resil_http_client *c = e->client;
+  const resil_ctx *actx = attempt_ctx(call);
+  resil_outcome o = resil__http_attempt_end(c, call->req, &x->s, aborted, rc);
+  int64_t dur = eng_now(e) - call->att_t0;
+  resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, dur);
+  resil_http_response *old = call->res;
+  call->res = x->s.res;
+  x->s.res = old ? old : resil__http_response_new(e->alloc);
+  if (!x->s.res) {
+    resil__http_slot_cleanup(c, &x->s);
+    resil__free(e->alloc, x);
+  } else {
+    xfer_put(e, x);
+  }
+  call->state = ST_WAIT;
+  after_attempt(call, &o, dur);
+}
+
+static void on_sent(void *arg) {
+  resil_engine_handle *call = arg;
+  resil_engine *e = call->e;
+  if (!call->x) return;
+  int64_t r = resil__sat_add(eng_now(e), call->x->s.x.response_timeout_ns);
+  if (r < call->attempt_end_at) {
+    call->at_kind = ABORT_RESPONSE;
+    arm_at(e, &call->at, r);
+  } else if (call->attempt_end_at != INT64_MAX) {
+    call->at_kind = ABORT_DEADLINE;
+    arm_at(e, &call->at, call->attempt_end_at);
+  }
+}
+
+static void start_transfer(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  resil_http_client *c = e->client;
+  const resil_ctx *actx = attempt_ctx(call);
+  int64_t now = eng_now(e);
+  resil_outcome o;
+  eng_xfer *x = xfer_get(e);
+  if (!x) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    resil__http_count_outcome(c, &o);
+    resil__http_log_bare(c, call->req->ep, &o, actx->attempt, 0);
+    call->attempts++;
+    after_attempt(call, &o, 0);
+    return;
+  }
+  int64_t left = call->deadline_at == INT64_MAX ? INT64_MAX : call->deadline_at - now;
+  int64_t to = call->pol.attempt_timeout_ns;
+  call->attempt_end_at = INT64_MAX;
+  if (to > 0 && to < left) {
+    left = to;
+    call->attempt_end_at = resil__sat_add(now, to);
+  }
+  call->att_t0 = now;
+  call->attempts++;
+  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left, &o) != 0) {
+    resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
+    resil_http_response *old = call->res;
+    call->res = x->s.res;
+    x->s.res = old;
+    if (!x->s.res) x->s.res = resil__http_response_new(e->alloc);
+    if (x->s.res) xfer_put(e, x);
+    else {
+      resil__http_slot_cleanup(c, &x->s);
+      resil__free(e->alloc, x);
+    }
+    after_attempt(call, &o, eng_now(e) - now);
+    return;
+  }
+  x->s.x.on_sent = on_sent;
+  x->s.x.on_sent_arg = call;
+  x->call = call;
+  call->x = x;
+  /* transfer_end() counts it out again, also when adding failed (then
+   * classified as a local failure before sending, ABORT_LOCAL). */
+  e->in_flight++;
+  if (curl_multi_add_handle(e->multi, x->s.e) != CURLM_OK) {
+    transfer_end(call, ABORT_LOCAL, CURLE_FAILED_INIT);
+    return;
+  }
+  if (e->in_flight > e->peak) e->peak = e->in_flight;
+  call->state = ST_FLIGHT;
+  if (call->attempt_end_at != INT64_MAX) {
+    call->at_kind = ABORT_DEADLINE;
+    arm_at(e, &call->at, call->attempt_end_at);
+  }
+}
+
+/* The per-attempt policies, then the transfer. */
+static void begin_attempt(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  const resil_ctx *actx = attempt_ctx(call);
+  if (atomic_load_explicit(&call->cancel_req, memory_order_acquire) ||
+      resil_cancel_is_set(actx->cancel)) {
+    finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
+    return;
+  }
+  int64_t now = eng_now(e);
+  if (call->deadline_hit || (call->deadline_at != INT64_MAX && now >= call->deadline_at)) {
+    finish_between(call, RESIL_REASON_DEADLINE, RESIL_STOP_DEADLINE);
+    return;
+  }
+  resil_outcome o;
+  if (call->pol.ratelimiter && !call->rl_held) {
+    int64_t wait = 0;
+    resil_reason why = RESIL_REASON_OK;
+    resil_decision d = resil_ratelimiter_reserve(call->pol.ratelimiter, 1, actx, &wait, &why);
+    if (d == RESIL_DECISION_DENY) {
+      o = resil_outcome_make(RESIL_REJECTED, why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE
+                                                                          : RESIL_REASON_RATE_LIMITED);
+      after_attempt(call, &o, 0);
+      return;
+    }
+    if (d == RESIL_DECISION_WAIT) {
+      call->rl_held = 1;
+      call->state = ST_WAIT;
+      if (arm_at(e, &call->t, resil__sat_add(now, wait)) == 0) return;
+    }
+  }
+  call->rl_held = 0;
+  if (call->pol.breaker) {
+    if (resil_breaker_try_acquire(call->pol.breaker, &call->permit) != RESIL_DECISION_GO) {
+      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+      after_attempt(call, &o, 0);
+      return;
+    }
+    call->has_permit = 1;
+  }
+  if (call->pol.bulkhead) {
+    if (resil_bulkhead_try_acquire(call->pol.bulkhead, NULL) != RESIL_DECISION_GO) {
+      if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
+      call->has_permit = 0;
+      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+      after_attempt(call, &o, 0);
+      return;
+    }
+    call->has_bh = 1;
+  }
+  start_transfer(call);
+}
+
+/* `t` fired: the deferred start, or the end of a wait. */
+static void on_call_timer(void *arg) {
+  resil_engine_handle *call = arg;
+  if (call->state == ST_START) {
+    call->state = ST_WAIT;
+    if (call->pol.retry &&
+        resil_retry_begin(call->pol.retry, &call->ctx, call->rst) != RESIL_DECISION_GO) {
+      finish(call, resil_retry_result(call->rst));
+      return;
+    }
+  }
+  begin_attempt(call);
+}
+
+static void on_deadline(void *arg) {
+  resil_engine_handle *call = arg;
+  call->deadline_hit = 1;
+  if (call->rst) {
+    /* Tell the retry the logical call is out of time (retry.h allows
+     * lowering the state's deadline). */
+    resil_ctx *rc = resil_retry_state_ctx(call->rst);
+    rc->deadline_ns = resil_clock_now_ns(rc->clock);
+  }
+  if (call->state == ST_FLIGHT) {
+    transfer_end(call, ABORT_DEADLINE, CURLE_OK);
+  } else {
+    resil__timerheap_disarm(&call->e->heap, &call->t);
+    finish_between(call, RESIL_REASON_DEADLINE, RESIL_STOP_DEADLINE);
+  }
+}
+
+static void on_attempt_timer(void *arg) {
+  resil_engine_handle *call = arg;
+  if (call->state == ST_FLIGHT) transfer_end(call, call->at_kind, CURLE_OK);
+}
+
+static void do_cancel(resil_engine_handle *call) {
+  if (call->state == ST_DONE) return;
+  if (call->state == ST_FLIGHT) {
+    transfer_end(call, ABORT_CANCEL, CURLE_OK);
+    return;
+  }
+  resil__timerheap_disarm(&call->e->heap, &call->t);
+  finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
+}
+
+/* ---- libcurl's multi_socket callbacks -------------------------------------- */
+
+static void check_done(resil_engine *e) {
+  CURLMsg *msg;
+  int left = 0;
+  while ((msg = curl_multi_info_read(e->multi, &left)) != NULL) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    CURLcode rc = msg->data.result;
+    char *p = NULL;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &p);
+    eng_xfer *x = (eng_xfer *)(void *)p;
+    if (x && x->call) transfer_end(x->call, ABORT_NONE, rc);
+  }
+}
+
+static void on_io(void *arg, int fd, unsigned events) {
+  resil_engine *e = arg;
+  int flags = 0;
+  if (events & RESIL_IO_READ) flags |= CURL_CSELECT_IN;
+  if (events & RESIL_IO_WRITE) flags |= CURL_CSELECT_OUT;
+  if (events & RESIL_IO_ERROR) flags |= CURL_CSELECT_ERR;
+  int running = 0;
+  curl_multi_socket_action(e->multi, (curl_socket_t)fd, flags, &running);
+  check_done(e);
+  rearm(e);
+}
+
+static void on_curl_timeout(void *arg) {
+  resil_engine *e = arg;
+  int running = 0;
+  curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  check_done(e);
+}
+
+static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *ud, void *sockp) {
+  (void)easy;
+  resil_engine *e = ud;
+  eng_sock *sk = sockp;
+  if (what == CURL_POLL_REMOVE) {
+    e->ad->watch(e->ad->self, (int)fd, 0, on_io, e);
+    if (sk) {
+      if (sk->prev) sk->prev->next = sk->next;
+      else e->socks = sk->next;
+      if (sk->next) sk->next->prev = sk->prev;
+      resil__free(e->alloc, sk);
+      curl_multi_assign(e->multi, fd, NULL);
+    }
+    return 0;
+  }
+  if (!sk) {
+    sk = resil__calloc(e->alloc, sizeof *sk);
+    if (!sk) return -1;
+    sk->fd = (int)fd;
+    sk->next = e->socks;
+    if (e->socks) e->socks->prev = sk;
+    e->socks = sk;
+    curl_multi_assign(e->multi, fd, sk);
+  }
+  unsigned ev = 0;
+  if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) ev |= RESIL_IO_READ;
+  if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT) ev |= RESIL_IO_WRITE;
+  return e->ad->watch(e->ad->self, (int)fd, ev, on_io, e) == 0 ? 0 : -1;
+}
+
+static int on_curl_timer(CURLM *m, long timeout_ms, void *ud) {
+  (void)m;
+  resil_engine *e = ud;
+  if (timeout_ms < 0) {
+    resil__timerheap_disarm(&e->heap, &e->curl_timer);
+    return 0;
+  }
+  return arm_at(e, &e->curl_timer, resil__sat_add(eng_now(e), (int64_t)timeout_ms * RESIL_NS_PER_MS));
+}
+
+static void on_wake(void *arg) {
+  resil_engine *e = arg;
+  pthread_mutex_lock(&e->mu);
+  resil_engine_handle *l = e->cancel_head;
+  e->cancel_head = NULL;
+  pthread_mutex_unlock(&e->mu);
+  while (l) {
+    resil_engine_handle *n = l->cancel_next;
+    do_cancel(l);
+    call_unref(l);
+    l = n;
+  }
+  rearm(e);
+}
+
+/* ---- public API ------------------------------------------------------------ */
+
+#define CONFIG_MIN_SIZE (offsetof(resil_engine_config, client) + sizeof(resil_http_client *))
+#define POLICIES_MIN_SIZE (offsetof(resil_engine_policies, attempt_timeout_ns) + sizeof(int64_t))
+
+void resil_engine_config_init_sized(resil_engine_config *cfg, size_t n) {
+  if (!cfg) return;
+  resil_engine_config full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+void resil_engine_policies_init_sized(resil_engine_policies *p, size_t n) {
+  if (!p) return;
+  resil_engine_policies full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(p, n, &full, sizeof full);
+}
+
+resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **out,
+                              resil_error *err) {
+  if (!out) return resil__err(err, RESIL_EINVAL, NULL, "out must not be NULL");
+  *out = NULL;
+  if (!ucfg) return resil__err(err, RESIL_EINVAL, NULL, "cfg must not be NULL");
+  resil_engine_config cfg;
+  resil_engine_config_init(&cfg);
+  resil_status st = resil__sized_in(&cfg, sizeof cfg, ucfg, CONFIG_MIN_SIZE,
+                                    "resil_engine_config", "resil_engine_config_init", err);
+  if (st != RESIL_OK) return st;
+  const resil_loop_adapter *ad = cfg.adapter;
+  if (!ad || !ad->watch || !ad->timer || !ad->set_wake || !ad->wake)
+    return resil__err(err, RESIL_EINVAL, "adapter",
+                      "must be set, with watch, timer, set_wake and wake");
+  resil_http_client *c = cfg.client;
+  if (!c || c->magic != RESIL_MAGIC_HTTP_CLIENT)
+    return resil__err(err, RESIL_EINVAL, "client", "must be set");
+  resil_engine *e = resil__calloc(c->alloc, sizeof *e);
+  if (!e) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  e->magic = RESIL_MAGIC_ENGINE;
+  e->alloc = c->alloc;
+  e->ad = ad;
+  e->client = c;
+  e->max_free = 2 * (size_t)c->nslots < 64 ? 64 : 2 * (size_t)c->nslots;
+  resil__timerheap_init(&e->heap, e->alloc);
+  e->curl_timer.cb = on_curl_timeout;
+  e->curl_timer.arg = e;
+  if (pthread_mutex_init(&e->mu, NULL) != 0) {
+    resil__free(e->alloc, e);
+    return resil__err(err, RESIL_ESYS, NULL, "pthread_mutex_init failed");
+  }
+  e->multi = curl_multi_init();
+  CURLMcode mc = e->multi ? CURLM_OK : CURLM_OUT_OF_MEMORY;
+#define MSET(opt, val)                                                         \
+  do {                                                                         \
+    if (mc == CURLM_OK) mc = curl_multi_setopt(e->multi, opt, val);            \
+  } while (0)
+  MSET(CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+  MSET(CURLMOPT_SOCKETDATA, (void *)e);
+  MSET(CURLMOPT_TIMERFUNCTION, on_curl_timer);
+  MSET(CURLMOPT_TIMERDATA, (void *)e);
+  MSET(CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)c->nslots);
+  MSET(CURLMOPT_MAX_HOST_CONNECTIONS, (long)c->per_host);
+  MSET(CURLMOPT_MAXCONNECTS, (long)c->nslots);
+  /* HTTP/1.1 only: no pipelining or multiplexing. */
+  MSET(CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
+#undef MSET
+  if (mc != CURLM_OK || ad->set_wake(ad->self, on_wake, e) != 0) {
+    if (e->multi) curl_multi_cleanup(e->multi);
+    pthread_mutex_destroy(&e->mu);
+    resil__free(e->alloc, e);
+    return resil__err(err, RESIL_ESYS, NULL, "could not set up libcurl's multi handle or the adapter");
+  }
+  resil__http_client_ref(c);
+  *out = e;
+  if (err) resil_error_clear(err);
+  return RESIL_OK;
+}
+
+void resil_engine_free(resil_engine *e) {
+  if (!e || e->magic != RESIL_MAGIC_ENGINE) return;
+  while (e->calls) {
+    atomic_store_explicit(&e->calls->cancel_req, 1, memory_order_release);
+    do_cancel(e->calls);
+  }
+  pthread_mutex_lock(&e->mu);
+  resil_engine_handle *l = e->cancel_head;
+  e->cancel_head = NULL;
+  pthread_mutex_unlock(&e->mu);
+  while (l) {
+    resil_engine_handle *n = l->cancel_next;
+    call_unref(l);
+    l = n;
+  }
+  curl_multi_cleanup(e->multi);
+  while (e->socks) {
+    eng_sock *sk = e->socks;
+    e->socks = sk->next;
+    e->ad->watch(e->ad->self, sk->fd, 0, on_io, e);
+    resil__free(e->alloc, sk);
+  }
+  while (e->free_x) {
+    eng_xfer *x = e->free_x;
+    e->free_x = x->next_free;
+    resil__http_slot_cleanup(e->client, &x->s);
+    resil__free(e->alloc, x);
+  }
+  if (e->armed) e->ad->timer(e->ad->self, -1, NULL, NULL);
+  resil__timerheap_free(&e->heap);
+  pthread_mutex_destroy(&e->mu);
+  resil_http_client *c = e->client;
+  e->magic = RESIL_MAGIC_DEAD;
+  resil__free(e->alloc, e);
+  resil__http_client_unref(c);
+}
+
+resil_status resil_engine_call(resil_engine *e, const char *endpoint,
+                               const resil_http_args *args,
+                               const resil_engine_policies *policies, const resil_ctx *ctx,
+                               resil_engine_done_fn done, void *user, resil_engine_handle **out,
+                               resil_error *err) {
+  if (out) *out = NULL;
+  if (!e || e->magic != RESIL_MAGIC_ENGINE)
+    return resil__err(err, RESIL_EINVAL, NULL, "engine must not be NULL");
+  if (!done) return resil__err(err, RESIL_EINVAL, "done", "must not be NULL");
+  resil_ctx lc;
+  const resil_ctx *cx = resil__ctx_in(&lc, ctx);
+  if (!cx) return resil__err(err, RESIL_EINVAL, "ctx", "call resil_ctx_init()");
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  if (policies) {
+    resil_status st = resil__sized_in(&pol, sizeof pol, policies, POLICIES_MIN_SIZE,
+                                      "resil_engine_policies", "resil_engine_policies_init", err);
+    if (st != RESIL_OK) return st;
+  }
+  if (pol.attempt_timeout_ns < 0)
+    return resil__err(err, RESIL_EINVAL, "attempt_timeout_ns", "must not be negative");
+  resil_engine_handle *call = resil__calloc(e->alloc, sizeof *call);
+  if (!call) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  resil_status st = resil_http_request_new(e->client, endpoint, args, &call->req, err);
+  if (st == RESIL_OK && pol.retry && resil_retry_state_new(e->alloc, &call->rst) != RESIL_OK)
+    st = resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  if (st != RESIL_OK) {
+    resil_http_request_free(call->req);
+    resil__free(e->alloc, call);
+    return st;
+  }
+  atomic_init(&call->refs, out ? 2 : 1);
+  atomic_init(&call->cancel_req, 0);
+  atomic_init(&call->finished, 0);
+  call->alloc = e->alloc;
+  call->e = e;
+  call->pol = pol;
+  call->ctx = *cx;
+  call->ctx.flags |= resil_http_request_call_flags(call->req);
+  call->ctx.idempotency_key = resil_http_request_idempotency_key(call->req);
+  call->done = done;
+  call->user = user;
+  call->state = ST_START;
+  call->t.cb = on_call_timer;
+  call->t.arg = call;
+  call->dl.cb = on_deadline;
+  call->dl.arg = call;
+  call->at.cb = on_attempt_timer;
+  call->at.arg = call;
+  int64_t now = eng_now(e);
+  int64_t rem = resil_ctx_remaining_ns(cx);
+  call->deadline_at = rem == INT64_MAX ? INT64_MAX : resil__sat_add(now, rem);
+  /* The start is deferred to a later loop iteration: done_fn is never
+   * called from inside this function. */
+  if (arm_at(e, &call->t, now) != 0 ||
+      (call->deadline_at != INT64_MAX && arm_at(e, &call->dl, call->deadline_at) != 0)) {
+    resil__timerheap_disarm(&e->heap, &call->t);
+    resil_retry_state_free(call->rst);
+    resil_http_request_free(call->req);
+    resil__free(e->alloc, call);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  call->next = e->calls;
+  if (e->calls) e->calls->prev = call;
+  e->calls = call;
+  e->active++;
+  rearm(e);
+  if (out) *out = call;
+  if (err) resil_error_clear(err);
+  return RESIL_OK;
+}
+
+void resil_engine_cancel(resil_engine_handle *call) {
+  if (!call) return;
+  /* After completion: a no-op (the engine is not touched). */
+  if (atomic_load_explicit(&call->finished, memory_order_acquire)) return;
+  if (atomic_exchange_explicit(&call->cancel_req, 1, memory_order_acq_rel)) return;
+  resil_engine *e = call->e;
+  atomic_fetch_add_explicit(&call->refs, 1, memory_order_relaxed);
+  pthread_mutex_lock(&e->mu);
+  call->cancel_next = e->cancel_head;
+  e->cancel_head = call;
+  pthread_mutex_unlock(&e->mu);
+  e->ad->wake(e->ad->self);
+}
+
+void resil_engine_handle_release(resil_engine_handle *call) {
+  if (call) call_unref(call);
+}
+
+size_t resil_engine_active(const resil_engine *e) { return e ? e->active : 0; }
+size_t resil_engine_in_flight(const resil_engine *e) { return e ? e->in_flight : 0; }
+size_t resil_engine_peak_in_flight(const resil_engine *e) { return e ? e->peak : 0; }

@@ -1,0 +1,847 @@
+/* The async engine (include/resil/engine.h) against the real fixture on
+ * 127.0.0.1, on one loop thread (the test adapter of test_engine_common.h):
+ * many calls in flight, completion exactly once and never from inside
+ * submit, retry backoff as timers, the deadline removing a transfer at
+ * once, cancellation from another thread, H16 on the engine path, and the
+ * per-attempt policies. The fixture's server threads make these
+ * concurrency tests (_mt). */
+#include "test_engine_common.h"
+
+#include "resil/breaker.h"
+#include "resil/bulkhead.h"
+#include "resil/ratelimit.h"
+
+static const resil_http_endpoint eps[] = {
+    {.struct_size = sizeof(resil_http_endpoint), .name = "item", .path = "/items/{id}",
+     .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "flaky", .path = "/flaky/{id}",
+     .query = "fail={n}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow", .path = "/slow", .query = "ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_get", .path = "/ka"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "flaky_keyed", .method = RESIL_HTTP_POST,
+     .path = "/flaky/{id}", .query = "fail={n}", .idempotency_key = RESIL_HTTP_KEY_SEND,
+     .headers = (const char *const[]){"Authorization: Bearer {tok}", NULL}},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "seq", .path = "/seq/{id}",
+     .query = "codes={codes}&retry_after={ra}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_post", .method = RESIL_HTTP_POST,
+     .path = "/ka", .request_codec = RESIL_HTTP_CODEC_JSON},
+};
+#define NEPS (sizeof eps / sizeof eps[0])
+
+/* ---- completion bookkeeping -------------------------------------------------- */
+
+#define MAXC 1000
+typedef struct done_rec {
+  atomic_size_t done;
+  int in_submit;           /* set around resil_engine_call */
+  size_t inside_submit;    /* completions seen while in_submit */
+  size_t wrong_thread;
+  pthread_t loop_thread;
+  unsigned char count[MAXC];
+  resil_outcome o[MAXC];
+  int status[MAXC];
+  int64_t at_ms[MAXC];
+  resil_http_response *keep[MAXC]; /* when keep_responses */
+  int keep_responses;
+} done_rec;
+
+typedef struct call_tag {
+  done_rec *rec;
+  size_t i;
+} call_tag;
+
+static call_tag tags[MAXC];
+
+static void on_done(void *user, resil_engine_handle *h, resil_outcome o, resil_http_response *r) {
+  (void)h;
+  call_tag *t = user;
+  done_rec *d = t->rec;
+  if (d->in_submit) d->inside_submit++;
+  if (!pthread_equal(pthread_self(), d->loop_thread)) d->wrong_thread++;
+  d->count[t->i]++;
+  d->o[t->i] = o;
+  d->status[t->i] = r ? resil_http_response_status(r) : -1;
+  d->at_ms[t->i] = mono_ms();
+  if (d->keep_responses) d->keep[t->i] = r;
+  else resil_http_response_free(r);
+  atomic_fetch_add(&d->done, 1);
+}
+
+static void rec_init(done_rec *d) {
+  memset(d, 0, sizeof *d);
+  d->loop_thread = pthread_self();
+}
+
+static resil_status submit(resil_engine *e, done_rec *d, size_t i, const char *ep,
+                           const char *const *kv, const resil_engine_policies *pol,
+                           const resil_ctx *ctx, resil_engine_handle **out) {
+  resil_http_param ps[4];
+  size_t n = 0;
+  for (; kv && kv[2 * n] && n < 4; n++) {
+    ps[n].name = kv[2 * n];
+    ps[n].value = kv[2 * n + 1];
+  }
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = ps;
+  args.param_count = n;
+  tags[i] = (call_tag){d, i};
+  resil_error err;
+  d->in_submit = 1;
+  resil_status st = resil_engine_call(e, ep, &args, pol, ctx, on_done, &tags[i], out, &err);
+  d->in_submit = 0;
+  if (st != RESIL_OK) print_message("submit: %s\n", err.msg);
+  return st;
+}
+
+static void pool_of(resil_http_client_config *cfg, void *u) {
+  cfg->max_connections = *(uint32_t *)u;
+  cfg->max_connections_per_host = *(uint32_t *)u;
+}
+
+static resil_engine *engine_on(test_loop *l, resil_http_client *c) {
+  resil_engine_config ec;
+  resil_engine_config_init(&ec);
+  ec.adapter = l->adapter;
+  ec.client = c;
+  resil_engine *e = NULL;
+  resil_error err;
+  if (resil_engine_new(&ec, &e, &err) != RESIL_OK) fail_msg("engine: %s", err.msg);
+  return e;
+}
+
+/* ---- tests --------------------------------------------------------------------- */
+
+static void thousand_gets_in_flight_on_one_thread_each_completed_once(void **state) {
+  fx_state *s = *state;
+  uint32_t pool = 32;
+  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  char ids[MAXC][12];
+  for (size_t i = 0; i < MAXC; i++) {
+    snprintf(ids[i], sizeof ids[i], "%zu", i);
+    assert_int_equal(submit(e, &d, i, "item", KV("id", ids[i]), NULL, NULL, NULL), RESIL_OK);
+  }
+  /* Nothing completes inside submit, nor before the loop runs. */
+  assert_int_equal(atomic_load(&d.done), 0);
+  assert_int_equal(resil_engine_active(e), MAXC);
+  assert_true(tl_run_until(&l, &d.done, MAXC, 90000));
+  /* A few more iterations: nothing completes twice. */
+  for (int k = 0; k < 5; k++) tl_run_once(&l, 10);
+  assert_int_equal(atomic_load(&d.done), MAXC);
+  for (size_t i = 0; i < MAXC; i++) {
+    assert_int_equal(d.count[i], 1);
+    assert_int_equal(d.status[i], 200);
+    assert_int_equal(d.o[i].kind, RESIL_ANSWERED);
+  }
+  assert_int_equal(d.inside_submit, 0);
+  assert_int_equal(d.wrong_thread, 0);
+  assert_int_equal(l.wrong_thread, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), MAXC);
+  assert_int_equal(resil_engine_active(e), 0);
+  assert_int_equal(resil_engine_in_flight(e), 0);
+  /* Many at once (libcurl holds the ones waiting for one of the 32
+   * connections), never more connections than the pool. */
+  assert_true(resil_engine_peak_in_flight(e) > 32);
+  assert_true(resil_fixture_connections(s->f) <= 32);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+static void retry_503_503_200_backoff_timers_three_attempts_overlapping(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = RESIL_MS(100);
+  resil_retry *retry = NULL;
+  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  enum { N = 40 };
+  char ids[N][16];
+  int64_t t0 = mono_ms();
+  for (size_t i = 0; i < N; i++) {
+    snprintf(ids[i], sizeof ids[i], "r%zu", i);
+    assert_int_equal(submit(e, &d, i, "flaky", KV("id", ids[i], "n", "2"), &pol, NULL, NULL),
+                     RESIL_OK);
+  }
+  assert_true(tl_run_until(&l, &d.done, N, 60000));
+  int64_t elapsed = mono_ms() - t0;
+  for (size_t i = 0; i < N; i++) {
+    assert_int_equal(d.count[i], 1);
+    assert_int_equal(d.o[i].http_status, 200);
+    assert_int_equal(d.o[i].attempts, 3);
+    assert_int_equal(d.o[i].stop, RESIL_STOP_SUCCESS);
+  }
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 3 * N);
+  /* Each call waited 2 x 100 ms; one after the other that is 8 s. The
+   * waits are timers, so they overlap (generous bound for a loaded
+   * machine), and each call took at least its two waits. */
+  assert_true(elapsed < 4000);
+  for (size_t i = 0; i < N; i++) assert_true(d.at_ms[i] - t0 >= 195);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+static void deadline_ends_slow_calls_unknown_at_once_while_fast_ones_succeed(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  enum { SLOW = 5, FAST = 60 };
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  int64_t t0 = mono_ms();
+  resil_ctx_set_timeout_ns(&ctx, RESIL_MS(300));
+  for (size_t i = 0; i < SLOW; i++)
+    assert_int_equal(submit(e, &d, i, "slow", KV("ms", "5000"), NULL, &ctx, NULL), RESIL_OK);
+  char ids[FAST][12];
+  for (size_t i = 0; i < FAST; i++) {
+    snprintf(ids[i], sizeof ids[i], "%zu", i);
+    assert_int_equal(submit(e, &d, SLOW + i, "item", KV("id", ids[i]), NULL, NULL, NULL),
+                     RESIL_OK);
+  }
+  assert_true(tl_run_until(&l, &d.done, SLOW + FAST, 30000));
+  for (size_t i = 0; i < SLOW; i++) {
+    assert_int_equal(d.count[i], 1);
+    assert_int_equal(d.o[i].kind, RESIL_UNKNOWN);
+    assert_int_equal(d.o[i].reason, RESIL_REASON_TIMEOUT);
+    int64_t at = d.at_ms[i] - t0;
+    /* At the deadline, not when the server answers (5 s). */
+    assert_true(at >= 295);
+    assert_true(at < 2500);
+  }
+  for (size_t i = SLOW; i < SLOW + FAST; i++) {
+    assert_int_equal(d.count[i], 1);
+    assert_int_equal(d.status[i], 200);
+  }
+  assert_int_equal(resil_fixture_effects(s->f, "slow"), SLOW);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+/* ---- cancellation from another thread ------------------------------------------ */
+
+typedef struct canceller {
+  resil_engine_handle *h;
+  resil_fixture *f;
+  atomic_int go;
+  int64_t cancelled_at_ms;
+} canceller;
+
+static void *cancel_main(void *u) {
+  canceller *k = u;
+  /* Waits (event order, no fixed sleep) until the request reached the
+   * server, then cancels. */
+  while (resil_fixture_attempts(k->f, "slow") < 1) sleep_ms(2);
+  k->cancelled_at_ms = mono_ms();
+  resil_engine_cancel(k->h);
+  resil_engine_cancel(k->h); /* twice: the second is a no-op */
+  return NULL;
+}
+
+static void cancel_from_another_thread_ends_a_sent_call_unknown(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_engine_handle *h = NULL;
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "8000"), NULL, NULL, &h), RESIL_OK);
+  assert_non_null(h);
+  canceller k = {.h = h, .f = s->f};
+  pthread_t th;
+  pthread_create(&th, NULL, cancel_main, &k);
+  int64_t t0 = mono_ms();
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  pthread_join(th, NULL);
+  assert_int_equal(d.count[0], 1);
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_CANCELLED);
+  assert_int_equal(d.o[0].stop, RESIL_STOP_CANCELLED);
+  /* Long before the server's 8 s answer. */
+  assert_true(d.at_ms[0] - t0 < 4000);
+  assert_int_equal(d.wrong_thread, 0);
+  /* After completion cancel is a no-op, and the handle is still valid. */
+  resil_engine_cancel(h);
+  for (int i = 0; i < 3; i++) tl_run_once(&l, 5);
+  assert_int_equal(d.count[0], 1);
+  resil_engine_handle_release(h);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+static void *cancel_now_main(void *u) {
+  resil_engine_cancel(u);
+  return NULL;
+}
+
+static void cancel_during_backoff_or_before_start_sends_nothing_more(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = RESIL_S(20);
+  resil_retry *retry = NULL;
+  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  /* Call 0 fails once (503) and then waits 20 s; call 1 is cancelled
+   * before the loop even starts it. */
+  resil_engine_handle *h0 = NULL, *h1 = NULL;
+  assert_int_equal(submit(e, &d, 0, "flaky", KV("id", "cb", "n", "1"), &pol, NULL, &h0), RESIL_OK);
+  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), NULL, NULL, &h1), RESIL_OK);
+  pthread_t th;
+  pthread_create(&th, NULL, cancel_now_main, h1);
+  pthread_join(th, NULL);
+  assert_true(tl_run_until(&l, &d.done, 1, 10000));
+  assert_int_equal(d.count[1], 1);
+  assert_int_equal(d.o[1].kind, RESIL_NOT_SENT);
+  assert_int_equal(d.o[1].reason, RESIL_REASON_CANCELLED);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+  /* Wait for call 0's first answer, then cancel it in its backoff. */
+  int64_t end = mono_ms() + 10000;
+  while (resil_fixture_attempts(s->f, "flaky") < 1 && mono_ms() < end) tl_run_once(&l, 10);
+  for (int i = 0; i < 20 && resil_engine_in_flight(e) > 0; i++) tl_run_once(&l, 10);
+  assert_int_equal(d.count[0], 0);
+  pthread_create(&th, NULL, cancel_now_main, h0);
+  pthread_join(th, NULL);
+  int64_t t0 = mono_ms();
+  assert_true(tl_run_until(&l, &d.done, 2, 10000));
+  assert_true(mono_ms() - t0 < 5000);
+  assert_int_equal(d.count[0], 1);
+  assert_int_equal(d.o[0].http_status, 503);
+  assert_int_equal(d.o[0].stop, RESIL_STOP_CANCELLED);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 1);
+  resil_engine_handle_release(h0);
+  resil_engine_handle_release(h1);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+/* ---- H16 on the engine path --------------------------------------------------------- */
+
+typedef struct h16_ctx {
+  resil_engine *e;
+  done_rec *d;
+} h16_ctx;
+
+static h16_ctx h16;
+
+static void h16_after_get(void *user, resil_engine_handle *h, resil_outcome o,
+                          resil_http_response *r) {
+  on_done(user, h, o, r);
+  /* The POST goes out on the connection the GET left alive. */
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.body = "{\"a\":1}";
+  args.body_len = strlen(args.body);
+  tags[1] = (call_tag){h16.d, 1};
+  assert_int_equal(resil_engine_call(h16.e, "ka_post", &args, NULL, NULL, on_done, &tags[1], NULL,
+                                     NULL),
+                   RESIL_OK);
+}
+
+static void h16_dead_reused_connection_is_not_resent_on_the_engine(void **state) {
+  fx_state *s = *state;
+  uint32_t pool = 1;
+  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  d.keep_responses = 1;
+  h16 = (h16_ctx){e, &d};
+  tags[0] = (call_tag){&d, 0};
+  assert_int_equal(resil_engine_call(e, "ka_get", NULL, NULL, NULL, h16_after_get, &tags[0], NULL,
+                                     NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 2, 20000));
+  assert_int_equal(d.status[0], 200);
+  assert_int_equal(d.o[1].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[1].reason, RESIL_REASON_CONNECTION_CLOSED);
+  /* Exactly one effect: libcurl's hidden re-send was refused, and never
+   * even opened its connection. */
+  assert_int_equal(resil_fixture_effects(s->f, "ka"), 1);
+  assert_int_equal(resil_fixture_connections(s->f), 1);
+  resil_http_info info;
+  resil_http_response_info(d.keep[1], &info);
+  assert_int_equal(info.reused_connection, 1);
+  assert_int_equal(info.resends, 0);
+  resil_http_stats st;
+  resil_http_client_get_stats(c, &st);
+  assert_int_equal(st.resends_prevented, 1);
+  assert_int_equal(st.resends_counted, 0);
+  assert_int_equal(st.outcomes[RESIL_UNKNOWN], 1);
+  resil_http_response_free(d.keep[0]);
+  resil_http_response_free(d.keep[1]);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+/* ---- per-attempt policies ----------------------------------------------------------- */
+
+static void breaker_and_bulkhead_reject_without_sending(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  resil_breaker *br = NULL;
+  assert_int_equal(resil_breaker_new(&bc, &br, NULL), RESIL_OK);
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = 2;
+  hc.max_wait_ns = 0;
+  resil_bulkhead *bh = NULL;
+  assert_int_equal(resil_bulkhead_new(&hc, &bh, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.breaker = br;
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  /* Five slow calls start on one iteration: two get the bulkhead's slots. */
+  for (size_t i = 0; i < 5; i++)
+    assert_int_equal(submit(e, &d, i, "slow", KV("ms", "200"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 5, 20000));
+  size_t ok = 0, full = 0;
+  for (size_t i = 0; i < 5; i++) {
+    if (d.o[i].http_status == 200) ok++;
+    if (d.o[i].kind == RESIL_REJECTED && d.o[i].reason == RESIL_REASON_BULKHEAD_FULL) full++;
+  }
+  assert_int_equal(ok, 2);
+  assert_int_equal(full, 3);
+  assert_int_equal(resil_fixture_effects(s->f, "slow"), 2);
+  assert_int_equal(resil_bulkhead_available(bh), 2);
+  /* An open breaker: nothing is sent. */
+  assert_int_equal(resil_breaker_transition(br, RESIL_BREAKER_FORCED_OPEN), RESIL_OK);
+  assert_int_equal(submit(e, &d, 5, "item", KV("id", "5"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 6, 10000));
+  assert_int_equal(d.o[5].kind, RESIL_REJECTED);
+  assert_int_equal(d.o[5].reason, RESIL_REASON_BREAKER_OPEN);
+  assert_int_equal(d.status[5], -1);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_breaker_free(br);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+static void ratelimiter_reservations_are_timers(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_ratelimiter_config rlc;
+  resil_ratelimiter_config_init(&rlc);
+  rlc.limit_for_period = 1;
+  rlc.refresh_period_ns = RESIL_MS(150);
+  rlc.timeout_ns = RESIL_S(5);
+  resil_ratelimiter *rl = NULL;
+  assert_int_equal(resil_ratelimiter_new(&rlc, &rl, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.ratelimiter = rl;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  int64_t t0 = mono_ms();
+  char ids[4][4] = {"0", "1", "2", "3"};
+  for (size_t i = 0; i < 4; i++)
+    assert_int_equal(submit(e, &d, i, "item", KV("id", ids[i]), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 4, 20000));
+  for (size_t i = 0; i < 4; i++) assert_int_equal(d.status[i], 200);
+  /* One permit per 150 ms: the fourth call waited at least ~2 periods. */
+  int64_t last = 0;
+  for (size_t i = 0; i < 4; i++)
+    if (d.at_ms[i] - t0 > last) last = d.at_ms[i] - t0;
+  assert_true(last >= 280);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_ratelimiter_free(rl);
+  resil_http_client_free(c);
+}
+
+static void submit_errors_never_call_back_and_expired_deadline_completes_later(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_engine_handle *h = (resil_engine_handle *)&d;
+  assert_int_equal(submit(e, &d, 0, "nope", NULL, NULL, NULL, &h), RESIL_EINVAL);
+  assert_null(h);
+  resil_ctx bad;
+  memset(&bad, 0, sizeof bad);
+  assert_int_equal(submit(e, &d, 0, "item", KV("id", "1"), NULL, &bad, NULL), RESIL_EINVAL);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, 0);
+  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), NULL, &ctx, NULL), RESIL_OK);
+  assert_int_equal(atomic_load(&d.done), 0);
+  assert_true(tl_run_until(&l, &d.done, 1, 10000));
+  for (int i = 0; i < 3; i++) tl_run_once(&l, 5);
+  assert_int_equal(atomic_load(&d.done), 1);
+  assert_int_equal(d.count[0], 0);
+  assert_int_equal(d.o[1].kind, RESIL_REJECTED);
+  assert_int_equal(d.o[1].reason, RESIL_REASON_DEADLINE);
+  assert_int_equal(d.inside_submit, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+static void engine_free_completes_running_calls_once(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_engine_handle *h = NULL;
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "5000"), NULL, NULL, &h), RESIL_OK);
+  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), NULL, NULL, NULL), RESIL_OK);
+  int64_t end = mono_ms() + 10000;
+  while (resil_fixture_attempts(s->f, "slow") < 1 && mono_ms() < end) tl_run_once(&l, 10);
+  resil_engine_free(e);
+  assert_int_equal(atomic_load(&d.done), 2);
+  assert_int_equal(d.count[0], 1);
+  assert_int_equal(d.count[1], 1);
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_CANCELLED);
+  /* The handle outlives the engine until released; cancel is a no-op. */
+  resil_engine_cancel(h);
+  resil_engine_handle_release(h);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+static void attempt_timeout_ends_each_attempt_and_the_retry_goes_on(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 2;
+  rc.wait_ns = RESIL_MS(10);
+  resil_retry *retry = NULL;
+  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  pol.attempt_timeout_ns = RESIL_MS(150);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  int64_t t0 = mono_ms();
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 20000));
+  int64_t took = d.at_ms[0] - t0;
+  /* A GET is idempotent: the UNKNOWN(TIMEOUT) attempt is retried once. */
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_int_equal(d.o[0].attempts, 2);
+  assert_int_equal(d.o[0].stop, RESIL_STOP_MAX_ATTEMPTS);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 2);
+  assert_true(took >= 300);
+  assert_true(took < 2500);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+static void response_timeout(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->response_timeout_ns = RESIL_MS(200);
+}
+
+static void client_response_timeout_applies_on_the_engine(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, response_timeout, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  d.keep_responses = 1;
+  int64_t t0 = mono_ms();
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), NULL, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 20000));
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_string_equal(resil_http_response_error(d.keep[0]), "response timeout");
+  assert_true(d.at_ms[0] - t0 >= 195);
+  assert_true(d.at_ms[0] - t0 < 2500);
+  resil_http_response_free(d.keep[0]);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+static void retry_after_is_a_timer(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = RESIL_MS(1);
+  resil_retry *retry = NULL;
+  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  int64_t t0 = mono_ms();
+  /* 503 with Retry-After: 1, then 200; a fast call meanwhile is not held. */
+  assert_int_equal(submit(e, &d, 0, "seq", KV("id", "ra", "codes", "503,200", "ra", "1"), &pol,
+                          NULL, NULL),
+                   RESIL_OK);
+  assert_int_equal(submit(e, &d, 1, "item", KV("id", "7"), NULL, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 2, 20000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(d.o[0].attempts, 2);
+  assert_true(d.at_ms[0] - t0 >= 950);
+  assert_int_equal(d.status[1], 200);
+  assert_true(d.at_ms[1] < d.at_ms[0]);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+static void engine_config_is_validated(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = (resil_engine *)&l;
+  resil_error err;
+  assert_int_equal(resil_engine_new(NULL, &e, &err), RESIL_EINVAL);
+  assert_null(e);
+  resil_engine_config ec;
+  memset(&ec, 0, sizeof ec);
+  ec.adapter = l.adapter;
+  ec.client = c;
+  /* Never passed through resil_engine_config_init(). */
+  assert_int_equal(resil_engine_new(&ec, &e, &err), RESIL_EINVAL);
+  assert_string_equal(err.field, "struct_size");
+  resil_engine_config_init(&ec);
+  ec.client = c;
+  assert_int_equal(resil_engine_new(&ec, &e, &err), RESIL_EINVAL);
+  assert_string_equal(err.field, "adapter");
+  ec.adapter = l.adapter;
+  ec.client = NULL;
+  assert_int_equal(resil_engine_new(&ec, &e, &err), RESIL_EINVAL);
+  assert_string_equal(err.field, "client");
+  ec.client = c;
+  assert_int_equal(resil_engine_new(&ec, &e, &err), RESIL_OK);
+  /* Policies never passed through resil_engine_policies_init(). */
+  resil_engine_policies pol;
+  memset(&pol, 0, sizeof pol);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "item", KV("id", "1"), &pol, NULL, NULL), RESIL_EINVAL);
+  resil_engine_policies_init(&pol);
+  pol.attempt_timeout_ns = -1;
+  assert_int_equal(submit(e, &d, 0, "item", KV("id", "1"), &pol, NULL, NULL), RESIL_EINVAL);
+  assert_int_equal(resil_engine_active(e), 0);
+  /* NULL handles. */
+  assert_int_equal(resil_engine_active(NULL), 0);
+  assert_int_equal(resil_engine_in_flight(NULL), 0);
+  resil_engine_cancel(NULL);
+  resil_engine_handle_release(NULL);
+  resil_engine_free(NULL);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+static void deadline_of_a_call_waiting_for_a_connection_is_not_sent(void **state) {
+  fx_state *s = *state;
+  uint32_t pool = 1;
+  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, RESIL_MS(1500));
+  /* Call 0 holds the one connection for 3 s (ended by its own 1.5 s
+   * deadline); call 1 waits inside libcurl for it and is never sent. */
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), NULL, &ctx, NULL), RESIL_OK);
+  resil_ctx_init(&ctx);
+  int64_t t0 = mono_ms();
+  resil_ctx_set_timeout_ns(&ctx, RESIL_MS(300));
+  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), NULL, &ctx, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 2, 20000));
+  assert_int_equal(d.o[1].kind, RESIL_NOT_SENT);
+  assert_true(d.at_ms[1] - t0 >= 295);
+  assert_true(d.at_ms[1] < d.at_ms[0]);
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
+typedef struct log_capture {
+  size_t lines;
+  size_t secret_seen;
+  size_t auth_lines;
+} log_capture;
+
+static log_capture logs;
+
+static void capture_log(void *user, resil_http_log_level lv, const char *line) {
+  (void)user;
+  (void)lv;
+  logs.lines++;
+  if (strstr(line, "s3cr3t")) logs.secret_seen++;
+  if (strstr(line, "Authorization")) logs.auth_lines++;
+}
+
+static void log_headers(resil_http_client_config *cfg, void *u) {
+  (void)u;
+  cfg->log_level = RESIL_HTTP_LOG_HEADERS;
+  cfg->log_fn = capture_log;
+}
+
+/* The keyed POST is retried with the one key generated for the logical
+ * call, and its Authorization header is redacted in every log line: the
+ * same transport rules as resil_http_call. */
+static void keyed_post_retried_with_one_key_and_secrets_redacted(void **state) {
+  fx_state *s = *state;
+  memset(&logs, 0, sizeof logs);
+  resil_http_client *c = client_on(s->f, eps, NEPS, log_headers, NULL);
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = RESIL_MS(10);
+  resil_retry *retry = NULL;
+  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  d.keep_responses = 1;
+  assert_int_equal(submit(e, &d, 0, "flaky_keyed", KV("id", "k1", "n", "1", "tok", "s3cr3t"), &pol,
+                          NULL, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 20000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(d.o[0].attempts, 2);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 2);
+  const char *key = resil_http_response_idempotency_key(d.keep[0]);
+  assert_non_null(key);
+  char seen[300] = "";
+  assert_int_equal(resil_fixture_last_header(s->f, "flaky", "idempotency-key", seen, sizeof seen),
+                   1);
+  assert_string_equal(seen, key);
+  assert_true(logs.auth_lines >= 2);
+  assert_int_equal(logs.secret_seen, 0);
+  resil_http_response_free(d.keep[0]);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_retry_free(retry);
+  resil_http_client_free(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(retry_503_503_200_backoff_timers_three_attempts_overlapping,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          deadline_ends_slow_calls_unknown_at_once_while_fast_ones_succeed, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(cancel_from_another_thread_ends_a_sent_call_unknown,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(cancel_during_backoff_or_before_start_sends_nothing_more,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(h16_dead_reused_connection_is_not_resent_on_the_engine,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(breaker_and_bulkhead_reject_without_sending, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(ratelimiter_reservations_are_timers, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          submit_errors_never_call_back_and_expired_deadline_completes_later, fx_setup,
+          fx_teardown),
+      cmocka_unit_test_setup_teardown(engine_free_completes_running_calls_once, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(attempt_timeout_ends_each_attempt_and_the_retry_goes_on,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(client_response_timeout_applies_on_the_engine, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(retry_after_is_a_timer, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(engine_config_is_validated, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(deadline_of_a_call_waiting_for_a_connection_is_not_sent,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(keyed_post_retried_with_one_key_and_secrets_redacted,
+                                      fx_setup, fx_teardown),
+  };
+  int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
+#ifdef RESIL_HAVE_LOOP
+  tl_use_builtin_loop = 1;
+  failed += cmocka_run_group_tests_name("engine on resil_loop", tests, NULL, NULL);
+  tl_use_builtin_loop = 0;
+#endif
+#ifdef RESIL_HAVE_UV
+  tl_use_uv = 1;
+  failed += cmocka_run_group_tests_name("engine on libuv (libresil-uv)", tests, NULL, NULL);
+#endif
+  return failed;
+}

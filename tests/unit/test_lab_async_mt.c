@@ -1,0 +1,113 @@
+/* The lab's async experiments (A1-A3, A8, tools/resil/lab_async.c) run here on
+ * the built-in loop against the in-process fixture. The counts are
+ * asserted exactly; the lab's own timing checks (A2 under 400 ms, A3 under
+ * 20 ms past the deadline) are asserted with bounds a loaded 2-core
+ * machine under a sanitizer allows, so a slow CI run reports the numbers
+ * instead of failing on them. Each wrong variant must fail its named
+ * check. Skipped when the built-in loop (A8: libresil-uv) is not built. */
+#include <stdio.h>
+#include <string.h>
+
+#include "lab.h"
+#include "test_util.h"
+
+static long long num(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_integer(v)) fail_msg("observed.%s missing", k);
+  return json_integer_value(v);
+}
+
+static const lab_experiment *find_or_skip(const char *id) {
+  const lab_experiment *e = lab_find(id);
+  if (!e) {
+    print_message("%s: the built-in loop is not built; skipped\n", id);
+    skip();
+  }
+  return e;
+}
+
+static void wrong_fails(const lab_experiment *e) {
+  lab_result r;
+  if (lab_run_wrong(e, &r) != 0) fail_msg("%s against %s passed: %s", e->id, e->wrong, r.summary);
+  if (!lab_check_failed(&r, e->wrong_fails))
+    fail_msg("%s against %s: check %s did not fail (%s)", e->id, e->wrong, e->wrong_fails,
+             r.failure);
+  print_message("%s against %s fails as it must: [%s]\n", e->id, e->wrong, r.failed_checks);
+  lab_result_clear(&r);
+}
+
+static void a1_ten_thousand_gets_on_one_loop_thread(void **s) {
+  (void)s;
+  const lab_experiment *e = find_or_skip("A1");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("A1: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "calls"), 10000);
+  assert_int_equal(num(o, "answered"), 10000);
+  assert_int_equal(num(o, "completed"), 10000);
+  assert_int_equal(num(o, "loop_threads"), 1);
+  assert_int_equal(num(o, "peak_in_flight"), 10000);
+  assert_int_equal(num(o, "upstream_saw"), 10000);
+  assert_true(r.pass);
+  lab_result_clear(&r);
+  wrong_fails(e);
+}
+
+static void a2_backoffs_are_timers(void **s) {
+  (void)s;
+  const lab_experiment *e = find_or_skip("A2");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("A2: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "calls"), 200);
+  assert_int_equal(num(o, "attempts"), 600);
+  assert_int_equal(num(o, "succeeded"), 200);
+  assert_int_equal(num(o, "loop_threads"), 1);
+  /* The waits add up to 20 s; overlapping, they take about 100 ms. */
+  assert_true(num(o, "elapsed_ms") < 5000);
+  lab_result_clear(&r);
+  wrong_fails(e);
+}
+
+static void a3_deadline_removes_slow_transfers_at_once(void **s) {
+  (void)s;
+  const lab_experiment *e = find_or_skip("A3");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("A3: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "deadline_outcomes"), 100);
+  assert_int_equal(num(o, "fast_ok"), 1000);
+  assert_true(num(o, "deadline_earliest_late_ms") >= 0);
+  /* Far before the route's 2 s answer. */
+  assert_true(num(o, "deadline_p99_late_ms") < 1000);
+  lab_result_clear(&r);
+  wrong_fails(e);
+}
+
+static void a8_a1_on_libuv(void **s) {
+  (void)s;
+  const lab_experiment *e = find_or_skip("A8");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("A8: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "calls"), 10000);
+  assert_int_equal(num(o, "answered"), 10000);
+  assert_int_equal(num(o, "loop_threads"), 1);
+  assert_true(r.pass);
+  lab_result_clear(&r);
+  wrong_fails(e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a1_ten_thousand_gets_on_one_loop_thread),
+      cmocka_unit_test(a2_backoffs_are_timers),
+      cmocka_unit_test(a3_deadline_removes_slow_transfers_at_once),
+      cmocka_unit_test(a8_a1_on_libuv),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

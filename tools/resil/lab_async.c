@@ -1,0 +1,423 @@
+/* Lab experiments A1-A3 and A8 (issue 8, DESIGN §9): the async engine on
+ * the built-in loop (resil_loop), or for A8 on libuv through libresil-uv
+ * (when built), one loop thread, against the in-process fixture. Each has a deliberately wrong variant whose named check fails.
+ * Built when the built-in loop is part of the library (RESIL_HAVE_LOOP). */
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lab.h"
+
+#if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_LOOP)
+
+#include "fixture/fixture.h"
+#include "resil/breaker.h"
+#include "resil/bulkhead.h"
+#include "resil/engine.h"
+#include "resil/loop.h"
+#include "resil/retry.h"
+#ifdef RESIL_HAVE_UV
+#include "resil/uv.h"
+#endif
+
+#define MS(n) ((int64_t)(n) * 1000000)
+
+static const resil_http_endpoint async_endpoints[] = {
+    {.struct_size = sizeof(resil_http_endpoint), .name = "item", .path = "/items/{id}",
+     .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "flaky", .path = "/flaky/{id}",
+     .query = "fail=2&status=503"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow", .path = "/slow",
+     .query = "ms={ms}"},
+};
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One engine on one built-in loop, and what its completions saw. */
+typedef struct async_lab {
+  resil_fixture *fx;
+  resil_http_client *c;
+  resil_loop *loop;
+  resil_loop_adapter *ad;
+  resil_engine *e;
+#ifdef RESIL_HAVE_UV
+  int on_uv;      /* the libuv loop through libresil-uv instead */
+  uv_loop_t uvl;
+#endif
+  size_t n;           /* calls */
+  size_t done;        /* completions */
+  size_t twice;       /* calls completed more than once */
+  pthread_t loop_thread;
+  size_t other_threads;
+  unsigned char *count;
+  resil_outcome *o;
+  int64_t *t_submit, *t_done; /* ms */
+  char (*ids)[16];
+} async_lab;
+
+typedef struct async_tag {
+  async_lab *a;
+  size_t i;
+} async_tag;
+
+static void on_done(void *user, resil_engine_handle *h, resil_outcome o, resil_http_response *r) {
+  (void)h;
+  async_tag *t = user;
+  async_lab *a = t->a;
+  if (!pthread_equal(pthread_self(), a->loop_thread)) a->other_threads++;
+  if (a->count[t->i]++) a->twice++;
+  a->o[t->i] = o;
+  a->t_done[t->i] = now_ms();
+  a->done++;
+  resil_http_response_free(r);
+}
+
+static int async_open_on(lab_result *r, async_lab *a, size_t n, uint32_t conns, int uv) {
+  memset(a, 0, sizeof *a);
+  a->n = n;
+  a->loop_thread = pthread_self();
+  a->count = calloc(n, 1);
+  a->o = calloc(n, sizeof *a->o);
+  a->t_submit = calloc(n, sizeof *a->t_submit);
+  a->t_done = calloc(n, sizeof *a->t_done);
+  a->ids = calloc(n, sizeof *a->ids);
+  if (!lab_check(r, a->count && a->o && a->t_submit && a->t_done && a->ids, "out of memory"))
+    return 0;
+  resil_fixture_config fc;
+  resil_fixture_config_init(&fc);
+  /* Twice the client's connections: a transfer the engine removes (a
+   * deadline) closes its connection at once, while the server's thread for
+   * it may still be sleeping in the handler and counting against the
+   * limit. */
+  fc.connection_limit = 2 * conns + 16;
+  char eb[256];
+  if (!lab_check(r, resil_fixture_start(&fc, &a->fx, eb, sizeof eb) == 0, "fixture: %s", eb))
+    return 0;
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.base_url = resil_fixture_url(a->fx);
+  cfg.endpoints = async_endpoints;
+  cfg.endpoint_count = sizeof async_endpoints / sizeof async_endpoints[0];
+  cfg.max_connections = conns;
+  cfg.max_connections_per_host = conns;
+  resil_error err;
+  if (!lab_check(r, resil_http_client_new(&cfg, &a->c, &err) == RESIL_OK, "client: %s", err.msg))
+    return 0;
+#ifdef RESIL_HAVE_UV
+  if (uv) {
+    if (!lab_check(r, uv_loop_init(&a->uvl) == 0, "uv_loop_init failed")) return 0;
+    a->on_uv = 1;
+    if (!lab_check(r, resil_uv_adapter_new(&a->uvl, NULL, &a->ad) == RESIL_OK,
+                   "libuv adapter could not be created"))
+      return 0;
+  } else
+#else
+  (void)uv;
+#endif
+  if (!lab_check(r, resil_loop_new(NULL, &a->loop) == RESIL_OK &&
+                        resil_loop_adapter_new(a->loop, &a->ad) == RESIL_OK,
+                 "built-in loop could not be created"))
+    return 0;
+  resil_engine_config ec;
+  resil_engine_config_init(&ec);
+  ec.adapter = a->ad;
+  ec.client = a->c;
+  return lab_check(r, resil_engine_new(&ec, &a->e, &err) == RESIL_OK, "engine: %s", err.msg);
+}
+
+static int async_open(lab_result *r, async_lab *a, size_t n, uint32_t conns) {
+  return async_open_on(r, a, n, conns, 0);
+}
+
+static void async_close(async_lab *a) {
+  resil_engine_free(a->e);
+#ifdef RESIL_HAVE_UV
+  if (a->on_uv) {
+    resil_uv_adapter_free(a->ad);
+    /* The adapter's handles close on the next pass. */
+    uv_run(&a->uvl, UV_RUN_NOWAIT);
+    uv_loop_close(&a->uvl);
+    a->ad = NULL;
+  }
+#endif
+  resil_loop_adapter_free(a->ad);
+  resil_loop_free(a->loop);
+  resil_http_client_free(a->c);
+  resil_fixture_stop(a->fx);
+  free(a->count);
+  free(a->o);
+  free(a->t_submit);
+  free(a->t_done);
+  free(a->ids);
+}
+
+static int submit(lab_result *r, async_lab *a, size_t i, async_tag *tags, const char *ep,
+                  const char *pname, const char *pval, const resil_engine_policies *pol,
+                  const resil_ctx *ctx) {
+  resil_http_param p = {pname, pval};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = pname ? &p : NULL;
+  args.param_count = pname ? 1 : 0;
+  tags[i] = (async_tag){a, i};
+  a->t_submit[i] = now_ms();
+  resil_error err;
+  return lab_check(r, resil_engine_call(a->e, ep, &args, pol, ctx, on_done, &tags[i], NULL, &err) ==
+                          RESIL_OK,
+                   "submit: %s", err.msg);
+}
+
+/* One pass of the loop, waiting at most 10 ms (libuv: at most until its
+ * next timer; the engine's handles keep it from returning at once). */
+static void run_once(async_lab *a) {
+#ifdef RESIL_HAVE_UV
+  if (a->on_uv) {
+    uv_run(&a->uvl, UV_RUN_ONCE);
+    return;
+  }
+#endif
+  resil_loop_run_once(a->loop, MS(10), NULL);
+}
+
+/* Runs the loop until every call completed or max_ms passed. */
+static void run_loop(async_lab *a, int64_t max_ms) {
+  int64_t end = now_ms() + max_ms;
+  while (a->done < a->n && now_ms() < end) run_once(a);
+}
+
+/* ---- A1 ---------------------------------------------------------------- */
+/* 10,000 logical GETs in flight at once on one thread through
+ * Retry(Breaker(Bulkhead(HTTP))). The wrong variant's bulkhead has 1,000
+ * slots and no queue: 9,000 calls are refused. */
+static int a1_run(lab_result *r, uint32_t bulkhead, int uv) {
+  enum { N = 10000 };
+  async_lab a;
+  memset(&a, 0, sizeof a);
+  async_tag *tags = calloc(N, sizeof *tags);
+  resil_retry *rt = NULL;
+  resil_breaker *br = NULL;
+  resil_bulkhead *bh = NULL;
+  if (!lab_check(r, tags != NULL, "out of memory") || !async_open_on(r, &a, N, 64, uv)) goto out;
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.wait_ns = MS(50);
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = bulkhead;
+  hc.max_wait_ns = 0;
+  if (!lab_check(r, resil_retry_new(&rc, &rt, NULL) == RESIL_OK &&
+                        resil_breaker_new(&bc, &br, NULL) == RESIL_OK &&
+                        resil_bulkhead_new(&hc, &bh, NULL) == RESIL_OK,
+                 "policies could not be created"))
+    goto out;
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = rt;
+  pol.breaker = br;
+  pol.bulkhead = bh;
+  struct mallinfo2 m0 = mallinfo2();
+  int64_t t0 = now_ms();
+  for (size_t i = 0; i < N; i++) {
+    snprintf(a.ids[i], sizeof a.ids[i], "%zu", i);
+    if (!submit(r, &a, i, tags, "item", "id", a.ids[i], &pol, NULL)) goto out;
+  }
+  /* Heap in use once every call is a transfer in libcurl (glibc's count;
+   * 0 under a sanitizer's allocator). */
+  while (resil_engine_in_flight(a.e) < N && a.done == 0 && now_ms() - t0 < 60000)
+    run_once(&a);
+  struct mallinfo2 m1 = mallinfo2();
+  long long per_call =
+      m1.uordblks > m0.uordblks ? (long long)((m1.uordblks - m0.uordblks) / N) : 0;
+  run_loop(&a, 120000);
+  int64_t elapsed = now_ms() - t0;
+  size_t answered = 0;
+  for (size_t i = 0; i < N; i++)
+    if (a.count[i] && a.o[i].http_status == 200) answered++;
+  size_t peak = resil_engine_peak_in_flight(a.e);
+  lab_obs_int(r, "calls", N);
+  lab_obs_int(r, "answered", (long long)answered);
+  lab_obs_int(r, "completed", (long long)a.done);
+  lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);
+  lab_obs_int(r, "peak_in_flight", (long long)peak);
+  lab_obs_int(r, "upstream_saw", resil_fixture_attempts(a.fx, "items"));
+  lab_obs_int(r, "elapsed_ms", elapsed);
+  lab_obs_int(r, "heap_bytes_per_call_in_flight", per_call);
+  lab_obs_str(r, "loop", uv ? "libuv (libresil-uv)" : "resil_loop");
+  lab_summary(r, "%d GETs submitted at once through Retry(Breaker(Bulkhead(%u, no queue)(HTTP))) on one %s thread, 64 connections: %zu answered 200, peak %zu in flight, %lld ms, %lld heap bytes per call in flight",
+              N, bulkhead, uv ? "libuv loop" : "resil_loop", answered, peak, (long long)elapsed,
+              per_call);
+  lab_expect(r, "all_answered", answered == N, "%zu of %d answered", answered, N);
+  lab_expect(r, "exactly_once", a.done == N && a.twice == 0, "%zu completions, %zu twice", a.done,
+             a.twice);
+  lab_expect(r, "one_loop_thread", a.other_threads == 0, "%zu completions on another thread",
+             a.other_threads);
+  lab_expect(r, "all_in_flight", peak == N, "peak in flight %zu, expected %d", peak, N);
+out:
+  async_close(&a);
+  free(tags);
+  resil_retry_free(rt);
+  resil_breaker_free(br);
+  resil_bulkhead_free(bh);
+  return r->pass;
+}
+
+static int a1(lab_result *r) { return a1_run(r, 10000, 0); }
+static int a1_wrong(lab_result *r) { return a1_run(r, 1000, 0); }
+#ifdef RESIL_HAVE_UV
+/* A8: A1 again on a libuv loop through libresil-uv. */
+static int a8(lab_result *r) { return a1_run(r, 10000, 1); }
+static int a8_wrong(lab_result *r) { return a1_run(r, 1000, 1); }
+#endif
+
+/* ---- A2 ---------------------------------------------------------------- */
+/* 200 calls, each answered 503, 503, 200, with a 50 ms backoff: the waits
+ * are timers, so all 200 finish in well under the 20 s the waits add up
+ * to. The wrong variant has no retry. */
+static int a2_run(lab_result *r, int with_retry) {
+  enum { N = 200 };
+  async_lab a;
+  memset(&a, 0, sizeof a);
+  static async_tag tags[N];
+  resil_retry *rt = NULL;
+  if (!async_open(r, &a, N, 64)) goto out;
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = MS(50);
+  if (!lab_check(r, resil_retry_new(&rc, &rt, NULL) == RESIL_OK, "retry could not be created"))
+    goto out;
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = with_retry ? rt : NULL;
+  int64_t t0 = now_ms();
+  for (size_t i = 0; i < N; i++) {
+    snprintf(a.ids[i], sizeof a.ids[i], "a2-%zu", i);
+    if (!submit(r, &a, i, tags, "flaky", "id", a.ids[i], &pol, NULL)) goto out;
+  }
+  run_loop(&a, 60000);
+  int64_t elapsed = now_ms() - t0;
+  size_t ok = 0;
+  for (size_t i = 0; i < N; i++)
+    if (a.count[i] && a.o[i].http_status == 200) ok++;
+  long attempts = resil_fixture_attempts(a.fx, "flaky");
+  lab_obs_int(r, "calls", N);
+  lab_obs_int(r, "attempts", attempts);
+  lab_obs_int(r, "succeeded", (long long)ok);
+  lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);
+  lab_obs_int(r, "elapsed_ms", elapsed);
+  lab_obs_int(r, "sum_of_waits_ms", (long long)N * 2 * 50);
+  lab_summary(r, "%d calls answered 503, 503, 200 with a 50 ms backoff%s: %zu succeeded, %ld attempts, %lld ms (the waits add up to %d ms)",
+              N, with_retry ? "" : " (no retry)", ok, attempts, (long long)elapsed, N * 2 * 50);
+  lab_expect(r, "all_succeed", ok == N, "%zu of %d succeeded", ok, N);
+  lab_expect(r, "three_attempts_each", attempts == 3 * N, "%ld attempts, expected %d", attempts,
+             3 * N);
+  lab_expect(r, "waits_overlap", elapsed < 400, "%lld ms, expected < 400", (long long)elapsed);
+  lab_expect(r, "exactly_once", a.done == N && a.twice == 0, "%zu completions", a.done);
+out:
+  async_close(&a);
+  resil_retry_free(rt);
+  return r->pass;
+}
+
+static int a2(lab_result *r) { return a2_run(r, 1); }
+static int a2_wrong(lab_result *r) { return a2_run(r, 0); }
+
+/* ---- A3 ---------------------------------------------------------------- */
+/* 100 calls to a slow route (2 s) with a 200 ms deadline among 1,000 fast
+ * calls: the deadline removes the 100 transfers at once (UNKNOWN, they
+ * were sent), the 1,000 succeed. The wrong variant gives the slow calls no
+ * deadline. */
+static int cmp_i64(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+static int a3_run(lab_result *r, int with_deadline) {
+  enum { SLOW = 100, FAST = 1000, N = SLOW + FAST };
+  async_lab a;
+  memset(&a, 0, sizeof a);
+  async_tag *tags = calloc(N, sizeof *tags);
+  if (!lab_check(r, tags != NULL, "out of memory") || !async_open(r, &a, N, 200)) goto out;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  int64_t t0 = now_ms();
+  for (size_t i = 0; i < N; i++) {
+    if (i < SLOW) {
+      resil_ctx_init(&ctx);
+      if (with_deadline) resil_ctx_set_timeout_ns(&ctx, MS(200));
+      if (!submit(r, &a, i, tags, "slow", "ms", "2000", NULL, &ctx)) goto out;
+    } else {
+      snprintf(a.ids[i], sizeof a.ids[i], "%zu", i);
+      if (!submit(r, &a, i, tags, "item", "id", a.ids[i], NULL, NULL)) goto out;
+    }
+  }
+  run_loop(&a, 60000);
+  int64_t elapsed = now_ms() - t0;
+  size_t dl = 0, fast_ok = 0;
+  int64_t late[SLOW];
+  for (size_t i = 0; i < SLOW; i++) {
+    if (a.count[i] && a.o[i].kind == RESIL_UNKNOWN && a.o[i].reason == RESIL_REASON_TIMEOUT) dl++;
+    late[i] = a.count[i] ? a.t_done[i] - a.t_submit[i] - 200 : INT64_MAX / 2;
+  }
+  char first_bad[96] = "none";
+  for (size_t i = SLOW; i < N; i++) {
+    if (a.count[i] && a.o[i].http_status == 200) fast_ok++;
+    else if (strcmp(first_bad, "none") == 0)
+      resil_outcome_format(&a.o[i], first_bad, sizeof first_bad);
+  }
+  qsort(late, SLOW, sizeof late[0], cmp_i64);
+  int64_t p99 = late[(SLOW * 99 + 99) / 100 - 1];
+  int64_t early = late[0];
+  lab_obs_int(r, "deadline_outcomes", (long long)dl);
+  lab_obs_int(r, "fast_ok", (long long)fast_ok);
+  lab_obs_str(r, "fast_first_failure", first_bad);
+  lab_obs_int(r, "deadline_p99_late_ms", p99);
+  lab_obs_int(r, "deadline_earliest_late_ms", early);
+  lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);
+  lab_obs_int(r, "elapsed_ms", elapsed);
+  lab_summary(r, "%d calls to a 2 s route %s among %d fast calls: %zu ended UNKNOWN(timeout), p99 %lld ms past the deadline, %zu fast calls succeeded, %lld ms",
+              SLOW, with_deadline ? "with a 200 ms deadline" : "without a deadline", FAST, dl,
+              (long long)p99, fast_ok, (long long)elapsed);
+  lab_expect(r, "deadline_unknown", dl == SLOW, "%zu of %d ended UNKNOWN at the deadline", dl,
+             SLOW);
+  lab_expect(r, "fast_ok", fast_ok == FAST, "%zu of %d fast calls succeeded (first failure %s)",
+             fast_ok, FAST, first_bad);
+  lab_expect(r, "at_the_deadline", p99 < 20 && early >= 0,
+             "p99 %lld ms past the deadline (earliest %lld), expected 0..20", (long long)p99,
+             (long long)early);
+out:
+  async_close(&a);
+  free(tags);
+  return r->pass;
+}
+
+static int a3(lab_result *r) { return a3_run(r, 1); }
+static int a3_wrong(lab_result *r) { return a3_run(r, 0); }
+
+const lab_experiment lab_async_experiments[] = {
+    {"A1", "10,000 GETs in flight on one thread through Retry(Breaker(Bulkhead(HTTP)))", a1,
+     a1_wrong, "a bulkhead of 1,000 without a queue", "all_answered"},
+    {"A2", "200 calls answered 503, 503, 200 with a 50 ms backoff, timers not threads", a2,
+     a2_wrong, "no retry", "all_succeed"},
+    {"A3", "100 slow calls with a 200 ms deadline among 1,000 fast ones", a3, a3_wrong,
+     "no deadline on the slow calls", "deadline_unknown"},
+#ifdef RESIL_HAVE_UV
+    {"A8", "A1 on a libuv loop through libresil-uv", a8, a8_wrong,
+     "a bulkhead of 1,000 without a queue", "all_answered"},
+#endif
+    {NULL, NULL, NULL, NULL, NULL, NULL}};
+
+#else /* the built-in loop or the fixture is not built */
+
+const lab_experiment lab_async_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL}};
+
+#endif
