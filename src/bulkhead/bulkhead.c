@@ -10,9 +10,12 @@
  *
  * so an acquisition is one compare-and-swap that both takes the slot and
  * counts it, and a release is one compare-and-swap that refuses to go below
- * zero. Since QUEUED (2^20) is above any max_concurrent, the fast path's one
- * comparison `(w & (IN_FLIGHT_MASK | QUEUED)) >= max` also refuses a slot
- * while anyone is queued: a newcomer never overtakes a waiter.
+ * zero. A newcomer never overtakes a waiter because a release does not free
+ * its slot while anyone is queued: it hands it over (below). Since QUEUED
+ * (2^20) is above any max_concurrent, the fast path's one comparison
+ * `(w & (IN_FLIGHT_MASK | QUEUED)) >= max` refuses a slot while anyone is
+ * queued as well, at no cost (by the invariants below the bulkhead is full
+ * then anyway).
  *
  * Waiters (blocked acquires and enqueued event-loop waiters) sit in one
  * intrusive FIFO list under the mutex. Invariants, under the mutex:
