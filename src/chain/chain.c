@@ -550,12 +550,16 @@ size_t resil_chain_describe(const resil_chain *ch, char *buf, size_t size) {
     if (L->desc.kind == RESIL_LAYER_RETRY)
       sb_add(&b, "; max %u attempts", L->desc.max_attempts);
     if (L->desc.kind == RESIL_LAYER_HEDGE) {
-      char d[32];
+      char d[32], last[32];
       resil__fmt_ns(d, sizeof d, L->desc.hedge_delay_ns);
+      resil__fmt_ns(last, sizeof last,
+                    resil__sat_mul(L->desc.hedge_delay_ns, (int64_t)L->desc.max_hedges));
       sb_add(&b,
-             "; up to %u hedges, each after at most %s; worst case %u attempts "
-             "per call in flight at once, the last sent after %s x %u",
-             L->desc.max_hedges, d, L->desc.max_hedges + 1u, d, L->desc.max_hedges);
+             "; up to %u hedge%s, each after at most %s; worst case %u attempts "
+             "per call (all may be in flight at once), the last sent %s after "
+             "the first",
+             L->desc.max_hedges, L->desc.max_hedges == 1 ? "" : "s", d,
+             L->desc.max_hedges + 1u, last);
     }
     if (L->desc.attempt_timeout_ns > 0)
       sb_add(&b, "; %lld ms per attempt",

@@ -98,8 +98,8 @@ static void describe_shows_the_hedge_layer_its_unit_and_worst_case(void **state)
   assert_contains(buf, "Retry(Hedge(TimeLimiter(call)))\n");
   assert_contains(buf, "2 Hedge \"h\": observes attempts of the retry outside it; sends up "
                        "to 1 + max_hedges attempts in parallel for each; up to 2 hedges, "
-                       "each after at most 50 ms; worst case 3 attempts per call in "
-                       "flight at once");
+                       "each after at most 50 ms; worst case 3 attempts per call (all "
+                       "may be in flight at once), the last sent 100 ms after the first\n");
   assert_contains(buf, "3 TimeLimiter \"timelimiter\": observes physical attempts (every "
                        "retry attempt and every hedge passes here)");
   assert_contains(buf, "note: hedge \"h\" hedges only calls whose ctx flags carry "
