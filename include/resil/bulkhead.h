@@ -26,9 +26,11 @@
  *
  * Thread-safety: every function may be called on the same bulkhead, pool or
  * future from any thread at once, except the _free functions, which need
- * exclusive access (resil_future_free excepted: see there).
+ * exclusive access (resil_future_free excepted: see there; a waiter is
+ * freed by its owner alone, see resil_bulkhead_waiter_free).
  *
  * Create/free pairs: resil_bulkhead_new / resil_bulkhead_free,
+ * resil_bulkhead_waiter_new / resil_bulkhead_waiter_free (since 0.2),
  * resil_threadpool_new / resil_threadpool_free, resil_threadpool_submit /
  * resil_future_free. */
 #ifndef RESIL_BULKHEAD_H
@@ -64,7 +66,8 @@ typedef struct resil_bulkhead_config {
   /* Longest wait for a slot in resil_bulkhead_acquire and _run,
    * 0..INT64_MAX nanoseconds; 0 = reject at once. Default 0 (Resilience4j).
    * The wait is real time (a condition variable on CLOCK_MONOTONIC): an
-   * injected clock cannot shorten it. */
+   * injected clock cannot shorten it. For resil_bulkhead_enqueue it is the
+   * wait the caller is told to time with its own timer (since 0.2). */
   int64_t max_wait_ns;
   /* The clock of the default ctx given to fn when resil_bulkhead_run gets a
    * NULL ctx; NULL = resil_clock_system(). The bulkhead itself reads no
@@ -216,8 +219,10 @@ typedef void (*resil_bulkhead_ready_fn)(void *arg);
 RESIL_API resil_status resil_bulkhead_waiter_new(resil_bulkhead *bh,
                                                  resil_bulkhead_waiter **out);
 /* Frees a waiter. It should not be queued: a queued waiter is withdrawn
- * first (counted as withdrawn, its callback never runs). NULL is a no-op.
- * Since 0.2. */
+ * first (counted as withdrawn and rejected; its callback never runs), under
+ * the bulkhead's lock, so a concurrent release either hands its slot to the
+ * next waiter or has already handed it to this one (the slot is then the
+ * caller's, its callback running or run). NULL is a no-op. Since 0.2. */
 RESIL_API void resil_bulkhead_waiter_free(resil_bulkhead_waiter *w);
 
 /* Takes a slot if one is free and nobody is queued, else queues w without

@@ -172,6 +172,9 @@ typedef struct resil_hedge_call {
   uint32_t winner;
   /* RESIL_HEDGE_CALL_* bits. */
   uint32_t state;
+  /* Bit n-1 set once attempt n was recorded (a second record of the same
+   * attempt is IGNORED). */
+  uint32_t ended_mask;
   /* When the primary started, on the hedge's clock. */
   int64_t started_ns;
 } resil_hedge_call;
@@ -184,7 +187,8 @@ typedef struct resil_hedge_call {
 /* What resil_hedge_record says to do with an attempt's outcome. */
 typedef enum resil_hedge_verdict {
   /* Nothing to do: the call is already over (a late loser), or misuse
-   * (NULL argument, an attempt number never started). Nothing changed. */
+   * (NULL argument, an attempt number never started or already recorded).
+   * Nothing changed. */
   RESIL_HEDGE_IGNORED = 0,
   /* Not acceptable, and other attempts are in flight: wait for them (the
    * hedge timer stays armed). */

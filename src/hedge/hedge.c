@@ -311,8 +311,10 @@ resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
   resil_hedge_call full;
   if (!valid(h) || !call || !o || !call_in(&full, call)) return RESIL_HEDGE_IGNORED;
   if ((full.state & RESIL_HEDGE_CALL_OVER) || attempt == 0 ||
-      attempt > full.attempts || full.in_flight == 0)
+      attempt > full.attempts || full.in_flight == 0 ||
+      (full.ended_mask & (1u << (attempt - 1))))
     return RESIL_HEDGE_IGNORED;
+  full.ended_mask |= 1u << (attempt - 1);
   full.in_flight--;
   if (attempt == 1 && (full.state & RESIL_HEDGE_CALL_PRIMARY)) {
     full.state &= ~RESIL_HEDGE_CALL_PRIMARY;

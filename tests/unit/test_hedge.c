@@ -212,6 +212,9 @@ static void hedge_sends_at_most_max_hedges_and_waits_for_an_acceptable_answer(
   assert_int_equal(hc.in_flight, 4);
   /* Unacceptable answers keep the call waiting for the others. */
   assert_int_equal(resil_hedge_record(h, &hc, 3, MS(1), &e503), RESIL_HEDGE_KEEP_WAITING);
+  /* The same attempt recorded twice: the second is misuse, ignored. */
+  assert_int_equal(resil_hedge_record(h, &hc, 3, MS(1), &e503), RESIL_HEDGE_IGNORED);
+  assert_int_equal(hc.in_flight, 3);
   resil_outcome timeout = resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
   assert_int_equal(resil_hedge_record(h, &hc, 1, MS(30), &timeout),
                    RESIL_HEDGE_KEEP_WAITING);
