@@ -270,7 +270,10 @@ typedef enum resil_bh_dequeue_result {
  * cancelled). Race-free against a concurrent release: exactly one of
  * RESIL_BH_WITHDRAWN and RESIL_BH_HANDED_OVER is the waiter's fate, and
  * every later dequeue of it gives the same answer until it is queued
- * again. Takes the bulkhead's lock. Since 0.2. */
+ * again. The answer is about the waiter's last enqueue that answered WAIT
+ * (an enqueue answering GO or DENY leaves it as it was; a waiter never
+ * queued gives RESIL_BH_NOT_QUEUED).
+ * Takes the bulkhead's lock. Since 0.2. */
 RESIL_API resil_bh_dequeue_result resil_bulkhead_dequeue(
     resil_bulkhead *bh, resil_bulkhead_waiter *w);
 
