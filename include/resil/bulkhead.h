@@ -137,12 +137,11 @@ RESIL_API void resil_bulkhead_free(resil_bulkhead *bh);
  * slot (release it with resil_bulkhead_release), RESIL_DECISION_DENY when
  * none is free (counted as rejected; *why RESIL_REASON_BULKHEAD_FULL) or
  * for a NULL handle (nothing counted; *why RESIL_REASON_LOCAL_ERROR). why
- * may be NULL; *why is RESIL_REASON_OK on GO. Since 0.1 (resil_decision
- * since 0.2). */
+ * may be NULL; *why is RESIL_REASON_OK on GO. While anyone is queued no
+ * slot is free (a release hands its slot to the queue): a queued waiter is
+ * never overtaken. Since 0.1 (resil_decision since 0.2). */
 RESIL_API resil_decision resil_bulkhead_try_acquire(resil_bulkhead *bh,
                                                     resil_reason *why);
-/* (A slot is "free" for try_acquire only while nobody is queued: a queued
- * waiter is never overtaken.) */
 
 /* Takes a slot, waiting when none is free up to min(max_wait_ns, remaining
  * deadline of ctx) of real time. ctx may be NULL (no deadline, no token).

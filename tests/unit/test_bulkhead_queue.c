@@ -60,6 +60,38 @@ static void bulkhead_max_queued_default_and_range(void **state) {
   resil_bulkhead_free(bh);
 }
 
+/* A caller built against the 0.1 header (no max_queued) gets the default
+ * bound, and a 0.1-sized metrics struct is written only that far. */
+static void bulkhead_0_1_config_gets_the_default_queue_bound(void **state) {
+  (void)state;
+  union {
+    resil_bulkhead_config cfg;
+    unsigned char bytes[sizeof(resil_bulkhead_config) + 16];
+  } u;
+  memset(&u, 0xAB, sizeof u);
+  const size_t old = offsetof(resil_bulkhead_config, max_queued);
+  resil_bulkhead_config_init_sized(&u.cfg, old);
+  assert_int_equal(u.cfg.struct_size, old);
+  assert_int_equal(u.bytes[old], 0xAB); /* nothing written past its size */
+  u.cfg.max_concurrent = 1;
+  u.cfg.max_wait_ns = WAIT_NS;
+  resil_bulkhead *bh = NULL;
+  assert_status(RESIL_OK, resil_bulkhead_new(&u.cfg, &bh, NULL));
+  resil_bulkhead_metrics m;
+  assert_status(RESIL_OK, resil_bulkhead_get_metrics(bh, &m));
+  assert_int_equal(m.max_queued, RESIL_BULKHEAD_MAX_QUEUED);
+  union {
+    resil_bulkhead_metrics m;
+    unsigned char bytes[sizeof(resil_bulkhead_metrics)];
+  } om;
+  memset(&om, 0xCD, sizeof om);
+  const size_t old_m = offsetof(resil_bulkhead_metrics, handed_over);
+  assert_status(RESIL_OK, resil_bulkhead_get_metrics_sized(bh, &om.m, old_m));
+  assert_int_equal(om.m.struct_size, old_m);
+  assert_int_equal(om.bytes[old_m], 0xCD);
+  resil_bulkhead_free(bh);
+}
+
 static void bulkhead_enqueue_goes_when_free_and_queues_when_full(void **state) {
   (void)state;
   resil_bulkhead *bh = make_q(1, WAIT_NS, 10);
@@ -298,6 +330,7 @@ static void bulkhead_waiter_misuse_fails_closed(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bulkhead_max_queued_default_and_range),
+      cmocka_unit_test(bulkhead_0_1_config_gets_the_default_queue_bound),
       cmocka_unit_test(bulkhead_enqueue_goes_when_free_and_queues_when_full),
       cmocka_unit_test(bulkhead_queue_is_fifo_and_withdrawal_keeps_the_order),
       cmocka_unit_test(bulkhead_enqueue_denies_full_queue_no_wait_deadline_and_cancel),

@@ -129,6 +129,62 @@ static void bulkhead_blocked_and_enqueued_waiters_share_one_fifo(void **state) {
   pthread_mutex_destroy(&ev.mu);
 }
 
+typedef struct cancel_blocker {
+  resil_bulkhead *bh;
+  resil_cancel *cancel;
+  resil_reason why;
+  resil_decision d;
+} cancel_blocker;
+
+static void *block_with_token(void *p) {
+  cancel_blocker *b = p;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.cancel = b->cancel;
+  b->d = resil_bulkhead_acquire(b->bh, &ctx, &b->why);
+  return NULL;
+}
+
+/* A blocked acquire that is cancelled leaves the queue without a slot; the
+ * enqueued waiter behind it moves up and gets the next one. */
+static void bulkhead_cancelled_blocked_waiter_leaves_the_queue(void **state) {
+  (void)state;
+  resil_bulkhead *bh = make_q(1, MS(20000));
+  events ev;
+  memset(&ev, 0, sizeof ev);
+  pthread_mutex_init(&ev.mu, NULL);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), RESIL_DECISION_GO);
+  cancel_blocker b = {bh, NULL, RESIL_REASON_OK, RESIL_DECISION_GO};
+  assert_status(RESIL_OK, resil_cancel_new(&b.cancel));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, block_with_token, &b), 0);
+  until_waiting(bh, 1);
+  resil_bulkhead_waiter *w;
+  assert_status(RESIL_OK, resil_bulkhead_waiter_new(bh, &w));
+  async_waiter a = {&ev, 7};
+  assert_int_equal(resil_bulkhead_enqueue(bh, NULL, w, on_slot, &a, NULL, NULL),
+                   RESIL_DECISION_WAIT);
+  resil_cancel_signal(b.cancel);
+  pthread_join(t, NULL);
+  assert_int_equal(b.d, RESIL_DECISION_DENY);
+  assert_int_equal(b.why, RESIL_REASON_CANCELLED);
+  assert_int_equal(waiting(bh), 1);
+  assert_status(RESIL_OK, resil_bulkhead_release(bh));
+  assert_int_equal(ev.n, 1);
+  assert_int_equal(ev.seq[0], 7);
+  assert_int_equal(resil_bulkhead_dequeue(bh, w), RESIL_BH_HANDED_OVER);
+  assert_status(RESIL_OK, resil_bulkhead_release(bh));
+  resil_bulkhead_metrics m;
+  assert_status(RESIL_OK, resil_bulkhead_get_metrics(bh, &m));
+  assert_int_equal(m.withdrawn, 1);
+  assert_int_equal(m.handed_over, 1);
+  assert_int_equal(m.available, 1);
+  resil_bulkhead_waiter_free(w);
+  resil_cancel_free(b.cancel);
+  resil_bulkhead_free(bh);
+  pthread_mutex_destroy(&ev.mu);
+}
+
 /* ---- handover against withdrawal ------------------------------------- */
 
 enum { MAXC = 2, ASYNC_THREADS = 3, BLOCK_THREADS = 2, ROUNDS = 3000 };
@@ -305,6 +361,7 @@ static void bulkhead_enqueued_waiters_are_served_in_order_by_another_thread(
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bulkhead_blocked_and_enqueued_waiters_share_one_fifo),
+      cmocka_unit_test(bulkhead_cancelled_blocked_waiter_leaves_the_queue),
       cmocka_unit_test(bulkhead_handover_races_withdrawal_without_losing_a_slot),
       cmocka_unit_test(bulkhead_enqueued_waiters_are_served_in_order_by_another_thread),
   };
