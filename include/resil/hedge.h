@@ -18,10 +18,13 @@
  * never hedged.
  *
  * Where hedging runs: the split form below, driven by an event loop (the
- * async engine). There is no blocking form that hedges: resil_hedge_run
- * (the run form a blocking resil_chain uses) passes every call through
- * unhedged, one attempt, and counts it in passed_blocking; resil_chain_describe
- * says so for every hedge layer.
+ * async engine), or resil_hedge_run_on, a blocking form that runs every
+ * attempt on a thread pool the caller gives and cancels the losers through
+ * their ctx->cancel. resil_hedge_run (the run form a blocking resil_chain
+ * uses, which has no thread pool and calls its inner layers one attempt at
+ * a time) does not hedge: it passes every call through unhedged, one
+ * attempt, and counts it in passed_blocking; resil_chain_describe says so
+ * for every hedge layer.
  *
  * The split form, per logical call (the caller keeps a resil_hedge_call):
  *
@@ -266,6 +269,27 @@ RESIL_API resil_hedge_verdict resil_hedge_record(resil_hedge *h,
  * NOT_SENT(LOCAL_ERROR) without calling fn. Since 0.2. */
 RESIL_API resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
                                         resil_call_fn fn, void *arg);
+
+/* The blocking form that hedges: runs the split form on the calling
+ * thread, every attempt as fn(arg, ctx') on a worker of tp, where ctx' is
+ * a copy of *ctx (a default ctx when NULL) whose cancel is the attempt's
+ * own token (the caller's ctx->cancel, polled every millisecond, is passed
+ * on to every attempt). Hedge k is started k delays after the primary while
+ * an attempt is in flight (delays measured in real time, CLOCK_MONOTONIC);
+ * the first acceptable outcome is returned. The other attempts are
+ * cancelled through their tokens at once, and the run returns after every
+ * attempt it started has returned (so arg may live on the caller's stack):
+ * fn should honour ctx->cancel promptly, or the losers hold the caller
+ * (the HTTP layer aborts its transfer on it). Not safe to repeat (no
+ * IDEMPOTENT or STABLE_KEY flag): fn runs once, on the calling thread,
+ * counted in passed_unsafe. When an attempt cannot be queued on tp (its
+ * queue is full) it ends at once as REJECTED(QUEUE_FULL) without running;
+ * NOT_SENT(LOCAL_ERROR) for a NULL handle, tp or fn, an uninitialised ctx,
+ * or out of resources. Since 0.2. */
+typedef struct resil_threadpool resil_threadpool;
+RESIL_API resil_outcome resil_hedge_run_on(resil_hedge *h, const resil_ctx *ctx,
+                                           resil_threadpool *tp, resil_call_fn fn,
+                                           void *arg);
 
 /* The delay a call beginning now would get (fixed, or the clamped
  * percentile once min_samples are known); 0 for a NULL handle. Since 0.2. */

@@ -479,7 +479,8 @@ static void collect_notes(const resil_chain *ch, sbuf *b) {
            ch->layers[i].name);
     sb_add(b,
            "note: hedge \"%s\": resil_chain_run passes calls through it "
-           "unhedged, one attempt; hedging runs on the async engine\n",
+           "unhedged, one attempt; hedging runs on the async engine (or "
+           "resil_hedge_run_on with a thread pool)\n",
            ch->layers[i].name);
   }
 }
