@@ -15,11 +15,15 @@
  * visible.
  *
  * A hedge layer (resil_chain_add_hedge, hedge.h; since 0.2) is described and
- * counted like the others, and the amplification calculator includes it,
- * but resil_chain_run does not hedge: its hedge layers pass every call
- * through unhedged, one attempt (counted in the layer's `unhedged` and in
- * the hedge's passed_blocking), and resil_chain_describe says so. Hedging
- * runs on the async engine, which drives the hedge's split form.
+ * counted like the others, and the amplification calculator includes it.
+ * resil_chain_run hedges only when the hedge has an executor (a thread pool
+ * in its config): the primary and the hedges then run the layers inside it
+ * on the pool's workers, and the layer returns after every one of them has
+ * returned (the losers are cancelled through their ctx->cancel). Without an
+ * executor the hedge layer passes every call through unhedged, one attempt
+ * (counted in the layer's `unhedged` and in the hedge's passed_blocking).
+ * resil_chain_describe says which for each hedge layer. The async engine
+ * drives the hedge's split form instead.
  *
  * Layers borrow their policies: a policy may be shared by several chains and
  * must outlive every chain that uses it.
@@ -70,9 +74,9 @@ typedef enum resil_layer_kind {
 
 /* A layer's run function: the policy's run form (same contract as
  * resil_breaker_run and friends). It calls its protected call one attempt
- * at a time (never from several threads at once): a blocking layer that
- * would run attempts in parallel, such as a hedge that really hedged, is
- * not supported by resil_chain_run. */
+ * at a time (never from several threads at once), except a HEDGE layer
+ * with hedges_blocking set, which may call it from several threads at once
+ * and must return only after every such call has returned. */
 typedef resil_outcome (*resil_layer_run_fn)(void *policy, const resil_ctx *ctx,
                                             resil_call_fn fn, void *arg);
 
@@ -150,6 +154,10 @@ typedef struct resil_layer {
    * calculator; 0 otherwise. */
   uint32_t max_hedges;
   int64_t hedge_delay_ns;
+  /* Since 0.2, for HEDGE layers: 1 when `run` hedges (a resil_hedge with an
+   * executor: parallel calls of the protected call, see above), 0 when it
+   * passes calls through unhedged. */
+  int hedges_blocking;
 } resil_layer;
 
 /* Per-layer counters, monotonic for the chain's life. A call is counted
@@ -169,9 +177,10 @@ typedef struct resil_layer_stats {
   uint64_t retries;       /* RETRY layers: attempts beyond the first of
                              each call (attempts_out - calls_in once every
                              call has returned); 0 for other layers        */
-  uint64_t hedges;        /* HEDGE layers: hedge attempts sent, as counted
-                             by resil_chain_count_hedges (resil_chain_run
-                             sends none); 0 for other layers              */
+  uint64_t hedges;        /* HEDGE layers: hedge attempts sent, by
+                             resil_chain_run (attempts beyond the first)
+                             or counted by resil_chain_count_hedges; 0 for
+                             other layers                                 */
   uint64_t unhedged;      /* HEDGE layers: calls resil_chain_run passed
                              through with one attempt                    */
 } resil_layer_stats;
@@ -216,9 +225,9 @@ RESIL_API resil_status resil_chain_add_bulkhead(resil_chain *ch, resil_bulkhead 
 RESIL_API resil_status resil_chain_add_threadpool(resil_chain *ch,
                                                   resil_threadpool *p);
 /* A hedge layer (hedge.h): described with its unit, hedges, delay and worst
- * case, counted in the amplification; resil_chain_run passes calls through
- * it unhedged (see the top of this file). Same statuses as
- * resil_chain_add_layer. Since 0.2. */
+ * case, counted in the amplification; resil_chain_run hedges on the
+ * hedge's executor, or passes calls through unhedged without one (see the
+ * top of this file). Same statuses as resil_chain_add_layer. Since 0.2. */
 typedef struct resil_hedge resil_hedge;
 RESIL_API resil_status resil_chain_add_hedge(resil_chain *ch, resil_hedge *p);
 
@@ -269,8 +278,8 @@ RESIL_API size_t resil_chain_nesting(const resil_chain *ch, char *buf,
  * and worst case: 1 + max_hedges attempts per call), one "note: ..." line
  * per fact worth knowing that is not a trap (a retry outside a breaker:
  * the breaker counts every attempt, the recommended order; a hedge layer:
- * which calls it hedges, and that resil_chain_run passes calls through it
- * unhedged), and one "warning: ..." line per real trap (a retry without a
+ * which calls it hedges, and whether resil_chain_run hedges on its executor
+ * or passes calls through unhedged), and one "warning: ..." line per real trap (a retry without a
  * deadline; an attempt timeout longer than the total deadline; nested
  * retries, or a retry and a hedge, multiplying attempts). Returns the
  * length it needed; 0 (and buf "") for a NULL chain. */

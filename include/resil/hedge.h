@@ -21,10 +21,10 @@
  * async engine), or resil_hedge_run_on, a blocking form that runs every
  * attempt on a thread pool the caller gives and cancels the losers through
  * their ctx->cancel. resil_hedge_run (the run form a blocking resil_chain
- * uses, which has no thread pool and calls its inner layers one attempt at
- * a time) does not hedge: it passes every call through unhedged, one
- * attempt, and counts it in passed_blocking; resil_chain_describe says so
- * for every hedge layer.
+ * uses) hedges the same way on the config's `executor` pool; a hedge
+ * without one passes every call through resil_hedge_run unhedged, one
+ * attempt, counted in passed_blocking, and resil_chain_describe says which
+ * of the two each hedge layer does.
  *
  * The split form, per logical call (the caller keeps a resil_hedge_call):
  *
@@ -88,6 +88,7 @@ extern "C" {
 
 typedef struct resil_hedge resil_hedge;
 typedef struct resil_retry_budget resil_retry_budget;
+typedef struct resil_threadpool resil_threadpool;
 
 #define RESIL_HEDGE_MAX_HEDGES 16
 #define RESIL_HEDGE_MAX_WINDOW 4096
@@ -141,6 +142,11 @@ typedef struct resil_hedge_config {
   const resil_clock *clock;
   /* NULL = malloc/free. Used by _new and _free. */
   const resil_allocator *alloc;
+  /* Optional thread pool (not owned; it must outlive the hedge) on which
+   * resil_hedge_run, the run form a blocking resil_chain uses, hedges, as
+   * resil_hedge_run_on does. NULL (default): resil_hedge_run passes every
+   * call through unhedged. */
+  resil_threadpool *executor;
 } resil_hedge_config;
 
 /* Counters since creation, each read atomically (the set is not one
@@ -155,7 +161,8 @@ typedef struct resil_hedge_metrics {
   uint64_t cancelled_losers;  /* attempts still in flight when another won */
   uint64_t refused_by_budget; /* hedges the budget refused                 */
   uint64_t passed_unsafe;     /* calls passed through: not idempotent, no key */
-  uint64_t passed_blocking;   /* calls resil_hedge_run passed through      */
+  uint64_t passed_blocking;   /* calls resil_hedge_run passed through (no
+                                 executor)                                 */
   uint32_t samples;           /* latencies in the window now               */
   int64_t delay_ns;           /* the delay a call beginning now would get  */
 } resil_hedge_metrics;
@@ -262,11 +269,12 @@ RESIL_API resil_hedge_verdict resil_hedge_record(resil_hedge *h,
                                                  int64_t duration_ns,
                                                  const resil_outcome *o);
 
-/* The run form a blocking chain uses: counts the call (calls,
- * passed_blocking) and makes ONE attempt, fn(arg, ctx), unhedged, returning
- * its outcome: hedging runs only through the split form (the async
- * engine). NULL handle, NULL fn or an uninitialised ctx give
- * NOT_SENT(LOCAL_ERROR) without calling fn. Since 0.2. */
+/* The run form a blocking chain uses. With an executor in the config:
+ * resil_hedge_run_on(h, ctx, executor, fn, arg). Without one: counts the
+ * call (calls, passed_blocking) and makes ONE attempt, fn(arg, ctx),
+ * unhedged, returning its outcome. NULL handle, NULL fn or an
+ * uninitialised ctx give NOT_SENT(LOCAL_ERROR) without calling fn.
+ * Since 0.2. */
 RESIL_API resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
                                         resil_call_fn fn, void *arg);
 
@@ -286,7 +294,6 @@ RESIL_API resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
  * queue is full) it ends at once as REJECTED(QUEUE_FULL) without running;
  * NOT_SENT(LOCAL_ERROR) for a NULL handle, tp or fn, an uninitialised ctx,
  * or out of resources. Since 0.2. */
-typedef struct resil_threadpool resil_threadpool;
 RESIL_API resil_outcome resil_hedge_run_on(resil_hedge *h, const resil_ctx *ctx,
                                            resil_threadpool *tp, resil_call_fn fn,
                                            void *arg);
@@ -302,6 +309,9 @@ RESIL_API int64_t resil_hedge_worst_delay_ns(const resil_hedge *h);
 RESIL_API uint32_t resil_hedge_max_hedges(const resil_hedge *h);
 /* delay_percentile_permille (0 = fixed); 0 for a NULL handle. Since 0.2. */
 RESIL_API uint32_t resil_hedge_percentile_permille(const resil_hedge *h);
+/* 1 when an executor is configured (resil_hedge_run hedges); 0 otherwise
+ * or for a NULL handle. Since 0.2. */
+RESIL_API int resil_hedge_has_executor(const resil_hedge *h);
 /* 1 when a budget is configured; 0 otherwise or for a NULL handle.
  * Since 0.2. */
 RESIL_API int resil_hedge_has_budget(const resil_hedge *h);

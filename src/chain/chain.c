@@ -167,6 +167,7 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
   if (L->desc.kind != RESIL_LAYER_HEDGE) {
     L->desc.max_hedges = 0;
     L->desc.hedge_delay_ns = 0;
+    L->desc.hedges_blocking = 0;
   } else {
     L->desc.max_attempts = 1; /* a hedge makes its attempts in parallel */
   }
@@ -191,6 +192,8 @@ typedef struct frame {
   resil_call_fn fn;
   void *arg;
   uint32_t inner_calls;
+  /* A hedging HEDGE layer's calls, made from several threads at once. */
+  _Atomic uint32_t par_calls;
   /* Heap frames only. */
   _Atomic int refs;
   atomic_int started;
@@ -224,6 +227,14 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
   resil_outcome o = enter_layer(ch, f->i + 1, ctx, f->fn, f->arg);
   if (f->heap == HEAP_TRAMPOLINE) frame_release(f);
   return o;
+}
+
+/* For a HEDGE layer that hedges: its attempts enter the layer below from
+ * the pool's workers at once, and the layer returns after all of them. */
+static resil_outcome trampoline_par(void *p, const resil_ctx *ctx) {
+  frame *f = p;
+  atomic_fetch_add_explicit(&f->par_calls, 1, memory_order_relaxed);
+  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg);
 }
 
 static int layer_may_abandon(const resil_layer *d) {
@@ -272,10 +283,20 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
   } else {
     frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
                .heap = 0};
-    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
+      atomic_init(&f.par_calls, 0);
+      o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
+      /* Every call has returned, ordered by the policy's own lock. */
+      f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
+    } else {
+      o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    }
     if (RESIL_UNLIKELY(f.inner_calls > 1)) {
       if (L->desc.kind == RESIL_LAYER_RETRY)
         atomic_fetch_add_explicit(&L->c.retries, f.inner_calls - 1u,
+                                  memory_order_relaxed);
+      else if (L->desc.kind == RESIL_LAYER_HEDGE)
+        atomic_fetch_add_explicit(&L->c.hedges, f.inner_calls - 1u,
                                   memory_order_relaxed);
     }
     if (L->desc.kind == RESIL_LAYER_HEDGE && f.inner_calls == 1)
@@ -477,11 +498,18 @@ static void collect_notes(const resil_chain *ch, sbuf *b) {
            "RESIL_CALL_IDEMPOTENT or RESIL_CALL_STABLE_KEY; any other call "
            "passes through unhedged (counted)\n",
            ch->layers[i].name);
-    sb_add(b,
-           "note: hedge \"%s\": resil_chain_run passes calls through it "
-           "unhedged, one attempt; hedging runs on the async engine (or "
-           "resil_hedge_run_on with a thread pool)\n",
-           ch->layers[i].name);
+    if (ch->layers[i].desc.hedges_blocking)
+      sb_add(b,
+             "note: hedge \"%s\": resil_chain_run hedges on its thread pool "
+             "(every attempt inside it runs on a worker; losers are cancelled "
+             "and waited for)\n",
+             ch->layers[i].name);
+    else
+      sb_add(b,
+             "note: hedge \"%s\": resil_chain_run passes calls through it "
+             "unhedged, one attempt (it has no executor); hedging runs on the "
+             "async engine\n",
+             ch->layers[i].name);
   }
 }
 

@@ -106,6 +106,7 @@ resil_status resil_chain_add_hedge(resil_chain *ch, resil_hedge *p) {
                    .run = run_hedge,
                    .max_attempts = 1,
                    .max_hedges = resil_hedge_max_hedges(p),
-                   .hedge_delay_ns = resil_hedge_worst_delay_ns(p)};
+                   .hedge_delay_ns = resil_hedge_worst_delay_ns(p),
+                   .hedges_blocking = resil_hedge_has_executor(p)};
   return resil_chain_add_layer(ch, &l);
 }

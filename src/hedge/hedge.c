@@ -15,6 +15,7 @@
 
 #include "core/internal.h"
 #include "resil/hedge.h"
+#include "resil/bulkhead.h"
 #include "resil/retry.h"
 
 #define MAGIC_HEDGE 0x48444745u /* "HDGE" */
@@ -31,6 +32,7 @@ struct resil_hedge {
   uint32_t max_hedges;
   uint32_t unacceptable;
   resil_retry_budget *budget;
+  resil_threadpool *executor;
   int deposit_calls;
   const resil_clock *clock;
   const resil_allocator *alloc;
@@ -145,6 +147,7 @@ resil_status resil_hedge_new(const resil_hedge_config *ucfg, resil_hedge **out,
   h->max_hedges = cfg.max_hedges;
   h->unacceptable = cfg.unacceptable_classes;
   h->budget = cfg.budget;
+  h->executor = cfg.executor;
   h->deposit_calls = cfg.deposit_calls;
   h->clock = resil__clock(cfg.clock);
   h->alloc = cfg.alloc;
@@ -350,6 +353,7 @@ resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
   const resil_ctx *c = resil__ctx_in(&lc, ctx);
   if (!valid(h) || !fn || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  if (h->executor) return resil_hedge_run_on(h, c, h->executor, fn, arg);
   bump(&h->calls);
   bump(&h->passed_blocking);
   return fn(arg, c);
@@ -374,6 +378,10 @@ uint32_t resil_hedge_max_hedges(const resil_hedge *h) {
 
 uint32_t resil_hedge_percentile_permille(const resil_hedge *h) {
   return valid(h) ? h->permille : 0;
+}
+
+int resil_hedge_has_executor(const resil_hedge *h) {
+  return valid(h) && h->executor != NULL;
 }
 
 int resil_hedge_has_budget(const resil_hedge *h) {

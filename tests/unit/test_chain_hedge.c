@@ -105,7 +105,8 @@ static void describe_shows_the_hedge_layer_its_unit_and_worst_case(void **state)
   assert_contains(buf, "note: hedge \"h\" hedges only calls whose ctx flags carry "
                        "RESIL_CALL_IDEMPOTENT or RESIL_CALL_STABLE_KEY");
   assert_contains(buf, "note: hedge \"h\": resil_chain_run passes calls through it "
-                       "unhedged, one attempt; hedging runs on the async engine");
+                       "unhedged, one attempt (it has no executor); hedging runs on the "
+                       "async engine");
   assert_contains(buf, "warning: retries and hedges multiply: up to 9 physical attempts "
                        "per logical call");
   assert_int_equal(resil_chain_warnings(ch), 1);
