@@ -293,7 +293,9 @@ RESIL_API resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
  * counted in passed_unsafe. When an attempt cannot be queued on tp (its
  * queue is full) it ends at once as REJECTED(QUEUE_FULL) without running;
  * NOT_SENT(LOCAL_ERROR) for a NULL handle, tp or fn, an uninitialised ctx,
- * or out of resources. Since 0.2. */
+ * or out of resources. The calling thread must not be a worker of tp (it
+ * waits for attempts queued on tp: with every worker waiting so, none would
+ * run). Since 0.2. */
 RESIL_API resil_outcome resil_hedge_run_on(resil_hedge *h, const resil_ctx *ctx,
                                            resil_threadpool *tp, resil_call_fn fn,
                                            void *arg);

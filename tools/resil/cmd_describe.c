@@ -32,8 +32,8 @@ static void usage(FILE *f) {
           "Notes describe the order; warnings are real traps (no deadline, an attempt\n"
           "timeout longer than the deadline, nested retries, retries and hedges).\n"
           "A hedge layer's worst case: 1 + N attempts per call in parallel, the time\n"
-          "of one attempt plus N x the delay (resil_chain_run does not hedge: the\n"
-          "async engine does).\n"
+          "of one attempt plus N x the delay (the hedge built here has no thread\n"
+          "pool: a blocking resil_chain_run would pass calls through it unhedged).\n"
           "Exit status: 0, or 1 when the chain has warnings, 2 on bad arguments.\n");
 }
 
