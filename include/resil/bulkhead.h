@@ -4,6 +4,10 @@
  * a call that finds none waits up to `max_wait_ns` (default 0: rejected at
  * once). The slot is returned on every path of the run form (success,
  * failure, timeout, cancellation), and the free slots are observable.
+ * Waiters form one FIFO queue of at most `max_queued`: threads blocked in
+ * resil_bulkhead_acquire and, for event loops, waiters queued without
+ * blocking by resil_bulkhead_enqueue (since 0.2). A release hands its slot
+ * straight to the head of the queue; a newcomer never overtakes a waiter.
  *
  * resil_threadpool: own worker threads and a bounded queue. A submitted call
  * runs on a worker; when the queue is full it is rejected; the caller gets a
@@ -22,9 +26,11 @@
  *
  * Thread-safety: every function may be called on the same bulkhead, pool or
  * future from any thread at once, except the _free functions, which need
- * exclusive access (resil_future_free excepted: see there).
+ * exclusive access (resil_future_free excepted: see there; a waiter is
+ * freed by its owner alone, see resil_bulkhead_waiter_free).
  *
  * Create/free pairs: resil_bulkhead_new / resil_bulkhead_free,
+ * resil_bulkhead_waiter_new / resil_bulkhead_waiter_free (since 0.2),
  * resil_threadpool_new / resil_threadpool_free, resil_threadpool_submit /
  * resil_future_free. */
 #ifndef RESIL_BULKHEAD_H
@@ -60,15 +66,27 @@ typedef struct resil_bulkhead_config {
   /* Longest wait for a slot in resil_bulkhead_acquire and _run,
    * 0..INT64_MAX nanoseconds; 0 = reject at once. Default 0 (Resilience4j).
    * The wait is real time (a condition variable on CLOCK_MONOTONIC): an
-   * injected clock cannot shorten it. */
+   * injected clock cannot shorten it. For resil_bulkhead_enqueue it is the
+   * wait the caller is told to time with its own timer (since 0.2). */
   int64_t max_wait_ns;
   /* The clock of the default ctx given to fn when resil_bulkhead_run gets a
    * NULL ctx; NULL = resil_clock_system(). The bulkhead itself reads no
    * clock: its only time is the real-time wait above. */
   const resil_clock *clock;
-  /* NULL = malloc/free. Used only by _new and _free. */
+  /* NULL = malloc/free. Used only by _new and _free (and the waiter
+   * functions' _new and _free). */
   const resil_allocator *alloc;
+  /* Since 0.2: waiters that may queue for a slot at once, blocked acquires
+   * and resil_bulkhead_enqueue waiters together (one FIFO queue),
+   * 0..RESIL_BULKHEAD_MAX_QUEUED; 0 = nobody waits (every acquire that finds
+   * no slot is rejected at once, whatever max_wait_ns says). A waiter that
+   * finds the queue full is rejected at once. Default
+   * RESIL_BULKHEAD_MAX_QUEUED (in 0.1 waiting was bounded only by the
+   * callers' threads). */
+  uint32_t max_queued;
 } resil_bulkhead_config;
+
+#define RESIL_BULKHEAD_MAX_QUEUED 1000000
 
 /* Counters since creation, and the current gauges. Each value is read
  * atomically; the set is not one snapshot. */
@@ -79,9 +97,16 @@ typedef struct resil_bulkhead_metrics {
   uint32_t in_flight;      /* slots held now                            */
   uint32_t available;      /* max_concurrent - in_flight                */
   uint32_t peak_in_flight; /* highest in_flight seen                    */
-  uint32_t waiting;        /* callers waiting for a slot now            */
-  uint64_t permitted;      /* slots handed out                          */
-  uint64_t rejected;       /* acquisitions refused (full or cancelled)  */
+  uint32_t waiting;        /* waiters queued now (blocked and enqueued) */
+  uint64_t permitted;      /* slots handed out (handovers included)     */
+  uint64_t rejected;       /* acquisitions refused: full, queue full,
+                              wait expired, cancelled or withdrawn      */
+  /* Since 0.2. */
+  uint64_t handed_over;    /* slots a release handed to a queued waiter */
+  uint64_t withdrawn;      /* waiters that left the queue without a slot
+                              (wait expired, cancelled, dequeued)       */
+  uint32_t peak_waiting;   /* highest `waiting` seen                    */
+  uint32_t max_queued;     /* the configured bound                      */
 } resil_bulkhead_metrics;
 
 /* Writes the documented defaults and struct_size. A macro passing
@@ -103,7 +128,8 @@ RESIL_API resil_status resil_bulkhead_new(const resil_bulkhead_config *cfg,
                                           resil_error *err);
 
 /* Frees the bulkhead. NULL is a no-op. Needs exclusive access: no slot may
- * be held and nobody may be waiting. Since 0.1. */
+ * be held, nobody may be waiting, and every waiter of it must be freed.
+ * Since 0.1. */
 RESIL_API void resil_bulkhead_free(resil_bulkhead *bh);
 
 /* The split form: takes a free slot if there is one, never blocks (one
@@ -111,17 +137,22 @@ RESIL_API void resil_bulkhead_free(resil_bulkhead *bh);
  * slot (release it with resil_bulkhead_release), RESIL_DECISION_DENY when
  * none is free (counted as rejected; *why RESIL_REASON_BULKHEAD_FULL) or
  * for a NULL handle (nothing counted; *why RESIL_REASON_LOCAL_ERROR). why
- * may be NULL; *why is RESIL_REASON_OK on GO. Since 0.1 (resil_decision
- * since 0.2). */
+ * may be NULL; *why is RESIL_REASON_OK on GO. While anyone is queued no
+ * slot is free (a release hands its slot to the queue): a queued waiter is
+ * never overtaken. Since 0.1 (resil_decision since 0.2). */
 RESIL_API resil_decision resil_bulkhead_try_acquire(resil_bulkhead *bh,
                                                     resil_reason *why);
 
 /* Takes a slot, waiting when none is free up to min(max_wait_ns, remaining
  * deadline of ctx) of real time. ctx may be NULL (no deadline, no token).
  * The wait ends early when ctx->cancel is signalled; the token is polled
- * every millisecond while waiting. Waiters are not served in FIFO order: a
- * call that arrives when a slot is free takes it. The fast path (a slot is
- * free) is one compare-and-swap and takes no lock.
+ * every millisecond while waiting. A waiter joins the bulkhead's one FIFO
+ * queue (shared with resil_bulkhead_enqueue waiters) and is served in
+ * order: a release hands its slot to the head of the queue, and while
+ * anyone is queued no newcomer takes a slot (since 0.2; in 0.1 a newcomer
+ * could overtake). When the queue holds max_queued waiters the call is
+ * rejected at once. The fast path (a slot is free, nobody queued) is one
+ * compare-and-swap and takes no lock.
  * Returns RESIL_DECISION_GO (the caller holds a slot) or RESIL_DECISION_DENY
  * with *why RESIL_REASON_BULKHEAD_FULL (no slot within min(max_wait,
  * deadline)), RESIL_REASON_CANCELLED (ctx->cancel during the wait) or
@@ -132,11 +163,122 @@ RESIL_API resil_decision resil_bulkhead_acquire(resil_bulkhead *bh,
                                                 const resil_ctx *ctx,
                                                 resil_reason *why);
 
-/* Returns a slot taken by a successful acquire and wakes one waiter.
+/* Returns a slot taken by a successful acquire (or handed over to a
+ * waiter). When someone is queued the slot is handed to the head of the
+ * queue instead of being freed: a blocked acquire wakes up holding it, an
+ * enqueued waiter's callback is called from inside this function, on this
+ * thread, after the bulkhead's lock is dropped (see resil_bulkhead_enqueue).
+ * The uncontended path is one compare-and-swap and takes no lock.
  * Returns RESIL_OK, or RESIL_EMISUSE (NULL handle, or no slot is held:
  * releasing more than was acquired never raises the free slots above
- * max_concurrent). Since 0.1. */
+ * max_concurrent). Since 0.1 (handover since 0.2). */
 RESIL_API resil_status resil_bulkhead_release(resil_bulkhead *bh);
+
+/* ---- waiting without blocking (event loops), since 0.2 -----------------
+ *
+ * An event-loop caller cannot block in resil_bulkhead_acquire. It queues a
+ * waiter instead, in the same FIFO queue as the blocked acquires, and arms
+ * its own timer for the wait:
+ *
+ *   resil_bulkhead_waiter *w;                 // one per call, reusable
+ *   resil_bulkhead_waiter_new(bh, &w);
+ *   int64_t wait_ns;
+ *   switch (resil_bulkhead_enqueue(bh, ctx, w, on_slot, call, &wait_ns, &why)) {
+ *   case RESIL_DECISION_GO:   start(call); break;      // slot held now
+ *   case RESIL_DECISION_WAIT: arm_timer(call, wait_ns); break;
+ *   case RESIL_DECISION_DENY: reject(call, why); break; // nothing held
+ *   }
+ *   // on_slot(call) runs on the releasing thread: forward it to the loop
+ *   // (e.g. with the loop adapter's wake), then start the call there.
+ *   // On the timer (or on cancellation), on the loop thread:
+ *   if (resil_bulkhead_dequeue(bh, w) == RESIL_BH_WITHDRAWN) reject(call);
+ *   else { }  // RESIL_BH_HANDED_OVER: on_slot has run or is running; the
+ *             // slot is the call's: start it, or release the slot.
+ *
+ * Exactly one of "withdrawn" and "handed over" happens to each WAIT, decided
+ * under the bulkhead's lock; a slot is never lost or given twice. */
+
+typedef struct resil_bulkhead_waiter resil_bulkhead_waiter;
+
+/* Called once when a release hands the slot to a queued waiter: from now on
+ * the slot is the waiter's (release it with resil_bulkhead_release). It runs
+ * on the thread that called resil_bulkhead_release, inside that call, with
+ * no bulkhead lock held. It must not block; it should only forward the news
+ * (an event-loop caller wakes its loop and acts there). It may call any
+ * bulkhead function, but releasing from inside it hands the slot to the
+ * next waiter from inside the same release (recursion, one level per
+ * waiter): forward instead. The library does not touch the waiter after
+ * calling it, so the waiter may be freed from inside it. */
+typedef void (*resil_bulkhead_ready_fn)(void *arg);
+
+/* Creates a waiter for bh (allocated with bh's allocator; bh must outlive
+ * it). A waiter serves one wait at a time and may be reused for the next
+ * once it was handed a slot or withdrawn. Returns RESIL_OK, RESIL_EMISUSE
+ * (NULL handle), RESIL_EINVAL (out NULL), RESIL_ENOMEM. Since 0.2. */
+RESIL_API resil_status resil_bulkhead_waiter_new(resil_bulkhead *bh,
+                                                 resil_bulkhead_waiter **out);
+/* Frees a waiter. It should not be queued: a queued waiter is withdrawn
+ * first (counted as withdrawn and rejected; its callback never runs), under
+ * the bulkhead's lock, so a concurrent release either hands its slot to the
+ * next waiter or has already handed it to this one (the slot is then the
+ * caller's, its callback running or run). NULL is a no-op. Since 0.2. */
+RESIL_API void resil_bulkhead_waiter_free(resil_bulkhead_waiter *w);
+
+/* Takes a slot if one is free and nobody is queued, else queues w without
+ * blocking. ctx may be NULL (no deadline, no token).
+ * Returns RESIL_DECISION_GO: the caller holds a slot now; cb is never
+ * called. RESIL_DECISION_WAIT: w is queued; cb(arg) will be called once,
+ * on the releasing thread (see resil_bulkhead_ready_fn), when a slot is
+ * handed to it, unless the caller withdraws it first with
+ * resil_bulkhead_dequeue. *wait_ns (when wait_ns is not NULL) is how long
+ * it may wait: min(max_wait_ns, remaining deadline of ctx), > 0. The
+ * bulkhead keeps no timer: the caller withdraws the waiter when that time
+ * has passed. RESIL_DECISION_DENY: nothing held, w not queued, cb never
+ * called; *why RESIL_REASON_BULKHEAD_FULL (no slot and max_wait_ns 0, the
+ * deadline has passed, or the queue holds max_queued waiters: counted as
+ * rejected), RESIL_REASON_CANCELLED (ctx->cancel is set: counted as
+ * rejected) or RESIL_REASON_LOCAL_ERROR (NULL handle, w or cb, a w of
+ * another bulkhead or already queued, a ctx never passed through
+ * resil_ctx_init(): nothing counted). why may be NULL; *why is
+ * RESIL_REASON_OK on GO and WAIT. The GO path is the same compare-and-swap
+ * as resil_bulkhead_try_acquire; queueing takes the bulkhead's lock.
+ * Since 0.2. */
+RESIL_API resil_decision resil_bulkhead_enqueue(resil_bulkhead *bh,
+                                                const resil_ctx *ctx,
+                                                resil_bulkhead_waiter *w,
+                                                resil_bulkhead_ready_fn cb,
+                                                void *arg, int64_t *wait_ns,
+                                                resil_reason *why);
+
+/* What resil_bulkhead_dequeue found. */
+typedef enum resil_bh_dequeue_result {
+  /* Misuse: NULL handle or waiter, a waiter of another bulkhead, or one
+   * that was never queued. Nothing changed. */
+  RESIL_BH_NOT_QUEUED = 0,
+  /* The waiter was queued and is now removed: its callback will never run
+   * and no slot is held (counted as withdrawn and rejected). Also the
+   * answer to a second dequeue of a withdrawn waiter. */
+  RESIL_BH_WITHDRAWN = 1,
+  /* A release handed the slot over first: the caller holds it and must
+   * release it (or use it). The callback has run or is running on the
+   * releasing thread right now. */
+  RESIL_BH_HANDED_OVER = 2
+} resil_bh_dequeue_result;
+
+/* Withdraws a queued waiter (its max wait expired, or the call was
+ * cancelled). Race-free against a concurrent release: exactly one of
+ * RESIL_BH_WITHDRAWN and RESIL_BH_HANDED_OVER is the waiter's fate, and
+ * every later dequeue of it gives the same answer until it is queued
+ * again. The answer is about the waiter's last enqueue that answered WAIT
+ * (an enqueue answering GO or DENY leaves it as it was; a waiter never
+ * queued gives RESIL_BH_NOT_QUEUED).
+ * Takes the bulkhead's lock. Since 0.2. */
+RESIL_API resil_bh_dequeue_result resil_bulkhead_dequeue(
+    resil_bulkhead *bh, resil_bulkhead_waiter *w);
+
+/* The configured max_wait_ns, for callers that time their own waits; 0 for
+ * a NULL handle. Since 0.2. */
+RESIL_API int64_t resil_bulkhead_max_wait_ns(const resil_bulkhead *bh);
 
 /* The run form: resil_bulkhead_acquire, then fn(arg, ctx) with the caller's
  * ctx (a default ctx on the configured clock when NULL), then release,

@@ -69,7 +69,10 @@ typedef enum resil_decision {
    * releases it. */
   RESIL_DECISION_GO = 1,
   /* Make it after the wait the function returned (*wait_ns > 0); what was
-   * acquired is already the caller's. */
+   * acquired is already the caller's. Two answers of 0.2 use WAIT for a
+   * wait whose end the library announces instead: resil_bulkhead_enqueue
+   * (queued; the slot is not yet the caller's, see bulkhead.h) and
+   * resil_hedge_begin (a hedge may follow after *delay_ns, see hedge.h). */
   RESIL_DECISION_WAIT = 2
 } resil_decision;
 

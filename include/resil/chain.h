@@ -14,6 +14,17 @@
  * difference between logical calls, physical attempts and effects is always
  * visible.
  *
+ * A hedge layer (resil_chain_add_hedge, hedge.h; since 0.2) is described and
+ * counted like the others, and the amplification calculator includes it.
+ * resil_chain_run hedges only when the hedge has an executor (a thread pool
+ * in its config): the primary and the hedges then run the layers inside it
+ * on the pool's workers, and the layer returns after every one of them has
+ * returned (the losers are cancelled through their ctx->cancel). Without an
+ * executor the hedge layer passes every call through unhedged, one attempt
+ * (counted in the layer's `unhedged` and in the hedge's passed_blocking).
+ * resil_chain_describe says which for each hedge layer. The async engine
+ * drives the hedge's split form instead.
+ *
  * Layers borrow their policies: a policy may be shared by several chains and
  * must outlive every chain that uses it.
  *
@@ -57,11 +68,15 @@ typedef enum resil_layer_kind {
   RESIL_LAYER_RATELIMITER,
   RESIL_LAYER_TIMELIMITER,
   RESIL_LAYER_BULKHEAD,
-  RESIL_LAYER_THREADPOOL
+  RESIL_LAYER_THREADPOOL,
+  RESIL_LAYER_HEDGE /* since 0.2 */
 } resil_layer_kind;
 
 /* A layer's run function: the policy's run form (same contract as
- * resil_breaker_run and friends). */
+ * resil_breaker_run and friends). It calls its protected call one attempt
+ * at a time (never from several threads at once), except a HEDGE layer
+ * with hedges_blocking set, which may call it from several threads at once
+ * and must return only after every such call has returned. */
 typedef resil_outcome (*resil_layer_run_fn)(void *policy, const resil_ctx *ctx,
                                             resil_call_fn fn, void *arg);
 
@@ -133,6 +148,16 @@ typedef struct resil_layer {
   resil_outcome (*run_owned)(void *policy, const resil_ctx *ctx,
                              resil_call_fn fn, void *arg,
                              void (*arg_done)(void *arg));
+  /* Since 0.2. For HEDGE layers: extra attempts one run may send
+   * (max_hedges, >= 1) and the longest delay before each
+   * (resil_hedge_worst_delay_ns), for describe and the amplification
+   * calculator; 0 otherwise. */
+  uint32_t max_hedges;
+  int64_t hedge_delay_ns;
+  /* Since 0.2, for HEDGE layers: 1 when `run` hedges (a resil_hedge with an
+   * executor: parallel calls of the protected call, see above), 0 when it
+   * passes calls through unhedged. */
+  int hedges_blocking;
 } resil_layer;
 
 /* Per-layer counters, monotonic for the chain's life. A call is counted
@@ -148,6 +173,16 @@ typedef struct resil_layer_stats {
                              called in that run)                          */
   uint64_t successes;     /* outcomes it returned of class SUCCESS        */
   uint64_t by_kind[5];    /* outcomes it returned, index resil_outcome_kind */
+  /* Since 0.2: hedges apart from retries. */
+  uint64_t retries;       /* RETRY layers: attempts beyond the first of
+                             each call (attempts_out - calls_in once every
+                             call has returned); 0 for other layers        */
+  uint64_t hedges;        /* HEDGE layers: hedge attempts sent, by
+                             resil_chain_run (attempts beyond the first)
+                             or counted by resil_chain_count_hedges; 0 for
+                             other layers                                 */
+  uint64_t unhedged;      /* HEDGE layers: calls resil_chain_run passed
+                             through with one attempt                    */
 } resil_layer_stats;
 
 /* Defaults as documented on each field, and struct_size. A macro passing
@@ -189,6 +224,20 @@ RESIL_API resil_status resil_chain_add_timelimiter(resil_chain *ch,
 RESIL_API resil_status resil_chain_add_bulkhead(resil_chain *ch, resil_bulkhead *p);
 RESIL_API resil_status resil_chain_add_threadpool(resil_chain *ch,
                                                   resil_threadpool *p);
+/* A hedge layer (hedge.h): described with its unit, hedges, delay and worst
+ * case, counted in the amplification; resil_chain_run hedges on the
+ * hedge's executor, or passes calls through unhedged without one (see the
+ * top of this file). Same statuses as resil_chain_add_layer. Since 0.2. */
+typedef struct resil_hedge resil_hedge;
+RESIL_API resil_status resil_chain_add_hedge(resil_chain *ch, resil_hedge *p);
+
+/* For a driver that runs the chain's hedge layer through the hedge's split
+ * form (the async engine): adds n hedge attempts sent to layer i's
+ * `hedges` counter. One atomic add. RESIL_EMISUSE (NULL chain),
+ * RESIL_EINVAL (i out of range, or layer i is not of kind HEDGE).
+ * Since 0.2. */
+RESIL_API resil_status resil_chain_count_hedges(resil_chain *ch, size_t i,
+                                                uint64_t n);
 
 /* Runs one logical call through all layers. ctx may be NULL. When the chain
  * has a total timeout and ctx has no deadline, the deadline is set here, once
@@ -225,12 +274,15 @@ RESIL_API resil_status resil_chain_call_stats_sized(const resil_chain *ch,
 RESIL_API size_t resil_chain_nesting(const resil_chain *ch, char *buf,
                                      size_t size);
 /* Writes a multi-line description: the nesting, one line per layer with its
- * name and the unit it observes, one "note: ..." line per fact worth
- * knowing that is not a trap (a retry outside a breaker: the breaker counts
- * every attempt, the recommended order), and one "warning: ..." line per
- * real trap (a retry without a deadline; an attempt timeout longer than the
- * total deadline; nested retries multiplying attempts). Returns the length
- * it needed; 0 (and buf "") for a NULL chain. */
+ * name and the unit it observes (a hedge layer also with its hedges, delay
+ * and worst case: 1 + max_hedges attempts per call), one "note: ..." line
+ * per fact worth knowing that is not a trap (a retry outside a breaker:
+ * the breaker counts every attempt, the recommended order; a hedge layer:
+ * which calls it hedges, and whether resil_chain_run hedges on its executor
+ * or passes calls through unhedged), and one "warning: ..." line per real trap (a retry without a
+ * deadline; an attempt timeout longer than the total deadline; nested
+ * retries, or a retry and a hedge, multiplying attempts). Returns the
+ * length it needed; 0 (and buf "") for a NULL chain. */
 RESIL_API size_t resil_chain_describe(const resil_chain *ch, char *buf,
                                       size_t size);
 /* Number of warnings resil_chain_describe would print (notes not counted);
@@ -239,38 +291,59 @@ RESIL_API unsigned resil_chain_warnings(const resil_chain *ch);
 
 /* ---- static amplification (DESIGN §2.8, P14) ------------------------- */
 
-/* One retry layer for resil_amplification_compute. Sized (version.h):
- * every element of the array carries sizeof(resil_amp_layer), and the
- * library steps through the array by that size. */
+/* One retry (or, since 0.2, hedge) layer for resil_amplification_compute.
+ * Sized (version.h): every element of the array carries
+ * sizeof(resil_amp_layer), and the library steps through the array by that
+ * size. */
 typedef struct resil_amp_layer {
   size_t struct_size;
-  uint32_t max_attempts;  /* attempts one run of this layer may make (>= 1) */
+  uint32_t max_attempts;  /* attempts one run of this layer may make one
+                             after another (>= 1; 1 for a hedge layer)    */
   int64_t wait_per_run_ns;/* worst-case total backoff of one run           */
+  /* Since 0.2, for a hedge layer: extra attempts one run may send in
+   * parallel (max_hedges), and the longest delay before each; 0 for a
+   * retry layer. */
+  uint32_t hedges;
+  int64_t hedge_delay_ns;
 } resil_amp_layer;
 
 typedef struct resil_amplification {
   size_t struct_size; /* sized struct: the bytes the library wrote        */
   uint64_t attempts;  /* worst-case physical attempts per logical call    */
   int64_t wait_ns;    /* worst-case total backoff per logical call        */
-  int64_t time_ns;    /* attempts * attempt_timeout_ns + wait_ns          */
+  int64_t time_ns;    /* serial_attempts * attempt_timeout_ns + wait_ns
+                         + hedge_delay_ns                                 */
+  /* Since 0.2. */
+  uint64_t serial_attempts; /* attempts one after another (hedges run in
+                               parallel, so they add none): `attempts`
+                               without the hedge factors                  */
+  int64_t hedge_delay_ns;   /* worst-case time hedges add: each run of a
+                               hedge layer sends its last hedge after
+                               hedges x delay, which then runs up to the
+                               attempt timeout                            */
 } resil_amplification;
 
 /* Worst case of nested retry layers (outermost first): attempts multiply
  * (2 x 3 x 2 = 12), layer i's waits happen once per run of it, and it runs
- * once per attempt of every layer outside it. Saturates instead of
- * overflowing. *out is written up to the caller's struct size (a macro
+ * once per attempt of every layer outside it. A hedge layer multiplies the
+ * attempts of the layers inside it by 1 + hedges (the primary and every
+ * hedge run them), but its attempts run in parallel: the worst-case time
+ * is unchanged except for the hedge delay, hedges x hedge_delay_ns per
+ * serial run of the hedge layer (its last hedge starts that late and may
+ * run a full attempt). Saturates instead of overflowing. *out is written up to the caller's struct size (a macro
  * passing sizeof(resil_amplification)). RESIL_EINVAL for layers or out
  * NULL, n == 0, elements whose struct_size differ or is not a
  * resil_amp_layer's, a layer with max_attempts 0 or a negative wait or
- * timeout. Since 0.1. */
+ * timeout, a hedge layer (hedges > 0) with max_attempts other than 1 or
+ * hedges above RESIL_HEDGE_MAX_HEDGES. Since 0.1 (hedges since 0.2). */
 RESIL_API resil_status resil_amplification_compute_sized(
     const resil_amp_layer *layers, size_t n, int64_t attempt_timeout_ns,
     resil_amplification *out, size_t struct_size);
 #define resil_amplification_compute(layers, n, timeout, out)                   \
   resil_amplification_compute_sized((layers), (n), (timeout), (out),           \
                                     sizeof(resil_amplification))
-/* The same for the chain's own retry layers, with the attempt timeout of
- * its innermost time limiter (0 when it has none). RESIL_EMISUSE (NULL
+/* The same for the chain's own retry and hedge layers, with the attempt
+ * timeout of its innermost time limiter (0 when it has none). RESIL_EMISUSE (NULL
  * chain), RESIL_EINVAL (out NULL). Since 0.1. */
 RESIL_API resil_status resil_chain_amplification_sized(const resil_chain *ch,
                                                        resil_amplification *out,

@@ -14,6 +14,7 @@
 #include "ratelimit.h"
 #include "bulkhead.h"
 #include "timelimit.h"
+#include "hedge.h"
 #include "chain.h"
 
 #endif

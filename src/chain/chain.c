@@ -6,6 +6,7 @@
 
 #include "core/internal.h"
 #include "resil/chain.h"
+#include "resil/hedge.h"
 
 /* One atomic add per layer per call: the outcome's class, counted when the
  * layer returns. Everything else is derived when read: calls in = the sum
@@ -17,6 +18,11 @@
 typedef struct layer_counters {
   _Atomic uint64_t by_class[CLASS_SLOTS];
   _Atomic uint64_t rejections;
+  /* Only when they happen: a retry's extra attempts, a hedge layer's
+   * hedges (resil_chain_count_hedges) and pass-throughs. */
+  _Atomic uint64_t retries;
+  _Atomic uint64_t hedges;
+  _Atomic uint64_t unhedged;
 } layer_counters;
 
 typedef struct chain_layer {
@@ -116,6 +122,8 @@ static const char *kind_label(resil_layer_kind k) {
     return "Bulkhead";
   case RESIL_LAYER_THREADPOOL:
     return "ThreadPool";
+  case RESIL_LAYER_HEDGE:
+    return "Hedge";
   case RESIL_LAYER_CUSTOM:
     break;
   }
@@ -133,6 +141,10 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     return RESIL_EINVAL;
   if (!layer->policy || !layer->run) return RESIL_EINVAL;
   if (layer->kind == RESIL_LAYER_RETRY && layer->max_attempts == 0)
+    return RESIL_EINVAL;
+  if (layer->kind == RESIL_LAYER_HEDGE &&
+      (layer->max_hedges == 0 || layer->max_hedges > RESIL_HEDGE_MAX_HEDGES ||
+       layer->hedge_delay_ns < 0))
     return RESIL_EINVAL;
   if (ch->n >= RESIL_CHAIN_MAX_LAYERS) return RESIL_ESTATE;
   chain_layer *L = &ch->layers[ch->n];
@@ -152,6 +164,13 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
   L->desc.label = L->label;
   L->desc.name = L->name;
   if (L->desc.max_attempts == 0) L->desc.max_attempts = 1;
+  if (L->desc.kind != RESIL_LAYER_HEDGE) {
+    L->desc.max_hedges = 0;
+    L->desc.hedge_delay_ns = 0;
+    L->desc.hedges_blocking = 0;
+  } else {
+    L->desc.max_attempts = 1; /* a hedge makes its attempts in parallel */
+  }
   ch->n++;
   return RESIL_OK;
 }
@@ -173,6 +192,8 @@ typedef struct frame {
   resil_call_fn fn;
   void *arg;
   uint32_t inner_calls;
+  /* A hedging HEDGE layer's calls, made from several threads at once. */
+  _Atomic uint32_t par_calls;
   /* Heap frames only. */
   _Atomic int refs;
   atomic_int started;
@@ -206,6 +227,14 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
   resil_outcome o = enter_layer(ch, f->i + 1, ctx, f->fn, f->arg);
   if (f->heap == HEAP_TRAMPOLINE) frame_release(f);
   return o;
+}
+
+/* For a HEDGE layer that hedges: its attempts enter the layer below from
+ * the pool's workers at once, and the layer returns after all of them. */
+static resil_outcome trampoline_par(void *p, const resil_ctx *ctx) {
+  frame *f = p;
+  atomic_fetch_add_explicit(&f->par_calls, 1, memory_order_relaxed);
+  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg);
 }
 
 static int layer_may_abandon(const resil_layer *d) {
@@ -254,7 +283,24 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
   } else {
     frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
                .heap = 0};
-    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
+      atomic_init(&f.par_calls, 0);
+      o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
+      /* Every call has returned, ordered by the policy's own lock. */
+      f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
+    } else {
+      o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    }
+    if (RESIL_UNLIKELY(f.inner_calls > 1)) {
+      if (L->desc.kind == RESIL_LAYER_RETRY)
+        atomic_fetch_add_explicit(&L->c.retries, f.inner_calls - 1u,
+                                  memory_order_relaxed);
+      else if (L->desc.kind == RESIL_LAYER_HEDGE)
+        atomic_fetch_add_explicit(&L->c.hedges, f.inner_calls - 1u,
+                                  memory_order_relaxed);
+    }
+    if (L->desc.kind == RESIL_LAYER_HEDGE && f.inner_calls == 1)
+      atomic_fetch_add_explicit(&L->c.unhedged, 1, memory_order_relaxed);
     if (o.kind == RESIL_REJECTED && f.inner_calls == 0)
       atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
     else if (o.kind == RESIL_REJECTED && L->desc.kind == RESIL_LAYER_RETRY &&
@@ -328,6 +374,9 @@ static void read_counters(const layer_counters *c, resil_layer_stats *out) {
   out->struct_size = sizeof *out;
   out->calls_in = sum;
   out->rejections = atomic_load_explicit(&m->rejections, memory_order_relaxed);
+  out->retries = atomic_load_explicit(&m->retries, memory_order_relaxed);
+  out->hedges = atomic_load_explicit(&m->hedges, memory_order_relaxed);
+  out->unhedged = atomic_load_explicit(&m->unhedged, memory_order_relaxed);
   out->successes = cls[RESIL_CLASS_SUCCESS];
   out->by_kind[RESIL_NOT_SENT] = cls[RESIL_CLASS_NOT_SENT];
   out->by_kind[RESIL_UNKNOWN] = cls[RESIL_CLASS_UNKNOWN];
@@ -348,6 +397,13 @@ resil_status resil_chain_layer_stats_sized(const resil_chain *ch, size_t i,
   read_counters(i + 1 < ch->n ? &ch->layers[i + 1].c : &ch->call, &below);
   out.attempts_out = below.calls_in;
   resil__sized_out(dst, n, &out, sizeof out);
+  return RESIL_OK;
+}
+
+resil_status resil_chain_count_hedges(resil_chain *ch, size_t i, uint64_t n) {
+  if (!chain_valid(ch)) return RESIL_EMISUSE;
+  if (i >= ch->n || ch->layers[i].desc.kind != RESIL_LAYER_HEDGE) return RESIL_EINVAL;
+  atomic_fetch_add_explicit(&ch->layers[i].c.hedges, n, memory_order_relaxed);
   return RESIL_OK;
 }
 
@@ -398,10 +454,25 @@ static size_t find_kind(const resil_chain *ch, resil_layer_kind k, size_t from) 
 
 static const char *unit_of(const resil_chain *ch, size_t i) {
   size_t first_retry = find_kind(ch, RESIL_LAYER_RETRY, 0);
+  size_t first_hedge = find_kind(ch, RESIL_LAYER_HEDGE, 0);
   resil_layer_kind k = ch->layers[i].desc.kind;
-  if (k == RESIL_LAYER_RETRY)
-    return first_retry < i ? "attempts of the retry outside it (nested: attempts multiply)"
-                           : "logical calls; makes physical attempts";
+  if (k == RESIL_LAYER_RETRY) {
+    if (first_retry < i) return "attempts of the retry outside it (nested: attempts multiply)";
+    if (first_hedge < i)
+      return "the primary and every hedge of the hedge outside it (each runs the "
+             "whole retry: attempts multiply)";
+    return "logical calls; makes physical attempts";
+  }
+  if (k == RESIL_LAYER_HEDGE) {
+    if (first_retry < i)
+      return "attempts of the retry outside it; sends up to 1 + max_hedges "
+             "attempts in parallel for each";
+    if (first_hedge < i) return "attempts of the hedge outside it (nested: attempts multiply)";
+    return "logical calls; sends up to 1 + max_hedges attempts in parallel";
+  }
+  if (first_hedge < i && first_retry < i)
+    return "physical attempts (every retry attempt and every hedge passes here)";
+  if (first_hedge < i) return "physical attempts (the primary and every hedge pass here)";
   if (first_retry < i) return "physical attempts (every retry attempt passes here)";
   return "logical calls (one result per call, whatever happens inside)";
 }
@@ -420,6 +491,26 @@ static void collect_notes(const resil_chain *ch, sbuf *b) {
            "default\n",
            ch->layers[retry].name, ch->layers[breaker].name,
            ch->layers[retry].desc.max_attempts);
+  for (size_t i = find_kind(ch, RESIL_LAYER_HEDGE, 0); i < ch->n;
+       i = find_kind(ch, RESIL_LAYER_HEDGE, i + 1)) {
+    sb_add(b,
+           "note: hedge \"%s\" hedges only calls whose ctx flags carry "
+           "RESIL_CALL_IDEMPOTENT or RESIL_CALL_STABLE_KEY; any other call "
+           "passes through unhedged (counted)\n",
+           ch->layers[i].name);
+    if (ch->layers[i].desc.hedges_blocking)
+      sb_add(b,
+             "note: hedge \"%s\": resil_chain_run hedges on its thread pool "
+             "(every attempt inside it runs on a worker; losers are cancelled "
+             "and waited for)\n",
+             ch->layers[i].name);
+    else
+      sb_add(b,
+             "note: hedge \"%s\": resil_chain_run passes calls through it "
+             "unhedged, one attempt (it has no executor); hedging runs on the "
+             "async engine\n",
+             ch->layers[i].name);
+  }
 }
 
 /* The real traps (chain.h). */
@@ -447,6 +538,7 @@ static unsigned collect_warnings(const resil_chain *ch, sbuf *b) {
              (long long)(ch->layers[tl].desc.attempt_timeout_ns / RESIL_NS_PER_MS),
              (long long)(ch->total_timeout_ns / RESIL_NS_PER_MS));
   }
+  size_t hedge = find_kind(ch, RESIL_LAYER_HEDGE, 0);
   if (retry < ch->n && find_kind(ch, RESIL_LAYER_RETRY, retry + 1) < ch->n) {
     n++;
     resil_amplification a;
@@ -454,6 +546,16 @@ static unsigned collect_warnings(const resil_chain *ch, sbuf *b) {
       sb_add(b,
              "warning: nested retries multiply: up to %llu physical attempts "
              "per logical call\n",
+             (unsigned long long)a.attempts);
+  } else if (hedge < ch->n &&
+             (retry < ch->n || find_kind(ch, RESIL_LAYER_HEDGE, hedge + 1) < ch->n)) {
+    n++;
+    resil_amplification a;
+    if (b && resil_chain_amplification(ch, &a) == RESIL_OK)
+      sb_add(b,
+             "warning: %s multiply: up to %llu physical attempts per logical "
+             "call\n",
+             retry < ch->n ? "retries and hedges" : "nested hedges",
              (unsigned long long)a.attempts);
   }
   return n;
@@ -476,6 +578,18 @@ size_t resil_chain_describe(const resil_chain *ch, char *buf, size_t size) {
            unit_of(ch, i));
     if (L->desc.kind == RESIL_LAYER_RETRY)
       sb_add(&b, "; max %u attempts", L->desc.max_attempts);
+    if (L->desc.kind == RESIL_LAYER_HEDGE) {
+      char d[32], last[32];
+      resil__fmt_ns(d, sizeof d, L->desc.hedge_delay_ns);
+      resil__fmt_ns(last, sizeof last,
+                    resil__sat_mul(L->desc.hedge_delay_ns, (int64_t)L->desc.max_hedges));
+      sb_add(&b,
+             "; up to %u hedge%s, each after at most %s; worst case %u attempts "
+             "per call (all may be in flight at once), the last sent %s after "
+             "the first",
+             L->desc.max_hedges, L->desc.max_hedges == 1 ? "" : "s", d,
+             L->desc.max_hedges + 1u, last);
+    }
     if (L->desc.attempt_timeout_ns > 0)
       sb_add(&b, "; %lld ms per attempt",
              (long long)(L->desc.attempt_timeout_ns / RESIL_NS_PER_MS));
@@ -500,8 +614,9 @@ static resil_status amplification(const resil_amp_layer *layers, size_t n,
   const size_t min = offsetof(resil_amp_layer, wait_per_run_ns) + sizeof(int64_t);
   if (stride < min || stride > sizeof(resil_amp_layer) + RESIL__SIZED_SLACK)
     return RESIL_EINVAL;
-  int64_t runs = 1; /* how many times layer i runs per logical call */
-  int64_t wait = 0;
+  int64_t runs = 1;     /* serial runs of layer i per logical call */
+  int64_t attempts = 1; /* runs of layer i, parallel hedges included */
+  int64_t wait = 0, hedge_delay = 0;
   for (size_t i = 0; i < n; i++) {
     resil_amp_layer l;
     memset(&l, 0, sizeof l);
@@ -511,15 +626,27 @@ static resil_status amplification(const resil_amp_layer *layers, size_t n,
                         "sizeof(resil_amp_layer) in struct_size: see chain.h",
                         NULL) != RESIL_OK)
       return RESIL_EINVAL;
-    if (l.max_attempts == 0 || l.wait_per_run_ns < 0) return RESIL_EINVAL;
+    if (l.max_attempts == 0 || l.wait_per_run_ns < 0 || l.hedge_delay_ns < 0)
+      return RESIL_EINVAL;
+    if (l.hedges > 0 && (l.max_attempts != 1 || l.hedges > RESIL_HEDGE_MAX_HEDGES))
+      return RESIL_EINVAL;
     wait = resil__sat_add(wait, resil__sat_mul(runs, l.wait_per_run_ns));
+    /* A hedge's last hedge starts hedges x delay into its run; its attempts
+     * overlap, so only that offset adds to the serial time. */
+    hedge_delay = resil__sat_add(
+        hedge_delay, resil__sat_mul(runs, resil__sat_mul((int64_t)l.hedges, l.hedge_delay_ns)));
     runs = resil__sat_mul(runs, (int64_t)l.max_attempts);
+    attempts = resil__sat_mul(attempts,
+                              resil__sat_mul((int64_t)l.max_attempts, 1 + (int64_t)l.hedges));
   }
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
-  out->attempts = (uint64_t)runs;
+  out->attempts = (uint64_t)attempts;
+  out->serial_attempts = (uint64_t)runs;
   out->wait_ns = wait;
-  out->time_ns = resil__sat_add(resil__sat_mul(runs, attempt_timeout_ns), wait);
+  out->hedge_delay_ns = hedge_delay;
+  out->time_ns = resil__sat_add(
+      resil__sat_add(resil__sat_mul(runs, attempt_timeout_ns), wait), hedge_delay);
   return RESIL_OK;
 }
 
@@ -545,15 +672,19 @@ resil_status resil_chain_amplification_sized(const resil_chain *ch,
   int64_t timeout = 0;
   for (size_t i = 0; i < ch->n; i++) {
     const resil_layer *d = &ch->layers[i].desc;
-    if (d->kind == RESIL_LAYER_RETRY) {
+    if (d->kind == RESIL_LAYER_RETRY || d->kind == RESIL_LAYER_HEDGE) {
+      memset(&layers[n], 0, sizeof layers[n]);
       layers[n].struct_size = sizeof layers[n];
-      layers[n].max_attempts = d->max_attempts;
-      layers[n].wait_per_run_ns = d->worst_wait_ns;
+      layers[n].max_attempts = d->kind == RESIL_LAYER_RETRY ? d->max_attempts : 1;
+      layers[n].wait_per_run_ns = d->kind == RESIL_LAYER_RETRY ? d->worst_wait_ns : 0;
+      layers[n].hedges = d->max_hedges;
+      layers[n].hedge_delay_ns = d->hedge_delay_ns;
       n++;
     }
     if (d->attempt_timeout_ns > 0) timeout = d->attempt_timeout_ns;
   }
   if (n == 0) {
+    memset(&layers[0], 0, sizeof layers[0]);
     layers[0].struct_size = sizeof layers[0];
     layers[0].max_attempts = 1;
     layers[0].wait_per_run_ns = 0;

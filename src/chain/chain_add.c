@@ -3,6 +3,7 @@
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
 #include "resil/chain.h"
+#include "resil/hedge.h"
 #include "resil/ratelimit.h"
 #include "resil/retry.h"
 #include "resil/timelimit.h"
@@ -36,6 +37,11 @@ static resil_outcome run_bulkhead(void *p, const resil_ctx *ctx,
 static resil_outcome run_threadpool(void *p, const resil_ctx *ctx,
                                     resil_call_fn fn, void *arg) {
   return resil_threadpool_run(p, ctx, fn, arg);
+}
+
+static resil_outcome run_hedge(void *p, const resil_ctx *ctx, resil_call_fn fn,
+                               void *arg) {
+  return resil_hedge_run(p, ctx, fn, arg);
 }
 
 static resil_status add(resil_chain *ch, resil_layer_kind kind, void *p,
@@ -89,4 +95,18 @@ resil_status resil_chain_add_bulkhead(resil_chain *ch, resil_bulkhead *p) {
 resil_status resil_chain_add_threadpool(resil_chain *ch, resil_threadpool *p) {
   return add(ch, RESIL_LAYER_THREADPOOL, p, p ? resil_threadpool_name(p) : NULL,
              run_threadpool);
+}
+
+resil_status resil_chain_add_hedge(resil_chain *ch, resil_hedge *p) {
+  if (!p) return RESIL_EINVAL;
+  resil_layer l = {.struct_size = sizeof l,
+                   .kind = RESIL_LAYER_HEDGE,
+                   .name = resil_hedge_name(p),
+                   .policy = p,
+                   .run = run_hedge,
+                   .max_attempts = 1,
+                   .max_hedges = resil_hedge_max_hedges(p),
+                   .hedge_delay_ns = resil_hedge_worst_delay_ns(p),
+                   .hedges_blocking = resil_hedge_has_executor(p)};
+  return resil_chain_add_layer(ch, &l);
 }

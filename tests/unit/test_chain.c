@@ -239,7 +239,7 @@ static void fallback_tells_rejection_from_failure_and_never_fakes_success(
   resil_chain_free(ch);
 }
 
-#define AMP(a, w) {sizeof(resil_amp_layer), (a), (w)}
+#define AMP(a, w) {.struct_size = sizeof(resil_amp_layer), .max_attempts = (a), .wait_per_run_ns = (w)}
 
 static void amplification_of_nested_retries(void **state) {
   (void)state;

@@ -825,6 +825,46 @@ static void describe_worst_case_respects_the_deadline(void **state) {
   run_result_free(&r);
 }
 
+/* A hedge layer: described with its unit and worst case, counted in the
+ * amplification (attempts multiply by 1 + hedges, the time adds the hedge
+ * delay), and out-of-range hedge counts refused. */
+static void describe_includes_hedges_in_the_worst_case(void **state) {
+  (void)state;
+  run_result r;
+  RUN(&r, "describe", "--order", "retry,hedge,timelimiter", "--retries", "3", "--hedges", "2",
+      "--hedge-delay", "50", "--deadline", "10000");
+  assert_exit(&r, 1);
+  assert_contains(r.out, "Retry(Hedge(TimeLimiter(call)))\n");
+  assert_contains(r.out, "Hedge \"hedge\": observes attempts of the retry outside it");
+  assert_contains(r.out, "up to 2 hedges, each after at most 50 ms; worst case 3 attempts");
+  assert_contains(r.out, "note: hedge \"hedge\": resil_chain_run passes calls through it "
+                         "unhedged");
+  assert_contains(r.out, "warning: retries and hedges multiply: up to 9 physical attempts");
+  /* 3 serial x 1000 ms + 2 x 500 ms backoff + 3 runs x 2 x 50 ms. */
+  assert_contains(r.out, "worst case per logical call: 9 physical attempts (3 one after "
+                         "another, hedges in parallel), 4.300 s (3 x 1000 ms per attempt + "
+                         "1000 ms backoff + 300 ms hedge delay, within the deadline)");
+  run_result_free(&r);
+  /* A hedge alone is no trap. */
+  RUN(&r, "describe", "--order", "hedge,timelimiter", "--deadline", "5000");
+  assert_exit(&r, 0);
+  assert_contains(r.out, "up to 1 hedge, each after at most 100 ms");
+  assert_contains(r.out, "2 physical attempts (1 one after another, hedges in parallel), "
+                         "1.100 s");
+  run_result_free(&r);
+  static const char *const bad[] = {"0", "17", "-1", "x", "4294967298"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    RUN(&r, "describe", "--order", "hedge", "--hedges", bad[i]);
+    assert_exit(&r, 2);
+    assert_contains(r.err, "--hedges");
+    run_result_free(&r);
+  }
+  RUN(&r, "describe", "--order", "hedge", "--hedge-delay", "-5");
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--hedge-delay");
+  run_result_free(&r);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -857,6 +897,7 @@ int main(void) {
       T(describe_recommended_order_prints_no_warning),
       T(describe_refuses_out_of_range_numbers),
       T(describe_worst_case_respects_the_deadline),
+      T(describe_includes_hedges_in_the_worst_case),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

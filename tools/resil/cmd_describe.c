@@ -2,7 +2,7 @@
  * policies and prints what resil_chain_describe says about it: nesting,
  * the unit each layer observes, notes, the real traps (warnings), and the
  * static amplification (worst-case attempts and time, the latter never
- * beyond the deadline). Out-of-range numbers are refused (exit 2), never
+ * beyond the deadline; hedges multiply attempts and add their delay). Out-of-range numbers are refused (exit 2), never
  * wrapped or clamped. */
 #include <errno.h>
 #include <stdio.h>
@@ -18,17 +18,22 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: resil describe [--order LAYERS] [--retries N[,N...]] [--retry-wait MS]\n"
-          "                      [--timeout MS] [--deadline MS]\n"
+          "                      [--timeout MS] [--deadline MS] [--hedges N] [--hedge-delay MS]\n"
           "  --order LAYERS   outermost first, comma-separated from: retry, breaker,\n"
-          "                   ratelimiter, timelimiter, bulkhead\n"
+          "                   ratelimiter, timelimiter, bulkhead, hedge\n"
           "                   (default retry,breaker,ratelimiter,timelimiter,bulkhead)\n"
           "  --retries N,...  max attempts of each retry layer, outermost first, 1..1000\n"
           "                   (one number per 'retry' in --order; default 3)\n"
           "  --retry-wait MS  fixed wait between attempts (default 500)\n"
           "  --timeout MS     time limiter timeout per attempt (default 1000)\n"
           "  --deadline MS    total deadline per logical call (default: none)\n"
+          "  --hedges N       extra attempts of each hedge layer, 1..16 (default 1)\n"
+          "  --hedge-delay MS fixed delay before each hedge (default 100)\n"
           "Notes describe the order; warnings are real traps (no deadline, an attempt\n"
-          "timeout longer than the deadline, nested retries).\n"
+          "timeout longer than the deadline, nested retries, retries and hedges).\n"
+          "A hedge layer's worst case: 1 + N attempts per call in parallel, the time\n"
+          "of one attempt plus N x the delay (the hedge built here has no thread\n"
+          "pool: a blocking resil_chain_run would pass calls through it unhedged).\n"
           "Exit status: 0, or 1 when the chain has warnings, 2 on bad arguments.\n");
 }
 
@@ -71,6 +76,8 @@ int resil_cmd_describe(int argc, char **argv) {
   const char *order = "retry,breaker,ratelimiter,timelimiter,bulkhead";
   const char *retries = NULL;
   int64_t wait_ns = MS(500), timeout_ns = MS(1000), deadline_ns = 0;
+  int64_t hedge_delay_ns = MS(100);
+  uint32_t hedges = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -96,6 +103,18 @@ int resil_cmd_describe(int argc, char **argv) {
       }
     } else if (strcmp(a, "--deadline") == 0) {
       if (parse_ms(a, v, &deadline_ns)) return 2;
+    } else if (strcmp(a, "--hedge-delay") == 0) {
+      if (parse_ms(a, v, &hedge_delay_ns)) return 2;
+    } else if (strcmp(a, "--hedges") == 0) {
+      char *end;
+      errno = 0;
+      long long x = strtoll(v, &end, 10);
+      if (errno || *v == 0 || *end != 0 || x < 1 || x > (long long)RESIL_HEDGE_MAX_HEDGES) {
+        fprintf(stderr, "resil describe: --hedges: expected a number 1..%u, got '%s'\n",
+                (unsigned)RESIL_HEDGE_MAX_HEDGES, v);
+        return 2;
+      }
+      hedges = (uint32_t)x;
     } else {
       fprintf(stderr, "resil describe: unknown argument '%s'\n", a);
       return 2;
@@ -117,6 +136,7 @@ int resil_cmd_describe(int argc, char **argv) {
   resil_ratelimiter *rls[MAXP] = {0};
   resil_timelimiter *tls[MAXP] = {0};
   resil_bulkhead *bhs[MAXP] = {0};
+  resil_hedge *hgs[MAXP] = {0};
   size_t n = 0;
   int rc = 0;
   const char *rp = retries;
@@ -162,8 +182,15 @@ int resil_cmd_describe(int argc, char **argv) {
       resil_bulkhead_config_init(&c);
       st = resil_bulkhead_new(&c, &bhs[n], &err);
       if (st == RESIL_OK) st = resil_chain_add_bulkhead(ch, bhs[n]);
+    } else if (strcmp(tok, "hedge") == 0) {
+      resil_hedge_config c;
+      resil_hedge_config_init(&c);
+      c.max_hedges = hedges;
+      c.delay_ns = hedge_delay_ns;
+      st = resil_hedge_new(&c, &hgs[n], &err);
+      if (st == RESIL_OK) st = resil_chain_add_hedge(ch, hgs[n]);
     } else {
-      fprintf(stderr, "resil describe: --order: unknown layer '%s' (retry, breaker, ratelimiter, timelimiter, bulkhead)\n",
+      fprintf(stderr, "resil describe: --order: unknown layer '%s' (retry, breaker, ratelimiter, timelimiter, bulkhead, hedge)\n",
               tok);
       rc = 2;
       break;
@@ -186,22 +213,38 @@ int resil_cmd_describe(int argc, char **argv) {
     resil_amplification a;
     if (resil_chain_amplification(ch, &a) == RESIL_OK) {
       long long per_attempt_ms =
-          (long long)(a.attempts ? (a.time_ns - a.wait_ns) / (int64_t)a.attempts / 1000000 : 0);
+          (long long)(a.serial_attempts
+                          ? (a.time_ns - a.wait_ns - a.hedge_delay_ns) /
+                                (int64_t)a.serial_attempts / 1000000
+                          : 0);
+      /* With hedges, attempts run in parallel: the time counts the serial
+       * ones, plus the hedge delay. */
+      char attempts[96], hedge_part[64] = "";
+      if (a.serial_attempts != a.attempts)
+        snprintf(attempts, sizeof attempts,
+                 "%llu physical attempts (%llu one after another, hedges in parallel)",
+                 (unsigned long long)a.attempts, (unsigned long long)a.serial_attempts);
+      else
+        snprintf(attempts, sizeof attempts, "%llu physical attempts",
+                 (unsigned long long)a.attempts);
+      if (a.hedge_delay_ns > 0)
+        snprintf(hedge_part, sizeof hedge_part, " + %lld ms hedge delay",
+                 (long long)(a.hedge_delay_ns / 1000000));
       /* The deadline ends the logical call: worst time = min(computed,
        * deadline). */
       if (deadline_ns > 0 && a.time_ns > deadline_ns)
-        printf("worst case per logical call: %llu physical attempts, %.3f s: the deadline "
-               "(computed %.3f s = %llu x %lld ms per attempt + %lld ms backoff, cut at "
+        printf("worst case per logical call: %s, %.3f s: the deadline "
+               "(computed %.3f s = %llu x %lld ms per attempt + %lld ms backoff%s, cut at "
                "the %lld ms deadline)\n",
-               (unsigned long long)a.attempts, (double)deadline_ns / 1e9,
-               (double)a.time_ns / 1e9, (unsigned long long)a.attempts, per_attempt_ms,
-               (long long)(a.wait_ns / 1000000), (long long)(deadline_ns / 1000000));
+               attempts, (double)deadline_ns / 1e9, (double)a.time_ns / 1e9,
+               (unsigned long long)a.serial_attempts, per_attempt_ms,
+               (long long)(a.wait_ns / 1000000), hedge_part,
+               (long long)(deadline_ns / 1000000));
       else
-        printf("worst case per logical call: %llu physical attempts, %.3f s "
-               "(%llu x %lld ms per attempt + %lld ms backoff%s)\n",
-               (unsigned long long)a.attempts, (double)a.time_ns / 1e9,
-               (unsigned long long)a.attempts, per_attempt_ms,
-               (long long)(a.wait_ns / 1000000),
+        printf("worst case per logical call: %s, %.3f s "
+               "(%llu x %lld ms per attempt + %lld ms backoff%s%s)\n",
+               attempts, (double)a.time_ns / 1e9, (unsigned long long)a.serial_attempts,
+               per_attempt_ms, (long long)(a.wait_ns / 1000000), hedge_part,
                deadline_ns > 0 ? ", within the deadline" : "");
     }
     rc = resil_chain_warnings(ch) ? 1 : 0;
@@ -213,6 +256,7 @@ int resil_cmd_describe(int argc, char **argv) {
     resil_ratelimiter_free(rls[i]);
     resil_timelimiter_free(tls[i]);
     resil_bulkhead_free(bhs[i]);
+    resil_hedge_free(hgs[i]);
   }
   return rc;
 }

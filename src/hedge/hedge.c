@@ -1,0 +1,415 @@
+/* Hedged attempts: the policy's split form and its latency tracker
+ * (DESIGN §9; hedge.h).
+ *
+ * The tracker (percentile mode only) is a ring of the last window_size
+ * latencies plus the same values kept sorted, under a mutex: a new sample
+ * replaces the oldest one in both (two binary searches and two memmoves of
+ * at most window_size int64s), and the nearest-rank percentile is then one
+ * index into the sorted array. The clamped delay is stored in an atomic
+ * after every change, so resil_hedge_begin and on_timer read it without a
+ * lock. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "resil/hedge.h"
+#include "resil/bulkhead.h"
+#include "resil/retry.h"
+
+#define MAGIC_HEDGE 0x48444745u /* "HDGE" */
+#define MAX_DELAY_NS (24 * 3600 * RESIL_NS_PER_S)
+
+struct resil_hedge {
+  unsigned magic;
+  char *name;
+  int64_t delay_ns;
+  uint32_t permille;
+  int64_t min_delay_ns, max_delay_ns;
+  uint32_t min_samples;
+  uint32_t window;
+  uint32_t max_hedges;
+  uint32_t unacceptable;
+  resil_retry_budget *budget;
+  resil_threadpool *executor;
+  int deposit_calls;
+  const resil_clock *clock;
+  const resil_allocator *alloc;
+
+  _Atomic int64_t cur_delay_ns;
+  _Atomic uint64_t calls, hedged_calls, hedges_sent, hedges_won,
+      cancelled_losers, refused_by_budget, passed_unsafe, passed_blocking;
+  _Atomic uint32_t samples;
+
+  /* Percentile mode: under mu. */
+  pthread_mutex_t mu;
+  int64_t *ring;   /* window entries, oldest at ring[head] once full */
+  int64_t *sorted; /* the same values, ascending */
+  uint32_t n, head;
+};
+
+/* The 0.2 layout (the first) ends with `alloc`. */
+#define HEDGE_CONFIG_MIN_SIZE                                                  \
+  (offsetof(resil_hedge_config, alloc) + sizeof(const resil_allocator *))
+#define HEDGE_CALL_MIN_SIZE (offsetof(resil_hedge_call, started_ns) + sizeof(int64_t))
+
+static int valid(const resil_hedge *h) { return h && h->magic == MAGIC_HEDGE; }
+
+static void config_defaults(resil_hedge_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->struct_size = sizeof *cfg;
+  cfg->name = "hedge";
+  cfg->delay_ns = 100 * RESIL_NS_PER_MS;
+  cfg->delay_percentile_permille = 0;
+  cfg->min_delay_ns = RESIL_NS_PER_MS;
+  cfg->max_delay_ns = 10 * RESIL_NS_PER_S;
+  cfg->min_samples = 100;
+  cfg->window_size = 1000;
+  cfg->max_hedges = 1;
+  cfg->unacceptable_classes = RESIL_HEDGE_DEFAULT_UNACCEPTABLE;
+}
+
+void resil_hedge_config_init_sized(resil_hedge_config *cfg, size_t n) {
+  if (!cfg) return;
+  resil_hedge_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+static resil_status validate(const resil_hedge_config *c, resil_error *err) {
+  resil_status st;
+  if ((st = resil__check_ns(err, "delay_ns", c->delay_ns, 0, MAX_DELAY_NS))) return st;
+  if ((st = resil__check_range(err, "delay_percentile_permille",
+                               c->delay_percentile_permille, 0, 999)))
+    return st;
+  if ((st = resil__check_ns(err, "min_delay_ns", c->min_delay_ns, 0, MAX_DELAY_NS)))
+    return st;
+  if (c->max_delay_ns < c->min_delay_ns || c->max_delay_ns > MAX_DELAY_NS)
+    return resil__err_range_ns(err, "max_delay_ns", c->min_delay_ns, MAX_DELAY_NS,
+                               c->max_delay_ns, "min_delay_ns..24 h");
+  if ((st = resil__check_range(err, "window_size", c->window_size, 1,
+                               RESIL_HEDGE_MAX_WINDOW)))
+    return st;
+  if (c->min_samples < 1 || c->min_samples > c->window_size) {
+    char what[48];
+    snprintf(what, sizeof what, "1..window_size (%u)", (unsigned)c->window_size);
+    return resil__err_range(err, "min_samples", 1, c->window_size, c->min_samples, what);
+  }
+  if ((st = resil__check_range(err, "max_hedges", c->max_hedges, 1,
+                               RESIL_HEDGE_MAX_HEDGES)))
+    return st;
+  if ((c->unacceptable_classes & ~RESIL_CLASSES_ALL) ||
+      (c->unacceptable_classes & RESIL_CLASS_BIT(RESIL_CLASS_SUCCESS)))
+    return resil__err(err, RESIL_EINVAL, "unacceptable_classes",
+                      "unacceptable_classes: must be a RESIL_CLASS_BIT mask without "
+                      "RESIL_CLASS_SUCCESS, got 0x%x",
+                      (unsigned)c->unacceptable_classes);
+  if (c->deposit_calls != 0 && c->deposit_calls != 1)
+    return resil__err_range(err, "deposit_calls", 0, 1, c->deposit_calls, NULL);
+  return RESIL_OK;
+}
+
+resil_status resil_hedge_new(const resil_hedge_config *ucfg, resil_hedge **out,
+                             resil_error *err) {
+  if (!ucfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
+  if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
+  resil_hedge_config cfg;
+  config_defaults(&cfg);
+  resil_status st = resil__sized_in(&cfg, sizeof cfg, ucfg, HEDGE_CONFIG_MIN_SIZE,
+                                    "resil_hedge_config", "resil_hedge_config_init",
+                                    err);
+  if (st != RESIL_OK) return st;
+  if ((st = validate(&cfg, err))) return st;
+  resil_hedge *h = resil__calloc(cfg.alloc, sizeof *h);
+  if (!h) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  int ok;
+  h->name = resil__strdup(cfg.alloc, cfg.name ? cfg.name : "hedge", &ok);
+  if (!ok) goto nomem;
+  if (cfg.delay_percentile_permille) {
+    h->ring = resil__alloc(cfg.alloc, cfg.window_size * sizeof(int64_t));
+    h->sorted = resil__alloc(cfg.alloc, cfg.window_size * sizeof(int64_t));
+    if (!h->ring || !h->sorted) goto nomem;
+  }
+  if (pthread_mutex_init(&h->mu, NULL) != 0) {
+    resil__free(cfg.alloc, h->ring);
+    resil__free(cfg.alloc, h->sorted);
+    resil__free(cfg.alloc, h->name);
+    resil__free(cfg.alloc, h);
+    return resil__err(err, RESIL_ESYS, NULL, "cannot create a mutex");
+  }
+  h->delay_ns = cfg.delay_ns;
+  h->permille = cfg.delay_percentile_permille;
+  h->min_delay_ns = cfg.min_delay_ns;
+  h->max_delay_ns = cfg.max_delay_ns;
+  h->min_samples = cfg.min_samples;
+  h->window = cfg.window_size;
+  h->max_hedges = cfg.max_hedges;
+  h->unacceptable = cfg.unacceptable_classes;
+  h->budget = cfg.budget;
+  h->executor = cfg.executor;
+  h->deposit_calls = cfg.deposit_calls;
+  h->clock = resil__clock(cfg.clock);
+  h->alloc = cfg.alloc;
+  atomic_init(&h->cur_delay_ns, cfg.delay_ns);
+  h->magic = MAGIC_HEDGE;
+  *out = h;
+  return RESIL_OK;
+nomem:
+  resil__free(cfg.alloc, h->ring);
+  resil__free(cfg.alloc, h->sorted);
+  resil__free(cfg.alloc, h->name);
+  resil__free(cfg.alloc, h);
+  return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+}
+
+void resil_hedge_free(resil_hedge *h) {
+  if (!valid(h)) return;
+  h->magic = RESIL_MAGIC_DEAD;
+  pthread_mutex_destroy(&h->mu);
+  const resil_allocator *a = h->alloc;
+  resil__free(a, h->ring);
+  resil__free(a, h->sorted);
+  resil__free(a, h->name);
+  resil__free(a, h);
+}
+
+/* ---- the latency tracker ---------------------------------------------- */
+
+/* First index in sorted[0..n) whose value is >= v. */
+static uint32_t lower_bound(const int64_t *s, uint32_t n, int64_t v) {
+  uint32_t lo = 0, hi = n;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (s[mid] < v)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static void learn(resil_hedge *h, int64_t ns) {
+  if (!h->permille) return;
+  if (ns < 0) ns = 0;
+  pthread_mutex_lock(&h->mu);
+  if (h->n == h->window) {
+    /* Evict the oldest from both arrays. */
+    int64_t old = h->ring[h->head];
+    uint32_t i = lower_bound(h->sorted, h->n, old);
+    memmove(&h->sorted[i], &h->sorted[i + 1], (h->n - i - 1) * sizeof(int64_t));
+    h->n--;
+    h->ring[h->head] = ns;
+    h->head = (h->head + 1) % h->window;
+  } else {
+    h->ring[(h->head + h->n) % h->window] = ns;
+  }
+  uint32_t j = lower_bound(h->sorted, h->n, ns);
+  memmove(&h->sorted[j + 1], &h->sorted[j], (h->n - j) * sizeof(int64_t));
+  h->sorted[j] = ns;
+  h->n++;
+  int64_t d = h->delay_ns;
+  if (h->n >= h->min_samples) {
+    /* Nearest rank: the smallest value with at least p of the samples at
+     * or below it, rank = ceil(p * n / 1000). */
+    uint64_t rank = ((uint64_t)h->permille * h->n + 999) / 1000;
+    if (rank < 1) rank = 1;
+    d = h->sorted[rank - 1];
+    if (d < h->min_delay_ns) d = h->min_delay_ns;
+    if (d > h->max_delay_ns) d = h->max_delay_ns;
+  }
+  atomic_store_explicit(&h->samples, h->n, memory_order_relaxed);
+  atomic_store_explicit(&h->cur_delay_ns, d, memory_order_relaxed);
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* ---- the split form --------------------------------------------------- */
+
+static inline void bump(_Atomic uint64_t *c) {
+  atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* The caller's call state as a full struct (zeros for fields it lacks), and
+ * back. A call whose struct_size is not trusted is refused. */
+static int call_in(resil_hedge_call *full, const resil_hedge_call *call) {
+  memset(full, 0, sizeof *full);
+  if (call->struct_size == sizeof *full) {
+    *full = *call;
+    return 1;
+  }
+  return resil__sized_in(full, sizeof *full, call, HEDGE_CALL_MIN_SIZE,
+                         "resil_hedge_call", "resil_hedge_begin", NULL) == RESIL_OK;
+}
+
+static void call_out(resil_hedge_call *call, const resil_hedge_call *full) {
+  size_t n = call->struct_size;
+  resil__sized_out(call, n, full, sizeof *full);
+}
+
+resil_decision resil_hedge_begin_sized(resil_hedge *h, const resil_ctx *ctx,
+                                       resil_hedge_call *call, size_t call_size,
+                                       int64_t *delay_ns) {
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  if (!valid(h) || !call || !c || call_size < HEDGE_CALL_MIN_SIZE)
+    return RESIL_DECISION_DENY;
+  resil_hedge_call full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  full.attempts = 1;
+  full.in_flight = 1;
+  full.state = RESIL_HEDGE_CALL_PRIMARY;
+  full.started_ns = resil__now(h->clock);
+  bump(&h->calls);
+  if (h->budget && h->deposit_calls) resil_retry_budget_deposit(h->budget);
+  resil_decision d = RESIL_DECISION_DENY;
+  if (c->flags & (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY)) {
+    full.state |= RESIL_HEDGE_CALL_SAFE;
+    if (delay_ns)
+      *delay_ns = atomic_load_explicit(&h->cur_delay_ns, memory_order_relaxed);
+    d = RESIL_DECISION_WAIT;
+  } else {
+    full.state |= RESIL_HEDGE_CALL_NO_MORE;
+    bump(&h->passed_unsafe);
+  }
+  resil__sized_out(call, call_size, &full, sizeof full);
+  return d;
+}
+
+resil_decision resil_hedge_on_timer(resil_hedge *h, resil_hedge_call *call,
+                                    int64_t *next_delay_ns) {
+  if (next_delay_ns) *next_delay_ns = -1;
+  resil_hedge_call full;
+  if (!valid(h) || !call || !call_in(&full, call)) return RESIL_DECISION_DENY;
+  if (!(full.state & RESIL_HEDGE_CALL_SAFE) ||
+      (full.state & (RESIL_HEDGE_CALL_OVER | RESIL_HEDGE_CALL_NO_MORE)) ||
+      full.in_flight == 0 || full.attempts - 1 >= h->max_hedges) {
+    full.state |= RESIL_HEDGE_CALL_NO_MORE;
+    call_out(call, &full);
+    return RESIL_DECISION_DENY;
+  }
+  if (h->budget && !resil_retry_budget_try_withdraw(h->budget)) {
+    bump(&h->refused_by_budget);
+    full.state |= RESIL_HEDGE_CALL_NO_MORE;
+    call_out(call, &full);
+    return RESIL_DECISION_DENY;
+  }
+  full.attempts++;
+  full.in_flight++;
+  bump(&h->hedges_sent);
+  if (full.attempts == 2) bump(&h->hedged_calls);
+  if (full.attempts - 1 < h->max_hedges) {
+    if (next_delay_ns)
+      *next_delay_ns = atomic_load_explicit(&h->cur_delay_ns, memory_order_relaxed);
+  } else {
+    full.state |= RESIL_HEDGE_CALL_NO_MORE;
+  }
+  call_out(call, &full);
+  return RESIL_DECISION_GO;
+}
+
+resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
+                                       uint32_t attempt, int64_t duration_ns,
+                                       const resil_outcome *o) {
+  resil_hedge_call full;
+  if (!valid(h) || !call || !o || !call_in(&full, call)) return RESIL_HEDGE_IGNORED;
+  if ((full.state & RESIL_HEDGE_CALL_OVER) || attempt == 0 ||
+      attempt > full.attempts || full.in_flight == 0 ||
+      (full.ended_mask & (1u << (attempt - 1))))
+    return RESIL_HEDGE_IGNORED;
+  full.ended_mask |= 1u << (attempt - 1);
+  full.in_flight--;
+  if (attempt == 1 && (full.state & RESIL_HEDGE_CALL_PRIMARY)) {
+    full.state &= ~RESIL_HEDGE_CALL_PRIMARY;
+    if (o->kind == RESIL_ANSWERED) learn(h, duration_ns);
+  }
+  resil_hedge_verdict v = RESIL_HEDGE_KEEP_WAITING;
+  unsigned cls = (unsigned)resil_outcome_classify(o);
+  if (!(h->unacceptable & RESIL_CLASS_BIT(cls))) {
+    v = RESIL_HEDGE_WINNER;
+    full.winner = attempt;
+    if (attempt > 1) {
+      bump(&h->hedges_won);
+      if (full.state & RESIL_HEDGE_CALL_PRIMARY) {
+        /* The primary is cut short: learn its age as a lower bound. */
+        learn(h, resil__now(h->clock) - full.started_ns);
+        full.state &= ~RESIL_HEDGE_CALL_PRIMARY;
+      }
+    }
+    atomic_fetch_add_explicit(&h->cancelled_losers, full.in_flight,
+                              memory_order_relaxed);
+  } else if (full.in_flight == 0) {
+    v = RESIL_HEDGE_LAST;
+  }
+  if (v != RESIL_HEDGE_KEEP_WAITING)
+    full.state |= RESIL_HEDGE_CALL_OVER | RESIL_HEDGE_CALL_NO_MORE;
+  call_out(call, &full);
+  return v;
+}
+
+resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
+                              resil_call_fn fn, void *arg) {
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  if (!valid(h) || !fn || !c)
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  if (h->executor) return resil_hedge_run_on(h, c, h->executor, fn, arg);
+  bump(&h->calls);
+  bump(&h->passed_blocking);
+  return fn(arg, c);
+}
+
+/* ---- inspection ------------------------------------------------------- */
+
+int64_t resil_hedge_delay_ns(const resil_hedge *h) {
+  if (!valid(h)) return 0;
+  return atomic_load_explicit(&((resil_hedge *)h)->cur_delay_ns, memory_order_relaxed);
+}
+
+int64_t resil_hedge_worst_delay_ns(const resil_hedge *h) {
+  if (!valid(h)) return 0;
+  if (!h->permille) return h->delay_ns;
+  return h->delay_ns > h->max_delay_ns ? h->delay_ns : h->max_delay_ns;
+}
+
+uint32_t resil_hedge_max_hedges(const resil_hedge *h) {
+  return valid(h) ? h->max_hedges : 0;
+}
+
+uint32_t resil_hedge_percentile_permille(const resil_hedge *h) {
+  return valid(h) ? h->permille : 0;
+}
+
+int resil_hedge_has_executor(const resil_hedge *h) {
+  return valid(h) && h->executor != NULL;
+}
+
+int resil_hedge_has_budget(const resil_hedge *h) {
+  return valid(h) && h->budget != NULL;
+}
+
+const char *resil_hedge_name(const resil_hedge *h) {
+  return valid(h) ? h->name : NULL;
+}
+
+resil_status resil_hedge_get_metrics_sized(const resil_hedge *ch,
+                                           resil_hedge_metrics *dst, size_t n) {
+  if (!valid(ch)) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
+  resil_hedge *h = (resil_hedge *)ch; /* atomics need non-const */
+  resil_hedge_metrics m;
+  memset(&m, 0, sizeof m);
+  m.struct_size = sizeof m;
+  m.calls = atomic_load_explicit(&h->calls, memory_order_relaxed);
+  m.hedged_calls = atomic_load_explicit(&h->hedged_calls, memory_order_relaxed);
+  m.hedges_sent = atomic_load_explicit(&h->hedges_sent, memory_order_relaxed);
+  m.hedges_won = atomic_load_explicit(&h->hedges_won, memory_order_relaxed);
+  m.cancelled_losers = atomic_load_explicit(&h->cancelled_losers, memory_order_relaxed);
+  m.refused_by_budget = atomic_load_explicit(&h->refused_by_budget, memory_order_relaxed);
+  m.passed_unsafe = atomic_load_explicit(&h->passed_unsafe, memory_order_relaxed);
+  m.passed_blocking = atomic_load_explicit(&h->passed_blocking, memory_order_relaxed);
+  m.samples = atomic_load_explicit(&h->samples, memory_order_relaxed);
+  m.delay_ns = atomic_load_explicit(&h->cur_delay_ns, memory_order_relaxed);
+  resil__sized_out(dst, n, &m, sizeof m);
+  return RESIL_OK;
+}

@@ -1,0 +1,483 @@
+/* The hedge policy's split form on the manual clock: safety by
+ * construction, the hedge schedule and its bounds, winners and losers, the
+ * retry budget, the percentile delay with its floor, cap and minimum
+ * samples, and the blocking pass-through. */
+#include <string.h>
+
+#include "test_util.h"
+
+static resil_manual_clock *mc;
+static resil_outcome ok200, e503;
+
+static int setup(void **state) {
+  (void)state;
+  ok200 = resil_outcome_http(200);
+  e503 = resil_outcome_http(503);
+  return resil_manual_clock_new(0, 0, &mc) == RESIL_OK ? 0 : -1;
+}
+static int teardown(void **state) {
+  (void)state;
+  resil_manual_clock_free(mc);
+  return 0;
+}
+
+static resil_hedge *make(const resil_hedge_config *cfg) {
+  resil_hedge *h = NULL;
+  resil_error err;
+  resil_status st = resil_hedge_new(cfg, &h, &err);
+  if (st != RESIL_OK) fail_msg("resil_hedge_new: %s", err.msg);
+  return h;
+}
+
+static resil_hedge_config base(void) {
+  resil_hedge_config cfg;
+  resil_hedge_config_init(&cfg);
+  cfg.clock = resil_manual_clock_get(mc);
+  return cfg;
+}
+
+static resil_hedge_metrics metrics(const resil_hedge *h) {
+  resil_hedge_metrics m;
+  assert_status(RESIL_OK, resil_hedge_get_metrics(h, &m));
+  return m;
+}
+
+static resil_ctx ctx_with(uint32_t flags) {
+  resil_ctx c;
+  resil_ctx_init(&c);
+  c.flags = flags;
+  return c;
+}
+
+
+static void hedge_defaults_and_validation_name_the_field(void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  assert_int_equal(cfg.struct_size, sizeof cfg);
+  assert_string_equal(cfg.name, "hedge");
+  assert_int_equal(cfg.delay_ns, MS(100));
+  assert_int_equal(cfg.delay_percentile_permille, 0);
+  assert_int_equal(cfg.min_delay_ns, MS(1));
+  assert_int_equal(cfg.max_delay_ns, MS(10000));
+  assert_int_equal(cfg.min_samples, 100);
+  assert_int_equal(cfg.window_size, 1000);
+  assert_int_equal(cfg.max_hedges, 1);
+  assert_int_equal(cfg.unacceptable_classes, RESIL_HEDGE_DEFAULT_UNACCEPTABLE);
+  assert_null(cfg.budget);
+  resil_hedge *h = make(&cfg);
+  assert_string_equal(resil_hedge_name(h), "hedge");
+  assert_int_equal(resil_hedge_delay_ns(h), MS(100));
+  assert_int_equal(resil_hedge_worst_delay_ns(h), MS(100));
+  assert_int_equal(resil_hedge_max_hedges(h), 1);
+  resil_hedge_free(h);
+  resil_hedge_free(NULL);
+
+  resil_error err;
+  resil_hedge *out = NULL;
+  cfg = base();
+  cfg.delay_ns = -1;
+  assert_status(RESIL_EINVAL, resil_hedge_new(&cfg, &out, &err));
+  assert_string_equal(err.field, "delay_ns");
+  assert_true(err.has_range);
+  cfg = base();
+  cfg.delay_percentile_permille = 1000;
+  assert_status(RESIL_EINVAL, resil_hedge_new(&cfg, &out, &err));
+  assert_string_equal(err.field, "delay_percentile_permille");
+  assert_int_equal(err.max, 999);
+  cfg = base();
+  cfg.min_delay_ns = MS(50);
+  cfg.max_delay_ns = MS(10);
+  assert_status(RESIL_EINVAL, resil_hedge_new(&cfg, &out, &err));
+  assert_string_equal(err.field, "max_delay_ns");
+  cfg = base();
+  cfg.window_size = 10;
+  cfg.min_samples = 11;
+  assert_status(RESIL_EINVAL, resil_hedge_new(&cfg, &out, &err));
+  assert_string_equal(err.field, "min_samples");
+  assert_int_equal(err.max, 10);
+  cfg = base();
+  cfg.window_size = RESIL_HEDGE_MAX_WINDOW + 1;
+  assert_status(RESIL_EINVAL, resil_hedge_new(&cfg, &out, &err));
+  assert_string_equal(err.field, "window_size");
+  cfg = base();
+  cfg.max_hedges = 0;
+  assert_status(RESIL_EINVAL, resil_hedge_new(&cfg, &out, &err));
+  assert_string_equal(err.field, "max_hedges");
+  cfg.max_hedges = RESIL_HEDGE_MAX_HEDGES + 1;
+  assert_status(RESIL_EINVAL, resil_hedge_new(&cfg, &out, &err));
+  assert_string_equal(err.field, "max_hedges");
+  cfg = base();
+  cfg.unacceptable_classes |= RESIL_CLASS_BIT(RESIL_CLASS_SUCCESS);
+  assert_status(RESIL_EINVAL, resil_hedge_new(&cfg, &out, &err));
+  assert_string_equal(err.field, "unacceptable_classes");
+  /* A config never passed through _init. */
+  resil_hedge_config raw;
+  memset(&raw, 0, sizeof raw);
+  assert_status(RESIL_EINVAL, resil_hedge_new(&raw, &out, &err));
+  assert_non_null(strstr(err.msg, "call resil_hedge_config_init()"));
+  assert_null(out);
+}
+
+/* An unkeyed, non-idempotent call is never hedged: passed through with its
+ * one attempt, counted. */
+static void hedge_unkeyed_write_is_passed_through_and_counted(void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  cfg.max_hedges = 3;
+  resil_hedge *h = make(&cfg);
+  resil_ctx post = ctx_with(0);
+  resil_hedge_call hc;
+  int64_t delay = 12345;
+  assert_int_equal(resil_hedge_begin(h, &post, &hc, &delay), RESIL_DECISION_DENY);
+  assert_int_equal(delay, 12345); /* untouched */
+  assert_int_equal(hc.attempts, 1);
+  assert_false(hc.state & RESIL_HEDGE_CALL_SAFE);
+  /* Even a timer the caller armed anyway sends nothing. */
+  resil_manual_clock_advance_ns(mc, MS(500));
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  assert_int_equal(delay, -1);
+  assert_int_equal(hc.attempts, 1);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(500), &e503), RESIL_HEDGE_LAST);
+  /* NULL ctx: flags 0, the same. */
+  assert_int_equal(resil_hedge_begin(h, NULL, &hc, &delay), RESIL_DECISION_DENY);
+  resil_hedge_metrics m = metrics(h);
+  assert_int_equal(m.calls, 2);
+  assert_int_equal(m.passed_unsafe, 2);
+  assert_int_equal(m.hedges_sent, 0);
+  assert_int_equal(m.hedged_calls, 0);
+  /* Idempotent or keyed calls are hedged. */
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_ctx keyed = ctx_with(RESIL_CALL_STABLE_KEY);
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(delay, MS(100));
+  assert_int_equal(resil_hedge_begin(h, &keyed, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(metrics(h).passed_unsafe, 2);
+  resil_hedge_free(h);
+}
+
+static void hedge_slow_primary_is_won_by_the_hedge_and_loser_counted(void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  resil_hedge *h = make(&cfg);
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_hedge_call hc;
+  int64_t delay;
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  resil_manual_clock_advance_ns(mc, delay);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  assert_int_equal(hc.attempts, 2);
+  assert_int_equal(hc.in_flight, 2);
+  assert_int_equal(delay, -1); /* max_hedges 1: no further timer */
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  resil_manual_clock_advance_ns(mc, MS(20));
+  assert_int_equal(resil_hedge_record(h, &hc, 2, MS(20), &ok200), RESIL_HEDGE_WINNER);
+  assert_int_equal(hc.winner, 2);
+  assert_true(hc.state & RESIL_HEDGE_CALL_OVER);
+  /* The cancelled primary's late record changes nothing. */
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(900), &ok200), RESIL_HEDGE_IGNORED);
+  resil_hedge_metrics m = metrics(h);
+  assert_int_equal(m.calls, 1);
+  assert_int_equal(m.hedged_calls, 1);
+  assert_int_equal(m.hedges_sent, 1);
+  assert_int_equal(m.hedges_won, 1);
+  assert_int_equal(m.cancelled_losers, 1);
+  /* A fast primary: no hedge, nothing cancelled. */
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(5), &ok200), RESIL_HEDGE_WINNER);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  m = metrics(h);
+  assert_int_equal(m.calls, 2);
+  assert_int_equal(m.hedges_sent, 1);
+  assert_int_equal(m.cancelled_losers, 1);
+  resil_hedge_free(h);
+}
+
+static void hedge_sends_at_most_max_hedges_and_waits_for_an_acceptable_answer(
+    void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  cfg.max_hedges = 3;
+  cfg.delay_ns = MS(10);
+  resil_hedge *h = make(&cfg);
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_hedge_call hc;
+  int64_t delay;
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  for (int k = 1; k <= 3; k++) {
+    assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+    assert_int_equal(hc.attempts, (uint32_t)k + 1);
+    assert_int_equal(delay, k < 3 ? MS(10) : -1);
+  }
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  assert_int_equal(hc.in_flight, 4);
+  /* Unacceptable answers keep the call waiting for the others. */
+  assert_int_equal(resil_hedge_record(h, &hc, 3, MS(1), &e503), RESIL_HEDGE_KEEP_WAITING);
+  /* The same attempt recorded twice: the second is misuse, ignored. */
+  assert_int_equal(resil_hedge_record(h, &hc, 3, MS(1), &e503), RESIL_HEDGE_IGNORED);
+  assert_int_equal(hc.in_flight, 3);
+  resil_outcome timeout = resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(30), &timeout),
+                   RESIL_HEDGE_KEEP_WAITING);
+  /* A 404 is an answer: it wins by default. */
+  resil_outcome nf = resil_outcome_http(404);
+  assert_int_equal(resil_hedge_record(h, &hc, 4, MS(1), &nf), RESIL_HEDGE_WINNER);
+  resil_hedge_metrics m = metrics(h);
+  assert_int_equal(m.hedges_sent, 3);
+  assert_int_equal(m.hedges_won, 1);
+  assert_int_equal(m.cancelled_losers, 1); /* attempt 2 */
+  /* Every attempt unacceptable: the last one ends the call. */
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(1), &e503), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(resil_hedge_record(h, &hc, 2, MS(1), &e503), RESIL_HEDGE_LAST);
+  assert_int_equal(hc.winner, 0);
+  /* Nothing in flight any more: no hedge follows. */
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  /* A primary failing before the delay ends the call: no hedge after it. */
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(1), &e503), RESIL_HEDGE_LAST);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  m = metrics(h);
+  assert_int_equal(m.hedges_sent, 4);
+  assert_int_equal(m.hedged_calls, 2);
+  /* Records of attempts never started are misuse. */
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_record(h, &hc, 2, MS(1), &ok200), RESIL_HEDGE_IGNORED);
+  assert_int_equal(resil_hedge_record(h, &hc, 0, MS(1), &ok200), RESIL_HEDGE_IGNORED);
+  assert_int_equal(hc.in_flight, 1);
+  resil_hedge_free(h);
+}
+
+static void hedge_spends_the_retry_budget_and_stops_when_refused(void **state) {
+  (void)state;
+  resil_retry_budget_config bc;
+  resil_retry_budget_config_init(&bc);
+  bc.percent_can_retry_pct = 100; /* one retry per logical call */
+  bc.min_retries_per_s = 0;
+  bc.clock = resil_manual_clock_get(mc);
+  resil_retry_budget *b = NULL;
+  assert_status(RESIL_OK, resil_retry_budget_new(&bc, &b, NULL));
+  resil_hedge_config cfg = base();
+  cfg.max_hedges = 2;
+  cfg.budget = b;
+  cfg.deposit_calls = 1;
+  resil_hedge *h = make(&cfg);
+  assert_true(resil_hedge_has_budget(h));
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_hedge_call hc;
+  int64_t delay;
+  /* One deposit: the first hedge goes, the second is refused. */
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  assert_true(delay >= 0);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  assert_true(hc.state & RESIL_HEDGE_CALL_NO_MORE);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  resil_hedge_metrics m = metrics(h);
+  assert_int_equal(m.hedges_sent, 1);
+  assert_int_equal(m.refused_by_budget, 1); /* once per call */
+  assert_int_equal(resil_retry_budget_balance(b), 0);
+  resil_hedge_free(h);
+
+  /* Without deposits (no retry funds it) only the reserve is there: none. */
+  cfg.deposit_calls = 0;
+  h = make(&cfg);
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  assert_int_equal(metrics(h).refused_by_budget, 1);
+  assert_int_equal(metrics(h).hedges_sent, 0);
+  /* A retry's deposit funds the hedge (one budget, shared). */
+  assert_status(RESIL_OK, resil_retry_budget_deposit(b));
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  resil_hedge_free(h);
+  resil_retry_budget_free(b);
+}
+
+/* Feeds n primary latencies (ANSWERED) through begin/record. */
+static void feed(resil_hedge *h, const int64_t *lat, size_t n) {
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  for (size_t i = 0; i < n; i++) {
+    resil_hedge_call hc;
+    resil_hedge_begin(h, &get, &hc, NULL);
+    assert_int_equal(resil_hedge_record(h, &hc, 1, lat[i], &ok200), RESIL_HEDGE_WINNER);
+  }
+}
+
+static void hedge_percentile_delay_needs_min_samples_and_keeps_floor_and_cap(
+    void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  cfg.delay_percentile_permille = 500; /* p50 */
+  cfg.window_size = 10;
+  cfg.min_samples = 5;
+  cfg.delay_ns = MS(100);
+  cfg.min_delay_ns = MS(2);
+  cfg.max_delay_ns = MS(400);
+  resil_hedge *h = make(&cfg);
+  assert_int_equal(resil_hedge_worst_delay_ns(h), MS(400));
+  int64_t four[] = {MS(40), MS(10), MS(30), MS(20)};
+  feed(h, four, 4);
+  /* Below min_samples: the fixed delay. */
+  assert_int_equal(resil_hedge_delay_ns(h), MS(100));
+  assert_int_equal(metrics(h).samples, 4);
+  int64_t fifth[] = {MS(50)};
+  feed(h, fifth, 1);
+  /* 10 20 30 40 50: nearest rank ceil(0.5 * 5) = 3 -> 30 ms. */
+  assert_int_equal(resil_hedge_delay_ns(h), MS(30));
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_hedge_call hc;
+  int64_t delay;
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(delay, MS(30));
+  /* Only ANSWERED primaries are learnt: a refused connection is not the
+   * server's latency. */
+  resil_outcome refused = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(1), &refused), RESIL_HEDGE_LAST);
+  assert_int_equal(metrics(h).samples, 5);
+  /* The window keeps the last 10: ten samples of 1000 ms push the others
+   * out, and the cap holds. */
+  int64_t slow[10];
+  for (int i = 0; i < 10; i++) slow[i] = MS(1000);
+  feed(h, slow, 10);
+  assert_int_equal(metrics(h).samples, 10);
+  assert_int_equal(resil_hedge_delay_ns(h), MS(400));
+  /* Ten fast ones: the floor holds. */
+  int64_t fast[10];
+  for (int i = 0; i < 10; i++) fast[i] = 1000; /* 1 us */
+  feed(h, fast, 10);
+  assert_int_equal(resil_hedge_delay_ns(h), MS(2));
+  /* Half slow again: p50 of 5 x 1 us + 5 x 300 ms is 1 us -> floor; one
+   * more slow makes the 300 ms the median. */
+  int64_t mid[6] = {MS(300), MS(300), MS(300), MS(300), MS(300), MS(300)};
+  feed(h, mid, 5);
+  assert_int_equal(resil_hedge_delay_ns(h), MS(2));
+  feed(h, mid, 1);
+  assert_int_equal(resil_hedge_delay_ns(h), MS(300));
+  resil_hedge_free(h);
+}
+
+/* When a hedge wins, the primary it cut short is learnt at its age (a lower
+ * bound), so the percentile does not sink. */
+static void hedge_learns_the_cut_short_primary_at_its_age(void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  cfg.delay_percentile_permille = 990;
+  cfg.window_size = 1;
+  cfg.min_samples = 1;
+  cfg.min_delay_ns = 0;
+  resil_hedge *h = make(&cfg);
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_hedge_call hc;
+  int64_t delay;
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  resil_manual_clock_advance_ns(mc, MS(100));
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  resil_manual_clock_advance_ns(mc, MS(150));
+  /* The hedge answered in 150 ms; the primary has been out for 250 ms. */
+  assert_int_equal(resil_hedge_record(h, &hc, 2, MS(150), &ok200), RESIL_HEDGE_WINNER);
+  assert_int_equal(metrics(h).samples, 1);
+  assert_int_equal(resil_hedge_delay_ns(h), MS(250));
+  resil_hedge_free(h);
+}
+
+static resil_outcome count_call(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  (*(int *)arg)++;
+  return resil_outcome_ok();
+}
+
+/* The blocking run form hedges nothing: one attempt, counted apart. */
+static void hedge_run_form_passes_through_with_one_attempt(void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  resil_hedge *h = make(&cfg);
+  int n = 0;
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_outcome o = resil_hedge_run(h, &get, count_call, &n);
+  assert_true(resil_outcome_is_success(&o));
+  assert_int_equal(n, 1);
+  resil_hedge_metrics m = metrics(h);
+  assert_int_equal(m.calls, 1);
+  assert_int_equal(m.passed_blocking, 1);
+  assert_int_equal(m.hedges_sent, 0);
+  o = resil_hedge_run(h, &get, NULL, &n);
+  assert_int_equal(o.kind, RESIL_NOT_SENT);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  o = resil_hedge_run(NULL, &get, count_call, &n);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  assert_int_equal(n, 1);
+  resil_hedge_free(h);
+}
+
+static void hedge_misuse_fails_closed_and_counts_nothing(void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  resil_hedge *h = make(&cfg);
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_hedge_call hc;
+  int64_t d;
+  assert_int_equal(resil_hedge_begin(NULL, &get, &hc, &d), RESIL_DECISION_DENY);
+  assert_int_equal(resil_hedge_begin(h, &get, NULL, &d), RESIL_DECISION_DENY);
+  resil_ctx bad;
+  memset(&bad, 0, sizeof bad);
+  assert_int_equal(resil_hedge_begin(h, &bad, &hc, &d), RESIL_DECISION_DENY);
+  assert_int_equal(resil_hedge_on_timer(NULL, &hc, &d), RESIL_DECISION_DENY);
+  assert_int_equal(resil_hedge_on_timer(h, NULL, &d), RESIL_DECISION_DENY);
+  assert_int_equal(resil_hedge_record(NULL, &hc, 1, 0, &ok200), RESIL_HEDGE_IGNORED);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, 0, NULL), RESIL_HEDGE_IGNORED);
+  resil_hedge_call junk;
+  memset(&junk, 0, sizeof junk); /* never through begin */
+  assert_int_equal(resil_hedge_on_timer(h, &junk, &d), RESIL_DECISION_DENY);
+  resil_hedge_metrics m = metrics(h);
+  assert_int_equal(m.calls + m.hedges_sent + m.passed_unsafe, 0);
+  assert_status(RESIL_EMISUSE, resil_hedge_get_metrics(NULL, &m));
+  assert_status(RESIL_EINVAL, resil_hedge_get_metrics(h, NULL));
+  assert_int_equal(resil_hedge_delay_ns(NULL), 0);
+  assert_int_equal(resil_hedge_max_hedges(NULL), 0);
+  assert_null(resil_hedge_name(NULL));
+  resil_hedge_free(h);
+}
+
+static void hedge_allocation_failures_leak_nothing(void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  cfg.name = "search";
+  cfg.delay_percentile_permille = 950;
+  long n = 1;
+  for (;; n++) {
+    test_alloc ta;
+    test_alloc_init(&ta, n);
+    cfg.alloc = &ta.a;
+    resil_hedge *h = NULL;
+    resil_status st = resil_hedge_new(&cfg, &h, NULL);
+    if (st == RESIL_OK) {
+      assert_string_equal(resil_hedge_name(h), "search");
+      resil_hedge_free(h);
+      assert_int_equal(ta.live, 0);
+      break;
+    }
+    assert_status(RESIL_ENOMEM, st);
+    assert_null(h);
+    assert_int_equal(ta.live, 0);
+  }
+  assert_true(n > 3);
+}
+
+int main(void) {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+  const struct CMUnitTest tests[] = {
+      T(hedge_defaults_and_validation_name_the_field),
+      T(hedge_unkeyed_write_is_passed_through_and_counted),
+      T(hedge_slow_primary_is_won_by_the_hedge_and_loser_counted),
+      T(hedge_sends_at_most_max_hedges_and_waits_for_an_acceptable_answer),
+      T(hedge_spends_the_retry_budget_and_stops_when_refused),
+      T(hedge_percentile_delay_needs_min_samples_and_keeps_floor_and_cap),
+      T(hedge_learns_the_cut_short_primary_at_its_age),
+      T(hedge_run_form_passes_through_with_one_attempt),
+      T(hedge_misuse_fails_closed_and_counts_nothing),
+      T(hedge_allocation_failures_leak_nothing),
+  };
+#undef T
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

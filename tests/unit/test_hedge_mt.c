@@ -1,0 +1,228 @@
+/* One hedge (percentile mode, shared retry budget) driven from several
+ * threads at once: every counter adds up, the budget is never overdrawn,
+ * and the tracker stays consistent (run under ThreadSanitizer). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "test_util.h"
+
+enum { THREADS = 4, CALLS = 2000 };
+
+typedef struct shared {
+  resil_hedge *h;
+  _Atomic long hedges, wins_by_hedge, losers, unsafe;
+} shared;
+
+static void *driver(void *p) {
+  shared *s = p;
+  resil_outcome ok = resil_outcome_http(200), bad = resil_outcome_http(503);
+  for (int i = 0; i < CALLS; i++) {
+    resil_ctx ctx;
+    resil_ctx_init(&ctx);
+    ctx.flags = (i % 5 == 0) ? 0 : RESIL_CALL_IDEMPOTENT;
+    resil_hedge_call hc;
+    int64_t delay;
+    if (resil_hedge_begin(s->h, &ctx, &hc, &delay) != RESIL_DECISION_WAIT) {
+      atomic_fetch_add(&s->unsafe, 1);
+      resil_hedge_record(s->h, &hc, 1, 1000 * (i % 97), &ok);
+      continue;
+    }
+    int sent = 0;
+    while (resil_hedge_on_timer(s->h, &hc, &delay) == RESIL_DECISION_GO) sent++;
+    atomic_fetch_add(&s->hedges, sent);
+    /* The primary fails when hedged, the last hedge wins. */
+    if (sent == 0) {
+      resil_hedge_record(s->h, &hc, 1, 1000 * (i % 89), &ok);
+      continue;
+    }
+    resil_hedge_record(s->h, &hc, 1, 1000 * (i % 83), &bad);
+    if (resil_hedge_record(s->h, &hc, hc.attempts, 1000, &ok) == RESIL_HEDGE_WINNER) {
+      atomic_fetch_add(&s->wins_by_hedge, 1);
+      atomic_fetch_add(&s->losers, (long)sent - 1);
+    }
+  }
+  return NULL;
+}
+
+static void hedge_counters_add_up_under_concurrent_calls(void **state) {
+  (void)state;
+  resil_retry_budget_config bc;
+  resil_retry_budget_config_init(&bc);
+  bc.percent_can_retry_pct = 50;
+  bc.min_retries_per_s = 0;
+  resil_retry_budget *b = NULL;
+  assert_status(RESIL_OK, resil_retry_budget_new(&bc, &b, NULL));
+  resil_hedge_config cfg;
+  resil_hedge_config_init(&cfg);
+  cfg.delay_percentile_permille = 950;
+  cfg.window_size = 64;
+  cfg.min_samples = 8;
+  cfg.max_hedges = 2;
+  cfg.budget = b;
+  cfg.deposit_calls = 1;
+  shared s;
+  memset(&s, 0, sizeof s);
+  assert_status(RESIL_OK, resil_hedge_new(&cfg, &s.h, NULL));
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, driver, &s), 0);
+  for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+  resil_hedge_metrics m;
+  assert_status(RESIL_OK, resil_hedge_get_metrics(s.h, &m));
+  assert_int_equal(m.calls, (uint64_t)THREADS * CALLS);
+  assert_int_equal(m.passed_unsafe, (uint64_t)atomic_load(&s.unsafe));
+  assert_int_equal(m.passed_unsafe, (uint64_t)THREADS * CALLS / 5);
+  assert_int_equal(m.hedges_sent, (uint64_t)atomic_load(&s.hedges));
+  assert_int_equal(m.hedges_won, (uint64_t)atomic_load(&s.wins_by_hedge));
+  assert_int_equal(m.cancelled_losers, (uint64_t)atomic_load(&s.losers));
+  /* 50 % of the calls fund hedges: never more were sent. */
+  assert_true(m.hedges_sent <= m.calls / 2);
+  assert_true(m.hedges_sent > 0);
+  assert_true(m.refused_by_budget > 0);
+  assert_int_equal(m.samples, 64);
+  assert_true(m.delay_ns >= cfg.min_delay_ns && m.delay_ns <= cfg.max_delay_ns);
+  resil_hedge_free(s.h);
+  resil_retry_budget_free(b);
+}
+
+/* ---- the blocking form on a thread pool --------------------------------- */
+
+/* The first attempt hangs until its token fires (up to 10 s); later ones
+ * answer at once. */
+typedef struct slow_first {
+  _Atomic int calls;
+  _Atomic int primary_cancelled;
+  _Atomic int on_caller_thread;
+  pthread_t caller;
+} slow_first;
+
+static resil_outcome slow_then_fast(void *arg, const resil_ctx *ctx) {
+  slow_first *s = arg;
+  if (pthread_equal(pthread_self(), s->caller)) atomic_fetch_add(&s->on_caller_thread, 1);
+  if (atomic_fetch_add(&s->calls, 1) == 0) {
+    if (resil_cancel_wait_ns(ctx->cancel, MS(10000))) {
+      atomic_store(&s->primary_cancelled, 1);
+      return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED);
+    }
+    return resil_outcome_http(200);
+  }
+  return resil_outcome_http(201);
+}
+
+static resil_threadpool *make_pool(uint32_t threads) {
+  resil_threadpool_config pc;
+  resil_threadpool_config_init(&pc);
+  pc.threads = threads;
+  resil_threadpool *tp = NULL;
+  assert_status(RESIL_OK, resil_threadpool_new(&pc, &tp, NULL));
+  return tp;
+}
+
+static void hedge_run_on_pool_wins_with_the_hedge_and_cancels_the_primary(
+    void **state) {
+  (void)state;
+  resil_threadpool *tp = make_pool(3);
+  resil_hedge_config cfg;
+  resil_hedge_config_init(&cfg);
+  cfg.delay_ns = MS(20);
+  resil_hedge *h = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&cfg, &h, NULL));
+  slow_first s;
+  memset(&s, 0, sizeof s);
+  s.caller = pthread_self();
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  resil_outcome o = resil_hedge_run_on(h, &ctx, tp, slow_then_fast, &s);
+  assert_int_equal(o.http_status, 201); /* the hedge's answer */
+  assert_int_equal(atomic_load(&s.calls), 2);
+  /* The loser was cancelled through its token, and had returned. */
+  assert_int_equal(atomic_load(&s.primary_cancelled), 1);
+  assert_int_equal(atomic_load(&s.on_caller_thread), 0);
+  resil_hedge_metrics m;
+  assert_status(RESIL_OK, resil_hedge_get_metrics(h, &m));
+  assert_int_equal(m.calls, 1);
+  assert_int_equal(m.hedged_calls, 1);
+  assert_int_equal(m.hedges_sent, 1);
+  assert_int_equal(m.hedges_won, 1);
+  assert_int_equal(m.cancelled_losers, 1);
+
+  /* An unkeyed write runs once, on the calling thread, never hedged. */
+  memset(&s, 0, sizeof s);
+  s.caller = pthread_self();
+  resil_cancel *pre;
+  assert_status(RESIL_OK, resil_cancel_new(&pre));
+  resil_cancel_signal(pre); /* so the single attempt does not hang */
+  resil_ctx post;
+  resil_ctx_init(&post);
+  post.cancel = pre;
+  o = resil_hedge_run_on(h, &post, tp, slow_then_fast, &s);
+  assert_int_equal(o.kind, RESIL_NOT_SENT);
+  assert_int_equal(atomic_load(&s.calls), 1);
+  assert_int_equal(atomic_load(&s.on_caller_thread), 1);
+  assert_status(RESIL_OK, resil_hedge_get_metrics(h, &m));
+  assert_int_equal(m.passed_unsafe, 1);
+  assert_int_equal(m.hedges_sent, 1);
+  resil_cancel_free(pre);
+  /* Misuse. */
+  o = resil_hedge_run_on(h, &ctx, NULL, slow_then_fast, &s);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  o = resil_hedge_run_on(NULL, &ctx, tp, slow_then_fast, &s);
+  assert_int_equal(o.reason, RESIL_REASON_LOCAL_ERROR);
+  resil_hedge_free(h);
+  resil_threadpool_free(tp);
+}
+
+static resil_outcome fast_ok(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  atomic_fetch_add((_Atomic int *)arg, 1);
+  return resil_outcome_ok();
+}
+
+/* A primary that answers before the delay is the only attempt; the
+ * caller's cancellation reaches a hanging attempt. */
+static void hedge_run_on_pool_fast_primary_and_caller_cancel(void **state) {
+  (void)state;
+  resil_threadpool *tp = make_pool(2);
+  resil_hedge_config cfg;
+  resil_hedge_config_init(&cfg);
+  cfg.delay_ns = MS(60000);
+  resil_hedge *h = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&cfg, &h, NULL));
+  _Atomic int n = 0;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_STABLE_KEY;
+  resil_outcome o = resil_hedge_run_on(h, &ctx, tp, fast_ok, &n);
+  assert_true(resil_outcome_is_success(&o));
+  assert_int_equal(atomic_load(&n), 1);
+  /* The caller's token, set before the run, is passed on: the hanging
+   * primary returns at once and ends the call. */
+  slow_first s;
+  memset(&s, 0, sizeof s);
+  s.caller = pthread_self();
+  resil_cancel *tok;
+  assert_status(RESIL_OK, resil_cancel_new(&tok));
+  resil_cancel_signal(tok);
+  ctx.cancel = tok;
+  o = resil_hedge_run_on(h, &ctx, tp, slow_then_fast, &s);
+  assert_int_equal(o.kind, RESIL_NOT_SENT);
+  assert_int_equal(o.reason, RESIL_REASON_CANCELLED);
+  assert_int_equal(atomic_load(&s.primary_cancelled), 1);
+  resil_hedge_metrics m;
+  assert_status(RESIL_OK, resil_hedge_get_metrics(h, &m));
+  assert_int_equal(m.hedges_sent, 0);
+  resil_cancel_free(tok);
+  resil_hedge_free(h);
+  resil_threadpool_free(tp);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(hedge_counters_add_up_under_concurrent_calls),
+      cmocka_unit_test(hedge_run_on_pool_wins_with_the_hedge_and_cancels_the_primary),
+      cmocka_unit_test(hedge_run_on_pool_fast_primary_and_caller_cancel),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
