@@ -50,6 +50,7 @@ typedef struct async_lab {
 #ifdef RESIL_HAVE_UV
   int on_uv;      /* the libuv loop through libresil-uv instead */
   uv_loop_t uvl;
+  uv_timer_t bound; /* bounds one uv_run(UV_RUN_ONCE) */
 #endif
   size_t n;           /* calls */
   size_t done;        /* completions */
@@ -114,6 +115,7 @@ static int async_open_on(lab_result *r, async_lab *a, size_t n, uint32_t conns, 
   if (uv) {
     if (!lab_check(r, uv_loop_init(&a->uvl) == 0, "uv_loop_init failed")) return 0;
     a->on_uv = 1;
+    uv_timer_init(&a->uvl, &a->bound);
     if (!lab_check(r, resil_uv_adapter_new(&a->uvl, NULL, &a->ad) == RESIL_OK,
                    "libuv adapter could not be created"))
       return 0;
@@ -141,6 +143,7 @@ static void async_close(async_lab *a) {
 #ifdef RESIL_HAVE_UV
   if (a->on_uv) {
     resil_uv_adapter_free(a->ad);
+    uv_close((uv_handle_t *)&a->bound, NULL);
     /* The adapter's handles close on the next pass. */
     uv_run(&a->uvl, UV_RUN_NOWAIT);
     uv_loop_close(&a->uvl);
@@ -174,12 +177,20 @@ static int submit(lab_result *r, async_lab *a, size_t i, async_tag *tags, const 
                    "submit: %s", err.msg);
 }
 
-/* One pass of the loop, waiting at most 10 ms (libuv: at most until its
- * next timer; the engine's handles keep it from returning at once). */
+#ifdef RESIL_HAVE_UV
+static void bound_cb(uv_timer_t *t) { (void)t; }
+#endif
+
+/* One pass of the loop, waiting at most 10 ms. On libuv a timer bounds the
+ * pass: the adapter's wake handle and idle pooled connections keep the loop
+ * alive, so a pass whose last completion ran before its poll would
+ * otherwise block there for good. */
 static void run_once(async_lab *a) {
 #ifdef RESIL_HAVE_UV
   if (a->on_uv) {
+    uv_timer_start(&a->bound, bound_cb, 10, 0);
     uv_run(&a->uvl, UV_RUN_ONCE);
+    uv_timer_stop(&a->bound);
     return;
   }
 #endif
