@@ -124,7 +124,9 @@ static void kd_check_once(test_loop *l, kdone *d) {
 
 static void commit_then_slow_answer_is_recovered_committed_with_one_effect(void **state) {
   fx_state *s = *state;
-  kopts opt = {.timeout_ms = 150};
+  /* I1's setup with wider margins for a loaded machine: the write's answer
+   * is lost at 300 ms, the status query has 300 ms too. */
+  kopts opt = {.timeout_ms = 300};
   resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
   test_loop l;
   tl_init(&l);
@@ -134,7 +136,7 @@ static void commit_then_slow_answer_is_recovered_committed_with_one_effect(void 
   kd_init(&d);
   resil_http_recovery rep;
   memset(&rep, 0xab, sizeof rep);
-  submit_keyed(e, &d, "idem_post", KV("name", "k1", "ms", "500"), "keyed-i1", "{\"amount\":1}",
+  submit_keyed(e, &d, "idem_post", KV("name", "k1", "ms", "1500"), "keyed-i1", "{\"amount\":1}",
                retry, 0, &rep, NULL);
   assert_int_equal(atomic_load(&d.done), 0);
   assert_true(tl_run_until(&l, &d.done, 1, 20000));
@@ -175,8 +177,11 @@ typedef struct committer {
   int rc;
 } committer;
 
+/* Commits once the first status query came (event order, not time): at
+ * least one PENDING answer precedes the COMMITTED one. */
 static void *commit_later(void *u) {
   committer *cm = u;
+  while (resil_fixture_attempts(cm->f, "operations") < 1) sleep_ms(2);
   sleep_ms(cm->after_ms);
   cm->rc = resil_fixture_op_complete(cm->f, cm->key, 201, cm->body, 1);
   return NULL;
@@ -192,7 +197,7 @@ static void pending_is_polled_on_timers_until_committed(void **state) {
   resil_retry *retry = retry_fixed(3, 0);
   const char *key = "keyed-pending";
   assert_int_equal(resil_fixture_op_pending(s->f, key, NULL, NULL), 0);
-  committer cm = {.f = s->f, .key = key, .body = "{\"effect\":1}", .after_ms = 450};
+  committer cm = {.f = s->f, .key = key, .body = "{\"effect\":1}", .after_ms = 60};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, commit_later, &cm), 0);
   kdone d;
