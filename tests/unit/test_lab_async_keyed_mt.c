@@ -1,6 +1,6 @@
 /* Lab experiment A7 (tools/resil/lab_async_keyed.c): H16 and I1 on the
  * engine, on the built-in loop against the in-process fixture and its
- * store. The counts are asserted exactly (no timing bound); the wrong
+ * store (and I4's commit-then-close). The counts are asserted exactly (no timing bound); the wrong
  * variant (the re-send allowed, a new key per attempt) must fail its named
  * checks. Skipped when the built-in loop, the fixture or the store is not
  * built. */
@@ -43,6 +43,10 @@ static void a7_h16_and_i1_on_the_engine(void **s) {
   assert_true(num(o, "status_queries") >= 1);
   assert_string_equal(str(o, "status"), "COMMITTED");
   assert_true(json_is_true(json_object_get(o, "recovered")));
+  /* I4 through the keyed flow: commit then close, COMMITTED, one effect. */
+  assert_int_equal(num(o, "i4_effects"), 1);
+  assert_int_equal(num(o, "i4_write_attempts"), 1);
+  assert_true(json_is_true(json_object_get(o, "i4_recovered")));
   assert_int_equal(num(o, "loop_threads"), 1);
   if (!r.pass) fail_msg("A7 failed: %s", r.failure);
   lab_result_clear(&r);
@@ -55,6 +59,8 @@ static void a7_h16_and_i1_on_the_engine(void **s) {
   assert_true(lab_check_failed(&r, "one_effect"));
   assert_true(lab_check_failed(&r, "h16_one_effect"));
   assert_true(lab_check_failed(&r, "committed"));
+  assert_true(lab_check_failed(&r, "i4_one_effect"));
+  assert_true(num(r.observed, "i4_effects") >= 2);
   assert_true(num(r.observed, "effects") >= 2);
   assert_int_equal(num(r.observed, "h16_effects"), 2);
   lab_result_clear(&r);

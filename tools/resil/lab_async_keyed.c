@@ -8,6 +8,8 @@
  *        150 ms response timeout and a retry of 3: resil_engine_call_keyed()
  *        asks the status endpoint after the lost answer and ends COMMITTED
  *        with the stored result, one write, one effect.
+ *   I4   a keyed POST whose server commits, then closes the connection
+ *        before the response: the keyed flow ends COMMITTED too.
  * The wrong variant allows libcurl's re-send for the H16 POST (declared
  * idempotent) and makes every I1 attempt a new logical call with a new
  * key (no status query): both make more than one effect. Built when the
@@ -38,6 +40,9 @@ static const resil_http_endpoint keyed_endpoints[] = {
     {.struct_size = sizeof(resil_http_endpoint), .name = "idem_post", .method = RESIL_HTTP_POST,
      .path = "/idem/{name}", .query = "sleep_ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND,
      .content_type = "application/json", .status_endpoint = "op_status"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_close", .method = RESIL_HTTP_POST,
+     .path = "/idem-close", .idempotency_key = RESIL_HTTP_KEY_SEND,
+     .content_type = "application/json", .status_endpoint = "op_status"},
 };
 
 static int64_t now_ms(void) {
@@ -63,7 +68,15 @@ typedef struct a7_state {
   resil_outcome i1;
   int recovered;
   resil_http_recovery rep;
+  /* I4 */
+  size_t i4_done;
+  resil_outcome i4;
+  int i4_recovered;
+  resil_http_recovery i4_rep;
   /* the wrong variant's attempts, each a new logical call */
+  const char *wep;   /* endpoint */
+  size_t *wdone;     /* completion counter */
+  resil_outcome *wo; /* outcome */
   resil_http_args wargs;
   resil_http_param wps[2];
   uint32_t wrong_attempts;
@@ -114,6 +127,16 @@ static void i1_done(void *user, resil_engine_keyed *h, resil_outcome o, resil_ht
   resil_http_response_free(r);
 }
 
+static void i4_done(void *user, resil_engine_keyed *h, resil_outcome o, resil_http_response *r) {
+  (void)h;
+  a7_state *x = user;
+  note_thread(x);
+  x->i4 = o;
+  x->i4_recovered = resil_http_response_recovered(r);
+  x->i4_done++;
+  resil_http_response_free(r);
+}
+
 /* The wrong variant: each attempt a new resil_engine_call (a new key),
  * retried by hand on UNKNOWN, three at most, with no status query. */
 static void wrong_attempt_done(void *user, resil_engine_handle *h, resil_outcome o,
@@ -121,9 +144,9 @@ static void wrong_attempt_done(void *user, resil_engine_handle *h, resil_outcome
 
 static void wrong_attempt(a7_state *x) {
   x->wrong_attempts++;
-  if (resil_engine_call(x->e, "idem_post", &x->wargs, NULL, NULL, wrong_attempt_done, x, NULL,
+  if (resil_engine_call(x->e, x->wep, &x->wargs, NULL, NULL, wrong_attempt_done, x, NULL,
                         NULL) != RESIL_OK)
-    x->i1_done++;
+    (*x->wdone)++;
 }
 
 static void wrong_attempt_done(void *user, resil_engine_handle *h, resil_outcome o,
@@ -135,11 +158,11 @@ static void wrong_attempt_done(void *user, resil_engine_handle *h, resil_outcome
   if (k && x->wrong_attempts <= 3)
     snprintf(x->keys[x->wrong_attempts - 1], sizeof x->keys[0], "%s", k);
   resil_http_response_free(r);
-  x->i1 = o;
-  x->i1.attempts = x->wrong_attempts;
-  x->rep.write_attempts = x->wrong_attempts;
+  *x->wo = o;
+  x->wo->attempts = x->wrong_attempts;
+  if (x->wdone == &x->i1_done) x->rep.write_attempts = x->wrong_attempts;
   if (o.kind == RESIL_UNKNOWN && x->wrong_attempts < 3) wrong_attempt(x);
-  else x->i1_done++;
+  else (*x->wdone)++;
 }
 
 static void set_client(resil_http_client_config *cfg, a7_state *x) {
@@ -218,6 +241,9 @@ static int a7_run(lab_result *r, int wrong) {
   x.wargs.body_len = strlen(x.wargs.body);
   int64_t t0 = now_ms();
   if (wrong) {
+    x.wep = "idem_post";
+    x.wdone = &x.i1_done;
+    x.wo = &x.i1;
     wrong_attempt(&x);
   } else {
     resil_http_args args = x.wargs;
@@ -235,7 +261,33 @@ static int a7_run(lab_result *r, int wrong) {
   long eff = resil_fixture_effects(x.fx, "idem");
   long seen = resil_fixture_attempts(x.fx, "idem");
   long queries = resil_fixture_attempts(x.fx, "operations");
-  char ob[96], hb[96];
+
+  /* I4 */
+  resil_http_args a4;
+  resil_http_args_init(&a4);
+  a4.body = "{\"amount\":1}";
+  a4.body_len = strlen(a4.body);
+  if (wrong) {
+    x.wargs = a4;
+    x.wrong_attempts = 0;
+    x.wep = "idem_close";
+    x.wdone = &x.i4_done;
+    x.wo = &x.i4;
+    wrong_attempt(&x);
+  } else {
+    resil_engine_policies pol;
+    resil_engine_policies_init(&pol);
+    pol.retry = retry;
+    if (!lab_check(r, resil_engine_call_keyed(x.e, "idem_close", &a4, &pol, NULL, i4_done, &x,
+                                              &x.i4_rep, NULL, &err) == RESIL_OK,
+                   "submit keyed: %s", err.msg))
+      goto out;
+  }
+  int i4_ok = run_until(&x, &x.i4_done, 1, 30000);
+  long i4_eff = resil_fixture_effects(x.fx, "idem_close");
+  long i4_seen = resil_fixture_attempts(x.fx, "idem_close");
+  char ob[96], hb[96], o4[96];
+  resil_outcome_format(&x.i4, o4, sizeof o4);
   resil_outcome_format(&x.i1, ob, sizeof ob);
   resil_outcome_format(&x.h16_post, hb, sizeof hb);
   const char *state = x.rep.state == RESIL_HTTP_OP_COMMITTED  ? "COMMITTED"
@@ -254,15 +306,24 @@ static int a7_run(lab_result *r, int wrong) {
   lab_obs_str(r, "status", state);
   lab_obs_bool(r, "recovered", x.recovered);
   lab_obs_int(r, "elapsed_ms", elapsed);
+  lab_obs_str(r, "i4_outcome", o4);
+  lab_obs_int(r, "i4_effects", i4_eff);
+  lab_obs_int(r, "i4_write_attempts", i4_seen);
+  lab_obs_bool(r, "i4_recovered", x.i4_recovered);
   lab_obs_int(r, "loop_threads", x.other_threads ? 2 : 1);
-  lab_summary(r, "engine, one loop thread: H16 POST on a reused dropped connection %s, effects %ld, "
-                 "re-sends refused %lld; %s: %s after %ld write(s) and %ld status quer%s, "
-                 "status %s, effects %ld, %lld ms",
-              hb, h16_eff, prevented,
-              wrong ? "a new key per attempt" : "keyed call, commit then 500 ms, timeout 150 ms, retry 3",
-              ob, seen, queries, queries == 1 ? "y" : "ies", state, eff, (long long)elapsed);
-  lab_expect(r, "completed", h16_ok && i1_ok && x.other_threads == 0,
-             "completions %zu/%zu, %zu on another thread", x.h16_done, x.i1_done,
+  /* hb and o4 shortened to their kind: the line must fit. */
+  char *cut = strchr(hb, '(');
+  if (cut) *cut = '\0';
+  cut = strchr(o4, '(');
+  if (cut) *cut = '\0';
+  lab_summary(r, "engine: H16 POST on a dropped reused connection %s, effects %ld, re-sends "
+                 "refused %lld; I1 %s: %s, %ld write(s), %ld quer%s, %s, effects %ld, %lld ms; "
+                 "I4: %s, %ld write(s), effects %ld",
+              hb, h16_eff, prevented, wrong ? "(a new key per attempt)" : "(keyed, retry 3)", ob,
+              seen, queries, queries == 1 ? "y" : "ies", state, eff, (long long)elapsed, o4,
+              i4_seen, i4_eff);
+  lab_expect(r, "completed", h16_ok && i1_ok && i4_ok && x.other_threads == 0,
+             "completions %zu/%zu/%zu, %zu on another thread", x.h16_done, x.i1_done, x.i4_done,
              x.other_threads);
   lab_expect(r, "h16_unknown", x.h16_get.http_status == 200 && x.h16_post.kind == RESIL_UNKNOWN,
              "GET %d, POST %s, expected UNKNOWN", x.h16_get.http_status, hb);
@@ -277,6 +338,11 @@ static int a7_run(lab_result *r, int wrong) {
   lab_expect(r, "one_write", seen == 1 && x.rep.write_attempts == 1 && queries >= 1,
              "%ld writes (flow counted %u), %ld status queries; expected 1 write and a query",
              seen, x.rep.write_attempts, queries);
+  lab_expect(r, "i4_committed", x.i4.kind == RESIL_ANSWERED && x.i4.http_status == 201 &&
+                                    (x.i4.flags & RESIL_OF_RECOVERED) && x.i4_recovered,
+             "commit then close: %s, expected the stored 201 (recovered)", o4);
+  lab_expect(r, "i4_one_effect", i4_eff == 1 && i4_seen == 1,
+             "commit then close: effects %ld after %ld writes, expected 1 and 1", i4_eff, i4_seen);
 out:
   resil_engine_free(x.e);
   resil_loop_adapter_free(x.ad);
