@@ -9,11 +9,16 @@
  * the built-in loop; concurrency test (TSan). */
 #include "test_engine_common.h"
 
+#include "resil/breaker.h"
+
 static const resil_http_endpoint eps[] = {
     {.struct_size = sizeof(resil_http_endpoint), .name = "op_status", .path = "/operations/{key}",
      .response_codec = RESIL_HTTP_CODEC_JSON},
     {.struct_size = sizeof(resil_http_endpoint), .name = "idem_post", .method = RESIL_HTTP_POST,
      .path = "/idem/{name}", .query = "sleep_ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND,
+     .content_type = "application/json", .status_endpoint = "op_status"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_close", .method = RESIL_HTTP_POST,
+     .path = "/idem-close", .idempotency_key = RESIL_HTTP_KEY_SEND,
      .content_type = "application/json", .status_endpoint = "op_status"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "slow_keyed", .method = RESIL_HTTP_POST,
      .path = "/slow", .query = "ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND,
@@ -302,6 +307,53 @@ static void unknown_status_lets_the_retry_resend_with_the_same_key(void **state)
   resil_http_client_free(c);
 }
 
+/* ---- per-request policies see every physical request ----------------------------- */
+
+static void breaker_sees_the_write_and_the_status_query(void **state) {
+  fx_state *s = *state;
+  kopts opt = {.timeout_ms = 2000};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  resil_breaker *br = NULL;
+  assert_int_equal(resil_breaker_new(&bc, &br, NULL), RESIL_OK);
+  kdone d;
+  kd_init(&d);
+  resil_http_recovery rep;
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.body = "{\"amount\":1}";
+  args.body_len = strlen(args.body);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.breaker = br;
+  d.in_submit = 1;
+  assert_int_equal(resil_engine_call_keyed(e, "idem_close", &args, &pol, NULL, on_kdone, &d, &rep,
+                                           NULL, NULL),
+                   RESIL_OK);
+  d.in_submit = 0;
+  assert_true(tl_run_until(&l, &d.done, 1, 20000));
+  kd_check_once(&l, &d);
+  /* Commit, then the connection closed: UNKNOWN, asked, COMMITTED. */
+  assert_int_equal(d.o.http_status, 201);
+  assert_true(d.o.flags & RESIL_OF_RECOVERED);
+  assert_int_equal(rep.write_attempts, 1);
+  assert_int_equal(rep.status_queries, 1);
+  assert_int_equal(resil_fixture_effects(s->f, "idem_close"), 1);
+  /* The breaker recorded both physical requests. */
+  resil_breaker_metrics m;
+  assert_int_equal(resil_breaker_get_metrics(br, &m), RESIL_OK);
+  assert_int_equal(m.total_calls + m.total_ignored, 2);
+  resil_http_response_free(d.r);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_breaker_free(br);
+  resil_http_client_free(c);
+}
+
 /* ---- cancellation and the engine's free ------------------------------------------------ */
 
 typedef struct canceller {
@@ -429,6 +481,8 @@ int main(void) {
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(unknown_status_lets_the_retry_resend_with_the_same_key,
                                       fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(breaker_sees_the_write_and_the_status_query, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(cancel_from_another_thread_ends_a_pending_wait, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(engine_free_ends_a_waiting_keyed_call_once, fx_setup,
