@@ -354,6 +354,54 @@ static void breaker_sees_the_write_and_the_status_query(void **state) {
   resil_http_client_free(c);
 }
 
+/* ---- many keyed calls at once on one thread -------------------------------------------- */
+
+#define NMANY 50
+static void many_keyed_calls_recover_at_once_each_once(void **state) {
+  fx_state *s = *state;
+  kopts opt = {.timeout_ms = 5000};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static kdone d[NMANY];
+  static resil_http_recovery rep[NMANY];
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.body = "{\"amount\":1}";
+  args.body_len = strlen(args.body);
+  for (size_t i = 0; i < NMANY; i++) {
+    kd_init(&d[i]);
+    assert_int_equal(resil_engine_call_keyed(e, "idem_close", &args, NULL, NULL, on_kdone, &d[i],
+                                             &rep[i], NULL, NULL),
+                     RESIL_OK);
+  }
+  int64_t end = mono_ms() + 30000;
+  size_t n = 0;
+  while (n < NMANY && mono_ms() < end) {
+    tl_run_once(&l, 50);
+    n = 0;
+    for (size_t i = 0; i < NMANY; i++) n += atomic_load(&d[i].done);
+  }
+  assert_int_equal(n, NMANY);
+  for (size_t i = 0; i < NMANY; i++) {
+    assert_int_equal(atomic_load(&d[i].done), 1);
+    assert_int_equal(d[i].wrong_thread, 0);
+    assert_int_equal(d[i].o.http_status, 201);
+    assert_true(d[i].o.flags & RESIL_OF_RECOVERED);
+    assert_int_equal(rep[i].write_attempts, 1);
+    assert_int_equal(rep[i].status_queries, 1);
+    /* Each call its own generated key, and its own stored result. */
+    for (size_t j = 0; j < i; j++) assert_string_not_equal(rep[i].idempotency_key, rep[j].idempotency_key);
+    resil_http_response_free(d[i].r);
+  }
+  assert_int_equal(resil_fixture_effects(s->f, "idem_close"), NMANY);
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), NMANY);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
 /* ---- cancellation and the engine's free ------------------------------------------------ */
 
 typedef struct canceller {
@@ -482,6 +530,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(unknown_status_lets_the_retry_resend_with_the_same_key,
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(breaker_sees_the_write_and_the_status_query, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(many_keyed_calls_recover_at_once_each_once, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(cancel_from_another_thread_ends_a_pending_wait, fx_setup,
                                       fx_teardown),
