@@ -204,6 +204,78 @@ RESIL_API size_t resil_engine_active(const resil_engine *e);
 RESIL_API size_t resil_engine_in_flight(const resil_engine *e);
 RESIL_API size_t resil_engine_peak_in_flight(const resil_engine *e);
 
+
+/* ---- keyed calls with the recovery flow (Since 0.2) ----------------------
+ * resil_engine_call_keyed(): resil_http_call_keyed() (http.h: read its
+ * documentation, every rule there holds) on the engine, as steps of one
+ * state machine driven by engine completions and timers:
+ *   write    one physical request, a resil_engine_call() of the endpoint
+ *            with the call's one idempotency key (generated once at submit
+ *            when the endpoint says RESIL_HTTP_KEY_SEND and args gives
+ *            none) and the policies' ratelimiter, breaker, bulkhead and
+ *            attempt timeout (the retry is not passed down: it drives the
+ *            writes from here, through its split form);
+ *   query    after a write outcome in the client's status_query_classes
+ *            (call with a key, endpoint with a status_endpoint): a GET of
+ *            the status endpoint, its own resil_engine_call() with the
+ *            same per-request policies, deadline and cancel token;
+ *   COMMITTED  the stored result is the answer (ANSWERED(S) with
+ *            RESIL_OF_RECOVERED, response recovered); no write is re-sent;
+ *   PENDING  a timer (status_poll_ns, or the answer's Retry-After when
+ *            longer), never reaching pending_wait_max_ns from the first
+ *            PENDING answer or the deadline, then ask again; when the wait
+ *            ends, the write's outcome with RESIL_OF_STATUS_PENDING;
+ *   UNKNOWN  (404, UNKNOWN, FAILED, no usable answer) the retry decides a
+ *            re-send with the same key, its backoff a timer.
+ * The decisions are the blocking path's (one implementation, shared);
+ * never a success the server did not report. The final outcome is the
+ * retry's, as for resil_http_call_keyed().
+ *
+ * Completion: done is called exactly once, on the loop thread, never from
+ * inside resil_engine_call_keyed(), with the final outcome and the
+ * recovered response or the last write's (NULL when none was made), owned
+ * by the callee. report (may be NULL) is written, up to report_size (the
+ * macro passes sizeof(resil_http_recovery)), just before done is called;
+ * it must stay valid until then. resil_engine_free() ends running keyed
+ * calls as it ends plain ones (done from inside it, stop CANCELLED).
+ *
+ * Weaker than the blocking path: the client's attempt listener sees each
+ * physical request as the engine reports an unretried call (attempt 1,
+ * next_wait_ns -1), not the recovery numbering; the ctx cancel token is
+ * read before each physical request and when a wait ends (use
+ * resil_engine_keyed_cancel to end a wait at once). */
+
+typedef struct resil_engine_keyed resil_engine_keyed;
+
+typedef void (*resil_engine_keyed_done_fn)(void *user, resil_engine_keyed *call,
+                                           resil_outcome outcome,
+                                           resil_http_response *response);
+
+/* Submits a keyed logical call (args copied at once, ctx's deadline, flags,
+ * clock and cancel token read as for resil_engine_call). Loop thread only.
+ * On RESIL_OK done will be called once; *out (may be NULL) gets a handle
+ * valid until resil_engine_keyed_release(). RESIL_EINVAL (NULL engine or
+ * done, an unknown endpoint, bad args, an uninitialised ctx or policies),
+ * RESIL_ENOMEM: done is never called and err says why. Since 0.2. */
+RESIL_API resil_status resil_engine_call_keyed_sized(
+    resil_engine *e, const char *endpoint, const resil_http_args *args,
+    const resil_engine_policies *policies, const resil_ctx *ctx,
+    resil_engine_keyed_done_fn done, void *user, resil_http_recovery *report,
+    size_t report_size, resil_engine_keyed **out, resil_error *err);
+#define resil_engine_call_keyed(e, endpoint, args, policies, ctx, done, user, report, out, err) \
+  resil_engine_call_keyed_sized((e), (endpoint), (args), (policies), (ctx), (done), (user),   \
+                                (report), sizeof(resil_http_recovery), (out), (err))
+
+/* From any thread: ends the call on the next loop iteration. A physical
+ * request in flight is cancelled as resil_engine_cancel() does; a wait ends
+ * at once. The call completes with the last write's outcome, stop
+ * CANCELLED (RESIL_OF_STATUS_PENDING when PENDING was seen), or
+ * NOT_SENT(CANCELLED) before any write. After completion a no-op; NULL a
+ * no-op. Not concurrently with resil_engine_free(). Since 0.2. */
+RESIL_API void resil_engine_keyed_cancel(resil_engine_keyed *call);
+/* From any thread: gives back the handle. NULL is a no-op. Since 0.2. */
+RESIL_API void resil_engine_keyed_release(resil_engine_keyed *call);
+
 #ifdef __cplusplus
 }
 #endif

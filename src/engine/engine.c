@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "core/timerheap.h"
+#include "engine/engine_int.h"
 #include "http/http_int.h"
 #include "resil/engine.h"
 
@@ -86,6 +87,9 @@ struct resil_engine {
   size_t nfree, max_free;
   eng_sock *socks;
   size_t active, in_flight, peak;
+  /* keyed.c's hooks (engine_int.h) */
+  resil__engine_ext *exts;      /* attached                */
+  resil__engine_ext *post_head; /* posted, under mu        */
 };
 
 static int64_t eng_now(const resil_engine *e) {
@@ -534,7 +538,68 @@ static void on_wake(void *arg) {
     call_unref(l);
     l = n;
   }
+  /* Posted extensions (engine_int.h), one at a time: each may detach any. */
+  for (;;) {
+    pthread_mutex_lock(&e->mu);
+    resil__engine_ext *x = e->post_head;
+    if (x) {
+      e->post_head = x->post_next;
+      x->posted = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!x) break;
+    x->on_post(x);
+  }
   rearm(e);
+}
+
+/* ---- hooks for flows on top of the engine (engine_int.h) ------------------ */
+
+int64_t resil__engine_now(const resil_engine *e) { return eng_now(e); }
+resil_http_client *resil__engine_client(const resil_engine *e) { return e->client; }
+
+int resil__engine_arm(resil_engine *e, resil__timer *t, int64_t at_ns) {
+  int r = arm_at(e, t, at_ns);
+  rearm(e);
+  return r;
+}
+
+void resil__engine_disarm(resil_engine *e, resil__timer *t) {
+  resil__timerheap_disarm(&e->heap, t);
+}
+
+void resil__engine_attach(resil_engine *e, resil__engine_ext *x) {
+  x->prev = NULL;
+  x->next = e->exts;
+  if (e->exts) e->exts->prev = x;
+  e->exts = x;
+}
+
+void resil__engine_detach(resil_engine *e, resil__engine_ext *x) {
+  if (x->prev) x->prev->next = x->next;
+  else if (e->exts == x) e->exts = x->next;
+  if (x->next) x->next->prev = x->prev;
+  x->prev = x->next = NULL;
+  pthread_mutex_lock(&e->mu);
+  if (x->posted) {
+    resil__engine_ext **pp = &e->post_head;
+    while (*pp && *pp != x) pp = &(*pp)->post_next;
+    if (*pp) *pp = x->post_next;
+    x->posted = 0;
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
+void resil__engine_post(resil_engine *e, resil__engine_ext *x) {
+  pthread_mutex_lock(&e->mu);
+  int first = !x->posted;
+  if (first) {
+    x->posted = 1;
+    x->post_next = e->post_head;
+    e->post_head = x;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (first) e->ad->wake(e->ad->self);
 }
 
 /* ---- public API ------------------------------------------------------------ */
@@ -619,6 +684,8 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
 
 void resil_engine_free(resil_engine *e) {
   if (!e || e->magic != RESIL_MAGIC_ENGINE) return;
+  /* Flows on top of the engine (keyed.c) end first. */
+  while (e->exts) e->exts->on_free(e->exts);
   while (e->calls) {
     atomic_store_explicit(&e->calls->cancel_req, 1, memory_order_release);
     do_cancel(e->calls);

@@ -40,6 +40,9 @@ extern const lab_experiment lab_http_experiments[];
 extern const lab_experiment lab_idem_experiments[];
 /* A1-A3 (lab_async.c): empty unless the built-in loop is built. */
 extern const lab_experiment lab_async_experiments[];
+/* A7 (lab_async_keyed.c): empty unless the built-in loop, the fixture and
+ * the store are built. */
+extern const lab_experiment lab_async_keyed_experiments[];
 
 /* Checks used by experiments: record the first failure into r and return
  * the condition. */

@@ -1,0 +1,38 @@
+/* Internal hooks of the engine (engine.c) for flows built on top of
+ * resil_engine_call(), such as the keyed recovery flow (keyed.c): the
+ * engine's clock and timer heap, and "extensions" the engine ends when it
+ * is freed and can wake on the loop thread from another thread. Loop
+ * thread only unless said otherwise. */
+#ifndef RESIL_ENGINE_INT_H
+#define RESIL_ENGINE_INT_H
+
+#include "core/timerheap.h"
+#include "resil/engine.h"
+
+/* The adapter's clock (CLOCK_MONOTONIC without now_ns). */
+int64_t resil__engine_now(const resil_engine *e);
+resil_http_client *resil__engine_client(const resil_engine *e);
+/* Arms t (cb, arg set) on the engine's heap at at_ns (adapter clock) and
+ * puts the earliest timer on the adapter. Returns 0, -1 out of memory. */
+int resil__engine_arm(resil_engine *e, resil__timer *t, int64_t at_ns);
+void resil__engine_disarm(resil_engine *e, resil__timer *t);
+
+typedef struct resil__engine_ext {
+  /* Loop thread, on a later loop iteration after resil__engine_post(). */
+  void (*on_post)(struct resil__engine_ext *x);
+  /* From resil_engine_free(), before its calls are ended: must detach x
+   * (it may complete x's flow from inside it). */
+  void (*on_free)(struct resil__engine_ext *x);
+  struct resil__engine_ext *prev, *next; /* attached list (loop thread) */
+  struct resil__engine_ext *post_next;   /* under the engine's mutex    */
+  int posted;                            /* under the engine's mutex    */
+} resil__engine_ext;
+
+void resil__engine_attach(resil_engine *e, resil__engine_ext *x);
+/* Detaches x and drops a post not yet run. */
+void resil__engine_detach(resil_engine *e, resil__engine_ext *x);
+/* Any thread (not concurrently with resil_engine_free): runs x->on_post on
+ * the loop thread soon (the adapter is woken). Once per post. */
+void resil__engine_post(resil_engine *e, resil__engine_ext *x);
+
+#endif
