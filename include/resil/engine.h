@@ -21,8 +21,14 @@
  * A logical call, per attempt:
  *   ratelimiter  resil_ratelimiter_reserve: a WAIT becomes a timer;
  *   breaker      resil_breaker_try_acquire, then record(outcome, duration);
- *   bulkhead     resil_bulkhead_try_acquire: no free slot ends the attempt
- *                REJECTED(BULKHEAD_FULL) at once (no waiting queue yet);
+ *   bulkhead     resil_bulkhead_enqueue: no free slot queues the call in the
+ *                bulkhead's FIFO queue (shared with blocking callers) for
+ *                at most min(max_wait_ns, the deadline), a timer; a release
+ *                on any thread hands the slot over, forwarded to the loop
+ *                through the adapter's wake, and the attempt starts on the
+ *                loop thread. The wait expiring ends the attempt
+ *                REJECTED(BULKHEAD_FULL), nothing sent (the retry may go
+ *                on); max_wait_ns 0 or a full queue rejects at once;
  *   HTTP         one transfer; the attempt timeout and the client's
  *                response timeout end it as the blocking path does;
  * and around the attempts

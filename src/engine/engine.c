@@ -7,6 +7,9 @@
  * States of a call:
  *   START  submitted; its timer fires on a later loop iteration
  *   WAIT   waiting for a rate-limiter reservation or a retry backoff (timer)
+ *   BHWAIT queued for a bulkhead slot (resil_bulkhead_enqueue); `t` is the
+ *          max wait; a release hands the slot over on any thread, which
+ *          forwards it to the loop (e->granted, the adapter's wake)
  *   FLIGHT one transfer in the multi handle
  *   DONE   completed (done_fn called); kept only while handles remain
  * Every call has three timers on the engine's heap: `t` (start, waits),
@@ -14,6 +17,7 @@
  * client's response timeout once the request is on the wire). */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -24,7 +28,7 @@
 
 #define RESIL_MAGIC_ENGINE 0x454e474eu /* "ENGN" */
 
-enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE };
+enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE, ST_BHWAIT };
 
 typedef struct eng_xfer {
   http_slot s; /* first: CURLINFO_PRIVATE is &s */
@@ -44,6 +48,11 @@ struct resil_engine_handle {
   atomic_int finished;                   /* done_fn called or running */
   const resil_allocator *alloc;
   struct resil_engine_handle *cancel_next; /* under e->mu */
+  struct resil_engine_handle *grant_next;  /* under e->mu */
+  resil_bulkhead_waiter *bw;               /* created at the first WAIT */
+  int bh_waiting; /* an enqueue answered WAIT and the loop has not yet
+                     learnt the waiter's fate (dequeue or the grant) */
+  atomic_int grant_in; /* bh_ready has pushed the call on e->granted */
   resil_engine *e;
   struct resil_engine_handle *prev, *next; /* active list */
   resil_http_request *req;
@@ -81,6 +90,11 @@ struct resil_engine {
   int64_t armed_at;
   pthread_mutex_t mu;
   resil_engine_handle *cancel_head; /* under mu */
+  resil_engine_handle *granted;     /* under mu: bulkhead slots handed over */
+  /* Loop thread: enqueues that answered WAIT whose waiter was neither
+   * withdrawn nor its grant drained from `granted` yet (each holds a ref
+   * on its call). */
+  size_t bh_outstanding;
   resil_engine_handle *calls;       /* not DONE */
   eng_xfer *free_x;
   size_t nfree, max_free;
@@ -172,8 +186,26 @@ static eng_xfer *xfer_get(resil_engine *e) {
   return x;
 }
 
+/* Gives back what an attempt that never started holds (a call ending while
+ * queued for, or just handed, a bulkhead slot). */
+static void release_holds(resil_engine_handle *call) {
+  if (call->has_bh) {
+    resil_bulkhead_release(call->pol.bulkhead);
+    call->has_bh = 0;
+  }
+  if (call->has_permit) {
+    resil_breaker_release(call->pol.breaker, &call->permit);
+    call->has_permit = 0;
+  }
+}
+
 static void finish(resil_engine_handle *call, resil_outcome o) {
   resil_engine *e = call->e;
+  release_holds(call);
+  if (call->bw) {
+    resil_bulkhead_waiter_free(call->bw);
+    call->bw = NULL;
+  }
   call->state = ST_DONE;
   resil__timerheap_disarm(&e->heap, &call->t);
   resil__timerheap_disarm(&e->heap, &call->dl);
@@ -349,6 +381,147 @@ static void start_transfer(resil_engine_handle *call) {
   }
 }
 
+/* ---- bulkhead waiting ------------------------------------------------------
+ *
+ * An attempt that finds no free slot queues the call's waiter
+ * (resil_bulkhead_enqueue) and arms `t` for the max wait. The release that
+ * hands a slot over may run on any thread (a blocking caller sharing the
+ * bulkhead, or this loop): bh_ready only pushes the call on e->granted
+ * under e->mu and wakes the adapter; bh_drain, on the loop thread, starts
+ * the attempt. The max wait, the deadline, a cancel and resil_engine_free
+ * withdraw the waiter with resil_bulkhead_dequeue: exactly one of WITHDRAWN
+ * and HANDED_OVER comes back; on HANDED_OVER the slot is the call's (used
+ * or released at once) and its grant, pushed or about to be, is only
+ * drained. Each WAIT holds a ref on the call until its fate is known to the
+ * loop (withdrawn, or its grant drained), counted in e->bh_outstanding. */
+
+static void bh_ready(void *arg) {
+  resil_engine_handle *call = arg;
+  resil_engine *e = call->e;
+  /* The wake is made under the lock so that resil_engine_free, which takes
+   * it before tearing down, never races with this thread. */
+  pthread_mutex_lock(&e->mu);
+  call->grant_next = e->granted;
+  e->granted = call;
+  atomic_store_explicit(&call->grant_in, 1, memory_order_release);
+  e->ad->wake(e->ad->self);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* The call leaves the queue (max wait, deadline, cancel). Returns 1 when a
+ * slot was handed over first (now held: has_bh), 0 when withdrawn or when
+ * the call was not waiting. */
+static int bh_withdraw(resil_engine_handle *call) {
+  if (!call->bh_waiting) return 0;
+  resil_engine *e = call->e;
+  call->bh_waiting = 0;
+  resil__timerheap_disarm(&e->heap, &call->t);
+  int handed = resil_bulkhead_dequeue(call->pol.bulkhead, call->bw) == RESIL_BH_HANDED_OVER;
+  if (handed) {
+    /* bh_ready has run or is running on the releasing thread: wait until
+     * it has pushed the grant (it only takes e->mu), then take it back, so
+     * that no stale grant of this call is left for bh_drain. */
+    while (!atomic_load_explicit(&call->grant_in, memory_order_acquire)) sched_yield();
+    pthread_mutex_lock(&e->mu);
+    resil_engine_handle **pp = &e->granted;
+    while (*pp && *pp != call) pp = &(*pp)->grant_next;
+    if (*pp) *pp = call->grant_next;
+    pthread_mutex_unlock(&e->mu);
+    call->has_bh = 1;
+  }
+  e->bh_outstanding--;
+  call_unref(call); /* the WAIT's ref; the caller holds another */
+  return handed;
+}
+
+/* Drains the grants forwarded by bh_ready (loop thread). */
+static void bh_drain(resil_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  resil_engine_handle *l = e->granted;
+  e->granted = NULL;
+  pthread_mutex_unlock(&e->mu);
+  /* bh_ready pushes at the head: reverse, so grants start in FIFO order. */
+  resil_engine_handle *r = NULL;
+  while (l) {
+    resil_engine_handle *n = l->grant_next;
+    l->grant_next = r;
+    r = l;
+    l = n;
+  }
+  while (r) {
+    resil_engine_handle *call = r;
+    r = r->grant_next;
+    e->bh_outstanding--;
+    /* Always the call's current wait: bh_withdraw takes back a grant that
+     * raced with it. */
+    call->bh_waiting = 0;
+    call->has_bh = 1;
+    resil__timerheap_disarm(&e->heap, &call->t);
+    if (atomic_load_explicit(&call->cancel_req, memory_order_acquire))
+      finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
+    else
+      start_transfer(call);
+    call_unref(call);
+  }
+}
+
+/* The max wait passed (`t` in ST_BHWAIT). */
+static void bh_wait_expired(resil_engine_handle *call) {
+  if (bh_withdraw(call)) {
+    start_transfer(call);
+    return;
+  }
+  if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
+  call->has_permit = 0;
+  call->state = ST_WAIT;
+  resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+  after_attempt(call, &o, 0);
+}
+
+/* Takes a slot or queues for one. Returns 1 when the transfer may start
+ * now (slot held), 0 when the call waits or the attempt ended. */
+static int bh_acquire(resil_engine_handle *call, const resil_ctx *actx, int64_t now) {
+  resil_engine *e = call->e;
+  if (!call->bw && resil_bulkhead_waiter_new(call->pol.bulkhead, &call->bw) != RESIL_OK) {
+    /* No waiter: only a free slot will do. */
+    if (resil_bulkhead_try_acquire(call->pol.bulkhead, NULL) == RESIL_DECISION_GO) {
+      call->has_bh = 1;
+      return 1;
+    }
+  } else {
+    int64_t wait = 0;
+    resil_reason why = RESIL_REASON_OK;
+    /* The ref the WAIT holds is taken first: bh_ready may run at once on
+     * another thread. */
+    atomic_fetch_add_explicit(&call->refs, 1, memory_order_relaxed);
+    atomic_store_explicit(&call->grant_in, 0, memory_order_relaxed);
+    resil_decision d =
+        resil_bulkhead_enqueue(call->pol.bulkhead, actx, call->bw, bh_ready, call, &wait, &why);
+    if (d == RESIL_DECISION_WAIT) {
+      e->bh_outstanding++;
+      call->bh_waiting = 1;
+      call->state = ST_BHWAIT;
+      arm_at(e, &call->t, resil__sat_add(now, wait));
+      return 0;
+    }
+    call_unref(call);
+    if (d == RESIL_DECISION_GO) {
+      call->has_bh = 1;
+      return 1;
+    }
+    if (why == RESIL_REASON_CANCELLED) {
+      release_holds(call);
+      finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
+      return 0;
+    }
+  }
+  if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
+  call->has_permit = 0;
+  resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+  after_attempt(call, &o, 0);
+  return 0;
+}
+
 /* The per-attempt policies, then the transfer. */
 static void begin_attempt(resil_engine_handle *call) {
   resil_engine *e = call->e;
@@ -389,22 +562,17 @@ static void begin_attempt(resil_engine_handle *call) {
     }
     call->has_permit = 1;
   }
-  if (call->pol.bulkhead) {
-    if (resil_bulkhead_try_acquire(call->pol.bulkhead, NULL) != RESIL_DECISION_GO) {
-      if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
-      call->has_permit = 0;
-      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
-      after_attempt(call, &o, 0);
-      return;
-    }
-    call->has_bh = 1;
-  }
+  if (call->pol.bulkhead && !bh_acquire(call, actx, now)) return;
   start_transfer(call);
 }
 
 /* `t` fired: the deferred start, or the end of a wait. */
 static void on_call_timer(void *arg) {
   resil_engine_handle *call = arg;
+  if (call->state == ST_BHWAIT) {
+    bh_wait_expired(call);
+    return;
+  }
   if (call->state == ST_START) {
     call->state = ST_WAIT;
     if (call->pol.retry &&
@@ -428,6 +596,7 @@ static void on_deadline(void *arg) {
   if (call->state == ST_FLIGHT) {
     transfer_end(call, ABORT_DEADLINE, CURLE_OK);
   } else {
+    bh_withdraw(call); /* a slot handed over is released by finish */
     resil__timerheap_disarm(&call->e->heap, &call->t);
     finish_between(call, RESIL_REASON_DEADLINE, RESIL_STOP_DEADLINE);
   }
@@ -444,6 +613,7 @@ static void do_cancel(resil_engine_handle *call) {
     transfer_end(call, ABORT_CANCEL, CURLE_OK);
     return;
   }
+  bh_withdraw(call); /* a slot handed over is released by finish */
   resil__timerheap_disarm(&call->e->heap, &call->t);
   finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
 }
@@ -534,6 +704,7 @@ static void on_wake(void *arg) {
     call_unref(l);
     l = n;
   }
+  bh_drain(e);
   rearm(e);
 }
 
@@ -632,6 +803,9 @@ void resil_engine_free(resil_engine *e) {
     call_unref(l);
     l = n;
   }
+  /* Every waiter was withdrawn above (bh_withdraw takes back a grant that
+   * raced); nothing is left on e->granted. */
+  bh_drain(e);
   curl_multi_cleanup(e->multi);
   while (e->socks) {
     eng_sock *sk = e->socks;
@@ -688,6 +862,7 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   atomic_init(&call->refs, out ? 2 : 1);
   atomic_init(&call->cancel_req, 0);
   atomic_init(&call->finished, 0);
+  atomic_init(&call->grant_in, 0);
   call->alloc = e->alloc;
   call->e = e;
   call->pol = pol;

@@ -800,6 +800,201 @@ static void keyed_post_retried_with_one_key_and_secrets_redacted(void **state) {
   resil_http_client_free(c);
 }
 
+/* ---- bulkhead waiting ------------------------------------------------------------- */
+
+static resil_bulkhead *bulkhead_of(uint32_t n, int64_t max_wait_ns) {
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = n;
+  hc.max_wait_ns = max_wait_ns;
+  resil_bulkhead *bh = NULL;
+  assert_int_equal(resil_bulkhead_new(&hc, &bh, NULL), RESIL_OK);
+  return bh;
+}
+
+static void bulkhead_waiters_queue_and_all_succeed_at_most_n_at_once(void **state) {
+  fx_state *s = *state;
+  uint32_t pool = 16;
+  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  resil_bulkhead *bh = bulkhead_of(2, RESIL_S(30));
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  for (size_t i = 0; i < 6; i++)
+    assert_int_equal(submit(e, &d, i, "slow", KV("ms", "50"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 6, 30000));
+  for (size_t i = 0; i < 6; i++) {
+    assert_int_equal(d.count[i], 1);
+    assert_int_equal(d.o[i].http_status, 200);
+  }
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.peak_in_flight, 2);
+  assert_int_equal(m.handed_over, 4);
+  assert_int_equal(m.waiting, 0);
+  assert_int_equal(m.in_flight, 0);
+  assert_true(resil_engine_peak_in_flight(e) <= 2);
+  assert_int_equal(resil_fixture_effects(s->f, "slow"), 6);
+  assert_int_equal(d.wrong_thread, 0);
+  assert_int_equal(d.inside_submit, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+static void bulkhead_max_wait_expires_rejected_nothing_sent(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_bulkhead *bh = bulkhead_of(1, RESIL_MS(100));
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  int64_t t0 = mono_ms();
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
+  assert_int_equal(submit(e, &d, 1, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  /* The waiter's max wait ends it, long before the holder's answer. */
+  assert_int_equal(d.count[1], 1);
+  assert_int_equal(d.count[0], 0);
+  assert_int_equal(d.o[1].kind, RESIL_REJECTED);
+  assert_int_equal(d.o[1].reason, RESIL_REASON_BULKHEAD_FULL);
+  assert_int_equal(d.status[1], -1);
+  assert_true(d.at_ms[1] - t0 >= 100);
+  assert_true(d.at_ms[1] - t0 < 2500);
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.withdrawn, 1);
+  assert_int_equal(m.waiting, 0);
+  assert_true(tl_run_until(&l, &d.done, 2, 30000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(resil_fixture_effects(s->f, "slow"), 1);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+typedef struct bh_holder {
+  resil_bulkhead *bh;
+  atomic_int go;
+} bh_holder;
+
+static void *release_main(void *u) {
+  bh_holder *hd = u;
+  while (!atomic_load(&hd->go)) sleep_ms(1);
+  sleep_ms(20);
+  resil_bulkhead_release(hd->bh); /* hands the slot over on this thread */
+  return NULL;
+}
+
+static void slot_released_on_another_thread_starts_the_waiting_call(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_bulkhead *bh = bulkhead_of(1, RESIL_S(30));
+  /* A blocking caller holds the one slot. */
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), RESIL_DECISION_GO);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "item", KV("id", "7"), &pol, NULL, NULL), RESIL_OK);
+  /* Let the call queue, then release from the other thread. */
+  for (int i = 0; i < 5; i++) tl_run_once(&l, 5);
+  assert_int_equal(d.count[0], 0);
+  bh_holder hd = {.bh = bh};
+  atomic_init(&hd.go, 1);
+  pthread_t th;
+  pthread_create(&th, NULL, release_main, &hd);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  pthread_join(th, NULL);
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(d.wrong_thread, 0);
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.handed_over, 1);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+/* Many waiters whose max wait expires while other threads release slots:
+ * whether each ends withdrawn or handed over, no slot is lost. */
+static void *churn_main(void *u) {
+  bh_holder *hd = u;
+  while (!atomic_load(&hd->go)) {
+    if (resil_bulkhead_acquire(hd->bh, NULL, NULL) == RESIL_DECISION_GO) {
+      sleep_ms(1);
+      resil_bulkhead_release(hd->bh);
+    }
+  }
+  return NULL;
+}
+
+static void waiters_racing_releases_never_lose_a_slot(void **state) {
+  fx_state *s = *state;
+  uint32_t pool = 16;
+  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = 2;
+  hc.max_wait_ns = RESIL_MS(2);
+  hc.max_queued = 1000;
+  resil_bulkhead *bh = NULL;
+  assert_int_equal(resil_bulkhead_new(&hc, &bh, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  bh_holder hd = {.bh = bh};
+  atomic_init(&hd.go, 0);
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, churn_main, &hd);
+  enum { N = 200 };
+  for (size_t i = 0; i < N; i++)
+    assert_int_equal(submit(e, &d, i, "item", KV("id", "3"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, N, 60000));
+  atomic_store(&hd.go, 1);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  size_t ok = 0, full = 0;
+  for (size_t i = 0; i < N; i++) {
+    assert_int_equal(d.count[i], 1);
+    if (d.o[i].http_status == 200) ok++;
+    else if (d.o[i].kind == RESIL_REJECTED && d.o[i].reason == RESIL_REASON_BULKHEAD_FULL) full++;
+  }
+  assert_int_equal(ok + full, N);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), (long)ok);
+  assert_int_equal(resil_bulkhead_available(bh), 2);
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.waiting, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -832,6 +1027,14 @@ int main(void) {
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(keyed_post_retried_with_one_key_and_secrets_redacted,
                                       fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(bulkhead_waiters_queue_and_all_succeed_at_most_n_at_once,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(bulkhead_max_wait_expires_rejected_nothing_sent, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(slot_released_on_another_thread_starts_the_waiting_call,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(waiters_racing_releases_never_lose_a_slot, fx_setup,
+                                      fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP

@@ -1,4 +1,4 @@
-/* The lab's async experiments (A1-A3, A8, tools/resil/lab_async.c) run here on
+/* The lab's async experiments (A1-A3, A5, A8, tools/resil/lab_async.c) run here on
  * the built-in loop against the in-process fixture. The counts are
  * asserted exactly; the lab's own timing checks (A2 under 400 ms, A3 under
  * 20 ms past the deadline) are asserted with bounds a loaded 2-core
@@ -87,6 +87,24 @@ static void a3_deadline_removes_slow_transfers_at_once(void **s) {
   wrong_fails(e);
 }
 
+static void a5_bulkhead_queue_on_the_loop(void **s) {
+  (void)s;
+  const lab_experiment *e = find_or_skip("A5");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("A5: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "calls"), 100);
+  /* Ten rounds of 50 ms well inside the 1 s max wait, even loaded. */
+  assert_int_equal(num(o, "succeeded"), 100);
+  assert_int_equal(num(o, "peak_concurrent"), 10);
+  assert_true(num(o, "peak_in_flight_transfers") <= 10);
+  assert_int_equal(num(o, "effects"), 100);
+  assert_int_equal(num(o, "loop_threads"), 1);
+  lab_result_clear(&r);
+  wrong_fails(e);
+}
+
 static void a8_a1_on_libuv(void **s) {
   (void)s;
   const lab_experiment *e = find_or_skip("A8");
@@ -107,6 +125,7 @@ int main(void) {
       cmocka_unit_test(a1_ten_thousand_gets_on_one_loop_thread),
       cmocka_unit_test(a2_backoffs_are_timers),
       cmocka_unit_test(a3_deadline_removes_slow_transfers_at_once),
+      cmocka_unit_test(a5_bulkhead_queue_on_the_loop),
       cmocka_unit_test(a8_a1_on_libuv),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

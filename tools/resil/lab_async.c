@@ -1,4 +1,4 @@
-/* Lab experiments A1-A3 and A8 (issue 8, DESIGN §9): the async engine on
+/* Lab experiments A1-A3, A5 and A8 (issue 8, DESIGN §9): the async engine on
  * the built-in loop (resil_loop), or for A8 on libuv through libresil-uv
  * (when built), one loop thread, against the in-process fixture. Each has a deliberately wrong variant whose named check fails.
  * Built when the built-in loop is part of the library (RESIL_HAVE_LOOP). */
@@ -403,6 +403,67 @@ out:
 static int a3(lab_result *r) { return a3_run(r, 1); }
 static int a3_wrong(lab_result *r) { return a3_run(r, 0); }
 
+/* ---- A5 ---------------------------------------------------------------- */
+/* A bulkhead of 10 with a 1 s max wait, 100 calls at once to a 50 ms route:
+ * 90 queue (FIFO, no thread blocked), ten at a time reach the route, all
+ * succeed. The wrong variant waits 0 ms: 90 are rejected at once. */
+static int a5_run(lab_result *r, int64_t max_wait_ms) {
+  enum { N = 100, SLOTS = 10 };
+  async_lab a;
+  memset(&a, 0, sizeof a);
+  static async_tag tags[N];
+  resil_bulkhead *bh = NULL;
+  if (!async_open(r, &a, N, 64)) goto out;
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = SLOTS;
+  hc.max_wait_ns = MS(max_wait_ms);
+  if (!lab_check(r, resil_bulkhead_new(&hc, &bh, NULL) == RESIL_OK, "bulkhead could not be created"))
+    goto out;
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  int64_t t0 = now_ms();
+  for (size_t i = 0; i < N; i++)
+    if (!submit(r, &a, i, tags, "slow", "ms", "50", &pol, NULL)) goto out;
+  run_loop(&a, 60000);
+  int64_t elapsed = now_ms() - t0;
+  size_t ok = 0, rejected = 0;
+  for (size_t i = 0; i < N; i++) {
+    if (a.count[i] && a.o[i].http_status == 200) ok++;
+    else if (a.count[i] && a.o[i].kind == RESIL_REJECTED) rejected++;
+  }
+  resil_bulkhead_metrics m;
+  resil_bulkhead_get_metrics(bh, &m);
+  size_t peak_engine = resil_engine_peak_in_flight(a.e);
+  lab_obs_int(r, "calls", N);
+  lab_obs_int(r, "succeeded", (long long)ok);
+  lab_obs_int(r, "rejected", (long long)rejected);
+  lab_obs_int(r, "peak_concurrent", (long long)m.peak_in_flight);
+  lab_obs_int(r, "peak_in_flight_transfers", (long long)peak_engine);
+  lab_obs_int(r, "peak_waiting", (long long)m.peak_waiting);
+  lab_obs_int(r, "handed_over", (long long)m.handed_over);
+  lab_obs_int(r, "effects", resil_fixture_effects(a.fx, "slow"));
+  lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);
+  lab_obs_int(r, "elapsed_ms", elapsed);
+  lab_summary(r, "%d calls at once to a 50 ms route through a bulkhead of %d with a %lld ms max wait on one loop thread: %zu succeeded, %zu rejected, peak %u concurrent (%zu transfers), %u waited at most, %lld ms",
+              N, SLOTS, (long long)max_wait_ms, ok, rejected, m.peak_in_flight, peak_engine,
+              m.peak_waiting, (long long)elapsed);
+  lab_expect(r, "all_succeed", ok == N, "%zu of %d succeeded (%zu rejected)", ok, N, rejected);
+  lab_expect(r, "peak_concurrent", m.peak_in_flight == SLOTS && peak_engine <= SLOTS,
+             "peak %u slots, %zu transfers, expected %d", m.peak_in_flight, peak_engine, SLOTS);
+  lab_expect(r, "one_loop_thread", a.other_threads == 0, "%zu completions on another thread",
+             a.other_threads);
+  lab_expect(r, "exactly_once", a.done == N && a.twice == 0, "%zu completions", a.done);
+out:
+  async_close(&a);
+  resil_bulkhead_free(bh);
+  return r->pass;
+}
+
+static int a5(lab_result *r) { return a5_run(r, 1000); }
+static int a5_wrong(lab_result *r) { return a5_run(r, 0); }
+
 const lab_experiment lab_async_experiments[] = {
     {"A1", "10,000 GETs in flight on one thread through Retry(Breaker(Bulkhead(HTTP)))", a1,
      a1_wrong, "a bulkhead of 1,000 without a queue", "all_answered"},
@@ -410,6 +471,8 @@ const lab_experiment lab_async_experiments[] = {
      a2_wrong, "no retry", "all_succeed"},
     {"A3", "100 slow calls with a 200 ms deadline among 1,000 fast ones", a3, a3_wrong,
      "no deadline on the slow calls", "deadline_unknown"},
+    {"A5", "a bulkhead of 10 with a 1 s max wait, 100 calls at once to a 50 ms route", a5,
+     a5_wrong, "a max wait of 0 ms", "all_succeed"},
 #ifdef RESIL_HAVE_UV
     {"A8", "A1 on a libuv loop through libresil-uv", a8, a8_wrong,
      "a bulkhead of 1,000 without a queue", "all_answered"},
