@@ -176,7 +176,10 @@ RESIL_API void resil_engine_free(resil_engine *e);
 
 /* Submits a logical call of endpoint with args (as resil_http_call; copied
  * at once), policies (NULL: none) and ctx (NULL: defaults; its deadline,
- * flags and clock are read now, its cancel token before each attempt).
+ * flags and clock are read now; its cancel token, which must outlive the
+ * call, is read before each attempt and polled every 5 ms while the call
+ * runs: a token that is set cancels the call as resil_engine_cancel does,
+ * within about 5 ms).
  * Loop thread only. On RESIL_OK, done(user, ...) will be called exactly
  * once, on a later loop iteration; when `out` is not NULL it gets a handle
  * the caller holds until resil_engine_handle_release(), valid for
@@ -191,7 +194,8 @@ RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
                                          void *user, resil_engine_handle **out, resil_error *err);
 
 /* From any thread: asks the call to end. It takes effect on the next loop
- * iteration (the adapter is woken): a call waiting to start or between
+ * iteration (the adapter is woken): a call waiting to start, queued for a
+ * bulkhead slot (withdrawn from the queue, nothing sent) or between
  * attempts completes NOT_SENT(CANCELLED) (or with the last attempt's
  * outcome, stop CANCELLED, when one was made); a transfer in flight is
  * removed at once and completes UNKNOWN(CANCELLED) once sent,

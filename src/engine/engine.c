@@ -100,6 +100,10 @@ struct resil_engine {
   size_t nfree, max_free;
   eng_sock *socks;
   size_t active, in_flight, peak;
+  /* Calls not DONE whose ctx has a cancel token, and the timer that polls
+   * those tokens while there are any (see token_poll). */
+  size_t token_calls;
+  resil__timer token_timer;
 };
 
 static int64_t eng_now(const resil_engine *e) {
@@ -215,6 +219,7 @@ static void finish(resil_engine_handle *call, resil_outcome o) {
   if (call->next) call->next->prev = call->prev;
   call->prev = call->next = NULL;
   e->active--;
+  if (call->ctx.cancel) e->token_calls--;
   resil_http_response *r = call->res;
   call->res = NULL;
   atomic_store_explicit(&call->finished, 1, memory_order_release);
@@ -618,6 +623,32 @@ static void do_cancel(resil_engine_handle *call) {
   finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
 }
 
+/* ---- the ctx's cancel token --------------------------------------------------
+ *
+ * A resil_cancel token cannot notify anyone, so while calls with a token
+ * are running, one engine timer polls their tokens every TOKEN_POLL_NS (the
+ * blocking path notices it within ~10 ms too); a set token cancels the
+ * call as resil_engine_cancel would. resil_engine_cancel itself needs no
+ * polling: it wakes the loop. */
+#define TOKEN_POLL_NS (5 * RESIL_NS_PER_MS)
+
+static void token_arm(resil_engine *e) {
+  if (e->token_calls && !resil__timer_armed(&e->token_timer))
+    arm_at(e, &e->token_timer, resil__sat_add(eng_now(e), TOKEN_POLL_NS));
+}
+
+static void token_poll(void *arg) {
+  resil_engine *e = arg;
+  resil_engine_handle *call = e->calls, *next;
+  for (; call; call = next) {
+    next = call->next; /* do_cancel only unlinks `call` */
+    if (!call->ctx.cancel || !resil_cancel_is_set(call->ctx.cancel)) continue;
+    if (atomic_exchange_explicit(&call->cancel_req, 1, memory_order_acq_rel)) continue;
+    do_cancel(call);
+  }
+  token_arm(e);
+}
+
 /* ---- libcurl's multi_socket callbacks -------------------------------------- */
 
 static void check_done(resil_engine *e) {
@@ -756,6 +787,8 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   resil__timerheap_init(&e->heap, e->alloc);
   e->curl_timer.cb = on_curl_timeout;
   e->curl_timer.arg = e;
+  e->token_timer.cb = token_poll;
+  e->token_timer.arg = e;
   if (pthread_mutex_init(&e->mu, NULL) != 0) {
     resil__free(e->alloc, e);
     return resil__err(err, RESIL_ESYS, NULL, "pthread_mutex_init failed");
@@ -895,6 +928,10 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   if (e->calls) e->calls->prev = call;
   e->calls = call;
   e->active++;
+  if (call->ctx.cancel) {
+    e->token_calls++;
+    token_arm(e);
+  }
   rearm(e);
   if (out) *out = call;
   if (err) resil_error_clear(err);

@@ -995,6 +995,95 @@ static void waiters_racing_releases_never_lose_a_slot(void **state) {
   resil_http_client_free(c);
 }
 
+/* ---- cancellation of a waiting call, and the ctx's token ----------------------- */
+
+static void cancel_from_another_thread_of_a_call_queued_for_a_slot_sends_nothing(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_bulkhead *bh = bulkhead_of(1, RESIL_S(30));
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_engine_handle *h = NULL;
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "300"), &pol, NULL, NULL), RESIL_OK);
+  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), &pol, NULL, &h), RESIL_OK);
+  for (int i = 0; i < 5; i++) tl_run_once(&l, 5);
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.waiting, 1);
+  pthread_t th;
+  int64_t t0 = mono_ms();
+  pthread_create(&th, NULL, cancel_now_main, h);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  pthread_join(th, NULL);
+  assert_int_equal(d.count[1], 1);
+  assert_int_equal(d.count[0], 0);
+  assert_int_equal(d.o[1].kind, RESIL_NOT_SENT);
+  assert_int_equal(d.o[1].reason, RESIL_REASON_CANCELLED);
+  assert_int_equal(d.o[1].attempts, 0);
+  assert_int_equal(d.status[1], -1);
+  assert_true(d.at_ms[1] - t0 < 250); /* before the holder's answer */
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.waiting, 0);
+  assert_int_equal(m.withdrawn, 1);
+  assert_true(tl_run_until(&l, &d.done, 2, 30000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
+  assert_int_equal(d.wrong_thread, 0);
+  resil_engine_handle_release(h);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+typedef struct token_setter {
+  resil_cancel *tok;
+  resil_fixture *f;
+} token_setter;
+
+static void *token_main(void *u) {
+  token_setter *ts = u;
+  while (resil_fixture_attempts(ts->f, "slow") < 1) sleep_ms(2);
+  resil_cancel_signal(ts->tok);
+  return NULL;
+}
+
+static void ctx_cancel_token_ends_a_call_in_flight(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_cancel *tok = NULL;
+  assert_int_equal(resil_cancel_new(&tok), RESIL_OK);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.cancel = tok;
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "8000"), NULL, &ctx, NULL), RESIL_OK);
+  token_setter ts = {tok, s->f};
+  pthread_t th;
+  pthread_create(&th, NULL, token_main, &ts);
+  int64_t t0 = mono_ms();
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  pthread_join(th, NULL);
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_CANCELLED);
+  assert_true(d.at_ms[0] - t0 < 4000); /* long before the 8 s answer */
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_cancel_free(tok);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -1034,6 +1123,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(slot_released_on_another_thread_starts_the_waiting_call,
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(waiters_racing_releases_never_lose_a_slot, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          cancel_from_another_thread_of_a_call_queued_for_a_slot_sends_nothing, fx_setup,
+          fx_teardown),
+      cmocka_unit_test_setup_teardown(ctx_cancel_token_ends_a_call_in_flight, fx_setup,
                                       fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);

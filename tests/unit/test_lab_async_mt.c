@@ -1,4 +1,4 @@
-/* The lab's async experiments (A1-A3, A5, A8, tools/resil/lab_async.c) run here on
+/* The lab's async experiments (A1-A5, A8, tools/resil/lab_async.c) run here on
  * the built-in loop against the in-process fixture. The counts are
  * asserted exactly; the lab's own timing checks (A2 under 400 ms, A3 under
  * 20 ms past the deadline) are asserted with bounds a loaded 2-core
@@ -87,6 +87,31 @@ static void a3_deadline_removes_slow_transfers_at_once(void **s) {
   wrong_fails(e);
 }
 
+static const char *str(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_string(v)) fail_msg("observed.%s missing", k);
+  return json_string_value(v);
+}
+
+static void a4_cancel_from_another_thread(void **s) {
+  (void)s;
+  const lab_experiment *e = find_or_skip("A4");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("A4: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_string_equal(str(o, "outcome_sent"), "UNKNOWN");
+  const char *w = str(o, "outcome_waiting");
+  assert_true(strcmp(w, "NOT_SENT") == 0 || strcmp(w, "REJECTED") == 0);
+  assert_int_equal(num(o, "effects"), 1);
+  assert_int_equal(num(o, "upstream_attempts"), 1);
+  assert_int_equal(num(o, "loop_threads"), 1);
+  /* Far before the route's 5 s answer, whatever the load. */
+  assert_true(num(o, "cancel_latency_ms") < 1000);
+  lab_result_clear(&r);
+  wrong_fails(e);
+}
+
 static void a5_bulkhead_queue_on_the_loop(void **s) {
   (void)s;
   const lab_experiment *e = find_or_skip("A5");
@@ -125,6 +150,7 @@ int main(void) {
       cmocka_unit_test(a1_ten_thousand_gets_on_one_loop_thread),
       cmocka_unit_test(a2_backoffs_are_timers),
       cmocka_unit_test(a3_deadline_removes_slow_transfers_at_once),
+      cmocka_unit_test(a4_cancel_from_another_thread),
       cmocka_unit_test(a5_bulkhead_queue_on_the_loop),
       cmocka_unit_test(a8_a1_on_libuv),
   };

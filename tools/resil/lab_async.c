@@ -1,4 +1,4 @@
-/* Lab experiments A1-A3, A5 and A8 (issue 8, DESIGN §9): the async engine on
+/* Lab experiments A1-A5 and A8 (issue 8, DESIGN §9): the async engine on
  * the built-in loop (resil_loop), or for A8 on libuv through libresil-uv
  * (when built), one loop thread, against the in-process fixture. Each has a deliberately wrong variant whose named check fails.
  * Built when the built-in loop is part of the library (RESIL_HAVE_LOOP). */
@@ -403,6 +403,133 @@ out:
 static int a3(lab_result *r) { return a3_run(r, 1); }
 static int a3_wrong(lab_result *r) { return a3_run(r, 0); }
 
+/* ---- A4 ---------------------------------------------------------------- */
+/* Cancellation from another thread: call 0 is in flight on a 5 s route
+ * (the fixture has counted its effect), call 1 waits for the bulkhead's
+ * one slot. A second thread cancels both; the completions come on the
+ * next loop iteration. The wrong variant does not cancel and leaves the
+ * calls to a 300 ms deadline instead. */
+typedef struct a4_canceller {
+  async_lab *a;
+  resil_engine_handle *h[2];
+  int cancel; /* 0: the wrong variant, nothing cancelled */
+  int64_t t_cancel_ns[2];
+} a4_canceller;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void *a4_cancel_main(void *u) {
+  a4_canceller *k = u;
+  /* The first call has reached the route (its effect is counted). */
+  int64_t end = now_ms() + 10000;
+  while (resil_fixture_attempts(k->a->fx, "slow") < 1 && now_ms() < end) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  for (int i = 0; i < 2; i++) {
+    k->t_cancel_ns[i] = now_ns();
+    if (k->cancel) resil_engine_cancel(k->h[i]);
+  }
+  return NULL;
+}
+
+static int64_t a4_done_ns[2];
+static void a4_on_done(void *user, resil_engine_handle *h, resil_outcome o,
+                       resil_http_response *res) {
+  async_tag *t = user;
+  a4_done_ns[t->i] = now_ns();
+  on_done(user, h, o, res);
+}
+
+static int a4_run(lab_result *r, int cancel) {
+  enum { N = 2 };
+  async_lab a;
+  memset(&a, 0, sizeof a);
+  static async_tag tags[N];
+  resil_bulkhead *bh = NULL;
+  a4_canceller k;
+  memset(&k, 0, sizeof k);
+  if (!async_open(r, &a, N, 8)) goto out;
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = 1;
+  hc.max_wait_ns = MS(10000);
+  if (!lab_check(r, resil_bulkhead_new(&hc, &bh, NULL) == RESIL_OK, "bulkhead could not be created"))
+    goto out;
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  if (!cancel) resil_ctx_set_timeout_ns(&ctx, MS(300));
+  resil_http_param p = {"ms", "5000"};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = &p;
+  args.param_count = 1;
+  k.a = &a;
+  k.cancel = cancel;
+  for (size_t i = 0; i < N; i++) {
+    tags[i] = (async_tag){&a, i};
+    resil_error err;
+    if (!lab_check(r, resil_engine_call(a.e, "slow", &args, &pol, &ctx, a4_on_done, &tags[i],
+                                        &k.h[i], &err) == RESIL_OK,
+                   "submit: %s", err.msg))
+      goto out;
+  }
+  pthread_t th;
+  if (!lab_check(r, pthread_create(&th, NULL, a4_cancel_main, &k) == 0, "thread")) goto out;
+  run_loop(&a, 20000);
+  pthread_join(th, NULL);
+  double lat[2];
+  for (int i = 0; i < 2; i++)
+    lat[i] = a.count[i] ? (double)(a4_done_ns[i] - k.t_cancel_ns[i]) / 1e6 : 1e9;
+  double worst = lat[0] > lat[1] ? lat[0] : lat[1];
+  resil_bulkhead_metrics m;
+  resil_bulkhead_get_metrics(bh, &m);
+  char sent[64], waiting[64];
+  resil_outcome_format(&a.o[0], sent, sizeof sent);
+  resil_outcome_format(&a.o[1], waiting, sizeof waiting);
+  long effects = resil_fixture_effects(a.fx, "slow");
+  lab_obs_int(r, "cancel_latency_ms", (long long)(worst + 0.999));
+  lab_obs_int(r, "cancel_latency_us_sent", (long long)(lat[0] * 1000));
+  lab_obs_int(r, "cancel_latency_us_waiting", (long long)(lat[1] * 1000));
+  lab_obs_str(r, "outcome_sent", resil_outcome_kind_name(a.o[0].kind));
+  lab_obs_str(r, "outcome_sent_full", sent);
+  lab_obs_str(r, "outcome_waiting", resil_outcome_kind_name(a.o[1].kind));
+  lab_obs_str(r, "outcome_waiting_full", waiting);
+  lab_obs_int(r, "effects", effects);
+  lab_obs_int(r, "upstream_attempts", resil_fixture_attempts(a.fx, "slow"));
+  lab_obs_int(r, "bulkhead_withdrawn", (long long)m.withdrawn);
+  lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);
+  lab_summary(r, "%s a call in flight on a 5 s route and a call queued for the bulkhead's one slot: completed %.2f ms and %.2f ms after the cancel, %s and %s, %ld effect(s) at the fixture",
+              cancel ? "another thread cancels" : "nobody cancels (a 300 ms deadline)", lat[0],
+              lat[1], sent, waiting, effects);
+  int cancelled_sent = a.o[0].kind == RESIL_UNKNOWN && a.o[0].reason == RESIL_REASON_CANCELLED;
+  int cancelled_waiting = (a.o[1].kind == RESIL_NOT_SENT || a.o[1].kind == RESIL_REJECTED) &&
+                          a.o[1].reason == RESIL_REASON_CANCELLED;
+  lab_expect(r, "cancel_latency", worst < 5, "%.2f ms from the cancel to the completion, expected < 5",
+             worst);
+  lab_expect(r, "outcome_sent", cancelled_sent, "the call in flight ended %s, expected UNKNOWN(cancelled)",
+             sent);
+  lab_expect(r, "outcome_waiting", cancelled_waiting,
+             "the waiting call ended %s, expected NOT_SENT or REJECTED (cancelled)", waiting);
+  lab_expect(r, "effects", effects == 1, "%ld effects at the fixture, expected 1", effects);
+  lab_expect(r, "exactly_once", a.done == N && a.twice == 0, "%zu completions", a.done);
+out:
+  async_close(&a);
+  for (int i = 0; i < 2; i++) resil_engine_handle_release(k.h[i]);
+  resil_bulkhead_free(bh);
+  return r->pass;
+}
+
+static int a4(lab_result *r) { return a4_run(r, 1); }
+static int a4_wrong(lab_result *r) { return a4_run(r, 0); }
+
 /* ---- A5 ---------------------------------------------------------------- */
 /* A bulkhead of 10 with a 1 s max wait, 100 calls at once to a 50 ms route:
  * 90 queue (FIFO, no thread blocked), ten at a time reach the route, all
@@ -471,6 +598,8 @@ const lab_experiment lab_async_experiments[] = {
      a2_wrong, "no retry", "all_succeed"},
     {"A3", "100 slow calls with a 200 ms deadline among 1,000 fast ones", a3, a3_wrong,
      "no deadline on the slow calls", "deadline_unknown"},
+    {"A4", "cancellation from another thread of a call in flight and of a call waiting for a bulkhead slot",
+     a4, a4_wrong, "no cancel, a 300 ms deadline instead", "cancel_latency"},
     {"A5", "a bulkhead of 10 with a 1 s max wait, 100 calls at once to a 50 ms route", a5,
      a5_wrong, "a max wait of 0 ms", "all_succeed"},
 #ifdef RESIL_HAVE_UV
