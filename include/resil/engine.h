@@ -31,6 +31,8 @@
  *                on); max_wait_ns 0 or a full queue rejects at once;
  *   HTTP         one transfer; the attempt timeout and the client's
  *                response timeout end it as the blocking path does;
+ *   hedge        policies.hedge: further transfers of the same attempt
+ *                after a delay (see resil_engine_policies.hedge);
  * and around the attempts
  *   retry        resil_retry_begin / resil_retry_next_timed: backoff and
  *                Retry-After become timers; without a retry there is one
@@ -104,6 +106,7 @@
 #include "breaker.h"
 #include "bulkhead.h"
 #include "call.h"
+#include "hedge.h"
 #include "http.h"
 #include "loop.h"
 #include "ratelimit.h"
@@ -148,6 +151,24 @@ typedef struct resil_engine_policies {
    * start; 0 none. An attempt it ends is UNKNOWN(TIMEOUT) once sent,
    * NOT_SENT(CONNECT_TIMEOUT) before, and the retry may go on. */
   int64_t attempt_timeout_ns;
+  /* Since 0.2: hedging (hedge.h), or NULL. Each attempt (in the retry's
+   * sense) is one hedged call of the policy: once its primary transfer is
+   * in libcurl, hedge k (up to max_hedges) is another transfer of the same
+   * request, with the same idempotency key, sent k delays later while an
+   * attempt is still in flight (the policy decides, and withdraws from its
+   * retry budget). The first acceptable answer ends the attempt; the other
+   * transfers are removed from the multi handle at once, reported to the
+   * client's counters and listener as UNKNOWN(CANCELLED), and counted by
+   * the policy (cancelled_losers). Only idempotent calls (GET, ...) and
+   * keyed writes (idempotency_key SEND) are hedged; an unkeyed write passes
+   * through unhedged, one transfer per attempt (counted in passed_unsafe).
+   * A hedge takes a breaker permit and a bulkhead slot only if free at once
+   * (never waits, no rate-limiter reservation; without them it is not sent
+   * and counts as a REJECTED hedge), and has no attempt or response timer
+   * of its own (the deadline and a cancel remove every transfer). The
+   * engine's calls are not chain calls: hedges are counted by the policy
+   * (resil_hedge_get_metrics), not by resil_chain_count_hedges. */
+  resil_hedge *hedge;
 } resil_engine_policies;
 
 /* All NULL, no attempt timeout. Since 0.2. */

@@ -33,6 +33,7 @@ enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE, ST_BHWAIT };
 typedef struct eng_xfer {
   http_slot s; /* first: CURLINFO_PRIVATE is &s */
   struct resil_engine_handle *call;
+  uint32_t hedge_n; /* 0: the attempt's primary; k >= 2: hedge attempt k */
   struct eng_xfer *next_free;
 } eng_xfer;
 
@@ -41,6 +42,14 @@ typedef struct eng_sock {
   int fd;
   struct eng_sock *prev, *next;
 } eng_sock;
+
+/* One hedge transfer of the current attempt (hedge attempt k is hx[k-2]). */
+typedef struct eng_hedge {
+  eng_xfer *x; /* NULL: not in flight */
+  int64_t t0;
+  int has_bh, has_permit;
+  resil_breaker_permit permit;
+} eng_hedge;
 
 struct resil_engine_handle {
   atomic_int refs;
@@ -73,6 +82,12 @@ struct resil_engine_handle {
   uint32_t attempts;
   resil_outcome last;
   eng_xfer *x;
+  /* Hedging of the current attempt (see "hedging" below). */
+  resil_hedge_call hc;
+  int hedging;    /* resil_hedge_begin answered WAIT for this attempt */
+  int hedge_over; /* a verdict ended the attempt: the rest are losers */
+  resil__timer ht;
+  eng_hedge hx[RESIL_HEDGE_MAX_HEDGES];
   resil_http_response *res;
   resil_engine_done_fn done;
   void *user;
@@ -214,6 +229,7 @@ static void finish(resil_engine_handle *call, resil_outcome o) {
   resil__timerheap_disarm(&e->heap, &call->t);
   resil__timerheap_disarm(&e->heap, &call->dl);
   resil__timerheap_disarm(&e->heap, &call->at);
+  resil__timerheap_disarm(&e->heap, &call->ht);
   if (call->prev) call->prev->next = call->next;
   else e->calls = call->next;
   if (call->next) call->next->prev = call->prev;
@@ -288,6 +304,9 @@ static void after_attempt(resil_engine_handle *call, const resil_outcome *o, int
   }
 }
 
+static int hedge_primary_ended(resil_engine_handle *call, const resil_outcome *o, int64_t dur);
+static void hedge_begin(resil_engine_handle *call);
+
 /* A transfer of call ends: removed from the multi handle, classified by
  * the shared transport rules. */
 static void transfer_end(resil_engine_handle *call, int aborted, CURLcode rc) {
@@ -311,6 +330,7 @@ static void transfer_end(resil_engine_handle *call, int aborted, CURLcode rc) {
   } else {
     xfer_put(e, x);
   }
+  if (call->hedging && !call->hedge_over && !hedge_primary_ended(call, &o, dur)) return;
   call->state = ST_WAIT;
   after_attempt(call, &o, dur);
 }
@@ -370,6 +390,7 @@ static void start_transfer(resil_engine_handle *call) {
   x->s.x.on_sent = on_sent;
   x->s.x.on_sent_arg = call;
   x->call = call;
+  x->hedge_n = 0;
   call->x = x;
   /* transfer_end() counts it out again, also when adding failed (then
    * classified as a local failure before sending, ABORT_LOCAL). */
@@ -384,6 +405,221 @@ static void start_transfer(resil_engine_handle *call) {
     call->at_kind = ABORT_DEADLINE;
     arm_at(e, &call->at, call->attempt_end_at);
   }
+  if (call->pol.hedge) hedge_begin(call);
+}
+
+/* ---- hedging (policies.hedge, hedge.h's split form) ---------------------
+ *
+ * Each attempt of the call (in the retry's sense) is one hedged call of
+ * the hedge policy. Once its primary transfer is in libcurl,
+ * resil_hedge_begin decides: WAIT arms `ht`; on it resil_hedge_on_timer
+ * may send hedge k, another transfer of the same request (same URL, body
+ * and idempotency key) through the same transport rules, taking a breaker
+ * permit and a bulkhead slot only if one is free at once (no waiting, no
+ * rate-limiter reservation: a hedge that cannot have them is recorded
+ * REJECTED and not sent). Every end is recorded (resil_hedge_record):
+ * WINNER or LAST ends the attempt with that outcome and response, and the
+ * transfers still in flight are removed from the multi handle at once as
+ * losers (UNKNOWN(CANCELLED) to the client's counters and listener, their
+ * breaker permits released unrecorded; the policy counts them);
+ * KEEP_WAITING waits for the others. The deadline and a cancel remove
+ * every transfer of the attempt. A call the policy does not hedge (begin
+ * DENY: neither idempotent nor keyed; counted in passed_unsafe) runs
+ * exactly as without it. */
+
+enum { HEDGE_NORMAL = 0, HEDGE_LOSER, HEDGE_FINAL };
+
+static void hedge_end(resil_engine_handle *call, uint32_t n, int aborted, CURLcode rc, int role);
+
+static void hedge_release(resil_engine_handle *call, eng_hedge *hg, const resil_outcome *o,
+                          int64_t dur) {
+  if (hg->has_bh) resil_bulkhead_release(call->pol.bulkhead);
+  if (hg->has_permit) {
+    if (o) resil_breaker_record(call->pol.breaker, &hg->permit, o, dur < 0 ? 0 : dur);
+    else resil_breaker_release(call->pol.breaker, &hg->permit);
+  }
+  hg->has_bh = hg->has_permit = 0;
+}
+
+/* Removes the primary transfer as a loser: reported, its holds given back,
+ * its response discarded. */
+static void primary_drop(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  eng_xfer *x = call->x;
+  call->x = NULL;
+  curl_multi_remove_handle(e->multi, x->s.e);
+  e->in_flight--;
+  resil__timerheap_disarm(&e->heap, &call->at);
+  resil_outcome o = resil__http_attempt_end(e->client, call->req, &x->s, ABORT_CANCEL, CURLE_OK);
+  resil__http_attempt_done(e->client, call->req, &x->s, &o, attempt_ctx(call)->attempt, 0,
+                           eng_now(e) - call->att_t0);
+  xfer_put(e, x);
+  release_holds(call);
+}
+
+/* A verdict ended the attempt: the others still in flight lose. */
+static void hedge_drop_others(resil_engine_handle *call) {
+  call->hedge_over = 1;
+  resil__timerheap_disarm(&call->e->heap, &call->ht);
+  for (uint32_t k = 0; k < RESIL_HEDGE_MAX_HEDGES; k++)
+    if (call->hx[k].x) hedge_end(call, k + 2, ABORT_CANCEL, CURLE_OK, HEDGE_LOSER);
+  if (call->x) primary_drop(call);
+}
+
+/* The primary ended with *o while hedging. Returns 1 when the attempt is
+ * over (the caller goes on to after_attempt), 0 when hedges are still
+ * running (the primary's holds are given back now). */
+static int hedge_primary_ended(resil_engine_handle *call, const resil_outcome *o, int64_t dur) {
+  resil_hedge_verdict v = resil_hedge_record(call->pol.hedge, &call->hc, 1, dur, o);
+  if (v == RESIL_HEDGE_KEEP_WAITING) {
+    if (call->has_bh) resil_bulkhead_release(call->pol.bulkhead);
+    if (call->has_permit)
+      resil_breaker_record(call->pol.breaker, &call->permit, o, dur < 0 ? 0 : dur);
+    call->has_bh = call->has_permit = 0;
+    return 0;
+  }
+  hedge_drop_others(call);
+  return 1;
+}
+
+/* Hedge attempt n ended with *o (res: its response, or NULL). */
+static void hedge_settle(resil_engine_handle *call, uint32_t n, const resil_outcome *o,
+                         int64_t dur, eng_xfer *x, int role) {
+  resil_engine *e = call->e;
+  if (role == HEDGE_NORMAL) {
+    resil_hedge_verdict v = resil_hedge_record(call->pol.hedge, &call->hc, n, dur, o);
+    if (v != RESIL_HEDGE_WINNER && v != RESIL_HEDGE_LAST) role = HEDGE_LOSER;
+  }
+  if (role == HEDGE_LOSER) {
+    if (x) xfer_put(e, x);
+    return;
+  }
+  /* The attempt ends with this hedge's outcome and response. */
+  if (x) {
+    resil_http_response *old = call->res;
+    call->res = x->s.res;
+    x->s.res = old ? old : resil__http_response_new(e->alloc);
+    if (x->s.res) xfer_put(e, x);
+    else {
+      resil__http_slot_cleanup(e->client, &x->s);
+      resil__free(e->alloc, x);
+    }
+  }
+  hedge_drop_others(call);
+  call->state = ST_WAIT;
+  after_attempt(call, o, dur);
+}
+
+static void hedge_end(resil_engine_handle *call, uint32_t n, int aborted, CURLcode rc, int role) {
+  resil_engine *e = call->e;
+  eng_hedge *hg = &call->hx[n - 2];
+  eng_xfer *x = hg->x;
+  hg->x = NULL;
+  curl_multi_remove_handle(e->multi, x->s.e);
+  e->in_flight--;
+  resil_outcome o = resil__http_attempt_end(e->client, call->req, &x->s, aborted, rc);
+  int64_t dur = eng_now(e) - hg->t0;
+  resil__http_attempt_done(e->client, call->req, &x->s, &o, attempt_ctx(call)->attempt, 0, dur);
+  hedge_release(call, hg, role == HEDGE_LOSER ? NULL : &o, dur);
+  hedge_settle(call, n, &o, dur, x, role);
+}
+
+/* Sends hedge attempt n of the current attempt. */
+static void hedge_send(resil_engine_handle *call, uint32_t n) {
+  resil_engine *e = call->e;
+  resil_http_client *c = e->client;
+  const resil_ctx *actx = attempt_ctx(call);
+  eng_hedge *hg = &call->hx[n - 2];
+  int64_t now = eng_now(e);
+  resil_outcome o;
+  if (call->pol.breaker) {
+    if (resil_breaker_try_acquire(call->pol.breaker, &hg->permit) != RESIL_DECISION_GO) {
+      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+      hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+      return;
+    }
+    hg->has_permit = 1;
+  }
+  if (call->pol.bulkhead) {
+    if (resil_bulkhead_try_acquire(call->pol.bulkhead, NULL) != RESIL_DECISION_GO) {
+      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+      hedge_release(call, hg, NULL, 0);
+      hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+      return;
+    }
+    hg->has_bh = 1;
+  }
+  eng_xfer *x = xfer_get(e);
+  if (!x) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    hedge_release(call, hg, NULL, 0);
+    hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+    return;
+  }
+  int64_t left = call->deadline_at == INT64_MAX ? INT64_MAX : call->deadline_at - now;
+  call->attempts++;
+  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left, &o) != 0) {
+    resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
+    hedge_release(call, hg, &o, 0);
+    hedge_settle(call, n, &o, 0, x, HEDGE_NORMAL);
+    return;
+  }
+  x->s.x.on_sent = NULL; /* hedges have no response timer of their own */
+  x->s.x.on_sent_arg = NULL;
+  x->call = call;
+  x->hedge_n = n;
+  hg->x = x;
+  hg->t0 = now;
+  e->in_flight++;
+  if (curl_multi_add_handle(e->multi, x->s.e) != CURLM_OK) {
+    hedge_end(call, n, ABORT_LOCAL, CURLE_FAILED_INIT, HEDGE_NORMAL);
+    return;
+  }
+  if (e->in_flight > e->peak) e->peak = e->in_flight;
+}
+
+static void on_hedge_timer(void *arg) {
+  resil_engine_handle *call = arg;
+  if (call->state != ST_FLIGHT || call->hedge_over) return;
+  int64_t next = -1;
+  if (resil_hedge_on_timer(call->pol.hedge, &call->hc, &next) != RESIL_DECISION_GO) return;
+  uint32_t n = call->hc.attempts;
+  if (next >= 0) arm_at(call->e, &call->ht, resil__sat_add(eng_now(call->e), next));
+  if (n >= 2 && n <= RESIL_HEDGE_MAX_HEDGES + 1) hedge_send(call, n);
+}
+
+/* The primary of an attempt is in libcurl: may it be hedged? */
+static void hedge_begin(resil_engine_handle *call) {
+  int64_t delay = 0;
+  call->hedge_over = 0;
+  call->hedging = resil_hedge_begin(call->pol.hedge, attempt_ctx(call), &call->hc, &delay) ==
+                  RESIL_DECISION_WAIT;
+  if (call->hedging) arm_at(call->e, &call->ht, resil__sat_add(eng_now(call->e), delay));
+}
+
+/* The deadline or a cancel ends the attempt in flight: every transfer of
+ * it is removed at once; the primary (or, once it has ended, the first
+ * hedge still in flight) gives the attempt's outcome. */
+static void flight_abort(resil_engine_handle *call, int kind) {
+  if (call->x || !call->hedging) {
+    if (call->hedging) {
+      call->hedge_over = 1;
+      resil__timerheap_disarm(&call->e->heap, &call->ht);
+      for (uint32_t k = 0; k < RESIL_HEDGE_MAX_HEDGES; k++)
+        if (call->hx[k].x) hedge_end(call, k + 2, ABORT_CANCEL, CURLE_OK, HEDGE_LOSER);
+    }
+    transfer_end(call, kind, CURLE_OK);
+    return;
+  }
+  call->hedge_over = 1;
+  resil__timerheap_disarm(&call->e->heap, &call->ht);
+  uint32_t rep = 0;
+  for (uint32_t k = 0; k < RESIL_HEDGE_MAX_HEDGES; k++) {
+    if (!call->hx[k].x) continue;
+    if (!rep) rep = k + 2;
+    else hedge_end(call, k + 2, ABORT_CANCEL, CURLE_OK, HEDGE_LOSER);
+  }
+  if (rep) hedge_end(call, rep, kind, CURLE_OK, HEDGE_FINAL);
 }
 
 /* ---- bulkhead waiting ------------------------------------------------------
@@ -599,7 +835,7 @@ static void on_deadline(void *arg) {
     rc->deadline_ns = resil_clock_now_ns(rc->clock);
   }
   if (call->state == ST_FLIGHT) {
-    transfer_end(call, ABORT_DEADLINE, CURLE_OK);
+    flight_abort(call, ABORT_DEADLINE);
   } else {
     bh_withdraw(call); /* a slot handed over is released by finish */
     resil__timerheap_disarm(&call->e->heap, &call->t);
@@ -609,13 +845,14 @@ static void on_deadline(void *arg) {
 
 static void on_attempt_timer(void *arg) {
   resil_engine_handle *call = arg;
-  if (call->state == ST_FLIGHT) transfer_end(call, call->at_kind, CURLE_OK);
+  /* The primary's own timeout: an end like any other (hedges go on). */
+  if (call->state == ST_FLIGHT && call->x) transfer_end(call, call->at_kind, CURLE_OK);
 }
 
 static void do_cancel(resil_engine_handle *call) {
   if (call->state == ST_DONE) return;
   if (call->state == ST_FLIGHT) {
-    transfer_end(call, ABORT_CANCEL, CURLE_OK);
+    flight_abort(call, ABORT_CANCEL);
     return;
   }
   bh_withdraw(call); /* a slot handed over is released by finish */
@@ -660,7 +897,8 @@ static void check_done(resil_engine *e) {
     char *p = NULL;
     curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &p);
     eng_xfer *x = (eng_xfer *)(void *)p;
-    if (x && x->call) transfer_end(x->call, ABORT_NONE, rc);
+    if (x && x->call && x->hedge_n) hedge_end(x->call, x->hedge_n, ABORT_NONE, rc, HEDGE_NORMAL);
+    else if (x && x->call) transfer_end(x->call, ABORT_NONE, rc);
   }
 }
 
@@ -911,6 +1149,8 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   call->dl.arg = call;
   call->at.cb = on_attempt_timer;
   call->at.arg = call;
+  call->ht.cb = on_hedge_timer;
+  call->ht.arg = call;
   int64_t now = eng_now(e);
   int64_t rem = resil_ctx_remaining_ns(cx);
   call->deadline_at = rem == INT64_MAX ? INT64_MAX : resil__sat_add(now, rem);

@@ -9,6 +9,7 @@
 
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
+#include "resil/hedge.h"
 #include "resil/ratelimit.h"
 
 static const resil_http_endpoint eps[] = {
@@ -25,6 +26,14 @@ static const resil_http_endpoint eps[] = {
      .query = "codes={codes}&retry_after={ra}"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "ka_post", .method = RESIL_HTTP_POST,
      .path = "/ka", .request_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_first", .path = "/flaky/{id}",
+     .query = "fail=1&status=200&delay_ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_first3", .path = "/flaky/{id}",
+     .query = "fail=3&status=200&delay_ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem", .method = RESIL_HTTP_POST,
+     .path = "/idem/{name}", .query = "pending_ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "post_slow", .method = RESIL_HTTP_POST,
+     .path = "/slow", .query = "ms={ms}"},
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
@@ -1084,6 +1093,144 @@ static void ctx_cancel_token_ends_a_call_in_flight(void **state) {
   resil_http_client_free(c);
 }
 
+/* ---- hedging ------------------------------------------------------------------------ */
+
+static resil_hedge *hedge_of(int64_t delay_ns, uint32_t max_hedges, uint32_t extra_unacceptable) {
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.delay_ns = delay_ns;
+  hc.max_hedges = max_hedges;
+  hc.unacceptable_classes |= extra_unacceptable;
+  resil_hedge *h = NULL;
+  resil_error err;
+  if (resil_hedge_new(&hc, &h, &err) != RESIL_OK) fail_msg("hedge: %s", err.msg);
+  return h;
+}
+
+static void hedge_wins_a_slow_get_and_the_primary_is_removed_at_once(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_hedge *h = hedge_of(RESIL_MS(100), 1, 0);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  int64_t t0 = mono_ms();
+  /* The first attempt for the id sleeps 5 s; the next answers at once. */
+  assert_int_equal(submit(e, &d, 0, "slow_first", KV("id", "h1", "ms", "5000"), &pol, NULL, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.count[0], 1);
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(d.status[0], 200);
+  assert_true(d.at_ms[0] - t0 < 4000);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 2);
+  assert_int_equal(resil_engine_in_flight(e), 0); /* the primary was removed */
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.hedges_sent, 1);
+  assert_int_equal(m.hedges_won, 1);
+  assert_int_equal(m.cancelled_losers, 1);
+  assert_int_equal(d.wrong_thread, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
+static void keyed_post_hedged_twice_makes_one_effect(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  /* All three at once: the primary holds the key PENDING for 300 ms, the
+   * two hedges meet it so (409, which keeps waiting here), the primary's
+   * 201 wins. */
+  resil_hedge *h = hedge_of(0, 2, RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR));
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "idem", KV("name", "hk1", "ms", "300"), &pol, NULL, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.o[0].http_status, 201);
+  assert_int_equal(d.count[0], 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "idem"), 3);
+  assert_int_equal(resil_fixture_effects(s->f, "idem"), 1);
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.hedges_sent, 2);
+  assert_int_equal(resil_engine_in_flight(e), 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
+static void unkeyed_post_is_never_hedged(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_hedge *h = hedge_of(RESIL_MS(10), 2, 0);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "post_slow", KV("ms", "300"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.passed_unsafe, 1);
+  assert_int_equal(m.hedges_sent, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
+static void deadline_removes_the_primary_and_its_hedges(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_hedge *h = hedge_of(RESIL_MS(50), 2, 0);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, RESIL_MS(600));
+  int64_t t0 = mono_ms();
+  /* Every attempt sleeps 5 s. */
+  assert_int_equal(submit(e, &d, 0, "slow_first3", KV("id", "h2", "ms", "5000"), &pol, &ctx, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_true(d.at_ms[0] - t0 < 4000);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 3);
+  assert_int_equal(resil_engine_in_flight(e), 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -1128,6 +1275,13 @@ int main(void) {
           cancel_from_another_thread_of_a_call_queued_for_a_slot_sends_nothing, fx_setup,
           fx_teardown),
       cmocka_unit_test_setup_teardown(ctx_cancel_token_ends_a_call_in_flight, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(hedge_wins_a_slow_get_and_the_primary_is_removed_at_once,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(keyed_post_hedged_twice_makes_one_effect, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(unkeyed_post_is_never_hedged, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(deadline_removes_the_primary_and_its_hedges, fx_setup,
                                       fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
