@@ -1,4 +1,4 @@
-/* The lab's async experiments (A1-A5, A8, tools/resil/lab_async.c) run here on
+/* The lab's async experiments (A1-A6, A8, tools/resil/lab_async.c) run here on
  * the built-in loop against the in-process fixture. The counts are
  * asserted exactly; the lab's own timing checks (A2 under 400 ms, A3 under
  * 20 ms past the deadline) are asserted with bounds a loaded 2-core
@@ -130,6 +130,27 @@ static void a5_bulkhead_queue_on_the_loop(void **s) {
   wrong_fails(e);
 }
 
+static void a6_hedging_on_the_engine(void **s) {
+  (void)s;
+  const lab_experiment *e = find_or_skip("A6");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("A6: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "attempts"), 2);
+  assert_int_equal(num(o, "cancelled"), 1);
+  assert_int_equal(num(o, "get_status"), 200);
+  assert_true(num(o, "get_ms") < 2900); /* before the primary's 3 s */
+  assert_int_equal(num(o, "effects"), 1);
+  assert_int_equal(num(o, "keyed_attempts"), 3);
+  assert_int_equal(num(o, "keyed_status"), 201);
+  assert_int_equal(num(o, "unkeyed_attempts"), 1);
+  assert_int_equal(num(o, "in_flight_after"), 0);
+  assert_int_equal(num(o, "loop_threads"), 1);
+  lab_result_clear(&r);
+  wrong_fails(e);
+}
+
 static void a8_a1_on_libuv(void **s) {
   (void)s;
   const lab_experiment *e = find_or_skip("A8");
@@ -152,6 +173,7 @@ int main(void) {
       cmocka_unit_test(a3_deadline_removes_slow_transfers_at_once),
       cmocka_unit_test(a4_cancel_from_another_thread),
       cmocka_unit_test(a5_bulkhead_queue_on_the_loop),
+      cmocka_unit_test(a6_hedging_on_the_engine),
       cmocka_unit_test(a8_a1_on_libuv),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,4 @@
-/* Lab experiments A1-A5 and A8 (issue 8, DESIGN §9): the async engine on
+/* Lab experiments A1-A6 and A8 (issue 8, DESIGN §9): the async engine on
  * the built-in loop (resil_loop), or for A8 on libuv through libresil-uv
  * (when built), one loop thread, against the in-process fixture. Each has a deliberately wrong variant whose named check fails.
  * Built when the built-in loop is part of the library (RESIL_HAVE_LOOP). */
@@ -17,6 +17,7 @@
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
 #include "resil/engine.h"
+#include "resil/hedge.h"
 #include "resil/loop.h"
 #include "resil/retry.h"
 #ifdef RESIL_HAVE_UV
@@ -32,6 +33,13 @@ static const resil_http_endpoint async_endpoints[] = {
      .query = "fail=2&status=503"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "slow", .path = "/slow",
      .query = "ms={ms}"},
+    /* A6: the first attempt for an id sleeps, the next answers at once. */
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_first", .path = "/flaky/{id}",
+     .query = "fail=1&status=200&delay_ms=3000"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem", .method = RESIL_HTTP_POST,
+     .path = "/idem/{name}", .query = "pending_ms=300", .idempotency_key = RESIL_HTTP_KEY_SEND},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "post_slow", .method = RESIL_HTTP_POST,
+     .path = "/slow", .query = "ms=200"},
 };
 
 static int64_t now_ms(void) {
@@ -591,6 +599,98 @@ out:
 static int a5(lab_result *r) { return a5_run(r, 1000); }
 static int a5_wrong(lab_result *r) { return a5_run(r, 0); }
 
+/* ---- A6 ---------------------------------------------------------------- */
+/* Hedging on the engine, three calls in turn on one loop:
+ *   a GET whose first attempt takes 3 s, hedged after 100 ms: the hedge
+ *     wins, the primary is removed at once (attempts 2, cancelled 1);
+ *   a keyed POST to the idempotent route hedged twice at once (delay 0,
+ *     max_hedges 2): the primary holds the key PENDING 300 ms, the hedges
+ *     meet it so (409, made unacceptable here so that they keep waiting),
+ *     the primary's 201 wins; the server's store makes one effect;
+ *   an unkeyed POST: never hedged (passed through, one attempt).
+ * The wrong variant gives the calls no hedge: the slow GET waits its 3 s. */
+static int a6_run(lab_result *r, int with_hedge) {
+  enum { N = 3 };
+  async_lab a;
+  memset(&a, 0, sizeof a);
+  static async_tag tags[N];
+  resil_hedge *h = NULL, *hk = NULL;
+  if (!async_open(r, &a, N, 16)) goto out;
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.delay_ns = MS(100);
+  hc.max_hedges = 1;
+  int okh = resil_hedge_new(&hc, &h, NULL) == RESIL_OK;
+  resil_hedge_config_init(&hc);
+  hc.name = "hedge_keyed";
+  hc.delay_ns = 0;
+  hc.max_hedges = 2;
+  hc.unacceptable_classes |= RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR);
+  okh = okh && resil_hedge_new(&hc, &hk, NULL) == RESIL_OK;
+  if (!lab_check(r, okh, "hedges could not be created")) goto out;
+  resil_engine_policies pol, polk;
+  resil_engine_policies_init(&pol);
+  resil_engine_policies_init(&polk);
+  pol.hedge = with_hedge ? h : NULL;
+  polk.hedge = with_hedge ? hk : NULL;
+  int64_t t0 = now_ms();
+  if (!submit(r, &a, 0, tags, "slow_first", "id", "a6", &pol, NULL)) goto out;
+  while (a.done < 1 && now_ms() - t0 < 20000) run_once(&a);
+  int64_t get_ms = now_ms() - t0;
+  if (!submit(r, &a, 1, tags, "idem", "name", "a6-keyed", &polk, NULL)) goto out;
+  while (a.done < 2 && now_ms() - t0 < 40000) run_once(&a);
+  if (!submit(r, &a, 2, tags, "post_slow", NULL, NULL, &pol, NULL)) goto out;
+  run_loop(&a, 20000);
+  resil_hedge_metrics m, mk;
+  resil_hedge_get_metrics(h, &m);
+  resil_hedge_get_metrics(hk, &mk);
+  long attempts = resil_fixture_attempts(a.fx, "flaky");
+  long keyed_attempts = resil_fixture_attempts(a.fx, "idem");
+  long effects = resil_fixture_effects(a.fx, "idem");
+  long unkeyed = resil_fixture_attempts(a.fx, "slow");
+  lab_obs_int(r, "attempts", attempts);
+  lab_obs_int(r, "cancelled", (long long)m.cancelled_losers);
+  lab_obs_int(r, "hedges_won", (long long)m.hedges_won);
+  lab_obs_int(r, "get_status", a.o[0].http_status);
+  lab_obs_int(r, "get_ms", get_ms);
+  lab_obs_int(r, "keyed_attempts", keyed_attempts);
+  lab_obs_int(r, "keyed_hedges_sent", (long long)mk.hedges_sent);
+  lab_obs_int(r, "keyed_status", a.o[1].http_status);
+  lab_obs_int(r, "effects", effects);
+  lab_obs_int(r, "unkeyed_attempts", unkeyed);
+  lab_obs_int(r, "unkeyed_status", a.o[2].http_status);
+  lab_obs_int(r, "passed_unsafe", (long long)m.passed_unsafe);
+  lab_obs_int(r, "in_flight_after", (long long)resil_engine_in_flight(a.e));
+  lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);
+  lab_summary(r, "%s: slow GET answered %d in %lld ms after %ld attempts (%llu hedge won, %llu cancelled); keyed POST hedged %llu times: %ld attempts, %d, %ld effect; unkeyed POST: %ld attempt (%llu passed unhedged)",
+              with_hedge ? "hedged" : "not hedged", a.o[0].http_status, (long long)get_ms,
+              attempts, (unsigned long long)m.hedges_won,
+              (unsigned long long)m.cancelled_losers, (unsigned long long)mk.hedges_sent,
+              keyed_attempts, a.o[1].http_status, effects, unkeyed,
+              (unsigned long long)m.passed_unsafe);
+  lab_expect(r, "hedge_wins", a.o[0].http_status == 200 && attempts == 2 &&
+                                  m.hedges_won == 1 && m.cancelled_losers == 1 && get_ms < 2000,
+             "GET %d after %ld attempts in %lld ms, %llu won by a hedge, %llu cancelled; expected 200, 2, < 2000, 1, 1",
+             a.o[0].http_status, attempts, (long long)get_ms, (unsigned long long)m.hedges_won,
+             (unsigned long long)m.cancelled_losers);
+  lab_expect(r, "one_effect", effects == 1 && a.o[1].http_status == 201 && mk.hedges_sent == 2,
+             "keyed POST %d, %ld effects, %llu hedges; expected 201, 1, 2", a.o[1].http_status,
+             effects, (unsigned long long)mk.hedges_sent);
+  lab_expect(r, "unkeyed_never_hedged", unkeyed == 1 && a.o[2].http_status == 200,
+             "unkeyed POST: %ld attempts, %d", unkeyed, a.o[2].http_status);
+  lab_expect(r, "losers_removed", resil_engine_in_flight(a.e) == 0, "%zu transfers left",
+             resil_engine_in_flight(a.e));
+  lab_expect(r, "exactly_once", a.done == N && a.twice == 0, "%zu completions", a.done);
+out:
+  async_close(&a);
+  resil_hedge_free(h);
+  resil_hedge_free(hk);
+  return r->pass;
+}
+
+static int a6(lab_result *r) { return a6_run(r, 1); }
+static int a6_wrong(lab_result *r) { return a6_run(r, 0); }
+
 const lab_experiment lab_async_experiments[] = {
     {"A1", "10,000 GETs in flight on one thread through Retry(Breaker(Bulkhead(HTTP)))", a1,
      a1_wrong, "a bulkhead of 1,000 without a queue", "all_answered"},
@@ -602,6 +702,8 @@ const lab_experiment lab_async_experiments[] = {
      a4, a4_wrong, "no cancel, a 300 ms deadline instead", "cancel_latency"},
     {"A5", "a bulkhead of 10 with a 1 s max wait, 100 calls at once to a 50 ms route", a5,
      a5_wrong, "a max wait of 0 ms", "all_succeed"},
+    {"A6", "hedging: a slow GET won by the hedge, a keyed POST hedged twice, an unkeyed POST",
+     a6, a6_wrong, "no hedge", "hedge_wins"},
 #ifdef RESIL_HAVE_UV
     {"A8", "A1 on a libuv loop through libresil-uv", a8, a8_wrong,
      "a bulkhead of 1,000 without a queue", "all_answered"},
