@@ -1231,6 +1231,45 @@ static void deadline_removes_the_primary_and_its_hedges(void **state) {
   resil_http_client_free(c);
 }
 
+static void hedges_spend_the_retry_budget(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_retry_budget_config bc;
+  resil_retry_budget_config_init(&bc);
+  bc.min_retries_per_s = 0;
+  bc.percent_can_retry_pct = 0; /* nothing to withdraw */
+  resil_retry_budget *b = NULL;
+  assert_int_equal(resil_retry_budget_new(&bc, &b, NULL), RESIL_OK);
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.delay_ns = RESIL_MS(50);
+  hc.budget = b;
+  resil_hedge *h = NULL;
+  assert_int_equal(resil_hedge_new(&hc, &h, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "slow_first", KV("id", "hb", "ms", "400"), &pol, NULL, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 1);
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.refused_by_budget, 1);
+  assert_int_equal(m.hedges_sent, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_retry_budget_free(b);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -1283,6 +1322,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(unkeyed_post_is_never_hedged, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(deadline_removes_the_primary_and_its_hedges, fx_setup,
                                       fx_teardown),
+      cmocka_unit_test_setup_teardown(hedges_spend_the_retry_budget, fx_setup, fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP
