@@ -137,7 +137,8 @@ RESIL_API void resil_engine_config_init_sized(resil_engine_config *cfg, size_t s
   resil_engine_config_init_sized((cfg), sizeof(resil_engine_config))
 
 /* The policies of one logical call, outermost first: retry, then per
- * attempt ratelimiter, breaker, bulkhead, HTTP. Every field may be NULL/0
+ * attempt ratelimiter, breaker, bulkhead, HTTP (with hedge transfers of
+ * the attempt when hedge is set). Every field may be NULL/0
  * (not used). Not owned; each object must outlive the calls using it. The
  * struct itself is copied by resil_engine_call(). */
 typedef struct resil_engine_policies {

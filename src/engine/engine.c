@@ -12,9 +12,13 @@
  *          forwards it to the loop (e->granted, the adapter's wake)
  *   FLIGHT one transfer in the multi handle
  *   DONE   completed (done_fn called); kept only while handles remain
- * Every call has three timers on the engine's heap: `t` (start, waits),
- * `dl` (the logical deadline) and `at` (the attempt timeout, or the
- * client's response timeout once the request is on the wire). */
+ * Every call has four timers on the engine's heap: `t` (start, waits, the
+ * bulkhead's max wait), `dl` (the logical deadline), `at` (the primary
+ * transfer's attempt timeout, or the client's response timeout once the
+ * request is on the wire) and `ht` (the next hedge). While hedging, FLIGHT
+ * means "some transfer of the attempt is in libcurl": the primary (call->x)
+ * and/or hedges (call->hx). The engine also polls ctx cancel tokens on one
+ * timer of its own while calls with a token run. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
