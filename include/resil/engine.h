@@ -21,10 +21,18 @@
  * A logical call, per attempt:
  *   ratelimiter  resil_ratelimiter_reserve: a WAIT becomes a timer;
  *   breaker      resil_breaker_try_acquire, then record(outcome, duration);
- *   bulkhead     resil_bulkhead_try_acquire: no free slot ends the attempt
- *                REJECTED(BULKHEAD_FULL) at once (no waiting queue yet);
+ *   bulkhead     resil_bulkhead_enqueue: no free slot queues the call in the
+ *                bulkhead's FIFO queue (shared with blocking callers) for
+ *                at most min(max_wait_ns, the deadline), a timer; a release
+ *                on any thread hands the slot over, forwarded to the loop
+ *                through the adapter's wake, and the attempt starts on the
+ *                loop thread. The wait expiring ends the attempt
+ *                REJECTED(BULKHEAD_FULL), nothing sent (the retry may go
+ *                on); max_wait_ns 0 or a full queue rejects at once;
  *   HTTP         one transfer; the attempt timeout and the client's
  *                response timeout end it as the blocking path does;
+ *   hedge        policies.hedge: further transfers of the same attempt
+ *                after a delay (see resil_engine_policies.hedge);
  * and around the attempts
  *   retry        resil_retry_begin / resil_retry_next_timed: backoff and
  *                Retry-After become timers; without a retry there is one
@@ -98,6 +106,7 @@
 #include "breaker.h"
 #include "bulkhead.h"
 #include "call.h"
+#include "hedge.h"
 #include "http.h"
 #include "loop.h"
 #include "ratelimit.h"
@@ -128,7 +137,8 @@ RESIL_API void resil_engine_config_init_sized(resil_engine_config *cfg, size_t s
   resil_engine_config_init_sized((cfg), sizeof(resil_engine_config))
 
 /* The policies of one logical call, outermost first: retry, then per
- * attempt ratelimiter, breaker, bulkhead, HTTP. Every field may be NULL/0
+ * attempt ratelimiter, breaker, bulkhead, HTTP (with hedge transfers of
+ * the attempt when hedge is set). Every field may be NULL/0
  * (not used). Not owned; each object must outlive the calls using it. The
  * struct itself is copied by resil_engine_call(). */
 typedef struct resil_engine_policies {
@@ -142,6 +152,24 @@ typedef struct resil_engine_policies {
    * start; 0 none. An attempt it ends is UNKNOWN(TIMEOUT) once sent,
    * NOT_SENT(CONNECT_TIMEOUT) before, and the retry may go on. */
   int64_t attempt_timeout_ns;
+  /* Since 0.2: hedging (hedge.h), or NULL. Each attempt (in the retry's
+   * sense) is one hedged call of the policy: once its primary transfer is
+   * in libcurl, hedge k (up to max_hedges) is another transfer of the same
+   * request, with the same idempotency key, sent k delays later while an
+   * attempt is still in flight (the policy decides, and withdraws from its
+   * retry budget). The first acceptable answer ends the attempt; the other
+   * transfers are removed from the multi handle at once, reported to the
+   * client's counters and listener as UNKNOWN(CANCELLED), and counted by
+   * the policy (cancelled_losers). Only idempotent calls (GET, ...) and
+   * keyed writes (idempotency_key SEND) are hedged; an unkeyed write passes
+   * through unhedged, one transfer per attempt (counted in passed_unsafe).
+   * A hedge takes a breaker permit and a bulkhead slot only if free at once
+   * (never waits, no rate-limiter reservation; without them it is not sent
+   * and counts as a REJECTED hedge), and has no attempt or response timer
+   * of its own (the deadline and a cancel remove every transfer). The
+   * engine's calls are not chain calls: hedges are counted by the policy
+   * (resil_hedge_get_metrics), not by resil_chain_count_hedges. */
+  resil_hedge *hedge;
 } resil_engine_policies;
 
 /* All NULL, no attempt timeout. Since 0.2. */
@@ -170,7 +198,10 @@ RESIL_API void resil_engine_free(resil_engine *e);
 
 /* Submits a logical call of endpoint with args (as resil_http_call; copied
  * at once), policies (NULL: none) and ctx (NULL: defaults; its deadline,
- * flags and clock are read now, its cancel token before each attempt).
+ * flags and clock are read now; its cancel token, which must outlive the
+ * call, is read before each attempt and polled every 5 ms while the call
+ * runs: a token that is set cancels the call as resil_engine_cancel does,
+ * within about 5 ms).
  * Loop thread only. On RESIL_OK, done(user, ...) will be called exactly
  * once, on a later loop iteration; when `out` is not NULL it gets a handle
  * the caller holds until resil_engine_handle_release(), valid for
@@ -185,7 +216,8 @@ RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
                                          void *user, resil_engine_handle **out, resil_error *err);
 
 /* From any thread: asks the call to end. It takes effect on the next loop
- * iteration (the adapter is woken): a call waiting to start or between
+ * iteration (the adapter is woken): a call waiting to start, queued for a
+ * bulkhead slot (withdrawn from the queue, nothing sent) or between
  * attempts completes NOT_SENT(CANCELLED) (or with the last attempt's
  * outcome, stop CANCELLED, when one was made); a transfer in flight is
  * removed at once and completes UNKNOWN(CANCELLED) once sent,

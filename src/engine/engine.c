@@ -7,13 +7,21 @@
  * States of a call:
  *   START  submitted; its timer fires on a later loop iteration
  *   WAIT   waiting for a rate-limiter reservation or a retry backoff (timer)
+ *   BHWAIT queued for a bulkhead slot (resil_bulkhead_enqueue); `t` is the
+ *          max wait; a release hands the slot over on any thread, which
+ *          forwards it to the loop (e->granted, the adapter's wake)
  *   FLIGHT one transfer in the multi handle
  *   DONE   completed (done_fn called); kept only while handles remain
- * Every call has three timers on the engine's heap: `t` (start, waits),
- * `dl` (the logical deadline) and `at` (the attempt timeout, or the
- * client's response timeout once the request is on the wire). */
+ * Every call has four timers on the engine's heap: `t` (start, waits, the
+ * bulkhead's max wait), `dl` (the logical deadline), `at` (the primary
+ * transfer's attempt timeout, or the client's response timeout once the
+ * request is on the wire) and `ht` (the next hedge). While hedging, FLIGHT
+ * means "some transfer of the attempt is in libcurl": the primary (call->x)
+ * and/or hedges (call->hx). The engine also polls ctx cancel tokens on one
+ * timer of its own while calls with a token run. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -25,11 +33,12 @@
 
 #define RESIL_MAGIC_ENGINE 0x454e474eu /* "ENGN" */
 
-enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE };
+enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE, ST_BHWAIT };
 
 typedef struct eng_xfer {
   http_slot s; /* first: CURLINFO_PRIVATE is &s */
   struct resil_engine_handle *call;
+  uint32_t hedge_n; /* 0: the attempt's primary; k >= 2: hedge attempt k */
   struct eng_xfer *next_free;
 } eng_xfer;
 
@@ -39,12 +48,25 @@ typedef struct eng_sock {
   struct eng_sock *prev, *next;
 } eng_sock;
 
+/* One hedge transfer of the current attempt (hedge attempt k is hx[k-2]). */
+typedef struct eng_hedge {
+  eng_xfer *x; /* NULL: not in flight */
+  int64_t t0;
+  int has_bh, has_permit;
+  resil_breaker_permit permit;
+} eng_hedge;
+
 struct resil_engine_handle {
   atomic_int refs;
   atomic_int cancel_req;
   atomic_int finished;                   /* done_fn called or running */
   const resil_allocator *alloc;
   struct resil_engine_handle *cancel_next; /* under e->mu */
+  struct resil_engine_handle *grant_next;  /* under e->mu */
+  resil_bulkhead_waiter *bw;               /* created at the first WAIT */
+  int bh_waiting; /* an enqueue answered WAIT and the loop has not yet
+                     learnt the waiter's fate (dequeue or the grant) */
+  atomic_int grant_in; /* bh_ready has pushed the call on e->granted */
   resil_engine *e;
   struct resil_engine_handle *prev, *next; /* active list */
   resil_http_request *req;
@@ -65,6 +87,12 @@ struct resil_engine_handle {
   uint32_t attempts;
   resil_outcome last;
   eng_xfer *x;
+  /* Hedging of the current attempt (see "hedging" below). */
+  resil_hedge_call hc;
+  int hedging;    /* resil_hedge_begin answered WAIT for this attempt */
+  int hedge_over; /* a verdict ended the attempt: the rest are losers */
+  resil__timer ht;
+  eng_hedge hx[RESIL_HEDGE_MAX_HEDGES];
   resil_http_response *res;
   resil_engine_done_fn done;
   void *user;
@@ -82,6 +110,11 @@ struct resil_engine {
   int64_t armed_at;
   pthread_mutex_t mu;
   resil_engine_handle *cancel_head; /* under mu */
+  resil_engine_handle *granted;     /* under mu: bulkhead slots handed over */
+  /* Loop thread: enqueues that answered WAIT whose waiter was neither
+   * withdrawn nor its grant drained from `granted` yet (each holds a ref
+   * on its call). */
+  size_t bh_outstanding;
   resil_engine_handle *calls;       /* not DONE */
   eng_xfer *free_x;
   size_t nfree, max_free;
@@ -90,6 +123,10 @@ struct resil_engine {
   /* keyed.c's hooks (engine_int.h) */
   resil__engine_ext *exts;      /* attached                */
   resil__engine_ext *post_head; /* posted, under mu        */
+  /* Calls not DONE whose ctx has a cancel token, and the timer that polls
+   * those tokens while there are any (see token_poll). */
+  size_t token_calls;
+  resil__timer token_timer;
 };
 
 static int64_t eng_now(const resil_engine *e) {
@@ -176,17 +213,37 @@ static eng_xfer *xfer_get(resil_engine *e) {
   return x;
 }
 
+/* Gives back what an attempt that never started holds (a call ending while
+ * queued for, or just handed, a bulkhead slot). */
+static void release_holds(resil_engine_handle *call) {
+  if (call->has_bh) {
+    resil_bulkhead_release(call->pol.bulkhead);
+    call->has_bh = 0;
+  }
+  if (call->has_permit) {
+    resil_breaker_release(call->pol.breaker, &call->permit);
+    call->has_permit = 0;
+  }
+}
+
 static void finish(resil_engine_handle *call, resil_outcome o) {
   resil_engine *e = call->e;
+  release_holds(call);
+  if (call->bw) {
+    resil_bulkhead_waiter_free(call->bw);
+    call->bw = NULL;
+  }
   call->state = ST_DONE;
   resil__timerheap_disarm(&e->heap, &call->t);
   resil__timerheap_disarm(&e->heap, &call->dl);
   resil__timerheap_disarm(&e->heap, &call->at);
+  resil__timerheap_disarm(&e->heap, &call->ht);
   if (call->prev) call->prev->next = call->next;
   else e->calls = call->next;
   if (call->next) call->next->prev = call->prev;
   call->prev = call->next = NULL;
   e->active--;
+  if (call->ctx.cancel) e->token_calls--;
   resil_http_response *r = call->res;
   call->res = NULL;
   atomic_store_explicit(&call->finished, 1, memory_order_release);
@@ -255,6 +312,9 @@ static void after_attempt(resil_engine_handle *call, const resil_outcome *o, int
   }
 }
 
+static int hedge_primary_ended(resil_engine_handle *call, const resil_outcome *o, int64_t dur);
+static void hedge_begin(resil_engine_handle *call);
+
 /* A transfer of call ends: removed from the multi handle, classified by
  * the shared transport rules. */
 static void transfer_end(resil_engine_handle *call, int aborted, CURLcode rc) {
@@ -278,6 +338,7 @@ static void transfer_end(resil_engine_handle *call, int aborted, CURLcode rc) {
   } else {
     xfer_put(e, x);
   }
+  if (call->hedging && !call->hedge_over && !hedge_primary_ended(call, &o, dur)) return;
   call->state = ST_WAIT;
   after_attempt(call, &o, dur);
 }
@@ -337,6 +398,7 @@ static void start_transfer(resil_engine_handle *call) {
   x->s.x.on_sent = on_sent;
   x->s.x.on_sent_arg = call;
   x->call = call;
+  x->hedge_n = 0;
   call->x = x;
   /* transfer_end() counts it out again, also when adding failed (then
    * classified as a local failure before sending, ABORT_LOCAL). */
@@ -351,6 +413,362 @@ static void start_transfer(resil_engine_handle *call) {
     call->at_kind = ABORT_DEADLINE;
     arm_at(e, &call->at, call->attempt_end_at);
   }
+  if (call->pol.hedge) hedge_begin(call);
+}
+
+/* ---- hedging (policies.hedge, hedge.h's split form) ---------------------
+ *
+ * Each attempt of the call (in the retry's sense) is one hedged call of
+ * the hedge policy. Once its primary transfer is in libcurl,
+ * resil_hedge_begin decides: WAIT arms `ht`; on it resil_hedge_on_timer
+ * may send hedge k, another transfer of the same request (same URL, body
+ * and idempotency key) through the same transport rules, taking a breaker
+ * permit and a bulkhead slot only if one is free at once (no waiting, no
+ * rate-limiter reservation: a hedge that cannot have them is recorded
+ * REJECTED and not sent). Every end is recorded (resil_hedge_record):
+ * WINNER or LAST ends the attempt with that outcome and response, and the
+ * transfers still in flight are removed from the multi handle at once as
+ * losers (UNKNOWN(CANCELLED) to the client's counters and listener, their
+ * breaker permits released unrecorded; the policy counts them);
+ * KEEP_WAITING waits for the others. The deadline and a cancel remove
+ * every transfer of the attempt. A call the policy does not hedge (begin
+ * DENY: neither idempotent nor keyed; counted in passed_unsafe) runs
+ * exactly as without it. */
+
+enum { HEDGE_NORMAL = 0, HEDGE_LOSER, HEDGE_FINAL };
+
+static void hedge_end(resil_engine_handle *call, uint32_t n, int aborted, CURLcode rc, int role);
+
+static void hedge_release(resil_engine_handle *call, eng_hedge *hg, const resil_outcome *o,
+                          int64_t dur) {
+  if (hg->has_bh) resil_bulkhead_release(call->pol.bulkhead);
+  if (hg->has_permit) {
+    if (o) resil_breaker_record(call->pol.breaker, &hg->permit, o, dur < 0 ? 0 : dur);
+    else resil_breaker_release(call->pol.breaker, &hg->permit);
+  }
+  hg->has_bh = hg->has_permit = 0;
+}
+
+/* Removes the primary transfer as a loser: reported, its holds given back,
+ * its response discarded. */
+static void primary_drop(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  eng_xfer *x = call->x;
+  call->x = NULL;
+  curl_multi_remove_handle(e->multi, x->s.e);
+  e->in_flight--;
+  resil__timerheap_disarm(&e->heap, &call->at);
+  resil_outcome o = resil__http_attempt_end(e->client, call->req, &x->s, ABORT_CANCEL, CURLE_OK);
+  resil__http_attempt_done(e->client, call->req, &x->s, &o, attempt_ctx(call)->attempt, 0,
+                           eng_now(e) - call->att_t0);
+  xfer_put(e, x);
+  release_holds(call);
+}
+
+/* A verdict ended the attempt: the others still in flight lose. */
+static void hedge_drop_others(resil_engine_handle *call) {
+  call->hedge_over = 1;
+  resil__timerheap_disarm(&call->e->heap, &call->ht);
+  for (uint32_t k = 0; k < RESIL_HEDGE_MAX_HEDGES; k++)
+    if (call->hx[k].x) hedge_end(call, k + 2, ABORT_CANCEL, CURLE_OK, HEDGE_LOSER);
+  if (call->x) primary_drop(call);
+}
+
+/* The primary ended with *o while hedging. Returns 1 when the attempt is
+ * over (the caller goes on to after_attempt), 0 when hedges are still
+ * running (the primary's holds are given back now). */
+static int hedge_primary_ended(resil_engine_handle *call, const resil_outcome *o, int64_t dur) {
+  resil_hedge_verdict v = resil_hedge_record(call->pol.hedge, &call->hc, 1, dur, o);
+  if (v == RESIL_HEDGE_KEEP_WAITING) {
+    if (call->has_bh) resil_bulkhead_release(call->pol.bulkhead);
+    if (call->has_permit)
+      resil_breaker_record(call->pol.breaker, &call->permit, o, dur < 0 ? 0 : dur);
+    call->has_bh = call->has_permit = 0;
+    return 0;
+  }
+  hedge_drop_others(call);
+  return 1;
+}
+
+/* Hedge attempt n ended with *o (res: its response, or NULL). */
+static void hedge_settle(resil_engine_handle *call, uint32_t n, const resil_outcome *o,
+                         int64_t dur, eng_xfer *x, int role) {
+  resil_engine *e = call->e;
+  if (role == HEDGE_NORMAL) {
+    resil_hedge_verdict v = resil_hedge_record(call->pol.hedge, &call->hc, n, dur, o);
+    if (v != RESIL_HEDGE_WINNER && v != RESIL_HEDGE_LAST) role = HEDGE_LOSER;
+  }
+  if (role == HEDGE_LOSER) {
+    if (x) xfer_put(e, x);
+    return;
+  }
+  /* The attempt ends with this hedge's outcome and response. */
+  if (x) {
+    resil_http_response *old = call->res;
+    call->res = x->s.res;
+    x->s.res = old ? old : resil__http_response_new(e->alloc);
+    if (x->s.res) xfer_put(e, x);
+    else {
+      resil__http_slot_cleanup(e->client, &x->s);
+      resil__free(e->alloc, x);
+    }
+  }
+  hedge_drop_others(call);
+  call->state = ST_WAIT;
+  after_attempt(call, o, dur);
+}
+
+static void hedge_end(resil_engine_handle *call, uint32_t n, int aborted, CURLcode rc, int role) {
+  resil_engine *e = call->e;
+  eng_hedge *hg = &call->hx[n - 2];
+  eng_xfer *x = hg->x;
+  hg->x = NULL;
+  curl_multi_remove_handle(e->multi, x->s.e);
+  e->in_flight--;
+  resil_outcome o = resil__http_attempt_end(e->client, call->req, &x->s, aborted, rc);
+  int64_t dur = eng_now(e) - hg->t0;
+  resil__http_attempt_done(e->client, call->req, &x->s, &o, attempt_ctx(call)->attempt, 0, dur);
+  hedge_release(call, hg, role == HEDGE_LOSER ? NULL : &o, dur);
+  hedge_settle(call, n, &o, dur, x, role);
+}
+
+/* Sends hedge attempt n of the current attempt. */
+static void hedge_send(resil_engine_handle *call, uint32_t n) {
+  resil_engine *e = call->e;
+  resil_http_client *c = e->client;
+  const resil_ctx *actx = attempt_ctx(call);
+  eng_hedge *hg = &call->hx[n - 2];
+  int64_t now = eng_now(e);
+  resil_outcome o;
+  if (call->pol.breaker) {
+    if (resil_breaker_try_acquire(call->pol.breaker, &hg->permit) != RESIL_DECISION_GO) {
+      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+      hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+      return;
+    }
+    hg->has_permit = 1;
+  }
+  if (call->pol.bulkhead) {
+    if (resil_bulkhead_try_acquire(call->pol.bulkhead, NULL) != RESIL_DECISION_GO) {
+      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+      hedge_release(call, hg, NULL, 0);
+      hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+      return;
+    }
+    hg->has_bh = 1;
+  }
+  eng_xfer *x = xfer_get(e);
+  if (!x) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    hedge_release(call, hg, NULL, 0);
+    hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+    return;
+  }
+  int64_t left = call->deadline_at == INT64_MAX ? INT64_MAX : call->deadline_at - now;
+  call->attempts++;
+  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left, &o) != 0) {
+    resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
+    hedge_release(call, hg, &o, 0);
+    hedge_settle(call, n, &o, 0, x, HEDGE_NORMAL);
+    return;
+  }
+  x->s.x.on_sent = NULL; /* hedges have no response timer of their own */
+  x->s.x.on_sent_arg = NULL;
+  x->call = call;
+  x->hedge_n = n;
+  hg->x = x;
+  hg->t0 = now;
+  e->in_flight++;
+  if (curl_multi_add_handle(e->multi, x->s.e) != CURLM_OK) {
+    hedge_end(call, n, ABORT_LOCAL, CURLE_FAILED_INIT, HEDGE_NORMAL);
+    return;
+  }
+  if (e->in_flight > e->peak) e->peak = e->in_flight;
+}
+
+static void on_hedge_timer(void *arg) {
+  resil_engine_handle *call = arg;
+  if (call->state != ST_FLIGHT || call->hedge_over) return;
+  int64_t next = -1;
+  if (resil_hedge_on_timer(call->pol.hedge, &call->hc, &next) != RESIL_DECISION_GO) return;
+  uint32_t n = call->hc.attempts;
+  if (next >= 0) arm_at(call->e, &call->ht, resil__sat_add(eng_now(call->e), next));
+  if (n >= 2 && n <= RESIL_HEDGE_MAX_HEDGES + 1) hedge_send(call, n);
+}
+
+/* The primary of an attempt is in libcurl: may it be hedged? */
+static void hedge_begin(resil_engine_handle *call) {
+  int64_t delay = 0;
+  call->hedge_over = 0;
+  call->hedging = resil_hedge_begin(call->pol.hedge, attempt_ctx(call), &call->hc, &delay) ==
+                  RESIL_DECISION_WAIT;
+  if (call->hedging) arm_at(call->e, &call->ht, resil__sat_add(eng_now(call->e), delay));
+}
+
+/* The deadline or a cancel ends the attempt in flight: every transfer of
+ * it is removed at once; the primary (or, once it has ended, the first
+ * hedge still in flight) gives the attempt's outcome. */
+static void flight_abort(resil_engine_handle *call, int kind) {
+  if (call->x || !call->hedging) {
+    if (call->hedging) {
+      call->hedge_over = 1;
+      resil__timerheap_disarm(&call->e->heap, &call->ht);
+      for (uint32_t k = 0; k < RESIL_HEDGE_MAX_HEDGES; k++)
+        if (call->hx[k].x) hedge_end(call, k + 2, ABORT_CANCEL, CURLE_OK, HEDGE_LOSER);
+    }
+    transfer_end(call, kind, CURLE_OK);
+    return;
+  }
+  call->hedge_over = 1;
+  resil__timerheap_disarm(&call->e->heap, &call->ht);
+  uint32_t rep = 0;
+  for (uint32_t k = 0; k < RESIL_HEDGE_MAX_HEDGES; k++) {
+    if (!call->hx[k].x) continue;
+    if (!rep) rep = k + 2;
+    else hedge_end(call, k + 2, ABORT_CANCEL, CURLE_OK, HEDGE_LOSER);
+  }
+  if (rep) hedge_end(call, rep, kind, CURLE_OK, HEDGE_FINAL);
+}
+
+/* ---- bulkhead waiting ------------------------------------------------------
+ *
+ * An attempt that finds no free slot queues the call's waiter
+ * (resil_bulkhead_enqueue) and arms `t` for the max wait. The release that
+ * hands a slot over may run on any thread (a blocking caller sharing the
+ * bulkhead, or this loop): bh_ready only pushes the call on e->granted
+ * under e->mu and wakes the adapter; bh_drain, on the loop thread, starts
+ * the attempt. The max wait, the deadline, a cancel and resil_engine_free
+ * withdraw the waiter with resil_bulkhead_dequeue: exactly one of WITHDRAWN
+ * and HANDED_OVER comes back; on HANDED_OVER the slot is the call's (used
+ * or released at once) and its grant, pushed or about to be, is only
+ * drained. Each WAIT holds a ref on the call until its fate is known to the
+ * loop (withdrawn, or its grant drained), counted in e->bh_outstanding. */
+
+static void bh_ready(void *arg) {
+  resil_engine_handle *call = arg;
+  resil_engine *e = call->e;
+  /* The wake is made under the lock so that resil_engine_free, which takes
+   * it before tearing down, never races with this thread. */
+  pthread_mutex_lock(&e->mu);
+  call->grant_next = e->granted;
+  e->granted = call;
+  atomic_store_explicit(&call->grant_in, 1, memory_order_release);
+  e->ad->wake(e->ad->self);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* The call leaves the queue (max wait, deadline, cancel). Returns 1 when a
+ * slot was handed over first (now held: has_bh), 0 when withdrawn or when
+ * the call was not waiting. */
+static int bh_withdraw(resil_engine_handle *call) {
+  if (!call->bh_waiting) return 0;
+  resil_engine *e = call->e;
+  call->bh_waiting = 0;
+  resil__timerheap_disarm(&e->heap, &call->t);
+  int handed = resil_bulkhead_dequeue(call->pol.bulkhead, call->bw) == RESIL_BH_HANDED_OVER;
+  if (handed) {
+    /* bh_ready has run or is running on the releasing thread: wait until
+     * it has pushed the grant (it only takes e->mu), then take it back, so
+     * that no stale grant of this call is left for bh_drain. */
+    while (!atomic_load_explicit(&call->grant_in, memory_order_acquire)) sched_yield();
+    pthread_mutex_lock(&e->mu);
+    resil_engine_handle **pp = &e->granted;
+    while (*pp && *pp != call) pp = &(*pp)->grant_next;
+    if (*pp) *pp = call->grant_next;
+    pthread_mutex_unlock(&e->mu);
+    call->has_bh = 1;
+  }
+  e->bh_outstanding--;
+  call_unref(call); /* the WAIT's ref; the caller holds another */
+  return handed;
+}
+
+/* Drains the grants forwarded by bh_ready (loop thread). */
+static void bh_drain(resil_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  resil_engine_handle *l = e->granted;
+  e->granted = NULL;
+  pthread_mutex_unlock(&e->mu);
+  /* bh_ready pushes at the head: reverse, so grants start in FIFO order. */
+  resil_engine_handle *r = NULL;
+  while (l) {
+    resil_engine_handle *n = l->grant_next;
+    l->grant_next = r;
+    r = l;
+    l = n;
+  }
+  while (r) {
+    resil_engine_handle *call = r;
+    r = r->grant_next;
+    e->bh_outstanding--;
+    /* Always the call's current wait: bh_withdraw takes back a grant that
+     * raced with it. */
+    call->bh_waiting = 0;
+    call->has_bh = 1;
+    resil__timerheap_disarm(&e->heap, &call->t);
+    if (atomic_load_explicit(&call->cancel_req, memory_order_acquire))
+      finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
+    else
+      start_transfer(call);
+    call_unref(call);
+  }
+}
+
+/* The max wait passed (`t` in ST_BHWAIT). */
+static void bh_wait_expired(resil_engine_handle *call) {
+  if (bh_withdraw(call)) {
+    start_transfer(call);
+    return;
+  }
+  if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
+  call->has_permit = 0;
+  call->state = ST_WAIT;
+  resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+  after_attempt(call, &o, 0);
+}
+
+/* Takes a slot or queues for one. Returns 1 when the transfer may start
+ * now (slot held), 0 when the call waits or the attempt ended. */
+static int bh_acquire(resil_engine_handle *call, const resil_ctx *actx, int64_t now) {
+  resil_engine *e = call->e;
+  if (!call->bw && resil_bulkhead_waiter_new(call->pol.bulkhead, &call->bw) != RESIL_OK) {
+    /* No waiter: only a free slot will do. */
+    if (resil_bulkhead_try_acquire(call->pol.bulkhead, NULL) == RESIL_DECISION_GO) {
+      call->has_bh = 1;
+      return 1;
+    }
+  } else {
+    int64_t wait = 0;
+    resil_reason why = RESIL_REASON_OK;
+    /* The ref the WAIT holds is taken first: bh_ready may run at once on
+     * another thread. */
+    atomic_fetch_add_explicit(&call->refs, 1, memory_order_relaxed);
+    atomic_store_explicit(&call->grant_in, 0, memory_order_relaxed);
+    resil_decision d =
+        resil_bulkhead_enqueue(call->pol.bulkhead, actx, call->bw, bh_ready, call, &wait, &why);
+    if (d == RESIL_DECISION_WAIT) {
+      e->bh_outstanding++;
+      call->bh_waiting = 1;
+      call->state = ST_BHWAIT;
+      arm_at(e, &call->t, resil__sat_add(now, wait));
+      return 0;
+    }
+    call_unref(call);
+    if (d == RESIL_DECISION_GO) {
+      call->has_bh = 1;
+      return 1;
+    }
+    if (why == RESIL_REASON_CANCELLED) {
+      release_holds(call);
+      finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
+      return 0;
+    }
+  }
+  if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
+  call->has_permit = 0;
+  resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
+  after_attempt(call, &o, 0);
+  return 0;
 }
 
 /* The per-attempt policies, then the transfer. */
@@ -393,22 +811,17 @@ static void begin_attempt(resil_engine_handle *call) {
     }
     call->has_permit = 1;
   }
-  if (call->pol.bulkhead) {
-    if (resil_bulkhead_try_acquire(call->pol.bulkhead, NULL) != RESIL_DECISION_GO) {
-      if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
-      call->has_permit = 0;
-      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
-      after_attempt(call, &o, 0);
-      return;
-    }
-    call->has_bh = 1;
-  }
+  if (call->pol.bulkhead && !bh_acquire(call, actx, now)) return;
   start_transfer(call);
 }
 
 /* `t` fired: the deferred start, or the end of a wait. */
 static void on_call_timer(void *arg) {
   resil_engine_handle *call = arg;
+  if (call->state == ST_BHWAIT) {
+    bh_wait_expired(call);
+    return;
+  }
   if (call->state == ST_START) {
     call->state = ST_WAIT;
     if (call->pol.retry &&
@@ -430,8 +843,9 @@ static void on_deadline(void *arg) {
     rc->deadline_ns = resil_clock_now_ns(rc->clock);
   }
   if (call->state == ST_FLIGHT) {
-    transfer_end(call, ABORT_DEADLINE, CURLE_OK);
+    flight_abort(call, ABORT_DEADLINE);
   } else {
+    bh_withdraw(call); /* a slot handed over is released by finish */
     resil__timerheap_disarm(&call->e->heap, &call->t);
     finish_between(call, RESIL_REASON_DEADLINE, RESIL_STOP_DEADLINE);
   }
@@ -439,17 +853,45 @@ static void on_deadline(void *arg) {
 
 static void on_attempt_timer(void *arg) {
   resil_engine_handle *call = arg;
-  if (call->state == ST_FLIGHT) transfer_end(call, call->at_kind, CURLE_OK);
+  /* The primary's own timeout: an end like any other (hedges go on). */
+  if (call->state == ST_FLIGHT && call->x) transfer_end(call, call->at_kind, CURLE_OK);
 }
 
 static void do_cancel(resil_engine_handle *call) {
   if (call->state == ST_DONE) return;
   if (call->state == ST_FLIGHT) {
-    transfer_end(call, ABORT_CANCEL, CURLE_OK);
+    flight_abort(call, ABORT_CANCEL);
     return;
   }
+  bh_withdraw(call); /* a slot handed over is released by finish */
   resil__timerheap_disarm(&call->e->heap, &call->t);
   finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
+}
+
+/* ---- the ctx's cancel token --------------------------------------------------
+ *
+ * A resil_cancel token cannot notify anyone, so while calls with a token
+ * are running, one engine timer polls their tokens every TOKEN_POLL_NS (the
+ * blocking path notices it within ~10 ms too); a set token cancels the
+ * call as resil_engine_cancel would. resil_engine_cancel itself needs no
+ * polling: it wakes the loop. */
+#define TOKEN_POLL_NS (5 * RESIL_NS_PER_MS)
+
+static void token_arm(resil_engine *e) {
+  if (e->token_calls && !resil__timer_armed(&e->token_timer))
+    arm_at(e, &e->token_timer, resil__sat_add(eng_now(e), TOKEN_POLL_NS));
+}
+
+static void token_poll(void *arg) {
+  resil_engine *e = arg;
+  resil_engine_handle *call = e->calls, *next;
+  for (; call; call = next) {
+    next = call->next; /* do_cancel only unlinks `call` */
+    if (!call->ctx.cancel || !resil_cancel_is_set(call->ctx.cancel)) continue;
+    if (atomic_exchange_explicit(&call->cancel_req, 1, memory_order_acq_rel)) continue;
+    do_cancel(call);
+  }
+  token_arm(e);
 }
 
 /* ---- libcurl's multi_socket callbacks -------------------------------------- */
@@ -463,7 +905,8 @@ static void check_done(resil_engine *e) {
     char *p = NULL;
     curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &p);
     eng_xfer *x = (eng_xfer *)(void *)p;
-    if (x && x->call) transfer_end(x->call, ABORT_NONE, rc);
+    if (x && x->call && x->hedge_n) hedge_end(x->call, x->hedge_n, ABORT_NONE, rc, HEDGE_NORMAL);
+    else if (x && x->call) transfer_end(x->call, ABORT_NONE, rc);
   }
 }
 
@@ -550,6 +993,7 @@ static void on_wake(void *arg) {
     if (!x) break;
     x->on_post(x);
   }
+  bh_drain(e);
   rearm(e);
 }
 
@@ -650,6 +1094,8 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   resil__timerheap_init(&e->heap, e->alloc);
   e->curl_timer.cb = on_curl_timeout;
   e->curl_timer.arg = e;
+  e->token_timer.cb = token_poll;
+  e->token_timer.arg = e;
   if (pthread_mutex_init(&e->mu, NULL) != 0) {
     resil__free(e->alloc, e);
     return resil__err(err, RESIL_ESYS, NULL, "pthread_mutex_init failed");
@@ -699,6 +1145,9 @@ void resil_engine_free(resil_engine *e) {
     call_unref(l);
     l = n;
   }
+  /* Every waiter was withdrawn above (bh_withdraw takes back a grant that
+   * raced); nothing is left on e->granted. */
+  bh_drain(e);
   curl_multi_cleanup(e->multi);
   while (e->socks) {
     eng_sock *sk = e->socks;
@@ -755,6 +1204,7 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   atomic_init(&call->refs, out ? 2 : 1);
   atomic_init(&call->cancel_req, 0);
   atomic_init(&call->finished, 0);
+  atomic_init(&call->grant_in, 0);
   call->alloc = e->alloc;
   call->e = e;
   call->pol = pol;
@@ -770,6 +1220,8 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   call->dl.arg = call;
   call->at.cb = on_attempt_timer;
   call->at.arg = call;
+  call->ht.cb = on_hedge_timer;
+  call->ht.arg = call;
   int64_t now = eng_now(e);
   int64_t rem = resil_ctx_remaining_ns(cx);
   call->deadline_at = rem == INT64_MAX ? INT64_MAX : resil__sat_add(now, rem);
@@ -787,6 +1239,10 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   if (e->calls) e->calls->prev = call;
   e->calls = call;
   e->active++;
+  if (call->ctx.cancel) {
+    e->token_calls++;
+    token_arm(e);
+  }
   rearm(e);
   if (out) *out = call;
   if (err) resil_error_clear(err);

@@ -9,6 +9,7 @@
 
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
+#include "resil/hedge.h"
 #include "resil/ratelimit.h"
 
 static const resil_http_endpoint eps[] = {
@@ -25,6 +26,14 @@ static const resil_http_endpoint eps[] = {
      .query = "codes={codes}&retry_after={ra}"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "ka_post", .method = RESIL_HTTP_POST,
      .path = "/ka", .request_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_first", .path = "/flaky/{id}",
+     .query = "fail=1&status=200&delay_ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_first3", .path = "/flaky/{id}",
+     .query = "fail=3&status=200&delay_ms={ms}"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem", .method = RESIL_HTTP_POST,
+     .path = "/idem/{name}", .query = "pending_ms={ms}", .idempotency_key = RESIL_HTTP_KEY_SEND},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "post_slow", .method = RESIL_HTTP_POST,
+     .path = "/slow", .query = "ms={ms}"},
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
@@ -800,6 +809,467 @@ static void keyed_post_retried_with_one_key_and_secrets_redacted(void **state) {
   resil_http_client_free(c);
 }
 
+/* ---- bulkhead waiting ------------------------------------------------------------- */
+
+static resil_bulkhead *bulkhead_of(uint32_t n, int64_t max_wait_ns) {
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = n;
+  hc.max_wait_ns = max_wait_ns;
+  resil_bulkhead *bh = NULL;
+  assert_int_equal(resil_bulkhead_new(&hc, &bh, NULL), RESIL_OK);
+  return bh;
+}
+
+static void bulkhead_waiters_queue_and_all_succeed_at_most_n_at_once(void **state) {
+  fx_state *s = *state;
+  uint32_t pool = 16;
+  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  resil_bulkhead *bh = bulkhead_of(2, RESIL_S(30));
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  for (size_t i = 0; i < 6; i++)
+    assert_int_equal(submit(e, &d, i, "slow", KV("ms", "50"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 6, 30000));
+  for (size_t i = 0; i < 6; i++) {
+    assert_int_equal(d.count[i], 1);
+    assert_int_equal(d.o[i].http_status, 200);
+  }
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.peak_in_flight, 2);
+  assert_int_equal(m.handed_over, 4);
+  assert_int_equal(m.waiting, 0);
+  assert_int_equal(m.in_flight, 0);
+  assert_true(resil_engine_peak_in_flight(e) <= 2);
+  assert_int_equal(resil_fixture_effects(s->f, "slow"), 6);
+  assert_int_equal(d.wrong_thread, 0);
+  assert_int_equal(d.inside_submit, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+static void bulkhead_max_wait_expires_rejected_nothing_sent(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_bulkhead *bh = bulkhead_of(1, RESIL_MS(100));
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  int64_t t0 = mono_ms();
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
+  assert_int_equal(submit(e, &d, 1, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  /* The waiter's max wait ends it, long before the holder's answer. */
+  assert_int_equal(d.count[1], 1);
+  assert_int_equal(d.count[0], 0);
+  assert_int_equal(d.o[1].kind, RESIL_REJECTED);
+  assert_int_equal(d.o[1].reason, RESIL_REASON_BULKHEAD_FULL);
+  assert_int_equal(d.status[1], -1);
+  assert_true(d.at_ms[1] - t0 >= 100);
+  assert_true(d.at_ms[1] - t0 < 2500);
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.withdrawn, 1);
+  assert_int_equal(m.waiting, 0);
+  assert_true(tl_run_until(&l, &d.done, 2, 30000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(resil_fixture_effects(s->f, "slow"), 1);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+typedef struct bh_holder {
+  resil_bulkhead *bh;
+  atomic_int go;
+} bh_holder;
+
+static void *release_main(void *u) {
+  bh_holder *hd = u;
+  while (!atomic_load(&hd->go)) sleep_ms(1);
+  sleep_ms(20);
+  resil_bulkhead_release(hd->bh); /* hands the slot over on this thread */
+  return NULL;
+}
+
+static void slot_released_on_another_thread_starts_the_waiting_call(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_bulkhead *bh = bulkhead_of(1, RESIL_S(30));
+  /* A blocking caller holds the one slot. */
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), RESIL_DECISION_GO);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "item", KV("id", "7"), &pol, NULL, NULL), RESIL_OK);
+  /* Let the call queue, then release from the other thread. */
+  for (int i = 0; i < 5; i++) tl_run_once(&l, 5);
+  assert_int_equal(d.count[0], 0);
+  bh_holder hd = {.bh = bh};
+  atomic_init(&hd.go, 1);
+  pthread_t th;
+  pthread_create(&th, NULL, release_main, &hd);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  pthread_join(th, NULL);
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(d.wrong_thread, 0);
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.handed_over, 1);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+/* Many waiters whose max wait expires while other threads release slots:
+ * whether each ends withdrawn or handed over, no slot is lost. */
+static void *churn_main(void *u) {
+  bh_holder *hd = u;
+  while (!atomic_load(&hd->go)) {
+    if (resil_bulkhead_acquire(hd->bh, NULL, NULL) == RESIL_DECISION_GO) {
+      sleep_ms(1);
+      resil_bulkhead_release(hd->bh);
+    }
+  }
+  return NULL;
+}
+
+static void waiters_racing_releases_never_lose_a_slot(void **state) {
+  fx_state *s = *state;
+  uint32_t pool = 16;
+  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = 2;
+  hc.max_wait_ns = RESIL_MS(2);
+  hc.max_queued = 1000;
+  resil_bulkhead *bh = NULL;
+  assert_int_equal(resil_bulkhead_new(&hc, &bh, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  bh_holder hd = {.bh = bh};
+  atomic_init(&hd.go, 0);
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, churn_main, &hd);
+  enum { N = 200 };
+  for (size_t i = 0; i < N; i++)
+    assert_int_equal(submit(e, &d, i, "item", KV("id", "3"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, N, 60000));
+  atomic_store(&hd.go, 1);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  size_t ok = 0, full = 0;
+  for (size_t i = 0; i < N; i++) {
+    assert_int_equal(d.count[i], 1);
+    if (d.o[i].http_status == 200) ok++;
+    else if (d.o[i].kind == RESIL_REJECTED && d.o[i].reason == RESIL_REASON_BULKHEAD_FULL) full++;
+  }
+  assert_int_equal(ok + full, N);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), (long)ok);
+  assert_int_equal(resil_bulkhead_available(bh), 2);
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.waiting, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+/* ---- cancellation of a waiting call, and the ctx's token ----------------------- */
+
+static void cancel_from_another_thread_of_a_call_queued_for_a_slot_sends_nothing(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_bulkhead *bh = bulkhead_of(1, RESIL_S(30));
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_engine_handle *h = NULL;
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "300"), &pol, NULL, NULL), RESIL_OK);
+  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), &pol, NULL, &h), RESIL_OK);
+  for (int i = 0; i < 5; i++) tl_run_once(&l, 5);
+  resil_bulkhead_metrics m;
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.waiting, 1);
+  pthread_t th;
+  int64_t t0 = mono_ms();
+  pthread_create(&th, NULL, cancel_now_main, h);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  pthread_join(th, NULL);
+  assert_int_equal(d.count[1], 1);
+  assert_int_equal(d.count[0], 0);
+  assert_int_equal(d.o[1].kind, RESIL_NOT_SENT);
+  assert_int_equal(d.o[1].reason, RESIL_REASON_CANCELLED);
+  assert_int_equal(d.o[1].attempts, 0);
+  assert_int_equal(d.status[1], -1);
+  assert_true(d.at_ms[1] - t0 < 250); /* before the holder's answer */
+  assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
+  assert_int_equal(m.waiting, 0);
+  assert_int_equal(m.withdrawn, 1);
+  assert_true(tl_run_until(&l, &d.done, 2, 30000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
+  assert_int_equal(d.wrong_thread, 0);
+  resil_engine_handle_release(h);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
+typedef struct token_setter {
+  resil_cancel *tok;
+  resil_fixture *f;
+} token_setter;
+
+static void *token_main(void *u) {
+  token_setter *ts = u;
+  while (resil_fixture_attempts(ts->f, "slow") < 1) sleep_ms(2);
+  resil_cancel_signal(ts->tok);
+  return NULL;
+}
+
+static void ctx_cancel_token_ends_a_call_in_flight(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_cancel *tok = NULL;
+  assert_int_equal(resil_cancel_new(&tok), RESIL_OK);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.cancel = tok;
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "8000"), NULL, &ctx, NULL), RESIL_OK);
+  token_setter ts = {tok, s->f};
+  pthread_t th;
+  pthread_create(&th, NULL, token_main, &ts);
+  int64_t t0 = mono_ms();
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  pthread_join(th, NULL);
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_CANCELLED);
+  assert_true(d.at_ms[0] - t0 < 4000); /* long before the 8 s answer */
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_cancel_free(tok);
+  resil_http_client_free(c);
+}
+
+/* ---- hedging ------------------------------------------------------------------------ */
+
+static resil_hedge *hedge_of(int64_t delay_ns, uint32_t max_hedges, uint32_t extra_unacceptable) {
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.delay_ns = delay_ns;
+  hc.max_hedges = max_hedges;
+  hc.unacceptable_classes |= extra_unacceptable;
+  resil_hedge *h = NULL;
+  resil_error err;
+  if (resil_hedge_new(&hc, &h, &err) != RESIL_OK) fail_msg("hedge: %s", err.msg);
+  return h;
+}
+
+static void hedge_wins_a_slow_get_and_the_primary_is_removed_at_once(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_hedge *h = hedge_of(RESIL_MS(100), 1, 0);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  int64_t t0 = mono_ms();
+  /* The first attempt for the id sleeps 5 s; the next answers at once. */
+  assert_int_equal(submit(e, &d, 0, "slow_first", KV("id", "h1", "ms", "5000"), &pol, NULL, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.count[0], 1);
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(d.status[0], 200);
+  assert_true(d.at_ms[0] - t0 < 4000);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 2);
+  assert_int_equal(resil_engine_in_flight(e), 0); /* the primary was removed */
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.hedges_sent, 1);
+  assert_int_equal(m.hedges_won, 1);
+  assert_int_equal(m.cancelled_losers, 1);
+  assert_int_equal(d.wrong_thread, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
+static void keyed_post_hedged_twice_makes_one_effect(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  /* All three at once: the primary holds the key PENDING for 300 ms, the
+   * two hedges meet it so (409, which keeps waiting here), the primary's
+   * 201 wins. */
+  resil_hedge *h = hedge_of(0, 2, RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR));
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "idem", KV("name", "hk1", "ms", "300"), &pol, NULL, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.o[0].http_status, 201);
+  assert_int_equal(d.count[0], 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "idem"), 3);
+  assert_int_equal(resil_fixture_effects(s->f, "idem"), 1);
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.hedges_sent, 2);
+  assert_int_equal(resil_engine_in_flight(e), 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
+static void unkeyed_post_is_never_hedged(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_hedge *h = hedge_of(RESIL_MS(10), 2, 0);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "post_slow", KV("ms", "300"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.passed_unsafe, 1);
+  assert_int_equal(m.hedges_sent, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
+static void deadline_removes_the_primary_and_its_hedges(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_hedge *h = hedge_of(RESIL_MS(50), 2, 0);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, RESIL_MS(600));
+  int64_t t0 = mono_ms();
+  /* Every attempt sleeps 5 s. */
+  assert_int_equal(submit(e, &d, 0, "slow_first3", KV("id", "h2", "ms", "5000"), &pol, &ctx, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_true(d.at_ms[0] - t0 < 4000);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 3);
+  assert_int_equal(resil_engine_in_flight(e), 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
+static void hedges_spend_the_retry_budget(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_retry_budget_config bc;
+  resil_retry_budget_config_init(&bc);
+  bc.min_retries_per_s = 0;
+  bc.percent_can_retry_pct = 0; /* nothing to withdraw */
+  resil_retry_budget *b = NULL;
+  assert_int_equal(resil_retry_budget_new(&bc, &b, NULL), RESIL_OK);
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.delay_ns = RESIL_MS(50);
+  hc.budget = b;
+  resil_hedge *h = NULL;
+  assert_int_equal(resil_hedge_new(&hc, &h, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  assert_int_equal(submit(e, &d, 0, "slow_first", KV("id", "hb", "ms", "400"), &pol, NULL, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 1);
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.refused_by_budget, 1);
+  assert_int_equal(m.hedges_sent, 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_retry_budget_free(b);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -832,6 +1302,27 @@ int main(void) {
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(keyed_post_retried_with_one_key_and_secrets_redacted,
                                       fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(bulkhead_waiters_queue_and_all_succeed_at_most_n_at_once,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(bulkhead_max_wait_expires_rejected_nothing_sent, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(slot_released_on_another_thread_starts_the_waiting_call,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(waiters_racing_releases_never_lose_a_slot, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          cancel_from_another_thread_of_a_call_queued_for_a_slot_sends_nothing, fx_setup,
+          fx_teardown),
+      cmocka_unit_test_setup_teardown(ctx_cancel_token_ends_a_call_in_flight, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(hedge_wins_a_slow_get_and_the_primary_is_removed_at_once,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(keyed_post_hedged_twice_makes_one_effect, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(unkeyed_post_is_never_hedged, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(deadline_removes_the_primary_and_its_hedges, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(hedges_spend_the_retry_budget, fx_setup, fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP

@@ -1,4 +1,4 @@
-/* Lab experiments A1-A3 and A8 (issue 8, DESIGN §9): the async engine on
+/* Lab experiments A1-A6 and A8 (issue 8, DESIGN §9): the async engine on
  * the built-in loop (resil_loop), or for A8 on libuv through libresil-uv
  * (when built), one loop thread, against the in-process fixture. Each has a deliberately wrong variant whose named check fails.
  * Built when the built-in loop is part of the library (RESIL_HAVE_LOOP). */
@@ -17,6 +17,7 @@
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
 #include "resil/engine.h"
+#include "resil/hedge.h"
 #include "resil/loop.h"
 #include "resil/retry.h"
 #ifdef RESIL_HAVE_UV
@@ -32,6 +33,13 @@ static const resil_http_endpoint async_endpoints[] = {
      .query = "fail=2&status=503"},
     {.struct_size = sizeof(resil_http_endpoint), .name = "slow", .path = "/slow",
      .query = "ms={ms}"},
+    /* A6: the first attempt for an id sleeps, the next answers at once. */
+    {.struct_size = sizeof(resil_http_endpoint), .name = "slow_first", .path = "/flaky/{id}",
+     .query = "fail=1&status=200&delay_ms=3000"},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem", .method = RESIL_HTTP_POST,
+     .path = "/idem/{name}", .query = "pending_ms=300", .idempotency_key = RESIL_HTTP_KEY_SEND},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "post_slow", .method = RESIL_HTTP_POST,
+     .path = "/slow", .query = "ms=200"},
 };
 
 static int64_t now_ms(void) {
@@ -414,6 +422,286 @@ out:
 static int a3(lab_result *r) { return a3_run(r, 1); }
 static int a3_wrong(lab_result *r) { return a3_run(r, 0); }
 
+/* ---- A4 ---------------------------------------------------------------- */
+/* Cancellation from another thread: call 0 is in flight on a 5 s route
+ * (the fixture has counted its effect), call 1 waits for the bulkhead's
+ * one slot. A second thread cancels both; the completions come on the
+ * next loop iteration. The wrong variant does not cancel and leaves the
+ * calls to a 300 ms deadline instead. */
+typedef struct a4_canceller {
+  async_lab *a;
+  resil_engine_handle *h[2];
+  int cancel; /* 0: the wrong variant, nothing cancelled */
+  int64_t t_cancel_ns[2];
+} a4_canceller;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void *a4_cancel_main(void *u) {
+  a4_canceller *k = u;
+  /* The first call has reached the route (its effect is counted). */
+  int64_t end = now_ms() + 10000;
+  while (resil_fixture_attempts(k->a->fx, "slow") < 1 && now_ms() < end) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  for (int i = 0; i < 2; i++) {
+    k->t_cancel_ns[i] = now_ns();
+    if (k->cancel) resil_engine_cancel(k->h[i]);
+  }
+  return NULL;
+}
+
+static int64_t a4_done_ns[2];
+static void a4_on_done(void *user, resil_engine_handle *h, resil_outcome o,
+                       resil_http_response *res) {
+  async_tag *t = user;
+  a4_done_ns[t->i] = now_ns();
+  on_done(user, h, o, res);
+}
+
+static int a4_run(lab_result *r, int cancel) {
+  enum { N = 2 };
+  async_lab a;
+  memset(&a, 0, sizeof a);
+  static async_tag tags[N];
+  resil_bulkhead *bh = NULL;
+  a4_canceller k;
+  memset(&k, 0, sizeof k);
+  if (!async_open(r, &a, N, 8)) goto out;
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = 1;
+  hc.max_wait_ns = MS(10000);
+  if (!lab_check(r, resil_bulkhead_new(&hc, &bh, NULL) == RESIL_OK, "bulkhead could not be created"))
+    goto out;
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  if (!cancel) resil_ctx_set_timeout_ns(&ctx, MS(300));
+  resil_http_param p = {"ms", "5000"};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = &p;
+  args.param_count = 1;
+  k.a = &a;
+  k.cancel = cancel;
+  for (size_t i = 0; i < N; i++) {
+    tags[i] = (async_tag){&a, i};
+    resil_error err;
+    if (!lab_check(r, resil_engine_call(a.e, "slow", &args, &pol, &ctx, a4_on_done, &tags[i],
+                                        &k.h[i], &err) == RESIL_OK,
+                   "submit: %s", err.msg))
+      goto out;
+  }
+  pthread_t th;
+  if (!lab_check(r, pthread_create(&th, NULL, a4_cancel_main, &k) == 0, "thread")) goto out;
+  run_loop(&a, 20000);
+  pthread_join(th, NULL);
+  double lat[2];
+  for (int i = 0; i < 2; i++)
+    lat[i] = a.count[i] ? (double)(a4_done_ns[i] - k.t_cancel_ns[i]) / 1e6 : 1e9;
+  double worst = lat[0] > lat[1] ? lat[0] : lat[1];
+  resil_bulkhead_metrics m;
+  resil_bulkhead_get_metrics(bh, &m);
+  char sent[64], waiting[64];
+  resil_outcome_format(&a.o[0], sent, sizeof sent);
+  resil_outcome_format(&a.o[1], waiting, sizeof waiting);
+  long effects = resil_fixture_effects(a.fx, "slow");
+  lab_obs_int(r, "cancel_latency_ms", (long long)(worst + 0.999));
+  lab_obs_int(r, "cancel_latency_us_sent", (long long)(lat[0] * 1000));
+  lab_obs_int(r, "cancel_latency_us_waiting", (long long)(lat[1] * 1000));
+  lab_obs_str(r, "outcome_sent", resil_outcome_kind_name(a.o[0].kind));
+  lab_obs_str(r, "outcome_sent_full", sent);
+  lab_obs_str(r, "outcome_waiting", resil_outcome_kind_name(a.o[1].kind));
+  lab_obs_str(r, "outcome_waiting_full", waiting);
+  lab_obs_int(r, "effects", effects);
+  lab_obs_int(r, "upstream_attempts", resil_fixture_attempts(a.fx, "slow"));
+  lab_obs_int(r, "bulkhead_withdrawn", (long long)m.withdrawn);
+  lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);
+  lab_summary(r, "%s a call in flight on a 5 s route and a call queued for the bulkhead's one slot: completed %.2f ms and %.2f ms after the cancel, %s and %s, %ld effect(s) at the fixture",
+              cancel ? "another thread cancels" : "nobody cancels (a 300 ms deadline)", lat[0],
+              lat[1], sent, waiting, effects);
+  int cancelled_sent = a.o[0].kind == RESIL_UNKNOWN && a.o[0].reason == RESIL_REASON_CANCELLED;
+  int cancelled_waiting = (a.o[1].kind == RESIL_NOT_SENT || a.o[1].kind == RESIL_REJECTED) &&
+                          a.o[1].reason == RESIL_REASON_CANCELLED;
+  lab_expect(r, "cancel_latency", worst < 5, "%.2f ms from the cancel to the completion, expected < 5",
+             worst);
+  lab_expect(r, "outcome_sent", cancelled_sent, "the call in flight ended %s, expected UNKNOWN(cancelled)",
+             sent);
+  lab_expect(r, "outcome_waiting", cancelled_waiting,
+             "the waiting call ended %s, expected NOT_SENT or REJECTED (cancelled)", waiting);
+  lab_expect(r, "effects", effects == 1, "%ld effects at the fixture, expected 1", effects);
+  lab_expect(r, "exactly_once", a.done == N && a.twice == 0, "%zu completions", a.done);
+out:
+  async_close(&a);
+  for (int i = 0; i < 2; i++) resil_engine_handle_release(k.h[i]);
+  resil_bulkhead_free(bh);
+  return r->pass;
+}
+
+static int a4(lab_result *r) { return a4_run(r, 1); }
+static int a4_wrong(lab_result *r) { return a4_run(r, 0); }
+
+/* ---- A5 ---------------------------------------------------------------- */
+/* A bulkhead of 10 with a 1 s max wait, 100 calls at once to a 50 ms route:
+ * 90 queue (FIFO, no thread blocked), ten at a time reach the route, all
+ * succeed. The wrong variant waits 0 ms: 90 are rejected at once. */
+static int a5_run(lab_result *r, int64_t max_wait_ms) {
+  enum { N = 100, SLOTS = 10 };
+  async_lab a;
+  memset(&a, 0, sizeof a);
+  static async_tag tags[N];
+  resil_bulkhead *bh = NULL;
+  if (!async_open(r, &a, N, 64)) goto out;
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = SLOTS;
+  hc.max_wait_ns = MS(max_wait_ms);
+  if (!lab_check(r, resil_bulkhead_new(&hc, &bh, NULL) == RESIL_OK, "bulkhead could not be created"))
+    goto out;
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.bulkhead = bh;
+  int64_t t0 = now_ms();
+  for (size_t i = 0; i < N; i++)
+    if (!submit(r, &a, i, tags, "slow", "ms", "50", &pol, NULL)) goto out;
+  run_loop(&a, 60000);
+  int64_t elapsed = now_ms() - t0;
+  size_t ok = 0, rejected = 0;
+  for (size_t i = 0; i < N; i++) {
+    if (a.count[i] && a.o[i].http_status == 200) ok++;
+    else if (a.count[i] && a.o[i].kind == RESIL_REJECTED) rejected++;
+  }
+  resil_bulkhead_metrics m;
+  resil_bulkhead_get_metrics(bh, &m);
+  size_t peak_engine = resil_engine_peak_in_flight(a.e);
+  lab_obs_int(r, "calls", N);
+  lab_obs_int(r, "succeeded", (long long)ok);
+  lab_obs_int(r, "rejected", (long long)rejected);
+  lab_obs_int(r, "peak_concurrent", (long long)m.peak_in_flight);
+  lab_obs_int(r, "peak_in_flight_transfers", (long long)peak_engine);
+  lab_obs_int(r, "peak_waiting", (long long)m.peak_waiting);
+  lab_obs_int(r, "handed_over", (long long)m.handed_over);
+  lab_obs_int(r, "effects", resil_fixture_effects(a.fx, "slow"));
+  lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);
+  lab_obs_int(r, "elapsed_ms", elapsed);
+  lab_summary(r, "%d calls at once to a 50 ms route through a bulkhead of %d with a %lld ms max wait on one loop thread: %zu succeeded, %zu rejected, peak %u concurrent (%zu transfers), %u waited at most, %lld ms",
+              N, SLOTS, (long long)max_wait_ms, ok, rejected, m.peak_in_flight, peak_engine,
+              m.peak_waiting, (long long)elapsed);
+  lab_expect(r, "all_succeed", ok == N, "%zu of %d succeeded (%zu rejected)", ok, N, rejected);
+  lab_expect(r, "peak_concurrent", m.peak_in_flight == SLOTS && peak_engine <= SLOTS,
+             "peak %u slots, %zu transfers, expected %d", m.peak_in_flight, peak_engine, SLOTS);
+  lab_expect(r, "one_loop_thread", a.other_threads == 0, "%zu completions on another thread",
+             a.other_threads);
+  lab_expect(r, "exactly_once", a.done == N && a.twice == 0, "%zu completions", a.done);
+out:
+  async_close(&a);
+  resil_bulkhead_free(bh);
+  return r->pass;
+}
+
+static int a5(lab_result *r) { return a5_run(r, 1000); }
+static int a5_wrong(lab_result *r) { return a5_run(r, 0); }
+
+/* ---- A6 ---------------------------------------------------------------- */
+/* Hedging on the engine, three calls in turn on one loop:
+ *   a GET whose first attempt takes 3 s, hedged after 100 ms: the hedge
+ *     wins, the primary is removed at once (attempts 2, cancelled 1);
+ *   a keyed POST to the idempotent route hedged twice at once (delay 0,
+ *     max_hedges 2): the primary holds the key PENDING 300 ms, the hedges
+ *     meet it so (409, made unacceptable here so that they keep waiting),
+ *     the primary's 201 wins; the server's store makes one effect;
+ *   an unkeyed POST: never hedged (passed through, one attempt).
+ * The wrong variant gives the calls no hedge: the slow GET waits its 3 s. */
+static int a6_run(lab_result *r, int with_hedge) {
+  enum { N = 3 };
+  async_lab a;
+  memset(&a, 0, sizeof a);
+  static async_tag tags[N];
+  resil_hedge *h = NULL, *hk = NULL;
+  if (!async_open(r, &a, N, 16)) goto out;
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.delay_ns = MS(100);
+  hc.max_hedges = 1;
+  int okh = resil_hedge_new(&hc, &h, NULL) == RESIL_OK;
+  resil_hedge_config_init(&hc);
+  hc.name = "hedge_keyed";
+  hc.delay_ns = 0;
+  hc.max_hedges = 2;
+  hc.unacceptable_classes |= RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR);
+  okh = okh && resil_hedge_new(&hc, &hk, NULL) == RESIL_OK;
+  if (!lab_check(r, okh, "hedges could not be created")) goto out;
+  resil_engine_policies pol, polk;
+  resil_engine_policies_init(&pol);
+  resil_engine_policies_init(&polk);
+  pol.hedge = with_hedge ? h : NULL;
+  polk.hedge = with_hedge ? hk : NULL;
+  int64_t t0 = now_ms();
+  if (!submit(r, &a, 0, tags, "slow_first", "id", "a6", &pol, NULL)) goto out;
+  while (a.done < 1 && now_ms() - t0 < 20000) run_once(&a);
+  int64_t get_ms = now_ms() - t0;
+  if (!submit(r, &a, 1, tags, "idem", "name", "a6-keyed", &polk, NULL)) goto out;
+  while (a.done < 2 && now_ms() - t0 < 40000) run_once(&a);
+  if (!submit(r, &a, 2, tags, "post_slow", NULL, NULL, &pol, NULL)) goto out;
+  run_loop(&a, 20000);
+  resil_hedge_metrics m, mk;
+  resil_hedge_get_metrics(h, &m);
+  resil_hedge_get_metrics(hk, &mk);
+  long attempts = resil_fixture_attempts(a.fx, "flaky");
+  long keyed_attempts = resil_fixture_attempts(a.fx, "idem");
+  long effects = resil_fixture_effects(a.fx, "idem");
+  long unkeyed = resil_fixture_attempts(a.fx, "slow");
+  lab_obs_int(r, "attempts", attempts);
+  lab_obs_int(r, "cancelled", (long long)m.cancelled_losers);
+  lab_obs_int(r, "hedges_won", (long long)m.hedges_won);
+  lab_obs_int(r, "get_status", a.o[0].http_status);
+  lab_obs_int(r, "get_ms", get_ms);
+  lab_obs_int(r, "keyed_attempts", keyed_attempts);
+  lab_obs_int(r, "keyed_hedges_sent", (long long)mk.hedges_sent);
+  lab_obs_int(r, "keyed_status", a.o[1].http_status);
+  lab_obs_int(r, "effects", effects);
+  lab_obs_int(r, "unkeyed_attempts", unkeyed);
+  lab_obs_int(r, "unkeyed_status", a.o[2].http_status);
+  lab_obs_int(r, "passed_unsafe", (long long)m.passed_unsafe);
+  lab_obs_int(r, "in_flight_after", (long long)resil_engine_in_flight(a.e));
+  lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);
+  lab_summary(r, "%s: slow GET answered %d in %lld ms after %ld attempts (%llu hedge won, %llu cancelled); keyed POST hedged %llu times: %ld attempts, %d, %ld effect; unkeyed POST: %ld attempt (%llu passed unhedged)",
+              with_hedge ? "hedged" : "not hedged", a.o[0].http_status, (long long)get_ms,
+              attempts, (unsigned long long)m.hedges_won,
+              (unsigned long long)m.cancelled_losers, (unsigned long long)mk.hedges_sent,
+              keyed_attempts, a.o[1].http_status, effects, unkeyed,
+              (unsigned long long)m.passed_unsafe);
+  lab_expect(r, "hedge_wins", a.o[0].http_status == 200 && attempts == 2 &&
+                                  m.hedges_won == 1 && m.cancelled_losers == 1 && get_ms < 2000,
+             "GET %d after %ld attempts in %lld ms, %llu won by a hedge, %llu cancelled; expected 200, 2, < 2000, 1, 1",
+             a.o[0].http_status, attempts, (long long)get_ms, (unsigned long long)m.hedges_won,
+             (unsigned long long)m.cancelled_losers);
+  lab_expect(r, "one_effect", effects == 1 && a.o[1].http_status == 201 && mk.hedges_sent == 2,
+             "keyed POST %d, %ld effects, %llu hedges; expected 201, 1, 2", a.o[1].http_status,
+             effects, (unsigned long long)mk.hedges_sent);
+  lab_expect(r, "unkeyed_never_hedged", unkeyed == 1 && a.o[2].http_status == 200,
+             "unkeyed POST: %ld attempts, %d", unkeyed, a.o[2].http_status);
+  lab_expect(r, "losers_removed", resil_engine_in_flight(a.e) == 0, "%zu transfers left",
+             resil_engine_in_flight(a.e));
+  lab_expect(r, "exactly_once", a.done == N && a.twice == 0, "%zu completions", a.done);
+out:
+  async_close(&a);
+  resil_hedge_free(h);
+  resil_hedge_free(hk);
+  return r->pass;
+}
+
+static int a6(lab_result *r) { return a6_run(r, 1); }
+static int a6_wrong(lab_result *r) { return a6_run(r, 0); }
+
 const lab_experiment lab_async_experiments[] = {
     {"A1", "10,000 GETs in flight on one thread through Retry(Breaker(Bulkhead(HTTP)))", a1,
      a1_wrong, "a bulkhead of 1,000 without a queue", "all_answered"},
@@ -421,6 +709,12 @@ const lab_experiment lab_async_experiments[] = {
      a2_wrong, "no retry", "all_succeed"},
     {"A3", "100 slow calls with a 200 ms deadline among 1,000 fast ones", a3, a3_wrong,
      "no deadline on the slow calls", "deadline_unknown"},
+    {"A4", "cancellation from another thread of a call in flight and of a call waiting for a bulkhead slot",
+     a4, a4_wrong, "no cancel, a 300 ms deadline instead", "cancel_latency"},
+    {"A5", "a bulkhead of 10 with a 1 s max wait, 100 calls at once to a 50 ms route", a5,
+     a5_wrong, "a max wait of 0 ms", "all_succeed"},
+    {"A6", "hedging: a slow GET won by the hedge, a keyed POST hedged twice, an unkeyed POST",
+     a6, a6_wrong, "no hedge", "hedge_wins"},
 #ifdef RESIL_HAVE_UV
     {"A8", "A1 on a libuv loop through libresil-uv", a8, a8_wrong,
      "a bulkhead of 1,000 without a queue", "all_answered"},
