@@ -49,7 +49,14 @@
  *                everything included (easy handles, buffers, the engine's
  *                call state, libcurl's pending queue).
  *   failures     requests that did not end 200 "ok".
- * Rounds alternate which side goes first. Reported: medians over rounds of
+ *   libcurl_multi_window  (reported, not a target) the bare side again,
+ *                  but handing libcurl at most ASYNC_CONNS transfers at a
+ *                  time, the rest of the in-flight count waiting in the
+ *                  caller as a counter: the cost of the same requests
+ *                  without libcurl's queue of transfers pending for a
+ *                  connection (its memory per call is not reported: the
+ *                  waiting requests hold nothing).
+ * Rounds run the three sides in the 6 orders in turn. Reported: medians over rounds of
  * each side's req/s, CPU per request and bytes per in-flight call, and of
  * the per-round ratio libresil / libcurl_multi req/s; the load average at
  * the start and end. A case with any failed request is reported with its
@@ -130,8 +137,16 @@ int bench_run_async_cases(const bench_opts *opts, const char *json_path) {
 #define MEM_SAMPLE_EVERY 64
 #define BODY_CAP 4096
 
-enum { SIDE_MULTI = 0, SIDE_RESIL = 1, NSIDES = 2 };
-static const char *const side_key[NSIDES] = {"libcurl_multi", "libresil"};
+/* SIDE_WINDOW: the bare multi again, but handing libcurl at most
+ * ASYNC_CONNS transfers at a time (the rest wait in the application as a
+ * mere count): what the same requests cost without libcurl's queue of
+ * transfers pending for a connection. Reported, not a target. */
+enum { SIDE_MULTI = 0, SIDE_RESIL = 1, SIDE_WINDOW = 2, NSIDES = 3 };
+static const char *const side_key[NSIDES] = {"libcurl_multi", "libresil",
+                                             "libcurl_multi_window"};
+/* The 6 orders of the three sides. */
+static const int orders[6][NSIDES] = {{0, 1, 2}, {1, 0, 2}, {2, 0, 1},
+                                      {0, 2, 1}, {1, 2, 0}, {2, 1, 0}};
 
 static int64_t thread_cpu_ns(void) {
   struct timespec ts;
@@ -521,20 +536,22 @@ static int run_batch(int side, bare_side *bare, resil_side *ours, resil_loop *lo
   b->mem_peak = b->mem_base;
   int64_t cpu0 = thread_cpu_ns();
   int64_t t0 = bench_now_ns();
-  int rc = side == SIDE_MULTI ? bare_begin(bare, b, url) : resil_begin(ours, b, endpoint);
+  int is_bare = side != SIDE_RESIL;
+  if (side == SIDE_WINDOW && b->inflight > ASYNC_CONNS) b->inflight = ASYNC_CONNS;
+  int rc = is_bare ? bare_begin(bare, b, url) : resil_begin(ours, b, endpoint);
   size_t m = heap_in_use();
   if (m > b->mem_peak) b->mem_peak = m;
   resil_status st = RESIL_OK;
   if (rc == 0) st = resil_loop_run(loop);
   int64_t t1 = bench_now_ns();
   int64_t cpu1 = thread_cpu_ns();
-  if (side == SIDE_MULTI) bare_free_xfers(bare);
+  if (is_bare) bare_free_xfers(bare);
   if (rc != 0) {
     snprintf(why, whylen, "%s: could not start the batch%s%s", side_key[side],
              side == SIDE_RESIL ? ": " : "", side == SIDE_RESIL ? ours->submit_error : "");
     return -1;
   }
-  if (st != RESIL_OK || (side == SIDE_MULTI && bare->broken) ||
+  if (st != RESIL_OK || (is_bare && bare->broken) ||
       (side == SIDE_RESIL && ours->broken) || b->completed != b->total) {
     snprintf(why, whylen, "%s: the batch did not complete (%zu of %zu; loop %s)%s%s",
              side_key[side], b->completed, b->total, resil_status_name(st),
@@ -561,14 +578,14 @@ static int same_on_the_wire(bare_side *bare, resil_side *ours, resil_loop *loop,
                             const char *base_url, char *why, size_t whylen) {
   char url[256];
   snprintf(url, sizeof url, "%s/echo", base_url);
-  json_t *h[NSIDES] = {NULL, NULL};
+  json_t *h[2] = {NULL, NULL};
   batch *b = malloc(sizeof *b);
   if (!b) {
     snprintf(why, whylen, "out of memory");
     return -1;
   }
   int rc = 0;
-  for (int i = 0; i < NSIDES && rc == 0; i++) {
+  for (int i = 0; i < 2 && rc == 0; i++) {
     batch_figures f;
     rc = run_batch(i, bare, ours, loop, url, "echo", 1, 1, 1, b, &f, why, whylen);
     if (rc == 0 && f.failures) {
@@ -610,7 +627,7 @@ static void set_side(json_t *o, const char *key, int side, json_t *v) {
 static void run_case(const bench_opts *opts, const char *name, const char *measures,
                      size_t inflight, const char *base_url, json_t *entries) {
   json_t *o = case_stub(name, measures);
-  char why[700] = "";
+  char why[1000] = "";
   char url[256];
   snprintf(url, sizeof url, "%s/ka", base_url);
   double load0 = loadavg1();
@@ -626,8 +643,8 @@ static void run_case(const bench_opts *opts, const char *name, const char *measu
   size_t total = ASYNC_BATCH_FACTOR * inflight;
   double rps[NSIDES][ASYNC_MAX_ROUNDS], cpu[NSIDES][ASYNC_MAX_ROUNDS],
       mem[NSIDES][ASYNC_MAX_ROUNDS], ratio[ASYNC_MAX_ROUNDS];
-  size_t failures[NSIDES] = {0, 0}, requests[NSIDES] = {0, 0};
-  char first_failure[NSIDES][300] = {"", ""};
+  size_t failures[NSIDES] = {0, 0, 0}, requests[NSIDES] = {0, 0, 0};
+  char first_failure[NSIDES][300] = {"", "", ""};
   int done_rounds = 0;
   long conns_opened = -1;
   if (!b) snprintf(why, sizeof why, "out of memory");
@@ -651,7 +668,7 @@ static void run_case(const bench_opts *opts, const char *name, const char *measu
   for (int r = 0; r < rounds && !why[0]; r++) {
     batch_figures f[NSIDES];
     for (int k = 0; k < NSIDES && !why[0]; k++) {
-      int i = (r % 2) ? NSIDES - 1 - k : k;
+      int i = orders[r % 6][k];
       if (run_batch(i, &bare, &ours, loop, url, "ka", inflight, total, 0, b, &f[i], why,
                     sizeof why) != 0)
         break;
@@ -683,7 +700,8 @@ static void run_case(const bench_opts *opts, const char *name, const char *measu
   json_object_set_new(o, "loadavg_end", json_real(load1));
   if (conns_opened >= 0)
     json_object_set_new(o, "libresil_connections_opened", json_integer(conns_opened));
-  double med_rps[NSIDES] = {NAN, NAN}, med_cpu[NSIDES] = {NAN, NAN}, med_mem[NSIDES] = {NAN, NAN};
+  double med_rps[NSIDES] = {NAN, NAN, NAN}, med_cpu[NSIDES] = {NAN, NAN, NAN},
+         med_mem[NSIDES] = {NAN, NAN, NAN};
   for (int i = 0; i < NSIDES; i++) {
     set_side(o, "requests", i, json_integer((json_int_t)requests[i]));
     set_side(o, "failures", i, json_integer((json_int_t)failures[i]));
@@ -693,17 +711,19 @@ static void run_case(const bench_opts *opts, const char *name, const char *measu
     med_mem[i] = median(mem[i], done_rounds);
     set_side(o, "req_per_s", i, json_real(med_rps[i]));
     set_side(o, "cpu_us_per_req", i, json_real(med_cpu[i] / 1e3));
-    set_side(o, "bytes_per_inflight", i, json_real(med_mem[i]));
+    if (i != SIDE_WINDOW) set_side(o, "bytes_per_inflight", i, json_real(med_mem[i]));
     json_t *a = json_array();
     for (int r = 0; r < done_rounds; r++) json_array_append_new(a, json_real(rps[i][r]));
     set_side(o, "rounds_req_per_s", i, a);
   }
-  if (!why[0] && (failures[0] || failures[1]))
+  if (!why[0] && (failures[0] || failures[1] || failures[2]))
     snprintf(why, sizeof why,
-             "requests failed: libcurl_multi %zu of %zu, libresil %zu of %zu%s%s%s%s",
-             failures[0], requests[0], failures[1], requests[1],
+             "requests failed: libcurl_multi %zu of %zu, libresil %zu of %zu, "
+             "libcurl_multi_window %zu of %zu%s%.150s%s%.150s%s%.150s",
+             failures[0], requests[0], failures[1], requests[1], failures[2], requests[2],
              first_failure[0][0] ? "; libcurl_multi's first: " : "", first_failure[0],
-             first_failure[1][0] ? "; libresil's first: " : "", first_failure[1]);
+             first_failure[1][0] ? "; libresil's first: " : "", first_failure[1],
+             first_failure[2][0] ? "; libcurl_multi_window's first: " : "", first_failure[2]);
   if (!why[0] && resil_breaker_state(ours.br) != RESIL_BREAKER_CLOSED)
     snprintf(why, sizeof why, "breaker left CLOSED");
   if (!why[0] && done_rounds) {
@@ -715,6 +735,9 @@ static void run_case(const bench_opts *opts, const char *name, const char *measu
            "bytes/in-flight %.0f / %.0f  [%zu in flight, %d conns, %d rounds, load %.2f..%.2f]\n",
            name, med_rps[0], med_rps[1], rat, med_cpu[0] / 1e3, med_cpu[1] / 1e3, med_mem[0],
            med_mem[1], inflight, ASYNC_CONNS, done_rounds, load0, load1);
+    printf("  %-26s bare multi handing libcurl <= %d transfers at a time (the rest queued "
+           "by the caller): %.0f req/s, CPU/req %.1f us (not a target)\n",
+           "", ASYNC_CONNS, med_rps[SIDE_WINDOW], med_cpu[SIDE_WINDOW] / 1e3);
   } else {
     json_object_set_new(o, "error", json_string(why));
     printf("  %-26s INVALID: %s\n", name, why);
@@ -730,15 +753,17 @@ static void run_case(const bench_opts *opts, const char *name, const char *measu
 int bench_run_async_cases(const bench_opts *opts, const char *json_path) {
   if (!bench_selected(opts, CASE_1K) && !bench_selected(opts, CASE_10K)) return 0;
   json_t *entries = json_array();
-  char method[900];
+  char method[1400];
   snprintf(method, sizeof method,
            "async cases: nginx on 127.0.0.1 (scripts/nginx-start.sh, 1 worker), GET /ka -> "
-           "200 \"ok\"; libcurl %s; one resil_loop on the client's one thread, an adapter "
-           "per side; libresil = resil_engine_call with {retry, breaker, bulkhead}, bare = "
+           "200 \"ok\"; libcurl %s; one resil_loop on the client's one thread, one adapter "
+           "for the engine, one for the bare multi; libresil = resil_engine_call with {retry, breaker, bulkhead}, bare = "
            "libcurl multi_socket (SOCKETFUNCTION/TIMERFUNCTION on the adapter, "
            "curl_multi_socket_action); %d connections at most on both sides; a batch = "
            "%dx the in-flight count, new requests started at each completion; rounds "
-           "alternate which side goes first; medians over rounds; memory = peak heap in "
+           "run the sides in the 6 orders in turn (a third side, bare multi handing libcurl "
+           "at most that many transfers at a time, is reported, not a target); medians "
+           "over rounds; memory = peak heap in "
            "use (mallinfo2) minus before, per in-flight call; CPU = thread CPU time per "
            "request",
            curl_version_info(CURLVERSION_NOW)->version, ASYNC_CONNS, ASYNC_BATCH_FACTOR);
