@@ -47,7 +47,8 @@
  *                and at every 64th completion, minus before the batch,
  *                over the in-flight count: bytes per in-flight call,
  *                everything included (easy handles, buffers, the engine's
- *                call state, libcurl's pending queue).
+ *                call state, libcurl's pending queue). Under a sanitizer
+ *                (ASan) mallinfo2 does not see the allocations and reads 0.
  *   failures     requests that did not end 200 "ok".
  *   libcurl_multi_window  (reported, not a target) the bare side again,
  *                  but handing libcurl at most ASYNC_CONNS transfers at a
