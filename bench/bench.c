@@ -4,7 +4,10 @@
  *                   [--no-pin] [--only CASE[,CASE...]] [--store-dir DIR]
  *                   [--pg-uri URI | --pg-skipped REASON]
  *                   [--store-effect insert|none]
- *       measures every case (or the ones named), then the HTTP cases, then
+ *                   [--nginx-url URL | --nginx-skipped REASON]
+ *       measures every case (or the ones named), then the HTTP cases (also
+ *       against the nginx at URL, and the async engine cases there; or
+ *       reported as skipped with REASON), then
  *       the operation-store cases (SQLite in a new directory under DIR, by
  *       default the one holding resil_bench; PostgreSQL on the server at
  *       URI, or reported as skipped with REASON; their effect inserts one
@@ -29,6 +32,7 @@ static void usage(void) {
           "                       [--only CASE[,CASE...]] [--store-dir DIR]\n"
           "                       [--pg-uri URI | --pg-skipped REASON] "
           "[--store-effect insert|none]\n"
+          "                       [--nginx-url URL | --nginx-skipped REASON]\n"
           "       resil_bench report --c FILE (--peers FILE | --peers-skipped "
           "REASON) --out FILE\n");
 }
@@ -85,6 +89,10 @@ int main(int argc, char **argv) {
       opts.pg_uri = v;
     else if (!strcmp(a, "--pg-skipped"))
       opts.pg_skipped = v;
+    else if (!strcmp(a, "--nginx-url"))
+      opts.nginx_url = v;
+    else if (!strcmp(a, "--nginx-skipped"))
+      opts.nginx_skipped = v;
     else if (!strcmp(a, "--store-effect")) {
       if (strcmp(v, "insert") != 0 && strcmp(v, "none") != 0) {
         fprintf(stderr, "resil_bench: --store-effect: expected insert or none, got '%s'\n", v);
@@ -107,6 +115,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "run") && out) {
     int rc = bench_run_cases(&opts, out);
     if (rc == 0) rc = bench_run_http_cases(&opts, out);
+    if (rc == 0) rc = bench_run_async_cases(&opts, out);
     return rc != 0 ? rc : bench_run_store_cases(&opts, out);
   }
   if (!strcmp(cmd, "report") && out && c_json && (peers || skipped))

@@ -24,6 +24,8 @@ typedef struct bench_opts {
   const char *pg_uri;     /* NULL: the PostgreSQL store case is skipped    */
   const char *pg_skipped; /* why there is no pg_uri, for the report        */
   int store_effect_insert; /* 1: the store cases' effect inserts a row     */
+  const char *nginx_url;  /* NULL: the cases against nginx are skipped     */
+  const char *nginx_skipped; /* why there is no nginx_url, for the report  */
 } bench_opts;
 
 /* 1 when the case is selected by opts->only. */
@@ -95,6 +97,17 @@ int bench_run_cases(const bench_opts *opts, const char *json_path);
  * build without libresil-http they are appended as skipped
  * (http_cases.c). */
 int bench_run_http_cases(const bench_opts *opts, const char *json_path);
+
+/* The async cases' target: requests/s through libresil's engine at least
+ * this fraction of bare libcurl multi_socket's on the same loop, same run. */
+#define BENCH_ASYNC_MIN_RATIO 0.95
+
+/* Runs the async engine cases (async_get_1000_inflight,
+ * async_get_10000_inflight: libresil's engine vs bare libcurl multi_socket
+ * on resil_loop, against the nginx at opts->nginx_url) and appends them,
+ * marked "kind": "async"; skipped without nginx or libresil-http
+ * (async_cases.c). */
+int bench_run_async_cases(const bench_opts *opts, const char *json_path);
 
 /* The operation-store cases' target: libresil's keyed operations per
  * second (begin + complete) at least this fraction of the raw ceiling

@@ -102,6 +102,8 @@
 
 #define CASE_SEQ "http_keepalive_get"
 #define CASE_CONC "http_keepalive_get_8callers"
+#define CASE_SEQ_NGINX "http_keepalive_get_nginx"
+#define CASE_CONC_NGINX "http_keepalive_get_8callers_nginx"
 
 static const char measures_seq[] =
     "sequential keep-alive GET /ka (200, 2-byte body \"ok\") from an "
@@ -117,6 +119,25 @@ static const char measures_conc[] =
     "libcurl through a multi handle per caller; req/s is the total of all "
     "callers";
 
+static const char measures_seq_nginx[] =
+    "the sequential keep-alive GET /ka against nginx on 127.0.0.1 "
+    "(scripts/nginx-start.sh: Debian nginx-light, 1 worker, a process of "
+    "its own, return 200 \"ok\"): the same three sides, interleaved batches; "
+    "keep-alive checked client-side (bare handles' CURLINFO_NUM_CONNECTS, "
+    "the client's connections_opened), nginx counting no connections";
+static const char measures_conc_nginx[] =
+    "the same GET with 8 caller threads on 2 CPUs against nginx on 127.0.0.1 "
+    "(1 worker, another process sharing the 2 CPUs): bare libcurl vs "
+    "libresil (one shared client, 8 pooled connections, one shared chain), "
+    "interleaved batches, plus bare libcurl through a multi handle per "
+    "caller; connections counted client-side";
+
+/* The four HTTP cases: [0] sequential, [1] concurrent, [2] and [3] the
+ * same against nginx. */
+static const char *const case_names[4] = {CASE_SEQ, CASE_CONC, CASE_SEQ_NGINX, CASE_CONC_NGINX};
+static const char *const case_measures[4] = {measures_seq, measures_conc, measures_seq_nginx,
+                                             measures_conc_nginx};
+
 static json_t *case_stub(const char *name, const char *measures) {
   json_t *o = json_object();
   json_object_set_new(o, "name", json_string(name));
@@ -125,14 +146,14 @@ static json_t *case_stub(const char *name, const char *measures) {
   return o;
 }
 
-/* Appends the selected cases with `key` (skipped or error) set to why. */
-static void all_cases_with(const bench_opts *opts, json_t *entries,
+/* Appends the selected cases first..last (indices of case_names) with
+ * `key` (skipped or error) set to why. */
+static void all_cases_with(const bench_opts *opts, json_t *entries, int first, int last,
                            const char *key, const char *why) {
-  const char *names[2] = {CASE_SEQ, CASE_CONC};
-  const char *measures[2] = {measures_seq, measures_conc};
-  for (int i = 0; i < 2; i++) {
+  const char *const *names = case_names;
+  for (int i = first; i <= last; i++) {
     if (!bench_selected(opts, names[i])) continue;
-    json_t *o = case_stub(names[i], measures[i]);
+    json_t *o = case_stub(names[i], case_measures[i]);
     json_object_set_new(o, key, json_string(why));
     json_array_append_new(entries, o);
     printf("  %-26s %s: %s\n", names[i], !strcmp(key, "skipped") ? "SKIPPED" : "INVALID",
@@ -141,14 +162,20 @@ static void all_cases_with(const bench_opts *opts, json_t *entries,
   fflush(stdout);
 }
 
+static int any_selected(const bench_opts *opts) {
+  for (int i = 0; i < 4; i++)
+    if (bench_selected(opts, case_names[i])) return 1;
+  return 0;
+}
+
 #ifndef RESIL_BENCH_HTTP
 
 /* Built without libresil-http or the fixture: the cases are recorded as
  * skipped, with the reason, so the report says they were not evaluated. */
 int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
-  if (!bench_selected(opts, CASE_SEQ) && !bench_selected(opts, CASE_CONC)) return 0;
+  if (!any_selected(opts)) return 0;
   json_t *entries = json_array();
-  all_cases_with(opts, entries, "skipped",
+  all_cases_with(opts, entries, 0, 3, "skipped",
                  "not built: libresil-http or the fixture is missing "
                  "(configure with -DRESIL_WITH_HTTP=ON)");
   return bench_append_cases(json_path, entries, NULL, NULL);
@@ -160,6 +187,7 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
 #include <microhttpd.h>
 
 #include "fixture/fixture.h"
+#include "http_bench.h"
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
 #include "resil/chain.h"
@@ -167,12 +195,20 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
 #include "resil/ratelimit.h"
 #include "resil/retry.h"
 
+/* Where a pair of cases runs: the in-process fixture (fx set) or nginx. */
+typedef struct http_target {
+  const char *name[2];
+  const char *measures[2];
+  resil_fixture *fx; /* NULL: nginx, connections counted client-side */
+  const char *base_url;
+} http_target;
+
 #define CALLERS 8
 #define CALLER_CPUS 2
 /* Latencies kept per caller and batch; more requests are still counted. */
 #define LAT_CAP (1u << 17)
 #define BODY_CAP 4096
-#define USER_AGENT "resil-bench"
+#define USER_AGENT BENCH_USER_AGENT
 
 enum { SIDE_EASY = 0, SIDE_MULTI = 1, SIDE_RESIL = 2, NSIDES = 3 };
 static const char *const side_key[NSIDES] = {"libcurl", "libcurl_multi", "libresil"};
@@ -205,6 +241,7 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud) {
 typedef struct bare_conn {
   CURL *e;
   CURLM *m; /* NULL: driven by curl_easy_perform */
+  long connects; /* connections the handle opened (CURLINFO_NUM_CONNECTS) */
   body_buf body;
 } bare_conn;
 
@@ -216,17 +253,10 @@ static void bare_close(bare_conn *b) {
   b->e = NULL;
 }
 
-/* The options of resil__http_slot_setup() that matter on the wire or to
- * the connection, and the client's default timeouts. */
-static int bare_open(bare_conn *b, const char *url, int use_multi) {
+CURLcode bench_bare_setopts(CURL *e, const char *url, curl_write_callback wr, void *wd,
+                            long maxconnects) {
   resil_http_client_config dflt;
   resil_http_client_config_init(&dflt);
-  b->body.len = 0;
-  b->body.overflow = 0;
-  b->m = NULL;
-  b->e = curl_easy_init();
-  if (!b->e) return -1;
-  CURL *e = b->e;
   CURLcode rc = CURLE_OK;
 #define SET(opt, val)                                                          \
   do {                                                                         \
@@ -242,14 +272,26 @@ static int bare_open(bare_conn *b, const char *url, int use_multi) {
   SET(CURLOPT_PROXY, "");
   SET(CURLOPT_FOLLOWLOCATION, 0L);
   SET(CURLOPT_ACCEPT_ENCODING, "");
-  SET(CURLOPT_USERAGENT, USER_AGENT);
-  SET(CURLOPT_MAXCONNECTS, 1L);
+  SET(CURLOPT_USERAGENT, BENCH_USER_AGENT);
+  if (maxconnects > 0) SET(CURLOPT_MAXCONNECTS, maxconnects);
   SET(CURLOPT_TCP_NODELAY, 1L);
   SET(CURLOPT_CONNECTTIMEOUT_MS, (long)(dflt.connect_timeout_ns / 1000000));
   SET(CURLOPT_TIMEOUT_MS, (long)(dflt.response_timeout_ns / 1000000));
-  SET(CURLOPT_WRITEFUNCTION, on_write);
-  SET(CURLOPT_WRITEDATA, (void *)&b->body);
+  SET(CURLOPT_WRITEFUNCTION, wr);
+  SET(CURLOPT_WRITEDATA, wd);
 #undef SET
+  return rc;
+}
+
+/* A bare handle with bench_bare_setopts() and one cached connection. */
+static int bare_open(bare_conn *b, const char *url, int use_multi) {
+  b->body.len = 0;
+  b->body.overflow = 0;
+  b->m = NULL;
+  b->connects = 0;
+  b->e = curl_easy_init();
+  if (!b->e) return -1;
+  CURLcode rc = bench_bare_setopts(b->e, url, on_write, &b->body, 1L);
   if (rc == CURLE_OK && use_multi) {
     b->m = curl_multi_init();
     if (!b->m || curl_multi_setopt(b->m, CURLMOPT_MAXCONNECTS, 1L) != CURLM_OK)
@@ -283,6 +325,8 @@ static long bare_perform(bare_conn *b) {
       if (msg->msg == CURLMSG_DONE) rc = msg->data.result;
     curl_multi_remove_handle(b->m, b->e);
   }
+  long nc = 0;
+  if (curl_easy_getinfo(b->e, CURLINFO_NUM_CONNECTS, &nc) == CURLE_OK) b->connects += nc;
   if (rc != CURLE_OK) return 0;
   long code = 0;
   curl_easy_getinfo(b->e, CURLINFO_RESPONSE_CODE, &code);
@@ -726,12 +770,31 @@ static int same_on_the_wire(bare_conn *easy, bare_conn *multi, resil_side *ours,
   return rc;
 }
 
+/* Connections opened so far by side `side` (states: its n states): the
+ * fixture's count of accepted connections when there is a fixture, else
+ * counted client-side (nginx has no such counter to ask): the bare handles'
+ * CURLINFO_NUM_CONNECTS after each transfer, libresil's client's
+ * connections_opened (resil_http_stats). */
+static long connections_of(resil_fixture *fx, int side, void *const *states, int n) {
+  if (fx) return resil_fixture_connections(fx);
+  long c = 0;
+  if (side == SIDE_RESIL) {
+    resil_http_stats hs;
+    const resil_side *s = states[0];
+    if (resil_http_client_get_stats(s->client, &hs) == RESIL_OK) c = (long)hs.connections_opened;
+    return c;
+  }
+  for (int i = 0; i < n; i++) c += ((const bare_conn *)states[i])->connects;
+  return c;
+}
+
 /* ---- sequential --------------------------------------------------------------- */
 
-static void seq_batch(resil_fixture *fx, get_fn get, void *state, uint64_t n,
-                      int64_t *lat, batch_stats *st) {
+static void seq_batch(resil_fixture *fx, int side, void *state, uint64_t n, int64_t *lat,
+                      batch_stats *st) {
   memset(st, 0, sizeof *st);
-  long c0 = resil_fixture_connections(fx);
+  get_fn get = side_get[side];
+  long c0 = connections_of(fx, side, &state, 1);
   int64_t cpu0 = thread_cpu_ns();
   uint64_t failed = 0;
   int64_t t = bench_now_ns();
@@ -746,7 +809,7 @@ static void seq_batch(resil_fixture *fx, get_fn get, void *state, uint64_t n,
   st->cpu_us = (double)(thread_cpu_ns() - cpu0) / 1e3 / (double)n;
   st->requests = n;
   st->failures = failed;
-  st->new_connections = resil_fixture_connections(fx) - c0;
+  st->new_connections = connections_of(fx, side, &state, 1) - c0;
   percentiles(lat, (size_t)n, st);
 }
 
@@ -767,9 +830,10 @@ static double seq_warm(get_fn get, void *state, int64_t ns, int64_t *lat,
   return (double)lat[n / 2];
 }
 
-static void run_seq(const bench_opts *opts, resil_fixture *fx, const char *base_url,
-                    json_t *entries) {
-  json_t *o = case_stub(CASE_SEQ, measures_seq);
+static void run_seq(const bench_opts *opts, const http_target *tg, json_t *entries) {
+  resil_fixture *fx = tg->fx;
+  const char *base_url = tg->base_url;
+  json_t *o = case_stub(tg->name[0], tg->measures[0]);
   char why[600] = "";
   char ka_url[256];
   snprintf(ka_url, sizeof ka_url, "%s/ka", base_url);
@@ -815,7 +879,7 @@ static void run_seq(const bench_opts *opts, resil_fixture *fx, const char *base_
         batch_stats st[NSIDES];
         for (int k = 0; k < NSIDES; k++) {
           int i = orders[r % 6][k];
-          seq_batch(fx, side_get[i], state[i], n, lat, &st[i]);
+          seq_batch(fx, i, state[i], n, lat, &st[i]);
         }
         record_round(&cf, r, st);
       }
@@ -827,10 +891,10 @@ static void run_seq(const bench_opts *opts, resil_fixture *fx, const char *base_
   if (cf.rounds) figures_to_json(&cf, o);
   if (why[0]) {
     json_object_set_new(o, "error", json_string(why));
-    printf("  %-26s INVALID: %s\n", CASE_SEQ, why);
+    printf("  %-26s INVALID: %s\n", tg->name[0], why);
     fflush(stdout);
   } else {
-    print_figures(CASE_SEQ, &cf);
+    print_figures(tg->name[0], &cf);
   }
   json_array_append_new(entries, o);
   free(lat);
@@ -902,16 +966,17 @@ static void *conc_main(void *p) {
 /* One batch: CALLERS threads call get(states[i]) until `ns` have passed.
  * pooled has room for CALLERS * LAT_CAP latencies. Returns 0, or -1 when a
  * thread could not be created. */
-static int conc_batch(const bench_opts *opts, resil_fixture *fx, get_fn get,
+static int conc_batch(const bench_opts *opts, resil_fixture *fx, int side,
                       void *const *states, int64_t ns, conc_caller *callers,
                       int64_t *pooled, batch_stats *st) {
   memset(st, 0, sizeof *st);
+  get_fn get = side_get[side];
   conc_gate gate;
   pthread_mutex_init(&gate.mu, NULL);
   pthread_cond_init(&gate.cv, NULL);
   gate.go = 0;
   atomic_init(&gate.stop, 0);
-  long c0 = resil_fixture_connections(fx);
+  long c0 = connections_of(fx, side, states, CALLERS);
   int started = 0;
   for (int i = 0; i < CALLERS; i++) {
     conc_caller *w = &callers[i];
@@ -958,14 +1023,15 @@ static int conc_batch(const bench_opts *opts, resil_fixture *fx, get_fn get,
   if (started < CALLERS) return -1;
   st->req_per_s = (double)st->requests * 1e9 / (double)(t_end - t_go);
   st->cpu_us = st->requests ? (double)cpu_ns / 1e3 / (double)st->requests : NAN;
-  st->new_connections = resil_fixture_connections(fx) - c0;
+  st->new_connections = connections_of(fx, side, states, CALLERS) - c0;
   percentiles(pooled, np, st);
   return 0;
 }
 
-static void run_conc(const bench_opts *opts, resil_fixture *fx, const char *base_url,
-                     json_t *entries) {
-  json_t *o = case_stub(CASE_CONC, measures_conc);
+static void run_conc(const bench_opts *opts, const http_target *tg, json_t *entries) {
+  resil_fixture *fx = tg->fx;
+  const char *base_url = tg->base_url;
+  json_t *o = case_stub(tg->name[1], tg->measures[1]);
   char why[600] = "";
   char ka_url[256];
   snprintf(ka_url, sizeof ka_url, "%s/ka", base_url);
@@ -1009,7 +1075,7 @@ static void run_conc(const bench_opts *opts, resil_fixture *fx, const char *base
      * slot), outside the measured batches. */
     uint64_t wf = 0;
     for (int i = 0; i < NSIDES && !why[0]; i++) {
-      if (conc_batch(opts, fx, side_get[i], states[i], INT64_C(150000000), callers, pooled,
+      if (conc_batch(opts, fx, i, states[i], INT64_C(150000000), callers, pooled,
                      &st[i]) != 0)
         snprintf(why, sizeof why, "pthread_create failed");
       wf += st[i].failures;
@@ -1024,7 +1090,7 @@ static void run_conc(const bench_opts *opts, resil_fixture *fx, const char *base
       int rc = 0;
       for (int k = 0; k < NSIDES && rc == 0; k++) {
         int i = orders[r % 6][k];
-        rc = conc_batch(opts, fx, side_get[i], states[i], batch_ns, callers, pooled, &st[i]);
+        rc = conc_batch(opts, fx, i, states[i], batch_ns, callers, pooled, &st[i]);
       }
       if (rc != 0) {
         snprintf(why, sizeof why, "pthread_create failed");
@@ -1046,10 +1112,10 @@ static void run_conc(const bench_opts *opts, resil_fixture *fx, const char *base
   if (cf.rounds) figures_to_json(&cf, o);
   if (why[0]) {
     json_object_set_new(o, "error", json_string(why));
-    printf("  %-26s INVALID: %s\n", CASE_CONC, why);
+    printf("  %-26s INVALID: %s\n", tg->name[1], why);
     fflush(stdout);
   } else {
-    print_figures(CASE_CONC, &cf);
+    print_figures(tg->name[1], &cf);
   }
   json_array_append_new(entries, o);
   if (have_ours) resil_side_free(&ours);
@@ -1062,12 +1128,14 @@ static void run_conc(const bench_opts *opts, resil_fixture *fx, const char *base
 }
 
 int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
-  if (!bench_selected(opts, CASE_SEQ) && !bench_selected(opts, CASE_CONC)) return 0;
+  if (!any_selected(opts)) return 0;
   json_t *entries = json_array();
-  char method[1200];
+  char method[1600];
   snprintf(method, sizeof method,
            "HTTP cases: in-process fixture (libmicrohttpd %s, thread per connection) on "
-           "127.0.0.1, GET /ka -> 200 \"ok\"; libcurl %s; each round runs one batch per "
+           "127.0.0.1, and the same cases (_nginx) against nginx on 127.0.0.1 started by "
+           "scripts/bench.sh (scripts/nginx-start.sh), GET /ka -> 200 \"ok\"; libcurl %s; "
+           "each round runs one batch per "
            "side (libcurl = curl_easy_perform, libcurl_multi = the same handle driven "
            "through a multi handle like libresil's, libresil = client + "
            "Retry(Breaker(RateLimiter(Bulkhead)))), the 6 orders of the sides in turn; "
@@ -1075,31 +1143,52 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
            "concurrent: %d rounds of %lld ms batches with %d callers on %d CPUs (%s); "
            "figures are medians over rounds, ratio = median of per-round "
            "libresil/libcurl req/s, p50 added = median of per-round p50 differences; "
-           "latency = clock_gettime(CLOCK_MONOTONIC) between consecutive calls",
+           "latency = clock_gettime(CLOCK_MONOTONIC) between consecutive calls; "
+           "new connections: the fixture's accept count, client-side counts for nginx",
            MHD_get_version(), curl_version_info(CURLVERSION_NOW)->version,
            seq_rounds(opts), (long long)(SEQ_BATCH_NS / 1000000), conc_rounds(opts),
            (long long)(CONC_BATCH_NS / 1000000), CALLERS, CALLER_CPUS,
            opts->pin_threads ? "callers pinned" : "not pinned");
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-    all_cases_with(opts, entries, "error", "curl_global_init failed");
+    all_cases_with(opts, entries, 0, 3, "error", "curl_global_init failed");
     return bench_append_cases(json_path, entries, "http_method", method);
   }
-  resil_fixture_config fc;
-  resil_fixture_config_init(&fc);
-  resil_fixture *fx = NULL;
-  char ferr[256] = "";
-  if (resil_fixture_start(&fc, &fx, ferr, sizeof ferr) != 0) {
-    char why[320];
-    snprintf(why, sizeof why, "resil_fixture_start: %s", ferr);
-    all_cases_with(opts, entries, "error", why);
-  } else {
-    const char *base = resil_fixture_url(fx);
-    printf("  HTTP: fixture %s (in-process, libmicrohttpd %s), libcurl %s\n", base,
-           MHD_get_version(), curl_version_info(CURLVERSION_NOW)->version);
-    fflush(stdout);
-    if (bench_selected(opts, CASE_SEQ)) run_seq(opts, fx, base, entries);
-    if (bench_selected(opts, CASE_CONC)) run_conc(opts, fx, base, entries);
-    resil_fixture_stop(fx);
+  if (bench_selected(opts, CASE_SEQ) || bench_selected(opts, CASE_CONC)) {
+    resil_fixture_config fc;
+    resil_fixture_config_init(&fc);
+    resil_fixture *fx = NULL;
+    char ferr[256] = "";
+    if (resil_fixture_start(&fc, &fx, ferr, sizeof ferr) != 0) {
+      char why[320];
+      snprintf(why, sizeof why, "resil_fixture_start: %s", ferr);
+      all_cases_with(opts, entries, 0, 1, "error", why);
+    } else {
+      http_target tg = {{CASE_SEQ, CASE_CONC}, {measures_seq, measures_conc}, fx,
+                        resil_fixture_url(fx)};
+      printf("  HTTP: fixture %s (in-process, libmicrohttpd %s), libcurl %s\n", tg.base_url,
+             MHD_get_version(), curl_version_info(CURLVERSION_NOW)->version);
+      fflush(stdout);
+      if (bench_selected(opts, CASE_SEQ)) run_seq(opts, &tg, entries);
+      if (bench_selected(opts, CASE_CONC)) run_conc(opts, &tg, entries);
+      resil_fixture_stop(fx);
+    }
+  }
+  if (bench_selected(opts, CASE_SEQ_NGINX) || bench_selected(opts, CASE_CONC_NGINX)) {
+    if (!opts->nginx_url) {
+      all_cases_with(opts, entries, 2, 3, "skipped",
+                     opts->nginx_skipped ? opts->nginx_skipped
+                                         : "no nginx (--nginx-url; scripts/bench.sh starts one)");
+    } else {
+      http_target tg = {{CASE_SEQ_NGINX, CASE_CONC_NGINX},
+                        {measures_seq_nginx, measures_conc_nginx},
+                        NULL,
+                        opts->nginx_url};
+      printf("  HTTP: nginx %s (another process), libcurl %s\n", tg.base_url,
+             curl_version_info(CURLVERSION_NOW)->version);
+      fflush(stdout);
+      if (bench_selected(opts, CASE_SEQ_NGINX)) run_seq(opts, &tg, entries);
+      if (bench_selected(opts, CASE_CONC_NGINX)) run_conc(opts, &tg, entries);
+    }
   }
   curl_global_cleanup();
   return bench_append_cases(json_path, entries, "http_method", method);

@@ -85,6 +85,69 @@ static int is_store_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "store");
 }
 
+static int is_async_case(json_t *c) {
+  return !strcmp(str(c, "kind", ""), "async");
+}
+
+/* The async cases (async_cases.c): libresil's engine against bare libcurl
+ * multi_socket on the same loop, same run. Appends each case, with
+ * "target" and "met", to ocases. */
+static void report_async(json_t *ccases, json_t *ocases, json_t *checks) {
+  char target[96], what[200];
+  snprintf(target, sizeof target, ">= %.2fx bare multi_socket req/s", BENCH_ASYNC_MIN_RATIO);
+  int header = 0;
+  size_t i;
+  json_t *cc;
+  json_array_foreach(ccases, i, cc) {
+    if (!is_async_case(cc)) continue;
+    if (!header) {
+      printf("\nAsync, one loop thread against nginx: bare libcurl multi_socket vs "
+             "libresil's engine with {retry, breaker, bulkhead}, same run (target %s; "
+             "medians over rounds):\n", target);
+      header = 1;
+    }
+    const char *name = str(cc, "name", "?");
+    json_t *o = json_deep_copy(cc);
+    json_object_set_new(o, "target", json_string(target));
+    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
+    const char *err = json_string_value(json_object_get(cc, "error"));
+    double ratio = num(cc, "ratio");
+    snprintf(what, sizeof what, "%s libresil engine req/s >= %.2fx bare multi_socket's "
+             "(same run)", name, BENCH_ASYNC_MIN_RATIO);
+    if (skipped) {
+      add_check(checks, what, NAN, 0, 0);
+      json_object_set_new(o, "met", json_null());
+      printf("  %-26s SKIPPED: %s\n", name, skipped);
+    } else if (err) {
+      add_check(checks, what, NAN, 0, 1);
+      json_object_set_new(o, "met", json_false());
+      printf("  %-26s INVALID: %s\n", name, err);
+    } else {
+      int met = ratio >= BENCH_ASYNC_MIN_RATIO;
+      add_check(checks, what, ratio, met, 1);
+      json_object_set_new(o, "met", json_boolean(met));
+      printf("  %-26s req/s multi %8.0f  libresil %8.0f  ratio %.3f %-4s CPU/req %.1f / "
+             "%.1f us (x%.2f)  bytes/in-flight %.0f / %.0f (x%.2f)  [%lld in flight, "
+             "%lld rounds, load %.2f..%.2f]\n",
+             name, num(cc, "req_per_s_libcurl_multi"), num(cc, "req_per_s_libresil"), ratio,
+             met ? "yes" : "NO", num(cc, "cpu_us_per_req_libcurl_multi"),
+             num(cc, "cpu_us_per_req_libresil"), num(cc, "cpu_ratio"),
+             num(cc, "bytes_per_inflight_libcurl_multi"), num(cc, "bytes_per_inflight_libresil"),
+             num(cc, "mem_ratio"),
+             (long long)json_integer_value(json_object_get(cc, "inflight")),
+             (long long)json_integer_value(json_object_get(cc, "rounds")),
+             num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+      if (json_object_get(cc, "req_per_s_libcurl_multi_window"))
+        printf("  %-26s bare multi handing libcurl <= %lld transfers at a time (the rest "
+               "queued by the caller): %.0f req/s, CPU/req %.1f us (not a target)\n",
+               "", (long long)json_integer_value(json_object_get(cc, "max_connections")),
+               num(cc, "req_per_s_libcurl_multi_window"),
+               num(cc, "cpu_us_per_req_libcurl_multi_window"));
+    }
+    json_array_append_new(ocases, o);
+  }
+}
+
 /* The HTTP cases (http_cases.c): their own lines and checks, against bare
  * libcurl measured in the same run rather than against the Node peers.
  * Appends each case, with "target" and "met", to ocases. */
@@ -270,7 +333,7 @@ int bench_report(const char *c_json, const char *peers_json,
   size_t i;
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
-    if (is_http_case(cc) || is_store_case(cc)) continue;
+    if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc)) continue;
     const char *name = str(cc, "name", "?");
     const case_target *t = target_for(name);
     json_t *o = json_deep_copy(cc);
@@ -344,6 +407,7 @@ int bench_report(const char *c_json, const char *peers_json,
   printf("(thread cases: ns/call is the time one thread spends per call; ops/s "
          "is the total of all threads)\n");
   report_http(ccases, ocases, checks);
+  report_async(ccases, ocases, checks);
   report_store(ccases, ocases, checks);
 
   /* Memory. */
@@ -437,6 +501,8 @@ int bench_report(const char *c_json, const char *peers_json,
   json_object_set(out, "method", json_object_get(c, "method"));
   if (json_object_get(c, "http_method"))
     json_object_set(out, "http_method", json_object_get(c, "http_method"));
+  if (json_object_get(c, "async_method"))
+    json_object_set(out, "async_method", json_object_get(c, "async_method"));
   if (json_object_get(c, "store_method"))
     json_object_set(out, "store_method", json_object_get(c, "store_method"));
   json_object_set(out, "library_version", json_object_get(c, "library_version"));

@@ -6,6 +6,13 @@
 #      libcurl vs libresil's client behind a full chain, alternating in the
 #      same run (about 15 s at the defaults, more on a busy machine; needs
 #      libresil-http, libcurl and libmicrohttpd, hence -DRESIL_WITH_HTTP=ON);
+#      the same cases again against nginx (the *_nginx cases: an upstream
+#      in a process of its own, Debian nginx-light on 127.0.0.1, started by
+#      scripts/nginx-start.sh, which installs nginx-light when it is
+#      missing, and stopped on exit); then the async cases against that
+#      nginx: 1,000 and 10,000 GETs in flight on one thread through
+#      libresil's engine vs bare libcurl multi_socket on the same loop
+#      (req/s, ratio, bytes per in-flight call, CPU per request);
 #   3. then the operation-store cases: keyed operations (resil_store_begin
 #      + resil_store_complete with a trivial effect) against raw single-row
 #      INSERT transactions, interleaved rounds in the same run, on SQLite (a
@@ -19,6 +26,7 @@
 #      the same run;
 #   5. prints the table (ns per call, ops/s, target, met?, ratios against
 #      the peers and the raw ceilings) and writes bench/results.json.
+# When nginx cannot start, its cases are reported as skipped with the reason.
 # When node or npm is missing or the install fails, the peers are reported
 # as skipped (with the reason, also in results.json) and the C results still
 # stand; likewise when PostgreSQL cannot start, its store case is reported as
@@ -59,9 +67,18 @@ stop_pg() {
     pg_uri=""
   fi
 }
+# The nginx of the HTTP and async cases, likewise.
+nginx_url=""
+stop_nginx() {
+  if [ -n "$nginx_url" ]; then
+    bash scripts/nginx-stop.sh "$nginx_url" >/dev/null 2>&1 || true
+    nginx_url=""
+  fi
+}
 # resil_bench removes its SQLite directory itself, unless it was killed.
 on_exit() {
   stop_pg
+  stop_nginx
   rm -rf "$build"/resil-store-bench.??????
 }
 trap on_exit EXIT
@@ -87,10 +104,24 @@ else
   pg_args=(--pg-uri "$pg_uri")
 fi
 
-echo "== libresil cases"
+echo "== nginx for the HTTP and async cases (scripts/nginx-start.sh)"
+: >"$build/nginx-start.log"
+if url=$(bash scripts/nginx-start.sh 2>>"$build/nginx-start.log"); then
+  nginx_url=$url
+  echo "nginx at $nginx_url ($(grep -m1 'running in' "$build/nginx-start.log" | sed 's/^nginx-start: //'))"
+  nginx_args=(--nginx-url "$nginx_url")
+else
+  nginx_reason="scripts/nginx-start.sh failed: $(grep -m1 'nginx-start:' "$build/nginx-start.log" || tail -n 1 "$build/nginx-start.log") (full log: $build/nginx-start.log)"
+  echo "nginx cases SKIPPED: $nginx_reason"
+  nginx_args=(--nginx-skipped "$nginx_reason")
+fi
+
+echo "== libresil cases (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
 "$bin" run --out "$build/c.json" --runs "$runs" --min-run-ms "$min_run_ms" \
-  --thread-run-ms "$thread_run_ms" --store-dir "$PWD/$build" "${pg_args[@]}"
+  --thread-run-ms "$thread_run_ms" --store-dir "$PWD/$build" "${pg_args[@]}" "${nginx_args[@]}"
 stop_pg
+stop_nginx
+echo "load average after the cases: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 echo "== Node.js peers (opossum, cockatiel)"
 peers_dir="$build/node_peers"
