@@ -38,7 +38,7 @@ typedef struct lab_experiment {
 extern const lab_experiment lab_policy_experiments[];
 extern const lab_experiment lab_http_experiments[];
 extern const lab_experiment lab_idem_experiments[];
-/* A1-A3 (lab_async.c): empty unless the built-in loop is built. */
+/* A1-A6 and A8 (lab_async.c): empty unless the built-in loop is built. */
 extern const lab_experiment lab_async_experiments[];
 /* A7 (lab_async_keyed.c): empty unless the built-in loop, the fixture and
  * the store are built. */
