@@ -89,6 +89,34 @@ static int is_async_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "async");
 }
 
+/* The common verdict of a same-run ratio case: a skipped case is checked as
+ * not evaluated, a case with an error as missed, otherwise the ratio is
+ * held against min_ratio. Sets o's "met", prints the SKIPPED or INVALID
+ * line itself, and returns -1 then; else 1 (met) or 0 (missed), for the
+ * caller to print the figures. */
+static int ratio_verdict(json_t *cc, json_t *o, json_t *checks, const char *name,
+                         const char *what, double min_ratio) {
+  const char *skipped = json_string_value(json_object_get(cc, "skipped"));
+  const char *err = json_string_value(json_object_get(cc, "error"));
+  double ratio = num(cc, "ratio");
+  if (skipped) {
+    add_check(checks, what, NAN, 0, 0);
+    json_object_set_new(o, "met", json_null());
+    printf("  %-26s SKIPPED: %s\n", name, skipped);
+    return -1;
+  }
+  if (err) {
+    add_check(checks, what, NAN, 0, 1);
+    json_object_set_new(o, "met", json_false());
+    printf("  %-26s INVALID: %s\n", name, err);
+    return -1;
+  }
+  int met = ratio >= min_ratio;
+  add_check(checks, what, ratio, met, 1);
+  json_object_set_new(o, "met", json_boolean(met));
+  return met;
+}
+
 /* The async cases (async_cases.c): libresil's engine against bare libcurl
  * multi_socket on the same loop, same run. Appends each case, with
  * "target" and "met", to ocases. */
@@ -109,23 +137,11 @@ static void report_async(json_t *ccases, json_t *ocases, json_t *checks) {
     const char *name = str(cc, "name", "?");
     json_t *o = json_deep_copy(cc);
     json_object_set_new(o, "target", json_string(target));
-    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
-    const char *err = json_string_value(json_object_get(cc, "error"));
     double ratio = num(cc, "ratio");
     snprintf(what, sizeof what, "%s libresil engine req/s >= %.2fx bare multi_socket's "
              "(same run)", name, BENCH_ASYNC_MIN_RATIO);
-    if (skipped) {
-      add_check(checks, what, NAN, 0, 0);
-      json_object_set_new(o, "met", json_null());
-      printf("  %-26s SKIPPED: %s\n", name, skipped);
-    } else if (err) {
-      add_check(checks, what, NAN, 0, 1);
-      json_object_set_new(o, "met", json_false());
-      printf("  %-26s INVALID: %s\n", name, err);
-    } else {
-      int met = ratio >= BENCH_ASYNC_MIN_RATIO;
-      add_check(checks, what, ratio, met, 1);
-      json_object_set_new(o, "met", json_boolean(met));
+    int met = ratio_verdict(cc, o, checks, name, what, BENCH_ASYNC_MIN_RATIO);
+    if (met >= 0) {
       printf("  %-26s req/s multi %8.0f  libresil %8.0f  ratio %.3f %-4s CPU/req %.1f / "
              "%.1f us (x%.2f)  bytes/in-flight %.0f / %.0f (x%.2f)  [%lld in flight, "
              "%lld rounds, load %.2f..%.2f]\n",
@@ -229,23 +245,11 @@ static void report_store(json_t *ccases, json_t *ocases, json_t *checks) {
     const char *name = str(cc, "name", "?");
     json_t *o = json_deep_copy(cc);
     json_object_set_new(o, "target", json_string(target));
-    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
-    const char *err = json_string_value(json_object_get(cc, "error"));
     double ratio = num(cc, "ratio");
     snprintf(what, sizeof what, "%s libresil keyed ops/s >= %.2fx raw INSERT transactions' "
              "(same run)", name, BENCH_STORE_MIN_RATIO);
-    if (skipped) {
-      add_check(checks, what, NAN, 0, 0);
-      json_object_set_new(o, "met", json_null());
-      printf("  %-26s SKIPPED: %s\n", name, skipped);
-    } else if (err) {
-      add_check(checks, what, NAN, 0, 1);
-      json_object_set_new(o, "met", json_false());
-      printf("  %-26s INVALID: %s\n", name, err);
-    } else {
-      int met = ratio >= BENCH_STORE_MIN_RATIO;
-      add_check(checks, what, ratio, met, 1);
-      json_object_set_new(o, "met", json_boolean(met));
+    int met = ratio_verdict(cc, o, checks, name, what, BENCH_STORE_MIN_RATIO);
+    if (met >= 0) {
       printf("  %-26s ops/s raw %8.0f  libresil %8.0f  ratio %.3f %-4s (ratio of the "
              "medians %.3f)  commits/op raw %.2f libresil %.2f  [%s, %lld rounds]\n",
              name, num(cc, "ops_per_s_raw"), num(cc, "ops_per_s_libresil"), ratio,
