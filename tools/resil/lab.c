@@ -92,9 +92,10 @@ void lab_summary(lab_result *r, const char *fmt, ...) {
   va_end(ap);
 }
 
-static int run_fn(lab_fn fn, lab_result *r) {
+static int run_fn(lab_fn fn, int path, lab_result *r) {
   memset(r, 0, sizeof *r);
   r->pass = 1;
+  r->path = path;
   r->observed = json_object();
   int ok = fn(r);
   if (!ok) r->pass = 0;
@@ -103,14 +104,41 @@ static int run_fn(lab_fn fn, lab_result *r) {
   return r->pass;
 }
 
-int lab_run_one(const lab_experiment *e, lab_result *r) { return run_fn(e->run, r); }
+const char *lab_path_name(int path) {
+  return path == LAB_PATH_ENGINE ? "engine" : "blocking";
+}
 
-int lab_run_wrong(const lab_experiment *e, lab_result *r) {
-  if (!e->run_wrong) {
+int lab_runs_on(const lab_experiment *e, int path) {
+  unsigned paths = e->paths ? e->paths : LAB_PATHS_BLOCKING;
+  if (path != LAB_PATH_BLOCKING && path != LAB_PATH_ENGINE) return 0;
+#ifndef RESIL_HAVE_LOOP
+  if (path == LAB_PATH_ENGINE) return 0;
+#endif
+  return (paths & (1u << path)) != 0;
+}
+
+int lab_run_on(const lab_experiment *e, int path, lab_result *r) {
+  if (!lab_runs_on(e, path)) {
     memset(r, 0, sizeof *r);
     return -1;
   }
-  return run_fn(e->run_wrong, r);
+  return run_fn(e->run, path, r);
+}
+
+int lab_run_wrong_on(const lab_experiment *e, int path, lab_result *r) {
+  if (!e->run_wrong || !lab_runs_on(e, path)) {
+    memset(r, 0, sizeof *r);
+    return -1;
+  }
+  return run_fn(e->run_wrong, path, r);
+}
+
+int lab_run_one(const lab_experiment *e, lab_result *r) {
+  return lab_run_on(e, LAB_PATH_BLOCKING, r);
+}
+
+int lab_run_wrong(const lab_experiment *e, lab_result *r) {
+  return lab_run_wrong_on(e, LAB_PATH_BLOCKING, r);
 }
 
 static const lab_experiment *const tables[] = {
@@ -165,18 +193,23 @@ static int selected(const char *only, const char *id) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: resil lab [--json FILE] [--only ID[,ID...]] [--list]\n"
-          "  Runs the failure experiments of DESIGN §7 (P1-P14, H1-H16, I1-I8)\n"
-          "  against real code, a loopback upstream and temporary SQLite files;\n"
-          "  prints one line per experiment and exits 1 when any fails.\n"
+          "usage: resil lab [--json FILE] [--only ID[,ID...]] [--path P] [--list]\n"
+          "  Runs the failure experiments of DESIGN §7 and §9 (P1-P14, H1-H16,\n"
+          "  I1-I8, A1-A8) against real code, a loopback upstream and temporary\n"
+          "  SQLite files; the H and I experiments run twice, on the blocking API\n"
+          "  and on the async engine (listed as H1/engine, ...). Prints one line\n"
+          "  per experiment and exits 1 when any fails.\n"
           "  --json FILE   write the evidence JSON to FILE\n"
-          "  --only IDS    run only these experiments (e.g. P1,P6,H3)\n"
+          "  --only IDS    run only these experiments (e.g. P1,P6,H3 or H3/engine)\n"
+          "  --path P      blocking, engine or both (default both) for the H and I\n"
+          "                experiments\n"
           "  --list        list the experiments and exit\n");
 }
 
 int lab_main(int argc, char **argv) {
   const char *json_path = NULL, *only = NULL;
   int list = 0;
+  unsigned path_mask = LAB_PATHS_BOTH;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) {
       if (++i >= argc) {
@@ -190,6 +223,21 @@ int lab_main(int argc, char **argv) {
         return 2;
       }
       only = argv[i];
+    } else if (strcmp(argv[i], "--path") == 0) {
+      if (++i >= argc) {
+        fprintf(stderr, "resil lab: --path needs blocking, engine or both\n");
+        return 2;
+      }
+      if (strcmp(argv[i], "blocking") == 0)
+        path_mask = LAB_PATHS_BLOCKING;
+      else if (strcmp(argv[i], "engine") == 0)
+        path_mask = LAB_PATHS_ENGINE;
+      else if (strcmp(argv[i], "both") == 0)
+        path_mask = LAB_PATHS_BOTH;
+      else {
+        fprintf(stderr, "resil lab: --path: '%s' is not blocking, engine or both\n", argv[i]);
+        return 2;
+      }
     } else if (strcmp(argv[i], "--list") == 0) {
       list = 1;
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -205,8 +253,10 @@ int lab_main(int argc, char **argv) {
     for (const char *p = only; *p;) {
       const char *comma = strchr(p, ',');
       size_t len = comma ? (size_t)(comma - p) : strlen(p);
-      char id[16];
-      snprintf(id, sizeof id, "%.*s", (int)(len < 15 ? len : 15), p);
+      char id[32];
+      snprintf(id, sizeof id, "%.*s", (int)(len < 31 ? len : 31), p);
+      char *slash = strchr(id, '/');
+      if (slash && strcmp(slash + 1, lab_path_name(LAB_PATH_ENGINE)) == 0) *slash = 0;
       if (!lab_find(id)) {
         fprintf(stderr, "resil lab: --only: no experiment '%s' (see resil lab --list)\n", id);
         return 2;
@@ -223,38 +273,50 @@ int lab_main(int argc, char **argv) {
   struct timespec t0, t1;
   for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
     for (const lab_experiment *e = tables[t]; e->id; e++) {
-      if (!selected(only, e->id)) continue;
-      if (list) {
-        printf("%-4s %s\n", e->id, e->title);
-        continue;
+      for (int path = LAB_PATH_BLOCKING; path <= LAB_PATH_ENGINE; path++) {
+        if (!lab_runs_on(e, path)) continue;
+        /* --path chooses among the paths of experiments that have two. */
+        if ((e->paths & LAB_PATHS_BOTH) == LAB_PATHS_BOTH && !(path_mask & (1u << path)))
+          continue;
+        char id[32];
+        if (path == LAB_PATH_BLOCKING)
+          snprintf(id, sizeof id, "%s", e->id);
+        else
+          snprintf(id, sizeof id, "%s/%s", e->id, lab_path_name(path));
+        if (!selected(only, e->id) && !selected(only, id)) continue;
+        if (list) {
+          printf("%-10s %s\n", id, e->title);
+          continue;
+        }
+        lab_result r;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        lab_run_on(e, path, &r);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        printf("%-10s %s  %s: %s", id, r.pass ? "PASS" : "FAIL", e->title, r.summary);
+        if (!r.pass) printf("  [%s]", r.failure);
+        printf("\n");
+        fflush(stdout);
+        json_t *x = json_object();
+        json_object_set_new(x, "id", json_string(id));
+        json_object_set_new(x, "experiment", json_string(e->id));
+        json_object_set_new(x, "path", json_string(lab_path_name(path)));
+        json_object_set_new(x, "title", json_string(e->title));
+        json_object_set_new(x, "pass", json_boolean(r.pass));
+        json_object_set_new(x, "summary", json_string(r.summary));
+        json_object_set(x, "observed", r.observed);
+        json_object_set_new(x, "duration_ms", json_real(ms));
+        if (!r.pass) json_object_set_new(x, "failure", json_string(r.failure));
+        if (r.failed_checks[0])
+          json_object_set_new(x, "failed_checks", json_string(r.failed_checks));
+        json_array_append_new(arr, x);
+        if (r.pass)
+          passed++;
+        else
+          failed++;
+        lab_result_clear(&r);
       }
-      lab_result r;
-      clock_gettime(CLOCK_MONOTONIC, &t0);
-      lab_run_one(e, &r);
-      clock_gettime(CLOCK_MONOTONIC, &t1);
-      double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-                  (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-      printf("%-4s %s  %s: %s", e->id, r.pass ? "PASS" : "FAIL", e->title,
-             r.summary);
-      if (!r.pass) printf("  [%s]", r.failure);
-      printf("\n");
-      fflush(stdout);
-      json_t *x = json_object();
-      json_object_set_new(x, "id", json_string(e->id));
-      json_object_set_new(x, "title", json_string(e->title));
-      json_object_set_new(x, "pass", json_boolean(r.pass));
-      json_object_set_new(x, "summary", json_string(r.summary));
-      json_object_set(x, "observed", r.observed);
-      json_object_set_new(x, "duration_ms", json_real(ms));
-      if (!r.pass) json_object_set_new(x, "failure", json_string(r.failure));
-      if (r.failed_checks[0])
-        json_object_set_new(x, "failed_checks", json_string(r.failed_checks));
-      json_array_append_new(arr, x);
-      if (r.pass)
-        passed++;
-      else
-        failed++;
-      lab_result_clear(&r);
     }
   }
   json_object_set_new(doc, "experiments", arr);

@@ -15,7 +15,18 @@ typedef struct lab_result {
   /* Names of the named checks (lab_expect) that failed, each followed by
    * one space; empty when none did. */
   char failed_checks[256];
+  /* The path the experiment's HTTP calls take (set by the runner before
+   * the experiment starts): LAB_PATH_BLOCKING (resil_http_call and
+   * friends) or LAB_PATH_ENGINE (the same calls submitted to the async
+   * engine on a built-in loop, lab_engine.c). */
+  int path;
 } lab_result;
+
+enum { LAB_PATH_BLOCKING = 0, LAB_PATH_ENGINE = 1 };
+/* lab_experiment.paths: which paths an experiment runs on. */
+#define LAB_PATHS_BLOCKING (1u << LAB_PATH_BLOCKING)
+#define LAB_PATHS_ENGINE (1u << LAB_PATH_ENGINE)
+#define LAB_PATHS_BOTH (LAB_PATHS_BLOCKING | LAB_PATHS_ENGINE)
 
 typedef int (*lab_fn)(lab_result *r);
 
@@ -32,6 +43,10 @@ typedef struct lab_experiment {
    * fail there. */
   const char *wrong;
   const char *wrong_fails;
+  /* The paths it runs on (LAB_PATHS_*); 0 means LAB_PATHS_BLOCKING. The H
+   * and I experiments run on both: `resil lab` lists the engine run as
+   * "<id>/engine" (when the built-in loop is built). */
+  unsigned paths;
 } lab_experiment;
 
 /* Experiment tables, each terminated by {NULL}. */
@@ -63,11 +78,19 @@ void lab_obs_json(lab_result *r, const char *key, json_t *v); /* steals v */
 void lab_summary(lab_result *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Runs one experiment into r (fresh). Returns r->pass. */
+/* Runs one experiment into r (fresh) on the blocking path. Returns r->pass. */
 int lab_run_one(const lab_experiment *e, lab_result *r);
 /* Runs e->run_wrong into r (fresh), as lab_run_one does; returns r->pass,
  * or -1 (r cleared) when e has no wrong variant. */
 int lab_run_wrong(const lab_experiment *e, lab_result *r);
+/* The same on a given path (LAB_PATH_*): -1 (r cleared) when e does not
+ * run on it or the path is not built. */
+int lab_run_on(const lab_experiment *e, int path, lab_result *r);
+int lab_run_wrong_on(const lab_experiment *e, int path, lab_result *r);
+/* 1 when e runs on path in this build. */
+int lab_runs_on(const lab_experiment *e, int path);
+/* "blocking" or "engine". */
+const char *lab_path_name(int path);
 void lab_result_clear(lab_result *r);
 
 /* Finds an experiment by id in all tables; NULL when none. */
@@ -83,6 +106,13 @@ resil_outcome lab_http_call(resil_http_client *c, const char *ep,
                             const char *const *kv, const char *key,
                             const char *body, resil_retry *rt,
                             const resil_ctx *ctx, resil_http_response **out);
+/* The same on the engine path when le is not NULL (lab_engine.h: the call
+ * submitted to le's engine, which must be on client c), else as above. */
+typedef struct lab_engine lab_engine;
+resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
+                               const char *const *kv, const char *key, const char *body,
+                               resil_retry *rt, const resil_ctx *ctx,
+                               resil_http_response **out);
 #endif
 
 /* `resil lab ...` */

@@ -704,25 +704,25 @@ static int a6_wrong(lab_result *r) { return a6_run(r, 0); }
 
 const lab_experiment lab_async_experiments[] = {
     {"A1", "10,000 GETs in flight on one thread through Retry(Breaker(Bulkhead(HTTP)))", a1,
-     a1_wrong, "a bulkhead of 1,000 without a queue", "all_answered"},
+     a1_wrong, "a bulkhead of 1,000 without a queue", "all_answered", 0},
     {"A2", "200 calls answered 503, 503, 200 with a 50 ms backoff, timers not threads", a2,
-     a2_wrong, "no retry", "all_succeed"},
+     a2_wrong, "no retry", "all_succeed", 0},
     {"A3", "100 slow calls with a 200 ms deadline among 1,000 fast ones", a3, a3_wrong,
-     "no deadline on the slow calls", "deadline_unknown"},
+     "no deadline on the slow calls", "deadline_unknown", 0},
     {"A4", "cancellation from another thread of a call in flight and of a call waiting for a bulkhead slot",
-     a4, a4_wrong, "no cancel, a 300 ms deadline instead", "cancel_latency"},
+     a4, a4_wrong, "no cancel, a 300 ms deadline instead", "cancel_latency", 0},
     {"A5", "a bulkhead of 10 with a 1 s max wait, 100 calls at once to a 50 ms route", a5,
-     a5_wrong, "a max wait of 0 ms", "all_succeed"},
+     a5_wrong, "a max wait of 0 ms", "all_succeed", 0},
     {"A6", "hedging: a slow GET won by the hedge, a keyed POST hedged twice, an unkeyed POST",
-     a6, a6_wrong, "no hedge", "hedge_wins"},
+     a6, a6_wrong, "no hedge", "hedge_wins", 0},
 #ifdef RESIL_HAVE_UV
     {"A8", "A1 on a libuv loop through libresil-uv", a8, a8_wrong,
-     "a bulkhead of 1,000 without a queue", "all_answered"},
+     "a bulkhead of 1,000 without a queue", "all_answered", 0},
 #endif
-    {NULL, NULL, NULL, NULL, NULL, NULL}};
+    {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #else /* the built-in loop or the fixture is not built */
 
-const lab_experiment lab_async_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL}};
+const lab_experiment lab_async_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #endif

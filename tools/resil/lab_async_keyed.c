@@ -358,11 +358,11 @@ static int a7_wrong(lab_result *r) { return a7_run(r, 1); }
 
 const lab_experiment lab_async_keyed_experiments[] = {
     {"A7", "H16 and I1 on the engine: no silent re-send, keyed recovery ends COMMITTED", a7,
-     a7_wrong, "the re-send allowed and a new key per attempt", "one_effect"},
-    {NULL, NULL, NULL, NULL, NULL, NULL}};
+     a7_wrong, "the re-send allowed and a new key per attempt", "one_effect", 0},
+    {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #else /* the built-in loop, the fixture or the store is not built */
 
-const lab_experiment lab_async_keyed_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL}};
+const lab_experiment lab_async_keyed_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #endif

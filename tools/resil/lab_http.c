@@ -3,6 +3,7 @@
  * Each experiment starts its own fixture so that its counters are its
  * own. */
 #include "lab.h"
+#include "lab_engine.h"
 
 #ifdef RESIL_HAVE_HTTP
 #include <string.h>
@@ -11,6 +12,13 @@ resil_outcome lab_http_call(resil_http_client *c, const char *ep,
                             const char *const *kv, const char *key,
                             const char *body, resil_retry *rt,
                             const resil_ctx *ctx, resil_http_response **out) {
+  return lab_http_call_on(NULL, c, ep, kv, key, body, rt, ctx, out);
+}
+
+resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
+                               const char *const *kv, const char *key, const char *body,
+                               resil_retry *rt, const resil_ctx *ctx,
+                               resil_http_response **out) {
   resil_http_param ps[8];
   size_t n = 0;
   for (; kv && kv[2 * n] && n < 8; n++) {
@@ -26,6 +34,9 @@ resil_outcome lab_http_call(resil_http_client *c, const char *ep,
     args.body = body;
     args.body_len = strlen(body);
   }
+#ifdef RESIL_HAVE_LOOP
+  if (le) return lab_engine_call(le, ep, &args, rt, ctx, out);
+#endif
   return resil_http_call(c, ep, &args, rt, ctx, out);
 }
 #endif
@@ -89,6 +100,9 @@ static const resil_http_endpoint lab_endpoints[] = {
 typedef struct lab_http {
   resil_fixture *fx;
   resil_http_client *c;
+  /* The engine path (r->path LAB_PATH_ENGINE): an engine on c that call()
+   * submits to; NULL on the blocking path. */
+  lab_engine *le;
 } lab_http;
 
 #define LAB_ENDPOINTS (sizeof lab_endpoints / sizeof lab_endpoints[0])
@@ -124,11 +138,19 @@ static int lab_http_open(lab_result *r, lab_http *h, cfg_fn fn, void *u) {
   cfg.endpoint_count = LAB_ENDPOINTS;
   if (fn) fn(&cfg, u);
   resil_error err;
-  return lab_check(r, resil_http_client_new(&cfg, &h->c, &err) == RESIL_OK,
-                   "client: %s", err.msg);
+  if (!lab_check(r, resil_http_client_new(&cfg, &h->c, &err) == RESIL_OK, "client: %s",
+                 err.msg))
+    return 0;
+#ifdef RESIL_HAVE_LOOP
+  if (r->path == LAB_PATH_ENGINE && !(h->le = lab_engine_open(r, h->c))) return 0;
+#endif
+  return 1;
 }
 
 static void lab_http_close(lab_http *h) {
+#ifdef RESIL_HAVE_LOOP
+  lab_engine_close(h->le);
+#endif
   resil_http_client_free(h->c);
   resil_fixture_stop(h->fx);
 }
@@ -137,7 +159,7 @@ static void lab_http_close(lab_http *h) {
 static resil_outcome call(lab_http *h, const char *ep, const char *const *kv,
                           resil_retry *rt, const resil_ctx *ctx,
                           resil_http_response **out) {
-  return lab_http_call(h->c, ep, kv, NULL, NULL, rt, ctx, out);
+  return lab_http_call_on(h->le, h->c, ep, kv, NULL, NULL, rt, ctx, out);
 }
 
 #define KV(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -1181,43 +1203,43 @@ static int p13_wrong(lab_result *r) { return p13_run(r, 0); }
 
 const lab_experiment lab_http_experiments[] = {
     {"P13", "one deadline through Retry(Breaker(TimeLimiter(Bulkhead(HTTP))))", p13,
-     p13_wrong, "no minimum attempt budget", "second_refused_by_deadline"},
+     p13_wrong, "no minimum attempt budget", "second_refused_by_deadline", 0},
     {"H1", "GET /items/42: path and header bound, JSON decoded", h1, h1_wrong,
-     "the token bound to another header", "token_bound"},
+     "the token bound to another header", "token_bound", LAB_PATHS_BOTH},
     {"H2", "400 and 500: one attempt each by default", h2, h2_wrong,
-     "a retry of 3 attempts passed", "one_attempt_500"},
+     "a retry of 3 attempts passed", "one_attempt_500", 0},
     {"H3", "502 + Retry-After with a capped retry", h3, h3_wrong,
-     "Retry-After ignored (respect_retry_after 0)", "waits_are_capped_retry_after"},
+     "Retry-After ignored (respect_retry_after 0)", "waits_are_capped_retry_after", 0},
     {"H4", "503 and 429: no hidden transport retry", h4, h4_wrong,
-     "a retry with the unsafe opt-in passed", "one_attempt_each"},
+     "a retry with the unsafe opt-in passed", "one_attempt_each", 0},
     {"H5", "POST /slow, response timeout 250 ms", h5, h5_wrong,
-     "a 2 s response timeout", "unknown_timeout"},
+     "a 2 s response timeout", "unknown_timeout", 0},
     {"H6", "unsafe retries vs safe default vs stable key", h6, h6_wrong,
-     "the unsafe opt-in on the safe default", "safe_not_retried"},
+     "the unsafe opt-in on the safe default", "safe_not_retried", 0},
     {"H7", "connection refused", h7, h7_wrong,
-     "the listening fixture as the target", "refused"},
+     "the listening fixture as the target", "refused", 0},
     {"H8", "keep-alive reuses one connection", h8, h8_wrong,
-     "a new client for the second call", "one_connection"},
+     "a new client for the second call", "one_connection", 0},
     {"H9", "pool of 1: lease timeout fails NOT_SENT", h9, h9_wrong,
-     "a 2 s lease timeout", "not_sent"},
+     "a 2 s lease timeout", "not_sent", 0},
     {"H10", "bad endpoint template fails at creation", h10, h10_wrong,
-     "a valid endpoint table", "refused_at_creation"},
+     "a valid endpoint table", "refused_at_creation", 0},
     {"H11", "204, invalid JSON, then a normal call", h11, h11_wrong,
-     "no JSON codec on the endpoint", "decode_error"},
+     "no JSON codec on the endpoint", "decode_error", 0},
     {"H12", "custom decoder: 422 business, 429 retryable", h12, h12_wrong,
-     "no decoder on the endpoint", "business_rejection"},
+     "no decoder on the endpoint", "business_rejection", 0},
     {"H13", "secrets never logged at any level", h13, h13_wrong,
-     "the token also in an X-Note header", "no_secret_logged"},
+     "the token also in an X-Note header", "no_secret_logged", 0},
     {"H14", "gzip above 2048 bytes, server decodes", h14, h14_wrong,
-     "request_gzip off", "gzip_above_2048"},
+     "request_gzip off", "gzip_above_2048", 0},
     {"H15", "redirects off and on: hops apart from attempts", h15, h15_wrong,
-     "the off client follows redirects", "off_as_is"},
+     "the off client follows redirects", "off_as_is", 0},
     {"H16", "dead reused connection: no silent re-send", h16, h16_wrong,
-     "the re-send allowed (RESEND_IF_SAFE, POST declared idempotent)", "one_effect"},
-    {NULL, NULL, NULL, NULL, NULL, NULL}};
+     "the re-send allowed (RESEND_IF_SAFE, POST declared idempotent)", "one_effect", 0},
+    {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #else /* !RESIL_HAVE_FIXTURE */
 
-const lab_experiment lab_http_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL}};
+const lab_experiment lab_http_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #endif

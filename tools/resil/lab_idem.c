@@ -1149,25 +1149,25 @@ static int i8_wrong(lab_result *r) { return i8_run(r, 0); }
 
 const lab_experiment lab_idem_experiments[] = {
     {"I1", "stable key, commit then slow response, retry", i1, i1_wrong,
-     "a new key per attempt", "one_effect"},
+     "a new key per attempt", "one_effect", 0},
     {"I2", "new key per attempt", i2, i2_wrong,
-     "one stable key for every attempt", "three_effects"},
+     "one stable key for every attempt", "three_effects", 0},
     {"I3", "status query: COMMITTED, UNKNOWN, expired", i3, i3_wrong,
-     "a sweep of operations older than a day", "sweep_deletes_terminal"},
+     "a sweep of operations older than a day", "sweep_deletes_terminal", 0},
     {"I4", "commit, then close before the response", i4, i4_wrong,
-     "the replay with another key", "replay_same_effect"},
+     "the replay with another key", "replay_same_effect", 0},
     {"I5", "rollback between effect and state, reopen, recover", i5, i5_wrong,
-     "a store that commits the effect early", "pending_no_effect"},
+     "a store that commits the effect early", "pending_no_effect", 0},
     {"I6", "12 concurrent same-key POSTs and a recovery", i6, i6_wrong,
-     "a key per POST", "one_effect"},
+     "a key per POST", "one_effect", 0},
     {"I7", "negative control: effect committed early", i7, i7_wrong,
-     "the correct store", "caught"},
+     "the correct store", "caught", 0},
     {"I8", "SIGKILL inside an operation, restart, recover", i8, i8_wrong,
-     "restarts without recovery", "recovered"},
-    {NULL, NULL, NULL, NULL, NULL, NULL}};
+     "restarts without recovery", "recovered", 0},
+    {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #else /* no fixture or no store */
 
-const lab_experiment lab_idem_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL}};
+const lab_experiment lab_idem_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #endif
