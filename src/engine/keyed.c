@@ -411,7 +411,7 @@ resil_status resil_engine_call_keyed_sized(resil_engine *e, const char *endpoint
   if ((st = resil__http_args_in(&args, uargs, err))) return st;
   resil_http_client *c = resil__engine_client(e);
   /* The request is built once here: it checks the args and fixes the key
-   * (the one rule for keys, request.c). */
+   * (the one rule for keys, message.c). */
   resil_http_request *req = NULL;
   if ((st = resil_http_request_new(c, endpoint, &args, &req, err))) return st;
   resil_engine_keyed *k = resil__calloc(c->t.alloc, sizeof *k);

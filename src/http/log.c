@@ -1,7 +1,7 @@
 /* Redaction of secrets before anything reaches the log sink, and escaping of
  * what came from the network. Every level goes through these functions;
  * nothing else formats header values, URLs or bodies for the log, and every
- * line request.c builds leaves through resil__http_log_emit(). Matching is
+ * line transfer.c builds leaves through resil__http_log_emit(). Matching is
  * case-insensitive and errs on the side of hiding too much ("monkey" hides a
  * value because it contains "key"). The rules are listed once, for users,
  * in the resil_http_log_fn comment of http.h. */

@@ -24,7 +24,7 @@ struct resil_http_response {
   resil_http_info info;
   char decode_error[192];
   char error[CURL_ERROR_SIZE];
-  int recovered; /* the stored result of a status query (recover.c) */
+  int recovered; /* the stored result of a status query (recover_rules.c) */
   int has_key;   /* key holds the call's idempotency key              */
   char key[RESIL_HTTP_MAX_KEY + 1];
 };
