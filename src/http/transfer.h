@@ -112,7 +112,7 @@ typedef struct http_endpoint {
 /* Per-attempt transfer state, written by libcurl callbacks on the thread
  * running the attempt. */
 typedef struct http_xfer {
-  const struct http_transport *tp; /* the client's transport settings  */
+  const http_transport *tp; /* the client's transport settings         */
   resil_http_response *res;
   int resend_ok;          /* the call is idempotent or keyed             */
   int follow;             /* follow redirects                            */
@@ -166,7 +166,7 @@ typedef struct http_slot {
 
 struct resil_http_headers {
   http_slot *slot;
-  const struct http_transport *tp; /* the client's transport settings  */
+  const http_transport *tp; /* the client's transport settings         */
 };
 
 /* ---- the built request (built by message.c) ------------------------------
