@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/http_int.h"
+#include "http/template.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,3 +1,4 @@
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,4 +34,20 @@ char *resil__strdup(const resil_allocator *a, const char *s, int *ok) {
   }
   memcpy(p, s, n);
   return p;
+}
+
+void *resil__grow_zeroed(const resil_allocator *a, void *p, size_t *n, size_t elem, size_t i) {
+  if (i < *n) return p;
+  size_t m = *n ? *n : 64;
+  while (m <= i) {
+    if (m > SIZE_MAX / 2) return NULL;
+    m *= 2;
+  }
+  if (m > SIZE_MAX / elem) return NULL;
+  void *v = resil__calloc(a, m * elem);
+  if (!v) return NULL;
+  if (*n) memcpy(v, p, *n * elem);
+  resil__free(a, p);
+  *n = m;
+  return v;
 }

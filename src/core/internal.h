@@ -33,6 +33,12 @@ void *resil__calloc(const resil_allocator *a, size_t n);
 void resil__free(const resil_allocator *a, void *p);
 /* Copies a NUL-terminated string (NULL gives NULL with *ok = 1). */
 char *resil__strdup(const resil_allocator *a, const char *s, int *ok);
+/* An array indexed by a small number (an fd): p holds *n elements of elem
+ * bytes (p NULL, *n 0: none yet). Returns p when index i fits; else a new
+ * zero-filled array of 64, 128, ... elements (the first power-of-two multiple
+ * of 64 above i) holding p's elements, frees p and sets *n. NULL when out of
+ * memory (p and *n unchanged, p still the caller's). */
+void *resil__grow_zeroed(const resil_allocator *a, void *p, size_t *n, size_t elem, size_t i);
 
 /* Writes 2 * nbytes lowercase hex digits of kernel randomness and a NUL
  * into out (nbytes <= 64). Returns 0, or -1 when getrandom failed. */

@@ -28,7 +28,11 @@
 
 #include "core/timerheap.h"
 #include "engine/engine_int.h"
-#include "http/http_int.h"
+#include "http/client_int.h"
+#include "http/message.h"
+#include "http/response_int.h"
+#include "http/slot.h"
+#include "http/transfer.h"
 #include "resil/engine.h"
 
 #define RESIL_MAGIC_ENGINE 0x454e474eu /* "ENGN" */
@@ -1084,10 +1088,10 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   resil_http_client *c = cfg.client;
   if (!c || c->magic != RESIL_MAGIC_HTTP_CLIENT)
     return resil__err(err, RESIL_EINVAL, "client", "must be set");
-  resil_engine *e = resil__calloc(c->alloc, sizeof *e);
+  resil_engine *e = resil__calloc(c->t.alloc, sizeof *e);
   if (!e) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   e->magic = RESIL_MAGIC_ENGINE;
-  e->alloc = c->alloc;
+  e->alloc = c->t.alloc;
   e->ad = ad;
   e->client = c;
   e->max_free = 2 * (size_t)c->nslots < 64 ? 64 : 2 * (size_t)c->nslots;

@@ -21,7 +21,9 @@
 #include <string.h>
 
 #include "engine/engine_int.h"
+#include "http/message.h"
 #include "http/recover_rules.h"
+#include "http/response_int.h"
 
 enum { PH_START = 0, PH_WRITE, PH_QUERY, PH_POLL, PH_BACKOFF, PH_DONE };
 
@@ -409,15 +411,15 @@ resil_status resil_engine_call_keyed_sized(resil_engine *e, const char *endpoint
   if ((st = resil__http_args_in(&args, uargs, err))) return st;
   resil_http_client *c = resil__engine_client(e);
   /* The request is built once here: it checks the args and fixes the key
-   * (the one rule for keys, request.c). */
+   * (the one rule for keys, message.c). */
   resil_http_request *req = NULL;
   if ((st = resil_http_request_new(c, endpoint, &args, &req, err))) return st;
-  resil_engine_keyed *k = resil__calloc(c->alloc, sizeof *k);
+  resil_engine_keyed *k = resil__calloc(c->t.alloc, sizeof *k);
   if (!k) {
     resil_http_request_free(req);
     return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   }
-  k->alloc = c->alloc;
+  k->alloc = c->t.alloc;
   k->e = e;
   k->c = c;
   k->ep = req->ep;

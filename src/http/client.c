@@ -1,5 +1,6 @@
-/* The client: config validation, the compiled endpoint table, the pool of
- * transfer slots and the counters. */
+/* The client: config validation, the compiled endpoint table, the
+ * recovery flow's settings, the pool of transfer slots and the counters.
+ * Layer 4 (src/http/README.md). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -7,32 +8,17 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "http_int.h"
+#include "base.h"
+#include "client_int.h"
+#include "log_int.h"
+#include "slot.h"
+#include "template.h"
 
 #define HTTP_MAX_ENDPOINTS 1024u
 #define HTTP_MAX_SLOTS 1024u
 #define HTTP_MAX_INTERCEPTORS 16u
 #define HTTP_DAY_NS (INT64_C(86400) * RESIL_NS_PER_S)
 #define HTTP_GIB ((size_t)1 << 30)
-
-int64_t resil__http_mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec;
-}
-
-const char *resil__http_method_name(resil_http_method m) {
-  switch (m) {
-  case RESIL_HTTP_GET: return "GET";
-  case RESIL_HTTP_HEAD: return "HEAD";
-  case RESIL_HTTP_POST: return "POST";
-  case RESIL_HTTP_PUT: return "PUT";
-  case RESIL_HTTP_PATCH: return "PATCH";
-  case RESIL_HTTP_DELETE: return "DELETE";
-  case RESIL_HTTP_OPTIONS: return "OPTIONS";
-  }
-  return "GET";
-}
 
 /* Sized structs (version.h): the 0.1 layouts end with these fields. */
 #define CONFIG_MIN_SIZE                                                        \
@@ -216,13 +202,13 @@ static resil_status tpl_compile(resil_http_client *c, size_t idx,
       return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu", ename, why,
                         off);
     char q[64];
-    resil__http_redact_excerpt(c->alloc, q, sizeof q, src, len, kind == HTTP_TPL_QUERY);
+    resil__http_redact_excerpt(c->t.alloc, q, sizeof q, src, len, kind == HTTP_TPL_QUERY);
     return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu in \"%s\"",
                       ename, why, off, q);
   }
   out->src = src;
   out->nparts = n;
-  out->parts = n ? resil__calloc(c->alloc, n * sizeof *out->parts) : NULL;
+  out->parts = n ? resil__calloc(c->t.alloc, n * sizeof *out->parts) : NULL;
   if (n && !out->parts) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   resil__http_tpl_parse(src, len, kind, out->parts, n, &n, &off, &why);
   return RESIL_OK;
@@ -248,15 +234,15 @@ static int method_idempotent(resil_http_method m) {
 
 static resil_status origin_index(resil_http_client *c, const char *key,
                                  uint32_t *out, resil_error *err) {
-  for (uint32_t i = 0; i < c->norigins; i++)
-    if (strcmp(c->origins[i], key) == 0) {
+  for (uint32_t i = 0; i < c->t.norigins; i++)
+    if (strcmp(c->t.origins[i], key) == 0) {
       *out = i;
       return RESIL_OK;
     }
-  char *k = dup_n(c->alloc, key, strlen(key));
+  char *k = dup_n(c->t.alloc, key, strlen(key));
   if (!k) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
-  c->origins[c->norigins] = k;
-  *out = c->norigins++;
+  c->t.origins[c->t.norigins] = k;
+  *out = c->t.norigins++;
   return RESIL_OK;
 }
 
@@ -266,7 +252,7 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
                                      const char *client_base,
                                      http_endpoint *e, resil_error *err) {
   char fname[48];
-  const resil_allocator *a = c->alloc;
+  const resil_allocator *a = c->t.alloc;
 #define EFIELD(f) (snprintf(fname, sizeof fname, "endpoints[%u].%.20s", (unsigned)idx, f), fname)
   if (!src->name || !valid_name(src->name))
     return resil__err(err, RESIL_EINVAL, EFIELD("name"),
@@ -387,22 +373,22 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
 /* ---- client lifetime ---------------------------------------------------------- */
 
 static void client_destroy(resil_http_client *c) {
-  const resil_allocator *a = c->alloc;
+  const resil_allocator *a = c->t.alloc;
   for (uint32_t i = 0; c->slots && i < c->nslots; i++)
     resil__http_slot_cleanup(c, &c->slots[i]);
   resil__free(a, c->slots);
   resil__free(a, c->free_stack);
   for (size_t i = 0; c->eps && i < c->neps; i++) endpoint_free(a, &c->eps[i]);
   resil__free(a, c->eps);
-  for (uint32_t i = 0; c->origins && i < c->norigins; i++) resil__free(a, c->origins[i]);
-  resil__free(a, c->origins);
+  for (uint32_t i = 0; c->t.origins && i < c->t.norigins; i++) resil__free(a, c->t.origins[i]);
+  resil__free(a, c->t.origins);
   resil__free(a, c->origin_inuse);
-  resil__free(a, c->interceptors);
+  resil__free(a, c->t.interceptors);
   resil__free(a, c->name);
-  resil__free(a, c->idem_header);
-  resil__free(a, c->proxy);
-  resil__free(a, c->ca_file);
-  resil__free(a, c->user_agent);
+  resil__free(a, c->t.idem_header);
+  resil__free(a, c->t.proxy);
+  resil__free(a, c->t.ca_file);
+  resil__free(a, c->t.user_agent);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   int inited = c->curl_inited;
@@ -418,6 +404,78 @@ void resil__http_client_ref(resil_http_client *c) {
 void resil__http_client_unref(resil_http_client *c) {
   if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
     client_destroy(c);
+}
+
+#define RECOVER_DAY_NS (INT64_C(86400) * RESIL_NS_PER_S)
+/* The classes that may have executed: the only ones a status query can
+ * tell anything about. */
+#define RECOVER_QUERY_CLASSES                                                  \
+  (RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) | \
+   RESIL_CLASSES_THROTTLED)
+
+/* ---- the recovery flow's settings (DESIGN §6; the flow: recover.c) -------- */
+
+static resil_status recovery_check(const resil_http_client_config *cfg, resil_error *err) {
+  resil_status st;
+  if (cfg->status_query_classes & ~(uint32_t)RECOVER_QUERY_CLASSES)
+    return resil__err(err, RESIL_EINVAL, "status_query_classes",
+                      "may hold only the UNKNOWN, SERVER_ERROR and THROTTLED bits "
+                      "(0x%x), got 0x%x",
+                      (unsigned)RECOVER_QUERY_CLASSES, (unsigned)cfg->status_query_classes);
+  if ((st = resil__check_range(err, "status_poll_ns", cfg->status_poll_ns, RESIL_NS_PER_MS,
+                               RECOVER_DAY_NS)))
+    return st;
+  return resil__check_range(err, "pending_wait_max_ns", cfg->pending_wait_max_ns, 0,
+                            RECOVER_DAY_NS);
+}
+
+/* 1 when template t has a {key} placeholder. */
+static int tpl_has_key(const http_tpl *t) {
+  for (uint32_t i = 0; t->src && i < t->nparts; i++) {
+    const http_tpl_part *p = &t->parts[i];
+    if (p->is_var && p->len == 3 && memcmp(t->src + p->off, "key", 3) == 0) return 1;
+  }
+  return 0;
+}
+
+static resil_status recovery_setup(resil_http_client *c, const resil_http_client_config *cfg,
+                                   resil_error *err) {
+  c->status_query_classes = cfg->status_query_classes;
+  c->status_poll_ns = cfg->status_poll_ns;
+  c->pending_wait_max_ns = cfg->pending_wait_max_ns;
+  atomic_init(&c->st_status_queries, 0);
+  atomic_init(&c->st_status_committed, 0);
+  atomic_init(&c->st_status_pending, 0);
+  atomic_init(&c->st_status_unknown, 0);
+  atomic_init(&c->st_recovered, 0);
+  for (size_t i = 0; i < c->neps; i++) c->eps[i].status_ep = -1;
+  for (size_t i = 0; i < c->neps; i++) {
+    const char *sn = c->eps[i].status_name;
+    if (!sn) continue;
+    char field[48];
+    snprintf(field, sizeof field, "endpoints[%zu].status_endpoint", i);
+    const char *en = c->eps[i].name;
+    size_t j = 0;
+    while (j < c->neps && strcmp(c->eps[j].name, sn) != 0) j++;
+    if (j == c->neps)
+      return resil__err(err, RESIL_EINVAL, field,
+                        "endpoint '%s': status endpoint '%.60s' is not in the table", en, sn);
+    if (j == i)
+      return resil__err(err, RESIL_EINVAL, field,
+                        "endpoint '%s': status endpoint must be another endpoint", en);
+    const http_endpoint *s = &c->eps[j];
+    /* A status query is asked again and again: only a safe method fits. */
+    if (s->method != RESIL_HTTP_GET)
+      return resil__err(err, RESIL_EINVAL, field,
+                        "endpoint '%s': status endpoint '%s' must use GET", en, s->name);
+    if (!tpl_has_key(&s->path) && !tpl_has_key(&s->query))
+      return resil__err(err, RESIL_EINVAL, field,
+                        "endpoint '%s': status endpoint '%s' needs a {key} placeholder in "
+                        "its path or query",
+                        en, s->name);
+    c->eps[i].status_ep = (int32_t)j;
+  }
+  return RESIL_OK;
 }
 
 static resil_status check_config(const resil_http_client_config *cfg,
@@ -480,7 +538,7 @@ static resil_status check_config(const resil_http_client_config *cfg,
   if (cfg->log_level != RESIL_HTTP_LOG_NONE && !cfg->log_fn)
     return resil__err(err, RESIL_EINVAL, "log_fn", "is required when log_level is not NONE");
   if ((st = resil__check_range(err, "verify_peer", cfg->verify_peer, 0, 1))) return st;
-  return resil__http_recovery_check(cfg, err);
+  return recovery_check(cfg, err);
 }
 
 static const char *const default_gzip_types[] = {"application/json", "application/xml",
@@ -503,8 +561,8 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
   const resil_allocator *a = cfg->alloc;
   resil_http_client *c = resil__calloc(a, sizeof *c);
   if (!c) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
-  c->alloc = a;
-  c->clock = resil__clock(cfg->clock);
+  c->t.alloc = a;
+  c->t.clock = resil__clock(cfg->clock);
   atomic_init(&c->refs, 1);
   atomic_init(&c->user_freed, 0);
   if (pthread_mutex_init(&c->mu, NULL) != 0) {
@@ -527,11 +585,11 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
   int ok = 1;
   const char *nm = cfg->name ? cfg->name : "http";
   c->name = dup_n(a, nm, strlen(nm));
-  c->idem_header = dup_n(a, cfg->idempotency_header, strlen(cfg->idempotency_header));
-  c->idem_header_len = strlen(cfg->idempotency_header);
-  ok = c->name && c->idem_header;
-  if (ok && cfg->proxy) ok = (c->proxy = dup_n(a, cfg->proxy, strlen(cfg->proxy))) != NULL;
-  if (ok && cfg->ca_file) ok = (c->ca_file = dup_n(a, cfg->ca_file, strlen(cfg->ca_file))) != NULL;
+  c->t.idem_header = dup_n(a, cfg->idempotency_header, strlen(cfg->idempotency_header));
+  c->t.idem_header_len = strlen(cfg->idempotency_header);
+  ok = c->name && c->t.idem_header;
+  if (ok && cfg->proxy) ok = (c->t.proxy = dup_n(a, cfg->proxy, strlen(cfg->proxy))) != NULL;
+  if (ok && cfg->ca_file) ok = (c->t.ca_file = dup_n(a, cfg->ca_file, strlen(cfg->ca_file))) != NULL;
   if (ok) {
     char ua[64];
     const char *u = cfg->user_agent;
@@ -539,14 +597,14 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
       snprintf(ua, sizeof ua, "libresil/%s", RESIL_VERSION_STRING);
       u = ua;
     }
-    ok = (c->user_agent = dup_n(a, u, strlen(u))) != NULL;
+    ok = (c->t.user_agent = dup_n(a, u, strlen(u))) != NULL;
   }
   if (ok && cfg->interceptor_count) {
-    c->interceptors = resil__alloc(a, cfg->interceptor_count * sizeof *c->interceptors);
-    ok = c->interceptors != NULL;
+    c->t.interceptors = resil__alloc(a, cfg->interceptor_count * sizeof *c->t.interceptors);
+    ok = c->t.interceptors != NULL;
     if (ok) {
-      memcpy(c->interceptors, cfg->interceptors, cfg->interceptor_count * sizeof *c->interceptors);
-      c->ninterceptors = cfg->interceptor_count;
+      memcpy(c->t.interceptors, cfg->interceptors, cfg->interceptor_count * sizeof *c->t.interceptors);
+      c->t.ninterceptors = cfg->interceptor_count;
     }
   }
   c->nslots = cfg->max_connections;
@@ -554,7 +612,7 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
   if (ok) ok = (c->free_stack = resil__alloc(a, c->nslots * sizeof *c->free_stack)) != NULL;
   size_t ne = cfg->endpoint_count;
   if (ok) ok = (c->eps = resil__calloc(a, ne * sizeof *c->eps)) != NULL;
-  if (ok) ok = (c->origins = resil__calloc(a, (ne + 1) * sizeof *c->origins)) != NULL;
+  if (ok) ok = (c->t.origins = resil__calloc(a, (ne + 1) * sizeof *c->t.origins)) != NULL;
   if (!ok) {
     client_destroy(c);
     return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
@@ -569,21 +627,21 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
   c->nfree = c->nslots;
   c->per_host = cfg->max_connections_per_host;
   c->lease_timeout_ns = cfg->lease_timeout_ns;
-  c->connect_timeout_ns = cfg->connect_timeout_ns;
-  c->response_timeout_ns = cfg->response_timeout_ns;
-  c->follow_redirects = cfg->follow_redirects;
-  c->max_redirects = cfg->max_redirects;
+  c->t.connect_timeout_ns = cfg->connect_timeout_ns;
+  c->t.response_timeout_ns = cfg->response_timeout_ns;
+  c->t.follow_redirects = cfg->follow_redirects;
+  c->t.max_redirects = cfg->max_redirects;
   c->request_gzip = cfg->request_gzip;
   c->gzip_min_bytes = cfg->gzip_min_bytes;
-  c->response_decompression = cfg->response_decompression;
-  c->resend_stale = cfg->resend_stale;
-  c->max_response_bytes = cfg->max_response_bytes;
-  c->decoder = cfg->decoder;
-  c->decoder_user = cfg->decoder_user;
-  c->log_level = cfg->log_level;
-  c->log_fn = cfg->log_fn;
-  c->log_user = cfg->log_user;
-  c->verify_peer = cfg->verify_peer;
+  c->t.response_decompression = cfg->response_decompression;
+  c->t.resend_stale = cfg->resend_stale;
+  c->t.max_response_bytes = cfg->max_response_bytes;
+  c->t.decoder = cfg->decoder;
+  c->t.decoder_user = cfg->decoder_user;
+  c->t.log_level = cfg->log_level;
+  c->t.log_fn = cfg->log_fn;
+  c->t.log_user = cfg->log_user;
+  c->t.verify_peer = cfg->verify_peer;
   c->on_attempt = cfg->on_attempt;
   c->on_attempt_user = cfg->on_attempt_user;
 
@@ -599,9 +657,9 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
     if (st == RESIL_OK) st = compile_endpoint(c, i, &ep, gz, cfg->base_url, &c->eps[i], err);
     c->neps = i + 1;
   }
-  if (st == RESIL_OK) st = resil__http_recovery_setup(c, cfg, err);
+  if (st == RESIL_OK) st = recovery_setup(c, cfg, err);
   if (st == RESIL_OK) {
-    c->origin_inuse = resil__calloc(a, c->norigins * sizeof *c->origin_inuse);
+    c->origin_inuse = resil__calloc(a, c->t.norigins * sizeof *c->origin_inuse);
     if (!c->origin_inuse) st = resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   }
   if (st == RESIL_OK) {
@@ -615,7 +673,7 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
     client_destroy(c);
     return st;
   }
-  for (int k = 0; k < 5; k++) atomic_init(&c->st_outcomes[k], 0);
+  for (int k = 0; k < 5; k++) atomic_init(&c->t.st_outcomes[k], 0);
   c->magic = RESIL_MAGIC_HTTP_CLIENT;
   *out = c;
   if (err) resil_error_clear(err);
@@ -643,15 +701,15 @@ resil_status resil_http_client_get_stats_sized(const resil_http_client *cc,
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
   out->requests = atomic_load(&c->st_requests);
-  out->attempts = atomic_load(&c->st_attempts);
-  out->requests_sent = atomic_load(&c->st_sent);
-  out->hops = atomic_load(&c->st_hops);
-  out->connections_opened = atomic_load(&c->st_conns);
-  out->resends_prevented = atomic_load(&c->st_prevented);
-  out->resends_counted = atomic_load(&c->st_counted);
+  out->attempts = atomic_load(&c->t.st_attempts);
+  out->requests_sent = atomic_load(&c->t.st_sent);
+  out->hops = atomic_load(&c->t.st_hops);
+  out->connections_opened = atomic_load(&c->t.st_conns);
+  out->resends_prevented = atomic_load(&c->t.st_prevented);
+  out->resends_counted = atomic_load(&c->t.st_counted);
   out->lease_timeouts = atomic_load(&c->st_lease_timeouts);
-  out->decode_errors = atomic_load(&c->st_decode_errors);
-  for (int k = 0; k < 5; k++) out->outcomes[k] = atomic_load(&c->st_outcomes[k]);
+  out->decode_errors = atomic_load(&c->t.st_decode_errors);
+  for (int k = 0; k < 5; k++) out->outcomes[k] = atomic_load(&c->t.st_outcomes[k]);
   out->leased = atomic_load(&c->st_leased);
   out->max_connections = c->nslots;
   out->status_queries = atomic_load(&c->st_status_queries);

@@ -1,14 +1,14 @@
 /* Redaction of secrets before anything reaches the log sink, and escaping of
  * what came from the network. Every level goes through these functions;
  * nothing else formats header values, URLs or bodies for the log, and every
- * line request.c builds leaves through resil__http_log_emit(). Matching is
+ * line transfer.c builds leaves through resil__http_log_emit(). Matching is
  * case-insensitive and errs on the side of hiding too much ("monkey" hides a
  * value because it contains "key"). The rules are listed once, for users,
  * in the resil_http_log_fn comment of http.h. */
 #include <stdio.h>
 #include <string.h>
 
-#include "http_int.h"
+#include "log_int.h"
 
 #define REDACTED "[REDACTED]"
 
@@ -289,11 +289,11 @@ static void escape_tail(const resil_allocator *a, http_buf *b, size_t from) {
   b->len += 3 * k;
 }
 
-void resil__http_log_emit(const resil_http_client *c, resil_http_log_level lv,
-                          http_buf *line) {
+void resil__http_log_emit(const resil_allocator *a, resil_http_log_fn fn, void *user,
+                          resil_http_log_level lv, http_buf *line) {
   if (!line->p) return;
-  escape_tail(c->alloc, line, 0);
-  c->log_fn(c->log_user, lv, line->p);
+  escape_tail(a, line, 0);
+  fn(user, lv, line->p);
   line->len = 0;
   line->p[0] = '\0';
 }

@@ -16,79 +16,10 @@
 
 #include "recover_rules.h"
 
-#define RECOVER_DAY_NS (INT64_C(86400) * RESIL_NS_PER_S)
-/* The classes that may have executed: the only ones a status query can
- * tell anything about. */
-#define RECOVER_QUERY_CLASSES                                                  \
-  (RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) | \
-   RESIL_CLASSES_THROTTLED)
-
-/* ---- configuration -------------------------------------------------------- */
-
-resil_status resil__http_recovery_check(const resil_http_client_config *cfg,
-                                        resil_error *err) {
-  resil_status st;
-  if (cfg->status_query_classes & ~(uint32_t)RECOVER_QUERY_CLASSES)
-    return resil__err(err, RESIL_EINVAL, "status_query_classes",
-                      "may hold only the UNKNOWN, SERVER_ERROR and THROTTLED bits "
-                      "(0x%x), got 0x%x",
-                      (unsigned)RECOVER_QUERY_CLASSES, (unsigned)cfg->status_query_classes);
-  if ((st = resil__check_range(err, "status_poll_ns", cfg->status_poll_ns, RESIL_NS_PER_MS,
-                               RECOVER_DAY_NS)))
-    return st;
-  return resil__check_range(err, "pending_wait_max_ns", cfg->pending_wait_max_ns, 0,
-                            RECOVER_DAY_NS);
-}
-
-/* 1 when template t has a {key} placeholder. */
-static int tpl_has_key(const http_tpl *t) {
-  for (uint32_t i = 0; t->src && i < t->nparts; i++) {
-    const http_tpl_part *p = &t->parts[i];
-    if (p->is_var && p->len == 3 && memcmp(t->src + p->off, "key", 3) == 0) return 1;
-  }
-  return 0;
-}
-
-resil_status resil__http_recovery_setup(resil_http_client *c,
-                                        const resil_http_client_config *cfg,
-                                        resil_error *err) {
-  c->status_query_classes = cfg->status_query_classes;
-  c->status_poll_ns = cfg->status_poll_ns;
-  c->pending_wait_max_ns = cfg->pending_wait_max_ns;
-  atomic_init(&c->st_status_queries, 0);
-  atomic_init(&c->st_status_committed, 0);
-  atomic_init(&c->st_status_pending, 0);
-  atomic_init(&c->st_status_unknown, 0);
-  atomic_init(&c->st_recovered, 0);
-  for (size_t i = 0; i < c->neps; i++) c->eps[i].status_ep = -1;
-  for (size_t i = 0; i < c->neps; i++) {
-    const char *sn = c->eps[i].status_name;
-    if (!sn) continue;
-    char field[48];
-    snprintf(field, sizeof field, "endpoints[%zu].status_endpoint", i);
-    const char *en = c->eps[i].name;
-    size_t j = 0;
-    while (j < c->neps && strcmp(c->eps[j].name, sn) != 0) j++;
-    if (j == c->neps)
-      return resil__err(err, RESIL_EINVAL, field,
-                        "endpoint '%s': status endpoint '%.60s' is not in the table", en, sn);
-    if (j == i)
-      return resil__err(err, RESIL_EINVAL, field,
-                        "endpoint '%s': status endpoint must be another endpoint", en);
-    const http_endpoint *s = &c->eps[j];
-    /* A status query is asked again and again: only a safe method fits. */
-    if (s->method != RESIL_HTTP_GET)
-      return resil__err(err, RESIL_EINVAL, field,
-                        "endpoint '%s': status endpoint '%s' must use GET", en, s->name);
-    if (!tpl_has_key(&s->path) && !tpl_has_key(&s->query))
-      return resil__err(err, RESIL_EINVAL, field,
-                        "endpoint '%s': status endpoint '%s' needs a {key} placeholder in "
-                        "its path or query",
-                        en, s->name);
-    c->eps[i].status_ep = (int32_t)j;
-  }
-  return RESIL_OK;
-}
+#include "base.h"
+#include "client_int.h"
+#include "message.h"
+#include "response_int.h"
 
 /* ---- one logical keyed call ------------------------------------------------ */
 

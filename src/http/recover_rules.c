@@ -7,6 +7,11 @@
 
 #include "recover_rules.h"
 
+#include "base.h"
+#include "response_int.h"
+#include "template.h"
+#include "transfer.h"
+
 /* ---- the retry's split form ------------------------------------------------ */
 
 /* Starts the logical call: 1 to make the first attempt with kr_ctx(), 0
@@ -73,22 +78,22 @@ static resil_outcome kr_end(resil__kr *kr, const resil_outcome *o, int64_t durat
 
 static void log_recovered(const resil_http_client *c, const resil__recov *k,
                           const resil_http_response *r) {
-  if (c->log_level == RESIL_HTTP_LOG_NONE) return;
+  if (c->t.log_level == RESIL_HTTP_LOG_NONE) return;
   char ob[96], line[320];
   resil_outcome_format(&r->outcome, ob, sizeof ob);
   double ms = (double)r->info.total_ns / 1e6;
-  if (c->log_level == RESIL_HTTP_LOG_METADATA) {
+  if (c->t.log_level == RESIL_HTTP_LOG_METADATA) {
     snprintf(line, sizeof line,
              "method=%s endpoint=%s status=%d duration_ms=%.3f outcome=%s attempt=%u "
              "recovered_from=%s",
              resil__http_method_name(k->ep->method), k->ep->name, r->status, ms, ob,
              r->info.attempt, k->sep->name);
-    c->log_fn(c->log_user, RESIL_HTTP_LOG_METADATA, line);
+    c->t.log_fn(c->t.log_user, RESIL_HTTP_LOG_METADATA, line);
   } else {
     snprintf(line, sizeof line,
              "<-- %d endpoint=%s attempt=%u outcome=%s (stored result read from %s, %.3f ms)",
              r->status, k->ep->name, r->info.attempt, ob, k->sep->name, ms);
-    c->log_fn(c->log_user, RESIL_HTTP_LOG_BASIC, line);
+    c->t.log_fn(c->t.log_user, RESIL_HTTP_LOG_BASIC, line);
   }
 }
 
@@ -99,9 +104,9 @@ static resil_http_response *make_recovered(resil__recov *k, int status, const ch
                                            size_t len, const resil_http_response *q,
                                            uint32_t write_attempt) {
   resil_http_client *c = k->c;
-  resil_http_response *r = resil__http_response_new(c->alloc);
+  resil_http_response *r = resil__http_response_new(c->t.alloc);
   if (!r) return NULL;
-  if (len && resil__http_buf_append(c->alloc, &r->body, body, len) != 0) {
+  if (len && resil__http_buf_append(c->t.alloc, &r->body, body, len) != 0) {
     resil_http_response_free(r);
     return NULL;
   }
@@ -112,10 +117,10 @@ static resil_http_response *make_recovered(resil__recov *k, int status, const ch
   resil__http_response_set_key(r, k->key);
   resil_outcome o = resil_outcome_http(status);
   resil__http_decode(k->ep, r, &o);
-  resil_http_decoder_fn dec = k->ep->decoder ? k->ep->decoder : c->decoder;
+  resil_http_decoder_fn dec = k->ep->decoder ? k->ep->decoder : c->t.decoder;
   if (dec) {
     r->outcome = o;
-    o = dec(k->ep->decoder ? k->ep->decoder_user : c->decoder_user, r, o);
+    o = dec(k->ep->decoder ? k->ep->decoder_user : c->t.decoder_user, r, o);
   }
   o.flags |= RESIL_OF_RECOVERED;
   r->outcome = o;
@@ -194,7 +199,7 @@ static int read_answer(resil__recov *k, const resil_http_response *q, uint32_t w
       int ok = 1;
       if (j64) {
         ok = json_is_string(j64) &&
-             base64_decode(k->c->alloc, json_string_value(j64), json_string_length(j64),
+             base64_decode(k->c->t.alloc, json_string_value(j64), json_string_length(j64),
                            &raw) == 0;
         if (ok) {
           body = raw.p;
@@ -214,7 +219,7 @@ static int read_answer(resil__recov *k, const resil_http_response *q, uint32_t w
       if (ok) *rec = make_recovered(k, (int)st, body, len, q, write_attempt);
       if (*rec) state = RESIL_HTTP_OP_COMMITTED;
       free(dumped);
-      resil__http_buf_free(k->c->alloc, &raw);
+      resil__http_buf_free(k->c->t.alloc, &raw);
     }
   }
   if (owned) json_decref(owned);
@@ -229,7 +234,7 @@ static int read_answer(resil__recov *k, const resil_http_response *q, uint32_t w
 static int bind_status(resil__recov *k, const resil_http_args *args) {
   resil_http_client *c = k->c;
   size_t np = args ? args->param_count : 0;
-  k->sparams = resil__alloc(c->alloc, (np + 1) * sizeof *k->sparams);
+  k->sparams = resil__alloc(c->t.alloc, (np + 1) * sizeof *k->sparams);
   if (!k->sparams) return -1;
   k->sparams[0].name = "key";
   k->sparams[0].value = k->key;
@@ -266,7 +271,7 @@ int resil__recov_init_status(resil__recov *k, resil_http_client *c, const http_e
 }
 
 void resil__recov_free(resil__recov *k) {
-  if (k->sparams) resil__free(k->c->alloc, k->sparams);
+  if (k->sparams) resil__free(k->c->t.alloc, k->sparams);
   k->sparams = NULL;
 }
 

@@ -14,11 +14,14 @@
  *   - and the retry's split form driving the writes (kr_*), with the final
  *     outcome of a COMMITTED or an ended PENDING.
  * Each path only carries the physical requests and the waits (a blocking
- * chain run and a clock sleep; an engine call and a timer). Internal. */
+ * chain run and a clock sleep; an engine call and a timer). Internal.
+ * Layer 6 of libresil-http (see src/http/README.md): above the client and
+ * the built requests (message.h), below the blocking recovery flow
+ * (recover.c) and the engine's keyed flow (src/engine/keyed.c). */
 #ifndef RESIL_HTTP_RECOVER_RULES_H
 #define RESIL_HTTP_RECOVER_RULES_H
 
-#include "http_int.h"
+#include "message.h"
 
 /* One logical keyed call's recovery state. */
 typedef struct resil__recov {

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "http_int.h"
+#include "response_int.h"
 
 static const char empty_body[1] = "";
 

@@ -10,7 +10,10 @@
  * and the lease prefers a slot whose connection goes to the wanted origin.
  *
  */
-#include "http_int.h"
+#include "slot.h"
+
+#include "response_int.h"
+#include "template.h"
 
 int resil__http_slot_setup(resil_http_client *c, http_slot *s) {
   if (resil__http_easy_setup(c, s, 1L) != 0) return -1;
@@ -26,7 +29,7 @@ int resil__http_slot_setup(resil_http_client *c, http_slot *s) {
 }
 
 void resil__http_slot_cleanup(const resil_http_client *c, http_slot *s) {
-  const resil_allocator *a = c->alloc;
+  const resil_allocator *a = resil__http_tpc(c)->alloc;
   /* The multi handle owns the cached connection: close it first. */
   if (s->m) curl_multi_cleanup(s->m);
   if (s->e) curl_easy_cleanup(s->e);

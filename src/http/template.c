@@ -2,7 +2,7 @@
  * encoding, and the growable buffer the module builds strings in. */
 #include <string.h>
 
-#include "http_int.h"
+#include "template.h"
 
 int resil__http_buf_reserve(const resil_allocator *a, http_buf *b,
                             size_t extra) {

@@ -46,7 +46,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "http_int.h"
+#include "transfer.h"
 
 #define ieq resil__http_ieq
 
@@ -110,7 +110,7 @@ static size_t on_body(char *buf, size_t size, size_t nitems, void *ud) {
     x->too_large = 1;
     return 0;
   }
-  if (resil__http_buf_append(x->client->alloc, &r->body, buf, n) != 0) return 0;
+  if (resil__http_buf_append(x->tp->alloc, &r->body, buf, n) != 0) return 0;
   return n;
 }
 
@@ -215,7 +215,8 @@ static curl_socket_t on_opensocket(void *ud, curlsocktype purpose,
   return fd;
 }
 
-int resil__http_easy_setup(const resil_http_client *c, http_slot *s, long maxconnects) {
+int resil__http_easy_setup(const resil_http_client *cl, http_slot *s, long maxconnects) {
+  const http_transport *c = resil__http_tpc(cl);
   s->e = curl_easy_init();
   if (!s->e) return -1;
   CURL *e = s->e;
@@ -280,7 +281,7 @@ static void set_error(resil_http_response *r, const char *fmt, const char *detai
 }
 
 static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
-                              resil_http_response *res, const resil_http_client *c) {
+                              resil_http_response *res, const http_transport *c) {
   http_xfer *x = &s->x;
   int sent = x->prereqs > 0;
   const char *cerr = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
@@ -394,21 +395,21 @@ void resil__http_decode(const http_endpoint *ep, resil_http_response *r, resil_o
 
 /* ---- logging ------------------------------------------------------------------------ */
 
-static void emit(const resil_http_client *c, http_slot *s, resil_http_log_level lv) {
-  resil__http_log_emit(c, lv, &s->log);
+static void emit(const http_transport *c, http_slot *s, resil_http_log_level lv) {
+  resil__http_log_emit(c->alloc, c->log_fn, c->log_user, lv, &s->log);
 }
 
-static void log_puts(const resil_http_client *c, http_slot *s, const char *t) {
+static void log_puts(const http_transport *c, http_slot *s, const char *t) {
   (void)resil__http_buf_puts(c->alloc, &s->log, t);
 }
 
 /* Appends a header line "  Name: value", redacted (log.c). */
-static void log_header(const resil_http_client *c, http_slot *s, const char *name,
+static void log_header(const http_transport *c, http_slot *s, const char *name,
                        size_t nl, const char *value) {
   (void)resil__http_log_header(c->alloc, &s->log, name, nl, value, strlen(value));
 }
 
-static void log_body(const resil_http_client *c, http_slot *s, const char *body, size_t len,
+static void log_body(const http_transport *c, http_slot *s, const char *body, size_t len,
                      int gzipped) {
   char tmp[64];
   if (gzipped) {
@@ -426,7 +427,7 @@ static void log_body(const resil_http_client *c, http_slot *s, const char *body,
   }
 }
 
-static void log_request(const resil_http_client *c, http_slot *s,
+static void log_request(const http_transport *c, http_slot *s,
                         const resil_http_request *req, uint32_t attempt) {
   char tmp[96];
   log_puts(c, s, "--> ");
@@ -455,7 +456,7 @@ static void log_request(const resil_http_client *c, http_slot *s,
   emit(c, s, RESIL_HTTP_LOG_FULL);
 }
 
-static void log_result(const resil_http_client *c, http_slot *s, const resil_http_request *req,
+static void log_result(const http_transport *c, http_slot *s, const resil_http_request *req,
                        const resil_http_response *r, uint32_t attempt) {
   char ob[96], tmp[320];
   resil_outcome_format(&r->outcome, ob, sizeof ob);
@@ -489,7 +490,8 @@ static void log_result(const resil_http_client *c, http_slot *s, const resil_htt
   emit(c, s, RESIL_HTTP_LOG_FULL);
 }
 
-void resil__http_count_outcome(resil_http_client *c, const resil_outcome *o) {
+void resil__http_count_outcome(resil_http_client *cl, const resil_outcome *o) {
+  http_transport *c = resil__http_tp(cl);
   unsigned k = (unsigned)o->kind;
   if (k < 5) atomic_fetch_add_explicit(&c->st_outcomes[k], 1, memory_order_relaxed);
   if (o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_DECODE)
@@ -536,7 +538,7 @@ static CURLcode set_method(http_slot *s, const resil_http_request *req) {
 
 /* Links the request's headers and the interceptors' into the slot's own
  * curl_slist nodes: no allocation once the slot has grown to size. */
-static int link_headers(const resil_http_client *c, http_slot *s, const resil_http_request *req) {
+static int link_headers(const http_transport *c, http_slot *s, const resil_http_request *req) {
   uint32_t total = req->nhdrs + s->ic_count;
   if (total > s->nodes_cap) {
     struct curl_slist *n = resil__alloc(c->alloc, total * sizeof *n);
@@ -566,11 +568,54 @@ static int link_headers(const resil_http_client *c, http_slot *s, const resil_ht
 }
 
 
+/* ---- interceptor headers ------------------------------------------------------ */
+
+resil_status resil_http_headers_set(resil_http_headers *h, const char *name,
+                                    const char *value) {
+  if (!h || !h->slot || !name || !value) return RESIL_EINVAL;
+  size_t nl = strlen(name), vl = strlen(value);
+  if (nl == 0) return RESIL_EINVAL;
+  for (size_t i = 0; i < nl; i++)
+    if (!resil__http_tchar((unsigned char)name[i])) return RESIL_EINVAL;
+  if (!resil__http_value_ok(value, vl)) return RESIL_EINVAL;
+  const http_transport *c = h->tp;
+  /* The idempotency key is fixed for the logical call: an interceptor may
+   * refresh a signature, never the key. */
+  if (ieq(name, nl, c->idem_header, c->idem_header_len) || resil__http_reserved_header(name, nl))
+    return RESIL_EMISUSE;
+  http_slot *s = h->slot;
+  const resil_allocator *a = c->alloc;
+  for (uint32_t i = 0; i < s->ic_count; i++) {
+    if (s->ic_offs[i] == UINT32_MAX) continue;
+    const char *e = s->ic.p + s->ic_offs[i];
+    const char *colon = strchr(e, ':');
+    if (colon && ieq(e, (size_t)(colon - e), name, nl)) s->ic_offs[i] = UINT32_MAX;
+  }
+  if (s->ic_count == s->ic_cap) {
+    uint32_t cap = s->ic_cap ? s->ic_cap * 2 : 8;
+    uint32_t *o = resil__alloc(a, cap * sizeof *o);
+    if (!o) return RESIL_ENOMEM;
+    if (s->ic_count) memcpy(o, s->ic_offs, s->ic_count * sizeof *o);
+    if (s->ic_offs) resil__free(a, s->ic_offs);
+    s->ic_offs = o;
+    s->ic_cap = cap;
+  }
+  size_t off = s->ic.len;
+  if (resil__http_buf_reserve(a, &s->ic, nl + vl + 3) != 0) return RESIL_ENOMEM;
+  resil__http_buf_append(a, &s->ic, name, nl);
+  resil__http_buf_append(a, &s->ic, ": ", 2);
+  resil__http_buf_append(a, &s->ic, value, vl);
+  resil__http_buf_append(a, &s->ic, "", 1);
+  s->ic_offs[s->ic_count++] = (uint32_t)off;
+  return RESIL_OK;
+}
+
 /* ---- one attempt ---------------------------------------------------------------- */
 
-int resil__http_attempt_begin(resil_http_client *c, const resil_http_request *req,
+int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *req,
                               http_slot *s, uint32_t attempt, uint32_t flags, int64_t left,
                               resil_outcome *out) {
+  http_transport *c = resil__http_tp(cl);
   const http_endpoint *ep = req->ep;
   resil_outcome o;
   resil_http_response *res = s->res;
@@ -625,7 +670,7 @@ int resil__http_attempt_begin(resil_http_client *c, const resil_http_request *re
     curl_easy_setopt(s->e, CURLOPT_TIMEOUT_MS, left == INT64_MAX ? 0L : ceil_ms(left));
     http_xfer *x = &s->x;
     memset(x, 0, sizeof *x);
-    x->client = c;
+    x->tp = c;
     x->res = res;
     x->follow = c->follow_redirects;
     x->origin = c->origins[ep->origin];
@@ -644,8 +689,9 @@ done:
   return -1;
 }
 
-resil_outcome resil__http_attempt_end(resil_http_client *c, const resil_http_request *req,
+resil_outcome resil__http_attempt_end(resil_http_client *cl, const resil_http_request *req,
                                      http_slot *s, int aborted, CURLcode rc) {
+  http_transport *c = resil__http_tp(cl);
   const http_endpoint *ep = req->ep;
   resil_http_response *res = s->res;
   http_xfer *x = &s->x;
@@ -688,9 +734,10 @@ resil_outcome resil__http_attempt_end(resil_http_client *c, const resil_http_req
   return o;
 }
 
-void resil__http_attempt_done(resil_http_client *c, const resil_http_request *req,
+void resil__http_attempt_done(resil_http_client *cl, const resil_http_request *req,
                               http_slot *s, const resil_outcome *op, uint32_t attempt,
                               int64_t lease_wait_ns, int64_t total_ns) {
+  http_transport *c = resil__http_tp(cl);
   resil_http_response *res = s->res;
   resil_outcome o = *op;
   res->outcome = o;
@@ -699,11 +746,12 @@ void resil__http_attempt_done(resil_http_client *c, const resil_http_request *re
   res->info.lease_wait_ns = lease_wait_ns;
   res->info.total_ns = total_ns;
   if (c->log_level != RESIL_HTTP_LOG_NONE) log_result(c, s, req, res, attempt);
-  resil__http_count_outcome(c, &o);
+  resil__http_count_outcome(cl, &o);
 }
 
-void resil__http_log_bare(const resil_http_client *c, const http_endpoint *ep,
+void resil__http_log_bare(const resil_http_client *cl, const http_endpoint *ep,
                           const resil_outcome *o, uint32_t attempt, int64_t total) {
+  const http_transport *c = resil__http_tpc(cl);
   if (c->log_level == RESIL_HTTP_LOG_NONE) return;
   char ob[96], line[320];
   resil_outcome_format(o, ob, sizeof ob);

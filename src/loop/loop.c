@@ -153,19 +153,12 @@ static int lw_watch(void *self, int fd, unsigned events, resil_io_fn cb, void *a
     w->arg = arg;
     return 0;
   }
-  if ((size_t)fd >= l->nfds) {
-    size_t n = l->nfds ? l->nfds : 64;
-    while (n <= (size_t)fd) n *= 2;
-    loop_watch **v = resil__calloc(l->alloc, n * sizeof *v);
-    if (!v) {
-      errno = ENOMEM;
-      return -1;
-    }
-    if (l->nfds) memcpy(v, l->fds, l->nfds * sizeof *v);
-    resil__free(l->alloc, l->fds);
-    l->fds = v;
-    l->nfds = n;
+  loop_watch **v = resil__grow_zeroed(l->alloc, l->fds, &l->nfds, sizeof *v, (size_t)fd);
+  if (!v) {
+    errno = ENOMEM;
+    return -1;
   }
+  l->fds = v;
   w = resil__calloc(l->alloc, sizeof *w);
   if (!w) {
     errno = ENOMEM;

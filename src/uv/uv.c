@@ -11,7 +11,6 @@
 #include "resil/uv.h"
 
 #include <errno.h>
-#include <string.h>
 
 #include "core/internal.h"
 
@@ -129,16 +128,9 @@ static int uvw_watch(void *self, int fd, unsigned events, resil_io_fn cb, void *
     w->arg = arg;
     return 0;
   }
-  if ((size_t)fd >= a->nfds) {
-    size_t n = a->nfds ? a->nfds : 64;
-    while (n <= (size_t)fd) n *= 2;
-    uv_watch **v = resil__calloc(a->alloc, n * sizeof *v);
-    if (!v) return fail(UV_ENOMEM);
-    if (a->nfds) memcpy(v, a->fds, a->nfds * sizeof *v);
-    resil__free(a->alloc, a->fds);
-    a->fds = v;
-    a->nfds = n;
-  }
+  uv_watch **v = resil__grow_zeroed(a->alloc, a->fds, &a->nfds, sizeof *v, (size_t)fd);
+  if (!v) return fail(UV_ENOMEM);
+  a->fds = v;
   w = resil__calloc(a->alloc, sizeof *w);
   if (!w) return fail(UV_ENOMEM);
   int r = uv_poll_init(a->loop, &w->poll, fd);

@@ -251,4 +251,46 @@ static inline int tl_run_until(test_loop *l, const atomic_size_t *count, size_t 
   return 1;
 }
 
+/* An engine for c on the loop l (the engine's own defaults). */
+static inline resil_engine *engine_on(test_loop *l, resil_http_client *c) {
+  resil_engine_config ec;
+  resil_engine_config_init(&ec);
+  ec.adapter = l->adapter;
+  ec.client = c;
+  resil_engine *e = NULL;
+  resil_error err;
+  if (resil_engine_new(&ec, &e, &err) != RESIL_OK) fail_msg("engine: %s", err.msg);
+  return e;
+}
+
+/* What most engine tests start with: a client on the fixture (client_on,
+ * cfg_fn may adjust its config), a fresh loop (tl_init: the test adapter,
+ * resil_loop or libuv) and an engine on both. */
+typedef struct te_env {
+  test_loop l;
+  resil_http_client *c;
+  resil_engine *e;
+} te_env;
+
+/* Opens the test's env; one at a time (static storage: the test loop is
+ * large). Free with te_close, before the policies the calls used. */
+static inline te_env *te_open(resil_fixture *f, const resil_http_endpoint *eps, size_t n,
+                              void (*cfg_fn)(resil_http_client_config *, void *), void *u) {
+  static te_env v;
+  v.c = client_on(f, eps, n, cfg_fn, u);
+  tl_init(&v.l);
+  v.e = engine_on(&v.l, v.c);
+  return &v;
+}
+
+/* Frees the engine (unless the test already did and set e to NULL: a
+ * running call completes once, inside), the loop and the client. */
+static inline void te_close(te_env *v) {
+  resil_engine_free(v->e);
+  v->e = NULL;
+  tl_close(&v->l);
+  resil_http_client_free(v->c);
+  v->c = NULL;
+}
+
 #endif

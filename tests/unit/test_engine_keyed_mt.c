@@ -62,17 +62,6 @@ static void on_kdone(void *user, resil_engine_keyed *h, resil_outcome o, resil_h
   atomic_fetch_add(&d->done, 1);
 }
 
-static resil_engine *engine_on(test_loop *l, resil_http_client *c) {
-  resil_engine_config ec;
-  resil_engine_config_init(&ec);
-  ec.adapter = l->adapter;
-  ec.client = c;
-  resil_engine *e = NULL;
-  resil_error err;
-  if (resil_engine_new(&ec, &e, &err) != RESIL_OK) fail_msg("engine: %s", err.msg);
-  return e;
-}
-
 static resil_retry *retry_fixed(uint32_t n, int64_t wait_ms) {
   resil_retry_config rc;
   resil_retry_config_init(&rc);
@@ -132,20 +121,17 @@ static void commit_then_slow_answer_is_recovered_committed_with_one_effect(void 
   /* I1's setup with wider margins for a loaded machine: the write's answer
    * is lost at 300 ms, the status query has 300 ms too. */
   kopts opt = {.timeout_ms = 300};
-  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
   resil_retry *retry = retry_fixed(3, 30);
   kdone d;
   kd_init(&d);
   resil_http_recovery rep;
   memset(&rep, 0xab, sizeof rep);
-  submit_keyed(e, &d, "idem_post", KV("name", "k1", "ms", "1500"), "keyed-i1", "{\"amount\":1}",
+  submit_keyed(t->e, &d, "idem_post", KV("name", "k1", "ms", "1500"), "keyed-i1", "{\"amount\":1}",
                retry, 0, &rep, NULL);
   assert_int_equal(atomic_load(&d.done), 0);
-  assert_true(tl_run_until(&l, &d.done, 1, 20000));
-  kd_check_once(&l, &d);
+  assert_true(tl_run_until(&t->l, &d.done, 1, 20000));
+  kd_check_once(&t->l, &d);
   assert_int_equal(d.o.kind, RESIL_ANSWERED);
   assert_int_equal(d.o.http_status, 201);
   assert_true(d.o.flags & RESIL_OF_RECOVERED);
@@ -162,14 +148,12 @@ static void commit_then_slow_answer_is_recovered_committed_with_one_effect(void 
   assert_int_equal(resil_fixture_effects(s->f, "idem"), 1);
   assert_int_equal(resil_fixture_attempts(s->f, "operations"), 1);
   resil_http_stats st;
-  resil_http_client_get_stats(c, &st);
+  resil_http_client_get_stats(t->c, &st);
   assert_int_equal(st.recovered, 1);
   assert_int_equal(st.status_committed, 1);
   resil_http_response_free(d.r);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_retry_free(retry);
-  resil_http_client_free(c);
 }
 
 /* ---- PENDING, polled on timers, then COMMITTED ------------------------------------- */
@@ -195,10 +179,7 @@ static void *commit_later(void *u) {
 static void pending_is_polled_on_timers_until_committed(void **state) {
   fx_state *s = *state;
   kopts opt = {.timeout_ms = 300, .poll_ms = 40};
-  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
   resil_retry *retry = retry_fixed(3, 0);
   const char *key = "keyed-pending";
   assert_int_equal(resil_fixture_op_pending(s->f, key, NULL, NULL), 0);
@@ -208,11 +189,11 @@ static void pending_is_polled_on_timers_until_committed(void **state) {
   kdone d;
   kd_init(&d);
   resil_http_recovery rep;
-  submit_keyed(e, &d, "slow_keyed", KV("ms", "2000"), key, NULL, retry, 5000, &rep, NULL);
-  assert_true(tl_run_until(&l, &d.done, 1, 20000));
+  submit_keyed(t->e, &d, "slow_keyed", KV("ms", "2000"), key, NULL, retry, 5000, &rep, NULL);
+  assert_true(tl_run_until(&t->l, &d.done, 1, 20000));
   pthread_join(th, NULL);
   assert_int_equal(cm.rc, 0);
-  kd_check_once(&l, &d);
+  kd_check_once(&t->l, &d);
   assert_int_equal(d.o.kind, RESIL_ANSWERED);
   assert_int_equal(d.o.http_status, 201);
   assert_true(d.o.flags & RESIL_OF_RECOVERED);
@@ -226,19 +207,14 @@ static void pending_is_polled_on_timers_until_committed(void **state) {
   assert_int_equal(resil_fixture_attempts(s->f, "operations"), (long)rep.status_queries);
   assert_string_equal(resil_http_response_body(d.r, NULL), cm.body);
   resil_http_response_free(d.r);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_retry_free(retry);
-  resil_http_client_free(c);
 }
 
 static void pending_wait_ends_at_pending_wait_max_without_a_resend(void **state) {
   fx_state *s = *state;
   kopts opt = {.timeout_ms = 200, .poll_ms = 50, .pending_max_ms = 400};
-  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
   resil_retry *retry = retry_fixed(3, 0);
   const char *key = "keyed-pending-forever";
   assert_int_equal(resil_fixture_op_pending(s->f, key, NULL, NULL), 0);
@@ -246,9 +222,9 @@ static void pending_wait_ends_at_pending_wait_max_without_a_resend(void **state)
   kd_init(&d);
   resil_http_recovery rep;
   int64_t t0 = mono_ms();
-  submit_keyed(e, &d, "slow_keyed", KV("ms", "1500"), key, NULL, retry, 20000, &rep, NULL);
-  assert_true(tl_run_until(&l, &d.done, 1, 20000));
-  kd_check_once(&l, &d);
+  submit_keyed(t->e, &d, "slow_keyed", KV("ms", "1500"), key, NULL, retry, 20000, &rep, NULL);
+  assert_true(tl_run_until(&t->l, &d.done, 1, 20000));
+  kd_check_once(&t->l, &d);
   assert_int_equal(d.o.kind, RESIL_UNKNOWN);
   assert_true(d.o.flags & RESIL_OF_STATUS_PENDING);
   assert_false(d.o.flags & RESIL_OF_RECOVERED);
@@ -261,10 +237,8 @@ static void pending_wait_ends_at_pending_wait_max_without_a_resend(void **state)
   assert_true(d.at_ms - t0 < 8000);
   assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
   resil_http_response_free(d.r);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_retry_free(retry);
-  resil_http_client_free(c);
 }
 
 /* ---- UNKNOWN: the retry re-sends with the same key ----------------------------------- */
@@ -272,18 +246,15 @@ static void pending_wait_ends_at_pending_wait_max_without_a_resend(void **state)
 static void unknown_status_lets_the_retry_resend_with_the_same_key(void **state) {
   fx_state *s = *state;
   kopts opt = {.timeout_ms = 150};
-  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
   resil_retry *retry = retry_fixed(3, 20);
   kdone d;
   kd_init(&d);
   resil_http_recovery rep;
   /* No key given: one is generated at submit and sent on every write. */
-  submit_keyed(e, &d, "slow_keyed", KV("ms", "600"), NULL, NULL, retry, 0, &rep, NULL);
-  assert_true(tl_run_until(&l, &d.done, 1, 20000));
-  kd_check_once(&l, &d);
+  submit_keyed(t->e, &d, "slow_keyed", KV("ms", "600"), NULL, NULL, retry, 0, &rep, NULL);
+  assert_true(tl_run_until(&t->l, &d.done, 1, 20000));
+  kd_check_once(&t->l, &d);
   assert_int_equal(d.o.kind, RESIL_UNKNOWN);
   assert_false(d.o.flags & (RESIL_OF_RECOVERED | RESIL_OF_STATUS_PENDING));
   assert_int_equal(d.o.stop, RESIL_STOP_MAX_ATTEMPTS);
@@ -301,10 +272,8 @@ static void unknown_status_lets_the_retry_resend_with_the_same_key(void **state)
   assert_string_equal(seen, rep.idempotency_key);
   assert_string_equal(resil_http_response_idempotency_key(d.r), rep.idempotency_key);
   resil_http_response_free(d.r);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_retry_free(retry);
-  resil_http_client_free(c);
 }
 
 /* ---- per-request policies see every physical request ----------------------------- */
@@ -312,10 +281,7 @@ static void unknown_status_lets_the_retry_resend_with_the_same_key(void **state)
 static void breaker_sees_the_write_and_the_status_query(void **state) {
   fx_state *s = *state;
   kopts opt = {.timeout_ms = 2000};
-  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
   resil_breaker_config bc;
   resil_breaker_config_init(&bc);
   resil_breaker *br = NULL;
@@ -331,12 +297,12 @@ static void breaker_sees_the_write_and_the_status_query(void **state) {
   resil_engine_policies_init(&pol);
   pol.breaker = br;
   d.in_submit = 1;
-  assert_int_equal(resil_engine_call_keyed(e, "idem_close", &args, &pol, NULL, on_kdone, &d, &rep,
-                                           NULL, NULL),
+  assert_int_equal(resil_engine_call_keyed(t->e, "idem_close", &args, &pol, NULL, on_kdone, &d,
+                                           &rep, NULL, NULL),
                    RESIL_OK);
   d.in_submit = 0;
-  assert_true(tl_run_until(&l, &d.done, 1, 20000));
-  kd_check_once(&l, &d);
+  assert_true(tl_run_until(&t->l, &d.done, 1, 20000));
+  kd_check_once(&t->l, &d);
   /* Commit, then the connection closed: UNKNOWN, asked, COMMITTED. */
   assert_int_equal(d.o.http_status, 201);
   assert_true(d.o.flags & RESIL_OF_RECOVERED);
@@ -348,10 +314,8 @@ static void breaker_sees_the_write_and_the_status_query(void **state) {
   assert_int_equal(resil_breaker_get_metrics(br, &m), RESIL_OK);
   assert_int_equal(m.total_calls + m.total_ignored, 2);
   resil_http_response_free(d.r);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_breaker_free(br);
-  resil_http_client_free(c);
 }
 
 /* ---- many keyed calls at once on one thread -------------------------------------------- */
@@ -360,10 +324,7 @@ static void breaker_sees_the_write_and_the_status_query(void **state) {
 static void many_keyed_calls_recover_at_once_each_once(void **state) {
   fx_state *s = *state;
   kopts opt = {.timeout_ms = 5000};
-  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
   static kdone d[NMANY];
   static resil_http_recovery rep[NMANY];
   resil_http_args args;
@@ -372,14 +333,14 @@ static void many_keyed_calls_recover_at_once_each_once(void **state) {
   args.body_len = strlen(args.body);
   for (size_t i = 0; i < NMANY; i++) {
     kd_init(&d[i]);
-    assert_int_equal(resil_engine_call_keyed(e, "idem_close", &args, NULL, NULL, on_kdone, &d[i],
+    assert_int_equal(resil_engine_call_keyed(t->e, "idem_close", &args, NULL, NULL, on_kdone, &d[i],
                                              &rep[i], NULL, NULL),
                      RESIL_OK);
   }
   int64_t end = mono_ms() + 30000;
   size_t n = 0;
   while (n < NMANY && mono_ms() < end) {
-    tl_run_once(&l, 50);
+    tl_run_once(&t->l, 50);
     n = 0;
     for (size_t i = 0; i < NMANY; i++) n += atomic_load(&d[i].done);
   }
@@ -397,9 +358,7 @@ static void many_keyed_calls_recover_at_once_each_once(void **state) {
   }
   assert_int_equal(resil_fixture_effects(s->f, "idem_close"), NMANY);
   assert_int_equal(resil_fixture_attempts(s->f, "operations"), NMANY);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 /* ---- cancellation and the engine's free ------------------------------------------------ */
@@ -424,23 +383,20 @@ static void *cancel_when_polling(void *u) {
 static void cancel_from_another_thread_ends_a_pending_wait(void **state) {
   fx_state *s = *state;
   kopts opt = {.timeout_ms = 200, .poll_ms = 300, .pending_max_ms = 60000};
-  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
   const char *key = "keyed-cancel";
   assert_int_equal(resil_fixture_op_pending(s->f, key, NULL, NULL), 0);
   kdone d;
   kd_init(&d);
   resil_http_recovery rep;
   resil_engine_keyed *h = NULL;
-  submit_keyed(e, &d, "slow_keyed", KV("ms", "1500"), key, NULL, NULL, 60000, &rep, &h);
+  submit_keyed(t->e, &d, "slow_keyed", KV("ms", "1500"), key, NULL, NULL, 60000, &rep, &h);
   canceller cn = {.f = s->f, .h = h};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, cancel_when_polling, &cn), 0);
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_true(tl_run_until(&t->l, &d.done, 1, 30000));
   pthread_join(th, NULL);
-  kd_check_once(&l, &d);
+  kd_check_once(&t->l, &d);
   assert_int_equal(d.o.kind, RESIL_UNKNOWN);
   assert_int_equal(d.o.stop, RESIL_STOP_CANCELLED);
   assert_true(d.o.flags & RESIL_OF_STATUS_PENDING);
@@ -453,53 +409,45 @@ static void cancel_from_another_thread_ends_a_pending_wait(void **state) {
   resil_engine_keyed_cancel(h); /* after completion: a no-op */
   resil_engine_keyed_release(h);
   resil_http_response_free(d.r);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 static void engine_free_ends_a_waiting_keyed_call_once(void **state) {
   fx_state *s = *state;
   kopts opt = {.timeout_ms = 200, .poll_ms = 200, .pending_max_ms = 60000};
-  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
   const char *key = "keyed-free";
   assert_int_equal(resil_fixture_op_pending(s->f, key, NULL, NULL), 0);
   kdone d;
   kd_init(&d);
   resil_http_recovery rep;
-  submit_keyed(e, &d, "slow_keyed", KV("ms", "1500"), key, NULL, NULL, 60000, &rep, NULL);
+  submit_keyed(t->e, &d, "slow_keyed", KV("ms", "1500"), key, NULL, NULL, 60000, &rep, NULL);
   int64_t end = mono_ms() + 20000;
-  while (resil_fixture_attempts(s->f, "operations") < 2 && mono_ms() < end) tl_run_once(&l, 20);
+  while (resil_fixture_attempts(s->f, "operations") < 2 && mono_ms() < end) tl_run_once(&t->l, 20);
   assert_int_equal(atomic_load(&d.done), 0);
-  resil_engine_free(e);
+  resil_engine_free(t->e);
+  t->e = NULL;
   assert_int_equal(atomic_load(&d.done), 1);
   assert_int_equal(d.o.stop, RESIL_STOP_CANCELLED);
   assert_int_equal(rep.write_attempts, 1);
   assert_true(rep.status_queries >= 2);
   resil_http_response_free(d.r);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 static void submit_errors_never_call_back(void **state) {
   fx_state *s = *state;
   kopts opt = {.timeout_ms = 1000};
-  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
   kdone d;
   kd_init(&d);
   resil_engine_keyed *h = (resil_engine_keyed *)&d;
   resil_error err;
-  assert_int_equal(resil_engine_call_keyed(e, "nope", NULL, NULL, NULL, on_kdone, &d, NULL, &h,
+  assert_int_equal(resil_engine_call_keyed(t->e, "nope", NULL, NULL, NULL, on_kdone, &d, NULL, &h,
                                            &err),
                    RESIL_EINVAL);
   assert_null(h);
-  assert_int_equal(resil_engine_call_keyed(e, "idem_post", NULL, NULL, NULL, NULL, &d, NULL, &h,
+  assert_int_equal(resil_engine_call_keyed(t->e, "idem_post", NULL, NULL, NULL, NULL, &d, NULL, &h,
                                            &err),
                    RESIL_EINVAL);
   assert_int_equal(resil_engine_call_keyed(NULL, "idem_post", NULL, NULL, NULL, on_kdone, &d, NULL,
@@ -507,16 +455,14 @@ static void submit_errors_never_call_back(void **state) {
                    RESIL_EINVAL);
   resil_ctx bad;
   memset(&bad, 0, sizeof bad);
-  assert_int_equal(resil_engine_call_keyed(e, "op_status", NULL, NULL, &bad, on_kdone, &d, NULL,
+  assert_int_equal(resil_engine_call_keyed(t->e, "op_status", NULL, NULL, &bad, on_kdone, &d, NULL,
                                            &h, &err),
                    RESIL_EINVAL);
-  for (int i = 0; i < 5; i++) tl_run_once(&l, 10);
+  for (int i = 0; i < 5; i++) tl_run_once(&t->l, 10);
   assert_int_equal(atomic_load(&d.done), 0);
   resil_engine_keyed_cancel(NULL);
   resil_engine_keyed_release(NULL);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 int main(void) {

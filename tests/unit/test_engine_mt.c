@@ -81,6 +81,13 @@ static void rec_init(done_rec *d) {
   d->loop_thread = pthread_self();
 }
 
+/* The test's completion record, emptied (static storage: it is large). */
+static done_rec *rec_new(void) {
+  static done_rec d;
+  rec_init(&d);
+  return &d;
+}
+
 static resil_status submit(resil_engine *e, done_rec *d, size_t i, const char *ep,
                            const char *const *kv, const resil_engine_policies *pol,
                            const resil_ctx *ctx, resil_engine_handle **out) {
@@ -108,15 +115,15 @@ static void pool_of(resil_http_client_config *cfg, void *u) {
   cfg->max_connections_per_host = *(uint32_t *)u;
 }
 
-static resil_engine *engine_on(test_loop *l, resil_http_client *c) {
-  resil_engine_config ec;
-  resil_engine_config_init(&ec);
-  ec.adapter = l->adapter;
-  ec.client = c;
-  resil_engine *e = NULL;
-  resil_error err;
-  if (resil_engine_new(&ec, &e, &err) != RESIL_OK) fail_msg("engine: %s", err.msg);
-  return e;
+/* A retry of max_attempts with a fixed wait_ns between them. */
+static resil_retry *retry_of(uint32_t max_attempts, int64_t wait_ns) {
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = max_attempts;
+  rc.wait_ns = wait_ns;
+  resil_retry *retry = NULL;
+  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  return retry;
 }
 
 /* ---- tests --------------------------------------------------------------------- */
@@ -124,128 +131,105 @@ static resil_engine *engine_on(test_loop *l, resil_http_client *c) {
 static void thousand_gets_in_flight_on_one_thread_each_completed_once(void **state) {
   fx_state *s = *state;
   uint32_t pool = 32;
-  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  te_env *t = te_open(s->f, eps, NEPS, pool_of, &pool);
+  done_rec *d = rec_new();
   char ids[MAXC][12];
   for (size_t i = 0; i < MAXC; i++) {
     snprintf(ids[i], sizeof ids[i], "%zu", i);
-    assert_int_equal(submit(e, &d, i, "item", KV("id", ids[i]), NULL, NULL, NULL), RESIL_OK);
+    assert_int_equal(submit(t->e, d, i, "item", KV("id", ids[i]), NULL, NULL, NULL), RESIL_OK);
   }
   /* Nothing completes inside submit, nor before the loop runs. */
-  assert_int_equal(atomic_load(&d.done), 0);
-  assert_int_equal(resil_engine_active(e), MAXC);
-  assert_true(tl_run_until(&l, &d.done, MAXC, 90000));
+  assert_int_equal(atomic_load(&d->done), 0);
+  assert_int_equal(resil_engine_active(t->e), MAXC);
+  assert_true(tl_run_until(&t->l, &d->done, MAXC, 90000));
   /* A few more iterations: nothing completes twice. */
-  for (int k = 0; k < 5; k++) tl_run_once(&l, 10);
-  assert_int_equal(atomic_load(&d.done), MAXC);
+  for (int k = 0; k < 5; k++) tl_run_once(&t->l, 10);
+  assert_int_equal(atomic_load(&d->done), MAXC);
   for (size_t i = 0; i < MAXC; i++) {
-    assert_int_equal(d.count[i], 1);
-    assert_int_equal(d.status[i], 200);
-    assert_int_equal(d.o[i].kind, RESIL_ANSWERED);
+    assert_int_equal(d->count[i], 1);
+    assert_int_equal(d->status[i], 200);
+    assert_int_equal(d->o[i].kind, RESIL_ANSWERED);
   }
-  assert_int_equal(d.inside_submit, 0);
-  assert_int_equal(d.wrong_thread, 0);
-  assert_int_equal(l.wrong_thread, 0);
+  assert_int_equal(d->inside_submit, 0);
+  assert_int_equal(d->wrong_thread, 0);
+  assert_int_equal(t->l.wrong_thread, 0);
   assert_int_equal(resil_fixture_attempts(s->f, "items"), MAXC);
-  assert_int_equal(resil_engine_active(e), 0);
-  assert_int_equal(resil_engine_in_flight(e), 0);
+  assert_int_equal(resil_engine_active(t->e), 0);
+  assert_int_equal(resil_engine_in_flight(t->e), 0);
   /* Many at once (libcurl holds the ones waiting for one of the 32
    * connections), never more connections than the pool. */
-  assert_true(resil_engine_peak_in_flight(e) > 32);
+  assert_true(resil_engine_peak_in_flight(t->e) > 32);
   assert_true(resil_fixture_connections(s->f) <= 32);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 static void retry_503_503_200_backoff_timers_three_attempts_overlapping(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = 3;
-  rc.wait_ns = RESIL_MS(100);
-  resil_retry *retry = NULL;
-  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_retry *retry = retry_of(3, RESIL_MS(100));
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.retry = retry;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   enum { N = 40 };
   char ids[N][16];
   int64_t t0 = mono_ms();
   for (size_t i = 0; i < N; i++) {
     snprintf(ids[i], sizeof ids[i], "r%zu", i);
-    assert_int_equal(submit(e, &d, i, "flaky", KV("id", ids[i], "n", "2"), &pol, NULL, NULL),
+    assert_int_equal(submit(t->e, d, i, "flaky", KV("id", ids[i], "n", "2"), &pol, NULL, NULL),
                      RESIL_OK);
   }
-  assert_true(tl_run_until(&l, &d.done, N, 60000));
+  assert_true(tl_run_until(&t->l, &d->done, N, 60000));
   int64_t elapsed = mono_ms() - t0;
   for (size_t i = 0; i < N; i++) {
-    assert_int_equal(d.count[i], 1);
-    assert_int_equal(d.o[i].http_status, 200);
-    assert_int_equal(d.o[i].attempts, 3);
-    assert_int_equal(d.o[i].stop, RESIL_STOP_SUCCESS);
+    assert_int_equal(d->count[i], 1);
+    assert_int_equal(d->o[i].http_status, 200);
+    assert_int_equal(d->o[i].attempts, 3);
+    assert_int_equal(d->o[i].stop, RESIL_STOP_SUCCESS);
   }
   assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 3 * N);
   /* Each call waited 2 x 100 ms; one after the other that is 8 s. The
    * waits are timers, so they overlap (generous bound for a loaded
    * machine), and each call took at least its two waits. */
   assert_true(elapsed < 4000);
-  for (size_t i = 0; i < N; i++) assert_true(d.at_ms[i] - t0 >= 195);
-  resil_engine_free(e);
-  tl_close(&l);
+  for (size_t i = 0; i < N; i++) assert_true(d->at_ms[i] - t0 >= 195);
+  te_close(t);
   resil_retry_free(retry);
-  resil_http_client_free(c);
 }
 
 static void deadline_ends_slow_calls_unknown_at_once_while_fast_ones_succeed(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  done_rec *d = rec_new();
   enum { SLOW = 5, FAST = 60 };
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   int64_t t0 = mono_ms();
   resil_ctx_set_timeout_ns(&ctx, RESIL_MS(300));
   for (size_t i = 0; i < SLOW; i++)
-    assert_int_equal(submit(e, &d, i, "slow", KV("ms", "5000"), NULL, &ctx, NULL), RESIL_OK);
+    assert_int_equal(submit(t->e, d, i, "slow", KV("ms", "5000"), NULL, &ctx, NULL), RESIL_OK);
   char ids[FAST][12];
   for (size_t i = 0; i < FAST; i++) {
     snprintf(ids[i], sizeof ids[i], "%zu", i);
-    assert_int_equal(submit(e, &d, SLOW + i, "item", KV("id", ids[i]), NULL, NULL, NULL),
+    assert_int_equal(submit(t->e, d, SLOW + i, "item", KV("id", ids[i]), NULL, NULL, NULL),
                      RESIL_OK);
   }
-  assert_true(tl_run_until(&l, &d.done, SLOW + FAST, 30000));
+  assert_true(tl_run_until(&t->l, &d->done, SLOW + FAST, 30000));
   for (size_t i = 0; i < SLOW; i++) {
-    assert_int_equal(d.count[i], 1);
-    assert_int_equal(d.o[i].kind, RESIL_UNKNOWN);
-    assert_int_equal(d.o[i].reason, RESIL_REASON_TIMEOUT);
-    int64_t at = d.at_ms[i] - t0;
+    assert_int_equal(d->count[i], 1);
+    assert_int_equal(d->o[i].kind, RESIL_UNKNOWN);
+    assert_int_equal(d->o[i].reason, RESIL_REASON_TIMEOUT);
+    int64_t at = d->at_ms[i] - t0;
     /* At the deadline, not when the server answers (5 s). */
     assert_true(at >= 295);
     assert_true(at < 2500);
   }
   for (size_t i = SLOW; i < SLOW + FAST; i++) {
-    assert_int_equal(d.count[i], 1);
-    assert_int_equal(d.status[i], 200);
+    assert_int_equal(d->count[i], 1);
+    assert_int_equal(d->status[i], 200);
   }
   assert_int_equal(resil_fixture_effects(s->f, "slow"), SLOW);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 /* ---- cancellation from another thread ------------------------------------------ */
@@ -270,36 +254,30 @@ static void *cancel_main(void *u) {
 
 static void cancel_from_another_thread_ends_a_sent_call_unknown(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  done_rec *d = rec_new();
   resil_engine_handle *h = NULL;
-  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "8000"), NULL, NULL, &h), RESIL_OK);
+  assert_int_equal(submit(t->e, d, 0, "slow", KV("ms", "8000"), NULL, NULL, &h), RESIL_OK);
   assert_non_null(h);
   canceller k = {.h = h, .f = s->f};
   pthread_t th;
   pthread_create(&th, NULL, cancel_main, &k);
   int64_t t0 = mono_ms();
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
   pthread_join(th, NULL);
-  assert_int_equal(d.count[0], 1);
-  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
-  assert_int_equal(d.o[0].reason, RESIL_REASON_CANCELLED);
-  assert_int_equal(d.o[0].stop, RESIL_STOP_CANCELLED);
+  assert_int_equal(d->count[0], 1);
+  assert_int_equal(d->o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d->o[0].reason, RESIL_REASON_CANCELLED);
+  assert_int_equal(d->o[0].stop, RESIL_STOP_CANCELLED);
   /* Long before the server's 8 s answer. */
-  assert_true(d.at_ms[0] - t0 < 4000);
-  assert_int_equal(d.wrong_thread, 0);
+  assert_true(d->at_ms[0] - t0 < 4000);
+  assert_int_equal(d->wrong_thread, 0);
   /* After completion cancel is a no-op, and the handle is still valid. */
   resil_engine_cancel(h);
-  for (int i = 0; i < 3; i++) tl_run_once(&l, 5);
-  assert_int_equal(d.count[0], 1);
+  for (int i = 0; i < 3; i++) tl_run_once(&t->l, 5);
+  assert_int_equal(d->count[0], 1);
   resil_engine_handle_release(h);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 static void *cancel_now_main(void *u) {
@@ -309,54 +287,44 @@ static void *cancel_now_main(void *u) {
 
 static void cancel_during_backoff_or_before_start_sends_nothing_more(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = 3;
-  rc.wait_ns = RESIL_S(20);
-  resil_retry *retry = NULL;
-  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_retry *retry = retry_of(3, RESIL_S(20));
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.retry = retry;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   /* Call 0 fails once (503) and then waits 20 s; call 1 is cancelled
    * before the loop even starts it. */
   resil_engine_handle *h0 = NULL, *h1 = NULL;
-  assert_int_equal(submit(e, &d, 0, "flaky", KV("id", "cb", "n", "1"), &pol, NULL, &h0), RESIL_OK);
-  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), NULL, NULL, &h1), RESIL_OK);
+  assert_int_equal(submit(t->e, d, 0, "flaky", KV("id", "cb", "n", "1"), &pol, NULL, &h0),
+                   RESIL_OK);
+  assert_int_equal(submit(t->e, d, 1, "item", KV("id", "1"), NULL, NULL, &h1), RESIL_OK);
   pthread_t th;
   pthread_create(&th, NULL, cancel_now_main, h1);
   pthread_join(th, NULL);
-  assert_true(tl_run_until(&l, &d.done, 1, 10000));
-  assert_int_equal(d.count[1], 1);
-  assert_int_equal(d.o[1].kind, RESIL_NOT_SENT);
-  assert_int_equal(d.o[1].reason, RESIL_REASON_CANCELLED);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 10000));
+  assert_int_equal(d->count[1], 1);
+  assert_int_equal(d->o[1].kind, RESIL_NOT_SENT);
+  assert_int_equal(d->o[1].reason, RESIL_REASON_CANCELLED);
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
   /* Wait for call 0's first answer, then cancel it in its backoff. */
   int64_t end = mono_ms() + 10000;
-  while (resil_fixture_attempts(s->f, "flaky") < 1 && mono_ms() < end) tl_run_once(&l, 10);
-  for (int i = 0; i < 20 && resil_engine_in_flight(e) > 0; i++) tl_run_once(&l, 10);
-  assert_int_equal(d.count[0], 0);
+  while (resil_fixture_attempts(s->f, "flaky") < 1 && mono_ms() < end) tl_run_once(&t->l, 10);
+  for (int i = 0; i < 20 && resil_engine_in_flight(t->e) > 0; i++) tl_run_once(&t->l, 10);
+  assert_int_equal(d->count[0], 0);
   pthread_create(&th, NULL, cancel_now_main, h0);
   pthread_join(th, NULL);
   int64_t t0 = mono_ms();
-  assert_true(tl_run_until(&l, &d.done, 2, 10000));
+  assert_true(tl_run_until(&t->l, &d->done, 2, 10000));
   assert_true(mono_ms() - t0 < 5000);
-  assert_int_equal(d.count[0], 1);
-  assert_int_equal(d.o[0].http_status, 503);
-  assert_int_equal(d.o[0].stop, RESIL_STOP_CANCELLED);
+  assert_int_equal(d->count[0], 1);
+  assert_int_equal(d->o[0].http_status, 503);
+  assert_int_equal(d->o[0].stop, RESIL_STOP_CANCELLED);
   assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 1);
   resil_engine_handle_release(h0);
   resil_engine_handle_release(h1);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_retry_free(retry);
-  resil_http_client_free(c);
 }
 
 /* ---- H16 on the engine path --------------------------------------------------------- */
@@ -385,47 +353,41 @@ static void h16_after_get(void *user, resil_engine_handle *h, resil_outcome o,
 static void h16_dead_reused_connection_is_not_resent_on_the_engine(void **state) {
   fx_state *s = *state;
   uint32_t pool = 1;
-  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
-  d.keep_responses = 1;
-  h16 = (h16_ctx){e, &d};
-  tags[0] = (call_tag){&d, 0};
-  assert_int_equal(resil_engine_call(e, "ka_get", NULL, NULL, NULL, h16_after_get, &tags[0], NULL,
-                                     NULL),
+  te_env *t = te_open(s->f, eps, NEPS, pool_of, &pool);
+  done_rec *d = rec_new();
+  d->keep_responses = 1;
+  h16 = (h16_ctx){t->e, d};
+  tags[0] = (call_tag){d, 0};
+  assert_int_equal(resil_engine_call(t->e, "ka_get", NULL, NULL, NULL, h16_after_get, &tags[0],
+                                     NULL, NULL),
                    RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 2, 20000));
-  assert_int_equal(d.status[0], 200);
-  assert_int_equal(d.o[1].kind, RESIL_UNKNOWN);
-  assert_int_equal(d.o[1].reason, RESIL_REASON_CONNECTION_CLOSED);
+  assert_true(tl_run_until(&t->l, &d->done, 2, 20000));
+  assert_int_equal(d->status[0], 200);
+  assert_int_equal(d->o[1].kind, RESIL_UNKNOWN);
+  assert_int_equal(d->o[1].reason, RESIL_REASON_CONNECTION_CLOSED);
   /* Exactly one effect: libcurl's hidden re-send was refused, and never
    * even opened its connection. */
   assert_int_equal(resil_fixture_effects(s->f, "ka"), 1);
   assert_int_equal(resil_fixture_connections(s->f), 1);
   resil_http_info info;
-  resil_http_response_info(d.keep[1], &info);
+  resil_http_response_info(d->keep[1], &info);
   assert_int_equal(info.reused_connection, 1);
   assert_int_equal(info.resends, 0);
   resil_http_stats st;
-  resil_http_client_get_stats(c, &st);
+  resil_http_client_get_stats(t->c, &st);
   assert_int_equal(st.resends_prevented, 1);
   assert_int_equal(st.resends_counted, 0);
   assert_int_equal(st.outcomes[RESIL_UNKNOWN], 1);
-  resil_http_response_free(d.keep[0]);
-  resil_http_response_free(d.keep[1]);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  resil_http_response_free(d->keep[0]);
+  resil_http_response_free(d->keep[1]);
+  te_close(t);
 }
 
 /* ---- per-attempt policies ----------------------------------------------------------- */
 
 static void breaker_and_bulkhead_reject_without_sending(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   resil_breaker_config bc;
   resil_breaker_config_init(&bc);
   resil_breaker *br = NULL;
@@ -440,19 +402,15 @@ static void breaker_and_bulkhead_reject_without_sending(void **state) {
   resil_engine_policies_init(&pol);
   pol.breaker = br;
   pol.bulkhead = bh;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   /* Five slow calls start on one iteration: two get the bulkhead's slots. */
   for (size_t i = 0; i < 5; i++)
-    assert_int_equal(submit(e, &d, i, "slow", KV("ms", "200"), &pol, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 5, 20000));
+    assert_int_equal(submit(t->e, d, i, "slow", KV("ms", "200"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 5, 20000));
   size_t ok = 0, full = 0;
   for (size_t i = 0; i < 5; i++) {
-    if (d.o[i].http_status == 200) ok++;
-    if (d.o[i].kind == RESIL_REJECTED && d.o[i].reason == RESIL_REASON_BULKHEAD_FULL) full++;
+    if (d->o[i].http_status == 200) ok++;
+    if (d->o[i].kind == RESIL_REJECTED && d->o[i].reason == RESIL_REASON_BULKHEAD_FULL) full++;
   }
   assert_int_equal(ok, 2);
   assert_int_equal(full, 3);
@@ -460,22 +418,20 @@ static void breaker_and_bulkhead_reject_without_sending(void **state) {
   assert_int_equal(resil_bulkhead_available(bh), 2);
   /* An open breaker: nothing is sent. */
   assert_int_equal(resil_breaker_transition(br, RESIL_BREAKER_FORCED_OPEN), RESIL_OK);
-  assert_int_equal(submit(e, &d, 5, "item", KV("id", "5"), &pol, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 6, 10000));
-  assert_int_equal(d.o[5].kind, RESIL_REJECTED);
-  assert_int_equal(d.o[5].reason, RESIL_REASON_BREAKER_OPEN);
-  assert_int_equal(d.status[5], -1);
+  assert_int_equal(submit(t->e, d, 5, "item", KV("id", "5"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 6, 10000));
+  assert_int_equal(d->o[5].kind, RESIL_REJECTED);
+  assert_int_equal(d->o[5].reason, RESIL_REASON_BREAKER_OPEN);
+  assert_int_equal(d->status[5], -1);
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_breaker_free(br);
   resil_bulkhead_free(bh);
-  resil_http_client_free(c);
 }
 
 static void ratelimiter_reservations_are_timers(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   resil_ratelimiter_config rlc;
   resil_ratelimiter_config_init(&rlc);
   rlc.limit_for_period = 1;
@@ -486,120 +442,93 @@ static void ratelimiter_reservations_are_timers(void **state) {
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.ratelimiter = rl;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   int64_t t0 = mono_ms();
   char ids[4][4] = {"0", "1", "2", "3"};
   for (size_t i = 0; i < 4; i++)
-    assert_int_equal(submit(e, &d, i, "item", KV("id", ids[i]), &pol, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 4, 20000));
-  for (size_t i = 0; i < 4; i++) assert_int_equal(d.status[i], 200);
+    assert_int_equal(submit(t->e, d, i, "item", KV("id", ids[i]), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 4, 20000));
+  for (size_t i = 0; i < 4; i++) assert_int_equal(d->status[i], 200);
   /* One permit per 150 ms: the fourth call waited at least ~2 periods. */
   int64_t last = 0;
   for (size_t i = 0; i < 4; i++)
-    if (d.at_ms[i] - t0 > last) last = d.at_ms[i] - t0;
+    if (d->at_ms[i] - t0 > last) last = d->at_ms[i] - t0;
   assert_true(last >= 280);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_ratelimiter_free(rl);
-  resil_http_client_free(c);
 }
 
 static void submit_errors_never_call_back_and_expired_deadline_completes_later(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
-  resil_engine_handle *h = (resil_engine_handle *)&d;
-  assert_int_equal(submit(e, &d, 0, "nope", NULL, NULL, NULL, &h), RESIL_EINVAL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  done_rec *d = rec_new();
+  resil_engine_handle *h = (resil_engine_handle *)d;
+  assert_int_equal(submit(t->e, d, 0, "nope", NULL, NULL, NULL, &h), RESIL_EINVAL);
   assert_null(h);
   resil_ctx bad;
   memset(&bad, 0, sizeof bad);
-  assert_int_equal(submit(e, &d, 0, "item", KV("id", "1"), NULL, &bad, NULL), RESIL_EINVAL);
+  assert_int_equal(submit(t->e, d, 0, "item", KV("id", "1"), NULL, &bad, NULL), RESIL_EINVAL);
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   resil_ctx_set_timeout_ns(&ctx, 0);
-  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), NULL, &ctx, NULL), RESIL_OK);
-  assert_int_equal(atomic_load(&d.done), 0);
-  assert_true(tl_run_until(&l, &d.done, 1, 10000));
-  for (int i = 0; i < 3; i++) tl_run_once(&l, 5);
-  assert_int_equal(atomic_load(&d.done), 1);
-  assert_int_equal(d.count[0], 0);
-  assert_int_equal(d.o[1].kind, RESIL_REJECTED);
-  assert_int_equal(d.o[1].reason, RESIL_REASON_DEADLINE);
-  assert_int_equal(d.inside_submit, 0);
+  assert_int_equal(submit(t->e, d, 1, "item", KV("id", "1"), NULL, &ctx, NULL), RESIL_OK);
+  assert_int_equal(atomic_load(&d->done), 0);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 10000));
+  for (int i = 0; i < 3; i++) tl_run_once(&t->l, 5);
+  assert_int_equal(atomic_load(&d->done), 1);
+  assert_int_equal(d->count[0], 0);
+  assert_int_equal(d->o[1].kind, RESIL_REJECTED);
+  assert_int_equal(d->o[1].reason, RESIL_REASON_DEADLINE);
+  assert_int_equal(d->inside_submit, 0);
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 static void engine_free_completes_running_calls_once(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  done_rec *d = rec_new();
   resil_engine_handle *h = NULL;
-  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "5000"), NULL, NULL, &h), RESIL_OK);
-  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), NULL, NULL, NULL), RESIL_OK);
+  assert_int_equal(submit(t->e, d, 0, "slow", KV("ms", "5000"), NULL, NULL, &h), RESIL_OK);
+  assert_int_equal(submit(t->e, d, 1, "item", KV("id", "1"), NULL, NULL, NULL), RESIL_OK);
   int64_t end = mono_ms() + 10000;
-  while (resil_fixture_attempts(s->f, "slow") < 1 && mono_ms() < end) tl_run_once(&l, 10);
-  resil_engine_free(e);
-  assert_int_equal(atomic_load(&d.done), 2);
-  assert_int_equal(d.count[0], 1);
-  assert_int_equal(d.count[1], 1);
-  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
-  assert_int_equal(d.o[0].reason, RESIL_REASON_CANCELLED);
+  while (resil_fixture_attempts(s->f, "slow") < 1 && mono_ms() < end) tl_run_once(&t->l, 10);
+  resil_engine_free(t->e);
+  t->e = NULL;
+  assert_int_equal(atomic_load(&d->done), 2);
+  assert_int_equal(d->count[0], 1);
+  assert_int_equal(d->count[1], 1);
+  assert_int_equal(d->o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d->o[0].reason, RESIL_REASON_CANCELLED);
   /* The handle outlives the engine until released; cancel is a no-op. */
   resil_engine_cancel(h);
   resil_engine_handle_release(h);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 static void attempt_timeout_ends_each_attempt_and_the_retry_goes_on(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = 2;
-  rc.wait_ns = RESIL_MS(10);
-  resil_retry *retry = NULL;
-  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_retry *retry = retry_of(2, RESIL_MS(10));
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.retry = retry;
   pol.attempt_timeout_ns = RESIL_MS(150);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   int64_t t0 = mono_ms();
-  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 1, 20000));
-  int64_t took = d.at_ms[0] - t0;
+  assert_int_equal(submit(t->e, d, 0, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 20000));
+  int64_t took = d->at_ms[0] - t0;
   /* A GET is idempotent: the UNKNOWN(TIMEOUT) attempt is retried once. */
-  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
-  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
-  assert_int_equal(d.o[0].attempts, 2);
-  assert_int_equal(d.o[0].stop, RESIL_STOP_MAX_ATTEMPTS);
+  assert_int_equal(d->o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d->o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_int_equal(d->o[0].attempts, 2);
+  assert_int_equal(d->o[0].stop, RESIL_STOP_MAX_ATTEMPTS);
   assert_int_equal(resil_fixture_attempts(s->f, "slow"), 2);
   assert_true(took >= 300);
   assert_true(took < 2500);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_retry_free(retry);
-  resil_http_client_free(c);
 }
 
 static void response_timeout(resil_http_client_config *cfg, void *u) {
@@ -609,60 +538,43 @@ static void response_timeout(resil_http_client_config *cfg, void *u) {
 
 static void client_response_timeout_applies_on_the_engine(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, response_timeout, NULL);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
-  d.keep_responses = 1;
+  te_env *t = te_open(s->f, eps, NEPS, response_timeout, NULL);
+  done_rec *d = rec_new();
+  d->keep_responses = 1;
   int64_t t0 = mono_ms();
-  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), NULL, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 1, 20000));
-  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
-  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
-  assert_string_equal(resil_http_response_error(d.keep[0]), "response timeout");
-  assert_true(d.at_ms[0] - t0 >= 195);
-  assert_true(d.at_ms[0] - t0 < 2500);
-  resil_http_response_free(d.keep[0]);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  assert_int_equal(submit(t->e, d, 0, "slow", KV("ms", "3000"), NULL, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 20000));
+  assert_int_equal(d->o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d->o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_string_equal(resil_http_response_error(d->keep[0]), "response timeout");
+  assert_true(d->at_ms[0] - t0 >= 195);
+  assert_true(d->at_ms[0] - t0 < 2500);
+  resil_http_response_free(d->keep[0]);
+  te_close(t);
 }
 
 static void retry_after_is_a_timer(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = 3;
-  rc.wait_ns = RESIL_MS(1);
-  resil_retry *retry = NULL;
-  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_retry *retry = retry_of(3, RESIL_MS(1));
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.retry = retry;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   int64_t t0 = mono_ms();
   /* 503 with Retry-After: 1, then 200; a fast call meanwhile is not held. */
-  assert_int_equal(submit(e, &d, 0, "seq", KV("id", "ra", "codes", "503,200", "ra", "1"), &pol,
+  assert_int_equal(submit(t->e, d, 0, "seq", KV("id", "ra", "codes", "503,200", "ra", "1"), &pol,
                           NULL, NULL),
                    RESIL_OK);
-  assert_int_equal(submit(e, &d, 1, "item", KV("id", "7"), NULL, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 2, 20000));
-  assert_int_equal(d.o[0].http_status, 200);
-  assert_int_equal(d.o[0].attempts, 2);
-  assert_true(d.at_ms[0] - t0 >= 950);
-  assert_int_equal(d.status[1], 200);
-  assert_true(d.at_ms[1] < d.at_ms[0]);
-  resil_engine_free(e);
-  tl_close(&l);
+  assert_int_equal(submit(t->e, d, 1, "item", KV("id", "7"), NULL, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 2, 20000));
+  assert_int_equal(d->o[0].http_status, 200);
+  assert_int_equal(d->o[0].attempts, 2);
+  assert_true(d->at_ms[0] - t0 >= 950);
+  assert_int_equal(d->status[1], 200);
+  assert_true(d->at_ms[1] < d->at_ms[0]);
+  te_close(t);
   resil_retry_free(retry);
-  resil_http_client_free(c);
 }
 
 static void engine_config_is_validated(void **state) {
@@ -715,32 +627,26 @@ static void engine_config_is_validated(void **state) {
 static void deadline_of_a_call_waiting_for_a_connection_is_not_sent(void **state) {
   fx_state *s = *state;
   uint32_t pool = 1;
-  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  te_env *t = te_open(s->f, eps, NEPS, pool_of, &pool);
+  done_rec *d = rec_new();
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   resil_ctx_set_timeout_ns(&ctx, RESIL_MS(1500));
   /* Call 0 holds the one connection for 3 s (ended by its own 1.5 s
    * deadline); call 1 waits inside libcurl for it and is never sent. */
-  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), NULL, &ctx, NULL), RESIL_OK);
+  assert_int_equal(submit(t->e, d, 0, "slow", KV("ms", "3000"), NULL, &ctx, NULL), RESIL_OK);
   resil_ctx_init(&ctx);
   int64_t t0 = mono_ms();
   resil_ctx_set_timeout_ns(&ctx, RESIL_MS(300));
-  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), NULL, &ctx, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 2, 20000));
-  assert_int_equal(d.o[1].kind, RESIL_NOT_SENT);
-  assert_true(d.at_ms[1] - t0 >= 295);
-  assert_true(d.at_ms[1] < d.at_ms[0]);
-  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(submit(t->e, d, 1, "item", KV("id", "1"), NULL, &ctx, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 2, 20000));
+  assert_int_equal(d->o[1].kind, RESIL_NOT_SENT);
+  assert_true(d->at_ms[1] - t0 >= 295);
+  assert_true(d->at_ms[1] < d->at_ms[0]);
+  assert_int_equal(d->o[0].kind, RESIL_UNKNOWN);
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
   assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
-  resil_engine_free(e);
-  tl_close(&l);
-  resil_http_client_free(c);
+  te_close(t);
 }
 
 typedef struct log_capture {
@@ -771,30 +677,21 @@ static void log_headers(resil_http_client_config *cfg, void *u) {
 static void keyed_post_retried_with_one_key_and_secrets_redacted(void **state) {
   fx_state *s = *state;
   memset(&logs, 0, sizeof logs);
-  resil_http_client *c = client_on(s->f, eps, NEPS, log_headers, NULL);
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = 3;
-  rc.wait_ns = RESIL_MS(10);
-  resil_retry *retry = NULL;
-  assert_int_equal(resil_retry_new(&rc, &retry, NULL), RESIL_OK);
+  te_env *t = te_open(s->f, eps, NEPS, log_headers, NULL);
+  resil_retry *retry = retry_of(3, RESIL_MS(10));
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.retry = retry;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
-  d.keep_responses = 1;
-  assert_int_equal(submit(e, &d, 0, "flaky_keyed", KV("id", "k1", "n", "1", "tok", "s3cr3t"), &pol,
-                          NULL, NULL),
+  done_rec *d = rec_new();
+  d->keep_responses = 1;
+  assert_int_equal(submit(t->e, d, 0, "flaky_keyed", KV("id", "k1", "n", "1", "tok", "s3cr3t"),
+                          &pol, NULL, NULL),
                    RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 1, 20000));
-  assert_int_equal(d.o[0].http_status, 200);
-  assert_int_equal(d.o[0].attempts, 2);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 20000));
+  assert_int_equal(d->o[0].http_status, 200);
+  assert_int_equal(d->o[0].attempts, 2);
   assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 2);
-  const char *key = resil_http_response_idempotency_key(d.keep[0]);
+  const char *key = resil_http_response_idempotency_key(d->keep[0]);
   assert_non_null(key);
   char seen[300] = "";
   assert_int_equal(resil_fixture_last_header(s->f, "flaky", "idempotency-key", seen, sizeof seen),
@@ -802,11 +699,9 @@ static void keyed_post_retried_with_one_key_and_secrets_redacted(void **state) {
   assert_string_equal(seen, key);
   assert_true(logs.auth_lines >= 2);
   assert_int_equal(logs.secret_seen, 0);
-  resil_http_response_free(d.keep[0]);
-  resil_engine_free(e);
-  tl_close(&l);
+  resil_http_response_free(d->keep[0]);
+  te_close(t);
   resil_retry_free(retry);
-  resil_http_client_free(c);
 }
 
 /* ---- bulkhead waiting ------------------------------------------------------------- */
@@ -824,22 +719,18 @@ static resil_bulkhead *bulkhead_of(uint32_t n, int64_t max_wait_ns) {
 static void bulkhead_waiters_queue_and_all_succeed_at_most_n_at_once(void **state) {
   fx_state *s = *state;
   uint32_t pool = 16;
-  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  te_env *t = te_open(s->f, eps, NEPS, pool_of, &pool);
   resil_bulkhead *bh = bulkhead_of(2, RESIL_S(30));
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.bulkhead = bh;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   for (size_t i = 0; i < 6; i++)
-    assert_int_equal(submit(e, &d, i, "slow", KV("ms", "50"), &pol, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 6, 30000));
+    assert_int_equal(submit(t->e, d, i, "slow", KV("ms", "50"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 6, 30000));
   for (size_t i = 0; i < 6; i++) {
-    assert_int_equal(d.count[i], 1);
-    assert_int_equal(d.o[i].http_status, 200);
+    assert_int_equal(d->count[i], 1);
+    assert_int_equal(d->o[i].http_status, 200);
   }
   resil_bulkhead_metrics m;
   assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
@@ -847,52 +738,44 @@ static void bulkhead_waiters_queue_and_all_succeed_at_most_n_at_once(void **stat
   assert_int_equal(m.handed_over, 4);
   assert_int_equal(m.waiting, 0);
   assert_int_equal(m.in_flight, 0);
-  assert_true(resil_engine_peak_in_flight(e) <= 2);
+  assert_true(resil_engine_peak_in_flight(t->e) <= 2);
   assert_int_equal(resil_fixture_effects(s->f, "slow"), 6);
-  assert_int_equal(d.wrong_thread, 0);
-  assert_int_equal(d.inside_submit, 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  assert_int_equal(d->wrong_thread, 0);
+  assert_int_equal(d->inside_submit, 0);
+  te_close(t);
   resil_bulkhead_free(bh);
-  resil_http_client_free(c);
 }
 
 static void bulkhead_max_wait_expires_rejected_nothing_sent(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   resil_bulkhead *bh = bulkhead_of(1, RESIL_MS(100));
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.bulkhead = bh;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   int64_t t0 = mono_ms();
-  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
-  assert_int_equal(submit(e, &d, 1, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(submit(t->e, d, 0, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
+  assert_int_equal(submit(t->e, d, 1, "slow", KV("ms", "3000"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
   /* The waiter's max wait ends it, long before the holder's answer. */
-  assert_int_equal(d.count[1], 1);
-  assert_int_equal(d.count[0], 0);
-  assert_int_equal(d.o[1].kind, RESIL_REJECTED);
-  assert_int_equal(d.o[1].reason, RESIL_REASON_BULKHEAD_FULL);
-  assert_int_equal(d.status[1], -1);
-  assert_true(d.at_ms[1] - t0 >= 100);
-  assert_true(d.at_ms[1] - t0 < 2500);
+  assert_int_equal(d->count[1], 1);
+  assert_int_equal(d->count[0], 0);
+  assert_int_equal(d->o[1].kind, RESIL_REJECTED);
+  assert_int_equal(d->o[1].reason, RESIL_REASON_BULKHEAD_FULL);
+  assert_int_equal(d->status[1], -1);
+  assert_true(d->at_ms[1] - t0 >= 100);
+  assert_true(d->at_ms[1] - t0 < 2500);
   resil_bulkhead_metrics m;
   assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
   assert_int_equal(m.withdrawn, 1);
   assert_int_equal(m.waiting, 0);
-  assert_true(tl_run_until(&l, &d.done, 2, 30000));
-  assert_int_equal(d.o[0].http_status, 200);
+  assert_true(tl_run_until(&t->l, &d->done, 2, 30000));
+  assert_int_equal(d->o[0].http_status, 200);
   assert_int_equal(resil_fixture_effects(s->f, "slow"), 1);
   assert_int_equal(resil_bulkhead_available(bh), 1);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_bulkhead_free(bh);
-  resil_http_client_free(c);
 }
 
 typedef struct bh_holder {
@@ -910,38 +793,32 @@ static void *release_main(void *u) {
 
 static void slot_released_on_another_thread_starts_the_waiting_call(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   resil_bulkhead *bh = bulkhead_of(1, RESIL_S(30));
   /* A blocking caller holds the one slot. */
   assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), RESIL_DECISION_GO);
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.bulkhead = bh;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
-  assert_int_equal(submit(e, &d, 0, "item", KV("id", "7"), &pol, NULL, NULL), RESIL_OK);
+  done_rec *d = rec_new();
+  assert_int_equal(submit(t->e, d, 0, "item", KV("id", "7"), &pol, NULL, NULL), RESIL_OK);
   /* Let the call queue, then release from the other thread. */
-  for (int i = 0; i < 5; i++) tl_run_once(&l, 5);
-  assert_int_equal(d.count[0], 0);
+  for (int i = 0; i < 5; i++) tl_run_once(&t->l, 5);
+  assert_int_equal(d->count[0], 0);
   bh_holder hd = {.bh = bh};
   atomic_init(&hd.go, 1);
   pthread_t th;
   pthread_create(&th, NULL, release_main, &hd);
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
   pthread_join(th, NULL);
-  assert_int_equal(d.o[0].http_status, 200);
-  assert_int_equal(d.wrong_thread, 0);
+  assert_int_equal(d->o[0].http_status, 200);
+  assert_int_equal(d->wrong_thread, 0);
   resil_bulkhead_metrics m;
   assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
   assert_int_equal(m.handed_over, 1);
   assert_int_equal(resil_bulkhead_available(bh), 1);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_bulkhead_free(bh);
-  resil_http_client_free(c);
 }
 
 /* Many waiters whose max wait expires while other threads release slots:
@@ -960,7 +837,7 @@ static void *churn_main(void *u) {
 static void waiters_racing_releases_never_lose_a_slot(void **state) {
   fx_state *s = *state;
   uint32_t pool = 16;
-  resil_http_client *c = client_on(s->f, eps, NEPS, pool_of, &pool);
+  te_env *t = te_open(s->f, eps, NEPS, pool_of, &pool);
   resil_bulkhead_config hc;
   resil_bulkhead_config_init(&hc);
   hc.max_concurrent = 2;
@@ -971,26 +848,22 @@ static void waiters_racing_releases_never_lose_a_slot(void **state) {
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.bulkhead = bh;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   bh_holder hd = {.bh = bh};
   atomic_init(&hd.go, 0);
   pthread_t th[2];
   for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, churn_main, &hd);
   enum { N = 200 };
   for (size_t i = 0; i < N; i++)
-    assert_int_equal(submit(e, &d, i, "item", KV("id", "3"), &pol, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, N, 60000));
+    assert_int_equal(submit(t->e, d, i, "item", KV("id", "3"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, N, 60000));
   atomic_store(&hd.go, 1);
   for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
   size_t ok = 0, full = 0;
   for (size_t i = 0; i < N; i++) {
-    assert_int_equal(d.count[i], 1);
-    if (d.o[i].http_status == 200) ok++;
-    else if (d.o[i].kind == RESIL_REJECTED && d.o[i].reason == RESIL_REASON_BULKHEAD_FULL) full++;
+    assert_int_equal(d->count[i], 1);
+    if (d->o[i].http_status == 200) ok++;
+    else if (d->o[i].kind == RESIL_REJECTED && d->o[i].reason == RESIL_REASON_BULKHEAD_FULL) full++;
   }
   assert_int_equal(ok + full, N);
   assert_int_equal(resil_fixture_attempts(s->f, "items"), (long)ok);
@@ -998,58 +871,50 @@ static void waiters_racing_releases_never_lose_a_slot(void **state) {
   resil_bulkhead_metrics m;
   assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
   assert_int_equal(m.waiting, 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_bulkhead_free(bh);
-  resil_http_client_free(c);
 }
 
 /* ---- cancellation of a waiting call, and the ctx's token ----------------------- */
 
 static void cancel_from_another_thread_of_a_call_queued_for_a_slot_sends_nothing(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   resil_bulkhead *bh = bulkhead_of(1, RESIL_S(30));
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.bulkhead = bh;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   resil_engine_handle *h = NULL;
-  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "300"), &pol, NULL, NULL), RESIL_OK);
-  assert_int_equal(submit(e, &d, 1, "item", KV("id", "1"), &pol, NULL, &h), RESIL_OK);
-  for (int i = 0; i < 5; i++) tl_run_once(&l, 5);
+  assert_int_equal(submit(t->e, d, 0, "slow", KV("ms", "300"), &pol, NULL, NULL), RESIL_OK);
+  assert_int_equal(submit(t->e, d, 1, "item", KV("id", "1"), &pol, NULL, &h), RESIL_OK);
+  for (int i = 0; i < 5; i++) tl_run_once(&t->l, 5);
   resil_bulkhead_metrics m;
   assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
   assert_int_equal(m.waiting, 1);
   pthread_t th;
   int64_t t0 = mono_ms();
   pthread_create(&th, NULL, cancel_now_main, h);
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
   pthread_join(th, NULL);
-  assert_int_equal(d.count[1], 1);
-  assert_int_equal(d.count[0], 0);
-  assert_int_equal(d.o[1].kind, RESIL_NOT_SENT);
-  assert_int_equal(d.o[1].reason, RESIL_REASON_CANCELLED);
-  assert_int_equal(d.o[1].attempts, 0);
-  assert_int_equal(d.status[1], -1);
-  assert_true(d.at_ms[1] - t0 < 250); /* before the holder's answer */
+  assert_int_equal(d->count[1], 1);
+  assert_int_equal(d->count[0], 0);
+  assert_int_equal(d->o[1].kind, RESIL_NOT_SENT);
+  assert_int_equal(d->o[1].reason, RESIL_REASON_CANCELLED);
+  assert_int_equal(d->o[1].attempts, 0);
+  assert_int_equal(d->status[1], -1);
+  assert_true(d->at_ms[1] - t0 < 250); /* before the holder's answer */
   assert_int_equal(resil_bulkhead_get_metrics(bh, &m), RESIL_OK);
   assert_int_equal(m.waiting, 0);
   assert_int_equal(m.withdrawn, 1);
-  assert_true(tl_run_until(&l, &d.done, 2, 30000));
-  assert_int_equal(d.o[0].http_status, 200);
+  assert_true(tl_run_until(&t->l, &d->done, 2, 30000));
+  assert_int_equal(d->o[0].http_status, 200);
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
   assert_int_equal(resil_bulkhead_available(bh), 1);
-  assert_int_equal(d.wrong_thread, 0);
+  assert_int_equal(d->wrong_thread, 0);
   resil_engine_handle_release(h);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_bulkhead_free(bh);
-  resil_http_client_free(c);
 }
 
 typedef struct token_setter {
@@ -1066,31 +931,25 @@ static void *token_main(void *u) {
 
 static void ctx_cancel_token_ends_a_call_in_flight(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  done_rec *d = rec_new();
   resil_cancel *tok = NULL;
   assert_int_equal(resil_cancel_new(&tok), RESIL_OK);
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.cancel = tok;
-  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "8000"), NULL, &ctx, NULL), RESIL_OK);
+  assert_int_equal(submit(t->e, d, 0, "slow", KV("ms", "8000"), NULL, &ctx, NULL), RESIL_OK);
   token_setter ts = {tok, s->f};
   pthread_t th;
   pthread_create(&th, NULL, token_main, &ts);
   int64_t t0 = mono_ms();
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
   pthread_join(th, NULL);
-  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
-  assert_int_equal(d.o[0].reason, RESIL_REASON_CANCELLED);
-  assert_true(d.at_ms[0] - t0 < 4000); /* long before the 8 s answer */
-  resil_engine_free(e);
-  tl_close(&l);
+  assert_int_equal(d->o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d->o[0].reason, RESIL_REASON_CANCELLED);
+  assert_true(d->at_ms[0] - t0 < 4000); /* long before the 8 s answer */
+  te_close(t);
   resil_cancel_free(tok);
-  resil_http_client_free(c);
 }
 
 /* ---- hedging ------------------------------------------------------------------------ */
@@ -1109,42 +968,36 @@ static resil_hedge *hedge_of(int64_t delay_ns, uint32_t max_hedges, uint32_t ext
 
 static void hedge_wins_a_slow_get_and_the_primary_is_removed_at_once(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   resil_hedge *h = hedge_of(RESIL_MS(100), 1, 0);
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.hedge = h;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   int64_t t0 = mono_ms();
   /* The first attempt for the id sleeps 5 s; the next answers at once. */
-  assert_int_equal(submit(e, &d, 0, "slow_first", KV("id", "h1", "ms", "5000"), &pol, NULL, NULL),
+  assert_int_equal(submit(t->e, d, 0, "slow_first", KV("id", "h1", "ms", "5000"), &pol, NULL, NULL),
                    RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
-  assert_int_equal(d.count[0], 1);
-  assert_int_equal(d.o[0].http_status, 200);
-  assert_int_equal(d.status[0], 200);
-  assert_true(d.at_ms[0] - t0 < 4000);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
+  assert_int_equal(d->count[0], 1);
+  assert_int_equal(d->o[0].http_status, 200);
+  assert_int_equal(d->status[0], 200);
+  assert_true(d->at_ms[0] - t0 < 4000);
   assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 2);
-  assert_int_equal(resil_engine_in_flight(e), 0); /* the primary was removed */
+  assert_int_equal(resil_engine_in_flight(t->e), 0); /* the primary was removed */
   resil_hedge_metrics m;
   assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
   assert_int_equal(m.hedges_sent, 1);
   assert_int_equal(m.hedges_won, 1);
   assert_int_equal(m.cancelled_losers, 1);
-  assert_int_equal(d.wrong_thread, 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  assert_int_equal(d->wrong_thread, 0);
+  te_close(t);
   resil_hedge_free(h);
-  resil_http_client_free(c);
 }
 
 static void keyed_post_hedged_twice_makes_one_effect(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   /* All three at once: the primary holds the key PENDING for 300 ms, the
    * two hedges meet it so (409, which keeps waiting here), the primary's
    * 201 wins. */
@@ -1152,88 +1005,70 @@ static void keyed_post_hedged_twice_makes_one_effect(void **state) {
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.hedge = h;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
-  assert_int_equal(submit(e, &d, 0, "idem", KV("name", "hk1", "ms", "300"), &pol, NULL, NULL),
+  done_rec *d = rec_new();
+  assert_int_equal(submit(t->e, d, 0, "idem", KV("name", "hk1", "ms", "300"), &pol, NULL, NULL),
                    RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
-  assert_int_equal(d.o[0].http_status, 201);
-  assert_int_equal(d.count[0], 1);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
+  assert_int_equal(d->o[0].http_status, 201);
+  assert_int_equal(d->count[0], 1);
   assert_int_equal(resil_fixture_attempts(s->f, "idem"), 3);
   assert_int_equal(resil_fixture_effects(s->f, "idem"), 1);
   resil_hedge_metrics m;
   assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
   assert_int_equal(m.hedges_sent, 2);
-  assert_int_equal(resil_engine_in_flight(e), 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  assert_int_equal(resil_engine_in_flight(t->e), 0);
+  te_close(t);
   resil_hedge_free(h);
-  resil_http_client_free(c);
 }
 
 static void unkeyed_post_is_never_hedged(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   resil_hedge *h = hedge_of(RESIL_MS(10), 2, 0);
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.hedge = h;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
-  assert_int_equal(submit(e, &d, 0, "post_slow", KV("ms", "300"), &pol, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
-  assert_int_equal(d.o[0].http_status, 200);
+  done_rec *d = rec_new();
+  assert_int_equal(submit(t->e, d, 0, "post_slow", KV("ms", "300"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
+  assert_int_equal(d->o[0].http_status, 200);
   assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
   resil_hedge_metrics m;
   assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
   assert_int_equal(m.passed_unsafe, 1);
   assert_int_equal(m.hedges_sent, 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_hedge_free(h);
-  resil_http_client_free(c);
 }
 
 static void deadline_removes_the_primary_and_its_hedges(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   resil_hedge *h = hedge_of(RESIL_MS(50), 2, 0);
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.hedge = h;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
+  done_rec *d = rec_new();
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   resil_ctx_set_timeout_ns(&ctx, RESIL_MS(600));
   int64_t t0 = mono_ms();
   /* Every attempt sleeps 5 s. */
-  assert_int_equal(submit(e, &d, 0, "slow_first3", KV("id", "h2", "ms", "5000"), &pol, &ctx, NULL),
-                   RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
-  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
-  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
-  assert_true(d.at_ms[0] - t0 < 4000);
+  assert_int_equal(
+      submit(t->e, d, 0, "slow_first3", KV("id", "h2", "ms", "5000"), &pol, &ctx, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
+  assert_int_equal(d->o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d->o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_true(d->at_ms[0] - t0 < 4000);
   assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 3);
-  assert_int_equal(resil_engine_in_flight(e), 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  assert_int_equal(resil_engine_in_flight(t->e), 0);
+  te_close(t);
   resil_hedge_free(h);
-  resil_http_client_free(c);
 }
 
 static void hedges_spend_the_retry_budget(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   resil_retry_budget_config bc;
   resil_retry_budget_config_init(&bc);
   bc.min_retries_per_s = 0;
@@ -1249,25 +1084,19 @@ static void hedges_spend_the_retry_budget(void **state) {
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.hedge = h;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
-  static done_rec d;
-  rec_init(&d);
-  assert_int_equal(submit(e, &d, 0, "slow_first", KV("id", "hb", "ms", "400"), &pol, NULL, NULL),
+  done_rec *d = rec_new();
+  assert_int_equal(submit(t->e, d, 0, "slow_first", KV("id", "hb", "ms", "400"), &pol, NULL, NULL),
                    RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, 1, 30000));
-  assert_int_equal(d.o[0].http_status, 200);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 30000));
+  assert_int_equal(d->o[0].http_status, 200);
   assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 1);
   resil_hedge_metrics m;
   assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
   assert_int_equal(m.refused_by_budget, 1);
   assert_int_equal(m.hedges_sent, 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_hedge_free(h);
   resil_retry_budget_free(b);
-  resil_http_client_free(c);
 }
 
 int main(void) {

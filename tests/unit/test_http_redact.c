@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "http/http_int.h"
+#include "http/log_int.h"
 #include "test_http_common.h"
 
 /* ---- log capture ------------------------------------------------------- */

@@ -5,7 +5,7 @@
  * bulkhead layers). */
 #include <stdlib.h>
 
-#include "http/http_int.h"
+#include "http/client_int.h"
 #include "test_http_common.h"
 
 static const char *const secret_headers[] = {

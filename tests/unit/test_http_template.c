@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/http_int.h"
+#include "http/log_int.h"
+#include "http/template.h"
 #include "test_http_common.h"
 
 /* The fuzz target itself, so that its checks run on the corpus here. */

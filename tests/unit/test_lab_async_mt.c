@@ -36,55 +36,63 @@ static void wrong_fails(const lab_experiment *e) {
   lab_result_clear(&r);
 }
 
+/* One experiment's run: exp_begin finds it (or skips the test), runs it
+ * and prints its summary; exp_end clears the result and runs the wrong
+ * variant, which must fail its named check. */
+typedef struct exp_run {
+  const lab_experiment *e;
+  lab_result r;
+} exp_run;
+
+static json_t *exp_begin(exp_run *x, const char *id) {
+  x->e = find_or_skip(id);
+  lab_run_one(x->e, &x->r);
+  print_message("%s: %s\n", id, x->r.summary);
+  return x->r.observed;
+}
+
+static void exp_end(exp_run *x) {
+  lab_result_clear(&x->r);
+  wrong_fails(x->e);
+}
+
 static void a1_ten_thousand_gets_on_one_loop_thread(void **s) {
   (void)s;
-  const lab_experiment *e = find_or_skip("A1");
-  lab_result r;
-  lab_run_one(e, &r);
-  print_message("A1: %s\n", r.summary);
-  json_t *o = r.observed;
+  exp_run x;
+  json_t *o = exp_begin(&x, "A1");
   assert_int_equal(num(o, "calls"), 10000);
   assert_int_equal(num(o, "answered"), 10000);
   assert_int_equal(num(o, "completed"), 10000);
   assert_int_equal(num(o, "loop_threads"), 1);
   assert_int_equal(num(o, "peak_in_flight"), 10000);
   assert_int_equal(num(o, "upstream_saw"), 10000);
-  assert_true(r.pass);
-  lab_result_clear(&r);
-  wrong_fails(e);
+  assert_true(x.r.pass);
+  exp_end(&x);
 }
 
 static void a2_backoffs_are_timers(void **s) {
   (void)s;
-  const lab_experiment *e = find_or_skip("A2");
-  lab_result r;
-  lab_run_one(e, &r);
-  print_message("A2: %s\n", r.summary);
-  json_t *o = r.observed;
+  exp_run x;
+  json_t *o = exp_begin(&x, "A2");
   assert_int_equal(num(o, "calls"), 200);
   assert_int_equal(num(o, "attempts"), 600);
   assert_int_equal(num(o, "succeeded"), 200);
   assert_int_equal(num(o, "loop_threads"), 1);
   /* The waits add up to 20 s; overlapping, they take about 100 ms. */
   assert_true(num(o, "elapsed_ms") < 5000);
-  lab_result_clear(&r);
-  wrong_fails(e);
+  exp_end(&x);
 }
 
 static void a3_deadline_removes_slow_transfers_at_once(void **s) {
   (void)s;
-  const lab_experiment *e = find_or_skip("A3");
-  lab_result r;
-  lab_run_one(e, &r);
-  print_message("A3: %s\n", r.summary);
-  json_t *o = r.observed;
+  exp_run x;
+  json_t *o = exp_begin(&x, "A3");
   assert_int_equal(num(o, "deadline_outcomes"), 100);
   assert_int_equal(num(o, "fast_ok"), 1000);
   assert_true(num(o, "deadline_earliest_late_ms") >= 0);
   /* Far before the route's 2 s answer. */
   assert_true(num(o, "deadline_p99_late_ms") < 1000);
-  lab_result_clear(&r);
-  wrong_fails(e);
+  exp_end(&x);
 }
 
 static const char *str(json_t *o, const char *k) {
@@ -95,11 +103,8 @@ static const char *str(json_t *o, const char *k) {
 
 static void a4_cancel_from_another_thread(void **s) {
   (void)s;
-  const lab_experiment *e = find_or_skip("A4");
-  lab_result r;
-  lab_run_one(e, &r);
-  print_message("A4: %s\n", r.summary);
-  json_t *o = r.observed;
+  exp_run x;
+  json_t *o = exp_begin(&x, "A4");
   assert_string_equal(str(o, "outcome_sent"), "UNKNOWN");
   const char *w = str(o, "outcome_waiting");
   assert_true(strcmp(w, "NOT_SENT") == 0 || strcmp(w, "REJECTED") == 0);
@@ -108,17 +113,13 @@ static void a4_cancel_from_another_thread(void **s) {
   assert_int_equal(num(o, "loop_threads"), 1);
   /* Far before the route's 5 s answer, whatever the load. */
   assert_true(num(o, "cancel_latency_ms") < 1000);
-  lab_result_clear(&r);
-  wrong_fails(e);
+  exp_end(&x);
 }
 
 static void a5_bulkhead_queue_on_the_loop(void **s) {
   (void)s;
-  const lab_experiment *e = find_or_skip("A5");
-  lab_result r;
-  lab_run_one(e, &r);
-  print_message("A5: %s\n", r.summary);
-  json_t *o = r.observed;
+  exp_run x;
+  json_t *o = exp_begin(&x, "A5");
   assert_int_equal(num(o, "calls"), 100);
   /* Ten rounds of 50 ms take about 500 ms of the 1 s max wait: on a loaded
    * machine (or under a sanitizer) the last waiters may run out of it, so
@@ -132,17 +133,13 @@ static void a5_bulkhead_queue_on_the_loop(void **s) {
   assert_true(num(o, "peak_in_flight_transfers") <= 10);
   assert_int_equal(num(o, "effects"), ok);
   assert_int_equal(num(o, "loop_threads"), 1);
-  lab_result_clear(&r);
-  wrong_fails(e);
+  exp_end(&x);
 }
 
 static void a6_hedging_on_the_engine(void **s) {
   (void)s;
-  const lab_experiment *e = find_or_skip("A6");
-  lab_result r;
-  lab_run_one(e, &r);
-  print_message("A6: %s\n", r.summary);
-  json_t *o = r.observed;
+  exp_run x;
+  json_t *o = exp_begin(&x, "A6");
   assert_int_equal(num(o, "attempts"), 2);
   assert_int_equal(num(o, "cancelled"), 1);
   assert_int_equal(num(o, "get_status"), 200);
@@ -156,23 +153,18 @@ static void a6_hedging_on_the_engine(void **s) {
   assert_int_equal(num(o, "unkeyed_attempts"), 1);
   assert_int_equal(num(o, "in_flight_after"), 0);
   assert_int_equal(num(o, "loop_threads"), 1);
-  lab_result_clear(&r);
-  wrong_fails(e);
+  exp_end(&x);
 }
 
 static void a8_a1_on_libuv(void **s) {
   (void)s;
-  const lab_experiment *e = find_or_skip("A8");
-  lab_result r;
-  lab_run_one(e, &r);
-  print_message("A8: %s\n", r.summary);
-  json_t *o = r.observed;
+  exp_run x;
+  json_t *o = exp_begin(&x, "A8");
   assert_int_equal(num(o, "calls"), 10000);
   assert_int_equal(num(o, "answered"), 10000);
   assert_int_equal(num(o, "loop_threads"), 1);
-  assert_true(r.pass);
-  lab_result_clear(&r);
-  wrong_fails(e);
+  assert_true(x.r.pass);
+  exp_end(&x);
 }
 
 int main(void) {

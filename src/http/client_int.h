@@ -1,0 +1,81 @@
+/* libresil-http internal, layer 4 (see src/http/README.md): what
+ * client.c offers: the client object (its transport part first, see
+ * transfer.h), the endpoint table lookup and the pool of transfer slots
+ * (lease and release). Uses transfer.h and slot.h. Not installed. */
+#ifndef RESIL_HTTP_CLIENT_INT_H
+#define RESIL_HTTP_CLIENT_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "slot.h"
+#include "transfer.h"
+
+#define RESIL_MAGIC_HTTP_CLIENT 0x48434c54u /* "HCLT" */
+
+struct resil_http_client {
+  /* First (resil__http_tp): the settings and counters a transfer reads. */
+  http_transport t;
+  uint32_t magic;
+  atomic_int refs;
+  atomic_int user_freed;
+  char *name;
+  /* Attempts in flight per origin (t.origins), under mu. */
+  uint32_t *origin_inuse;
+  http_endpoint *eps;
+  size_t neps;
+  /* Pool: slots, a stack of free slot indexes, a count of waiters. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  http_slot *slots;
+  uint32_t nslots;
+  uint32_t *free_stack;
+  uint32_t nfree;
+  uint32_t waiters;
+  uint32_t per_host;
+  /* Settings. */
+  int64_t lease_timeout_ns;
+  int request_gzip;
+  size_t gzip_min_bytes;
+  int curl_inited;
+  /* Counters. */
+  atomic_uint_fast64_t st_requests;
+  atomic_uint_fast64_t st_lease_timeouts;
+  atomic_uint st_leased;
+  /* Recovery flow (recover.c). */
+  uint32_t status_query_classes;
+  int64_t status_poll_ns;
+  int64_t pending_wait_max_ns;
+  atomic_uint_fast64_t st_status_queries;
+  atomic_uint_fast64_t st_status_committed;
+  atomic_uint_fast64_t st_status_pending;
+  atomic_uint_fast64_t st_status_unknown;
+  atomic_uint_fast64_t st_recovered;
+  /* Attempt listener (client config on_attempt), NULL none. */
+  resil_attempt_listener_fn on_attempt;
+  void *on_attempt_user;
+};
+
+_Static_assert(offsetof(struct resil_http_client, t) == 0,
+               "resil__http_tp(): the transport is the client's first member");
+
+void resil__http_client_ref(resil_http_client *c);
+void resil__http_client_unref(resil_http_client *c);
+const http_endpoint *resil__http_find_endpoint(const resil_http_client *c,
+                                               const char *name);
+
+typedef enum http_lease_rc {
+  HTTP_LEASE_OK = 0,
+  HTTP_LEASE_TIMEOUT = 1,
+  HTTP_LEASE_CANCELLED = 2
+} http_lease_rc;
+
+/* Takes a free slot for `origin` within timeout_ns (monotonic), preferring
+ * one whose cached connection goes to that origin. */
+http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
+                                     int64_t timeout_ns, resil_cancel *cancel,
+                                     http_slot **out);
+void resil__http_pool_release(resil_http_client *c, http_slot *s,
+                              uint32_t origin);
+
+#endif

@@ -1,0 +1,41 @@
+/* libresil-http internal, layer 1 (see src/http/README.md): what log.c
+ * offers: which headers, parameters and fields are secret, redaction of
+ * URLs, bodies and header values, and the one exit of every log line.
+ * Uses template.h (the byte buffer). Not installed. */
+#ifndef RESIL_HTTP_LOG_INT_H
+#define RESIL_HTTP_LOG_INT_H
+
+#include "template.h"
+
+/* ---- redaction and logging (log.c) ------------------------------------- */
+
+/* 1 when a header's value must never be logged (see resil_http_log_fn). */
+int resil__http_secret_header(const char *name, size_t len);
+/* 1 when a query parameter's (or JSON key's, form field's) value must never
+ * be logged. The name is matched percent-decoded. */
+int resil__http_secret_param(const char *name, size_t len);
+/* Appends url with secret query values and userinfo replaced and the
+ * fragment dropped. */
+int resil__http_redact_url(const resil_allocator *a, http_buf *out,
+                           const char *url);
+/* Appends a body excerpt (at most max bytes of it) with secret JSON values
+ * and form fields redacted. */
+int resil__http_redact_body(const resil_allocator *a, http_buf *out,
+                            const char *body, size_t len, size_t max);
+/* Appends "  Name: value" for a log line: the whole value redacted when the
+ * name looks secret, else the userinfo of any URL in it and the values of
+ * secret-looking name=value pairs in it. Returns 0 or -1. */
+int resil__http_log_header(const resil_allocator *a, http_buf *out, const char *name,
+                           size_t nl, const char *value, size_t vl);
+/* Escapes line (control bytes, DEL and bytes >= 0x80 become "\xNN"),
+ * passes it to the client's log_fn (fn, user) at level lv and empties it. Every log
+ * line that carries bytes from the network leaves through here. */
+void resil__http_log_emit(const resil_allocator *a, resil_http_log_fn fn, void *user,
+                          resil_http_log_level lv, http_buf *line);
+/* Writes into dst[0..cap) a quotable excerpt of s[0..len) for an error
+ * message: with pairs, secret-looking name=value pairs redacted; always
+ * escaped like a log line; cut with "..." to fit. */
+void resil__http_redact_excerpt(const resil_allocator *a, char *dst, size_t cap,
+                                const char *s, size_t len, int pairs);
+
+#endif

@@ -1,0 +1,44 @@
+/* libresil-http internal, layer 1 (see src/http/README.md): what
+ * response.c offers: the response object every layer above fills or reads.
+ * Uses template.h (the byte buffer). Not installed. */
+#ifndef RESIL_HTTP_RESPONSE_INT_H
+#define RESIL_HTTP_RESPONSE_INT_H
+
+#include <curl/curl.h>
+
+#include "template.h"
+
+#define RESIL_MAGIC_HTTP_RESPONSE 0x48525350u /* "HRSP" */
+
+struct resil_http_response {
+  uint32_t magic;
+  const resil_allocator *alloc;
+  resil_outcome outcome;
+  int status;
+  int empty;
+  int has_decode_error;
+  int has_error;
+  http_buf body;
+  http_buf hdr; /* "name\0value\0" pairs of the final response */
+  json_t *json;
+  resil_http_info info;
+  char decode_error[192];
+  char error[CURL_ERROR_SIZE];
+  int recovered; /* the stored result of a status query (recover_rules.c) */
+  int has_key;   /* key holds the call's idempotency key              */
+  char key[RESIL_HTTP_MAX_KEY + 1];
+};
+
+/* A fresh, empty response. NULL when out of memory. */
+resil_http_response *resil__http_response_new(const resil_allocator *a);
+/* Empties r for reuse, keeping its buffers' capacity. */
+void resil__http_response_reset(resil_http_response *r);
+/* Appends one header (value trimmed). Returns 0 or -1. */
+int resil__http_response_add_header(resil_http_response *r, const char *name,
+                                    size_t nlen, const char *value,
+                                    size_t vlen);
+
+/* Copies key (NULL: none) into r as the call's idempotency key. */
+void resil__http_response_set_key(resil_http_response *r, const char *key);
+
+#endif
