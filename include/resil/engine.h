@@ -159,8 +159,10 @@ typedef struct resil_engine_policies {
    * attempt is still in flight (the policy decides, and withdraws from its
    * retry budget). The first acceptable answer ends the attempt; the other
    * transfers are removed from the multi handle at once, reported to the
-   * client's counters and listener as UNKNOWN(CANCELLED), and counted by
-   * the policy (cancelled_losers). Only idempotent calls (GET, ...) and
+   * client's counters and log as UNKNOWN(CANCELLED), and counted by the
+   * policy (cancelled_losers). Every transfer is counted and logged by the
+   * client; the attempt listener sees the attempt (its outcome is the
+   * transfer that ended it), not each hedge transfer. Only idempotent calls (GET, ...) and
    * keyed writes (idempotency_key SEND) are hedged; an unkeyed write passes
    * through unhedged, one transfer per attempt (counted in passed_unsafe).
    * A hedge never waits: it takes a rate-limiter permit, a breaker permit
@@ -171,7 +173,7 @@ typedef struct resil_engine_policies {
    * primary's timers, counted from its own start: attempt_timeout_ns, and
    * once its request is on the wire the client's response timeout; a hedge
    * they end is UNKNOWN(TIMEOUT) (NOT_SENT(CONNECT_TIMEOUT) before sending)
-   * to the client's counters and listener and to the policy, and, like any
+   * to the client's counters and log and to the policy, and, like any
    * unacceptable answer, ends the attempt only when no other transfer of
    * it is in flight. The attempt ends at the first acceptable answer
    * (resil_hedge_acceptable: for a keyed call only a 2xx or 3xx by

@@ -47,6 +47,9 @@
  *     }
  *
  * Rules the split form keeps in one place:
+ *   - which answer wins: resil_hedge_acceptable (a keyed call only with a
+ *     2xx or 3xx by default, never a 4xx such as 409 "key PENDING"); the
+ *     run forms and the engine all decide through it.
  *   - hedge k (k = 1..max_hedges) may go k delays after the primary, and
  *     only while some attempt of the call is still in flight: an attempt
  *     that ends unacceptable while nothing else is in flight ends the call

@@ -482,7 +482,7 @@ static void start_transfer(resil_engine_handle *call) {
  * rule is the policy's): WINNER or LAST ends the attempt with that
  * outcome and response, and the transfers still in flight are removed
  * from the multi handle at once as losers (UNKNOWN(CANCELLED) to the
- * client's counters and listener, their breaker permits released
+ * client's counters and log, their breaker permits released
  * unrecorded; the policy counts them); KEEP_WAITING waits for the others.
  * The deadline and a cancel remove every transfer of the attempt. A call
  * the policy does not hedge (begin DENY: neither idempotent nor keyed;
