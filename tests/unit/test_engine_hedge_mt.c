@@ -180,6 +180,64 @@ static void hedge_takes_a_ratelimiter_permit_or_is_not_sent(void **state) {
   resil_http_client_free(c);
 }
 
+/* The same for the breaker (HALF_OPEN with one probe: the primary's) and
+ * the bulkhead (one slot, the primary's; a hedge never queues): the hedge
+ * is not sent, counted per layer and as a rejected hedge; the primary's
+ * answer is the call's. */
+static void hedge_without_a_breaker_permit_or_bulkhead_slot_is_not_sent(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.half_open_permitted_calls = 1;
+  resil_breaker *br = NULL;
+  assert_int_equal(resil_breaker_new(&bc, &br, NULL), RESIL_OK);
+  assert_int_equal(resil_breaker_transition(br, RESIL_BREAKER_OPEN), RESIL_OK);
+  assert_int_equal(resil_breaker_transition(br, RESIL_BREAKER_HALF_OPEN), RESIL_OK);
+  resil_bulkhead_config hc;
+  resil_bulkhead_config_init(&hc);
+  hc.max_concurrent = 1;
+  hc.max_wait_ns = RESIL_S(1);
+  resil_bulkhead *bh = NULL;
+  assert_int_equal(resil_bulkhead_new(&hc, &bh, NULL), RESIL_OK);
+  resil_hedge *h = hedge_of(RESIL_MS(20), 1);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.breaker = br;
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  run_one(&l, e, &d, 0, "slow_first", KV("id", "br", "ms", "300"), &pol);
+  assert_int_equal(d.o[0].http_status, 200);
+  resil_engine_stats st = stats_of(e);
+  assert_int_equal(st.hedges_sent, 1);
+  assert_int_equal(st.hedges_rejected, 1);
+  assert_int_equal(st.rejected_breaker, 1);
+  assert_int_equal(st.transfers, 1);
+  pol.breaker = NULL;
+  pol.bulkhead = bh;
+  run_one(&l, e, &d, 1, "slow_first", KV("id", "bh", "ms", "300"), &pol);
+  assert_int_equal(d.o[1].http_status, 200);
+  st = stats_of(e);
+  assert_int_equal(st.hedges_sent, 2);
+  assert_int_equal(st.hedges_rejected, 2);
+  assert_int_equal(st.rejected_bulkhead_full, 1);
+  assert_int_equal(st.rejected_bulkhead_wait, 0);
+  assert_int_equal(st.transfers, 2);
+  assert_int_equal(st.hedge_wins, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 2);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_breaker_free(br);
+  resil_bulkhead_free(bh);
+  resil_http_client_free(c);
+}
+
 /* ---- (b) a hedge's own timers ----------------------------------------------- */
 
 static void response_timeout_of(resil_http_client_config *cfg, void *u) {
@@ -468,6 +526,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(hedge_takes_a_ratelimiter_permit_or_is_not_sent, fx_setup,
                                       fx_teardown),
+      cmocka_unit_test_setup_teardown(hedge_without_a_breaker_permit_or_bulkhead_slot_is_not_sent,
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(hedge_has_its_own_attempt_timeout, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(hedge_has_the_client_response_timeout, fx_setup,
                                       fx_teardown),
