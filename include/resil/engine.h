@@ -159,16 +159,30 @@ typedef struct resil_engine_policies {
    * attempt is still in flight (the policy decides, and withdraws from its
    * retry budget). The first acceptable answer ends the attempt; the other
    * transfers are removed from the multi handle at once, reported to the
-   * client's counters and listener as UNKNOWN(CANCELLED), and counted by
-   * the policy (cancelled_losers). Only idempotent calls (GET, ...) and
+   * client's counters and log as UNKNOWN(CANCELLED), and counted by the
+   * policy (cancelled_losers). Every transfer is counted and logged by the
+   * client; the attempt listener sees the attempt (its outcome is the
+   * transfer that ended it), not each hedge transfer. Only idempotent calls (GET, ...) and
    * keyed writes (idempotency_key SEND) are hedged; an unkeyed write passes
    * through unhedged, one transfer per attempt (counted in passed_unsafe).
-   * A hedge takes a breaker permit and a bulkhead slot only if free at once
-   * (never waits, no rate-limiter reservation; without them it is not sent
-   * and counts as a REJECTED hedge), and has no attempt or response timer
-   * of its own (the deadline and a cancel remove every transfer). The
-   * engine's calls are not chain calls: hedges are counted by the policy
-   * (resil_hedge_get_metrics), not by resil_chain_count_hedges. */
+   * A hedge never waits: it takes a rate-limiter permit, a breaker permit
+   * and a bulkhead slot only if each is available at once (no reservation,
+   * no queueing); without one it is not sent and is recorded as a REJECTED
+   * hedge (RATE_LIMITED, BREAKER_OPEN or BULKHEAD_FULL), which does not end
+   * the attempt while another transfer is in flight. A hedge sent has the
+   * primary's timers, counted from its own start: attempt_timeout_ns, and
+   * once its request is on the wire the client's response timeout; a hedge
+   * they end is UNKNOWN(TIMEOUT) (NOT_SENT(CONNECT_TIMEOUT) before sending)
+   * to the client's counters and log and to the policy, and, like any
+   * unacceptable answer, ends the attempt only when no other transfer of
+   * it is in flight. The attempt ends at the first acceptable answer
+   * (resil_hedge_acceptable: for a keyed call only a 2xx or 3xx by
+   * default, never a 409 PENDING), or, when every transfer ended without
+   * one, with the last one's outcome (hedge.h, RESIL_HEDGE_LAST). The
+   * deadline and a cancel remove every transfer. The engine's calls are not
+   * chain calls: hedges are counted by the policy (resil_hedge_get_metrics)
+   * and by the engine (resil_engine_get_stats), not by
+   * resil_chain_count_hedges. */
   resil_hedge *hedge;
 } resil_engine_policies;
 
@@ -235,6 +249,62 @@ RESIL_API size_t resil_engine_active(const resil_engine *e);
  * thread. 0 for NULL. Since 0.2. */
 RESIL_API size_t resil_engine_in_flight(const resil_engine *e);
 RESIL_API size_t resil_engine_peak_in_flight(const resil_engine *e);
+
+/* Per-layer counters of an engine since it was created (Since 0.2). A
+ * logical call is one resil_engine_call() (the keyed flow's writes and
+ * status queries are each one); an attempt is one in the retry's sense
+ * (the single one without a retry); a transfer is one physical request
+ * handed to libcurl (an attempt's primary, or a hedge). Hedges are never
+ * counted as retries, nor retries as hedges. Each counter is read
+ * atomically; the set is not one snapshot. */
+typedef struct resil_engine_stats {
+  /* Sized struct (version.h): the bytes the library wrote. */
+  size_t struct_size;
+  uint64_t calls_submitted;   /* accepted by resil_engine_call()           */
+  uint64_t calls_completed;   /* done_fn called                             */
+  /* calls_completed by the final outcome's kind. */
+  uint64_t completed_answered;
+  uint64_t completed_not_sent;
+  uint64_t completed_unknown;
+  uint64_t completed_rejected;
+  uint64_t transfers;         /* physical transfers started: primaries and
+                                 hedges                                     */
+  uint64_t retries;           /* attempts after the first of a call (the
+                                 retry's; hedges excluded)                  */
+  uint64_t hedges_sent;       /* hedges the policy sent (resil_hedge_on_timer
+                                 GO), hedges_rejected included              */
+  uint64_t hedges_rejected;   /* ... of which not sent: no rate-limiter
+                                 permit, breaker permit or bulkhead slot at
+                                 once (also counted in rejected_* below)    */
+  uint64_t hedge_wins;        /* attempts won by a hedge, not the primary   */
+  uint64_t cancelled_losers;  /* transfers removed because another transfer
+                                 of the attempt won (the primary included)  */
+  uint64_t unhedged;          /* attempts with policies.hedge passed through
+                                 unhedged (neither idempotent nor keyed)    */
+  /* Rejections per layer, attempts and hedges alike (nothing sent). */
+  uint64_t rejected_ratelimiter;   /* no permit within the limiter's timeout
+                                      or the deadline (RATE_LIMITED or
+                                      DEADLINE), or none at once for a hedge */
+  uint64_t rejected_breaker;       /* breaker refused a permit            */
+  uint64_t rejected_bulkhead_full; /* no slot, and the queue full or
+                                      max_wait_ns 0; no free slot at once
+                                      for a hedge                          */
+  uint64_t rejected_bulkhead_wait; /* queued for a slot, none within the
+                                      max wait                             */
+  /* Reserved for the engine's connection queue (the client's lease
+   * timeout): not counted yet, always 0 in this version. */
+  uint64_t rejected_pool_timeout;
+} resil_engine_stats;
+
+/* Fills *out up to the caller's struct size (a macro passing
+ * sizeof(resil_engine_stats)). Any thread, not concurrently with
+ * resil_engine_free(). RESIL_OK, RESIL_EMISUSE (NULL engine), RESIL_EINVAL
+ * (out NULL). Since 0.2. */
+RESIL_API resil_status resil_engine_get_stats_sized(const resil_engine *e,
+                                                    resil_engine_stats *out,
+                                                    size_t struct_size);
+#define resil_engine_get_stats(e, out) \
+  resil_engine_get_stats_sized((e), (out), sizeof(resil_engine_stats))
 
 
 /* ---- keyed calls with the recovery flow (Since 0.2) ----------------------

@@ -47,6 +47,9 @@
  *     }
  *
  * Rules the split form keeps in one place:
+ *   - which answer wins: resil_hedge_acceptable (a keyed call only with a
+ *     2xx or 3xx by default, never a 4xx such as 409 "key PENDING"); the
+ *     run forms and the engine all decide through it.
  *   - hedge k (k = 1..max_hedges) may go k delays after the primary, and
  *     only while some attempt of the call is still in flight: an attempt
  *     that ends unacceptable while nothing else is in flight ends the call
@@ -94,11 +97,25 @@ typedef struct resil_threadpool resil_threadpool;
 #define RESIL_HEDGE_MAX_WINDOW 4096
 
 /* Outcome classes that do not win by default: NOT_SENT, UNKNOWN, 5xx,
- * 408/425/429 and REJECTED. */
+ * 408/425/429 and REJECTED. So a 2xx, a 3xx and a 4xx other than
+ * 408/425/429 win an unkeyed call (a 404 to a GET is an answer). */
 #define RESIL_HEDGE_DEFAULT_UNACCEPTABLE                                        \
   (RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) | RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | \
    RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) | RESIL_CLASSES_THROTTLED |        \
    RESIL_CLASS_BIT(RESIL_CLASS_REJECTED))
+
+/* Outcome classes that do not win a keyed call by default (Since 0.2): the
+ * above and every other 4xx (RESIL_CLASS_CLIENT_ERROR). Only a 2xx or a 3xx
+ * wins a keyed call. Why: every hedge of a keyed call carries the same
+ * idempotency key, so a 4xx may be the server's answer about the key, not
+ * about the request: 409 "an operation with this key is still PENDING" (the
+ * primary is running it), 425/429 while it runs. Such an answer winning
+ * would cancel the transfer that is doing the work and report a failure
+ * for a write that may commit. A definitive 4xx (400, 422 to the request
+ * itself) is not lost: every transfer gets it, and when none is acceptable
+ * the call ends with the last one's outcome (RESIL_HEDGE_LAST). */
+#define RESIL_HEDGE_DEFAULT_KEYED_UNACCEPTABLE                                  \
+  (RESIL_HEDGE_DEFAULT_UNACCEPTABLE | RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR))
 
 typedef struct resil_hedge_config {
   /* Sized struct (version.h); set by resil_hedge_config_init(). */
@@ -125,9 +142,11 @@ typedef struct resil_hedge_config {
   uint32_t window_size;
   /* Extra attempts per logical call, 1..RESIL_HEDGE_MAX_HEDGES. Default 1. */
   uint32_t max_hedges;
-  /* Outcome classes (RESIL_CLASS_BIT mask) that do not win: the call keeps
+  /* Outcome classes (RESIL_CLASS_BIT mask) that do not win a call that
+   * carries no key (ctx flags without RESIL_CALL_STABLE_KEY): the call keeps
    * waiting for the other attempts. Default RESIL_HEDGE_DEFAULT_UNACCEPTABLE;
-   * RESIL_CLASS_SUCCESS may not be in it. */
+   * RESIL_CLASS_SUCCESS may not be in it. Keyed calls use
+   * keyed_unacceptable_classes instead (resil_hedge_acceptable). */
   uint32_t unacceptable_classes;
   /* Shared retry budget, or NULL (default: hedges bounded by max_hedges
    * only). Not owned; it must outlive the hedge. Each hedge withdraws one
@@ -147,6 +166,13 @@ typedef struct resil_hedge_config {
    * resil_hedge_run_on does. NULL (default): resil_hedge_run passes every
    * call through unhedged. */
   resil_threadpool *executor;
+  /* Since 0.2: the outcome classes that do not win a keyed call (ctx flags
+   * carry RESIL_CALL_STABLE_KEY: a keyed write, or any call sending a
+   * stable idempotency key), in place of unacceptable_classes. Default
+   * RESIL_HEDGE_DEFAULT_KEYED_UNACCEPTABLE (only 2xx/3xx win);
+   * RESIL_CLASS_SUCCESS may not be in it. A caller compiled without this
+   * field gets the default. */
+  uint32_t keyed_unacceptable_classes;
 } resil_hedge_config;
 
 /* Counters since creation, each read atomically (the set is not one
@@ -193,6 +219,8 @@ typedef struct resil_hedge_call {
 #define RESIL_HEDGE_CALL_OVER 0x2u    /* a WINNER or LAST was recorded       */
 #define RESIL_HEDGE_CALL_PRIMARY 0x4u /* the primary attempt is in flight    */
 #define RESIL_HEDGE_CALL_NO_MORE 0x8u /* no further hedge will be allowed    */
+#define RESIL_HEDGE_CALL_KEYED 0x10u  /* the ctx carried RESIL_CALL_STABLE_KEY:
+                                         keyed_unacceptable_classes decide */
 
 /* What resil_hedge_record says to do with an attempt's outcome. */
 typedef enum resil_hedge_verdict {
@@ -262,12 +290,27 @@ RESIL_API resil_decision resil_hedge_on_timer(resil_hedge *h,
 
 /* Attempt `attempt` (1 = the primary) of the call ended with *o after
  * duration_ns. Returns the verdict (above), updating *call and the
- * counters. Since 0.2. */
+ * counters. Whether *o wins is resil_hedge_acceptable(h, call, o): the one
+ * acceptance rule, for the split form (the async engine) and
+ * resil_hedge_run_on alike. Since 0.2. */
 RESIL_API resil_hedge_verdict resil_hedge_record(resil_hedge *h,
                                                  resil_hedge_call *call,
                                                  uint32_t attempt,
                                                  int64_t duration_ns,
                                                  const resil_outcome *o);
+
+/* The acceptance rule: 1 when an attempt of call ending with *o wins it,
+ * 0 when the call keeps waiting for the others (or, nothing else in
+ * flight, ends with it: RESIL_HEDGE_LAST). *o's class
+ * (resil_outcome_classify) must not be in keyed_unacceptable_classes when
+ * call->state has RESIL_HEDGE_CALL_KEYED (resil_hedge_begin set it: the
+ * ctx flags carried RESIL_CALL_STABLE_KEY), in unacceptable_classes
+ * otherwise. So with the defaults a keyed call is won only by a 2xx or a
+ * 3xx, never by a 4xx (409 PENDING, 425, 429 included), and an unkeyed one
+ * also by a 4xx other than 408/425/429. Reads nothing but h's config and
+ * call->state; 0 for a NULL argument. Since 0.2. */
+RESIL_API int resil_hedge_acceptable(const resil_hedge *h, const resil_hedge_call *call,
+                                     const resil_outcome *o);
 
 /* The run form a blocking chain uses. With an executor in the config:
  * resil_hedge_run_on(h, ctx, executor, fn, arg). Without one: counts the

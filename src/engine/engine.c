@@ -15,7 +15,8 @@
  * Every call has four timers on the engine's heap: `t` (start, waits, the
  * bulkhead's max wait), `dl` (the logical deadline), `at` (the primary
  * transfer's attempt timeout, or the client's response timeout once the
- * request is on the wire) and `ht` (the next hedge). While hedging, FLIGHT
+ * request is on the wire) and `ht` (the next hedge); each hedge transfer
+ * has an `at` of its own (eng_hedge). While hedging, FLIGHT
  * means "some transfer of the attempt is in libcurl": the primary (call->x)
  * and/or hedges (call->hx). The engine also polls ctx cancel tokens on one
  * timer of its own while calls with a token run. */
@@ -52,13 +53,36 @@ typedef struct eng_sock {
   struct eng_sock *prev, *next;
 } eng_sock;
 
-/* One hedge transfer of the current attempt (hedge attempt k is hx[k-2]). */
+/* One hedge transfer of the current attempt (hedge attempt k is hx[k-2]).
+ * `at` is its own attempt timeout, then (once sent) the client's response
+ * timeout, as the primary's `at` (see on_hedge_sent). */
 typedef struct eng_hedge {
   eng_xfer *x; /* NULL: not in flight */
   int64_t t0;
   int has_bh, has_permit;
   resil_breaker_permit permit;
+  struct resil_engine_handle *call;
+  uint32_t n;     /* its hedge attempt number (k) */
+  int at_kind;    /* ABORT_* the `at` timer ends it with */
+  int64_t end_at; /* its attempt timeout (loop clock); INT64_MAX none */
+  resil__timer at;
 } eng_hedge;
+
+/* Per-layer counters (resil_engine_stats), written on the loop thread only
+ * (st_inc: a relaxed load and store, no read-modify-write needed), read
+ * from any thread. */
+typedef struct eng_stats {
+  _Atomic uint64_t submitted, completed, answered, not_sent, unknown, rejected;
+  _Atomic uint64_t transfers, retries, hedges_sent, hedges_rejected, hedge_wins, losers,
+      unhedged;
+  _Atomic uint64_t rej_ratelimiter, rej_breaker, rej_bh_full, rej_bh_wait, rej_pool;
+} eng_stats;
+
+static inline void st_inc(_Atomic uint64_t *c) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+}
+#define ST_INC(e, f) st_inc(&(e)->st.f)
 
 struct resil_engine_handle {
   atomic_int refs;
@@ -89,6 +113,7 @@ struct resil_engine_handle {
   int64_t attempt_end_at; /* loop clock; INT64_MAX none */
   int64_t att_t0;
   uint32_t attempts;
+  uint32_t tries; /* attempts in the retry's sense begun (stats: retries) */
   resil_outcome last;
   eng_xfer *x;
   /* Hedging of the current attempt (see "hedging" below). */
@@ -131,6 +156,7 @@ struct resil_engine {
    * those tokens while there are any (see token_poll). */
   size_t token_calls;
   resil__timer token_timer;
+  eng_stats st; /* resil_engine_get_stats */
 };
 
 static int64_t eng_now(const resil_engine *e) {
@@ -250,6 +276,13 @@ static void finish(resil_engine_handle *call, resil_outcome o) {
   if (call->ctx.cancel) e->token_calls--;
   resil_http_response *r = call->res;
   call->res = NULL;
+  ST_INC(e, completed);
+  switch (o.kind) {
+  case RESIL_ANSWERED: ST_INC(e, answered); break;
+  case RESIL_NOT_SENT: ST_INC(e, not_sent); break;
+  case RESIL_UNKNOWN: ST_INC(e, unknown); break;
+  case RESIL_REJECTED: ST_INC(e, rejected); break;
+  }
   atomic_store_explicit(&call->finished, 1, memory_order_release);
   call->done(call->user, call, o, r);
   resil_http_request_free(call->req);
@@ -347,18 +380,39 @@ static void transfer_end(resil_engine_handle *call, int aborted, CURLcode rc) {
   after_attempt(call, &o, dur);
 }
 
+/* The time a transfer starting now may take: the deadline's rest, or the
+ * attempt timeout (policies.attempt_timeout_ns) when shorter, which then
+ * also sets *end_at (else INT64_MAX). The primary and every hedge alike. */
+static int64_t transfer_left(const resil_engine_handle *call, int64_t now, int64_t *end_at) {
+  int64_t left = call->deadline_at == INT64_MAX ? INT64_MAX : call->deadline_at - now;
+  int64_t to = call->pol.attempt_timeout_ns;
+  *end_at = INT64_MAX;
+  if (to > 0 && to < left) {
+    left = to;
+    *end_at = resil__sat_add(now, to);
+  }
+  return left;
+}
+
+/* A transfer's request is on the wire: its timer `t` now ends it at the
+ * client's response timeout (ABORT_RESPONSE) or at its attempt timeout
+ * end_at (ABORT_DEADLINE), whichever comes first. */
+static void arm_sent(resil_engine *e, const eng_xfer *x, resil__timer *t, int *kind,
+                     int64_t end_at) {
+  int64_t r = resil__sat_add(eng_now(e), x->s.x.response_timeout_ns);
+  if (r < end_at) {
+    *kind = ABORT_RESPONSE;
+    arm_at(e, t, r);
+  } else if (end_at != INT64_MAX) {
+    *kind = ABORT_DEADLINE;
+    arm_at(e, t, end_at);
+  }
+}
+
 static void on_sent(void *arg) {
   resil_engine_handle *call = arg;
-  resil_engine *e = call->e;
   if (!call->x) return;
-  int64_t r = resil__sat_add(eng_now(e), call->x->s.x.response_timeout_ns);
-  if (r < call->attempt_end_at) {
-    call->at_kind = ABORT_RESPONSE;
-    arm_at(e, &call->at, r);
-  } else if (call->attempt_end_at != INT64_MAX) {
-    call->at_kind = ABORT_DEADLINE;
-    arm_at(e, &call->at, call->attempt_end_at);
-  }
+  arm_sent(call->e, call->x, &call->at, &call->at_kind, call->attempt_end_at);
 }
 
 static void start_transfer(resil_engine_handle *call) {
@@ -376,13 +430,7 @@ static void start_transfer(resil_engine_handle *call) {
     after_attempt(call, &o, 0);
     return;
   }
-  int64_t left = call->deadline_at == INT64_MAX ? INT64_MAX : call->deadline_at - now;
-  int64_t to = call->pol.attempt_timeout_ns;
-  call->attempt_end_at = INT64_MAX;
-  if (to > 0 && to < left) {
-    left = to;
-    call->attempt_end_at = resil__sat_add(now, to);
-  }
+  int64_t left = transfer_left(call, now, &call->attempt_end_at);
   call->att_t0 = now;
   call->attempts++;
   if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left, &o) != 0) {
@@ -404,6 +452,7 @@ static void start_transfer(resil_engine_handle *call) {
   x->call = call;
   x->hedge_n = 0;
   call->x = x;
+  ST_INC(e, transfers);
   /* transfer_end() counts it out again, also when adding failed (then
    * classified as a local failure before sending, ABORT_LOCAL). */
   e->in_flight++;
@@ -425,19 +474,23 @@ static void start_transfer(resil_engine_handle *call) {
  * Each attempt of the call (in the retry's sense) is one hedged call of
  * the hedge policy. Once its primary transfer is in libcurl,
  * resil_hedge_begin decides: WAIT arms `ht`; on it resil_hedge_on_timer
- * may send hedge k, another transfer of the same request (same URL, body
- * and idempotency key) through the same transport rules, taking a breaker
- * permit and a bulkhead slot only if one is free at once (no waiting, no
- * rate-limiter reservation: a hedge that cannot have them is recorded
- * REJECTED and not sent). Every end is recorded (resil_hedge_record):
- * WINNER or LAST ends the attempt with that outcome and response, and the
- * transfers still in flight are removed from the multi handle at once as
- * losers (UNKNOWN(CANCELLED) to the client's counters and listener, their
- * breaker permits released unrecorded; the policy counts them);
- * KEEP_WAITING waits for the others. The deadline and a cancel remove
- * every transfer of the attempt. A call the policy does not hedge (begin
- * DENY: neither idempotent nor keyed; counted in passed_unsafe) runs
- * exactly as without it. */
+ * may send hedge k (hedge_send), another transfer of the same request
+ * (same URL, body and idempotency key) through the same transport rules.
+ * A hedge never waits: it takes a rate-limiter permit, a breaker permit
+ * and a bulkhead slot only if each is there at once; a hedge that cannot
+ * have them is recorded REJECTED and not sent. A hedge sent has its own
+ * timer (eng_hedge.at): the attempt timeout from its own start, then,
+ * once its request is on the wire, the client's response timeout, as the
+ * primary's `at`; ending it so is an end like any other (UNKNOWN(TIMEOUT)
+ * once sent). Every end is recorded (resil_hedge_record, whose acceptance
+ * rule is the policy's): WINNER or LAST ends the attempt with that
+ * outcome and response, and the transfers still in flight are removed
+ * from the multi handle at once as losers (UNKNOWN(CANCELLED) to the
+ * client's counters and log, their breaker permits released
+ * unrecorded; the policy counts them); KEEP_WAITING waits for the others.
+ * The deadline and a cancel remove every transfer of the attempt. A call
+ * the policy does not hedge (begin DENY: neither idempotent nor keyed;
+ * counted in passed_unsafe) runs exactly as without it. */
 
 enum { HEDGE_NORMAL = 0, HEDGE_LOSER, HEDGE_FINAL };
 
@@ -471,11 +524,18 @@ static void primary_drop(resil_engine_handle *call) {
 
 /* A verdict ended the attempt: the others still in flight lose. */
 static void hedge_drop_others(resil_engine_handle *call) {
+  resil_engine *e = call->e;
   call->hedge_over = 1;
-  resil__timerheap_disarm(&call->e->heap, &call->ht);
-  for (uint32_t k = 0; k < RESIL_HEDGE_MAX_HEDGES; k++)
-    if (call->hx[k].x) hedge_end(call, k + 2, ABORT_CANCEL, CURLE_OK, HEDGE_LOSER);
-  if (call->x) primary_drop(call);
+  resil__timerheap_disarm(&e->heap, &call->ht);
+  for (uint32_t k = 0; k < RESIL_HEDGE_MAX_HEDGES; k++) {
+    if (!call->hx[k].x) continue;
+    ST_INC(e, losers);
+    hedge_end(call, k + 2, ABORT_CANCEL, CURLE_OK, HEDGE_LOSER);
+  }
+  if (call->x) {
+    ST_INC(e, losers);
+    primary_drop(call);
+  }
 }
 
 /* The primary ended with *o while hedging. Returns 1 when the attempt is
@@ -500,6 +560,7 @@ static void hedge_settle(resil_engine_handle *call, uint32_t n, const resil_outc
   resil_engine *e = call->e;
   if (role == HEDGE_NORMAL) {
     resil_hedge_verdict v = resil_hedge_record(call->pol.hedge, &call->hc, n, dur, o);
+    if (v == RESIL_HEDGE_WINNER) ST_INC(e, hedge_wins);
     if (v != RESIL_HEDGE_WINNER && v != RESIL_HEDGE_LAST) role = HEDGE_LOSER;
   }
   if (role == HEDGE_LOSER) {
@@ -527,6 +588,7 @@ static void hedge_end(resil_engine_handle *call, uint32_t n, int aborted, CURLco
   eng_hedge *hg = &call->hx[n - 2];
   eng_xfer *x = hg->x;
   hg->x = NULL;
+  resil__timerheap_disarm(&e->heap, &hg->at);
   curl_multi_remove_handle(e->multi, x->s.e);
   e->in_flight--;
   resil_outcome o = resil__http_attempt_end(e->client, call->req, &x->s, aborted, rc);
@@ -536,27 +598,64 @@ static void hedge_end(resil_engine_handle *call, uint32_t n, int aborted, CURLco
   hedge_settle(call, n, &o, dur, x, role);
 }
 
-/* Sends hedge attempt n of the current attempt. */
+/* A hedge's request is on the wire (http_xfer.on_sent). */
+static void on_hedge_sent(void *arg) {
+  eng_hedge *hg = arg;
+  if (hg->x) arm_sent(hg->call->e, hg->x, &hg->at, &hg->at_kind, hg->end_at);
+}
+
+/* A hedge's own timer: its attempt or response timeout. */
+static void on_hedge_attempt_timer(void *arg) {
+  eng_hedge *hg = arg;
+  if (hg->x) hedge_end(hg->call, hg->n, hg->at_kind, CURLE_OK, HEDGE_NORMAL);
+}
+
+/* A hedge the policies refused at once: recorded REJECTED, not sent. */
+static void hedge_rejected(resil_engine_handle *call, uint32_t n, eng_hedge *hg, resil_reason why) {
+  resil_outcome o = resil_outcome_make(RESIL_REJECTED, why);
+  ST_INC(call->e, hedges_rejected);
+  hedge_release(call, hg, NULL, 0);
+  hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+}
+
+/* Sends hedge attempt n of the current attempt: the one way a hedge
+ * transfer starts. */
 static void hedge_send(resil_engine_handle *call, uint32_t n) {
   resil_engine *e = call->e;
   resil_http_client *c = e->client;
   const resil_ctx *actx = attempt_ctx(call);
   eng_hedge *hg = &call->hx[n - 2];
+  hg->call = call;
+  hg->n = n;
+  hg->at.cb = on_hedge_attempt_timer;
+  hg->at.arg = hg;
   int64_t now = eng_now(e);
   resil_outcome o;
+  if (call->pol.ratelimiter) {
+    /* A permit available now, or none: a ctx whose deadline is now lets
+     * the limiter grant no wait (GO), never a reservation (WAIT would mean
+     * a permit due within nanoseconds: taken). */
+    resil_ctx nowc = *actx;
+    nowc.deadline_ns = resil_clock_now_ns(nowc.clock);
+    if (resil_ratelimiter_reserve(call->pol.ratelimiter, 1, &nowc, NULL, NULL) ==
+        RESIL_DECISION_DENY) {
+      ST_INC(e, rej_ratelimiter);
+      hedge_rejected(call, n, hg, RESIL_REASON_RATE_LIMITED);
+      return;
+    }
+  }
   if (call->pol.breaker) {
     if (resil_breaker_try_acquire(call->pol.breaker, &hg->permit) != RESIL_DECISION_GO) {
-      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
-      hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+      ST_INC(e, rej_breaker);
+      hedge_rejected(call, n, hg, RESIL_REASON_BREAKER_OPEN);
       return;
     }
     hg->has_permit = 1;
   }
   if (call->pol.bulkhead) {
     if (resil_bulkhead_try_acquire(call->pol.bulkhead, NULL) != RESIL_DECISION_GO) {
-      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
-      hedge_release(call, hg, NULL, 0);
-      hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+      ST_INC(e, rej_bh_full);
+      hedge_rejected(call, n, hg, RESIL_REASON_BULKHEAD_FULL);
       return;
     }
     hg->has_bh = 1;
@@ -568,7 +667,7 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
     hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
     return;
   }
-  int64_t left = call->deadline_at == INT64_MAX ? INT64_MAX : call->deadline_at - now;
+  int64_t left = transfer_left(call, now, &hg->end_at);
   call->attempts++;
   if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left, &o) != 0) {
     resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
@@ -576,18 +675,23 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
     hedge_settle(call, n, &o, 0, x, HEDGE_NORMAL);
     return;
   }
-  x->s.x.on_sent = NULL; /* hedges have no response timer of their own */
-  x->s.x.on_sent_arg = NULL;
+  x->s.x.on_sent = on_hedge_sent;
+  x->s.x.on_sent_arg = hg;
   x->call = call;
   x->hedge_n = n;
   hg->x = x;
   hg->t0 = now;
+  ST_INC(e, transfers);
   e->in_flight++;
   if (curl_multi_add_handle(e->multi, x->s.e) != CURLM_OK) {
     hedge_end(call, n, ABORT_LOCAL, CURLE_FAILED_INIT, HEDGE_NORMAL);
     return;
   }
   if (e->in_flight > e->peak) e->peak = e->in_flight;
+  if (hg->end_at != INT64_MAX) {
+    hg->at_kind = ABORT_DEADLINE;
+    arm_at(e, &hg->at, hg->end_at);
+  }
 }
 
 static void on_hedge_timer(void *arg) {
@@ -596,6 +700,7 @@ static void on_hedge_timer(void *arg) {
   int64_t next = -1;
   if (resil_hedge_on_timer(call->pol.hedge, &call->hc, &next) != RESIL_DECISION_GO) return;
   uint32_t n = call->hc.attempts;
+  ST_INC(call->e, hedges_sent);
   if (next >= 0) arm_at(call->e, &call->ht, resil__sat_add(eng_now(call->e), next));
   if (n >= 2 && n <= RESIL_HEDGE_MAX_HEDGES + 1) hedge_send(call, n);
 }
@@ -607,6 +712,7 @@ static void hedge_begin(resil_engine_handle *call) {
   call->hedging = resil_hedge_begin(call->pol.hedge, attempt_ctx(call), &call->hc, &delay) ==
                   RESIL_DECISION_WAIT;
   if (call->hedging) arm_at(call->e, &call->ht, resil__sat_add(eng_now(call->e), delay));
+  else ST_INC(call->e, unhedged);
 }
 
 /* The deadline or a cancel ends the attempt in flight: every transfer of
@@ -727,6 +833,7 @@ static void bh_wait_expired(resil_engine_handle *call) {
   if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
   call->has_permit = 0;
   call->state = ST_WAIT;
+  ST_INC(call->e, rej_bh_wait);
   resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
   after_attempt(call, &o, 0);
 }
@@ -770,6 +877,7 @@ static int bh_acquire(resil_engine_handle *call, const resil_ctx *actx, int64_t 
   }
   if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
   call->has_permit = 0;
+  ST_INC(e, rej_bh_full);
   resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
   after_attempt(call, &o, 0);
   return 0;
@@ -789,12 +897,14 @@ static void begin_attempt(resil_engine_handle *call) {
     finish_between(call, RESIL_REASON_DEADLINE, RESIL_STOP_DEADLINE);
     return;
   }
+  if (!call->rl_held && call->tries++ > 0) ST_INC(e, retries);
   resil_outcome o;
   if (call->pol.ratelimiter && !call->rl_held) {
     int64_t wait = 0;
     resil_reason why = RESIL_REASON_OK;
     resil_decision d = resil_ratelimiter_reserve(call->pol.ratelimiter, 1, actx, &wait, &why);
     if (d == RESIL_DECISION_DENY) {
+      ST_INC(e, rej_ratelimiter);
       o = resil_outcome_make(RESIL_REJECTED, why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE
                                                                           : RESIL_REASON_RATE_LIMITED);
       after_attempt(call, &o, 0);
@@ -809,6 +919,7 @@ static void begin_attempt(resil_engine_handle *call) {
   call->rl_held = 0;
   if (call->pol.breaker) {
     if (resil_breaker_try_acquire(call->pol.breaker, &call->permit) != RESIL_DECISION_GO) {
+      ST_INC(e, rej_breaker);
       o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
       after_attempt(call, &o, 0);
       return;
@@ -1243,6 +1354,7 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   if (e->calls) e->calls->prev = call;
   e->calls = call;
   e->active++;
+  ST_INC(e, submitted);
   if (call->ctx.cancel) {
     e->token_calls++;
     token_arm(e);
@@ -1274,3 +1386,35 @@ void resil_engine_handle_release(resil_engine_handle *call) {
 size_t resil_engine_active(const resil_engine *e) { return e ? e->active : 0; }
 size_t resil_engine_in_flight(const resil_engine *e) { return e ? e->in_flight : 0; }
 size_t resil_engine_peak_in_flight(const resil_engine *e) { return e ? e->peak : 0; }
+
+resil_status resil_engine_get_stats_sized(const resil_engine *ce, resil_engine_stats *out,
+                                          size_t n) {
+  if (!ce || ce->magic != RESIL_MAGIC_ENGINE) return RESIL_EMISUSE;
+  if (!out) return RESIL_EINVAL;
+  resil_engine *e = (resil_engine *)ce; /* atomics need non-const */
+  resil_engine_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+#define LD(f) atomic_load_explicit(&e->st.f, memory_order_relaxed)
+  st.calls_submitted = LD(submitted);
+  st.calls_completed = LD(completed);
+  st.completed_answered = LD(answered);
+  st.completed_not_sent = LD(not_sent);
+  st.completed_unknown = LD(unknown);
+  st.completed_rejected = LD(rejected);
+  st.transfers = LD(transfers);
+  st.retries = LD(retries);
+  st.hedges_sent = LD(hedges_sent);
+  st.hedges_rejected = LD(hedges_rejected);
+  st.hedge_wins = LD(hedge_wins);
+  st.cancelled_losers = LD(losers);
+  st.unhedged = LD(unhedged);
+  st.rejected_ratelimiter = LD(rej_ratelimiter);
+  st.rejected_breaker = LD(rej_breaker);
+  st.rejected_bulkhead_full = LD(rej_bh_full);
+  st.rejected_bulkhead_wait = LD(rej_bh_wait);
+  st.rejected_pool_timeout = LD(rej_pool);
+#undef LD
+  resil__sized_out(out, n, &st, sizeof st);
+  return RESIL_OK;
+}

@@ -30,7 +30,7 @@ struct resil_hedge {
   uint32_t min_samples;
   uint32_t window;
   uint32_t max_hedges;
-  uint32_t unacceptable;
+  uint32_t unacceptable, keyed_unacceptable;
   resil_retry_budget *budget;
   resil_threadpool *executor;
   int deposit_calls;
@@ -68,6 +68,7 @@ static void config_defaults(resil_hedge_config *cfg) {
   cfg->window_size = 1000;
   cfg->max_hedges = 1;
   cfg->unacceptable_classes = RESIL_HEDGE_DEFAULT_UNACCEPTABLE;
+  cfg->keyed_unacceptable_classes = RESIL_HEDGE_DEFAULT_KEYED_UNACCEPTABLE;
 }
 
 void resil_hedge_config_init_sized(resil_hedge_config *cfg, size_t n) {
@@ -75,6 +76,14 @@ void resil_hedge_config_init_sized(resil_hedge_config *cfg, size_t n) {
   resil_hedge_config full;
   config_defaults(&full);
   resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+static resil_status check_classes(resil_error *err, const char *field, uint32_t m) {
+  if ((m & ~RESIL_CLASSES_ALL) || (m & RESIL_CLASS_BIT(RESIL_CLASS_SUCCESS)))
+    return resil__err(err, RESIL_EINVAL, field,
+                      "%s: must be a RESIL_CLASS_BIT mask without RESIL_CLASS_SUCCESS, got 0x%x",
+                      field, (unsigned)m);
+  return RESIL_OK;
 }
 
 static resil_status validate(const resil_hedge_config *c, resil_error *err) {
@@ -99,12 +108,9 @@ static resil_status validate(const resil_hedge_config *c, resil_error *err) {
   if ((st = resil__check_range(err, "max_hedges", c->max_hedges, 1,
                                RESIL_HEDGE_MAX_HEDGES)))
     return st;
-  if ((c->unacceptable_classes & ~RESIL_CLASSES_ALL) ||
-      (c->unacceptable_classes & RESIL_CLASS_BIT(RESIL_CLASS_SUCCESS)))
-    return resil__err(err, RESIL_EINVAL, "unacceptable_classes",
-                      "unacceptable_classes: must be a RESIL_CLASS_BIT mask without "
-                      "RESIL_CLASS_SUCCESS, got 0x%x",
-                      (unsigned)c->unacceptable_classes);
+  if ((st = check_classes(err, "unacceptable_classes", c->unacceptable_classes))) return st;
+  if ((st = check_classes(err, "keyed_unacceptable_classes", c->keyed_unacceptable_classes)))
+    return st;
   if (c->deposit_calls != 0 && c->deposit_calls != 1)
     return resil__err_range(err, "deposit_calls", 0, 1, c->deposit_calls, NULL);
   return RESIL_OK;
@@ -146,6 +152,7 @@ resil_status resil_hedge_new(const resil_hedge_config *ucfg, resil_hedge **out,
   h->window = cfg.window_size;
   h->max_hedges = cfg.max_hedges;
   h->unacceptable = cfg.unacceptable_classes;
+  h->keyed_unacceptable = cfg.keyed_unacceptable_classes;
   h->budget = cfg.budget;
   h->executor = cfg.executor;
   h->deposit_calls = cfg.deposit_calls;
@@ -265,6 +272,7 @@ resil_decision resil_hedge_begin_sized(resil_hedge *h, const resil_ctx *ctx,
   resil_decision d = RESIL_DECISION_DENY;
   if (c->flags & (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY)) {
     full.state |= RESIL_HEDGE_CALL_SAFE;
+    if (c->flags & RESIL_CALL_STABLE_KEY) full.state |= RESIL_HEDGE_CALL_KEYED;
     if (delay_ns)
       *delay_ns = atomic_load_explicit(&h->cur_delay_ns, memory_order_relaxed);
     d = RESIL_DECISION_WAIT;
@@ -308,6 +316,20 @@ resil_decision resil_hedge_on_timer(resil_hedge *h, resil_hedge_call *call,
   return RESIL_DECISION_GO;
 }
 
+/* The acceptance rule (hedge.h, resil_hedge_acceptable). */
+static int acceptable(const resil_hedge *h, uint32_t state, const resil_outcome *o) {
+  uint32_t unacceptable = (state & RESIL_HEDGE_CALL_KEYED) ? h->keyed_unacceptable
+                                                           : h->unacceptable;
+  return !(unacceptable & RESIL_CLASS_BIT((unsigned)resil_outcome_classify(o)));
+}
+
+int resil_hedge_acceptable(const resil_hedge *h, const resil_hedge_call *call,
+                           const resil_outcome *o) {
+  resil_hedge_call full;
+  if (!valid(h) || !call || !o || !call_in(&full, call)) return 0;
+  return acceptable(h, full.state, o);
+}
+
 resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
                                        uint32_t attempt, int64_t duration_ns,
                                        const resil_outcome *o) {
@@ -324,8 +346,7 @@ resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
     if (o->kind == RESIL_ANSWERED) learn(h, duration_ns);
   }
   resil_hedge_verdict v = RESIL_HEDGE_KEEP_WAITING;
-  unsigned cls = (unsigned)resil_outcome_classify(o);
-  if (!(h->unacceptable & RESIL_CLASS_BIT(cls))) {
+  if (acceptable(h, full.state, o)) {
     v = RESIL_HEDGE_WINNER;
     full.winner = attempt;
     if (attempt > 1) {

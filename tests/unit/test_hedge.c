@@ -2,6 +2,7 @@
  * construction, the hedge schedule and its bounds, winners and losers, the
  * retry budget, the percentile delay with its floor, cap and minimum
  * samples, and the blocking pass-through. */
+#include <stddef.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -248,6 +249,98 @@ static void hedge_sends_at_most_max_hedges_and_waits_for_an_acceptable_answer(
   resil_hedge_free(h);
 }
 
+/* A keyed call (the same idempotency key on every hedge) is won only by a
+ * 2xx or a 3xx: a 4xx may be the server's answer about the key (409 while
+ * the primary holds it PENDING), and must not cancel the transfer doing the
+ * work. An unkeyed call keeps the old rule (a 404 to a GET is an answer).
+ * One rule, resil_hedge_acceptable, which resil_hedge_record applies. */
+static void hedge_keyed_call_is_won_only_by_a_2xx_or_3xx(void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  assert_int_equal(cfg.keyed_unacceptable_classes, RESIL_HEDGE_DEFAULT_KEYED_UNACCEPTABLE);
+  cfg.delay_ns = 0;
+  cfg.max_hedges = 2;
+  resil_hedge *h = make(&cfg);
+  resil_ctx keyed = ctx_with(RESIL_CALL_STABLE_KEY);
+  resil_ctx get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_ctx put = ctx_with(RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY);
+  resil_hedge_call hk, hg, hp;
+  int64_t delay;
+  assert_int_equal(resil_hedge_begin(h, &keyed, &hk, &delay), RESIL_DECISION_WAIT);
+  assert_true(hk.state & RESIL_HEDGE_CALL_KEYED);
+  assert_int_equal(resil_hedge_begin(h, &get, &hg, &delay), RESIL_DECISION_WAIT);
+  assert_false(hg.state & RESIL_HEDGE_CALL_KEYED);
+  assert_int_equal(resil_hedge_begin(h, &put, &hp, &delay), RESIL_DECISION_WAIT);
+  assert_true(hp.state & RESIL_HEDGE_CALL_KEYED);
+  static const int win_keyed[] = {200, 201, 204, 301, 303};
+  static const int lose_keyed[] = {400, 404, 409, 422, 408, 425, 429, 500, 503};
+  for (size_t i = 0; i < sizeof win_keyed / sizeof win_keyed[0]; i++) {
+    resil_outcome o = resil_outcome_http(win_keyed[i]);
+    assert_true(resil_hedge_acceptable(h, &hk, &o));
+    assert_true(resil_hedge_acceptable(h, &hg, &o));
+  }
+  for (size_t i = 0; i < sizeof lose_keyed / sizeof lose_keyed[0]; i++) {
+    resil_outcome o = resil_outcome_http(lose_keyed[i]);
+    assert_false(resil_hedge_acceptable(h, &hk, &o));
+    assert_false(resil_hedge_acceptable(h, &hp, &o));
+  }
+  resil_outcome c409 = resil_outcome_http(409), c404 = resil_outcome_http(404),
+                c201 = resil_outcome_http(201), c400 = resil_outcome_http(400);
+  /* Unkeyed: a 4xx other than 408/425/429 still wins. */
+  assert_true(resil_hedge_acceptable(h, &hg, &c404));
+  assert_true(resil_hedge_acceptable(h, &hg, &c409));
+  resil_outcome unk = resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  assert_false(resil_hedge_acceptable(h, &hk, &unk));
+  assert_false(resil_hedge_acceptable(NULL, &hk, &c201));
+  assert_false(resil_hedge_acceptable(h, NULL, &c201));
+  assert_false(resil_hedge_acceptable(h, &hk, NULL));
+
+  /* The race: two hedges meet the primary's key PENDING (409) and keep
+   * waiting; the primary's 201 wins. */
+  assert_int_equal(resil_hedge_on_timer(h, &hk, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_on_timer(h, &hk, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_record(h, &hk, 2, MS(1), &c409), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(resil_hedge_record(h, &hk, 3, MS(1), &c409), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(resil_hedge_record(h, &hk, 1, MS(300), &c201), RESIL_HEDGE_WINNER);
+  assert_int_equal(hk.winner, 1);
+  /* The same race unkeyed: the 409 wins (the old rule, unchanged). */
+  assert_int_equal(resil_hedge_on_timer(h, &hg, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_record(h, &hg, 2, MS(1), &c409), RESIL_HEDGE_WINNER);
+  /* A definitive 4xx to every transfer of a keyed call ends it (LAST). */
+  assert_int_equal(resil_hedge_on_timer(h, &hp, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_record(h, &hp, 2, MS(1), &c400), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(resil_hedge_record(h, &hp, 1, MS(2), &c400), RESIL_HEDGE_LAST);
+  resil_hedge_metrics m = metrics(h);
+  assert_int_equal(m.hedges_won, 1); /* the unkeyed 409 only */
+  resil_hedge_free(h);
+
+  /* The field is validated, and its own: unacceptable_classes does not
+   * apply to keyed calls. */
+  resil_error err;
+  resil_hedge *out = NULL;
+  cfg = base();
+  cfg.keyed_unacceptable_classes |= RESIL_CLASS_BIT(RESIL_CLASS_SUCCESS);
+  assert_status(RESIL_EINVAL, resil_hedge_new(&cfg, &out, &err));
+  assert_string_equal(err.field, "keyed_unacceptable_classes");
+  cfg = base();
+  cfg.keyed_unacceptable_classes = RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN);
+  cfg.unacceptable_classes = RESIL_HEDGE_DEFAULT_KEYED_UNACCEPTABLE;
+  h = make(&cfg);
+  assert_int_equal(resil_hedge_begin(h, &keyed, &hk, &delay), RESIL_DECISION_WAIT);
+  assert_true(resil_hedge_acceptable(h, &hk, &c409));
+  assert_int_equal(resil_hedge_begin(h, &get, &hg, &delay), RESIL_DECISION_WAIT);
+  assert_false(resil_hedge_acceptable(h, &hg, &c404));
+  resil_hedge_free(h);
+  /* A caller compiled before the field existed gets the keyed default. */
+  cfg = base();
+  cfg.keyed_unacceptable_classes = 0;
+  cfg.struct_size = offsetof(resil_hedge_config, keyed_unacceptable_classes);
+  h = make(&cfg);
+  assert_int_equal(resil_hedge_begin(h, &keyed, &hk, &delay), RESIL_DECISION_WAIT);
+  assert_false(resil_hedge_acceptable(h, &hk, &c409));
+  resil_hedge_free(h);
+}
+
 static void hedge_spends_the_retry_budget_and_stops_when_refused(void **state) {
   (void)state;
   resil_retry_budget_config bc;
@@ -471,6 +564,7 @@ int main(void) {
       T(hedge_unkeyed_write_is_passed_through_and_counted),
       T(hedge_slow_primary_is_won_by_the_hedge_and_loser_counted),
       T(hedge_sends_at_most_max_hedges_and_waits_for_an_acceptable_answer),
+      T(hedge_keyed_call_is_won_only_by_a_2xx_or_3xx),
       T(hedge_spends_the_retry_budget_and_stops_when_refused),
       T(hedge_percentile_delay_needs_min_samples_and_keeps_floor_and_cap),
       T(hedge_learns_the_cut_short_primary_at_its_age),

@@ -218,11 +218,65 @@ static void hedge_run_on_pool_fast_primary_and_caller_cancel(void **state) {
   resil_threadpool_free(tp);
 }
 
+/* A keyed write on the thread pool: the primary holds the key (it answers
+ * 201 only after the hedge has answered), the hedge meets it PENDING and
+ * gets 409. The 409 must not win (the default keyed rule, the same
+ * resil_hedge_acceptable the engine applies): the run returns the
+ * primary's 201, nothing cancelled. */
+typedef struct keyed_race {
+  _Atomic int calls;
+  _Atomic int hedge_answered;
+  _Atomic int primary_cancelled;
+} keyed_race;
+
+static resil_outcome keyed_primary_then_409(void *arg, const resil_ctx *ctx) {
+  keyed_race *k = arg;
+  if (atomic_fetch_add(&k->calls, 1) == 0) {
+    for (int i = 0; i < 10000 && !atomic_load(&k->hedge_answered); i++) {
+      if (resil_cancel_wait_ns(ctx->cancel, MS(1))) {
+        atomic_store(&k->primary_cancelled, 1);
+        return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CANCELLED);
+      }
+    }
+    return resil_outcome_http(201);
+  }
+  resil_outcome o = resil_outcome_http(409);
+  atomic_store(&k->hedge_answered, 1);
+  return o;
+}
+
+static void hedge_run_on_pool_keyed_409_does_not_win(void **state) {
+  (void)state;
+  resil_threadpool *tp = make_pool(3);
+  resil_hedge_config cfg;
+  resil_hedge_config_init(&cfg);
+  cfg.delay_ns = MS(5);
+  resil_hedge *h = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&cfg, &h, NULL));
+  keyed_race k;
+  memset(&k, 0, sizeof k);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_STABLE_KEY;
+  resil_outcome o = resil_hedge_run_on(h, &ctx, tp, keyed_primary_then_409, &k);
+  assert_int_equal(o.http_status, 201);
+  assert_int_equal(atomic_load(&k.calls), 2);
+  assert_int_equal(atomic_load(&k.primary_cancelled), 0);
+  resil_hedge_metrics m;
+  assert_status(RESIL_OK, resil_hedge_get_metrics(h, &m));
+  assert_int_equal(m.hedges_sent, 1);
+  assert_int_equal(m.hedges_won, 0);
+  assert_int_equal(m.cancelled_losers, 0);
+  resil_hedge_free(h);
+  resil_threadpool_free(tp);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hedge_counters_add_up_under_concurrent_calls),
       cmocka_unit_test(hedge_run_on_pool_wins_with_the_hedge_and_cancels_the_primary),
       cmocka_unit_test(hedge_run_on_pool_fast_primary_and_caller_cancel),
+      cmocka_unit_test(hedge_run_on_pool_keyed_409_does_not_win),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
