@@ -78,13 +78,14 @@ static const char *fmt(const resil_outcome *o, char *b, size_t n) {
   return resil_outcome_format(o, b, n);
 }
 
-/* The client side of an experiment: the blocking client and, on the
- * engine path, an engine on it that every call goes to. */
+/* What an experiment's calls took, for ran_on_engine. */
 typedef struct idem_tally {
   size_t calls;        /* client calls the experiment made (call()) */
   size_t engine_calls; /* of them, accepted by an engine (lab_engine_calls) */
 } idem_tally;
 
+/* The client side of an experiment: the blocking client and, on the
+ * engine path, an engine on it that every call goes to. */
 typedef struct idem_cli {
   resil_http_client *c;
   lab_engine *le; /* NULL on the blocking path */
