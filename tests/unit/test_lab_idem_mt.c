@@ -182,6 +182,9 @@ static void twelve_concurrent_posts_and_a_recovery_make_one_effect(void **s) {
   assert_int_equal(num(sq, "fresh") + num(sq, "replays") + num(sq, "in_progress"), 12);
   assert_int_equal(num(o, "attempts"), 13); /* 12 POSTs and the recovery, seen */
   assert_int_equal(num(o, "effects"), 1);
+  /* On the engine: one batch, the 12 POSTs in flight at once on one thread. */
+  if (path_of(s) == LAB_PATH_ENGINE)
+    assert_true(num(o, "peak_in_flight") >= 12);
   const char *pg = getenv("RESIL_TEST_PG_URI");
   if (pg && *pg) {
     json_t *p = json_object_get(b, "postgresql");

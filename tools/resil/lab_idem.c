@@ -731,6 +731,7 @@ typedef struct i6_obs {
   char state[16];
   int fresh, replays, in_progress, other;
   long recovered, recovered_after;
+  size_t peak_in_flight; /* engine path: transfers in libcurl at once */
 } i6_obs;
 
 /* The blocking path: 12 threads POST at once (a barrier), a 13th recovers
@@ -764,7 +765,7 @@ static int i6_threads(lab_result *r, i6_arg *args) {
  * by a rate-limiter reservation (one permit per 30 ms cycle, the first
  * cycle's taken just before the batch): the engine waits for the permit on
  * a loop timer where the blocking path's recovery thread sleeps. */
-static int i6_engine(lab_result *r, idem_env *e, i6_arg *args) {
+static int i6_engine(lab_result *r, idem_env *e, i6_arg *args, size_t *peak) {
   resil_ratelimiter_config rc;
   resil_ratelimiter_config_init(&rc);
   rc.limit_for_period = 1;
@@ -798,6 +799,7 @@ static int i6_engine(lab_result *r, idem_env *e, i6_arg *args) {
   }
   e->tally.calls += I6_POSTS + 1;
   size_t done = lab_engine_run(e->cl.le, q, I6_POSTS + 1);
+  *peak = resil_engine_peak_in_flight(lab_engine_engine(e->cl.le));
   for (int i = 0; i <= I6_POSTS; i++) {
     if (args[i].recovery) {
       args[i].recovered = recovered_of(q[i].outcome, q[i].response);
@@ -833,7 +835,7 @@ static int i6_backend(lab_result *r, idem_env *e, const char *uri, const char *k
   }
   int ran = 0;
 #ifdef RESIL_HAVE_LOOP
-  if (e->cl.le) ran = i6_engine(r, e, args);
+  if (e->cl.le) ran = i6_engine(r, e, args, &ob->peak_in_flight);
   else
 #endif
     ran = i6_threads(r, args);
@@ -896,6 +898,7 @@ static int i6_run(lab_result *r, int distinct_keys) {
   lab_obs_int(r, "attempts", sq.attempts);
   lab_obs_int(r, "effects", sq.route_effects);
   lab_obs_bool(r, "distinct_keys", distinct_keys);
+  if (r->path == LAB_PATH_ENGINE) lab_obs_int(r, "peak_in_flight", (long long)sq.peak_in_flight);
   lab_obs_str(r, "outcome", sq.state);
   lab_obs_str(r, "postgresql", have_pg ? "ran" : "not run (set RESIL_TEST_PG_URI)");
   char pgs[160] = "PostgreSQL not run (set RESIL_TEST_PG_URI)";
@@ -921,6 +924,12 @@ static int i6_run(lab_result *r, int distinct_keys) {
     lab_expect(r, "one_party_ran_it", all[i]->fresh + (all[i]->recovered == 1) == 1,
                "%s: %d requests ran the effect, recovery %ld", names[i], all[i]->fresh,
                all[i]->recovered);
+    /* The engine path's batch: the 12 POSTs in libcurl at once, on the one
+     * loop thread that ran the batch. */
+    if (r->path == LAB_PATH_ENGINE)
+      lab_expect(r, "posts_in_flight_at_once", all[i]->peak_in_flight >= I6_POSTS,
+                 "%s: at most %zu transfers in flight at once, expected %d", names[i],
+                 all[i]->peak_in_flight, I6_POSTS);
   }
   return r->pass;
 }
