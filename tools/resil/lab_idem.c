@@ -4,8 +4,26 @@
  * RESIL_TEST_PG_URI names a database); I8 runs `resil upstream` as a separate OS
  * process that kills itself with SIGKILL inside an operation, restarts it on
  * the same file and recovers. Effects are rows of the payments table, read
- * from the database, never counters in memory. */
+ * from the database, never counters in memory.
+ *
+ * Every experiment runs on both paths (lab_result.path). On the blocking
+ * path the client calls are resil_http_call(); on the engine path each of
+ * them is submitted to the async engine (lab_engine.c, a built-in loop
+ * driven on the experiment's thread): a call carrying an idempotency key
+ * through resil_engine_call_keyed() (the engine's recovery flow), any
+ * other (the status GETs, POST /__recover) through resil_engine_call().
+ * The lab's write endpoints name no status endpoint, as on the blocking
+ * path where resil_http_call() asks none: the keyed flow then makes no
+ * status query and its retry drives the writes (http.h: "behaves as
+ * resil_http_call()"), so both paths measure the same thing; the status
+ * queries of I3 (and of every experiment) are explicit GETs of
+ * /operations/{key}, a resil_engine_call() of op_status. The keyed flow
+ * with status queries is A7's (lab_async_keyed.c). Server-side parts (the
+ * stores, the fixture, I8's child processes) are the same on both paths.
+ * On the engine path the check ran_on_engine fails unless every client
+ * call of the experiment went through the engine. */
 #include "lab.h"
+#include "lab_engine.h"
 
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
 
@@ -60,6 +78,63 @@ static const char *fmt(const resil_outcome *o, char *b, size_t n) {
   return resil_outcome_format(o, b, n);
 }
 
+/* What an experiment's calls took, for ran_on_engine. */
+typedef struct idem_tally {
+  size_t calls;        /* client calls the experiment made (call()) */
+  size_t engine_calls; /* of them, accepted by an engine (lab_engine_calls) */
+} idem_tally;
+
+/* The client side of an experiment: the blocking client and, on the
+ * engine path, an engine on it that every call goes to. */
+typedef struct idem_cli {
+  resil_http_client *c;
+  lab_engine *le; /* NULL on the blocking path */
+  idem_tally *tally;
+} idem_cli;
+
+static int client_new(lab_result *r, const char *base, int64_t timeout_ns, idem_tally *tally,
+                      idem_cli *out) {
+  memset(out, 0, sizeof *out);
+  out->tally = tally;
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.base_url = base;
+  cfg.endpoints = idem_endpoints;
+  cfg.endpoint_count = sizeof idem_endpoints / sizeof idem_endpoints[0];
+  cfg.max_connections = 32;
+  cfg.max_connections_per_host = 32;
+  cfg.response_timeout_ns = timeout_ns;
+  resil_error err;
+  if (!lab_check(r, resil_http_client_new(&cfg, &out->c, &err) == RESIL_OK, "client: %s",
+                 err.msg))
+    return 0;
+#ifdef RESIL_HAVE_LOOP
+  if (r->path == LAB_PATH_ENGINE && !(out->le = lab_engine_open(r, out->c))) return 0;
+#endif
+  return 1;
+}
+
+static void client_free(idem_cli *cl) {
+#ifdef RESIL_HAVE_LOOP
+  if (cl->tally) cl->tally->engine_calls += lab_engine_calls(cl->le);
+  lab_engine_close(cl->le);
+#endif
+  resil_http_client_free(cl->c);
+  cl->le = NULL;
+  cl->c = NULL;
+}
+
+/* On the engine path: every client call the experiment made went through
+ * an engine, so that a silent fallback to the blocking path cannot pass.
+ * Call it after the clients are freed (their engines counted). */
+static void expect_engine(lab_result *r, const idem_tally *t) {
+  if (r->path != LAB_PATH_ENGINE) return;
+  lab_obs_int(r, "engine_calls", (long long)t->engine_calls);
+  lab_expect(r, "ran_on_engine", t->calls > 0 && t->engine_calls == t->calls,
+             "%zu of the experiment's %zu client calls went through the engine",
+             t->engine_calls, t->calls);
+}
+
 /* ---- a fixture on a store in a temporary directory ----------------------- */
 
 typedef struct idem_env {
@@ -67,7 +142,8 @@ typedef struct idem_env {
   char db[128];
   char uri[256];
   resil_fixture *fx;
-  resil_http_client *c;
+  idem_cli cl;
+  idem_tally tally;
   char base[64];
 } idem_env;
 
@@ -97,21 +173,6 @@ static void env_remove(idem_env *e) {
   rmdir(e->dir);
 }
 
-static int client_new(lab_result *r, const char *base, int64_t timeout_ns,
-                      resil_http_client **out) {
-  resil_http_client_config cfg;
-  resil_http_client_config_init(&cfg);
-  cfg.base_url = base;
-  cfg.endpoints = idem_endpoints;
-  cfg.endpoint_count = sizeof idem_endpoints / sizeof idem_endpoints[0];
-  cfg.max_connections = 32;
-  cfg.max_connections_per_host = 32;
-  cfg.response_timeout_ns = timeout_ns;
-  resil_error err;
-  return lab_check(r, resil_http_client_new(&cfg, out, &err) == RESIL_OK,
-                   "client: %s", err.msg);
-}
-
 /* Starts the fixture on e->uri (a PostgreSQL URI when uri is given). */
 static int env_start(lab_result *r, idem_env *e, const char *uri, int unsafe,
                      int64_t timeout_ns) {
@@ -124,22 +185,48 @@ static int env_start(lab_result *r, idem_env *e, const char *uri, int unsafe,
                  "fixture: %s", eb))
     return 0;
   snprintf(e->base, sizeof e->base, "%s", resil_fixture_url(e->fx));
-  return client_new(r, e->base, timeout_ns, &e->c);
+  return client_new(r, e->base, timeout_ns, &e->tally, &e->cl);
 }
 
 static void env_stop(idem_env *e) {
-  resil_http_client_free(e->c);
+  client_free(&e->cl);
   resil_fixture_stop(e->fx);
-  e->c = NULL;
   e->fx = NULL;
 }
 
-/* One keyed call: kv is a NULL-terminated name/value list, body JSON text. */
-static resil_outcome call(resil_http_client *c, const char *ep,
-                          const char *const *kv, const char *key,
-                          const char *body, resil_retry *rt,
-                          resil_http_response **out) {
-  return lab_http_call(c, ep, kv, key, body, rt, NULL, out);
+/* kv (a NULL-terminated name/value list, at most 4 pairs), key and body
+ * (JSON text) as resil_http_args in *a, ps its storage. */
+static void make_args(resil_http_args *a, resil_http_param ps[4], const char *const *kv,
+                      const char *key, const char *body) {
+  size_t n = 0;
+  for (; kv && kv[2 * n] && n < 4; n++) {
+    ps[n].name = kv[2 * n];
+    ps[n].value = kv[2 * n + 1];
+  }
+  resil_http_args_init(a);
+  a->params = ps;
+  a->param_count = n;
+  a->idempotency_key = key;
+  if (body) {
+    a->body = body;
+    a->body_len = strlen(body);
+  }
+}
+
+/* One client call: kv is a NULL-terminated name/value list, body JSON
+ * text. Blocking path: resil_http_call(). Engine path: with a key,
+ * resil_engine_call_keyed(); without, resil_engine_call(). */
+static resil_outcome call(idem_cli *cl, const char *ep, const char *const *kv, const char *key,
+                          const char *body, resil_retry *rt, resil_http_response **out) {
+  if (cl->tally) cl->tally->calls++;
+  resil_http_param ps[4];
+  resil_http_args args;
+  make_args(&args, ps, kv, key, body);
+#ifdef RESIL_HAVE_LOOP
+  if (cl->le && key) return lab_engine_call_keyed(cl->le, ep, &args, rt, NULL, NULL, out);
+  if (cl->le) return lab_engine_call(cl->le, ep, &args, rt, NULL, out);
+#endif
+  return resil_http_call(cl->c, ep, &args, rt, NULL, out);
 }
 
 #define KV(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -154,7 +241,7 @@ typedef struct op_view {
   char body[256];
 } op_view;
 
-static op_view op_status(resil_http_client *c, const char *key) {
+static op_view op_status(idem_cli *c, const char *key) {
   op_view v = {.effects = -1};
   snprintf(v.state, sizeof v.state, "NONE");
   resil_http_response *resp = NULL;
@@ -174,14 +261,17 @@ static op_view op_status(resil_http_client *c, const char *key) {
   return v;
 }
 
+/* The number POST /__recover said it recovered, -1 when it failed. */
+static long recovered_of(resil_outcome o, const resil_http_response *resp) {
+  json_t *n = json_object_get(resil_http_response_json(resp), "recovered");
+  return o.http_status == 200 && json_is_integer(n) ? (long)json_integer_value(n) : -1;
+}
+
 /* POST /__recover: the number recovered, -1 when it failed. */
-static long recover(resil_http_client *c) {
+static long recover(idem_cli *c) {
   resil_http_response *resp = NULL;
   resil_outcome o = call(c, "recover", NULL, NULL, NULL, NULL, &resp);
-  json_t *n = json_object_get(resil_http_response_json(resp), "recovered");
-  long v = o.http_status == 200 && json_is_integer(n)
-               ? (long)json_integer_value(n)
-               : -1;
+  long v = recovered_of(o, resp);
   resil_http_response_free(resp);
   return v;
 }
@@ -202,7 +292,7 @@ static int is_replay(const resil_http_response *resp) {
 }
 
 typedef struct newkey {
-  resil_http_client *c;
+  idem_cli *cl;
   const char *name; /* the {name} of /idem/{name} */
   char keys[3][80];
   int n;
@@ -210,18 +300,29 @@ typedef struct newkey {
 
 /* The bug under test: a fresh key for every attempt (the endpoint generates
  * one per logical call, and each attempt here is a new logical call), while
- * the retry layer is told the key is stable. */
+ * the retry layer is told the key is stable. On the engine path each
+ * attempt is its own resil_engine_call() (no key given: the engine
+ * generates one per call, read back from the response), run to completion
+ * on the loop; the retry (resil_retry_run) sleeps between them on this
+ * thread, with nothing in flight on the loop. */
 static resil_outcome attempt_with_new_key(void *arg, const resil_ctx *ctx) {
   newkey *nk = arg;
-  resil_http_param ps[] = {{"name", nk->name}, {"ms", "500"}};
+  resil_http_param ps[4];
   resil_http_args args;
-  resil_http_args_init(&args);
-  args.params = ps;
-  args.param_count = 2;
-  args.body = "{\"amount\":1}";
-  args.body_len = strlen(args.body);
+  make_args(&args, ps, KV("name", nk->name, "ms", "500"), NULL, "{\"amount\":1}");
+  if (nk->cl->tally) nk->cl->tally->calls++;
+#ifdef RESIL_HAVE_LOOP
+  if (nk->cl->le) {
+    resil_http_response *resp = NULL;
+    resil_outcome o = lab_engine_call(nk->cl->le, "idem_post", &args, NULL, ctx, &resp);
+    const char *k = resil_http_response_idempotency_key(resp);
+    if (nk->n < 3 && k) snprintf(nk->keys[nk->n++], sizeof nk->keys[0], "%s", k);
+    resil_http_response_free(resp);
+    return o;
+  }
+#endif
   resil_http_request *req = NULL;
-  if (resil_http_request_new(nk->c, "idem_post", &args, &req, NULL) != RESIL_OK)
+  if (resil_http_request_new(nk->cl->c, "idem_post", &args, &req, NULL) != RESIL_OK)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   if (nk->n < 3)
     snprintf(nk->keys[nk->n++], sizeof nk->keys[0], "%s",
@@ -244,20 +345,20 @@ static int i1_run(lab_result *r, int new_key_per_attempt) {
   resil_http_response *resp = NULL;
   resil_outcome o;
   if (new_key_per_attempt) {
-    newkey nk = {.c = e.c, .name = "i1"};
+    newkey nk = {.cl = &e.cl, .name = "i1"};
     resil_ctx ctx;
     resil_ctx_init(&ctx);
     ctx.flags = RESIL_CALL_STABLE_KEY;
     o = resil_retry_run(rt, &ctx, attempt_with_new_key, &nk);
   } else {
-    o = call(e.c, "idem_post", KV("name", "i1", "ms", "500"), "i1-stable-key",
+    o = call(&e.cl, "idem_post", KV("name", "i1", "ms", "500"), "i1-stable-key",
              "{\"amount\":1}", rt, &resp);
   }
   int replayed = is_replay(resp);
   resil_http_response_free(resp);
   long seen = resil_fixture_attempts(e.fx, "idem");
   long eff = resil_fixture_effects(e.fx, "idem");
-  op_view v = op_status(e.c, "i1-stable-key");
+  op_view v = op_status(&e.cl, "i1-stable-key");
   char ob[96];
   lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
   lab_obs_int(r, "attempts", seen);
@@ -278,6 +379,7 @@ static int i1_run(lab_result *r, int new_key_per_attempt) {
   lab_expect(r, "replayed", replayed, "the second attempt was not a replay");
 stop:
   env_stop(&e);
+  expect_engine(r, &e.tally);
   env_remove(&e);
 out:
   resil_retry_free(rt);
@@ -296,11 +398,11 @@ static int i2_run(lab_result *r, int stable_key) {
     goto out;
   if (!env_start(r, &e, NULL, 0, MS(150)))
     goto stop;
-  newkey nk = {.c = e.c, .name = "i2"};
+  newkey nk = {.cl = &e.cl, .name = "i2"};
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.flags = RESIL_CALL_STABLE_KEY;
-  resil_outcome o = stable_key ? call(e.c, "idem_post", KV("name", "i2", "ms", "500"),
+  resil_outcome o = stable_key ? call(&e.cl, "idem_post", KV("name", "i2", "ms", "500"),
                                       "i2-stable-key", "{\"amount\":1}", rt, NULL)
                                : resil_retry_run(rt, &ctx, attempt_with_new_key, &nk);
   long seen = resil_fixture_attempts(e.fx, "idem");
@@ -314,7 +416,7 @@ static int i2_run(lab_result *r, int stable_key) {
   }
   long per_key = 0;
   for (int i = 0; i < nk.n; i++) {
-    op_view v = op_status(e.c, nk.keys[i]);
+    op_view v = op_status(&e.cl, nk.keys[i]);
     if (strcmp(v.state, "COMMITTED") == 0 && v.effects == 1)
       per_key++;
   }
@@ -333,6 +435,7 @@ static int i2_run(lab_result *r, int stable_key) {
   lab_check(r, o.kind == RESIL_UNKNOWN, "outcome %s, expected UNKNOWN", ob);
 stop:
   env_stop(&e);
+  expect_engine(r, &e.tally);
   env_remove(&e);
 out:
   resil_retry_free(rt);
@@ -351,23 +454,23 @@ static int i3_run(lab_result *r, int64_t sweep_older_than_ms) {
   resil_store *ops = NULL;
   if (!env_start(r, &e, NULL, 0, MS(5000)))
     goto stop;
-  resil_outcome o = call(e.c, "idem_post", KV("name", "i3", "ms", "0"), "op-status",
+  resil_outcome o = call(&e.cl, "idem_post", KV("name", "i3", "ms", "0"), "op-status",
                          "{\"amount\":1}", NULL, NULL);
-  op_view done = op_status(e.c, "op-status");
-  op_view missing = op_status(e.c, "op-missing");
+  op_view done = op_status(&e.cl, "op-status");
+  op_view missing = op_status(&e.cl, "op-missing");
   long eff = resil_fixture_effects(e.fx, "idem");
   /* Key expiry: a retention sweep (as an operator's job would run it)
    * deletes terminal operations; PENDING ones are kept. Afterwards the
    * committed key is UNKNOWN although its effect is in the table, and the
    * same key runs the effect again. */
-  call(e.c, "idem_fail", KV("name", "i3"), "op-pending", "{\"amount\":1}", NULL, NULL);
+  call(&e.cl, "idem_fail", KV("name", "i3"), "op-pending", "{\"amount\":1}", NULL, NULL);
   uint32_t swept = 0;
   int sweep_ok = resil_store_open(e.uri, NULL, &ops, NULL) == RESIL_OK &&
                  resil_store_sweep(ops, sweep_older_than_ms, 1000, &swept) == RESIL_OK;
-  op_view expired = op_status(e.c, "op-status");
-  op_view kept = op_status(e.c, "op-pending");
+  op_view expired = op_status(&e.cl, "op-status");
+  op_view kept = op_status(&e.cl, "op-pending");
   long eff_expired = resil_fixture_effects(e.fx, "idem");
-  resil_outcome again = call(e.c, "idem_post", KV("name", "i3", "ms", "0"), "op-status",
+  resil_outcome again = call(&e.cl, "idem_post", KV("name", "i3", "ms", "0"), "op-status",
                              "{\"amount\":1}", NULL, NULL);
   long eff_reused = resil_fixture_effects(e.fx, "idem");
   char ob[96];
@@ -404,6 +507,7 @@ static int i3_run(lab_result *r, int64_t sweep_older_than_ms) {
 stop:
   resil_store_close(ops);
   env_stop(&e);
+  expect_engine(r, &e.tally);
   env_remove(&e);
   return r->pass;
 }
@@ -420,17 +524,17 @@ static int i4_run(lab_result *r, int other_key) {
   if (!env_start(r, &e, NULL, 0, MS(5000)))
     goto stop;
   const char *body = "{\"amount\":1}";
-  resil_outcome first = call(e.c, "idem_close", NULL, "i4-key", body, NULL, NULL);
-  op_view v = op_status(e.c, "i4-key");
+  resil_outcome first = call(&e.cl, "idem_close", NULL, "i4-key", body, NULL, NULL);
+  op_view v = op_status(&e.cl, "i4-key");
   resil_http_response *resp = NULL;
-  resil_outcome replay = call(e.c, "idem_close", NULL, other_key ? "i4-other-key" : "i4-key",
+  resil_outcome replay = call(&e.cl, "idem_close", NULL, other_key ? "i4-other-key" : "i4-key",
                               body, NULL, &resp);
   size_t blen = 0;
   const char *rb = resp ? resil_http_response_body(resp, &blen) : "";
   int same_bytes = blen == strlen(v.body) && memcmp(rb, v.body, blen) == 0;
   int replayed = is_replay(resp);
   resil_http_response_free(resp);
-  op_view after = op_status(e.c, "i4-key");
+  op_view after = op_status(&e.cl, "i4-key");
   long eff = resil_fixture_effects(e.fx, "idem_close");
   char o1[96], o2[96];
   lab_obs_str(r, "outcome", fmt(&first, o1, sizeof o1));
@@ -453,6 +557,7 @@ static int i4_run(lab_result *r, int other_key) {
              "after replay %s:%ld (route effects %ld)", after.state, after.effects, eff);
 stop:
   env_stop(&e);
+  expect_engine(r, &e.tally);
   env_remove(&e);
   return r->pass;
 }
@@ -478,21 +583,21 @@ static void rollback_run(lab_result *r, idem_env *e, int unsafe,
   const char *body = "{\"amount\":1}";
   if (!env_start(r, e, NULL, unsafe, MS(5000)))
     return;
-  ob->first = call(e->c, "idem_fail", KV("name", "i5"), "i5-key", body, NULL, NULL);
+  ob->first = call(&e->cl, "idem_fail", KV("name", "i5"), "i5-key", body, NULL, NULL);
   ob->first_attempts = resil_fixture_attempts(e->fx, "idem");
-  ob->pending = op_status(e->c, "i5-key");
-  ob->retry_http = call(e->c, "idem_post", KV("name", "i5", "ms", "0"), "i5-key",
+  ob->pending = op_status(&e->cl, "i5-key");
+  ob->retry_http = call(&e->cl, "idem_post", KV("name", "i5", "ms", "0"), "i5-key",
                         body, NULL, NULL)
                        .http_status;
   /* Close everything: connections, server threads, the store's pool. */
   env_stop(e);
   if (!env_start(r, e, NULL, unsafe, MS(5000)))
     return;
-  ob->reopened = op_status(e->c, "i5-key");
-  ob->rec1 = recover(e->c);
-  ob->recovered = op_status(e->c, "i5-key");
-  ob->rec2 = recover(e->c);
-  ob->again = op_status(e->c, "i5-key");
+  ob->reopened = op_status(&e->cl, "i5-key");
+  ob->rec1 = recover(&e->cl);
+  ob->recovered = op_status(&e->cl, "i5-key");
+  ob->rec2 = recover(&e->cl);
+  ob->again = op_status(&e->cl, "i5-key");
   ob->ok = 1;
 }
 
@@ -538,6 +643,7 @@ static int i5_run(lab_result *r, int unsafe) {
               o.rec2, o.again.effects);
   }
   env_stop(&e);
+  expect_engine(r, &e.tally);
   env_remove(&e);
   return r->pass;
 }
@@ -575,6 +681,7 @@ static int i7_run(lab_result *r, int unsafe) {
               o.first_attempts);
   }
   env_stop(&e);
+  expect_engine(r, &e.tally);
   env_remove(&e);
   return r->pass;
 }
@@ -586,7 +693,9 @@ static int i7_wrong(lab_result *r) { return i7_run(r, 0); }
 #define I6_POSTS 12
 
 typedef struct i6_arg {
-  resil_http_client *c;
+  /* A copy of the experiment's client without its tally (counted on the
+   * engine path only, where no thread of these runs). */
+  idem_cli cl;
   pthread_barrier_t *go;
   char key[64];
   int recovery;
@@ -603,11 +712,11 @@ static void *i6_thread(void *p) {
      * that recovery and the owner race for the completion. */
     struct timespec ts = {0, 30 * 1000000L};
     nanosleep(&ts, NULL);
-    a->recovered = recover(a->c);
+    a->recovered = recover(&a->cl);
     return NULL;
   }
   resil_http_response *resp = NULL;
-  resil_outcome o = call(a->c, "idem_hold", KV("name", "i6", "hold", "100"), a->key,
+  resil_outcome o = call(&a->cl, "idem_hold", KV("name", "i6", "hold", "100"), a->key,
                          "{\"amount\":1}", NULL, &resp);
   a->http = o.http_status;
   a->replayed = is_replay(resp);
@@ -622,28 +731,18 @@ typedef struct i6_obs {
   char state[16];
   int fresh, replays, in_progress, other;
   long recovered, recovered_after;
+  size_t peak_in_flight; /* engine path: transfers in libcurl at once */
 } i6_obs;
 
-/* distinct_keys is the wrong variant: every POST carries its own key. */
-static int i6_backend(lab_result *r, idem_env *e, const char *uri, const char *key,
-                      int distinct_keys, i6_obs *ob) {
-  memset(ob, 0, sizeof *ob);
-  if (!env_start(r, e, uri, 0, MS(10000)))
-    return 0;
-  /* Count only this run's requests and payments (a PostgreSQL database
-   * may hold earlier runs' rows). */
-  resil_fixture_reset(e->fx);
+/* The blocking path: 12 threads POST at once (a barrier), a 13th recovers
+ * 30 ms later. */
+static int i6_threads(lab_result *r, i6_arg *args) {
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, I6_POSTS + 1);
-  i6_arg args[I6_POSTS + 1];
   pthread_t th[I6_POSTS + 1];
   int started = 0;
   for (int i = 0; i <= I6_POSTS; i++) {
-    args[i] = (i6_arg){.c = e->c, .go = &go, .recovery = i == I6_POSTS};
-    if (distinct_keys)
-      snprintf(args[i].key, sizeof args[i].key, "%s-%d", key, i);
-    else
-      snprintf(args[i].key, sizeof args[i].key, "%s", key);
+    args[i].go = &go;
     if (pthread_create(&th[i], NULL, i6_thread, &args[i]) != 0)
       break;
     started++;
@@ -656,6 +755,90 @@ static int i6_backend(lab_result *r, idem_env *e, const char *uri, const char *k
   for (int i = 0; i < started; i++)
     pthread_join(th[i], NULL);
   pthread_barrier_destroy(&go);
+  return lab_check(r, started == I6_POSTS + 1, "could not start %d threads", I6_POSTS + 1);
+}
+
+#ifdef RESIL_HAVE_LOOP
+/* The engine path: the 12 POSTs are one lab_engine_run batch, 12 keyed
+ * calls (resil_engine_call_keyed) in flight at once on one loop thread.
+ * The recovery is the batch's 13th call, a plain one held back about 30 ms
+ * by a rate-limiter reservation (one permit per 30 ms cycle, the first
+ * cycle's taken just before the batch): the engine waits for the permit on
+ * a loop timer where the blocking path's recovery thread sleeps. */
+static int i6_engine(lab_result *r, idem_env *e, i6_arg *args, size_t *peak) {
+  resil_ratelimiter_config rc;
+  resil_ratelimiter_config_init(&rc);
+  rc.limit_for_period = 1;
+  rc.refresh_period_ns = MS(30);
+  rc.timeout_ns = MS(1000);
+  resil_ratelimiter *rl = NULL;
+  if (!lab_check(r, resil_ratelimiter_new(&rc, &rl, NULL) == RESIL_OK &&
+                        resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO,
+                 "rate limiter setup")) {
+    resil_ratelimiter_free(rl);
+    return 0;
+  }
+  resil_engine_policies pol, held;
+  resil_engine_policies_init(&pol);
+  resil_engine_policies_init(&held);
+  held.ratelimiter = rl;
+  lab_engine_req q[I6_POSTS + 1];
+  resil_http_param ps[I6_POSTS + 1][4];
+  resil_http_args a[I6_POSTS + 1];
+  memset(q, 0, sizeof q);
+  for (int i = 0; i <= I6_POSTS; i++) {
+    int rec = args[i].recovery;
+    if (rec)
+      make_args(&a[i], ps[i], NULL, NULL, NULL);
+    else
+      make_args(&a[i], ps[i], KV("name", "i6", "hold", "100"), args[i].key, "{\"amount\":1}");
+    q[i].endpoint = rec ? "recover" : "idem_hold";
+    q[i].args = &a[i];
+    q[i].policies = rec ? &held : &pol;
+    q[i].keyed = !rec;
+  }
+  e->tally.calls += I6_POSTS + 1;
+  size_t done = lab_engine_run(e->cl.le, q, I6_POSTS + 1);
+  *peak = resil_engine_peak_in_flight(lab_engine_engine(e->cl.le));
+  for (int i = 0; i <= I6_POSTS; i++) {
+    if (args[i].recovery) {
+      args[i].recovered = recovered_of(q[i].outcome, q[i].response);
+    } else {
+      args[i].http = q[i].outcome.http_status;
+      args[i].replayed = is_replay(q[i].response);
+    }
+    resil_http_response_free(q[i].response);
+  }
+  resil_ratelimiter_free(rl);
+  return lab_check(r, done == I6_POSTS + 1, "engine: %zu of %d calls completed", done,
+                   I6_POSTS + 1);
+}
+#endif
+
+/* distinct_keys is the wrong variant: every POST carries its own key. */
+static int i6_backend(lab_result *r, idem_env *e, const char *uri, const char *key,
+                      int distinct_keys, i6_obs *ob) {
+  memset(ob, 0, sizeof *ob);
+  if (!env_start(r, e, uri, 0, MS(10000)))
+    return 0;
+  /* Count only this run's requests and payments (a PostgreSQL database
+   * may hold earlier runs' rows). */
+  resil_fixture_reset(e->fx);
+  i6_arg args[I6_POSTS + 1];
+  for (int i = 0; i <= I6_POSTS; i++) {
+    args[i] = (i6_arg){.cl = e->cl, .recovery = i == I6_POSTS};
+    args[i].cl.tally = NULL;
+    if (distinct_keys)
+      snprintf(args[i].key, sizeof args[i].key, "%s-%d", key, i);
+    else
+      snprintf(args[i].key, sizeof args[i].key, "%s", key);
+  }
+  int ran = 0;
+#ifdef RESIL_HAVE_LOOP
+  if (e->cl.le) ran = i6_engine(r, e, args, &ob->peak_in_flight);
+  else
+#endif
+    ran = i6_threads(r, args);
   for (int i = 0; i < I6_POSTS; i++) {
     if (args[i].http == 201 && !args[i].replayed)
       ob->fresh++;
@@ -668,13 +851,13 @@ static int i6_backend(lab_result *r, idem_env *e, const char *uri, const char *k
   }
   ob->recovered = args[I6_POSTS].recovered;
   ob->attempts = resil_fixture_attempts(e->fx, "idem") + resil_fixture_attempts(e->fx, "recover");
-  ob->recovered_after = recover(e->c);
+  ob->recovered_after = recover(&e->cl);
   ob->route_effects = resil_fixture_effects(e->fx, "idem");
-  op_view v = op_status(e->c, key);
+  op_view v = op_status(&e->cl, key);
   ob->effects = v.effects;
   snprintf(ob->state, sizeof ob->state, "%s", v.state);
   env_stop(e);
-  return lab_check(r, started == I6_POSTS + 1, "could not start %d threads", I6_POSTS + 1);
+  return ran;
 }
 
 static int i6_run(lab_result *r, int distinct_keys) {
@@ -690,6 +873,7 @@ static int i6_run(lab_result *r, int distinct_keys) {
            (long long)resil_clock_wall_ms(NULL));
   if (pg_uri && *pg_uri)
     have_pg = i6_backend(r, &e, pg_uri, pg_key, distinct_keys, &pg);
+  expect_engine(r, &e.tally);
   env_remove(&e);
   if (!have_sq)
     return 0;
@@ -714,6 +898,7 @@ static int i6_run(lab_result *r, int distinct_keys) {
   lab_obs_int(r, "attempts", sq.attempts);
   lab_obs_int(r, "effects", sq.route_effects);
   lab_obs_bool(r, "distinct_keys", distinct_keys);
+  if (r->path == LAB_PATH_ENGINE) lab_obs_int(r, "peak_in_flight", (long long)sq.peak_in_flight);
   lab_obs_str(r, "outcome", sq.state);
   lab_obs_str(r, "postgresql", have_pg ? "ran" : "not run (set RESIL_TEST_PG_URI)");
   char pgs[160] = "PostgreSQL not run (set RESIL_TEST_PG_URI)";
@@ -739,6 +924,12 @@ static int i6_run(lab_result *r, int distinct_keys) {
     lab_expect(r, "one_party_ran_it", all[i]->fresh + (all[i]->recovered == 1) == 1,
                "%s: %d requests ran the effect, recovery %ld", names[i], all[i]->fresh,
                all[i]->recovered);
+    /* The engine path's batch: the 12 POSTs in libcurl at once, on the one
+     * loop thread that ran the batch. */
+    if (r->path == LAB_PATH_ENGINE)
+      lab_expect(r, "posts_in_flight_at_once", all[i]->peak_in_flight >= I6_POSTS,
+                 "%s: at most %zu transfers in flight at once, expected %d", names[i],
+                 all[i]->peak_in_flight, I6_POSTS);
   }
   return r->pass;
 }
@@ -920,10 +1111,10 @@ typedef struct crash_obs {
   long long attempts; /* requests the clients made (resil_http_stats) */
 } crash_obs;
 
-static long long client_attempts(resil_http_client *c) {
+static long long client_attempts(const idem_cli *c) {
   resil_http_stats st;
   memset(&st, 0, sizeof st);
-  resil_http_client_get_stats(c, &st);
+  resil_http_client_get_stats(c->c, &st);
   return (long long)st.attempts;
 }
 
@@ -931,6 +1122,7 @@ static long long client_attempts(resil_http_client *c) {
 static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *s,
                       sqlite3 *db, const char *point, const char *key, int recovery,
                       crash_obs *ob) {
+  idem_tally *t = &e->tally;
   memset(ob, 0, sizeof *ob);
   ob->point = point;
   upstream_proc p;
@@ -939,15 +1131,16 @@ static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *
     proc_wait(&p, 0);
     return 0;
   }
-  resil_http_client *c = NULL;
-  if (!client_new(r, p.base, MS(10000), &c)) {
+  idem_cli c;
+  if (!client_new(r, p.base, MS(10000), t, &c)) {
+    client_free(&c);
     proc_stop(&p);
     return 0;
   }
-  resil_outcome o = call(c, "pay", NULL, key, "{\"amount\":100}", NULL, NULL);
+  resil_outcome o = call(&c, "pay", NULL, key, "{\"amount\":100}", NULL, NULL);
   fmt(&o, ob->outcome, sizeof ob->outcome);
-  ob->attempts += client_attempts(c);
-  resil_http_client_free(c);
+  ob->attempts += client_attempts(&c);
+  client_free(&c);
   ob->signal = proc_wait(&p, 10000);
   ob->state_after_kill = resil_op_state_name(store_state(s, key));
   ob->effects_after_kill = db_effects(db, key);
@@ -957,20 +1150,21 @@ static int crash_once(lab_result *r, const char *bin, idem_env *e, resil_store *
     proc_wait(&p, 0);
     return 0;
   }
-  if (!client_new(r, p.base, MS(10000), &c)) {
+  if (!client_new(r, p.base, MS(10000), t, &c)) {
+    client_free(&c);
     proc_stop(&p);
     return 0;
   }
-  ob->recovered = recovery ? recover(c) : 0;
+  ob->recovered = recovery ? recover(&c) : 0;
   ob->state_after_recover = resil_op_state_name(store_state(s, key));
   resil_http_response *resp = NULL;
-  resil_outcome rep = call(c, "pay", NULL, key, "{\"amount\":100}", NULL, &resp);
+  resil_outcome rep = call(&c, "pay", NULL, key, "{\"amount\":100}", NULL, &resp);
   ob->replay_http = rep.http_status;
   resil_http_response_free(resp);
-  ob->conflict_http = call(c, "pay", NULL, key, "{\"amount\":999}", NULL, NULL).http_status;
+  ob->conflict_http = call(&c, "pay", NULL, key, "{\"amount\":999}", NULL, NULL).http_status;
   ob->effects = db_effects(db, key);
-  ob->attempts += client_attempts(c);
-  resil_http_client_free(c);
+  ob->attempts += client_attempts(&c);
+  client_free(&c);
   ob->stop = proc_stop(&p);
   return 1;
 }
@@ -992,8 +1186,9 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
       proc_wait(&p, 0);
       break;
     }
-    resil_http_client *c = NULL;
-    if (!client_new(r, p.base, MS(10000), &c)) {
+    idem_cli c;
+    if (!client_new(r, p.base, MS(10000), &e->tally, &c)) {
+      client_free(&c);
       proc_stop(&p);
       break;
     }
@@ -1001,7 +1196,7 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
     int acked[4] = {0}, sent = 0;
     for (int k = 0; k < 4; k++) {
       snprintf(keys[k], sizeof keys[k], "series-%d-%d", it, k);
-      resil_outcome o = call(c, "pay", NULL, keys[k], "{\"amount\":5}", NULL, NULL);
+      resil_outcome o = call(&c, "pay", NULL, keys[k], "{\"amount\":5}", NULL, NULL);
       sent++;
       if (o.http_status == 201) {
         acked[k] = 1;
@@ -1009,7 +1204,7 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
         break; /* the process is gone */
       }
     }
-    resil_http_client_free(c);
+    client_free(&c);
     if (proc_wait(&p, 10000) == SIGKILL)
       kills++;
     /* Restart, recover, then check every key sent. */
@@ -1017,12 +1212,13 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
       proc_wait(&p, 0);
       break;
     }
-    if (!client_new(r, p.base, MS(10000), &c)) {
+    if (!client_new(r, p.base, MS(10000), &e->tally, &c)) {
+      client_free(&c);
       proc_stop(&p);
       break;
     }
     if (recovery)
-      recover(c);
+      recover(&c);
     for (int k = 0; k < sent; k++) {
       /* An acknowledged payment must have survived the kill as it was. */
       if (acked[k] && (store_state(s, keys[k]) != RESIL_OP_COMMITTED ||
@@ -1030,11 +1226,11 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
         (*lost)++;
       /* The client flow after UNKNOWN: retry with the same key. */
       if (!acked[k])
-        call(c, "pay", NULL, keys[k], "{\"amount\":5}", NULL, NULL);
+        call(&c, "pay", NULL, keys[k], "{\"amount\":5}", NULL, NULL);
       if (store_state(s, keys[k]) != RESIL_OP_COMMITTED || db_effects(db, keys[k]) != 1)
         (*unresolved)++;
     }
-    resil_http_client_free(c);
+    client_free(&c);
     if (proc_stop(&p) != 0)
       (*unclean)++; /* an error exit or a sanitizer report */
   }
@@ -1140,6 +1336,7 @@ out:
   if (db)
     sqlite3_close(db);
   resil_store_close(s);
+  expect_engine(r, &e.tally);
   env_remove(&e);
   return r->pass;
 }
@@ -1149,21 +1346,21 @@ static int i8_wrong(lab_result *r) { return i8_run(r, 0); }
 
 const lab_experiment lab_idem_experiments[] = {
     {"I1", "stable key, commit then slow response, retry", i1, i1_wrong,
-     "a new key per attempt", "one_effect", 0},
+     "a new key per attempt", "one_effect", LAB_PATHS_BOTH},
     {"I2", "new key per attempt", i2, i2_wrong,
-     "one stable key for every attempt", "three_effects", 0},
+     "one stable key for every attempt", "three_effects", LAB_PATHS_BOTH},
     {"I3", "status query: COMMITTED, UNKNOWN, expired", i3, i3_wrong,
-     "a sweep of operations older than a day", "sweep_deletes_terminal", 0},
+     "a sweep of operations older than a day", "sweep_deletes_terminal", LAB_PATHS_BOTH},
     {"I4", "commit, then close before the response", i4, i4_wrong,
-     "the replay with another key", "replay_same_effect", 0},
+     "the replay with another key", "replay_same_effect", LAB_PATHS_BOTH},
     {"I5", "rollback between effect and state, reopen, recover", i5, i5_wrong,
-     "a store that commits the effect early", "pending_no_effect", 0},
+     "a store that commits the effect early", "pending_no_effect", LAB_PATHS_BOTH},
     {"I6", "12 concurrent same-key POSTs and a recovery", i6, i6_wrong,
-     "a key per POST", "one_effect", 0},
+     "a key per POST", "one_effect", LAB_PATHS_BOTH},
     {"I7", "negative control: effect committed early", i7, i7_wrong,
-     "the correct store", "caught", 0},
+     "the correct store", "caught", LAB_PATHS_BOTH},
     {"I8", "SIGKILL inside an operation, restart, recover", i8, i8_wrong,
-     "restarts without recovery", "recovered", 0},
+     "restarts without recovery", "recovered", LAB_PATHS_BOTH},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #else /* no fixture or no store */
