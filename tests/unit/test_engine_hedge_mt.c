@@ -86,17 +86,6 @@ static resil_status submit(resil_engine *e, done_rec *d, size_t i, const char *e
   return st;
 }
 
-static resil_engine *engine_on(test_loop *l, resil_http_client *c) {
-  resil_engine_config ec;
-  resil_engine_config_init(&ec);
-  ec.adapter = l->adapter;
-  ec.client = c;
-  resil_engine *e = NULL;
-  resil_error err;
-  if (resil_engine_new(&ec, &e, &err) != RESIL_OK) fail_msg("engine: %s", err.msg);
-  return e;
-}
-
 static resil_hedge *hedge_of(int64_t delay_ns, uint32_t max_hedges) {
   resil_hedge_config hc;
   resil_hedge_config_init(&hc);
