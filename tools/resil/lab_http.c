@@ -875,6 +875,7 @@ static size_t h10_engine(lab_result *r, resil_http_client *c, resil_status *est)
   resil_loop_free(loop);
   return *est == RESIL_EINVAL ? 1u : 0u;
 #else
+  (void)r;
   (void)c;
   return 0;
 #endif
@@ -1217,6 +1218,10 @@ static void set_resend_if_safe(resil_http_client_config *cfg, void *u) {
   cfg->resend_stale = RESIL_HTTP_RESEND_IF_SAFE;
 }
 
+/* On the engine path the warm-up GET leaves its connection in the engine's
+ * own connection cache (not the client's pool), and the POST reuses it
+ * there: the same transport rule (refusing libcurl's hidden re-send, the
+ * client's resends_prevented counter) holds, as A7 also shows. */
 static int h16_run(lab_result *r, int wrong) {
   lab_http h;
   if (!lab_http_open(r, &h, wrong ? set_resend_if_safe : NULL, NULL)) goto out;
