@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "resil/clock.h"
 #include "resil/loop.h"
 
 struct lab_engine {
@@ -52,6 +53,7 @@ static void finish(lab_engine *le, lab_engine_req *q, resil_outcome o, resil_htt
   q->outcome = o;
   q->response = resp;
   q->done = 1;
+  q->done_ns = resil_clock_now_ns(NULL);
   if (--le->pending == 0) resil_loop_stop(le->loop);
 }
 
@@ -82,6 +84,7 @@ size_t lab_engine_run(lab_engine *le, lab_engine_req *reqs, size_t n) {
   for (size_t i = 0; i < n; i++) {
     lab_engine_req *q = &reqs[i];
     q->done = 0;
+    q->done_ns = 0;
     q->submitted = 0;
     q->response = NULL;
     q->outcome = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);

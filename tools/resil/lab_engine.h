@@ -41,6 +41,7 @@ typedef struct lab_engine_req {
   resil_http_response *response; /* owned by the caller; NULL none */
   int submitted;                 /* resil_engine_call* returned RESIL_OK */
   int done;                      /* the completion ran (exactly once) */
+  int64_t done_ns;               /* when it ran (resil_clock_now_ns(NULL)) */
   resil_error err;               /* why the submission failed */
 } lab_engine_req;
 

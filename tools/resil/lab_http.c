@@ -1,7 +1,13 @@
 /* Lab experiments H1-H16 and P13 (DESIGN §7): libresil-http against the
  * fault-injecting fixture upstream on 127.0.0.1, real sockets, real time.
  * Each experiment starts its own fixture so that its counters are its
- * own. */
+ * own. The H experiments run on both paths (lab.h): the blocking API, and
+ * the same calls on the async engine (lab_engine.h), with the same checks
+ * and observed values, plus `ran_on_engine` there; where the engine
+ * differs (its own connection cache instead of the client's pool: H8, H9,
+ * H16) the experiment says so. H9 runs on the blocking path only until the
+ * engine has a lease timeout. P13 (a chain over the blocking request) is
+ * blocking only. */
 #include "lab.h"
 #include "lab_engine.h"
 
@@ -15,29 +21,44 @@ resil_outcome lab_http_call(resil_http_client *c, const char *ep,
   return lab_http_call_on(NULL, c, ep, kv, key, body, rt, ctx, out);
 }
 
-resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
-                               const char *const *kv, const char *key, const char *body,
-                               resil_retry *rt, const resil_ctx *ctx,
-                               resil_http_response **out) {
-  resil_http_param ps[8];
+/* args from kv (name, value pairs, at most 8, into ps), key and body. */
+static void fill_args(resil_http_args *args, resil_http_param ps[8], const char *const *kv,
+                      const char *key, const char *body) {
   size_t n = 0;
   for (; kv && kv[2 * n] && n < 8; n++) {
     ps[n].name = kv[2 * n];
     ps[n].value = kv[2 * n + 1];
   }
-  resil_http_args args;
-  resil_http_args_init(&args);
-  args.params = ps;
-  args.param_count = n;
-  args.idempotency_key = key;
+  resil_http_args_init(args);
+  args->params = ps;
+  args->param_count = n;
+  args->idempotency_key = key;
   if (body) {
-    args.body = body;
-    args.body_len = strlen(body);
+    args->body = body;
+    args->body_len = strlen(body);
   }
+}
+
+/* One call with ready args: on le's engine when le is not NULL. */
+static resil_outcome call_args_on(lab_engine *le, resil_http_client *c, const char *ep,
+                                  const resil_http_args *args, resil_retry *rt,
+                                  const resil_ctx *ctx, resil_http_response **out) {
 #ifdef RESIL_HAVE_LOOP
-  if (le) return lab_engine_call(le, ep, &args, rt, ctx, out);
+  if (le) return lab_engine_call(le, ep, args, rt, ctx, out);
+#else
+  (void)le;
 #endif
-  return resil_http_call(c, ep, &args, rt, ctx, out);
+  return resil_http_call(c, ep, args, rt, ctx, out);
+}
+
+resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
+                               const char *const *kv, const char *key, const char *body,
+                               resil_retry *rt, const resil_ctx *ctx,
+                               resil_http_response **out) {
+  resil_http_param ps[8];
+  resil_http_args args;
+  fill_args(&args, ps, kv, key, body);
+  return call_args_on(le, c, ep, &args, rt, ctx, out);
 }
 #endif
 
@@ -155,11 +176,39 @@ static void lab_http_close(lab_http *h) {
   resil_fixture_stop(h->fx);
 }
 
-/* One logical call through the experiment's client. */
+/* One logical call through the experiment's client (on its engine on the
+ * engine path). */
 static resil_outcome call(lab_http *h, const char *ep, const char *const *kv,
                           resil_retry *rt, const resil_ctx *ctx,
                           resil_http_response **out) {
   return lab_http_call_on(h->le, h->c, ep, kv, NULL, NULL, rt, ctx, out);
+}
+
+/* The same with ready args (a body of its own, flags). */
+static resil_outcome call_args(lab_http *h, const char *ep, const resil_http_args *args,
+                               resil_retry *rt, const resil_ctx *ctx,
+                               resil_http_response **out) {
+  return call_args_on(h->le, h->c, ep, args, rt, ctx, out);
+}
+
+/* Calls h's engine accepted (0 on the blocking path). */
+static size_t engine_calls(const lab_http *h) {
+#ifdef RESIL_HAVE_LOOP
+  return lab_engine_calls(h->le);
+#else
+  (void)h;
+  return 0;
+#endif
+}
+
+/* On the engine path, the named check that the experiment's calls (n of
+ * them, counted by engine_calls before its engines closed) took the engine:
+ * a silent fall back to the blocking path cannot pass. Nothing on the
+ * blocking path. */
+static void expect_ran_on_engine(lab_result *r, size_t n) {
+  if (r->path != LAB_PATH_ENGINE) return;
+  lab_obs_int(r, "engine_calls", (long long)n);
+  lab_expect(r, "ran_on_engine", n > 0, "no call went through the engine");
 }
 
 #define KV(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -232,6 +281,7 @@ static int h1_run(lab_result *r, int wrong) {
   lab_expect(r, "token_bound", strcmp(tok, "tok-42") == 0, "token header not bound");
   lab_check(r, seen == 1, "upstream saw %ld requests", seen);
   resil_http_response_free(resp);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -262,6 +312,7 @@ static int h2_run(lab_result *r, int wrong) {
   lab_check(r, a.http_status == 400 && n400 == 1, "400: %s, %ld attempts", oa, n400);
   lab_expect(r, "one_attempt_500", b.http_status == 500 && n500 == 1, "500: %s, %ld attempts",
              ob, n500);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   resil_retry_free(rt);
@@ -396,6 +447,7 @@ static int h3_run(lab_result *r, int respect_retry_after) {
              H3_CAP_MS + H3_SLACK_MS);
   lab_expect(r, "one_attempt_without_retry", without == 1 && made_without == 1,
              "%ld attempts seen, %lld made without retry, expected 1", without, made_without);
+  expect_ran_on_engine(r, engine_calls(&h));
   lab_http_close(&h);
   resil_retry_free(rt);
   return r->pass;
@@ -417,6 +469,7 @@ static int h4_run(lab_result *r, int wrong) {
   json_t *arr = json_array();
   long total = 0;
   long long made = 0;
+  size_t on_engine = 0;
   int ok = 1;
   char outs[2][64] = {"", ""};
   for (int t = 0; t < 2; t++) {
@@ -447,6 +500,7 @@ static int h4_run(lab_result *r, int wrong) {
     resil_http_client_get_stats(h.c, &st);
     made += (long long)st.attempts;
     if (st.resends_counted != 0 || st.requests_sent != 2 || st.attempts != 2) ok = 0;
+    on_engine += engine_calls(&h);
     lab_http_close(&h);
   }
   char both[140];
@@ -459,6 +513,7 @@ static int h4_run(lab_result *r, int wrong) {
               both, total, made);
   lab_expect(r, "one_attempt_each", ok && total == 4 && made == 4,
              "some call made more than one attempt");
+  expect_ran_on_engine(r, on_engine);
   resil_retry_free(rt);
   return r->pass;
 }
@@ -495,6 +550,7 @@ static int h5_run(lab_result *r, int wrong) {
   lab_expect(r, "unknown_timeout", o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
              "outcome %s", ob);
   lab_check(r, eff == 1, "effects %ld, expected 1", eff);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -541,6 +597,7 @@ static int h6_run(lab_result *r, int wrong) {
              "safe default: effects %ld attempts %u", eff_safe, os.attempts);
   lab_check(r, eff_key == 1 && att_key >= 2 && resil_outcome_is_success(&ok),
             "keyed: effects %ld attempts %ld", eff_key, att_key);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   resil_retry_free(unsafe);
@@ -597,6 +654,7 @@ static int h7_run(lab_result *r, int wrong) {
              "outcome %s", ob);
   lab_check(r, st.requests_sent == 0, "%llu requests sent", (unsigned long long)st.requests_sent);
   resil_http_response_free(resp);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -606,10 +664,16 @@ static int h7(lab_result *r) { return h7_run(r, 0); }
 static int h7_wrong(lab_result *r) { return h7_run(r, 1); }
 
 /* ---- H8 ---------------------------------------------------------------- */
-/* The wrong variant makes the second call on a new client (a new pool). */
+/* The wrong variant makes the second call on a new client (a new pool).
+ * On the engine path the connection kept alive is in the engine's own
+ * connection cache (its multi handle), not in the client's pool: the same
+ * checks hold there, and the wrong variant's new client comes with a new
+ * engine on it (a new cache). */
 static int h8_run(lab_result *r, int wrong) {
   lab_http h;
   resil_http_client *other = NULL;
+  lab_engine *other_le = NULL;
+  size_t on_engine = 0;
   if (!lab_http_open(r, &h, NULL, NULL)) goto out;
   if (wrong) {
     resil_http_client_config cfg;
@@ -619,14 +683,21 @@ static int h8_run(lab_result *r, int wrong) {
     cfg.endpoint_count = LAB_ENDPOINTS;
     if (!lab_check(r, resil_http_client_new(&cfg, &other, NULL) == RESIL_OK, "client"))
       goto out;
+#ifdef RESIL_HAVE_LOOP
+    if (r->path == LAB_PATH_ENGINE && !(other_le = lab_engine_open(r, other))) goto out;
+#endif
   }
   unsigned ports[2] = {0, 0};
   resil_outcome o[2];
   for (int i = 0; i < 2; i++) {
-    o[i] = lab_http_call(i == 1 && other ? other : h.c, "get_item",
-                         KV("id", "1", "token", "t"), NULL, NULL, NULL, NULL, NULL);
+    int second = i == 1 && other;
+    o[i] = lab_http_call_on(second ? other_le : h.le, second ? other : h.c, "get_item",
+                            KV("id", "1", "token", "t"), NULL, NULL, NULL, NULL, NULL);
     ports[i] = resil_fixture_last_peer_port(h.fx, "items");
   }
+#ifdef RESIL_HAVE_LOOP
+  on_engine = engine_calls(&h) + lab_engine_calls(other_le);
+#endif
   long conns = resil_fixture_connections(h.fx);
   long seen = attempts(&h, "items");
   char ob[64];
@@ -642,7 +713,11 @@ static int h8_run(lab_result *r, int wrong) {
             seen);
   lab_expect(r, "same_port", ports[0] != 0 && ports[0] == ports[1], "ports differ");
   lab_expect(r, "one_connection", conns == 1, "%ld connections", conns);
+  expect_ran_on_engine(r, on_engine);
 out:
+#ifdef RESIL_HAVE_LOOP
+  lab_engine_close(other_le);
+#endif
   resil_http_client_free(other);
   lab_http_close(&h);
   return r->pass;
@@ -669,30 +744,74 @@ static void *hold_slot(void *p) {
   return NULL;
 }
 
+/* The second call, made while the slow call holds the pool's one
+ * connection: blocking, from another thread while the slow call runs on
+ * `x`'s; on the engine path, both in one batch of concurrent calls (an
+ * engine belongs to one thread), the slow one submitted first so that it
+ * takes the connection. The engine has its own connection cache instead of
+ * the client's pool, bounded by the client's max_connections, with calls
+ * waiting for a connection queued, the client's lease timeout their
+ * timer: the same checks hold there. Sets *o, *waited (ms from the start
+ * of the second call to its end) and the stats around it. */
+static void h9_second_call(lab_http *h, resil_outcome *o, int64_t *waited,
+                           resil_http_stats *st0, resil_http_stats *st1) {
+#ifdef RESIL_HAVE_LOOP
+  if (h->le) {
+    resil_http_param ps[2][8];
+    resil_http_args args[2];
+    fill_args(&args[0], ps[0], KV("ms", "600"), NULL, NULL);
+    fill_args(&args[1], ps[1], KV("id", "9", "token", "t"), NULL, NULL);
+    lab_engine_req q[2];
+    memset(q, 0, sizeof q);
+    q[0].endpoint = "slow_get";
+    q[0].args = &args[0];
+    q[1].endpoint = "get_item";
+    q[1].args = &args[1];
+    resil_http_client_get_stats(h->c, st0);
+    int64_t t0 = resil_clock_now_ns(NULL);
+    lab_engine_run(h->le, q, 2);
+    *waited = (q[1].done_ns - t0) / 1000000;
+    resil_http_client_get_stats(h->c, st1);
+    /* The slow call's attempts are not the second call's. */
+    uint64_t slow = q[0].done ? q[0].outcome.attempts : 0;
+    st1->attempts = st1->attempts - st0->attempts >= slow ? st1->attempts - slow : st0->attempts;
+    *o = q[1].outcome;
+    resil_http_response_free(q[0].response);
+    resil_http_response_free(q[1].response);
+    return;
+  }
+#endif
+  holder x = {h, {0}};
+  pthread_t t;
+  pthread_create(&t, NULL, hold_slot, &x);
+  for (int i = 0; i < 500 && attempts(h, "slow") < 1; i++) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  resil_http_client_get_stats(h->c, st0);
+  int64_t t0 = now_ms();
+  *o = call(h, "get_item", KV("id", "9", "token", "t"), NULL, NULL, NULL);
+  *waited = now_ms() - t0;
+  resil_http_client_get_stats(h->c, st1);
+  pthread_join(t, NULL);
+}
+
 /* The wrong variant waits up to 2 s for the slot. */
 static int h9_run(lab_result *r, int64_t lease_timeout_ns) {
   lab_http h;
   if (!lab_http_open(r, &h, set_pool_1, &lease_timeout_ns)) goto out;
-  holder x = {&h, {0}};
-  pthread_t t;
-  pthread_create(&t, NULL, hold_slot, &x);
-  for (int i = 0; i < 500 && attempts(&h, "slow") < 1; i++) {
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, NULL);
-  }
   resil_http_stats st0, st1;
   memset(&st0, 0, sizeof st0);
   memset(&st1, 0, sizeof st1);
-  resil_http_client_get_stats(h.c, &st0);
-  int64_t t0 = now_ms();
-  resil_outcome o = call(&h, "get_item", KV("id", "9", "token", "t"), NULL, NULL, NULL);
-  int64_t waited = now_ms() - t0;
-  resil_http_client_get_stats(h.c, &st1);
+  resil_outcome o;
+  int64_t waited = 0;
+  h9_second_call(&h, &o, &waited, &st0, &st1);
+  /* After the slow call ended on both paths: the second call's request,
+   * had it been sent late, is counted too. */
   long items_seen = attempts(&h, "items");
   /* The attempt that timed out waiting for a slot, and any that got one. */
   long long lease_timeouts = (long long)(st1.lease_timeouts - st0.lease_timeouts);
   long long made = lease_timeouts + (long long)(st1.attempts - st0.attempts);
-  pthread_join(t, NULL);
   resil_outcome after = call(&h, "get_item", KV("id", "9", "token", "t"), NULL, NULL, NULL);
   char ob[96], ab[96];
   lab_obs_str(r, "outcome", fmt(&o, ob, sizeof ob));
@@ -710,6 +829,7 @@ static int h9_run(lab_result *r, int64_t lease_timeout_ns) {
   lab_check(r, made == 1 && lease_timeouts == 1, "%lld attempts, %lld lease timeouts, expected 1",
             made, lease_timeouts);
   lab_check(r, after.http_status == 200, "after release %s", ab);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -719,6 +839,54 @@ static int h9(lab_result *r) { return h9_run(r, MS(100)); }
 static int h9_wrong(lab_result *r) { return h9_run(r, MS(2000)); }
 
 /* ---- H10 --------------------------------------------------------------- */
+/* On the engine path: an engine on what creation gave (the client, or
+ * NULL). With no client, no engine can be made (resil_engine_new refuses a
+ * NULL client, RESIL_EINVAL): the engine path is refused at creation too,
+ * and that refusal is what `ran_on_engine` counts, as H10 makes no call on
+ * either path. With a client (the wrong variant), the engine is made and
+ * one call of "ok" goes through it. Returns the engine path's evidence
+ * count for ran_on_engine; *est the engine's creation status. */
+static size_t h10_engine(lab_result *r, resil_http_client *c, resil_status *est) {
+  *est = RESIL_OK;
+#ifdef RESIL_HAVE_LOOP
+  if (r->path != LAB_PATH_ENGINE) return 0;
+  if (c) {
+    lab_engine *le = lab_engine_open(r, c);
+    const resil_http_param p[] = {{"id", "1"}};
+    resil_http_args args;
+    resil_http_args_init(&args);
+    args.params = p;
+    args.param_count = 1;
+    if (le) lab_engine_call(le, "ok", &args, NULL, NULL, NULL);
+    size_t n = lab_engine_calls(le);
+    lab_engine_close(le);
+    return n;
+  }
+  resil_loop *loop = NULL;
+  resil_loop_adapter *ad = NULL;
+  resil_engine *e = NULL;
+  if (!lab_check(r, resil_loop_new(NULL, &loop) == RESIL_OK &&
+                        resil_loop_adapter_new(loop, &ad) == RESIL_OK,
+                 "engine path: no loop")) {
+    resil_loop_free(loop);
+    return 0;
+  }
+  resil_engine_config ec;
+  resil_engine_config_init(&ec);
+  ec.adapter = ad;
+  ec.client = c;
+  *est = resil_engine_new(&ec, &e, NULL);
+  resil_engine_free(e);
+  resil_loop_adapter_free(ad);
+  resil_loop_free(loop);
+  return *est == RESIL_EINVAL ? 1u : 0u;
+#else
+  (void)r;
+  (void)c;
+  return 0;
+#endif
+}
+
 /* The wrong variant's second template is valid. */
 static int h10_run(lab_result *r, int wrong) {
   resil_fixture *fx = NULL;
@@ -742,6 +910,8 @@ static int h10_run(lab_result *r, int wrong) {
   resil_error err;
   memset(&err, 0, sizeof err);
   resil_status st = resil_http_client_new(&cfg, &c, &err);
+  resil_status est = RESIL_OK;
+  size_t on_engine = h10_engine(r, c, &est);
   long conns = resil_fixture_connections(fx);
   lab_obs_str(r, "status", resil_status_name(st));
   lab_obs_str(r, "field", err.field);
@@ -749,11 +919,17 @@ static int h10_run(lab_result *r, int wrong) {
   lab_obs_int(r, "attempts", resil_fixture_attempts(fx, "items"));
   lab_obs_int(r, "requests_seen", conns);
   lab_obs_str(r, "outcome", "none: client not created");
+  if (r->path == LAB_PATH_ENGINE) lab_obs_str(r, "engine_status", resil_status_name(est));
   lab_summary(r, "endpoint \"broken\" with path /items/{id: %s at creation (%s), upstream connections %ld",
               resil_status_name(st), err.msg, conns);
-  lab_expect(r, "refused_at_creation", st == RESIL_EINVAL && c == NULL, "client created");
+  lab_expect(r, "refused_at_creation",
+             st == RESIL_EINVAL && c == NULL &&
+                 (r->path != LAB_PATH_ENGINE || est == RESIL_EINVAL),
+             "client created%s%s", r->path == LAB_PATH_ENGINE ? ", engine " : "",
+             r->path == LAB_PATH_ENGINE ? resil_status_name(est) : "");
   lab_check(r, strcmp(err.field, "endpoints[1].path") == 0, "field %s", err.field);
   lab_check(r, conns == 0, "%ld connections", conns);
+  expect_ran_on_engine(r, on_engine);
   resil_http_client_free(c);
   resil_fixture_stop(fx);
   return r->pass;
@@ -791,6 +967,7 @@ static int h11_run(lab_result *r, int wrong) {
   resil_http_response_free(e);
   resil_http_response_free(b);
   resil_http_response_free(n);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -827,6 +1004,7 @@ static int h12_run(lab_result *r, int wrong) {
   lab_expect(r, "business_rejection", b.reason == RESIL_REASON_BUSINESS && b_att == 1,
              "422: %s, %ld attempts", b1, b_att);
   lab_check(r, s.http_status == 200 && s_att == 2, "429,200: %s, %ld attempts", b2, s_att);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   resil_retry_free(rt);
@@ -890,6 +1068,7 @@ static int h13_run(lab_result *r, int wrong) {
   size_t total = 0;
   int headers_redacted = 0;
   long seen = 0;
+  size_t on_engine = 0;
   char last[64] = "";
   for (size_t i = 0; i < 5; i++) {
     log_capture cap = {0};
@@ -903,6 +1082,7 @@ static int h13_run(lab_result *r, int wrong) {
       lab_check(r, o.http_status == 200, "call at %s failed", names[i]);
       fmt(&o, last, sizeof last);
       seen += attempts(&h, "items");
+      on_engine += engine_calls(&h);
     }
     lab_http_close(&h);
     json_object_set_new(per, names[i], json_integer((json_int_t)cap.lines));
@@ -922,6 +1102,7 @@ static int h13_run(lab_result *r, int wrong) {
   lab_check(r, seen == 5, "upstream saw %ld requests, expected 5", seen);
   lab_check(r, total > 0, "nothing was logged: the check would prove nothing");
   lab_check(r, headers_redacted, "HEADERS level showed no redaction marker");
+  expect_ran_on_engine(r, on_engine);
   return r->pass;
 }
 
@@ -955,7 +1136,7 @@ static int h14_run(lab_result *r, int gzip) {
     args.body = body;
     args.body_len = n;
     resil_http_response *resp = NULL;
-    resil_outcome o = resil_http_call(h.c, "echo", &args, NULL, NULL, &resp);
+    resil_outcome o = call_args(&h, "echo", &args, NULL, NULL, &resp);
     fmt(&o, outs[k], sizeof outs[k]);
     json_t *j = resil_http_response_json(resp);
     decoded[k] = (long)json_integer_value(json_object_get(j, "body_len"));
@@ -979,6 +1160,7 @@ static int h14_run(lab_result *r, int gzip) {
              "2049 not gzipped/decoded");
   lab_check(r, strcmp(enc[1], "identity") == 0 && decoded[1] == 2048, "2048 gzipped");
   lab_check(r, seen == 2, "upstream saw %ld requests, expected 2", seen);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -1024,6 +1206,7 @@ static int h15_run(lab_result *r, int wrong) {
   lab_expect(r, "off_as_is", oa.http_status == 302 && ia.hops == 0 && sa.attempts == 1,
              "off: %s", b1);
   lab_check(r, ob.http_status == 200 && ib.hops == 2 && sb.attempts == 1, "on: %s hops %u", b2, ib.hops);
+  expect_ran_on_engine(r, engine_calls(&off) + engine_calls(&on));
   resil_http_response_free(a);
   resil_http_response_free(b);
   lab_http_close(&off);
@@ -1042,6 +1225,10 @@ static void set_resend_if_safe(resil_http_client_config *cfg, void *u) {
   cfg->resend_stale = RESIL_HTTP_RESEND_IF_SAFE;
 }
 
+/* On the engine path the warm-up GET leaves its connection in the engine's
+ * own connection cache (not the client's pool), and the POST reuses it
+ * there: the same transport rule (refusing libcurl's hidden re-send, the
+ * client's resends_prevented counter) holds, as A7 also shows. */
 static int h16_run(lab_result *r, int wrong) {
   lab_http h;
   if (!lab_http_open(r, &h, wrong ? set_resend_if_safe : NULL, NULL)) goto out;
@@ -1058,7 +1245,7 @@ static int h16_run(lab_result *r, int wrong) {
   resil_ctx_init(&ctx);
   if (wrong) ctx.flags = RESIL_CALL_IDEMPOTENT;
   resil_http_response *resp = NULL;
-  resil_outcome o = resil_http_call(h.c, "ka_post", &args, NULL, &ctx, &resp);
+  resil_outcome o = call_args(&h, "ka_post", &args, NULL, &ctx, &resp);
   resil_http_stats st;
   memset(&st, 0, sizeof st);
   resil_http_client_get_stats(h.c, &st);
@@ -1090,6 +1277,7 @@ static int h16_run(lab_result *r, int wrong) {
              "re-sends refused %lld, allowed %lld, expected 1 and 0", prevented, counted);
   lab_expect(r, "one_attempt", made == 1, "%lld attempts, expected 1", made);
   resil_http_response_free(resp);
+  expect_ran_on_engine(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -1207,35 +1395,42 @@ const lab_experiment lab_http_experiments[] = {
     {"H1", "GET /items/42: path and header bound, JSON decoded", h1, h1_wrong,
      "the token bound to another header", "token_bound", LAB_PATHS_BOTH},
     {"H2", "400 and 500: one attempt each by default", h2, h2_wrong,
-     "a retry of 3 attempts passed", "one_attempt_500", 0},
+     "a retry of 3 attempts passed", "one_attempt_500", LAB_PATHS_BOTH},
     {"H3", "502 + Retry-After with a capped retry", h3, h3_wrong,
-     "Retry-After ignored (respect_retry_after 0)", "waits_are_capped_retry_after", 0},
+     "Retry-After ignored (respect_retry_after 0)", "waits_are_capped_retry_after", LAB_PATHS_BOTH},
     {"H4", "503 and 429: no hidden transport retry", h4, h4_wrong,
-     "a retry with the unsafe opt-in passed", "one_attempt_each", 0},
+     "a retry with the unsafe opt-in passed", "one_attempt_each", LAB_PATHS_BOTH},
     {"H5", "POST /slow, response timeout 250 ms", h5, h5_wrong,
-     "a 2 s response timeout", "unknown_timeout", 0},
+     "a 2 s response timeout", "unknown_timeout", LAB_PATHS_BOTH},
     {"H6", "unsafe retries vs safe default vs stable key", h6, h6_wrong,
-     "the unsafe opt-in on the safe default", "safe_not_retried", 0},
+     "the unsafe opt-in on the safe default", "safe_not_retried", LAB_PATHS_BOTH},
     {"H7", "connection refused", h7, h7_wrong,
-     "the listening fixture as the target", "refused", 0},
+     "the listening fixture as the target", "refused", LAB_PATHS_BOTH},
     {"H8", "keep-alive reuses one connection", h8, h8_wrong,
-     "a new client for the second call", "one_connection", 0},
+     "a new client for the second call", "one_connection", LAB_PATHS_BOTH},
+    /* Blocking only for now: the engine on main has no lease timeout (a
+     * call waiting for a connection waits inside libcurl until one is
+     * free, then is sent: H9/engine gives ANSWERED(200) after ~600 ms).
+     * h9_second_call's engine path is written to the spec of the engine's
+     * connection queue (bounded by max_connections, the client's lease
+     * timeout ending a waiting call NOT_SENT(POOL_TIMEOUT)): set
+     * LAB_PATHS_BOTH once that queue is in. */
     {"H9", "pool of 1: lease timeout fails NOT_SENT", h9, h9_wrong,
      "a 2 s lease timeout", "not_sent", 0},
     {"H10", "bad endpoint template fails at creation", h10, h10_wrong,
-     "a valid endpoint table", "refused_at_creation", 0},
+     "a valid endpoint table", "refused_at_creation", LAB_PATHS_BOTH},
     {"H11", "204, invalid JSON, then a normal call", h11, h11_wrong,
-     "no JSON codec on the endpoint", "decode_error", 0},
+     "no JSON codec on the endpoint", "decode_error", LAB_PATHS_BOTH},
     {"H12", "custom decoder: 422 business, 429 retryable", h12, h12_wrong,
-     "no decoder on the endpoint", "business_rejection", 0},
+     "no decoder on the endpoint", "business_rejection", LAB_PATHS_BOTH},
     {"H13", "secrets never logged at any level", h13, h13_wrong,
-     "the token also in an X-Note header", "no_secret_logged", 0},
+     "the token also in an X-Note header", "no_secret_logged", LAB_PATHS_BOTH},
     {"H14", "gzip above 2048 bytes, server decodes", h14, h14_wrong,
-     "request_gzip off", "gzip_above_2048", 0},
+     "request_gzip off", "gzip_above_2048", LAB_PATHS_BOTH},
     {"H15", "redirects off and on: hops apart from attempts", h15, h15_wrong,
-     "the off client follows redirects", "off_as_is", 0},
+     "the off client follows redirects", "off_as_is", LAB_PATHS_BOTH},
     {"H16", "dead reused connection: no silent re-send", h16, h16_wrong,
-     "the re-send allowed (RESEND_IF_SAFE, POST declared idempotent)", "one_effect", 0},
+     "the re-send allowed (RESEND_IF_SAFE, POST declared idempotent)", "one_effect", LAB_PATHS_BOTH},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #else /* !RESIL_HAVE_FIXTURE */
