@@ -568,6 +568,18 @@ RESIL_API resil_status resil_http_client_get_stats_sized(const resil_http_client
 #define resil_http_client_get_stats(c, out)                                    \
   resil_http_client_get_stats_sized((c), (out), sizeof(resil_http_stats))
 
+/* Adds the client to a metrics collector (metrics.h) under `name` (NULL:
+ * the client's name): resil_http_client_attempts_total{name,outcome},
+ * _requests_total, _requests_sent_total, _resends_total{name,kind}
+ * (prevented, allowed), _connections_opened_total, _lease_timeouts_total,
+ * _pool_in_use, _pool_max, _status_queries_total{name,answer},
+ * _recovered_total, from resil_http_client_get_stats. The client is
+ * borrowed: remove it (resil_metrics_remove) before freeing it. Part of
+ * libresil-http. Same statuses as resil_metrics_add_source. Since 0.2. */
+typedef struct resil_metrics resil_metrics;
+RESIL_API resil_status resil_http_client_metrics_add(resil_metrics *m, const char *name,
+                                                     const resil_http_client *c);
+
 /* ---- logical calls ---------------------------------------------------- */
 
 /* What the caller binds for one logical call. Pointers are read by
