@@ -718,6 +718,11 @@ RESIL_API resil_outcome resil_http_call(resil_http_client *c,
  * outcome stays UNKNOWN: the operation has been accepted and may still
  * commit. A chain fallback can answer RESIL_FALLBACK_PENDING on it. */
 #define RESIL_OF_STATUS_PENDING 0x2000u
+/* Since 0.2: the attempt ended UNKNOWN(CONNECTION_CLOSED) because a reused
+ * keep-alive connection closed without a response and libcurl's hidden
+ * re-send on a new connection was refused (resend_stale NEVER, or a request
+ * that is not safe to re-send); counted in resends_prevented. */
+#define RESIL_OF_RESEND_PREVENTED 0x4000u
 
 /* What a status query said about the operation. */
 typedef enum resil_http_op_state {
