@@ -15,6 +15,7 @@
 #include "resil/metrics_mhd.h"
 #include "resil/store.h"
 #include "test_http_common.h"
+#include "test_store_common.h"
 
 static char *render(resil_metrics *m) {
   char *t = NULL;
@@ -33,14 +34,13 @@ static resil_status ok_effect(void *user, resil_store_txn *tx, const resil_op_re
   return RESIL_OK;
 }
 
-static void store_counts_operations_pending_and_recovery(void **state) {
-  (void)state;
-  char dir[] = "/tmp/resil_mstore_XXXXXX";
-  assert_non_null(mkdtemp(dir));
-  char uri[96];
-  snprintf(uri, sizeof uri, "sqlite:%s/ops.db", dir);
+/* On SQLite, and on PostgreSQL (its own schema) when RESIL_TEST_PG_URI is
+ * set. */
+static void store_case(ts_backend bk) {
+  ts_env env;
+  ts_env_setup(&env, bk, "metrics");
   resil_store *s = NULL;
-  assert_status(RESIL_OK, resil_store_open(uri, NULL, &s, NULL));
+  assert_status(RESIL_OK, resil_store_open(env.uri, NULL, &s, NULL));
   resil_op_request req;
   resil_op_request_init(&req);
   req.method = "POST";
@@ -102,9 +102,16 @@ static void store_counts_operations_pending_and_recovery(void **state) {
   resil_metrics_free(m);
   resil_op_record_clear(&rec);
   resil_store_close(s);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(0, system(cmd));
+  ts_env_teardown(&env);
+}
+
+static void store_counts_operations_pending_and_recovery(void **state) {
+  (void)state;
+  store_case(TS_SQLITE);
+  if (ts_pg_base())
+    store_case(TS_PG);
+  else
+    fprintf(stderr, "note: RESIL_TEST_PG_URI not set: the PostgreSQL half is not run\n");
 }
 
 static const resil_http_endpoint eps[] = {
