@@ -363,6 +363,24 @@ static void promtool_accepts_the_exposition(void **state) {
   mx_free(&s);
 }
 
+/* Since 0.2: the chain's layer accessors the chain metrics label with. */
+static void chain_layer_accessors(void **state) {
+  (void)state;
+  mx_set s;
+  mx_make(&s);
+  assert_string_equal("Retry", resil_chain_layer_label(s.ch, 0));
+  assert_string_equal("payments_retry", resil_chain_layer_name(s.ch, 0));
+  assert_int_equal(RESIL_LAYER_RETRY, resil_chain_layer_kind(s.ch, 0));
+  assert_string_equal("Breaker", resil_chain_layer_label(s.ch, 1));
+  assert_string_equal("payments", resil_chain_layer_name(s.ch, 1));
+  assert_int_equal(RESIL_LAYER_BREAKER, resil_chain_layer_kind(s.ch, 1));
+  assert_null(resil_chain_layer_label(s.ch, 2));
+  assert_null(resil_chain_layer_name(NULL, 0));
+  assert_int_equal(-1, resil_chain_layer_kind(s.ch, 2));
+  assert_int_equal(-1, resil_chain_layer_kind(NULL, 0));
+  mx_free(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(exposition_of_every_kind_is_exact),
@@ -371,6 +389,7 @@ int main(void) {
       cmocka_unit_test(label_values_are_escaped),
       cmocka_unit_test(source_interface_writes_help_type_and_labels),
       cmocka_unit_test(promtool_accepts_the_exposition),
+      cmocka_unit_test(chain_layer_accessors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
