@@ -13,7 +13,7 @@
  *                                                            not_permitted
  *   resil_circuitbreaker_slow_calls_total{name,kind} counter successful, failed
  *   resil_circuitbreaker_state{name,state}          gauge    one-hot, 6 states
- *   resil_circuitbreaker_failure_rate{name}         gauge    percent; -1 until
+ *   resil_circuitbreaker_failure_rate{name}         gauge    percent; NaN until
  *   resil_circuitbreaker_slow_call_rate{name}       gauge    minimum calls
  *   resil_circuitbreaker_buffered_calls{name,kind}  gauge    successful, failed
  *   resil_circuitbreaker_transitions_total{name}    counter
@@ -31,11 +31,13 @@
  *   resil_chain_layer_calls_total, _attempts_total, _rejections_total
  *   {name,position,layer,instance}, resil_chain_call_attempts_total
  *
- * The HTTP client's and the operation store's figures come from their own
- * libraries, which add them through the source interface below
- * (resil_http_client_metrics_add in http.h, libresil-http;
- * resil_idem_mhd_metrics_add in idem_mhd.h, libresil-mhd), so libresil
- * keeps depending on libc and threads only.
+ * The HTTP client's, the operation store's and the idempotency helper's
+ * figures come from their own libraries, which add them through the source
+ * interface below (resil_http_client_metrics_add in http.h, libresil-http;
+ * resil_store_metrics_add in store.h, libresil-store;
+ * resil_idem_mhd_metrics_add in metrics_mhd.h, libresil-mhd, which also has
+ * the /metrics handler), so libresil keeps depending on libc and threads
+ * only.
  *
  * Counters are the getters' monotonic totals, so they never go down from
  * one render to the next. Label values are escaped as the format says
@@ -45,7 +47,9 @@
  * Thread-safety: every function may be called from any thread at once,
  * except resil_metrics_free(), which needs exclusive access. Renders are
  * serialized on the collector's mutex; they read the instances through
- * their thread-safe getters while other threads use them. An instance must
+ * their thread-safe getters while other threads use them (a breaker's
+ * getter may deliver overdue events to its listeners on the rendering
+ * thread: a listener must not call the collector). An instance must
  * outlive its membership (remove it, or free the collector, first).
  *
  * Create/free pair: resil_metrics_new / resil_metrics_free. */
