@@ -3,7 +3,10 @@
 #ifndef RESIL_TEST_METRICS_COMMON_H
 #define RESIL_TEST_METRICS_COMMON_H
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -124,6 +127,43 @@ static inline void mx_free(mx_set *s) {
   resil_retry_free(s->rt);
   resil_breaker_free(s->br);
   resil_manual_clock_free(s->mc);
+}
+
+/* Runs `promtool check metrics` on m's exposition (stdin). Skipped when
+ * promtool is not installed, except under CI=true, where it fails. */
+static inline void mx_promtool_check(resil_metrics *m) {
+  if (system("command -v promtool >/dev/null 2>&1") != 0) {
+    const char *ci = getenv("CI");
+    if (ci && strcmp(ci, "true") == 0)
+      fail_msg("promtool not found and CI=true: install Debian's prometheus (scripts/deps.sh)");
+    fprintf(stderr, "SKIPPED: promtool not found (Debian package prometheus)\n");
+    skip();
+  }
+  char path[] = "/tmp/resil_promtool_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_status(RESIL_OK, resil_metrics_write_fd(m, fd));
+  close(fd);
+  char cmd[256], out[] = "/tmp/resil_promtool_out_XXXXXX";
+  int ofd = mkstemp(out);
+  assert_true(ofd >= 0);
+  close(ofd);
+  snprintf(cmd, sizeof cmd, "promtool check metrics < %s > %s 2>&1", path, out);
+  int rc = system(cmd);
+  FILE *f = fopen(out, "r");
+  char line[512];
+  int lines = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    fprintf(stderr, "promtool: %s", line);
+    lines++;
+  }
+  if (f) fclose(f);
+  unlink(out);
+  unlink(path);
+  /* promtool exits 0 and prints nothing when the text parses and every
+   * lint passes; lint findings alone exit 3. */
+  assert_int_equal(0, rc);
+  assert_int_equal(0, lines);
 }
 
 #endif

@@ -12,9 +12,11 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "resil/idem_mhd.h"
 #include "resil/metrics_mhd.h"
 #include "resil/store.h"
 #include "test_http_common.h"
+#include "metrics_common.h"
 #include "test_store_common.h"
 
 static char *render(resil_metrics *m) {
@@ -251,6 +253,46 @@ static void fixture_serves_its_store_metrics(void **state) {
   resil_http_client_free(c);
 }
 
+static resil_status no_handler(void *user, resil_idem_call *call, resil_op_response *out) {
+  (void)user, (void)call, (void)out;
+  return RESIL_EIO;
+}
+
+/* promtool on one instance of every kind: the core kinds, an HTTP client,
+ * a store and an idempotency helper. */
+static void promtool_accepts_every_kind(void **state) {
+  fx_state *st = *state;
+  mx_set s;
+  mx_make(&s);
+  resil_http_client *c = client_on(st->f, eps, 1, NULL, NULL);
+  resil_http_call(c, "hello", NULL, NULL, NULL, NULL);
+  ts_env env;
+  ts_env_setup(&env, TS_SQLITE, "promtool");
+  resil_store *store = NULL;
+  assert_status(RESIL_OK, resil_store_open(env.uri, NULL, &store, NULL));
+  resil_idem_mhd_config ic;
+  resil_idem_mhd_config_init(&ic);
+  ic.store = store;
+  ic.handler = no_handler;
+  resil_idem_mhd *h = NULL;
+  assert_status(RESIL_OK, resil_idem_mhd_new(&ic, &h, NULL));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(s.m, NULL, c));
+  assert_status(RESIL_OK, resil_store_metrics_add(s.m, NULL, store));
+  assert_status(RESIL_OK, resil_idem_mhd_metrics_add(s.m, NULL, h));
+  char *t = render(s.m);
+  has(t, "# TYPE resil_http_client_attempts_total counter\n");
+  has(t, "# TYPE resil_store_pending_operations gauge\n");
+  has(t, "# TYPE resil_idem_requests_total counter\n");
+  has(t, "# TYPE resil_circuitbreaker_state gauge\n");
+  resil_metrics_text_free(s.m, t);
+  mx_promtool_check(s.m);
+  mx_free(&s);
+  resil_idem_mhd_free(h);
+  resil_store_close(store);
+  ts_env_teardown(&env);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
@@ -258,6 +300,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(http_client_attempts_by_outcome, fx_setup, fx_teardown),
       cmocka_unit_test(mhd_handler_serves_the_exposition),
       cmocka_unit_test_setup_teardown(fixture_serves_its_store_metrics, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(promtool_accepts_every_kind, fx_setup, fx_teardown),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();
