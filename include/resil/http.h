@@ -481,7 +481,10 @@ typedef struct resil_http_client_config {
    *     resil_http_operation_status(). For a status query, attempt is the
    *     query's number within the logical call (1, 2, ...), wait_before_ns
    *     the PENDING poll slept before it, next_wait_ns the poll that
-   *     follows or -1, stop NONE while the call goes on.
+   *     follows or -1, stop NONE while the call goes on; since 0.2 the
+   *     query that read the operation's stored result (COMMITTED) has
+   *     RESIL_OF_RECOVERED in its outcome's flags (blocking calls; the
+   *     async engine does not report status queries here).
    *   - Attempts a retry drives (resil_http_call() or
    *     resil_http_call_keyed() given a retry, or the caller's own retry
    *     around resil_http_request_attempt()) are the retry's to report

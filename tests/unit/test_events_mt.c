@@ -235,6 +235,48 @@ static void resend_prevented_is_logged_and_no_secret_appears(void **state) {
   unlink(path);
 }
 
+static const resil_http_endpoint keyed_eps[] = {
+    {.struct_size = sizeof(resil_http_endpoint), .name = "op_status", .path = "/operations/{key}",
+     .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_close", .method = RESIL_HTTP_POST,
+     .path = "/idem-close", .idempotency_key = RESIL_HTTP_KEY_SEND,
+     .response_codec = RESIL_HTTP_CODEC_JSON, .status_endpoint = "op_status"},
+};
+
+static void on_listener(resil_http_client_config *cfg, void *u) {
+  cfg->on_attempt = resil_event_attempt_listener;
+  cfg->on_attempt_user = u;
+}
+
+/* I4 shape: the write commits and the connection closes before any
+ * response byte; the status query reads the stored result: a recovered
+ * event, from the client's own report of that query. */
+static void recovery_by_status_query_is_logged(void **state) {
+  fx_state *st = *state;
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, NULL);
+  resil_http_client *c = client_on(st->f, keyed_eps, 2, on_listener, s);
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.idempotency_key = "ev-key-1";
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, NULL, NULL, &rep);
+  assert_int_equal(201, o.http_status);
+  assert_true(o.flags & RESIL_OF_RECOVERED);
+  /* The write attempt (call_done UNKNOWN), then the query: recovered, and
+   * its call_done. */
+  size_t found = l.n;
+  for (size_t i = 0; i < l.n; i++)
+    if (strstr(l.v[i], "\"kind\":\"recovered\"")) found = i;
+  if (found == l.n) fail_msg("no recovered event among %zu lines", l.n);
+  json_t *e = parsed(&l, found, "http", "recovered");
+  assert_string_equal("ev-key-1", sget(e, "idempotency_key"));
+  json_decref(e);
+  resil_http_client_free(c);
+  resil_event_sink_free(s);
+  lines_free(&l);
+}
+
 static void reloads_recoveries_and_bad_input(void **state) {
   (void)state;
   lines l = {0};
@@ -290,6 +332,7 @@ int main(void) {
       cmocka_unit_test(retries_are_logged_with_their_wait),
       cmocka_unit_test_setup_teardown(resend_prevented_is_logged_and_no_secret_appears,
                                       fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(recovery_by_status_query_is_logged, fx_setup, fx_teardown),
       cmocka_unit_test(reloads_recoveries_and_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
