@@ -258,6 +258,9 @@ static void label_values_are_escaped(void **state) {
   char *text = render(m);
   assert_non_null(strstr(text,
       "resil_circuitbreaker_state{name=\"a\\\"b\\\\c\\nd\",state=\"closed\"} 1\n"));
+  /* A fresh breaker has no rates yet: NaN, not a made-up 0 or -1. */
+  assert_non_null(strstr(text,
+      "resil_circuitbreaker_failure_rate{name=\"a\\\"b\\\\c\\nd\"} NaN\n"));
   /* No raw newline inside a sample line: every line starts a known way. */
   for (const char *p = text; *p; p = strchr(p, '\n') + 1)
     assert_true(strncmp(p, "# ", 2) == 0 || strncmp(p, "resil_", 6) == 0);
