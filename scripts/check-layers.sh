@@ -24,6 +24,7 @@ base          0 http/base.h http/base.c
 template      0 http/template.h http/template.c
 log           1 http/log_int.h http/log.c
 response      1 http/response_int.h http/response.c
+events        2 http/events.c
 transfer      2 http/transfer.h http/transfer.c
 slot          3 http/slot.h http/slot.c
 client        4 http/client_int.h http/client.c
@@ -32,6 +33,7 @@ recover_rules 6 http/recover_rules.h http/recover_rules.c
 request       7 http/request.c
 engine        7
 recover       8 http/recover.c
+metrics_http  9 http/metrics_http.c
 '
 
 declare -A unit_of rank_of

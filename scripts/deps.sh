@@ -4,7 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcmocka-dev libcurl4-openssl-dev
       libmicrohttpd-dev libjansson-dev zlib1g-dev libsqlite3-dev libpq-dev
-      libssl-dev postgresql-15 libuv1-dev)
+      libssl-dev postgresql-15 libuv1-dev prometheus)
+# prometheus: promtool and the server the metrics tests run
+# (test_metrics, test_metrics_prometheus) on their own 127.0.0.1 port.
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -16,3 +18,8 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The package starts a system-wide server on :9090 where a service manager
+# runs; the tests start their own, so stop and disable that one.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi

@@ -16,7 +16,8 @@ cc -std=c11 -Wall -Werror examples/hello_breaker.c -o "$prefix/hello_static" $(p
    "$(find "$prefix" -name libresil.a | head -1)" -lpthread -lm
 "$prefix/hello_static"
 # Nothing but the public API may be exported: resil_* from libresil,
-# resil_http_* and resil_engine_* (the async engine) from libresil-http,
+# resil_http_*, resil_engine_* (the async engine) and resil_event_* (the
+# event log) from libresil-http,
 # resil_uv_* from libresil-uv (internal resil__* helpers stay hidden).
 check_exports() { # library file, allowed prefix (an extended regex)
   local bad
@@ -26,7 +27,7 @@ check_exports() { # library file, allowed prefix (an extended regex)
 check_exports "$(find "$prefix" -name 'libresil.so.*.*' | head -1)" 'resil_[a-z]'
 http_so=$(find "$prefix" -name 'libresil-http.so.*.*' | head -1)
 if [ -n "$http_so" ]; then
-  check_exports "$http_so" 'resil_http_|resil_engine_'
+  check_exports "$http_so" 'resil_http_|resil_engine_|resil_event_'
   pkg-config --exists resil-http || { echo "resil-http.pc not installed" >&2; exit 1; }
   # <resil/http.h> exposes json_t: a program using json_* on a response
   # must compile and link with `pkg-config --cflags --libs resil-http` alone
@@ -51,17 +52,19 @@ C
 fi
 mhd_so=$(find "$prefix" -name 'libresil-mhd.so.*.*' | head -1)
 if [ -n "$mhd_so" ]; then
-  # libresil-mhd exports only resil_idem_* (its own API; the store's
-  # functions come from libresil-store).
-  check_exports "$mhd_so" 'resil_idem_'
+  # libresil-mhd exports only resil_idem_* and resil_metrics_mhd_* (its own
+  # API; the store's functions come from libresil-store).
+  check_exports "$mhd_so" 'resil_idem_|resil_metrics_mhd_'
   pkg-config --exists resil-mhd || { echo "resil-mhd.pc not installed" >&2; exit 1; }
   # <resil/idem_mhd.h> exposes libmicrohttpd and libresil-store: a server
   # using MHD_*, resil_store_* and resil_idem_mhd_* must compile and link
   # with `pkg-config --cflags --libs resil-mhd` alone.
   cat >"$prefix/mhd_idem.c" <<'C'
 #include <resil/idem_mhd.h>
+#include <resil/metrics_mhd.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 static resil_status effect(void *user, resil_idem_call *call, resil_op_response *out) {
   (void)user; (void)call;
@@ -86,6 +89,18 @@ int main(int argc, char **argv) {
                                           resil_idem_mhd_completed, h, MHD_OPTION_END);
   ok = ok && d;
   if (d) MHD_stop_daemon(d);
+  /* The /metrics helpers: the collector (libresil), the store's and the
+   * helper's sources (libresil-store, libresil-mhd). */
+  resil_metrics *m = NULL;
+  char *text = NULL;
+  ok = ok && resil_metrics_new(NULL, &m) == RESIL_OK &&
+       resil_store_metrics_add(m, NULL, s) == RESIL_OK &&
+       resil_idem_mhd_metrics_add(m, NULL, h) == RESIL_OK &&
+       resil_metrics_render_alloc(m, &text, NULL) == RESIL_OK &&
+       strstr(text, "resil_idem_requests_total{") && strstr(text, "resil_store_pending_operations{");
+  (void)resil_metrics_mhd_access;
+  resil_metrics_text_free(m, text);
+  resil_metrics_free(m);
   resil_idem_mhd_free(h);
   resil_store_close(s);
   puts(ok ? "mhd idem: ok" : "mhd idem: FAILED");

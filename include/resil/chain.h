@@ -267,6 +267,14 @@ RESIL_API resil_status resil_chain_call_stats_sized(const resil_chain *ch,
                                                     size_t struct_size);
 #define resil_chain_call_stats(ch, out)                                        \
   resil_chain_call_stats_sized((ch), (out), sizeof(resil_layer_stats))
+/* Layer i's label ("Retry", or the custom layer's), and the name of its
+ * policy instance ("" when it has none), owned by the chain; NULL for a
+ * NULL chain or i out of range. Since 0.2. */
+RESIL_API const char *resil_chain_layer_label(const resil_chain *ch, size_t i);
+RESIL_API const char *resil_chain_layer_name(const resil_chain *ch, size_t i);
+/* Layer i's resil_layer_kind; -1 for a NULL chain or i out of range.
+ * Since 0.2. */
+RESIL_API int resil_chain_layer_kind(const resil_chain *ch, size_t i);
 
 /* Writes the nesting, e.g. "Retry(Breaker(Bulkhead(call)))", into buf.
  * Returns the length it needed (like snprintf); 0 (and buf "") for a NULL

@@ -481,7 +481,10 @@ typedef struct resil_http_client_config {
    *     resil_http_operation_status(). For a status query, attempt is the
    *     query's number within the logical call (1, 2, ...), wait_before_ns
    *     the PENDING poll slept before it, next_wait_ns the poll that
-   *     follows or -1, stop NONE while the call goes on.
+   *     follows or -1, stop NONE while the call goes on; since 0.2 the
+   *     query that read the operation's stored result (COMMITTED) has
+   *     RESIL_OF_RECOVERED in its outcome's flags (blocking calls; the
+   *     async engine does not report status queries here).
    *   - Attempts a retry drives (resil_http_call() or
    *     resil_http_call_keyed() given a retry, or the caller's own retry
    *     around resil_http_request_attempt()) are the retry's to report
@@ -567,6 +570,18 @@ RESIL_API resil_status resil_http_client_get_stats_sized(const resil_http_client
                                                          size_t struct_size);
 #define resil_http_client_get_stats(c, out)                                    \
   resil_http_client_get_stats_sized((c), (out), sizeof(resil_http_stats))
+
+/* Adds the client to a metrics collector (metrics.h) under `name` (NULL:
+ * the client's name): resil_http_client_attempts_total{name,outcome},
+ * _requests_total, _requests_sent_total, _resends_total{name,kind}
+ * (prevented, allowed), _connections_opened_total, _lease_timeouts_total,
+ * _pool_in_use, _pool_max, _status_queries_total{name,answer},
+ * _recovered_total, from resil_http_client_get_stats. The client is
+ * borrowed: remove it (resil_metrics_remove) before freeing it. Part of
+ * libresil-http. Same statuses as resil_metrics_add_source. Since 0.2. */
+typedef struct resil_metrics resil_metrics;
+RESIL_API resil_status resil_http_client_metrics_add(resil_metrics *m, const char *name,
+                                                     const resil_http_client *c);
 
 /* ---- logical calls ---------------------------------------------------- */
 
@@ -706,6 +721,11 @@ RESIL_API resil_outcome resil_http_call(resil_http_client *c,
  * outcome stays UNKNOWN: the operation has been accepted and may still
  * commit. A chain fallback can answer RESIL_FALLBACK_PENDING on it. */
 #define RESIL_OF_STATUS_PENDING 0x2000u
+/* Since 0.2: the attempt ended UNKNOWN(CONNECTION_CLOSED) because a reused
+ * keep-alive connection closed without a response and libcurl's hidden
+ * re-send on a new connection was refused (resend_stale NEVER, or a request
+ * that is not safe to re-send); counted in resends_prevented. */
+#define RESIL_OF_RESEND_PREVENTED 0x4000u
 
 /* What a status query said about the operation. */
 typedef enum resil_http_op_state {

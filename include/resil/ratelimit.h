@@ -94,6 +94,10 @@ typedef struct resil_ratelimiter_metrics {
   int64_t available;  /* permits available now (negative when reserved) */
   /* Since 0.2: resil_ratelimiter_nanos_to_wait() at the same reading. */
   int64_t nanos_to_wait;
+  /* Since 0.2: callers sleeping now in resil_ratelimiter_acquire() or
+   * _run() for a reserved permit (Resilience4j's waiting threads). Callers
+   * of the split form who wait on their own are not seen here. */
+  uint64_t waiting;
 } resil_ratelimiter_metrics;
 
 /* Writes the documented defaults and struct_size. A macro passing

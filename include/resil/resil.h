@@ -16,5 +16,6 @@
 #include "timelimit.h"
 #include "hedge.h"
 #include "chain.h"
+#include "metrics.h"
 
 #endif

@@ -476,6 +476,52 @@ RESIL_API resil_status resil_store_recover_report_sized(
   resil_store_recover_report_sized((s), (older), (max), (effect), (user),      \
                                    (report), sizeof(resil_store_recovery))
 
+/* Counters of this handle since it was opened (this process only: other
+ * processes on the same database count their own). Monotonic. Since 0.2. */
+typedef struct resil_store_stats {
+  size_t struct_size;         /* bytes the library wrote (version.h)      */
+  uint64_t begun_new;         /* resil_store_begin answers, by result     */
+  uint64_t begun_replay;
+  uint64_t begun_in_progress;
+  uint64_t begun_conflict;
+  uint64_t committed;         /* terminal states written: COMMITTED ...   */
+  uint64_t failed;            /* ... and FAILED (completions and recovery) */
+  uint64_t effect_failed;     /* effects (or fault hooks) that failed:
+                                 rolled back, left PENDING                 */
+  uint64_t recovery_runs;     /* resil_store_recover(_report) calls that
+                                 got past their argument checks           */
+  uint64_t recovered;         /* operations recovery moved to a terminal
+                                 state                                     */
+  uint64_t recovery_failed;   /* operations whose recovery effect failed  */
+  uint64_t damaged;           /* damaged rows recovery skipped            */
+} resil_store_stats;
+
+/* Snapshot of the counters (each read atomically), written up to the
+ * caller's struct size (a macro passing sizeof). RESIL_OK, RESIL_EMISUSE
+ * (NULL handle), RESIL_EINVAL (out NULL). Thread-safe. Since 0.2. */
+RESIL_API resil_status resil_store_get_stats_sized(const resil_store *s,
+                                                   resil_store_stats *out,
+                                                   size_t struct_size);
+#define resil_store_get_stats(s, out)                                          \
+  resil_store_get_stats_sized((s), (out), sizeof(resil_store_stats))
+
+/* Number of PENDING operations in the database now (all processes): one
+ * query. RESIL_OK, RESIL_EMISUSE, RESIL_EINVAL (out NULL), RESIL_EIO,
+ * RESIL_ETIMEDOUT, RESIL_ENOMEM. Thread-safe. Since 0.2. */
+RESIL_API resil_status resil_store_count_pending(resil_store *s, uint64_t *out);
+
+/* Adds the store to a metrics collector (metrics.h) under `name` (NULL:
+ * "store"): resil_store_operations_total{name,result} (new, replay,
+ * in_progress, conflict: begin answers; committed, failed: terminal states
+ * written; effect_failed), resil_store_pending_operations (a query at each
+ * render; the sample is left out when it fails), resil_store_recovery_runs_total,
+ * resil_store_recovered_operations_total{name,result} (recovered, failed,
+ * damaged). Part of libresil-store. Same statuses as
+ * resil_metrics_add_source. Since 0.2. */
+typedef struct resil_metrics resil_metrics;
+RESIL_API resil_status resil_store_metrics_add(resil_metrics *m, const char *name,
+                                               resil_store *s);
+
 /* Retention: deletes COMMITTED and FAILED operations whose updated_ms is at
  * or before now - older_than_ns, oldest first, at most max_rows per call
  * (call again while *deleted == max_rows). PENDING operations are never

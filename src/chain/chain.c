@@ -695,3 +695,18 @@ resil_status resil_chain_amplification_sized(const resil_chain *ch,
   if (st == RESIL_OK) resil__sized_out(dst, size, &a, sizeof a);
   return st;
 }
+
+const char *resil_chain_layer_label(const resil_chain *ch, size_t i) {
+  if (!chain_valid(ch) || i >= ch->n) return NULL;
+  return ch->layers[i].label;
+}
+
+const char *resil_chain_layer_name(const resil_chain *ch, size_t i) {
+  if (!chain_valid(ch) || i >= ch->n) return NULL;
+  return ch->layers[i].name;
+}
+
+int resil_chain_layer_kind(const resil_chain *ch, size_t i) {
+  if (!chain_valid(ch) || i >= ch->n) return -1;
+  return (int)ch->layers[i].desc.kind;
+}

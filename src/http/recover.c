@@ -92,6 +92,8 @@ static resil_http_op_state query_status(keyed_call *k, const resil_ctx *actx,
   k->query_wait_before = wait_before;
   resil_http_op_state s =
       resil__recov_query_end(&k->rv, &qo, q, write_attempt, usable, retry_after_ms, rec);
+  /* The listener sees which query read the stored result. */
+  if (*usable && s == RESIL_HTTP_OP_COMMITTED) k->query_o.flags |= RESIL_OF_RECOVERED;
   if (qout) *qout = q;
   else resil_http_response_free(q);
   return s;

@@ -288,7 +288,9 @@ static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
   if (x->resend_refused) {
     set_error(res, "%s", "the reused keep-alive connection closed without a response; "
                          "libcurl's hidden re-send on a new connection was refused");
-    return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
+    resil_outcome o = resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
+    o.flags |= RESIL_OF_RESEND_PREVENTED;
+    return o;
   }
   switch (aborted) {
   case ABORT_CANCEL:

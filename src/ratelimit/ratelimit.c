@@ -57,6 +57,7 @@ struct resil_ratelimiter {
   _Atomic uint64_t n_reserved;
   _Atomic uint64_t n_refused;
   _Atomic uint64_t n_cancelled;
+  _Atomic uint64_t n_waiting; /* callers sleeping in acquire_wait now */
 };
 
 static inline uint64_t pack(int64_t cycle, int64_t permits) {
@@ -209,6 +210,7 @@ resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
   atomic_init(&rl->n_reserved, 0);
   atomic_init(&rl->n_refused, 0);
   atomic_init(&rl->n_cancelled, 0);
+  atomic_init(&rl->n_waiting, 0);
   rl->magic = RESIL_MAGIC_RATELIM;
   *out = rl;
   return RESIL_OK;
@@ -325,7 +327,10 @@ static resil_decision acquire_wait(resil_ratelimiter *rl, int permits,
    * resil__ctx_in, whose cancel field exists in every accepted size. */
   resil_ctx lc;
   const resil_ctx *c = ctx ? resil__ctx_in(&lc, ctx) : NULL;
-  if (resil_clock_sleep_ns(rl->clock, wait, c ? c->cancel : NULL)) {
+  atomic_fetch_add_explicit(&rl->n_waiting, 1, memory_order_relaxed);
+  int cancelled = resil_clock_sleep_ns(rl->clock, wait, c ? c->cancel : NULL);
+  atomic_fetch_sub_explicit(&rl->n_waiting, 1, memory_order_relaxed);
+  if (cancelled) {
     give_back(rl, permits);
     atomic_fetch_add_explicit(&rl->n_cancelled, 1, memory_order_relaxed);
     set_why(why, RESIL_REASON_CANCELLED);
@@ -401,6 +406,7 @@ resil_status resil_ratelimiter_get_metrics_sized(const resil_ratelimiter *rl,
   out->refused = atomic_load_explicit(&m->n_refused, memory_order_relaxed);
   out->cancelled = atomic_load_explicit(&m->n_cancelled, memory_order_relaxed);
   out->available = read_now(rl, &out->nanos_to_wait);
+  out->waiting = atomic_load_explicit(&m->n_waiting, memory_order_relaxed);
   resil__sized_out(dst, n, &full, sizeof full);
   return RESIL_OK;
 }

@@ -650,6 +650,7 @@ resil_status resil_store_begin(resil_store *s, const char *key,
   }
   if (inserted) {
     *result = RESIL_OP_NEW;
+    atomic_fetch_add_explicit(&s->n_begin[RESIL_OP_NEW], 1, memory_order_relaxed);
     resil_op_record_clear(&cur);
     rec_move(rec, &fresh);
     return RESIL_OK;
@@ -667,6 +668,7 @@ resil_status resil_store_begin(resil_store *s, const char *key,
   } else {
     *result = RESIL_OP_REPLAY;
   }
+  atomic_fetch_add_explicit(&s->n_begin[*result], 1, memory_order_relaxed);
   rec_move(rec, &cur);
   return RESIL_OK;
 }
@@ -771,11 +773,15 @@ static resil_status complete_on(resil_store *s, void *conn, const char *key,
   if ((st = be->write_terminal(s, conn, key, &out, now))) goto fail;
   if ((st = be->txn_commit(s, conn))) goto fail;
   c->committed = 1;
+  atomic_fetch_add_explicit(out.failed ? &s->n_failed : &s->n_committed, 1,
+                            memory_order_relaxed);
   rec_move(rec, &cur);
   return RESIL_OK;
 fail:
   be->txn_rollback(s, conn);
   resil_op_record_clear(&cur);
+  if (c->effect_failed)
+    atomic_fetch_add_explicit(&s->n_effect_failed, 1, memory_order_relaxed);
   return st;
 }
 
@@ -900,6 +906,7 @@ static resil_status recover_into(resil_store *s, int64_t older_than_ns,
     return resil__store_fail(s, RESIL_EINVAL, "older_than_ns",
                              "must be >= 0, got %lld", (long long)older_than_ns);
   if (!effect) return resil__store_fail(s, RESIL_EINVAL, "effect", "must not be NULL");
+  atomic_fetch_add_explicit(&s->n_recovery_runs, 1, memory_order_relaxed);
   if (max_ops == 0) return RESIL_OK;
   void *conn = NULL;
   resil_status st;
@@ -950,6 +957,9 @@ static resil_status recover_into(resil_store *s, int64_t older_than_ns,
   }
   pool_put(s, conn);
   keylist_free(s, &kl);
+  atomic_fetch_add_explicit(&s->n_recovered, rep->recovered, memory_order_relaxed);
+  atomic_fetch_add_explicit(&s->n_recovery_failed, rep->failed, memory_order_relaxed);
+  atomic_fetch_add_explicit(&s->n_damaged, rep->damaged, memory_order_relaxed);
   if (st) return st;
   if (first_effect_failure) {
     t_err.id = s->id;
@@ -980,5 +990,47 @@ resil_status resil_store_sweep(resil_store *s, int64_t older_than_ns,
   while (st && again(s, conn, &st, &retried));
   pool_put(s, conn);
   if (deleted) *deleted = n;
+  return st;
+}
+
+/* ---- figures ------------------------------------------------------------ */
+
+resil_status resil_store_get_stats_sized(const resil_store *s, resil_store_stats *dst,
+                                         size_t n) {
+  if (!valid(s)) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
+  resil_store *m = (resil_store *)s; /* atomics need non-const */
+  resil_store_stats full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+#define LOAD(x) atomic_load_explicit(&m->x, memory_order_relaxed)
+  full.begun_new = LOAD(n_begin[RESIL_OP_NEW]);
+  full.begun_replay = LOAD(n_begin[RESIL_OP_REPLAY]);
+  full.begun_in_progress = LOAD(n_begin[RESIL_OP_IN_PROGRESS]);
+  full.begun_conflict = LOAD(n_begin[RESIL_OP_CONFLICT]);
+  full.committed = LOAD(n_committed);
+  full.failed = LOAD(n_failed);
+  full.effect_failed = LOAD(n_effect_failed);
+  full.recovery_runs = LOAD(n_recovery_runs);
+  full.recovered = LOAD(n_recovered);
+  full.recovery_failed = LOAD(n_recovery_failed);
+  full.damaged = LOAD(n_damaged);
+#undef LOAD
+  resil__sized_out(dst, n, &full, sizeof full);
+  return RESIL_OK;
+}
+
+resil_status resil_store_count_pending(resil_store *s, uint64_t *out) {
+  if (!valid(s)) return RESIL_EMISUSE;
+  enter(s, "count_pending");
+  if (!out) return resil__store_fail(s, RESIL_EINVAL, "out", "must not be NULL");
+  void *conn = NULL;
+  resil_status st;
+  if ((st = acquire(s, &conn))) return st;
+  int retried = 0;
+  do
+    st = s->be->count_pending(s, conn, out);
+  while (st && again(s, conn, &st, &retried));
+  pool_put(s, conn);
   return st;
 }

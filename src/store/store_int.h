@@ -7,6 +7,7 @@
 #define RESIL_STORE_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "core/internal.h"
@@ -106,6 +107,8 @@ typedef struct resil__store_backend {
                         int64_t now_ms);
   resil_status (*sweep)(resil_store *s, void *conn, int64_t cutoff_ms,
                         uint32_t max, uint32_t *deleted);
+  /* Number of PENDING rows (resil_store_count_pending). */
+  resil_status (*count_pending)(resil_store *s, void *conn, uint64_t *n);
 } resil__store_backend;
 
 extern const resil__store_backend resil__store_sqlite;
@@ -129,6 +132,10 @@ struct resil_store {
   void **conns;
   void **idle;
   uint32_t nconns, nidle;
+  /* resil_store_get_stats: monotonic, relaxed atomics. */
+  _Atomic uint64_t n_begin[5]; /* by resil_op_begin_result */
+  _Atomic uint64_t n_committed, n_failed, n_effect_failed;
+  _Atomic uint64_t n_recovery_runs, n_recovered, n_recovery_failed, n_damaged;
 };
 
 /* Records the failure of the current call for resil_store_errmsg() and

@@ -457,6 +457,19 @@ static resil_status pg_list_pending(resil_store *s, void *conn, int64_t cutoff,
   return st;
 }
 
+static resil_status pg_count_pending(resil_store *s, void *conn, uint64_t *n) {
+  PGresult *r = NULL;
+  /* Text, not the binary int8 the binary result format would give. */
+  resil_status st = pg_run(s, conn,
+                           "SELECT count(*)::text FROM resil_operations WHERE state = 1",
+                           0, NULL, NULL, NULL, PGRES_TUPLES_OK, &r,
+                           "count pending operations");
+  if (st) return st;
+  *n = PQntuples(r) == 1 ? strtoull(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+  PQclear(r);
+  return RESIL_OK;
+}
+
 static resil_status pg_touch(resil_store *s, void *conn, const char *key, int64_t now_ms) {
   char now[24];
   snprintf(now, sizeof now, "%lld", (long long)now_ms);
@@ -504,6 +517,7 @@ const resil__store_backend resil__store_pg = {
     .txn_fill = pg_txn_fill,
     .read_row = pg_read_row,
     .list_pending = pg_list_pending,
+    .count_pending = pg_count_pending,
     .touch = pg_touch,
     .sweep = pg_sweep,
 };

@@ -30,6 +30,7 @@ enum {
   Q_LIST,
   Q_TOUCH,
   Q_SWEEP,
+  Q_PENDING,
   Q_COUNT
 };
 
@@ -55,6 +56,7 @@ static const char *const sql[Q_COUNT] = {
     [Q_SWEEP] = "DELETE FROM resil_operations WHERE key IN (SELECT key FROM "
                 "resil_operations WHERE state IN (2, 3) AND updated_ms <= ?1 "
                 "ORDER BY updated_ms LIMIT ?2)",
+    [Q_PENDING] = "SELECT count(*) FROM resil_operations WHERE state = 1",
 };
 
 /* Schema version 1. A new version appends a migration step to migrate(). */
@@ -515,6 +517,20 @@ static resil_status sq_list_pending(resil_store *s, void *conn, int64_t cutoff,
   return st;
 }
 
+static resil_status sq_count_pending(resil_store *s, void *conn, uint64_t *n) {
+  sq_conn *c = conn;
+  sqlite3_stmt *q = NULL;
+  resil_status st = stmt(s, c, Q_PENDING, &q);
+  if (st) return st;
+  int rc = sqlite3_step(q);
+  if (rc == SQLITE_ROW)
+    *n = (uint64_t)sqlite3_column_int64(q, 0);
+  else
+    st = sq_fail(s, c, rc, "count pending operations");
+  stmt_done(q);
+  return st;
+}
+
 static resil_status sq_touch(resil_store *s, void *conn, const char *key, int64_t now_ms) {
   sq_conn *c = conn;
   sqlite3_stmt *q = NULL;
@@ -553,6 +569,7 @@ const resil__store_backend resil__store_sqlite = {
     .txn_fill = sq_txn_fill,
     .read_row = sq_read_row,
     .list_pending = sq_list_pending,
+    .count_pending = sq_count_pending,
     .touch = sq_touch,
     .sweep = sq_sweep,
 };

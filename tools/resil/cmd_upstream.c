@@ -11,6 +11,9 @@
  *                          business refusal (FAILED, 400, no effect).
  *   GET /operations/{key}  the operation's state (resil_idem_mhd).
  *   POST /__recover        re-drives PENDING operations: {"recovered":n}.
+ *   GET /metrics           the Prometheus exposition (resil_metrics_mhd) of
+ *                          the helper ("upstream") and the store
+ *                          ("upstream_store").
  *
  * --crash-at makes the process kill itself with SIGKILL at one point of the
  * n-th new operation (--crash-nth): after PENDING is durable and before the
@@ -40,6 +43,7 @@
 #include <unistd.h>
 
 #include "resil/idem_mhd.h"
+#include "resil/metrics_mhd.h"
 #include "resil/resil.h"
 #include "resil/store.h"
 
@@ -57,6 +61,7 @@ static const char *const crash_names[] = {"none", "pending", "in-txn",
 
 typedef struct upstream {
   resil_idem_mhd *idem;
+  resil_metrics *metrics;
   crash_point crash_at;
   long crash_nth;
   atomic_long reached; /* new operations that reached crash_at */
@@ -78,7 +83,8 @@ static void usage(FILE *out) {
           "body {\"amount\":N}), GET /operations/{key} and POST /__recover on\n"
           "the operation store URI (sqlite:/path/file.db or postgresql://...)\n"
           "until SIGINT or SIGTERM. Prints \"upstream listening on\n"
-          "http://ADDR:PORT\" once it accepts connections.\n"
+          "http://ADDR:PORT\" once it accepts connections. GET /metrics\n"
+          "serves the Prometheus exposition of the helper and the store.\n"
           "  --store URI      operation store (created when missing)\n"
           "  --port N         TCP port, 0..65535; 0 (default) picks a free one\n"
           "  --bind ADDR      IPv4 loopback address; default 127.0.0.1\n"
@@ -300,8 +306,9 @@ static int create_table(const char *uri, const char *backend) {
 /* ---- HTTP ---------------------------------------------------------------
  */
 
-/* con_cls of a request for a path this server does not have. */
-static unsigned not_found_marker;
+/* con_cls of a request for a path this server does not have, and of a
+ * request for /metrics. */
+static unsigned not_found_marker, metrics_marker;
 
 static int served_by_helper(const char *url) {
   return strcmp(url, "/payments") == 0 ||
@@ -314,6 +321,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
   upstream *u = cls;
+  if (strcmp(url, RESIL_METRICS_MHD_PATH) == 0 &&
+      (!*con_cls || *con_cls == &metrics_marker)) {
+    if (!*con_cls) {
+      *con_cls = &metrics_marker;
+      return MHD_YES;
+    }
+    if (*upload_size) {
+      *upload_size = 0; /* read and dropped */
+      return MHD_YES;
+    }
+    return resil_metrics_mhd_serve(u->metrics, conn, method);
+  }
   if (*con_cls != &not_found_marker && served_by_helper(url))
     return resil_idem_mhd_access(u->idem, conn, url, method, version, upload,
                                  upload_size, con_cls);
@@ -339,7 +358,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 static void on_completed(void *cls, struct MHD_Connection *conn,
                          void **con_cls, enum MHD_RequestTerminationCode toe) {
   upstream *u = cls;
-  if (*con_cls == &not_found_marker) {
+  if (*con_cls == &not_found_marker || *con_cls == &metrics_marker) {
     *con_cls = NULL;
     return;
   }
@@ -536,6 +555,12 @@ int resil_cmd_upstream(int argc, char **argv) {
     fprintf(stderr, PROG ": %s\n", err.msg);
     goto out;
   }
+  if (resil_metrics_new(NULL, &u.metrics) != RESIL_OK ||
+      resil_idem_mhd_metrics_add(u.metrics, NULL, u.idem) != RESIL_OK ||
+      resil_store_metrics_add(u.metrics, "upstream_store", store) != RESIL_OK) {
+    fprintf(stderr, PROG ": cannot set up the metrics\n");
+    goto out;
+  }
   if (o.recover) {
     resil_store_recovery rep;
     resil_status st = resil_idem_mhd_recover_report(u.idem, 0, 100000, &rep);
@@ -592,6 +617,7 @@ out:
   if (d)
     MHD_stop_daemon(d);
   the_upstream = NULL;
+  resil_metrics_free(u.metrics);
   resil_idem_mhd_free(u.idem);
   resil_store_close(store);
   return rc;

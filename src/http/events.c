@@ -1,0 +1,317 @@
+/* resil_event_sink (events.h): JSON lines with jansson; URLs through the
+ * HTTP log's redaction (log.c). */
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "http/log_int.h"
+#include "http/template.h"
+#include "resil/events.h"
+#include "resil/http.h"
+#include "resil/store.h"
+
+struct resil_event_sink {
+  int fd;
+  resil_event_line_fn fn;
+  void *user;
+  const resil_clock *clock;
+  const resil_allocator *alloc;
+  pthread_mutex_t mu;
+  _Atomic uint64_t lines, dropped;
+};
+
+/* The 0.2 layout is the first: every field. */
+#define SINK_CONFIG_MIN_SIZE                                                   \
+  (offsetof(resil_event_sink_config, alloc) + sizeof(const resil_allocator *))
+
+static void defaults(resil_event_sink_config *c) {
+  memset(c, 0, sizeof *c);
+  c->struct_size = sizeof *c;
+  c->fd = -1;
+}
+
+void resil_event_sink_config_init_sized(resil_event_sink_config *cfg, size_t n) {
+  if (!cfg) return;
+  resil_event_sink_config full;
+  defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+resil_status resil_event_sink_new(const resil_event_sink_config *ucfg,
+                                  resil_event_sink **out, resil_error *err) {
+  if (!ucfg || !out) return resil__err(err, RESIL_EINVAL, ucfg ? "out" : "cfg", "must not be NULL");
+  resil_event_sink_config cfg;
+  defaults(&cfg);
+  resil_status st = resil__sized_in(&cfg, sizeof cfg, ucfg, SINK_CONFIG_MIN_SIZE,
+                                    "resil_event_sink_config",
+                                    "resil_event_sink_config_init", err);
+  if (st) return st;
+  if (cfg.fd < 0 && !cfg.fn)
+    return resil__err(err, RESIL_EINVAL, "fd", "needs a file descriptor >= 0 or a fn");
+  resil_event_sink *s = resil__calloc(cfg.alloc, sizeof *s);
+  if (!s) return RESIL_ENOMEM;
+  if (pthread_mutex_init(&s->mu, NULL) != 0) {
+    resil__free(cfg.alloc, s);
+    return RESIL_ESYS;
+  }
+  s->fd = cfg.fd;
+  s->fn = cfg.fd < 0 ? cfg.fn : NULL;
+  s->user = cfg.user;
+  s->clock = resil__clock(cfg.clock);
+  s->alloc = cfg.alloc;
+  *out = s;
+  return RESIL_OK;
+}
+
+void resil_event_sink_free(resil_event_sink *s) {
+  if (!s) return;
+  pthread_mutex_destroy(&s->mu);
+  resil__free(s->alloc, s);
+}
+
+uint64_t resil_event_sink_lines(const resil_event_sink *s) {
+  return s ? atomic_load(&((resil_event_sink *)s)->lines) : 0;
+}
+
+uint64_t resil_event_sink_dropped(const resil_event_sink *s) {
+  return s ? atomic_load(&((resil_event_sink *)s)->dropped) : 0;
+}
+
+/* ---- building a line ---------------------------------------------------- */
+
+/* A JSON string of s: invalid UTF-8 bytes become U+FFFD. */
+static json_t *jstr(const char *s) {
+  if (!s) s = "";
+  size_t n = strlen(s);
+  if (resil__utf8_valid(s, n)) return json_stringn(s, n);
+  char *t = malloc(3 * n + 1);
+  if (!t) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n;) {
+    /* The longest valid sequence from i (1..4 bytes), else one bad byte. */
+    size_t k = 4;
+    while (k > 1 && (i + k > n || !resil__utf8_valid(s + i, k))) k--;
+    if (k == 1 && (unsigned char)s[i] >= 0x80) {
+      memcpy(t + o, "\xef\xbf\xbd", 3);
+      o += 3;
+    } else {
+      memcpy(t + o, s + i, k);
+      o += k;
+    }
+    i += k;
+  }
+  json_t *j = json_stringn(t, o);
+  free(t);
+  return j;
+}
+
+static json_t *head(resil_event_sink *s, const char *instance, const char *kind) {
+  json_t *o = json_object();
+  if (!o) return NULL;
+  int64_t ms = resil_clock_wall_ms(s->clock);
+  time_t secs = (time_t)(ms / 1000);
+  struct tm tm;
+  char ts[40] = "1970-01-01T00:00:00";
+  if (gmtime_r(&secs, &tm)) strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+  char full[48];
+  snprintf(full, sizeof full, "%s.%03dZ", ts, (int)(ms % 1000));
+  json_object_set_new(o, "time", json_string(full));
+  json_object_set_new(o, "time_ms", json_integer(ms));
+  json_object_set_new(o, "instance", jstr(instance));
+  json_object_set_new(o, "kind", jstr(kind));
+  return o;
+}
+
+static resil_status write_line(resil_event_sink *s, json_t *o) {
+  char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  if (!text) {
+    atomic_fetch_add(&s->dropped, 1);
+    return RESIL_ENOMEM;
+  }
+  resil_status st = RESIL_OK;
+  pthread_mutex_lock(&s->mu);
+  if (s->fn) {
+    s->fn(s->user, text);
+  } else {
+    size_t n = strlen(text);
+    text[n] = '\n'; /* json_dumps' NUL becomes the newline: one write */
+    const char *p = text;
+    size_t left = n + 1;
+    while (left > 0) {
+      ssize_t k = write(s->fd, p, left);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        st = RESIL_EIO;
+        break;
+      }
+      p += k;
+      left -= (size_t)k;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  free(text);
+  atomic_fetch_add(st == RESIL_OK ? &s->lines : &s->dropped, 1);
+  return st;
+}
+
+static resil_status emit(resil_event_sink *s, const char *instance, const char *kind,
+                         const char *url, const char *details_json) {
+  if (!s) return RESIL_EMISUSE;
+  json_t *d = NULL;
+  if (details_json) {
+    d = json_loads(details_json, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_object(d)) {
+      json_decref(d);
+      return RESIL_EINVAL;
+    }
+  }
+  json_t *o = head(s, instance, kind);
+  if (!o) {
+    json_decref(d);
+    atomic_fetch_add(&s->dropped, 1);
+    return RESIL_ENOMEM;
+  }
+  if (url) {
+    http_buf b = {0};
+    if (resil__http_redact_url(s->alloc, &b, url) == 0 && b.p)
+      json_object_set_new(o, "url", jstr(b.p));
+    else
+      json_object_set_new(o, "url", json_string("[REDACTED]"));
+    resil__http_buf_free(s->alloc, &b);
+  }
+  const char *k;
+  json_t *v;
+  json_object_foreach(d, k, v) {
+    if (strcmp(k, "time") && strcmp(k, "time_ms") && strcmp(k, "instance") &&
+        strcmp(k, "kind") && !(url && strcmp(k, "url") == 0))
+      json_object_set(o, k, v);
+  }
+  json_decref(d);
+  return write_line(s, o);
+}
+
+resil_status resil_event_emit(resil_event_sink *s, const char *instance, const char *kind,
+                              const char *details_json) {
+  return emit(s, instance, kind, NULL, details_json);
+}
+
+resil_status resil_event_emit_url(resil_event_sink *s, const char *instance,
+                                  const char *kind, const char *url,
+                                  const char *details_json) {
+  return emit(s, instance, kind, url ? url : "", details_json);
+}
+
+/* ---- adapters ----------------------------------------------------------- */
+
+static const char *state_label(resil_breaker_state_kind st) {
+  static const char *const names[] = {"closed", "open", "half_open",
+                                      "disabled", "forced_open", "metrics_only"};
+  return (unsigned)st < 6 ? names[st] : "unknown";
+}
+
+void resil_event_breaker_listener(void *user, resil_breaker *br,
+                                  const resil_breaker_event *ev) {
+  resil_event_sink *s = user;
+  if (!s || !ev) return;
+  const char *kind = ev->kind == RESIL_BREAKER_EVENT_TRANSITION      ? "breaker_transition"
+                     : ev->kind == RESIL_BREAKER_EVENT_NOT_PERMITTED ? "breaker_rejected"
+                     : ev->kind == RESIL_BREAKER_EVENT_RESET         ? "breaker_reset"
+                                                                     : "breaker_thresholds_exceeded";
+  json_t *o = head(s, resil_breaker_name(br), kind);
+  if (!o) {
+    atomic_fetch_add(&s->dropped, 1);
+    return;
+  }
+  if (ev->kind == RESIL_BREAKER_EVENT_TRANSITION) {
+    json_object_set_new(o, "from", json_string(state_label(ev->from)));
+    json_object_set_new(o, "to", json_string(state_label(ev->to)));
+    json_object_set_new(o, "cause", json_string(resil_breaker_cause_name(ev->cause)));
+  } else {
+    json_object_set_new(o, "state", json_string(state_label(ev->to)));
+  }
+  json_object_set_new(o, "seq", json_integer((json_int_t)ev->seq));
+  write_line(s, o);
+}
+
+static void outcome_members(json_t *o, const resil_attempt_info *i) {
+  json_object_set_new(o, "attempt", json_integer(i->attempt));
+  json_object_set_new(o, "outcome", json_string(resil_outcome_kind_name(i->outcome.kind)));
+  json_object_set_new(o, "reason", json_string(resil_reason_name(i->outcome.reason)));
+  if (i->outcome.http_status)
+    json_object_set_new(o, "http_status", json_integer(i->outcome.http_status));
+  json_object_set_new(o, "duration_ms", json_real((double)i->duration_ns / 1e6));
+}
+
+static void with_key(json_t *o, const resil_attempt_info *i) {
+  if (i->idempotency_key) json_object_set_new(o, "idempotency_key", jstr(i->idempotency_key));
+}
+
+void resil_event_attempt_listener(void *user, const resil_attempt_info *info) {
+  resil_event_sink *s = user;
+  if (!s || !info) return;
+  if (info->outcome.flags & RESIL_OF_RESEND_PREVENTED) {
+    json_t *o = head(s, info->source, "resend_prevented");
+    if (o) {
+      json_object_set_new(o, "attempt", json_integer(info->attempt));
+      with_key(o, info);
+      write_line(s, o);
+    }
+  }
+  if (info->outcome.flags & RESIL_OF_RECOVERED) {
+    json_t *o = head(s, info->source, "recovered");
+    if (o) {
+      json_object_set_new(o, "attempt", json_integer(info->attempt));
+      if (info->outcome.http_status)
+        json_object_set_new(o, "http_status", json_integer(info->outcome.http_status));
+      with_key(o, info);
+      write_line(s, o);
+    }
+  }
+  int more = info->next_wait_ns >= 0;
+  json_t *o = head(s, info->source, more ? "retry" : "call_done");
+  if (!o) {
+    atomic_fetch_add(&s->dropped, 1);
+    return;
+  }
+  outcome_members(o, info);
+  if (more)
+    json_object_set_new(o, "wait_ms", json_real((double)info->next_wait_ns / 1e6));
+  else
+    json_object_set_new(o, "stop", json_string(resil_stop_name(info->stop)));
+  with_key(o, info);
+  write_line(s, o);
+}
+
+resil_status resil_event_reload(resil_event_sink *s, const char *registry, int ok,
+                                const char *file, size_t changed, size_t kept,
+                                const char *error) {
+  if (!s) return RESIL_EMISUSE;
+  json_t *o = head(s, registry, "reload");
+  if (!o) return RESIL_ENOMEM;
+  json_object_set_new(o, "ok", json_boolean(ok));
+  if (file) json_object_set_new(o, "file", jstr(file));
+  json_object_set_new(o, "changed", json_integer((json_int_t)changed));
+  json_object_set_new(o, "kept", json_integer((json_int_t)kept));
+  if (!ok && error) json_object_set_new(o, "error", jstr(error));
+  return write_line(s, o);
+}
+
+resil_status resil_event_store_recovery(resil_event_sink *s, const char *store,
+                                        const resil_store_recovery *r) {
+  if (!s) return RESIL_EMISUSE;
+  if (!r) return RESIL_EINVAL;
+  json_t *o = head(s, store, "store_recovery");
+  if (!o) return RESIL_ENOMEM;
+  json_object_set_new(o, "selected", json_integer(r->selected));
+  json_object_set_new(o, "recovered", json_integer(r->recovered));
+  json_object_set_new(o, "failed", json_integer(r->failed));
+  json_object_set_new(o, "damaged", json_integer(r->damaged));
+  return write_line(s, o);
+}

@@ -1,0 +1,339 @@
+/* The JSON event log (events.h): every line parses as one JSON object with
+ * time, instance and kind; breaker transitions and rejections, retries
+ * with their wait, a re-send prevented on a real keep-alive connection of
+ * the fixture, reloads and store recoveries; and no secret (Authorization,
+ * cookies, tokens in the query, URL userinfo) ever appears. */
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "resil/events.h"
+#include "resil/store.h"
+#include "test_http_common.h"
+
+typedef struct lines {
+  char *v[64];
+  size_t n;
+} lines;
+
+static void collect(void *user, const char *line) {
+  lines *l = user;
+  if (l->n < 64) l->v[l->n++] = strdup(line);
+}
+
+static void lines_free(lines *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  l->n = 0;
+}
+
+static resil_event_sink *sink_fn(lines *l, const resil_clock *clk) {
+  resil_event_sink_config cfg;
+  resil_event_sink_config_init(&cfg);
+  cfg.fn = collect;
+  cfg.user = l;
+  cfg.clock = clk;
+  resil_event_sink *s = NULL;
+  assert_status(RESIL_OK, resil_event_sink_new(&cfg, &s, NULL));
+  return s;
+}
+
+/* Parses line i, checks the common fields, returns the object. */
+static json_t *parsed(const lines *l, size_t i, const char *instance, const char *kind) {
+  assert_true(i < l->n);
+  assert_null(strchr(l->v[i], '\n'));
+  json_error_t e;
+  json_t *o = json_loads(l->v[i], 0, &e);
+  if (!json_is_object(o)) fail_msg("line %zu is not a JSON object: %s", i, l->v[i]);
+  assert_true(json_is_string(json_object_get(o, "time")));
+  assert_true(json_is_integer(json_object_get(o, "time_ms")));
+  assert_string_equal(instance, json_string_value(json_object_get(o, "instance")));
+  if (strcmp(kind, json_string_value(json_object_get(o, "kind"))) != 0)
+    fail_msg("line %zu: kind %s, expected %s", i, l->v[i], kind);
+  return o;
+}
+
+static const char *sget(json_t *o, const char *k) {
+  const char *v = json_string_value(json_object_get(o, k));
+  if (!v) fail_msg("no string member %s", k);
+  return v;
+}
+
+static void breaker_events_are_json_lines(void **state) {
+  (void)state;
+  resil_manual_clock *mc = NULL;
+  /* Wall time 2026-12-01T11:38:23.123Z. */
+  assert_status(RESIL_OK, resil_manual_clock_new(0, INT64_C(1796125103123), &mc));
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, resil_manual_clock_get(mc));
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.name = "payments";
+  bc.window_size = 2;
+  bc.minimum_calls = 2;
+  bc.clock = resil_manual_clock_get(mc);
+  resil_breaker *br = NULL;
+  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, NULL));
+  /* One line to attach. */
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, resil_event_breaker_listener, s));
+  resil_outcome bad = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED);
+  for (int i = 0; i < 2; i++) {
+    resil_breaker_permit p;
+    assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
+    assert_status(RESIL_OK, resil_breaker_record(br, &p, &bad, 0));
+  }
+  resil_breaker_permit p;
+  assert_int_equal(RESIL_DECISION_DENY, resil_breaker_try_acquire(br, &p));
+  assert_int_equal(2, l.n);
+  json_t *o = parsed(&l, 0, "payments", "breaker_transition");
+  assert_string_equal("closed", sget(o, "from"));
+  assert_string_equal("open", sget(o, "to"));
+  assert_string_equal("FAILURE_RATE", sget(o, "cause"));
+  assert_string_equal("2026-12-01T11:38:23.123Z", sget(o, "time"));
+  assert_int_equal(INT64_C(1796125103123), json_integer_value(json_object_get(o, "time_ms")));
+  json_decref(o);
+  o = parsed(&l, 1, "payments", "breaker_rejected");
+  assert_string_equal("open", sget(o, "state"));
+  json_decref(o);
+  assert_status(RESIL_OK, resil_breaker_listener_remove(br, resil_event_breaker_listener, s));
+  assert_int_equal(2, resil_event_sink_lines(s));
+  resil_breaker_free(br);
+  resil_event_sink_free(s);
+  lines_free(&l);
+  resil_manual_clock_free(mc);
+}
+
+static resil_outcome refused(void *arg, const resil_ctx *ctx) {
+  (void)arg, (void)ctx;
+  return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED);
+}
+
+static void retries_are_logged_with_their_wait(void **state) {
+  (void)state;
+  resil_manual_clock *mc = NULL;
+  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, resil_manual_clock_get(mc));
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.name = "orders";
+  rc.max_attempts = 3;
+  rc.wait_ns = RESIL_MS(250);
+  rc.clock = resil_manual_clock_get(mc);
+  rc.on_attempt = resil_event_attempt_listener;
+  rc.on_attempt_user = s;
+  resil_retry *r = NULL;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
+  resil_retry_run(r, NULL, refused, NULL);
+  assert_int_equal(3, l.n);
+  for (size_t i = 0; i < 2; i++) {
+    json_t *o = parsed(&l, i, "orders", "retry");
+    assert_int_equal(i + 1, json_integer_value(json_object_get(o, "attempt")));
+    assert_true(json_real_value(json_object_get(o, "wait_ms")) == 250.0);
+    assert_string_equal("NOT_SENT", sget(o, "outcome"));
+    assert_string_equal("CONNECT_REFUSED", sget(o, "reason"));
+    json_decref(o);
+  }
+  json_t *o = parsed(&l, 2, "orders", "call_done");
+  assert_string_equal("MAX_ATTEMPTS", sget(o, "stop"));
+  json_decref(o);
+  resil_retry_free(r);
+  resil_event_sink_free(s);
+  lines_free(&l);
+  resil_manual_clock_free(mc);
+}
+
+static const char *const secret_headers[] = {"Authorization: Bearer {auth}",
+                                             "Cookie: session={cookie}", NULL};
+static const resil_http_endpoint eps[] = {
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_get", .path = "/ka",
+     .query = "access_token={qt}", .headers = secret_headers},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "ka_post", .method = RESIL_HTTP_POST,
+     .path = "/ka", .query = "access_token={qt}", .headers = secret_headers,
+     .request_codec = RESIL_HTTP_CODEC_JSON},
+};
+
+typedef struct client_args {
+  resil_event_sink *sink;
+} client_args;
+
+static void with_listener(resil_http_client_config *cfg, void *u) {
+  cfg->on_attempt = resil_event_attempt_listener;
+  cfg->on_attempt_user = u;
+  cfg->resend_stale = RESIL_HTTP_RESEND_NEVER;
+}
+
+static resil_outcome call_secret(resil_http_client *c, const char *ep, const char *body) {
+  resil_http_param ps[] = {{"auth", "SECRETBEARER9"}, {"cookie", "SECRETCOOKIE9"},
+                           {"qt", "SECRETQUERY9"}};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = ps;
+  args.param_count = 3;
+  args.body = body;
+  args.body_len = body ? strlen(body) : 0;
+  return resil_http_call(c, ep, &args, NULL, NULL, NULL);
+}
+
+static char *slurp(int fd) {
+  off_t n = lseek(fd, 0, SEEK_END);
+  char *b = calloc(1, (size_t)n + 1);
+  assert_int_equal(n, pread(fd, b, (size_t)n, 0));
+  return b;
+}
+
+/* A POST on a kept-alive connection the fixture closes without answering:
+ * the refused hidden re-send is an event (RESIL_OF_RESEND_PREVENTED). The
+ * sink writes to a file; nothing secret reaches it. */
+static void resend_prevented_is_logged_and_no_secret_appears(void **state) {
+  fx_state *st = *state;
+  char path[] = "/tmp/resil_events_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  resil_event_sink_config cfg;
+  resil_event_sink_config_init(&cfg);
+  cfg.fd = fd;
+  resil_event_sink *s = NULL;
+  assert_status(RESIL_OK, resil_event_sink_new(&cfg, &s, NULL));
+  resil_http_client *c = client_on(st->f, eps, 2, with_listener, s);
+  resil_outcome o = call_secret(c, "ka_get", NULL);
+  assert_int_equal(200, o.http_status);
+  o = call_secret(c, "ka_post", "{\"password\":\"SECRETBODY9\"}");
+  assert_outcome(o, RESIL_UNKNOWN, RESIL_REASON_CONNECTION_CLOSED);
+  assert_true(o.flags & RESIL_OF_RESEND_PREVENTED);
+  /* A URL given to the log is redacted by the HTTP log's rules. */
+  assert_status(RESIL_OK,
+                resil_event_emit_url(s, "http", "redirect",
+                                     "https://user:SECRETPW9@h/p?token=SECRETTOK9&page=2#SECRETFRAG9",
+                                     "{\"status\":302}"));
+  char *text = slurp(fd);
+  lines l = {0};
+  for (char *p = text, *nl; (nl = strchr(p, '\n')) != NULL; p = nl + 1) {
+    *nl = '\0';
+    collect(&l, p);
+  }
+  /* ka_get's call_done, resend_prevented, ka_post's call_done, redirect. */
+  assert_int_equal(4, l.n);
+  json_decref(parsed(&l, 0, "http", "call_done"));
+  json_t *e = parsed(&l, 1, "http", "resend_prevented");
+  json_decref(e);
+  e = parsed(&l, 2, "http", "call_done");
+  assert_string_equal("UNKNOWN", sget(e, "outcome"));
+  json_decref(e);
+  e = parsed(&l, 3, "http", "redirect");
+  assert_string_equal("https://[REDACTED]@h/p?token=[REDACTED]&page=2", sget(e, "url"));
+  assert_int_equal(302, json_integer_value(json_object_get(e, "status")));
+  json_decref(e);
+  for (size_t i = 0; i < l.n; i++)
+    if (strstr(l.v[i], "SECRET")) fail_msg("a secret in line %zu: %s", i, l.v[i]);
+  lines_free(&l);
+  free(text);
+  resil_http_client_free(c);
+  resil_event_sink_free(s);
+  close(fd);
+  unlink(path);
+}
+
+static const resil_http_endpoint keyed_eps[] = {
+    {.struct_size = sizeof(resil_http_endpoint), .name = "op_status", .path = "/operations/{key}",
+     .response_codec = RESIL_HTTP_CODEC_JSON},
+    {.struct_size = sizeof(resil_http_endpoint), .name = "idem_close", .method = RESIL_HTTP_POST,
+     .path = "/idem-close", .idempotency_key = RESIL_HTTP_KEY_SEND,
+     .response_codec = RESIL_HTTP_CODEC_JSON, .status_endpoint = "op_status"},
+};
+
+static void on_listener(resil_http_client_config *cfg, void *u) {
+  cfg->on_attempt = resil_event_attempt_listener;
+  cfg->on_attempt_user = u;
+}
+
+/* I4 shape: the write commits and the connection closes before any
+ * response byte; the status query reads the stored result: a recovered
+ * event, from the client's own report of that query. */
+static void recovery_by_status_query_is_logged(void **state) {
+  fx_state *st = *state;
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, NULL);
+  resil_http_client *c = client_on(st->f, keyed_eps, 2, on_listener, s);
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.idempotency_key = "ev-key-1";
+  resil_http_recovery rep;
+  resil_outcome o = resil_http_call_keyed(c, "idem_close", &args, NULL, NULL, NULL, NULL, &rep);
+  assert_int_equal(201, o.http_status);
+  assert_true(o.flags & RESIL_OF_RECOVERED);
+  /* The write attempt (call_done UNKNOWN), then the query: recovered, and
+   * its call_done. */
+  size_t found = l.n;
+  for (size_t i = 0; i < l.n; i++)
+    if (strstr(l.v[i], "\"kind\":\"recovered\"")) found = i;
+  if (found == l.n) fail_msg("no recovered event among %zu lines", l.n);
+  json_t *e = parsed(&l, found, "http", "recovered");
+  assert_string_equal("ev-key-1", sget(e, "idempotency_key"));
+  json_decref(e);
+  resil_http_client_free(c);
+  resil_event_sink_free(s);
+  lines_free(&l);
+}
+
+static void reloads_recoveries_and_bad_input(void **state) {
+  (void)state;
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, NULL);
+  assert_status(RESIL_OK, resil_event_reload(s, "registry", 0, "/etc/app.yaml", 0, 7,
+                                             "app.yaml:3:5: breakers.x.window_size: bad"));
+  assert_status(RESIL_OK, resil_event_reload(s, "registry", 1, "/etc/app.yaml", 2, 5, NULL));
+  resil_store_recovery rep;
+  memset(&rep, 0, sizeof rep);
+  rep.struct_size = sizeof rep;
+  rep.selected = 3;
+  rep.recovered = 2;
+  rep.failed = 1;
+  assert_status(RESIL_OK, resil_event_store_recovery(s, "ops", &rep));
+  /* Invalid UTF-8 becomes U+FFFD; the reserved keys cannot be replaced. */
+  assert_status(RESIL_OK, resil_event_emit(s, "bad\xff", "hedge",
+                                           "{\"hedges\":2,\"kind\":\"x\"}"));
+  assert_status(RESIL_EINVAL, resil_event_emit(s, "a", "b", "[1]"));
+  assert_status(RESIL_EINVAL, resil_event_emit(s, "a", "b", "{"));
+  assert_status(RESIL_EMISUSE, resil_event_emit(NULL, "a", "b", NULL));
+  assert_int_equal(4, l.n);
+  json_t *o = parsed(&l, 0, "registry", "reload");
+  assert_true(json_is_false(json_object_get(o, "ok")));
+  assert_non_null(strstr(sget(o, "error"), "window_size"));
+  json_decref(o);
+  o = parsed(&l, 1, "registry", "reload");
+  assert_int_equal(2, json_integer_value(json_object_get(o, "changed")));
+  assert_null(json_object_get(o, "error"));
+  json_decref(o);
+  o = parsed(&l, 2, "ops", "store_recovery");
+  assert_int_equal(2, json_integer_value(json_object_get(o, "recovered")));
+  json_decref(o);
+  o = parsed(&l, 3, "bad\xef\xbf\xbd", "hedge");
+  assert_int_equal(2, json_integer_value(json_object_get(o, "hedges")));
+  json_decref(o);
+  resil_event_sink_free(s);
+  lines_free(&l);
+  /* A config never passed through _init, and one with nowhere to write. */
+  resil_event_sink_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  resil_event_sink *t = NULL;
+  resil_error err;
+  assert_status(RESIL_EINVAL, resil_event_sink_new(&cfg, &t, &err));
+  assert_non_null(strstr(err.msg, "resil_event_sink_config_init"));
+  resil_event_sink_config_init(&cfg);
+  assert_status(RESIL_EINVAL, resil_event_sink_new(&cfg, &t, &err));
+  assert_null(t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(breaker_events_are_json_lines),
+      cmocka_unit_test(retries_are_logged_with_their_wait),
+      cmocka_unit_test_setup_teardown(resend_prevented_is_logged_and_no_secret_appears,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(recovery_by_status_query_is_logged, fx_setup, fx_teardown),
+      cmocka_unit_test(reloads_recoveries_and_bad_input),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
