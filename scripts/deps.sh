@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcmocka-dev libcurl4-openssl-dev
       libmicrohttpd-dev libjansson-dev zlib1g-dev libsqlite3-dev libpq-dev
-      libssl-dev postgresql-15 libuv1-dev)
+      libssl-dev postgresql-15 libuv1-dev libyaml-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
