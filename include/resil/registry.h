@@ -187,6 +187,11 @@ RESIL_API resil_timelimiter *resil_registry_timelimiter(resil_registry *reg,
                                                         const char *name);
 RESIL_API resil_hedge *resil_registry_hedge(resil_registry *reg, const char *name);
 RESIL_API resil_chain *resil_registry_chain(resil_registry *reg, const char *name);
+/* The total_timeout of chain `name` in nanoseconds (0 = none), as the file
+ * gave it (resil_chain has no getter for it); -1 when there is no such
+ * chain. For describing a chain (`resil describe --config`). Since 0.2. */
+RESIL_API int64_t resil_registry_chain_total_timeout_ns(resil_registry *reg,
+                                                        const char *name);
 /* Any kind: the handle, to be cast to the kind's type. */
 RESIL_API void *resil_registry_get(resil_registry *reg, resil_registry_kind kind,
                                    const char *name);

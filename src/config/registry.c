@@ -844,6 +844,7 @@ struct entry {
   void *handle;
   entry *deps[RESIL_CHAIN_MAX_LAYERS];
   size_t ndeps;
+  int64_t total_timeout_ns; /* chains */
 };
 
 static void entry_unref(entry *e) {
@@ -1035,6 +1036,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
           }
         }
       }
+      if (s->kind == RESIL_REG_CHAIN) e->total_timeout_ns = s->cfg.ch.total_timeout_ns;
       s->made = e;
       if (st) break;
     }
@@ -1255,6 +1257,15 @@ void *resil_registry_get(resil_registry *reg, resil_registry_kind kind, const ch
   void *h = e ? e->handle : NULL;
   pthread_rwlock_unlock(&reg->lock);
   return h;
+}
+
+int64_t resil_registry_chain_total_timeout_ns(resil_registry *reg, const char *name) {
+  if (!reg || !name) return -1;
+  pthread_rwlock_rdlock(&reg->lock);
+  entry *e = snap_find(reg->cur, RESIL_REG_CHAIN, name);
+  int64_t t = e ? e->total_timeout_ns : -1;
+  pthread_rwlock_unlock(&reg->lock);
+  return t;
 }
 
 resil_breaker *resil_registry_breaker(resil_registry *reg, const char *name) {
