@@ -490,6 +490,39 @@ static void cli_config_check_exit_codes_and_lines(void **state) {
   assert_int_equal(run_tool("config frobnicate", out, sizeof out, err, sizeof err), 2);
 }
 
+static void cli_describe_config_prints_every_chain(void **state) {
+  (void)state;
+  if (!getenv("RESIL_BIN")) skip();
+  char out[16384], err[8192], args[1024];
+  snprintf(args, sizeof args, "describe --config %s/examples/config/payments-client.yaml --chain payments",
+           RESIL_SOURCE_DIR);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(out, "Retry(Breaker(RateLimiter(TimeLimiter(Bulkhead(call)))))\n"));
+  assert_non_null(strstr(out, "800 ms per attempt"));
+  assert_non_null(strstr(out, "deadline: 3000 ms per logical call"));
+  assert_non_null(strstr(out, "worst case per logical call: 3 physical attempts, 3.000 s: the deadline "
+                              "(computed 6.400 s = 3 x 800 ms per attempt + 4000 ms backoff"));
+  /* every chain; the inventory chain's retry x hedge is a warning: exit 1 */
+  snprintf(args, sizeof args, "describe --config %s/examples/config/service-upstreams.yaml",
+           RESIL_SOURCE_DIR);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 1);
+  assert_non_null(strstr(out, "chain inventory ("));
+  assert_non_null(strstr(out, "chain payments ("));
+  assert_non_null(strstr(out, "chain search ("));
+  assert_non_null(strstr(out, "warning: retries and hedges multiply: up to 6 physical attempts"));
+  snprintf(args, sizeof args, "describe --config %s/examples/config/payments-client.yaml --chain nope",
+           RESIL_SOURCE_DIR);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 2);
+  assert_non_null(strstr(err, "no chain 'nope'"));
+  snprintf(args, sizeof args, "describe --config %s/tests/data/config/unknown_key.yaml",
+           RESIL_SOURCE_DIR);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 2);
+  assert_non_null(strstr(err, "did you mean 'failure_rate_threshold'"));
+  snprintf(args, sizeof args, "describe --config %s/examples/config/payments-client.yaml --order retry",
+           RESIL_SOURCE_DIR);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(durations_and_sizes_parse_exactly),
@@ -505,6 +538,7 @@ int main(void) {
       cmocka_unit_test(reload_with_an_error_changes_nothing),
       cmocka_unit_test(a_lease_outlives_the_registry),
       cmocka_unit_test(cli_config_check_exit_codes_and_lines),
+      cmocka_unit_test(cli_describe_config_prints_every_chain),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
