@@ -39,6 +39,30 @@
  * [server_error, not_sent, unknown, http_429]). A chain's `layers` is a
  * sequence of one-key maps `KIND: NAME` naming instances of the same file.
  *
+ * HTTP clients (section http_client, when libresil-config is built with
+ * libresil-http) take the client config's keys (base_url, max_connections,
+ * connect_timeout, response_timeout, max_response_bytes: 64MiB, ...) and an
+ * endpoint table, each endpoint under its name with the keys of
+ * resil_http_endpoint (method: GET | HEAD | POST | PUT | PATCH | DELETE |
+ * OPTIONS; path; query; headers: ["Name: value", ...]; idempotent: default |
+ * true | false; request_codec and response_codec: raw | json;
+ * content_type; idempotency_key: none | send; empty_is_error; base_url;
+ * status_endpoint):
+ *
+ *   http_client:
+ *     instances:
+ *       payments:
+ *         base_url: http://127.0.0.1:8080
+ *         response_timeout: 2s
+ *         endpoints:
+ *           create_payment: {method: POST, path: /payments, idempotency_key: send}
+ *           get_payment: {path: "/payments/{id}", response_codec: json}
+ *
+ * Operation stores (section store, with libresil-store): uri
+ * ("sqlite:/var/lib/app/ops.db" or "postgresql://..."), busy_timeout,
+ * pool_size. A store is opened (and its file created) by the load, and kept
+ * open across reloads while its settings do not change.
+ *
  * Errors: nothing is created from a file with an error. The first error is
  * reported with the file, line and column of the YAML node at fault, the
  * key path (e.g. circuitbreaker.instances.payments.failure_rate_threshold)
@@ -95,6 +119,8 @@ typedef struct resil_bulkhead resil_bulkhead;
 typedef struct resil_timelimiter resil_timelimiter;
 typedef struct resil_hedge resil_hedge;
 typedef struct resil_chain resil_chain;
+typedef struct resil_http_client resil_http_client;
+typedef struct resil_store resil_store;
 
 /* The kinds of instances; values are appended only. */
 typedef enum resil_registry_kind {
@@ -105,6 +131,10 @@ typedef enum resil_registry_kind {
   RESIL_REG_TIMELIMITER = 4, /* "timelimiter", resil_timelimiter *          */
   RESIL_REG_HEDGE = 5,       /* "hedge", resil_hedge *                      */
   RESIL_REG_CHAIN = 6,       /* "chain", resil_chain *                      */
+  /* Built only when libresil-config was built with libresil-http (resp.
+   * libresil-store); otherwise the section is an error in a file. */
+  RESIL_REG_HTTP_CLIENT = 7, /* "http_client", resil_http_client *          */
+  RESIL_REG_STORE = 8,       /* "store", resil_store *                      */
   RESIL_REG_KIND_COUNT_      /* not a kind                                  */
 } resil_registry_kind;
 
@@ -187,6 +217,9 @@ RESIL_API resil_timelimiter *resil_registry_timelimiter(resil_registry *reg,
                                                         const char *name);
 RESIL_API resil_hedge *resil_registry_hedge(resil_registry *reg, const char *name);
 RESIL_API resil_chain *resil_registry_chain(resil_registry *reg, const char *name);
+RESIL_API resil_http_client *resil_registry_http_client(resil_registry *reg,
+                                                        const char *name);
+RESIL_API resil_store *resil_registry_store(resil_registry *reg, const char *name);
 /* The total_timeout of chain `name` in nanoseconds (0 = none), as the file
  * gave it (resil_chain has no getter for it); -1 when there is no such
  * chain. For describing a chain (`resil describe --config`). Since 0.2. */

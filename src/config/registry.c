@@ -25,10 +25,20 @@
 #include "resil/registry.h"
 #include "resil/retry.h"
 #include "resil/timelimit.h"
+#ifdef RESIL_CONFIG_HTTP
+#include "resil/http.h"
+#endif
+#ifdef RESIL_CONFIG_STORE
+#include "resil/store.h"
+#endif
 
 /* ---- field tables ----------------------------------------------------------- */
 
-typedef enum ftype { F_U32, F_I64, F_DUR, F_DBL, F_BOOL, F_PCT, F_ENUM, F_CLASSES } ftype;
+typedef enum ftype {
+  F_U32, F_I64, F_DUR, F_DBL, F_BOOL, F_PCT, F_ENUM, F_CLASSES,
+  F_STR,  /* const char *, pointing into the document during the build */
+  F_SIZE  /* size_t, with a size unit */
+} ftype;
 
 typedef struct field {
   const char *key;    /* YAML key */
@@ -118,6 +128,70 @@ static const field CHAIN_FIELDS[] = {
     FLD(resil_chain_config, "total_timeout", total_timeout_ns, F_DUR),
 };
 
+#ifdef RESIL_CONFIG_HTTP
+static const char *const METHODS[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE",
+                                      "OPTIONS", NULL};
+static const char *const IDEMPOTENCY[] = {"default", "true", "false", NULL};
+static const char *const CODECS[] = {"raw", "json", NULL};
+static const char *const KEYS[] = {"none", "send", NULL};
+static const char *const RESENDS[] = {"never", "if_safe", NULL};
+
+static const field HTTP_FIELDS[] = {
+    FLD(resil_http_client_config, "base_url", base_url, F_STR),
+    FLD(resil_http_client_config, "max_connections", max_connections, F_U32),
+    FLD(resil_http_client_config, "max_connections_per_host", max_connections_per_host, F_U32),
+    FLD(resil_http_client_config, "lease_timeout", lease_timeout_ns, F_DUR),
+    FLD(resil_http_client_config, "connect_timeout", connect_timeout_ns, F_DUR),
+    FLD(resil_http_client_config, "response_timeout", response_timeout_ns, F_DUR),
+    FLD(resil_http_client_config, "follow_redirects", follow_redirects, F_BOOL),
+    FLD(resil_http_client_config, "max_redirects", max_redirects, F_U32),
+    FLD(resil_http_client_config, "request_gzip", request_gzip, F_BOOL),
+    FLD(resil_http_client_config, "gzip_min_bytes", gzip_min_bytes, F_SIZE),
+    FLD(resil_http_client_config, "response_decompression", response_decompression, F_BOOL),
+    FEN(resil_http_client_config, "resend_stale", resend_stale, RESENDS),
+    FLD(resil_http_client_config, "idempotency_header", idempotency_header, F_STR),
+    FLD(resil_http_client_config, "max_response_bytes", max_response_bytes, F_SIZE),
+    FLD(resil_http_client_config, "proxy", proxy, F_STR),
+    FLD(resil_http_client_config, "verify_peer", verify_peer, F_BOOL),
+    FLD(resil_http_client_config, "ca_file", ca_file, F_STR),
+    FLD(resil_http_client_config, "user_agent", user_agent, F_STR),
+    FLD(resil_http_client_config, "status_query_classes", status_query_classes, F_CLASSES),
+    FLD(resil_http_client_config, "status_poll", status_poll_ns, F_DUR),
+    FLD(resil_http_client_config, "pending_wait_max", pending_wait_max_ns, F_DUR),
+};
+
+/* An endpoint's keys (its name is its key in `endpoints`); headers is a
+ * list of "Name: value" strings, read apart. */
+static const field EP_FIELDS[] = {
+    FEN(resil_http_endpoint, "method", method, METHODS),
+    FLD(resil_http_endpoint, "path", path, F_STR),
+    FLD(resil_http_endpoint, "query", query, F_STR),
+    FEN(resil_http_endpoint, "idempotent", idempotent, IDEMPOTENCY),
+    FEN(resil_http_endpoint, "request_codec", request_codec, CODECS),
+    FEN(resil_http_endpoint, "response_codec", response_codec, CODECS),
+    FLD(resil_http_endpoint, "content_type", content_type, F_STR),
+    FEN(resil_http_endpoint, "idempotency_key", idempotency_key, KEYS),
+    FLD(resil_http_endpoint, "empty_is_error", empty_is_error, F_BOOL),
+    FLD(resil_http_endpoint, "base_url", base_url, F_STR),
+    FLD(resil_http_endpoint, "status_endpoint", status_endpoint, F_STR),
+};
+#define NEPF (sizeof EP_FIELDS / sizeof *EP_FIELDS)
+#define EP_MAX_HEADERS 32
+#endif
+
+#ifdef RESIL_CONFIG_STORE
+/* The store's URI is not in its config struct: kept next to it. */
+typedef struct store_cfg {
+  resil_store_config sc;
+  const char *uri;
+} store_cfg;
+static const field STORE_FIELDS[] = {
+    FLD(store_cfg, "uri", uri, F_STR),
+    {"busy_timeout", "busy_timeout_ns", F_DUR, offsetof(store_cfg, sc.busy_timeout_ns), NULL},
+    {"pool_size", "pool_size", F_U32, offsetof(store_cfg, sc.pool_size), NULL},
+};
+#endif
+
 #define MAXF 24
 
 typedef union anycfg {
@@ -129,6 +203,12 @@ typedef union anycfg {
   resil_timelimiter_config tl;
   resil_hedge_config hg;
   resil_chain_config ch;
+#ifdef RESIL_CONFIG_HTTP
+  resil_http_client_config hc;
+#endif
+#ifdef RESIL_CONFIG_STORE
+  store_cfg st;
+#endif
 } anycfg;
 
 static void init_br(anycfg *c) { resil_breaker_config_init(&c->br); }
@@ -175,6 +255,14 @@ static void free_tl(void *h) { resil_timelimiter_free(h); }
 static void free_hg(void *h) { resil_hedge_free(h); }
 static void free_ch(void *h) { resil_chain_free(h); }
 
+struct spec;
+static resil_status new_http(anycfg *c, const char *name, void **o, resil_error *e);
+static resil_status new_store(anycfg *c, const char *name, void **o, resil_error *e);
+static void free_http(void *h);
+static void free_store(void *h);
+static void init_http(anycfg *c);
+static void init_store(anycfg *c);
+
 typedef struct kinddesc {
   const char *section;
   const field *fields;
@@ -182,9 +270,14 @@ typedef struct kinddesc {
   void (*init)(anycfg *c);
   resil_status (*create)(anycfg *c, const char *name, void **out, resil_error *err);
   void (*destroy)(void *h);
+  int available; /* 0: the library was built without the module */
+  int check_configs; /* 1: a config is built on its own to check it */
 } kinddesc;
 
-#define KD(sec, f, i, n, d) {sec, f, sizeof f / sizeof *f, i, n, d}
+#define KD(sec, f, i, n, d) {sec, f, sizeof f / sizeof *f, i, n, d, 1, 1}
+#if !defined(RESIL_CONFIG_HTTP) || !defined(RESIL_CONFIG_STORE)
+static const field NO_FIELDS[1] = {{"", "", F_U32, 0, NULL}};
+#endif
 static const kinddesc KINDS[RESIL_REG_KIND_COUNT_] = {
     KD("circuitbreaker", BREAKER_FIELDS, init_br, new_br, free_br),
     KD("retry", RETRY_FIELDS, init_rt, new_rt, free_rt),
@@ -193,7 +286,53 @@ static const kinddesc KINDS[RESIL_REG_KIND_COUNT_] = {
     KD("timelimiter", TIMELIMITER_FIELDS, init_tl, new_tl, free_tl),
     KD("hedge", HEDGE_FIELDS, init_hg, new_hg, free_hg),
     KD("chain", CHAIN_FIELDS, init_ch, new_ch, free_ch),
+#ifdef RESIL_CONFIG_HTTP
+    {"http_client", HTTP_FIELDS, sizeof HTTP_FIELDS / sizeof *HTTP_FIELDS, init_http, new_http,
+     free_http, 1, 0},
+#else
+    {"http_client", NO_FIELDS, 0, init_http, new_http, free_http, 0, 0},
+#endif
+#ifdef RESIL_CONFIG_STORE
+    {"store", STORE_FIELDS, sizeof STORE_FIELDS / sizeof *STORE_FIELDS, init_store, new_store,
+     free_store, 1, 0},
+#else
+    {"store", NO_FIELDS, 0, init_store, new_store, free_store, 0, 0},
+#endif
 };
+
+#ifdef RESIL_CONFIG_HTTP
+static void init_http(anycfg *c) { resil_http_client_config_init(&c->hc); }
+static resil_status new_http(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->hc.name = name; /* endpoints set by build() */
+  return resil_http_client_new(&c->hc, (resil_http_client **)o, e);
+}
+static void free_http(void *h) { resil_http_client_free(h); }
+#else
+static void init_http(anycfg *c) { (void)c; }
+static resil_status new_http(anycfg *c, const char *name, void **o, resil_error *e) {
+  (void)c, (void)name, (void)o, (void)e;
+  return RESIL_EINVAL;
+}
+static void free_http(void *h) { (void)h; }
+#endif
+#ifdef RESIL_CONFIG_STORE
+static void init_store(anycfg *c) {
+  resil_store_config_init(&c->st.sc);
+  c->st.uri = NULL;
+}
+static resil_status new_store(anycfg *c, const char *name, void **o, resil_error *e) {
+  (void)name;
+  return resil_store_open(c->st.uri, &c->st.sc, (resil_store **)o, e);
+}
+static void free_store(void *h) { resil_store_close(h); }
+#else
+static void init_store(anycfg *c) { (void)c; }
+static resil_status new_store(anycfg *c, const char *name, void **o, resil_error *e) {
+  (void)c, (void)name, (void)o, (void)e;
+  return RESIL_EINVAL;
+}
+static void free_store(void *h) { (void)h; }
+#endif
 
 const char *resil_registry_kind_name(resil_registry_kind kind) {
   if ((unsigned)kind >= RESIL_REG_KIND_COUNT_) return NULL;
@@ -421,6 +560,10 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
     memcpy(dst, &mask, sizeof mask);
     return RESIL_OK;
   }
+  if (f->type == F_STR && s && !is_null(v)) {
+    memcpy(dst, &s, sizeof s);
+    return RESIL_OK;
+  }
   if (!s || (is_null(v) && f->type != F_ENUM))
     return fail_at(c, v, path, "expected a value, got %s",
                    s ? "nothing" : node_type_name(v));
@@ -488,7 +631,16 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
       }
     return fail_unknown(c, v, path, "value", s, f->names, n);
   }
+  case F_SIZE: {
+    uint64_t b;
+    if (resil_parse_size(s, &b, why, sizeof why)) return fail_at(c, v, path, "%s", why);
+    if (b > (uint64_t)SIZE_MAX) return fail_at(c, v, path, "'%s' is too large", s);
+    size_t z = (size_t)b;
+    memcpy(dst, &z, sizeof z);
+    return RESIL_OK;
+  }
   case F_CLASSES:
+  case F_STR:
     break;
   }
   return RESIL_EINVAL;
@@ -525,6 +677,22 @@ static void value_text(const field *f, const anycfg *cfg, char *buf, size_t n) {
     snprintf(buf, n, "%d", e);
     break;
   }
+  case F_STR: {
+    const char *p;
+    memcpy(&p, src, sizeof p);
+    /* quoted, so that NULL and "(null)" differ */
+    if (p)
+      snprintf(buf, n, "\"%s\"", p);
+    else
+      snprintf(buf, n, "NULL");
+    break;
+  }
+  case F_SIZE: {
+    size_t z;
+    memcpy(&z, src, sizeof z);
+    snprintf(buf, n, "%zu", z);
+    break;
+  }
   }
 }
 
@@ -554,8 +722,23 @@ typedef struct spec {
   yaml_node_t *src_node[MAXF];
   layer_ref layers[RESIL_CHAIN_MAX_LAYERS];
   size_t nlayers;
+#ifdef RESIL_CONFIG_HTTP
+  struct ep_spec *eps; /* http_client: its endpoints, in file order */
+  size_t neps;
+#endif
   entry *made;
 } spec;
+
+#ifdef RESIL_CONFIG_HTTP
+typedef struct ep_spec {
+  resil_http_endpoint ep;
+  const char *headers[EP_MAX_HEADERS + 1];
+  yaml_node_t *at;
+  char path[256];
+  yaml_node_t *src_node[NEPF];
+  yaml_node_t *headers_node;
+} ep_spec;
+#endif
 
 /* Applies the keys of mapping m (the instance's or a config's) onto s. */
 static resil_status apply_map(lctx *c, spec *s, yaml_node_t *m, const char *path, int src,
@@ -572,6 +755,11 @@ static resil_status apply_map(lctx *c, spec *s, yaml_node_t *m, const char *path
       if (!instance_level) return fail_at(c, k, sub, "layers belong to chain instances, not configs");
       continue; /* read by read_layers */
     }
+    if (s->kind == RESIL_REG_HTTP_CLIENT && strcmp(key, "endpoints") == 0) {
+      if (!instance_level)
+        return fail_at(c, k, sub, "endpoints belong to http_client instances, not configs");
+      continue; /* read by read_endpoints */
+    }
     size_t fi = kd->nfields;
     for (size_t i = 0; i < kd->nfields; i++)
       if (strcmp(kd->fields[i].key, key) == 0) fi = i;
@@ -581,6 +769,7 @@ static resil_status apply_map(lctx *c, spec *s, yaml_node_t *m, const char *path
       for (size_t i = 0; i < kd->nfields; i++) cand[nc++] = kd->fields[i].key;
       if (instance_level) cand[nc++] = "base_config";
       if (s->kind == RESIL_REG_CHAIN && instance_level) cand[nc++] = "layers";
+      if (s->kind == RESIL_REG_HTTP_CLIENT && instance_level) cand[nc++] = "endpoints";
       return fail_unknown(c, k, sub, "key", key, cand, nc);
     }
     if (parse_value(c, &kd->fields[fi], v, sub, &s->cfg)) return RESIL_EINVAL;
@@ -632,6 +821,84 @@ static resil_status read_layers(lctx *c, spec *s, yaml_node_t *inst) {
   if (i == 0) return fail_at(c, ls, path, "a chain needs at least one layer");
   return RESIL_OK;
 }
+
+#ifdef RESIL_CONFIG_HTTP
+static resil_status oom(lctx *c);
+/* An http_client's `endpoints: {NAME: {method: POST, path: /x, ...}}`. */
+static resil_status read_endpoints(lctx *c, spec *s, yaml_node_t *inst) {
+  yaml_node_t *m = is_null(inst) ? NULL : map_get(c, inst, "endpoints");
+  char path[256];
+  join(path, sizeof path, s->path, ".", "endpoints");
+  if (!m) return fail_at(c, s->at, path, "an http_client needs endpoints (NAME: {path: /...})");
+  if (check_mapping(c, m, path)) return RESIL_EINVAL;
+  size_t n = is_null(m) ? 0 : (size_t)(m->data.mapping.pairs.top - m->data.mapping.pairs.start);
+  if (n == 0) return fail_at(c, m, path, "an http_client needs at least one endpoint");
+  s->eps = calloc(n, sizeof *s->eps);
+  if (!s->eps) return oom(c);
+  FOR_PAIRS(c, m, p) {
+    ep_spec *e = &s->eps[s->neps++];
+    e->ep.struct_size = sizeof e->ep;
+    e->at = node(c, p->key);
+    e->ep.name = scalar(e->at);
+    join(e->path, sizeof e->path, path, ".", e->ep.name);
+    yaml_node_t *body = node(c, p->value);
+    if (check_mapping(c, body, e->path)) return RESIL_EINVAL;
+    FOR_PAIRS(c, body, q) {
+      yaml_node_t *k = node(c, q->key), *v = node(c, q->value);
+      const char *key = scalar(k);
+      char sub[256];
+      join(sub, sizeof sub, e->path, ".", key);
+      if (strcmp(key, "headers") == 0) {
+        if (v->type != YAML_SEQUENCE_NODE)
+          return fail_at(c, v, sub, "expected a list of 'Name: value' strings, got %s",
+                         node_type_name(v));
+        size_t h = 0;
+        for (yaml_node_item_t *it = v->data.sequence.items.start;
+             it < v->data.sequence.items.top; it++) {
+          yaml_node_t *hv = node(c, *it);
+          if (!scalar(hv)) return fail_at(c, hv, sub, "expected a 'Name: value' string");
+          if (h == EP_MAX_HEADERS) return fail_at(c, hv, sub, "at most %d headers", EP_MAX_HEADERS);
+          e->headers[h++] = scalar(hv);
+        }
+        e->headers[h] = NULL;
+        e->ep.headers = e->headers;
+        e->headers_node = v;
+        continue;
+      }
+      size_t fi = NEPF;
+      for (size_t i = 0; i < NEPF; i++)
+        if (strcmp(EP_FIELDS[i].key, key) == 0) fi = i;
+      if (fi == NEPF) {
+        const char *cand[NEPF + 1];
+        for (size_t i = 0; i < NEPF; i++) cand[i] = EP_FIELDS[i].key;
+        cand[NEPF] = "headers";
+        return fail_unknown(c, k, sub, "key", key, cand, NEPF + 1);
+      }
+      if (parse_value(c, &EP_FIELDS[fi], v, sub, (anycfg *)(void *)&e->ep)) return RESIL_EINVAL;
+      e->src_node[fi] = v;
+    }
+  }
+  return RESIL_OK;
+}
+
+/* The endpoints' settings, for the fingerprint. */
+static size_t fingerprint_endpoints(const spec *s, char *buf, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0; i < s->neps && k < n; i++) {
+    const ep_spec *e = &s->eps[i];
+    k += (size_t)snprintf(buf + k, n - k, "E%s{", e->ep.name);
+    for (size_t f = 0; f < NEPF && k < n; f++) {
+      char v[300];
+      value_text(&EP_FIELDS[f], (const anycfg *)(const void *)&e->ep, v, sizeof v);
+      k += (size_t)snprintf(buf + k, n - k, "%s=%s;", EP_FIELDS[f].key, v);
+    }
+    for (size_t h = 0; e->ep.headers && e->ep.headers[h] && k < n; h++)
+      k += (size_t)snprintf(buf + k, n - k, "H=\"%s\";", e->ep.headers[h]);
+    if (k < n) k += (size_t)snprintf(buf + k, n - k, "}");
+  }
+  return k;
+}
+#endif
 
 typedef struct specs {
   spec *v;
@@ -741,6 +1008,9 @@ static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *se
     if (base && apply_map(c, s, base, s->base_path, SRC_BASE, 0)) return RESIL_EINVAL;
     if (!is_null(body) && apply_map(c, s, body, s->path, SRC_INSTANCE, 1)) return RESIL_EINVAL;
     if (k == RESIL_REG_CHAIN && read_layers(c, s, body)) return RESIL_EINVAL;
+#ifdef RESIL_CONFIG_HTTP
+    if (k == RESIL_REG_HTTP_CLIENT && read_endpoints(c, s, body)) return RESIL_EINVAL;
+#endif
   }
   return RESIL_OK;
 }
@@ -760,6 +1030,9 @@ static resil_status read_doc(lctx *c, specs *ss) {
       for (int j = 0; j < RESIL_REG_KIND_COUNT_; j++) cand[j] = KINDS[j].section;
       return fail_unknown(c, k, key, "section", key, cand, RESIL_REG_KIND_COUNT_);
     }
+    if (!KINDS[kind].available)
+      return fail_at(c, k, key, "this libresil-config was built without %s",
+                     kind == RESIL_REG_HTTP_CLIENT ? "libresil-http" : "libresil-store");
     if (read_section(c, (resil_registry_kind)kind, node(c, p->value), ss)) return RESIL_EINVAL;
   }
   /* Instance names are unique per kind (YAML duplicate keys were refused);
@@ -793,9 +1066,38 @@ static void rename_fields(const kinddesc *kd, char *msg, size_t n) {
 /* Maps the policy's error back to the node that set the field. */
 static resil_status policy_error(lctx *c, const spec *s, const resil_error *pe) {
   const kinddesc *kd = &KINDS[s->kind];
+#ifdef RESIL_CONFIG_HTTP
+  size_t ei;
+  int used = 0;
+  if (s->kind == RESIL_REG_HTTP_CLIENT &&
+      sscanf(pe->field, "endpoints[%zu].%n", &ei, &used) == 1 && used > 0 && ei < s->neps) {
+    const ep_spec *e = &s->eps[ei];
+    const char *fname = pe->field + used;
+    const yaml_node_t *at = e->at;
+    char path[256];
+    join(path, sizeof path, e->path, fname[0] ? "." : "", fname);
+    for (size_t i = 0; i < NEPF; i++)
+      if (strcmp(EP_FIELDS[i].cfield, fname) == 0 && e->src_node[i]) at = e->src_node[i];
+    if (strcmp(fname, "headers") == 0 && e->headers_node) at = e->headers_node;
+    const char *m = pe->msg;
+    size_t lf = strlen(pe->field);
+    if (strncmp(m, pe->field, lf) == 0 && m[lf] == ':' && m[lf + 1] == ' ') m += lf + 2;
+    fail_at(c, at, path, "%s", m);
+    c->err.status = pe->status == RESIL_OK ? RESIL_EINVAL : pe->status;
+    if (pe->has_range) {
+      c->err.has_range = 1;
+      c->err.min = pe->min;
+      c->err.max = pe->max;
+      c->err.got = pe->got;
+    }
+    return c->err.status;
+  }
+#endif
   size_t fi = kd->nfields;
   for (size_t i = 0; i < kd->nfields; i++)
     if (strcmp(kd->fields[i].cfield, pe->field) == 0) fi = i;
+  /* A store that cannot be opened: its uri is at fault (fields[0]). */
+  if (fi == kd->nfields && s->kind == RESIL_REG_STORE) fi = 0;
   const yaml_node_t *at = s->at;
   char path[256];
   const char *base = s->path;
@@ -902,14 +1204,20 @@ struct resil_registry {
   _Atomic uint64_t gen;
 };
 
-static void fingerprint(const spec *s, char *buf, size_t n) {
+/* The resolved settings as text: equal texts, equal settings. Returns the
+ * length, >= n when it did not fit (the caller then never reuses). */
+static size_t fingerprint(const spec *s, char *buf, size_t n) {
   const kinddesc *kd = &KINDS[s->kind];
   size_t k = 0;
   for (size_t i = 0; i < kd->nfields && k < n; i++) {
-    char v[48];
+    char v[300];
     value_text(&kd->fields[i], &s->cfg, v, sizeof v);
     k += (size_t)snprintf(buf + k, n - k, "%s=%s;", kd->fields[i].key, v);
   }
+#ifdef RESIL_CONFIG_HTTP
+  if (k < n) k += fingerprint_endpoints(s, buf + k, n - k);
+#endif
+  return k;
 }
 
 static entry *entry_new(const spec *s, const char *fp) {
@@ -944,7 +1252,9 @@ static resil_status add_layer(resil_chain *ch, entry *l) {
  * nothing is left: every entry taken is released. */
 static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **out) {
   resil_status st = RESIL_OK;
-  char fp[2048];
+  enum { FP_SIZE = 1 << 16 };
+  char *fp = malloc(FP_SIZE);
+  if (!fp) return oom(c);
   /* Configs on their own (a range error in an unused config is an error
    * too), then the policies, then the chains. */
   for (int pass = 0; pass < 3 && st == RESIL_OK; pass++) {
@@ -955,6 +1265,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
       resil_error pe;
       resil_error_clear(&pe);
       if (s->is_config) {
+        if (!KINDS[s->kind].check_configs) continue; /* needs an instance's uri/endpoints */
         void *h = NULL;
         anycfg tmp = s->cfg;
         if ((st = KINDS[s->kind].create(&tmp, s->name, &h, &pe)) != RESIL_OK)
@@ -999,15 +1310,14 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         }
         if (st) break;
       }
-      fingerprint(s, fp, sizeof fp);
+      size_t fpl = fingerprint(s, fp, FP_SIZE);
       if (s->kind == RESIL_REG_CHAIN) {
         /* A chain is kept only when its layers are the very same objects. */
-        size_t k = strlen(fp);
-        for (size_t j = 0; j < s->nlayers; j++)
-          k += (size_t)snprintf(fp + k, sizeof fp - k, "D%zu=%p;", j, (void *)deps[j]);
+        for (size_t j = 0; j < s->nlayers && fpl < FP_SIZE; j++)
+          fpl += (size_t)snprintf(fp + fpl, FP_SIZE - fpl, "D%zu=%p;", j, (void *)deps[j]);
       }
       entry *prev = snap_find(old, s->kind, s->name);
-      if (prev && strcmp(prev->fp, fp) == 0) {
+      if (prev && fpl < FP_SIZE && strcmp(prev->fp, fp) == 0) {
         entry_ref(prev);
         s->made = prev;
         continue;
@@ -1018,7 +1328,27 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         break;
       }
       anycfg tmp = s->cfg;
-      if ((st = KINDS[s->kind].create(&tmp, s->name, &e->handle, &pe)) != RESIL_OK) {
+#ifdef RESIL_CONFIG_HTTP
+      resil_http_endpoint *table = NULL;
+      if (s->kind == RESIL_REG_HTTP_CLIENT) {
+        table = calloc(s->neps, sizeof *table);
+        if (!table) {
+          free(e->name);
+          free(e->fp);
+          free(e);
+          st = oom(c);
+          break;
+        }
+        for (size_t j = 0; j < s->neps; j++) table[j] = s->eps[j].ep;
+        tmp.hc.endpoints = table;
+        tmp.hc.endpoint_count = s->neps;
+      }
+      st = KINDS[s->kind].create(&tmp, s->name, &e->handle, &pe);
+      free(table);
+#else
+      st = KINDS[s->kind].create(&tmp, s->name, &e->handle, &pe);
+#endif
+      if (st != RESIL_OK) {
         free(e->name);
         free(e->fp);
         free(e);
@@ -1064,6 +1394,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
     entry_unref(ss->v[i].made);
     ss->v[i].made = NULL;
   }
+  free(fp);
   if (st == RESIL_OK) *out = snap;
   return st;
 }
@@ -1101,6 +1432,9 @@ static resil_status load(const char *text, size_t len, const char *file, const s
   st = read_doc(&c, &ss);
   if (st == RESIL_OK) st = build(&c, &ss, old, out);
   if (st != RESIL_OK && c.err.status == RESIL_OK) c.err.status = st;
+#ifdef RESIL_CONFIG_HTTP
+  for (size_t i = 0; i < ss.n; i++) free(ss.v[i].eps);
+#endif
   free(ss.v);
   yaml_document_delete(&doc);
   yaml_parser_delete(&parser);
@@ -1288,6 +1622,12 @@ resil_hedge *resil_registry_hedge(resil_registry *reg, const char *name) {
 }
 resil_chain *resil_registry_chain(resil_registry *reg, const char *name) {
   return resil_registry_get(reg, RESIL_REG_CHAIN, name);
+}
+resil_http_client *resil_registry_http_client(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_HTTP_CLIENT, name);
+}
+resil_store *resil_registry_store(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_STORE, name);
 }
 
 void *resil_registry_acquire(resil_registry *reg, resil_registry_kind kind, const char *name,

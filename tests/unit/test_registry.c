@@ -17,8 +17,10 @@
 #include "test_util.h"
 
 #ifdef RESIL_HAVE_CONFIG
+#include "resil/http.h"
 #include "resil/registry.h"
 #include "resil/resil.h"
+#include "resil/store.h"
 
 static char tmpdir[64];
 
@@ -116,7 +118,8 @@ static void payments_example_loads_with_inheritance(void **state) {
                                             &reg, &err),
                    RESIL_OK);
   assert_int_equal(err.status, RESIL_OK);
-  assert_int_equal(resil_registry_count(reg, RESIL_REG_KIND_COUNT_), 6);
+  assert_int_equal(resil_registry_count(reg, RESIL_REG_KIND_COUNT_), 7);
+  assert_non_null(resil_registry_http_client(reg, "payments"));
   resil_breaker *br = resil_registry_breaker(reg, "payments");
   assert_non_null(br);
   assert_string_equal(resil_breaker_name(br), "payments");
@@ -442,6 +445,74 @@ static void a_lease_outlives_the_registry(void **state) {
   resil_registry_release(NULL);
 }
 
+/* ---- HTTP clients and stores ------------------------------------------------ */
+
+static void http_client_and_store_load_and_reload(void **state) {
+  (void)state;
+  char yaml[2048];
+  const char *tmpl = "store:\n"
+                     "  instances:\n"
+                     "    ops: {uri: \"sqlite:%s/ops.db\", pool_size: %d}\n"
+                     "http_client:\n"
+                     "  instances:\n"
+                     "    api:\n"
+                     "      base_url: http://127.0.0.1:9\n"
+                     "      max_response_bytes: 1MiB\n"
+                     "      endpoints:\n"
+                     "        get: {path: \"/items/{id}\", response_codec: json}\n"
+                     "        put: {method: PUT, path: \"/items/{id}\"%s}\n";
+  snprintf(yaml, sizeof yaml, tmpl, tmpdir, 2, "");
+  const char *p = write_file("io.yaml", yaml);
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  assert_int_equal(resil_registry_load_file(p, &reg, &err), RESIL_OK);
+  resil_store *st = resil_registry_store(reg, "ops");
+  resil_http_client *cl = resil_registry_http_client(reg, "api");
+  assert_non_null(st);
+  assert_non_null(cl);
+  assert_string_equal(resil_store_backend(st), "sqlite");
+  assert_string_equal(resil_http_client_name(cl), "api");
+  /* the same file: both kept */
+  assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_OK);
+  assert_ptr_equal(resil_registry_store(reg, "ops"), st);
+  assert_ptr_equal(resil_registry_http_client(reg, "api"), cl);
+  /* an endpoint changed: a new client; the store kept */
+  snprintf(yaml, sizeof yaml, tmpl, tmpdir, 2, ", idempotency_key: send");
+  p = write_file("io.yaml", yaml);
+  assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_OK);
+  assert_ptr_equal(resil_registry_store(reg, "ops"), st);
+  assert_ptr_not_equal(resil_registry_http_client(reg, "api"), cl);
+  /* the pool size changed: a new store */
+  snprintf(yaml, sizeof yaml, tmpl, tmpdir, 3, ", idempotency_key: send");
+  p = write_file("io.yaml", yaml);
+  assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_OK);
+  assert_ptr_not_equal(resil_registry_store(reg, "ops"), st);
+  resil_registry_free(reg);
+}
+
+static void store_errors_point_at_the_uri(void **state) {
+  (void)state;
+  const char *p = write_file("st.yaml", "store:\n"
+                                        "  instances:\n"
+                                        "    ops: {uri: \"sqlite:/nonexistent-dir/x/ops.db\"}\n");
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  assert_int_equal(resil_registry_load_file(p, &reg, &err), RESIL_EIO);
+  assert_null(reg);
+  assert_int_equal(err.line, 3);
+  assert_int_equal(err.column, 16);
+  assert_string_equal(err.key_path, "store.instances.ops.uri");
+  p = write_file("st.yaml", "store:\n"
+                            "  instances:\n"
+                            "    ops: {uri: \"sqlite:/tmp/x.db\", busy_timeout: 2h}\n");
+  assert_int_equal(resil_registry_load_file(p, &reg, &err), RESIL_EINVAL);
+  assert_string_equal(err.key_path, "store.instances.ops.busy_timeout");
+  assert_int_equal(err.column, 50);
+  assert_non_null(strstr(err.message, "got 2 h"));
+}
+
 /* ---- CLI ------------------------------------------------------------------------ */
 
 /* Runs the tool with args, stdout and stderr to files; returns the exit
@@ -475,7 +546,7 @@ static void cli_config_check_exit_codes_and_lines(void **state) {
   snprintf(args, sizeof args, "config check %s/examples/config/payments-client.yaml",
            RESIL_SOURCE_DIR);
   assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
-  assert_non_null(strstr(out, "payments-client.yaml: OK: 6 instances"));
+  assert_non_null(strstr(out, "payments-client.yaml: OK: 7 instances"));
   const char *names[] = {"range.yaml", "unknown_key.yaml", "syntax.yaml", "unknown_layer.yaml"};
   for (size_t i = 0; i < 4; i++) {
     char path[512], want[1024];
@@ -537,6 +608,8 @@ int main(void) {
       cmocka_unit_test(reload_keeps_unchanged_state_and_replaces_changed),
       cmocka_unit_test(reload_with_an_error_changes_nothing),
       cmocka_unit_test(a_lease_outlives_the_registry),
+      cmocka_unit_test(http_client_and_store_load_and_reload),
+      cmocka_unit_test(store_errors_point_at_the_uri),
       cmocka_unit_test(cli_config_check_exit_codes_and_lines),
       cmocka_unit_test(cli_describe_config_prints_every_chain),
   };
