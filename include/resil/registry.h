@@ -4,8 +4,8 @@
  *
  * File format, after Resilience4j's Spring configuration: one section per
  * kind (circuitbreaker, retry, ratelimiter, bulkhead, timelimiter, hedge,
- * chain), each with optional `configs` (named sets of settings) and
- * `instances` (the objects created):
+ * chain, http_client, store), each with optional `configs` (named sets of
+ * settings) and `instances` (the objects created):
  *
  *   circuitbreaker:
  *     configs:
@@ -93,10 +93,17 @@
  *    The registry owns every instance: never call their _free functions.
  *  - A reload keeps the very same object for an instance whose resolved
  *    settings (and, for a chain, whose layers) did not change, so its state
- *    (an OPEN breaker, a rate limiter's used permits) carries over; a
- *    changed instance is a new object for lookups after the reload returns;
- *    an added one appears, a removed one disappears. A reload with an error
- *    changes nothing and reports the error as a load does. */
+ *    (an OPEN breaker, a rate limiter's used permits, a client's pool, an
+ *    open store) carries over; a changed instance is a new object for
+ *    lookups after the reload returns; an added one appears, a removed one
+ *    disappears. A chain is kept only when its own settings and every one
+ *    of its layers were kept. A reload with an error changes nothing and
+ *    reports the error as a load does.
+ *  - An instance is freed by whoever drops its last reference (a reload, a
+ *    release or resil_registry_free), on that thread: a time limiter's
+ *    free waits for its abandoned tasks (timelimit.h).
+ *  - YAML anchors and aliases work; merge keys (<<) do not (use
+ *    base_config). */
 #ifndef RESIL_REGISTRY_H
 #define RESIL_REGISTRY_H
 
@@ -172,7 +179,9 @@ RESIL_API size_t resil_registry_error_format(const resil_registry_error *err,
 
 /* Loads the YAML file at path and creates every instance it names.
  * RESIL_OK (*out set), RESIL_EINVAL (a NULL argument, or an error in the
- * file: *err says where), RESIL_EIO (the file cannot be read), RESIL_ENOMEM.
+ * file: *err says where), RESIL_EIO (the file cannot be read, or a store
+ * cannot be opened: *err points at its uri), RESIL_ENOMEM, or another
+ * status a constructor returned (*err says which instance).
  * On an error nothing is created and *out is untouched. err may be NULL;
  * when given it must have been passed through resil_registry_error_init()
  * (a struct_size below the 0.2 layout gets nothing written). Since 0.2. */
