@@ -1429,7 +1429,28 @@ static resil_status load(const char *text, size_t len, const char *file, const s
   }
   c.doc = &doc;
   specs ss = {0};
-  st = read_doc(&c, &ss);
+  {
+    /* One document per file: a second one would be silently ignored. */
+    yaml_document_t more;
+    if (!yaml_parser_load(&parser, &more)) {
+      snprintf(c.err.file, sizeof c.err.file, "%s", c.file);
+      c.err.status = RESIL_EINVAL;
+      c.err.line = (uint32_t)parser.problem_mark.line + 1;
+      c.err.column = (uint32_t)parser.problem_mark.column + 1;
+      snprintf(c.err.message, sizeof c.err.message, "YAML: %s",
+               parser.problem ? parser.problem : "syntax error");
+      st = RESIL_EINVAL;
+    } else {
+      yaml_node_t *r2 = yaml_document_get_root_node(&more);
+      if (r2) {
+        c.doc = &more;
+        st = fail_at(&c, r2, "", "one YAML document per file: a second one starts here");
+        c.doc = &doc;
+      }
+      yaml_document_delete(&more);
+    }
+  }
+  if (st == RESIL_OK) st = read_doc(&c, &ss);
   if (st == RESIL_OK) st = build(&c, &ss, old, out);
   if (st != RESIL_OK && c.err.status == RESIL_OK) c.err.status = st;
 #ifdef RESIL_CONFIG_HTTP
