@@ -1119,7 +1119,7 @@ static resil_status policy_error(lctx *c, const spec *s, const resil_error *pe) 
       s->src[fi] != SRC_NONE) {
     /* Inherited: say which instance it broke. */
     size_t l = strlen(msg);
-    snprintf(msg + l, sizeof msg - l, " (in instance %s)", s->path);
+    join(msg + l, sizeof msg - l, " (in instance ", s->path, ")");
   }
   if (pe->status != RESIL_EINVAL && c->err.status == RESIL_OK) {
     fail_at(c, at, path, "%s", msg);
