@@ -212,6 +212,26 @@ RESIL_API resil_status resil_registry_reload_string(resil_registry *reg,
                                                     const char *name,
                                                     resil_registry_error *err);
 
+/* What the last successful load or reload did (a sized struct): for an
+ * event log ("reloaded: 12 kept, 2 replaced, 1 added, 0 removed"). */
+typedef struct resil_registry_reload_stats {
+  size_t struct_size;
+  uint64_t generation; /* resil_registry_generation() after it           */
+  size_t kept;         /* instances that kept their object and state      */
+  size_t replaced;     /* instances of the same kind and name made anew   */
+  size_t added;        /* instances that were not in the previous set     */
+  size_t removed;      /* instances of the previous set no longer named   */
+} resil_registry_reload_stats;
+
+/* Writes the stats of the last successful load or reload into *out, up to
+ * the caller's struct_size (use the macro). RESIL_EMISUSE (NULL registry),
+ * RESIL_EINVAL (NULL out). Since 0.2. */
+RESIL_API resil_status resil_registry_last_reload_sized(resil_registry *reg,
+                                                        resil_registry_reload_stats *out,
+                                                        size_t struct_size);
+#define resil_registry_last_reload(reg, out)                                   \
+  resil_registry_last_reload_sized((reg), (out), sizeof(resil_registry_reload_stats))
+
 /* Successful loads and reloads so far (1 after the load). 0 for NULL. */
 RESIL_API uint64_t resil_registry_generation(resil_registry *reg);
 

@@ -1198,10 +1198,11 @@ static void snap_free(snapshot *s) {
 }
 
 struct resil_registry {
-  pthread_rwlock_t lock; /* guards cur */
+  pthread_rwlock_t lock; /* guards cur and last */
   pthread_mutex_t reload_mu;
   snapshot *cur;
   _Atomic uint64_t gen;
+  resil_registry_reload_stats last;
 };
 
 /* The resolved settings as text: equal texts, equal settings. Returns the
@@ -1250,7 +1251,8 @@ static resil_status add_layer(resil_chain *ch, entry *l) {
 
 /* Builds (or, from old, keeps) every instance of ss into *out. On an error
  * nothing is left: every entry taken is released. */
-static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **out) {
+static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **out,
+                          resil_registry_reload_stats *rs) {
   resil_status st = RESIL_OK;
   enum { FP_SIZE = 1 << 16 };
   char *fp = malloc(FP_SIZE);
@@ -1320,8 +1322,13 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
       if (prev && fpl < FP_SIZE && strcmp(prev->fp, fp) == 0) {
         entry_ref(prev);
         s->made = prev;
+        rs->kept++;
         continue;
       }
+      if (prev)
+        rs->replaced++;
+      else
+        rs->added++;
       entry *e = entry_new(s, fp);
       if (!e) {
         st = oom(c);
@@ -1388,6 +1395,8 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
           ss->v[i].made = NULL;
         }
       qsort(snap->v, snap->n, sizeof *snap->v, cmp_entries);
+      for (size_t i = 0; old && i < old->n; i++)
+        if (!snap_find(snap, old->v[i]->kind, old->v[i]->name)) rs->removed++;
     }
   }
   for (size_t i = 0; i < ss->n; i++) {
@@ -1402,7 +1411,8 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
 /* Parses text and builds the snapshot, keeping entries of old when they did
  * not change. */
 static resil_status load(const char *text, size_t len, const char *file, const snapshot *old,
-                         snapshot **out, resil_registry_error *uerr) {
+                         snapshot **out, resil_registry_reload_stats *rs,
+                         resil_registry_error *uerr) {
   lctx c;
   memset(&c, 0, sizeof c);
   c.file = file ? file : "<string>";
@@ -1451,7 +1461,7 @@ static resil_status load(const char *text, size_t len, const char *file, const s
     }
   }
   if (st == RESIL_OK) st = read_doc(&c, &ss);
-  if (st == RESIL_OK) st = build(&c, &ss, old, out);
+  if (st == RESIL_OK) st = build(&c, &ss, old, out, rs);
   if (st != RESIL_OK && c.err.status == RESIL_OK) c.err.status = st;
 #ifdef RESIL_CONFIG_HTTP
   for (size_t i = 0; i < ss.n; i++) free(ss.v[i].eps);
@@ -1524,7 +1534,9 @@ resil_status resil_registry_load_string(const char *text, size_t len, const char
   clear_err(err);
   if (!text || !out) return RESIL_EINVAL;
   snapshot *snap = NULL;
-  resil_status st = load(text, len, name, NULL, &snap, err);
+  resil_registry_reload_stats rs;
+  memset(&rs, 0, sizeof rs);
+  resil_status st = load(text, len, name, NULL, &snap, &rs, err);
   if (st) return st;
   resil_registry *r = calloc(1, sizeof *r);
   if (!r || pthread_rwlock_init(&r->lock, NULL)) {
@@ -1540,6 +1552,9 @@ resil_status resil_registry_load_string(const char *text, size_t len, const char
   }
   r->cur = snap;
   atomic_init(&r->gen, 1);
+  rs.struct_size = sizeof rs;
+  rs.generation = 1;
+  r->last = rs;
   *out = r;
   return RESIL_OK;
 }
@@ -1574,13 +1589,17 @@ resil_status resil_registry_reload_string(resil_registry *reg, const char *text,
   /* Only reloads replace cur, and they are serialised by reload_mu: cur can
    * be read here without the rwlock. */
   snapshot *snap = NULL;
-  resil_status st = load(text, len, name, reg->cur, &snap, err);
+  resil_registry_reload_stats rs;
+  memset(&rs, 0, sizeof rs);
+  resil_status st = load(text, len, name, reg->cur, &snap, &rs, err);
   if (st == RESIL_OK) {
     pthread_rwlock_wrlock(&reg->lock);
     snapshot *old = reg->cur;
     reg->cur = snap;
+    rs.struct_size = sizeof rs;
+    rs.generation = atomic_fetch_add(&reg->gen, 1) + 1;
+    reg->last = rs;
     pthread_rwlock_unlock(&reg->lock);
-    atomic_fetch_add(&reg->gen, 1);
     snap_free(old); /* entries kept or leased live on */
   }
   pthread_mutex_unlock(&reg->reload_mu);
@@ -1599,6 +1618,18 @@ resil_status resil_registry_reload(resil_registry *reg, const char *path,
   st = resil_registry_reload_string(reg, text, len, path, err);
   free(text);
   return st;
+}
+
+resil_status resil_registry_last_reload_sized(resil_registry *reg,
+                                             resil_registry_reload_stats *out,
+                                             size_t struct_size) {
+  if (!reg) return RESIL_EMISUSE;
+  if (!out) return RESIL_EINVAL;
+  pthread_rwlock_rdlock(&reg->lock);
+  resil_registry_reload_stats rs = reg->last;
+  pthread_rwlock_unlock(&reg->lock);
+  resil__sized_out(out, struct_size, &rs, sizeof rs);
+  return RESIL_OK;
 }
 
 uint64_t resil_registry_generation(resil_registry *reg) {

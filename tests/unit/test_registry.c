@@ -382,6 +382,16 @@ static void reload_keeps_unchanged_state_and_replaces_changed(void **state) {
   assert_ptr_not_equal(resil_registry_chain(reg, "search"), search_ch);
   assert_null(resil_registry_breaker(reg, "gone"));
   assert_non_null(resil_registry_breaker(reg, "added"));
+  /* kept: breaker, retry and chain payments; replaced: breaker and chain
+   * search; added: breaker added; removed: breaker gone */
+  resil_registry_reload_stats rs;
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.struct_size, sizeof rs);
+  assert_int_equal(rs.generation, 2);
+  assert_int_equal(rs.kept, 3);
+  assert_int_equal(rs.replaced, 2);
+  assert_int_equal(rs.added, 1);
+  assert_int_equal(rs.removed, 1);
   /* the call in flight finishes on the old instance */
   assert_int_equal(resil_breaker_state(old_search), RESIL_BREAKER_OPEN);
   resil_breaker_permit pm;
@@ -413,6 +423,11 @@ static void reload_with_an_error_changes_nothing(void **state) {
            p);
   assert_string_equal(line, want);
   assert_int_equal(resil_registry_generation(reg), 1);
+  resil_registry_reload_stats rs;
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.generation, 1);
+  assert_int_equal(rs.added, 6); /* the load: every instance added */
+  assert_int_equal(rs.kept + rs.replaced + rs.removed, 0);
   assert_ptr_equal(resil_registry_breaker(reg, "payments"), pay);
   assert_ptr_equal(resil_registry_breaker(reg, "search"), search);
   assert_non_null(resil_registry_breaker(reg, "gone"));
