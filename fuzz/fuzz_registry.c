@@ -43,8 +43,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (reg != (resil_registry *)0x1) abort();
     if (st != RESIL_EINVAL && st != RESIL_EIO && st != RESIL_ENOMEM) abort();
     if (err.status != st || err.message[0] == 0) abort();
+    /* An upper bound of YAML's line breaks: LF, CR, NEL (C2 85), LS and
+     * PS (E2 80 A8/A9). */
     size_t lines = 1;
-    for (size_t i = 0; i < size; i++) lines += data[i] == '\n';
+    for (size_t i = 0; i < size; i++)
+      lines += data[i] == '\n' || data[i] == '\r' || data[i] == 0x85 || data[i] == 0xe2;
     if (err.line > lines + 1) abort();
     return 0;
   }
