@@ -4,7 +4,8 @@
  *
  * File format, after Resilience4j's Spring configuration: one section per
  * kind (circuitbreaker, retry, ratelimiter, bulkhead, timelimiter, hedge,
- * chain, http_client, store), each with optional `configs` (named sets of
+ * chain, http_client, store, retry_budget, threadpool), each with optional
+ * `configs` (named sets of
  * settings) and `instances` (the objects created):
  *
  *   circuitbreaker:
@@ -37,7 +38,17 @@
  * initial_state: closed | open | half_open | disabled | forced_open |
  * metrics_only); class masks are lists of class names (failure_classes:
  * [server_error, not_sent, unknown, http_429]). A chain's `layers` is a
- * sequence of one-key maps `KIND: NAME` naming instances of the same file.
+ * sequence of one-key maps `KIND: NAME` naming instances of the same file
+ * (retry, circuitbreaker, ratelimiter, timelimiter, bulkhead, hedge,
+ * threadpool).
+ *
+ * Shared objects are instances too and are named where they are used:
+ * `retry_budget` (mode: finagle | grpc, ttl, min_retries_per_s,
+ * percent_can_retry, max_tokens, token_ratio_milli) by a retry's or a
+ * hedge's `budget: NAME`; `threadpool` (threads, queue_capacity) by a time
+ * limiter's or a hedge's `executor: NAME` (a hedge with an executor hedges
+ * in a blocking resil_chain_run, hedge.h). An instance that names another
+ * is kept by a reload only when the one it names was kept.
  *
  * HTTP clients (section http_client, when libresil-config is built with
  * libresil-http) take the client config's keys (base_url, max_connections,
@@ -102,6 +113,8 @@
  *  - An instance is freed by whoever drops its last reference (a reload, a
  *    release or resil_registry_free), on that thread: a time limiter's
  *    free waits for its abandoned tasks (timelimit.h).
+ *  - An instance keeps what it names (a chain its layers, a retry its
+ *    budget, ...) alive for as long as it lives.
  *  - YAML anchors and aliases work; merge keys (<<) do not (use
  *    base_config). */
 #ifndef RESIL_REGISTRY_H
@@ -128,6 +141,8 @@ typedef struct resil_hedge resil_hedge;
 typedef struct resil_chain resil_chain;
 typedef struct resil_http_client resil_http_client;
 typedef struct resil_store resil_store;
+typedef struct resil_retry_budget resil_retry_budget;
+typedef struct resil_threadpool resil_threadpool;
 
 /* The kinds of instances; values are appended only. */
 typedef enum resil_registry_kind {
@@ -142,6 +157,8 @@ typedef enum resil_registry_kind {
    * libresil-store); otherwise the section is an error in a file. */
   RESIL_REG_HTTP_CLIENT = 7, /* "http_client", resil_http_client *          */
   RESIL_REG_STORE = 8,       /* "store", resil_store *                      */
+  RESIL_REG_RETRY_BUDGET = 9,/* "retry_budget", resil_retry_budget *        */
+  RESIL_REG_THREADPOOL = 10, /* "threadpool", resil_threadpool *            */
   RESIL_REG_KIND_COUNT_      /* not a kind                                  */
 } resil_registry_kind;
 
@@ -249,6 +266,9 @@ RESIL_API resil_chain *resil_registry_chain(resil_registry *reg, const char *nam
 RESIL_API resil_http_client *resil_registry_http_client(resil_registry *reg,
                                                         const char *name);
 RESIL_API resil_store *resil_registry_store(resil_registry *reg, const char *name);
+RESIL_API resil_retry_budget *resil_registry_retry_budget(resil_registry *reg,
+                                                          const char *name);
+RESIL_API resil_threadpool *resil_registry_threadpool(resil_registry *reg, const char *name);
 /* The total_timeout of chain `name` in nanoseconds (0 = none), as the file
  * gave it (resil_chain has no getter for it); -1 when there is no such
  * chain. For describing a chain (`resil describe --config`). Since 0.2. */

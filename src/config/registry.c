@@ -37,7 +37,8 @@
 typedef enum ftype {
   F_U32, F_I64, F_DUR, F_DBL, F_BOOL, F_PCT, F_ENUM, F_CLASSES,
   F_STR,  /* const char *, pointing into the document during the build */
-  F_SIZE  /* size_t, with a size unit */
+  F_SIZE, /* size_t, with a size unit */
+  F_REF   /* a pointer to another instance, named in the file (ref_kind) */
 } ftype;
 
 typedef struct field {
@@ -46,6 +47,7 @@ typedef struct field {
   ftype type;
   size_t off;
   const char *const *names; /* F_ENUM: value i is names[i]; NULL-terminated */
+  int ref_kind;             /* F_REF: the resil_registry_kind it names */
 } field;
 
 static const char *const WINDOW_TYPES[] = {"count", "time", NULL};
@@ -55,8 +57,9 @@ static const char *const BACKOFFS[] = {"fixed", "exponential", "exponential_full
                                        "exponential_equal_jitter", "decorrelated_jitter",
                                        NULL};
 
-#define FLD(T, k, c, t) {k, #c, t, offsetof(T, c), NULL}
-#define FEN(T, k, c, names) {k, #c, F_ENUM, offsetof(T, c), names}
+#define FLD(T, k, c, t) {k, #c, t, offsetof(T, c), NULL, 0}
+#define FEN(T, k, c, names) {k, #c, F_ENUM, offsetof(T, c), names, 0}
+#define FREF(T, k, c, kind) {k, #c, F_REF, offsetof(T, c), NULL, kind}
 
 static const field BREAKER_FIELDS[] = {
     FEN(resil_breaker_config, "window_type", window_type, WINDOW_TYPES),
@@ -93,6 +96,7 @@ static const field RETRY_FIELDS[] = {
     FLD(resil_retry_config, "unsafe_retry_non_idempotent", unsafe_retry_non_idempotent,
         F_BOOL),
     FLD(resil_retry_config, "min_attempt_budget", min_attempt_budget_ns, F_DUR),
+    FREF(resil_retry_config, "budget", budget, RESIL_REG_RETRY_BUDGET),
 };
 
 static const field RATELIMITER_FIELDS[] = {
@@ -110,6 +114,7 @@ static const field BULKHEAD_FIELDS[] = {
 static const field TIMELIMITER_FIELDS[] = {
     FLD(resil_timelimiter_config, "timeout", timeout_ns, F_DUR),
     FLD(resil_timelimiter_config, "cancel_running", cancel_running, F_BOOL),
+    FREF(resil_timelimiter_config, "executor", executor, RESIL_REG_THREADPOOL),
 };
 
 static const field HEDGE_FIELDS[] = {
@@ -122,6 +127,23 @@ static const field HEDGE_FIELDS[] = {
     FLD(resil_hedge_config, "max_hedges", max_hedges, F_U32),
     FLD(resil_hedge_config, "unacceptable_classes", unacceptable_classes, F_CLASSES),
     FLD(resil_hedge_config, "deposit_calls", deposit_calls, F_BOOL),
+    FREF(resil_hedge_config, "budget", budget, RESIL_REG_RETRY_BUDGET),
+    FREF(resil_hedge_config, "executor", executor, RESIL_REG_THREADPOOL),
+};
+
+static const char *const BUDGET_MODES[] = {"finagle", "grpc", NULL};
+static const field BUDGET_FIELDS[] = {
+    FEN(resil_retry_budget_config, "mode", mode, BUDGET_MODES),
+    FLD(resil_retry_budget_config, "ttl", ttl_ns, F_DUR),
+    FLD(resil_retry_budget_config, "min_retries_per_s", min_retries_per_s, F_U32),
+    FLD(resil_retry_budget_config, "percent_can_retry", percent_can_retry_pct, F_U32),
+    FLD(resil_retry_budget_config, "max_tokens", max_tokens, F_U32),
+    FLD(resil_retry_budget_config, "token_ratio_milli", token_ratio_milli, F_U32),
+};
+
+static const field THREADPOOL_FIELDS[] = {
+    FLD(resil_threadpool_config, "threads", threads, F_U32),
+    FLD(resil_threadpool_config, "queue_capacity", queue_capacity, F_U32),
 };
 
 static const field CHAIN_FIELDS[] = {
@@ -187,8 +209,8 @@ typedef struct store_cfg {
 } store_cfg;
 static const field STORE_FIELDS[] = {
     FLD(store_cfg, "uri", uri, F_STR),
-    {"busy_timeout", "busy_timeout_ns", F_DUR, offsetof(store_cfg, sc.busy_timeout_ns), NULL},
-    {"pool_size", "pool_size", F_U32, offsetof(store_cfg, sc.pool_size), NULL},
+    {"busy_timeout", "busy_timeout_ns", F_DUR, offsetof(store_cfg, sc.busy_timeout_ns), NULL, 0},
+    {"pool_size", "pool_size", F_U32, offsetof(store_cfg, sc.pool_size), NULL, 0},
 };
 #endif
 
@@ -203,6 +225,8 @@ typedef union anycfg {
   resil_timelimiter_config tl;
   resil_hedge_config hg;
   resil_chain_config ch;
+  resil_retry_budget_config rb;
+  resil_threadpool_config tp;
 #ifdef RESIL_CONFIG_HTTP
   resil_http_client_config hc;
 #endif
@@ -218,6 +242,18 @@ static void init_bh(anycfg *c) { resil_bulkhead_config_init(&c->bh); }
 static void init_tl(anycfg *c) { resil_timelimiter_config_init(&c->tl); }
 static void init_hg(anycfg *c) { resil_hedge_config_init(&c->hg); }
 static void init_ch(anycfg *c) { resil_chain_config_init(&c->ch); }
+static void init_rb(anycfg *c) { resil_retry_budget_config_init(&c->rb); }
+static void init_tp(anycfg *c) { resil_threadpool_config_init(&c->tp); }
+static resil_status new_rb(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->rb.name = name;
+  return resil_retry_budget_new(&c->rb, (resil_retry_budget **)o, e);
+}
+static resil_status new_tp(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->tp.name = name;
+  return resil_threadpool_new(&c->tp, (resil_threadpool **)o, e);
+}
+static void free_rb(void *h) { resil_retry_budget_free(h); }
+static void free_tp(void *h) { resil_threadpool_free(h); }
 
 static resil_status new_br(anycfg *c, const char *name, void **o, resil_error *e) {
   c->br.name = name;
@@ -276,7 +312,7 @@ typedef struct kinddesc {
 
 #define KD(sec, f, i, n, d) {sec, f, sizeof f / sizeof *f, i, n, d, 1, 1}
 #if !defined(RESIL_CONFIG_HTTP) || !defined(RESIL_CONFIG_STORE)
-static const field NO_FIELDS[1] = {{"", "", F_U32, 0, NULL}};
+static const field NO_FIELDS[1] = {{"", "", F_U32, 0, NULL, 0}};
 #endif
 static const kinddesc KINDS[RESIL_REG_KIND_COUNT_] = {
     KD("circuitbreaker", BREAKER_FIELDS, init_br, new_br, free_br),
@@ -298,6 +334,8 @@ static const kinddesc KINDS[RESIL_REG_KIND_COUNT_] = {
 #else
     {"store", NO_FIELDS, 0, init_store, new_store, free_store, 0, 0},
 #endif
+    KD("retry_budget", BUDGET_FIELDS, init_rb, new_rb, free_rb),
+    KD("threadpool", THREADPOOL_FIELDS, init_tp, new_tp, free_tp),
 };
 
 #ifdef RESIL_CONFIG_HTTP
@@ -641,6 +679,7 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
   }
   case F_CLASSES:
   case F_STR:
+  case F_REF:
     break;
   }
   return RESIL_EINVAL;
@@ -693,6 +732,13 @@ static void value_text(const field *f, const anycfg *cfg, char *buf, size_t n) {
     snprintf(buf, n, "%zu", z);
     break;
   }
+  case F_REF: {
+    /* the object itself: a kept reference keeps the referrer */
+    void *p;
+    memcpy(&p, src, sizeof p);
+    snprintf(buf, n, "%p", p);
+    break;
+  }
   }
 }
 
@@ -720,6 +766,7 @@ typedef struct spec {
   anycfg cfg;
   uint8_t src[MAXF];
   yaml_node_t *src_node[MAXF];
+  const char *ref_name[MAXF]; /* F_REF fields: the name given */
   layer_ref layers[RESIL_CHAIN_MAX_LAYERS];
   size_t nlayers;
 #ifdef RESIL_CONFIG_HTTP
@@ -772,7 +819,14 @@ static resil_status apply_map(lctx *c, spec *s, yaml_node_t *m, const char *path
       if (s->kind == RESIL_REG_HTTP_CLIENT && instance_level) cand[nc++] = "endpoints";
       return fail_unknown(c, k, sub, "key", key, cand, nc);
     }
-    if (parse_value(c, &kd->fields[fi], v, sub, &s->cfg)) return RESIL_EINVAL;
+    if (kd->fields[fi].type == F_REF) {
+      if (!scalar(v) || is_null(v))
+        return fail_at(c, v, sub, "expected the name of a %s instance",
+                       KINDS[kd->fields[fi].ref_kind].section);
+      s->ref_name[fi] = scalar(v);
+    } else if (parse_value(c, &kd->fields[fi], v, sub, &s->cfg)) {
+      return RESIL_EINVAL;
+    }
     s->src[fi] = (uint8_t)src;
     s->src_node[fi] = v;
   }
@@ -802,13 +856,17 @@ static resil_status read_layers(lctx *c, spec *s, yaml_node_t *inst) {
     yaml_node_t *k = node(c, e->data.mapping.pairs.start->key);
     yaml_node_t *v = node(c, e->data.mapping.pairs.start->value);
     const char *kn = scalar(k);
+    static const resil_registry_kind LAYER_KINDS[] = {
+        RESIL_REG_RETRY,       RESIL_REG_BREAKER,  RESIL_REG_RATELIMITER, RESIL_REG_TIMELIMITER,
+        RESIL_REG_BULKHEAD,    RESIL_REG_HEDGE,    RESIL_REG_THREADPOOL};
+    enum { NLK = sizeof LAYER_KINDS / sizeof *LAYER_KINDS };
     int kind = -1;
-    for (int j = 0; j < RESIL_REG_CHAIN; j++)
-      if (kn && strcmp(kn, KINDS[j].section) == 0) kind = j;
+    for (size_t j = 0; j < NLK; j++)
+      if (kn && strcmp(kn, KINDS[LAYER_KINDS[j]].section) == 0) kind = (int)LAYER_KINDS[j];
     if (kind < 0) {
-      const char *cand[RESIL_REG_CHAIN];
-      for (int j = 0; j < RESIL_REG_CHAIN; j++) cand[j] = KINDS[j].section;
-      return fail_unknown(c, k, ip, "layer kind", kn ? kn : "?", cand, RESIL_REG_CHAIN);
+      const char *cand[NLK];
+      for (size_t j = 0; j < NLK; j++) cand[j] = KINDS[LAYER_KINDS[j]].section;
+      return fail_unknown(c, k, ip, "layer kind", kn ? kn : "?", cand, NLK);
     }
     if (!scalar(v) || is_null(v))
       return fail_at(c, v, ip, "expected the name of a %s instance", kn);
@@ -1144,7 +1202,7 @@ struct entry {
   char *name;
   char *fp;
   void *handle;
-  entry *deps[RESIL_CHAIN_MAX_LAYERS];
+  entry *deps[RESIL_CHAIN_MAX_LAYERS + MAXF]; /* kept alive while this lives */
   size_t ndeps;
   int64_t total_timeout_ns; /* chains */
 };
@@ -1245,8 +1303,30 @@ static resil_status add_layer(resil_chain *ch, entry *l) {
   case RESIL_REG_BULKHEAD: return resil_chain_add_bulkhead(ch, l->handle);
   case RESIL_REG_TIMELIMITER: return resil_chain_add_timelimiter(ch, l->handle);
   case RESIL_REG_HEDGE: return resil_chain_add_hedge(ch, l->handle);
+  case RESIL_REG_THREADPOOL: return resil_chain_add_threadpool(ch, l->handle);
   default: return RESIL_EINVAL;
   }
+}
+
+/* The entry built for instance `name` of `kind`, or an error at node/path
+ * ("unknown retry instance 'x' (did you mean ...)"). */
+static resil_status resolve(lctx *c, const specs *ss, resil_registry_kind kind, const char *name,
+                            const yaml_node_t *at, const char *path, entry **out) {
+  *out = NULL;
+  for (size_t q = 0; q < ss->n; q++) {
+    const spec *t = &ss->v[q];
+    if (!t->is_config && t->kind == kind && strcmp(t->name, name) == 0) *out = t->made;
+  }
+  if (*out) return RESIL_OK;
+  const char *cand[64];
+  size_t nc = 0;
+  for (size_t q = 0; q < ss->n && nc < 64; q++)
+    if (!ss->v[q].is_config && ss->v[q].kind == kind) cand[nc++] = ss->v[q].name;
+  char what[64];
+  snprintf(what, sizeof what, "%s instance", KINDS[kind].section);
+  return nc ? fail_unknown(c, at, path, what, name, cand, nc)
+            : fail_at(c, at, path, "no %s instance '%s' in this file", KINDS[kind].section,
+                      name);
 }
 
 /* Builds (or, from old, keeps) every instance of ss into *out. On an error
@@ -1258,11 +1338,15 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
   char *fp = malloc(FP_SIZE);
   if (!fp) return oom(c);
   /* Configs on their own (a range error in an unused config is an error
-   * too), then the policies, then the chains. */
-  for (int pass = 0; pass < 3 && st == RESIL_OK; pass++) {
+   * too), then what policies refer to (budgets, thread pools), then the
+   * policies, then the chains. */
+  for (int pass = 0; pass < 4 && st == RESIL_OK; pass++) {
     for (size_t i = 0; i < ss->n && st == RESIL_OK; i++) {
       spec *s = &ss->v[i];
-      int want = s->is_config ? 0 : s->kind == RESIL_REG_CHAIN ? 2 : 1;
+      int want = s->is_config                                                     ? 0
+                 : s->kind == RESIL_REG_RETRY_BUDGET || s->kind == RESIL_REG_THREADPOOL ? 1
+                 : s->kind == RESIL_REG_CHAIN                                       ? 3
+                                                                                    : 2;
       if (want != pass) continue;
       resil_error pe;
       resil_error_clear(&pe);
@@ -1276,31 +1360,36 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
           KINDS[s->kind].destroy(h);
         continue;
       }
-      entry *deps[RESIL_CHAIN_MAX_LAYERS];
+      /* deps: a chain's layers (in order), then what F_REF fields name. */
+      entry *deps[RESIL_CHAIN_MAX_LAYERS + MAXF];
+      size_t ndeps = 0;
+      {
+        const kinddesc *kd = &KINDS[s->kind];
+        for (size_t f = 0; f < kd->nfields && st == RESIL_OK; f++) {
+          if (kd->fields[f].type != F_REF) continue;
+          void *h = NULL;
+          if (s->ref_name[f]) {
+            char rp[256];
+            const char *base = s->src[f] == SRC_DEFAULT ? s->def_path
+                               : s->src[f] == SRC_BASE  ? s->base_path
+                                                        : s->path;
+            join(rp, sizeof rp, base, ".", kd->fields[f].key);
+            entry *d;
+            st = resolve(c, ss, (resil_registry_kind)kd->fields[f].ref_kind, s->ref_name[f],
+                         s->src_node[f], rp, &d);
+            if (st) break;
+            h = d->handle;
+            if (s->kind != RESIL_REG_CHAIN) deps[RESIL_CHAIN_MAX_LAYERS + ndeps++] = d;
+          }
+          memcpy((unsigned char *)&s->cfg + kd->fields[f].off, &h, sizeof h);
+        }
+        if (st) break;
+      }
       if (s->kind == RESIL_REG_CHAIN) {
         for (size_t j = 0; j < s->nlayers; j++) {
-          deps[j] = NULL;
-          for (size_t q = 0; q < ss->n; q++) {
-            spec *t = &ss->v[q];
-            if (!t->is_config && t->kind == s->layers[j].kind &&
-                strcmp(t->name, s->layers[j].name) == 0)
-              deps[j] = t->made;
-          }
-          if (!deps[j]) {
-            const char *cand[64];
-            size_t nc = 0;
-            for (size_t q = 0; q < ss->n && nc < 64; q++)
-              if (!ss->v[q].is_config && ss->v[q].kind == s->layers[j].kind)
-                cand[nc++] = ss->v[q].name;
-            char what[64];
-            snprintf(what, sizeof what, "%s instance", KINDS[s->layers[j].kind].section);
-            st = nc ? fail_unknown(c, s->layers[j].node, s->layers[j].path, what,
-                                   s->layers[j].name, cand, nc)
-                    : fail_at(c, s->layers[j].node, s->layers[j].path,
-                              "no %s instance '%s' in this file",
-                              KINDS[s->layers[j].kind].section, s->layers[j].name);
+          if ((st = resolve(c, ss, s->layers[j].kind, s->layers[j].name, s->layers[j].node,
+                            s->layers[j].path, &deps[j])) != RESIL_OK)
             break;
-          }
           for (size_t q = 0; q < j; q++)
             if (deps[q] == deps[j]) {
               st = fail_at(c, s->layers[j].node, s->layers[j].path,
@@ -1361,6 +1450,10 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         free(e);
         st = policy_error(c, s, &pe);
         break;
+      }
+      for (size_t j = 0; j < ndeps; j++) {
+        entry_ref(deps[RESIL_CHAIN_MAX_LAYERS + j]);
+        e->deps[e->ndeps++] = deps[RESIL_CHAIN_MAX_LAYERS + j];
       }
       if (s->kind == RESIL_REG_CHAIN) {
         for (size_t j = 0; j < s->nlayers; j++) {
@@ -1680,6 +1773,12 @@ resil_http_client *resil_registry_http_client(resil_registry *reg, const char *n
 }
 resil_store *resil_registry_store(resil_registry *reg, const char *name) {
   return resil_registry_get(reg, RESIL_REG_STORE, name);
+}
+resil_retry_budget *resil_registry_retry_budget(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_RETRY_BUDGET, name);
+}
+resil_threadpool *resil_registry_threadpool(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_THREADPOOL, name);
 }
 
 void *resil_registry_acquire(resil_registry *reg, resil_registry_kind kind, const char *name,

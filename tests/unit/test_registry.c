@@ -460,6 +460,72 @@ static void a_lease_outlives_the_registry(void **state) {
   resil_registry_release(NULL);
 }
 
+static void references_are_resolved_and_kept_with_what_they_name(void **state) {
+  (void)state;
+  const char *tmpl = "retry_budget:\n"
+                     "  instances:\n"
+                     "    reads: {percent_can_retry: %d}\n"
+                     "threadpool:\n"
+                     "  instances:\n"
+                     "    pool: {threads: 2}\n"
+                     "retry:\n"
+                     "  configs:\n"
+                     "    default: {budget: reads}\n"
+                     "  instances:\n"
+                     "    r: {max_attempts: 2}\n"
+                     "hedge:\n"
+                     "  instances:\n"
+                     "    h: {delay: 5ms, executor: pool}\n"
+                     "chain:\n"
+                     "  instances:\n"
+                     "    c: {layers: [{retry: r}, {hedge: h}]}\n";
+  char yaml[1024];
+  snprintf(yaml, sizeof yaml, tmpl, 20);
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  assert_int_equal(resil_registry_load_string(yaml, strlen(yaml), "refs", &reg, &err), RESIL_OK);
+  resil_retry_budget *b = resil_registry_retry_budget(reg, "reads");
+  resil_retry *r = resil_registry_retry(reg, "r");
+  resil_hedge *h = resil_registry_hedge(reg, "h");
+  resil_chain *c = resil_registry_chain(reg, "c");
+  assert_non_null(b);
+  assert_non_null(resil_registry_threadpool(reg, "pool"));
+  /* the hedge has its executor: describe says it hedges on its pool */
+  char d[4096];
+  resil_chain_describe(c, d, sizeof d);
+  assert_non_null(strstr(d, "hedges on its thread pool"));
+  /* the budget changes: the retry naming it (through configs.default) and
+   * the chain using the retry are replaced; the hedge is kept */
+  snprintf(yaml, sizeof yaml, tmpl, 30);
+  assert_int_equal(resil_registry_reload_string(reg, yaml, strlen(yaml), "refs", &err), RESIL_OK);
+  assert_ptr_not_equal(resil_registry_retry_budget(reg, "reads"), b);
+  assert_ptr_not_equal(resil_registry_retry(reg, "r"), r);
+  assert_ptr_equal(resil_registry_hedge(reg, "h"), h);
+  assert_ptr_not_equal(resil_registry_chain(reg, "c"), c);
+  resil_registry_reload_stats rs;
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.kept, 2);
+  assert_int_equal(rs.replaced, 3);
+  /* the same text again: everything kept */
+  assert_int_equal(resil_registry_reload_string(reg, yaml, strlen(yaml), "refs", &err), RESIL_OK);
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.kept, 5);
+  /* an inherited reference that names nothing: the error is at the config */
+  const char *bad = "retry:\n"
+                    "  configs:\n"
+                    "    default: {budget: nope}\n"
+                    "  instances:\n"
+                    "    r: {}\n";
+  assert_int_equal(resil_registry_reload_string(reg, bad, strlen(bad), "bad.yaml", &err),
+                   RESIL_EINVAL);
+  char line[512];
+  resil_registry_error_format(&err, line, sizeof line);
+  assert_string_equal(line, "bad.yaml:3:23: retry.configs.default.budget: no retry_budget instance "
+                            "'nope' in this file");
+  resil_registry_free(reg);
+}
+
 /* ---- HTTP clients and stores ------------------------------------------------ */
 
 static void http_client_and_store_load_and_reload(void **state) {
@@ -623,6 +689,7 @@ int main(void) {
       cmocka_unit_test(reload_keeps_unchanged_state_and_replaces_changed),
       cmocka_unit_test(reload_with_an_error_changes_nothing),
       cmocka_unit_test(a_lease_outlives_the_registry),
+      cmocka_unit_test(references_are_resolved_and_kept_with_what_they_name),
       cmocka_unit_test(http_client_and_store_load_and_reload),
       cmocka_unit_test(store_errors_point_at_the_uri),
       cmocka_unit_test(cli_config_check_exit_codes_and_lines),
