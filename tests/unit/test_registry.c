@@ -628,6 +628,18 @@ static void cli_config_check_exit_codes_and_lines(void **state) {
            RESIL_SOURCE_DIR);
   assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
   assert_non_null(strstr(out, "payments-client.yaml: OK: 7 instances"));
+  /* every file in examples/config/ at once: one OK line each */
+  snprintf(args, sizeof args, "config check %s/examples/config/*.yaml", RESIL_SOURCE_DIR);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
+  assert_string_equal(err, "");
+  assert_non_null(strstr(out, "service-upstreams.yaml: OK: 16 instances"));
+  /* a good and a bad file: both reported, exit 2 */
+  snprintf(args, sizeof args,
+           "config check %s/examples/config/payments-client.yaml %s/tests/data/config/range.yaml",
+           RESIL_SOURCE_DIR, RESIL_SOURCE_DIR);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 2);
+  assert_non_null(strstr(out, "payments-client.yaml: OK"));
+  assert_non_null(strstr(err, "range.yaml:5:31: "));
   const char *names[] = {"range.yaml", "unknown_key.yaml", "syntax.yaml", "unknown_layer.yaml"};
   for (size_t i = 0; i < 4; i++) {
     char path[512], want[1024];
