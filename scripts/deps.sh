@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcmocka-dev libcurl4-openssl-dev
       libmicrohttpd-dev libjansson-dev zlib1g-dev libsqlite3-dev libpq-dev
-      libssl-dev postgresql-15 libuv1-dev prometheus)
+      libssl-dev postgresql-15 libuv1-dev prometheus libyaml-dev)
 # prometheus: promtool and the server the metrics tests run
 # (test_metrics, test_metrics_prometheus) on their own 127.0.0.1 port.
 missing=()

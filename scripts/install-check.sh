@@ -165,4 +165,39 @@ C
      $(pkg-config --cflags --libs resil-uv)
   LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/x86_64-linux-gnu" "$prefix/uv_loop"
 fi
+config_so=$(find "$prefix" -name 'libresil-config.so.*.*' | head -1)
+if [ -n "$config_so" ]; then
+  # libresil-config exports its own API only (the core helpers compiled in
+  # stay hidden); <resil/registry.h> exposes libresil's types only, so a
+  # program loading a registry file and using a breaker from it compiles and
+  # links with `pkg-config --cflags --libs resil-config` alone.
+  check_exports "$config_so" 'resil_registry_|resil_parse_'
+  pkg-config --exists resil-config || { echo "resil-config.pc not installed" >&2; exit 1; }
+  cat >"$prefix/registry.c" <<'C'
+#include <resil/registry.h>
+#include <resil/resil.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  if (argc != 2 || resil_registry_load_file(argv[1], &reg, &err) != RESIL_OK) {
+    char line[1024];
+    resil_registry_error_format(&err, line, sizeof line);
+    puts(line);
+    return 1;
+  }
+  resil_breaker *br = resil_registry_breaker(reg, "payments");
+  int ok = br && resil_breaker_state(br) == RESIL_BREAKER_CLOSED &&
+           resil_registry_chain(reg, "payments") != NULL;
+  resil_registry_free(reg);
+  puts(ok ? "registry: ok" : "registry: FAILED");
+  return ok ? 0 : 1;
+}
+C
+  cc -std=c11 -Wall -Werror -Wl,--as-needed "$prefix/registry.c" -o "$prefix/registry" \
+     $(pkg-config --cflags --libs resil-config)
+  LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/x86_64-linux-gnu" "$prefix/registry" \
+     examples/config/payments-client.yaml
+fi
 echo "install check: ok"

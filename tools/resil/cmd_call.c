@@ -7,6 +7,15 @@
  *              [--connect-timeout MS] [--timeout MS] [--deadline MS]
  *              [--retry N] [--backoff exp:INITIAL,MULT,CAP|fixed:MS]
  *              [--idempotency-key auto|KEY] [--unsafe-retries] [-v|-vv] URL
+ *   resil call --config FILE --chain NAME [options but --retry/--backoff/
+ *              --unsafe-retries] URL
+ *
+ * With --config and --chain (built with libresil-config), the call runs
+ * through chain NAME of the registry file (registry.h): resil_chain_run of
+ * resil_http_request_attempt, the chain's layers (its retry, breaker, ...)
+ * replacing --retry and --backoff, its total_timeout the deadline unless
+ * --deadline is given. -v then prints the chain's nesting and each layer's
+ * counters after the call.
  *
  * The response body of an answered call (any status) goes to stdout byte for
  * byte; everything else (warnings, -v lines, the one-line summary of a call
@@ -66,6 +75,9 @@
 #include "resil/http.h"
 #include "resil/resil.h"
 #include "resil/retry.h"
+#ifdef RESIL_HAVE_CONFIG
+#include "resil/registry.h"
+#endif
 
 #define PROG "resil call"
 #define NS_PER_MS INT64_C(1000000)
@@ -145,6 +157,11 @@ static void usage(FILE *f) {
       "                          attempt (outcome, status, duration, wait before\n"
       "                          the next) and the result; -vv adds the request\n"
       "                          and response headers (secrets redacted)\n"
+      "  --config FILE --chain NAME\n"
+      "                          run the call through chain NAME of registry\n"
+      "                          file FILE (resil config check FILE): its layers\n"
+      "                          replace --retry and --backoff, its total_timeout\n"
+      "                          is the deadline unless --deadline is given\n"
       "  -h, --help              print this help\n"
       "Options take their value as the next argument, or --opt=VALUE (long) and\n"
       "-XVALUE (short); '--' ends the options.\n"
@@ -188,6 +205,9 @@ typedef struct call_opts {
   int follow;
   size_t max_body;            /* 0: the client's default                   */
   int verbose;
+  const char *config;         /* --config FILE (a registry file)           */
+  const char *chain;          /* --chain NAME                              */
+  int retry_options;          /* --retry, --backoff or --unsafe-retries given */
 } call_opts;
 
 static void opts_free(call_opts *o) {
@@ -483,6 +503,7 @@ static int parse_args(int argc, char **argv, call_opts *o) {
     } else if (strcmp(a, "-L") == 0 || strcmp(a, "--location") == 0) {
       o->follow = 1;
     } else if (strcmp(a, "--unsafe-retries") == 0) {
+      o->retry_options = 1;
       o->unsafe = 1;
     } else if ((m = opt_value(argc, argv, &i, "-X", "--request", &v)) != 0) {
       if (m < 0) return EXIT_USAGE;
@@ -500,8 +521,15 @@ static int parse_args(int argc, char **argv, call_opts *o) {
       if (m < 0 || parse_ms("--timeout", v, 1, &o->timeout_ns)) return EXIT_USAGE;
     } else if ((m = opt_value(argc, argv, &i, NULL, "--deadline", &v)) != 0) {
       if (m < 0 || parse_ms("--deadline", v, 1, &o->deadline_ns)) return EXIT_USAGE;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--config", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      o->config = v;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--chain", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      o->chain = v;
     } else if ((m = opt_value(argc, argv, &i, NULL, "--retry", &v)) != 0) {
       if (m < 0) return EXIT_USAGE;
+      o->retry_options = 1;
       char *end = NULL;
       errno = 0;
       long n = (*v >= '0' && *v <= '9') ? strtol(v, &end, 10) : -1;
@@ -521,6 +549,7 @@ static int parse_args(int argc, char **argv, call_opts *o) {
       o->max_body = (size_t)n;
     } else if ((m = opt_value(argc, argv, &i, NULL, "--backoff", &v)) != 0) {
       if (m < 0) return EXIT_USAGE;
+      o->retry_options = 1;
       if ((rc = parse_backoff(o, v)) != 0) return rc;
     } else if ((m = opt_value(argc, argv, &i, NULL, "--idempotency-key", &v)) != 0) {
       if (m < 0) return EXIT_USAGE;
@@ -534,6 +563,16 @@ static int parse_args(int argc, char **argv, call_opts *o) {
     fprintf(stderr, PROG ": URL: missing (see --help)\n");
     return EXIT_USAGE;
   }
+  if ((o->config != NULL) != (o->chain != NULL))
+    return bad(o->config ? "--config" : "--chain", "%s",
+               "--config FILE and --chain NAME go together");
+  if (o->chain && o->retry_options)
+    return bad("--chain", "%s",
+               "the chain's layers replace --retry, --backoff and --unsafe-retries");
+#ifndef RESIL_HAVE_CONFIG
+  if (o->config)
+    return bad("--config", "%s", "this resil was built without libresil-config (libyaml)");
+#endif
   if (o->method < 0) o->method = o->has_body ? RESIL_HTTP_POST : RESIL_HTTP_GET;
   if (o->method == RESIL_HTTP_HEAD && o->has_body && o->body_len > 0)
     return bad("-d", "%s", "a HEAD request has no body");
@@ -761,6 +800,33 @@ static resil_outcome run_call(const call_opts *o, resil_retry *retry,
   return final;
 }
 
+#ifdef RESIL_HAVE_CONFIG
+/* One logical call through the chain (resil_chain_run of the request's
+ * attempts); with -v, the nesting before and each layer's counters after. */
+static resil_outcome run_chain(const call_opts *o, resil_chain *ch, resil_http_request *req) {
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = resil_http_request_call_flags(req);
+  if (o->deadline_ns) resil_ctx_set_timeout_ns(&ctx, o->deadline_ns);
+  if (o->verbose) {
+    char nest[512];
+    resil_chain_nesting(ch, nest, sizeof nest);
+    fprintf(stderr, "chain %s: %s\n", o->chain, nest);
+  }
+  resil_outcome fin = resil_chain_run(ch, &ctx, resil_http_request_attempt, req);
+  if (o->verbose) {
+    for (size_t i = 0; i < resil_chain_layers(ch); i++) {
+      resil_layer_stats ls;
+      if (resil_chain_layer_stats(ch, i, &ls) != RESIL_OK) continue;
+      fprintf(stderr, "layer %zu: calls %llu, attempts out %llu, rejections %llu\n", i + 1,
+              (unsigned long long)ls.calls_in, (unsigned long long)ls.attempts_out,
+              (unsigned long long)ls.rejections);
+    }
+  }
+  return fin;
+}
+#endif
+
 static int write_body(const resil_http_response *resp) {
   size_t len = 0;
   const void *body = resil_http_response_body(resp, &len);
@@ -822,6 +888,10 @@ int resil_cmd_call(int argc, char **argv) {
   resil_http_request *req = NULL;
   resil_retry *retry = NULL;
   resil_http_response *resp = NULL;
+#ifdef RESIL_HAVE_CONFIG
+  resil_registry *reg = NULL;
+  resil_chain *chain = NULL;
+#endif
   resil_error err;
   resil_status st;
   int rc = parse_args(argc, argv, &o);
@@ -830,6 +900,25 @@ int resil_cmd_call(int argc, char **argv) {
     goto done;
   }
   if ((rc = split_url(o.url, &u)) != 0) goto done;
+#ifdef RESIL_HAVE_CONFIG
+  if (o.config) {
+    resil_registry_error rerr;
+    resil_registry_error_init(&rerr);
+    if (resil_registry_load_file(o.config, &reg, &rerr) != RESIL_OK) {
+      char line[1024];
+      resil_registry_error_format(&rerr, line, sizeof line);
+      fprintf(stderr, "%s\n", line);
+      rc = EXIT_USAGE;
+      goto done;
+    }
+    chain = resil_registry_chain(reg, o.chain);
+    if (!chain) {
+      fprintf(stderr, PROG ": --chain: no chain '%s' in %s\n", o.chain, o.config);
+      rc = EXIT_USAGE;
+      goto done;
+    }
+  }
+#endif
 
   resil_retry_config rcfg;
   resil_retry_config_init(&rcfg);
@@ -849,7 +938,7 @@ int resil_cmd_call(int argc, char **argv) {
   }
   rcfg.respect_retry_after = !o.fixed_backoff || o.initial_wait_ns > 0;
   rcfg.unsafe_retry_non_idempotent = o.unsafe;
-  if ((st = resil_retry_new(&rcfg, &retry, &err)) != RESIL_OK) {
+  if (!o.chain && (st = resil_retry_new(&rcfg, &retry, &err)) != RESIL_OK) {
     fprintf(stderr, PROG ": %s: %s\n", st == RESIL_EINVAL ? "--backoff" : "retry", err.msg);
     rc = st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
     goto done;
@@ -899,19 +988,29 @@ int resil_cmd_call(int argc, char **argv) {
     goto done;
   }
 
-  print_warnings(&o, &rcfg);
+  if (!o.chain) print_warnings(&o, &rcfg);
   uint32_t flags = resil_http_request_call_flags(req);
   if (o.verbose) {
     const char *key = resil_http_request_idempotency_key(req);
     /* The URL is not repeated here: it may carry credentials, and -vv shows
      * it as sent, redacted by the library. */
-    fprintf(stderr, "request: %s (%s, at most %u attempt%s)\n", method_names[o.method],
-            (flags & RESIL_CALL_IDEMPOTENT) ? "idempotent" : "not idempotent",
-            (unsigned)o.attempts, o.attempts == 1 ? "" : "s");
+    if (o.chain)
+      fprintf(stderr, "request: %s (%s, through chain %s)\n", method_names[o.method],
+              (flags & RESIL_CALL_IDEMPOTENT) ? "idempotent" : "not idempotent", o.chain);
+    else
+      fprintf(stderr, "request: %s (%s, at most %u attempt%s)\n", method_names[o.method],
+              (flags & RESIL_CALL_IDEMPOTENT) ? "idempotent" : "not idempotent",
+              (unsigned)o.attempts, o.attempts == 1 ? "" : "s");
     fprintf(stderr, "idempotency key: %s\n", key ? key : "none");
   }
 
-  resil_outcome fin = run_call(&o, retry, req);
+  resil_outcome fin;
+#ifdef RESIL_HAVE_CONFIG
+  if (chain)
+    fin = run_chain(&o, chain, req);
+  else
+#endif
+    fin = run_call(&o, retry, req);
   resp = resil_http_request_take_response(req);
   rc = exit_status(&fin);
   const char *detail = resp ? resil_http_response_error(resp) : NULL;
@@ -957,6 +1056,9 @@ done:
   resil_http_request_free(req);
   resil_http_client_free(client);
   resil_retry_free(retry);
+#ifdef RESIL_HAVE_CONFIG
+  resil_registry_free(reg);
+#endif
   url_parts_free(&u);
   opts_free(&o);
   return rc;

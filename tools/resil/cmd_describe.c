@@ -12,6 +12,9 @@
 #include "cmds.h"
 #include "resil/chain.h"
 #include "resil/resil.h"
+#ifdef RESIL_HAVE_CONFIG
+#include "resil/registry.h"
+#endif
 
 #define MS(x) ((int64_t)(x) * INT64_C(1000000))
 
@@ -19,6 +22,10 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: resil describe [--order LAYERS] [--retries N[,N...]] [--retry-wait MS]\n"
           "                      [--timeout MS] [--deadline MS] [--hedges N] [--hedge-delay MS]\n"
+          "       resil describe --config FILE [--chain NAME]\n"
+          "  --config FILE    describe the chains of a registry file (registry.h), every\n"
+          "                   one, or only NAME with --chain; the other options do not\n"
+          "                   apply (the file says it all)\n"
           "  --order LAYERS   outermost first, comma-separated from: retry, breaker,\n"
           "                   ratelimiter, timelimiter, bulkhead, hedge\n"
           "                   (default retry,breaker,ratelimiter,timelimiter,bulkhead)\n"
@@ -72,12 +79,118 @@ static int next_attempts(const char **pp, const char *all, uint32_t *out) {
   return 0;
 }
 
+/* Prints what resil_chain_describe says about ch and its static
+ * amplification, the worst time cut at deadline_ns (0: none). Returns 1 when
+ * the chain has warnings, else 0. */
+static int print_chain(const resil_chain *ch, int64_t deadline_ns) {
+  char out[4096];
+  resil_chain_describe(ch, out, sizeof out);
+  fputs(out, stdout);
+  resil_amplification a;
+  if (resil_chain_amplification(ch, &a) == RESIL_OK) {
+    long long per_attempt_ms =
+        (long long)(a.serial_attempts
+                        ? (a.time_ns - a.wait_ns - a.hedge_delay_ns) /
+                              (int64_t)a.serial_attempts / 1000000
+                        : 0);
+    /* With hedges, attempts run in parallel: the time counts the serial
+     * ones, plus the hedge delay. */
+    char attempts[96], hedge_part[64] = "";
+    if (a.serial_attempts != a.attempts)
+      snprintf(attempts, sizeof attempts,
+               "%llu physical attempts (%llu one after another, hedges in parallel)",
+               (unsigned long long)a.attempts, (unsigned long long)a.serial_attempts);
+    else
+      snprintf(attempts, sizeof attempts, "%llu physical attempts",
+               (unsigned long long)a.attempts);
+    if (a.hedge_delay_ns > 0)
+      snprintf(hedge_part, sizeof hedge_part, " + %lld ms hedge delay",
+               (long long)(a.hedge_delay_ns / 1000000));
+    /* The deadline ends the logical call: worst time = min(computed,
+     * deadline). */
+    if (deadline_ns > 0 && a.time_ns > deadline_ns)
+      printf("worst case per logical call: %s, %.3f s: the deadline "
+             "(computed %.3f s = %llu x %lld ms per attempt + %lld ms backoff%s, cut at "
+             "the %lld ms deadline)\n",
+             attempts, (double)deadline_ns / 1e9, (double)a.time_ns / 1e9,
+             (unsigned long long)a.serial_attempts, per_attempt_ms,
+             (long long)(a.wait_ns / 1000000), hedge_part,
+             (long long)(deadline_ns / 1000000));
+    else
+      printf("worst case per logical call: %s, %.3f s "
+             "(%llu x %lld ms per attempt + %lld ms backoff%s%s)\n",
+             attempts, (double)a.time_ns / 1e9, (unsigned long long)a.serial_attempts,
+             per_attempt_ms, (long long)(a.wait_ns / 1000000), hedge_part,
+             deadline_ns > 0 ? ", within the deadline" : "");
+  }
+  return resil_chain_warnings(ch) ? 1 : 0;
+}
+
+#ifdef RESIL_HAVE_CONFIG
+typedef struct chain_names {
+  char names[64][128];
+  size_t n;
+} chain_names;
+
+static int collect_chain(void *user, resil_registry_kind kind, const char *name, void *h) {
+  (void)h;
+  chain_names *cn = user;
+  if (kind == RESIL_REG_CHAIN && cn->n < 64)
+    snprintf(cn->names[cn->n++], sizeof cn->names[0], "%s", name);
+  return 0;
+}
+
+/* resil describe --config FILE [--chain NAME]: every chain of the file (or
+ * NAME), each as print_chain describes it, its total_timeout as the
+ * deadline. */
+static int describe_config(const char *file, const char *only) {
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  if (resil_registry_load_file(file, &reg, &err) != RESIL_OK) {
+    char line[1024];
+    resil_registry_error_format(&err, line, sizeof line);
+    fprintf(stderr, "%s\n", line);
+    return 2;
+  }
+  chain_names cn;
+  cn.n = 0;
+  if (only) {
+    if (!resil_registry_chain(reg, only)) {
+      (void)resil_registry_foreach(reg, collect_chain, &cn);
+      fprintf(stderr, "resil describe: --chain: no chain '%s' in %s (chains:", only, file);
+      for (size_t i = 0; i < cn.n; i++) fprintf(stderr, " %s", cn.names[i]);
+      fprintf(stderr, "%s)\n", cn.n ? "" : " none");
+      resil_registry_free(reg);
+      return 2;
+    }
+    snprintf(cn.names[0], sizeof cn.names[0], "%s", only);
+    cn.n = 1;
+  } else {
+    (void)resil_registry_foreach(reg, collect_chain, &cn);
+  }
+  if (cn.n == 0) printf("%s: no chains\n", file);
+  int rc = 0;
+  for (size_t i = 0; i < cn.n; i++) {
+    if (i) printf("\n");
+    printf("chain %s (%s):\n", cn.names[i], file);
+    int r = print_chain(resil_registry_chain(reg, cn.names[i]),
+                        resil_registry_chain_total_timeout_ns(reg, cn.names[i]));
+    if (r > rc) rc = r;
+  }
+  resil_registry_free(reg);
+  return rc;
+}
+#endif
+
 int resil_cmd_describe(int argc, char **argv) {
   const char *order = "retry,breaker,ratelimiter,timelimiter,bulkhead";
   const char *retries = NULL;
   int64_t wait_ns = MS(500), timeout_ns = MS(1000), deadline_ns = 0;
   int64_t hedge_delay_ns = MS(100);
   uint32_t hedges = 1;
+  const char *config = NULL, *chain_name = NULL;
+  int others = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -89,6 +202,15 @@ int resil_cmd_describe(int argc, char **argv) {
       return 2;
     }
     const char *v = argv[++i];
+    if (strcmp(a, "--config") == 0) {
+      config = v;
+      continue;
+    }
+    if (strcmp(a, "--chain") == 0) {
+      chain_name = v;
+      continue;
+    }
+    others++;
     if (strcmp(a, "--order") == 0) {
       order = v;
     } else if (strcmp(a, "--retries") == 0) {
@@ -119,6 +241,25 @@ int resil_cmd_describe(int argc, char **argv) {
       fprintf(stderr, "resil describe: unknown argument '%s'\n", a);
       return 2;
     }
+  }
+
+  if (chain_name && !config) {
+    fprintf(stderr, "resil describe: --chain needs --config FILE\n");
+    return 2;
+  }
+  if (config) {
+    if (others) {
+      fprintf(stderr, "resil describe: --config: the file gives the chains; "
+                      "--order and the other options do not apply\n");
+      return 2;
+    }
+#ifdef RESIL_HAVE_CONFIG
+    return describe_config(config, chain_name);
+#else
+    fprintf(stderr, "resil describe: --config: this resil was built without "
+                    "libresil-config (libyaml)\n");
+    return 2;
+#endif
   }
 
   resil_chain_config cc;
@@ -206,49 +347,7 @@ int resil_cmd_describe(int argc, char **argv) {
             retries);
     rc = 2;
   }
-  if (rc == 0) {
-    char out[4096];
-    resil_chain_describe(ch, out, sizeof out);
-    fputs(out, stdout);
-    resil_amplification a;
-    if (resil_chain_amplification(ch, &a) == RESIL_OK) {
-      long long per_attempt_ms =
-          (long long)(a.serial_attempts
-                          ? (a.time_ns - a.wait_ns - a.hedge_delay_ns) /
-                                (int64_t)a.serial_attempts / 1000000
-                          : 0);
-      /* With hedges, attempts run in parallel: the time counts the serial
-       * ones, plus the hedge delay. */
-      char attempts[96], hedge_part[64] = "";
-      if (a.serial_attempts != a.attempts)
-        snprintf(attempts, sizeof attempts,
-                 "%llu physical attempts (%llu one after another, hedges in parallel)",
-                 (unsigned long long)a.attempts, (unsigned long long)a.serial_attempts);
-      else
-        snprintf(attempts, sizeof attempts, "%llu physical attempts",
-                 (unsigned long long)a.attempts);
-      if (a.hedge_delay_ns > 0)
-        snprintf(hedge_part, sizeof hedge_part, " + %lld ms hedge delay",
-                 (long long)(a.hedge_delay_ns / 1000000));
-      /* The deadline ends the logical call: worst time = min(computed,
-       * deadline). */
-      if (deadline_ns > 0 && a.time_ns > deadline_ns)
-        printf("worst case per logical call: %s, %.3f s: the deadline "
-               "(computed %.3f s = %llu x %lld ms per attempt + %lld ms backoff%s, cut at "
-               "the %lld ms deadline)\n",
-               attempts, (double)deadline_ns / 1e9, (double)a.time_ns / 1e9,
-               (unsigned long long)a.serial_attempts, per_attempt_ms,
-               (long long)(a.wait_ns / 1000000), hedge_part,
-               (long long)(deadline_ns / 1000000));
-      else
-        printf("worst case per logical call: %s, %.3f s "
-               "(%llu x %lld ms per attempt + %lld ms backoff%s%s)\n",
-               attempts, (double)a.time_ns / 1e9, (unsigned long long)a.serial_attempts,
-               per_attempt_ms, (long long)(a.wait_ns / 1000000), hedge_part,
-               deadline_ns > 0 ? ", within the deadline" : "");
-    }
-    rc = resil_chain_warnings(ch) ? 1 : 0;
-  }
+  if (rc == 0) rc = print_chain(ch, deadline_ns);
   resil_chain_free(ch);
   for (size_t i = 0; i < MAXP; i++) {
     resil_retry_free(rts[i]);

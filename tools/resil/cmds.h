@@ -7,6 +7,10 @@
 /* resil describe: a chain's nesting, units, traps and amplification. */
 int resil_cmd_describe(int argc, char **argv);
 
+/* resil config check FILE...: loads registry files (registry.h) and prints
+ * a summary or the error line (built with libresil-config). */
+int resil_cmd_config(int argc, char **argv);
+
 /* resil call: an HTTP call through the policies (built with libresil-http). */
 int resil_cmd_call(int argc, char **argv);
 

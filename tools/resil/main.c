@@ -12,6 +12,7 @@ static void usage(FILE *f) {
           "commands:\n"
           "  lab        run the failure experiments and print what they measured\n"
           "  describe   print a chain's nesting, units, traps and amplification\n"
+          "  config     check a registry file (config check FILE)\n"
 #ifdef RESIL_HAVE_HTTP
           "  call       make an HTTP call through the policies (curl-like)\n"
 #endif
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (strcmp(cmd, "lab") == 0) return lab_main(argc - 1, argv + 1);
   if (strcmp(cmd, "describe") == 0) return resil_cmd_describe(argc - 1, argv + 1);
+  if (strcmp(cmd, "config") == 0) return resil_cmd_config(argc - 1, argv + 1);
 #ifdef RESIL_HAVE_HTTP
   if (strcmp(cmd, "call") == 0) return resil_cmd_call(argc - 1, argv + 1);
 #endif

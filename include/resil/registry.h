@@ -1,0 +1,315 @@
+/* resil_registry: named policy instances and chains built from one YAML
+ * file (DESIGN §10). Since 0.2. Library libresil-config (pkg-config
+ * resil-config), parsed with libyaml.
+ *
+ * File format, after Resilience4j's Spring configuration: one section per
+ * kind (circuitbreaker, retry, ratelimiter, bulkhead, timelimiter, hedge,
+ * chain, http_client, store, retry_budget, threadpool), each with optional
+ * `configs` (named sets of
+ * settings) and `instances` (the objects created):
+ *
+ *   circuitbreaker:
+ *     configs:
+ *       default:      {failure_rate_threshold: 50, open_wait: 30s}
+ *       slow_backend: {slow_call_duration: 2s, window_size: 20, minimum_calls: 10}
+ *     instances:
+ *       payments: {base_config: slow_backend, failure_rate_threshold: 25}
+ *   retry:
+ *     instances:
+ *       payments: {max_attempts: 3, backoff: exponential, initial_wait: 100ms}
+ *   chain:
+ *     instances:
+ *       payments:
+ *         total_timeout: 2s
+ *         layers:                   # outermost first
+ *           - retry: payments
+ *           - circuitbreaker: payments
+ *
+ * An instance's settings are, from weakest to strongest: the library's
+ * defaults (the policy's _config_init), `configs.default`, the config named
+ * by `base_config` (when given), then the instance's own keys. Keys are the
+ * C config fields' names (breaker.h, retry.h, ...) without the `_ns` and
+ * `_pct` suffixes. Durations take a unit: ns, us, ms, s, m (or min), h, d,
+ * with an optional decimal part ("1.5s"); a bare 0 is accepted. Sizes take
+ * B, KB, KiB, MB, MiB, GB or GiB. Percentages may be written 50 or "50%".
+ * Booleans are true/false. Enumerations are written in lower case
+ * (window_type: count | time; backoff: fixed | exponential |
+ * exponential_full_jitter | exponential_equal_jitter | decorrelated_jitter;
+ * initial_state: closed | open | half_open | disabled | forced_open |
+ * metrics_only); class masks are lists of class names (failure_classes:
+ * [server_error, not_sent, unknown, http_429]). A chain's `layers` is a
+ * sequence of one-key maps `KIND: NAME` naming instances of the same file
+ * (retry, circuitbreaker, ratelimiter, timelimiter, bulkhead, hedge,
+ * threadpool).
+ *
+ * Shared objects are instances too and are named where they are used:
+ * `retry_budget` (mode: finagle | grpc, ttl, min_retries_per_s,
+ * percent_can_retry, max_tokens, token_ratio_milli) by a retry's or a
+ * hedge's `budget: NAME`; `threadpool` (threads, queue_capacity) by a time
+ * limiter's or a hedge's `executor: NAME` (a hedge with an executor hedges
+ * in a blocking resil_chain_run, hedge.h). An instance that names another
+ * is kept by a reload only when the one it names was kept.
+ *
+ * HTTP clients (section http_client, when libresil-config is built with
+ * libresil-http) take the client config's keys (base_url, max_connections,
+ * connect_timeout, response_timeout, max_response_bytes: 64MiB, ...) and an
+ * endpoint table, each endpoint under its name with the keys of
+ * resil_http_endpoint (method: GET | HEAD | POST | PUT | PATCH | DELETE |
+ * OPTIONS; path; query; headers: ["Name: value", ...]; idempotent: default |
+ * true | false; request_codec and response_codec: raw | json;
+ * content_type; idempotency_key: none | send; empty_is_error; base_url;
+ * status_endpoint):
+ *
+ *   http_client:
+ *     instances:
+ *       payments:
+ *         base_url: http://127.0.0.1:8080
+ *         response_timeout: 2s
+ *         endpoints:
+ *           create_payment: {method: POST, path: /payments, idempotency_key: send}
+ *           get_payment: {path: "/payments/{id}", response_codec: json}
+ *
+ * Operation stores (section store, with libresil-store): uri
+ * ("sqlite:/var/lib/app/ops.db" or "postgresql://..."), busy_timeout,
+ * pool_size. A store is opened (and its file created) by the load, and kept
+ * open across reloads while its settings do not change.
+ *
+ * Errors: nothing is created from a file with an error. The first error is
+ * reported with the file, line and column of the YAML node at fault, the
+ * key path (e.g. circuitbreaker.instances.payments.failure_rate_threshold)
+ * and a message; range errors come from the policies' own validation (the
+ * registry builds the C config and calls the policy's _new), with the
+ * allowed range and the value given (durations in human units; has_range,
+ * min, max and got as in resil_error). An unknown key is an error with a
+ * "did you mean" suggestion when one is close.
+ *
+ * Lifetimes and thread-safety (exact):
+ *  - Every function may be called from any thread at once, except
+ *    resil_registry_free(), which needs exclusive access to the registry
+ *    (leases may still be held, see below).
+ *  - Reloads are serialised by the registry (a second reload waits for the
+ *    first). Lookups, leases and iteration run concurrently with a reload:
+ *    each sees the whole old set or the whole new set, never a mix.
+ *  - A lease (resil_registry_acquire) keeps one instance alive, with the
+ *    instances a chain uses, until resil_registry_release(), even when a
+ *    reload replaced or removed it or the registry was freed: a call in
+ *    flight finishes on the instance it started on. Take one per call (or
+ *    per batch of calls) in programs that reload while other threads call.
+ *  - The typed lookups (resil_registry_breaker(), ...) return a borrowed
+ *    handle without a lease: valid until resil_registry_free(), or until a
+ *    reload that replaced or removed that instance returns. Use them in
+ *    programs that never reload, or that reload only from the thread that
+ *    uses the handles.
+ *  - The handles' own functions keep their thread-safety (breaker.h, ...).
+ *    The registry owns every instance: never call their _free functions.
+ *  - A reload keeps the very same object for an instance whose resolved
+ *    settings (and, for a chain, whose layers) did not change, so its state
+ *    (an OPEN breaker, a rate limiter's used permits, a client's pool, an
+ *    open store) carries over; a changed instance is a new object for
+ *    lookups after the reload returns; an added one appears, a removed one
+ *    disappears. A chain is kept only when its own settings and every one
+ *    of its layers were kept. A reload with an error changes nothing and
+ *    reports the error as a load does.
+ *  - An instance is freed by whoever drops its last reference (a reload, a
+ *    release or resil_registry_free), on that thread: a time limiter's
+ *    free waits for its abandoned tasks (timelimit.h).
+ *  - An instance keeps what it names (a chain its layers, a retry its
+ *    budget, ...) alive for as long as it lives.
+ *  - YAML anchors and aliases work; merge keys (<<) do not (use
+ *    base_config). */
+#ifndef RESIL_REGISTRY_H
+#define RESIL_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+#include "version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct resil_registry resil_registry;
+typedef struct resil_registry_lease resil_registry_lease;
+typedef struct resil_breaker resil_breaker;
+typedef struct resil_retry resil_retry;
+typedef struct resil_ratelimiter resil_ratelimiter;
+typedef struct resil_bulkhead resil_bulkhead;
+typedef struct resil_timelimiter resil_timelimiter;
+typedef struct resil_hedge resil_hedge;
+typedef struct resil_chain resil_chain;
+typedef struct resil_http_client resil_http_client;
+typedef struct resil_store resil_store;
+typedef struct resil_retry_budget resil_retry_budget;
+typedef struct resil_threadpool resil_threadpool;
+
+/* The kinds of instances; values are appended only. */
+typedef enum resil_registry_kind {
+  RESIL_REG_BREAKER = 0,     /* section "circuitbreaker", resil_breaker *   */
+  RESIL_REG_RETRY = 1,       /* "retry", resil_retry *                      */
+  RESIL_REG_RATELIMITER = 2, /* "ratelimiter", resil_ratelimiter *          */
+  RESIL_REG_BULKHEAD = 3,    /* "bulkhead", resil_bulkhead *                */
+  RESIL_REG_TIMELIMITER = 4, /* "timelimiter", resil_timelimiter *          */
+  RESIL_REG_HEDGE = 5,       /* "hedge", resil_hedge *                      */
+  RESIL_REG_CHAIN = 6,       /* "chain", resil_chain *                      */
+  /* Built only when libresil-config was built with libresil-http (resp.
+   * libresil-store); otherwise the section is an error in a file. */
+  RESIL_REG_HTTP_CLIENT = 7, /* "http_client", resil_http_client *          */
+  RESIL_REG_STORE = 8,       /* "store", resil_store *                      */
+  RESIL_REG_RETRY_BUDGET = 9,/* "retry_budget", resil_retry_budget *        */
+  RESIL_REG_THREADPOOL = 10, /* "threadpool", resil_threadpool *            */
+  RESIL_REG_KIND_COUNT_      /* not a kind                                  */
+} resil_registry_kind;
+
+/* The section name of a kind ("circuitbreaker", ...); NULL for an unknown
+ * value. Since 0.2. */
+RESIL_API const char *resil_registry_kind_name(resil_registry_kind kind);
+
+/* Where and why a load or reload failed (a sized struct, version.h). */
+typedef struct resil_registry_error {
+  size_t struct_size;
+  resil_status status;   /* RESIL_OK when there was no error               */
+  char file[256];        /* the path given, or the name given to _string   */
+  uint32_t line;         /* 1-based; 0 when the error has no place (I/O)   */
+  uint32_t column;       /* 1-based; 0 likewise                            */
+  char key_path[256];    /* "circuitbreaker.instances.payments.open_wait"  */
+  char message[256];     /* "must be at least 1 ms, got 200 ns"            */
+  /* For a range error: as in resil_error (durations in ns). */
+  int has_range;
+  int64_t min;
+  int64_t max;
+  int64_t got;
+} resil_registry_error;
+
+/* Empties *err and sets struct_size. NULL is a no-op. Use the macro.
+ * Since 0.2. */
+RESIL_API void resil_registry_error_init_sized(resil_registry_error *err,
+                                               size_t struct_size);
+#define resil_registry_error_init(err)                                         \
+  resil_registry_error_init_sized((err), sizeof(resil_registry_error))
+
+/* Writes "FILE:LINE:COL: key.path: message" (the parts that are empty
+ * left out) into buf, like snprintf: returns the length needed. Since 0.2. */
+RESIL_API size_t resil_registry_error_format(const resil_registry_error *err,
+                                             char *buf, size_t size);
+
+/* Loads the YAML file at path and creates every instance it names.
+ * RESIL_OK (*out set), RESIL_EINVAL (a NULL argument, or an error in the
+ * file: *err says where), RESIL_EIO (the file cannot be read, or a store
+ * cannot be opened: *err points at its uri), RESIL_ENOMEM, or another
+ * status a constructor returned (*err says which instance).
+ * On an error nothing is created and *out is untouched. err may be NULL;
+ * when given it must have been passed through resil_registry_error_init()
+ * (a struct_size below the 0.2 layout gets nothing written). Since 0.2. */
+RESIL_API resil_status resil_registry_load_file(const char *path,
+                                                resil_registry **out,
+                                                resil_registry_error *err);
+/* The same from len bytes of YAML at text; `name` is the file name used in
+ * errors (NULL gives "<string>"). Since 0.2. */
+RESIL_API resil_status resil_registry_load_string(const char *text, size_t len,
+                                                  const char *name,
+                                                  resil_registry **out,
+                                                  resil_registry_error *err);
+
+/* Drops the registry's references: every instance no lease holds is freed
+ * now, the others when their last lease is released. NULL is a no-op.
+ * Needs exclusive access to the registry (no other thread may use it,
+ * leases excepted). Since 0.2. */
+RESIL_API void resil_registry_free(resil_registry *reg);
+
+/* Reloads from the file at path (see the top of this file). RESIL_OK, or
+ * the statuses of resil_registry_load_file with nothing changed. A NULL
+ * registry gives RESIL_EMISUSE. Since 0.2. */
+RESIL_API resil_status resil_registry_reload(resil_registry *reg,
+                                             const char *path,
+                                             resil_registry_error *err);
+RESIL_API resil_status resil_registry_reload_string(resil_registry *reg,
+                                                    const char *text, size_t len,
+                                                    const char *name,
+                                                    resil_registry_error *err);
+
+/* What the last successful load or reload did (a sized struct): for an
+ * event log ("reloaded: 12 kept, 2 replaced, 1 added, 0 removed"). */
+typedef struct resil_registry_reload_stats {
+  size_t struct_size;
+  uint64_t generation; /* resil_registry_generation() after it           */
+  size_t kept;         /* instances that kept their object and state      */
+  size_t replaced;     /* instances of the same kind and name made anew   */
+  size_t added;        /* instances that were not in the previous set     */
+  size_t removed;      /* instances of the previous set no longer named   */
+} resil_registry_reload_stats;
+
+/* Writes the stats of the last successful load or reload into *out, up to
+ * the caller's struct_size (use the macro). RESIL_EMISUSE (NULL registry),
+ * RESIL_EINVAL (NULL out). Since 0.2. */
+RESIL_API resil_status resil_registry_last_reload_sized(resil_registry *reg,
+                                                        resil_registry_reload_stats *out,
+                                                        size_t struct_size);
+#define resil_registry_last_reload(reg, out)                                   \
+  resil_registry_last_reload_sized((reg), (out), sizeof(resil_registry_reload_stats))
+
+/* Successful loads and reloads so far (1 after the load). 0 for NULL. */
+RESIL_API uint64_t resil_registry_generation(resil_registry *reg);
+
+/* Borrowed handles by name (see "Lifetimes" above); NULL when there is no
+ * such instance, or for a NULL registry or name. Since 0.2. */
+RESIL_API resil_breaker *resil_registry_breaker(resil_registry *reg, const char *name);
+RESIL_API resil_retry *resil_registry_retry(resil_registry *reg, const char *name);
+RESIL_API resil_ratelimiter *resil_registry_ratelimiter(resil_registry *reg,
+                                                        const char *name);
+RESIL_API resil_bulkhead *resil_registry_bulkhead(resil_registry *reg, const char *name);
+RESIL_API resil_timelimiter *resil_registry_timelimiter(resil_registry *reg,
+                                                        const char *name);
+RESIL_API resil_hedge *resil_registry_hedge(resil_registry *reg, const char *name);
+RESIL_API resil_chain *resil_registry_chain(resil_registry *reg, const char *name);
+RESIL_API resil_http_client *resil_registry_http_client(resil_registry *reg,
+                                                        const char *name);
+RESIL_API resil_store *resil_registry_store(resil_registry *reg, const char *name);
+RESIL_API resil_retry_budget *resil_registry_retry_budget(resil_registry *reg,
+                                                          const char *name);
+RESIL_API resil_threadpool *resil_registry_threadpool(resil_registry *reg, const char *name);
+/* The total_timeout of chain `name` in nanoseconds (0 = none), as the file
+ * gave it (resil_chain has no getter for it); -1 when there is no such
+ * chain. For describing a chain (`resil describe --config`). Since 0.2. */
+RESIL_API int64_t resil_registry_chain_total_timeout_ns(resil_registry *reg,
+                                                        const char *name);
+/* Any kind: the handle, to be cast to the kind's type. */
+RESIL_API void *resil_registry_get(resil_registry *reg, resil_registry_kind kind,
+                                   const char *name);
+
+/* Leases: the handle of instance `name` of `kind` with a reference held
+ * (*lease set), or NULL (*lease NULL) when there is none. Release every
+ * lease exactly once; resil_registry_release(NULL) is a no-op. Since 0.2. */
+RESIL_API void *resil_registry_acquire(resil_registry *reg, resil_registry_kind kind,
+                                       const char *name, resil_registry_lease **lease);
+RESIL_API void resil_registry_release(resil_registry_lease *lease);
+
+/* Number of instances of a kind (RESIL_REG_KIND_COUNT_: of every kind).
+ * 0 for NULL. Since 0.2. */
+RESIL_API size_t resil_registry_count(resil_registry *reg, resil_registry_kind kind);
+
+/* Calls fn once per instance of the current set, by kind (enum order) then
+ * name (strcmp order), until fn returns nonzero. The set cannot change
+ * during the walk (a reload waits for it to finish); `name` and `handle`
+ * are valid during the call only (take a lease to keep one). fn must not
+ * reload or free this registry. RESIL_OK, RESIL_EMISUSE (NULL registry),
+ * RESIL_EINVAL (NULL fn). Since 0.2. */
+typedef int (*resil_registry_visit_fn)(void *user, resil_registry_kind kind,
+                                       const char *name, void *handle);
+RESIL_API resil_status resil_registry_foreach(resil_registry *reg,
+                                              resil_registry_visit_fn fn, void *user);
+
+/* Parses a duration with its unit as the file format does ("250ms",
+ * "1.5s", "0"): RESIL_OK with *ns set, or RESIL_EINVAL (why in msg, may be
+ * NULL). Since 0.2. */
+RESIL_API resil_status resil_parse_duration(const char *text, int64_t *ns,
+                                            char *msg, size_t msg_size);
+/* Parses a size with its unit ("64MiB", "512", "10KB"): as above. */
+RESIL_API resil_status resil_parse_size(const char *text, uint64_t *bytes,
+                                        char *msg, size_t msg_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

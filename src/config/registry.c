@@ -1,0 +1,1820 @@
+/* The registry (registry.h): YAML (libyaml's document API, which keeps the
+ * line and column of every node) -> resolved C configs -> the policies' own
+ * constructors, which validate every range. A policy's resil_error (its
+ * field name and range) is mapped back to the YAML node that set the
+ * field. Instances are refcounted entries; a snapshot is the sorted set the
+ * lookups see, swapped under a rwlock by a reload. */
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+#include "core/internal.h"
+#include "resil/breaker.h"
+#include "resil/bulkhead.h"
+#include "resil/chain.h"
+#include "resil/hedge.h"
+#include "resil/ratelimit.h"
+#include "resil/registry.h"
+#include "resil/retry.h"
+#include "resil/timelimit.h"
+#ifdef RESIL_CONFIG_HTTP
+#include "resil/http.h"
+#endif
+#ifdef RESIL_CONFIG_STORE
+#include "resil/store.h"
+#endif
+
+/* ---- field tables ----------------------------------------------------------- */
+
+typedef enum ftype {
+  F_U32, F_I64, F_DUR, F_DBL, F_BOOL, F_PCT, F_ENUM, F_CLASSES,
+  F_STR,  /* const char *, pointing into the document during the build */
+  F_SIZE, /* size_t, with a size unit */
+  F_REF   /* a pointer to another instance, named in the file (ref_kind) */
+} ftype;
+
+typedef struct field {
+  const char *key;    /* YAML key */
+  const char *cfield; /* C field, as the policy names it in resil_error */
+  ftype type;
+  size_t off;
+  const char *const *names; /* F_ENUM: value i is names[i]; NULL-terminated */
+  int ref_kind;             /* F_REF: the resil_registry_kind it names */
+} field;
+
+static const char *const WINDOW_TYPES[] = {"count", "time", NULL};
+static const char *const BREAKER_STATES[] = {"closed", "open", "half_open", "disabled",
+                                             "forced_open", "metrics_only", NULL};
+static const char *const BACKOFFS[] = {"fixed", "exponential", "exponential_full_jitter",
+                                       "exponential_equal_jitter", "decorrelated_jitter",
+                                       NULL};
+
+#define FLD(T, k, c, t) {k, #c, t, offsetof(T, c), NULL, 0}
+#define FEN(T, k, c, names) {k, #c, F_ENUM, offsetof(T, c), names, 0}
+#define FREF(T, k, c, kind) {k, #c, F_REF, offsetof(T, c), NULL, kind}
+
+static const field BREAKER_FIELDS[] = {
+    FEN(resil_breaker_config, "window_type", window_type, WINDOW_TYPES),
+    FLD(resil_breaker_config, "window_size", window_size, F_U32),
+    FLD(resil_breaker_config, "minimum_calls", minimum_calls, F_U32),
+    FLD(resil_breaker_config, "failure_rate_threshold", failure_rate_threshold_pct, F_PCT),
+    FLD(resil_breaker_config, "slow_call_rate_threshold", slow_call_rate_threshold_pct, F_PCT),
+    FLD(resil_breaker_config, "slow_call_duration", slow_call_duration_ns, F_DUR),
+    FLD(resil_breaker_config, "open_wait", open_wait_ns, F_DUR),
+    FLD(resil_breaker_config, "open_wait_multiplier", open_wait_multiplier, F_DBL),
+    FLD(resil_breaker_config, "open_wait_max", open_wait_max_ns, F_DUR),
+    FLD(resil_breaker_config, "half_open_permitted_calls", half_open_permitted_calls, F_U32),
+    FLD(resil_breaker_config, "half_open_max_wait", half_open_max_wait_ns, F_DUR),
+    FLD(resil_breaker_config, "automatic_half_open", automatic_half_open, F_BOOL),
+    FLD(resil_breaker_config, "failure_classes", failure_classes, F_CLASSES),
+    FLD(resil_breaker_config, "event_capacity", event_capacity, F_U32),
+    FLD(resil_breaker_config, "ignored_classes", ignored_classes, F_CLASSES),
+    FEN(resil_breaker_config, "initial_state", initial_state, BREAKER_STATES),
+    FLD(resil_breaker_config, "half_open_max_wait_to_closed", half_open_max_wait_to_closed,
+        F_BOOL),
+};
+
+static const field RETRY_FIELDS[] = {
+    FLD(resil_retry_config, "max_attempts", max_attempts, F_U32),
+    FEN(resil_retry_config, "backoff", backoff, BACKOFFS),
+    FLD(resil_retry_config, "wait", wait_ns, F_DUR),
+    FLD(resil_retry_config, "initial_wait", initial_wait_ns, F_DUR),
+    FLD(resil_retry_config, "multiplier", multiplier, F_DBL),
+    FLD(resil_retry_config, "max_wait", max_wait_ns, F_DUR),
+    FLD(resil_retry_config, "respect_retry_after", respect_retry_after, F_BOOL),
+    FLD(resil_retry_config, "max_retry_after", max_retry_after_ns, F_DUR),
+    FLD(resil_retry_config, "retry_classes", retry_classes, F_CLASSES),
+    FLD(resil_retry_config, "retry_on_rejected", retry_on_rejected, F_BOOL),
+    FLD(resil_retry_config, "unsafe_retry_non_idempotent", unsafe_retry_non_idempotent,
+        F_BOOL),
+    FLD(resil_retry_config, "min_attempt_budget", min_attempt_budget_ns, F_DUR),
+    FREF(resil_retry_config, "budget", budget, RESIL_REG_RETRY_BUDGET),
+};
+
+static const field RATELIMITER_FIELDS[] = {
+    FLD(resil_ratelimiter_config, "limit_for_period", limit_for_period, F_I64),
+    FLD(resil_ratelimiter_config, "refresh_period", refresh_period_ns, F_DUR),
+    FLD(resil_ratelimiter_config, "timeout", timeout_ns, F_DUR),
+};
+
+static const field BULKHEAD_FIELDS[] = {
+    FLD(resil_bulkhead_config, "max_concurrent", max_concurrent, F_U32),
+    FLD(resil_bulkhead_config, "max_wait", max_wait_ns, F_DUR),
+    FLD(resil_bulkhead_config, "max_queued", max_queued, F_U32),
+};
+
+static const field TIMELIMITER_FIELDS[] = {
+    FLD(resil_timelimiter_config, "timeout", timeout_ns, F_DUR),
+    FLD(resil_timelimiter_config, "cancel_running", cancel_running, F_BOOL),
+    FREF(resil_timelimiter_config, "executor", executor, RESIL_REG_THREADPOOL),
+};
+
+static const field HEDGE_FIELDS[] = {
+    FLD(resil_hedge_config, "delay", delay_ns, F_DUR),
+    FLD(resil_hedge_config, "delay_percentile_permille", delay_percentile_permille, F_U32),
+    FLD(resil_hedge_config, "min_delay", min_delay_ns, F_DUR),
+    FLD(resil_hedge_config, "max_delay", max_delay_ns, F_DUR),
+    FLD(resil_hedge_config, "min_samples", min_samples, F_U32),
+    FLD(resil_hedge_config, "window_size", window_size, F_U32),
+    FLD(resil_hedge_config, "max_hedges", max_hedges, F_U32),
+    FLD(resil_hedge_config, "unacceptable_classes", unacceptable_classes, F_CLASSES),
+    FLD(resil_hedge_config, "deposit_calls", deposit_calls, F_BOOL),
+    FREF(resil_hedge_config, "budget", budget, RESIL_REG_RETRY_BUDGET),
+    FREF(resil_hedge_config, "executor", executor, RESIL_REG_THREADPOOL),
+};
+
+static const char *const BUDGET_MODES[] = {"finagle", "grpc", NULL};
+static const field BUDGET_FIELDS[] = {
+    FEN(resil_retry_budget_config, "mode", mode, BUDGET_MODES),
+    FLD(resil_retry_budget_config, "ttl", ttl_ns, F_DUR),
+    FLD(resil_retry_budget_config, "min_retries_per_s", min_retries_per_s, F_U32),
+    FLD(resil_retry_budget_config, "percent_can_retry", percent_can_retry_pct, F_U32),
+    FLD(resil_retry_budget_config, "max_tokens", max_tokens, F_U32),
+    FLD(resil_retry_budget_config, "token_ratio_milli", token_ratio_milli, F_U32),
+};
+
+static const field THREADPOOL_FIELDS[] = {
+    FLD(resil_threadpool_config, "threads", threads, F_U32),
+    FLD(resil_threadpool_config, "queue_capacity", queue_capacity, F_U32),
+};
+
+static const field CHAIN_FIELDS[] = {
+    FLD(resil_chain_config, "total_timeout", total_timeout_ns, F_DUR),
+};
+
+#ifdef RESIL_CONFIG_HTTP
+static const char *const METHODS[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE",
+                                      "OPTIONS", NULL};
+static const char *const IDEMPOTENCY[] = {"default", "true", "false", NULL};
+static const char *const CODECS[] = {"raw", "json", NULL};
+static const char *const KEYS[] = {"none", "send", NULL};
+static const char *const RESENDS[] = {"never", "if_safe", NULL};
+
+static const field HTTP_FIELDS[] = {
+    FLD(resil_http_client_config, "base_url", base_url, F_STR),
+    FLD(resil_http_client_config, "max_connections", max_connections, F_U32),
+    FLD(resil_http_client_config, "max_connections_per_host", max_connections_per_host, F_U32),
+    FLD(resil_http_client_config, "lease_timeout", lease_timeout_ns, F_DUR),
+    FLD(resil_http_client_config, "connect_timeout", connect_timeout_ns, F_DUR),
+    FLD(resil_http_client_config, "response_timeout", response_timeout_ns, F_DUR),
+    FLD(resil_http_client_config, "follow_redirects", follow_redirects, F_BOOL),
+    FLD(resil_http_client_config, "max_redirects", max_redirects, F_U32),
+    FLD(resil_http_client_config, "request_gzip", request_gzip, F_BOOL),
+    FLD(resil_http_client_config, "gzip_min_bytes", gzip_min_bytes, F_SIZE),
+    FLD(resil_http_client_config, "response_decompression", response_decompression, F_BOOL),
+    FEN(resil_http_client_config, "resend_stale", resend_stale, RESENDS),
+    FLD(resil_http_client_config, "idempotency_header", idempotency_header, F_STR),
+    FLD(resil_http_client_config, "max_response_bytes", max_response_bytes, F_SIZE),
+    FLD(resil_http_client_config, "proxy", proxy, F_STR),
+    FLD(resil_http_client_config, "verify_peer", verify_peer, F_BOOL),
+    FLD(resil_http_client_config, "ca_file", ca_file, F_STR),
+    FLD(resil_http_client_config, "user_agent", user_agent, F_STR),
+    FLD(resil_http_client_config, "status_query_classes", status_query_classes, F_CLASSES),
+    FLD(resil_http_client_config, "status_poll", status_poll_ns, F_DUR),
+    FLD(resil_http_client_config, "pending_wait_max", pending_wait_max_ns, F_DUR),
+};
+
+/* An endpoint's keys (its name is its key in `endpoints`); headers is a
+ * list of "Name: value" strings, read apart. */
+static const field EP_FIELDS[] = {
+    FEN(resil_http_endpoint, "method", method, METHODS),
+    FLD(resil_http_endpoint, "path", path, F_STR),
+    FLD(resil_http_endpoint, "query", query, F_STR),
+    FEN(resil_http_endpoint, "idempotent", idempotent, IDEMPOTENCY),
+    FEN(resil_http_endpoint, "request_codec", request_codec, CODECS),
+    FEN(resil_http_endpoint, "response_codec", response_codec, CODECS),
+    FLD(resil_http_endpoint, "content_type", content_type, F_STR),
+    FEN(resil_http_endpoint, "idempotency_key", idempotency_key, KEYS),
+    FLD(resil_http_endpoint, "empty_is_error", empty_is_error, F_BOOL),
+    FLD(resil_http_endpoint, "base_url", base_url, F_STR),
+    FLD(resil_http_endpoint, "status_endpoint", status_endpoint, F_STR),
+};
+#define NEPF (sizeof EP_FIELDS / sizeof *EP_FIELDS)
+#define EP_MAX_HEADERS 32
+#endif
+
+#ifdef RESIL_CONFIG_STORE
+/* The store's URI is not in its config struct: kept next to it. */
+typedef struct store_cfg {
+  resil_store_config sc;
+  const char *uri;
+} store_cfg;
+static const field STORE_FIELDS[] = {
+    FLD(store_cfg, "uri", uri, F_STR),
+    {"busy_timeout", "busy_timeout_ns", F_DUR, offsetof(store_cfg, sc.busy_timeout_ns), NULL, 0},
+    {"pool_size", "pool_size", F_U32, offsetof(store_cfg, sc.pool_size), NULL, 0},
+};
+#endif
+
+#define MAXF 24
+
+typedef union anycfg {
+  size_t struct_size;
+  resil_breaker_config br;
+  resil_retry_config rt;
+  resil_ratelimiter_config rl;
+  resil_bulkhead_config bh;
+  resil_timelimiter_config tl;
+  resil_hedge_config hg;
+  resil_chain_config ch;
+  resil_retry_budget_config rb;
+  resil_threadpool_config tp;
+#ifdef RESIL_CONFIG_HTTP
+  resil_http_client_config hc;
+#endif
+#ifdef RESIL_CONFIG_STORE
+  store_cfg st;
+#endif
+} anycfg;
+
+static void init_br(anycfg *c) { resil_breaker_config_init(&c->br); }
+static void init_rt(anycfg *c) { resil_retry_config_init(&c->rt); }
+static void init_rl(anycfg *c) { resil_ratelimiter_config_init(&c->rl); }
+static void init_bh(anycfg *c) { resil_bulkhead_config_init(&c->bh); }
+static void init_tl(anycfg *c) { resil_timelimiter_config_init(&c->tl); }
+static void init_hg(anycfg *c) { resil_hedge_config_init(&c->hg); }
+static void init_ch(anycfg *c) { resil_chain_config_init(&c->ch); }
+static void init_rb(anycfg *c) { resil_retry_budget_config_init(&c->rb); }
+static void init_tp(anycfg *c) { resil_threadpool_config_init(&c->tp); }
+static resil_status new_rb(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->rb.name = name;
+  return resil_retry_budget_new(&c->rb, (resil_retry_budget **)o, e);
+}
+static resil_status new_tp(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->tp.name = name;
+  return resil_threadpool_new(&c->tp, (resil_threadpool **)o, e);
+}
+static void free_rb(void *h) { resil_retry_budget_free(h); }
+static void free_tp(void *h) { resil_threadpool_free(h); }
+
+static resil_status new_br(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->br.name = name;
+  return resil_breaker_new(&c->br, (resil_breaker **)o, e);
+}
+static resil_status new_rt(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->rt.name = name;
+  return resil_retry_new(&c->rt, (resil_retry **)o, e);
+}
+static resil_status new_rl(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->rl.name = name;
+  return resil_ratelimiter_new(&c->rl, (resil_ratelimiter **)o, e);
+}
+static resil_status new_bh(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->bh.name = name;
+  return resil_bulkhead_new(&c->bh, (resil_bulkhead **)o, e);
+}
+static resil_status new_tl(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->tl.name = name;
+  return resil_timelimiter_new(&c->tl, (resil_timelimiter **)o, e);
+}
+static resil_status new_hg(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->hg.name = name;
+  return resil_hedge_new(&c->hg, (resil_hedge **)o, e);
+}
+static resil_status new_ch(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->ch.name = name;
+  return resil_chain_new(&c->ch, (resil_chain **)o, e);
+}
+static void free_br(void *h) { resil_breaker_free(h); }
+static void free_rt(void *h) { resil_retry_free(h); }
+static void free_rl(void *h) { resil_ratelimiter_free(h); }
+static void free_bh(void *h) { resil_bulkhead_free(h); }
+static void free_tl(void *h) { resil_timelimiter_free(h); }
+static void free_hg(void *h) { resil_hedge_free(h); }
+static void free_ch(void *h) { resil_chain_free(h); }
+
+struct spec;
+static resil_status new_http(anycfg *c, const char *name, void **o, resil_error *e);
+static resil_status new_store(anycfg *c, const char *name, void **o, resil_error *e);
+static void free_http(void *h);
+static void free_store(void *h);
+static void init_http(anycfg *c);
+static void init_store(anycfg *c);
+
+typedef struct kinddesc {
+  const char *section;
+  const field *fields;
+  size_t nfields;
+  void (*init)(anycfg *c);
+  resil_status (*create)(anycfg *c, const char *name, void **out, resil_error *err);
+  void (*destroy)(void *h);
+  int available; /* 0: the library was built without the module */
+  int check_configs; /* 1: a config is built on its own to check it */
+} kinddesc;
+
+#define KD(sec, f, i, n, d) {sec, f, sizeof f / sizeof *f, i, n, d, 1, 1}
+#if !defined(RESIL_CONFIG_HTTP) || !defined(RESIL_CONFIG_STORE)
+static const field NO_FIELDS[1] = {{"", "", F_U32, 0, NULL, 0}};
+#endif
+static const kinddesc KINDS[RESIL_REG_KIND_COUNT_] = {
+    KD("circuitbreaker", BREAKER_FIELDS, init_br, new_br, free_br),
+    KD("retry", RETRY_FIELDS, init_rt, new_rt, free_rt),
+    KD("ratelimiter", RATELIMITER_FIELDS, init_rl, new_rl, free_rl),
+    KD("bulkhead", BULKHEAD_FIELDS, init_bh, new_bh, free_bh),
+    KD("timelimiter", TIMELIMITER_FIELDS, init_tl, new_tl, free_tl),
+    KD("hedge", HEDGE_FIELDS, init_hg, new_hg, free_hg),
+    KD("chain", CHAIN_FIELDS, init_ch, new_ch, free_ch),
+#ifdef RESIL_CONFIG_HTTP
+    {"http_client", HTTP_FIELDS, sizeof HTTP_FIELDS / sizeof *HTTP_FIELDS, init_http, new_http,
+     free_http, 1, 0},
+#else
+    {"http_client", NO_FIELDS, 0, init_http, new_http, free_http, 0, 0},
+#endif
+#ifdef RESIL_CONFIG_STORE
+    {"store", STORE_FIELDS, sizeof STORE_FIELDS / sizeof *STORE_FIELDS, init_store, new_store,
+     free_store, 1, 0},
+#else
+    {"store", NO_FIELDS, 0, init_store, new_store, free_store, 0, 0},
+#endif
+    KD("retry_budget", BUDGET_FIELDS, init_rb, new_rb, free_rb),
+    KD("threadpool", THREADPOOL_FIELDS, init_tp, new_tp, free_tp),
+};
+
+#ifdef RESIL_CONFIG_HTTP
+static void init_http(anycfg *c) { resil_http_client_config_init(&c->hc); }
+static resil_status new_http(anycfg *c, const char *name, void **o, resil_error *e) {
+  c->hc.name = name; /* endpoints set by build() */
+  return resil_http_client_new(&c->hc, (resil_http_client **)o, e);
+}
+static void free_http(void *h) { resil_http_client_free(h); }
+#else
+static void init_http(anycfg *c) { (void)c; }
+static resil_status new_http(anycfg *c, const char *name, void **o, resil_error *e) {
+  (void)c, (void)name, (void)o, (void)e;
+  return RESIL_EINVAL;
+}
+static void free_http(void *h) { (void)h; }
+#endif
+#ifdef RESIL_CONFIG_STORE
+static void init_store(anycfg *c) {
+  resil_store_config_init(&c->st.sc);
+  c->st.uri = NULL;
+}
+static resil_status new_store(anycfg *c, const char *name, void **o, resil_error *e) {
+  (void)name;
+  return resil_store_open(c->st.uri, &c->st.sc, (resil_store **)o, e);
+}
+static void free_store(void *h) { resil_store_close(h); }
+#else
+static void init_store(anycfg *c) { (void)c; }
+static resil_status new_store(anycfg *c, const char *name, void **o, resil_error *e) {
+  (void)c, (void)name, (void)o, (void)e;
+  return RESIL_EINVAL;
+}
+static void free_store(void *h) { (void)h; }
+#endif
+
+const char *resil_registry_kind_name(resil_registry_kind kind) {
+  if ((unsigned)kind >= RESIL_REG_KIND_COUNT_) return NULL;
+  return KINDS[kind].section;
+}
+
+/* ---- errors ----------------------------------------------------------------- */
+
+void resil_registry_error_init_sized(resil_registry_error *err, size_t struct_size) {
+  if (!err) return;
+  resil_registry_error full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(err, struct_size, &full, sizeof full);
+}
+
+size_t resil_registry_error_format(const resil_registry_error *e, char *buf, size_t size) {
+  char tmp[1024];
+  size_t n = 0;
+  if (!e) {
+    tmp[0] = 0;
+  } else {
+    int k = 0;
+    if (e->file[0] && e->line)
+      k = snprintf(tmp, sizeof tmp, "%s:%u:%u: ", e->file, (unsigned)e->line,
+                   (unsigned)e->column);
+    else if (e->file[0])
+      k = snprintf(tmp, sizeof tmp, "%s: ", e->file);
+    n = (size_t)(k > 0 ? k : 0);
+    if (e->key_path[0])
+      n += (size_t)snprintf(tmp + n, sizeof tmp - n, "%s: ", e->key_path);
+    snprintf(tmp + n, sizeof tmp - n, "%s", e->message);
+  }
+  n = strlen(tmp);
+  if (buf && size) snprintf(buf, size, "%s", tmp);
+  return n;
+}
+
+/* Load context: the document and where the first error goes. */
+typedef struct lctx {
+  const char *file;
+  yaml_document_t *doc;
+  resil_registry_error err; /* full size; copied out at the end */
+} lctx;
+
+/* dst = a + sep + b, truncated to n bytes (paths are for messages). */
+static void join(char *dst, size_t n, const char *a, const char *sep, const char *b) {
+  if (snprintf(dst, n, "%s%s%s", a, sep, b) >= (int)n) dst[n - 1] = 0;
+}
+
+static yaml_node_t *node(lctx *c, int i) { return yaml_document_get_node(c->doc, i); }
+
+RESIL_PRINTF(4, 5)
+static resil_status fail_at(lctx *c, const yaml_node_t *n, const char *path, const char *fmt,
+                            ...) {
+  if (c->err.status != RESIL_OK) return RESIL_EINVAL; /* keep the first */
+  c->err.status = RESIL_EINVAL;
+  snprintf(c->err.file, sizeof c->err.file, "%s", c->file);
+  if (n) {
+    c->err.line = (uint32_t)n->start_mark.line + 1;
+    c->err.column = (uint32_t)n->start_mark.column + 1;
+  }
+  snprintf(c->err.key_path, sizeof c->err.key_path, "%s", path ? path : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err.message, sizeof c->err.message, fmt, ap);
+  va_end(ap);
+  return RESIL_EINVAL;
+}
+
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 64;
+  size_t d[64 + 1], prev;
+  for (size_t j = 0; j <= lb; j++) d[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    prev = d[0];
+    d[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cur = d[j];
+      size_t sub = prev + (a[i - 1] != b[j - 1]);
+      size_t del = d[j] + 1, ins = d[j - 1] + 1;
+      d[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+      prev = cur;
+    }
+  }
+  return d[lb];
+}
+
+/* The closest candidate, or NULL when none is close (distance at most a
+ * third of the word's length, at least 2). */
+static const char *suggest(const char *word, const char *const *cand, size_t n) {
+  const char *best = NULL;
+  size_t bd = (size_t)-1, lim = strlen(word) / 3;
+  if (lim < 2) lim = 2;
+  for (size_t i = 0; i < n; i++) {
+    if (!cand[i]) continue;
+    size_t d = edit_distance(word, cand[i]);
+    if (d < bd) {
+      bd = d;
+      best = cand[i];
+    }
+  }
+  return bd <= lim ? best : NULL;
+}
+
+static resil_status fail_unknown(lctx *c, const yaml_node_t *n, const char *path,
+                                 const char *what, const char *word,
+                                 const char *const *cand, size_t ncand) {
+  const char *s = suggest(word, cand, ncand);
+  if (s) return fail_at(c, n, path, "unknown %s '%s' (did you mean '%s'?)", what, word, s);
+  char list[200] = "";
+  size_t k = 0;
+  for (size_t i = 0; i < ncand && k < sizeof list - 1; i++)
+    if (cand[i])
+      k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", cand[i]);
+  return fail_at(c, n, path, "unknown %s '%s' (expected one of: %s)", what, word, list);
+}
+
+/* ---- YAML helpers --------------------------------------------------------------- */
+
+static const char *scalar(const yaml_node_t *n) {
+  return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+/* A scalar that means "nothing": an empty value, ~ or null (plain only). */
+static int is_null(const yaml_node_t *n) {
+  const char *s = scalar(n);
+  if (!s || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+  return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0;
+}
+
+static const char *node_type_name(const yaml_node_t *n) {
+  switch (n->type) {
+  case YAML_SCALAR_NODE: return "a scalar";
+  case YAML_SEQUENCE_NODE: return "a sequence";
+  case YAML_MAPPING_NODE: return "a mapping";
+  default: return "nothing";
+  }
+}
+
+/* Checks that n is a mapping (or null: an empty one) with scalar keys and no
+ * duplicate key. */
+static resil_status check_mapping(lctx *c, yaml_node_t *n, const char *path) {
+  if (is_null(n)) return RESIL_OK;
+  if (n->type != YAML_MAPPING_NODE)
+    return fail_at(c, n, path, "expected a mapping, got %s", node_type_name(n));
+  for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = node(c, p->key);
+    if (!scalar(k)) return fail_at(c, k, path, "keys must be scalars");
+    for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++)
+      if (strcmp(scalar(node(c, q->key)), scalar(k)) == 0) {
+        char sub[256];
+        join(sub, sizeof sub, path, *path ? "." : "", scalar(k));
+        return fail_at(c, k, sub, "duplicate key (first at line %u)",
+                       (unsigned)node(c, q->key)->start_mark.line + 1);
+      }
+  }
+  return RESIL_OK;
+}
+
+#define FOR_PAIRS(c, n, p)                                                             \
+  for (yaml_node_pair_t *p = (n)->type == YAML_MAPPING_NODE ? (n)->data.mapping.pairs.start \
+                                                          : NULL;                   \
+       p && p < (n)->data.mapping.pairs.top; p++)
+
+static yaml_node_t *map_get(lctx *c, yaml_node_t *m, const char *key) {
+  FOR_PAIRS(c, m, p) {
+    if (strcmp(scalar(node(c, p->key)), key) == 0) return node(c, p->value);
+  }
+  return NULL;
+}
+
+/* ---- values ----------------------------------------------------------------------- */
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
+  if (!s || !isdigit((unsigned char)*s)) return -1;
+  uint64_t v = 0;
+  for (; isdigit((unsigned char)*s); s++) {
+    if (v > (UINT64_MAX - 9) / 10) return -1;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  if (*s || v > max) return -1;
+  *out = v;
+  return 0;
+}
+
+static int class_of(const char *s) {
+  for (int i = 0; i < RESIL_CLASS_COUNT_; i++)
+    if (strcasecmp(s, resil_outcome_class_name((resil_outcome_class)i)) == 0) return i;
+  return -1;
+}
+
+/* Parses v into the field f of cfg; errors at v with path. */
+static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const char *path,
+                                anycfg *cfg) {
+  unsigned char *dst = (unsigned char *)cfg + f->off;
+  const char *s = scalar(v);
+  if (f->type == F_CLASSES) {
+    if (v->type != YAML_SEQUENCE_NODE)
+      return fail_at(c, v, path,
+                     "expected a list of outcome classes such as [server_error, "
+                     "not_sent, unknown], got %s",
+                     node_type_name(v));
+    uint32_t mask = 0;
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+         it++) {
+      yaml_node_t *e = node(c, *it);
+      int k = scalar(e) ? class_of(scalar(e)) : -1;
+      if (k < 0) {
+        const char *names[RESIL_CLASS_COUNT_];
+        char low[RESIL_CLASS_COUNT_][24];
+        for (int i = 0; i < RESIL_CLASS_COUNT_; i++) {
+          snprintf(low[i], sizeof low[i], "%s", resil_outcome_class_name((resil_outcome_class)i));
+          for (char *q = low[i]; *q; q++) *q = (char)tolower((unsigned char)*q);
+          names[i] = low[i];
+        }
+        char w[64];
+        snprintf(w, sizeof w, "%s", scalar(e) ? scalar(e) : "?");
+        for (char *q = w; *q; q++) *q = (char)tolower((unsigned char)*q);
+        return fail_unknown(c, e, path, "outcome class", w, names, RESIL_CLASS_COUNT_);
+      }
+      mask |= RESIL_CLASS_BIT(k);
+    }
+    memcpy(dst, &mask, sizeof mask);
+    return RESIL_OK;
+  }
+  if (f->type == F_STR && s && !is_null(v)) {
+    memcpy(dst, &s, sizeof s);
+    return RESIL_OK;
+  }
+  if (!s || (is_null(v) && f->type != F_ENUM))
+    return fail_at(c, v, path, "expected a value, got %s",
+                   s ? "nothing" : node_type_name(v));
+  char why[160];
+  switch (f->type) {
+  case F_U32:
+  case F_PCT: {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%s", s);
+    size_t l = strlen(buf);
+    if (f->type == F_PCT && l && buf[l - 1] == '%') buf[l - 1] = 0;
+    uint64_t x;
+    if (parse_u64(buf, UINT32_MAX, &x))
+      return fail_at(c, v, path, "expected a whole number 0..4294967295%s, got '%s'",
+                     f->type == F_PCT ? " (percent)" : "", s);
+    uint32_t u = (uint32_t)x;
+    memcpy(dst, &u, sizeof u);
+    return RESIL_OK;
+  }
+  case F_I64: {
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+      return fail_at(c, v, path, "expected a whole number, got '%s'", s);
+    int64_t i = (int64_t)x;
+    memcpy(dst, &i, sizeof i);
+    return RESIL_OK;
+  }
+  case F_DUR: {
+    int64_t ns;
+    if (resil_parse_duration(s, &ns, why, sizeof why))
+      return fail_at(c, v, path, "%s", why);
+    memcpy(dst, &ns, sizeof ns);
+    return RESIL_OK;
+  }
+  case F_DBL: {
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    if (errno || end == s || *end || d != d)
+      return fail_at(c, v, path, "expected a number, got '%s'", s);
+    memcpy(dst, &d, sizeof d);
+    return RESIL_OK;
+  }
+  case F_BOOL: {
+    int b;
+    if (strcmp(s, "true") == 0 || strcmp(s, "True") == 0 || strcmp(s, "TRUE") == 0)
+      b = 1;
+    else if (strcmp(s, "false") == 0 || strcmp(s, "False") == 0 || strcmp(s, "FALSE") == 0)
+      b = 0;
+    else
+      return fail_at(c, v, path, "expected true or false, got '%s'", s);
+    memcpy(dst, &b, sizeof b);
+    return RESIL_OK;
+  }
+  case F_ENUM: {
+    size_t n = 0;
+    while (f->names[n]) n++;
+    for (size_t i = 0; i < n; i++)
+      if (strcmp(s, f->names[i]) == 0) {
+        int e = (int)i;
+        memcpy(dst, &e, sizeof e);
+        return RESIL_OK;
+      }
+    return fail_unknown(c, v, path, "value", s, f->names, n);
+  }
+  case F_SIZE: {
+    uint64_t b;
+    if (resil_parse_size(s, &b, why, sizeof why)) return fail_at(c, v, path, "%s", why);
+    if (b > (uint64_t)SIZE_MAX) return fail_at(c, v, path, "'%s' is too large", s);
+    size_t z = (size_t)b;
+    memcpy(dst, &z, sizeof z);
+    return RESIL_OK;
+  }
+  case F_CLASSES:
+  case F_STR:
+  case F_REF:
+    break;
+  }
+  return RESIL_EINVAL;
+}
+
+static void value_text(const field *f, const anycfg *cfg, char *buf, size_t n) {
+  const unsigned char *src = (const unsigned char *)cfg + f->off;
+  switch (f->type) {
+  case F_U32:
+  case F_PCT:
+  case F_CLASSES: {
+    uint32_t u;
+    memcpy(&u, src, sizeof u);
+    snprintf(buf, n, "%u", (unsigned)u);
+    break;
+  }
+  case F_I64:
+  case F_DUR: {
+    int64_t i;
+    memcpy(&i, src, sizeof i);
+    snprintf(buf, n, "%lld", (long long)i);
+    break;
+  }
+  case F_DBL: {
+    double d;
+    memcpy(&d, src, sizeof d);
+    snprintf(buf, n, "%.17g", d);
+    break;
+  }
+  case F_BOOL:
+  case F_ENUM: {
+    int e;
+    memcpy(&e, src, sizeof e);
+    snprintf(buf, n, "%d", e);
+    break;
+  }
+  case F_STR: {
+    const char *p;
+    memcpy(&p, src, sizeof p);
+    /* quoted, so that NULL and "(null)" differ */
+    if (p)
+      snprintf(buf, n, "\"%s\"", p);
+    else
+      snprintf(buf, n, "NULL");
+    break;
+  }
+  case F_SIZE: {
+    size_t z;
+    memcpy(&z, src, sizeof z);
+    snprintf(buf, n, "%zu", z);
+    break;
+  }
+  case F_REF: {
+    /* the object itself: a kept reference keeps the referrer */
+    void *p;
+    memcpy(&p, src, sizeof p);
+    snprintf(buf, n, "%p", p);
+    break;
+  }
+  }
+}
+
+/* ---- specs: what the file says, resolved ------------------------------------------ */
+
+enum { SRC_NONE = 0, SRC_DEFAULT, SRC_BASE, SRC_INSTANCE };
+
+typedef struct layer_ref {
+  resil_registry_kind kind;
+  const char *name;
+  yaml_node_t *node;
+  char path[256];
+} layer_ref;
+
+typedef struct entry entry;
+
+typedef struct spec {
+  resil_registry_kind kind;
+  const char *name;     /* in the document */
+  yaml_node_t *at;      /* the instance's name node */
+  char path[256];       /* "circuitbreaker.instances.payments" or ".configs.X" */
+  char base_path[256];  /* the base config's path */
+  char def_path[256];   /* the default config's path */
+  int is_config;        /* a config checked on its own (not an instance) */
+  anycfg cfg;
+  uint8_t src[MAXF];
+  yaml_node_t *src_node[MAXF];
+  const char *ref_name[MAXF]; /* F_REF fields: the name given */
+  layer_ref layers[RESIL_CHAIN_MAX_LAYERS];
+  size_t nlayers;
+#ifdef RESIL_CONFIG_HTTP
+  struct ep_spec *eps; /* http_client: its endpoints, in file order */
+  size_t neps;
+#endif
+  entry *made;
+} spec;
+
+#ifdef RESIL_CONFIG_HTTP
+typedef struct ep_spec {
+  resil_http_endpoint ep;
+  const char *headers[EP_MAX_HEADERS + 1];
+  yaml_node_t *at;
+  char path[256];
+  yaml_node_t *src_node[NEPF];
+  yaml_node_t *headers_node;
+} ep_spec;
+#endif
+
+/* Applies the keys of mapping m (the instance's or a config's) onto s. */
+static resil_status apply_map(lctx *c, spec *s, yaml_node_t *m, const char *path, int src,
+                              int instance_level) {
+  const kinddesc *kd = &KINDS[s->kind];
+  if (check_mapping(c, m, path)) return RESIL_EINVAL;
+  FOR_PAIRS(c, m, p) {
+    yaml_node_t *k = node(c, p->key), *v = node(c, p->value);
+    const char *key = scalar(k);
+    char sub[256];
+    join(sub, sizeof sub, path, ".", key);
+    if (instance_level && strcmp(key, "base_config") == 0) continue; /* resolved before */
+    if (s->kind == RESIL_REG_CHAIN && strcmp(key, "layers") == 0) {
+      if (!instance_level) return fail_at(c, k, sub, "layers belong to chain instances, not configs");
+      continue; /* read by read_layers */
+    }
+    if (s->kind == RESIL_REG_HTTP_CLIENT && strcmp(key, "endpoints") == 0) {
+      if (!instance_level)
+        return fail_at(c, k, sub, "endpoints belong to http_client instances, not configs");
+      continue; /* read by read_endpoints */
+    }
+    size_t fi = kd->nfields;
+    for (size_t i = 0; i < kd->nfields; i++)
+      if (strcmp(kd->fields[i].key, key) == 0) fi = i;
+    if (fi == kd->nfields) {
+      const char *cand[MAXF + 2];
+      size_t nc = 0;
+      for (size_t i = 0; i < kd->nfields; i++) cand[nc++] = kd->fields[i].key;
+      if (instance_level) cand[nc++] = "base_config";
+      if (s->kind == RESIL_REG_CHAIN && instance_level) cand[nc++] = "layers";
+      if (s->kind == RESIL_REG_HTTP_CLIENT && instance_level) cand[nc++] = "endpoints";
+      return fail_unknown(c, k, sub, "key", key, cand, nc);
+    }
+    if (kd->fields[fi].type == F_REF) {
+      if (!scalar(v) || is_null(v))
+        return fail_at(c, v, sub, "expected the name of a %s instance",
+                       KINDS[kd->fields[fi].ref_kind].section);
+      s->ref_name[fi] = scalar(v);
+    } else if (parse_value(c, &kd->fields[fi], v, sub, &s->cfg)) {
+      return RESIL_EINVAL;
+    }
+    s->src[fi] = (uint8_t)src;
+    s->src_node[fi] = v;
+  }
+  return RESIL_OK;
+}
+
+static resil_status read_layers(lctx *c, spec *s, yaml_node_t *inst) {
+  yaml_node_t *ls = map_get(c, inst, "layers");
+  char path[256];
+  join(path, sizeof path, s->path, ".", "layers");
+  if (!ls) return fail_at(c, s->at, path, "a chain needs layers (a list of KIND: NAME, outermost first)");
+  if (ls->type != YAML_SEQUENCE_NODE)
+    return fail_at(c, ls, path, "expected a list of KIND: NAME, got %s", node_type_name(ls));
+  size_t i = 0;
+  for (yaml_node_item_t *it = ls->data.sequence.items.start; it < ls->data.sequence.items.top;
+       it++, i++) {
+    yaml_node_t *e = node(c, *it);
+    char ip[256];
+    char ix[24];
+    snprintf(ix, sizeof ix, "[%zu]", i);
+    join(ip, sizeof ip, path, "", ix);
+    if (i >= RESIL_CHAIN_MAX_LAYERS)
+      return fail_at(c, e, ip, "at most %d layers", RESIL_CHAIN_MAX_LAYERS);
+    if (e->type != YAML_MAPPING_NODE ||
+        e->data.mapping.pairs.top - e->data.mapping.pairs.start != 1)
+      return fail_at(c, e, ip, "expected one KIND: NAME pair, such as 'retry: payments'");
+    yaml_node_t *k = node(c, e->data.mapping.pairs.start->key);
+    yaml_node_t *v = node(c, e->data.mapping.pairs.start->value);
+    const char *kn = scalar(k);
+    static const resil_registry_kind LAYER_KINDS[] = {
+        RESIL_REG_RETRY,       RESIL_REG_BREAKER,  RESIL_REG_RATELIMITER, RESIL_REG_TIMELIMITER,
+        RESIL_REG_BULKHEAD,    RESIL_REG_HEDGE,    RESIL_REG_THREADPOOL};
+    enum { NLK = sizeof LAYER_KINDS / sizeof *LAYER_KINDS };
+    int kind = -1;
+    for (size_t j = 0; j < NLK; j++)
+      if (kn && strcmp(kn, KINDS[LAYER_KINDS[j]].section) == 0) kind = (int)LAYER_KINDS[j];
+    if (kind < 0) {
+      const char *cand[NLK];
+      for (size_t j = 0; j < NLK; j++) cand[j] = KINDS[LAYER_KINDS[j]].section;
+      return fail_unknown(c, k, ip, "layer kind", kn ? kn : "?", cand, NLK);
+    }
+    if (!scalar(v) || is_null(v))
+      return fail_at(c, v, ip, "expected the name of a %s instance", kn);
+    layer_ref *l = &s->layers[s->nlayers++];
+    l->kind = (resil_registry_kind)kind;
+    l->name = scalar(v);
+    l->node = v;
+    snprintf(l->path, sizeof l->path, "%s", ip);
+  }
+  if (i == 0) return fail_at(c, ls, path, "a chain needs at least one layer");
+  return RESIL_OK;
+}
+
+#ifdef RESIL_CONFIG_HTTP
+static resil_status oom(lctx *c);
+/* An http_client's `endpoints: {NAME: {method: POST, path: /x, ...}}`. */
+static resil_status read_endpoints(lctx *c, spec *s, yaml_node_t *inst) {
+  yaml_node_t *m = is_null(inst) ? NULL : map_get(c, inst, "endpoints");
+  char path[256];
+  join(path, sizeof path, s->path, ".", "endpoints");
+  if (!m) return fail_at(c, s->at, path, "an http_client needs endpoints (NAME: {path: /...})");
+  if (check_mapping(c, m, path)) return RESIL_EINVAL;
+  size_t n = is_null(m) ? 0 : (size_t)(m->data.mapping.pairs.top - m->data.mapping.pairs.start);
+  if (n == 0) return fail_at(c, m, path, "an http_client needs at least one endpoint");
+  s->eps = calloc(n, sizeof *s->eps);
+  if (!s->eps) return oom(c);
+  FOR_PAIRS(c, m, p) {
+    ep_spec *e = &s->eps[s->neps++];
+    e->ep.struct_size = sizeof e->ep;
+    e->at = node(c, p->key);
+    e->ep.name = scalar(e->at);
+    join(e->path, sizeof e->path, path, ".", e->ep.name);
+    yaml_node_t *body = node(c, p->value);
+    if (check_mapping(c, body, e->path)) return RESIL_EINVAL;
+    FOR_PAIRS(c, body, q) {
+      yaml_node_t *k = node(c, q->key), *v = node(c, q->value);
+      const char *key = scalar(k);
+      char sub[256];
+      join(sub, sizeof sub, e->path, ".", key);
+      if (strcmp(key, "headers") == 0) {
+        if (v->type != YAML_SEQUENCE_NODE)
+          return fail_at(c, v, sub, "expected a list of 'Name: value' strings, got %s",
+                         node_type_name(v));
+        size_t h = 0;
+        for (yaml_node_item_t *it = v->data.sequence.items.start;
+             it < v->data.sequence.items.top; it++) {
+          yaml_node_t *hv = node(c, *it);
+          if (!scalar(hv)) return fail_at(c, hv, sub, "expected a 'Name: value' string");
+          if (h == EP_MAX_HEADERS) return fail_at(c, hv, sub, "at most %d headers", EP_MAX_HEADERS);
+          e->headers[h++] = scalar(hv);
+        }
+        e->headers[h] = NULL;
+        e->ep.headers = e->headers;
+        e->headers_node = v;
+        continue;
+      }
+      size_t fi = NEPF;
+      for (size_t i = 0; i < NEPF; i++)
+        if (strcmp(EP_FIELDS[i].key, key) == 0) fi = i;
+      if (fi == NEPF) {
+        const char *cand[NEPF + 1];
+        for (size_t i = 0; i < NEPF; i++) cand[i] = EP_FIELDS[i].key;
+        cand[NEPF] = "headers";
+        return fail_unknown(c, k, sub, "key", key, cand, NEPF + 1);
+      }
+      if (parse_value(c, &EP_FIELDS[fi], v, sub, (anycfg *)(void *)&e->ep)) return RESIL_EINVAL;
+      e->src_node[fi] = v;
+    }
+  }
+  return RESIL_OK;
+}
+
+/* The endpoints' settings, for the fingerprint. */
+static size_t fingerprint_endpoints(const spec *s, char *buf, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0; i < s->neps && k < n; i++) {
+    const ep_spec *e = &s->eps[i];
+    k += (size_t)snprintf(buf + k, n - k, "E%s{", e->ep.name);
+    for (size_t f = 0; f < NEPF && k < n; f++) {
+      char v[300];
+      value_text(&EP_FIELDS[f], (const anycfg *)(const void *)&e->ep, v, sizeof v);
+      k += (size_t)snprintf(buf + k, n - k, "%s=%s;", EP_FIELDS[f].key, v);
+    }
+    for (size_t h = 0; e->ep.headers && e->ep.headers[h] && k < n; h++)
+      k += (size_t)snprintf(buf + k, n - k, "H=\"%s\";", e->ep.headers[h]);
+    if (k < n) k += (size_t)snprintf(buf + k, n - k, "}");
+  }
+  return k;
+}
+#endif
+
+typedef struct specs {
+  spec *v;
+  size_t n, cap;
+} specs;
+
+static spec *spec_add(specs *ss) {
+  if (ss->n == ss->cap) {
+    size_t nc = ss->cap ? ss->cap * 2 : 16;
+    spec *nv = realloc(ss->v, nc * sizeof *nv);
+    if (!nv) return NULL;
+    ss->v = nv;
+    ss->cap = nc;
+  }
+  spec *s = &ss->v[ss->n++];
+  memset(s, 0, sizeof *s);
+  return s;
+}
+
+static resil_status oom(lctx *c) {
+  if (c->err.status == RESIL_OK) {
+    c->err.status = RESIL_ENOMEM;
+    snprintf(c->err.file, sizeof c->err.file, "%s", c->file);
+    snprintf(c->err.message, sizeof c->err.message, "out of memory");
+  }
+  return RESIL_ENOMEM;
+}
+
+/* One section (kind k): its configs (each checked as a spec of its own) and
+ * its instances. */
+static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *sec, specs *ss) {
+  const char *sname = KINDS[k].section;
+  if (check_mapping(c, sec, sname)) return RESIL_EINVAL;
+  yaml_node_t *configs = NULL, *instances = NULL;
+  FOR_PAIRS(c, sec, p) {
+    yaml_node_t *kn = node(c, p->key);
+    const char *key = scalar(kn);
+    if (strcmp(key, "configs") == 0)
+      configs = node(c, p->value);
+    else if (strcmp(key, "instances") == 0)
+      instances = node(c, p->value);
+    else {
+      static const char *const cand[] = {"configs", "instances"};
+      char sub[256];
+      join(sub, sizeof sub, sname, ".", key);
+      return fail_unknown(c, kn, sub, "key", key, cand, 2);
+    }
+  }
+  char cpath[256], ipath[256];
+  join(cpath, sizeof cpath, sname, ".", "configs");
+  join(ipath, sizeof ipath, sname, ".", "instances");
+  yaml_node_t *defcfg = NULL;
+  if (configs) {
+    if (check_mapping(c, configs, cpath)) return RESIL_EINVAL;
+    defcfg = map_get(c, configs, "default");
+    FOR_PAIRS(c, configs, p) {
+      spec *s = spec_add(ss);
+      if (!s) return oom(c);
+      s->kind = k;
+      s->is_config = 1;
+      s->at = node(c, p->key);
+      s->name = scalar(s->at);
+      join(s->path, sizeof s->path, cpath, ".", s->name);
+      join(s->def_path, sizeof s->def_path, cpath, ".", "default");
+      KINDS[k].init(&s->cfg);
+      yaml_node_t *body = node(c, p->value);
+      if (defcfg && body != defcfg && apply_map(c, s, defcfg, s->def_path, SRC_DEFAULT, 0))
+        return RESIL_EINVAL;
+      if (apply_map(c, s, body, s->path, SRC_INSTANCE, 0)) return RESIL_EINVAL;
+    }
+  }
+  if (!instances) return RESIL_OK;
+  if (check_mapping(c, instances, ipath)) return RESIL_EINVAL;
+  FOR_PAIRS(c, instances, p) {
+    spec *s = spec_add(ss);
+    if (!s) return oom(c);
+    s->kind = k;
+    s->at = node(c, p->key);
+    s->name = scalar(s->at);
+    join(s->path, sizeof s->path, ipath, ".", s->name);
+    join(s->def_path, sizeof s->def_path, cpath, ".", "default");
+    if (!*s->name) return fail_at(c, s->at, s->path, "an instance needs a name");
+    KINDS[k].init(&s->cfg);
+    yaml_node_t *body = node(c, p->value);
+    if (check_mapping(c, body, s->path)) return RESIL_EINVAL;
+    yaml_node_t *basen = is_null(body) ? NULL : map_get(c, body, "base_config");
+    yaml_node_t *base = NULL;
+    if (basen) {
+      char bp[256];
+      join(bp, sizeof bp, s->path, ".", "base_config");
+      const char *bn = scalar(basen);
+      if (!bn || is_null(basen)) return fail_at(c, basen, bp, "expected the name of a config");
+      base = configs && !is_null(configs) ? map_get(c, configs, bn) : NULL;
+      if (!base) {
+        const char *cand[64];
+        size_t nc = 0;
+        if (configs) FOR_PAIRS(c, configs, q) {
+            if (nc < 64) cand[nc++] = scalar(node(c, q->key));
+          }
+        if (nc == 0) return fail_at(c, basen, bp, "no config '%s': %s has no configs", bn, cpath);
+        return fail_unknown(c, basen, bp, "config", bn, cand, nc);
+      }
+      join(s->base_path, sizeof s->base_path, cpath, ".", bn);
+    }
+    if (defcfg && base != defcfg && apply_map(c, s, defcfg, s->def_path, SRC_DEFAULT, 0))
+      return RESIL_EINVAL;
+    if (base && apply_map(c, s, base, s->base_path, SRC_BASE, 0)) return RESIL_EINVAL;
+    if (!is_null(body) && apply_map(c, s, body, s->path, SRC_INSTANCE, 1)) return RESIL_EINVAL;
+    if (k == RESIL_REG_CHAIN && read_layers(c, s, body)) return RESIL_EINVAL;
+#ifdef RESIL_CONFIG_HTTP
+    if (k == RESIL_REG_HTTP_CLIENT && read_endpoints(c, s, body)) return RESIL_EINVAL;
+#endif
+  }
+  return RESIL_OK;
+}
+
+static resil_status read_doc(lctx *c, specs *ss) {
+  yaml_node_t *root = yaml_document_get_root_node(c->doc);
+  if (!root || is_null(root)) return RESIL_OK; /* an empty file: an empty registry */
+  if (check_mapping(c, root, "")) return RESIL_EINVAL;
+  FOR_PAIRS(c, root, p) {
+    yaml_node_t *k = node(c, p->key);
+    const char *key = scalar(k);
+    int kind = -1;
+    for (int j = 0; j < RESIL_REG_KIND_COUNT_; j++)
+      if (strcmp(key, KINDS[j].section) == 0) kind = j;
+    if (kind < 0) {
+      const char *cand[RESIL_REG_KIND_COUNT_];
+      for (int j = 0; j < RESIL_REG_KIND_COUNT_; j++) cand[j] = KINDS[j].section;
+      return fail_unknown(c, k, key, "section", key, cand, RESIL_REG_KIND_COUNT_);
+    }
+    if (!KINDS[kind].available)
+      return fail_at(c, k, key, "this libresil-config was built without %s",
+                     kind == RESIL_REG_HTTP_CLIENT ? "libresil-http" : "libresil-store");
+    if (read_section(c, (resil_registry_kind)kind, node(c, p->value), ss)) return RESIL_EINVAL;
+  }
+  /* Instance names are unique per kind (YAML duplicate keys were refused);
+   * configs do not count. */
+  return RESIL_OK;
+}
+
+/* Replaces whole-word occurrences of C field names by their keys. */
+static void rename_fields(const kinddesc *kd, char *msg, size_t n) {
+  for (size_t i = 0; i < kd->nfields; i++) {
+    const char *cf = kd->fields[i].cfield, *key = kd->fields[i].key;
+    size_t lc = strlen(cf), lk = strlen(key);
+    if (lc == lk) continue;
+    char *p = msg;
+    while ((p = strstr(p, cf)) != NULL) {
+      int word_start = p == msg || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+      int word_end = !(isalnum((unsigned char)p[lc]) || p[lc] == '_');
+      if (!word_start || !word_end) {
+        p += lc;
+        continue;
+      }
+      size_t tail = strlen(p + lc);
+      if ((size_t)(p - msg) + lk + tail + 1 > n) break;
+      memmove(p + lk, p + lc, tail + 1);
+      memcpy(p, key, lk);
+      p += lk;
+    }
+  }
+}
+
+/* Maps the policy's error back to the node that set the field. */
+static resil_status policy_error(lctx *c, const spec *s, const resil_error *pe) {
+  const kinddesc *kd = &KINDS[s->kind];
+#ifdef RESIL_CONFIG_HTTP
+  size_t ei;
+  int used = 0;
+  if (s->kind == RESIL_REG_HTTP_CLIENT &&
+      sscanf(pe->field, "endpoints[%zu].%n", &ei, &used) == 1 && used > 0 && ei < s->neps) {
+    const ep_spec *e = &s->eps[ei];
+    const char *fname = pe->field + used;
+    const yaml_node_t *at = e->at;
+    char path[256];
+    join(path, sizeof path, e->path, fname[0] ? "." : "", fname);
+    for (size_t i = 0; i < NEPF; i++)
+      if (strcmp(EP_FIELDS[i].cfield, fname) == 0 && e->src_node[i]) at = e->src_node[i];
+    if (strcmp(fname, "headers") == 0 && e->headers_node) at = e->headers_node;
+    const char *m = pe->msg;
+    size_t lf = strlen(pe->field);
+    if (strncmp(m, pe->field, lf) == 0 && m[lf] == ':' && m[lf + 1] == ' ') m += lf + 2;
+    fail_at(c, at, path, "%s", m);
+    c->err.status = pe->status == RESIL_OK ? RESIL_EINVAL : pe->status;
+    if (pe->has_range) {
+      c->err.has_range = 1;
+      c->err.min = pe->min;
+      c->err.max = pe->max;
+      c->err.got = pe->got;
+    }
+    return c->err.status;
+  }
+#endif
+  size_t fi = kd->nfields;
+  for (size_t i = 0; i < kd->nfields; i++)
+    if (strcmp(kd->fields[i].cfield, pe->field) == 0) fi = i;
+  /* A store that cannot be opened: its uri is at fault (fields[0]). */
+  if (fi == kd->nfields && s->kind == RESIL_REG_STORE) fi = 0;
+  const yaml_node_t *at = s->at;
+  char path[256];
+  const char *base = s->path;
+  if (fi < kd->nfields) {
+    if (s->src[fi] != SRC_NONE) at = s->src_node[fi];
+    if (s->src[fi] == SRC_DEFAULT) base = s->def_path;
+    if (s->src[fi] == SRC_BASE) base = s->base_path;
+    join(path, sizeof path, base, ".", kd->fields[fi].key);
+  } else {
+    snprintf(path, sizeof path, "%s", base);
+  }
+  char msg[256];
+  const char *m = pe->msg;
+  size_t lf = strlen(pe->field);
+  if (lf && strncmp(m, pe->field, lf) == 0 && m[lf] == ':' && m[lf + 1] == ' ') m += lf + 2;
+  snprintf(msg, sizeof msg, "%s", m);
+  rename_fields(kd, msg, sizeof msg);
+  if (s->is_config == 0 && fi < kd->nfields && s->src[fi] != SRC_INSTANCE &&
+      s->src[fi] != SRC_NONE) {
+    /* Inherited: say which instance it broke. */
+    size_t l = strlen(msg);
+    join(msg + l, sizeof msg - l, " (in instance ", s->path, ")");
+  }
+  if (pe->status != RESIL_EINVAL && c->err.status == RESIL_OK) {
+    fail_at(c, at, path, "%s", msg);
+    c->err.status = pe->status;
+    return pe->status;
+  }
+  fail_at(c, at, path, "%s", msg);
+  if (pe->has_range) {
+    c->err.has_range = 1;
+    c->err.min = pe->min;
+    c->err.max = pe->max;
+    c->err.got = pe->got;
+  }
+  return RESIL_EINVAL;
+}
+
+/* ---- entries and snapshots ---------------------------------------------------------- */
+
+struct entry {
+  atomic_size_t refs;
+  resil_registry_kind kind;
+  char *name;
+  char *fp;
+  void *handle;
+  entry *deps[RESIL_CHAIN_MAX_LAYERS + MAXF]; /* kept alive while this lives */
+  size_t ndeps;
+  int64_t total_timeout_ns; /* chains */
+};
+
+static void entry_unref(entry *e) {
+  if (!e) return;
+  if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
+  KINDS[e->kind].destroy(e->handle);
+  for (size_t i = 0; i < e->ndeps; i++) entry_unref(e->deps[i]);
+  free(e->name);
+  free(e->fp);
+  free(e);
+}
+
+static void entry_ref(entry *e) { atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed); }
+
+typedef struct snapshot {
+  entry **v;
+  size_t n;
+} snapshot;
+
+static int cmp_key(resil_registry_kind k, const char *name, const entry *e) {
+  if (k != e->kind) return k < e->kind ? -1 : 1;
+  return strcmp(name, e->name);
+}
+static int cmp_entries(const void *a, const void *b) {
+  const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+  return cmp_key(x->kind, x->name, y);
+}
+
+static entry *snap_find(const snapshot *s, resil_registry_kind k, const char *name) {
+  if (!s) return NULL;
+  size_t lo = 0, hi = s->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int r = cmp_key(k, name, s->v[mid]);
+    if (r == 0) return s->v[mid];
+    if (r < 0)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return NULL;
+}
+
+static void snap_free(snapshot *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->n; i++) entry_unref(s->v[i]);
+  free(s->v);
+  free(s);
+}
+
+struct resil_registry {
+  pthread_rwlock_t lock; /* guards cur and last */
+  pthread_mutex_t reload_mu;
+  snapshot *cur;
+  _Atomic uint64_t gen;
+  resil_registry_reload_stats last;
+};
+
+/* The resolved settings as text: equal texts, equal settings. Returns the
+ * length, >= n when it did not fit (the caller then never reuses). */
+static size_t fingerprint(const spec *s, char *buf, size_t n) {
+  const kinddesc *kd = &KINDS[s->kind];
+  size_t k = 0;
+  for (size_t i = 0; i < kd->nfields && k < n; i++) {
+    char v[300];
+    value_text(&kd->fields[i], &s->cfg, v, sizeof v);
+    k += (size_t)snprintf(buf + k, n - k, "%s=%s;", kd->fields[i].key, v);
+  }
+#ifdef RESIL_CONFIG_HTTP
+  if (k < n) k += fingerprint_endpoints(s, buf + k, n - k);
+#endif
+  return k;
+}
+
+static entry *entry_new(const spec *s, const char *fp) {
+  entry *e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  atomic_init(&e->refs, 1);
+  e->kind = s->kind;
+  e->name = strdup(s->name);
+  e->fp = strdup(fp);
+  if (!e->name || !e->fp) {
+    free(e->name);
+    free(e->fp);
+    free(e);
+    return NULL;
+  }
+  return e;
+}
+
+static resil_status add_layer(resil_chain *ch, entry *l) {
+  switch (l->kind) {
+  case RESIL_REG_BREAKER: return resil_chain_add_breaker(ch, l->handle);
+  case RESIL_REG_RETRY: return resil_chain_add_retry(ch, l->handle);
+  case RESIL_REG_RATELIMITER: return resil_chain_add_ratelimiter(ch, l->handle);
+  case RESIL_REG_BULKHEAD: return resil_chain_add_bulkhead(ch, l->handle);
+  case RESIL_REG_TIMELIMITER: return resil_chain_add_timelimiter(ch, l->handle);
+  case RESIL_REG_HEDGE: return resil_chain_add_hedge(ch, l->handle);
+  case RESIL_REG_THREADPOOL: return resil_chain_add_threadpool(ch, l->handle);
+  default: return RESIL_EINVAL;
+  }
+}
+
+/* The entry built for instance `name` of `kind`, or an error at node/path
+ * ("unknown retry instance 'x' (did you mean ...)"). */
+static resil_status resolve(lctx *c, const specs *ss, resil_registry_kind kind, const char *name,
+                            const yaml_node_t *at, const char *path, entry **out) {
+  *out = NULL;
+  for (size_t q = 0; q < ss->n; q++) {
+    const spec *t = &ss->v[q];
+    if (!t->is_config && t->kind == kind && strcmp(t->name, name) == 0) *out = t->made;
+  }
+  if (*out) return RESIL_OK;
+  const char *cand[64];
+  size_t nc = 0;
+  for (size_t q = 0; q < ss->n && nc < 64; q++)
+    if (!ss->v[q].is_config && ss->v[q].kind == kind) cand[nc++] = ss->v[q].name;
+  char what[64];
+  snprintf(what, sizeof what, "%s instance", KINDS[kind].section);
+  return nc ? fail_unknown(c, at, path, what, name, cand, nc)
+            : fail_at(c, at, path, "no %s instance '%s' in this file", KINDS[kind].section,
+                      name);
+}
+
+/* Builds (or, from old, keeps) every instance of ss into *out. On an error
+ * nothing is left: every entry taken is released. */
+static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **out,
+                          resil_registry_reload_stats *rs) {
+  resil_status st = RESIL_OK;
+  enum { FP_SIZE = 1 << 16 };
+  char *fp = malloc(FP_SIZE);
+  if (!fp) return oom(c);
+  /* Configs on their own (a range error in an unused config is an error
+   * too), then what policies refer to (budgets, thread pools), then the
+   * policies, then the chains. */
+  for (int pass = 0; pass < 4 && st == RESIL_OK; pass++) {
+    for (size_t i = 0; i < ss->n && st == RESIL_OK; i++) {
+      spec *s = &ss->v[i];
+      int want = s->is_config                                                     ? 0
+                 : s->kind == RESIL_REG_RETRY_BUDGET || s->kind == RESIL_REG_THREADPOOL ? 1
+                 : s->kind == RESIL_REG_CHAIN                                       ? 3
+                                                                                    : 2;
+      if (want != pass) continue;
+      resil_error pe;
+      resil_error_clear(&pe);
+      if (s->is_config) {
+        if (!KINDS[s->kind].check_configs) continue; /* needs an instance's uri/endpoints */
+        void *h = NULL;
+        anycfg tmp = s->cfg;
+        if ((st = KINDS[s->kind].create(&tmp, s->name, &h, &pe)) != RESIL_OK)
+          st = policy_error(c, s, &pe);
+        else
+          KINDS[s->kind].destroy(h);
+        continue;
+      }
+      /* deps: a chain's layers (in order), then what F_REF fields name. */
+      entry *deps[RESIL_CHAIN_MAX_LAYERS + MAXF];
+      size_t ndeps = 0;
+      {
+        const kinddesc *kd = &KINDS[s->kind];
+        for (size_t f = 0; f < kd->nfields && st == RESIL_OK; f++) {
+          if (kd->fields[f].type != F_REF) continue;
+          void *h = NULL;
+          if (s->ref_name[f]) {
+            char rp[256];
+            const char *base = s->src[f] == SRC_DEFAULT ? s->def_path
+                               : s->src[f] == SRC_BASE  ? s->base_path
+                                                        : s->path;
+            join(rp, sizeof rp, base, ".", kd->fields[f].key);
+            entry *d;
+            st = resolve(c, ss, (resil_registry_kind)kd->fields[f].ref_kind, s->ref_name[f],
+                         s->src_node[f], rp, &d);
+            if (st) break;
+            h = d->handle;
+            if (s->kind != RESIL_REG_CHAIN) deps[RESIL_CHAIN_MAX_LAYERS + ndeps++] = d;
+          }
+          memcpy((unsigned char *)&s->cfg + kd->fields[f].off, &h, sizeof h);
+        }
+        if (st) break;
+      }
+      if (s->kind == RESIL_REG_CHAIN) {
+        for (size_t j = 0; j < s->nlayers; j++) {
+          if ((st = resolve(c, ss, s->layers[j].kind, s->layers[j].name, s->layers[j].node,
+                            s->layers[j].path, &deps[j])) != RESIL_OK)
+            break;
+          for (size_t q = 0; q < j; q++)
+            if (deps[q] == deps[j]) {
+              st = fail_at(c, s->layers[j].node, s->layers[j].path,
+                           "%s '%s' is already layer %zu of this chain",
+                           KINDS[deps[j]->kind].section, deps[j]->name, q);
+              break;
+            }
+          if (st) break;
+        }
+        if (st) break;
+      }
+      size_t fpl = fingerprint(s, fp, FP_SIZE);
+      if (s->kind == RESIL_REG_CHAIN) {
+        /* A chain is kept only when its layers are the very same objects. */
+        for (size_t j = 0; j < s->nlayers && fpl < FP_SIZE; j++)
+          fpl += (size_t)snprintf(fp + fpl, FP_SIZE - fpl, "D%zu=%p;", j, (void *)deps[j]);
+      }
+      entry *prev = snap_find(old, s->kind, s->name);
+      if (prev && fpl < FP_SIZE && strcmp(prev->fp, fp) == 0) {
+        entry_ref(prev);
+        s->made = prev;
+        rs->kept++;
+        continue;
+      }
+      if (prev)
+        rs->replaced++;
+      else
+        rs->added++;
+      entry *e = entry_new(s, fp);
+      if (!e) {
+        st = oom(c);
+        break;
+      }
+      anycfg tmp = s->cfg;
+#ifdef RESIL_CONFIG_HTTP
+      resil_http_endpoint *table = NULL;
+      if (s->kind == RESIL_REG_HTTP_CLIENT) {
+        table = calloc(s->neps, sizeof *table);
+        if (!table) {
+          free(e->name);
+          free(e->fp);
+          free(e);
+          st = oom(c);
+          break;
+        }
+        for (size_t j = 0; j < s->neps; j++) table[j] = s->eps[j].ep;
+        tmp.hc.endpoints = table;
+        tmp.hc.endpoint_count = s->neps;
+      }
+      st = KINDS[s->kind].create(&tmp, s->name, &e->handle, &pe);
+      free(table);
+#else
+      st = KINDS[s->kind].create(&tmp, s->name, &e->handle, &pe);
+#endif
+      if (st != RESIL_OK) {
+        free(e->name);
+        free(e->fp);
+        free(e);
+        st = policy_error(c, s, &pe);
+        break;
+      }
+      for (size_t j = 0; j < ndeps; j++) {
+        entry_ref(deps[RESIL_CHAIN_MAX_LAYERS + j]);
+        e->deps[e->ndeps++] = deps[RESIL_CHAIN_MAX_LAYERS + j];
+      }
+      if (s->kind == RESIL_REG_CHAIN) {
+        for (size_t j = 0; j < s->nlayers; j++) {
+          entry_ref(deps[j]);
+          e->deps[e->ndeps++] = deps[j];
+          if ((st = add_layer(e->handle, deps[j])) != RESIL_OK) {
+            fail_at(c, s->layers[j].node, s->layers[j].path, "cannot add the layer: %s",
+                    resil_strerror(st));
+            break;
+          }
+        }
+      }
+      if (s->kind == RESIL_REG_CHAIN) e->total_timeout_ns = s->cfg.ch.total_timeout_ns;
+      s->made = e;
+      if (st) break;
+    }
+  }
+  snapshot *snap = NULL;
+  if (st == RESIL_OK) {
+    snap = calloc(1, sizeof *snap);
+    size_t n = 0;
+    for (size_t i = 0; i < ss->n; i++) n += ss->v[i].made != NULL;
+    if (snap) snap->v = calloc(n ? n : 1, sizeof *snap->v);
+    if (!snap || !snap->v) {
+      free(snap);
+      snap = NULL;
+      st = oom(c);
+    } else {
+      for (size_t i = 0; i < ss->n; i++)
+        if (ss->v[i].made) {
+          snap->v[snap->n++] = ss->v[i].made;
+          ss->v[i].made = NULL;
+        }
+      qsort(snap->v, snap->n, sizeof *snap->v, cmp_entries);
+      for (size_t i = 0; old && i < old->n; i++)
+        if (!snap_find(snap, old->v[i]->kind, old->v[i]->name)) rs->removed++;
+    }
+  }
+  for (size_t i = 0; i < ss->n; i++) {
+    entry_unref(ss->v[i].made);
+    ss->v[i].made = NULL;
+  }
+  free(fp);
+  if (st == RESIL_OK) *out = snap;
+  return st;
+}
+
+/* Parses text and builds the snapshot, keeping entries of old when they did
+ * not change. */
+static resil_status load(const char *text, size_t len, const char *file, const snapshot *old,
+                         snapshot **out, resil_registry_reload_stats *rs,
+                         resil_registry_error *uerr) {
+  lctx c;
+  memset(&c, 0, sizeof c);
+  c.file = file ? file : "<string>";
+  c.err.struct_size = sizeof c.err;
+  yaml_parser_t parser;
+  yaml_document_t doc;
+  resil_status st = RESIL_OK;
+  if (!yaml_parser_initialize(&parser)) {
+    st = oom(&c);
+    goto out;
+  }
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+  if (!yaml_parser_load(&parser, &doc)) {
+    snprintf(c.err.file, sizeof c.err.file, "%s", c.file);
+    c.err.status = parser.error == YAML_MEMORY_ERROR ? RESIL_ENOMEM : RESIL_EINVAL;
+    c.err.line = (uint32_t)parser.problem_mark.line + 1;
+    c.err.column = (uint32_t)parser.problem_mark.column + 1;
+    snprintf(c.err.message, sizeof c.err.message, "YAML: %s%s%s",
+             parser.problem ? parser.problem : "syntax error", parser.context ? " " : "",
+             parser.context ? parser.context : "");
+    st = c.err.status;
+    yaml_parser_delete(&parser);
+    goto out;
+  }
+  c.doc = &doc;
+  specs ss = {0};
+  {
+    /* One document per file: a second one would be silently ignored. */
+    yaml_document_t more;
+    if (!yaml_parser_load(&parser, &more)) {
+      snprintf(c.err.file, sizeof c.err.file, "%s", c.file);
+      c.err.status = RESIL_EINVAL;
+      c.err.line = (uint32_t)parser.problem_mark.line + 1;
+      c.err.column = (uint32_t)parser.problem_mark.column + 1;
+      snprintf(c.err.message, sizeof c.err.message, "YAML: %s",
+               parser.problem ? parser.problem : "syntax error");
+      st = RESIL_EINVAL;
+    } else {
+      yaml_node_t *r2 = yaml_document_get_root_node(&more);
+      if (r2) {
+        c.doc = &more;
+        st = fail_at(&c, r2, "", "one YAML document per file: a second one starts here");
+        c.doc = &doc;
+      }
+      yaml_document_delete(&more);
+    }
+  }
+  if (st == RESIL_OK) st = read_doc(&c, &ss);
+  if (st == RESIL_OK) st = build(&c, &ss, old, out, rs);
+  if (st != RESIL_OK && c.err.status == RESIL_OK) c.err.status = st;
+#ifdef RESIL_CONFIG_HTTP
+  for (size_t i = 0; i < ss.n; i++) free(ss.v[i].eps);
+#endif
+  free(ss.v);
+  yaml_document_delete(&doc);
+  yaml_parser_delete(&parser);
+out:
+  if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
+    resil__sized_out(uerr, resil__sized_size(uerr), &c.err, sizeof c.err);
+  return st;
+}
+
+static resil_status read_file(const char *path, char **text, size_t *len,
+                              resil_registry_error *uerr) {
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  int e = 0;
+  if (f) {
+    for (;;) {
+      if (n == cap) {
+        size_t nc = cap ? cap * 2 : 8192;
+        char *nb = realloc(buf, nc + 1);
+        if (!nb) {
+          e = ENOMEM;
+          break;
+        }
+        buf = nb;
+        cap = nc;
+      }
+      size_t r = fread(buf + n, 1, cap - n, f);
+      n += r;
+      if (r == 0) {
+        if (ferror(f)) e = errno ? errno : EIO;
+        break;
+      }
+    }
+    fclose(f);
+  } else {
+    e = errno;
+  }
+  if (e) {
+    free(buf);
+    resil_registry_error full;
+    memset(&full, 0, sizeof full);
+    full.struct_size = sizeof full;
+    full.status = e == ENOMEM ? RESIL_ENOMEM : RESIL_EIO;
+    snprintf(full.file, sizeof full.file, "%s", path);
+    snprintf(full.message, sizeof full.message, "cannot read: %s", strerror(e));
+    if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
+      resil__sized_out(uerr, resil__sized_size(uerr), &full, sizeof full);
+    return full.status;
+  }
+  if (!buf) buf = malloc(1);
+  if (!buf) return RESIL_ENOMEM;
+  buf[n] = 0;
+  *text = buf;
+  *len = n;
+  return RESIL_OK;
+}
+
+static void clear_err(resil_registry_error *uerr) {
+  if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
+    resil_registry_error_init_sized(uerr, resil__sized_size(uerr));
+}
+
+resil_status resil_registry_load_string(const char *text, size_t len, const char *name,
+                                        resil_registry **out, resil_registry_error *err) {
+  clear_err(err);
+  if (!text || !out) return RESIL_EINVAL;
+  snapshot *snap = NULL;
+  resil_registry_reload_stats rs;
+  memset(&rs, 0, sizeof rs);
+  resil_status st = load(text, len, name, NULL, &snap, &rs, err);
+  if (st) return st;
+  resil_registry *r = calloc(1, sizeof *r);
+  if (!r || pthread_rwlock_init(&r->lock, NULL)) {
+    free(r);
+    snap_free(snap);
+    return RESIL_ENOMEM;
+  }
+  if (pthread_mutex_init(&r->reload_mu, NULL)) {
+    pthread_rwlock_destroy(&r->lock);
+    free(r);
+    snap_free(snap);
+    return RESIL_ESYS;
+  }
+  r->cur = snap;
+  atomic_init(&r->gen, 1);
+  rs.struct_size = sizeof rs;
+  rs.generation = 1;
+  r->last = rs;
+  *out = r;
+  return RESIL_OK;
+}
+
+resil_status resil_registry_load_file(const char *path, resil_registry **out,
+                                      resil_registry_error *err) {
+  clear_err(err);
+  if (!path || !out) return RESIL_EINVAL;
+  char *text;
+  size_t len;
+  resil_status st = read_file(path, &text, &len, err);
+  if (st) return st;
+  st = resil_registry_load_string(text, len, path, out, err);
+  free(text);
+  return st;
+}
+
+void resil_registry_free(resil_registry *reg) {
+  if (!reg) return;
+  snap_free(reg->cur);
+  pthread_mutex_destroy(&reg->reload_mu);
+  pthread_rwlock_destroy(&reg->lock);
+  free(reg);
+}
+
+resil_status resil_registry_reload_string(resil_registry *reg, const char *text, size_t len,
+                                          const char *name, resil_registry_error *err) {
+  clear_err(err);
+  if (!reg) return RESIL_EMISUSE;
+  if (!text) return RESIL_EINVAL;
+  pthread_mutex_lock(&reg->reload_mu);
+  /* Only reloads replace cur, and they are serialised by reload_mu: cur can
+   * be read here without the rwlock. */
+  snapshot *snap = NULL;
+  resil_registry_reload_stats rs;
+  memset(&rs, 0, sizeof rs);
+  resil_status st = load(text, len, name, reg->cur, &snap, &rs, err);
+  if (st == RESIL_OK) {
+    pthread_rwlock_wrlock(&reg->lock);
+    snapshot *old = reg->cur;
+    reg->cur = snap;
+    rs.struct_size = sizeof rs;
+    rs.generation = atomic_fetch_add(&reg->gen, 1) + 1;
+    reg->last = rs;
+    pthread_rwlock_unlock(&reg->lock);
+    snap_free(old); /* entries kept or leased live on */
+  }
+  pthread_mutex_unlock(&reg->reload_mu);
+  return st;
+}
+
+resil_status resil_registry_reload(resil_registry *reg, const char *path,
+                                   resil_registry_error *err) {
+  clear_err(err);
+  if (!reg) return RESIL_EMISUSE;
+  if (!path) return RESIL_EINVAL;
+  char *text;
+  size_t len;
+  resil_status st = read_file(path, &text, &len, err);
+  if (st) return st;
+  st = resil_registry_reload_string(reg, text, len, path, err);
+  free(text);
+  return st;
+}
+
+resil_status resil_registry_last_reload_sized(resil_registry *reg,
+                                             resil_registry_reload_stats *out,
+                                             size_t struct_size) {
+  if (!reg) return RESIL_EMISUSE;
+  if (!out) return RESIL_EINVAL;
+  pthread_rwlock_rdlock(&reg->lock);
+  resil_registry_reload_stats rs = reg->last;
+  pthread_rwlock_unlock(&reg->lock);
+  resil__sized_out(out, struct_size, &rs, sizeof rs);
+  return RESIL_OK;
+}
+
+uint64_t resil_registry_generation(resil_registry *reg) {
+  return reg ? atomic_load(&reg->gen) : 0;
+}
+
+void *resil_registry_get(resil_registry *reg, resil_registry_kind kind, const char *name) {
+  if (!reg || !name || (unsigned)kind >= RESIL_REG_KIND_COUNT_) return NULL;
+  pthread_rwlock_rdlock(&reg->lock);
+  entry *e = snap_find(reg->cur, kind, name);
+  void *h = e ? e->handle : NULL;
+  pthread_rwlock_unlock(&reg->lock);
+  return h;
+}
+
+int64_t resil_registry_chain_total_timeout_ns(resil_registry *reg, const char *name) {
+  if (!reg || !name) return -1;
+  pthread_rwlock_rdlock(&reg->lock);
+  entry *e = snap_find(reg->cur, RESIL_REG_CHAIN, name);
+  int64_t t = e ? e->total_timeout_ns : -1;
+  pthread_rwlock_unlock(&reg->lock);
+  return t;
+}
+
+resil_breaker *resil_registry_breaker(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_BREAKER, name);
+}
+resil_retry *resil_registry_retry(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_RETRY, name);
+}
+resil_ratelimiter *resil_registry_ratelimiter(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_RATELIMITER, name);
+}
+resil_bulkhead *resil_registry_bulkhead(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_BULKHEAD, name);
+}
+resil_timelimiter *resil_registry_timelimiter(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_TIMELIMITER, name);
+}
+resil_hedge *resil_registry_hedge(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_HEDGE, name);
+}
+resil_chain *resil_registry_chain(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_CHAIN, name);
+}
+resil_http_client *resil_registry_http_client(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_HTTP_CLIENT, name);
+}
+resil_store *resil_registry_store(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_STORE, name);
+}
+resil_retry_budget *resil_registry_retry_budget(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_RETRY_BUDGET, name);
+}
+resil_threadpool *resil_registry_threadpool(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_THREADPOOL, name);
+}
+
+void *resil_registry_acquire(resil_registry *reg, resil_registry_kind kind, const char *name,
+                             resil_registry_lease **lease) {
+  if (lease) *lease = NULL;
+  if (!reg || !name || !lease || (unsigned)kind >= RESIL_REG_KIND_COUNT_) return NULL;
+  pthread_rwlock_rdlock(&reg->lock);
+  entry *e = snap_find(reg->cur, kind, name);
+  if (e) entry_ref(e);
+  pthread_rwlock_unlock(&reg->lock);
+  if (!e) return NULL;
+  *lease = (resil_registry_lease *)e;
+  return e->handle;
+}
+
+void resil_registry_release(resil_registry_lease *lease) { entry_unref((entry *)lease); }
+
+size_t resil_registry_count(resil_registry *reg, resil_registry_kind kind) {
+  if (!reg) return 0;
+  size_t n = 0;
+  pthread_rwlock_rdlock(&reg->lock);
+  for (size_t i = 0; i < reg->cur->n; i++)
+    if (kind == RESIL_REG_KIND_COUNT_ || reg->cur->v[i]->kind == kind) n++;
+  pthread_rwlock_unlock(&reg->lock);
+  return n;
+}
+
+resil_status resil_registry_foreach(resil_registry *reg, resil_registry_visit_fn fn,
+                                    void *user) {
+  if (!reg) return RESIL_EMISUSE;
+  if (!fn) return RESIL_EINVAL;
+  pthread_rwlock_rdlock(&reg->lock);
+  for (size_t i = 0; i < reg->cur->n; i++) {
+    entry *e = reg->cur->v[i];
+    if (fn(user, e->kind, e->name, e->handle)) break;
+  }
+  pthread_rwlock_unlock(&reg->lock);
+  return RESIL_OK;
+}
