@@ -913,6 +913,7 @@ static void token_unsubscribe(resil_engine_handle *call) {
   resil_cancel_unsubscribe(call->tsub);
   call->tsub = NULL;
 }
+
 /* ---- libcurl's multi_socket callbacks -------------------------------------- */
 
 static void check_done(resil_engine *e) {
