@@ -141,7 +141,7 @@ RESIL_API void resil_cancel_free(resil_cancel *c);
 /* Idempotent; wakes every sleeper waiting on the token, then, the first
  * time only, calls the fn of every subscription on this thread, one after
  * the other, with no token lock held (each fn may call any token
- * function, its own unsubscribe included). A later or concurrent signal
+ * function but resil_cancel_free, its own unsubscribe included). A later or concurrent signal
  * returns at once, possibly before the first one's fns ran. Never
  * allocates. */
 RESIL_API void resil_cancel_signal(resil_cancel *c);
@@ -170,7 +170,8 @@ typedef void (*resil_cancel_fn)(void *user);
 RESIL_API resil_status resil_cancel_subscribe(resil_cancel *c, resil_cancel_fn fn, void *user,
                                               resil_cancel_sub **out);
 /* Ends the subscription and frees it. Returns 1 when fn was not called and
- * now never will be, 0 when it was (or is being) called. From another
+ * now never will be, 0 when it was called (or, from inside fn, is being
+ * called). From another
  * thread than the signalling one, it returns only after a running fn
  * returned, so the caller may then free what fn uses; so it must not be
  * called holding a lock fn takes. From inside fn (on the signalling
