@@ -7,8 +7,8 @@
  * what may be retried (DESIGN §2.3).
  *
  * Thread-safety: a resil_ctx is a plain value owned by the caller. A
- * resil_cancel may be signalled and polled from any thread at once;
- * resil_cancel_free needs exclusive access. */
+ * resil_cancel may be signalled, polled, waited on and subscribed to from
+ * any thread at once; resil_cancel_free needs exclusive access. */
 #ifndef RESIL_CALL_H
 #define RESIL_CALL_H
 
@@ -132,16 +132,52 @@ RESIL_API int64_t resil_ctx_attempt_timeout_ns(const resil_ctx *ctx,
                                                int64_t attempt_timeout_ns);
 
 /* Cooperative cancellation token. Create/free pair: resil_cancel_new /
- * resil_cancel_free. */
+ * resil_cancel_free. resil_cancel_free needs exclusive access (no signal,
+ * wait or subscription call running), and freeing a token with a
+ * subscription not yet given back by resil_cancel_unsubscribe() (even one
+ * whose fn ran) is a misuse: undefined behaviour. */
 RESIL_API resil_status resil_cancel_new(resil_cancel **out);
 RESIL_API void resil_cancel_free(resil_cancel *c);
-/* Idempotent; wakes every sleeper waiting on the token. */
+/* Idempotent; wakes every sleeper waiting on the token, then, the first
+ * time only, calls the fn of every subscription on this thread, one after
+ * the other, with no token lock held (each fn may call any token
+ * function but resil_cancel_free, its own unsubscribe included). A later or concurrent signal
+ * returns at once, possibly before the first one's fns ran. Never
+ * allocates. */
 RESIL_API void resil_cancel_signal(resil_cancel *c);
 /* 1 once signalled. NULL gives 0. Cheap (one atomic load). */
 RESIL_API int resil_cancel_is_set(const resil_cancel *c);
 /* Blocks up to timeout_ns (real time). Returns 1 when signalled, 0 on
  * timeout. */
 RESIL_API int resil_cancel_wait_ns(resil_cancel *c, int64_t timeout_ns);
+
+/* ---- listeners (Since 0.2) -------------------------------------------------
+ * A subscription asks the token to call fn(user) when it is signalled:
+ * exactly once per subscription, on the thread that calls
+ * resil_cancel_signal(), with no token lock held. So fn should be short and
+ * must not block on whatever that thread may hold (typically: set a flag,
+ * wake a loop). Subscribing and unsubscribing are thread-safe, from any
+ * thread, concurrently with a signal. */
+typedef struct resil_cancel_sub resil_cancel_sub;
+typedef void (*resil_cancel_fn)(void *user);
+
+/* Subscribes fn(user) to c. RESIL_OK: *out holds the subscription, which
+ * the caller gives back with resil_cancel_unsubscribe() (also after fn
+ * ran). RESIL_ESTATE: c is already signalled; fn is not called (now or
+ * later) and *out is NULL (the caller acts on the signal itself).
+ * RESIL_EINVAL (NULL c, fn or out), RESIL_ENOMEM: *out NULL. It allocates
+ * the subscription (the signal does not). Since 0.2. */
+RESIL_API resil_status resil_cancel_subscribe(resil_cancel *c, resil_cancel_fn fn, void *user,
+                                              resil_cancel_sub **out);
+/* Ends the subscription and frees it. Returns 1 when fn was not called and
+ * now never will be, 0 when it was called (or, from inside fn, is being
+ * called). From another
+ * thread than the signalling one, it returns only after a running fn
+ * returned, so the caller may then free what fn uses; so it must not be
+ * called holding a lock fn takes. From inside fn (on the signalling
+ * thread) it returns at once, without waiting for itself. NULL: 0.
+ * Since 0.2. */
+RESIL_API int resil_cancel_unsubscribe(resil_cancel_sub *sub);
 
 #ifdef __cplusplus
 }

@@ -213,9 +213,10 @@ RESIL_API void resil_engine_free(resil_engine *e);
 /* Submits a logical call of endpoint with args (as resil_http_call; copied
  * at once), policies (NULL: none) and ctx (NULL: defaults; its deadline,
  * flags and clock are read now; its cancel token, which must outlive the
- * call, is read before each attempt and polled every 5 ms while the call
- * runs: a token that is set cancels the call as resil_engine_cancel does,
- * within about 5 ms).
+ * call, is read before each attempt, and the call subscribes to it
+ * (resil_cancel_subscribe, call.h) until it completes: a signal from any
+ * thread cancels the call as resil_engine_cancel does, on the next loop
+ * iteration; the engine keeps no timer for it).
  * Loop thread only. On RESIL_OK, done(user, ...) will be called exactly
  * once, on a later loop iteration; when `out` is not NULL it gets a handle
  * the caller holds until resil_engine_handle_release(), valid for
@@ -341,11 +342,17 @@ RESIL_API resil_status resil_engine_get_stats_sized(const resil_engine *e,
  * it must stay valid until then. resil_engine_free() ends running keyed
  * calls as it ends plain ones (done from inside it, stop CANCELLED).
  *
+ * The ctx cancel token: each physical request carries it (see
+ * resil_engine_call), and the keyed call subscribes to it too until it
+ * completes, so a signal from any thread ends a wait (the deferred start, a
+ * PENDING poll's timer, a retry backoff) on the next loop iteration, with
+ * what the end of that wait gives once the token is set (as the blocking
+ * path's cancellable sleep does): no new write is sent, and after PENDING
+ * the write's outcome with RESIL_OF_STATUS_PENDING.
+ *
  * Weaker than the blocking path: the client's attempt listener sees each
  * physical request as the engine reports an unretried call (attempt 1,
- * next_wait_ns -1), not the recovery numbering; the ctx cancel token is
- * read before each physical request and when a wait ends (use
- * resil_engine_keyed_cancel to end a wait at once). */
+ * next_wait_ns -1), not the recovery numbering. */
 
 typedef struct resil_engine_keyed resil_engine_keyed;
 

@@ -55,10 +55,28 @@ int64_t resil_ctx_attempt_timeout_ns(const resil_ctx *ctx,
   return left;
 }
 
+/* The token. Subscriptions are a doubly linked list under mu. A signal
+ * sets `set`, wakes the sleepers, then takes the subscriptions off the
+ * list one at a time and calls each fn with mu released; `running` is the
+ * one whose fn runs now (on thread `runner`), so that an unsubscribe from
+ * another thread can wait for it (on cv, broadcast after each fn) and one
+ * from inside fn does not. Only the first signal runs fns: a later one
+ * finds `set` and returns. */
+struct resil_cancel_sub {
+  resil_cancel *c;
+  resil_cancel_fn fn;
+  void *user;
+  struct resil_cancel_sub *prev, *next; /* under c->mu */
+  int linked;                           /* under c->mu */
+};
+
 struct resil_cancel {
   atomic_int set;
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  resil_cancel_sub *subs;    /* under mu */
+  resil_cancel_sub *running; /* under mu: its fn runs now */
+  pthread_t runner;          /* under mu: valid while running != NULL */
 };
 
 resil_status resil_cancel_new(resil_cancel **out) {
@@ -94,9 +112,77 @@ void resil_cancel_free(resil_cancel *c) {
 void resil_cancel_signal(resil_cancel *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
+  if (atomic_load_explicit(&c->set, memory_order_relaxed)) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
   atomic_store_explicit(&c->set, 1, memory_order_release);
   pthread_cond_broadcast(&c->cv);
+  c->runner = pthread_self();
+  resil_cancel_sub *s;
+  while ((s = c->subs) != NULL) {
+    c->subs = s->next;
+    if (c->subs) c->subs->prev = NULL;
+    s->prev = s->next = NULL;
+    s->linked = 0;
+    c->running = s;
+    resil_cancel_fn fn = s->fn;
+    void *user = s->user;
+    pthread_mutex_unlock(&c->mu);
+    /* From here on s may be freed (an unsubscribe from inside fn). */
+    fn(user);
+    pthread_mutex_lock(&c->mu);
+    c->running = NULL;
+    pthread_cond_broadcast(&c->cv);
+  }
   pthread_mutex_unlock(&c->mu);
+}
+
+resil_status resil_cancel_subscribe(resil_cancel *c, resil_cancel_fn fn, void *user,
+                                    resil_cancel_sub **out) {
+  if (out) *out = NULL;
+  if (!c || !fn || !out) return RESIL_EINVAL;
+  /* Allocated before the lock: a signal never allocates or frees. */
+  resil_cancel_sub *s = resil__calloc(NULL, sizeof *s);
+  if (!s) return RESIL_ENOMEM;
+  s->c = c;
+  s->fn = fn;
+  s->user = user;
+  pthread_mutex_lock(&c->mu);
+  if (atomic_load_explicit(&c->set, memory_order_relaxed)) {
+    pthread_mutex_unlock(&c->mu);
+    resil__free(NULL, s);
+    return RESIL_ESTATE;
+  }
+  s->next = c->subs;
+  if (c->subs) c->subs->prev = s;
+  c->subs = s;
+  s->linked = 1;
+  pthread_mutex_unlock(&c->mu);
+  *out = s;
+  return RESIL_OK;
+}
+
+int resil_cancel_unsubscribe(resil_cancel_sub *s) {
+  if (!s) return 0;
+  resil_cancel *c = s->c;
+  int removed = 0;
+  pthread_mutex_lock(&c->mu);
+  if (s->linked) {
+    if (s->prev) s->prev->next = s->next;
+    else c->subs = s->next;
+    if (s->next) s->next->prev = s->prev;
+    s->linked = 0;
+    removed = 1;
+  } else if (!pthread_equal(c->runner, pthread_self())) {
+    /* fn may be running on the signalling thread: wait for its end. */
+    while (c->running == s) pthread_cond_wait(&c->cv, &c->mu);
+  }
+  /* else: from inside fn (this thread runs the signal's fns): s is no
+   * longer c->running's concern once fn returns, so no wait. */
+  pthread_mutex_unlock(&c->mu);
+  resil__free(NULL, s);
+  return removed;
 }
 
 int resil_cancel_is_set(const resil_cancel *c) {

@@ -12,7 +12,10 @@
  *   POLL    waiting after a PENDING answer (timer)
  *   BACKOFF waiting for the retry's next write (timer)
  * Cross-thread cancel: under mu, with cur (the engine call in flight) or a
- * post to the loop thread when waiting. */
+ * post to the loop thread when waiting. The ctx token: the keyed call
+ * subscribes to it (tsub) until finish; a signal posts to the loop thread,
+ * which ends a wait as its timer would (on_post); a physical request in
+ * flight is cancelled by its own engine call's subscription. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -63,6 +66,7 @@ struct resil_engine_keyed {
   resil_http_response *rec; /* the recovered one         */
   resil_engine_keyed_done_fn done;
   void *user;
+  resil_cancel_sub *tsub; /* the ctx token's subscription, until finish */
 };
 
 static void keyed_unref(resil_engine_keyed *k) {
@@ -143,6 +147,10 @@ static const resil_ctx *actx_of(const resil_engine_keyed *k) { return resil__kr_
 
 static void finish(resil_engine_keyed *k, resil_outcome o) {
   resil_engine *e = k->e;
+  /* First: once it returns no token_fired runs or will run, and the
+   * detach below drops a post it made. */
+  resil_cancel_unsubscribe(k->tsub);
+  k->tsub = NULL;
   pthread_mutex_lock(&k->mu);
   k->finished = 1;
   pthread_mutex_unlock(&k->mu);
@@ -371,10 +379,23 @@ static void on_timer(void *arg) {
   }
 }
 
-/* A cancel reached the loop thread while the call waited. */
+/* A cancel, or a signal of the ctx token, reached the loop thread: a wait
+ * ends now (a token: as its timer would, which reads the token). */
 static void on_post(resil__engine_ext *x) {
   resil_engine_keyed *k = (resil_engine_keyed *)(void *)x;
-  if (k->phase == PH_START || k->phase == PH_POLL || k->phase == PH_BACKOFF) finish_cancelled(k);
+  if (k->phase != PH_START && k->phase != PH_POLL && k->phase != PH_BACKOFF) return;
+  if (cancelled(k)) {
+    finish_cancelled(k);
+  } else if (resil_cancel_is_set(k->ctx.cancel)) {
+    resil__engine_disarm(k->e, &k->t);
+    on_timer(k);
+  }
+}
+
+/* The ctx token's listener: any thread, while k->tsub is live. */
+static void token_fired(void *user) {
+  resil_engine_keyed *k = user;
+  resil__engine_post(k->e, &k->ext);
 }
 
 static void on_engine_free(resil__engine_ext *x) {
@@ -460,7 +481,13 @@ resil_status resil_engine_call_keyed_sized(resil_engine *e, const char *endpoint
   k->ext.on_free = on_engine_free;
   /* The start is deferred to a later loop iteration: done is never called
    * from inside this function. */
-  if (resil__engine_arm(e, &k->t, resil__engine_now(e)) != 0) {
+  resil_status ts = RESIL_OK;
+  if (k->ctx.cancel) ts = resil_cancel_subscribe(k->ctx.cancel, token_fired, k, &k->tsub);
+  /* RESIL_ESTATE (already set): the start reads the token. */
+  if ((ts != RESIL_OK && ts != RESIL_ESTATE) ||
+      resil__engine_arm(e, &k->t, resil__engine_now(e)) != 0) {
+    resil_cancel_unsubscribe(k->tsub);
+    resil__engine_detach(e, &k->ext); /* drops a post token_fired made */
     pthread_mutex_destroy(&k->mu);
     resil__recov_free(&k->rv);
     resil__free(k->alloc, k->store);

@@ -465,6 +465,78 @@ static void submit_errors_never_call_back(void **state) {
   te_close(t);
 }
 
+/* ---- the ctx token ends a wait at once ------------------------------------------------ */
+
+typedef struct token_signaller {
+  resil_fixture *f;
+  resil_cancel *tok;
+  int64_t at_ms;
+} token_signaller;
+
+static void *signal_when_polling(void *u) {
+  token_signaller *g = u;
+  /* Event order: the first status query was answered PENDING; the call
+   * then waits 5 s for the next. */
+  while (resil_fixture_attempts(g->f, "operations") < 1) sleep_ms(5);
+  sleep_ms(100);
+  g->at_ms = mono_ms();
+  resil_cancel_signal(g->tok);
+  return NULL;
+}
+
+static void ctx_token_signal_ends_a_pending_wait_at_once(void **state) {
+  fx_state *s = *state;
+  kopts opt = {.timeout_ms = 200, .poll_ms = 5000, .pending_max_ms = 60000};
+  resil_http_client *c = client_on(s->f, eps, NEPS, apply, &opt);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  const char *key = "keyed-token";
+  assert_int_equal(resil_fixture_op_pending(s->f, key, NULL, NULL), 0);
+  resil_cancel *tok = NULL;
+  assert_int_equal(resil_cancel_new(&tok), RESIL_OK);
+  kdone d;
+  kd_init(&d);
+  resil_http_recovery rep;
+  resil_http_param p = {"ms", "1500"};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = &p;
+  args.param_count = 1;
+  args.idempotency_key = key;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, MS(60000));
+  ctx.cancel = tok;
+  resil_engine_keyed *h = NULL;
+  assert_int_equal(resil_engine_call_keyed(e, "slow_keyed", &args, NULL, &ctx, on_kdone, &d, &rep,
+                                           &h, NULL),
+                   RESIL_OK);
+  token_signaller g = {.f = s->f, .tok = tok};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, signal_when_polling, &g), 0);
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  pthread_join(th, NULL);
+  kd_check_once(&l, &d);
+  /* What the end of the wait gives with the token set: the write's
+   * outcome, PENDING seen, no new query or write. */
+  assert_int_equal(d.o.kind, RESIL_UNKNOWN);
+  assert_true(d.o.flags & RESIL_OF_STATUS_PENDING);
+  assert_int_equal(rep.write_attempts, 1);
+  assert_int_equal(rep.status_queries, 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
+  print_message("token ended the PENDING wait %lld ms after the signal\n",
+                (long long)(d.at_ms - g.at_ms));
+  /* Not at the next poll, 5 s later (read when the wait ended before). */
+  assert_true(d.at_ms - g.at_ms < 2500);
+  resil_engine_keyed_release(h);
+  resil_http_response_free(d.r);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_cancel_free(tok);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(commit_then_slow_answer_is_recovered_committed_with_one_effect,
@@ -484,6 +556,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(engine_free_ends_a_waiting_keyed_call_once, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(submit_errors_never_call_back, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(ctx_token_signal_ends_a_pending_wait_at_once, fx_setup,
+                                      fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("keyed calls on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP

@@ -1099,6 +1099,168 @@ static void hedges_spend_the_retry_budget(void **state) {
   resil_retry_budget_free(b);
 }
 
+/* ---- the ctx token notifies: no poll timer ---------------------------------------- */
+
+typedef struct late_signal {
+  resil_cancel *tok;
+  long delay_ms;
+  int64_t at_ms;
+} late_signal;
+
+static void *late_signal_main(void *u) {
+  late_signal *g = u;
+  sleep_ms(g->delay_ms);
+  g->at_ms = mono_ms(); /* read after the join */
+  resil_cancel_signal(g->tok);
+  return NULL;
+}
+
+/* One iteration bounded by max_ms waits it out: nothing (no timer) ends it
+ * early. A lower bound only, which load cannot break. */
+static int waits_out(test_loop *l, int max_ms) {
+  int64_t t0 = mono_ms();
+  tl_run_once(l, max_ms);
+  return mono_ms() - t0 >= max_ms * 3 / 4;
+}
+
+static void ctx_token_signal_ends_a_call_on_the_next_iteration_without_a_poll_timer(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  resil_cancel *tok = NULL;
+  assert_int_equal(resil_cancel_new(&tok), RESIL_OK);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.cancel = tok;
+  assert_int_equal(submit(e, &d, 0, "slow", KV("ms", "8000"), NULL, &ctx, NULL), RESIL_OK);
+  int64_t end = mono_ms() + 30000;
+  while (resil_fixture_attempts(s->f, "slow") < 1 && mono_ms() < end) tl_run_once(&l, 50);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
+  /* The call waits for its answer with a token: the engine keeps no timer
+   * for it, so an iteration (after the sent request's last events) waits
+   * out its 300 ms bound (a 5 ms poll ended each one early). */
+  int idle = 0;
+  for (int i = 0; i < 5 && !idle; i++) idle = waits_out(&l, 300);
+  assert_true(idle);
+  /* Another thread signals while the loop thread waits in one long
+   * iteration: the signal wakes it, and the call completes in it. */
+  late_signal g = {tok, 100, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, late_signal_main, &g), 0);
+  int iters = 0;
+  while (atomic_load(&d.done) < 1 && iters < 10000) {
+    tl_run_once(&l, 10000);
+    iters++;
+  }
+  pthread_join(th, NULL);
+  assert_int_equal(atomic_load(&d.done), 1);
+  assert_int_equal(d.count[0], 1);
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_CANCELLED);
+  assert_int_equal(d.o[0].stop, RESIL_STOP_CANCELLED);
+  print_message("token cancel: %d iteration(s), %lld ms after the signal\n", iters,
+                (long long)(d.at_ms[0] - g.at_ms));
+  assert_true(iters <= 3); /* polling: one iteration per 5 ms, ~20 */
+  assert_true(d.at_ms[0] - g.at_ms < 5000);
+  /* No call running: no periodic timer either. */
+  assert_int_equal(resil_engine_active(e), 0);
+  assert_true(waits_out(&l, 200));
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_cancel_free(tok);
+  resil_http_client_free(c);
+}
+
+/* ---- a due deadline runs before the I/O of the same iteration ---------------------- */
+
+typedef struct order_rec {
+  atomic_size_t done;
+  size_t order[2]; /* tags in completion order */
+  resil_outcome o[2];
+} order_rec;
+
+typedef struct order_tag {
+  order_rec *rec;
+  size_t i;
+} order_tag;
+
+static void on_order_done(void *user, resil_engine_handle *h, resil_outcome o,
+                          resil_http_response *r) {
+  (void)h;
+  order_tag *t = user;
+  size_t n = atomic_load(&t->rec->done);
+  if (n < 2) t->rec->order[n] = t->i;
+  t->rec->o[t->i] = o;
+  resil_http_response_free(r);
+  atomic_fetch_add(&t->rec->done, 1);
+}
+
+/* Lab A3's lateness: the loops run an iteration's ready fds before its
+ * timers, so a due deadline waited behind the libcurl work of every ready
+ * socket. Here libcurl's own CURLOPT_TIMEOUT for the call is later than the
+ * engine's deadline (libcurl counts from its first run of the transfer,
+ * which the loop thread delays by 150 ms, as a busy loop does in A3), so
+ * only the engine's deadline timer can end the call in time, and it must
+ * run before the iteration's I/O. */
+static void due_deadline_runs_before_the_iterations_io(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  order_rec d;
+  memset(&d, 0, sizeof d);
+  order_tag t[2] = {{&d, 0}, {&d, 1}};
+  /* Call 0: a 5 s route with a 400 ms deadline. Call 1: answered after
+   * 100 ms, no deadline. */
+  resil_http_param p0 = {"ms", "5000"}, p1 = {"ms", "100"};
+  resil_http_args a0, a1;
+  resil_http_args_init(&a0);
+  a0.params = &p0;
+  a0.param_count = 1;
+  resil_http_args_init(&a1);
+  a1.params = &p1;
+  a1.param_count = 1;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, MS(400));
+  int64_t t0 = mono_ms();
+  assert_int_equal(resil_engine_call(e, "slow", &a0, NULL, &ctx, on_order_done, &t[0], NULL, NULL),
+                   RESIL_OK);
+  assert_int_equal(resil_engine_call(e, "slow", &a1, NULL, NULL, on_order_done, &t[1], NULL, NULL),
+                   RESIL_OK);
+  tl_run_once(&l, 0); /* the starts: the transfers are added to libcurl */
+  sleep_ms(150);      /* libcurl runs them (and starts its clock) later */
+  int64_t end = mono_ms() + 30000;
+  while (resil_fixture_attempts(s->f, "slow") < 2 && mono_ms() < end) tl_run_once(&l, 20);
+  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 2);
+  int64_t sent = mono_ms() - t0;
+  if (sent >= 250) {
+    /* Too loaded to set the scene in time: the order is not checked. */
+    print_message("both sent only %lld ms after submit; order not checked\n", (long long)sent);
+    assert_true(tl_run_until(&l, &d.done, 2, 30000));
+  } else {
+    /* The loop thread stays away past call 1's answer (~sent + 100 ms)
+     * and call 0's deadline (400 ms), not past libcurl's timeout for it
+     * (~550 ms): the next iteration finds call 1's socket readable and the
+     * deadline due. The deadline is served first. */
+    sleep_ms(480 - (long)sent);
+    assert_true(tl_run_until(&l, &d.done, 2, 30000));
+    assert_int_equal(d.order[0], 0);
+    assert_int_equal(d.order[1], 1);
+  }
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_int_equal(d.o[1].kind, RESIL_ANSWERED);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(thousand_gets_in_flight_on_one_thread_each_completed_once,
@@ -1152,6 +1314,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(deadline_removes_the_primary_and_its_hedges, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(hedges_spend_the_retry_budget, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          ctx_token_signal_ends_a_call_on_the_next_iteration_without_a_poll_timer, fx_setup,
+          fx_teardown),
+      cmocka_unit_test_setup_teardown(due_deadline_runs_before_the_iterations_io, fx_setup,
+                                      fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP
