@@ -267,7 +267,7 @@ static int draw_budget(FILE *f, const json_t *o) {
   }
   double span = max > 0 ? max * 1.05 : 1.0;
   const int left = 250;
-  const double pw = W - left - RIGHT;
+  const double pw = W - left - 110; /* room on the right for the figures */
   int h = 30 + (int)n * 30 + 30;
   figure_open(f, "deadline-budget");
   svg_open(f, h, "deadline-budget", "deadline budget each layer used");
@@ -287,9 +287,7 @@ static int draw_budget(FILE *f, const json_t *o) {
                "data-used-ms=\"%g\"><title>used %.1f ms of %.1f ms</title></rect>",
             u > b ? " over" : "", left, y + 4, pw * u / span, u, u, b);
     fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%.1f\">%.1f / %.0f ms</text>",
-            left + pw * (u > b ? u : b) / span + 4 > W - 90 ? W - 90.0
-                                                             : left + pw * (u > b ? u : b) / span + 4,
-            y + 14, u, b);
+            left + pw * (u > b ? u : b) / span + 6, y + 14, u, b);
   }
   /* The axis of this picture starts at its own left edge. */
   double ay = 30 + 30.0 * (double)n + 4;
