@@ -9,6 +9,7 @@
 #include <sys/utsname.h>
 #include <time.h>
 
+#include "lab_report.h"
 #include "resil/resil.h"
 
 #ifdef RESIL_HAVE_HTTP
@@ -193,7 +194,7 @@ static int selected(const char *only, const char *id) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: resil lab [--json FILE] [--only ID[,ID...]] [--path P] [--list]\n"
+          "usage: resil lab [--json FILE] [--html FILE] [--only ID[,ID...]] [--path P] [--list]\n"
           "  Runs the failure experiments of DESIGN §7 and §9 (P1-P14, H1-H16,\n"
           "  I1-I8, A1-A8) against real code, a loopback upstream and temporary\n"
           "  SQLite files; the H and I experiments run twice, on the blocking API\n"
@@ -203,14 +204,28 @@ static void usage(FILE *f) {
           "  --only IDS    run only these experiments (e.g. P1,P6,H3 or H3/engine)\n"
           "  --path P      blocking, engine or both (default both) for the H and I\n"
           "                experiments\n"
-          "  --list        list the experiments and exit\n");
+          "  --list        list the experiments and exit\n"
+          "  --html FILE   write the report, one self-contained HTML page with\n"
+          "                pictures drawn from the measured series\n"
+          "  resil lab report --from JSON --html FILE: the page from a saved --json\n");
 }
 
 int lab_main(int argc, char **argv) {
   const char *json_path = NULL, *only = NULL;
   int list = 0;
   unsigned path_mask = LAB_PATHS_BOTH;
+  /* The HTML report (lab_report.c). */
+  const char *html_path = NULL;
+  if (argc > 1 && strcmp(argv[1], "report") == 0) return lab_report_main(argc - 1, argv + 1);
   for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--html") == 0) {
+      if (++i >= argc) {
+        fprintf(stderr, "resil lab: --html needs a file name\n");
+        return 2;
+      }
+      html_path = argv[i];
+      continue;
+    }
     if (strcmp(argv[i], "--json") == 0) {
       if (++i >= argc) {
         fprintf(stderr, "resil lab: --json needs a file name\n");
@@ -331,6 +346,14 @@ int lab_main(int argc, char **argv) {
         rc = 2;
       } else {
         printf("lab: evidence written to %s\n", json_path);
+      }
+    }
+    if (html_path) {
+      if (lab_report_write_file(doc, html_path) != 0) {
+        fprintf(stderr, "resil lab: cannot write %s\n", html_path);
+        rc = 2;
+      } else {
+        printf("lab: report written to %s\n", html_path);
       }
     }
   }

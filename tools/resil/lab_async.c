@@ -69,7 +69,52 @@ typedef struct async_lab {
   resil_outcome *o;
   int64_t *t_submit, *t_done; /* ms */
   char (*ids)[16];
+  /* Series for the HTML report (async_sampling): after each loop pass, at
+   * most every ASYNC_SAMPLE_MS and at most ASYNC_SAMPLES times, sample()
+   * adds its fields to a row {t_ms} appended to samples; NULL: none. */
+  json_t *samples;
+  void (*sample)(struct async_lab *a, json_t *row);
+  void *sample_user;
+  int64_t sample_t0_us, sample_last_us;
 } async_lab;
+
+enum { ASYNC_SAMPLE_MS = 5, ASYNC_SAMPLES = 400 };
+
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Takes one sample now when due (or always with force: the first, the
+ * one after submitting and the last, so at most ASYNC_SAMPLES + 3). */
+static void async_sample_now(async_lab *a, int force) {
+  if (!a->samples || (!force && json_array_size(a->samples) >= ASYNC_SAMPLES)) return;
+  int64_t t = now_us();
+  if (!force && t - a->sample_last_us < ASYNC_SAMPLE_MS * 1000) return;
+  a->sample_last_us = t;
+  json_t *row = json_pack("{s:f}", "t_ms", (double)(t - a->sample_t0_us) / 1e3);
+  a->sample(a, row);
+  json_array_append_new(a->samples, row);
+}
+
+/* Starts sampling with fn (time 0 now); the first sample is taken at once. */
+static void async_sampling(async_lab *a, void (*fn)(async_lab *a, json_t *row), void *user) {
+  a->samples = json_array();
+  a->sample = fn;
+  a->sample_user = user;
+  a->sample_t0_us = now_us();
+  async_sample_now(a, 1);
+}
+
+/* Ends sampling: one last sample, then the series goes to observed[key]. */
+static void async_sampling_end(lab_result *r, async_lab *a, const char *key) {
+  if (!a->samples) return;
+  a->sample_last_us = 0;
+  async_sample_now(a, 1);
+  lab_obs_json(r, key, a->samples);
+  a->samples = NULL;
+}
 
 typedef struct async_tag {
   async_lab *a;
@@ -147,6 +192,8 @@ static int async_open(lab_result *r, async_lab *a, size_t n, uint32_t conns) {
 }
 
 static void async_close(async_lab *a) {
+  json_decref(a->samples);
+  a->samples = NULL;
   resil_engine_free(a->e);
 #ifdef RESIL_HAVE_UV
   if (a->on_uv) {
@@ -199,10 +246,12 @@ static void run_once(async_lab *a) {
     uv_timer_start(&a->bound, bound_cb, 10, 0);
     uv_run(&a->uvl, UV_RUN_ONCE);
     uv_timer_stop(&a->bound);
+    async_sample_now(a, 0);
     return;
   }
 #endif
   resil_loop_run_once(a->loop, MS(10), NULL);
+  async_sample_now(a, 0);
 }
 
 /* Runs the loop until every call completed or max_ms passed. */
@@ -212,6 +261,13 @@ static void run_loop(async_lab *a, int64_t max_ms) {
 }
 
 /* ---- A1 ---------------------------------------------------------------- */
+/* The report's series: calls in flight (resil_engine_in_flight) and
+ * completed over time. */
+static void a1_sample(async_lab *a, json_t *row) {
+  json_object_set_new(row, "in_flight", json_integer((json_int_t)resil_engine_in_flight(a->e)));
+  json_object_set_new(row, "done", json_integer((json_int_t)a->done));
+}
+
 /* 10,000 logical GETs in flight at once on one thread through
  * Retry(Breaker(Bulkhead(HTTP))). The wrong variant's bulkhead has 1,000
  * slots and no queue: 9,000 calls are refused. */
@@ -245,10 +301,12 @@ static int a1_run(lab_result *r, uint32_t bulkhead, int uv) {
   pol.bulkhead = bh;
   struct mallinfo2 m0 = mallinfo2();
   int64_t t0 = now_ms();
+  async_sampling(&a, a1_sample, NULL);
   for (size_t i = 0; i < N; i++) {
     snprintf(a.ids[i], sizeof a.ids[i], "%zu", i);
     if (!submit(r, &a, i, tags, "item", "id", a.ids[i], &pol, NULL)) goto out;
   }
+  async_sample_now(&a, 1);
   /* Heap in use once every call is a transfer in libcurl (glibc's count;
    * 0 under a sanitizer's allocator). */
   while (resil_engine_in_flight(a.e) < N && a.done == 0 && now_ms() - t0 < 60000)
@@ -262,6 +320,7 @@ static int a1_run(lab_result *r, uint32_t bulkhead, int uv) {
   for (size_t i = 0; i < N; i++)
     if (a.count[i] && a.o[i].http_status == 200) answered++;
   size_t peak = resil_engine_peak_in_flight(a.e);
+  async_sampling_end(r, &a, "in_flight_series");
   lab_obs_int(r, "calls", N);
   lab_obs_int(r, "answered", (long long)answered);
   lab_obs_int(r, "completed", (long long)a.done);
@@ -393,6 +452,14 @@ static int a3_run(lab_result *r, int with_deadline) {
     else if (strcmp(first_bad, "none") == 0)
       resil_outcome_format(&a.o[i], first_bad, sizeof first_bad);
   }
+  /* The report's series: how much of its budget each slow call used
+   * (submit to completion, ms) against the deadline. */
+  json_t *used = json_array();
+  for (size_t i = 0; i < SLOW; i++)
+    json_array_append_new(used, a.count[i] ? json_integer(a.t_done[i] - a.t_submit[i])
+                                           : json_null());
+  lab_obs_json(r, "slow_call_ms", used);
+  lab_obs_int(r, "deadline_ms", with_deadline ? 200 : 0);
   qsort(late, SLOW, sizeof late[0], cmp_i64);
   int64_t p99 = late[(SLOW * 99 + 99) / 100 - 1];
   int64_t early = late[0];
@@ -553,6 +620,17 @@ static int a4(lab_result *r) { return a4_run(r, 1); }
 static int a4_wrong(lab_result *r) { return a4_run(r, 0); }
 
 /* ---- A5 ---------------------------------------------------------------- */
+/* The report's series: slots held (concurrent calls) and waiters queued
+ * over time, from the bulkhead's metrics. */
+static void a5_sample(async_lab *a, json_t *row) {
+  resil_bulkhead_metrics m;
+  memset(&m, 0, sizeof m);
+  resil_bulkhead_get_metrics((const resil_bulkhead *)a->sample_user, &m);
+  json_object_set_new(row, "concurrent", json_integer(m.in_flight));
+  json_object_set_new(row, "waiting", json_integer(m.waiting));
+  json_object_set_new(row, "done", json_integer((json_int_t)a->done));
+}
+
 /* A bulkhead of 10 with a 1 s max wait, 100 calls at once to a 50 ms route:
  * 90 queue (FIFO, no thread blocked), ten at a time reach the route, all
  * succeed. The wrong variant waits 0 ms: 90 are rejected at once. */
@@ -573,10 +651,13 @@ static int a5_run(lab_result *r, int64_t max_wait_ms) {
   resil_engine_policies_init(&pol);
   pol.bulkhead = bh;
   int64_t t0 = now_ms();
+  async_sampling(&a, a5_sample, bh);
   for (size_t i = 0; i < N; i++)
     if (!submit(r, &a, i, tags, "slow", "ms", "50", &pol, NULL)) goto out;
+  async_sample_now(&a, 1);
   run_loop(&a, 60000);
   int64_t elapsed = now_ms() - t0;
+  async_sampling_end(r, &a, "concurrency_series");
   size_t ok = 0, rejected = 0;
   for (size_t i = 0; i < N; i++) {
     if (a.count[i] && a.o[i].http_status == 200) ok++;
@@ -673,6 +754,15 @@ static int a6_run(lab_result *r, int with_hedge) {
   lab_obs_int(r, "effects", effects);
   lab_obs_int(r, "unkeyed_attempts", unkeyed);
   lab_obs_int(r, "unkeyed_status", a.o[2].http_status);
+  /* The report's bars: attempts the fixture saw and effects it made, per
+   * call. */
+  lab_obs_json(r, "bars",
+               json_pack("[{s:s, s:i, s:i}, {s:s, s:i, s:i}, {s:s, s:i, s:i}]", "label",
+                         "slow GET", "attempts", (int)attempts, "effects",
+                         (int)resil_fixture_effects(a.fx, "flaky"), "label", "keyed POST",
+                         "attempts", (int)keyed_attempts, "effects", (int)effects, "label",
+                         "unkeyed POST", "attempts", (int)unkeyed, "effects",
+                         (int)resil_fixture_effects(a.fx, "slow")));
   lab_obs_int(r, "passed_unsafe", (long long)m.passed_unsafe);
   lab_obs_int(r, "in_flight_after", (long long)resil_engine_in_flight(a.e));
   lab_obs_int(r, "loop_threads", a.other_threads ? 2 : 1);

@@ -587,6 +587,12 @@ static int h6_run(lab_result *r, int wrong) {
   lab_obs_int(r, "attempts", ou.attempts + os.attempts + (long long)att_key);
   lab_obs_int(r, "effects", eff_unsafe + eff_safe + eff_key);
   lab_obs_str(r, "outcome", fmt(&ok, b3, sizeof b3));
+  lab_obs_json(r, "bars",
+               json_pack("[{s:s, s:i, s:i}, {s:s, s:i, s:i}, {s:s, s:I, s:i}]", "label",
+                         "unsafe opt-in", "attempts", (int)ou.attempts, "effects",
+                         (int)eff_unsafe, "label", "safe default", "attempts", (int)os.attempts,
+                         "effects", (int)eff_safe, "label", "stable key", "attempts",
+                         (json_int_t)att_key, "effects", (int)eff_key));
   lab_summary(r, "POST timing out at 250 ms, retry 3: unsafe opt-in -> %u attempts, %ld effects (%s); safe default -> %u attempt, %ld effect (stop %s); stable key on /idem -> %ld attempts, %ld effect, %s",
               ou.attempts, eff_unsafe, fmt(&ou, b1, sizeof b1), os.attempts, eff_safe,
               resil_stop_name(os.stop), att_key, eff_key, b3);
@@ -1287,6 +1293,26 @@ static int h16(lab_result *r) { return h16_run(r, 0); }
 static int h16_wrong(lab_result *r) { return h16_run(r, 1); }
 
 /* ---- P13 --------------------------------------------------------------- */
+/* The report's series: each attempt of the first call as the retry's
+ * attempt listener saw it (end instant, duration, planned next wait, stop),
+ * relative to the call's start. */
+typedef struct p13_attempts {
+  int64_t t0_ns; /* 0: not recording */
+  json_t *arr;
+} p13_attempts;
+
+static void p13_on_attempt(void *user, const resil_attempt_info *info) {
+  p13_attempts *pa = user;
+  if (!pa->t0_ns || !pa->arr) return;
+  int64_t end = resil_clock_now_ns(NULL) - pa->t0_ns;
+  json_array_append_new(
+      pa->arr, json_pack("{s:i, s:f, s:f, s:f, s:s}", "attempt", (int)info->attempt, "start_ms",
+                         (double)(end - info->duration_ns) / 1e6, "end_ms", (double)end / 1e6,
+                         "next_wait_ms",
+                         info->next_wait_ns < 0 ? -1.0 : (double)info->next_wait_ns / 1e6,
+                         "stop", resil_stop_name(info->stop)));
+}
+
 /* The wrong variant has no minimum attempt budget: the second attempt is
  * sent into the 200 ms left. */
 static int p13_run(lab_result *r, int64_t min_attempt_budget_ns) {
@@ -1301,6 +1327,9 @@ static int p13_run(lab_result *r, int64_t min_attempt_budget_ns) {
   rc.max_attempts = 3;
   rc.wait_ns = MS(100);
   rc.min_attempt_budget_ns = min_attempt_budget_ns;
+  p13_attempts pa = {0, json_array()};
+  rc.on_attempt = p13_on_attempt;
+  rc.on_attempt_user = &pa;
   resil_breaker_config bc;
   resil_breaker_config_init(&bc);
   resil_timelimiter_config tc;
@@ -1334,8 +1363,11 @@ static int p13_run(lab_result *r, int64_t min_attempt_budget_ns) {
   resil_ctx_init(&ctx);
   ctx.flags = resil_http_request_call_flags(req);
   int64_t t0 = now_ms();
+  pa.t0_ns = resil_clock_now_ns(NULL);
   resil_outcome o = resil_chain_run(ch, &ctx, resil_http_request_attempt, req);
   int64_t took = now_ms() - t0;
+  double took_exact = (double)(resil_clock_now_ns(NULL) - pa.t0_ns) / 1e6;
+  pa.t0_ns = 0;
   long seen = attempts(&h, "slow");
   resil_retry_stats rs;
   resil_retry_get_stats(rt, &rs);
@@ -1364,6 +1396,37 @@ static int p13_run(lab_result *r, int64_t min_attempt_budget_ns) {
   lab_obs_str(r, "recovered_outcome", fmt(&o2, b2, sizeof b2));
   lab_obs_int(r, "recovered_attempts", o2.attempts);
   lab_obs_int(r, "min_attempt_budget_ms", min_attempt_budget_ns / 1000000);
+  /* Per layer: its budget and what the first call used of it (measured):
+   * the chain's deadline against the call's time, the time limiter's
+   * against each attempt's, the retry's minimum attempt budget against
+   * what the deadline had left when the retry decided after the last
+   * attempt. */
+  json_t *layers = json_array();
+  json_array_append_new(layers, json_pack("{s:s, s:f, s:f}", "layer", "chain deadline",
+                                          "budget_ms", (double)cc.total_timeout_ns / 1e6,
+                                          "used_ms", took_exact));
+  size_t na = json_array_size(pa.arr);
+  for (size_t i = 0; i < na; i++) {
+    json_t *at = json_array_get(pa.arr, i);
+    char name[48];
+    snprintf(name, sizeof name, "time limiter, attempt %zu", i + 1);
+    json_array_append_new(
+        layers, json_pack("{s:s, s:f, s:f}", "layer", name, "budget_ms", (double)tc.timeout_ns / 1e6, "used_ms",
+                          json_real_value(json_object_get(at, "end_ms")) -
+                              json_real_value(json_object_get(at, "start_ms"))));
+  }
+  if (na > 0) {
+    double deadline_ms = (double)cc.total_timeout_ns / 1e6;
+    double last_end = json_real_value(json_object_get(json_array_get(pa.arr, na - 1), "end_ms"));
+    json_array_append_new(
+        layers, json_pack("{s:s, s:f, s:f, s:s}", "layer", "retry: deadline left vs min budget",
+                          "budget_ms", (double)min_attempt_budget_ns / 1e6, "used_ms",
+                          deadline_ms - last_end > 0 ? deadline_ms - last_end : 0.0, "note",
+                          "left when the retry decided"));
+  }
+  lab_obs_json(r, "budget_layers", layers);
+  lab_obs_json(r, "attempt_times", pa.arr);
+  pa.arr = NULL;
   lab_summary(r, "%s, deadline 700 ms, limiter 400 ms, wait 100 ms, min budget %lld ms, upstream 900 ms: %s after %u attempt(s), stop %s, upstream saw %ld, %lld ms, bulkhead %u/4 free; recovered: %s in %u attempt",
               nest, (long long)(min_attempt_budget_ns / 1000000), b1, o.attempts,
               resil_stop_name(o.stop), seen, (long long)took, avail, b2, o2.attempts);
@@ -1377,6 +1440,7 @@ static int p13_run(lab_result *r, int64_t min_attempt_budget_ns) {
   lab_expect(r, "bulkhead_full_again", avail == 4, "bulkhead %u free", avail);
   lab_expect(r, "recovered", o2.http_status == 200 && o2.attempts == 1, "recovered: %s", b2);
 out:
+  json_decref(pa.arr);
   lab_http_close(&h);
   resil_chain_free(ch);
   resil_timelimiter_free(tl);

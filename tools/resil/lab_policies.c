@@ -57,15 +57,23 @@ static resil_breaker *breaker(uint32_t window, uint32_t min_calls,
   return resil_breaker_new(&c, &b, NULL) == RESIL_OK ? b : NULL;
 }
 
-static resil_retry *retry(uint32_t attempts, int64_t wait_ns) {
+/* A retry with an attempt listener (fn NULL: none). */
+static resil_retry *retry_listened(uint32_t attempts, int64_t wait_ns,
+                                   resil_attempt_listener_fn fn, void *user) {
   resil_retry_config c;
   resil_retry_config_init(&c);
   c.name = "retry";
   c.max_attempts = attempts;
   c.wait_ns = wait_ns;
   c.respect_retry_after = 0;
+  c.on_attempt = fn;
+  c.on_attempt_user = user;
   resil_retry *r = NULL;
   return resil_retry_new(&c, &r, NULL) == RESIL_OK ? r : NULL;
+}
+
+static resil_retry *retry(uint32_t attempts, int64_t wait_ns) {
+  return retry_listened(attempts, wait_ns, NULL, NULL);
 }
 
 static resil_chain *chain2(resil_retry *r, resil_breaker *b, int retry_outside) {
@@ -357,6 +365,48 @@ static json_t *transitions_json(resil_breaker *b) {
   return arr;
 }
 
+/* The series the HTML report draws for P6-P8 (lab_report.c): the state
+ * over time from the breaker's delivered TRANSITION events at their
+ * instants (observed.timeline = [{t_ms, state}], the first entry the state
+ * when recording began), the instants of NOT_PERMITTED events
+ * (observed.rejected_ms) and the clock when recording ended
+ * (observed.timeline_end_ms). Recording adds a listener and changes no
+ * check. */
+typedef struct bk_timeline {
+  json_t *states;
+  json_t *rejected;
+} bk_timeline;
+
+static json_t *bk_state_at(int64_t t_ns, resil_breaker_state_kind s) {
+  return json_pack("{s:f, s:s}", "t_ms", (double)t_ns / 1e6, "state",
+                   resil_breaker_state_name(s));
+}
+
+static void bk_timeline_on_event(void *user, resil_breaker *br, const resil_breaker_event *ev) {
+  (void)br;
+  bk_timeline *t = user;
+  if (ev->kind == RESIL_BREAKER_EVENT_TRANSITION)
+    json_array_append_new(t->states, bk_state_at(ev->time_ns, ev->to));
+  else if (ev->kind == RESIL_BREAKER_EVENT_NOT_PERMITTED)
+    json_array_append_new(t->rejected, json_real((double)ev->time_ns / 1e6));
+}
+
+static void bk_timeline_start(bk_timeline *t, resil_breaker *b, resil_manual_clock *mc) {
+  t->states = json_array();
+  t->rejected = json_array();
+  json_array_append_new(t->states,
+                        bk_state_at(resil_manual_clock_now_ns(mc), resil_breaker_state(b)));
+  resil_breaker_listener_add(b, bk_timeline_on_event, t);
+}
+
+static void bk_timeline_finish(lab_result *r, bk_timeline *t, resil_breaker *b,
+                               resil_manual_clock *mc) {
+  resil_breaker_listener_remove(b, bk_timeline_on_event, t);
+  lab_obs_json(r, "timeline", t->states);
+  lab_obs_json(r, "rejected_ms", t->rejected);
+  lab_obs_real(r, "timeline_end_ms", (double)resil_manual_clock_now_ns(mc) / 1e6);
+}
+
 /* P6: window 4 / min 2 / 50 % / OPEN wait 150 ms / 1 half-open probe. */
 /* The wrong variant needs 3 calls before it may open. */
 static int p6_run(lab_result *r, uint32_t min_calls) {
@@ -376,6 +426,8 @@ static int p6_run(lab_result *r, uint32_t min_calls) {
     resil_manual_clock_free(mc);
     return 0;
   }
+  bk_timeline tl;
+  bk_timeline_start(&tl, b, mc);
   const char *states[5];
   int business = 0;
   resil_outcome fail = resil_outcome_failure();
@@ -395,6 +447,7 @@ static int p6_run(lab_result *r, uint32_t min_calls) {
   resil_manual_clock_advance_ns(mc, MS(200));
   breaker_step(b, resil_outcome_ok(), MS(1), &business);
   states[4] = resil_breaker_state_name(resil_breaker_state(b));
+  bk_timeline_finish(r, &tl, b, mc);
   json_t *arr = json_array();
   for (int i = 0; i < 5; i++) json_array_append_new(arr, json_string(states[i]));
   lab_obs_json(r, "states", arr);
@@ -445,6 +498,8 @@ static int p7_run(lab_result *r, uint32_t permitted) {
     resil_manual_clock_free(mc);
     return 0;
   }
+  bk_timeline tline;
+  bk_timeline_start(&tline, b, mc);
   resil_outcome fail = resil_outcome_failure(), ok = resil_outcome_ok();
   int business = 0;
   breaker_step(b, fail, 0, &business); /* -> OPEN */
@@ -465,6 +520,7 @@ static int p7_run(lab_result *r, uint32_t permitted) {
   const char *probe_state = probed ? resil_breaker_state_name(probe.state) : "none";
   if (probed) resil_breaker_record(b, &probe, &fail, 0);
   const char *after_failure = resil_breaker_state_name(resil_breaker_state(b));
+  bk_timeline_finish(r, &tline, b, mc);
   lab_obs_int(r, "half_open_permitted_calls", permitted);
   lab_obs_bool(r, "first_probe_permitted", first);
   lab_obs_bool(r, "second_probe_permitted", second);
@@ -511,6 +567,8 @@ static int p8_run(lab_result *r, int64_t slow_ns) {
     resil_manual_clock_free(mc);
     return 0;
   }
+  bk_timeline tline;
+  bk_timeline_start(&tline, b, mc);
   int business = 0;
   breaker_step(b, resil_outcome_failure(), MS(1), &business);
   const char *s1 = resil_breaker_state_name(resil_breaker_state(b));
@@ -519,6 +577,7 @@ static int p8_run(lab_result *r, int64_t slow_ns) {
   resil_breaker_metrics m2 = bmetrics(b);
   breaker_step(b, resil_outcome_ok(), MS(80), &business);
   resil_breaker_metrics m3 = bmetrics(b);
+  bk_timeline_finish(r, &tline, b, mc);
   lab_obs_str(r, "after_failure", s1);
   lab_obs_int(r, "failures_after_2s", (long long)m2.failed_calls);
   lab_obs_real(r, "slow_rate", m3.slow_call_rate_pct);
@@ -664,22 +723,65 @@ static int p9(lab_result *r) { return p9_run(r, 0); }
 static int p9_wrong(lab_result *r) { return p9_run(r, 1); }
 
 /* P10 and P11: tasks that count their effect, then block on a latch. */
+#define TL_TASKS 4
 typedef struct tl_task {
   atomic_int effects;
   atomic_int finished;
   atomic_int saw_cancel;
   latch l;
   long delay_before_effect_ms;
+  /* For the report's picture: when each task started, made its effect and
+   * ended (mono_ns), in the order the tasks started. */
+  atomic_int started;
+  _Atomic int64_t start_ns[TL_TASKS], effect_ns[TL_TASKS], end_ns[TL_TASKS];
 } tl_task;
 
 static resil_outcome tl_call(void *arg, const resil_ctx *ctx) {
   tl_task *t = arg;
+  int i = atomic_fetch_add(&t->started, 1);
+  if (i < TL_TASKS) atomic_store(&t->start_ns[i], mono_ns());
   if (t->delay_before_effect_ms) sleep_ms(t->delay_before_effect_ms);
   atomic_fetch_add(&t->effects, 1);
+  if (i < TL_TASKS) atomic_store(&t->effect_ns[i], mono_ns());
   latch_enter_and_wait(&t->l);
   if (resil_cancel_is_set(ctx->cancel)) atomic_fetch_add(&t->saw_cancel, 1);
+  if (i < TL_TASKS) atomic_store(&t->end_ns[i], mono_ns());
   atomic_fetch_add(&t->finished, 1);
   return resil_outcome_ok();
+}
+
+/* When the caller stopped waiting for each attempt (the retry's attempt
+ * listener runs when an attempt ended, with its duration). */
+typedef struct tl_waits {
+  int n;
+  int64_t start_ns[TL_TASKS], end_ns[TL_TASKS];
+} tl_waits;
+
+static void tl_waits_on_attempt(void *user, const resil_attempt_info *info) {
+  tl_waits *w = user;
+  if (w->n >= TL_TASKS) return;
+  int64_t now = mono_ns();
+  w->start_ns[w->n] = now - info->duration_ns;
+  w->end_ns[w->n++] = now;
+}
+
+/* observed.tasks for the HTML report: per task, relative to t0 (ms), the
+ * caller's wait for it (caller_start_ms..caller_end_ms) and the task's own
+ * start, effect and end. Read after the tasks finished. */
+static json_t *tl_tasks_json(tl_task *t, const tl_waits *w, int64_t t0) {
+  json_t *arr = json_array();
+  int n = atomic_load(&t->started);
+  for (int i = 0; i < n && i < TL_TASKS && i < w->n; i++) {
+    int64_t end = atomic_load(&t->end_ns[i]);
+    json_array_append_new(
+        arr, json_pack("{s:i, s:f, s:f, s:f, s:f, s:o}", "attempt", i + 1, "caller_start_ms",
+                       (double)(w->start_ns[i] - t0) / 1e6, "caller_end_ms",
+                       (double)(w->end_ns[i] - t0) / 1e6, "task_start_ms",
+                       (double)(atomic_load(&t->start_ns[i]) - t0) / 1e6, "task_effect_ms",
+                       (double)(atomic_load(&t->effect_ns[i]) - t0) / 1e6, "task_end_ms",
+                       end ? json_real((double)(end - t0) / 1e6) : json_null()));
+  }
+  return arr;
 }
 
 static resil_timelimiter *timelimiter(int64_t timeout_ns, int cancel) {
@@ -694,7 +796,8 @@ static resil_timelimiter *timelimiter(int64_t timeout_ns, int cancel) {
 /* P10; the wrong variant runs the time limiter without cancellation. */
 static int p10_run(lab_result *r, int cancel) {
   resil_timelimiter *tl = timelimiter(MS(25), cancel);
-  resil_retry *rt = retry(2, 0);
+  tl_waits waits = {0};
+  resil_retry *rt = retry_listened(2, 0, tl_waits_on_attempt, &waits);
   resil_chain_config cc;
   resil_chain_config_init(&cc);
   resil_chain *ch = NULL;
@@ -711,12 +814,16 @@ static int p10_run(lab_result *r, int cancel) {
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.flags = RESIL_CALL_IDEMPOTENT;
+  int64_t t0 = mono_ns();
   resil_outcome o = resil_chain_run(ch, &ctx, tl_call, &t);
   int effects = atomic_load(&t.effects);
   int finished_before = atomic_load(&t.finished);
+  int64_t released = mono_ns();
   latch_release(&t.l);
   resil_timelimiter_wait_idle(tl, INT64_C(5000000000));
   int finished = atomic_load(&t.finished);
+  lab_obs_json(r, "tasks", tl_tasks_json(&t, &waits, t0));
+  lab_obs_real(r, "released_ms", (double)(released - t0) / 1e6);
   char ob[96];
   fmt_outcome(&o, ob, sizeof ob);
   lab_obs_str(r, "outcome", ob);
@@ -763,10 +870,13 @@ static int p11_run(lab_result *r, int cancel) {
   latch_release(&t.l); /* the task does not block after its effect */
   int64_t t0 = mono_ns();
   resil_outcome o = resil_timelimiter_run(tl, NULL, tl_call, &t);
-  double waited = (double)(mono_ns() - t0) / 1e6;
+  int64_t returned = mono_ns();
+  double waited = (double)(returned - t0) / 1e6;
   int effects_at_return = atomic_load(&t.effects);
   resil_timelimiter_wait_idle(tl, INT64_C(5000000000));
   int effects_later = atomic_load(&t.effects);
+  tl_waits waits = {.n = 1, .start_ns = {t0}, .end_ns = {returned}};
+  lab_obs_json(r, "tasks", tl_tasks_json(&t, &waits, t0));
   char ob[96];
   fmt_outcome(&o, ob, sizeof ob);
   lab_obs_str(r, "outcome", ob);
@@ -866,7 +976,39 @@ static int p12_wrong(lab_result *r) { return p12_run(r, 10); }
 typedef struct p14_chain {
   resil_retry *rt[3];
   resil_chain *ch;
+  /* Attempts each layer made (its attempt listener), for the report. */
+  atomic_int layer_attempts[3];
 } p14_chain;
+
+static void p14_on_attempt(void *user, const resil_attempt_info *info) {
+  (void)info;
+  atomic_fetch_add((atomic_int *)user, 1);
+}
+
+/* observed series for the HTML report: per layer (outermost first) its
+ * max_attempts as the library sees it, the calculator's worst-case
+ * attempts of the layers down to it (resil_amplification_compute on that
+ * prefix) and the attempts that layer was measured to make. */
+static json_t *p14_layers_json(p14_chain *c) {
+  json_t *arr = json_array();
+  resil_amp_layer layers[3];
+  for (int i = 0; i < 3; i++) {
+    memset(&layers[i], 0, sizeof layers[i]);
+    layers[i].struct_size = sizeof layers[i];
+    layers[i].max_attempts = resil_retry_max_attempts(c->rt[i]);
+    resil_amplification amp;
+    memset(&amp, 0, sizeof amp);
+    long long computed = -1;
+    if (resil_amplification_compute(layers, (size_t)i + 1, 0, &amp) == RESIL_OK)
+      computed = (long long)amp.attempts;
+    json_array_append_new(arr, json_pack("{s:i, s:i, s:I, s:i}", "layer", i + 1,
+                                         "max_attempts", (int)layers[i].max_attempts,
+                                         "computed_attempts", (json_int_t)computed,
+                                         "measured_attempts",
+                                         atomic_load(&c->layer_attempts[i])));
+  }
+  return arr;
+}
 
 /* A chain of three retry layers, outermost first, with attempts[i]
  * attempts and waits[i] fixed waits; tl innermost when not NULL. */
@@ -877,7 +1019,8 @@ static int p14_chain_new(p14_chain *c, const uint32_t attempts[3], const int64_t
   resil_chain_config_init(&cc);
   if (resil_chain_new(&cc, &c->ch, NULL) != RESIL_OK) return 0;
   for (int i = 0; i < 3; i++) {
-    c->rt[i] = retry(attempts[i], waits[i]);
+    atomic_init(&c->layer_attempts[i], 0);
+    c->rt[i] = retry_listened(attempts[i], waits[i], p14_on_attempt, &c->layer_attempts[i]);
     if (!c->rt[i] || resil_chain_add_retry(c->ch, c->rt[i]) != RESIL_OK) return 0;
   }
   return !tl || resil_chain_add_timelimiter(c->ch, tl) == RESIL_OK;
@@ -922,7 +1065,10 @@ static int p14_run(lab_result *r, int wrong) {
                                       retries[2] + extra};
   const int64_t no_waits[3] = {0, 0, 0};
   resil_timelimiter *tl = timelimiter(MS(500), 1);
-  p14_chain a = {{NULL}, NULL}, am = {{NULL}, NULL}, b = {{NULL}, NULL};
+  p14_chain a, am, b;
+  memset(&a, 0, sizeof a);
+  memset(&am, 0, sizeof am);
+  memset(&b, 0, sizeof b);
   int ok = tl && p14_chain_new(&a, attempts, waits, tl) &&
            p14_chain_new(&am, attempts, waits, NULL) &&
            p14_chain_new(&b, retry_attempts, no_waits, NULL);
@@ -946,6 +1092,10 @@ static int p14_run(lab_result *r, int wrong) {
   lab_obs_int(r, "measured_calls_2x3x2", calls_a);
   lab_obs_int(r, "measured_backoff_2x3x2_ms", slept_a / 1000000);
   lab_obs_json(r, "layer_attempts_retries_2_3_2", la);
+  if (ok) {
+    lab_obs_json(r, "layers_2x3x2", p14_layers_json(&am));
+    lab_obs_json(r, "layers_retries_2_3_2", p14_layers_json(&b));
+  }
   lab_obs_int(r, "attempts_retries_2_3_2", (long long)amp_b.attempts);
   lab_obs_int(r, "measured_calls_retries_2_3_2", calls_b);
   lab_obs_int(r, "backoff_ms", amp_a.wait_ns / 1000000);
