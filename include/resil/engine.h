@@ -29,6 +29,9 @@
  *                loop thread. The wait expiring ends the attempt
  *                REJECTED(BULKHEAD_FULL), nothing sent (the retry may go
  *                on); max_wait_ns 0 or a full queue rejects at once;
+ *   connection   a transfer waits in the engine's queue while the
+ *                client's connection limits are reached, at most the
+ *                lease timeout (see "Connections" below);
  *   HTTP         one transfer; the attempt timeout and the client's
  *                response timeout end it as the blocking path does;
  *   hedge        policies.hedge: further transfers of the same attempt
@@ -43,11 +46,24 @@
  *                once the request was sent, NOT_SENT(CONNECT_TIMEOUT)
  *                before), a wait ends, and the call completes.
  *
- * Connections: the engine's multi handle keeps its own connection cache,
- * at most the client's max_connections open (max_connections_per_host per
- * origin); further transfers wait inside libcurl, not sent, until one is
- * free (their deadline still applies). The client's lease timeout and pool
- * slots are the blocking path's only.
+ * Connections: the engine hands libcurl at most the client's
+ * max_connections transfers at once, at most max_connections_per_host of
+ * them to one origin (its multi handle keeps its own connection cache,
+ * with the same limits; the blocking path's pool slots are not used). An
+ * attempt whose policies passed and that finds no room waits, not sent, in
+ * the engine's FIFO queue (resil_engine_queued); when a transfer ends, the
+ * first waiters whose origin has room start, in order (one waiting for a
+ * full origin is passed over for later ones to other origins), and a new
+ * attempt never overtakes a waiter of its origin. The wait is bounded by
+ * the client's lease_timeout_ns clipped to the deadline, a timer: when it
+ * passes (or lease_timeout_ns is 0 and there is no room) the attempt ends
+ * NOT_SENT(POOL_TIMEOUT), counted in the client's lease_timeouts, as on
+ * the blocking path, and the retry may go on; the deadline passing during
+ * the wait ends it the same way and the call completes. A cancel withdraws
+ * the waiter (nothing sent). The attempt timeout is counted from the
+ * transfer's start, not the wait's. A hedge transfer counts against the
+ * same limits; it is sent only when there is room at once (it never
+ * queues: otherwise the policy records it NOT_SENT(POOL_TIMEOUT)).
  *
  * Completion: done_fn is called exactly once per accepted call, on the
  * loop thread, never from inside resil_engine_call (the call starts on a
@@ -165,7 +181,9 @@ typedef struct resil_engine_policies {
    * through unhedged, one transfer per attempt (counted in passed_unsafe).
    * A hedge takes a breaker permit and a bulkhead slot only if free at once
    * (never waits, no rate-limiter reservation; without them it is not sent
-   * and counts as a REJECTED hedge), and has no attempt or response timer
+   * and counts as a REJECTED hedge), and a connection only if one is free
+   * at once (else it is not sent, NOT_SENT(POOL_TIMEOUT) to the policy),
+   * and has no attempt or response timer
    * of its own (the deadline and a cancel remove every transfer). The
    * engine's calls are not chain calls: hedges are counted by the policy
    * (resil_hedge_get_metrics), not by resil_chain_count_hedges. */
@@ -217,7 +235,8 @@ RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
 
 /* From any thread: asks the call to end. It takes effect on the next loop
  * iteration (the adapter is woken): a call waiting to start, queued for a
- * bulkhead slot (withdrawn from the queue, nothing sent) or between
+ * bulkhead slot or a connection (withdrawn from the queue, nothing sent)
+ * or between
  * attempts completes NOT_SENT(CANCELLED) (or with the last attempt's
  * outcome, stop CANCELLED, when one was made); a transfer in flight is
  * removed at once and completes UNKNOWN(CANCELLED) once sent,
@@ -231,10 +250,14 @@ RESIL_API void resil_engine_handle_release(resil_engine_handle *call);
 
 /* Calls submitted and not yet completed (0 for NULL). Loop thread. Since 0.2. */
 RESIL_API size_t resil_engine_active(const resil_engine *e);
-/* Transfers in libcurl now, and the most there have been at once. Loop
+/* Transfers in libcurl now, and the most there have been at once (never
+ * more than the client's max_connections: see "Connections"). Loop
  * thread. 0 for NULL. Since 0.2. */
 RESIL_API size_t resil_engine_in_flight(const resil_engine *e);
 RESIL_API size_t resil_engine_peak_in_flight(const resil_engine *e);
+/* Attempts waiting in the engine's queue for a connection now (not sent).
+ * Loop thread. 0 for NULL. Since 0.2. */
+RESIL_API size_t resil_engine_queued(const resil_engine *e);
 
 
 /* ---- keyed calls with the recovery flow (Since 0.2) ----------------------

@@ -527,7 +527,8 @@ RESIL_API const char *resil_http_client_name(const resil_http_client *c);
 
 /* The counters include the calls an async engine (engine.h) makes on the
  * client: there an attempt starts with a transfer instead of a pool slot
- * (leased, lease_timeouts and max_connections are the blocking pool's). */
+ * (leased and max_connections are the blocking pool's; lease_timeouts also
+ * counts the engine's attempts that waited for a connection in vain). */
 typedef struct resil_http_stats {
   size_t struct_size;          /* bytes the library wrote (version.h)     */
   uint64_t requests;           /* logical calls (requests) created        */
