@@ -44,6 +44,11 @@ typedef struct eng_cwait {
   /* Called (loop thread, from conn_dispatch) once the transfer may start:
    * it is off the queue and must start now (or end). */
   void (*go)(struct eng_cwait *w);
+  /* When the wait ends without a connection (loop clock; INT64_MAX never),
+   * and what then runs (w is off the queue). Entries with an end must
+   * come in nondecreasing order of it (a FIFO with one lease timeout). */
+  int64_t t0, expires_at;
+  void (*expired)(struct eng_cwait *w);
 } eng_cwait;
 
 typedef struct eng_xfer {
@@ -107,9 +112,8 @@ struct resil_engine_handle {
   resil_http_response *res;
   resil_engine_done_fn done;
   void *user;
-  /* ST_CWAIT: queued for a connection since cw_t0; `t` is the lease timer. */
+  /* ST_CWAIT: queued for a connection (the queue's timer bounds it). */
   eng_cwait cw;
-  int64_t cw_t0;
 };
 
 struct resil_engine {
@@ -148,6 +152,8 @@ struct resil_engine {
   uint32_t *origin_busy, *origin_waiting; /* client's norigins each */
   eng_cwait *cq_head, *cq_tail;
   size_t queued, peak_queued;
+  /* One timer for the whole queue: at (or before) the earliest expires_at. */
+  resil__timer conn_timer;
   int conn_kick; /* a connection was given back while transfers wait */
 };
 
@@ -283,6 +289,10 @@ static void conn_enqueue(resil_engine *e, eng_cwait *w) {
   e->queued++;
   if (e->queued > e->peak_queued) e->peak_queued = e->queued;
   e->origin_waiting[w->origin]++;
+  /* The timer may stay at an earlier entry's end after that one left the
+   * queue: it then fires early, finds nothing due, and moves on. */
+  if (w->expires_at != INT64_MAX && !resil__timer_armed(&e->conn_timer))
+    arm_at(e, &e->conn_timer, w->expires_at);
 }
 
 /* Takes w off the queue (a no-op when it is not queued). */
@@ -298,15 +308,45 @@ static void conn_withdraw(resil_engine *e, eng_cwait *w) {
   e->origin_waiting[w->origin]--;
 }
 
-/* Start or queue: 1 when the transfer of w (origin and go set) may start
- * now (the caller starts it at once, conn_in when it enters libcurl); 0
- * when w is queued: w->go runs when a connection is free, unless w is
- * withdrawn first (conn_withdraw). Used by the primary transfer of an
- * attempt (start_transfer); hedge code may use it for its transfers. */
-static int conn_start_or_queue(resil_engine *e, eng_cwait *w) {
+/* Start or queue: 1 when the transfer of w (origin, go and expired set)
+ * may start now (the caller starts it at once, conn_in when it enters
+ * libcurl); 0 when w is queued (since w->t0): w->go runs when a connection
+ * is free, or w->expired once wait_ns (< 0: no bound) has passed, unless
+ * w is withdrawn first (conn_withdraw); -1 when there is no room and
+ * wait_ns is 0 (or the wait cannot be bounded: out of memory), w not
+ * queued. Used by the primary transfer of an attempt (start_transfer);
+ * hedge code may use it for its transfers. */
+static int conn_start_or_queue(resil_engine *e, eng_cwait *w, int64_t wait_ns) {
   if (conn_admit(e, w->origin)) return 1;
+  w->t0 = eng_now(e);
+  if (wait_ns == 0) return -1;
+  w->expires_at = wait_ns < 0 ? INT64_MAX : resil__sat_add(w->t0, wait_ns);
   conn_enqueue(e, w);
+  if (w->expires_at != INT64_MAX && !resil__timer_armed(&e->conn_timer)) {
+    conn_withdraw(e, w);
+    return -1;
+  }
   return 0;
+}
+
+/* The queue's timer: ends the waits that are due, in order. */
+static void on_conn_timer(void *arg) {
+  resil_engine *e = arg;
+  int64_t now = eng_now(e);
+  eng_cwait *w = e->cq_head;
+  while (w) {
+    if (w->expires_at == INT64_MAX) {
+      w = w->next;
+      continue;
+    }
+    if (w->expires_at > now) {
+      arm_at(e, &e->conn_timer, w->expires_at);
+      return;
+    }
+    conn_withdraw(e, w);
+    w->expired(w); /* may queue again (at the tail): start from the head */
+    w = e->cq_head;
+  }
 }
 
 static void conn_dispatch(resil_engine *e) {
@@ -534,7 +574,8 @@ static void transfer_start_now(resil_engine_handle *call) {
 static void conn_lease_expired(resil_engine_handle *call) {
   resil_engine *e = call->e;
   resil_http_client *c = e->client;
-  int64_t waited = eng_now(e) - call->cw_t0;
+  resil__timerheap_disarm(&e->heap, &call->t);
+  int64_t waited = eng_now(e) - call->cw.t0;
   resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_POOL_TIMEOUT);
   atomic_fetch_add_explicit(&c->st_lease_timeouts, 1, memory_order_relaxed);
   resil__http_count_outcome(c, &o);
@@ -542,6 +583,11 @@ static void conn_lease_expired(resil_engine_handle *call) {
   call->attempts++;
   call->state = ST_WAIT;
   after_attempt(call, &o, waited);
+}
+
+static void conn_expired_primary(eng_cwait *w) {
+  conn_lease_expired(
+      (resil_engine_handle *)(void *)((char *)w - offsetof(resil_engine_handle, cw)));
 }
 
 static void conn_go_primary(eng_cwait *w) {
@@ -556,26 +602,21 @@ static void conn_go_primary(eng_cwait *w) {
 }
 
 /* The attempt's transfer (its policies passed): starts now when a
- * connection is free, else queues for at most the client's lease timeout,
- * clipped to the deadline (`t`, ST_CWAIT). */
+ * connection is free, else queues (ST_CWAIT) for at most the client's
+ * lease timeout (the queue's timer; every primary has the same timeout,
+ * so their ends come in queue order), clipped to the deadline (`dl`). */
 static void start_transfer(resil_engine_handle *call) {
   resil_engine *e = call->e;
   call->cw.origin = call->req->ep->origin;
   call->cw.go = conn_go_primary;
-  if (conn_start_or_queue(e, &call->cw)) {
+  call->cw.expired = conn_expired_primary;
+  int r = conn_start_or_queue(e, &call->cw, e->client->lease_timeout_ns);
+  if (r == 1) {
     transfer_start_now(call);
     return;
   }
-  int64_t now = eng_now(e);
-  call->cw_t0 = now;
-  int64_t lease = e->client->lease_timeout_ns;
-  if (call->deadline_at != INT64_MAX && call->deadline_at - now < lease)
-    lease = call->deadline_at - now;
   call->state = ST_CWAIT;
-  if (lease <= 0 || arm_at(e, &call->t, resil__sat_add(now, lease)) != 0) {
-    conn_withdraw(e, &call->cw);
-    conn_lease_expired(call);
-  }
+  if (r < 0) conn_lease_expired(call);
 }
 
 /* ---- hedging (policies.hedge, hedge.h's split form) ---------------------
@@ -991,11 +1032,6 @@ static void on_call_timer(void *arg) {
     bh_wait_expired(call);
     return;
   }
-  if (call->state == ST_CWAIT) {
-    conn_withdraw(call->e, &call->cw);
-    conn_lease_expired(call);
-    return;
-  }
   if (call->state == ST_START) {
     call->state = ST_WAIT;
     if (call->pol.retry &&
@@ -1289,6 +1325,8 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   e->curl_timer.arg = e;
   e->token_timer.cb = token_poll;
   e->token_timer.arg = e;
+  e->conn_timer.cb = on_conn_timer;
+  e->conn_timer.arg = e;
   if (pthread_mutex_init(&e->mu, NULL) != 0) {
     resil__free(e->alloc, e->origin_busy);
     resil__free(e->alloc, e->origin_waiting);
