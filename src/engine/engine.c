@@ -10,6 +10,8 @@
  *   BHWAIT queued for a bulkhead slot (resil_bulkhead_enqueue); `t` is the
  *          max wait; a release hands the slot over on any thread, which
  *          forwards it to the loop (e->granted, the adapter's wake)
+ *   CWAIT  queued in the engine for a connection (see "connections"),
+ *          bounded by the queue's one timer and `dl`
  *   FLIGHT one transfer in the multi handle
  *   DONE   completed (done_fn called); kept only while handles remain
  * Every call has four timers on the engine's heap: `t` (start, waits, the
