@@ -382,7 +382,8 @@ typedef struct resil_http_client_config {
   /* Attempts in flight at once to one origin (scheme, host, port).
    * 1..max_connections. Default 16. */
   uint32_t max_connections_per_host;
-  /* How long an attempt waits for a pool slot before it ends
+  /* How long an attempt waits for a pool slot (on an async engine: for a
+   * connection in the engine's queue, engine.h) before it ends
    * NOT_SENT(POOL_TIMEOUT) without sending; clipped to the deadline.
    * 0..1 day; 0 fails at once. Default 1 s. */
   int64_t lease_timeout_ns;
