@@ -18,4 +18,41 @@
 CURLcode bench_bare_setopts(CURL *e, const char *url, curl_write_callback wr, void *wd,
                             long maxconnects);
 
+/* libresil's side of the HTTP cases (http_cases.c, blocking) and the async
+ * cases (async_cases.c, the engine): a client of `endpoints` on base_url
+ * and the policies both wrap around it, configured alike: the default
+ * retry, a breaker with a count window of 100 (minimum 100 calls) and slow
+ * calls at slow_call_ns, a bulkhead of bulkhead_max (0: its default). */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "resil/breaker.h"
+#include "resil/bulkhead.h"
+#include "resil/http.h"
+#include "resil/retry.h"
+
+typedef struct bench_policies_config {
+  const char *base_url;
+  const resil_http_endpoint *endpoints;
+  size_t endpoint_count;
+  uint32_t max_connections;   /* both the total and the per-host limit */
+  int64_t lease_timeout_ns;   /* < 0: the client's default             */
+  int64_t slow_call_ns;
+  uint32_t bulkhead_max;      /* 0: the bulkhead's default             */
+} bench_policies_config;
+
+typedef struct bench_policies {
+  resil_http_client *client;
+  resil_retry *rt;
+  resil_breaker *br;
+  resil_bulkhead *bh;
+} bench_policies;
+
+/* Creates them all. Returns 0, or -1 with why ("resil_breaker_new: ...")
+ * and nothing left allocated. */
+int bench_policies_open(bench_policies *p, const bench_policies_config *cfg, char *why,
+                        size_t whylen);
+/* Frees what bench_policies_open made (each may be NULL). */
+void bench_policies_close(bench_policies *p);
+
 #endif

@@ -208,7 +208,6 @@ typedef struct http_target {
 /* Latencies kept per caller and batch; more requests are still counted. */
 #define LAT_CAP (1u << 17)
 #define BODY_CAP 4096
-#define USER_AGENT BENCH_USER_AGENT
 
 enum { SIDE_EASY = 0, SIDE_MULTI = 1, SIDE_RESIL = 2, NSIDES = 3 };
 static const char *const side_key[NSIDES] = {"libcurl", "libcurl_multi", "libresil"};
@@ -347,11 +346,8 @@ static const resil_http_endpoint endpoints[] = {
 };
 
 typedef struct resil_side {
-  resil_http_client *client;
-  resil_retry *rt;
-  resil_breaker *br;
+  bench_policies p; /* client, retry, breaker, bulkhead */
   resil_ratelimiter *rl;
-  resil_bulkhead *bh;
   resil_chain *chain;
   pthread_mutex_t mu;      /* guards first_failure                          */
   char first_failure[400]; /* how the first failed call ended               */
@@ -369,7 +365,7 @@ static void note_failure(resil_side *s, const char *what) {
 static resil_http_response *resil_call(resil_side *s, const char *endpoint) {
   resil_http_request *req = NULL;
   resil_error err;
-  if (resil_http_request_new(s->client, endpoint, NULL, &req, &err) != RESIL_OK) {
+  if (resil_http_request_new(s->p.client, endpoint, NULL, &req, &err) != RESIL_OK) {
     note_failure(s, err.msg);
     return NULL;
   }
@@ -408,49 +404,31 @@ static int resil_get(void *p) {
 
 static void resil_side_free(resil_side *s) {
   resil_chain_free(s->chain);
-  resil_bulkhead_free(s->bh);
   resil_ratelimiter_free(s->rl);
-  resil_breaker_free(s->br);
-  resil_retry_free(s->rt);
-  resil_http_client_free(s->client);
+  bench_policies_close(&s->p);
   pthread_mutex_destroy(&s->mu);
 }
 
 /* The client and the chain, each policy configured as in cases.c's
- * chain4_run. Returns 0, or -1 with the reason in why. */
+ * chain4_run (retry, breaker and bulkhead by bench_policies_open, shared
+ * with the async cases). Returns 0, or -1 with the reason in why. */
 static int resil_side_open(resil_side *s, const char *base_url, uint32_t pool,
                            char *why, size_t whylen) {
   memset(s, 0, sizeof *s);
   pthread_mutex_init(&s->mu, NULL);
   resil_error err;
   resil_status st;
-  resil_http_client_config hc;
-  resil_http_client_config_init(&hc);
-  hc.name = "bench";
-  hc.base_url = base_url;
-  hc.endpoints = endpoints;
-  hc.endpoint_count = sizeof endpoints / sizeof endpoints[0];
-  hc.max_connections = pool;
-  hc.max_connections_per_host = pool;
-  hc.user_agent = USER_AGENT;
-  const char *what = "resil_http_client_new";
-  if ((st = resil_http_client_new(&hc, &s->client, &err)) != RESIL_OK) goto fail;
-
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.name = "bench";
-  what = "resil_retry_new";
-  if ((st = resil_retry_new(&rc, &s->rt, &err)) != RESIL_OK) goto fail;
-
-  resil_breaker_config bc;
-  resil_breaker_config_init(&bc);
-  bc.name = "bench";
-  bc.window_type = RESIL_BREAKER_WINDOW_COUNT;
-  bc.window_size = 100;
-  bc.minimum_calls = 100;
-  bc.slow_call_duration_ns = INT64_C(1000000000);
-  what = "resil_breaker_new";
-  if ((st = resil_breaker_new(&bc, &s->br, &err)) != RESIL_OK) goto fail;
+  bench_policies_config pc = {.base_url = base_url,
+                              .endpoints = endpoints,
+                              .endpoint_count = sizeof endpoints / sizeof endpoints[0],
+                              .max_connections = pool,
+                              .lease_timeout_ns = -1,
+                              .slow_call_ns = INT64_C(1000000000),
+                              .bulkhead_max = 0};
+  if (bench_policies_open(&s->p, &pc, why, whylen) != 0) {
+    pthread_mutex_destroy(&s->mu);
+    return -1;
+  }
 
   resil_ratelimiter_config lc;
   resil_ratelimiter_config_init(&lc);
@@ -458,24 +436,18 @@ static int resil_side_open(resil_side *s, const char *base_url, uint32_t pool,
   lc.limit_for_period = 2147483647;
   lc.refresh_period_ns = INT64_C(1000000000);
   lc.timeout_ns = 0;
-  what = "resil_ratelimiter_new";
+  const char *what = "resil_ratelimiter_new";
   if ((st = resil_ratelimiter_new(&lc, &s->rl, &err)) != RESIL_OK) goto fail;
-
-  resil_bulkhead_config kc;
-  resil_bulkhead_config_init(&kc);
-  kc.name = "bench";
-  what = "resil_bulkhead_new";
-  if ((st = resil_bulkhead_new(&kc, &s->bh, &err)) != RESIL_OK) goto fail;
 
   resil_chain_config cc;
   resil_chain_config_init(&cc);
   cc.name = "bench";
   what = "resil_chain_new";
   if ((st = resil_chain_new(&cc, &s->chain, &err)) != RESIL_OK) goto fail;
-  if ((st = resil_chain_add_retry(s->chain, s->rt)) != RESIL_OK ||
-      (st = resil_chain_add_breaker(s->chain, s->br)) != RESIL_OK ||
+  if ((st = resil_chain_add_retry(s->chain, s->p.rt)) != RESIL_OK ||
+      (st = resil_chain_add_breaker(s->chain, s->p.br)) != RESIL_OK ||
       (st = resil_chain_add_ratelimiter(s->chain, s->rl)) != RESIL_OK ||
-      (st = resil_chain_add_bulkhead(s->chain, s->bh)) != RESIL_OK) {
+      (st = resil_chain_add_bulkhead(s->chain, s->p.bh)) != RESIL_OK) {
     snprintf(why, whylen, "resil_chain_add_*: %s", resil_status_name(st));
     resil_side_free(s);
     return -1;
@@ -727,7 +699,7 @@ static void check_validity(const case_figures *cf, resil_side *ours, uint64_t at
   } else if (attempts != s[SIDE_RESIL].requests) {
     snprintf(why, whylen, "%llu attempts for %llu libresil calls: a retry hid failures",
              (unsigned long long)attempts, (unsigned long long)s[SIDE_RESIL].requests);
-  } else if (resil_breaker_state(ours->br) != RESIL_BREAKER_CLOSED) {
+  } else if (resil_breaker_state(ours->p.br) != RESIL_BREAKER_CLOSED) {
     snprintf(why, whylen, "breaker left CLOSED");
   } else if (s[SIDE_EASY].new_connections || s[SIDE_MULTI].new_connections ||
              s[SIDE_RESIL].new_connections) {
@@ -781,7 +753,7 @@ static long connections_of(resil_fixture *fx, int side, void *const *states, int
   if (side == SIDE_RESIL) {
     resil_http_stats hs;
     const resil_side *s = states[0];
-    if (resil_http_client_get_stats(s->client, &hs) == RESIL_OK) c = (long)hs.connections_opened;
+    if (resil_http_client_get_stats(s->p.client, &hs) == RESIL_OK) c = (long)hs.connections_opened;
     return c;
   }
   for (int i = 0; i < n; i++) c += ((const bare_conn *)states[i])->connects;
@@ -1101,7 +1073,7 @@ static void run_conc(const bench_opts *opts, const http_target *tg, json_t *entr
     }
     resil_chain_call_stats(ours.chain, &after);
     resil_http_stats hs;
-    if (resil_http_client_get_stats(ours.client, &hs) == RESIL_OK)
+    if (resil_http_client_get_stats(ours.p.client, &hs) == RESIL_OK)
       json_object_set_new(o, "libresil_connections_opened",
                           json_integer((json_int_t)hs.connections_opened));
     if (!why[0]) check_validity(&cf, &ours, after.calls_in - before.calls_in, why, sizeof why);

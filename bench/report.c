@@ -155,10 +155,12 @@ static void report_async(json_t *ccases, json_t *ocases, json_t *checks) {
              num(cc, "loadavg_start"), num(cc, "loadavg_end"));
       if (json_object_get(cc, "req_per_s_libcurl_multi_window"))
         printf("  %-26s bare multi handing libcurl <= %lld transfers at a time (the rest "
-               "queued by the caller): %.0f req/s, CPU/req %.1f us (not a target)\n",
+               "queued by the caller): %.0f req/s, CPU/req %.1f us; libresil / it: ratio "
+               "%.3f, CPU x%.2f (not a target)\n",
                "", (long long)json_integer_value(json_object_get(cc, "max_connections")),
                num(cc, "req_per_s_libcurl_multi_window"),
-               num(cc, "cpu_us_per_req_libcurl_multi_window"));
+               num(cc, "cpu_us_per_req_libcurl_multi_window"), num(cc, "ratio_capped"),
+               num(cc, "cpu_ratio_capped"));
     }
     json_array_append_new(ocases, o);
   }

@@ -29,6 +29,9 @@
  *                loop thread. The wait expiring ends the attempt
  *                REJECTED(BULKHEAD_FULL), nothing sent (the retry may go
  *                on); max_wait_ns 0 or a full queue rejects at once;
+ *   connection   a transfer waits in the engine's queue while the
+ *                client's connection limits are reached, at most the
+ *                lease timeout (see "Connections" below);
  *   HTTP         one transfer; the attempt timeout and the client's
  *                response timeout end it as the blocking path does;
  *   hedge        policies.hedge: further transfers of the same attempt
@@ -43,11 +46,24 @@
  *                once the request was sent, NOT_SENT(CONNECT_TIMEOUT)
  *                before), a wait ends, and the call completes.
  *
- * Connections: the engine's multi handle keeps its own connection cache,
- * at most the client's max_connections open (max_connections_per_host per
- * origin); further transfers wait inside libcurl, not sent, until one is
- * free (their deadline still applies). The client's lease timeout and pool
- * slots are the blocking path's only.
+ * Connections: the engine hands libcurl at most the client's
+ * max_connections transfers at once, at most max_connections_per_host of
+ * them to one origin (its multi handle keeps its own connection cache,
+ * with the same limits; the blocking path's pool slots are not used). An
+ * attempt whose policies passed and that finds no room waits, not sent, in
+ * the engine's FIFO queue (resil_engine_queued); when a transfer ends, the
+ * first waiters whose origin has room start, in order (one waiting for a
+ * full origin is passed over for later ones to other origins), and a new
+ * attempt never overtakes a waiter of its origin. The wait is bounded by
+ * the client's lease_timeout_ns clipped to the deadline, a timer: when it
+ * passes (or lease_timeout_ns is 0 and there is no room) the attempt ends
+ * NOT_SENT(POOL_TIMEOUT), counted in the client's lease_timeouts, as on
+ * the blocking path, and the retry may go on; the deadline passing during
+ * the wait ends it the same way and the call completes. A cancel withdraws
+ * the waiter (nothing sent). The attempt timeout is counted from the
+ * transfer's start, not the wait's. A hedge transfer counts against the
+ * same limits; it is sent only when there is room at once (it never
+ * queues: otherwise the policy records it NOT_SENT(POOL_TIMEOUT)).
  *
  * Completion: done_fn is called exactly once per accepted call, on the
  * loop thread, never from inside resil_engine_call (the call starts on a
@@ -169,7 +185,9 @@ typedef struct resil_engine_policies {
    * and a bulkhead slot only if each is available at once (no reservation,
    * no queueing); without one it is not sent and is recorded as a REJECTED
    * hedge (RATE_LIMITED, BREAKER_OPEN or BULKHEAD_FULL), which does not end
-   * the attempt while another transfer is in flight. A hedge sent has the
+   * the attempt while another transfer is in flight; likewise it is sent
+   * only when a connection is free at once (see "Connections"; else
+   * NOT_SENT(POOL_TIMEOUT) to the policy). A hedge sent has the
    * primary's timers, counted from its own start: attempt_timeout_ns, and
    * once its request is on the wire the client's response timeout; a hedge
    * they end is UNKNOWN(TIMEOUT) (NOT_SENT(CONNECT_TIMEOUT) before sending)
@@ -232,7 +250,8 @@ RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
 
 /* From any thread: asks the call to end. It takes effect on the next loop
  * iteration (the adapter is woken): a call waiting to start, queued for a
- * bulkhead slot (withdrawn from the queue, nothing sent) or between
+ * bulkhead slot or a connection (withdrawn from the queue, nothing sent)
+ * or between
  * attempts completes NOT_SENT(CANCELLED) (or with the last attempt's
  * outcome, stop CANCELLED, when one was made); a transfer in flight is
  * removed at once and completes UNKNOWN(CANCELLED) once sent,
@@ -246,10 +265,14 @@ RESIL_API void resil_engine_handle_release(resil_engine_handle *call);
 
 /* Calls submitted and not yet completed (0 for NULL). Loop thread. Since 0.2. */
 RESIL_API size_t resil_engine_active(const resil_engine *e);
-/* Transfers in libcurl now, and the most there have been at once. Loop
+/* Transfers in libcurl now, and the most there have been at once (never
+ * more than the client's max_connections: see "Connections"). Loop
  * thread. 0 for NULL. Since 0.2. */
 RESIL_API size_t resil_engine_in_flight(const resil_engine *e);
 RESIL_API size_t resil_engine_peak_in_flight(const resil_engine *e);
+/* Attempts waiting in the engine's queue for a connection now (not sent).
+ * Loop thread. 0 for NULL. Since 0.2. */
+RESIL_API size_t resil_engine_queued(const resil_engine *e);
 
 /* Per-layer counters of an engine since it was created (Since 0.2). A
  * logical call is one resil_engine_call() (the keyed flow's writes and
@@ -292,8 +315,9 @@ typedef struct resil_engine_stats {
                                       for a hedge                          */
   uint64_t rejected_bulkhead_wait; /* queued for a slot, none within the
                                       max wait                             */
-  /* Reserved for the engine's connection queue (the client's lease
-   * timeout): not counted yet, always 0 in this version. */
+  /* Attempts that waited in the engine's connection queue for the
+   * client's lease timeout (or their deadline) in vain, NOT_SENT(POOL_TIMEOUT)
+   * (see "Connections"). */
   uint64_t rejected_pool_timeout;
 } resil_engine_stats;
 

@@ -382,7 +382,8 @@ typedef struct resil_http_client_config {
   /* Attempts in flight at once to one origin (scheme, host, port).
    * 1..max_connections. Default 16. */
   uint32_t max_connections_per_host;
-  /* How long an attempt waits for a pool slot before it ends
+  /* How long an attempt waits for a pool slot (on an async engine: for a
+   * connection in the engine's queue, engine.h) before it ends
    * NOT_SENT(POOL_TIMEOUT) without sending; clipped to the deadline.
    * 0..1 day; 0 fails at once. Default 1 s. */
   int64_t lease_timeout_ns;
@@ -530,7 +531,8 @@ RESIL_API const char *resil_http_client_name(const resil_http_client *c);
 
 /* The counters include the calls an async engine (engine.h) makes on the
  * client: there an attempt starts with a transfer instead of a pool slot
- * (leased, lease_timeouts and max_connections are the blocking pool's). */
+ * (leased and max_connections are the blocking pool's; lease_timeouts also
+ * counts the engine's attempts that waited for a connection in vain). */
 typedef struct resil_http_stats {
   size_t struct_size;          /* bytes the library wrote (version.h)     */
   uint64_t requests;           /* logical calls (requests) created        */

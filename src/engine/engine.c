@@ -10,6 +10,8 @@
  *   BHWAIT queued for a bulkhead slot (resil_bulkhead_enqueue); `t` is the
  *          max wait; a release hands the slot over on any thread, which
  *          forwards it to the loop (e->granted, the adapter's wake)
+ *   CWAIT  queued in the engine for a connection (see "connections"),
+ *          bounded by the queue's one timer and `dl`
  *   FLIGHT one transfer in the multi handle
  *   DONE   completed (done_fn called); kept only while handles remain
  * Every call has four timers on the engine's heap: `t` (start, waits, the
@@ -39,7 +41,23 @@
 
 #define RESIL_MAGIC_ENGINE 0x454e474eu /* "ENGN" */
 
-enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE, ST_BHWAIT };
+enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE, ST_BHWAIT, ST_CWAIT };
+
+/* A transfer waiting in the engine's queue for a connection (see
+ * "connections" below). */
+typedef struct eng_cwait {
+  struct eng_cwait *prev, *next;
+  uint32_t origin;
+  int queued;
+  /* Called (loop thread, from conn_dispatch) once the transfer may start:
+   * it is off the queue and must start now (or end). */
+  void (*go)(struct eng_cwait *w);
+  /* When the wait ends without a connection (loop clock; INT64_MAX never),
+   * and what then runs (w is off the queue). Entries with an end must
+   * come in nondecreasing order of it (a FIFO with one lease timeout). */
+  int64_t t0, expires_at;
+  void (*expired)(struct eng_cwait *w);
+} eng_cwait;
 
 typedef struct eng_xfer {
   http_slot s; /* first: CURLINFO_PRIVATE is &s */
@@ -127,6 +145,8 @@ struct resil_engine_handle {
   resil_engine_done_fn done;
   void *user;
   resil_cancel_sub *tsub; /* the ctx token's subscription, until finish */
+  /* ST_CWAIT: queued for a connection (the queue's timer bounds it). */
+  eng_cwait cw;
 };
 
 struct resil_engine {
@@ -155,6 +175,16 @@ struct resil_engine {
   resil__engine_ext *exts;      /* attached                */
   resil__engine_ext *post_head; /* posted, under mu        */
   eng_stats st; /* resil_engine_get_stats */
+  /* Connections (see "connections"): the client's limits, transfers in
+   * libcurl per origin, and the FIFO queue of transfers waiting for one. */
+  size_t conn_cap;
+  uint32_t host_cap;
+  uint32_t *origin_busy, *origin_waiting; /* client's norigins each */
+  eng_cwait *cq_head, *cq_tail;
+  size_t queued, peak_queued;
+  /* One timer for the whole queue: at (or before) the earliest expires_at. */
+  resil__timer conn_timer;
+  int conn_kick; /* a connection was given back while transfers wait */
 };
 
 static int64_t eng_now(const resil_engine *e) {
@@ -167,6 +197,7 @@ static int64_t eng_now(const resil_engine *e) {
 /* ---- timers -------------------------------------------------------------- */
 
 static void on_adapter_timer(void *arg);
+static void conn_dispatch(resil_engine *e);
 
 /* Puts the earliest heap timer on the adapter's one timer. Called at the
  * end of every entry point. */
@@ -194,6 +225,7 @@ static void on_adapter_timer(void *arg) {
   int64_t now = eng_now(e);
   resil__timer *t;
   while ((t = resil__timerheap_pop_due(&e->heap, now)) != NULL) t->cb(t->arg);
+  if (e->conn_kick) conn_dispatch(e);
   rearm(e);
 }
 
@@ -266,6 +298,126 @@ static eng_xfer *xfer_get(resil_engine *e) {
   return x;
 }
 
+/* ---- connections ------------------------------------------------------------
+ *
+ * The engine hands libcurl at most the client's max_connections transfers
+ * at once, and at most max_connections_per_host to one origin; every other
+ * transfer waits, not sent (no attempt_begin yet), in e's FIFO queue of
+ * eng_cwait entries. A transfer leaving libcurl (conn_out) only marks the
+ * queue for dispatch; conn_dispatch, run at the end of the loop's entry
+ * points (on_io, on_adapter_timer, on_wake) and never from inside another
+ * call's transition, starts queued transfers in FIFO order while there is
+ * room (an entry whose origin is at its limit is passed over for later
+ * ones of other origins). A new transfer starts at once only when there is
+ * room and nothing of its origin is queued or a dispatch is pending: no
+ * newcomer overtakes a waiter. */
+
+static int conn_room(const resil_engine *e, uint32_t origin) {
+  return e->in_flight < e->conn_cap && e->origin_busy[origin] < e->host_cap;
+}
+
+/* May a new transfer to origin start now (without overtaking a waiter)? */
+static int conn_admit(const resil_engine *e, uint32_t origin) {
+  return !e->conn_kick && !e->origin_waiting[origin] && conn_room(e, origin);
+}
+
+/* A transfer enters libcurl, or leaves it. */
+static void conn_in(resil_engine *e, uint32_t origin) {
+  e->in_flight++;
+  e->origin_busy[origin]++;
+  if (e->in_flight > e->peak) e->peak = e->in_flight;
+}
+
+static void conn_out(resil_engine *e, uint32_t origin) {
+  e->in_flight--;
+  e->origin_busy[origin]--;
+  if (e->queued) e->conn_kick = 1;
+}
+
+static void conn_enqueue(resil_engine *e, eng_cwait *w) {
+  w->next = NULL;
+  w->prev = e->cq_tail;
+  if (e->cq_tail) e->cq_tail->next = w;
+  else e->cq_head = w;
+  e->cq_tail = w;
+  w->queued = 1;
+  e->queued++;
+  if (e->queued > e->peak_queued) e->peak_queued = e->queued;
+  e->origin_waiting[w->origin]++;
+  /* The timer may stay at an earlier entry's end after that one left the
+   * queue: it then fires early, finds nothing due, and moves on. */
+  if (w->expires_at != INT64_MAX && !resil__timer_armed(&e->conn_timer))
+    arm_at(e, &e->conn_timer, w->expires_at);
+}
+
+/* Takes w off the queue (a no-op when it is not queued). */
+static void conn_withdraw(resil_engine *e, eng_cwait *w) {
+  if (!w->queued) return;
+  if (w->prev) w->prev->next = w->next;
+  else e->cq_head = w->next;
+  if (w->next) w->next->prev = w->prev;
+  else e->cq_tail = w->prev;
+  w->prev = w->next = NULL;
+  w->queued = 0;
+  e->queued--;
+  e->origin_waiting[w->origin]--;
+}
+
+/* Start or queue: 1 when the transfer of w (origin, go and expired set)
+ * may start now (the caller starts it at once, conn_in when it enters
+ * libcurl); 0 when w is queued (since w->t0): w->go runs when a connection
+ * is free, or w->expired once wait_ns (< 0: no bound) has passed, unless
+ * w is withdrawn first (conn_withdraw); -1 when there is no room and
+ * wait_ns is 0 (or the wait cannot be bounded: out of memory), w not
+ * queued. Used by the primary transfer of an attempt (start_transfer);
+ * hedge code may use it for its transfers. */
+static int conn_start_or_queue(resil_engine *e, eng_cwait *w, int64_t wait_ns) {
+  if (conn_admit(e, w->origin)) return 1;
+  w->t0 = eng_now(e);
+  if (wait_ns == 0) return -1;
+  w->expires_at = wait_ns < 0 ? INT64_MAX : resil__sat_add(w->t0, wait_ns);
+  conn_enqueue(e, w);
+  if (w->expires_at != INT64_MAX && !resil__timer_armed(&e->conn_timer)) {
+    conn_withdraw(e, w);
+    return -1;
+  }
+  return 0;
+}
+
+/* The queue's timer: ends the waits that are due, in order. */
+static void on_conn_timer(void *arg) {
+  resil_engine *e = arg;
+  int64_t now = eng_now(e);
+  eng_cwait *w = e->cq_head;
+  while (w) {
+    if (w->expires_at == INT64_MAX) {
+      w = w->next;
+      continue;
+    }
+    if (w->expires_at > now) {
+      arm_at(e, &e->conn_timer, w->expires_at);
+      return;
+    }
+    conn_withdraw(e, w);
+    w->expired(w); /* may queue again (at the tail): start from the head */
+    w = e->cq_head;
+  }
+}
+
+static void conn_dispatch(resil_engine *e) {
+  eng_cwait *w = e->cq_head;
+  while (w && e->in_flight < e->conn_cap) {
+    if (e->origin_busy[w->origin] >= e->host_cap) {
+      w = w->next;
+      continue;
+    }
+    conn_withdraw(e, w);
+    w->go(w); /* may change the queue: start again from its head */
+    w = e->cq_head;
+  }
+  e->conn_kick = 0;
+}
+
 /* Gives back what an attempt that never started holds (a call ending while
  * queued for, or just handed, a bulkhead slot). */
 static void release_holds(resil_engine_handle *call) {
@@ -286,6 +438,7 @@ static void finish(resil_engine_handle *call, resil_outcome o) {
     resil_bulkhead_waiter_free(call->bw);
     call->bw = NULL;
   }
+  conn_withdraw(e, &call->cw);
   call->state = ST_DONE;
   resil__timerheap_disarm(&e->heap, &call->t);
   resil__timerheap_disarm(&e->heap, &call->dl);
@@ -382,7 +535,7 @@ static void transfer_end(resil_engine_handle *call, int aborted, CURLcode rc) {
   eng_xfer *x = call->x;
   call->x = NULL;
   curl_multi_remove_handle(e->multi, x->s.e);
-  e->in_flight--;
+  conn_out(e, call->req->ep->origin);
   resil__timerheap_disarm(&e->heap, &call->at);
   resil_http_client *c = e->client;
   const resil_ctx *actx = attempt_ctx(call);
@@ -438,7 +591,8 @@ static void on_sent(void *arg) {
   arm_sent(call->e, call->x, &call->at, &call->at_kind, call->attempt_end_at);
 }
 
-static void start_transfer(resil_engine_handle *call) {
+/* The transfer of the attempt enters libcurl now (a connection is free). */
+static void transfer_start_now(resil_engine_handle *call) {
   resil_engine *e = call->e;
   resil_http_client *c = e->client;
   const resil_ctx *actx = attempt_ctx(call);
@@ -478,18 +632,70 @@ static void start_transfer(resil_engine_handle *call) {
   ST_INC(e, transfers);
   /* transfer_end() counts it out again, also when adding failed (then
    * classified as a local failure before sending, ABORT_LOCAL). */
-  e->in_flight++;
+  conn_in(e, call->req->ep->origin);
   if (curl_multi_add_handle(e->multi, x->s.e) != CURLM_OK) {
     transfer_end(call, ABORT_LOCAL, CURLE_FAILED_INIT);
     return;
   }
-  if (e->in_flight > e->peak) e->peak = e->in_flight;
   call->state = ST_FLIGHT;
   if (call->attempt_end_at != INT64_MAX) {
     call->at_kind = ABORT_DEADLINE;
     arm_at(e, &call->at, call->attempt_end_at);
   }
   if (call->pol.hedge) hedge_begin(call);
+}
+
+/* The attempt's wait for a connection ended without one (the lease
+ * timeout, or the deadline it is clipped to): NOT_SENT(POOL_TIMEOUT), as
+ * on the blocking path, counted in the client's lease_timeouts; the retry
+ * may go on. The call is off the queue and `t` disarmed. */
+static void conn_lease_expired(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  resil_http_client *c = e->client;
+  resil__timerheap_disarm(&e->heap, &call->t);
+  int64_t waited = eng_now(e) - call->cw.t0;
+  resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_POOL_TIMEOUT);
+  atomic_fetch_add_explicit(&c->st_lease_timeouts, 1, memory_order_relaxed);
+  ST_INC(e, rej_pool);
+  resil__http_count_outcome(c, &o);
+  resil__http_log_bare(c, call->req->ep, &o, attempt_ctx(call)->attempt, waited);
+  call->attempts++;
+  call->state = ST_WAIT;
+  after_attempt(call, &o, waited);
+}
+
+static void conn_expired_primary(eng_cwait *w) {
+  conn_lease_expired(
+      (resil_engine_handle *)(void *)((char *)w - offsetof(resil_engine_handle, cw)));
+}
+
+static void conn_go_primary(eng_cwait *w) {
+  resil_engine_handle *call =
+      (resil_engine_handle *)(void *)((char *)w - offsetof(resil_engine_handle, cw));
+  resil__timerheap_disarm(&call->e->heap, &call->t);
+  call->state = ST_WAIT;
+  if (atomic_load_explicit(&call->cancel_req, memory_order_acquire))
+    finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
+  else
+    transfer_start_now(call);
+}
+
+/* The attempt's transfer (its policies passed): starts now when a
+ * connection is free, else queues (ST_CWAIT) for at most the client's
+ * lease timeout (the queue's timer; every primary has the same timeout,
+ * so their ends come in queue order), clipped to the deadline (`dl`). */
+static void start_transfer(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  call->cw.origin = call->req->ep->origin;
+  call->cw.go = conn_go_primary;
+  call->cw.expired = conn_expired_primary;
+  int r = conn_start_or_queue(e, &call->cw, e->client->lease_timeout_ns);
+  if (r == 1) {
+    transfer_start_now(call);
+    return;
+  }
+  call->state = ST_CWAIT;
+  if (r < 0) conn_lease_expired(call);
 }
 
 /* ---- hedging (policies.hedge, hedge.h's split form) ---------------------
@@ -536,7 +742,7 @@ static void primary_drop(resil_engine_handle *call) {
   eng_xfer *x = call->x;
   call->x = NULL;
   curl_multi_remove_handle(e->multi, x->s.e);
-  e->in_flight--;
+  conn_out(e, call->req->ep->origin);
   resil__timerheap_disarm(&e->heap, &call->at);
   resil_outcome o = resil__http_attempt_end(e->client, call->req, &x->s, ABORT_CANCEL, CURLE_OK);
   resil__http_attempt_done(e->client, call->req, &x->s, &o, attempt_ctx(call)->attempt, 0,
@@ -613,7 +819,7 @@ static void hedge_end(resil_engine_handle *call, uint32_t n, int aborted, CURLco
   hg->x = NULL;
   resil__timerheap_disarm(&e->heap, &hg->at);
   curl_multi_remove_handle(e->multi, x->s.e);
-  e->in_flight--;
+  conn_out(e, call->req->ep->origin);
   resil_outcome o = resil__http_attempt_end(e->client, call->req, &x->s, aborted, rc);
   int64_t dur = eng_now(e) - hg->t0;
   resil__http_attempt_done(e->client, call->req, &x->s, &o, attempt_ctx(call)->attempt, 0, dur);
@@ -683,6 +889,13 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
     }
     hg->has_bh = 1;
   }
+  if (!conn_admit(e, call->req->ep->origin)) {
+    /* No connection free at once (a hedge never waits for one). */
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_POOL_TIMEOUT);
+    hedge_release(call, hg, NULL, 0);
+    hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+    return;
+  }
   eng_xfer *x = xfer_get(e);
   if (!x) {
     o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
@@ -705,7 +918,7 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
   hg->x = x;
   hg->t0 = now;
   ST_INC(e, transfers);
-  e->in_flight++;
+  conn_in(e, call->req->ep->origin);
   if (curl_multi_add_handle(e->multi, x->s.e) != CURLM_OK) {
     hedge_end(call, n, ABORT_LOCAL, CURLE_FAILED_INIT, HEDGE_NORMAL);
     return;
@@ -982,6 +1195,11 @@ static void on_deadline(void *arg) {
   }
   if (call->state == ST_FLIGHT) {
     flight_abort(call, ABORT_DEADLINE);
+  } else if (call->state == ST_CWAIT) {
+    /* The lease wait is clipped to the deadline (as on the blocking path). */
+    conn_withdraw(call->e, &call->cw);
+    resil__timerheap_disarm(&call->e->heap, &call->t);
+    conn_lease_expired(call);
   } else {
     bh_withdraw(call); /* a slot handed over is released by finish */
     resil__timerheap_disarm(&call->e->heap, &call->t);
@@ -1001,6 +1219,7 @@ static void do_cancel(resil_engine_handle *call) {
     flight_abort(call, ABORT_CANCEL);
     return;
   }
+  conn_withdraw(call->e, &call->cw); /* queued for a connection: not sent */
   bh_withdraw(call); /* a slot handed over is released by finish */
   resil__timerheap_disarm(&call->e->heap, &call->t);
   finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
@@ -1055,6 +1274,7 @@ static void on_io(void *arg, int fd, unsigned events) {
   int running = 0;
   curl_multi_socket_action(e->multi, (curl_socket_t)fd, flags, &running);
   check_done(e);
+  if (e->conn_kick) conn_dispatch(e);
   rearm(e);
 }
 
@@ -1130,6 +1350,7 @@ static void on_wake(void *arg) {
     x->on_post(x);
   }
   bh_drain(e);
+  if (e->conn_kick) conn_dispatch(e);
   rearm(e);
 }
 
@@ -1227,10 +1448,25 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   e->ad = ad;
   e->client = c;
   e->max_free = 2 * (size_t)c->nslots < 64 ? 64 : 2 * (size_t)c->nslots;
+  e->conn_cap = c->nslots;
+  e->host_cap = c->per_host;
+  size_t no = c->t.norigins ? c->t.norigins : 1;
+  e->origin_busy = resil__calloc(e->alloc, no * sizeof(uint32_t));
+  e->origin_waiting = resil__calloc(e->alloc, no * sizeof(uint32_t));
+  if (!e->origin_busy || !e->origin_waiting) {
+    resil__free(e->alloc, e->origin_busy);
+    resil__free(e->alloc, e->origin_waiting);
+    resil__free(e->alloc, e);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
   resil__timerheap_init(&e->heap, e->alloc);
   e->curl_timer.cb = on_curl_timeout;
   e->curl_timer.arg = e;
+  e->conn_timer.cb = on_conn_timer;
+  e->conn_timer.arg = e;
   if (pthread_mutex_init(&e->mu, NULL) != 0) {
+    resil__free(e->alloc, e->origin_busy);
+    resil__free(e->alloc, e->origin_waiting);
     resil__free(e->alloc, e);
     return resil__err(err, RESIL_ESYS, NULL, "pthread_mutex_init failed");
   }
@@ -1253,6 +1489,8 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   if (mc != CURLM_OK || ad->set_wake(ad->self, on_wake, e) != 0) {
     if (e->multi) curl_multi_cleanup(e->multi);
     pthread_mutex_destroy(&e->mu);
+    resil__free(e->alloc, e->origin_busy);
+    resil__free(e->alloc, e->origin_waiting);
     resil__free(e->alloc, e);
     return resil__err(err, RESIL_ESYS, NULL, "could not set up libcurl's multi handle or the adapter");
   }
@@ -1299,6 +1537,8 @@ void resil_engine_free(resil_engine *e) {
   resil__timerheap_free(&e->heap);
   pthread_mutex_destroy(&e->mu);
   resil_http_client *c = e->client;
+  resil__free(e->alloc, e->origin_busy);
+  resil__free(e->alloc, e->origin_waiting);
   e->magic = RESIL_MAGIC_DEAD;
   resil__free(e->alloc, e);
   resil__http_client_unref(c);
@@ -1403,6 +1643,7 @@ void resil_engine_handle_release(resil_engine_handle *call) {
 size_t resil_engine_active(const resil_engine *e) { return e ? e->active : 0; }
 size_t resil_engine_in_flight(const resil_engine *e) { return e ? e->in_flight : 0; }
 size_t resil_engine_peak_in_flight(const resil_engine *e) { return e ? e->peak : 0; }
+size_t resil_engine_queued(const resil_engine *e) { return e ? e->queued : 0; }
 
 resil_status resil_engine_get_stats_sized(const resil_engine *ce, resil_engine_stats *out,
                                           size_t n) {

@@ -4,8 +4,7 @@
  * paths (the cmocka state is the path, LAB_PATH_*): the blocking API and
  * the async engine on a built-in loop, with the same checks and the same
  * observed values. On a path an experiment does not run on (the engine
- * path in a build without the loop, or H9 there until the engine has a
- * lease timeout), its part of a test is skipped, and a test with nothing
+ * path in a build without the loop), its part of a test is skipped, and a test with nothing
  * left is reported skipped. */
 #include <stdio.h>
 #include <string.h>
@@ -103,8 +102,7 @@ static void every_http_experiment_reports_attempts_and_outcome(void **s) {
 }
 
 /* Where the built-in loop is built, every H experiment runs on both paths
- * but H9 (blocking only until the engine has a lease timeout; it may run on
- * both then). */
+ * (H9 since the engine queues calls waiting for a connection itself). */
 static void every_h_experiment_runs_on_both_paths(void **s) {
   (void)s;
   if (!lab_runs_on(lab_find("H1"), LAB_PATH_ENGINE)) skip(); /* no loop */
@@ -112,7 +110,7 @@ static void every_h_experiment_runs_on_both_paths(void **s) {
   for (const lab_experiment *e = lab_http_experiments; e->id; e++) {
     if (e->id[0] != 'H') continue;
     assert_true(lab_runs_on(e, LAB_PATH_BLOCKING));
-    if (strcmp(e->id, "H9") != 0 && !lab_runs_on(e, LAB_PATH_ENGINE))
+    if (!lab_runs_on(e, LAB_PATH_ENGINE))
       fail_msg("%s does not run on the engine path", e->id);
     n++;
   }
@@ -175,7 +173,6 @@ static void h4_h8_h9_h13_h14_measured_attempts(void **s) {
   assert_int_equal(num(o, "connections"), 1);
   assert_string_equal(str(o, "outcome"), "ANSWERED(200)");
   lab_result_clear(&r);
-  /* H9 is blocking only until the engine has a lease timeout. */
   if ((o = run_on("H9", path, &r))) {
     assert_int_equal(num(o, "attempts"), 1);
     assert_int_equal(num(o, "lease_timeouts"), 1);
