@@ -314,7 +314,9 @@ RESIL_API resil_status resil_registry_foreach(resil_registry *reg,
  * reference to it, so a render running during a reload never reads a freed
  * object; such a render may lack a replaced instance (the old object has
  * left, the new one not yet come). A render after the reload returned shows
- * exactly the new set. Several collectors (up to 8) may follow one
+ * exactly the new set (except an instance whose adding ran out of memory
+ * during that reload: it is missing until the collector is added anew).
+ * Several collectors (up to 8) may follow one
  * registry. m must outlive its membership: call
  * resil_registry_metrics_remove(), or free the registry, before freeing m.
  * Do not add or remove the registry's objects in m by hand

@@ -1691,7 +1691,7 @@ static void follow_swap(resil_registry *reg, const snapshot *old, const snapshot
     entry *e = cur->v[i];
     if (snap_find(old, e->kind, e->name) == e) continue;
     for (size_t c = 0; c < reg->ncollectors; c++)
-      (void)metrics_add_entry(reg->collectors[c], e);
+      (void)metrics_add_entry(reg->collectors[c], e); /* ENOMEM: left out (registry.h) */
     sink_attach_entry(reg, e);
   }
 }
