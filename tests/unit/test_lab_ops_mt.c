@@ -106,7 +106,7 @@ static void lab_writes_metrics_and_events(void **state) {
   FILE *ev = fopen(g, "r");
   assert_non_null(ev);
   char line[8192];
-  int lines = 0, experiments = 0, transitions = 0;
+  int lines = 0, experiments = 0, transitions = 0, p6_transitions = 0;
   while (fgets(line, sizeof line, ev)) {
     json_error_t je;
     json_t *j = json_loads(line, 0, &je);
@@ -117,6 +117,9 @@ static void lab_writes_metrics_and_events(void **state) {
     assert_non_null(kind);
     if (strcmp(kind, "experiment") == 0) experiments++;
     if (strcmp(kind, "breaker_transition") == 0) transitions++;
+    if (strcmp(kind, "breaker_transition") == 0 &&
+        strcmp(json_string_value(json_object_get(j, "instance")), "p6_breaker") == 0)
+      p6_transitions++;
     json_decref(j);
     lines++;
   }
@@ -124,6 +127,8 @@ static void lab_writes_metrics_and_events(void **state) {
   assert_true(lines > 0);
   assert_true(experiments >= 4); /* P1, P6, H3, I1 (and the engine runs) */
   assert_true(transitions >= 3); /* P1 opens; P6 opens, probes, closes */
+  /* P6: CLOSED->OPEN, OPEN->HALF_OPEN, HALF_OPEN->OPEN, ->HALF_OPEN, ->CLOSED */
+  assert_true(p6_transitions >= 4);
 }
 
 int main(void) {

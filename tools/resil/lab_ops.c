@@ -242,15 +242,19 @@ LAB_OPS_ADD(lab_ops_add_client, 'x', const resil_http_client *, resil_http_clien
 LAB_OPS_ADD(lab_ops_add_store, 's', resil_store *, resil_store_metrics_add)
 #endif
 
+const char *lab_ops_name(lab_result *r, const char *name, const char *dflt) {
+  lab_ops *o = r ? r->ops : NULL;
+  if (!o || o->nnames >= 8) return dflt;
+  char *buf = o->names[o->nnames++];
+  snprintf(buf, sizeof o->names[0], "%s_%s", o->tag, name);
+  return buf;
+}
+
 #ifdef RESIL_HAVE_HTTP
 void lab_ops_client_config(lab_result *r, resil_http_client_config *cfg, const char *name) {
   lab_ops *o = r ? r->ops : NULL;
   if (!o || !cfg) return;
-  if (!cfg->name && o->nnames < 8) {
-    char *buf = o->names[o->nnames++];
-    snprintf(buf, sizeof o->names[0], "%s_%s", o->tag, name);
-    cfg->name = buf;
-  }
+  if (!cfg->name) cfg->name = lab_ops_name(r, name, NULL);
   if (o->sink && !cfg->on_attempt) {
     cfg->on_attempt = resil_event_attempt_listener;
     cfg->on_attempt_user = o->sink;

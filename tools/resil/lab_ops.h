@@ -63,6 +63,10 @@ void lab_ops_client_config(lab_result *r, resil_http_client_config *cfg, const c
 void lab_ops_add_store(lab_result *r, const char *name, resil_store *s);
 #endif
 void lab_ops_breaker_events(lab_result *r, resil_breaker *br);
+/* "<experiment>_<name>" for an instance's config name (the event log's
+ * "instance"), valid until the next lab_ops_begin; dflt without --metrics
+ * and --events. */
+const char *lab_ops_name(lab_result *r, const char *name, const char *dflt);
 /* Renders what r registered since the last capture into the run's
  * exposition. */
 void lab_capture(lab_result *r);

@@ -391,6 +391,7 @@ static int p6_run(lab_result *r, uint32_t min_calls) {
   c.half_open_permitted_calls = 1;
   c.event_capacity = 32;
   c.clock = mc ? resil_manual_clock_get(mc) : NULL;
+  c.name = lab_ops_name(r, "breaker", NULL); /* the event log's instance (lab_ops.h) */
   resil_breaker *b = NULL;
   if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
     resil_manual_clock_free(mc);
@@ -463,6 +464,7 @@ static int p7_run(lab_result *r, uint32_t permitted) {
   c.open_wait_ns = MS(100);
   c.half_open_permitted_calls = permitted;
   c.clock = mc ? resil_manual_clock_get(mc) : NULL;
+  c.name = lab_ops_name(r, "breaker", NULL); /* the event log's instance (lab_ops.h) */
   resil_breaker *b = NULL;
   if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
     resil_manual_clock_free(mc);
@@ -532,6 +534,7 @@ static int p8_run(lab_result *r, int64_t slow_ns) {
   c.slow_call_duration_ns = slow_ns;
   c.slow_call_rate_threshold_pct = 50;
   c.clock = mc ? resil_manual_clock_get(mc) : NULL;
+  c.name = lab_ops_name(r, "breaker", NULL); /* the event log's instance (lab_ops.h) */
   resil_breaker *b = NULL;
   if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
     resil_manual_clock_free(mc);
