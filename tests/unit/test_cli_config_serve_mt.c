@@ -1,7 +1,9 @@
 /* `resil upstream --config FILE` and `resil fixture --config FILE` (child
  * processes of RESIL_BIN): /metrics shows the registry's instances,
  * SIGHUP reloads FILE (the next scrape shows the change), and a broken
- * FILE + SIGHUP changes nothing while the process keeps serving. The test
+ * FILE + SIGHUP changes nothing while the process keeps serving; --events
+ * FILE gets a reload line for each (ok true with the counts, ok false with
+ * the error). The test
  * waits for the process's own "reloaded" / "reload failed" line on stderr
  * (event order, no sleeps as synchronisation). */
 #define _GNU_SOURCE
@@ -146,11 +148,12 @@ static void serve_reload_and_refuse(const char *cmd) {
     if (getenv("CI") && strcmp(getenv("CI"), "true") == 0) fail_msg("RESIL_BIN is not set");
     skip();
   }
-  char cfg[128], out[128], err[128], uri[128];
+  char cfg[128], out[128], err[128], uri[128], ev[128];
   snprintf(cfg, sizeof cfg, "%s/app.yaml", dir);
   snprintf(out, sizeof out, "%s/%s.out", dir, cmd);
   snprintf(err, sizeof err, "%s/%s.err", dir, cmd);
   snprintf(uri, sizeof uri, "sqlite:%s/%s.db", dir, cmd);
+  snprintf(ev, sizeof ev, "%s/%s.jsonl", dir, cmd);
   write_text(cfg, V1);
   child = fork();
   assert_true(child >= 0);
@@ -160,7 +163,7 @@ static void serve_reload_and_refuse(const char *cmd) {
     int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(o, 1);
     dup2(e, 2);
-    execl(bin, bin, cmd, "--store", uri, "--config", cfg, (char *)NULL);
+    execl(bin, bin, cmd, "--store", uri, "--config", cfg, "--events", ev, (char *)NULL);
     _exit(127);
   }
   wait_lines(out, "listening on http://", 1);
@@ -183,6 +186,9 @@ static void serve_reload_and_refuse(const char *cmd) {
   assert_int_equal(0, kill(child, SIGHUP));
   wait_lines(err, "reloaded", 1);
   assert_int_equal(1, count_lines(err, "1 kept, 1 replaced, 1 added, 0 removed", NULL, 0));
+  /* the event log (--events): the reload's line, written before the stderr line */
+  assert_int_equal(1, count_lines(ev, "\"kind\":\"reload\",\"ok\":true", line, sizeof line));
+  assert_non_null(strstr(line, "\"kept\":1,\"replaced\":1,\"added\":1,\"removed\":0"));
   assert_int_equal(200, scrape(base, &b));
   assert_non_null(strstr(b.data, "resil_circuitbreaker_state{name=\"alpha\",state=\"closed\"} 1"));
   assert_non_null(
@@ -196,6 +202,8 @@ static void serve_reload_and_refuse(const char *cmd) {
   assert_int_equal(1, count_lines(err, "reload failed", why, sizeof why));
   assert_non_null(strstr(why, "app.yaml:3:"));
   assert_non_null(strstr(why, "failure_rate_threshold")); /* did you mean */
+  assert_int_equal(1, count_lines(ev, "\"kind\":\"reload\",\"ok\":false", line, sizeof line));
+  assert_non_null(strstr(line, "app.yaml:3:"));
   assert_int_equal(200, scrape(base, &b));
   assert_non_null(
       strstr(b.data, "resil_circuitbreaker_state{name=\"beta\",state=\"forced_open\"} 1"));

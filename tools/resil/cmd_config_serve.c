@@ -5,7 +5,19 @@
 
 #ifdef RESIL_HAVE_CONFIG
 
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "resil/registry.h"
+#ifdef RESIL_HAVE_HTTP
+#include "resil/events.h"
+
+/* The one sink of --events (a command has one registry). */
+static resil_event_sink *events_sink;
+static int events_fd = -1;
+#endif
 
 static void say_error(const char *prog, const char *what, const resil_registry_error *err) {
   char line[1024];
@@ -47,7 +59,45 @@ int resil_cli_config_reload(const char *prog, resil_registry *reg, const char *p
   return 0;
 }
 
+#ifdef RESIL_HAVE_HTTP
+int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fprintf(stderr, "%s: --events: cannot open %s: %s\n", prog, path, strerror(errno));
+    return -1;
+  }
+  resil_event_sink_config sc;
+  resil_event_sink_config_init(&sc);
+  sc.fd = fd;
+  resil_event_sink *s = NULL;
+  if (resil_event_sink_new(&sc, &s, NULL) != RESIL_OK ||
+      resil_registry_events_attach(reg, s) != RESIL_OK) {
+    fprintf(stderr, "%s: --events: cannot set up the event log\n", prog);
+    resil_event_sink_free(s);
+    close(fd);
+    return -1;
+  }
+  events_sink = s;
+  events_fd = fd;
+  return 0;
+}
+
+void resil_cli_config_close(resil_registry *reg) {
+  resil_registry_free(reg); /* detaches the sink */
+  resil_event_sink_free(events_sink);
+  events_sink = NULL;
+  if (events_fd >= 0) close(events_fd);
+  events_fd = -1;
+}
+#else
+int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path) {
+  (void)reg, (void)path;
+  fprintf(stderr, "%s: --events: this resil was built without libresil-http\n", prog);
+  return -1;
+}
+
 void resil_cli_config_close(resil_registry *reg) { resil_registry_free(reg); }
+#endif
 
 #else
 
@@ -60,6 +110,11 @@ int resil_cli_config_open(const char *prog, const char *path, resil_metrics *m,
 }
 
 int resil_cli_config_reload(const char *prog, resil_registry *reg, const char *path) {
+  (void)prog, (void)reg, (void)path;
+  return -1;
+}
+
+int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path) {
   (void)prog, (void)reg, (void)path;
   return -1;
 }

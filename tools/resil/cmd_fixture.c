@@ -20,7 +20,7 @@ static void usage(FILE *out) {
   fprintf(
       out,
       "usage: resil fixture [--port N] [--bind ADDR] [--store URI] [--verbose]\n"
-      "                     [--config FILE]\n"
+      "                     [--config FILE [--events FILE]]\n"
       "Runs the fault-injecting HTTP upstream until SIGINT or SIGTERM and\n"
       "prints \"fixture listening on http://ADDR:PORT\" once it accepts\n"
       "connections.\n"
@@ -37,6 +37,8 @@ static void usage(FILE *out) {
       "               its instances' figures on GET /metrics; SIGHUP reloads\n"
       "               FILE (a file with an error is reported on stderr and\n"
       "               changes nothing)\n"
+      "  --events FILE  with --config: append the event log (JSON lines:\n"
+      "               reloads, the configured breakers' transitions)\n"
       "  --verbose    let libmicrohttpd log its errors on stderr (closing a\n"
       "               connection on purpose is logged as an error too)\n"
       "  --help       print this help\n"
@@ -73,7 +75,7 @@ static int is_loopback(const char *s) {
 int resil_cmd_fixture(int argc, char **argv) {
   resil_fixture_config cfg;
   resil_fixture_config_init(&cfg);
-  const char *config = NULL;
+  const char *config = NULL, *events = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int missing = 0;
@@ -122,12 +124,23 @@ int resil_cmd_fixture(int argc, char **argv) {
         return 2;
       }
       config = v;
+    } else if ((v = resil_cli_option_value(argc, argv, &i, "--events", &missing)) ||
+               missing) {
+      if (missing || !*v) {
+        fprintf(stderr, "resil fixture: --events: needs a file\n");
+        return 2;
+      }
+      events = v;
     } else {
       fprintf(stderr, "resil fixture: unknown argument '%s' (see --help)\n", a);
       return 2;
     }
   }
 
+  if (events && !config) {
+    fprintf(stderr, "resil fixture: --events: needs --config\n");
+    return 2;
+  }
   /* Block the stop signals before the server's threads exist, so that they
    * inherit the mask and only sigwait() below receives them. */
   sigset_t stop_signals;
@@ -156,6 +169,11 @@ int resil_cmd_fixture(int argc, char **argv) {
       return 1;
     }
     if (resil_cli_config_open("resil fixture", config, m, &reg) != 0) {
+      resil_fixture_stop(f);
+      return 1;
+    }
+    if (events && resil_cli_config_events("resil fixture", reg, events) != 0) {
+      resil_cli_config_close(reg);
       resil_fixture_stop(f);
       return 1;
     }

@@ -82,6 +82,7 @@ static void usage(FILE *out) {
           "                      [--crash-nth N] [--recover] [--verbose]\n"
           "                      [--timeout-s N] [--max-connections N]\n"
           "                      [--unsafe-commit-effect-early] [--config FILE]\n"
+          "                      [--events FILE]\n"
           "Serves an idempotent POST /payments (Idempotency-Key required,\n"
           "body {\"amount\":N}), GET /operations/{key} and POST /__recover on\n"
           "the operation store URI (sqlite:/path/file.db or postgresql://...)\n"
@@ -109,6 +110,8 @@ static void usage(FILE *out) {
           "                   serve its instances' figures on GET /metrics;\n"
           "                   SIGHUP reloads FILE (a file with an error is\n"
           "                   reported on stderr and changes nothing)\n"
+          "  --events FILE    with --config: append the event log (JSON lines:\n"
+          "                   reloads, the configured breakers' transitions)\n"
           "  --verbose        say on stderr where the process kills itself\n"
           "  --unsafe-commit-effect-early\n"
           "                   TEST ONLY: commit the effect before the terminal\n"
@@ -398,12 +401,13 @@ typedef struct options {
   long timeout_s;
   long max_conns;
   const char *config;
+  const char *events;
 } options;
 
 /* Options that take a value, in the order of the switch below. */
 static const char *const value_options[] = {
     "--store",     "--port", "--bind", "--crash-at", "--crash-nth",
-    "--timeout-s", "--max-connections", "--config"};
+    "--timeout-s", "--max-connections", "--config", "--events"};
 #define N_VALUE_OPTIONS (sizeof value_options / sizeof value_options[0])
 
 /* 0 or 2: exit with it (help printed, or bad arguments); -1: go on. */
@@ -496,6 +500,9 @@ static int parse_args(int argc, char **argv, options *o) {
     case 7:
       o->config = v;
       break;
+    case 8:
+      o->events = v;
+      break;
     default:
       if (parse_long(v, 1, 1000000, &o->crash_nth) != 0) {
         fprintf(stderr, PROG ": --crash-nth: must be 1..1000000, got '%s'\n",
@@ -507,6 +514,10 @@ static int parse_args(int argc, char **argv, options *o) {
   }
   if (!o->store) {
     fprintf(stderr, PROG ": --store: required (see --help)\n");
+    return 2;
+  }
+  if (o->events && !o->config) {
+    fprintf(stderr, PROG ": --events: needs --config\n");
     return 2;
   }
   return -1;
@@ -576,6 +587,8 @@ int resil_cmd_upstream(int argc, char **argv) {
     goto out;
   }
   if (o.config && resil_cli_config_open(PROG, o.config, u.metrics, &reg) != 0)
+    goto out;
+  if (o.events && resil_cli_config_events(PROG, reg, o.events) != 0)
     goto out;
   if (o.recover) {
     resil_store_recovery rep;

@@ -26,7 +26,13 @@ int resil_cli_config_open(const char *prog, const char *path, resil_metrics *m,
  * Returns 0 or -1. */
 int resil_cli_config_reload(const char *prog, resil_registry *reg, const char *path);
 
-/* Frees reg (NULL: nothing), taking its instances out of the collector. */
+/* --events FILE: opens FILE for appending and attaches an event sink on
+ * it to reg (resil_registry_events_attach: reload lines, the configured
+ * breakers' transitions). 0, or -1 with a message on stderr. */
+int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path);
+
+/* Frees reg (NULL: nothing), taking its instances out of the collector,
+ * then the event sink, if any. */
 void resil_cli_config_close(resil_registry *reg);
 
 #endif
