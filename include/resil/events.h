@@ -28,8 +28,12 @@
  *   recovered            attempt, http_status, idempotency_key: a keyed call
  *                        answered with a stored result (RESIL_OF_RECOVERED)
  *   store_recovery       selected, recovered, failed, damaged
- *   reload               ok, file, changed, kept, error (registry reloads,
- *                        emitted by the registry through resil_event_reload)
+ *   reload               ok, file, changed, kept, error; a successful
+ *                        registry reload also replaced, added, removed and
+ *                        generation (the registry emits them through
+ *                        resil_event_reload_counts and, for a failed
+ *                        reload, resil_event_reload: registry.h's
+ *                        resil_registry_events_attach)
  *   hedge and application kinds: whatever resil_event_emit is given.
  * Never a secret: no header, no body; a URL given to resil_event_emit_url
  * is redacted as resil_http_log_fn documents (userinfo, secret-looking
@@ -132,6 +136,15 @@ RESIL_API void resil_event_attempt_listener(void *user, const resil_attempt_info
 RESIL_API resil_status resil_event_reload(resil_event_sink *s, const char *registry,
                                           int ok, const char *file, size_t changed,
                                           size_t kept, const char *error);
+
+/* A successful registry reload with what it did (resil_registry_reload_
+ * stats): ok true, file (may be NULL), changed (replaced + added +
+ * removed), kept, replaced, added, removed, generation. Statuses as
+ * resil_event_emit. Since 0.2. */
+RESIL_API resil_status resil_event_reload_counts(resil_event_sink *s, const char *registry,
+                                                 const char *file, uint64_t generation,
+                                                 size_t kept, size_t replaced, size_t added,
+                                                 size_t removed);
 
 /* A store recovery run (resil_store_recover_report's report). Statuses as
  * resil_event_emit. Since 0.2. */

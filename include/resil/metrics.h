@@ -52,6 +52,9 @@
  * thread: a listener must not call the collector). An instance must
  * outlive its membership (remove it, or free the collector, first).
  *
+ * Every instance of a registry (registry.h, libresil-config) is added in
+ * one call, resil_registry_metrics_add(), and then follows its reloads.
+ *
  * Create/free pair: resil_metrics_new / resil_metrics_free. */
 #ifndef RESIL_METRICS_H
 #define RESIL_METRICS_H

@@ -300,6 +300,59 @@ typedef int (*resil_registry_visit_fn)(void *user, resil_registry_kind kind,
 RESIL_API resil_status resil_registry_foreach(resil_registry *reg,
                                               resil_registry_visit_fn fn, void *user);
 
+/* ---- metrics and events (Since 0.2) ----------------------------------- */
+
+/* Exposes every instance of the registry in collector m (metrics.h), each
+ * under its instance name: breakers, retries, rate limiters, bulkheads,
+ * time limiters, hedges and chains through the resil_metrics_add_* calls,
+ * HTTP clients and stores through their libraries' sources (when
+ * libresil-config was built with them); retry budgets and thread pools have
+ * no figures. The collector then follows every reload: a kept instance
+ * keeps its series (its counters go on), a replaced one shows the new
+ * object's figures, an added one appears, a removed one disappears. The
+ * registry removes an object from the collector before it drops its
+ * reference to it, so a render running during a reload never reads a freed
+ * object; such a render may lack a replaced instance (the old object has
+ * left, the new one not yet come). A render after the reload returned shows
+ * exactly the new set (except an instance whose adding ran out of memory
+ * during that reload: it is missing until the collector is added anew).
+ * Several collectors (up to 8) may follow one
+ * registry. m must outlive its membership: call
+ * resil_registry_metrics_remove(), or free the registry, before freeing m.
+ * Do not add or remove the registry's objects in m by hand
+ * (resil_metrics_remove would take them out from under the registry).
+ * RESIL_OK; RESIL_EMISUSE (NULL registry); RESIL_EINVAL (NULL m, m already
+ * follows this registry, or m already has an instance of the same kind and
+ * name: nothing is added then); RESIL_ESTATE (8 collectors already);
+ * RESIL_ENOMEM. Since 0.2. */
+typedef struct resil_metrics resil_metrics;
+RESIL_API resil_status resil_registry_metrics_add(resil_registry *reg, resil_metrics *m);
+/* Removes the registry's instances from m and stops following reloads.
+ * RESIL_OK, RESIL_EMISUSE (NULL registry), RESIL_EINVAL (m does not follow
+ * it). Since 0.2. */
+RESIL_API resil_status resil_registry_metrics_remove(resil_registry *reg, resil_metrics *m);
+
+/* Attaches an event sink (events.h, libresil-http) to the registry, NULL
+ * detaches it (one sink at a time; attaching another replaces it):
+ *  - every reload writes one line, instance "registry", kind "reload":
+ *    a successful one with ok true, file, changed, kept, replaced, added,
+ *    removed and generation (resil_event_reload_counts); a failed one (the
+ *    file unreadable, an error in it) with ok false, file and error, the
+ *    message resil_registry_error_format() gives;
+ *  - every configured breaker gets resil_event_breaker_listener with the
+ *    sink (its transitions, rejections, resets reach the log under its
+ *    instance name), and so does every breaker a reload adds or puts in
+ *    place of another. A breaker that a reload removed or replaced loses
+ *    the listener in that reload (calls still finishing on it under a lease
+ *    are not logged).
+ * The sink must outlive the attachment: detach it (or free the registry)
+ * before resil_event_sink_free(). RESIL_OK; RESIL_EMISUSE (NULL registry);
+ * RESIL_ESTATE (libresil-config was built without libresil-http and sink
+ * is not NULL). Since 0.2. */
+typedef struct resil_event_sink resil_event_sink;
+RESIL_API resil_status resil_registry_events_attach(resil_registry *reg,
+                                                    resil_event_sink *sink);
+
 /* Parses a duration with its unit as the file format does ("250ms",
  * "1.5s", "0"): RESIL_OK with *ns set, or RESIL_EINVAL (why in msg, may be
  * NULL). Since 0.2. */

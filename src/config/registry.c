@@ -25,7 +25,9 @@
 #include "resil/registry.h"
 #include "resil/retry.h"
 #include "resil/timelimit.h"
+#include "resil/metrics.h"
 #ifdef RESIL_CONFIG_HTTP
+#include "resil/events.h"
 #include "resil/http.h"
 #endif
 #ifdef RESIL_CONFIG_STORE
@@ -1255,12 +1257,17 @@ static void snap_free(snapshot *s) {
   free(s);
 }
 
+enum { MAX_COLLECTORS = 8 };
+
 struct resil_registry {
   pthread_rwlock_t lock; /* guards cur and last */
-  pthread_mutex_t reload_mu;
+  pthread_mutex_t reload_mu; /* serialises reloads; guards what follows cur */
   snapshot *cur;
   _Atomic uint64_t gen;
   resil_registry_reload_stats last;
+  resil_metrics *collectors[MAX_COLLECTORS]; /* resil_registry_metrics_add */
+  size_t ncollectors;
+  struct resil_event_sink *sink; /* resil_registry_events_attach */
 };
 
 /* The resolved settings as text: equal texts, equal settings. Returns the
@@ -1622,6 +1629,153 @@ static void clear_err(resil_registry_error *uerr) {
     resil_registry_error_init_sized(uerr, resil__sized_size(uerr));
 }
 
+/* ---- collectors and the event sink (resil_registry_metrics_add,
+ * resil_registry_events_attach) -------------------------------------------
+ * Both are updated by a reload under reload_mu, after the swap and before
+ * the old snapshot's references are dropped: an object leaves a collector
+ * (resil_metrics_remove waits for a render reading it) and loses its sink
+ * listener while the registry still holds it, so a render or a listener
+ * never reads a freed object. */
+
+static resil_status metrics_add_entry(resil_metrics *m, const entry *e) {
+  switch (e->kind) {
+  case RESIL_REG_BREAKER: return resil_metrics_add_breaker(m, e->name, e->handle);
+  case RESIL_REG_RETRY: return resil_metrics_add_retry(m, e->name, e->handle);
+  case RESIL_REG_RATELIMITER: return resil_metrics_add_ratelimiter(m, e->name, e->handle);
+  case RESIL_REG_BULKHEAD: return resil_metrics_add_bulkhead(m, e->name, e->handle);
+  case RESIL_REG_TIMELIMITER: return resil_metrics_add_timelimiter(m, e->name, e->handle);
+  case RESIL_REG_HEDGE: return resil_metrics_add_hedge(m, e->name, e->handle);
+  case RESIL_REG_CHAIN: return resil_metrics_add_chain(m, e->name, e->handle);
+#ifdef RESIL_CONFIG_HTTP
+  case RESIL_REG_HTTP_CLIENT: return resil_http_client_metrics_add(m, e->name, e->handle);
+#endif
+#ifdef RESIL_CONFIG_STORE
+  case RESIL_REG_STORE: return resil_store_metrics_add(m, e->name, e->handle);
+#endif
+  default: return RESIL_OK; /* retry budgets and thread pools have no figures */
+  }
+}
+
+static void metrics_remove_entry(resil_metrics *m, const entry *e) {
+  (void)resil_metrics_remove(m, e->handle); /* EINVAL: a kind without figures */
+}
+
+static void sink_attach_entry(resil_registry *reg, const entry *e) {
+#ifdef RESIL_CONFIG_HTTP
+  if (reg->sink && e->kind == RESIL_REG_BREAKER)
+    (void)resil_breaker_listener_add(e->handle, resil_event_breaker_listener, reg->sink);
+#else
+  (void)reg, (void)e;
+#endif
+}
+
+static void sink_detach_entry(resil_registry *reg, const entry *e) {
+#ifdef RESIL_CONFIG_HTTP
+  if (reg->sink && e->kind == RESIL_REG_BREAKER)
+    (void)resil_breaker_listener_remove(e->handle, resil_event_breaker_listener, reg->sink);
+#else
+  (void)reg, (void)e;
+#endif
+}
+
+/* After a swap from old to cur (reload_mu held): what left goes out first,
+ * so a replaced instance's name is free for its successor. */
+static void follow_swap(resil_registry *reg, const snapshot *old, const snapshot *cur) {
+  for (size_t i = 0; i < old->n; i++) {
+    entry *e = old->v[i];
+    if (snap_find(cur, e->kind, e->name) == e) continue;
+    for (size_t c = 0; c < reg->ncollectors; c++) metrics_remove_entry(reg->collectors[c], e);
+    sink_detach_entry(reg, e);
+  }
+  for (size_t i = 0; i < cur->n; i++) {
+    entry *e = cur->v[i];
+    if (snap_find(old, e->kind, e->name) == e) continue;
+    for (size_t c = 0; c < reg->ncollectors; c++)
+      (void)metrics_add_entry(reg->collectors[c], e); /* ENOMEM: left out (registry.h) */
+    sink_attach_entry(reg, e);
+  }
+}
+
+resil_status resil_registry_metrics_add(resil_registry *reg, resil_metrics *m) {
+  if (!reg) return RESIL_EMISUSE;
+  if (!m) return RESIL_EINVAL;
+  resil_status st = RESIL_OK;
+  pthread_mutex_lock(&reg->reload_mu);
+  for (size_t c = 0; c < reg->ncollectors; c++)
+    if (reg->collectors[c] == m) st = RESIL_EINVAL;
+  if (st == RESIL_OK && reg->ncollectors == MAX_COLLECTORS) st = RESIL_ESTATE;
+  size_t i = 0;
+  for (; st == RESIL_OK && i < reg->cur->n; i++) st = metrics_add_entry(m, reg->cur->v[i]);
+  if (st == RESIL_OK) {
+    reg->collectors[reg->ncollectors++] = m;
+  } else {
+    /* i - 1 failed (or nothing was tried): undo the ones before it */
+    for (size_t k = 0; i > 0 && k + 1 < i; k++) metrics_remove_entry(m, reg->cur->v[k]);
+  }
+  pthread_mutex_unlock(&reg->reload_mu);
+  return st;
+}
+
+static void collector_drop(resil_registry *reg, size_t c) {
+  for (size_t i = 0; i < reg->cur->n; i++) metrics_remove_entry(reg->collectors[c], reg->cur->v[i]);
+  reg->collectors[c] = reg->collectors[--reg->ncollectors];
+}
+
+resil_status resil_registry_metrics_remove(resil_registry *reg, resil_metrics *m) {
+  if (!reg) return RESIL_EMISUSE;
+  resil_status st = RESIL_EINVAL;
+  pthread_mutex_lock(&reg->reload_mu);
+  for (size_t c = 0; c < reg->ncollectors; c++)
+    if (reg->collectors[c] == m) {
+      collector_drop(reg, c);
+      st = RESIL_OK;
+      break;
+    }
+  pthread_mutex_unlock(&reg->reload_mu);
+  return st;
+}
+
+static void sink_drop(resil_registry *reg) {
+  for (size_t i = 0; i < reg->cur->n; i++) sink_detach_entry(reg, reg->cur->v[i]);
+  reg->sink = NULL;
+}
+
+resil_status resil_registry_events_attach(resil_registry *reg, resil_event_sink *sink) {
+  if (!reg) return RESIL_EMISUSE;
+#ifdef RESIL_CONFIG_HTTP
+  pthread_mutex_lock(&reg->reload_mu);
+  if (reg->sink) sink_drop(reg);
+  reg->sink = sink;
+  for (size_t i = 0; sink && i < reg->cur->n; i++) sink_attach_entry(reg, reg->cur->v[i]);
+  pthread_mutex_unlock(&reg->reload_mu);
+  return RESIL_OK;
+#else
+  return sink ? RESIL_ESTATE : RESIL_OK;
+#endif
+}
+
+/* The reload's line (reload_mu held). */
+static void sink_reload(resil_registry *reg, const char *file, resil_status st,
+                        const resil_registry_error *e) {
+#ifdef RESIL_CONFIG_HTTP
+  if (!reg->sink) return;
+  if (st == RESIL_OK) {
+    (void)resil_event_reload_counts(reg->sink, "registry", file, reg->last.generation,
+                                    reg->last.kept, reg->last.replaced, reg->last.added,
+                                    reg->last.removed);
+  } else {
+    char msg[1024];
+    if (e->status != RESIL_OK)
+      (void)resil_registry_error_format(e, msg, sizeof msg);
+    else
+      snprintf(msg, sizeof msg, "%s", resil_strerror(st));
+    (void)resil_event_reload(reg->sink, "registry", 0, file, 0, 0, msg);
+  }
+#else
+  (void)reg, (void)file, (void)st, (void)e;
+#endif
+}
+
 resil_status resil_registry_load_string(const char *text, size_t len, const char *name,
                                         resil_registry **out, resil_registry_error *err) {
   clear_err(err);
@@ -1667,24 +1821,25 @@ resil_status resil_registry_load_file(const char *path, resil_registry **out,
 
 void resil_registry_free(resil_registry *reg) {
   if (!reg) return;
+  while (reg->ncollectors) collector_drop(reg, reg->ncollectors - 1);
+  if (reg->sink) sink_drop(reg);
   snap_free(reg->cur);
   pthread_mutex_destroy(&reg->reload_mu);
   pthread_rwlock_destroy(&reg->lock);
   free(reg);
 }
 
-resil_status resil_registry_reload_string(resil_registry *reg, const char *text, size_t len,
-                                          const char *name, resil_registry_error *err) {
-  clear_err(err);
-  if (!reg) return RESIL_EMISUSE;
-  if (!text) return RESIL_EINVAL;
-  pthread_mutex_lock(&reg->reload_mu);
+/* reload_mu held. The caller's err gets the error (when its size allows). */
+static resil_status reload_locked(resil_registry *reg, const char *text, size_t len,
+                                  const char *name, resil_registry_error *uerr) {
   /* Only reloads replace cur, and they are serialised by reload_mu: cur can
    * be read here without the rwlock. */
   snapshot *snap = NULL;
   resil_registry_reload_stats rs;
   memset(&rs, 0, sizeof rs);
-  resil_status st = load(text, len, name, reg->cur, &snap, &rs, err);
+  resil_registry_error le;
+  resil_registry_error_init(&le);
+  resil_status st = load(text, len, name, reg->cur, &snap, &rs, &le);
   if (st == RESIL_OK) {
     pthread_rwlock_wrlock(&reg->lock);
     snapshot *old = reg->cur;
@@ -1693,8 +1848,22 @@ resil_status resil_registry_reload_string(resil_registry *reg, const char *text,
     rs.generation = atomic_fetch_add(&reg->gen, 1) + 1;
     reg->last = rs;
     pthread_rwlock_unlock(&reg->lock);
+    follow_swap(reg, old, snap);
     snap_free(old); /* entries kept or leased live on */
   }
+  sink_reload(reg, name, st, &le);
+  if (st != RESIL_OK && uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
+    resil__sized_out(uerr, resil__sized_size(uerr), &le, sizeof le);
+  return st;
+}
+
+resil_status resil_registry_reload_string(resil_registry *reg, const char *text, size_t len,
+                                          const char *name, resil_registry_error *err) {
+  clear_err(err);
+  if (!reg) return RESIL_EMISUSE;
+  if (!text) return RESIL_EINVAL;
+  pthread_mutex_lock(&reg->reload_mu);
+  resil_status st = reload_locked(reg, text, len, name, err);
   pthread_mutex_unlock(&reg->reload_mu);
   return st;
 }
@@ -1706,8 +1875,17 @@ resil_status resil_registry_reload(resil_registry *reg, const char *path,
   if (!path) return RESIL_EINVAL;
   char *text;
   size_t len;
-  resil_status st = read_file(path, &text, &len, err);
-  if (st) return st;
+  resil_registry_error le;
+  resil_registry_error_init(&le);
+  resil_status st = read_file(path, &text, &len, &le);
+  if (st) {
+    pthread_mutex_lock(&reg->reload_mu);
+    sink_reload(reg, path, st, &le);
+    pthread_mutex_unlock(&reg->reload_mu);
+    if (err && resil__sized_size(err) >= sizeof(resil_registry_error))
+      resil__sized_out(err, resil__sized_size(err), &le, sizeof le);
+    return st;
+  }
   st = resil_registry_reload_string(reg, text, len, path, err);
   free(text);
   return st;

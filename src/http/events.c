@@ -303,6 +303,23 @@ resil_status resil_event_reload(resil_event_sink *s, const char *registry, int o
   return write_line(s, o);
 }
 
+resil_status resil_event_reload_counts(resil_event_sink *s, const char *registry,
+                                       const char *file, uint64_t generation, size_t kept,
+                                       size_t replaced, size_t added, size_t removed) {
+  if (!s) return RESIL_EMISUSE;
+  json_t *o = head(s, registry, "reload");
+  if (!o) return RESIL_ENOMEM;
+  json_object_set_new(o, "ok", json_true());
+  if (file) json_object_set_new(o, "file", jstr(file));
+  json_object_set_new(o, "changed", json_integer((json_int_t)(replaced + added + removed)));
+  json_object_set_new(o, "kept", json_integer((json_int_t)kept));
+  json_object_set_new(o, "replaced", json_integer((json_int_t)replaced));
+  json_object_set_new(o, "added", json_integer((json_int_t)added));
+  json_object_set_new(o, "removed", json_integer((json_int_t)removed));
+  json_object_set_new(o, "generation", json_integer((json_int_t)generation));
+  return write_line(s, o);
+}
+
 resil_status resil_event_store_recovery(resil_event_sink *s, const char *store,
                                         const resil_store_recovery *r) {
   if (!s) return RESIL_EMISUSE;

@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "cmds.h"
+#include "config_serve.h"
 
 #ifdef RESIL_HAVE_FIXTURE
 
@@ -19,6 +20,7 @@ static void usage(FILE *out) {
   fprintf(
       out,
       "usage: resil fixture [--port N] [--bind ADDR] [--store URI] [--verbose]\n"
+      "                     [--config FILE [--events FILE]]\n"
       "Runs the fault-injecting HTTP upstream until SIGINT or SIGTERM and\n"
       "prints \"fixture listening on http://ADDR:PORT\" once it accepts\n"
       "connections.\n"
@@ -31,6 +33,12 @@ static void usage(FILE *out) {
       "               default: a private SQLite file in a temporary\n"
       "               directory ($TMPDIR, else /dev/shm or /tmp), removed\n"
       "               on exit\n"
+      "  --config FILE  load a registry (resil config check FILE) and serve\n"
+      "               its instances' figures on GET /metrics; SIGHUP reloads\n"
+      "               FILE (a file with an error is reported on stderr and\n"
+      "               changes nothing)\n"
+      "  --events FILE  with --config: append the event log (JSON lines:\n"
+      "               reloads, the configured breakers' transitions)\n"
       "  --verbose    let libmicrohttpd log its errors on stderr (closing a\n"
       "               connection on purpose is logged as an error too)\n"
       "  --help       print this help\n"
@@ -67,6 +75,7 @@ static int is_loopback(const char *s) {
 int resil_cmd_fixture(int argc, char **argv) {
   resil_fixture_config cfg;
   resil_fixture_config_init(&cfg);
+  const char *config = NULL, *events = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int missing = 0;
@@ -108,18 +117,38 @@ int resil_cmd_fixture(int argc, char **argv) {
         return 2;
       }
       cfg.store_uri = v;
+    } else if ((v = resil_cli_option_value(argc, argv, &i, "--config", &missing)) ||
+               missing) {
+      if (missing || !*v) {
+        fprintf(stderr, "resil fixture: --config: needs a file\n");
+        return 2;
+      }
+      config = v;
+    } else if ((v = resil_cli_option_value(argc, argv, &i, "--events", &missing)) ||
+               missing) {
+      if (missing || !*v) {
+        fprintf(stderr, "resil fixture: --events: needs a file\n");
+        return 2;
+      }
+      events = v;
     } else {
       fprintf(stderr, "resil fixture: unknown argument '%s' (see --help)\n", a);
       return 2;
     }
   }
 
+  if (events && !config) {
+    fprintf(stderr, "resil fixture: --events: needs --config\n");
+    return 2;
+  }
   /* Block the stop signals before the server's threads exist, so that they
    * inherit the mask and only sigwait() below receives them. */
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  if (config)
+    sigaddset(&stop_signals, SIGHUP); /* a reload, on this thread */
   if (pthread_sigmask(SIG_BLOCK, &stop_signals, NULL) != 0) {
     fprintf(stderr, "resil fixture: cannot block SIGINT/SIGTERM\n");
     return 1;
@@ -130,11 +159,36 @@ int resil_cmd_fixture(int argc, char **argv) {
     fprintf(stderr, "resil fixture: %s\n", err);
     return 1;
   }
+  resil_registry *reg = NULL;
+  if (config) {
+    resil_metrics *m = resil_fixture_metrics(f);
+    if (!m) {
+      fprintf(stderr, "resil fixture: --config: this fixture has no /metrics "
+                      "(built without libresil-mhd)\n");
+      resil_fixture_stop(f);
+      return 1;
+    }
+    if (resil_cli_config_open("resil fixture", config, m, &reg) != 0) {
+      resil_fixture_stop(f);
+      return 1;
+    }
+    if (events && resil_cli_config_events("resil fixture", reg, events) != 0) {
+      resil_cli_config_close(reg);
+      resil_fixture_stop(f);
+      return 1;
+    }
+  }
   printf("fixture listening on %s\n", resil_fixture_url(f));
   fflush(stdout);
-  int sig = 0;
-  while (sigwait(&stop_signals, &sig) != 0) {
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&stop_signals, &sig) != 0)
+      continue;
+    if (sig != SIGHUP)
+      break;
+    (void)resil_cli_config_reload("resil fixture", reg, config);
   }
+  resil_cli_config_close(reg); /* before the fixture's collector */
   resil_fixture_stop(f);
   return 0;
 }

@@ -13,7 +13,9 @@
  *   POST /__recover        re-drives PENDING operations: {"recovered":n}.
  *   GET /metrics           the Prometheus exposition (resil_metrics_mhd) of
  *                          the helper ("upstream") and the store
- *                          ("upstream_store").
+ *                          ("upstream_store"), and with --config FILE of
+ *                          every instance of the registry loaded from FILE;
+ *                          SIGHUP reloads FILE (config_serve.h).
  *
  * --crash-at makes the process kill itself with SIGKILL at one point of the
  * n-th new operation (--crash-nth): after PENDING is durable and before the
@@ -26,6 +28,7 @@
 
 #include "cli.h"
 #include "cmds.h"
+#include "config_serve.h"
 
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_MHD)
 
@@ -78,7 +81,8 @@ static void usage(FILE *out) {
           "                      [--crash-at none|pending|in-txn|effect]\n"
           "                      [--crash-nth N] [--recover] [--verbose]\n"
           "                      [--timeout-s N] [--max-connections N]\n"
-          "                      [--unsafe-commit-effect-early]\n"
+          "                      [--unsafe-commit-effect-early] [--config FILE]\n"
+          "                      [--events FILE]\n"
           "Serves an idempotent POST /payments (Idempotency-Key required,\n"
           "body {\"amount\":N}), GET /operations/{key} and POST /__recover on\n"
           "the operation store URI (sqlite:/path/file.db or postgresql://...)\n"
@@ -102,6 +106,12 @@ static void usage(FILE *out) {
           "                   default 30\n"
           "  --max-connections N  serve at most N connections at once (one\n"
           "                   thread each), 1..4096; default 256\n"
+          "  --config FILE    load a registry (resil config check FILE) and\n"
+          "                   serve its instances' figures on GET /metrics;\n"
+          "                   SIGHUP reloads FILE (a file with an error is\n"
+          "                   reported on stderr and changes nothing)\n"
+          "  --events FILE    with --config: append the event log (JSON lines:\n"
+          "                   reloads, the configured breakers' transitions)\n"
           "  --verbose        say on stderr where the process kills itself\n"
           "  --unsafe-commit-effect-early\n"
           "                   TEST ONLY: commit the effect before the terminal\n"
@@ -390,12 +400,14 @@ typedef struct options {
   int unsafe;
   long timeout_s;
   long max_conns;
+  const char *config;
+  const char *events;
 } options;
 
 /* Options that take a value, in the order of the switch below. */
 static const char *const value_options[] = {
     "--store",     "--port", "--bind", "--crash-at", "--crash-nth",
-    "--timeout-s", "--max-connections"};
+    "--timeout-s", "--max-connections", "--config", "--events"};
 #define N_VALUE_OPTIONS (sizeof value_options / sizeof value_options[0])
 
 /* 0 or 2: exit with it (help printed, or bad arguments); -1: go on. */
@@ -485,6 +497,12 @@ static int parse_args(int argc, char **argv, options *o) {
         return 2;
       }
       break;
+    case 7:
+      o->config = v;
+      break;
+    case 8:
+      o->events = v;
+      break;
     default:
       if (parse_long(v, 1, 1000000, &o->crash_nth) != 0) {
         fprintf(stderr, PROG ": --crash-nth: must be 1..1000000, got '%s'\n",
@@ -496,6 +514,10 @@ static int parse_args(int argc, char **argv, options *o) {
   }
   if (!o->store) {
     fprintf(stderr, PROG ": --store: required (see --help)\n");
+    return 2;
+  }
+  if (o->events && !o->config) {
+    fprintf(stderr, PROG ": --events: needs --config\n");
     return 2;
   }
   return -1;
@@ -511,16 +533,19 @@ int resil_cmd_upstream(int argc, char **argv) {
   if (prc >= 0)
     return prc;
 
-  /* Stop signals go to sigwait() below only; the server's threads inherit
-   * the mask. */
+  /* Stop signals (and SIGHUP with --config) go to sigwait() below only;
+   * the server's threads inherit the mask. */
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  if (o.config)
+    sigaddset(&stop_signals, SIGHUP);
   if (pthread_sigmask(SIG_BLOCK, &stop_signals, NULL) != 0) {
     fprintf(stderr, PROG ": cannot block SIGINT/SIGTERM\n");
     return 1;
   }
+  resil_registry *reg = NULL;
 
   upstream u = {.crash_at = o.crash_at, .crash_nth = o.crash_nth,
                 .verbose = o.verbose};
@@ -561,6 +586,10 @@ int resil_cmd_upstream(int argc, char **argv) {
     fprintf(stderr, PROG ": cannot set up the metrics\n");
     goto out;
   }
+  if (o.config && resil_cli_config_open(PROG, o.config, u.metrics, &reg) != 0)
+    goto out;
+  if (o.events && resil_cli_config_events(PROG, reg, o.events) != 0)
+    goto out;
   if (o.recover) {
     resil_store_recovery rep;
     resil_status st = resil_idem_mhd_recover_report(u.idem, 0, 100000, &rep);
@@ -609,13 +638,19 @@ int resil_cmd_upstream(int argc, char **argv) {
   printf("upstream listening on http://%s:%u\n", o.bind,
          di ? (unsigned)di->port : (unsigned)o.port);
   fflush(stdout);
-  int sig = 0;
-  while (sigwait(&stop_signals, &sig) != 0) {
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&stop_signals, &sig) != 0)
+      continue;
+    if (sig != SIGHUP)
+      break;
+    (void)resil_cli_config_reload(PROG, reg, o.config);
   }
   rc = 0;
 out:
   if (d)
     MHD_stop_daemon(d);
+  resil_cli_config_close(reg); /* before the collector it is in */
   the_upstream = NULL;
   resil_metrics_free(u.metrics);
   resil_idem_mhd_free(u.idem);

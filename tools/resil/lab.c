@@ -1,6 +1,7 @@
 /* `resil lab`: runs every experiment, prints one line each, writes the
  * evidence JSON, exits non-zero when any experiment failed. */
 #include "lab.h"
+#include "lab_ops.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -97,6 +98,7 @@ static int run_fn(lab_fn fn, int path, lab_result *r) {
   memset(r, 0, sizeof *r);
   r->pass = 1;
   r->path = path;
+  r->ops = lab_ops_current; /* --metrics / --events */
   r->observed = json_object();
   int ok = fn(r);
   if (!ok) r->pass = 0;
@@ -205,13 +207,17 @@ static void usage(FILE *f) {
           "  --path P      blocking, engine or both (default both) for the H and I\n"
           "                experiments\n"
           "  --list        list the experiments and exit\n"
-          "  --html FILE   write the report, one self-contained HTML page with\n"
-          "                pictures drawn from the measured series\n"
+          "  --html FILE     write the report, one self-contained HTML page with\n"
+          "                  pictures drawn from the measured series\n"
+          "  --metrics FILE  write the Prometheus exposition of every instance\n"
+          "                  the experiments used (named <id>_<name>: p6_breaker)\n"
+          "  --events FILE   write the event log of the run (JSON lines)\n"
           "  resil lab report --from JSON --html FILE: the page from a saved --json\n");
 }
 
 int lab_main(int argc, char **argv) {
   const char *json_path = NULL, *only = NULL;
+  const char *metrics_path = NULL, *events_path = NULL; /* lab_ops.h */
   int list = 0;
   unsigned path_mask = LAB_PATHS_BOTH;
   /* The HTML report (lab_report.c). */
@@ -253,6 +259,13 @@ int lab_main(int argc, char **argv) {
         fprintf(stderr, "resil lab: --path: '%s' is not blocking, engine or both\n", argv[i]);
         return 2;
       }
+    } else if (strcmp(argv[i], "--metrics") == 0 || strcmp(argv[i], "--events") == 0) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "resil lab: %s needs a file name\n", argv[i]);
+        return 2;
+      }
+      *(argv[i][2] == 'm' ? &metrics_path : &events_path) = argv[i + 1];
+      i++;
     } else if (strcmp(argv[i], "--list") == 0) {
       list = 1;
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -280,6 +293,10 @@ int lab_main(int argc, char **argv) {
       p = comma + 1;
     }
   }
+  lab_ops *ops = NULL;
+  if (!list && (metrics_path || events_path) &&
+      !(ops = lab_ops_new(metrics_path, events_path)))
+    return 2;
   json_t *doc = json_object();
   json_object_set_new(doc, "tool", json_string("resil lab"));
   json_object_set_new(doc, "versions", versions());
@@ -305,7 +322,9 @@ int lab_main(int argc, char **argv) {
         }
         lab_result r;
         clock_gettime(CLOCK_MONOTONIC, &t0);
+        lab_ops_begin(ops, id);
         lab_run_on(e, path, &r);
+        lab_ops_end(ops, &r);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
                     (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
@@ -358,6 +377,9 @@ int lab_main(int argc, char **argv) {
     }
   }
   json_decref(doc);
+  if (lab_ops_finish(ops) != 0 && !rc) rc = 2;
+  if (!rc && metrics_path) printf("lab: metrics written to %s\n", metrics_path);
+  if (!rc && events_path) printf("lab: events written to %s\n", events_path);
   if (rc) return rc;
   return failed ? 1 : 0;
 }

@@ -20,6 +20,9 @@ typedef struct lab_result {
    * friends) or LAB_PATH_ENGINE (the same calls submitted to the async
    * engine on a built-in loop, lab_engine.c). */
   int path;
+  /* --metrics / --events (lab_ops.h): the run's collector of figures and
+   * event sink, set by the runner; NULL when neither was asked for. */
+  struct lab_ops *ops;
 } lab_result;
 
 enum { LAB_PATH_BLOCKING = 0, LAB_PATH_ENGINE = 1 };

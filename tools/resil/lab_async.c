@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "lab.h"
+#include "lab_ops.h"
 
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_LOOP)
 
@@ -50,6 +51,7 @@ static int64_t now_ms(void) {
 
 /* One engine on one built-in loop, and what its completions saw. */
 typedef struct async_lab {
+  lab_result *r; /* --metrics / --events (lab_ops.h) */
   resil_fixture *fx;
   resil_http_client *c;
   resil_loop *loop;
@@ -165,6 +167,8 @@ static int async_open_on(lab_result *r, async_lab *a, size_t n, uint32_t conns, 
    * in the engine's queue (up to the whole run under a sanitizer), which
    * the default 1 s lease timeout would end NOT_SENT(POOL_TIMEOUT). */
   cfg.lease_timeout_ns = RESIL_S(60);
+  lab_ops_client_config(r, &cfg, "client"); /* its name, the event log */
+  a->r = r;
   resil_error err;
   if (!lab_check(r, resil_http_client_new(&cfg, &a->c, &err) == RESIL_OK, "client: %s", err.msg))
     return 0;
@@ -198,6 +202,10 @@ static int async_open(lab_result *r, async_lab *a, size_t n, uint32_t conns) {
 static void async_close(async_lab *a) {
   json_decref(a->samples);
   a->samples = NULL;
+  if (a->r) { /* --metrics: the engine's client before it goes */
+    lab_ops_add_client(a->r, "client", a->c);
+    lab_capture(a->r);
+  }
   resil_engine_free(a->e);
 #ifdef RESIL_HAVE_UV
   if (a->on_uv) {

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "lab.h"
+#include "lab_ops.h"
 
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_LOOP) && defined(RESIL_HAVE_STORE)
 
@@ -198,6 +199,7 @@ static int a7_run(lab_result *r, int wrong) {
   resil_http_client_config cfg;
   resil_http_client_config_init(&cfg);
   set_client(&cfg, &x);
+  lab_ops_client_config(r, &cfg, "client"); /* its name, the event log */
   resil_error err;
   if (!lab_check(r, resil_http_client_new(&cfg, &x.c, &err) == RESIL_OK, "client: %s", err.msg))
     goto out;
@@ -344,6 +346,9 @@ static int a7_run(lab_result *r, int wrong) {
   lab_expect(r, "i4_one_effect", i4_eff == 1 && i4_seen == 1,
              "commit then close: effects %ld after %ld writes, expected 1 and 1", i4_eff, i4_seen);
 out:
+  lab_ops_add_client(r, "client", x.c); /* --metrics (lab_ops.h) */
+  lab_ops_add_retry(r, "retry", retry);
+  lab_capture(r);
   resil_engine_free(x.e);
   resil_loop_adapter_free(x.ad);
   resil_loop_free(x.loop);

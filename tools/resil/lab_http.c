@@ -9,6 +9,7 @@
  * engine has a lease timeout. P13 (a chain over the blocking request) is
  * blocking only. */
 #include "lab.h"
+#include "lab_ops.h"
 #include "lab_engine.h"
 
 #ifdef RESIL_HAVE_HTTP
@@ -124,6 +125,7 @@ typedef struct lab_http {
   /* The engine path (r->path LAB_PATH_ENGINE): an engine on c that call()
    * submits to; NULL on the blocking path. */
   lab_engine *le;
+  lab_result *r; /* --metrics / --events (lab_ops.h) */
 } lab_http;
 
 #define LAB_ENDPOINTS (sizeof lab_endpoints / sizeof lab_endpoints[0])
@@ -148,6 +150,7 @@ typedef void (*cfg_fn)(resil_http_client_config *cfg, void *u);
 
 static int lab_http_open(lab_result *r, lab_http *h, cfg_fn fn, void *u) {
   memset(h, 0, sizeof *h);
+  h->r = r;
   char eb[256];
   if (!lab_check(r, resil_fixture_start(NULL, &h->fx, eb, sizeof eb) == 0,
                  "fixture: %s", eb))
@@ -158,6 +161,7 @@ static int lab_http_open(lab_result *r, lab_http *h, cfg_fn fn, void *u) {
   cfg.endpoints = lab_endpoints;
   cfg.endpoint_count = LAB_ENDPOINTS;
   if (fn) fn(&cfg, u);
+  lab_ops_client_config(r, &cfg, "client"); /* its name, the event log */
   resil_error err;
   if (!lab_check(r, resil_http_client_new(&cfg, &h->c, &err) == RESIL_OK, "client: %s",
                  err.msg))
@@ -169,6 +173,10 @@ static int lab_http_open(lab_result *r, lab_http *h, cfg_fn fn, void *u) {
 }
 
 static void lab_http_close(lab_http *h) {
+  if (h->r) { /* --metrics: the client's figures before it goes */
+    lab_ops_add_client(h->r, "client", h->c);
+    lab_capture(h->r);
+  }
 #ifdef RESIL_HAVE_LOOP
   lab_engine_close(h->le);
 #endif

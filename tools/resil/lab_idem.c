@@ -23,6 +23,7 @@
  * On the engine path the check ran_on_engine fails unless every client
  * call of the experiment went through the engine. */
 #include "lab.h"
+#include "lab_ops.h"
 #include "lab_engine.h"
 
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
@@ -90,12 +91,14 @@ typedef struct idem_cli {
   resil_http_client *c;
   lab_engine *le; /* NULL on the blocking path */
   idem_tally *tally;
+  lab_result *r; /* --metrics / --events (lab_ops.h) */
 } idem_cli;
 
 static int client_new(lab_result *r, const char *base, int64_t timeout_ns, idem_tally *tally,
                       idem_cli *out) {
   memset(out, 0, sizeof *out);
   out->tally = tally;
+  out->r = r;
   resil_http_client_config cfg;
   resil_http_client_config_init(&cfg);
   cfg.base_url = base;
@@ -104,6 +107,7 @@ static int client_new(lab_result *r, const char *base, int64_t timeout_ns, idem_
   cfg.max_connections = 32;
   cfg.max_connections_per_host = 32;
   cfg.response_timeout_ns = timeout_ns;
+  lab_ops_client_config(r, &cfg, "client"); /* its name, the event log */
   resil_error err;
   if (!lab_check(r, resil_http_client_new(&cfg, &out->c, &err) == RESIL_OK, "client: %s",
                  err.msg))
@@ -115,6 +119,10 @@ static int client_new(lab_result *r, const char *base, int64_t timeout_ns, idem_
 }
 
 static void client_free(idem_cli *cl) {
+  if (cl->r) { /* --metrics: the client's figures before it goes */
+    lab_ops_add_client(cl->r, "client", cl->c);
+    lab_capture(cl->r);
+  }
 #ifdef RESIL_HAVE_LOOP
   if (cl->tally) cl->tally->engine_calls += lab_engine_calls(cl->le);
   lab_engine_close(cl->le);
@@ -189,6 +197,10 @@ static int env_start(lab_result *r, idem_env *e, const char *uri, int unsafe,
 }
 
 static void env_stop(idem_env *e) {
+#ifdef RESIL_HAVE_STORE
+  if (e->cl.r && e->fx) /* --metrics: the fixture's store, captured with the client */
+    lab_ops_add_store(e->cl.r, "store", resil_fixture_store(e->fx));
+#endif
   client_free(&e->cl);
   resil_fixture_stop(e->fx);
   e->fx = NULL;
@@ -505,6 +517,8 @@ static int i3_run(lab_result *r, int64_t sweep_older_than_ms) {
   lab_check(r, again.http_status == 201 && eff_reused == 2,
             "reused expired key: %d, effects %ld", again.http_status, eff_reused);
 stop:
+  lab_ops_add_store(r, "sweep_store", ops); /* --metrics (lab_ops.h) */
+  lab_capture(r);
   resil_store_close(ops);
   env_stop(&e);
   expect_engine(r, &e.tally);
@@ -1335,6 +1349,8 @@ static int i8_run(lab_result *r, int recovery) {
 out:
   if (db)
     sqlite3_close(db);
+  lab_ops_add_store(r, "store", s); /* --metrics (lab_ops.h) */
+  lab_capture(r);
   resil_store_close(s);
   expect_engine(r, &e.tally);
   env_remove(&e);

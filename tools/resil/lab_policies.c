@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "lab.h"
+#include "lab_ops.h"
 #include "resil/chain.h"
 #include "resil/resil.h"
 
@@ -107,6 +108,10 @@ static int order_experiment(lab_result *r, int retry_outside, int wrong) {
   /* The wrong variant builds the other order and checks this one. */
   resil_chain *ch = b && rt ? chain2(rt, b, wrong ? !retry_outside : retry_outside) : NULL;
   if (!lab_check(r, ch != NULL, "setup failed")) goto out;
+  lab_ops_add_breaker(r, "breaker", b); /* --metrics, --events (lab_ops.h) */
+  lab_ops_breaker_events(r, b);
+  lab_ops_add_retry(r, "retry", rt);
+  lab_ops_add_chain(r, "chain", ch);
   flaky f = {.fail_first = 2, .failure = refused()};
   atomic_init(&f.calls, 0);
   resil_ctx ctx;
@@ -146,6 +151,7 @@ static int order_experiment(lab_result *r, int retry_outside, int wrong) {
     lab_check(r, resil_outcome_is_success(&o), "outcome %s, expected ok", ob);
   }
 out:
+  lab_capture(r);
   resil_chain_free(ch);
   resil_retry_free(rt);
   resil_breaker_free(b);
@@ -168,12 +174,22 @@ static int p3_run(lab_result *r, int wrong) {
     /* The wrong variant puts the retry outside both times. */
     resil_chain *ch = b && rt ? chain2(rt, b, wrong ? 1 : outside) : NULL;
     if (lab_check(r, ch != NULL, "setup failed")) {
+      const char *tag = outside ? "retry_outside" : "breaker_outside";
+      char n[48];
+      snprintf(n, sizeof n, "%s_breaker", tag);
+      lab_ops_add_breaker(r, n, b); /* --metrics (lab_ops.h) */
+      lab_ops_breaker_events(r, b);
+      snprintf(n, sizeof n, "%s_retry", tag);
+      lab_ops_add_retry(r, n, rt);
+      snprintf(n, sizeof n, "%s_chain", tag);
+      lab_ops_add_chain(r, n, ch);
       flaky f = {.fail_first = 1000, .failure = refused()};
       atomic_init(&f.calls, 0);
       resil_chain_run(ch, NULL, flaky_call, &f);
       failures[outside] = bmetrics(b).total_failures;
       calls[outside] = atomic_load(&f.calls);
     }
+    lab_capture(r);
     resil_chain_free(ch);
     resil_retry_free(rt);
     resil_breaker_free(b);
@@ -205,6 +221,7 @@ static int p4_run(lab_result *r, uint32_t limit) {
   resil_ratelimiter *rl = NULL;
   if (!lab_check(r, resil_ratelimiter_new(&c, &rl, NULL) == RESIL_OK, "setup failed"))
     return 0;
+  lab_ops_add_ratelimiter(r, "ratelimiter", rl); /* --metrics (lab_ops.h) */
   int got[3];
   json_t *arr = json_array();
   for (int i = 0; i < 3; i++) {
@@ -220,6 +237,7 @@ static int p4_run(lab_result *r, uint32_t limit) {
               got[2] ? "true" : "false", (long long)avail);
   lab_expect(r, "third_refused", got[0] && got[1] && !got[2], "permits not true,true,false");
   lab_expect(r, "none_available", avail == 0, "available %lld, expected 0", (long long)avail);
+  lab_capture(r);
   resil_ratelimiter_free(rl);
   return r->pass;
 }
@@ -294,6 +312,7 @@ static int p5_run(lab_result *r, int64_t max_wait_ns) {
   resil_bulkhead *bh = NULL;
   if (!lab_check(r, resil_bulkhead_new(&c, &bh, NULL) == RESIL_OK, "setup failed"))
     return 0;
+  lab_ops_add_bulkhead(r, "bulkhead", bh); /* --metrics (lab_ops.h) */
   latch l;
   latch_init(&l);
   atomic_int business;
@@ -333,6 +352,7 @@ static int p5_run(lab_result *r, int64_t max_wait_ns) {
   lab_check(r, m.available == 2, "available after release %u, expected 2", m.available);
   lab_check(r, m.peak_in_flight == 2, "peak %u, expected 2", m.peak_in_flight);
   latch_destroy(&l);
+  lab_capture(r);
   resil_bulkhead_free(bh);
   return r->pass;
 }
@@ -421,6 +441,7 @@ static int p6_run(lab_result *r, uint32_t min_calls) {
   c.half_open_permitted_calls = 1;
   c.event_capacity = 32;
   c.clock = mc ? resil_manual_clock_get(mc) : NULL;
+  c.name = lab_ops_name(r, "breaker", NULL); /* the event log's instance (lab_ops.h) */
   resil_breaker *b = NULL;
   if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
     resil_manual_clock_free(mc);
@@ -428,6 +449,8 @@ static int p6_run(lab_result *r, uint32_t min_calls) {
   }
   bk_timeline tl;
   bk_timeline_start(&tl, b, mc);
+  lab_ops_add_breaker(r, "breaker", b); /* --metrics, --events (lab_ops.h) */
+  lab_ops_breaker_events(r, b);
   const char *states[5];
   int business = 0;
   resil_outcome fail = resil_outcome_failure();
@@ -471,6 +494,7 @@ static int p6_run(lab_result *r, uint32_t min_calls) {
             (unsigned long long)m_rej.total_not_permitted);
   lab_check(r, strcmp(states[3], "OPEN") == 0, "after failed probe %s, expected OPEN", states[3]);
   lab_check(r, strcmp(states[4], "CLOSED") == 0, "after good probe %s, expected CLOSED", states[4]);
+  lab_capture(r);
   resil_breaker_free(b);
   resil_manual_clock_free(mc);
   return r->pass;
@@ -493,6 +517,7 @@ static int p7_run(lab_result *r, uint32_t permitted) {
   c.open_wait_ns = MS(100);
   c.half_open_permitted_calls = permitted;
   c.clock = mc ? resil_manual_clock_get(mc) : NULL;
+  c.name = lab_ops_name(r, "breaker", NULL); /* the event log's instance (lab_ops.h) */
   resil_breaker *b = NULL;
   if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
     resil_manual_clock_free(mc);
@@ -500,6 +525,8 @@ static int p7_run(lab_result *r, uint32_t permitted) {
   }
   bk_timeline tline;
   bk_timeline_start(&tline, b, mc);
+  lab_ops_add_breaker(r, "breaker", b); /* --metrics, --events (lab_ops.h) */
+  lab_ops_breaker_events(r, b);
   resil_outcome fail = resil_outcome_failure(), ok = resil_outcome_ok();
   int business = 0;
   breaker_step(b, fail, 0, &business); /* -> OPEN */
@@ -541,6 +568,7 @@ static int p7_run(lab_result *r, uint32_t permitted) {
              "the failed probe was admitted in %s, expected HALF_OPEN", probe_state);
   lab_expect(r, "failed_probe_opens", strcmp(after_failure, "OPEN") == 0,
              "after failure %s", after_failure);
+  lab_capture(r);
   resil_breaker_free(b);
   resil_manual_clock_free(mc);
   return r->pass;
@@ -562,6 +590,7 @@ static int p8_run(lab_result *r, int64_t slow_ns) {
   c.slow_call_duration_ns = slow_ns;
   c.slow_call_rate_threshold_pct = 50;
   c.clock = mc ? resil_manual_clock_get(mc) : NULL;
+  c.name = lab_ops_name(r, "breaker", NULL); /* the event log's instance (lab_ops.h) */
   resil_breaker *b = NULL;
   if (!lab_check(r, mc && resil_breaker_new(&c, &b, NULL) == RESIL_OK, "setup failed")) {
     resil_manual_clock_free(mc);
@@ -569,6 +598,8 @@ static int p8_run(lab_result *r, int64_t slow_ns) {
   }
   bk_timeline tline;
   bk_timeline_start(&tline, b, mc);
+  lab_ops_add_breaker(r, "breaker", b); /* --metrics, --events (lab_ops.h) */
+  lab_ops_breaker_events(r, b);
   int business = 0;
   breaker_step(b, resil_outcome_failure(), MS(1), &business);
   const char *s1 = resil_breaker_state_name(resil_breaker_state(b));
@@ -594,6 +625,7 @@ static int p8_run(lab_result *r, int64_t slow_ns) {
   lab_check(r, m3.failure_rate_pct == 0.0, "failure rate %.1f", m3.failure_rate_pct);
   lab_check(r, m3.state == RESIL_BREAKER_OPEN, "state %s, expected OPEN",
             resil_breaker_state_name(m3.state));
+  lab_capture(r);
   resil_breaker_free(b);
   resil_manual_clock_free(mc);
   return r->pass;
@@ -661,6 +693,7 @@ static int p9_run(lab_result *r, int wrong) {
     ok = resil_retry_new(&c, &rt[i], NULL) == RESIL_OK;
   }
   if (!lab_check(r, ok, "setup failed")) goto out;
+  for (int i = 0; i < P9_RUNS; i++) lab_ops_add_retry(r, "retry", rt[i]); /* lab_ops.h */
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.flags = RESIL_CALL_IDEMPOTENT;
@@ -715,6 +748,7 @@ static int p9_run(lab_result *r, int wrong) {
   lab_expect(r, "non_retryable_once", n.calls == 1, "non-retryable error made %d attempts",
              n.calls);
 out:
+  lab_capture(r);
   for (int i = 0; i < P9_RUNS; i++) resil_retry_free(rt[i]);
   return r->pass;
 }
@@ -804,6 +838,9 @@ static int p10_run(lab_result *r, int cancel) {
   if (!lab_check(r, tl && rt && resil_chain_new(&cc, &ch, NULL) == RESIL_OK,
                  "setup failed"))
     goto out;
+  lab_ops_add_timelimiter(r, "timelimiter", tl); /* --metrics (lab_ops.h) */
+  lab_ops_add_retry(r, "retry", rt);
+  lab_ops_add_chain(r, "chain", ch);
   resil_chain_add_retry(ch, rt);
   resil_chain_add_timelimiter(ch, tl);
   tl_task t = {.delay_before_effect_ms = 0};
@@ -849,6 +886,7 @@ static int p10_run(lab_result *r, int cancel) {
              "%d of 2 tasks saw their cancellation token signalled", saw_cancel);
   latch_destroy(&t.l);
 out:
+  lab_capture(r);
   resil_chain_free(ch);
   resil_retry_free(rt);
   resil_timelimiter_free(tl);
@@ -862,6 +900,7 @@ static int p10_wrong(lab_result *r) { return p10_run(r, 0); }
 static int p11_run(lab_result *r, int cancel) {
   resil_timelimiter *tl = timelimiter(MS(25), cancel);
   if (!lab_check(r, tl != NULL, "setup failed")) return 0;
+  lab_ops_add_timelimiter(r, "timelimiter", tl); /* --metrics (lab_ops.h) */
   tl_task t = {.delay_before_effect_ms = 300};
   atomic_init(&t.effects, 0);
   atomic_init(&t.finished, 0);
@@ -895,6 +934,7 @@ static int p11_run(lab_result *r, int cancel) {
   lab_check(r, effects_later == 1, "effects %d, expected 1", effects_later);
   lab_expect(r, "not_cancelled", atomic_load(&t.saw_cancel) == 0, "task was cancelled");
   latch_destroy(&t.l);
+  lab_capture(r);
   resil_timelimiter_free(tl);
   return r->pass;
 }
@@ -929,6 +969,9 @@ static int p12_run(lab_result *r, uint32_t window) {
   if (!lab_check(r, b && resil_chain_new(&cc, &ch, NULL) == RESIL_OK, "setup failed"))
     goto out;
   resil_chain_add_breaker(ch, b);
+  lab_ops_add_breaker(r, "breaker", b); /* --metrics, --events (lab_ops.h) */
+  lab_ops_breaker_events(r, b);
+  lab_ops_add_chain(r, "chain", ch);
   flaky f = {.fail_first = 100, .failure = resil_outcome_failure()};
   atomic_init(&f.calls, 0);
   resil_ctx ctx;
@@ -960,6 +1003,7 @@ static int p12_run(lab_result *r, uint32_t window) {
   lab_check(r, !resil_outcome_is_success(&o1) && !resil_outcome_is_success(&o2),
             "a fallback turned a failure into success");
 out:
+  lab_capture(r);
   resil_chain_free(ch);
   resil_breaker_free(b);
   return r->pass;
@@ -1072,6 +1116,12 @@ static int p14_run(lab_result *r, int wrong) {
   int ok = tl && p14_chain_new(&a, attempts, waits, tl) &&
            p14_chain_new(&am, attempts, waits, NULL) &&
            p14_chain_new(&b, retry_attempts, no_waits, NULL);
+  if (ok) { /* --metrics (lab_ops.h) */
+    lab_ops_add_timelimiter(r, "timelimiter", tl);
+    lab_ops_add_chain(r, "chain_a", a.ch);
+    lab_ops_add_chain(r, "chain_a_measured", am.ch);
+    lab_ops_add_chain(r, "chain_b", b.ch);
+  }
   resil_amplification amp_a = {0}, amp_b = {0};
   int calls_a = 0, calls_b = 0;
   int64_t slept_a = 0, slept_b = 0;
@@ -1117,6 +1167,7 @@ static int p14_run(lab_result *r, int wrong) {
              (long long)(amp_a.wait_ns / 1000000), (long long)(slept_a / 1000000));
   lab_expect(r, "worst_time_6700", amp_a.time_ns == MS(6700),
              "worst time %lld ms, expected 6700", (long long)(amp_a.time_ns / 1000000));
+  lab_capture(r);
   p14_chain_free(&a);
   p14_chain_free(&am);
   p14_chain_free(&b);

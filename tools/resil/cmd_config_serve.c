@@ -1,0 +1,124 @@
+/* --config FILE for the serving commands (config_serve.h). */
+#include "config_serve.h"
+
+#include <stdio.h>
+
+#ifdef RESIL_HAVE_CONFIG
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "resil/registry.h"
+#ifdef RESIL_HAVE_HTTP
+#include "resil/events.h"
+
+/* The one sink of --events (a command has one registry). */
+static resil_event_sink *events_sink;
+static int events_fd = -1;
+#endif
+
+static void say_error(const char *prog, const char *what, const resil_registry_error *err) {
+  char line[1024];
+  resil_registry_error_format(err, line, sizeof line);
+  fprintf(stderr, "%s: %s%s\n", prog, what, line);
+}
+
+int resil_cli_config_open(const char *prog, const char *path, resil_metrics *m,
+                          resil_registry **out) {
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  resil_registry *reg = NULL;
+  if (resil_registry_load_file(path, &reg, &err) != RESIL_OK) {
+    say_error(prog, "--config: ", &err);
+    return -1;
+  }
+  resil_status st = m ? resil_registry_metrics_add(reg, m) : RESIL_OK;
+  if (st != RESIL_OK) {
+    fprintf(stderr, "%s: --config: cannot add its instances to /metrics: %s\n", prog,
+            resil_strerror(st));
+    resil_registry_free(reg);
+    return -1;
+  }
+  *out = reg;
+  return 0;
+}
+
+int resil_cli_config_reload(const char *prog, resil_registry *reg, const char *path) {
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  if (resil_registry_reload(reg, path, &err) != RESIL_OK) {
+    say_error(prog, "reload failed, configuration unchanged: ", &err);
+    return -1;
+  }
+  resil_registry_reload_stats rs;
+  if (resil_registry_last_reload(reg, &rs) == RESIL_OK)
+    fprintf(stderr, "%s: reloaded %s: %zu kept, %zu replaced, %zu added, %zu removed\n", prog,
+            path, rs.kept, rs.replaced, rs.added, rs.removed);
+  return 0;
+}
+
+#ifdef RESIL_HAVE_HTTP
+int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fprintf(stderr, "%s: --events: cannot open %s: %s\n", prog, path, strerror(errno));
+    return -1;
+  }
+  resil_event_sink_config sc;
+  resil_event_sink_config_init(&sc);
+  sc.fd = fd;
+  resil_event_sink *s = NULL;
+  if (resil_event_sink_new(&sc, &s, NULL) != RESIL_OK ||
+      resil_registry_events_attach(reg, s) != RESIL_OK) {
+    fprintf(stderr, "%s: --events: cannot set up the event log\n", prog);
+    resil_event_sink_free(s);
+    close(fd);
+    return -1;
+  }
+  events_sink = s;
+  events_fd = fd;
+  return 0;
+}
+
+void resil_cli_config_close(resil_registry *reg) {
+  resil_registry_free(reg); /* detaches the sink */
+  resil_event_sink_free(events_sink);
+  events_sink = NULL;
+  if (events_fd >= 0) close(events_fd);
+  events_fd = -1;
+}
+#else
+int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path) {
+  (void)reg, (void)path;
+  fprintf(stderr, "%s: --events: this resil was built without libresil-http\n", prog);
+  return -1;
+}
+
+void resil_cli_config_close(resil_registry *reg) { resil_registry_free(reg); }
+#endif
+
+#else
+
+int resil_cli_config_open(const char *prog, const char *path, resil_metrics *m,
+                          resil_registry **out) {
+  (void)path, (void)m, (void)out;
+  fprintf(stderr, "%s: --config: this resil was built without libresil-config (libyaml)\n",
+          prog);
+  return -1;
+}
+
+int resil_cli_config_reload(const char *prog, resil_registry *reg, const char *path) {
+  (void)prog, (void)reg, (void)path;
+  return -1;
+}
+
+int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path) {
+  (void)prog, (void)reg, (void)path;
+  return -1;
+}
+
+void resil_cli_config_close(resil_registry *reg) { (void)reg; }
+
+#endif

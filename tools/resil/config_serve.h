@@ -1,0 +1,38 @@
+/* --config FILE for the serving commands (resil fixture, resil upstream):
+ * the registry loaded from FILE, its instances in the command's /metrics
+ * collector, and a reload on SIGHUP. The commands wait for their signals
+ * with sigwait() on the main thread (no signal handler runs), so a reload
+ * runs there, on a normal thread, while the server's threads render
+ * /metrics (the registry keeps that safe: registry.h). */
+#ifndef RESIL_TOOL_CONFIG_SERVE_H
+#define RESIL_TOOL_CONFIG_SERVE_H
+
+#include <signal.h>
+
+#include "resil/metrics.h"
+
+typedef struct resil_registry resil_registry;
+
+/* Loads path and adds its instances to m. On an error prints
+ * "PROG: FILE:LINE:COL: key: message" on stderr and returns -1 (*out
+ * untouched); 0 with *out set otherwise. In a build without
+ * libresil-config it says so and returns -1. */
+int resil_cli_config_open(const char *prog, const char *path, resil_metrics *m,
+                          resil_registry **out);
+
+/* Reloads path into reg and says what happened on stderr:
+ * "PROG: reloaded FILE: K kept, R replaced, A added, D removed" or
+ * "PROG: reload failed, configuration unchanged: FILE:LINE:COL: ...".
+ * Returns 0 or -1. */
+int resil_cli_config_reload(const char *prog, resil_registry *reg, const char *path);
+
+/* --events FILE: opens FILE for appending and attaches an event sink on
+ * it to reg (resil_registry_events_attach: reload lines, the configured
+ * breakers' transitions). 0, or -1 with a message on stderr. */
+int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path);
+
+/* Frees reg (NULL: nothing), taking its instances out of the collector,
+ * then the event sink, if any. */
+void resil_cli_config_close(resil_registry *reg);
+
+#endif
