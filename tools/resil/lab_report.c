@@ -305,7 +305,7 @@ static int draw_budget(FILE *f, const json_t *o) {
  * completion), deadline_ms > 0. */
 static int draw_deadline_calls(FILE *f, const json_t *o) {
   const json_t *a = json_object_get(o, "slow_call_ms");
-  double dl;
+  double dl = 0;
   size_t n = json_array_size(a), valid = 0;
   if (!json_is_array(a) || n == 0 || !num(o, "deadline_ms", &dl) || dl <= 0) return 0;
   double max = dl, mn = INFINITY;
@@ -385,7 +385,7 @@ static int draw_tasks(FILE *f, const json_t *o) {
          "effect", "task's effect");
   for (size_t i = 0; i < n; i++) {
     const json_t *e = json_array_get(ts, i);
-    double cs, ce, s, ef, te;
+    double cs = 0, ce = 0, s = 0, ef = 0, te = 0;
     num(e, "caller_start_ms", &cs);
     num(e, "caller_end_ms", &ce);
     num(e, "task_start_ms", &s);
@@ -422,7 +422,7 @@ static int draw_tasks(FILE *f, const json_t *o) {
   cap[0] = 0;
   for (size_t i = 0; i < n; i++) {
     const json_t *e = json_array_get(ts, i);
-    double ce, te;
+    double ce = 0, te = 0;
     num(e, "caller_end_ms", &ce);
     int fin = num(e, "task_end_ms", &te);
     int k = fin ? snprintf(cap + used, sizeof cap - used,
@@ -448,7 +448,7 @@ static int draw_amplification(FILE *f, const json_t *o, const char *key) {
   size_t used = 0;
   for (size_t i = 0; i < n; i++) {
     const json_t *e = json_array_get(ls, i);
-    double layer, ma;
+    double layer = 0, ma = 0;
     if (!num(e, "layer", &layer) || !num(e, "computed_attempts", &rows[i].a) ||
         !num(e, "measured_attempts", &rows[i].b))
       return 0;
@@ -506,7 +506,7 @@ static int draw_series(FILE *f, const json_t *o, const char *key, const char *co
             k, fields[k], n, peak[k]);
     for (size_t i = 0; i < n; i++) {
       const json_t *e = json_array_get(a, i);
-      double t, y;
+      double t = 0, y = 0;
       num(e, "t_ms", &t);
       num(e, fields[k], &y);
       fprintf(f, "%.1f,%.1f ", LEFT + PW * t / span, base - h * y / ymax);
