@@ -293,4 +293,78 @@ static inline void te_close(te_env *v) {
   v->c = NULL;
 }
 
+/* ---- completion bookkeeping -------------------------------------------------- */
+
+/* The completions of a test's calls, by call number (submit's i). */
+#define MAXC 1000
+typedef struct done_rec {
+  atomic_size_t done;
+  int in_submit;           /* set around resil_engine_call */
+  size_t inside_submit;    /* completions seen while in_submit */
+  size_t wrong_thread;
+  pthread_t loop_thread;
+  unsigned char count[MAXC];
+  resil_outcome o[MAXC];
+  int status[MAXC];
+  int64_t at_ms[MAXC];
+  resil_http_response *keep[MAXC]; /* when keep_responses */
+  int keep_responses;
+  struct call_tag {
+    struct done_rec *rec;
+    size_t i;
+  } tags[MAXC]; /* the user pointer of call i */
+} done_rec;
+
+typedef struct call_tag call_tag;
+
+static inline void on_done(void *user, resil_engine_handle *h, resil_outcome o, resil_http_response *r) {
+  (void)h;
+  call_tag *t = user;
+  done_rec *d = t->rec;
+  if (d->in_submit) d->inside_submit++;
+  if (!pthread_equal(pthread_self(), d->loop_thread)) d->wrong_thread++;
+  d->count[t->i]++;
+  d->o[t->i] = o;
+  d->status[t->i] = r ? resil_http_response_status(r) : -1;
+  d->at_ms[t->i] = mono_ms();
+  if (d->keep_responses) d->keep[t->i] = r;
+  else resil_http_response_free(r);
+  atomic_fetch_add(&d->done, 1);
+}
+
+static inline void rec_init(done_rec *d) {
+  memset(d, 0, sizeof *d);
+  d->loop_thread = pthread_self();
+}
+
+/* The test's completion record, emptied (static storage: it is large). */
+static inline done_rec *rec_new(void) {
+  static done_rec d;
+  rec_init(&d);
+  return &d;
+}
+
+static inline resil_status submit(resil_engine *e, done_rec *d, size_t i, const char *ep,
+                           const char *const *kv, const resil_engine_policies *pol,
+                           const resil_ctx *ctx, resil_engine_handle **out) {
+  resil_http_param ps[4];
+  size_t n = 0;
+  for (; kv && kv[2 * n] && n < 4; n++) {
+    ps[n].name = kv[2 * n];
+    ps[n].value = kv[2 * n + 1];
+  }
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = ps;
+  args.param_count = n;
+  d->tags[i] = (call_tag){d, i};
+  resil_error err;
+  d->in_submit = 1;
+  resil_status st = resil_engine_call(e, ep, &args, pol, ctx, on_done, &d->tags[i], out, &err);
+  d->in_submit = 0;
+  if (st != RESIL_OK) print_message("submit: %s\n", err.msg);
+  return st;
+}
+
+
 #endif

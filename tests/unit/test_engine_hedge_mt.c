@@ -34,58 +34,6 @@ static const resil_http_endpoint eps[] = {
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
-/* ---- completion bookkeeping ---------------------------------------------- */
-
-#define MAXC 16
-typedef struct done_rec {
-  atomic_size_t done;
-  unsigned char count[MAXC];
-  resil_outcome o[MAXC];
-  int status[MAXC];
-  int64_t at_ms[MAXC];
-} done_rec;
-
-typedef struct call_tag {
-  done_rec *rec;
-  size_t i;
-} call_tag;
-
-static call_tag tags[MAXC];
-
-static void on_done(void *user, resil_engine_handle *h, resil_outcome o, resil_http_response *r) {
-  (void)h;
-  call_tag *t = user;
-  done_rec *d = t->rec;
-  d->count[t->i]++;
-  d->o[t->i] = o;
-  d->status[t->i] = r ? resil_http_response_status(r) : -1;
-  d->at_ms[t->i] = mono_ms();
-  resil_http_response_free(r);
-  atomic_fetch_add(&d->done, 1);
-}
-
-static void rec_init(done_rec *d) { memset(d, 0, sizeof *d); }
-
-static resil_status submit(resil_engine *e, done_rec *d, size_t i, const char *ep,
-                           const char *const *kv, const resil_engine_policies *pol,
-                           resil_engine_handle **out) {
-  resil_http_param ps[4];
-  size_t n = 0;
-  for (; kv && kv[2 * n] && n < 4; n++) {
-    ps[n].name = kv[2 * n];
-    ps[n].value = kv[2 * n + 1];
-  }
-  resil_http_args args;
-  resil_http_args_init(&args);
-  args.params = ps;
-  args.param_count = n;
-  tags[i] = (call_tag){d, i};
-  resil_error err;
-  resil_status st = resil_engine_call(e, ep, &args, pol, NULL, on_done, &tags[i], out, &err);
-  if (st != RESIL_OK) print_message("submit: %s\n", err.msg);
-  return st;
-}
-
 static resil_hedge *hedge_of(int64_t delay_ns, uint32_t max_hedges) {
   resil_hedge_config hc;
   resil_hedge_config_init(&hc);
@@ -109,7 +57,7 @@ static resil_engine_stats stats_of(const resil_engine *e) {
 static void run_one(test_loop *l, resil_engine *e, done_rec *d, size_t i, const char *ep,
                     const char *const *kv, const resil_engine_policies *pol) {
   size_t before = atomic_load(&d->done);
-  assert_int_equal(submit(e, d, i, ep, kv, pol, NULL), RESIL_OK);
+  assert_int_equal(submit(e, d, i, ep, kv, pol, NULL, NULL), RESIL_OK);
   assert_true(tl_run_until(l, &d->done, before + 1, 30000));
   assert_int_equal(d->count[i], 1);
 }
@@ -436,14 +384,14 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   resil_engine_policies_init(&pbh);
   pbh.bulkhead = bh0;
   size_t before = atomic_load(&d.done);
-  assert_int_equal(submit(e, &d, 6, "slow", KV("ms", "300"), &pbh, NULL), RESIL_OK);
-  assert_int_equal(submit(e, &d, 7, "slow", KV("ms", "300"), &pbh, NULL), RESIL_OK);
+  assert_int_equal(submit(e, &d, 6, "slow", KV("ms", "300"), &pbh, NULL, NULL), RESIL_OK);
+  assert_int_equal(submit(e, &d, 7, "slow", KV("ms", "300"), &pbh, NULL, NULL), RESIL_OK);
   assert_true(tl_run_until(&l, &d.done, before + 2, 30000));
   assert_int_equal(d.o[7].reason, RESIL_REASON_BULKHEAD_FULL);
   pbh.bulkhead = bhw;
   before = atomic_load(&d.done);
-  assert_int_equal(submit(e, &d, 8, "slow", KV("ms", "600"), &pbh, NULL), RESIL_OK);
-  assert_int_equal(submit(e, &d, 9, "slow", KV("ms", "600"), &pbh, NULL), RESIL_OK);
+  assert_int_equal(submit(e, &d, 8, "slow", KV("ms", "600"), &pbh, NULL, NULL), RESIL_OK);
+  assert_int_equal(submit(e, &d, 9, "slow", KV("ms", "600"), &pbh, NULL, NULL), RESIL_OK);
   assert_true(tl_run_until(&l, &d.done, before + 2, 30000));
   assert_int_equal(d.o[9].reason, RESIL_REASON_BULKHEAD_FULL);
   st = stats_of(e);
@@ -454,7 +402,7 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
    * UNKNOWN (the attempt timeout). */
   resil_engine_handle *hd = NULL;
   before = atomic_load(&d.done);
-  assert_int_equal(submit(e, &d, 10, "slow", KV("ms", "1"), NULL, &hd), RESIL_OK);
+  assert_int_equal(submit(e, &d, 10, "slow", KV("ms", "1"), NULL, NULL, &hd), RESIL_OK);
   resil_engine_cancel(hd);
   assert_true(tl_run_until(&l, &d.done, before + 1, 30000));
   resil_engine_handle_release(hd);

@@ -37,79 +37,6 @@ static const resil_http_endpoint eps[] = {
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
-/* ---- completion bookkeeping -------------------------------------------------- */
-
-#define MAXC 1000
-typedef struct done_rec {
-  atomic_size_t done;
-  int in_submit;           /* set around resil_engine_call */
-  size_t inside_submit;    /* completions seen while in_submit */
-  size_t wrong_thread;
-  pthread_t loop_thread;
-  unsigned char count[MAXC];
-  resil_outcome o[MAXC];
-  int status[MAXC];
-  int64_t at_ms[MAXC];
-  resil_http_response *keep[MAXC]; /* when keep_responses */
-  int keep_responses;
-} done_rec;
-
-typedef struct call_tag {
-  done_rec *rec;
-  size_t i;
-} call_tag;
-
-static call_tag tags[MAXC];
-
-static void on_done(void *user, resil_engine_handle *h, resil_outcome o, resil_http_response *r) {
-  (void)h;
-  call_tag *t = user;
-  done_rec *d = t->rec;
-  if (d->in_submit) d->inside_submit++;
-  if (!pthread_equal(pthread_self(), d->loop_thread)) d->wrong_thread++;
-  d->count[t->i]++;
-  d->o[t->i] = o;
-  d->status[t->i] = r ? resil_http_response_status(r) : -1;
-  d->at_ms[t->i] = mono_ms();
-  if (d->keep_responses) d->keep[t->i] = r;
-  else resil_http_response_free(r);
-  atomic_fetch_add(&d->done, 1);
-}
-
-static void rec_init(done_rec *d) {
-  memset(d, 0, sizeof *d);
-  d->loop_thread = pthread_self();
-}
-
-/* The test's completion record, emptied (static storage: it is large). */
-static done_rec *rec_new(void) {
-  static done_rec d;
-  rec_init(&d);
-  return &d;
-}
-
-static resil_status submit(resil_engine *e, done_rec *d, size_t i, const char *ep,
-                           const char *const *kv, const resil_engine_policies *pol,
-                           const resil_ctx *ctx, resil_engine_handle **out) {
-  resil_http_param ps[4];
-  size_t n = 0;
-  for (; kv && kv[2 * n] && n < 4; n++) {
-    ps[n].name = kv[2 * n];
-    ps[n].value = kv[2 * n + 1];
-  }
-  resil_http_args args;
-  resil_http_args_init(&args);
-  args.params = ps;
-  args.param_count = n;
-  tags[i] = (call_tag){d, i};
-  resil_error err;
-  d->in_submit = 1;
-  resil_status st = resil_engine_call(e, ep, &args, pol, ctx, on_done, &tags[i], out, &err);
-  d->in_submit = 0;
-  if (st != RESIL_OK) print_message("submit: %s\n", err.msg);
-  return st;
-}
-
 static void pool_of(resil_http_client_config *cfg, void *u) {
   cfg->max_connections = *(uint32_t *)u;
   cfg->max_connections_per_host = *(uint32_t *)u;
@@ -345,8 +272,8 @@ static void h16_after_get(void *user, resil_engine_handle *h, resil_outcome o,
   resil_http_args_init(&args);
   args.body = "{\"a\":1}";
   args.body_len = strlen(args.body);
-  tags[1] = (call_tag){h16.d, 1};
-  assert_int_equal(resil_engine_call(h16.e, "ka_post", &args, NULL, NULL, on_done, &tags[1], NULL,
+  h16.d->tags[1] = (call_tag){h16.d, 1};
+  assert_int_equal(resil_engine_call(h16.e, "ka_post", &args, NULL, NULL, on_done, &h16.d->tags[1], NULL,
                                      NULL),
                    RESIL_OK);
 }
@@ -358,8 +285,8 @@ static void h16_dead_reused_connection_is_not_resent_on_the_engine(void **state)
   done_rec *d = rec_new();
   d->keep_responses = 1;
   h16 = (h16_ctx){t->e, d};
-  tags[0] = (call_tag){d, 0};
-  assert_int_equal(resil_engine_call(t->e, "ka_get", NULL, NULL, NULL, h16_after_get, &tags[0],
+  d->tags[0] = (call_tag){d, 0};
+  assert_int_equal(resil_engine_call(t->e, "ka_get", NULL, NULL, NULL, h16_after_get, &d->tags[0],
                                      NULL, NULL),
                    RESIL_OK);
   assert_true(tl_run_until(&t->l, &d->done, 2, 20000));
