@@ -277,7 +277,10 @@ static inline int args_ok(const resil_ratelimiter *rl, int permits,
 /* reserve with the arguments checked and `now` read on the limiter's
  * clock: its coarse reading, or the precise one when `precise` is set
  * (which the deadline check may then reuse). */
-static resil_decision reserve_now(resil_ratelimiter *rl, int permits,
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline resil_decision reserve_now(resil_ratelimiter *rl, int permits,
                                   const resil_ctx *c, int64_t now, int precise,
                                   int64_t *wait_ns, resil_reason *why) {
   const int64_t rel = rel_now(rl, now);
