@@ -19,7 +19,10 @@
  *     never invalidate the cache line the acquire path reads.
  *   - Events are collected while the lock is held (into the ring and into a
  *     per-call buffer) and delivered to listeners after it is released, on
- *     the calling thread, from a snapshot of the listener list. */
+ *     the calling thread, from a snapshot of the listener list.
+ *   - Clock readings are taken only where needed (never by a CLOSED acquire
+ *     or a count-window record that reaches no threshold); the chain hands
+ *     its own reading to the internal entry points of breaker_int.h. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
