@@ -19,7 +19,10 @@
  *     never invalidate the cache line the acquire path reads.
  *   - Events are collected while the lock is held (into the ring and into a
  *     per-call buffer) and delivered to listeners after it is released, on
- *     the calling thread, from a snapshot of the listener list. */
+ *     the calling thread, from a snapshot of the listener list.
+ *   - Clock readings are taken only where needed (never by a CLOSED acquire
+ *     or a count-window record that reaches no threshold); the chain hands
+ *     its own reading to the internal entry points of breaker_int.h. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -28,6 +31,7 @@
 
 #include "core/internal.h"
 #include "core/window.h"
+#include "breaker/breaker_int.h"
 #include "resil/breaker.h"
 
 #if defined(__GNUC__)
@@ -842,9 +846,10 @@ const char *resil_breaker_cause_name(resil_breaker_cause c) {
 /* ---- acquire / record / release ------------------------------------------ */
 
 /* OPEN, HALF_OPEN, FORCED_OPEN, or a state that changed under us. */
-static resil_decision acquire_slow(resil_breaker *br,
-                                   resil_breaker_permit *permit) {
-  int64_t now = now_precise(br);
+static RESIL_NOINLINE resil_decision
+acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
+  if (now == RESIL__NO_NOW)
+    now = now_precise(br);
   evbuf eb;
   lock_settled(br, now, &eb);
   uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
@@ -884,7 +889,7 @@ static resil_decision acquire_slow(resil_breaker *br,
 }
 
 static RESIL_ALWAYS_INLINE resil_decision
-acquire(resil_breaker *br, resil_breaker_permit *permit) {
+acquire(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
   uint64_t w = load_word(br);
   resil_breaker_state_kind st = word_state(w);
   if (RESIL_LIKELY((ALWAYS_PERMITS >> st) & 1u)) {
@@ -892,23 +897,34 @@ acquire(resil_breaker *br, resil_breaker_permit *permit) {
     permit->state = st;
     return RESIL_DECISION_GO;
   }
-  return acquire_slow(br, permit);
+  return acquire_slow(br, permit, now);
 }
 
 resil_decision resil_breaker_try_acquire(resil_breaker *br,
                                          resil_breaker_permit *permit) {
   if (RESIL_UNLIKELY(!valid(br) || !permit))
     return RESIL_DECISION_DENY;
-  return acquire(br, permit);
+  return acquire(br, permit, RESIL__NO_NOW);
+}
+
+resil_decision resil__breaker_acquire_at(resil_breaker *br,
+                                         resil_breaker_permit *permit,
+                                         int64_t now) {
+  if (RESIL_UNLIKELY(!valid(br) || !permit))
+    return RESIL_DECISION_DENY;
+  return acquire(br, permit, now);
 }
 
 /* CLOSED, count window: the result just recorded reached a threshold. */
-static RESIL_NOINLINE resil_status open_on_threshold(resil_breaker *br) {
+static RESIL_NOINLINE resil_status open_on_threshold(resil_breaker *br,
+                                                     int64_t now) {
   evbuf eb;
   eb_init(&eb);
   resil__verdict v =
       resil__window_verdict(&br->win, br->failure_pct, br->slow_pct);
-  enter(br, &eb, RESIL_BREAKER_OPEN, now_precise(br), cause_of(v));
+  if (now == RESIL__NO_NOW)
+    now = now_precise(br);
+  enter(br, &eb, RESIL_BREAKER_OPEN, now, cause_of(v));
   unlock_deliver(br, &eb);
   return RESIL_OK;
 }
@@ -927,8 +943,10 @@ static void settle_locked(resil_breaker *br, evbuf *eb, int64_t *now,
       word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
   if (RESIL_LIKELY(!time_driven(br, st)))
     return;
-  *now = now_precise(br);
-  *have_now = 1;
+  if (!*have_now) {
+    *now = now_precise(br);
+    *have_now = 1;
+  }
   while (settle(br, *now, eb)) {
     unlock_deliver(br, eb);
     eb->n = 0;
@@ -941,10 +959,11 @@ static void settle_locked(resil_breaker *br, evbuf *eb, int64_t *now,
  * (the run form reuses its end-of-call reading). */
 static RESIL_NOINLINE resil_status
 record_locked(resil_breaker *br, const resil_breaker_permit *permit,
-              resil_outcome_class cls, int slow, int64_t wnow, int have_wnow) {
+              resil_outcome_class cls, int slow, int64_t wnow, int have_wnow,
+              int64_t pnow) {
   int failed = (int)((br->failure_mask >> (unsigned)cls) & 1u);
-  int64_t now = 0;
-  int have_now = 0;
+  int64_t now = pnow;
+  int have_now = pnow != RESIL__NO_NOW;
   evbuf eb;
   eb_init(&eb);
   /* HALF_OPEN past its maximum wait must not take this result. */
@@ -1014,11 +1033,12 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
  * late lands in the newest bucket). */
 static RESIL_NOINLINE resil_status
 record_timed(resil_breaker *br, const resil_breaker_permit *permit,
-             resil_outcome_class cls, int slow, int64_t wnow, int have_wnow) {
+             resil_outcome_class cls, int slow, int64_t wnow, int have_wnow,
+             int64_t pnow) {
   if (!have_wnow)
     wnow = now_window(br);
   lock_br(br);
-  return record_locked(br, permit, cls, slow, wnow, 1);
+  return record_locked(br, permit, cls, slow, wnow, 1, pnow);
 }
 
 /* The common case inline: CLOSED with a count window, a permit of the
@@ -1026,9 +1046,10 @@ record_timed(resil_breaker *br, const resil_breaker_permit *permit,
  * loads and stores. Everything else goes to record_locked(). */
 static RESIL_ALWAYS_INLINE resil_status
 record(resil_breaker *br, const resil_breaker_permit *permit,
-       resil_outcome_class cls, int slow, int64_t wnow, int have_wnow) {
+       resil_outcome_class cls, int slow, int64_t wnow, int have_wnow,
+       int64_t pnow) {
   if (RESIL_UNLIKELY(br->window_kind != RESIL__WINDOW_COUNT))
-    return record_timed(br, permit, cls, slow, wnow, have_wnow);
+    return record_timed(br, permit, cls, slow, wnow, have_wnow, pnow);
   /* Everything that needs no lock is computed before taking it: loads
    * after the lock's acquire cannot be moved above it. */
   uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
@@ -1052,9 +1073,9 @@ record(resil_breaker *br, const resil_breaker_permit *permit,
       unlock_br(br);
       return RESIL_OK;
     }
-    return open_on_threshold(br);
+    return open_on_threshold(br, pnow);
   }
-  return record_locked(br, permit, cls, slow, 0, 0);
+  return record_locked(br, permit, cls, slow, 0, 0, pnow);
 }
 
 resil_status resil_breaker_record(resil_breaker *br,
@@ -1064,7 +1085,29 @@ resil_status resil_breaker_record(resil_breaker *br,
     return RESIL_EMISUSE;
   if (RESIL_UNLIKELY(!permit || !o || duration_ns < 0))
     return RESIL_EINVAL;
-  return record(br, permit, classify(o), duration_ns >= br->slow_ns, 0, 0);
+  return record(br, permit, classify(o), duration_ns >= br->slow_ns, 0, 0,
+                RESIL__NO_NOW);
+}
+
+resil_status resil__breaker_record_at(resil_breaker *br,
+                                      const resil_breaker_permit *permit,
+                                      const resil_outcome *o,
+                                      int64_t duration_ns, int64_t now) {
+  if (RESIL_UNLIKELY(!valid(br)))
+    return RESIL_EMISUSE;
+  if (RESIL_UNLIKELY(!permit || !o || duration_ns < 0))
+    return RESIL_EINVAL;
+  int have = now != RESIL__NO_NOW;
+  return record(br, permit, classify(o), duration_ns >= br->slow_ns, now, have,
+                now);
+}
+
+const resil_clock *resil__breaker_clock(const resil_breaker *br) {
+  return valid(br) ? br->clock : NULL;
+}
+
+int resil__breaker_coarse_durations(const resil_breaker *br) {
+  return valid(br) && br->slow_coarse;
 }
 
 resil_status resil_breaker_release(resil_breaker *br,
@@ -1091,22 +1134,30 @@ resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
                                 resil_call_fn fn, void *arg) {
   if (RESIL_UNLIKELY(!valid(br) || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  /* NULL gives the defaults in `local`, then the breaker's clock. */
+  /* NULL gives the defaults (resil_ctx_init's) with the breaker's clock,
+   * built inline: a few stores instead of two calls. */
   resil_ctx local;
-  const resil_ctx *c = resil__ctx_in(&local, ctx);
+  const resil_ctx *c;
+  if (ctx) {
+    c = resil__ctx_in(&local, ctx);
+  } else {
+    local = (resil_ctx){.struct_size = sizeof local,
+                        .clock = br->clock,
+                        .deadline_ns = RESIL_NO_DEADLINE};
+    c = &local;
+  }
   if (RESIL_UNLIKELY(!c))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  if (!ctx)
-    local.clock = br->clock;
   resil_breaker_permit permit;
-  if (!acquire(br, &permit))
+  if (!acquire(br, &permit, RESIL__NO_NOW))
     return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
   int64_t t0 = now_run(br);
   resil_outcome o = fn(arg, c);
   int64_t t1 = now_run(br);
   int64_t d = t1 - t0;
   record(br, &permit, classify(&o), d >= br->slow_ns, t1,
-         br->slow_coarse == br->window_coarse);
+         br->slow_coarse == br->window_coarse,
+         br->slow_coarse ? RESIL__NO_NOW : t1);
   return o;
 }
 

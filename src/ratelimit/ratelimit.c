@@ -27,13 +27,16 @@
  *
  * The hot path (a permit is free) is one clock read (coarse for periods of
  * 1 s and more on Linux, see rl_now), two atomic loads, one
- * compare-and-swap and one relaxed counter increment. A refusal writes
- * nothing to the state. */
+ * compare-and-swap and one relaxed counter increment, and no division
+ * (cycle_of). A refusal writes nothing to the state. The chain, which
+ * reads the clock once per call, passes its reading to the internal
+ * entry points of ratelimit_int.h instead. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "ratelimit/ratelimit_int.h"
 #include "resil/ratelimit.h"
 
 #define RL_LIMIT_MAX INT64_C(2147483647)
@@ -49,6 +52,7 @@ struct resil_ratelimiter {
   int64_t period_ns;
   int64_t timeout_ns;
   int64_t start_ns; /* clock time at which cycle 0 began */
+  int64_t max_cycle; /* INT64_MAX / period_ns (see cycle_of) */
   const resil_clock *clock;
   int coarse; /* cycles are read on the clock's coarse reading (see rl_now) */
   const resil_allocator *alloc;
@@ -115,6 +119,21 @@ static int64_t wait_for(const resil_ratelimiter *rl, int64_t rel, int64_t c,
  * deadline is always read on the precise clock (remaining_ns). */
 static inline int64_t rl_now(const resil_ratelimiter *rl) {
   return rl->coarse ? resil__coarse_now(rl->clock) : resil__now(rl->clock);
+}
+
+/* The cycle `rel` (time since start) falls in: rel / period. `hint` is a
+ * cycle the caller expects it to be (the state's): checking it costs a
+ * multiplication, the division it saves costs tens of cycles, and nearly
+ * every call falls in the state's cycle. The hint only saves work: the
+ * result is rel / period whatever it is. */
+static inline int64_t cycle_of(const resil_ratelimiter *rl, int64_t rel,
+                               int64_t hint) {
+  /* max_cycle = INT64_MAX / period: hint * period cannot overflow. */
+  if (RESIL_LIKELY(hint >= 0 && hint <= rl->max_cycle)) {
+    int64_t off = rel - hint * rl->period_ns;
+    if (off >= 0 && off < rl->period_ns) return hint;
+  }
+  return rel / rl->period_ns;
 }
 
 static inline int64_t rel_now(const resil_ratelimiter *rl, int64_t now) {
@@ -199,6 +218,7 @@ resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
   rl->limit = cfg->limit_for_period;
   rl->period_ns = cfg->refresh_period_ns;
   rl->timeout_ns = cfg->timeout_ns;
+  rl->max_cycle = INT64_MAX / rl->period_ns;
   rl->clock = resil__clock(cfg->clock);
   rl->alloc = cfg->alloc;
   rl->coarse = rl->clock->coarse_ns != NULL && rl->clock->coarse_resolution_ns > 0 &&
@@ -227,9 +247,10 @@ void resil_ratelimiter_free(resil_ratelimiter *rl) {
 /* The ctx's remaining deadline, reusing the limiter's clock read when the
  * ctx measures its deadline on the same clock. */
 static inline int64_t remaining_ns(const resil_ratelimiter *rl,
-                                   const resil_ctx *ctx, int64_t now) {
+                                   const resil_ctx *ctx, int64_t now,
+                                   int precise) {
   if (!ctx || ctx->deadline_ns == RESIL_NO_DEADLINE) return INT64_MAX;
-  if (!rl->coarse && resil__clock(ctx->clock) == rl->clock) {
+  if (precise && resil__clock(ctx->clock) == rl->clock) {
     int64_t left = ctx->deadline_ns - now;
     return left > 0 ? left : 0;
   }
@@ -240,27 +261,39 @@ static inline void set_why(resil_reason *why, resil_reason r) {
   if (why) *why = r;
 }
 
-resil_decision resil_ratelimiter_reserve(resil_ratelimiter *rl, int permits,
-                                         const resil_ctx *ctx, int64_t *wait_ns,
-                                         resil_reason *why) {
-  resil_ctx lc;
-  const resil_ctx *c = NULL;
+/* The caller's arguments checked; *c is the ctx to read (NULL: none). */
+static inline int args_ok(const resil_ratelimiter *rl, int permits,
+                          const resil_ctx *ctx, resil_ctx *lc,
+                          const resil_ctx **c, int64_t *wait_ns,
+                          resil_reason *why) {
+  *c = NULL;
   if (RESIL_UNLIKELY(!rl || rl->magic != RESIL_MAGIC_RATELIM || permits < 1 ||
-                     (ctx && !(c = resil__ctx_in(&lc, ctx))))) {
+                     (ctx && !(*c = resil__ctx_in(lc, ctx))))) {
     if (wait_ns) *wait_ns = 0;
     set_why(why, RESIL_REASON_LOCAL_ERROR);
-    return RESIL_DECISION_DENY;
+    return 0;
   }
-  const int64_t now = rl_now(rl);
+  return 1;
+}
+
+/* reserve with the arguments checked and `now` read on the limiter's
+ * clock: its coarse reading, or the precise one when `precise` is set
+ * (which the deadline check may then reuse). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline resil_decision reserve_now(resil_ratelimiter *rl, int permits,
+                                  const resil_ctx *c, int64_t now, int precise,
+                                  int64_t *wait_ns, resil_reason *why) {
   const int64_t rel = rel_now(rl, now);
-  const int64_t cur = rel / rl->period_ns;
   int64_t limit_ns = rl->timeout_ns;
-  int64_t left = remaining_ns(rl, c, now);
+  int64_t left = remaining_ns(rl, c, now, precise);
   if (left < limit_ns) limit_ns = left;
   const int64_t n = permits;
 
   uint64_t old = atomic_load_explicit(&rl->state, memory_order_acquire);
   int64_t epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  const int64_t cur = cycle_of(rl, rel, unpack_cycle(old, epoch));
   for (;;) {
     int64_t sc = unpack_cycle(old, epoch);
     /* Another thread with a later clock read may have moved the state past
@@ -295,6 +328,27 @@ resil_decision resil_ratelimiter_reserve(resil_ratelimiter *rl, int permits,
   }
 }
 
+resil_decision resil_ratelimiter_reserve(resil_ratelimiter *rl, int permits,
+                                         const resil_ctx *ctx, int64_t *wait_ns,
+                                         resil_reason *why) {
+  resil_ctx lc;
+  const resil_ctx *c;
+  if (!args_ok(rl, permits, ctx, &lc, &c, wait_ns, why))
+    return RESIL_DECISION_DENY;
+  return reserve_now(rl, permits, c, rl_now(rl), !rl->coarse, wait_ns, why);
+}
+
+resil_decision resil__ratelimiter_reserve_at(resil_ratelimiter *rl, int permits,
+                                             const resil_ctx *ctx, int64_t now,
+                                             int64_t *wait_ns,
+                                             resil_reason *why) {
+  resil_ctx lc;
+  const resil_ctx *c;
+  if (!args_ok(rl, permits, ctx, &lc, &c, wait_ns, why))
+    return RESIL_DECISION_DENY;
+  return reserve_now(rl, permits, c, now, 1, wait_ns, why);
+}
+
 /* Gives back n reserved permits whose wait was cancelled. Adding them to the
  * current cycle is exact while their cycle has not begun (the debt they
  * created is cancelled); once it has, the cap at the limit keeps the cycle
@@ -319,9 +373,12 @@ static void give_back(resil_ratelimiter *rl, int64_t n) {
 
 /* Reserve, then wait for reserved permits. */
 static resil_decision acquire_wait(resil_ratelimiter *rl, int permits,
-                                   const resil_ctx *ctx, resil_reason *why) {
+                                   const resil_ctx *ctx, const int64_t *now,
+                                   resil_reason *why) {
   int64_t wait;
-  resil_decision d = resil_ratelimiter_reserve(rl, permits, ctx, &wait, why);
+  resil_decision d =
+      now ? resil__ratelimiter_reserve_at(rl, permits, ctx, *now, &wait, why)
+          : resil_ratelimiter_reserve(rl, permits, ctx, &wait, why);
   if (d != RESIL_DECISION_WAIT) return d;
   /* reserve() accepted ctx: it is either NULL or readable through
    * resil__ctx_in, whose cancel field exists in every accepted size. */
@@ -342,7 +399,17 @@ static resil_decision acquire_wait(resil_ratelimiter *rl, int permits,
 resil_decision resil_ratelimiter_acquire(resil_ratelimiter *rl, int permits,
                                          const resil_ctx *ctx,
                                          resil_reason *why) {
-  return acquire_wait(rl, permits, ctx, why);
+  return acquire_wait(rl, permits, ctx, NULL, why);
+}
+
+resil_decision resil__ratelimiter_acquire_at(resil_ratelimiter *rl, int permits,
+                                             const resil_ctx *ctx, int64_t now,
+                                             resil_reason *why) {
+  return acquire_wait(rl, permits, ctx, &now, why);
+}
+
+const resil_clock *resil__ratelimiter_clock(const resil_ratelimiter *rl) {
+  return rl && rl->magic == RESIL_MAGIC_RATELIM ? rl->clock : NULL;
 }
 
 resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
@@ -353,7 +420,7 @@ resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   if (!ctx) lc.clock = rl->clock; /* c == &lc: the defaults */
   resil_reason why;
-  if (acquire_wait(rl, 1, c, &why) == RESIL_DECISION_GO) return fn(arg, c);
+  if (acquire_wait(rl, 1, c, NULL, &why) == RESIL_DECISION_GO) return fn(arg, c);
   switch (why) {
   case RESIL_REASON_DEADLINE:
   case RESIL_REASON_RATE_LIMITED:

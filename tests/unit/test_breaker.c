@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "breaker/breaker_int.h"
 #include "core/internal.h"
 #include "test_util.h"
 
@@ -61,6 +62,7 @@ typedef struct call_arg {
   const resil_ctx *seen_ctx;
   int64_t seen_deadline;
   const resil_clock *seen_clock;
+  resil_ctx seen_copy; /* *ctx as the call saw it */
 } call_arg;
 
 static resil_outcome business_call(void *arg, const resil_ctx *ctx) {
@@ -69,6 +71,8 @@ static resil_outcome business_call(void *arg, const resil_ctx *ctx) {
   a->seen_ctx = ctx;
   a->seen_deadline = ctx ? ctx->deadline_ns : -1;
   a->seen_clock = ctx ? ctx->clock : NULL;
+  if (ctx)
+    a->seen_copy = *ctx;
   if (a->take_ns > 0)
     resil_manual_clock_advance_ns(a->mc, a->take_ns);
   return a->out;
@@ -1515,6 +1519,16 @@ static void run_form_passes_the_context_and_a_default_one(void **state) {
   assert_non_null(a.seen_ctx);
   assert_int_equal(a.seen_deadline, RESIL_NO_DEADLINE);
   assert_ptr_equal(a.seen_clock, resil_manual_clock_get(mc));
+  /* The default one is resil_ctx_init's with the breaker's clock. */
+  resil_ctx def;
+  resil_ctx_init(&def);
+  assert_int_equal(a.seen_copy.struct_size, def.struct_size);
+  assert_int_equal(a.seen_copy.deadline_ns, def.deadline_ns);
+  assert_ptr_equal(a.seen_copy.cancel, def.cancel);
+  assert_int_equal(a.seen_copy.flags, def.flags);
+  assert_int_equal(a.seen_copy.attempt, def.attempt);
+  assert_ptr_equal(a.seen_copy.user, def.user);
+  assert_ptr_equal(a.seen_copy.idempotency_key, def.idempotency_key);
   /* Misuse is not a call. */
   resil_outcome o = resil_breaker_run(br, NULL, NULL, &a);
   assert_int_equal(o.kind, RESIL_NOT_SENT);
@@ -2224,6 +2238,49 @@ static void run_form_refuses_an_uninitialised_context(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* The internal _at entry points (the chain's) date transitions with the
+ * reading they are given; the manual clock stays at 0 throughout, so a
+ * breaker that read its own clock would stay OPEN. */
+static void at_entry_points_use_the_given_reading(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  resil_breaker *br = breaker_new(&cfg);
+  assert_ptr_equal(resil__breaker_clock(br), resil_manual_clock_get(mc));
+  /* A manual clock has resolution 0: its (only) reading serves. */
+  assert_int_equal(resil__breaker_coarse_durations(br), 1);
+  resil_outcome f = fail_o();
+  resil_breaker_permit p;
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(resil__breaker_acquire_at(br, &p, RESIL__NO_NOW),
+                     RESIL_DECISION_GO);
+    assert_status(RESIL_OK,
+                  resil__breaker_record_at(br, &p, &f, 0, MS(1000) + i));
+  }
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  assert_int_equal(metrics_of(br).state_since_ns, MS(1000) + 1);
+  assert_int_equal(resil__breaker_acquire_at(br, &p, MS(1100)),
+                   RESIL_DECISION_DENY);
+  assert_int_equal(resil__breaker_acquire_at(br, &p, MS(1150) + 1),
+                   RESIL_DECISION_GO);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  resil_outcome ok = ok_o();
+  assert_status(RESIL_OK, resil__breaker_record_at(br, &p, &ok, 0, MS(1200)));
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.state_since_ns, MS(1200));
+  assert_int_equal(m.total_not_permitted, 1);
+  /* Misuse as in the public forms. */
+  assert_int_equal(resil__breaker_acquire_at(NULL, &p, 0), RESIL_DECISION_DENY);
+  assert_int_equal(resil__breaker_acquire_at(br, NULL, 0), RESIL_DECISION_DENY);
+  assert_int_equal(resil__breaker_record_at(NULL, &p, &ok, 0, 0), RESIL_EMISUSE);
+  assert_int_equal(resil__breaker_record_at(br, &p, &ok, -1, 0), RESIL_EINVAL);
+  assert_null(resil__breaker_clock(NULL));
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(config_init_writes_resilience4j_defaults),
@@ -2265,6 +2322,7 @@ int main(void) {
       cmocka_unit_test(listeners_run_on_the_calling_thread_without_the_lock),
       cmocka_unit_test(listener_count_is_bounded),
       cmocka_unit_test(run_form_passes_the_context_and_a_default_one),
+      cmocka_unit_test(at_entry_points_use_the_given_reading),
       cmocka_unit_test(run_form_measures_the_call_for_slow_detection),
       cmocka_unit_test(invalid_arguments_are_reported_not_crashed_on),
       cmocka_unit_test(names_are_static_text),

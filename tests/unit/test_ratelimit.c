@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "ratelimit/ratelimit_int.h"
 #include "test_util.h"
 
 #define HOUR (INT64_C(3600) * INT64_C(1000000000))
@@ -568,6 +569,50 @@ static void ratelimiter_run_passes_the_callers_ctx_through(void **state) {
   destroy(&f);
 }
 
+/* The internal _at entry points (the chain's) count cycles on the reading
+ * they are given, not on the clock, which stays at 0 here; cycle
+ * boundaries are exact on both sides (the state's cycle is checked with a
+ * multiplication before any division). */
+static void ratelimiter_at_counts_cycles_on_the_given_reading(void **state) {
+  (void)state;
+  fixture f;
+  make(&f, 1, 1000, 0);
+  assert_ptr_equal(resil_manual_clock_get(f.mc), resil__ratelimiter_clock(f.rl));
+  resil_reason why;
+  int64_t w = -1;
+  assert_int_equal(RESIL_DECISION_GO,
+                   resil__ratelimiter_reserve_at(f.rl, 1, NULL, 999, &w, &why));
+  assert_int_equal(0, w);
+  assert_int_equal(RESIL_DECISION_DENY,
+                   resil__ratelimiter_reserve_at(f.rl, 1, NULL, 999, &w, &why));
+  assert_int_equal(RESIL_REASON_RATE_LIMITED, why);
+  assert_int_equal(1, w); /* the next cycle starts at 1000 */
+  assert_int_equal(RESIL_DECISION_GO,
+                   resil__ratelimiter_acquire_at(f.rl, 1, NULL, 1000, &why));
+  assert_int_equal(RESIL_DECISION_DENY,
+                   resil__ratelimiter_acquire_at(f.rl, 1, NULL, 1999, &why));
+  assert_int_equal(RESIL_DECISION_GO,
+                   resil__ratelimiter_acquire_at(f.rl, 1, NULL, 2000, &why));
+  /* The public form reads the clock (0): the state's later cycle stands,
+   * and its one permit is taken. */
+  assert_int_equal(RESIL_DECISION_DENY,
+                   resil_ratelimiter_acquire(f.rl, 1, NULL, &why));
+  assert_int_equal(RESIL_DECISION_GO,
+                   resil__ratelimiter_acquire_at(f.rl, 1, NULL,
+                                                 INT64_C(1000000000001), &why));
+  assert_int_equal(RESIL_DECISION_DENY,
+                   resil__ratelimiter_acquire_at(f.rl, 1, NULL,
+                                                 INT64_C(1000000000999), &why));
+  resil_ratelimiter_metrics m;
+  assert_status(RESIL_OK, resil_ratelimiter_get_metrics(f.rl, &m));
+  assert_int_equal(4, m.permitted);
+  assert_int_equal(4, m.refused);
+  assert_int_equal(RESIL_DECISION_DENY,
+                   resil__ratelimiter_acquire_at(NULL, 1, NULL, 0, &why));
+  assert_null(resil__ratelimiter_clock(NULL));
+  destroy(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(ratelimiter_defaults_match_resilience4j),
@@ -589,6 +634,7 @@ int main(void) {
       cmocka_unit_test(ratelimiter_run_passes_the_callers_ctx_through),
       cmocka_unit_test(ratelimiter_default_period_is_one_second),
       cmocka_unit_test(ratelimiter_nanos_to_wait_for_one_more_permit),
+      cmocka_unit_test(ratelimiter_at_counts_cycles_on_the_given_reading),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,41 @@
+/* Internal entry points of the circuit breaker for callers that have
+ * already read the clock (the chain reads it once per call and hands it
+ * down). Not installed, not exported from libresil.so.
+ *
+ * `now` is a precise reading (resil__now) of the breaker's own clock
+ * (resil__breaker_clock()) taken earlier in the same call, or RESIL__NO_NOW:
+ * the breaker then reads its clock itself, and only where it needs it.
+ * Arguments, results, counters and events are those of
+ * resil_breaker_try_acquire and resil_breaker_record. */
+#ifndef RESIL_BREAKER_INT_H
+#define RESIL_BREAKER_INT_H
+
+#include <stdint.h>
+
+#include "resil/breaker.h"
+
+/* "No reading supplied." */
+#ifndef RESIL__NO_NOW
+#define RESIL__NO_NOW INT64_MIN
+#endif
+
+/* Acquire in CLOSED, DISABLED and METRICS_ONLY is one atomic load and uses
+ * no time: `now` is read only in the other states. */
+resil_decision resil__breaker_acquire_at(resil_breaker *br,
+                                         resil_breaker_permit *permit,
+                                         int64_t now);
+/* `now` should be taken when the call ended (it places a result in a time
+ * window and dates a transition the result causes). A CLOSED breaker with
+ * a count window that reaches no threshold uses no time at all. */
+resil_status resil__breaker_record_at(resil_breaker *br,
+                                      const resil_breaker_permit *permit,
+                                      const resil_outcome *o,
+                                      int64_t duration_ns, int64_t now);
+/* The breaker's clock (NULL for an invalid handle). */
+const resil_clock *resil__breaker_clock(const resil_breaker *br);
+/* 1 when call durations may be measured on the clock's coarse reading
+ * (its resolution is at most 1 % of slow_call_duration_ns), as
+ * resil_breaker_run does; 0 when they need precise readings. */
+int resil__breaker_coarse_durations(const resil_breaker *br);
+
+#endif

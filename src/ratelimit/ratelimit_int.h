@@ -1,0 +1,29 @@
+/* Internal entry points of the rate limiter for callers that have already
+ * read the clock (the chain reads it once per call and hands it down). Not
+ * installed, not exported from libresil.so.
+ *
+ * `now` must be a reading of the limiter's own clock
+ * (resil__ratelimiter_clock()), its precise reading (resil__now), taken
+ * earlier in the same call: a reading that lags hands a new cycle's
+ * permits out late, never early, as the coarse clock does, and the
+ * deadline of a ctx on the same clock is checked against it. Arguments,
+ * results and counters are those of resil_ratelimiter_reserve /
+ * resil_ratelimiter_acquire. */
+#ifndef RESIL_RATELIMIT_INT_H
+#define RESIL_RATELIMIT_INT_H
+
+#include <stdint.h>
+
+#include "resil/ratelimit.h"
+
+resil_decision resil__ratelimiter_reserve_at(resil_ratelimiter *rl, int permits,
+                                             const resil_ctx *ctx, int64_t now,
+                                             int64_t *wait_ns,
+                                             resil_reason *why);
+resil_decision resil__ratelimiter_acquire_at(resil_ratelimiter *rl, int permits,
+                                             const resil_ctx *ctx, int64_t now,
+                                             resil_reason *why);
+/* The limiter's clock (never NULL for a valid limiter; NULL otherwise). */
+const resil_clock *resil__ratelimiter_clock(const resil_ratelimiter *rl);
+
+#endif
