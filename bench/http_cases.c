@@ -551,6 +551,9 @@ typedef struct case_figures {
   /* libresil against bare side i (SIDE_EASY, SIDE_MULTI), per round. */
   double ratio[2][MAX_ROUNDS];
   double added[2][MAX_ROUNDS];
+  /* libresil's caller CPU per request over bare side i's, per round
+   * (issue 10's target: <= 1.05 against SIDE_EASY). */
+  double cpu_ratio[2][MAX_ROUNDS];
 } case_figures;
 
 static int cmp_double(const void *a, const void *b) {
@@ -611,6 +614,7 @@ static void record_round(case_figures *cf, int r, const batch_stats *st) {
   for (int i = 0; i < 2; i++) {
     cf->ratio[i][r] = st[SIDE_RESIL].req_per_s / st[i].req_per_s;
     cf->added[i][r] = st[SIDE_RESIL].p50_us - st[i].p50_us;
+    cf->cpu_ratio[i][r] = st[SIDE_RESIL].cpu_us / st[i].cpu_us;
   }
 }
 
@@ -647,6 +651,10 @@ static void figures_to_json(const case_figures *cf, json_t *o) {
   }
   json_object_set_new(o, "ratio", json_real(median(cf->ratio[SIDE_EASY], n)));
   json_object_set_new(o, "p50_added_us", json_real(median(cf->added[SIDE_EASY], n)));
+  json_object_set_new(o, "cpu_ratio", json_real(median(cf->cpu_ratio[SIDE_EASY], n)));
+  json_object_set_new(o, "cpu_ratio_vs_libcurl_multi",
+                      json_real(median(cf->cpu_ratio[SIDE_MULTI], n)));
+  json_object_set_new(per, "cpu_ratio", real_array(cf->cpu_ratio[SIDE_EASY], n));
   json_object_set_new(o, "ratio_vs_libcurl_multi",
                       json_real(median(cf->ratio[SIDE_MULTI], n)));
   json_object_set_new(o, "p50_added_us_vs_libcurl_multi",
@@ -682,6 +690,9 @@ static void print_figures(const char *name, const case_figures *cf) {
   printf("    libresil / libcurl_multi ratio %.3f, p50 added %+.2f us (what libresil adds "
          "over the same driving loop)\n",
          median(cf->ratio[SIDE_MULTI], n), median(cf->added[SIDE_MULTI], n));
+  printf("    caller CPU per request, libresil / libcurl %.3f (median of the rounds' ratios; "
+         "target <= 1.05), / libcurl_multi %.3f\n",
+         median(cf->cpu_ratio[SIDE_EASY], n), median(cf->cpu_ratio[SIDE_MULTI], n));
   fflush(stdout);
 }
 

@@ -737,10 +737,12 @@ static void add_ns(struct timespec *ts, int64_t t) {
 
 http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
                                      int64_t timeout_ns, resil_cancel *cancel,
-                                     http_slot **out) {
+                                     http_slot **out, int *waited) {
   int64_t until = 0;
+  if (waited) *waited = 0;
   pthread_mutex_lock(&c->mu);
   while (c->nfree == 0 || c->origin_inuse[origin] >= c->per_host) {
+    if (waited) *waited = 1;
     if (cancel && resil_cancel_is_set(cancel)) {
       pthread_mutex_unlock(&c->mu);
       return HTTP_LEASE_CANCELLED;

@@ -71,10 +71,12 @@ typedef enum http_lease_rc {
 } http_lease_rc;
 
 /* Takes a free slot for `origin` within timeout_ns (monotonic), preferring
- * one whose cached connection goes to that origin. */
+ * one whose cached connection goes to that origin. *waited (may be NULL)
+ * is set to 1 when no slot was free at once and the call had to wait (or
+ * gave up), else 0: a lease that did not wait read no clock. */
 http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
                                      int64_t timeout_ns, resil_cancel *cancel,
-                                     http_slot **out);
+                                     http_slot **out, int *waited);
 void resil__http_pool_release(resil_http_client *c, http_slot *s,
                               uint32_t origin);
 

@@ -162,7 +162,7 @@ static void request_destroy(resil_http_request *req) {
   resil_http_client *c = req->client;
   const resil_allocator *a = c->t.alloc;
   if (req->pub) resil_http_response_free(req->pub);
-  resil__free(a, req->url);
+  /* req->url lives in req's own allocation. */
   resil__free(a, req->hdr_store);
   resil__free(a, req->hdr_offs);
   resil__free(a, req->hdr_nlen);
@@ -201,7 +201,11 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   args = &largs;
   const resil_allocator *a = c->t.alloc;
   resil_status st = RESIL_OK;
-  http_buf url = {0};
+  /* The URL is built on the stack and copied into the request's own
+   * allocation: no allocation of its own (unless it is longer). */
+  char url_space[512];
+  http_buf url;
+  resil__http_buf_on(&url, url_space, sizeof url_space);
   hdr_builder hb = {.a = a};
   unsigned char *body = NULL;
   size_t body_len = 0;
@@ -314,7 +318,9 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   /* Headers: the endpoint's, the caller's, then the ones libresil owns. */
   for (uint32_t i = 0; i < ep->nheaders; i++) {
     const http_header_tpl *h = &ep->headers[i];
-    http_buf v = {0};
+    char v_space[256];
+    http_buf v;
+    resil__http_buf_on(&v, v_space, sizeof v_space);
     rc = resil__http_tpl_expand(a, &h->value, args->params, args->param_count, 0, &v, &miss);
     if (rc == 0 && !v.p) rc = resil__http_buf_append(a, &v, "", 0) == 0 ? 0 : -2;
     if (rc == -2) {
@@ -372,8 +378,11 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
    * answer makes it send the request again. */
   if (has_body && hb_remove(&hb, "Expect") != 0) goto oom;
 
-  req = resil__calloc(a, sizeof *req);
+  req = resil__calloc(a, sizeof *req + url.len + 1);
   if (!req) goto oom;
+  req->url = (char *)(req + 1);
+  memcpy(req->url, url.p, url.len + 1);
+  resil__http_buf_free(a, &url);
   if (pthread_mutex_init(&req->mu, NULL) != 0) {
     resil__free(a, req);
     req = NULL;
@@ -384,7 +393,6 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   atomic_init(&req->refs, 1);
   req->client = c;
   req->ep = ep;
-  req->url = url.p;
   req->hdr_store = hb.store.p;
   req->hdr_offs = hb.offs;
   req->hdr_nlen = hb.nlen;

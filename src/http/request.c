@@ -57,9 +57,10 @@ static int run_transfer(http_slot *s, resil_cancel *cancel, int64_t deadline,
       aborted = ABORT_RESPONSE;
       break;
     }
-    long to = -1;
-    curl_multi_timeout(s->m, &to);
-    int64_t wait = to >= 0 ? (int64_t)to * RESIL_NS_PER_MS : RESIL_NS_PER_S;
+    /* At most 1 s, the deadline and the response timeout: curl_multi_poll
+     * itself shortens the wait to libcurl's own next timer
+     * (curl_multi_timeout), so that needs no call of ours. */
+    int64_t wait = RESIL_NS_PER_S;
     if (deadline - now < wait) wait = deadline - now;
     if (s->x.prereqs && s->x.resp_deadline - now < wait) wait = s->x.resp_deadline - now;
     /* A token cannot wake curl_multi_poll: look at it every 10 ms. */
@@ -122,7 +123,8 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
     return finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR),
                        ctx, t0, why);
   }
-  int64_t left = deadline == INT64_MAX ? INT64_MAX : deadline - resil__http_mono_ns();
+  /* t_leased was read after the lease: the time left from then. */
+  int64_t left = deadline == INT64_MAX ? INT64_MAX : deadline - t_leased;
   if (resil__http_attempt_begin(c, req, s, ctx->attempt, ctx->flags, left, &o) == 0) {
     CURLcode rc = CURLE_OK;
     int aborted = run_transfer(s, ctx->cancel, deadline, &rc);
@@ -171,7 +173,9 @@ resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
     int64_t deadline = budget == INT64_MAX ? INT64_MAX : resil__sat_add(t0, budget);
     int64_t lease_to = c->lease_timeout_ns < budget ? c->lease_timeout_ns : budget;
     http_slot *s = NULL;
-    http_lease_rc lr = resil__http_pool_lease(c, req->ep->origin, lease_to, ctx->cancel, &s);
+    int waited = 0;
+    http_lease_rc lr =
+        resil__http_pool_lease(c, req->ep->origin, lease_to, ctx->cancel, &s, &waited);
     if (lr == HTTP_LEASE_TIMEOUT) {
       atomic_fetch_add_explicit(&c->st_lease_timeouts, 1, memory_order_relaxed);
       o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_POOL_TIMEOUT), ctx,
@@ -180,7 +184,9 @@ resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
       o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx, t0,
                       "cancelled while waiting for a pool connection");
     } else {
-      o = run_attempt(c, req, s, ctx, seq, t0, resil__http_mono_ns(), deadline);
+      /* A slot taken without waiting was taken at t0 (lease_wait_ns 0):
+       * no second clock read. */
+      o = run_attempt(c, req, s, ctx, seq, t0, waited ? resil__http_mono_ns() : t0, deadline);
     }
   }
   resil__http_request_unref(req);

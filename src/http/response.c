@@ -57,7 +57,11 @@ int resil__http_response_add_header(resil_http_response *r, const char *name,
   while (vlen > 0 && (value[vlen - 1] == '\r' || value[vlen - 1] == '\n' ||
                       value[vlen - 1] == ' ' || value[vlen - 1] == '\t'))
     vlen--;
-  if (resil__http_buf_reserve(r->alloc, &r->hdr, nlen + vlen + 2) != 0) return -1;
+  /* The first header reserves room for a typical header block at once
+   * (one allocation, not 64 -> 128 -> 256 bytes and two copies). */
+  size_t need = nlen + vlen + 2;
+  if (!r->hdr.cap && need < 511) need = 511;
+  if (resil__http_buf_reserve(r->alloc, &r->hdr, need) != 0) return -1;
   char *w = r->hdr.p + r->hdr.len;
   memcpy(w, name, nlen);
   w[nlen] = '\0';

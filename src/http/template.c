@@ -14,7 +14,8 @@ int resil__http_buf_reserve(const resil_allocator *a, http_buf *b,
   if (!p) return -1;
   if (b->p) {
     memcpy(p, b->p, b->len + 1);
-    resil__free(a, b->p);
+    if (!b->borrowed) resil__free(a, b->p);
+    b->borrowed = 0;
   } else {
     p[0] = '\0';
   }
@@ -33,9 +34,10 @@ int resil__http_buf_append(const resil_allocator *a, http_buf *b,
 }
 
 void resil__http_buf_free(const resil_allocator *a, http_buf *b) {
-  if (b->p) resil__free(a, b->p);
+  if (b->p && !b->borrowed) resil__free(a, b->p);
   b->p = NULL;
   b->len = b->cap = 0;
+  b->borrowed = 0;
 }
 
 static int is_alpha(int c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }

@@ -17,7 +17,19 @@ typedef struct http_buf {
   char *p;
   size_t len;
   size_t cap;
+  int borrowed; /* p is the caller's storage (resil__http_buf_on): never freed */
 } http_buf;
+
+/* Starts b empty on the caller's storage (cap bytes, cap >= 1, e.g. on the
+ * stack): no allocation until more is needed, when the contents move to
+ * the heap and b owns them from then on (borrowed cleared). */
+static inline void resil__http_buf_on(http_buf *b, char *storage, size_t cap) {
+  b->p = storage;
+  b->p[0] = '\0';
+  b->len = 0;
+  b->cap = cap;
+  b->borrowed = 1;
+}
 
 /* Makes room for `extra` more bytes plus a NUL. Returns 0, or -1 when out of
  * memory (the buffer is unchanged). */

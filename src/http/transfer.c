@@ -89,6 +89,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
     r->hdr.len = 0;
     if (r->hdr.p) r->hdr.p[0] = '\0';
     x->hdr_bytes = 0;
+    x->retry_after_at = 0;
     return n;
   }
   x->hdr_bytes += n;
@@ -96,8 +97,15 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
   /* Keep at most 256 KiB of headers; more are read but not stored. */
   if (!colon || colon == buf || x->hdr_bytes > (256u << 10)) return n;
   size_t vlen = n - (size_t)(colon + 1 - buf);
+  size_t at = r->hdr.len;
   if (resil__http_response_add_header(r, buf, (size_t)(colon - buf), colon + 1, vlen) != 0)
     return 0; /* out of memory: abort the transfer (CURLE_WRITE_ERROR) */
+  /* Noted as it is stored, so that attempt_end finds the entry that
+   * resil_http_response_header(res, "retry-after") would return without
+   * scanning every header again. */
+  if (!x->retry_after_at && (r->hdr.p[at] | 32) == 'r' && strlen(r->hdr.p + at) == 11 &&
+      ieq(r->hdr.p + at, 11, "retry-after", 11))
+    x->retry_after_at = at + 1;
   return n;
 }
 
@@ -265,6 +273,8 @@ int resil__http_easy_setup(const resil_http_client *cl, http_slot *s, long maxco
     return -1;
   }
   s->method_set = -1;
+  s->connect_to_set = -1;
+  s->timeout_set = -1;
   return 0;
 }
 
@@ -667,9 +677,14 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
       o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
       goto done;
     }
-    curl_easy_setopt(s->e, CURLOPT_CONNECTTIMEOUT_MS,
-                     ceil_ms(c->connect_timeout_ns < left ? c->connect_timeout_ns : left));
-    curl_easy_setopt(s->e, CURLOPT_TIMEOUT_MS, left == INT64_MAX ? 0L : ceil_ms(left));
+    /* Set only when they change (without a deadline they never do). */
+    long cto = ceil_ms(c->connect_timeout_ns < left ? c->connect_timeout_ns : left);
+    long to = left == INT64_MAX ? 0L : ceil_ms(left);
+    if (cto != s->connect_to_set)
+      s->connect_to_set =
+          curl_easy_setopt(s->e, CURLOPT_CONNECTTIMEOUT_MS, cto) == CURLE_OK ? cto : -1;
+    if (to != s->timeout_set)
+      s->timeout_set = curl_easy_setopt(s->e, CURLOPT_TIMEOUT_MS, to) == CURLE_OK ? to : -1;
     http_xfer *x = &s->x;
     memset(x, 0, sizeof *x);
     x->tp = c;
@@ -701,7 +716,8 @@ resil_outcome resil__http_attempt_end(resil_http_client *cl, const resil_http_re
   o = classify(s, aborted, rc, res, c);
   if (o.kind == RESIL_ANSWERED) {
     resil__http_decode(ep, res, &o);
-    const char *ra = resil_http_response_header(res, "retry-after");
+    /* The entry resil_http_response_header(res, "retry-after") returns. */
+    const char *ra = x->retry_after_at ? res->hdr.p + x->retry_after_at - 1 + 12 : NULL;
     int64_t ms = -1;
     if (ra && resil_retry_after_parse(ra, strlen(ra), resil_clock_wall_ms(c->clock), &ms) ==
                   RESIL_OK)

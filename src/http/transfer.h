@@ -136,6 +136,8 @@ typedef struct http_xfer {
   void *on_sent_arg;
   size_t max_body;
   size_t hdr_bytes;
+  size_t retry_after_at;  /* 1 + offset in res->hdr of the final response's
+                             first Retry-After entry, 0 none              */
 } http_xfer;
 
 /* One pool slot: a libcurl easy handle driven by its own multi handle,
@@ -159,6 +161,8 @@ typedef struct http_slot {
   uint32_t ic_cap;
   http_buf url;             /* URL last set on the handle               */
   int method_set;           /* method last set, -1 none                 */
+  long connect_to_set;      /* CONNECTTIMEOUT_MS last set, -1 none      */
+  long timeout_set;         /* TIMEOUT_MS last set, -1 none             */
   int has_nodes;            /* HTTPHEADER currently points to nodes     */
   http_buf log;
   char errbuf[CURL_ERROR_SIZE];

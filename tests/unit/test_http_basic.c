@@ -1034,6 +1034,39 @@ static void config_is_validated_field_by_field(void **state) {
   resil_http_response_free(NULL);
 }
 
+static void set_alloc(resil_http_client_config *cfg, void *u) { cfg->alloc = u; }
+
+/* The blocking path's per-call cost (issue 10): once the slot's handle
+ * exists, a keep-alive GET allocates the request (its URL inside it), the
+ * response and the response's header and body buffers, nothing more (the
+ * URL used to be a block of its own and the headers grew 64 -> 128 -> 256
+ * bytes); and a lease that found a slot free at once reads no clock, so
+ * it waited 0 ns. */
+static void keepalive_get_allocates_request_and_response_only(void **state) {
+  fx_state *s = *state;
+  test_alloc ta;
+  test_alloc_init(&ta, 0);
+  resil_http_client *c = client_on(s->f, eps, NEPS, set_alloc, &ta.a);
+  for (int i = 0; i < 3; i++) {
+    resil_http_response *r = NULL;
+    long before = ta.count;
+    resil_outcome o = call_p(c, "items_raw", &r, KV("id", "7"));
+    assert_int_equal(o.http_status, 200);
+    assert_non_null(resil_http_response_header(r, "content-type"));
+    size_t len = 0;
+    assert_non_null(resil_http_response_body(r, &len));
+    assert_true(len > 0);
+    resil_http_info info;
+    resil_http_response_info(r, &info);
+    assert_true(info.reused_connection == (i > 0));
+    assert_int_equal(info.lease_wait_ns, 0);
+    if (i > 0) assert_int_equal(ta.count - before, 4);
+    resil_http_response_free(r);
+  }
+  resil_http_client_free(c);
+  assert_int_equal(ta.live, 0);
+}
+
 static void client_constructor_survives_allocation_failures(void **state) {
   (void)state;
   for (long k = 1; k < 400; k++) {
@@ -1104,6 +1137,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(http_call_reports_its_attempt_and_returns_the_key, fx_setup, fx_teardown),
       cmocka_unit_test(config_is_validated_field_by_field),
       cmocka_unit_test(client_constructor_survives_allocation_failures),
+      cmocka_unit_test_setup_teardown(keepalive_get_allocates_request_and_response_only, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
