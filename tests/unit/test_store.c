@@ -407,6 +407,47 @@ static resil_status effect_with_failing_sql(void *user, resil_store_txn *tx,
   return RESIL_OK;
 }
 
+/* Inserts its effect row, then (misuse) takes its own operation out of
+ * PENDING in the store's transaction. */
+static resil_status effect_that_moves_its_row(void *user, resil_store_txn *tx,
+                                              const resil_op_record *pending,
+                                              resil_op_response *out) {
+  (void)user;
+  int sq = resil_store_txn_sqlite(tx) != NULL;
+  resil_status st = ts_txn_exec(tx,
+                                sq ? "INSERT INTO effects (key, n) VALUES (?1, 1)"
+                                   : "INSERT INTO effects (key, n) VALUES ($1, 1)",
+                                pending->key);
+  if (!st)
+    st = ts_txn_exec(tx,
+                     sq ? "UPDATE resil_operations SET state = 3 WHERE key = ?1"
+                        : "UPDATE resil_operations SET state = 3 WHERE key = $1",
+                     pending->key);
+  out->status = 200;
+  return st;
+}
+
+/* The terminal state and the commit travel together (one round trip on
+ * PostgreSQL): when the terminal write changes no PENDING row, nothing may
+ * commit, neither the effect's row nor the effect's change to the
+ * operation. */
+static void complete_commits_nothing_when_the_terminal_write_finds_no_pending_row(
+    void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "c-6", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EIO,
+                resil_store_complete(f->s, "c-6", effect_that_moves_its_row, NULL, NULL));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "no longer PENDING"));
+  assert_int_equal(ts_effects(&f->env, "c-6"), 0);
+  assert_int_equal(state_of(f->s, "c-6"), RESIL_OP_PENDING);
+  /* The connection is usable afterwards. */
+  ts_effect good = {0};
+  complete_ok(f->s, "c-6", &good, NULL);
+  assert_int_equal(state_of(f->s, "c-6"), RESIL_OP_COMMITTED);
+  assert_int_equal(ts_effects(&f->env, "c-6"), 1);
+}
+
 static void pg_complete_fails_when_the_effects_sql_aborted_the_transaction(void **state) {
   fx *f = get(state);
   if (f->bk != TS_PG) skip();
@@ -1391,6 +1432,7 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   cmocka_unit_test_prestate_setup_teardown(complete_unknown_key_is_estate_without_effect, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(complete_refuses_an_effect_that_ends_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_complete_fails_when_the_effects_sql_aborted_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(complete_commits_nothing_when_the_terminal_write_finds_no_pending_row, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(i5_rollback_between_effect_and_terminal_state_then_recover_once, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(i7_negative_control_catches_effect_committed_early, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(recover_takes_only_ops_older_than_threshold, fx_setup, fx_teardown, (void *)&bk), \
