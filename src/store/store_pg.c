@@ -10,6 +10,15 @@
  * becomes RESIL_ETIMEDOUT. A lost connection (pg_lost) is re-established by
  * pg_ready; store.c then runs the failed call's transaction once more.
  *
+ * Round trips: the statements are prepared once per session (on first use)
+ * and run with PQexecPrepared; where libpq pipelines (libpq 14+), BEGIN and
+ * the row lock go in one round trip, and so do the terminal state and
+ * COMMIT: a new key's operation takes begin's INSERT, BEGIN+lock, the
+ * effect's own statements, terminal+COMMIT. The statement names are
+ * "resil_store_<n>"; an effect that DEALLOCATEs them
+ * makes its completion fail (rolled back, still PENDING), and the next call
+ * prepares them again.
+ *
  * Results are requested in binary format: bytea columns arrive as raw bytes
  * and integers as big-endian words, with no text escaping either way. */
 #include <libpq-fe.h>
@@ -119,6 +128,9 @@ static resil_status pg_fail(resil_store *s, pg_slot *c, const PGresult *r,
   if (PQstatus(c->conn) != CONNECTION_OK)
     return resil__store_fail(s, RESIL_EIO, NULL, "%s: connection lost: %s", what, buf);
   const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+  /* A prepared statement gone (an effect ran DEALLOCATE):
+   * this call fails, the next ones prepare again. */
+  if (state && strcmp(state, "26000") == 0) c->prepared = 0;
   if (state && (strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0))
     return resil__store_fail(s, RESIL_ETIMEDOUT, NULL,
                              "%s: row locked beyond busy_timeout (%lld ms): %s", what,

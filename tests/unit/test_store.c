@@ -514,6 +514,37 @@ static void pg_operation_takes_begin_plus_two_round_trips_and_no_parse(void **st
   assert_int_equal(parses, 0);
 }
 
+static resil_status effect_deallocating(void *user, resil_store_txn *tx,
+                                        const resil_op_record *pending,
+                                        resil_op_response *out) {
+  (void)user;
+  (void)pending;
+  PQclear(PQexec(resil_store_txn_pg(tx), "DEALLOCATE ALL"));
+  out->status = 200;
+  return RESIL_OK;
+}
+
+/* The store's prepared statements, deallocated by an effect: that
+ * completion fails and rolls back (still PENDING); the next calls on the
+ * same connection prepare them again and succeed. */
+static void pg_statements_deallocated_by_an_effect_are_prepared_again(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect good = {0};
+  assert_int_equal(begin_ok(f->s, "da-0", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "da-0", &good, NULL); /* every statement prepared */
+  assert_int_equal(begin_ok(f->s, "da-1", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "da-1", effect_deallocating, NULL, NULL));
+  assert_int_equal(state_of(f->s, "da-1"), RESIL_OP_PENDING);
+  complete_ok(f->s, "da-1", &good, NULL);
+  assert_int_equal(state_of(f->s, "da-1"), RESIL_OP_COMMITTED);
+  assert_int_equal(begin_ok(f->s, "da-2", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "da-2", &good, NULL);
+}
+
 static void pg_complete_fails_when_the_effects_sql_aborted_the_transaction(void **state) {
   fx *f = get(state);
   if (f->bk != TS_PG) skip();
@@ -1498,6 +1529,7 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   cmocka_unit_test_prestate_setup_teardown(complete_unknown_key_is_estate_without_effect, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(complete_refuses_an_effect_that_ends_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_complete_fails_when_the_effects_sql_aborted_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_operation_takes_begin_plus_two_round_trips_and_no_parse, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(complete_commits_nothing_when_the_terminal_write_finds_no_pending_row, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(i5_rollback_between_effect_and_terminal_state_then_recover_once, fx_setup, fx_teardown, (void *)&bk), \
