@@ -715,9 +715,13 @@ static resil_status complete_on(resil_store *s, void *conn, const char *key,
   memset(c, 0, sizeof *c);
   resil_op_record cur;
   rec_local(&cur);
-  resil_status st = be->txn_begin(s, conn);
-  if (st) return st;
-  if ((st = be->lock_row(s, conn, key, &cur, &c->found))) goto fail;
+  resil_status st;
+  if (be->txn_begin_lock) {
+    if ((st = be->txn_begin_lock(s, conn, key, &cur, &c->found))) goto fail;
+  } else {
+    if ((st = be->txn_begin(s, conn))) return st;
+    if ((st = be->lock_row(s, conn, key, &cur, &c->found))) goto fail;
+  }
   if (!c->found || cur.state != RESIL_OP_PENDING) {
     /* Nothing to do: completed by someone else meanwhile (or unknown). The
      * transaction wrote nothing. */
@@ -770,8 +774,12 @@ static resil_status complete_on(resil_store *s, void *conn, const char *key,
     }
   }
   if (s->unsafe_commit_effect_early && (st = be->txn_begin(s, conn))) goto fail;
-  if ((st = be->write_terminal(s, conn, key, &out, now))) goto fail;
-  if ((st = be->txn_commit(s, conn))) goto fail;
+  if (be->write_terminal_commit) {
+    if ((st = be->write_terminal_commit(s, conn, key, &out, now))) goto fail;
+  } else {
+    if ((st = be->write_terminal(s, conn, key, &out, now))) goto fail;
+    if ((st = be->txn_commit(s, conn))) goto fail;
+  }
   c->committed = 1;
   atomic_fetch_add_explicit(out.failed ? &s->n_failed : &s->n_committed, 1,
                             memory_order_relaxed);

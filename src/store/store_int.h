@@ -96,6 +96,16 @@ typedef struct resil__store_backend {
   void (*txn_rollback)(resil_store *s, void *conn);
   int (*txn_open)(resil_store *s, void *conn);
   void (*txn_fill)(void *conn, resil_store_txn *tx);
+  /* Optional (NULL: store.c runs the two steps one after the other): the
+   * same two steps fused into one round trip, with the same effects and
+   * failures. txn_begin_lock is txn_begin then lock_row (a failure may leave
+   * the transaction open, for txn_rollback); write_terminal_commit is
+   * write_terminal then txn_commit, and never commits when write_terminal
+   * fails. */
+  resil_status (*txn_begin_lock)(resil_store *s, void *conn, const char *key,
+                                 resil_op_record *rec, int *found);
+  resil_status (*write_terminal_commit)(resil_store *s, void *conn, const char *key,
+                                        const resil_op_response *resp, int64_t now_ms);
   /* One consistent read of a row. */
   resil_status (*read_row)(resil_store *s, void *conn, const char *key,
                            resil_op_record *rec, int *found);

@@ -10,6 +10,15 @@
  * becomes RESIL_ETIMEDOUT. A lost connection (pg_lost) is re-established by
  * pg_ready; store.c then runs the failed call's transaction once more.
  *
+ * Round trips: the statements are prepared once per session (on first use)
+ * and run with PQexecPrepared; where libpq pipelines (libpq 14+), BEGIN and
+ * the row lock go in one round trip, and so do the terminal state and
+ * COMMIT: a new key's operation takes begin's INSERT, BEGIN+lock, the
+ * effect's own statements, terminal+COMMIT. The statement names are
+ * "resil_store_<n>"; an effect that DEALLOCATEs them
+ * makes its completion fail (rolled back, still PENDING), and the next call
+ * prepares them again.
+ *
  * Results are requested in binary format: bytea columns arrive as raw bytes
  * and integers as big-endian words, with no text escaping either way. */
 #include <libpq-fe.h>
@@ -45,8 +54,55 @@ static const char schema_v1[] =
 /* Serialises concurrent migrations of one database ("resil-st"). */
 #define MIGRATION_LOCK "8243160126213387636"
 
+#define SELECT_ROW "SELECT " COLUMNS " FROM resil_operations WHERE key = $1"
+
+/* The statements of the hot paths, prepared once per session (on first use:
+ * PQprepare, then PQexecPrepared), as "resil_store_<index>". */
+enum {
+  Q_INSERT,
+  Q_READ,
+  Q_LOCK,
+  Q_LOCK_SKIP,
+  Q_BUMP,
+  Q_TERMINAL,
+  Q_LIST,
+  Q_COUNT_PENDING,
+  Q_TOUCH,
+  Q_SWEEP,
+  Q_N
+};
+
+static const char *const stmt_sql[Q_N] = {
+    [Q_INSERT] = "INSERT INTO resil_operations (key, state, fingerprint, method, "
+                 "path, request_body, created_ms, updated_ms, attempts) "
+                 "VALUES ($1, 1, $2, $3, $4, $5, $6, $6, 1) "
+                 "ON CONFLICT (key) DO NOTHING",
+    [Q_READ] = SELECT_ROW,
+    [Q_LOCK] = SELECT_ROW " FOR UPDATE",
+    [Q_LOCK_SKIP] = SELECT_ROW " FOR UPDATE SKIP LOCKED",
+    [Q_BUMP] = "UPDATE resil_operations SET attempts = attempts + 1 WHERE key = $1",
+    /* The terminal state; a row that is no longer PENDING (nothing updated)
+     * is a division by zero, SQLSTATE 22012, which aborts the transaction:
+     * a COMMIT pipelined behind it cannot commit the effect alone. */
+    [Q_TERMINAL] = "WITH u AS (UPDATE resil_operations SET state = $2, status = $3, "
+                   "headers = $4, body = $5, updated_ms = $6 "
+                   "WHERE key = $1 AND state = 1 RETURNING 1) "
+                   "SELECT 1 / (SELECT count(*)::int FROM u)",
+    [Q_LIST] = "SELECT key FROM resil_operations WHERE state = 1 AND "
+               "updated_ms <= $1 ORDER BY updated_ms, key LIMIT $2",
+    /* Text, not the binary int8 the binary result format would give. */
+    [Q_COUNT_PENDING] = "SELECT count(*)::text FROM resil_operations WHERE state = 1",
+    [Q_TOUCH] = "UPDATE resil_operations SET updated_ms = $2 WHERE key = $1 AND state = 1",
+    /* SKIP LOCKED: a row someone is reading under lock (a begin counting an
+     * attempt) is left for the next sweep instead of waiting for it. */
+    [Q_SWEEP] = "DELETE FROM resil_operations WHERE key IN (SELECT key FROM "
+                "resil_operations WHERE state IN (2, 3) AND updated_ms <= $1 "
+                "ORDER BY updated_ms LIMIT $2 FOR UPDATE SKIP LOCKED)",
+};
+
 typedef struct pg_slot {
   PGconn *conn;
+  unsigned prepared; /* bit q: stmt_sql[q] is prepared in this session */
 } pg_slot;
 
 static void quiet_notices(void *arg, const char *message) {
@@ -72,6 +128,9 @@ static resil_status pg_fail(resil_store *s, pg_slot *c, const PGresult *r,
   if (PQstatus(c->conn) != CONNECTION_OK)
     return resil__store_fail(s, RESIL_EIO, NULL, "%s: connection lost: %s", what, buf);
   const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+  /* A prepared statement gone (an effect ran DEALLOCATE):
+   * this call fails, the next ones prepare again. */
+  if (state && strcmp(state, "26000") == 0) c->prepared = 0;
   if (state && (strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0))
     return resil__store_fail(s, RESIL_ETIMEDOUT, NULL,
                              "%s: row locked beyond busy_timeout (%lld ms): %s", what,
@@ -90,6 +149,41 @@ static resil_status pg_run(resil_store *s, pg_slot *c, const char *sql, int n,
                   : PQexecParams(c->conn, sql, 0, NULL, NULL, NULL, NULL, 1);
   if (!r || PQresultStatus(r) != want) {
     resil_status st = pg_fail(s, c, r, what);
+    PQclear(r);
+    return st;
+  }
+  if (out)
+    *out = r;
+  else
+    PQclear(r);
+  return RESIL_OK;
+}
+
+/* Prepares stmt_sql[q] in this session unless it already is. */
+static resil_status pg_prepare(resil_store *s, pg_slot *c, int q, char *name, size_t n) {
+  snprintf(name, n, "resil_store_%d", q);
+  if (c->prepared & (1u << q)) return RESIL_OK;
+  PGresult *r = PQprepare(c->conn, name, stmt_sql[q], 0, NULL);
+  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
+    resil_status st = pg_fail(s, c, r, "prepare");
+    PQclear(r);
+    return st;
+  }
+  PQclear(r);
+  c->prepared |= 1u << q;
+  return RESIL_OK;
+}
+
+/* pg_run for the prepared statement q. */
+static resil_status pg_run_q(resil_store *s, pg_slot *c, int q, int n,
+                             const char *const *vals, const int *lens, const int *fmts,
+                             ExecStatusType want, PGresult **out, const char *what) {
+  char name[32];
+  resil_status st = pg_prepare(s, c, q, name, sizeof name);
+  if (st) return st;
+  PGresult *r = PQexecPrepared(c->conn, name, n, vals, lens, fmts, 1);
+  if (!r || PQresultStatus(r) != want) {
+    st = pg_fail(s, c, r, what);
     PQclear(r);
     return st;
   }
@@ -140,12 +234,11 @@ static resil_status pg_row(resil_store *s, const PGresult *r, resil_op_record *r
 
 /* Reads the row of key with the given locking clause ("" for a plain
  * read). */
-static resil_status pg_select(resil_store *s, pg_slot *c, const char *key,
-                              const char *sql, resil_op_record *rec, int *found,
-                              const char *what) {
+static resil_status pg_select(resil_store *s, pg_slot *c, const char *key, int q,
+                              resil_op_record *rec, int *found, const char *what) {
   const char *vals[1] = {key};
   PGresult *r = NULL;
-  resil_status st = pg_run(s, c, sql, 1, vals, NULL, NULL, PGRES_TUPLES_OK, &r, what);
+  resil_status st = pg_run_q(s, c, q, 1, vals, NULL, NULL, PGRES_TUPLES_OK, &r, what);
   if (st) return st;
   *found = PQntuples(r) > 0;
   if (*found) st = pg_row(s, r, rec);
@@ -153,11 +246,10 @@ static resil_status pg_select(resil_store *s, pg_slot *c, const char *key,
   return st;
 }
 
-#define SELECT_ROW "SELECT " COLUMNS " FROM resil_operations WHERE key = $1"
-
 /* ---- connections and the schema ------------------------------------------- */
 
 static resil_status session_setup(resil_store *s, pg_slot *c) {
+  c->prepared = 0; /* a new session has none */
   PQsetNoticeProcessor(c->conn, quiet_notices, NULL);
   /* PostgreSQL's lock_timeout 0 means "wait forever"; ours means "do not
    * wait", which 1 ms is closest to. */
@@ -293,19 +385,22 @@ static resil_status pg_txn_begin(resil_store *s, void *conn) {
   return pg_cmd(s, conn, "BEGIN", "BEGIN");
 }
 
+static resil_status commit_result(resil_store *s, pg_slot *c, const PGresult *r) {
+  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) return pg_fail(s, c, r, "COMMIT");
+  /* COMMIT of a failed transaction "succeeds" with the tag ROLLBACK. */
+  if (strcmp(PQcmdStatus((PGresult *)r), "COMMIT") != 0)
+    return resil__store_fail(s, RESIL_EIO, NULL, "COMMIT: the server rolled back (%s)",
+                             PQcmdStatus((PGresult *)r));
+  return RESIL_OK;
+}
+
 static resil_status pg_txn_commit(resil_store *s, void *conn) {
   pg_slot *c = conn;
-  /* COMMIT of a failed transaction "succeeds" with the tag ROLLBACK. */
   if (PQtransactionStatus(c->conn) != PQTRANS_INTRANS)
     return resil__store_fail(s, RESIL_EIO, NULL,
                              "COMMIT: the transaction was aborted by an earlier error");
   PGresult *r = PQexec(c->conn, "COMMIT");
-  resil_status st = RESIL_OK;
-  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK)
-    st = pg_fail(s, c, r, "COMMIT");
-  else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
-    st = resil__store_fail(s, RESIL_EIO, NULL, "COMMIT: the server rolled back (%s)",
-                           PQcmdStatus(r));
+  resil_status st = commit_result(s, c, r);
   PQclear(r);
   return st;
 }
@@ -329,12 +424,170 @@ static void pg_txn_fill(void *conn, resil_store_txn *tx) {
 
 static resil_status pg_lock_row(resil_store *s, void *conn, const char *key,
                                 resil_op_record *rec, int *found) {
-  return pg_select(s, conn, key, SELECT_ROW " FOR UPDATE", rec, found, "lock the row");
+  return pg_select(s, conn, key, Q_LOCK, rec, found, "lock the row");
 }
 
 static resil_status pg_read_row(resil_store *s, void *conn, const char *key,
                                 resil_op_record *rec, int *found) {
-  return pg_select(s, conn, key, SELECT_ROW, rec, found, "read");
+  return pg_select(s, conn, key, Q_READ, rec, found, "read");
+}
+
+/* The parameters of Q_TERMINAL. */
+typedef struct terminal_params {
+  char state[4], status[12], now[24];
+  const char *vals[6];
+  int lens[6], fmts[6];
+} terminal_params;
+
+static resil_status terminal_params_set(resil_store *s, terminal_params *p, const char *key,
+                                        const resil_op_response *resp, int64_t now_ms) {
+  if (resp->headers_len > INT32_MAX || resp->body_len > INT32_MAX)
+    return resil__store_fail(s, RESIL_EINVAL, "body",
+                             "the response is longer than libpq accepts (2 GiB)");
+  snprintf(p->state, sizeof p->state, "%d",
+           resp->failed ? RESIL_OP_FAILED : RESIL_OP_COMMITTED);
+  snprintf(p->status, sizeof p->status, "%d", resp->status);
+  snprintf(p->now, sizeof p->now, "%lld", (long long)now_ms);
+  static const char empty[1];
+  const char *vals[6] = {key, p->state, p->status,
+                         resp->headers_len ? resp->headers : empty,
+                         resp->body_len ? (const char *)resp->body : empty, p->now};
+  int lens[6] = {0, 0, 0, (int)resp->headers_len, (int)resp->body_len, 0};
+  int fmts[6] = {0, 0, 0, 1, 1, 0};
+  memcpy(p->vals, vals, sizeof vals);
+  memcpy(p->lens, lens, sizeof lens);
+  memcpy(p->fmts, fmts, sizeof fmts);
+  return RESIL_OK;
+}
+
+/* A failed Q_TERMINAL: SQLSTATE 22012 is its "no row was PENDING". */
+static resil_status terminal_fail(resil_store *s, pg_slot *c, const PGresult *r,
+                                  const char *key) {
+  const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+  if (state && strcmp(state, "22012") == 0)
+    return resil__store_fail(s, RESIL_EIO, NULL,
+                             "write the terminal state: '%s' is no longer PENDING", key);
+  return pg_fail(s, c, r, "write the terminal state");
+}
+
+/* ---- two statements in one round trip -------------------------------------- */
+
+#ifdef LIBPQ_HAS_PIPELINING
+/* Sends a Sync after the n statements queued in pipeline mode, reads their
+ * results into res[0..n) (NULL where none came) and leaves pipeline mode. A
+ * statement after a failed one is not run: its result is
+ * PGRES_PIPELINE_ABORTED. Returns 0 when the pipeline did not complete (the
+ * connection failed). */
+static int pipeline_finish(pg_slot *c, int n, PGresult **res) {
+  if (!PQpipelineSync(c->conn)) {
+    PQexitPipelineMode(c->conn);
+    return 0;
+  }
+  int ok = 1;
+  for (int i = 0; i < n && ok; i++) {
+    res[i] = PQgetResult(c->conn);
+    if (!res[i] || PQresultStatus(res[i]) == PGRES_PIPELINE_SYNC) {
+      ok = 0;
+      break;
+    }
+    /* Up to the NULL that ends this statement's results. */
+    PGresult *extra;
+    while ((extra = PQgetResult(c->conn)) != NULL) {
+      int sync = PQresultStatus(extra) == PGRES_PIPELINE_SYNC;
+      PQclear(extra);
+      if (sync) {
+        ok = 0;
+        break;
+      }
+    }
+  }
+  if (ok) {
+    PGresult *sync = PQgetResult(c->conn);
+    ok = sync && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+    PQclear(sync);
+  }
+  if (!PQexitPipelineMode(c->conn)) ok = 0;
+  return ok;
+}
+#endif
+
+/* BEGIN, then the prepared row read q (Q_LOCK or Q_LOCK_SKIP), in one round
+ * trip where libpq pipelines. The transaction stays open after it (an
+ * explicit BEGIN), also when the read failed (aborted, for the caller's
+ * rollback). */
+static resil_status pg_begin_select(resil_store *s, pg_slot *c, int q, const char *key,
+                                    resil_op_record *rec, int *found, const char *what) {
+#ifdef LIBPQ_HAS_PIPELINING
+  char name[32];
+  resil_status st = pg_prepare(s, c, q, name, sizeof name);
+  if (st) return st;
+  const char *vals[1] = {key};
+  PGresult *res[2] = {NULL, NULL};
+  int ok = 0;
+  if (PQenterPipelineMode(c->conn)) {
+    if (PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
+        PQsendQueryPrepared(c->conn, name, 1, vals, NULL, NULL, 1))
+      ok = pipeline_finish(c, 2, res);
+    else
+      PQexitPipelineMode(c->conn);
+  }
+  if (!ok || !res[0] || PQresultStatus(res[0]) != PGRES_COMMAND_OK)
+    st = pg_fail(s, c, res[0], "BEGIN");
+  else if (!res[1] || PQresultStatus(res[1]) != PGRES_TUPLES_OK)
+    st = pg_fail(s, c, res[1], what);
+  else {
+    *found = PQntuples(res[1]) > 0;
+    if (*found) st = pg_row(s, res[1], rec);
+  }
+  PQclear(res[0]);
+  PQclear(res[1]);
+  return st;
+#else
+  resil_status st = pg_cmd(s, c, "BEGIN", "BEGIN");
+  return st ? st : pg_select(s, c, key, q, rec, found, what);
+#endif
+}
+
+/* The prepared statement q (Q_BUMP or Q_TERMINAL, want: its result status),
+ * then COMMIT, in one round trip where libpq pipelines. When q fails, the
+ * COMMIT behind it is not run: the transaction is left aborted for the
+ * caller's rollback, so nothing commits without q. */
+static resil_status pg_then_commit(resil_store *s, pg_slot *c, int q, int n,
+                                   const char *const *vals, const int *lens,
+                                   const int *fmts, ExecStatusType want, const char *key,
+                                   const char *what) {
+  if (PQtransactionStatus(c->conn) != PQTRANS_INTRANS)
+    return resil__store_fail(s, RESIL_EIO, NULL,
+                             "COMMIT: the transaction was aborted by an earlier error");
+  char name[32];
+  resil_status st = pg_prepare(s, c, q, name, sizeof name);
+  if (st) return st;
+#ifdef LIBPQ_HAS_PIPELINING
+  PGresult *res[2] = {NULL, NULL};
+  int ok = 0;
+  if (PQenterPipelineMode(c->conn)) {
+    if (PQsendQueryPrepared(c->conn, name, n, vals, lens, fmts, 1) &&
+        PQsendQueryParams(c->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 1))
+      ok = pipeline_finish(c, 2, res);
+    else
+      PQexitPipelineMode(c->conn);
+  }
+  if (!ok && !res[0])
+    st = pg_fail(s, c, NULL, what);
+  else if (!res[0] || PQresultStatus(res[0]) != want)
+    st = q == Q_TERMINAL ? terminal_fail(s, c, res[0], key) : pg_fail(s, c, res[0], what);
+  else
+    st = commit_result(s, c, ok ? res[1] : NULL);
+  PQclear(res[0]);
+  PQclear(res[1]);
+  return st;
+#else
+  PGresult *r = PQexecPrepared(c->conn, name, n, vals, lens, fmts, 1);
+  if (!r || PQresultStatus(r) != want)
+    st = q == Q_TERMINAL ? terminal_fail(s, c, r, key) : pg_fail(s, c, r, what);
+  PQclear(r);
+  return st ? st : pg_txn_commit(s, c);
+#endif
 }
 
 /* INSERT ... ON CONFLICT DO NOTHING; *inserted says whether this call made
@@ -352,12 +605,8 @@ static resil_status pg_insert(resil_store *s, pg_slot *c, const resil__op_input 
   if (in->req->body_len > INT32_MAX)
     return resil__store_fail(s, RESIL_EINVAL, "body", "is longer than libpq accepts (2 GiB)");
   PGresult *r = NULL;
-  resil_status st = pg_run(s, c,
-                           "INSERT INTO resil_operations (key, state, fingerprint, method, "
-                           "path, request_body, created_ms, updated_ms, attempts) "
-                           "VALUES ($1, 1, $2, $3, $4, $5, $6, $6, 1) "
-                           "ON CONFLICT (key) DO NOTHING",
-                           6, vals, lens, fmts, PGRES_COMMAND_OK, &r, "insert");
+  resil_status st = pg_run_q(s, c, Q_INSERT, 6, vals, lens, fmts, PGRES_COMMAND_OK, &r,
+                             "insert");
   if (st) return st;
   *inserted = strcmp(PQcmdTuples(r), "1") == 0;
   PQclear(r);
@@ -374,16 +623,14 @@ static resil_status pg_begin(resil_store *s, void *conn, const resil__op_input *
     if (st || *inserted) return st;
     /* Count the attempt under the row lock, unless someone holds it (a
      * completion running its effect): then answer from the last committed
-     * state without waiting. */
-    if ((st = pg_txn_begin(s, c))) return st;
+     * state without waiting. The row is copied before the count commits:
+     * running out of memory counts nothing. */
     int found = 0;
-    st = pg_select(s, c, in->key, SELECT_ROW " FOR UPDATE SKIP LOCKED", rec, &found,
-                   "lock the row");
+    st = pg_begin_select(s, c, Q_LOCK_SKIP, in->key, rec, &found, "lock the row");
     if (!st && found) {
       const char *vals[1] = {in->key};
-      st = pg_run(s, c, "UPDATE resil_operations SET attempts = attempts + 1 WHERE key = $1",
-                  1, vals, NULL, NULL, PGRES_COMMAND_OK, NULL, "count the attempt");
-      if (!st) st = pg_txn_commit(s, c);
+      st = pg_then_commit(s, c, Q_BUMP, 1, vals, NULL, NULL, PGRES_COMMAND_OK, in->key,
+                          "count the attempt");
       if (st) {
         pg_txn_rollback(s, c);
         return st;
@@ -407,33 +654,31 @@ static resil_status pg_begin(resil_store *s, void *conn, const resil__op_input *
 static resil_status pg_write_terminal(resil_store *s, void *conn, const char *key,
                                       const resil_op_response *resp, int64_t now_ms) {
   pg_slot *c = conn;
-  if (resp->headers_len > INT32_MAX || resp->body_len > INT32_MAX)
-    return resil__store_fail(s, RESIL_EINVAL, "body",
-                             "the response is longer than libpq accepts (2 GiB)");
-  char state[4], status[12], now[24];
-  snprintf(state, sizeof state, "%d", resp->failed ? RESIL_OP_FAILED : RESIL_OP_COMMITTED);
-  snprintf(status, sizeof status, "%d", resp->status);
-  snprintf(now, sizeof now, "%lld", (long long)now_ms);
-  static const char empty[1];
-  const char *vals[6] = {key, state, status,
-                         resp->headers_len ? resp->headers : empty,
-                         resp->body_len ? (const char *)resp->body : empty, now};
-  int lens[6] = {0, 0, 0, (int)resp->headers_len, (int)resp->body_len, 0};
-  int fmts[6] = {0, 0, 0, 1, 1, 0};
-  PGresult *r = NULL;
-  resil_status st = pg_run(s, c,
-                           "UPDATE resil_operations SET state = $2, status = $3, "
-                           "headers = $4, body = $5, updated_ms = $6 "
-                           "WHERE key = $1 AND state = 1",
-                           6, vals, lens, fmts, PGRES_COMMAND_OK, &r,
-                           "write the terminal state");
+  terminal_params p;
+  char name[32];
+  resil_status st = terminal_params_set(s, &p, key, resp, now_ms);
+  if (!st) st = pg_prepare(s, c, Q_TERMINAL, name, sizeof name);
   if (st) return st;
-  int one = strcmp(PQcmdTuples(r), "1") == 0;
+  PGresult *r = PQexecPrepared(c->conn, name, 6, p.vals, p.lens, p.fmts, 1);
+  if (!r || PQresultStatus(r) != PGRES_TUPLES_OK) st = terminal_fail(s, c, r, key);
   PQclear(r);
-  if (!one)
-    return resil__store_fail(s, RESIL_EIO, NULL,
-                             "write the terminal state: '%s' is no longer PENDING", key);
-  return RESIL_OK;
+  return st;
+}
+
+
+static resil_status pg_txn_begin_lock(resil_store *s, void *conn, const char *key,
+                                      resil_op_record *rec, int *found) {
+  return pg_begin_select(s, conn, Q_LOCK, key, rec, found, "lock the row");
+}
+
+static resil_status pg_write_terminal_commit(resil_store *s, void *conn, const char *key,
+                                             const resil_op_response *resp,
+                                             int64_t now_ms) {
+  terminal_params p;
+  resil_status st = terminal_params_set(s, &p, key, resp, now_ms);
+  return st ? st
+            : pg_then_commit(s, conn, Q_TERMINAL, 6, p.vals, p.lens, p.fmts, PGRES_TUPLES_OK,
+                             key, "write the terminal state");
 }
 
 static resil_status pg_list_pending(resil_store *s, void *conn, int64_t cutoff,
@@ -444,11 +689,8 @@ static resil_status pg_list_pending(resil_store *s, void *conn, int64_t cutoff,
   snprintf(lim, sizeof lim, "%u", max);
   const char *vals[2] = {cut, lim};
   PGresult *r = NULL;
-  resil_status st = pg_run(s, c,
-                           "SELECT key FROM resil_operations WHERE state = 1 AND "
-                           "updated_ms <= $1 ORDER BY updated_ms, key LIMIT $2",
-                           2, vals, NULL, NULL, PGRES_TUPLES_OK, &r,
-                           "list pending operations");
+  resil_status st = pg_run_q(s, c, Q_LIST, 2, vals, NULL, NULL, PGRES_TUPLES_OK, &r,
+                             "list pending operations");
   if (st) return st;
   int n = PQntuples(r);
   for (int i = 0; i < n && !st; i++)
@@ -459,11 +701,8 @@ static resil_status pg_list_pending(resil_store *s, void *conn, int64_t cutoff,
 
 static resil_status pg_count_pending(resil_store *s, void *conn, uint64_t *n) {
   PGresult *r = NULL;
-  /* Text, not the binary int8 the binary result format would give. */
-  resil_status st = pg_run(s, conn,
-                           "SELECT count(*)::text FROM resil_operations WHERE state = 1",
-                           0, NULL, NULL, NULL, PGRES_TUPLES_OK, &r,
-                           "count pending operations");
+  resil_status st = pg_run_q(s, conn, Q_COUNT_PENDING, 0, NULL, NULL, NULL, PGRES_TUPLES_OK,
+                             &r, "count pending operations");
   if (st) return st;
   *n = PQntuples(r) == 1 ? strtoull(PQgetvalue(r, 0, 0), NULL, 10) : 0;
   PQclear(r);
@@ -474,9 +713,8 @@ static resil_status pg_touch(resil_store *s, void *conn, const char *key, int64_
   char now[24];
   snprintf(now, sizeof now, "%lld", (long long)now_ms);
   const char *vals[2] = {key, now};
-  return pg_run(s, conn,
-                "UPDATE resil_operations SET updated_ms = $2 WHERE key = $1 AND state = 1",
-                2, vals, NULL, NULL, PGRES_COMMAND_OK, NULL, "postpone a failed recovery");
+  return pg_run_q(s, conn, Q_TOUCH, 2, vals, NULL, NULL, PGRES_COMMAND_OK, NULL,
+                  "postpone a failed recovery");
 }
 
 static resil_status pg_sweep(resil_store *s, void *conn, int64_t cutoff, uint32_t max,
@@ -487,14 +725,8 @@ static resil_status pg_sweep(resil_store *s, void *conn, int64_t cutoff, uint32_
   snprintf(lim, sizeof lim, "%u", max);
   const char *vals[2] = {cut, lim};
   PGresult *r = NULL;
-  /* SKIP LOCKED: a row someone is reading under lock (a begin counting an
-   * attempt) is left for the next sweep instead of waiting for it. */
-  resil_status st = pg_run(s, c,
-                           "DELETE FROM resil_operations WHERE key IN (SELECT key FROM "
-                           "resil_operations WHERE state IN (2, 3) AND updated_ms <= $1 "
-                           "ORDER BY updated_ms LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                           2, vals, NULL, NULL, PGRES_COMMAND_OK, &r,
-                           "delete expired operations");
+  resil_status st = pg_run_q(s, c, Q_SWEEP, 2, vals, NULL, NULL, PGRES_COMMAND_OK, &r,
+                             "delete expired operations");
   if (st) return st;
   *deleted = (uint32_t)strtoul(PQcmdTuples(r), NULL, 10);
   PQclear(r);
@@ -515,6 +747,8 @@ const resil__store_backend resil__store_pg = {
     .txn_rollback = pg_txn_rollback,
     .txn_open = pg_txn_open,
     .txn_fill = pg_txn_fill,
+    .txn_begin_lock = pg_txn_begin_lock,
+    .write_terminal_commit = pg_write_terminal_commit,
     .read_row = pg_read_row,
     .list_pending = pg_list_pending,
     .count_pending = pg_count_pending,

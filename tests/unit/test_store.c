@@ -407,6 +407,144 @@ static resil_status effect_with_failing_sql(void *user, resil_store_txn *tx,
   return RESIL_OK;
 }
 
+/* Inserts its effect row, then (misuse) takes its own operation out of
+ * PENDING in the store's transaction. */
+static resil_status effect_that_moves_its_row(void *user, resil_store_txn *tx,
+                                              const resil_op_record *pending,
+                                              resil_op_response *out) {
+  (void)user;
+  int sq = resil_store_txn_sqlite(tx) != NULL;
+  resil_status st = ts_txn_exec(tx,
+                                sq ? "INSERT INTO effects (key, n) VALUES (?1, 1)"
+                                   : "INSERT INTO effects (key, n) VALUES ($1, 1)",
+                                pending->key);
+  if (!st)
+    st = ts_txn_exec(tx,
+                     sq ? "UPDATE resil_operations SET state = 3 WHERE key = ?1"
+                        : "UPDATE resil_operations SET state = 3 WHERE key = $1",
+                     pending->key);
+  out->status = 200;
+  return st;
+}
+
+/* The terminal state and the commit travel together (one round trip on
+ * PostgreSQL): when the terminal write changes no PENDING row, nothing may
+ * commit, neither the effect's row nor the effect's change to the
+ * operation. */
+static void complete_commits_nothing_when_the_terminal_write_finds_no_pending_row(
+    void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "c-6", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EIO,
+                resil_store_complete(f->s, "c-6", effect_that_moves_its_row, NULL, NULL));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "no longer PENDING"));
+  assert_int_equal(ts_effects(&f->env, "c-6"), 0);
+  assert_int_equal(state_of(f->s, "c-6"), RESIL_OP_PENDING);
+  /* The connection is usable afterwards. */
+  ts_effect good = {0};
+  complete_ok(f->s, "c-6", &good, NULL);
+  assert_int_equal(state_of(f->s, "c-6"), RESIL_OP_COMMITTED);
+  assert_int_equal(ts_effects(&f->env, "c-6"), 1);
+}
+
+/* Traces the effect's connection into user's FILE (start), or stops. */
+typedef struct trace_effect {
+  FILE *to; /* NULL: stop tracing */
+} trace_effect;
+
+static resil_status effect_tracing(void *user, resil_store_txn *tx,
+                                   const resil_op_record *pending, resil_op_response *out) {
+  (void)pending;
+  trace_effect *te = user;
+  PGconn *c = resil_store_txn_pg(tx);
+  if (te->to) {
+    PQtrace(c, te->to);
+    PQsetTraceFlags(c, PQTRACE_SUPPRESS_TIMESTAMPS);
+  } else {
+    PQuntrace(c);
+  }
+  out->status = 200;
+  return RESIL_OK;
+}
+
+/* Round trips of the PostgreSQL backend, counted in the frontend messages
+ * that make the server answer (Sync, Query) on the one pooled connection,
+ * traced from inside op-1's effect to inside op-3's: op-1's terminal state
+ * with its COMMIT (1), op-2's begin (1), lock (1, BEGIN pipelined with it)
+ * and terminal state with COMMIT (1), op-3's begin (1) and lock (1): 6
+ * (10 with one statement per round trip). Every statement is prepared by
+ * then (rt-0 used them): nothing in the trace parses SQL naming
+ * resil_operations. */
+static void pg_operation_takes_begin_plus_two_round_trips_and_no_parse(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  char path[] = "/tmp/resil-pgtrace.XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *trace = fdopen(fd, "w+");
+  assert_non_null(trace);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  trace_effect start = {trace}, stop = {NULL};
+  /* rt-0 prepares the statements (on first use, one round trip each). */
+  ts_effect plain = {0};
+  assert_int_equal(begin_ok(f->s, "rt-0", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "rt-0", &plain, NULL);
+  assert_int_equal(begin_ok(f->s, "rt-1", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_OK, resil_store_complete(f->s, "rt-1", effect_tracing, &start, NULL));
+  assert_int_equal(begin_ok(f->s, "rt-2", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_OK, resil_store_complete(f->s, "rt-2", effect_tracing, &start, NULL));
+  assert_int_equal(begin_ok(f->s, "rt-3", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_OK, resil_store_complete(f->s, "rt-3", effect_tracing, &stop, NULL));
+  assert_int_equal(state_of(f->s, "rt-2"), RESIL_OP_COMMITTED);
+  fflush(trace);
+  rewind(trace);
+  char line[4096];
+  int trips = 0, parses = 0;
+  while (fgets(line, sizeof line, trace)) {
+    if (line[0] != 'F') continue;
+    if (strstr(line, "\tSync") || strstr(line, "\tQuery\t")) trips++;
+    if (strstr(line, "\tParse\t") && strstr(line, "resil_operations")) parses++;
+  }
+  fclose(trace);
+  unlink(path);
+  assert_int_equal(trips, 6);
+  assert_int_equal(parses, 0);
+}
+
+static resil_status effect_deallocating(void *user, resil_store_txn *tx,
+                                        const resil_op_record *pending,
+                                        resil_op_response *out) {
+  (void)user;
+  (void)pending;
+  PQclear(PQexec(resil_store_txn_pg(tx), "DEALLOCATE ALL"));
+  out->status = 200;
+  return RESIL_OK;
+}
+
+/* The store's prepared statements, deallocated by an effect: that
+ * completion fails and rolls back (still PENDING); the next calls on the
+ * same connection prepare them again and succeed. */
+static void pg_statements_deallocated_by_an_effect_are_prepared_again(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect good = {0};
+  assert_int_equal(begin_ok(f->s, "da-0", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "da-0", &good, NULL); /* every statement prepared */
+  assert_int_equal(begin_ok(f->s, "da-1", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "da-1", effect_deallocating, NULL, NULL));
+  assert_int_equal(state_of(f->s, "da-1"), RESIL_OP_PENDING);
+  complete_ok(f->s, "da-1", &good, NULL);
+  assert_int_equal(state_of(f->s, "da-1"), RESIL_OP_COMMITTED);
+  assert_int_equal(begin_ok(f->s, "da-2", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "da-2", &good, NULL);
+}
+
 static void pg_complete_fails_when_the_effects_sql_aborted_the_transaction(void **state) {
   fx *f = get(state);
   if (f->bk != TS_PG) skip();
@@ -1391,6 +1529,9 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   cmocka_unit_test_prestate_setup_teardown(complete_unknown_key_is_estate_without_effect, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(complete_refuses_an_effect_that_ends_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_complete_fails_when_the_effects_sql_aborted_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_operation_takes_begin_plus_two_round_trips_and_no_parse, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(complete_commits_nothing_when_the_terminal_write_finds_no_pending_row, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(i5_rollback_between_effect_and_terminal_state_then_recover_once, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(i7_negative_control_catches_effect_committed_early, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(recover_takes_only_ops_older_than_threshold, fx_setup, fx_teardown, (void *)&bk), \
