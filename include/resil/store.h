@@ -240,7 +240,10 @@ RESIL_API resil_status resil_op_fingerprint(const resil_op_request *req,
  * to re-drive). It may run its own SQL on the same connection and
  * transaction through resil_store_txn_sqlite(tx) or resil_store_txn_pg(tx)
  * (the other one returns NULL); it must not commit or roll back that
- * transaction itself.
+ * transaction itself. On PostgreSQL the connection carries the store's
+ * prepared statements (named resil_store_*): an effect must not DEALLOCATE
+ * them (DEALLOCATE ALL, DISCARD ALL); if it does, that completion fails
+ * and rolls back, and the next one prepares them again.
  *
  * Return RESIL_OK with *out filled to commit: *out is zeroed (struct_size
  * set) before the call and copied by the store after it, so the buffers it points to must stay
