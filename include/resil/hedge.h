@@ -63,6 +63,10 @@
  *     without it the slow primaries that hedging cuts short would vanish
  *     from the sample and the percentile would sink). Hedges' own
  *     durations are not learnt.
+ *   - events (Since 0.2): begin, on_timer and record tell the config's
+ *     on_event listener what they decided (resil_hedge_event), so the
+ *     engine and the run forms report the same events without a word of
+ *     their own.
  *
  * Thread-safety: every function may be called on the same hedge from any
  * thread at once, except resil_hedge_free, which needs exclusive access. A
