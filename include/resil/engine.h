@@ -376,7 +376,10 @@ RESIL_API resil_status resil_engine_get_stats_sized(const resil_engine *e,
  *
  * Weaker than the blocking path: the client's attempt listener sees each
  * physical request as the engine reports an unretried call (attempt 1,
- * next_wait_ns -1), not the recovery numbering. */
+ * next_wait_ns -1), not the recovery numbering. As on the blocking path,
+ * a status query carries the call's idempotency key, and the one that read
+ * the stored result (COMMITTED) has RESIL_OF_RECOVERED in its outcome's
+ * flags (the event log's `recovered`). */
 
 typedef struct resil_engine_keyed resil_engine_keyed;
 

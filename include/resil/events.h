@@ -34,7 +34,12 @@
  *                        resil_event_reload_counts and, for a failed
  *                        reload, resil_event_reload: registry.h's
  *                        resil_registry_events_attach)
- *   hedge and application kinds: whatever resil_event_emit is given.
+ *   hedge                event (sent, won, cancelled_loser, rejected,
+ *                        passed_unsafe: resil_hedge_event_kind), hedge (0
+ *                        the primary, k hedge k), elapsed_ms (since the
+ *                        primary started), delay_ms (sent: the delay used),
+ *                        outcome, reason, http_status (won, rejected)
+ *   application kinds: whatever resil_event_emit is given.
  * Never a secret: no header, no body; a URL given to resil_event_emit_url
  * is redacted as resil_http_log_fn documents (userinfo, secret-looking
  * query values, the fragment); idempotency keys are not secrets (logged as
@@ -43,6 +48,8 @@
  *
  * Adapters attach the sink to the existing listeners in one line each:
  *   resil_breaker_listener_add(br, resil_event_breaker_listener, sink);
+ *   hedge_cfg.on_event = resil_event_hedge_listener;
+ *   hedge_cfg.on_event_user = sink;
  *   retry_cfg.on_attempt = resil_event_attempt_listener;
  *   retry_cfg.on_attempt_user = sink;     (also resil_http_client_config)
  *
@@ -62,6 +69,7 @@
 #include "breaker.h"
 #include "call.h"
 #include "clock.h"
+#include "hedge.h"
 #include "status.h"
 #include "version.h"
 
@@ -123,6 +131,10 @@ RESIL_API resil_status resil_event_emit_url(resil_event_sink *s, const char *ins
 /* A resil_breaker_listener_fn: user is the sink. Since 0.2. */
 RESIL_API void resil_event_breaker_listener(void *user, resil_breaker *br,
                                             const resil_breaker_event *ev);
+/* A resil_hedge_event_fn (resil_hedge_config.on_event): user is the sink;
+ * instance is the hedge's name. Writes one "hedge" line per event, on the
+ * thread the hedge calls it on (hedge.h). Since 0.2. */
+RESIL_API void resil_event_hedge_listener(void *user, const resil_hedge_event *ev);
 /* A resil_attempt_listener_fn (retry and HTTP client on_attempt): user is
  * the sink; instance is info->source. Writes retry or call_done, and
  * before it resend_prevented or recovered when the outcome's flags say so.

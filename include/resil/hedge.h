@@ -63,6 +63,10 @@
  *     without it the slow primaries that hedging cuts short would vanish
  *     from the sample and the percentile would sink). Hedges' own
  *     durations are not learnt.
+ *   - events (Since 0.2): begin, on_timer and record tell the config's
+ *     on_event listener what they decided (resil_hedge_event), so the
+ *     engine and the run forms report the same events without a word of
+ *     their own.
  *
  * Thread-safety: every function may be called on the same hedge from any
  * thread at once, except resil_hedge_free, which needs exclusive access. A
@@ -116,6 +120,54 @@ typedef struct resil_threadpool resil_threadpool;
  * the call ends with the last one's outcome (RESIL_HEDGE_LAST). */
 #define RESIL_HEDGE_DEFAULT_KEYED_UNACCEPTABLE                                  \
   (RESIL_HEDGE_DEFAULT_UNACCEPTABLE | RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR))
+
+/* What a hedge policy tells its listener (resil_hedge_config.on_event).
+ * Each event but WON of the primary matches one count of
+ * resil_hedge_metrics. Since 0.2. */
+typedef enum resil_hedge_event_kind {
+  /* resil_hedge_on_timer let hedge `hedge` go (hedges_sent); delay_ns is
+   * the delay the policy gave before it. */
+  RESIL_HEDGE_EVENT_SENT = 1,
+  /* Attempt `hedge` (0: the primary) won a call that had sent at least one
+   * hedge; outcome is the winner's. hedges_won counts those with hedge >= 1.
+   * A call won by its primary before any hedge was sent reports nothing. */
+  RESIL_HEDGE_EVENT_WON = 2,
+  /* Attempt `hedge` (0: the primary) was still in flight when another won:
+   * the caller cancels it (cancelled_losers). One per loser, after WON. */
+  RESIL_HEDGE_EVENT_CANCELLED_LOSER = 3,
+  /* Hedge `hedge` did not go: the budget refused it in resil_hedge_on_timer
+   * (refused_by_budget; outcome REJECTED(RETRY_BUDGET), and `hedge` is the
+   * number it would have had), or it was recorded with a REJECTED outcome
+   * (the caller's other policies or thread pool refused it after the policy
+   * let it go; outcome that one). */
+  RESIL_HEDGE_EVENT_REJECTED = 4,
+  /* resil_hedge_begin passed the call through unhedged: neither
+   * RESIL_CALL_IDEMPOTENT nor RESIL_CALL_STABLE_KEY (passed_unsafe). */
+  RESIL_HEDGE_EVENT_PASSED_UNSAFE = 5
+} resil_hedge_event_kind;
+
+/* One event (a sized struct: the library sets struct_size to the bytes it
+ * filled; read no field beyond it). Since 0.2. */
+typedef struct resil_hedge_event {
+  size_t struct_size;
+  resil_hedge_event_kind kind;
+  /* The hedge's instance name, owned by the hedge. */
+  const char *name;
+  /* Which attempt: 0 the primary, k >= 1 hedge k (attempt k + 1). */
+  uint32_t hedge;
+  /* SENT: the delay used before this hedge (the one resil_hedge_begin or
+   * the previous resil_hedge_on_timer handed out); -1 for other kinds. */
+  int64_t delay_ns;
+  /* Time since the primary started, on the hedge's clock (0 for
+   * PASSED_UNSAFE). */
+  int64_t elapsed_ns;
+  /* 1 when outcome holds one (WON, REJECTED), else 0. */
+  int has_outcome;
+  resil_outcome outcome;
+} resil_hedge_event;
+
+/* The listener type (resil_hedge_config.on_event). Since 0.2. */
+typedef void (*resil_hedge_event_fn)(void *user, const resil_hedge_event *ev);
 
 typedef struct resil_hedge_config {
   /* Sized struct (version.h); set by resil_hedge_config_init(). */
@@ -173,6 +225,18 @@ typedef struct resil_hedge_config {
    * RESIL_CLASS_SUCCESS may not be in it. A caller compiled without this
    * field gets the default. */
   uint32_t keyed_unacceptable_classes;
+  /* Since 0.2: event listener, NULL (default) for none; on_event_user is
+   * its first argument. Called once per event (resil_hedge_event below) by
+   * the split form's functions themselves (resil_hedge_begin, _on_timer,
+   * _record), so every driver of the policy reports the same events: the
+   * async engine on its loop thread, resil_hedge_run_on and resil_hedge_run
+   * on the thread that called them (never on a worker of the pool). It
+   * runs with no lock of the hedge held, on the thread that made the
+   * decision, before that function returns; it may read the hedge's
+   * getters but must not free it. A caller compiled without these fields
+   * gets none. */
+  resil_hedge_event_fn on_event;
+  void *on_event_user;
 } resil_hedge_config;
 
 /* Counters since creation, each read atomically (the set is not one
@@ -213,6 +277,9 @@ typedef struct resil_hedge_call {
   uint32_t ended_mask;
   /* When the primary started, on the hedge's clock. */
   int64_t started_ns;
+  /* Since 0.2: the delay begin or on_timer last handed out (-1: none), the
+   * one a SENT event reports. A caller compiled without it reports 0. */
+  int64_t delay_ns;
 } resil_hedge_call;
 
 #define RESIL_HEDGE_CALL_SAFE 0x1u    /* may be hedged                       */

@@ -484,8 +484,10 @@ typedef struct resil_http_client_config {
    *     the PENDING poll slept before it, next_wait_ns the poll that
    *     follows or -1, stop NONE while the call goes on; since 0.2 the
    *     query that read the operation's stored result (COMMITTED) has
-   *     RESIL_OF_RECOVERED in its outcome's flags (blocking calls; the
-   *     async engine does not report status queries here).
+   *     RESIL_OF_RECOVERED in its outcome's flags (blocking calls and
+   *     the async engine's resil_engine_call_keyed alike, which reports
+   *     each status query as an unretried call: attempt 1, next_wait_ns
+   *     -1, the call's key).
    *   - Attempts a retry drives (resil_http_call() or
    *     resil_http_call_keyed() given a retry, or the caller's own retry
    *     around resil_http_request_attempt()) are the retry's to report

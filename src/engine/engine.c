@@ -145,6 +145,11 @@ struct resil_engine_handle {
   resil_engine_done_fn done;
   void *user;
   resil_cancel_sub *tsub; /* the ctx token's subscription, until finish */
+  /* resil__engine_defer_report: an unretried call's attempt is reported by
+   * the flow above (resil__engine_report), not by after_attempt. */
+  int defer_report;
+  int report_pending; /* after_attempt left the report to the flow */
+  int64_t report_dur;
   /* ST_CWAIT: queued for a connection (the queue's timer bounds it). */
   eng_cwait cw;
 };
@@ -508,7 +513,12 @@ static void after_attempt(resil_engine_handle *call, const resil_outcome *o, int
     return;
   }
   if (!call->pol.retry) {
-    resil__http_report(e->client, 1, o, duration_ns, 0, -1, RESIL_STOP_NONE, call->req->key);
+    if (call->defer_report) {
+      call->report_pending = 1;
+      call->report_dur = duration_ns;
+    } else {
+      resil__http_report(e->client, 1, o, duration_ns, 0, -1, RESIL_STOP_NONE, call->req->key);
+    }
     finish(call, *o);
     return;
   }
@@ -1358,6 +1368,17 @@ static void on_wake(void *arg) {
 
 int64_t resil__engine_now(const resil_engine *e) { return eng_now(e); }
 resil_http_client *resil__engine_client(const resil_engine *e) { return e->client; }
+
+void resil__engine_defer_report(resil_engine_handle *h) {
+  if (h) h->defer_report = 1;
+}
+
+void resil__engine_report(resil_engine_handle *h, const resil_outcome *o, const char *key) {
+  if (!h || !h->report_pending || !h->req) return;
+  h->report_pending = 0;
+  resil__http_report(h->e->client, 1, o, h->report_dur, 0, -1, RESIL_STOP_NONE,
+                     key ? key : h->req->key);
+}
 
 int resil__engine_arm(resil_engine *e, resil__timer *t, int64_t at_ns) {
   int r = arm_at(e, t, at_ns);

@@ -17,6 +17,17 @@ resil_http_client *resil__engine_client(const resil_engine *e);
 int resil__engine_arm(resil_engine *e, resil__timer *t, int64_t at_ns);
 void resil__engine_disarm(resil_engine *e, resil__timer *t);
 
+/* h (just returned by resil_engine_call, no retry in its policies): its
+ * attempt is not reported to the client's listener when it ends; the flow
+ * reports it from its done callback with resil__engine_report, with the
+ * outcome it decides (keyed.c: a status query's, marked recovered). */
+void resil__engine_defer_report(resil_engine_handle *h);
+/* From h's done callback: reports h's deferred attempt with outcome *o
+ * and idempotency key `key` (NULL: the request's own), the engine's
+ * duration, attempt 1, next_wait_ns -1. Once; a no-op when nothing is
+ * deferred (a cancelled call, a call never deferred). */
+void resil__engine_report(resil_engine_handle *h, const resil_outcome *o, const char *key);
+
 typedef struct resil__engine_ext {
   /* Loop thread, on a later loop iteration after resil__engine_post(). */
   void (*on_post)(struct resil__engine_ext *x);

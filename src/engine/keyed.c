@@ -206,6 +206,8 @@ static int submit(resil_engine_keyed *k, const char *ep, const resil_http_args *
                   const resil_ctx *cx, resil_engine_done_fn fn) {
   resil_engine_handle *h = NULL;
   if (resil_engine_call(k->e, ep, a, &k->pol, cx, fn, k, &h, NULL) != RESIL_OK) return -1;
+  /* A status query is reported once its answer is read (on_query_done). */
+  if (fn == on_query_done) resil__engine_defer_report(h);
   pthread_mutex_lock(&k->mu);
   k->cur = h;
   int c = k->cancel;
@@ -290,13 +292,19 @@ static void on_write_done(void *user, resil_engine_handle *h, resil_outcome o,
 static void on_query_done(void *user, resil_engine_handle *h, resil_outcome o,
                           resil_http_response *q) {
   resil_engine_keyed *k = user;
-  int go = h ? took_back(k, h) : !cancelled(k);
   int usable = 0;
   int64_t ra = -1;
   resil_http_response *rec = NULL;
   resil_http_op_state s =
       resil__recov_query_end(&k->rv, &o, q, k->write_attempt, &usable, &ra, &rec);
   resil_http_response_free(q);
+  /* The listener sees which query read the stored result (the blocking
+   * path's rule). */
+  if (h) {
+    resil_outcome ro = resil__recov_query_reported(&o, usable, s);
+    resil__engine_report(h, &ro, k->rv.key); /* the call's key, as blocking */
+  }
+  int go = h ? took_back(k, h) : !cancelled(k);
   resil__recov_step step = resil__recov_after(&k->rv, usable, s);
   if (step == RESIL__RECOV_COMMITTED) {
     /* Even when cancelled meanwhile: the server reported this result. */

@@ -36,6 +36,8 @@ struct resil_hedge {
   int deposit_calls;
   const resil_clock *clock;
   const resil_allocator *alloc;
+  resil_hedge_event_fn on_event;
+  void *on_event_user;
 
   _Atomic int64_t cur_delay_ns;
   _Atomic uint64_t calls, hedged_calls, hedges_sent, hedges_won,
@@ -158,6 +160,8 @@ resil_status resil_hedge_new(const resil_hedge_config *ucfg, resil_hedge **out,
   h->deposit_calls = cfg.deposit_calls;
   h->clock = resil__clock(cfg.clock);
   h->alloc = cfg.alloc;
+  h->on_event = cfg.on_event;
+  h->on_event_user = cfg.on_event_user;
   atomic_init(&h->cur_delay_ns, cfg.delay_ns);
   h->magic = MAGIC_HEDGE;
   *out = h;
@@ -236,6 +240,29 @@ static inline void bump(_Atomic uint64_t *c) {
   atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
 }
 
+/* Tells the listener (hedge.h, resil_hedge_config.on_event): the one place
+ * the policy's events come from, whoever drives it. o may be NULL. */
+static void event(const resil_hedge *h, const resil_hedge_call *full,
+                  resil_hedge_event_kind kind, uint32_t attempt, int64_t delay_ns,
+                  const resil_outcome *o) {
+  if (!h->on_event) return;
+  resil_hedge_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.struct_size = sizeof ev;
+  ev.kind = kind;
+  ev.name = h->name;
+  ev.hedge = attempt > 0 ? attempt - 1 : 0;
+  ev.delay_ns = delay_ns;
+  ev.elapsed_ns = kind == RESIL_HEDGE_EVENT_PASSED_UNSAFE
+                      ? 0
+                      : resil__now(h->clock) - full->started_ns;
+  if (o) {
+    ev.has_outcome = 1;
+    ev.outcome = *o;
+  }
+  h->on_event(h->on_event_user, &ev);
+}
+
 /* The caller's call state as a full struct (zeros for fields it lacks), and
  * back. A call whose struct_size is not trusted is refused. */
 static int call_in(resil_hedge_call *full, const resil_hedge_call *call) {
@@ -267,20 +294,23 @@ resil_decision resil_hedge_begin_sized(resil_hedge *h, const resil_ctx *ctx,
   full.in_flight = 1;
   full.state = RESIL_HEDGE_CALL_PRIMARY;
   full.started_ns = resil__now(h->clock);
+  full.delay_ns = -1;
   bump(&h->calls);
   if (h->budget && h->deposit_calls) resil_retry_budget_deposit(h->budget);
   resil_decision d = RESIL_DECISION_DENY;
   if (c->flags & (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY)) {
     full.state |= RESIL_HEDGE_CALL_SAFE;
     if (c->flags & RESIL_CALL_STABLE_KEY) full.state |= RESIL_HEDGE_CALL_KEYED;
-    if (delay_ns)
-      *delay_ns = atomic_load_explicit(&h->cur_delay_ns, memory_order_relaxed);
+    full.delay_ns = atomic_load_explicit(&h->cur_delay_ns, memory_order_relaxed);
+    if (delay_ns) *delay_ns = full.delay_ns;
     d = RESIL_DECISION_WAIT;
   } else {
     full.state |= RESIL_HEDGE_CALL_NO_MORE;
     bump(&h->passed_unsafe);
   }
   resil__sized_out(call, call_size, &full, sizeof full);
+  if (d == RESIL_DECISION_DENY)
+    event(h, &full, RESIL_HEDGE_EVENT_PASSED_UNSAFE, 1, -1, NULL);
   return d;
 }
 
@@ -299,20 +329,26 @@ resil_decision resil_hedge_on_timer(resil_hedge *h, resil_hedge_call *call,
   if (h->budget && !resil_retry_budget_try_withdraw(h->budget)) {
     bump(&h->refused_by_budget);
     full.state |= RESIL_HEDGE_CALL_NO_MORE;
+    full.delay_ns = -1;
     call_out(call, &full);
+    resil_outcome ro = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_RETRY_BUDGET);
+    event(h, &full, RESIL_HEDGE_EVENT_REJECTED, full.attempts + 1, -1, &ro);
     return RESIL_DECISION_DENY;
   }
+  int64_t used = full.delay_ns;
   full.attempts++;
   full.in_flight++;
   bump(&h->hedges_sent);
   if (full.attempts == 2) bump(&h->hedged_calls);
   if (full.attempts - 1 < h->max_hedges) {
-    if (next_delay_ns)
-      *next_delay_ns = atomic_load_explicit(&h->cur_delay_ns, memory_order_relaxed);
+    full.delay_ns = atomic_load_explicit(&h->cur_delay_ns, memory_order_relaxed);
+    if (next_delay_ns) *next_delay_ns = full.delay_ns;
   } else {
     full.state |= RESIL_HEDGE_CALL_NO_MORE;
+    full.delay_ns = -1;
   }
   call_out(call, &full);
+  event(h, &full, RESIL_HEDGE_EVENT_SENT, full.attempts, used, NULL);
   return RESIL_DECISION_GO;
 }
 
@@ -365,6 +401,16 @@ resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
   if (v != RESIL_HEDGE_KEEP_WAITING)
     full.state |= RESIL_HEDGE_CALL_OVER | RESIL_HEDGE_CALL_NO_MORE;
   call_out(call, &full);
+  if (h->on_event) {
+    if (attempt > 1 && o->kind == RESIL_REJECTED)
+      event(h, &full, RESIL_HEDGE_EVENT_REJECTED, attempt, -1, o);
+    if (v == RESIL_HEDGE_WINNER && full.attempts > 1) {
+      event(h, &full, RESIL_HEDGE_EVENT_WON, attempt, -1, o);
+      for (uint32_t n = 1; n <= full.attempts; n++)
+        if (!(full.ended_mask & (1u << (n - 1))))
+          event(h, &full, RESIL_HEDGE_EVENT_CANCELLED_LOSER, n, -1, NULL);
+    }
+  }
   return v;
 }
 

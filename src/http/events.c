@@ -240,6 +240,31 @@ void resil_event_breaker_listener(void *user, resil_breaker *br,
   write_line(s, o);
 }
 
+void resil_event_hedge_listener(void *user, const resil_hedge_event *ev) {
+  resil_event_sink *s = user;
+  if (!s || !ev) return;
+  static const char *const names[] = {"unknown", "sent", "won", "cancelled_loser",
+                                      "rejected", "passed_unsafe"};
+  unsigned k = (unsigned)ev->kind < 6 ? (unsigned)ev->kind : 0;
+  json_t *o = head(s, ev->name, "hedge");
+  if (!o) {
+    atomic_fetch_add(&s->dropped, 1);
+    return;
+  }
+  json_object_set_new(o, "event", json_string(names[k]));
+  json_object_set_new(o, "hedge", json_integer(ev->hedge));
+  json_object_set_new(o, "elapsed_ms", json_real((double)ev->elapsed_ns / 1e6));
+  if (ev->kind == RESIL_HEDGE_EVENT_SENT && ev->delay_ns >= 0)
+    json_object_set_new(o, "delay_ms", json_real((double)ev->delay_ns / 1e6));
+  if (ev->has_outcome) {
+    json_object_set_new(o, "outcome", json_string(resil_outcome_kind_name(ev->outcome.kind)));
+    json_object_set_new(o, "reason", json_string(resil_reason_name(ev->outcome.reason)));
+    if (ev->outcome.http_status)
+      json_object_set_new(o, "http_status", json_integer(ev->outcome.http_status));
+  }
+  write_line(s, o);
+}
+
 static void outcome_members(json_t *o, const resil_attempt_info *i) {
   json_object_set_new(o, "attempt", json_integer(i->attempt));
   json_object_set_new(o, "outcome", json_string(resil_outcome_kind_name(i->outcome.kind)));

@@ -87,13 +87,12 @@ static resil_http_op_state query_status(keyed_call *k, const resil_ctx *actx,
     resil_http_request_free(sreq);
   }
   k->query_unreported = 1;
-  k->query_o = qo;
   k->query_ns = resil__http_mono_ns() - t0;
   k->query_wait_before = wait_before;
   resil_http_op_state s =
       resil__recov_query_end(&k->rv, &qo, q, write_attempt, usable, retry_after_ms, rec);
   /* The listener sees which query read the stored result. */
-  if (*usable && s == RESIL_HTTP_OP_COMMITTED) k->query_o.flags |= RESIL_OF_RECOVERED;
+  k->query_o = resil__recov_query_reported(&qo, *usable, s);
   if (qout) *qout = q;
   else resil_http_response_free(q);
   return s;

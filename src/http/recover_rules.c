@@ -386,3 +386,10 @@ resil_outcome resil__recov_final_pending(resil__kr *kr, const resil_outcome *wo,
   o.flags |= RESIL_OF_STATUS_PENDING;
   return kr_end(kr, &o, duration_ns, RESIL_STOP_DEADLINE, 1);
 }
+
+resil_outcome resil__recov_query_reported(const resil_outcome *qo, int usable,
+                                          resil_http_op_state s) {
+  resil_outcome o = *qo;
+  if (usable && s == RESIL_HTTP_OP_COMMITTED) o.flags |= RESIL_OF_RECOVERED;
+  return o;
+}

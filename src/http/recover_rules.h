@@ -78,6 +78,13 @@ resil_http_op_state resil__recov_query_end(resil__recov *k, const resil_outcome 
                                            const resil_http_response *q,
                                            uint32_t write_attempt, int *usable,
                                            int64_t *retry_after_ms, resil_http_response **rec);
+/* The outcome the client's attempt listener is given for a status query
+ * whose outcome qo resil__recov_query_end read as (usable, s): qo, with
+ * RESIL_OF_RECOVERED when the query read the operation's stored result
+ * (COMMITTED), so the event log's `recovered` comes from it. Both paths
+ * report through it. */
+resil_outcome resil__recov_query_reported(const resil_outcome *qo, int usable,
+                                          resil_http_op_state s);
 /* What comes after that answer (updates the report's state). */
 resil__recov_step resil__recov_after(resil__recov *k, int usable, resil_http_op_state s);
 /* After RESIL__RECOV_POLL: how long to wait before asking again (> 0), or

@@ -10,6 +10,8 @@
  *     PENDING key (409) is won by the primary's 201, one effect;
  *   - every counter of resil_engine_stats moves, hedges apart from
  *     retries.
+ *   - the hedge's listener, driven by the engine, hears SENT, WON and the
+ *     losing primary (CANCELLED_LOSER).
  * The fixture's server threads make these concurrency tests (_mt). Runs
  * on the test adapter and, when built, on the built-in loop. */
 #include <stddef.h>
@@ -459,6 +461,67 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   resil_http_client_free(c);
 }
 
+/* ---- the hedge's event listener on the engine ------------------------------ */
+
+typedef struct hedge_evs {
+  size_t n;
+  resil_hedge_event ev[8];
+} hedge_evs;
+
+static void hedge_ev(void *user, const resil_hedge_event *ev) {
+  hedge_evs *r = user; /* the loop thread only */
+  if (r->n < 8) r->ev[r->n++] = *ev;
+}
+
+/* A hedged GET whose hedge wins: the policy, driven by the engine, tells
+ * its listener SENT (hedge 1, the delay used), WON (hedge 1, its 200) and
+ * CANCELLED_LOSER for the primary, in that order. */
+static void hedged_get_won_by_the_hedge_reports_sent_won_and_the_losing_primary(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  static hedge_evs r;
+  memset(&r, 0, sizeof r);
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.name = "engine-hedge";
+  hc.delay_ns = RESIL_MS(20);
+  hc.on_event = hedge_ev;
+  hc.on_event_user = &r;
+  resil_hedge *h = NULL;
+  assert_int_equal(resil_hedge_new(&hc, &h, NULL), RESIL_OK);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  /* The primary sleeps 5 s; the hedge answers at once. */
+  run_one(&l, e, &d, 0, "slow_first", KV("id", "ev", "ms", "5000"), &pol);
+  assert_int_equal(d.o[0].http_status, 200);
+  assert_int_equal(r.n, 3);
+  assert_int_equal(r.ev[0].kind, RESIL_HEDGE_EVENT_SENT);
+  assert_string_equal(r.ev[0].name, "engine-hedge");
+  assert_int_equal(r.ev[0].hedge, 1);
+  assert_int_equal(r.ev[0].delay_ns, RESIL_MS(20));
+  assert_int_equal(r.ev[1].kind, RESIL_HEDGE_EVENT_WON);
+  assert_int_equal(r.ev[1].hedge, 1);
+  assert_int_equal(r.ev[1].has_outcome, 1);
+  assert_int_equal(r.ev[1].outcome.http_status, 200);
+  assert_int_equal(r.ev[2].kind, RESIL_HEDGE_EVENT_CANCELLED_LOSER);
+  assert_int_equal(r.ev[2].hedge, 0);
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.hedges_won, 1);
+  assert_int_equal(m.cancelled_losers, 1);
+  assert_int_equal(resil_engine_in_flight(e), 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(hedge_takes_a_ratelimiter_permit_or_is_not_sent, fx_setup,
@@ -474,6 +537,9 @@ int main(void) {
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(
           engine_stats_count_every_layer_and_hedges_apart_from_retries, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          hedged_get_won_by_the_hedge_reports_sent_won_and_the_losing_primary, fx_setup,
+          fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine hedging on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP

@@ -4,12 +4,14 @@
  * effect, no re-send), PENDING polled on timers until COMMITTED or until
  * pending_wait_max_ns, UNKNOWN (404) re-sent by the retry with the same
  * key, cancellation from another thread during a PENDING wait, the
- * engine's free ending a waiting keyed call, submit errors. Completion once,
+ * engine's free ending a waiting keyed call, submit errors, the status query
+ * that read the stored result reported RESIL_OF_RECOVERED (the event log). Completion once,
  * on the loop thread, never inside submit. Runs on the test adapter and on
  * the built-in loop; concurrency test (TSan). */
 #include "test_engine_common.h"
 
 #include "resil/breaker.h"
+#include "resil/events.h"
 
 static const resil_http_endpoint eps[] = {
     {.struct_size = sizeof(resil_http_endpoint), .name = "op_status", .path = "/operations/{key}",
@@ -537,6 +539,66 @@ static void ctx_token_signal_ends_a_pending_wait_at_once(void **state) {
   resil_http_client_free(c);
 }
 
+/* ---- the status query that read the stored result is reported recovered ----- */
+
+typedef struct ev_lines {
+  size_t n, recovered;
+  char first_recovered[512];
+} ev_lines;
+
+static void ev_line(void *user, const char *line) {
+  ev_lines *l = user; /* the loop thread, under the sink's mutex */
+  l->n++;
+  if (strstr(line, "\"kind\":\"recovered\"")) {
+    if (!l->recovered++) snprintf(l->first_recovered, sizeof l->first_recovered, "%s", line);
+  }
+}
+
+static resil_event_sink *ev_sink;
+
+static void apply_events(resil_http_client_config *cfg, void *u) {
+  apply(cfg, u);
+  cfg->on_attempt = resil_event_attempt_listener;
+  cfg->on_attempt_user = ev_sink;
+}
+
+/* As on the blocking path, the status query whose answer was the stored
+ * result (COMMITTED) reaches the client's attempt listener with
+ * RESIL_OF_RECOVERED: the event log writes one `recovered` line. */
+static void status_query_reading_the_stored_result_is_reported_recovered(void **state) {
+  fx_state *s = *state;
+  ev_lines l;
+  memset(&l, 0, sizeof l);
+  resil_event_sink_config sc;
+  resil_event_sink_config_init(&sc);
+  sc.fn = ev_line;
+  sc.user = &l;
+  assert_int_equal(resil_event_sink_new(&sc, &ev_sink, NULL), RESIL_OK);
+  kopts opt = {.timeout_ms = 300};
+  te_env *t = te_open(s->f, eps, NEPS, apply_events, &opt);
+  resil_retry *retry = retry_fixed(3, 30);
+  kdone d;
+  kd_init(&d);
+  submit_keyed(t->e, &d, "idem_post", KV("name", "k-ev", "ms", "1500"), "keyed-ev",
+               "{\"amount\":1}", retry, 0, NULL, NULL);
+  assert_true(tl_run_until(&t->l, &d.done, 1, 20000));
+  kd_check_once(&t->l, &d);
+  assert_int_equal(d.o.http_status, 201);
+  assert_true(d.o.flags & RESIL_OF_RECOVERED);
+  assert_int_equal(resil_fixture_attempts(s->f, "operations"), 1);
+  /* The write (lost answer) and the query: two lines, then the recovered
+   * one the query's flag gives. */
+  assert_int_equal(l.recovered, 1);
+  assert_true(l.n >= 3);
+  assert_non_null(strstr(l.first_recovered, "\"idempotency_key\":\"keyed-ev\""));
+  assert_non_null(strstr(l.first_recovered, "\"http_status\":200"));
+  resil_http_response_free(d.r);
+  te_close(t);
+  resil_retry_free(retry);
+  resil_event_sink_free(ev_sink);
+  ev_sink = NULL;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(commit_then_slow_answer_is_recovered_committed_with_one_effect,
@@ -558,6 +620,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(submit_errors_never_call_back, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(ctx_token_signal_ends_a_pending_wait_at_once, fx_setup,
                                       fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          status_query_reading_the_stored_result_is_reported_recovered, fx_setup, fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("keyed calls on the test adapter", tests, NULL, NULL);
 #ifdef RESIL_HAVE_LOOP

@@ -1,7 +1,7 @@
 /* The JSON event log (events.h): every line parses as one JSON object with
  * time, instance and kind; breaker transitions and rejections, retries
  * with their wait, a re-send prevented on a real keep-alive connection of
- * the fixture, reloads and store recoveries; and no secret (Authorization,
+ * the fixture, hedges, reloads and store recoveries; and no secret (Authorization,
  * cookies, tokens in the query, URL userinfo) ever appears. */
 #include <fcntl.h>
 #include <jansson.h>
@@ -326,6 +326,88 @@ static void reloads_recoveries_and_bad_input(void **state) {
   assert_null(t);
 }
 
+/* A hedge's events (resil_event_hedge_listener, attached in one line):
+ * sent with the delay used, won with the winner's outcome, the primary
+ * cancelled as a loser, a budget refusal, and an unsafe pass-through. */
+static void hedge_events_are_json_lines(void **state) {
+  (void)state;
+  resil_manual_clock *mc = NULL;
+  assert_status(RESIL_OK, resil_manual_clock_new(0, INT64_C(1796125103123), &mc));
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, resil_manual_clock_get(mc));
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.name = "search";
+  hc.delay_ns = MS(25);
+  hc.clock = resil_manual_clock_get(mc);
+  hc.on_event = resil_event_hedge_listener;
+  hc.on_event_user = s;
+  resil_hedge *h = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&hc, &h, NULL));
+  resil_ctx get;
+  resil_ctx_init(&get);
+  get.flags = RESIL_CALL_IDEMPOTENT;
+  resil_hedge_call call;
+  int64_t delay;
+  assert_int_equal(RESIL_DECISION_WAIT, resil_hedge_begin(h, &get, &call, &delay));
+  resil_manual_clock_advance_ns(mc, MS(25));
+  assert_int_equal(RESIL_DECISION_GO, resil_hedge_on_timer(h, &call, &delay));
+  resil_manual_clock_advance_ns(mc, MS(10));
+  resil_outcome ok = resil_outcome_http(200);
+  assert_int_equal(RESIL_HEDGE_WINNER, resil_hedge_record(h, &call, 2, MS(10), &ok));
+  resil_ctx post;
+  resil_ctx_init(&post);
+  assert_int_equal(RESIL_DECISION_DENY, resil_hedge_begin(h, &post, &call, &delay));
+  assert_int_equal(4, l.n);
+  json_t *o = parsed(&l, 0, "search", "hedge");
+  assert_string_equal("sent", sget(o, "event"));
+  assert_int_equal(1, json_integer_value(json_object_get(o, "hedge")));
+  assert_true(json_real_value(json_object_get(o, "delay_ms")) == 25.0);
+  assert_true(json_real_value(json_object_get(o, "elapsed_ms")) == 25.0);
+  assert_null(json_object_get(o, "outcome"));
+  json_decref(o);
+  o = parsed(&l, 1, "search", "hedge");
+  assert_string_equal("won", sget(o, "event"));
+  assert_int_equal(1, json_integer_value(json_object_get(o, "hedge")));
+  assert_string_equal("ANSWERED", sget(o, "outcome"));
+  assert_int_equal(200, json_integer_value(json_object_get(o, "http_status")));
+  assert_true(json_real_value(json_object_get(o, "elapsed_ms")) == 35.0);
+  assert_null(json_object_get(o, "delay_ms"));
+  json_decref(o);
+  o = parsed(&l, 2, "search", "hedge");
+  assert_string_equal("cancelled_loser", sget(o, "event"));
+  assert_int_equal(0, json_integer_value(json_object_get(o, "hedge")));
+  json_decref(o);
+  o = parsed(&l, 3, "search", "hedge");
+  assert_string_equal("passed_unsafe", sget(o, "event"));
+  json_decref(o);
+  resil_hedge_free(h);
+
+  /* A budget that refuses: rejected, with the reason. */
+  resil_retry_budget_config bc;
+  resil_retry_budget_config_init(&bc);
+  bc.min_retries_per_s = 0;
+  bc.clock = resil_manual_clock_get(mc);
+  resil_retry_budget *b = NULL;
+  assert_status(RESIL_OK, resil_retry_budget_new(&bc, &b, NULL));
+  hc.budget = b;
+  assert_status(RESIL_OK, resil_hedge_new(&hc, &h, NULL));
+  lines_free(&l);
+  assert_int_equal(RESIL_DECISION_WAIT, resil_hedge_begin(h, &get, &call, &delay));
+  assert_int_equal(RESIL_DECISION_DENY, resil_hedge_on_timer(h, &call, &delay));
+  assert_int_equal(1, l.n);
+  o = parsed(&l, 0, "search", "hedge");
+  assert_string_equal("rejected", sget(o, "event"));
+  assert_string_equal("REJECTED", sget(o, "outcome"));
+  assert_string_equal(resil_reason_name(RESIL_REASON_RETRY_BUDGET), sget(o, "reason"));
+  json_decref(o);
+  resil_hedge_free(h);
+  resil_retry_budget_free(b);
+  resil_event_sink_free(s);
+  lines_free(&l);
+  resil_manual_clock_free(mc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(breaker_events_are_json_lines),
@@ -334,6 +416,7 @@ int main(void) {
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(recovery_by_status_query_is_logged, fx_setup, fx_teardown),
       cmocka_unit_test(reloads_recoveries_and_bad_input),
+      cmocka_unit_test(hedge_events_are_json_lines),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

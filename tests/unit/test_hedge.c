@@ -557,6 +557,116 @@ static void hedge_allocation_failures_leak_nothing(void **state) {
   assert_true(n > 3);
 }
 
+/* ---- the event listener (Since 0.2) ------------------------------------- */
+
+typedef struct ev_log {
+  size_t n;
+  resil_hedge_event ev[16];
+} ev_log;
+
+static void on_ev(void *user, const resil_hedge_event *ev) {
+  ev_log *l = user;
+  assert_int_equal(ev->struct_size, sizeof(resil_hedge_event));
+  if (l->n < 16) l->ev[l->n++] = *ev;
+}
+
+/* Every kind comes from the split form itself, with its hedge number, the
+ * delay used, the time since the primary and the outcome. */
+static void hedge_split_form_tells_its_listener_every_event(void **state) {
+  (void)state;
+  resil_retry_budget_config bc;
+  resil_retry_budget_config_init(&bc);
+  bc.percent_can_retry_pct = 100; /* one hedge per call */
+  bc.min_retries_per_s = 0;
+  bc.clock = resil_manual_clock_get(mc);
+  resil_retry_budget *b = NULL;
+  assert_status(RESIL_OK, resil_retry_budget_new(&bc, &b, NULL));
+  ev_log l;
+  memset(&l, 0, sizeof l);
+  resil_hedge_config cfg = base();
+  cfg.name = "h1";
+  cfg.delay_ns = MS(30);
+  cfg.max_hedges = 3;
+  cfg.budget = b;
+  cfg.deposit_calls = 1;
+  cfg.on_event = on_ev;
+  cfg.on_event_user = &l;
+  resil_hedge *h = make(&cfg);
+  resil_ctx post = ctx_with(0), get = ctx_with(RESIL_CALL_IDEMPOTENT);
+  resil_hedge_call hc;
+  int64_t delay;
+  /* A GET: hedge 1 after 30 ms, hedge 2 refused by the budget, hedge 1
+   * wins, the primary loses. */
+  l.n = 0;
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(hc.delay_ns, MS(30));
+  resil_manual_clock_advance_ns(mc, MS(30));
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  resil_manual_clock_advance_ns(mc, MS(30));
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_DENY);
+  resil_manual_clock_advance_ns(mc, MS(5));
+  resil_outcome ok201 = resil_outcome_http(201);
+  assert_int_equal(resil_hedge_record(h, &hc, 2, MS(35), &ok201), RESIL_HEDGE_WINNER);
+  assert_int_equal(l.n, 4);
+  assert_int_equal(l.ev[0].kind, RESIL_HEDGE_EVENT_SENT);
+  assert_int_equal(l.ev[0].hedge, 1);
+  assert_int_equal(l.ev[0].delay_ns, MS(30));
+  assert_int_equal(l.ev[0].elapsed_ns, MS(30));
+  assert_int_equal(l.ev[0].has_outcome, 0);
+  assert_int_equal(l.ev[1].kind, RESIL_HEDGE_EVENT_REJECTED);
+  assert_int_equal(l.ev[1].hedge, 2);
+  assert_int_equal(l.ev[1].elapsed_ns, MS(60));
+  assert_int_equal(l.ev[1].has_outcome, 1);
+  assert_int_equal(l.ev[1].outcome.kind, RESIL_REJECTED);
+  assert_int_equal(l.ev[1].outcome.reason, RESIL_REASON_RETRY_BUDGET);
+  assert_int_equal(l.ev[2].kind, RESIL_HEDGE_EVENT_WON);
+  assert_int_equal(l.ev[2].hedge, 1);
+  assert_int_equal(l.ev[2].has_outcome, 1);
+  assert_int_equal(l.ev[2].outcome.http_status, 201);
+  assert_int_equal(l.ev[2].elapsed_ns, MS(65));
+  assert_int_equal(l.ev[3].kind, RESIL_HEDGE_EVENT_CANCELLED_LOSER);
+  assert_int_equal(l.ev[3].hedge, 0);
+  assert_int_equal(l.ev[3].has_outcome, 0);
+  /* The late loser's record is IGNORED: nothing more. */
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(70), &ok200), RESIL_HEDGE_IGNORED);
+  assert_int_equal(l.n, 4);
+
+  /* An unkeyed write: passed through (its deposit funds the next hedge). */
+  l.n = 0;
+  assert_int_equal(resil_hedge_begin(h, &post, &hc, &delay), RESIL_DECISION_DENY);
+  assert_int_equal(l.n, 1);
+  assert_int_equal(l.ev[0].kind, RESIL_HEDGE_EVENT_PASSED_UNSAFE);
+  assert_string_equal(l.ev[0].name, "h1");
+  assert_int_equal(l.ev[0].has_outcome, 0);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(1), &ok200), RESIL_HEDGE_WINNER);
+  assert_int_equal(l.n, 1); /* an unhedged call's win says nothing */
+
+  /* A hedge the caller's other policies refused (recorded REJECTED), then
+   * the primary wins: WON for hedge 0, no loser. */
+  l.n = 0;
+  assert_int_equal(resil_hedge_begin(h, &get, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  resil_outcome open = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+  assert_int_equal(resil_hedge_record(h, &hc, 2, 0, &open), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(40), &ok200), RESIL_HEDGE_WINNER);
+  assert_int_equal(l.n, 3);
+  assert_int_equal(l.ev[0].kind, RESIL_HEDGE_EVENT_SENT);
+  assert_int_equal(l.ev[1].kind, RESIL_HEDGE_EVENT_REJECTED);
+  assert_int_equal(l.ev[1].hedge, 1);
+  assert_int_equal(l.ev[1].outcome.reason, RESIL_REASON_BREAKER_OPEN);
+  assert_int_equal(l.ev[2].kind, RESIL_HEDGE_EVENT_WON);
+  assert_int_equal(l.ev[2].hedge, 0);
+  assert_int_equal(l.ev[2].outcome.http_status, 200);
+  resil_hedge_metrics m = metrics(h);
+  assert_int_equal(m.passed_unsafe, 1);
+  assert_int_equal(m.hedges_sent, 2);
+  assert_int_equal(m.hedges_won, 1);
+  assert_int_equal(m.cancelled_losers, 1);
+  assert_int_equal(m.refused_by_budget, 1);
+  resil_hedge_free(h);
+  resil_retry_budget_free(b);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -571,6 +681,7 @@ int main(void) {
       T(hedge_run_form_passes_through_with_one_attempt),
       T(hedge_misuse_fails_closed_and_counts_nothing),
       T(hedge_allocation_failures_leak_nothing),
+      T(hedge_split_form_tells_its_listener_every_event),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

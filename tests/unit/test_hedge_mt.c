@@ -271,12 +271,89 @@ static void hedge_run_on_pool_keyed_409_does_not_win(void **state) {
   resil_threadpool_free(tp);
 }
 
+/* ---- the event listener on the thread-pool form ------------------------- */
+
+typedef struct ev_rec {
+  pthread_mutex_t mu;
+  pthread_t caller;
+  int off_caller; /* events seen on another thread than the caller's */
+  size_t n;
+  resil_hedge_event ev[16];
+} ev_rec;
+
+static void record_ev(void *user, const resil_hedge_event *ev) {
+  ev_rec *r = user;
+  pthread_mutex_lock(&r->mu);
+  if (!pthread_equal(pthread_self(), r->caller)) r->off_caller++;
+  if (r->n < 16) r->ev[r->n++] = *ev;
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* resil_hedge_run_on goes through the split form: the hedge that wins is
+ * reported SENT then WON, the primary CANCELLED_LOSER, all on the calling
+ * thread; an unkeyed write PASSED_UNSAFE. */
+static void hedge_run_on_pool_reports_sent_won_and_the_cancelled_primary(void **state) {
+  (void)state;
+  resil_threadpool *tp = make_pool(3);
+  ev_rec r;
+  memset(&r, 0, sizeof r);
+  pthread_mutex_init(&r.mu, NULL);
+  r.caller = pthread_self();
+  resil_hedge_config cfg;
+  resil_hedge_config_init(&cfg);
+  cfg.name = "pool-hedge";
+  cfg.delay_ns = MS(20);
+  cfg.on_event = record_ev;
+  cfg.on_event_user = &r;
+  resil_hedge *h = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&cfg, &h, NULL));
+  slow_first s;
+  memset(&s, 0, sizeof s);
+  s.caller = pthread_self();
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  resil_outcome o = resil_hedge_run_on(h, &ctx, tp, slow_then_fast, &s);
+  assert_int_equal(o.http_status, 201);
+  pthread_mutex_lock(&r.mu);
+  assert_int_equal(r.n, 3);
+  assert_int_equal(r.off_caller, 0);
+  assert_int_equal(r.ev[0].kind, RESIL_HEDGE_EVENT_SENT);
+  assert_string_equal(r.ev[0].name, "pool-hedge");
+  assert_int_equal(r.ev[0].hedge, 1);
+  assert_int_equal(r.ev[0].delay_ns, MS(20));
+  assert_true(r.ev[0].elapsed_ns >= MS(20));
+  assert_int_equal(r.ev[1].kind, RESIL_HEDGE_EVENT_WON);
+  assert_int_equal(r.ev[1].hedge, 1);
+  assert_int_equal(r.ev[1].has_outcome, 1);
+  assert_int_equal(r.ev[1].outcome.http_status, 201);
+  assert_int_equal(r.ev[2].kind, RESIL_HEDGE_EVENT_CANCELLED_LOSER);
+  assert_int_equal(r.ev[2].hedge, 0);
+  r.n = 0;
+  pthread_mutex_unlock(&r.mu);
+  /* An unkeyed write: one attempt, reported passed through. */
+  _Atomic int calls = 0;
+  resil_ctx post;
+  resil_ctx_init(&post);
+  o = resil_hedge_run_on(h, &post, tp, fast_ok, &calls);
+  assert_true(resil_outcome_is_success(&o));
+  assert_int_equal(atomic_load(&calls), 1);
+  pthread_mutex_lock(&r.mu);
+  assert_int_equal(r.n, 1);
+  assert_int_equal(r.ev[0].kind, RESIL_HEDGE_EVENT_PASSED_UNSAFE);
+  pthread_mutex_unlock(&r.mu);
+  resil_hedge_free(h);
+  resil_threadpool_free(tp);
+  pthread_mutex_destroy(&r.mu);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hedge_counters_add_up_under_concurrent_calls),
       cmocka_unit_test(hedge_run_on_pool_wins_with_the_hedge_and_cancels_the_primary),
       cmocka_unit_test(hedge_run_on_pool_fast_primary_and_caller_cancel),
       cmocka_unit_test(hedge_run_on_pool_keyed_409_does_not_win),
+      cmocka_unit_test(hedge_run_on_pool_reports_sent_won_and_the_cancelled_primary),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
