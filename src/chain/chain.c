@@ -37,6 +37,11 @@ struct resil_chain {
   size_t n;
   chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
   layer_counters call; /* the protected call itself */
+  /* Clean passes: logical calls in which every layer made exactly one
+   * attempt and every layer and the call returned a SUCCESS outcome. Such a
+   * call costs this one atomic add instead of one per layer; the readers
+   * add it to every layer's and the call's SUCCESS class (read_counters). */
+  _Atomic uint64_t clean;
   char *name;
   int64_t total_timeout_ns;
   resil_fallback_fn fallback;
@@ -192,6 +197,8 @@ typedef struct frame {
   resil_call_fn fn;
   void *arg;
   uint32_t inner_calls;
+  /* Stack frames: the last call below was a clean pass not yet counted. */
+  int clean_below;
   /* A hedging HEDGE layer's calls, made from several threads at once. */
   _Atomic uint32_t par_calls;
   /* Heap frames only. */
@@ -203,14 +210,45 @@ typedef struct frame {
 
 enum { HEAP_TRAMPOLINE = 1, HEAP_ARG_DONE = 2 };
 
+/* The common success, classified without a call (the same test as
+ * resil_outcome_classify's first cases). */
+static inline int plain_success(const resil_outcome *o) {
+  return o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK;
+}
+
 static void count_outcome(layer_counters *c, const resil_outcome *o) {
-  unsigned k = (unsigned)resil_outcome_classify(o);
+  unsigned k = plain_success(o) ? (unsigned)RESIL_CLASS_SUCCESS
+                                : (unsigned)resil_outcome_classify(o);
   if (k < CLASS_SLOTS)
     atomic_fetch_add_explicit(&c->by_class[k], 1, memory_order_relaxed);
 }
 
+/* A clean pass of layers i.. (and the call) that is not part of a clean
+ * logical call after all: counted on each of them now. */
+static void flush_clean(resil_chain *ch, size_t i) {
+  for (size_t k = i; k < ch->n; k++)
+    atomic_fetch_add_explicit(&ch->layers[k].c.by_class[RESIL_CLASS_SUCCESS], 1,
+                              memory_order_relaxed);
+  atomic_fetch_add_explicit(&ch->call.by_class[RESIL_CLASS_SUCCESS], 1,
+                            memory_order_relaxed);
+}
+
+/* Enters layer i (the call for i == n). *clean set: layers i.. and the call
+ * made one attempt each and all returned SUCCESS, and none of them counted
+ * it: the caller counts it (ch->clean) or flushes it (flush_clean). */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg);
+                                 resil_call_fn fn, void *arg, int *clean);
+
+/* Enters layer i counting everything at once (heap frames, parallel
+ * attempts). */
+static resil_outcome enter_counted(resil_chain *ch, size_t i,
+                                   const resil_ctx *ctx, resil_call_fn fn,
+                                   void *arg) {
+  int clean;
+  resil_outcome o = enter_layer(ch, i, ctx, fn, arg, &clean);
+  if (clean) flush_clean(ch, i);
+  return o;
+}
 
 static void frame_release(frame *f) {
   if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) == 1)
@@ -224,8 +262,16 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
   resil_chain *ch = f->ch;
   if (f->heap) atomic_store_explicit(&f->started, 1, memory_order_release);
   f->inner_calls++;
-  resil_outcome o = enter_layer(ch, f->i + 1, ctx, f->fn, f->arg);
-  if (f->heap == HEAP_TRAMPOLINE) frame_release(f);
+  if (f->heap) {
+    resil_outcome o = enter_counted(ch, f->i + 1, ctx, f->fn, f->arg);
+    if (f->heap == HEAP_TRAMPOLINE) frame_release(f);
+    return o;
+  }
+  int clean;
+  resil_outcome o = enter_layer(ch, f->i + 1, ctx, f->fn, f->arg, &clean);
+  /* A later attempt: the earlier clean pass was not the logical call's. */
+  if (RESIL_UNLIKELY(f->clean_below)) flush_clean(ch, f->i + 1);
+  f->clean_below = clean;
   return o;
 }
 
@@ -234,7 +280,7 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
 static resil_outcome trampoline_par(void *p, const resil_ctx *ctx) {
   frame *f = p;
   atomic_fetch_add_explicit(&f->par_calls, 1, memory_order_relaxed);
-  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg);
+  return enter_counted(f->ch, f->i + 1, ctx, f->fn, f->arg);
 }
 
 static int layer_may_abandon(const resil_layer *d) {
@@ -242,10 +288,14 @@ static int layer_may_abandon(const resil_layer *d) {
 }
 
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg) {
+                                 resil_call_fn fn, void *arg, int *clean) {
+  *clean = 0;
   if (i == ch->n) {
     resil_outcome o = fn(arg, ctx);
-    count_outcome(&ch->call, &o);
+    if (RESIL_LIKELY(plain_success(&o)))
+      *clean = 1;
+    else
+      count_outcome(&ch->call, &o);
     return o;
   }
   chain_layer *L = &ch->layers[i];
@@ -282,7 +332,7 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
       frame_release(f);
   } else {
     frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
-               .heap = 0};
+               .clean_below = 0, .heap = 0};
     if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
       atomic_init(&f.par_calls, 0);
       o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
@@ -290,6 +340,14 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
       f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
     } else {
       o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+      if (f.clean_below) {
+        if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(&o) &&
+                         L->desc.kind != RESIL_LAYER_HEDGE)) {
+          *clean = 1;
+          return o;
+        }
+        flush_clean(ch, i + 1);
+      }
     }
     if (RESIL_UNLIKELY(f.inner_calls > 1)) {
       if (L->desc.kind == RESIL_LAYER_RETRY)
@@ -338,15 +396,24 @@ static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
-  resil_ctx lc;
-  const resil_ctx *c = resil__ctx_in(&lc, ctx);
-  if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn || !c))
+  if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  resil_ctx local = *c;
+  resil_ctx local;
+  if (ctx) {
+    resil_ctx lc;
+    const resil_ctx *c = resil__ctx_in(&lc, ctx);
+    if (RESIL_UNLIKELY(!c))
+      return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    local = *c;
+  } else {
+    resil__ctx_defaults(&local);
+  }
   if (!local.clock) local.clock = ch->clock;
   if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
-  resil_outcome o = enter_layer(ch, 0, &local, fn, arg);
+  int clean;
+  resil_outcome o = enter_layer(ch, 0, &local, fn, arg, &clean);
+  if (clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
   if (ch->fallback && !resil_outcome_is_success(&o))
     apply_fallback(ch, arg, &local, &o);
   return o;
@@ -362,12 +429,16 @@ size_t resil_chain_layers(const resil_chain *ch) {
   return chain_valid(ch) ? ch->n : 0;
 }
 
-static void read_counters(const layer_counters *c, resil_layer_stats *out) {
+static void read_counters(const resil_chain *ch, const layer_counters *c,
+                          resil_layer_stats *out) {
   layer_counters *m = (layer_counters *)c;
   uint64_t cls[CLASS_SLOTS];
   uint64_t sum = 0;
   for (int k = 0; k < CLASS_SLOTS; k++) {
     cls[k] = atomic_load_explicit(&m->by_class[k], memory_order_relaxed);
+    if (k == RESIL_CLASS_SUCCESS)
+      cls[k] += atomic_load_explicit(&((resil_chain *)ch)->clean,
+                                     memory_order_relaxed);
     sum += cls[k];
   }
   memset(out, 0, sizeof *out);
@@ -392,9 +463,9 @@ resil_status resil_chain_layer_stats_sized(const resil_chain *ch, size_t i,
   if (!chain_valid(ch)) return RESIL_EMISUSE;
   if (!dst || i >= ch->n) return RESIL_EINVAL;
   resil_layer_stats out;
-  read_counters(&ch->layers[i].c, &out);
+  read_counters(ch, &ch->layers[i].c, &out);
   resil_layer_stats below;
-  read_counters(i + 1 < ch->n ? &ch->layers[i + 1].c : &ch->call, &below);
+  read_counters(ch, i + 1 < ch->n ? &ch->layers[i + 1].c : &ch->call, &below);
   out.attempts_out = below.calls_in;
   resil__sized_out(dst, n, &out, sizeof out);
   return RESIL_OK;
@@ -412,7 +483,7 @@ resil_status resil_chain_call_stats_sized(const resil_chain *ch,
   if (!chain_valid(ch)) return RESIL_EMISUSE;
   if (!dst) return RESIL_EINVAL;
   resil_layer_stats out;
-  read_counters(&ch->call, &out);
+  read_counters(ch, &ch->call, &out);
   out.attempts_out = out.calls_in;
   resil__sized_out(dst, n, &out, sizeof out);
   return RESIL_OK;

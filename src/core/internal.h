@@ -110,6 +110,18 @@ static inline size_t resil__sized_size(const void *p) {
  * passes it through this before reading a field. */
 #define RESIL__CTX_MIN_SIZE (offsetof(resil_ctx, user) + sizeof(void *))
 const resil_ctx *resil__ctx_in_slow(resil_ctx *local, const resil_ctx *ctx);
+/* The defaults resil_ctx_init() gives, written into a full-size ctx (for
+ * the hot paths that stand in a default context for a NULL one). */
+static inline void resil__ctx_defaults(resil_ctx *ctx) {
+  ctx->struct_size = sizeof *ctx;
+  ctx->clock = NULL;
+  ctx->deadline_ns = RESIL_NO_DEADLINE;
+  ctx->cancel = NULL;
+  ctx->flags = 0;
+  ctx->attempt = 0;
+  ctx->user = NULL;
+  ctx->idempotency_key = NULL;
+}
 /* Inline so that the fast path (a full-size ctx) costs one compare on the
  * policies' hot paths. */
 static inline const resil_ctx *resil__ctx_in(resil_ctx *local,
