@@ -766,9 +766,7 @@ resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
     if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK &&
                      !r->predicate)) {
       BUMP(r->ok_first, 1);
-      o.stop = RESIL_STOP_SUCCESS;
-      o.attempts = 1;
-      return o;
+      return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
     }
     return run_rest(r, first, fn, arg, &o);
   }
