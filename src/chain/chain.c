@@ -212,13 +212,18 @@ enum { HEAP_TRAMPOLINE = 1, HEAP_ARG_DONE = 2 };
 
 /* The common success, classified without a call (the same test as
  * resil_outcome_classify's first cases). */
-static inline int plain_success(const resil_outcome *o) {
-  return o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK;
+static inline int plain_success(resil_outcome_kind kind, resil_reason reason) {
+  return kind == RESIL_ANSWERED && reason == RESIL_REASON_OK;
 }
 
-static void count_outcome(layer_counters *c, const resil_outcome *o) {
-  unsigned k = plain_success(o) ? (unsigned)RESIL_CLASS_SUCCESS
-                                : (unsigned)resil_outcome_classify(o);
+/* Takes the outcome by value so that no caller's outcome has its address
+ * taken: each layer's outcome can then be built in its caller's return
+ * slot instead of copied on every return. */
+__attribute__((noinline)) static void count_outcome(layer_counters *c,
+                                                    resil_outcome o) {
+  unsigned k = plain_success(o.kind, o.reason)
+                   ? (unsigned)RESIL_CLASS_SUCCESS
+                   : (unsigned)resil_outcome_classify(&o);
   if (k < CLASS_SLOTS)
     atomic_fetch_add_explicit(&c->by_class[k], 1, memory_order_relaxed);
 }
@@ -267,12 +272,9 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
     if (f->heap == HEAP_TRAMPOLINE) frame_release(f);
     return o;
   }
-  int clean;
-  resil_outcome o = enter_layer(ch, f->i + 1, ctx, f->fn, f->arg, &clean);
   /* A later attempt: the earlier clean pass was not the logical call's. */
   if (RESIL_UNLIKELY(f->clean_below)) flush_clean(ch, f->i + 1);
-  f->clean_below = clean;
-  return o;
+  return enter_layer(ch, f->i + 1, ctx, f->fn, f->arg, &f->clean_below);
 }
 
 /* For a HEDGE layer that hedges: its attempts enter the layer below from
@@ -287,87 +289,100 @@ static int layer_may_abandon(const resil_layer *d) {
   return d->run_owned || d->kind == RESIL_LAYER_TIMELIMITER;
 }
 
+/* Layer i may abandon its call: the frame below it is on the heap. */
+__attribute__((noinline)) static resil_outcome
+enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
+           void *arg) {
+  chain_layer *L = &ch->layers[i];
+  resil_outcome o;
+  frame *f = resil__alloc(ch->alloc, sizeof *f);
+  if (!f) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    count_outcome(&L->c, o);
+    return o;
+  }
+  f->ch = ch;
+  f->i = i;
+  f->fn = fn;
+  f->arg = arg;
+  f->inner_calls = 0;
+  atomic_init(&f->refs, 2);
+  atomic_init(&f->started, 0);
+  if (L->desc.run_owned) {
+    /* The policy calls frame_arg_done once when it is done with f. */
+    f->heap = HEAP_ARG_DONE;
+    o = L->desc.run_owned(L->desc.policy, ctx, trampoline, f, frame_arg_done);
+  } else {
+    f->heap = HEAP_TRAMPOLINE;
+    o = L->desc.run(L->desc.policy, ctx, trampoline, f);
+  }
+  int started = atomic_load_explicit(&f->started, memory_order_acquire);
+  if (!started && o.kind == RESIL_REJECTED)
+    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  if (f->heap == HEAP_TRAMPOLINE && !started && o.kind == RESIL_REJECTED)
+    /* Refused before submitting: the trampoline will never run. */
+    resil__free(ch->alloc, f);
+  else
+    frame_release(f);
+  count_outcome(&L->c, o);
+  return o;
+}
+
+/* One variable `o` is returned on every path, so each layer's outcome is
+ * built in the caller's return slot, not copied on the way out. */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
                                  resil_call_fn fn, void *arg, int *clean) {
+  resil_outcome o;
   *clean = 0;
   if (i == ch->n) {
-    resil_outcome o = fn(arg, ctx);
-    if (RESIL_LIKELY(plain_success(&o)))
+    o = fn(arg, ctx);
+    if (RESIL_LIKELY(plain_success(o.kind, o.reason)))
       *clean = 1;
     else
-      count_outcome(&ch->call, &o);
+      count_outcome(&ch->call, o);
     return o;
   }
   chain_layer *L = &ch->layers[i];
-  resil_outcome o;
-  if (layer_may_abandon(&L->desc)) {
-    frame *f = resil__alloc(ch->alloc, sizeof *f);
-    if (!f) {
-      o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-      count_outcome(&L->c, &o);
-      return o;
-    }
-    f->ch = ch;
-    f->i = i;
-    f->fn = fn;
-    f->arg = arg;
-    f->inner_calls = 0;
-    atomic_init(&f->refs, 2);
-    atomic_init(&f->started, 0);
-    if (L->desc.run_owned) {
-      /* The policy calls frame_arg_done once when it is done with f. */
-      f->heap = HEAP_ARG_DONE;
-      o = L->desc.run_owned(L->desc.policy, ctx, trampoline, f, frame_arg_done);
-    } else {
-      f->heap = HEAP_TRAMPOLINE;
-      o = L->desc.run(L->desc.policy, ctx, trampoline, f);
-    }
-    int started = atomic_load_explicit(&f->started, memory_order_acquire);
-    if (!started && o.kind == RESIL_REJECTED)
-      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
-    if (f->heap == HEAP_TRAMPOLINE && !started && o.kind == RESIL_REJECTED)
-      /* Refused before submitting: the trampoline will never run. */
-      resil__free(ch->alloc, f);
-    else
-      frame_release(f);
-  } else {
-    frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
-               .clean_below = 0, .heap = 0};
-    if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
-      atomic_init(&f.par_calls, 0);
-      o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
-      /* Every call has returned, ordered by the policy's own lock. */
-      f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
-    } else {
-      o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
-      if (f.clean_below) {
-        if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(&o) &&
-                         L->desc.kind != RESIL_LAYER_HEDGE)) {
-          *clean = 1;
-          return o;
-        }
-        flush_clean(ch, i + 1);
-      }
-    }
-    if (RESIL_UNLIKELY(f.inner_calls > 1)) {
-      if (L->desc.kind == RESIL_LAYER_RETRY)
-        atomic_fetch_add_explicit(&L->c.retries, f.inner_calls - 1u,
-                                  memory_order_relaxed);
-      else if (L->desc.kind == RESIL_LAYER_HEDGE)
-        atomic_fetch_add_explicit(&L->c.hedges, f.inner_calls - 1u,
-                                  memory_order_relaxed);
-    }
-    if (L->desc.kind == RESIL_LAYER_HEDGE && f.inner_calls == 1)
-      atomic_fetch_add_explicit(&L->c.unhedged, 1, memory_order_relaxed);
-    if (o.kind == RESIL_REJECTED && f.inner_calls == 0)
-      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
-    else if (o.kind == RESIL_REJECTED && L->desc.kind == RESIL_LAYER_RETRY &&
-             (o.reason == RESIL_REASON_DEADLINE ||
-              o.reason == RESIL_REASON_RETRY_BUDGET))
-      /* A retry that refused its next attempt (deadline, budget). */
-      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  if (RESIL_UNLIKELY(layer_may_abandon(&L->desc))) {
+    o = enter_heap(ch, i, ctx, fn, arg);
+    return o;
   }
-  count_outcome(&L->c, &o);
+  frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
+             .clean_below = 0, .heap = 0};
+  if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
+    atomic_init(&f.par_calls, 0);
+    o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
+    /* Every call has returned, ordered by the policy's own lock. */
+    f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
+  } else {
+    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    if (f.clean_below) {
+      if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(o.kind, o.reason) &&
+                       L->desc.kind != RESIL_LAYER_HEDGE)) {
+        *clean = 1;
+        return o;
+      }
+      flush_clean(ch, i + 1);
+    }
+  }
+  if (RESIL_UNLIKELY(f.inner_calls > 1)) {
+    if (L->desc.kind == RESIL_LAYER_RETRY)
+      atomic_fetch_add_explicit(&L->c.retries, f.inner_calls - 1u,
+                                memory_order_relaxed);
+    else if (L->desc.kind == RESIL_LAYER_HEDGE)
+      atomic_fetch_add_explicit(&L->c.hedges, f.inner_calls - 1u,
+                                memory_order_relaxed);
+  }
+  if (L->desc.kind == RESIL_LAYER_HEDGE && f.inner_calls == 1)
+    atomic_fetch_add_explicit(&L->c.unhedged, 1, memory_order_relaxed);
+  if (o.kind == RESIL_REJECTED && f.inner_calls == 0)
+    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  else if (o.kind == RESIL_REJECTED && L->desc.kind == RESIL_LAYER_RETRY &&
+           (o.reason == RESIL_REASON_DEADLINE ||
+            o.reason == RESIL_REASON_RETRY_BUDGET))
+    /* A retry that refused its next attempt (deadline, budget). */
+    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  count_outcome(&L->c, o);
   return o;
 }
 
@@ -396,14 +411,19 @@ static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
-  if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn))
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_outcome o; /* the only value returned: built in the return slot */
+  if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn)) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    return o;
+  }
   resil_ctx local;
   if (ctx) {
     resil_ctx lc;
     const resil_ctx *c = resil__ctx_in(&lc, ctx);
-    if (RESIL_UNLIKELY(!c))
-      return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    if (RESIL_UNLIKELY(!c)) {
+      o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+      return o;
+    }
     local = *c;
   } else {
     resil__ctx_defaults(&local);
@@ -412,10 +432,13 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
   if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
   int clean;
-  resil_outcome o = enter_layer(ch, 0, &local, fn, arg, &clean);
+  o = enter_layer(ch, 0, &local, fn, arg, &clean);
   if (clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
-  if (ch->fallback && !resil_outcome_is_success(&o))
-    apply_fallback(ch, arg, &local, &o);
+  if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o.kind, o.reason)) {
+    resil_outcome t = o;
+    if (!resil_outcome_is_success(&t)) apply_fallback(ch, arg, &local, &t);
+    o = t;
+  }
   return o;
 }
 
