@@ -262,19 +262,23 @@ static void frame_release(frame *f) {
 
 static void frame_arg_done(void *p) { frame_release(p); }
 
+/* A stack frame's protected call. */
 static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
   frame *f = p;
-  resil_chain *ch = f->ch;
-  if (f->heap) atomic_store_explicit(&f->started, 1, memory_order_release);
   f->inner_calls++;
-  if (f->heap) {
-    resil_outcome o = enter_counted(ch, f->i + 1, ctx, f->fn, f->arg);
-    if (f->heap == HEAP_TRAMPOLINE) frame_release(f);
-    return o;
-  }
   /* A later attempt: the earlier clean pass was not the logical call's. */
-  if (RESIL_UNLIKELY(f->clean_below)) flush_clean(ch, f->i + 1);
-  return enter_layer(ch, f->i + 1, ctx, f->fn, f->arg, &f->clean_below);
+  if (RESIL_UNLIKELY(f->clean_below)) flush_clean(f->ch, f->i + 1);
+  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg, &f->clean_below);
+}
+
+/* A heap frame's protected call (below a layer that may abandon it). */
+static resil_outcome trampoline_heap(void *p, const resil_ctx *ctx) {
+  frame *f = p;
+  atomic_store_explicit(&f->started, 1, memory_order_release);
+  f->inner_calls++;
+  resil_outcome o = enter_counted(f->ch, f->i + 1, ctx, f->fn, f->arg);
+  if (f->heap == HEAP_TRAMPOLINE) frame_release(f);
+  return o;
 }
 
 /* For a HEDGE layer that hedges: its attempts enter the layer below from
@@ -311,10 +315,10 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   if (L->desc.run_owned) {
     /* The policy calls frame_arg_done once when it is done with f. */
     f->heap = HEAP_ARG_DONE;
-    o = L->desc.run_owned(L->desc.policy, ctx, trampoline, f, frame_arg_done);
+    o = L->desc.run_owned(L->desc.policy, ctx, trampoline_heap, f, frame_arg_done);
   } else {
     f->heap = HEAP_TRAMPOLINE;
-    o = L->desc.run(L->desc.policy, ctx, trampoline, f);
+    o = L->desc.run(L->desc.policy, ctx, trampoline_heap, f);
   }
   int started = atomic_load_explicit(&f->started, memory_order_acquire);
   if (!started && o.kind == RESIL_REJECTED)
