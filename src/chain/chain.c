@@ -37,6 +37,11 @@ struct resil_chain {
   size_t n;
   chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
   layer_counters call; /* the protected call itself */
+  /* Clean passes: logical calls in which every layer made exactly one
+   * attempt and every layer and the call returned a SUCCESS outcome. Such a
+   * call costs this one atomic add instead of one per layer; the readers
+   * add it to every layer's and the call's SUCCESS class (read_counters). */
+  _Atomic uint64_t clean;
   char *name;
   int64_t total_timeout_ns;
   resil_fallback_fn fallback;
@@ -192,6 +197,8 @@ typedef struct frame {
   resil_call_fn fn;
   void *arg;
   uint32_t inner_calls;
+  /* Stack frames: the last call below was a clean pass not yet counted. */
+  int clean_below;
   /* A hedging HEDGE layer's calls, made from several threads at once. */
   _Atomic uint32_t par_calls;
   /* Heap frames only. */
@@ -203,14 +210,50 @@ typedef struct frame {
 
 enum { HEAP_TRAMPOLINE = 1, HEAP_ARG_DONE = 2 };
 
-static void count_outcome(layer_counters *c, const resil_outcome *o) {
-  unsigned k = (unsigned)resil_outcome_classify(o);
+/* The common success, classified without a call (the same test as
+ * resil_outcome_classify's first cases). */
+static inline int plain_success(resil_outcome_kind kind, resil_reason reason) {
+  return kind == RESIL_ANSWERED && reason == RESIL_REASON_OK;
+}
+
+/* Takes the outcome by value so that no caller's outcome has its address
+ * taken: each layer's outcome can then be built in its caller's return
+ * slot instead of copied on every return. */
+__attribute__((noinline)) static void count_outcome(layer_counters *c,
+                                                    resil_outcome o) {
+  unsigned k = plain_success(o.kind, o.reason)
+                   ? (unsigned)RESIL_CLASS_SUCCESS
+                   : (unsigned)resil_outcome_classify(&o);
   if (k < CLASS_SLOTS)
     atomic_fetch_add_explicit(&c->by_class[k], 1, memory_order_relaxed);
 }
 
+/* A clean pass of layers i.. (and the call) that is not part of a clean
+ * logical call after all: counted on each of them now. */
+static void flush_clean(resil_chain *ch, size_t i) {
+  for (size_t k = i; k < ch->n; k++)
+    atomic_fetch_add_explicit(&ch->layers[k].c.by_class[RESIL_CLASS_SUCCESS], 1,
+                              memory_order_relaxed);
+  atomic_fetch_add_explicit(&ch->call.by_class[RESIL_CLASS_SUCCESS], 1,
+                            memory_order_relaxed);
+}
+
+/* Enters layer i (the call for i == n). *clean set: layers i.. and the call
+ * made one attempt each and all returned SUCCESS, and none of them counted
+ * it: the caller counts it (ch->clean) or flushes it (flush_clean). */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg);
+                                 resil_call_fn fn, void *arg, int *clean);
+
+/* Enters layer i counting everything at once (heap frames, parallel
+ * attempts). */
+static resil_outcome enter_counted(resil_chain *ch, size_t i,
+                                   const resil_ctx *ctx, resil_call_fn fn,
+                                   void *arg) {
+  int clean;
+  resil_outcome o = enter_layer(ch, i, ctx, fn, arg, &clean);
+  if (clean) flush_clean(ch, i);
+  return o;
+}
 
 static void frame_release(frame *f) {
   if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) == 1)
@@ -219,12 +262,21 @@ static void frame_release(frame *f) {
 
 static void frame_arg_done(void *p) { frame_release(p); }
 
+/* A stack frame's protected call. */
 static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
   frame *f = p;
-  resil_chain *ch = f->ch;
-  if (f->heap) atomic_store_explicit(&f->started, 1, memory_order_release);
   f->inner_calls++;
-  resil_outcome o = enter_layer(ch, f->i + 1, ctx, f->fn, f->arg);
+  /* A later attempt: the earlier clean pass was not the logical call's. */
+  if (RESIL_UNLIKELY(f->clean_below)) flush_clean(f->ch, f->i + 1);
+  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg, &f->clean_below);
+}
+
+/* A heap frame's protected call (below a layer that may abandon it). */
+static resil_outcome trampoline_heap(void *p, const resil_ctx *ctx) {
+  frame *f = p;
+  atomic_store_explicit(&f->started, 1, memory_order_release);
+  f->inner_calls++;
+  resil_outcome o = enter_counted(f->ch, f->i + 1, ctx, f->fn, f->arg);
   if (f->heap == HEAP_TRAMPOLINE) frame_release(f);
   return o;
 }
@@ -234,82 +286,107 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
 static resil_outcome trampoline_par(void *p, const resil_ctx *ctx) {
   frame *f = p;
   atomic_fetch_add_explicit(&f->par_calls, 1, memory_order_relaxed);
-  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg);
+  return enter_counted(f->ch, f->i + 1, ctx, f->fn, f->arg);
 }
 
 static int layer_may_abandon(const resil_layer *d) {
   return d->run_owned || d->kind == RESIL_LAYER_TIMELIMITER;
 }
 
+/* Layer i may abandon its call: the frame below it is on the heap. */
+__attribute__((noinline)) static resil_outcome
+enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
+           void *arg) {
+  chain_layer *L = &ch->layers[i];
+  resil_outcome o;
+  frame *f = resil__alloc(ch->alloc, sizeof *f);
+  if (!f) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    count_outcome(&L->c, o);
+    return o;
+  }
+  f->ch = ch;
+  f->i = i;
+  f->fn = fn;
+  f->arg = arg;
+  f->inner_calls = 0;
+  atomic_init(&f->refs, 2);
+  atomic_init(&f->started, 0);
+  if (L->desc.run_owned) {
+    /* The policy calls frame_arg_done once when it is done with f. */
+    f->heap = HEAP_ARG_DONE;
+    o = L->desc.run_owned(L->desc.policy, ctx, trampoline_heap, f, frame_arg_done);
+  } else {
+    f->heap = HEAP_TRAMPOLINE;
+    o = L->desc.run(L->desc.policy, ctx, trampoline_heap, f);
+  }
+  int started = atomic_load_explicit(&f->started, memory_order_acquire);
+  if (!started && o.kind == RESIL_REJECTED)
+    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  if (f->heap == HEAP_TRAMPOLINE && !started && o.kind == RESIL_REJECTED)
+    /* Refused before submitting: the trampoline will never run. */
+    resil__free(ch->alloc, f);
+  else
+    frame_release(f);
+  count_outcome(&L->c, o);
+  return o;
+}
+
+/* One variable `o` is returned on every path, so each layer's outcome is
+ * built in the caller's return slot, not copied on the way out. */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg) {
+                                 resil_call_fn fn, void *arg, int *clean) {
+  resil_outcome o;
+  *clean = 0;
   if (i == ch->n) {
-    resil_outcome o = fn(arg, ctx);
-    count_outcome(&ch->call, &o);
+    o = fn(arg, ctx);
+    if (RESIL_LIKELY(plain_success(o.kind, o.reason)))
+      *clean = 1;
+    else
+      count_outcome(&ch->call, o);
     return o;
   }
   chain_layer *L = &ch->layers[i];
-  resil_outcome o;
-  if (layer_may_abandon(&L->desc)) {
-    frame *f = resil__alloc(ch->alloc, sizeof *f);
-    if (!f) {
-      o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-      count_outcome(&L->c, &o);
-      return o;
-    }
-    f->ch = ch;
-    f->i = i;
-    f->fn = fn;
-    f->arg = arg;
-    f->inner_calls = 0;
-    atomic_init(&f->refs, 2);
-    atomic_init(&f->started, 0);
-    if (L->desc.run_owned) {
-      /* The policy calls frame_arg_done once when it is done with f. */
-      f->heap = HEAP_ARG_DONE;
-      o = L->desc.run_owned(L->desc.policy, ctx, trampoline, f, frame_arg_done);
-    } else {
-      f->heap = HEAP_TRAMPOLINE;
-      o = L->desc.run(L->desc.policy, ctx, trampoline, f);
-    }
-    int started = atomic_load_explicit(&f->started, memory_order_acquire);
-    if (!started && o.kind == RESIL_REJECTED)
-      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
-    if (f->heap == HEAP_TRAMPOLINE && !started && o.kind == RESIL_REJECTED)
-      /* Refused before submitting: the trampoline will never run. */
-      resil__free(ch->alloc, f);
-    else
-      frame_release(f);
-  } else {
-    frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
-               .heap = 0};
-    if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
-      atomic_init(&f.par_calls, 0);
-      o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
-      /* Every call has returned, ordered by the policy's own lock. */
-      f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
-    } else {
-      o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
-    }
-    if (RESIL_UNLIKELY(f.inner_calls > 1)) {
-      if (L->desc.kind == RESIL_LAYER_RETRY)
-        atomic_fetch_add_explicit(&L->c.retries, f.inner_calls - 1u,
-                                  memory_order_relaxed);
-      else if (L->desc.kind == RESIL_LAYER_HEDGE)
-        atomic_fetch_add_explicit(&L->c.hedges, f.inner_calls - 1u,
-                                  memory_order_relaxed);
-    }
-    if (L->desc.kind == RESIL_LAYER_HEDGE && f.inner_calls == 1)
-      atomic_fetch_add_explicit(&L->c.unhedged, 1, memory_order_relaxed);
-    if (o.kind == RESIL_REJECTED && f.inner_calls == 0)
-      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
-    else if (o.kind == RESIL_REJECTED && L->desc.kind == RESIL_LAYER_RETRY &&
-             (o.reason == RESIL_REASON_DEADLINE ||
-              o.reason == RESIL_REASON_RETRY_BUDGET))
-      /* A retry that refused its next attempt (deadline, budget). */
-      atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  if (RESIL_UNLIKELY(layer_may_abandon(&L->desc))) {
+    o = enter_heap(ch, i, ctx, fn, arg);
+    return o;
   }
-  count_outcome(&L->c, &o);
+  frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
+             .clean_below = 0, .heap = 0};
+  if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
+    atomic_init(&f.par_calls, 0);
+    o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
+    /* Every call has returned, ordered by the policy's own lock. */
+    f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
+  } else {
+    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    if (f.clean_below) {
+      if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(o.kind, o.reason) &&
+                       L->desc.kind != RESIL_LAYER_HEDGE)) {
+        *clean = 1;
+        return o;
+      }
+      flush_clean(ch, i + 1);
+    }
+  }
+  if (RESIL_UNLIKELY(f.inner_calls > 1)) {
+    if (L->desc.kind == RESIL_LAYER_RETRY)
+      atomic_fetch_add_explicit(&L->c.retries, f.inner_calls - 1u,
+                                memory_order_relaxed);
+    else if (L->desc.kind == RESIL_LAYER_HEDGE)
+      atomic_fetch_add_explicit(&L->c.hedges, f.inner_calls - 1u,
+                                memory_order_relaxed);
+  }
+  if (L->desc.kind == RESIL_LAYER_HEDGE && f.inner_calls == 1)
+    atomic_fetch_add_explicit(&L->c.unhedged, 1, memory_order_relaxed);
+  if (o.kind == RESIL_REJECTED && f.inner_calls == 0)
+    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  else if (o.kind == RESIL_REJECTED && L->desc.kind == RESIL_LAYER_RETRY &&
+           (o.reason == RESIL_REASON_DEADLINE ||
+            o.reason == RESIL_REASON_RETRY_BUDGET))
+    /* A retry that refused its next attempt (deadline, budget). */
+    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  count_outcome(&L->c, o);
   return o;
 }
 
@@ -338,17 +415,34 @@ static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
-  resil_ctx lc;
-  const resil_ctx *c = resil__ctx_in(&lc, ctx);
-  if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn || !c))
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  resil_ctx local = *c;
+  resil_outcome o; /* the only value returned: built in the return slot */
+  if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn)) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    return o;
+  }
+  resil_ctx local;
+  if (ctx) {
+    resil_ctx lc;
+    const resil_ctx *c = resil__ctx_in(&lc, ctx);
+    if (RESIL_UNLIKELY(!c)) {
+      o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+      return o;
+    }
+    local = *c;
+  } else {
+    resil__ctx_defaults(&local);
+  }
   if (!local.clock) local.clock = ch->clock;
   if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
-  resil_outcome o = enter_layer(ch, 0, &local, fn, arg);
-  if (ch->fallback && !resil_outcome_is_success(&o))
-    apply_fallback(ch, arg, &local, &o);
+  int clean;
+  o = enter_layer(ch, 0, &local, fn, arg, &clean);
+  if (clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
+  if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o.kind, o.reason)) {
+    resil_outcome t = o;
+    if (!resil_outcome_is_success(&t)) apply_fallback(ch, arg, &local, &t);
+    o = t;
+  }
   return o;
 }
 
@@ -362,12 +456,16 @@ size_t resil_chain_layers(const resil_chain *ch) {
   return chain_valid(ch) ? ch->n : 0;
 }
 
-static void read_counters(const layer_counters *c, resil_layer_stats *out) {
+static void read_counters(const resil_chain *ch, const layer_counters *c,
+                          resil_layer_stats *out) {
   layer_counters *m = (layer_counters *)c;
   uint64_t cls[CLASS_SLOTS];
   uint64_t sum = 0;
   for (int k = 0; k < CLASS_SLOTS; k++) {
     cls[k] = atomic_load_explicit(&m->by_class[k], memory_order_relaxed);
+    if (k == RESIL_CLASS_SUCCESS)
+      cls[k] += atomic_load_explicit(&((resil_chain *)ch)->clean,
+                                     memory_order_relaxed);
     sum += cls[k];
   }
   memset(out, 0, sizeof *out);
@@ -392,9 +490,9 @@ resil_status resil_chain_layer_stats_sized(const resil_chain *ch, size_t i,
   if (!chain_valid(ch)) return RESIL_EMISUSE;
   if (!dst || i >= ch->n) return RESIL_EINVAL;
   resil_layer_stats out;
-  read_counters(&ch->layers[i].c, &out);
+  read_counters(ch, &ch->layers[i].c, &out);
   resil_layer_stats below;
-  read_counters(i + 1 < ch->n ? &ch->layers[i + 1].c : &ch->call, &below);
+  read_counters(ch, i + 1 < ch->n ? &ch->layers[i + 1].c : &ch->call, &below);
   out.attempts_out = below.calls_in;
   resil__sized_out(dst, n, &out, sizeof out);
   return RESIL_OK;
@@ -412,7 +510,7 @@ resil_status resil_chain_call_stats_sized(const resil_chain *ch,
   if (!chain_valid(ch)) return RESIL_EMISUSE;
   if (!dst) return RESIL_EINVAL;
   resil_layer_stats out;
-  read_counters(&ch->call, &out);
+  read_counters(ch, &ch->call, &out);
   out.attempts_out = out.calls_in;
   resil__sized_out(dst, n, &out, sizeof out);
   return RESIL_OK;

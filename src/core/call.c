@@ -7,21 +7,11 @@
 
 #include "internal.h"
 
-static void ctx_defaults(resil_ctx *ctx) {
-  ctx->struct_size = sizeof *ctx;
-  ctx->clock = NULL;
-  ctx->deadline_ns = RESIL_NO_DEADLINE;
-  ctx->cancel = NULL;
-  ctx->flags = 0;
-  ctx->attempt = 0;
-  ctx->user = NULL;
-  ctx->idempotency_key = NULL;
-}
 
 void resil_ctx_init_sized(resil_ctx *ctx, size_t struct_size) {
   if (!ctx) return;
   resil_ctx full;
-  ctx_defaults(&full);
+  resil__ctx_defaults(&full);
   resil__sized_out(ctx, struct_size, &full, sizeof full);
 }
 

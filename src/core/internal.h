@@ -110,6 +110,37 @@ static inline size_t resil__sized_size(const void *p) {
  * passes it through this before reading a field. */
 #define RESIL__CTX_MIN_SIZE (offsetof(resil_ctx, user) + sizeof(void *))
 const resil_ctx *resil__ctx_in_slow(resil_ctx *local, const resil_ctx *ctx);
+/* *o with stop and attempts set, built field by field: the caller's
+ * outcome is read with loads no wider than the stores that wrote it and
+ * never stored back and reloaded wider, so no load waits for a failed
+ * store-to-load forward (a whole-struct copy of a just-modified outcome costs
+ * two such stalls, more than the rest of a retry's fast path). */
+static inline resil_outcome resil__outcome_with_stop(const resil_outcome *o,
+                                                     resil_stop stop,
+                                                     uint32_t attempts) {
+  resil_outcome out;
+  out.kind = o->kind;
+  out.reason = o->reason;
+  out.http_status = o->http_status;
+  out.retry_after_ms = o->retry_after_ms;
+  out.flags = o->flags;
+  out.stop = stop;
+  out.attempts = attempts;
+  return out;
+}
+
+/* The defaults resil_ctx_init() gives, written into a full-size ctx (for
+ * the hot paths that stand in a default context for a NULL one). */
+static inline void resil__ctx_defaults(resil_ctx *ctx) {
+  ctx->struct_size = sizeof *ctx;
+  ctx->clock = NULL;
+  ctx->deadline_ns = RESIL_NO_DEADLINE;
+  ctx->cancel = NULL;
+  ctx->flags = 0;
+  ctx->attempt = 0;
+  ctx->user = NULL;
+  ctx->idempotency_key = NULL;
+}
 /* Inline so that the fast path (a full-size ctx) costs one compare on the
  * policies' hot paths. */
 static inline const resil_ctx *resil__ctx_in(resil_ctx *local,

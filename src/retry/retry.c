@@ -46,6 +46,9 @@ struct resil_retry {
   const resil_allocator *alloc;
   char *name;
   uint64_t seed_base;
+  /* The ctx a first attempt without a caller's ctx is made with: the
+   * defaults, the retry's clock, attempt 1 (read-only once made). */
+  resil_ctx first_ctx;
   /* Keeps the read-mostly fields above off the counters' cache lines. */
   char pad_[64];
   /* Written on the success fast path, by every thread. */
@@ -244,6 +247,9 @@ resil_status resil_retry_new(const resil_retry_config *ucfg, resil_retry **out,
   r->user = cfg->user;
   r->user_free = cfg->user_free;
   r->clock = cfg->clock;
+  resil__ctx_defaults(&r->first_ctx);
+  r->first_ctx.clock = r->clock;
+  r->first_ctx.attempt = 1;
   /* Different processes and instances must not jitter in lockstep: the
    * seed mixes the time of creation with the object's address. */
   const resil_clock *clk = resil__clock(cfg->clock);
@@ -697,6 +703,45 @@ static resil_decision run_attempt(resil_retry *r, resil_retry_state *st,
   return resil_retry_next_timed(r, st, &o, resil__now(clk) - t0, delay);
 }
 
+/* The attempts after the first one's decision d, then the final outcome. */
+static resil_outcome run_loop(resil_retry *r, resil_retry_state *st,
+                              resil_decision d, int64_t delay,
+                              resil_call_fn fn, void *arg) {
+  while (d != RESIL_DECISION_DENY) {
+    if (delay > 0 &&
+        resil_clock_sleep_ns(wait_clock(r, st), delay, st->ctx.cancel)) {
+      /* Woken by cancellation: the next attempt is not made. */
+      finish(r, st, RESIL_STOP_CANCELLED);
+      break;
+    }
+    d = run_attempt(r, st, fn, arg, &delay);
+  }
+  return st->result;
+}
+
+/* The fast path's first attempt did not end the call: the state begin()
+ * would have made, then the rest of the call. */
+__attribute__((noinline)) static resil_outcome
+run_rest(resil_retry *r, const resil_ctx *first, resil_call_fn fn, void *arg,
+         const resil_outcome *o) {
+  resil_retry_state st;
+  int64_t delay = 0;
+  st.ctx = *first;
+  state_init_rest(r, &st);
+  resil_decision d = resil_retry_next_timed(r, &st, o, 0, &delay);
+  return run_loop(r, &st, d, delay, fn, arg);
+}
+
+/* Budget, deadline, token or listener: begin() first. */
+__attribute__((noinline)) static resil_outcome
+run_full(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
+  resil_retry_state st;
+  int64_t delay = 0;
+  resil_decision d = begin(r, ctx, &st);
+  if (d != RESIL_DECISION_DENY) d = run_attempt(r, &st, fn, arg, &delay);
+  return run_loop(r, &st, d, delay, fn, arg);
+}
+
 resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
   if (RESIL_UNLIKELY(!valid(r) || !fn))
@@ -705,50 +750,27 @@ resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
   const resil_ctx *c = ctx;
   if (ctx && RESIL_UNLIKELY(!(c = resil__ctx_in(&lc, ctx))))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  resil_retry_state st;
-  resil_decision d;
-  int64_t delay = 0;
-  if (!r->budget && !r->on_attempt &&
-      (!c || (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel))) {
+  if (RESIL_LIKELY(!r->budget && !r->on_attempt &&
+                   (!c || (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel)))) {
     /* Fast path: with no budget, deadline, token or listener there is
      * nothing to check before the first attempt, and a plain success needs
-     * no state: no clock read, no allocation, no lock, one atomic add. */
+     * no state: no clock read, no allocation, no lock, one atomic add.
+     * Without a ctx the first attempt gets the retry's own constant one. */
+    const resil_ctx *first = &r->first_ctx;
     if (c) {
-      st.ctx = *c;
-    } else {
-      st.ctx.struct_size = sizeof st.ctx;
-      st.ctx.clock = r->clock;
-      st.ctx.deadline_ns = RESIL_NO_DEADLINE;
-      st.ctx.cancel = NULL;
-      st.ctx.flags = 0;
-      st.ctx.user = NULL;
-      st.ctx.idempotency_key = NULL;
+      lc = *c;
+      lc.attempt = 1;
+      first = &lc;
     }
-    st.ctx.attempt = 1;
-    resil_outcome o = fn(arg, &st.ctx);
+    resil_outcome o = fn(arg, first);
     if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK &&
                      !r->predicate)) {
       BUMP(r->ok_first, 1);
-      o.stop = RESIL_STOP_SUCCESS;
-      o.attempts = 1;
-      return o;
+      return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
     }
-    state_init_rest(r, &st);
-    d = resil_retry_next_timed(r, &st, &o, 0, &delay);
-  } else {
-    d = begin(r, ctx, &st);
-    if (d != RESIL_DECISION_DENY) d = run_attempt(r, &st, fn, arg, &delay);
+    return run_rest(r, first, fn, arg, &o);
   }
-  while (d != RESIL_DECISION_DENY) {
-    if (delay > 0 &&
-        resil_clock_sleep_ns(wait_clock(r, &st), delay, st.ctx.cancel)) {
-      /* Woken by cancellation: the next attempt is not made. */
-      finish(r, &st, RESIL_STOP_CANCELLED);
-      break;
-    }
-    d = run_attempt(r, &st, fn, arg, &delay);
-  }
-  return st.result;
+  return run_full(r, ctx, fn, arg);
 }
 
 resil_status resil_retry_get_stats_sized(const resil_retry *r,

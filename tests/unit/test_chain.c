@@ -410,9 +410,108 @@ static void frames_below_an_abandoning_layer_outlive_the_caller(void **state) {
   resil_chain_free(ch);
 }
 
+
+/* Turns the success from below into a failure when *(int *)policy is set. */
+static resil_outcome spoil_run(void *policy, const resil_ctx *ctx,
+                               resil_call_fn fn, void *arg) {
+  resil_outcome o = fn(arg, ctx);
+  if (*(int *)policy && resil_outcome_is_success(&o)) o = resil_outcome_failure();
+  return o;
+}
+
+/* Calls below twice, successes or not, and returns the second outcome. */
+static resil_outcome twice_run(void *policy, const resil_ctx *ctx,
+                               resil_call_fn fn, void *arg) {
+  (void)policy;
+  (void)fn(arg, ctx);
+  return fn(arg, ctx);
+}
+
+static void expect_layer(resil_chain *ch, size_t i, uint64_t in, uint64_t out,
+                         uint64_t ok, uint64_t answered) {
+  resil_layer_stats st;
+  if (i == SIZE_MAX)
+    assert_status(RESIL_OK, resil_chain_call_stats(ch, &st));
+  else
+    assert_status(RESIL_OK, resil_chain_layer_stats(ch, i, &st));
+  assert_int_equal(st.calls_in, in);
+  assert_int_equal(st.attempts_out, out);
+  assert_int_equal(st.successes, ok);
+  assert_int_equal(st.by_kind[RESIL_ANSWERED], answered);
+}
+
+/* A pass in which every layer makes one attempt and succeeds is counted
+ * once for the whole chain (one atomic add); the figures read must stay
+ * those of counting every layer, also when a later attempt, a layer that
+ * changes the outcome or a layer that calls twice makes such a pass part
+ * of a different logical call. */
+static void chain_counts_clean_passes_like_every_layer(void **state) {
+  (void)state;
+  int three = 3, spoil = 0, dummy = 0;
+  resil_chain *ch = make_chain(0, NULL, NULL);
+  resil_layer r = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_RETRY, .name = "r",
+                   .policy = &three, .run = again_run, .max_attempts = 3};
+  resil_layer b = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_BREAKER, .name = "b",
+                   .policy = &dummy, .run = pass_run};
+  resil_layer x = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_CUSTOM, .name = "x",
+                   .policy = &spoil, .run = spoil_run};
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &r));
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &b));
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &x));
+
+  /* Two clean calls. */
+  for (int k = 0; k < 2; k++) {
+    script s = {0};
+    resil_outcome o = resil_chain_run(ch, NULL, scripted, &s);
+    assert_true(resil_outcome_is_success(&o));
+  }
+  expect_layer(ch, 0, 2, 2, 2, 2);
+  expect_layer(ch, 1, 2, 2, 2, 2);
+  expect_layer(ch, 2, 2, 2, 2, 2);
+  expect_layer(ch, SIZE_MAX, 2, 2, 2, 2);
+
+  /* One failed attempt, then a clean pass below the retry. */
+  script s1 = {.fail_first = 1, .fail_with = resil_outcome_failure()};
+  resil_outcome o = resil_chain_run(ch, NULL, scripted, &s1);
+  assert_true(resil_outcome_is_success(&o));
+  expect_layer(ch, 0, 3, 4, 3, 3);
+  expect_layer(ch, 1, 4, 4, 3, 4);
+  expect_layer(ch, 2, 4, 4, 3, 4);
+  expect_layer(ch, SIZE_MAX, 4, 4, 3, 4);
+
+  /* The call succeeds, layer x fails it: every attempt is a failure above
+   * x, a success at the call. */
+  spoil = 1;
+  script s2 = {0};
+  o = resil_chain_run(ch, NULL, scripted, &s2);
+  assert_false(resil_outcome_is_success(&o));
+  assert_int_equal(s2.calls, 3);
+  expect_layer(ch, 0, 4, 7, 3, 4);
+  expect_layer(ch, 1, 7, 7, 3, 7);
+  expect_layer(ch, 2, 7, 7, 3, 7);
+  expect_layer(ch, SIZE_MAX, 7, 7, 6, 7);
+  resil_chain_free(ch);
+
+  /* A layer that calls twice after a first clean pass. */
+  ch = make_chain(0, NULL, NULL);
+  resil_layer t = {.struct_size = sizeof(resil_layer), .kind = RESIL_LAYER_CUSTOM, .name = "t",
+                   .policy = &dummy, .run = twice_run};
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &t));
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &b));
+  script s3 = {0};
+  o = resil_chain_run(ch, NULL, scripted, &s3);
+  assert_true(resil_outcome_is_success(&o));
+  assert_int_equal(s3.calls, 2);
+  expect_layer(ch, 0, 1, 2, 1, 1);
+  expect_layer(ch, 1, 2, 2, 2, 2);
+  expect_layer(ch, SIZE_MAX, 2, 2, 2, 2);
+  resil_chain_free(ch);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(chain_prints_nesting_and_counts_each_layer),
+      cmocka_unit_test(chain_counts_clean_passes_like_every_layer),
       cmocka_unit_test(chain_counts_rejections_of_the_refusing_layer),
       cmocka_unit_test(recommended_order_with_a_deadline_has_no_warning),
       cmocka_unit_test(fallback_tells_rejection_from_failure_and_never_fakes_success),

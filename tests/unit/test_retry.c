@@ -1908,10 +1908,74 @@ static void invalid_handles_are_reported_as_misuse(void **state) {
   assert_null(resil_retry_budget_name(NULL));
 }
 
+
+/* Records the clock each attempt's ctx names. */
+typedef struct clock_seen {
+  script s;
+  const resil_clock *clock[MAX_CALLS];
+} clock_seen;
+
+static resil_outcome clock_seen_fn(void *arg, const resil_ctx *ctx) {
+  clock_seen *c = arg;
+  if (c->s.calls < MAX_CALLS) c->clock[c->s.calls] = ctx->clock;
+  return script_fn(&c->s, ctx);
+}
+
+/* Without a ctx, the run form's first attempt gets the retry's constant
+ * ctx: attempt 1 on the retry's clock, the defaults otherwise; the attempts
+ * after it count on, and the next logical call starts at 1 again (the
+ * constant ctx is never written). */
+static void run_without_ctx_numbers_attempts_on_the_retrys_clock(void **state) {
+  (void)state;
+  env e;
+  env_init(&e);
+  resil_retry *r = env_retry(&e);
+  const resil_clock *mclk = resil_manual_clock_get(e.mc);
+  for (int k = 0; k < 2; k++) {
+    clock_seen c;
+    memset(&c, 0, sizeof c);
+    script_init(&c.s, e.mc);
+    script_push(&c.s, not_sent());
+    script_push(&c.s, resil_outcome_ok());
+    resil_outcome o = resil_retry_run(r, NULL, clock_seen_fn, &c);
+    assert_true(resil_outcome_is_success(&o));
+    assert_int_equal(o.stop, RESIL_STOP_SUCCESS);
+    assert_int_equal(o.attempts, 2);
+    assert_int_equal(c.s.calls, 2);
+    assert_int_equal(c.s.attempt_seen[0], 1);
+    assert_int_equal(c.s.attempt_seen[1], 2);
+    assert_ptr_equal(c.clock[0], mclk);
+    assert_ptr_equal(c.clock[1], mclk);
+    assert_int_equal(c.s.deadline_seen, RESIL_NO_DEADLINE);
+    assert_int_equal(c.s.flags_seen, 0);
+    assert_null(c.s.user_seen);
+  }
+  /* A plain success: one attempt, attempt 1, reported as such. */
+  clock_seen c;
+  memset(&c, 0, sizeof c);
+  script_init(&c.s, e.mc);
+  script_push(&c.s, resil_outcome_ok());
+  resil_outcome o = resil_retry_run(r, NULL, clock_seen_fn, &c);
+  assert_int_equal(o.stop, RESIL_STOP_SUCCESS);
+  assert_int_equal(o.attempts, 1);
+  assert_int_equal(o.retry_after_ms, -1);
+  assert_int_equal(c.s.attempt_seen[0], 1);
+  assert_ptr_equal(c.clock[0], mclk);
+  resil_retry_stats rs;
+  assert_status(RESIL_OK, resil_retry_get_stats(r, &rs));
+  assert_int_equal(rs.calls, 3);
+  assert_int_equal(rs.attempts, 5);
+  assert_int_equal(rs.successful_without_retry, 1);
+  assert_int_equal(rs.successful_with_retry, 2);
+  resil_retry_free(r);
+  env_free(&e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(config_init_writes_documented_defaults),
       cmocka_unit_test(max_attempts_counts_the_first_attempt),
+      cmocka_unit_test(run_without_ctx_numbers_attempts_on_the_retrys_clock),
       cmocka_unit_test(exponential_20ms_x2_waits_20_then_40_ms),
       cmocka_unit_test(fixed_wait_is_the_same_between_every_attempt),
       cmocka_unit_test(exponential_truncates_each_step_to_whole_ms_and_caps),
