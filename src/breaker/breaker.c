@@ -1134,16 +1134,15 @@ resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
                                 resil_call_fn fn, void *arg) {
   if (RESIL_UNLIKELY(!valid(br) || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  /* NULL gives the defaults (resil_ctx_init's) with the breaker's clock,
-   * built inline: a few stores instead of two calls. */
+  /* NULL gives the defaults (resil_ctx_init's, resil__ctx_defaults) with
+   * the breaker's clock, built inline: a few stores instead of two calls. */
   resil_ctx local;
   const resil_ctx *c;
   if (ctx) {
     c = resil__ctx_in(&local, ctx);
   } else {
-    local = (resil_ctx){.struct_size = sizeof local,
-                        .clock = br->clock,
-                        .deadline_ns = RESIL_NO_DEADLINE};
+    resil__ctx_defaults(&local);
+    local.clock = br->clock;
     c = &local;
   }
   if (RESIL_UNLIKELY(!c))
