@@ -139,14 +139,10 @@ static resil_status pg_fail(resil_store *s, pg_slot *c, const PGresult *r,
                            state ? state : "none");
 }
 
-/* Runs a command; *out (may be NULL) gets the result when it has the
- * expected status, otherwise the failure is reported. */
-static resil_status pg_run(resil_store *s, pg_slot *c, const char *sql, int n,
-                           const char *const *vals, const int *lens,
-                           const int *fmts, ExecStatusType want, PGresult **out,
-                           const char *what) {
-  PGresult *r = n ? PQexecParams(c->conn, sql, n, NULL, vals, lens, fmts, 1)
-                  : PQexecParams(c->conn, sql, 0, NULL, NULL, NULL, NULL, 1);
+/* The result r of a statement: RESIL_OK and *out = r (or cleared when out
+ * is NULL) when its status is `want`, else the failure (pg_fail). */
+static resil_status pg_result(resil_store *s, pg_slot *c, PGresult *r, ExecStatusType want,
+                              PGresult **out, const char *what) {
   if (!r || PQresultStatus(r) != want) {
     resil_status st = pg_fail(s, c, r, what);
     PQclear(r);
@@ -157,6 +153,17 @@ static resil_status pg_run(resil_store *s, pg_slot *c, const char *sql, int n,
   else
     PQclear(r);
   return RESIL_OK;
+}
+
+/* Runs a command; *out (may be NULL) gets the result when it has the
+ * expected status, otherwise the failure is reported. */
+static resil_status pg_run(resil_store *s, pg_slot *c, const char *sql, int n,
+                           const char *const *vals, const int *lens,
+                           const int *fmts, ExecStatusType want, PGresult **out,
+                           const char *what) {
+  PGresult *r = n ? PQexecParams(c->conn, sql, n, NULL, vals, lens, fmts, 1)
+                  : PQexecParams(c->conn, sql, 0, NULL, NULL, NULL, NULL, 1);
+  return pg_result(s, c, r, want, out, what);
 }
 
 /* Prepares stmt_sql[q] in this session unless it already is. */
@@ -181,17 +188,8 @@ static resil_status pg_run_q(resil_store *s, pg_slot *c, int q, int n,
   char name[32];
   resil_status st = pg_prepare(s, c, q, name, sizeof name);
   if (st) return st;
-  PGresult *r = PQexecPrepared(c->conn, name, n, vals, lens, fmts, 1);
-  if (!r || PQresultStatus(r) != want) {
-    st = pg_fail(s, c, r, what);
-    PQclear(r);
-    return st;
-  }
-  if (out)
-    *out = r;
-  else
-    PQclear(r);
-  return RESIL_OK;
+  return pg_result(s, c, PQexecPrepared(c->conn, name, n, vals, lens, fmts, 1), want, out,
+                   what);
 }
 
 static resil_status pg_cmd(resil_store *s, pg_slot *c, const char *sql, const char *what) {
