@@ -1130,6 +1130,24 @@ resil_status resil_breaker_release(resil_breaker *br,
   return RESIL_OK;
 }
 
+/* The run form's record: t0 and t1 read as now_run reads them, t1 when the
+ * call ended (it also places the result in a time window read on the same
+ * kind of reading, and dates a transition when it is precise). */
+static inline void record_run(resil_breaker *br,
+                                const resil_breaker_permit *permit,
+                                const resil_outcome *o, int64_t t0, int64_t t1) {
+  record(br, permit, classify(o), t1 - t0 >= br->slow_ns, t1,
+         br->slow_coarse == br->window_coarse,
+         br->slow_coarse ? RESIL__NO_NOW : t1);
+}
+
+void resil__breaker_record_run(resil_breaker *br,
+                               const resil_breaker_permit *permit,
+                               const resil_outcome *o, int64_t t0, int64_t t1) {
+  if (RESIL_UNLIKELY(!valid(br) || !permit || !o)) return;
+  record_run(br, permit, o, t0, t1);
+}
+
 resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
                                 resil_call_fn fn, void *arg) {
   if (RESIL_UNLIKELY(!valid(br) || !fn))
@@ -1152,11 +1170,7 @@ resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
     return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
   int64_t t0 = now_run(br);
   resil_outcome o = fn(arg, c);
-  int64_t t1 = now_run(br);
-  int64_t d = t1 - t0;
-  record(br, &permit, classify(&o), d >= br->slow_ns, t1,
-         br->slow_coarse == br->window_coarse,
-         br->slow_coarse ? RESIL__NO_NOW : t1);
+  record_run(br, &permit, &o, t0, now_run(br));
   return o;
 }
 

@@ -421,6 +421,14 @@ resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
   if (!ctx) lc.clock = rl->clock; /* c == &lc: the defaults */
   resil_reason why;
   if (acquire_wait(rl, 1, c, NULL, &why) == RESIL_DECISION_GO) return fn(arg, c);
+  return resil__ratelimiter_refused(why);
+}
+
+int resil__ratelimiter_coarse(const resil_ratelimiter *rl) {
+  return rl && rl->magic == RESIL_MAGIC_RATELIM && rl->coarse;
+}
+
+resil_outcome resil__ratelimiter_refused(resil_reason why) {
   switch (why) {
   case RESIL_REASON_DEADLINE:
   case RESIL_REASON_RATE_LIMITED:
