@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "breaker/breaker_int.h"
+#include "chain/chain_int.h"
 #include "core/internal.h"
+#include "ratelimit/ratelimit_int.h"
 #include "resil/chain.h"
 #include "resil/hedge.h"
 
@@ -25,10 +28,21 @@ typedef struct layer_counters {
   _Atomic uint64_t unhedged;
 } layer_counters;
 
+/* A library breaker or rate limiter (added by resil_chain_add_breaker or
+ * _ratelimiter): run through its internal now-taking entry points, with
+ * clock readings handed between layers (enter_layer). */
+enum { LAYER_GENERIC = 0, LAYER_BREAKER_AT = 1, LAYER_RATELIMITER_AT = 2 };
+
 typedef struct chain_layer {
   resil_layer desc; /* label and name point into owned copies */
   char *label;
   char *name;
+  /* LAYER_*_AT: the policy's clock, and whether the layer reads it coarse
+   * (resil__breaker_coarse_durations, resil__ratelimiter_coarse). Both are
+   * fixed when the policy is created. */
+  int at;
+  int coarse;
+  const resil_clock *clk;
   layer_counters c;
 } chain_layer;
 
@@ -168,6 +182,16 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
   L->desc = *layer;
   L->desc.label = L->label;
   L->desc.name = L->name;
+  if (layer->run == resil__chain_run_breaker) {
+    L->at = LAYER_BREAKER_AT;
+    L->clk = resil__breaker_clock(layer->policy);
+    L->coarse = resil__breaker_coarse_durations(layer->policy);
+  } else if (layer->run == resil__chain_run_ratelimiter) {
+    L->at = LAYER_RATELIMITER_AT;
+    L->clk = resil__ratelimiter_clock(layer->policy);
+    L->coarse = resil__ratelimiter_coarse(layer->policy);
+  }
+  if (!L->clk) L->at = LAYER_GENERIC; /* not a valid policy: its run says so */
   if (L->desc.max_attempts == 0) L->desc.max_attempts = 1;
   if (L->desc.kind != RESIL_LAYER_HEDGE) {
     L->desc.max_hedges = 0;
@@ -191,6 +215,15 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
  * is heap-allocated and reference-counted: freed by whichever of the
  * caller and the abandoned task finishes last. */
 
+/* A clock reading taken by layer i right before it entered layer i + 1
+ * (nothing in between): layer i + 1 may use it as its own reading of the
+ * start of its call. coarse: a coarse reading of a clock that has one. */
+typedef struct reading {
+  int64_t now;
+  const resil_clock *clk;
+  int coarse;
+} reading;
+
 typedef struct frame {
   resil_chain *ch;
   size_t i; /* layer whose attempts this frame's trampoline makes */
@@ -199,6 +232,8 @@ typedef struct frame {
   uint32_t inner_calls;
   /* Stack frames: the last call below was a clean pass not yet counted. */
   int clean_below;
+  /* Set by a LAYER_BREAKER_AT layer for the one call it makes. */
+  const reading *hand;
   /* A hedging HEDGE layer's calls, made from several threads at once. */
   _Atomic uint32_t par_calls;
   /* Heap frames only. */
@@ -242,7 +277,8 @@ static void flush_clean(resil_chain *ch, size_t i) {
  * made one attempt each and all returned SUCCESS, and none of them counted
  * it: the caller counts it (ch->clean) or flushes it (flush_clean). */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg, int *clean);
+                                 resil_call_fn fn, void *arg, int *clean,
+                                 const reading *hand);
 
 /* Enters layer i counting everything at once (heap frames, parallel
  * attempts). */
@@ -250,7 +286,7 @@ static resil_outcome enter_counted(resil_chain *ch, size_t i,
                                    const resil_ctx *ctx, resil_call_fn fn,
                                    void *arg) {
   int clean;
-  resil_outcome o = enter_layer(ch, i, ctx, fn, arg, &clean);
+  resil_outcome o = enter_layer(ch, i, ctx, fn, arg, &clean, NULL);
   if (clean) flush_clean(ch, i);
   return o;
 }
@@ -268,7 +304,8 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
   f->inner_calls++;
   /* A later attempt: the earlier clean pass was not the logical call's. */
   if (RESIL_UNLIKELY(f->clean_below)) flush_clean(f->ch, f->i + 1);
-  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg, &f->clean_below);
+  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg, &f->clean_below,
+                     f->hand);
 }
 
 /* A heap frame's protected call (below a layer that may abandon it). */
@@ -310,6 +347,8 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   f->fn = fn;
   f->arg = arg;
   f->inner_calls = 0;
+  f->clean_below = 0;
+  f->hand = NULL;
   atomic_init(&f->refs, 2);
   atomic_init(&f->started, 0);
   if (L->desc.run_owned) {
@@ -332,10 +371,71 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   return o;
 }
 
+static inline int64_t layer_now(const chain_layer *L) {
+  return L->coarse ? resil__coarse_now(L->clk) : resil__now(L->clk);
+}
+
+/* resil_breaker_run's work (ctx, acquire, the call timed, record) on the
+ * breaker's internal entry points, so that the reading taken right before
+ * the call is handed to the layer below it (a rate limiter on the same
+ * clock then reads no clock). ctx is not NULL. */
+static resil_outcome run_breaker_at(chain_layer *L, const resil_ctx *ctx,
+                                    frame *f) {
+  resil_outcome o;
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  resil_breaker *br = L->desc.policy;
+  resil_breaker_permit permit;
+  if (RESIL_UNLIKELY(!c)) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  } else if (RESIL_UNLIKELY(resil__breaker_acquire_at(br, &permit, RESIL__NO_NOW) !=
+                            RESIL_DECISION_GO)) {
+    o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+  } else {
+    reading r = {.now = layer_now(L), .clk = L->clk,
+                 .coarse = L->coarse && L->clk->coarse_ns != NULL};
+    f->hand = &r;
+    o = trampoline(f, c);
+    f->hand = NULL;
+    resil__breaker_record_run(br, &permit, &o, r.now, layer_now(L));
+  }
+  return o;
+}
+
+/* resil_ratelimiter_run's work; `hand` (may be NULL) is used as the
+ * limiter's reading when it is one of the limiter's clock and as fresh as
+ * the limiter needs: precise, or coarse for a coarse limiter and a ctx
+ * without a deadline (which would be checked against it). Otherwise the
+ * limiter reads its clock itself. ctx is not NULL. */
+static resil_outcome run_ratelimiter_at(chain_layer *L, const resil_ctx *ctx,
+                                        frame *f, const reading *hand) {
+  resil_outcome o;
+  resil_ctx lc;
+  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  resil_ratelimiter *rl = L->desc.policy;
+  resil_reason why = RESIL_REASON_LOCAL_ERROR;
+  resil_decision d;
+  if (RESIL_UNLIKELY(!c))
+    d = RESIL_DECISION_DENY;
+  else if (hand && hand->clk == L->clk &&
+           (!hand->coarse ||
+            (L->coarse && c->deadline_ns == RESIL_NO_DEADLINE)))
+    d = resil__ratelimiter_acquire_at(rl, 1, c, hand->now, &why);
+  else
+    d = resil_ratelimiter_acquire(rl, 1, c, &why);
+  if (RESIL_LIKELY(d == RESIL_DECISION_GO))
+    o = trampoline(f, c);
+  else
+    o = resil__ratelimiter_refused(why);
+  return o;
+}
+
 /* One variable `o` is returned on every path, so each layer's outcome is
- * built in the caller's return slot, not copied on the way out. */
+ * built in the caller's return slot, not copied on the way out. hand: a
+ * reading the layer above took right before entering this one, or NULL. */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg, int *clean) {
+                                 resil_call_fn fn, void *arg, int *clean,
+                                 const reading *hand) {
   resil_outcome o;
   *clean = 0;
   if (i == ch->n) {
@@ -352,14 +452,19 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
     return o;
   }
   frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
-             .clean_below = 0, .heap = 0};
+             .clean_below = 0, .hand = NULL, .heap = 0};
   if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
     atomic_init(&f.par_calls, 0);
     o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
     /* Every call has returned, ordered by the policy's own lock. */
     f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
   } else {
-    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    if (L->at == LAYER_BREAKER_AT && ctx)
+      o = run_breaker_at(L, ctx, &f);
+    else if (L->at == LAYER_RATELIMITER_AT && ctx)
+      o = run_ratelimiter_at(L, ctx, &f, hand);
+    else
+      o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
     if (f.clean_below) {
       if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(o.kind, o.reason) &&
                        L->desc.kind != RESIL_LAYER_HEDGE)) {
@@ -436,7 +541,7 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
   if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
   int clean;
-  o = enter_layer(ch, 0, &local, fn, arg, &clean);
+  o = enter_layer(ch, 0, &local, fn, arg, &clean, NULL);
   if (clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
   if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o.kind, o.reason)) {
     resil_outcome t = o;
