@@ -37,15 +37,13 @@ const resil_clock *resil__breaker_clock(const resil_breaker *br);
  * (its resolution is at most 1 % of slow_call_duration_ns), as
  * resil_breaker_run does; 0 when they need precise readings. */
 int resil__breaker_coarse_durations(const resil_breaker *br);
-/* resil_breaker_run's record (Since 0.2), for a caller that makes the call
- * itself between a permit from resil__breaker_acquire_at and this: t0 and
- * t1 are readings of the breaker's clock taken right before and right after
- * the call, coarse (resil__coarse_now) when resil__breaker_coarse_durations
- * is 1, precise (resil__now) when it is 0. The duration is t1 - t0; t1 also
- * places the result in a time window and dates what it causes, exactly as
- * in resil_breaker_run. */
-void resil__breaker_record_run(resil_breaker *br,
-                               const resil_breaker_permit *permit,
-                               const resil_outcome *o, int64_t t0, int64_t t1);
+/* resil_breaker_run (Since 0.2) that also stores the reading it takes
+ * right before calling fn (the start of the call's duration, coarse when
+ * resil__breaker_coarse_durations is 1, precise otherwise) in *t0_out
+ * before calling fn, so that fn may use it as its own reading of the
+ * breaker's clock. */
+resil_outcome resil__breaker_run_at(resil_breaker *br, const resil_ctx *ctx,
+                                    resil_call_fn fn, void *arg,
+                                    int64_t *t0_out);
 
 #endif

@@ -217,12 +217,26 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
 
 /* A clock reading taken by layer i right before it entered layer i + 1
  * (nothing in between): layer i + 1 may use it as its own reading of the
- * start of its call. coarse: a coarse reading of a clock that has one. */
+ * start of its call. coarse: a coarse reading of a clock that has one.
+ * Only a library breaker hands one down (resil__breaker_run_at) and only a
+ * library rate limiter right below it uses one: the breaker's record then
+ * uses its own reading after the call, which also ends the duration. */
 typedef struct reading {
   int64_t now;
   const resil_clock *clk;
   int coarse;
 } reading;
+
+/* What a layer's caller (the layer above, or resil_chain_run) shares with
+ * it: one pointer argument of enter_layer. */
+typedef struct link {
+  /* Set by the layer: layers i.. and the call made one attempt each, all
+   * returned SUCCESS, and none of them counted it: the caller counts it
+   * (ch->clean) or flushes it (flush_clean). */
+  int clean;
+  /* Set by the caller (NULL: none): a reading for the layer's use. */
+  const reading *hand;
+} link;
 
 typedef struct frame {
   resil_chain *ch;
@@ -230,10 +244,10 @@ typedef struct frame {
   resil_call_fn fn;
   void *arg;
   uint32_t inner_calls;
-  /* Stack frames: the last call below was a clean pass not yet counted. */
-  int clean_below;
-  /* Set by a LAYER_BREAKER_AT layer for the one call it makes. */
-  const reading *hand;
+  /* Stack frames: below.clean: the last call below was a clean pass not
+   * yet counted; below.hand: while a LAYER_BREAKER_AT layer makes its one
+   * call, its reading. */
+  link below;
   /* A hedging HEDGE layer's calls, made from several threads at once. */
   _Atomic uint32_t par_calls;
   /* Heap frames only. */
@@ -273,21 +287,18 @@ static void flush_clean(resil_chain *ch, size_t i) {
                             memory_order_relaxed);
 }
 
-/* Enters layer i (the call for i == n). *clean set: layers i.. and the call
- * made one attempt each and all returned SUCCESS, and none of them counted
- * it: the caller counts it (ch->clean) or flushes it (flush_clean). */
+/* Enters layer i (the call for i == n); up->clean is set as link says. */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg, int *clean,
-                                 const reading *hand);
+                                 resil_call_fn fn, void *arg, link *up);
 
 /* Enters layer i counting everything at once (heap frames, parallel
  * attempts). */
 static resil_outcome enter_counted(resil_chain *ch, size_t i,
                                    const resil_ctx *ctx, resil_call_fn fn,
                                    void *arg) {
-  int clean;
-  resil_outcome o = enter_layer(ch, i, ctx, fn, arg, &clean, NULL);
-  if (clean) flush_clean(ch, i);
+  link up = {.clean = 0, .hand = NULL};
+  resil_outcome o = enter_layer(ch, i, ctx, fn, arg, &up);
+  if (up.clean) flush_clean(ch, i);
   return o;
 }
 
@@ -303,9 +314,8 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
   frame *f = p;
   f->inner_calls++;
   /* A later attempt: the earlier clean pass was not the logical call's. */
-  if (RESIL_UNLIKELY(f->clean_below)) flush_clean(f->ch, f->i + 1);
-  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg, &f->clean_below,
-                     f->hand);
+  if (RESIL_UNLIKELY(f->below.clean)) flush_clean(f->ch, f->i + 1);
+  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg, &f->below);
 }
 
 /* A heap frame's protected call (below a layer that may abandon it). */
@@ -347,8 +357,8 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   f->fn = fn;
   f->arg = arg;
   f->inner_calls = 0;
-  f->clean_below = 0;
-  f->hand = NULL;
+  f->below.clean = 0;
+  f->below.hand = NULL;
   atomic_init(&f->refs, 2);
   atomic_init(&f->started, 0);
   if (L->desc.run_owned) {
@@ -371,77 +381,30 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   return o;
 }
 
-static inline int64_t layer_now(const chain_layer *L) {
-  return L->coarse ? resil__coarse_now(L->clk) : resil__now(L->clk);
-}
-
-/* resil_breaker_run's work (ctx, acquire, the call timed, record) on the
- * breaker's internal entry points, so that the reading taken right before
- * the call is handed to the layer below it (a rate limiter on the same
- * clock then reads no clock). ctx is not NULL. */
-static resil_outcome run_breaker_at(chain_layer *L, const resil_ctx *ctx,
-                                    frame *f) {
-  resil_outcome o;
-  resil_ctx lc;
-  const resil_ctx *c = resil__ctx_in(&lc, ctx);
-  resil_breaker *br = L->desc.policy;
-  resil_breaker_permit permit;
-  if (RESIL_UNLIKELY(!c)) {
-    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  } else if (RESIL_UNLIKELY(resil__breaker_acquire_at(br, &permit, RESIL__NO_NOW) !=
-                            RESIL_DECISION_GO)) {
-    o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
-  } else {
-    reading r = {.now = layer_now(L), .clk = L->clk,
-                 .coarse = L->coarse && L->clk->coarse_ns != NULL};
-    f->hand = &r;
-    o = trampoline(f, c);
-    f->hand = NULL;
-    resil__breaker_record_run(br, &permit, &o, r.now, layer_now(L));
-  }
-  return o;
-}
-
-/* resil_ratelimiter_run's work; `hand` (may be NULL) is used as the
- * limiter's reading when it is one of the limiter's clock and as fresh as
- * the limiter needs: precise, or coarse for a coarse limiter and a ctx
- * without a deadline (which would be checked against it). Otherwise the
- * limiter reads its clock itself. ctx is not NULL. */
-static resil_outcome run_ratelimiter_at(chain_layer *L, const resil_ctx *ctx,
-                                        frame *f, const reading *hand) {
-  resil_outcome o;
-  resil_ctx lc;
-  const resil_ctx *c = resil__ctx_in(&lc, ctx);
-  resil_ratelimiter *rl = L->desc.policy;
-  resil_reason why = RESIL_REASON_LOCAL_ERROR;
-  resil_decision d;
-  if (RESIL_UNLIKELY(!c))
-    d = RESIL_DECISION_DENY;
-  else if (hand && hand->clk == L->clk &&
-           (!hand->coarse ||
-            (L->coarse && c->deadline_ns == RESIL_NO_DEADLINE)))
-    d = resil__ratelimiter_acquire_at(rl, 1, c, hand->now, &why);
-  else
-    d = resil_ratelimiter_acquire(rl, 1, c, &why);
-  if (RESIL_LIKELY(d == RESIL_DECISION_GO))
-    o = trampoline(f, c);
-  else
-    o = resil__ratelimiter_refused(why);
-  return o;
+/* `hand`, taken by the layer above right before entering this rate
+ * limiter, is as good as the limiter's own reading: the limiter's clock,
+ * and precise, or coarse for a limiter that reads coarse and a ctx without
+ * a deadline (a deadline is checked against the reading). */
+static inline int hand_fits_ratelimiter(const chain_layer *L,
+                                        const reading *hand,
+                                        const resil_ctx *ctx) {
+  return hand->clk == L->clk &&
+         (!hand->coarse ||
+          (L->coarse && (!ctx || (ctx->struct_size == sizeof *ctx &&
+                                  ctx->deadline_ns == RESIL_NO_DEADLINE))));
 }
 
 /* One variable `o` is returned on every path, so each layer's outcome is
- * built in the caller's return slot, not copied on the way out. hand: a
- * reading the layer above took right before entering this one, or NULL. */
+ * built in the caller's return slot, not copied on the way out. up->hand:
+ * a reading the layer above took right before entering this one, or NULL. */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg, int *clean,
-                                 const reading *hand) {
+                                 resil_call_fn fn, void *arg, link *up) {
   resil_outcome o;
-  *clean = 0;
+  up->clean = 0;
   if (i == ch->n) {
     o = fn(arg, ctx);
     if (RESIL_LIKELY(plain_success(o.kind, o.reason)))
-      *clean = 1;
+      up->clean = 1;
     else
       count_outcome(&ch->call, o);
     return o;
@@ -452,23 +415,32 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
     return o;
   }
   frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
-             .clean_below = 0, .hand = NULL, .heap = 0};
+             .below = {.clean = 0, .hand = NULL}, .heap = 0};
   if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
     atomic_init(&f.par_calls, 0);
     o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
     /* Every call has returned, ordered by the policy's own lock. */
     f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
   } else {
-    if (L->at == LAYER_BREAKER_AT && ctx)
-      o = run_breaker_at(L, ctx, &f);
-    else if (L->at == LAYER_RATELIMITER_AT && ctx)
-      o = run_ratelimiter_at(L, ctx, &f, hand);
-    else
+    if (L->at == LAYER_BREAKER_AT) {
+      /* resil_breaker_run, handing its reading before the call (the start
+       * of the call's duration) to the layer below. */
+      reading rd;
+      rd.clk = L->clk;
+      rd.coarse = L->coarse && L->clk->coarse_ns != NULL;
+      f.below.hand = &rd;
+      o = resil__breaker_run_at(L->desc.policy, ctx, trampoline, &f, &rd.now);
+    } else if (L->at == LAYER_RATELIMITER_AT && up->hand &&
+               hand_fits_ratelimiter(L, up->hand, ctx)) {
+      o = resil__ratelimiter_run_at(L->desc.policy, ctx, trampoline, &f,
+                                    up->hand->now);
+    } else {
       o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
-    if (f.clean_below) {
+    }
+    if (f.below.clean) {
       if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(o.kind, o.reason) &&
                        L->desc.kind != RESIL_LAYER_HEDGE)) {
-        *clean = 1;
+        up->clean = 1;
         return o;
       }
       flush_clean(ch, i + 1);
@@ -540,9 +512,9 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
   if (!local.clock) local.clock = ch->clock;
   if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
-  int clean;
-  o = enter_layer(ch, 0, &local, fn, arg, &clean, NULL);
-  if (clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
+  link top = {.clean = 0, .hand = NULL};
+  o = enter_layer(ch, 0, &local, fn, arg, &top);
+  if (top.clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
   if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o.kind, o.reason)) {
     resil_outcome t = o;
     if (!resil_outcome_is_success(&t)) apply_fallback(ch, arg, &local, &t);

@@ -412,23 +412,42 @@ const resil_clock *resil__ratelimiter_clock(const resil_ratelimiter *rl) {
   return rl && rl->magic == RESIL_MAGIC_RATELIM ? rl->clock : NULL;
 }
 
-resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
-                                    resil_call_fn fn, void *arg) {
+static resil_outcome refused(resil_reason why);
+
+/* resil_ratelimiter_run; now: a reading as resil__ratelimiter_acquire_at
+ * takes one, or NULL (the limiter reads its clock). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline resil_outcome run_impl(resil_ratelimiter *rl, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg,
+                                     const int64_t *now) {
   resil_ctx lc;
   const resil_ctx *c = resil__ctx_in(&lc, ctx);
   if (!fn || !rl || rl->magic != RESIL_MAGIC_RATELIM || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   if (!ctx) lc.clock = rl->clock; /* c == &lc: the defaults */
   resil_reason why;
-  if (acquire_wait(rl, 1, c, NULL, &why) == RESIL_DECISION_GO) return fn(arg, c);
-  return resil__ratelimiter_refused(why);
+  if (acquire_wait(rl, 1, c, now, &why) == RESIL_DECISION_GO) return fn(arg, c);
+  return refused(why);
+}
+
+resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
+                                    resil_call_fn fn, void *arg) {
+  return run_impl(rl, ctx, fn, arg, NULL);
+}
+
+resil_outcome resil__ratelimiter_run_at(resil_ratelimiter *rl,
+                                        const resil_ctx *ctx, resil_call_fn fn,
+                                        void *arg, int64_t now) {
+  return run_impl(rl, ctx, fn, arg, &now);
 }
 
 int resil__ratelimiter_coarse(const resil_ratelimiter *rl) {
   return rl && rl->magic == RESIL_MAGIC_RATELIM && rl->coarse;
 }
 
-resil_outcome resil__ratelimiter_refused(resil_reason why) {
+static resil_outcome refused(resil_reason why) {
   switch (why) {
   case RESIL_REASON_DEADLINE:
   case RESIL_REASON_RATE_LIMITED:
