@@ -151,6 +151,10 @@ static void assert_same(side *a, side *b, resil_outcome oa, resil_outcome ob,
  * and whether it fails. Slow calls and failures open the breaker; time
  * between calls crosses the limiter's 500 ms cycles and the breaker's 2 s
  * open wait. */
+/* before_ms: to the start of the limiter's next cycle (both sides' clocks
+ * and limiters started at 0). */
+#define TO_CYCLE (-1)
+
 static void run_script(int coarse, const resil_ctx *ctx_in_chain) {
   side a, b;
   side_new(&a, coarse);
@@ -164,11 +168,20 @@ static void run_script(int coarse, const resil_ctx *ctx_in_chain) {
       {2500, 1500, 0}, {0, 0, 0},   {2100, 5, 0},  {0, 0, 0},    {0, 0, 0},
       {499, 0, 0},   {1, 0, 0},     {0, 0, 0},     {0, 0, 0},    {250, 2000, 1},
       {0, 0, 1},     {0, 0, 0},     {3000, 0, 0},  {0, 3000, 0}, {499, 0, 0},
+      /* Two permits taken, then a call exactly at the next cycle's start:
+       * a reading 1 ns older finds the old cycle empty. */
+      {3000, 0, 0},  {0, 0, 0},     {0, 0, 0},     {TO_CYCLE, 0, 0},
+      {0, 0, 0},     {0, 0, 0},     {TO_CYCLE, 0, 0},
   };
   long chain_reads = 0, direct_reads = 0;
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-    resil_manual_clock_advance_ns(a.clk.mc, RESIL_MS(steps[i].before_ms));
-    resil_manual_clock_advance_ns(b.clk.mc, RESIL_MS(steps[i].before_ms));
+    int64_t before = RESIL_MS(steps[i].before_ms);
+    if (steps[i].before_ms == TO_CYCLE) {
+      int64_t t = a.clk.inner->now_ns(a.clk.inner->self);
+      before = RESIL_MS(500) - t % RESIL_MS(500);
+    }
+    resil_manual_clock_advance_ns(a.clk.mc, before);
+    resil_manual_clock_advance_ns(b.clk.mc, before);
     a.call_takes_ns = b.call_takes_ns = RESIL_MS(steps[i].takes_ms);
     a.call_fails = b.call_fails = steps[i].fails;
     long ra = a.clk.reads, rb = b.clk.reads;
