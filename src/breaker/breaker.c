@@ -21,8 +21,9 @@
  *     per-call buffer) and delivered to listeners after it is released, on
  *     the calling thread, from a snapshot of the listener list.
  *   - Clock readings are taken only where needed (never by a CLOSED acquire
- *     or a count-window record that reaches no threshold); the chain hands
- *     its own reading to the internal entry points of breaker_int.h. */
+ *     or a count-window record that reaches no threshold); a chain runs a
+ *     breaker layer through resil__breaker_run_at (breaker_int.h), which
+ *     hands the reading it takes before the call to the layer below. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>

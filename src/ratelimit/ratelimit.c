@@ -28,9 +28,10 @@
  * The hot path (a permit is free) is one clock read (coarse for periods of
  * 1 s and more on Linux, see rl_now), two atomic loads, one
  * compare-and-swap and one relaxed counter increment, and no division
- * (cycle_of). A refusal writes nothing to the state. The chain, which
- * reads the clock once per call, passes its reading to the internal
- * entry points of ratelimit_int.h instead. */
+ * (cycle_of). A refusal writes nothing to the state. A chain whose
+ * breaker layer sits directly above the limiter on the same clock passes
+ * the breaker's reading to resil__ratelimiter_run_at (ratelimit_int.h)
+ * instead, when it is as fresh as the limiter needs. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
