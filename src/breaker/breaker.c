@@ -21,8 +21,9 @@
  *     per-call buffer) and delivered to listeners after it is released, on
  *     the calling thread, from a snapshot of the listener list.
  *   - Clock readings are taken only where needed (never by a CLOSED acquire
- *     or a count-window record that reaches no threshold); the chain hands
- *     its own reading to the internal entry points of breaker_int.h. */
+ *     or a count-window record that reaches no threshold); a chain runs a
+ *     breaker layer through resil__breaker_run_at (breaker_int.h), which
+ *     hands the reading it takes before the call to the layer below. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -1130,8 +1131,23 @@ resil_status resil_breaker_release(resil_breaker *br,
   return RESIL_OK;
 }
 
-resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
-                                resil_call_fn fn, void *arg) {
+/* The run form's record: t0 and t1 read as now_run reads them, t1 when the
+ * call ended (it also places the result in a time window read on the same
+ * kind of reading, and dates a transition when it is precise). */
+static RESIL_ALWAYS_INLINE void record_run(resil_breaker *br,
+                                const resil_breaker_permit *permit,
+                                const resil_outcome *o, int64_t t0, int64_t t1) {
+  record(br, permit, classify(o), t1 - t0 >= br->slow_ns, t1,
+         br->slow_coarse == br->window_coarse,
+         br->slow_coarse ? RESIL__NO_NOW : t1);
+}
+
+/* resil_breaker_run; t0_out (NULL: none) receives the reading taken right
+ * before the call, before the call is made. */
+static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
+                                                  const resil_ctx *ctx,
+                                                  resil_call_fn fn, void *arg,
+                                                  int64_t *t0_out) {
   if (RESIL_UNLIKELY(!valid(br) || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   /* NULL gives the defaults (resil_ctx_init's, resil__ctx_defaults) with
@@ -1151,13 +1167,21 @@ resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
   if (!acquire(br, &permit, RESIL__NO_NOW))
     return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
   int64_t t0 = now_run(br);
+  if (t0_out) *t0_out = t0;
   resil_outcome o = fn(arg, c);
-  int64_t t1 = now_run(br);
-  int64_t d = t1 - t0;
-  record(br, &permit, classify(&o), d >= br->slow_ns, t1,
-         br->slow_coarse == br->window_coarse,
-         br->slow_coarse ? RESIL__NO_NOW : t1);
+  record_run(br, &permit, &o, t0, now_run(br));
   return o;
+}
+
+resil_outcome resil_breaker_run(resil_breaker *br, const resil_ctx *ctx,
+                                resil_call_fn fn, void *arg) {
+  return run_impl(br, ctx, fn, arg, NULL);
+}
+
+resil_outcome resil__breaker_run_at(resil_breaker *br, const resil_ctx *ctx,
+                                    resil_call_fn fn, void *arg,
+                                    int64_t *t0_out) {
+  return run_impl(br, ctx, fn, arg, t0_out);
 }
 
 /* ---- state, transitions, reset ------------------------------------------- */

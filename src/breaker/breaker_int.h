@@ -37,5 +37,13 @@ const resil_clock *resil__breaker_clock(const resil_breaker *br);
  * (its resolution is at most 1 % of slow_call_duration_ns), as
  * resil_breaker_run does; 0 when they need precise readings. */
 int resil__breaker_coarse_durations(const resil_breaker *br);
+/* resil_breaker_run (Since 0.2) that also stores the reading it takes
+ * right before calling fn (the start of the call's duration, coarse when
+ * resil__breaker_coarse_durations is 1, precise otherwise) in *t0_out
+ * before calling fn, so that fn may use it as its own reading of the
+ * breaker's clock. */
+resil_outcome resil__breaker_run_at(resil_breaker *br, const resil_ctx *ctx,
+                                    resil_call_fn fn, void *arg,
+                                    int64_t *t0_out);
 
 #endif

@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "breaker/breaker_int.h"
+#include "chain/chain_int.h"
 #include "core/internal.h"
+#include "ratelimit/ratelimit_int.h"
 #include "resil/chain.h"
 #include "resil/hedge.h"
 
@@ -25,10 +28,21 @@ typedef struct layer_counters {
   _Atomic uint64_t unhedged;
 } layer_counters;
 
+/* A library breaker or rate limiter (added by resil_chain_add_breaker or
+ * _ratelimiter): run through its internal now-taking entry points, with
+ * clock readings handed between layers (enter_layer). */
+enum { LAYER_GENERIC = 0, LAYER_BREAKER_AT = 1, LAYER_RATELIMITER_AT = 2 };
+
 typedef struct chain_layer {
   resil_layer desc; /* label and name point into owned copies */
   char *label;
   char *name;
+  /* LAYER_*_AT: the policy's clock, and whether the layer reads it coarse
+   * (resil__breaker_coarse_durations, resil__ratelimiter_coarse). Both are
+   * fixed when the policy is created. */
+  int at;
+  int coarse;
+  const resil_clock *clk;
   layer_counters c;
 } chain_layer;
 
@@ -168,6 +182,16 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
   L->desc = *layer;
   L->desc.label = L->label;
   L->desc.name = L->name;
+  if (layer->run == resil__chain_run_breaker) {
+    L->at = LAYER_BREAKER_AT;
+    L->clk = resil__breaker_clock(layer->policy);
+    L->coarse = resil__breaker_coarse_durations(layer->policy);
+  } else if (layer->run == resil__chain_run_ratelimiter) {
+    L->at = LAYER_RATELIMITER_AT;
+    L->clk = resil__ratelimiter_clock(layer->policy);
+    L->coarse = resil__ratelimiter_coarse(layer->policy);
+  }
+  if (!L->clk) L->at = LAYER_GENERIC; /* not a valid policy: its run says so */
   if (L->desc.max_attempts == 0) L->desc.max_attempts = 1;
   if (L->desc.kind != RESIL_LAYER_HEDGE) {
     L->desc.max_hedges = 0;
@@ -191,14 +215,39 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
  * is heap-allocated and reference-counted: freed by whichever of the
  * caller and the abandoned task finishes last. */
 
+/* A clock reading taken by layer i right before it entered layer i + 1
+ * (nothing in between): layer i + 1 may use it as its own reading of the
+ * start of its call. coarse: a coarse reading of a clock that has one.
+ * Only a library breaker hands one down (resil__breaker_run_at) and only a
+ * library rate limiter right below it uses one: the breaker's record then
+ * uses its own reading after the call, which also ends the duration. */
+typedef struct reading {
+  int64_t now;
+  const resil_clock *clk;
+  int coarse;
+} reading;
+
+/* What a layer's caller (the layer above, or resil_chain_run) shares with
+ * it: one pointer argument of enter_layer. */
+typedef struct link {
+  /* Set by the layer: layers i.. and the call made one attempt each, all
+   * returned SUCCESS, and none of them counted it: the caller counts it
+   * (ch->clean) or flushes it (flush_clean). */
+  int clean;
+  /* Set by the caller (NULL: none): a reading for the layer's use. */
+  const reading *hand;
+} link;
+
 typedef struct frame {
   resil_chain *ch;
   size_t i; /* layer whose attempts this frame's trampoline makes */
   resil_call_fn fn;
   void *arg;
   uint32_t inner_calls;
-  /* Stack frames: the last call below was a clean pass not yet counted. */
-  int clean_below;
+  /* Stack frames: below.clean: the last call below was a clean pass not
+   * yet counted; below.hand: while a LAYER_BREAKER_AT layer makes its one
+   * call, its reading. */
+  link below;
   /* A hedging HEDGE layer's calls, made from several threads at once. */
   _Atomic uint32_t par_calls;
   /* Heap frames only. */
@@ -238,20 +287,18 @@ static void flush_clean(resil_chain *ch, size_t i) {
                             memory_order_relaxed);
 }
 
-/* Enters layer i (the call for i == n). *clean set: layers i.. and the call
- * made one attempt each and all returned SUCCESS, and none of them counted
- * it: the caller counts it (ch->clean) or flushes it (flush_clean). */
+/* Enters layer i (the call for i == n); up->clean is set as link says. */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg, int *clean);
+                                 resil_call_fn fn, void *arg, link *up);
 
 /* Enters layer i counting everything at once (heap frames, parallel
  * attempts). */
 static resil_outcome enter_counted(resil_chain *ch, size_t i,
                                    const resil_ctx *ctx, resil_call_fn fn,
                                    void *arg) {
-  int clean;
-  resil_outcome o = enter_layer(ch, i, ctx, fn, arg, &clean);
-  if (clean) flush_clean(ch, i);
+  link up = {.clean = 0, .hand = NULL};
+  resil_outcome o = enter_layer(ch, i, ctx, fn, arg, &up);
+  if (up.clean) flush_clean(ch, i);
   return o;
 }
 
@@ -267,8 +314,8 @@ static resil_outcome trampoline(void *p, const resil_ctx *ctx) {
   frame *f = p;
   f->inner_calls++;
   /* A later attempt: the earlier clean pass was not the logical call's. */
-  if (RESIL_UNLIKELY(f->clean_below)) flush_clean(f->ch, f->i + 1);
-  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg, &f->clean_below);
+  if (RESIL_UNLIKELY(f->below.clean)) flush_clean(f->ch, f->i + 1);
+  return enter_layer(f->ch, f->i + 1, ctx, f->fn, f->arg, &f->below);
 }
 
 /* A heap frame's protected call (below a layer that may abandon it). */
@@ -310,6 +357,8 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   f->fn = fn;
   f->arg = arg;
   f->inner_calls = 0;
+  f->below.clean = 0;
+  f->below.hand = NULL;
   atomic_init(&f->refs, 2);
   atomic_init(&f->started, 0);
   if (L->desc.run_owned) {
@@ -332,16 +381,30 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   return o;
 }
 
+/* `hand`, taken by the layer above right before entering this rate
+ * limiter, is as good as the limiter's own reading: the limiter's clock,
+ * and precise, or coarse for a limiter that reads coarse and a ctx without
+ * a deadline (a deadline is checked against the reading). */
+static inline int hand_fits_ratelimiter(const chain_layer *L,
+                                        const reading *hand,
+                                        const resil_ctx *ctx) {
+  return hand->clk == L->clk &&
+         (!hand->coarse ||
+          (L->coarse && (!ctx || (ctx->struct_size == sizeof *ctx &&
+                                  ctx->deadline_ns == RESIL_NO_DEADLINE))));
+}
+
 /* One variable `o` is returned on every path, so each layer's outcome is
- * built in the caller's return slot, not copied on the way out. */
+ * built in the caller's return slot, not copied on the way out. up->hand:
+ * a reading the layer above took right before entering this one, or NULL. */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg, int *clean) {
+                                 resil_call_fn fn, void *arg, link *up) {
   resil_outcome o;
-  *clean = 0;
+  up->clean = 0;
   if (i == ch->n) {
     o = fn(arg, ctx);
     if (RESIL_LIKELY(plain_success(o.kind, o.reason)))
-      *clean = 1;
+      up->clean = 1;
     else
       count_outcome(&ch->call, o);
     return o;
@@ -352,18 +415,32 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
     return o;
   }
   frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
-             .clean_below = 0, .heap = 0};
+             .below = {.clean = 0, .hand = NULL}, .heap = 0};
   if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
     atomic_init(&f.par_calls, 0);
     o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
     /* Every call has returned, ordered by the policy's own lock. */
     f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
   } else {
-    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
-    if (f.clean_below) {
+    if (L->at == LAYER_BREAKER_AT) {
+      /* resil_breaker_run, handing its reading before the call (the start
+       * of the call's duration) to the layer below. */
+      reading rd;
+      rd.clk = L->clk;
+      rd.coarse = L->coarse && L->clk->coarse_ns != NULL;
+      f.below.hand = &rd;
+      o = resil__breaker_run_at(L->desc.policy, ctx, trampoline, &f, &rd.now);
+    } else if (L->at == LAYER_RATELIMITER_AT && up->hand &&
+               hand_fits_ratelimiter(L, up->hand, ctx)) {
+      o = resil__ratelimiter_run_at(L->desc.policy, ctx, trampoline, &f,
+                                    up->hand->now);
+    } else {
+      o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    }
+    if (f.below.clean) {
       if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(o.kind, o.reason) &&
                        L->desc.kind != RESIL_LAYER_HEDGE)) {
-        *clean = 1;
+        up->clean = 1;
         return o;
       }
       flush_clean(ch, i + 1);
@@ -435,9 +512,9 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
   if (!local.clock) local.clock = ch->clock;
   if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
-  int clean;
-  o = enter_layer(ch, 0, &local, fn, arg, &clean);
-  if (clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
+  link top = {.clean = 0, .hand = NULL};
+  o = enter_layer(ch, 0, &local, fn, arg, &top);
+  if (top.clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
   if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o.kind, o.reason)) {
     resil_outcome t = o;
     if (!resil_outcome_is_success(&t)) apply_fallback(ch, arg, &local, &t);

@@ -7,18 +7,19 @@
 #include "resil/ratelimit.h"
 #include "resil/retry.h"
 #include "resil/timelimit.h"
+#include "chain/chain_int.h"
 #include "retry/retry_int.h"
 
 static resil_outcome run_retry(void *p, const resil_ctx *ctx, resil_call_fn fn,
                                void *arg) {
   return resil_retry_run(p, ctx, fn, arg);
 }
-static resil_outcome run_breaker(void *p, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg) {
+resil_outcome resil__chain_run_breaker(void *p, const resil_ctx *ctx,
+                                       resil_call_fn fn, void *arg) {
   return resil_breaker_run(p, ctx, fn, arg);
 }
-static resil_outcome run_ratelimiter(void *p, const resil_ctx *ctx,
-                                     resil_call_fn fn, void *arg) {
+resil_outcome resil__chain_run_ratelimiter(void *p, const resil_ctx *ctx,
+                                           resil_call_fn fn, void *arg) {
   return resil_ratelimiter_run(p, ctx, fn, arg);
 }
 static resil_outcome run_timelimiter(void *p, const resil_ctx *ctx,
@@ -66,12 +67,12 @@ resil_status resil_chain_add_retry(resil_chain *ch, resil_retry *p) {
 
 resil_status resil_chain_add_breaker(resil_chain *ch, resil_breaker *p) {
   return add(ch, RESIL_LAYER_BREAKER, p, p ? resil_breaker_name(p) : NULL,
-             run_breaker);
+             resil__chain_run_breaker);
 }
 
 resil_status resil_chain_add_ratelimiter(resil_chain *ch, resil_ratelimiter *p) {
   return add(ch, RESIL_LAYER_RATELIMITER, p, p ? resil_ratelimiter_name(p) : NULL,
-             run_ratelimiter);
+             resil__chain_run_ratelimiter);
 }
 
 resil_status resil_chain_add_timelimiter(resil_chain *ch, resil_timelimiter *p) {

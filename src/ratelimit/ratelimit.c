@@ -28,9 +28,10 @@
  * The hot path (a permit is free) is one clock read (coarse for periods of
  * 1 s and more on Linux, see rl_now), two atomic loads, one
  * compare-and-swap and one relaxed counter increment, and no division
- * (cycle_of). A refusal writes nothing to the state. The chain, which
- * reads the clock once per call, passes its reading to the internal
- * entry points of ratelimit_int.h instead. */
+ * (cycle_of). A refusal writes nothing to the state. A chain whose
+ * breaker layer sits directly above the limiter on the same clock passes
+ * the breaker's reading to resil__ratelimiter_run_at (ratelimit_int.h)
+ * instead, when it is as fresh as the limiter needs. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -412,15 +413,42 @@ const resil_clock *resil__ratelimiter_clock(const resil_ratelimiter *rl) {
   return rl && rl->magic == RESIL_MAGIC_RATELIM ? rl->clock : NULL;
 }
 
-resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
-                                    resil_call_fn fn, void *arg) {
+static resil_outcome refused(resil_reason why);
+
+/* resil_ratelimiter_run; now: a reading as resil__ratelimiter_acquire_at
+ * takes one, or NULL (the limiter reads its clock). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline resil_outcome run_impl(resil_ratelimiter *rl, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg,
+                                     const int64_t *now) {
   resil_ctx lc;
   const resil_ctx *c = resil__ctx_in(&lc, ctx);
   if (!fn || !rl || rl->magic != RESIL_MAGIC_RATELIM || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   if (!ctx) lc.clock = rl->clock; /* c == &lc: the defaults */
   resil_reason why;
-  if (acquire_wait(rl, 1, c, NULL, &why) == RESIL_DECISION_GO) return fn(arg, c);
+  if (acquire_wait(rl, 1, c, now, &why) == RESIL_DECISION_GO) return fn(arg, c);
+  return refused(why);
+}
+
+resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
+                                    resil_call_fn fn, void *arg) {
+  return run_impl(rl, ctx, fn, arg, NULL);
+}
+
+resil_outcome resil__ratelimiter_run_at(resil_ratelimiter *rl,
+                                        const resil_ctx *ctx, resil_call_fn fn,
+                                        void *arg, int64_t now) {
+  return run_impl(rl, ctx, fn, arg, &now);
+}
+
+int resil__ratelimiter_coarse(const resil_ratelimiter *rl) {
+  return rl && rl->magic == RESIL_MAGIC_RATELIM && rl->coarse;
+}
+
+static resil_outcome refused(resil_reason why) {
   switch (why) {
   case RESIL_REASON_DEADLINE:
   case RESIL_REASON_RATE_LIMITED:

@@ -25,5 +25,14 @@ resil_decision resil__ratelimiter_acquire_at(resil_ratelimiter *rl, int permits,
                                              resil_reason *why);
 /* The limiter's clock (never NULL for a valid limiter; NULL otherwise). */
 const resil_clock *resil__ratelimiter_clock(const resil_ratelimiter *rl);
+/* 1 when the limiter reads its cycles on its clock's coarse reading (then
+ * a coarse reading of that clock is as good a `now` as its own, for a ctx
+ * without a deadline on that clock); 0 otherwise (Since 0.2). */
+int resil__ratelimiter_coarse(const resil_ratelimiter *rl);
+/* resil_ratelimiter_run with `now` as in resil__ratelimiter_acquire_at
+ * (Since 0.2). */
+resil_outcome resil__ratelimiter_run_at(resil_ratelimiter *rl,
+                                        const resil_ctx *ctx, resil_call_fn fn,
+                                        void *arg, int64_t now);
 
 #endif
