@@ -64,7 +64,8 @@
  *     from the sample and the percentile would sink). Hedges' own
  *     durations are not learnt.
  *   - events (Since 0.2): begin, on_timer and record tell the config's
- *     on_event listener what they decided (resil_hedge_event), so the
+ *     on_event listener, and those added by resil_hedge_listener_add, what
+ *     they decided (resil_hedge_event), so the
  *     engine and the run forms report the same events without a word of
  *     their own.
  *
@@ -73,7 +74,9 @@
  * resil_hedge_call belongs to its caller: one thread at a time. begin and
  * on_timer take no lock (the cached delay is one atomic load; a budget
  * withdrawal takes the budget's lock); record takes the hedge's lock when
- * it feeds the tracker (percentile mode only).
+ * it feeds the tracker (percentile mode only). An event for listeners
+ * added by resil_hedge_listener_add takes the listener list's lock twice,
+ * briefly, never while a listener runs.
  *
  * Create/free pair: resil_hedge_new / resil_hedge_free. */
 #ifndef RESIL_HEDGE_H
@@ -99,6 +102,8 @@ typedef struct resil_threadpool resil_threadpool;
 
 #define RESIL_HEDGE_MAX_HEDGES 16
 #define RESIL_HEDGE_MAX_WINDOW 4096
+/* Listeners resil_hedge_listener_add may add to one hedge. Since 0.2. */
+#define RESIL_HEDGE_MAX_LISTENERS 8
 
 /* Outcome classes that do not win by default: NOT_SENT, UNKNOWN, 5xx,
  * 408/425/429 and REJECTED. So a 2xx, a 3xx and a 4xx other than
@@ -323,6 +328,29 @@ RESIL_API resil_status resil_hedge_new(const resil_hedge_config *cfg,
                                        resil_hedge **out, resil_error *err);
 /* NULL is a no-op. Since 0.2. */
 RESIL_API void resil_hedge_free(resil_hedge *h);
+
+/* Adds a listener called for every later event, after the config's
+ * on_event (if any), on the same thread and under the same rules (no lock
+ * of the hedge held while it runs; it must not free the hedge). May be
+ * called from any thread while the hedge is in use: a call under way sees
+ * the listener from its next event on. The same fn/user pair may be added
+ * more than once (then called once per registration). Returns RESIL_OK,
+ * RESIL_EINVAL (fn NULL), RESIL_ESTATE (already RESIL_HEDGE_MAX_LISTENERS
+ * listeners) or RESIL_EMISUSE (NULL handle). Since 0.2. */
+RESIL_API resil_status resil_hedge_listener_add(resil_hedge *h,
+                                                resil_hedge_event_fn fn,
+                                                void *user);
+
+/* Removes one registration of fn/user. When it returns the listener is not
+ * running and will not be called again, so `user` may be freed -- except
+ * when called from inside a hedge listener, where it cannot wait for
+ * deliveries already under way on other threads. It waits for every
+ * delivery under way when it was called (of any listener of this hedge).
+ * Returns RESIL_OK, RESIL_EINVAL (not registered) or RESIL_EMISUSE.
+ * Since 0.2. */
+RESIL_API resil_status resil_hedge_listener_remove(resil_hedge *h,
+                                                   resil_hedge_event_fn fn,
+                                                   void *user);
 
 /* Begins one logical call; the caller starts the primary attempt whatever
  * the answer. Counts the call. ctx may be NULL (flags 0: not hedged).

@@ -667,6 +667,45 @@ static void hedge_split_form_tells_its_listener_every_event(void **state) {
   resil_retry_budget_free(b);
 }
 
+/* Listeners added after creation (resil_hedge_listener_add): called after
+ * the config's, once per registration, gone once removed; misuse codes. */
+static void hedge_listeners_added_after_creation_get_every_event(void **state) {
+  (void)state;
+  ev_log cfgl, l1, l2;
+  memset(&cfgl, 0, sizeof cfgl);
+  memset(&l1, 0, sizeof l1);
+  memset(&l2, 0, sizeof l2);
+  resil_hedge_config cfg = base();
+  cfg.on_event = on_ev;
+  cfg.on_event_user = &cfgl;
+  resil_hedge *h = make(&cfg);
+  resil_ctx post = ctx_with(0);
+  resil_hedge_call hc;
+  assert_status(RESIL_EMISUSE, resil_hedge_listener_add(NULL, on_ev, &l1));
+  assert_status(RESIL_EINVAL, resil_hedge_listener_add(h, NULL, &l1));
+  assert_status(RESIL_EMISUSE, resil_hedge_listener_remove(NULL, on_ev, &l1));
+  assert_status(RESIL_EINVAL, resil_hedge_listener_remove(h, on_ev, &l1));
+  assert_status(RESIL_OK, resil_hedge_listener_add(h, on_ev, &l1));
+  assert_status(RESIL_OK, resil_hedge_listener_add(h, on_ev, &l2));
+  assert_status(RESIL_OK, resil_hedge_listener_add(h, on_ev, &l2));
+  assert_int_equal(resil_hedge_begin(h, &post, &hc, NULL), RESIL_DECISION_DENY);
+  assert_int_equal(cfgl.n, 1);
+  assert_int_equal(l1.n, 1);
+  assert_int_equal(l2.n, 2); /* twice registered, twice called */
+  assert_int_equal(l1.ev[0].kind, RESIL_HEDGE_EVENT_PASSED_UNSAFE);
+  assert_status(RESIL_OK, resil_hedge_listener_remove(h, on_ev, &l2));
+  assert_status(RESIL_OK, resil_hedge_listener_remove(h, on_ev, &l1));
+  assert_int_equal(resil_hedge_begin(h, &post, &hc, NULL), RESIL_DECISION_DENY);
+  assert_int_equal(cfgl.n, 2);
+  assert_int_equal(l1.n, 1);
+  assert_int_equal(l2.n, 3);
+  assert_status(RESIL_OK, resil_hedge_listener_remove(h, on_ev, &l2));
+  for (int i = 0; i < RESIL_HEDGE_MAX_LISTENERS; i++)
+    assert_status(RESIL_OK, resil_hedge_listener_add(h, on_ev, &l1));
+  assert_status(RESIL_ESTATE, resil_hedge_listener_add(h, on_ev, &l1));
+  resil_hedge_free(h);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -682,6 +721,7 @@ int main(void) {
       T(hedge_misuse_fails_closed_and_counts_nothing),
       T(hedge_allocation_failures_leak_nothing),
       T(hedge_split_form_tells_its_listener_every_event),
+      T(hedge_listeners_added_after_creation_get_every_event),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);
