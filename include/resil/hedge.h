@@ -122,7 +122,9 @@ typedef struct resil_threadpool resil_threadpool;
  * would cancel the transfer that is doing the work and report a failure
  * for a write that may commit. A definitive 4xx (400, 422 to the request
  * itself) is not lost: every transfer gets it, and when none is acceptable
- * the call ends with the last one's outcome (RESIL_HEDGE_LAST). */
+ * the call ends with the last one's outcome (RESIL_HEDGE_LAST), unless an
+ * attempt ended maybe executed without an answer: then with that one
+ * (resil_hedge_record). */
 #define RESIL_HEDGE_DEFAULT_KEYED_UNACCEPTABLE                                  \
   (RESIL_HEDGE_DEFAULT_UNACCEPTABLE | RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR))
 
@@ -285,6 +287,16 @@ typedef struct resil_hedge_call {
   /* Since 0.2: the delay begin or on_timer last handed out (-1: none), the
    * one a SENT event reports. A caller compiled without it reports 0. */
   int64_t delay_ns;
+  /* Since 0.2: once resil_hedge_record returned WINNER or LAST, the outcome
+   * the call ends with (deliver this one) and the 1-based attempt it came
+   * from: the winner's; for LAST, the first attempt that ended maybe
+   * executed without an answer if any did, else the last attempt's (the
+   * rule at resil_hedge_record). While the call runs: that first
+   * maybe-executed attempt so far (result_attempt 0: none yet). A caller
+   * compiled without these fields cannot keep it, and its call ends with
+   * the last attempt's outcome. */
+  uint32_t result_attempt;
+  resil_outcome result;
 } resil_hedge_call;
 
 #define RESIL_HEDGE_CALL_SAFE 0x1u    /* may be hedged                       */
@@ -307,8 +319,9 @@ typedef enum resil_hedge_verdict {
    * in flight (counted as cancelled_losers now; their records, if any, are
    * IGNORED). */
   RESIL_HEDGE_WINNER = 2,
-  /* Not acceptable and nothing else in flight: the call ends with this
-   * outcome; disarm the timer. */
+  /* Not acceptable and nothing else in flight: the call ends with
+   * call->result (this outcome, or an earlier attempt's maybe-executed one:
+   * resil_hedge_record); disarm the timer. */
   RESIL_HEDGE_LAST = 3
 } resil_hedge_verdict;
 
@@ -387,7 +400,19 @@ RESIL_API resil_decision resil_hedge_on_timer(resil_hedge *h,
  * duration_ns. Returns the verdict (above), updating *call and the
  * counters. Whether *o wins is resil_hedge_acceptable(h, call, o): the one
  * acceptance rule, for the split form (the async engine) and
- * resil_hedge_run_on alike. Since 0.2. */
+ * resil_hedge_run_on alike.
+ *
+ * The outcome a call without a winner ends with (call->result on LAST):
+ * when no attempt was acceptable and some attempt ended maybe executed
+ * without an answer (resil_outcome_maybe_executed and not ANSWERED: an
+ * UNKNOWN such as a timeout after the request was sent), the call ends with
+ * the first such outcome, whatever the others answered; the answers (a 4xx
+ * such as 409 "key still PENDING", a 5xx) are losers then, their responses
+ * not delivered. Only when none did does it end with the last attempt's
+ * outcome. Why: a late 409 from a hedge says the key is in use, not that
+ * the write failed; delivering it would hide that the primary's write may
+ * have committed. The engine and resil_hedge_run_on deliver call->result.
+ * Since 0.2. */
 RESIL_API resil_hedge_verdict resil_hedge_record(resil_hedge *h,
                                                  resil_hedge_call *call,
                                                  uint32_t attempt,

@@ -470,9 +470,19 @@ resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
     if (o->kind == RESIL_ANSWERED) learn(h, duration_ns);
   }
   resil_hedge_verdict v = RESIL_HEDGE_KEEP_WAITING;
-  if (acceptable(h, full.state, o)) {
+  int ok = acceptable(h, full.state, o);
+  /* The first maybe-executed end without an answer is kept: a call with no
+   * winner ends with it (hedge.h, resil_hedge_record). */
+  if (!ok && full.result_attempt == 0 && o->kind != RESIL_ANSWERED &&
+      resil_outcome_maybe_executed(o)) {
+    full.result_attempt = attempt;
+    full.result = *o;
+  }
+  if (ok) {
     v = RESIL_HEDGE_WINNER;
     full.winner = attempt;
+    full.result_attempt = attempt;
+    full.result = *o;
     if (attempt > 1) {
       bump(&h->hedges_won);
       if (full.state & RESIL_HEDGE_CALL_PRIMARY) {
@@ -485,6 +495,10 @@ resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
                               memory_order_relaxed);
   } else if (full.in_flight == 0) {
     v = RESIL_HEDGE_LAST;
+    if (full.result_attempt == 0) {
+      full.result_attempt = attempt;
+      full.result = *o;
+    }
   }
   if (v != RESIL_HEDGE_KEEP_WAITING)
     full.state |= RESIL_HEDGE_CALL_OVER | RESIL_HEDGE_CALL_NO_MORE;
