@@ -395,6 +395,73 @@ static void hedge_run_on_pool_reports_sent_won_and_the_cancelled_primary(void **
   pthread_mutex_destroy(&r.mu);
 }
 
+/* ---- listeners added and removed while events fire ---------------------- */
+
+typedef struct churn {
+  resil_hedge *h;
+  _Atomic int stop;
+  _Atomic long seen[2];
+  _Atomic int removed[2]; /* set after resil_hedge_listener_remove returned */
+  _Atomic long late;      /* calls of a listener after its removal returned */
+} churn;
+
+typedef struct churn_user {
+  churn *c;
+  int i;
+} churn_user;
+
+static void churn_ev(void *user, const resil_hedge_event *ev) {
+  churn_user *u = user;
+  (void)ev;
+  if (atomic_load(&u->c->removed[u->i])) atomic_fetch_add(&u->c->late, 1);
+  atomic_fetch_add(&u->c->seen[u->i], 1);
+}
+
+static void *churn_caller(void *p) {
+  churn *c = p;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx); /* unkeyed: every begin is one PASSED_UNSAFE event */
+  while (!atomic_load(&c->stop)) {
+    resil_hedge_call hc;
+    (void)resil_hedge_begin(c->h, &ctx, &hc, NULL);
+  }
+  return NULL;
+}
+
+/* Callers fire events while listeners are added and removed: once remove
+ * returned the listener is never called again (so its user may be freed),
+ * and a listener added is called (TSan checks the list's accesses). */
+static void hedge_listener_add_remove_while_events_fire(void **state) {
+  (void)state;
+  resil_hedge_config cfg;
+  resil_hedge_config_init(&cfg);
+  churn c;
+  memset(&c, 0, sizeof c);
+  assert_status(RESIL_OK, resil_hedge_new(&cfg, &c.h, NULL));
+  churn_user u[2] = {{&c, 0}, {&c, 1}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&t[i], NULL, churn_caller, &c), 0);
+  for (int round = 0; round < 200; round++) {
+    for (int i = 0; i < 2; i++) {
+      atomic_store(&c.removed[i], 0);
+      assert_status(RESIL_OK, resil_hedge_listener_add(c.h, churn_ev, &u[i]));
+    }
+    long before = atomic_load(&c.seen[0]);
+    for (int k = 0; k < 1000 && atomic_load(&c.seen[0]) == before; k++) test_sleep_ms(1);
+    for (int i = 0; i < 2; i++) {
+      assert_status(RESIL_OK, resil_hedge_listener_remove(c.h, churn_ev, &u[i]));
+      atomic_store(&c.removed[i], 1);
+    }
+  }
+  atomic_store(&c.stop, 1);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  assert_int_equal(atomic_load(&c.late), 0);
+  assert_true(atomic_load(&c.seen[0]) >= 200);
+  assert_true(atomic_load(&c.seen[1]) > 0);
+  assert_status(RESIL_EINVAL, resil_hedge_listener_remove(c.h, churn_ev, &u[0]));
+  resil_hedge_free(c.h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hedge_counters_add_up_under_concurrent_calls),
@@ -402,6 +469,7 @@ int main(void) {
       cmocka_unit_test(hedge_run_on_pool_fast_primary_and_caller_cancel),
       cmocka_unit_test(hedge_run_on_pool_keyed_409_does_not_win),
       cmocka_unit_test(hedge_run_on_pool_keyed_unknown_is_not_hidden_by_a_late_409),
+      cmocka_unit_test(hedge_listener_add_remove_while_events_fire),
       cmocka_unit_test(hedge_run_on_pool_reports_sent_won_and_the_cancelled_primary),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
