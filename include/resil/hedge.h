@@ -41,7 +41,7 @@
  *   on attempt n ending with outcome o after d ns:
  *     switch (resil_hedge_record(h, &hc, n, d, &o)) {
  *     case RESIL_HEDGE_WINNER: disarm; cancel the others; deliver o; break;
- *     case RESIL_HEDGE_LAST:   disarm; deliver o; break; // none acceptable
+ *     case RESIL_HEDGE_LAST:   disarm; deliver hc.result; break; // none acceptable
  *     case RESIL_HEDGE_KEEP_WAITING: break;               // others in flight
  *     case RESIL_HEDGE_IGNORED: break;                    // call already over
  *     }
@@ -56,6 +56,8 @@
  *     (RESIL_HEDGE_LAST; failures are a retry layer's business, not the
  *     hedge's). So at most 1 + max_hedges attempts per call, in flight or
  *     in total.
+ *   - what a call no attempt won ends with: resil_hedge_record's rule
+ *     (hc.result: the first maybe-executed UNKNOWN, else the last outcome).
  *   - a budget refusal ends hedging for that call (counted once).
  *   - the latency tracker learns the primary attempt's duration when it
  *     ends ANSWERED (any status), and, when a hedge wins while the primary
@@ -447,7 +449,8 @@ RESIL_API resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
  * own token (the caller's ctx->cancel, polled every millisecond, is passed
  * on to every attempt). Hedge k is started k delays after the primary while
  * an attempt is in flight (delays measured in real time, CLOCK_MONOTONIC);
- * the first acceptable outcome is returned. The other attempts are
+ * the first acceptable outcome is returned (none acceptable: the call's
+ * result, resil_hedge_record's rule). The other attempts are
  * cancelled through their tokens at once, and the run returns after every
  * attempt it started has returned (so arg may live on the caller's stack):
  * fn should honour ctx->cancel promptly, or the losers hold the caller

@@ -722,8 +722,10 @@ static void start_transfer(resil_engine_handle *call) {
  * once its request is on the wire, the client's response timeout, as the
  * primary's `at`; ending it so is an end like any other (UNKNOWN(TIMEOUT)
  * once sent). Every end is recorded (resil_hedge_record, whose acceptance
- * rule is the policy's): WINNER or LAST ends the attempt with that
- * outcome and response, and the transfers still in flight are removed
+ * rule is the policy's): WINNER or LAST ends the attempt with the
+ * policy's result (hc.result, hedge_result: the winner, or for LAST the
+ * first UNKNOWN of the attempt's transfers, else the last one) and that
+ * transfer's response, and the transfers still in flight are removed
  * from the multi handle at once as losers (UNKNOWN(CANCELLED) to the
  * client's counters and log, their breaker permits released
  * unrecorded; the policy counts them); KEEP_WAITING waits for the others.
