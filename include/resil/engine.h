@@ -196,7 +196,10 @@ typedef struct resil_engine_policies {
    * it is in flight. The attempt ends at the first acceptable answer
    * (resil_hedge_acceptable: for a keyed call only a 2xx or 3xx by
    * default, never a 409 PENDING), or, when every transfer ended without
-   * one, with the last one's outcome (hedge.h, RESIL_HEDGE_LAST). The
+   * one, with the policy's result (hedge.h, resil_hedge_record): the first
+   * UNKNOWN among them (maybe executed, no answer; then no response is
+   * delivered unless it was the primary's), else the last one's outcome
+   * and response. The
    * deadline and a cancel remove every transfer. The engine's calls are not
    * chain calls: hedges are counted by the policy (resil_hedge_get_metrics)
    * and by the engine (resil_engine_get_stats), not by

@@ -48,8 +48,9 @@
  *
  * Adapters attach the sink to the existing listeners in one line each:
  *   resil_breaker_listener_add(br, resil_event_breaker_listener, sink);
- *   hedge_cfg.on_event = resil_event_hedge_listener;
- *   hedge_cfg.on_event_user = sink;
+ *   resil_hedge_listener_add(h, resil_event_hedge_listener, sink);
+ *     (or hedge_cfg.on_event = resil_event_hedge_listener and
+ *      hedge_cfg.on_event_user = sink at creation)
  *   retry_cfg.on_attempt = resil_event_attempt_listener;
  *   retry_cfg.on_attempt_user = sink;     (also resil_http_client_config)
  *
@@ -131,7 +132,8 @@ RESIL_API resil_status resil_event_emit_url(resil_event_sink *s, const char *ins
 /* A resil_breaker_listener_fn: user is the sink. Since 0.2. */
 RESIL_API void resil_event_breaker_listener(void *user, resil_breaker *br,
                                             const resil_breaker_event *ev);
-/* A resil_hedge_event_fn (resil_hedge_config.on_event): user is the sink;
+/* A resil_hedge_event_fn (resil_hedge_config.on_event or
+ * resil_hedge_listener_add): user is the sink;
  * instance is the hedge's name. Writes one "hedge" line per event, on the
  * thread the hedge calls it on (hedge.h). Since 0.2. */
 RESIL_API void resil_event_hedge_listener(void *user, const resil_hedge_event *ev);

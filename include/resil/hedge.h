@@ -41,7 +41,7 @@
  *   on attempt n ending with outcome o after d ns:
  *     switch (resil_hedge_record(h, &hc, n, d, &o)) {
  *     case RESIL_HEDGE_WINNER: disarm; cancel the others; deliver o; break;
- *     case RESIL_HEDGE_LAST:   disarm; deliver o; break; // none acceptable
+ *     case RESIL_HEDGE_LAST:   disarm; deliver hc.result; break; // none acceptable
  *     case RESIL_HEDGE_KEEP_WAITING: break;               // others in flight
  *     case RESIL_HEDGE_IGNORED: break;                    // call already over
  *     }
@@ -56,6 +56,8 @@
  *     (RESIL_HEDGE_LAST; failures are a retry layer's business, not the
  *     hedge's). So at most 1 + max_hedges attempts per call, in flight or
  *     in total.
+ *   - what a call no attempt won ends with: resil_hedge_record's rule
+ *     (hc.result: the first maybe-executed UNKNOWN, else the last outcome).
  *   - a budget refusal ends hedging for that call (counted once).
  *   - the latency tracker learns the primary attempt's duration when it
  *     ends ANSWERED (any status), and, when a hedge wins while the primary
@@ -64,7 +66,8 @@
  *     from the sample and the percentile would sink). Hedges' own
  *     durations are not learnt.
  *   - events (Since 0.2): begin, on_timer and record tell the config's
- *     on_event listener what they decided (resil_hedge_event), so the
+ *     on_event listener, and those added by resil_hedge_listener_add, what
+ *     they decided (resil_hedge_event), so the
  *     engine and the run forms report the same events without a word of
  *     their own.
  *
@@ -73,7 +76,9 @@
  * resil_hedge_call belongs to its caller: one thread at a time. begin and
  * on_timer take no lock (the cached delay is one atomic load; a budget
  * withdrawal takes the budget's lock); record takes the hedge's lock when
- * it feeds the tracker (percentile mode only).
+ * it feeds the tracker (percentile mode only). An event for listeners
+ * added by resil_hedge_listener_add takes the listener list's lock twice,
+ * briefly, never while a listener runs.
  *
  * Create/free pair: resil_hedge_new / resil_hedge_free. */
 #ifndef RESIL_HEDGE_H
@@ -99,6 +104,8 @@ typedef struct resil_threadpool resil_threadpool;
 
 #define RESIL_HEDGE_MAX_HEDGES 16
 #define RESIL_HEDGE_MAX_WINDOW 4096
+/* Listeners resil_hedge_listener_add may add to one hedge. Since 0.2. */
+#define RESIL_HEDGE_MAX_LISTENERS 8
 
 /* Outcome classes that do not win by default: NOT_SENT, UNKNOWN, 5xx,
  * 408/425/429 and REJECTED. So a 2xx, a 3xx and a 4xx other than
@@ -117,7 +124,9 @@ typedef struct resil_threadpool resil_threadpool;
  * would cancel the transfer that is doing the work and report a failure
  * for a write that may commit. A definitive 4xx (400, 422 to the request
  * itself) is not lost: every transfer gets it, and when none is acceptable
- * the call ends with the last one's outcome (RESIL_HEDGE_LAST). */
+ * the call ends with the last one's outcome (RESIL_HEDGE_LAST), unless an
+ * attempt ended maybe executed without an answer: then with that one
+ * (resil_hedge_record). */
 #define RESIL_HEDGE_DEFAULT_KEYED_UNACCEPTABLE                                  \
   (RESIL_HEDGE_DEFAULT_UNACCEPTABLE | RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR))
 
@@ -280,6 +289,16 @@ typedef struct resil_hedge_call {
   /* Since 0.2: the delay begin or on_timer last handed out (-1: none), the
    * one a SENT event reports. A caller compiled without it reports 0. */
   int64_t delay_ns;
+  /* Since 0.2: once resil_hedge_record returned WINNER or LAST, the outcome
+   * the call ends with (deliver this one) and the 1-based attempt it came
+   * from: the winner's; for LAST, the first attempt that ended maybe
+   * executed without an answer if any did, else the last attempt's (the
+   * rule at resil_hedge_record). While the call runs: that first
+   * maybe-executed attempt so far (result_attempt 0: none yet). A caller
+   * compiled without these fields cannot keep it, and its call ends with
+   * the last attempt's outcome. */
+  uint32_t result_attempt;
+  resil_outcome result;
 } resil_hedge_call;
 
 #define RESIL_HEDGE_CALL_SAFE 0x1u    /* may be hedged                       */
@@ -302,8 +321,9 @@ typedef enum resil_hedge_verdict {
    * in flight (counted as cancelled_losers now; their records, if any, are
    * IGNORED). */
   RESIL_HEDGE_WINNER = 2,
-  /* Not acceptable and nothing else in flight: the call ends with this
-   * outcome; disarm the timer. */
+  /* Not acceptable and nothing else in flight: the call ends with
+   * call->result (this outcome, or an earlier attempt's maybe-executed one:
+   * resil_hedge_record); disarm the timer. */
   RESIL_HEDGE_LAST = 3
 } resil_hedge_verdict;
 
@@ -323,6 +343,29 @@ RESIL_API resil_status resil_hedge_new(const resil_hedge_config *cfg,
                                        resil_hedge **out, resil_error *err);
 /* NULL is a no-op. Since 0.2. */
 RESIL_API void resil_hedge_free(resil_hedge *h);
+
+/* Adds a listener called for every later event, after the config's
+ * on_event (if any), on the same thread and under the same rules (no lock
+ * of the hedge held while it runs; it must not free the hedge). May be
+ * called from any thread while the hedge is in use: a call under way sees
+ * the listener from its next event on. The same fn/user pair may be added
+ * more than once (then called once per registration). Returns RESIL_OK,
+ * RESIL_EINVAL (fn NULL), RESIL_ESTATE (already RESIL_HEDGE_MAX_LISTENERS
+ * listeners) or RESIL_EMISUSE (NULL handle). Since 0.2. */
+RESIL_API resil_status resil_hedge_listener_add(resil_hedge *h,
+                                                resil_hedge_event_fn fn,
+                                                void *user);
+
+/* Removes one registration of fn/user. When it returns the listener is not
+ * running and will not be called again, so `user` may be freed -- except
+ * when called from inside a hedge listener, where it cannot wait for
+ * deliveries already under way on other threads. It waits for every
+ * delivery under way when it was called (of any listener of this hedge).
+ * Returns RESIL_OK, RESIL_EINVAL (not registered) or RESIL_EMISUSE.
+ * Since 0.2. */
+RESIL_API resil_status resil_hedge_listener_remove(resil_hedge *h,
+                                                   resil_hedge_event_fn fn,
+                                                   void *user);
 
 /* Begins one logical call; the caller starts the primary attempt whatever
  * the answer. Counts the call. ctx may be NULL (flags 0: not hedged).
@@ -359,7 +402,19 @@ RESIL_API resil_decision resil_hedge_on_timer(resil_hedge *h,
  * duration_ns. Returns the verdict (above), updating *call and the
  * counters. Whether *o wins is resil_hedge_acceptable(h, call, o): the one
  * acceptance rule, for the split form (the async engine) and
- * resil_hedge_run_on alike. Since 0.2. */
+ * resil_hedge_run_on alike.
+ *
+ * The outcome a call without a winner ends with (call->result on LAST):
+ * when no attempt was acceptable and some attempt ended maybe executed
+ * without an answer (resil_outcome_maybe_executed and not ANSWERED: an
+ * UNKNOWN such as a timeout after the request was sent), the call ends with
+ * the first such outcome, whatever the others answered; the answers (a 4xx
+ * such as 409 "key still PENDING", a 5xx) are losers then, their responses
+ * not delivered. Only when none did does it end with the last attempt's
+ * outcome. Why: a late 409 from a hedge says the key is in use, not that
+ * the write failed; delivering it would hide that the primary's write may
+ * have committed. The engine and resil_hedge_run_on deliver call->result.
+ * Since 0.2. */
 RESIL_API resil_hedge_verdict resil_hedge_record(resil_hedge *h,
                                                  resil_hedge_call *call,
                                                  uint32_t attempt,
@@ -394,7 +449,8 @@ RESIL_API resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
  * own token (the caller's ctx->cancel, polled every millisecond, is passed
  * on to every attempt). Hedge k is started k delays after the primary while
  * an attempt is in flight (delays measured in real time, CLOCK_MONOTONIC);
- * the first acceptable outcome is returned. The other attempts are
+ * the first acceptable outcome is returned (none acceptable: the call's
+ * result, resil_hedge_record's rule). The other attempts are
  * cancelled through their tokens at once, and the run returns after every
  * attempt it started has returned (so arg may live on the caller's stack):
  * fn should honour ctx->cancel promptly, or the losers hold the caller

@@ -345,6 +345,10 @@ RESIL_API resil_status resil_registry_metrics_remove(resil_registry *reg, resil_
  *    place of another. A breaker that a reload removed or replaced loses
  *    the listener in that reload (calls still finishing on it under a lease
  *    are not logged).
+ *  - likewise every configured hedge gets resil_event_hedge_listener with
+ *    the sink (resil_hedge_listener_add: its "hedge" lines under its
+ *    instance name), added, replaced and removed across reloads as the
+ *    breakers' (Since 0.2).
  * The sink must outlive the attachment: detach it (or free the registry)
  * before resil_event_sink_free(). RESIL_OK; RESIL_EMISUSE (NULL registry);
  * RESIL_ESTATE (libresil-config was built without libresil-http and sink

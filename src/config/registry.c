@@ -1664,6 +1664,8 @@ static void sink_attach_entry(resil_registry *reg, const entry *e) {
 #ifdef RESIL_CONFIG_HTTP
   if (reg->sink && e->kind == RESIL_REG_BREAKER)
     (void)resil_breaker_listener_add(e->handle, resil_event_breaker_listener, reg->sink);
+  if (reg->sink && e->kind == RESIL_REG_HEDGE)
+    (void)resil_hedge_listener_add(e->handle, resil_event_hedge_listener, reg->sink);
 #else
   (void)reg, (void)e;
 #endif
@@ -1673,6 +1675,8 @@ static void sink_detach_entry(resil_registry *reg, const entry *e) {
 #ifdef RESIL_CONFIG_HTTP
   if (reg->sink && e->kind == RESIL_REG_BREAKER)
     (void)resil_breaker_listener_remove(e->handle, resil_event_breaker_listener, reg->sink);
+  if (reg->sink && e->kind == RESIL_REG_HEDGE)
+    (void)resil_hedge_listener_remove(e->handle, resil_event_hedge_listener, reg->sink);
 #else
   (void)reg, (void)e;
 #endif

@@ -535,7 +535,7 @@ static void after_attempt(resil_engine_handle *call, const resil_outcome *o, int
   }
 }
 
-static int hedge_primary_ended(resil_engine_handle *call, const resil_outcome *o, int64_t dur);
+static int hedge_primary_ended(resil_engine_handle *call, resil_outcome *o, int64_t dur);
 static void hedge_begin(resil_engine_handle *call);
 
 /* A transfer of call ends: removed from the multi handle, classified by
@@ -722,8 +722,10 @@ static void start_transfer(resil_engine_handle *call) {
  * once its request is on the wire, the client's response timeout, as the
  * primary's `at`; ending it so is an end like any other (UNKNOWN(TIMEOUT)
  * once sent). Every end is recorded (resil_hedge_record, whose acceptance
- * rule is the policy's): WINNER or LAST ends the attempt with that
- * outcome and response, and the transfers still in flight are removed
+ * rule is the policy's): WINNER or LAST ends the attempt with the
+ * policy's result (hc.result, hedge_result: the winner, or for LAST the
+ * first UNKNOWN of the attempt's transfers, else the last one) and that
+ * transfer's response, and the transfers still in flight are removed
  * from the multi handle at once as losers (UNKNOWN(CANCELLED) to the
  * client's counters and log, their breaker permits released
  * unrecorded; the policy counts them); KEEP_WAITING waits for the others.
@@ -777,19 +779,40 @@ static void hedge_drop_others(resil_engine_handle *call) {
   }
 }
 
+/* The attempt ends with the policy's result (hc.result: the winner, or
+ * for LAST resil_hedge_record's rule, e.g. an earlier hedge's UNKNOWN over
+ * the primary's 409). The response delivered is that attempt's: when it
+ * is not the one ending now (`n`), the ending transfer's answer is a
+ * loser, and unless the result is the primary's (its response is in
+ * call->res) the attempt has no response: call->res is emptied. Returns
+ * whether the ending transfer's response is to be delivered. */
+static int hedge_result(resil_engine_handle *call, uint32_t n, resil_outcome *o) {
+  *o = call->hc.result;
+  if (call->hc.result_attempt == 0 || call->hc.result_attempt == n) return 1;
+  if (call->hc.result_attempt != 1 && call->res) {
+    resil__http_response_reset(call->res);
+    call->res->outcome = *o; /* resil_http_response_outcome: the result's */
+  }
+  return 0;
+}
+
 /* The primary ended with *o while hedging. Returns 1 when the attempt is
- * over (the caller goes on to after_attempt), 0 when hedges are still
- * running (the primary's holds are given back now). */
-static int hedge_primary_ended(resil_engine_handle *call, const resil_outcome *o, int64_t dur) {
+ * over (the caller goes on to after_attempt with *o, now the attempt's
+ * result: hedge_result), 0 when hedges are still running (the primary's
+ * holds are given back now). */
+static int hedge_primary_ended(resil_engine_handle *call, resil_outcome *o, int64_t dur) {
   resil_hedge_verdict v = resil_hedge_record(call->pol.hedge, &call->hc, 1, dur, o);
-  if (v == RESIL_HEDGE_KEEP_WAITING) {
+  int other = v == RESIL_HEDGE_LAST && call->hc.result_attempt != 1;
+  if (v == RESIL_HEDGE_KEEP_WAITING || other) {
+    /* The primary's holds go back with its own outcome. */
     if (call->has_bh) resil_bulkhead_release(call->pol.bulkhead);
     if (call->has_permit)
       resil_breaker_record(call->pol.breaker, &call->permit, o, dur < 0 ? 0 : dur);
     call->has_bh = call->has_permit = 0;
-    return 0;
+    if (!other) return 0;
   }
   hedge_drop_others(call);
+  if (v == RESIL_HEDGE_LAST) (void)hedge_result(call, 1, o);
   return 1;
 }
 
@@ -797,17 +820,23 @@ static int hedge_primary_ended(resil_engine_handle *call, const resil_outcome *o
 static void hedge_settle(resil_engine_handle *call, uint32_t n, const resil_outcome *o,
                          int64_t dur, eng_xfer *x, int role) {
   resil_engine *e = call->e;
+  resil_outcome res = *o;
+  int deliver = 1;
   if (role == HEDGE_NORMAL) {
     resil_hedge_verdict v = resil_hedge_record(call->pol.hedge, &call->hc, n, dur, o);
     if (v == RESIL_HEDGE_WINNER) ST_INC(e, hedge_wins);
     if (v != RESIL_HEDGE_WINNER && v != RESIL_HEDGE_LAST) role = HEDGE_LOSER;
+    if (v == RESIL_HEDGE_LAST) deliver = hedge_result(call, n, &res);
   }
   if (role == HEDGE_LOSER) {
     if (x) xfer_put(e, x);
     return;
   }
-  /* The attempt ends with this hedge's outcome and response. */
-  if (x) {
+  /* The attempt ends with its result (this hedge's outcome and response,
+   * or an earlier attempt's UNKNOWN: hedge_result). */
+  if (x && !deliver) {
+    xfer_put(e, x);
+  } else if (x) {
     resil_http_response *old = call->res;
     call->res = x->s.res;
     x->s.res = old ? old : resil__http_response_new(e->alloc);
@@ -819,7 +848,7 @@ static void hedge_settle(resil_engine_handle *call, uint32_t n, const resil_outc
   }
   hedge_drop_others(call);
   call->state = ST_WAIT;
-  after_attempt(call, o, dur);
+  after_attempt(call, &res, dur);
 }
 
 static void hedge_end(resil_engine_handle *call, uint32_t n, int aborted, CURLcode rc, int role) {

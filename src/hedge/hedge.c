@@ -39,6 +39,18 @@ struct resil_hedge {
   resil_hedge_event_fn on_event;
   void *on_event_user;
 
+  /* Listeners added after creation (resil_hedge_listener_add): the array
+   * under lmu; nls read without it as a fast "none" check; `active` counts
+   * deliveries under way (under lmu), and remove waits on lcv for 0. */
+  pthread_mutex_t lmu;
+  pthread_cond_t lcv;
+  struct {
+    resil_hedge_event_fn fn;
+    void *user;
+  } ls[RESIL_HEDGE_MAX_LISTENERS];
+  _Atomic uint32_t nls;
+  uint32_t active;
+
   _Atomic int64_t cur_delay_ns;
   _Atomic uint64_t calls, hedged_calls, hedges_sent, hedges_won,
       cancelled_losers, refused_by_budget, passed_unsafe, passed_blocking;
@@ -139,7 +151,13 @@ resil_status resil_hedge_new(const resil_hedge_config *ucfg, resil_hedge **out,
     h->sorted = resil__alloc(cfg.alloc, cfg.window_size * sizeof(int64_t));
     if (!h->ring || !h->sorted) goto nomem;
   }
-  if (pthread_mutex_init(&h->mu, NULL) != 0) {
+  int mu_ok = pthread_mutex_init(&h->mu, NULL) == 0;
+  int lmu_ok = pthread_mutex_init(&h->lmu, NULL) == 0;
+  int lcv_ok = pthread_cond_init(&h->lcv, NULL) == 0;
+  if (!mu_ok || !lmu_ok || !lcv_ok) {
+    if (mu_ok) pthread_mutex_destroy(&h->mu);
+    if (lmu_ok) pthread_mutex_destroy(&h->lmu);
+    if (lcv_ok) pthread_cond_destroy(&h->lcv);
     resil__free(cfg.alloc, h->ring);
     resil__free(cfg.alloc, h->sorted);
     resil__free(cfg.alloc, h->name);
@@ -178,6 +196,8 @@ void resil_hedge_free(resil_hedge *h) {
   if (!valid(h)) return;
   h->magic = RESIL_MAGIC_DEAD;
   pthread_mutex_destroy(&h->mu);
+  pthread_mutex_destroy(&h->lmu);
+  pthread_cond_destroy(&h->lcv);
   const resil_allocator *a = h->alloc;
   resil__free(a, h->ring);
   resil__free(a, h->sorted);
@@ -242,10 +262,20 @@ static inline void bump(_Atomic uint64_t *c) {
 
 /* Tells the listener (hedge.h, resil_hedge_config.on_event): the one place
  * the policy's events come from, whoever drives it. o may be NULL. */
-static void event(const resil_hedge *h, const resil_hedge_call *full,
+/* Depth of listener deliveries on this thread (any hedge): a listener that
+ * removes a listener cannot wait for deliveries to finish. */
+static _Thread_local unsigned delivering;
+
+static int has_listeners(const resil_hedge *h) {
+  return h->on_event ||
+         atomic_load_explicit(&((resil_hedge *)h)->nls, memory_order_acquire) != 0;
+}
+
+static void event(const resil_hedge *ch, const resil_hedge_call *full,
                   resil_hedge_event_kind kind, uint32_t attempt, int64_t delay_ns,
                   const resil_outcome *o) {
-  if (!h->on_event) return;
+  resil_hedge *h = (resil_hedge *)ch; /* the listener list's lock */
+  if (!has_listeners(h)) return;
   resil_hedge_event ev;
   memset(&ev, 0, sizeof ev);
   ev.struct_size = sizeof ev;
@@ -260,7 +290,65 @@ static void event(const resil_hedge *h, const resil_hedge_call *full,
     ev.has_outcome = 1;
     ev.outcome = *o;
   }
-  h->on_event(h->on_event_user, &ev);
+  if (h->on_event) h->on_event(h->on_event_user, &ev);
+  if (atomic_load_explicit(&h->nls, memory_order_acquire) == 0) return;
+  /* A snapshot of the added listeners, called with no lock held. */
+  struct {
+    resil_hedge_event_fn fn;
+    void *user;
+  } snap[RESIL_HEDGE_MAX_LISTENERS];
+  pthread_mutex_lock(&h->lmu);
+  uint32_t n = atomic_load_explicit(&h->nls, memory_order_relaxed);
+  for (uint32_t i = 0; i < n; i++) {
+    snap[i].fn = h->ls[i].fn;
+    snap[i].user = h->ls[i].user;
+  }
+  h->active++;
+  pthread_mutex_unlock(&h->lmu);
+  delivering++;
+  for (uint32_t i = 0; i < n; i++) snap[i].fn(snap[i].user, &ev);
+  delivering--;
+  pthread_mutex_lock(&h->lmu);
+  if (--h->active == 0) pthread_cond_broadcast(&h->lcv);
+  pthread_mutex_unlock(&h->lmu);
+}
+
+resil_status resil_hedge_listener_add(resil_hedge *h, resil_hedge_event_fn fn, void *user) {
+  if (!valid(h)) return RESIL_EMISUSE;
+  if (!fn) return RESIL_EINVAL;
+  resil_status st = RESIL_OK;
+  pthread_mutex_lock(&h->lmu);
+  uint32_t n = atomic_load_explicit(&h->nls, memory_order_relaxed);
+  if (n == RESIL_HEDGE_MAX_LISTENERS) {
+    st = RESIL_ESTATE;
+  } else {
+    h->ls[n].fn = fn;
+    h->ls[n].user = user;
+    atomic_store_explicit(&h->nls, n + 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&h->lmu);
+  return st;
+}
+
+resil_status resil_hedge_listener_remove(resil_hedge *h, resil_hedge_event_fn fn, void *user) {
+  if (!valid(h)) return RESIL_EMISUSE;
+  resil_status st = RESIL_EINVAL;
+  pthread_mutex_lock(&h->lmu);
+  uint32_t n = atomic_load_explicit(&h->nls, memory_order_relaxed);
+  for (uint32_t i = n; i-- > 0;) {
+    if (h->ls[i].fn != fn || h->ls[i].user != user) continue;
+    for (uint32_t k = i; k + 1 < n; k++) h->ls[k] = h->ls[k + 1];
+    atomic_store_explicit(&h->nls, n - 1, memory_order_release);
+    st = RESIL_OK;
+    break;
+  }
+  /* Deliveries that took their snapshot before the removal may still call
+   * it: wait for every delivery under way (not from inside a listener,
+   * which would wait for itself). */
+  if (st == RESIL_OK && !delivering)
+    while (h->active > 0) pthread_cond_wait(&h->lcv, &h->lmu);
+  pthread_mutex_unlock(&h->lmu);
+  return st;
 }
 
 /* The caller's call state as a full struct (zeros for fields it lacks), and
@@ -382,9 +470,19 @@ resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
     if (o->kind == RESIL_ANSWERED) learn(h, duration_ns);
   }
   resil_hedge_verdict v = RESIL_HEDGE_KEEP_WAITING;
-  if (acceptable(h, full.state, o)) {
+  int ok = acceptable(h, full.state, o);
+  /* The first maybe-executed end without an answer is kept: a call with no
+   * winner ends with it (hedge.h, resil_hedge_record). */
+  if (!ok && full.result_attempt == 0 && o->kind != RESIL_ANSWERED &&
+      resil_outcome_maybe_executed(o)) {
+    full.result_attempt = attempt;
+    full.result = *o;
+  }
+  if (ok) {
     v = RESIL_HEDGE_WINNER;
     full.winner = attempt;
+    full.result_attempt = attempt;
+    full.result = *o;
     if (attempt > 1) {
       bump(&h->hedges_won);
       if (full.state & RESIL_HEDGE_CALL_PRIMARY) {
@@ -397,11 +495,15 @@ resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
                               memory_order_relaxed);
   } else if (full.in_flight == 0) {
     v = RESIL_HEDGE_LAST;
+    if (full.result_attempt == 0) {
+      full.result_attempt = attempt;
+      full.result = *o;
+    }
   }
   if (v != RESIL_HEDGE_KEEP_WAITING)
     full.state |= RESIL_HEDGE_CALL_OVER | RESIL_HEDGE_CALL_NO_MORE;
   call_out(call, &full);
-  if (h->on_event) {
+  if (has_listeners(h)) {
     if (attempt > 1 && o->kind == RESIL_REJECTED)
       event(h, &full, RESIL_HEDGE_EVENT_REJECTED, attempt, -1, o);
     if (v == RESIL_HEDGE_WINNER && full.attempts > 1) {

@@ -130,7 +130,7 @@ resil_outcome resil_hedge_run_on(resil_hedge *h, const resil_ctx *ctx,
       progressed = 1;
       resil_hedge_verdict v = resil_hedge_record(h, &hc, at->n, at->duration_ns, &at->out);
       if (v == RESIL_HEDGE_WINNER || v == RESIL_HEDGE_LAST) {
-        result = at->out;
+        result = hc.result; /* the winner, or resil_hedge_record's rule */
         over = 1;
       }
     }

@@ -522,6 +522,67 @@ static void hedged_get_won_by_the_hedge_reports_sent_won_and_the_losing_primary(
   resil_http_client_free(c);
 }
 
+/* ---- (f) no winner: the first UNKNOWN, not a later 409 ----------------------- */
+
+/* A keyed POST whose primary takes the key (held PENDING 2 s by the
+ * server) and times out after sending (attempt timeout 1 s: UNKNOWN, the
+ * write may commit, and here it does), while its hedge (sent at 400 ms)
+ * meets the key PENDING and is answered 409. The loop is not driven from
+ * the hedge's SENT event (a listener added after creation) until 1.2 s:
+ * then the primary's due timer runs before the hedge's answer is read (the
+ * engine runs due timers first), so the 409 ends last. The attempt must end with the primary's
+ * UNKNOWN(TIMEOUT), not the 409 (the policy's rule, resil_hedge_record),
+ * and deliver no 409 response. (On a run slow enough to read the 409
+ * first, the UNKNOWN ends last and the result is the same.) */
+static void note_sent(void *user, const resil_hedge_event *ev) {
+  if (ev->kind == RESIL_HEDGE_EVENT_SENT) atomic_store((atomic_int *)user, 1);
+}
+
+static void keyed_post_no_winner_ends_with_the_primary_unknown_not_the_hedge_409(
+    void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_hedge *h = hedge_of(RESIL_MS(400), 1);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.hedge = h;
+  pol.attempt_timeout_ns = RESIL_MS(1000);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  atomic_int sent = 0;
+  assert_int_equal(resil_hedge_listener_add(h, note_sent, &sent), RESIL_OK);
+  int64_t t0 = mono_ms();
+  assert_int_equal(submit(e, &d, 0, "idem", KV("name", "nw1", "ms", "2000"), &pol, NULL, NULL),
+                   RESIL_OK);
+  while (!atomic_load(&sent) && atomic_load(&d.done) == 0 && mono_ms() - t0 < 20000)
+    tl_run_once(&l, 5);
+  assert_int_equal(atomic_load(&sent), 1);
+  int64_t rest = t0 + 1200 - mono_ms();
+  if (rest > 0) test_sleep_ms(rest); /* the primary's timer due, the hedge's not */
+  assert_true(tl_run_until(&l, &d.done, 1, 30000));
+  assert_int_equal(d.count[0], 1);
+  assert_int_equal(d.o[0].kind, RESIL_UNKNOWN);
+  assert_int_equal(d.o[0].reason, RESIL_REASON_TIMEOUT);
+  assert_true(d.status[0] != 409);
+  resil_hedge_metrics m;
+  assert_int_equal(resil_hedge_get_metrics(h, &m), RESIL_OK);
+  assert_int_equal(m.hedges_sent, 1);
+  assert_int_equal(m.hedges_won, 0);
+  assert_int_equal(m.cancelled_losers, 0);
+  resil_engine_stats st = stats_of(e);
+  assert_int_equal(st.transfers, 2);
+  assert_int_equal(st.completed_unknown, 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "idem"), 2);
+  assert_int_equal(resil_engine_in_flight(e), 0);
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_hedge_free(h);
+  resil_http_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(hedge_takes_a_ratelimiter_permit_or_is_not_sent, fx_setup,
@@ -539,6 +600,9 @@ int main(void) {
           engine_stats_count_every_layer_and_hedges_apart_from_retries, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(
           hedged_get_won_by_the_hedge_reports_sent_won_and_the_losing_primary, fx_setup,
+          fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          keyed_post_no_winner_ends_with_the_primary_unknown_not_the_hedge_409, fx_setup,
           fx_teardown),
   };
   int failed = cmocka_run_group_tests_name("engine hedging on the test adapter", tests, NULL, NULL);

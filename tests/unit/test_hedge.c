@@ -667,6 +667,107 @@ static void hedge_split_form_tells_its_listener_every_event(void **state) {
   resil_retry_budget_free(b);
 }
 
+/* Listeners added after creation (resil_hedge_listener_add): called after
+ * the config's, once per registration, gone once removed; misuse codes. */
+static void hedge_listeners_added_after_creation_get_every_event(void **state) {
+  (void)state;
+  ev_log cfgl, l1, l2;
+  memset(&cfgl, 0, sizeof cfgl);
+  memset(&l1, 0, sizeof l1);
+  memset(&l2, 0, sizeof l2);
+  resil_hedge_config cfg = base();
+  cfg.on_event = on_ev;
+  cfg.on_event_user = &cfgl;
+  resil_hedge *h = make(&cfg);
+  resil_ctx post = ctx_with(0);
+  resil_hedge_call hc;
+  assert_status(RESIL_EMISUSE, resil_hedge_listener_add(NULL, on_ev, &l1));
+  assert_status(RESIL_EINVAL, resil_hedge_listener_add(h, NULL, &l1));
+  assert_status(RESIL_EMISUSE, resil_hedge_listener_remove(NULL, on_ev, &l1));
+  assert_status(RESIL_EINVAL, resil_hedge_listener_remove(h, on_ev, &l1));
+  assert_status(RESIL_OK, resil_hedge_listener_add(h, on_ev, &l1));
+  assert_status(RESIL_OK, resil_hedge_listener_add(h, on_ev, &l2));
+  assert_status(RESIL_OK, resil_hedge_listener_add(h, on_ev, &l2));
+  assert_int_equal(resil_hedge_begin(h, &post, &hc, NULL), RESIL_DECISION_DENY);
+  assert_int_equal(cfgl.n, 1);
+  assert_int_equal(l1.n, 1);
+  assert_int_equal(l2.n, 2); /* twice registered, twice called */
+  assert_int_equal(l1.ev[0].kind, RESIL_HEDGE_EVENT_PASSED_UNSAFE);
+  assert_status(RESIL_OK, resil_hedge_listener_remove(h, on_ev, &l2));
+  assert_status(RESIL_OK, resil_hedge_listener_remove(h, on_ev, &l1));
+  assert_int_equal(resil_hedge_begin(h, &post, &hc, NULL), RESIL_DECISION_DENY);
+  assert_int_equal(cfgl.n, 2);
+  assert_int_equal(l1.n, 1);
+  assert_int_equal(l2.n, 3);
+  assert_status(RESIL_OK, resil_hedge_listener_remove(h, on_ev, &l2));
+  for (int i = 0; i < RESIL_HEDGE_MAX_LISTENERS; i++)
+    assert_status(RESIL_OK, resil_hedge_listener_add(h, on_ev, &l1));
+  assert_status(RESIL_ESTATE, resil_hedge_listener_add(h, on_ev, &l1));
+  resil_hedge_free(h);
+}
+
+/* A keyed call no attempt won: a maybe-executed end without an answer
+ * (UNKNOWN) is the call's result whatever came later (a 409 "key PENDING"
+ * from a hedge must not hide that the primary's write may have committed);
+ * the first one when several; the last answer only when none was. */
+static void hedge_no_winner_ends_with_the_first_unknown_not_a_later_4xx(void **state) {
+  (void)state;
+  resil_hedge_config cfg = base();
+  cfg.delay_ns = MS(10);
+  cfg.max_hedges = 2;
+  resil_hedge *h = make(&cfg);
+  resil_ctx keyed = ctx_with(RESIL_CALL_STABLE_KEY);
+  resil_outcome timeout = resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  resil_outcome reset = resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CONNECTION_RESET);
+  resil_outcome c409 = resil_outcome_http(409);
+  resil_outcome refused = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED);
+  resil_hedge_call hc;
+  int64_t delay;
+
+  /* the primary times out after sending, then the hedge meets the key
+   * PENDING: the call ends UNKNOWN(TIMEOUT) of attempt 1 */
+  assert_int_equal(resil_hedge_begin(h, &keyed, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(50), &timeout), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(hc.result_attempt, 1); /* kept while the call runs */
+  assert_int_equal(resil_hedge_record(h, &hc, 2, MS(5), &c409), RESIL_HEDGE_LAST);
+  assert_int_equal(hc.result_attempt, 1);
+  assert_int_equal(hc.result.kind, RESIL_UNKNOWN);
+  assert_int_equal(hc.result.reason, RESIL_REASON_TIMEOUT);
+
+  /* two hedges: hedge 1 reset, the primary 409, hedge 2 timeout: the
+   * first UNKNOWN (attempt 2) */
+  assert_int_equal(resil_hedge_begin(h, &keyed, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_record(h, &hc, 2, MS(5), &reset), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(5), &c409), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(resil_hedge_record(h, &hc, 3, MS(5), &timeout), RESIL_HEDGE_LAST);
+  assert_int_equal(hc.result_attempt, 2);
+  assert_int_equal(hc.result.reason, RESIL_REASON_CONNECTION_RESET);
+
+  /* nothing maybe-executed without an answer (a 503 is an answer, a
+   * refused connection sent nothing): the last outcome, as before */
+  assert_int_equal(resil_hedge_begin(h, &keyed, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(5), &e503), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(resil_hedge_record(h, &hc, 2, MS(5), &refused), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(hc.result_attempt, 0);
+  assert_int_equal(resil_hedge_record(h, &hc, 3, MS(5), &c409), RESIL_HEDGE_LAST);
+  assert_int_equal(hc.result_attempt, 3);
+  assert_int_equal(hc.result.http_status, 409);
+
+  /* a winner after an UNKNOWN: the winner is the result */
+  assert_int_equal(resil_hedge_begin(h, &keyed, &hc, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(h, &hc, &delay), RESIL_DECISION_GO);
+  assert_int_equal(resil_hedge_record(h, &hc, 1, MS(5), &timeout), RESIL_HEDGE_KEEP_WAITING);
+  assert_int_equal(resil_hedge_record(h, &hc, 2, MS(5), &ok200), RESIL_HEDGE_WINNER);
+  assert_int_equal(hc.result_attempt, 2);
+  assert_int_equal(hc.result.http_status, 200);
+  resil_hedge_free(h);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -682,6 +783,8 @@ int main(void) {
       T(hedge_misuse_fails_closed_and_counts_nothing),
       T(hedge_allocation_failures_leak_nothing),
       T(hedge_split_form_tells_its_listener_every_event),
+      T(hedge_listeners_added_after_creation_get_every_event),
+      T(hedge_no_winner_ends_with_the_first_unknown_not_a_later_4xx),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

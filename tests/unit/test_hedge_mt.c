@@ -271,6 +271,54 @@ static void hedge_run_on_pool_keyed_409_does_not_win(void **state) {
   resil_threadpool_free(tp);
 }
 
+/* A keyed write on the pool whose primary times out after sending while
+ * its hedge then meets the key PENDING (409): the call's outcome is the
+ * primary's UNKNOWN, not the definitive-looking 409 that ended last. */
+typedef struct unknown_race {
+  _Atomic int calls;
+  _Atomic int primary_returned;
+} unknown_race;
+
+static resil_outcome primary_unknown_hedge_409(void *arg, const resil_ctx *ctx) {
+  unknown_race *u = arg;
+  (void)ctx;
+  if (atomic_fetch_add(&u->calls, 1) == 0) {
+    /* the primary: wait (bounded) for the hedge to start, then time out */
+    for (int i = 0; i < 10000 && atomic_load(&u->calls) < 2; i++) test_sleep_ms(1);
+    atomic_store(&u->primary_returned, 1);
+    return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  }
+  /* the hedge: answers 409 after the primary ended */
+  for (int i = 0; i < 10000 && !atomic_load(&u->primary_returned); i++) test_sleep_ms(1);
+  test_sleep_ms(50);
+  return resil_outcome_http(409);
+}
+
+static void hedge_run_on_pool_keyed_unknown_is_not_hidden_by_a_late_409(void **state) {
+  (void)state;
+  resil_threadpool *tp = make_pool(3);
+  resil_hedge_config cfg;
+  resil_hedge_config_init(&cfg);
+  cfg.delay_ns = 0;
+  resil_hedge *h = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&cfg, &h, NULL));
+  unknown_race u;
+  memset(&u, 0, sizeof u);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_STABLE_KEY;
+  resil_outcome o = resil_hedge_run_on(h, &ctx, tp, primary_unknown_hedge_409, &u);
+  assert_int_equal(atomic_load(&u.calls), 2);
+  assert_int_equal(o.kind, RESIL_UNKNOWN);
+  assert_int_equal(o.reason, RESIL_REASON_TIMEOUT);
+  resil_hedge_metrics m;
+  assert_status(RESIL_OK, resil_hedge_get_metrics(h, &m));
+  assert_int_equal(m.hedges_sent, 1);
+  assert_int_equal(m.hedges_won, 0);
+  resil_hedge_free(h);
+  resil_threadpool_free(tp);
+}
+
 /* ---- the event listener on the thread-pool form ------------------------- */
 
 typedef struct ev_rec {
@@ -347,12 +395,81 @@ static void hedge_run_on_pool_reports_sent_won_and_the_cancelled_primary(void **
   pthread_mutex_destroy(&r.mu);
 }
 
+/* ---- listeners added and removed while events fire ---------------------- */
+
+typedef struct churn {
+  resil_hedge *h;
+  _Atomic int stop;
+  _Atomic long seen[2];
+  _Atomic int removed[2]; /* set after resil_hedge_listener_remove returned */
+  _Atomic long late;      /* calls of a listener after its removal returned */
+} churn;
+
+typedef struct churn_user {
+  churn *c;
+  int i;
+} churn_user;
+
+static void churn_ev(void *user, const resil_hedge_event *ev) {
+  churn_user *u = user;
+  (void)ev;
+  if (atomic_load(&u->c->removed[u->i])) atomic_fetch_add(&u->c->late, 1);
+  atomic_fetch_add(&u->c->seen[u->i], 1);
+}
+
+static void *churn_caller(void *p) {
+  churn *c = p;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx); /* unkeyed: every begin is one PASSED_UNSAFE event */
+  while (!atomic_load(&c->stop)) {
+    resil_hedge_call hc;
+    (void)resil_hedge_begin(c->h, &ctx, &hc, NULL);
+  }
+  return NULL;
+}
+
+/* Callers fire events while listeners are added and removed: once remove
+ * returned the listener is never called again (so its user may be freed),
+ * and a listener added is called (TSan checks the list's accesses). */
+static void hedge_listener_add_remove_while_events_fire(void **state) {
+  (void)state;
+  resil_hedge_config cfg;
+  resil_hedge_config_init(&cfg);
+  churn c;
+  memset(&c, 0, sizeof c);
+  assert_status(RESIL_OK, resil_hedge_new(&cfg, &c.h, NULL));
+  churn_user u[2] = {{&c, 0}, {&c, 1}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&t[i], NULL, churn_caller, &c), 0);
+  for (int round = 0; round < 200; round++) {
+    for (int i = 0; i < 2; i++) {
+      atomic_store(&c.removed[i], 0);
+      assert_status(RESIL_OK, resil_hedge_listener_add(c.h, churn_ev, &u[i]));
+    }
+    long before = atomic_load(&c.seen[0]);
+    for (int k = 0; k < 1000 && atomic_load(&c.seen[0]) == before; k++) test_sleep_ms(1);
+    for (int i = 0; i < 2; i++) {
+      assert_status(RESIL_OK, resil_hedge_listener_remove(c.h, churn_ev, &u[i]));
+      atomic_store(&c.removed[i], 1);
+    }
+  }
+  atomic_store(&c.stop, 1);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  assert_int_equal(atomic_load(&c.late), 0);
+  assert_true(atomic_load(&c.seen[0]) >= 200);
+  assert_true(atomic_load(&c.seen[1]) > 0);
+  assert_status(RESIL_EINVAL, resil_hedge_listener_remove(c.h, churn_ev, &u[0]));
+  resil_hedge_free(c.h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hedge_counters_add_up_under_concurrent_calls),
       cmocka_unit_test(hedge_run_on_pool_wins_with_the_hedge_and_cancels_the_primary),
       cmocka_unit_test(hedge_run_on_pool_fast_primary_and_caller_cancel),
       cmocka_unit_test(hedge_run_on_pool_keyed_409_does_not_win),
+      cmocka_unit_test(hedge_run_on_pool_keyed_unknown_is_not_hidden_by_a_late_409),
+      cmocka_unit_test(hedge_listener_add_remove_while_events_fire),
       cmocka_unit_test(hedge_run_on_pool_reports_sent_won_and_the_cancelled_primary),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -131,9 +131,55 @@ static void lab_writes_metrics_and_events(void **state) {
   assert_true(p6_transitions >= 4);
 }
 
+/* `resil lab --only A6 --events G`: A6's two hedges (created by the
+ * experiment, the sink attached after creation by lab_ops_hedge_events)
+ * write their "hedge" lines: the slow GET's hedge sent and won, the keyed
+ * POST's two hedges sent. */
+static void lab_events_have_a6_hedge_lines(void **state) {
+  (void)state;
+  const char *bin = getenv("RESIL_BIN");
+  if (!bin) {
+    if (ci()) fail_msg("RESIL_BIN is not set");
+    skip();
+  }
+  char g[128], cmd[512];
+  snprintf(g, sizeof g, "%s/a6.jsonl", dir);
+  snprintf(cmd, sizeof cmd, "'%s' lab --only A6 --events '%s' >%s/out 2>&1", bin, g, dir);
+  int rc = system(cmd);
+  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
+    char out[128];
+    snprintf(out, sizeof out, "%s/out", dir);
+    fprintf(stderr, "%s\n", slurp(out));
+    fail_msg("resil lab exited %d", WEXITSTATUS(rc));
+  }
+  FILE *ev = fopen(g, "r");
+  assert_non_null(ev);
+  char line[8192];
+  int get_sent = 0, get_won = 0, keyed_sent = 0;
+  while (fgets(line, sizeof line, ev)) {
+    json_error_t je;
+    json_t *j = json_loads(line, 0, &je);
+    if (!json_is_object(j)) fail_msg("not a JSON object: %s", line);
+    const char *kind = json_string_value(json_object_get(j, "kind"));
+    const char *inst = json_string_value(json_object_get(j, "instance"));
+    const char *what = json_string_value(json_object_get(j, "event"));
+    if (kind && inst && what && strcmp(kind, "hedge") == 0) {
+      if (strcmp(inst, "a6_hedge") == 0 && strcmp(what, "sent") == 0) get_sent++;
+      if (strcmp(inst, "a6_hedge") == 0 && strcmp(what, "won") == 0) get_won++;
+      if (strcmp(inst, "a6_hedge_keyed") == 0 && strcmp(what, "sent") == 0) keyed_sent++;
+    }
+    json_decref(j);
+  }
+  fclose(ev);
+  assert_true(get_sent >= 1);
+  assert_true(get_won >= 1);
+  assert_true(keyed_sent >= 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(lab_writes_metrics_and_events, setup, teardown),
+      cmocka_unit_test_setup_teardown(lab_events_have_a6_hedge_lines, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -358,6 +358,77 @@ static void reload_and_breaker_events(void **state) {
   pthread_mutex_destroy(&l.mu);
 }
 
+/* One passed-through call of h (an unkeyed ctx): one PASSED_UNSAFE event. */
+static void unsafe_call(resil_hedge *h) {
+  assert_non_null(h);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_hedge_call hc;
+  assert_int_equal(RESIL_DECISION_DENY, resil_hedge_begin(h, &ctx, &hc, NULL));
+}
+
+/* Configured hedges get the sink's hedge listener (added after creation,
+ * resil_hedge_listener_add) and follow reloads as breakers do. */
+static void reload_and_hedge_events(void **state) {
+  (void)state;
+  static const char *HA = "hedge:\n"
+                          "  instances:\n"
+                          "    keep: {delay: 10ms}\n"
+                          "    flip: {delay: 10ms}\n";
+  static const char *HB = "hedge:\n"
+                          "  instances:\n"
+                          "    keep: {delay: 10ms}\n"
+                          "    flip: {delay: 20ms}\n"
+                          "    fresh: {}\n";
+  lines l;
+  memset(&l, 0, sizeof l);
+  pthread_mutex_init(&l.mu, NULL);
+  resil_event_sink_config sc;
+  resil_event_sink_config_init(&sc);
+  sc.fn = on_line;
+  sc.user = &l;
+  resil_event_sink *sink = NULL;
+  assert_status(RESIL_OK, resil_event_sink_new(&sc, &sink, NULL));
+  resil_registry *reg = load(HA);
+  assert_status(RESIL_OK, resil_registry_events_attach(reg, sink));
+  unsafe_call(resil_registry_hedge(reg, "keep"));
+  assert_int_equal(1, l.n);
+  json_t *j = line_json(&l, 0);
+  assert_string_equal("keep", jget(j, "instance"));
+  assert_string_equal("hedge", jget(j, "kind"));
+  assert_string_equal("passed_unsafe", jget(j, "event"));
+  json_decref(j);
+
+  resil_hedge *old_flip = resil_registry_hedge(reg, "flip");
+  resil_registry_lease *lease = NULL;
+  assert_ptr_equal(old_flip, resil_registry_acquire(reg, RESIL_REG_HEDGE, "flip", &lease));
+  assert_status(RESIL_OK, resil_registry_reload_string(reg, HB, strlen(HB), "hb.yaml", NULL));
+  assert_int_equal(2, l.n); /* the reload line */
+  /* the replaced hedge (still leased) lost the listener */
+  unsafe_call(old_flip);
+  assert_int_equal(2, l.n);
+  resil_registry_release(lease);
+  unsafe_call(resil_registry_hedge(reg, "flip"));
+  unsafe_call(resil_registry_hedge(reg, "fresh"));
+  unsafe_call(resil_registry_hedge(reg, "keep")); /* kept: still once */
+  assert_int_equal(5, l.n);
+  const char *want[] = {"flip", "fresh", "keep"};
+  for (int i = 0; i < 3; i++) {
+    j = line_json(&l, 2 + i);
+    assert_string_equal(want[i], jget(j, "instance"));
+    assert_string_equal("hedge", jget(j, "kind"));
+    json_decref(j);
+  }
+  /* detached: nothing more, and the sink may be freed */
+  assert_status(RESIL_OK, resil_registry_events_attach(reg, NULL));
+  unsafe_call(resil_registry_hedge(reg, "keep"));
+  assert_int_equal(5, l.n);
+  resil_event_sink_free(sink);
+  resil_registry_free(reg);
+  for (int i = 0; i < l.n; i++) free(l.v[i]);
+  pthread_mutex_destroy(&l.mu);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(metrics_follow_reloads),
@@ -365,6 +436,7 @@ int main(void) {
       cmocka_unit_test(renders_during_reloads),
       cmocka_unit_test(promtool_accepts_every_example),
       cmocka_unit_test(reload_and_breaker_events),
+      cmocka_unit_test(reload_and_hedge_events),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -733,15 +733,18 @@ static int a6_run(lab_result *r, int with_hedge) {
   if (!async_open(r, &a, N, 16)) goto out;
   resil_hedge_config hc;
   resil_hedge_config_init(&hc);
+  hc.name = lab_ops_name(r, "hedge", "hedge"); /* the event log's instance */
   hc.delay_ns = MS(100);
   hc.max_hedges = 1;
   int okh = resil_hedge_new(&hc, &h, NULL) == RESIL_OK;
   resil_hedge_config_init(&hc);
-  hc.name = "hedge_keyed";
+  hc.name = lab_ops_name(r, "hedge_keyed", "hedge_keyed");
   hc.delay_ns = 0;
   hc.max_hedges = 2;
   okh = okh && resil_hedge_new(&hc, &hk, NULL) == RESIL_OK;
   if (!lab_check(r, okh, "hedges could not be created")) goto out;
+  lab_ops_hedge_events(r, h); /* --events (lab_ops.h) */
+  lab_ops_hedge_events(r, hk);
   resil_engine_policies pol, polk;
   resil_engine_policies_init(&pol);
   resil_engine_policies_init(&polk);

@@ -272,6 +272,15 @@ void lab_ops_breaker_events(lab_result *r, resil_breaker *br) {
 #endif
 }
 
+void lab_ops_hedge_events(lab_result *r, resil_hedge *h) {
+#ifdef RESIL_HAVE_HTTP
+  lab_ops *o = r ? r->ops : NULL;
+  if (o && o->sink && h) (void)resil_hedge_listener_add(h, resil_event_hedge_listener, o->sink);
+#else
+  (void)r, (void)h;
+#endif
+}
+
 int lab_ops_finish(lab_ops *o) {
   if (!o) return 0;
   int rc = 0;

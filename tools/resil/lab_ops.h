@@ -14,7 +14,8 @@
  * capture.
  *
  * Events: lab_ops_sink(r) is the run's event sink (events.h) or NULL;
- * lab_ops_breaker_events(r, br) attaches it to a breaker, and
+ * lab_ops_breaker_events(r, br) attaches it to a breaker,
+ * lab_ops_hedge_events(r, h) to a hedge (resil_hedge_listener_add), and
  * lab_ops_client_config(r, cfg, name) names an HTTP client config and
  * sets its attempt listener to the sink when it has none. The runner
  * writes one "experiment" line per experiment run (instance its id).
@@ -63,6 +64,7 @@ void lab_ops_client_config(lab_result *r, resil_http_client_config *cfg, const c
 void lab_ops_add_store(lab_result *r, const char *name, resil_store *s);
 #endif
 void lab_ops_breaker_events(lab_result *r, resil_breaker *br);
+void lab_ops_hedge_events(lab_result *r, resil_hedge *h);
 /* "<experiment>_<name>" for an instance's config name (the event log's
  * "instance"), valid until the next lab_ops_begin; dflt without --metrics
  * and --events. */
