@@ -68,7 +68,7 @@ static void run_one(test_loop *l, resil_engine *e, done_rec *d, size_t i, const 
 
 static void hedge_takes_a_ratelimiter_permit_or_is_not_sent(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   /* Three permits, on a clock that never moves: no refill. */
   resil_manual_clock *mc = NULL;
   assert_int_equal(resil_manual_clock_new(0, 0, &mc), RESIL_OK);
@@ -85,18 +85,16 @@ static void hedge_takes_a_ratelimiter_permit_or_is_not_sent(void **state) {
   resil_engine_policies_init(&pol);
   pol.ratelimiter = rl;
   pol.hedge = h;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  resil_engine *e = t->e;
   static done_rec d;
   rec_init(&d);
   /* The primary sleeps 5 s; the hedge takes a permit and wins. */
-  run_one(&l, e, &d, 0, "slow_first", KV("id", "a", "ms", "5000"), &pol);
+  run_one(&t->l, e, &d, 0, "slow_first", KV("id", "a", "ms", "5000"), &pol);
   assert_int_equal(d.o[0].http_status, 200);
   assert_int_equal(resil_ratelimiter_available(rl), 1);
   /* The primary takes the last permit; the hedge finds none and is not
    * sent: the primary's answer after 300 ms is the call's. */
-  run_one(&l, e, &d, 1, "slow_first", KV("id", "b", "ms", "300"), &pol);
+  run_one(&t->l, e, &d, 1, "slow_first", KV("id", "b", "ms", "300"), &pol);
   assert_int_equal(d.o[1].http_status, 200);
   assert_int_equal(resil_ratelimiter_available(rl), 0);
   assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 3);
@@ -111,12 +109,10 @@ static void hedge_takes_a_ratelimiter_permit_or_is_not_sent(void **state) {
   assert_int_equal(st.rejected_ratelimiter, 1);
   assert_int_equal(st.hedge_wins, 1);
   assert_int_equal(resil_engine_in_flight(e), 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_hedge_free(h);
   resil_ratelimiter_free(rl);
   resil_manual_clock_free(mc);
-  resil_http_client_free(c);
 }
 
 /* The same for the breaker (HALF_OPEN with one probe: the primary's) and
@@ -251,20 +247,18 @@ static void timed_out_hedge_does_not_end_the_attempt(void **state) {
 
 static void keyed_post_hedged_into_a_pending_key_is_won_by_the_primary(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
   /* The hedge's defaults, only the schedule set: all three at once. */
   resil_hedge *h = hedge_of(0, 2);
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.hedge = h;
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  resil_engine *e = t->e;
   static done_rec d;
   rec_init(&d);
   /* The first to arrive holds the key PENDING 300 ms; the others get
    * 409, which must not win. */
-  run_one(&l, e, &d, 0, "idem", KV("name", "k1", "ms", "300"), &pol);
+  run_one(&t->l, e, &d, 0, "idem", KV("name", "k1", "ms", "300"), &pol);
   assert_int_equal(d.o[0].http_status, 201);
   assert_int_equal(d.status[0], 201);
   assert_int_equal(resil_fixture_attempts(s->f, "idem"), 3);
@@ -281,20 +275,16 @@ static void keyed_post_hedged_into_a_pending_key_is_won_by_the_primary(void **st
   assert_int_equal(st.hedge_wins, m.hedges_won);
   assert_int_equal(st.cancelled_losers, 0);
   assert_int_equal(resil_engine_in_flight(e), 0);
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_hedge_free(h);
-  resil_http_client_free(c);
 }
 
 /* ---- (d) per-layer counters ------------------------------------------------------ */
 
 static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **state) {
   fx_state *s = *state;
-  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
-  test_loop l;
-  tl_init(&l);
-  resil_engine *e = engine_on(&l, c);
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_engine *e = t->e;
   static done_rec d;
   rec_init(&d);
   resil_engine_stats st = stats_of(e);
@@ -311,7 +301,7 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   resil_engine_policies pr;
   resil_engine_policies_init(&pr);
   pr.retry = retry;
-  run_one(&l, e, &d, 0, "flaky", KV("id", "r", "n", "2"), &pr);
+  run_one(&t->l, e, &d, 0, "flaky", KV("id", "r", "n", "2"), &pr);
   assert_int_equal(d.o[0].http_status, 200);
   st = stats_of(e);
   assert_int_equal(st.transfers, 3);
@@ -322,7 +312,7 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   resil_hedge *h = hedge_of(RESIL_MS(50), 1);
   resil_engine_policies ph = pr;
   ph.hedge = h;
-  run_one(&l, e, &d, 1, "slow_first", KV("id", "h", "ms", "5000"), &ph);
+  run_one(&t->l, e, &d, 1, "slow_first", KV("id", "h", "ms", "5000"), &ph);
   assert_int_equal(d.o[1].http_status, 200);
   st = stats_of(e);
   assert_int_equal(st.transfers, 5);
@@ -333,7 +323,7 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   assert_int_equal(st.unhedged, 0);
 
   /* An unkeyed POST passes the hedge unhedged. */
-  run_one(&l, e, &d, 2, "post_slow", KV("ms", "10"), &ph);
+  run_one(&t->l, e, &d, 2, "post_slow", KV("ms", "10"), &ph);
   st = stats_of(e);
   assert_int_equal(st.unhedged, 1);
   assert_int_equal(st.hedges_sent, 1);
@@ -351,8 +341,8 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   resil_engine_policies prl;
   resil_engine_policies_init(&prl);
   prl.ratelimiter = rl;
-  run_one(&l, e, &d, 3, "slow", KV("ms", "1"), &prl);
-  run_one(&l, e, &d, 4, "slow", KV("ms", "1"), &prl);
+  run_one(&t->l, e, &d, 3, "slow", KV("ms", "1"), &prl);
+  run_one(&t->l, e, &d, 4, "slow", KV("ms", "1"), &prl);
   assert_int_equal(d.o[4].kind, RESIL_REJECTED);
   assert_int_equal(d.o[4].reason, RESIL_REASON_RATE_LIMITED);
   st = stats_of(e);
@@ -368,7 +358,7 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   resil_engine_policies pb;
   resil_engine_policies_init(&pb);
   pb.breaker = br;
-  run_one(&l, e, &d, 5, "slow", KV("ms", "1"), &pb);
+  run_one(&t->l, e, &d, 5, "slow", KV("ms", "1"), &pb);
   assert_int_equal(d.o[5].reason, RESIL_REASON_BREAKER_OPEN);
   st = stats_of(e);
   assert_int_equal(st.rejected_breaker, 1);
@@ -388,13 +378,13 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   size_t before = atomic_load(&d.done);
   assert_int_equal(submit(e, &d, 6, "slow", KV("ms", "300"), &pbh, NULL, NULL), RESIL_OK);
   assert_int_equal(submit(e, &d, 7, "slow", KV("ms", "300"), &pbh, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, before + 2, 30000));
+  assert_true(tl_run_until(&t->l, &d.done, before + 2, 30000));
   assert_int_equal(d.o[7].reason, RESIL_REASON_BULKHEAD_FULL);
   pbh.bulkhead = bhw;
   before = atomic_load(&d.done);
   assert_int_equal(submit(e, &d, 8, "slow", KV("ms", "600"), &pbh, NULL, NULL), RESIL_OK);
   assert_int_equal(submit(e, &d, 9, "slow", KV("ms", "600"), &pbh, NULL, NULL), RESIL_OK);
-  assert_true(tl_run_until(&l, &d.done, before + 2, 30000));
+  assert_true(tl_run_until(&t->l, &d.done, before + 2, 30000));
   assert_int_equal(d.o[9].reason, RESIL_REASON_BULKHEAD_FULL);
   st = stats_of(e);
   assert_int_equal(st.rejected_bulkhead_full, 1);
@@ -406,13 +396,13 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   before = atomic_load(&d.done);
   assert_int_equal(submit(e, &d, 10, "slow", KV("ms", "1"), NULL, NULL, &hd), RESIL_OK);
   resil_engine_cancel(hd);
-  assert_true(tl_run_until(&l, &d.done, before + 1, 30000));
+  assert_true(tl_run_until(&t->l, &d.done, before + 1, 30000));
   resil_engine_handle_release(hd);
   assert_int_equal(d.o[10].kind, RESIL_NOT_SENT);
   resil_engine_policies pt;
   resil_engine_policies_init(&pt);
   pt.attempt_timeout_ns = RESIL_MS(100);
-  run_one(&l, e, &d, 11, "slow", KV("ms", "3000"), &pt);
+  run_one(&t->l, e, &d, 11, "slow", KV("ms", "3000"), &pt);
   assert_int_equal(d.o[11].kind, RESIL_UNKNOWN);
 
   st = stats_of(e);
@@ -449,8 +439,7 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   assert_int_equal(resil_engine_get_stats(NULL, &old), RESIL_EMISUSE);
   assert_int_equal(resil_engine_get_stats_sized(e, NULL, sizeof old), RESIL_EINVAL);
 
-  resil_engine_free(e);
-  tl_close(&l);
+  te_close(t);
   resil_hedge_free(h);
   resil_retry_free(retry);
   resil_ratelimiter_free(rl);
@@ -458,7 +447,6 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   resil_breaker_free(br);
   resil_bulkhead_free(bh0);
   resil_bulkhead_free(bhw);
-  resil_http_client_free(c);
 }
 
 /* ---- the hedge's event listener on the engine ------------------------------ */
