@@ -1142,6 +1142,34 @@ static RESIL_ALWAYS_INLINE void record_run(resil_breaker *br,
          br->slow_coarse ? RESIL__NO_NOW : t1);
 }
 
+/* The run form's first half: 1 with *permit and *t0 (the reading right
+ * before the call) set, or 0 with *refusal the outcome the run form ends
+ * with. */
+static RESIL_ALWAYS_INLINE int enter_run(resil_breaker *br,
+                                         resil_breaker_permit *permit,
+                                         int64_t *t0, resil_outcome *refusal) {
+  if (RESIL_UNLIKELY(!acquire(br, permit, RESIL__NO_NOW))) {
+    *refusal = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+    return 0;
+  }
+  *t0 = now_run(br);
+  return 1;
+}
+
+int resil__breaker_enter(resil_breaker *br, resil_breaker_permit *permit,
+                         int64_t *t0, resil_outcome *refusal) {
+  if (RESIL_UNLIKELY(!valid(br))) {
+    *refusal = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    return 0;
+  }
+  return enter_run(br, permit, t0, refusal);
+}
+
+void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,
+                          const resil_outcome *o, int64_t t0) {
+  record_run(br, permit, o, t0, now_run(br));
+}
+
 /* resil_breaker_run; t0_out (NULL: none) receives the reading taken right
  * before the call, before the call is made. */
 static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
@@ -1164,11 +1192,11 @@ static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
   if (RESIL_UNLIKELY(!c))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   resil_breaker_permit permit;
-  if (!acquire(br, &permit, RESIL__NO_NOW))
-    return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
-  int64_t t0 = now_run(br);
+  int64_t t0;
+  resil_outcome o;
+  if (!enter_run(br, &permit, &t0, &o)) return o;
   if (t0_out) *t0_out = t0;
-  resil_outcome o = fn(arg, c);
+  o = fn(arg, c);
   record_run(br, &permit, &o, t0, now_run(br));
   return o;
 }

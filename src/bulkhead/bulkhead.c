@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "bulkhead/bulkhead_int.h"
 #include "bulkhead/sync_int.h"
 #include "core/internal.h"
 #include "resil/bulkhead.h"
@@ -508,22 +509,42 @@ int64_t resil_bulkhead_max_wait_ns(const resil_bulkhead *bh) {
   return valid(bh) ? bh->max_wait_ns : 0;
 }
 
+/* The run form's slot: 1 to make the call (then release), or 0 with
+ * *refusal the outcome the run form ends with. */
+static inline int enter_run(resil_bulkhead *bh, const resil_ctx *c,
+                            resil_outcome *refusal) {
+  resil_reason why;
+  if (RESIL_LIKELY(resil_bulkhead_acquire(bh, c, &why) == RESIL_DECISION_GO))
+    return 1;
+  *refusal = resil_outcome_make(
+      why == RESIL_REASON_BULKHEAD_FULL ? RESIL_REJECTED : RESIL_NOT_SENT, why);
+  return 0;
+}
+
+int resil__bulkhead_enter(resil_bulkhead *bh, const resil_ctx *ctx,
+                          resil_outcome *refusal) {
+  return enter_run(bh, ctx, refusal);
+}
+
 resil_outcome resil_bulkhead_run(resil_bulkhead *bh, const resil_ctx *ctx,
                                  resil_call_fn fn, void *arg) {
   resil_ctx lc;
-  const resil_ctx *c = resil__ctx_in(&lc, ctx);
+  const resil_ctx *c;
+  if (ctx) {
+    c = resil__ctx_in(&lc, ctx);
+  } else {
+    /* The defaults with the bulkhead's clock, built inline. */
+    resil__ctx_defaults(&lc);
+    c = &lc;
+  }
   if (!fn || !valid(bh) || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  if (!ctx) lc.clock = bh->clock; /* c == &lc: the defaults */
-  resil_reason why;
-  if (resil_bulkhead_acquire(bh, c, &why) != RESIL_DECISION_GO)
-    return resil_outcome_make(why == RESIL_REASON_BULKHEAD_FULL ? RESIL_REJECTED
-                                                                : RESIL_NOT_SENT,
-                              why);
-  ctx = c;
+  if (!ctx) lc.clock = bh->clock;
+  resil_outcome o;
+  if (!enter_run(bh, c, &o)) return o;
   /* fn returns on every path (success, failure, its own timeout or
    * cancellation), and the slot goes back after it whatever it returned. */
-  resil_outcome o = fn(arg, ctx);
+  o = fn(arg, c);
   resil_bulkhead_release(bh);
   return o;
 }

@@ -415,6 +415,20 @@ const resil_clock *resil__ratelimiter_clock(const resil_ratelimiter *rl) {
 
 static resil_outcome refused(resil_reason why);
 
+/* The run form's permit: 1 to make the call, or 0 with *refusal the
+ * outcome the run form ends with. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int enter_run(resil_ratelimiter *rl, const resil_ctx *c,
+                            const int64_t *now, resil_outcome *refusal) {
+  resil_reason why;
+  if (RESIL_LIKELY(acquire_wait(rl, 1, c, now, &why) == RESIL_DECISION_GO))
+    return 1;
+  *refusal = refused(why);
+  return 0;
+}
+
 /* resil_ratelimiter_run; now: a reading as resil__ratelimiter_acquire_at
  * takes one, or NULL (the limiter reads its clock). */
 #if defined(__GNUC__)
@@ -428,9 +442,18 @@ static inline resil_outcome run_impl(resil_ratelimiter *rl, const resil_ctx *ctx
   if (!fn || !rl || rl->magic != RESIL_MAGIC_RATELIM || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   if (!ctx) lc.clock = rl->clock; /* c == &lc: the defaults */
-  resil_reason why;
-  if (acquire_wait(rl, 1, c, now, &why) == RESIL_DECISION_GO) return fn(arg, c);
-  return refused(why);
+  resil_outcome o;
+  if (enter_run(rl, c, now, &o)) return fn(arg, c);
+  return o;
+}
+
+int resil__ratelimiter_enter(resil_ratelimiter *rl, const resil_ctx *ctx,
+                             const int64_t *now, resil_outcome *refusal) {
+  if (RESIL_UNLIKELY(!rl || rl->magic != RESIL_MAGIC_RATELIM)) {
+    *refusal = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    return 0;
+  }
+  return enter_run(rl, ctx, now, refusal);
 }
 
 resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
