@@ -511,14 +511,21 @@ int64_t resil_bulkhead_max_wait_ns(const resil_bulkhead *bh) {
 
 /* The run form's slot: 1 to make the call (then release), or 0 with
  * *refusal the outcome the run form ends with. */
-static inline int enter_run(resil_bulkhead *bh, const resil_ctx *c,
-                            resil_outcome *refusal) {
+static RESIL_NOINLINE_ int enter_slow(resil_bulkhead *bh, const resil_ctx *c,
+                                      resil_outcome *refusal) {
   resil_reason why;
-  if (RESIL_LIKELY(resil_bulkhead_acquire(bh, c, &why) == RESIL_DECISION_GO))
-    return 1;
+  if (resil_bulkhead_acquire(bh, c, &why) == RESIL_DECISION_GO) return 1;
   *refusal = resil_outcome_make(
       why == RESIL_REASON_BULKHEAD_FULL ? RESIL_REJECTED : RESIL_NOT_SENT, why);
   return 0;
+}
+
+/* A free slot is taken inline; otherwise resil_bulkhead_acquire decides
+ * (a failed take_slot changes nothing, so it simply tries again). */
+static inline int enter_run(resil_bulkhead *bh, const resil_ctx *c,
+                            resil_outcome *refusal) {
+  if (RESIL_LIKELY(valid(bh) && take_slot(bh))) return 1;
+  return enter_slow(bh, c, refusal);
 }
 
 int resil__bulkhead_enter(resil_bulkhead *bh, const resil_ctx *ctx,

@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include "breaker/breaker_int.h"
+#include "bulkhead/bulkhead_int.h"
 #include "chain/chain_int.h"
 #include "core/internal.h"
 #include "ratelimit/ratelimit_int.h"
+#include "resil/bulkhead.h"
 #include "resil/chain.h"
 #include "resil/hedge.h"
 
@@ -28,10 +30,18 @@ typedef struct layer_counters {
   _Atomic uint64_t unhedged;
 } layer_counters;
 
-/* A library breaker or rate limiter (added by resil_chain_add_breaker or
- * _ratelimiter): run through its internal now-taking entry points, with
- * clock readings handed between layers (enter_layer). */
-enum { LAYER_GENERIC = 0, LAYER_BREAKER_AT = 1, LAYER_RATELIMITER_AT = 2 };
+/* A library breaker, rate limiter or semaphore bulkhead (added by
+ * resil_chain_add_breaker, _ratelimiter or _bulkhead): a layer that takes a
+ * permit before the call and gives it back after, with nothing else to do
+ * around the call. A run of such layers is entered in one pass, without a
+ * trampoline per layer (split_pass), through the policies' internal enter
+ * entry points, which their own run forms are written with. */
+enum {
+  LAYER_GENERIC = 0,
+  LAYER_BREAKER_AT = 1,
+  LAYER_RATELIMITER_AT = 2,
+  LAYER_BULKHEAD_AT = 3
+};
 
 typedef struct chain_layer {
   resil_layer desc; /* label and name point into owned copies */
@@ -43,6 +53,9 @@ typedef struct chain_layer {
   int at;
   int coarse;
   const resil_clock *clk;
+  /* For a LAYER_*_AT layer: the first layer at or below it that is not one
+   * (ch->n: none); layers i..split_end-1 are entered in one pass. */
+  size_t split_end;
   layer_counters c;
 } chain_layer;
 
@@ -192,6 +205,8 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     L->coarse = resil__ratelimiter_coarse(layer->policy);
   }
   if (!L->clk) L->at = LAYER_GENERIC; /* not a valid policy: its run says so */
+  /* resil__bulkhead_enter refuses an invalid bulkhead as its run does. */
+  if (layer->run == resil__chain_run_bulkhead) L->at = LAYER_BULKHEAD_AT;
   if (L->desc.max_attempts == 0) L->desc.max_attempts = 1;
   if (L->desc.kind != RESIL_LAYER_HEDGE) {
     L->desc.max_hedges = 0;
@@ -201,6 +216,12 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     L->desc.max_attempts = 1; /* a hedge makes its attempts in parallel */
   }
   ch->n++;
+  for (size_t k = ch->n; k-- > 0;) {
+    chain_layer *K = &ch->layers[k];
+    K->split_end = K->at == LAYER_GENERIC ? k
+                   : k + 1 < ch->n        ? ch->layers[k + 1].split_end
+                                          : ch->n;
+  }
   return RESIL_OK;
 }
 
@@ -215,18 +236,6 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
  * is heap-allocated and reference-counted: freed by whichever of the
  * caller and the abandoned task finishes last. */
 
-/* A clock reading taken by layer i right before it entered layer i + 1
- * (nothing in between): layer i + 1 may use it as its own reading of the
- * start of its call. coarse: a coarse reading of a clock that has one.
- * Only a library breaker hands one down (resil__breaker_run_at) and only a
- * library rate limiter right below it uses one: the breaker's record then
- * uses its own reading after the call, which also ends the duration. */
-typedef struct reading {
-  int64_t now;
-  const resil_clock *clk;
-  int coarse;
-} reading;
-
 /* What a layer's caller (the layer above, or resil_chain_run) shares with
  * it: one pointer argument of enter_layer. */
 typedef struct link {
@@ -234,8 +243,6 @@ typedef struct link {
    * returned SUCCESS, and none of them counted it: the caller counts it
    * (ch->clean) or flushes it (flush_clean). */
   int clean;
-  /* Set by the caller (NULL: none): a reading for the layer's use. */
-  const reading *hand;
 } link;
 
 typedef struct frame {
@@ -245,8 +252,7 @@ typedef struct frame {
   void *arg;
   uint32_t inner_calls;
   /* Stack frames: below.clean: the last call below was a clean pass not
-   * yet counted; below.hand: while a LAYER_BREAKER_AT layer makes its one
-   * call, its reading. */
+   * yet counted. */
   link below;
   /* A hedging HEDGE layer's calls, made from several threads at once. */
   _Atomic uint32_t par_calls;
@@ -296,7 +302,7 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
 static resil_outcome enter_counted(resil_chain *ch, size_t i,
                                    const resil_ctx *ctx, resil_call_fn fn,
                                    void *arg) {
-  link up = {.clean = 0, .hand = NULL};
+  link up = {.clean = 0};
   resil_outcome o = enter_layer(ch, i, ctx, fn, arg, &up);
   if (up.clean) flush_clean(ch, i);
   return o;
@@ -358,7 +364,6 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   f->arg = arg;
   f->inner_calls = 0;
   f->below.clean = 0;
-  f->below.hand = NULL;
   atomic_init(&f->refs, 2);
   atomic_init(&f->started, 0);
   if (L->desc.run_owned) {
@@ -381,22 +386,90 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   return o;
 }
 
-/* `hand`, taken by the layer above right before entering this rate
+/* The breaker's reading t0, taken right before it entered this rate
  * limiter, is as good as the limiter's own reading: the limiter's clock,
  * and precise, or coarse for a limiter that reads coarse and a ctx without
  * a deadline (a deadline is checked against the reading). */
-static inline int hand_fits_ratelimiter(const chain_layer *L,
-                                        const reading *hand,
-                                        const resil_ctx *ctx) {
-  return hand->clk == L->clk &&
-         (!hand->coarse ||
-          (L->coarse && (!ctx || (ctx->struct_size == sizeof *ctx &&
-                                  ctx->deadline_ns == RESIL_NO_DEADLINE))));
+static inline int breaker_reading_fits(const chain_layer *B,
+                                       const chain_layer *L,
+                                       const resil_ctx *ctx) {
+  return B->clk == L->clk &&
+         (!(B->coarse && B->clk->coarse_ns != NULL) ||
+          (L->coarse && ctx->deadline_ns == RESIL_NO_DEADLINE));
 }
 
-/* One variable `o` is returned on every path, so each layer's outcome is
- * built in the caller's return slot, not copied on the way out. up->hand:
- * a reading the layer above took right before entering this one, or NULL. */
+/* What an entered layer of a split pass gives back after the call. */
+typedef struct held {
+  resil_breaker_permit permit;
+  int64_t t0;
+} held;
+
+/* Layers i..split_end-1 (all LAYER_*_AT) in one pass: each takes its permit
+ * (resil__*_enter), the layer below them (or the call) is entered once, and
+ * they give their permits back in reverse order (breaker: records the
+ * outcome). Exactly what nesting their run forms does, which are written
+ * with the same enter entry points: the outcome passes through them
+ * unchanged, a refusing layer's outcome is the one its run form returns,
+ * and each layer is counted as enter_layer counts it (one attempt below,
+ * or a rejection with none). */
+__attribute__((noinline)) static resil_outcome
+split_pass(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
+           void *arg, link *up) {
+  resil_outcome o;
+  held h[RESIL_CHAIN_MAX_LAYERS];
+  size_t j = ch->layers[i].split_end;
+  size_t k = i;
+  for (; k < j; k++) {
+    chain_layer *L = &ch->layers[k];
+    int go;
+    if (L->at == LAYER_BREAKER_AT) {
+      go = resil__breaker_enter(L->desc.policy, &h[k].permit, &h[k].t0, &o);
+    } else if (L->at == LAYER_RATELIMITER_AT) {
+      const int64_t *now = NULL;
+      if (k > i && ch->layers[k - 1].at == LAYER_BREAKER_AT &&
+          breaker_reading_fits(&ch->layers[k - 1], L, ctx))
+        now = &h[k - 1].t0;
+      go = resil__ratelimiter_enter(L->desc.policy, ctx, now, &o);
+    } else {
+      go = resil__bulkhead_enter(L->desc.policy, ctx, &o);
+    }
+    if (RESIL_UNLIKELY(!go)) break;
+  }
+  int clean = 0;
+  if (RESIL_LIKELY(k == j)) {
+    if (j == ch->n) {
+      o = fn(arg, ctx);
+      if (RESIL_LIKELY(plain_success(o.kind, o.reason)))
+        clean = 1;
+      else
+        count_outcome(&ch->call, o);
+    } else {
+      link below = {.clean = 0};
+      o = enter_layer(ch, j, ctx, fn, arg, &below);
+      clean = below.clean;
+    }
+  } else {
+    /* Layer k refused: no attempt below it. */
+    layer_counters *c = &ch->layers[k].c;
+    if (o.kind == RESIL_REJECTED)
+      atomic_fetch_add_explicit(&c->rejections, 1, memory_order_relaxed);
+    count_outcome(c, o);
+  }
+  /* A clean pass below stays clean through these layers: the outcome is
+   * the same plain success. Otherwise each counts the outcome. */
+  while (k-- > i) {
+    chain_layer *L = &ch->layers[k];
+    if (L->at == LAYER_BREAKER_AT)
+      resil__breaker_leave(L->desc.policy, &h[k].permit, &o, h[k].t0);
+    else if (L->at == LAYER_BULKHEAD_AT)
+      resil_bulkhead_release(L->desc.policy);
+    if (!clean) count_outcome(&L->c, o);
+  }
+  up->clean = clean;
+  return o;
+}
+
+/* One variable `o` is returned on every path. */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
                                  resil_call_fn fn, void *arg, link *up) {
   resil_outcome o;
@@ -410,33 +483,26 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
     return o;
   }
   chain_layer *L = &ch->layers[i];
+  /* A custom layer above may hand its call a ctx of another size (or
+   * none): the run forms read that one. */
+  if (L->at != LAYER_GENERIC &&
+      RESIL_LIKELY(ctx && ctx->struct_size == sizeof *ctx)) {
+    o = split_pass(ch, i, ctx, fn, arg, up);
+    return o;
+  }
   if (RESIL_UNLIKELY(layer_may_abandon(&L->desc))) {
     o = enter_heap(ch, i, ctx, fn, arg);
     return o;
   }
   frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 0,
-             .below = {.clean = 0, .hand = NULL}, .heap = 0};
+             .below = {.clean = 0}, .heap = 0};
   if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
     atomic_init(&f.par_calls, 0);
     o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
     /* Every call has returned, ordered by the policy's own lock. */
     f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
   } else {
-    if (L->at == LAYER_BREAKER_AT) {
-      /* resil_breaker_run, handing its reading before the call (the start
-       * of the call's duration) to the layer below. */
-      reading rd;
-      rd.clk = L->clk;
-      rd.coarse = L->coarse && L->clk->coarse_ns != NULL;
-      f.below.hand = &rd;
-      o = resil__breaker_run_at(L->desc.policy, ctx, trampoline, &f, &rd.now);
-    } else if (L->at == LAYER_RATELIMITER_AT && up->hand &&
-               hand_fits_ratelimiter(L, up->hand, ctx)) {
-      o = resil__ratelimiter_run_at(L->desc.policy, ctx, trampoline, &f,
-                                    up->hand->now);
-    } else {
-      o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
-    }
+    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
     if (f.below.clean) {
       if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(o.kind, o.reason) &&
                        L->desc.kind != RESIL_LAYER_HEDGE)) {
@@ -512,7 +578,7 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
   if (!local.clock) local.clock = ch->clock;
   if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
-  link top = {.clean = 0, .hand = NULL};
+  link top = {.clean = 0};
   o = enter_layer(ch, 0, &local, fn, arg, &top);
   if (top.clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
   if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o.kind, o.reason)) {

@@ -31,8 +31,8 @@ static resil_outcome run_timelimiter_owned(void *p, const resil_ctx *ctx,
                                            void (*arg_done)(void *)) {
   return resil_timelimiter_run_owned(p, ctx, fn, arg, arg_done);
 }
-static resil_outcome run_bulkhead(void *p, const resil_ctx *ctx,
-                                  resil_call_fn fn, void *arg) {
+resil_outcome resil__chain_run_bulkhead(void *p, const resil_ctx *ctx,
+                                        resil_call_fn fn, void *arg) {
   return resil_bulkhead_run(p, ctx, fn, arg);
 }
 static resil_outcome run_threadpool(void *p, const resil_ctx *ctx,
@@ -90,7 +90,7 @@ resil_status resil_chain_add_timelimiter(resil_chain *ch, resil_timelimiter *p) 
 
 resil_status resil_chain_add_bulkhead(resil_chain *ch, resil_bulkhead *p) {
   return add(ch, RESIL_LAYER_BULKHEAD, p, p ? resil_bulkhead_name(p) : NULL,
-             run_bulkhead);
+             resil__chain_run_bulkhead);
 }
 
 resil_status resil_chain_add_threadpool(resil_chain *ch, resil_threadpool *p) {

@@ -1,6 +1,7 @@
 /* The chain's typed adders and runner share these: a layer whose run is one
- * of them is a library breaker or rate limiter, which resil_chain_run runs
- * through the policies' internal now-taking entry points (chain.c). Not
+ * of them is a library breaker, rate limiter or semaphore bulkhead, which
+ * resil_chain_run enters through the policies' internal enter entry points
+ * (chain.c, split_pass). Not
  * installed, not exported from libresil.so. */
 #ifndef RESIL_CHAIN_INT_H
 #define RESIL_CHAIN_INT_H
@@ -11,5 +12,7 @@ resil_outcome resil__chain_run_breaker(void *p, const resil_ctx *ctx,
                                        resil_call_fn fn, void *arg);
 resil_outcome resil__chain_run_ratelimiter(void *p, const resil_ctx *ctx,
                                            resil_call_fn fn, void *arg);
+resil_outcome resil__chain_run_bulkhead(void *p, const resil_ctx *ctx,
+                                        resil_call_fn fn, void *arg);
 
 #endif
