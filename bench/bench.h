@@ -78,8 +78,14 @@ void bench_measure_threads(const bench_opts *opts, int nthreads,
 /* Appends a case to a JSON array. */
 void bench_result_to_json(const bench_result *r, json_t *array);
 
-/* Machine description: nproc, CPU model, kernel, compiler, and the measured
- * cost of clock reads and of an indirect call to a no-op. */
+/* Machine description: nproc, CPU model, kernel, compiler, and the physical
+ * references measured in this run like a single-thread case (median of
+ * opts->runs runs, each >= min(opts->min_run_ns, 100 ms)), printed and kept
+ * under "physical" keyed by name: atomic_fetch_add, atomic_exchange,
+ * atomic_cas (uncontended), clock_monotonic, clock_monotonic_coarse (one
+ * clock_gettime), indirect_call (a no-op through a pointer); each an entry
+ * as bench_result_to_json() writes it. The report prices the policy cases
+ * with them. */
 json_t *bench_machine_json(const bench_opts *opts);
 
 /* Runs every libresil case and writes the JSON to path (cases.c). */
