@@ -80,7 +80,7 @@ void bench_result_to_json(const bench_result *r, json_t *array);
 
 /* Machine description: nproc, CPU model, kernel, compiler, and the physical
  * references measured in this run like a single-thread case (median of
- * opts->runs runs, each >= min(opts->min_run_ns, 100 ms)), printed and kept
+ * opts->runs runs, each >= min(opts->min_run_ns, 20 ms)), printed and kept
  * under "physical" keyed by name: atomic_fetch_add, atomic_exchange,
  * atomic_cas (uncontended), clock_monotonic, clock_monotonic_coarse (one
  * clock_gettime), indirect_call (a no-op through a pointer); each an entry

@@ -363,6 +363,8 @@ static uint64_t body_atomic_cas(void *state, uint64_t iters) {
   return ok;
 }
 
+#define PHYS_RUN_NS INT64_C(20000000)
+
 typedef struct phys_ref {
   const char *key;      /* in results.json: machine.physical.<key> */
   const char *measures;
@@ -419,8 +421,10 @@ static double phys_ns(json_t *phys, const char *key) {
 }
 
 json_t *bench_machine_json(const bench_opts *opts) {
+  /* Runs of 20 ms (millions of operations each) are plenty for a
+   * reference, and keep `resil_bench run --only CASE` quick to repeat. */
   bench_opts quick = *opts;
-  if (quick.min_run_ns > INT64_C(100000000)) quick.min_run_ns = INT64_C(100000000);
+  if (quick.min_run_ns > PHYS_RUN_NS) quick.min_run_ns = PHYS_RUN_NS;
   json_t *m = json_object();
   json_object_set_new(m, "nproc", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
   char model[256];
