@@ -1,6 +1,8 @@
 /* The report: merges the C cases with the Node.js peers measured in the same
- * run, checks the targets of the benchmark issue, prints the table and
- * writes results.json. */
+ * run and with perf-r4j's Resilience4j comparison, checks the targets of the
+ * benchmark issues, prints the tables (the policy cases also against the
+ * physical references measured in the run; every ratio with its reference,
+ * target and verdict) and writes results.json. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,7 +45,10 @@ static const case_target *target_for(const char *name) {
  *
  * What one call of the case's hot path performs that costs more than plain
  * loads, stores and arithmetic, as counted in src/ (documentation, not
- * measured: recount when a hot path changes). The report prices each count
+ * measured; counted on main at 837c860: recount when a hot path in
+ * src/breaker, retry, ratelimit, bulkhead or chain changes; the ctest
+ * bench_report_format expects the breaker_run and bulkhead_acquire_release
+ * rows, bench/test_report.cmake). The report prices each count
  * at the physical reference of the same run (harness.c, machine.physical)
  * and prints the case against the sum, its "floor": a call cannot cost less
  * than the operations it must perform, uncontended. */
