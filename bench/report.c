@@ -430,12 +430,10 @@ static void print_physical(json_t *machine) {
 static json_t *report_floors(json_t *ccases, json_t *machine) {
   json_t *arr = json_array();
   double rmw = phys(machine, "atomic_fetch_add");
-  printf("\nAgainst the hardware, same run: case ns/call in uncontended atomic RMWs "
-         "(fetch_add %.2f ns), and against its floor = the atomics, clock reads and "
-         "indirect calls its hot path performs (counted in src/, listed per case), "
-         "priced at the references above:\n", rmw);
-  printf("  %-26s %8s %9s %9s %11s  %s\n", "case", "ns/call", "= RMWs", "floor ns",
-         "case/floor", "floor made of");
+  printf("\nAgainst the hardware, same run: each policy case's ns per call in uncontended "
+         "atomic RMWs (fetch_add, %.2f ns) and against its floor, the atomics, clock "
+         "reads and indirect calls its hot path performs (counted in src/, "
+         "bench/report.c), priced at the references above:\n", rmw);
   size_t i;
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
@@ -462,16 +460,16 @@ static json_t *report_floors(json_t *ccases, json_t *machine) {
     json_object_set_new(o, "floor_ns", isnan(fl) ? json_null() : json_real(fl));
     const char *err = json_string_value(json_object_get(cc, "error"));
     if (err || isnan(ns)) {
-      printf("  %-26s %8s %9s %9.2f %11s  %s\n", name, "INVALID", "-", fl, "-", counts);
+      printf("  %-26s INVALID; its floor (%.2f ns: %s)\n", name, fl, counts);
     } else {
       double in_rmw = ns / rmw;
       json_object_set_new(o, "ns_per_call", json_real(ns));
       json_object_set_new(o, "in_rmw", isnan(in_rmw) ? json_null() : json_real(in_rmw));
       if (fl > 0) json_object_set_new(o, "ratio_to_floor", json_real(ns / fl));
-      char ratio[32] = "-";
+      char ratio[32] = "x-";
       if (fl > 0) snprintf(ratio, sizeof ratio, "x%.2f", ns / fl);
-      printf("  %-26s %8.2f %5.1f RMW %9.2f %11s  %s\n", name, ns, in_rmw, fl, ratio,
-             counts);
+      printf("  %-26s %7.2f ns = %5.1f RMW = %6s its floor (%.2f ns: %s)\n", name, ns,
+             in_rmw, ratio, fl, counts);
     }
     json_array_append_new(arr, o);
   }
