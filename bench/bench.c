@@ -14,9 +14,12 @@
  *       row, or with --store-effect none runs no SQL), and writes the raw
  *       figures as JSON;
  *   resil_bench report --c FILE (--peers FILE | --peers-skipped REASON)
- *                      --out FILE
- *       merges them with the Node.js peers, checks the targets, prints the
- *       table and writes results.json.
+ *                      [--r4j FILE | --r4j-skipped REASON] --out FILE
+ *       merges them with the Node.js peers and with perf-r4j's JSON (the
+ *       Resilience4j comparison, run.sh --out FILE; or the reason it was not
+ *       run), checks the targets, prints the tables (each ratio with its
+ *       reference and target, each policy case against the physical
+ *       references measured in the run) and writes results.json.
  *
  * Not part of ctest: timings depend on the machine and its load. */
 #include <stdio.h>
@@ -34,7 +37,8 @@ static void usage(void) {
           "[--store-effect insert|none]\n"
           "                       [--nginx-url URL | --nginx-skipped REASON]\n"
           "       resil_bench report --c FILE (--peers FILE | --peers-skipped "
-          "REASON) --out FILE\n");
+          "REASON)\n"
+          "                          [--r4j FILE | --r4j-skipped REASON] --out FILE\n");
 }
 
 /* Parses a positive integer option value; exits with a message otherwise. */
@@ -56,6 +60,7 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   const char *out = NULL, *c_json = NULL, *peers = NULL, *skipped = NULL;
+  const char *r4j = NULL, *r4j_skipped = NULL;
   bench_opts opts = {.runs = 7,
                      .min_run_ns = INT64_C(200000000),
                      .thread_run_ns = INT64_C(300000000),
@@ -81,6 +86,10 @@ int main(int argc, char **argv) {
       peers = v;
     else if (!strcmp(a, "--peers-skipped"))
       skipped = v;
+    else if (!strcmp(a, "--r4j"))
+      r4j = v;
+    else if (!strcmp(a, "--r4j-skipped"))
+      r4j_skipped = v;
     else if (!strcmp(a, "--only"))
       opts.only = v;
     else if (!strcmp(a, "--store-dir"))
@@ -119,7 +128,8 @@ int main(int argc, char **argv) {
     return rc != 0 ? rc : bench_run_store_cases(&opts, out);
   }
   if (!strcmp(cmd, "report") && out && c_json && (peers || skipped))
-    return bench_report(c_json, peers, skipped, out);
+    return bench_report(c_json, peers, skipped, r4j,
+                        r4j || r4j_skipped ? r4j_skipped : "no --r4j FILE given", out);
   usage();
   return 2;
 }

@@ -78,8 +78,14 @@ void bench_measure_threads(const bench_opts *opts, int nthreads,
 /* Appends a case to a JSON array. */
 void bench_result_to_json(const bench_result *r, json_t *array);
 
-/* Machine description: nproc, CPU model, kernel, compiler, and the measured
- * cost of clock reads and of an indirect call to a no-op. */
+/* Machine description: nproc, CPU model, kernel, compiler, and the physical
+ * references measured in this run like a single-thread case (median of
+ * opts->runs runs, each >= min(opts->min_run_ns, 20 ms)), printed and kept
+ * under "physical" keyed by name: atomic_fetch_add, atomic_exchange,
+ * atomic_cas (uncontended), clock_monotonic, clock_monotonic_coarse (one
+ * clock_gettime), indirect_call (a no-op through a pointer); each an entry
+ * as bench_result_to_json() writes it. The report prices the policy cases
+ * with them. */
 json_t *bench_machine_json(const bench_opts *opts);
 
 /* Runs every libresil case and writes the JSON to path (cases.c). */
@@ -90,6 +96,9 @@ int bench_run_cases(const bench_opts *opts, const char *json_path);
  * microseconds above libcurl's. */
 #define BENCH_HTTP_MIN_RATIO 0.95
 #define BENCH_HTTP_MAX_ADDED_US 3.0
+/* And the calling thread(s)' CPU time per request at most this many times
+ * bare libcurl's (issue 10; 1 and 8 callers). */
+#define BENCH_HTTP_MAX_CPU_RATIO 1.05
 
 /* Runs the HTTP cases (bare libcurl vs libresil's client behind a full
  * chain, against an in-process loopback server) and appends them, marked
@@ -101,6 +110,9 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path);
 /* The async cases' target: requests/s through libresil's engine at least
  * this fraction of bare libcurl multi_socket's on the same loop, same run. */
 #define BENCH_ASYNC_MIN_RATIO 0.95
+/* And the loop thread's CPU time per request at most this many times bare
+ * multi_socket's. */
+#define BENCH_ASYNC_MAX_CPU_RATIO 1.05
 
 /* Runs the async engine cases (async_get_1000_inflight,
  * async_get_10000_inflight: libresil's engine vs bare libcurl multi_socket
@@ -122,9 +134,13 @@ int bench_run_async_cases(const bench_opts *opts, const char *json_path);
 int bench_run_store_cases(const bench_opts *opts, const char *json_path);
 
 /* Merges the C results with the Node peers' JSON (or the reason they were
- * skipped), prints the table and writes results.json (report.c). */
+ * skipped) and perf-r4j's (run.sh --out FILE; or the reason it was not
+ * run), prints the tables (each ratio with its reference, target and
+ * verdict; each policy case against the physical references of the same
+ * run) and writes results.json (report.c). */
 int bench_report(const char *c_json, const char *peers_json,
-                 const char *peers_skipped, const char *out_path);
+                 const char *peers_skipped, const char *r4j_json,
+                 const char *r4j_skipped, const char *out_path);
 
 /* Appends entries (stolen) to the "cases" array of the JSON file
  * bench_run_cases() wrote and writes it back; when method_key and method are

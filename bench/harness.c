@@ -315,9 +315,116 @@ static uint64_t body_indirect_call(void *state, uint64_t iters) {
   return iters;
 }
 
+/* ---- physical references ------------------------------------------------ */
+
+/* The word the atomic references operate on, alone on its cache line: one
+ * thread, so every operation is uncontended (the line stays in this core's
+ * cache), as on the single-thread cases' hot paths. */
+static struct {
+  _Alignas(64) _Atomic uint64_t v;
+  char pad[64 - sizeof(_Atomic uint64_t)];
+} phys_word;
+
+/* Each result feeds the sum, so no operation can be dropped or merged. */
+static uint64_t body_atomic_fetch_add(void *state, uint64_t iters) {
+  (void)state;
+  uint64_t acc = 0;
+  for (uint64_t i = 0; i < iters; i++)
+    acc += atomic_fetch_add_explicit(&phys_word.v, 1, memory_order_relaxed);
+  bench_sink(acc);
+  return iters;
+}
+
+static uint64_t body_atomic_exchange(void *state, uint64_t iters) {
+  (void)state;
+  uint64_t acc = 0;
+  for (uint64_t i = 0; i < iters; i++)
+    acc += atomic_exchange_explicit(&phys_word.v, i, memory_order_acquire);
+  bench_sink(acc);
+  return iters;
+}
+
+/* A compare-exchange that succeeds (the expected value is the current one),
+ * as an uncontended acquire's CAS does; returns how many succeeded. */
+static uint64_t body_atomic_cas(void *state, uint64_t iters) {
+  (void)state;
+  uint64_t ok = 0;
+  uint64_t expect = atomic_load_explicit(&phys_word.v, memory_order_relaxed);
+  for (uint64_t i = 0; i < iters; i++) {
+    uint64_t want = expect + 1;
+    if (atomic_compare_exchange_strong_explicit(&phys_word.v, &expect, want,
+                                                memory_order_seq_cst,
+                                                memory_order_relaxed)) {
+      expect = want;
+      ok++;
+    }
+  }
+  bench_sink(ok);
+  return ok;
+}
+
+#define PHYS_RUN_NS INT64_C(20000000)
+
+typedef struct phys_ref {
+  const char *key;      /* in results.json: machine.physical.<key> */
+  const char *measures;
+  bench_body_fn body;
+} phys_ref;
+
+/* The physical references the policy cases are priced against (report.c
+ * names them by key). */
+static const phys_ref phys_refs[] = {
+    {"atomic_fetch_add", "one uncontended atomic fetch_add (relaxed; lock xadd on x86) "
+                         "on a word alone on its cache line, one thread", body_atomic_fetch_add},
+    {"atomic_exchange", "one uncontended atomic exchange (acquire; xchg on x86), as a "
+                        "spinlock's acquire", body_atomic_exchange},
+    {"atomic_cas", "one uncontended compare-exchange that succeeds (seq_cst; lock cmpxchg "
+                   "on x86)", body_atomic_cas},
+    {"clock_monotonic", "one clock_gettime(CLOCK_MONOTONIC) (vDSO)", body_clock_monotonic},
+#ifdef CLOCK_MONOTONIC_COARSE
+    {"clock_monotonic_coarse", "one clock_gettime(CLOCK_MONOTONIC_COARSE) (vDSO)",
+     body_clock_coarse},
+#endif
+    {"indirect_call", "one call of a no-op function through a pointer the compiler "
+                      "cannot see through (load, call, return)", body_indirect_call},
+};
+
+/* Measures each reference like a single-thread case (warm-up, calibration,
+ * opts->runs runs, median), prints it and returns machine.physical. */
+static json_t *physical_json(const bench_opts *opts) {
+  json_t *phys = json_object();
+  printf("  physical references (median of %d runs, one thread):", opts->runs);
+  for (size_t i = 0; i < sizeof phys_refs / sizeof phys_refs[0]; i++) {
+    bench_result r;
+    memset(&r, 0, sizeof r);
+    r.name = phys_refs[i].key;
+    r.measures = phys_refs[i].measures;
+    bench_measure(opts, phys_refs[i].body, NULL, &r);
+    json_t *a = json_array();
+    bench_result_to_json(&r, a);
+    json_object_set(phys, phys_refs[i].key, json_array_get(a, 0));
+    json_decref(a);
+    if (r.error[0])
+      printf(" %s INVALID (%s)", r.name, r.error);
+    else
+      printf(" %s %.2f ns%s", r.name, r.ns_per_call,
+             i + 1 < sizeof phys_refs / sizeof phys_refs[0] ? "," : "");
+  }
+  printf("\n");
+  fflush(stdout);
+  return phys;
+}
+
+static double phys_ns(json_t *phys, const char *key) {
+  json_t *v = json_object_get(json_object_get(phys, key), "ns_per_call");
+  return json_is_number(v) ? json_number_value(v) : -1.0;
+}
+
 json_t *bench_machine_json(const bench_opts *opts) {
+  /* Runs of 20 ms (millions of operations each) are plenty for a
+   * reference, and keep `resil_bench run --only CASE` quick to repeat. */
   bench_opts quick = *opts;
-  if (quick.min_run_ns > INT64_C(100000000)) quick.min_run_ns = INT64_C(100000000);
+  if (quick.min_run_ns > PHYS_RUN_NS) quick.min_run_ns = PHYS_RUN_NS;
   json_t *m = json_object();
   json_object_set_new(m, "nproc", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
   char model[256];
@@ -351,18 +458,17 @@ json_t *bench_machine_json(const bench_opts *opts) {
   json_object_set_new(m, "c_flags", json_string(RESIL_BENCH_C_FLAGS));
 #endif
 
-  bench_result r;
-  memset(&r, 0, sizeof r);
-  bench_measure(&quick, body_clock_monotonic, NULL, &r);
-  json_object_set_new(m, "clock_gettime_monotonic_ns", json_real(r.ns_per_call));
+  /* The physical references, measured like the cases; the flat keys are
+   * the older names of three of them (perf-r4j's notes cite them). */
+  json_t *phys = physical_json(&quick);
+  json_object_set_new(m, "clock_gettime_monotonic_ns",
+                      json_real(phys_ns(phys, "clock_monotonic")));
 #ifdef CLOCK_MONOTONIC_COARSE
-  memset(&r, 0, sizeof r);
-  bench_measure(&quick, body_clock_coarse, NULL, &r);
-  json_object_set_new(m, "clock_gettime_monotonic_coarse_ns", json_real(r.ns_per_call));
+  json_object_set_new(m, "clock_gettime_monotonic_coarse_ns",
+                      json_real(phys_ns(phys, "clock_monotonic_coarse")));
 #endif
-  memset(&r, 0, sizeof r);
-  bench_measure(&quick, body_indirect_call, NULL, &r);
-  json_object_set_new(m, "indirect_noop_call_ns", json_real(r.ns_per_call));
+  json_object_set_new(m, "indirect_noop_call_ns", json_real(phys_ns(phys, "indirect_call")));
+  json_object_set_new(m, "physical", phys);
   return m;
 }
 

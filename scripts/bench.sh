@@ -21,30 +21,50 @@
 #      scripts/pg-start.sh (its data directory under build/bench/pgtmp, on
 #      the same disk as the SQLite files when it can) and stops on exit
 #      (about 35 s at the defaults; needs libresil-store);
-#   4. installs the Node.js peers pinned in bench/node_peers/package.json
+#   4. the Resilience4j comparison: when `java` (17 or later, with javac)
+#      is on PATH and the perf-r4j tool is there (directory $PERF_R4J,
+#      default ../shared/tools/perf-r4j next to this checkout or next to
+#      the main checkout of its git repository), runs
+#      `bash $PERF_R4J/run.sh . --out build/bench/r4j.json` (the same C
+#      cases alternated with their Resilience4j 2.3.0 counterparts, about
+#      2-3 min; with --quick its --quick, about 30 s);
+#   5. installs the Node.js peers pinned in bench/node_peers/package.json
 #      (opossum, cockatiel) into build/bench/node_peers and measures them in
 #      the same run;
-#   5. prints the table (ns per call, ops/s, target, met?, ratios against
-#      the peers and the raw ceilings) and writes bench/results.json.
+#   6. prints the tables and writes bench/results.json: the physical
+#      references measured in this run (uncontended atomic fetch_add,
+#      exchange and CAS, one CLOCK_MONOTONIC and one CLOCK_MONOTONIC_COARSE
+#      read, an indirect call) and each policy case in those units and
+#      against its floor (the atomics, clock reads and indirect calls its
+#      hot path performs); ns per call, ops/s, target, met?; then every
+#      ratio with its reference, target and met?: Resilience4j ns / ours
+#      per case, HTTP against bare libcurl (caller CPU per request, p50
+#      added, req/s), async against bare multi_socket, the store against
+#      raw INSERT transactions, the Node peers.
 # When nginx cannot start, its cases are reported as skipped with the reason.
 # When node or npm is missing or the install fails, the peers are reported
 # as skipped (with the reason, also in results.json) and the C results still
 # stand; likewise when PostgreSQL cannot start, its store case is reported as
-# skipped with the reason: the script exits 0. Missed targets are reported,
-# not fatal.
+# skipped with the reason; when java or the perf-r4j tool is absent (or its
+# run fails) the report prints "R4j: skipped (reason)": the script exits 0.
+# Missed targets are reported, not fatal.
 #
-# Usage: bash scripts/bench.sh [--quick]
-#   --quick  3 runs of 50 ms per case, fewer HTTP and store rounds (a smoke
-#            test; figures are noisier)
+# Usage: bash scripts/bench.sh [--quick] [--no-r4j]
+#   --quick   3 runs of 50 ms per case, fewer HTTP and store rounds, perf-r4j
+#             with --quick (a smoke test; figures are noisier)
+#   --no-r4j  skip the Resilience4j comparison (the Java side)
+# Environment: PERF_R4J, the perf-r4j tool's directory (holding run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs=7 min_run_ms=200 thread_run_ms=300
-case "${1:-}" in
-  "") ;;
-  --quick) runs=3 min_run_ms=50 thread_run_ms=100 ;;
-  *) echo "usage: bash scripts/bench.sh [--quick]" >&2; exit 2 ;;
-esac
+runs=7 min_run_ms=200 thread_run_ms=300 quick=0 no_r4j=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) runs=3 min_run_ms=50 thread_run_ms=100 quick=1 ;;
+    --no-r4j) no_r4j=1 ;;
+    *) echo "usage: bash scripts/bench.sh [--quick] [--no-r4j]" >&2; exit 2 ;;
+  esac
+done
 
 bash scripts/deps.sh
 
@@ -123,6 +143,53 @@ stop_pg
 stop_nginx
 echo "load average after the cases: $(cut -d' ' -f1-3 /proc/loadavg)"
 
+echo "== Resilience4j 2.3.0, same cases (perf-r4j)"
+# The tool lives next to the checkout (../shared/tools/perf-r4j); in a git
+# worktree, next to the repository's main checkout.
+if [ -z "${PERF_R4J:-}" ]; then
+  PERF_R4J=../shared/tools/perf-r4j
+  if [ ! -f "$PERF_R4J/run.sh" ] &&
+     common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null) &&
+     [ -f "$(dirname "$common")/../shared/tools/perf-r4j/run.sh" ]; then
+    PERF_R4J="$(dirname "$common")/../shared/tools/perf-r4j"
+  fi
+fi
+r4j_json="$build/r4j.json" r4j_log="$build/r4j.log" r4j_reason=""
+rm -f "$r4j_json"
+java_major=""
+if command -v java >/dev/null 2>&1; then
+  java_major=$(java -version 2>&1 | sed -nE '1s/.*version "(1\.)?([0-9]+).*/\2/p')
+fi
+if [ "$no_r4j" = 1 ]; then
+  r4j_reason="--no-r4j given"
+elif ! command -v java >/dev/null 2>&1; then
+  r4j_reason="java is not on PATH (perf-r4j needs OpenJDK 17)"
+elif ! [[ "$java_major" =~ ^[0-9]+$ ]] || [ "$java_major" -lt 17 ]; then
+  r4j_reason="java on PATH is version '${java_major:-unknown}', perf-r4j needs 17 or later"
+elif ! command -v javac >/dev/null 2>&1; then
+  r4j_reason="javac is not on PATH (perf-r4j compiles its harness)"
+elif [ ! -f "$PERF_R4J/run.sh" ]; then
+  r4j_reason="no perf-r4j tool at $PERF_R4J (set PERF_R4J to the directory holding run.sh)"
+else
+  r4j_args=(--out "$PWD/$r4j_json")
+  [ "$quick" = 1 ] && r4j_args+=(--quick)
+  to=""
+  command -v timeout >/dev/null 2>&1 && to="timeout 1800"
+  echo "bash $PERF_R4J/run.sh . ${r4j_args[*]} (log: $r4j_log; load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+  set +e
+  $to bash "$PERF_R4J/run.sh" . "${r4j_args[@]}" >"$r4j_log" 2>&1
+  rc=$?
+  set -e
+  if [ "$rc" -ne 0 ] || [ ! -s "$r4j_json" ]; then
+    r4j_reason="perf-r4j run.sh failed (exit $rc): $(grep -m1 -E '^run.sh:' "$r4j_log" || tail -n 1 "$r4j_log") (full log: $r4j_log)"
+  else
+    # Its own table; the report prints it again with the targets.
+    sed -n '/^libresil .* vs Resilience4j/,$p' "$r4j_log"
+  fi
+fi
+[ -n "$r4j_reason" ] && echo "R4j: skipped ($r4j_reason)"
+if [ -z "$r4j_reason" ]; then r4j_report=(--r4j "$r4j_json"); else r4j_report=(--r4j-skipped "$r4j_reason"); fi
+
 echo "== Node.js peers (opossum, cockatiel)"
 peers_dir="$build/node_peers"
 reason=""
@@ -148,8 +215,10 @@ else
 fi
 
 if [ -z "$reason" ]; then
-  "$bin" report --c "$build/c.json" --peers "$peers_dir/peers.json" --out bench/results.json
+  "$bin" report --c "$build/c.json" --peers "$peers_dir/peers.json" "${r4j_report[@]}" \
+    --out bench/results.json
 else
   echo "Node.js peers SKIPPED: $reason"
-  "$bin" report --c "$build/c.json" --peers-skipped "$reason" --out bench/results.json
+  "$bin" report --c "$build/c.json" --peers-skipped "$reason" "${r4j_report[@]}" \
+    --out bench/results.json
 fi

@@ -1,0 +1,49 @@
+# ctest bench_report_format: `resil_bench report` on fixed inputs
+# (bench/testdata: C results with physical references, a perf-r4j JSON)
+# prints each policy case against the physical references and its floor,
+# the Resilience4j table with the issue's targets, and every same-run ratio
+# with its reference, target and verdict; without perf-r4j's JSON it says
+# "R4j: skipped (reason)" and still succeeds. No timing: the figures are the
+# fixtures'.
+#   cmake -DBIN=<resil_bench> -DDATA=<bench/testdata> -DOUT=<dir> -P test_report.cmake
+function(run_report out_var json)
+  execute_process(COMMAND ${BIN} report --c ${DATA}/report_c.json --peers-skipped "fixture"
+                          ${ARGN} --out ${json}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "resil_bench report ${ARGN} exited ${rc}: ${err}\n${out}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+function(expect text regex)
+  if(NOT text MATCHES "${regex}")
+    message(FATAL_ERROR "expected a line matching\n  ${regex}\nin\n${text}")
+  endif()
+endfunction()
+
+file(MAKE_DIRECTORY ${OUT})
+run_report(out ${OUT}/with-r4j.json --r4j ${DATA}/report_r4j.json)
+# The physical references of the run, and each case in them.
+expect("${out}" "atomic fetch_add 2\\.00 ns, xchg 2\\.00 ns, CAS 2\\.50 ns; CLOCK_MONOTONIC read 20\\.00 ns, CLOCK_MONOTONIC_COARSE read 5\\.00 ns; indirect call 1\\.50 ns")
+expect("${out}" "bulkhead_acquire_release +5\\.00 ns = +2\\.5 RMW = +x1\\.00 its floor \\(5\\.00 ns: 2 CAS\\)\n")
+expect("${out}" "breaker_run +33\\.00 ns = +16\\.5 RMW = +x2\\.00 its floor \\(16\\.50 ns: 1 xchg \\+ 2 coarse reads \\+ 3 indirect calls\\)\n")
+# Resilience4j: ratio, range, target, verdict; the 2-thread scaling.
+expect("${out}" "Resilience4j 2\\.3\\.0 vs libresil[^\n]*abc1234; 2 alternations[^\n]*load at start 0\\.10, 0\\.20, 0\\.30")
+expect("${out}" "bulkhead_acquire_release +12\\.50 +5\\.00 +2\\.50 +2\\.25\\.\\.2\\.75 +>= 2 +yes")
+expect("${out}" "breaker_2threads +120\\.00 +40\\.00 +3\\.00 +3\\.00\\.\\.3\\.00 +>= 4 +NO [^\n]*= 0\\.50 of breaker_1thread's \\(target >= 0\\.5\\) yes")
+expect("${out}" "retry_run +- +- +- +- +>= 5 +NO +not in perf-r4j's results")
+# Same-run ratios name their reference and target.
+expect("${out}" "http_keepalive_get +vs bare libcurl \\[1 caller, 4 rounds\\]: caller CPU/req 22\\.00 / 20\\.00 us = x1\\.100 \\(target <= 1\\.05\\) NO; p50 30\\.0 / 28\\.5 us, added \\+1\\.50 us \\(target <= 3 us\\) yes; req/s 9700 / 10000 = 0\\.970 \\(target >= 0\\.95\\) yes")
+expect("${out}" "store_sqlite_keyed_ops +vs raw INSERT: ops/s 500 / 1000 = 0\\.500 \\(target >= 0\\.45\\) yes")
+expect("${out}" "MISSED: breaker_2threads Resilience4j ns / libresil ns >= 4 \\(perf-r4j\\) \\(value 3\\)")
+file(READ ${OUT}/with-r4j.json json)
+foreach(key "\"hardware_floor\"" "\"ratio_to_floor\": 2" "\"in_rmw\": 2\\.5" "\"r4j\"" "\"c_ops_per_s_over_1thread\": 0\\.5" "\"physical\"")
+  expect("${json}" "${key}")
+endforeach()
+
+run_report(out ${OUT}/skipped.json --r4j-skipped "java is not on PATH")
+expect("${out}" "\nR4j: skipped \\(java is not on PATH\\)\n")
+expect("${out}" "targets: [0-9]+ met, [0-9]+ missed, 1[0-9] not evaluated")
+run_report(out ${OUT}/none.json)
+expect("${out}" "\nR4j: skipped \\(no --r4j FILE given\\)\n")
