@@ -22,6 +22,7 @@ resil_status resil__shards_init(resil__shards *sh, const resil_allocator *alloc,
   sh->slot = (resil__shard_slot *)(((uintptr_t)mem + LINE - 1) & ~(LINE - 1));
   sh->alloc = alloc;
   sh->shift = 64 - bits;
+  sh->line_shift = sh->shift - 6; /* 64 == 1 << 6 == sizeof *sh->slot */
   sh->nslots = nslots;
   sh->k = k;
   for (unsigned s = 0; s <= nslots; s++) {

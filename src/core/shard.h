@@ -73,6 +73,7 @@ typedef struct resil__shards {
   void *mem;               /* the allocation slot points into */
   const resil_allocator *alloc;
   unsigned shift; /* 64 - log2(nslots) */
+  unsigned line_shift; /* shift - 6: the hash's top bits as a byte offset */
   unsigned nslots;
   unsigned k;
 } resil__shards;
@@ -125,7 +126,10 @@ uint64_t resil__shards_sum(const resil__shards *sh, unsigned i);
 static inline void resil__shards_add(resil__shards *sh, unsigned i,
                                      uint64_t n) {
   uintptr_t id = resil__thread_id();
-  resil__shard_slot *s = &sh->slot[resil__shards_index(sh, id, 0)];
+  /* &sh->slot[resil__shards_index(sh, id, 0)], one shift and mask. */
+  uint64_t off = ((uint64_t)id * UINT64_C(0x9E3779B97F4A7C15)) >>
+                 sh->line_shift & ~(uint64_t)(sizeof(resil__shard_slot) - 1);
+  resil__shard_slot *s = (resil__shard_slot *)((char *)sh->slot + off);
   if (RESIL_LIKELY(atomic_load_explicit(&s->owner, memory_order_relaxed) ==
                    id)) {
     uint64_t v = atomic_load_explicit(&s->c[i], memory_order_relaxed);
