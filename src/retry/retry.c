@@ -739,16 +739,24 @@ static resil_outcome run_loop(resil_retry *r, resil_retry_state *st,
  * would have made, then the rest of the call. first: the first attempt's
  * ctx (NULL: r->first_ctx). *io holds the first attempt's outcome and gets
  * the final one. */
+/* The call a run form makes, passed by address to the path that repeats
+ * it: the fast path then keeps no registers for fn and arg across the
+ * first attempt. */
+typedef struct call_of {
+  resil_call_fn fn;
+  void *arg;
+} call_of;
+
 __attribute__((noinline)) static void run_rest(resil_retry *r,
                                                const resil_ctx *first,
-                                               resil_call_fn fn, void *arg,
+                                               const call_of *k,
                                                resil_outcome *io) {
   resil_retry_state st;
   int64_t delay = 0;
   st.ctx = first ? *first : r->first_ctx;
   state_init_rest(r, &st);
   resil_decision d = resil_retry_next_timed(r, &st, io, 0, &delay);
-  *io = run_loop(r, &st, d, delay, fn, arg);
+  *io = run_loop(r, &st, d, delay, k->fn, k->arg);
 }
 
 /* Budget, deadline, token or listener: begin() first. */
@@ -770,13 +778,14 @@ __attribute__((always_inline))
 #endif
 static inline resil_outcome run_fast(resil_retry *r, const resil_ctx *first,
                                      resil_call_fn fn, void *arg) {
+  const call_of k = {fn, arg};
   resil_outcome o = fn(arg, first);
   if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK &&
                    !r->predicate)) {
     resil__shards_add(&r->calls, C_OK_FIRST, 1);
     return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
   }
-  run_rest(r, first, fn, arg, &o);
+  run_rest(r, first, &k, &o);
   return o;
 }
 
@@ -804,12 +813,13 @@ resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
    * one), no budget, listener or predicate. */
   if (RESIL_UNLIKELY(!r || r->plain != RESIL_MAGIC_RETRY || ctx || !fn))
     return run_general(r, ctx, fn, arg);
+  const call_of k = {fn, arg};
   resil_outcome o = fn(arg, &r->first_ctx);
   if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK)) {
     resil__shards_add(&r->calls, C_OK_FIRST, 1);
     return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
   }
-  run_rest(r, NULL, fn, arg, &o);
+  run_rest(r, NULL, &k, &o);
   return o;
 }
 
