@@ -464,7 +464,31 @@ wait_reserved(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
   return RESIL_DECISION_GO;
 }
 
-/* Reserve, then wait for reserved permits. */
+/* Reserve, then wait for reserved permits (any arguments). */
+__attribute__((noinline)) static resil_decision
+acquire_general(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
+                const int64_t *now, resil_reason *why) {
+  int64_t wait;
+  resil_decision d = reserve_impl(rl, permits, ctx, now, &wait, why);
+  if (RESIL_LIKELY(d != RESIL_DECISION_WAIT)) return d;
+  return wait_reserved(rl, permits, ctx, wait, why);
+}
+
+/* acquire_wait after take_now missed, with what it and reserve_now read. */
+__attribute__((noinline)) static resil_decision
+acquire_missed(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
+               int64_t now, int precise, int64_t rel, uint64_t old,
+               int64_t epoch, resil_reason *why) {
+  int64_t wait;
+  resil_decision d = reserve_slow(rl, permits, ctx, now, precise, rel, old,
+                                  epoch, &wait, why);
+  if (RESIL_LIKELY(d != RESIL_DECISION_WAIT)) return d;
+  return wait_reserved(rl, permits, ctx, wait, why);
+}
+
+/* Reserve, then wait for reserved permits. With valid arguments and a
+ * full-size ctx (or none), take_now is tried inline: its grant needs no
+ * wait, so neither the ctx's deadline nor its token matters to it. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
@@ -472,10 +496,21 @@ static inline resil_decision acquire_wait(resil_ratelimiter *rl, int permits,
                                           const resil_ctx *ctx,
                                           const int64_t *now,
                                           resil_reason *why) {
-  int64_t wait;
-  resil_decision d = reserve_impl(rl, permits, ctx, now, &wait, why);
-  if (RESIL_LIKELY(d != RESIL_DECISION_WAIT)) return d;
-  return wait_reserved(rl, permits, ctx, wait, why);
+  if (RESIL_LIKELY(rl && rl->magic == RESIL_MAGIC_RATELIM && permits >= 1 &&
+                   (!ctx || ctx->struct_size == sizeof *ctx))) {
+    const int64_t t = now ? *now : rl_now(rl);
+    const int64_t rel = rel_now(rl, t);
+    uint64_t old;
+    int64_t epoch;
+    if (RESIL_LIKELY(take_now(rl, rel, permits, &old, &epoch))) {
+      set_why(why, RESIL_REASON_OK);
+      resil__shards_add(&rl->counts, C_PERMITTED, 1);
+      return RESIL_DECISION_GO;
+    }
+    return acquire_missed(rl, permits, ctx, t, now ? 1 : !rl->coarse, rel, old,
+                          epoch, why);
+  }
+  return acquire_general(rl, permits, ctx, now, why);
 }
 
 resil_decision resil_ratelimiter_acquire(resil_ratelimiter *rl, int permits,
