@@ -40,7 +40,13 @@
  * any threads at once; init and free are not (the owner of the object does
  * them before it is shared and after its last use). Not async-signal-safe:
  * a signal handler that bumps a counter its thread was bumping could lose
- * the interrupted bump. No global state: everything lives in the object. */
+ * the interrupted bump. After fork() the child's thread has the forking
+ * thread's thread pointer and continues in its slots; the other owners do
+ * not exist in the child (as if they had exited). No global state:
+ * everything lives in the object.
+ *
+ * Memory: 64 × (nslots + 2) - 1 bytes allocated per resil__shards (1151
+ * for RESIL__SHARDS_DEFAULT_SLOTS), whatever K. */
 #ifndef RESIL_CORE_SHARD_H
 #define RESIL_CORE_SHARD_H
 
