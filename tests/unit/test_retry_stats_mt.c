@@ -3,6 +3,7 @@
  * counter shards have slots and with more (the shared fallback), and a
  * reader beside the writers never sees a figure go backwards. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -110,7 +111,7 @@ static void retry_stats_are_exact_with_more_threads_than_slots(void **state) {
 typedef struct reader {
   resil_retry *r;
   _Atomic int stop;
-  long reads;
+  _Atomic long reads;
   int backwards;
 } reader;
 
@@ -137,6 +138,9 @@ static void retry_stats_read_beside_calls_never_go_backwards(void **state) {
   rd.r = r;
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, read_stats, &rd), 0);
+  /* The writers start once the reader runs (a loaded machine may not
+   * schedule it before they finish otherwise). */
+  while (atomic_load(&rd.reads) == 0) sched_yield();
   run_threads(r, 4, CALLS);
   atomic_store(&rd.stop, 1);
   assert_int_equal(pthread_join(t, NULL), 0);

@@ -4,6 +4,7 @@
  * pointers), and a reader running beside the writers never sees a figure
  * go backwards or pass the final total. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -146,6 +147,9 @@ static void shards_reader_beside_writers_never_goes_backwards(void **state) {
   r.final_max = 6 * 30000;
   pthread_t rt;
   assert_int_equal(pthread_create(&rt, NULL, reader, &r), 0);
+  /* The writers start once the reader runs (a loaded machine may not
+   * schedule it before they finish otherwise). */
+  while (atomic_load(&r.reads) == 0) sched_yield();
   expect e;
   memset(&e, 0, sizeof e);
   run_wave(&sh, 6, 30000, 1, &e);
