@@ -119,7 +119,7 @@ typedef struct reader_job {
   resil__shards *sh;
   _Atomic int stop;
   uint64_t final_max; /* upper bound: the final total of counter 0 */
-  long reads;
+  _Atomic long reads;
   int backwards;
   int over;
 } reader_job;
