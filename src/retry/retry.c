@@ -735,10 +735,6 @@ static resil_outcome run_loop(resil_retry *r, resil_retry_state *st,
   return st->result;
 }
 
-/* The fast path's first attempt did not end the call: the state begin()
- * would have made, then the rest of the call. first: the first attempt's
- * ctx (NULL: r->first_ctx). *io holds the first attempt's outcome and gets
- * the final one. */
 /* The call a run form makes, passed by address to the path that repeats
  * it: the fast path then keeps no registers for fn and arg across the
  * first attempt. */
@@ -747,6 +743,10 @@ typedef struct call_of {
   void *arg;
 } call_of;
 
+/* The fast path's first attempt did not end the call: the state begin()
+ * would have made, then the rest of the call. first: the first attempt's
+ * ctx (NULL: r->first_ctx). *io holds the first attempt's outcome and gets
+ * the final one. */
 __attribute__((noinline)) static void run_rest(resil_retry *r,
                                                const resil_ctx *first,
                                                const call_of *k,
