@@ -82,8 +82,9 @@ typedef struct resil_ratelimiter_config {
   const resil_allocator *alloc;
 } resil_ratelimiter_config;
 
-/* Counters since creation. Monotonic; each is read atomically, but the set
- * is not one snapshot. */
+/* Counters since creation. Monotonic; each is a value between its values
+ * at the start and the end of the read, never below an earlier read's, but
+ * the set is not one snapshot. */
 typedef struct resil_ratelimiter_metrics {
   /* Sized struct (version.h): the bytes the library wrote. */
   size_t struct_size;

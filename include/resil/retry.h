@@ -72,11 +72,11 @@
  *
  * Thread-safety: a resil_retry and a resil_retry_budget may be used from any
  * number of threads at once, except their _free functions, which need
- * exclusive access. Counters are atomics; the only lock is the budget's,
- * taken when a retry withdraws a token (never on a call that succeeds at
- * once). A run whose first attempt succeeds, with no budget, deadline,
- * cancellation token or attempt listener, reads no clock and costs one
- * atomic add.
+ * exclusive access. Counters are per-thread parts and atomics; the only
+ * lock is the budget's, taken when a retry withdraws a token (never on a
+ * call that succeeds at once). A run whose first attempt succeeds, with no
+ * budget, deadline, cancellation token or attempt listener, reads no clock
+ * and makes no atomic read-modify-write (it bumps its thread's part).
  * A resil_retry_state serves one logical call at a time and must not be
  * used by two threads at once. Callbacks (random source, predicate, listener) run on
  * the thread driving the logical call, with no library lock held; when the
@@ -358,8 +358,9 @@ typedef struct resil_retry_stats {
   uint64_t refused_by_budget;
 } resil_retry_stats;
 
-/* Fills *out, up to the caller's struct size, with a snapshot of monotonic
- * counters (each read atomically; the set is not one instant). A macro
+/* Fills *out, up to the caller's struct size, with monotonic counters (each
+ * a value between its values at the start and the end of the call, never
+ * below an earlier read's; the set is not one instant). A macro
  * passing sizeof(resil_retry_stats). Returns RESIL_OK, RESIL_EMISUSE (NULL
  * handle), RESIL_EINVAL (out NULL). Since 0.1. */
 RESIL_API resil_status resil_retry_get_stats_sized(const resil_retry *r,

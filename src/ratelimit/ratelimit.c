@@ -25,10 +25,11 @@
  * that instant takes the state for newer than it is and refills less than
  * it could: permits may be under-issued for a moment, never over-issued.
  *
- * The hot path (a permit is free) is one clock read (coarse for periods of
- * 1 s and more on Linux, see rl_now), two atomic loads, one
- * compare-and-swap and one relaxed counter increment, and no division
- * (cycle_of). A refusal writes nothing to the state. A chain whose
+ * The hot path (a permit is free in the state's cycle, take_now) is one
+ * clock read (coarse for periods of 1 s and more on Linux, see rl_now), two
+ * atomic loads, one compare-and-swap and a bump of the calling thread's
+ * counter shard (core/shard.h: no atomic read-modify-write), and no
+ * division. A refusal writes nothing to the state. A chain whose
  * breaker layer sits directly above the limiter on the same clock passes
  * the breaker's reading to resil__ratelimiter_run_at (ratelimit_int.h)
  * instead, when it is as fresh as the limiter needs. */
@@ -37,6 +38,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "core/shard.h"
 #include "ratelimit/ratelimit_int.h"
 #include "resil/ratelimit.h"
 
@@ -56,14 +58,22 @@ struct resil_ratelimiter {
   int64_t max_cycle; /* INT64_MAX / period_ns (see cycle_of) */
   const resil_clock *clock;
   int coarse; /* cycles are read on the clock's coarse reading (see rl_now) */
+  /* The reading rl_now takes: the clock's coarse_ns when `coarse`, else its
+   * now_ns, and the clock's self. */
+  int64_t (*cycle_ns)(void *self);
+  void *clock_self;
   const resil_allocator *alloc;
   char *name;
-  _Atomic uint64_t n_permitted;
-  _Atomic uint64_t n_reserved;
-  _Atomic uint64_t n_refused;
+  /* Granted at once, reserved ahead, refused (C_* below): per-thread
+   * shards, bumped on every acquire. Not ordered with the state or with
+   * each other (nor were they as separate atomics). */
+  resil__shards counts;
   _Atomic uint64_t n_cancelled;
   _Atomic uint64_t n_waiting; /* callers sleeping in acquire_wait now */
 };
+
+/* resil_ratelimiter.counts */
+enum { C_PERMITTED, C_RESERVED, C_REFUSED, C_COUNT };
 
 static inline uint64_t pack(int64_t cycle, int64_t permits) {
   return ((uint64_t)(uint32_t)cycle << 32) | (uint64_t)(uint32_t)(int32_t)permits;
@@ -119,7 +129,7 @@ static int64_t wait_for(const resil_ratelimiter *rl, int64_t rel, int64_t c,
  * early, and a computed wait is never shorter than the real one. The
  * deadline is always read on the precise clock (remaining_ns). */
 static inline int64_t rl_now(const resil_ratelimiter *rl) {
-  return rl->coarse ? resil__coarse_now(rl->clock) : resil__now(rl->clock);
+  return rl->cycle_ns(rl->clock_self);
 }
 
 /* The cycle `rel` (time since start) falls in: rel / period. `hint` is a
@@ -216,6 +226,12 @@ resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
     resil__free(cfg->alloc, rl);
     return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   }
+  if (resil__shards_init(&rl->counts, cfg->alloc, C_COUNT,
+                         RESIL__SHARDS_DEFAULT_SLOTS) != RESIL_OK) {
+    resil__free(cfg->alloc, rl->name);
+    resil__free(cfg->alloc, rl);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
   rl->limit = cfg->limit_for_period;
   rl->period_ns = cfg->refresh_period_ns;
   rl->timeout_ns = cfg->timeout_ns;
@@ -224,12 +240,11 @@ resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
   rl->alloc = cfg->alloc;
   rl->coarse = rl->clock->coarse_ns != NULL && rl->clock->coarse_resolution_ns > 0 &&
                rl->period_ns / 100 >= rl->clock->coarse_resolution_ns;
+  rl->cycle_ns = rl->coarse ? rl->clock->coarse_ns : rl->clock->now_ns;
+  rl->clock_self = rl->clock->self;
   rl->start_ns = rl_now(rl);
   atomic_init(&rl->state, pack(0, rl->limit));
   atomic_init(&rl->epoch, 0);
-  atomic_init(&rl->n_permitted, 0);
-  atomic_init(&rl->n_reserved, 0);
-  atomic_init(&rl->n_refused, 0);
   atomic_init(&rl->n_cancelled, 0);
   atomic_init(&rl->n_waiting, 0);
   rl->magic = RESIL_MAGIC_RATELIM;
@@ -241,6 +256,7 @@ void resil_ratelimiter_free(resil_ratelimiter *rl) {
   if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return;
   rl->magic = RESIL_MAGIC_DEAD;
   const resil_allocator *a = rl->alloc;
+  resil__shards_free(&rl->counts);
   resil__free(a, rl->name);
   resil__free(a, rl);
 }
@@ -277,6 +293,39 @@ static inline int args_ok(const resil_ratelimiter *rl, int permits,
   return 1;
 }
 
+static resil_decision reserve_slow(resil_ratelimiter *rl, int64_t n,
+                                   const resil_ctx *c, int64_t now, int precise,
+                                   int64_t rel, uint64_t old, int64_t epoch,
+                                   int64_t *wait_ns, resil_reason *why);
+
+/* The case nearly every call is: n permits free in the state's own cycle,
+ * which `rel` falls in. They are taken with the tag kept (no refill, no
+ * epoch to raise) and no wait, so there is no deadline to check: a grant
+ * without a wait is never refused. 1 when taken. 0 when the general path
+ * must decide, with *old and *epoch loaded for it (a failed swap reloaded
+ * them). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int take_now(resil_ratelimiter *rl, int64_t rel, int64_t n,
+                           uint64_t *old, int64_t *epoch) {
+  *old = atomic_load_explicit(&rl->state, memory_order_acquire);
+  *epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  const int64_t sc = unpack_cycle(*old, *epoch);
+  /* As cycle_of's hint check: sc * period cannot overflow. */
+  if (RESIL_UNLIKELY(unpack_permits(*old) < n || sc < 0 || sc > rl->max_cycle))
+    return 0;
+  const int64_t off = rel - sc * rl->period_ns;
+  if (RESIL_UNLIKELY(off < 0 || off >= rl->period_ns)) return 0;
+  /* permits >= n >= 1: subtracting n leaves the tag bits alone. */
+  if (RESIL_LIKELY(atomic_compare_exchange_strong_explicit(
+          &rl->state, old, *old - (uint64_t)n, memory_order_acq_rel,
+          memory_order_acquire)))
+    return 1;
+  *epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  return 0;
+}
+
 /* reserve with the arguments checked and `now` read on the limiter's
  * clock: its coarse reading, or the precise one when `precise` is set
  * (which the deadline check may then reuse). */
@@ -287,13 +336,27 @@ static inline resil_decision reserve_now(resil_ratelimiter *rl, int permits,
                                   const resil_ctx *c, int64_t now, int precise,
                                   int64_t *wait_ns, resil_reason *why) {
   const int64_t rel = rel_now(rl, now);
+  const int64_t n = permits;
+  uint64_t old;
+  int64_t epoch;
+  if (RESIL_LIKELY(take_now(rl, rel, n, &old, &epoch))) {
+    if (wait_ns) *wait_ns = 0;
+    set_why(why, RESIL_REASON_OK);
+    resil__shards_add(&rl->counts, C_PERMITTED, 1);
+    return RESIL_DECISION_GO;
+  }
+  return reserve_slow(rl, n, c, now, precise, rel, old, epoch, wait_ns, why);
+}
+
+/* reserve_now when take_now could not take the permits: old and epoch as
+ * it loaded them. */
+__attribute__((noinline)) static resil_decision
+reserve_slow(resil_ratelimiter *rl, int64_t n, const resil_ctx *c, int64_t now,
+             int precise, int64_t rel, uint64_t old, int64_t epoch,
+             int64_t *wait_ns, resil_reason *why) {
   int64_t limit_ns = rl->timeout_ns;
   int64_t left = remaining_ns(rl, c, now, precise);
   if (left < limit_ns) limit_ns = left;
-  const int64_t n = permits;
-
-  uint64_t old = atomic_load_explicit(&rl->state, memory_order_acquire);
-  int64_t epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
   const int64_t cur = cycle_of(rl, rel, unpack_cycle(old, epoch));
   for (;;) {
     int64_t sc = unpack_cycle(old, epoch);
@@ -303,7 +366,7 @@ static inline resil_decision reserve_now(resil_ratelimiter *rl, int permits,
     int64_t p = refill(unpack_permits(old), cy - sc, rl->limit);
     int64_t wait = p >= n ? 0 : wait_for(rl, rel, cy, p, n);
     if (wait > limit_ns) {
-      atomic_fetch_add_explicit(&rl->n_refused, 1, memory_order_relaxed);
+      resil__shards_add(&rl->counts, C_REFUSED, 1);
       if (wait_ns) *wait_ns = wait;
       /* Within the timeout, refused only because the deadline is shorter. */
       set_why(why, wait <= rl->timeout_ns ? RESIL_REASON_DEADLINE
@@ -317,10 +380,10 @@ static inline resil_decision reserve_now(resil_ratelimiter *rl, int permits,
       if (wait_ns) *wait_ns = wait;
       set_why(why, RESIL_REASON_OK);
       if (wait == 0) {
-        atomic_fetch_add_explicit(&rl->n_permitted, 1, memory_order_relaxed);
+        resil__shards_add(&rl->counts, C_PERMITTED, 1);
         return RESIL_DECISION_GO;
       }
-      atomic_fetch_add_explicit(&rl->n_reserved, 1, memory_order_relaxed);
+      resil__shards_add(&rl->counts, C_RESERVED, 1);
       return RESIL_DECISION_WAIT;
     }
     /* The failed swap loaded the new state; the epoch that interprets it
@@ -329,25 +392,34 @@ static inline resil_decision reserve_now(resil_ratelimiter *rl, int permits,
   }
 }
 
-resil_decision resil_ratelimiter_reserve(resil_ratelimiter *rl, int permits,
-                                         const resil_ctx *ctx, int64_t *wait_ns,
-                                         resil_reason *why) {
+/* resil_ratelimiter_reserve; now: a reading as resil__ratelimiter_reserve_at
+ * takes one, or NULL (the limiter reads its clock). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline resil_decision reserve_impl(resil_ratelimiter *rl, int permits,
+                                          const resil_ctx *ctx,
+                                          const int64_t *now, int64_t *wait_ns,
+                                          resil_reason *why) {
   resil_ctx lc;
   const resil_ctx *c;
   if (!args_ok(rl, permits, ctx, &lc, &c, wait_ns, why))
     return RESIL_DECISION_DENY;
+  if (now) return reserve_now(rl, permits, c, *now, 1, wait_ns, why);
   return reserve_now(rl, permits, c, rl_now(rl), !rl->coarse, wait_ns, why);
+}
+
+resil_decision resil_ratelimiter_reserve(resil_ratelimiter *rl, int permits,
+                                         const resil_ctx *ctx, int64_t *wait_ns,
+                                         resil_reason *why) {
+  return reserve_impl(rl, permits, ctx, NULL, wait_ns, why);
 }
 
 resil_decision resil__ratelimiter_reserve_at(resil_ratelimiter *rl, int permits,
                                              const resil_ctx *ctx, int64_t now,
                                              int64_t *wait_ns,
                                              resil_reason *why) {
-  resil_ctx lc;
-  const resil_ctx *c;
-  if (!args_ok(rl, permits, ctx, &lc, &c, wait_ns, why))
-    return RESIL_DECISION_DENY;
-  return reserve_now(rl, permits, c, now, 1, wait_ns, why);
+  return reserve_impl(rl, permits, ctx, &now, wait_ns, why);
 }
 
 /* Gives back n reserved permits whose wait was cancelled. Adding them to the
@@ -372,15 +444,10 @@ static void give_back(resil_ratelimiter *rl, int64_t n) {
   }
 }
 
-/* Reserve, then wait for reserved permits. */
-static resil_decision acquire_wait(resil_ratelimiter *rl, int permits,
-                                   const resil_ctx *ctx, const int64_t *now,
-                                   resil_reason *why) {
-  int64_t wait;
-  resil_decision d =
-      now ? resil__ratelimiter_reserve_at(rl, permits, ctx, *now, &wait, why)
-          : resil_ratelimiter_reserve(rl, permits, ctx, &wait, why);
-  if (d != RESIL_DECISION_WAIT) return d;
+/* Waits `wait` ns for permits reserve() granted from a coming cycle. */
+__attribute__((noinline)) static resil_decision
+wait_reserved(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
+              int64_t wait, resil_reason *why) {
   /* reserve() accepted ctx: it is either NULL or readable through
    * resil__ctx_in, whose cancel field exists in every accepted size. */
   resil_ctx lc;
@@ -395,6 +462,55 @@ static resil_decision acquire_wait(resil_ratelimiter *rl, int permits,
     return RESIL_DECISION_DENY;
   }
   return RESIL_DECISION_GO;
+}
+
+/* Reserve, then wait for reserved permits (any arguments). */
+__attribute__((noinline)) static resil_decision
+acquire_general(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
+                const int64_t *now, resil_reason *why) {
+  int64_t wait;
+  resil_decision d = reserve_impl(rl, permits, ctx, now, &wait, why);
+  if (RESIL_LIKELY(d != RESIL_DECISION_WAIT)) return d;
+  return wait_reserved(rl, permits, ctx, wait, why);
+}
+
+/* acquire_wait after take_now missed, with what it and reserve_now read. */
+__attribute__((noinline)) static resil_decision
+acquire_missed(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
+               int64_t now, int precise, int64_t rel, uint64_t old,
+               int64_t epoch, resil_reason *why) {
+  int64_t wait;
+  resil_decision d = reserve_slow(rl, permits, ctx, now, precise, rel, old,
+                                  epoch, &wait, why);
+  if (RESIL_LIKELY(d != RESIL_DECISION_WAIT)) return d;
+  return wait_reserved(rl, permits, ctx, wait, why);
+}
+
+/* Reserve, then wait for reserved permits. With valid arguments and a
+ * full-size ctx (or none), take_now is tried inline: its grant needs no
+ * wait, so neither the ctx's deadline nor its token matters to it. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline resil_decision acquire_wait(resil_ratelimiter *rl, int permits,
+                                          const resil_ctx *ctx,
+                                          const int64_t *now,
+                                          resil_reason *why) {
+  if (RESIL_LIKELY(rl && rl->magic == RESIL_MAGIC_RATELIM && permits >= 1 &&
+                   (!ctx || ctx->struct_size == sizeof *ctx))) {
+    const int64_t t = now ? *now : rl_now(rl);
+    const int64_t rel = rel_now(rl, t);
+    uint64_t old;
+    int64_t epoch;
+    if (RESIL_LIKELY(take_now(rl, rel, permits, &old, &epoch))) {
+      set_why(why, RESIL_REASON_OK);
+      resil__shards_add(&rl->counts, C_PERMITTED, 1);
+      return RESIL_DECISION_GO;
+    }
+    return acquire_missed(rl, permits, ctx, t, now ? 1 : !rl->coarse, rel, old,
+                          epoch, why);
+  }
+  return acquire_general(rl, permits, ctx, now, why);
 }
 
 resil_decision resil_ratelimiter_acquire(resil_ratelimiter *rl, int permits,
@@ -519,9 +635,9 @@ resil_status resil_ratelimiter_get_metrics_sized(const resil_ratelimiter *rl,
   resil_ratelimiter_metrics full, *out = &full;
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
-  out->permitted = atomic_load_explicit(&m->n_permitted, memory_order_relaxed);
-  out->reserved = atomic_load_explicit(&m->n_reserved, memory_order_relaxed);
-  out->refused = atomic_load_explicit(&m->n_refused, memory_order_relaxed);
+  out->permitted = resil__shards_sum(&m->counts, C_PERMITTED);
+  out->reserved = resil__shards_sum(&m->counts, C_RESERVED);
+  out->refused = resil__shards_sum(&m->counts, C_REFUSED);
   out->cancelled = atomic_load_explicit(&m->n_cancelled, memory_order_relaxed);
   out->available = read_now(rl, &out->nanos_to_wait);
   out->waiting = atomic_load_explicit(&m->n_waiting, memory_order_relaxed);

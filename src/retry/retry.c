@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/shard.h"
 #include "retry_int.h"
 
 /* resil_retry_state.bits */
@@ -21,6 +22,10 @@
 
 struct resil_retry {
   uint32_t magic;
+  /* RESIL_MAGIC_RETRY when the run form's fast path applies to every call
+   * without a ctx (no budget, listener or predicate), else 0: one test
+   * instead of four. */
+  uint32_t plain;
   uint32_t max_attempts;
   resil_retry_backoff backoff;
   uint32_t retry_classes;
@@ -49,15 +54,13 @@ struct resil_retry {
   /* The ctx a first attempt without a caller's ctx is made with: the
    * defaults, the retry's clock, attempt 1 (read-only once made). */
   resil_ctx first_ctx;
+  /* The finished calls by kind (C_* below), per thread (core/shard.h):
+   * the success fast path bumps one without an atomic read-modify-write.
+   * Their figures are not ordered with each other (as before: they were
+   * separate atomics). */
+  resil__shards calls;
   /* Keeps the read-mostly fields above off the counters' cache lines. */
   char pad_[64];
-  /* Written on the success fast path, by every thread. */
-  _Atomic uint64_t ok_first;
-  _Atomic uint64_t ok_retried;
-  _Atomic uint64_t failed_first;
-  _Atomic uint64_t failed_retried;
-  /* Attempts of every finished call except the ok_first ones (1 each). */
-  _Atomic uint64_t attempts_other;
   _Atomic uint64_t refused_deadline;
   _Atomic uint64_t refused_budget;
   _Atomic uint64_t seq; /* per-call generator seeds */
@@ -83,6 +86,17 @@ struct resil_retry_state {
   uint64_t rng;
   uint32_t attempts;
   uint32_t bits;
+};
+
+/* resil_retry.calls counters. */
+enum {
+  C_OK_FIRST,
+  C_OK_RETRIED,
+  C_FAILED_FIRST,
+  C_FAILED_RETRIED,
+  /* Attempts of every finished call except the C_OK_FIRST ones (1 each). */
+  C_ATTEMPTS_OTHER,
+  C_COUNT
 };
 
 static int valid(const resil_retry *r) {
@@ -221,6 +235,12 @@ resil_status resil_retry_new(const resil_retry_config *ucfg, resil_retry **out,
     resil__free(cfg->alloc, r);
     return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   }
+  if (resil__shards_init(&r->calls, cfg->alloc, C_COUNT,
+                         RESIL__SHARDS_DEFAULT_SLOTS) != RESIL_OK) {
+    resil__free(cfg->alloc, r->name);
+    resil__free(cfg->alloc, r);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
   r->alloc = cfg->alloc;
   r->max_attempts = cfg->max_attempts;
   r->backoff = cfg->backoff;
@@ -256,16 +276,13 @@ resil_status resil_retry_new(const resil_retry_config *ucfg, resil_retry **out,
   r->seed_base = mix64((uint64_t)resil__now(clk) ^
                        ((uint64_t)resil_clock_wall_ms(clk) << 20) ^
                        (uint64_t)(uintptr_t)r);
-  atomic_init(&r->ok_first, 0);
-  atomic_init(&r->ok_retried, 0);
-  atomic_init(&r->failed_first, 0);
-  atomic_init(&r->failed_retried, 0);
-  atomic_init(&r->attempts_other, 0);
   atomic_init(&r->refused_deadline, 0);
   atomic_init(&r->refused_budget, 0);
   atomic_init(&r->seq, 0);
   for (int i = 0; i < RESIL_RETRY_STOP_SLOTS; i++) atomic_init(&r->stops[i], 0);
   r->magic = RESIL_MAGIC_RETRY;
+  r->plain = !r->budget && !r->on_attempt && !r->predicate ? RESIL_MAGIC_RETRY
+                                                           : 0;
   *out = r;
   resil_error_clear(err);
   return RESIL_OK;
@@ -274,7 +291,9 @@ resil_status resil_retry_new(const resil_retry_config *ucfg, resil_retry **out,
 void resil_retry_free(resil_retry *r) {
   if (!r || r->magic != RESIL_MAGIC_RETRY) return;
   r->magic = RESIL_MAGIC_DEAD;
+  r->plain = 0;
   if (r->user_free) r->user_free(r->user);
+  resil__shards_free(&r->calls);
   resil__free(r->alloc, r->name);
   resil__free(r->alloc, r);
 }
@@ -424,18 +443,15 @@ static void account(resil_retry *r, const resil_retry_state *st,
   uint32_t n = st->attempts;
   if (stop == RESIL_STOP_SUCCESS) {
     if (RESIL_LIKELY(n <= 1)) {
-      BUMP(r->ok_first, 1);
+      resil__shards_add(&r->calls, C_OK_FIRST, 1);
       return;
     }
-    BUMP(r->ok_retried, 1);
+    resil__shards_add(&r->calls, C_OK_RETRIED, 1);
   } else {
-    if (n <= 1)
-      BUMP(r->failed_first, 1);
-    else
-      BUMP(r->failed_retried, 1);
+    resil__shards_add(&r->calls, n <= 1 ? C_FAILED_FIRST : C_FAILED_RETRIED, 1);
     BUMP(r->stops[stop], 1);
   }
-  if (n) BUMP(r->attempts_other, n);
+  if (n) resil__shards_add(&r->calls, C_ATTEMPTS_OTHER, n);
 }
 
 /* Ends the logical call with the last recorded outcome (or the refusal
@@ -719,17 +735,28 @@ static resil_outcome run_loop(resil_retry *r, resil_retry_state *st,
   return st->result;
 }
 
+/* The call a run form makes, passed by address to the path that repeats
+ * it: the fast path then keeps no registers for fn and arg across the
+ * first attempt. */
+typedef struct call_of {
+  resil_call_fn fn;
+  void *arg;
+} call_of;
+
 /* The fast path's first attempt did not end the call: the state begin()
- * would have made, then the rest of the call. */
-__attribute__((noinline)) static resil_outcome
-run_rest(resil_retry *r, const resil_ctx *first, resil_call_fn fn, void *arg,
-         const resil_outcome *o) {
+ * would have made, then the rest of the call. first: the first attempt's
+ * ctx (NULL: r->first_ctx). *io holds the first attempt's outcome and gets
+ * the final one. */
+__attribute__((noinline)) static void run_rest(resil_retry *r,
+                                               const resil_ctx *first,
+                                               const call_of *k,
+                                               resil_outcome *io) {
   resil_retry_state st;
   int64_t delay = 0;
-  st.ctx = *first;
+  st.ctx = first ? *first : r->first_ctx;
   state_init_rest(r, &st);
-  resil_decision d = resil_retry_next_timed(r, &st, o, 0, &delay);
-  return run_loop(r, &st, d, delay, fn, arg);
+  resil_decision d = resil_retry_next_timed(r, &st, io, 0, &delay);
+  *io = run_loop(r, &st, d, delay, k->fn, k->arg);
 }
 
 /* Budget, deadline, token or listener: begin() first. */
@@ -742,35 +769,58 @@ run_full(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
   return run_loop(r, &st, d, delay, fn, arg);
 }
 
-resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
-                              resil_call_fn fn, void *arg) {
+/* The first attempt of a call the fast path takes (no budget, deadline,
+ * token or listener: nothing to check before it), `first` its ctx. A plain
+ * success then needs no state: no clock read, no allocation, no lock, no
+ * atomic read-modify-write (the count goes to the thread's shard). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline resil_outcome run_fast(resil_retry *r, const resil_ctx *first,
+                                     resil_call_fn fn, void *arg) {
+  const call_of k = {fn, arg};
+  resil_outcome o = fn(arg, first);
+  if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK &&
+                   !r->predicate)) {
+    resil__shards_add(&r->calls, C_OK_FIRST, 1);
+    return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
+  }
+  run_rest(r, first, &k, &o);
+  return o;
+}
+
+/* resil_retry_run for every call but the plain one without a ctx. */
+__attribute__((noinline)) static resil_outcome
+run_general(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
   if (RESIL_UNLIKELY(!valid(r) || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   resil_ctx lc;
-  const resil_ctx *c = ctx;
-  if (ctx && RESIL_UNLIKELY(!(c = resil__ctx_in(&lc, ctx))))
+  const resil_ctx *c = ctx ? resil__ctx_in(&lc, ctx) : NULL;
+  if (RESIL_UNLIKELY(ctx && !c))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  if (RESIL_LIKELY(!r->budget && !r->on_attempt &&
-                   (!c || (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel)))) {
-    /* Fast path: with no budget, deadline, token or listener there is
-     * nothing to check before the first attempt, and a plain success needs
-     * no state: no clock read, no allocation, no lock, one atomic add.
-     * Without a ctx the first attempt gets the retry's own constant one. */
-    const resil_ctx *first = &r->first_ctx;
-    if (c) {
-      lc = *c;
-      lc.attempt = 1;
-      first = &lc;
-    }
-    resil_outcome o = fn(arg, first);
-    if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK &&
-                     !r->predicate)) {
-      BUMP(r->ok_first, 1);
-      return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
-    }
-    return run_rest(r, first, fn, arg, &o);
+  if (r->budget || r->on_attempt ||
+      (c && (c->deadline_ns != RESIL_NO_DEADLINE || c->cancel)))
+    return run_full(r, ctx, fn, arg);
+  if (!c) return run_fast(r, &r->first_ctx, fn, arg);
+  if (c != &lc) lc = *c;
+  lc.attempt = 1;
+  return run_fast(r, &lc, fn, arg);
+}
+
+resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
+                              resil_call_fn fn, void *arg) {
+  /* The plain call: no ctx (the first attempt gets the retry's own constant
+   * one), no budget, listener or predicate. */
+  if (RESIL_UNLIKELY(!r || r->plain != RESIL_MAGIC_RETRY || ctx || !fn))
+    return run_general(r, ctx, fn, arg);
+  const call_of k = {fn, arg};
+  resil_outcome o = fn(arg, &r->first_ctx);
+  if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK)) {
+    resil__shards_add(&r->calls, C_OK_FIRST, 1);
+    return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
   }
-  return run_full(r, ctx, fn, arg);
+  run_rest(r, NULL, &k, &o);
+  return o;
 }
 
 resil_status resil_retry_get_stats_sized(const resil_retry *r,
@@ -781,13 +831,14 @@ resil_status resil_retry_get_stats_sized(const resil_retry *r,
   resil_retry_stats full, *out = &full;
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
-  out->successful_without_retry = LOAD(m->ok_first);
-  out->successful_with_retry = LOAD(m->ok_retried);
-  out->failed_without_retry = LOAD(m->failed_first);
-  out->failed_with_retry = LOAD(m->failed_retried);
+  out->successful_without_retry = resil__shards_sum(&m->calls, C_OK_FIRST);
+  out->successful_with_retry = resil__shards_sum(&m->calls, C_OK_RETRIED);
+  out->failed_without_retry = resil__shards_sum(&m->calls, C_FAILED_FIRST);
+  out->failed_with_retry = resil__shards_sum(&m->calls, C_FAILED_RETRIED);
   out->calls = out->successful_without_retry + out->successful_with_retry +
                out->failed_without_retry + out->failed_with_retry;
-  out->attempts = out->successful_without_retry + LOAD(m->attempts_other);
+  out->attempts = out->successful_without_retry +
+                  resil__shards_sum(&m->calls, C_ATTEMPTS_OTHER);
   for (int i = 0; i < RESIL_RETRY_STOP_SLOTS; i++)
     out->stops[i] = LOAD(m->stops[i]);
   /* Successes are not counted per stop on the fast path; they are exactly

@@ -250,6 +250,44 @@ static void ratelimiter_new_cycle_restores_the_limit_without_accumulating(
   destroy(&f);
 }
 
+/* Permits left over in a cycle do not carry into the next one, also when
+ * the next one is reached at its first nanosecond by a permit taken from
+ * the state as it is (the fast path takes one only inside the state's own
+ * cycle). */
+static void ratelimiter_leftover_permits_end_at_the_cycle_boundary(
+    void **state) {
+  (void)state;
+  fixture f;
+  make(&f, 2, MS(10), 0);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED); /* 1 left in cycle 0 */
+  resil_manual_clock_advance_ns(f.mc, MS(10) - 1);
+  assert_int_equal(resil_ratelimiter_available(f.rl), 1);
+  resil_manual_clock_advance_ns(f.mc, 1); /* cycle 1 begins */
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_PERMITTED);
+  assert_int_equal(acq(f.rl, 1, NULL), RL_REFUSED);
+  /* The same through the chain's entry point, on given readings: cycle 2
+   * left with one permit, then cycle 3's first nanosecond. */
+  resil_manual_clock_advance_ns(f.mc, MS(10));
+  int64_t now = resil_clock_now_ns(resil_manual_clock_get(f.mc));
+  resil_reason why;
+  assert_int_equal(resil__ratelimiter_acquire_at(f.rl, 1, NULL, now, &why),
+                   RESIL_DECISION_GO);
+  now += MS(10);
+  assert_int_equal(resil__ratelimiter_acquire_at(f.rl, 1, NULL, now, &why),
+                   RESIL_DECISION_GO);
+  assert_int_equal(resil__ratelimiter_acquire_at(f.rl, 1, NULL, now, &why),
+                   RESIL_DECISION_GO);
+  assert_int_equal(resil__ratelimiter_acquire_at(f.rl, 1, NULL, now, &why),
+                   RESIL_DECISION_DENY);
+  assert_int_equal(why, RESIL_REASON_RATE_LIMITED);
+  resil_ratelimiter_metrics m;
+  assert_status(RESIL_OK, resil_ratelimiter_get_metrics(f.rl, &m));
+  assert_int_equal(m.permitted, 6);
+  assert_int_equal(m.refused, 2);
+  destroy(&f);
+}
+
 /* Limit 1 per 100 ms, timeout 250 ms, at t = 30 ms: the next permits come at
  * 100 and 200 ms (waits 70 and 170 ms); the one at 300 ms (wait 270) cannot
  * come in time and is refused at once, consuming nothing. */
@@ -622,6 +660,7 @@ int main(void) {
       cmocka_unit_test(ratelimiter_p4_two_per_hour_grants_two_then_refuses),
       cmocka_unit_test(
           ratelimiter_new_cycle_restores_the_limit_without_accumulating),
+      cmocka_unit_test(ratelimiter_leftover_permits_end_at_the_cycle_boundary),
       cmocka_unit_test(ratelimiter_reserves_permits_that_free_within_the_timeout),
       cmocka_unit_test(
           ratelimiter_acquire_sleeps_through_the_clock_for_a_reserved_permit),

@@ -115,6 +115,11 @@ static void ratelimiter_manual_clock_cycles_grant_exactly_the_limit_each(
   for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
   pthread_barrier_destroy(&s.start);
   pthread_barrier_destroy(&s.phase_done);
+  resil_ratelimiter_metrics m;
+  assert_status(RESIL_OK, resil_ratelimiter_get_metrics(s.rl, &m));
+  assert_int_equal(m.permitted, 6 * 97);
+  assert_int_equal(m.refused, 6 * (THREADS * 50 - 97));
+  assert_int_equal(m.reserved, 0);
   resil_ratelimiter_free(s.rl);
   resil_manual_clock_free(mc);
 }
@@ -210,6 +215,38 @@ static void ratelimiter_short_real_cycles_never_over_issue(void **state) {
   resil_ratelimiter_free(s.rl);
 }
 
+/* Every acquire granted at once (the fast path) from more threads than the
+ * limiter's counter shards have slots, in two waves: the permitted figure
+ * is exact. */
+static void ratelimiter_metrics_are_exact_across_many_threads(void **state) {
+  (void)state;
+  resil_ratelimiter_config cfg;
+  resil_ratelimiter_config_init(&cfg);
+  cfg.limit_for_period = 2147483647;
+  cfg.refresh_period_ns = HOUR;
+  cfg.timeout_ns = 0;
+  shared s;
+  memset(&s, 0, sizeof s);
+  assert_status(RESIL_OK, resil_ratelimiter_new(&cfg, &s.rl, NULL));
+  s.tries = 5000;
+  enum { MANY = 20 };
+  for (int wave = 0; wave < 2; wave++) {
+    pthread_t t[MANY];
+    pthread_barrier_init(&s.start, NULL, MANY);
+    for (int i = 0; i < MANY; i++)
+      assert_int_equal(pthread_create(&t[i], NULL, hammer, &s), 0);
+    for (int i = 0; i < MANY; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&s.start);
+  }
+  assert_int_equal(atomic_load(&s.permitted), 2 * MANY * 5000);
+  resil_ratelimiter_metrics m;
+  assert_status(RESIL_OK, resil_ratelimiter_get_metrics(s.rl, &m));
+  assert_int_equal(m.permitted, 2 * MANY * 5000);
+  assert_int_equal(m.refused, 0);
+  assert_int_equal(m.available, 2147483647 - 2 * MANY * 5000);
+  resil_ratelimiter_free(s.rl);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(
@@ -219,6 +256,7 @@ int main(void) {
       cmocka_unit_test(
           ratelimiter_concurrent_reservations_take_exactly_the_cycles_in_reach),
       cmocka_unit_test(ratelimiter_short_real_cycles_never_over_issue),
+      cmocka_unit_test(ratelimiter_metrics_are_exact_across_many_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
