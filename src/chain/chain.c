@@ -8,7 +8,9 @@
 #include "bulkhead/bulkhead_int.h"
 #include "chain/chain_int.h"
 #include "core/internal.h"
+#include "core/shard.h"
 #include "ratelimit/ratelimit_int.h"
+#include "retry/retry_int.h"
 #include "resil/bulkhead.h"
 #include "resil/chain.h"
 #include "resil/hedge.h"
@@ -40,8 +42,17 @@ enum {
   LAYER_GENERIC = 0,
   LAYER_BREAKER_AT = 1,
   LAYER_RATELIMITER_AT = 2,
-  LAYER_BULKHEAD_AT = 3
+  LAYER_BULKHEAD_AT = 3,
+  /* A library retry (resil_chain_add_retry): its first attempt enters the
+   * layer below directly when the retry's fast path applies
+   * (resil__retry_fast_first), later ones through the trampoline. */
+  LAYER_RETRY_AT = 4
 };
+
+static inline int is_split(int at) {
+  return at == LAYER_BREAKER_AT || at == LAYER_RATELIMITER_AT ||
+         at == LAYER_BULKHEAD_AT;
+}
 
 typedef struct chain_layer {
   resil_layer desc; /* label and name point into owned copies */
@@ -68,7 +79,7 @@ struct resil_chain {
    * attempt and every layer and the call returned a SUCCESS outcome. Such a
    * call costs this one atomic add instead of one per layer; the readers
    * add it to every layer's and the call's SUCCESS class (read_counters). */
-  _Atomic uint64_t clean;
+  resil__shards clean; /* one counter, per-thread parts (core/shard.h) */
   char *name;
   int64_t total_timeout_ns;
   resil_fallback_fn fallback;
@@ -115,7 +126,9 @@ resil_status resil_chain_new(const resil_chain_config *ucfg, resil_chain **out,
   if (!ch) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   int ok;
   ch->name = resil__strdup(cfg->alloc, cfg->name ? cfg->name : "chain", &ok);
-  if (!ok) {
+  if (!ok || resil__shards_init(&ch->clean, cfg->alloc, 1,
+                                RESIL__SHARDS_DEFAULT_SLOTS) != RESIL_OK) {
+    resil__free(cfg->alloc, ch->name);
     resil__free(cfg->alloc, ch);
     return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   }
@@ -136,6 +149,7 @@ void resil_chain_free(resil_chain *ch) {
     resil__free(ch->alloc, ch->layers[i].name);
   }
   resil__free(ch->alloc, ch->name);
+  resil__shards_free(&ch->clean);
   ch->magic = RESIL_MAGIC_DEAD;
   resil__free(ch->alloc, ch);
 }
@@ -207,6 +221,7 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
   if (!L->clk) L->at = LAYER_GENERIC; /* not a valid policy: its run says so */
   /* resil__bulkhead_enter refuses an invalid bulkhead as its run does. */
   if (layer->run == resil__chain_run_bulkhead) L->at = LAYER_BULKHEAD_AT;
+  if (layer->run == resil__chain_run_retry) L->at = LAYER_RETRY_AT;
   if (L->desc.max_attempts == 0) L->desc.max_attempts = 1;
   if (L->desc.kind != RESIL_LAYER_HEDGE) {
     L->desc.max_hedges = 0;
@@ -218,7 +233,7 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
   ch->n++;
   for (size_t k = ch->n; k-- > 0;) {
     chain_layer *K = &ch->layers[k];
-    K->split_end = K->at == LAYER_GENERIC ? k
+    K->split_end = !is_split(K->at) ? k
                    : k + 1 < ch->n        ? ch->layers[k + 1].split_end
                                           : ch->n;
   }
@@ -485,8 +500,7 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
   chain_layer *L = &ch->layers[i];
   /* A custom layer above may hand its call a ctx of another size (or
    * none): the run forms read that one. */
-  if (L->at != LAYER_GENERIC &&
-      RESIL_LIKELY(ctx && ctx->struct_size == sizeof *ctx)) {
+  if (is_split(L->at) && RESIL_LIKELY(ctx && ctx->struct_size == sizeof *ctx)) {
     o = split_pass(ch, i, ctx, fn, arg, up);
     return o;
   }
@@ -502,7 +516,17 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
     /* Every call has returned, ordered by the policy's own lock. */
     f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
   } else {
-    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    resil_ctx first;
+    if (L->at == LAYER_RETRY_AT &&
+        resil__retry_fast_first(L->desc.policy, ctx, &first)) {
+      /* resil_retry_run's fast path with the first attempt made here (as
+       * the trampoline would make it) and the later ones through it. */
+      f.inner_calls = 1;
+      o = enter_layer(ch, i + 1, &first, fn, arg, &f.below);
+      resil__retry_fast_rest(L->desc.policy, &first, trampoline, &f, &o);
+    } else {
+      o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
+    }
     if (f.below.clean) {
       if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(o.kind, o.reason) &&
                        L->desc.kind != RESIL_LAYER_HEDGE)) {
@@ -580,7 +604,7 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
   link top = {.clean = 0};
   o = enter_layer(ch, 0, &local, fn, arg, &top);
-  if (top.clean) atomic_fetch_add_explicit(&ch->clean, 1, memory_order_relaxed);
+  if (top.clean) resil__shards_add(&ch->clean, 0, 1);
   if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o.kind, o.reason)) {
     resil_outcome t = o;
     if (!resil_outcome_is_success(&t)) apply_fallback(ch, arg, &local, &t);
@@ -607,8 +631,7 @@ static void read_counters(const resil_chain *ch, const layer_counters *c,
   for (int k = 0; k < CLASS_SLOTS; k++) {
     cls[k] = atomic_load_explicit(&m->by_class[k], memory_order_relaxed);
     if (k == RESIL_CLASS_SUCCESS)
-      cls[k] += atomic_load_explicit(&((resil_chain *)ch)->clean,
-                                     memory_order_relaxed);
+      cls[k] += resil__shards_sum(&ch->clean, 0);
     sum += cls[k];
   }
   memset(out, 0, sizeof *out);

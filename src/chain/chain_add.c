@@ -10,8 +10,8 @@
 #include "chain/chain_int.h"
 #include "retry/retry_int.h"
 
-static resil_outcome run_retry(void *p, const resil_ctx *ctx, resil_call_fn fn,
-                               void *arg) {
+resil_outcome resil__chain_run_retry(void *p, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg) {
   return resil_retry_run(p, ctx, fn, arg);
 }
 resil_outcome resil__chain_run_breaker(void *p, const resil_ctx *ctx,
@@ -59,7 +59,7 @@ resil_status resil_chain_add_retry(resil_chain *ch, resil_retry *p) {
                    .kind = RESIL_LAYER_RETRY,
                    .name = resil_retry_name(p),
                    .policy = p,
-                   .run = run_retry,
+                   .run = resil__chain_run_retry,
                    .max_attempts = resil_retry_max_attempts(p),
                    .worst_wait_ns = resil__retry_worst_wait_of(p)};
   return resil_chain_add_layer(ch, &l);

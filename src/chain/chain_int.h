@@ -12,6 +12,8 @@ resil_outcome resil__chain_run_breaker(void *p, const resil_ctx *ctx,
                                        resil_call_fn fn, void *arg);
 resil_outcome resil__chain_run_ratelimiter(void *p, const resil_ctx *ctx,
                                            resil_call_fn fn, void *arg);
+resil_outcome resil__chain_run_retry(void *p, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg);
 resil_outcome resil__chain_run_bulkhead(void *p, const resil_ctx *ctx,
                                         resil_call_fn fn, void *arg);
 

@@ -776,17 +776,49 @@ run_full(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
+static inline void after_first(resil_retry *r, const resil_ctx *first,
+                               const call_of *k, resil_outcome *io) {
+  if (RESIL_LIKELY(io->kind == RESIL_ANSWERED &&
+                   io->reason == RESIL_REASON_OK && !r->predicate)) {
+    resil__shards_add(&r->calls, C_OK_FIRST, 1);
+    *io = resil__outcome_with_stop(io, RESIL_STOP_SUCCESS, 1);
+    return;
+  }
+  run_rest(r, first, k, io);
+}
+
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
 static inline resil_outcome run_fast(resil_retry *r, const resil_ctx *first,
                                      resil_call_fn fn, void *arg) {
   const call_of k = {fn, arg};
   resil_outcome o = fn(arg, first);
-  if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK &&
-                   !r->predicate)) {
-    resil__shards_add(&r->calls, C_OK_FIRST, 1);
-    return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
-  }
-  run_rest(r, first, &k, &o);
+  after_first(r, first, &k, &o);
   return o;
+}
+
+/* Nothing to check before the first attempt: no budget, listener,
+ * deadline or token (c: a full-size ctx, or NULL). */
+static inline int takes_fast_path(const resil_retry *r, const resil_ctx *c) {
+  return !r->budget && !r->on_attempt &&
+         (!c || (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel));
+}
+
+int resil__retry_fast_first(const resil_retry *r, const resil_ctx *ctx,
+                            resil_ctx *first) {
+  if (RESIL_UNLIKELY(!valid(r) || !ctx || ctx->struct_size != sizeof *ctx ||
+                     !takes_fast_path(r, ctx)))
+    return 0;
+  *first = *ctx;
+  first->attempt = 1;
+  return 1;
+}
+
+void resil__retry_fast_rest(resil_retry *r, const resil_ctx *first,
+                            resil_call_fn fn, void *arg, resil_outcome *io) {
+  const call_of k = {fn, arg};
+  after_first(r, first, &k, io);
 }
 
 /* resil_retry_run for every call but the plain one without a ctx. */
@@ -798,9 +830,7 @@ run_general(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
   const resil_ctx *c = ctx ? resil__ctx_in(&lc, ctx) : NULL;
   if (RESIL_UNLIKELY(ctx && !c))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  if (r->budget || r->on_attempt ||
-      (c && (c->deadline_ns != RESIL_NO_DEADLINE || c->cancel)))
-    return run_full(r, ctx, fn, arg);
+  if (!takes_fast_path(r, c)) return run_full(r, ctx, fn, arg);
   if (!c) return run_fast(r, &r->first_ctx, fn, arg);
   if (c != &lc) lc = *c;
   lc.attempt = 1;

@@ -22,4 +22,21 @@ int resil__budget_allow_retry(resil_retry_budget *b);
  * static amplification report; -1 for a NULL handle. */
 int64_t resil__retry_worst_wait_of(const resil_retry *r);
 
+/* resil_retry_run's fast path for a caller that makes the first attempt
+ * itself (the chain, Since 0.2). With a ctx, resil_retry_run(r, ctx, fn,
+ * arg) is exactly
+ *   if (!resil__retry_fast_first(r, ctx, &first)) -> its general path;
+ *   o = fn(arg, &first); resil__retry_fast_rest(r, &first, fn, arg, &o);
+ * fast_first: 1 when nothing needs checking before the first attempt (no
+ * budget, listener, deadline or token; ctx full-size), with *first the
+ * first attempt's ctx; 0 otherwise (call resil_retry_run). fast_rest: *io
+ * holds the first attempt's outcome; a plain success is counted and gets
+ * its stop and attempts, anything else goes on with the later attempts
+ * through fn/arg (made as resil_retry_run makes them), and *io gets the
+ * call's final outcome. */
+int resil__retry_fast_first(const resil_retry *r, const resil_ctx *ctx,
+                            resil_ctx *first);
+void resil__retry_fast_rest(resil_retry *r, const resil_ctx *first,
+                            resil_call_fn fn, void *arg, resil_outcome *io);
+
 #endif

@@ -1,11 +1,12 @@
 /* A chain enters a run of library breaker, rate limiter and bulkhead layers
  * in one pass (chain.c, split_pass) instead of nesting their run forms
- * through a trampoline per layer. This randomized differential test runs
+ * through a trampoline per layer, and makes a library retry's first attempt
+ * itself when the retry's fast path applies. This randomized differential test runs
  * the same script through two chains of the same shape, each on its own
  * manual clock and policies: one built with resil_chain_add_breaker /
  * _ratelimiter / _bulkhead (split), the other with the same policies added
  * as custom layers of the same kind whose run calls the public run form
- * (nested, the generic path). After every call the outcomes, the calls
+ * (nested, the generic path), including the retry. After every call the outcomes, the calls
  * made, every layer's statistics and the policies' metrics must be equal.
  * Layer orders, a retry on top, a custom pass-through layer splitting the
  * run, outcomes of every kind, time between calls, slow calls, a bulkhead
@@ -54,6 +55,11 @@ static resil_outcome nested_ratelimiter(void *p, const resil_ctx *ctx,
 static resil_outcome nested_bulkhead(void *p, const resil_ctx *ctx,
                                      resil_call_fn fn, void *arg) {
   return resil_bulkhead_run(p, ctx, fn, arg);
+}
+
+static resil_outcome nested_retry(void *p, const resil_ctx *ctx,
+                                  resil_call_fn fn, void *arg) {
+  return resil_retry_run(p, ctx, fn, arg);
 }
 
 static resil_outcome the_call(void *arg, const resil_ctx *ctx) {
@@ -107,8 +113,14 @@ static void add_layer(side *s, int kind, int split) {
     l.name = resil_bulkhead_name(s->bh);
     break;
   case L_RETRY:
-    assert_int_equal(resil_chain_add_retry(s->ch, s->rt), RESIL_OK);
-    return;
+    if (split) {
+      assert_int_equal(resil_chain_add_retry(s->ch, s->rt), RESIL_OK);
+      return;
+    }
+    l.kind = RESIL_LAYER_RETRY, l.policy = s->rt, l.run = nested_retry;
+    l.name = resil_retry_name(s->rt);
+    l.max_attempts = resil_retry_max_attempts(s->rt);
+    break;
   default:
     l.kind = RESIL_LAYER_CUSTOM, l.policy = s, l.run = pass_run, l.name = "pass";
     break;
