@@ -70,9 +70,23 @@ typedef struct chain_layer {
   layer_counters c;
 } chain_layer;
 
+/* What split_pass needs of layer k, packed (built by resil_chain_add_layer):
+ * the layer kind, and for a rate limiter right below a breaker on the same
+ * clock whether the breaker's reading serves it: hand for a ctx without a
+ * deadline (the breaker reads precise, or both read coarse), hand_dl with
+ * one (the breaker reads precise: a deadline is checked against the
+ * reading). */
+typedef struct split_op {
+  int at;
+  unsigned char hand, hand_dl;
+  void *policy;
+  layer_counters *c;
+} split_op;
+
 struct resil_chain {
   uint32_t magic;
   size_t n;
+  split_op ops[RESIL_CHAIN_MAX_LAYERS];
   chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
   layer_counters call; /* the protected call itself */
   /* Clean passes: logical calls in which every layer made exactly one
@@ -236,6 +250,19 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     K->split_end = !is_split(K->at) ? k
                    : k + 1 < ch->n        ? ch->layers[k + 1].split_end
                                           : ch->n;
+  }
+  split_op *op = &ch->ops[ch->n - 1];
+  op->at = L->at;
+  op->policy = L->desc.policy;
+  op->c = &L->c;
+  op->hand = op->hand_dl = 0;
+  if (L->at == LAYER_RATELIMITER_AT && ch->n > 1 &&
+      ch->layers[ch->n - 2].at == LAYER_BREAKER_AT &&
+      ch->layers[ch->n - 2].clk == L->clk) {
+    const chain_layer *B = &ch->layers[ch->n - 2];
+    int b_coarse = B->coarse && B->clk->coarse_ns != NULL;
+    op->hand = !b_coarse || L->coarse;
+    op->hand_dl = !b_coarse;
   }
   return RESIL_OK;
 }
@@ -401,18 +428,6 @@ enter_heap(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   return o;
 }
 
-/* The breaker's reading t0, taken right before it entered this rate
- * limiter, is as good as the limiter's own reading: the limiter's clock,
- * and precise, or coarse for a limiter that reads coarse and a ctx without
- * a deadline (a deadline is checked against the reading). */
-static inline int breaker_reading_fits(const chain_layer *B,
-                                       const chain_layer *L,
-                                       const resil_ctx *ctx) {
-  return B->clk == L->clk &&
-         (!(B->coarse && B->clk->coarse_ns != NULL) ||
-          (L->coarse && ctx->deadline_ns == RESIL_NO_DEADLINE));
-}
-
 /* What an entered layer of a split pass gives back after the call. */
 typedef struct held {
   resil_breaker_permit permit;
@@ -432,21 +447,23 @@ split_pass(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
            void *arg, link *up) {
   resil_outcome o;
   held h[RESIL_CHAIN_MAX_LAYERS];
+  const split_op *ops = ch->ops;
   size_t j = ch->layers[i].split_end;
+  int no_deadline = ctx->deadline_ns == RESIL_NO_DEADLINE;
   size_t k = i;
   for (; k < j; k++) {
-    chain_layer *L = &ch->layers[k];
+    const split_op *op = &ops[k];
     int go;
-    if (L->at == LAYER_BREAKER_AT) {
-      go = resil__breaker_enter(L->desc.policy, &h[k].permit, &h[k].t0, &o);
-    } else if (L->at == LAYER_RATELIMITER_AT) {
-      const int64_t *now = NULL;
-      if (k > i && ch->layers[k - 1].at == LAYER_BREAKER_AT &&
-          breaker_reading_fits(&ch->layers[k - 1], L, ctx))
-        now = &h[k - 1].t0;
-      go = resil__ratelimiter_enter(L->desc.policy, ctx, now, &o);
+    if (op->at == LAYER_BREAKER_AT) {
+      go = resil__breaker_enter(op->policy, &h[k].permit, &h[k].t0, &o);
+    } else if (op->at == LAYER_RATELIMITER_AT) {
+      /* The breaker's reading right before it entered this limiter, when
+       * it is as good as the limiter's own (split_op). */
+      const int64_t *now =
+          k > i && (no_deadline ? op->hand : op->hand_dl) ? &h[k - 1].t0 : NULL;
+      go = resil__ratelimiter_enter(op->policy, ctx, now, &o);
     } else {
-      go = resil__bulkhead_enter(L->desc.policy, ctx, &o);
+      go = resil__bulkhead_enter(op->policy, ctx, &o);
     }
     if (RESIL_UNLIKELY(!go)) break;
   }
@@ -465,7 +482,7 @@ split_pass(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
     }
   } else {
     /* Layer k refused: no attempt below it. */
-    layer_counters *c = &ch->layers[k].c;
+    layer_counters *c = ops[k].c;
     if (o.kind == RESIL_REJECTED)
       atomic_fetch_add_explicit(&c->rejections, 1, memory_order_relaxed);
     count_outcome(c, o);
@@ -473,12 +490,12 @@ split_pass(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   /* A clean pass below stays clean through these layers: the outcome is
    * the same plain success. Otherwise each counts the outcome. */
   while (k-- > i) {
-    chain_layer *L = &ch->layers[k];
-    if (L->at == LAYER_BREAKER_AT)
-      resil__breaker_leave(L->desc.policy, &h[k].permit, &o, h[k].t0);
-    else if (L->at == LAYER_BULKHEAD_AT)
-      resil_bulkhead_release(L->desc.policy);
-    if (!clean) count_outcome(&L->c, o);
+    const split_op *op = &ops[k];
+    if (op->at == LAYER_BREAKER_AT)
+      resil__breaker_leave(op->policy, &h[k].permit, &o, h[k].t0);
+    else if (op->at == LAYER_BULKHEAD_AT)
+      resil_bulkhead_release(op->policy);
+    if (!clean) count_outcome(op->c, o);
   }
   up->clean = clean;
   return o;
