@@ -263,11 +263,10 @@ static inline uint32_t half_min(const resil_breaker *br) {
                                             : br->half_permitted;
 }
 
-/* Outcome class with the common case inline: a plain success. */
-static inline resil_outcome_class classify(const resil_outcome *o) {
-  if (RESIL_LIKELY(o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK))
-    return RESIL_CLASS_SUCCESS;
-  return resil_outcome_classify(o);
+/* The common outcome, classified inline: a plain success (ANSWERED with
+ * reason OK is RESIL_CLASS_SUCCESS whatever else it holds). */
+static inline int plain_success(const resil_outcome *o) {
+  return o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK;
 }
 
 /* A state whose next change is driven by time, not by a call. */
@@ -916,13 +915,38 @@ resil_decision resil__breaker_acquire_at(resil_breaker *br,
   return acquire(br, permit, now);
 }
 
-/* CLOSED, count window: the result just recorded reached a threshold. */
-static RESIL_NOINLINE resil_status open_on_threshold(resil_breaker *br,
-                                                     int64_t now) {
+/* CLOSED, count window, a permit of the current generation, lock held:
+ * a failure or a slow call, or a success into a window that holds some.
+ * Records it, opens when it reached a threshold, releases the lock.
+ *
+ * In CLOSED the window's verdict is never FAILURE, SLOW or BOTH after a
+ * record (such a result opens the breaker, and every entry into CLOSED
+ * starts an empty window). A plain success adds no hit and no fewer calls,
+ * so it cannot reach a threshold, except when it is the result that brings
+ * the window to its minimum number of calls. */
+static RESIL_NOINLINE resil_status record_closed(resil_breaker *br,
+                                                 unsigned failed, int slow,
+                                                 int64_t now) {
+  resil__window *w = &br->win;
+  br->t_failures += failed;
+  if (slow) {
+    br->t_slow++;
+    br->t_slow_failures += failed;
+  }
+  uint64_t before = w->calls;
+  resil__window_record_count(w, (int)failed, slow);
+  if (w->calls < w->min_calls ||
+      (!failed && !slow && before >= w->min_calls)) {
+    unlock_br(br);
+    return RESIL_OK;
+  }
+  resil__verdict v = resil__window_verdict(w, br->failure_pct, br->slow_pct);
+  if (v <= RESIL__VERDICT_BELOW) {
+    unlock_br(br);
+    return RESIL_OK;
+  }
   evbuf eb;
   eb_init(&eb);
-  resil__verdict v =
-      resil__window_verdict(&br->win, br->failure_pct, br->slow_pct);
   if (now == RESIL__NO_NOW)
     now = now_precise(br);
   enter(br, &eb, RESIL_BREAKER_OPEN, now, cause_of(v));
@@ -956,12 +980,12 @@ static void settle_locked(resil_breaker *br, evbuf *eb, int64_t *now,
 }
 
 /* Records one classified result; the lock is held on entry and released
- * on return. `wnow` is a reading of the window clock when have_wnow is set
- * (the run form reuses its end-of-call reading). */
+ * on return. `wnow` is a reading of the window clock or RESIL__NO_NOW (the
+ * run form reuses its end-of-call reading); `pnow` a precise reading or
+ * RESIL__NO_NOW. */
 static RESIL_NOINLINE resil_status
 record_locked(resil_breaker *br, const resil_breaker_permit *permit,
-              resil_outcome_class cls, int slow, int64_t wnow, int have_wnow,
-              int64_t pnow) {
+              resil_outcome_class cls, int slow, int64_t wnow, int64_t pnow) {
   int failed = (int)((br->failure_mask >> (unsigned)cls) & 1u);
   int64_t now = pnow;
   int have_now = pnow != RESIL__NO_NOW;
@@ -998,7 +1022,7 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
   if (br->win.kind == RESIL__WINDOW_COUNT) {
     resil__window_record_count(&br->win, failed, slow);
   } else {
-    if (!have_wnow)
+    if (wnow == RESIL__NO_NOW)
       wnow = now_window(br);
     resil__window_record_time(&br->win, wnow, failed, slow);
   }
@@ -1029,54 +1053,71 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
   return RESIL_OK;
 }
 
-/* A result for a breaker whose main window is a time window: it needs the
- * time of the result, read before taking the lock (a result read slightly
- * late lands in the newest bucket). */
+/* A record the inline path below does not take: a time window (it needs
+ * the time of the result, read before taking the lock: a result read
+ * slightly late lands in the newest bucket) or a class that is not
+ * recorded. */
 static RESIL_NOINLINE resil_status
-record_timed(resil_breaker *br, const resil_breaker_permit *permit,
-             resil_outcome_class cls, int slow, int64_t wnow, int have_wnow,
-             int64_t pnow) {
-  if (!have_wnow)
+record_slow(resil_breaker *br, const resil_breaker_permit *permit,
+            resil_outcome_class cls, int slow, int64_t wnow, int64_t pnow) {
+  if (br->window_kind != RESIL__WINDOW_COUNT && wnow == RESIL__NO_NOW)
     wnow = now_window(br);
   lock_br(br);
-  return record_locked(br, permit, cls, slow, wnow, 1, pnow);
+  return record_locked(br, permit, cls, slow, wnow, pnow);
 }
 
-/* The common case inline: CLOSED with a count window, a permit of the
- * current generation, and no threshold reached: one lock and a handful of
- * loads and stores. Everything else goes to record_locked(). */
+/* The inline path's one attempt at the lock failed: wait for it. */
+static RESIL_NOINLINE resil_status
+record_contended(resil_breaker *br, const resil_breaker_permit *permit,
+                 resil_outcome_class cls, int slow, int64_t pnow) {
+  lock_slow(br);
+  return record_locked(br, permit, cls, slow, RESIL__NO_NOW, pnow);
+}
+
+/* The common case inline: CLOSED with a count window, a recorded class, a
+ * permit of the current generation, an uncontended lock, and a success into
+ * a clean window (no failure, no slow call in it: it reaches no threshold):
+ * one lock, a counter and the window's count. Every other case leaves
+ * through a tail call, so this path saves no registers. */
 static RESIL_ALWAYS_INLINE resil_status
 record(resil_breaker *br, const resil_breaker_permit *permit,
-       resil_outcome_class cls, int slow, int64_t wnow, int have_wnow,
-       int64_t pnow) {
-  if (RESIL_UNLIKELY(br->window_kind != RESIL__WINDOW_COUNT))
-    return record_timed(br, permit, cls, slow, wnow, have_wnow, pnow);
+       resil_outcome_class cls, int slow, int64_t wnow, int64_t pnow) {
+  if (RESIL_UNLIKELY(br->window_kind != RESIL__WINDOW_COUNT ||
+                     !((br->record_mask >> (unsigned)cls) & 1u)))
+    return record_slow(br, permit, cls, slow, wnow, pnow);
   /* Everything that needs no lock is computed before taking it: loads
    * after the lock's acquire cannot be moved above it. */
   uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
-  int failed = (int)((br->failure_mask >> (unsigned)cls) & 1u);
-  int counted = (int)((br->record_mask >> (unsigned)cls) & 1u);
-  lock_br(br);
-  if (RESIL_LIKELY(atomic_load_explicit(&br->word, memory_order_relaxed) ==
-                       expect &&
-                   counted)) {
-    br->t_calls++;
-    if (failed)
-      br->t_failures++;
-    if (slow) {
-      br->t_slow++;
-      br->t_slow_failures += (uint64_t)failed;
-    }
-    resil__window_record_count(&br->win, failed, slow);
-    if (RESIL_LIKELY(br->win.calls < br->win.min_calls) ||
-        resil__window_verdict(&br->win, br->failure_pct, br->slow_pct) <=
-            RESIL__VERDICT_BELOW) {
-      unlock_br(br);
-      return RESIL_OK;
-    }
-    return open_on_threshold(br, pnow);
+  unsigned failed = (br->failure_mask >> (unsigned)cls) & 1u;
+  if (RESIL_UNLIKELY(
+          atomic_exchange_explicit(&br->lock, 1u, memory_order_acquire)))
+    return record_contended(br, permit, cls, slow, pnow);
+  if (RESIL_UNLIKELY(atomic_load_explicit(&br->word, memory_order_relaxed) !=
+                     expect))
+    return record_locked(br, permit, cls, slow, wnow, pnow);
+  br->t_calls++;
+  if (RESIL_LIKELY(!failed && !slow && resil__window_clean(&br->win))) {
+    resil__window_record_count(&br->win, 0, 0);
+    unlock_br(br);
+    return RESIL_OK;
   }
-  return record_locked(br, permit, cls, slow, 0, 0, pnow);
+  return record_closed(br, failed, slow, pnow);
+}
+
+/* Any other outcome: classified out of line, so that the inline path makes
+ * no call it must come back from. */
+static RESIL_NOINLINE resil_status
+record_other(resil_breaker *br, const resil_breaker_permit *permit,
+             const resil_outcome *o, int slow, int64_t wnow, int64_t pnow) {
+  return record(br, permit, resil_outcome_classify(o), slow, wnow, pnow);
+}
+
+static RESIL_ALWAYS_INLINE resil_status
+record_outcome(resil_breaker *br, const resil_breaker_permit *permit,
+               const resil_outcome *o, int slow, int64_t wnow, int64_t pnow) {
+  if (RESIL_LIKELY(plain_success(o)))
+    return record(br, permit, RESIL_CLASS_SUCCESS, slow, wnow, pnow);
+  return record_other(br, permit, o, slow, wnow, pnow);
 }
 
 resil_status resil_breaker_record(resil_breaker *br,
@@ -1086,8 +1127,8 @@ resil_status resil_breaker_record(resil_breaker *br,
     return RESIL_EMISUSE;
   if (RESIL_UNLIKELY(!permit || !o || duration_ns < 0))
     return RESIL_EINVAL;
-  return record(br, permit, classify(o), duration_ns >= br->slow_ns, 0, 0,
-                RESIL__NO_NOW);
+  return record_outcome(br, permit, o, duration_ns >= br->slow_ns,
+                        RESIL__NO_NOW, RESIL__NO_NOW);
 }
 
 resil_status resil__breaker_record_at(resil_breaker *br,
@@ -1098,9 +1139,7 @@ resil_status resil__breaker_record_at(resil_breaker *br,
     return RESIL_EMISUSE;
   if (RESIL_UNLIKELY(!permit || !o || duration_ns < 0))
     return RESIL_EINVAL;
-  int have = now != RESIL__NO_NOW;
-  return record(br, permit, classify(o), duration_ns >= br->slow_ns, now, have,
-                now);
+  return record_outcome(br, permit, o, duration_ns >= br->slow_ns, now, now);
 }
 
 const resil_clock *resil__breaker_clock(const resil_breaker *br) {
@@ -1131,15 +1170,26 @@ resil_status resil_breaker_release(resil_breaker *br,
   return RESIL_OK;
 }
 
-/* The run form's record: t0 and t1 read as now_run reads them, t1 when the
- * call ended (it also places the result in a time window read on the same
- * kind of reading, and dates a transition when it is precise). */
-static RESIL_ALWAYS_INLINE void record_run(resil_breaker *br,
-                                const resil_breaker_permit *permit,
-                                const resil_outcome *o, int64_t t0, int64_t t1) {
-  record(br, permit, classify(o), t1 - t0 >= br->slow_ns, t1,
-         br->slow_coarse == br->window_coarse,
+/* The run form's record of a result of class cls: t0 and t1 read as
+ * now_run reads them, t1 when the call ended (it also places the result in
+ * a time window read on the same kind of reading, and dates a transition
+ * when it is precise). */
+static RESIL_ALWAYS_INLINE void record_run_class(
+    resil_breaker *br, const resil_breaker_permit *permit,
+    resil_outcome_class cls, int64_t t0, int64_t t1) {
+  record(br, permit, cls, t1 - t0 >= br->slow_ns,
+         br->slow_coarse == br->window_coarse ? t1 : RESIL__NO_NOW,
          br->slow_coarse ? RESIL__NO_NOW : t1);
+}
+
+/* The same for an outcome (the chain's leave). */
+static RESIL_ALWAYS_INLINE void record_run(resil_breaker *br,
+                                           const resil_breaker_permit *permit,
+                                           const resil_outcome *o, int64_t t0,
+                                           int64_t t1) {
+  record_outcome(br, permit, o, t1 - t0 >= br->slow_ns,
+                 br->slow_coarse == br->window_coarse ? t1 : RESIL__NO_NOW,
+                 br->slow_coarse ? RESIL__NO_NOW : t1);
 }
 
 /* The run form's first half: 1 with *permit and *t0 (the reading right
@@ -1171,13 +1221,21 @@ void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,
 }
 
 /* resil_breaker_run; t0_out (NULL: none) receives the reading taken right
- * before the call, before the call is made. */
+ * before the call, before the call is made.
+ *
+ * Every return returns `o` and o's address never leaves this function, so
+ * the compiler makes o the caller's return slot and fn writes its result
+ * there directly: no copy of the outcome, and no wide load of one that fn
+ * has just written with narrower stores. */
 static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
                                                   const resil_ctx *ctx,
                                                   resil_call_fn fn, void *arg,
                                                   int64_t *t0_out) {
-  if (RESIL_UNLIKELY(!valid(br) || !fn))
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  resil_outcome o;
+  if (RESIL_UNLIKELY(!valid(br) || !fn)) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    return o;
+  }
   /* NULL gives the defaults (resil_ctx_init's, resil__ctx_defaults) with
    * the breaker's clock, built inline: a few stores instead of two calls. */
   resil_ctx local;
@@ -1189,15 +1247,33 @@ static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
     local.clock = br->clock;
     c = &local;
   }
-  if (RESIL_UNLIKELY(!c))
-    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  if (RESIL_UNLIKELY(!c)) {
+    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    return o;
+  }
   resil_breaker_permit permit;
   int64_t t0;
-  resil_outcome o;
-  if (!enter_run(br, &permit, &t0, &o)) return o;
-  if (t0_out) *t0_out = t0;
+  if (!enter_run(br, &permit, &t0, &o))
+    return o;
+  if (t0_out)
+    *t0_out = t0;
   o = fn(arg, c);
-  record_run(br, &permit, &o, t0, now_run(br));
+  if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK)) {
+    /* plain_success(), read without taking o's address */
+    record_run_class(br, &permit, RESIL_CLASS_SUCCESS, t0, now_run(br));
+  } else {
+    /* Classified on a copy built field by field (see above). */
+    resil_outcome t;
+    t.kind = o.kind;
+    t.reason = o.reason;
+    t.http_status = o.http_status;
+    t.retry_after_ms = o.retry_after_ms;
+    t.flags = o.flags;
+    t.stop = o.stop;
+    t.attempts = o.attempts;
+    record_run_class(br, &permit, resil_outcome_classify(&t), t0,
+                     now_run(br));
+  }
   return o;
 }
 
