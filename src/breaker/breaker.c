@@ -113,6 +113,9 @@ struct resil_breaker {
   uint32_t ignored_mask;
   int64_t slow_ns;
   const resil_clock *clock; /* never NULL */
+  /* The reader of the run form's readings: clock->coarse_ns when
+   * slow_coarse and the clock has one, else clock->now_ns. */
+  int64_t (*run_read)(void *self);
   uint8_t failure_pct;
   uint8_t slow_pct;
   uint8_t window_kind;
@@ -244,7 +247,22 @@ static inline int64_t now_window(const resil_breaker *br) {
 }
 
 static inline int64_t now_run(const resil_breaker *br) {
-  return br->slow_coarse ? resil__coarse_now(br->clock) : resil__now(br->clock);
+  return br->run_read(br->clock->self);
+}
+
+/* How a record knows when its call ended: `t` is RESIL__NO_NOW (no reading
+ * yet: the record reads what it needs) or a precise reading (resil__now,
+ * the split forms), or, with `run` set, the run form's end-of-call reading
+ * (now_run's kind). The reading to place the result in a time window with
+ * (now_window's kind), and the precise one that dates a transition, each
+ * RESIL__NO_NOW when `t` is not of that kind. */
+static inline int64_t window_reading(const resil_breaker *br, int64_t t,
+                                     int run) {
+  return !run || br->slow_coarse == br->window_coarse ? t : RESIL__NO_NOW;
+}
+static inline int64_t precise_reading(const resil_breaker *br, int64_t t,
+                                      int run) {
+  return run && br->slow_coarse ? RESIL__NO_NOW : t;
 }
 
 static inline void *main_store(resil_breaker *br) { return br + 1; }
@@ -730,6 +748,8 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
    * measure: slow-call durations, and one-second buckets (10 ms). */
   br->slow_coarse = (uint8_t)(clock->coarse_resolution_ns <=
                               cfg->slow_call_duration_ns / 100);
+  br->run_read = br->slow_coarse && clock->coarse_ns ? clock->coarse_ns
+                                                     : clock->now_ns;
   br->window_coarse =
       (uint8_t)(clock->coarse_resolution_ns <= 10 * RESIL_NS_PER_MS);
   br->ms_granular = (uint8_t)(cfg->open_wait_ns % RESIL_NS_PER_MS == 0);
@@ -926,7 +946,7 @@ resil_decision resil__breaker_acquire_at(resil_breaker *br,
  * the window to its minimum number of calls. */
 static RESIL_NOINLINE resil_status record_closed(resil_breaker *br,
                                                  unsigned failed, int slow,
-                                                 int64_t now) {
+                                                 int64_t t, int run) {
   resil__window *w = &br->win;
   br->t_failures += failed;
   if (slow) {
@@ -947,6 +967,7 @@ static RESIL_NOINLINE resil_status record_closed(resil_breaker *br,
   }
   evbuf eb;
   eb_init(&eb);
+  int64_t now = precise_reading(br, t, run);
   if (now == RESIL__NO_NOW)
     now = now_precise(br);
   enter(br, &eb, RESIL_BREAKER_OPEN, now, cause_of(v));
@@ -1059,19 +1080,29 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
  * recorded. */
 static RESIL_NOINLINE resil_status
 record_slow(resil_breaker *br, const resil_breaker_permit *permit,
-            resil_outcome_class cls, int slow, int64_t wnow, int64_t pnow) {
+            resil_outcome_class cls, int slow, int64_t t, int run) {
+  int64_t wnow = window_reading(br, t, run);
   if (br->window_kind != RESIL__WINDOW_COUNT && wnow == RESIL__NO_NOW)
     wnow = now_window(br);
   lock_br(br);
-  return record_locked(br, permit, cls, slow, wnow, pnow);
+  return record_locked(br, permit, cls, slow, wnow,
+                       precise_reading(br, t, run));
+}
+
+/* The inline path below with the lock held, when it cannot finish. */
+static RESIL_NOINLINE resil_status
+record_held(resil_breaker *br, const resil_breaker_permit *permit,
+            resil_outcome_class cls, int slow, int64_t t, int run) {
+  return record_locked(br, permit, cls, slow, window_reading(br, t, run),
+                       precise_reading(br, t, run));
 }
 
 /* The inline path's one attempt at the lock failed: wait for it. */
 static RESIL_NOINLINE resil_status
 record_contended(resil_breaker *br, const resil_breaker_permit *permit,
-                 resil_outcome_class cls, int slow, int64_t pnow) {
+                 resil_outcome_class cls, int slow, int64_t t, int run) {
   lock_slow(br);
-  return record_locked(br, permit, cls, slow, RESIL__NO_NOW, pnow);
+  return record_held(br, permit, cls, slow, t, run);
 }
 
 /* The common case inline: CLOSED with a count window, a recorded class, a
@@ -1081,43 +1112,43 @@ record_contended(resil_breaker *br, const resil_breaker_permit *permit,
  * through a tail call, so this path saves no registers. */
 static RESIL_ALWAYS_INLINE resil_status
 record(resil_breaker *br, const resil_breaker_permit *permit,
-       resil_outcome_class cls, int slow, int64_t wnow, int64_t pnow) {
+       resil_outcome_class cls, int slow, int64_t t, int run) {
   if (RESIL_UNLIKELY(br->window_kind != RESIL__WINDOW_COUNT ||
                      !((br->record_mask >> (unsigned)cls) & 1u)))
-    return record_slow(br, permit, cls, slow, wnow, pnow);
+    return record_slow(br, permit, cls, slow, t, run);
   /* Everything that needs no lock is computed before taking it: loads
    * after the lock's acquire cannot be moved above it. */
   uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
   unsigned failed = (br->failure_mask >> (unsigned)cls) & 1u;
   if (RESIL_UNLIKELY(
           atomic_exchange_explicit(&br->lock, 1u, memory_order_acquire)))
-    return record_contended(br, permit, cls, slow, pnow);
+    return record_contended(br, permit, cls, slow, t, run);
   if (RESIL_UNLIKELY(atomic_load_explicit(&br->word, memory_order_relaxed) !=
                      expect))
-    return record_locked(br, permit, cls, slow, wnow, pnow);
+    return record_held(br, permit, cls, slow, t, run);
   br->t_calls++;
   if (RESIL_LIKELY(!failed && !slow && resil__window_clean(&br->win))) {
     resil__window_record_count(&br->win, 0, 0);
     unlock_br(br);
     return RESIL_OK;
   }
-  return record_closed(br, failed, slow, pnow);
+  return record_closed(br, failed, slow, t, run);
 }
 
 /* Any other outcome: classified out of line, so that the inline path makes
  * no call it must come back from. */
 static RESIL_NOINLINE resil_status
 record_other(resil_breaker *br, const resil_breaker_permit *permit,
-             const resil_outcome *o, int slow, int64_t wnow, int64_t pnow) {
-  return record(br, permit, resil_outcome_classify(o), slow, wnow, pnow);
+             const resil_outcome *o, int slow, int64_t t, int run) {
+  return record(br, permit, resil_outcome_classify(o), slow, t, run);
 }
 
 static RESIL_ALWAYS_INLINE resil_status
 record_outcome(resil_breaker *br, const resil_breaker_permit *permit,
-               const resil_outcome *o, int slow, int64_t wnow, int64_t pnow) {
+               const resil_outcome *o, int slow, int64_t t, int run) {
   if (RESIL_LIKELY(plain_success(o)))
-    return record(br, permit, RESIL_CLASS_SUCCESS, slow, wnow, pnow);
-  return record_other(br, permit, o, slow, wnow, pnow);
+    return record(br, permit, RESIL_CLASS_SUCCESS, slow, t, run);
+  return record_other(br, permit, o, slow, t, run);
 }
 
 resil_status resil_breaker_record(resil_breaker *br,
@@ -1128,7 +1159,7 @@ resil_status resil_breaker_record(resil_breaker *br,
   if (RESIL_UNLIKELY(!permit || !o || duration_ns < 0))
     return RESIL_EINVAL;
   return record_outcome(br, permit, o, duration_ns >= br->slow_ns,
-                        RESIL__NO_NOW, RESIL__NO_NOW);
+                        RESIL__NO_NOW, 0);
 }
 
 resil_status resil__breaker_record_at(resil_breaker *br,
@@ -1139,7 +1170,7 @@ resil_status resil__breaker_record_at(resil_breaker *br,
     return RESIL_EMISUSE;
   if (RESIL_UNLIKELY(!permit || !o || duration_ns < 0))
     return RESIL_EINVAL;
-  return record_outcome(br, permit, o, duration_ns >= br->slow_ns, now, now);
+  return record_outcome(br, permit, o, duration_ns >= br->slow_ns, now, 0);
 }
 
 const resil_clock *resil__breaker_clock(const resil_breaker *br) {
@@ -1177,9 +1208,7 @@ resil_status resil_breaker_release(resil_breaker *br,
 static RESIL_ALWAYS_INLINE void record_run_class(
     resil_breaker *br, const resil_breaker_permit *permit,
     resil_outcome_class cls, int64_t t0, int64_t t1) {
-  record(br, permit, cls, t1 - t0 >= br->slow_ns,
-         br->slow_coarse == br->window_coarse ? t1 : RESIL__NO_NOW,
-         br->slow_coarse ? RESIL__NO_NOW : t1);
+  record(br, permit, cls, t1 - t0 >= br->slow_ns, t1, 1);
 }
 
 /* The same for an outcome (the chain's leave). */
@@ -1187,9 +1216,7 @@ static RESIL_ALWAYS_INLINE void record_run(resil_breaker *br,
                                            const resil_breaker_permit *permit,
                                            const resil_outcome *o, int64_t t0,
                                            int64_t t1) {
-  record_outcome(br, permit, o, t1 - t0 >= br->slow_ns,
-                 br->slow_coarse == br->window_coarse ? t1 : RESIL__NO_NOW,
-                 br->slow_coarse ? RESIL__NO_NOW : t1);
+  record_outcome(br, permit, o, t1 - t0 >= br->slow_ns, t1, 1);
 }
 
 /* The run form's first half: 1 with *permit and *t0 (the reading right
