@@ -1248,21 +1248,15 @@ void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,
 }
 
 /* resil_breaker_run; t0_out (NULL: none) receives the reading taken right
- * before the call, before the call is made.
- *
- * Every return returns `o` and o's address never leaves this function, so
- * the compiler makes o the caller's return slot and fn writes its result
- * there directly: no copy of the outcome, and no wide load of one that fn
- * has just written with narrower stores. */
+ * before the call, before the call is made. fn's outcome is classified on
+ * its fields, so its address never escapes and it is copied once, into the
+ * return value. */
 static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
                                                   const resil_ctx *ctx,
                                                   resil_call_fn fn, void *arg,
                                                   int64_t *t0_out) {
-  resil_outcome o;
-  if (RESIL_UNLIKELY(!valid(br) || !fn)) {
-    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-    return o;
-  }
+  if (RESIL_UNLIKELY(!valid(br) || !fn))
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   /* NULL gives the defaults (resil_ctx_init's, resil__ctx_defaults) with
    * the breaker's clock, built inline: a few stores instead of two calls. */
   resil_ctx local;
@@ -1274,33 +1268,22 @@ static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
     local.clock = br->clock;
     c = &local;
   }
-  if (RESIL_UNLIKELY(!c)) {
-    o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-    return o;
-  }
+  if (RESIL_UNLIKELY(!c))
+    return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   resil_breaker_permit permit;
   int64_t t0;
-  if (!enter_run(br, &permit, &t0, &o))
-    return o;
+  resil_outcome refusal;
+  if (!enter_run(br, &permit, &t0, &refusal))
+    return refusal;
   if (t0_out)
     *t0_out = t0;
-  o = fn(arg, c);
-  if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK)) {
-    /* plain_success(), read without taking o's address */
+  resil_outcome o = fn(arg, c);
+  /* resil__breaker_leave(br, &permit, &o, t0), with plain_success() on
+   * o's fields */
+  if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK))
     record_run_class(br, &permit, RESIL_CLASS_SUCCESS, t0, now_run(br));
-  } else {
-    /* Classified on a copy built field by field (see above). */
-    resil_outcome t;
-    t.kind = o.kind;
-    t.reason = o.reason;
-    t.http_status = o.http_status;
-    t.retry_after_ms = o.retry_after_ms;
-    t.flags = o.flags;
-    t.stop = o.stop;
-    t.attempts = o.attempts;
-    record_run_class(br, &permit, resil_outcome_classify(&t), t0,
-                     now_run(br));
-  }
+  else
+    record_run(br, &permit, &o, t0, now_run(br));
   return o;
 }
 
