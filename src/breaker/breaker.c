@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/internal.h"
 #include "core/window.h"
@@ -114,7 +115,8 @@ struct resil_breaker {
   int64_t slow_ns;
   const resil_clock *clock; /* never NULL */
   /* The reader of the run form's readings: clock->coarse_ns when
-   * slow_coarse and the clock has one, else clock->now_ns. */
+   * slow_coarse and the clock has one, else clock->now_ns; NULL for the
+   * system clock's coarse reading, which now_run makes inline. */
   int64_t (*run_read)(void *self);
   uint8_t failure_pct;
   uint8_t slow_pct;
@@ -246,7 +248,24 @@ static inline int64_t now_window(const resil_breaker *br) {
                            : resil__now(br->clock);
 }
 
+/* Where the system clock has a coarse reading (clock.c's), the run form
+ * makes the same clock_gettime call inline: through the clock's function
+ * pointer, its call and frame cost a third of the reading (~1.5 of ~5 ns),
+ * twice per call. */
+#ifdef CLOCK_MONOTONIC_COARSE
+#define SYS_COARSE_INLINE 1
+#else
+#define SYS_COARSE_INLINE 0
+#endif
+
 static inline int64_t now_run(const resil_breaker *br) {
+#if SYS_COARSE_INLINE
+  if (RESIL_LIKELY(!br->run_read)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * RESIL_NS_PER_S + (int64_t)ts.tv_nsec;
+  }
+#endif
   return br->run_read(br->clock->self);
 }
 
@@ -750,6 +769,9 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
                               cfg->slow_call_duration_ns / 100);
   br->run_read = br->slow_coarse && clock->coarse_ns ? clock->coarse_ns
                                                      : clock->now_ns;
+  if (SYS_COARSE_INLINE && clock == resil_clock_system() &&
+      br->run_read == clock->coarse_ns)
+    br->run_read = NULL;
   br->window_coarse =
       (uint8_t)(clock->coarse_resolution_ns <= 10 * RESIL_NS_PER_MS);
   br->ms_granular = (uint8_t)(cfg->open_wait_ns % RESIL_NS_PER_MS == 0);

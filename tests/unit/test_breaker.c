@@ -2341,6 +2341,41 @@ static void success_that_completes_the_minimum_opens_on_the_rate(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* On the system clock (cfg.clock NULL) with slow calls of a second, the
+ * run form measures on the coarse clock, read inline: the reading it takes
+ * before the call is the system clock's coarse time (between two coarse
+ * readings around the call; a precise reading runs ahead of them). */
+static void run_form_on_the_system_clock_measures_on_its_coarse_reading(
+    void **state) {
+  (void)state;
+  const resil_clock *sys = resil_clock_system();
+  if (!sys->coarse_ns)
+    skip();
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  cfg.slow_call_duration_ns = RESIL_S(1);
+  resil_breaker *br = breaker_new(&cfg);
+  assert_ptr_equal(resil__breaker_clock(br), sys);
+  assert_int_equal(resil__breaker_coarse_durations(br), 1);
+  call_arg a;
+  memset(&a, 0, sizeof a);
+  a.out = resil_outcome_ok();
+  for (int i = 0; i < 50; i++) {
+    int64_t before = sys->coarse_ns(sys->self), t0 = 0;
+    resil_outcome o = resil__breaker_run_at(br, NULL, business_call, &a, &t0);
+    int64_t after = sys->coarse_ns(sys->self);
+    assert_int_equal(o.kind, RESIL_ANSWERED);
+    if (t0 < before || t0 > after)
+      fail_msg("reading %lld outside the coarse readings %lld..%lld",
+               (long long)t0, (long long)before, (long long)after);
+    assert_ptr_equal(a.seen_clock, sys);
+  }
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.total_calls, 50);
+  assert_int_equal(m.total_slow, 0);
+  resil_breaker_free(br);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(config_init_writes_resilience4j_defaults),
@@ -2399,6 +2434,8 @@ int main(void) {
       cmocka_unit_test(metrics_and_events_are_written_only_up_to_their_size),
       cmocka_unit_test(duration_errors_speak_human_units),
       cmocka_unit_test(success_that_completes_the_minimum_opens_on_the_rate),
+      cmocka_unit_test(
+          run_form_on_the_system_clock_measures_on_its_coarse_reading),
       cmocka_unit_test(run_form_refuses_an_uninitialised_context),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
