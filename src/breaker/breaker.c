@@ -110,7 +110,10 @@ struct resil_breaker {
   _Atomic uint64_t word; /* state | generation << STATE_BITS */
   uint32_t magic;
   uint32_t failure_mask;
-  uint32_t record_mask; /* classes recorded: not REJECTED, not ignored */
+  /* Classes whose result the inline record path takes: with a count
+   * window, recorded (not REJECTED, not ignored) and not failures; 0 with
+   * a time window. */
+  uint32_t inline_mask;
   uint32_t ignored_mask;
   int64_t slow_ns;
   const resil_clock *clock; /* never NULL */
@@ -298,6 +301,14 @@ static inline const char *name_of(const resil_breaker *br) {
 static inline uint32_t half_min(const resil_breaker *br) {
   return br->min_calls < br->half_permitted ? br->min_calls
                                             : br->half_permitted;
+}
+
+/* 1 when a result of class cls counts (not REJECTED: local protection
+ * refused the call; not an ignored class). */
+static inline int recorded(const resil_breaker *br, resil_outcome_class cls) {
+  return (int)((((uint32_t)RESIL_BREAKER_CLASSIFIABLE & ~br->ignored_mask) >>
+                (unsigned)cls) &
+               1u);
 }
 
 /* The common outcome, classified inline: a plain success (ANSWERED with
@@ -755,7 +766,11 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
   br->magic = RESIL_MAGIC_BREAKER;
   br->failure_mask = cfg->failure_classes;
   br->ignored_mask = cfg->ignored_classes;
-  br->record_mask = (uint32_t)RESIL_BREAKER_CLASSIFIABLE & ~cfg->ignored_classes;
+  br->inline_mask =
+      kind == RESIL__WINDOW_COUNT
+          ? (uint32_t)RESIL_BREAKER_CLASSIFIABLE & ~cfg->ignored_classes &
+                ~cfg->failure_classes
+          : 0;
   br->half_to_closed = (uint8_t)cfg->half_open_max_wait_to_closed;
   br->slow_ns = cfg->slow_call_duration_ns;
   br->clock = clock;
@@ -957,8 +972,9 @@ resil_decision resil__breaker_acquire_at(resil_breaker *br,
   return acquire(br, permit, now);
 }
 
-/* CLOSED, count window, a permit of the current generation, lock held:
- * a failure or a slow call, or a success into a window that holds some.
+/* CLOSED, count window, a recorded class, a permit of the current
+ * generation, lock held: a failure or a slow call, or a success into a
+ * window that holds some.
  * Records it, opens when it reached a threshold, releases the lock.
  *
  * In CLOSED the window's verdict is never FAILURE, SLOW or BOTH after a
@@ -970,6 +986,7 @@ static RESIL_NOINLINE resil_status record_closed(resil_breaker *br,
                                                  unsigned failed, int slow,
                                                  int64_t t, int run) {
   resil__window *w = &br->win;
+  br->t_calls++;
   br->t_failures += failed;
   if (slow) {
     br->t_slow++;
@@ -1049,7 +1066,7 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
     unlock_deliver(br, &eb);
     return RESIL_OK;
   }
-  if (!((br->record_mask >> (unsigned)cls) & 1u)) {
+  if (!recorded(br, cls)) {
     /* REJECTED (local protection refused the call) counts nowhere; an
      * ignored class counts as ignored only. Neither votes. */
     if ((br->ignored_mask >> (unsigned)cls) & 1u)
@@ -1096,21 +1113,6 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
   return RESIL_OK;
 }
 
-/* A record the inline path below does not take: a time window (it needs
- * the time of the result, read before taking the lock: a result read
- * slightly late lands in the newest bucket) or a class that is not
- * recorded. */
-static RESIL_NOINLINE resil_status
-record_slow(resil_breaker *br, const resil_breaker_permit *permit,
-            resil_outcome_class cls, int slow, int64_t t, int run) {
-  int64_t wnow = window_reading(br, t, run);
-  if (br->window_kind != RESIL__WINDOW_COUNT && wnow == RESIL__NO_NOW)
-    wnow = now_window(br);
-  lock_br(br);
-  return record_locked(br, permit, cls, slow, wnow,
-                       precise_reading(br, t, run));
-}
-
 /* The inline path below with the lock held, when it cannot finish. */
 static RESIL_NOINLINE resil_status
 record_held(resil_breaker *br, const resil_breaker_permit *permit,
@@ -1127,34 +1129,58 @@ record_contended(resil_breaker *br, const resil_breaker_permit *permit,
   return record_held(br, permit, cls, slow, t, run);
 }
 
-/* The common case inline: CLOSED with a count window, a recorded class, a
- * permit of the current generation, an uncontended lock, and a success into
- * a clean window (no failure, no slow call in it: it reaches no threshold):
- * one lock, a counter and the window's count. Every other case leaves
- * through a tail call, so this path saves no registers. */
+/* A record the inline path below does not take: a failure or a slow call
+ * in a count window (recorded here, in CLOSED, as the inline path would),
+ * a time window (it needs the time of the result, read before taking the
+ * lock: a result read slightly late lands in the newest bucket), or a
+ * class that is not recorded. */
+static RESIL_NOINLINE resil_status
+record_slow(resil_breaker *br, const resil_breaker_permit *permit,
+            resil_outcome_class cls, int slow, int64_t t, int run) {
+  if (br->window_kind == RESIL__WINDOW_COUNT && recorded(br, cls)) {
+    uint64_t expect =
+        (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
+    lock_br(br);
+    if (atomic_load_explicit(&br->word, memory_order_relaxed) != expect)
+      return record_held(br, permit, cls, slow, t, run);
+    return record_closed(br, (br->failure_mask >> (unsigned)cls) & 1u, slow,
+                         t, run);
+  }
+  int64_t wnow = window_reading(br, t, run);
+  if (br->window_kind != RESIL__WINDOW_COUNT && wnow == RESIL__NO_NOW)
+    wnow = now_window(br);
+  lock_br(br);
+  return record_locked(br, permit, cls, slow, wnow,
+                       precise_reading(br, t, run));
+}
+
+/* The common case inline: CLOSED with a count window, a recorded class
+ * that is not a failure, not slow, a permit of the current generation, an
+ * uncontended lock, and a clean window (no failure, no slow call in it: a
+ * success into it reaches no threshold): one lock, a counter and the
+ * window's count. Every other case leaves through a tail call, so this
+ * path saves no registers. */
 static RESIL_ALWAYS_INLINE resil_status
 record(resil_breaker *br, const resil_breaker_permit *permit,
        resil_outcome_class cls, int slow, int64_t t, int run) {
-  if (RESIL_UNLIKELY(br->window_kind != RESIL__WINDOW_COUNT ||
-                     !((br->record_mask >> (unsigned)cls) & 1u)))
+  if (RESIL_UNLIKELY(slow || !((br->inline_mask >> (unsigned)cls) & 1u)))
     return record_slow(br, permit, cls, slow, t, run);
   /* Everything that needs no lock is computed before taking it: loads
    * after the lock's acquire cannot be moved above it. */
   uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
-  unsigned failed = (br->failure_mask >> (unsigned)cls) & 1u;
   if (RESIL_UNLIKELY(
           atomic_exchange_explicit(&br->lock, 1u, memory_order_acquire)))
     return record_contended(br, permit, cls, slow, t, run);
   if (RESIL_UNLIKELY(atomic_load_explicit(&br->word, memory_order_relaxed) !=
                      expect))
     return record_held(br, permit, cls, slow, t, run);
-  br->t_calls++;
-  if (RESIL_LIKELY(!failed && !slow && resil__window_clean(&br->win))) {
+  if (RESIL_LIKELY(resil__window_clean(&br->win))) {
+    br->t_calls++;
     resil__window_record_count(&br->win, 0, 0);
     unlock_br(br);
     return RESIL_OK;
   }
-  return record_closed(br, failed, slow, t, run);
+  return record_closed(br, 0, 0, t, run);
 }
 
 /* Any other outcome: classified out of line, so that the inline path makes
