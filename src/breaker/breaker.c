@@ -974,8 +974,8 @@ resil_decision resil__breaker_acquire_at(resil_breaker *br,
 
 /* CLOSED, count window, a recorded class, a permit of the current
  * generation, lock held: a failure or a slow call, or a success into a
- * window that holds some.
- * Records it, opens when it reached a threshold, releases the lock.
+ * window that holds some. Records it, opens when it reached a threshold,
+ * releases the lock.
  *
  * In CLOSED the window's verdict is never FAILURE, SLOW or BOTH after a
  * record (such a result opens the breaker, and every entry into CLOSED
@@ -1296,9 +1296,9 @@ void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,
 }
 
 /* resil_breaker_run; t0_out (NULL: none) receives the reading taken right
- * before the call, before the call is made. fn's outcome is classified on
- * its fields, so its address never escapes and it is copied once, into the
- * return value. */
+ * before the call, before the call is made. fn writes its outcome into o,
+ * which is copied once, into the return value; a plain success is
+ * classified on o's fields. */
 static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
                                                   const resil_ctx *ctx,
                                                   resil_call_fn fn, void *arg,

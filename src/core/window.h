@@ -104,6 +104,12 @@ static inline uint32_t resil__window_words(uint32_t size) {
   return (size + 31u) / 32u;
 }
 
+/* 1 when the window holds no failure and no slow result (every slot of a
+ * count window is then zero). */
+static inline int resil__window_clean(const resil__window *w) {
+  return (w->failures | w->slow) == 0;
+}
+
 /* Adds one result to a count window. O(1). Inline: it is on the breaker's
  * record path.
  *
@@ -118,12 +124,6 @@ static inline uint32_t resil__window_words(uint32_t size) {
  * whatever slot `head` names, so `head` stays. The eviction order is kept:
  * the next non-zero result is written at `head` and leaves the ring `size`
  * records later, as every result does. */
-/* 1 when the window holds no failure and no slow result (every slot of a
- * count window is then zero). */
-static inline int resil__window_clean(const resil__window *w) {
-  return (w->failures | w->slow) == 0;
-}
-
 static inline void resil__window_record_count(resil__window *w, int failed,
                                               int slow) {
   if (!failed && !slow && resil__window_clean(w)) {
