@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/internal.h"
 #include "core/window.h"
@@ -109,10 +110,17 @@ struct resil_breaker {
   _Atomic uint64_t word; /* state | generation << STATE_BITS */
   uint32_t magic;
   uint32_t failure_mask;
-  uint32_t record_mask; /* classes recorded: not REJECTED, not ignored */
+  /* Classes whose result the inline record path takes: with a count
+   * window, recorded (not REJECTED, not ignored) and not failures; 0 with
+   * a time window. */
+  uint32_t inline_mask;
   uint32_t ignored_mask;
   int64_t slow_ns;
   const resil_clock *clock; /* never NULL */
+  /* The reader of the run form's readings: clock->coarse_ns when
+   * slow_coarse and the clock has one, else clock->now_ns; NULL for the
+   * system clock's coarse reading, which now_run makes inline. */
+  int64_t (*run_read)(void *self);
   uint8_t failure_pct;
   uint8_t slow_pct;
   uint8_t window_kind;
@@ -243,8 +251,40 @@ static inline int64_t now_window(const resil_breaker *br) {
                            : resil__now(br->clock);
 }
 
+/* Where the system clock has a coarse reading (clock.c's), the run form
+ * makes the same clock_gettime call inline: through the clock's function
+ * pointer, its call and frame cost a third of the reading (~1.5 of ~5 ns),
+ * twice per call. */
+#ifdef CLOCK_MONOTONIC_COARSE
+#define SYS_COARSE_INLINE 1
+#else
+#define SYS_COARSE_INLINE 0
+#endif
+
 static inline int64_t now_run(const resil_breaker *br) {
-  return br->slow_coarse ? resil__coarse_now(br->clock) : resil__now(br->clock);
+#if SYS_COARSE_INLINE
+  if (RESIL_LIKELY(!br->run_read)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * RESIL_NS_PER_S + (int64_t)ts.tv_nsec;
+  }
+#endif
+  return br->run_read(br->clock->self);
+}
+
+/* How a record knows when its call ended: `t` is RESIL__NO_NOW (no reading
+ * yet: the record reads what it needs) or a precise reading (resil__now,
+ * the split forms), or, with `run` set, the run form's end-of-call reading
+ * (now_run's kind). The reading to place the result in a time window with
+ * (now_window's kind), and the precise one that dates a transition, each
+ * RESIL__NO_NOW when `t` is not of that kind. */
+static inline int64_t window_reading(const resil_breaker *br, int64_t t,
+                                     int run) {
+  return !run || br->slow_coarse == br->window_coarse ? t : RESIL__NO_NOW;
+}
+static inline int64_t precise_reading(const resil_breaker *br, int64_t t,
+                                      int run) {
+  return run && br->slow_coarse ? RESIL__NO_NOW : t;
 }
 
 static inline void *main_store(resil_breaker *br) { return br + 1; }
@@ -263,11 +303,18 @@ static inline uint32_t half_min(const resil_breaker *br) {
                                             : br->half_permitted;
 }
 
-/* Outcome class with the common case inline: a plain success. */
-static inline resil_outcome_class classify(const resil_outcome *o) {
-  if (RESIL_LIKELY(o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK))
-    return RESIL_CLASS_SUCCESS;
-  return resil_outcome_classify(o);
+/* 1 when a result of class cls counts (not REJECTED: local protection
+ * refused the call; not an ignored class). */
+static inline int recorded(const resil_breaker *br, resil_outcome_class cls) {
+  return (int)((((uint32_t)RESIL_BREAKER_CLASSIFIABLE & ~br->ignored_mask) >>
+                (unsigned)cls) &
+               1u);
+}
+
+/* The common outcome, classified inline: a plain success (ANSWERED with
+ * reason OK is RESIL_CLASS_SUCCESS whatever else it holds). */
+static inline int plain_success(const resil_outcome *o) {
+  return o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK;
 }
 
 /* A state whose next change is driven by time, not by a call. */
@@ -719,7 +766,11 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
   br->magic = RESIL_MAGIC_BREAKER;
   br->failure_mask = cfg->failure_classes;
   br->ignored_mask = cfg->ignored_classes;
-  br->record_mask = (uint32_t)RESIL_BREAKER_CLASSIFIABLE & ~cfg->ignored_classes;
+  br->inline_mask =
+      kind == RESIL__WINDOW_COUNT
+          ? (uint32_t)RESIL_BREAKER_CLASSIFIABLE & ~cfg->ignored_classes &
+                ~cfg->failure_classes
+          : 0;
   br->half_to_closed = (uint8_t)cfg->half_open_max_wait_to_closed;
   br->slow_ns = cfg->slow_call_duration_ns;
   br->clock = clock;
@@ -731,6 +782,11 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
    * measure: slow-call durations, and one-second buckets (10 ms). */
   br->slow_coarse = (uint8_t)(clock->coarse_resolution_ns <=
                               cfg->slow_call_duration_ns / 100);
+  br->run_read = br->slow_coarse && clock->coarse_ns ? clock->coarse_ns
+                                                     : clock->now_ns;
+  if (SYS_COARSE_INLINE && clock == resil_clock_system() &&
+      br->run_read == clock->coarse_ns)
+    br->run_read = NULL;
   br->window_coarse =
       (uint8_t)(clock->coarse_resolution_ns <= 10 * RESIL_NS_PER_MS);
   br->ms_granular = (uint8_t)(cfg->open_wait_ns % RESIL_NS_PER_MS == 0);
@@ -916,13 +972,41 @@ resil_decision resil__breaker_acquire_at(resil_breaker *br,
   return acquire(br, permit, now);
 }
 
-/* CLOSED, count window: the result just recorded reached a threshold. */
-static RESIL_NOINLINE resil_status open_on_threshold(resil_breaker *br,
-                                                     int64_t now) {
+/* CLOSED, count window, a recorded class, a permit of the current
+ * generation, lock held: a failure or a slow call, or a success into a
+ * window that holds some. Records it, opens when it reached a threshold,
+ * releases the lock.
+ *
+ * In CLOSED the window's verdict is never FAILURE, SLOW or BOTH after a
+ * record (such a result opens the breaker, and every entry into CLOSED
+ * starts an empty window). A plain success adds no hit and no fewer calls,
+ * so it cannot reach a threshold, except when it is the result that brings
+ * the window to its minimum number of calls. */
+static RESIL_NOINLINE resil_status record_closed(resil_breaker *br,
+                                                 unsigned failed, int slow,
+                                                 int64_t t, int run) {
+  resil__window *w = &br->win;
+  br->t_calls++;
+  br->t_failures += failed;
+  if (slow) {
+    br->t_slow++;
+    br->t_slow_failures += failed;
+  }
+  uint64_t before = w->calls;
+  resil__window_record_count(w, (int)failed, slow);
+  if (w->calls < w->min_calls ||
+      (!failed && !slow && before >= w->min_calls)) {
+    unlock_br(br);
+    return RESIL_OK;
+  }
+  resil__verdict v = resil__window_verdict(w, br->failure_pct, br->slow_pct);
+  if (v <= RESIL__VERDICT_BELOW) {
+    unlock_br(br);
+    return RESIL_OK;
+  }
   evbuf eb;
   eb_init(&eb);
-  resil__verdict v =
-      resil__window_verdict(&br->win, br->failure_pct, br->slow_pct);
+  int64_t now = precise_reading(br, t, run);
   if (now == RESIL__NO_NOW)
     now = now_precise(br);
   enter(br, &eb, RESIL_BREAKER_OPEN, now, cause_of(v));
@@ -956,12 +1040,12 @@ static void settle_locked(resil_breaker *br, evbuf *eb, int64_t *now,
 }
 
 /* Records one classified result; the lock is held on entry and released
- * on return. `wnow` is a reading of the window clock when have_wnow is set
- * (the run form reuses its end-of-call reading). */
+ * on return. `wnow` is a reading of the window clock or RESIL__NO_NOW (the
+ * run form reuses its end-of-call reading); `pnow` a precise reading or
+ * RESIL__NO_NOW. */
 static RESIL_NOINLINE resil_status
 record_locked(resil_breaker *br, const resil_breaker_permit *permit,
-              resil_outcome_class cls, int slow, int64_t wnow, int have_wnow,
-              int64_t pnow) {
+              resil_outcome_class cls, int slow, int64_t wnow, int64_t pnow) {
   int failed = (int)((br->failure_mask >> (unsigned)cls) & 1u);
   int64_t now = pnow;
   int have_now = pnow != RESIL__NO_NOW;
@@ -982,7 +1066,7 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
     unlock_deliver(br, &eb);
     return RESIL_OK;
   }
-  if (!((br->record_mask >> (unsigned)cls) & 1u)) {
+  if (!recorded(br, cls)) {
     /* REJECTED (local protection refused the call) counts nowhere; an
      * ignored class counts as ignored only. Neither votes. */
     if ((br->ignored_mask >> (unsigned)cls) & 1u)
@@ -998,7 +1082,7 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
   if (br->win.kind == RESIL__WINDOW_COUNT) {
     resil__window_record_count(&br->win, failed, slow);
   } else {
-    if (!have_wnow)
+    if (wnow == RESIL__NO_NOW)
       wnow = now_window(br);
     resil__window_record_time(&br->win, wnow, failed, slow);
   }
@@ -1029,54 +1113,90 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
   return RESIL_OK;
 }
 
-/* A result for a breaker whose main window is a time window: it needs the
- * time of the result, read before taking the lock (a result read slightly
- * late lands in the newest bucket). */
+/* The inline path below with the lock held, when it cannot finish. */
 static RESIL_NOINLINE resil_status
-record_timed(resil_breaker *br, const resil_breaker_permit *permit,
-             resil_outcome_class cls, int slow, int64_t wnow, int have_wnow,
-             int64_t pnow) {
-  if (!have_wnow)
-    wnow = now_window(br);
-  lock_br(br);
-  return record_locked(br, permit, cls, slow, wnow, 1, pnow);
+record_held(resil_breaker *br, const resil_breaker_permit *permit,
+            resil_outcome_class cls, int slow, int64_t t, int run) {
+  return record_locked(br, permit, cls, slow, window_reading(br, t, run),
+                       precise_reading(br, t, run));
 }
 
-/* The common case inline: CLOSED with a count window, a permit of the
- * current generation, and no threshold reached: one lock and a handful of
- * loads and stores. Everything else goes to record_locked(). */
+/* The inline path's one attempt at the lock failed: wait for it. */
+static RESIL_NOINLINE resil_status
+record_contended(resil_breaker *br, const resil_breaker_permit *permit,
+                 resil_outcome_class cls, int slow, int64_t t, int run) {
+  lock_slow(br);
+  return record_held(br, permit, cls, slow, t, run);
+}
+
+/* A record the inline path below does not take: a failure or a slow call
+ * in a count window (recorded here, in CLOSED, as the inline path would),
+ * a time window (it needs the time of the result, read before taking the
+ * lock: a result read slightly late lands in the newest bucket), or a
+ * class that is not recorded. */
+static RESIL_NOINLINE resil_status
+record_slow(resil_breaker *br, const resil_breaker_permit *permit,
+            resil_outcome_class cls, int slow, int64_t t, int run) {
+  if (br->window_kind == RESIL__WINDOW_COUNT && recorded(br, cls)) {
+    uint64_t expect =
+        (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
+    lock_br(br);
+    if (atomic_load_explicit(&br->word, memory_order_relaxed) != expect)
+      return record_held(br, permit, cls, slow, t, run);
+    return record_closed(br, (br->failure_mask >> (unsigned)cls) & 1u, slow,
+                         t, run);
+  }
+  int64_t wnow = window_reading(br, t, run);
+  if (br->window_kind != RESIL__WINDOW_COUNT && wnow == RESIL__NO_NOW)
+    wnow = now_window(br);
+  lock_br(br);
+  return record_locked(br, permit, cls, slow, wnow,
+                       precise_reading(br, t, run));
+}
+
+/* The common case inline: CLOSED with a count window, a recorded class
+ * that is not a failure, not slow, a permit of the current generation, an
+ * uncontended lock, and a clean window (no failure, no slow call in it: a
+ * success into it reaches no threshold): one lock, a counter and the
+ * window's count. Every other case leaves through a tail call, so this
+ * path saves no registers. */
 static RESIL_ALWAYS_INLINE resil_status
 record(resil_breaker *br, const resil_breaker_permit *permit,
-       resil_outcome_class cls, int slow, int64_t wnow, int have_wnow,
-       int64_t pnow) {
-  if (RESIL_UNLIKELY(br->window_kind != RESIL__WINDOW_COUNT))
-    return record_timed(br, permit, cls, slow, wnow, have_wnow, pnow);
+       resil_outcome_class cls, int slow, int64_t t, int run) {
+  if (RESIL_UNLIKELY(slow || !((br->inline_mask >> (unsigned)cls) & 1u)))
+    return record_slow(br, permit, cls, slow, t, run);
   /* Everything that needs no lock is computed before taking it: loads
    * after the lock's acquire cannot be moved above it. */
   uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
-  int failed = (int)((br->failure_mask >> (unsigned)cls) & 1u);
-  int counted = (int)((br->record_mask >> (unsigned)cls) & 1u);
-  lock_br(br);
-  if (RESIL_LIKELY(atomic_load_explicit(&br->word, memory_order_relaxed) ==
-                       expect &&
-                   counted)) {
+  if (RESIL_UNLIKELY(
+          atomic_exchange_explicit(&br->lock, 1u, memory_order_acquire)))
+    return record_contended(br, permit, cls, slow, t, run);
+  if (RESIL_UNLIKELY(atomic_load_explicit(&br->word, memory_order_relaxed) !=
+                     expect))
+    return record_held(br, permit, cls, slow, t, run);
+  if (RESIL_LIKELY(resil__window_clean(&br->win))) {
     br->t_calls++;
-    if (failed)
-      br->t_failures++;
-    if (slow) {
-      br->t_slow++;
-      br->t_slow_failures += (uint64_t)failed;
-    }
-    resil__window_record_count(&br->win, failed, slow);
-    if (RESIL_LIKELY(br->win.calls < br->win.min_calls) ||
-        resil__window_verdict(&br->win, br->failure_pct, br->slow_pct) <=
-            RESIL__VERDICT_BELOW) {
-      unlock_br(br);
-      return RESIL_OK;
-    }
-    return open_on_threshold(br, pnow);
+    resil__window_record_count(&br->win, 0, 0);
+    unlock_br(br);
+    return RESIL_OK;
   }
-  return record_locked(br, permit, cls, slow, 0, 0, pnow);
+  return record_closed(br, 0, 0, t, run);
+}
+
+/* Any other outcome: classified out of line, so that the inline path makes
+ * no call it must come back from. */
+static RESIL_NOINLINE resil_status
+record_other(resil_breaker *br, const resil_breaker_permit *permit,
+             const resil_outcome *o, int slow, int64_t t, int run) {
+  return record(br, permit, resil_outcome_classify(o), slow, t, run);
+}
+
+static RESIL_ALWAYS_INLINE resil_status
+record_outcome(resil_breaker *br, const resil_breaker_permit *permit,
+               const resil_outcome *o, int slow, int64_t t, int run) {
+  if (RESIL_LIKELY(plain_success(o)))
+    return record(br, permit, RESIL_CLASS_SUCCESS, slow, t, run);
+  return record_other(br, permit, o, slow, t, run);
 }
 
 resil_status resil_breaker_record(resil_breaker *br,
@@ -1086,8 +1206,8 @@ resil_status resil_breaker_record(resil_breaker *br,
     return RESIL_EMISUSE;
   if (RESIL_UNLIKELY(!permit || !o || duration_ns < 0))
     return RESIL_EINVAL;
-  return record(br, permit, classify(o), duration_ns >= br->slow_ns, 0, 0,
-                RESIL__NO_NOW);
+  return record_outcome(br, permit, o, duration_ns >= br->slow_ns,
+                        RESIL__NO_NOW, 0);
 }
 
 resil_status resil__breaker_record_at(resil_breaker *br,
@@ -1098,9 +1218,7 @@ resil_status resil__breaker_record_at(resil_breaker *br,
     return RESIL_EMISUSE;
   if (RESIL_UNLIKELY(!permit || !o || duration_ns < 0))
     return RESIL_EINVAL;
-  int have = now != RESIL__NO_NOW;
-  return record(br, permit, classify(o), duration_ns >= br->slow_ns, now, have,
-                now);
+  return record_outcome(br, permit, o, duration_ns >= br->slow_ns, now, 0);
 }
 
 const resil_clock *resil__breaker_clock(const resil_breaker *br) {
@@ -1131,15 +1249,22 @@ resil_status resil_breaker_release(resil_breaker *br,
   return RESIL_OK;
 }
 
-/* The run form's record: t0 and t1 read as now_run reads them, t1 when the
- * call ended (it also places the result in a time window read on the same
- * kind of reading, and dates a transition when it is precise). */
+/* The run form's record of a result of class cls: t0 and t1 read as
+ * now_run reads them, t1 when the call ended (it also places the result in
+ * a time window read on the same kind of reading, and dates a transition
+ * when it is precise). */
+static RESIL_ALWAYS_INLINE void record_run_class(
+    resil_breaker *br, const resil_breaker_permit *permit,
+    resil_outcome_class cls, int64_t t0, int64_t t1) {
+  record(br, permit, cls, t1 - t0 >= br->slow_ns, t1, 1);
+}
+
+/* The same for an outcome (the chain's leave). */
 static RESIL_ALWAYS_INLINE void record_run(resil_breaker *br,
-                                const resil_breaker_permit *permit,
-                                const resil_outcome *o, int64_t t0, int64_t t1) {
-  record(br, permit, classify(o), t1 - t0 >= br->slow_ns, t1,
-         br->slow_coarse == br->window_coarse,
-         br->slow_coarse ? RESIL__NO_NOW : t1);
+                                           const resil_breaker_permit *permit,
+                                           const resil_outcome *o, int64_t t0,
+                                           int64_t t1) {
+  record_outcome(br, permit, o, t1 - t0 >= br->slow_ns, t1, 1);
 }
 
 /* The run form's first half: 1 with *permit and *t0 (the reading right
@@ -1171,7 +1296,9 @@ void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,
 }
 
 /* resil_breaker_run; t0_out (NULL: none) receives the reading taken right
- * before the call, before the call is made. */
+ * before the call, before the call is made. fn writes its outcome into o,
+ * which is copied once, into the return value; a plain success is
+ * classified on o's fields. */
 static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
                                                   const resil_ctx *ctx,
                                                   resil_call_fn fn, void *arg,
@@ -1193,11 +1320,18 @@ static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   resil_breaker_permit permit;
   int64_t t0;
-  resil_outcome o;
-  if (!enter_run(br, &permit, &t0, &o)) return o;
-  if (t0_out) *t0_out = t0;
-  o = fn(arg, c);
-  record_run(br, &permit, &o, t0, now_run(br));
+  resil_outcome refusal;
+  if (!enter_run(br, &permit, &t0, &refusal))
+    return refusal;
+  if (t0_out)
+    *t0_out = t0;
+  resil_outcome o = fn(arg, c);
+  /* resil__breaker_leave(br, &permit, &o, t0), with plain_success() on
+   * o's fields */
+  if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK))
+    record_run_class(br, &permit, RESIL_CLASS_SUCCESS, t0, now_run(br));
+  else
+    record_run(br, &permit, &o, t0, now_run(br));
   return o;
 }
 

@@ -7,8 +7,10 @@
  *   (a failure bit and a slow bit per slot, 32 slots per 64-bit word).
  *   `head` is the next slot to overwrite. When the ring is full, a record
  *   first subtracts the evicted slot's contribution from the totals, then
- *   adds the new result, then advances `head`. Record and read are O(1);
- *   init is O(size).
+ *   adds the new result, then advances `head` (a success into a window
+ *   holding no failure and no slow result only counts: see
+ *   resil__window_record_count). Record and read are O(1); init is
+ *   O(size).
  *
  *   Time window: `size` one-second buckets aligned to whole seconds of the
  *   clock (bucket of second s = floor(now_ns / 1e9)). Before a bucket is
@@ -102,15 +104,33 @@ static inline uint32_t resil__window_words(uint32_t size) {
   return (size + 31u) / 32u;
 }
 
+/* 1 when the window holds no failure and no slow result (every slot of a
+ * count window is then zero). */
+static inline int resil__window_clean(const resil__window *w) {
+  return (w->failures | w->slow) == 0;
+}
+
 /* Adds one result to a count window. O(1). Inline: it is on the breaker's
  * record path.
  *
  * Slot i holds 2 bits at bit 2*(i % 32) of word i / 32: bit 0 = failed,
  * bit 1 = slow, so one load and one store update both. Slots not yet
  * filled are zero (init clears them), which lets the eviction below run
- * unconditionally: before the ring is full it subtracts nothing. */
+ * unconditionally: before the ring is full it subtracts nothing.
+ *
+ * A clean window (no failure and no slow result in it: every slot is zero)
+ * that takes a plain success only counts it: the slot it would overwrite
+ * and the one it writes are both zero, and a ring of zeros is the same ring
+ * whatever slot `head` names, so `head` stays. The eviction order is kept:
+ * the next non-zero result is written at `head` and leaves the ring `size`
+ * records later, as every result does. */
 static inline void resil__window_record_count(resil__window *w, int failed,
                                               int slow) {
+  if (!failed && !slow && resil__window_clean(w)) {
+    if (w->calls < w->size)
+      w->calls++;
+    return;
+  }
   uint32_t i = w->head;
   uint64_t *p = (uint64_t *)w->store + (i >> 5);
   unsigned shift = (i & 31u) * 2u;
@@ -120,8 +140,7 @@ static inline void resil__window_record_count(resil__window *w, int failed,
   if (old != nv) {
     /* First take the evicted result out of the totals, then add the new
      * one (unsigned arithmetic: the totals never go below zero in
-     * between). When they are equal nothing changes: a healthy stream of
-     * successes stores only `head`. */
+     * between). When they are equal nothing changes but `head`. */
     w->failures = w->failures - (old & 1u) + (nv & 1u);
     w->slow = w->slow - (old >> 1) + (nv >> 1);
     w->slow_failures = w->slow_failures - (old == 3u) + (nv == 3u);

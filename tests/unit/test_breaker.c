@@ -2281,6 +2281,101 @@ static void at_entry_points_use_the_given_reading(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* In CLOSED a success is checked against the thresholds only when it can
+ * have reached one: when it is the result that brings the window to its
+ * minimum number of calls (the failures before it already reach the
+ * rate), through both the split and the run form; a success into a window
+ * at its minimum, or a run of successes after failures left it, never
+ * opens. */
+static void success_that_completes_the_minimum_opens_on_the_rate(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  for (int run_form = 0; run_form < 2; run_form++) {
+    resil_breaker_config cfg;
+    resil_breaker_config_init(&cfg);
+    cfg.window_size = 6;
+    cfg.minimum_calls = 4;
+    cfg.failure_rate_threshold_pct = 50;
+    cfg.clock = resil_manual_clock_get(mc);
+    resil_breaker *br = breaker_new(&cfg);
+    call_arg a;
+    memset(&a, 0, sizeof a);
+    a.mc = mc;
+    /* F F S: 3 of the 4 calls needed. */
+    record_ok(br, fail_o(), 0);
+    record_ok(br, fail_o(), 0);
+    record_ok(br, ok_o(), 0);
+    assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+    /* The fourth, a success, makes 2 of 4 = 50 %: OPEN. */
+    if (run_form)
+      assert_int_equal(run_call(br, &a, ok_o(), 0).kind, RESIL_ANSWERED);
+    else
+      record_ok(br, ok_o(), 0);
+    assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+    resil_breaker_metrics m = metrics_of(br);
+    assert_int_equal(m.buffered_calls, 4);
+    assert_int_equal(m.failed_calls, 2);
+    resil_breaker_free(br);
+
+    /* F S S S: 25 % at the minimum; more successes, then failures below
+     * the rate until they reach it. */
+    br = breaker_new(&cfg);
+    record_ok(br, fail_o(), 0);
+    for (int i = 0; i < 9; i++) {
+      if (run_form)
+        assert_int_equal(run_call(br, &a, ok_o(), 0).kind, RESIL_ANSWERED);
+      else
+        record_ok(br, ok_o(), 0);
+      assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+    }
+    m = metrics_of(br);
+    assert_int_equal(m.buffered_calls, 6);
+    assert_int_equal(m.failed_calls, 0); /* the failure left the window */
+    record_ok(br, fail_o(), 0);
+    record_ok(br, fail_o(), 0); /* 2 of 6 */
+    assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+    record_ok(br, fail_o(), 0); /* 3 of 6 = 50 % */
+    assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+    resil_breaker_free(br);
+  }
+  resil_manual_clock_free(mc);
+}
+
+/* On the system clock (cfg.clock NULL) with slow calls of a second, the
+ * run form measures on the coarse clock, read inline: the reading it takes
+ * before the call is the system clock's coarse time (between two coarse
+ * readings around the call; a precise reading runs ahead of them). */
+static void run_form_on_the_system_clock_measures_on_its_coarse_reading(
+    void **state) {
+  (void)state;
+  const resil_clock *sys = resil_clock_system();
+  if (!sys->coarse_ns)
+    skip();
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  cfg.slow_call_duration_ns = RESIL_S(1);
+  resil_breaker *br = breaker_new(&cfg);
+  assert_ptr_equal(resil__breaker_clock(br), sys);
+  assert_int_equal(resil__breaker_coarse_durations(br), 1);
+  call_arg a;
+  memset(&a, 0, sizeof a);
+  a.out = resil_outcome_ok();
+  for (int i = 0; i < 50; i++) {
+    int64_t before = sys->coarse_ns(sys->self), t0 = 0;
+    resil_outcome o = resil__breaker_run_at(br, NULL, business_call, &a, &t0);
+    int64_t after = sys->coarse_ns(sys->self);
+    assert_int_equal(o.kind, RESIL_ANSWERED);
+    if (t0 < before || t0 > after)
+      fail_msg("reading %lld outside the coarse readings %lld..%lld",
+               (long long)t0, (long long)before, (long long)after);
+    assert_ptr_equal(a.seen_clock, sys);
+  }
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.total_calls, 50);
+  assert_int_equal(m.total_slow, 0);
+  resil_breaker_free(br);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(config_init_writes_resilience4j_defaults),
@@ -2338,6 +2433,9 @@ int main(void) {
       cmocka_unit_test(config_is_read_only_up_to_its_struct_size),
       cmocka_unit_test(metrics_and_events_are_written_only_up_to_their_size),
       cmocka_unit_test(duration_errors_speak_human_units),
+      cmocka_unit_test(success_that_completes_the_minimum_opens_on_the_rate),
+      cmocka_unit_test(
+          run_form_on_the_system_clock_measures_on_its_coarse_reading),
       cmocka_unit_test(run_form_refuses_an_uninitialised_context),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

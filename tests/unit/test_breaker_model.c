@@ -9,7 +9,9 @@
  * threshold -1/+0/+1, manual transitions including X->X and refused ones,
  * resil_breaker_open_for, resets, stale permits recorded and released,
  * releases, time jumps from 0 to two days with and without the automatic
- * timer, count and time windows); after each one the breaker's state,
+ * timer, count and time windows, calls through resil_breaker_run whose
+ * function moves the clock by its duration, clocks whose coarse reading
+ * the breaker may use); after each one the breaker's state,
  * generation, window figures, totals, the events its listener received and
  * its event ring must equal the model's.
  *
@@ -52,7 +54,8 @@ static int chance(unsigned pct) { return below(100) < pct; }
 static struct coverage {
   unsigned long ops, compares, events, transitions, stale_records,
       stale_releases, same_state, refused, ignored, rejected, capped,
-      idle_cycles, time_windows, half_to_closed, open_for, slow_edges;
+      idle_cycles, time_windows, half_to_closed, open_for, slow_edges,
+      runs, runs_refused, coarse_clocks;
 } cov;
 
 /* ---- the model ------------------------------------------------------------- */
@@ -664,12 +667,46 @@ static int64_t random_jump(const model *m) {
   }
 }
 
+/* The function resil_breaker_run calls: it takes `dur` on the clock and
+ * answers `o`. */
+typedef struct run_call {
+  resil_manual_clock *mc;
+  const resil_clock *clock; /* the breaker's, which ctx must carry */
+  int64_t dur;
+  resil_outcome o;
+  int calls;
+  int wrong_ctx;
+} run_call;
+
+static resil_outcome run_fn(void *arg, const resil_ctx *ctx) {
+  run_call *rc = arg;
+  rc->calls++;
+  if (!ctx || ctx->clock != rc->clock)
+    rc->wrong_ctx = 1;
+  resil_manual_clock_advance_ns(rc->mc, rc->dur);
+  return rc->o;
+}
+
 static int run_one(run *r, const resil_breaker_config *cfg) {
   resil_manual_clock *mc = NULL;
   int64_t start = chance(50) ? 0 : below64(100 * NS_PER_S);
   assert_status(RESIL_OK, resil_manual_clock_new(start, 1700000000000, &mc));
   resil_breaker_config c = *cfg;
   c.clock = resil_manual_clock_get(mc);
+  /* Half the runs read the same manual time through coarse_ns too, with a
+   * stated resolution that decides which readings the breaker takes as
+   * coarse (run-form durations, time-window buckets) and which precise:
+   * every reading gives the same time, so the figures are the model's
+   * whatever it says. */
+  static const int64_t coarse_res[] = {0, NS_PER_MS, 20 * NS_PER_MS,
+                                       2 * NS_PER_S};
+  resil_clock coarse_clock = *resil_manual_clock_get(mc);
+  if (chance(50)) {
+    coarse_clock.coarse_ns = coarse_clock.now_ns;
+    coarse_clock.coarse_resolution_ns = PICK(coarse_res);
+    c.clock = &coarse_clock;
+    cov.coarse_clocks++;
+  }
   resil_breaker *br = NULL;
   resil_error err;
   if (resil_breaker_new(&c, &br, &err) != RESIL_OK) {
@@ -693,7 +730,45 @@ static int run_one(run *r, const resil_breaker_config *cfg) {
     unsigned op = below(100);
     compare_next = 1;
     cov.ops++;
-    if (op < 22) {
+    if (op < 22 && chance(30)) {
+      r->op = "run";
+      resil_outcome_class cls =
+          chance(8) ? RESIL_CLASS_REJECTED : PICK(classifiable);
+      int64_t s = m->c.slow_call_duration_ns;
+      int64_t durations[] = {0, s - 1, s, s + 1, 2 * s, below64(s + 2)};
+      int64_t dur = PICK(durations);
+      if (dur < 0)
+        dur = 0;
+      run_call rc = {mc, c.clock, dur, outcome_of(cls), 0, 0};
+      uint64_t gen;
+      int want = m_acquire(m, now, &gen);
+      resil_outcome got = resil_breaker_run(br, NULL, run_fn, &rc);
+      cov.runs++;
+      if (want) {
+        now += dur;
+        m_record(m, now, gen, cls, dur);
+      } else {
+        cov.runs_refused++;
+      }
+      resil_outcome o = want ? rc.o
+                             : resil_outcome_make(RESIL_REJECTED,
+                                                  RESIL_REASON_BREAKER_OPEN);
+      if (rc.calls != want || rc.wrong_ctx || got.kind != o.kind ||
+          got.reason != o.reason || got.http_status != o.http_status ||
+          got.retry_after_ms != o.retry_after_ms || got.flags != o.flags ||
+          got.stop != o.stop || got.attempts != o.attempts) {
+        snprintf(r->what, sizeof r->what,
+                 "run: fn called %d time(s)%s, outcome %s/%s/%d, model %s "
+                 "%s/%s/%d",
+                 rc.calls, rc.wrong_ctx ? " with a wrong ctx" : "",
+                 resil_outcome_kind_name(got.kind),
+                 resil_reason_name(got.reason), got.http_status,
+                 want ? "permits" : "refuses", resil_outcome_kind_name(o.kind),
+                 resil_reason_name(o.reason), o.http_status);
+        ok = 0;
+        break;
+      }
+    } else if (op < 22) {
       r->op = "acquire";
       if (np == MAX_PERMITS)
         continue;
@@ -862,11 +937,13 @@ static void breaker_matches_the_reference_model(void **state) {
          "transitions (%lu idle automatic cycles, %lu calls at the catch-up "
          "bound, %lu HALF_OPEN->CLOSED by the maximum wait), %lu X->X, %lu "
          "refused, %lu open_for, %lu stale records, %lu stale releases, %lu "
-         "ignored, %lu rejected, %lu at the slow threshold\n",
+         "ignored, %lu rejected, %lu at the slow threshold, %lu runs (%lu "
+         "refused), %lu coarse clocks\n",
          seed, CONFIGS, cov.time_windows, cov.ops, cov.compares, cov.events,
          cov.transitions, cov.idle_cycles, cov.capped, cov.half_to_closed,
          cov.same_state, cov.refused, cov.open_for, cov.stale_records,
-         cov.stale_releases, cov.ignored, cov.rejected, cov.slow_edges);
+         cov.stale_releases, cov.ignored, cov.rejected, cov.slow_edges,
+         cov.runs, cov.runs_refused, cov.coarse_clocks);
   assert_true(cov.time_windows >= 10);
   assert_true(cov.same_state >= 100 && cov.refused >= 50);
   assert_true(cov.stale_records >= 100 && cov.stale_releases >= 20);
@@ -874,6 +951,8 @@ static void breaker_matches_the_reference_model(void **state) {
   assert_true(cov.idle_cycles >= 1000 && cov.capped >= 5);
   assert_true(cov.half_to_closed >= 5 && cov.open_for >= 50);
   assert_true(cov.slow_edges >= 200);
+  assert_true(cov.runs >= 2000 && cov.runs_refused >= 200);
+  assert_true(cov.coarse_clocks >= 100);
 }
 
 int main(void) {

@@ -256,6 +256,68 @@ static void closed_hammering_keeps_totals_and_window_consistent(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* Mostly successes with a rare failure: the window keeps going from clean
+ * (a success only counts) to holding a failure and back while threads
+ * contend for the lock. Totals stay exact, and once the threads are done
+ * a hundred successes leave a clean, full window again. */
+#define RARE_PER_THREAD 20000
+#define RARE_EVERY 151
+
+static void *rare_failure_worker(void *arg) {
+  hammer *h = arg;
+  int id = atomic_fetch_add(&h->next_id, 1);
+  for (int i = 0; i < RARE_PER_THREAD; i++) {
+    int fail = i % RARE_EVERY == RARE_EVERY - 1;
+    if (id % 2 == 1 && !fail) {
+      resil_outcome o = resil_breaker_run(h->br, NULL, slow_ok, NULL);
+      assert_int_equal(o.kind, RESIL_ANSWERED);
+      continue;
+    }
+    resil_breaker_permit p;
+    assert_int_equal(resil_breaker_try_acquire(h->br, &p), 1);
+    resil_outcome o = fail ? resil_outcome_http(502) : resil_outcome_ok();
+    assert_status(RESIL_OK, resil_breaker_record(h->br, &p, &o, 1000));
+  }
+  return NULL;
+}
+
+static void clean_window_successes_under_contention_stay_exact(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  cfg.clock = resil_manual_clock_get(mc);
+  hammer h = {.next_id = 0};
+  h.br = breaker_new(&cfg);
+  run_threads(rare_failure_worker, &h);
+  resil_breaker_metrics m = metrics_of(h.br);
+  uint64_t n = (uint64_t)THREADS * RARE_PER_THREAD;
+  uint64_t f = (uint64_t)THREADS * (RARE_PER_THREAD / RARE_EVERY);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.total_calls, n);
+  assert_int_equal(m.total_failures, f);
+  assert_int_equal(m.total_slow, 0);
+  assert_int_equal(m.buffered_calls, 100);
+  /* Each thread fails once in 151 calls: at most one failure of each
+   * thread's share of the last hundred results. */
+  assert_true(m.failed_calls <= THREADS);
+  for (int i = 0; i < 100; i++) {
+    resil_breaker_permit p;
+    resil_outcome o = resil_outcome_ok();
+    assert_int_equal(resil_breaker_try_acquire(h.br, &p), 1);
+    assert_status(RESIL_OK, resil_breaker_record(h.br, &p, &o, 1000));
+    m = metrics_of(h.br);
+    assert_int_equal(m.buffered_calls, 100);
+  }
+  m = metrics_of(h.br);
+  assert_int_equal(m.failed_calls, 0);
+  assert_int_equal(m.slow_calls, 0);
+  assert_int_equal(m.total_calls, n + 100);
+  assert_int_equal(m.total_failures, f);
+  resil_breaker_free(h.br);
+  resil_manual_clock_free(mc);
+}
+
 /* ---- everything at once -------------------------------------------------- */
 
 typedef struct chaos {
@@ -465,6 +527,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(half_open_never_admits_more_than_the_permitted_probes),
       cmocka_unit_test(closed_hammering_keeps_totals_and_window_consistent),
+      cmocka_unit_test(clean_window_successes_under_contention_stay_exact),
       cmocka_unit_test(transitions_racing_with_calls_keep_every_invariant),
       cmocka_unit_test(idle_catch_up_delivers_each_transition_once),
   };

@@ -117,6 +117,43 @@ static void count_window_slots_cross_word_boundaries(void **state) {
   free(store);
 }
 
+/* A success into a clean window (no failure, no slow result) only counts;
+ * the next failure still leaves the ring exactly `size` records after it
+ * entered, whatever stretch of clean successes came before it, and a
+ * success into a window that holds one moves the ring on. */
+static void count_window_clean_successes_keep_the_eviction_order(
+    void **state) {
+  (void)state;
+  for (uint32_t size = 1; size <= 70; size++) {
+    void *store = store_for(RESIL__WINDOW_COUNT, size);
+    resil__window w;
+    resil__window_init(&w, RESIL__WINDOW_COUNT, size, 1, store);
+    for (uint32_t lead = 0; lead < 2 * size + 3; lead += 1 + size / 4) {
+      resil__window_clear(&w);
+      for (uint32_t i = 0; i < lead; i++) {
+        resil__window_record_count(&w, 0, 0);
+        assert_true(resil__window_clean(&w));
+      }
+      assert_int_equal(w.calls, lead < size ? lead : size);
+      resil__window_record_count(&w, 1, 1); /* slow failure */
+      assert_false(resil__window_clean(&w));
+      for (uint32_t i = 1; i < size; i++) {
+        resil__window_record_count(&w, 0, 0);
+        if (w.failures != 1 || w.slow != 1 || w.slow_failures != 1)
+          fail_msg("size %u lead %u: failure left after %u records", size,
+                   lead, i);
+      }
+      resil__window_record_count(&w, 0, 0); /* the size-th: evicts it */
+      assert_int_equal(w.failures, 0);
+      assert_int_equal(w.slow, 0);
+      assert_int_equal(w.slow_failures, 0);
+      assert_int_equal(w.calls, size);
+      assert_true(resil__window_clean(&w));
+    }
+    free(store);
+  }
+}
+
 /* ---- time window -------------------------------------------------------- */
 
 static int64_t floor_sec(int64_t ns) {
@@ -381,6 +418,7 @@ int main(void) {
           count_window_matches_naive_recount_over_random_operations),
       cmocka_unit_test(count_window_evicts_oldest_first),
       cmocka_unit_test(count_window_slots_cross_word_boundaries),
+      cmocka_unit_test(count_window_clean_successes_keep_the_eviction_order),
       cmocka_unit_test(time_window_matches_naive_recount_including_hour_jumps),
       cmocka_unit_test(time_window_idle_gaps_of_hours_are_not_loops),
       cmocka_unit_test(time_window_buckets_align_to_whole_seconds),
