@@ -251,23 +251,13 @@ static inline int64_t now_window(const resil_breaker *br) {
                            : resil__now(br->clock);
 }
 
-/* Where the system clock has a coarse reading (clock.c's), the run form
- * makes the same clock_gettime call inline: through the clock's function
- * pointer, its call and frame cost a third of the reading (~1.5 of ~5 ns),
- * twice per call. */
-#ifdef CLOCK_MONOTONIC_COARSE
-#define SYS_COARSE_INLINE 1
-#else
-#define SYS_COARSE_INLINE 0
-#endif
-
+/* Where the system clock has a coarse reading, the run form reads it
+ * inline (resil__sys_coarse_ns): through the clock's function pointer, the
+ * call and its frame cost a third of the reading (~1.5 of ~5 ns), twice
+ * per call. */
 static inline int64_t now_run(const resil_breaker *br) {
-#if SYS_COARSE_INLINE
-  if (RESIL_LIKELY(!br->run_read)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * RESIL_NS_PER_S + (int64_t)ts.tv_nsec;
-  }
+#if RESIL__HAVE_SYS_COARSE
+  if (RESIL_LIKELY(!br->run_read)) return resil__sys_coarse_ns();
 #endif
   return br->run_read(br->clock->self);
 }
@@ -784,7 +774,7 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
                               cfg->slow_call_duration_ns / 100);
   br->run_read = br->slow_coarse && clock->coarse_ns ? clock->coarse_ns
                                                      : clock->now_ns;
-  if (SYS_COARSE_INLINE && clock == resil_clock_system() &&
+  if (RESIL__HAVE_SYS_COARSE && clock == resil_clock_system() &&
       br->run_read == clock->coarse_ns)
     br->run_read = NULL;
   br->window_coarse =

@@ -17,12 +17,10 @@ static int64_t sys_now_ns(void *self) {
   return ts_ns(&ts);
 }
 
-#ifdef CLOCK_MONOTONIC_COARSE
+#if RESIL__HAVE_SYS_COARSE
 static int64_t sys_coarse_ns(void *self) {
   (void)self;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return ts_ns(&ts);
+  return resil__sys_coarse_ns();
 }
 #define RESIL_COARSE_FN sys_coarse_ns
 /* Linux's coarse clock advances once per scheduler tick: at most 10 ms at

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "resil/alloc.h"
 #include "resil/call.h"
@@ -54,6 +55,20 @@ static inline int64_t resil__now(const resil_clock *c) {
 static inline int64_t resil__coarse_now(const resil_clock *c) {
   return c->coarse_ns ? c->coarse_ns(c->self) : c->now_ns(c->self);
 }
+
+/* The system clock's coarse reading (its coarse_ns, clock.c), for a hot
+ * path that calls it inline instead of through the clock's pointer (the
+ * call and its frame are a third of the ~5 ns reading). */
+#ifdef CLOCK_MONOTONIC_COARSE
+#define RESIL__HAVE_SYS_COARSE 1
+static inline int64_t resil__sys_coarse_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * RESIL_NS_PER_S + (int64_t)ts.tv_nsec;
+}
+#else
+#define RESIL__HAVE_SYS_COARSE 0
+#endif
 
 /* Fill *err (may be NULL) and return status. */
 resil_status resil__err(resil_error *err, resil_status st, const char *field,
