@@ -225,6 +225,7 @@ static void endpoint_free(const resil_allocator *a, http_endpoint *e) {
   }
   resil__free(a, e->headers);
   resil__free(a, e->base);
+  resil__free(a, e->fixed_url);
   resil__free(a, e->tpl_store);
 }
 
@@ -366,6 +367,18 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
   while (bl > 0 && base[bl - 1] == '/') bl--;
   e->base = dup_n(a, base, bl);
   if (!e->base) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  e->base_len = bl;
+  int fixed = 1;
+  for (uint32_t i = 0; i < e->path.nparts; i++)
+    if (e->path.parts[i].is_var) fixed = 0;
+  if (fixed) {
+    size_t pl = strlen(e->path.src);
+    e->fixed_url = resil__alloc(a, bl + pl + 1);
+    if (!e->fixed_url) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+    memcpy(e->fixed_url, base, bl);
+    memcpy(e->fixed_url + bl, e->path.src, pl + 1);
+    e->fixed_url_len = bl + pl;
+  }
   return origin_index(c, key, &e->origin, err);
 #undef EFIELD
 }

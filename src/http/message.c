@@ -215,8 +215,13 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   const http_tpl_part *miss = NULL;
 
   /* URL: base, path, query template, extra query parameters. */
-  if (resil__http_buf_append(a, &url, ep->base, strlen(ep->base)) != 0) goto oom;
-  int rc = resil__http_tpl_expand(a, &ep->path, args->params, args->param_count, 1, &url, &miss);
+  int rc = 0;
+  if (ep->fixed_url) {
+    if (resil__http_buf_append(a, &url, ep->fixed_url, ep->fixed_url_len) != 0) goto oom;
+  } else {
+    if (resil__http_buf_append(a, &url, ep->base, ep->base_len) != 0) goto oom;
+    rc = resil__http_tpl_expand(a, &ep->path, args->params, args->param_count, 1, &url, &miss);
+  }
   if (rc == -2) goto oom;
   if (rc == -1) {
     st = resil__err(err, RESIL_EINVAL, "params", "endpoint '%s': no value for path placeholder {%.*s}",

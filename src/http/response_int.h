@@ -22,11 +22,18 @@ struct resil_http_response {
   http_buf hdr; /* "name\0value\0" pairs of the final response */
   json_t *json;
   resil_http_info info;
-  char decode_error[192];
-  char error[CURL_ERROR_SIZE];
   int recovered; /* the stored result of a status query (recover_rules.c) */
   int has_key;   /* key holds the call's idempotency key              */
+  /* From here on only strings, which a fresh response does not zero (only
+   * their first byte): resil__http_response_new clears the fields above,
+   * up to offsetof(decode_error). The whole struct stays within malloc's
+   * per-thread cache sizes (<= 1032 bytes with glibc). */
+  char decode_error[192];
+  char error[CURL_ERROR_SIZE];
   char key[RESIL_HTTP_MAX_KEY + 1];
+  /* body starts borrowed on this (template.h, resil__http_buf_on): a short
+   * body needs no allocation of its own; a longer one moves to the heap. */
+  char body_space[96];
 };
 
 /* A fresh, empty response. NULL when out of memory. */

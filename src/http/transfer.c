@@ -69,7 +69,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
   size_t n = size * nitems;
   x->got_bytes = 1;
   resil_http_response *r = x->res;
-  if (n >= 12 && ieq_prefix(buf, n, "http/")) {
+  if (n >= 12 && (buf[0] | 32) == 'h' && ieq_prefix(buf, n, "http/")) {
     /* A new status line: 1xx, a redirect, or the final response. Only the
      * headers after the last status line are kept. */
     size_t i = 5;
@@ -93,9 +93,10 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
     return n;
   }
   x->hdr_bytes += n;
-  const char *colon = memchr(buf, ':', n);
   /* Keep at most 256 KiB of headers; more are read but not stored. */
-  if (!colon || colon == buf || x->hdr_bytes > (256u << 10)) return n;
+  if (x->hdr_bytes > (256u << 10)) return n;
+  const char *colon = memchr(buf, ':', n);
+  if (!colon || colon == buf) return n;
   size_t vlen = n - (size_t)(colon + 1 - buf);
   size_t at = r->hdr.len;
   if (resil__http_response_add_header(r, buf, (size_t)(colon - buf), colon + 1, vlen) != 0)
@@ -275,6 +276,9 @@ int resil__http_easy_setup(const resil_http_client *cl, http_slot *s, long maxco
   s->method_set = -1;
   s->connect_to_set = -1;
   s->timeout_set = -1;
+  /* A new handle sends no custom headers. */
+  s->headers_set = NULL;
+  s->headers_known = 1;
   return 0;
 }
 
@@ -575,7 +579,11 @@ static int link_headers(const http_transport *c, http_slot *s, const resil_http_
     if (s->ic_offs[j] != UINT32_MAX) s->nodes[k++].data = s->ic.p + s->ic_offs[j];
   for (uint32_t i = 0; i < k; i++) s->nodes[i].next = i + 1 < k ? &s->nodes[i + 1] : NULL;
   s->has_nodes = k > 0;
-  curl_easy_setopt(s->e, CURLOPT_HTTPHEADER, k ? s->nodes : NULL);
+  struct curl_slist *want = k ? s->nodes : NULL;
+  if (!s->headers_known || s->headers_set != want) {
+    s->headers_known = curl_easy_setopt(s->e, CURLOPT_HTTPHEADER, want) == CURLE_OK;
+    s->headers_set = want;
+  }
   return 0;
 }
 

@@ -99,6 +99,11 @@ typedef struct http_endpoint {
   http_header_tpl *headers;
   uint32_t nheaders;
   char *base;           /* base URL without the trailing '/'              */
+  size_t base_len;
+  /* base + path when the path has no placeholder, else NULL: what every
+   * request's URL starts with, built once. */
+  char *fixed_url;
+  size_t fixed_url_len;
   uint32_t origin;      /* index of the origin (per-host limit)           */
   resil_http_decoder_fn decoder;
   void *decoder_user;
@@ -164,6 +169,11 @@ typedef struct http_slot {
   long connect_to_set;      /* CONNECTTIMEOUT_MS last set, -1 none      */
   long timeout_set;         /* TIMEOUT_MS last set, -1 none             */
   int has_nodes;            /* HTTPHEADER currently points to nodes     */
+  /* The list HTTPHEADER was last set to (libcurl reads the list itself at
+   * each request, so the same pointer needs no new setopt); valid when
+   * headers_known. */
+  const struct curl_slist *headers_set;
+  int headers_known;
   http_buf log;
   char errbuf[CURL_ERROR_SIZE];
 } http_slot;
