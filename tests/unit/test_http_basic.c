@@ -532,6 +532,57 @@ static void one_connection(resil_http_client_config *cfg, void *u) {
   cfg->max_connections_per_host = 1;
 }
 
+/* GET /echo on client c with the given headers (NULL name ends them); the
+ * header object the server saw (a new reference). */
+static json_t *echo_seen(resil_http_client *c, const char *n1, const char *v1, const char *n2,
+                         const char *v2) {
+  resil_http_param h[2] = {{n1, v1}, {n2, v2}};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.headers = h;
+  args.header_count = n2 ? 2 : n1 ? 1 : 0;
+  resil_http_response *r = NULL;
+  resil_outcome o = resil_http_call(c, "m_get", &args, NULL, NULL, &r);
+  assert_int_equal(o.http_status, 200);
+  json_t *seen = json_incref(json_object_get(resil_http_response_json(r), "headers"));
+  assert_non_null(seen);
+  resil_http_response_free(r);
+  return seen;
+}
+
+/* One handle, header lists that change from call to call (the handle's
+ * header option is set only when the list it points to changes: libcurl
+ * reads the list itself at every request): each request sends exactly its
+ * own headers, none of an earlier call's. */
+static void headers_switch_cleanly_on_one_handle(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, one_connection, NULL);
+  json_t *j = echo_seen(c, "X-A", "1", NULL, NULL);
+  assert_string_equal(json_string_value(json_object_get(j, "x-a")), "1");
+  json_decref(j);
+  j = echo_seen(c, NULL, NULL, NULL, NULL);
+  assert_null(json_object_get(j, "x-a"));
+  json_decref(j);
+  j = echo_seen(c, "X-B", "2", NULL, NULL);
+  assert_null(json_object_get(j, "x-a"));
+  assert_string_equal(json_string_value(json_object_get(j, "x-b")), "2");
+  json_decref(j);
+  j = echo_seen(c, "X-C", "3", "X-D", "4");
+  assert_null(json_object_get(j, "x-b"));
+  assert_string_equal(json_string_value(json_object_get(j, "x-c")), "3");
+  assert_string_equal(json_string_value(json_object_get(j, "x-d")), "4");
+  json_decref(j);
+  j = echo_seen(c, "X-E", "5", NULL, NULL);
+  assert_null(json_object_get(j, "x-c"));
+  assert_null(json_object_get(j, "x-d"));
+  assert_string_equal(json_string_value(json_object_get(j, "x-e")), "5");
+  json_decref(j);
+  resil_http_stats st;
+  assert_int_equal(resil_http_client_get_stats(c, &st), RESIL_OK);
+  assert_int_equal(st.connections_opened, 1);
+  resil_http_client_free(c);
+}
+
 static void methods_switch_cleanly_on_one_handle(void **state) {
   fx_state *s = *state;
   resil_http_client *c = client_on(s->f, eps, NEPS, one_connection, NULL);
@@ -1180,6 +1231,7 @@ int main(void) {
       cmocka_unit_test(client_constructor_survives_allocation_failures),
       cmocka_unit_test_setup_teardown(keepalive_get_allocates_request_and_response_only, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(long_body_and_fixed_path_with_query, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(headers_switch_cleanly_on_one_handle, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
