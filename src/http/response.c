@@ -58,29 +58,30 @@ static int trail_ws(unsigned char c) {
                                             (UINT64_C(1) << '\r') | (UINT64_C(1) << '\n')));
 }
 
-int resil__http_response_add_header(resil_http_response *r, const char *name,
-                                    size_t nlen, const char *value,
-                                    size_t vlen) {
-  while (nlen > 0 && (name[nlen - 1] == ' ' || name[nlen - 1] == '\t')) nlen--;
-  while (vlen > 0 && (*value == ' ' || *value == '\t')) {
-    value++;
-    vlen--;
-  }
-  while (vlen > 0 && trail_ws((unsigned char)value[vlen - 1])) vlen--;
+long resil__http_response_add_line(resil_http_response *r, const char *buf, size_t n) {
+  const char *colon = memchr(buf, ':', n);
+  if (!colon || colon == buf) return 0;
+  size_t nlen = (size_t)(colon - buf);
+  while (nlen > 0 && (buf[nlen - 1] == ' ' || buf[nlen - 1] == '\t')) nlen--;
+  const char *v = colon + 1, *e = buf + n;
+  while (v < e && (*v == ' ' || *v == '\t')) v++;
+  while (e > v && trail_ws((unsigned char)e[-1])) e--;
+  size_t vlen = (size_t)(e - v);
   /* The first header reserves room for a typical header block at once
    * (one allocation, not 64 -> 128 -> 256 bytes and two copies). */
   size_t need = nlen + vlen + 2;
   if (!r->hdr.cap && need < 511) need = 511;
   if (resil__http_buf_reserve(r->alloc, &r->hdr, need) != 0) return -1;
-  char *w = r->hdr.p + r->hdr.len;
-  memcpy(w, name, nlen);
+  size_t at = r->hdr.len;
+  char *w = r->hdr.p + at;
+  memcpy(w, buf, nlen);
   w[nlen] = '\0';
-  memcpy(w + nlen + 1, value, vlen);
+  memcpy(w + nlen + 1, v, vlen);
   w[nlen + 1 + vlen] = '\0';
-  r->hdr.len += nlen + vlen + 2;
+  r->hdr.len = at + nlen + vlen + 2;
   /* The buffer stays NUL-terminated one past the last pair. */
   r->hdr.p[r->hdr.len] = '\0';
-  return 0;
+  return (long)at + 1;
 }
 
 static int valid(const resil_http_response *r) {

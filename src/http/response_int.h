@@ -40,10 +40,11 @@ struct resil_http_response {
 resil_http_response *resil__http_response_new(const resil_allocator *a);
 /* Empties r for reuse, keeping its buffers' capacity. */
 void resil__http_response_reset(resil_http_response *r);
-/* Appends one header (value trimmed). Returns 0 or -1. */
-int resil__http_response_add_header(resil_http_response *r, const char *name,
-                                    size_t nlen, const char *value,
-                                    size_t vlen);
+/* Appends the header line buf[0..n) as it came ("Name: value\r\n"): the
+ * name before the first ':' and the value after it, each trimmed. Returns
+ * 1 + the offset in r->hdr.p of the stored name, 0 when the line has no
+ * ':' or nothing before it (nothing stored), -1 when out of memory. */
+long resil__http_response_add_line(resil_http_response *r, const char *buf, size_t n);
 
 /* Copies key (NULL: none) into r as the call's idempotency key. */
 void resil__http_response_set_key(resil_http_response *r, const char *key);

@@ -95,18 +95,16 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
   x->hdr_bytes += n;
   /* Keep at most 256 KiB of headers; more are read but not stored. */
   if (x->hdr_bytes > (256u << 10)) return n;
-  const char *colon = memchr(buf, ':', n);
-  if (!colon || colon == buf) return n;
-  size_t vlen = n - (size_t)(colon + 1 - buf);
-  size_t at = r->hdr.len;
-  if (resil__http_response_add_header(r, buf, (size_t)(colon - buf), colon + 1, vlen) != 0)
-    return 0; /* out of memory: abort the transfer (CURLE_WRITE_ERROR) */
+  long stored = resil__http_response_add_line(r, buf, n);
+  if (stored < 0) return 0; /* out of memory: abort the transfer (CURLE_WRITE_ERROR) */
   /* Noted as it is stored, so that attempt_end finds the entry that
    * resil_http_response_header(res, "retry-after") would return without
    * scanning every header again. */
-  if (!x->retry_after_at && (r->hdr.p[at] | 32) == 'r' && strlen(r->hdr.p + at) == 11 &&
-      ieq(r->hdr.p + at, 11, "retry-after", 11))
-    x->retry_after_at = at + 1;
+  if (stored && !x->retry_after_at) {
+    const char *h = r->hdr.p + stored - 1;
+    if ((h[0] | 32) == 'r' && strlen(h) == 11 && ieq(h, 11, "retry-after", 11))
+      x->retry_after_at = (size_t)stored;
+  }
   return n;
 }
 

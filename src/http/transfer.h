@@ -151,6 +151,7 @@ typedef struct http_xfer {
 typedef struct http_slot {
   CURL *e;
   CURLM *m;
+  CURLSH *dns;              /* the slot's DNS cache (slot.c), NULL none  */
   int32_t origin;           /* origin of the cached connection, -1 none */
   uint32_t index;
   pthread_t last_thread;    /* thread that last released it (under c->mu) */
@@ -206,7 +207,10 @@ struct resil_http_request {
   char *key;
   uint32_t flags;
   pthread_mutex_t mu;
-  uint32_t seq;          /* number of the latest attempt started */
+  /* Number of the latest attempt started: incremented without mu (an
+   * attempt that starts always publishes later, under mu, so a publisher
+   * that missed the increment is overwritten); compared under mu. */
+  _Atomic uint32_t seq;
   int taken;
   resil_http_response *pub;
 };
