@@ -583,6 +583,45 @@ static void headers_switch_cleanly_on_one_handle(void **state) {
   resil_http_client_free(c);
 }
 
+static void localhost_one_connection(resil_http_client_config *cfg, void *u) {
+  cfg->base_url = u;
+  cfg->max_connections = 1;
+  cfg->max_connections_per_host = 1;
+}
+
+/* A host name, and a server that closes every connection: each call on the
+ * pool's one slot opens a new connection and finds the name in the slot's
+ * DNS cache (a CURLSH of the slot's own, slot.c), and freeing the client
+ * frees the cache after the handle that used it. */
+static void host_name_resolved_again_on_one_slot(void **state) {
+  (void)state;
+  static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  const char *replies[] = {ok, ok, ok};
+  raw_server rs;
+  raw_start(&rs, replies, 3);
+  char base[64];
+  snprintf(base, sizeof base, "http://localhost:%u", (unsigned)rs.port);
+  resil_http_client *c = client_on(NULL, eps, NEPS, localhost_one_connection, base);
+  for (int i = 0; i < 3; i++) {
+    resil_http_response *r = NULL;
+    resil_outcome o = call_p(c, "items_raw", &r, KV("id", "1"));
+    assert_int_equal(o.http_status, 200);
+    size_t len = 0;
+    const char *body = resil_http_response_body(r, &len);
+    assert_int_equal(len, 2);
+    assert_memory_equal(body, "ok", 2);
+    resil_http_response_free(r);
+  }
+  resil_http_stats st;
+  assert_int_equal(resil_http_client_get_stats(c, &st), RESIL_OK);
+  assert_int_equal(st.connections_opened, 3);
+  resil_http_client_free(c);
+  raw_stop(&rs);
+  char line[128];
+  raw_request_line(&rs, 2, line, sizeof line);
+  assert_string_equal(line, "GET /items/1 HTTP/1.1");
+}
+
 static void methods_switch_cleanly_on_one_handle(void **state) {
   fx_state *s = *state;
   resil_http_client *c = client_on(s->f, eps, NEPS, one_connection, NULL);
@@ -1232,6 +1271,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(keepalive_get_allocates_request_and_response_only, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(long_body_and_fixed_path_with_query, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(headers_switch_cleanly_on_one_handle, fx_setup, fx_teardown),
+      cmocka_unit_test(host_name_resolved_again_on_one_slot),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
