@@ -402,6 +402,7 @@ static void client_destroy(resil_http_client *c) {
   resil__free(a, c->t.proxy);
   resil__free(a, c->t.ca_file);
   resil__free(a, c->t.user_agent);
+  resil__free(a, c->t.ua_line);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   int inited = c->curl_inited;
@@ -611,6 +612,14 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
       u = ua;
     }
     ok = (c->t.user_agent = dup_n(a, u, strlen(u))) != NULL;
+    if (ok && !cfg->proxy && u[0]) {
+      size_t ul = strlen(u);
+      ok = (c->t.ua_line = resil__alloc(a, 12 + ul + 1)) != NULL;
+      if (ok) {
+        memcpy(c->t.ua_line, "User-Agent: ", 12);
+        memcpy(c->t.ua_line + 12, u, ul + 1);
+      }
+    }
   }
   if (ok && cfg->interceptor_count) {
     c->t.interceptors = resil__alloc(a, cfg->interceptor_count * sizeof *c->t.interceptors);

@@ -262,7 +262,19 @@ int resil__http_easy_setup(const resil_http_client *cl, http_slot *s, long maxco
   SET(CURLOPT_SSL_VERIFYPEER, (long)c->verify_peer);
   SET(CURLOPT_SSL_VERIFYHOST, c->verify_peer ? 2L : 0L);
   if (c->ca_file) SET(CURLOPT_CAINFO, c->ca_file);
-  SET(CURLOPT_USERAGENT, c->user_agent);
+  /* The user agent goes as a header of the attempt's list when it can
+   * (c->ua_line): with CURLOPT_USERAGENT libcurl 7.88 formats the line
+   * anew for every request (Curl_pretransfer, an aprintf of about 1400
+   * instructions, twice per transfer), a header line it just copies.
+   * Either way the server sees the same User-Agent (after libcurl's own
+   * Accept and Accept-Encoding lines instead of before them), and a
+   * User-Agent header of the request or an interceptor replaces it. With
+   * a proxy, CURLOPT_USERAGENT, which libcurl also puts in a CONNECT. */
+  if (!c->ua_line) SET(CURLOPT_USERAGENT, c->user_agent);
+  /* No proxy at all: the no_proxy environment variables cannot matter, and
+   * an explicit empty list spares libcurl two getenv() scans of the
+   * environment per transfer. */
+  if (!c->proxy) SET(CURLOPT_NOPROXY, "");
   if (maxconnects > 0) SET(CURLOPT_MAXCONNECTS, maxconnects);
   SET(CURLOPT_TCP_NODELAY, 1L);
 #undef SET
@@ -453,6 +465,8 @@ static void log_request(const http_transport *c, http_slot *s,
   emit(c, s, RESIL_HTTP_LOG_BASIC);
   if (c->log_level < RESIL_HTTP_LOG_HEADERS) return;
   for (const struct curl_slist *n = s->has_nodes ? s->nodes : NULL; n; n = n->next) {
+    /* The user agent line stands for libcurl's own, which is not logged. */
+    if (n->data == c->ua_line) continue;
     const char *colon = strchr(n->data, ':');
     const char *semi = strchr(n->data, ';');
     if (!colon && semi) colon = semi;
@@ -553,7 +567,7 @@ static CURLcode set_method(http_slot *s, const resil_http_request *req) {
 /* Links the request's headers and the interceptors' into the slot's own
  * curl_slist nodes: no allocation once the slot has grown to size. */
 static int link_headers(const http_transport *c, http_slot *s, const resil_http_request *req) {
-  uint32_t total = req->nhdrs + s->ic_count;
+  uint32_t total = req->nhdrs + s->ic_count + 1;
   if (total > s->nodes_cap) {
     struct curl_slist *n = resil__alloc(c->alloc, total * sizeof *n);
     if (!n) return -1;
@@ -562,6 +576,20 @@ static int link_headers(const http_transport *c, http_slot *s, const resil_http_
     s->nodes_cap = total;
   }
   uint32_t k = 0;
+  if (c->ua_line) {
+    /* First, where libcurl's own User-Agent line would have gone among the
+     * custom ones; left out when the request or an interceptor sets one. */
+    int own = 0;
+    for (uint32_t i = 0; i < req->nhdrs && !own; i++)
+      own = ieq(req->hdr_store + req->hdr_offs[i], req->hdr_nlen[i], "user-agent", 10);
+    for (uint32_t j = 0; j < s->ic_count && !own; j++) {
+      if (s->ic_offs[j] == UINT32_MAX) continue;
+      const char *e = s->ic.p + s->ic_offs[j];
+      const char *colon = strchr(e, ':');
+      own = colon && ieq(e, (size_t)(colon - e), "user-agent", 10);
+    }
+    if (!own) s->nodes[k++].data = c->ua_line;
+  }
   for (uint32_t i = 0; i < req->nhdrs; i++) {
     const char *h = req->hdr_store + req->hdr_offs[i];
     int overridden = 0;

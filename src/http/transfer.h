@@ -57,6 +57,10 @@ typedef struct http_transport {
   int verify_peer;
   char *ca_file;
   char *user_agent;
+  /* "User-Agent: <user_agent>", sent as the first header of each attempt's
+   * list (transfer.c, link_headers) when no proxy is configured and the
+   * user agent is not empty; NULL: sent through CURLOPT_USERAGENT. */
+  char *ua_line;
   /* Counters. */
   atomic_uint_fast64_t st_attempts;
   atomic_uint_fast64_t st_sent;

@@ -622,6 +622,117 @@ static void host_name_resolved_again_on_one_slot(void **state) {
   assert_string_equal(line, "GET /items/1 HTTP/1.1");
 }
 
+/* How many header lines of the raw request req are named `name` (lower
+ * case), and the value of the last one in val. */
+static int raw_header_count(const char *req, const char *name, char *val, size_t vn) {
+  int k = 0;
+  size_t nl = strlen(name);
+  val[0] = '\0';
+  for (const char *p = strstr(req, "\r\n"); p && p[2] && !(p[2] == '\r' && p[3] == '\n');
+       p = strstr(p + 2, "\r\n")) {
+    const char *line = p + 2;
+    size_t i = 0;
+    while (i < nl && line[i] && (line[i] | 32) == name[i]) i++;
+    if (i == nl && line[nl] == ':') {
+      k++;
+      const char *v = line + nl + 1;
+      while (*v == ' ') v++;
+      snprintf(val, vn, "%.*s", (int)strcspn(v, "\r\n"), v);
+    }
+  }
+  return k;
+}
+
+typedef struct ua_cfg {
+  const char *base, *proxy, *ua;
+  const resil_http_interceptor *ic;
+  char log[4096];
+} ua_cfg;
+
+static void ua_log(void *u, resil_http_log_level level, const char *line) {
+  (void)level;
+  ua_cfg *k = u;
+  size_t n = strlen(k->log);
+  snprintf(k->log + n, sizeof k->log - n, "%s\n", line);
+}
+
+static void ua_use(resil_http_client_config *cfg, void *u) {
+  ua_cfg *k = u;
+  cfg->base_url = k->base;
+  cfg->proxy = k->proxy;
+  cfg->user_agent = k->ua;
+  cfg->interceptors = k->ic;
+  cfg->interceptor_count = k->ic ? 1 : 0;
+  cfg->log_level = RESIL_HTTP_LOG_HEADERS;
+  cfg->log_fn = ua_log;
+  cfg->log_user = k;
+}
+
+static resil_status ic_user_agent(void *user, const resil_http_attempt_info *info,
+                                  resil_http_headers *h) {
+  (void)user;
+  (void)info;
+  return resil_http_headers_set(h, "User-Agent", "ua-ic");
+}
+
+/* The User-Agent goes as a header line the client formats once (not
+ * through CURLOPT_USERAGENT, which libcurl formats for every request):
+ * every request carries exactly one, the client's by default, the
+ * request's or an interceptor's when they set one, and through a proxy
+ * too; the headers logged are the same as before (libcurl's own lines,
+ * the user agent among them, are not logged). */
+static void user_agent_once_per_request_whoever_sets_it(void **state) {
+  (void)state;
+  static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  const char *replies[] = {ok, ok, ok, ok};
+  raw_server rs;
+  raw_start(&rs, replies, 4);
+  static const resil_http_interceptor ic = {ic_user_agent, NULL};
+  /* The proxy client's base names a closed port: only the proxy answers. */
+  char closed[64];
+  snprintf(closed, sizeof closed, "http://127.0.0.1:%u", closed_port());
+  ua_cfg k[3] = {{.base = rs.url},
+                 {.base = closed, .proxy = rs.url, .ua = "ua-proxy"},
+                 {.base = rs.url, .ic = &ic}};
+  resil_http_param mine[] = {{"User-Agent", "mine"}};
+  for (int i = 0; i < 4; i++) {
+    ua_cfg *kc = &k[i < 2 ? 0 : i - 1];
+    resil_http_client *c = client_on(NULL, eps, NEPS, ua_use, kc);
+    resil_http_args args;
+    resil_http_args_init(&args);
+    resil_http_param id = {"id", "1"};
+    args.params = &id;
+    args.param_count = 1;
+    if (i == 1) {
+      args.headers = mine;
+      args.header_count = 1;
+    }
+    resil_http_response *r = NULL;
+    resil_outcome o = resil_http_call(c, "items_raw", &args, NULL, NULL, &r);
+    assert_int_equal(o.http_status, 200);
+    resil_http_response_free(r);
+    resil_http_client_free(c);
+  }
+  raw_stop(&rs);
+  char val[128], line[160];
+  assert_int_equal(raw_header_count(rs.req[0], "user-agent", val, sizeof val), 1);
+  assert_non_null(strstr(val, "libresil/"));
+  assert_int_equal(raw_header_count(rs.req[1], "user-agent", val, sizeof val), 1);
+  assert_string_equal(val, "mine");
+  raw_request_line(&rs, 2, line, sizeof line);
+  snprintf(val, sizeof val, "GET %s/items/1 HTTP/1.1", closed);
+  assert_string_equal(line, val);
+  assert_int_equal(raw_header_count(rs.req[2], "user-agent", val, sizeof val), 1);
+  assert_string_equal(val, "ua-proxy");
+  assert_int_equal(raw_header_count(rs.req[3], "user-agent", val, sizeof val), 1);
+  assert_string_equal(val, "ua-ic");
+  /* Logged: the caller's and the interceptor's, never the client's own. */
+  assert_null(strstr(k[0].log, "libresil/"));
+  assert_non_null(strstr(k[0].log, "User-Agent: mine"));
+  assert_null(strstr(k[1].log, "ua-proxy"));
+  assert_non_null(strstr(k[2].log, "User-Agent: ua-ic"));
+}
+
 static void methods_switch_cleanly_on_one_handle(void **state) {
   fx_state *s = *state;
   resil_http_client *c = client_on(s->f, eps, NEPS, one_connection, NULL);
@@ -1272,6 +1383,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(long_body_and_fixed_path_with_query, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(headers_switch_cleanly_on_one_handle, fx_setup, fx_teardown),
       cmocka_unit_test(host_name_resolved_again_on_one_slot),
+      cmocka_unit_test(user_agent_once_per_request_whoever_sets_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
