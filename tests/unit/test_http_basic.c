@@ -594,14 +594,14 @@ static void localhost_one_connection(resil_http_client_config *cfg, void *u) {
  * DNS cache (a CURLSH of the slot's own, slot.c), and freeing the client
  * frees the cache after the handle that used it. */
 static void host_name_resolved_again_on_one_slot(void **state) {
-  (void)state;
+  fx_state *fs = *state;
   static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
   const char *replies[] = {ok, ok, ok};
   raw_server rs;
   raw_start(&rs, replies, 3);
   char base[64];
   snprintf(base, sizeof base, "http://localhost:%u", (unsigned)rs.port);
-  resil_http_client *c = client_on(NULL, eps, NEPS, localhost_one_connection, base);
+  resil_http_client *c = client_on(fs->f, eps, NEPS, localhost_one_connection, base);
   for (int i = 0; i < 3; i++) {
     resil_http_response *r = NULL;
     resil_outcome o = call_p(c, "items_raw", &r, KV("id", "1"));
@@ -682,7 +682,7 @@ static resil_status ic_user_agent(void *user, const resil_http_attempt_info *inf
  * too; the headers logged are the same as before (libcurl's own lines,
  * the user agent among them, are not logged). */
 static void user_agent_once_per_request_whoever_sets_it(void **state) {
-  (void)state;
+  fx_state *fs = *state;
   static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
   const char *replies[] = {ok, ok, ok, ok};
   raw_server rs;
@@ -697,7 +697,7 @@ static void user_agent_once_per_request_whoever_sets_it(void **state) {
   resil_http_param mine[] = {{"User-Agent", "mine"}};
   for (int i = 0; i < 4; i++) {
     ua_cfg *kc = &k[i < 2 ? 0 : i - 1];
-    resil_http_client *c = client_on(NULL, eps, NEPS, ua_use, kc);
+    resil_http_client *c = client_on(fs->f, eps, NEPS, ua_use, kc);
     resil_http_args args;
     resil_http_args_init(&args);
     resil_http_param id = {"id", "1"};
@@ -1382,8 +1382,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(keepalive_get_allocates_request_and_response_only, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(long_body_and_fixed_path_with_query, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(headers_switch_cleanly_on_one_handle, fx_setup, fx_teardown),
-      cmocka_unit_test(host_name_resolved_again_on_one_slot),
-      cmocka_unit_test(user_agent_once_per_request_whoever_sets_it),
+      cmocka_unit_test_setup_teardown(host_name_resolved_again_on_one_slot, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(user_agent_once_per_request_whoever_sets_it, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
