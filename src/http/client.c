@@ -383,6 +383,23 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
 #undef EFIELD
 }
 
+/* The Accept-Encoding line libcurl writes for CURLOPT_ACCEPT_ENCODING ""
+ * (Curl_all_content_encodings in lib/content_encoding.c: the decoders it
+ * was built with, in the order deflate, gzip, br, zstd, joined by ", "),
+ * from the features it reports. Returns 0 when it decodes nothing.
+ * test_http_basic compares the line with the one libcurl writes. */
+static int accept_encoding_line(char *out, size_t n) {
+  const curl_version_info_data *vi = curl_version_info(CURLVERSION_NOW);
+  int f = vi ? vi->features : 0;
+  char list[48] = "";
+  if (f & CURL_VERSION_LIBZ) strcat(list, ", deflate, gzip");
+  if (f & CURL_VERSION_BROTLI) strcat(list, ", br");
+  if (f & CURL_VERSION_ZSTD) strcat(list, ", zstd");
+  if (!list[0]) return 0;
+  snprintf(out, n, "Accept-Encoding: %s", list + 2);
+  return 1;
+}
+
 /* ---- client lifetime ---------------------------------------------------------- */
 
 static void client_destroy(resil_http_client *c) {
@@ -403,6 +420,7 @@ static void client_destroy(resil_http_client *c) {
   resil__free(a, c->t.ca_file);
   resil__free(a, c->t.user_agent);
   resil__free(a, c->t.ua_line);
+  resil__free(a, c->t.ae_line);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   int inited = c->curl_inited;
@@ -619,6 +637,9 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
         memcpy(c->t.ua_line, "User-Agent: ", 12);
         memcpy(c->t.ua_line + 12, u, ul + 1);
       }
+      char ae[64];
+      if (ok && cfg->response_decompression && accept_encoding_line(ae, sizeof ae))
+        ok = (c->t.ae_line = dup_n(a, ae, strlen(ae))) != NULL;
     }
   }
   if (ok && cfg->interceptor_count) {

@@ -52,6 +52,9 @@
 
 static const char empty_body[1] = "";
 
+/* libcurl's own Accept line, sent from the list with c->ua_line. */
+static char accept_any[] = "Accept: */*";
+
 static int ieq_prefix(const char *s, size_t n, const char *lower) {
   size_t k = strlen(lower);
   if (n < k) return 0;
@@ -262,14 +265,16 @@ int resil__http_easy_setup(const resil_http_client *cl, http_slot *s, long maxco
   SET(CURLOPT_SSL_VERIFYPEER, (long)c->verify_peer);
   SET(CURLOPT_SSL_VERIFYHOST, c->verify_peer ? 2L : 0L);
   if (c->ca_file) SET(CURLOPT_CAINFO, c->ca_file);
-  /* The user agent goes as a header of the attempt's list when it can
-   * (c->ua_line): with CURLOPT_USERAGENT libcurl 7.88 formats the line
-   * anew for every request (Curl_pretransfer, an aprintf of about 1400
-   * instructions, twice per transfer), a header line it just copies.
-   * Either way the server sees the same User-Agent (after libcurl's own
-   * Accept and Accept-Encoding lines instead of before them), and a
-   * User-Agent header of the request or an interceptor replaces it. With
-   * a proxy, CURLOPT_USERAGENT, which libcurl also puts in a CONNECT. */
+  /* The User-Agent and Accept-Encoding lines go at the head of the
+   * attempt's header list when they can (c->ua_line, link_headers):
+   * libcurl 7.88 formats them anew for every request from
+   * CURLOPT_USERAGENT and CURLOPT_ACCEPT_ENCODING (an aprintf of 1400 to
+   * 2300 instructions each, twice per transfer), a list line it copies.
+   * The request is the same on the wire, lines and order, and a header of
+   * that name from the request or an interceptor replaces each, as it
+   * replaces libcurl's own. CURLOPT_ACCEPT_ENCODING stays set: it is what
+   * turns decoding on. With a proxy, CURLOPT_USERAGENT, which libcurl also
+   * puts in a CONNECT. */
   if (!c->ua_line) SET(CURLOPT_USERAGENT, c->user_agent);
   /* No proxy at all: the no_proxy environment variables cannot matter, and
    * an explicit empty list spares libcurl two getenv() scans of the
@@ -465,8 +470,8 @@ static void log_request(const http_transport *c, http_slot *s,
   emit(c, s, RESIL_HTTP_LOG_BASIC);
   if (c->log_level < RESIL_HTTP_LOG_HEADERS) return;
   for (const struct curl_slist *n = s->has_nodes ? s->nodes : NULL; n; n = n->next) {
-    /* The user agent line stands for libcurl's own, which is not logged. */
-    if (n->data == c->ua_line) continue;
+    /* The lines that stand for libcurl's own, which are not logged. */
+    if (n->data == c->ua_line || n->data == accept_any || n->data == c->ae_line) continue;
     const char *colon = strchr(n->data, ':');
     const char *semi = strchr(n->data, ';');
     if (!colon && semi) colon = semi;
@@ -564,10 +569,18 @@ static CURLcode set_method(http_slot *s, const resil_http_request *req) {
   return rc;
 }
 
+/* 1, 2, 4 for a header named User-Agent, Accept, Accept-Encoding, else 0. */
+static unsigned lead_header(const char *name, size_t n) {
+  if (n == 10 && ieq(name, n, "user-agent", 10)) return 1;
+  if (n == 6 && ieq(name, n, "accept", 6)) return 2;
+  if (n == 15 && ieq(name, n, "accept-encoding", 15)) return 4;
+  return 0;
+}
+
 /* Links the request's headers and the interceptors' into the slot's own
  * curl_slist nodes: no allocation once the slot has grown to size. */
 static int link_headers(const http_transport *c, http_slot *s, const resil_http_request *req) {
-  uint32_t total = req->nhdrs + s->ic_count + 1;
+  uint32_t total = req->nhdrs + s->ic_count + 3;
   if (total > s->nodes_cap) {
     struct curl_slist *n = resil__alloc(c->alloc, total * sizeof *n);
     if (!n) return -1;
@@ -577,18 +590,21 @@ static int link_headers(const http_transport *c, http_slot *s, const resil_http_
   }
   uint32_t k = 0;
   if (c->ua_line) {
-    /* First, where libcurl's own User-Agent line would have gone among the
-     * custom ones; left out when the request or an interceptor sets one. */
-    int own = 0;
-    for (uint32_t i = 0; i < req->nhdrs && !own; i++)
-      own = ieq(req->hdr_store + req->hdr_offs[i], req->hdr_nlen[i], "user-agent", 10);
-    for (uint32_t j = 0; j < s->ic_count && !own; j++) {
+    /* First, as libcurl writes its own lines before the custom ones:
+     * User-Agent, Accept, Accept-Encoding, each left out when the request
+     * or an interceptor sets a header of that name. */
+    unsigned own = 0;
+    for (uint32_t i = 0; i < req->nhdrs; i++)
+      own |= lead_header(req->hdr_store + req->hdr_offs[i], req->hdr_nlen[i]);
+    for (uint32_t j = 0; j < s->ic_count; j++) {
       if (s->ic_offs[j] == UINT32_MAX) continue;
       const char *e = s->ic.p + s->ic_offs[j];
       const char *colon = strchr(e, ':');
-      own = colon && ieq(e, (size_t)(colon - e), "user-agent", 10);
+      if (colon) own |= lead_header(e, (size_t)(colon - e));
     }
-    if (!own) s->nodes[k++].data = c->ua_line;
+    if (!(own & 1)) s->nodes[k++].data = c->ua_line;
+    if (!(own & 2)) s->nodes[k++].data = accept_any;
+    if (!(own & 4) && c->ae_line) s->nodes[k++].data = c->ae_line;
   }
   for (uint32_t i = 0; i < req->nhdrs; i++) {
     const char *h = req->hdr_store + req->hdr_offs[i];

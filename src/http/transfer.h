@@ -57,10 +57,15 @@ typedef struct http_transport {
   int verify_peer;
   char *ca_file;
   char *user_agent;
-  /* "User-Agent: <user_agent>", sent as the first header of each attempt's
-   * list (transfer.c, link_headers) when no proxy is configured and the
-   * user agent is not empty; NULL: sent through CURLOPT_USERAGENT. */
+  /* The lines libcurl would write itself at the head of every request,
+   * "User-Agent: <user_agent>" and, with response_decompression,
+   * "Accept-Encoding: <every encoding libcurl decodes>", formatted once and
+   * sent at the head of each attempt's header list (transfer.c,
+   * link_headers), when no proxy is configured and the user agent is not
+   * empty; NULL: libcurl writes them (CURLOPT_USERAGENT,
+   * CURLOPT_ACCEPT_ENCODING). ae_line is NULL whenever ua_line is. */
   char *ua_line;
+  char *ae_line;
   /* Counters. */
   atomic_uint_fast64_t st_attempts;
   atomic_uint_fast64_t st_sent;

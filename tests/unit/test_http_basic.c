@@ -7,6 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+#include <zlib.h>
+
+#include "resil/version.h"
 #include "test_http_common.h"
 
 static const char *const item_headers[] = {"X-Token: {token}", NULL};
@@ -733,6 +737,111 @@ static void user_agent_once_per_request_whoever_sets_it(void **state) {
   assert_non_null(strstr(k[2].log, "User-Agent: ua-ic"));
 }
 
+static void no_decompression(resil_http_client_config *cfg, void *u) {
+  cfg->base_url = u;
+  cfg->response_decompression = 0;
+}
+
+static size_t discard(char *p, size_t size, size_t n, void *u) {
+  (void)p;
+  (void)u;
+  return size * n;
+}
+
+/* The request bytes a bare libcurl handle sends for GET url with the
+ * client's defaults on the wire (its User-Agent, every encoding libcurl
+ * decodes, HTTP/1.1) and the extra header h (NULL: none). */
+static void bare_get(const char *url, const char *h) {
+  CURL *e = curl_easy_init();
+  assert_non_null(e);
+  struct curl_slist *l = h ? curl_slist_append(NULL, h) : NULL;
+  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_USERAGENT, "libresil/" RESIL_VERSION_STRING);
+  curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+  curl_easy_setopt(e, CURLOPT_PROXY, "");
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, l);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
+  assert_int_equal(curl_easy_perform(e), CURLE_OK);
+  curl_easy_cleanup(e);
+  curl_slist_free_all(l);
+}
+
+/* The client writes the User-Agent, Accept and Accept-Encoding lines
+ * itself (formatted once, not by libcurl for every request): the request
+ * is byte for byte the one libcurl writes with CURLOPT_USERAGENT and
+ * CURLOPT_ACCEPT_ENCODING "", with a JSON endpoint's Accept too; a gzip
+ * answer is still decoded (CURLOPT_ACCEPT_ENCODING stays set), and
+ * without response_decompression no Accept-Encoding goes out and the
+ * body stays as it came. */
+static void lead_lines_as_libcurl_writes_them_gzip_decoded(void **state) {
+  fx_state *fs = *state;
+  static const char text[] = "decoded body, decoded body, decoded body";
+  unsigned char gz[256];
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  assert_int_equal(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8,
+                                Z_DEFAULT_STRATEGY), Z_OK);
+  z.next_in = (Bytef *)(uintptr_t)text;
+  z.avail_in = (uInt)strlen(text);
+  z.next_out = gz;
+  z.avail_out = sizeof gz;
+  assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+  size_t gzlen = (size_t)z.total_out;
+  deflateEnd(&z);
+  char gzreply[512];
+  int hl = snprintf(gzreply, sizeof gzreply,
+                    "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %zu\r\n"
+                    "Connection: close\r\n\r\n", gzlen);
+  memcpy(gzreply + hl, gz, gzlen);
+  static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  const char *replies[] = {gzreply, ok, ok, ok, gzreply};
+  size_t lens[] = {(size_t)hl + gzlen, 0, 0, 0, (size_t)hl + gzlen};
+  raw_server rs;
+  raw_start_lens(&rs, replies, lens, 5);
+  char url[128];
+
+  resil_http_client *c = client_on(fs->f, eps, NEPS, localhost_one_connection, rs.url);
+  resil_http_response *r = NULL;
+  resil_outcome o = call_p(c, "items_raw", &r, KV("id", "1"));
+  assert_int_equal(o.http_status, 200);
+  size_t len = 0;
+  const char *body = resil_http_response_body(r, &len);
+  assert_int_equal(len, strlen(text));
+  assert_memory_equal(body, text, len);
+  resil_http_response_free(r);
+  snprintf(url, sizeof url, "%s/items/1", rs.url);
+  bare_get(url, NULL);
+  o = call_p(c, "m_get", &r, NULL);
+  assert_int_equal(o.http_status, 200);
+  resil_http_response_free(r);
+  snprintf(url, sizeof url, "%s/echo", rs.url);
+  bare_get(url, "Accept: application/json");
+  resil_http_client_free(c);
+
+  c = client_on(fs->f, eps, NEPS, no_decompression, rs.url);
+  o = call_p(c, "items_raw", &r, KV("id", "1"));
+  assert_int_equal(o.http_status, 200);
+  body = resil_http_response_body(r, &len);
+  assert_int_equal(len, gzlen);
+  assert_memory_equal(body, gz, gzlen);
+  resil_http_response_free(r);
+  resil_http_client_free(c);
+  raw_stop(&rs);
+
+  assert_int_equal(rs.nreq, 5);
+  assert_string_equal(rs.req[0], rs.req[1]);
+  assert_string_equal(rs.req[2], rs.req[3]);
+  char val[128];
+  assert_int_equal(raw_header_count(rs.req[0], "accept-encoding", val, sizeof val), 1);
+  assert_int_equal(raw_header_count(rs.req[0], "accept", val, sizeof val), 1);
+  assert_string_equal(val, "*/*");
+  assert_int_equal(raw_header_count(rs.req[2], "accept", val, sizeof val), 1);
+  assert_string_equal(val, "application/json");
+  assert_int_equal(raw_header_count(rs.req[4], "accept-encoding", val, sizeof val), 0);
+  assert_int_equal(raw_header_count(rs.req[4], "user-agent", val, sizeof val), 1);
+}
+
 static void methods_switch_cleanly_on_one_handle(void **state) {
   fx_state *s = *state;
   resil_http_client *c = client_on(s->f, eps, NEPS, one_connection, NULL);
@@ -1384,6 +1493,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(headers_switch_cleanly_on_one_handle, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(host_name_resolved_again_on_one_slot, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(user_agent_once_per_request_whoever_sets_it, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(lead_lines_as_libcurl_writes_them_gzip_decoded, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
