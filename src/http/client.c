@@ -832,16 +832,16 @@ http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
           (c->nfree - pick - 1) * sizeof *c->free_stack);
   c->nfree--;
   c->origin_inuse[origin]++;
-  pthread_mutex_unlock(&c->mu);
   atomic_fetch_add_explicit(&c->st_leased, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&c->mu);
   *out = &c->slots[idx];
   return HTTP_LEASE_OK;
 }
 
 void resil__http_pool_release(resil_http_client *c, http_slot *s,
                               uint32_t origin) {
-  atomic_fetch_sub_explicit(&c->st_leased, 1, memory_order_relaxed);
   pthread_mutex_lock(&c->mu);
+  atomic_fetch_sub_explicit(&c->st_leased, 1, memory_order_relaxed);
   s->last_thread = pthread_self();
   s->has_last_thread = 1;
   c->free_stack[c->nfree++] = s->index;

@@ -66,7 +66,9 @@ typedef struct http_transport {
    * CURLOPT_ACCEPT_ENCODING). ae_line is NULL whenever ua_line is. */
   char *ua_line;
   char *ae_line;
-  /* Counters. */
+  /* Counters, written by every attempt: apart from the settings above,
+   * which every attempt reads (see struct resil_http_client). */
+  char pad_settings[64];
   atomic_uint_fast64_t st_attempts;
   atomic_uint_fast64_t st_sent;
   atomic_uint_fast64_t st_hops;
