@@ -48,9 +48,13 @@
  * User-Agent, TCP_NODELAY, one cached connection, signals off, and the
  * client's default timeouts (connect 10 s, and 60 s for the whole
  * transfer, where libresil watches its 60 s response timeout itself). A
- * GET sends no body, so no Expect header on any side. Before measuring,
- * every side sends GET /echo once and the request headers the server saw
- * are compared: the case is invalid if they differ.
+ * GET sends no body, so no Expect header on any side. The bare handles set
+ * the User-Agent and Accept-Encoding through CURLOPT_USERAGENT and
+ * CURLOPT_ACCEPT_ENCODING as their users do, which libcurl formats anew
+ * for every request; libresil's client sends the same lines, in the same
+ * order, from a header list it formats once (src/http/transfer.c). Before
+ * measuring, every side sends GET /echo once and the request headers the
+ * server saw are compared: the case is invalid if they differ.
  *
  * libresil's policies are configured as in the chain4_run case (cases.c):
  * default retry, a breaker with a count window of 100 and slow-call

@@ -225,6 +225,7 @@ static void endpoint_free(const resil_allocator *a, http_endpoint *e) {
   }
   resil__free(a, e->headers);
   resil__free(a, e->base);
+  resil__free(a, e->fixed_url);
   resil__free(a, e->tpl_store);
 }
 
@@ -366,8 +367,37 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
   while (bl > 0 && base[bl - 1] == '/') bl--;
   e->base = dup_n(a, base, bl);
   if (!e->base) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  e->base_len = bl;
+  int fixed = 1;
+  for (uint32_t i = 0; i < e->path.nparts; i++)
+    if (e->path.parts[i].is_var) fixed = 0;
+  if (fixed) {
+    size_t pl = strlen(e->path.src);
+    e->fixed_url = resil__alloc(a, bl + pl + 1);
+    if (!e->fixed_url) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+    memcpy(e->fixed_url, base, bl);
+    memcpy(e->fixed_url + bl, e->path.src, pl + 1);
+    e->fixed_url_len = bl + pl;
+  }
   return origin_index(c, key, &e->origin, err);
 #undef EFIELD
+}
+
+/* The Accept-Encoding line libcurl writes for CURLOPT_ACCEPT_ENCODING ""
+ * (Curl_all_content_encodings in lib/content_encoding.c: the decoders it
+ * was built with, in the order deflate, gzip, br, zstd, joined by ", "),
+ * from the features it reports. Returns 0 when it decodes nothing.
+ * test_http_basic compares the line with the one libcurl writes. */
+static int accept_encoding_line(char *out, size_t n) {
+  const curl_version_info_data *vi = curl_version_info(CURLVERSION_NOW);
+  int f = vi ? vi->features : 0;
+  char list[48] = "";
+  if (f & CURL_VERSION_LIBZ) strcat(list, ", deflate, gzip");
+  if (f & CURL_VERSION_BROTLI) strcat(list, ", br");
+  if (f & CURL_VERSION_ZSTD) strcat(list, ", zstd");
+  if (!list[0]) return 0;
+  snprintf(out, n, "Accept-Encoding: %s", list + 2);
+  return 1;
 }
 
 /* ---- client lifetime ---------------------------------------------------------- */
@@ -389,6 +419,8 @@ static void client_destroy(resil_http_client *c) {
   resil__free(a, c->t.proxy);
   resil__free(a, c->t.ca_file);
   resil__free(a, c->t.user_agent);
+  resil__free(a, c->t.ua_line);
+  resil__free(a, c->t.ae_line);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   int inited = c->curl_inited;
@@ -598,6 +630,17 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
       u = ua;
     }
     ok = (c->t.user_agent = dup_n(a, u, strlen(u))) != NULL;
+    if (ok && !cfg->proxy && u[0]) {
+      size_t ul = strlen(u);
+      ok = (c->t.ua_line = resil__alloc(a, 12 + ul + 1)) != NULL;
+      if (ok) {
+        memcpy(c->t.ua_line, "User-Agent: ", 12);
+        memcpy(c->t.ua_line + 12, u, ul + 1);
+      }
+      char ae[64];
+      if (ok && cfg->response_decompression && accept_encoding_line(ae, sizeof ae))
+        ok = (c->t.ae_line = dup_n(a, ae, strlen(ae))) != NULL;
+    }
   }
   if (ok && cfg->interceptor_count) {
     c->t.interceptors = resil__alloc(a, cfg->interceptor_count * sizeof *c->t.interceptors);
@@ -789,16 +832,16 @@ http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
           (c->nfree - pick - 1) * sizeof *c->free_stack);
   c->nfree--;
   c->origin_inuse[origin]++;
-  pthread_mutex_unlock(&c->mu);
   atomic_fetch_add_explicit(&c->st_leased, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&c->mu);
   *out = &c->slots[idx];
   return HTTP_LEASE_OK;
 }
 
 void resil__http_pool_release(resil_http_client *c, http_slot *s,
                               uint32_t origin) {
-  atomic_fetch_sub_explicit(&c->st_leased, 1, memory_order_relaxed);
   pthread_mutex_lock(&c->mu);
+  atomic_fetch_sub_explicit(&c->st_leased, 1, memory_order_relaxed);
   s->last_thread = pthread_self();
   s->has_last_thread = 1;
   c->free_stack[c->nfree++] = s->index;

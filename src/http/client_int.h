@@ -16,32 +16,28 @@
 struct resil_http_client {
   /* First (resil__http_tp): the settings and counters a transfer reads. */
   http_transport t;
-  uint32_t magic;
+  /* Written by every request, next to the transport's counters (which end
+   * t) and apart from the fields every request only reads: with callers
+   * on several CPUs, a write to a cache line makes every other CPU read it
+   * again. */
   atomic_int refs;
+  atomic_uint_fast64_t st_requests;
+  atomic_uint_fast64_t st_lease_timeouts;
+  char pad_written[64];
+  /* Read by every request, written once (user_freed: when freed). */
+  uint32_t magic;
   atomic_int user_freed;
   char *name;
-  /* Attempts in flight per origin (t.origins), under mu. */
-  uint32_t *origin_inuse;
   http_endpoint *eps;
   size_t neps;
-  /* Pool: slots, a stack of free slot indexes, a count of waiters. */
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
   http_slot *slots;
   uint32_t nslots;
-  uint32_t *free_stack;
-  uint32_t nfree;
-  uint32_t waiters;
   uint32_t per_host;
   /* Settings. */
   int64_t lease_timeout_ns;
   int request_gzip;
   size_t gzip_min_bytes;
   int curl_inited;
-  /* Counters. */
-  atomic_uint_fast64_t st_requests;
-  atomic_uint_fast64_t st_lease_timeouts;
-  atomic_uint st_leased;
   /* Recovery flow (recover.c). */
   uint32_t status_query_classes;
   int64_t status_poll_ns;
@@ -54,6 +50,17 @@ struct resil_http_client {
   /* Attempt listener (client config on_attempt), NULL none. */
   resil_attempt_listener_fn on_attempt;
   void *on_attempt_user;
+  char pad_pool[64];
+  /* Pool, under mu: a stack of free slot indexes, attempts in flight per
+   * origin (t.origins), a count of waiters, slots leased now (atomic for
+   * the stats, which read it without mu). */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint32_t *free_stack;
+  uint32_t *origin_inuse;
+  uint32_t nfree;
+  uint32_t waiters;
+  atomic_uint st_leased;
 };
 
 _Static_assert(offsetof(struct resil_http_client, t) == 0,

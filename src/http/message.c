@@ -20,12 +20,12 @@
 /* The 0.1 layout of resil_http_args ends with idempotency_key. */
 #define ARGS_MIN_SIZE (offsetof(resil_http_args, idempotency_key) + sizeof(const char *))
 
+/* The defaults: everything empty. */
+static const resil_http_args args_defaults = {.struct_size = sizeof(resil_http_args)};
+
 void resil_http_args_init_sized(resil_http_args *args, size_t n) {
   if (!args) return;
-  resil_http_args full;
-  memset(&full, 0, sizeof full);
-  full.struct_size = sizeof full;
-  resil__sized_out(args, n, &full, sizeof full);
+  resil__sized_out(args, n, &args_defaults, sizeof args_defaults);
 }
 
 int resil__http_key_ok(const char *key) {
@@ -40,7 +40,7 @@ int resil__http_key_ok(const char *key) {
 
 resil_status resil__http_args_in(resil_http_args *dst, const resil_http_args *src,
                                  resil_error *err) {
-  resil_http_args_init(dst);
+  *dst = args_defaults;
   if (!src) return RESIL_OK;
   return resil__sized_in(dst, sizeof *dst, src, ARGS_MIN_SIZE, "resil_http_args",
                          "resil_http_args_init", err);
@@ -215,8 +215,13 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   const http_tpl_part *miss = NULL;
 
   /* URL: base, path, query template, extra query parameters. */
-  if (resil__http_buf_append(a, &url, ep->base, strlen(ep->base)) != 0) goto oom;
-  int rc = resil__http_tpl_expand(a, &ep->path, args->params, args->param_count, 1, &url, &miss);
+  int rc = 0;
+  if (ep->fixed_url) {
+    if (resil__http_buf_append(a, &url, ep->fixed_url, ep->fixed_url_len) != 0) goto oom;
+  } else {
+    if (resil__http_buf_append(a, &url, ep->base, ep->base_len) != 0) goto oom;
+    rc = resil__http_tpl_expand(a, &ep->path, args->params, args->param_count, 1, &url, &miss);
+  }
   if (rc == -2) goto oom;
   if (rc == -1) {
     st = resil__err(err, RESIL_EINVAL, "params", "endpoint '%s': no value for path placeholder {%.*s}",

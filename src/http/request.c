@@ -89,7 +89,7 @@ static resil_outcome finish_bare(resil_http_request *req, uint32_t seq, resil_ou
   resil__http_count_outcome(c, &o);
   int64_t total = resil__http_mono_ns() - t0;
   pthread_mutex_lock(&req->mu);
-  if (!req->taken && req->seq == seq) {
+  if (!req->taken && atomic_load_explicit(&req->seq, memory_order_relaxed) == seq) {
     if (!req->pub) req->pub = resil__http_response_new(c->t.alloc);
     else resil__http_response_reset(req->pub);
     resil_http_response *r = req->pub;
@@ -136,7 +136,7 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
    * the response was taken: an abandoned attempt never overwrites. */
   resil_http_response *res = s->res;
   pthread_mutex_lock(&req->mu);
-  if (!req->taken && req->seq == seq) {
+  if (!req->taken && atomic_load_explicit(&req->seq, memory_order_relaxed) == seq) {
     resil_http_response *old = req->pub;
     req->pub = res;
     s->res = old;
@@ -157,9 +157,7 @@ resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
   resil_http_client *c = req->client;
   int64_t t0 = resil__http_mono_ns();
   atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed);
-  pthread_mutex_lock(&req->mu);
-  uint32_t seq = ++req->seq;
-  pthread_mutex_unlock(&req->mu);
+  uint32_t seq = atomic_fetch_add_explicit(&req->seq, 1u, memory_order_relaxed) + 1u;
 
   resil_outcome o;
   int64_t budget = resil_ctx_remaining_ns(ctx);

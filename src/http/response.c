@@ -1,5 +1,6 @@
 /* Responses: the result of one attempt, owned by a pool slot while the
  * attempt runs, then by the request, then by whoever took it. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,8 +9,13 @@
 static const char empty_body[1] = "";
 
 resil_http_response *resil__http_response_new(const resil_allocator *a) {
-  resil_http_response *r = resil__calloc(a, sizeof *r);
+  resil_http_response *r = resil__alloc(a, sizeof *r);
   if (!r) return NULL;
+  memset(r, 0, offsetof(resil_http_response, decode_error));
+  r->decode_error[0] = '\0';
+  r->error[0] = '\0';
+  r->key[0] = '\0';
+  resil__http_buf_on(&r->body, r->body_space, sizeof r->body_space);
   r->magic = RESIL_MAGIC_HTTP_RESPONSE;
   r->alloc = a;
   r->outcome = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
@@ -46,31 +52,36 @@ const char *resil_http_response_idempotency_key(const resil_http_response *r) {
   return r && r->magic == RESIL_MAGIC_HTTP_RESPONSE && r->has_key ? r->key : NULL;
 }
 
-int resil__http_response_add_header(resil_http_response *r, const char *name,
-                                    size_t nlen, const char *value,
-                                    size_t vlen) {
-  while (nlen > 0 && (name[nlen - 1] == ' ' || name[nlen - 1] == '\t')) nlen--;
-  while (vlen > 0 && (*value == ' ' || *value == '\t')) {
-    value++;
-    vlen--;
-  }
-  while (vlen > 0 && (value[vlen - 1] == '\r' || value[vlen - 1] == '\n' ||
-                      value[vlen - 1] == ' ' || value[vlen - 1] == '\t'))
-    vlen--;
+/* ' ', '\t', '\r', '\n': what a header value is trimmed of at its end. */
+static int trail_ws(unsigned char c) {
+  return c <= ' ' && ((UINT64_C(1) << c) & ((UINT64_C(1) << ' ') | (UINT64_C(1) << '\t') |
+                                            (UINT64_C(1) << '\r') | (UINT64_C(1) << '\n')));
+}
+
+long resil__http_response_add_line(resil_http_response *r, const char *buf, size_t n) {
+  const char *colon = memchr(buf, ':', n);
+  if (!colon || colon == buf) return 0;
+  size_t nlen = (size_t)(colon - buf);
+  while (nlen > 0 && (buf[nlen - 1] == ' ' || buf[nlen - 1] == '\t')) nlen--;
+  const char *v = colon + 1, *e = buf + n;
+  while (v < e && (*v == ' ' || *v == '\t')) v++;
+  while (e > v && trail_ws((unsigned char)e[-1])) e--;
+  size_t vlen = (size_t)(e - v);
   /* The first header reserves room for a typical header block at once
    * (one allocation, not 64 -> 128 -> 256 bytes and two copies). */
   size_t need = nlen + vlen + 2;
   if (!r->hdr.cap && need < 511) need = 511;
   if (resil__http_buf_reserve(r->alloc, &r->hdr, need) != 0) return -1;
-  char *w = r->hdr.p + r->hdr.len;
-  memcpy(w, name, nlen);
+  size_t at = r->hdr.len;
+  char *w = r->hdr.p + at;
+  memcpy(w, buf, nlen);
   w[nlen] = '\0';
-  memcpy(w + nlen + 1, value, vlen);
+  memcpy(w + nlen + 1, v, vlen);
   w[nlen + 1 + vlen] = '\0';
-  r->hdr.len += nlen + vlen + 2;
+  r->hdr.len = at + nlen + vlen + 2;
   /* The buffer stays NUL-terminated one past the last pair. */
   r->hdr.p[r->hdr.len] = '\0';
-  return 0;
+  return (long)at + 1;
 }
 
 static int valid(const resil_http_response *r) {

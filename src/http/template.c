@@ -4,8 +4,8 @@
 
 #include "template.h"
 
-int resil__http_buf_reserve(const resil_allocator *a, http_buf *b,
-                            size_t extra) {
+/* resil__http_buf_reserve's slow path (template.h): b is too small. */
+int resil__http_buf_grow(const resil_allocator *a, http_buf *b, size_t extra) {
   if (b->len + extra + 1 <= b->cap) return 0;
   if (extra > SIZE_MAX / 4 - b->len) return -1;
   size_t cap = b->cap ? b->cap : 64;

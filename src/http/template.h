@@ -33,7 +33,11 @@ static inline void resil__http_buf_on(http_buf *b, char *storage, size_t cap) {
 
 /* Makes room for `extra` more bytes plus a NUL. Returns 0, or -1 when out of
  * memory (the buffer is unchanged). */
-int resil__http_buf_reserve(const resil_allocator *a, http_buf *b, size_t extra);
+int resil__http_buf_grow(const resil_allocator *a, http_buf *b, size_t extra);
+static inline int resil__http_buf_reserve(const resil_allocator *a, http_buf *b,
+                                          size_t extra) {
+  return b->len + extra + 1 <= b->cap ? 0 : resil__http_buf_grow(a, b, extra);
+}
 int resil__http_buf_append(const resil_allocator *a, http_buf *b,
                            const void *s, size_t n);
 static inline int resil__http_buf_puts(const resil_allocator *a, http_buf *b,

@@ -52,6 +52,9 @@
 
 static const char empty_body[1] = "";
 
+/* libcurl's own Accept line, sent from the list with c->ua_line. */
+static char accept_any[] = "Accept: */*";
+
 static int ieq_prefix(const char *s, size_t n, const char *lower) {
   size_t k = strlen(lower);
   if (n < k) return 0;
@@ -69,7 +72,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
   size_t n = size * nitems;
   x->got_bytes = 1;
   resil_http_response *r = x->res;
-  if (n >= 12 && ieq_prefix(buf, n, "http/")) {
+  if (n >= 12 && (buf[0] | 32) == 'h' && ieq_prefix(buf, n, "http/")) {
     /* A new status line: 1xx, a redirect, or the final response. Only the
      * headers after the last status line are kept. */
     size_t i = 5;
@@ -93,19 +96,18 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
     return n;
   }
   x->hdr_bytes += n;
-  const char *colon = memchr(buf, ':', n);
   /* Keep at most 256 KiB of headers; more are read but not stored. */
-  if (!colon || colon == buf || x->hdr_bytes > (256u << 10)) return n;
-  size_t vlen = n - (size_t)(colon + 1 - buf);
-  size_t at = r->hdr.len;
-  if (resil__http_response_add_header(r, buf, (size_t)(colon - buf), colon + 1, vlen) != 0)
-    return 0; /* out of memory: abort the transfer (CURLE_WRITE_ERROR) */
+  if (x->hdr_bytes > (256u << 10)) return n;
+  long stored = resil__http_response_add_line(r, buf, n);
+  if (stored < 0) return 0; /* out of memory: abort the transfer (CURLE_WRITE_ERROR) */
   /* Noted as it is stored, so that attempt_end finds the entry that
    * resil_http_response_header(res, "retry-after") would return without
    * scanning every header again. */
-  if (!x->retry_after_at && (r->hdr.p[at] | 32) == 'r' && strlen(r->hdr.p + at) == 11 &&
-      ieq(r->hdr.p + at, 11, "retry-after", 11))
-    x->retry_after_at = at + 1;
+  if (stored && !x->retry_after_at) {
+    const char *h = r->hdr.p + stored - 1;
+    if ((h[0] | 32) == 'r' && strlen(h) == 11 && ieq(h, 11, "retry-after", 11))
+      x->retry_after_at = (size_t)stored;
+  }
   return n;
 }
 
@@ -263,7 +265,21 @@ int resil__http_easy_setup(const resil_http_client *cl, http_slot *s, long maxco
   SET(CURLOPT_SSL_VERIFYPEER, (long)c->verify_peer);
   SET(CURLOPT_SSL_VERIFYHOST, c->verify_peer ? 2L : 0L);
   if (c->ca_file) SET(CURLOPT_CAINFO, c->ca_file);
-  SET(CURLOPT_USERAGENT, c->user_agent);
+  /* The User-Agent and Accept-Encoding lines go at the head of the
+   * attempt's header list when they can (c->ua_line, link_headers):
+   * libcurl 7.88 formats them anew for every request from
+   * CURLOPT_USERAGENT and CURLOPT_ACCEPT_ENCODING (an aprintf of 1400 to
+   * 2300 instructions each, twice per transfer), a list line it copies.
+   * The request is the same on the wire, lines and order, and a header of
+   * that name from the request or an interceptor replaces each, as it
+   * replaces libcurl's own. CURLOPT_ACCEPT_ENCODING stays set: it is what
+   * turns decoding on. With a proxy, CURLOPT_USERAGENT, which libcurl also
+   * puts in a CONNECT. */
+  if (!c->ua_line) SET(CURLOPT_USERAGENT, c->user_agent);
+  /* No proxy at all: the no_proxy environment variables cannot matter, and
+   * an explicit empty list spares libcurl two getenv() scans of the
+   * environment per transfer. */
+  if (!c->proxy) SET(CURLOPT_NOPROXY, "");
   if (maxconnects > 0) SET(CURLOPT_MAXCONNECTS, maxconnects);
   SET(CURLOPT_TCP_NODELAY, 1L);
 #undef SET
@@ -275,6 +291,9 @@ int resil__http_easy_setup(const resil_http_client *cl, http_slot *s, long maxco
   s->method_set = -1;
   s->connect_to_set = -1;
   s->timeout_set = -1;
+  /* A new handle sends no custom headers. */
+  s->headers_set = NULL;
+  s->headers_known = 1;
   return 0;
 }
 
@@ -451,6 +470,8 @@ static void log_request(const http_transport *c, http_slot *s,
   emit(c, s, RESIL_HTTP_LOG_BASIC);
   if (c->log_level < RESIL_HTTP_LOG_HEADERS) return;
   for (const struct curl_slist *n = s->has_nodes ? s->nodes : NULL; n; n = n->next) {
+    /* The lines that stand for libcurl's own, which are not logged. */
+    if (n->data == c->ua_line || n->data == accept_any || n->data == c->ae_line) continue;
     const char *colon = strchr(n->data, ':');
     const char *semi = strchr(n->data, ';');
     if (!colon && semi) colon = semi;
@@ -548,10 +569,18 @@ static CURLcode set_method(http_slot *s, const resil_http_request *req) {
   return rc;
 }
 
+/* 1, 2, 4 for a header named User-Agent, Accept, Accept-Encoding, else 0. */
+static unsigned lead_header(const char *name, size_t n) {
+  if (n == 10 && ieq(name, n, "user-agent", 10)) return 1;
+  if (n == 6 && ieq(name, n, "accept", 6)) return 2;
+  if (n == 15 && ieq(name, n, "accept-encoding", 15)) return 4;
+  return 0;
+}
+
 /* Links the request's headers and the interceptors' into the slot's own
  * curl_slist nodes: no allocation once the slot has grown to size. */
 static int link_headers(const http_transport *c, http_slot *s, const resil_http_request *req) {
-  uint32_t total = req->nhdrs + s->ic_count;
+  uint32_t total = req->nhdrs + s->ic_count + 3;
   if (total > s->nodes_cap) {
     struct curl_slist *n = resil__alloc(c->alloc, total * sizeof *n);
     if (!n) return -1;
@@ -560,6 +589,23 @@ static int link_headers(const http_transport *c, http_slot *s, const resil_http_
     s->nodes_cap = total;
   }
   uint32_t k = 0;
+  if (c->ua_line) {
+    /* First, as libcurl writes its own lines before the custom ones:
+     * User-Agent, Accept, Accept-Encoding, each left out when the request
+     * or an interceptor sets a header of that name. */
+    unsigned own = 0;
+    for (uint32_t i = 0; i < req->nhdrs; i++)
+      own |= lead_header(req->hdr_store + req->hdr_offs[i], req->hdr_nlen[i]);
+    for (uint32_t j = 0; j < s->ic_count; j++) {
+      if (s->ic_offs[j] == UINT32_MAX) continue;
+      const char *e = s->ic.p + s->ic_offs[j];
+      const char *colon = strchr(e, ':');
+      if (colon) own |= lead_header(e, (size_t)(colon - e));
+    }
+    if (!(own & 1)) s->nodes[k++].data = c->ua_line;
+    if (!(own & 2)) s->nodes[k++].data = accept_any;
+    if (!(own & 4) && c->ae_line) s->nodes[k++].data = c->ae_line;
+  }
   for (uint32_t i = 0; i < req->nhdrs; i++) {
     const char *h = req->hdr_store + req->hdr_offs[i];
     int overridden = 0;
@@ -575,7 +621,11 @@ static int link_headers(const http_transport *c, http_slot *s, const resil_http_
     if (s->ic_offs[j] != UINT32_MAX) s->nodes[k++].data = s->ic.p + s->ic_offs[j];
   for (uint32_t i = 0; i < k; i++) s->nodes[i].next = i + 1 < k ? &s->nodes[i + 1] : NULL;
   s->has_nodes = k > 0;
-  curl_easy_setopt(s->e, CURLOPT_HTTPHEADER, k ? s->nodes : NULL);
+  struct curl_slist *want = k ? s->nodes : NULL;
+  if (!s->headers_known || s->headers_set != want) {
+    s->headers_known = curl_easy_setopt(s->e, CURLOPT_HTTPHEADER, want) == CURLE_OK;
+    s->headers_set = want;
+  }
   return 0;
 }
 

@@ -57,7 +57,18 @@ typedef struct http_transport {
   int verify_peer;
   char *ca_file;
   char *user_agent;
-  /* Counters. */
+  /* The lines libcurl would write itself at the head of every request,
+   * "User-Agent: <user_agent>" and, with response_decompression,
+   * "Accept-Encoding: <every encoding libcurl decodes>", formatted once and
+   * sent at the head of each attempt's header list (transfer.c,
+   * link_headers), when no proxy is configured and the user agent is not
+   * empty; NULL: libcurl writes them (CURLOPT_USERAGENT,
+   * CURLOPT_ACCEPT_ENCODING). ae_line is NULL whenever ua_line is. */
+  char *ua_line;
+  char *ae_line;
+  /* Counters, written by every attempt: apart from the settings above,
+   * which every attempt reads (see struct resil_http_client). */
+  char pad_settings[64];
   atomic_uint_fast64_t st_attempts;
   atomic_uint_fast64_t st_sent;
   atomic_uint_fast64_t st_hops;
@@ -99,6 +110,11 @@ typedef struct http_endpoint {
   http_header_tpl *headers;
   uint32_t nheaders;
   char *base;           /* base URL without the trailing '/'              */
+  size_t base_len;
+  /* base + path when the path has no placeholder, else NULL: what every
+   * request's URL starts with, built once. */
+  char *fixed_url;
+  size_t fixed_url_len;
   uint32_t origin;      /* index of the origin (per-host limit)           */
   resil_http_decoder_fn decoder;
   void *decoder_user;
@@ -146,6 +162,7 @@ typedef struct http_xfer {
 typedef struct http_slot {
   CURL *e;
   CURLM *m;
+  CURLSH *dns;              /* the slot's DNS cache (slot.c), NULL none  */
   int32_t origin;           /* origin of the cached connection, -1 none */
   uint32_t index;
   pthread_t last_thread;    /* thread that last released it (under c->mu) */
@@ -164,6 +181,11 @@ typedef struct http_slot {
   long connect_to_set;      /* CONNECTTIMEOUT_MS last set, -1 none      */
   long timeout_set;         /* TIMEOUT_MS last set, -1 none             */
   int has_nodes;            /* HTTPHEADER currently points to nodes     */
+  /* The list HTTPHEADER was last set to (libcurl reads the list itself at
+   * each request, so the same pointer needs no new setopt); valid when
+   * headers_known. */
+  const struct curl_slist *headers_set;
+  int headers_known;
   http_buf log;
   char errbuf[CURL_ERROR_SIZE];
 } http_slot;
@@ -196,7 +218,10 @@ struct resil_http_request {
   char *key;
   uint32_t flags;
   pthread_mutex_t mu;
-  uint32_t seq;          /* number of the latest attempt started */
+  /* Number of the latest attempt started: incremented without mu (an
+   * attempt that starts always publishes later, under mu, so a publisher
+   * that missed the increment is overwritten); compared under mu. */
+  _Atomic uint32_t seq;
   int taken;
   resil_http_response *pub;
 };

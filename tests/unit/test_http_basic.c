@@ -7,6 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+#include <zlib.h>
+
+#include "resil/version.h"
 #include "test_http_common.h"
 
 static const char *const item_headers[] = {"X-Token: {token}", NULL};
@@ -532,6 +536,312 @@ static void one_connection(resil_http_client_config *cfg, void *u) {
   cfg->max_connections_per_host = 1;
 }
 
+/* GET /echo on client c with the given headers (NULL name ends them); the
+ * header object the server saw (a new reference). */
+static json_t *echo_seen(resil_http_client *c, const char *n1, const char *v1, const char *n2,
+                         const char *v2) {
+  resil_http_param h[2] = {{n1, v1}, {n2, v2}};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.headers = h;
+  args.header_count = n2 ? 2 : n1 ? 1 : 0;
+  resil_http_response *r = NULL;
+  resil_outcome o = resil_http_call(c, "m_get", &args, NULL, NULL, &r);
+  assert_int_equal(o.http_status, 200);
+  json_t *seen = json_incref(json_object_get(resil_http_response_json(r), "headers"));
+  assert_non_null(seen);
+  resil_http_response_free(r);
+  return seen;
+}
+
+/* One handle, header lists that change from call to call (the handle's
+ * header option is set only when the list it points to changes: libcurl
+ * reads the list itself at every request): each request sends exactly its
+ * own headers, none of an earlier call's. */
+static void headers_switch_cleanly_on_one_handle(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, one_connection, NULL);
+  json_t *j = echo_seen(c, "X-A", "1", NULL, NULL);
+  assert_string_equal(json_string_value(json_object_get(j, "x-a")), "1");
+  json_decref(j);
+  j = echo_seen(c, NULL, NULL, NULL, NULL);
+  assert_null(json_object_get(j, "x-a"));
+  json_decref(j);
+  j = echo_seen(c, "X-B", "2", NULL, NULL);
+  assert_null(json_object_get(j, "x-a"));
+  assert_string_equal(json_string_value(json_object_get(j, "x-b")), "2");
+  json_decref(j);
+  j = echo_seen(c, "X-C", "3", "X-D", "4");
+  assert_null(json_object_get(j, "x-b"));
+  assert_string_equal(json_string_value(json_object_get(j, "x-c")), "3");
+  assert_string_equal(json_string_value(json_object_get(j, "x-d")), "4");
+  json_decref(j);
+  j = echo_seen(c, "X-E", "5", NULL, NULL);
+  assert_null(json_object_get(j, "x-c"));
+  assert_null(json_object_get(j, "x-d"));
+  assert_string_equal(json_string_value(json_object_get(j, "x-e")), "5");
+  json_decref(j);
+  resil_http_stats st;
+  assert_int_equal(resil_http_client_get_stats(c, &st), RESIL_OK);
+  assert_int_equal(st.connections_opened, 1);
+  resil_http_client_free(c);
+}
+
+static void localhost_one_connection(resil_http_client_config *cfg, void *u) {
+  cfg->base_url = u;
+  cfg->max_connections = 1;
+  cfg->max_connections_per_host = 1;
+}
+
+/* A host name, and a server that closes every connection: each call on the
+ * pool's one slot opens a new connection and finds the name in the slot's
+ * DNS cache (a CURLSH of the slot's own, slot.c), and freeing the client
+ * frees the cache after the handle that used it. */
+static void host_name_resolved_again_on_one_slot(void **state) {
+  fx_state *fs = *state;
+  static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  const char *replies[] = {ok, ok, ok};
+  raw_server rs;
+  raw_start(&rs, replies, 3);
+  char base[64];
+  snprintf(base, sizeof base, "http://localhost:%u", (unsigned)rs.port);
+  resil_http_client *c = client_on(fs->f, eps, NEPS, localhost_one_connection, base);
+  for (int i = 0; i < 3; i++) {
+    resil_http_response *r = NULL;
+    resil_outcome o = call_p(c, "items_raw", &r, KV("id", "1"));
+    assert_int_equal(o.http_status, 200);
+    size_t len = 0;
+    const char *body = resil_http_response_body(r, &len);
+    assert_int_equal(len, 2);
+    assert_memory_equal(body, "ok", 2);
+    resil_http_response_free(r);
+  }
+  resil_http_stats st;
+  assert_int_equal(resil_http_client_get_stats(c, &st), RESIL_OK);
+  assert_int_equal(st.connections_opened, 3);
+  resil_http_client_free(c);
+  raw_stop(&rs);
+  char line[128];
+  raw_request_line(&rs, 2, line, sizeof line);
+  assert_string_equal(line, "GET /items/1 HTTP/1.1");
+}
+
+/* How many header lines of the raw request req are named `name` (lower
+ * case), and the value of the last one in val. */
+static int raw_header_count(const char *req, const char *name, char *val, size_t vn) {
+  int k = 0;
+  size_t nl = strlen(name);
+  val[0] = '\0';
+  for (const char *p = strstr(req, "\r\n"); p && p[2] && !(p[2] == '\r' && p[3] == '\n');
+       p = strstr(p + 2, "\r\n")) {
+    const char *line = p + 2;
+    size_t i = 0;
+    while (i < nl && line[i] && (line[i] | 32) == name[i]) i++;
+    if (i == nl && line[nl] == ':') {
+      k++;
+      const char *v = line + nl + 1;
+      while (*v == ' ') v++;
+      snprintf(val, vn, "%.*s", (int)strcspn(v, "\r\n"), v);
+    }
+  }
+  return k;
+}
+
+typedef struct ua_cfg {
+  const char *base, *proxy, *ua;
+  const resil_http_interceptor *ic;
+  char log[4096];
+} ua_cfg;
+
+static void ua_log(void *u, resil_http_log_level level, const char *line) {
+  (void)level;
+  ua_cfg *k = u;
+  size_t n = strlen(k->log);
+  snprintf(k->log + n, sizeof k->log - n, "%s\n", line);
+}
+
+static void ua_use(resil_http_client_config *cfg, void *u) {
+  ua_cfg *k = u;
+  cfg->base_url = k->base;
+  cfg->proxy = k->proxy;
+  cfg->user_agent = k->ua;
+  cfg->interceptors = k->ic;
+  cfg->interceptor_count = k->ic ? 1 : 0;
+  cfg->log_level = RESIL_HTTP_LOG_HEADERS;
+  cfg->log_fn = ua_log;
+  cfg->log_user = k;
+}
+
+static resil_status ic_user_agent(void *user, const resil_http_attempt_info *info,
+                                  resil_http_headers *h) {
+  (void)user;
+  (void)info;
+  return resil_http_headers_set(h, "User-Agent", "ua-ic");
+}
+
+/* The User-Agent goes as a header line the client formats once (not
+ * through CURLOPT_USERAGENT, which libcurl formats for every request):
+ * every request carries exactly one, the client's by default, the
+ * request's or an interceptor's when they set one, and through a proxy
+ * too; the headers logged are the same as before (libcurl's own lines,
+ * the user agent among them, are not logged). */
+static void user_agent_once_per_request_whoever_sets_it(void **state) {
+  fx_state *fs = *state;
+  static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  const char *replies[] = {ok, ok, ok, ok};
+  raw_server rs;
+  raw_start(&rs, replies, 4);
+  static const resil_http_interceptor ic = {ic_user_agent, NULL};
+  /* The proxy client's base names a closed port: only the proxy answers. */
+  char closed[64];
+  snprintf(closed, sizeof closed, "http://127.0.0.1:%u", closed_port());
+  ua_cfg k[3] = {{.base = rs.url},
+                 {.base = closed, .proxy = rs.url, .ua = "ua-proxy"},
+                 {.base = rs.url, .ic = &ic}};
+  resil_http_param mine[] = {{"User-Agent", "mine"}};
+  for (int i = 0; i < 4; i++) {
+    ua_cfg *kc = &k[i < 2 ? 0 : i - 1];
+    resil_http_client *c = client_on(fs->f, eps, NEPS, ua_use, kc);
+    resil_http_args args;
+    resil_http_args_init(&args);
+    resil_http_param id = {"id", "1"};
+    args.params = &id;
+    args.param_count = 1;
+    if (i == 1) {
+      args.headers = mine;
+      args.header_count = 1;
+    }
+    resil_http_response *r = NULL;
+    resil_outcome o = resil_http_call(c, "items_raw", &args, NULL, NULL, &r);
+    assert_int_equal(o.http_status, 200);
+    resil_http_response_free(r);
+    resil_http_client_free(c);
+  }
+  raw_stop(&rs);
+  char val[128], line[160];
+  assert_int_equal(raw_header_count(rs.req[0], "user-agent", val, sizeof val), 1);
+  assert_non_null(strstr(val, "libresil/"));
+  assert_int_equal(raw_header_count(rs.req[1], "user-agent", val, sizeof val), 1);
+  assert_string_equal(val, "mine");
+  raw_request_line(&rs, 2, line, sizeof line);
+  snprintf(val, sizeof val, "GET %s/items/1 HTTP/1.1", closed);
+  assert_string_equal(line, val);
+  assert_int_equal(raw_header_count(rs.req[2], "user-agent", val, sizeof val), 1);
+  assert_string_equal(val, "ua-proxy");
+  assert_int_equal(raw_header_count(rs.req[3], "user-agent", val, sizeof val), 1);
+  assert_string_equal(val, "ua-ic");
+  /* Logged: the caller's and the interceptor's, never the client's own. */
+  assert_null(strstr(k[0].log, "libresil/"));
+  assert_non_null(strstr(k[0].log, "User-Agent: mine"));
+  assert_null(strstr(k[1].log, "ua-proxy"));
+  assert_non_null(strstr(k[2].log, "User-Agent: ua-ic"));
+}
+
+static void no_decompression(resil_http_client_config *cfg, void *u) {
+  cfg->base_url = u;
+  cfg->response_decompression = 0;
+}
+
+static size_t discard(char *p, size_t size, size_t n, void *u) {
+  (void)p;
+  (void)u;
+  return size * n;
+}
+
+/* The request bytes a bare libcurl handle sends for GET url with the
+ * client's defaults on the wire (its User-Agent, every encoding libcurl
+ * decodes, HTTP/1.1) and the extra header h (NULL: none). */
+static void bare_get(const char *url, const char *h) {
+  CURL *e = curl_easy_init();
+  assert_non_null(e);
+  struct curl_slist *l = h ? curl_slist_append(NULL, h) : NULL;
+  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_USERAGENT, "libresil/" RESIL_VERSION_STRING);
+  curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+  curl_easy_setopt(e, CURLOPT_PROXY, "");
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, l);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
+  assert_int_equal(curl_easy_perform(e), CURLE_OK);
+  curl_easy_cleanup(e);
+  curl_slist_free_all(l);
+}
+
+/* The client writes the User-Agent, Accept and Accept-Encoding lines
+ * itself (formatted once, not by libcurl for every request): the request
+ * is byte for byte the one libcurl writes with CURLOPT_USERAGENT and
+ * CURLOPT_ACCEPT_ENCODING "", with a JSON endpoint's Accept too; a gzip
+ * answer is still decoded (CURLOPT_ACCEPT_ENCODING stays set), and
+ * without response_decompression no Accept-Encoding goes out and the
+ * body stays as it came. */
+static void lead_lines_as_libcurl_writes_them_gzip_decoded(void **state) {
+  fx_state *fs = *state;
+  static const char text[] = "decoded body, decoded body, decoded body";
+  unsigned char gz[256];
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  assert_int_equal(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8,
+                                Z_DEFAULT_STRATEGY), Z_OK);
+  z.next_in = (Bytef *)(uintptr_t)text;
+  z.avail_in = (uInt)strlen(text);
+  z.next_out = gz;
+  z.avail_out = sizeof gz;
+  assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+  size_t gzlen = (size_t)z.total_out;
+  deflateEnd(&z);
+  char gzreply[512];
+  int hl = snprintf(gzreply, sizeof gzreply,
+                    "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %zu\r\n"
+                    "Connection: close\r\n\r\n", gzlen);
+  memcpy(gzreply + hl, gz, gzlen);
+  static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  const char *replies[] = {gzreply, ok, ok, ok, gzreply};
+  size_t lens[] = {(size_t)hl + gzlen, 0, 0, 0, (size_t)hl + gzlen};
+  raw_server rs;
+  raw_start_lens(&rs, replies, lens, 5);
+  char url[128];
+
+  resil_http_client *c = client_on(fs->f, eps, NEPS, localhost_one_connection, rs.url);
+  resil_http_response *r = NULL;
+  resil_outcome o = call_p(c, "items_raw", &r, KV("id", "1"));
+  assert_int_equal(o.http_status, 200);
+  size_t len = 0;
+  const char *body = resil_http_response_body(r, &len);
+  assert_int_equal(len, strlen(text));
+  assert_memory_equal(body, text, len);
+  resil_http_response_free(r);
+  snprintf(url, sizeof url, "%s/items/1", rs.url);
+  bare_get(url, NULL);
+  o = call_p(c, "m_get", &r, NULL);
+  assert_int_equal(o.http_status, 200);
+  resil_http_response_free(r);
+  snprintf(url, sizeof url, "%s/echo", rs.url);
+  bare_get(url, "Accept: application/json");
+  resil_http_client_free(c);
+
+  c = client_on(fs->f, eps, NEPS, no_decompression, rs.url);
+  o = call_p(c, "items_raw", &r, KV("id", "1"));
+  assert_int_equal(o.http_status, 200);
+  body = resil_http_response_body(r, &len);
+  assert_int_equal(len, gzlen);
+  assert_memory_equal(body, gz, gzlen);
+  resil_http_response_free(r);
+  resil_http_client_free(c);
+  raw_stop(&rs);
+
+  assert_int_equal(rs.nreq, 5);
+  assert_string_equal(rs.req[0], rs.req[1]);
+  assert_string_equal(rs.req[2], rs.req[3]);
+  char val[128];
+  assert_int_equal(raw_header_count(rs.req[0], "accept-encoding", val, sizeof val), 1);
+  assert_int_equal(raw_header_count(rs.req[0], "accept", val, sizeof val), 1);
+  assert_string_equal(val, "*/*");
+  assert_int_equal(raw_header_count(rs.req[2], "accept", val, sizeof val), 1);
+  assert_string_equal(val, "application/json");
+  assert_int_equal(raw_header_count(rs.req[4], "accept-encoding", val, sizeof val), 0);
+  assert_int_equal(raw_header_count(rs.req[4], "user-agent", val, sizeof val), 1);
+}
+
 static void methods_switch_cleanly_on_one_handle(void **state) {
   fx_state *s = *state;
   resil_http_client *c = client_on(s->f, eps, NEPS, one_connection, NULL);
@@ -1038,10 +1348,11 @@ static void set_alloc(resil_http_client_config *cfg, void *u) { cfg->alloc = u; 
 
 /* The blocking path's per-call cost (issue 10): once the slot's handle
  * exists, a keep-alive GET allocates the request (its URL inside it), the
- * response and the response's header and body buffers, nothing more (the
- * URL used to be a block of its own and the headers grew 64 -> 128 -> 256
- * bytes); and a lease that found a slot free at once reads no clock, so
- * it waited 0 ns. */
+ * response and the response's header buffer, nothing more (the URL used
+ * to be a block of its own, the headers grew 64 -> 128 -> 256 bytes, and
+ * a short body had a block of its own before it lived in the response);
+ * and a lease that found a slot free at once reads no clock, so it waited
+ * 0 ns. */
 static void keepalive_get_allocates_request_and_response_only(void **state) {
   fx_state *s = *state;
   test_alloc ta;
@@ -1060,7 +1371,47 @@ static void keepalive_get_allocates_request_and_response_only(void **state) {
     resil_http_response_info(r, &info);
     assert_true(info.reused_connection == (i > 0));
     assert_int_equal(info.lease_wait_ns, 0);
-    if (i > 0) assert_int_equal(ta.count - before, 4);
+    if (i > 0) assert_int_equal(ta.count - before, 3);
+    resil_http_response_free(r);
+  }
+  resil_http_client_free(c);
+  assert_int_equal(ta.live, 0);
+}
+
+/* A body longer than the response's own space for a short one moves to
+ * the heap whole, and a long header block too; and an endpoint whose path
+ * has no placeholder (its URL start built once, at client creation) still
+ * takes the caller's extra query parameters, percent-encoded. */
+static void long_body_and_fixed_path_with_query(void **state) {
+  fx_state *s = *state;
+  test_alloc ta;
+  test_alloc_init(&ta, 0);
+  resil_http_client *c = client_on(s->f, eps, NEPS, set_alloc, &ta.a);
+  char big[600];
+  memset(big, 'v', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  resil_http_param q[] = {{"a", "1 2"}, {"b", NULL}};
+  resil_http_param h[] = {{"X-Big", big}};
+  for (int i = 0; i < 2; i++) {
+    resil_http_args args;
+    resil_http_args_init(&args);
+    args.query = q;
+    args.query_count = 2;
+    args.headers = h;
+    args.header_count = 1;
+    resil_http_response *r = NULL;
+    resil_outcome o = resil_http_call(c, "m_get", &args, NULL, NULL, &r);
+    assert_int_equal(o.http_status, 200);
+    size_t len = 0;
+    const char *body = resil_http_response_body(r, &len);
+    assert_true(len > 700);
+    assert_int_equal(strlen(body), len);
+    json_t *j = resil_http_response_json(r);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "path")), "/echo");
+    assert_string_equal(json_string_value(json_object_get(j, "query")), "a=1%202&b");
+    assert_non_null(strstr(body, big));
+    assert_non_null(resil_http_response_header(r, "content-type"));
     resil_http_response_free(r);
   }
   resil_http_client_free(c);
@@ -1138,6 +1489,11 @@ int main(void) {
       cmocka_unit_test(config_is_validated_field_by_field),
       cmocka_unit_test(client_constructor_survives_allocation_failures),
       cmocka_unit_test_setup_teardown(keepalive_get_allocates_request_and_response_only, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(long_body_and_fixed_path_with_query, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(headers_switch_cleanly_on_one_handle, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(host_name_resolved_again_on_one_slot, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(user_agent_once_per_request_whoever_sets_it, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(lead_lines_as_libcurl_writes_them_gzip_decoded, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,6 +108,7 @@ typedef struct raw_server {
   char url[64];
   pthread_t th;
   const char *replies[RAW_MAX];
+  size_t lens[RAW_MAX]; /* 0: strlen(replies[i]) */
   size_t nreplies;
   pthread_mutex_t mu;
   char req[RAW_MAX][4096];
@@ -141,7 +142,7 @@ static inline void *raw_server_main(void *u) {
     memcpy(s->req[s->nreq++], buf, n + 1);
     pthread_mutex_unlock(&s->mu);
     if (s->replies[i]) {
-      size_t len = strlen(s->replies[i]), off = 0;
+      size_t len = s->lens[i] ? s->lens[i] : strlen(s->replies[i]), off = 0;
       while (off < len) {
         ssize_t w = write(fd, s->replies[i] + off, len - off);
         if (w <= 0) break;
@@ -154,11 +155,16 @@ static inline void *raw_server_main(void *u) {
   return NULL;
 }
 
-/* Starts a server that answers the given replies, one per connection. */
-static inline void raw_start(raw_server *s, const char *const *replies, size_t n) {
+/* Starts a server that answers the given replies, one per connection;
+ * reply i is lens[i] bytes (lens NULL or lens[i] 0: a C string). */
+static inline void raw_start_lens(raw_server *s, const char *const *replies, const size_t *lens,
+                                  size_t n) {
   memset(s, 0, sizeof *s);
   assert_true(n <= RAW_MAX);
-  for (size_t i = 0; i < n; i++) s->replies[i] = replies[i];
+  for (size_t i = 0; i < n; i++) {
+    s->replies[i] = replies[i];
+    s->lens[i] = lens ? lens[i] : 0;
+  }
   s->nreplies = n;
   pthread_mutex_init(&s->mu, NULL);
   s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -171,6 +177,10 @@ static inline void raw_start(raw_server *s, const char *const *replies, size_t n
   s->port = ntohs(a.sin_port);
   snprintf(s->url, sizeof s->url, "http://127.0.0.1:%u", (unsigned)s->port);
   pthread_create(&s->th, NULL, raw_server_main, s);
+}
+
+static inline void raw_start(raw_server *s, const char *const *replies, size_t n) {
+  raw_start_lens(s, replies, NULL, n);
 }
 
 /* Stops accepting (a connection never made ends the thread too). The
