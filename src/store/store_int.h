@@ -123,6 +123,11 @@ typedef struct resil__store_backend {
 } resil__store_backend;
 
 extern const resil__store_backend resil__store_sqlite;
+
+/* The name of the SQLite backend's VFS (store_sqlite_vfs.c: the default VFS
+ * writing each WAL frame in one write), registered on first use; NULL (the
+ * default VFS) when it cannot be. */
+const char *resil__sqlite_vfs(void);
 extern const resil__store_backend resil__store_pg;
 
 struct resil_store {

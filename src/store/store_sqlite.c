@@ -8,7 +8,12 @@
  * in the transaction commit together or not at all. Readers (status, and
  * begin on a key being completed) read the last committed state in WAL mode
  * without waiting for the writer. A lock held longer than busy_timeout gives
- * SQLITE_BUSY, reported as RESIL_ETIMEDOUT. */
+ * SQLITE_BUSY, reported as RESIL_ETIMEDOUT.
+ *
+ * Connections are opened through the VFS of store_sqlite_vfs.c: the
+ * default VFS, writing each WAL frame (header and page) in one write
+ * instead of two; the file, its locks and its durability are the default
+ * VFS's, so other connections and processes share the file as usual. */
 #include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -410,7 +415,7 @@ static resil_status sq_connect(resil_store *s, void **out, int first) {
 #ifdef SQLITE_OPEN_EXRESCODE
   flags |= SQLITE_OPEN_EXRESCODE;
 #endif
-  int rc = sqlite3_open_v2(s->target, &c->db, flags, NULL);
+  int rc = sqlite3_open_v2(s->target, &c->db, flags, resil__sqlite_vfs());
   resil_status st = RESIL_OK;
   if (rc != SQLITE_OK) {
     st = open_failure(s, c, rc);

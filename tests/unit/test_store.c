@@ -1224,6 +1224,82 @@ static void sqlite_schema_version_1_is_migrated_keeping_every_row(void **state) 
   assert_int_equal(state_of(f->s, "old-pending"), RESIL_OP_COMMITTED);
 }
 
+/* write system calls of this process so far (Linux /proc/self/io), or -1. */
+static long proc_write_calls(void) {
+  FILE *fp = fopen("/proc/self/io", "r");
+  if (!fp) return -1;
+  char line[128];
+  long n = -1;
+  while (fgets(line, sizeof line, fp))
+    if (sscanf(line, "syscw: %ld", &n) == 1) break;
+  fclose(fp);
+  return n;
+}
+
+typedef struct frame_count {
+  long frames;
+  int last;
+  int hooked;
+} frame_count;
+
+static int count_frames(void *user, sqlite3 *db, const char *name, int nframes) {
+  (void)db;
+  (void)name;
+  frame_count *c = user;
+  c->frames += nframes >= c->last ? nframes - c->last : nframes;
+  c->last = nframes;
+  return SQLITE_OK;
+}
+
+/* Writes nothing; counts the WAL frames its connection commits from now on
+ * (the hook also stops automatic checkpoints, which write the database). */
+static resil_status effect_counting_frames(void *user, resil_store_txn *tx,
+                                           const resil_op_record *pending,
+                                           resil_op_response *out) {
+  (void)pending;
+  frame_count *c = user;
+  if (!c->hooked) {
+    sqlite3_wal_hook(resil_store_txn_sqlite(tx), count_frames, c);
+    c->hooked = 1;
+  }
+  out->status = 201;
+  return RESIL_OK;
+}
+
+/* SQLite writes a WAL frame as its 24-byte header and its page; the store's
+ * VFS sends both in one write: a keyed operation makes one write system
+ * call per frame it commits, not two. */
+static void sqlite_each_wal_frame_takes_one_write(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  if (proc_write_calls() < 0) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  frame_count c = {0};
+  assert_int_equal(begin_ok(f->s, "wf-warm", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_OK,
+                resil_store_complete(f->s, "wf-warm", effect_counting_frames, &c, NULL));
+  assert_true(c.hooked);
+  c.frames = 0;
+  enum { N = 20 };
+  char keys[N][16];
+  for (int i = 0; i < N; i++) snprintf(keys[i], sizeof keys[i], "wf-%d", i);
+  int ok = 1;
+  long w0 = proc_write_calls();
+  for (int i = 0; i < N && ok; i++) {
+    resil_op_begin_result r = 0;
+    ok = resil_store_begin(f->s, keys[i], &req, &r, NULL) == RESIL_OK && r == RESIL_OP_NEW &&
+         resil_store_complete(f->s, keys[i], effect_counting_frames, &c, NULL) == RESIL_OK;
+  }
+  long w1 = proc_write_calls();
+  assert_true(ok);
+  assert_true(c.frames >= 2 * N);
+  if (w1 - w0 > c.frames + c.frames / 8)
+    fail_msg("%ld write calls for %ld WAL frames", w1 - w0, c.frames);
+  assert_int_equal(state_of(f->s, "wf-19"), RESIL_OP_COMMITTED);
+}
+
 static void damage_fingerprint(fx *f, const char *key) {
   char sql[200];
   snprintf(sql, sizeof sql,
@@ -1685,6 +1761,7 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   cmocka_unit_test_prestate_setup_teardown(sqlite_deleted_or_replaced_file_is_never_reported_as_success, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_operation_writes_build_no_temporary_btree, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_schema_version_1_is_migrated_keeping_every_row, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_each_wal_frame_takes_one_write, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(recovery_skips_and_reports_damaged_pending_rows, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(status_below_200_is_never_committed_nor_replayed, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(unsized_request_and_record_are_refused, fx_setup, fx_teardown, (void *)&bk), \
