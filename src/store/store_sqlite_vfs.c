@@ -17,6 +17,10 @@
  * every other file are the default VFS's own, untouched, so connections
  * through this VFS and through any other share a database as usual.
  *
+ * The VFS wrapped is the default one (sqlite3_vfs_find(NULL)) when the
+ * first store opens a SQLite file; a default VFS registered later is not
+ * picked up by this process's stores.
+ *
  * A failure to write held bytes is returned by the call that wrote them
  * (to SQLite, the same failure a direct write would have reported a call
  * earlier: the transaction fails). Calls that cannot return one
