@@ -326,10 +326,13 @@ RESIL_API void resil_store_config_init_sized(resil_store_config *cfg, size_t str
  * cfg may be NULL (defaults). Opens pool_size connections at once. Every
  * connection sets WAL, synchronous=FULL and the busy timeout (SQLite), or
  * lock_timeout (PostgreSQL).
- * SQLite: the store remembers the file it opened. Before it reports NEW
- * (begin) or commits a terminal state (complete, recover), and whenever a
- * pooled connection is taken, it checks (SQLITE_FCNTL_HAS_MOVED: one stat
- * of the path against the open file) that the path still names that file.
+ * SQLite: the store remembers the file it opened. Before every commit
+ * (begin's PENDING row or attempt count, a terminal state in complete or
+ * recover) and before every answer given without a commit (status, begin's
+ * answer from the last committed state, a completion that finds nothing
+ * PENDING, recovery's listing, sweep, count_pending), it checks
+ * (SQLITE_FCNTL_HAS_MOVED: one stat of the path against the open file)
+ * that the path still names that file.
  * A file deleted or replaced while open makes that call fail with
  * RESIL_EIO ("... was deleted or replaced while open ...") and nothing is
  * reported as stored: writes into a deleted file would be lost, and the

@@ -343,12 +343,27 @@ static int digest_part(EVP_MD_CTX *c, const void *p, size_t n) {
   return n == 0 || EVP_DigestUpdate(c, p, n);
 }
 
+/* SHA-256, looked up once: with OpenSSL 3, EVP_sha256() makes every
+ * EVP_DigestInit_ex fetch the implementation again (a locked lookup in the
+ * provider store, as much CPU as the hash of a small request); a method
+ * fetched explicitly is used as is. Held for the life of the process. */
+static const EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+  sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+#endif
+  if (!sha256_md) sha256_md = EVP_sha256();
+}
+
 static resil_status fingerprint(const resil_op_request *req, size_t method_len,
                                 size_t path_len, unsigned char out[32]) {
+  pthread_once(&sha256_once, sha256_fetch);
   EVP_MD_CTX *c = EVP_MD_CTX_new();
   if (!c) return RESIL_ENOMEM;
   unsigned int n = 0;
-  int ok = EVP_DigestInit_ex(c, EVP_sha256(), NULL) &&
+  int ok = EVP_DigestInit_ex(c, sha256_md, NULL) &&
            digest_part(c, req->method, method_len) &&
            digest_part(c, req->path, path_len) &&
            digest_part(c, req->body, req->body_len) &&

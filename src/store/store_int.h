@@ -69,8 +69,9 @@ typedef struct resil__store_backend {
   resil_status (*connect)(resil_store *s, void **conn, int first);
   void (*disconnect)(resil_store *s, void *conn);
   /* Called when a connection is taken from the pool: reconnects a
-   * connection that was lost and ends a transaction left open (SQLite:
-   * also checks that the file was not deleted or replaced). */
+   * connection that was lost and ends a transaction left open. (SQLite
+   * checks that its file was not deleted or replaced before every commit
+   * and every answer given without one, not here: store_sqlite.c.) */
   resil_status (*ready)(resil_store *s, void *conn);
   /* 1 when conn was lost (a failure on it may be retried once after ready()
    * reconnects it); NULL for a backend without reconnection. */
@@ -122,6 +123,11 @@ typedef struct resil__store_backend {
 } resil__store_backend;
 
 extern const resil__store_backend resil__store_sqlite;
+
+/* The name of the SQLite backend's VFS (store_sqlite_vfs.c: the default VFS
+ * writing each WAL frame in one write), registered on first use; NULL (the
+ * default VFS) when it cannot be. */
+const char *resil__sqlite_vfs(void);
 extern const resil__store_backend resil__store_pg;
 
 struct resil_store {

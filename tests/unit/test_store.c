@@ -1067,12 +1067,21 @@ static void sqlite_deleted_or_replaced_file_is_never_reported_as_success(void **
   assert_non_null(strstr(resil_store_errmsg(f->s), f->env.path));
   /* Completing a key begun before the deletion commits nothing either. */
   assert_status(RESIL_EIO, resil_store_complete(f->s, "owned", ts_effect_fn, &e, NULL));
+  /* Nor does a completion that finds nothing PENDING answer from it. */
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "before", ts_effect_fn, &e, NULL));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "deleted or replaced"));
   resil_op_record rec;
   resil_op_record_init(&rec);
   assert_status(RESIL_EIO, resil_store_status(f->s, "before", &rec));
   uint32_t n = 0;
   assert_status(RESIL_EIO, resil_store_recover(f->s, 0, 10, ts_effect_fn, &e, &n));
   assert_int_equal(n, 0);
+  uint32_t deleted = 7;
+  assert_status(RESIL_EIO, resil_store_sweep(f->s, 0, 10, &deleted));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "deleted or replaced"));
+  uint64_t pending = 0;
+  assert_status(RESIL_EIO, resil_store_count_pending(f->s, &pending));
+  assert_non_null(strstr(resil_store_errmsg(f->s), "deleted or replaced"));
 
   /* Replaced: another database renamed over the path. */
   fx_reopen(f);
@@ -1088,6 +1097,207 @@ static void sqlite_deleted_or_replaced_file_is_never_reported_as_success(void **
   assert_status(RESIL_EIO, resil_store_begin(f->s, "k3", &req, &r, NULL));
   assert_non_null(strstr(resil_store_errmsg(f->s), "deleted or replaced"));
   resil_op_record_clear(&rec);
+}
+
+/* ---- issue 10: the SQLite schema's cost per operation ----------------------- */
+
+/* Whether the program of sql on the store's file opens a temporary b-tree
+ * (OpenEphemeral): SQLite builds one per execution for a CHECK written
+ * "x IN (a, b, c)", which the store's INSERT and terminal UPDATE paid on
+ * every operation with schema version 1. */
+static int sqlite_program_has_ephemeral(fx *f, const char *sql) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *q = NULL;
+  char explain[600];
+  snprintf(explain, sizeof explain, "EXPLAIN %s", sql);
+  assert_int_equal(sqlite3_open(f->env.path, &db), SQLITE_OK);
+  if (sqlite3_prepare_v2(db, explain, -1, &q, NULL) != SQLITE_OK)
+    fail_msg("EXPLAIN %s: %s", sql, sqlite3_errmsg(db));
+  int found = 0, steps = 0;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    steps++;
+    const char *op = (const char *)sqlite3_column_text(q, 1);
+    if (op && strcmp(op, "OpenEphemeral") == 0) found = 1;
+  }
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  assert_true(steps > 0);
+  return found;
+}
+
+static void sqlite_operation_writes_build_no_temporary_btree(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  /* The statements of store_sqlite.c's begin and completion. */
+  assert_false(sqlite_program_has_ephemeral(
+      f, "INSERT INTO resil_operations (key, state, fingerprint, method, path, "
+         "request_body, status, headers, body, created_ms, updated_ms, attempts) "
+         "VALUES (?1, 1, ?2, ?3, ?4, ?5, NULL, NULL, NULL, ?6, ?6, 1) "
+         "ON CONFLICT (key) DO NOTHING"));
+  assert_false(sqlite_program_has_ephemeral(
+      f, "UPDATE resil_operations SET state = ?2, status = ?3, headers = ?4, body = ?5, "
+         "updated_ms = ?6 WHERE key = ?1 AND state = 1"));
+  assert_int_equal(ts_query_long(&f->env, "SELECT max(version) FROM resil_schema"), 2);
+  /* The constraint itself still holds: only 1, 2 and 3 are states. */
+  static const char *const bad[] = {"4", "0", "1.5", "NULL"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    sqlite3 *db = NULL;
+    char sql[400];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO resil_operations VALUES ('bad-%zu', %s, X'00', 'POST', '/', X'', "
+             "NULL, NULL, NULL, 0, 0, 1)", i, bad[i]);
+    assert_int_equal(sqlite3_open(f->env.path, &db), SQLITE_OK);
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    sqlite3_close(db);
+    assert_int_equal(rc & 0xff, SQLITE_CONSTRAINT);
+  }
+}
+
+/* Schema version 1, as 0.1 created it. */
+static const char sqlite_schema_v1[] =
+    "CREATE TABLE resil_schema (version INTEGER NOT NULL);"
+    "CREATE TABLE resil_operations ("
+    " key TEXT PRIMARY KEY NOT NULL,"
+    " state INTEGER NOT NULL CHECK (state IN (1, 2, 3)),"
+    " fingerprint BLOB NOT NULL,"
+    " method TEXT NOT NULL,"
+    " path TEXT NOT NULL,"
+    " request_body BLOB NOT NULL,"
+    " status INTEGER,"
+    " headers BLOB,"
+    " body BLOB,"
+    " created_ms INTEGER NOT NULL,"
+    " updated_ms INTEGER NOT NULL,"
+    " attempts INTEGER NOT NULL);"
+    "CREATE INDEX resil_operations_state_age ON resil_operations (state, updated_ms);"
+    "INSERT INTO resil_schema (version) VALUES (1);";
+
+/* A file of schema version 1 with a committed and a pending operation:
+ * opening it migrates it to version 2 (no temporary b-tree per write), and
+ * both operations are there as they were: the committed one replays byte
+ * for byte, the pending one completes once. */
+static void sqlite_schema_version_1_is_migrated_keeping_every_row(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect e = {.headers = "X: 1\r\n", .headers_len = 6, .body = "done", .body_len = 4};
+  commit_key(f, "old-done", &req, &e);
+  assert_int_equal(begin_ok(f->s, "old-pending", &req, NULL), RESIL_OP_NEW);
+  resil_store_close(f->s);
+  f->s = NULL;
+  /* The same rows in a version 1 schema. */
+  ts_exec(&f->env,
+          "CREATE TABLE saved AS SELECT * FROM resil_operations;"
+          "DROP TABLE resil_operations; DROP TABLE resil_schema;");
+  ts_exec(&f->env, sqlite_schema_v1);
+  ts_exec(&f->env, "INSERT INTO resil_operations SELECT * FROM saved; DROP TABLE saved;");
+  assert_true(sqlite_program_has_ephemeral(
+      f, "UPDATE resil_operations SET state = ?2 WHERE key = ?1 AND state = 1"));
+
+  fx_open(f);
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM resil_schema"), 1);
+  assert_int_equal(ts_query_long(&f->env, "SELECT max(version) FROM resil_schema"), 2);
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM resil_operations"), 2);
+  assert_false(sqlite_program_has_ephemeral(
+      f, "UPDATE resil_operations SET state = ?2 WHERE key = ?1 AND state = 1"));
+  assert_int_equal(ts_query_long(&f->env,
+                                 "SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+                                 "AND name = 'resil_operations_state_age'"), 1);
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(begin_ok(f->s, "old-done", &req, &rec), RESIL_OP_REPLAY);
+  assert_int_equal(rec.status, 201);
+  assert_int_equal(rec.headers_len, 6);
+  assert_memory_equal(rec.headers, "X: 1\r\n", 6);
+  assert_int_equal(rec.body_len, 4);
+  assert_memory_equal(rec.body, "done", 4);
+  assert_int_equal(rec.attempts, 2);
+  assert_int_equal(begin_ok(f->s, "old-pending", &req, &rec), RESIL_OP_IN_PROGRESS);
+  complete_ok(f->s, "old-pending", &e, &rec);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(ts_effects(&f->env, "old-pending"), 1);
+  assert_int_equal(ts_effects(&f->env, "old-done"), 1);
+  resil_op_record_clear(&rec);
+  /* Opening again finds the current version and changes nothing. */
+  fx_reopen(f);
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM resil_operations"), 2);
+  assert_int_equal(state_of(f->s, "old-pending"), RESIL_OP_COMMITTED);
+}
+
+/* write system calls of this process so far (Linux /proc/self/io), or -1. */
+static long proc_write_calls(void) {
+  FILE *fp = fopen("/proc/self/io", "r");
+  if (!fp) return -1;
+  char line[128];
+  long n = -1;
+  while (fgets(line, sizeof line, fp))
+    if (sscanf(line, "syscw: %ld", &n) == 1) break;
+  fclose(fp);
+  return n;
+}
+
+typedef struct frame_count {
+  long frames;
+  int last;
+  int hooked;
+} frame_count;
+
+static int count_frames(void *user, sqlite3 *db, const char *name, int nframes) {
+  (void)db;
+  (void)name;
+  frame_count *c = user;
+  c->frames += nframes >= c->last ? nframes - c->last : nframes;
+  c->last = nframes;
+  return SQLITE_OK;
+}
+
+/* Writes nothing; counts the WAL frames its connection commits from now on
+ * (the hook also stops automatic checkpoints, which write the database). */
+static resil_status effect_counting_frames(void *user, resil_store_txn *tx,
+                                           const resil_op_record *pending,
+                                           resil_op_response *out) {
+  (void)pending;
+  frame_count *c = user;
+  if (!c->hooked) {
+    sqlite3_wal_hook(resil_store_txn_sqlite(tx), count_frames, c);
+    c->hooked = 1;
+  }
+  out->status = 201;
+  return RESIL_OK;
+}
+
+/* SQLite writes a WAL frame as its 24-byte header and its page; the store's
+ * VFS sends both in one write: a keyed operation makes one write system
+ * call per frame it commits, not two. */
+static void sqlite_each_wal_frame_takes_one_write(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  if (proc_write_calls() < 0) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  frame_count c = {0};
+  assert_int_equal(begin_ok(f->s, "wf-warm", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_OK,
+                resil_store_complete(f->s, "wf-warm", effect_counting_frames, &c, NULL));
+  assert_true(c.hooked);
+  c.frames = 0;
+  enum { N = 20 };
+  char keys[N][16];
+  for (int i = 0; i < N; i++) snprintf(keys[i], sizeof keys[i], "wf-%d", i);
+  int ok = 1;
+  long w0 = proc_write_calls();
+  for (int i = 0; i < N && ok; i++) {
+    resil_op_begin_result r = 0;
+    ok = resil_store_begin(f->s, keys[i], &req, &r, NULL) == RESIL_OK && r == RESIL_OP_NEW &&
+         resil_store_complete(f->s, keys[i], effect_counting_frames, &c, NULL) == RESIL_OK;
+  }
+  long w1 = proc_write_calls();
+  assert_true(ok);
+  assert_true(c.frames >= 2 * N);
+  if (w1 - w0 > c.frames + c.frames / 8)
+    fail_msg("%ld write calls for %ld WAL frames", w1 - w0, c.frames);
+  assert_int_equal(state_of(f->s, "wf-19"), RESIL_OP_COMMITTED);
 }
 
 static void damage_fingerprint(fx *f, const char *key) {
@@ -1549,6 +1759,9 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   cmocka_unit_test_prestate_setup_teardown(open_allocation_failure_sweep, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(begin_and_complete_allocation_failure_sweep, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_deleted_or_replaced_file_is_never_reported_as_success, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_operation_writes_build_no_temporary_btree, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_schema_version_1_is_migrated_keeping_every_row, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_each_wal_frame_takes_one_write, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(recovery_skips_and_reports_damaged_pending_rows, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(status_below_200_is_never_committed_nor_replayed, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(unsized_request_and_record_are_refused, fx_setup, fx_teardown, (void *)&bk), \

@@ -1,0 +1,339 @@
+/* The SQLite backend's VFS: the default VFS with one change, in how WAL
+ * frames reach the file.
+ *
+ * SQLite writes every WAL frame with two writes, its 24-byte header and
+ * then its page, one pwrite each; a keyed operation appends about eight
+ * frames in its two commits, so half of its pwrite system calls (each
+ * several microseconds on a virtual disk) carried 24 bytes. Here a small
+ * write to a WAL file (at most SMALL_MAX bytes: a frame header, or the WAL
+ * header) is held back and goes to the file in one write together with
+ * the write that follows it when that one starts where it ends (the
+ * frame's page, which SQLite always writes right after its header).
+ * Anything else done to the file first (another write, a read, a sync, a
+ * size, a lock, a file control, the shared memory, close) writes the held
+ * bytes out on their own first, so every other operation sees the file
+ * exactly as it would without this VFS. Same bytes, same order, the same
+ * syncs: durability is the default VFS's. Locking, the shared memory and
+ * every other file are the default VFS's own, untouched, so connections
+ * through this VFS and through any other share a database as usual.
+ *
+ * The VFS wrapped is the default one (sqlite3_vfs_find(NULL)) when the
+ * first store opens a SQLite file; a default VFS registered later is not
+ * picked up by this process's stores.
+ *
+ * A failure to write held bytes is returned by the call that wrote them
+ * (to SQLite, the same failure a direct write would have reported a call
+ * earlier: the transaction fails). Calls that cannot return one
+ * (xShmBarrier) keep it for the file's next call that can. */
+#include <pthread.h>
+#include <sqlite3.h>
+#include <string.h>
+
+#include "store/store_int.h"
+
+#define VFS_NAME "resil-store"
+#define SMALL_MAX 32
+
+typedef struct wal_file {
+  sqlite3_file base; /* our methods */
+  int is_wal;
+  int held_len;          /* bytes held back (0: none) */
+  sqlite3_int64 held_off;
+  unsigned char held[SMALL_MAX];
+  int held_rc;           /* a failure to report at the next call that can */
+  unsigned char *join;   /* held bytes + the following write, one buffer */
+  int join_cap;
+  sqlite3_file *real;    /* the default VFS's file, right after this struct */
+} wal_file;
+
+static sqlite3_vfs *base_vfs;
+static sqlite3_vfs wal_vfs;
+static sqlite3_io_methods wal_methods;
+static int vfs_rc = SQLITE_ERROR;
+static pthread_once_t vfs_once = PTHREAD_ONCE_INIT;
+
+static wal_file *wf(sqlite3_file *f) { return (wal_file *)f; }
+
+/* Writes the held bytes out on their own. */
+static int flush_held(wal_file *f) {
+  if (f->held_rc) {
+    int rc = f->held_rc;
+    f->held_rc = SQLITE_OK;
+    return rc;
+  }
+  if (!f->held_len) return SQLITE_OK;
+  int n = f->held_len;
+  f->held_len = 0;
+  return f->real->pMethods->xWrite(f->real, f->held, n, f->held_off);
+}
+
+#define FLUSH_OR_RETURN(f)                                                      \
+  do {                                                                         \
+    int frc_ = flush_held(f);                                                  \
+    if (frc_ != SQLITE_OK) return frc_;                                        \
+  } while (0)
+
+static int x_close(sqlite3_file *pf) {
+  wal_file *f = wf(pf);
+  int rc = flush_held(f);
+  int crc = f->real->pMethods->xClose(f->real);
+  sqlite3_free(f->join);
+  f->join = NULL;
+  return rc != SQLITE_OK ? rc : crc;
+}
+
+static int x_read(sqlite3_file *pf, void *buf, int n, sqlite3_int64 off) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xRead(f->real, buf, n, off);
+}
+
+static int x_write(sqlite3_file *pf, const void *buf, int n, sqlite3_int64 off) {
+  wal_file *f = wf(pf);
+  if (!f->is_wal) return f->real->pMethods->xWrite(f->real, buf, n, off);
+  if (f->held_len && !f->held_rc && off == f->held_off + f->held_len && n > 0) {
+    int total = f->held_len + n;
+    if (total > f->join_cap) {
+      unsigned char *j = sqlite3_realloc(f->join, total);
+      if (j) {
+        f->join = j;
+        f->join_cap = total;
+      }
+    }
+    if (total <= f->join_cap) {
+      memcpy(f->join, f->held, (size_t)f->held_len);
+      memcpy(f->join + f->held_len, buf, (size_t)n);
+      sqlite3_int64 at = f->held_off;
+      f->held_len = 0;
+      return f->real->pMethods->xWrite(f->real, f->join, total, at);
+    }
+  }
+  FLUSH_OR_RETURN(f);
+  if (n > 0 && n <= SMALL_MAX) {
+    memcpy(f->held, buf, (size_t)n);
+    f->held_len = n;
+    f->held_off = off;
+    return SQLITE_OK;
+  }
+  return f->real->pMethods->xWrite(f->real, buf, n, off);
+}
+
+static int x_truncate(sqlite3_file *pf, sqlite3_int64 size) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xTruncate(f->real, size);
+}
+
+static int x_sync(sqlite3_file *pf, int flags) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xSync(f->real, flags);
+}
+
+static int x_file_size(sqlite3_file *pf, sqlite3_int64 *size) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xFileSize(f->real, size);
+}
+
+static int x_lock(sqlite3_file *pf, int level) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xLock(f->real, level);
+}
+
+static int x_unlock(sqlite3_file *pf, int level) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xUnlock(f->real, level);
+}
+
+static int x_check_reserved(sqlite3_file *pf, int *out) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xCheckReservedLock(f->real, out);
+}
+
+static int x_file_control(sqlite3_file *pf, int op, void *arg) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  if (op == SQLITE_FCNTL_VFSNAME) {
+    int rc = f->real->pMethods->xFileControl(f->real, op, arg);
+    if (rc == SQLITE_OK) {
+      char *inner = *(char **)arg;
+      *(char **)arg = sqlite3_mprintf(VFS_NAME "/%z", inner);
+    }
+    return rc;
+  }
+  return f->real->pMethods->xFileControl(f->real, op, arg);
+}
+
+static int x_sector_size(sqlite3_file *pf) {
+  wal_file *f = wf(pf);
+  return f->real->pMethods->xSectorSize(f->real);
+}
+
+static int x_device_characteristics(sqlite3_file *pf) {
+  wal_file *f = wf(pf);
+  return f->real->pMethods->xDeviceCharacteristics(f->real);
+}
+
+static int x_shm_map(sqlite3_file *pf, int pg, int pgsz, int extend, void volatile **pp) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xShmMap(f->real, pg, pgsz, extend, pp);
+}
+
+static int x_shm_lock(sqlite3_file *pf, int offset, int n, int flags) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xShmLock(f->real, offset, n, flags);
+}
+
+static void x_shm_barrier(sqlite3_file *pf) {
+  wal_file *f = wf(pf);
+  if (f->held_len && !f->held_rc) f->held_rc = flush_held(f);
+  f->real->pMethods->xShmBarrier(f->real);
+}
+
+static int x_shm_unmap(sqlite3_file *pf, int del) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  return f->real->pMethods->xShmUnmap(f->real, del);
+}
+
+static int x_fetch(sqlite3_file *pf, sqlite3_int64 off, int n, void **pp) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  if (f->real->pMethods->iVersion < 3) {
+    *pp = NULL; /* no memory mapping: SQLite reads instead */
+    return SQLITE_OK;
+  }
+  return f->real->pMethods->xFetch(f->real, off, n, pp);
+}
+
+static int x_unfetch(sqlite3_file *pf, sqlite3_int64 off, void *p) {
+  wal_file *f = wf(pf);
+  FLUSH_OR_RETURN(f);
+  if (f->real->pMethods->iVersion < 3) return SQLITE_OK;
+  return f->real->pMethods->xUnfetch(f->real, off, p);
+}
+
+static int x_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *pf, int flags,
+                  int *out_flags) {
+  (void)vfs;
+  wal_file *f = wf(pf);
+  memset(f, 0, sizeof *f);
+  f->real = (sqlite3_file *)(f + 1);
+  int rc = base_vfs->xOpen(base_vfs, name, f->real, flags, out_flags);
+  /* The default VFS's file is closed through ours whenever it has methods
+   * (also after a failed open), as SQLite closes every file that has. */
+  if (f->real->pMethods) {
+    f->is_wal = (flags & SQLITE_OPEN_WAL) != 0;
+    pf->pMethods = &wal_methods;
+  }
+  return rc;
+}
+
+/* The rest of the VFS is the default one's. */
+static int x_delete(sqlite3_vfs *v, const char *n, int sync) {
+  (void)v;
+  return base_vfs->xDelete(base_vfs, n, sync);
+}
+static int x_access(sqlite3_vfs *v, const char *n, int flags, int *out) {
+  (void)v;
+  return base_vfs->xAccess(base_vfs, n, flags, out);
+}
+static int x_full_pathname(sqlite3_vfs *v, const char *n, int len, char *out) {
+  (void)v;
+  return base_vfs->xFullPathname(base_vfs, n, len, out);
+}
+static void *x_dl_open(sqlite3_vfs *v, const char *n) {
+  (void)v;
+  return base_vfs->xDlOpen(base_vfs, n);
+}
+static void x_dl_error(sqlite3_vfs *v, int n, char *msg) {
+  (void)v;
+  base_vfs->xDlError(base_vfs, n, msg);
+}
+static void (*x_dl_sym(sqlite3_vfs *v, void *h, const char *sym))(void) {
+  (void)v;
+  return base_vfs->xDlSym(base_vfs, h, sym);
+}
+static void x_dl_close(sqlite3_vfs *v, void *h) {
+  (void)v;
+  base_vfs->xDlClose(base_vfs, h);
+}
+static int x_randomness(sqlite3_vfs *v, int n, char *out) {
+  (void)v;
+  return base_vfs->xRandomness(base_vfs, n, out);
+}
+static int x_sleep(sqlite3_vfs *v, int us) {
+  (void)v;
+  return base_vfs->xSleep(base_vfs, us);
+}
+static int x_current_time(sqlite3_vfs *v, double *out) {
+  (void)v;
+  return base_vfs->xCurrentTime(base_vfs, out);
+}
+static int x_get_last_error(sqlite3_vfs *v, int n, char *out) {
+  (void)v;
+  return base_vfs->xGetLastError ? base_vfs->xGetLastError(base_vfs, n, out) : 0;
+}
+static int x_current_time_int64(sqlite3_vfs *v, sqlite3_int64 *out) {
+  (void)v;
+  return base_vfs->xCurrentTimeInt64(base_vfs, out);
+}
+
+static void vfs_register(void) {
+  base_vfs = sqlite3_vfs_find(NULL);
+  /* Version 1 file methods lack the shared memory WAL needs; a default VFS
+   * that old is used as it is. */
+  if (!base_vfs || base_vfs->iVersion < 2) return;
+  wal_methods = (sqlite3_io_methods){
+      .iVersion = 3,
+      .xClose = x_close,
+      .xRead = x_read,
+      .xWrite = x_write,
+      .xTruncate = x_truncate,
+      .xSync = x_sync,
+      .xFileSize = x_file_size,
+      .xLock = x_lock,
+      .xUnlock = x_unlock,
+      .xCheckReservedLock = x_check_reserved,
+      .xFileControl = x_file_control,
+      .xSectorSize = x_sector_size,
+      .xDeviceCharacteristics = x_device_characteristics,
+      .xShmMap = x_shm_map,
+      .xShmLock = x_shm_lock,
+      .xShmBarrier = x_shm_barrier,
+      .xShmUnmap = x_shm_unmap,
+      .xFetch = x_fetch,
+      .xUnfetch = x_unfetch,
+  };
+  wal_vfs = (sqlite3_vfs){
+      .iVersion = 2,
+      .szOsFile = (int)sizeof(wal_file) + base_vfs->szOsFile,
+      .mxPathname = base_vfs->mxPathname,
+      .zName = VFS_NAME,
+      .xOpen = x_open,
+      .xDelete = x_delete,
+      .xAccess = x_access,
+      .xFullPathname = x_full_pathname,
+      .xDlOpen = x_dl_open,
+      .xDlError = x_dl_error,
+      .xDlSym = x_dl_sym,
+      .xDlClose = x_dl_close,
+      .xRandomness = x_randomness,
+      .xSleep = x_sleep,
+      .xCurrentTime = x_current_time,
+      .xGetLastError = x_get_last_error,
+      .xCurrentTimeInt64 = x_current_time_int64,
+  };
+  vfs_rc = sqlite3_vfs_register(&wal_vfs, 0);
+}
+
+const char *resil__sqlite_vfs(void) {
+  pthread_once(&vfs_once, vfs_register);
+  return vfs_rc == SQLITE_OK ? VFS_NAME : NULL;
+}
