@@ -70,23 +70,25 @@ static const hw_floor floors[] = {
     {"breaker_acquire_record", 0, 1, 0, 0, 0, 0,
      "acquire in CLOSED is one load of the state word; record takes the "
      "spinlock (1 xchg), counts, unlocks (a store)"},
-    {"breaker_run", 0, 1, 0, 0, 2, 3,
-     "acquire (a load), coarse reading before and after the call (slow-call "
-     "threshold 1 s), the call, record under the spinlock (1 xchg)"},
-    {"retry_run", 1, 0, 0, 0, 0, 1,
-     "fast path (no budget, deadline, listener): the call, then one counter "
-     "add (successful without retry); no clock read"},
-    {"ratelimiter_acquire", 1, 0, 1, 0, 1, 1,
-     "one coarse reading (1 s period), one CAS of the state word, one "
-     "counter add (permitted)"},
+    {"breaker_run", 0, 1, 0, 0, 2, 1,
+     "acquire (a load), the system clock's coarse reading inline before and "
+     "after the call (slow-call threshold 1 s), the call, record under the "
+     "spinlock (1 xchg)"},
+    {"retry_run", 0, 0, 0, 0, 0, 1,
+     "fast path (no budget, deadline, listener): the call, then the "
+     "thread's part of a counter (a plain load and store, core/shard.h); no "
+     "atomic read-modify-write, no clock read"},
+    {"ratelimiter_acquire", 0, 0, 1, 0, 1, 1,
+     "one coarse reading through the clock's pointer (1 s period), one CAS "
+     "of the state word; the permitted count in the thread's part"},
     {"bulkhead_acquire_release", 0, 0, 2, 0, 0, 0,
      "a CAS of the slot word each way"},
-    {"chain4_run", 3, 1, 3, 0, 2, 5,
-     "retry (a generic layer): its counter add; breaker, rate limiter and "
-     "bulkhead entered in one pass: 2 coarse readings and the spinlock xchg, "
-     "the limiter reuses the breaker's reading: CAS + counter add, a CAS of "
-     "the bulkhead's slot word each way; the chain's clean-pass add; calls: "
-     "the retry layer's run function and trampoline, the call, 2 clock reads"},
+    {"chain4_run", 0, 1, 3, 0, 2, 1,
+     "the retry's first attempt made by the chain (its count and the "
+     "chain's clean-pass count in thread parts); breaker, rate limiter and "
+     "bulkhead entered in one pass: 2 coarse readings inline and the "
+     "spinlock xchg, the limiter reuses the breaker's reading: one CAS, a "
+     "CAS of the bulkhead's slot word each way; the call"},
     {"breaker_1thread", 0, 1, 0, 0, 0, 0,
      "as breaker_acquire_record"},
     {"breaker_2threads", 0, 1, 0, 0, 0, 0,
