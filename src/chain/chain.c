@@ -335,7 +335,6 @@ static void flush_clean(resil_chain *ch, size_t i) {
                             memory_order_relaxed);
 }
 
-/* Enters layer i (the call for i == n); up->clean is set as link says. */
 static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
                                  resil_call_fn fn, void *arg, link *up);
 
@@ -501,26 +500,47 @@ split_pass(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   return o;
 }
 
-/* One variable `o` is returned on every path. */
-static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
-                                 resil_call_fn fn, void *arg, link *up) {
-  resil_outcome o;
-  up->clean = 0;
-  if (i == ch->n) {
-    o = fn(arg, ctx);
-    if (RESIL_LIKELY(plain_success(o.kind, o.reason)))
-      up->clean = 1;
-    else
-      count_outcome(&ch->call, o);
-    return o;
-  }
+/* Layer i (not a split one) returned o after f.inner_calls calls below:
+ * the clean pass below stays one (up->clean) when this layer made one call
+ * and returned the same plain success, or is counted on the layers below
+ * now; then this layer's retries, hedges, rejections and outcome. */
+static inline void settle_layer(resil_chain *ch, size_t i, const frame *f,
+                                const resil_outcome *o, link *up) {
   chain_layer *L = &ch->layers[i];
-  /* A custom layer above may hand its call a ctx of another size (or
-   * none): the run forms read that one. */
-  if (is_split(L->at) && RESIL_LIKELY(ctx && ctx->struct_size == sizeof *ctx)) {
-    o = split_pass(ch, i, ctx, fn, arg, up);
-    return o;
+  if (f->below.clean) {
+    if (RESIL_LIKELY(f->inner_calls == 1 && plain_success(o->kind, o->reason) &&
+                     L->desc.kind != RESIL_LAYER_HEDGE)) {
+      up->clean = 1;
+      return;
+    }
+    flush_clean(ch, i + 1);
   }
+  if (RESIL_UNLIKELY(f->inner_calls > 1)) {
+    if (L->desc.kind == RESIL_LAYER_RETRY)
+      atomic_fetch_add_explicit(&L->c.retries, f->inner_calls - 1u,
+                                memory_order_relaxed);
+    else if (L->desc.kind == RESIL_LAYER_HEDGE)
+      atomic_fetch_add_explicit(&L->c.hedges, f->inner_calls - 1u,
+                                memory_order_relaxed);
+  }
+  if (L->desc.kind == RESIL_LAYER_HEDGE && f->inner_calls == 1)
+    atomic_fetch_add_explicit(&L->c.unhedged, 1, memory_order_relaxed);
+  if (o->kind == RESIL_REJECTED && f->inner_calls == 0)
+    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  else if (o->kind == RESIL_REJECTED && L->desc.kind == RESIL_LAYER_RETRY &&
+           (o->reason == RESIL_REASON_DEADLINE ||
+            o->reason == RESIL_REASON_RETRY_BUDGET))
+    /* A retry that refused its next attempt (deadline, budget). */
+    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
+  count_outcome(&L->c, *o);
+}
+
+/* Layer i through its run form, its calls below through a trampoline. */
+__attribute__((noinline)) static resil_outcome
+enter_generic(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
+              void *arg, link *up) {
+  resil_outcome o;
+  chain_layer *L = &ch->layers[i];
   if (RESIL_UNLIKELY(layer_may_abandon(&L->desc))) {
     o = enter_heap(ch, i, ctx, fn, arg);
     return o;
@@ -533,44 +553,59 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
     /* Every call has returned, ordered by the policy's own lock. */
     f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
   } else {
-    resil_ctx first;
-    if (L->at == LAYER_RETRY_AT &&
-        resil__retry_fast_first(L->desc.policy, ctx, &first)) {
-      /* resil_retry_run's fast path with the first attempt made here (as
-       * the trampoline would make it) and the later ones through it. */
-      f.inner_calls = 1;
-      o = enter_layer(ch, i + 1, &first, fn, arg, &f.below);
-      resil__retry_fast_rest(L->desc.policy, &first, trampoline, &f, &o);
-    } else {
-      o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
-    }
-    if (f.below.clean) {
-      if (RESIL_LIKELY(f.inner_calls == 1 && plain_success(o.kind, o.reason) &&
-                       L->desc.kind != RESIL_LAYER_HEDGE)) {
-        up->clean = 1;
-        return o;
-      }
-      flush_clean(ch, i + 1);
-    }
+    o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
   }
-  if (RESIL_UNLIKELY(f.inner_calls > 1)) {
-    if (L->desc.kind == RESIL_LAYER_RETRY)
-      atomic_fetch_add_explicit(&L->c.retries, f.inner_calls - 1u,
-                                memory_order_relaxed);
-    else if (L->desc.kind == RESIL_LAYER_HEDGE)
-      atomic_fetch_add_explicit(&L->c.hedges, f.inner_calls - 1u,
-                                memory_order_relaxed);
+  settle_layer(ch, i, &f, &o, up);
+  return o;
+}
+
+/* A library retry: resil_retry_run's fast path with its first attempt made
+ * here (entering the layer below as the trampoline would) and the later
+ * ones through the trampoline; otherwise its run form. */
+__attribute__((noinline)) static resil_outcome
+enter_retry(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
+            void *arg, link *up) {
+  resil_outcome o;
+  resil_retry *r = ch->ops[i].policy;
+  resil_ctx first;
+  if (RESIL_UNLIKELY(!resil__retry_fast_first(r, ctx, &first))) {
+    o = enter_generic(ch, i, ctx, fn, arg, up);
+    return o;
   }
-  if (L->desc.kind == RESIL_LAYER_HEDGE && f.inner_calls == 1)
-    atomic_fetch_add_explicit(&L->c.unhedged, 1, memory_order_relaxed);
-  if (o.kind == RESIL_REJECTED && f.inner_calls == 0)
-    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
-  else if (o.kind == RESIL_REJECTED && L->desc.kind == RESIL_LAYER_RETRY &&
-           (o.reason == RESIL_REASON_DEADLINE ||
-            o.reason == RESIL_REASON_RETRY_BUDGET))
-    /* A retry that refused its next attempt (deadline, budget). */
-    atomic_fetch_add_explicit(&L->c.rejections, 1, memory_order_relaxed);
-  count_outcome(&L->c, o);
+  frame f = {.ch = ch, .i = i, .fn = fn, .arg = arg, .inner_calls = 1,
+             .below = {.clean = 0}, .heap = 0};
+  size_t j = i + 1;
+  if (j < ch->n && is_split(ch->ops[j].at))
+    o = split_pass(ch, j, &first, fn, arg, &f.below);
+  else
+    o = enter_layer(ch, j, &first, fn, arg, &f.below);
+  resil__retry_fast_rest(r, &first, trampoline, &f, &o);
+  settle_layer(ch, i, &f, &o, up);
+  return o;
+}
+
+/* Enters layer i (the call for i == n); up->clean is set as link says. */
+static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx,
+                                 resil_call_fn fn, void *arg, link *up) {
+  resil_outcome o;
+  up->clean = 0;
+  if (i == ch->n) {
+    o = fn(arg, ctx);
+    if (RESIL_LIKELY(plain_success(o.kind, o.reason)))
+      up->clean = 1;
+    else
+      count_outcome(&ch->call, o);
+    return o;
+  }
+  int at = ch->ops[i].at;
+  /* A custom layer above may hand its call a ctx of another size (or
+   * none): the run forms read that one. */
+  if (is_split(at) && RESIL_LIKELY(ctx && ctx->struct_size == sizeof *ctx))
+    o = split_pass(ch, i, ctx, fn, arg, up);
+  else if (at == LAYER_RETRY_AT)
+    o = enter_retry(ch, i, ctx, fn, arg, up);
+  else
+    o = enter_generic(ch, i, ctx, fn, arg, up);
   return o;
 }
 
@@ -620,7 +655,14 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
   if (ch->total_timeout_ns > 0 && local.deadline_ns == RESIL_NO_DEADLINE)
     resil_ctx_set_timeout_ns(&local, ch->total_timeout_ns);
   link top = {.clean = 0};
-  o = enter_layer(ch, 0, &local, fn, arg, &top);
+  /* enter_layer's dispatch, for the full-size local ctx. */
+  int at = ch->n ? ch->ops[0].at : LAYER_GENERIC;
+  if (at == LAYER_RETRY_AT)
+    o = enter_retry(ch, 0, &local, fn, arg, &top);
+  else if (is_split(at))
+    o = split_pass(ch, 0, &local, fn, arg, &top);
+  else
+    o = enter_layer(ch, 0, &local, fn, arg, &top);
   if (top.clean) resil__shards_add(&ch->clean, 0, 1);
   if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o.kind, o.reason)) {
     resil_outcome t = o;
