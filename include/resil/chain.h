@@ -161,9 +161,12 @@ typedef struct resil_layer {
 } resil_layer;
 
 /* Per-layer counters, monotonic for the chain's life. A call is counted
- * when it returns from the layer (one atomic add per layer per call); a
- * call still in flight, such as an attempt a time limiter abandoned, is
- * counted when it ends. */
+ * when it returns from the layer; a call still in flight, such as an
+ * attempt a time limiter abandoned, is counted when it ends. A clean call
+ * (every layer one attempt, every outcome a plain success) is counted once
+ * for the whole chain in per-thread parts and added to every layer's
+ * successes when read, so a snapshot's figures are each exact but not taken
+ * at one instant. */
 typedef struct resil_layer_stats {
   size_t struct_size;     /* sized struct: the bytes the library wrote    */
   uint64_t calls_in;      /* calls this layer returned from               */

@@ -15,8 +15,10 @@
 #include "resil/chain.h"
 #include "resil/hedge.h"
 
-/* One atomic add per layer per call: the outcome's class, counted when the
- * layer returns. Everything else is derived when read: calls in = the sum
+/* One atomic add per layer per call that is not a clean pass (a clean
+ * logical call, every layer one attempt and a plain success, is one add to
+ * the chain's per-thread clean count instead): the outcome's class, counted
+ * when the layer returns. Everything else is derived when read: calls in = the sum
  * over classes, attempts out = the calls in of the layer below, kinds and
  * successes from the classes. (Counting calls in, attempts out, kinds and
  * successes separately cost four atomic adds per layer and tripled the
@@ -269,7 +271,12 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
 
 /* ---- running ----------------------------------------------------------
  *
- * Layer i's policy is called with a trampoline as its protected call; the
+ * Three ways in. A run of library breaker, rate limiter and bulkhead
+ * layers is entered in one pass (split_pass): each takes its permit, the
+ * layer below (or the call) is entered once, each gives its permit back. A
+ * library retry whose fast path applies makes its first attempt straight
+ * into the layer below (enter_retry). Any other layer (and a retry's later
+ * attempts) is called with a trampoline as its protected call; the
  * trampoline counts the attempt on layer i and enters layer i + 1 (or the
  * caller's function after the last layer). Frames normally live on the
  * stack. A layer that may run its protected call on another thread and stop
