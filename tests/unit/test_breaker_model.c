@@ -570,6 +570,16 @@ static const resil_outcome_class classifiable[] = {
     RESIL_CLASS_REDIRECT,     RESIL_CLASS_CLIENT_ERROR, RESIL_CLASS_HTTP_408,
     RESIL_CLASS_HTTP_425,     RESIL_CLASS_HTTP_429,     RESIL_CLASS_SERVER_ERROR};
 
+/* A result to record: a class (sometimes REJECTED) and a duration at the
+ * slow-call threshold s -1/0/+1, 0, 2 s or anything up to s + 1. */
+static void pick_result(int64_t s, resil_outcome_class *cls, int64_t *dur) {
+  *cls = chance(8) ? RESIL_CLASS_REJECTED : PICK(classifiable);
+  int64_t durations[] = {0, s - 1, s, s + 1, 2 * s, below64(s + 2)};
+  *dur = PICK(durations);
+  if (*dur < 0)
+    *dur = 0;
+}
+
 static void random_config(resil_breaker_config *c) {
   static const int64_t slow[] = {1, NS_PER_MS, 50 * NS_PER_MS, NS_PER_S,
                                  60 * NS_PER_S};
@@ -732,13 +742,9 @@ static int run_one(run *r, const resil_breaker_config *cfg) {
     cov.ops++;
     if (op < 22 && chance(30)) {
       r->op = "run";
-      resil_outcome_class cls =
-          chance(8) ? RESIL_CLASS_REJECTED : PICK(classifiable);
-      int64_t s = m->c.slow_call_duration_ns;
-      int64_t durations[] = {0, s - 1, s, s + 1, 2 * s, below64(s + 2)};
-      int64_t dur = PICK(durations);
-      if (dur < 0)
-        dur = 0;
+      resil_outcome_class cls;
+      int64_t dur;
+      pick_result(m->c.slow_call_duration_ns, &cls, &dur);
       run_call rc = {mc, c.clock, dur, outcome_of(cls), 0, 0};
       uint64_t gen;
       int want = m_acquire(m, now, &gen);
@@ -799,13 +805,9 @@ static int run_one(run *r, const resil_breaker_config *cfg) {
       if (np == 0)
         continue;
       size_t i = below((uint32_t)np);
-      resil_outcome_class cls =
-          chance(8) ? RESIL_CLASS_REJECTED : PICK(classifiable);
-      int64_t s = m->c.slow_call_duration_ns;
-      int64_t durations[] = {0, s - 1, s, s + 1, 2 * s, below64(s + 2)};
-      int64_t dur = PICK(durations);
-      if (dur < 0)
-        dur = 0;
+      resil_outcome_class cls;
+      int64_t dur;
+      pick_result(m->c.slow_call_duration_ns, &cls, &dur);
       resil_outcome o = outcome_of(cls);
       m_record(m, now, permits[i].gen, cls, dur);
       if (resil_breaker_record(br, &permits[i].p, &o, dur) != RESIL_OK) {
