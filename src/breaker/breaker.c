@@ -21,9 +21,10 @@
  *     per-call buffer) and delivered to listeners after it is released, on
  *     the calling thread, from a snapshot of the listener list.
  *   - Clock readings are taken only where needed (never by a CLOSED acquire
- *     or a count-window record that reaches no threshold); a chain runs a
- *     breaker layer through resil__breaker_run_at (breaker_int.h), which
- *     hands the reading it takes before the call to the layer below. */
+ *     or a count-window record that reaches no threshold); a chain enters
+ *     a breaker layer through resil__breaker_enter/_leave (breaker_int.h),
+ *     and hands the reading enter takes before the call to a rate limiter
+ *     right below it. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>

@@ -31,7 +31,7 @@
  * counter shard (core/shard.h: no atomic read-modify-write), and no
  * division. A refusal writes nothing to the state. A chain whose
  * breaker layer sits directly above the limiter on the same clock passes
- * the breaker's reading to resil__ratelimiter_run_at (ratelimit_int.h)
+ * the breaker's reading to resil__ratelimiter_enter (ratelimit_int.h)
  * instead, when it is as fresh as the limiter needs. */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -575,12 +575,6 @@ int resil__ratelimiter_enter(resil_ratelimiter *rl, const resil_ctx *ctx,
 resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,
                                     resil_call_fn fn, void *arg) {
   return run_impl(rl, ctx, fn, arg, NULL);
-}
-
-resil_outcome resil__ratelimiter_run_at(resil_ratelimiter *rl,
-                                        const resil_ctx *ctx, resil_call_fn fn,
-                                        void *arg, int64_t now) {
-  return run_impl(rl, ctx, fn, arg, &now);
 }
 
 int resil__ratelimiter_coarse(const resil_ratelimiter *rl) {

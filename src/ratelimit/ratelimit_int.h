@@ -29,11 +29,6 @@ const resil_clock *resil__ratelimiter_clock(const resil_ratelimiter *rl);
  * a coarse reading of that clock is as good a `now` as its own, for a ctx
  * without a deadline on that clock); 0 otherwise (Since 0.2). */
 int resil__ratelimiter_coarse(const resil_ratelimiter *rl);
-/* resil_ratelimiter_run with `now` as in resil__ratelimiter_acquire_at
- * (Since 0.2). */
-resil_outcome resil__ratelimiter_run_at(resil_ratelimiter *rl,
-                                        const resil_ctx *ctx, resil_call_fn fn,
-                                        void *arg, int64_t now);
 
 /* resil_ratelimiter_run's permit, for a caller that makes the call itself
  * (the chain's acquire/release pass, Since 0.2): 1 to make the call, 0 with
