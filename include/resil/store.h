@@ -304,6 +304,32 @@ typedef struct resil_store_config {
    * also end the process in it (DESIGN §7 I8). Default NULL. */
   resil_store_fault_fn fault_before_terminal;
   void *fault_user;
+  /* Since 0.2. The caller's promise that every effect writes ONLY inside
+   * the completion's transaction, in the store's own database (through
+   * resil_store_txn_sqlite / resil_store_txn_pg): no HTTP call, no other
+   * database, no file, nothing the store's rollback cannot undo. 0 or 1.
+   * Default 0: begin's commit and the completion's commit are each flushed
+   * to stable storage before the call returns.
+   *
+   * 1: begin's commit (a new key's PENDING row, an existing key's attempt
+   * count) is not flushed on its own (SQLite: that commit runs under
+   * PRAGMA synchronous=NORMAL, the connection is back at FULL for every
+   * other call; PostgreSQL: that transaction runs with SET LOCAL
+   * synchronous_commit = off). Everything else (the completion and
+   * recovery's terminal state with the effect, recovery's postponing,
+   * sweep, the schema) is flushed exactly as with 0, and the completion's
+   * flush also flushes every earlier write of the same database log, the
+   * PENDING row included. Exactly once still holds: a PENDING row lost in
+   * a crash of the machine (power loss, kernel crash; a crash of the
+   * process alone loses nothing) cannot have had its effect committed,
+   * since the effect commits only with the terminal state, so a retry with
+   * the same key finds nothing and runs the effect once. What changes:
+   * after a power loss, resil_store_status may answer UNKNOWN instead of
+   * PENDING for a key whose begin returned RESIL_OP_NEW and whose
+   * completion had not committed (and an attempt count may be lower than
+   * the begin calls made). Never set it when an effect has a side effect
+   * outside the store's transaction: that effect could then run twice. */
+  int effects_in_store;
 } resil_store_config;
 
 /* Writes the documented defaults. NULL is a no-op. Since 0.2 (a macro

@@ -588,6 +588,46 @@ static resil_status pg_then_commit(resil_store *s, pg_slot *c, int q, int n,
 #endif
 }
 
+#ifdef LIBPQ_HAS_PIPELINING
+/* effects_in_store (store.h): begin's INSERT committed without waiting for
+ * its WAL flush, in one round trip: BEGIN; SET LOCAL synchronous_commit =
+ * off; INSERT; COMMIT. Only this transaction is affected (SET LOCAL): the
+ * session, and so every completion, keeps the configured setting. Without
+ * pipelining the INSERT runs as in the default mode (flushed). */
+static resil_status pg_insert_unflushed(resil_store *s, pg_slot *c, const char *const *vals,
+                                        const int *lens, const int *fmts, int *inserted) {
+  char name[32];
+  resil_status st = pg_prepare(s, c, Q_INSERT, name, sizeof name);
+  if (st) return st;
+  PGresult *res[4] = {NULL, NULL, NULL, NULL};
+  int ok = 0;
+  if (PQenterPipelineMode(c->conn)) {
+    if (PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
+        PQsendQueryParams(c->conn, "SET LOCAL synchronous_commit = off", 0, NULL, NULL, NULL,
+                          NULL, 1) &&
+        PQsendQueryPrepared(c->conn, name, 6, vals, lens, fmts, 1) &&
+        PQsendQueryParams(c->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 1))
+      ok = pipeline_finish(c, 4, res);
+    else
+      PQexitPipelineMode(c->conn);
+  }
+  if (!ok && !res[0])
+    st = pg_fail(s, c, NULL, "insert");
+  else if (!res[0] || PQresultStatus(res[0]) != PGRES_COMMAND_OK)
+    st = pg_fail(s, c, res[0], "BEGIN");
+  else if (!res[1] || PQresultStatus(res[1]) != PGRES_COMMAND_OK)
+    st = pg_fail(s, c, res[1], "SET LOCAL synchronous_commit");
+  else if (!res[2] || PQresultStatus(res[2]) != PGRES_COMMAND_OK)
+    st = pg_fail(s, c, res[2], "insert");
+  else if (!(st = commit_result(s, c, ok ? res[3] : NULL)))
+    *inserted = strcmp(PQcmdTuples(res[2]), "1") == 0;
+  for (int i = 0; i < 4; i++) PQclear(res[i]);
+  /* A failed statement leaves the explicit transaction aborted. */
+  if (st) pg_txn_rollback(s, c);
+  return st;
+}
+#endif
+
 /* INSERT ... ON CONFLICT DO NOTHING; *inserted says whether this call made
  * the row. */
 static resil_status pg_insert(resil_store *s, pg_slot *c, const resil__op_input *in,
@@ -603,8 +643,11 @@ static resil_status pg_insert(resil_store *s, pg_slot *c, const resil__op_input 
   if (in->req->body_len > INT32_MAX)
     return resil__store_fail(s, RESIL_EINVAL, "body", "is longer than libpq accepts (2 GiB)");
   PGresult *r = NULL;
-  resil_status st = pg_run_q(s, c, Q_INSERT, 6, vals, lens, fmts, PGRES_COMMAND_OK, &r,
-                             "insert");
+  resil_status st;
+#ifdef LIBPQ_HAS_PIPELINING
+  if (s->effects_in_store) return pg_insert_unflushed(s, c, vals, lens, fmts, inserted);
+#endif
+  st = pg_run_q(s, c, Q_INSERT, 6, vals, lens, fmts, PGRES_COMMAND_OK, &r, "insert");
   if (st) return st;
   *inserted = strcmp(PQcmdTuples(r), "1") == 0;
   PQclear(r);
