@@ -14,7 +14,9 @@
  * and run with PQexecPrepared; where libpq pipelines (libpq 14+), BEGIN and
  * the row lock go in one round trip, and so do the terminal state and
  * COMMIT: a new key's operation takes begin's INSERT, BEGIN+lock, the
- * effect's own statements, terminal+COMMIT. The statement names are
+ * effect's own statements, terminal+COMMIT. With effects_in_store, begin's
+ * INSERT goes as BEGIN; SET LOCAL synchronous_commit = off; INSERT; COMMIT,
+ * still one round trip (pg_insert_unflushed). The statement names are
  * "resil_store_<n>"; an effect that DEALLOCATEs them
  * makes its completion fail (rolled back, still PENDING), and the next call
  * prepares them again.

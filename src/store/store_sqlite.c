@@ -1,6 +1,8 @@
 /* The embedded backend: one SQLite file in WAL mode with synchronous=FULL,
  * one connection per pool slot (opened SQLITE_OPEN_NOMUTEX: the pool hands
- * each connection to one thread at a time).
+ * each connection to one thread at a time). With effects_in_store, begin
+ * switches its connection to synchronous=NORMAL for its own commit and the
+ * connection's next sq_ready switches it back (store.h).
  *
  * Every write runs in a BEGIN IMMEDIATE transaction, which takes the
  * database's single write lock at its start: the completion's "row lock" is

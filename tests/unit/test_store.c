@@ -1507,6 +1507,31 @@ static void open_rejects_bad_uris_and_config_fields(void **state) {
   resil_store_config_init(&cfg);
   cfg.unsafe_commit_effect_early = 2;
   check_open_field("sqlite:/tmp/x.db", &cfg, "unsafe_commit_effect_early");
+  resil_store_config_init(&cfg);
+  assert_int_equal(cfg.effects_in_store, 0);
+  cfg.effects_in_store = 2;
+  check_open_field("sqlite:/tmp/x.db", &cfg, "effects_in_store");
+  /* A caller built against the 0.1 layout (without effects_in_store) gets
+   * the default. */
+  resil_store_config_init(&cfg);
+  cfg.effects_in_store = 7; /* past the caller's struct: never read */
+  cfg.struct_size = offsetof(resil_store_config, effects_in_store);
+  {
+    char dir[] = "/tmp/resil-store-old-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char uri[128];
+    snprintf(uri, sizeof uri, "sqlite:%s/o.db", dir);
+    resil_store *so = NULL;
+    assert_status(RESIL_OK, resil_store_open(uri, &cfg, &so, &err));
+    resil_store_close(so);
+    char p[128];
+    const char *suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+      snprintf(p, sizeof p, "%s/o.db%s", dir, suffix[i]);
+      unlink(p);
+    }
+    rmdir(dir);
+  }
 
   /* A PostgreSQL URI nobody listens on: a clear EIO, quickly. */
   assert_status(RESIL_EIO, resil_store_open("postgresql://nobody@127.0.0.1:1/x", NULL, &s, &err));
