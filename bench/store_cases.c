@@ -127,7 +127,7 @@ static const char mode_default[] =
     "default: begin's commit (PENDING) and the completion's commit each flushed";
 static const char mode_eis[] =
     "effects_in_store: begin's commit not flushed on its own (SQLite "
-    "synchronous=NORMAL for it, PostgreSQL SET LOCAL synchronous_commit = off), "
+    "synchronous=NORMAL for it, PostgreSQL synchronous_commit off for that transaction only), "
     "the completion's commit flushed";
 
 static const store_mode modes_sqlite[2] = {{CASE_SQLITE, measures_sqlite, 0},

@@ -319,10 +319,11 @@ typedef struct resil_store_config {
    * transaction (a new key's PENDING row, or an existing key's attempt
    * count) commits under PRAGMA synchronous=NORMAL, and the connection is
    * back at FULL before any other call uses it. PostgreSQL: a new key's
-   * INSERT commits with SET LOCAL synchronous_commit = off, in the same one
-   * round trip (BEGIN; SET LOCAL; INSERT; COMMIT pipelined; with a libpq
-   * older than 14, which cannot pipeline, it is flushed as with 0); an
-   * attempt count is flushed as with 0. Everything else (the completion and
+   * INSERT commits with synchronous_commit off for that transaction only
+   * (set_config('synchronous_commit', 'off', true) pipelined with it, the
+   * same one round trip; with a libpq older than 14, which cannot
+   * pipeline, it is flushed as with 0); an attempt count is flushed as
+   * with 0. Everything else (the completion and
    * recovery's terminal state with the effect, recovery's postponing,
    * sweep, the schema) is flushed exactly as with 0, and the completion's
    * flush also flushes every earlier write of the same database log, the
