@@ -1818,7 +1818,9 @@ static void sync_vfs_install(void) {
 
 static long syncs(void) { return atomic_load(&wal_syncs) + atomic_load(&db_syncs); }
 
-/* begin flushes its commit in the default mode only; the completion, the
+/* (A begin in effects_in_store mode may still sync when its commit starts
+ * the WAL over or checkpoints; the few operations here do neither.)
+ * begin flushes its commit in the default mode only; the completion, the
  * recovery of a PENDING operation, recovery's postponing and sweep flush in
  * both modes (also on the connection whose begin ran at synchronous=NORMAL:
  * pool_size 1). Fails if a completion is ever left unflushed. */
