@@ -66,6 +66,16 @@
  * state and COMMIT, pipelined (3 with --store-effect none); every statement
  * prepared once per connection.
  *
+ * Each case runs in two modes, as two cases, each against its own raw side
+ * in the same run and each with the same target: the default
+ * configuration (store_sqlite_keyed_ops, store_pg_keyed_ops: begin's and
+ * the completion's commits each flushed) and effects_in_store
+ * (store_sqlite_keyed_ops_effects_in_store,
+ * store_pg_keyed_ops_effects_in_store: begin's commit not flushed on its
+ * own, the completion's flushed, see store.h; still 2 commits and 4 round
+ * trips per operation, 1 flushed commit). Their JSON says which
+ * (store_mode, store_mode_means).
+ *
  * Validity: every operation must succeed (begin NEW, completion COMMITTED
  * with the effect run exactly once and status 201); at the end the rows are
  * counted on both sides (SQLite: from a new connection to each file after
@@ -84,6 +94,12 @@
 
 #define CASE_SQLITE "store_sqlite_keyed_ops"
 #define CASE_PG "store_pg_keyed_ops"
+/* The same cases with resil_store_config.effects_in_store = 1 (begin's
+ * commit not flushed on its own, the completion's flushed as always; the
+ * effect here writes only in the store's transaction, as that mode
+ * requires), each against its own raw side in the same run. */
+#define CASE_SQLITE_EIS "store_sqlite_keyed_ops_effects_in_store"
+#define CASE_PG_EIS "store_pg_keyed_ops_effects_in_store"
 
 static const char measures_sqlite[] =
     "keyed operations per second, one thread: resil_store_begin (NEW) + "
@@ -100,6 +116,25 @@ static const char measures_pg[] =
     "prepared statement on one connection; each side in its own new schema; "
     "interleaved batches, ratio = libresil / raw";
 
+/* Which store mode a case measures. */
+typedef struct store_mode {
+  const char *name;     /* the case */
+  const char *measures; /* its description */
+  int effects_in_store; /* resil_store_config.effects_in_store */
+} store_mode;
+
+static const char mode_default[] =
+    "default: begin's commit (PENDING) and the completion's commit each flushed";
+static const char mode_eis[] =
+    "effects_in_store: begin's commit not flushed on its own (SQLite "
+    "synchronous=NORMAL for it, PostgreSQL synchronous_commit off for that transaction only), "
+    "the completion's commit flushed";
+
+static const store_mode modes_sqlite[2] = {{CASE_SQLITE, measures_sqlite, 0},
+                                           {CASE_SQLITE_EIS, measures_sqlite, 1}};
+static const store_mode modes_pg[2] = {{CASE_PG, measures_pg, 0},
+                                       {CASE_PG_EIS, measures_pg, 1}};
+
 static json_t *case_stub(const char *name, const char *measures,
                          const char *backend) {
   json_t *o = json_object();
@@ -108,6 +143,9 @@ static json_t *case_stub(const char *name, const char *measures,
   json_object_set_new(o, "backend", json_string(backend));
   json_object_set_new(o, "measures", json_string(measures));
   json_object_set_new(o, "target_ratio", json_real(BENCH_STORE_MIN_RATIO));
+  int eis = strstr(name, "_effects_in_store") != NULL;
+  json_object_set_new(o, "store_mode", json_string(eis ? "effects_in_store" : "default"));
+  json_object_set_new(o, "store_mode_means", json_string(eis ? mode_eis : mode_default));
   return o;
 }
 
@@ -127,14 +165,20 @@ static void skipped_case(json_t *entries, const char *name, const char *measures
 /* Built without libresil-store: the cases are recorded as skipped, with the
  * reason, so the report says they were not evaluated. */
 int bench_run_store_cases(const bench_opts *opts, const char *json_path) {
-  int want_sq = bench_selected(opts, CASE_SQLITE), want_pg = bench_selected(opts, CASE_PG);
-  if (!want_sq && !want_pg) return 0;
   static const char why[] =
       "not built: libresil-store is missing (configure with -DRESIL_WITH_STORE=ON; "
       "needs sqlite3, libpq and libcrypto)";
   json_t *entries = json_array();
-  if (want_sq) skipped_case(entries, CASE_SQLITE, measures_sqlite, "sqlite", why);
-  if (want_pg) skipped_case(entries, CASE_PG, measures_pg, "postgresql", why);
+  for (int m = 0; m < 2; m++) {
+    if (bench_selected(opts, modes_sqlite[m].name))
+      skipped_case(entries, modes_sqlite[m].name, measures_sqlite, "sqlite", why);
+    if (bench_selected(opts, modes_pg[m].name))
+      skipped_case(entries, modes_pg[m].name, measures_pg, "postgresql", why);
+  }
+  if (!json_array_size(entries)) {
+    json_decref(entries);
+    return 0;
+  }
   return bench_append_cases(json_path, entries, NULL, NULL);
 }
 
@@ -754,8 +798,17 @@ static void remove_db_files(const char *dir, const char *name) {
   }
 }
 
-static void run_sqlite(const bench_opts *opts, const plan *p, json_t *entries) {
-  json_t *o = case_stub(CASE_SQLITE, measures_sqlite, "sqlite");
+/* The store's configuration for a mode. */
+static resil_store_config mode_config(const store_mode *m) {
+  resil_store_config cfg;
+  resil_store_config_init(&cfg);
+  cfg.effects_in_store = m->effects_in_store;
+  return cfg;
+}
+
+static void run_sqlite(const bench_opts *opts, const plan *p, const store_mode *m,
+                       json_t *entries) {
+  json_t *o = case_stub(m->name, m->measures, "sqlite");
   json_object_set_new(o, "effect", effect_json(opts));
   char why[640] = "";
   char base[PATH_MAX], dir[PATH_MAX] = "", raw_path[PATH_MAX], ours_path[PATH_MAX];
@@ -784,9 +837,14 @@ static void run_sqlite(const bench_opts *opts, const plan *p, json_t *entries) {
     json_object_set_new(o, "directory", json_string(dir));
     json_object_set_new(o, "filesystem", json_string(fstype));
     json_object_set_new(o, "sqlite_version", json_string(sqlite3_libversion()));
-    json_object_set_new(o, "pragmas", json_string("journal_mode=WAL, synchronous=FULL "
-                                                  "(both sides, checked on every "
-                                                  "connection)"));
+    json_object_set_new(o, "pragmas",
+                        json_string(m->effects_in_store
+                                        ? "journal_mode=WAL, synchronous=FULL (both sides, "
+                                          "checked on every connection in its completion or "
+                                          "raw transaction); libresil's begin commits under "
+                                          "synchronous=NORMAL (effects_in_store)"
+                                        : "journal_mode=WAL, synchronous=FULL (both sides, "
+                                          "checked on every connection)"));
     printf("  SQLite %s: fresh files in %s (file system: %s)\n", sqlite3_libversion(), dir,
            fstype);
     if (fs_is_memory(fstype))
@@ -810,7 +868,8 @@ static void run_sqlite(const bench_opts *opts, const plan *p, json_t *entries) {
     char uri[PATH_MAX + 16];
     snprintf(uri, sizeof uri, "sqlite:%s", ours_path);
     resil_error err;
-    resil_status st = resil_store_open(uri, NULL, &ours->store, &err);
+    resil_store_config cfg = mode_config(m);
+    resil_status st = resil_store_open(uri, &cfg, &ours->store, &err);
     if (st != RESIL_OK)
       snprintf(why, sizeof why, "resil_store_open: %s: %s", resil_status_name(st), err.msg);
     resil_op_record_init(&ours->rec);
@@ -864,17 +923,19 @@ static void run_sqlite(const bench_opts *opts, const plan *p, json_t *entries) {
                (long long)want_ours);
   }
   if (f.rounds) figures_to_json(&f, sides, o);
+  json_object_set_new(o, "flushed_commits_per_op_libresil_by_design",
+                      json_integer(m->effects_in_store ? 1 : 2));
   json_object_set_new(o, "batch_ms", json_real((double)p->batch_ns / 1e6));
   if (why[0]) {
     oneline(why);
     json_object_set_new(o, "error", json_string(why));
-    printf("  %-26s INVALID: %s\n", CASE_SQLITE, why);
+    printf("  %-26s INVALID: %s\n", m->name, why);
     fflush(stdout);
   } else {
     char where[200];
     snprintf(where, sizeof where, "%s, %lld + %lld rows verified", fstype,
              (long long)sides[SIDE_RAW].ops_total, (long long)sides[SIDE_OURS].ops_total);
-    print_figures(CASE_SQLITE, &f, where);
+    print_figures(m->name, &f, where);
   }
   json_array_append_new(entries, o);
   if (have_dir) {
@@ -981,15 +1042,16 @@ static PGconn *pg_connect(const char *uri, char *why, size_t whylen) {
   return c;
 }
 
-static void run_pg(const bench_opts *opts, const plan *p, json_t *entries) {
+static void run_pg(const bench_opts *opts, const plan *p, const store_mode *m,
+                   json_t *entries) {
   if (!opts->pg_uri) {
-    skipped_case(entries, CASE_PG, measures_pg, "postgresql",
+    skipped_case(entries, m->name, m->measures, "postgresql",
                  opts->pg_skipped ? opts->pg_skipped
                                   : "no server: pass --pg-uri URI (scripts/bench.sh starts "
                                     "a throwaway one with scripts/pg-start.sh)");
     return;
   }
-  json_t *o = case_stub(CASE_PG, measures_pg, "postgresql");
+  json_t *o = case_stub(m->name, m->measures, "postgresql");
   json_object_set_new(o, "effect", effect_json(opts));
   char why[640] = "";
   char schema_raw[64], schema_ours[64], sql[256];
@@ -1056,7 +1118,8 @@ static void run_pg(const bench_opts *opts, const plan *p, json_t *entries) {
   if (!why[0]) {
     uri_with_schema(opts->pg_uri, schema_ours, uri, sizeof uri);
     resil_error err;
-    resil_status st = resil_store_open(uri, NULL, &ours->store, &err);
+    resil_store_config cfg = mode_config(m);
+    resil_status st = resil_store_open(uri, &cfg, &ours->store, &err);
     if (st != RESIL_OK)
       snprintf(why, sizeof why, "resil_store_open: %s: %s", resil_status_name(st), err.msg);
     resil_op_record_init(&ours->rec);
@@ -1112,6 +1175,8 @@ static void run_pg(const bench_opts *opts, const plan *p, json_t *entries) {
   }
   if (mon.c) PQfinish(mon.c);
   if (f.rounds) figures_to_json(&f, sides, o);
+  json_object_set_new(o, "flushed_commits_per_op_libresil_by_design",
+                      json_integer(m->effects_in_store ? 1 : 2));
   json_object_set_new(o, "batch_ms", json_real((double)p->batch_ns / 1e6));
   json_object_set_new(o, "commits_counted_as",
                       json_string("transaction ids assigned during each side's batches "
@@ -1123,21 +1188,26 @@ static void run_pg(const bench_opts *opts, const plan *p, json_t *entries) {
   if (why[0]) {
     oneline(why);
     json_object_set_new(o, "error", json_string(why));
-    printf("  %-26s INVALID: %s\n", CASE_PG, why);
+    printf("  %-26s INVALID: %s\n", m->name, why);
     fflush(stdout);
   } else {
     char where[200];
     snprintf(where, sizeof where, "%s, %lld + %lld rows verified", fstype,
              (long long)sides[SIDE_RAW].ops_total, (long long)sides[SIDE_OURS].ops_total);
-    print_figures(CASE_PG, &f, where);
+    print_figures(m->name, &f, where);
   }
   json_array_append_new(entries, o);
   free(ours);
 }
 
 int bench_run_store_cases(const bench_opts *opts, const char *json_path) {
-  int want_sq = bench_selected(opts, CASE_SQLITE), want_pg = bench_selected(opts, CASE_PG);
-  if (!want_sq && !want_pg) return 0;
+  int want_sq[2], want_pg[2], any = 0;
+  for (int m = 0; m < 2; m++) {
+    want_sq[m] = bench_selected(opts, modes_sqlite[m].name);
+    want_pg[m] = bench_selected(opts, modes_pg[m].name);
+    any |= want_sq[m] | want_pg[m];
+  }
+  if (!any) return 0;
   plan p = make_plan(opts);
   char method[900];
   snprintf(method, sizeof method,
@@ -1157,8 +1227,10 @@ int bench_run_store_cases(const bench_opts *opts, const char *json_path) {
          (long long)(p.batch_ns / 1000000));
   fflush(stdout);
   json_t *entries = json_array();
-  if (want_sq) run_sqlite(opts, &p, entries);
-  if (want_pg) run_pg(opts, &p, entries);
+  for (int m = 0; m < 2; m++)
+    if (want_sq[m]) run_sqlite(opts, &p, &modes_sqlite[m], entries);
+  for (int m = 0; m < 2; m++)
+    if (want_pg[m]) run_pg(opts, &p, &modes_pg[m], entries);
   return bench_append_cases(json_path, entries, "store_method", method);
 }
 

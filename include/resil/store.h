@@ -5,7 +5,8 @@
  *
  * One interface, two backends chosen by the URI given to resil_store_open():
  *   "sqlite:PATH"           embedded, the default: one file (created if
- *                           missing), WAL journal, synchronous=FULL. Several
+ *                           missing), WAL journal, synchronous=FULL (see
+ *                           resil_store_config.effects_in_store). Several
  *                           threads, stores and processes may share the file.
  *                           The store refuses to report success once the
  *                           file was deleted or replaced while open (see
@@ -24,7 +25,9 @@
  * request itself (so recovery can re-drive it), the stored response (status,
  * headers worth replaying, body), wall-clock timestamps and an attempt count.
  *
- *   resil_store_begin     NEW (PENDING stored durably, the caller owns it),
+ *   resil_store_begin     NEW (PENDING stored durably, the caller owns it;
+ *                         with effects_in_store, durable once the completion
+ *                         commits),
  *                         REPLAY (COMMITTED or FAILED: the stored response),
  *                         IN_PROGRESS (PENDING, owned by another request) or
  *                         CONFLICT (same key, different fingerprint).
@@ -130,7 +133,8 @@ typedef enum resil_op_state {
 } resil_op_state;
 
 typedef enum resil_op_begin_result {
-  RESIL_OP_NEW = 1,         /* key was unknown: PENDING stored (durably), the
+  RESIL_OP_NEW = 1,         /* key was unknown: PENDING stored (durably;
+                               see resil_store_config.effects_in_store), the
                                caller owns it: run resil_store_complete */
   RESIL_OP_REPLAY = 2,      /* COMMITTED or FAILED: rec holds the stored
                                response, replay it byte for byte */
@@ -304,6 +308,36 @@ typedef struct resil_store_config {
    * also end the process in it (DESIGN §7 I8). Default NULL. */
   resil_store_fault_fn fault_before_terminal;
   void *fault_user;
+  /* Since 0.2. The caller's promise that every effect writes ONLY inside
+   * the completion's transaction, in the store's own database (through
+   * resil_store_txn_sqlite / resil_store_txn_pg): no HTTP call, no other
+   * database, no file, nothing the store's rollback cannot undo. 0 or 1.
+   * Default 0: begin's commit and the completion's commit are each flushed
+   * to stable storage before the call returns.
+   *
+   * 1: begin's commit is not flushed on its own. SQLite: begin's whole
+   * transaction (a new key's PENDING row, or an existing key's attempt
+   * count) commits under PRAGMA synchronous=NORMAL, and the connection is
+   * back at FULL before any other call uses it. PostgreSQL: a new key's
+   * INSERT commits with synchronous_commit off for that transaction only
+   * (set_config('synchronous_commit', 'off', true) pipelined with it, the
+   * same one round trip; with a libpq older than 14, which cannot
+   * pipeline, it is flushed as with 0); an attempt count is flushed as
+   * with 0. Everything else (the completion and
+   * recovery's terminal state with the effect, recovery's postponing,
+   * sweep, the schema) is flushed exactly as with 0, and the completion's
+   * flush also flushes every earlier write of the same database log, the
+   * PENDING row included. Exactly once still holds: a PENDING row lost in
+   * a crash of the machine (power loss, kernel crash; a crash of the
+   * process alone loses nothing) cannot have had its effect committed,
+   * since the effect commits only with the terminal state, so a retry with
+   * the same key finds nothing and runs the effect once. What changes:
+   * after a power loss, resil_store_status may answer UNKNOWN instead of
+   * PENDING for a key whose begin returned RESIL_OP_NEW and whose
+   * completion had not committed (and, on SQLite, an attempt count may be
+   * lower than the begin calls made). Never set it when an effect has a side effect
+   * outside the store's transaction: that effect could then run twice. */
+  int effects_in_store;
 } resil_store_config;
 
 /* Writes the documented defaults. NULL is a no-op. Since 0.2 (a macro
@@ -325,7 +359,8 @@ RESIL_API void resil_store_config_init_sized(resil_store_config *cfg, size_t str
  *                              work).
  * cfg may be NULL (defaults). Opens pool_size connections at once. Every
  * connection sets WAL, synchronous=FULL and the busy timeout (SQLite), or
- * lock_timeout (PostgreSQL).
+ * lock_timeout (PostgreSQL); effects_in_store changes only
+ * how begin's commit is flushed (see there).
  * SQLite: the store remembers the file it opened. Before every commit
  * (begin's PENDING row or attempt count, a terminal state in complete or
  * recover) and before every answer given without a commit (status, begin's

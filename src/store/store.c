@@ -447,7 +447,8 @@ resil_status resil_store_open(const char *uri, const resil_store_config *ucfg,
       (st = resil__check_range(err, "pool_size", cfg->pool_size, 1,
                                RESIL_STORE_POOL_MAX)) ||
       (st = resil__check_range(err, "unsafe_commit_effect_early",
-                               cfg->unsafe_commit_effect_early, 0, 1)))
+                               cfg->unsafe_commit_effect_early, 0, 1)) ||
+      (st = resil__check_range(err, "effects_in_store", cfg->effects_in_store, 0, 1)))
     return st;
   if (!uri) return resil__err(err, RESIL_EINVAL, "uri", "must not be NULL");
   const resil__store_backend *be;
@@ -485,6 +486,7 @@ resil_status resil_store_open(const char *uri, const resil_store_config *ucfg,
   s->pool_size = cfg->pool_size;
   s->clock = resil__clock(cfg->clock);
   s->unsafe_commit_effect_early = cfg->unsafe_commit_effect_early;
+  s->effects_in_store = cfg->effects_in_store;
   s->fault_before_terminal = cfg->fault_before_terminal;
   s->fault_user = cfg->fault_user;
   int ok;

@@ -140,6 +140,7 @@ struct resil_store {
   const resil_allocator *alloc;
   const resil_clock *clock;
   int unsafe_commit_effect_early;
+  int effects_in_store; /* resil_store_config.effects_in_store */
   resil_store_fault_fn fault_before_terminal;
   void *fault_user;
   /* The pool: every connection, and a stack of the idle ones. */

@@ -14,7 +14,10 @@
  * and run with PQexecPrepared; where libpq pipelines (libpq 14+), BEGIN and
  * the row lock go in one round trip, and so do the terminal state and
  * COMMIT: a new key's operation takes begin's INSERT, BEGIN+lock, the
- * effect's own statements, terminal+COMMIT. The statement names are
+ * effect's own statements, terminal+COMMIT. With effects_in_store, begin's
+ * INSERT is pipelined behind set_config('synchronous_commit', 'off', true)
+ * in one implicit transaction, still one round trip (pg_insert_unflushed).
+ * The statement names are
  * "resil_store_<n>"; an effect that DEALLOCATEs them
  * makes its completion fail (rolled back, still PENDING), and the next call
  * prepares them again.
@@ -69,6 +72,7 @@ enum {
   Q_COUNT_PENDING,
   Q_TOUCH,
   Q_SWEEP,
+  Q_ASYNC,
   Q_N
 };
 
@@ -98,6 +102,9 @@ static const char *const stmt_sql[Q_N] = {
     [Q_SWEEP] = "DELETE FROM resil_operations WHERE key IN (SELECT key FROM "
                 "resil_operations WHERE state IN (2, 3) AND updated_ms <= $1 "
                 "ORDER BY updated_ms LIMIT $2 FOR UPDATE SKIP LOCKED)",
+    /* effects_in_store: the current transaction commits without waiting
+     * for its WAL flush (set_config's is_local: this transaction only). */
+    [Q_ASYNC] = "SELECT set_config('synchronous_commit', 'off', true)",
 };
 
 typedef struct pg_slot {
@@ -588,6 +595,44 @@ static resil_status pg_then_commit(resil_store *s, pg_slot *c, int q, int n,
 #endif
 }
 
+#ifdef LIBPQ_HAS_PIPELINING
+/* effects_in_store (store.h): begin's INSERT committed without waiting for
+ * its WAL flush, in one round trip: Q_ASYNC and the INSERT pipelined before
+ * one Sync, which libpq documents as one implicit transaction (committed
+ * at the Sync), so set_config(..., true) covers exactly that commit. The
+ * session, and so every completion, keeps the configured setting. Without
+ * pipelining the INSERT runs as in the default mode (flushed). */
+static resil_status pg_insert_unflushed(resil_store *s, pg_slot *c, const char *const *vals,
+                                        const int *lens, const int *fmts, int *inserted) {
+  char async_name[32], name[32];
+  resil_status st = pg_prepare(s, c, Q_ASYNC, async_name, sizeof async_name);
+  if (!st) st = pg_prepare(s, c, Q_INSERT, name, sizeof name);
+  if (st) return st;
+  PGresult *res[2] = {NULL, NULL};
+  int ok = 0;
+  if (PQenterPipelineMode(c->conn)) {
+    if (PQsendQueryPrepared(c->conn, async_name, 0, NULL, NULL, NULL, 1) &&
+        PQsendQueryPrepared(c->conn, name, 6, vals, lens, fmts, 1))
+      ok = pipeline_finish(c, 2, res);
+    else
+      PQexitPipelineMode(c->conn);
+  }
+  if (!ok && !res[0])
+    st = pg_fail(s, c, NULL, "insert");
+  else if (!res[0] || PQresultStatus(res[0]) != PGRES_TUPLES_OK)
+    st = pg_fail(s, c, res[0], "set synchronous_commit");
+  else if (!res[1] || PQresultStatus(res[1]) != PGRES_COMMAND_OK)
+    st = pg_fail(s, c, res[1], "insert");
+  else if (!ok)
+    st = pg_fail(s, c, NULL, "insert"); /* no Sync: the commit is not known */
+  else
+    *inserted = strcmp(PQcmdTuples(res[1]), "1") == 0;
+  PQclear(res[0]);
+  PQclear(res[1]);
+  return st;
+}
+#endif
+
 /* INSERT ... ON CONFLICT DO NOTHING; *inserted says whether this call made
  * the row. */
 static resil_status pg_insert(resil_store *s, pg_slot *c, const resil__op_input *in,
@@ -603,8 +648,11 @@ static resil_status pg_insert(resil_store *s, pg_slot *c, const resil__op_input 
   if (in->req->body_len > INT32_MAX)
     return resil__store_fail(s, RESIL_EINVAL, "body", "is longer than libpq accepts (2 GiB)");
   PGresult *r = NULL;
-  resil_status st = pg_run_q(s, c, Q_INSERT, 6, vals, lens, fmts, PGRES_COMMAND_OK, &r,
-                             "insert");
+  resil_status st;
+#ifdef LIBPQ_HAS_PIPELINING
+  if (s->effects_in_store) return pg_insert_unflushed(s, c, vals, lens, fmts, inserted);
+#endif
+  st = pg_run_q(s, c, Q_INSERT, 6, vals, lens, fmts, PGRES_COMMAND_OK, &r, "insert");
   if (st) return st;
   *inserted = strcmp(PQcmdTuples(r), "1") == 0;
   PQclear(r);

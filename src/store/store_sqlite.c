@@ -1,6 +1,8 @@
 /* The embedded backend: one SQLite file in WAL mode with synchronous=FULL,
  * one connection per pool slot (opened SQLITE_OPEN_NOMUTEX: the pool hands
- * each connection to one thread at a time).
+ * each connection to one thread at a time). With effects_in_store, begin
+ * switches its connection to synchronous=NORMAL for its own commit and the
+ * connection's next sq_ready switches it back (store.h).
  *
  * Every write runs in a BEGIN IMMEDIATE transaction, which takes the
  * database's single write lock at its start: the completion's "row lock" is
@@ -107,6 +109,8 @@ static const char migrate_v1_v2[] =
 typedef struct sq_conn {
   sqlite3 *db;
   sqlite3_stmt *st[Q_COUNT];
+  int normal; /* synchronous=NORMAL is in effect (effects_in_store: a begin
+                 set it; sq_ready sets FULL again) */
 } sq_conn;
 
 /* Maps an SQLite result code to a status and records the message. */
@@ -448,7 +452,29 @@ fail:
  * sweep, list_pending, count_pending). A call that commits thus checks the
  * file once, right before its commit, instead of also when it starts. */
 static resil_status sq_ready(resil_store *s, void *conn) {
-  return sq_rollback_to_idle(s, conn);
+  sq_conn *c = conn;
+  resil_status st = sq_rollback_to_idle(s, c);
+  if (st || !c->normal) return st;
+  /* effects_in_store: the begin that ran last on this connection committed
+   * under synchronous=NORMAL; every other call commits under FULL. (The
+   * pragma takes effect when it is compiled, so it is run with exec, not
+   * kept as a prepared statement; it is refused inside a transaction,
+   * hence after the rollback above.) */
+  if ((st = exec(s, c, "PRAGMA synchronous = FULL", "cannot set synchronous=FULL")))
+    return st;
+  c->normal = 0;
+  return RESIL_OK;
+}
+
+/* effects_in_store: begin's commit is not flushed on its own (store.h):
+ * synchronous=NORMAL until the connection's next sq_ready. In WAL mode a
+ * later FULL commit (the completion's) syncs the WAL file, every frame
+ * written before it included, whichever connection wrote them. */
+static resil_status sq_begin_sync(resil_store *s, sq_conn *c) {
+  if (!s->effects_in_store || c->normal) return RESIL_OK;
+  resil_status st = exec(s, c, "PRAGMA synchronous = NORMAL", "cannot set synchronous=NORMAL");
+  if (!st) c->normal = 1;
+  return st;
 }
 
 /* ---- operations ------------------------------------------------------------ */
@@ -477,7 +503,8 @@ static resil_status sq_begin(resil_store *s, void *conn, const resil__op_input *
                              int *inserted, int *counted, resil_op_record *rec) {
   sq_conn *c = conn;
   sqlite3_stmt *q = NULL;
-  resil_status st = stmt(s, c, Q_BEGIN, &q);
+  resil_status st = sq_begin_sync(s, c);
+  if (!st) st = stmt(s, c, Q_BEGIN, &q);
   if (st) return st;
   /* Try the write lock without waiting. If a writer holds it (maybe a
    * completion running an effect), an existing key is answered from its

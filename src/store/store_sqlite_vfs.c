@@ -17,6 +17,14 @@
  * every other file are the default VFS's own, untouched, so connections
  * through this VFS and through any other share a database as usual.
  *
+ * effects_in_store (a begin committing under synchronous=NORMAL, which
+ * makes no sync at its commit) changes nothing here: no bytes are ever held
+ * past a commit (its last write is a frame's page, which takes the held
+ * header with it, and the wal-index update that publishes the commit goes
+ * through xShmMap/xShmLock/xShmBarrier, which write anything held first),
+ * and the completion's FULL commit syncs the WAL file itself (fdatasync of
+ * the file, whichever connection or process wrote the earlier frames).
+ *
  * The VFS wrapped is the default one (sqlite3_vfs_find(NULL)) when the
  * first store opens a SQLite file; a default VFS registered later is not
  * picked up by this process's stores.

@@ -17,8 +17,17 @@ typedef struct fx {
   resil_store *s;
 } fx;
 
-static const ts_backend on_sqlite = TS_SQLITE;
-static const ts_backend on_pg = TS_PG;
+/* What a suite runs on: the backend, and effects_in_store (every case runs
+ * in both modes: the default, and begin's commit not flushed on its own). */
+typedef struct fx_param {
+  ts_backend bk;
+  int effects_in_store;
+} fx_param;
+
+static const fx_param on_sqlite = {TS_SQLITE, 0};
+static const fx_param on_pg = {TS_PG, 0};
+static const fx_param on_sqlite_eis = {TS_SQLITE, 1};
+static const fx_param on_pg_eis = {TS_PG, 1};
 
 static void fx_open(fx *f) {
   resil_error err;
@@ -33,7 +42,8 @@ static void fx_reopen(fx *f) {
 }
 
 static int fx_setup(void **state) {
-  ts_backend bk = *(const ts_backend *)*state;
+  const fx_param *param = *state;
+  ts_backend bk = param->bk;
   fx *f = calloc(1, sizeof *f);
   assert_non_null(f);
   f->bk = bk;
@@ -46,6 +56,7 @@ static int fx_setup(void **state) {
   assert_int_equal(resil_manual_clock_new(0, INT64_C(1700000000000), &f->mc), RESIL_OK);
   resil_store_config_init(&f->cfg);
   f->cfg.clock = resil_manual_clock_get(f->mc);
+  f->cfg.effects_in_store = param->effects_in_store;
   fx_open(f);
   return 0;
 }
@@ -1496,6 +1507,31 @@ static void open_rejects_bad_uris_and_config_fields(void **state) {
   resil_store_config_init(&cfg);
   cfg.unsafe_commit_effect_early = 2;
   check_open_field("sqlite:/tmp/x.db", &cfg, "unsafe_commit_effect_early");
+  resil_store_config_init(&cfg);
+  assert_int_equal(cfg.effects_in_store, 0);
+  cfg.effects_in_store = 2;
+  check_open_field("sqlite:/tmp/x.db", &cfg, "effects_in_store");
+  /* A caller built against the 0.1 layout (without effects_in_store) gets
+   * the default. */
+  resil_store_config_init(&cfg);
+  cfg.effects_in_store = 7; /* past the caller's struct: never read */
+  cfg.struct_size = offsetof(resil_store_config, effects_in_store);
+  {
+    char dir[] = "/tmp/resil-store-old-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char uri[128];
+    snprintf(uri, sizeof uri, "sqlite:%s/o.db", dir);
+    resil_store *so = NULL;
+    assert_status(RESIL_OK, resil_store_open(uri, &cfg, &so, &err));
+    resil_store_close(so);
+    char p[128];
+    const char *suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+      snprintf(p, sizeof p, "%s/o.db%s", dir, suffix[i]);
+      unlink(p);
+    }
+    rmdir(dir);
+  }
 
   /* A PostgreSQL URI nobody listens on: a clear EIO, quickly. */
   assert_status(RESIL_EIO, resil_store_open("postgresql://nobody@127.0.0.1:1/x", NULL, &s, &err));
@@ -1726,6 +1762,180 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   fx_open(f);
 }
 
+/* ---- effects_in_store: which commits are flushed ------------------------
+ * SQLite: every xSync reaching the default VFS is counted (sync_vfs_install,
+ * registered as the default VFS before any store opens: the store's own VFS
+ * wraps it). PostgreSQL: a trigger on resil_operations records the
+ * synchronous_commit in effect in the transaction of every row written. */
+static atomic_long wal_syncs, db_syncs;
+static sqlite3_io_methods sync_methods[2][4]; /* [is_wal][variant] */
+static const sqlite3_io_methods *sync_orig[4];
+static int sync_nvariants;
+static pthread_mutex_t sync_mu = PTHREAD_MUTEX_INITIALIZER;
+static sqlite3_vfs sync_vfs, *sync_base;
+
+static int sync_count(sqlite3_file *f, int flags, int is_wal) {
+  atomic_fetch_add(is_wal ? &wal_syncs : &db_syncs, 1);
+  for (int i = 0; i < sync_nvariants; i++)
+    if (f->pMethods == &sync_methods[is_wal][i]) return sync_orig[i]->xSync(f, flags);
+  return SQLITE_IOERR_FSYNC;
+}
+static int sync_wal(sqlite3_file *f, int flags) { return sync_count(f, flags, 1); }
+static int sync_db(sqlite3_file *f, int flags) { return sync_count(f, flags, 0); }
+
+static int sync_open(sqlite3_vfs *v, const char *name, sqlite3_file *f, int flags,
+                     int *out) {
+  (void)v;
+  int rc = sync_base->xOpen(sync_base, name, f, flags, out);
+  if (!f->pMethods) return rc;
+  int wal = (flags & SQLITE_OPEN_WAL) != 0;
+  pthread_mutex_lock(&sync_mu);
+  int i = 0;
+  while (i < sync_nvariants && sync_orig[i] != f->pMethods) i++;
+  if (i == sync_nvariants && i < 4) {
+    sync_orig[i] = f->pMethods;
+    for (int w = 0; w < 2; w++) {
+      sync_methods[w][i] = *f->pMethods;
+      sync_methods[w][i].xSync = w ? sync_wal : sync_db;
+    }
+    sync_nvariants++;
+  }
+  if (i < sync_nvariants) f->pMethods = &sync_methods[wal][i];
+  pthread_mutex_unlock(&sync_mu);
+  return rc;
+}
+
+/* Before the first store opens (the store's VFS wraps the default one it
+ * finds then). */
+static void sync_vfs_install(void) {
+  sync_base = sqlite3_vfs_find(NULL);
+  sync_vfs = *sync_base;
+  sync_vfs.zName = "test-sync-count";
+  sync_vfs.xOpen = sync_open;
+  sync_vfs.pNext = NULL;
+  if (sqlite3_vfs_register(&sync_vfs, 1) != SQLITE_OK) abort();
+}
+
+static long syncs(void) { return atomic_load(&wal_syncs) + atomic_load(&db_syncs); }
+
+/* (A begin in effects_in_store mode may still sync when its commit starts
+ * the WAL over or checkpoints; the few operations here do neither.)
+ * begin flushes its commit in the default mode only; the completion, the
+ * recovery of a PENDING operation, recovery's postponing and sweep flush in
+ * both modes (also on the connection whose begin ran at synchronous=NORMAL:
+ * pool_size 1). Fails if a completion is ever left unflushed. */
+static void sqlite_begin_flushes_only_by_default_completion_always(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect e = {0};
+  assert_int_equal(begin_ok(f->s, "sy-warm", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "sy-warm", &e, NULL);
+  long before = syncs();
+  assert_int_equal(begin_ok(f->s, "sy-warm2", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "sy-warm2", &e, NULL);
+  assert_true(syncs() > before); /* the counting VFS is in the path */
+  enum { N = 5 };
+  for (int i = 0; i < N; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "sy-%d", i);
+    long s0 = syncs();
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    long s1 = syncs();
+    complete_ok(f->s, key, &e, NULL);
+    long s2 = syncs();
+    if (f->cfg.effects_in_store)
+      assert_int_equal(s1 - s0, 0);
+    else
+      assert_true(s1 - s0 >= 1);
+    if (s2 - s1 < 1) fail_msg("the completion of %s was not flushed", key);
+    /* An existing key: begin counts an attempt (flushed by default). */
+    s0 = syncs();
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_REPLAY);
+    if (f->cfg.effects_in_store)
+      assert_int_equal(syncs() - s0, 0);
+    else
+      assert_true(syncs() - s0 >= 1);
+  }
+  /* Recovery right after a begin on the same connection. */
+  assert_int_equal(begin_ok(f->s, "sy-rec", &req, NULL), RESIL_OP_NEW);
+  long s0 = syncs();
+  uint32_t n = 0;
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_true(syncs() - s0 >= 1);
+  /* Recovery's postponing of a failing effect. */
+  assert_int_equal(begin_ok(f->s, "sy-fail", &req, NULL), RESIL_OP_NEW);
+  ts_effect bad = {.ret = RESIL_EIO};
+  s0 = syncs();
+  assert_status(RESIL_EIO, resil_store_recover(f->s, 0, 10, ts_effect_fn, &bad, &n));
+  assert_true(syncs() - s0 >= 1);
+  /* Sweep right after a begin. */
+  assert_int_equal(begin_ok(f->s, "sy-last", &req, NULL), RESIL_OP_NEW);
+  s0 = syncs();
+  uint32_t deleted = 0;
+  assert_status(RESIL_OK, resil_store_sweep(f->s, 0, 100, &deleted));
+  assert_true(deleted > 0);
+  assert_true(syncs() - s0 >= 1);
+  assert_int_equal(state_of(f->s, "sy-last"), RESIL_OP_PENDING);
+}
+
+/* PostgreSQL: the synchronous_commit in effect in each transaction that
+ * writes a row: off only for a new key's begin in effects_in_store mode,
+ * on for everything else (completion, recovery, an attempt count,
+ * postponing, sweep) in both modes. */
+static void pg_only_begin_commits_without_flush_in_effects_in_store_mode(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  ts_exec(&f->env, "CREATE TABLE sync_log (seq SERIAL, op TEXT, key TEXT, state INT, "
+                   "setting TEXT)");
+  ts_exec(&f->env,
+          "CREATE FUNCTION log_sync() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+          "IF TG_OP = 'DELETE' THEN INSERT INTO sync_log (op, key, state, setting) "
+          "VALUES ('D', OLD.key, OLD.state, current_setting('synchronous_commit')); "
+          "RETURN OLD; END IF; "
+          "INSERT INTO sync_log (op, key, state, setting) VALUES (left(TG_OP, 1), "
+          "NEW.key, NEW.state, current_setting('synchronous_commit')); RETURN NEW; END $$");
+  ts_exec(&f->env, "CREATE TRIGGER log_sync AFTER INSERT OR UPDATE OR DELETE ON "
+                   "resil_operations FOR EACH ROW EXECUTE FUNCTION log_sync()");
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect e = {0};
+  for (int i = 0; i < 3; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "ps-%d", i);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    complete_ok(f->s, key, &e, NULL);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_REPLAY);
+  }
+  assert_int_equal(begin_ok(f->s, "ps-rec", &req, NULL), RESIL_OP_NEW);
+  uint32_t n = 0;
+  assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, ts_effect_fn, &e, &n));
+  assert_int_equal(n, 1);
+  assert_int_equal(begin_ok(f->s, "ps-fail", &req, NULL), RESIL_OP_NEW);
+  ts_effect bad = {.ret = RESIL_EIO};
+  assert_status(RESIL_EIO, resil_store_recover(f->s, 0, 10, ts_effect_fn, &bad, &n));
+  uint32_t deleted = 0;
+  assert_status(RESIL_OK, resil_store_sweep(f->s, 0, 100, &deleted));
+  assert_true(deleted >= 4);
+  const char *want_insert = f->cfg.effects_in_store ? "off" : "on";
+  char sql[300];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM sync_log WHERE op = 'I' AND setting = '%s'",
+           want_insert);
+  assert_int_equal(ts_query_long(&f->env, sql), 5);
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM sync_log WHERE op = 'I'"), 5);
+  /* terminal states (4), attempt counts (3), the postponing (1), deletes */
+  assert_true(ts_query_long(&f->env, "SELECT count(*) FROM sync_log WHERE op <> 'I'") >=
+              8 + 4);
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM sync_log WHERE op <> 'I' "
+                                          "AND setting <> 'on'"),
+                   0);
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM sync_log WHERE op = 'U' "
+                                          "AND state IN (2, 3) AND setting = 'on'"),
+                   4 + 3);
+}
+
 #define STORE_TESTS(bk)                                                                \
   cmocka_unit_test_prestate_setup_teardown(begin_new_stores_pending_with_request_and_fingerprint, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(begin_replays_committed_response_byte_for_byte, fx_setup, fx_teardown, (void *)&bk), \
@@ -1767,7 +1977,9 @@ static void begin_and_complete_allocation_failure_sweep(void **state) {
   cmocka_unit_test_prestate_setup_teardown(unsized_request_and_record_are_refused, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_open_failures_say_why, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_restarted_server_is_reconnected_inside_the_store, fx_setup, fx_teardown, (void *)&bk), \
-  cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_the_transaction_commits_once, fx_setup, fx_teardown, (void *)&bk)
+  cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_the_transaction_commits_once, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_begin_flushes_only_by_default_completion_always, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_only_begin_commits_without_flush_in_effects_in_store_mode, fx_setup, fx_teardown, (void *)&bk)
 
 int main(int argc, char **argv) {
   ts_run run;
@@ -1777,15 +1989,22 @@ int main(int argc, char **argv) {
   };
   const struct CMUnitTest sqlite_tests[] = {STORE_TESTS(on_sqlite)};
   const struct CMUnitTest pg_tests[] = {STORE_TESTS(on_pg)};
+  const struct CMUnitTest sqlite_eis_tests[] = {STORE_TESTS(on_sqlite_eis)};
+  const struct CMUnitTest pg_eis_tests[] = {STORE_TESTS(on_pg_eis)};
   int failed = 0;
+  sync_vfs_install();
   if (run.sqlite) {
     failed += cmocka_run_group_tests_name("store", common, NULL, NULL);
     failed += cmocka_run_group_tests_name("store_sqlite", sqlite_tests, NULL, NULL);
+    failed += cmocka_run_group_tests_name("store_sqlite_effects_in_store", sqlite_eis_tests,
+                                          NULL, NULL);
   }
   if (run.pg) {
     int gate = ts_pg_gate(&run);
     if (gate) return failed ? failed : gate;
     failed += cmocka_run_group_tests_name("store_postgresql", pg_tests, NULL, NULL);
+    failed += cmocka_run_group_tests_name("store_postgresql_effects_in_store", pg_eis_tests,
+                                          NULL, NULL);
   }
   return failed;
 }

@@ -18,6 +18,9 @@ typedef struct mt_fx {
 
 static const ts_backend on_sqlite = TS_SQLITE;
 static const ts_backend on_pg = TS_PG;
+/* resil_store_config.effects_in_store of every store the cases open: each
+ * group runs in both modes (main). */
+static int mt_effects_in_store;
 
 static int mt_setup(void **state) {
   ts_backend bk = *(const ts_backend *)*state;
@@ -48,6 +51,7 @@ static mt_fx *get(void **state) {
 static resil_store *open_store(mt_fx *f, uint32_t pool) {
   resil_store_config cfg;
   resil_store_config_init(&cfg);
+  cfg.effects_in_store = mt_effects_in_store;
   cfg.pool_size = pool;
   cfg.busy_timeout_ns = 30 * NS_PER_S;
   resil_store *s = NULL;
@@ -187,6 +191,7 @@ static void i6_twelve_posts_one_key_plus_recovery_run_one_effect(void **state) {
 static void child_post(const char *uri, int go_fd, const char *key) {
   resil_store_config cfg;
   resil_store_config_init(&cfg);
+  cfg.effects_in_store = mt_effects_in_store;
   cfg.busy_timeout_ns = 30 * NS_PER_S;
   cfg.pool_size = 2;
   resil_store *s = NULL;
@@ -261,6 +266,7 @@ static void i8_killed_between_pending_and_commit_then_recovered_once(void **stat
      * before the terminal state is written. */
     resil_store_config cfg;
     resil_store_config_init(&cfg);
+    cfg.effects_in_store = mt_effects_in_store;
     cfg.fault_before_terminal = kill_self;
     resil_store *s = NULL;
     resil_op_begin_result r = 0;
@@ -316,6 +322,7 @@ static void *open_at_once(void *arg) {
   opener *o = arg;
   resil_store_config cfg;
   resil_store_config_init(&cfg);
+  cfg.effects_in_store = mt_effects_in_store;
   cfg.pool_size = 2;
   cfg.busy_timeout_ns = 30 * NS_PER_S;
   resil_store *s = NULL;
@@ -491,14 +498,21 @@ int main(int argc, char **argv) {
   int failed = 0;
   int pg_gate = run.pg ? ts_pg_gate(&run) : 0;
   if (pg_gate) return pg_gate;
-  if (run.sqlite)
-    failed += cmocka_run_group_tests_name("store_mt_processes", sqlite_processes, NULL, NULL);
-  if (run.pg)
-    failed += cmocka_run_group_tests_name("store_mt_processes_postgresql", pg_processes,
-                                          NULL, NULL);
-  if (run.sqlite)
-    failed += cmocka_run_group_tests_name("store_mt_sqlite", sqlite_tests, NULL, NULL);
-  if (run.pg)
-    failed += cmocka_run_group_tests_name("store_mt_postgresql", pg_tests, NULL, NULL);
+  static const char *const mode_name[2] = {"", "_effects_in_store"};
+  char name[96];
+  for (int m = 0; m < 2; m++) {
+    mt_effects_in_store = m;
+    snprintf(name, sizeof name, "store_mt_processes%s", mode_name[m]);
+    if (run.sqlite) failed += cmocka_run_group_tests_name(name, sqlite_processes, NULL, NULL);
+    snprintf(name, sizeof name, "store_mt_processes_postgresql%s", mode_name[m]);
+    if (run.pg) failed += cmocka_run_group_tests_name(name, pg_processes, NULL, NULL);
+  }
+  for (int m = 0; m < 2; m++) {
+    mt_effects_in_store = m;
+    snprintf(name, sizeof name, "store_mt_sqlite%s", mode_name[m]);
+    if (run.sqlite) failed += cmocka_run_group_tests_name(name, sqlite_tests, NULL, NULL);
+    snprintf(name, sizeof name, "store_mt_postgresql%s", mode_name[m]);
+    if (run.pg) failed += cmocka_run_group_tests_name(name, pg_tests, NULL, NULL);
+  }
   return failed;
 }
