@@ -36,6 +36,8 @@
  *                         (SQLite: BEGIN IMMEDIATE; PostgreSQL: SELECT ... FOR
  *                         UPDATE). Either both the effect's own SQL writes
  *                         and the terminal state are committed, or neither.
+ *   resil_store_execute   begin, then complete when NEW, in one call; with
+ *                         effects_in_store, one transaction for both.
  *   resil_store_status    COMMITTED(result) / PENDING / FAILED / UNKNOWN.
  *   resil_store_recover   re-drives old PENDING operations through the same
  *                         lock and transaction, a bounded number per call.
@@ -336,7 +338,9 @@ typedef struct resil_store_config {
    * PENDING for a key whose begin returned RESIL_OP_NEW and whose
    * completion had not committed (and, on SQLite, an attempt count may be
    * lower than the begin calls made). Never set it when an effect has a side effect
-   * outside the store's transaction: that effect could then run twice. */
+   * outside the store's transaction: that effect could then run twice.
+   * With 1, resil_store_execute makes a new key's begin and completion one
+   * transaction with one flushed commit (see there). */
   int effects_in_store;
 } resil_store_config;
 
@@ -453,6 +457,47 @@ RESIL_API resil_status resil_store_begin(resil_store *s, const char *key,
 RESIL_API resil_status resil_store_complete(resil_store *s, const char *key,
                                             resil_op_effect_fn effect,
                                             void *user, resil_op_record *rec);
+
+/* resil_store_begin and, when it answers RESIL_OP_NEW, resil_store_complete
+ * with effect, in one call: *result is begin's answer; for NEW, rec receives
+ * the final record (COMMITTED, or FAILED when out.failed is 1) once the
+ * effect and the terminal state are committed; for REPLAY, IN_PROGRESS and
+ * CONFLICT, rec is what begin gives and the effect is not run. Arguments,
+ * validation and the statuses are those of the two calls (effect NULL is
+ * RESIL_EINVAL, "effect"). rec may be NULL.
+ *
+ * With effects_in_store 0 it is exactly the two calls: the PENDING row is
+ * flushed before the effect runs, and after a failed effect (or any failure
+ * of the completion) the operation stays PENDING, rec says so, and
+ * recovery re-drives it.
+ *
+ * With effects_in_store 1 (every effect writes only inside the store's
+ * transaction), a new key's whole operation is ONE transaction: the PENDING
+ * row is inserted in the transaction that then runs the effect under that
+ * row, writes the terminal state and commits, with one flushed commit
+ * (SQLite: BEGIN IMMEDIATE ... COMMIT under synchronous=FULL; PostgreSQL:
+ * BEGIN and the INSERT in one round trip, the effect's own statements, the
+ * terminal state and COMMIT in one). Either the PENDING row, the effect's
+ * writes and the terminal state all commit, or none does: after any failure
+ * (the effect's status, an invalid response, the database, a crash of the
+ * process or the machine) NOTHING is stored for the key, rec->state is
+ * RESIL_OP_UNKNOWN, and a retry with the same key runs the effect anew,
+ * once: exactly once holds because an effect that did not commit did
+ * nothing. What differs from the two calls: while the transaction runs, the
+ * key is not visible (resil_store_status answers UNKNOWN, recovery does not
+ * see it); another execute or begin with the same key waits for it (up to
+ * busy_timeout_ns, then RESIL_ETIMEDOUT) and then answers from what it
+ * committed (REPLAY), instead of IN_PROGRESS; a lost PostgreSQL connection
+ * whose COMMIT reached the server is re-run as for every call (see the
+ * top) and then answers REPLAY with the result this call committed. An
+ * existing key is answered as resil_store_begin answers it (and counted the
+ * same way), without waiting for a running completion. Thread-safe.
+ * Since 0.2. */
+RESIL_API resil_status resil_store_execute(resil_store *s, const char *key,
+                                           const resil_op_request *req,
+                                           resil_op_effect_fn effect, void *user,
+                                           resil_op_begin_result *result,
+                                           resil_op_record *rec);
 
 /* The operation `key` as stored, read in one consistent snapshot:
  * COMMITTED or FAILED with the result, PENDING, or, when there is no such

@@ -609,6 +609,43 @@ static int64_t cutoff_ms(const resil_store *s, int64_t older_than_ns) {
 
 /* ---- begin ------------------------------------------------------------------ */
 
+/* What begin and execute check and compute before touching the database:
+ * the key, the request (copied into *req, full size), rec, the fingerprint
+ * and the time, into *in (which points at *req). */
+static resil_status begin_input(resil_store *s, const char *key,
+                                const resil_op_request *ureq,
+                                const resil_op_begin_result *result,
+                                const resil_op_record *rec, resil_op_request *req,
+                                resil__op_input *in) {
+  resil_status st;
+  memset(in, 0, sizeof *in);
+  if ((st = check_key(s, key)) ||
+      (st = check_request(s, ureq, req, &in->method_len, &in->path_len)) ||
+      (st = check_rec(s, rec)))
+    return st;
+  if (!result) return resil__store_fail(s, RESIL_EINVAL, "result", "must not be NULL");
+  in->key = key;
+  in->req = req;
+  if ((st = fingerprint(req, in->method_len, in->path_len, in->fingerprint)))
+    return resil__store_fail(s, st, NULL, "cannot compute the SHA-256 fingerprint");
+  in->now_ms = wall_ms(s);
+  return RESIL_OK;
+}
+
+/* The record of the PENDING operation that in makes (what a new key's row
+ * holds once inserted). */
+static resil_status pending_record(resil_store *s, const resil__op_input *in,
+                                   resil_op_record *out) {
+  resil__row row = {
+      .key = in->key, .key_len = strlen(in->key), .state = RESIL_OP_PENDING,
+      .fingerprint = in->fingerprint, .fingerprint_len = 32,
+      .method = in->req->method, .method_len = in->method_len,
+      .path = in->req->path, .path_len = in->path_len,
+      .request_body = in->req->body, .request_body_len = in->req->body_len,
+      .created_ms = in->now_ms, .updated_ms = in->now_ms, .attempts = 1};
+  return resil__rec_set(s, out, &row);
+}
+
 resil_status resil_store_begin(resil_store *s, const char *key,
                                const resil_op_request *ureq,
                                resil_op_begin_result *result,
@@ -617,19 +654,8 @@ resil_status resil_store_begin(resil_store *s, const char *key,
   enter(s, "begin");
   resil_status st;
   resil__op_input in;
-  memset(&in, 0, sizeof in);
   resil_op_request req_full;
-  if ((st = check_key(s, key)) ||
-      (st = check_request(s, ureq, &req_full, &in.method_len, &in.path_len)) ||
-      (st = check_rec(s, rec)))
-    return st;
-  const resil_op_request *req = &req_full;
-  if (!result) return resil__store_fail(s, RESIL_EINVAL, "result", "must not be NULL");
-  in.key = key;
-  in.req = req;
-  if ((st = fingerprint(req, in.method_len, in.path_len, in.fingerprint)))
-    return resil__store_fail(s, st, NULL, "cannot compute the SHA-256 fingerprint");
-  in.now_ms = wall_ms(s);
+  if ((st = begin_input(s, key, ureq, result, rec, &req_full, &in))) return st;
 
   /* The record a NEW answer returns is built before the insert commits, so
    * that running out of memory can never hide a PENDING operation the caller
@@ -637,16 +663,7 @@ resil_status resil_store_begin(resil_store *s, const char *key,
   resil_op_record fresh, cur;
   rec_local(&fresh);
   rec_local(&cur);
-  if (rec) {
-    resil__row row = {
-        .key = key, .key_len = strlen(key), .state = RESIL_OP_PENDING,
-        .fingerprint = in.fingerprint, .fingerprint_len = 32,
-        .method = req->method, .method_len = in.method_len,
-        .path = req->path, .path_len = in.path_len,
-        .request_body = req->body, .request_body_len = req->body_len,
-        .created_ms = in.now_ms, .updated_ms = in.now_ms, .attempts = 1};
-    if ((st = resil__rec_set(s, &fresh, &row))) return st;
-  }
+  if (rec && (st = pending_record(s, &in, &fresh))) return st;
 
   void *conn = NULL;
   if ((st = acquire(s, &conn))) {
@@ -721,37 +738,23 @@ typedef struct completion {
   int effect_failed; /* the effect, its response or the fault hook failed */
 } completion;
 
-/* The completion protocol on one connection: lock the row; if it is still
- * PENDING, run the effect and write the terminal state in the same
- * transaction; commit. With unsafe_commit_effect_early the effect's
- * transaction is committed first, on purpose (I7's negative control). */
-static resil_status complete_on(resil_store *s, void *conn, const char *key,
-                                resil_op_effect_fn effect, void *user,
-                                resil_op_record *rec, completion *c) {
+/* The second half of a completion, on a transaction holding the row of the
+ * PENDING operation cur (locked): runs the effect, checks its response,
+ * writes the terminal state and commits; on success moves cur (now
+ * terminal) into rec. Shared by complete, recovery and execute. On failure
+ * everything is rolled back and cur cleared. */
+static resil_status effect_commit(resil_store *s, void *conn, const char *key,
+                                  resil_op_effect_fn effect, void *user,
+                                  resil_op_record *cur, resil_op_record *rec,
+                                  completion *c) {
   const resil__store_backend *be = s->be;
-  memset(c, 0, sizeof *c);
-  resil_op_record cur;
-  rec_local(&cur);
   resil_status st;
-  if (be->txn_begin_lock) {
-    if ((st = be->txn_begin_lock(s, conn, key, &cur, &c->found))) goto fail;
-  } else {
-    if ((st = be->txn_begin(s, conn))) return st;
-    if ((st = be->lock_row(s, conn, key, &cur, &c->found))) goto fail;
-  }
-  if (!c->found || cur.state != RESIL_OP_PENDING) {
-    /* Nothing to do: completed by someone else meanwhile (or unknown). The
-     * transaction wrote nothing. */
-    be->txn_rollback(s, conn);
-    if (c->found) rec_move(rec, &cur);
-    return RESIL_OK;
-  }
   resil_store_txn tx = {0};
   be->txn_fill(conn, &tx);
   resil_op_response out;
   memset(&out, 0, sizeof out);
   out.struct_size = sizeof out;
-  st = effect(user, &tx, &cur, &out);
+  st = effect(user, &tx, cur, &out);
   if (st) {
     c->effect_failed = 1;
     resil__store_fail(s, st, NULL, "the effect for '%s' returned %s; rolled back",
@@ -778,7 +781,7 @@ static resil_status complete_on(resil_store *s, void *conn, const char *key,
     goto fail;
   }
   int64_t now = wall_ms(s);
-  if ((st = set_response(s, &cur, &out, now))) goto fail;
+  if ((st = set_response(s, cur, &out, now))) goto fail;
   if (s->unsafe_commit_effect_early && (st = be->txn_commit(s, conn))) goto fail;
   if (s->fault_before_terminal) {
     st = s->fault_before_terminal(s->fault_user, key);
@@ -800,13 +803,45 @@ static resil_status complete_on(resil_store *s, void *conn, const char *key,
   c->committed = 1;
   atomic_fetch_add_explicit(out.failed ? &s->n_failed : &s->n_committed, 1,
                             memory_order_relaxed);
-  rec_move(rec, &cur);
+  rec_move(rec, cur);
   return RESIL_OK;
 fail:
   be->txn_rollback(s, conn);
-  resil_op_record_clear(&cur);
+  resil_op_record_clear(cur);
   if (c->effect_failed)
     atomic_fetch_add_explicit(&s->n_effect_failed, 1, memory_order_relaxed);
+  return st;
+}
+
+/* The completion protocol on one connection: lock the row; if it is still
+ * PENDING, run the effect and write the terminal state in the same
+ * transaction; commit. With unsafe_commit_effect_early the effect's
+ * transaction is committed first, on purpose (I7's negative control). */
+static resil_status complete_on(resil_store *s, void *conn, const char *key,
+                                resil_op_effect_fn effect, void *user,
+                                resil_op_record *rec, completion *c) {
+  const resil__store_backend *be = s->be;
+  memset(c, 0, sizeof *c);
+  resil_op_record cur;
+  rec_local(&cur);
+  resil_status st;
+  if (be->txn_begin_lock) {
+    if ((st = be->txn_begin_lock(s, conn, key, &cur, &c->found))) goto fail;
+  } else {
+    if ((st = be->txn_begin(s, conn))) return st;
+    if ((st = be->lock_row(s, conn, key, &cur, &c->found))) goto fail;
+  }
+  if (!c->found || cur.state != RESIL_OP_PENDING) {
+    /* Nothing to do: completed by someone else meanwhile (or unknown). The
+     * transaction wrote nothing. */
+    be->txn_rollback(s, conn);
+    if (c->found) rec_move(rec, &cur);
+    return RESIL_OK;
+  }
+  return effect_commit(s, conn, key, effect, user, &cur, rec, c);
+fail:
+  be->txn_rollback(s, conn);
+  resil_op_record_clear(&cur);
   return st;
 }
 
@@ -834,6 +869,74 @@ resil_status resil_store_complete(resil_store *s, const char *key,
     return resil__store_fail(s, RESIL_ESTATE, "key", "no operation '%s' to complete", key);
   }
   return st;
+}
+
+/* ---- execute -------------------------------------------------------------- */
+
+/* effects_in_store's one transaction (store.h, resil_store_execute): inserts
+ * the PENDING row inside a write transaction that stays open (*inserted = 1)
+ * and completes it on that transaction; *inserted = 0 (nothing written,
+ * rolled back) when the key exists. */
+static resil_status execute_on(resil_store *s, void *conn, const resil__op_input *in,
+                               resil_op_effect_fn effect, void *user,
+                               resil_op_record *rec, int *inserted, completion *c) {
+  const resil__store_backend *be = s->be;
+  memset(c, 0, sizeof *c);
+  *inserted = 0;
+  resil_op_record cur;
+  rec_local(&cur);
+  /* Built before anything is written: running out of memory later cannot
+   * leave a row behind. */
+  resil_status st = pending_record(s, in, &cur);
+  if (st) return st;
+  if ((st = be->insert_locked(s, conn, in, inserted)) || !*inserted) {
+    be->txn_rollback(s, conn);
+    resil_op_record_clear(&cur);
+    *inserted = 0;
+    return st;
+  }
+  c->found = 1;
+  return effect_commit(s, conn, in->key, effect, user, &cur, rec, c);
+}
+
+resil_status resil_store_execute(resil_store *s, const char *key,
+                                 const resil_op_request *ureq,
+                                 resil_op_effect_fn effect, void *user,
+                                 resil_op_begin_result *result,
+                                 resil_op_record *rec) {
+  if (!valid(s)) return RESIL_EMISUSE;
+  enter(s, "execute");
+  resil_status st;
+  if (!effect) return resil__store_fail(s, RESIL_EINVAL, "effect", "must not be NULL");
+  if (s->effects_in_store && s->be->insert_locked) {
+    resil__op_input in;
+    resil_op_request req_full;
+    if ((st = begin_input(s, key, ureq, result, rec, &req_full, &in))) return st;
+    void *conn = NULL;
+    if ((st = acquire(s, &conn))) return st;
+    completion c;
+    int inserted = 0, retried = 0;
+    do
+      st = execute_on(s, conn, &in, effect, user, rec, &inserted, &c);
+    while (st && again(s, conn, &st, &retried));
+    pool_put(s, conn);
+    if (inserted) {
+      /* The caller's operation, committed with its effect or not at all:
+       * after a failure nothing is stored (rec says UNKNOWN). */
+      *result = RESIL_OP_NEW;
+      atomic_fetch_add_explicit(&s->n_begin[RESIL_OP_NEW], 1, memory_order_relaxed);
+      if (st && rec) {
+        resil_op_record_clear(rec);
+        snprintf(rec->key, sizeof rec->key, "%s", key);
+      }
+      return st;
+    }
+    if (st) return st;
+    /* The key exists: answered as begin answers it. */
+  }
+  if ((st = resil_store_begin(s, key, ureq, result, rec)) || *result != RESIL_OP_NEW)
+    return st;
+  return resil_store_complete(s, key, effect, user, rec);
 }
 
 /* ---- status -------------------------------------------------------------- */

@@ -81,6 +81,14 @@ typedef struct resil__store_backend {
    * *counted is 1 (0: the row was locked and was read without waiting). */
   resil_status (*begin)(resil_store *s, void *conn, const resil__op_input *in,
                         int *inserted, int *counted, resil_op_record *rec);
+  /* Optional (NULL: resil_store_execute runs begin, then complete): starts a
+   * write transaction and inserts in->key as PENDING in it, leaving it open
+   * with the row held (*inserted = 1); *inserted = 0 when the key exists
+   * (the transaction then wrote nothing; the caller rolls it back, as after
+   * any failure). The PENDING row commits only with the completion's
+   * terminal state, in that transaction (effects_in_store's execute). */
+  resil_status (*insert_locked)(resil_store *s, void *conn, const resil__op_input *in,
+                                int *inserted);
   /* Completion primitives: start a write transaction, lock and read the
    * row, write the terminal state (exactly one PENDING row must change),
    * commit, roll back (never fails; a no-op outside a transaction), and

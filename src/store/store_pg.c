@@ -633,30 +633,91 @@ static resil_status pg_insert_unflushed(resil_store *s, pg_slot *c, const char *
 }
 #endif
 
+/* The parameters of Q_INSERT. */
+typedef struct insert_params {
+  char now[24];
+  const char *vals[6];
+  int lens[6], fmts[6];
+} insert_params;
+
+static resil_status insert_params_set(resil_store *s, insert_params *p,
+                                      const resil__op_input *in) {
+  if (in->req->body_len > INT32_MAX)
+    return resil__store_fail(s, RESIL_EINVAL, "body", "is longer than libpq accepts (2 GiB)");
+  snprintf(p->now, sizeof p->now, "%lld", (long long)in->now_ms);
+  static const char empty[1];
+  const char *vals[6] = {in->key, (const char *)in->fingerprint, in->req->method,
+                         in->req->path,
+                         in->req->body_len ? (const char *)in->req->body : empty, p->now};
+  int lens[6] = {0, 32, 0, 0, (int)in->req->body_len, 0};
+  int fmts[6] = {0, 1, 0, 0, 1, 0};
+  memcpy(p->vals, vals, sizeof vals);
+  memcpy(p->lens, lens, sizeof lens);
+  memcpy(p->fmts, fmts, sizeof fmts);
+  return RESIL_OK;
+}
+
 /* INSERT ... ON CONFLICT DO NOTHING; *inserted says whether this call made
  * the row. */
 static resil_status pg_insert(resil_store *s, pg_slot *c, const resil__op_input *in,
                               int *inserted) {
-  char now[24];
-  snprintf(now, sizeof now, "%lld", (long long)in->now_ms);
-  static const char empty[1];
-  const char *vals[6] = {in->key, (const char *)in->fingerprint, in->req->method,
-                         in->req->path,
-                         in->req->body_len ? (const char *)in->req->body : empty, now};
-  int lens[6] = {0, 32, 0, 0, (int)in->req->body_len, 0};
-  int fmts[6] = {0, 1, 0, 0, 1, 0};
-  if (in->req->body_len > INT32_MAX)
-    return resil__store_fail(s, RESIL_EINVAL, "body", "is longer than libpq accepts (2 GiB)");
+  insert_params p;
   PGresult *r = NULL;
-  resil_status st;
+  resil_status st = insert_params_set(s, &p, in);
+  if (st) return st;
 #ifdef LIBPQ_HAS_PIPELINING
-  if (s->effects_in_store) return pg_insert_unflushed(s, c, vals, lens, fmts, inserted);
+  if (s->effects_in_store) return pg_insert_unflushed(s, c, p.vals, p.lens, p.fmts, inserted);
 #endif
-  st = pg_run_q(s, c, Q_INSERT, 6, vals, lens, fmts, PGRES_COMMAND_OK, &r, "insert");
+  st = pg_run_q(s, c, Q_INSERT, 6, p.vals, p.lens, p.fmts, PGRES_COMMAND_OK, &r, "insert");
   if (st) return st;
   *inserted = strcmp(PQcmdTuples(r), "1") == 0;
   PQclear(r);
   return RESIL_OK;
+}
+
+/* resil_store_execute's one transaction: BEGIN and the INSERT ... ON
+ * CONFLICT DO NOTHING, in one round trip where libpq pipelines; the
+ * transaction stays open (also after a failure, for the caller's
+ * rollback). An INSERT racing another transaction's uncommitted row of the
+ * same key (a running execute) waits for it, up to lock_timeout, then finds
+ * the key taken (or inserts, if that one rolled back). The COMMIT that ends
+ * it (with the terminal state) is flushed as the session is configured. */
+static resil_status pg_insert_locked(resil_store *s, void *conn, const resil__op_input *in,
+                                     int *inserted) {
+  pg_slot *c = conn;
+  insert_params p;
+  char name[32];
+  resil_status st = insert_params_set(s, &p, in);
+  if (!st) st = pg_prepare(s, c, Q_INSERT, name, sizeof name);
+  if (st) return st;
+#ifdef LIBPQ_HAS_PIPELINING
+  PGresult *res[2] = {NULL, NULL};
+  int ok = 0;
+  if (PQenterPipelineMode(c->conn)) {
+    if (PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
+        PQsendQueryPrepared(c->conn, name, 6, p.vals, p.lens, p.fmts, 1))
+      ok = pipeline_finish(c, 2, res);
+    else
+      PQexitPipelineMode(c->conn);
+  }
+  if (!ok || !res[0] || PQresultStatus(res[0]) != PGRES_COMMAND_OK)
+    st = pg_fail(s, c, res[0], "BEGIN");
+  else if (!res[1] || PQresultStatus(res[1]) != PGRES_COMMAND_OK)
+    st = pg_fail(s, c, res[1], "insert");
+  else
+    *inserted = strcmp(PQcmdTuples(res[1]), "1") == 0;
+  PQclear(res[0]);
+  PQclear(res[1]);
+  return st;
+#else
+  PGresult *r = NULL;
+  if ((st = pg_cmd(s, c, "BEGIN", "BEGIN"))) return st;
+  st = pg_run_q(s, c, Q_INSERT, 6, p.vals, p.lens, p.fmts, PGRES_COMMAND_OK, &r, "insert");
+  if (st) return st;
+  *inserted = strcmp(PQcmdTuples(r), "1") == 0;
+  PQclear(r);
+  return RESIL_OK;
+#endif
 }
 
 static resil_status pg_begin(resil_store *s, void *conn, const resil__op_input *in,
@@ -786,6 +847,7 @@ const resil__store_backend resil__store_pg = {
     .ready = pg_ready,
     .lost = pg_lost,
     .begin = pg_begin,
+    .insert_locked = pg_insert_locked,
     .txn_begin = pg_txn_begin,
     .lock_row = pg_lock_row,
     .write_terminal = pg_write_terminal,

@@ -499,47 +499,86 @@ static void sq_txn_fill(void *conn, resil_store_txn *tx) {
   tx->sqlite = ((sq_conn *)conn)->db;
 }
 
-static resil_status sq_begin(resil_store *s, void *conn, const resil__op_input *in,
-                             int *inserted, int *counted, resil_op_record *rec) {
-  sq_conn *c = conn;
+/* BEGIN IMMEDIATE for a begin or an execute. The write lock is tried
+ * without waiting first: if a writer holds it (maybe a completion running
+ * an effect) and key exists in the last committed state, rec gets that
+ * state and *answered = 1, with no transaction open: a begin on an
+ * existing key never waits for an effect. Otherwise (a new key needs the
+ * lock) it waits for the lock up to busy_timeout. */
+static resil_status lock_unless_known(resil_store *s, sq_conn *c, const char *key,
+                                      resil_op_record *rec, int *answered) {
   sqlite3_stmt *q = NULL;
-  resil_status st = sq_begin_sync(s, c);
-  if (!st) st = stmt(s, c, Q_BEGIN, &q);
+  resil_status st = stmt(s, c, Q_BEGIN, &q);
   if (st) return st;
-  /* Try the write lock without waiting. If a writer holds it (maybe a
-   * completion running an effect), an existing key is answered from its
-   * last committed state instead of waiting: begin never waits for an
-   * effect. Only a new key needs the lock, and waits for it. */
   sqlite3_busy_timeout(c->db, 0);
   int rc = sqlite3_step(q);
   stmt_done(q);
   sqlite3_busy_timeout(c->db, (int)s->busy_timeout_ms);
   if ((rc & 0xff) == SQLITE_BUSY) {
     int found = 0;
-    if ((st = sq_read_answer(s, c, in->key, rec, &found))) return st;
+    if ((st = sq_read_answer(s, c, key, rec, &found))) return st;
     if (found) {
-      *counted = 0;
+      *answered = 1;
       return RESIL_OK;
     }
     rc = sqlite3_step(q);
     stmt_done(q);
   }
-  if (rc != SQLITE_DONE) return sq_fail(s, c, rc, "BEGIN IMMEDIATE");
+  return rc == SQLITE_DONE ? RESIL_OK : sq_fail(s, c, rc, "BEGIN IMMEDIATE");
+}
 
-  /* Under the lock: insert unless the key exists (one statement for a new
-   * key, the common case); an existing row is read and its attempt
-   * counted. */
-  if ((st = stmt(s, c, Q_INSERT, &q))) goto fail;
+/* In a write transaction: INSERT ... ON CONFLICT DO NOTHING of in->key as
+ * PENDING; *inserted says whether this call made the row. */
+static resil_status insert_pending(resil_store *s, sq_conn *c, const resil__op_input *in,
+                                   int *inserted) {
+  sqlite3_stmt *q = NULL;
+  resil_status st = stmt(s, c, Q_INSERT, &q);
+  if (st) return st;
   sqlite3_bind_text(q, 1, in->key, -1, SQLITE_STATIC);
   sqlite3_bind_blob(q, 2, in->fingerprint, 32, SQLITE_STATIC);
   sqlite3_bind_text(q, 3, in->req->method, (int)in->method_len, SQLITE_STATIC);
   sqlite3_bind_text64(q, 4, in->req->path, in->path_len, SQLITE_STATIC, SQLITE_UTF8);
   bind_blob(q, 5, in->req->body, in->req->body_len);
   sqlite3_bind_int64(q, 6, in->now_ms);
-  if ((st = run(s, c, q, "insert"))) goto fail;
-  if (sqlite3_changes(c->db) == 1) {
-    *inserted = 1;
-  } else {
+  if ((st = run(s, c, q, "insert"))) return st;
+  *inserted = sqlite3_changes(c->db) == 1;
+  return RESIL_OK;
+}
+
+/* resil_store_execute's one transaction: the write lock as a begin takes
+ * it (an existing key is not waited for: *inserted = 0, nothing open), then
+ * the insert; the transaction stays open for the effect and the terminal
+ * state, committed under synchronous=FULL (sq_ready put the connection back
+ * at FULL when a begin had left it at NORMAL). */
+static resil_status sq_insert_locked(resil_store *s, void *conn, const resil__op_input *in,
+                                     int *inserted) {
+  resil_op_record known;
+  resil_op_record_init(&known);
+  int answered = 0;
+  resil_status st = lock_unless_known(s, conn, in->key, &known, &answered);
+  resil_op_record_clear(&known);
+  if (st || answered) return st;
+  return insert_pending(s, conn, in, inserted);
+}
+
+static resil_status sq_begin(resil_store *s, void *conn, const resil__op_input *in,
+                             int *inserted, int *counted, resil_op_record *rec) {
+  sq_conn *c = conn;
+  sqlite3_stmt *q = NULL;
+  resil_status st = sq_begin_sync(s, c);
+  int answered = 0;
+  if (!st) st = lock_unless_known(s, c, in->key, rec, &answered);
+  if (st) return st;
+  if (answered) {
+    *counted = 0;
+    return RESIL_OK;
+  }
+
+  /* Under the lock: insert unless the key exists (one statement for a new
+   * key, the common case); an existing row is read and its attempt
+   * counted. */
+  if ((st = insert_pending(s, c, in, inserted))) goto fail;
+  if (!*inserted) {
     int found = 0;
     if ((st = sq_read_row(s, c, in->key, rec, &found))) goto fail;
     if (!found) {
@@ -651,6 +690,7 @@ const resil__store_backend resil__store_sqlite = {
     .disconnect = sq_disconnect,
     .ready = sq_ready,
     .begin = sq_begin,
+    .insert_locked = sq_insert_locked,
     .txn_begin = sq_txn_begin,
     .lock_row = sq_lock_row,
     .write_terminal = sq_write_terminal,

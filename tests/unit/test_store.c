@@ -1936,6 +1936,349 @@ static void pg_only_begin_commits_without_flush_in_effects_in_store_mode(void **
                    4 + 3);
 }
 
+/* ---- execute: begin and complete in one call ------------------------------ */
+
+/* An effect that first looks at its own key from outside the store's
+ * transaction (a side connection: what other instances see while it runs),
+ * then does what ts_effect_fn does. */
+typedef struct peek_effect {
+  fx *f;
+  ts_effect inner;
+  long rows_seen; /* rows of the key visible outside, -1 before the call */
+} peek_effect;
+
+static resil_status effect_peeking(void *user, resil_store_txn *tx,
+                                   const resil_op_record *pending, resil_op_response *out) {
+  peek_effect *p = user;
+  char sql[400];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM resil_operations WHERE key = '%s'",
+           pending->key);
+  p->rows_seen = ts_query_long(&p->f->env, sql);
+  return ts_effect_fn(&p->inner, tx, pending, out);
+}
+
+static resil_op_begin_result execute_ok(fx *f, const char *key, const resil_op_request *req,
+                                        resil_op_effect_fn effect, void *user,
+                                        resil_op_record *rec) {
+  resil_op_begin_result r = 0;
+  resil_status st = resil_store_execute(f->s, key, req, effect, user, &r, rec);
+  if (st) fail_msg("execute %s: %s: %s", key, resil_status_name(st), resil_store_errmsg(f->s));
+  return r;
+}
+
+/* A new key: the effect runs once and the final record comes back. The
+ * PENDING row is visible outside while the effect runs only in the default
+ * mode (two transactions); with effects_in_store the whole operation is one
+ * transaction. An existing key is answered as begin answers it (counted),
+ * without running the effect. */
+static void execute_runs_a_new_key_once_and_answers_existing_keys_as_begin(void **state) {
+  fx *f = get(state);
+  resil_op_request req = ts_req("POST", "/payments", "{\"amount\":1}");
+  peek_effect pe = {.f = f, .rows_seen = -1,
+                    .inner = {.status = 201, .body = "done", .body_len = 4,
+                              .headers = "A: b\r\n", .headers_len = 6}};
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(execute_ok(f, "ex-1", &req, effect_peeking, &pe, &rec), RESIL_OP_NEW);
+  assert_int_equal(atomic_load(&pe.inner.calls), 1);
+  assert_int_equal(pe.rows_seen, f->cfg.effects_in_store ? 0 : 1);
+  assert_string_equal(rec.key, "ex-1");
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(rec.status, 201);
+  assert_int_equal(rec.body_len, 4);
+  assert_memory_equal(rec.body, "done", 4);
+  assert_int_equal(rec.headers_len, 6);
+  assert_int_equal(rec.attempts, 1);
+  assert_string_equal(rec.path, "/payments");
+  assert_int_equal(ts_effects(&f->env, "ex-1"), 1);
+  assert_int_equal(state_of(f->s, "ex-1"), RESIL_OP_COMMITTED);
+
+  /* The same request again: a replay, the effect not run, the attempt counted. */
+  assert_int_equal(execute_ok(f, "ex-1", &req, effect_peeking, &pe, &rec), RESIL_OP_REPLAY);
+  assert_int_equal(atomic_load(&pe.inner.calls), 1);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(rec.status, 201);
+  assert_memory_equal(rec.body, "done", 4);
+  assert_int_equal(rec.attempts, 2);
+  /* Another body under the same key. */
+  resil_op_request other = ts_req("POST", "/payments", "{\"amount\":2}");
+  assert_int_equal(execute_ok(f, "ex-1", &other, effect_peeking, &pe, &rec),
+                   RESIL_OP_CONFLICT);
+  assert_int_equal(atomic_load(&pe.inner.calls), 1);
+  /* A PENDING key owned by a begin. */
+  assert_int_equal(begin_ok(f->s, "ex-p", &req, NULL), RESIL_OP_NEW);
+  assert_int_equal(execute_ok(f, "ex-p", &req, effect_peeking, &pe, &rec),
+                   RESIL_OP_IN_PROGRESS);
+  assert_int_equal(atomic_load(&pe.inner.calls), 1);
+  assert_int_equal(rec.state, RESIL_OP_PENDING);
+  /* rec may be NULL. */
+  assert_int_equal(execute_ok(f, "ex-2", &req, effect_peeking, &pe, NULL), RESIL_OP_NEW);
+  assert_int_equal(state_of(f->s, "ex-2"), RESIL_OP_COMMITTED);
+  assert_int_equal(ts_effects(&f->env, "ex-2"), 1);
+  resil_store_stats stats;
+  assert_status(RESIL_OK, resil_store_get_stats(f->s, &stats));
+  assert_int_equal(stats.begun_new, 3); /* ex-1, ex-p, ex-2 */
+  assert_int_equal(stats.begun_replay, 1);
+  assert_int_equal(stats.begun_conflict, 1);
+  assert_int_equal(stats.begun_in_progress, 1);
+  assert_int_equal(stats.committed, 2);
+
+  /* Bad arguments name the field; nothing is stored. */
+  resil_op_begin_result r = 0;
+  assert_status(RESIL_EINVAL, resil_store_execute(f->s, "ex-3", &req, NULL, NULL, &r, &rec));
+  assert_field(f->s, "effect");
+  assert_status(RESIL_EINVAL,
+                resil_store_execute(f->s, "ex-3", &req, effect_peeking, &pe, NULL, &rec));
+  assert_field(f->s, "result");
+  assert_status(RESIL_EINVAL,
+                resil_store_execute(f->s, "bad key", &req, effect_peeking, &pe, &r, &rec));
+  assert_field(f->s, "key");
+  assert_status(RESIL_EMISUSE,
+                resil_store_execute(NULL, "ex-3", &req, effect_peeking, &pe, &r, &rec));
+  assert_int_equal(state_of(f->s, "ex-3"), RESIL_OP_UNKNOWN);
+  assert_int_equal(atomic_load(&pe.inner.calls), 2);
+  resil_op_record_clear(&rec);
+}
+
+/* A failing completion (the effect's status, an invalid response): by
+ * default the operation stays PENDING for recovery, as after begin and a
+ * failed complete; with effects_in_store nothing at all is stored, rec says
+ * UNKNOWN and the next execute runs the effect afresh. The effect's own
+ * writes are undone either way. */
+static void execute_failure_leaves_pending_by_default_and_nothing_in_one_transaction(
+    void **state) {
+  fx *f = get(state);
+  int eis = f->cfg.effects_in_store;
+  resil_op_request req = ts_req("POST", "/p", "1");
+  resil_op_state after_failure = eis ? RESIL_OP_UNKNOWN : RESIL_OP_PENDING;
+  ts_effect bad = {.ret = RESIL_EIO};
+  ts_effect invalid = {.status = 99};
+  const char *keys[2] = {"ef-eio", "ef-99"};
+  ts_effect *effects[2] = {&bad, &invalid};
+  resil_status want[2] = {RESIL_EIO, RESIL_EINVAL};
+  for (int i = 0; i < 2; i++) {
+    resil_op_record rec;
+    resil_op_record_init(&rec);
+    resil_op_begin_result r = 0;
+    assert_status(want[i],
+                  resil_store_execute(f->s, keys[i], &req, ts_effect_fn, effects[i], &r, &rec));
+    assert_int_equal(r, RESIL_OP_NEW);
+    assert_int_equal(atomic_load(&effects[i]->calls), 1);
+    assert_string_equal(rec.key, keys[i]);
+    assert_int_equal(rec.state, after_failure);
+    assert_int_equal(state_of(f->s, keys[i]), after_failure);
+    assert_int_equal(ts_effects(&f->env, keys[i]), 0);
+    ts_effect good = {0};
+    if (eis) {
+      assert_int_equal(execute_ok(f, keys[i], &req, ts_effect_fn, &good, &rec), RESIL_OP_NEW);
+      assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+    } else {
+      assert_int_equal(execute_ok(f, keys[i], &req, ts_effect_fn, &good, &rec),
+                       RESIL_OP_IN_PROGRESS);
+      uint32_t n = 0;
+      assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, ts_effect_fn, &good, &n));
+      assert_int_equal(n, 1);
+    }
+    assert_int_equal(atomic_load(&good.calls), 1);
+    assert_int_equal(state_of(f->s, keys[i]), RESIL_OP_COMMITTED);
+    assert_int_equal(ts_effects(&f->env, keys[i]), 1);
+    resil_op_record_clear(&rec);
+  }
+  resil_store_stats stats;
+  assert_status(RESIL_OK, resil_store_get_stats(f->s, &stats));
+  assert_int_equal(stats.effect_failed, 2);
+}
+
+/* Running out of memory anywhere in an execute leaves the key UNKNOWN (or,
+ * by default, PENDING once begin committed), never an effect without its
+ * terminal state, and leaks nothing. */
+static void execute_allocation_failure_sweep(void **state) {
+  fx *f = get(state);
+  test_alloc ta;
+  test_alloc_init(&ta, 0);
+  f->cfg.alloc = &ta.a;
+  fx_reopen(f);
+  long base = ta.live;
+  resil_op_request req = ts_req("POST", "/p", "body");
+  int oks = 0;
+  for (long i = 1; i < 30; i++) {
+    char key[24];
+    snprintf(key, sizeof key, "ea-%ld", i);
+    ts_effect e = {.status = 200, .body = "x", .body_len = 1};
+    resil_op_record rec;
+    resil_op_record_init(&rec);
+    resil_op_begin_result r = 0;
+    ta.fail_at = ta.count + i;
+    resil_status st = resil_store_execute(f->s, key, &req, ts_effect_fn, &e, &r, &rec);
+    ta.fail_at = 0;
+    resil_op_state now = state_of(f->s, key);
+    if (st == RESIL_OK) {
+      oks++;
+      assert_int_equal(r, RESIL_OP_NEW);
+      assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+      assert_int_equal(now, RESIL_OP_COMMITTED);
+      assert_int_equal(ts_effects(&f->env, key), 1);
+    } else {
+      assert_status(RESIL_ENOMEM, st);
+      if (f->cfg.effects_in_store) assert_int_equal(now, RESIL_OP_UNKNOWN);
+      else assert_true(now == RESIL_OP_UNKNOWN || now == RESIL_OP_PENDING);
+      assert_int_equal(ts_effects(&f->env, key), 0);
+    }
+    resil_op_record_clear(&rec);
+    assert_int_equal(ta.live, base);
+  }
+  assert_true(oks > 0);
+  resil_store_close(f->s);
+  f->s = NULL;
+  assert_int_equal(ta.live, 0);
+  f->cfg.alloc = NULL;
+  fx_open(f);
+}
+
+/* Two executes of one new key at once. The first is held inside its effect
+ * while the second runs. By default the second finds the PENDING row at
+ * once: IN_PROGRESS. With effects_in_store the row is not committed yet:
+ * the second waits for the first's transaction and then replays what it
+ * committed. Either way the effect runs once. (The 100 ms pause only makes
+ * the waiting likely; the assertions hold whatever the schedule.) */
+typedef struct held_effect {
+  ts_effect inner;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int inside, go;
+} held_effect;
+
+static resil_status effect_held(void *user, resil_store_txn *tx,
+                                const resil_op_record *pending, resil_op_response *out) {
+  held_effect *h = user;
+  pthread_mutex_lock(&h->mu);
+  h->inside = 1;
+  pthread_cond_broadcast(&h->cv);
+  while (!h->go) pthread_cond_wait(&h->cv, &h->mu);
+  pthread_mutex_unlock(&h->mu);
+  return ts_effect_fn(&h->inner, tx, pending, out);
+}
+
+typedef struct exec_thread {
+  fx *f;
+  const char *key;
+  resil_op_effect_fn effect;
+  void *user;
+  resil_status st;
+  resil_op_begin_result r;
+  resil_op_record rec;
+} exec_thread;
+
+static void *exec_main(void *arg) {
+  exec_thread *t = arg;
+  resil_op_request req = ts_req("POST", "/p", "1");
+  t->st = resil_store_execute(t->f->s, t->key, &req, t->effect, t->user, &t->r, &t->rec);
+  return NULL;
+}
+
+static void execute_racing_the_same_key_runs_the_effect_once(void **state) {
+  fx *f = get(state);
+  held_effect h = {.inner = {.status = 202, .body = "first", .body_len = 5}};
+  pthread_mutex_init(&h.mu, NULL);
+  pthread_cond_init(&h.cv, NULL);
+  ts_effect second_effect = {0};
+  exec_thread a = {.f = f, .key = "race", .effect = effect_held, .user = &h};
+  exec_thread b = {.f = f, .key = "race", .effect = ts_effect_fn, .user = &second_effect};
+  resil_op_record_init(&a.rec);
+  resil_op_record_init(&b.rec);
+  pthread_t ta_, tb_;
+  assert_int_equal(pthread_create(&ta_, NULL, exec_main, &a), 0);
+  pthread_mutex_lock(&h.mu);
+  while (!h.inside) pthread_cond_wait(&h.cv, &h.mu);
+  pthread_mutex_unlock(&h.mu);
+  assert_int_equal(pthread_create(&tb_, NULL, exec_main, &b), 0);
+  if (!f->cfg.effects_in_store) {
+    /* begin never waits for a running effect. */
+    assert_int_equal(pthread_join(tb_, NULL), 0);
+    assert_status(RESIL_OK, b.st);
+    assert_int_equal(b.r, RESIL_OP_IN_PROGRESS);
+  } else {
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  pthread_mutex_lock(&h.mu);
+  h.go = 1;
+  pthread_cond_broadcast(&h.cv);
+  pthread_mutex_unlock(&h.mu);
+  assert_int_equal(pthread_join(ta_, NULL), 0);
+  assert_status(RESIL_OK, a.st);
+  assert_int_equal(a.r, RESIL_OP_NEW);
+  assert_int_equal(a.rec.state, RESIL_OP_COMMITTED);
+  if (f->cfg.effects_in_store) {
+    assert_int_equal(pthread_join(tb_, NULL), 0);
+    if (b.st) fail_msg("second execute: %s", resil_status_name(b.st));
+    assert_int_equal(b.r, RESIL_OP_REPLAY);
+    assert_int_equal(b.rec.status, 202);
+    assert_memory_equal(b.rec.body, "first", 5);
+  }
+  assert_int_equal(atomic_load(&h.inner.calls), 1);
+  assert_int_equal(atomic_load(&second_effect.calls), 0);
+  assert_int_equal(ts_effects(&f->env, "race"), 1);
+  resil_op_record_clear(&a.rec);
+  resil_op_record_clear(&b.rec);
+  pthread_cond_destroy(&h.cv);
+  pthread_mutex_destroy(&h.mu);
+}
+
+/* PostgreSQL round trips of execute, counted as in the test above, from
+ * inside ex-1's effect to inside ex-3's: with effects_in_store ex-1's
+ * terminal state with COMMIT (1), ex-2's BEGIN with its INSERT (1) and
+ * terminal state with COMMIT (1), ex-3's BEGIN with INSERT (1): 4; by
+ * default begin then complete: 6. */
+static void pg_execute_in_one_transaction_takes_two_round_trips(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  char path[] = "/tmp/resil-pgtrace.XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *trace = fdopen(fd, "w+");
+  assert_non_null(trace);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  trace_effect start = {trace}, stop = {NULL};
+  ts_effect plain = {0};
+  assert_int_equal(execute_ok(f, "ex-0", &req, ts_effect_fn, &plain, NULL), RESIL_OP_NEW);
+  assert_int_equal(execute_ok(f, "ex-1", &req, effect_tracing, &start, NULL), RESIL_OP_NEW);
+  assert_int_equal(execute_ok(f, "ex-2", &req, effect_tracing, &start, NULL), RESIL_OP_NEW);
+  assert_int_equal(execute_ok(f, "ex-3", &req, effect_tracing, &stop, NULL), RESIL_OP_NEW);
+  assert_int_equal(state_of(f->s, "ex-2"), RESIL_OP_COMMITTED);
+  fflush(trace);
+  rewind(trace);
+  char line[4096];
+  int trips = 0, parses = 0;
+  while (fgets(line, sizeof line, trace)) {
+    if (line[0] != 'F') continue;
+    if (strstr(line, "\tSync") || strstr(line, "\tQuery\t")) trips++;
+    if (strstr(line, "\tParse\t") && strstr(line, "resil_operations")) parses++;
+  }
+  fclose(trace);
+  unlink(path);
+  assert_int_equal(trips, f->cfg.effects_in_store ? 4 : 6);
+  assert_int_equal(parses, 0);
+}
+
+/* The connection dies inside an execute's effect: nothing committed, the
+ * store reconnects and runs it once more; the effect commits once. */
+static void pg_connection_lost_inside_execute_commits_once(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect e = {.kill_first = f->env.admin};
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(execute_ok(f, "k", &req, ts_effect_fn, &e, &rec), RESIL_OP_NEW);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(atomic_load(&e.calls), 2);
+  assert_int_equal(ts_effects(&f->env, "k"), 1);
+  resil_op_record_clear(&rec);
+}
+
 #define STORE_TESTS(bk)                                                                \
   cmocka_unit_test_prestate_setup_teardown(begin_new_stores_pending_with_request_and_fingerprint, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(begin_replays_committed_response_byte_for_byte, fx_setup, fx_teardown, (void *)&bk), \
@@ -1979,7 +2322,13 @@ static void pg_only_begin_commits_without_flush_in_effects_in_store_mode(void **
   cmocka_unit_test_prestate_setup_teardown(pg_restarted_server_is_reconnected_inside_the_store, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_the_transaction_commits_once, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_begin_flushes_only_by_default_completion_always, fx_setup, fx_teardown, (void *)&bk), \
-  cmocka_unit_test_prestate_setup_teardown(pg_only_begin_commits_without_flush_in_effects_in_store_mode, fx_setup, fx_teardown, (void *)&bk)
+  cmocka_unit_test_prestate_setup_teardown(pg_only_begin_commits_without_flush_in_effects_in_store_mode, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(execute_runs_a_new_key_once_and_answers_existing_keys_as_begin, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(execute_failure_leaves_pending_by_default_and_nothing_in_one_transaction, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(execute_allocation_failure_sweep, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(execute_racing_the_same_key_runs_the_effect_once, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_execute_in_one_transaction_takes_two_round_trips, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_execute_commits_once, fx_setup, fx_teardown, (void *)&bk)
 
 int main(int argc, char **argv) {
   ts_run run;
