@@ -17,8 +17,10 @@
  *             the store's connections: WAL, synchronous=FULL); PostgreSQL:
  *             the INSERT alone in autocommit (a transaction by itself) on
  *             one connection, PQexecPrepared.
- *   libresil  per operation a fresh key, resil_store_begin (must answer
- *             NEW) and resil_store_complete with a trivial effect: one
+ *   libresil  per operation a fresh key, resil_store_execute (must answer
+ *             NEW: resil_store_begin then resil_store_complete, one
+ *             transaction for both with effects_in_store) with a trivial
+ *             effect: one
  *             INSERT of the same shape into the store database's own table
  *             t, on the completion's connection and inside its transaction
  *             (so both sides do the same business write and libresil adds
@@ -57,24 +59,26 @@
  * appended. PostgreSQL: the transaction ids assigned during each side's
  * batches (txid_current_snapshot's xmax, read between batches on a separate
  * connection), which counts the write transactions of every session: a
- * background write (autovacuum's analyze) may add a few. By design libresil
- * commits twice per operation (begin: the PENDING row; complete: the
- * effect and the terminal state together). On PostgreSQL it takes, by
- * design, 4 round trips per operation against raw's 1 (recorded as
- * round_trips_per_op_by_design): begin's INSERT ... ON CONFLICT DO NOTHING;
- * BEGIN and the row lock, pipelined; the effect's INSERT; the terminal
- * state and COMMIT, pipelined (3 with --store-effect none); every statement
- * prepared once per connection.
+ * background write (autovacuum's analyze) may add a few.
  *
  * Each case runs in two modes, as two cases, each against its own raw side
- * in the same run and each with the same target: the default
- * configuration (store_sqlite_keyed_ops, store_pg_keyed_ops: begin's and
- * the completion's commits each flushed) and effects_in_store
- * (store_sqlite_keyed_ops_effects_in_store,
- * store_pg_keyed_ops_effects_in_store: begin's commit not flushed on its
- * own, the completion's flushed, see store.h; still 2 commits and 4 round
- * trips per operation, 1 flushed commit). Their JSON says which
- * (store_mode, store_mode_means).
+ * in the same run and each with the same target:
+ *   default (store_sqlite_keyed_ops, store_pg_keyed_ops): execute is begin
+ *     then complete, two commits per operation, each flushed (begin: the
+ *     PENDING row, durable before the effect runs; complete: the effect and
+ *     the terminal state together); on PostgreSQL 4 round trips per
+ *     operation against raw's 1 (recorded as round_trips_per_op_by_design):
+ *     begin's INSERT ... ON CONFLICT DO NOTHING; BEGIN and the row lock,
+ *     pipelined; the effect's INSERT; the terminal state and COMMIT,
+ *     pipelined (3 with --store-effect none);
+ *   effects_in_store (store_sqlite_keyed_ops_effects_in_store,
+ *     store_pg_keyed_ops_effects_in_store): one transaction and one flushed
+ *     commit per operation (the PENDING row, the effect's row and the
+ *     terminal state, see store.h); on PostgreSQL 3 round trips: BEGIN and
+ *     the INSERT, pipelined; the effect's INSERT; the terminal state and
+ *     COMMIT, pipelined (2 with --store-effect none).
+ * Every statement is prepared once per connection. Their JSON says which
+ * mode (store_mode, store_mode_means).
  *
  * Validity: every operation must succeed (begin NEW, completion COMMITTED
  * with the effect run exactly once and status 201); at the end the rows are
@@ -94,16 +98,16 @@
 
 #define CASE_SQLITE "store_sqlite_keyed_ops"
 #define CASE_PG "store_pg_keyed_ops"
-/* The same cases with resil_store_config.effects_in_store = 1 (begin's
- * commit not flushed on its own, the completion's flushed as always; the
- * effect here writes only in the store's transaction, as that mode
- * requires), each against its own raw side in the same run. */
+/* The same cases with resil_store_config.effects_in_store = 1 (each
+ * operation one transaction with one flushed commit; the effect here writes
+ * only in the store's transaction, as that mode requires), each against its
+ * own raw side in the same run. */
 #define CASE_SQLITE_EIS "store_sqlite_keyed_ops_effects_in_store"
 #define CASE_PG_EIS "store_pg_keyed_ops_effects_in_store"
 
 static const char measures_sqlite[] =
-    "keyed operations per second, one thread: resil_store_begin (NEW) + "
-    "resil_store_complete with a trivial effect (one INSERT into the store "
+    "keyed operations per second, one thread: resil_store_execute (NEW: begin + "
+    "complete) with a trivial effect (one INSERT into the store "
     "database's table t inside the completion's transaction, unless "
     "--store-effect none; response 201 with a small JSON body) on SQLite (fresh file, WAL, synchronous=FULL) "
     "vs the raw ceiling: BEGIN; INSERT INTO t(k, v) VALUES(?, ?); COMMIT "
@@ -126,9 +130,8 @@ typedef struct store_mode {
 static const char mode_default[] =
     "default: begin's commit (PENDING) and the completion's commit each flushed";
 static const char mode_eis[] =
-    "effects_in_store: begin's commit not flushed on its own (SQLite "
-    "synchronous=NORMAL for it, PostgreSQL synchronous_commit off for that transaction only), "
-    "the completion's commit flushed";
+    "effects_in_store: resil_store_execute makes each operation one transaction (PENDING row, "
+    "effect, terminal state) with one flushed commit";
 
 static const store_mode modes_sqlite[2] = {{CASE_SQLITE, measures_sqlite, 0},
                                            {CASE_SQLITE_EIS, measures_sqlite, 1}};
@@ -365,7 +368,6 @@ static void figures_to_json(const figures *f, const side *sides, json_t *o) {
     snprintf(key, sizeof key, "ops_total_%s", side_key[i]);
     json_object_set_new(o, key, json_integer((json_int_t)sides[i].ops_total));
   }
-  json_object_set_new(o, "commits_per_op_libresil_by_design", json_integer(2));
 }
 
 static void print_figures(const char *name, const figures *f, const char *where) {
@@ -550,37 +552,31 @@ static resil_status bench_effect(void *user, resil_store_txn *tx,
   return RESIL_OK;
 }
 
-/* One keyed operation: begin (NEW) + complete (COMMITTED, effect run once). */
+/* One keyed operation: execute (NEW, COMMITTED, effect run once). */
 static int ours_op(void *state) {
   ours_state *s = state;
   snprintf(s->key, sizeof s->key, "op-%llu", (unsigned long long)s->next++);
   resil_op_request req = {.struct_size = sizeof(resil_op_request), .method = "POST", .path = "/payments", .body = request_body,
                           .body_len = sizeof request_body - 1};
   resil_op_begin_result br = 0;
-  resil_status st = resil_store_begin(s->store, s->key, &req, &br, &s->rec);
+  int runs0 = s->effect_runs;
+  s->why[0] = '\0';
+  resil_status st = resil_store_execute(s->store, s->key, &req, bench_effect, s, &br, &s->rec);
   if (st != RESIL_OK) {
-    snprintf(s->why, sizeof s->why, "resil_store_begin: %s: %s", resil_status_name(st),
-             resil_store_errmsg(s->store));
+    if (!s->why[0])
+      snprintf(s->why, sizeof s->why, "resil_store_execute: %s: %s", resil_status_name(st),
+               resil_store_errmsg(s->store));
     return 0;
   }
   if (br != RESIL_OP_NEW) {
-    snprintf(s->why, sizeof s->why, "resil_store_begin answered %s for the fresh key '%s'",
+    snprintf(s->why, sizeof s->why, "resil_store_execute answered %s for the fresh key '%s'",
              resil_op_begin_result_name(br), s->key);
-    return 0;
-  }
-  int runs0 = s->effect_runs;
-  s->why[0] = '\0';
-  st = resil_store_complete(s->store, s->key, bench_effect, s, &s->rec);
-  if (st != RESIL_OK) {
-    if (!s->why[0])
-      snprintf(s->why, sizeof s->why, "resil_store_complete: %s: %s", resil_status_name(st),
-               resil_store_errmsg(s->store));
     return 0;
   }
   if (s->effect_runs != runs0 + 1 || s->rec.state != RESIL_OP_COMMITTED ||
       s->rec.status != 201) {
     snprintf(s->why, sizeof s->why,
-             "resil_store_complete of '%s': effect ran %d times, state %s, status %d",
+             "resil_store_execute of '%s': effect ran %d times, state %s, status %d",
              s->key, s->effect_runs - runs0, resil_op_state_name(s->rec.state),
              s->rec.status);
     return 0;
@@ -923,6 +919,8 @@ static void run_sqlite(const bench_opts *opts, const plan *p, const store_mode *
                (long long)want_ours);
   }
   if (f.rounds) figures_to_json(&f, sides, o);
+  json_object_set_new(o, "commits_per_op_libresil_by_design",
+                      json_integer(m->effects_in_store ? 1 : 2));
   json_object_set_new(o, "flushed_commits_per_op_libresil_by_design",
                       json_integer(m->effects_in_store ? 1 : 2));
   json_object_set_new(o, "batch_ms", json_real((double)p->batch_ns / 1e6));
@@ -1175,6 +1173,8 @@ static void run_pg(const bench_opts *opts, const plan *p, const store_mode *m,
   }
   if (mon.c) PQfinish(mon.c);
   if (f.rounds) figures_to_json(&f, sides, o);
+  json_object_set_new(o, "commits_per_op_libresil_by_design",
+                      json_integer(m->effects_in_store ? 1 : 2));
   json_object_set_new(o, "flushed_commits_per_op_libresil_by_design",
                       json_integer(m->effects_in_store ? 1 : 2));
   json_object_set_new(o, "batch_ms", json_real((double)p->batch_ns / 1e6));
@@ -1183,7 +1183,8 @@ static void run_pg(const bench_opts *opts, const plan *p, const store_mode *m,
                                   "(all sessions)"));
   json_t *rt = json_object();
   json_object_set_new(rt, "raw", json_integer(1));
-  json_object_set_new(rt, "libresil", json_integer(opts->store_effect_insert ? 4 : 3));
+  json_object_set_new(rt, "libresil", json_integer((m->effects_in_store ? 2 : 3) +
+                                                   (opts->store_effect_insert ? 1 : 0)));
   json_object_set_new(o, "round_trips_per_op_by_design", rt);
   if (why[0]) {
     oneline(why);
@@ -1216,8 +1217,8 @@ int bench_run_store_cases(const bench_opts *opts, const char *json_path) {
            "ops/s per side = median over rounds, ratio = median of the per-round "
            "libresil/raw ratios (ratio_of_medians also recorded); "
            "raw = one single-row INSERT transaction per operation through a prepared "
-           "statement; libresil = resil_store_begin (NEW) + resil_store_complete whose "
-           "effect %s; every operation uses a fresh key; rows counted after the run on "
+           "statement; libresil = resil_store_execute (NEW: begin + complete, one "
+           "transaction with effects_in_store) whose effect %s; every operation uses a fresh key; rows counted after the run on "
            "both sides",
            (long long)(p.warm_ns / 1000000), p.rounds, (long long)(p.batch_ns / 1000000),
            opts->store_effect_insert
