@@ -566,14 +566,16 @@ RESIL_API resil_status resil_store_recover_report_sized(
  * processes on the same database count their own). Monotonic. Since 0.2. */
 typedef struct resil_store_stats {
   size_t struct_size;         /* bytes the library wrote (version.h)      */
-  uint64_t begun_new;         /* resil_store_begin answers, by result     */
+  uint64_t begun_new;         /* resil_store_begin answers, by result
+                                 (resil_store_execute's included)          */
   uint64_t begun_replay;
   uint64_t begun_in_progress;
   uint64_t begun_conflict;
   uint64_t committed;         /* terminal states written: COMMITTED ...   */
   uint64_t failed;            /* ... and FAILED (completions and recovery) */
   uint64_t effect_failed;     /* effects (or fault hooks) that failed:
-                                 rolled back, left PENDING                 */
+                                 rolled back, left PENDING (an execute's
+                                 one transaction: nothing stored)          */
   uint64_t recovery_runs;     /* resil_store_recover(_report) calls that
                                  got past their argument checks           */
   uint64_t recovered;         /* operations recovery moved to a terminal
