@@ -65,6 +65,13 @@
  *   }
  *   resil_op_record_clear(&rec);
  *
+ * The same flow in one call (the effect `pay` runs only for a new key; with
+ * effects_in_store, begin and completion are then one transaction):
+ *
+ *   if (resil_store_execute(store, key, &req, pay, &ctx, &r, &rec) != RESIL_OK)
+ *     ... 503 (rec.state says what is stored: PENDING or UNKNOWN)
+ *   ... then the same switch on r: for NEW, rec is the final record
+ *
  * Errors: every function returns a resil_status. RESIL_EIO means the database
  * failed (disk full, I/O error, corrupt file, a damaged row, the SQLite file
  * deleted or replaced while open, the connection lost and not regained, a
