@@ -516,6 +516,25 @@ static int pipeline_finish(pg_slot *c, int n, PGresult **res) {
 }
 #endif
 
+#ifdef LIBPQ_HAS_PIPELINING
+/* BEGIN, then the prepared statement `name`, pipelined in one round trip;
+ * their results in res[0..2) (NULL where none came). Returns 1 when the
+ * pipeline completed and BEGIN succeeded (the transaction is then open,
+ * whatever the statement did); 0 otherwise, res[0] saying why when it came. */
+static int begin_then(pg_slot *c, const char *name, int n, const char *const *vals,
+                      const int *lens, const int *fmts, PGresult **res) {
+  int ok = 0;
+  if (PQenterPipelineMode(c->conn)) {
+    if (PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
+        PQsendQueryPrepared(c->conn, name, n, vals, lens, fmts, 1))
+      ok = pipeline_finish(c, 2, res);
+    else
+      PQexitPipelineMode(c->conn);
+  }
+  return ok && res[0] && PQresultStatus(res[0]) == PGRES_COMMAND_OK;
+}
+#endif
+
 /* BEGIN, then the prepared row read q (Q_LOCK or Q_LOCK_SKIP), in one round
  * trip where libpq pipelines. The transaction stays open after it (an
  * explicit BEGIN), also when the read failed (aborted, for the caller's
@@ -528,15 +547,7 @@ static resil_status pg_begin_select(resil_store *s, pg_slot *c, int q, const cha
   if (st) return st;
   const char *vals[1] = {key};
   PGresult *res[2] = {NULL, NULL};
-  int ok = 0;
-  if (PQenterPipelineMode(c->conn)) {
-    if (PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
-        PQsendQueryPrepared(c->conn, name, 1, vals, NULL, NULL, 1))
-      ok = pipeline_finish(c, 2, res);
-    else
-      PQexitPipelineMode(c->conn);
-  }
-  if (!ok || !res[0] || PQresultStatus(res[0]) != PGRES_COMMAND_OK)
+  if (!begin_then(c, name, 1, vals, NULL, NULL, res))
     st = pg_fail(s, c, res[0], "BEGIN");
   else if (!res[1] || PQresultStatus(res[1]) != PGRES_TUPLES_OK)
     st = pg_fail(s, c, res[1], what);
@@ -692,15 +703,7 @@ static resil_status pg_insert_locked(resil_store *s, void *conn, const resil__op
   if (st) return st;
 #ifdef LIBPQ_HAS_PIPELINING
   PGresult *res[2] = {NULL, NULL};
-  int ok = 0;
-  if (PQenterPipelineMode(c->conn)) {
-    if (PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
-        PQsendQueryPrepared(c->conn, name, 6, p.vals, p.lens, p.fmts, 1))
-      ok = pipeline_finish(c, 2, res);
-    else
-      PQexitPipelineMode(c->conn);
-  }
-  if (!ok || !res[0] || PQresultStatus(res[0]) != PGRES_COMMAND_OK)
+  if (!begin_then(c, name, 6, p.vals, p.lens, p.fmts, res))
     st = pg_fail(s, c, res[0], "BEGIN");
   else if (!res[1] || PQresultStatus(res[1]) != PGRES_COMMAND_OK)
     st = pg_fail(s, c, res[1], "insert");

@@ -479,6 +479,33 @@ static resil_status effect_tracing(void *user, resil_store_txn *tx,
   return RESIL_OK;
 }
 
+/* A new trace file (path: a mkstemp template). */
+static FILE *trace_file(char *path) {
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *trace = fdopen(fd, "w+");
+  assert_non_null(trace);
+  return trace;
+}
+
+/* Round trips in a libpq trace: the frontend messages that make the server
+ * answer (Sync, Query); *parses: Parse messages naming resil_operations.
+ * Closes and removes the file. */
+static int trace_trips(FILE *trace, const char *path, int *parses) {
+  fflush(trace);
+  rewind(trace);
+  char line[4096];
+  int trips = 0;
+  while (fgets(line, sizeof line, trace)) {
+    if (line[0] != 'F') continue;
+    if (strstr(line, "\tSync") || strstr(line, "\tQuery\t")) trips++;
+    if (strstr(line, "\tParse\t") && strstr(line, "resil_operations")) (*parses)++;
+  }
+  fclose(trace);
+  unlink(path);
+  return trips;
+}
+
 /* Round trips of the PostgreSQL backend, counted in the frontend messages
  * that make the server answer (Sync, Query) on the one pooled connection,
  * traced from inside op-1's effect to inside op-3's: op-1's terminal state
@@ -493,10 +520,7 @@ static void pg_operation_takes_begin_plus_two_round_trips_and_no_parse(void **st
   f->cfg.pool_size = 1;
   fx_reopen(f);
   char path[] = "/tmp/resil-pgtrace.XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  FILE *trace = fdopen(fd, "w+");
-  assert_non_null(trace);
+  FILE *trace = trace_file(path);
   resil_op_request req = ts_req("POST", "/p", "1");
   trace_effect start = {trace}, stop = {NULL};
   /* rt-0 prepares the statements (on first use, one round trip each). */
@@ -510,17 +534,8 @@ static void pg_operation_takes_begin_plus_two_round_trips_and_no_parse(void **st
   assert_int_equal(begin_ok(f->s, "rt-3", &req, NULL), RESIL_OP_NEW);
   assert_status(RESIL_OK, resil_store_complete(f->s, "rt-3", effect_tracing, &stop, NULL));
   assert_int_equal(state_of(f->s, "rt-2"), RESIL_OP_COMMITTED);
-  fflush(trace);
-  rewind(trace);
-  char line[4096];
-  int trips = 0, parses = 0;
-  while (fgets(line, sizeof line, trace)) {
-    if (line[0] != 'F') continue;
-    if (strstr(line, "\tSync") || strstr(line, "\tQuery\t")) trips++;
-    if (strstr(line, "\tParse\t") && strstr(line, "resil_operations")) parses++;
-  }
-  fclose(trace);
-  unlink(path);
+  int parses = 0;
+  int trips = trace_trips(trace, path, &parses);
   assert_int_equal(trips, 6);
   assert_int_equal(parses, 0);
 }
@@ -2236,10 +2251,7 @@ static void pg_execute_in_one_transaction_takes_two_round_trips(void **state) {
   f->cfg.pool_size = 1;
   fx_reopen(f);
   char path[] = "/tmp/resil-pgtrace.XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  FILE *trace = fdopen(fd, "w+");
-  assert_non_null(trace);
+  FILE *trace = trace_file(path);
   resil_op_request req = ts_req("POST", "/p", "1");
   trace_effect start = {trace}, stop = {NULL};
   ts_effect plain = {0};
@@ -2248,17 +2260,8 @@ static void pg_execute_in_one_transaction_takes_two_round_trips(void **state) {
   assert_int_equal(execute_ok(f, "ex-2", &req, effect_tracing, &start, NULL), RESIL_OP_NEW);
   assert_int_equal(execute_ok(f, "ex-3", &req, effect_tracing, &stop, NULL), RESIL_OP_NEW);
   assert_int_equal(state_of(f->s, "ex-2"), RESIL_OP_COMMITTED);
-  fflush(trace);
-  rewind(trace);
-  char line[4096];
-  int trips = 0, parses = 0;
-  while (fgets(line, sizeof line, trace)) {
-    if (line[0] != 'F') continue;
-    if (strstr(line, "\tSync") || strstr(line, "\tQuery\t")) trips++;
-    if (strstr(line, "\tParse\t") && strstr(line, "resil_operations")) parses++;
-  }
-  fclose(trace);
-  unlink(path);
+  int parses = 0;
+  int trips = trace_trips(trace, path, &parses);
   assert_int_equal(trips, f->cfg.effects_in_store ? 4 : 6);
   assert_int_equal(parses, 0);
 }
