@@ -89,6 +89,15 @@ typedef struct resil__store_backend {
    * terminal state, in that transaction (effects_in_store's execute). */
   resil_status (*insert_locked)(resil_store *s, void *conn, const resil__op_input *in,
                                 int *inserted);
+  /* Optional (NULL: resil_store_execute runs begin, then complete): inserts
+   * in->key as PENDING in a transaction of its own, committed as begin
+   * commits it (flushed by default) before anything else runs, then starts
+   * a write transaction and reads the row under lock without waiting for
+   * another holder. *inserted: this call made the row (it is committed);
+   * *found: the row is held (rec is it). A failure may leave the
+   * transaction open (rollback). Used by execute when effects_in_store is 0. */
+  resil_status (*insert_then_lock)(resil_store *s, void *conn, const resil__op_input *in,
+                                   int *inserted, resil_op_record *rec, int *found);
   /* Completion primitives: start a write transaction, lock and read the
    * row, write the terminal state (exactly one PENDING row must change),
    * commit, roll back (never fails; a no-op outside a transaction), and

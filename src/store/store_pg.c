@@ -483,11 +483,21 @@ static resil_status terminal_fail(resil_store *s, pg_slot *c, const PGresult *r,
  * statement after a failed one is not run: its result is
  * PGRES_PIPELINE_ABORTED. Returns 0 when the pipeline did not complete (the
  * connection failed). */
+static int pipeline_segment(pg_slot *c, int n, PGresult **res);
+
 static int pipeline_finish(pg_slot *c, int n, PGresult **res) {
   if (!PQpipelineSync(c->conn)) {
     PQexitPipelineMode(c->conn);
     return 0;
   }
+  int ok = pipeline_segment(c, n, res);
+  if (!PQexitPipelineMode(c->conn)) ok = 0;
+  return ok;
+}
+
+/* Reads the results of the n statements before the next Sync, and that
+ * Sync's result: 1 when they all came. */
+static int pipeline_segment(pg_slot *c, int n, PGresult **res) {
   int ok = 1;
   for (int i = 0; i < n && ok; i++) {
     res[i] = PQgetResult(c->conn);
@@ -511,7 +521,6 @@ static int pipeline_finish(pg_slot *c, int n, PGresult **res) {
     ok = sync && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
     PQclear(sync);
   }
-  if (!PQexitPipelineMode(c->conn)) ok = 0;
   return ok;
 }
 #endif
@@ -723,6 +732,64 @@ static resil_status pg_insert_locked(resil_store *s, void *conn, const resil__op
 #endif
 }
 
+/* resil_store_execute by default: begin's INSERT ... ON CONFLICT DO NOTHING
+ * in its own transaction, committed (and flushed, as the session is
+ * configured) at its Sync before the server reads on; then BEGIN and the row
+ * read under lock without waiting for another holder (FOR UPDATE SKIP
+ * LOCKED): all in one round trip where libpq pipelines. The effect runs only
+ * after the results came back, so after the INSERT's commit. The
+ * transaction stays open, also after a failure (for the caller's
+ * rollback). */
+static resil_status pg_insert_then_lock(resil_store *s, void *conn, const resil__op_input *in,
+                                        int *inserted, resil_op_record *rec, int *found) {
+  pg_slot *c = conn;
+  insert_params p;
+  resil_status st = insert_params_set(s, &p, in);
+  if (st) return st;
+#ifdef LIBPQ_HAS_PIPELINING
+  char ins[32], lock[32];
+  if ((st = pg_prepare(s, c, Q_INSERT, ins, sizeof ins)) ||
+      (st = pg_prepare(s, c, Q_LOCK_SKIP, lock, sizeof lock)))
+    return st;
+  const char *key[1] = {in->key};
+  PGresult *res[3] = {NULL, NULL, NULL};
+  /* committed: the INSERT's Sync came back, so its transaction ended. */
+  int committed = 0, ok = 0;
+  if (PQenterPipelineMode(c->conn)) {
+    int sent = PQsendQueryPrepared(c->conn, ins, 6, p.vals, p.lens, p.fmts, 1) &&
+               PQpipelineSync(c->conn) &&
+               PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
+               PQsendQueryPrepared(c->conn, lock, 1, key, NULL, NULL, 1) &&
+               PQpipelineSync(c->conn);
+    committed = sent && pipeline_segment(c, 1, res);
+    ok = committed && pipeline_segment(c, 2, res + 1);
+    if (!PQexitPipelineMode(c->conn)) ok = 0;
+  }
+  if (!committed || !res[0] || PQresultStatus(res[0]) != PGRES_COMMAND_OK) {
+    st = pg_fail(s, c, committed ? res[0] : NULL, "insert");
+  } else {
+    *inserted = strcmp(PQcmdTuples(res[0]), "1") == 0;
+    if (!ok || !res[1] || PQresultStatus(res[1]) != PGRES_COMMAND_OK) {
+      st = pg_fail(s, c, res[1], "BEGIN");
+    } else if (!res[2] || PQresultStatus(res[2]) != PGRES_TUPLES_OK) {
+      st = pg_fail(s, c, res[2], "lock the row");
+    } else {
+      *found = PQntuples(res[2]) > 0;
+      if (*found) st = pg_row(s, res[2], rec);
+    }
+  }
+  for (int i = 0; i < 3; i++) PQclear(res[i]);
+  return st;
+#else
+  PGresult *r = NULL;
+  st = pg_run_q(s, c, Q_INSERT, 6, p.vals, p.lens, p.fmts, PGRES_COMMAND_OK, &r, "insert");
+  if (st) return st;
+  *inserted = strcmp(PQcmdTuples(r), "1") == 0;
+  PQclear(r);
+  return pg_begin_select(s, c, Q_LOCK_SKIP, in->key, rec, found, "lock the row");
+#endif
+}
+
 static resil_status pg_begin(resil_store *s, void *conn, const resil__op_input *in,
                              int *inserted, int *counted, resil_op_record *rec) {
   pg_slot *c = conn;
@@ -851,6 +918,7 @@ const resil__store_backend resil__store_pg = {
     .lost = pg_lost,
     .begin = pg_begin,
     .insert_locked = pg_insert_locked,
+    .insert_then_lock = pg_insert_then_lock,
     .txn_begin = pg_txn_begin,
     .lock_row = pg_lock_row,
     .write_terminal = pg_write_terminal,
