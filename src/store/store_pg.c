@@ -17,6 +17,9 @@
  * effect's own statements, terminal+COMMIT. With effects_in_store, begin's
  * INSERT is pipelined behind set_config('synchronous_commit', 'off', true)
  * in one implicit transaction, still one round trip (pg_insert_unflushed).
+ * resil_store_execute saves one more: with effects_in_store, BEGIN and the
+ * INSERT open the one transaction (pg_insert_locked); by default the
+ * INSERT and its Sync go with BEGIN and the row lock (pg_insert_then_lock).
  * The statement names are
  * "resil_store_<n>"; an effect that DEALLOCATEs them
  * makes its completion fail (rolled back, still PENDING), and the next call
