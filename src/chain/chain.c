@@ -81,12 +81,21 @@ typedef struct chain_layer {
 typedef struct split_op {
   int at;
   unsigned char hand, hand_dl;
+  /* A library retry: resil__retry_plain_first, fixed when it was made. */
+  unsigned char plain_first;
   void *policy;
   layer_counters *c;
 } split_op;
 
+/* The shapes resil_chain_run enters in one inline pass (run_plan): a run
+ * of split layers at the top (PLAN_SPLIT), or a library retry whose fast
+ * path applies to every ctx without deadline or token
+ * (resil__retry_plain_first) right above one (PLAN_RETRY). */
+enum { PLAN_NONE = 0, PLAN_SPLIT = 1, PLAN_RETRY = 2 };
+
 struct resil_chain {
   uint32_t magic;
+  int plan;
   size_t n;
   split_op ops[RESIL_CHAIN_MAX_LAYERS];
   chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
@@ -102,6 +111,11 @@ struct resil_chain {
   void *fallback_arg;
   const resil_clock *clock;
   const resil_allocator *alloc;
+  /* The ctx resil_chain_run gives the top layer for a NULL one when there
+   * is no total_timeout_ns (null_ok): the defaults on ch->clock; and
+   * null_ctx1, the same with attempt 1 (a retry's first attempt's). */
+  int null_ok;
+  resil_ctx null_ctx, null_ctx1;
 };
 
 /* The 0.1 layout ends with `alloc`. */
@@ -154,6 +168,11 @@ resil_status resil_chain_new(const resil_chain_config *ucfg, resil_chain **out,
   ch->fallback_arg = cfg->fallback_arg;
   ch->clock = resil__clock(cfg->clock);
   ch->alloc = cfg->alloc;
+  ch->null_ok = ch->total_timeout_ns == 0;
+  resil__ctx_defaults(&ch->null_ctx);
+  ch->null_ctx.clock = ch->clock;
+  ch->null_ctx1 = ch->null_ctx;
+  ch->null_ctx1.attempt = 1;
   *out = ch;
   return RESIL_OK;
 }
@@ -258,6 +277,8 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
   op->policy = L->desc.policy;
   op->c = &L->c;
   op->hand = op->hand_dl = 0;
+  op->plain_first =
+      L->at == LAYER_RETRY_AT && resil__retry_plain_first(L->desc.policy);
   if (L->at == LAYER_RATELIMITER_AT && ch->n > 1 &&
       ch->layers[ch->n - 2].at == LAYER_BREAKER_AT &&
       ch->layers[ch->n - 2].clk == L->clk) {
@@ -266,6 +287,10 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     op->hand = !b_coarse || L->coarse;
     op->hand_dl = !b_coarse;
   }
+  ch->plan = is_split(ch->ops[0].at) ? PLAN_SPLIT
+             : ch->ops[0].plain_first && ch->n > 1 && is_split(ch->ops[1].at)
+                 ? PLAN_RETRY
+                 : PLAN_NONE;
   return RESIL_OK;
 }
 
@@ -616,6 +641,144 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
   return o;
 }
 
+/* ---- the one-pass plan (ch->plan) ---------------------------------------
+ *
+ * resil_chain_run's common case, inline: the split layers' enters, the call
+ * (or the layer below them), and for a clean pass their leaves for a plain
+ * success and, with a retry on top, its count of a first-attempt success.
+ * Everything else (a refusal, an outcome that is not a plain success, a
+ * retry's later attempts) goes through the same statements as split_pass
+ * and enter_retry, in the noinline helpers below. */
+
+/* split_pass's tail for a pass that is not clean: layer k refused (k < j;
+ * no attempt below it) or layers i..j-1 all entered and o came back from
+ * below, not clean; each entered layer leaves with o and counts it. */
+__attribute__((noinline)) static void pass_unclean(resil_chain *ch, size_t i,
+                                                   size_t k, size_t j,
+                                                   held *h,
+                                                   const resil_outcome *o) {
+  const split_op *ops = ch->ops;
+  if (k < j) {
+    layer_counters *c = ops[k].c;
+    if (o->kind == RESIL_REJECTED)
+      atomic_fetch_add_explicit(&c->rejections, 1, memory_order_relaxed);
+    count_outcome(c, *o);
+  }
+  while (k-- > i) {
+    const split_op *op = &ops[k];
+    if (op->at == LAYER_BREAKER_AT)
+      resil__breaker_leave(op->policy, &h[k].permit, o, h[k].t0);
+    else if (op->at == LAYER_BULKHEAD_AT)
+      resil_bulkhead_release(op->policy);
+    count_outcome(op->c, *o);
+  }
+}
+
+/* enter_retry after a first attempt (first: its ctx) that was not a clean
+ * pass: the retry goes on, then settles as enter_retry settles it. */
+__attribute__((noinline)) static void
+retry_unclean(resil_chain *ch, const resil_ctx *first, resil_call_fn fn,
+              void *arg, resil_outcome *io) {
+  frame f = {.ch = ch, .i = 0, .fn = fn, .arg = arg, .inner_calls = 1,
+             .below = {.clean = 0}, .heap = 0};
+  link top = {.clean = 0};
+  resil__retry_fast_rest(ch->ops[0].policy, first, trampoline, &f, io);
+  settle_layer(ch, 0, &f, io, &top);
+  if (top.clean) resil__shards_add(&ch->clean, 0, 1);
+}
+
+/* 1 when run_plan takes a plan chain's call on c (full-size, clock set):
+ * resil__retry_fast_first's test of the ctx for a retry on top (its
+ * retry's part was decided at build time). */
+static inline int plan_applies(const resil_chain *ch, const resil_ctx *c) {
+  return ch->plan == PLAN_SPLIT ||
+         (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel);
+}
+
+/* The leaves of layers i..j-1 after a clean pass: resil__breaker_leave and
+ * resil_bulkhead_release for a plain success; the clean pass is counted
+ * once, by the caller. */
+static inline void leave_clean(const split_op *ops, size_t i, size_t j,
+                               const held *h) {
+  for (size_t k = j; k-- > i;) {
+    const split_op *op = &ops[k];
+    if (op->at == LAYER_BREAKER_AT)
+      resil__breaker_leave_ok(op->policy, &h[k].permit, h[k].t0);
+    else if (op->at == LAYER_BULKHEAD_AT)
+      resil_bulkhead_release(op->policy);
+  }
+}
+
+/* A plan chain's call on c (plan_applies), counted, fallback not applied:
+ * split_pass (and enter_retry above it) with the clean pass's end inline.
+ * The call's outcome is read field by field and returned in the caller's
+ * slot: no copy of it is stored narrow and reloaded wide. */
+__attribute__((noinline)) static resil_outcome
+run_plan(resil_chain *ch, const resil_ctx *c, resil_call_fn fn, void *arg) {
+  const split_op *ops = ch->ops;
+  size_t i = 0;
+  const resil_ctx *cc = c;
+  resil_ctx first;
+  if (ch->plan == PLAN_RETRY) {
+    if (c == &ch->null_ctx) {
+      cc = &ch->null_ctx1;
+    } else {
+      first = *c;
+      first.attempt = 1;
+      cc = &first;
+    }
+    i = 1;
+  }
+  held h[RESIL_CHAIN_MAX_LAYERS];
+  resil_outcome o;
+  size_t j = ch->layers[i].split_end;
+  int no_deadline = cc->deadline_ns == RESIL_NO_DEADLINE;
+  size_t k = i;
+  do { /* i < j: layer i is a split one (plan) */
+    const split_op *op = &ops[k];
+    int go;
+    if (op->at == LAYER_BREAKER_AT) {
+      go = resil__breaker_enter(op->policy, &h[k].permit, &h[k].t0, &o);
+    } else if (op->at == LAYER_RATELIMITER_AT) {
+      const int64_t *now =
+          k > i && (no_deadline ? op->hand : op->hand_dl) ? &h[k - 1].t0 : NULL;
+      go = resil__ratelimiter_enter(op->policy, cc, now, &o);
+    } else {
+      go = resil__bulkhead_enter(op->policy, cc, &o);
+    }
+    if (RESIL_UNLIKELY(!go)) break;
+  } while (++k < j);
+  if (RESIL_LIKELY(k == j)) {
+    if (j == ch->n) {
+      resil_outcome r = fn(arg, cc);
+      if (RESIL_LIKELY(plain_success(r.kind, r.reason))) {
+        leave_clean(ops, i, j, h);
+        resil__shards_add(&ch->clean, 0, 1);
+        if (!i) return r;
+        /* resil__retry_fast_rest and settle_layer for a clean first
+         * attempt. */
+        resil__retry_first_ok(ops[0].policy);
+        return resil__outcome_with_stop(&r, RESIL_STOP_SUCCESS, 1);
+      }
+      o = r;
+      count_outcome(&ch->call, o);
+    } else {
+      link below = {.clean = 0};
+      o = enter_layer(ch, j, cc, fn, arg, &below);
+      if (below.clean) {
+        leave_clean(ops, i, j, h);
+        resil__shards_add(&ch->clean, 0, 1);
+        if (!i) return o;
+        resil__retry_first_ok(ops[0].policy);
+        return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
+      }
+    }
+  }
+  pass_unclean(ch, i, k, j, h, &o);
+  if (i) retry_unclean(ch, cc, fn, arg, &o);
+  return o;
+}
+
 static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
                                           const resil_ctx *ctx,
                                           resil_outcome *o) {
@@ -639,8 +802,9 @@ static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
   return fk;
 }
 
-resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
-                              resil_call_fn fn, void *arg) {
+/* resil_chain_run for every call but the common one. */
+__attribute__((noinline)) static resil_outcome
+run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
   resil_outcome o; /* the only value returned: built in the return slot */
   if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn)) {
     o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
@@ -664,7 +828,9 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
   link top = {.clean = 0};
   /* enter_layer's dispatch, for the full-size local ctx. */
   int at = ch->n ? ch->ops[0].at : LAYER_GENERIC;
-  if (at == LAYER_RETRY_AT)
+  if (ch->plan != PLAN_NONE && plan_applies(ch, &local))
+    o = run_plan(ch, &local, fn, arg);
+  else if (at == LAYER_RETRY_AT)
     o = enter_retry(ch, 0, &local, fn, arg, &top);
   else if (is_split(at))
     o = split_pass(ch, 0, &local, fn, arg, &top);
@@ -677,6 +843,17 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
     o = t;
   }
   return o;
+}
+
+resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
+                              resil_call_fn fn, void *arg) {
+  /* The common call: no ctx, a plan chain without total timeout or
+   * fallback (null_ctx: plan_applies). Both calls are tail calls: the
+   * outcome is built in the caller's slot. */
+  if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx &&
+                   ch->plan != PLAN_NONE && ch->null_ok && !ch->fallback))
+    return run_plan(ch, &ch->null_ctx, fn, arg);
+  return run_general(ch, ctx, fn, arg);
 }
 
 /* ---- inspection -------------------------------------------------------- */

@@ -13,6 +13,7 @@
  * held from outside and a ctx with a deadline are drawn per seed; the test
  * checks that the scripts reached every refusal. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "resil/breaker.h"
@@ -357,7 +358,11 @@ static void split_pass_matches_nested_run_forms(void **state) {
   (void)state;
   coverage cov;
   memset(&cov, 0, sizeof cov);
-  for (uint64_t seed = 1; seed <= 150; seed++) run_seed(seed, &cov);
+  /* RESIL_TEST_SEEDS=N runs seeds 1..N (more than the default 150). */
+  uint64_t seeds = 150;
+  const char *env = getenv("RESIL_TEST_SEEDS");
+  if (env && strtoull(env, NULL, 10) > seeds) seeds = strtoull(env, NULL, 10);
+  for (uint64_t seed = 1; seed <= seeds; seed++) run_seed(seed, &cov);
   /* The scripts reached every refusal, clean passes and retries. */
   assert_true(cov.breaker_refused > 50);
   assert_true(cov.limiter_refused > 50);
