@@ -78,9 +78,11 @@ typedef struct chain_layer {
  * deadline (the breaker reads precise, or both read coarse), hand_dl with
  * one (the breaker reads precise: a deadline is checked against the
  * reading). */
+enum { HAND = 1, HAND_DL = 2 };
 typedef struct split_op {
   int at;
   unsigned char hand, hand_dl;
+  unsigned char hands; /* HAND if hand, | HAND_DL if hand_dl */
   /* A library retry: resil__retry_plain_first, fixed when it was made. */
   unsigned char plain_first;
   void *policy;
@@ -97,6 +99,9 @@ struct resil_chain {
   uint32_t magic;
   int plan;
   size_t n;
+  /* A plan's pass: layers plan_from (0, or 1 below the retry) ..
+   * plan_end - 1 (layers[plan_from].split_end). */
+  size_t plan_from, plan_end;
   split_op ops[RESIL_CHAIN_MAX_LAYERS];
   chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
   layer_counters call; /* the protected call itself */
@@ -287,10 +292,13 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     op->hand = !b_coarse || L->coarse;
     op->hand_dl = !b_coarse;
   }
+  op->hands = (unsigned char)((op->hand ? HAND : 0) | (op->hand_dl ? HAND_DL : 0));
   ch->plan = is_split(ch->ops[0].at) ? PLAN_SPLIT
              : ch->ops[0].plain_first && ch->n > 1 && is_split(ch->ops[1].at)
                  ? PLAN_RETRY
                  : PLAN_NONE;
+  ch->plan_from = ch->plan == PLAN_RETRY ? 1 : 0;
+  ch->plan_end = ch->layers[ch->plan_from].split_end;
   return RESIL_OK;
 }
 
@@ -652,7 +660,8 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
 
 /* split_pass's tail for a pass that is not clean: layer k refused (k < j;
  * no attempt below it) or layers i..j-1 all entered and o came back from
- * below, not clean; each entered layer leaves with o and counts it. */
+ * below, not clean; each entered layer leaves with o and counts it. h[0]
+ * is layer i's. */
 __attribute__((noinline)) static void pass_unclean(resil_chain *ch, size_t i,
                                                    size_t k, size_t j,
                                                    held *h,
@@ -667,7 +676,7 @@ __attribute__((noinline)) static void pass_unclean(resil_chain *ch, size_t i,
   while (k-- > i) {
     const split_op *op = &ops[k];
     if (op->at == LAYER_BREAKER_AT)
-      resil__breaker_leave(op->policy, &h[k].permit, o, h[k].t0);
+      resil__breaker_leave(op->policy, &h[k - i].permit, o, h[k - i].t0);
     else if (op->at == LAYER_BULKHEAD_AT)
       resil_bulkhead_release(op->policy);
     count_outcome(op->c, *o);
@@ -695,31 +704,34 @@ static inline int plan_applies(const resil_chain *ch, const resil_ctx *c) {
          (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel);
 }
 
-/* The leaves of layers i..j-1 after a clean pass: resil__breaker_leave and
- * resil_bulkhead_release for a plain success; the clean pass is counted
- * once, by the caller. */
-static inline void leave_clean(const split_op *ops, size_t i, size_t j,
-                               const held *h) {
-  for (size_t k = j; k-- > i;) {
-    const split_op *op = &ops[k];
+/* The leaves of a plan's pass after a clean pass (h[0] is layer
+ * plan_from's): resil__breaker_leave and resil_bulkhead_release for a
+ * plain success; the clean pass is counted once, by the caller. */
+static inline void leave_clean(const resil_chain *ch, const held *h) {
+  const split_op *first = &ch->ops[ch->plan_from];
+  const split_op *op = &ch->ops[ch->plan_end];
+  h += ch->plan_end - ch->plan_from;
+  do {
+    --op;
+    --h;
     if (op->at == LAYER_BREAKER_AT)
-      resil__breaker_leave_ok(op->policy, &h[k].permit, h[k].t0);
+      resil__breaker_leave_ok(op->policy, &h->permit, h->t0);
     else if (op->at == LAYER_BULKHEAD_AT)
       resil_bulkhead_release(op->policy);
-  }
+  } while (op > first);
 }
 
 /* A plan chain's call on c (plan_applies), counted, fallback not applied:
- * split_pass (and enter_retry above it) with the clean pass's end inline.
- * The call's outcome is read field by field and returned in the caller's
- * slot: no copy of it is stored narrow and reloaded wide. */
-__attribute__((noinline)) static resil_outcome
-run_plan(resil_chain *ch, const resil_ctx *c, resil_call_fn fn, void *arg) {
-  const split_op *ops = ch->ops;
-  size_t i = 0;
+ * split_pass over layers plan_from..plan_end-1 (and enter_retry above
+ * them) with the clean pass's end inline. The call's outcome is read field
+ * by field and returned in the caller's slot: no copy of it is stored
+ * narrow and reloaded wide. */
+static inline __attribute__((always_inline)) resil_outcome
+plan_body(resil_chain *ch, const resil_ctx *c, resil_call_fn fn, void *arg) {
   const resil_ctx *cc = c;
   resil_ctx first;
-  if (ch->plan == PLAN_RETRY) {
+  const int retry = ch->plan == PLAN_RETRY;
+  if (retry) {
     if (c == &ch->null_ctx) {
       cc = &ch->null_ctx1;
     } else {
@@ -727,56 +739,63 @@ run_plan(resil_chain *ch, const resil_ctx *c, resil_call_fn fn, void *arg) {
       first.attempt = 1;
       cc = &first;
     }
-    i = 1;
   }
-  held h[RESIL_CHAIN_MAX_LAYERS];
+  held h[RESIL_CHAIN_MAX_LAYERS]; /* h[0]: layer plan_from's */
   resil_outcome o;
-  size_t j = ch->layers[i].split_end;
-  int no_deadline = cc->deadline_ns == RESIL_NO_DEADLINE;
-  size_t k = i;
-  do { /* i < j: layer i is a split one (plan) */
-    const split_op *op = &ops[k];
+  /* Which of split_op's hand and hand_dl applies. In a plan, the layer
+   * above a rate limiter with either set is a breaker of this pass. */
+  const unsigned sel = cc->deadline_ns == RESIL_NO_DEADLINE ? HAND : HAND_DL;
+  const split_op *op = &ch->ops[ch->plan_from];
+  const split_op *end = &ch->ops[ch->plan_end];
+  held *hp = h;
+  do { /* plan_from < plan_end */
     int go;
-    if (op->at == LAYER_BREAKER_AT) {
-      go = resil__breaker_enter(op->policy, &h[k].permit, &h[k].t0, &o);
-    } else if (op->at == LAYER_RATELIMITER_AT) {
-      const int64_t *now =
-          k > i && (no_deadline ? op->hand : op->hand_dl) ? &h[k - 1].t0 : NULL;
-      go = resil__ratelimiter_enter(op->policy, cc, now, &o);
-    } else {
+    if (op->at == LAYER_BREAKER_AT)
+      go = resil__breaker_enter(op->policy, &hp->permit, &hp->t0, &o);
+    else if (op->at == LAYER_RATELIMITER_AT)
+      go = resil__ratelimiter_enter(op->policy, cc,
+                                    op->hands & sel ? &hp[-1].t0 : NULL, &o);
+    else
       go = resil__bulkhead_enter(op->policy, cc, &o);
-    }
     if (RESIL_UNLIKELY(!go)) break;
-  } while (++k < j);
-  if (RESIL_LIKELY(k == j)) {
-    if (j == ch->n) {
+    hp++;
+  } while (++op < end);
+  if (RESIL_LIKELY(op == end)) {
+    if (ch->plan_end == ch->n) {
       resil_outcome r = fn(arg, cc);
       if (RESIL_LIKELY(plain_success(r.kind, r.reason))) {
-        leave_clean(ops, i, j, h);
+        leave_clean(ch, h);
         resil__shards_add(&ch->clean, 0, 1);
-        if (!i) return r;
+        if (!retry) return r;
         /* resil__retry_fast_rest and settle_layer for a clean first
          * attempt. */
-        resil__retry_first_ok(ops[0].policy);
+        resil__retry_first_ok(ch->ops[0].policy);
         return resil__outcome_with_stop(&r, RESIL_STOP_SUCCESS, 1);
       }
       o = r;
       count_outcome(&ch->call, o);
     } else {
       link below = {.clean = 0};
-      o = enter_layer(ch, j, cc, fn, arg, &below);
+      o = enter_layer(ch, ch->plan_end, cc, fn, arg, &below);
       if (below.clean) {
-        leave_clean(ops, i, j, h);
+        leave_clean(ch, h);
         resil__shards_add(&ch->clean, 0, 1);
-        if (!i) return o;
-        resil__retry_first_ok(ops[0].policy);
+        if (!retry) return o;
+        resil__retry_first_ok(ch->ops[0].policy);
         return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
       }
     }
   }
-  pass_unclean(ch, i, k, j, h, &o);
-  if (i) retry_unclean(ch, cc, fn, arg, &o);
+  pass_unclean(ch, ch->plan_from, (size_t)(op - ch->ops), ch->plan_end,
+               h, &o);
+  if (retry) retry_unclean(ch, cc, fn, arg, &o);
   return o;
+}
+
+/* plan_body for resil_chain_run's other calls. */
+__attribute__((noinline)) static resil_outcome
+run_plan(resil_chain *ch, const resil_ctx *c, resil_call_fn fn, void *arg) {
+  return plan_body(ch, c, fn, arg);
 }
 
 static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
@@ -848,11 +867,11 @@ run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
   /* The common call: no ctx, a plan chain without total timeout or
-   * fallback (null_ctx: plan_applies). Both calls are tail calls: the
-   * outcome is built in the caller's slot. */
+   * fallback (null_ctx: plan_applies), inline; the outcome is built in
+   * the caller's slot. */
   if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx &&
                    ch->plan != PLAN_NONE && ch->null_ok && !ch->fallback))
-    return run_plan(ch, &ch->null_ctx, fn, arg);
+    return plan_body(ch, &ch->null_ctx, fn, arg);
   return run_general(ch, ctx, fn, arg);
 }
 
