@@ -94,19 +94,42 @@ typedef struct split_op {
  * path applies to every ctx without deadline or token
  * (resil__retry_plain_first) right above one (PLAN_RETRY). */
 enum { PLAN_NONE = 0, PLAN_SPLIT = 1, PLAN_RETRY = 2 };
-/* A pass of n <= 3 layers of kinds a, b, c (LAYER_*_AT, 0 past n). */
-#define SHAPE(n, a, b, c)                                                      \
-  ((unsigned)(n) | (unsigned)(a) << 2 | (unsigned)(b) << 5 | (unsigned)(c) << 8)
+/* The passes resil_chain_run has written out (plan_body with constant
+ * kinds): 1..3 distinct split layers. X(index, n, a, b, c): index (from 1)
+ * of the pass of n layers of kinds a, b, c (LAYER_*_AT, 0 past n). */
+#define B_ LAYER_BREAKER_AT
+#define R_ LAYER_RATELIMITER_AT
+#define H_ LAYER_BULKHEAD_AT
+#define PLAN_SHAPES(X)                                                         \
+  X(1, 1, B_, 0, 0)                                                            \
+  X(2, 1, R_, 0, 0)                                                            \
+  X(3, 1, H_, 0, 0)                                                            \
+  X(4, 2, B_, R_, 0)                                                           \
+  X(5, 2, B_, H_, 0)                                                           \
+  X(6, 2, R_, B_, 0)                                                           \
+  X(7, 2, R_, H_, 0)                                                           \
+  X(8, 2, H_, B_, 0)                                                           \
+  X(9, 2, H_, R_, 0)                                                           \
+  X(10, 3, B_, R_, H_)                                                         \
+  X(11, 3, B_, H_, R_)                                                         \
+  X(12, 3, R_, B_, H_)                                                         \
+  X(13, 3, R_, H_, B_)                                                         \
+  X(14, 3, H_, B_, R_)                                                         \
+  X(15, 3, H_, R_, B_)
+/* More than any index: a plan whose pass is not written out. */
+#define SHAPE_GENERIC 16u
 
 struct resil_chain {
   uint32_t magic;
   int plan;
   size_t n;
   /* A plan's pass: layers plan_from (0, or 1 below the retry) ..
-   * plan_end - 1 (layers[plan_from].split_end); shape: SHAPE of its length
-   * and kinds when it has at most 3 layers, else 0. */
+   * plan_end - 1 (layers[plan_from].split_end). fast: how resil_chain_run
+   * takes a call without ctx: 0 through run_general (no plan, or a total
+   * timeout or fallback), else plan_body for the pass of that index in
+   * PLAN_SHAPES, or SHAPE_GENERIC. */
   size_t plan_from, plan_end;
-  unsigned shape;
+  unsigned fast;
   split_op ops[RESIL_CHAIN_MAX_LAYERS];
   chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
   layer_counters call; /* the protected call itself */
@@ -304,12 +327,19 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
                  : PLAN_NONE;
   ch->plan_from = ch->plan == PLAN_RETRY ? 1 : 0;
   ch->plan_end = ch->layers[ch->plan_from].split_end;
-  ch->shape = 0;
-  size_t len = ch->plan_end - ch->plan_from;
-  if (ch->plan != PLAN_NONE && len <= 3) {
+  /* fast: the common call's way (resil_chain_run): 0 for none. */
+  ch->fast = 0;
+  if (ch->plan != PLAN_NONE && ch->null_ok && !ch->fallback) {
+    size_t len = ch->plan_end - ch->plan_from;
     int at[3] = {0, 0, 0};
-    for (size_t m = 0; m < len; m++) at[m] = ch->ops[ch->plan_from + m].at;
-    ch->shape = SHAPE(len, at[0], at[1], at[2]);
+    for (size_t m = 0; m < len && m < 3; m++)
+      at[m] = ch->ops[ch->plan_from + m].at;
+    ch->fast = SHAPE_GENERIC;
+#define SHAPE_MATCH(x, n, a, b, c)                                             \
+  if (len == (n) && at[0] == (a) && at[1] == (b) && at[2] == (c))              \
+    ch->fast = (x);
+    PLAN_SHAPES(SHAPE_MATCH)
+#undef SHAPE_MATCH
   }
   return RESIL_OK;
 }
@@ -915,41 +945,23 @@ run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
   /* The common call: no ctx, a plan chain without total timeout or
-   * fallback (null_ctx: plan_applies), inline; the outcome is built in
-   * the caller's slot. */
-  if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx &&
-                   ch->plan != PLAN_NONE && ch->null_ok && !ch->fallback))
-    switch (ch->shape) {
-#define B_ LAYER_BREAKER_AT
-#define R_ LAYER_RATELIMITER_AT
-#define H_ LAYER_BULKHEAD_AT
-#define PLAN_CASE(n, a, b, c)                                                  \
-  case SHAPE(n, a, b, c): {                                                    \
+   * fallback (ch->fast; the NULL ctx: plan_applies), inline, its pass
+   * written out for its shape; the outcome is built in the caller's slot. */
+  if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx)) {
+    switch (ch->fast) {
+#define PLAN_CASE(x, n, a, b, c)                                               \
+  case (x): {                                                                  \
     const pass_shape sh = {n, {a, b, c}};                                      \
     return plan_body(ch, NULL, fn, arg, sh);                                   \
   }
-      PLAN_CASE(1, B_, 0, 0)
-      PLAN_CASE(1, R_, 0, 0)
-      PLAN_CASE(1, H_, 0, 0)
-      PLAN_CASE(2, B_, R_, 0)
-      PLAN_CASE(2, B_, H_, 0)
-      PLAN_CASE(2, R_, B_, 0)
-      PLAN_CASE(2, R_, H_, 0)
-      PLAN_CASE(2, H_, B_, 0)
-      PLAN_CASE(2, H_, R_, 0)
-      PLAN_CASE(3, B_, R_, H_)
-      PLAN_CASE(3, B_, H_, R_)
-      PLAN_CASE(3, R_, B_, H_)
-      PLAN_CASE(3, R_, H_, B_)
-      PLAN_CASE(3, H_, B_, R_)
-      PLAN_CASE(3, H_, R_, B_)
+      PLAN_SHAPES(PLAN_CASE)
 #undef PLAN_CASE
-#undef B_
-#undef R_
-#undef H_
-    default:
+    case SHAPE_GENERIC:
       return run_plan(ch, NULL, fn, arg);
+    default:
+      break;
     }
+  }
   return run_general(ch, ctx, fn, arg);
 }
 
