@@ -358,7 +358,16 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
  * waiting for it (time limiter, thread pool) could leave that thread with a
  * pointer into a stack frame that is gone, so below such a layer the frame
  * is heap-allocated and reference-counted: freed by whichever of the
- * caller and the abandoned task finishes last. */
+ * caller and the abandoned task finishes last.
+ *
+ * resil_chain_run enters a chain whose top is such a run, or a library
+ * retry right above one whose fast path is fixed at build time (a plan,
+ * ch->plan), through plan_body: split_pass and enter_retry as one inline
+ * pass whose clean end (every layer one attempt, a plain success) is
+ * written out; for a call without ctx, with the pass's layer kinds as
+ * constants (ch->fast). Everything else in such a call goes through the
+ * same statements as split_pass and enter_retry (pass_unclean,
+ * retry_unclean). */
 
 /* What a layer's caller (the layer above, or resil_chain_run) shares with
  * it: one pointer argument of enter_layer. */
