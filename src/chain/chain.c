@@ -747,14 +747,6 @@ retry_unclean(resil_chain *ch, const resil_ctx *first, resil_call_fn fn,
   if (top.clean) resil__shards_add(&ch->clean, 0, 1);
 }
 
-/* 1 when run_plan takes a plan chain's call on c (full-size, clock set):
- * resil__retry_fast_first's test of the ctx for a retry on top (its
- * retry's part was decided at build time). */
-static inline int plan_applies(const resil_chain *ch, const resil_ctx *c) {
-  return ch->plan == PLAN_SPLIT ||
-         (c->deadline_ns == RESIL_NO_DEADLINE && !c->cancel);
-}
-
 #define CHAIN_INLINE inline __attribute__((always_inline))
 
 /* Layer op's enter in a plan's pass (split_pass's), op->at or, when
@@ -813,8 +805,10 @@ static CHAIN_INLINE resil_outcome plan_clean_end(resil_chain *ch,
   return resil__outcome_with_stop(o, RESIL_STOP_SUCCESS, 1);
 }
 
-/* A plan chain's call on c (plan_applies; NULL: resil_chain_run's NULL
- * ctx, whose top layer's ctx is null_ctx), counted, fallback not applied:
+/* A plan chain's call, counted, fallback not applied. c: the ctx of the
+ * pass's layers (for PLAN_RETRY, the first attempt's, which
+ * resil__retry_fast_first gave), or NULL for resil_chain_run's NULL ctx
+ * (null_ctx, or null_ctx1 below a retry, whose fast path then applies):
  * split_pass over the sh.len = plan_end - plan_from layers from plan_from
  * (and enter_retry above them) with the clean pass's end inline; written
  * out step by step for len <= 3, which resil_chain_run passes as a
@@ -826,17 +820,8 @@ static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
                                             const resil_ctx *c,
                                             resil_call_fn fn, void *arg,
                                             pass_shape sh) {
-  const resil_ctx *cc = c;
-  resil_ctx first;
   const int retry = ch->plan == PLAN_RETRY;
-  if (!c) {
-    /* resil_chain_run's NULL ctx: null_ctx, no deadline */
-    cc = retry ? &ch->null_ctx1 : &ch->null_ctx;
-  } else if (retry) {
-    first = *c;
-    first.attempt = 1;
-    cc = &first;
-  }
+  const resil_ctx *cc = c ? c : retry ? &ch->null_ctx1 : &ch->null_ctx;
   held h[RESIL_CHAIN_MAX_LAYERS]; /* h[m]: layer plan_from + m's */
   resil_outcome o;
   const unsigned sel =
@@ -934,8 +919,12 @@ run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) 
   link top = {.clean = 0};
   /* enter_layer's dispatch, for the full-size local ctx. */
   int at = ch->n ? ch->ops[0].at : LAYER_GENERIC;
-  if (ch->plan != PLAN_NONE && plan_applies(ch, &local))
+  resil_ctx first;
+  if (ch->plan == PLAN_SPLIT)
     o = run_plan(ch, &local, fn, arg);
+  else if (ch->plan == PLAN_RETRY &&
+           resil__retry_fast_first(ch->ops[0].policy, &local, &first))
+    o = run_plan(ch, &first, fn, arg);
   else if (at == LAYER_RETRY_AT)
     o = enter_retry(ch, 0, &local, fn, arg, &top);
   else if (is_split(at))
@@ -954,7 +943,7 @@ run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
   /* The common call: no ctx, a plan chain without total timeout or
-   * fallback (ch->fast; the NULL ctx: plan_applies), inline, its pass
+   * fallback (ch->fast), inline, its pass
    * written out for its shape; the outcome is built in the caller's slot. */
   if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx)) {
     switch (ch->fast) {
