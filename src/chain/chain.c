@@ -320,7 +320,8 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     op->hand = !b_coarse || L->coarse;
     op->hand_dl = !b_coarse;
   }
-  op->hands = (unsigned char)((op->hand ? HAND : 0) | (op->hand_dl ? HAND_DL : 0));
+  op->hands =
+      (unsigned char)((op->hand ? HAND : 0) | (op->hand_dl ? HAND_DL : 0));
   ch->plan = is_split(ch->ops[0].at) ? PLAN_SPLIT
              : ch->ops[0].plain_first && ch->n > 1 && is_split(ch->ops[1].at)
                  ? PLAN_RETRY
@@ -812,7 +813,7 @@ static CHAIN_INLINE resil_outcome plan_clean_end(resil_chain *ch,
  * split_pass over the sh.len = plan_end - plan_from layers from plan_from
  * (and enter_retry above them) with the clean pass's end inline; written
  * out step by step for len <= 3, which resil_chain_run passes as a
- * constant, with the layers' kinds when it knows them (ch->shape): a
+ * constant, with the layers' kinds when it knows them (ch->fast): a
  * dispatch per layer in each direction cost ~3 ns of a four-layer chain's
  * ~30. The call's outcome is read field by field and returned in the
  * caller's slot: no copy of it is stored narrow and reloaded wide. */
@@ -846,7 +847,8 @@ static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
     } while (++m < sh.len);
   }
   if (ch->plan_end == ch->n) {
-    /* r's address is not taken: the call writes it in place. */
+    /* The call writes r in place; plan_clean_end (inline) reads it field
+     * by field. */
     resil_outcome r = fn(arg, cc);
     if (RESIL_LIKELY(plain_success(r.kind, r.reason)))
       return plan_clean_end(ch, ops, h, sh, retry, &r);
@@ -943,8 +945,8 @@ run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
   /* The common call: no ctx, a plan chain without total timeout or
-   * fallback (ch->fast), inline, its pass
-   * written out for its shape; the outcome is built in the caller's slot. */
+   * fallback (ch->fast), inline, its pass written out for its shape; the
+   * outcome is built in the caller's slot. */
   if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx)) {
     switch (ch->fast) {
 #define PLAN_CASE(x, n, a, b, c)                                               \
