@@ -1286,6 +1286,11 @@ void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,
   record_run(br, permit, o, t0, now_run(br));
 }
 
+void resil__breaker_leave_ok(resil_breaker *br,
+                             const resil_breaker_permit *permit, int64_t t0) {
+  record_run_class(br, permit, RESIL_CLASS_SUCCESS, t0, now_run(br));
+}
+
 /* resil_breaker_run; t0_out (NULL: none) receives the reading taken right
  * before the call, before the call is made. fn writes its outcome into o,
  * which is copied once, into the return value; a plain success is

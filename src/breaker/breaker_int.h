@@ -60,5 +60,9 @@ int resil__breaker_enter(resil_breaker *br, resil_breaker_permit *permit,
                          int64_t *t0, resil_outcome *refusal);
 void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,
                           const resil_outcome *o, int64_t t0);
+/* resil__breaker_leave for an outcome that is a plain success (ANSWERED,
+ * REASON_OK), as resil_breaker_run records one (Since 0.2). */
+void resil__breaker_leave_ok(resil_breaker *br,
+                             const resil_breaker_permit *permit, int64_t t0);
 
 #endif

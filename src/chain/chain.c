@@ -78,16 +78,58 @@ typedef struct chain_layer {
  * deadline (the breaker reads precise, or both read coarse), hand_dl with
  * one (the breaker reads precise: a deadline is checked against the
  * reading). */
+enum { HAND = 1, HAND_DL = 2 };
 typedef struct split_op {
   int at;
   unsigned char hand, hand_dl;
+  unsigned char hands; /* HAND if hand, | HAND_DL if hand_dl */
+  /* A library retry: resil__retry_plain_first, fixed when it was made. */
+  unsigned char plain_first;
   void *policy;
   layer_counters *c;
 } split_op;
 
+/* The shapes resil_chain_run enters in one inline pass (run_plan): a run
+ * of split layers at the top (PLAN_SPLIT), or a library retry whose fast
+ * path applies to every ctx without deadline or token
+ * (resil__retry_plain_first) right above one (PLAN_RETRY). */
+enum { PLAN_NONE = 0, PLAN_SPLIT = 1, PLAN_RETRY = 2 };
+/* The passes resil_chain_run has written out (plan_body with constant
+ * kinds): 1..3 distinct split layers. X(index, n, a, b, c): index (from 1)
+ * of the pass of n layers of kinds a, b, c (LAYER_*_AT, 0 past n). */
+#define B_ LAYER_BREAKER_AT
+#define R_ LAYER_RATELIMITER_AT
+#define H_ LAYER_BULKHEAD_AT
+#define PLAN_SHAPES(X)                                                         \
+  X(1, 1, B_, 0, 0)                                                            \
+  X(2, 1, R_, 0, 0)                                                            \
+  X(3, 1, H_, 0, 0)                                                            \
+  X(4, 2, B_, R_, 0)                                                           \
+  X(5, 2, B_, H_, 0)                                                           \
+  X(6, 2, R_, B_, 0)                                                           \
+  X(7, 2, R_, H_, 0)                                                           \
+  X(8, 2, H_, B_, 0)                                                           \
+  X(9, 2, H_, R_, 0)                                                           \
+  X(10, 3, B_, R_, H_)                                                         \
+  X(11, 3, B_, H_, R_)                                                         \
+  X(12, 3, R_, B_, H_)                                                         \
+  X(13, 3, R_, H_, B_)                                                         \
+  X(14, 3, H_, B_, R_)                                                         \
+  X(15, 3, H_, R_, B_)
+/* More than any index: a plan whose pass is not written out. */
+#define SHAPE_GENERIC 16u
+
 struct resil_chain {
   uint32_t magic;
+  int plan;
   size_t n;
+  /* A plan's pass: layers plan_from (0, or 1 below the retry) ..
+   * plan_end - 1 (layers[plan_from].split_end). fast: how resil_chain_run
+   * takes a call without ctx: 0 through run_general (no plan, or a total
+   * timeout or fallback), else plan_body for the pass of that index in
+   * PLAN_SHAPES, or SHAPE_GENERIC. */
+  size_t plan_from, plan_end;
+  unsigned fast;
   split_op ops[RESIL_CHAIN_MAX_LAYERS];
   chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
   layer_counters call; /* the protected call itself */
@@ -102,6 +144,11 @@ struct resil_chain {
   void *fallback_arg;
   const resil_clock *clock;
   const resil_allocator *alloc;
+  /* The ctx resil_chain_run gives the top layer for a NULL one when there
+   * is no total_timeout_ns (null_ok): the defaults on ch->clock; and
+   * null_ctx1, the same with attempt 1 (a retry's first attempt's). */
+  int null_ok;
+  resil_ctx null_ctx, null_ctx1;
 };
 
 /* The 0.1 layout ends with `alloc`. */
@@ -154,6 +201,11 @@ resil_status resil_chain_new(const resil_chain_config *ucfg, resil_chain **out,
   ch->fallback_arg = cfg->fallback_arg;
   ch->clock = resil__clock(cfg->clock);
   ch->alloc = cfg->alloc;
+  ch->null_ok = ch->total_timeout_ns == 0;
+  resil__ctx_defaults(&ch->null_ctx);
+  ch->null_ctx.clock = ch->clock;
+  ch->null_ctx1 = ch->null_ctx;
+  ch->null_ctx1.attempt = 1;
   *out = ch;
   return RESIL_OK;
 }
@@ -258,6 +310,8 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
   op->policy = L->desc.policy;
   op->c = &L->c;
   op->hand = op->hand_dl = 0;
+  op->plain_first =
+      L->at == LAYER_RETRY_AT && resil__retry_plain_first(L->desc.policy);
   if (L->at == LAYER_RATELIMITER_AT && ch->n > 1 &&
       ch->layers[ch->n - 2].at == LAYER_BREAKER_AT &&
       ch->layers[ch->n - 2].clk == L->clk) {
@@ -265,6 +319,28 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     int b_coarse = B->coarse && B->clk->coarse_ns != NULL;
     op->hand = !b_coarse || L->coarse;
     op->hand_dl = !b_coarse;
+  }
+  op->hands =
+      (unsigned char)((op->hand ? HAND : 0) | (op->hand_dl ? HAND_DL : 0));
+  ch->plan = is_split(ch->ops[0].at) ? PLAN_SPLIT
+             : ch->ops[0].plain_first && ch->n > 1 && is_split(ch->ops[1].at)
+                 ? PLAN_RETRY
+                 : PLAN_NONE;
+  ch->plan_from = ch->plan == PLAN_RETRY ? 1 : 0;
+  ch->plan_end = ch->layers[ch->plan_from].split_end;
+  /* fast: the common call's way (resil_chain_run): 0 for none. */
+  ch->fast = 0;
+  if (ch->plan != PLAN_NONE && ch->null_ok && !ch->fallback) {
+    size_t len = ch->plan_end - ch->plan_from;
+    int at[3] = {0, 0, 0};
+    for (size_t m = 0; m < len && m < 3; m++)
+      at[m] = ch->ops[ch->plan_from + m].at;
+    ch->fast = SHAPE_GENERIC;
+#define SHAPE_MATCH(x, n, a, b, c)                                             \
+  if (len == (n) && at[0] == (a) && at[1] == (b) && at[2] == (c))              \
+    ch->fast = (x);
+    PLAN_SHAPES(SHAPE_MATCH)
+#undef SHAPE_MATCH
   }
   return RESIL_OK;
 }
@@ -283,7 +359,16 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
  * waiting for it (time limiter, thread pool) could leave that thread with a
  * pointer into a stack frame that is gone, so below such a layer the frame
  * is heap-allocated and reference-counted: freed by whichever of the
- * caller and the abandoned task finishes last. */
+ * caller and the abandoned task finishes last.
+ *
+ * resil_chain_run enters a chain whose top is such a run, or a library
+ * retry right above one whose fast path is fixed at build time (a plan,
+ * ch->plan), through plan_body: split_pass and enter_retry as one inline
+ * pass whose clean end (every layer one attempt, a plain success) is
+ * written out; for a call without ctx, with the pass's layer kinds as
+ * constants (ch->fast). Everything else in such a call goes through the
+ * same statements as split_pass and enter_retry (pass_unclean,
+ * retry_unclean). */
 
 /* What a layer's caller (the layer above, or resil_chain_run) shares with
  * it: one pointer argument of enter_layer. */
@@ -616,6 +701,177 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
   return o;
 }
 
+/* ---- the one-pass plan (ch->plan) ---------------------------------------
+ *
+ * resil_chain_run's common case, inline: the split layers' enters, the call
+ * (or the layer below them), and for a clean pass their leaves for a plain
+ * success and, with a retry on top, its count of a first-attempt success.
+ * Everything else (a refusal, an outcome that is not a plain success, a
+ * retry's later attempts) goes through the same statements as split_pass
+ * and enter_retry, in the noinline helpers below. */
+
+/* split_pass's tail for a pass that is not clean: layer k refused (k < j;
+ * no attempt below it) or layers i..j-1 all entered and o came back from
+ * below, not clean; each entered layer leaves with o and counts it. h[0]
+ * is layer i's. */
+__attribute__((noinline)) static void pass_unclean(resil_chain *ch, size_t i,
+                                                   size_t k, size_t j,
+                                                   held *h,
+                                                   const resil_outcome *o) {
+  const split_op *ops = ch->ops;
+  if (k < j) {
+    layer_counters *c = ops[k].c;
+    if (o->kind == RESIL_REJECTED)
+      atomic_fetch_add_explicit(&c->rejections, 1, memory_order_relaxed);
+    count_outcome(c, *o);
+  }
+  while (k-- > i) {
+    const split_op *op = &ops[k];
+    if (op->at == LAYER_BREAKER_AT)
+      resil__breaker_leave(op->policy, &h[k - i].permit, o, h[k - i].t0);
+    else if (op->at == LAYER_BULKHEAD_AT)
+      resil_bulkhead_release(op->policy);
+    count_outcome(op->c, *o);
+  }
+}
+
+/* enter_retry after a first attempt (first: its ctx) that was not a clean
+ * pass: the retry goes on, then settles as enter_retry settles it. */
+__attribute__((noinline)) static void
+retry_unclean(resil_chain *ch, const resil_ctx *first, resil_call_fn fn,
+              void *arg, resil_outcome *io) {
+  frame f = {.ch = ch, .i = 0, .fn = fn, .arg = arg, .inner_calls = 1,
+             .below = {.clean = 0}, .heap = 0};
+  link top = {.clean = 0};
+  resil__retry_fast_rest(ch->ops[0].policy, first, trampoline, &f, io);
+  settle_layer(ch, 0, &f, io, &top);
+  if (top.clean) resil__shards_add(&ch->clean, 0, 1);
+}
+
+#define CHAIN_INLINE inline __attribute__((always_inline))
+
+/* Layer op's enter in a plan's pass (split_pass's), op->at or, when
+ * resil_chain_run knows it, the constant `at`: h is its held, h[-1] the
+ * layer above's; sel: which of op's hands applies (in a plan, the layer
+ * above a rate limiter with either set is a breaker of the pass). */
+static CHAIN_INLINE int enter_op(const split_op *op, int at, held *h,
+                                 const resil_ctx *cc, unsigned sel,
+                                 resil_outcome *o) {
+  if (!at) at = op->at;
+  if (at == LAYER_BREAKER_AT)
+    return resil__breaker_enter(op->policy, &h->permit, &h->t0, o);
+  if (at == LAYER_RATELIMITER_AT)
+    return resil__ratelimiter_enter(op->policy, cc,
+                                    op->hands & sel ? &h[-1].t0 : NULL, o);
+  return resil__bulkhead_enter(op->policy, cc, o);
+}
+
+/* Layer op's leave after a clean pass (at as for enter_op):
+ * resil__breaker_leave and resil_bulkhead_release for a plain success (the
+ * clean pass is counted once, by the caller). */
+static CHAIN_INLINE void leave_op_clean(const split_op *op, int at,
+                                        const held *h) {
+  if (!at) at = op->at;
+  if (at == LAYER_BREAKER_AT)
+    resil__breaker_leave_ok(op->policy, &h->permit, h->t0);
+  else if (at == LAYER_BULKHEAD_AT)
+    resil_bulkhead_release(op->policy);
+}
+
+/* A plan's pass: its length, and for len <= 3 the kinds of its layers
+ * when the caller knows them as constants (0: read from the op). */
+typedef struct pass_shape {
+  size_t len;
+  int at[3];
+} pass_shape;
+
+/* The end of a plan's clean pass (o: the plain success from below): the
+ * leaves, the clean pass's count and the retry's (resil__retry_fast_rest
+ * and settle_layer for a clean first attempt). */
+static CHAIN_INLINE resil_outcome plan_clean_end(resil_chain *ch,
+                                                 const split_op *ops,
+                                                 const held *h, pass_shape sh,
+                                                 int retry,
+                                                 const resil_outcome *o) {
+  if (sh.len <= 3) {
+    if (sh.len > 2) leave_op_clean(&ops[2], sh.at[2], &h[2]);
+    if (sh.len > 1) leave_op_clean(&ops[1], sh.at[1], &h[1]);
+    leave_op_clean(&ops[0], sh.at[0], &h[0]);
+  } else {
+    for (size_t q = sh.len; q-- > 0;) leave_op_clean(&ops[q], 0, &h[q]);
+  }
+  resil__shards_add(&ch->clean, 0, 1);
+  if (!retry) return resil__outcome_with_stop(o, o->stop, o->attempts);
+  resil__retry_first_ok(ch->ops[0].policy);
+  return resil__outcome_with_stop(o, RESIL_STOP_SUCCESS, 1);
+}
+
+/* A plan chain's call, counted, fallback not applied. c: the ctx of the
+ * pass's layers (for PLAN_RETRY, the first attempt's, which
+ * resil__retry_fast_first gave), or NULL for resil_chain_run's NULL ctx
+ * (null_ctx, or null_ctx1 below a retry, whose fast path then applies):
+ * split_pass over the sh.len = plan_end - plan_from layers from plan_from
+ * (and enter_retry above them) with the clean pass's end inline; written
+ * out step by step for len <= 3, which resil_chain_run passes as a
+ * constant, with the layers' kinds when it knows them (ch->fast): a
+ * dispatch per layer in each direction cost ~3 ns of a four-layer chain's
+ * ~30. The call's outcome is read field by field and returned in the
+ * caller's slot: no copy of it is stored narrow and reloaded wide. */
+static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
+                                            const resil_ctx *c,
+                                            resil_call_fn fn, void *arg,
+                                            pass_shape sh) {
+  const int retry = ch->plan == PLAN_RETRY;
+  const resil_ctx *cc = c ? c : retry ? &ch->null_ctx1 : &ch->null_ctx;
+  held h[RESIL_CHAIN_MAX_LAYERS]; /* h[m]: layer plan_from + m's */
+  resil_outcome o;
+  const unsigned sel =
+      !c || cc->deadline_ns == RESIL_NO_DEADLINE ? HAND : HAND_DL;
+  const split_op *ops = &ch->ops[ch->plan_from];
+  size_t m = 0; /* layers entered */
+  if (sh.len <= 3) {
+    if (!enter_op(&ops[0], sh.at[0], &h[0], cc, sel, &o)) goto unclean;
+    m = 1;
+    if (sh.len > 1) {
+      if (!enter_op(&ops[1], sh.at[1], &h[1], cc, sel, &o)) goto unclean;
+      m = 2;
+    }
+    if (sh.len > 2) {
+      if (!enter_op(&ops[2], sh.at[2], &h[2], cc, sel, &o)) goto unclean;
+      m = 3;
+    }
+  } else {
+    do {
+      if (RESIL_UNLIKELY(!enter_op(&ops[m], 0, &h[m], cc, sel, &o)))
+        goto unclean;
+    } while (++m < sh.len);
+  }
+  if (ch->plan_end == ch->n) {
+    /* The call writes r in place; plan_clean_end (inline) reads it field
+     * by field. */
+    resil_outcome r = fn(arg, cc);
+    if (RESIL_LIKELY(plain_success(r.kind, r.reason)))
+      return plan_clean_end(ch, ops, h, sh, retry, &r);
+    o = r;
+    count_outcome(&ch->call, o);
+  } else {
+    link below = {.clean = 0};
+    o = enter_layer(ch, ch->plan_end, cc, fn, arg, &below);
+    if (below.clean) return plan_clean_end(ch, ops, h, sh, retry, &o);
+  }
+unclean:
+  pass_unclean(ch, ch->plan_from, ch->plan_from + m, ch->plan_end, h, &o);
+  if (retry) retry_unclean(ch, cc, fn, arg, &o);
+  return o;
+}
+
+/* plan_body for resil_chain_run's other calls. */
+__attribute__((noinline)) static resil_outcome
+run_plan(resil_chain *ch, const resil_ctx *c, resil_call_fn fn, void *arg) {
+  pass_shape sh = {ch->plan_end - ch->plan_from, {0, 0, 0}};
+  return plan_body(ch, c, fn, arg, sh);
+}
+
 static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
                                           const resil_ctx *ctx,
                                           resil_outcome *o) {
@@ -639,8 +895,9 @@ static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
   return fk;
 }
 
-resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
-                              resil_call_fn fn, void *arg) {
+/* resil_chain_run for every call but the common one. */
+__attribute__((noinline)) static resil_outcome
+run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
   resil_outcome o; /* the only value returned: built in the return slot */
   if (RESIL_UNLIKELY(!ch || ch->magic != RESIL_MAGIC_CHAIN || !fn)) {
     o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
@@ -664,7 +921,13 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
   link top = {.clean = 0};
   /* enter_layer's dispatch, for the full-size local ctx. */
   int at = ch->n ? ch->ops[0].at : LAYER_GENERIC;
-  if (at == LAYER_RETRY_AT)
+  resil_ctx first;
+  if (ch->plan == PLAN_SPLIT)
+    o = run_plan(ch, &local, fn, arg);
+  else if (ch->plan == PLAN_RETRY &&
+           resil__retry_fast_first(ch->ops[0].policy, &local, &first))
+    o = run_plan(ch, &first, fn, arg);
+  else if (at == LAYER_RETRY_AT)
     o = enter_retry(ch, 0, &local, fn, arg, &top);
   else if (is_split(at))
     o = split_pass(ch, 0, &local, fn, arg, &top);
@@ -677,6 +940,29 @@ resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
     o = t;
   }
   return o;
+}
+
+resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
+                              resil_call_fn fn, void *arg) {
+  /* The common call: no ctx, a plan chain without total timeout or
+   * fallback (ch->fast), inline, its pass written out for its shape; the
+   * outcome is built in the caller's slot. */
+  if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx)) {
+    switch (ch->fast) {
+#define PLAN_CASE(x, n, a, b, c)                                               \
+  case (x): {                                                                  \
+    const pass_shape sh = {n, {a, b, c}};                                      \
+    return plan_body(ch, NULL, fn, arg, sh);                                   \
+  }
+      PLAN_SHAPES(PLAN_CASE)
+#undef PLAN_CASE
+    case SHAPE_GENERIC:
+      return run_plan(ch, NULL, fn, arg);
+    default:
+      break;
+    }
+  }
+  return run_general(ch, ctx, fn, arg);
 }
 
 /* ---- inspection -------------------------------------------------------- */

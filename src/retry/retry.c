@@ -821,6 +821,14 @@ void resil__retry_fast_rest(resil_retry *r, const resil_ctx *first,
   after_first(r, first, &k, io);
 }
 
+int resil__retry_plain_first(const resil_retry *r) {
+  return valid(r) && takes_fast_path(r, NULL) && !r->predicate;
+}
+
+void resil__retry_first_ok(resil_retry *r) {
+  resil__shards_add(&r->calls, C_OK_FIRST, 1);
+}
+
 /* resil_retry_run for every call but the plain one without a ctx. */
 __attribute__((noinline)) static resil_outcome
 run_general(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg) {

@@ -38,5 +38,15 @@ int resil__retry_fast_first(const resil_retry *r, const resil_ctx *ctx,
                             resil_ctx *first);
 void resil__retry_fast_rest(resil_retry *r, const resil_ctx *first,
                             resil_call_fn fn, void *arg, resil_outcome *io);
+/* For a caller that decides once whether the fast path applies (the chain
+ * at build time, Since 0.2): 1 when r is valid and has no budget, attempt
+ * listener or predicate (all fixed when r is made). Then, for a full-size
+ * ctx without deadline or token, resil__retry_fast_first returns 1, and a
+ * first attempt that returns a plain success (ANSWERED, REASON_OK) ends
+ * the call: resil__retry_fast_rest then does exactly what
+ * resil__retry_first_ok(r) does and sets the outcome's stop to
+ * RESIL_STOP_SUCCESS and attempts to 1. */
+int resil__retry_plain_first(const resil_retry *r);
+void resil__retry_first_ok(resil_retry *r);
 
 #endif

@@ -10,9 +10,12 @@
  * made, every layer's statistics and the policies' metrics must be equal.
  * Layer orders, a retry on top, a custom pass-through layer splitting the
  * run, outcomes of every kind, time between calls, slow calls, a bulkhead
- * held from outside and a ctx with a deadline are drawn per seed; the test
- * checks that the scripts reached every refusal. */
+ * held from outside and a ctx with a deadline are drawn per seed, and (from
+ * a second stream) a fourth split layer, a chain total timeout and a
+ * fallback; the test checks that the scripts reached every refusal and
+ * every such chain. RESIL_TEST_SEEDS=N runs more seeds. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "resil/breaker.h"
@@ -22,7 +25,7 @@
 #include "resil/retry.h"
 #include "test_util.h"
 
-enum { L_BREAKER, L_RATELIMITER, L_BULKHEAD, L_PASS, L_RETRY };
+enum { L_BREAKER, L_RATELIMITER, L_BULKHEAD, L_PASS, L_RETRY, L_BULKHEAD2 };
 
 typedef struct side {
   resil_manual_clock *mc;
@@ -30,6 +33,7 @@ typedef struct side {
   resil_breaker *br;
   resil_ratelimiter *rl;
   resil_bulkhead *bh;
+  resil_bulkhead *bh2; /* a second bulkhead, below the others (L_BULKHEAD2) */
   resil_retry *rt;
   resil_chain *ch;
   /* The next calls' script: outcome kinds per attempt, duration. */
@@ -112,6 +116,14 @@ static void add_layer(side *s, int kind, int split) {
     l.kind = RESIL_LAYER_BULKHEAD, l.policy = s->bh, l.run = nested_bulkhead;
     l.name = resil_bulkhead_name(s->bh);
     break;
+  case L_BULKHEAD2:
+    if (split) {
+      assert_int_equal(resil_chain_add_bulkhead(s->ch, s->bh2), RESIL_OK);
+      return;
+    }
+    l.kind = RESIL_LAYER_BULKHEAD, l.policy = s->bh2, l.run = nested_bulkhead;
+    l.name = resil_bulkhead_name(s->bh2);
+    break;
   case L_RETRY:
     if (split) {
       assert_int_equal(resil_chain_add_retry(s->ch, s->rt), RESIL_OK);
@@ -128,8 +140,17 @@ static void add_layer(side *s, int kind, int split) {
   assert_int_equal(resil_chain_add_layer(s->ch, &l), RESIL_OK);
 }
 
+/* A fallback that answers UNAVAILABLE: its flag shows in the outcome. */
+static resil_fallback_kind fallback_unavailable(void *fb_arg, void *call_arg,
+                                                const resil_outcome *o) {
+  (void)fb_arg, (void)call_arg, (void)o;
+  return RESIL_FALLBACK_UNAVAILABLE;
+}
+
+/* total_timeout_ns (0: none) and fallback: the chain's; both send
+ * resil_chain_run's NULL-ctx calls through its general path. */
 static void side_new(side *s, const int *order, size_t n, int split,
-                     int coarse_rl) {
+                     int coarse_rl, int64_t total_timeout_ns, int fallback) {
   memset(s, 0, sizeof *s);
   assert_int_equal(resil_manual_clock_new(0, 1700000000000, &s->mc), RESIL_OK);
   s->clock = resil_manual_clock_get(s->mc);
@@ -163,6 +184,9 @@ static void side_new(side *s, const int *order, size_t n, int split,
   hc.max_concurrent = 1;
   hc.clock = s->clock;
   assert_int_equal(resil_bulkhead_new(&hc, &s->bh, &err), RESIL_OK);
+  hc.name = "bh2";
+  hc.max_concurrent = 2;
+  assert_int_equal(resil_bulkhead_new(&hc, &s->bh2, &err), RESIL_OK);
   resil_retry_config tc;
   resil_retry_config_init(&tc);
   tc.name = "rt";
@@ -174,6 +198,8 @@ static void side_new(side *s, const int *order, size_t n, int split,
   resil_chain_config cc;
   resil_chain_config_init(&cc);
   cc.clock = s->clock;
+  cc.total_timeout_ns = total_timeout_ns;
+  if (fallback) cc.fallback = fallback_unavailable;
   assert_int_equal(resil_chain_new(&cc, &s->ch, &err), RESIL_OK);
   for (size_t i = 0; i < n; i++) add_layer(s, order[i], split);
 }
@@ -182,6 +208,7 @@ static void side_free(side *s) {
   resil_chain_free(s->ch);
   resil_retry_free(s->rt);
   resil_bulkhead_free(s->bh);
+  resil_bulkhead_free(s->bh2);
   resil_ratelimiter_free(s->rl);
   resil_breaker_free(s->br);
   resil_manual_clock_free(s->mc);
@@ -245,6 +272,11 @@ static void assert_same(const side *a, const side *b, resil_outcome oa,
     fail_msg("%s: bulkhead metrics differ: permitted %llu/%llu rejected %llu/%llu",
              where, (unsigned long long)ha.permitted, (unsigned long long)hb.permitted,
              (unsigned long long)ha.rejected, (unsigned long long)hb.rejected);
+  assert_int_equal(resil_bulkhead_get_metrics(a->bh2, &ha), RESIL_OK);
+  assert_int_equal(resil_bulkhead_get_metrics(b->bh2, &hb), RESIL_OK);
+  if (memcmp(&ha, &hb, sizeof ha) != 0)
+    fail_msg("%s: bulkhead 2 metrics differ: permitted %llu/%llu", where,
+             (unsigned long long)ha.permitted, (unsigned long long)hb.permitted);
   resil_retry_stats ta, tb;
   assert_int_equal(resil_retry_get_stats(a->rt, &ta), RESIL_OK);
   assert_int_equal(resil_retry_get_stats(b->rt, &tb), RESIL_OK);
@@ -263,11 +295,12 @@ static uint64_t rng_next(uint64_t *s) {
 
 typedef struct coverage {
   uint64_t breaker_refused, limiter_refused, bulkhead_refused, clean, retried;
+  uint64_t generic, total, fallback; /* seeds */
 } coverage;
 
 static void run_seed(uint64_t seed, coverage *cov) {
   uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
-  int order[5];
+  int order[6];
   size_t n = 0;
   if (rng_next(&r) % 3 != 0) order[n++] = L_RETRY;
   int pol[3] = {L_BREAKER, L_RATELIMITER, L_BULKHEAD};
@@ -283,9 +316,20 @@ static void run_seed(uint64_t seed, coverage *cov) {
     order[n++] = pol[i];
   }
   int coarse_rl = (int)(rng_next(&r) & 1);
+  /* Drawn from their own stream, so that the scripts above stay those of
+   * earlier versions of this test: a fourth split layer at the bottom (a
+   * pass too long for the written-out shapes, and a repeated kind), a
+   * total timeout, a fallback. */
+  uint64_t r2 = seed * 0xD1B54A32D192ED03ull + 7;
+  if (rng_next(&r2) % 4 == 0) order[n++] = L_BULKHEAD2;
+  int64_t total = rng_next(&r2) % 5 == 0 ? RESIL_S(10) : 0;
+  int fallback = rng_next(&r2) % 5 == 0;
+  cov->generic += n > 0 && order[n - 1] == L_BULKHEAD2;
+  cov->total += total > 0;
+  cov->fallback += fallback;
   side a, b;
-  side_new(&a, order, n, 1, coarse_rl);
-  side_new(&b, order, n, 0, coarse_rl);
+  side_new(&a, order, n, 1, coarse_rl, total, fallback);
+  side_new(&b, order, n, 0, coarse_rl, total, fallback);
   char where[96];
   for (int step = 0; step < 120; step++) {
     int64_t before = (int64_t)(rng_next(&r) % 6);
@@ -357,13 +401,20 @@ static void split_pass_matches_nested_run_forms(void **state) {
   (void)state;
   coverage cov;
   memset(&cov, 0, sizeof cov);
-  for (uint64_t seed = 1; seed <= 150; seed++) run_seed(seed, &cov);
+  /* RESIL_TEST_SEEDS=N runs seeds 1..N (more than the default 150). */
+  uint64_t seeds = 150;
+  const char *env = getenv("RESIL_TEST_SEEDS");
+  if (env && strtoull(env, NULL, 10) > seeds) seeds = strtoull(env, NULL, 10);
+  for (uint64_t seed = 1; seed <= seeds; seed++) run_seed(seed, &cov);
   /* The scripts reached every refusal, clean passes and retries. */
   assert_true(cov.breaker_refused > 50);
   assert_true(cov.limiter_refused > 50);
   assert_true(cov.bulkhead_refused > 50);
   assert_true(cov.clean > 500);
   assert_true(cov.retried > 50);
+  assert_true(cov.generic > 10);
+  assert_true(cov.total > 10);
+  assert_true(cov.fallback > 10);
 }
 
 int main(void) {
