@@ -113,6 +113,10 @@ static const char *const stmt_sql[Q_N] = {
 typedef struct pg_slot {
   PGconn *conn;
   unsigned prepared; /* bit q: stmt_sql[q] is prepared in this session */
+  /* A statement of ours was found missing (SQLSTATE 26000: an effect
+   * deallocated it): the connection's next pg_ready asks the session which
+   * are left (pg_recheck). */
+  int recheck;
 } pg_slot;
 
 static void quiet_notices(void *arg, const char *message) {
@@ -138,9 +142,11 @@ static resil_status pg_fail(resil_store *s, pg_slot *c, const PGresult *r,
   if (PQstatus(c->conn) != CONNECTION_OK)
     return resil__store_fail(s, RESIL_EIO, NULL, "%s: connection lost: %s", what, buf);
   const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-  /* A prepared statement gone (an effect ran DEALLOCATE):
-   * this call fails, the next ones prepare again. */
-  if (state && strcmp(state, "26000") == 0) c->prepared = 0;
+  /* A prepared statement gone (an effect ran DEALLOCATE): this statement
+   * fails; the connection's next use finds out which ones to prepare again
+   * (all of them after DEALLOCATE ALL, only the missing ones otherwise: to
+   * prepare one still there would fail with "already exists"). */
+  if (state && strcmp(state, "26000") == 0) c->recheck = 1;
   if (state && (strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0))
     return resil__store_fail(s, RESIL_ETIMEDOUT, NULL,
                              "%s: row locked beyond busy_timeout (%lld ms): %s", what,
@@ -258,6 +264,7 @@ static resil_status pg_select(resil_store *s, pg_slot *c, const char *key, int q
 
 static resil_status session_setup(resil_store *s, pg_slot *c) {
   c->prepared = 0; /* a new session has none */
+  c->recheck = 0;
   PQsetNoticeProcessor(c->conn, quiet_notices, NULL);
   /* PostgreSQL's lock_timeout 0 means "wait forever"; ours means "do not
    * wait", which 1 ms is closest to. */
@@ -368,15 +375,40 @@ fail:
 
 /* A slot whose connection was lost is re-established here: by the call that
  * saw the loss (before it retries), or on the slot's next use. */
+/* After a 26000 (c->recheck), outside any transaction: which of our
+ * statements the session still has; the others are prepared again on
+ * their next use. */
+static resil_status pg_recheck(resil_store *s, pg_slot *c) {
+  if (!c->recheck) return RESIL_OK;
+  PGresult *r = PQexec(c->conn, "SELECT name FROM pg_prepared_statements "
+                                "WHERE name LIKE 'resil\\_store\\_%'");
+  if (!r || PQresultStatus(r) != PGRES_TUPLES_OK) {
+    resil_status st = pg_fail(s, c, r, "list the prepared statements");
+    PQclear(r);
+    return st;
+  }
+  unsigned have = 0;
+  for (int i = 0; i < PQntuples(r); i++) {
+    const char *v = PQgetvalue(r, i, 0) + sizeof "resil_store_" - 1;
+    char *end = NULL;
+    long q = strtol(v, &end, 10);
+    if (end != v && *end == '\0' && q >= 0 && q < Q_N) have |= 1u << q;
+  }
+  PQclear(r);
+  c->prepared = have;
+  c->recheck = 0;
+  return RESIL_OK;
+}
+
 static resil_status pg_ready(resil_store *s, void *conn) {
   pg_slot *c = conn;
   PGTransactionStatusType ts = PQtransactionStatus(c->conn);
-  if (PQstatus(c->conn) == CONNECTION_OK && ts == PQTRANS_IDLE) return RESIL_OK;
+  if (PQstatus(c->conn) == CONNECTION_OK && ts == PQTRANS_IDLE) return pg_recheck(s, c);
   if (PQstatus(c->conn) == CONNECTION_OK && (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR)) {
     PGresult *r = PQexec(c->conn, "ROLLBACK");
     int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
-    if (ok) return RESIL_OK;
+    if (ok) return pg_recheck(s, c);
   }
   PQreset(c->conn);
   if (PQstatus(c->conn) != CONNECTION_OK) {

@@ -545,12 +545,12 @@ static void pg_operation_takes_begin_plus_two_round_trips_and_no_parse(void **st
   assert_int_equal(parses, 0);
 }
 
+/* Runs user's DEALLOCATE (NULL: DEALLOCATE ALL) on the effect's connection. */
 static resil_status effect_deallocating(void *user, resil_store_txn *tx,
                                         const resil_op_record *pending,
                                         resil_op_response *out) {
-  (void)user;
   (void)pending;
-  PQclear(PQexec(resil_store_txn_pg(tx), "DEALLOCATE ALL"));
+  PQclear(PQexec(resil_store_txn_pg(tx), user ? (const char *)user : "DEALLOCATE ALL"));
   out->status = 200;
   return RESIL_OK;
 }
@@ -574,6 +574,17 @@ static void pg_statements_deallocated_by_an_effect_are_prepared_again(void **sta
   assert_int_equal(state_of(f->s, "da-1"), RESIL_OP_COMMITTED);
   assert_int_equal(begin_ok(f->s, "da-2", &req, NULL), RESIL_OP_NEW);
   complete_ok(f->s, "da-2", &good, NULL);
+  /* One statement only (the terminal state's, resil_store_5): the others
+   * are still there, and preparing them again would fail ("already
+   * exists"): only the missing one is. */
+  assert_int_equal(begin_ok(f->s, "da-3", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "da-3", effect_deallocating,
+                                                (void *)"DEALLOCATE resil_store_5", NULL));
+  assert_int_equal(state_of(f->s, "da-3"), RESIL_OP_PENDING);
+  complete_ok(f->s, "da-3", &good, NULL);
+  assert_int_equal(state_of(f->s, "da-3"), RESIL_OP_COMMITTED);
+  assert_int_equal(begin_ok(f->s, "da-4", &req, NULL), RESIL_OP_NEW);
+  complete_ok(f->s, "da-4", &good, NULL);
 }
 
 static void pg_complete_fails_when_the_effects_sql_aborted_the_transaction(void **state) {
@@ -2282,6 +2293,45 @@ static void pg_execute_in_one_transaction_takes_two_round_trips(void **state) {
   assert_int_equal(parses, 0);
 }
 
+static resil_status effect_deallocating_lock_skip(void *user, resil_store_txn *tx,
+                                                  const resil_op_record *pending,
+                                                  resil_op_response *out) {
+  ts_effect *e = user;
+  /* resil_store_3: the row read FOR UPDATE SKIP LOCKED (store_pg.c's
+   * Q_LOCK_SKIP). DEALLOCATE takes effect at once, whatever the
+   * transaction does. */
+  PQclear(PQexec(resil_store_txn_pg(tx), "DEALLOCATE resil_store_3"));
+  return ts_effect_fn(e, tx, pending, out);
+}
+
+/* By default, execute sends begin's INSERT together with the completion's
+ * row lock. When that lock fails after the INSERT committed (here: its
+ * prepared statement was deallocated by the previous operation's effect),
+ * the operation is this call's all the same: it completes it through the
+ * completion protocol proper, once. */
+static void pg_execute_completes_when_the_lock_after_its_insert_fails(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG || f->cfg.effects_in_store) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  ts_effect first = {0}, second = {0};
+  assert_int_equal(execute_ok(f, "lk-1", &req, effect_deallocating_lock_skip, &first, NULL),
+                   RESIL_OP_NEW);
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(execute_ok(f, "lk-2", &req, ts_effect_fn, &second, &rec), RESIL_OP_NEW);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(atomic_load(&second.calls), 1);
+  assert_int_equal(ts_effects(&f->env, "lk-2"), 1);
+  assert_int_equal(state_of(f->s, "lk-2"), RESIL_OP_COMMITTED);
+  /* The statement is prepared again for the next call. */
+  ts_effect third = {0};
+  assert_int_equal(execute_ok(f, "lk-3", &req, ts_effect_fn, &third, NULL), RESIL_OP_NEW);
+  assert_int_equal(ts_effects(&f->env, "lk-3"), 1);
+  resil_op_record_clear(&rec);
+}
+
 /* The connection dies inside an execute's effect: nothing committed, the
  * store reconnects and runs it once more; the effect commits once. */
 static void pg_connection_lost_inside_execute_commits_once(void **state) {
@@ -2347,7 +2397,8 @@ static void pg_connection_lost_inside_execute_commits_once(void **state) {
   cmocka_unit_test_prestate_setup_teardown(execute_allocation_failure_sweep, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(execute_racing_the_same_key_runs_the_effect_once, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_execute_in_one_transaction_takes_two_round_trips, fx_setup, fx_teardown, (void *)&bk), \
-  cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_execute_commits_once, fx_setup, fx_teardown, (void *)&bk)
+  cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_execute_commits_once, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_execute_completes_when_the_lock_after_its_insert_fails, fx_setup, fx_teardown, (void *)&bk)
 
 int main(int argc, char **argv) {
   ts_run run;
