@@ -71,7 +71,8 @@
  *
  * Operation stores (section store, with libresil-store): uri
  * ("sqlite:/var/lib/app/ops.db" or "postgresql://..."), busy_timeout,
- * pool_size. A store is opened (and its file created) by the load, and kept
+ * pool_size, effects_in_store (true or false; see store.h: only for effects
+ * that write nothing outside the store's transaction). A store is opened (and its file created) by the load, and kept
  * open across reloads while its settings do not change.
  *
  * Errors: nothing is created from a file with an error. The first error is

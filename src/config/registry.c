@@ -213,6 +213,8 @@ static const field STORE_FIELDS[] = {
     FLD(store_cfg, "uri", uri, F_STR),
     {"busy_timeout", "busy_timeout_ns", F_DUR, offsetof(store_cfg, sc.busy_timeout_ns), NULL, 0},
     {"pool_size", "pool_size", F_U32, offsetof(store_cfg, sc.pool_size), NULL, 0},
+    {"effects_in_store", "effects_in_store", F_BOOL, offsetof(store_cfg, sc.effects_in_store),
+     NULL, 0},
 };
 #endif
 

@@ -569,6 +569,18 @@ static void http_client_and_store_load_and_reload(void **state) {
   p = write_file("io.yaml", yaml);
   assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_OK);
   assert_ptr_not_equal(resil_registry_store(reg, "ops"), st);
+  /* effects_in_store is a setting of the store too: turned on, a new store */
+  st = resil_registry_store(reg, "ops");
+  const char *tmpl_eis = "store:\n"
+                         "  instances:\n"
+                         "    ops: {uri: \"sqlite:%s/ops.db\", pool_size: 3, effects_in_store: true}\n";
+  snprintf(yaml, sizeof yaml, tmpl_eis, tmpdir);
+  p = write_file("io.yaml", yaml);
+  assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_OK);
+  assert_ptr_not_equal(resil_registry_store(reg, "ops"), st);
+  st = resil_registry_store(reg, "ops");
+  assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_OK);
+  assert_ptr_equal(resil_registry_store(reg, "ops"), st);
   resil_registry_free(reg);
 }
 
@@ -592,6 +604,14 @@ static void store_errors_point_at_the_uri(void **state) {
   assert_string_equal(err.key_path, "store.instances.ops.busy_timeout");
   assert_int_equal(err.column, 50);
   assert_non_null(strstr(err.message, "got 2 h"));
+  p = write_file("st.yaml", "store:\n"
+                            "  instances:\n"
+                            "    ops: {uri: \"sqlite:/tmp/x.db\", effects_in_store: maybe}\n");
+  assert_int_equal(resil_registry_load_file(p, &reg, &err), RESIL_EINVAL);
+  assert_null(reg);
+  assert_int_equal(err.line, 3);
+  assert_string_equal(err.key_path, "store.instances.ops.effects_in_store");
+  assert_non_null(strstr(err.message, "expected true or false, got 'maybe'"));
 }
 
 /* ---- CLI ------------------------------------------------------------------------ */
