@@ -119,6 +119,10 @@ enum { PLAN_NONE = 0, PLAN_SPLIT = 1, PLAN_RETRY = 2 };
 /* More than any index: a plan whose pass is not written out. */
 #define SHAPE_GENERIC 16u
 
+typedef resil_outcome plan_fast_fn(resil_chain *ch, resil_call_fn fn,
+                                   void *arg);
+static plan_fast_fn *plan_fast_for(int plan, unsigned fast);
+
 struct resil_chain {
   uint32_t magic;
   int plan;
@@ -130,6 +134,12 @@ struct resil_chain {
    * PLAN_SHAPES, or SHAPE_GENERIC. */
   size_t plan_from, plan_end;
   unsigned fast;
+  /* &ops[plan_from], and the ctx of a NULL one's pass (null_ctx1 below a
+   * retry, else null_ctx). */
+  const split_op *plan_ops;
+  const resil_ctx *plan_ctx;
+  /* plan_fast_for(plan, fast) (NULL for fast 0). */
+  plan_fast_fn *fast_fn;
   split_op ops[RESIL_CHAIN_MAX_LAYERS];
   chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
   layer_counters call; /* the protected call itself */
@@ -328,6 +338,8 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
                  : PLAN_NONE;
   ch->plan_from = ch->plan == PLAN_RETRY ? 1 : 0;
   ch->plan_end = ch->layers[ch->plan_from].split_end;
+  ch->plan_ops = &ch->ops[ch->plan_from];
+  ch->plan_ctx = ch->plan == PLAN_RETRY ? &ch->null_ctx1 : &ch->null_ctx;
   /* fast: the common call's way (resil_chain_run): 0 for none. */
   ch->fast = 0;
   if (ch->plan != PLAN_NONE && ch->null_ok && !ch->fallback) {
@@ -342,6 +354,7 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     PLAN_SHAPES(SHAPE_MATCH)
 #undef SHAPE_MATCH
   }
+  ch->fast_fn = plan_fast_for(ch->plan, ch->fast);
   return RESIL_OK;
 }
 
@@ -783,16 +796,18 @@ static CHAIN_INLINE void leave_op_clean(const split_op *op, int at,
 typedef struct pass_shape {
   size_t len;
   int at[3];
+  /* 1 when the caller knows the plan is PLAN_RETRY, 0 when it knows it is
+   * PLAN_SPLIT, -1: read ch->plan. */
+  int retry;
 } pass_shape;
 
-/* The end of a plan's clean pass (o: the plain success from below): the
- * leaves, the clean pass's count and the retry's (resil__retry_fast_rest
- * and settle_layer for a clean first attempt). */
-static CHAIN_INLINE resil_outcome plan_clean_end(resil_chain *ch,
-                                                 const split_op *ops,
-                                                 const held *h, pass_shape sh,
-                                                 int retry,
-                                                 const resil_outcome *o) {
+/* The end of a plan's clean pass (the call, or the layer below, returned a
+ * plain success): the leaves and the clean pass's count; the retry's
+ * (resil__retry_fast_rest and settle_layer for a clean first attempt) is
+ * plan_body's, which sets the outcome's stop and attempts in place. */
+static CHAIN_INLINE void plan_clean_end(resil_chain *ch, const split_op *ops,
+                                        const held *h, pass_shape sh,
+                                        int retry) {
   if (sh.len <= 3) {
     if (sh.len > 2) leave_op_clean(&ops[2], sh.at[2], &h[2]);
     if (sh.len > 1) leave_op_clean(&ops[1], sh.at[1], &h[1]);
@@ -801,75 +816,133 @@ static CHAIN_INLINE resil_outcome plan_clean_end(resil_chain *ch,
     for (size_t q = sh.len; q-- > 0;) leave_op_clean(&ops[q], 0, &h[q]);
   }
   resil__shards_add(&ch->clean, 0, 1);
-  if (!retry) return resil__outcome_with_stop(o, o->stop, o->attempts);
-  resil__retry_first_ok(ch->ops[0].policy);
-  return resil__outcome_with_stop(o, RESIL_STOP_SUCCESS, 1);
+  if (retry) resil__retry_first_ok(ch->ops[0].policy);
+}
+
+/* plan_body's end for a pass that is not clean: m of its layers entered
+ * (h[0..m-1]), o the refusal of layer plan_from + m (m < its length) or
+ * the outcome from below, already counted where the call is; the leaves
+ * and counts of pass_unclean, then a retry on top goes on. */
+__attribute__((noinline)) static resil_outcome
+plan_unclean(resil_chain *ch, const resil_ctx *cc, resil_call_fn fn,
+             void *arg, size_t m, held *h, resil_outcome o) {
+  pass_unclean(ch, ch->plan_from, ch->plan_from + m, ch->plan_end, h, &o);
+  if (ch->plan == PLAN_RETRY) retry_unclean(ch, cc, fn, arg, &o);
+  return o;
 }
 
 /* A plan chain's call, counted, fallback not applied. c: the ctx of the
  * pass's layers (for PLAN_RETRY, the first attempt's, which
  * resil__retry_fast_first gave), or NULL for resil_chain_run's NULL ctx
- * (null_ctx, or null_ctx1 below a retry, whose fast path then applies):
- * split_pass over the sh.len = plan_end - plan_from layers from plan_from
- * (and enter_retry above them) with the clean pass's end inline; written
- * out step by step for len <= 3, which resil_chain_run passes as a
- * constant, with the layers' kinds when it knows them (ch->fast): a
+ * (ch->plan_ctx: null_ctx, or null_ctx1 below a retry, whose fast path
+ * then applies): split_pass over the sh.len = plan_end - plan_from layers
+ * from plan_from (ch->plan_ops; and enter_retry above them) with the clean
+ * pass's end inline; written out step by step for len <= 3, with the
+ * layers' kinds when the caller knows them (the plan_fast_* functions): a
  * dispatch per layer in each direction cost ~3 ns of a four-layer chain's
- * ~30. The call's outcome is read field by field and returned in the
- * caller's slot: no copy of it is stored narrow and reloaded wide. */
+ * ~30. Every path returns the one outcome o, whose address is never taken:
+ * the compiler makes it the caller's return slot (named return value), so
+ * the call writes its outcome there directly, and it is read field by
+ * field and never copied (a copy read wide right after the call's narrow
+ * stores stalls on store forwarding). It must be inlined into a function
+ * that returns nothing else. */
 static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
                                             const resil_ctx *c,
                                             resil_call_fn fn, void *arg,
                                             pass_shape sh) {
-  const int retry = ch->plan == PLAN_RETRY;
-  const resil_ctx *cc = c ? c : retry ? &ch->null_ctx1 : &ch->null_ctx;
+  const int retry = sh.retry >= 0 ? sh.retry : ch->plan == PLAN_RETRY;
+  const resil_ctx *cc = c ? c : ch->plan_ctx;
   held h[RESIL_CHAIN_MAX_LAYERS]; /* h[m]: layer plan_from + m's */
   resil_outcome o;
+  resil_outcome r; /* a refusal */
   const unsigned sel =
       !c || cc->deadline_ns == RESIL_NO_DEADLINE ? HAND : HAND_DL;
-  const split_op *ops = &ch->ops[ch->plan_from];
+  const split_op *ops = ch->plan_ops;
   size_t m = 0; /* layers entered */
   if (sh.len <= 3) {
-    if (!enter_op(&ops[0], sh.at[0], &h[0], cc, sel, &o)) goto unclean;
+    if (!enter_op(&ops[0], sh.at[0], &h[0], cc, sel, &r)) goto refused;
     m = 1;
     if (sh.len > 1) {
-      if (!enter_op(&ops[1], sh.at[1], &h[1], cc, sel, &o)) goto unclean;
+      if (!enter_op(&ops[1], sh.at[1], &h[1], cc, sel, &r)) goto refused;
       m = 2;
     }
     if (sh.len > 2) {
-      if (!enter_op(&ops[2], sh.at[2], &h[2], cc, sel, &o)) goto unclean;
+      if (!enter_op(&ops[2], sh.at[2], &h[2], cc, sel, &r)) goto refused;
       m = 3;
     }
   } else {
     do {
-      if (RESIL_UNLIKELY(!enter_op(&ops[m], 0, &h[m], cc, sel, &o)))
-        goto unclean;
+      if (RESIL_UNLIKELY(!enter_op(&ops[m], 0, &h[m], cc, sel, &r)))
+        goto refused;
     } while (++m < sh.len);
   }
   if (ch->plan_end == ch->n) {
-    /* The call writes r in place; plan_clean_end (inline) reads it field
-     * by field. */
-    resil_outcome r = fn(arg, cc);
-    if (RESIL_LIKELY(plain_success(r.kind, r.reason)))
-      return plan_clean_end(ch, ops, h, sh, retry, &r);
-    o = r;
-    count_outcome(&ch->call, o);
+    o = fn(arg, cc);
+    if (RESIL_UNLIKELY(!plain_success(o.kind, o.reason))) {
+      count_outcome(&ch->call, o);
+      o = plan_unclean(ch, cc, fn, arg, m, h, o);
+      return o;
+    }
   } else {
     link below = {.clean = 0};
     o = enter_layer(ch, ch->plan_end, cc, fn, arg, &below);
-    if (below.clean) return plan_clean_end(ch, ops, h, sh, retry, &o);
+    if (!below.clean) {
+      o = plan_unclean(ch, cc, fn, arg, m, h, o);
+      return o;
+    }
   }
-unclean:
-  pass_unclean(ch, ch->plan_from, ch->plan_from + m, ch->plan_end, h, &o);
-  if (retry) retry_unclean(ch, cc, fn, arg, &o);
+  plan_clean_end(ch, ops, h, sh, retry);
+  /* Built field by field in the caller's slot. */
+  if (retry) return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
+  return resil__outcome_with_stop(&o, o.stop, o.attempts);
+refused:
+  o = plan_unclean(ch, cc, fn, arg, m, h, r);
   return o;
 }
 
 /* plan_body for resil_chain_run's other calls. */
 __attribute__((noinline)) static resil_outcome
 run_plan(resil_chain *ch, const resil_ctx *c, resil_call_fn fn, void *arg) {
-  pass_shape sh = {ch->plan_end - ch->plan_from, {0, 0, 0}};
+  pass_shape sh = {ch->plan_end - ch->plan_from, {0, 0, 0}, -1};
   return plan_body(ch, c, fn, arg, sh);
+}
+
+/* plan_body for a call without ctx, one function per pass of PLAN_SHAPES
+ * and plan (ch->fast_fn: plan_fast_<x> for PLAN_SPLIT, plan_fast_r<x> for
+ * PLAN_RETRY), and run_plan's for the other plans. */
+#define PLAN_FN(x, n, a, b, c)                                                 \
+  __attribute__((noinline)) static resil_outcome plan_fast_##x(                \
+      resil_chain *ch, resil_call_fn fn, void *arg) {                          \
+    const pass_shape sh = {n, {a, b, c}, 0};                                   \
+    return plan_body(ch, NULL, fn, arg, sh);                                   \
+  }                                                                            \
+  __attribute__((noinline)) static resil_outcome plan_fast_r##x(               \
+      resil_chain *ch, resil_call_fn fn, void *arg) {                          \
+    const pass_shape sh = {n, {a, b, c}, 1};                                   \
+    return plan_body(ch, NULL, fn, arg, sh);                                   \
+  }
+PLAN_SHAPES(PLAN_FN)
+#undef PLAN_FN
+__attribute__((noinline)) static resil_outcome
+plan_fast_generic(resil_chain *ch, resil_call_fn fn, void *arg) {
+  return run_plan(ch, NULL, fn, arg);
+}
+
+/* [plan == PLAN_RETRY][fast] */
+static plan_fast_fn *const plan_fast[2][SHAPE_GENERIC + 1] = {
+    {
+#define PLAN_ENTRY(x, n, a, b, c) [x] = plan_fast_##x,
+        PLAN_SHAPES(PLAN_ENTRY)
+#undef PLAN_ENTRY
+            [SHAPE_GENERIC] = plan_fast_generic},
+    {
+#define PLAN_ENTRY(x, n, a, b, c) [x] = plan_fast_r##x,
+        PLAN_SHAPES(PLAN_ENTRY)
+#undef PLAN_ENTRY
+            [SHAPE_GENERIC] = plan_fast_generic}};
+
+static plan_fast_fn *plan_fast_for(int plan, unsigned fast) {
+  return fast ? plan_fast[plan == PLAN_RETRY][fast] : NULL;
 }
 
 static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
@@ -945,23 +1018,11 @@ run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
   /* The common call: no ctx, a plan chain without total timeout or
-   * fallback (ch->fast), inline, its pass written out for its shape; the
+   * fallback (ch->fast_fn), its pass written out for its shape; the
    * outcome is built in the caller's slot. */
-  if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx)) {
-    switch (ch->fast) {
-#define PLAN_CASE(x, n, a, b, c)                                               \
-  case (x): {                                                                  \
-    const pass_shape sh = {n, {a, b, c}};                                      \
-    return plan_body(ch, NULL, fn, arg, sh);                                   \
-  }
-      PLAN_SHAPES(PLAN_CASE)
-#undef PLAN_CASE
-    case SHAPE_GENERIC:
-      return run_plan(ch, NULL, fn, arg);
-    default:
-      break;
-    }
-  }
+  if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx &&
+                   ch->fast_fn))
+    return ch->fast_fn(ch, fn, arg);
   return run_general(ch, ctx, fn, arg);
 }
 
