@@ -1274,10 +1274,6 @@ static RESIL_ALWAYS_INLINE int enter_run(resil_breaker *br,
 
 int resil__breaker_enter(resil_breaker *br, resil_breaker_permit *permit,
                          int64_t *t0, resil_outcome *refusal) {
-  if (RESIL_UNLIKELY(!valid(br))) {
-    *refusal = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-    return 0;
-  }
   return enter_run(br, permit, t0, refusal);
 }
 

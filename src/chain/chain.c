@@ -297,8 +297,11 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     L->coarse = resil__ratelimiter_coarse(layer->policy);
   }
   if (!L->clk) L->at = LAYER_GENERIC; /* not a valid policy: its run says so */
-  /* resil__bulkhead_enter refuses an invalid bulkhead as its run does. */
-  if (layer->run == resil__chain_run_bulkhead) L->at = LAYER_BULKHEAD_AT;
+  /* An invalid bulkhead: its run says so (the enter entry points take
+   * valid handles only). */
+  if (layer->run == resil__chain_run_bulkhead &&
+      resil__bulkhead_valid(layer->policy))
+    L->at = LAYER_BULKHEAD_AT;
   if (layer->run == resil__chain_run_retry) L->at = LAYER_RETRY_AT;
   if (L->desc.max_attempts == 0) L->desc.max_attempts = 1;
   if (L->desc.kind != RESIL_LAYER_HEDGE) {
@@ -598,7 +601,7 @@ split_pass(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
     if (op->at == LAYER_BREAKER_AT)
       resil__breaker_leave(op->policy, &h[k].permit, &o, h[k].t0);
     else if (op->at == LAYER_BULKHEAD_AT)
-      resil_bulkhead_release(op->policy);
+      resil__bulkhead_leave(op->policy);
     if (!clean) count_outcome(op->c, o);
   }
   up->clean = clean;
@@ -743,7 +746,7 @@ __attribute__((noinline)) static void pass_unclean(resil_chain *ch, size_t i,
     if (op->at == LAYER_BREAKER_AT)
       resil__breaker_leave(op->policy, &h[k - i].permit, o, h[k - i].t0);
     else if (op->at == LAYER_BULKHEAD_AT)
-      resil_bulkhead_release(op->policy);
+      resil__bulkhead_leave(op->policy);
     count_outcome(op->c, *o);
   }
 }
@@ -780,7 +783,7 @@ static CHAIN_INLINE int enter_op(const split_op *op, int at, held *h,
 }
 
 /* Layer op's leave after a clean pass (at as for enter_op):
- * resil__breaker_leave and resil_bulkhead_release for a plain success (the
+ * resil__breaker_leave and resil__bulkhead_leave for a plain success (the
  * clean pass is counted once, by the caller). */
 static CHAIN_INLINE void leave_op_clean(const split_op *op, int at,
                                         const held *h) {
@@ -788,7 +791,7 @@ static CHAIN_INLINE void leave_op_clean(const split_op *op, int at,
   if (at == LAYER_BREAKER_AT)
     resil__breaker_leave_ok(op->policy, &h->permit, h->t0);
   else if (at == LAYER_BULKHEAD_AT)
-    resil_bulkhead_release(op->policy);
+    resil__bulkhead_leave(op->policy);
 }
 
 /* A plan's pass: its length, and for len <= 3 the kinds of its layers
