@@ -854,13 +854,23 @@ static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
                                             resil_call_fn fn, void *arg,
                                             pass_shape sh) {
   const int retry = sh.retry >= 0 ? sh.retry : ch->plan == PLAN_RETRY;
-  const resil_ctx *cc = c ? c : ch->plan_ctx;
+  /* A known plan: its pass and ctx at fixed places in ch (no register to
+   * keep them in). */
+  const resil_ctx *cc = c                ? c
+                        : sh.retry == 1  ? &ch->null_ctx1
+                        : sh.retry == 0  ? &ch->null_ctx
+                                         : ch->plan_ctx;
   held h[RESIL_CHAIN_MAX_LAYERS]; /* h[m]: layer plan_from + m's */
   resil_outcome o;
   resil_outcome r; /* a refusal */
   const unsigned sel =
       !c || cc->deadline_ns == RESIL_NO_DEADLINE ? HAND : HAND_DL;
-  const split_op *ops = ch->plan_ops;
+  const split_op *ops = sh.retry == 1   ? &ch->ops[1]
+                        : sh.retry == 0 ? &ch->ops[0]
+                                        : ch->plan_ops;
+  /* plan_end, a constant for a known plan. */
+  const size_t end =
+      sh.retry >= 0 ? (size_t)sh.retry + sh.len : ch->plan_end;
   size_t m = 0; /* layers entered */
   if (sh.len <= 3) {
     if (!enter_op(&ops[0], sh.at[0], &h[0], cc, sel, &r)) goto refused;
@@ -879,7 +889,7 @@ static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
         goto refused;
     } while (++m < sh.len);
   }
-  if (ch->plan_end == ch->n) {
+  if (end == ch->n) {
     o = fn(arg, cc);
     if (RESIL_UNLIKELY(!plain_success(o.kind, o.reason))) {
       count_outcome(&ch->call, o);
@@ -888,7 +898,7 @@ static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
     }
   } else {
     link below = {.clean = 0};
-    o = enter_layer(ch, ch->plan_end, cc, fn, arg, &below);
+    o = enter_layer(ch, end, cc, fn, arg, &below);
     if (!below.clean) {
       o = plan_unclean(ch, cc, fn, arg, m, h, o);
       return o;
