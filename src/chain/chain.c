@@ -130,8 +130,8 @@ struct resil_chain {
   /* A plan's pass: layers plan_from (0, or 1 below the retry) ..
    * plan_end - 1 (layers[plan_from].split_end). fast: how resil_chain_run
    * takes a call without ctx: 0 through run_general (no plan, or a total
-   * timeout or fallback), else plan_body for the pass of that index in
-   * PLAN_SHAPES, or SHAPE_GENERIC. */
+   * timeout or fallback), else the index in PLAN_SHAPES of its pass, or
+   * SHAPE_GENERIC (fast_fn: plan_fast_<index>/_r<index>, or run_plan's). */
   size_t plan_from, plan_end;
   unsigned fast;
   /* &ops[plan_from], and the ctx of a NULL one's pass (null_ctx1 below a
@@ -381,8 +381,8 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
  * retry right above one whose fast path is fixed at build time (a plan,
  * ch->plan), through plan_body: split_pass and enter_retry as one inline
  * pass whose clean end (every layer one attempt, a plain success) is
- * written out; for a call without ctx, with the pass's layer kinds as
- * constants (ch->fast). Everything else in such a call goes through the
+ * written out; for a call without ctx, one function per pass shape and
+ * plan with the layers' kinds as constants (ch->fast_fn). Everything else in such a call goes through the
  * same statements as split_pass and enter_retry (pass_unclean,
  * retry_unclean). */
 
@@ -805,9 +805,10 @@ typedef struct pass_shape {
 } pass_shape;
 
 /* The end of a plan's clean pass (the call, or the layer below, returned a
- * plain success): the leaves and the clean pass's count; the retry's
- * (resil__retry_fast_rest and settle_layer for a clean first attempt) is
- * plan_body's, which sets the outcome's stop and attempts in place. */
+ * plain success): the leaves, the clean pass's count and, with a retry on
+ * top, its count of a first-attempt success (resil__retry_first_ok); what
+ * resil__retry_fast_rest and settle_layer do for a clean first attempt,
+ * with the outcome's stop and attempts set by plan_body. */
 static CHAIN_INLINE void plan_clean_end(resil_chain *ch, const split_op *ops,
                                         const held *h, pass_shape sh,
                                         int retry) {
@@ -843,12 +844,10 @@ plan_unclean(resil_chain *ch, const resil_ctx *cc, resil_call_fn fn,
  * pass's end inline; written out step by step for len <= 3, with the
  * layers' kinds when the caller knows them (the plan_fast_* functions): a
  * dispatch per layer in each direction cost ~3 ns of a four-layer chain's
- * ~30. Every path returns the one outcome o, whose address is never taken:
- * the compiler makes it the caller's return slot (named return value), so
- * the call writes its outcome there directly, and it is read field by
- * field and never copied (a copy read wide right after the call's narrow
- * stores stalls on store forwarding). It must be inlined into a function
- * that returns nothing else. */
+ * ~30. The call writes its outcome into o (whose address is never taken),
+ * which is read field by field and returned built field by field in the
+ * caller's slot (resil__outcome_with_stop): never copied wide (a wide load
+ * right after the call's narrow stores stalls on store forwarding). */
 static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
                                             const resil_ctx *c,
                                             resil_call_fn fn, void *arg,
