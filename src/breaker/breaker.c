@@ -936,15 +936,23 @@ acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
   return ok ? RESIL_DECISION_GO : RESIL_DECISION_DENY;
 }
 
-static RESIL_ALWAYS_INLINE resil_decision
-acquire(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
+/* acquire's common case: a state that always permits (one atomic load,
+ * no time). 0: acquire_slow decides (nothing was changed). */
+static RESIL_ALWAYS_INLINE int acquire_fast(resil_breaker *br,
+                                            resil_breaker_permit *permit) {
   uint64_t w = load_word(br);
   resil_breaker_state_kind st = word_state(w);
   if (RESIL_LIKELY((ALWAYS_PERMITS >> st) & 1u)) {
     permit->generation = word_gen(w);
     permit->state = st;
-    return RESIL_DECISION_GO;
+    return 1;
   }
+  return 0;
+}
+
+static RESIL_ALWAYS_INLINE resil_decision
+acquire(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
+  if (RESIL_LIKELY(acquire_fast(br, permit))) return RESIL_DECISION_GO;
   return acquire_slow(br, permit, now);
 }
 
@@ -1272,13 +1280,23 @@ static RESIL_ALWAYS_INLINE int enter_run(resil_breaker *br,
   return 1;
 }
 
+/* enter_run out of line, for resil__breaker_enter when acquire_fast did
+ * not permit (which changed nothing): from the start. */
+static RESIL_NOINLINE int enter_again(resil_breaker *br,
+                                      resil_breaker_permit *permit,
+                                      int64_t *t0, resil_outcome *refusal) {
+  return enter_run(br, permit, t0, refusal);
+}
+
 int resil__breaker_enter(resil_breaker *br, resil_breaker_permit *permit,
                          int64_t *t0, resil_outcome *refusal) {
-  if (RESIL_UNLIKELY(!valid(br))) {
-    *refusal = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-    return 0;
+  /* enter_run with its common case inline and the rest a tail call: no
+   * refusal outcome built in this frame. */
+  if (RESIL_LIKELY(acquire_fast(br, permit))) {
+    *t0 = now_run(br);
+    return 1;
   }
-  return enter_run(br, permit, t0, refusal);
+  return enter_again(br, permit, t0, refusal);
 }
 
 void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,

@@ -48,14 +48,16 @@ resil_outcome resil__breaker_run_at(resil_breaker *br, const resil_ctx *ctx,
 
 /* resil_breaker_run in two halves, for a caller that makes the call
  * between them (the chain's acquire/release pass, Since 0.2):
- * resil_breaker_run(br, ctx, fn, arg) is exactly
+ * for a valid br, resil_breaker_run(br, ctx, fn, arg) is exactly
  *   if (!resil__breaker_enter(br, &permit, &t0, &o)) return o;
  *   o = fn(arg, ctx); resil__breaker_leave(br, &permit, &o, t0); return o;
+ * br: a valid breaker (resil__breaker_clock is not NULL; the caller checks
+ * it once, as the chain does when the layer is added: these do not).
  * enter: 1 when permitted, with *permit and *t0 (the reading right before
  * the call, on the kind of reading resil__breaker_run_at describes) set;
- * 0 when refused (or br is invalid), with *refusal the outcome
- * resil_breaker_run ends with. leave: records o, taking the reading that
- * ends the call's duration itself; exactly once per permitted enter. */
+ * 0 when refused, with *refusal the outcome resil_breaker_run ends with.
+ * leave: records o, taking the reading that ends the call's duration
+ * itself; exactly once per permitted enter. */
 int resil__breaker_enter(resil_breaker *br, resil_breaker_permit *permit,
                          int64_t *t0, resil_outcome *refusal);
 void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,

@@ -397,8 +397,8 @@ static RESIL_NOINLINE_ resil_status release_slow(resil_bulkhead *bh) {
   return RESIL_OK;
 }
 
-resil_status resil_bulkhead_release(resil_bulkhead *bh) {
-  if (RESIL_UNLIKELY(!valid(bh))) return RESIL_EMISUSE;
+/* resil_bulkhead_release for a valid bh. */
+static inline resil_status release_valid(resil_bulkhead *bh) {
   uint64_t w = atomic_load_explicit(&bh->word, memory_order_relaxed);
   do {
     if (RESIL_UNLIKELY(w & QUEUED)) return release_slow(bh);
@@ -407,6 +407,15 @@ resil_status resil_bulkhead_release(resil_bulkhead *bh) {
       &bh->word, &w, w - 1, memory_order_seq_cst, memory_order_relaxed));
   return RESIL_OK;
 }
+
+resil_status resil_bulkhead_release(resil_bulkhead *bh) {
+  if (RESIL_UNLIKELY(!valid(bh))) return RESIL_EMISUSE;
+  return release_valid(bh);
+}
+
+void resil__bulkhead_leave(resil_bulkhead *bh) { (void)release_valid(bh); }
+
+int resil__bulkhead_valid(const resil_bulkhead *bh) { return valid(bh); }
 
 /* ---- waiters for event loops ------------------------------------------ */
 
@@ -524,7 +533,7 @@ static RESIL_NOINLINE_ int enter_slow(resil_bulkhead *bh, const resil_ctx *c,
  * (a failed take_slot changes nothing, so it simply tries again). */
 static inline int enter_run(resil_bulkhead *bh, const resil_ctx *c,
                             resil_outcome *refusal) {
-  if (RESIL_LIKELY(valid(bh) && take_slot(bh))) return 1;
+  if (RESIL_LIKELY(take_slot(bh))) return 1;
   return enter_slow(bh, c, refusal);
 }
 

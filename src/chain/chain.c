@@ -119,6 +119,10 @@ enum { PLAN_NONE = 0, PLAN_SPLIT = 1, PLAN_RETRY = 2 };
 /* More than any index: a plan whose pass is not written out. */
 #define SHAPE_GENERIC 16u
 
+typedef resil_outcome plan_fast_fn(resil_chain *ch, resil_call_fn fn,
+                                   void *arg);
+static plan_fast_fn *plan_fast_for(int plan, unsigned fast);
+
 struct resil_chain {
   uint32_t magic;
   int plan;
@@ -126,10 +130,16 @@ struct resil_chain {
   /* A plan's pass: layers plan_from (0, or 1 below the retry) ..
    * plan_end - 1 (layers[plan_from].split_end). fast: how resil_chain_run
    * takes a call without ctx: 0 through run_general (no plan, or a total
-   * timeout or fallback), else plan_body for the pass of that index in
-   * PLAN_SHAPES, or SHAPE_GENERIC. */
+   * timeout or fallback), else the index in PLAN_SHAPES of its pass, or
+   * SHAPE_GENERIC (fast_fn: plan_fast_<index>/_r<index>, or run_plan's). */
   size_t plan_from, plan_end;
   unsigned fast;
+  /* &ops[plan_from], and the ctx of a NULL one's pass (null_ctx1 below a
+   * retry, else null_ctx). */
+  const split_op *plan_ops;
+  const resil_ctx *plan_ctx;
+  /* plan_fast_for(plan, fast) (NULL for fast 0). */
+  plan_fast_fn *fast_fn;
   split_op ops[RESIL_CHAIN_MAX_LAYERS];
   chain_layer layers[RESIL_CHAIN_MAX_LAYERS];
   layer_counters call; /* the protected call itself */
@@ -287,8 +297,11 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     L->coarse = resil__ratelimiter_coarse(layer->policy);
   }
   if (!L->clk) L->at = LAYER_GENERIC; /* not a valid policy: its run says so */
-  /* resil__bulkhead_enter refuses an invalid bulkhead as its run does. */
-  if (layer->run == resil__chain_run_bulkhead) L->at = LAYER_BULKHEAD_AT;
+  /* An invalid bulkhead: its run says so (the enter entry points take
+   * valid handles only). */
+  if (layer->run == resil__chain_run_bulkhead &&
+      resil__bulkhead_valid(layer->policy))
+    L->at = LAYER_BULKHEAD_AT;
   if (layer->run == resil__chain_run_retry) L->at = LAYER_RETRY_AT;
   if (L->desc.max_attempts == 0) L->desc.max_attempts = 1;
   if (L->desc.kind != RESIL_LAYER_HEDGE) {
@@ -328,6 +341,8 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
                  : PLAN_NONE;
   ch->plan_from = ch->plan == PLAN_RETRY ? 1 : 0;
   ch->plan_end = ch->layers[ch->plan_from].split_end;
+  ch->plan_ops = &ch->ops[ch->plan_from];
+  ch->plan_ctx = ch->plan == PLAN_RETRY ? &ch->null_ctx1 : &ch->null_ctx;
   /* fast: the common call's way (resil_chain_run): 0 for none. */
   ch->fast = 0;
   if (ch->plan != PLAN_NONE && ch->null_ok && !ch->fallback) {
@@ -342,6 +357,7 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
     PLAN_SHAPES(SHAPE_MATCH)
 #undef SHAPE_MATCH
   }
+  ch->fast_fn = plan_fast_for(ch->plan, ch->fast);
   return RESIL_OK;
 }
 
@@ -365,8 +381,8 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
  * retry right above one whose fast path is fixed at build time (a plan,
  * ch->plan), through plan_body: split_pass and enter_retry as one inline
  * pass whose clean end (every layer one attempt, a plain success) is
- * written out; for a call without ctx, with the pass's layer kinds as
- * constants (ch->fast). Everything else in such a call goes through the
+ * written out; for a call without ctx, one function per pass shape and
+ * plan with the layers' kinds as constants (ch->fast_fn). Everything else in such a call goes through the
  * same statements as split_pass and enter_retry (pass_unclean,
  * retry_unclean). */
 
@@ -585,7 +601,7 @@ split_pass(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
     if (op->at == LAYER_BREAKER_AT)
       resil__breaker_leave(op->policy, &h[k].permit, &o, h[k].t0);
     else if (op->at == LAYER_BULKHEAD_AT)
-      resil_bulkhead_release(op->policy);
+      resil__bulkhead_leave(op->policy);
     if (!clean) count_outcome(op->c, o);
   }
   up->clean = clean;
@@ -730,7 +746,7 @@ __attribute__((noinline)) static void pass_unclean(resil_chain *ch, size_t i,
     if (op->at == LAYER_BREAKER_AT)
       resil__breaker_leave(op->policy, &h[k - i].permit, o, h[k - i].t0);
     else if (op->at == LAYER_BULKHEAD_AT)
-      resil_bulkhead_release(op->policy);
+      resil__bulkhead_leave(op->policy);
     count_outcome(op->c, *o);
   }
 }
@@ -767,7 +783,7 @@ static CHAIN_INLINE int enter_op(const split_op *op, int at, held *h,
 }
 
 /* Layer op's leave after a clean pass (at as for enter_op):
- * resil__breaker_leave and resil_bulkhead_release for a plain success (the
+ * resil__breaker_leave and resil__bulkhead_leave for a plain success (the
  * clean pass is counted once, by the caller). */
 static CHAIN_INLINE void leave_op_clean(const split_op *op, int at,
                                         const held *h) {
@@ -775,7 +791,7 @@ static CHAIN_INLINE void leave_op_clean(const split_op *op, int at,
   if (at == LAYER_BREAKER_AT)
     resil__breaker_leave_ok(op->policy, &h->permit, h->t0);
   else if (at == LAYER_BULKHEAD_AT)
-    resil_bulkhead_release(op->policy);
+    resil__bulkhead_leave(op->policy);
 }
 
 /* A plan's pass: its length, and for len <= 3 the kinds of its layers
@@ -783,16 +799,19 @@ static CHAIN_INLINE void leave_op_clean(const split_op *op, int at,
 typedef struct pass_shape {
   size_t len;
   int at[3];
+  /* 1 when the caller knows the plan is PLAN_RETRY, 0 when it knows it is
+   * PLAN_SPLIT, -1: read ch->plan. */
+  int retry;
 } pass_shape;
 
-/* The end of a plan's clean pass (o: the plain success from below): the
- * leaves, the clean pass's count and the retry's (resil__retry_fast_rest
- * and settle_layer for a clean first attempt). */
-static CHAIN_INLINE resil_outcome plan_clean_end(resil_chain *ch,
-                                                 const split_op *ops,
-                                                 const held *h, pass_shape sh,
-                                                 int retry,
-                                                 const resil_outcome *o) {
+/* The end of a plan's clean pass (the call, or the layer below, returned a
+ * plain success): the leaves, the clean pass's count and, with a retry on
+ * top, its count of a first-attempt success (resil__retry_first_ok); what
+ * resil__retry_fast_rest and settle_layer do for a clean first attempt,
+ * with the outcome's stop and attempts set by plan_body. */
+static CHAIN_INLINE void plan_clean_end(resil_chain *ch, const split_op *ops,
+                                        const held *h, pass_shape sh,
+                                        int retry) {
   if (sh.len <= 3) {
     if (sh.len > 2) leave_op_clean(&ops[2], sh.at[2], &h[2]);
     if (sh.len > 1) leave_op_clean(&ops[1], sh.at[1], &h[1]);
@@ -801,75 +820,151 @@ static CHAIN_INLINE resil_outcome plan_clean_end(resil_chain *ch,
     for (size_t q = sh.len; q-- > 0;) leave_op_clean(&ops[q], 0, &h[q]);
   }
   resil__shards_add(&ch->clean, 0, 1);
-  if (!retry) return resil__outcome_with_stop(o, o->stop, o->attempts);
-  resil__retry_first_ok(ch->ops[0].policy);
-  return resil__outcome_with_stop(o, RESIL_STOP_SUCCESS, 1);
+  if (retry) resil__retry_first_ok(ch->ops[0].policy);
+}
+
+/* plan_body's end for a pass that is not clean: m of its layers entered
+ * (h[0..m-1]), o the refusal of layer plan_from + m (m < its length) or
+ * the outcome from below, already counted where the call is; the leaves
+ * and counts of pass_unclean, then a retry on top goes on. */
+__attribute__((noinline)) static resil_outcome
+plan_unclean(resil_chain *ch, const resil_ctx *cc, resil_call_fn fn,
+             void *arg, size_t m, held *h, resil_outcome o) {
+  pass_unclean(ch, ch->plan_from, ch->plan_from + m, ch->plan_end, h, &o);
+  if (ch->plan == PLAN_RETRY) retry_unclean(ch, cc, fn, arg, &o);
+  return o;
 }
 
 /* A plan chain's call, counted, fallback not applied. c: the ctx of the
  * pass's layers (for PLAN_RETRY, the first attempt's, which
  * resil__retry_fast_first gave), or NULL for resil_chain_run's NULL ctx
- * (null_ctx, or null_ctx1 below a retry, whose fast path then applies):
- * split_pass over the sh.len = plan_end - plan_from layers from plan_from
- * (and enter_retry above them) with the clean pass's end inline; written
- * out step by step for len <= 3, which resil_chain_run passes as a
- * constant, with the layers' kinds when it knows them (ch->fast): a
+ * (ch->plan_ctx: null_ctx, or null_ctx1 below a retry, whose fast path
+ * then applies): split_pass over the sh.len = plan_end - plan_from layers
+ * from plan_from (ch->plan_ops; and enter_retry above them) with the clean
+ * pass's end inline; written out step by step for len <= 3, with the
+ * layers' kinds when the caller knows them (the plan_fast_* functions): a
  * dispatch per layer in each direction cost ~3 ns of a four-layer chain's
- * ~30. The call's outcome is read field by field and returned in the
- * caller's slot: no copy of it is stored narrow and reloaded wide. */
+ * ~30. The call writes its outcome into o (whose address is never taken),
+ * which is read field by field and returned built field by field in the
+ * caller's slot (resil__outcome_with_stop): never copied wide (a wide load
+ * right after the call's narrow stores stalls on store forwarding). */
 static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
                                             const resil_ctx *c,
                                             resil_call_fn fn, void *arg,
                                             pass_shape sh) {
-  const int retry = ch->plan == PLAN_RETRY;
-  const resil_ctx *cc = c ? c : retry ? &ch->null_ctx1 : &ch->null_ctx;
+  const int retry = sh.retry >= 0 ? sh.retry : ch->plan == PLAN_RETRY;
+  /* A known plan: its pass and ctx at fixed places in ch (no register to
+   * keep them in). */
+  const resil_ctx *cc = c                ? c
+                        : sh.retry == 1  ? &ch->null_ctx1
+                        : sh.retry == 0  ? &ch->null_ctx
+                                         : ch->plan_ctx;
   held h[RESIL_CHAIN_MAX_LAYERS]; /* h[m]: layer plan_from + m's */
   resil_outcome o;
+  resil_outcome r; /* a refusal */
   const unsigned sel =
       !c || cc->deadline_ns == RESIL_NO_DEADLINE ? HAND : HAND_DL;
-  const split_op *ops = &ch->ops[ch->plan_from];
+  const split_op *ops = sh.retry == 1   ? &ch->ops[1]
+                        : sh.retry == 0 ? &ch->ops[0]
+                                        : ch->plan_ops;
+  /* plan_end, a constant for a known plan. */
+  const size_t end =
+      sh.retry >= 0 ? (size_t)sh.retry + sh.len : ch->plan_end;
   size_t m = 0; /* layers entered */
   if (sh.len <= 3) {
-    if (!enter_op(&ops[0], sh.at[0], &h[0], cc, sel, &o)) goto unclean;
+    if (!enter_op(&ops[0], sh.at[0], &h[0], cc, sel, &r)) goto refused;
     m = 1;
     if (sh.len > 1) {
-      if (!enter_op(&ops[1], sh.at[1], &h[1], cc, sel, &o)) goto unclean;
+      if (!enter_op(&ops[1], sh.at[1], &h[1], cc, sel, &r)) goto refused;
       m = 2;
     }
     if (sh.len > 2) {
-      if (!enter_op(&ops[2], sh.at[2], &h[2], cc, sel, &o)) goto unclean;
+      if (!enter_op(&ops[2], sh.at[2], &h[2], cc, sel, &r)) goto refused;
       m = 3;
     }
   } else {
     do {
-      if (RESIL_UNLIKELY(!enter_op(&ops[m], 0, &h[m], cc, sel, &o)))
-        goto unclean;
+      if (RESIL_UNLIKELY(!enter_op(&ops[m], 0, &h[m], cc, sel, &r)))
+        goto refused;
     } while (++m < sh.len);
   }
-  if (ch->plan_end == ch->n) {
-    /* The call writes r in place; plan_clean_end (inline) reads it field
-     * by field. */
-    resil_outcome r = fn(arg, cc);
-    if (RESIL_LIKELY(plain_success(r.kind, r.reason)))
-      return plan_clean_end(ch, ops, h, sh, retry, &r);
-    o = r;
-    count_outcome(&ch->call, o);
+  if (end == ch->n) {
+    o = fn(arg, cc);
+    if (RESIL_UNLIKELY(!plain_success(o.kind, o.reason))) {
+      count_outcome(&ch->call, o);
+      o = plan_unclean(ch, cc, fn, arg, m, h, o);
+      return o;
+    }
   } else {
     link below = {.clean = 0};
-    o = enter_layer(ch, ch->plan_end, cc, fn, arg, &below);
-    if (below.clean) return plan_clean_end(ch, ops, h, sh, retry, &o);
+    o = enter_layer(ch, end, cc, fn, arg, &below);
+    if (!below.clean) {
+      o = plan_unclean(ch, cc, fn, arg, m, h, o);
+      return o;
+    }
   }
-unclean:
-  pass_unclean(ch, ch->plan_from, ch->plan_from + m, ch->plan_end, h, &o);
-  if (retry) retry_unclean(ch, cc, fn, arg, &o);
+  plan_clean_end(ch, ops, h, sh, retry);
+  /* Built field by field in the caller's slot. */
+  if (retry) return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
+  return resil__outcome_with_stop(&o, o.stop, o.attempts);
+refused:
+  o = plan_unclean(ch, cc, fn, arg, m, h, r);
   return o;
 }
 
 /* plan_body for resil_chain_run's other calls. */
 __attribute__((noinline)) static resil_outcome
 run_plan(resil_chain *ch, const resil_ctx *c, resil_call_fn fn, void *arg) {
-  pass_shape sh = {ch->plan_end - ch->plan_from, {0, 0, 0}};
+  pass_shape sh = {ch->plan_end - ch->plan_from, {0, 0, 0}, -1};
   return plan_body(ch, c, fn, arg, sh);
+}
+
+/* plan_body for a call without ctx, one function per pass of PLAN_SHAPES
+ * and plan (ch->fast_fn: plan_fast_<x> for PLAN_SPLIT, plan_fast_r<x> for
+ * PLAN_RETRY), and run_plan's for the other plans. */
+/* Without scalar replacement of aggregates, GCC reads the call's outcome
+ * where it is used (the class test, then the copy into the caller's slot
+ * after the leaves) instead of loading every field right after the call
+ * and keeping them on the stack across the leaves' calls: 6 instructions
+ * of ~340 a call of chain4_run. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define PLAN_FAST_ATTRS __attribute__((noinline, optimize("no-tree-sra")))
+#else
+#define PLAN_FAST_ATTRS __attribute__((noinline))
+#endif
+#define PLAN_FN(x, n, a, b, c)                                                 \
+  PLAN_FAST_ATTRS static resil_outcome plan_fast_##x(                          \
+      resil_chain *ch, resil_call_fn fn, void *arg) {                          \
+    const pass_shape sh = {n, {a, b, c}, 0};                                   \
+    return plan_body(ch, NULL, fn, arg, sh);                                   \
+  }                                                                            \
+  PLAN_FAST_ATTRS static resil_outcome plan_fast_r##x(                         \
+      resil_chain *ch, resil_call_fn fn, void *arg) {                          \
+    const pass_shape sh = {n, {a, b, c}, 1};                                   \
+    return plan_body(ch, NULL, fn, arg, sh);                                   \
+  }
+PLAN_SHAPES(PLAN_FN)
+#undef PLAN_FN
+__attribute__((noinline)) static resil_outcome
+plan_fast_generic(resil_chain *ch, resil_call_fn fn, void *arg) {
+  return run_plan(ch, NULL, fn, arg);
+}
+
+/* [plan == PLAN_RETRY][fast] */
+static plan_fast_fn *const plan_fast[2][SHAPE_GENERIC + 1] = {
+    {
+#define PLAN_ENTRY(x, n, a, b, c) [x] = plan_fast_##x,
+        PLAN_SHAPES(PLAN_ENTRY)
+#undef PLAN_ENTRY
+            [SHAPE_GENERIC] = plan_fast_generic},
+    {
+#define PLAN_ENTRY(x, n, a, b, c) [x] = plan_fast_r##x,
+        PLAN_SHAPES(PLAN_ENTRY)
+#undef PLAN_ENTRY
+            [SHAPE_GENERIC] = plan_fast_generic}};
+
+static plan_fast_fn *plan_fast_for(int plan, unsigned fast) {
+  return fast ? plan_fast[plan == PLAN_RETRY][fast] : NULL;
 }
 
 static resil_fallback_kind apply_fallback(resil_chain *ch, void *arg,
@@ -945,23 +1040,11 @@ run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) 
 resil_outcome resil_chain_run(resil_chain *ch, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
   /* The common call: no ctx, a plan chain without total timeout or
-   * fallback (ch->fast), inline, its pass written out for its shape; the
+   * fallback (ch->fast_fn), its pass written out for its shape; the
    * outcome is built in the caller's slot. */
-  if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx)) {
-    switch (ch->fast) {
-#define PLAN_CASE(x, n, a, b, c)                                               \
-  case (x): {                                                                  \
-    const pass_shape sh = {n, {a, b, c}};                                      \
-    return plan_body(ch, NULL, fn, arg, sh);                                   \
-  }
-      PLAN_SHAPES(PLAN_CASE)
-#undef PLAN_CASE
-    case SHAPE_GENERIC:
-      return run_plan(ch, NULL, fn, arg);
-    default:
-      break;
-    }
-  }
+  if (RESIL_LIKELY(ch && ch->magic == RESIL_MAGIC_CHAIN && fn && !ctx &&
+                   ch->fast_fn))
+    return ch->fast_fn(ch, fn, arg);
   return run_general(ch, ctx, fn, arg);
 }
 

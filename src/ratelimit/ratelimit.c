@@ -486,6 +486,39 @@ acquire_missed(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
   return wait_reserved(rl, permits, ctx, wait, why);
 }
 
+/* take_now, and a grant counted. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int take_counted(resil_ratelimiter *rl, int64_t rel, int64_t n,
+                               uint64_t *old, int64_t *epoch) {
+  if (RESIL_UNLIKELY(!take_now(rl, rel, n, old, epoch))) return 0;
+  resil__shards_add(&rl->counts, C_PERMITTED, 1);
+  return 1;
+}
+
+/* acquire_wait for a valid rl, permits >= 1 and a full-size ctx or none:
+ * take_now inline, whose grant needs no wait, so neither the ctx's
+ * deadline nor its token matters to it. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline resil_decision acquire_valid(resil_ratelimiter *rl, int permits,
+                                           const resil_ctx *ctx,
+                                           const int64_t *now,
+                                           resil_reason *why) {
+  const int64_t t = now ? *now : rl_now(rl);
+  const int64_t rel = rel_now(rl, t);
+  uint64_t old;
+  int64_t epoch;
+  if (RESIL_LIKELY(take_counted(rl, rel, permits, &old, &epoch))) {
+    set_why(why, RESIL_REASON_OK);
+    return RESIL_DECISION_GO;
+  }
+  return acquire_missed(rl, permits, ctx, t, now ? 1 : !rl->coarse, rel, old,
+                        epoch, why);
+}
+
 /* Reserve, then wait for reserved permits. With valid arguments and a
  * full-size ctx (or none), take_now is tried inline: its grant needs no
  * wait, so neither the ctx's deadline nor its token matters to it. */
@@ -497,19 +530,8 @@ static inline resil_decision acquire_wait(resil_ratelimiter *rl, int permits,
                                           const int64_t *now,
                                           resil_reason *why) {
   if (RESIL_LIKELY(rl && rl->magic == RESIL_MAGIC_RATELIM && permits >= 1 &&
-                   (!ctx || ctx->struct_size == sizeof *ctx))) {
-    const int64_t t = now ? *now : rl_now(rl);
-    const int64_t rel = rel_now(rl, t);
-    uint64_t old;
-    int64_t epoch;
-    if (RESIL_LIKELY(take_now(rl, rel, permits, &old, &epoch))) {
-      set_why(why, RESIL_REASON_OK);
-      resil__shards_add(&rl->counts, C_PERMITTED, 1);
-      return RESIL_DECISION_GO;
-    }
-    return acquire_missed(rl, permits, ctx, t, now ? 1 : !rl->coarse, rel, old,
-                          epoch, why);
-  }
+                   (!ctx || ctx->struct_size == sizeof *ctx)))
+    return acquire_valid(rl, permits, ctx, now, why);
   return acquire_general(rl, permits, ctx, now, why);
 }
 
@@ -545,6 +567,17 @@ static inline int enter_run(resil_ratelimiter *rl, const resil_ctx *c,
   return 0;
 }
 
+/* enter_run out of line: resil__ratelimiter_enter after take_now missed
+ * (which changed nothing), from the start (a reading of its own when
+ * `now` is NULL: a later one, as good). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static int enter_again(resil_ratelimiter *rl, const resil_ctx *c,
+                       const int64_t *now, resil_outcome *refusal) {
+  return enter_run(rl, c, now, refusal);
+}
+
 /* resil_ratelimiter_run; now: a reading as resil__ratelimiter_acquire_at
  * takes one, or NULL (the limiter reads its clock). */
 #if defined(__GNUC__)
@@ -563,13 +596,30 @@ static inline resil_outcome run_impl(resil_ratelimiter *rl, const resil_ctx *ctx
   return o;
 }
 
+/* resil__ratelimiter_enter without a reading: its own, then the same. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static int enter_read(resil_ratelimiter *rl, const resil_ctx *ctx,
+                      resil_outcome *refusal) {
+  uint64_t old;
+  int64_t epoch;
+  if (RESIL_LIKELY(take_counted(rl, rel_now(rl, rl_now(rl)), 1, &old, &epoch)))
+    return 1;
+  return enter_again(rl, ctx, NULL, refusal);
+}
+
 int resil__ratelimiter_enter(resil_ratelimiter *rl, const resil_ctx *ctx,
                              const int64_t *now, resil_outcome *refusal) {
-  if (RESIL_UNLIKELY(!rl || rl->magic != RESIL_MAGIC_RATELIM)) {
-    *refusal = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-    return 0;
-  }
-  return enter_run(rl, ctx, now, refusal);
+  /* acquire_valid's grant inline; anything else through enter_run, and a
+   * call without a reading through enter_read (tail calls: with a reading
+   * there are no registers to save here). */
+  if (!now) return enter_read(rl, ctx, refusal);
+  uint64_t old;
+  int64_t epoch;
+  if (RESIL_LIKELY(take_counted(rl, rel_now(rl, *now), 1, &old, &epoch)))
+    return 1;
+  return enter_again(rl, ctx, now, refusal);
 }
 
 resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl, const resil_ctx *ctx,

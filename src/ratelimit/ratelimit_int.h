@@ -32,9 +32,11 @@ int resil__ratelimiter_coarse(const resil_ratelimiter *rl);
 
 /* resil_ratelimiter_run's permit, for a caller that makes the call itself
  * (the chain's acquire/release pass, Since 0.2): 1 to make the call, 0 with
- * *refusal the outcome resil_ratelimiter_run ends with (also for an
- * invalid limiter). ctx: a full-size ctx (resil__ctx_in's result) whose
- * clock is set. now: NULL (the limiter reads its clock) or a reading as
+ * *refusal the outcome resil_ratelimiter_run ends with. rl: a valid limiter
+ * (resil__ratelimiter_clock is not NULL; the caller checks it once, as the
+ * chain does when the layer is added: this does not). ctx: a full-size ctx
+ * (resil__ctx_in's result) whose clock is set (not checked either). now:
+ * NULL (the limiter reads its clock) or a reading as
  * resil__ratelimiter_acquire_at takes one. Nothing to do after the call. */
 int resil__ratelimiter_enter(resil_ratelimiter *rl, const resil_ctx *ctx,
                              const int64_t *now, resil_outcome *refusal);
