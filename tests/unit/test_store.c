@@ -97,6 +97,15 @@ static void complete_ok(resil_store *s, const char *key, ts_effect *e, resil_op_
   if (st) fail_msg("complete %s: %s: %s", key, resil_status_name(st), resil_store_errmsg(s));
 }
 
+static resil_op_begin_result execute_ok(fx *f, const char *key, const resil_op_request *req,
+                                        resil_op_effect_fn effect, void *user,
+                                        resil_op_record *rec) {
+  resil_op_begin_result r = 0;
+  resil_status st = resil_store_execute(f->s, key, req, effect, user, &r, rec);
+  if (st) fail_msg("execute %s: %s: %s", key, resil_status_name(st), resil_store_errmsg(f->s));
+  return r;
+}
+
 static resil_op_state state_of(resil_store *s, const char *key) {
   resil_op_record r;
   resil_op_record_init(&r);
@@ -519,30 +528,42 @@ static int trace_trips(FILE *trace, const char *path, int *parses) {
  * (10 with one statement per round trip). Every statement is prepared by
  * then (rt-0 used them): nothing in the trace parses SQL naming
  * resil_operations. */
-static void pg_operation_takes_begin_plus_two_round_trips_and_no_parse(void **state) {
-  fx *f = get(state);
-  if (f->bk != TS_PG) skip();
+/* Runs op-0 (which prepares every statement, one round trip each on first
+ * use) and op-1..op-3 on a store with one pooled connection, tracing its
+ * connection from inside op-1's effect to inside op-3's; each operation is
+ * begin then complete, or one resil_store_execute. Returns the round trips
+ * traced (trace_trips); asserts that nothing parsed SQL naming
+ * resil_operations. */
+static int traced_round_trips(fx *f, int execute) {
   f->cfg.pool_size = 1;
   fx_reopen(f);
   char path[] = "/tmp/resil-pgtrace.XXXXXX";
   FILE *trace = trace_file(path);
   resil_op_request req = ts_req("POST", "/p", "1");
   trace_effect start = {trace}, stop = {NULL};
-  /* rt-0 prepares the statements (on first use, one round trip each). */
   ts_effect plain = {0};
-  assert_int_equal(begin_ok(f->s, "rt-0", &req, NULL), RESIL_OP_NEW);
-  complete_ok(f->s, "rt-0", &plain, NULL);
-  assert_int_equal(begin_ok(f->s, "rt-1", &req, NULL), RESIL_OP_NEW);
-  assert_status(RESIL_OK, resil_store_complete(f->s, "rt-1", effect_tracing, &start, NULL));
-  assert_int_equal(begin_ok(f->s, "rt-2", &req, NULL), RESIL_OP_NEW);
-  assert_status(RESIL_OK, resil_store_complete(f->s, "rt-2", effect_tracing, &start, NULL));
-  assert_int_equal(begin_ok(f->s, "rt-3", &req, NULL), RESIL_OP_NEW);
-  assert_status(RESIL_OK, resil_store_complete(f->s, "rt-3", effect_tracing, &stop, NULL));
+  const char *keys[4] = {"rt-0", "rt-1", "rt-2", "rt-3"};
+  for (int i = 0; i < 4; i++) {
+    resil_op_effect_fn fn = i == 0 ? ts_effect_fn : effect_tracing;
+    void *user = i == 0 ? (void *)&plain : i == 3 ? (void *)&stop : (void *)&start;
+    if (execute) {
+      assert_int_equal(execute_ok(f, keys[i], &req, fn, user, NULL), RESIL_OP_NEW);
+    } else {
+      assert_int_equal(begin_ok(f->s, keys[i], &req, NULL), RESIL_OP_NEW);
+      assert_status(RESIL_OK, resil_store_complete(f->s, keys[i], fn, user, NULL));
+    }
+  }
   assert_int_equal(state_of(f->s, "rt-2"), RESIL_OP_COMMITTED);
   int parses = 0;
   int trips = trace_trips(trace, path, &parses);
-  assert_int_equal(trips, 6);
   assert_int_equal(parses, 0);
+  return trips;
+}
+
+static void pg_operation_takes_begin_plus_two_round_trips_and_no_parse(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  assert_int_equal(traced_round_trips(f, 0), 6);
 }
 
 /* Runs user's DEALLOCATE (NULL: DEALLOCATE ALL) on the effect's connection. */
@@ -1997,14 +2018,6 @@ static resil_status effect_peeking(void *user, resil_store_txn *tx,
   return ts_effect_fn(&p->inner, tx, pending, out);
 }
 
-static resil_op_begin_result execute_ok(fx *f, const char *key, const resil_op_request *req,
-                                        resil_op_effect_fn effect, void *user,
-                                        resil_op_record *rec) {
-  resil_op_begin_result r = 0;
-  resil_status st = resil_store_execute(f->s, key, req, effect, user, &r, rec);
-  if (st) fail_msg("execute %s: %s: %s", key, resil_status_name(st), resil_store_errmsg(f->s));
-  return r;
-}
 
 /* A new key: the effect runs once and the final record comes back. The
  * PENDING row is visible outside while the effect runs only in the default
@@ -2266,31 +2279,16 @@ static void execute_racing_the_same_key_runs_the_effect_once(void **state) {
 }
 
 /* PostgreSQL round trips of execute, counted as in the test above, from
- * inside ex-1's effect to inside ex-3's: ex-1's terminal state with COMMIT
- * (1), ex-2's first round trip (1) and terminal state with COMMIT (1),
- * ex-3's first round trip (1): 4 in both modes (6 for begin then
+ * inside rt-1's effect to inside rt-3's: rt-1's terminal state with COMMIT
+ * (1), rt-2's first round trip (1) and terminal state with COMMIT (1),
+ * rt-3's first round trip (1): 4 in both modes (6 for begin then
  * complete). The first round trip is, with effects_in_store, BEGIN and the
  * INSERT; by default the INSERT and its Sync (its own flushed commit), then
  * BEGIN and the row lock and a second Sync, sent together. */
 static void pg_execute_in_one_transaction_takes_two_round_trips(void **state) {
   fx *f = get(state);
   if (f->bk != TS_PG) skip();
-  f->cfg.pool_size = 1;
-  fx_reopen(f);
-  char path[] = "/tmp/resil-pgtrace.XXXXXX";
-  FILE *trace = trace_file(path);
-  resil_op_request req = ts_req("POST", "/p", "1");
-  trace_effect start = {trace}, stop = {NULL};
-  ts_effect plain = {0};
-  assert_int_equal(execute_ok(f, "ex-0", &req, ts_effect_fn, &plain, NULL), RESIL_OP_NEW);
-  assert_int_equal(execute_ok(f, "ex-1", &req, effect_tracing, &start, NULL), RESIL_OP_NEW);
-  assert_int_equal(execute_ok(f, "ex-2", &req, effect_tracing, &start, NULL), RESIL_OP_NEW);
-  assert_int_equal(execute_ok(f, "ex-3", &req, effect_tracing, &stop, NULL), RESIL_OP_NEW);
-  assert_int_equal(state_of(f->s, "ex-2"), RESIL_OP_COMMITTED);
-  int parses = 0;
-  int trips = trace_trips(trace, path, &parses);
-  assert_int_equal(trips, 4);
-  assert_int_equal(parses, 0);
+  assert_int_equal(traced_round_trips(f, 1), 4);
 }
 
 static resil_status effect_deallocating_lock_skip(void *user, resil_store_txn *tx,
