@@ -16,14 +16,19 @@
  *     string) and body: the query string is NOT part of it, so the same key
  *     with the same path and body but another query replays the stored
  *     answer (put whatever changes the operation into the path or body);
- *   - a new key is stored PENDING durably (resil_store_begin), then the
- *     handler runs INSIDE the store transaction that writes the terminal
- *     state (resil_store_complete): its effect and the COMMITTED (or FAILED)
- *     record are committed together or not at all;
+ *   - a new key goes through resil_store_execute: it is stored PENDING
+ *     durably, then the handler runs INSIDE the store transaction that
+ *     writes the terminal state: its effect and the COMMITTED (or FAILED)
+ *     record are committed together or not at all. With the store's
+ *     effects_in_store = 1 the PENDING row is part of that same
+ *     transaction: until it commits the key is not stored at all, and if it
+ *     fails nothing is (see resil_store_execute);
  *   - a key already COMMITTED or FAILED answers the stored status, headers
  *     and body byte for byte, plus "Idempotent-Replayed: true", and never
  *     runs the handler again;
- *   - a key still PENDING answers 409 with Retry-After;
+ *   - a key still PENDING answers 409 with Retry-After (with
+ *     effects_in_store a request whose key is being run by another waits
+ *     for it, up to the store's busy_timeout_ns, and then replays);
  *   - a key reused with another method, path or body (another request
  *     fingerprint) answers 422, never a replay;
  *   - GET {status_prefix}{key} answers the operation's state (below);
@@ -41,10 +46,17 @@
  *   422 {"error":"Idempotency-Key reused with a different request","key":K}
  *   500 {"key":K,"state":"PENDING","error":...} + Retry-After: the handler
  *       failed or the store could not commit; everything was rolled back and
- *       the operation stays PENDING until recovery re-drives it
+ *       the operation stays PENDING until recovery re-drives it (503 instead
+ *       of 500 when the failure was RESIL_ETIMEDOUT)
+ *   500 {"key":K,"state":"UNKNOWN","error":"...; nothing is stored, a retry
+ *       with the same key runs it anew: ..."} + Retry-After: the same
+ *       failure with the store's effects_in_store = 1: the PENDING row was
+ *       rolled back with everything else, so recovery will not re-drive it
+ *       and a retry with the same key runs the handler again (503 instead of
+ *       500 when the failure was RESIL_ETIMEDOUT)
  *   503 {"error":...} + Retry-After: the store was locked beyond its busy
- *       timeout, or failed before anything was stored (e.g. its SQLite file
- *       was deleted while open)
+ *       timeout, or failed before anything was stored and before the
+ *       handler ran (e.g. its SQLite file was deleted while open)
  *   Every store failure's "error" ends with the store's own message
  *   (resil_store_errmsg), which also goes to the configured log.
  *   Status route: 200 {"key","state":"COMMITTED"|"FAILED","status","body",
@@ -141,8 +153,10 @@ typedef struct resil_idem_call_priv resil_idem_call_priv;
 typedef struct resil_idem_call {
   /* The operation's idempotency key (the client's, or a generated one). */
   const char *key;
-  /* The stored PENDING record: method, path and request body exactly as
-   * the first request carried them (what recovery re-drives). */
+  /* The PENDING record (the row the store's transaction holds; with
+   * effects_in_store not committed yet): method, path and request body
+   * exactly as the first request carried them (what recovery re-drives).
+   * In on_committed, that record as it was while PENDING (no response). */
   const resil_op_record *pending;
   /* The store transaction that will also write the terminal state: run the
    * effect's SQL through resil_store_txn_sqlite(tx) or
@@ -163,15 +177,25 @@ typedef struct resil_idem_call {
  * (a final status 200..599, never a 1xx; headers as "Name: value\r\n" lines, e.g. Content-Type;
  * body; failed = 1 for a terminal business refusal that is stored and
  * replayed like a success) and return RESIL_OK to commit effect and state
- * together. Any other status rolls both back: the operation stays PENDING
- * and the request is answered 500. The memory out points to must outlive
- * the handler's return: static data, or resil_idem_call_alloc(). */
+ * together. Any other status rolls both back and the request is answered
+ * 500: the operation stays PENDING, or, with the store's effects_in_store,
+ * nothing is stored for the key (see the answers above). The memory out
+ * points to must outlive the handler's return: static data, or
+ * resil_idem_call_alloc(). */
 typedef resil_status (*resil_idem_handler_fn)(void *user, resil_idem_call *call,
                                               resil_op_response *out);
 
-/* Hook: PENDING is durable and the handler has not run yet. call->tx is
- * NULL. For tests and crash experiments (a process killed here leaves a
- * PENDING operation for recovery); production servers leave it NULL. */
+/* Hook: a request's new operation is about to run its handler: called once
+ * per new operation, just before the handler, on the same thread, inside
+ * the store's transaction (the row lock, and on SQLite the database's write
+ * lock, are held: a hook that sleeps holds them). Never for a replay, nor
+ * for recovery. call->tx is NULL; call->pending is the PENDING record.
+ * With the store's effects_in_store = 0 (default), PENDING is durable here
+ * (a process killed here leaves a PENDING operation for recovery); with
+ * effects_in_store = 1 nothing is stored yet: the PENDING row is part of
+ * the transaction still open (a process killed here leaves nothing, and a
+ * retry with the same key runs the operation). For tests and crash
+ * experiments; production servers leave it NULL. */
 typedef void (*resil_idem_pending_fn)(void *user, const resil_idem_call *call);
 
 /* What to do with a response after its operation committed. */
@@ -364,7 +388,8 @@ typedef struct resil_idem_mhd_stats {
   uint64_t in_progress;    /* 409: the key was PENDING                   */
   uint64_t conflicts;      /* 422: another fingerprint                   */
   uint64_t rejected;       /* 400 and 413: no or invalid key, body size  */
-  uint64_t handler_failed; /* handler errors: rolled back, left PENDING   */
+  uint64_t handler_failed; /* handler errors: rolled back, left PENDING
+                              (effects_in_store: nothing stored)        */
   uint64_t store_errors;   /* 500 and 503 caused by the store            */
   uint64_t dropped;        /* responses dropped by on_committed          */
   uint64_t status_queries; /* status route requests                      */

@@ -1,7 +1,7 @@
 /* resil_idem_mhd: idempotent operations served over libmicrohttpd on top of
  * the operation store (DESIGN §6). The store orders concurrent requests
- * with one key (begin) and binds the effect to the terminal state (complete
- * and recover run the effect in the transaction that writes it); this file
+ * with one key and binds the effect to the terminal state (execute and
+ * recover run the effect in the transaction that writes it); this file
  * only maps the store's answers to HTTP and back. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -54,7 +54,7 @@ struct resil_idem_mhd {
 };
 
 /* Memory handed out by resil_idem_call_alloc(): kept until
- * resil_store_complete() or resil_store_recover() returns, because the store
+ * resil_store_execute() or resil_store_recover() returns, because the store
  * copies the responses only then. */
 typedef struct call_block {
   struct call_block *next;
@@ -65,6 +65,7 @@ struct resil_idem_call_priv {
   resil_idem_mhd *h;
   call_block *blocks;
   int ran;                      /* the handler was called */
+  int pending_told;             /* on_pending was called */
   resil_status handler_status;  /* what it returned the last time */
 };
 
@@ -478,11 +479,23 @@ static void store_failure(const resil_idem_mhd *h, const char *what,
   hlog(h, "%s%s%s%s", buf, key ? " (key " : "", key ? key : "", key ? ")" : "");
 }
 
-/* 500 or 503 for an operation left PENDING (or never stored). */
-static enum MHD_Result answer_pending_failure(resil_idem_mhd *h,
-                                              struct MHD_Connection *conn,
-                                              resil_status st, const char *key,
-                                              const char *what, int handler) {
+/* 500 or 503 for a new operation that failed after the store took it:
+ * stored is what the store holds for it now, PENDING (recovery re-drives
+ * it) or, with effects_in_store, UNKNOWN (rolled back with its PENDING row:
+ * a retry with the same key runs it anew). */
+static enum MHD_Result answer_op_failure(resil_idem_mhd *h,
+                                         struct MHD_Connection *conn,
+                                         resil_status st, const char *key,
+                                         resil_op_state stored, int handler) {
+  const char *what = handler ? "the operation failed and was rolled back"
+                             : "the operation could not be completed";
+  char what_all[160];
+  if (stored != RESIL_OP_PENDING) {
+    snprintf(what_all, sizeof what_all,
+             "%s; nothing is stored, a retry with the same key runs it anew",
+             what);
+    what = what_all;
+  }
   jbuf b = {.a = h->alloc};
   char msg[640];
   if (handler) {
@@ -493,7 +506,7 @@ static enum MHD_Result answer_pending_failure(resil_idem_mhd *h,
   }
   jb_raw(&b, "{");
   jb_member(&b, "key", key);
-  jb_member(&b, "state", "PENDING");
+  jb_member(&b, "state", resil_op_state_name(stored));
   jb_member(&b, "error", msg);
   jb_raw(&b, "}");
   return queue_json(h, conn, st == RESIL_ETIMEDOUT ? 503 : 500, &b, 1, NULL);
@@ -553,6 +566,38 @@ static resil_status run_handler(void *user, resil_store_txn *tx,
     st = RESIL_EINVAL; /* a malformed response must not be stored */
   p->handler_status = st;
   return st;
+}
+
+/* A request's effect: on_pending once (the store may run the effect again
+ * after a lost connection), then the handler. */
+static resil_status run_request(void *user, resil_store_txn *tx,
+                                const resil_op_record *pending,
+                                resil_op_response *out) {
+  resil_idem_call *call = user;
+  resil_idem_call_priv *p = call->priv_;
+  if (p->h->on_pending && !p->pending_told) {
+    p->pending_told = 1;
+    call->tx = NULL;
+    call->pending = pending;
+    call->key = pending->key;
+    p->h->on_pending(p->h->user, call);
+  }
+  return run_handler(user, tx, pending, out);
+}
+
+/* What on_committed sees as call->pending: the final record fin as it was
+ * while PENDING (a new operation's PENDING row was last updated when it was
+ * created). Shares fin's buffers. */
+static resil_op_record pending_view(const resil_op_record *fin) {
+  resil_op_record v = *fin;
+  v.state = RESIL_OP_PENDING;
+  v.status = 0;
+  v.headers = NULL;
+  v.headers_len = 0;
+  v.body = NULL;
+  v.body_len = 0;
+  v.updated_ms = v.created_ms;
+  return v;
 }
 
 /* ---- the operation --------------------------------------------------------
@@ -631,9 +676,31 @@ static enum MHD_Result serve_op(resil_idem_mhd *h, struct MHD_Connection *conn,
   resil_op_begin_result br = RESIL_OP_NEW;
   resil_op_record rec;
   resil_op_record_init(&rec);
-  resil_status st = resil_store_begin(h->store, key, &req, &br, &rec);
+  /* For a new key the store runs run_request (on_pending, then the
+   * handler) inside the transaction that writes the terminal state. */
+  resil_idem_call_priv priv = {.h = h};
+  resil_idem_call call = {.key = key,
+                          .conn = conn,
+                          .request_user = request_user,
+                          .priv_ = &priv};
+  resil_status st =
+      resil_store_execute(h->store, key, &req, run_request, &call, &br, &rec);
+  free_blocks(&priv);
+  call.key = key;
+  call.pending = NULL;
   enum MHD_Result rc;
+  if (st != RESIL_OK && (priv.ran || rec.state != RESIL_OP_UNKNOWN)) {
+    /* The operation was this request's: still PENDING, or (effects_in_store)
+     * rolled back with its PENDING row. */
+    int handler_failed = priv.ran && priv.handler_status != RESIL_OK;
+    bump(handler_failed ? &h->n.handler_failed : &h->n.store_errors);
+    rc = answer_op_failure(h, conn, handler_failed ? priv.handler_status : st,
+                           key, rec.state, handler_failed);
+    resil_op_record_clear(&rec);
+    return rc;
+  }
   if (st != RESIL_OK) {
+    /* Nothing stored and the handler never ran. */
     resil_op_record_clear(&rec);
     if (st == RESIL_EINVAL) {
       bump(&h->n.rejected);
@@ -679,46 +746,27 @@ static enum MHD_Result serve_op(resil_idem_mhd *h, struct MHD_Connection *conn,
     return answer_error(h, conn, 500, "unexpected store answer", key, 0);
   }
 
-  /* NEW: PENDING is durable and this request owns the operation. */
-  resil_idem_call_priv priv = {.h = h};
-  resil_idem_call call = {.key = key,
-                          .pending = &rec,
-                          .conn = conn,
-                          .request_user = request_user,
-                          .priv_ = &priv};
-  if (h->on_pending) h->on_pending(h->user, &call);
-  resil_op_record fin;
-  resil_op_record_init(&fin);
-  st = resil_store_complete(h->store, key, run_handler, &call, &fin);
-  free_blocks(&priv);
-  call.key = key;
-  call.pending = &rec;
-  if (st != RESIL_OK) {
-    int handler_failed = priv.ran && priv.handler_status != RESIL_OK;
-    bump(handler_failed ? &h->n.handler_failed : &h->n.store_errors);
-    rc = answer_pending_failure(
-        h, conn, handler_failed ? priv.handler_status : st, key,
-        handler_failed ? "the operation failed and was rolled back"
-                       : "the operation could not be completed",
-        handler_failed);
-  } else if (priv.ran && priv.handler_status == RESIL_OK) {
+  /* NEW: rec is the final record. */
+  if (priv.ran && priv.handler_status == RESIL_OK) {
     bump(&h->n.executed);
     resil_idem_action act = RESIL_IDEM_SEND;
-    if (h->on_committed) act = h->on_committed(h->user, &call, &fin);
+    resil_op_record pend = pending_view(&rec);
+    call.pending = &pend;
+    if (h->on_committed) act = h->on_committed(h->user, &call, &rec);
     if (act == RESIL_IDEM_DROP) {
       bump(&h->n.dropped);
       rc = MHD_NO;
     } else {
-      rc = answer_record(h, conn, &fin, gen_extra);
+      rc = answer_record(h, conn, &rec, gen_extra);
     }
   } else {
-    /* Completed by someone else (recovery) between begin and complete: the
+    /* Completed by someone else (recovery) between the PENDING row's commit
+     * and the completion's row lock: the effect did not run here, and the
      * stored answer is this request's answer too. */
     bump(&h->n.replayed);
     const char *extra[] = {"Idempotent-Replayed", "true", NULL};
-    rc = answer_record(h, conn, &fin, extra);
+    rc = answer_record(h, conn, &rec, extra);
   }
-  resil_op_record_clear(&fin);
   resil_op_record_clear(&rec);
   return rc;
 }

@@ -30,7 +30,8 @@ typedef enum handler_mode {
   H_BINARY,   /* 200 with a body that is not UTF-8 */
   H_BAD,      /* an invalid response (status 42) */
   H_LONG,     /* 200 with a 700-byte header value */
-  H_100       /* insert a row, answer 100 (not a final status) */
+  H_100,      /* insert a row, answer 100 (not a final status) */
+  H_PEEK      /* read the key's row from a connection of its own, then pay */
 } handler_mode;
 
 typedef struct server {
@@ -46,12 +47,38 @@ typedef struct server {
   atomic_int mode;          /* a handler_mode */
   atomic_int drop;          /* on_committed answers RESIL_IDEM_DROP */
   atomic_int pending_seen;  /* on_pending calls */
+  atomic_int handler_runs;  /* handler calls for requests (not recovery) */
+  atomic_int peeked;        /* H_PEEK: the row's state seen, -1 for none */
+  atomic_int fault;         /* the store's fault_before_terminal fails */
   atomic_int hook_mistakes; /* a hook or handler saw what it must not */
 } server;
+
+/* Set by on_pending, cleared by the request's handler on the same thread:
+ * the hook ran just before the handler. */
+static _Thread_local int tl_pending_told;
 
 static const char pay_headers[] =
     "Content-Type: application/json\r\nLocation: /payments/1\r\n";
 static const unsigned char binary_body[] = {0x00, 0xff, 0xfe, 'o', 'k'};
+
+/* The state of key's row in the last committed state of the database,
+ * read on a connection of its own; -1 for no row, -2 on error. */
+static int committed_state(const char *db, const char *key) {
+  sqlite3 *c = NULL;
+  sqlite3_stmt *q = NULL;
+  int state = -2;
+  if (sqlite3_open_v2(db, &c, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_prepare_v2(c, "SELECT state FROM resil_operations WHERE key = ?1",
+                         -1, &q, NULL) == SQLITE_OK) {
+    sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    state = rc == SQLITE_ROW ? sqlite3_column_int(q, 0)
+                             : rc == SQLITE_DONE ? -1 : -2;
+  }
+  sqlite3_finalize(q);
+  sqlite3_close(c);
+  return state;
+}
 
 static resil_status handler(void *user, resil_idem_call *call,
                             resil_op_response *out) {
@@ -62,7 +89,15 @@ static resil_status handler(void *user, resil_idem_call *call,
     atomic_fetch_add(&s->hook_mistakes, 1);
     return RESIL_EIO;
   }
+  if (!call->recovering) {
+    atomic_fetch_add(&s->handler_runs, 1);
+    if (!tl_pending_told)
+      atomic_fetch_add(&s->hook_mistakes, 1);
+    tl_pending_told = 0;
+  }
   int mode = atomic_load(&s->mode);
+  if (mode == H_PEEK)
+    atomic_store(&s->peeked, committed_state(s->db, call->key));
   if (mode == H_REFUSE) {
     out->status = 402;
     out->failed = 1;
@@ -121,15 +156,20 @@ static resil_status handler(void *user, resil_idem_call *call,
 
 static void on_pending(void *user, const resil_idem_call *call) {
   server *s = user;
-  if (call->tx || !call->pending || strcmp(call->pending->method, "POST") != 0)
+  if (call->tx || call->recovering || !call->pending ||
+      call->pending->state != RESIL_OP_PENDING ||
+      strcmp(call->pending->method, "POST") != 0 ||
+      strcmp(call->pending->key, call->key) != 0 || tl_pending_told)
     atomic_fetch_add(&s->hook_mistakes, 1);
+  tl_pending_told = 1;
   atomic_fetch_add(&s->pending_seen, 1);
 }
 
 static resil_idem_action on_committed(void *user, const resil_idem_call *call,
                                       const resil_op_record *rec) {
   server *s = user;
-  if (call->tx ||
+  if (call->tx || !call->pending || call->pending->state != RESIL_OP_PENDING ||
+      call->pending->status != 0 || strcmp(call->pending->key, call->key) != 0 ||
       (rec->state != RESIL_OP_COMMITTED && rec->state != RESIL_OP_FAILED))
     atomic_fetch_add(&s->hook_mistakes, 1);
   return atomic_load(&s->drop) ? RESIL_IDEM_DROP : RESIL_IDEM_SEND;
@@ -139,6 +179,14 @@ static int extra(void *user, const resil_op_record *rec, char *buf,
                  size_t len) {
   (void)user;
   return snprintf(buf, len, "\"seen_state\":%d", (int)rec->state);
+}
+
+/* The store's fault hook: after a handler succeeded, before the terminal
+ * state is written. */
+static resil_status fault_hook(void *user, const char *key) {
+  (void)key;
+  server *s = user;
+  return atomic_load(&s->fault) ? RESIL_EIO : RESIL_OK;
 }
 
 static void server_cfg(server *s, resil_idem_mhd_config *cfg) {
@@ -156,15 +204,22 @@ static void server_cfg(server *s, resil_idem_mhd_config *cfg) {
 static unsigned g_timeout_s = RESIL_IDEM_MHD_CONNECTION_TIMEOUT_S;
 static unsigned g_limit = RESIL_IDEM_MHD_CONNECTION_LIMIT;
 
-/* Starts a server; tweak (may be NULL) adjusts the helper's config. */
-static server *server_start(void (*tweak)(resil_idem_mhd_config *)) {
+/* Starts a server on a store with the given effects_in_store; tweak (may
+ * be NULL) adjusts the helper's config. */
+static server *server_open(void (*tweak)(resil_idem_mhd_config *),
+                           int effects_in_store) {
   server *s = calloc(1, sizeof *s);
   assert_non_null(s);
   snprintf(s->dir, sizeof s->dir, "/tmp/resil-idem-XXXXXX");
   assert_non_null(mkdtemp(s->dir));
   snprintf(s->db, sizeof s->db, "%s/ops.db", s->dir);
   snprintf(s->uri, sizeof s->uri, "sqlite:%s", s->db);
-  assert_status(RESIL_OK, resil_store_open(s->uri, NULL, &s->store, NULL));
+  resil_store_config sc;
+  resil_store_config_init(&sc);
+  sc.effects_in_store = effects_in_store;
+  sc.fault_before_terminal = fault_hook;
+  sc.fault_user = s;
+  assert_status(RESIL_OK, resil_store_open(s->uri, &sc, &s->store, NULL));
   assert_int_equal(sqlite3_open_v2(s->db, &s->sql, SQLITE_OPEN_READWRITE, NULL),
                    SQLITE_OK);
   sqlite3_busy_timeout(s->sql, 10000);
@@ -190,6 +245,10 @@ static server *server_start(void (*tweak)(resil_idem_mhd_config *)) {
       MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
   snprintf(s->base, sizeof s->base, "http://127.0.0.1:%u", (unsigned)di->port);
   return s;
+}
+
+static server *server_start(void (*tweak)(resil_idem_mhd_config *)) {
+  return server_open(tweak, 0);
 }
 
 static void server_stop(server *s) {
@@ -816,10 +875,10 @@ static void *race(void *p) {
   return NULL;
 }
 
-static void concurrent_same_key_requests_and_recovery_run_the_handler_once(
-    void **st) {
-  (void)st;
-  server *s = server_start(NULL);
+/* effects_in_store: the key is stored only with its result, so the others
+ * wait and replay (never 409) and recovery finds nothing. */
+static void same_key_race(int effects_in_store) {
+  server *s = server_open(NULL, effects_in_store);
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, SAME_KEY_THREADS + 1);
   racer rs[SAME_KEY_THREADS + 1];
@@ -833,15 +892,184 @@ static void concurrent_same_key_requests_and_recovery_run_the_handler_once(
   pthread_barrier_destroy(&go);
   int fresh = 0;
   for (int i = 0; i < SAME_KEY_THREADS; i++) {
-    assert_true(rs[i].status == 201 || rs[i].status == 409);
+    assert_true(rs[i].status == 201 ||
+                (rs[i].status == 409 && !effects_in_store));
     if (rs[i].status == 201 && !rs[i].replayed)
       fresh++;
   }
   assert_true(rs[SAME_KEY_THREADS].status == 0 ||
-              rs[SAME_KEY_THREADS].status == 1);
+              (rs[SAME_KEY_THREADS].status == 1 && !effects_in_store));
   assert_int_equal(fresh + rs[SAME_KEY_THREADS].status, 1);
   assert_int_equal(rows(s, "same-key"), 1);
+  assert_int_equal(atomic_load(&s->pending_seen), fresh);
   server_stop(s);
+}
+
+static void concurrent_same_key_requests_and_recovery_run_the_handler_once(
+    void **st) {
+  (void)st;
+  same_key_race(0);
+}
+
+static void concurrent_same_key_requests_with_effects_in_store_wait_and_replay(
+    void **st) {
+  (void)st;
+  same_key_race(1);
+}
+
+/* ---- issue 10: one resil_store_execute per new operation -------------------- */
+
+static resil_op_state stored_state(server *s, const char *key) {
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_status(RESIL_OK, resil_store_status(s->store, key, &rec));
+  resil_op_state st = rec.state;
+  resil_op_record_clear(&rec);
+  return st;
+}
+
+/* Posts a new operation that fails after the store took it: 500 with
+ * Retry-After, naming the state the store then holds (want), and no
+ * effect. */
+static void post_failing(server *s, const char *key, resil_op_state want) {
+  reply a = post(s, key, "{\"amount\":1}");
+  assert_int_equal(a.status, 500);
+  assert_string_equal(a.retry_after, "1");
+  json_t *j = json_of(&a);
+  assert_string_equal(jstr(j, "key"), key);
+  assert_string_equal(jstr(j, "state"), resil_op_state_name(want));
+  json_decref(j);
+  free(a.body);
+  assert_int_equal(rows(s, key), 0);
+  assert_int_equal(stored_state(s, key), want);
+}
+
+/* What the handler sees of its own key from another connection while it
+ * runs: the committed PENDING row, or, with effects_in_store (begin and
+ * completion one transaction), no row at all. */
+static void peek_while_running(int effects_in_store, int want) {
+  server *s = server_open(NULL, effects_in_store);
+  atomic_store(&s->mode, H_PEEK);
+  atomic_store(&s->peeked, -3);
+  reply a = post(s, "k-peek", "{\"amount\":1}");
+  assert_int_equal(a.status, 201);
+  assert_string_equal(a.replayed, "");
+  assert_int_equal(atomic_load(&s->peeked), want);
+  assert_int_equal(committed_state(s->db, "k-peek"), RESIL_OP_COMMITTED);
+  assert_int_equal(rows(s, "k-peek"), 1);
+  free(a.body);
+  server_stop(s);
+}
+
+static void handler_sees_its_committed_pending_row_by_default(void **st) {
+  (void)st;
+  peek_while_running(0, RESIL_OP_PENDING);
+}
+
+static void handler_with_effects_in_store_runs_in_the_transaction_of_its_pending_row(
+    void **st) {
+  (void)st;
+  peek_while_running(1, -1);
+}
+
+/* A failed operation with effects_in_store: nothing stored, the answer
+ * does not claim PENDING, nothing for recovery, and a retry with the same
+ * key runs the handler anew and commits once. */
+static void effects_in_store_failure_stores_nothing_and_a_retry_runs_anew(
+    void **st) {
+  (void)st;
+  server *s = server_open(NULL, 1);
+  atomic_store(&s->mode, H_FAIL);
+  post_failing(s, "k-eis", RESIL_OP_UNKNOWN);
+  reply b = http(s, "GET", "/operations/k-eis", NULL, NULL, 0);
+  assert_int_equal(b.status, 404);
+  uint32_t n = 7;
+  assert_status(RESIL_OK, resil_idem_mhd_recover(s->idem, 0, 10, &n));
+  assert_int_equal(n, 0);
+  atomic_store(&s->mode, H_PAY);
+  reply c = post(s, "k-eis", "{\"amount\":1}");
+  assert_int_equal(c.status, 201);
+  assert_string_equal(c.replayed, "");
+  assert_string_equal(c.body, "{\"key\":\"k-eis\",\"recovering\":0}");
+  reply d = post(s, "k-eis", "{\"amount\":1}");
+  assert_int_equal(d.status, 201);
+  assert_string_equal(d.replayed, "true");
+  assert_int_equal(rows(s, "k-eis"), 1);
+  assert_int_equal(stored_state(s, "k-eis"), RESIL_OP_COMMITTED);
+  assert_int_equal(atomic_load(&s->handler_runs), 2);
+  resil_idem_mhd_stats sx;
+  stats(s, &sx);
+  assert_int_equal(sx.requests, 3);
+  assert_int_equal(sx.handler_failed, 1);
+  assert_int_equal(sx.executed, 1);
+  assert_int_equal(sx.replayed, 1);
+  assert_int_equal(sx.in_progress, 0);
+  assert_int_equal(sx.store_errors, 0);
+  free(b.body);
+  free(c.body);
+  free(d.body);
+  server_stop(s);
+}
+
+/* The store fails after the handler succeeded (before the terminal state):
+ * a store error, answered with what is stored, in each mode. */
+static void store_failure_after_the_handler_answers_what_is_stored(void **st) {
+  (void)st;
+  for (int eis = 0; eis <= 1; eis++) {
+    server *s = server_open(NULL, eis);
+    atomic_store(&s->fault, 1);
+    post_failing(s, "k-fault", eis ? RESIL_OP_UNKNOWN : RESIL_OP_PENDING);
+    atomic_store(&s->fault, 0);
+    reply b = post(s, "k-fault", "{\"amount\":1}");
+    assert_int_equal(b.status, eis ? 201 : 409);
+    assert_int_equal(rows(s, "k-fault"), eis ? 1 : 0);
+    resil_idem_mhd_stats sx;
+    stats(s, &sx);
+    assert_int_equal(sx.store_errors, 1);
+    assert_int_equal(sx.handler_failed, 0);
+    assert_int_equal(sx.executed, (uint64_t)eis);
+    free(b.body);
+    server_stop(s);
+  }
+}
+
+/* on_pending: once per new operation, just before its handler (checked by
+ * the hooks), never for a replay, a conflict or recovery. */
+static void on_pending_runs_once_per_new_operation_in_both_modes(void **st) {
+  (void)st;
+  for (int eis = 0; eis <= 1; eis++) {
+    server *s = server_open(NULL, eis);
+    reply a = post(s, "k-a", "{\"amount\":1}");
+    assert_int_equal(a.status, 201);
+    assert_int_equal(atomic_load(&s->pending_seen), 1);
+    reply b = post(s, "k-a", "{\"amount\":1}");
+    assert_string_equal(b.replayed, "true");
+    reply c = post(s, "k-a", "{\"amount\":2}");
+    assert_int_equal(c.status, 422);
+    assert_int_equal(atomic_load(&s->pending_seen), 1);
+    atomic_store(&s->mode, H_FAIL);
+    reply d = post(s, "k-b", "{\"amount\":1}");
+    assert_int_equal(d.status, 500);
+    assert_int_equal(atomic_load(&s->pending_seen), 2);
+    atomic_store(&s->mode, H_PAY);
+    uint32_t n = 0;
+    assert_status(RESIL_OK, resil_idem_mhd_recover(s->idem, 0, 10, &n));
+    assert_int_equal(n, eis ? 0 : 1);
+    assert_int_equal(atomic_load(&s->pending_seen), 2);
+    reply e = post(s, "k-b", "{\"amount\":1}");
+    assert_int_equal(e.status, 201);
+    assert_string_equal(e.replayed, eis ? "" : "true");
+    assert_int_equal(atomic_load(&s->pending_seen), eis ? 3 : 2);
+    assert_int_equal(atomic_load(&s->handler_runs),
+                     atomic_load(&s->pending_seen));
+    assert_int_equal(rows(s, "k-b"), 1);
+    free(a.body);
+    free(b.body);
+    free(c.body);
+    free(d.body);
+    free(e.body);
+    server_stop(s);
+  }
 }
 
 static int global_setup(void **st) {
@@ -1136,6 +1364,12 @@ int main(void) {
       cmocka_unit_test(dropped_response_closes_the_connection_after_the_commit),
       cmocka_unit_test(recovery_route_checks_method_and_arguments),
       cmocka_unit_test(concurrent_same_key_requests_and_recovery_run_the_handler_once),
+      cmocka_unit_test(concurrent_same_key_requests_with_effects_in_store_wait_and_replay),
+      cmocka_unit_test(handler_sees_its_committed_pending_row_by_default),
+      cmocka_unit_test(handler_with_effects_in_store_runs_in_the_transaction_of_its_pending_row),
+      cmocka_unit_test(effects_in_store_failure_stores_nothing_and_a_retry_runs_anew),
+      cmocka_unit_test(store_failure_after_the_handler_answers_what_is_stored),
+      cmocka_unit_test(on_pending_runs_once_per_new_operation_in_both_modes),
       cmocka_unit_test(two_keys_and_encoded_nul_are_refused),
       cmocka_unit_test(older_layouts_are_read_and_written_only_as_far_as_they_go),
       cmocka_unit_test(query_string_is_not_part_of_the_fingerprint),
