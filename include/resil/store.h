@@ -307,8 +307,9 @@ RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
  * BEGIN and the PENDING row; the effect's statements, the terminal state
  * and COMMIT). Its error is therefore known only at the commit: then nothing
  * commits, and the completion (complete, execute, recovery) fails with
- * RESIL_EIO and a message naming the statement ("effect statement 2 of 3:
- * ..."), exactly as if the effect had returned that error (the operation
+ * RESIL_EIO (RESIL_ETIMEDOUT when it waited for a lock beyond
+ * busy_timeout_ns) and a message naming the statement ("effect statement 2: ...",
+ * counted from 1 in each effect call), exactly as if the effect had returned that error (the operation
  * stays PENDING, or with effects_in_store execute leaves it UNKNOWN). Needs
  * libpq 14 or later to queue; with an older libpq the statement runs at
  * once. SQLite: the statement runs at once.
