@@ -303,7 +303,9 @@ RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
  * PostgreSQL: the statement is not sent at once but queued in libpq's
  * pipeline and sent with the terminal state and COMMIT, in their round
  * trip: an effect made only of resil_store_txn_exec calls adds no round
- * trip to its operation (a new key through resil_store_execute then takes
+ * trip to its operation while its queue has room (about 60 statements;
+ * then the queued ones are sent, one round trip more) (a new key through
+ * resil_store_execute then takes
  * 2 in either mode: the PENDING row with BEGIN (and by default the row
  * lock); the effect's statements with the terminal state and COMMIT). Its
  * error is therefore known only at the commit: then nothing commits, and
@@ -320,7 +322,9 @@ RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
  * lengths; SQLite: the statement does not compile or its parameter count is
  * not nparams: the message says which); RESIL_EIO (SQLite: the statement
  * failed: its message; the transaction may have been rolled back, which the
- * completion then reports; PostgreSQL: the connection failed); RESIL_ENOMEM;
+ * completion then reports; PostgreSQL: the connection failed, or an earlier
+ * statement of this effect already failed, found out by resil_store_txn_pg or
+ * when a full queue was sent); RESIL_ENOMEM;
  * RESIL_EMISUSE (tx NULL). A failure does not end the effect: the effect
  * should return it (any status but RESIL_OK rolls everything back).
  * Only for the effect's own thread during the effect call. */

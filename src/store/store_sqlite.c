@@ -528,6 +528,10 @@ static resil_status exec_stmt(resil_store *s, sq_conn *c, const char *what,
     if (!c->est[i]) {
       if (free_slot < 0) free_slot = i;
     } else if (same_text(c->est[i], a->sql)) {
+      if (sqlite3_bind_parameter_count(c->est[i]) != a->n)
+        return resil__store_fail(s, RESIL_EINVAL, "nparams",
+                                 "%s: has %d parameters, nparams is %d", what,
+                                 sqlite3_bind_parameter_count(c->est[i]), a->n);
       *out = c->est[i];
       *cached = 1;
       return RESIL_OK;
