@@ -517,6 +517,7 @@ typedef struct exec_effect {
    * statements, and after them */
   const char *direct_before, *direct_after;
   ts_effect *then; /* not NULL: ts_effect_fn(then) ends the effect */
+  int status;      /* the response's status; 0 means 201 */
   atomic_int calls;
   resil_status got[8]; /* what each call returned (the last run) */
   long peeked;         /* -1: the peek failed */
@@ -587,7 +588,7 @@ static resil_status effect_exec(void *user, resil_store_txn *tx, const resil_op_
   if (st) return st;
   if (e->direct_after) PQclear(PQexec(resil_store_txn_pg(tx), e->direct_after));
   if (e->then) return ts_effect_fn(e->then, tx, pending, out);
-  out->status = 201;
+  out->status = e->status ? e->status : 201;
   return RESIL_OK;
 }
 
@@ -2815,6 +2816,77 @@ static void txn_exec_pg_execute_takes_two_round_trips_in_both_modes(void **state
   assert_int_equal(ts_query_long(&f->env, rows), 4);
 }
 
+/* More statements in one effect than libpq's pipeline is given at once
+ * (each inserts its own row): all commit, with the terminal state. And
+ * when the third fails, nothing does, and the completion names it. */
+static void txn_exec_many_statements_in_one_effect_commit_together(void **state) {
+  fx *f = get(state);
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  enum { N = 150 };
+  static char suffix[N][8];
+  static const char *const v[] = {XKEY};
+  xstmt st[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(suffix[i], sizeof suffix[i], ".%d", i);
+    st[i] = (xstmt){"INSERT INTO ledger (k) VALUES ($1)", 1, v, NULL, NULL, suffix[i]};
+  }
+  exec_effect e = {.bk = f->bk, .stmts = st, .n = N};
+  resil_op_request req = ts_req("POST", "/p", "1");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(execute_ok(f, "many", &req, effect_exec, &e, &rec), RESIL_OP_NEW);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(ledger_rows(f, "many"), N);
+  /* The third fails (its row exists): nothing of this effect commits. */
+  ts_exec(&f->env, "INSERT INTO ledger (k) VALUES ('many2.2')");
+  resil_op_begin_result r = 0;
+  assert_status(RESIL_EIO, resil_store_execute(f->s, "many2", &req, effect_exec, &e, &r, &rec));
+  assert_int_equal(r, RESIL_OP_NEW);
+  if (!names_statement(resil_store_errmsg(f->s), 3))
+    fail_msg("statement 3 not named: '%s'", resil_store_errmsg(f->s));
+  assert_int_equal(ledger_rows(f, "many2"), 1); /* the test's own row */
+  assert_int_equal(state_of(f->s, "many2"),
+                   f->cfg.effects_in_store ? RESIL_OP_UNKNOWN : RESIL_OP_PENDING);
+  resil_op_record_clear(&rec);
+}
+
+/* A completion that fails after the effect queued its statements for
+ * another reason (an invalid response; the fault hook before the terminal
+ * state) rolls them back, and the connection serves the next call. */
+static void txn_exec_queued_statements_roll_back_when_the_completion_fails_otherwise(
+    void **state) {
+  fx *f = get(state);
+  atomic_int faults = 0;
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  static const char *const v[] = {XKEY, "q"};
+  const xstmt st = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, v, NULL, NULL, NULL};
+  exec_effect invalid = {.bk = f->bk, .stmts = &st, .n = 1, .status = 99};
+  exec_effect good = {.bk = f->bk, .stmts = &st, .n = 1};
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "qi", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EINVAL, resil_store_complete(f->s, "qi", effect_exec, &invalid, NULL));
+  assert_field(f->s, "status");
+  assert_int_equal(begin_ok(f->s, "qi", &req, NULL), RESIL_OP_IN_PROGRESS);
+  assert_int_equal(state_of(f->s, "qi"), RESIL_OP_PENDING);
+  assert_int_equal(ledger_rows(f, "qi"), 0);
+  f->cfg.fault_before_terminal = fail_before_terminal;
+  f->cfg.fault_user = &faults;
+  fx_reopen(f);
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "qi", effect_exec, &good, NULL));
+  assert_int_equal(atomic_load(&faults), 1);
+  assert_int_equal(begin_ok(f->s, "qi", &req, NULL), RESIL_OP_IN_PROGRESS);
+  assert_int_equal(ledger_rows(f, "qi"), 0);
+  f->cfg.fault_before_terminal = NULL;
+  fx_reopen(f);
+  assert_status(RESIL_OK, resil_store_complete(f->s, "qi", effect_exec, &good, NULL));
+  assert_int_equal(state_of(f->s, "qi"), RESIL_OP_COMMITTED);
+  assert_int_equal(ledger_rows(f, "qi"), 1);
+}
+
 /* Which bad call effect_bad_exec makes after a good statement. */
 typedef struct bad_exec {
   ts_backend bk;
@@ -3051,7 +3123,9 @@ static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_
   cmocka_unit_test_prestate_setup_teardown(txn_exec_statements_are_settled_before_the_effect_uses_the_connection, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_execute_takes_two_round_trips_in_both_modes, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_rejects_bad_arguments_and_the_operation_rolls_back, fx_setup, fx_teardown, (void *)&bk), \
-  cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk)
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_many_statements_in_one_effect_commit_together, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_queued_statements_roll_back_when_the_completion_fails_otherwise, fx_setup, fx_teardown, (void *)&bk)
 
 int main(int argc, char **argv) {
   ts_run run;
