@@ -302,16 +302,18 @@ RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
  *
  * PostgreSQL: the statement is not sent at once but queued in libpq's
  * pipeline and sent with the terminal state and COMMIT, in their round
- * trip: an effect made only of resil_store_txn_exec calls adds no round trip
- * to its operation (resil_store_execute with effects_in_store then takes 2:
- * BEGIN and the PENDING row; the effect's statements, the terminal state
- * and COMMIT). Its error is therefore known only at the commit: then nothing
- * commits, and the completion (complete, execute, recovery) fails with
- * RESIL_EIO and a message naming the statement ("effect statement 2 of 3:
- * ..."), exactly as if the effect had returned that error (the operation
- * stays PENDING, or with effects_in_store execute leaves it UNKNOWN). Needs
- * libpq 14 or later to queue; with an older libpq the statement runs at
- * once. SQLite: the statement runs at once.
+ * trip: an effect made only of resil_store_txn_exec calls adds no round
+ * trip to its operation (a new key through resil_store_execute then takes
+ * 2 in either mode: the PENDING row with BEGIN (and by default the row
+ * lock); the effect's statements with the terminal state and COMMIT). Its
+ * error is therefore known only at the commit: then nothing commits, and
+ * the completion (complete, execute, recovery) fails with RESIL_EIO
+ * (RESIL_ETIMEDOUT when it waited for a lock beyond busy_timeout_ns) and a
+ * message naming the statement ("effect statement 2: ...", counted from 1
+ * in each effect call), exactly as if the effect had returned that error
+ * (the operation stays PENDING, or with effects_in_store execute leaves it
+ * UNKNOWN). Needs libpq 14 or later to queue; with an older libpq the
+ * statement runs at once. SQLite: the statement runs at once.
  *
  * Returns RESIL_OK (run or queued); RESIL_EINVAL (sql NULL or empty, nparams
  * out of range, values NULL with nparams > 0, a binary value without

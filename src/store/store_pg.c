@@ -486,7 +486,6 @@ static int read_queued(resil_store *s, pg_slot *c) {
   }
   c->nq = 0;
   c->epending = 0;
-  if (!ok && !c->qfail) statement_failed(s, c, NULL, c->nexec);
   return ok;
 }
 
@@ -504,12 +503,13 @@ static int settle(resil_store *s, pg_slot *c) {
 }
 #endif
 
-/* txn_settle: the queued statements, sent and waited for. */
+/* txn_settle: the queued statements, sent and waited for: RESIL_OK, the
+ * failure of the first that failed, or the connection's. */
 static resil_status pg_settle(resil_store *s, void *conn) {
   pg_slot *c = conn;
 #ifdef LIBPQ_HAS_PIPELINING
   if (queued(c) && !settle(s, c) && !c->qfail)
-    c->qfail = pg_fail(s, c, NULL, "send the effect's statements");
+    return pg_fail(s, c, NULL, "send the effect's statements");
 #endif
   return c->qfail;
 }
@@ -547,7 +547,10 @@ static resil_status pg_txn_exec(resil_store *s, void *conn, const resil__exec_ar
   snprintf(what, sizeof what, "effect statement %d", no);
   if (c->qfail) return c->qfail; /* the transaction is aborted already */
 #ifdef LIBPQ_HAS_PIPELINING
-  if (queued(c) && c->nq + 2 > PG_QUEUE_MAX && pg_settle(s, c)) return c->qfail;
+  if (queued(c) && c->nq + 2 > PG_QUEUE_MAX) {
+    resil_status st = pg_settle(s, c);
+    if (st) return st;
+  }
   if (!queued(c)) {
     if (PQtransactionStatus(c->conn) != PQTRANS_INTRANS)
       return c->qfail = resil__store_fail(s, RESIL_EIO, NULL,
@@ -593,6 +596,7 @@ static int pg_effect_sql_failed(void *conn) {
 static resil_status pg_ready(resil_store *s, void *conn) {
   pg_slot *c = conn;
   pg_discard(c); /* left by a failure between the effect and its commit */
+  c->qfail = RESIL_OK;
   PGTransactionStatusType ts = PQtransactionStatus(c->conn);
   if (PQstatus(c->conn) == CONNECTION_OK && ts == PQTRANS_IDLE) return pg_recheck(s, c);
   if (PQstatus(c->conn) == CONNECTION_OK && (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR)) {
@@ -627,12 +631,13 @@ static resil_status commit_result(resil_store *s, pg_slot *c, const PGresult *r)
 
 static resil_status pg_txn_commit(resil_store *s, void *conn) {
   pg_slot *c = conn;
-  if (pg_settle(s, c)) return c->qfail;
+  resil_status st = pg_settle(s, c);
+  if (st) return st;
   if (PQtransactionStatus(c->conn) != PQTRANS_INTRANS)
     return resil__store_fail(s, RESIL_EIO, NULL,
                              "COMMIT: the transaction was aborted by an earlier error");
   PGresult *r = PQexec(c->conn, "COMMIT");
-  resil_status st = commit_result(s, c, r);
+  st = commit_result(s, c, r);
   PQclear(r);
   return st;
 }
@@ -641,6 +646,7 @@ static void pg_txn_rollback(resil_store *s, void *conn) {
   (void)s;
   pg_slot *c = conn;
   pg_discard(c);
+  c->qfail = RESIL_OK; /* the effect's failure ends with its transaction */
   if (PQstatus(c->conn) == CONNECTION_OK && PQtransactionStatus(c->conn) != PQTRANS_IDLE)
     PQclear(PQexec(c->conn, "ROLLBACK"));
 }
@@ -821,7 +827,10 @@ static resil_status pg_then_commit(resil_store *s, pg_slot *c, int q, int n,
   /* The effect's queued statements go first, in the same round trip; q is
    * prepared outside the pipeline (once per session), so they are sent on
    * their own the first time. */
-  if (queued(c) && !(c->prepared & (1u << q)) && pg_settle(s, c)) return c->qfail;
+  if (queued(c) && !(c->prepared & (1u << q))) {
+    resil_status st = pg_settle(s, c);
+    if (st) return st;
+  }
   int in_pipeline = queued(c);
 #else
   int in_pipeline = 0;
@@ -1080,8 +1089,8 @@ static resil_status pg_write_terminal(resil_store *s, void *conn, const char *ke
   pg_slot *c = conn;
   terminal_params p;
   char name[32];
-  if (pg_settle(s, c)) return c->qfail;
-  resil_status st = terminal_params_set(s, &p, key, resp, now_ms);
+  resil_status st = pg_settle(s, c);
+  if (!st) st = terminal_params_set(s, &p, key, resp, now_ms);
   if (!st) st = pg_prepare(s, c, Q_TERMINAL, name, sizeof name);
   if (st) return st;
   PGresult *r = PQexecPrepared(c->conn, name, 6, p.vals, p.lens, p.fmts, 1);
