@@ -475,8 +475,14 @@ static int read_queued(resil_store *s, pg_slot *c) {
       if (t == PGRES_COMMAND_OK) {
         c->eprepared |= bit;
       } else if (t != PGRES_PIPELINE_ABORTED) {
-        /* The text does not prepare: its statement (the next item) failed. */
+        /* The text does not prepare: its statement (the next item) failed;
+         * the slot is freed for another text (kept, unprepared, when
+         * discarding quietly: it prepares again on its next use). */
         statement_failed(s, c, r, i + 1 < c->nq ? c->qkind[i + 1] : c->nexec);
+        if (s) {
+          resil__free(s->alloc, c->esql[-1 - k]);
+          c->esql[-1 - k] = NULL;
+        }
       }
     } else if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK &&
                t != PGRES_PIPELINE_ABORTED) {
