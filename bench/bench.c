@@ -3,7 +3,7 @@
  *   resil_bench run --out FILE [--runs N] [--min-run-ms N] [--thread-run-ms N]
  *                   [--no-pin] [--only CASE[,CASE...]] [--store-dir DIR]
  *                   [--pg-uri URI | --pg-skipped REASON]
- *                   [--store-effect insert|none]
+ *                   [--store-effect insert|direct|none]
  *                   [--nginx-url URL | --nginx-skipped REASON]
  *       measures every case (or the ones named), then the HTTP cases (also
  *       against the nginx at URL, and the async engine cases there; or
@@ -11,7 +11,9 @@
  *       the operation-store cases (SQLite in a new directory under DIR, by
  *       default the one holding resil_bench; PostgreSQL on the server at
  *       URI, or reported as skipped with REASON; their effect inserts one
- *       row, or with --store-effect none runs no SQL), and writes the raw
+ *       row through resil_store_txn_exec, with --store-effect direct through
+ *       its own prepared statement on the connection, with --store-effect
+ *       none runs no SQL), and writes the raw
  *       figures as JSON;
  *   resil_bench report --c FILE (--peers FILE | --peers-skipped REASON)
  *                      [--r4j FILE | --r4j-skipped REASON] --out FILE
@@ -34,7 +36,7 @@ static void usage(void) {
           "[--thread-run-ms N] [--no-pin]\n"
           "                       [--only CASE[,CASE...]] [--store-dir DIR]\n"
           "                       [--pg-uri URI | --pg-skipped REASON] "
-          "[--store-effect insert|none]\n"
+          "[--store-effect insert|direct|none]\n"
           "                       [--nginx-url URL | --nginx-skipped REASON]\n"
           "       resil_bench report --c FILE (--peers FILE | --peers-skipped "
           "REASON)\n"
@@ -65,7 +67,7 @@ int main(int argc, char **argv) {
                      .min_run_ns = INT64_C(200000000),
                      .thread_run_ns = INT64_C(300000000),
                      .pin_threads = 1,
-                     .store_effect_insert = 1};
+                     .store_effect_insert = BENCH_EFFECT_EXEC};
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -103,11 +105,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--nginx-skipped"))
       opts.nginx_skipped = v;
     else if (!strcmp(a, "--store-effect")) {
-      if (strcmp(v, "insert") != 0 && strcmp(v, "none") != 0) {
-        fprintf(stderr, "resil_bench: --store-effect: expected insert or none, got '%s'\n", v);
+      if (strcmp(v, "insert") != 0 && strcmp(v, "direct") != 0 && strcmp(v, "none") != 0) {
+        fprintf(stderr,
+                "resil_bench: --store-effect: expected insert, direct or none, got '%s'\n", v);
         return 2;
       }
-      opts.store_effect_insert = !strcmp(v, "insert");
+      opts.store_effect_insert = !strcmp(v, "insert") ? BENCH_EFFECT_EXEC
+                                 : !strcmp(v, "direct") ? BENCH_EFFECT_DIRECT
+                                                        : BENCH_EFFECT_NONE;
     }
     else if (!strcmp(a, "--runs"))
       opts.runs = (int)positive(a, v, BENCH_MAX_RUNS);

@@ -23,10 +23,16 @@ typedef struct bench_opts {
                              SQLite store case makes its mkdtemp directory */
   const char *pg_uri;     /* NULL: the PostgreSQL store case is skipped    */
   const char *pg_skipped; /* why there is no pg_uri, for the report        */
-  int store_effect_insert; /* 1: the store cases' effect inserts a row     */
+  int store_effect_insert; /* BENCH_EFFECT_*: what the store cases' effect
+                              does (0: no SQL)                              */
   const char *nginx_url;  /* NULL: the cases against nginx are skipped     */
   const char *nginx_skipped; /* why there is no nginx_url, for the report  */
 } bench_opts;
+
+/* bench_opts.store_effect_insert: the store cases' effect inserts its row
+ * through resil_store_txn_exec (the default), through its own prepared
+ * statement on the transaction's connection, or runs no SQL. */
+enum { BENCH_EFFECT_NONE = 0, BENCH_EFFECT_EXEC = 1, BENCH_EFFECT_DIRECT = 2 };
 
 /* 1 when the case is selected by opts->only. */
 int bench_selected(const bench_opts *opts, const char *name);

@@ -22,9 +22,12 @@
  *             transaction for both with effects_in_store) with a trivial
  *             effect: one
  *             INSERT of the same shape into the store database's own table
- *             t, on the completion's connection and inside its transaction
- *             (so both sides do the same business write and libresil adds
- *             the bookkeeping; --store-effect none leaves the INSERT out),
+ *             t, through resil_store_txn_exec, inside the completion's
+ *             transaction (so both sides do the same business write and
+ *             libresil adds the bookkeeping; --store-effect direct runs it
+ *             through the effect's own prepared statement on the
+ *             transaction's connection instead, --store-effect none leaves
+ *             the INSERT out),
  *             then the response 201, Content-Type application/json and a
  *             small JSON body. The request is POST /payments with a 14-byte
  *             body; one resil_op_record is reused for both calls, as a
@@ -66,18 +69,19 @@
  *   default (store_sqlite_keyed_ops, store_pg_keyed_ops): execute is begin
  *     then complete, two commits per operation, each flushed (begin: the
  *     PENDING row, durable before the effect runs; complete: the effect and
- *     the terminal state together); on PostgreSQL 3 round trips per
+ *     the terminal state together); on PostgreSQL 2 round trips per
  *     operation against raw's 1 (recorded as round_trips_per_op_by_design):
  *     begin's INSERT ... ON CONFLICT DO NOTHING with its Sync (its own
  *     flushed commit) sent together with BEGIN and the row lock; the
- *     effect's INSERT; the terminal state and COMMIT, pipelined (2 with
- *     --store-effect none);
+ *     effect's INSERT (queued by resil_store_txn_exec), the terminal state
+ *     and COMMIT, pipelined (3 with --store-effect direct: the effect's
+ *     INSERT is a round trip of its own);
  *   effects_in_store (store_sqlite_keyed_ops_effects_in_store,
  *     store_pg_keyed_ops_effects_in_store): one transaction and one flushed
  *     commit per operation (the PENDING row, the effect's row and the
- *     terminal state, see store.h); on PostgreSQL 3 round trips: BEGIN and
- *     the INSERT, pipelined; the effect's INSERT; the terminal state and
- *     COMMIT, pipelined (2 with --store-effect none).
+ *     terminal state, see store.h); on PostgreSQL 2 round trips: BEGIN and
+ *     the INSERT, pipelined; the effect's queued INSERT, the terminal state
+ *     and COMMIT, pipelined (3 with --store-effect direct).
  * Every statement is prepared once per connection. Their JSON says which
  * mode (store_mode, store_mode_means).
  *
@@ -215,11 +219,19 @@ static void oneline(char *s) {
 
 /* What the libresil side's effect does, for the JSON. */
 static json_t *effect_json(const bench_opts *opts) {
-  return json_string(opts->store_effect_insert
-                         ? "one INSERT INTO t (k, v) on the completion's connection, inside "
-                           "its transaction; response 201 with a small JSON body"
-                         : "no SQL (--store-effect none); response 201 with a small JSON "
-                           "body");
+  switch (opts->store_effect_insert) {
+  case BENCH_EFFECT_EXEC:
+    return json_string("one INSERT INTO t (k, v) through resil_store_txn_exec, inside the "
+                       "completion's transaction (PostgreSQL: sent with the terminal state "
+                       "and COMMIT); response 201 with a small JSON body");
+  case BENCH_EFFECT_DIRECT:
+    return json_string("one INSERT INTO t (k, v) through the effect's own prepared statement "
+                       "on the completion's connection, inside its transaction "
+                       "(--store-effect direct: its own round trip on PostgreSQL); response "
+                       "201 with a small JSON body");
+  default:
+    return json_string("no SQL (--store-effect none); response 201 with a small JSON body");
+  }
 }
 
 /* ---- the plan ------------------------------------------------------------- */
@@ -442,7 +454,7 @@ typedef struct ours_state {
   char body[96];
   int body_len;
   int effect_runs;
-  int insert; /* the effect inserts its row (--store-effect insert) */
+  int insert; /* BENCH_EFFECT_*: how the effect inserts its row, if it does */
   char why[512];
   /* SQLite: per connection seen in an effect, its prepared INSERT. */
   struct sq_eff {
@@ -476,7 +488,7 @@ static resil_status effect_sqlite(ours_state *s, sqlite3 *db) {
         s->on_new_sqlite_conn(s->on_new_ctx, db, s->why, sizeof s->why) != 0)
       return RESIL_EIO;
     e = &s->sq[s->nsq];
-    if (s->insert &&
+    if (s->insert == BENCH_EFFECT_DIRECT &&
         sqlite3_prepare_v3(db, "INSERT INTO t (k, v) VALUES (?1, ?2)", -1,
                            SQLITE_PREPARE_PERSISTENT, &e->ins, NULL) != SQLITE_OK) {
       snprintf(s->why, sizeof s->why, "effect: prepare: %s", sqlite3_errmsg(db));
@@ -485,7 +497,7 @@ static resil_status effect_sqlite(ours_state *s, sqlite3 *db) {
     e->db = db;
     s->nsq++;
   }
-  if (!s->insert) return RESIL_OK;
+  if (s->insert != BENCH_EFFECT_DIRECT) return RESIL_OK; /* registered only */
   sqlite3_bind_text(e->ins, 1, s->key, -1, SQLITE_STATIC);
   sqlite3_bind_blob(e->ins, 2, value16, VALUE_LEN, SQLITE_STATIC);
   int rc = sqlite3_step(e->ins);
@@ -498,7 +510,7 @@ static resil_status effect_sqlite(ours_state *s, sqlite3 *db) {
 }
 
 static resil_status effect_pg(ours_state *s, PGconn *pc) {
-  if (!s->insert) return RESIL_OK;
+  if (s->insert != BENCH_EFFECT_DIRECT) return RESIL_OK;
   int prepared = 0;
   for (int i = 0; i < s->npg; i++) prepared |= s->pg[i] == pc;
   if (!prepared) {
@@ -529,6 +541,19 @@ static resil_status effect_pg(ours_state *s, PGconn *pc) {
   return RESIL_OK;
 }
 
+/* The business row through resil_store_txn_exec (the same text on both
+ * backends but for the parameter markers). */
+static resil_status effect_exec(ours_state *s, resil_store_txn *tx, int pg) {
+  const char *vals[2] = {s->key, (const char *)value16};
+  size_t lens[2] = {0, VALUE_LEN};
+  int bin[2] = {0, 1};
+  resil_status st = resil_store_txn_exec(
+      tx, pg ? "INSERT INTO t (k, v) VALUES ($1, $2)" : "INSERT INTO t (k, v) VALUES (?1, ?2)",
+      2, vals, lens, bin);
+  if (st) snprintf(s->why, sizeof s->why, "effect: resil_store_txn_exec: %s", resil_status_name(st));
+  return st;
+}
+
 /* The trivial effect: the business row, then the response 201. */
 static resil_status bench_effect(void *user, resil_store_txn *tx,
                                  const resil_op_record *pending, resil_op_response *out) {
@@ -542,6 +567,7 @@ static resil_status bench_effect(void *user, resil_store_txn *tx,
   sqlite3 *db = resil_store_txn_sqlite(tx);
   PGconn *pc = resil_store_txn_pg(tx);
   resil_status st = db ? effect_sqlite(s, db) : pc ? effect_pg(s, pc) : RESIL_EIO;
+  if (!st && s->insert == BENCH_EFFECT_EXEC) st = effect_exec(s, tx, pc != NULL);
   if (!db && !pc) snprintf(s->why, sizeof s->why, "effect: the transaction has no connection");
   if (st) return st;
   s->body_len = snprintf(s->body, sizeof s->body, "{\"id\":\"%s\"}", s->key);
@@ -1184,7 +1210,8 @@ static void run_pg(const bench_opts *opts, const plan *p, const store_mode *m,
                                   "(all sessions)"));
   json_t *rt = json_object();
   json_object_set_new(rt, "raw", json_integer(1));
-  json_object_set_new(rt, "libresil", json_integer(2 + (opts->store_effect_insert ? 1 : 0)));
+  json_object_set_new(rt, "libresil",
+                      json_integer(2 + (opts->store_effect_insert == BENCH_EFFECT_DIRECT)));
   json_object_set_new(o, "round_trips_per_op_by_design", rt);
   if (why[0]) {
     oneline(why);
@@ -1221,8 +1248,12 @@ int bench_run_store_cases(const bench_opts *opts, const char *json_path) {
            "transaction with effects_in_store) whose effect %s; every operation uses a fresh key; rows counted after the run on "
            "both sides",
            (long long)(p.warm_ns / 1000000), p.rounds, (long long)(p.batch_ns / 1000000),
-           opts->store_effect_insert
-               ? "inserts the same row inside the completion's transaction"
+           opts->store_effect_insert == BENCH_EFFECT_EXEC
+               ? "inserts the same row inside the completion's transaction through "
+                 "resil_store_txn_exec"
+           : opts->store_effect_insert == BENCH_EFFECT_DIRECT
+               ? "inserts the same row inside the completion's transaction through its own "
+                 "prepared statement (--store-effect direct)"
                : "runs no SQL (--store-effect none)");
   printf("  store: %d rounds of %lld ms batches per side and backend\n", p.rounds,
          (long long)(p.batch_ns / 1000000));

@@ -271,8 +271,67 @@ typedef resil_status (*resil_op_effect_fn)(void *user, resil_store_txn *tx,
  * backend. Since 0.1. */
 RESIL_API struct sqlite3 *resil_store_txn_sqlite(resil_store_txn *tx);
 /* The libpq connection (PGconn) of the effect's transaction, or NULL on
- * another backend. Since 0.1. */
+ * another backend. Statements queued by resil_store_txn_exec are sent and
+ * waited for first, so what the effect then runs on the connection sees
+ * them (if one of them failed, the transaction is aborted: the effect's
+ * next statement fails and the completion fails with that statement's
+ * error). Since 0.1. */
 RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
+
+/* Largest nparams of resil_store_txn_exec. */
+#define RESIL_STORE_EXEC_PARAMS_MAX 256
+
+/* Since 0.2. Runs one SQL statement of the effect in the completion's
+ * transaction, for an effect that does not need the statement's result
+ * (rows it returns are discarded): the portable way to write a ledger row,
+ * and on PostgreSQL the fast one.
+ *
+ *   sql      one statement; parameters $1..$n (PostgreSQL) or ?1..?n / ?
+ *            (SQLite). Its text is compared, not kept by pointer: reusing
+ *            the same text reuses the prepared statement (up to
+ *            RESIL_STORE_EXEC_CACHE texts per pooled connection; others are
+ *            parsed every time).
+ *   nparams  0..RESIL_STORE_EXEC_PARAMS_MAX; values may be NULL when it is 0.
+ *   values   values[i] is parameter i+1; NULL is SQL NULL.
+ *   lengths  NULL, or the byte length of each binary value (ignored for text).
+ *   binary   NULL (every value is NUL-terminated text), or per parameter 1 for
+ *            binary (lengths[i] bytes: bytea / BLOB) and 0 for text. Text
+ *            values are converted by the database as in libpq's text format
+ *            (SQLite binds them as TEXT; its column affinity converts "42" to
+ *            an INTEGER column's 42).
+ *
+ * PostgreSQL: the statement is not sent at once but queued in libpq's
+ * pipeline and sent with the terminal state and COMMIT, in their round
+ * trip: an effect made only of resil_store_txn_exec calls adds no round
+ * trip to its operation while its queue has room (about 60 statements;
+ * then the queued ones are sent, one round trip more) (a new key through
+ * resil_store_execute then takes
+ * 2 in either mode: the PENDING row with BEGIN (and by default the row
+ * lock); the effect's statements with the terminal state and COMMIT). Its
+ * error is therefore known only at the commit: then nothing commits, and
+ * the completion (complete, execute, recovery) fails with RESIL_EIO
+ * (RESIL_ETIMEDOUT when it waited for a lock beyond busy_timeout_ns) and a
+ * message naming the statement ("effect statement 2: ...", counted from 1
+ * in each effect call), exactly as if the effect had returned that error
+ * (the operation stays PENDING, or with effects_in_store execute leaves it
+ * UNKNOWN). Needs libpq 14 or later to queue; with an older libpq the
+ * statement runs at once. SQLite: the statement runs at once.
+ *
+ * Returns RESIL_OK (run or queued); RESIL_EINVAL (sql NULL or empty, nparams
+ * out of range, values NULL with nparams > 0, a binary value without
+ * lengths; SQLite: the statement does not compile or its parameter count is
+ * not nparams: the message says which); RESIL_EIO (SQLite: the statement
+ * failed: its message; the transaction may have been rolled back, which the
+ * completion then reports; PostgreSQL: the connection failed, or an earlier
+ * statement of this effect already failed, found out by resil_store_txn_pg or
+ * when a full queue was sent); RESIL_ENOMEM;
+ * RESIL_EMISUSE (tx NULL). A failure does not end the effect: the effect
+ * should return it (any status but RESIL_OK rolls everything back).
+ * Only for the effect's own thread during the effect call. */
+#define RESIL_STORE_EXEC_CACHE 8
+RESIL_API resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql,
+                                            int nparams, const char *const *values,
+                                            const size_t *lengths, const int *binary);
 
 /* Longest busy_timeout_ns accepted: one hour (range errors speak in human
  * units, e.g. "busy_timeout_ns: must be 0 ns..1 h, got 2 h"). */

@@ -534,7 +534,54 @@ struct sqlite3 *resil_store_txn_sqlite(resil_store_txn *tx) {
 }
 
 struct pg_conn *resil_store_txn_pg(resil_store_txn *tx) {
-  return tx ? tx->pg : NULL;
+  if (!tx || !tx->pg) return NULL;
+  /* What the effect runs directly must come after what it queued. */
+  const resil__store_backend *be = tx->store->be;
+  if (be->txn_settle && be->txn_settle(tx->store, tx->conn) != RESIL_OK) tx->sql_failed = 1;
+  return tx->pg;
+}
+
+resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int nparams,
+                                  const char *const *values, const size_t *lengths,
+                                  const int *binary) {
+  if (!tx || !tx->store) return RESIL_EMISUSE;
+  resil_store *s = tx->store;
+  resil_status st = RESIL_OK;
+  int lens[RESIL_STORE_EXEC_PARAMS_MAX], fmts[RESIL_STORE_EXEC_PARAMS_MAX];
+  resil__exec_args a = {.sql = sql, .n = nparams, .values = values};
+  if (!sql || !*sql)
+    st = resil__store_fail(s, RESIL_EINVAL, "sql", "sql: must be a statement, got %s",
+                           sql ? "\"\"" : "NULL");
+  else if (nparams < 0 || nparams > RESIL_STORE_EXEC_PARAMS_MAX)
+    st = resil__store_fail(s, RESIL_EINVAL, "nparams", "nparams: must be 0..%d, got %d",
+                           RESIL_STORE_EXEC_PARAMS_MAX, nparams);
+  else if (nparams > 0 && !values)
+    st = resil__store_fail(s, RESIL_EINVAL, "values",
+                           "values: NULL with nparams %d (need one value per parameter)",
+                           nparams);
+  for (int i = 0; st == RESIL_OK && binary && i < nparams; i++) {
+    fmts[i] = binary[i] ? 1 : 0;
+    lens[i] = 0;
+    if (!binary[i] || !values[i]) continue;
+    if (!lengths)
+      st = resil__store_fail(s, RESIL_EINVAL, "lengths",
+                             "lengths: NULL, but parameter %d is binary", i + 1);
+    else if (lengths[i] > (size_t)INT32_MAX)
+      st = resil__store_fail(s, RESIL_EINVAL, "lengths",
+                             "lengths[%d]: must be at most %d bytes, got %zu", i,
+                             INT32_MAX, lengths[i]);
+    else
+      lens[i] = (int)lengths[i];
+  }
+  if (st == RESIL_OK) {
+    if (binary) {
+      a.lengths = lens;
+      a.formats = fmts;
+    }
+    st = s->be->txn_exec(s, tx->conn, &a);
+  }
+  if (st) tx->sql_failed = 1;
+  return st;
 }
 
 /* ---- the pool --------------------------------------------------------------- */
@@ -751,14 +798,18 @@ static resil_status effect_commit(resil_store *s, void *conn, const char *key,
   resil_status st;
   resil_store_txn tx = {0};
   be->txn_fill(conn, &tx);
+  tx.store = s;
+  tx.conn = conn;
   resil_op_response out;
   memset(&out, 0, sizeof out);
   out.struct_size = sizeof out;
   st = effect(user, &tx, cur, &out);
   if (st) {
     c->effect_failed = 1;
-    resil__store_fail(s, st, NULL, "the effect for '%s' returned %s; rolled back",
-                      key, resil_status_name(st));
+    /* A failed statement's own message says more than its status. */
+    if (!tx.sql_failed)
+      resil__store_fail(s, st, NULL, "the effect for '%s' returned %s; rolled back",
+                        key, resil_status_name(st));
     goto fail;
   }
   int open = be->txn_open(s, conn);
@@ -766,6 +817,10 @@ static resil_status effect_commit(resil_store *s, void *conn, const char *key,
     /* Whatever the effect wrote is not bound to the terminal state any
      * more: fail, and let recovery try again later. */
     c->effect_failed = 1;
+    if (tx.sql_failed) {
+      st = RESIL_EIO; /* the message is the statement's */
+      goto fail;
+    }
     st = open == 0
              ? resil__store_fail(s, RESIL_EMISUSE, NULL,
                                  "the transaction for '%s' was no longer open after the "
@@ -806,6 +861,9 @@ static resil_status effect_commit(resil_store *s, void *conn, const char *key,
   rec_move(rec, cur);
   return RESIL_OK;
 fail:
+  /* Statements the effect queued run with the commit (or the early commit,
+   * or the terminal write): one of them may be what failed. */
+  if (be->effect_sql_failed && be->effect_sql_failed(conn)) c->effect_failed = 1;
   be->txn_rollback(s, conn);
   resil_op_record_clear(cur);
   if (c->effect_failed)

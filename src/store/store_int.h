@@ -57,7 +57,22 @@ typedef struct resil__keylist {
 struct resil_store_txn {
   struct sqlite3 *sqlite;
   struct pg_conn *pg;
+  resil_store *store; /* set by effect_commit around the effect call */
+  void *conn;
+  /* A resil_store_txn_exec of this effect failed (or a statement it queued,
+   * found out by resil_store_txn_pg): its message is the one to report. */
+  int sql_failed;
 };
+
+/* resil_store_txn_exec's parameters, checked (store.c) before the backend
+ * sees them. */
+typedef struct resil__exec_args {
+  const char *sql;
+  int n;
+  const char *const *values;
+  const int *lengths; /* NULL when no value is binary */
+  const int *formats; /* NULL: all text */
+} resil__exec_args;
 
 /* The backend interface. Every function reports its failures through
  * resil__store_fail (so the text reaches resil_store_errmsg) and returns the
@@ -113,7 +128,21 @@ typedef struct resil__store_backend {
   resil_status (*txn_commit)(resil_store *s, void *conn);
   void (*txn_rollback)(resil_store *s, void *conn);
   int (*txn_open)(resil_store *s, void *conn);
+  /* Also starts the effect's resil_store_txn_exec bookkeeping afresh. */
   void (*txn_fill)(void *conn, resil_store_txn *tx);
+  /* resil_store_txn_exec: runs (SQLite) or queues (PostgreSQL, sent with
+   * the terminal state and COMMIT by write_terminal_commit) one statement of
+   * the effect. Its failures are reported as "effect statement N: ...". */
+  resil_status (*txn_exec)(resil_store *s, void *conn, const resil__exec_args *a);
+  /* Optional (NULL: nothing is ever queued): sends the queued statements and
+   * waits for them; RESIL_OK when they all succeeded. Every other primitive
+   * above settles first where it must (txn_open does not: it answers 1 for
+   * a transaction with statements queued). */
+  resil_status (*txn_settle)(resil_store *s, void *conn);
+  /* Optional: 1 when the transaction's last failure was one of the effect's
+   * statements (queued ones fail at write_terminal_commit): the completion
+   * then counts an effect failure and keeps the statement's message. */
+  int (*effect_sql_failed)(void *conn);
   /* Optional (NULL: store.c runs the two steps one after the other): the
    * same two steps fused into one round trip, with the same effects and
    * failures. txn_begin_lock is txn_begin then lock_row (a failure may leave

@@ -20,8 +20,12 @@
  * resil_store_execute saves one more: with effects_in_store, BEGIN and the
  * INSERT open the one transaction (pg_insert_locked); by default the
  * INSERT and its Sync go with BEGIN and the row lock (pg_insert_then_lock).
+ * The effect's resil_store_txn_exec statements are queued in the pipeline
+ * and sent with the terminal state and COMMIT (pg_txn_exec, pg_then_commit):
+ * an effect made of them adds no round trip.
  * The statement names are
- * "resil_store_<n>"; an effect that DEALLOCATEs them
+ * "resil_store_<n>", and "resil_store_e<i>" for the effect's statement texts
+ * (pg_slot.esql); an effect that DEALLOCATEs them
  * makes its completion fail (rolled back, still PENDING), and the next call
  * prepares them again.
  *
@@ -110,9 +114,24 @@ static const char *const stmt_sql[Q_N] = {
     [Q_ASYNC] = "SELECT set_config('synchronous_commit', 'off', true)",
 };
 
+/* Results the effect's pipeline holds at most before pg_txn_exec settles
+ * it (a Prepare and its statement take two). */
+#define PG_QUEUE_MAX 64
+
 typedef struct pg_slot {
   PGconn *conn;
   unsigned prepared; /* bit q: stmt_sql[q] is prepared in this session */
+  /* resil_store_txn_exec's statement texts, prepared as resil_store_e<i>:
+   * bit i of eprepared once the session has it, of epending while its
+   * Prepare is queued. A text stays once it prepared (never evicted). */
+  char *esql[RESIL_STORE_EXEC_CACHE];
+  unsigned eprepared, epending;
+  /* The effect's pipeline: qkind[0..nq) says what each queued result is
+   * (-1 - i: the Prepare of esql[i]; n > 0: the effect's statement n). */
+  int nq;
+  int qkind[PG_QUEUE_MAX];
+  int nexec;          /* statements of the current effect so far */
+  resil_status qfail; /* the first of them that failed (this transaction) */
   /* A statement of ours was found missing (SQLSTATE 26000: an effect
    * deallocated it): the connection's next pg_ready asks the session which
    * are left (pg_recheck). */
@@ -264,6 +283,8 @@ static resil_status pg_select(resil_store *s, pg_slot *c, const char *key, int q
 
 static resil_status session_setup(resil_store *s, pg_slot *c) {
   c->prepared = 0; /* a new session has none */
+  c->eprepared = c->epending = 0;
+  c->nq = 0;
   c->recheck = 0;
   PQsetNoticeProcessor(c->conn, quiet_notices, NULL);
   /* PostgreSQL's lock_timeout 0 means "wait forever"; ours means "do not
@@ -339,6 +360,7 @@ static void pg_disconnect(resil_store *s, void *conn) {
   pg_slot *c = conn;
   if (!c) return;
   PQfinish(c->conn);
+  for (int i = 0; i < RESIL_STORE_EXEC_CACHE; i++) resil__free(s->alloc, c->esql[i]);
   resil__free(s->alloc, c);
 }
 
@@ -387,21 +409,200 @@ static resil_status pg_recheck(resil_store *s, pg_slot *c) {
     PQclear(r);
     return st;
   }
-  unsigned have = 0;
+  unsigned have = 0, ehave = 0;
   for (int i = 0; i < PQntuples(r); i++) {
     const char *v = PQgetvalue(r, i, 0) + sizeof "resil_store_" - 1;
+    int effect = *v == 'e';
+    v += effect;
     char *end = NULL;
     long q = strtol(v, &end, 10);
-    if (end != v && *end == '\0' && q >= 0 && q < Q_N) have |= 1u << q;
+    if (end == v || *end != '\0' || q < 0) continue;
+    if (!effect && q < Q_N) have |= 1u << q;
+    if (effect && q < RESIL_STORE_EXEC_CACHE && c->esql[q]) ehave |= 1u << q;
   }
   PQclear(r);
   c->prepared = have;
+  c->eprepared = ehave;
   c->recheck = 0;
   return RESIL_OK;
 }
 
+/* ---- the effect's statements (resil_store_txn_exec) -------------------------- */
+
+#ifdef LIBPQ_HAS_PIPELINING
+static int queued(const pg_slot *c) {
+  return PQpipelineStatus(c->conn) != PQ_PIPELINE_OFF;
+}
+
+/* Records the failure of the effect's statement no (the first one counts)
+ * when s is not NULL (else quietly). */
+static void statement_failed(resil_store *s, pg_slot *c, const PGresult *r, int no) {
+  if (c->qfail) return;
+  if (!s) {
+    c->qfail = RESIL_EIO;
+    return;
+  }
+  char what[48];
+  snprintf(what, sizeof what, "effect statement %d", no);
+  c->qfail = pg_fail(s, c, r, what);
+}
+
+/* Reads the results of the c->nq queued items, which a Sync already
+ * follows: a Prepare that succeeded marks its text prepared; the first
+ * statement that failed sets c->qfail (reported when s is not NULL).
+ * Returns 0 when the results did not all come (the connection failed). */
+static int read_queued(resil_store *s, pg_slot *c) {
+  int ok = 1;
+  for (int i = 0; i < c->nq && ok; i++) {
+    PGresult *r = PQgetResult(c->conn);
+    if (!r || PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+      PQclear(r);
+      ok = 0;
+      break;
+    }
+    PGresult *extra; /* up to the NULL that ends this item's results */
+    while ((extra = PQgetResult(c->conn)) != NULL) {
+      int sync = PQresultStatus(extra) == PGRES_PIPELINE_SYNC;
+      PQclear(extra);
+      if (sync) ok = 0;
+      if (sync) break;
+    }
+    ExecStatusType t = PQresultStatus(r);
+    int k = c->qkind[i];
+    if (k < 0) {
+      unsigned bit = 1u << (-1 - k);
+      c->epending &= ~bit;
+      if (t == PGRES_COMMAND_OK) {
+        c->eprepared |= bit;
+      } else if (t != PGRES_PIPELINE_ABORTED) {
+        /* The text does not prepare: its statement (the next item) failed;
+         * the slot is freed for another text (kept, unprepared, when
+         * discarding quietly: it prepares again on its next use). */
+        statement_failed(s, c, r, i + 1 < c->nq ? c->qkind[i + 1] : c->nexec);
+        if (s) {
+          resil__free(s->alloc, c->esql[-1 - k]);
+          c->esql[-1 - k] = NULL;
+        }
+      }
+    } else if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK &&
+               t != PGRES_PIPELINE_ABORTED) {
+      statement_failed(s, c, r, k);
+    }
+    PQclear(r);
+  }
+  c->nq = 0;
+  c->epending = 0;
+  return ok;
+}
+
+/* Sends a Sync after the queued statements, reads their results and the
+ * Sync's, and leaves pipeline mode. 1 when all came. */
+static int settle(resil_store *s, pg_slot *c) {
+  int ok = PQpipelineSync(c->conn) && read_queued(s, c);
+  if (ok) {
+    PGresult *r = PQgetResult(c->conn);
+    ok = r && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+    PQclear(r);
+  }
+  if (!PQexitPipelineMode(c->conn)) ok = 0;
+  return ok;
+}
+#endif
+
+/* txn_settle: the queued statements, sent and waited for: RESIL_OK, the
+ * failure of the first that failed, or the connection's. */
+static resil_status pg_settle(resil_store *s, void *conn) {
+  pg_slot *c = conn;
+#ifdef LIBPQ_HAS_PIPELINING
+  if (queued(c) && !settle(s, c) && !c->qfail)
+    return pg_fail(s, c, NULL, "send the effect's statements");
+#endif
+  return c->qfail;
+}
+
+/* Drops whatever the effect queued (a rollback follows), quietly. */
+static void pg_discard(pg_slot *c) {
+#ifdef LIBPQ_HAS_PIPELINING
+  if (queued(c)) (void)settle(NULL, c);
+#endif
+  c->nq = 0;
+}
+
+/* The cache slot of sql's text (added when there is room), or -1. */
+static int exec_slot(resil_store *s, pg_slot *c, const char *sql) {
+  int free_slot = -1;
+  for (int i = 0; i < RESIL_STORE_EXEC_CACHE; i++) {
+    if (!c->esql[i]) {
+      if (free_slot < 0) free_slot = i;
+    } else if (strcmp(c->esql[i], sql) == 0) {
+      return i;
+    }
+  }
+  if (free_slot < 0) return -1;
+  int ok = 1;
+  c->esql[free_slot] = resil__strdup(s->alloc, sql, &ok);
+  return c->esql[free_slot] ? free_slot : -1; /* out of memory: unnamed */
+}
+
+/* txn_exec: the statement is queued in the pipeline (libpq 14+), sent with
+ * the terminal state and COMMIT; else it runs now. */
+static resil_status pg_txn_exec(resil_store *s, void *conn, const resil__exec_args *a) {
+  pg_slot *c = conn;
+  int no = ++c->nexec;
+  char what[48];
+  snprintf(what, sizeof what, "effect statement %d", no);
+  if (c->qfail) return c->qfail; /* the transaction is aborted already */
+#ifdef LIBPQ_HAS_PIPELINING
+  if (queued(c) && c->nq + 2 > PG_QUEUE_MAX) {
+    resil_status st = pg_settle(s, c);
+    if (st) return st;
+  }
+  if (!queued(c)) {
+    if (PQtransactionStatus(c->conn) != PQTRANS_INTRANS)
+      return c->qfail = resil__store_fail(s, RESIL_EIO, NULL,
+                                          "%s: the transaction is not open (or was aborted "
+                                          "by an earlier error)", what);
+    if (!PQenterPipelineMode(c->conn)) return c->qfail = pg_fail(s, c, NULL, what);
+  }
+  int slot = exec_slot(s, c, a->sql);
+  int ok = 1;
+  char name[32];
+  if (slot >= 0) {
+    unsigned bit = 1u << slot;
+    snprintf(name, sizeof name, "resil_store_e%d", slot);
+    if (!(c->eprepared & bit) && !(c->epending & bit)) {
+      ok = PQsendPrepare(c->conn, name, a->sql, 0, NULL);
+      if (ok) {
+        c->epending |= bit;
+        c->qkind[c->nq++] = -1 - slot;
+      }
+    }
+    if (ok)
+      ok = PQsendQueryPrepared(c->conn, name, a->n, a->values, a->lengths, a->formats, 0);
+  } else {
+    ok = PQsendQueryParams(c->conn, a->sql, a->n, NULL, a->values, a->lengths, a->formats,
+                           0);
+  }
+  if (!ok) return c->qfail = pg_fail(s, c, NULL, what);
+  c->qkind[c->nq++] = no;
+  return RESIL_OK;
+#else
+  PGresult *r = PQexecParams(c->conn, a->sql, a->n, NULL, a->values, a->lengths, a->formats, 0);
+  ExecStatusType t = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+  if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) c->qfail = pg_fail(s, c, r, what);
+  PQclear(r);
+  return c->qfail;
+#endif
+}
+
+static int pg_effect_sql_failed(void *conn) {
+  return ((pg_slot *)conn)->qfail != RESIL_OK;
+}
+
 static resil_status pg_ready(resil_store *s, void *conn) {
   pg_slot *c = conn;
+  pg_discard(c); /* left by a failure between the effect and its commit */
+  c->qfail = RESIL_OK;
   PGTransactionStatusType ts = PQtransactionStatus(c->conn);
   if (PQstatus(c->conn) == CONNECTION_OK && ts == PQTRANS_IDLE) return pg_recheck(s, c);
   if (PQstatus(c->conn) == CONNECTION_OK && (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR)) {
@@ -436,11 +637,13 @@ static resil_status commit_result(resil_store *s, pg_slot *c, const PGresult *r)
 
 static resil_status pg_txn_commit(resil_store *s, void *conn) {
   pg_slot *c = conn;
+  resil_status st = pg_settle(s, c);
+  if (st) return st;
   if (PQtransactionStatus(c->conn) != PQTRANS_INTRANS)
     return resil__store_fail(s, RESIL_EIO, NULL,
                              "COMMIT: the transaction was aborted by an earlier error");
   PGresult *r = PQexec(c->conn, "COMMIT");
-  resil_status st = commit_result(s, c, r);
+  st = commit_result(s, c, r);
   PQclear(r);
   return st;
 }
@@ -448,18 +651,27 @@ static resil_status pg_txn_commit(resil_store *s, void *conn) {
 static void pg_txn_rollback(resil_store *s, void *conn) {
   (void)s;
   pg_slot *c = conn;
+  pg_discard(c);
+  c->qfail = RESIL_OK; /* the effect's failure ends with its transaction */
   if (PQstatus(c->conn) == CONNECTION_OK && PQtransactionStatus(c->conn) != PQTRANS_IDLE)
     PQclear(PQexec(c->conn, "ROLLBACK"));
 }
 
 static int pg_txn_open(resil_store *s, void *conn) {
   (void)s;
+#ifdef LIBPQ_HAS_PIPELINING
+  /* Statements queued: open as far as anyone knows until the commit. */
+  if (queued(conn)) return 1;
+#endif
   PGTransactionStatusType ts = PQtransactionStatus(((pg_slot *)conn)->conn);
   return ts == PQTRANS_INTRANS ? 1 : ts == PQTRANS_INERROR ? -1 : 0;
 }
 
 static void pg_txn_fill(void *conn, resil_store_txn *tx) {
-  tx->pg = ((pg_slot *)conn)->conn;
+  pg_slot *c = conn;
+  tx->pg = c->conn;
+  c->nexec = 0;
+  c->qfail = RESIL_OK;
 }
 
 static resil_status pg_lock_row(resil_store *s, void *conn, const char *key,
@@ -513,19 +725,20 @@ static resil_status terminal_fail(resil_store *s, pg_slot *c, const PGresult *r,
 /* ---- two statements in one round trip -------------------------------------- */
 
 #ifdef LIBPQ_HAS_PIPELINING
-/* Sends a Sync after the n statements queued in pipeline mode, reads their
- * results into res[0..n) (NULL where none came) and leaves pipeline mode. A
- * statement after a failed one is not run: its result is
- * PGRES_PIPELINE_ABORTED. Returns 0 when the pipeline did not complete (the
- * connection failed). */
+/* Sends a Sync after the n statements queued in pipeline mode (behind the
+ * effect's queued statements, if any: their results are read first, see
+ * read_queued), reads their results into res[0..n) (NULL where none came)
+ * and leaves pipeline mode. A statement after a failed one is not run: its
+ * result is PGRES_PIPELINE_ABORTED. Returns 0 when the pipeline did not
+ * complete (the connection failed). */
 static int pipeline_segment(pg_slot *c, int n, PGresult **res);
 
-static int pipeline_finish(pg_slot *c, int n, PGresult **res) {
+static int pipeline_finish(resil_store *s, pg_slot *c, int n, PGresult **res) {
   if (!PQpipelineSync(c->conn)) {
     PQexitPipelineMode(c->conn);
     return 0;
   }
-  int ok = pipeline_segment(c, n, res);
+  int ok = (c->nq == 0 || read_queued(s, c)) && pipeline_segment(c, n, res);
   if (!PQexitPipelineMode(c->conn)) ok = 0;
   return ok;
 }
@@ -571,7 +784,7 @@ static int begin_then(pg_slot *c, const char *name, int n, const char *const *va
   if (PQenterPipelineMode(c->conn)) {
     if (PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
         PQsendQueryPrepared(c->conn, name, n, vals, lens, fmts, 1))
-      ok = pipeline_finish(c, 2, res);
+      ok = pipeline_finish(NULL, c, 2, res); /* nothing queued before a BEGIN */
     else
       PQexitPipelineMode(c->conn);
   }
@@ -616,7 +829,19 @@ static resil_status pg_then_commit(resil_store *s, pg_slot *c, int q, int n,
                                    const char *const *vals, const int *lens,
                                    const int *fmts, ExecStatusType want, const char *key,
                                    const char *what) {
-  if (PQtransactionStatus(c->conn) != PQTRANS_INTRANS)
+#ifdef LIBPQ_HAS_PIPELINING
+  /* The effect's queued statements go first, in the same round trip; q is
+   * prepared outside the pipeline (once per session), so they are sent on
+   * their own the first time. */
+  if (queued(c) && !(c->prepared & (1u << q))) {
+    resil_status st = pg_settle(s, c);
+    if (st) return st;
+  }
+  int in_pipeline = queued(c);
+#else
+  int in_pipeline = 0;
+#endif
+  if (!in_pipeline && PQtransactionStatus(c->conn) != PQTRANS_INTRANS)
     return resil__store_fail(s, RESIL_EIO, NULL,
                              "COMMIT: the transaction was aborted by an earlier error");
   char name[32];
@@ -625,14 +850,16 @@ static resil_status pg_then_commit(resil_store *s, pg_slot *c, int q, int n,
 #ifdef LIBPQ_HAS_PIPELINING
   PGresult *res[2] = {NULL, NULL};
   int ok = 0;
-  if (PQenterPipelineMode(c->conn)) {
+  if (in_pipeline || PQenterPipelineMode(c->conn)) {
     if (PQsendQueryPrepared(c->conn, name, n, vals, lens, fmts, 1) &&
         PQsendQueryParams(c->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 1))
-      ok = pipeline_finish(c, 2, res);
+      ok = pipeline_finish(s, c, 2, res);
     else
       PQexitPipelineMode(c->conn);
   }
-  if (!ok && !res[0])
+  if (c->qfail)
+    st = c->qfail; /* an effect statement failed: nothing after it ran */
+  else if (!ok && !res[0])
     st = pg_fail(s, c, NULL, what);
   else if (!res[0] || PQresultStatus(res[0]) != want)
     st = q == Q_TERMINAL ? terminal_fail(s, c, res[0], key) : pg_fail(s, c, res[0], what);
@@ -668,7 +895,7 @@ static resil_status pg_insert_unflushed(resil_store *s, pg_slot *c, const char *
   if (PQenterPipelineMode(c->conn)) {
     if (PQsendQueryPrepared(c->conn, async_name, 0, NULL, NULL, NULL, 1) &&
         PQsendQueryPrepared(c->conn, name, 6, vals, lens, fmts, 1))
-      ok = pipeline_finish(c, 2, res);
+      ok = pipeline_finish(s, c, 2, res);
     else
       PQexitPipelineMode(c->conn);
   }
@@ -868,7 +1095,8 @@ static resil_status pg_write_terminal(resil_store *s, void *conn, const char *ke
   pg_slot *c = conn;
   terminal_params p;
   char name[32];
-  resil_status st = terminal_params_set(s, &p, key, resp, now_ms);
+  resil_status st = pg_settle(s, c);
+  if (!st) st = terminal_params_set(s, &p, key, resp, now_ms);
   if (!st) st = pg_prepare(s, c, Q_TERMINAL, name, sizeof name);
   if (st) return st;
   PGresult *r = PQexecPrepared(c->conn, name, 6, p.vals, p.lens, p.fmts, 1);
@@ -961,6 +1189,9 @@ const resil__store_backend resil__store_pg = {
     .txn_rollback = pg_txn_rollback,
     .txn_open = pg_txn_open,
     .txn_fill = pg_txn_fill,
+    .txn_exec = pg_txn_exec,
+    .txn_settle = pg_settle,
+    .effect_sql_failed = pg_effect_sql_failed,
     .txn_begin_lock = pg_txn_begin_lock,
     .write_terminal_commit = pg_write_terminal_commit,
     .read_row = pg_read_row,

@@ -109,6 +109,9 @@ static const char migrate_v1_v2[] =
 typedef struct sq_conn {
   sqlite3 *db;
   sqlite3_stmt *st[Q_COUNT];
+  /* resil_store_txn_exec's statements, kept by text (sqlite3_sql). */
+  sqlite3_stmt *est[RESIL_STORE_EXEC_CACHE];
+  int nexec; /* statements of the current effect so far (for messages) */
   int normal; /* synchronous=NORMAL is in effect (effects_in_store: a begin
                  set it; sq_ready sets FULL again) */
 } sq_conn;
@@ -376,6 +379,7 @@ static void sq_disconnect(resil_store *s, void *conn) {
   sq_conn *c = conn;
   if (!c) return;
   for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(c->st[i]);
+  for (int i = 0; i < RESIL_STORE_EXEC_CACHE; i++) sqlite3_finalize(c->est[i]);
   /* close_v2: statements an effect left unfinalised do not keep the file
    * open for long; they are released when finalised. */
   sqlite3_close_v2(c->db);
@@ -497,6 +501,97 @@ static int sq_txn_open(resil_store *s, void *conn) {
 
 static void sq_txn_fill(void *conn, resil_store_txn *tx) {
   tx->sqlite = ((sq_conn *)conn)->db;
+  ((sq_conn *)conn)->nexec = 0;
+}
+
+/* 1 when p holds nothing but blanks and semicolons. */
+static int only_blank(const char *p) {
+  for (; p && *p; p++)
+    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != ';') return 0;
+  return 1;
+}
+
+/* 1 when q was compiled from sql (SQLite keeps the text without what
+ * follows the statement). */
+static int same_text(sqlite3_stmt *q, const char *text) {
+  const char *t = sqlite3_sql(q);
+  size_t n = strlen(t);
+  return strncmp(t, text, n) == 0 && only_blank(text + n);
+}
+
+/* The compiled form of a->sql: a cached one (*cached = 1), or a new one,
+ * kept when the cache has room. */
+static resil_status exec_stmt(resil_store *s, sq_conn *c, const char *what,
+                              const resil__exec_args *a, sqlite3_stmt **out, int *cached) {
+  int free_slot = -1;
+  for (int i = 0; i < RESIL_STORE_EXEC_CACHE; i++) {
+    if (!c->est[i]) {
+      if (free_slot < 0) free_slot = i;
+    } else if (same_text(c->est[i], a->sql)) {
+      if (sqlite3_bind_parameter_count(c->est[i]) != a->n)
+        return resil__store_fail(s, RESIL_EINVAL, "nparams",
+                                 "%s: has %d parameters, nparams is %d", what,
+                                 sqlite3_bind_parameter_count(c->est[i]), a->n);
+      *out = c->est[i];
+      *cached = 1;
+      return RESIL_OK;
+    }
+  }
+  sqlite3_stmt *q = NULL;
+  const char *tail = NULL;
+  int rc = sqlite3_prepare_v3(c->db, a->sql, -1, free_slot >= 0 ? SQLITE_PREPARE_PERSISTENT : 0,
+                              &q, &tail);
+  if (rc != SQLITE_OK) {
+    if ((rc & 0xff) == SQLITE_NOMEM) return sq_fail(s, c, rc, what);
+    return resil__store_fail(s, RESIL_EINVAL, "sql", "%s: does not compile: %s", what,
+                             sqlite3_errmsg(c->db));
+  }
+  const char *why = !q ? "is empty" : !only_blank(tail) ? "holds more than one statement" : NULL;
+  if (!why && sqlite3_bind_parameter_count(q) != a->n) {
+    resil_status st = resil__store_fail(s, RESIL_EINVAL, "nparams",
+                                        "%s: has %d parameters, nparams is %d", what,
+                                        sqlite3_bind_parameter_count(q), a->n);
+    sqlite3_finalize(q);
+    return st;
+  }
+  if (why) {
+    sqlite3_finalize(q);
+    return resil__store_fail(s, RESIL_EINVAL, "sql", "%s: %s", what, why);
+  }
+  *cached = free_slot >= 0;
+  if (*cached) c->est[free_slot] = q;
+  *out = q;
+  return RESIL_OK;
+}
+
+/* resil_store_txn_exec: the statement runs now, in the open transaction. */
+static resil_status sq_txn_exec(resil_store *s, void *conn, const resil__exec_args *a) {
+  sq_conn *c = conn;
+  char what[48];
+  snprintf(what, sizeof what, "effect statement %d", ++c->nexec);
+  sqlite3_stmt *q = NULL;
+  int cached = 0;
+  resil_status st = exec_stmt(s, c, what, a, &q, &cached);
+  if (st) return st;
+  int rc = SQLITE_OK;
+  for (int i = 0; i < a->n && rc == SQLITE_OK; i++) {
+    const char *v = a->values[i];
+    if (!v)
+      rc = sqlite3_bind_null(q, i + 1);
+    else if (a->formats && a->formats[i])
+      rc = sqlite3_bind_blob(q, i + 1, v, a->lengths[i], SQLITE_STATIC);
+    else
+      rc = sqlite3_bind_text(q, i + 1, v, -1, SQLITE_STATIC);
+  }
+  if (rc == SQLITE_OK) {
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    }
+  }
+  st = rc == SQLITE_DONE ? RESIL_OK : sq_fail(s, c, rc, what);
+  sqlite3_reset(q);
+  sqlite3_clear_bindings(q);
+  if (!cached) sqlite3_finalize(q);
+  return st;
 }
 
 /* BEGIN IMMEDIATE for a begin or an execute. The write lock is tried
@@ -698,6 +793,7 @@ const resil__store_backend resil__store_sqlite = {
     .txn_rollback = sq_txn_rollback,
     .txn_open = sq_txn_open,
     .txn_fill = sq_txn_fill,
+    .txn_exec = sq_txn_exec,
     .read_row = sq_read_answer,
     .list_pending = sq_list_pending,
     .count_pending = sq_count_pending,

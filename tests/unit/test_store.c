@@ -468,14 +468,139 @@ static void complete_commits_nothing_when_the_terminal_write_finds_no_pending_ro
   assert_int_equal(ts_effects(&f->env, "c-6"), 1);
 }
 
-/* Traces the effect's connection into user's FILE (start), or stops. */
+/* ---- resil_store_txn_exec: an effect made of its statements ----------------- */
+
+/* The table the txn_exec tests write (created by each test that uses it). */
+static void ledger_create(fx *f) {
+  ts_exec(&f->env, f->bk == TS_SQLITE
+                       ? "CREATE TABLE ledger (k TEXT PRIMARY KEY, t TEXT, b BLOB, z TEXT, "
+                         "n INTEGER)"
+                       : "CREATE TABLE ledger (k TEXT PRIMARY KEY, t TEXT, b BYTEA, z TEXT, "
+                         "n INTEGER)");
+}
+
+/* Committed ledger rows of an operation: its key, and key.<suffix>. */
+static long ledger_rows(fx *f, const char *key) {
+  char sql[400];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM ledger WHERE k = '%s' OR k LIKE '%s.%%'",
+           key, key);
+  return ts_query_long(&f->env, sql);
+}
+
+/* In an xstmt's values: the operation's key followed by the xstmt's suffix. */
+static const char xkey_marker = 'k';
+#define XKEY (&xkey_marker)
+
+/* One resil_store_txn_exec call. */
+typedef struct xstmt {
+  const char *sql; /* PostgreSQL spelling; on SQLite every '$' becomes '?' */
+  int nparams;     /* at most 8 */
+  const char *const *values;
+  const size_t *lengths;
+  const int *binary;
+  const char *suffix; /* appended to the key where values hold XKEY */
+} xstmt;
+
+/* An effect that runs stmts[0..n) through resil_store_txn_exec and returns
+ * the first failure (or, with keep_going, runs them all and succeeds).
+ * Each call gets its text and values in buffers of its own, overwritten
+ * right after it returns: the store may keep neither pointer. */
+typedef struct exec_effect {
+  ts_backend bk;
+  const xstmt *stmts;
+  int n;
+  int keep_going;
+  /* peek: after peek_after statements, count the key's ledger rows with
+   * the effect's own connection (resil_store_txn_pg / _sqlite) */
+  int peek, peek_after;
+  /* PostgreSQL: SQL run directly on resil_store_txn_pg(tx) before the
+   * statements, and after them */
+  const char *direct_before, *direct_after;
+  ts_effect *then; /* not NULL: ts_effect_fn(then) ends the effect */
+  int status;      /* the response's status; 0 means 201 */
+  atomic_int calls;
+  resil_status got[8]; /* what each call returned (the last run) */
+  long peeked;         /* -1: the peek failed */
+} exec_effect;
+
+static void exec_peek(exec_effect *e, resil_store_txn *tx, const char *key) {
+  e->peeked = -1;
+  if (e->bk == TS_SQLITE) {
+    sqlite3 *db = resil_store_txn_sqlite(tx);
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM ledger WHERE k = ?1", -1, &q, NULL) !=
+        SQLITE_OK)
+      return;
+    sqlite3_bind_text(q, 1, key, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(q) == SQLITE_ROW) e->peeked = (long)sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+  } else {
+    const char *vals[1] = {key};
+    PGresult *r = PQexecParams(resil_store_txn_pg(tx),
+                               "SELECT count(*)::int FROM ledger WHERE k = $1", 1, NULL, vals,
+                               NULL, NULL, 0);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+      e->peeked = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+  }
+}
+
+static resil_status exec_run(exec_effect *e, resil_store_txn *tx, const char *key) {
+  for (int i = 0; i <= e->n; i++) {
+    if (e->peek && e->peek_after == i) exec_peek(e, tx, key);
+    if (i == e->n) break;
+    const xstmt *x = &e->stmts[i];
+    char sql[1024];
+    snprintf(sql, sizeof sql, "%s", x->sql);
+    if (e->bk == TS_SQLITE)
+      for (char *p = sql; *p; p++)
+        if (*p == '$') *p = '?';
+    char buf[8][96];
+    const char *vals[8] = {0};
+    assert_true(x->nparams <= 8);
+    for (int j = 0; j < x->nparams && x->values; j++) {
+      const char *v = x->values[j];
+      if (v == XKEY) {
+        snprintf(buf[j], sizeof buf[j], "%s%s", key, x->suffix ? x->suffix : "");
+      } else if (v) {
+        size_t len = x->binary && x->binary[j] ? x->lengths[j] : strlen(v) + 1;
+        assert_true(len <= sizeof buf[j]);
+        memcpy(buf[j], v, len);
+      }
+      vals[j] = v ? buf[j] : NULL;
+    }
+    resil_status st =
+        resil_store_txn_exec(tx, sql, x->nparams, x->values ? vals : NULL, x->lengths, x->binary);
+    memset(sql, '#', sizeof sql - 1);
+    memset(buf, 0x5a, sizeof buf);
+    if (i < 8) e->got[i] = st;
+    if (st && !e->keep_going) return st;
+  }
+  return RESIL_OK;
+}
+
+static resil_status effect_exec(void *user, resil_store_txn *tx, const resil_op_record *pending,
+                                resil_op_response *out) {
+  exec_effect *e = user;
+  atomic_fetch_add(&e->calls, 1);
+  if (e->direct_before) PQclear(PQexec(resil_store_txn_pg(tx), e->direct_before));
+  resil_status st = exec_run(e, tx, pending->key);
+  if (st) return st;
+  if (e->direct_after) PQclear(PQexec(resil_store_txn_pg(tx), e->direct_after));
+  if (e->then) return ts_effect_fn(e->then, tx, pending, out);
+  out->status = e->status ? e->status : 201;
+  return RESIL_OK;
+}
+
+/* Traces the effect's connection into user's FILE (start), or stops; then
+ * runs exec's statements, if any (resil_store_txn_exec only). */
 typedef struct trace_effect {
   FILE *to; /* NULL: stop tracing */
+  exec_effect *exec;
 } trace_effect;
 
 static resil_status effect_tracing(void *user, resil_store_txn *tx,
                                    const resil_op_record *pending, resil_op_response *out) {
-  (void)pending;
   trace_effect *te = user;
   PGconn *c = resil_store_txn_pg(tx);
   if (te->to) {
@@ -485,7 +610,7 @@ static resil_status effect_tracing(void *user, resil_store_txn *tx,
     PQuntrace(c);
   }
   out->status = 200;
-  return RESIL_OK;
+  return te->exec ? exec_run(te->exec, tx, pending->key) : RESIL_OK;
 }
 
 /* A new trace file (path: a mkstemp template). */
@@ -500,7 +625,8 @@ static FILE *trace_file(char *path) {
 /* Round trips in a libpq trace: runs of frontend messages, with no backend
  * message between them, that make the server answer (a Sync or a Query:
  * several Syncs sent before reading count once); *parses: Parse messages
- * naming resil_operations. Closes and removes the file. */
+ * naming resil_operations or the txn_exec tests' ledger. Closes and
+ * removes the file. */
 static int trace_trips(FILE *trace, const char *path, int *parses) {
   fflush(trace);
   rewind(trace);
@@ -513,7 +639,9 @@ static int trace_trips(FILE *trace, const char *path, int *parses) {
       trips++;
       in_run = 1;
     }
-    if (strstr(line, "\tParse\t") && strstr(line, "resil_operations")) (*parses)++;
+    if (strstr(line, "\tParse\t") &&
+        (strstr(line, "resil_operations") || strstr(line, "ledger")))
+      (*parses)++;
   }
   fclose(trace);
   unlink(path);
@@ -531,21 +659,26 @@ static int trace_trips(FILE *trace, const char *path, int *parses) {
 /* Runs op-0 (which prepares every statement, one round trip each on first
  * use) and op-1..op-3 on a store with one pooled connection, tracing its
  * connection from inside op-1's effect to inside op-3's; each operation is
- * begin then complete, or one resil_store_execute. Returns the round trips
- * traced (trace_trips); asserts that nothing parsed SQL naming
- * resil_operations. */
-static int traced_round_trips(fx *f, int execute) {
+ * begin then complete, or one resil_store_execute. The effects: with exec
+ * NULL, op-0 is ts_effect_fn and the others only trace; otherwise every
+ * effect (op-0's included, which so prepares exec's texts) also runs exec's
+ * statements through resil_store_txn_exec. Returns the round trips traced
+ * (trace_trips); asserts that nothing parsed SQL naming resil_operations
+ * (or the ledger: exec's texts are cached by then). */
+static int traced_round_trips(fx *f, int execute, exec_effect *exec) {
   f->cfg.pool_size = 1;
   fx_reopen(f);
   char path[] = "/tmp/resil-pgtrace.XXXXXX";
   FILE *trace = trace_file(path);
   resil_op_request req = ts_req("POST", "/p", "1");
-  trace_effect start = {trace}, stop = {NULL};
+  trace_effect start = {trace, exec}, stop = {NULL, exec}, prepare = {NULL, exec};
   ts_effect plain = {0};
   const char *keys[4] = {"rt-0", "rt-1", "rt-2", "rt-3"};
   for (int i = 0; i < 4; i++) {
-    resil_op_effect_fn fn = i == 0 ? ts_effect_fn : effect_tracing;
-    void *user = i == 0 ? (void *)&plain : i == 3 ? (void *)&stop : (void *)&start;
+    resil_op_effect_fn fn = i == 0 && !exec ? ts_effect_fn : effect_tracing;
+    void *user = i == 0   ? exec ? (void *)&prepare : (void *)&plain
+                 : i == 3 ? (void *)&stop
+                          : (void *)&start;
     if (execute) {
       assert_int_equal(execute_ok(f, keys[i], &req, fn, user, NULL), RESIL_OP_NEW);
     } else {
@@ -563,7 +696,7 @@ static int traced_round_trips(fx *f, int execute) {
 static void pg_operation_takes_begin_plus_two_round_trips_and_no_parse(void **state) {
   fx *f = get(state);
   if (f->bk != TS_PG) skip();
-  assert_int_equal(traced_round_trips(f, 0), 6);
+  assert_int_equal(traced_round_trips(f, 0, NULL), 6);
 }
 
 /* Runs user's DEALLOCATE (NULL: DEALLOCATE ALL) on the effect's connection. */
@@ -2144,43 +2277,81 @@ static void execute_failure_leaves_pending_by_default_and_nothing_in_one_transac
 
 /* Running out of memory anywhere in an execute leaves the key UNKNOWN (or,
  * by default, PENDING once begin committed), never an effect without its
- * terminal state, and leaks nothing. */
+ * terminal state, and leaks nothing. The effect also writes a ledger row
+ * through resil_store_txn_exec first, on one pooled connection. Phase 0:
+ * its exec cache empty, a new text every time (the text is copied into the
+ * cache while there is room: each call may keep at most that one block,
+ * RESIL_STORE_EXEC_CACHE in all). Phase 1: the cache filled by a warm-up,
+ * a cached text for even i and a new one (never cached) for odd i: the
+ * memory held after each call is exactly what it was before. */
 static void execute_allocation_failure_sweep(void **state) {
   fx *f = get(state);
   test_alloc ta;
   test_alloc_init(&ta, 0);
   f->cfg.alloc = &ta.a;
-  fx_reopen(f);
-  long base = ta.live;
+  f->cfg.pool_size = 1;
+  ledger_create(f);
   resil_op_request req = ts_req("POST", "/p", "body");
-  int oks = 0;
-  for (long i = 1; i < 30; i++) {
-    char key[24];
-    snprintf(key, sizeof key, "ea-%ld", i);
-    ts_effect e = {.status = 200, .body = "x", .body_len = 1};
-    resil_op_record rec;
-    resil_op_record_init(&rec);
-    resil_op_begin_result r = 0;
-    ta.fail_at = ta.count + i;
-    resil_status st = resil_store_execute(f->s, key, &req, ts_effect_fn, &e, &r, &rec);
-    ta.fail_at = 0;
-    resil_op_state now = state_of(f->s, key);
-    if (st == RESIL_OK) {
-      oks++;
-      assert_int_equal(r, RESIL_OP_NEW);
-      assert_int_equal(rec.state, RESIL_OP_COMMITTED);
-      assert_int_equal(now, RESIL_OP_COMMITTED);
-      assert_int_equal(ts_effects(&f->env, key), 1);
-    } else {
-      assert_status(RESIL_ENOMEM, st);
-      if (f->cfg.effects_in_store) assert_int_equal(now, RESIL_OP_UNKNOWN);
-      else assert_true(now == RESIL_OP_UNKNOWN || now == RESIL_OP_PENDING);
-      assert_int_equal(ts_effects(&f->env, key), 0);
+  static const char *const vals[] = {XKEY, "x"};
+  static const char cached[] = "INSERT INTO ledger (k, t) VALUES ($1, $2)";
+  char text[128];
+  xstmt x = {.sql = text, .nparams = 2, .values = vals};
+  exec_effect xe = {.bk = f->bk, .stmts = &x, .n = 1};
+  for (int phase = 0; phase < 2; phase++) {
+    fx_reopen(f); /* a new connection: its exec cache is empty */
+    for (int w = 0; phase == 1 && w < RESIL_STORE_EXEC_CACHE; w++) {
+      char key[24];
+      snprintf(key, sizeof key, "ea-warm-%d", w);
+      if (w == 0) snprintf(text, sizeof text, "%s", cached);
+      else snprintf(text, sizeof text, "%s /* warm %d */", cached, w);
+      xe.then = NULL;
+      assert_int_equal(execute_ok(f, key, &req, effect_exec, &xe, NULL), RESIL_OP_NEW);
     }
-    resil_op_record_clear(&rec);
-    assert_int_equal(ta.live, base);
+    long base = ta.live;
+    int oks = 0;
+    for (long i = 1; i < 40; i++) {
+      char key[24];
+      snprintf(key, sizeof key, "ea-%d-%ld", phase, i);
+      if (phase == 1 && i % 2 == 0) snprintf(text, sizeof text, "%s", cached);
+      else snprintf(text, sizeof text, "%s /* %s */", cached, key);
+      ts_effect e = {.status = 200, .body = "x", .body_len = 1};
+      xe.then = &e;
+      resil_op_record rec;
+      resil_op_record_init(&rec);
+      resil_op_begin_result r = 0;
+      long before = ta.live;
+      ta.fail_at = ta.count + i;
+      resil_status st = resil_store_execute(f->s, key, &req, effect_exec, &xe, &r, &rec);
+      ta.fail_at = 0;
+      resil_op_state now = state_of(f->s, key);
+      if (st == RESIL_OK) {
+        oks++;
+        assert_int_equal(r, RESIL_OP_NEW);
+        assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+        assert_int_equal(now, RESIL_OP_COMMITTED);
+        assert_int_equal(ts_effects(&f->env, key), 1);
+        assert_int_equal(ledger_rows(f, key), 1);
+      } else {
+        if (st != RESIL_ENOMEM)
+          fail_msg("%s at allocation %ld: %s: %s", key, i, resil_status_name(st),
+                   resil_store_errmsg(f->s));
+        if (f->cfg.effects_in_store) assert_int_equal(now, RESIL_OP_UNKNOWN);
+        else assert_true(now == RESIL_OP_UNKNOWN || now == RESIL_OP_PENDING);
+        assert_int_equal(ts_effects(&f->env, key), 0);
+        assert_int_equal(ledger_rows(f, key), 0);
+      }
+      resil_op_record_clear(&rec);
+      if (phase == 1) {
+        assert_int_equal(ta.live, base);
+      } else {
+        if (ta.live < before || ta.live > before + 1 ||
+            ta.live > base + RESIL_STORE_EXEC_CACHE)
+          fail_msg("%s: %ld blocks held, %ld before, %ld at the start", key, ta.live, before,
+                   base);
+      }
+    }
+    assert_true(oks > 0);
   }
-  assert_true(oks > 0);
   resil_store_close(f->s);
   f->s = NULL;
   assert_int_equal(ta.live, 0);
@@ -2288,7 +2459,7 @@ static void execute_racing_the_same_key_runs_the_effect_once(void **state) {
 static void pg_execute_in_one_transaction_takes_two_round_trips(void **state) {
   fx *f = get(state);
   if (f->bk != TS_PG) skip();
-  assert_int_equal(traced_round_trips(f, 1), 4);
+  assert_int_equal(traced_round_trips(f, 1, NULL), 4);
 }
 
 static resil_status effect_deallocating_lock_skip(void *user, resil_store_txn *tx,
@@ -2346,6 +2517,556 @@ static void pg_connection_lost_inside_execute_commits_once(void **state) {
   resil_op_record_clear(&rec);
 }
 
+/* ---- resil_store_txn_exec ---------------------------------------------------- */
+
+/* The values of txn_exec_writes_...'s first statement: the key, a text
+ * (its length in lengths is ignored: text), a binary value with a 0 byte,
+ * SQL NULL, and a number given as text for an INTEGER column. */
+static const char *const w_vals[] = {XKEY, "caf\xc3\xa9 'q' \\", "a\0b\xff", NULL, "42"};
+static const size_t w_lens[] = {1, 1, 4, 0, 0};
+static const int w_bin[] = {0, 0, 1, 0, 0};
+
+/* An effect made only of resil_store_txn_exec calls writes what it was
+ * given, exactly: text, binary with a 0 byte (lengths + binary), NULL, a
+ * number as text; the same text twice in one transaction; a statement
+ * without parameters (values NULL). The operations use more texts than an
+ * exec cache holds (RESIL_STORE_EXEC_CACHE + 3 variants of the first
+ * statement, plus two), each many times, on one pooled connection: cached
+ * and uncached texts both work. Even operations are one execute, odd ones
+ * begin then complete. Checked from a separate connection. */
+static void txn_exec_writes_text_binary_and_null_and_reuses_texts(void **state) {
+  fx *f = get(state);
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  ts_exec(&f->env, "CREATE TABLE tally (n INTEGER NOT NULL)");
+  ts_exec(&f->env, "INSERT INTO tally (n) VALUES (0)");
+  static const char *const plain[] = {XKEY, "plain"};
+  enum { VARIANTS = RESIL_STORE_EXEC_CACHE + 3, N = 2 * VARIANTS };
+  char text[VARIANTS][160];
+  for (int v = 0; v < VARIANTS; v++)
+    snprintf(text[v], sizeof text[v],
+             "INSERT INTO ledger (k, t, b, z, n) VALUES ($1, $2, $3, $4, $5) /* v%d */", v);
+  xstmt st[4] = {
+      {.nparams = 5, .values = w_vals, .lengths = w_lens, .binary = w_bin},
+      {.nparams = 5, .values = w_vals, .lengths = w_lens, .binary = w_bin, .suffix = ".2"},
+      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, plain, NULL, NULL, ".3"},
+      {"UPDATE tally SET n = n + 1", 0, NULL, NULL, NULL, NULL},
+  };
+  exec_effect e = {.bk = f->bk, .stmts = st, .n = 4};
+  resil_op_request req = ts_req("POST", "/p", "1");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  for (int i = 0; i < N; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "w-%d", i);
+    st[0].sql = st[1].sql = text[i % VARIANTS];
+    if (i % 2 == 0) {
+      assert_int_equal(execute_ok(f, key, &req, effect_exec, &e, &rec), RESIL_OP_NEW);
+    } else {
+      assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+      resil_status s = resil_store_complete(f->s, key, effect_exec, &e, &rec);
+      if (s) fail_msg("complete %s: %s: %s", key, resil_status_name(s), resil_store_errmsg(f->s));
+    }
+    assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+    for (int j = 0; j < 4; j++) assert_status(RESIL_OK, e.got[j]);
+    assert_int_equal(ledger_rows(f, key), 3);
+  }
+  resil_op_record_clear(&rec);
+  assert_int_equal(atomic_load(&e.calls), N);
+  char sql[600];
+  snprintf(sql, sizeof sql,
+           f->bk == TS_SQLITE
+               ? "SELECT count(*) FROM ledger WHERE k LIKE 'w-%%' AND t = 'caf\xc3\xa9 ''q'' \\' "
+                 "AND typeof(t) = 'text' AND b = X'610062ff' AND typeof(b) = 'blob' "
+                 "AND z IS NULL AND n = 42 AND typeof(n) = 'integer'"
+               : "SELECT count(*) FROM ledger WHERE k LIKE 'w-%%' AND t = 'caf\xc3\xa9 ''q'' \\' "
+                 "AND b = '\\x610062ff'::bytea AND z IS NULL AND n = 42");
+  assert_int_equal(ts_query_long(&f->env, sql), 2 * N);
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM ledger WHERE k LIKE '%.3' AND "
+                                          "t = 'plain' AND b IS NULL AND n IS NULL"),
+                   N);
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM ledger"), 3 * N);
+  assert_int_equal(ts_query_long(&f->env, "SELECT n FROM tally"), N);
+}
+
+/* Whether msg names the effect's statement n ("effect statement 2: ..." or
+ * "effect statement 2 of 3: ..."). */
+static int names_statement(const char *msg, int n) {
+  char want[32];
+  int len = snprintf(want, sizeof want, "effect statement %d", n);
+  const char *p = strstr(msg, want);
+  return p && (p[len] == ':' || p[len] == ' ');
+}
+
+/* What a failing effect statement leaves in the error: the database's
+ * message and which statement (on PostgreSQL, where it was queued, and
+ * on SQLite, where it ran at once). */
+static void check_statement_failure(fx *f, const exec_effect *e, const char *db_msg,
+                                    resil_status want) {
+  const char *msg = resil_store_errmsg(f->s);
+  if (!strstr(msg, db_msg)) fail_msg("no '%s' in '%s'", db_msg, msg);
+  if (!names_statement(msg, 2)) fail_msg("statement 2 not named: '%s'", msg);
+  if (f->bk == TS_PG) {
+    for (int j = 0; j < 3; j++) assert_status(RESIL_OK, e->got[j]); /* queued */
+  } else {
+    assert_status(RESIL_OK, e->got[0]);
+    assert_status(want, e->got[1]); /* run at once, and the effect returned it */
+  }
+}
+
+/* The second of three statements fails: a unique violation on a row the
+ * test inserted, or a syntax error. PostgreSQL learns it at the commit
+ * (RESIL_EIO, the statement named); SQLite at the call (the duplicate:
+ * RESIL_EIO; the typo does not compile: RESIL_EINVAL), which the effect
+ * returns. Either way nothing of the effect commits: begin + complete and
+ * default-mode execute leave the key PENDING for recovery (which fails the
+ * same way with the same effect, and completes it once with a good one);
+ * effects_in_store execute leaves nothing (UNKNOWN), and a retry with the
+ * same key commits once. The one pooled connection then serves the next
+ * operations. */
+static void txn_exec_failure_at_commit_rolls_back_and_names_the_statement(void **state) {
+  fx *f = get(state);
+  int pg = f->bk == TS_PG, eis = f->cfg.effects_in_store;
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  ts_exec(&f->env, "INSERT INTO ledger (k, t) VALUES ('dup', 'before')");
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const first_v[] = {XKEY, "first"};
+  static const char *const third_v[] = {XKEY, "third"};
+  static const char *const dup_v[] = {"dup", "second"};
+  static const char *const syn_v[] = {XKEY};
+  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
+  const xstmt third = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, third_v, NULL, NULL, ".3"};
+  const xstmt bad[2] = {
+      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL},
+      {"INSERTT INTO ledger (k) VALUES ($1)", 1, syn_v, NULL, NULL, ".2"},
+  };
+  const char *const name[2] = {"dup", "syn"};
+  const char *const db_msg[2] = {pg ? "duplicate key" : "UNIQUE constraint failed",
+                                 "syntax error"};
+  const resil_status want[2] = {RESIL_EIO, pg ? RESIL_EIO : RESIL_EINVAL};
+  const xstmt good_st[2] = {first, third};
+  for (int k = 0; k < 2; k++) {
+    const xstmt bad_st[3] = {first, bad[k], third};
+    exec_effect be = {.bk = f->bk, .stmts = bad_st, .n = 3};
+    exec_effect ge = {.bk = f->bk, .stmts = good_st, .n = 2};
+    char key[16];
+    /* begin, then complete */
+    snprintf(key, sizeof key, "%s-c", name[k]);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    assert_status(want[k], resil_store_complete(f->s, key, effect_exec, &be, NULL));
+    check_statement_failure(f, &be, db_msg[k], want[k]);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_PENDING);
+    assert_int_equal(ledger_rows(f, key), 0);
+    /* The connection serves the next call at once: a begin of the same key
+     * (it counts an attempt, a commit of its own). */
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_IN_PROGRESS);
+    /* recovery */
+    resil_store_recovery rep;
+    assert_status(want[k], resil_store_recover_report(f->s, 0, 10, effect_exec, &be, &rep));
+    check_statement_failure(f, &be, db_msg[k], want[k]);
+    assert_int_equal(rep.failed, 1);
+    assert_int_equal(rep.recovered, 0);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_PENDING);
+    assert_int_equal(ledger_rows(f, key), 0);
+    uint32_t n = 0;
+    assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, effect_exec, &ge, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_COMMITTED);
+    assert_int_equal(ledger_rows(f, key), 2);
+    /* execute */
+    snprintf(key, sizeof key, "%s-x", name[k]);
+    resil_op_record rec;
+    resil_op_record_init(&rec);
+    resil_op_begin_result r = 0;
+    assert_status(want[k], resil_store_execute(f->s, key, &req, effect_exec, &be, &r, &rec));
+    check_statement_failure(f, &be, db_msg[k], want[k]);
+    assert_int_equal(r, RESIL_OP_NEW);
+    assert_int_equal(ledger_rows(f, key), 0);
+    if (eis) {
+      assert_int_equal(rec.state, RESIL_OP_UNKNOWN);
+      assert_int_equal(state_of(f->s, key), RESIL_OP_UNKNOWN);
+      char sql[200];
+      snprintf(sql, sizeof sql, "SELECT count(*) FROM resil_operations WHERE key = '%s'", key);
+      assert_int_equal(ts_query_long(&f->env, sql), 0);
+      assert_int_equal(execute_ok(f, key, &req, effect_exec, &ge, &rec), RESIL_OP_NEW);
+      assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+    } else {
+      assert_int_equal(rec.state, RESIL_OP_PENDING);
+      assert_int_equal(state_of(f->s, key), RESIL_OP_PENDING);
+      assert_int_equal(execute_ok(f, key, &req, effect_exec, &ge, &rec), RESIL_OP_IN_PROGRESS);
+      assert_status(RESIL_OK, resil_store_recover(f->s, 0, 10, effect_exec, &ge, &n));
+      assert_int_equal(n, 1);
+    }
+    assert_int_equal(atomic_load(&ge.calls), 2);
+    assert_int_equal(atomic_load(&be.calls), 3);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_COMMITTED);
+    assert_int_equal(ledger_rows(f, key), 2);
+    resil_op_record_clear(&rec);
+  }
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM ledger WHERE k = 'dup' AND "
+                                          "t = 'before'"),
+                   1);
+  /* The connection is usable for the next operations. */
+  exec_effect ge = {.bk = f->bk, .stmts = good_st, .n = 2};
+  for (int i = 0; i < 3; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "after-%d", i);
+    assert_int_equal(execute_ok(f, key, &req, effect_exec, &ge, NULL), RESIL_OP_NEW);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_COMMITTED);
+    assert_int_equal(ledger_rows(f, key), 2);
+  }
+  resil_store_stats stats;
+  assert_status(RESIL_OK, resil_store_get_stats(f->s, &stats));
+  assert_int_equal(stats.effect_failed, 6); /* complete, recovery, execute: twice */
+}
+
+/* Statements queued by resil_store_txn_exec are settled before the effect
+ * gets the connection (resil_store_txn_pg / _sqlite): a direct SELECT sees
+ * the row; a statement queued after that commits too. PostgreSQL: when the
+ * queued statement failed, the effect's next direct statement fails (the
+ * transaction is aborted) and the completion fails with RESIL_EIO naming
+ * the queued statement, even though the effect returned RESIL_OK. */
+static void txn_exec_statements_are_settled_before_the_effect_uses_the_connection(
+    void **state) {
+  fx *f = get(state);
+  ledger_create(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const v[] = {XKEY, "queued"};
+  const xstmt st[2] = {
+      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, v, NULL, NULL, NULL},
+      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, v, NULL, NULL, ".2"},
+  };
+  exec_effect e = {.bk = f->bk, .stmts = st, .n = 2, .peek = 1, .peek_after = 1};
+  const char *keys[2] = {"ord-x", "ord-c"};
+  for (int i = 0; i < 2; i++) {
+    e.peeked = -2;
+    if (i == 0) {
+      assert_int_equal(execute_ok(f, keys[i], &req, effect_exec, &e, NULL), RESIL_OP_NEW);
+    } else {
+      assert_int_equal(begin_ok(f->s, keys[i], &req, NULL), RESIL_OP_NEW);
+      assert_status(RESIL_OK, resil_store_complete(f->s, keys[i], effect_exec, &e, NULL));
+    }
+    assert_int_equal(e.peeked, 1);
+    assert_int_equal(state_of(f->s, keys[i]), RESIL_OP_COMMITTED);
+    assert_int_equal(ledger_rows(f, keys[i]), 2);
+  }
+  if (f->bk != TS_PG) return;
+  static const char *const dup_v[] = {"ord-x", "again"};
+  const xstmt dup = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL};
+  exec_effect d = {.bk = f->bk, .stmts = &dup, .n = 1, .peek = 1, .peek_after = 1};
+  const char *bad_keys[2] = {"ord-fc", "ord-fx"};
+  for (int i = 0; i < 2; i++) {
+    d.peeked = -2;
+    resil_status got;
+    if (i == 0) {
+      assert_int_equal(begin_ok(f->s, bad_keys[i], &req, NULL), RESIL_OP_NEW);
+      got = resil_store_complete(f->s, bad_keys[i], effect_exec, &d, NULL);
+    } else {
+      resil_op_begin_result r = 0;
+      got = resil_store_execute(f->s, bad_keys[i], &req, effect_exec, &d, &r, NULL);
+      assert_int_equal(r, RESIL_OP_NEW);
+    }
+    assert_status(RESIL_EIO, got);
+    assert_status(RESIL_OK, d.got[0]);
+    assert_int_equal(d.peeked, -1); /* the direct SELECT failed */
+    const char *msg = resil_store_errmsg(f->s);
+    if (!names_statement(msg, 1) || !strstr(msg, "duplicate key"))
+      fail_msg("queued statement not named: '%s'", msg);
+    assert_int_equal(state_of(f->s, bad_keys[i]), i == 1 && f->cfg.effects_in_store
+                                                       ? RESIL_OP_UNKNOWN
+                                                       : RESIL_OP_PENDING);
+    assert_int_equal(ledger_rows(f, bad_keys[i]), 0);
+  }
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM ledger WHERE t = 'again'"), 0);
+}
+
+/* An effect made only of resil_store_txn_exec calls adds no round trip:
+ * its statements travel with the terminal state and COMMIT. Counted as in
+ * pg_execute_in_one_transaction_takes_two_round_trips (traced_round_trips,
+ * each effect running two statements, one with a binary parameter), the
+ * window, from inside rt-1's effect to inside rt-3's, holds: rt-1's
+ * statements + terminal state + COMMIT (1), rt-2's first round trip (1:
+ * BEGIN and the INSERT with effects_in_store; by default the INSERT and its
+ * Sync with BEGIN and the row lock) and its statements + terminal state +
+ * COMMIT (1), rt-3's first round trip (1): 4 in both modes, 2 per new
+ * operation, and no Parse (the texts are cached since rt-0). Begin then
+ * complete: 6, as for an effect that runs nothing. */
+static void txn_exec_pg_execute_takes_two_round_trips_in_both_modes(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  ledger_create(f);
+  static const char *const v[] = {XKEY, "rt", "\x01\x00\x02", NULL};
+  static const size_t l[] = {0, 0, 3, 0};
+  static const int b[] = {0, 0, 1, 0};
+  const xstmt st[2] = {
+      {"INSERT INTO ledger (k, t, b, z) VALUES ($1, $2, $3, $4)", 4, v, l, b, NULL},
+      {"UPDATE ledger SET n = 1 WHERE k = $1", 1, v, NULL, NULL, NULL},
+  };
+  exec_effect e = {.bk = f->bk, .stmts = st, .n = 2};
+  static const char rows[] = "SELECT count(*) FROM ledger WHERE k LIKE 'rt-%' AND n = 1 AND "
+                             "b = '\\x010002'::bytea AND t = 'rt' AND z IS NULL";
+  assert_int_equal(traced_round_trips(f, 1, &e), 4);
+  assert_int_equal(ts_query_long(&f->env, rows), 4);
+  ts_exec(&f->env, "DELETE FROM ledger");
+  ts_exec(&f->env, "DELETE FROM resil_operations");
+  assert_int_equal(traced_round_trips(f, 0, &e), 6);
+  assert_int_equal(ts_query_long(&f->env, rows), 4);
+}
+
+/* More statements in one effect than libpq's pipeline is given at once
+ * (each inserts its own row): all commit, with the terminal state. And
+ * when the third fails, nothing does, and the completion names it. */
+static void txn_exec_many_statements_in_one_effect_commit_together(void **state) {
+  fx *f = get(state);
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  enum { N = 150 };
+  static char suffix[N][8];
+  static const char *const v[] = {XKEY};
+  xstmt st[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(suffix[i], sizeof suffix[i], ".%d", i);
+    st[i] = (xstmt){"INSERT INTO ledger (k) VALUES ($1)", 1, v, NULL, NULL, suffix[i]};
+  }
+  exec_effect e = {.bk = f->bk, .stmts = st, .n = N};
+  resil_op_request req = ts_req("POST", "/p", "1");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(execute_ok(f, "many", &req, effect_exec, &e, &rec), RESIL_OP_NEW);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(ledger_rows(f, "many"), N);
+  /* The third fails (its row exists): nothing of this effect commits. */
+  ts_exec(&f->env, "INSERT INTO ledger (k) VALUES ('many2.2')");
+  resil_op_begin_result r = 0;
+  assert_status(RESIL_EIO, resil_store_execute(f->s, "many2", &req, effect_exec, &e, &r, &rec));
+  assert_int_equal(r, RESIL_OP_NEW);
+  if (!names_statement(resil_store_errmsg(f->s), 3))
+    fail_msg("statement 3 not named: '%s'", resil_store_errmsg(f->s));
+  assert_int_equal(ledger_rows(f, "many2"), 1); /* the test's own row */
+  assert_int_equal(state_of(f->s, "many2"),
+                   f->cfg.effects_in_store ? RESIL_OP_UNKNOWN : RESIL_OP_PENDING);
+  resil_op_record_clear(&rec);
+}
+
+/* A completion that fails after the effect queued its statements for
+ * another reason (an invalid response; the fault hook before the terminal
+ * state) rolls them back, and the connection serves the next call. */
+static void txn_exec_queued_statements_roll_back_when_the_completion_fails_otherwise(
+    void **state) {
+  fx *f = get(state);
+  atomic_int faults = 0;
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  static const char *const v[] = {XKEY, "q"};
+  const xstmt st = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, v, NULL, NULL, NULL};
+  exec_effect invalid = {.bk = f->bk, .stmts = &st, .n = 1, .status = 99};
+  exec_effect good = {.bk = f->bk, .stmts = &st, .n = 1};
+  resil_op_request req = ts_req("POST", "/p", "1");
+  assert_int_equal(begin_ok(f->s, "qi", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_EINVAL, resil_store_complete(f->s, "qi", effect_exec, &invalid, NULL));
+  assert_field(f->s, "status");
+  assert_int_equal(begin_ok(f->s, "qi", &req, NULL), RESIL_OP_IN_PROGRESS);
+  assert_int_equal(state_of(f->s, "qi"), RESIL_OP_PENDING);
+  assert_int_equal(ledger_rows(f, "qi"), 0);
+  f->cfg.fault_before_terminal = fail_before_terminal;
+  f->cfg.fault_user = &faults;
+  fx_reopen(f);
+  assert_status(RESIL_EIO, resil_store_complete(f->s, "qi", effect_exec, &good, NULL));
+  assert_int_equal(atomic_load(&faults), 1);
+  assert_int_equal(begin_ok(f->s, "qi", &req, NULL), RESIL_OP_IN_PROGRESS);
+  assert_int_equal(ledger_rows(f, "qi"), 0);
+  f->cfg.fault_before_terminal = NULL;
+  fx_reopen(f);
+  assert_status(RESIL_OK, resil_store_complete(f->s, "qi", effect_exec, &good, NULL));
+  assert_int_equal(state_of(f->s, "qi"), RESIL_OP_COMMITTED);
+  assert_int_equal(ledger_rows(f, "qi"), 1);
+}
+
+/* Which bad call effect_bad_exec makes after a good statement. */
+typedef struct bad_exec {
+  ts_backend bk;
+  int which;
+  resil_status got;
+  int called;
+} bad_exec;
+
+static resil_status effect_bad_exec(void *user, resil_store_txn *tx,
+                                    const resil_op_record *pending, resil_op_response *out) {
+  bad_exec *b = user;
+  int sq = b->bk == TS_SQLITE;
+  const char *vals[3] = {pending->key, "v", "w"};
+  /* A good statement first: rolled back with the rest. */
+  resil_status st = resil_store_txn_exec(
+      tx, sq ? "INSERT INTO ledger (k, t) VALUES (?1, ?2)" : "INSERT INTO ledger (k, t) VALUES ($1, $2)",
+      2, vals, NULL, NULL);
+  if (st) return st;
+  static const int bin1[1] = {1};
+  static const char *const many[RESIL_STORE_EXEC_PARAMS_MAX + 1];
+  const char *k2 = sq ? "INSERT INTO ledger (k, t) VALUES (?1, ?2)"
+                      : "INSERT INTO ledger (k, t) VALUES ($1, $2)";
+  char wide[RESIL_STORE_EXEC_PARAMS_MAX * 12 + 16];
+  switch (b->which) {
+  case 0: st = resil_store_txn_exec(NULL, k2, 2, vals, NULL, NULL); break;
+  case 1: st = resil_store_txn_exec(tx, NULL, 0, NULL, NULL, NULL); break;
+  case 2: st = resil_store_txn_exec(tx, "", 0, NULL, NULL, NULL); break;
+  case 3: st = resil_store_txn_exec(tx, k2, -1, vals, NULL, NULL); break;
+  case 4:
+    st = resil_store_txn_exec(tx, k2, RESIL_STORE_EXEC_PARAMS_MAX + 1, many, NULL, NULL);
+    break;
+  case 5: st = resil_store_txn_exec(tx, k2, 2, NULL, NULL, NULL); break;
+  case 6: st = resil_store_txn_exec(tx, k2, 2, vals, NULL, bin1); break;
+  /* Parameter counts that are not the statement's: its text cached by the
+   * good statement above, then a text run for the first time. */
+  case 7: st = resil_store_txn_exec(tx, k2, 1, vals, NULL, NULL); break;
+  case 8: st = resil_store_txn_exec(tx, k2, 3, vals, NULL, NULL); break;
+  case 9:
+  case 10:
+    snprintf(wide, sizeof wide, "%s /* fresh */", k2);
+    st = resil_store_txn_exec(tx, wide, b->which == 9 ? 1 : 3, vals, NULL, NULL);
+    break;
+  case 11: /* nparams = RESIL_STORE_EXEC_PARAMS_MAX, a row returned (discarded) */
+  {
+    size_t len = (size_t)snprintf(wide, sizeof wide, "SELECT 1");
+    for (int i = 1; i <= RESIL_STORE_EXEC_PARAMS_MAX; i++)
+      len += (size_t)snprintf(wide + len, sizeof wide - len, sq ? ", ?%d" : ", $%d::text", i);
+    const char *mv[RESIL_STORE_EXEC_PARAMS_MAX];
+    for (int i = 0; i < RESIL_STORE_EXEC_PARAMS_MAX; i++) mv[i] = i % 2 ? "x" : NULL;
+    st = resil_store_txn_exec(tx, wide, RESIL_STORE_EXEC_PARAMS_MAX, mv, NULL, NULL);
+    break;
+  }
+  default: st = RESIL_EINVAL;
+  }
+  b->got = st;
+  b->called = 1;
+  out->status = 201;
+  return st;
+}
+
+/* Bad arguments: tx NULL is RESIL_EMISUSE; sql NULL or empty, nparams out
+ * of range, values NULL with parameters, a binary value without lengths
+ * are RESIL_EINVAL; SQLite: nparams not the statement's parameter count is
+ * RESIL_EINVAL, saying so, for a text already cached as for a new one
+ * (PostgreSQL queues it: the server refuses it at the commit, RESIL_EIO).
+ * The effect returns what the call returned: the operation rolls back (the
+ * effect's good statement before it too) and is PENDING (execute with
+ * effects_in_store: UNKNOWN). nparams RESIL_STORE_EXEC_PARAMS_MAX works,
+ * and the rows returned are discarded. Every case runs; the failures are
+ * reported together. */
+static void txn_exec_rejects_bad_arguments_and_the_operation_rolls_back(void **state) {
+  fx *f = get(state);
+  int pg = f->bk == TS_PG;
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  assert_status(RESIL_EMISUSE, resil_store_txn_exec(NULL, "SELECT 1", 0, NULL, NULL, NULL));
+  resil_op_request req = ts_req("POST", "/p", "1");
+  const struct {
+    resil_status exec, call;
+  } want[11] = {
+      {RESIL_EMISUSE, RESIL_EMISUSE},
+      {RESIL_EINVAL, RESIL_EINVAL},
+      {RESIL_EINVAL, RESIL_EINVAL},
+      {RESIL_EINVAL, RESIL_EINVAL},
+      {RESIL_EINVAL, RESIL_EINVAL},
+      {RESIL_EINVAL, RESIL_EINVAL},
+      {RESIL_EINVAL, RESIL_EINVAL},
+      {pg ? RESIL_OK : RESIL_EINVAL, pg ? RESIL_EIO : RESIL_EINVAL},
+      {pg ? RESIL_OK : RESIL_EINVAL, pg ? RESIL_EIO : RESIL_EINVAL},
+      {pg ? RESIL_OK : RESIL_EINVAL, pg ? RESIL_EIO : RESIL_EINVAL},
+      {pg ? RESIL_OK : RESIL_EINVAL, pg ? RESIL_EIO : RESIL_EINVAL},
+  };
+  char fails[4096] = "";
+  size_t nf = 0;
+#define BAD_CASE(...)                                                                  \
+  (nf += (size_t)snprintf(fails + nf, nf < sizeof fails ? sizeof fails - nf : 0, __VA_ARGS__), \
+   nf = nf < sizeof fails ? nf : sizeof fails)
+  for (int i = 0; i < 11; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "ba-%d", i);
+    bad_exec b = {.bk = f->bk, .which = i};
+    int use_execute = i % 2 == 0;
+    resil_status st;
+    if (use_execute) {
+      resil_op_begin_result r = 0;
+      st = resil_store_execute(f->s, key, &req, effect_bad_exec, &b, &r, NULL);
+      assert_int_equal(r, RESIL_OP_NEW);
+    } else {
+      assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+      st = resil_store_complete(f->s, key, effect_bad_exec, &b, NULL);
+    }
+    assert_true(b.called);
+    if (b.got != want[i].exec)
+      BAD_CASE("\n  case %d: exec %s, expected %s", i, resil_status_name(b.got),
+               resil_status_name(want[i].exec));
+    if (st != want[i].call)
+      BAD_CASE("\n  case %d: %s, expected %s (%s)", i, resil_status_name(st),
+               resil_status_name(want[i].call), resil_store_errmsg(f->s));
+    else if (!pg && i >= 7 && !strstr(resil_store_errmsg(f->s), "param"))
+      BAD_CASE("\n  case %d: the message does not say the parameter count is wrong: '%s'", i,
+               resil_store_errmsg(f->s));
+    resil_op_state want_state =
+        use_execute && f->cfg.effects_in_store ? RESIL_OP_UNKNOWN : RESIL_OP_PENDING;
+    if (state_of(f->s, key) != want_state)
+      BAD_CASE("\n  case %d: %s, expected %s", i, resil_op_state_name(state_of(f->s, key)),
+               resil_op_state_name(want_state));
+    if (ledger_rows(f, key) != 0) BAD_CASE("\n  case %d: the effect's row committed", i);
+  }
+#undef BAD_CASE
+  if (fails[0]) fail_msg("bad arguments:%s", fails);
+  bad_exec wide = {.bk = f->bk, .which = 11};
+  assert_int_equal(execute_ok(f, "ba-max", &req, effect_bad_exec, &wide, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_OK, wide.got);
+  assert_int_equal(state_of(f->s, "ba-max"), RESIL_OP_COMMITTED);
+  assert_int_equal(ledger_rows(f, "ba-max"), 1);
+}
+
+/* PostgreSQL: DEALLOCATE ALL run by the effect after a queued exec of a
+ * cached text (resil_store_txn_pg sends the queue first, then the effect
+ * deallocates everything), or before it (the cached statement is gone when
+ * it is queued): that completion fails and rolls back (still PENDING), and
+ * the next operations on the same connection, with the same text, work:
+ * cached statements are prepared again. */
+static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_again(
+    void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const v[] = {XKEY, "d"};
+  const xstmt st = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, v, NULL, NULL, NULL};
+  exec_effect good = {.bk = f->bk, .stmts = &st, .n = 1};
+  assert_int_equal(execute_ok(f, "dx-0", &req, effect_exec, &good, NULL), RESIL_OP_NEW);
+  exec_effect after = {.bk = f->bk, .stmts = &st, .n = 1, .direct_after = "DEALLOCATE ALL"};
+  exec_effect before = {.bk = f->bk, .stmts = &st, .n = 1, .direct_before = "DEALLOCATE ALL"};
+  exec_effect *bad[2] = {&after, &before};
+  for (int k = 0; k < 2; k++) {
+    char key[16];
+    snprintf(key, sizeof key, "dx-%d", k + 1);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    assert_status(RESIL_EIO, resil_store_complete(f->s, key, effect_exec, bad[k], NULL));
+    assert_status(RESIL_OK, bad[k]->got[0]);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_PENDING);
+    assert_int_equal(ledger_rows(f, key), 0);
+    resil_status s = resil_store_complete(f->s, key, effect_exec, &good, NULL);
+    if (s) fail_msg("complete %s after DEALLOCATE ALL: %s: %s", key, resil_status_name(s),
+                    resil_store_errmsg(f->s));
+    assert_int_equal(state_of(f->s, key), RESIL_OP_COMMITTED);
+    assert_int_equal(ledger_rows(f, key), 1);
+    for (int j = 0; j < 2; j++) {
+      snprintf(key, sizeof key, "dx-%d-%d", k + 1, j);
+      assert_int_equal(execute_ok(f, key, &req, effect_exec, &good, NULL), RESIL_OP_NEW);
+      assert_int_equal(ledger_rows(f, key), 1);
+    }
+  }
+}
+
 #define STORE_TESTS(bk)                                                                \
   cmocka_unit_test_prestate_setup_teardown(begin_new_stores_pending_with_request_and_fingerprint, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(begin_replays_committed_response_byte_for_byte, fx_setup, fx_teardown, (void *)&bk), \
@@ -2396,7 +3117,15 @@ static void pg_connection_lost_inside_execute_commits_once(void **state) {
   cmocka_unit_test_prestate_setup_teardown(execute_racing_the_same_key_runs_the_effect_once, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_execute_in_one_transaction_takes_two_round_trips, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_execute_commits_once, fx_setup, fx_teardown, (void *)&bk), \
-  cmocka_unit_test_prestate_setup_teardown(pg_execute_completes_when_the_lock_after_its_insert_fails, fx_setup, fx_teardown, (void *)&bk)
+  cmocka_unit_test_prestate_setup_teardown(pg_execute_completes_when_the_lock_after_its_insert_fails, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_writes_text_binary_and_null_and_reuses_texts, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_at_commit_rolls_back_and_names_the_statement, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_statements_are_settled_before_the_effect_uses_the_connection, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_execute_takes_two_round_trips_in_both_modes, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_rejects_bad_arguments_and_the_operation_rolls_back, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_many_statements_in_one_effect_commit_together, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_queued_statements_roll_back_when_the_completion_fails_otherwise, fx_setup, fx_teardown, (void *)&bk)
 
 int main(int argc, char **argv) {
   ts_run run;
