@@ -594,31 +594,44 @@ static resil_status sq_txn_exec(resil_store *s, void *conn, const resil__exec_ar
   return st;
 }
 
+/* How long lock_unless_known waits for the lock before it looks at the
+ * committed state again. */
+#define LOOK_AGAIN_MS 10
+
 /* BEGIN IMMEDIATE for a begin or an execute. The write lock is tried
  * without waiting first: if a writer holds it (maybe a completion running
  * an effect) and key exists in the last committed state, rec gets that
  * state and *answered = 1, with no transaction open: a begin on an
  * existing key never waits for an effect. Otherwise (a new key needs the
- * lock) it waits for the lock up to busy_timeout. */
+ * lock) it waits for the lock up to busy_timeout, looking at the committed
+ * state again every LOOK_AGAIN_MS: the key may be committed meanwhile by a
+ * writer that then keeps the lock for its effect (a begin and its
+ * completion), and that is then the answer. */
 static resil_status lock_unless_known(resil_store *s, sq_conn *c, const char *key,
                                       resil_op_record *rec, int *answered) {
   sqlite3_stmt *q = NULL;
   resil_status st = stmt(s, c, Q_BEGIN, &q);
   if (st) return st;
-  sqlite3_busy_timeout(c->db, 0);
-  int rc = sqlite3_step(q);
-  stmt_done(q);
-  sqlite3_busy_timeout(c->db, (int)s->busy_timeout_ms);
-  if ((rc & 0xff) == SQLITE_BUSY) {
-    int found = 0;
-    if ((st = sq_read_answer(s, c, key, rec, &found))) return st;
-    if (found) {
-      *answered = 1;
-      return RESIL_OK;
-    }
+  int64_t deadline = mono_ms() + s->busy_timeout_ms;
+  int wait_ms = 0;
+  int rc;
+  for (;;) {
+    sqlite3_busy_timeout(c->db, wait_ms);
     rc = sqlite3_step(q);
     stmt_done(q);
+    if ((rc & 0xff) != SQLITE_BUSY) break;
+    int found = 0;
+    if ((st = sq_read_answer(s, c, key, rec, &found))) break;
+    if (found) {
+      *answered = 1;
+      break;
+    }
+    int64_t left = deadline - mono_ms();
+    if (left <= 0) break;
+    wait_ms = (int)(left < LOOK_AGAIN_MS ? left : LOOK_AGAIN_MS);
   }
+  sqlite3_busy_timeout(c->db, (int)s->busy_timeout_ms);
+  if (st || *answered) return st;
   return rc == SQLITE_DONE ? RESIL_OK : sq_fail(s, c, rc, "BEGIN IMMEDIATE");
 }
 

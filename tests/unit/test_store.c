@@ -1098,6 +1098,86 @@ static void sqlite_begin_times_out_while_another_connection_holds_the_write_lock
   assert_int_equal(begin_ok(f->s, "held", &req, NULL), RESIL_OP_NEW);
 }
 
+typedef struct racer {
+  resil_store *s;
+  const char *key;
+  resil_op_request req;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+  resil_status st;
+  resil_op_begin_result r;
+} racer;
+
+static void *racing_begin(void *arg) {
+  racer *x = arg;
+  resil_op_begin_result r = 0;
+  resil_status st = resil_store_begin(x->s, x->key, &x->req, &r, NULL);
+  pthread_mutex_lock(&x->mu);
+  x->st = st;
+  x->r = r;
+  x->done = 1;
+  pthread_cond_broadcast(&x->cv);
+  pthread_mutex_unlock(&x->mu);
+  return NULL;
+}
+
+/* A begin that finds the write lock taken and its key not stored keeps
+ * looking at the committed state while it waits for the lock: when another
+ * writer commits the key PENDING and takes the lock again at once (the
+ * completion that then runs the effect), the begin answers IN_PROGRESS
+ * then, not after the effect (it once waited for the whole effect: a
+ * hedged request's 409 came after the winner's 201). */
+static void sqlite_begin_waiting_for_the_lock_answers_once_the_key_is_stored(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(f->env.path, &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+  racer x = {.s = f->s, .key = "race", .req = ts_req("POST", "/p", "1")};
+  pthread_mutex_init(&x.mu, NULL);
+  pthread_cond_init(&x.cv, NULL);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, racing_begin, &x), 0);
+  /* Time for the begin to find the key absent and start waiting (if it is
+   * slower, it finds the key stored at once: the test then passes without
+   * exercising the wait). */
+  struct timespec pause = {0, 100 * 1000000L};
+  nanosleep(&pause, NULL);
+  unsigned char fp[32];
+  assert_status(RESIL_OK, resil_op_fingerprint(&x.req, fp));
+  sqlite3_stmt *q = NULL;
+  assert_int_equal(
+      sqlite3_prepare_v2(db,
+                         "INSERT INTO resil_operations (key, state, fingerprint, method, "
+                         "path, request_body, created_ms, updated_ms, attempts) VALUES "
+                         "('race', 1, ?1, 'POST', '/p', X'31', 1, 1, 1)",
+                         -1, &q, NULL),
+      SQLITE_OK);
+  sqlite3_bind_blob(q, 1, fp, 32, SQLITE_STATIC);
+  assert_int_equal(sqlite3_step(q), SQLITE_DONE);
+  sqlite3_finalize(q);
+  assert_int_equal(sqlite3_exec(db, "COMMIT; BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+  /* The lock is held again, as by a completion running a long effect. */
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 3;
+  pthread_mutex_lock(&x.mu);
+  while (!x.done && pthread_cond_timedwait(&x.cv, &x.mu, &until) == 0) {
+  }
+  int answered_while_held = x.done;
+  pthread_mutex_unlock(&x.mu);
+  assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  pthread_join(t, NULL);
+  assert_true(answered_while_held);
+  assert_status(RESIL_OK, x.st);
+  assert_int_equal(x.r, RESIL_OP_IN_PROGRESS);
+  pthread_mutex_destroy(&x.mu);
+  pthread_cond_destroy(&x.cv);
+}
+
 /* ---- store errors ------------------------------------------------------------ */
 
 static void sqlite_disk_full_is_eio_and_nothing_half_written(void **state) {
@@ -3091,6 +3171,7 @@ static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_
   cmocka_unit_test_prestate_setup_teardown(sweep_deletes_expired_terminal_ops_in_bounded_batches, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(complete_times_out_while_another_holds_the_row, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_begin_times_out_while_another_connection_holds_the_write_lock, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_begin_waiting_for_the_lock_answers_once_the_key_is_stored, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_disk_full_is_eio_and_nothing_half_written, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_open_reports_unusable_files_as_eio, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(open_refuses_a_schema_newer_than_the_library, fx_setup, fx_teardown, (void *)&bk), \
