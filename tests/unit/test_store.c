@@ -518,6 +518,10 @@ typedef struct exec_effect {
    * statements, and after them */
   const char *direct_before, *direct_after;
   ts_effect *then; /* not NULL: ts_effect_fn(then) ends the effect */
+  /* PostgreSQL: the first call has this side connection terminate the
+   * effect's backend after the statements were queued (not sent) */
+  PGconn *kill_after_queue;
+  int killed;
   int status;      /* the response's status; 0 means 201 */
   atomic_int calls;
   resil_status got[8]; /* what each call returned (the last run) */
@@ -585,7 +589,15 @@ static resil_status effect_exec(void *user, resil_store_txn *tx, const resil_op_
   exec_effect *e = user;
   atomic_fetch_add(&e->calls, 1);
   if (e->direct_before) PQclear(PQexec(resil_store_txn_pg(tx), e->direct_before));
+  /* Asked before anything is queued: resil_store_txn_pg sends the queue. */
+  int pid = e->kill_after_queue && !e->killed ? PQbackendPID(resil_store_txn_pg(tx)) : 0;
   resil_status st = exec_run(e, tx, pending->key);
+  if (pid) {
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d, 5000)", pid);
+    PQclear(PQexec(e->kill_after_queue, sql));
+    e->killed = 1;
+  }
   if (st) return st;
   if (e->direct_after) PQclear(PQexec(resil_store_txn_pg(tx), e->direct_after));
   if (e->then) return ts_effect_fn(e->then, tx, pending, out);
@@ -2572,6 +2584,35 @@ static void pg_connection_lost_inside_execute_commits_once(void **state) {
   resil_op_record_clear(&rec);
 }
 
+/* The connection dies after the effect queued a statement, before the
+ * commit sends it with the terminal state: nothing committed, the store
+ * reconnects and runs the effect once more; its row commits once. */
+static void pg_connection_lost_with_queued_statements_commits_once(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  ledger_create(f);
+  static const char *const vals[] = {XKEY, "queued"};
+  static const xstmt one = {.sql = "INSERT INTO ledger (k, t) VALUES ($1, $2)", .nparams = 2,
+                            .values = vals};
+  exec_effect e = {.bk = f->bk, .stmts = &one, .n = 1, .kill_after_queue = f->env.admin};
+  resil_op_request req = ts_req("POST", "/p", "1");
+  resil_op_record rec;
+  resil_op_record_init(&rec);
+  assert_int_equal(execute_ok(f, "q", &req, effect_exec, &e, &rec), RESIL_OP_NEW);
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(atomic_load(&e.calls), 2);
+  assert_int_equal(ledger_rows(f, "q"), 1);
+  /* The same through begin then complete. */
+  assert_int_equal(begin_ok(f->s, "q2", &req, NULL), RESIL_OP_NEW);
+  e.killed = 0;
+  atomic_store(&e.calls, 0);
+  assert_status(RESIL_OK, resil_store_complete(f->s, "q2", effect_exec, &e, &rec));
+  assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+  assert_int_equal(atomic_load(&e.calls), 2);
+  assert_int_equal(ledger_rows(f, "q2"), 1);
+  resil_op_record_clear(&rec);
+}
+
 /* ---- resil_store_txn_exec ---------------------------------------------------- */
 
 /* The values of txn_exec_writes_...'s first statement: the key, a text
@@ -3173,6 +3214,7 @@ static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_
   cmocka_unit_test_prestate_setup_teardown(execute_racing_the_same_key_runs_the_effect_once, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_execute_in_one_transaction_takes_two_round_trips, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_inside_execute_commits_once, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(pg_connection_lost_with_queued_statements_commits_once, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(pg_execute_completes_when_the_lock_after_its_insert_fails, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_writes_text_binary_and_null_and_reuses_texts, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_at_commit_rolls_back_and_names_the_statement, fx_setup, fx_teardown, (void *)&bk), \
