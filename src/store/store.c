@@ -537,7 +537,8 @@ struct pg_conn *resil_store_txn_pg(resil_store_txn *tx) {
   if (!tx || !tx->pg) return NULL;
   /* What the effect runs directly must come after what it queued. */
   const resil__store_backend *be = tx->store->be;
-  if (be->txn_settle && be->txn_settle(tx->store, tx->conn) != RESIL_OK) tx->sql_failed = 1;
+  resil_status st = be->txn_settle ? be->txn_settle(tx->store, tx->conn) : RESIL_OK;
+  if (st && !tx->sql_failed) tx->sql_failed = st;
   return tx->pg;
 }
 
@@ -580,7 +581,7 @@ resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int npar
     }
     st = s->be->txn_exec(s, tx->conn, &a);
   }
-  if (st) tx->sql_failed = 1;
+  if (st && !tx->sql_failed) tx->sql_failed = st;
   return st;
 }
 
@@ -812,15 +813,19 @@ static resil_status effect_commit(resil_store *s, void *conn, const char *key,
                         key, resil_status_name(st));
     goto fail;
   }
+  if (tx.sql_failed) {
+    /* The effect went on after a failed statement (or one that rolled its
+     * transaction back): what it wrote is not what it meant to write. The
+     * message is the statement's. */
+    c->effect_failed = 1;
+    st = tx.sql_failed;
+    goto fail;
+  }
   int open = be->txn_open(s, conn);
   if (open <= 0) {
     /* Whatever the effect wrote is not bound to the terminal state any
      * more: fail, and let recovery try again later. */
     c->effect_failed = 1;
-    if (tx.sql_failed) {
-      st = RESIL_EIO; /* the message is the statement's */
-      goto fail;
-    }
     st = open == 0
              ? resil__store_fail(s, RESIL_EMISUSE, NULL,
                                  "the transaction for '%s' was no longer open after the "

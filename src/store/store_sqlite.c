@@ -569,6 +569,13 @@ static resil_status sq_txn_exec(resil_store *s, void *conn, const resil__exec_ar
   sq_conn *c = conn;
   char what[48];
   snprintf(what, sizeof what, "effect statement %d", ++c->nexec);
+  /* An earlier statement's error (SQLITE_FULL, OR ROLLBACK, RAISE(ROLLBACK))
+   * may have rolled the transaction back: this one would then commit on
+   * its own. */
+  if (sqlite3_get_autocommit(c->db))
+    return resil__store_fail(s, RESIL_EIO, NULL,
+                             "%s: the transaction is not open (or was rolled back by an "
+                             "earlier error)", what);
   sqlite3_stmt *q = NULL;
   int cached = 0;
   resil_status st = exec_stmt(s, c, what, a, &q, &cached);

@@ -2819,6 +2819,49 @@ static void txn_exec_failure_at_commit_rolls_back_and_names_the_statement(void *
   assert_int_equal(stats.effect_failed, 6); /* complete, recovery, execute: twice */
 }
 
+/* An effect that ignores a failed resil_store_txn_exec and returns RESIL_OK
+ * (keep_going): nothing of it commits on either backend, as a failure the
+ * effect returned. Three cases, the second statement failing: a duplicate
+ * key (SQLite: the call fails at once, the transaction stays open;
+ * PostgreSQL: queued, fails at the commit), values NULL with nparams 2
+ * (refused by the call on both), and SQLite's INSERT OR ROLLBACK on a
+ * duplicate, which rolls the transaction back: the third statement must
+ * not then run on its own (autocommit) and commit. Each completion fails,
+ * the key stays PENDING and no ledger row of it is committed. */
+static void txn_exec_failure_the_effect_ignores_commits_nothing(void **state) {
+  fx *f = get(state);
+  int pg = f->bk == TS_PG;
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  ts_exec(&f->env, "INSERT INTO ledger (k, t) VALUES ('dup', 'before')");
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const first_v[] = {XKEY, "first"};
+  static const char *const third_v[] = {XKEY, "third"};
+  static const char *const dup_v[] = {"dup", "second"};
+  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
+  const xstmt third = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, third_v, NULL, NULL, ".3"};
+  const xstmt bad[3] = {
+      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL},
+      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, NULL, NULL, NULL, NULL},
+      {"INSERT OR ROLLBACK INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL},
+  };
+  for (int k = 0; k < (pg ? 2 : 3); k++) {
+    const xstmt st[3] = {first, bad[k], third};
+    exec_effect e = {.bk = f->bk, .stmts = st, .n = 3, .keep_going = 1};
+    char key[16];
+    snprintf(key, sizeof key, "ign-%d", k);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    resil_status s = resil_store_complete(f->s, key, effect_exec, &e, NULL);
+    if (s == RESIL_OK) fail_msg("case %d: the completion succeeded", k);
+    if (!pg && k == 2) assert_status(RESIL_EIO, e.got[2]); /* not run outside the transaction */
+    assert_int_equal(atomic_load(&e.calls), 1);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_PENDING);
+    if (ledger_rows(f, key) != 0) fail_msg("case %d: the effect's rows committed", k);
+  }
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM ledger"), 1);
+}
+
 /* Statements queued by resil_store_txn_exec are settled before the effect
  * gets the connection (resil_store_txn_pg / _sqlite): a direct SELECT sees
  * the row; a statement queued after that commits too. PostgreSQL: when the
@@ -3219,6 +3262,7 @@ static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_
   cmocka_unit_test_prestate_setup_teardown(txn_exec_writes_text_binary_and_null_and_reuses_texts, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_at_commit_rolls_back_and_names_the_statement, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_statements_are_settled_before_the_effect_uses_the_connection, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_the_effect_ignores_commits_nothing, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_execute_takes_two_round_trips_in_both_modes, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_rejects_bad_arguments_and_the_operation_rolls_back, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk), \
