@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "store/store_int.h"
@@ -542,6 +543,56 @@ struct pg_conn *resil_store_txn_pg(resil_store_txn *tx) {
   return tx->pg;
 }
 
+/* sql past the blanks and comments (-- to the end of the line, nested
+ * slash-star ones) before its next word. */
+static const char *skip_blank(const char *p) {
+  for (;;) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v') p++;
+    if (p[0] == '-' && p[1] == '-') {
+      while (*p && *p != '\n') p++;
+    } else if (p[0] == '/' && p[1] == '*') {
+      int depth = 0;
+      do {
+        if (p[0] == '/' && p[1] == '*') depth++, p += 2;
+        else if (p[0] == '*' && p[1] == '/') depth--, p += 2;
+        else p++;
+      } while (*p && depth > 0);
+    } else {
+      return p;
+    }
+  }
+}
+
+/* 1 when the word at *p (case-insensitive, then not a letter, digit or _)
+ * is w; *p then moves past it. */
+static int word_is(const char **p, const char *w) {
+  size_t n = strlen(w);
+  if (strncasecmp(*p, w, n) != 0) return 0;
+  char c = (*p)[n];
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')
+    return 0;
+  *p += n;
+  return 1;
+}
+
+/* 1 when sql ends the effect's transaction: COMMIT, END, ABORT, ROLLBACK
+ * (but ROLLBACK [WORK | TRANSACTION] TO a savepoint), PREPARE TRANSACTION. Nested forms (DO,
+ * CALL) cannot: inside a transaction block the database refuses them. */
+static int ends_transaction(const char *sql) {
+  const char *p = skip_blank(sql);
+  if (word_is(&p, "COMMIT") || word_is(&p, "END") || word_is(&p, "ABORT")) return 1;
+  if (word_is(&p, "ROLLBACK")) {
+    p = skip_blank(p);
+    if (word_is(&p, "WORK") || word_is(&p, "TRANSACTION")) p = skip_blank(p);
+    return !word_is(&p, "TO");
+  }
+  if (word_is(&p, "PREPARE")) {
+    p = skip_blank(p);
+    return word_is(&p, "TRANSACTION");
+  }
+  return 0;
+}
+
 resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int nparams,
                                   const char *const *values, const size_t *lengths,
                                   const int *binary) {
@@ -553,6 +604,12 @@ resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int npar
   if (!sql || !*sql)
     st = resil__store_fail(s, RESIL_EINVAL, "sql", "sql: must be a statement, got %s",
                            sql ? "\"\"" : "NULL");
+  else if (ends_transaction(sql))
+    /* On PostgreSQL it would be queued, and the terminal state and COMMIT
+     * behind it would run outside the effect's transaction. */
+    st = resil__store_fail(s, RESIL_EINVAL, "sql",
+                           "sql: ends the transaction, which the store commits with the "
+                           "terminal state");
   else if (nparams < 0 || nparams > RESIL_STORE_EXEC_PARAMS_MAX)
     st = resil__store_fail(s, RESIL_EINVAL, "nparams", "nparams: must be 0..%d, got %d",
                            RESIL_STORE_EXEC_PARAMS_MAX, nparams);

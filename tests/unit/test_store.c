@@ -2862,6 +2862,54 @@ static void txn_exec_failure_the_effect_ignores_commits_nothing(void **state) {
   assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM ledger"), 1);
 }
 
+/* A statement that ends the effect's transaction (COMMIT, END, ROLLBACK,
+ * ABORT, ROLLBACK AND CHAIN, PREPARE TRANSACTION; any case, blanks and
+ * comments before it) is refused (RESIL_EINVAL): on PostgreSQL it would be
+ * queued, and the terminal state pipelined behind it would commit on its
+ * own, without the effect's rows. The effect ignores the refusal: the
+ * completion fails all the same, the key stays PENDING, nothing of it
+ * commits. SAVEPOINT and ROLLBACK TO SAVEPOINT stay usable: the rows after
+ * the savepoint's rollback commit with the terminal state. */
+static void txn_exec_refuses_statements_that_end_the_transaction(void **state) {
+  fx *f = get(state);
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const first_v[] = {XKEY, "first"};
+  static const char *const third_v[] = {XKEY, "third"};
+  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
+  const xstmt third = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, third_v, NULL, NULL, ".3"};
+  static const char *const enders[] = {
+      "ROLLBACK",     " commit ;",           "/* a /* nested */ comment */ END",
+      "-- c\nAbort", "ROLLBACK AND CHAIN", "PREPARE TRANSACTION 'x'",
+  };
+  for (int k = 0; k < (int)(sizeof enders / sizeof enders[0]); k++) {
+    const xstmt st[3] = {first, {enders[k], 0, NULL, NULL, NULL, NULL}, third};
+    exec_effect e = {.bk = f->bk, .stmts = st, .n = 3, .keep_going = 1};
+    char key[16];
+    snprintf(key, sizeof key, "end-%d", k);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    resil_status s = resil_store_complete(f->s, key, effect_exec, &e, NULL);
+    if (s == RESIL_OK) fail_msg("'%s': the completion succeeded", enders[k]);
+    if (e.got[1] != RESIL_EINVAL)
+      fail_msg("'%s': %s, expected RESIL_EINVAL", enders[k], resil_status_name(e.got[1]));
+    if (state_of(f->s, key) != RESIL_OP_PENDING)
+      fail_msg("'%s': %s", enders[k], resil_op_state_name(state_of(f->s, key)));
+    if (ledger_rows(f, key) != 0) fail_msg("'%s': the effect's rows committed", enders[k]);
+  }
+  const xstmt sp[5] = {{"SAVEPOINT resil_t", 0, NULL, NULL, NULL, NULL},
+                       first,
+                       {"ROLLBACK TO SAVEPOINT resil_t", 0, NULL, NULL, NULL, NULL},
+                       {"rollback transaction to resil_t", 0, NULL, NULL, NULL, NULL},
+                       third};
+  exec_effect e = {.bk = f->bk, .stmts = sp, .n = 5};
+  assert_int_equal(begin_ok(f->s, "sp", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_OK, resil_store_complete(f->s, "sp", effect_exec, &e, NULL));
+  assert_int_equal(state_of(f->s, "sp"), RESIL_OP_COMMITTED);
+  assert_int_equal(ledger_rows(f, "sp"), 1); /* third only */
+}
+
 /* Statements queued by resil_store_txn_exec are settled before the effect
  * gets the connection (resil_store_txn_pg / _sqlite): a direct SELECT sees
  * the row; a statement queued after that commits too. PostgreSQL: when the
@@ -3263,6 +3311,7 @@ static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_
   cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_at_commit_rolls_back_and_names_the_statement, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_statements_are_settled_before_the_effect_uses_the_connection, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_the_effect_ignores_commits_nothing, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_refuses_statements_that_end_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_execute_takes_two_round_trips_in_both_modes, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_rejects_bad_arguments_and_the_operation_rolls_back, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk), \
