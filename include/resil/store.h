@@ -319,7 +319,7 @@ RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
  *
  * Returns RESIL_OK (run or queued); RESIL_EINVAL (sql NULL or empty, a
  * statement that ends the transaction: COMMIT, END, ABORT, ROLLBACK but
- * ROLLBACK TO a savepoint, PREPARE TRANSACTION; nparams
+ * ROLLBACK TO a savepoint, PREPARE TRANSACTION; COPY; nparams
  * out of range, values NULL with nparams > 0, a binary value without
  * lengths; SQLite: the statement does not compile or its parameter count is
  * not nparams: the message says which); RESIL_EIO (SQLite: the statement

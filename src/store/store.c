@@ -575,22 +575,30 @@ static int word_is(const char **p, const char *w) {
   return 1;
 }
 
-/* 1 when sql ends the effect's transaction: COMMIT, END, ABORT, ROLLBACK
- * (but ROLLBACK [WORK | TRANSACTION] TO a savepoint), PREPARE TRANSACTION. Nested forms (DO,
- * CALL) cannot: inside a transaction block the database refuses them. */
-static int ends_transaction(const char *sql) {
+/* Why resil_store_txn_exec cannot run sql, or NULL. A statement that ends
+ * the effect's transaction: COMMIT, END, ABORT, ROLLBACK (but ROLLBACK
+ * [WORK | TRANSACTION] TO a savepoint), PREPARE TRANSACTION (nested forms,
+ * DO or CALL, cannot: inside a transaction block the database refuses
+ * them); on PostgreSQL it would be queued, and the terminal state and
+ * COMMIT behind it would run outside the effect's transaction. COPY: its
+ * data exchange (PostgreSQL's FROM STDIN / TO STDOUT) would leave the
+ * pipeline waiting forever. */
+static const char *refused_statement(const char *sql) {
+  static const char ends[] = "ends the transaction, which the store commits with the "
+                             "terminal state";
   const char *p = skip_blank(sql);
-  if (word_is(&p, "COMMIT") || word_is(&p, "END") || word_is(&p, "ABORT")) return 1;
+  if (word_is(&p, "COMMIT") || word_is(&p, "END") || word_is(&p, "ABORT")) return ends;
   if (word_is(&p, "ROLLBACK")) {
     p = skip_blank(p);
     if (word_is(&p, "WORK") || word_is(&p, "TRANSACTION")) p = skip_blank(p);
-    return !word_is(&p, "TO");
+    return word_is(&p, "TO") ? NULL : ends;
   }
   if (word_is(&p, "PREPARE")) {
     p = skip_blank(p);
-    return word_is(&p, "TRANSACTION");
+    return word_is(&p, "TRANSACTION") ? ends : NULL;
   }
-  return 0;
+  if (word_is(&p, "COPY")) return "COPY is not supported (its data exchange cannot run here)";
+  return NULL;
 }
 
 resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int nparams,
@@ -601,15 +609,12 @@ resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int npar
   resil_status st = RESIL_OK;
   int lens[RESIL_STORE_EXEC_PARAMS_MAX], fmts[RESIL_STORE_EXEC_PARAMS_MAX];
   resil__exec_args a = {.sql = sql, .n = nparams, .values = values};
+  const char *why = NULL;
   if (!sql || !*sql)
     st = resil__store_fail(s, RESIL_EINVAL, "sql", "sql: must be a statement, got %s",
                            sql ? "\"\"" : "NULL");
-  else if (ends_transaction(sql))
-    /* On PostgreSQL it would be queued, and the terminal state and COMMIT
-     * behind it would run outside the effect's transaction. */
-    st = resil__store_fail(s, RESIL_EINVAL, "sql",
-                           "sql: ends the transaction, which the store commits with the "
-                           "terminal state");
+  else if ((why = refused_statement(sql)))
+    st = resil__store_fail(s, RESIL_EINVAL, "sql", "sql: %s", why);
   else if (nparams < 0 || nparams > RESIL_STORE_EXEC_PARAMS_MAX)
     st = resil__store_fail(s, RESIL_EINVAL, "nparams", "nparams: must be 0..%d, got %d",
                            RESIL_STORE_EXEC_PARAMS_MAX, nparams);

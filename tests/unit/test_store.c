@@ -2910,6 +2910,37 @@ static void txn_exec_refuses_statements_that_end_the_transaction(void **state) {
   assert_int_equal(ledger_rows(f, "sp"), 1); /* third only */
 }
 
+/* A COPY statement (FROM STDIN, TO STDOUT) needs a data exchange the
+ * store cannot hold: refused (it hung in the pipeline, waiting for data
+ * forever), and the connection serves the next operation. */
+static void txn_exec_copy_fails_and_the_connection_stays_usable(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const first_v[] = {XKEY, "first"};
+  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
+  static const char *const copies[] = {"COPY ledger (k) FROM STDIN", "COPY ledger TO STDOUT"};
+  for (int k = 0; k < 2; k++) {
+    const xstmt st[2] = {first, {copies[k], 0, NULL, NULL, NULL, NULL}};
+    exec_effect e = {.bk = f->bk, .stmts = st, .n = 2};
+    char key[16];
+    snprintf(key, sizeof key, "copy-%d", k);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    resil_status s = resil_store_complete(f->s, key, effect_exec, &e, NULL);
+    if (s == RESIL_OK) fail_msg("'%s': the completion succeeded", copies[k]);
+    assert_status(RESIL_EINVAL, e.got[1]);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_PENDING);
+    assert_int_equal(ledger_rows(f, key), 0);
+    exec_effect g = {.bk = f->bk, .stmts = &first, .n = 1};
+    snprintf(key, sizeof key, "after-copy-%d", k);
+    assert_int_equal(execute_ok(f, key, &req, effect_exec, &g, NULL), RESIL_OP_NEW);
+    assert_int_equal(ledger_rows(f, key), 1);
+  }
+}
+
 /* Statements queued by resil_store_txn_exec are settled before the effect
  * gets the connection (resil_store_txn_pg / _sqlite): a direct SELECT sees
  * the row; a statement queued after that commits too. PostgreSQL: when the
@@ -3312,6 +3343,7 @@ static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_
   cmocka_unit_test_prestate_setup_teardown(txn_exec_statements_are_settled_before_the_effect_uses_the_connection, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_the_effect_ignores_commits_nothing, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_refuses_statements_that_end_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_copy_fails_and_the_connection_stays_usable, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_execute_takes_two_round_trips_in_both_modes, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_rejects_bad_arguments_and_the_operation_rolls_back, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk), \
