@@ -504,10 +504,23 @@ static void sq_txn_fill(void *conn, resil_store_txn *tx) {
   ((sq_conn *)conn)->nexec = 0;
 }
 
-/* 1 when p holds nothing but blanks and semicolons. */
+/* 1 when p holds nothing but blanks, semicolons and comments (-- to the
+ * end of the line; slash-star to star-slash or the end, as SQLite reads
+ * them): what may follow one statement. */
 static int only_blank(const char *p) {
-  for (; p && *p; p++)
-    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != ';') return 0;
+  while (p && *p) {
+    if (p[0] == '-' && p[1] == '-') {
+      while (*p && *p != '\n') p++;
+    } else if (p[0] == '/' && p[1] == '*') {
+      const char *end = strstr(p + 2, "*/");
+      p = end ? end + 2 : p + strlen(p);
+    } else if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' ||
+               *p == ';') {
+      p++;
+    } else {
+      return 0;
+    }
+  }
   return 1;
 }
 

@@ -2941,6 +2941,35 @@ static void txn_exec_copy_fails_and_the_connection_stays_usable(void **state) {
   }
 }
 
+/* A statement followed by a semicolon and a comment is one statement (as
+ * on PostgreSQL): it runs and commits, twice on one connection (the
+ * cached text is recognised again). */
+static void txn_exec_statement_with_a_trailing_comment_runs(void **state) {
+  fx *f = get(state);
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const v[] = {XKEY};
+  const xstmt st[2] = {
+      {"INSERT INTO ledger (k, t) VALUES ($1, 'a'); -- the first row\n", 1, v, NULL, NULL, NULL},
+      {"INSERT INTO ledger (k, t) VALUES ($1, 'b'); /* the second */ ", 1, v, NULL, NULL, ".2"},
+  };
+  exec_effect e = {.bk = f->bk, .stmts = st, .n = 2};
+  for (int i = 0; i < 2; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "cmt-%d", i);
+    resil_op_record rec;
+    resil_op_record_init(&rec);
+    resil_op_begin_result r = 0;
+    resil_status s = resil_store_execute(f->s, key, &req, effect_exec, &e, &r, &rec);
+    if (s) fail_msg("%s: %s", resil_status_name(s), resil_store_errmsg(f->s));
+    assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+    assert_int_equal(ledger_rows(f, key), 2);
+    resil_op_record_clear(&rec);
+  }
+}
+
 /* Statements queued by resil_store_txn_exec are settled before the effect
  * gets the connection (resil_store_txn_pg / _sqlite): a direct SELECT sees
  * the row; a statement queued after that commits too. PostgreSQL: when the
@@ -3344,6 +3373,7 @@ static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_
   cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_the_effect_ignores_commits_nothing, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_refuses_statements_that_end_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_copy_fails_and_the_connection_stays_usable, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_statement_with_a_trailing_comment_runs, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_execute_takes_two_round_trips_in_both_modes, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_rejects_bad_arguments_and_the_operation_rolls_back, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk), \
