@@ -317,16 +317,20 @@ RESIL_API struct pg_conn *resil_store_txn_pg(resil_store_txn *tx);
  * UNKNOWN). Needs libpq 14 or later to queue; with an older libpq the
  * statement runs at once. SQLite: the statement runs at once.
  *
- * Returns RESIL_OK (run or queued); RESIL_EINVAL (sql NULL or empty, nparams
+ * Returns RESIL_OK (run or queued); RESIL_EINVAL (sql NULL or empty, a
+ * statement that ends the transaction: COMMIT, END, ABORT, ROLLBACK but
+ * ROLLBACK TO a savepoint, PREPARE TRANSACTION; COPY; nparams
  * out of range, values NULL with nparams > 0, a binary value without
  * lengths; SQLite: the statement does not compile or its parameter count is
  * not nparams: the message says which); RESIL_EIO (SQLite: the statement
- * failed: its message; the transaction may have been rolled back, which the
- * completion then reports; PostgreSQL: the connection failed, or an earlier
+ * failed: its message; or an earlier one's error rolled the transaction
+ * back: then nothing runs; PostgreSQL: the connection failed, or an earlier
  * statement of this effect already failed, found out by resil_store_txn_pg or
  * when a full queue was sent); RESIL_ENOMEM;
  * RESIL_EMISUSE (tx NULL). A failure does not end the effect: the effect
- * should return it (any status but RESIL_OK rolls everything back).
+ * should return it (any status but RESIL_OK rolls everything back); if it
+ * returns RESIL_OK anyway, the completion fails all the same with the first
+ * failed call's status and message: nothing of the effect commits.
  * Only for the effect's own thread during the effect call. */
 #define RESIL_STORE_EXEC_CACHE 8
 RESIL_API resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql,

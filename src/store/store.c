@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "store/store_int.h"
@@ -537,8 +538,67 @@ struct pg_conn *resil_store_txn_pg(resil_store_txn *tx) {
   if (!tx || !tx->pg) return NULL;
   /* What the effect runs directly must come after what it queued. */
   const resil__store_backend *be = tx->store->be;
-  if (be->txn_settle && be->txn_settle(tx->store, tx->conn) != RESIL_OK) tx->sql_failed = 1;
+  resil_status st = be->txn_settle ? be->txn_settle(tx->store, tx->conn) : RESIL_OK;
+  if (st && !tx->sql_failed) tx->sql_failed = st;
   return tx->pg;
+}
+
+/* sql past the blanks and comments (-- to the end of the line, nested
+ * slash-star ones) before its next word. */
+static const char *skip_blank(const char *p) {
+  for (;;) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v') p++;
+    if (p[0] == '-' && p[1] == '-') {
+      while (*p && *p != '\n') p++;
+    } else if (p[0] == '/' && p[1] == '*') {
+      int depth = 0;
+      do {
+        if (p[0] == '/' && p[1] == '*') depth++, p += 2;
+        else if (p[0] == '*' && p[1] == '/') depth--, p += 2;
+        else p++;
+      } while (*p && depth > 0);
+    } else {
+      return p;
+    }
+  }
+}
+
+/* 1 when the word at *p (case-insensitive, then not a letter, digit or _)
+ * is w; *p then moves past it. */
+static int word_is(const char **p, const char *w) {
+  size_t n = strlen(w);
+  if (strncasecmp(*p, w, n) != 0) return 0;
+  char c = (*p)[n];
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')
+    return 0;
+  *p += n;
+  return 1;
+}
+
+/* Why resil_store_txn_exec cannot run sql, or NULL. A statement that ends
+ * the effect's transaction: COMMIT, END, ABORT, ROLLBACK (but ROLLBACK
+ * [WORK | TRANSACTION] TO a savepoint), PREPARE TRANSACTION (nested forms,
+ * DO or CALL, cannot: inside a transaction block the database refuses
+ * them); on PostgreSQL it would be queued, and the terminal state and
+ * COMMIT behind it would run outside the effect's transaction. COPY: its
+ * data exchange (PostgreSQL's FROM STDIN / TO STDOUT) would leave the
+ * pipeline waiting forever. */
+static const char *refused_statement(const char *sql) {
+  static const char ends[] = "ends the transaction, which the store commits with the "
+                             "terminal state";
+  const char *p = skip_blank(sql);
+  if (word_is(&p, "COMMIT") || word_is(&p, "END") || word_is(&p, "ABORT")) return ends;
+  if (word_is(&p, "ROLLBACK")) {
+    p = skip_blank(p);
+    if (word_is(&p, "WORK") || word_is(&p, "TRANSACTION")) p = skip_blank(p);
+    return word_is(&p, "TO") ? NULL : ends;
+  }
+  if (word_is(&p, "PREPARE")) {
+    p = skip_blank(p);
+    return word_is(&p, "TRANSACTION") ? ends : NULL;
+  }
+  if (word_is(&p, "COPY")) return "COPY is not supported (its data exchange cannot run here)";
+  return NULL;
 }
 
 resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int nparams,
@@ -549,9 +609,12 @@ resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int npar
   resil_status st = RESIL_OK;
   int lens[RESIL_STORE_EXEC_PARAMS_MAX], fmts[RESIL_STORE_EXEC_PARAMS_MAX];
   resil__exec_args a = {.sql = sql, .n = nparams, .values = values};
+  const char *why = NULL;
   if (!sql || !*sql)
     st = resil__store_fail(s, RESIL_EINVAL, "sql", "sql: must be a statement, got %s",
                            sql ? "\"\"" : "NULL");
+  else if ((why = refused_statement(sql)))
+    st = resil__store_fail(s, RESIL_EINVAL, "sql", "sql: %s", why);
   else if (nparams < 0 || nparams > RESIL_STORE_EXEC_PARAMS_MAX)
     st = resil__store_fail(s, RESIL_EINVAL, "nparams", "nparams: must be 0..%d, got %d",
                            RESIL_STORE_EXEC_PARAMS_MAX, nparams);
@@ -580,7 +643,7 @@ resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int npar
     }
     st = s->be->txn_exec(s, tx->conn, &a);
   }
-  if (st) tx->sql_failed = 1;
+  if (st && !tx->sql_failed) tx->sql_failed = st;
   return st;
 }
 
@@ -812,15 +875,19 @@ static resil_status effect_commit(resil_store *s, void *conn, const char *key,
                         key, resil_status_name(st));
     goto fail;
   }
+  if (tx.sql_failed) {
+    /* The effect went on after a failed statement (or one that rolled its
+     * transaction back): what it wrote is not what it meant to write. The
+     * message is the statement's. */
+    c->effect_failed = 1;
+    st = tx.sql_failed;
+    goto fail;
+  }
   int open = be->txn_open(s, conn);
   if (open <= 0) {
     /* Whatever the effect wrote is not bound to the terminal state any
      * more: fail, and let recovery try again later. */
     c->effect_failed = 1;
-    if (tx.sql_failed) {
-      st = RESIL_EIO; /* the message is the statement's */
-      goto fail;
-    }
     st = open == 0
              ? resil__store_fail(s, RESIL_EMISUSE, NULL,
                                  "the transaction for '%s' was no longer open after the "

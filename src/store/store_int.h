@@ -59,9 +59,11 @@ struct resil_store_txn {
   struct pg_conn *pg;
   resil_store *store; /* set by effect_commit around the effect call */
   void *conn;
-  /* A resil_store_txn_exec of this effect failed (or a statement it queued,
-   * found out by resil_store_txn_pg): its message is the one to report. */
-  int sql_failed;
+  /* The status of the first resil_store_txn_exec of this effect that failed
+   * (or of a statement it queued, found out by resil_store_txn_pg), 0 for
+   * none: its message is the one to report, and the effect's transaction
+   * does not commit even if the effect returns RESIL_OK. */
+  resil_status sql_failed;
 };
 
 /* resil_store_txn_exec's parameters, checked (store.c) before the backend

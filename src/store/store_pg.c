@@ -516,6 +516,8 @@ static resil_status pg_settle(resil_store *s, void *conn) {
 #ifdef LIBPQ_HAS_PIPELINING
   if (queued(c) && !settle(s, c) && !c->qfail)
     return pg_fail(s, c, NULL, "send the effect's statements");
+#else
+  (void)s;
 #endif
   return c->qfail;
 }
@@ -528,7 +530,9 @@ static void pg_discard(pg_slot *c) {
   c->nq = 0;
 }
 
-/* The cache slot of sql's text (added when there is room), or -1. */
+#ifdef LIBPQ_HAS_PIPELINING
+/* The cache slot of sql's text (added when there is room), or -1. (Without
+ * pipelining the statement runs at once, unnamed.) */
 static int exec_slot(resil_store *s, pg_slot *c, const char *sql) {
   int free_slot = -1;
   for (int i = 0; i < RESIL_STORE_EXEC_CACHE; i++) {
@@ -543,6 +547,7 @@ static int exec_slot(resil_store *s, pg_slot *c, const char *sql) {
   c->esql[free_slot] = resil__strdup(s->alloc, sql, &ok);
   return c->esql[free_slot] ? free_slot : -1; /* out of memory: unnamed */
 }
+#endif
 
 /* txn_exec: the statement is queued in the pipeline (libpq 14+), sent with
  * the terminal state and COMMIT; else it runs now. */

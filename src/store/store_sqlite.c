@@ -504,10 +504,23 @@ static void sq_txn_fill(void *conn, resil_store_txn *tx) {
   ((sq_conn *)conn)->nexec = 0;
 }
 
-/* 1 when p holds nothing but blanks and semicolons. */
+/* 1 when p holds nothing but blanks, semicolons and comments (-- to the
+ * end of the line; slash-star to star-slash or the end, as SQLite reads
+ * them): what may follow one statement. */
 static int only_blank(const char *p) {
-  for (; p && *p; p++)
-    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != ';') return 0;
+  while (p && *p) {
+    if (p[0] == '-' && p[1] == '-') {
+      while (*p && *p != '\n') p++;
+    } else if (p[0] == '/' && p[1] == '*') {
+      const char *end = strstr(p + 2, "*/");
+      p = end ? end + 2 : p + strlen(p);
+    } else if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' ||
+               *p == ';') {
+      p++;
+    } else {
+      return 0;
+    }
+  }
   return 1;
 }
 
@@ -569,6 +582,13 @@ static resil_status sq_txn_exec(resil_store *s, void *conn, const resil__exec_ar
   sq_conn *c = conn;
   char what[48];
   snprintf(what, sizeof what, "effect statement %d", ++c->nexec);
+  /* An earlier statement's error (SQLITE_FULL, OR ROLLBACK, RAISE(ROLLBACK))
+   * may have rolled the transaction back: this one would then commit on
+   * its own. */
+  if (sqlite3_get_autocommit(c->db))
+    return resil__store_fail(s, RESIL_EIO, NULL,
+                             "%s: the transaction is not open (or was rolled back by an "
+                             "earlier error)", what);
   sqlite3_stmt *q = NULL;
   int cached = 0;
   resil_status st = exec_stmt(s, c, what, a, &q, &cached);

@@ -2819,6 +2819,157 @@ static void txn_exec_failure_at_commit_rolls_back_and_names_the_statement(void *
   assert_int_equal(stats.effect_failed, 6); /* complete, recovery, execute: twice */
 }
 
+/* An effect that ignores a failed resil_store_txn_exec and returns RESIL_OK
+ * (keep_going): nothing of it commits on either backend, as a failure the
+ * effect returned. Three cases, the second statement failing: a duplicate
+ * key (SQLite: the call fails at once, the transaction stays open;
+ * PostgreSQL: queued, fails at the commit), values NULL with nparams 2
+ * (refused by the call on both), and SQLite's INSERT OR ROLLBACK on a
+ * duplicate, which rolls the transaction back: the third statement must
+ * not then run on its own (autocommit) and commit. Each completion fails,
+ * the key stays PENDING and no ledger row of it is committed. */
+static void txn_exec_failure_the_effect_ignores_commits_nothing(void **state) {
+  fx *f = get(state);
+  int pg = f->bk == TS_PG;
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  ts_exec(&f->env, "INSERT INTO ledger (k, t) VALUES ('dup', 'before')");
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const first_v[] = {XKEY, "first"};
+  static const char *const third_v[] = {XKEY, "third"};
+  static const char *const dup_v[] = {"dup", "second"};
+  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
+  const xstmt third = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, third_v, NULL, NULL, ".3"};
+  const xstmt bad[3] = {
+      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL},
+      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, NULL, NULL, NULL, NULL},
+      {"INSERT OR ROLLBACK INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL},
+  };
+  for (int k = 0; k < (pg ? 2 : 3); k++) {
+    const xstmt st[3] = {first, bad[k], third};
+    exec_effect e = {.bk = f->bk, .stmts = st, .n = 3, .keep_going = 1};
+    char key[16];
+    snprintf(key, sizeof key, "ign-%d", k);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    resil_status s = resil_store_complete(f->s, key, effect_exec, &e, NULL);
+    if (s == RESIL_OK) fail_msg("case %d: the completion succeeded", k);
+    if (!pg && k == 2) assert_status(RESIL_EIO, e.got[2]); /* not run outside the transaction */
+    assert_int_equal(atomic_load(&e.calls), 1);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_PENDING);
+    if (ledger_rows(f, key) != 0) fail_msg("case %d: the effect's rows committed", k);
+  }
+  assert_int_equal(ts_query_long(&f->env, "SELECT count(*) FROM ledger"), 1);
+}
+
+/* A statement that ends the effect's transaction (COMMIT, END, ROLLBACK,
+ * ABORT, ROLLBACK AND CHAIN, PREPARE TRANSACTION; any case, blanks and
+ * comments before it) is refused (RESIL_EINVAL): on PostgreSQL it would be
+ * queued, and the terminal state pipelined behind it would commit on its
+ * own, without the effect's rows. The effect ignores the refusal: the
+ * completion fails all the same, the key stays PENDING, nothing of it
+ * commits. SAVEPOINT and ROLLBACK TO SAVEPOINT stay usable: the rows after
+ * the savepoint's rollback commit with the terminal state. */
+static void txn_exec_refuses_statements_that_end_the_transaction(void **state) {
+  fx *f = get(state);
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const first_v[] = {XKEY, "first"};
+  static const char *const third_v[] = {XKEY, "third"};
+  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
+  const xstmt third = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, third_v, NULL, NULL, ".3"};
+  static const char *const enders[] = {
+      "ROLLBACK",     " commit ;",           "/* a /* nested */ comment */ END",
+      "-- c\nAbort", "ROLLBACK AND CHAIN", "PREPARE TRANSACTION 'x'",
+  };
+  for (int k = 0; k < (int)(sizeof enders / sizeof enders[0]); k++) {
+    const xstmt st[3] = {first, {enders[k], 0, NULL, NULL, NULL, NULL}, third};
+    exec_effect e = {.bk = f->bk, .stmts = st, .n = 3, .keep_going = 1};
+    char key[16];
+    snprintf(key, sizeof key, "end-%d", k);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    resil_status s = resil_store_complete(f->s, key, effect_exec, &e, NULL);
+    if (s == RESIL_OK) fail_msg("'%s': the completion succeeded", enders[k]);
+    if (e.got[1] != RESIL_EINVAL)
+      fail_msg("'%s': %s, expected RESIL_EINVAL", enders[k], resil_status_name(e.got[1]));
+    if (state_of(f->s, key) != RESIL_OP_PENDING)
+      fail_msg("'%s': %s", enders[k], resil_op_state_name(state_of(f->s, key)));
+    if (ledger_rows(f, key) != 0) fail_msg("'%s': the effect's rows committed", enders[k]);
+  }
+  const xstmt sp[5] = {{"SAVEPOINT resil_t", 0, NULL, NULL, NULL, NULL},
+                       first,
+                       {"ROLLBACK TO SAVEPOINT resil_t", 0, NULL, NULL, NULL, NULL},
+                       {"rollback transaction to resil_t", 0, NULL, NULL, NULL, NULL},
+                       third};
+  exec_effect e = {.bk = f->bk, .stmts = sp, .n = 5};
+  assert_int_equal(begin_ok(f->s, "sp", &req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_OK, resil_store_complete(f->s, "sp", effect_exec, &e, NULL));
+  assert_int_equal(state_of(f->s, "sp"), RESIL_OP_COMMITTED);
+  assert_int_equal(ledger_rows(f, "sp"), 1); /* third only */
+}
+
+/* A COPY statement (FROM STDIN, TO STDOUT) needs a data exchange the
+ * store cannot hold: refused (it hung in the pipeline, waiting for data
+ * forever), and the connection serves the next operation. */
+static void txn_exec_copy_fails_and_the_connection_stays_usable(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_PG) skip();
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const first_v[] = {XKEY, "first"};
+  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
+  static const char *const copies[] = {"COPY ledger (k) FROM STDIN", "COPY ledger TO STDOUT"};
+  for (int k = 0; k < 2; k++) {
+    const xstmt st[2] = {first, {copies[k], 0, NULL, NULL, NULL, NULL}};
+    exec_effect e = {.bk = f->bk, .stmts = st, .n = 2};
+    char key[16];
+    snprintf(key, sizeof key, "copy-%d", k);
+    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    resil_status s = resil_store_complete(f->s, key, effect_exec, &e, NULL);
+    if (s == RESIL_OK) fail_msg("'%s': the completion succeeded", copies[k]);
+    assert_status(RESIL_EINVAL, e.got[1]);
+    assert_int_equal(state_of(f->s, key), RESIL_OP_PENDING);
+    assert_int_equal(ledger_rows(f, key), 0);
+    exec_effect g = {.bk = f->bk, .stmts = &first, .n = 1};
+    snprintf(key, sizeof key, "after-copy-%d", k);
+    assert_int_equal(execute_ok(f, key, &req, effect_exec, &g, NULL), RESIL_OP_NEW);
+    assert_int_equal(ledger_rows(f, key), 1);
+  }
+}
+
+/* A statement followed by a semicolon and a comment is one statement (as
+ * on PostgreSQL): it runs and commits, twice on one connection (the
+ * cached text is recognised again). */
+static void txn_exec_statement_with_a_trailing_comment_runs(void **state) {
+  fx *f = get(state);
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  resil_op_request req = ts_req("POST", "/p", "1");
+  static const char *const v[] = {XKEY};
+  const xstmt st[2] = {
+      {"INSERT INTO ledger (k, t) VALUES ($1, 'a'); -- the first row\n", 1, v, NULL, NULL, NULL},
+      {"INSERT INTO ledger (k, t) VALUES ($1, 'b'); /* the second */ ", 1, v, NULL, NULL, ".2"},
+  };
+  exec_effect e = {.bk = f->bk, .stmts = st, .n = 2};
+  for (int i = 0; i < 2; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "cmt-%d", i);
+    resil_op_record rec;
+    resil_op_record_init(&rec);
+    resil_op_begin_result r = 0;
+    resil_status s = resil_store_execute(f->s, key, &req, effect_exec, &e, &r, &rec);
+    if (s) fail_msg("%s: %s", resil_status_name(s), resil_store_errmsg(f->s));
+    assert_int_equal(rec.state, RESIL_OP_COMMITTED);
+    assert_int_equal(ledger_rows(f, key), 2);
+    resil_op_record_clear(&rec);
+  }
+}
+
 /* Statements queued by resil_store_txn_exec are settled before the effect
  * gets the connection (resil_store_txn_pg / _sqlite): a direct SELECT sees
  * the row; a statement queued after that commits too. PostgreSQL: when the
@@ -3219,6 +3370,10 @@ static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_
   cmocka_unit_test_prestate_setup_teardown(txn_exec_writes_text_binary_and_null_and_reuses_texts, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_at_commit_rolls_back_and_names_the_statement, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_statements_are_settled_before_the_effect_uses_the_connection, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_failure_the_effect_ignores_commits_nothing, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_refuses_statements_that_end_the_transaction, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_copy_fails_and_the_connection_stays_usable, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(txn_exec_statement_with_a_trailing_comment_runs, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_execute_takes_two_round_trips_in_both_modes, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_rejects_bad_arguments_and_the_operation_rolls_back, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_again, fx_setup, fx_teardown, (void *)&bk), \
