@@ -67,7 +67,7 @@ for m in "${modes[@]}"; do
         run_suite build/asan -DCMAKE_BUILD_TYPE=Debug -DRESIL_SANITIZE=address,undefined ;;
     tsan)
       echo "== concurrency tests (ThreadSanitizer)"
-      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+      TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp" \
         run_suite build/tsan -DCMAKE_BUILD_TYPE=Debug -DRESIL_SANITIZE=thread -- -L concurrency ;;
     install)
       echo "== install and pkg-config smoke test"
