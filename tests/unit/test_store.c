@@ -2711,6 +2711,28 @@ static void check_statement_failure(fx *f, const exec_effect *e, const char *db_
   }
 }
 
+/* Statements several txn_exec tests share: the operation's first and third
+ * ledger rows (the third under key.3), and an INSERT of the row 'dup' that
+ * the tests store beforehand (a duplicate key). */
+static const char *const first_v[] = {XKEY, "first"};
+static const char *const third_v[] = {XKEY, "third"};
+static const char *const dup_v[] = {"dup", "second"};
+static const xstmt st_first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v,
+                               NULL, NULL, NULL};
+static const xstmt st_third = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, third_v,
+                               NULL, NULL, ".3"};
+static const xstmt st_dup = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v,
+                             NULL, NULL, NULL};
+
+/* One pooled connection (so every operation reuses it), the ledger, and
+ * its row 'dup'. */
+static void ledger_with_dup(fx *f) {
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  ledger_create(f);
+  ts_exec(&f->env, "INSERT INTO ledger (k, t) VALUES ('dup', 'before')");
+}
+
 /* The second of three statements fails: a unique violation on a row the
  * test inserted, or a syntax error. PostgreSQL learns it at the commit
  * (RESIL_EIO, the statement named); SQLite at the call (the duplicate:
@@ -2724,19 +2746,12 @@ static void check_statement_failure(fx *f, const exec_effect *e, const char *db_
 static void txn_exec_failure_at_commit_rolls_back_and_names_the_statement(void **state) {
   fx *f = get(state);
   int pg = f->bk == TS_PG, eis = f->cfg.effects_in_store;
-  f->cfg.pool_size = 1;
-  fx_reopen(f);
-  ledger_create(f);
-  ts_exec(&f->env, "INSERT INTO ledger (k, t) VALUES ('dup', 'before')");
+  ledger_with_dup(f);
   resil_op_request req = ts_req("POST", "/p", "1");
-  static const char *const first_v[] = {XKEY, "first"};
-  static const char *const third_v[] = {XKEY, "third"};
-  static const char *const dup_v[] = {"dup", "second"};
   static const char *const syn_v[] = {XKEY};
-  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
-  const xstmt third = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, third_v, NULL, NULL, ".3"};
+  const xstmt first = st_first, third = st_third;
   const xstmt bad[2] = {
-      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL},
+      st_dup,
       {"INSERTT INTO ledger (k) VALUES ($1)", 1, syn_v, NULL, NULL, ".2"},
   };
   const char *const name[2] = {"dup", "syn"};
@@ -2831,18 +2846,11 @@ static void txn_exec_failure_at_commit_rolls_back_and_names_the_statement(void *
 static void txn_exec_failure_the_effect_ignores_commits_nothing(void **state) {
   fx *f = get(state);
   int pg = f->bk == TS_PG;
-  f->cfg.pool_size = 1;
-  fx_reopen(f);
-  ledger_create(f);
-  ts_exec(&f->env, "INSERT INTO ledger (k, t) VALUES ('dup', 'before')");
+  ledger_with_dup(f);
   resil_op_request req = ts_req("POST", "/p", "1");
-  static const char *const first_v[] = {XKEY, "first"};
-  static const char *const third_v[] = {XKEY, "third"};
-  static const char *const dup_v[] = {"dup", "second"};
-  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
-  const xstmt third = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, third_v, NULL, NULL, ".3"};
+  const xstmt first = st_first, third = st_third;
   const xstmt bad[3] = {
-      {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL},
+      st_dup,
       {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, NULL, NULL, NULL, NULL},
       {"INSERT OR ROLLBACK INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL},
   };
@@ -2876,10 +2884,7 @@ static void txn_exec_refuses_statements_that_end_the_transaction(void **state) {
   fx_reopen(f);
   ledger_create(f);
   resil_op_request req = ts_req("POST", "/p", "1");
-  static const char *const first_v[] = {XKEY, "first"};
-  static const char *const third_v[] = {XKEY, "third"};
-  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
-  const xstmt third = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, third_v, NULL, NULL, ".3"};
+  const xstmt first = st_first, third = st_third;
   static const char *const enders[] = {
       "ROLLBACK",     " commit ;",           "/* a /* nested */ comment */ END",
       "-- c\nAbort", "ROLLBACK AND CHAIN", "PREPARE TRANSACTION 'x'",
@@ -2920,8 +2925,7 @@ static void txn_exec_copy_fails_and_the_connection_stays_usable(void **state) {
   fx_reopen(f);
   ledger_create(f);
   resil_op_request req = ts_req("POST", "/p", "1");
-  static const char *const first_v[] = {XKEY, "first"};
-  const xstmt first = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, first_v, NULL, NULL, NULL};
+  const xstmt first = st_first;
   static const char *const copies[] = {"COPY ledger (k) FROM STDIN", "COPY ledger TO STDOUT"};
   for (int k = 0; k < 2; k++) {
     const xstmt st[2] = {first, {copies[k], 0, NULL, NULL, NULL, NULL}};
@@ -3001,8 +3005,8 @@ static void txn_exec_statements_are_settled_before_the_effect_uses_the_connectio
     assert_int_equal(ledger_rows(f, keys[i]), 2);
   }
   if (f->bk != TS_PG) return;
-  static const char *const dup_v[] = {"ord-x", "again"};
-  const xstmt dup = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, dup_v, NULL, NULL, NULL};
+  static const char *const again_v[] = {"ord-x", "again"};
+  const xstmt dup = {"INSERT INTO ledger (k, t) VALUES ($1, $2)", 2, again_v, NULL, NULL, NULL};
   exec_effect d = {.bk = f->bk, .stmts = &dup, .n = 1, .peek = 1, .peek_after = 1};
   const char *bad_keys[2] = {"ord-fc", "ord-fx"};
   for (int i = 0; i < 2; i++) {
