@@ -543,9 +543,7 @@ struct pg_conn *resil_store_txn_pg(resil_store_txn *tx) {
   return tx->pg;
 }
 
-/* sql past the blanks and comments (-- to the end of the line, nested
- * slash-star ones) before its next word. */
-static const char *skip_blank(const char *p) {
+const char *resil__sql_skip_blank(const char *p, int nested) {
   for (;;) {
     while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v') p++;
     if (p[0] == '-' && p[1] == '-') {
@@ -553,7 +551,7 @@ static const char *skip_blank(const char *p) {
     } else if (p[0] == '/' && p[1] == '*') {
       int depth = 0;
       do {
-        if (p[0] == '/' && p[1] == '*') depth++, p += 2;
+        if (p[0] == '/' && p[1] == '*') depth += nested || !depth, p += 2;
         else if (p[0] == '*' && p[1] == '/') depth--, p += 2;
         else p++;
       } while (*p && depth > 0);
@@ -561,6 +559,10 @@ static const char *skip_blank(const char *p) {
       return p;
     }
   }
+}
+
+static const char *skip_blank(const char *p) {
+  return resil__sql_skip_blank(p, 1);
 }
 
 /* 1 when the word at *p (case-insensitive, then not a letter, digit or _)
@@ -608,7 +610,7 @@ resil_status resil_store_txn_exec(resil_store_txn *tx, const char *sql, int npar
   resil_store *s = tx->store;
   resil_status st = RESIL_OK;
   int lens[RESIL_STORE_EXEC_PARAMS_MAX], fmts[RESIL_STORE_EXEC_PARAMS_MAX];
-  resil__exec_args a = {.sql = sql, .n = nparams, .values = values};
+  resil__exec_args a = {.no = ++tx->nexec, .sql = sql, .n = nparams, .values = values};
   const char *why = NULL;
   if (!sql || !*sql)
     st = resil__store_fail(s, RESIL_EINVAL, "sql", "sql: must be a statement, got %s",

@@ -64,17 +64,24 @@ struct resil_store_txn {
    * none: its message is the one to report, and the effect's transaction
    * does not commit even if the effect returns RESIL_OK. */
   resil_status sql_failed;
+  int nexec; /* resil_store_txn_exec calls of this effect so far */
 };
 
 /* resil_store_txn_exec's parameters, checked (store.c) before the backend
  * sees them. */
 typedef struct resil__exec_args {
+  int no; /* the statement's number in its effect, from 1 (for messages) */
   const char *sql;
   int n;
   const char *const *values;
   const int *lengths; /* NULL when no value is binary */
   const int *formats; /* NULL: all text */
 } resil__exec_args;
+
+/* sql past the blanks and comments (-- to the end of the line; slash-star
+ * to star-slash, nested as PostgreSQL reads them when `nested`, else as
+ * SQLite does) before its next word. */
+const char *resil__sql_skip_blank(const char *sql, int nested);
 
 /* The backend interface. Every function reports its failures through
  * resil__store_fail (so the text reaches resil_store_errmsg) and returns the

@@ -130,7 +130,6 @@ typedef struct pg_slot {
    * (-1 - i: the Prepare of esql[i]; n > 0: the effect's statement n). */
   int nq;
   int qkind[PG_QUEUE_MAX];
-  int nexec;          /* statements of the current effect so far */
   resil_status qfail; /* the first of them that failed (this transaction) */
   /* A statement of ours was found missing (SQLSTATE 26000: an effect
    * deallocated it): the connection's next pg_ready asks the session which
@@ -478,7 +477,7 @@ static int read_queued(resil_store *s, pg_slot *c) {
         /* The text does not prepare: its statement (the next item) failed;
          * the slot is freed for another text (kept, unprepared, when
          * discarding quietly: it prepares again on its next use). */
-        statement_failed(s, c, r, i + 1 < c->nq ? c->qkind[i + 1] : c->nexec);
+        statement_failed(s, c, r, i + 1 < c->nq ? c->qkind[i + 1] : 0);
         if (s) {
           resil__free(s->alloc, c->esql[-1 - k]);
           c->esql[-1 - k] = NULL;
@@ -553,7 +552,7 @@ static int exec_slot(resil_store *s, pg_slot *c, const char *sql) {
  * the terminal state and COMMIT; else it runs now. */
 static resil_status pg_txn_exec(resil_store *s, void *conn, const resil__exec_args *a) {
   pg_slot *c = conn;
-  int no = ++c->nexec;
+  int no = a->no;
   char what[48];
   snprintf(what, sizeof what, "effect statement %d", no);
   if (c->qfail) return c->qfail; /* the transaction is aborted already */
@@ -675,7 +674,6 @@ static int pg_txn_open(resil_store *s, void *conn) {
 static void pg_txn_fill(void *conn, resil_store_txn *tx) {
   pg_slot *c = conn;
   tx->pg = c->conn;
-  c->nexec = 0;
   c->qfail = RESIL_OK;
 }
 

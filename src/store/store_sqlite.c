@@ -111,7 +111,6 @@ typedef struct sq_conn {
   sqlite3_stmt *st[Q_COUNT];
   /* resil_store_txn_exec's statements, kept by text (sqlite3_sql). */
   sqlite3_stmt *est[RESIL_STORE_EXEC_CACHE];
-  int nexec; /* statements of the current effect so far (for messages) */
   int normal; /* synchronous=NORMAL is in effect (effects_in_store: a begin
                  set it; sq_ready sets FULL again) */
 } sq_conn;
@@ -501,27 +500,17 @@ static int sq_txn_open(resil_store *s, void *conn) {
 
 static void sq_txn_fill(void *conn, resil_store_txn *tx) {
   tx->sqlite = ((sq_conn *)conn)->db;
-  ((sq_conn *)conn)->nexec = 0;
 }
 
-/* 1 when p holds nothing but blanks, semicolons and comments (-- to the
- * end of the line; slash-star to star-slash or the end, as SQLite reads
- * them): what may follow one statement. */
+/* 1 when p holds nothing but blanks, semicolons and comments (as SQLite
+ * reads them): what may follow one statement. */
 static int only_blank(const char *p) {
-  while (p && *p) {
-    if (p[0] == '-' && p[1] == '-') {
-      while (*p && *p != '\n') p++;
-    } else if (p[0] == '/' && p[1] == '*') {
-      const char *end = strstr(p + 2, "*/");
-      p = end ? end + 2 : p + strlen(p);
-    } else if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' ||
-               *p == ';') {
-      p++;
-    } else {
-      return 0;
-    }
+  if (!p) return 1;
+  for (;;) {
+    p = resil__sql_skip_blank(p, 0);
+    if (*p != ';') return *p == '\0';
+    p++;
   }
-  return 1;
 }
 
 /* 1 when q was compiled from sql (SQLite keeps the text without what
@@ -541,38 +530,39 @@ static resil_status exec_stmt(resil_store *s, sq_conn *c, const char *what,
     if (!c->est[i]) {
       if (free_slot < 0) free_slot = i;
     } else if (same_text(c->est[i], a->sql)) {
-      if (sqlite3_bind_parameter_count(c->est[i]) != a->n)
-        return resil__store_fail(s, RESIL_EINVAL, "nparams",
-                                 "%s: has %d parameters, nparams is %d", what,
-                                 sqlite3_bind_parameter_count(c->est[i]), a->n);
       *out = c->est[i];
       *cached = 1;
-      return RESIL_OK;
+      break;
     }
   }
-  sqlite3_stmt *q = NULL;
-  const char *tail = NULL;
-  int rc = sqlite3_prepare_v3(c->db, a->sql, -1, free_slot >= 0 ? SQLITE_PREPARE_PERSISTENT : 0,
-                              &q, &tail);
-  if (rc != SQLITE_OK) {
-    if ((rc & 0xff) == SQLITE_NOMEM) return sq_fail(s, c, rc, what);
-    return resil__store_fail(s, RESIL_EINVAL, "sql", "%s: does not compile: %s", what,
-                             sqlite3_errmsg(c->db));
+  sqlite3_stmt *q = *cached ? *out : NULL;
+  if (!q) {
+    const char *tail = NULL;
+    int rc = sqlite3_prepare_v3(c->db, a->sql, -1,
+                                free_slot >= 0 ? SQLITE_PREPARE_PERSISTENT : 0, &q, &tail);
+    if (rc != SQLITE_OK) {
+      if ((rc & 0xff) == SQLITE_NOMEM) return sq_fail(s, c, rc, what);
+      return resil__store_fail(s, RESIL_EINVAL, "sql", "%s: does not compile: %s", what,
+                               sqlite3_errmsg(c->db));
+    }
+    const char *why = !q ? "is empty" : !only_blank(tail) ? "holds more than one statement"
+                                                           : NULL;
+    if (why) {
+      sqlite3_finalize(q);
+      return resil__store_fail(s, RESIL_EINVAL, "sql", "%s: %s", what, why);
+    }
   }
-  const char *why = !q ? "is empty" : !only_blank(tail) ? "holds more than one statement" : NULL;
-  if (!why && sqlite3_bind_parameter_count(q) != a->n) {
+  if (sqlite3_bind_parameter_count(q) != a->n) {
     resil_status st = resil__store_fail(s, RESIL_EINVAL, "nparams",
                                         "%s: has %d parameters, nparams is %d", what,
                                         sqlite3_bind_parameter_count(q), a->n);
-    sqlite3_finalize(q);
+    if (!*cached) sqlite3_finalize(q);
     return st;
   }
-  if (why) {
-    sqlite3_finalize(q);
-    return resil__store_fail(s, RESIL_EINVAL, "sql", "%s: %s", what, why);
+  if (!*cached && free_slot >= 0) {
+    c->est[free_slot] = q;
+    *cached = 1;
   }
-  *cached = free_slot >= 0;
-  if (*cached) c->est[free_slot] = q;
   *out = q;
   return RESIL_OK;
 }
@@ -581,7 +571,7 @@ static resil_status exec_stmt(resil_store *s, sq_conn *c, const char *what,
 static resil_status sq_txn_exec(resil_store *s, void *conn, const resil__exec_args *a) {
   sq_conn *c = conn;
   char what[48];
-  snprintf(what, sizeof what, "effect statement %d", ++c->nexec);
+  snprintf(what, sizeof what, "effect statement %d", a->no);
   /* An earlier statement's error (SQLITE_FULL, OR ROLLBACK, RAISE(ROLLBACK))
    * may have rolled the transaction back: this one would then commit on
    * its own. */
