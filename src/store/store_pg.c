@@ -494,17 +494,12 @@ static int read_queued(resil_store *s, pg_slot *c) {
   return ok;
 }
 
+static int pipeline_finish(resil_store *s, pg_slot *c, int n, PGresult **res);
+
 /* Sends a Sync after the queued statements, reads their results and the
  * Sync's, and leaves pipeline mode. 1 when all came. */
 static int settle(resil_store *s, pg_slot *c) {
-  int ok = PQpipelineSync(c->conn) && read_queued(s, c);
-  if (ok) {
-    PGresult *r = PQgetResult(c->conn);
-    ok = r && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
-    PQclear(r);
-  }
-  if (!PQexitPipelineMode(c->conn)) ok = 0;
-  return ok;
+  return pipeline_finish(s, c, 0, NULL);
 }
 #endif
 
