@@ -352,7 +352,12 @@ static int i1_run(lab_result *r, int new_key_per_attempt) {
   resil_retry *rt = fixed_retry(3, MS(30));
   if (!lab_check(r, rt != NULL, "retry setup") || !env_dir(r, &e))
     goto out;
-  if (!env_start(r, &e, NULL, 0, MS(150)))
+  /* The client gives up after 300 ms, the server answers 1 s after its
+   * commit: the commit (two flushed SQLite commits) must land inside the
+   * first attempt's 300 ms even on a loaded machine under a sanitizer
+   * (150 ms was too tight there: the retry then met the key still PENDING,
+   * a 409, and needed a third attempt). */
+  if (!env_start(r, &e, NULL, 0, MS(300)))
     goto stop;
   resil_http_response *resp = NULL;
   resil_outcome o;
@@ -363,7 +368,7 @@ static int i1_run(lab_result *r, int new_key_per_attempt) {
     ctx.flags = RESIL_CALL_STABLE_KEY;
     o = resil_retry_run(rt, &ctx, attempt_with_new_key, &nk);
   } else {
-    o = call(&e.cl, "idem_post", KV("name", "i1", "ms", "500"), "i1-stable-key",
+    o = call(&e.cl, "idem_post", KV("name", "i1", "ms", "1000"), "i1-stable-key",
              "{\"amount\":1}", rt, &resp);
   }
   int replayed = is_replay(resp);
@@ -379,8 +384,9 @@ static int i1_run(lab_result *r, int new_key_per_attempt) {
   lab_obs_str(r, "status", v.state);
   lab_obs_int(r, "status_effects", v.effects);
   lab_obs_bool(r, "second_attempt_replayed", replayed);
-  lab_summary(r, "%s, server commits then sleeps 500 ms, timeout 150 ms, retry 3: %s after %ld attempts, effects %ld (payments table), status %s:%ld, replayed %s",
-              new_key_per_attempt ? "new key per attempt" : "stable key", ob, seen, eff,
+  lab_summary(r, "%s, server commits then sleeps %d ms, timeout 300 ms, retry 3: %s after %ld attempts, effects %ld (payments table), status %s:%ld, replayed %s",
+              new_key_per_attempt ? "new key per attempt" : "stable key",
+              new_key_per_attempt ? 500 : 1000, ob, seen, eff,
               v.state, v.effects, replayed ? "yes" : "no");
   lab_expect(r, "answered_201", o.http_status == 201, "outcome %s", ob);
   lab_expect(r, "two_attempts", seen == 2 && o.attempts == 2,
