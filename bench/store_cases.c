@@ -356,6 +356,34 @@ static int run_rounds(const plan *p, side *sides, commits_fn commits, void *cctx
   return 0;
 }
 
+/* Records the counts found in the files after a run under "verified" and,
+ * when no failure is recorded yet, says in why where they differ from the
+ * operations performed: every raw operation a row of t, every keyed
+ * operation one COMMITTED row with status 201 (and, unless its effect is
+ * none, one row of t). */
+static void verify_rows(json_t *o, const side *sides, const bench_opts *opts,
+                        int64_t raw_rows, int64_t ours_rows, int64_t ours_ops,
+                        int64_t ours_done, char *why, size_t whylen) {
+  json_t *v = json_object();
+  json_object_set_new(v, "raw_rows", json_integer(raw_rows));
+  json_object_set_new(v, "libresil_effect_rows", json_integer(ours_rows));
+  json_object_set_new(v, "libresil_operations", json_integer(ours_ops));
+  json_object_set_new(v, "libresil_operations_committed", json_integer(ours_done));
+  json_object_set_new(o, "verified", v);
+  int64_t want_raw = (int64_t)sides[SIDE_RAW].ops_total;
+  int64_t want_ours = (int64_t)sides[SIDE_OURS].ops_total;
+  int64_t want_effect = opts->store_effect_insert ? want_ours : 0;
+  if (!why[0] && (raw_rows != want_raw || ours_rows != want_effect ||
+                  ours_ops != want_ours || ours_done != want_ours))
+    snprintf(why, whylen,
+             "rows found after the run differ from the operations performed: raw %lld "
+             "of %lld, libresil effect rows %lld of %lld, operations %lld, committed "
+             "%lld of %lld",
+             (long long)raw_rows, (long long)want_raw, (long long)ours_rows,
+             (long long)want_effect, (long long)ours_ops, (long long)ours_done,
+             (long long)want_ours);
+}
+
 static void figures_to_json(const figures *f, const side *sides, json_t *o) {
   json_object_set_new(o, "rounds", json_integer(f->rounds));
   json_object_set_new(o, "ops_per_s_libresil", json_real(f->ops_per_s[SIDE_OURS]));
@@ -926,24 +954,7 @@ static void run_sqlite(const bench_opts *opts, const plan *p, const store_mode *
     int64_t ours_done = sq_count(ours_path,
                                  "SELECT count(*) FROM resil_operations WHERE state = 2 "
                                  "AND status = 201", why, sizeof why);
-    json_t *v = json_object();
-    json_object_set_new(v, "raw_rows", json_integer(raw_rows));
-    json_object_set_new(v, "libresil_effect_rows", json_integer(ours_rows));
-    json_object_set_new(v, "libresil_operations", json_integer(ours_ops));
-    json_object_set_new(v, "libresil_operations_committed", json_integer(ours_done));
-    json_object_set_new(o, "verified", v);
-    int64_t want_raw = (int64_t)sides[SIDE_RAW].ops_total;
-    int64_t want_ours = (int64_t)sides[SIDE_OURS].ops_total;
-    int64_t want_effect = opts->store_effect_insert ? want_ours : 0;
-    if (!why[0] && (raw_rows != want_raw || ours_rows != want_effect ||
-                    ours_ops != want_ours || ours_done != want_ours))
-      snprintf(why, sizeof why,
-               "rows found after the run differ from the operations performed: raw %lld "
-               "of %lld, libresil effect rows %lld of %lld, operations %lld, committed "
-               "%lld of %lld",
-               (long long)raw_rows, (long long)want_raw, (long long)ours_rows,
-               (long long)want_effect, (long long)ours_ops, (long long)ours_done,
-               (long long)want_ours);
+    verify_rows(o, sides, opts, raw_rows, ours_rows, ours_ops, ours_done, why, sizeof why);
   }
   if (f.rounds) figures_to_json(&f, sides, o);
   json_object_set_new(o, "commits_per_op_libresil_by_design",
@@ -1173,24 +1184,7 @@ static void run_pg(const bench_opts *opts, const plan *p, const store_mode *m,
              "SELECT count(*) FROM %s.resil_operations WHERE state = 2 AND status = 201",
              schema_ours);
     int64_t ours_done = pg_count(mon.c, sql, why, sizeof why);
-    json_t *v = json_object();
-    json_object_set_new(v, "raw_rows", json_integer(raw_rows));
-    json_object_set_new(v, "libresil_effect_rows", json_integer(ours_rows));
-    json_object_set_new(v, "libresil_operations", json_integer(ours_ops));
-    json_object_set_new(v, "libresil_operations_committed", json_integer(ours_done));
-    json_object_set_new(o, "verified", v);
-    int64_t want_raw = (int64_t)sides[SIDE_RAW].ops_total;
-    int64_t want_ours = (int64_t)sides[SIDE_OURS].ops_total;
-    int64_t want_effect = opts->store_effect_insert ? want_ours : 0;
-    if (!why[0] && (raw_rows != want_raw || ours_rows != want_effect ||
-                    ours_ops != want_ours || ours_done != want_ours))
-      snprintf(why, sizeof why,
-               "rows found after the run differ from the operations performed: raw %lld "
-               "of %lld, libresil effect rows %lld of %lld, operations %lld, committed "
-               "%lld of %lld",
-               (long long)raw_rows, (long long)want_raw, (long long)ours_rows,
-               (long long)want_effect, (long long)ours_ops, (long long)ours_done,
-               (long long)want_ours);
+    verify_rows(o, sides, opts, raw_rows, ours_rows, ours_ops, ours_done, why, sizeof why);
   }
   if (have_schemas) {
     char ignored[256];
