@@ -458,10 +458,10 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   req->url = (char *)(req + 1);
   memcpy(req->url, p.url.p, p.url.len + 1);
   resil__http_buf_free(a, &p.url);
-  if (RESIL_UNLIKELY(pthread_mutex_init(&req->mu, NULL) != 0)) {
-    resil__free(a, req);
-    return parts_fail(&p, resil__err(err, RESIL_ESYS, NULL, "pthread_mutex_init failed"), err);
-  }
+  /* A mutex with the default attributes, as pthread_mutex_init(&mu, NULL)
+   * makes it (POSIX: PTHREAD_MUTEX_INITIALIZER is equivalent, without the
+   * error checks, which a default mutex cannot fail), without the call. */
+  req->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
   req->magic = RESIL_MAGIC_HTTP_REQUEST;
   atomic_init(&req->refs, 1);
   req->client = c;
