@@ -15,6 +15,21 @@
  * compiled into this library too: libresil.so keeps its resil__* functions
  * hidden, and this library is a separate shared object. */
 
+/* Code layout of the request path: what every keep-alive request runs is
+ * kept dense, so that one request touches few instruction-cache lines
+ * (libcurl and the kernel evict them between requests). RESIL_HTTP_COLD
+ * for error and logging paths (placed in .text.unlikely, their callers'
+ * branches predicted not taken); RESIL_HTTP_OUTLINE for work that only
+ * some requests need (an option, a template, a body), kept out of the
+ * common path's lines without being marked rare. */
+#if defined(__GNUC__)
+#define RESIL_HTTP_COLD __attribute__((cold, noinline))
+#define RESIL_HTTP_OUTLINE __attribute__((noinline))
+#else
+#define RESIL_HTTP_COLD
+#define RESIL_HTTP_OUTLINE
+#endif
+
 int64_t resil__http_mono_ns(void);
 
 /* The method's name ("GET"). */

@@ -184,172 +184,175 @@ static int client_usable(const resil_http_client *c) {
          !atomic_load_explicit(&((resil_http_client *)c)->user_freed, memory_order_relaxed);
 }
 
-resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
-                                    const resil_http_args *args,
-                                    resil_http_request **out, resil_error *err) {
-  if (!out || !endpoint)
-    return resil__err(err, RESIL_EINVAL, NULL, "endpoint and out must not be NULL");
-  if (!client_usable(c))
-    return resil__err(err, RESIL_EMISUSE, NULL, "client must not be NULL");
-  const http_endpoint *ep = resil__http_find_endpoint(c, endpoint);
-  if (!ep)
-    return resil__err(err, RESIL_EINVAL, "endpoint", "unknown endpoint '%.60s'", endpoint);
-  /* Only the full local copy is read from here on. */
-  resil_http_args largs;
-  resil_status ast = resil__http_args_in(&largs, args, err);
-  if (ast != RESIL_OK) return ast;
-  args = &largs;
-  const resil_allocator *a = c->t.alloc;
-  resil_status st = RESIL_OK;
-  /* The URL is built on the stack and copied into the request's own
-   * allocation: no allocation of its own (unless it is longer). */
-  char url_space[512];
+/* What resil_http_request_new() builds before the request itself exists;
+ * freed by parts_free() when the build fails. */
+typedef struct req_parts {
+  const resil_allocator *a;
   http_buf url;
-  resil__http_buf_on(&url, url_space, sizeof url_space);
-  hdr_builder hb = {.a = a};
-  unsigned char *body = NULL;
-  size_t body_len = 0;
-  char *key = NULL;
-  char *json_text = NULL;
-  resil_http_request *req = NULL;
-  const http_tpl_part *miss = NULL;
+  hdr_builder hb;
+  unsigned char *body;
+  size_t body_len;
+  char *key;
+  char *json_text;
+  int has_body;
+  int gzipped;
+} req_parts;
 
-  /* URL: base, path, query template, extra query parameters. */
-  int rc = 0;
-  if (ep->fixed_url) {
-    if (resil__http_buf_append(a, &url, ep->fixed_url, ep->fixed_url_len) != 0) goto oom;
-  } else {
-    if (resil__http_buf_append(a, &url, ep->base, ep->base_len) != 0) goto oom;
-    rc = resil__http_tpl_expand(a, &ep->path, args->params, args->param_count, 1, &url, &miss);
-  }
-  if (rc == -2) goto oom;
-  if (rc == -1) {
-    st = resil__err(err, RESIL_EINVAL, "params", "endpoint '%s': no value for path placeholder {%.*s}",
-                    ep->name, (int)miss->len, ep->path.src + miss->off);
-    goto fail;
-  }
+/* The URL of an endpoint whose path has placeholders: base, then the
+ * expanded path template. */
+static RESIL_HTTP_OUTLINE resil_status build_path(const http_endpoint *ep,
+                                                  const resil_http_args *args, req_parts *p,
+                                                  resil_error *err) {
+  const http_tpl_part *miss = NULL;
+  if (resil__http_buf_append(p->a, &p->url, ep->base, ep->base_len) != 0) return RESIL_ENOMEM;
+  int rc = resil__http_tpl_expand(p->a, &ep->path, args->params, args->param_count, 1, &p->url,
+                                  &miss);
+  if (rc == -2) return RESIL_ENOMEM;
+  if (rc == -1)
+    return resil__err(err, RESIL_EINVAL, "params",
+                      "endpoint '%s': no value for path placeholder {%.*s}", ep->name,
+                      (int)miss->len, ep->path.src + miss->off);
+  return RESIL_OK;
+}
+
+/* The query: the endpoint's template, then the caller's extra parameters. */
+static RESIL_HTTP_OUTLINE resil_status build_query(const http_endpoint *ep,
+                                                   const resil_http_args *args, req_parts *p,
+                                                   resil_error *err) {
+  const resil_allocator *a = p->a;
   int have_q = 0;
   if (ep->query.src && ep->query.nparts) {
-    if (resil__http_buf_append(a, &url, "?", 1) != 0) goto oom;
-    rc = resil__http_tpl_expand(a, &ep->query, args->params, args->param_count, 1, &url, &miss);
-    if (rc == -2) goto oom;
-    if (rc == -1) {
-      st = resil__err(err, RESIL_EINVAL, "params", "endpoint '%s': no value for query placeholder {%.*s}",
-                      ep->name, (int)miss->len, ep->query.src + miss->off);
-      goto fail;
-    }
+    const http_tpl_part *miss = NULL;
+    if (resil__http_buf_append(a, &p->url, "?", 1) != 0) return RESIL_ENOMEM;
+    int rc = resil__http_tpl_expand(a, &ep->query, args->params, args->param_count, 1, &p->url,
+                                    &miss);
+    if (rc == -2) return RESIL_ENOMEM;
+    if (rc == -1)
+      return resil__err(err, RESIL_EINVAL, "params",
+                        "endpoint '%s': no value for query placeholder {%.*s}", ep->name,
+                        (int)miss->len, ep->query.src + miss->off);
     have_q = 1;
   }
   for (size_t i = 0; i < args->query_count; i++) {
     const resil_http_param *q = &args->query[i];
-    if (!q->name || !q->name[0]) {
-      st = resil__err(err, RESIL_EINVAL, "query", "query[%zu] has no name", i);
-      goto fail;
-    }
-    if (resil__http_buf_append(a, &url, have_q ? "&" : "?", 1) != 0) goto oom;
+    if (!q->name || !q->name[0])
+      return resil__err(err, RESIL_EINVAL, "query", "query[%zu] has no name", i);
+    if (resil__http_buf_append(a, &p->url, have_q ? "&" : "?", 1) != 0) return RESIL_ENOMEM;
     have_q = 1;
-    if (resil__http_pct_encode(a, &url, q->name, strlen(q->name)) != 0) goto oom;
+    if (resil__http_pct_encode(a, &p->url, q->name, strlen(q->name)) != 0) return RESIL_ENOMEM;
     if (q->value) {
-      if (resil__http_buf_append(a, &url, "=", 1) != 0 ||
-          resil__http_pct_encode(a, &url, q->value, strlen(q->value)) != 0)
-        goto oom;
+      if (resil__http_buf_append(a, &p->url, "=", 1) != 0 ||
+          resil__http_pct_encode(a, &p->url, q->value, strlen(q->value)) != 0)
+        return RESIL_ENOMEM;
     }
   }
+  return RESIL_OK;
+}
 
-  /* Body. */
+/* The body (gzip when configured), for a method that has one or args that
+ * give one; sets p->has_body. */
+static RESIL_HTTP_OUTLINE resil_status build_body(const resil_http_client *c,
+                                                  const http_endpoint *ep,
+                                                  const resil_http_args *args, req_parts *p,
+                                                  resil_error *err) {
+  const resil_allocator *a = p->a;
   int has_body = ep->method == RESIL_HTTP_POST || ep->method == RESIL_HTTP_PUT ||
                  ep->method == RESIL_HTTP_PATCH;
   const void *src_body = args->body;
   size_t src_len = args->body_len;
   if (args->json) {
-    if (ep->req_codec != RESIL_HTTP_CODEC_JSON) {
-      st = resil__err(err, RESIL_EINVAL, "json", "endpoint '%s' does not take a JSON body", ep->name);
-      goto fail;
-    }
-    json_text = json_dumps(args->json, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!json_text) goto oom;
-    src_body = json_text;
-    src_len = strlen(json_text);
+    if (ep->req_codec != RESIL_HTTP_CODEC_JSON)
+      return resil__err(err, RESIL_EINVAL, "json", "endpoint '%s' does not take a JSON body",
+                        ep->name);
+    p->json_text = json_dumps(args->json, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!p->json_text) return RESIL_ENOMEM;
+    src_body = p->json_text;
+    src_len = strlen(p->json_text);
   }
-  if (!src_body && src_len) {
-    st = resil__err(err, RESIL_EINVAL, "body", "is NULL with body_len %zu", src_len);
-    goto fail;
-  }
+  if (!src_body && src_len)
+    return resil__err(err, RESIL_EINVAL, "body", "is NULL with body_len %zu", src_len);
   if (src_len || args->json) has_body = 1;
-  if (has_body && ep->method == RESIL_HTTP_HEAD) {
-    st = resil__err(err, RESIL_EINVAL, "body", "endpoint '%s': a HEAD request has no body", ep->name);
-    goto fail;
+  if (has_body && ep->method == RESIL_HTTP_HEAD)
+    return resil__err(err, RESIL_EINVAL, "body", "endpoint '%s': a HEAD request has no body",
+                      ep->name);
+  p->has_body = has_body;
+  if (!has_body) return RESIL_OK;
+  /* The media type decision was made for the endpoint's content type; a
+   * caller who sets another one gets no compression. */
+  int gz_type = ep->gzip_type;
+  for (size_t i = 0; i < args->header_count; i++)
+    if (args->headers[i].name &&
+        ieq(args->headers[i].name, strlen(args->headers[i].name), "content-type", 12))
+      gz_type = 0;
+  if (c->request_gzip && gz_type && src_len > c->gzip_min_bytes) {
+    if (gzip_body(a, src_body, src_len, &p->body, &p->body_len) != 0) return RESIL_ENOMEM;
+    p->gzipped = 1;
+  } else if (src_len) {
+    p->body = resil__alloc(a, src_len);
+    if (!p->body) return RESIL_ENOMEM;
+    memcpy(p->body, src_body, src_len);
+    p->body_len = src_len;
   }
-  int gzipped = 0;
-  if (has_body) {
-    /* The media type decision was made for the endpoint's content type; a
-     * caller who sets another one gets no compression. */
-    int gz_type = ep->gzip_type;
-    for (size_t i = 0; i < args->header_count; i++)
-      if (args->headers[i].name && ieq(args->headers[i].name, strlen(args->headers[i].name),
-                                       "content-type", 12))
-        gz_type = 0;
-    if (c->request_gzip && gz_type && src_len > c->gzip_min_bytes) {
-      if (gzip_body(a, src_body, src_len, &body, &body_len) != 0) goto oom;
-      gzipped = 1;
-    } else if (src_len) {
-      body = resil__alloc(a, src_len);
-      if (!body) goto oom;
-      memcpy(body, src_body, src_len);
-      body_len = src_len;
-    }
-  }
+  return RESIL_OK;
+}
 
-  /* Idempotency key. */
+/* The idempotency key: the caller's, or a new one for an endpoint that
+ * sends one. */
+static RESIL_HTTP_OUTLINE resil_status build_key(const http_endpoint *ep,
+                                                 const resil_http_args *args, req_parts *p,
+                                                 resil_error *err) {
   if (args->idempotency_key) {
     size_t kl = strlen(args->idempotency_key);
-    if (!resil__http_key_ok(args->idempotency_key)) {
-      st = resil__err(err, RESIL_EINVAL, "idempotency_key",
-                      "must be 1..255 visible ASCII characters");
-      goto fail;
-    }
-    key = resil__alloc(a, kl + 1);
-    if (!key) goto oom;
-    memcpy(key, args->idempotency_key, kl + 1);
+    if (!resil__http_key_ok(args->idempotency_key))
+      return resil__err(err, RESIL_EINVAL, "idempotency_key",
+                        "must be 1..255 visible ASCII characters");
+    p->key = resil__alloc(p->a, kl + 1);
+    if (!p->key) return RESIL_ENOMEM;
+    memcpy(p->key, args->idempotency_key, kl + 1);
   } else if (ep->key_mode == RESIL_HTTP_KEY_SEND) {
-    key = resil__alloc(a, 33);
-    if (!key) goto oom;
-    if (resil__random_hex(key, 16) != 0) {
-      st = resil__err(err, RESIL_EIO, NULL, "getrandom failed");
-      goto fail;
-    }
+    p->key = resil__alloc(p->a, 33);
+    if (!p->key) return RESIL_ENOMEM;
+    if (resil__random_hex(p->key, 16) != 0)
+      return resil__err(err, RESIL_EIO, NULL, "getrandom failed");
   }
+  return RESIL_OK;
+}
 
-  /* Headers: the endpoint's, the caller's, then the ones libresil owns. */
+/* The headers: the endpoint's, the caller's, then the ones libresil owns. */
+static RESIL_HTTP_OUTLINE resil_status build_headers(const resil_http_client *c,
+                                                     const http_endpoint *ep,
+                                                     const resil_http_args *args, req_parts *p,
+                                                     resil_error *err) {
+  const resil_allocator *a = p->a;
+  hdr_builder *hb = &p->hb;
   for (uint32_t i = 0; i < ep->nheaders; i++) {
     const http_header_tpl *h = &ep->headers[i];
+    const http_tpl_part *miss = NULL;
     char v_space[256];
     http_buf v;
     resil__http_buf_on(&v, v_space, sizeof v_space);
-    rc = resil__http_tpl_expand(a, &h->value, args->params, args->param_count, 0, &v, &miss);
+    int rc = resil__http_tpl_expand(a, &h->value, args->params, args->param_count, 0, &v, &miss);
     if (rc == 0 && !v.p) rc = resil__http_buf_append(a, &v, "", 0) == 0 ? 0 : -2;
     if (rc == -2) {
       resil__http_buf_free(a, &v);
-      goto oom;
+      return RESIL_ENOMEM;
     }
     if (rc == -1) {
       resil__http_buf_free(a, &v);
-      st = resil__err(err, RESIL_EINVAL, "params",
-                      "endpoint '%s': no value for header placeholder {%.*s}", ep->name,
-                      (int)miss->len, h->value.src + miss->off);
-      goto fail;
+      return resil__err(err, RESIL_EINVAL, "params",
+                        "endpoint '%s': no value for header placeholder {%.*s}", ep->name,
+                        (int)miss->len, h->value.src + miss->off);
     }
     if (!resil__http_value_ok(v.p, v.len) || resil__http_reserved_header(h->name, h->name_len) ||
         ieq(h->name, h->name_len, c->t.idem_header, c->t.idem_header_len)) {
       resil__http_buf_free(a, &v);
-      st = resil__err(err, RESIL_EINVAL, "params",
-                      "endpoint '%s': header %s: reserved name, or CR/LF in its value",
-                      ep->name, h->name);
-      goto fail;
+      return resil__err(err, RESIL_EINVAL, "params",
+                        "endpoint '%s': header %s: reserved name, or CR/LF in its value",
+                        ep->name, h->name);
     }
-    rc = hb_add(&hb, h->name, h->name_len, v.p, v.len);
+    rc = hb_add(hb, h->name, h->name_len, v.p, v.len);
     resil__http_buf_free(a, &v);
-    if (rc != 0) goto oom;
+    if (rc != 0) return RESIL_ENOMEM;
   }
   for (size_t i = 0; i < args->header_count; i++) {
     const resil_http_param *h = &args->headers[i];
@@ -358,72 +361,126 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
     for (size_t k = 0; ok && k < nl; k++) ok = resil__http_tchar((unsigned char)h->name[k]);
     if (ok) ok = resil__http_value_ok(h->value, strlen(h->value)) && !resil__http_reserved_header(h->name, nl) &&
                  !ieq(h->name, nl, c->t.idem_header, c->t.idem_header_len);
-    if (!ok) {
-      st = resil__err(err, RESIL_EINVAL, "headers",
-                      "headers[%zu]: needs a token name that libresil does not own and a "
-                      "value without CR/LF (the idempotency key goes in idempotency_key)",
-                      i);
-      goto fail;
-    }
-    if (hb_add(&hb, h->name, nl, h->value, strlen(h->value)) != 0) goto oom;
+    if (!ok)
+      return resil__err(err, RESIL_EINVAL, "headers",
+                        "headers[%zu]: needs a token name that libresil does not own and a "
+                        "value without CR/LF (the idempotency key goes in idempotency_key)",
+                        i);
+    if (hb_add(hb, h->name, nl, h->value, strlen(h->value)) != 0) return RESIL_ENOMEM;
   }
-  if (has_body && !hb_has(&hb, "Content-Type", 12)) {
+  if (p->has_body && !hb_has(hb, "Content-Type", 12)) {
     const char *ct = ep->content_type ? ep->content_type
-                     : body_len ? "application/octet-stream" : NULL;
-    if (ct ? hb_add(&hb, "Content-Type", 12, ct, strlen(ct)) != 0
-           : hb_remove(&hb, "Content-Type") != 0)
-      goto oom;
+                     : p->body_len ? "application/octet-stream" : NULL;
+    if (ct ? hb_add(hb, "Content-Type", 12, ct, strlen(ct)) != 0
+           : hb_remove(hb, "Content-Type") != 0)
+      return RESIL_ENOMEM;
   }
-  if (ep->resp_codec == RESIL_HTTP_CODEC_JSON && !hb_has(&hb, "Accept", 6) &&
-      hb_add(&hb, "Accept", 6, "application/json", 16) != 0)
-    goto oom;
-  if (gzipped && hb_add(&hb, "Content-Encoding", 16, "gzip", 4) != 0) goto oom;
-  if (key && hb_add(&hb, c->t.idem_header, c->t.idem_header_len, key, strlen(key)) != 0) goto oom;
+  if (ep->resp_codec == RESIL_HTTP_CODEC_JSON && !hb_has(hb, "Accept", 6) &&
+      hb_add(hb, "Accept", 6, "application/json", 16) != 0)
+    return RESIL_ENOMEM;
+  if (p->gzipped && hb_add(hb, "Content-Encoding", 16, "gzip", 4) != 0) return RESIL_ENOMEM;
+  if (p->key && hb_add(hb, c->t.idem_header, c->t.idem_header_len, p->key, strlen(p->key)) != 0)
+    return RESIL_ENOMEM;
   /* Never "Expect: 100-continue": libcurl adds it to large bodies, and a 417
    * answer makes it send the request again. */
-  if (has_body && hb_remove(&hb, "Expect") != 0) goto oom;
+  if (p->has_body && hb_remove(hb, "Expect") != 0) return RESIL_ENOMEM;
+  return RESIL_OK;
+}
 
-  req = resil__calloc(a, sizeof *req + url.len + 1);
-  if (!req) goto oom;
-  req->url = (char *)(req + 1);
-  memcpy(req->url, url.p, url.len + 1);
-  resil__http_buf_free(a, &url);
-  if (pthread_mutex_init(&req->mu, NULL) != 0) {
-    resil__free(a, req);
-    req = NULL;
-    st = resil__err(err, RESIL_ESYS, NULL, "pthread_mutex_init failed");
-    goto fail;
+/* A build that failed: frees what it made; st RESIL_ENOMEM sets err. */
+static RESIL_HTTP_COLD resil_status parts_fail(req_parts *p, resil_status st, resil_error *err) {
+  const resil_allocator *a = p->a;
+  if (st == RESIL_ENOMEM) st = resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  if (p->json_text) free(p->json_text);
+  resil__http_buf_free(a, &p->url);
+  resil__http_buf_free(a, &p->hb.store);
+  if (p->hb.offs) resil__free(a, p->hb.offs);
+  if (p->hb.nlen) resil__free(a, p->hb.nlen);
+  if (p->body) resil__free(a, p->body);
+  if (p->key) resil__free(a, p->key);
+  return st;
+}
+
+static RESIL_HTTP_COLD resil_status request_new_misuse(const resil_http_client *c,
+                                                       const char *endpoint,
+                                                       resil_http_request **out,
+                                                       resil_error *err) {
+  if (!out || !endpoint)
+    return resil__err(err, RESIL_EINVAL, NULL, "endpoint and out must not be NULL");
+  if (!client_usable(c)) return resil__err(err, RESIL_EMISUSE, NULL, "client must not be NULL");
+  return resil__err(err, RESIL_EINVAL, "endpoint", "unknown endpoint '%.60s'", endpoint);
+}
+
+resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
+                                    const resil_http_args *args,
+                                    resil_http_request **out, resil_error *err) {
+  const http_endpoint *ep = NULL;
+  if (RESIL_UNLIKELY(!out || !endpoint || !client_usable(c) ||
+                     !(ep = resil__http_find_endpoint(c, endpoint))))
+    return request_new_misuse(c, endpoint, out, err);
+  /* Only the full local copy is read from here on. */
+  resil_http_args largs;
+  resil_status st = resil__http_args_in(&largs, args, err);
+  if (RESIL_UNLIKELY(st != RESIL_OK)) return st;
+  args = &largs;
+  const resil_allocator *a = c->t.alloc;
+  /* The URL is built on the stack and copied into the request's own
+   * allocation: no allocation of its own (unless it is longer). Each part
+   * an endpoint or call may lack is built out of line (build_*). */
+  char url_space[512];
+  req_parts p = {.a = a, .hb = {.a = a}};
+  resil__http_buf_on(&p.url, url_space, sizeof url_space);
+
+  /* URL: base, path, query template, extra query parameters. */
+  if (ep->fixed_url) {
+    if (RESIL_UNLIKELY(resil__http_buf_append(a, &p.url, ep->fixed_url, ep->fixed_url_len) != 0))
+      return parts_fail(&p, RESIL_ENOMEM, err);
+  } else if ((st = build_path(ep, args, &p, err)) != RESIL_OK) {
+    return parts_fail(&p, st, err);
   }
+  if (((ep->query.src && ep->query.nparts) || args->query_count) &&
+      (st = build_query(ep, args, &p, err)) != RESIL_OK)
+    return parts_fail(&p, st, err);
+  if ((ep->method == RESIL_HTTP_POST || ep->method == RESIL_HTTP_PUT ||
+       ep->method == RESIL_HTTP_PATCH || args->json || args->body || args->body_len) &&
+      (st = build_body(c, ep, args, &p, err)) != RESIL_OK)
+    return parts_fail(&p, st, err);
+  if ((args->idempotency_key || ep->key_mode == RESIL_HTTP_KEY_SEND) &&
+      (st = build_key(ep, args, &p, err)) != RESIL_OK)
+    return parts_fail(&p, st, err);
+  if ((ep->nheaders || args->header_count || p.has_body || p.key ||
+       ep->resp_codec == RESIL_HTTP_CODEC_JSON) &&
+      (st = build_headers(c, ep, args, &p, err)) != RESIL_OK)
+    return parts_fail(&p, st, err);
+
+  resil_http_request *req = resil__calloc(a, sizeof *req + p.url.len + 1);
+  if (RESIL_UNLIKELY(!req)) return parts_fail(&p, RESIL_ENOMEM, err);
+  req->url = (char *)(req + 1);
+  memcpy(req->url, p.url.p, p.url.len + 1);
+  resil__http_buf_free(a, &p.url);
+  /* A mutex with the default attributes, as pthread_mutex_init(&mu, NULL)
+   * makes it (POSIX: PTHREAD_MUTEX_INITIALIZER is equivalent, without the
+   * error checks, which a default mutex cannot fail), without the call. */
+  req->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
   req->magic = RESIL_MAGIC_HTTP_REQUEST;
   atomic_init(&req->refs, 1);
   req->client = c;
   req->ep = ep;
-  req->hdr_store = hb.store.p;
-  req->hdr_offs = hb.offs;
-  req->hdr_nlen = hb.nlen;
-  req->nhdrs = hb.n;
-  req->body = body;
-  req->body_len = body_len;
-  req->has_body = has_body;
-  req->key = key;
-  req->flags = (ep->idempotent ? RESIL_CALL_IDEMPOTENT : 0u) | (key ? RESIL_CALL_STABLE_KEY : 0u);
-  if (json_text) free(json_text);
+  req->hdr_store = p.hb.store.p;
+  req->hdr_offs = p.hb.offs;
+  req->hdr_nlen = p.hb.nlen;
+  req->nhdrs = p.hb.n;
+  req->body = p.body;
+  req->body_len = p.body_len;
+  req->has_body = p.has_body;
+  req->key = p.key;
+  req->flags = (ep->idempotent ? RESIL_CALL_IDEMPOTENT : 0u) | (p.key ? RESIL_CALL_STABLE_KEY : 0u);
+  if (p.json_text) free(p.json_text);
   resil__http_client_ref(c);
   atomic_fetch_add_explicit(&c->st_requests, 1, memory_order_relaxed);
   *out = req;
   if (err) resil_error_clear(err);
   return RESIL_OK;
-oom:
-  st = resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
-fail:
-  if (json_text) free(json_text);
-  resil__http_buf_free(a, &url);
-  resil__http_buf_free(a, &hb.store);
-  if (hb.offs) resil__free(a, hb.offs);
-  if (hb.nlen) resil__free(a, hb.nlen);
-  if (body) resil__free(a, body);
-  if (key) resil__free(a, key);
-  return st;
 }
 
 uint32_t resil_http_request_call_flags(const resil_http_request *req) {

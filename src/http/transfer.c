@@ -304,16 +304,19 @@ static long ceil_ms(int64_t ns) {
 }
 
 
-static void set_error(resil_http_response *r, const char *fmt, const char *detail) {
+static RESIL_HTTP_COLD void set_error(resil_http_response *r, const char *fmt,
+                                      const char *detail) {
   snprintf(r->error, sizeof r->error, fmt, detail);
   r->has_error = 1;
 }
 
-static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
-                              resil_http_response *res, const http_transport *c) {
+/* classify() for every transfer but one that libcurl finished without an
+ * error, nothing refused or aborted. */
+static RESIL_HTTP_COLD resil_outcome classify_rest(http_slot *s, int aborted, CURLcode rc,
+                                                   resil_http_response *res,
+                                                   const http_transport *c) {
   http_xfer *x = &s->x;
   int sent = x->prereqs > 0;
-  const char *cerr = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
   if (x->resend_refused) {
     set_error(res, "%s", "the reused keep-alive connection closed without a response; "
                          "libcurl's hidden re-send on a new connection was refused");
@@ -338,7 +341,7 @@ static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
     break;
   }
   if (rc == CURLE_OK) return resil_outcome_http(x->last_status);
-  set_error(res, "%s", cerr);
+  set_error(res, "%s", s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc));
   /* The last hop was a complete redirect answer that was not followed. */
   if (rc == CURLE_TOO_MANY_REDIRECTS && x->last_status >= 300 && x->last_status < 400)
     return resil_outcome_http(x->last_status);
@@ -388,6 +391,15 @@ static resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
   if (!sent) return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   return resil_outcome_make(RESIL_UNKNOWN, oserr == ECONNRESET ? RESIL_REASON_CONNECTION_RESET
                                                                : RESIL_REASON_CONNECTION_CLOSED);
+}
+
+/* The outcome of the transfer libcurl finished with rc, or that was ended
+ * by `aborted`; the reason in res->error when it failed. */
+static inline resil_outcome classify(http_slot *s, int aborted, CURLcode rc,
+                                     resil_http_response *res, const http_transport *c) {
+  if (RESIL_LIKELY(rc == CURLE_OK && aborted == ABORT_NONE && !s->x.resend_refused))
+    return resil_outcome_http(s->x.last_status);
+  return classify_rest(s, aborted, rc, res, c);
 }
 
 void resil__http_decode(const http_endpoint *ep, resil_http_response *r, resil_outcome *o) {
@@ -458,7 +470,7 @@ static void log_body(const http_transport *c, http_slot *s, const char *body, si
   }
 }
 
-static void log_request(const http_transport *c, http_slot *s,
+static RESIL_HTTP_COLD void log_request(const http_transport *c, http_slot *s,
                         const resil_http_request *req, uint32_t attempt) {
   char tmp[96];
   log_puts(c, s, "--> ");
@@ -489,7 +501,8 @@ static void log_request(const http_transport *c, http_slot *s,
   emit(c, s, RESIL_HTTP_LOG_FULL);
 }
 
-static void log_result(const http_transport *c, http_slot *s, const resil_http_request *req,
+static RESIL_HTTP_COLD void log_result(const http_transport *c, http_slot *s,
+                                       const resil_http_request *req,
                        const resil_http_response *r, uint32_t attempt) {
   char ob[96], tmp[320];
   resil_outcome_format(&r->outcome, ob, sizeof ob);
@@ -532,10 +545,10 @@ void resil__http_count_outcome(resil_http_client *cl, const resil_outcome *o) {
 }
 
 
-/* Sets the method and body, skipping what the handle already has. Returns
- * nonzero when libcurl refused (out of memory): the handle then must not
- * be used for this request. */
-static CURLcode set_method(http_slot *s, const resil_http_request *req) {
+/* set_method() for a handle that needs an option set: key (method and
+ * whether a body goes) is not what it has, or a body goes. */
+static RESIL_HTTP_OUTLINE CURLcode set_method_opts(http_slot *s, const resil_http_request *req,
+                                                   int key) {
   CURL *e = s->e;
   CURLcode rc = CURLE_OK;
 #define SETM(opt, val)                                                         \
@@ -543,7 +556,6 @@ static CURLcode set_method(http_slot *s, const resil_http_request *req) {
     if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val);                    \
   } while (0)
   resil_http_method m = req->ep->method;
-  int key = (int)m * 2 + (req->has_body ? 1 : 0);
   if (s->method_set != key) {
     s->method_set = -1;
     SETM(CURLOPT_NOBODY, 0L);
@@ -569,6 +581,15 @@ static CURLcode set_method(http_slot *s, const resil_http_request *req) {
   return rc;
 }
 
+/* Sets the method and body, skipping what the handle already has. Returns
+ * nonzero when libcurl refused (out of memory): the handle then must not
+ * be used for this request. */
+static inline CURLcode set_method(http_slot *s, const resil_http_request *req) {
+  int key = (int)req->ep->method * 2 + (req->has_body ? 1 : 0);
+  if (s->method_set == key && !req->has_body) return CURLE_OK;
+  return set_method_opts(s, req, key);
+}
+
 /* 1, 2, 4 for a header named User-Agent, Accept, Accept-Encoding, else 0. */
 static unsigned lead_header(const char *name, size_t n) {
   if (n == 10 && ieq(name, n, "user-agent", 10)) return 1;
@@ -577,35 +598,26 @@ static unsigned lead_header(const char *name, size_t n) {
   return 0;
 }
 
-/* Links the request's headers and the interceptors' into the slot's own
- * curl_slist nodes: no allocation once the slot has grown to size. */
-static int link_headers(const http_transport *c, http_slot *s, const resil_http_request *req) {
-  uint32_t total = req->nhdrs + s->ic_count + 3;
-  if (total > s->nodes_cap) {
-    struct curl_slist *n = resil__alloc(c->alloc, total * sizeof *n);
-    if (!n) return -1;
-    if (s->nodes) resil__free(c->alloc, s->nodes);
-    s->nodes = n;
-    s->nodes_cap = total;
+/* Which of User-Agent, Accept, Accept-Encoding (lead_header's bits) the
+ * request's headers or the interceptors' set themselves. */
+static RESIL_HTTP_OUTLINE unsigned own_lead_headers(const http_slot *s,
+                                                    const resil_http_request *req) {
+  unsigned own = 0;
+  for (uint32_t i = 0; i < req->nhdrs; i++)
+    own |= lead_header(req->hdr_store + req->hdr_offs[i], req->hdr_nlen[i]);
+  for (uint32_t j = 0; j < s->ic_count; j++) {
+    if (s->ic_offs[j] == UINT32_MAX) continue;
+    const char *e = s->ic.p + s->ic_offs[j];
+    const char *colon = strchr(e, ':');
+    if (colon) own |= lead_header(e, (size_t)(colon - e));
   }
-  uint32_t k = 0;
-  if (c->ua_line) {
-    /* First, as libcurl writes its own lines before the custom ones:
-     * User-Agent, Accept, Accept-Encoding, each left out when the request
-     * or an interceptor sets a header of that name. */
-    unsigned own = 0;
-    for (uint32_t i = 0; i < req->nhdrs; i++)
-      own |= lead_header(req->hdr_store + req->hdr_offs[i], req->hdr_nlen[i]);
-    for (uint32_t j = 0; j < s->ic_count; j++) {
-      if (s->ic_offs[j] == UINT32_MAX) continue;
-      const char *e = s->ic.p + s->ic_offs[j];
-      const char *colon = strchr(e, ':');
-      if (colon) own |= lead_header(e, (size_t)(colon - e));
-    }
-    if (!(own & 1)) s->nodes[k++].data = c->ua_line;
-    if (!(own & 2)) s->nodes[k++].data = accept_any;
-    if (!(own & 4) && c->ae_line) s->nodes[k++].data = c->ae_line;
-  }
+  return own;
+}
+
+/* Puts the request's headers (but those an interceptor overrides), then
+ * the interceptors', into s->nodes from index k on; returns the new count. */
+static RESIL_HTTP_OUTLINE uint32_t link_custom(http_slot *s, const resil_http_request *req,
+                                               uint32_t k) {
   for (uint32_t i = 0; i < req->nhdrs; i++) {
     const char *h = req->hdr_store + req->hdr_offs[i];
     int overridden = 0;
@@ -619,6 +631,36 @@ static int link_headers(const http_transport *c, http_slot *s, const resil_http_
   }
   for (uint32_t j = 0; j < s->ic_count; j++)
     if (s->ic_offs[j] != UINT32_MAX) s->nodes[k++].data = s->ic.p + s->ic_offs[j];
+  return k;
+}
+
+/* Grows s->nodes to total entries. */
+static RESIL_HTTP_OUTLINE int grow_nodes(const http_transport *c, http_slot *s, uint32_t total) {
+  struct curl_slist *n = resil__alloc(c->alloc, total * sizeof *n);
+  if (!n) return -1;
+  if (s->nodes) resil__free(c->alloc, s->nodes);
+  s->nodes = n;
+  s->nodes_cap = total;
+  return 0;
+}
+
+/* Links the request's headers and the interceptors' into the slot's own
+ * curl_slist nodes: no allocation once the slot has grown to size. */
+static int link_headers(const http_transport *c, http_slot *s, const resil_http_request *req) {
+  uint32_t total = req->nhdrs + s->ic_count + 3;
+  if (total > s->nodes_cap && grow_nodes(c, s, total) != 0) return -1;
+  int custom = req->nhdrs || s->ic_count;
+  uint32_t k = 0;
+  if (c->ua_line) {
+    /* First, as libcurl writes its own lines before the custom ones:
+     * User-Agent, Accept, Accept-Encoding, each left out when the request
+     * or an interceptor sets a header of that name. */
+    unsigned own = custom ? own_lead_headers(s, req) : 0;
+    if (!(own & 1)) s->nodes[k++].data = c->ua_line;
+    if (!(own & 2)) s->nodes[k++].data = accept_any;
+    if (!(own & 4) && c->ae_line) s->nodes[k++].data = c->ae_line;
+  }
+  if (custom) k = link_custom(s, req, k);
   for (uint32_t i = 0; i < k; i++) s->nodes[i].next = i + 1 < k ? &s->nodes[i + 1] : NULL;
   s->has_nodes = k > 0;
   struct curl_slist *want = k ? s->nodes : NULL;
@@ -674,6 +716,38 @@ resil_status resil_http_headers_set(resil_http_headers *h, const char *name,
 
 /* ---- one attempt ---------------------------------------------------------------- */
 
+/* Runs the client's interceptors for this attempt (they add headers to
+ * s->ic); 1 when one refused it (the reason in s->res), else 0. */
+static RESIL_HTTP_OUTLINE int run_interceptors(const http_transport *c,
+                                               const resil_http_request *req, http_slot *s,
+                                               uint32_t attempt) {
+  const http_endpoint *ep = req->ep;
+  resil_http_response *res = s->res;
+  resil_http_attempt_info info = {sizeof info, ep->name, resil__http_method_name(ep->method),
+                                  req->url, req->body, req->body_len, req->key,
+                                  attempt};
+  resil_http_headers h = {s, c};
+  for (size_t i = 0; i < c->ninterceptors; i++) {
+    resil_status st = c->interceptors[i].fn(c->interceptors[i].user, &info, &h);
+    if (st != RESIL_OK) {
+      snprintf(res->error, sizeof res->error, "interceptor %zu refused the attempt: %s", i,
+               resil_status_name(st));
+      res->has_error = 1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Sets url (ul bytes) on the handle and notes it in s->url. */
+static RESIL_HTTP_OUTLINE CURLcode set_url(const http_transport *c, http_slot *s,
+                                           const char *url, size_t ul) {
+  s->url.len = 0;
+  CURLcode src = curl_easy_setopt(s->e, CURLOPT_URL, url);
+  if (src == CURLE_OK && resil__http_buf_append(c->alloc, &s->url, url, ul) != 0) s->url.len = 0;
+  return src;
+}
+
 int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *req,
                               http_slot *s, uint32_t attempt, uint32_t flags, int64_t left,
                               resil_outcome *out) {
@@ -687,23 +761,8 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
 
   s->ic.len = 0;
   s->ic_count = 0;
-  int refused = 0;
-  if (c->ninterceptors) {
-    resil_http_attempt_info info = {sizeof info, ep->name, resil__http_method_name(ep->method),
-                                    req->url, req->body, req->body_len, req->key,
-                                    attempt};
-    resil_http_headers h = {s, c};
-    for (size_t i = 0; i < c->ninterceptors && !refused; i++) {
-      resil_status st = c->interceptors[i].fn(c->interceptors[i].user, &info, &h);
-      if (st != RESIL_OK) {
-        refused = 1;
-        snprintf(res->error, sizeof res->error, "interceptor %zu refused the attempt: %s", i,
-                 resil_status_name(st));
-        res->has_error = 1;
-      }
-    }
-  }
-  if (!refused && link_headers(c, s, req) != 0) {
+  int refused = c->ninterceptors ? run_interceptors(c, req, s, attempt) : 0;
+  if (!refused && RESIL_UNLIKELY(link_headers(c, s, req) != 0)) {
     refused = 1;
     set_error(res, "%s", "out of memory");
   }
@@ -712,14 +771,10 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
   } else {
     size_t ul = strlen(req->url);
     CURLcode src = CURLE_OK;
-    if (s->url.len != ul || memcmp(s->url.p, req->url, ul) != 0) {
-      s->url.len = 0;
-      src = curl_easy_setopt(s->e, CURLOPT_URL, req->url);
-      if (src == CURLE_OK && resil__http_buf_append(c->alloc, &s->url, req->url, ul) != 0)
-        s->url.len = 0;
-    }
+    if (s->url.len != ul || memcmp(s->url.p, req->url, ul) != 0)
+      src = set_url(c, s, req->url, ul);
     if (src == CURLE_OK) src = set_method(s, req);
-    if (src != CURLE_OK) {
+    if (RESIL_UNLIKELY(src != CURLE_OK)) {
       /* The handle may still hold the previous request's URL or method. */
       s->url.len = 0;
       s->method_set = -1;
