@@ -932,14 +932,17 @@ static int allowed_cpu(int i) {
   return -1;
 }
 
+/* Pins the calling thread to one CPU: 0, or -1 (its affinity unchanged). */
+static int pin_self(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0 ? 0 : -1;
+}
+
 static void *conc_main(void *p) {
   conc_caller *w = p;
-  if (w->cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(w->cpu, &set);
-    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) w->cpu = -1;
-  }
+  if (w->cpu >= 0 && pin_self(w->cpu) != 0) w->cpu = -1;
   pthread_mutex_lock(&w->gate->mu);
   while (!w->gate->go) pthread_cond_wait(&w->gate->cv, &w->gate->mu);
   pthread_mutex_unlock(&w->gate->mu);
@@ -1119,14 +1122,6 @@ static void run_conc(const bench_opts *opts, const http_target *tg, json_t *entr
   free(callers);
   free(bare);
   free(pooled);
-}
-
-/* Pins the calling thread to one CPU: 0, or -1 (its affinity unchanged). */
-static int pin_self(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0 ? 0 : -1;
 }
 
 /* Starts a fixture and runs the sequential (which 0) or concurrent (1)
