@@ -71,8 +71,8 @@
  *     PENDING row, durable before the effect runs; complete: the effect and
  *     the terminal state together); on PostgreSQL 2 round trips per
  *     operation against raw's 1 (recorded as round_trips_per_op_by_design):
- *     begin's INSERT ... ON CONFLICT DO NOTHING with its Sync (its own
- *     flushed commit) sent together with BEGIN and the row lock; the
+ *     begin's INSERT ... ON CONFLICT DO NOTHING in its own BEGIN ...
+ *     COMMIT (flushed) sent together with BEGIN and the row lock; the
  *     effect's INSERT (queued by resil_store_txn_exec), the terminal state
  *     and COMMIT, pipelined (3 with --store-effect direct: the effect's
  *     INSERT is a round trip of its own);

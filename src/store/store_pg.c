@@ -19,7 +19,8 @@
  * in one implicit transaction, still one round trip (pg_insert_unflushed).
  * resil_store_execute saves one more: with effects_in_store, BEGIN and the
  * INSERT open the one transaction (pg_insert_locked); by default the
- * INSERT and its Sync go with BEGIN and the row lock (pg_insert_then_lock).
+ * INSERT goes in its own BEGIN ... COMMIT, pipelined with BEGIN and the row
+ * lock behind one Sync (pg_insert_then_lock).
  * The effect's resil_store_txn_exec statements are queued in the pipeline
  * and sent with the terminal state and COMMIT (pg_txn_exec, pg_then_commit):
  * an effect made of them adds no round trip.
@@ -993,13 +994,17 @@ static resil_status pg_insert_locked(resil_store *s, void *conn, const resil__op
 }
 
 /* resil_store_execute by default: begin's INSERT ... ON CONFLICT DO NOTHING
- * in its own transaction, committed (and flushed, as the session is
- * configured) at its Sync before the server reads on; then BEGIN and the row
- * read under lock without waiting for another holder (FOR UPDATE SKIP
- * LOCKED): all in one round trip where libpq pipelines. The effect runs only
- * after the results came back, so after the INSERT's commit. The
- * transaction stays open, also after a failure (for the caller's
- * rollback). */
+ * in a transaction of its own, BEGIN ... COMMIT (flushed, as the session is
+ * configured, before the server reads on); then BEGIN and the row read
+ * under lock without waiting for another holder (FOR UPDATE SKIP LOCKED):
+ * all five statements in one pipeline with one Sync where libpq pipelines,
+ * so one message each way. (A Sync after the INSERT's statement would end
+ * its implicit transaction as well, but libpq 14/15 flushes at every Sync:
+ * two sends, and two replies from the server.) A pipeline's transactions
+ * that committed stay committed when a later statement fails: the INSERT
+ * is committed exactly when COMMIT answers "COMMIT". The effect runs only
+ * after the results came back, so after that commit. The transaction
+ * stays open, also after a failure (for the caller's rollback). */
 static resil_status pg_insert_then_lock(resil_store *s, void *conn, const resil__op_input *in,
                                         int *inserted, resil_op_record *rec, int *found) {
   pg_slot *c = conn;
@@ -1012,33 +1017,43 @@ static resil_status pg_insert_then_lock(resil_store *s, void *conn, const resil_
       (st = pg_prepare(s, c, Q_LOCK_SKIP, lock, sizeof lock)))
     return st;
   const char *key[1] = {in->key};
-  PGresult *res[3] = {NULL, NULL, NULL};
-  /* committed: the INSERT's Sync came back, so its transaction ended. */
-  int committed = 0, ok = 0;
+  enum { R_BEGIN, R_INSERT, R_COMMIT, R_BEGIN2, R_LOCK, NRES };
+  PGresult *res[NRES] = {NULL, NULL, NULL, NULL, NULL};
+  int ok = 0;
   if (PQenterPipelineMode(c->conn)) {
-    int sent = PQsendQueryPrepared(c->conn, ins, 6, p.vals, p.lens, p.fmts, 1) &&
-               PQpipelineSync(c->conn) &&
+    int sent = PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
+               PQsendQueryPrepared(c->conn, ins, 6, p.vals, p.lens, p.fmts, 1) &&
+               PQsendQueryParams(c->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 1) &&
                PQsendQueryParams(c->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 1) &&
                PQsendQueryPrepared(c->conn, lock, 1, key, NULL, NULL, 1) &&
                PQpipelineSync(c->conn);
-    committed = sent && pipeline_segment(c, 1, res);
-    ok = committed && pipeline_segment(c, 2, res + 1);
+    ok = sent && pipeline_segment(c, NRES, res);
     if (!PQexitPipelineMode(c->conn)) ok = 0;
   }
-  if (!committed || !res[0] || PQresultStatus(res[0]) != PGRES_COMMAND_OK) {
-    st = pg_fail(s, c, committed ? res[0] : NULL, "insert");
+  /* Committed: COMMIT came back as such (after a failed INSERT it answers
+   * ROLLBACK, or is skipped). */
+  int committed = ok && res[R_COMMIT] && PQresultStatus(res[R_COMMIT]) == PGRES_COMMAND_OK &&
+                  strcmp(PQcmdStatus(res[R_COMMIT]), "COMMIT") == 0;
+  if (!ok) {
+    st = pg_fail(s, c, NULL, "insert");
+  } else if (!res[R_BEGIN] || PQresultStatus(res[R_BEGIN]) != PGRES_COMMAND_OK) {
+    st = pg_fail(s, c, res[R_BEGIN], "BEGIN");
+  } else if (!res[R_INSERT] || PQresultStatus(res[R_INSERT]) != PGRES_COMMAND_OK) {
+    st = pg_fail(s, c, res[R_INSERT], "insert");
+  } else if (!committed) {
+    st = pg_fail(s, c, res[R_COMMIT], "commit the insert");
   } else {
-    *inserted = strcmp(PQcmdTuples(res[0]), "1") == 0;
-    if (!ok || !res[1] || PQresultStatus(res[1]) != PGRES_COMMAND_OK) {
-      st = pg_fail(s, c, res[1], "BEGIN");
-    } else if (!res[2] || PQresultStatus(res[2]) != PGRES_TUPLES_OK) {
-      st = pg_fail(s, c, res[2], "lock the row");
+    *inserted = strcmp(PQcmdTuples(res[R_INSERT]), "1") == 0;
+    if (!res[R_BEGIN2] || PQresultStatus(res[R_BEGIN2]) != PGRES_COMMAND_OK) {
+      st = pg_fail(s, c, res[R_BEGIN2], "BEGIN");
+    } else if (!res[R_LOCK] || PQresultStatus(res[R_LOCK]) != PGRES_TUPLES_OK) {
+      st = pg_fail(s, c, res[R_LOCK], "lock the row");
     } else {
-      *found = PQntuples(res[2]) > 0;
-      if (*found) st = pg_row(s, res[2], rec);
+      *found = PQntuples(res[R_LOCK]) > 0;
+      if (*found) st = pg_row(s, res[R_LOCK], rec);
     }
   }
-  for (int i = 0; i < 3; i++) PQclear(res[i]);
+  for (int i = 0; i < NRES; i++) PQclear(res[i]);
   return st;
 #else
   PGresult *r = NULL;
