@@ -2,37 +2,39 @@
  * frames reach the file.
  *
  * SQLite writes every WAL frame with two writes, its 24-byte header and
- * then its page, one pwrite each; a keyed operation appends about eight
- * frames in its two commits, so half of its pwrite system calls (each
- * several microseconds on a virtual disk) carried 24 bytes. Here a small
- * write to a WAL file (at most SMALL_MAX bytes: a frame header, or the WAL
- * header) is held back and goes to the file in one write together with
- * the write that follows it when that one starts where it ends (the
- * frame's page, which SQLite always writes right after its header).
- * Anything else done to the file first (another write, a read, a sync, a
- * size, a lock, a file control, the shared memory, close) writes the held
- * bytes out on their own first, so every other operation sees the file
- * exactly as it would without this VFS. Same bytes, same order, the same
- * syncs: durability is the default VFS's. Locking, the shared memory and
- * every other file are the default VFS's own, untouched, so connections
- * through this VFS and through any other share a database as usual.
- *
- * effects_in_store (a begin committing under synchronous=NORMAL, which
- * makes no sync at its commit) changes nothing here: no bytes are ever held
- * past a commit (its last write is a frame's page, which takes the held
- * header with it, and the wal-index update that publishes the commit goes
- * through xShmMap/xShmLock/xShmBarrier, which write anything held first),
- * and the completion's FULL commit syncs the WAL file itself (fdatasync of
- * the file, whichever connection or process wrote the earlier frames).
+ * then its page, one pwrite each, and a transaction's frames one after
+ * another; a keyed operation appends about eight frames in its two
+ * commits, so it made about sixteen pwrite system calls (each several
+ * microseconds on a virtual disk) where two would do. Here the writes to a
+ * WAL file that continue one another are gathered in a buffer and go to
+ * the file in one write when the frame that commits the transaction is
+ * complete (its header's "database size after commit" field is not zero),
+ * or before anything else is done to the file: a write elsewhere, a read,
+ * a sync, a size, a truncation, a lock, a file control, the shared memory,
+ * close; and whenever HOLD_MAX bytes are gathered. Every other operation
+ * thus sees the file exactly as it would without this VFS, and no byte is
+ * ever held past a commit: the wal-index update that publishes a commit to
+ * other connections comes after the commit frame's write (and goes through
+ * xShmMap/xShmLock/xShmBarrier, which would write anything held first).
+ * Same bytes, same order, the same syncs: durability is the default VFS's
+ * (synchronous=FULL syncs the WAL file after the commit frame; with
+ * effects_in_store, a begin committing under synchronous=NORMAL makes no
+ * sync and the completion's FULL commit syncs the file, every frame written
+ * before it included, whichever connection or process wrote them). Locking,
+ * the shared memory and every other file are the default VFS's own,
+ * untouched, so connections through this VFS and through any other share a
+ * database as usual.
  *
  * The VFS wrapped is the default one (sqlite3_vfs_find(NULL)) when the
  * first store opens a SQLite file; a default VFS registered later is not
  * picked up by this process's stores.
  *
- * A failure to write held bytes is returned by the call that wrote them
- * (to SQLite, the same failure a direct write would have reported a call
- * earlier: the transaction fails). Calls that cannot return one
- * (xShmBarrier) keep it for the file's next call that can. */
+ * A failure to write gathered bytes is returned by the call that wrote them
+ * (to SQLite, the failure a direct write would have reported a few calls
+ * earlier, within the same transaction: the transaction fails). Calls that
+ * cannot return one (xShmBarrier) keep it for the file's next call that
+ * can. Memory: a WAL file's buffer grows to the largest run of frames
+ * gathered (at most HOLD_MAX bytes) and is freed at close. */
 #include <pthread.h>
 #include <sqlite3.h>
 #include <string.h>
@@ -40,17 +42,26 @@
 #include "store/store_int.h"
 
 #define VFS_NAME "resil-store"
-#define SMALL_MAX 32
+/* SQLite's WAL format: a 32-byte file header, then frames of a 24-byte
+ * header and a page; bytes 4..7 of a frame header are the database size
+ * after the commit, not zero only in a transaction's commit frame. */
+#define WAL_HDR 32
+#define FRAME_HDR 24
+/* At most this many bytes are gathered, and so passed to the default VFS
+ * in one call: no more than SQLite itself passes (a 64 KB page; the unix
+ * VFS writes at most 0x1ffff bytes per call: it masks the length). With
+ * 4 KB pages a commit of up to 15 frames goes in one write; a longer run
+ * of frames goes in pieces of up to this size. */
+#define HOLD_MAX 65536
 
 typedef struct wal_file {
   sqlite3_file base; /* our methods */
   int is_wal;
-  int held_len;          /* bytes held back (0: none) */
-  sqlite3_int64 held_off;
-  unsigned char held[SMALL_MAX];
+  int held_len;          /* bytes gathered (0: none) */
+  sqlite3_int64 held_off; /* where they go in the file */
   int held_rc;           /* a failure to report at the next call that can */
-  unsigned char *join;   /* held bytes + the following write, one buffer */
-  int join_cap;
+  unsigned char *held;   /* the gathered bytes */
+  int held_cap;
   sqlite3_file *real;    /* the default VFS's file, right after this struct */
 } wal_file;
 
@@ -62,7 +73,7 @@ static pthread_once_t vfs_once = PTHREAD_ONCE_INIT;
 
 static wal_file *wf(sqlite3_file *f) { return (wal_file *)f; }
 
-/* Writes the held bytes out on their own. */
+/* Writes the gathered bytes out, or reports the failure kept for now. */
 static int flush_held(wal_file *f) {
   if (f->held_rc) {
     int rc = f->held_rc;
@@ -85,8 +96,8 @@ static int x_close(sqlite3_file *pf) {
   wal_file *f = wf(pf);
   int rc = flush_held(f);
   int crc = f->real->pMethods->xClose(f->real);
-  sqlite3_free(f->join);
-  f->join = NULL;
+  sqlite3_free(f->held);
+  f->held = NULL;
   return rc != SQLITE_OK ? rc : crc;
 }
 
@@ -96,34 +107,44 @@ static int x_read(sqlite3_file *pf, void *buf, int n, sqlite3_int64 off) {
   return f->real->pMethods->xRead(f->real, buf, n, off);
 }
 
+/* 1 when the n bytes just gathered at held + at are a frame's page and the
+ * frame header gathered right before them marks the transaction's commit.
+ * A page is any write longer than a frame header that starts where a
+ * frame's page starts; its header is then the FRAME_HDR bytes before it. */
+static int ends_commit(const wal_file *f, int at, int n) {
+  if (n <= FRAME_HDR || at < FRAME_HDR) return 0;
+  sqlite3_int64 pos = f->held_off + at;
+  if (pos < WAL_HDR + FRAME_HDR || (pos - WAL_HDR - FRAME_HDR) % (n + FRAME_HDR) != 0)
+    return 0;
+  const unsigned char *h = f->held + at - FRAME_HDR;
+  return (h[4] | h[5] | h[6] | h[7]) != 0;
+}
+
 static int x_write(sqlite3_file *pf, const void *buf, int n, sqlite3_int64 off) {
   wal_file *f = wf(pf);
   if (!f->is_wal) return f->real->pMethods->xWrite(f->real, buf, n, off);
-  if (f->held_len && !f->held_rc && off == f->held_off + f->held_len && n > 0) {
-    int total = f->held_len + n;
-    if (total > f->join_cap) {
-      unsigned char *j = sqlite3_realloc(f->join, total);
-      if (j) {
-        f->join = j;
-        f->join_cap = total;
-      }
+  if (f->held_rc ||
+      (f->held_len && (off != f->held_off + f->held_len || n > HOLD_MAX - f->held_len)))
+    FLUSH_OR_RETURN(f);
+  if (n <= 0 || n > HOLD_MAX) return f->real->pMethods->xWrite(f->real, buf, n, off);
+  int at = f->held_len;
+  if (at + n > f->held_cap) {
+    int cap = f->held_cap ? f->held_cap : HOLD_MAX / 8;
+    while (cap < at + n) cap = cap > HOLD_MAX / 2 ? HOLD_MAX : 2 * cap;
+    unsigned char *p = sqlite3_realloc(f->held, cap);
+    if (!p) {
+      /* No room to gather: the bytes held so far, then this write, as
+       * they come. */
+      FLUSH_OR_RETURN(f);
+      return f->real->pMethods->xWrite(f->real, buf, n, off);
     }
-    if (total <= f->join_cap) {
-      memcpy(f->join, f->held, (size_t)f->held_len);
-      memcpy(f->join + f->held_len, buf, (size_t)n);
-      sqlite3_int64 at = f->held_off;
-      f->held_len = 0;
-      return f->real->pMethods->xWrite(f->real, f->join, total, at);
-    }
+    f->held = p;
+    f->held_cap = cap;
   }
-  FLUSH_OR_RETURN(f);
-  if (n > 0 && n <= SMALL_MAX) {
-    memcpy(f->held, buf, (size_t)n);
-    f->held_len = n;
-    f->held_off = off;
-    return SQLITE_OK;
-  }
-  return f->real->pMethods->xWrite(f->real, buf, n, off);
+  if (!at) f->held_off = off;
+  memcpy(f->held + at, buf, (size_t)n);
+  f->held_len = at + n;
+  return ends_commit(f, at, n) ? flush_held(f) : SQLITE_OK;
 }
 
 static int x_truncate(sqlite3_file *pf, sqlite3_int64 size) {
