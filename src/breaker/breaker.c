@@ -302,10 +302,9 @@ static inline int recorded(const resil_breaker *br, resil_outcome_class cls) {
                1u);
 }
 
-/* The common outcome, classified inline: a plain success (ANSWERED with
- * reason OK is RESIL_CLASS_SUCCESS whatever else it holds). */
+/* The common outcome, classified inline (resil__common_success). */
 static inline int plain_success(const resil_outcome *o) {
-  return o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK;
+  return resil__common_success(o->kind, o->reason, o->http_status);
 }
 
 /* A state whose next change is driven by time, not by a call. */
@@ -1342,7 +1341,7 @@ static RESIL_ALWAYS_INLINE resil_outcome run_impl(resil_breaker *br,
   resil_outcome o = fn(arg, c);
   /* resil__breaker_leave(br, &permit, &o, t0), with plain_success() on
    * o's fields */
-  if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK))
+  if (RESIL_LIKELY(resil__common_success(o.kind, o.reason, o.http_status)))
     record_run_class(br, &permit, RESIL_CLASS_SUCCESS, t0, now_run(br));
   else
     record_run(br, &permit, &o, t0, now_run(br));

@@ -415,18 +415,16 @@ typedef struct frame {
 
 enum { HEAP_TRAMPOLINE = 1, HEAP_ARG_DONE = 2 };
 
-/* The common success, classified without a call (the same test as
- * resil_outcome_classify's first cases). */
-static inline int plain_success(resil_outcome_kind kind, resil_reason reason) {
-  return kind == RESIL_ANSWERED && reason == RESIL_REASON_OK;
-}
+/* The common success, classified without a call (resil__common_success):
+ * a pass that returns it is clean. */
+#define plain_success(o) resil__common_success((o).kind, (o).reason, (o).http_status)
 
 /* Takes the outcome by value so that no caller's outcome has its address
  * taken: each layer's outcome can then be built in its caller's return
  * slot instead of copied on every return. */
 __attribute__((noinline)) static void count_outcome(layer_counters *c,
                                                     resil_outcome o) {
-  unsigned k = plain_success(o.kind, o.reason)
+  unsigned k = plain_success(o)
                    ? (unsigned)RESIL_CLASS_SUCCESS
                    : (unsigned)resil_outcome_classify(&o);
   if (k < CLASS_SLOTS)
@@ -578,7 +576,7 @@ split_pass(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
   if (RESIL_LIKELY(k == j)) {
     if (j == ch->n) {
       o = fn(arg, ctx);
-      if (RESIL_LIKELY(plain_success(o.kind, o.reason)))
+      if (RESIL_LIKELY(plain_success(o)))
         clean = 1;
       else
         count_outcome(&ch->call, o);
@@ -616,7 +614,7 @@ static inline void settle_layer(resil_chain *ch, size_t i, const frame *f,
                                 const resil_outcome *o, link *up) {
   chain_layer *L = &ch->layers[i];
   if (f->below.clean) {
-    if (RESIL_LIKELY(f->inner_calls == 1 && plain_success(o->kind, o->reason) &&
+    if (RESIL_LIKELY(f->inner_calls == 1 && plain_success(*o) &&
                      L->desc.kind != RESIL_LAYER_HEDGE)) {
       up->clean = 1;
       return;
@@ -699,7 +697,7 @@ static resil_outcome enter_layer(resil_chain *ch, size_t i, const resil_ctx *ctx
   up->clean = 0;
   if (i == ch->n) {
     o = fn(arg, ctx);
-    if (RESIL_LIKELY(plain_success(o.kind, o.reason)))
+    if (RESIL_LIKELY(plain_success(o)))
       up->clean = 1;
     else
       count_outcome(&ch->call, o);
@@ -890,7 +888,7 @@ static CHAIN_INLINE resil_outcome plan_body(resil_chain *ch,
   }
   if (end == ch->n) {
     o = fn(arg, cc);
-    if (RESIL_UNLIKELY(!plain_success(o.kind, o.reason))) {
+    if (RESIL_UNLIKELY(!plain_success(o))) {
       count_outcome(&ch->call, o);
       o = plan_unclean(ch, cc, fn, arg, m, h, o);
       return o;
@@ -1029,7 +1027,7 @@ run_general(resil_chain *ch, const resil_ctx *ctx, resil_call_fn fn, void *arg) 
   else
     o = enter_layer(ch, 0, &local, fn, arg, &top);
   if (top.clean) resil__shards_add(&ch->clean, 0, 1);
-  if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o.kind, o.reason)) {
+  if (RESIL_UNLIKELY(ch->fallback) && !plain_success(o)) {
     resil_outcome t = o;
     if (!resil_outcome_is_success(&t)) apply_fallback(ch, arg, &local, &t);
     o = t;

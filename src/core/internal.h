@@ -125,6 +125,21 @@ static inline size_t resil__sized_size(const void *p) {
  * passes it through this before reading a field. */
 #define RESIL__CTX_MIN_SIZE (offsetof(resil_ctx, user) + sizeof(void *))
 const resil_ctx *resil__ctx_in_slow(resil_ctx *local, const resil_ctx *ctx);
+/* The common success, classified without a call: 1 for an outcome that
+ * resil_outcome_classify() puts in RESIL_CLASS_SUCCESS whatever else it
+ * holds: a plain success (ANSWERED, reason OK) or an HTTP 2xx answer
+ * (ANSWERED, reason HTTP, status 200..299). 0 says nothing (classify it).
+ * Every policy decides on an outcome's class (and, where configured, a
+ * predicate the fast paths rule out), so the policies' fast paths take
+ * both alike. The fields, not the outcome: no caller's outcome has its
+ * address taken. */
+static inline int resil__common_success(resil_outcome_kind kind, resil_reason reason,
+                                        int http_status) {
+  return kind == RESIL_ANSWERED &&
+         (reason == RESIL_REASON_OK ||
+          (reason == RESIL_REASON_HTTP && (unsigned)(http_status - 200) < 100u));
+}
+
 /* *o with stop and attempts set, built field by field: the caller's
  * outcome is read with loads no wider than the stores that wrote it and
  * never stored back and reloaded wider, so no load waits for a failed

@@ -589,10 +589,9 @@ static resil_stop decide(resil_retry *r, resil_retry_state *st,
   uint32_t n = ++st->attempts;
   st->result = *o;
   /* The common success, classified without a call. */
-  resil_outcome_class c =
-      (o->kind == RESIL_ANSWERED && o->reason == RESIL_REASON_OK)
-          ? RESIL_CLASS_SUCCESS
-          : resil_outcome_classify(o);
+  resil_outcome_class c = resil__common_success(o->kind, o->reason, o->http_status)
+                               ? RESIL_CLASS_SUCCESS
+                               : resil_outcome_classify(o);
   if (r->budget) resil__budget_on_attempt(r->budget, c);
   int retry;
   resil_retry_verdict v =
@@ -778,8 +777,8 @@ __attribute__((always_inline))
 #endif
 static inline void after_first(resil_retry *r, const resil_ctx *first,
                                const call_of *k, resil_outcome *io) {
-  if (RESIL_LIKELY(io->kind == RESIL_ANSWERED &&
-                   io->reason == RESIL_REASON_OK && !r->predicate)) {
+  if (RESIL_LIKELY(resil__common_success(io->kind, io->reason, io->http_status) &&
+                   !r->predicate)) {
     resil__shards_add(&r->calls, C_OK_FIRST, 1);
     *io = resil__outcome_with_stop(io, RESIL_STOP_SUCCESS, 1);
     return;
@@ -853,7 +852,7 @@ resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
     return run_general(r, ctx, fn, arg);
   const call_of k = {fn, arg};
   resil_outcome o = fn(arg, &r->first_ctx);
-  if (RESIL_LIKELY(o.kind == RESIL_ANSWERED && o.reason == RESIL_REASON_OK)) {
+  if (RESIL_LIKELY(resil__common_success(o.kind, o.reason, o.http_status))) {
     resil__shards_add(&r->calls, C_OK_FIRST, 1);
     return resil__outcome_with_stop(&o, RESIL_STOP_SUCCESS, 1);
   }

@@ -84,6 +84,10 @@ static resil_outcome the_call(void *arg, const resil_ctx *ctx) {
     return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
   case 4:
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED);
+  case 6: /* HTTP successes: the policies' common success, as a plain one */
+    return resil_outcome_http(200);
+  case 7:
+    return resil_outcome_http(204);
   default:
     return resil_outcome_http(302);
   }
@@ -338,7 +342,7 @@ static void run_seed(uint64_t seed, coverage *cov) {
     resil_manual_clock_advance_ns(b.mc, RESIL_MS(gaps_ms[before]));
     a.takes_ns = b.takes_ns = rng_next(&r) % 4 == 0 ? RESIL_MS(350) : RESIL_MS(1);
     for (int k = 0; k < 4; k++) {
-      uint64_t d = rng_next(&r) % 10;
+      uint64_t d = rng_next(&r) % 12;
       a.fail_mode[k] = b.fail_mode[k] = d < 5 ? 0 : (int)(d - 4);
     }
     a.attempt = b.attempt = 0;

@@ -1,4 +1,5 @@
 /* Status table, errors, outcomes, clocks, context and cancellation. */
+#include <stdint.h>
 #include <string.h>
 
 #include "core/internal.h"
@@ -32,6 +33,41 @@ static void range_error_carries_field_range_and_value(void **state) {
   assert_string_equal(e.msg, "window_size: must be 1..100, got 0");
   assert_int_equal(resil__check_range(&e, "x", 5, 1, 100), RESIL_OK);
   assert_int_equal(resil__check_range(NULL, "x", 500, 1, 100), RESIL_EINVAL);
+}
+
+/* The policies' fast paths take resil__common_success for the class
+ * SUCCESS without classifying: it must never say 1 for an outcome that
+ * resil_outcome_classify() puts in another class, and says 1 for the two
+ * common successes, a plain one and an HTTP 2xx. */
+static void common_success_is_only_ever_the_success_class(void **state) {
+  (void)state;
+  static const int statuses[] = {INT32_MIN, -200, -1, 0, 1, 99, 100, 101, 199, 200, 201,
+                                 204, 250, 299, 300, 302, 304, 399, 400, 404, 408, 425,
+                                 429, 499, 500, 503, 599, 600, 1000, INT32_MAX};
+  int ones = 0;
+  for (int kind = 0; kind <= (int)RESIL_REJECTED + 1; kind++)
+    for (int reason = 0; reason <= (int)RESIL_REASON_COUNT_; reason++)
+      for (size_t i = 0; i < sizeof statuses / sizeof *statuses; i++) {
+        resil_outcome o = resil_outcome_make((resil_outcome_kind)kind, (resil_reason)reason);
+        o.http_status = statuses[i];
+        if (!resil__common_success(o.kind, o.reason, o.http_status)) continue;
+        ones++;
+        if (resil_outcome_classify(&o) != RESIL_CLASS_SUCCESS)
+          fail_msg("kind %d reason %d status %d: common success, class %d", kind, reason,
+                   statuses[i], (int)resil_outcome_classify(&o));
+      }
+  assert_true(ones > 0);
+  resil_outcome o = resil_outcome_ok();
+  assert_true(resil__common_success(o.kind, o.reason, o.http_status));
+  for (int st = 200; st < 300; st++) {
+    o = resil_outcome_http(st);
+    assert_true(resil__common_success(o.kind, o.reason, o.http_status));
+  }
+  static const int not_common[] = {100, 199, 300, 304, 404, 429, 500, 599};
+  for (size_t i = 0; i < sizeof not_common / sizeof *not_common; i++) {
+    o = resil_outcome_http(not_common[i]);
+    assert_false(resil__common_success(o.kind, o.reason, o.http_status));
+  }
 }
 
 static void outcome_classes_follow_design_table(void **state) {
@@ -142,6 +178,7 @@ int main(void) {
       cmocka_unit_test(status_names_and_messages_come_from_one_table),
       cmocka_unit_test(range_error_carries_field_range_and_value),
       cmocka_unit_test(outcome_classes_follow_design_table),
+      cmocka_unit_test(common_success_is_only_ever_the_success_class),
       cmocka_unit_test(manual_clock_moves_only_when_told),
       cmocka_unit_test(ctx_deadline_and_attempt_timeout),
       cmocka_unit_test(cancel_token_wakes_sleeper),
