@@ -4,7 +4,7 @@
  *                   [--no-pin] [--only CASE[,CASE...]] [--store-dir DIR]
  *                   [--pg-uri URI | --pg-skipped REASON]
  *                   [--store-effect insert|direct|none]
- *                   [--nginx-url URL | --nginx-skipped REASON]
+ *                   [--nginx-url URL [--nginx-cpu N] | --nginx-skipped REASON]
  *       measures every case (or the ones named), then the HTTP cases (also
  *       against the nginx at URL, and the async engine cases there; or
  *       reported as skipped with REASON), then
@@ -37,22 +37,27 @@ static void usage(void) {
           "                       [--only CASE[,CASE...]] [--store-dir DIR]\n"
           "                       [--pg-uri URI | --pg-skipped REASON] "
           "[--store-effect insert|direct|none]\n"
-          "                       [--nginx-url URL | --nginx-skipped REASON]\n"
+          "                       [--nginx-url URL [--nginx-cpu N] | --nginx-skipped REASON]\n"
           "       resil_bench report --c FILE (--peers FILE | --peers-skipped "
           "REASON)\n"
           "                          [--r4j FILE | --r4j-skipped REASON] --out FILE\n");
 }
 
-/* Parses a positive integer option value; exits with a message otherwise. */
-static long long positive(const char *opt, const char *v, long long max) {
+/* Parses an integer option value in min..max; exits with a message
+ * otherwise. */
+static long long int_in(const char *opt, const char *v, long long min, long long max) {
   char *end = NULL;
   long long n = v ? strtoll(v, &end, 10) : 0;
-  if (!v || !*v || *end || n < 1 || n > max) {
-    fprintf(stderr, "resil_bench: %s: expected an integer 1..%lld, got '%s'\n",
-            opt, max, v ? v : "");
+  if (!v || !*v || *end || n < min || n > max) {
+    fprintf(stderr, "resil_bench: %s: expected an integer %lld..%lld, got '%s'\n",
+            opt, min, max, v ? v : "");
     exit(2);
   }
   return n;
+}
+
+static long long positive(const char *opt, const char *v, long long max) {
+  return int_in(opt, v, 1, max);
 }
 
 int main(int argc, char **argv) {
@@ -67,6 +72,7 @@ int main(int argc, char **argv) {
                      .min_run_ns = INT64_C(200000000),
                      .thread_run_ns = INT64_C(300000000),
                      .pin_threads = 1,
+                     .nginx_cpu = -1,
                      .store_effect_insert = BENCH_EFFECT_EXEC};
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -104,6 +110,8 @@ int main(int argc, char **argv) {
       opts.nginx_url = v;
     else if (!strcmp(a, "--nginx-skipped"))
       opts.nginx_skipped = v;
+    else if (!strcmp(a, "--nginx-cpu"))
+      opts.nginx_cpu = (int)int_in(a, v, 0, 1023);
     else if (!strcmp(a, "--store-effect")) {
       if (strcmp(v, "insert") != 0 && strcmp(v, "direct") != 0 && strcmp(v, "none") != 0) {
         fprintf(stderr,

@@ -27,6 +27,9 @@ typedef struct bench_opts {
                               does (0: no SQL)                              */
   const char *nginx_url;  /* NULL: the cases against nginx are skipped     */
   const char *nginx_skipped; /* why there is no nginx_url, for the report  */
+  int nginx_cpu;          /* the CPU nginx's one worker is pinned to (-1:
+                             not pinned, or not known): the sequential
+                             nginx case pins its caller to another one  */
 } bench_opts;
 
 /* bench_opts.store_effect_insert: the store cases' effect inserts its row

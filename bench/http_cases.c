@@ -130,7 +130,9 @@ static const char measures_seq_nginx[] =
     "(scripts/nginx-start.sh: Debian nginx-light, 1 worker, a process of "
     "its own, return 200 \"ok\"): the same three sides, interleaved batches; "
     "keep-alive checked client-side (bare handles' CURLINFO_NUM_CONNECTS, "
-    "the client's connections_opened), nginx counting no connections";
+    "the client's connections_opened), nginx counting no connections; with "
+    "--nginx-cpu N (scripts/bench.sh: nginx's worker pinned to the last CPU) "
+    "the caller runs on another CPU, for every side (caller_cpu, server_cpu)";
 static const char measures_conc_nginx[] =
     "the same GET with 8 caller threads on 2 CPUs against nginx on 127.0.0.1 "
     "(1 worker, another process sharing the 2 CPUs): bare libcurl vs "
@@ -1212,7 +1214,24 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
       printf("  HTTP: nginx %s (another process), libcurl %s\n", tg.base_url,
              curl_version_info(CURLVERSION_NOW)->version);
       fflush(stdout);
-      if (bench_selected(opts, CASE_SEQ_NGINX)) run_seq(opts, &tg, entries, -1, -1);
+      if (bench_selected(opts, CASE_SEQ_NGINX)) {
+        /* As the fixture's sequential case: with --pin and nginx's worker
+         * on a CPU of its own (--nginx-cpu, scripts/bench.sh), the caller
+         * runs on another CPU, the same for every side. */
+        int client_cpu = -1;
+        cpu_set_t saved;
+        if (opts->pin_threads && opts->nginx_cpu >= 0 &&
+            pthread_getaffinity_np(pthread_self(), sizeof saved, &saved) == 0) {
+          for (int i = 0; client_cpu < 0 && allowed_cpu(i) >= 0; i++)
+            if (allowed_cpu(i) != opts->nginx_cpu) client_cpu = allowed_cpu(i);
+          if (client_cpu >= 0 && pin_self(client_cpu) != 0) client_cpu = -1;
+        }
+        if (client_cpu >= 0)
+          printf("  (sequential case: caller on CPU %d, nginx's worker on CPU %d)\n", client_cpu,
+                 opts->nginx_cpu);
+        run_seq(opts, &tg, entries, client_cpu, client_cpu >= 0 ? opts->nginx_cpu : -1);
+        if (client_cpu >= 0) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
+      }
       if (bench_selected(opts, CASE_CONC_NGINX)) run_conc(opts, &tg, entries);
     }
   }

@@ -32,10 +32,16 @@
 #   keepalive_requests 100000000, keepalive_timeout 300s: a connection is
 #                        never closed by the server during a run, so the
 #                        clients' connection counts measure them only;
-#   access_log off, error_log warn: no disk I/O per request.
+#   access_log off, error_log warn: no disk I/O per request;
+#   worker_cpu_affinity, only when RESIL_NGINX_CPU names a CPU (a number,
+#                        with 1 worker): the worker runs on that CPU alone,
+#                        so a client pinned to another one never shares a
+#                        CPU with it (scripts/bench.sh does that for its
+#                        sequential case).
 #
 # Environment: RESIL_NGINX overrides the nginx binary; RESIL_NGINX_WORKERS
-# the number of workers; TMPDIR chooses where the directory goes.
+# the number of workers; RESIL_NGINX_CPU the worker's CPU (default: not
+# pinned); TMPDIR chooses where the directory goes.
 set -euo pipefail
 
 log() { echo "nginx-start: $*" >&2; }
@@ -63,6 +69,15 @@ fi
 
 workers=${RESIL_NGINX_WORKERS:-1}
 [[ $workers =~ ^[1-9][0-9]*$ ]] || { log "RESIL_NGINX_WORKERS must be a positive integer"; exit 2; }
+cpu=${RESIL_NGINX_CPU:-}
+affinity_line=""
+if [ -n "$cpu" ]; then
+  [[ $cpu =~ ^[0-9]+$ ]] && [ "$cpu" -lt 1024 ] ||
+    { log "RESIL_NGINX_CPU must be a CPU number (0..1023), got '$cpu'"; exit 2; }
+  [ "$workers" -eq 1 ] || { log "RESIL_NGINX_CPU needs RESIL_NGINX_WORKERS=1, got $workers"; exit 2; }
+  # nginx's mask: one binary digit per CPU, CPU 0 rightmost.
+  affinity_line="worker_cpu_affinity 1$(printf '%*s' "$cpu" '' | tr ' ' 0);"
+fi
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/resil-nginx.XXXXXX")
 cleanup_on_error() {
@@ -95,6 +110,7 @@ write_conf() {
 $user_line
 daemon on;
 worker_processes $workers;
+$affinity_line
 worker_rlimit_nofile 40000;
 pid $dir/nginx.pid;
 error_log $dir/error.log warn;
@@ -157,5 +173,5 @@ fi
 echo "$port" >"$dir/port"
 
 trap - ERR INT TERM
-log "nginx $("$nginx" -v 2>&1 | sed 's/^nginx version: //') running in $dir (port $port, $workers worker(s), pid $(cat "$dir/nginx.pid"))"
+log "nginx $("$nginx" -v 2>&1 | sed 's/^nginx version: //') running in $dir (port $port, $workers worker(s)${cpu:+ on CPU $cpu}, pid $(cat "$dir/nginx.pid"))"
 echo "http://127.0.0.1:$port"
