@@ -1490,19 +1490,25 @@ static resil_status effect_counting_frames(void *user, resil_store_txn *tx,
  * transaction's frames one after another; the store's VFS gathers them and
  * sends a commit's frames in one write: a keyed operation makes one write
  * system call per commit, not one or two per frame. */
+/* A store of one connection whose commits c counts from now on (an
+ * operation `key` made to install the hook; no automatic checkpoint). */
+static void one_counted_connection(fx *f, frame_count *c, const char *key,
+                                   const resil_op_request *req) {
+  f->cfg.pool_size = 1;
+  fx_reopen(f);
+  assert_int_equal(begin_ok(f->s, key, req, NULL), RESIL_OP_NEW);
+  assert_status(RESIL_OK, resil_store_complete(f->s, key, effect_counting_frames, c, NULL));
+  assert_true(c->hooked);
+  c->frames = c->commits = 0;
+}
+
 static void sqlite_each_commit_takes_one_write(void **state) {
   fx *f = get(state);
   if (f->bk != TS_SQLITE) skip();
   if (proc_write_calls() < 0) skip();
-  f->cfg.pool_size = 1;
-  fx_reopen(f);
   resil_op_request req = ts_req("POST", "/p", "1");
   frame_count c = {0};
-  assert_int_equal(begin_ok(f->s, "wf-warm", &req, NULL), RESIL_OP_NEW);
-  assert_status(RESIL_OK,
-                resil_store_complete(f->s, "wf-warm", effect_counting_frames, &c, NULL));
-  assert_true(c.hooked);
-  c.frames = c.commits = 0;
+  one_counted_connection(f, &c, "wf-warm", &req);
   enum { N = 20 };
   char keys[N][16];
   for (int i = 0; i < N; i++) snprintf(keys[i], sizeof keys[i], "wf-%d", i);
@@ -1543,13 +1549,9 @@ static void copy_file(const char *from, const char *to) {
 static void sqlite_wal_written_through_the_vfs_recovers_every_commit(void **state) {
   fx *f = get(state);
   if (f->bk != TS_SQLITE) skip();
-  f->cfg.pool_size = 1;
-  fx_reopen(f);
   resil_op_request req = ts_req("POST", "/p", "1");
   frame_count c = {0};
-  assert_int_equal(begin_ok(f->s, "w-0", &req, NULL), RESIL_OP_NEW);
-  assert_status(RESIL_OK, resil_store_complete(f->s, "w-0", effect_counting_frames, &c, NULL));
-  assert_true(c.hooked);
+  one_counted_connection(f, &c, "w-0", &req);
   size_t big = 1 << 20;
   unsigned char *blob = malloc(big);
   assert_non_null(blob);
