@@ -137,7 +137,7 @@ static inline int resil__common_success(resil_outcome_kind kind, resil_reason re
                                         int http_status) {
   return kind == RESIL_ANSWERED &&
          (reason == RESIL_REASON_OK ||
-          (reason == RESIL_REASON_HTTP && (unsigned)(http_status - 200) < 100u));
+          (reason == RESIL_REASON_HTTP && (unsigned)http_status - 200u < 100u));
 }
 
 /* *o with stop and attempts set, built field by field: the caller's
