@@ -345,6 +345,11 @@ static resil_outcome attempt_with_new_key(void *arg, const resil_ctx *ctx) {
 }
 
 /* ---- I1 ------------------------------------------------------------------ */
+/* I1's client timeout: well before the server's answer (1 s after its
+ * commit), well after its commit. The wrong variant's server answers 500
+ * ms after each commit: its attempts give up after 300 ms. */
+#define I1_TIMEOUT_MS 600
+#define I1_WRONG_TIMEOUT_MS 300
 /* I1; the wrong variant makes every attempt a new logical call with a new
  * key (I2's bug) while the retry is told the key is stable. */
 static int i1_run(lab_result *r, int new_key_per_attempt) {
@@ -352,12 +357,14 @@ static int i1_run(lab_result *r, int new_key_per_attempt) {
   resil_retry *rt = fixed_retry(3, MS(30));
   if (!lab_check(r, rt != NULL, "retry setup") || !env_dir(r, &e))
     goto out;
-  /* The client gives up after 300 ms, the server answers 1 s after its
-   * commit: the commit (two flushed SQLite commits) must land inside the
-   * first attempt's 300 ms even on a loaded machine under a sanitizer
-   * (150 ms was too tight there: the retry then met the key still PENDING,
-   * a 409, and needed a third attempt). */
-  if (!env_start(r, &e, NULL, 0, MS(300)))
+  /* The client gives up after I1_TIMEOUT_MS, the server answers 1 s after
+   * its commit: the commit (two flushed SQLite commits) must land inside
+   * the first attempt's timeout even on a loaded machine under a sanitizer
+   * (150 ms, then 300 ms, were too tight there with other tests' fsyncs
+   * queued on the same disk: the retry met the key still PENDING, a 409,
+   * and needed a third attempt). */
+  const int timeout_ms = new_key_per_attempt ? I1_WRONG_TIMEOUT_MS : I1_TIMEOUT_MS;
+  if (!env_start(r, &e, NULL, 0, MS(timeout_ms)))
     goto stop;
   resil_http_response *resp = NULL;
   resil_outcome o;
@@ -384,9 +391,9 @@ static int i1_run(lab_result *r, int new_key_per_attempt) {
   lab_obs_str(r, "status", v.state);
   lab_obs_int(r, "status_effects", v.effects);
   lab_obs_bool(r, "second_attempt_replayed", replayed);
-  lab_summary(r, "%s, server commits then sleeps %d ms, timeout 300 ms, retry 3: %s after %ld attempts, effects %ld (payments table), status %s:%ld, replayed %s",
+  lab_summary(r, "%s, server commits then sleeps %d ms, timeout %d ms, retry 3: %s after %ld attempts, effects %ld (payments table), status %s:%ld, replayed %s",
               new_key_per_attempt ? "new key per attempt" : "stable key",
-              new_key_per_attempt ? 500 : 1000, ob, seen, eff,
+              new_key_per_attempt ? 500 : 1000, timeout_ms, ob, seen, eff,
               v.state, v.effects, replayed ? "yes" : "no");
   lab_expect(r, "answered_201", o.http_status == 201, "outcome %s", ob);
   lab_expect(r, "two_attempts", seen == 2 && o.attempts == 2,
