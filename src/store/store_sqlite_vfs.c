@@ -62,6 +62,10 @@ typedef struct wal_file {
   int held_rc;           /* a failure to report at the next call that can */
   unsigned char *held;   /* the gathered bytes */
   int held_cap;
+  /* The last frame header written (a write of FRAME_HDR bytes) and where:
+   * its page may come after the gathered bytes were written out. */
+  unsigned char last_hdr[FRAME_HDR];
+  sqlite3_int64 last_hdr_off; /* -1: none */
   sqlite3_file *real;    /* the default VFS's file, right after this struct */
 } wal_file;
 
@@ -107,22 +111,27 @@ static int x_read(sqlite3_file *pf, void *buf, int n, sqlite3_int64 off) {
   return f->real->pMethods->xRead(f->real, buf, n, off);
 }
 
-/* 1 when the n bytes just gathered at held + at are a frame's page and the
- * frame header gathered right before them marks the transaction's commit.
- * A page is any write longer than a frame header that starts where a
- * frame's page starts; its header is then the FRAME_HDR bytes before it. */
-static int ends_commit(const wal_file *f, int at, int n) {
-  if (n <= FRAME_HDR || at < FRAME_HDR) return 0;
-  sqlite3_int64 pos = f->held_off + at;
-  if (pos < WAL_HDR + FRAME_HDR || (pos - WAL_HDR - FRAME_HDR) % (n + FRAME_HDR) != 0)
+/* 1 when the n bytes written at off are a frame's page whose header (the
+ * last one written, FRAME_HDR bytes right before it) marks the
+ * transaction's commit. A page is a write longer than a frame header that
+ * starts where a frame's page starts. The header is the remembered one, not
+ * the buffer's: when a page did not fit behind its header, the header went
+ * out first. */
+static int ends_commit(const wal_file *f, sqlite3_int64 off, int n) {
+  if (n <= FRAME_HDR || off < WAL_HDR + FRAME_HDR || f->last_hdr_off != off - FRAME_HDR ||
+      (off - WAL_HDR - FRAME_HDR) % (n + FRAME_HDR) != 0)
     return 0;
-  const unsigned char *h = f->held + at - FRAME_HDR;
+  const unsigned char *h = f->last_hdr;
   return (h[4] | h[5] | h[6] | h[7]) != 0;
 }
 
 static int x_write(sqlite3_file *pf, const void *buf, int n, sqlite3_int64 off) {
   wal_file *f = wf(pf);
   if (!f->is_wal) return f->real->pMethods->xWrite(f->real, buf, n, off);
+  if (n == FRAME_HDR) {
+    memcpy(f->last_hdr, buf, FRAME_HDR);
+    f->last_hdr_off = off;
+  }
   if (f->held_rc ||
       (f->held_len && (off != f->held_off + f->held_len || n > HOLD_MAX - f->held_len)))
     FLUSH_OR_RETURN(f);
@@ -144,7 +153,7 @@ static int x_write(sqlite3_file *pf, const void *buf, int n, sqlite3_int64 off) 
   if (!at) f->held_off = off;
   memcpy(f->held + at, buf, (size_t)n);
   f->held_len = at + n;
-  return ends_commit(f, at, n) ? flush_held(f) : SQLITE_OK;
+  return ends_commit(f, off, n) ? flush_held(f) : SQLITE_OK;
 }
 
 static int x_truncate(sqlite3_file *pf, sqlite3_int64 size) {
@@ -253,6 +262,7 @@ static int x_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *pf, int flag
   (void)vfs;
   wal_file *f = wf(pf);
   memset(f, 0, sizeof *f);
+  f->last_hdr_off = -1;
   f->real = (sqlite3_file *)(f + 1);
   int rc = base_vfs->xOpen(base_vfs, name, f->real, flags, out_flags);
   /* The default VFS's file is closed through ours whenever it has methods

@@ -1544,8 +1544,8 @@ static void copy_file(const char *from, const char *to) {
  * (no checkpoint ran: the WAL hook replaced the automatic one), opened
  * without the wal-index, is rebuilt from the WAL file alone by SQLite's
  * recovery, which keeps frames only up to the first that fails its
- * checksum. Every operation is there, the 1 MB response (a run of frames
- * longer than the VFS gathers at once) included. */
+ * checksum. Every operation is there, the 1 MB response and the 200 KB
+ * request (runs of frames longer than the VFS gathers at once) included. */
 static void sqlite_wal_written_through_the_vfs_recovers_every_commit(void **state) {
   fx *f = get(state);
   if (f->bk != TS_SQLITE) skip();
@@ -1556,6 +1556,11 @@ static void sqlite_wal_written_through_the_vfs_recovers_every_commit(void **stat
   unsigned char *blob = malloc(big);
   assert_non_null(blob);
   for (size_t i = 0; i < big; i++) blob[i] = (unsigned char)(i * 7 + i / 4096);
+  /* A 200 KB request: begin's own commit is a long run of frames (under
+   * synchronous=NORMAL with effects_in_store: no sync after it). */
+  size_t bigreq_len = 200 * 1024;
+  resil_op_request bigreq = {.struct_size = sizeof bigreq, .method = "POST", .path = "/p",
+                             .body = blob + 1, .body_len = bigreq_len};
   enum { N = 30 };
   for (int i = 1; i < N; i++) {
     char key[16];
@@ -1565,7 +1570,7 @@ static void sqlite_wal_written_through_the_vfs_recovers_every_commit(void **stat
       e.body = blob;
       e.body_len = big;
     }
-    assert_int_equal(begin_ok(f->s, key, &req, NULL), RESIL_OP_NEW);
+    assert_int_equal(begin_ok(f->s, key, i == N / 3 ? &bigreq : &req, NULL), RESIL_OP_NEW);
     resil_status cst = resil_store_complete(f->s, key, ts_effect_fn, &e, NULL);
     if (cst) fail_msg("complete %s: %s", key, resil_store_errmsg(f->s));
   }
@@ -1602,6 +1607,12 @@ static void sqlite_wal_written_through_the_vfs_recovers_every_commit(void **stat
   assert_int_equal(sqlite3_step(q), SQLITE_ROW);
   assert_int_equal(sqlite3_column_bytes(q, 0), (int)big);
   assert_memory_equal(sqlite3_column_blob(q, 0), blob, big);
+  sqlite3_finalize(q);
+  snprintf(sql, sizeof sql, "SELECT request_body FROM resil_operations WHERE key = 'w-%d'", N / 3);
+  assert_int_equal(sqlite3_prepare_v2(h, sql, -1, &q, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+  assert_int_equal(sqlite3_column_bytes(q, 0), (int)bigreq_len);
+  assert_memory_equal(sqlite3_column_blob(q, 0), blob + 1, bigreq_len);
   sqlite3_finalize(q);
   sqlite3_close(h);
   free(blob);
