@@ -13,9 +13,14 @@
  * a sync, a size, a truncation, a lock, a file control, the shared memory,
  * close; and whenever HOLD_MAX bytes are gathered. Every other operation
  * thus sees the file exactly as it would without this VFS, and no byte is
- * ever held past a commit: the wal-index update that publishes a commit to
- * other connections comes after the commit frame's write (and goes through
- * xShmMap/xShmLock/xShmBarrier, which would write anything held first).
+ * ever held past a commit: the commit frame's write takes everything
+ * gathered with it, before SQLite updates the wal-index that tells other
+ * connections to read the new frames. Nothing else would write them in
+ * time: the shared-memory calls that publish a commit go to the database
+ * file's handle, not the WAL file's, and under synchronous=NORMAL no sync
+ * follows a commit. The commit frame is recognised by the frame header
+ * written last (every 24-byte write to a WAL file is one), also when its
+ * page did not fit behind it in the buffer and went out after it.
  * Same bytes, same order, the same syncs: durability is the default VFS's
  * (synchronous=FULL syncs the WAL file after the commit frame; with
  * effects_in_store, a begin committing under synchronous=NORMAL makes no

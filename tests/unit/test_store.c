@@ -2090,6 +2090,22 @@ static int sync_count(sqlite3_file *f, int flags, int is_wal) {
 static int sync_wal(sqlite3_file *f, int flags) { return sync_count(f, flags, 1); }
 static int sync_db(sqlite3_file *f, int flags) { return sync_count(f, flags, 0); }
 
+/* Armed: a write of exactly one 4 KB page to a WAL file fails (the store's
+ * VFS writes a page alone only when it did not fit behind its header). */
+static atomic_int fail_lone_pages;
+static atomic_long lone_pages_failed;
+static int sync_wal_write(sqlite3_file *f, const void *buf, int n, sqlite3_int64 off) {
+  for (int i = 0; i < sync_nvariants; i++) {
+    if (f->pMethods != &sync_methods[1][i]) continue;
+    if (n == 4096 && atomic_load(&fail_lone_pages)) {
+      atomic_fetch_add(&lone_pages_failed, 1);
+      return SQLITE_IOERR_WRITE;
+    }
+    return sync_orig[i]->xWrite(f, buf, n, off);
+  }
+  return SQLITE_IOERR_WRITE;
+}
+
 static int sync_open(sqlite3_vfs *v, const char *name, sqlite3_file *f, int flags,
                      int *out) {
   (void)v;
@@ -2104,6 +2120,7 @@ static int sync_open(sqlite3_vfs *v, const char *name, sqlite3_file *f, int flag
     for (int w = 0; w < 2; w++) {
       sync_methods[w][i] = *f->pMethods;
       sync_methods[w][i].xSync = w ? sync_wal : sync_db;
+      if (w) sync_methods[w][i].xWrite = sync_wal_write;
     }
     sync_nvariants++;
   }
@@ -2124,6 +2141,83 @@ static void sync_vfs_install(void) {
 }
 
 static long syncs(void) { return atomic_load(&wal_syncs) + atomic_load(&db_syncs); }
+
+static int wal_frames_hook(void *user, sqlite3 *db, const char *name, int nframes) {
+  (void)db;
+  (void)name;
+  *(int *)user = nframes;
+  return SQLITE_OK;
+}
+
+/* A fresh database through the store's VFS (WAL, synchronous=NORMAL, a
+ * table x), then one INSERT of a pages * 4000-byte blob; returns the
+ * INSERT's result, *frames the WAL's frames after it, *wal_size the WAL
+ * file's size right after it, *failed the lone page writes that failed. */
+static int lone_insert(fx *f, const char *tag, int pages, int armed, int *frames,
+                       long long *wal_size, long *failed) {
+  char path[400], wal[410];
+  snprintf(path, sizeof path, "%s/lone-%s-%d.db", f->env.dir, tag, pages);
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                                   "resil-store"),
+                   SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db,
+                                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                                "CREATE TABLE x (b BLOB)",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  *frames = 0;
+  sqlite3_wal_hook(db, wal_frames_hook, frames); /* also: no automatic checkpoint */
+  sqlite3_stmt *q = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db, "INSERT INTO x VALUES (zeroblob(?1))", -1, &q, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_int(q, 1, pages * 4000);
+  long before = atomic_load(&lone_pages_failed);
+  atomic_store(&fail_lone_pages, armed);
+  int rc = sqlite3_step(q);
+  atomic_store(&fail_lone_pages, 0);
+  *failed = atomic_load(&lone_pages_failed) - before;
+  struct stat sb;
+  *wal_size = stat(wal, &sb) == 0 ? (long long)sb.st_size : -1;
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  return rc;
+}
+
+/* The store's VFS holds no WAL byte past a commit: under synchronous=NORMAL
+ * no sync follows a commit, and the shared-memory calls that publish it go
+ * to the database file's handle, so a page still held then would reach
+ * the WAL file only at some later call, after other connections were told
+ * to read it there. Fresh databases, one INSERT of 10..40 overflow pages
+ * each (some end on a commit frame whose page did not fit behind its
+ * header in the VFS's buffer): right after each commit the WAL file holds
+ * every frame it committed; and with every lone page write failing, each
+ * commit either succeeds with no write failed, or fails. */
+static void sqlite_vfs_holds_no_wal_byte_past_a_commit(void **state) {
+  fx *f = get(state);
+  if (f->bk != TS_SQLITE) skip();
+  assert_non_null(sqlite3_vfs_find("resil-store")); /* registered by the store's open */
+  int hit = 0;
+  for (int pages = 10; pages <= 40; pages++) {
+    int frames = 0;
+    long long size = 0;
+    long failed = 0;
+    assert_int_equal(lone_insert(f, "a", pages, 0, &frames, &size, &failed), SQLITE_DONE);
+    if (frames <= 0 || size < 32 + (long long)frames * (4096 + 24))
+      fail_msg("%d pages: %d frames committed, the WAL file holds %lld bytes", pages, frames,
+               size);
+    int rc = lone_insert(f, "b", pages, 1, &frames, &size, &failed);
+    if (failed) {
+      hit++;
+      if (rc == SQLITE_DONE)
+        fail_msg("%d pages: a write of the commit failed, yet the commit succeeded", pages);
+    } else if (rc != SQLITE_DONE) {
+      fail_msg("%d pages: the commit failed (%d) with no write failed", pages, rc);
+    }
+  }
+  assert_true(hit > 0);
+}
 
 /* (A begin in effects_in_store mode may still sync when its commit starts
  * the WAL over or checkpoints; the few operations here do neither.)
@@ -3456,6 +3550,7 @@ static void txn_exec_pg_cached_statements_deallocated_by_an_effect_are_prepared_
   cmocka_unit_test_prestate_setup_teardown(sqlite_schema_version_1_is_migrated_keeping_every_row, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_each_commit_takes_one_write, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(sqlite_wal_written_through_the_vfs_recovers_every_commit, fx_setup, fx_teardown, (void *)&bk), \
+  cmocka_unit_test_prestate_setup_teardown(sqlite_vfs_holds_no_wal_byte_past_a_commit, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(recovery_skips_and_reports_damaged_pending_rows, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(status_below_200_is_never_committed_nor_replayed, fx_setup, fx_teardown, (void *)&bk), \
   cmocka_unit_test_prestate_setup_teardown(unsized_request_and_record_are_refused, fx_setup, fx_teardown, (void *)&bk), \
