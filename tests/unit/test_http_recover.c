@@ -327,7 +327,20 @@ static void committed_failure_is_returned_without_another_write(void **state) {
   assert_int_equal(o.stop, RESIL_STOP_NOT_RETRYABLE);
   assert_int_equal(o.attempts, 1);
   assert_int_equal(rep.write_attempts, 1);
-  assert_int_equal(resil_fixture_attempts(s->f, "slow"), 1);
+  long slow = resil_fixture_attempts(s->f, "slow");
+  if (slow != 1) {
+    /* Seen once in CI (2 arrivals with one write attempt counted): say
+     * what the client put on the wire. */
+    resil_http_stats hs;
+    resil_http_client_get_stats(c, &hs);
+    fail_msg("the upstream saw %ld writes; client: requests_sent %llu, connections_opened "
+             "%llu, resends_prevented %llu, resends_counted %llu, status_queries %llu; "
+             "upstream connections %ld",
+             slow, (unsigned long long)hs.requests_sent,
+             (unsigned long long)hs.connections_opened,
+             (unsigned long long)hs.resends_prevented, (unsigned long long)hs.resends_counted,
+             (unsigned long long)hs.status_queries, resil_fixture_connections(s->f));
+  }
   assert_string_equal(resil_http_response_body(r, NULL), "{\"error\":\"declined\"}");
   resil_http_response_free(r);
   resil_retry_free(retry);
