@@ -26,6 +26,7 @@ typedef struct attempt {
   int64_t duration_ns;
   resil_outcome out;
   int ended;           /* under r->mu */
+  uint32_t end_order;  /* 1 for the first attempt to end, ... (under r->mu) */
   int reported;        /* handed to record (caller's thread only) */
 } attempt;
 
@@ -35,6 +36,7 @@ struct race {
   resil_call_fn fn;
   void *arg;
   uint32_t started, ended;
+  uint32_t ends; /* attempts ended, those that never started included */
   attempt a[MAX_ATTEMPTS];
 };
 
@@ -47,6 +49,7 @@ static resil_outcome attempt_fn(void *p, const resil_ctx *ctx) {
   at->out = o;
   at->duration_ns = d;
   at->ended = 1;
+  at->end_order = ++r->ends;
   r->ended++;
   pthread_cond_signal(&r->cv);
   pthread_mutex_unlock(&r->mu);
@@ -121,11 +124,20 @@ resil_outcome resil_hedge_run_on(resil_hedge *h, const resil_ctx *ctx,
   int over = 0;
   pthread_mutex_lock(&r.mu);
   while (!over) {
-    /* Hand every ended attempt to the split form, in attempt order. */
+    /* Hand every ended attempt to the split form in the order they ended,
+     * as a caller of the split form would have seen them: when both ended
+     * while this thread slept, a 409 that came first is recorded before the
+     * primary's later 201, which then wins with nothing left in flight
+     * (in attempt order the 201 won and the ended 409 counted as a
+     * cancelled loser). */
     int progressed = 0;
-    for (uint32_t i = 0; i < hc.attempts && !over; i++) {
-      attempt *at = &r.a[i];
-      if (!at->ended || at->reported) continue;
+    while (!over) {
+      attempt *at = NULL;
+      for (uint32_t i = 0; i < hc.attempts; i++)
+        if (r.a[i].ended && !r.a[i].reported &&
+            (!at || r.a[i].end_order < at->end_order))
+          at = &r.a[i];
+      if (!at) break;
       at->reported = 1;
       progressed = 1;
       resil_hedge_verdict v = resil_hedge_record(h, &hc, at->n, at->duration_ns, &at->out);
@@ -154,6 +166,7 @@ resil_outcome resil_hedge_run_on(resil_hedge *h, const resil_ctx *ctx,
               why == RESIL_REASON_QUEUE_FULL ? RESIL_REJECTED : RESIL_NOT_SENT, why);
           pthread_mutex_lock(&r.mu);
           at->ended = 1;
+          at->end_order = ++r.ends;
         } else {
           pthread_mutex_lock(&r.mu);
         }

@@ -2,8 +2,10 @@
  * threads at once: every counter adds up, the budget is never overdrawn,
  * and the tracker stays consistent (run under ThreadSanitizer). */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "test_util.h"
 
@@ -222,27 +224,67 @@ static void hedge_run_on_pool_fast_primary_and_caller_cancel(void **state) {
  * 201 only after the hedge has answered), the hedge meets it PENDING and
  * gets 409. The 409 must not win (the default keyed rule, the same
  * resil_hedge_acceptable the engine applies): the run returns the
- * primary's 201, nothing cancelled. */
+ * primary's 201, nothing cancelled. The primary returns the moment the pool
+ * says the hedge's task has run to its end, so both often end while the
+ * caller's thread has not yet woken: the run must record them in the order
+ * they ended (in attempt order the 201 won first and the 409, already
+ * ended, counted as a cancelled loser: seen in CI under ThreadSanitizer). */
 typedef struct keyed_race {
+  resil_threadpool *tp;
+  uint64_t completed_before; /* the pool's completed count before the run */
   _Atomic int calls;
   _Atomic int hedge_answered;
   _Atomic int primary_cancelled;
+  _Atomic int gave_up; /* the hedge's task never completed (10 s) */
 } keyed_race;
+
+static uint64_t pool_completed(resil_threadpool *tp) {
+  resil_threadpool_metrics pm;
+  memset(&pm, 0, sizeof pm);
+  assert_status(RESIL_OK, resil_threadpool_get_metrics(tp, &pm));
+  return pm.completed;
+}
+
+/* The pool's completed count once every task submitted has been counted
+ * (a worker counts its task just after the run that waited for it has
+ * returned). */
+static uint64_t pool_quiet(resil_threadpool *tp) {
+  for (int i = 0; i < 100000; i++) {
+    resil_threadpool_metrics pm;
+    memset(&pm, 0, sizeof pm);
+    assert_status(RESIL_OK, resil_threadpool_get_metrics(tp, &pm));
+    if (pm.completed == pm.submitted) return pm.completed;
+    sched_yield();
+  }
+  fail_msg("the pool's tasks never all completed");
+  return 0;
+}
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static resil_outcome keyed_primary_then_409(void *arg, const resil_ctx *ctx) {
   keyed_race *k = arg;
   if (atomic_fetch_add(&k->calls, 1) == 0) {
-    for (int i = 0; i < 10000 && !atomic_load(&k->hedge_answered); i++) {
-      if (resil_cancel_wait_ns(ctx->cancel, MS(1))) {
+    int64_t give_up = mono_ns() + MS(10000);
+    while (pool_completed(k->tp) == k->completed_before) {
+      if (resil_cancel_is_set(ctx->cancel)) {
         atomic_store(&k->primary_cancelled, 1);
         return resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_CANCELLED);
       }
+      if (mono_ns() > give_up) {
+        atomic_store(&k->gave_up, 1);
+        break;
+      }
+      sched_yield();
     }
     return resil_outcome_http(201);
   }
-  resil_outcome o = resil_outcome_http(409);
   atomic_store(&k->hedge_answered, 1);
-  return o;
+  return resil_outcome_http(409);
 }
 
 static void hedge_run_on_pool_keyed_409_does_not_win(void **state) {
@@ -250,23 +292,31 @@ static void hedge_run_on_pool_keyed_409_does_not_win(void **state) {
   resil_threadpool *tp = make_pool(3);
   resil_hedge_config cfg;
   resil_hedge_config_init(&cfg);
-  cfg.delay_ns = MS(5);
+  cfg.delay_ns = MS(1);
   resil_hedge *h = NULL;
   assert_status(RESIL_OK, resil_hedge_new(&cfg, &h, NULL));
-  keyed_race k;
-  memset(&k, 0, sizeof k);
-  resil_ctx ctx;
-  resil_ctx_init(&ctx);
-  ctx.flags = RESIL_CALL_STABLE_KEY;
-  resil_outcome o = resil_hedge_run_on(h, &ctx, tp, keyed_primary_then_409, &k);
-  assert_int_equal(o.http_status, 201);
-  assert_int_equal(atomic_load(&k.calls), 2);
-  assert_int_equal(atomic_load(&k.primary_cancelled), 0);
-  resil_hedge_metrics m;
-  assert_status(RESIL_OK, resil_hedge_get_metrics(h, &m));
-  assert_int_equal(m.hedges_sent, 1);
-  assert_int_equal(m.hedges_won, 0);
-  assert_int_equal(m.cancelled_losers, 0);
+  enum { RACES = 200 };
+  for (int i = 0; i < RACES; i++) {
+    keyed_race k;
+    memset(&k, 0, sizeof k);
+    k.tp = tp;
+    k.completed_before = pool_quiet(tp);
+    resil_ctx ctx;
+    resil_ctx_init(&ctx);
+    ctx.flags = RESIL_CALL_STABLE_KEY;
+    resil_outcome o = resil_hedge_run_on(h, &ctx, tp, keyed_primary_then_409, &k);
+    assert_int_equal(atomic_load(&k.gave_up), 0);
+    assert_int_equal(o.http_status, 201);
+    assert_int_equal(atomic_load(&k.calls), 2);
+    assert_int_equal(atomic_load(&k.hedge_answered), 1);
+    assert_int_equal(atomic_load(&k.primary_cancelled), 0);
+    resil_hedge_metrics m;
+    assert_status(RESIL_OK, resil_hedge_get_metrics(h, &m));
+    if (m.cancelled_losers != 0)
+      fail_msg("race %d: the 409 that ended first counted as a cancelled loser", i);
+    assert_int_equal(m.hedges_sent, (uint64_t)i + 1);
+    assert_int_equal(m.hedges_won, 0);
+  }
   resil_hedge_free(h);
   resil_threadpool_free(tp);
 }
