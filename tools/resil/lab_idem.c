@@ -471,12 +471,16 @@ static int i2(lab_result *r) { return i2_run(r, 0); }
 static int i2_wrong(lab_result *r) { return i2_run(r, 1); }
 
 /* ---- I3 ------------------------------------------------------------------ */
-/* The wrong variant's sweep keeps everything younger than a day. */
-static int i3_run(lab_result *r, int64_t sweep_older_than_ms) {
+/* The sweep runs an hour after the operations, as an operator's job would,
+ * on a store whose clock reads an hour later: the correct retention is 30
+ * minutes, the wrong variant's a day (both in nanoseconds, as
+ * resil_store_sweep takes them), so it keeps the committed operation. */
+static int i3_run(lab_result *r, int64_t retention_ns) {
   idem_env e;
   if (!env_dir(r, &e))
     return 0;
   resil_store *ops = NULL;
+  resil_manual_clock *later = NULL;
   if (!env_start(r, &e, NULL, 0, MS(5000)))
     goto stop;
   resil_outcome o = call(&e.cl, "idem_post", KV("name", "i3", "ms", "0"), "op-status",
@@ -490,8 +494,14 @@ static int i3_run(lab_result *r, int64_t sweep_older_than_ms) {
    * same key runs the effect again. */
   call(&e.cl, "idem_fail", KV("name", "i3"), "op-pending", "{\"amount\":1}", NULL, NULL);
   uint32_t swept = 0;
-  int sweep_ok = resil_store_open(e.uri, NULL, &ops, NULL) == RESIL_OK &&
-                 resil_store_sweep(ops, sweep_older_than_ms, 1000, &swept) == RESIL_OK;
+  resil_store_config sc;
+  resil_store_config_init(&sc);
+  int sweep_ok =
+      resil_manual_clock_new(0, resil_clock_wall_ms(NULL) + RESIL_H(1) / RESIL_MS(1),
+                             &later) == RESIL_OK;
+  sc.clock = resil_manual_clock_get(later);
+  sweep_ok = sweep_ok && resil_store_open(e.uri, &sc, &ops, NULL) == RESIL_OK &&
+             resil_store_sweep(ops, retention_ns, 1000, &swept) == RESIL_OK;
   op_view expired = op_status(&e.cl, "op-status");
   op_view kept = op_status(&e.cl, "op-pending");
   long eff_expired = resil_fixture_effects(e.fx, "idem");
@@ -506,6 +516,7 @@ static int i3_run(lab_result *r, int64_t sweep_older_than_ms) {
   lab_obs_int(r, "committed_key_http", done.http);
   lab_obs_str(r, "unknown_key_state", missing.state);
   lab_obs_int(r, "unknown_key_http", missing.http);
+  lab_obs_int(r, "retention_min", retention_ns / RESIL_MIN(1));
   lab_obs_int(r, "swept", swept);
   lab_obs_str(r, "expired_key_state", expired.state);
   lab_obs_int(r, "expired_key_http", expired.http);
@@ -513,8 +524,9 @@ static int i3_run(lab_result *r, int64_t sweep_older_than_ms) {
   lab_obs_str(r, "pending_key_after_sweep", kept.state);
   lab_obs_int(r, "reused_expired_key_http", again.http_status);
   lab_obs_int(r, "effects_after_reuse", eff_reused);
-  lab_summary(r, "GET /operations/op-status -> %d %s:%ld; GET /operations/op-missing -> %d %s (not \"did not happen\"); after a retention sweep (%u deleted, PENDING kept: %s) op-status -> %d %s with %ld effect in the table, and the same key runs again: %d, effects %ld",
-              done.http, done.state, done.effects, missing.http, missing.state, swept, kept.state,
+  lab_summary(r, "GET /operations/op-status -> %d %s:%ld; GET /operations/op-missing -> %d %s (not \"did not happen\"); after a retention sweep an hour later (retention %lld min: %u deleted, PENDING kept: %s) op-status -> %d %s with %ld effect in the table, and the same key runs again: %d, effects %ld",
+              done.http, done.state, done.effects, missing.http, missing.state,
+              (long long)(retention_ns / RESIL_MIN(1)), swept, kept.state,
               expired.http, expired.state, eff_expired, again.http_status, eff_reused);
   lab_check(r, o.http_status == 201, "POST: %s", ob);
   lab_check(r, done.http == 200 && strcmp(done.state, "COMMITTED") == 0, "committed key: %d %s",
@@ -533,14 +545,15 @@ stop:
   lab_ops_add_store(r, "sweep_store", ops); /* --metrics (lab_ops.h) */
   lab_capture(r);
   resil_store_close(ops);
+  resil_manual_clock_free(later);
   env_stop(&e);
   expect_engine(r, &e.tally);
   env_remove(&e);
   return r->pass;
 }
 
-static int i3(lab_result *r) { return i3_run(r, 0); }
-static int i3_wrong(lab_result *r) { return i3_run(r, INT64_C(86400000)); }
+static int i3(lab_result *r) { return i3_run(r, RESIL_MIN(30)); }
+static int i3_wrong(lab_result *r) { return i3_run(r, RESIL_H(24)); }
 
 /* ---- I4 ------------------------------------------------------------------ */
 /* The wrong variant replays with another key. */
