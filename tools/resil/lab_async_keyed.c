@@ -4,8 +4,8 @@
  *   H16  a POST on a reused keep-alive connection the server reads, acts on
  *        and drops: the engine refuses libcurl's silent re-send (one effect,
  *        UNKNOWN).
- *   I1   a keyed POST whose server commits, then sleeps 500 ms, with a
- *        150 ms response timeout and a retry of 3: resil_engine_call_keyed()
+ *   I1   a keyed POST whose server commits, then sleeps 1.5 s, with a
+ *        600 ms response timeout and a retry of 3: resil_engine_call_keyed()
  *        asks the status endpoint after the lost answer and ends COMMITTED
  *        with the stored result, one write, one effect.
  *   I4   a keyed POST whose server commits, then closes the connection
@@ -173,7 +173,11 @@ static void set_client(resil_http_client_config *cfg, a7_state *x) {
   /* One connection: the H16 POST reuses the GET's. */
   cfg->max_connections = 1;
   cfg->max_connections_per_host = 1;
-  cfg->response_timeout_ns = MS(150);
+  /* Well after the write's commit (the fixture opens its store on the
+   * first write and makes two flushed commits, on a loaded machine under a
+   * sanitizer: a status query that arrives before the commit sends the
+   * write again), well before the server's answer (1.5 s after it, below). */
+  cfg->response_timeout_ns = MS(600);
   if (x->wrong) cfg->resend_stale = RESIL_HTTP_RESEND_IF_SAFE;
 }
 
@@ -235,7 +239,7 @@ static int a7_run(lab_result *r, int wrong) {
 
   /* I1 */
   x.wps[0] = (resil_http_param){"name", "a7"};
-  x.wps[1] = (resil_http_param){"ms", "500"};
+  x.wps[1] = (resil_http_param){"ms", "1500"};
   resil_http_args_init(&x.wargs);
   x.wargs.params = x.wps;
   x.wargs.param_count = 2;
