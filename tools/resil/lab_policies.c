@@ -827,9 +827,21 @@ static resil_timelimiter *timelimiter(int64_t timeout_ns, int cancel) {
   return resil_timelimiter_new(&c, &tl, NULL) == RESIL_OK ? tl : NULL;
 }
 
+/* The time limiters' timeouts in P10 and P11. With cancel_running a task
+ * whose thread has not entered the call when its caller gives up is dropped
+ * (NOT_SENT, no effect): the thread must start within the timeout, or P10
+ * counts fewer effects and P11's wrong variant sees no cancellation. P10's
+ * 25 ms is DESIGN §7's; P11's is not given there and is 200 ms (25 ms,
+ * before, was a margin a new thread can miss on a loaded machine under a
+ * sanitizer); its task makes its effect P11_EFFECT_MS after it started,
+ * long after its caller returned. */
+#define P10_TIMEOUT_MS 25
+#define P11_TIMEOUT_MS 200
+#define P11_EFFECT_MS 2000
+
 /* P10; the wrong variant runs the time limiter without cancellation. */
 static int p10_run(lab_result *r, int cancel) {
-  resil_timelimiter *tl = timelimiter(MS(25), cancel);
+  resil_timelimiter *tl = timelimiter(MS(P10_TIMEOUT_MS), cancel);
   tl_waits waits = {0};
   resil_retry *rt = retry_listened(2, 0, tl_waits_on_attempt, &waits);
   resil_chain_config cc;
@@ -871,8 +883,8 @@ static int p10_run(lab_result *r, int cancel) {
   int saw_cancel = atomic_load(&t.saw_cancel);
   lab_obs_bool(r, "cancel_running", cancel);
   lab_obs_int(r, "tasks_saw_cancel", saw_cancel);
-  lab_summary(r, "Retry(2)(TimeLimiter(25 ms, %s)): %s after %u attempts, effects %d; tasks finished %d before release, %d after (cancel seen by %d)",
-              cancel ? "cancel" : "no cancel", ob, o.attempts, effects, finished_before,
+  lab_summary(r, "Retry(2)(TimeLimiter(%d ms, %s)): %s after %u attempts, effects %d; tasks finished %d before release, %d after (cancel seen by %d)",
+              P10_TIMEOUT_MS, cancel ? "cancel" : "no cancel", ob, o.attempts, effects, finished_before,
               finished, saw_cancel);
   lab_expect(r, "timeout", o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
              "outcome %s, expected UNKNOWN(timeout)", ob);
@@ -898,10 +910,10 @@ static int p10_wrong(lab_result *r) { return p10_run(r, 0); }
 
 /* The wrong variant cancels the running task. */
 static int p11_run(lab_result *r, int cancel) {
-  resil_timelimiter *tl = timelimiter(MS(25), cancel);
+  resil_timelimiter *tl = timelimiter(MS(P11_TIMEOUT_MS), cancel);
   if (!lab_check(r, tl != NULL, "setup failed")) return 0;
   lab_ops_add_timelimiter(r, "timelimiter", tl); /* --metrics (lab_ops.h) */
-  tl_task t = {.delay_before_effect_ms = 300};
+  tl_task t = {.delay_before_effect_ms = P11_EFFECT_MS};
   atomic_init(&t.effects, 0);
   atomic_init(&t.finished, 0);
   atomic_init(&t.saw_cancel, 0);
@@ -923,13 +935,14 @@ static int p11_run(lab_result *r, int cancel) {
   lab_obs_int(r, "effects_when_caller_returned", effects_at_return);
   lab_obs_int(r, "effects", effects_later);
   lab_obs_int(r, "task_saw_cancel", atomic_load(&t.saw_cancel));
-  lab_summary(r, "TimeLimiter(25 ms, no cancel): caller got %s after %.1f ms with effects %d; the task still made its effect later: effects %d",
-              ob, waited, effects_at_return, effects_later);
+  lab_summary(r, "TimeLimiter(%d ms, no cancel): caller got %s after %.1f ms with effects %d; the task still made its effect later: effects %d",
+              P11_TIMEOUT_MS, ob, waited, effects_at_return, effects_later);
   lab_check(r, o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
             "outcome %s, expected UNKNOWN(timeout)", ob);
   /* Upper bound generous for loaded machines: the point is that the caller
-   * returns long before the task's effect (300 ms). */
-  lab_check(r, waited >= 25.0 && waited < 250.0, "caller waited %.1f ms", waited);
+   * returns long before the task's effect (P11_EFFECT_MS). */
+  lab_check(r, waited >= P11_TIMEOUT_MS && waited < P11_EFFECT_MS * 3 / 4,
+            "caller waited %.1f ms", waited);
   lab_check(r, effects_at_return == 0, "effect before the caller returned");
   lab_check(r, effects_later == 1, "effects %d, expected 1", effects_later);
   lab_expect(r, "not_cancelled", atomic_load(&t.saw_cancel) == 0, "task was cancelled");
