@@ -44,7 +44,7 @@ static void chain_hedges_on_the_executor_and_counts_the_hedge(void **state) {
   resil_hedge_config hc;
   resil_hedge_config_init(&hc);
   hc.name = "h";
-  hc.delay_ns = MS(20);
+  hc.delay_ns = MS(200); /* the primary's pool task begins first (test_hedge_mt) */
   hc.executor = tp;
   resil_hedge *h = NULL;
   assert_status(RESIL_OK, resil_hedge_new(&hc, &h, NULL));

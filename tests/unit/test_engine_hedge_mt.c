@@ -36,6 +36,13 @@ static const resil_http_endpoint eps[] = {
 };
 #define NEPS (sizeof eps / sizeof eps[0])
 
+/* The hedge delay where the primary must reach the fixture first (the
+ * /flaky endpoint sleeps on the first request it sees for an id, answers
+ * the next at once): a new connection on a loaded machine under
+ * ThreadSanitizer can take longer than 20 ms to arrive, and then the hedge
+ * is the slow one. */
+#define PRIMARY_FIRST_NS RESIL_MS(200)
+
 static resil_hedge *hedge_of(int64_t delay_ns, uint32_t max_hedges) {
   resil_hedge_config hc;
   resil_hedge_config_init(&hc);
@@ -80,7 +87,7 @@ static void hedge_takes_a_ratelimiter_permit_or_is_not_sent(void **state) {
   rlc.clock = resil_manual_clock_get(mc);
   resil_ratelimiter *rl = NULL;
   assert_int_equal(resil_ratelimiter_new(&rlc, &rl, NULL), RESIL_OK);
-  resil_hedge *h = hedge_of(RESIL_MS(20), 1);
+  resil_hedge *h = hedge_of(PRIMARY_FIRST_NS, 1);
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.ratelimiter = rl;
@@ -93,8 +100,8 @@ static void hedge_takes_a_ratelimiter_permit_or_is_not_sent(void **state) {
   assert_int_equal(d.o[0].http_status, 200);
   assert_int_equal(resil_ratelimiter_available(rl), 1);
   /* The primary takes the last permit; the hedge finds none and is not
-   * sent: the primary's answer after 300 ms is the call's. */
-  run_one(&t->l, e, &d, 1, "slow_first", KV("id", "b", "ms", "300"), &pol);
+   * sent: the primary's answer after 1 s is the call's. */
+  run_one(&t->l, e, &d, 1, "slow_first", KV("id", "b", "ms", "1000"), &pol);
   assert_int_equal(d.o[1].http_status, 200);
   assert_int_equal(resil_ratelimiter_available(rl), 0);
   assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 3);
@@ -309,7 +316,7 @@ static void engine_stats_count_every_layer_and_hedges_apart_from_retries(void **
   assert_int_equal(st.hedges_sent, 0);
 
   /* A hedge that wins under the same retry: two transfers, no retry. */
-  resil_hedge *h = hedge_of(RESIL_MS(50), 1);
+  resil_hedge *h = hedge_of(PRIMARY_FIRST_NS, 1);
   resil_engine_policies ph = pr;
   ph.hedge = h;
   run_one(&t->l, e, &d, 1, "slow_first", KV("id", "h", "ms", "5000"), &ph);
@@ -472,7 +479,7 @@ static void hedged_get_won_by_the_hedge_reports_sent_won_and_the_losing_primary(
   resil_hedge_config hc;
   resil_hedge_config_init(&hc);
   hc.name = "engine-hedge";
-  hc.delay_ns = RESIL_MS(20);
+  hc.delay_ns = PRIMARY_FIRST_NS;
   hc.on_event = hedge_ev;
   hc.on_event_user = &r;
   resil_hedge *h = NULL;
@@ -492,7 +499,7 @@ static void hedged_get_won_by_the_hedge_reports_sent_won_and_the_losing_primary(
   assert_int_equal(r.ev[0].kind, RESIL_HEDGE_EVENT_SENT);
   assert_string_equal(r.ev[0].name, "engine-hedge");
   assert_int_equal(r.ev[0].hedge, 1);
-  assert_int_equal(r.ev[0].delay_ns, RESIL_MS(20));
+  assert_int_equal(r.ev[0].delay_ns, PRIMARY_FIRST_NS);
   assert_int_equal(r.ev[1].kind, RESIL_HEDGE_EVENT_WON);
   assert_int_equal(r.ev[1].hedge, 1);
   assert_int_equal(r.ev[1].has_outcome, 1);
