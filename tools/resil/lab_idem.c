@@ -499,7 +499,7 @@ static int i3_run(lab_result *r, int64_t retention_ns) {
   int sweep_ok =
       resil_manual_clock_new(0, resil_clock_wall_ms(NULL) + RESIL_H(1) / RESIL_MS(1),
                              &later) == RESIL_OK;
-  sc.clock = resil_manual_clock_get(later);
+  if (sweep_ok) sc.clock = resil_manual_clock_get(later);
   sweep_ok = sweep_ok && resil_store_open(e.uri, &sc, &ops, NULL) == RESIL_OK &&
              resil_store_sweep(ops, retention_ns, 1000, &swept) == RESIL_OK;
   op_view expired = op_status(&e.cl, "op-status");
