@@ -245,7 +245,8 @@ typedef struct resil_breaker_config {
   /* Growth of the OPEN wait per consecutive OPEN, counted as Resilience4j
    * counts them (CLOSED->OPEN is the 1st; a failed HALF_OPEN makes the 2nd,
    * ...; OPEN->OPEN one more; entering CLOSED, DISABLED or METRICS_ONLY
-   * restarts the count; FORCED_OPEN counts as one). The n-th wait is the
+   * restarts the count; FORCED_OPEN counts as one; resil_breaker_open_for()
+   * leaves it as it was; an initial HALF_OPEN starts at 1). The n-th wait is the
    * (n-1)-th times the multiplier, truncated to whole milliseconds when
    * open_wait_ns is a whole number of milliseconds (as Resilience4j's
    * exponential IntervalFunction does) and to whole nanoseconds otherwise,
@@ -288,7 +289,9 @@ typedef struct resil_breaker_config {
   uint32_t ignored_classes;
   /* State of the new breaker (generation 1, no event; OPEN and FORCED_OPEN
    * count as the first consecutive OPEN, OPEN waits open_wait_ns from the
-   * creation). Any state. Default CLOSED. */
+   * creation; HALF_OPEN starts with a count of 1, as Resilience4j's
+   * HalfOpenState(1), so a failed probe makes the 2nd consecutive OPEN and
+   * waits the series' 2nd wait). Any state. Default CLOSED. */
   resil_breaker_state_kind initial_state;
   /* Where the HALF_OPEN maximum wait leads (Resilience4j's
    * transitionToStateAfterWaitDuration): 0 = OPEN, 1 = CLOSED. Default 0. */
@@ -480,11 +483,13 @@ RESIL_API resil_status resil_breaker_transition(resil_breaker *br,
 
 /* Manual transition to OPEN for an explicit wait (Resilience4j's
  * transitionToOpenStateFor): as resil_breaker_transition(br, OPEN) --
- * one more consecutive OPEN, refused from METRICS_ONLY, no event from
- * OPEN -- but this OPEN waits wait_ns (at least 1 ns) instead of the
- * configured or grown wait; a later consecutive OPEN grows from the
- * configured series, not from wait_ns. Returns RESIL_OK, RESIL_ESTATE,
- * RESIL_EINVAL (wait_ns < 1) or RESIL_EMISUSE. Since 0.2. */
+ * refused from METRICS_ONLY, no event from OPEN -- but this OPEN waits
+ * wait_ns (at least 1 ns) instead of the configured or grown wait, and the
+ * count of consecutive OPENs stays as it was, from any state (Resilience4j
+ * keeps its attempts; a transition to OPEN adds one): a later consecutive
+ * OPEN is the next of the configured series, not a growth of wait_ns.
+ * Returns RESIL_OK, RESIL_ESTATE, RESIL_EINVAL (wait_ns < 1) or
+ * RESIL_EMISUSE. Since 0.2. */
 RESIL_API resil_status resil_breaker_open_for(resil_breaker *br,
                                               int64_t wait_ns);
 

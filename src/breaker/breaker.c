@@ -804,6 +804,13 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
   atomic_init(&br->word, (uint64_t)RESIL_BREAKER_CLOSED);
   window_main(br);
   restart(br, cfg->initial_state, resil__now(clock));
+  if (cfg->initial_state == RESIL_BREAKER_HALF_OPEN) {
+    /* As Resilience4j's HalfOpenState(1): the breaker starts as if it had
+     * opened once, so a failed probe makes the second consecutive OPEN and
+     * waits the series' second wait. */
+    br->opens = 1;
+    br->series_wait_ns = br->open_wait_ns;
+  }
   *out = br;
   return RESIL_OK;
 }
@@ -1383,17 +1390,25 @@ static int refused(resil_breaker_state_kind from, resil_breaker_state_kind to) {
 
 /* A manual transition (also X->X: a restart in a new generation without
  * an event, not counted as a transition). wait_ns > 0: OPEN for that wait
- * instead of the series' (resil_breaker_open_for). */
+ * instead of the series' (resil_breaker_open_for), which leaves the count
+ * of consecutive OPENs, and so the series' next wait, as it was, from any
+ * state (Resilience4j's transitionToOpenStateFor: new OpenState(attempts())
+ * where transitionToOpenState makes attempts() + 1). */
 static void enter_manual(resil_breaker *br, evbuf *eb,
                          resil_breaker_state_kind from,
                          resil_breaker_state_kind to, int64_t now,
                          int64_t wait_ns) {
+  uint32_t opens = br->opens;
+  int64_t series = br->series_wait_ns;
   if (from == to)
     restart(br, to, now);
   else
     enter(br, eb, to, now, RESIL_BREAKER_CAUSE_MANUAL);
-  if (wait_ns > 0)
+  if (wait_ns > 0) {
+    br->opens = opens;
+    br->series_wait_ns = series;
     br->cur_wait_ns = wait_ns;
+  }
 }
 
 static resil_status manual(resil_breaker *br, resil_breaker_state_kind to,

@@ -1928,12 +1928,13 @@ static void initial_state_is_generation_one_without_an_event(void **state) {
     assert_int_equal(m.state_since_ns, t_new);
     resil_breaker_event ev[2];
     assert_int_equal(resil_breaker_events(br, ev, 2), 0);
-    int opens = all_states[i] == RESIL_BREAKER_OPEN ||
-                all_states[i] == RESIL_BREAKER_FORCED_OPEN;
-    assert_int_equal(m.consecutive_opens, opens);
+    int denied = all_states[i] == RESIL_BREAKER_OPEN ||
+                 all_states[i] == RESIL_BREAKER_FORCED_OPEN;
+    /* DESIGN §2.2: an initial HALF_OPEN counts 1 (HalfOpenState(1)). */
+    assert_int_equal(m.consecutive_opens,
+                     denied || all_states[i] == RESIL_BREAKER_HALF_OPEN);
     resil_breaker_permit p;
     resil_decision d = resil_breaker_try_acquire(br, &p);
-    int denied = opens;
     assert_int_equal(d, denied ? RESIL_DECISION_DENY : RESIL_DECISION_GO);
     if (all_states[i] == RESIL_BREAKER_HALF_OPEN) {
       assert_int_equal(metrics_of(br).half_open_permits_available, 0);
@@ -1955,6 +1956,34 @@ static void initial_state_is_generation_one_without_an_event(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* DESIGN §2.2: an initial HALF_OPEN starts with a count of 1, so its
+ * failed probe makes the 2nd consecutive OPEN and waits the 2nd wait. */
+static void initial_half_open_fails_into_the_second_wait(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  p6_config(&cfg, mc);
+  cfg.open_wait_ns = MS(100);
+  cfg.open_wait_multiplier = 3.0;
+  cfg.initial_state = RESIL_BREAKER_HALF_OPEN;
+  resil_breaker *br = breaker_new(&cfg);
+  assert_int_equal(metrics_of(br).consecutive_opens, 1);
+  resil_breaker_permit p;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+  resil_outcome f = fail_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &f, 0));
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_OPEN);
+  assert_int_equal(m.consecutive_opens, 2);
+  assert_int_equal(m.open_wait_ns, MS(300));
+  resil_manual_clock_advance_ns(mc, MS(300) - 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_DENY);
+  resil_manual_clock_advance_ns(mc, 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
 static void open_for_waits_the_given_duration(void **state) {
   (void)state;
   resil_manual_clock *mc = clock_new();
@@ -1967,7 +1996,8 @@ static void open_for_waits_the_given_duration(void **state) {
   resil_breaker_metrics m = metrics_of(br);
   assert_int_equal(m.state, RESIL_BREAKER_OPEN);
   assert_int_equal(m.open_wait_ns, MS(5000));
-  assert_int_equal(m.consecutive_opens, 1);
+  /* DESIGN §2.2: open_for leaves the count as it was (0 from CLOSED). */
+  assert_int_equal(m.consecutive_opens, 0);
   resil_breaker_event ev[4];
   size_t n = resil_breaker_events(br, ev, 4);
   assert_int_equal(n, 1);
@@ -1977,21 +2007,43 @@ static void open_for_waits_the_given_duration(void **state) {
   assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_DENY);
   resil_manual_clock_advance_ns(mc, 1);
   assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
-  /* A failed probe: the 2nd consecutive OPEN waits the series' 2nd wait
-   * (100 ms * 2), not a growth of the explicit 5 s. */
+  /* A failed probe: the 1st consecutive OPEN (open_for did not count)
+   * waits the series' 1st wait, 100 ms, not a growth of the explicit 5 s. */
   resil_outcome f = fail_o();
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &f, 0));
+  m = metrics_of(br);
+  assert_int_equal(m.consecutive_opens, 1);
+  assert_int_equal(m.open_wait_ns, MS(100));
+  /* Another failed probe: the 2nd, 100 ms * 2. */
+  resil_manual_clock_advance_ns(mc, MS(100));
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
   assert_status(RESIL_OK, resil_breaker_record(br, &p, &f, 0));
   m = metrics_of(br);
   assert_int_equal(m.consecutive_opens, 2);
   assert_int_equal(m.open_wait_ns, MS(200));
-  /* From OPEN: OPEN -> OPEN for the given wait, no event. */
+  /* From OPEN: OPEN -> OPEN for the given wait, no event, the count
+   * kept at 2; the next consecutive OPEN is the 3rd (400 ms). */
   uint64_t gen = m.generation;
+  size_t nev = resil_breaker_events(br, ev, 4);
   assert_status(RESIL_OK, resil_breaker_open_for(br, MS(30)));
   m = metrics_of(br);
   assert_int_equal(m.generation, gen + 1);
   assert_int_equal(m.open_wait_ns, MS(30));
+  assert_int_equal(m.consecutive_opens, 2);
+  assert_int_equal(resil_breaker_events(br, ev, 4), nev); /* no new one */
+  resil_manual_clock_advance_ns(mc, MS(30));
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &f, 0));
+  m = metrics_of(br);
   assert_int_equal(m.consecutive_opens, 3);
-  assert_int_equal(resil_breaker_events(br, ev, 4), 4); /* no new one */
+  assert_int_equal(m.open_wait_ns, MS(400));
+  /* From HALF_OPEN the count is kept as well. */
+  resil_manual_clock_advance_ns(mc, MS(400));
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_HALF_OPEN);
+  resil_breaker_release(br, &p);
+  assert_status(RESIL_OK, resil_breaker_open_for(br, MS(30)));
+  assert_int_equal(metrics_of(br).consecutive_opens, 3);
   /* Refused from METRICS_ONLY, as a transition to OPEN is. */
   assert_status(RESIL_OK,
                 resil_breaker_transition(br, RESIL_BREAKER_METRICS_ONLY));
@@ -2428,6 +2480,7 @@ int main(void) {
       cmocka_unit_test(ignored_results_hand_back_the_probe_and_never_vote),
       cmocka_unit_test(initial_state_is_generation_one_without_an_event),
       cmocka_unit_test(open_for_waits_the_given_duration),
+      cmocka_unit_test(initial_half_open_fails_into_the_second_wait),
       cmocka_unit_test(half_open_max_wait_may_lead_to_closed),
       cmocka_unit_test(slow_calls_are_split_by_result),
       cmocka_unit_test(config_is_read_only_up_to_its_struct_size),

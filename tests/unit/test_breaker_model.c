@@ -363,13 +363,19 @@ static resil_status m_manual(model *m, int64_t now, int to, int64_t wait) {
   }
   if (wait > 0)
     cov.open_for++;
+  uint32_t opens = m->opens;
+  int64_t series = m->series;
   if (m->state == to) {
     cov.same_state++;
     m_restart(m, to, now); /* X->X: no event, not a transition */
   } else
     m_enter(m, to, now, RESIL_BREAKER_CAUSE_MANUAL);
-  if (wait > 0)
+  if (wait > 0) {
+    /* DESIGN §2.2: open_for leaves the consecutive OPEN count as it is. */
+    m->opens = opens;
+    m->series = series;
     m->wait = wait;
+  }
   return RESIL_OK;
 }
 
@@ -391,6 +397,10 @@ static void m_new(model *m, const resil_breaker_config *c, int64_t now) {
   m->state = RESIL_BREAKER_CLOSED;
   m->gen = 0;
   m_restart(m, c->initial_state, now); /* generation 1, no event */
+  if (c->initial_state == RESIL_BREAKER_HALF_OPEN) {
+    m->opens = 1; /* DESIGN §2.2: Resilience4j's HalfOpenState(1) */
+    m->series = c->open_wait_ns;
+  }
 }
 
 /* ---- the breaker under test, with a listener ------------------------------ */
