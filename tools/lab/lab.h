@@ -56,9 +56,9 @@ typedef struct lab_experiment {
 extern const lab_experiment lab_policy_experiments[];
 extern const lab_experiment lab_http_experiments[];
 extern const lab_experiment lab_idem_experiments[];
-/* A1-A6 and A8 (lab_async.c): empty unless the built-in loop is built. */
+/* A1-A6 and A8 (exp_async.c): empty unless the built-in loop is built. */
 extern const lab_experiment lab_async_experiments[];
-/* A7 (lab_async_keyed.c): empty unless the built-in loop, the fixture and
+/* A7 (exp_async_keyed.c): empty unless the built-in loop, the fixture and
  * the store are built. */
 extern const lab_experiment lab_async_keyed_experiments[];
 
@@ -101,7 +101,7 @@ const lab_experiment *lab_find(const char *id);
 
 #ifdef RESIL_HAVE_HTTP
 #include "resil/http.h"
-/* One logical call on client c (lab_http.c): kv is a NULL-terminated list of
+/* One logical call on client c (exp_http.c): kv is a NULL-terminated list of
  * name, value pairs for the endpoint's placeholders (at most 8 pairs), key
  * the idempotency key or NULL, body text sent as is or NULL; rt, ctx and out
  * may be NULL, as for resil_http_call. */
