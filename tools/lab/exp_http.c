@@ -12,15 +12,8 @@
 #include "lab_ops.h"
 #include "lab_engine.h"
 
-#ifdef RESIL_HAVE_HTTP
+#ifdef RESIL_HAVE_FIXTURE
 #include <string.h>
-
-resil_outcome lab_http_call(resil_http_client *c, const char *ep,
-                            const char *const *kv, const char *key,
-                            const char *body, resil_retry *rt,
-                            const resil_ctx *ctx, resil_http_response **out) {
-  return lab_http_call_on(NULL, c, ep, kv, key, body, rt, ctx, out);
-}
 
 /* args from kv (name, value pairs, at most 8, into ps), key and body. */
 static void fill_args(resil_http_args *args, resil_http_param ps[8], const char *const *kv,
@@ -52,18 +45,21 @@ static resil_outcome call_args_on(lab_engine *le, resil_http_client *c, const ch
   return resil_http_call(c, ep, args, rt, ctx, out);
 }
 
-resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
-                               const char *const *kv, const char *key, const char *body,
-                               resil_retry *rt, const resil_ctx *ctx,
-                               resil_http_response **out) {
+/* One logical call on client c, on le's engine when le is not NULL
+ * (lab_engine.h: the call submitted to le's engine, which must be on client
+ * c): kv is a NULL-terminated list of name, value pairs for the endpoint's
+ * placeholders (at most 8 pairs), key the idempotency key or NULL, body
+ * text sent as is or NULL; rt, ctx and out may be NULL, as for
+ * resil_http_call. */
+static resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
+                                      const char *const *kv, const char *key, const char *body,
+                                      resil_retry *rt, const resil_ctx *ctx,
+                                      resil_http_response **out) {
   resil_http_param ps[8];
   resil_http_args args;
   fill_args(&args, ps, kv, key, body);
   return call_args_on(le, c, ep, &args, rt, ctx, out);
 }
-#endif
-
-#ifdef RESIL_HAVE_FIXTURE
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -35,25 +35,6 @@ int lab_runs_on(const lab_experiment *e, int path);
 /* Finds an experiment by id in all tables; NULL when none. */
 const lab_experiment *lab_find(const char *id);
 
-#ifdef RESIL_HAVE_HTTP
-#include "resil/http.h"
-/* One logical call on client c (exp_http.c): kv is a NULL-terminated list of
- * name, value pairs for the endpoint's placeholders (at most 8 pairs), key
- * the idempotency key or NULL, body text sent as is or NULL; rt, ctx and out
- * may be NULL, as for resil_http_call. */
-resil_outcome lab_http_call(resil_http_client *c, const char *ep,
-                            const char *const *kv, const char *key,
-                            const char *body, resil_retry *rt,
-                            const resil_ctx *ctx, resil_http_response **out);
-/* The same on the engine path when le is not NULL (lab_engine.h: the call
- * submitted to le's engine, which must be on client c), else as above. */
-typedef struct lab_engine lab_engine;
-resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
-                               const char *const *kv, const char *key, const char *body,
-                               resil_retry *rt, const resil_ctx *ctx,
-                               resil_http_response **out);
-#endif
-
 /* `resil lab ...` */
 int lab_main(int argc, char **argv);
 
