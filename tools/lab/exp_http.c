@@ -1,14 +1,15 @@
 /* Lab experiments H1-H16 and P13 (DESIGN §7): libresil-http against the
  * fault-injecting fixture upstream on 127.0.0.1, real sockets, real time.
  * Each experiment starts its own fixture so that its counters are its
- * own. The H experiments run on both paths (lab.h): the blocking API, and
+ * own. The H experiments run on both paths (lab_result.h): the blocking API, and
  * the same calls on the async engine (lab_engine.h), with the same checks
  * and observed values, plus `ran_on_engine` there; where the engine
  * differs (its own connection cache instead of the client's pool: H8, H9,
  * H16) the experiment says so. H9 runs on the blocking path only until the
  * engine has a lease timeout. P13 (a chain over the blocking request) is
  * blocking only. */
-#include "lab.h"
+#include "lab_result.h"
+#include "lab_families.h"
 #include "lab_ops.h"
 #include "lab_engine.h"
 

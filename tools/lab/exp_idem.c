@@ -22,7 +22,8 @@
  * stores, the fixture, I8's child processes) are the same on both paths.
  * On the engine path the check ran_on_engine fails unless every client
  * call of the experiment went through the engine. */
-#include "lab.h"
+#include "lab_result.h"
+#include "lab_families.h"
 #include "lab_ops.h"
 #include "lab_engine.h"
 

@@ -74,13 +74,9 @@ int lab_run_wrong(const lab_experiment *e, lab_result *r) {
   return lab_run_wrong_on(e, LAB_PATH_BLOCKING, r);
 }
 
-static const lab_experiment *const tables[] = {
-    lab_policy_experiments, lab_http_experiments, lab_idem_experiments,
-    lab_async_experiments, lab_async_keyed_experiments};
-
 const lab_experiment *lab_find(const char *id) {
-  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
-    for (const lab_experiment *e = tables[t]; e->id; e++)
+  for (const lab_experiment *const *t = lab_families; *t; t++)
+    for (const lab_experiment *e = *t; e->id; e++)
       if (strcmp(e->id, id) == 0) return e;
   return NULL;
 }
@@ -233,8 +229,8 @@ int lab_main(int argc, char **argv) {
   json_t *arr = json_array();
   int passed = 0, failed = 0;
   struct timespec t0, t1;
-  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
-    for (const lab_experiment *e = tables[t]; e->id; e++) {
+  for (const lab_experiment *const *t = lab_families; *t; t++) {
+    for (const lab_experiment *e = *t; e->id; e++) {
       for (int path = LAB_PATH_BLOCKING; path <= LAB_PATH_ENGINE; path++) {
         if (!lab_runs_on(e, path)) continue;
         /* --path chooses among the paths of experiments that have two. */

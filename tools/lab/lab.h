@@ -8,17 +8,8 @@
 #ifndef RESIL_TOOL_LAB_H
 #define RESIL_TOOL_LAB_H
 
+#include "lab_families.h" /* each family's table, lab_families */
 #include "lab_result.h"
-
-/* Experiment tables, each terminated by {NULL}. */
-extern const lab_experiment lab_policy_experiments[];
-extern const lab_experiment lab_http_experiments[];
-extern const lab_experiment lab_idem_experiments[];
-/* A1-A6 and A8 (exp_async.c): empty unless the built-in loop is built. */
-extern const lab_experiment lab_async_experiments[];
-/* A7 (exp_async_keyed.c): empty unless the built-in loop, the fixture and
- * the store are built. */
-extern const lab_experiment lab_async_keyed_experiments[];
 
 /* Runs one experiment into r (fresh) on the blocking path. Returns r->pass. */
 int lab_run_one(const lab_experiment *e, lab_result *r);
@@ -32,7 +23,8 @@ int lab_run_wrong_on(const lab_experiment *e, int path, lab_result *r);
 /* 1 when e runs on path in this build. */
 int lab_runs_on(const lab_experiment *e, int path);
 
-/* Finds an experiment by id in all tables; NULL when none. */
+/* Finds an experiment by id in every family's table (lab_families); NULL
+ * when none. */
 const lab_experiment *lab_find(const char *id);
 
 /* `resil lab ...` */
