@@ -1,4 +1,4 @@
-/* Lab experiment A7 (tools/resil/lab_async_keyed.c): H16 and I1 on the
+/* Lab experiment A7 (tools/lab/exp_async_keyed.c): H16 and I1 on the
  * engine, on the built-in loop against the in-process fixture and its
  * store (and I4's commit-then-close). The counts are asserted exactly (no timing bound); the wrong
  * variant (the re-send allowed, a new key per attempt) must fail its named

@@ -1,4 +1,4 @@
-/* The lab's async experiments (A1-A6, A8, tools/resil/lab_async.c) run here on
+/* The lab's async experiments (A1-A6, A8, tools/lab/exp_async.c) run here on
  * the built-in loop against the in-process fixture. The counts are
  * asserted exactly; the lab's own timing checks (A2 under 400 ms, A3 under
  * 20 ms past the deadline) are asserted with bounds a loaded 2-core

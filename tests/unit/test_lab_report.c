@@ -1,4 +1,4 @@
-/* The lab's HTML report (tools/resil/lab_report.c) on small hand-made
+/* The lab's HTML report (tools/lab/lab_report.c) on small hand-made
  * evidence documents: every text escaped (a summary holding <script> stays
  * text), a picture per recorded series with one drawn element per data
  * point, and a missing or malformed series giving no picture at all rather

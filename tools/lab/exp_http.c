@@ -1,26 +1,20 @@
 /* Lab experiments H1-H16 and P13 (DESIGN §7): libresil-http against the
  * fault-injecting fixture upstream on 127.0.0.1, real sockets, real time.
  * Each experiment starts its own fixture so that its counters are its
- * own. The H experiments run on both paths (lab.h): the blocking API, and
+ * own. The H experiments run on both paths (lab_result.h): the blocking API, and
  * the same calls on the async engine (lab_engine.h), with the same checks
  * and observed values, plus `ran_on_engine` there; where the engine
  * differs (its own connection cache instead of the client's pool: H8, H9,
  * H16) the experiment says so. H9 runs on the blocking path only until the
  * engine has a lease timeout. P13 (a chain over the blocking request) is
  * blocking only. */
-#include "lab.h"
+#include "lab_result.h"
+#include "lab_families.h"
 #include "lab_ops.h"
 #include "lab_engine.h"
 
-#ifdef RESIL_HAVE_HTTP
+#ifdef RESIL_HAVE_FIXTURE
 #include <string.h>
-
-resil_outcome lab_http_call(resil_http_client *c, const char *ep,
-                            const char *const *kv, const char *key,
-                            const char *body, resil_retry *rt,
-                            const resil_ctx *ctx, resil_http_response **out) {
-  return lab_http_call_on(NULL, c, ep, kv, key, body, rt, ctx, out);
-}
 
 /* args from kv (name, value pairs, at most 8, into ps), key and body. */
 static void fill_args(resil_http_args *args, resil_http_param ps[8], const char *const *kv,
@@ -52,18 +46,21 @@ static resil_outcome call_args_on(lab_engine *le, resil_http_client *c, const ch
   return resil_http_call(c, ep, args, rt, ctx, out);
 }
 
-resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
-                               const char *const *kv, const char *key, const char *body,
-                               resil_retry *rt, const resil_ctx *ctx,
-                               resil_http_response **out) {
+/* One logical call on client c, on le's engine when le is not NULL
+ * (lab_engine.h: the call submitted to le's engine, which must be on client
+ * c): kv is a NULL-terminated list of name, value pairs for the endpoint's
+ * placeholders (at most 8 pairs), key the idempotency key or NULL, body
+ * text sent as is or NULL; rt, ctx and out may be NULL, as for
+ * resil_http_call. */
+static resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
+                                      const char *const *kv, const char *key, const char *body,
+                                      resil_retry *rt, const resil_ctx *ctx,
+                                      resil_http_response **out) {
   resil_http_param ps[8];
   resil_http_args args;
   fill_args(&args, ps, kv, key, body);
   return call_args_on(le, c, ep, &args, rt, ctx, out);
 }
-#endif
-
-#ifdef RESIL_HAVE_FIXTURE
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

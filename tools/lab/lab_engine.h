@@ -7,7 +7,11 @@
 #ifndef RESIL_TOOL_LAB_ENGINE_H
 #define RESIL_TOOL_LAB_ENGINE_H
 
-#include "lab.h"
+#include "lab_result.h"
+
+#ifdef RESIL_HAVE_HTTP
+typedef struct lab_engine lab_engine;
+#endif
 
 #if defined(RESIL_HAVE_HTTP) && defined(RESIL_HAVE_LOOP)
 #include "resil/engine.h"

@@ -8,7 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "lab.h"
+#include "lab_result.h"
+#include "lab_families.h"
 #include "lab_ops.h"
 #include "resil/chain.h"
 #include "resil/resil.h"

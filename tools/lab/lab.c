@@ -3,7 +3,6 @@
 #include "lab.h"
 #include "lab_ops.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,91 +23,18 @@
 #include <sqlite3.h>
 #endif
 
-void lab_result_clear(lab_result *r) {
-  if (r->observed) json_decref(r->observed);
-  memset(r, 0, sizeof *r);
-}
-
-int lab_check(lab_result *r, int cond, const char *fmt, ...) {
-  if (!cond && r->failure[0] == 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->failure, sizeof r->failure, fmt, ap);
-    va_end(ap);
-  }
-  if (!cond) r->pass = 0;
-  return cond;
-}
-
-int lab_expect(lab_result *r, const char *check, int cond, const char *fmt, ...) {
-  if (cond) return 1;
-  if (r->failure[0] == 0) {
-    int n = snprintf(r->failure, sizeof r->failure, "%s: ", check);
-    if (n > 0 && (size_t)n < sizeof r->failure) {
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(r->failure + n, sizeof r->failure - (size_t)n, fmt, ap);
-      va_end(ap);
-    }
-  }
-  if (!lab_check_failed(r, check)) {
-    size_t used = strlen(r->failed_checks);
-    snprintf(r->failed_checks + used, sizeof r->failed_checks - used, "%s ", check);
-  }
-  r->pass = 0;
-  return 0;
-}
-
-int lab_check_failed(const lab_result *r, const char *check) {
-  size_t n = strlen(check);
-  for (const char *p = r->failed_checks; (p = strstr(p, check)) != NULL; p += n)
-    if ((p == r->failed_checks || p[-1] == ' ') && p[n] == ' ') return 1;
-  return 0;
-}
-
-static json_t *obs(lab_result *r) {
-  if (!r->observed) r->observed = json_object();
-  return r->observed;
-}
-
-void lab_obs_int(lab_result *r, const char *key, long long v) {
-  json_object_set_new(obs(r), key, json_integer(v));
-}
-void lab_obs_str(lab_result *r, const char *key, const char *v) {
-  json_object_set_new(obs(r), key, json_string(v ? v : ""));
-}
-void lab_obs_bool(lab_result *r, const char *key, int v) {
-  json_object_set_new(obs(r), key, json_boolean(v));
-}
-void lab_obs_real(lab_result *r, const char *key, double v) {
-  json_object_set_new(obs(r), key, json_real(v));
-}
-void lab_obs_json(lab_result *r, const char *key, json_t *v) {
-  json_object_set_new(obs(r), key, v);
-}
-
-void lab_summary(lab_result *r, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r->summary, sizeof r->summary, fmt, ap);
-  va_end(ap);
-}
-
-static int run_fn(lab_fn fn, int path, lab_result *r) {
+/* ops: the run's --metrics / --events (lab_ops.h), NULL without them. */
+static int run_fn(lab_fn fn, int path, lab_ops *ops, lab_result *r) {
   memset(r, 0, sizeof *r);
   r->pass = 1;
   r->path = path;
-  r->ops = lab_ops_current; /* --metrics / --events */
+  r->ops = ops;
   r->observed = json_object();
   int ok = fn(r);
   if (!ok) r->pass = 0;
   if (!r->pass && r->failure[0] == 0)
     snprintf(r->failure, sizeof r->failure, "experiment reported failure");
   return r->pass;
-}
-
-const char *lab_path_name(int path) {
-  return path == LAB_PATH_ENGINE ? "engine" : "blocking";
 }
 
 int lab_runs_on(const lab_experiment *e, int path) {
@@ -120,12 +46,16 @@ int lab_runs_on(const lab_experiment *e, int path) {
   return (paths & (1u << path)) != 0;
 }
 
-int lab_run_on(const lab_experiment *e, int path, lab_result *r) {
+static int run_on(const lab_experiment *e, int path, lab_ops *ops, lab_result *r) {
   if (!lab_runs_on(e, path)) {
     memset(r, 0, sizeof *r);
     return -1;
   }
-  return run_fn(e->run, path, r);
+  return run_fn(e->run, path, ops, r);
+}
+
+int lab_run_on(const lab_experiment *e, int path, lab_result *r) {
+  return run_on(e, path, NULL, r);
 }
 
 int lab_run_wrong_on(const lab_experiment *e, int path, lab_result *r) {
@@ -133,7 +63,7 @@ int lab_run_wrong_on(const lab_experiment *e, int path, lab_result *r) {
     memset(r, 0, sizeof *r);
     return -1;
   }
-  return run_fn(e->run_wrong, path, r);
+  return run_fn(e->run_wrong, path, NULL, r);
 }
 
 int lab_run_one(const lab_experiment *e, lab_result *r) {
@@ -144,13 +74,9 @@ int lab_run_wrong(const lab_experiment *e, lab_result *r) {
   return lab_run_wrong_on(e, LAB_PATH_BLOCKING, r);
 }
 
-static const lab_experiment *const tables[] = {
-    lab_policy_experiments, lab_http_experiments, lab_idem_experiments,
-    lab_async_experiments, lab_async_keyed_experiments};
-
 const lab_experiment *lab_find(const char *id) {
-  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
-    for (const lab_experiment *e = tables[t]; e->id; e++)
+  for (const lab_experiment *const *t = lab_families; *t; t++)
+    for (const lab_experiment *e = *t; e->id; e++)
       if (strcmp(e->id, id) == 0) return e;
   return NULL;
 }
@@ -303,8 +229,8 @@ int lab_main(int argc, char **argv) {
   json_t *arr = json_array();
   int passed = 0, failed = 0;
   struct timespec t0, t1;
-  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
-    for (const lab_experiment *e = tables[t]; e->id; e++) {
+  for (const lab_experiment *const *t = lab_families; *t; t++) {
+    for (const lab_experiment *e = *t; e->id; e++) {
       for (int path = LAB_PATH_BLOCKING; path <= LAB_PATH_ENGINE; path++) {
         if (!lab_runs_on(e, path)) continue;
         /* --path chooses among the paths of experiments that have two. */
@@ -323,7 +249,7 @@ int lab_main(int argc, char **argv) {
         lab_result r;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         lab_ops_begin(ops, id);
-        lab_run_on(e, path, &r);
+        run_on(e, path, ops, &r);
         lab_ops_end(ops, &r);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +

@@ -9,7 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "lab.h"
+#include "lab_result.h"
+#include "lab_families.h"
 #include "lab_ops.h"
 
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_LOOP)

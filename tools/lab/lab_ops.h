@@ -25,7 +25,7 @@
 #ifndef RESIL_TOOL_LAB_OPS_H
 #define RESIL_TOOL_LAB_OPS_H
 
-#include "lab.h"
+#include "lab_result.h"
 #include "resil/resil.h"
 
 typedef struct lab_ops lab_ops;
@@ -33,9 +33,8 @@ typedef struct lab_ops lab_ops;
 /* The runner's side. lab_ops_new: NULL paths are not written; returns NULL
  * (after a message on stderr) when a file cannot be opened. */
 lab_ops *lab_ops_new(const char *metrics_path, const char *events_path);
-/* Before an experiment run: the id ("P6", "H3/engine") and
- * lab_ops_current = ops, which the runner copies into r->ops (lab.c). */
-extern lab_ops *lab_ops_current;
+/* Before an experiment run: its id ("P6", "H3/engine"). The runner then
+ * runs it with r->ops = ops (lab.c). ops NULL is a no-op. */
 void lab_ops_begin(lab_ops *ops, const char *id);
 /* After it (r its result): the "experiment" event line, and a warning for
  * instances it registered and did not capture. */

@@ -1,8 +1,11 @@
-/* The lab: experiments of DESIGN §7, each measured against real code (and,
- * for the HTTP ones, a real loopback upstream), each producing one
- * observation line and a JSON object of what it measured. */
-#ifndef RESIL_TOOL_LAB_H
-#define RESIL_TOOL_LAB_H
+/* What an experiment works with (one exp_*.c per family): its result (the
+ * pass flag, the observation line, the JSON object of what it measured),
+ * the checks that record failures into it, and the lab_experiment entry a
+ * family's table holds. The base of tools/lab: it includes no other lab
+ * header, and the runner (lab.h), the run's metrics and events (lab_ops.h)
+ * and the engine path (lab_engine.h) build on it. */
+#ifndef RESIL_TOOL_LAB_RESULT_H
+#define RESIL_TOOL_LAB_RESULT_H
 
 #include <jansson.h>
 #include <stddef.h>
@@ -52,16 +55,6 @@ typedef struct lab_experiment {
   unsigned paths;
 } lab_experiment;
 
-/* Experiment tables, each terminated by {NULL}. */
-extern const lab_experiment lab_policy_experiments[];
-extern const lab_experiment lab_http_experiments[];
-extern const lab_experiment lab_idem_experiments[];
-/* A1-A6 and A8 (lab_async.c): empty unless the built-in loop is built. */
-extern const lab_experiment lab_async_experiments[];
-/* A7 (lab_async_keyed.c): empty unless the built-in loop, the fixture and
- * the store are built. */
-extern const lab_experiment lab_async_keyed_experiments[];
-
 /* Checks used by experiments: record the first failure into r and return
  * the condition. */
 int lab_check(lab_result *r, int cond, const char *fmt, ...)
@@ -81,44 +74,9 @@ void lab_obs_json(lab_result *r, const char *key, json_t *v); /* steals v */
 void lab_summary(lab_result *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Runs one experiment into r (fresh) on the blocking path. Returns r->pass. */
-int lab_run_one(const lab_experiment *e, lab_result *r);
-/* Runs e->run_wrong into r (fresh), as lab_run_one does; returns r->pass,
- * or -1 (r cleared) when e has no wrong variant. */
-int lab_run_wrong(const lab_experiment *e, lab_result *r);
-/* The same on a given path (LAB_PATH_*): -1 (r cleared) when e does not
- * run on it or the path is not built. */
-int lab_run_on(const lab_experiment *e, int path, lab_result *r);
-int lab_run_wrong_on(const lab_experiment *e, int path, lab_result *r);
-/* 1 when e runs on path in this build. */
-int lab_runs_on(const lab_experiment *e, int path);
 /* "blocking" or "engine". */
 const char *lab_path_name(int path);
+/* Frees r->observed and zeroes r. */
 void lab_result_clear(lab_result *r);
-
-/* Finds an experiment by id in all tables; NULL when none. */
-const lab_experiment *lab_find(const char *id);
-
-#ifdef RESIL_HAVE_HTTP
-#include "resil/http.h"
-/* One logical call on client c (lab_http.c): kv is a NULL-terminated list of
- * name, value pairs for the endpoint's placeholders (at most 8 pairs), key
- * the idempotency key or NULL, body text sent as is or NULL; rt, ctx and out
- * may be NULL, as for resil_http_call. */
-resil_outcome lab_http_call(resil_http_client *c, const char *ep,
-                            const char *const *kv, const char *key,
-                            const char *body, resil_retry *rt,
-                            const resil_ctx *ctx, resil_http_response **out);
-/* The same on the engine path when le is not NULL (lab_engine.h: the call
- * submitted to le's engine, which must be on client c), else as above. */
-typedef struct lab_engine lab_engine;
-resil_outcome lab_http_call_on(lab_engine *le, resil_http_client *c, const char *ep,
-                               const char *const *kv, const char *key, const char *body,
-                               resil_retry *rt, const resil_ctx *ctx,
-                               resil_http_response **out);
-#endif
-
-/* `resil lab ...` */
-int lab_main(int argc, char **argv);
 
 #endif

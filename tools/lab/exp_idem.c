@@ -18,11 +18,12 @@
  * resil_http_call()"), so both paths measure the same thing; the status
  * queries of I3 (and of every experiment) are explicit GETs of
  * /operations/{key}, a resil_engine_call() of op_status. The keyed flow
- * with status queries is A7's (lab_async_keyed.c). Server-side parts (the
+ * with status queries is A7's (exp_async_keyed.c). Server-side parts (the
  * stores, the fixture, I8's child processes) are the same on both paths.
  * On the engine path the check ran_on_engine fails unless every client
  * call of the experiment went through the engine. */
-#include "lab.h"
+#include "lab_result.h"
+#include "lab_families.h"
 #include "lab_ops.h"
 #include "lab_engine.h"
 

@@ -80,10 +80,7 @@ lab_ops *lab_ops_new(const char *metrics_path, const char *events_path) {
   return o;
 }
 
-lab_ops *lab_ops_current;
-
 void lab_ops_begin(lab_ops *ops, const char *id) {
-  lab_ops_current = ops;
   if (!ops) return;
   snprintf(ops->id, sizeof ops->id, "%s", id);
   size_t k = 0;
@@ -94,7 +91,6 @@ void lab_ops_begin(lab_ops *ops, const char *id) {
 }
 
 void lab_ops_end(lab_ops *ops, const lab_result *r) {
-  lab_ops_current = NULL;
   if (!ops) return;
   if (ops->cur && resil_metrics_count(ops->cur) > 0)
     fprintf(stderr, "resil lab: %s: %zu instance(s) registered for --metrics and not captured\n",

@@ -1,0 +1,27 @@
+/* The lab's experiment families: each family's table, defined in its
+ * exp_*.c, and the registration table that lists them in order
+ * (lab_families.c, where the steps to add a family are). */
+#ifndef RESIL_TOOL_LAB_FAMILIES_H
+#define RESIL_TOOL_LAB_FAMILIES_H
+
+#include "lab_result.h"
+
+/* Each family's experiments, terminated by {NULL}; a family whose
+ * dependencies are not built defines an empty table ({{NULL}}). */
+/* P1-P12, P14 (exp_policies.c). */
+extern const lab_experiment lab_policy_experiments[];
+/* P13 and H1-H16 (exp_http.c): empty unless the fixture is built. */
+extern const lab_experiment lab_http_experiments[];
+/* I1-I8 (exp_idem.c): empty unless the fixture and the store are built. */
+extern const lab_experiment lab_idem_experiments[];
+/* A1-A6 and A8 (exp_async.c): empty unless the built-in loop is built. */
+extern const lab_experiment lab_async_experiments[];
+/* A7 (exp_async_keyed.c): empty unless the built-in loop, the fixture and
+ * the store are built. */
+extern const lab_experiment lab_async_keyed_experiments[];
+
+/* The registration table: every family's table, in the order `resil lab`
+ * runs and lists them, then NULL. */
+extern const lab_experiment *const lab_families[];
+
+#endif
