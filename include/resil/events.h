@@ -44,7 +44,9 @@
  * is redacted as resil_http_log_fn documents (userinfo, secret-looking
  * query values, the fragment); idempotency keys are not secrets (logged as
  * the HTTP log does). Text is valid UTF-8 JSON (invalid bytes replaced by
- * U+FFFD) and never holds a raw newline.
+ * U+FFFD) and never holds a raw newline: control characters, DEL, the C1
+ * controls U+0080..U+009F (NEL U+0085 among them), U+2028 and U+2029 are
+ * written as \uXXXX escapes.
  *
  * Adapters attach the sink to the existing listeners in one line each:
  *   resil_breaker_listener_add(br, resil_event_breaker_listener, sink);
