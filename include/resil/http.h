@@ -424,7 +424,10 @@ typedef struct resil_http_client_config {
   int response_decompression;
   /* Default RESIL_HTTP_RESEND_NEVER. */
   resil_http_resend resend_stale;
-  /* Header carrying the idempotency key. Default "Idempotency-Key". Copied. */
+  /* Header carrying the idempotency key: an HTTP token, not a header
+   * libcurl or libresil set (Host, Content-Length, Transfer-Encoding,
+   * Expect, Content-Encoding, Connection; RESIL_EINVAL naming the field).
+   * Default "Idempotency-Key". Copied. */
   const char *idempotency_header;
   /* Largest response body kept, 1..1 GiB. A larger body aborts the
    * attempt: UNKNOWN(RESPONSE_TOO_LARGE) (the request was executed, its
@@ -449,7 +452,10 @@ typedef struct resil_http_client_config {
   int verify_peer;
   /* CA bundle file, NULL (default) for the system's. Copied. */
   const char *ca_file;
-  /* User-Agent; NULL gives "libresil/<version>". Copied. */
+  /* User-Agent; NULL gives "libresil/<version>". Visible
+   * ASCII, spaces and tabs only, as an endpoint header value (a control
+   * byte, CR/LF among them, DEL or a non-ASCII byte: RESIL_EINVAL naming
+   * the field). Copied. */
   const char *user_agent;
   /* Clock for Retry-After HTTP-dates (wall time); NULL = system. Transfers
    * always run on real time; the deadline is read on the ctx's clock once
