@@ -344,8 +344,13 @@ typedef enum resil_http_log_level {
  *     Refresh, Referer, ... in both directions) the userinfo of any URL
  *     ("scheme://user:pw@") and the value of any secret-looking name=value
  *     pair, a query's or a fragment's included;
- *   - in the request URL the userinfo, the fragment (dropped), and the
- *     values of secret-looking query parameters;
+ *   - in the request URL the userinfo (also without a scheme:
+ *     "user:pw@host/path"), the fragment (dropped), and the values of
+ *     secret-looking query parameters;
+ *   - the whole value of any name=value pair holding a URL with userinfo,
+ *     plain or percent-encoded ("?next=https://u:p@h/",
+ *     "?r=http%3A%2F%2Fu%3Ap%40h", "?to=u:p@h/x"; a bare "a@b.org" is
+ *     kept);
  *   - a name is secret-looking, matched after percent-decoding ("%74oken"
  *     is "token"), when it contains "token", "key", "secret", "pass",
  *     "pwd", "sig", "auth", "credential", "session", "cookie", "jwt" or

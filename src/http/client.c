@@ -10,6 +10,7 @@
 
 #include "base.h"
 #include "client_int.h"
+#include "core/redact.h"
 #include "log_int.h"
 #include "slot.h"
 #include "template.h"
@@ -202,7 +203,8 @@ static resil_status tpl_compile(resil_http_client *c, size_t idx,
       return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu", ename, why,
                         off);
     char q[64];
-    resil__http_redact_excerpt(c->t.alloc, q, sizeof q, src, len, kind == HTTP_TPL_QUERY);
+    resil__redact_excerpt(q, sizeof q, src, len,
+                          kind == HTTP_TPL_QUERY ? RESIL__REDACT_PAIRS : RESIL__REDACT_NONE, NULL);
     return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu in \"%s\"",
                       ename, why, off, q);
   }

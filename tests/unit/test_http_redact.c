@@ -132,6 +132,37 @@ static void query_names_are_matched_decoded_and_short_names_whole(void **state) 
   resil__http_buf_free(NULL, &b);
 }
 
+/* Userinfo without a scheme, and URLs with userinfo inside query values,
+ * plain or percent-encoded (once or twice): the event log's and the HTTP
+ * log's URL redaction. A bare e-mail address in a value is kept. */
+static void schemeless_userinfo_and_urls_in_query_values(void **state) {
+  (void)state;
+  struct {
+    const char *url, *want;
+  } cases[] = {
+      {"user:pass@host/path", "[REDACTED]@host/path"},
+      {"u:p@h:8080/x?page=1", "[REDACTED]@h:8080/x?page=1"},
+      {"ghp_tok@github.com/o/r", "[REDACTED]@github.com/o/r"},
+      {"https://h/cb?next=https://u:S1@h2/x&page=2", "https://h/cb?next=[REDACTED]&page=2"},
+      {"https://h/cb?redirect=http%3A%2F%2Fuser%3AS2%40host&page=2",
+       "https://h/cb?redirect=[REDACTED]&page=2"},
+      {"https://h/cb?r=http%253A%252F%252Fuser%253AS3%2540host", "https://h/cb?r=[REDACTED]"},
+      {"https://h/cb?to=u:S4@h/x;page=2", "https://h/cb?to=[REDACTED];page=2"},
+      {"/cb?next=//u:S5@h/x", "/cb?next=[REDACTED]"},
+      {"https://h/p?email=a@b.org&next=/home&u=https://h/x",
+       "https://h/p?email=a@b.org&next=/home&u=https://h/x"},
+      {"/relative/path?q=1", "/relative/path?q=1"},
+      {"host:8080/x", "host:8080/x"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    http_buf b = {0};
+    assert_int_equal(resil__http_redact_url(NULL, &b, cases[i].url), 0);
+    if (strcmp(b.p, cases[i].want) != 0)
+      fail_msg("%s\n  gave %s\n  want %s", cases[i].url, b.p, cases[i].want);
+    resil__http_buf_free(NULL, &b);
+  }
+}
+
 static void header_values_have_urls_redacted(void **state) {
   (void)state;
   struct {
@@ -339,6 +370,7 @@ int main(void) {
       cmocka_unit_test(secret_looking_header_names_are_redacted),
       cmocka_unit_test(query_names_are_matched_decoded_and_short_names_whole),
       cmocka_unit_test(header_values_have_urls_redacted),
+      cmocka_unit_test(schemeless_userinfo_and_urls_in_query_values),
       cmocka_unit_test(url_valued_and_secret_headers_are_redacted_both_ways),
       cmocka_unit_test(control_bytes_from_the_network_are_escaped_in_every_line),
       cmocka_unit_test(template_errors_quote_no_secret),
