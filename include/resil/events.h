@@ -148,7 +148,9 @@ RESIL_API void resil_event_attempt_listener(void *user, const resil_attempt_info
 /* A registry reload (the registry calls it; so may an application): ok 1
  * or 0, file the configuration file (may be NULL), changed and kept the
  * instances replaced and kept, error the message of a failed reload (NULL
- * when ok). Statuses as resil_event_emit. Since 0.2. */
+ * when ok; the userinfo of any URL in it and the values of secret-looking
+ * name=value pairs are redacted as in the HTTP log). Statuses as
+ * resil_event_emit. Since 0.2. */
 RESIL_API resil_status resil_event_reload(resil_event_sink *s, const char *registry,
                                           int ok, const char *file, size_t changed,
                                           size_t kept, const char *error);

@@ -173,8 +173,9 @@ static int puts_(resil__put_fn put, void *out, const char *s) {
   return put(out, s, strlen(s));
 }
 
-int resil__redact_pairs(resil__put_fn put, void *out, const char *s, size_t len,
-                        const char *seps) {
+/* resil__redact_pairs; bare: a bare secret-looking word goes too. */
+static int redact_pairs(resil__put_fn put, void *out, const char *s, size_t len,
+                        const char *seps, int bare) {
   size_t i = 0;
   while (i <= len) {
     size_t j = i;
@@ -184,7 +185,7 @@ int resil__redact_pairs(resil__put_fn put, void *out, const char *s, size_t len,
     if (eq < j && (resil__secret_name(s + i, eq - i, 0) ||
                    value_has_userinfo(s + eq + 1, j - eq - 1))) {
       if (put(out, s + i, eq - i + 1) != 0 || puts_(put, out, RESIL__REDACTED) != 0) return -1;
-    } else if (eq == j && j > i && resil__secret_name(s + i, j - i, 0)) {
+    } else if (bare && eq == j && j > i && resil__secret_name(s + i, j - i, 0)) {
       if (puts_(put, out, RESIL__REDACTED) != 0) return -1;
     } else if (put(out, s + i, j - i) != 0) {
       return -1;
@@ -193,6 +194,11 @@ int resil__redact_pairs(resil__put_fn put, void *out, const char *s, size_t len,
     i = j + 1;
   }
   return 0;
+}
+
+int resil__redact_pairs(resil__put_fn put, void *out, const char *s, size_t len,
+                        const char *seps) {
+  return redact_pairs(put, out, s, len, seps, 1);
 }
 
 int resil__redact_url(resil__put_fn put, void *out, const char *url, size_t len) {
@@ -241,7 +247,7 @@ static int sbuf_put(void *o, const char *s, size_t n) {
 /* Bytes that end a name=value pair inside free text such as Link: <https://h/?a=b>; rel="next" or Refresh: 0; url=... */
 #define TEXT_SEPS "?#&;,<>\"' \t"
 
-int resil__redact_text(resil__put_fn put, void *out, const char *v, size_t len) {
+static int redact_text(resil__put_fn put, void *out, const char *v, size_t len, int bare) {
   sbuf tmp = {0};
   size_t i = 0, from = 0;
   int rc = 0;
@@ -269,9 +275,17 @@ int resil__redact_text(resil__put_fn put, void *out, const char *v, size_t len) 
     i = end;
   }
   if (rc == 0) rc = sbuf_put(&tmp, v + from, len - from);
-  if (rc == 0) rc = resil__redact_pairs(put, out, tmp.p ? tmp.p : "", tmp.len, TEXT_SEPS);
+  if (rc == 0) rc = redact_pairs(put, out, tmp.p ? tmp.p : "", tmp.len, TEXT_SEPS, bare);
   free(tmp.p);
   return rc;
+}
+
+int resil__redact_text(resil__put_fn put, void *out, const char *v, size_t len) {
+  return redact_text(put, out, v, len, 1);
+}
+
+int resil__redact_message(resil__put_fn put, void *out, const char *v, size_t len) {
+  return redact_text(put, out, v, len, 0);
 }
 
 /* ---- excerpts for messages ---------------------------------------------- */
@@ -363,7 +377,8 @@ void resil__redact_excerpt(char *dst, size_t cap, const char *s, size_t len,
   int rc = mode == RESIL__REDACT_PAIRS  ? resil__redact_pairs(sbuf_put, &a, s, len, "&;")
            : mode == RESIL__REDACT_URL  ? resil__redact_url(sbuf_put, &a, s, len)
            : mode == RESIL__REDACT_TEXT ? resil__redact_text(sbuf_put, &a, s, len)
-                                        : sbuf_put(&a, s, len);
+           : mode == RESIL__REDACT_MESSAGE ? resil__redact_message(sbuf_put, &a, s, len)
+                                           : sbuf_put(&a, s, len);
   if (rc == 0 && !a.p) rc = sbuf_put(&a, "", 0);
   sbuf *t = &a;
   if (rc == 0 && secrets_of) {

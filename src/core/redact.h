@@ -44,12 +44,18 @@ int resil__redact_url(resil__put_fn put, void *out, const char *url, size_t len)
  * tab). */
 int resil__redact_text(resil__put_fn put, void *out, const char *s, size_t len);
 
+/* resil__redact_text for prose (an error message, libpq's): the same,
+ * except that a bare secret-looking word stays ("password authentication
+ * failed" is not a secret; "password=x" is). */
+int resil__redact_message(resil__put_fn put, void *out, const char *s, size_t len);
+
 /* What resil__redact_excerpt does to its text before escaping it. */
 typedef enum resil__redact_mode {
   RESIL__REDACT_NONE = 0,  /* nothing: only escaped and cut           */
   RESIL__REDACT_PAIRS = 1, /* resil__redact_pairs, '&' and ';'        */
   RESIL__REDACT_URL = 2,   /* resil__redact_url                       */
-  RESIL__REDACT_TEXT = 3   /* resil__redact_text                      */
+  RESIL__REDACT_TEXT = 3,  /* resil__redact_text                      */
+  RESIL__REDACT_MESSAGE = 4 /* resil__redact_message                  */
 } resil__redact_mode;
 
 /* Writes into dst[0..cap) an excerpt of s[0..len) fit to quote in a

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "core/redact.h"
 #include "http/log_int.h"
 #include "http/template.h"
 #include "resil/events.h"
@@ -368,7 +369,18 @@ resil_status resil_event_reload(resil_event_sink *s, const char *registry, int o
   if (file) json_object_set_new(o, "file", jstr(file));
   json_object_set_new(o, "changed", json_integer((json_int_t)changed));
   json_object_set_new(o, "kept", json_integer((json_int_t)kept));
-  if (!ok && error) json_object_set_new(o, "error", jstr(error));
+  if (!ok && error) {
+    /* A reload error may quote a setting (a store URI, a base URL): the
+     * userinfo of any URL in it and secret-looking name=value pairs are
+     * redacted (resil__redact_message). */
+    http_buf b = {0};
+    http_put_to h = {s->alloc, &b};
+    if (resil__redact_message(resil__http_put, &h, error, strlen(error)) == 0 && b.p)
+      json_object_set_new(o, "error", jstr(b.p));
+    else
+      json_object_set_new(o, "error", json_string(RESIL__REDACTED));
+    resil__http_buf_free(s->alloc, &b);
+  }
   return write_line(s, o);
 }
 

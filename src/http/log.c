@@ -55,25 +55,19 @@ int resil__http_secret_header(const char *name, size_t len) {
   return 0;
 }
 
-/* The core's redaction (src/core/redact.c) appending to an http_buf. */
-typedef struct hput {
-  const resil_allocator *a;
-  http_buf *b;
-} hput;
-
-static int http_put(void *o, const char *s, size_t n) {
-  hput *h = o;
+int resil__http_put(void *to, const char *s, size_t n) {
+  http_put_to *h = to;
   return resil__http_buf_append(h->a, h->b, s, n);
 }
 
 static int redact_pairs(const resil_allocator *a, http_buf *out, const char *s, size_t len) {
-  hput h = {a, out};
-  return resil__redact_pairs(http_put, &h, s, len, "&;");
+  http_put_to h = {a, out};
+  return resil__redact_pairs(resil__http_put, &h, s, len, "&;");
 }
 
 int resil__http_redact_url(const resil_allocator *a, http_buf *out, const char *url) {
-  hput h = {a, out};
-  return resil__redact_url(http_put, &h, url, strlen(url));
+  http_put_to h = {a, out};
+  return resil__redact_url(resil__http_put, &h, url, strlen(url));
 }
 
 int resil__http_log_header(const resil_allocator *a, http_buf *out, const char *name,
@@ -88,8 +82,8 @@ int resil__http_log_header(const resil_allocator *a, http_buf *out, const char *
    * This covers the URL-valued headers of both directions (Location,
    * Content-Location, Link, Refresh, Referer, ...) without a list that
    * could miss one. */
-  hput h = {a, out};
-  return resil__redact_text(http_put, &h, value, vl);
+  http_put_to h = {a, out};
+  return resil__redact_text(resil__http_put, &h, value, vl);
 }
 
 static int needs_escape(unsigned char c) { return resil__unsafe_byte(c); }

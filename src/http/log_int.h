@@ -9,6 +9,14 @@
 
 /* ---- redaction and logging (log.c) ------------------------------------- */
 
+/* The core's redaction (core/redact.h) appending to an http_buf: pass
+ * resil__http_put and a http_put_to. */
+typedef struct http_put_to {
+  const resil_allocator *a;
+  http_buf *b;
+} http_put_to;
+int resil__http_put(void *to, const char *s, size_t n);
+
 /* 1 when a header's value must never be logged (see resil_http_log_fn). */
 int resil__http_secret_header(const char *name, size_t len);
 /* Appends url with secret query values and userinfo replaced and the

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/redact.h"
 #include "http/log_int.h"
 #include "test_http_common.h"
 
@@ -161,6 +162,35 @@ static void schemeless_userinfo_and_urls_in_query_values(void **state) {
       fail_msg("%s\n  gave %s\n  want %s", cases[i].url, b.p, cases[i].want);
     resil__http_buf_free(NULL, &b);
   }
+}
+
+/* Message excerpts (core/redact.h): libpq-style messages lose the secrets
+ * of the URI they came from wherever they appear, raw or percent-decoded;
+ * prose keeps its words; escapes are never cut in half. */
+static void message_excerpts_lose_the_secrets_of_their_uri(void **state) {
+  (void)state;
+  char b[160];
+  const char *m = "invalid percent-encoded token: \"pa%zzss\"";
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_MESSAGE,
+                        "postgresql://u:pa%zzss@h/db");
+  assert_string_equal(b, "invalid percent-encoded token: \"[REDACTED]\"");
+  m = "password authentication failed for user \"u\" (p@ss:x)";
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_MESSAGE,
+                        "postgresql://u:p%40ss:x@h/db");
+  assert_string_equal(b, "password authentication failed for user \"u\" ([REDACTED])");
+  m = "bad value \"tok1\" at postgresql://x:y@h/db?sslpassword=tok1";
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_MESSAGE,
+                        "postgresql://h/db?sslpassword=tok1");
+  assert_string_equal(b, "bad value \"[REDACTED]\" at postgresql://[REDACTED]@h/db?sslpassword=[REDACTED]");
+  m = "host=h password=kv-secret dbname=x";
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_MESSAGE, NULL);
+  assert_string_equal(b, "host=h password=[REDACTED] dbname=x");
+  /* Cut with "..." and never inside a \xNN escape. */
+  m = "abcdef\n\tghij";
+  resil__redact_excerpt(b, 12, m, strlen(m), RESIL__REDACT_NONE, NULL);
+  assert_string_equal(b, "abcdef...");
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_NONE, NULL);
+  assert_string_equal(b, "abcdef\\x0a\\x09ghij");
 }
 
 static void header_values_have_urls_redacted(void **state) {
@@ -371,6 +401,7 @@ int main(void) {
       cmocka_unit_test(query_names_are_matched_decoded_and_short_names_whole),
       cmocka_unit_test(header_values_have_urls_redacted),
       cmocka_unit_test(schemeless_userinfo_and_urls_in_query_values),
+      cmocka_unit_test(message_excerpts_lose_the_secrets_of_their_uri),
       cmocka_unit_test(url_valued_and_secret_headers_are_redacted_both_ways),
       cmocka_unit_test(control_bytes_from_the_network_are_escaped_in_every_line),
       cmocka_unit_test(template_errors_quote_no_secret),
