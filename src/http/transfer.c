@@ -221,10 +221,13 @@ static curl_socket_t on_opensocket(void *ud, curlsocktype purpose,
    * server does not even see a new connection. */
   if (x->prereqs > 0 && !x->got_bytes && !resend_allowed(x)) return CURL_SOCKET_BAD;
   curl_socket_t fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
-  if (fd != CURL_SOCKET_BAD)
+  /* libcurl keeps no errno of a failed socket(): the last one's is kept. */
+  if (fd != CURL_SOCKET_BAD) {
     x->sockets++;
-  else
-    x->sock_errno = errno; /* libcurl keeps no errno of a failed socket() */
+    x->sock_errno = 0;
+  } else {
+    x->sock_errno = errno;
+  }
   return fd;
 }
 

@@ -37,11 +37,12 @@ static int listen_local(unsigned *port) {
 /* Lowers the soft RLIMIT_NOFILE to 256 and takes every free descriptor:
  * the next socket() fails with EMFILE. Returns 0, or -1. */
 static int use_up_descriptors(void) {
+  int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+  if (fd < 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
   if (rl.rlim_cur > 256) rl.rlim_cur = 256;
   if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
-  while (dup(0) >= 0) {
+  while (dup(fd) >= 0) {
   }
   return errno == EMFILE ? 0 : -1;
 }
