@@ -161,9 +161,9 @@ static int has_userinfo(const char *d, size_t n) {
 }
 
 /* has_userinfo of v[0..n) percent-decoded; a value too long to decode
- * holding '@' or "%40" counts as one. */
+ * holding '@' or '%' counts as one. */
 static int value_has_userinfo(const char *v, size_t n) {
-  if (!memchr(v, '@', n) && !icontains(v, n, "%40") && !icontains(v, n, "%2540")) return 0;
+  if (!memchr(v, '@', n) && !memchr(v, '%', n)) return 0;
   char dec[VALUE_MAX_DECODED], tmp[VALUE_MAX_DECODED];
   long k = decode(v, n, 0, dec, tmp, sizeof dec);
   return k < 0 || has_userinfo(dec, (size_t)k);

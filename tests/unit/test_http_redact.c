@@ -148,6 +148,7 @@ static void schemeless_userinfo_and_urls_in_query_values(void **state) {
       {"https://h/cb?redirect=http%3A%2F%2Fuser%3AS2%40host&page=2",
        "https://h/cb?redirect=[REDACTED]&page=2"},
       {"https://h/cb?r=http%253A%252F%252Fuser%253AS3%2540host", "https://h/cb?r=[REDACTED]"},
+      {"https://h/cb?r=http%25253A%25252F%25252Fu%25253AS6%252540h", "https://h/cb?r=[REDACTED]"},
       {"https://h/cb?to=u:S4@h/x;page=2", "https://h/cb?to=[REDACTED];page=2"},
       {"/cb?next=//u:S5@h/x", "/cb?next=[REDACTED]"},
       {"https://h/p?email=a@b.org&next=/home&u=https://h/x",
