@@ -44,7 +44,9 @@
  * is redacted as resil_http_log_fn documents (userinfo, secret-looking
  * query values, the fragment); idempotency keys are not secrets (logged as
  * the HTTP log does). Text is valid UTF-8 JSON (invalid bytes replaced by
- * U+FFFD) and never holds a raw newline.
+ * U+FFFD) and never holds a raw newline: control characters, DEL, the C1
+ * controls U+0080..U+009F (NEL U+0085 among them), U+2028 and U+2029 are
+ * written as \uXXXX escapes.
  *
  * Adapters attach the sink to the existing listeners in one line each:
  *   resil_breaker_listener_add(br, resil_event_breaker_listener, sink);
@@ -146,7 +148,9 @@ RESIL_API void resil_event_attempt_listener(void *user, const resil_attempt_info
 /* A registry reload (the registry calls it; so may an application): ok 1
  * or 0, file the configuration file (may be NULL), changed and kept the
  * instances replaced and kept, error the message of a failed reload (NULL
- * when ok). Statuses as resil_event_emit. Since 0.2. */
+ * when ok; the userinfo of any URL in it and the values of secret-looking
+ * name=value pairs are redacted as in the HTTP log). Statuses as
+ * resil_event_emit. Since 0.2. */
 RESIL_API resil_status resil_event_reload(resil_event_sink *s, const char *registry,
                                           int ok, const char *file, size_t changed,
                                           size_t kept, const char *error);

@@ -344,8 +344,13 @@ typedef enum resil_http_log_level {
  *     Refresh, Referer, ... in both directions) the userinfo of any URL
  *     ("scheme://user:pw@") and the value of any secret-looking name=value
  *     pair, a query's or a fragment's included;
- *   - in the request URL the userinfo, the fragment (dropped), and the
- *     values of secret-looking query parameters;
+ *   - in the request URL the userinfo (also without a scheme:
+ *     "user:pw@host/path"), the fragment (dropped), and the values of
+ *     secret-looking query parameters;
+ *   - the whole value of any name=value pair holding a URL with userinfo,
+ *     plain or percent-encoded ("?next=https://u:p@h/",
+ *     "?r=http%3A%2F%2Fu%3Ap%40h", "?to=u:p@h/x"; a bare "a@b.org" is
+ *     kept);
  *   - a name is secret-looking, matched after percent-decoding ("%74oken"
  *     is "token"), when it contains "token", "key", "secret", "pass",
  *     "pwd", "sig", "auth", "credential", "session", "cookie", "jwt" or
@@ -424,7 +429,10 @@ typedef struct resil_http_client_config {
   int response_decompression;
   /* Default RESIL_HTTP_RESEND_NEVER. */
   resil_http_resend resend_stale;
-  /* Header carrying the idempotency key. Default "Idempotency-Key". Copied. */
+  /* Header carrying the idempotency key: an HTTP token, not a header
+   * libcurl or libresil set (Host, Content-Length, Transfer-Encoding,
+   * Expect, Content-Encoding, Connection; RESIL_EINVAL naming the field).
+   * Default "Idempotency-Key". Copied. */
   const char *idempotency_header;
   /* Largest response body kept, 1..1 GiB. A larger body aborts the
    * attempt: UNKNOWN(RESPONSE_TOO_LARGE) (the request was executed, its
@@ -449,7 +457,10 @@ typedef struct resil_http_client_config {
   int verify_peer;
   /* CA bundle file, NULL (default) for the system's. Copied. */
   const char *ca_file;
-  /* User-Agent; NULL gives "libresil/<version>". Copied. */
+  /* User-Agent; NULL gives "libresil/<version>". Visible
+   * ASCII, spaces and tabs only, as an endpoint header value (a control
+   * byte, CR/LF among them, DEL or a non-ASCII byte: RESIL_EINVAL naming
+   * the field). Copied. */
   const char *user_agent;
   /* Clock for Retry-After HTTP-dates (wall time); NULL = system. Transfers
    * always run on real time; the deadline is read on the ctx's clock once

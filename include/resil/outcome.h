@@ -13,8 +13,14 @@
  *   ANSWERED  the server answered; `http_status` says how (0 for a call that
  *             is not HTTP; then `reason` is RESIL_REASON_OK or _FAILURE).
  *   REJECTED  local protection refused the call before it was sent (breaker
- *             open, bulkhead full, no rate permit, deadline, retry budget).
- *             Never a downstream failure.
+ *             open, bulkhead full, no rate permit, deadline, retry budget),
+ *             or a local resource limit did (LOCAL_RESOURCES, since 0.2: no
+ *             socket for EMFILE/ENFILE/ENOBUFS/ENOMEM, no local port for
+ *             EADDRNOTAVAIL; the upstream was not contacted). Never a
+ *             downstream failure: no breaker counts it, whatever its
+ *             classes; like every REJECTED it is safe to repeat
+ *             (resil_outcome_maybe_executed 0) but retried only with
+ *             retry_on_rejected.
  *
  * Thread-safety: plain values and pure functions; all thread-safe. */
 #ifndef RESIL_OUTCOME_H
@@ -58,7 +64,8 @@ typedef enum resil_outcome_kind {
   X(RETRY_BUDGET, RESIL_REJECTED, "retry budget spent")                        \
   X(QUEUE_FULL, RESIL_REJECTED, "thread pool queue full")                      \
   X(DECODE, RESIL_ANSWERED, "response could not be decoded")                  \
-  X(RESPONSE_TOO_LARGE, RESIL_UNKNOWN, "response body over the size limit")
+  X(RESPONSE_TOO_LARGE, RESIL_UNKNOWN, "response body over the size limit")   \
+  X(LOCAL_RESOURCES, RESIL_REJECTED, "local resource limit (descriptors, ports)")
 
 typedef enum resil_reason {
 #define RESIL__REASON_ENUM(name, kind, text) RESIL_REASON_##name,

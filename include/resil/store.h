@@ -453,7 +453,12 @@ RESIL_API void resil_store_config_init_sized(resil_store_config *cfg, size_t str
  * err->msg says which, with the system's reason for an open failure, e.g.
  * "no such directory" or "permission denied"); RESIL_ETIMEDOUT (locked beyond busy_timeout_ns while
  * migrating); RESIL_ENOMEM; RESIL_ESYS (no mutex or condition variable
- * for the pool). err may be NULL. Thread-safe. Since 0.1. */
+ * for the pool). err may be NULL. Thread-safe. Since 0.1.
+ * No message of the store (err->msg here, resil_store_errmsg later) shows
+ * the URI's password: a quoted URI has its userinfo and secret-looking
+ * parameters redacted, and libpq's messages quoted (which may repeat the
+ * URI or the password alone) have every secret of the URI replaced by
+ * "[REDACTED]" and their control bytes escaped ("\xNN"). Since 0.2. */
 RESIL_API resil_status resil_store_open(const char *uri,
                                         const resil_store_config *cfg,
                                         resil_store **out, resil_error *err);

@@ -10,6 +10,7 @@
 
 #include "base.h"
 #include "client_int.h"
+#include "core/redact.h"
 #include "log_int.h"
 #include "slot.h"
 #include "template.h"
@@ -202,7 +203,8 @@ static resil_status tpl_compile(resil_http_client *c, size_t idx,
       return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu", ename, why,
                         off);
     char q[64];
-    resil__http_redact_excerpt(c->t.alloc, q, sizeof q, src, len, kind == HTTP_TPL_QUERY);
+    resil__redact_excerpt(q, sizeof q, src, len,
+                          kind == HTTP_TPL_QUERY ? RESIL__REDACT_PAIRS : RESIL__REDACT_NONE, NULL);
     return resil__err(err, RESIL_EINVAL, fname, "endpoint '%s': %s at offset %zu in \"%s\"",
                       ename, why, off, q);
   }
@@ -555,6 +557,18 @@ static resil_status check_config(const resil_http_client_config *cfg,
     if (!resil__http_tchar((unsigned char)*p))
       return resil__err(err, RESIL_EINVAL, "idempotency_header",
                         "must be an HTTP token, got \"%.40s\"", cfg->idempotency_header);
+  if (resil__http_reserved_header(cfg->idempotency_header, strlen(cfg->idempotency_header)))
+    return resil__err(err, RESIL_EINVAL, "idempotency_header",
+                      "\"%.40s\" is a header libcurl or libresil set (Host, Content-Length, "
+                      "Transfer-Encoding, Expect, Content-Encoding, Connection)",
+                      cfg->idempotency_header);
+  /* Sent as a header line as it is: validated as endpoint header values are. */
+  for (const char *p = cfg->user_agent; p && *p; p++)
+    if (!resil__http_value_char((unsigned char)*p))
+      return resil__err(err, RESIL_EINVAL, "user_agent",
+                        "control or non-ASCII character (byte 0x%02x) at offset %zu: a header "
+                        "value holds visible ASCII, spaces and tabs only",
+                        (unsigned char)*p, (size_t)(p - cfg->user_agent));
   if ((st = resil__check_range(err, "max_response_bytes", (int64_t)cfg->max_response_bytes, 1,
                                (int64_t)HTTP_GIB)))
     return st;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "core/redact.h"
 #include "http/log_int.h"
 #include "http/template.h"
 #include "resil/events.h"
@@ -128,9 +129,53 @@ static json_t *head(resil_event_sink *s, const char *instance, const char *kind)
   return o;
 }
 
+/* jansson writes DEL, the C1 controls U+0080..U+009F (NEL, U+0085, among
+ * them), U+2028 and U+2029 as raw bytes: valid JSON, but controls for a
+ * terminal and line breaks for JavaScript before ES2019 and for log viewers
+ * that split on Unicode line terminators. Each is inside a string of the
+ * line (keys and values are the only places text goes), where "\uXXXX"
+ * means the same character. Returns text itself when nothing needs it, a
+ * new malloc'd line otherwise (text freed), NULL when out of memory (text
+ * freed). */
+static size_t invisible_len(const unsigned char *p) {
+  if (p[0] == 0x7f) return 1;
+  if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return 2;
+  if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) return 3;
+  return 0;
+}
+
+static char *escape_invisible(char *text) {
+  size_t n = strlen(text), extra = 0;
+  for (size_t i = 0; i < n;) {
+    size_t k = invisible_len((const unsigned char *)text + i);
+    extra += k ? 6 - k : 0;
+    i += k ? k : 1;
+  }
+  if (extra == 0) return text;
+  char *out = malloc(n + extra + 2); /* + the newline write_line puts in */
+  if (out) {
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+      const unsigned char *p = (const unsigned char *)text + i;
+      size_t k = invisible_len(p);
+      if (k == 0) {
+        out[o++] = text[i++];
+        continue;
+      }
+      unsigned cp = k == 1 ? 0x7fu : k == 2 ? (unsigned)p[1] : 0x2000u | (p[2] == 0xa8 ? 0x28u : 0x29u);
+      o += (size_t)snprintf(out + o, 7, "\\u%04x", cp);
+      i += k;
+    }
+    out[o] = '\0';
+  }
+  free(text);
+  return out;
+}
+
 static resil_status write_line(resil_event_sink *s, json_t *o) {
   char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(o);
+  if (text) text = escape_invisible(text);
   if (!text) {
     atomic_fetch_add(&s->dropped, 1);
     return RESIL_ENOMEM;
@@ -324,7 +369,18 @@ resil_status resil_event_reload(resil_event_sink *s, const char *registry, int o
   if (file) json_object_set_new(o, "file", jstr(file));
   json_object_set_new(o, "changed", json_integer((json_int_t)changed));
   json_object_set_new(o, "kept", json_integer((json_int_t)kept));
-  if (!ok && error) json_object_set_new(o, "error", jstr(error));
+  if (!ok && error) {
+    /* A reload error may quote a setting (a store URI, a base URL): the
+     * userinfo of any URL in it and secret-looking name=value pairs are
+     * redacted (resil__redact_message). */
+    http_buf b = {0};
+    http_put_to h = {s->alloc, &b};
+    if (resil__redact_message(resil__http_put, &h, error, strlen(error)) == 0 && b.p)
+      json_object_set_new(o, "error", jstr(b.p));
+    else
+      json_object_set_new(o, "error", json_string(RESIL__REDACTED));
+    resil__http_buf_free(s->alloc, &b);
+  }
   return write_line(s, o);
 }
 

@@ -8,9 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/redact.h"
 #include "log_int.h"
 
-#define REDACTED "[REDACTED]"
+#define REDACTED RESIL__REDACTED
 
 static int lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
@@ -54,198 +55,19 @@ int resil__http_secret_header(const char *name, size_t len) {
   return 0;
 }
 
-/* Matches a parameter name already decoded (see decode_name). */
-static int secret_param_decoded(const char *name, size_t len) {
-  static const char *const part[] = {"token", "key",        "secret",  "pass",
-                                     "pwd",   "sig",        "auth",    "credential",
-                                     "session", "cookie",   "jwt",     "assertion"};
-  /* Short words that are secrets only as the whole name: an OAuth
-   * authorization code, a one-time password, a PIN. */
-  static const char *const whole[] = {"code", "otp", "pin"};
-  for (size_t i = 0; i < sizeof part / sizeof part[0]; i++)
-    if (icontains(name, len, part[i])) return 1;
-  for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++)
-    if (ieq(name, len, whole[i])) return 1;
-  return 0;
+int resil__http_put(void *to, const char *s, size_t n) {
+  http_put_to *h = to;
+  return resil__http_buf_append(h->a, h->b, s, n);
 }
 
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c = lower(c);
-  return (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+static int redact_pairs(const resil_allocator *a, http_buf *out, const char *s, size_t len) {
+  http_put_to h = {a, out};
+  return resil__redact_pairs(resil__http_put, &h, s, len, "&;");
 }
 
-/* Longest name decoded for matching; a longer one is treated as secret. */
-#define NAME_MAX_DECODED 256
-
-/* Decodes %XX and '+' in s[0..len) into out, again and again until nothing
- * changes (a name encoded twice, "%2574oken", is still "token"), and JSON
- * \uXXXX and \-escapes when json. Returns the decoded length, or -1 when
- * it does not fit. */
-static long decode_name(const char *s, size_t len, int json, char *out) {
-  if (len > NAME_MAX_DECODED) return -1;
-  char tmp[NAME_MAX_DECODED];
-  memcpy(out, s, len);
-  size_t n = len;
-  for (int round = 0; round < 4; round++) {
-    size_t w = 0;
-    int changed = 0;
-    for (size_t i = 0; i < n; i++) {
-      char c = out[i];
-      int h1, h2;
-      if (c == '%' && i + 2 < n && (h1 = hexval((unsigned char)out[i + 1])) >= 0 &&
-          (h2 = hexval((unsigned char)out[i + 2])) >= 0) {
-        tmp[w++] = (char)(h1 * 16 + h2);
-        i += 2;
-        changed = 1;
-      } else if (c == '+' && !json) {
-        tmp[w++] = ' ';
-        changed = 1;
-      } else if (json && c == '\\' && i + 1 < n) {
-        char e = out[i + 1];
-        if (e == 'u' && i + 5 < n) {
-          int v = 0, ok = 1;
-          for (size_t k = i + 2; k < i + 6; k++) {
-            int h = hexval((unsigned char)out[k]);
-            if (h < 0) ok = 0;
-            v = v * 16 + (h < 0 ? 0 : h);
-          }
-          /* Only ASCII matters for the names matched; anything else is
-           * kept as a non-matching byte. */
-          tmp[w++] = ok && v < 0x80 ? (char)v : '?';
-          i += 5;
-        } else {
-          tmp[w++] = e;
-          i += 1;
-        }
-        changed = 1;
-      } else {
-        tmp[w++] = c;
-      }
-    }
-    memcpy(out, tmp, w);
-    n = w;
-    if (!changed) break;
-  }
-  return (long)n;
-}
-
-static int secret_name(const char *name, size_t len, int json) {
-  char dec[NAME_MAX_DECODED];
-  long n = decode_name(name, len, json, dec);
-  return n < 0 || secret_param_decoded(dec, (size_t)n);
-}
-
-int resil__http_secret_param(const char *name, size_t len) {
-  return secret_name(name, len, 0);
-}
-
-/* Appends s[0..len) with the value of every secret-looking name=value pair
- * replaced, pairs being separated by any byte of seps: "a=1&token=[REDACTED]".
- * A bare secret-looking word (no '=') may itself be the secret and goes too. */
-static int redact_pairs_sep(const resil_allocator *a, http_buf *out, const char *s,
-                            size_t len, const char *seps) {
-  size_t i = 0;
-  while (i <= len) {
-    size_t j = i;
-    while (j < len && !strchr(seps, s[j])) j++;
-    size_t eq = i;
-    while (eq < j && s[eq] != '=') eq++;
-    if (eq < j && resil__http_secret_param(s + i, eq - i)) {
-      if (resil__http_buf_append(a, out, s + i, eq - i + 1) != 0 ||
-          resil__http_buf_puts(a, out, REDACTED) != 0)
-        return -1;
-    } else if (eq == j && j > i && resil__http_secret_param(s + i, j - i)) {
-      if (resil__http_buf_puts(a, out, REDACTED) != 0) return -1;
-    } else if (resil__http_buf_append(a, out, s + i, j - i) != 0) {
-      return -1;
-    }
-    if (j < len && resil__http_buf_append(a, out, s + j, 1) != 0) return -1;
-    i = j + 1;
-  }
-  return 0;
-}
-
-/* A query string or a form: pairs separated by '&' or ';'. */
-static int redact_pairs(const resil_allocator *a, http_buf *out, const char *s,
-                        size_t len) {
-  return redact_pairs_sep(a, out, s, len, "&;");
-}
-
-int resil__http_redact_url(const resil_allocator *a, http_buf *out,
-                           const char *url) {
-  size_t len = strlen(url);
-  const char *q = memchr(url, '?', len);
-  size_t head = q ? (size_t)(q - url) : len;
-  const char *frag = memchr(url, '#', len);
-  if (frag && (size_t)(frag - url) < head) head = (size_t)(frag - url);
-  /* Userinfo: between "//" and the last '@' before the path. */
-  const char *ss = strstr(url, "//");
-  size_t copied = 0;
-  if (ss && (size_t)(ss - url) < head) {
-    size_t auth = (size_t)(ss - url) + 2;
-    size_t end = auth;
-    while (end < head && url[end] != '/') end++;
-    const char *at = NULL;
-    for (size_t k = auth; k < end; k++)
-      if (url[k] == '@') at = url + k;
-    if (at) {
-      if (resil__http_buf_append(a, out, url, auth) != 0 ||
-          resil__http_buf_puts(a, out, REDACTED) != 0)
-        return -1;
-      copied = (size_t)(at - url);
-    }
-  }
-  if (resil__http_buf_append(a, out, url + copied, head - copied) != 0) return -1;
-  /* The fragment is never sent, and an OAuth implicit grant puts the token
-   * there: it is dropped. */
-  if (!q || (frag && frag < q)) return 0;
-  size_t qend = frag ? (size_t)(frag - url) : len;
-  if (resil__http_buf_append(a, out, "?", 1) != 0) return -1;
-  size_t qs = (size_t)(q - url) + 1;
-  return redact_pairs(a, out, url + qs, qend - qs);
-}
-
-/* Bytes that end a name=value pair inside a header value such as Link: <https://h/?a=b>; rel="next" or Refresh: 0; url=... */
-#define HDR_SEPS "?#&;,<>\"' \t"
-
-/* Any header value that is not secret as a whole: the userinfo of every URL
- * in it ("scheme://user:pw@host") and the value of every secret-looking
- * name=value pair (query, fragment, parameters) are replaced. This covers
- * the URL-valued headers of both directions (Location, Content-Location,
- * Link, Refresh, Referer, ...) without a list that could miss one. */
-static int redact_header_value(const resil_allocator *a, http_buf *out, const char *v,
-                               size_t len) {
-  http_buf tmp = {0};
-  size_t i = 0, from = 0;
-  int rc = 0;
-  while (rc == 0 && i + 3 <= len) {
-    if (memcmp(v + i, "://", 3) != 0) {
-      i++;
-      continue;
-    }
-    size_t auth = i + 3, end = auth, at = 0;
-    int has_at = 0;
-    /* The authority ends only where a URL or the header's syntax must end
-     * it: a password may hold ';', ',', '&' or '@'. */
-    while (end < len && !strchr("/?#<>\"' \t", v[end])) {
-      if (v[end] == '@') {
-        at = end;
-        has_at = 1;
-      }
-      end++;
-    }
-    if (has_at) {
-      rc = resil__http_buf_append(a, &tmp, v + from, auth - from);
-      if (rc == 0) rc = resil__http_buf_puts(a, &tmp, REDACTED);
-      from = at;
-    }
-    i = end;
-  }
-  if (rc == 0) rc = resil__http_buf_append(a, &tmp, v + from, len - from);
-  if (rc == 0) rc = redact_pairs_sep(a, out, tmp.p, tmp.len, HDR_SEPS);
-  resil__http_buf_free(a, &tmp);
-  return rc;
+int resil__http_redact_url(const resil_allocator *a, http_buf *out, const char *url) {
+  http_put_to h = {a, out};
+  return resil__redact_url(resil__http_put, &h, url, strlen(url));
 }
 
 int resil__http_log_header(const resil_allocator *a, http_buf *out, const char *name,
@@ -255,10 +77,16 @@ int resil__http_log_header(const resil_allocator *a, http_buf *out, const char *
       resil__http_buf_puts(a, out, ": ") != 0)
     return -1;
   if (resil__http_secret_header(name, nl)) return resil__http_buf_puts(a, out, REDACTED);
-  return redact_header_value(a, out, value, vl);
+  /* Any other value: the userinfo of every URL in it and the value of every
+   * secret-looking name=value pair in it (query, fragment, parameters).
+   * This covers the URL-valued headers of both directions (Location,
+   * Content-Location, Link, Refresh, Referer, ...) without a list that
+   * could miss one. */
+  http_put_to h = {a, out};
+  return resil__redact_text(resil__http_put, &h, value, vl);
 }
 
-static int needs_escape(unsigned char c) { return c < 0x20 || c >= 0x7f; }
+static int needs_escape(unsigned char c) { return resil__unsafe_byte(c); }
 
 /* Rewrites b->p[from..len) in place with every control byte, DEL and byte
  * >= 0x80 as "\xNN". Without memory for that, those bytes become '?': a raw
@@ -296,31 +124,6 @@ void resil__http_log_emit(const resil_allocator *a, resil_http_log_fn fn, void *
   fn(user, lv, line->p);
   line->len = 0;
   line->p[0] = '\0';
-}
-
-void resil__http_redact_excerpt(const resil_allocator *a, char *dst, size_t cap,
-                                const char *s, size_t len, int pairs) {
-  if (cap == 0) return;
-  dst[0] = '\0';
-  http_buf b = {0};
-  int rc = pairs ? redact_pairs(a, &b, s, len) : resil__http_buf_append(a, &b, s, len);
-  if (rc == 0) escape_tail(a, &b, 0);
-  if (rc != 0 || !b.p) {
-    snprintf(dst, cap, "%s", REDACTED);
-  } else if (b.len < cap) {
-    memcpy(dst, b.p, b.len + 1);
-  } else {
-    /* Cut, and never in the middle of a \xNN escape. */
-    size_t n = cap >= 5 ? cap - 4 : 0;
-    for (size_t k = n > 3 ? n - 3 : 0; k < n; k++)
-      if (b.p[k] == '\\') {
-        n = k;
-        break;
-      }
-    memcpy(dst, b.p, n);
-    snprintf(dst + n, cap - n, "...");
-  }
-  resil__http_buf_free(a, &b);
 }
 
 /* Index just past a JSON string starting at s[i] == '"'. */
@@ -376,7 +179,7 @@ static int redact_json(const resil_allocator *a, http_buf *out, const char *s,
     size_t j = kend;
     while (j < len && is_ws(s[j])) j++;
     int is_key = j < len && s[j] == ':';
-    if (is_key && kend - i >= 2 && secret_name(s + i + 1, kend - i - 2, 1)) {
+    if (is_key && kend - i >= 2 && resil__secret_name(s + i + 1, kend - i - 2, 1)) {
       j++;
       while (j < len && is_ws(s[j])) j++;
       size_t vend = skip_value(s, len, j);

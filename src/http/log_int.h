@@ -9,13 +9,19 @@
 
 /* ---- redaction and logging (log.c) ------------------------------------- */
 
+/* The core's redaction (core/redact.h) appending to an http_buf: pass
+ * resil__http_put and a http_put_to. */
+typedef struct http_put_to {
+  const resil_allocator *a;
+  http_buf *b;
+} http_put_to;
+int resil__http_put(void *to, const char *s, size_t n);
+
 /* 1 when a header's value must never be logged (see resil_http_log_fn). */
 int resil__http_secret_header(const char *name, size_t len);
-/* 1 when a query parameter's (or JSON key's, form field's) value must never
- * be logged. The name is matched percent-decoded. */
-int resil__http_secret_param(const char *name, size_t len);
 /* Appends url with secret query values and userinfo replaced and the
- * fragment dropped. */
+ * fragment dropped (resil__redact_url, src/core/redact.h, whose rules also
+ * cover query parameter names, JSON keys and form fields). */
 int resil__http_redact_url(const resil_allocator *a, http_buf *out,
                            const char *url);
 /* Appends a body excerpt (at most max bytes of it) with secret JSON values
@@ -32,10 +38,4 @@ int resil__http_log_header(const resil_allocator *a, http_buf *out, const char *
  * line that carries bytes from the network leaves through here. */
 void resil__http_log_emit(const resil_allocator *a, resil_http_log_fn fn, void *user,
                           resil_http_log_level lv, http_buf *line);
-/* Writes into dst[0..cap) a quotable excerpt of s[0..len) for an error
- * message: with pairs, secret-looking name=value pairs redacted; always
- * escaped like a log line; cut with "..." to fit. */
-void resil__http_redact_excerpt(const resil_allocator *a, char *dst, size_t cap,
-                                const char *s, size_t len, int pairs);
-
 #endif

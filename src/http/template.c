@@ -61,10 +61,11 @@ static int name_char(int c) {
   return is_alpha(c) || is_digit(c) || c == '_' || c == '.' || c == '-';
 }
 
+int resil__http_value_char(int c) { return c == '\t' || (c >= 0x20 && c < 0x7f); }
+
 /* Literal characters allowed outside placeholders ('%' is checked apart). */
 static int literal_ok(http_tpl_kind kind, int c) {
-  if (kind == HTTP_TPL_HEADER)
-    return c == '\t' || (c >= 0x20 && c < 0x7f && c != '{' && c != '}');
+  if (kind == HTTP_TPL_HEADER) return resil__http_value_char(c) && c != '{' && c != '}';
   if (is_unreserved(c) || is_sub_delim(c) || c == ':' || c == '@' || c == '/')
     return 1;
   return kind == HTTP_TPL_QUERY && c == '?';

@@ -96,5 +96,10 @@ int resil__http_pct_encode(const resil_allocator *a, http_buf *out,
 
 /* 1 for an RFC 9110 tchar (header names). */
 int resil__http_tchar(int c);
+/* 1 for a byte a header value set in a configuration may hold: visible
+ * ASCII, space and horizontal tab (no control byte, DEL or non-ASCII). The
+ * rule of endpoint header templates (HTTP_TPL_HEADER literals) and of the
+ * client's user_agent. */
+int resil__http_value_char(int c);
 
 #endif

@@ -221,7 +221,13 @@ static curl_socket_t on_opensocket(void *ud, curlsocktype purpose,
    * server does not even see a new connection. */
   if (x->prereqs > 0 && !x->got_bytes && !resend_allowed(x)) return CURL_SOCKET_BAD;
   curl_socket_t fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
-  if (fd != CURL_SOCKET_BAD) x->sockets++;
+  /* libcurl keeps no errno of a failed socket(): the last one's is kept. */
+  if (fd != CURL_SOCKET_BAD) {
+    x->sockets++;
+    x->sock_errno = 0;
+  } else {
+    x->sock_errno = errno;
+  }
   return fd;
 }
 
@@ -310,6 +316,21 @@ static RESIL_HTTP_COLD void set_error(resil_http_response *r, const char *fmt,
   r->has_error = 1;
 }
 
+/* The errno of a limit of this process or host, not of the upstream: no
+ * descriptor (EMFILE: the process's RLIMIT_NOFILE; ENFILE: the system's
+ * table), no buffer or memory for a socket, no free local address or port
+ * (EADDRNOTAVAIL: the ephemeral ports are used up). NULL for any other. */
+static const char *local_limit(long e) {
+  switch (e) {
+  case EMFILE: return "EMFILE (too many open files in this process)";
+  case ENFILE: return "ENFILE (too many open files in the system)";
+  case ENOBUFS: return "ENOBUFS (no buffer space for a socket)";
+  case ENOMEM: return "ENOMEM (no memory for a socket)";
+  case EADDRNOTAVAIL: return "EADDRNOTAVAIL (no free local address or port)";
+  default: return NULL;
+  }
+}
+
 /* classify() for every transfer but one that libcurl finished without an
  * error, nothing refused or aborted. */
 static RESIL_HTTP_COLD resil_outcome classify_rest(http_slot *s, int aborted, CURLcode rc,
@@ -378,9 +399,19 @@ static RESIL_HTTP_COLD resil_outcome classify_rest(http_slot *s, int aborted, CU
   case CURLE_COULDNT_RESOLVE_PROXY:
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS);
   case CURLE_COULDNT_CONNECT:
-    if (!sent)
+    if (!sent) {
+      /* A local limit (socket() or connect() failed for this host's or
+       * process's resources) says nothing of the upstream: REJECTED, which
+       * no breaker counts (outcome.h, LOCAL_RESOURCES). */
+      const char *lim = local_limit(x->sock_errno);
+      if (!lim) lim = local_limit(oserr);
+      if (lim) {
+        set_error(res, "local resource limit, the upstream was not contacted: %s", lim);
+        return resil_outcome_make(RESIL_REJECTED, RESIL_REASON_LOCAL_RESOURCES);
+      }
       return resil_outcome_make(RESIL_NOT_SENT, oserr == ETIMEDOUT ? RESIL_REASON_CONNECT_TIMEOUT
                                                                    : RESIL_REASON_CONNECT_REFUSED);
+    }
     break;
   case CURLE_OPERATION_TIMEDOUT:
     return sent ? resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT)

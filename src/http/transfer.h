@@ -136,6 +136,7 @@ typedef struct http_xfer {
   uint32_t hops;
   uint32_t resends;       /* allowed hidden re-sends                     */
   uint32_t sockets;       /* sockets opened                              */
+  int sock_errno;         /* errno of the last socket() if it failed, else 0 */
   int got_bytes;          /* a response byte since the last request      */
   int resend_refused;     /* a hidden re-send was caught and refused     */
   int too_large;

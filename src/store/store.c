@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "core/redact.h"
 #include "store/store_int.h"
 
 /* ---- per-thread error text ---------------------------------------------
@@ -454,28 +455,32 @@ resil_status resil_store_open(const char *uri, const resil_store_config *ucfg,
   if (!uri) return resil__err(err, RESIL_EINVAL, "uri", "must not be NULL");
   const resil__store_backend *be;
   const char *target;
+  /* The URI as a message may quote it: its userinfo and secret-looking
+   * parameters redacted (a password never appears), escaped, cut. */
+  char shown[64];
+  resil__redact_excerpt(shown, sizeof shown, uri, strlen(uri), RESIL__REDACT_URL, NULL);
   if (strncmp(uri, "sqlite:", 7) == 0) {
     be = &resil__store_sqlite;
     target = uri + 7;
     if (!*target || strcmp(target, ":memory:") == 0)
       return resil__err(err, RESIL_EINVAL, "uri",
                         "sqlite: needs a file path (an in-memory database "
-                        "would not be shared by the pool), got '%.60s'", uri);
+                        "would not be shared by the pool), got '%s'", shown);
     /* A query or fragment would silently become part of the file name. */
     size_t q = strcspn(target, "?#");
     if (target[q])
       return resil__err(err, RESIL_EINVAL, "uri",
                         "sqlite: takes a plain file path without a query or "
-                        "fragment, got '%.60s' ('%c' at offset %zu; SQLite URI "
+                        "fragment, got '%s' ('%c' at offset %zu; SQLite URI "
                         "parameters such as ?mode=ro are not supported)",
-                        uri, target[q], q + 7);
+                        shown, target[q], q + 7);
   } else if (strncmp(uri, "postgresql://", 13) == 0 ||
              strncmp(uri, "postgres://", 11) == 0) {
     be = &resil__store_pg;
     target = uri;
   } else {
     return resil__err(err, RESIL_EINVAL, "uri",
-                      "must start with 'sqlite:' or 'postgresql://', got '%.60s'", uri);
+                      "must start with 'sqlite:' or 'postgresql://', got '%s'", shown);
   }
 
   resil_store *s = resil__calloc(cfg->alloc, sizeof *s);

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/redact.h"
 #include "store/store_int.h"
 
 #define COLUMNS                                                                \
@@ -143,11 +144,17 @@ static void quiet_notices(void *arg, const char *message) {
   (void)message;
 }
 
-/* libpq's messages end with a newline; ours do not. */
-static const char *trimmed(const char *m, char *buf, size_t n) {
-  snprintf(buf, n, "%s", m && *m ? m : "no message from libpq");
-  size_t len = strlen(buf);
-  while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ')) buf[--len] = '\0';
+/* libpq's message m for ours: without its final newline (ours have none),
+ * and redacted: libpq may quote the URI or a part of it (a URI it cannot
+ * parse, an invalid percent-encoded token of the password), so the
+ * userinfo of any URL in it, secret-looking name=value pairs, and every
+ * secret of the store's own URI (its password, raw or decoded, wherever
+ * it appears) are replaced; control bytes are escaped. */
+static const char *trimmed(const resil_store *s, const char *m, char *buf, size_t n) {
+  if (!m || !*m) m = "no message from libpq";
+  size_t len = strlen(m);
+  while (len && (m[len - 1] == '\n' || m[len - 1] == ' ')) len--;
+  resil__redact_excerpt(buf, n, m, len, RESIL__REDACT_MESSAGE, s->target);
   return buf;
 }
 
@@ -157,7 +164,7 @@ static resil_status pg_fail(resil_store *s, pg_slot *c, const PGresult *r,
   char buf[300];
   const char *m = r ? PQresultErrorMessage(r) : NULL;
   if (!m || !*m) m = PQerrorMessage(c->conn);
-  trimmed(m, buf, sizeof buf);
+  trimmed(s, m, buf, sizeof buf);
   if (PQstatus(c->conn) != CONNECTION_OK)
     return resil__store_fail(s, RESIL_EIO, NULL, "%s: connection lost: %s", what, buf);
   const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
@@ -383,7 +390,7 @@ static resil_status pg_connect(resil_store *s, void **out, int first) {
   if (PQstatus(c->conn) != CONNECTION_OK) {
     char buf[300];
     st = resil__store_fail(s, RESIL_EIO, NULL, "cannot connect: %s",
-                           trimmed(PQerrorMessage(c->conn), buf, sizeof buf));
+                           trimmed(s, PQerrorMessage(c->conn), buf, sizeof buf));
     goto fail;
   }
   if ((st = session_setup(s, c))) goto fail;
@@ -615,7 +622,7 @@ static resil_status pg_ready(resil_store *s, void *conn) {
   if (PQstatus(c->conn) != CONNECTION_OK) {
     char buf[300];
     return resil__store_fail(s, RESIL_EIO, NULL, "reconnect failed: %s",
-                             trimmed(PQerrorMessage(c->conn), buf, sizeof buf));
+                             trimmed(s, PQerrorMessage(c->conn), buf, sizeof buf));
   }
   return session_setup(s, c);
 }

@@ -326,6 +326,66 @@ static void reloads_recoveries_and_bad_input(void **state) {
   assert_null(t);
 }
 
+/* The event log's URL redaction also hides userinfo without a scheme and
+ * URLs with userinfo inside query values, plain or percent-encoded. */
+static void urls_without_scheme_and_in_query_values_are_redacted(void **state) {
+  (void)state;
+  static const char *const urls[] = {
+      "user:S-NOSCHEME@host/path?x=1",
+      "https://h/cb?next=https://u:S-NEXT@h2/x&page=2",
+      "https://h/cb?redirect=http%3A%2F%2Fuser%3AS-ENC%40host&page=2",
+  };
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, NULL);
+  for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++)
+    assert_status(RESIL_OK, resil_event_emit_url(s, "api", "fetch", urls[i], NULL));
+  assert_int_equal(3, l.n);
+  for (size_t i = 0; i < l.n; i++) {
+    if (strstr(l.v[i], "S-")) fail_msg("secret in line %zu: %s", i, l.v[i]);
+    json_t *o = parsed(&l, i, "api", "fetch");
+    assert_non_null(strstr(sget(o, "url"), "[REDACTED]"));
+    json_decref(o);
+  }
+  resil_event_sink_free(s);
+  lines_free(&l);
+}
+
+/* DEL, the C1 controls (NEL U+0085 among them), U+2028 and U+2029 leave
+ * as \uXXXX escapes, never raw, from an instance name, a URL and a reload
+ * error alike, and parse back to the same text. */
+static void line_breaks_and_c1_controls_are_escaped(void **state) {
+  (void)state;
+  static const char *const raw[] = {"\x7f", "\xc2\x80", "\xc2\x85", "\xc2\x9f",
+                                    "\xe2\x80\xa8", "\xe2\x80\xa9"};
+  static const char *const esc[] = {"\\u007f", "\\u0080", "\\u0085", "\\u009f",
+                                    "\\u2028", "\\u2029"};
+  const char *text = "a\x7f" "b\xc2\x80" "c\xc2\x85" "d\xc2\x9f" "e\xe2\x80\xa8" "f\xe2\x80\xa9" "g";
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1/p%s?q=1", text);
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, NULL);
+  assert_status(RESIL_OK, resil_event_emit(s, text, "app", NULL));
+  assert_status(RESIL_OK, resil_event_emit_url(s, "u", "fetch", url, NULL));
+  assert_status(RESIL_OK, resil_event_reload(s, "registry", 0, "app.yaml", 0, 0, text));
+  assert_int_equal(3, l.n);
+  for (size_t i = 0; i < l.n; i++) {
+    for (size_t k = 0; k < sizeof raw / sizeof raw[0]; k++) {
+      if (strstr(l.v[i], raw[k])) fail_msg("line %zu holds a raw %s: %s", i, esc[k], l.v[i]);
+      if (!strstr(l.v[i], esc[k])) fail_msg("line %zu lacks %s: %s", i, esc[k], l.v[i]);
+    }
+  }
+  json_t *o = parsed(&l, 0, text, "app");
+  json_decref(o);
+  o = parsed(&l, 1, "u", "fetch");
+  assert_non_null(strstr(sget(o, "url"), text));
+  json_decref(o);
+  o = parsed(&l, 2, "registry", "reload");
+  assert_string_equal(text, sget(o, "error"));
+  json_decref(o);
+  resil_event_sink_free(s);
+  lines_free(&l);
+}
+
 /* A hedge's events (resil_event_hedge_listener, attached in one line):
  * sent with the delay used, won with the winner's outcome, the primary
  * cancelled as a loser, a budget refusal, and an unsafe pass-through. */
@@ -416,6 +476,8 @@ int main(void) {
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(recovery_by_status_query_is_logged, fx_setup, fx_teardown),
       cmocka_unit_test(reloads_recoveries_and_bad_input),
+      cmocka_unit_test(line_breaks_and_c1_controls_are_escaped),
+      cmocka_unit_test(urls_without_scheme_and_in_query_values_are_redacted),
       cmocka_unit_test(hedge_events_are_json_lines),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

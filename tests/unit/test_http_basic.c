@@ -1324,6 +1324,30 @@ static void config_is_validated_field_by_field(void **state) {
   assert_status(RESIL_EINVAL, resil_http_client_new(&cfg, &c, &err));
   assert_string_equal(err.field, "log_fn");
   cfg.log_level = RESIL_HTTP_LOG_NONE;
+  /* user_agent and idempotency_header go out as header lines: the rules of
+   * endpoint headers (no control byte, no header libresil sets). */
+  static const char *const bad_ua[] = {"app/1\r\nX-Injected: 1", "app/1\nX: 1", "app\x01",
+                                       "app\x7f", "caf\xc3\xa9"};
+  for (size_t i = 0; i < sizeof bad_ua / sizeof bad_ua[0]; i++) {
+    cfg.user_agent = bad_ua[i];
+    assert_status(RESIL_EINVAL, resil_http_client_new(&cfg, &c, &err));
+    assert_string_equal(err.field, "user_agent");
+    assert_null(c);
+  }
+  cfg.user_agent = "app/1.0 (tab\there)";
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, &err));
+  resil_http_client_free(c);
+  c = NULL;
+  cfg.user_agent = NULL;
+  static const char *const bad_idem[] = {"Host", "content-length", "Transfer-Encoding",
+                                         "Connection", "Idem\r\nX: 1"};
+  for (size_t i = 0; i < sizeof bad_idem / sizeof bad_idem[0]; i++) {
+    cfg.idempotency_header = bad_idem[i];
+    assert_status(RESIL_EINVAL, resil_http_client_new(&cfg, &c, &err));
+    assert_string_equal(err.field, "idempotency_header");
+    assert_null(c);
+  }
+  cfg.idempotency_header = "X-Request-Key";
   assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, &err));
   assert_string_equal(resil_http_client_name(c), "http");
   assert_null(resil_http_client_name(NULL));

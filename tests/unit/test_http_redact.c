@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/redact.h"
 #include "http/log_int.h"
 #include "test_http_common.h"
 
@@ -130,6 +131,67 @@ static void query_names_are_matched_decoded_and_short_names_whole(void **state) 
   assert_int_equal(resil__http_redact_body(NULL, &b, j, strlen(j), 4096), 0);
   assert_string_equal(b.p, "{\"\\u0074oken\":\"[REDACTED]\",\"code\":\"[REDACTED]\",\"status_code\":7}");
   resil__http_buf_free(NULL, &b);
+}
+
+/* Userinfo without a scheme, and URLs with userinfo inside query values,
+ * plain or percent-encoded (once or twice): the event log's and the HTTP
+ * log's URL redaction. A bare e-mail address in a value is kept. */
+static void schemeless_userinfo_and_urls_in_query_values(void **state) {
+  (void)state;
+  struct {
+    const char *url, *want;
+  } cases[] = {
+      {"user:pass@host/path", "[REDACTED]@host/path"},
+      {"u:p@h:8080/x?page=1", "[REDACTED]@h:8080/x?page=1"},
+      {"ghp_tok@github.com/o/r", "[REDACTED]@github.com/o/r"},
+      {"https://h/cb?next=https://u:S1@h2/x&page=2", "https://h/cb?next=[REDACTED]&page=2"},
+      {"https://h/cb?redirect=http%3A%2F%2Fuser%3AS2%40host&page=2",
+       "https://h/cb?redirect=[REDACTED]&page=2"},
+      {"https://h/cb?r=http%253A%252F%252Fuser%253AS3%2540host", "https://h/cb?r=[REDACTED]"},
+      {"https://h/cb?r=http%25253A%25252F%25252Fu%25253AS6%252540h", "https://h/cb?r=[REDACTED]"},
+      {"https://h/cb?to=u:S4@h/x;page=2", "https://h/cb?to=[REDACTED];page=2"},
+      {"/cb?next=//u:S5@h/x", "/cb?next=[REDACTED]"},
+      {"https://h/p?email=a@b.org&next=/home&u=https://h/x",
+       "https://h/p?email=a@b.org&next=/home&u=https://h/x"},
+      {"/relative/path?q=1", "/relative/path?q=1"},
+      {"host:8080/x", "host:8080/x"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    http_buf b = {0};
+    assert_int_equal(resil__http_redact_url(NULL, &b, cases[i].url), 0);
+    if (strcmp(b.p, cases[i].want) != 0)
+      fail_msg("%s\n  gave %s\n  want %s", cases[i].url, b.p, cases[i].want);
+    resil__http_buf_free(NULL, &b);
+  }
+}
+
+/* Message excerpts (core/redact.h): libpq-style messages lose the secrets
+ * of the URI they came from wherever they appear, raw or percent-decoded;
+ * prose keeps its words; escapes are never cut in half. */
+static void message_excerpts_lose_the_secrets_of_their_uri(void **state) {
+  (void)state;
+  char b[160];
+  const char *m = "invalid percent-encoded token: \"pa%zzss\"";
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_MESSAGE,
+                        "postgresql://u:pa%zzss@h/db");
+  assert_string_equal(b, "invalid percent-encoded token: \"[REDACTED]\"");
+  m = "password authentication failed for user \"u\" (p@ss:x)";
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_MESSAGE,
+                        "postgresql://u:p%40ss:x@h/db");
+  assert_string_equal(b, "password authentication failed for user \"u\" ([REDACTED])");
+  m = "bad value \"tok1\" at postgresql://x:y@h/db?sslpassword=tok1";
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_MESSAGE,
+                        "postgresql://h/db?sslpassword=tok1");
+  assert_string_equal(b, "bad value \"[REDACTED]\" at postgresql://[REDACTED]@h/db?sslpassword=[REDACTED]");
+  m = "host=h password=kv-secret dbname=x";
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_MESSAGE, NULL);
+  assert_string_equal(b, "host=h password=[REDACTED] dbname=x");
+  /* Cut with "..." and never inside a \xNN escape. */
+  m = "abcdef\n\tghij";
+  resil__redact_excerpt(b, 12, m, strlen(m), RESIL__REDACT_NONE, NULL);
+  assert_string_equal(b, "abcdef...");
+  resil__redact_excerpt(b, sizeof b, m, strlen(m), RESIL__REDACT_NONE, NULL);
+  assert_string_equal(b, "abcdef\\x0a\\x09ghij");
 }
 
 static void header_values_have_urls_redacted(void **state) {
@@ -339,6 +401,8 @@ int main(void) {
       cmocka_unit_test(secret_looking_header_names_are_redacted),
       cmocka_unit_test(query_names_are_matched_decoded_and_short_names_whole),
       cmocka_unit_test(header_values_have_urls_redacted),
+      cmocka_unit_test(schemeless_userinfo_and_urls_in_query_values),
+      cmocka_unit_test(message_excerpts_lose_the_secrets_of_their_uri),
       cmocka_unit_test(url_valued_and_secret_headers_are_redacted_both_ways),
       cmocka_unit_test(control_bytes_from_the_network_are_escaped_in_every_line),
       cmocka_unit_test(template_errors_quote_no_secret),

@@ -584,6 +584,49 @@ static void http_client_and_store_load_and_reload(void **state) {
   resil_registry_free(reg);
 }
 
+/* user_agent and idempotency_header are refused as the client refuses
+ * them, the error at the setting's line and column. */
+static void http_header_settings_are_validated(void **state) {
+  (void)state;
+  static const struct {
+    const char *line, *key;
+    uint32_t column;
+  } cases[] = {
+      {"      user_agent: \"app/1\\r\\nX-Injected: 1\"\n", "user_agent", 19},
+      {"      user_agent: \"app\\x7f\"\n", "user_agent", 19},
+      {"      idempotency_header: Host\n", "idempotency_header", 27},
+      {"      idempotency_header: Transfer-Encoding\n", "idempotency_header", 27},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char yaml[512];
+    snprintf(yaml, sizeof yaml,
+             "http_client:\n"
+             "  instances:\n"
+             "    api:\n"
+             "      base_url: http://127.0.0.1:9\n"
+             "%s"
+             "      endpoints:\n"
+             "        get: {path: /x}\n",
+             cases[i].line);
+    resil_registry *reg = NULL;
+    resil_registry_error err;
+    resil_registry_error_init(&err);
+    assert_int_equal(resil_registry_load_string(yaml, strlen(yaml), "h.yaml", &reg, &err),
+                     RESIL_EINVAL);
+    assert_null(reg);
+    char path[128];
+    snprintf(path, sizeof path, "http_client.instances.api.%s", cases[i].key);
+    assert_string_equal(err.key_path, path);
+    assert_int_equal(err.line, 5);
+    assert_int_equal(err.column, cases[i].column);
+    char msg[1024];
+    resil_registry_error_format(&err, msg, sizeof msg);
+    char where[64];
+    snprintf(where, sizeof where, "h.yaml:5:%u: ", (unsigned)cases[i].column);
+    if (strncmp(msg, where, strlen(where)) != 0) fail_msg("%s", msg);
+  }
+}
+
 static void store_errors_point_at_the_uri(void **state) {
   (void)state;
   const char *p = write_file("st.yaml", "store:\n"
@@ -723,6 +766,7 @@ int main(void) {
       cmocka_unit_test(a_lease_outlives_the_registry),
       cmocka_unit_test(references_are_resolved_and_kept_with_what_they_name),
       cmocka_unit_test(http_client_and_store_load_and_reload),
+      cmocka_unit_test(http_header_settings_are_validated),
       cmocka_unit_test(store_errors_point_at_the_uri),
       cmocka_unit_test(cli_config_check_exit_codes_and_lines),
       cmocka_unit_test(cli_describe_config_prints_every_chain),

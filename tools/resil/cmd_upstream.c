@@ -306,9 +306,14 @@ static int create_table(const char *uri, const char *backend) {
     ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
   }
-  if (!ok)
-    fprintf(stderr, PROG ": cannot create the payments table: %s",
-            pg ? PQerrorMessage(pg) : "out of memory\n");
+  /* libpq's message is quoted only once connected: a connection error
+   * may quote the URI or its password (resil_store_open's, which connected
+   * with the same URI a moment ago, are redacted). */
+  if (!ok && pg && PQstatus(pg) == CONNECTION_OK)
+    fprintf(stderr, PROG ": cannot create the payments table: %s", PQerrorMessage(pg));
+  else if (!ok)
+    fprintf(stderr, PROG ": cannot create the payments table: %s\n",
+            pg ? "cannot connect to the store a second time" : "out of memory");
   PQfinish(pg);
   return ok ? 0 : -1;
 }
