@@ -3,6 +3,8 @@
  *   - 300 held half-requests (slowloris) do not deny service to a normal
  *     request (the connection limit leaves room, a header timeout frees
  *     held slots);
+ *   - --events FILE is reopened on SIGHUP (logrotate: mv FILE FILE.1,
+ *     kill -HUP: the next lines go to a new FILE);
  * Each child is started by the test and killed by its PID; every wait is
  * bounded. */
 #define _GNU_SOURCE
@@ -26,6 +28,16 @@
 
 static char dir[64];
 static pid_t child = -1;
+
+static void write_text(const char *path, const char *text) {
+  char tmp[256];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  assert_non_null(f);
+  assert_true(fputs(text, f) >= 0);
+  assert_int_equal(0, fclose(f));
+  assert_int_equal(0, rename(tmp, path)); /* the reader sees a whole file */
+}
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -231,12 +243,66 @@ static void fixture_serves_beside_300_held_half_requests(void **state) {
   held_half_requests_leave_room("fixture", "/items/1");
 }
 
+#ifdef RESIL_HAVE_CONFIG
+/* ---- --events FILE reopened on SIGHUP ------------------------------------- */
+
+static const char *SMALL = "circuitbreaker:\n"
+                           "  instances:\n"
+                           "    alpha: {failure_rate_threshold: 40}\n";
+
+static void events_file_reopened_on_sighup(const char *cmd) {
+  char cfg[128], ev[128], ev1[128], ev2[128], err[128], uri[128];
+  snprintf(cfg, sizeof cfg, "%s/app.yaml", dir);
+  snprintf(ev, sizeof ev, "%s/events.jsonl", dir);
+  snprintf(ev1, sizeof ev1, "%s/events.jsonl.1", dir);
+  snprintf(ev2, sizeof ev2, "%s/events.jsonl.2", dir);
+  snprintf(err, sizeof err, "%s/%s.err", dir, cmd);
+  snprintf(uri, sizeof uri, "sqlite:%s/%s.db", dir, cmd);
+  write_text(cfg, SMALL);
+  const char *argv[] = {cmd, "--store", uri, "--config", cfg, "--events", ev, NULL};
+  start_child(cmd, argv);
+  /* A first reload writes to the file as opened at the start. */
+  assert_int_equal(0, kill(child, SIGHUP));
+  wait_lines(err, "reloaded", 1);
+  assert_int_equal(1, count_lines(ev, "\"kind\":\"reload\"", NULL, 0));
+  /* logrotate: rename, then SIGHUP; the reload's line is the next event. */
+  assert_int_equal(0, rename(ev, ev1));
+  assert_int_equal(0, kill(child, SIGHUP));
+  wait_lines(err, "reloaded", 2);
+  assert_int_equal(1, count_lines(ev1, "\"kind\":\"reload\"", NULL, 0));
+  if (access(ev, F_OK) != 0) fail_msg("%s: no new %s after SIGHUP", cmd, ev);
+  assert_int_equal(1, count_lines(ev, "\"kind\":\"reload\"", NULL, 0));
+  /* And again. */
+  assert_int_equal(0, rename(ev, ev2));
+  assert_int_equal(0, kill(child, SIGHUP));
+  wait_lines(err, "reloaded", 3);
+  assert_int_equal(1, count_lines(ev2, "\"kind\":\"reload\"", NULL, 0));
+  assert_int_equal(1, count_lines(ev, "\"kind\":\"reload\"", NULL, 0));
+  assert_int_equal(1, count_lines(ev1, "\"kind\":\"reload\"", NULL, 0));
+  kill_child();
+}
+
+static void upstream_events_file_reopened_on_sighup(void **state) {
+  (void)state;
+  events_file_reopened_on_sighup("upstream");
+}
+
+static void fixture_events_file_reopened_on_sighup(void **state) {
+  (void)state;
+  events_file_reopened_on_sighup("fixture");
+}
+#endif
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(upstream_serves_beside_300_held_half_requests, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(fixture_serves_beside_300_held_half_requests, setup,
                                       teardown),
+#ifdef RESIL_HAVE_CONFIG
+      cmocka_unit_test_setup_teardown(upstream_events_file_reopened_on_sighup, setup, teardown),
+      cmocka_unit_test_setup_teardown(fixture_events_file_reopened_on_sighup, setup, teardown),
+#endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 /* The one sink of --events (a command has one registry). */
 static resil_event_sink *events_sink;
 static int events_fd = -1;
+static const char *events_path; /* argv's */
 #endif
 
 static void say_error(const char *prog, const char *what, const resil_registry_error *err) {
@@ -79,6 +80,30 @@ int resil_cli_config_events(const char *prog, resil_registry *reg, const char *p
   }
   events_sink = s;
   events_fd = fd;
+  events_path = path;
+  return 0;
+}
+
+int resil_cli_config_events_reopen(const char *prog) {
+  if (events_fd < 0) return 0;
+  int fd = open(events_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fprintf(stderr, "%s: --events: cannot reopen %s (still writing to the old file): %s\n",
+            prog, events_path, strerror(errno));
+    return -1;
+  }
+  /* dup2 replaces events_fd atomically: a write in progress on another
+   * thread finishes on the old file, the next one goes to the new file.
+   * (The process never forks: FD_CLOEXEC set just after is enough.) */
+  int rc = fd == events_fd ? 0 : dup2(fd, events_fd);
+  if (rc >= 0) rc = fcntl(events_fd, F_SETFD, FD_CLOEXEC);
+  int e = errno;
+  if (fd != events_fd) close(fd);
+  if (rc < 0) {
+    fprintf(stderr, "%s: --events: cannot reopen %s (still writing to the old file): %s\n",
+            prog, events_path, strerror(e));
+    return -1;
+  }
   return 0;
 }
 
@@ -88,6 +113,7 @@ void resil_cli_config_close(resil_registry *reg) {
   events_sink = NULL;
   if (events_fd >= 0) close(events_fd);
   events_fd = -1;
+  events_path = NULL;
 }
 #else
 int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path) {
@@ -97,6 +123,11 @@ int resil_cli_config_events(const char *prog, resil_registry *reg, const char *p
 }
 
 void resil_cli_config_close(resil_registry *reg) { resil_registry_free(reg); }
+
+int resil_cli_config_events_reopen(const char *prog) {
+  (void)prog;
+  return 0;
+}
 #endif
 
 #else
@@ -120,5 +151,10 @@ int resil_cli_config_events(const char *prog, resil_registry *reg, const char *p
 }
 
 void resil_cli_config_close(resil_registry *reg) { (void)reg; }
+
+int resil_cli_config_events_reopen(const char *prog) {
+  (void)prog;
+  return 0;
+}
 
 #endif

@@ -38,7 +38,8 @@ static void usage(FILE *out) {
       "               FILE (a file with an error is reported on stderr and\n"
       "               changes nothing)\n"
       "  --events FILE  with --config: append the event log (JSON lines:\n"
-      "               reloads, the configured breakers' transitions)\n"
+      "               reloads, the configured breakers' transitions);\n"
+      "               SIGHUP reopens FILE (logrotate)\n"
       "  --verbose    let libmicrohttpd log its errors on stderr (closing a\n"
       "               connection on purpose is logged as an error too)\n"
       "  --help       print this help\n"
@@ -186,6 +187,7 @@ int resil_cmd_fixture(int argc, char **argv) {
       continue;
     if (sig != SIGHUP)
       break;
+    (void)resil_cli_config_events_reopen("resil fixture"); /* logrotate */
     (void)resil_cli_config_reload("resil fixture", reg, config);
   }
   resil_cli_config_close(reg); /* before the fixture's collector */

@@ -116,7 +116,8 @@ static void usage(FILE *out) {
           "                   SIGHUP reloads FILE (a file with an error is\n"
           "                   reported on stderr and changes nothing)\n"
           "  --events FILE    with --config: append the event log (JSON lines:\n"
-          "                   reloads, the configured breakers' transitions)\n"
+          "                   reloads, the configured breakers' transitions);\n"
+          "                   SIGHUP reopens FILE (logrotate)\n"
           "  --verbose        say on stderr where the process kills itself\n"
           "  --unsafe-commit-effect-early\n"
           "                   TEST ONLY: commit the effect before the terminal\n"
@@ -667,6 +668,7 @@ int resil_cmd_upstream(int argc, char **argv) {
       continue;
     if (sig != SIGHUP)
       break;
+    (void)resil_cli_config_events_reopen(PROG); /* logrotate */
     (void)resil_cli_config_reload(PROG, reg, o.config);
   }
   rc = 0;

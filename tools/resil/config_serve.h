@@ -1,9 +1,10 @@
 /* --config FILE for the serving commands (resil fixture, resil upstream):
  * the registry loaded from FILE, its instances in the command's /metrics
  * collector, and a reload on SIGHUP. The commands wait for their signals
- * with sigwait() on the main thread (no signal handler runs), so a reload
- * runs there, on a normal thread, while the server's threads render
- * /metrics (the registry keeps that safe: registry.h). */
+ * with sigwait() on the main thread (no signal handler runs); a SIGHUP
+ * reopens --events FILE and reloads there, on a normal thread, while the
+ * server's threads render /metrics (the registry keeps that safe:
+ * registry.h). */
 #ifndef RESIL_TOOL_CONFIG_SERVE_H
 #define RESIL_TOOL_CONFIG_SERVE_H
 
@@ -30,6 +31,14 @@ int resil_cli_config_reload(const char *prog, resil_registry *reg, const char *p
  * it to reg (resil_registry_events_attach: reload lines, the configured
  * breakers' transitions). 0, or -1 with a message on stderr. */
 int resil_cli_config_events(const char *prog, resil_registry *reg, const char *path);
+
+/* --events FILE again (logrotate: after `mv FILE FILE.1; kill -HUP PID`
+ * new lines go to a new FILE): opens FILE and dup2()s it onto the
+ * descriptor the sink writes to, so that writers on any thread see either
+ * the old file or the new one, never a closed descriptor. Signal thread
+ * only. 0 (also without --events), or -1 with a message on stderr (the
+ * old file stays in use). */
+int resil_cli_config_events_reopen(const char *prog);
 
 /* Frees reg (NULL: nothing), taking its instances out of the collector,
  * then the event sink, if any. */
