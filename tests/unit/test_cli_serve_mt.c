@@ -5,6 +5,8 @@
  *     held slots);
  *   - --events FILE is reopened on SIGHUP (logrotate: mv FILE FILE.1,
  *     kill -HUP: the next lines go to a new FILE);
+ *   - SIGTERM right after a SIGHUP whose reload parses a big file ends the
+ *     process at once (the reload runs on its own thread).
  * Each child is started by the test and killed by its PID; every wait is
  * bounded. */
 #define _GNU_SOURCE
@@ -282,6 +284,67 @@ static void events_file_reopened_on_sighup(const char *cmd) {
   kill_child();
 }
 
+/* ---- SIGTERM during a long reload ---------------------------------------- */
+
+/* A valid file of n rate limiters, 5 lines each, that takes seconds to
+ * load. */
+static void write_big(const char *path, int n) {
+  char tmp[256];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  assert_non_null(f);
+  fputs("ratelimiter:\n  instances:\n", f);
+  for (int i = 0; i < n; i++)
+    fprintf(f,
+            "    limiter_%d:\n      limit_for_period: %d\n      refresh_period: 1s\n"
+            "      timeout: 0s\n      # instance %d of a long file\n",
+            i, 1 + i % 50, i);
+  assert_int_equal(0, fclose(f));
+  assert_int_equal(0, rename(tmp, path));
+}
+
+static void sigterm_is_not_held_up_by_a_reload(const char *cmd) {
+  char cfg[128], err[128], uri[128];
+  snprintf(cfg, sizeof cfg, "%s/app.yaml", dir);
+  snprintf(err, sizeof err, "%s/%s.err", dir, cmd);
+  snprintf(uri, sizeof uri, "sqlite:%s/%s.db", dir, cmd);
+  write_text(cfg, SMALL);
+  const char *argv[] = {cmd, "--store", uri, "--config", cfg, NULL};
+  start_child(cmd, argv);
+  write_big(cfg, 40000); /* 200,000 lines */
+  assert_int_equal(0, kill(child, SIGHUP));
+  assert_int_equal(0, kill(child, SIGTERM));
+  int64_t t0 = now_ms();
+  int status = 0;
+  pid_t w = 0;
+  while ((w = waitpid(child, &status, WNOHANG)) == 0 && now_ms() - t0 < 10000) test_sleep_ms(5);
+  int64_t took = now_ms() - t0;
+  int exited = w == child;
+  if (exited) child = -1;
+  int abandoned = count_lines(err, "reload abandoned", NULL, 0);
+  int reloaded = count_lines(err, "reloaded", NULL, 0);
+  print_message("%s: %s %lld ms after SIGTERM (reload %s)\n", cmd,
+                exited ? "exited" : "still running", (long long)took,
+                abandoned ? "abandoned" : reloaded ? "completed" : "not ended");
+  if (!exited) fail_msg("%s: still running %lld ms after SIGTERM", cmd, (long long)took);
+  print_file(err);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  /* 250 ms for a running reload, the rest for a loaded (or sanitized)
+   * machine; the parse alone takes seconds. */
+  assert_true(took < 1500);
+}
+
+static void upstream_sigterm_is_not_held_up_by_a_reload(void **state) {
+  (void)state;
+  sigterm_is_not_held_up_by_a_reload("upstream");
+}
+
+static void fixture_sigterm_is_not_held_up_by_a_reload(void **state) {
+  (void)state;
+  sigterm_is_not_held_up_by_a_reload("fixture");
+}
+
 static void upstream_events_file_reopened_on_sighup(void **state) {
   (void)state;
   events_file_reopened_on_sighup("upstream");
@@ -302,6 +365,10 @@ int main(void) {
 #ifdef RESIL_HAVE_CONFIG
       cmocka_unit_test_setup_teardown(upstream_events_file_reopened_on_sighup, setup, teardown),
       cmocka_unit_test_setup_teardown(fixture_events_file_reopened_on_sighup, setup, teardown),
+      cmocka_unit_test_setup_teardown(upstream_sigterm_is_not_held_up_by_a_reload, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(fixture_sigterm_is_not_held_up_by_a_reload, setup,
+                                      teardown),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,7 +7,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "resil/registry.h"
@@ -130,6 +133,99 @@ int resil_cli_config_events_reopen(const char *prog) {
 }
 #endif
 
+/* ---- the reload thread ---------------------------------------------------- */
+
+struct resil_cli_reloader {
+  const char *prog, *path;
+  resil_registry *reg;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* on the monotonic clock */
+  int pending, stopping, ended; /* under mu */
+};
+
+static void *reloader_main(void *arg) {
+  resil_cli_reloader *r = arg;
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    while (!r->pending && !r->stopping) pthread_cond_wait(&r->cv, &r->mu);
+    if (r->stopping) break;
+    r->pending = 0;
+    pthread_mutex_unlock(&r->mu);
+    (void)resil_cli_config_reload(r->prog, r->reg, r->path);
+    pthread_mutex_lock(&r->mu);
+  }
+  r->ended = 1;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+int resil_cli_reloader_start(const char *prog, resil_registry *reg, const char *path,
+                             resil_cli_reloader **out) {
+  resil_cli_reloader *r = calloc(1, sizeof *r);
+  pthread_condattr_t ca;
+  int ok = r && pthread_condattr_init(&ca) == 0;
+  if (ok) {
+    ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+         pthread_cond_init(&r->cv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+  }
+  if (ok && pthread_mutex_init(&r->mu, NULL) != 0) {
+    pthread_cond_destroy(&r->cv);
+    ok = 0;
+  }
+  if (ok) {
+    r->prog = prog;
+    r->path = path;
+    r->reg = reg;
+    if (pthread_create(&r->thread, NULL, reloader_main, r) != 0) {
+      pthread_mutex_destroy(&r->mu);
+      pthread_cond_destroy(&r->cv);
+      ok = 0;
+    }
+  }
+  if (!ok) {
+    free(r);
+    fprintf(stderr, "%s: --config: cannot start the reload thread\n", prog);
+    return -1;
+  }
+  *out = r;
+  return 0;
+}
+
+void resil_cli_reloader_kick(resil_cli_reloader *r) {
+  pthread_mutex_lock(&r->mu);
+  r->pending = 1;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+int resil_cli_reloader_stop(resil_cli_reloader *r, int wait_ms) {
+  if (!r) return 0;
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += wait_ms / 1000;
+  until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&r->mu);
+  r->stopping = 1;
+  pthread_cond_broadcast(&r->cv);
+  while (!r->ended && pthread_cond_timedwait(&r->cv, &r->mu, &until) == 0) {
+  }
+  int ended = r->ended;
+  pthread_mutex_unlock(&r->mu);
+  if (!ended) return -1; /* r stays the running thread's */
+  pthread_join(r->thread, NULL);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  free(r);
+  return 0;
+}
+
 #else
 
 int resil_cli_config_open(const char *prog, const char *path, resil_metrics *m,
@@ -154,6 +250,20 @@ void resil_cli_config_close(resil_registry *reg) { (void)reg; }
 
 int resil_cli_config_events_reopen(const char *prog) {
   (void)prog;
+  return 0;
+}
+
+/* Never started: resil_cli_config_open fails first. */
+int resil_cli_reloader_start(const char *prog, resil_registry *reg, const char *path,
+                             resil_cli_reloader **out) {
+  (void)prog, (void)reg, (void)path, (void)out;
+  return -1;
+}
+
+void resil_cli_reloader_kick(resil_cli_reloader *r) { (void)r; }
+
+int resil_cli_reloader_stop(resil_cli_reloader *r, int wait_ms) {
+  (void)r, (void)wait_ms;
   return 0;
 }
 

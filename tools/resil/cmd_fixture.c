@@ -149,7 +149,7 @@ int resil_cmd_fixture(int argc, char **argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   if (config)
-    sigaddset(&stop_signals, SIGHUP); /* a reload, on this thread */
+    sigaddset(&stop_signals, SIGHUP); /* a reload, on the reload thread */
   if (pthread_sigmask(SIG_BLOCK, &stop_signals, NULL) != 0) {
     fprintf(stderr, "resil fixture: cannot block SIGINT/SIGTERM\n");
     return 1;
@@ -161,6 +161,7 @@ int resil_cmd_fixture(int argc, char **argv) {
     return 1;
   }
   resil_registry *reg = NULL;
+  resil_cli_reloader *reloader = NULL; /* SIGHUP's reloads */
   if (config) {
     resil_metrics *m = resil_fixture_metrics(f);
     if (!m) {
@@ -173,7 +174,8 @@ int resil_cmd_fixture(int argc, char **argv) {
       resil_fixture_stop(f);
       return 1;
     }
-    if (events && resil_cli_config_events("resil fixture", reg, events) != 0) {
+    if ((events && resil_cli_config_events("resil fixture", reg, events) != 0) ||
+        resil_cli_reloader_start("resil fixture", reg, config, &reloader) != 0) {
       resil_cli_config_close(reg);
       resil_fixture_stop(f);
       return 1;
@@ -188,7 +190,16 @@ int resil_cmd_fixture(int argc, char **argv) {
     if (sig != SIGHUP)
       break;
     (void)resil_cli_config_events_reopen("resil fixture"); /* logrotate */
-    (void)resil_cli_config_reload("resil fixture", reg, config);
+    resil_cli_reloader_kick(reloader); /* parsed on its thread */
+  }
+  /* A stop signal is never held up by a reload: one still running after
+   * 250 ms is abandoned, and the process exits without freeing what it
+   * uses. */
+  if (resil_cli_reloader_stop(reloader, 250) != 0) {
+    fprintf(stderr, "resil fixture: stopped during a reload of %s: reload abandoned\n",
+            config);
+    fflush(stdout);
+    exit(0);
   }
   resil_cli_config_close(reg); /* before the fixture's collector */
   resil_fixture_stop(f);

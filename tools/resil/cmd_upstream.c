@@ -566,6 +566,7 @@ int resil_cmd_upstream(int argc, char **argv) {
     return 1;
   }
   resil_registry *reg = NULL;
+  resil_cli_reloader *reloader = NULL; /* SIGHUP's reloads */
 
   upstream u = {.crash_at = o.crash_at, .crash_nth = o.crash_nth,
                 .verbose = o.verbose, .idle_to = (unsigned)o.timeout_s,
@@ -612,6 +613,8 @@ int resil_cmd_upstream(int argc, char **argv) {
   if (o.config && resil_cli_config_open(PROG, o.config, u.metrics, &reg) != 0)
     goto out;
   if (o.events && resil_cli_config_events(PROG, reg, o.events) != 0)
+    goto out;
+  if (reg && resil_cli_reloader_start(PROG, reg, o.config, &reloader) != 0)
     goto out;
   if (o.recover) {
     resil_store_recovery rep;
@@ -669,12 +672,21 @@ int resil_cmd_upstream(int argc, char **argv) {
     if (sig != SIGHUP)
       break;
     (void)resil_cli_config_events_reopen(PROG); /* logrotate */
-    (void)resil_cli_config_reload(PROG, reg, o.config);
+    resil_cli_reloader_kick(reloader); /* parsed on its thread */
   }
   rc = 0;
 out:
   if (d)
     MHD_stop_daemon(d);
+  /* A stop signal is never held up by a reload: one still running after
+   * 250 ms is abandoned, and the process exits without freeing what it
+   * uses (the store's writes are durable; a crash is as safe). */
+  if (resil_cli_reloader_stop(reloader, 250) != 0) {
+    fprintf(stderr, PROG ": stopped during a reload of %s: reload abandoned\n",
+            o.config);
+    fflush(stdout);
+    exit(rc);
+  }
   resil_cli_config_close(reg); /* before the collector it is in */
   the_upstream = NULL;
   resil_metrics_free(u.metrics);
