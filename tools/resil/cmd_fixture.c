@@ -48,10 +48,11 @@ static void usage(FILE *out) {
       "  /badjson /idem/{name} /idem-close /operations/{key} /ka /__stats\n"
       "  /__recover\n"
       "  (described in src/fixture/fixture.h).\n"
-      "A connection idle for %u s is closed, and at most %u are served at\n"
+      "A connection idle for %u s is closed (a new one that has not sent its\n"
+      "first request's headers: after %u s), and at most %u are served at\n"
       "once; the flaky and seq routes remember at most %u ids.\n",
-      RESIL_FX_DEFAULT_CONNECTION_TIMEOUT_S, RESIL_FX_DEFAULT_CONNECTION_LIMIT,
-      RESIL_FX_DEFAULT_MAX_IDS);
+      RESIL_FX_DEFAULT_CONNECTION_TIMEOUT_S, RESIL_FX_DEFAULT_HEADER_TIMEOUT_S,
+      RESIL_FX_DEFAULT_CONNECTION_LIMIT, RESIL_FX_DEFAULT_MAX_IDS);
 }
 
 static int parse_port(const char *s, uint16_t *out) {
