@@ -79,7 +79,8 @@
  * thread, but a cancel must not run concurrently with resil_engine_free
  * (after it returned, every call is complete and cancel is a no-op).
  * Callbacks run on the loop thread with no engine lock held; a done_fn may
- * submit, cancel and release calls, but must not free the engine.
+ * submit (refused while resil_engine_free runs it), cancel and release
+ * calls, but must not free the engine.
  *
  * Lifetimes: the client and the adapter outlive the engine; free the
  * engine, then its adapter, before the loop runs again (a wake the adapter
@@ -227,7 +228,9 @@ RESIL_API resil_status resil_engine_new(const resil_engine_config *cfg, resil_en
 /* Frees the engine, loop thread only (not from a callback). Calls still
  * running are ended first: each done_fn runs from inside this function
  * with NOT_SENT(CANCELLED), or UNKNOWN(CANCELLED) for a transfer already
- * sent. Handles the caller still holds stay valid until released. NULL is
+ * sent. A submission from such a done_fn (resil_engine_call,
+ * resil_engine_call_keyed) is refused with RESIL_ESTATE, so free always
+ * ends. Handles the caller still holds stay valid until released. NULL is
  * a no-op. Since 0.2. */
 RESIL_API void resil_engine_free(resil_engine *e);
 
@@ -243,7 +246,8 @@ RESIL_API void resil_engine_free(resil_engine *e);
  * the caller holds until resil_engine_handle_release(), valid for
  * resil_engine_cancel() until then (before or after completion).
  * Otherwise (RESIL_EINVAL: NULL engine or done, an unknown endpoint, bad
- * args, an uninitialised ctx or policies; RESIL_ENOMEM) done is never
+ * args, an uninitialised ctx or policies; RESIL_ESTATE: called from a
+ * done_fn that resil_engine_free() runs; RESIL_ENOMEM) done is never
  * called, *out is NULL and err says why. Since 0.2. */
 RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
                                          const resil_http_args *args,
@@ -395,7 +399,8 @@ typedef void (*resil_engine_keyed_done_fn)(void *user, resil_engine_keyed *call,
  * On RESIL_OK done will be called once; *out (may be NULL) gets a handle
  * valid until resil_engine_keyed_release(). RESIL_EINVAL (NULL engine or
  * done, an unknown endpoint, bad args, an uninitialised ctx or policies),
- * RESIL_ENOMEM: done is never called and err says why. Since 0.2. */
+ * RESIL_ESTATE (called from a done callback that resil_engine_free()
+ * runs), RESIL_ENOMEM: done is never called and err says why. Since 0.2. */
 RESIL_API resil_status resil_engine_call_keyed_sized(
     resil_engine *e, const char *endpoint, const resil_http_args *args,
     const resil_engine_policies *policies, const resil_ctx *ctx,

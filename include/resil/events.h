@@ -90,7 +90,11 @@ typedef void (*resil_event_line_fn)(void *user, const char *line);
 typedef struct resil_event_sink_config {
   size_t struct_size; /* set by resil_event_sink_config_init() */
   /* Where lines go: a file descriptor (each line and its '\n' in one
-   * write, short writes retried), or, when fd is -1 (default), fn. */
+   * write, short writes retried), or, when fd is -1 (default), fn. Not
+   * owned. To reopen its file (logrotate), open the file again and dup2()
+   * the new descriptor onto fd, from any thread: a line goes wholly to the
+   * old file or the new one (as `resil upstream --events` does on
+   * SIGHUP). */
   int fd;
   resil_event_line_fn fn;
   void *user;

@@ -671,6 +671,14 @@ RESIL_API resil_status resil_http_request_new(resil_http_client *c,
  * outcome (see the top of this file); an invalid req gives
  * NOT_SENT(LOCAL_ERROR).
  *
+ * Attempts of one request at once (a hedge: resil_hedge_run_on, a chain's
+ * hedge layer): an attempt that had to wait for a pool connection is not
+ * sent, and ends NOT_SENT(CANCELLED), when its token was set or another
+ * attempt of the same request got an answer (ANSWERED, any status) while
+ * it waited: that answer decides the call or hands it to the policy
+ * around, and a request sent now would only repeat it (typically the
+ * primary held the one connection the hedge waited for). Since 0.2.
+ *
  * Abandoned attempts: each attempt writes into its own pool slot's
  * response and, when it ends, publishes it into the request under the
  * request's lock only if no later attempt of the same request has started

@@ -112,10 +112,33 @@
  *       forever;
  *   MHD_OPTION_CONNECTION_LIMIT    RESIL_IDEM_MHD_CONNECTION_LIMIT: bounds
  *       the threads; connections past it are closed at once instead of
- *       exhausting the process (with the timeout, idle ones make room);
+ *       exhausting the process (with the timeout, idle ones make room).
+ *       1024, so that a few hundred held half-requests (slowloris) leave
+ *       room for everyone else; a thread per connection waits with poll(),
+ *       so this is not bound by FD_SETSIZE, but the process needs that
+ *       many descriptors (RLIMIT_NOFILE) and threads;
+ *   a header timeout, RESIL_IDEM_MHD_HEADER_TIMEOUT_S: libmicrohttpd 0.9.75
+ *       has no option for it, but a connection's own timeout can be
+ *       changed: set it short when the connection starts and back to the
+ *       idle timeout when its request's headers are complete, so that a
+ *       held half-request gives its slot back in seconds, not 30 s:
+ *         static void on_conn(void *cls, struct MHD_Connection *c,
+ *                             void **sock, enum MHD_ConnectionNotificationCode t) {
+ *           if (t == MHD_CONNECTION_NOTIFY_STARTED)
+ *             MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+ *                 (unsigned)RESIL_IDEM_MHD_HEADER_TIMEOUT_S);
+ *         }
+ *         ... MHD_OPTION_NOTIFY_CONNECTION, on_conn, NULL, ...
+ *       and in the access handler, on its first call for a request
+ *       (*con_cls still NULL), before resil_idem_mhd_access:
+ *         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+ *             (unsigned)RESIL_IDEM_MHD_CONNECTION_TIMEOUT_S);
+ *       (It is an idle timeout: a client trickling a byte every few seconds
+ *       keeps its connection; the connection limit bounds those.)
  *   MHD_OPTION_PER_IP_CONNECTION_LIMIT  for a server reachable by many
  *       clients (behind no proxy), so that one address cannot take every
- *       slot; pointless on loopback, where every client shares 127.0.0.1;
+ *       slot; pointless on loopback, where every client shares 127.0.0.1
+ *       (a per-address limit would refuse the attacker's neighbours too);
  *   MHD_OPTION_UNESCAPE_CALLBACK   resil_idem_mhd_unescape: MHD's decoding
  *       turns /operations/k%00x into "k", another key; this one makes such
  *       a path a 400.
@@ -220,10 +243,12 @@ typedef resil_idem_action (*resil_idem_committed_fn)(void *user,
 typedef int (*resil_idem_status_fn)(void *user, const resil_op_record *rec,
                                     char *buf, size_t len);
 
-/* Recommended MHD_OPTION_CONNECTION_TIMEOUT (seconds) and
- * MHD_OPTION_CONNECTION_LIMIT (see the top of this file). Since 0.2. */
+/* Recommended MHD_OPTION_CONNECTION_TIMEOUT (seconds),
+ * MHD_OPTION_CONNECTION_LIMIT and header timeout (seconds; see the top of
+ * this file). Since 0.2. */
 #define RESIL_IDEM_MHD_CONNECTION_TIMEOUT_S 30
-#define RESIL_IDEM_MHD_CONNECTION_LIMIT 256
+#define RESIL_IDEM_MHD_CONNECTION_LIMIT 1024
+#define RESIL_IDEM_MHD_HEADER_TIMEOUT_S 10
 
 /* Log sink: one line (no newline) per failure worth an operator's eye: a
  * store failure with the store's message, a handler failure, damaged rows

@@ -190,6 +190,9 @@ struct resil_engine {
   /* One timer for the whole queue: at (or before) the earliest expires_at. */
   resil__timer conn_timer;
   int conn_kick; /* a connection was given back while transfers wait */
+  /* Set by resil_engine_free() before it ends the calls: a done_fn it runs
+   * that submits again is refused (otherwise free never ends). */
+  int freeing;
 };
 
 static int64_t eng_now(const resil_engine *e) {
@@ -1397,6 +1400,7 @@ static void on_wake(void *arg) {
 
 int64_t resil__engine_now(const resil_engine *e) { return eng_now(e); }
 resil_http_client *resil__engine_client(const resil_engine *e) { return e->client; }
+int resil__engine_freeing(const resil_engine *e) { return e->freeing; }
 
 void resil__engine_defer_report(resil_engine_handle *h) {
   if (h) h->defer_report = 1;
@@ -1552,6 +1556,7 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
 
 void resil_engine_free(resil_engine *e) {
   if (!e || e->magic != RESIL_MAGIC_ENGINE) return;
+  e->freeing = 1; /* resil_engine_call(_keyed) from a done_fn: RESIL_ESTATE */
   /* Flows on top of the engine (keyed.c) end first. */
   while (e->exts) e->exts->on_free(e->exts);
   while (e->calls) {
@@ -1603,6 +1608,8 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   if (!e || e->magic != RESIL_MAGIC_ENGINE)
     return resil__err(err, RESIL_EINVAL, NULL, "engine must not be NULL");
   if (!done) return resil__err(err, RESIL_EINVAL, "done", "must not be NULL");
+  if (e->freeing)
+    return resil__err(err, RESIL_ESTATE, NULL, "the engine is being freed (a done_fn run by resil_engine_free)");
   resil_ctx lc;
   const resil_ctx *cx = resil__ctx_in(&lc, ctx);
   if (!cx) return resil__err(err, RESIL_EINVAL, "ctx", "call resil_ctx_init()");

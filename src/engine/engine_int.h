@@ -12,6 +12,8 @@
 /* The adapter's clock (CLOCK_MONOTONIC without now_ns). */
 int64_t resil__engine_now(const resil_engine *e);
 resil_http_client *resil__engine_client(const resil_engine *e);
+/* 1 from the start of resil_engine_free(): submissions are refused. */
+int resil__engine_freeing(const resil_engine *e);
 /* Arms t (cb, arg set) on the engine's heap at at_ns (adapter clock) and
  * puts the earliest timer on the adapter. Returns 0, -1 out of memory. */
 int resil__engine_arm(resil_engine *e, resil__timer *t, int64_t at_ns);

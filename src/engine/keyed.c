@@ -426,6 +426,8 @@ resil_status resil_engine_call_keyed_sized(resil_engine *e, const char *endpoint
   if (out) *out = NULL;
   if (!e) return resil__err(err, RESIL_EINVAL, NULL, "engine must not be NULL");
   if (!done) return resil__err(err, RESIL_EINVAL, "done", "must not be NULL");
+  if (resil__engine_freeing(e))
+    return resil__err(err, RESIL_ESTATE, NULL, "the engine is being freed (a done_fn run by resil_engine_free)");
   resil_ctx lc;
   const resil_ctx *cx = resil__ctx_in(&lc, ctx);
   if (!cx) return resil__err(err, RESIL_EINVAL, "ctx", "call resil_ctx_init()");

@@ -820,6 +820,13 @@ http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
     pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     c->waiters--;
   }
+  /* Woken with a connection free: the call may have been decided (a
+   * hedge's primary answered, its losers cancelled) while this one
+   * waited. Nothing is sent then. */
+  if (until != 0 && cancel && resil_cancel_is_set(cancel)) {
+    pthread_mutex_unlock(&c->mu);
+    return HTTP_LEASE_CANCELLED;
+  }
   /* Prefer a slot whose idle connection goes to this origin (H8: it is
    * the one to reuse), and among those the one this thread released last:
    * handing a thread back its own connection keeps the easy handle, its

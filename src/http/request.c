@@ -130,6 +130,9 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
     int aborted = run_transfer(s, ctx->cancel, deadline, &rc);
     o = resil__http_attempt_end(c, req, s, aborted, rc);
   }
+  /* Before the slot goes back: an attempt of this request waiting for it
+   * must see this answer (resil_http_request_attempt). */
+  if (o.kind == RESIL_ANSWERED) atomic_fetch_add_explicit(&req->answered, 1u, memory_order_relaxed);
   resil__http_attempt_done(c, req, s, &o, ctx->attempt, t_leased - t0, resil__http_mono_ns() - t0);
 
   /* Publish this attempt's response unless a later attempt has started or
@@ -158,6 +161,7 @@ resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
   int64_t t0 = resil__http_mono_ns();
   atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed);
   uint32_t seq = atomic_fetch_add_explicit(&req->seq, 1u, memory_order_relaxed) + 1u;
+  uint32_t answered = atomic_load_explicit(&req->answered, memory_order_relaxed);
 
   resil_outcome o;
   int64_t budget = resil_ctx_remaining_ns(ctx);
@@ -181,6 +185,16 @@ resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
     } else if (lr == HTTP_LEASE_CANCELLED) {
       o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx, t0,
                       "cancelled while waiting for a pool connection");
+    } else if (waited && atomic_load_explicit(&req->answered, memory_order_relaxed) != answered) {
+      /* Another attempt of this request (a hedge's primary, holding the
+       * connection this one waited for) got its answer meanwhile: the
+       * call is being decided, and sending now would only repeat it. The
+       * answer was counted before that slot was given back (run_attempt),
+       * and the lease's mutex orders the two. */
+      resil__http_pool_release(c, s, req->ep->origin);
+      o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx, t0,
+                      "another attempt of this request was answered while this one waited for a "
+                      "pool connection");
     } else {
       /* A slot taken without waiting was taken at t0 (lease_wait_ns 0):
        * no second clock read. */

@@ -223,6 +223,10 @@ struct resil_http_request {
    * attempt that starts always publishes later, under mu, so a publisher
    * that missed the increment is overwritten); compared under mu. */
   _Atomic uint32_t seq;
+  /* Attempts that ended ANSWERED, incremented before their pool slot is
+   * given back: an attempt that waited for a slot sees a sibling's answer
+   * (request.c). */
+  _Atomic uint32_t answered;
   int taken;
   resil_http_response *pub;
 };

@@ -437,6 +437,57 @@ static void engine_free_ends_a_waiting_keyed_call_once(void **state) {
   te_close(t);
 }
 
+/* A keyed done that submits a new keyed call on every completion, also
+ * the ones resil_engine_free runs: refused there (RESIL_ESTATE), and free
+ * ends. (Stops after 200 so that the code before the refusal ends too.) */
+typedef struct kresub {
+  resil_engine *e;
+  size_t completions, accepted, refused, other;
+} kresub;
+
+static void kresub_done(void *user, resil_engine_keyed *h, resil_outcome o,
+                        resil_http_response *r) {
+  (void)h, (void)o;
+  kresub *k = user;
+  resil_http_response_free(r);
+  if (++k->completions > 200) return;
+  resil_http_param p = {"ms", "1500"};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = &p;
+  args.param_count = 1;
+  args.idempotency_key = "keyed-resubmit";
+  resil_status st = resil_engine_call_keyed(k->e, "slow_keyed", &args, NULL, NULL, kresub_done, k,
+                                            NULL, NULL, NULL);
+  if (st == RESIL_OK) k->accepted++;
+  else if (st == RESIL_ESTATE) k->refused++;
+  else k->other++;
+}
+
+static void engine_free_refuses_keyed_calls_submitted_by_the_done_it_runs(void **state) {
+  fx_state *s = *state;
+  kopts opt = {.timeout_ms = 1000};
+  te_env *t = te_open(s->f, eps, NEPS, apply, &opt);
+  kresub k = {.e = t->e};
+  resil_http_param p = {"ms", "1500"};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = &p;
+  args.param_count = 1;
+  args.idempotency_key = "keyed-resubmit";
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(resil_engine_call_keyed(t->e, "slow_keyed", &args, NULL, NULL, kresub_done,
+                                             &k, NULL, NULL, NULL),
+                     RESIL_OK);
+  resil_engine_free(t->e);
+  t->e = NULL;
+  assert_int_equal(k.completions, 2);
+  assert_int_equal(k.accepted, 0);
+  assert_int_equal(k.refused, 2);
+  assert_int_equal(k.other, 0);
+  te_close(t);
+}
+
 static void submit_errors_never_call_back(void **state) {
   fx_state *s = *state;
   kopts opt = {.timeout_ms = 1000};
@@ -618,6 +669,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(engine_free_ends_a_waiting_keyed_call_once, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(submit_errors_never_call_back, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(engine_free_refuses_keyed_calls_submitted_by_the_done_it_runs,
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(ctx_token_signal_ends_a_pending_wait_at_once, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(

@@ -439,6 +439,73 @@ static void engine_free_completes_running_calls_once(void **state) {
   te_close(t);
 }
 
+/* A done_fn that submits a new call on every completion, also the ones
+ * resil_engine_free runs: free must refuse those (RESIL_ESTATE) and end.
+ * Before the refusal each completion inside free made a new call for free
+ * to end, for ever; the test stops resubmitting after 200 so that the old
+ * code ends too, and fails. */
+typedef struct resubmitter {
+  resil_engine *e;
+  size_t completions, accepted, refused, other;
+  resil_status last;
+  char msg[256];
+} resubmitter;
+
+static void resubmit_done(void *user, resil_engine_handle *h, resil_outcome o,
+                          resil_http_response *r) {
+  (void)h, (void)o;
+  resubmitter *rs = user;
+  resil_http_response_free(r);
+  rs->completions++;
+  if (rs->completions > 200) return;
+  resil_http_param p = {"ms", "5000"};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = &p;
+  args.param_count = 1;
+  resil_error err;
+  resil_error_clear(&err);
+  rs->last = resil_engine_call(rs->e, "slow", &args, NULL, NULL, resubmit_done, rs, NULL, &err);
+  if (rs->last == RESIL_OK) rs->accepted++;
+  else if (rs->last == RESIL_ESTATE) {
+    rs->refused++;
+    snprintf(rs->msg, sizeof rs->msg, "%s", err.msg);
+  } else rs->other++;
+}
+
+static void engine_free_refuses_calls_submitted_by_the_done_fns_it_runs(void **state) {
+  fx_state *s = *state;
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resubmitter rs = {.e = t->e};
+  /* Three calls running: one sent, two waiting to start. */
+  resil_http_param p = {"ms", "5000"};
+  resil_http_args args;
+  resil_http_args_init(&args);
+  args.params = &p;
+  args.param_count = 1;
+  assert_int_equal(resil_engine_call(t->e, "slow", &args, NULL, NULL, resubmit_done, &rs, NULL,
+                                     NULL),
+                   RESIL_OK);
+  int64_t end = mono_ms() + 10000;
+  while (resil_fixture_attempts(s->f, "slow") < 1 && mono_ms() < end) tl_run_once(&t->l, 10);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(resil_engine_call(t->e, "slow", &args, NULL, NULL, resubmit_done, &rs, NULL,
+                                       NULL),
+                     RESIL_OK);
+  int64_t t0 = mono_ms();
+  resil_engine_free(t->e);
+  t->e = NULL;
+  print_message("free: %zu completions, %zu accepted, %zu refused in %lld ms\n",
+                rs.completions, rs.accepted, rs.refused, (long long)(mono_ms() - t0));
+  /* Each of the three ended once, inside free; each resubmission refused. */
+  assert_int_equal(rs.completions, 3);
+  assert_int_equal(rs.accepted, 0);
+  assert_int_equal(rs.refused, 3);
+  assert_int_equal(rs.other, 0);
+  assert_non_null(strstr(rs.msg, "freed"));
+  te_close(t);
+}
+
 static void attempt_timeout_ends_each_attempt_and_the_retry_goes_on(void **state) {
   fx_state *s = *state;
   te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
@@ -1450,6 +1517,8 @@ int main(void) {
           fx_teardown),
       cmocka_unit_test_setup_teardown(engine_free_completes_running_calls_once, fx_setup,
                                       fx_teardown),
+      cmocka_unit_test_setup_teardown(engine_free_refuses_calls_submitted_by_the_done_fns_it_runs,
+                                      fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(attempt_timeout_ends_each_attempt_and_the_retry_goes_on,
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(client_response_timeout_applies_on_the_engine, fx_setup,

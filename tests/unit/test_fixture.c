@@ -1280,6 +1280,57 @@ static void idle_half_requests_are_bounded_and_timed_out(void **state) {
   resil_fixture_stop(f);
 }
 
+/* Waits up to limit_ms for fd to be closed by the server (EOF or an
+ * error); returns the time it took, or -1 when still open. */
+static int64_t closed_within(int fd, int64_t limit_ms) {
+  int64_t t0 = now_ms();
+  for (;;) {
+    int64_t left = t0 + limit_ms - now_ms();
+    if (left <= 0)
+      return -1;
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, (int)left) <= 0)
+      continue;
+    char b[512];
+    ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+    if (r <= 0)
+      return now_ms() - t0;
+  }
+}
+
+/* header_timeout_s closes a connection that has not sent its headers,
+ * while one that sent a whole request keeps the idle timeout. */
+static void header_timeout_closes_held_half_requests_only(void **state) {
+  (void)state;
+  resil_fixture_config cfg;
+  resil_fixture_config_init(&cfg);
+  assert_int_equal(cfg.header_timeout_s, RESIL_FX_DEFAULT_HEADER_TIMEOUT_S);
+  assert_int_equal(cfg.connection_limit, 1024);
+  cfg.header_timeout_s = 1;
+  cfg.connection_timeout_s = 30;
+  resil_fixture *f = start_with(&cfg);
+  int held = raw_connect(f), served = raw_connect(f);
+  raw_send(held, "GET /items/1 HTTP/1.1\r\nHost: t\r\n");
+  raw_send(served, "GET /items/1 HTTP/1.1\r\nHost: t\r\n\r\n");
+  char b[512];
+  struct pollfd p = {served, POLLIN, 0};
+  assert_int_equal(poll(&p, 1, 5000), 1);
+  assert_true(recv(served, b, sizeof b, 0) > 0); /* the answer, kept alive */
+  int64_t t = closed_within(held, 5000);
+  print_message("held half-request closed after %lld ms\n", (long long)t);
+  assert_true(t >= 0);
+  /* The served connection outlives the header timeout. */
+  assert_int_equal(closed_within(served, 1500), -1);
+  close(held);
+  close(served);
+  resil_fixture *g = NULL;
+  char err[256];
+  cfg.header_timeout_s = 0;
+  assert_int_equal(resil_fixture_start(&cfg, &g, err, sizeof err), -1);
+  assert_non_null(strstr(err, "header_timeout_s"));
+  resil_fixture_stop(f);
+}
+
 int main(void) {
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
     return 1;
@@ -1317,6 +1368,7 @@ int main(void) {
       cmocka_unit_test(per_id_state_is_bounded),
       FX_TEST(encoded_nul_and_two_keys_are_refused),
       cmocka_unit_test(idle_half_requests_are_bounded_and_timed_out),
+      cmocka_unit_test(header_timeout_closes_held_half_requests_only),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();

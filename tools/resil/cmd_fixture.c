@@ -38,7 +38,8 @@ static void usage(FILE *out) {
       "               FILE (a file with an error is reported on stderr and\n"
       "               changes nothing)\n"
       "  --events FILE  with --config: append the event log (JSON lines:\n"
-      "               reloads, the configured breakers' transitions)\n"
+      "               reloads, the configured breakers' transitions);\n"
+      "               SIGHUP reopens FILE (logrotate)\n"
       "  --verbose    let libmicrohttpd log its errors on stderr (closing a\n"
       "               connection on purpose is logged as an error too)\n"
       "  --help       print this help\n"
@@ -47,10 +48,11 @@ static void usage(FILE *out) {
       "  /badjson /idem/{name} /idem-close /operations/{key} /ka /__stats\n"
       "  /__recover\n"
       "  (described in src/fixture/fixture.h).\n"
-      "A connection idle for %u s is closed, and at most %u are served at\n"
+      "A connection idle for %u s is closed (a new one that has not sent its\n"
+      "first request's headers: after %u s), and at most %u are served at\n"
       "once; the flaky and seq routes remember at most %u ids.\n",
-      RESIL_FX_DEFAULT_CONNECTION_TIMEOUT_S, RESIL_FX_DEFAULT_CONNECTION_LIMIT,
-      RESIL_FX_DEFAULT_MAX_IDS);
+      RESIL_FX_DEFAULT_CONNECTION_TIMEOUT_S, RESIL_FX_DEFAULT_HEADER_TIMEOUT_S,
+      RESIL_FX_DEFAULT_CONNECTION_LIMIT, RESIL_FX_DEFAULT_MAX_IDS);
 }
 
 static int parse_port(const char *s, uint16_t *out) {
@@ -148,7 +150,7 @@ int resil_cmd_fixture(int argc, char **argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   if (config)
-    sigaddset(&stop_signals, SIGHUP); /* a reload, on this thread */
+    sigaddset(&stop_signals, SIGHUP); /* a reload, on the reload thread */
   if (pthread_sigmask(SIG_BLOCK, &stop_signals, NULL) != 0) {
     fprintf(stderr, "resil fixture: cannot block SIGINT/SIGTERM\n");
     return 1;
@@ -160,6 +162,7 @@ int resil_cmd_fixture(int argc, char **argv) {
     return 1;
   }
   resil_registry *reg = NULL;
+  resil_cli_reloader *reloader = NULL; /* SIGHUP's reloads */
   if (config) {
     resil_metrics *m = resil_fixture_metrics(f);
     if (!m) {
@@ -172,7 +175,8 @@ int resil_cmd_fixture(int argc, char **argv) {
       resil_fixture_stop(f);
       return 1;
     }
-    if (events && resil_cli_config_events("resil fixture", reg, events) != 0) {
+    if ((events && resil_cli_config_events("resil fixture", reg, events) != 0) ||
+        resil_cli_reloader_start("resil fixture", reg, config, &reloader) != 0) {
       resil_cli_config_close(reg);
       resil_fixture_stop(f);
       return 1;
@@ -186,7 +190,17 @@ int resil_cmd_fixture(int argc, char **argv) {
       continue;
     if (sig != SIGHUP)
       break;
-    (void)resil_cli_config_reload("resil fixture", reg, config);
+    (void)resil_cli_config_events_reopen("resil fixture"); /* logrotate */
+    resil_cli_reloader_kick(reloader); /* parsed on its thread */
+  }
+  /* A stop signal is never held up by a reload: one still running after
+   * 250 ms is abandoned, and the process exits without freeing what it
+   * uses. */
+  if (resil_cli_reloader_stop(reloader, 250) != 0) {
+    fprintf(stderr, "resil fixture: stopped during a reload of %s: reload abandoned\n",
+            config);
+    fflush(stdout);
+    exit(0);
   }
   resil_cli_config_close(reg); /* before the fixture's collector */
   resil_fixture_stop(f);

@@ -65,6 +65,9 @@ static const char *const crash_names[] = {"none", "pending", "in-txn",
 typedef struct upstream {
   resil_idem_mhd *idem;
   resil_metrics *metrics;
+  /* MHD_CONNECTION_OPTION_TIMEOUT until a request's headers are complete,
+   * and after (header_to <= idle_to; idem_mhd.h). */
+  unsigned header_to, idle_to;
   crash_point crash_at;
   long crash_nth;
   atomic_long reached; /* new operations that reached crash_at */
@@ -103,15 +106,18 @@ static void usage(FILE *out) {
           "                   and print \"recovered N\"; damaged rows are\n"
           "                   skipped and named on stderr\n"
           "  --timeout-s N    close a connection idle for N s, 1..3600;\n"
-          "                   default 30\n"
+          "                   default 30 (a new connection that has not\n"
+          "                   sent its request's headers: 10 s, or N if\n"
+          "                   shorter)\n"
           "  --max-connections N  serve at most N connections at once (one\n"
-          "                   thread each), 1..4096; default 256\n"
+          "                   thread each), 1..4096; default 1024\n"
           "  --config FILE    load a registry (resil config check FILE) and\n"
           "                   serve its instances' figures on GET /metrics;\n"
           "                   SIGHUP reloads FILE (a file with an error is\n"
           "                   reported on stderr and changes nothing)\n"
           "  --events FILE    with --config: append the event log (JSON lines:\n"
-          "                   reloads, the configured breakers' transitions)\n"
+          "                   reloads, the configured breakers' transitions);\n"
+          "                   SIGHUP reopens FILE (logrotate)\n"
           "  --verbose        say on stderr where the process kills itself\n"
           "  --unsafe-commit-effect-early\n"
           "                   TEST ONLY: commit the effect before the terminal\n"
@@ -331,11 +337,25 @@ static int served_by_helper(const char *url) {
          strcmp(url, "/__recover") == 0;
 }
 
+/* A new connection has header_to to send its first request's headers
+ * (a held half-request is closed then), the idle timeout after. */
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+  upstream *u = cls;
+  (void)socket_context;
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED && u->header_to < u->idle_to)
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                              u->header_to);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
   upstream *u = cls;
+  if (!*con_cls && u->header_to < u->idle_to) /* headers complete */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, u->idle_to);
   if (strcmp(url, RESIL_METRICS_MHD_PATH) == 0 &&
       (!*con_cls || *con_cls == &metrics_marker)) {
     if (!*con_cls) {
@@ -551,9 +571,13 @@ int resil_cmd_upstream(int argc, char **argv) {
     return 1;
   }
   resil_registry *reg = NULL;
+  resil_cli_reloader *reloader = NULL; /* SIGHUP's reloads */
 
   upstream u = {.crash_at = o.crash_at, .crash_nth = o.crash_nth,
-                .verbose = o.verbose};
+                .verbose = o.verbose, .idle_to = (unsigned)o.timeout_s,
+                .header_to = (unsigned)o.timeout_s};
+  if (u.header_to > RESIL_IDEM_MHD_HEADER_TIMEOUT_S)
+    u.header_to = RESIL_IDEM_MHD_HEADER_TIMEOUT_S;
   the_upstream = &u;
   resil_store_config sc;
   resil_store_config_init(&sc);
@@ -595,6 +619,8 @@ int resil_cmd_upstream(int argc, char **argv) {
     goto out;
   if (o.events && resil_cli_config_events(PROG, reg, o.events) != 0)
     goto out;
+  if (reg && resil_cli_reloader_start(PROG, reg, o.config, &reloader) != 0)
+    goto out;
   if (o.recover) {
     resil_store_recovery rep;
     resil_status st = resil_idem_mhd_recover_report(u.idem, 0, 100000, &rep);
@@ -628,6 +654,7 @@ int resil_cmd_upstream(int argc, char **argv) {
                        (uint16_t)o.port, NULL, NULL, on_request, &u,
                        MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&sa,
                        MHD_OPTION_NOTIFY_COMPLETED, on_completed, &u,
+                       MHD_OPTION_NOTIFY_CONNECTION, on_connection, &u,
                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
                        /* The recommended options of idem_mhd.h. */
                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.timeout_s,
@@ -649,12 +676,22 @@ int resil_cmd_upstream(int argc, char **argv) {
       continue;
     if (sig != SIGHUP)
       break;
-    (void)resil_cli_config_reload(PROG, reg, o.config);
+    (void)resil_cli_config_events_reopen(PROG); /* logrotate */
+    resil_cli_reloader_kick(reloader); /* parsed on its thread */
   }
   rc = 0;
 out:
   if (d)
     MHD_stop_daemon(d);
+  /* A stop signal is never held up by a reload: one still running after
+   * 250 ms is abandoned, and the process exits without freeing what it
+   * uses (the store's writes are durable; a crash is as safe). */
+  if (resil_cli_reloader_stop(reloader, 250) != 0) {
+    fprintf(stderr, PROG ": stopped during a reload of %s: reload abandoned\n",
+            o.config);
+    fflush(stdout);
+    exit(rc);
+  }
   resil_cli_config_close(reg); /* before the collector it is in */
   the_upstream = NULL;
   resil_metrics_free(u.metrics);

@@ -1,0 +1,384 @@
+/* The serving commands (`resil upstream`, `resil fixture`) as child
+ * processes of RESIL_BIN, under hostile or operational load:
+ *   - 300 held half-requests (slowloris) do not deny service to a normal
+ *     request (the connection limit leaves room, a header timeout frees
+ *     held slots);
+ *   - --events FILE is reopened on SIGHUP (logrotate: mv FILE FILE.1,
+ *     kill -HUP: the next lines go to a new FILE);
+ *   - SIGTERM right after a SIGHUP whose reload parses a big file ends the
+ *     process at once (the reload runs on its own thread).
+ * Each child is started by the test and killed by its PID; every wait is
+ * bounded. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#ifdef RESIL_HAVE_SERVE
+
+static char dir[64];
+static pid_t child = -1;
+
+static void write_text(const char *path, const char *text) {
+  char tmp[256];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  assert_non_null(f);
+  assert_true(fputs(text, f) >= 0);
+  assert_int_equal(0, fclose(f));
+  assert_int_equal(0, rename(tmp, path)); /* the reader sees a whole file */
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/resil-serve-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  return 0;
+}
+
+static void kill_child(void) {
+  if (child <= 0) return;
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  child = -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  kill_child();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(0, system(cmd));
+  return 0;
+}
+
+static const char *resil_bin(void) {
+  const char *bin = getenv("RESIL_BIN");
+  if (!bin) {
+    if (getenv("CI") && strcmp(getenv("CI"), "true") == 0) fail_msg("RESIL_BIN is not set");
+    skip();
+  }
+  return bin;
+}
+
+/* Counts the lines of path holding needle; the first one into first. */
+static int count_lines(const char *path, const char *needle, char *first, size_t n) {
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  int k = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (strstr(line, needle)) {
+      if (k == 0 && first) snprintf(first, n, "%s", line);
+      k++;
+    }
+  if (f) fclose(f);
+  return k;
+}
+
+static void print_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) fprintf(stderr, "  | %s", line);
+  if (f) fclose(f);
+}
+
+/* Waits (up to 60 s on a loaded machine) until path has `want` lines with
+ * needle. */
+static void wait_lines(const char *path, const char *needle, int want) {
+  for (int i = 0; i < 6000; i++) {
+    if (count_lines(path, needle, NULL, 0) >= want) return;
+    if (child > 0 && waitpid(child, NULL, WNOHANG) == child) {
+      child = -1;
+      break;
+    }
+    test_sleep_ms(10);
+  }
+  print_file(path);
+  fail_msg("no %d line(s) '%s' in %s", want, needle, path);
+}
+
+/* Starts `resil ARGV...` (NULL-terminated, argv[0] the command) with its
+ * stdout and stderr in dir/NAME.out and .err; returns the port it listens
+ * on. */
+static unsigned start_child(const char *name, const char *const *argv) {
+  const char *bin = resil_bin();
+  char out[128], err[128];
+  snprintf(out, sizeof out, "%s/%s.out", dir, name);
+  snprintf(err, sizeof err, "%s/%s.err", dir, name);
+  child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(o, 1);
+    dup2(e, 2);
+    char *args[16];
+    size_t n = 0;
+    args[n++] = (char *)bin;
+    for (; argv[n - 1] && n < 15; n++) args[n] = (char *)argv[n - 1];
+    args[n] = NULL;
+    execv(bin, args);
+    _exit(127);
+  }
+  wait_lines(out, "listening on http://", 1);
+  char line[1024];
+  count_lines(out, "listening on http://", line, sizeof line);
+  unsigned port = 0;
+  const char *p = strstr(line, "http://127.0.0.1:");
+  assert_non_null(p);
+  assert_int_equal(1, sscanf(p, "http://127.0.0.1:%u", &port));
+  return port;
+}
+
+static int connect_to(unsigned port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(0, connect(fd, (struct sockaddr *)&sa, sizeof sa));
+  return fd;
+}
+
+static void send_all(int fd, const char *s) {
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+    assert_true(w > 0);
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+/* Sends a whole request on a new connection and reads the answer's first
+ * bytes; returns the status (0: closed or nothing within limit_ms). */
+static int answered_within(unsigned port, const char *path, int64_t limit_ms, int64_t *took) {
+  int64_t t0 = now_ms();
+  int fd = connect_to(port);
+  char req[256];
+  snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+  send_all(fd, req);
+  char b[64] = {0};
+  size_t got = 0;
+  while (got < 12) {
+    int64_t left = t0 + limit_ms - now_ms();
+    struct pollfd p = {fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, (int)left) <= 0) break;
+    ssize_t r = recv(fd, b + got, sizeof b - 1 - got, 0);
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  *took = now_ms() - t0;
+  int status = 0;
+  if (got >= 12 && sscanf(b, "HTTP/1.%*c %d", &status) != 1) status = 0;
+  return status;
+}
+
+/* ---- slowloris by exhaustion --------------------------------------------- */
+
+enum { HELD = 300 };
+
+static void held_half_requests_leave_room(const char *cmd, const char *path) {
+  char uri[128];
+  snprintf(uri, sizeof uri, "sqlite:%s/%s.db", dir, cmd);
+  const char *argv[] = {cmd, "--store", uri, NULL};
+  unsigned port = start_child(cmd, argv);
+  static int fds[HELD];
+  for (int i = 0; i < HELD; i++) {
+    fds[i] = connect_to(port);
+    send_all(fds[i], "GET / HTTP/1.1\r\nHost: x\r\n"); /* no final CRLF */
+  }
+  /* Hold them for 500 ms; count those the server closed meanwhile. */
+  int closed = 0, gone[HELD] = {0};
+  for (int64_t end = now_ms() + 500; now_ms() < end;) {
+    struct pollfd p[HELD];
+    for (int i = 0; i < HELD; i++) p[i] = (struct pollfd){gone[i] ? -1 : fds[i], POLLIN, 0};
+    if (poll(p, HELD, 50) <= 0) continue;
+    for (int i = 0; i < HELD; i++) {
+      char c;
+      if (!gone[i] && (p[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+          recv(fds[i], &c, 1, MSG_DONTWAIT) <= 0) {
+        gone[i] = 1;
+        closed++;
+      }
+    }
+  }
+  int64_t took = 0;
+  int status = answered_within(port, path, 2000, &took);
+  print_message("%s: %d of %d half-requests held, a normal request answered %d in %lld ms\n",
+                cmd, HELD - closed, HELD, status, (long long)took);
+  for (int i = 0; i < HELD; i++) close(fds[i]);
+  kill_child();
+  assert_int_equal(closed, 0);
+  assert_int_equal(status, 200);
+}
+
+static void upstream_serves_beside_300_held_half_requests(void **state) {
+  (void)state;
+  held_half_requests_leave_room("upstream", "/metrics");
+}
+
+static void fixture_serves_beside_300_held_half_requests(void **state) {
+  (void)state;
+  held_half_requests_leave_room("fixture", "/items/1");
+}
+
+#ifdef RESIL_HAVE_CONFIG
+/* ---- --events FILE reopened on SIGHUP ------------------------------------- */
+
+static const char *SMALL = "circuitbreaker:\n"
+                           "  instances:\n"
+                           "    alpha: {failure_rate_threshold: 40}\n";
+
+static void events_file_reopened_on_sighup(const char *cmd) {
+  char cfg[128], ev[128], ev1[128], ev2[128], err[128], uri[128];
+  snprintf(cfg, sizeof cfg, "%s/app.yaml", dir);
+  snprintf(ev, sizeof ev, "%s/events.jsonl", dir);
+  snprintf(ev1, sizeof ev1, "%s/events.jsonl.1", dir);
+  snprintf(ev2, sizeof ev2, "%s/events.jsonl.2", dir);
+  snprintf(err, sizeof err, "%s/%s.err", dir, cmd);
+  snprintf(uri, sizeof uri, "sqlite:%s/%s.db", dir, cmd);
+  write_text(cfg, SMALL);
+  const char *argv[] = {cmd, "--store", uri, "--config", cfg, "--events", ev, NULL};
+  start_child(cmd, argv);
+  /* A first reload writes to the file as opened at the start. */
+  assert_int_equal(0, kill(child, SIGHUP));
+  wait_lines(err, "reloaded", 1);
+  assert_int_equal(1, count_lines(ev, "\"kind\":\"reload\"", NULL, 0));
+  /* logrotate: rename, then SIGHUP; the reload's line is the next event. */
+  assert_int_equal(0, rename(ev, ev1));
+  assert_int_equal(0, kill(child, SIGHUP));
+  wait_lines(err, "reloaded", 2);
+  assert_int_equal(1, count_lines(ev1, "\"kind\":\"reload\"", NULL, 0));
+  if (access(ev, F_OK) != 0) fail_msg("%s: no new %s after SIGHUP", cmd, ev);
+  assert_int_equal(1, count_lines(ev, "\"kind\":\"reload\"", NULL, 0));
+  /* And again. */
+  assert_int_equal(0, rename(ev, ev2));
+  assert_int_equal(0, kill(child, SIGHUP));
+  wait_lines(err, "reloaded", 3);
+  assert_int_equal(1, count_lines(ev2, "\"kind\":\"reload\"", NULL, 0));
+  assert_int_equal(1, count_lines(ev, "\"kind\":\"reload\"", NULL, 0));
+  assert_int_equal(1, count_lines(ev1, "\"kind\":\"reload\"", NULL, 0));
+  kill_child();
+}
+
+/* ---- SIGTERM during a long reload ---------------------------------------- */
+
+/* A valid file of n rate limiters, 5 lines each, that takes seconds to
+ * load. */
+static void write_big(const char *path, int n) {
+  char tmp[256];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  assert_non_null(f);
+  fputs("ratelimiter:\n  instances:\n", f);
+  for (int i = 0; i < n; i++)
+    fprintf(f,
+            "    limiter_%d:\n      limit_for_period: %d\n      refresh_period: 1s\n"
+            "      timeout: 0s\n      # instance %d of a long file\n",
+            i, 1 + i % 50, i);
+  assert_int_equal(0, fclose(f));
+  assert_int_equal(0, rename(tmp, path));
+}
+
+static void sigterm_is_not_held_up_by_a_reload(const char *cmd) {
+  char cfg[128], err[128], uri[128];
+  snprintf(cfg, sizeof cfg, "%s/app.yaml", dir);
+  snprintf(err, sizeof err, "%s/%s.err", dir, cmd);
+  snprintf(uri, sizeof uri, "sqlite:%s/%s.db", dir, cmd);
+  write_text(cfg, SMALL);
+  const char *argv[] = {cmd, "--store", uri, "--config", cfg, NULL};
+  start_child(cmd, argv);
+  write_big(cfg, 40000); /* 200,000 lines */
+  assert_int_equal(0, kill(child, SIGHUP));
+  assert_int_equal(0, kill(child, SIGTERM));
+  int64_t t0 = now_ms();
+  int status = 0;
+  pid_t w = 0;
+  while ((w = waitpid(child, &status, WNOHANG)) == 0 && now_ms() - t0 < 10000) test_sleep_ms(5);
+  int64_t took = now_ms() - t0;
+  int exited = w == child;
+  if (exited) child = -1;
+  int abandoned = count_lines(err, "reload abandoned", NULL, 0);
+  int reloaded = count_lines(err, "reloaded", NULL, 0);
+  print_message("%s: %s %lld ms after SIGTERM (reload %s)\n", cmd,
+                exited ? "exited" : "still running", (long long)took,
+                abandoned ? "abandoned" : reloaded ? "completed" : "not ended");
+  if (!exited) fail_msg("%s: still running %lld ms after SIGTERM", cmd, (long long)took);
+  print_file(err);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  /* 250 ms for a running reload, the rest for a loaded (or sanitized)
+   * machine; the parse alone takes seconds. */
+  assert_true(took < 1500);
+}
+
+static void upstream_sigterm_is_not_held_up_by_a_reload(void **state) {
+  (void)state;
+  sigterm_is_not_held_up_by_a_reload("upstream");
+}
+
+static void fixture_sigterm_is_not_held_up_by_a_reload(void **state) {
+  (void)state;
+  sigterm_is_not_held_up_by_a_reload("fixture");
+}
+
+static void upstream_events_file_reopened_on_sighup(void **state) {
+  (void)state;
+  events_file_reopened_on_sighup("upstream");
+}
+
+static void fixture_events_file_reopened_on_sighup(void **state) {
+  (void)state;
+  events_file_reopened_on_sighup("fixture");
+}
+#endif
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(upstream_serves_beside_300_held_half_requests, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(fixture_serves_beside_300_held_half_requests, setup,
+                                      teardown),
+#ifdef RESIL_HAVE_CONFIG
+      cmocka_unit_test_setup_teardown(upstream_events_file_reopened_on_sighup, setup, teardown),
+      cmocka_unit_test_setup_teardown(fixture_events_file_reopened_on_sighup, setup, teardown),
+      cmocka_unit_test_setup_teardown(upstream_sigterm_is_not_held_up_by_a_reload, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(fixture_sigterm_is_not_held_up_by_a_reload, setup,
+                                      teardown),
+#endif
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else
+
+int main(void) {
+  printf("resil upstream/fixture not built: skipped\n");
+  return 77;
+}
+
+#endif
