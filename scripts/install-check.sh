@@ -6,7 +6,7 @@
 #   - CMake (`find_package(resil)` in a tiny project, -DCMAKE_PREFIX_PATH),
 #     linking the imported targets (resil::http, resil::http_static, ...);
 # one program per library (resil, resil-http, resil-uv, resil-store,
-# resil-mhd, resil-config), and runs them
+# resil-mhd, resil-config) and examples/engine_registry.c, and runs them
 # all with LD_LIBRARY_PATH unset. Then checks what the libraries export.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +38,7 @@ grep -q "PACKAGE_VERSION \"$version\"" "$libdir/cmake/resil/resilConfigVersion.c
 
 # ---- the programs ----------------------------------------------------------
 mkdir "$prefix/src" "$prefix/pc" "$prefix/db"
-cp examples/hello_breaker.c "$prefix/src/"
+cp examples/hello_breaker.c examples/engine_registry.c "$prefix/src/"
 # <resil/http.h> exposes json_t: a program using json_* on a response
 # compiles and links with resil-http alone (jansson in Requires).
 cat >"$prefix/src/http_json.c" <<'C'
@@ -215,6 +215,7 @@ programs=(
   "store store.c resil-store store"
   "mhd_idem mhd_idem.c resil-mhd mhd"
   "registry registry.c resil-config config"
+  "engine_registry engine_registry.c resil-config,resil-mhd config,mhd"
   "runpath runpath.c resil-uv,resil-config,resil-mhd uv,config,mhd"
 )
 built=()
@@ -302,6 +303,10 @@ run() { # program path: runs it with the arguments its source needs
   case "$name" in
     store|mhd_idem) "$exe" "$prefix/db" ;;
     registry) "$exe" examples/config/payments-client.yaml ;;
+    engine_registry)
+      # Against the installed `resil fixture` (the ctest's own script).
+      bash tests/examples/engine_registry.sh "$prefix/bin/resil" "$exe" \
+           examples/config/engine-registry.yaml >/dev/null ;;
     *) "$exe" ;;
   esac >"$prefix/run.out" 2>&1 || { cat "$prefix/run.out" >&2; fail "$exe failed"; }
 }
