@@ -50,7 +50,8 @@ run_suite() { # dir, cmake args..., then ctest args after --
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do cargs+=("$1"); shift; done
   [ $# -gt 0 ] && shift
   targs=("$@")
-  cmake -S . -B "$dir" -DRESIL_BUILD_BENCH=OFF "${cargs[@]}" >/dev/null
+  # -Werror: the project's own builds treat warnings as errors (RESIL_WERROR).
+  cmake -S . -B "$dir" -DRESIL_BUILD_BENCH=OFF -DRESIL_WERROR=ON "${cargs[@]}" >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
   ctest --test-dir "$dir" --output-on-failure -j2 "${targs[@]}"
 }

@@ -1,5 +1,13 @@
 /* libresil version information.
  *
+ * One version for the whole project: CMakeLists.txt's project() version,
+ * these macros, resil_version(), `resil --version` and the pkg-config and
+ * CMake package versions agree (the build stops if they do not). API added
+ * in a release is marked "Since X.Y" in the headers. The shared libraries'
+ * soname is libresil*.so.0 for every 0.x release: 0.x releases only append
+ * (functions, fields at the end of sized structs, see below), so a program
+ * linked against an earlier 0.x keeps running (README "Versions").
+ *
  * RESIL_VERSION_* describe the headers a program was compiled against;
  * resil_version() and resil_version_num() describe the library it runs with.
  * Comparing the two catches a header/library mismatch. */
@@ -7,11 +15,11 @@
 #define RESIL_VERSION_H
 
 #define RESIL_VERSION_MAJOR 0
-#define RESIL_VERSION_MINOR 1
+#define RESIL_VERSION_MINOR 2
 #define RESIL_VERSION_PATCH 0
-#define RESIL_VERSION_STRING "0.1.0"
+#define RESIL_VERSION_STRING "0.2.0"
 
-/* 0xMMmmpp, e.g. 0x000100 for 0.1.0. */
+/* 0xMMmmpp, e.g. 0x000200 for 0.2.0. */
 #define RESIL_VERSION_NUM                                                      \
   ((RESIL_VERSION_MAJOR << 16) | (RESIL_VERSION_MINOR << 8) | RESIL_VERSION_PATCH)
 
@@ -54,7 +62,7 @@
 extern "C" {
 #endif
 
-/* "0.1.0": the version of the library linked at run time. Static text. */
+/* "0.2.0": the version of the library linked at run time. Static text. */
 RESIL_API const char *resil_version(void);
 /* RESIL_VERSION_NUM of the library linked at run time. */
 RESIL_API unsigned resil_version_num(void);

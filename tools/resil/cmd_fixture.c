@@ -43,16 +43,18 @@ static void usage(FILE *out) {
       "  --verbose    let libmicrohttpd log its errors on stderr (closing a\n"
       "               connection on purpose is logged as an error too)\n"
       "  --help       print this help\n"
-      "Routes: /items/{id} /status/{code} /slow /effect/{code}\n"
-      "  /commit-close /flaky/{id} /seq/{id} /redirect/{n} /echo /empty\n"
-      "  /badjson /idem/{name} /idem-close /operations/{key} /ka /__stats\n"
-      "  /__recover\n"
-      "  (described in src/fixture/fixture.h).\n"
-      "A connection idle for %u s is closed (a new one that has not sent its\n"
-      "first request's headers: after %u s), and at most %u are served at\n"
-      "once; the flaky and seq routes remember at most %u ids.\n",
-      RESIL_FX_DEFAULT_CONNECTION_TIMEOUT_S, RESIL_FX_DEFAULT_HEADER_TIMEOUT_S,
-      RESIL_FX_DEFAULT_CONNECTION_LIMIT, RESIL_FX_DEFAULT_MAX_IDS);
+      "Routes (every request to a route counts an attempt; GET /__stats shows\n"
+      "them with the effects; other paths answer 404):\n");
+  /* The routes' own table (src/fixture/routes.c), so this cannot drift. */
+  const char *request, *summary;
+  for (size_t i = 0; resil_fixture_route_help(i, &request, &summary); i++)
+    fprintf(out, "  %s\n      %s\n", request, summary);
+  fprintf(out,
+          "A connection idle for %u s is closed (a new one that has not sent its\n"
+          "first request's headers: after %u s), and at most %u are served at\n"
+          "once; the flaky and seq routes remember at most %u ids.\n",
+          RESIL_FX_DEFAULT_CONNECTION_TIMEOUT_S, RESIL_FX_DEFAULT_HEADER_TIMEOUT_S,
+          RESIL_FX_DEFAULT_CONNECTION_LIMIT, RESIL_FX_DEFAULT_MAX_IDS);
 }
 
 static int parse_port(const char *s, uint16_t *out) {
