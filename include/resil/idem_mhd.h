@@ -92,9 +92,13 @@
  *   cfg.handler = pay;
  *   resil_idem_mhd *idem = NULL;
  *   resil_idem_mhd_new(&cfg, &idem, &err);
+ *   struct sockaddr_in addr = {.sin_family = AF_INET,       // 127.0.0.1
+ *                              .sin_port = htons(port),     // only
+ *                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
  *   MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
- *                    MHD_USE_THREAD_PER_CONNECTION, port, NULL, NULL,
+ *                    MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL,
  *                    resil_idem_mhd_access, idem,
+ *                    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
  *                    MHD_OPTION_NOTIFY_COMPLETED, resil_idem_mhd_completed,
  *                    idem,
  *                    MHD_OPTION_CONNECTION_TIMEOUT,

@@ -8,8 +8,13 @@
  * the metrics with resil_metrics_mhd_access as its handler and the
  * collector as its cls:
  *
- *   MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 9464, NULL, NULL,
- *                    resil_metrics_mhd_access, metrics, MHD_OPTION_END);
+ *   struct sockaddr_in addr = {.sin_family = AF_INET,       // 127.0.0.1
+ *                              .sin_port = htons(9464),     // only
+ *                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+ *   MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+ *                    resil_metrics_mhd_access, metrics,
+ *                    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+ *                    MHD_OPTION_END);
  *
  * Thread-safety: both may run on any number of MHD threads at once (renders
  * serialize on the collector's mutex). The collector must outlive the
