@@ -689,61 +689,121 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
   return RESIL_EINVAL;
 }
 
-static void value_text(const field *f, const anycfg *cfg, char *buf, size_t n) {
+/* ---- fingerprints: the resolved settings as bytes ------------------------------
+ * Equal fingerprints, equal settings, and the reverse: every string is
+ * written with its length before it ("S12:sqlite:/a.db"), so no value can
+ * pass for another or for the text around it, and nothing is cut. */
+
+typedef struct fpbuf {
+  char *p;
+  size_t len, cap;
+  int oom;
+} fpbuf;
+
+static void fp_put(fpbuf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->cap - b->len < n + 1) {
+    size_t nc = b->cap ? b->cap : 1024;
+    while (nc - b->len < n + 1) {
+      if (nc > SIZE_MAX / 2) {
+        b->oom = 1;
+        return;
+      }
+      nc *= 2;
+    }
+    char *np = realloc(b->p, nc);
+    if (!np) {
+      b->oom = 1;
+      return;
+    }
+    b->p = np;
+    b->cap = nc;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = 0;
+}
+
+RESIL_PRINTF(2, 3)
+static void fp_fmt(fpbuf *b, const char *fmt, ...) {
+  char tmp[128]; /* numbers and pointers only */
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (k < 0 || (size_t)k >= sizeof tmp) {
+    b->oom = 1; /* never: the callers print numbers */
+    return;
+  }
+  fp_put(b, tmp, (size_t)k);
+}
+
+/* A string: "S<len>:<bytes>", or "N" for NULL. */
+static void fp_str(fpbuf *b, const char *s) {
+  if (!s) {
+    fp_put(b, "N", 1);
+    return;
+  }
+  size_t n = strlen(s);
+  fp_fmt(b, "S%zu:", n);
+  fp_put(b, s, n);
+}
+
+/* "key=<value>;" for field f of cfg. */
+static void fp_field(fpbuf *b, const field *f, const anycfg *cfg) {
   const unsigned char *src = (const unsigned char *)cfg + f->off;
+  fp_put(b, f->key, strlen(f->key));
+  fp_put(b, "=", 1);
   switch (f->type) {
   case F_U32:
   case F_PCT:
   case F_CLASSES: {
     uint32_t u;
     memcpy(&u, src, sizeof u);
-    snprintf(buf, n, "%u", (unsigned)u);
+    fp_fmt(b, "%u", (unsigned)u);
     break;
   }
   case F_I64:
   case F_DUR: {
     int64_t i;
     memcpy(&i, src, sizeof i);
-    snprintf(buf, n, "%lld", (long long)i);
+    fp_fmt(b, "%lld", (long long)i);
     break;
   }
   case F_DBL: {
     double d;
     memcpy(&d, src, sizeof d);
-    snprintf(buf, n, "%.17g", d);
+    fp_fmt(b, "%.17g", d);
     break;
   }
   case F_BOOL:
   case F_ENUM: {
     int e;
     memcpy(&e, src, sizeof e);
-    snprintf(buf, n, "%d", e);
+    fp_fmt(b, "%d", e);
     break;
   }
   case F_STR: {
     const char *p;
     memcpy(&p, src, sizeof p);
-    /* quoted, so that NULL and "(null)" differ */
-    if (p)
-      snprintf(buf, n, "\"%s\"", p);
-    else
-      snprintf(buf, n, "NULL");
+    fp_str(b, p);
     break;
   }
   case F_SIZE: {
     size_t z;
     memcpy(&z, src, sizeof z);
-    snprintf(buf, n, "%zu", z);
+    fp_fmt(b, "%zu", z);
     break;
   }
   case F_REF: {
     /* the object itself: a kept reference keeps the referrer */
     void *p;
     memcpy(&p, src, sizeof p);
-    snprintf(buf, n, "%p", p);
+    fp_fmt(b, "%p", p);
     break;
   }
   }
+  fp_put(b, ";", 1);
 }
 
 /* ---- specs: what the file says, resolved ------------------------------------------ */
@@ -943,22 +1003,23 @@ static resil_status read_endpoints(lctx *c, spec *s, yaml_node_t *inst) {
   return RESIL_OK;
 }
 
-/* The endpoints' settings, for the fingerprint. */
-static size_t fingerprint_endpoints(const spec *s, char *buf, size_t n) {
-  size_t k = 0;
-  for (size_t i = 0; i < s->neps && k < n; i++) {
+/* The endpoints' settings, for the fingerprint: each endpoint's name, its
+ * fields and its headers, every string length-prefixed, the header count
+ * first. */
+static void fingerprint_endpoints(const spec *s, fpbuf *b) {
+  for (size_t i = 0; i < s->neps; i++) {
     const ep_spec *e = &s->eps[i];
-    k += (size_t)snprintf(buf + k, n - k, "E%s{", e->ep.name);
-    for (size_t f = 0; f < NEPF && k < n; f++) {
-      char v[300];
-      value_text(&EP_FIELDS[f], (const anycfg *)(const void *)&e->ep, v, sizeof v);
-      k += (size_t)snprintf(buf + k, n - k, "%s=%s;", EP_FIELDS[f].key, v);
-    }
-    for (size_t h = 0; e->ep.headers && e->ep.headers[h] && k < n; h++)
-      k += (size_t)snprintf(buf + k, n - k, "H=\"%s\";", e->ep.headers[h]);
-    if (k < n) k += (size_t)snprintf(buf + k, n - k, "}");
+    fp_put(b, "E", 1);
+    fp_str(b, e->ep.name);
+    fp_put(b, "{", 1);
+    for (size_t f = 0; f < NEPF; f++)
+      fp_field(b, &EP_FIELDS[f], (const anycfg *)(const void *)&e->ep);
+    size_t nh = 0;
+    while (e->ep.headers && e->ep.headers[nh]) nh++;
+    fp_fmt(b, "H%zu:", nh);
+    for (size_t h = 0; h < nh; h++) fp_str(b, e->ep.headers[h]);
+    fp_put(b, "}", 1);
   }
-  return k;
 }
 #endif
 
@@ -1204,7 +1265,8 @@ struct entry {
   atomic_size_t refs;
   resil_registry_kind kind;
   char *name;
-  char *fp;
+  char *fp; /* fingerprint(), fp_len bytes */
+  size_t fp_len;
   void *handle;
   entry *deps[RESIL_CHAIN_MAX_LAYERS + MAXF]; /* kept alive while this lives */
   size_t ndeps;
@@ -1272,29 +1334,26 @@ struct resil_registry {
   struct resil_event_sink *sink; /* resil_registry_events_attach */
 };
 
-/* The resolved settings as text: equal texts, equal settings. Returns the
- * length, >= n when it did not fit (the caller then never reuses). */
-static size_t fingerprint(const spec *s, char *buf, size_t n) {
+/* The resolved settings as bytes into b (emptied first): equal
+ * fingerprints, equal settings (see fpbuf). */
+static void fingerprint(const spec *s, fpbuf *b) {
   const kinddesc *kd = &KINDS[s->kind];
-  size_t k = 0;
-  for (size_t i = 0; i < kd->nfields && k < n; i++) {
-    char v[300];
-    value_text(&kd->fields[i], &s->cfg, v, sizeof v);
-    k += (size_t)snprintf(buf + k, n - k, "%s=%s;", kd->fields[i].key, v);
-  }
+  b->len = 0;
+  for (size_t i = 0; i < kd->nfields; i++) fp_field(b, &kd->fields[i], &s->cfg);
 #ifdef RESIL_CONFIG_HTTP
-  if (k < n) k += fingerprint_endpoints(s, buf + k, n - k);
+  fingerprint_endpoints(s, b);
 #endif
-  return k;
 }
 
-static entry *entry_new(const spec *s, const char *fp) {
+static entry *entry_new(const spec *s, const fpbuf *fp) {
   entry *e = calloc(1, sizeof *e);
   if (!e) return NULL;
   atomic_init(&e->refs, 1);
   e->kind = s->kind;
   e->name = strdup(s->name);
-  e->fp = strdup(fp);
+  e->fp = malloc(fp->len + 1);
+  if (e->fp) memcpy(e->fp, fp->p, fp->len + 1);
+  e->fp_len = fp->len;
   if (!e->name || !e->fp) {
     free(e->name);
     free(e->fp);
@@ -1343,9 +1402,7 @@ static resil_status resolve(lctx *c, const specs *ss, resil_registry_kind kind, 
 static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **out,
                           resil_registry_reload_stats *rs) {
   resil_status st = RESIL_OK;
-  enum { FP_SIZE = 1 << 16 };
-  char *fp = malloc(FP_SIZE);
-  if (!fp) return oom(c);
+  fpbuf fp = {0};
   /* Configs on their own (a range error in an unused config is an error
    * too), then what policies refer to (budgets, thread pools), then the
    * policies, then the chains. */
@@ -1410,14 +1467,17 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         }
         if (st) break;
       }
-      size_t fpl = fingerprint(s, fp, FP_SIZE);
+      fingerprint(s, &fp);
       if (s->kind == RESIL_REG_CHAIN) {
         /* A chain is kept only when its layers are the very same objects. */
-        for (size_t j = 0; j < s->nlayers && fpl < FP_SIZE; j++)
-          fpl += (size_t)snprintf(fp + fpl, FP_SIZE - fpl, "D%zu=%p;", j, (void *)deps[j]);
+        for (size_t j = 0; j < s->nlayers; j++) fp_fmt(&fp, "D%zu=%p;", j, (void *)deps[j]);
+      }
+      if (fp.oom) {
+        st = oom(c);
+        break;
       }
       entry *prev = snap_find(old, s->kind, s->name);
-      if (prev && fpl < FP_SIZE && strcmp(prev->fp, fp) == 0) {
+      if (prev && prev->fp_len == fp.len && memcmp(prev->fp, fp.p, fp.len) == 0) {
         entry_ref(prev);
         s->made = prev;
         rs->kept++;
@@ -1427,7 +1487,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         rs->replaced++;
       else
         rs->added++;
-      entry *e = entry_new(s, fp);
+      entry *e = entry_new(s, &fp);
       if (!e) {
         st = oom(c);
         break;
@@ -1505,7 +1565,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
     entry_unref(ss->v[i].made);
     ss->v[i].made = NULL;
   }
-  free(fp);
+  free(fp.p);
   if (st == RESIL_OK) *out = snap;
   return st;
 }
