@@ -111,6 +111,17 @@
  *    disappears. A chain is kept only when its own settings and every one
  *    of its layers were kept. A reload with an error changes nothing and
  *    reports the error as a load does.
+ *  - Reloads from an empty document: a reload from a document with no
+ *    sections at all (an empty file, only comments, `{}` or `~`) is
+ *    refused with RESIL_EINVAL ("the document has no sections: ...") while
+ *    the registry has instances, and changes nothing: that is what a
+ *    truncated or half-written file looks like. To remove every instance,
+ *    reload a file that names a section with no instances (`retry: {}`).
+ *    A load from such a document gives an empty registry. A file cut at a
+ *    line boundary can still be valid YAML that names fewer instances; no
+ *    parser can tell it from an edit: replace files atomically (write a
+ *    temporary file in the same directory, then rename(2) it over the old
+ *    one), so that a reload reads the old file or the new one, whole.
  *  - An instance is freed by whoever drops its last reference (a reload, a
  *    release or resil_registry_free), on that thread: a time limiter's
  *    free waits for its abandoned tasks (timelimit.h).

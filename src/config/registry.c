@@ -417,6 +417,7 @@ size_t resil_registry_error_format(const resil_registry_error *e, char *buf, siz
 typedef struct lctx {
   const char *file;
   yaml_document_t *doc;
+  size_t old_n; /* a reload: the instances the registry has now */
   resil_registry_error err; /* full size; copied out at the end */
 } lctx;
 
@@ -1140,7 +1141,18 @@ static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *se
 
 static resil_status read_doc(lctx *c, specs *ss) {
   yaml_node_t *root = yaml_document_get_root_node(c->doc);
-  if (!root || is_null(root)) return RESIL_OK; /* an empty file: an empty registry */
+  int no_sections = !root || is_null(root) ||
+                    (root->type == YAML_MAPPING_NODE &&
+                     root->data.mapping.pairs.top == root->data.mapping.pairs.start);
+  /* An empty file loads as an empty registry; a reload refuses it when it
+   * would remove instances: that is what a truncated or half-written file
+   * looks like (registry.h, "Reloads from an empty document"). */
+  if (no_sections && c->old_n)
+    return fail_at(c, root, "",
+                   "the document has no sections: a reload from it would remove all %zu "
+                   "instances (to remove them, name a section: 'retry: {}')",
+                   c->old_n);
+  if (!root || is_null(root)) return RESIL_OK;
   if (check_mapping(c, root, "")) return RESIL_EINVAL;
   FOR_PAIRS(c, root, p) {
     yaml_node_t *k = node(c, p->key);
@@ -1578,6 +1590,7 @@ static resil_status load(const char *text, size_t len, const char *file, const s
   lctx c;
   memset(&c, 0, sizeof c);
   c.file = file ? file : "<string>";
+  c.old_n = old ? old->n : 0;
   c.err.struct_size = sizeof c.err;
   yaml_parser_t parser;
   yaml_document_t doc;

@@ -39,6 +39,23 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* Writes len bytes of text to tmpdir/name; returns the path (static buffer
+ * per call). */
+static const char *write_bytes(const char *name, const char *text, size_t len) {
+  static char paths[4][256];
+  static int k;
+  char *p = paths[k++ % 4];
+  snprintf(p, 256, "%s/%s", tmpdir, name);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  assert_int_equal(fwrite(text, 1, len, f), len);
+  assert_int_equal(fclose(f), 0);
+  return p;
+}
+static const char *write_file(const char *name, const char *text) {
+  return write_bytes(name, text, strlen(text));
+}
+
 /* ---- 1. reloads compare whole values ---------------------------------------- */
 
 /* A store whose path changes after its 300th byte is a new store (the old
@@ -133,10 +150,68 @@ static void reload_compares_endpoints_and_headers_exactly(void **state) {
   resil_registry_free(reg);
 }
 
+/* ---- 2. an empty or truncated document does not empty a registry ------------ */
+
+static const char *SVC = "circuitbreaker:\n"
+                         "  instances:\n"
+                         "    payments: {open_wait: 60s}\n"
+                         "retry:\n"
+                         "  instances:\n"
+                         "    payments: {max_attempts: 3}\n"
+                         "chain:\n"
+                         "  instances:\n"
+                         "    payments: {layers: [{retry: payments}, {circuitbreaker: payments}]}\n";
+
+/* Empty, comments only, {}, ~, a truncated file (a YAML error): each reload
+ * is refused, the instances and their state (an OPEN breaker) stay. A file
+ * that names a section with no instances does remove them. */
+static void reload_refuses_an_empty_document_and_keeps_state(void **state) {
+  (void)state;
+  const char *p = write_file("svc.yaml", SVC);
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  assert_int_equal(resil_registry_load_file(p, &reg, &err), RESIL_OK);
+  resil_breaker *br = resil_registry_breaker(reg, "payments");
+  resil_chain *ch = resil_registry_chain(reg, "payments");
+  assert_int_equal(resil_breaker_transition(br, RESIL_BREAKER_OPEN), RESIL_OK);
+  const char *empties[] = {"", "# nothing here\n", "{}\n", "~\n", "---\n"};
+  for (size_t i = 0; i < sizeof empties / sizeof *empties; i++) {
+    p = write_file("svc.yaml", empties[i]);
+    assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_EINVAL);
+    assert_non_null(strstr(err.message, "the document has no sections"));
+    assert_non_null(strstr(err.message, "remove all 3 instances"));
+    assert_int_equal(resil_registry_reload_string(reg, empties[i], strlen(empties[i]), "s", &err),
+                     RESIL_EINVAL);
+  }
+  /* a file cut in the middle of a flow mapping: a YAML error */
+  p = write_file("svc.yaml", "circuitbreaker:\n  instances:\n    payments: {open_wait: 6");
+  assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_EINVAL);
+  assert_non_null(strstr(err.message, "YAML: "));
+  assert_int_equal(resil_registry_generation(reg), 1);
+  assert_int_equal(resil_registry_count(reg, RESIL_REG_KIND_COUNT_), 3);
+  assert_ptr_equal(resil_registry_breaker(reg, "payments"), br);
+  assert_ptr_equal(resil_registry_chain(reg, "payments"), ch);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  /* the same file again: everything kept, still OPEN */
+  p = write_file("svc.yaml", SVC);
+  assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_OK);
+  assert_ptr_equal(resil_registry_breaker(reg, "payments"), br);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  /* meaning it: a section with no instances removes them all */
+  p = write_file("svc.yaml", "retry: {}\n");
+  assert_int_equal(resil_registry_reload(reg, p, &err), RESIL_OK);
+  assert_int_equal(resil_registry_count(reg, RESIL_REG_KIND_COUNT_), 0);
+  /* an empty registry may reload an empty document */
+  assert_int_equal(resil_registry_reload_string(reg, "", 0, "s", &err), RESIL_OK);
+  resil_registry_free(reg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reload_replaces_a_store_whose_long_uri_changed_at_the_end),
       cmocka_unit_test(reload_compares_endpoints_and_headers_exactly),
+      cmocka_unit_test(reload_refuses_an_empty_document_and_keeps_state),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
