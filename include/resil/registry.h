@@ -84,6 +84,18 @@
  * min, max and got as in resil_error). An unknown key is an error with a
  * "did you mean" suggestion when one is close.
  *
+ * Limits (Since 0.2): a file must be a regular file (a FIFO, a device, a
+ * directory or a socket is refused at once, RESIL_EIO "cannot read: not a
+ * regular file (a FIFO)"; a FIFO is opened without waiting for a writer)
+ * of at most RESIL_REGISTRY_MAX_FILE_BYTES (else RESIL_EIO). A document
+ * (file or string) nests at most RESIL_REGISTRY_MAX_DEPTH collections, has
+ * at most RESIL_REGISTRY_MAX_KEYS keys in one mapping (items in one
+ * sequence) and at most RESIL_REGISTRY_MAX_NODES nodes; beyond them it is
+ * refused with RESIL_EINVAL at the line and column of the first node over
+ * the limit ("more than 65536 keys in one mapping"), before the document
+ * is built. Parsing and checking take O(n log n) time in the size of the
+ * document (duplicate keys and references are found by sorting).
+ *
  * Lifetimes and thread-safety (exact):
  *  - Every function may be called from any thread at once, except
  *    resil_registry_free(), which needs exclusive access to the registry
@@ -141,6 +153,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The limits of a registry document (see "Limits" above). Since 0.2. */
+#define RESIL_REGISTRY_MAX_FILE_BYTES (16ul * 1024 * 1024) /* 16 MiB */
+#define RESIL_REGISTRY_MAX_DEPTH 64      /* nested mappings and sequences */
+#define RESIL_REGISTRY_MAX_KEYS 65536    /* keys of one mapping, items of one sequence */
+#define RESIL_REGISTRY_MAX_NODES 262144  /* scalars, mappings and sequences */
 
 typedef struct resil_registry resil_registry;
 typedef struct resil_registry_lease resil_registry_lease;

@@ -6,6 +6,7 @@
  * lookups see, swapped under a rwlock by a reload. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -14,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "core/internal.h"
@@ -517,24 +520,90 @@ static const char *node_type_name(const yaml_node_t *n) {
   }
 }
 
+/* A mapping's keys sorted (by key, then by position): the duplicate check
+ * and the lookups of big mappings (configs by name) in O(n log n), never
+ * O(n^2), whatever the keys (a sort has no worst case a file can choose,
+ * which a fixed hash would have). */
+typedef struct keyent {
+  const char *key;
+  size_t pos;
+  yaml_node_pair_t *pair;
+} keyent;
+
+static int cmp_keyent(const void *a, const void *b) {
+  const keyent *x = a, *y = b;
+  int r = strcmp(x->key, y->key);
+  if (r) return r;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static resil_status oom(lctx *c);
+
 /* Checks that n is a mapping (or null: an empty one) with scalar keys and no
- * duplicate key. */
-static resil_status check_mapping(lctx *c, yaml_node_t *n, const char *path) {
+ * duplicate key; the first fault in file order is reported. With idx, the
+ * sorted keys are left there (free them; NULL for an empty mapping). */
+static resil_status check_mapping_idx(lctx *c, yaml_node_t *n, const char *path, keyent **idx,
+                                      size_t *nidx) {
+  if (idx) *idx = NULL;
+  if (nidx) *nidx = 0;
   if (is_null(n)) return RESIL_OK;
   if (n->type != YAML_MAPPING_NODE)
     return fail_at(c, n, path, "expected a mapping, got %s", node_type_name(n));
-  for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
-    yaml_node_t *k = node(c, p->key);
-    if (!scalar(k)) return fail_at(c, k, path, "keys must be scalars");
-    for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++)
-      if (strcmp(scalar(node(c, q->key)), scalar(k)) == 0) {
-        char sub[256];
-        join(sub, sizeof sub, path, *path ? "." : "", scalar(k));
-        return fail_at(c, k, sub, "duplicate key (first at line %u)",
-                       (unsigned)node(c, q->key)->start_mark.line + 1);
-      }
+  yaml_node_pair_t *ps = n->data.mapping.pairs.start;
+  size_t np = (size_t)(n->data.mapping.pairs.top - ps);
+  size_t bad = np; /* the first key that is not a scalar */
+  for (size_t i = 0; i < np && bad == np; i++)
+    if (!scalar(node(c, ps[i].key))) bad = i;
+  if (np < 2 && bad == np) return RESIL_OK;
+  keyent *v = malloc((np ? np : 1) * sizeof *v);
+  if (!v) return oom(c);
+  size_t nv = 0;
+  for (size_t i = 0; i < bad; i++) v[nv++] = (keyent){scalar(node(c, ps[i].key)), i, &ps[i]};
+  qsort(v, nv, sizeof *v, cmp_keyent);
+  /* The duplicate that comes first in the file, and its first occurrence. */
+  size_t dup = np, first = 0;
+  for (size_t i = 1; i < nv; i++)
+    if (strcmp(v[i - 1].key, v[i].key) == 0 && v[i].pos < dup &&
+        (i < 2 || strcmp(v[i - 2].key, v[i].key) != 0)) {
+      dup = v[i].pos;
+      first = v[i - 1].pos;
+    }
+  resil_status st = RESIL_OK;
+  if (dup < bad) {
+    yaml_node_t *k = node(c, ps[dup].key);
+    char sub[256];
+    join(sub, sizeof sub, path, *path ? "." : "", scalar(k));
+    st = fail_at(c, k, sub, "duplicate key (first at line %u)",
+                 (unsigned)node(c, ps[first].key)->start_mark.line + 1);
+  } else if (bad < np) {
+    st = fail_at(c, node(c, ps[bad].key), path, "keys must be scalars");
   }
-  return RESIL_OK;
+  if (st == RESIL_OK && idx) {
+    *idx = v;
+    *nidx = nv;
+  } else {
+    free(v);
+  }
+  return st;
+}
+
+static resil_status check_mapping(lctx *c, yaml_node_t *n, const char *path) {
+  return check_mapping_idx(c, n, path, NULL, NULL);
+}
+
+/* The value of key in a mapping indexed by check_mapping_idx. */
+static yaml_node_t *idx_get(lctx *c, const keyent *idx, size_t n, const char *key) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int r = strcmp(key, idx[mid].key);
+    if (r == 0) return node(c, idx[mid].pair->value);
+    if (r < 0)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return NULL;
 }
 
 #define FOR_PAIRS(c, n, p)                                                             \
@@ -832,7 +901,7 @@ typedef struct spec {
   uint8_t src[MAXF];
   yaml_node_t *src_node[MAXF];
   const char *ref_name[MAXF]; /* F_REF fields: the name given */
-  layer_ref layers[RESIL_CHAIN_MAX_LAYERS];
+  layer_ref *layers; /* chains: RESIL_CHAIN_MAX_LAYERS of them (the rest is small) */
   size_t nlayers;
 #ifdef RESIL_CONFIG_HTTP
   struct ep_spec *eps; /* http_client: its endpoints, in file order */
@@ -905,6 +974,8 @@ static resil_status read_layers(lctx *c, spec *s, yaml_node_t *inst) {
   if (!ls) return fail_at(c, s->at, path, "a chain needs layers (a list of KIND: NAME, outermost first)");
   if (ls->type != YAML_SEQUENCE_NODE)
     return fail_at(c, ls, path, "expected a list of KIND: NAME, got %s", node_type_name(ls));
+  s->layers = calloc(RESIL_CHAIN_MAX_LAYERS, sizeof *s->layers);
+  if (!s->layers) return oom(c);
   size_t i = 0;
   for (yaml_node_item_t *it = ls->data.sequence.items.start; it < ls->data.sequence.items.top;
        it++, i++) {
@@ -946,7 +1017,6 @@ static resil_status read_layers(lctx *c, spec *s, yaml_node_t *inst) {
 }
 
 #ifdef RESIL_CONFIG_HTTP
-static resil_status oom(lctx *c);
 /* An http_client's `endpoints: {NAME: {method: POST, path: /x, ...}}`. */
 static resil_status read_endpoints(lctx *c, spec *s, yaml_node_t *inst) {
   yaml_node_t *m = is_null(inst) ? NULL : map_get(c, inst, "endpoints");
@@ -1052,8 +1122,9 @@ static resil_status oom(lctx *c) {
 }
 
 /* One section (kind k): its configs (each checked as a spec of its own) and
- * its instances. */
-static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *sec, specs *ss) {
+ * its instances. *cidx: the configs' index, for the caller to free. */
+static resil_status read_section_in(lctx *c, resil_registry_kind k, yaml_node_t *sec, specs *ss,
+                                    keyent **cidx) {
   const char *sname = KINDS[k].section;
   if (check_mapping(c, sec, sname)) return RESIL_EINVAL;
   yaml_node_t *configs = NULL, *instances = NULL;
@@ -1075,9 +1146,10 @@ static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *se
   join(cpath, sizeof cpath, sname, ".", "configs");
   join(ipath, sizeof ipath, sname, ".", "instances");
   yaml_node_t *defcfg = NULL;
+  size_t ncidx = 0; /* 0: configs has fewer than two keys (no index) */
   if (configs) {
-    if (check_mapping(c, configs, cpath)) return RESIL_EINVAL;
-    defcfg = map_get(c, configs, "default");
+    if (check_mapping_idx(c, configs, cpath, cidx, &ncidx)) return RESIL_EINVAL;
+    defcfg = is_null(configs) ? NULL : map_get(c, configs, "default");
     FOR_PAIRS(c, configs, p) {
       spec *s = spec_add(ss);
       if (!s) return oom(c);
@@ -1115,7 +1187,9 @@ static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *se
       join(bp, sizeof bp, s->path, ".", "base_config");
       const char *bn = scalar(basen);
       if (!bn || is_null(basen)) return fail_at(c, basen, bp, "expected the name of a config");
-      base = configs && !is_null(configs) ? map_get(c, configs, bn) : NULL;
+      base = ncidx                           ? idx_get(c, *cidx, ncidx, bn)
+             : configs && !is_null(configs) ? map_get(c, configs, bn)
+                                            : NULL;
       if (!base) {
         const char *cand[64];
         size_t nc = 0;
@@ -1137,6 +1211,13 @@ static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *se
 #endif
   }
   return RESIL_OK;
+}
+
+static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *sec, specs *ss) {
+  keyent *cidx = NULL;
+  resil_status st = read_section_in(c, k, sec, ss, &cidx);
+  free(cidx);
+  return st;
 }
 
 static resil_status read_doc(lctx *c, specs *ss) {
@@ -1388,14 +1469,49 @@ static resil_status add_layer(resil_chain *ch, entry *l) {
   }
 }
 
+/* The instances of ss sorted by kind and name, for resolve(). */
+typedef struct spec_index {
+  const spec **v;
+  size_t n;
+} spec_index;
+
+static int cmp_spec_key(resil_registry_kind k, const char *name, const spec *t) {
+  if (k != t->kind) return k < t->kind ? -1 : 1;
+  return strcmp(name, t->name);
+}
+static int cmp_specs(const void *a, const void *b) {
+  const spec *x = *(const spec *const *)a, *y = *(const spec *const *)b;
+  return cmp_spec_key(x->kind, x->name, y);
+}
+
+static resil_status spec_index_build(lctx *c, const specs *ss, spec_index *ix) {
+  ix->n = 0;
+  ix->v = malloc((ss->n ? ss->n : 1) * sizeof *ix->v);
+  if (!ix->v) return oom(c);
+  for (size_t i = 0; i < ss->n; i++)
+    if (!ss->v[i].is_config) ix->v[ix->n++] = &ss->v[i];
+  qsort(ix->v, ix->n, sizeof *ix->v, cmp_specs);
+  return RESIL_OK;
+}
+
 /* The entry built for instance `name` of `kind`, or an error at node/path
  * ("unknown retry instance 'x' (did you mean ...)"). */
-static resil_status resolve(lctx *c, const specs *ss, resil_registry_kind kind, const char *name,
-                            const yaml_node_t *at, const char *path, entry **out) {
+static resil_status resolve(lctx *c, const specs *ss, const spec_index *ix,
+                            resil_registry_kind kind, const char *name, const yaml_node_t *at,
+                            const char *path, entry **out) {
   *out = NULL;
-  for (size_t q = 0; q < ss->n; q++) {
-    const spec *t = &ss->v[q];
-    if (!t->is_config && t->kind == kind && strcmp(t->name, name) == 0) *out = t->made;
+  size_t lo = 0, hi = ix->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int r = cmp_spec_key(kind, name, ix->v[mid]);
+    if (r == 0) {
+      *out = ix->v[mid]->made;
+      break;
+    }
+    if (r < 0)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   if (*out) return RESIL_OK;
   const char *cand[64];
@@ -1415,6 +1531,8 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
                           resil_registry_reload_stats *rs) {
   resil_status st = RESIL_OK;
   fpbuf fp = {0};
+  spec_index ix = {0};
+  if (spec_index_build(c, ss, &ix)) return RESIL_ENOMEM;
   /* Configs on their own (a range error in an unused config is an error
    * too), then what policies refer to (budgets, thread pools), then the
    * policies, then the chains. */
@@ -1453,7 +1571,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
                                                         : s->path;
             join(rp, sizeof rp, base, ".", kd->fields[f].key);
             entry *d;
-            st = resolve(c, ss, (resil_registry_kind)kd->fields[f].ref_kind, s->ref_name[f],
+            st = resolve(c, ss, &ix, (resil_registry_kind)kd->fields[f].ref_kind, s->ref_name[f],
                          s->src_node[f], rp, &d);
             if (st) break;
             h = d->handle;
@@ -1465,7 +1583,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
       }
       if (s->kind == RESIL_REG_CHAIN) {
         for (size_t j = 0; j < s->nlayers; j++) {
-          if ((st = resolve(c, ss, s->layers[j].kind, s->layers[j].name, s->layers[j].node,
+          if ((st = resolve(c, ss, &ix, s->layers[j].kind, s->layers[j].name, s->layers[j].node,
                             s->layers[j].path, &deps[j])) != RESIL_OK)
             break;
           for (size_t q = 0; q < j; q++)
@@ -1578,7 +1696,74 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
     ss->v[i].made = NULL;
   }
   free(fp.p);
+  free(ix.v);
   if (st == RESIL_OK) *out = snap;
+  return st;
+}
+
+/* ---- bounds --------------------------------------------------------------------
+ * libyaml's document loader holds the whole tree in memory and has no limit
+ * of its own: a first pass over the events (memory: one counter per open
+ * collection) refuses a document deeper, wider or bigger than the limits
+ * of registry.h before the tree is built. A YAML error found here is left
+ * for the loader, which reports it the same way. */
+
+static resil_status bound_fail(lctx *c, const yaml_mark_t *m, const char *fmt, unsigned long v) {
+  yaml_node_t at;
+  memset(&at, 0, sizeof at);
+  at.start_mark = *m;
+  return fail_at(c, &at, "", fmt, v);
+}
+
+static resil_status scan_bounds(lctx *c, const char *text, size_t len) {
+  yaml_parser_t p;
+  if (!yaml_parser_initialize(&p)) return oom(c);
+  yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+  size_t items[RESIL_REGISTRY_MAX_DEPTH]; /* per open collection: items so far */
+  int is_map[RESIL_REGISTRY_MAX_DEPTH];
+  size_t depth = 0, nodes = 0;
+  resil_status st = RESIL_OK;
+  for (int done = 0; !done && st == RESIL_OK;) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&p, &ev)) break; /* the loader reports it */
+    switch (ev.type) {
+    case YAML_STREAM_END_EVENT: done = 1; break;
+    case YAML_SCALAR_EVENT:
+    case YAML_ALIAS_EVENT:
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT:
+      if (ev.type != YAML_ALIAS_EVENT && ++nodes > RESIL_REGISTRY_MAX_NODES) {
+        st = bound_fail(c, &ev.start_mark, "more than %lu nodes in the document",
+                        (unsigned long)RESIL_REGISTRY_MAX_NODES);
+        break;
+      }
+      if (depth > 0 && ++items[depth - 1] > (is_map[depth - 1] ? 2u : 1u) *
+                                                 (size_t)RESIL_REGISTRY_MAX_KEYS) {
+        st = bound_fail(c, &ev.start_mark,
+                        is_map[depth - 1] ? "more than %lu keys in one mapping"
+                                          : "more than %lu items in one sequence",
+                        (unsigned long)RESIL_REGISTRY_MAX_KEYS);
+        break;
+      }
+      if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
+        if (depth == RESIL_REGISTRY_MAX_DEPTH) {
+          st = bound_fail(c, &ev.start_mark, "nested deeper than %lu levels",
+                          (unsigned long)RESIL_REGISTRY_MAX_DEPTH);
+          break;
+        }
+        items[depth] = 0;
+        is_map[depth++] = ev.type == YAML_MAPPING_START_EVENT;
+      }
+      break;
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+      if (depth) depth--;
+      break;
+    default: break;
+    }
+    yaml_event_delete(&ev);
+  }
+  yaml_parser_delete(&p);
   return st;
 }
 
@@ -1594,7 +1779,8 @@ static resil_status load(const char *text, size_t len, const char *file, const s
   c.err.struct_size = sizeof c.err;
   yaml_parser_t parser;
   yaml_document_t doc;
-  resil_status st = RESIL_OK;
+  resil_status st = scan_bounds(&c, text, len);
+  if (st != RESIL_OK) goto out;
   if (!yaml_parser_initialize(&parser)) {
     st = oom(&c);
     goto out;
@@ -1638,9 +1824,12 @@ static resil_status load(const char *text, size_t len, const char *file, const s
   if (st == RESIL_OK) st = read_doc(&c, &ss);
   if (st == RESIL_OK) st = build(&c, &ss, old, out, rs);
   if (st != RESIL_OK && c.err.status == RESIL_OK) c.err.status = st;
+  for (size_t i = 0; i < ss.n; i++) {
+    free(ss.v[i].layers);
 #ifdef RESIL_CONFIG_HTTP
-  for (size_t i = 0; i < ss.n; i++) free(ss.v[i].eps);
+    free(ss.v[i].eps);
 #endif
+  }
   free(ss.v);
   yaml_document_delete(&doc);
   yaml_parser_delete(&parser);
@@ -1650,16 +1839,45 @@ out:
   return st;
 }
 
+/* Reads a registry file: a regular file of at most
+ * RESIL_REGISTRY_MAX_FILE_BYTES. Opened with O_NONBLOCK so that a FIFO
+ * (whose open would wait for a writer) or a device is refused at once,
+ * not read. */
 static resil_status read_file(const char *path, char **text, size_t *len,
                               resil_registry_error *uerr) {
-  FILE *f = fopen(path, "rb");
   char *buf = NULL;
-  size_t n = 0, cap = 0;
+  size_t n = 0;
   int e = 0;
-  if (f) {
-    for (;;) {
+  const char *why = NULL; /* instead of strerror(e) */
+  char whybuf[96];
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  struct stat sb;
+  if (fd < 0) {
+    e = errno;
+  } else if (fstat(fd, &sb) != 0) {
+    e = errno;
+  } else if (!S_ISREG(sb.st_mode)) {
+    e = EINVAL;
+    why = S_ISFIFO(sb.st_mode)  ? "not a regular file (a FIFO)"
+          : S_ISDIR(sb.st_mode) ? "not a regular file (a directory)"
+          : S_ISSOCK(sb.st_mode) ? "not a regular file (a socket)"
+                                 : "not a regular file (a device)";
+  } else if ((uint64_t)sb.st_size > RESIL_REGISTRY_MAX_FILE_BYTES) {
+    e = EFBIG;
+  } else {
+    /* The size may change under us: read at most the limit plus one byte. */
+    size_t cap = (size_t)sb.st_size + 1;
+    buf = malloc(cap + 1);
+    if (!buf) e = ENOMEM;
+    while (!e) {
       if (n == cap) {
-        size_t nc = cap ? cap * 2 : 8192;
+        if (cap > RESIL_REGISTRY_MAX_FILE_BYTES) {
+          e = EFBIG;
+          break;
+        }
+        size_t nc = cap * 2 > RESIL_REGISTRY_MAX_FILE_BYTES + 1
+                        ? (size_t)RESIL_REGISTRY_MAX_FILE_BYTES + 1
+                        : cap * 2;
         char *nb = realloc(buf, nc + 1);
         if (!nb) {
           e = ENOMEM;
@@ -1668,17 +1886,19 @@ static resil_status read_file(const char *path, char **text, size_t *len,
         buf = nb;
         cap = nc;
       }
-      size_t r = fread(buf + n, 1, cap - n, f);
-      n += r;
-      if (r == 0) {
-        if (ferror(f)) e = errno ? errno : EIO;
-        break;
-      }
+      ssize_t r = read(fd, buf + n, cap - n);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) e = errno;
+      if (r <= 0) break;
+      n += (size_t)r;
     }
-    fclose(f);
-  } else {
-    e = errno;
   }
+  if (e == EFBIG) {
+    snprintf(whybuf, sizeof whybuf, "larger than the %lu-byte limit of a registry file",
+             (unsigned long)RESIL_REGISTRY_MAX_FILE_BYTES);
+    why = whybuf;
+  }
+  if (fd >= 0) close(fd);
   if (e) {
     free(buf);
     resil_registry_error full;
@@ -1686,13 +1906,11 @@ static resil_status read_file(const char *path, char **text, size_t *len,
     full.struct_size = sizeof full;
     full.status = e == ENOMEM ? RESIL_ENOMEM : RESIL_EIO;
     snprintf(full.file, sizeof full.file, "%s", path);
-    snprintf(full.message, sizeof full.message, "cannot read: %s", strerror(e));
+    snprintf(full.message, sizeof full.message, "cannot read: %s", why ? why : strerror(e));
     if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
       resil__sized_out(uerr, resil__sized_size(uerr), &full, sizeof full);
     return full.status;
   }
-  if (!buf) buf = malloc(1);
-  if (!buf) return RESIL_ENOMEM;
   buf[n] = 0;
   *text = buf;
   *len = n;
