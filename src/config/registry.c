@@ -492,9 +492,15 @@ static resil_status fail_unknown(lctx *c, const yaml_node_t *n, const char *path
   if (s) return fail_at(c, n, path, "unknown %s '%s' (did you mean '%s'?)", what, word, s);
   char list[200] = "";
   size_t k = 0;
-  for (size_t i = 0; i < ncand && k < sizeof list - 1; i++)
-    if (cand[i])
-      k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", cand[i]);
+  for (size_t i = 0; i < ncand; i++) {
+    if (!cand[i]) continue;
+    size_t need = (k ? 2 : 0) + strlen(cand[i]);
+    if (k + need + 5 >= sizeof list) { /* whole names only, then ", ..." */
+      snprintf(list + k, sizeof list - k, "%s...", k ? ", " : "");
+      break;
+    }
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", cand[i]);
+  }
   return fail_at(c, n, path, "unknown %s '%s' (expected one of: %s)", what, word, list);
 }
 
@@ -1701,6 +1707,20 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
   return st;
 }
 
+/* Every error leaves through here: the file name, the key path and the
+ * message (which may quote keys and values of the file) escaped like a log
+ * line (resil__escape_excerpt: control bytes, DEL and bytes >= 0x80 as
+ * "\xNN"), so that no raw control byte reaches a terminal or a log. */
+static void err_escape(resil_registry_error *e) {
+  char tmp[sizeof e->message];
+  snprintf(tmp, sizeof tmp, "%s", e->file);
+  resil__escape_excerpt(e->file, sizeof e->file, tmp, strlen(tmp));
+  snprintf(tmp, sizeof tmp, "%s", e->key_path);
+  resil__escape_excerpt(e->key_path, sizeof e->key_path, tmp, strlen(tmp));
+  snprintf(tmp, sizeof tmp, "%s", e->message);
+  resil__escape_excerpt(e->message, sizeof e->message, tmp, strlen(tmp));
+}
+
 /* ---- bounds --------------------------------------------------------------------
  * libyaml's document loader holds the whole tree in memory and has no limit
  * of its own: a first pass over the events (memory: one counter per open
@@ -1729,6 +1749,17 @@ static resil_status scan_bounds(lctx *c, const char *text, size_t len) {
     switch (ev.type) {
     case YAML_STREAM_END_EVENT: done = 1; break;
     case YAML_SCALAR_EVENT:
+      /* "\0" in a double-quoted scalar: C strings would cut the value there */
+      if (memchr(ev.data.scalar.value, 0, ev.data.scalar.length)) {
+        st = bound_fail(c, &ev.start_mark,
+                        "a NUL byte (\\0) at offset %lu of a scalar: not allowed (a C "
+                        "string would end there)",
+                        (unsigned long)((const unsigned char *)memchr(ev.data.scalar.value, 0,
+                                                                      ev.data.scalar.length) -
+                                        ev.data.scalar.value));
+        break;
+      }
+      /* fall through */
     case YAML_ALIAS_EVENT:
     case YAML_SEQUENCE_START_EVENT:
     case YAML_MAPPING_START_EVENT:
@@ -1834,6 +1865,7 @@ static resil_status load(const char *text, size_t len, const char *file, const s
   yaml_document_delete(&doc);
   yaml_parser_delete(&parser);
 out:
+  err_escape(&c.err);
   if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
     resil__sized_out(uerr, resil__sized_size(uerr), &c.err, sizeof c.err);
   return st;
@@ -1907,6 +1939,7 @@ static resil_status read_file(const char *path, char **text, size_t *len,
     full.status = e == ENOMEM ? RESIL_ENOMEM : RESIL_EIO;
     snprintf(full.file, sizeof full.file, "%s", path);
     snprintf(full.message, sizeof full.message, "cannot read: %s", why ? why : strerror(e));
+    err_escape(&full);
     if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
       resil__sized_out(uerr, resil__sized_size(uerr), &full, sizeof full);
     return full.status;

@@ -258,34 +258,18 @@ int resil__http_log_header(const resil_allocator *a, http_buf *out, const char *
   return redact_header_value(a, out, value, vl);
 }
 
-static int needs_escape(unsigned char c) { return c < 0x20 || c >= 0x7f; }
-
-/* Rewrites b->p[from..len) in place with every control byte, DEL and byte
- * >= 0x80 as "\xNN". Without memory for that, those bytes become '?': a raw
- * one never passes. */
+/* Rewrites b->p[from..len) in place escaped (resil__escape_inplace: every
+ * control byte, DEL and byte >= 0x80 as "\xNN"). Without memory for that,
+ * those bytes become '?': a raw one never passes. */
 static void escape_tail(const resil_allocator *a, http_buf *b, size_t from) {
-  static const char hex[] = "0123456789abcdef";
-  size_t k = 0;
-  for (size_t i = from; i < b->len; i++) k += needs_escape((unsigned char)b->p[i]);
+  size_t k = resil__escape_count(b->p + from, b->len - from);
   if (k == 0) return;
   if (resil__http_buf_reserve(a, b, 3 * k) != 0) {
     for (size_t i = from; i < b->len; i++)
-      if (needs_escape((unsigned char)b->p[i])) b->p[i] = '?';
+      if (resil__escape_needed((unsigned char)b->p[i])) b->p[i] = '?';
     return;
   }
-  size_t r = b->len, w = b->len + 3 * k;
-  b->p[w] = '\0';
-  while (r > from) {
-    unsigned char c = (unsigned char)b->p[--r];
-    if (needs_escape(c)) {
-      b->p[--w] = hex[c & 15];
-      b->p[--w] = hex[c >> 4];
-      b->p[--w] = 'x';
-      b->p[--w] = '\\';
-    } else {
-      b->p[--w] = (char)c;
-    }
-  }
+  resil__escape_inplace(b->p + from, b->len - from, k);
   b->len += 3 * k;
 }
 
@@ -304,22 +288,10 @@ void resil__http_redact_excerpt(const resil_allocator *a, char *dst, size_t cap,
   dst[0] = '\0';
   http_buf b = {0};
   int rc = pairs ? redact_pairs(a, &b, s, len) : resil__http_buf_append(a, &b, s, len);
-  if (rc == 0) escape_tail(a, &b, 0);
-  if (rc != 0 || !b.p) {
+  if (rc != 0 || !b.p)
     snprintf(dst, cap, "%s", REDACTED);
-  } else if (b.len < cap) {
-    memcpy(dst, b.p, b.len + 1);
-  } else {
-    /* Cut, and never in the middle of a \xNN escape. */
-    size_t n = cap >= 5 ? cap - 4 : 0;
-    for (size_t k = n > 3 ? n - 3 : 0; k < n; k++)
-      if (b.p[k] == '\\') {
-        n = k;
-        break;
-      }
-    memcpy(dst, b.p, n);
-    snprintf(dst + n, cap - n, "...");
-  }
+  else
+    resil__escape_excerpt(dst, cap, b.p, b.len); /* cut with "...", never in an escape */
   resil__http_buf_free(a, &b);
 }
 

@@ -396,6 +396,66 @@ static void only_regular_files_up_to_the_limit_are_read(void **state) {
   assert_null(reg);
 }
 
+/* ---- 4. no raw control bytes in any message ------------------------------- */
+
+/* 1 when line holds no control byte, DEL or byte >= 0x80. */
+static int clean(const char *line) {
+  for (const unsigned char *p = (const unsigned char *)line; *p; p++)
+    if (*p < 0x20 || *p >= 0x7f) return 0;
+  return 1;
+}
+
+/* Keys, values, instance names (in the key path) and the file name are
+ * quoted escaped as the HTTP log escapes them ("\xNN"); "\0" in a quoted
+ * scalar is refused. */
+static void messages_escape_control_bytes_and_nul_is_refused(void **state) {
+  (void)state;
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  char line[1024];
+  struct {
+    const char *yaml, *name, *want;
+  } cases[] = {
+      {"retry:\n  instances:\n    r: {\"a\\e[31mb\": 1}\n", "k",
+       "k:3:9: retry.instances.r.a\\x1b[31mb: unknown key 'a\\x1b[31mb' (expected one of: "},
+      {"retry:\n  instances:\n    r: {max_attempts: \"\\e]0;pwn\\a\"}\n", "v",
+       "v:3:23: retry.instances.r.max_attempts: expected a whole number 0..4294967295, got "
+       "'\\x1b]0;pwn\\x07'"},
+      {"retry:\n  instances:\n    \"r\\n\\r\": {wait: \"1\\u2028s\"}\n", "a\nb",
+       "a\\x0ab:3:21: retry.instances.r\\x0a\\x0d.wait: "},
+      {"retry:\n  instances:\n    \"r\\0x\": {}\n", "nul",
+       "nul:3:5: a NUL byte (\\0) at offset 1 of a scalar: not allowed (a C string would end "
+       "there)"},
+      {"http_client:\n  instances:\n    c:\n      base_url: http://127.0.0.1:9\n"
+       "      endpoints:\n        e: {path: \"/a\\0b\"}\n",
+       "nul2", "nul2:6:19: a NUL byte (\\0) at offset 2 of a scalar"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    assert_int_equal(
+        resil_registry_load_string(cases[i].yaml, strlen(cases[i].yaml), cases[i].name, &reg, &err),
+        RESIL_EINVAL);
+    resil_registry_error_format(&err, line, sizeof line);
+    printf("# %s\n", line);
+    assert_true(clean(line));
+    assert_true(clean(err.file) && clean(err.key_path) && clean(err.message));
+    assert_true(strncmp(line, cases[i].want, strlen(cases[i].want)) == 0);
+  }
+  /* U+2028 in a value (a JavaScript line terminator) is escaped too */
+  const char *ls = "retry:\n  instances:\n    r: {wait: \"1\\u2028s\"}\n";
+  assert_int_equal(resil_registry_load_string(ls, strlen(ls), "u", &reg, &err), RESIL_EINVAL);
+  assert_non_null(strstr(err.message, "\\xe2\\x80\\xa8"));
+  assert_true(clean(err.message));
+  /* a reload with such an error reports it escaped as well */
+  const char *ok = "retry:\n  instances:\n    r: {}\n";
+  assert_int_equal(resil_registry_load_string(ok, strlen(ok), "ok", &reg, &err), RESIL_OK);
+  assert_int_equal(resil_registry_reload_string(reg, cases[0].yaml, strlen(cases[0].yaml), "k",
+                                                &err),
+                   RESIL_EINVAL);
+  assert_true(clean(err.message) && clean(err.key_path));
+  resil_registry_free(reg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reload_replaces_a_store_whose_long_uri_changed_at_the_end),
@@ -405,6 +465,7 @@ int main(void) {
       cmocka_unit_test(many_references_resolve_fast),
       cmocka_unit_test(depth_keys_and_nodes_are_limited),
       cmocka_unit_test(only_regular_files_up_to_the_limit_are_read),
+      cmocka_unit_test(messages_escape_control_bytes_and_nul_is_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
