@@ -72,8 +72,10 @@
  * Operation stores (section store, with libresil-store): uri
  * ("sqlite:/var/lib/app/ops.db" or "postgresql://..."), busy_timeout,
  * pool_size, effects_in_store (true or false; see store.h: only for effects
- * that write nothing outside the store's transaction). A store is opened (and its file created) by the load, and kept
- * open across reloads while its settings do not change.
+ * that write nothing outside the store's transaction). A store is opened
+ * (and its file created) by the load, unless the load's options say
+ * RESIL_REGISTRY_NO_OPEN, and kept open across reloads while its settings
+ * do not change.
  *
  * Errors: nothing is created from a file with an error. The first error is
  * reported with the file, line and column of the YAML node at fault, the
@@ -241,6 +243,46 @@ RESIL_API resil_status resil_registry_load_string(const char *text, size_t len,
                                                   const char *name,
                                                   resil_registry **out,
                                                   resil_registry_error *err);
+
+/* Options of a load (a sized struct, version.h). Since 0.2. */
+typedef struct resil_registry_load_options {
+  size_t struct_size;
+  /* 0 or RESIL_REGISTRY_NO_OPEN. Default 0. */
+  uint32_t flags;
+} resil_registry_load_options;
+
+/* Check without side effects (`resil config check`, `resil describe
+ * --config`): every instance is built and validated as by a load, except
+ * stores, which are checked with resil_store_check() (the uri's form and
+ * the settings) and not opened: no database file is created, no server
+ * contacted. Such a store is an instance without a handle:
+ * resil_registry_store() and resil_registry_get() return NULL for it,
+ * resil_registry_count() and resil_registry_foreach() (with a NULL handle)
+ * include it, collectors leave it out. The registry's reloads keep the
+ * flag. (HTTP clients never connect when they are built; thread pools do
+ * start their threads.) Since 0.2. */
+#define RESIL_REGISTRY_NO_OPEN 0x1u
+
+/* Writes the defaults into *opts (flags 0) and sets struct_size. NULL is a
+ * no-op. Use the macro. Since 0.2. */
+RESIL_API void resil_registry_load_options_init_sized(resil_registry_load_options *opts,
+                                                      size_t struct_size);
+#define resil_registry_load_options_init(opts)                                 \
+  resil_registry_load_options_init_sized((opts), sizeof(resil_registry_load_options))
+
+/* resil_registry_load_file and _load_string with options; opts NULL is the
+ * defaults (the plain functions). Also RESIL_EINVAL for opts not passed
+ * through resil_registry_load_options_init() or with unknown flags (*err
+ * says so). Since 0.2. */
+RESIL_API resil_status resil_registry_load_file_ex(const char *path,
+                                                   const resil_registry_load_options *opts,
+                                                   resil_registry **out,
+                                                   resil_registry_error *err);
+RESIL_API resil_status resil_registry_load_string_ex(const char *text, size_t len,
+                                                     const char *name,
+                                                     const resil_registry_load_options *opts,
+                                                     resil_registry **out,
+                                                     resil_registry_error *err);
 
 /* Drops the registry's references: every instance no lease holds is freed
  * now, the others when their last lease is released. NULL is a no-op.

@@ -211,6 +211,7 @@ static const field EP_FIELDS[] = {
 typedef struct store_cfg {
   resil_store_config sc;
   const char *uri;
+  int check_only; /* RESIL_REGISTRY_NO_OPEN: resil_store_check, no handle */
 } store_cfg;
 static const field STORE_FIELDS[] = {
     FLD(store_cfg, "uri", uri, F_STR),
@@ -364,9 +365,14 @@ static void free_http(void *h) { (void)h; }
 static void init_store(anycfg *c) {
   resil_store_config_init(&c->st.sc);
   c->st.uri = NULL;
+  c->st.check_only = 0;
 }
 static resil_status new_store(anycfg *c, const char *name, void **o, resil_error *e) {
   (void)name;
+  if (c->st.check_only) {
+    *o = NULL;
+    return resil_store_check(c->st.uri, &c->st.sc, e);
+  }
   return resil_store_open(c->st.uri, &c->st.sc, (resil_store **)o, e);
 }
 static void free_store(void *h) { resil_store_close(h); }
@@ -421,6 +427,7 @@ typedef struct lctx {
   const char *file;
   yaml_document_t *doc;
   size_t old_n; /* a reload: the instances the registry has now */
+  uint32_t flags; /* RESIL_REGISTRY_NO_OPEN */
   resil_registry_error err; /* full size; copied out at the end */
 } lctx;
 
@@ -1431,6 +1438,7 @@ struct resil_registry {
   resil_metrics *collectors[MAX_COLLECTORS]; /* resil_registry_metrics_add */
   size_t ncollectors;
   struct resil_event_sink *sink; /* resil_registry_events_attach */
+  uint32_t flags;                /* resil_registry_load_options.flags */
 };
 
 /* The resolved settings as bytes into b (emptied first): equal
@@ -1629,6 +1637,9 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         break;
       }
       anycfg tmp = s->cfg;
+#ifdef RESIL_CONFIG_STORE
+      if (s->kind == RESIL_REG_STORE) tmp.st.check_only = (c->flags & RESIL_REGISTRY_NO_OPEN) != 0;
+#endif
 #ifdef RESIL_CONFIG_HTTP
       resil_http_endpoint *table = NULL;
       if (s->kind == RESIL_REG_HTTP_CLIENT) {
@@ -1800,13 +1811,14 @@ static resil_status scan_bounds(lctx *c, const char *text, size_t len) {
 
 /* Parses text and builds the snapshot, keeping entries of old when they did
  * not change. */
-static resil_status load(const char *text, size_t len, const char *file, const snapshot *old,
-                         snapshot **out, resil_registry_reload_stats *rs,
+static resil_status load(const char *text, size_t len, const char *file, uint32_t flags,
+                         const snapshot *old, snapshot **out, resil_registry_reload_stats *rs,
                          resil_registry_error *uerr) {
   lctx c;
   memset(&c, 0, sizeof c);
   c.file = file ? file : "<string>";
   c.old_n = old ? old->n : 0;
+  c.flags = flags;
   c.err.struct_size = sizeof c.err;
   yaml_parser_t parser;
   yaml_document_t doc;
@@ -1964,6 +1976,7 @@ static void clear_err(resil_registry_error *uerr) {
  * never reads a freed object. */
 
 static resil_status metrics_add_entry(resil_metrics *m, const entry *e) {
+  if (!e->handle) return RESIL_OK; /* a store not opened (RESIL_REGISTRY_NO_OPEN) */
   switch (e->kind) {
   case RESIL_REG_BREAKER: return resil_metrics_add_breaker(m, e->name, e->handle);
   case RESIL_REG_RETRY: return resil_metrics_add_retry(m, e->name, e->handle);
@@ -1983,6 +1996,7 @@ static resil_status metrics_add_entry(resil_metrics *m, const entry *e) {
 }
 
 static void metrics_remove_entry(resil_metrics *m, const entry *e) {
+  if (!e->handle) return;
   (void)resil_metrics_remove(m, e->handle); /* EINVAL: a kind without figures */
 }
 
@@ -2106,14 +2120,56 @@ static void sink_reload(resil_registry *reg, const char *file, resil_status st,
 #endif
 }
 
+void resil_registry_load_options_init_sized(resil_registry_load_options *o, size_t struct_size) {
+  if (!o) return;
+  resil_registry_load_options full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(o, struct_size, &full, sizeof full);
+}
+
+/* The flags of opts (0 for NULL), or RESIL_EINVAL with err set. */
+static resil_status opts_flags(const resil_registry_load_options *opts, uint32_t *flags,
+                               resil_registry_error *uerr) {
+  *flags = 0;
+  if (!opts) return RESIL_OK;
+  const char *why = NULL;
+  if (resil__sized_size(opts) < offsetof(resil_registry_load_options, flags) + sizeof opts->flags)
+    why = "resil_registry_load_options: not passed through resil_registry_load_options_init()";
+  else if (opts->flags & ~(uint32_t)RESIL_REGISTRY_NO_OPEN)
+    why = "resil_registry_load_options: unknown flags";
+  if (!why) {
+    *flags = opts->flags;
+    return RESIL_OK;
+  }
+  if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error)) {
+    resil_registry_error full;
+    memset(&full, 0, sizeof full);
+    full.struct_size = sizeof full;
+    full.status = RESIL_EINVAL;
+    snprintf(full.message, sizeof full.message, "%s", why);
+    resil__sized_out(uerr, resil__sized_size(uerr), &full, sizeof full);
+  }
+  return RESIL_EINVAL;
+}
+
 resil_status resil_registry_load_string(const char *text, size_t len, const char *name,
                                         resil_registry **out, resil_registry_error *err) {
+  return resil_registry_load_string_ex(text, len, name, NULL, out, err);
+}
+
+resil_status resil_registry_load_string_ex(const char *text, size_t len, const char *name,
+                                           const resil_registry_load_options *opts,
+                                           resil_registry **out, resil_registry_error *err) {
   clear_err(err);
   if (!text || !out) return RESIL_EINVAL;
+  uint32_t flags;
+  resil_status st = opts_flags(opts, &flags, err);
+  if (st) return st;
   snapshot *snap = NULL;
   resil_registry_reload_stats rs;
   memset(&rs, 0, sizeof rs);
-  resil_status st = load(text, len, name, NULL, &snap, &rs, err);
+  st = load(text, len, name, flags, NULL, &snap, &rs, err);
   if (st) return st;
   resil_registry *r = calloc(1, sizeof *r);
   if (!r || pthread_rwlock_init(&r->lock, NULL)) {
@@ -2128,6 +2184,7 @@ resil_status resil_registry_load_string(const char *text, size_t len, const char
     return RESIL_ESYS;
   }
   r->cur = snap;
+  r->flags = flags;
   atomic_init(&r->gen, 1);
   rs.struct_size = sizeof rs;
   rs.generation = 1;
@@ -2138,13 +2195,21 @@ resil_status resil_registry_load_string(const char *text, size_t len, const char
 
 resil_status resil_registry_load_file(const char *path, resil_registry **out,
                                       resil_registry_error *err) {
+  return resil_registry_load_file_ex(path, NULL, out, err);
+}
+
+resil_status resil_registry_load_file_ex(const char *path, const resil_registry_load_options *opts,
+                                         resil_registry **out, resil_registry_error *err) {
   clear_err(err);
   if (!path || !out) return RESIL_EINVAL;
+  uint32_t flags;
+  resil_status st = opts_flags(opts, &flags, err);
+  if (st) return st;
   char *text;
   size_t len;
-  resil_status st = read_file(path, &text, &len, err);
+  st = read_file(path, &text, &len, err);
   if (st) return st;
-  st = resil_registry_load_string(text, len, path, out, err);
+  st = resil_registry_load_string_ex(text, len, path, opts, out, err);
   free(text);
   return st;
 }
@@ -2169,7 +2234,7 @@ static resil_status reload_locked(resil_registry *reg, const char *text, size_t 
   memset(&rs, 0, sizeof rs);
   resil_registry_error le;
   resil_registry_error_init(&le);
-  resil_status st = load(text, len, name, reg->cur, &snap, &rs, &le);
+  resil_status st = load(text, len, name, reg->flags, reg->cur, &snap, &rs, &le);
   if (st == RESIL_OK) {
     pthread_rwlock_wrlock(&reg->lock);
     snapshot *old = reg->cur;

@@ -456,6 +456,131 @@ static void messages_escape_control_bytes_and_nul_is_refused(void **state) {
   resil_registry_free(reg);
 }
 
+/* ---- 5. config check has no side effects unless asked ---------------------- */
+
+/* Runs the built tool with args, stdout and stderr to files; returns the
+ * exit status and fills out and errb. */
+static int run_tool(const char *args, char *out, size_t on, char *errb, size_t en) {
+  const char *bin = getenv("RESIL_BIN");
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "%s %s >%s/out 2>%s/err", bin, args, tmpdir, tmpdir);
+  int st = system(cmd);
+  assert_true(WIFEXITED(st));
+  char p[256];
+  char *bufs[2] = {out, errb};
+  size_t sizes[2] = {on, en};
+  const char *names[2] = {"out", "err"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/%s", tmpdir, names[i]);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    size_t n = fread(bufs[i], 1, sizes[i] - 1, f);
+    bufs[i][n] = 0;
+    fclose(f);
+  }
+  return WEXITSTATUS(st);
+}
+
+static int exists(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0;
+}
+
+/* RESIL_REGISTRY_NO_OPEN: a store is checked, not opened (no file); its
+ * uri's form is still checked; the other instances are built. */
+static void no_open_checks_stores_without_opening_them(void **state) {
+  (void)state;
+  char db[256], yaml[1024];
+  snprintf(db, sizeof db, "%s/new.db", tmpdir);
+  snprintf(yaml, sizeof yaml,
+           "store:\n  instances:\n    ops: {uri: \"sqlite:%s\", pool_size: 2}\n"
+           "retry:\n  instances:\n    r: {}\n",
+           db);
+  const char *p = write_file("st.yaml", yaml);
+  resil_registry_load_options opts;
+  resil_registry_load_options_init(&opts);
+  assert_int_equal(opts.struct_size, sizeof opts);
+  assert_int_equal(opts.flags, 0);
+  opts.flags = RESIL_REGISTRY_NO_OPEN;
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  assert_int_equal(resil_registry_load_file_ex(p, &opts, &reg, &err), RESIL_OK);
+  assert_false(exists(db));
+  assert_int_equal(resil_registry_count(reg, RESIL_REG_STORE), 1);
+  assert_null(resil_registry_store(reg, "ops"));
+  assert_non_null(resil_registry_retry(reg, "r"));
+  /* reloads keep the flag: a changed store is still not opened */
+  snprintf(yaml, sizeof yaml,
+           "store:\n  instances:\n    ops: {uri: \"sqlite:%s\", pool_size: 3}\n", db);
+  assert_int_equal(resil_registry_reload_string(reg, yaml, strlen(yaml), "st", &err), RESIL_OK);
+  assert_false(exists(db));
+  resil_registry_free(reg);
+  /* the uri's form and the settings are still checked */
+  const char *bad[][2] = {
+      {"store:\n  instances:\n    ops: {uri: \"mysql://x\"}\n", "must start with 'sqlite:'"},
+      {"store:\n  instances:\n    ops: {uri: \"sqlite:/tmp/a.db?mode=ro\"}\n", "without a query"},
+      {"store:\n  instances:\n    ops: {uri: \"sqlite:/tmp/a.db\", pool_size: 0}\n", "pool_size"},
+  };
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(
+        resil_registry_load_string_ex(bad[i][0], strlen(bad[i][0]), "bad", &opts, &reg, &err),
+        RESIL_EINVAL);
+    char line[512];
+    resil_registry_error_format(&err, line, sizeof line);
+    assert_non_null(strstr(line, bad[i][1]));
+  }
+  /* options not passed through the init macro, unknown flags */
+  resil_registry_load_options raw;
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(resil_registry_load_file_ex(p, &raw, &reg, &err), RESIL_EINVAL);
+  assert_non_null(strstr(err.message, "resil_registry_load_options_init"));
+  opts.flags = 0x80;
+  assert_int_equal(resil_registry_load_file_ex(p, &opts, &reg, &err), RESIL_EINVAL);
+  /* without the flag the store is opened: the file exists */
+  assert_int_equal(resil_registry_load_file_ex(p, NULL, &reg, &err), RESIL_OK);
+  assert_true(exists(db));
+  resil_registry_free(reg);
+}
+
+/* `resil config check` creates no file; `--open` does; `describe
+ * --config` creates none either. */
+static void cli_config_check_opens_stores_only_with_open(void **state) {
+  (void)state;
+  if (!getenv("RESIL_BIN")) skip();
+  char dir[256], db[300], yaml[1024], args[1024], out[8192], errb[8192];
+  snprintf(dir, sizeof dir, "%s/x", tmpdir);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  snprintf(db, sizeof db, "%s/new.db", dir);
+  snprintf(yaml, sizeof yaml,
+           "store:\n  instances:\n    ops: {uri: \"sqlite:%s\"}\n"
+           "retry:\n  instances:\n    r: {}\n"
+           "chain:\n  instances:\n    c: {layers: [{retry: r}]}\n",
+           db);
+  const char *p = write_file("svc.yaml", yaml);
+  snprintf(args, sizeof args, "config check %s", p);
+  assert_int_equal(run_tool(args, out, sizeof out, errb, sizeof errb), 0);
+  assert_non_null(strstr(out, "OK: 3 instances"));
+  assert_false(exists(db));
+  snprintf(args, sizeof args, "describe --config %s", p);
+  assert_int_equal(run_tool(args, out, sizeof out, errb, sizeof errb), 1); /* no deadline */
+  assert_non_null(strstr(out, "chain c ("));
+  assert_false(exists(db));
+  snprintf(args, sizeof args, "config check --open %s", p);
+  assert_int_equal(run_tool(args, out, sizeof out, errb, sizeof errb), 0);
+  assert_true(exists(db));
+  /* --open finds what only opening finds: a directory that is not there */
+  snprintf(yaml, sizeof yaml, "store:\n  instances:\n    ops: {uri: \"sqlite:%s/no/such/dir/x.db\"}\n",
+           tmpdir);
+  p = write_file("svc.yaml", yaml);
+  snprintf(args, sizeof args, "config check %s", p);
+  assert_int_equal(run_tool(args, out, sizeof out, errb, sizeof errb), 0);
+  snprintf(args, sizeof args, "config check --open %s", p);
+  assert_int_equal(run_tool(args, out, sizeof out, errb, sizeof errb), 2);
+  assert_non_null(strstr(errb, "store.instances.ops.uri"));
+  assert_int_equal(run_tool("config check --open", out, sizeof out, errb, sizeof errb), 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reload_replaces_a_store_whose_long_uri_changed_at_the_end),
@@ -466,6 +591,8 @@ int main(void) {
       cmocka_unit_test(depth_keys_and_nodes_are_limited),
       cmocka_unit_test(only_regular_files_up_to_the_limit_are_read),
       cmocka_unit_test(messages_escape_control_bytes_and_nul_is_refused),
+      cmocka_unit_test(no_open_checks_stores_without_opening_them),
+      cmocka_unit_test(cli_config_check_opens_stores_only_with_open),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -147,7 +147,10 @@ static int describe_config(const char *file, const char *only) {
   resil_registry *reg = NULL;
   resil_registry_error err;
   resil_registry_error_init(&err);
-  if (resil_registry_load_file(file, &reg, &err) != RESIL_OK) {
+  resil_registry_load_options opts;
+  resil_registry_load_options_init(&opts);
+  opts.flags = RESIL_REGISTRY_NO_OPEN; /* describing creates no file, contacts no server */
+  if (resil_registry_load_file_ex(file, &opts, &reg, &err) != RESIL_OK) {
     char line[1024];
     resil_registry_error_format(&err, line, sizeof line);
     fprintf(stderr, "%s\n", line);
