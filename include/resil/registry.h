@@ -346,6 +346,28 @@ RESIL_API resil_threadpool *resil_registry_threadpool(resil_registry *reg, const
  * chain. For describing a chain (`resil describe --config`). Since 0.2. */
 RESIL_API int64_t resil_registry_chain_total_timeout_ns(resil_registry *reg,
                                                         const char *name);
+/* What bounds one attempt of http_client `name`, as the file resolved it
+ * (a sized struct): for the worst case of a call through a chain
+ * (`resil describe --config`). One attempt may wait lease_timeout_ns for a
+ * connection, then send up to max_hops requests (1 + max_redirects when
+ * follow_redirects, else 1), each of which may take connect_timeout_ns +
+ * response_timeout_ns. Since 0.2. */
+typedef struct resil_registry_http_timeouts {
+  size_t struct_size;
+  int64_t lease_timeout_ns;
+  int64_t connect_timeout_ns;
+  int64_t response_timeout_ns;
+  uint32_t max_hops;
+} resil_registry_http_timeouts;
+/* Writes them into *out up to struct_size (use the macro). RESIL_OK;
+ * RESIL_EMISUSE (NULL registry); RESIL_EINVAL (NULL name or out, or no
+ * such http_client). Since 0.2. */
+RESIL_API resil_status resil_registry_http_client_timeouts_sized(
+    resil_registry *reg, const char *name, resil_registry_http_timeouts *out,
+    size_t struct_size);
+#define resil_registry_http_client_timeouts(reg, name, out)                    \
+  resil_registry_http_client_timeouts_sized((reg), (name), (out),              \
+                                            sizeof(resil_registry_http_timeouts))
 /* Any kind: the handle, to be cast to the kind's type. */
 RESIL_API void *resil_registry_get(resil_registry *reg, resil_registry_kind kind,
                                    const char *name);

@@ -1377,6 +1377,7 @@ struct entry {
   entry *deps[RESIL_CHAIN_MAX_LAYERS + MAXF]; /* kept alive while this lives */
   size_t ndeps;
   int64_t total_timeout_ns; /* chains */
+  resil_registry_http_timeouts http; /* http clients */
 };
 
 static void entry_unref(entry *e) {
@@ -1683,6 +1684,15 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         }
       }
       if (s->kind == RESIL_REG_CHAIN) e->total_timeout_ns = s->cfg.ch.total_timeout_ns;
+#ifdef RESIL_CONFIG_HTTP
+      if (s->kind == RESIL_REG_HTTP_CLIENT) {
+        e->http.struct_size = sizeof e->http;
+        e->http.lease_timeout_ns = s->cfg.hc.lease_timeout_ns;
+        e->http.connect_timeout_ns = s->cfg.hc.connect_timeout_ns;
+        e->http.response_timeout_ns = s->cfg.hc.response_timeout_ns;
+        e->http.max_hops = 1 + (s->cfg.hc.follow_redirects ? s->cfg.hc.max_redirects : 0);
+      }
+#endif
       s->made = e;
       if (st) break;
     }
@@ -2318,6 +2328,21 @@ int64_t resil_registry_chain_total_timeout_ns(resil_registry *reg, const char *n
   int64_t t = e ? e->total_timeout_ns : -1;
   pthread_rwlock_unlock(&reg->lock);
   return t;
+}
+
+resil_status resil_registry_http_client_timeouts_sized(resil_registry *reg, const char *name,
+                                                      resil_registry_http_timeouts *out,
+                                                      size_t struct_size) {
+  if (!reg) return RESIL_EMISUSE;
+  if (!name || !out) return RESIL_EINVAL;
+  pthread_rwlock_rdlock(&reg->lock);
+  entry *e = snap_find(reg->cur, RESIL_REG_HTTP_CLIENT, name);
+  resil_registry_http_timeouts t;
+  if (e) t = e->http;
+  pthread_rwlock_unlock(&reg->lock);
+  if (!e) return RESIL_EINVAL;
+  resil__sized_out(out, struct_size, &t, sizeof t);
+  return RESIL_OK;
 }
 
 resil_breaker *resil_registry_breaker(resil_registry *reg, const char *name) {

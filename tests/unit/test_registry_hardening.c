@@ -581,6 +581,112 @@ static void cli_config_check_opens_stores_only_with_open(void **state) {
   assert_int_equal(run_tool("config check --open", out, sizeof out, errb, sizeof errb), 2);
 }
 
+/* ---- 6. describe --config: every chain, whole names, the client's timeouts -- */
+
+/* 100 chains (64 were described, the rest dropped), a 300-byte chain name
+ * (cut at 127 bytes, then not found: nothing printed for it), a chain of
+ * 16 layers with long names (its description beyond 4 KiB was cut). */
+static void cli_describe_config_describes_every_chain_whole(void **state) {
+  (void)state;
+  if (!getenv("RESIL_BIN")) skip();
+  gbuf b = {0};
+  char longname[301];
+  memset(longname, 'n', 300);
+  longname[300] = 0;
+  longname[299] = 'Z';
+  gput(&b, "retry:\n  instances:\n    r: {max_attempts: 2}\n");
+  for (int i = 0; i < 16; i++) gput(&b, "    %.*s%02d: {max_attempts: 1}\n", 250, longname, i);
+  gput(&b, "chain:\n  instances:\n");
+  for (int i = 0; i < 100; i++) gput(&b, "    c%03d: {total_timeout: 1s, layers: [{retry: r}]}\n", i);
+  gput(&b, "    %s: {total_timeout: 1s, layers: [{retry: r}]}\n", longname);
+  gput(&b, "    deep: {total_timeout: 1s, layers: [");
+  for (int i = 0; i < 16; i++) gput(&b, "%s{retry: %.*s%02d}", i ? ", " : "", 250, longname, i);
+  gput(&b, "]}\n");
+  const char *p = write_bytes("many.yaml", b.p, b.len);
+  free(b.p);
+  char args[512];
+  snprintf(args, sizeof args, "describe --config %s", p);
+  size_t on = 1 << 20;
+  char *out = malloc(on), errb[8192];
+  assert_non_null(out);
+  int rc = run_tool(args, out, on, errb, sizeof errb);
+  assert_int_equal(rc, 1); /* the deep chain nests retries: a warning */
+  assert_string_equal(errb, "");
+  char want[400];
+  for (int i = 0; i < 100; i++) {
+    snprintf(want, sizeof want, "chain c%03d (", i);
+    assert_non_null(strstr(out, want));
+  }
+  snprintf(want, sizeof want, "chain %s (", longname);
+  assert_non_null(strstr(out, want));
+  /* the deep chain's description whole: its innermost layer is there, and
+   * the worst-case line after it */
+  char *deep = strstr(out, "chain deep (");
+  assert_non_null(deep);
+  snprintf(want, sizeof want, "%.*s15", 250, longname);
+  assert_non_null(strstr(deep, want));
+  assert_non_null(strstr(deep, "worst case per logical call"));
+  /* --chain with the long name */
+  snprintf(args, sizeof args, "describe --config %s --chain %s", p, longname);
+  assert_int_equal(run_tool(args, out, on, errb, sizeof errb), 0);
+  snprintf(want, sizeof want, "chain %s (", longname);
+  assert_non_null(strstr(out, want));
+  free(out);
+}
+
+/* A chain without a time limiter used through an HTTP client: each attempt
+ * can last the client's lease + connect + response timeouts; describe
+ * counts them (it said 0 ms per attempt). With a shorter time limiter, the
+ * limiter's timeout. --client picks one client. */
+static void cli_describe_config_counts_the_clients_timeouts(void **state) {
+  (void)state;
+  if (!getenv("RESIL_BIN")) skip();
+  const char *yaml = "retry:\n  instances:\n"
+                     "    r: {max_attempts: 3, backoff: fixed, wait: 100ms, respect_retry_after: "
+                     "false}\n"
+                     "timelimiter:\n  instances:\n    t: {timeout: 700ms}\n"
+                     "chain:\n  instances:\n"
+                     "    plain: {layers: [{retry: r}]}\n"
+                     "    limited: {layers: [{retry: r}, {timelimiter: t}]}\n"
+                     "http_client:\n  instances:\n"
+                     "    api:\n"
+                     "      base_url: http://127.0.0.1:9\n"
+                     "      lease_timeout: 100ms\n"
+                     "      connect_timeout: 500ms\n"
+                     "      response_timeout: 2s\n"
+                     "      endpoints: {get: {path: /x}}\n"
+                     "    hops:\n"
+                     "      base_url: http://127.0.0.1:9\n"
+                     "      lease_timeout: 0\n"
+                     "      connect_timeout: 1s\n"
+                     "      response_timeout: 1s\n"
+                     "      follow_redirects: true\n"
+                     "      max_redirects: 2\n"
+                     "      endpoints: {get: {path: /x}}\n";
+  const char *p = write_file("cl.yaml", yaml);
+  char args[512], out[16384], errb[4096];
+  snprintf(args, sizeof args, "describe --config %s --chain plain", p);
+  assert_int_equal(run_tool(args, out, sizeof out, errb, sizeof errb), 1); /* no deadline */
+  assert_non_null(strstr(out, "worst case per logical call through http_client api: 3 physical "
+                              "attempts, 8.000 s (3 x 2600 ms per attempt (the client's 100 ms "
+                              "lease + 500 ms connect + 2000 ms response; no time limiter) + "
+                              "200 ms backoff)"));
+  /* 3 hops of 1 s connect + 1 s response: 6 s per attempt */
+  assert_non_null(strstr(out, "worst case per logical call through http_client hops: 3 physical "
+                              "attempts, 18.200 s (3 x 6000 ms per attempt (the client's 0 ms "
+                              "lease + 3 hops x (1000 ms connect + 1000 ms response); no time "
+                              "limiter)"));
+  snprintf(args, sizeof args, "describe --config %s --chain limited --client api", p);
+  assert_int_equal(run_tool(args, out, sizeof out, errb, sizeof errb), 1);
+  assert_non_null(strstr(out, "through http_client api: 3 physical attempts, 2.300 s (3 x 700 ms "
+                              "per attempt (the time limiter's, shorter than the client's"));
+  assert_null(strstr(out, "http_client hops"));
+  snprintf(args, sizeof args, "describe --config %s --client nope", p);
+  assert_int_equal(run_tool(args, out, sizeof out, errb, sizeof errb), 2);
+  assert_non_null(strstr(errb, "no http_client 'nope'"));
+  assert_non_null(strstr(errb, "(http clients: api hops)"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reload_replaces_a_store_whose_long_uri_changed_at_the_end),
@@ -593,6 +699,8 @@ int main(void) {
       cmocka_unit_test(messages_escape_control_bytes_and_nul_is_refused),
       cmocka_unit_test(no_open_checks_stores_without_opening_them),
       cmocka_unit_test(cli_config_check_opens_stores_only_with_open),
+      cmocka_unit_test(cli_describe_config_describes_every_chain_whole),
+      cmocka_unit_test(cli_describe_config_counts_the_clients_timeouts),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
