@@ -136,6 +136,16 @@
  *    parser can tell it from an edit: replace files atomically (write a
  *    temporary file in the same directory, then rename(2) it over the old
  *    one), so that a reload reads the old file or the new one, whole.
+ *  - Instances that come back: an instance that a reload removed is kept
+ *    aside until the next successful reload; when that reload names it
+ *    again (same kind, name and settings, and for a chain the same layer
+ *    objects), it gets the very same object back, its state with it (an
+ *    OPEN breaker stays OPEN, a rate limiter's used permits, a bulkhead's
+ *    calls in flight), counted in `added` and `restored`. So a reload from
+ *    a file cut at a line boundary, followed by the whole file, loses no
+ *    state. Stores, HTTP clients and thread pools, and whatever uses them,
+ *    are not kept aside: a removal closes them. An instance removed and not
+ *    named by the next reload is dropped by that reload.
  *  - An instance is freed by whoever drops its last reference (a reload, a
  *    release or resil_registry_free), on that thread: a time limiter's
  *    free waits for its abandoned tasks (timelimit.h).
@@ -310,6 +320,8 @@ typedef struct resil_registry_reload_stats {
   size_t replaced;     /* instances of the same kind and name made anew   */
   size_t added;        /* instances that were not in the previous set     */
   size_t removed;      /* instances of the previous set no longer named   */
+  size_t restored;     /* of `added`: instances the reload before removed,
+                          back with their object and state (see the top)  */
 } resil_registry_reload_stats;
 
 /* Writes the stats of the last successful load or reload into *out, up to

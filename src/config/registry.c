@@ -1434,6 +1434,7 @@ struct resil_registry {
   pthread_rwlock_t lock; /* guards cur and last */
   pthread_mutex_t reload_mu; /* serialises reloads; guards what follows cur */
   snapshot *cur;
+  snapshot *grave; /* removed by the last reload, to come back (reload_mu) */
   _Atomic uint64_t gen;
   resil_registry_reload_stats last;
   resil_metrics *collectors[MAX_COLLECTORS]; /* resil_registry_metrics_add */
@@ -1542,8 +1543,8 @@ static resil_status resolve(lctx *c, const specs *ss, const spec_index *ix,
 
 /* Builds (or, from old, keeps) every instance of ss into *out. On an error
  * nothing is left: every entry taken is released. */
-static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **out,
-                          resil_registry_reload_stats *rs) {
+static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapshot *grave,
+                          snapshot **out, resil_registry_reload_stats *rs) {
   resil_status st = RESIL_OK;
   fpbuf fp = {0};
   spec_index ix = {0};
@@ -1628,10 +1629,20 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         rs->kept++;
         continue;
       }
-      if (prev)
+      if (prev) {
         rs->replaced++;
-      else
+      } else {
         rs->added++;
+        /* Removed by the reload before and named again with the same
+         * settings: the same object, its state back (registry.h). */
+        entry *ghost = snap_find(grave, s->kind, s->name);
+        if (ghost && ghost->fp_len == fp.len && memcmp(ghost->fp, fp.p, fp.len) == 0) {
+          entry_ref(ghost);
+          s->made = ghost;
+          rs->restored++;
+          continue;
+        }
+      }
       entry *e = entry_new(s, &fp);
       if (!e) {
         st = oom(c);
@@ -1822,8 +1833,8 @@ static resil_status scan_bounds(lctx *c, const char *text, size_t len) {
 /* Parses text and builds the snapshot, keeping entries of old when they did
  * not change. */
 static resil_status load(const char *text, size_t len, const char *file, uint32_t flags,
-                         const snapshot *old, snapshot **out, resil_registry_reload_stats *rs,
-                         resil_registry_error *uerr) {
+                         const snapshot *old, const snapshot *grave, snapshot **out,
+                         resil_registry_reload_stats *rs, resil_registry_error *uerr) {
   lctx c;
   memset(&c, 0, sizeof c);
   c.file = file ? file : "<string>";
@@ -1875,7 +1886,7 @@ static resil_status load(const char *text, size_t len, const char *file, uint32_
     }
   }
   if (st == RESIL_OK) st = read_doc(&c, &ss);
-  if (st == RESIL_OK) st = build(&c, &ss, old, out, rs);
+  if (st == RESIL_OK) st = build(&c, &ss, old, grave, out, rs);
   if (st != RESIL_OK && c.err.status == RESIL_OK) c.err.status = st;
   for (size_t i = 0; i < ss.n; i++) {
     free(ss.v[i].layers);
@@ -2179,7 +2190,7 @@ resil_status resil_registry_load_string_ex(const char *text, size_t len, const c
   snapshot *snap = NULL;
   resil_registry_reload_stats rs;
   memset(&rs, 0, sizeof rs);
-  st = load(text, len, name, flags, NULL, &snap, &rs, err);
+  st = load(text, len, name, flags, NULL, NULL, &snap, &rs, err);
   if (st) return st;
   resil_registry *r = calloc(1, sizeof *r);
   if (!r || pthread_rwlock_init(&r->lock, NULL)) {
@@ -2229,9 +2240,48 @@ void resil_registry_free(resil_registry *reg) {
   while (reg->ncollectors) collector_drop(reg, reg->ncollectors - 1);
   if (reg->sink) sink_drop(reg);
   snap_free(reg->cur);
+  snap_free(reg->grave);
   pthread_mutex_destroy(&reg->reload_mu);
   pthread_rwlock_destroy(&reg->lock);
   free(reg);
+}
+
+/* 1 when e, or what it keeps alive, holds something outside the process's
+ * memory and threads of its own making that a removal must release: an
+ * open store, an HTTP client's connections, a thread pool's threads. */
+static int holds_resources(const entry *e) {
+  if (e->kind == RESIL_REG_STORE || e->kind == RESIL_REG_HTTP_CLIENT ||
+      e->kind == RESIL_REG_THREADPOOL)
+    return 1;
+  for (size_t i = 0; i < e->ndeps; i++)
+    if (holds_resources(e->deps[i])) return 1;
+  return 0;
+}
+
+/* The entries of old that cur no longer holds and that may come back (no
+ * resources held), each with a reference; NULL when there are none (or no
+ * memory: then they are freed as before, their state not kept). */
+static snapshot *grave_of(const snapshot *old, const snapshot *cur) {
+  size_t n = 0;
+  for (size_t i = 0; i < old->n; i++) {
+    entry *e = old->v[i];
+    if (snap_find(cur, e->kind, e->name) != e && !holds_resources(e)) n++;
+  }
+  if (n == 0) return NULL;
+  snapshot *g = calloc(1, sizeof *g);
+  if (g) g->v = calloc(n, sizeof *g->v);
+  if (!g || !g->v) {
+    free(g);
+    return NULL;
+  }
+  for (size_t i = 0; i < old->n; i++) { /* old is sorted: so is g */
+    entry *e = old->v[i];
+    if (snap_find(cur, e->kind, e->name) != e && !holds_resources(e)) {
+      entry_ref(e);
+      g->v[g->n++] = e;
+    }
+  }
+  return g;
 }
 
 /* reload_mu held. The caller's err gets the error (when its size allows). */
@@ -2244,7 +2294,7 @@ static resil_status reload_locked(resil_registry *reg, const char *text, size_t 
   memset(&rs, 0, sizeof rs);
   resil_registry_error le;
   resil_registry_error_init(&le);
-  resil_status st = load(text, len, name, reg->flags, reg->cur, &snap, &rs, &le);
+  resil_status st = load(text, len, name, reg->flags, reg->cur, reg->grave, &snap, &rs, &le);
   if (st == RESIL_OK) {
     pthread_rwlock_wrlock(&reg->lock);
     snapshot *old = reg->cur;
@@ -2254,7 +2304,10 @@ static resil_status reload_locked(resil_registry *reg, const char *text, size_t 
     reg->last = rs;
     pthread_rwlock_unlock(&reg->lock);
     follow_swap(reg, old, snap);
+    snapshot *prev_grave = reg->grave;
+    reg->grave = grave_of(old, snap);
     snap_free(old); /* entries kept or leased live on */
+    snap_free(prev_grave); /* those that did not come back */
   }
   sink_reload(reg, name, st, &le);
   if (st != RESIL_OK && uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))

@@ -214,6 +214,81 @@ static void reload_refuses_an_empty_document_and_keeps_state(void **state) {
   resil_registry_free(reg);
 }
 
+/* A reload from a file cut at a line boundary (valid YAML naming fewer
+ * instances) removes them; the next reload, from the whole file, gives them
+ * back with their state: the OPEN breaker and the chain using it are the
+ * same objects. A store is not kept aside (closed on removal); an instance
+ * not named by the very next reload is gone for good. */
+static void instances_that_come_back_keep_their_state(void **state) {
+  (void)state;
+  char db[256], whole[2048];
+  snprintf(db, sizeof db, "%s/ops.db", tmpdir);
+  snprintf(whole, sizeof whole,
+           "%s"
+           "store:\n  instances:\n    ops: {uri: \"sqlite:%s\"}\n",
+           SVC, db);
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  assert_int_equal(resil_registry_load_string(whole, strlen(whole), "w", &reg, &err), RESIL_OK);
+  resil_breaker *br = resil_registry_breaker(reg, "payments");
+  resil_chain *ch = resil_registry_chain(reg, "payments");
+  resil_retry *rt = resil_registry_retry(reg, "payments");
+  assert_non_null(resil_registry_store(reg, "ops"));
+  assert_int_equal(resil_breaker_transition(br, RESIL_BREAKER_OPEN), RESIL_OK);
+  /* cut after the retry section: the chain and the store are gone */
+  const char *cut = strstr(whole, "chain:");
+  assert_non_null(cut);
+  assert_int_equal(
+      resil_registry_reload_string(reg, whole, (size_t)(cut - whole), "w", &err), RESIL_OK);
+  assert_null(resil_registry_chain(reg, "payments"));
+  assert_null(resil_registry_store(reg, "ops"));
+  /* the whole file again */
+  assert_int_equal(resil_registry_reload_string(reg, whole, strlen(whole), "w", &err), RESIL_OK);
+  assert_ptr_equal(resil_registry_breaker(reg, "payments"), br);
+  assert_ptr_equal(resil_registry_retry(reg, "payments"), rt);
+  assert_ptr_equal(resil_registry_chain(reg, "payments"), ch);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_registry_reload_stats rs;
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.kept, 2);
+  assert_int_equal(rs.added, 2);
+  assert_int_equal(rs.restored, 1); /* the chain; the store is new */
+  assert_non_null(resil_registry_store(reg, "ops"));
+  /* the OPEN breaker itself removed (only the retry named), then back */
+  const char *only_rt = "retry:\n  instances:\n    payments: {max_attempts: 3}\n";
+  assert_int_equal(resil_registry_reload_string(reg, only_rt, strlen(only_rt), "w", &err), RESIL_OK);
+  assert_null(resil_registry_breaker(reg, "payments"));
+  ch = resil_registry_chain(reg, "payments");
+  assert_null(ch);
+  assert_int_equal(resil_registry_reload_string(reg, whole, strlen(whole), "w", &err), RESIL_OK);
+  assert_ptr_equal(resil_registry_breaker(reg, "payments"), br);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.restored, 2); /* the breaker and the chain */
+  /* cut at the start: everything but the breaker removed ... */
+  const char *only_br = "circuitbreaker:\n  instances:\n    payments: {open_wait: 60s}\n";
+  assert_int_equal(resil_registry_reload_string(reg, only_br, strlen(only_br), "w", &err), RESIL_OK);
+  /* ... and a reload that does not name them: gone */
+  assert_int_equal(resil_registry_reload_string(reg, only_br, strlen(only_br), "w", &err), RESIL_OK);
+  assert_int_equal(resil_registry_reload_string(reg, whole, strlen(whole), "w", &err), RESIL_OK);
+  assert_ptr_equal(resil_registry_breaker(reg, "payments"), br);
+  assert_ptr_not_equal(resil_registry_chain(reg, "payments"), NULL);
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.restored, 0);
+  assert_int_equal(rs.added, 3);
+  /* changed settings: a new object, not the one removed */
+  resil_retry *rt2 = resil_registry_retry(reg, "payments");
+  assert_int_equal(resil_registry_reload_string(reg, only_br, strlen(only_br), "w", &err), RESIL_OK);
+  const char *changed = "retry:\n  instances:\n    payments: {max_attempts: 4}\n";
+  assert_int_equal(resil_registry_reload_string(reg, changed, strlen(changed), "w", &err), RESIL_OK);
+  assert_ptr_not_equal(resil_registry_retry(reg, "payments"), rt2);
+  assert_non_null(resil_registry_retry(reg, "payments"));
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.restored, 0);
+  resil_registry_free(reg);
+}
+
 /* ---- 3. parsing is bounded --------------------------------------------------- */
 
 /* A growing text buffer for generated documents. */
@@ -692,6 +767,7 @@ int main(void) {
       cmocka_unit_test(reload_replaces_a_store_whose_long_uri_changed_at_the_end),
       cmocka_unit_test(reload_compares_endpoints_and_headers_exactly),
       cmocka_unit_test(reload_refuses_an_empty_document_and_keeps_state),
+      cmocka_unit_test(instances_that_come_back_keep_their_state),
       cmocka_unit_test(a_duplicate_among_50k_keys_is_found_fast),
       cmocka_unit_test(many_references_resolve_fast),
       cmocka_unit_test(depth_keys_and_nodes_are_limited),
