@@ -662,6 +662,12 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
                      "expected a list of outcome classes such as [server_error, "
                      "not_sent, unknown], got %s",
                      node_type_name(v));
+    /* A mask has RESIL_CLASS_COUNT_ classes; a longer list repeats some. A
+     * bound, too: a config or an anchor applied to every instance would
+     * otherwise walk a list of 65,536 items once per instance. */
+    if (v->data.sequence.items.top - v->data.sequence.items.start > 4 * RESIL_CLASS_COUNT_)
+      return fail_at(c, v, path, "at most %d outcome classes in a list",
+                     4 * RESIL_CLASS_COUNT_);
     uint32_t mask = 0;
     for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
          it++) {

@@ -401,6 +401,19 @@ static void depth_keys_and_nodes_are_limited(void **state) {
   gput(&b, "]}\n");
   assert_int_equal(resil_registry_load_string(b.p, b.len, "long", &reg, &err), RESIL_EINVAL);
   assert_string_equal(err.message, "more than 65536 items in one sequence");
+  /* a long list of classes inherited by many instances: refused at once
+   * (walking it once per instance was quadratic within the limits) */
+  b.len = 0;
+  gput(&b, "retry:\n  configs:\n    default: {retry_classes: [");
+  for (int i = 0; i < 60000; i++) gput(&b, "%sunknown", i ? "," : "");
+  gput(&b, "]}\n  instances:\n");
+  for (int i = 0; i < 60000; i++) gput(&b, "    r%d:\n", i);
+  t0 = now_s();
+  assert_int_equal(resil_registry_load_string(b.p, b.len, "cls", &reg, &err), RESIL_EINVAL);
+  printf("# 60k classes x 60k instances refused in %.3f s\n", now_s() - t0);
+  assert_true(now_s() - t0 < 2.0);
+  resil_registry_error_format(&err, line, sizeof line);
+  assert_non_null(strstr(line, "cls:3:30: retry.configs.default.retry_classes: at most "));
   /* nodes: many mappings, none too wide */
   b.len = 0;
   gput(&b, "retry:\n  instances:\n");
