@@ -84,7 +84,10 @@
  * registry builds the C config and calls the policy's _new), with the
  * allowed range and the value given (durations in human units; has_range,
  * min, max and got as in resil_error). An unknown key is an error with a
- * "did you mean" suggestion when one is close.
+ * "did you mean" suggestion when one is close. Instance names hold no
+ * control characters (bytes below 0x20, DEL). Messages quote keys and
+ * values escaped: control bytes, DEL and bytes >= 0x80 as "\xNN" (as the
+ * HTTP log does); a "\0" in a quoted scalar (a NUL byte) is an error.
  *
  * Limits (Since 0.2): a file must be a regular file (a FIFO, a device, a
  * directory or a socket is refused at once, RESIL_EIO "cannot read: not a

@@ -1196,6 +1196,14 @@ static resil_status read_section_in(lctx *c, resil_registry_kind k, yaml_node_t 
     join(s->path, sizeof s->path, ipath, ".", s->name);
     join(s->def_path, sizeof s->def_path, cpath, ".", "default");
     if (!*s->name) return fail_at(c, s->at, s->path, "an instance needs a name");
+    /* A name goes into metric labels, event lines and `resil describe`'s
+     * output as it is: no control characters. */
+    for (const unsigned char *q = (const unsigned char *)s->name; *q; q++)
+      if (*q < 0x20 || *q == 0x7f)
+        return fail_at(c, s->at, s->path,
+                       "an instance name must not contain control characters (byte 0x%02x "
+                       "at offset %zu)",
+                       *q, (size_t)(q - (const unsigned char *)s->name));
     KINDS[k].init(&s->cfg);
     yaml_node_t *body = node(c, p->value);
     if (check_mapping(c, body, s->path)) return RESIL_EINVAL;

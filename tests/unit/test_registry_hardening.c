@@ -511,7 +511,8 @@ static void messages_escape_control_bytes_and_nul_is_refused(void **state) {
        "v:3:23: retry.instances.r.max_attempts: expected a whole number 0..4294967295, got "
        "'\\x1b]0;pwn\\x07'"},
       {"retry:\n  instances:\n    \"r\\n\\r\": {wait: \"1\\u2028s\"}\n", "a\nb",
-       "a\\x0ab:3:21: retry.instances.r\\x0a\\x0d.wait: "},
+       "a\\x0ab:3:5: retry.instances.r\\x0a\\x0d: an instance name must not contain control "
+       "characters (byte 0x0a at offset 1)"},
       {"retry:\n  instances:\n    \"r\\0x\": {}\n", "nul",
        "nul:3:5: a NUL byte (\\0) at offset 1 of a scalar: not allowed (a C string would end "
        "there)"},
@@ -529,6 +530,13 @@ static void messages_escape_control_bytes_and_nul_is_refused(void **state) {
     assert_true(clean(err.file) && clean(err.key_path) && clean(err.message));
     assert_true(strncmp(line, cases[i].want, strlen(cases[i].want)) == 0);
   }
+  /* an instance name with a control character is refused (it would reach
+   * /metrics labels and describe's output raw) */
+  const char *esc = "circuitbreaker:\n  instances:\n    \"b\\e[2J\": {}\n";
+  assert_int_equal(resil_registry_load_string(esc, strlen(esc), "e", &reg, &err), RESIL_EINVAL);
+  resil_registry_error_format(&err, line, sizeof line);
+  assert_string_equal(line, "e:3:5: circuitbreaker.instances.b\\x1b[2J: an instance name must not "
+                            "contain control characters (byte 0x1b at offset 1)");
   /* U+2028 in a value (a JavaScript line terminator) is escaped too */
   const char *ls = "retry:\n  instances:\n    r: {wait: \"1\\u2028s\"}\n";
   assert_int_equal(resil_registry_load_string(ls, strlen(ls), "u", &reg, &err), RESIL_EINVAL);
