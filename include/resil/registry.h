@@ -72,8 +72,10 @@
  * Operation stores (section store, with libresil-store): uri
  * ("sqlite:/var/lib/app/ops.db" or "postgresql://..."), busy_timeout,
  * pool_size, effects_in_store (true or false; see store.h: only for effects
- * that write nothing outside the store's transaction). A store is opened (and its file created) by the load, and kept
- * open across reloads while its settings do not change.
+ * that write nothing outside the store's transaction). A store is opened
+ * (and its file created) by the load, unless the load's options say
+ * RESIL_REGISTRY_NO_OPEN, and kept open across reloads while its settings
+ * do not change.
  *
  * Errors: nothing is created from a file with an error. The first error is
  * reported with the file, line and column of the YAML node at fault, the
@@ -82,7 +84,22 @@
  * registry builds the C config and calls the policy's _new), with the
  * allowed range and the value given (durations in human units; has_range,
  * min, max and got as in resil_error). An unknown key is an error with a
- * "did you mean" suggestion when one is close.
+ * "did you mean" suggestion when one is close. Instance names hold no
+ * control characters (bytes below 0x20, DEL). Messages quote keys and
+ * values escaped: control bytes, DEL and bytes >= 0x80 as "\xNN" (as the
+ * HTTP log does); a "\0" in a quoted scalar (a NUL byte) is an error.
+ *
+ * Limits (Since 0.2): a file must be a regular file (a FIFO, a device, a
+ * directory or a socket is refused at once, RESIL_EIO "cannot read: not a
+ * regular file (a FIFO)"; a FIFO is opened without waiting for a writer)
+ * of at most RESIL_REGISTRY_MAX_FILE_BYTES (else RESIL_EIO). A document
+ * (file or string) nests at most RESIL_REGISTRY_MAX_DEPTH collections, has
+ * at most RESIL_REGISTRY_MAX_KEYS keys in one mapping (items in one
+ * sequence) and at most RESIL_REGISTRY_MAX_NODES nodes; beyond them it is
+ * refused with RESIL_EINVAL at the line and column of the first node over
+ * the limit ("more than 65536 keys in one mapping"), before the document
+ * is built. Parsing and checking take O(n log n) time in the size of the
+ * document (duplicate keys and references are found by sorting).
  *
  * Lifetimes and thread-safety (exact):
  *  - Every function may be called from any thread at once, except
@@ -111,6 +128,27 @@
  *    disappears. A chain is kept only when its own settings and every one
  *    of its layers were kept. A reload with an error changes nothing and
  *    reports the error as a load does.
+ *  - Reloads from an empty document: a reload from a document with no
+ *    sections at all (an empty file, only comments, `{}` or `~`) is
+ *    refused with RESIL_EINVAL ("the document has no sections: ...") while
+ *    the registry has instances, and changes nothing: that is what a
+ *    truncated or half-written file looks like. To remove every instance,
+ *    reload a file that names a section with no instances (`retry: {}`).
+ *    A load from such a document gives an empty registry. A file cut at a
+ *    line boundary can still be valid YAML that names fewer instances; no
+ *    parser can tell it from an edit: replace files atomically (write a
+ *    temporary file in the same directory, then rename(2) it over the old
+ *    one), so that a reload reads the old file or the new one, whole.
+ *  - Instances that come back: an instance that a reload removed is kept
+ *    aside until the next successful reload; when that reload names it
+ *    again (same kind, name and settings, and for a chain the same layer
+ *    objects), it gets the very same object back, its state with it (an
+ *    OPEN breaker stays OPEN, a rate limiter's used permits, a bulkhead's
+ *    calls in flight), counted in `added` and `restored`. So a reload from
+ *    a file cut at a line boundary, followed by the whole file, loses no
+ *    state. Stores, HTTP clients and thread pools, and whatever uses them,
+ *    are not kept aside: a removal closes them. An instance removed and not
+ *    named by the next reload is dropped by that reload.
  *  - An instance is freed by whoever drops its last reference (a reload, a
  *    release or resil_registry_free), on that thread: a time limiter's
  *    free waits for its abandoned tasks (timelimit.h).
@@ -130,6 +168,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The limits of a registry document (see "Limits" above). Since 0.2. */
+#define RESIL_REGISTRY_MAX_FILE_BYTES (16ul * 1024 * 1024) /* 16 MiB */
+#define RESIL_REGISTRY_MAX_DEPTH 64      /* nested mappings and sequences */
+#define RESIL_REGISTRY_MAX_KEYS 65536    /* keys of one mapping, items of one sequence */
+#define RESIL_REGISTRY_MAX_NODES 262144  /* scalars, mappings and sequences */
 
 typedef struct resil_registry resil_registry;
 typedef struct resil_registry_lease resil_registry_lease;
@@ -213,6 +257,46 @@ RESIL_API resil_status resil_registry_load_string(const char *text, size_t len,
                                                   resil_registry **out,
                                                   resil_registry_error *err);
 
+/* Options of a load (a sized struct, version.h). Since 0.2. */
+typedef struct resil_registry_load_options {
+  size_t struct_size;
+  /* 0 or RESIL_REGISTRY_NO_OPEN. Default 0. */
+  uint32_t flags;
+} resil_registry_load_options;
+
+/* Check without side effects (`resil config check`, `resil describe
+ * --config`): every instance is built and validated as by a load, except
+ * stores, which are checked with resil_store_check() (the uri's form and
+ * the settings) and not opened: no database file is created, no server
+ * contacted. Such a store is an instance without a handle:
+ * resil_registry_store() and resil_registry_get() return NULL for it,
+ * resil_registry_count() and resil_registry_foreach() (with a NULL handle)
+ * include it, collectors leave it out. The registry's reloads keep the
+ * flag. (HTTP clients never connect when they are built; thread pools do
+ * start their threads.) Since 0.2. */
+#define RESIL_REGISTRY_NO_OPEN 0x1u
+
+/* Writes the defaults into *opts (flags 0) and sets struct_size. NULL is a
+ * no-op. Use the macro. Since 0.2. */
+RESIL_API void resil_registry_load_options_init_sized(resil_registry_load_options *opts,
+                                                      size_t struct_size);
+#define resil_registry_load_options_init(opts)                                 \
+  resil_registry_load_options_init_sized((opts), sizeof(resil_registry_load_options))
+
+/* resil_registry_load_file and _load_string with options; opts NULL is the
+ * defaults (the plain functions). Also RESIL_EINVAL for opts not passed
+ * through resil_registry_load_options_init() or with unknown flags (*err
+ * says so). Since 0.2. */
+RESIL_API resil_status resil_registry_load_file_ex(const char *path,
+                                                   const resil_registry_load_options *opts,
+                                                   resil_registry **out,
+                                                   resil_registry_error *err);
+RESIL_API resil_status resil_registry_load_string_ex(const char *text, size_t len,
+                                                     const char *name,
+                                                     const resil_registry_load_options *opts,
+                                                     resil_registry **out,
+                                                     resil_registry_error *err);
+
 /* Drops the registry's references: every instance no lease holds is freed
  * now, the others when their last lease is released. NULL is a no-op.
  * Needs exclusive access to the registry (no other thread may use it,
@@ -239,6 +323,8 @@ typedef struct resil_registry_reload_stats {
   size_t replaced;     /* instances of the same kind and name made anew   */
   size_t added;        /* instances that were not in the previous set     */
   size_t removed;      /* instances of the previous set no longer named   */
+  size_t restored;     /* of `added`: instances the reload before removed,
+                          back with their object and state (see the top)  */
 } resil_registry_reload_stats;
 
 /* Writes the stats of the last successful load or reload into *out, up to
@@ -275,6 +361,28 @@ RESIL_API resil_threadpool *resil_registry_threadpool(resil_registry *reg, const
  * chain. For describing a chain (`resil describe --config`). Since 0.2. */
 RESIL_API int64_t resil_registry_chain_total_timeout_ns(resil_registry *reg,
                                                         const char *name);
+/* What bounds one attempt of http_client `name`, as the file resolved it
+ * (a sized struct): for the worst case of a call through a chain
+ * (`resil describe --config`). One attempt may wait lease_timeout_ns for a
+ * connection, then send up to max_hops requests (1 + max_redirects when
+ * follow_redirects, else 1), each of which may take connect_timeout_ns +
+ * response_timeout_ns. Since 0.2. */
+typedef struct resil_registry_http_timeouts {
+  size_t struct_size;
+  int64_t lease_timeout_ns;
+  int64_t connect_timeout_ns;
+  int64_t response_timeout_ns;
+  uint32_t max_hops;
+} resil_registry_http_timeouts;
+/* Writes them into *out up to struct_size (use the macro). RESIL_OK;
+ * RESIL_EMISUSE (NULL registry); RESIL_EINVAL (NULL name or out, or no
+ * such http_client). Since 0.2. */
+RESIL_API resil_status resil_registry_http_client_timeouts_sized(
+    resil_registry *reg, const char *name, resil_registry_http_timeouts *out,
+    size_t struct_size);
+#define resil_registry_http_client_timeouts(reg, name, out)                    \
+  resil_registry_http_client_timeouts_sized((reg), (name), (out),              \
+                                            sizeof(resil_registry_http_timeouts))
 /* Any kind: the handle, to be cast to the kind's type. */
 RESIL_API void *resil_registry_get(resil_registry *reg, resil_registry_kind kind,
                                    const char *name);

@@ -462,6 +462,15 @@ RESIL_API void resil_store_config_init_sized(resil_store_config *cfg, size_t str
 RESIL_API resil_status resil_store_open(const char *uri,
                                         const resil_store_config *cfg,
                                         resil_store **out, resil_error *err);
+/* Checks uri and cfg as resil_store_open() does before it opens anything
+ * (the uri's scheme and form, the config's ranges) and opens nothing: no
+ * file is created, no server contacted (so a file that cannot be created,
+ * a server that cannot be reached or a bad password is not found). For
+ * validating a configuration (`resil config check`). RESIL_OK, or the
+ * RESIL_EINVAL of resil_store_open with err set likewise. err may be
+ * NULL. Thread-safe. Since 0.2. */
+RESIL_API resil_status resil_store_check(const char *uri, const resil_store_config *cfg,
+                                         resil_error *err);
 /* Closes every connection and frees s. NULL is a no-op. Needs exclusive
  * access: no other call on s may be running. Since 0.1. */
 RESIL_API void resil_store_close(resil_store *s);

@@ -6,6 +6,7 @@
  * lookups see, swapped under a rwlock by a reload. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -14,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "core/internal.h"
@@ -208,6 +211,7 @@ static const field EP_FIELDS[] = {
 typedef struct store_cfg {
   resil_store_config sc;
   const char *uri;
+  int check_only; /* RESIL_REGISTRY_NO_OPEN: resil_store_check, no handle */
 } store_cfg;
 static const field STORE_FIELDS[] = {
     FLD(store_cfg, "uri", uri, F_STR),
@@ -361,9 +365,14 @@ static void free_http(void *h) { (void)h; }
 static void init_store(anycfg *c) {
   resil_store_config_init(&c->st.sc);
   c->st.uri = NULL;
+  c->st.check_only = 0;
 }
 static resil_status new_store(anycfg *c, const char *name, void **o, resil_error *e) {
   (void)name;
+  if (c->st.check_only) {
+    *o = NULL;
+    return resil_store_check(c->st.uri, &c->st.sc, e);
+  }
   return resil_store_open(c->st.uri, &c->st.sc, (resil_store **)o, e);
 }
 static void free_store(void *h) { resil_store_close(h); }
@@ -417,6 +426,8 @@ size_t resil_registry_error_format(const resil_registry_error *e, char *buf, siz
 typedef struct lctx {
   const char *file;
   yaml_document_t *doc;
+  size_t old_n; /* a reload: the instances the registry has now */
+  uint32_t flags; /* RESIL_REGISTRY_NO_OPEN */
   resil_registry_error err; /* full size; copied out at the end */
 } lctx;
 
@@ -488,9 +499,15 @@ static resil_status fail_unknown(lctx *c, const yaml_node_t *n, const char *path
   if (s) return fail_at(c, n, path, "unknown %s '%s' (did you mean '%s'?)", what, word, s);
   char list[200] = "";
   size_t k = 0;
-  for (size_t i = 0; i < ncand && k < sizeof list - 1; i++)
-    if (cand[i])
-      k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", cand[i]);
+  for (size_t i = 0; i < ncand; i++) {
+    if (!cand[i]) continue;
+    size_t need = (k ? 2 : 0) + strlen(cand[i]);
+    if (k + need + 5 >= sizeof list) { /* whole names only, then ", ..." */
+      snprintf(list + k, sizeof list - k, "%s...", k ? ", " : "");
+      break;
+    }
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", cand[i]);
+  }
   return fail_at(c, n, path, "unknown %s '%s' (expected one of: %s)", what, word, list);
 }
 
@@ -516,24 +533,90 @@ static const char *node_type_name(const yaml_node_t *n) {
   }
 }
 
+/* A mapping's keys sorted (by key, then by position): the duplicate check
+ * and the lookups of big mappings (configs by name) in O(n log n), never
+ * O(n^2), whatever the keys (a sort has no worst case a file can choose,
+ * which a fixed hash would have). */
+typedef struct keyent {
+  const char *key;
+  size_t pos;
+  yaml_node_pair_t *pair;
+} keyent;
+
+static int cmp_keyent(const void *a, const void *b) {
+  const keyent *x = a, *y = b;
+  int r = strcmp(x->key, y->key);
+  if (r) return r;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static resil_status oom(lctx *c);
+
 /* Checks that n is a mapping (or null: an empty one) with scalar keys and no
- * duplicate key. */
-static resil_status check_mapping(lctx *c, yaml_node_t *n, const char *path) {
+ * duplicate key; the first fault in file order is reported. With idx, the
+ * sorted keys are left there (free them; NULL for an empty mapping). */
+static resil_status check_mapping_idx(lctx *c, yaml_node_t *n, const char *path, keyent **idx,
+                                      size_t *nidx) {
+  if (idx) *idx = NULL;
+  if (nidx) *nidx = 0;
   if (is_null(n)) return RESIL_OK;
   if (n->type != YAML_MAPPING_NODE)
     return fail_at(c, n, path, "expected a mapping, got %s", node_type_name(n));
-  for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
-    yaml_node_t *k = node(c, p->key);
-    if (!scalar(k)) return fail_at(c, k, path, "keys must be scalars");
-    for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++)
-      if (strcmp(scalar(node(c, q->key)), scalar(k)) == 0) {
-        char sub[256];
-        join(sub, sizeof sub, path, *path ? "." : "", scalar(k));
-        return fail_at(c, k, sub, "duplicate key (first at line %u)",
-                       (unsigned)node(c, q->key)->start_mark.line + 1);
-      }
+  yaml_node_pair_t *ps = n->data.mapping.pairs.start;
+  size_t np = (size_t)(n->data.mapping.pairs.top - ps);
+  size_t bad = np; /* the first key that is not a scalar */
+  for (size_t i = 0; i < np && bad == np; i++)
+    if (!scalar(node(c, ps[i].key))) bad = i;
+  if (np < 2 && bad == np) return RESIL_OK;
+  keyent *v = malloc((np ? np : 1) * sizeof *v);
+  if (!v) return oom(c);
+  size_t nv = 0;
+  for (size_t i = 0; i < bad; i++) v[nv++] = (keyent){scalar(node(c, ps[i].key)), i, &ps[i]};
+  qsort(v, nv, sizeof *v, cmp_keyent);
+  /* The duplicate that comes first in the file, and its first occurrence. */
+  size_t dup = np, first = 0;
+  for (size_t i = 1; i < nv; i++)
+    if (strcmp(v[i - 1].key, v[i].key) == 0 && v[i].pos < dup &&
+        (i < 2 || strcmp(v[i - 2].key, v[i].key) != 0)) {
+      dup = v[i].pos;
+      first = v[i - 1].pos;
+    }
+  resil_status st = RESIL_OK;
+  if (dup < bad) {
+    yaml_node_t *k = node(c, ps[dup].key);
+    char sub[256];
+    join(sub, sizeof sub, path, *path ? "." : "", scalar(k));
+    st = fail_at(c, k, sub, "duplicate key (first at line %u)",
+                 (unsigned)node(c, ps[first].key)->start_mark.line + 1);
+  } else if (bad < np) {
+    st = fail_at(c, node(c, ps[bad].key), path, "keys must be scalars");
   }
-  return RESIL_OK;
+  if (st == RESIL_OK && idx) {
+    *idx = v;
+    *nidx = nv;
+  } else {
+    free(v);
+  }
+  return st;
+}
+
+static resil_status check_mapping(lctx *c, yaml_node_t *n, const char *path) {
+  return check_mapping_idx(c, n, path, NULL, NULL);
+}
+
+/* The value of key in a mapping indexed by check_mapping_idx. */
+static yaml_node_t *idx_get(lctx *c, const keyent *idx, size_t n, const char *key) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int r = strcmp(key, idx[mid].key);
+    if (r == 0) return node(c, idx[mid].pair->value);
+    if (r < 0)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return NULL;
 }
 
 #define FOR_PAIRS(c, n, p)                                                             \
@@ -579,6 +662,12 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
                      "expected a list of outcome classes such as [server_error, "
                      "not_sent, unknown], got %s",
                      node_type_name(v));
+    /* A mask has RESIL_CLASS_COUNT_ classes; a longer list repeats some. A
+     * bound, too: a config or an anchor applied to every instance would
+     * otherwise walk a list of 65,536 items once per instance. */
+    if (v->data.sequence.items.top - v->data.sequence.items.start > 4 * RESIL_CLASS_COUNT_)
+      return fail_at(c, v, path, "at most %d outcome classes in a list",
+                     4 * RESIL_CLASS_COUNT_);
     uint32_t mask = 0;
     for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
          it++) {
@@ -689,61 +778,121 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
   return RESIL_EINVAL;
 }
 
-static void value_text(const field *f, const anycfg *cfg, char *buf, size_t n) {
+/* ---- fingerprints: the resolved settings as bytes ------------------------------
+ * Equal fingerprints, equal settings, and the reverse: every string is
+ * written with its length before it ("S12:sqlite:/a.db"), so no value can
+ * pass for another or for the text around it, and nothing is cut. */
+
+typedef struct fpbuf {
+  char *p;
+  size_t len, cap;
+  int oom;
+} fpbuf;
+
+static void fp_put(fpbuf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->cap - b->len < n + 1) {
+    size_t nc = b->cap ? b->cap : 1024;
+    while (nc - b->len < n + 1) {
+      if (nc > SIZE_MAX / 2) {
+        b->oom = 1;
+        return;
+      }
+      nc *= 2;
+    }
+    char *np = realloc(b->p, nc);
+    if (!np) {
+      b->oom = 1;
+      return;
+    }
+    b->p = np;
+    b->cap = nc;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = 0;
+}
+
+RESIL_PRINTF(2, 3)
+static void fp_fmt(fpbuf *b, const char *fmt, ...) {
+  char tmp[128]; /* numbers and pointers only */
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (k < 0 || (size_t)k >= sizeof tmp) {
+    b->oom = 1; /* never: the callers print numbers */
+    return;
+  }
+  fp_put(b, tmp, (size_t)k);
+}
+
+/* A string: "S<len>:<bytes>", or "N" for NULL. */
+static void fp_str(fpbuf *b, const char *s) {
+  if (!s) {
+    fp_put(b, "N", 1);
+    return;
+  }
+  size_t n = strlen(s);
+  fp_fmt(b, "S%zu:", n);
+  fp_put(b, s, n);
+}
+
+/* "key=<value>;" for field f of cfg. */
+static void fp_field(fpbuf *b, const field *f, const anycfg *cfg) {
   const unsigned char *src = (const unsigned char *)cfg + f->off;
+  fp_put(b, f->key, strlen(f->key));
+  fp_put(b, "=", 1);
   switch (f->type) {
   case F_U32:
   case F_PCT:
   case F_CLASSES: {
     uint32_t u;
     memcpy(&u, src, sizeof u);
-    snprintf(buf, n, "%u", (unsigned)u);
+    fp_fmt(b, "%u", (unsigned)u);
     break;
   }
   case F_I64:
   case F_DUR: {
     int64_t i;
     memcpy(&i, src, sizeof i);
-    snprintf(buf, n, "%lld", (long long)i);
+    fp_fmt(b, "%lld", (long long)i);
     break;
   }
   case F_DBL: {
     double d;
     memcpy(&d, src, sizeof d);
-    snprintf(buf, n, "%.17g", d);
+    fp_fmt(b, "%.17g", d);
     break;
   }
   case F_BOOL:
   case F_ENUM: {
     int e;
     memcpy(&e, src, sizeof e);
-    snprintf(buf, n, "%d", e);
+    fp_fmt(b, "%d", e);
     break;
   }
   case F_STR: {
     const char *p;
     memcpy(&p, src, sizeof p);
-    /* quoted, so that NULL and "(null)" differ */
-    if (p)
-      snprintf(buf, n, "\"%s\"", p);
-    else
-      snprintf(buf, n, "NULL");
+    fp_str(b, p);
     break;
   }
   case F_SIZE: {
     size_t z;
     memcpy(&z, src, sizeof z);
-    snprintf(buf, n, "%zu", z);
+    fp_fmt(b, "%zu", z);
     break;
   }
   case F_REF: {
     /* the object itself: a kept reference keeps the referrer */
     void *p;
     memcpy(&p, src, sizeof p);
-    snprintf(buf, n, "%p", p);
+    fp_fmt(b, "%p", p);
     break;
   }
   }
+  fp_put(b, ";", 1);
 }
 
 /* ---- specs: what the file says, resolved ------------------------------------------ */
@@ -771,7 +920,7 @@ typedef struct spec {
   uint8_t src[MAXF];
   yaml_node_t *src_node[MAXF];
   const char *ref_name[MAXF]; /* F_REF fields: the name given */
-  layer_ref layers[RESIL_CHAIN_MAX_LAYERS];
+  layer_ref *layers; /* chains: RESIL_CHAIN_MAX_LAYERS of them (the rest is small) */
   size_t nlayers;
 #ifdef RESIL_CONFIG_HTTP
   struct ep_spec *eps; /* http_client: its endpoints, in file order */
@@ -844,6 +993,8 @@ static resil_status read_layers(lctx *c, spec *s, yaml_node_t *inst) {
   if (!ls) return fail_at(c, s->at, path, "a chain needs layers (a list of KIND: NAME, outermost first)");
   if (ls->type != YAML_SEQUENCE_NODE)
     return fail_at(c, ls, path, "expected a list of KIND: NAME, got %s", node_type_name(ls));
+  s->layers = calloc(RESIL_CHAIN_MAX_LAYERS, sizeof *s->layers);
+  if (!s->layers) return oom(c);
   size_t i = 0;
   for (yaml_node_item_t *it = ls->data.sequence.items.start; it < ls->data.sequence.items.top;
        it++, i++) {
@@ -885,7 +1036,6 @@ static resil_status read_layers(lctx *c, spec *s, yaml_node_t *inst) {
 }
 
 #ifdef RESIL_CONFIG_HTTP
-static resil_status oom(lctx *c);
 /* An http_client's `endpoints: {NAME: {method: POST, path: /x, ...}}`. */
 static resil_status read_endpoints(lctx *c, spec *s, yaml_node_t *inst) {
   yaml_node_t *m = is_null(inst) ? NULL : map_get(c, inst, "endpoints");
@@ -943,22 +1093,23 @@ static resil_status read_endpoints(lctx *c, spec *s, yaml_node_t *inst) {
   return RESIL_OK;
 }
 
-/* The endpoints' settings, for the fingerprint. */
-static size_t fingerprint_endpoints(const spec *s, char *buf, size_t n) {
-  size_t k = 0;
-  for (size_t i = 0; i < s->neps && k < n; i++) {
+/* The endpoints' settings, for the fingerprint: each endpoint's name, its
+ * fields and its headers, every string length-prefixed, the header count
+ * first. */
+static void fingerprint_endpoints(const spec *s, fpbuf *b) {
+  for (size_t i = 0; i < s->neps; i++) {
     const ep_spec *e = &s->eps[i];
-    k += (size_t)snprintf(buf + k, n - k, "E%s{", e->ep.name);
-    for (size_t f = 0; f < NEPF && k < n; f++) {
-      char v[300];
-      value_text(&EP_FIELDS[f], (const anycfg *)(const void *)&e->ep, v, sizeof v);
-      k += (size_t)snprintf(buf + k, n - k, "%s=%s;", EP_FIELDS[f].key, v);
-    }
-    for (size_t h = 0; e->ep.headers && e->ep.headers[h] && k < n; h++)
-      k += (size_t)snprintf(buf + k, n - k, "H=\"%s\";", e->ep.headers[h]);
-    if (k < n) k += (size_t)snprintf(buf + k, n - k, "}");
+    fp_put(b, "E", 1);
+    fp_str(b, e->ep.name);
+    fp_put(b, "{", 1);
+    for (size_t f = 0; f < NEPF; f++)
+      fp_field(b, &EP_FIELDS[f], (const anycfg *)(const void *)&e->ep);
+    size_t nh = 0;
+    while (e->ep.headers && e->ep.headers[nh]) nh++;
+    fp_fmt(b, "H%zu:", nh);
+    for (size_t h = 0; h < nh; h++) fp_str(b, e->ep.headers[h]);
+    fp_put(b, "}", 1);
   }
-  return k;
 }
 #endif
 
@@ -990,8 +1141,9 @@ static resil_status oom(lctx *c) {
 }
 
 /* One section (kind k): its configs (each checked as a spec of its own) and
- * its instances. */
-static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *sec, specs *ss) {
+ * its instances. *cidx: the configs' index, for the caller to free. */
+static resil_status read_section_in(lctx *c, resil_registry_kind k, yaml_node_t *sec, specs *ss,
+                                    keyent **cidx) {
   const char *sname = KINDS[k].section;
   if (check_mapping(c, sec, sname)) return RESIL_EINVAL;
   yaml_node_t *configs = NULL, *instances = NULL;
@@ -1013,9 +1165,10 @@ static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *se
   join(cpath, sizeof cpath, sname, ".", "configs");
   join(ipath, sizeof ipath, sname, ".", "instances");
   yaml_node_t *defcfg = NULL;
+  size_t ncidx = 0; /* 0: configs has fewer than two keys (no index) */
   if (configs) {
-    if (check_mapping(c, configs, cpath)) return RESIL_EINVAL;
-    defcfg = map_get(c, configs, "default");
+    if (check_mapping_idx(c, configs, cpath, cidx, &ncidx)) return RESIL_EINVAL;
+    defcfg = is_null(configs) ? NULL : map_get(c, configs, "default");
     FOR_PAIRS(c, configs, p) {
       spec *s = spec_add(ss);
       if (!s) return oom(c);
@@ -1043,6 +1196,14 @@ static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *se
     join(s->path, sizeof s->path, ipath, ".", s->name);
     join(s->def_path, sizeof s->def_path, cpath, ".", "default");
     if (!*s->name) return fail_at(c, s->at, s->path, "an instance needs a name");
+    /* A name goes into metric labels, event lines and `resil describe`'s
+     * output as it is: no control characters. */
+    for (const unsigned char *q = (const unsigned char *)s->name; *q; q++)
+      if (*q < 0x20 || *q == 0x7f)
+        return fail_at(c, s->at, s->path,
+                       "an instance name must not contain control characters (byte 0x%02x "
+                       "at offset %zu)",
+                       *q, (size_t)(q - (const unsigned char *)s->name));
     KINDS[k].init(&s->cfg);
     yaml_node_t *body = node(c, p->value);
     if (check_mapping(c, body, s->path)) return RESIL_EINVAL;
@@ -1053,7 +1214,9 @@ static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *se
       join(bp, sizeof bp, s->path, ".", "base_config");
       const char *bn = scalar(basen);
       if (!bn || is_null(basen)) return fail_at(c, basen, bp, "expected the name of a config");
-      base = configs && !is_null(configs) ? map_get(c, configs, bn) : NULL;
+      base = ncidx                           ? idx_get(c, *cidx, ncidx, bn)
+             : configs && !is_null(configs) ? map_get(c, configs, bn)
+                                            : NULL;
       if (!base) {
         const char *cand[64];
         size_t nc = 0;
@@ -1077,9 +1240,27 @@ static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *se
   return RESIL_OK;
 }
 
+static resil_status read_section(lctx *c, resil_registry_kind k, yaml_node_t *sec, specs *ss) {
+  keyent *cidx = NULL;
+  resil_status st = read_section_in(c, k, sec, ss, &cidx);
+  free(cidx);
+  return st;
+}
+
 static resil_status read_doc(lctx *c, specs *ss) {
   yaml_node_t *root = yaml_document_get_root_node(c->doc);
-  if (!root || is_null(root)) return RESIL_OK; /* an empty file: an empty registry */
+  int no_sections = !root || is_null(root) ||
+                    (root->type == YAML_MAPPING_NODE &&
+                     root->data.mapping.pairs.top == root->data.mapping.pairs.start);
+  /* An empty file loads as an empty registry; a reload refuses it when it
+   * would remove instances: that is what a truncated or half-written file
+   * looks like (registry.h, "Reloads from an empty document"). */
+  if (no_sections && c->old_n)
+    return fail_at(c, root, "",
+                   "the document has no sections: a reload from it would remove all %zu "
+                   "instances (to remove them, name a section: 'retry: {}')",
+                   c->old_n);
+  if (!root || is_null(root)) return RESIL_OK;
   if (check_mapping(c, root, "")) return RESIL_EINVAL;
   FOR_PAIRS(c, root, p) {
     yaml_node_t *k = node(c, p->key);
@@ -1204,11 +1385,13 @@ struct entry {
   atomic_size_t refs;
   resil_registry_kind kind;
   char *name;
-  char *fp;
+  char *fp; /* fingerprint(), fp_len bytes */
+  size_t fp_len;
   void *handle;
   entry *deps[RESIL_CHAIN_MAX_LAYERS + MAXF]; /* kept alive while this lives */
   size_t ndeps;
   int64_t total_timeout_ns; /* chains */
+  resil_registry_http_timeouts http; /* http clients */
 };
 
 static void entry_unref(entry *e) {
@@ -1265,36 +1448,35 @@ struct resil_registry {
   pthread_rwlock_t lock; /* guards cur and last */
   pthread_mutex_t reload_mu; /* serialises reloads; guards what follows cur */
   snapshot *cur;
+  snapshot *grave; /* removed by the last reload, to come back (reload_mu) */
   _Atomic uint64_t gen;
   resil_registry_reload_stats last;
   resil_metrics *collectors[MAX_COLLECTORS]; /* resil_registry_metrics_add */
   size_t ncollectors;
   struct resil_event_sink *sink; /* resil_registry_events_attach */
+  uint32_t flags;                /* resil_registry_load_options.flags */
 };
 
-/* The resolved settings as text: equal texts, equal settings. Returns the
- * length, >= n when it did not fit (the caller then never reuses). */
-static size_t fingerprint(const spec *s, char *buf, size_t n) {
+/* The resolved settings as bytes into b (emptied first): equal
+ * fingerprints, equal settings (see fpbuf). */
+static void fingerprint(const spec *s, fpbuf *b) {
   const kinddesc *kd = &KINDS[s->kind];
-  size_t k = 0;
-  for (size_t i = 0; i < kd->nfields && k < n; i++) {
-    char v[300];
-    value_text(&kd->fields[i], &s->cfg, v, sizeof v);
-    k += (size_t)snprintf(buf + k, n - k, "%s=%s;", kd->fields[i].key, v);
-  }
+  b->len = 0;
+  for (size_t i = 0; i < kd->nfields; i++) fp_field(b, &kd->fields[i], &s->cfg);
 #ifdef RESIL_CONFIG_HTTP
-  if (k < n) k += fingerprint_endpoints(s, buf + k, n - k);
+  fingerprint_endpoints(s, b);
 #endif
-  return k;
 }
 
-static entry *entry_new(const spec *s, const char *fp) {
+static entry *entry_new(const spec *s, const fpbuf *fp) {
   entry *e = calloc(1, sizeof *e);
   if (!e) return NULL;
   atomic_init(&e->refs, 1);
   e->kind = s->kind;
   e->name = strdup(s->name);
-  e->fp = strdup(fp);
+  e->fp = malloc(fp->len + 1);
+  if (e->fp) memcpy(e->fp, fp->p, fp->len + 1);
+  e->fp_len = fp->len;
   if (!e->name || !e->fp) {
     free(e->name);
     free(e->fp);
@@ -1317,14 +1499,49 @@ static resil_status add_layer(resil_chain *ch, entry *l) {
   }
 }
 
+/* The instances of ss sorted by kind and name, for resolve(). */
+typedef struct spec_index {
+  const spec **v;
+  size_t n;
+} spec_index;
+
+static int cmp_spec_key(resil_registry_kind k, const char *name, const spec *t) {
+  if (k != t->kind) return k < t->kind ? -1 : 1;
+  return strcmp(name, t->name);
+}
+static int cmp_specs(const void *a, const void *b) {
+  const spec *x = *(const spec *const *)a, *y = *(const spec *const *)b;
+  return cmp_spec_key(x->kind, x->name, y);
+}
+
+static resil_status spec_index_build(lctx *c, const specs *ss, spec_index *ix) {
+  ix->n = 0;
+  ix->v = malloc((ss->n ? ss->n : 1) * sizeof *ix->v);
+  if (!ix->v) return oom(c);
+  for (size_t i = 0; i < ss->n; i++)
+    if (!ss->v[i].is_config) ix->v[ix->n++] = &ss->v[i];
+  qsort(ix->v, ix->n, sizeof *ix->v, cmp_specs);
+  return RESIL_OK;
+}
+
 /* The entry built for instance `name` of `kind`, or an error at node/path
  * ("unknown retry instance 'x' (did you mean ...)"). */
-static resil_status resolve(lctx *c, const specs *ss, resil_registry_kind kind, const char *name,
-                            const yaml_node_t *at, const char *path, entry **out) {
+static resil_status resolve(lctx *c, const specs *ss, const spec_index *ix,
+                            resil_registry_kind kind, const char *name, const yaml_node_t *at,
+                            const char *path, entry **out) {
   *out = NULL;
-  for (size_t q = 0; q < ss->n; q++) {
-    const spec *t = &ss->v[q];
-    if (!t->is_config && t->kind == kind && strcmp(t->name, name) == 0) *out = t->made;
+  size_t lo = 0, hi = ix->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int r = cmp_spec_key(kind, name, ix->v[mid]);
+    if (r == 0) {
+      *out = ix->v[mid]->made;
+      break;
+    }
+    if (r < 0)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   if (*out) return RESIL_OK;
   const char *cand[64];
@@ -1340,12 +1557,12 @@ static resil_status resolve(lctx *c, const specs *ss, resil_registry_kind kind, 
 
 /* Builds (or, from old, keeps) every instance of ss into *out. On an error
  * nothing is left: every entry taken is released. */
-static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **out,
-                          resil_registry_reload_stats *rs) {
+static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapshot *grave,
+                          snapshot **out, resil_registry_reload_stats *rs) {
   resil_status st = RESIL_OK;
-  enum { FP_SIZE = 1 << 16 };
-  char *fp = malloc(FP_SIZE);
-  if (!fp) return oom(c);
+  fpbuf fp = {0};
+  spec_index ix = {0};
+  if (spec_index_build(c, ss, &ix)) return RESIL_ENOMEM;
   /* Configs on their own (a range error in an unused config is an error
    * too), then what policies refer to (budgets, thread pools), then the
    * policies, then the chains. */
@@ -1384,7 +1601,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
                                                         : s->path;
             join(rp, sizeof rp, base, ".", kd->fields[f].key);
             entry *d;
-            st = resolve(c, ss, (resil_registry_kind)kd->fields[f].ref_kind, s->ref_name[f],
+            st = resolve(c, ss, &ix, (resil_registry_kind)kd->fields[f].ref_kind, s->ref_name[f],
                          s->src_node[f], rp, &d);
             if (st) break;
             h = d->handle;
@@ -1396,7 +1613,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
       }
       if (s->kind == RESIL_REG_CHAIN) {
         for (size_t j = 0; j < s->nlayers; j++) {
-          if ((st = resolve(c, ss, s->layers[j].kind, s->layers[j].name, s->layers[j].node,
+          if ((st = resolve(c, ss, &ix, s->layers[j].kind, s->layers[j].name, s->layers[j].node,
                             s->layers[j].path, &deps[j])) != RESIL_OK)
             break;
           for (size_t q = 0; q < j; q++)
@@ -1410,29 +1627,45 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         }
         if (st) break;
       }
-      size_t fpl = fingerprint(s, fp, FP_SIZE);
+      fingerprint(s, &fp);
       if (s->kind == RESIL_REG_CHAIN) {
         /* A chain is kept only when its layers are the very same objects. */
-        for (size_t j = 0; j < s->nlayers && fpl < FP_SIZE; j++)
-          fpl += (size_t)snprintf(fp + fpl, FP_SIZE - fpl, "D%zu=%p;", j, (void *)deps[j]);
+        for (size_t j = 0; j < s->nlayers; j++) fp_fmt(&fp, "D%zu=%p;", j, (void *)deps[j]);
+      }
+      if (fp.oom) {
+        st = oom(c);
+        break;
       }
       entry *prev = snap_find(old, s->kind, s->name);
-      if (prev && fpl < FP_SIZE && strcmp(prev->fp, fp) == 0) {
+      if (prev && prev->fp_len == fp.len && memcmp(prev->fp, fp.p, fp.len) == 0) {
         entry_ref(prev);
         s->made = prev;
         rs->kept++;
         continue;
       }
-      if (prev)
+      if (prev) {
         rs->replaced++;
-      else
+      } else {
         rs->added++;
-      entry *e = entry_new(s, fp);
+        /* Removed by the reload before and named again with the same
+         * settings: the same object, its state back (registry.h). */
+        entry *ghost = snap_find(grave, s->kind, s->name);
+        if (ghost && ghost->fp_len == fp.len && memcmp(ghost->fp, fp.p, fp.len) == 0) {
+          entry_ref(ghost);
+          s->made = ghost;
+          rs->restored++;
+          continue;
+        }
+      }
+      entry *e = entry_new(s, &fp);
       if (!e) {
         st = oom(c);
         break;
       }
       anycfg tmp = s->cfg;
+#ifdef RESIL_CONFIG_STORE
+      if (s->kind == RESIL_REG_STORE) tmp.st.check_only = (c->flags & RESIL_REGISTRY_NO_OPEN) != 0;
+#endif
 #ifdef RESIL_CONFIG_HTTP
       resil_http_endpoint *table = NULL;
       if (s->kind == RESIL_REG_HTTP_CLIENT) {
@@ -1476,6 +1709,15 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         }
       }
       if (s->kind == RESIL_REG_CHAIN) e->total_timeout_ns = s->cfg.ch.total_timeout_ns;
+#ifdef RESIL_CONFIG_HTTP
+      if (s->kind == RESIL_REG_HTTP_CLIENT) {
+        e->http.struct_size = sizeof e->http;
+        e->http.lease_timeout_ns = s->cfg.hc.lease_timeout_ns;
+        e->http.connect_timeout_ns = s->cfg.hc.connect_timeout_ns;
+        e->http.response_timeout_ns = s->cfg.hc.response_timeout_ns;
+        e->http.max_hops = 1 + (s->cfg.hc.follow_redirects ? s->cfg.hc.max_redirects : 0);
+      }
+#endif
       s->made = e;
       if (st) break;
     }
@@ -1505,23 +1747,118 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
     entry_unref(ss->v[i].made);
     ss->v[i].made = NULL;
   }
-  free(fp);
+  free(fp.p);
+  free(ix.v);
   if (st == RESIL_OK) *out = snap;
+  return st;
+}
+
+/* Every error leaves through here: the file name, the key path and the
+ * message (which may quote keys and values of the file) escaped like a log
+ * line (resil__escape_excerpt: control bytes, DEL and bytes >= 0x80 as
+ * "\xNN"), so that no raw control byte reaches a terminal or a log. */
+static void err_escape(resil_registry_error *e) {
+  char tmp[sizeof e->message];
+  snprintf(tmp, sizeof tmp, "%s", e->file);
+  resil__escape_excerpt(e->file, sizeof e->file, tmp, strlen(tmp));
+  snprintf(tmp, sizeof tmp, "%s", e->key_path);
+  resil__escape_excerpt(e->key_path, sizeof e->key_path, tmp, strlen(tmp));
+  snprintf(tmp, sizeof tmp, "%s", e->message);
+  resil__escape_excerpt(e->message, sizeof e->message, tmp, strlen(tmp));
+}
+
+/* ---- bounds --------------------------------------------------------------------
+ * libyaml's document loader holds the whole tree in memory and has no limit
+ * of its own: a first pass over the events (memory: one counter per open
+ * collection) refuses a document deeper, wider or bigger than the limits
+ * of registry.h before the tree is built. A YAML error found here is left
+ * for the loader, which reports it the same way. */
+
+static resil_status bound_fail(lctx *c, const yaml_mark_t *m, const char *fmt, unsigned long v) {
+  yaml_node_t at;
+  memset(&at, 0, sizeof at);
+  at.start_mark = *m;
+  return fail_at(c, &at, "", fmt, v);
+}
+
+static resil_status scan_bounds(lctx *c, const char *text, size_t len) {
+  yaml_parser_t p;
+  if (!yaml_parser_initialize(&p)) return oom(c);
+  yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+  size_t items[RESIL_REGISTRY_MAX_DEPTH]; /* per open collection: items so far */
+  int is_map[RESIL_REGISTRY_MAX_DEPTH];
+  size_t depth = 0, nodes = 0;
+  resil_status st = RESIL_OK;
+  for (int done = 0; !done && st == RESIL_OK;) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&p, &ev)) break; /* the loader reports it */
+    switch (ev.type) {
+    case YAML_STREAM_END_EVENT: done = 1; break;
+    case YAML_SCALAR_EVENT:
+      /* "\0" in a double-quoted scalar: C strings would cut the value there */
+      if (memchr(ev.data.scalar.value, 0, ev.data.scalar.length)) {
+        st = bound_fail(c, &ev.start_mark,
+                        "a NUL byte (\\0) at offset %lu of a scalar: not allowed (a C "
+                        "string would end there)",
+                        (unsigned long)((const unsigned char *)memchr(ev.data.scalar.value, 0,
+                                                                      ev.data.scalar.length) -
+                                        ev.data.scalar.value));
+        break;
+      }
+      /* fall through */
+    case YAML_ALIAS_EVENT:
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT:
+      if (ev.type != YAML_ALIAS_EVENT && ++nodes > RESIL_REGISTRY_MAX_NODES) {
+        st = bound_fail(c, &ev.start_mark, "more than %lu nodes in the document",
+                        (unsigned long)RESIL_REGISTRY_MAX_NODES);
+        break;
+      }
+      if (depth > 0 && ++items[depth - 1] > (is_map[depth - 1] ? 2u : 1u) *
+                                                 (size_t)RESIL_REGISTRY_MAX_KEYS) {
+        st = bound_fail(c, &ev.start_mark,
+                        is_map[depth - 1] ? "more than %lu keys in one mapping"
+                                          : "more than %lu items in one sequence",
+                        (unsigned long)RESIL_REGISTRY_MAX_KEYS);
+        break;
+      }
+      if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
+        if (depth == RESIL_REGISTRY_MAX_DEPTH) {
+          st = bound_fail(c, &ev.start_mark, "nested deeper than %lu levels",
+                          (unsigned long)RESIL_REGISTRY_MAX_DEPTH);
+          break;
+        }
+        items[depth] = 0;
+        is_map[depth++] = ev.type == YAML_MAPPING_START_EVENT;
+      }
+      break;
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+      if (depth) depth--;
+      break;
+    default: break;
+    }
+    yaml_event_delete(&ev);
+  }
+  yaml_parser_delete(&p);
   return st;
 }
 
 /* Parses text and builds the snapshot, keeping entries of old when they did
  * not change. */
-static resil_status load(const char *text, size_t len, const char *file, const snapshot *old,
-                         snapshot **out, resil_registry_reload_stats *rs,
-                         resil_registry_error *uerr) {
+static resil_status load(const char *text, size_t len, const char *file, uint32_t flags,
+                         const snapshot *old, const snapshot *grave, snapshot **out,
+                         resil_registry_reload_stats *rs, resil_registry_error *uerr) {
   lctx c;
   memset(&c, 0, sizeof c);
   c.file = file ? file : "<string>";
+  c.old_n = old ? old->n : 0;
+  c.flags = flags;
   c.err.struct_size = sizeof c.err;
   yaml_parser_t parser;
   yaml_document_t doc;
-  resil_status st = RESIL_OK;
+  resil_status st = scan_bounds(&c, text, len);
+  if (st != RESIL_OK) goto out;
   if (!yaml_parser_initialize(&parser)) {
     st = oom(&c);
     goto out;
@@ -1563,30 +1900,63 @@ static resil_status load(const char *text, size_t len, const char *file, const s
     }
   }
   if (st == RESIL_OK) st = read_doc(&c, &ss);
-  if (st == RESIL_OK) st = build(&c, &ss, old, out, rs);
+  if (st == RESIL_OK) st = build(&c, &ss, old, grave, out, rs);
   if (st != RESIL_OK && c.err.status == RESIL_OK) c.err.status = st;
+  for (size_t i = 0; i < ss.n; i++) {
+    free(ss.v[i].layers);
 #ifdef RESIL_CONFIG_HTTP
-  for (size_t i = 0; i < ss.n; i++) free(ss.v[i].eps);
+    free(ss.v[i].eps);
 #endif
+  }
   free(ss.v);
   yaml_document_delete(&doc);
   yaml_parser_delete(&parser);
 out:
+  err_escape(&c.err);
   if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
     resil__sized_out(uerr, resil__sized_size(uerr), &c.err, sizeof c.err);
   return st;
 }
 
+/* Reads a registry file: a regular file of at most
+ * RESIL_REGISTRY_MAX_FILE_BYTES. Opened with O_NONBLOCK so that a FIFO
+ * (whose open would wait for a writer) or a device is refused at once,
+ * not read. */
 static resil_status read_file(const char *path, char **text, size_t *len,
                               resil_registry_error *uerr) {
-  FILE *f = fopen(path, "rb");
   char *buf = NULL;
-  size_t n = 0, cap = 0;
+  size_t n = 0;
   int e = 0;
-  if (f) {
-    for (;;) {
+  const char *why = NULL; /* instead of strerror(e) */
+  char whybuf[96];
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  struct stat sb;
+  if (fd < 0) {
+    e = errno;
+  } else if (fstat(fd, &sb) != 0) {
+    e = errno;
+  } else if (!S_ISREG(sb.st_mode)) {
+    e = EINVAL;
+    why = S_ISFIFO(sb.st_mode)  ? "not a regular file (a FIFO)"
+          : S_ISDIR(sb.st_mode) ? "not a regular file (a directory)"
+          : S_ISSOCK(sb.st_mode) ? "not a regular file (a socket)"
+                                 : "not a regular file (a device)";
+  } else if ((uint64_t)sb.st_size > RESIL_REGISTRY_MAX_FILE_BYTES) {
+    e = EFBIG;
+  } else {
+    /* The size may change under us: read at most the limit plus one byte. */
+    size_t cap = (size_t)sb.st_size + 1;
+    buf = malloc(cap + 1);
+    if (!buf) e = ENOMEM;
+    while (!e) {
       if (n == cap) {
-        size_t nc = cap ? cap * 2 : 8192;
+        if (cap > RESIL_REGISTRY_MAX_FILE_BYTES) {
+          e = EFBIG;
+          break;
+        }
+        size_t nc = cap * 2 > RESIL_REGISTRY_MAX_FILE_BYTES + 1
+                        ? (size_t)RESIL_REGISTRY_MAX_FILE_BYTES + 1
+                        : cap * 2;
         char *nb = realloc(buf, nc + 1);
         if (!nb) {
           e = ENOMEM;
@@ -1595,17 +1965,19 @@ static resil_status read_file(const char *path, char **text, size_t *len,
         buf = nb;
         cap = nc;
       }
-      size_t r = fread(buf + n, 1, cap - n, f);
-      n += r;
-      if (r == 0) {
-        if (ferror(f)) e = errno ? errno : EIO;
-        break;
-      }
+      ssize_t r = read(fd, buf + n, cap - n);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) e = errno;
+      if (r <= 0) break;
+      n += (size_t)r;
     }
-    fclose(f);
-  } else {
-    e = errno;
   }
+  if (e == EFBIG) {
+    snprintf(whybuf, sizeof whybuf, "larger than the %lu-byte limit of a registry file",
+             (unsigned long)RESIL_REGISTRY_MAX_FILE_BYTES);
+    why = whybuf;
+  }
+  if (fd >= 0) close(fd);
   if (e) {
     free(buf);
     resil_registry_error full;
@@ -1613,13 +1985,12 @@ static resil_status read_file(const char *path, char **text, size_t *len,
     full.struct_size = sizeof full;
     full.status = e == ENOMEM ? RESIL_ENOMEM : RESIL_EIO;
     snprintf(full.file, sizeof full.file, "%s", path);
-    snprintf(full.message, sizeof full.message, "cannot read: %s", strerror(e));
+    snprintf(full.message, sizeof full.message, "cannot read: %s", why ? why : strerror(e));
+    err_escape(&full);
     if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
       resil__sized_out(uerr, resil__sized_size(uerr), &full, sizeof full);
     return full.status;
   }
-  if (!buf) buf = malloc(1);
-  if (!buf) return RESIL_ENOMEM;
   buf[n] = 0;
   *text = buf;
   *len = n;
@@ -1640,6 +2011,7 @@ static void clear_err(resil_registry_error *uerr) {
  * never reads a freed object. */
 
 static resil_status metrics_add_entry(resil_metrics *m, const entry *e) {
+  if (!e->handle) return RESIL_OK; /* a store not opened (RESIL_REGISTRY_NO_OPEN) */
   switch (e->kind) {
   case RESIL_REG_BREAKER: return resil_metrics_add_breaker(m, e->name, e->handle);
   case RESIL_REG_RETRY: return resil_metrics_add_retry(m, e->name, e->handle);
@@ -1659,6 +2031,7 @@ static resil_status metrics_add_entry(resil_metrics *m, const entry *e) {
 }
 
 static void metrics_remove_entry(resil_metrics *m, const entry *e) {
+  if (!e->handle) return;
   (void)resil_metrics_remove(m, e->handle); /* EINVAL: a kind without figures */
 }
 
@@ -1782,14 +2155,56 @@ static void sink_reload(resil_registry *reg, const char *file, resil_status st,
 #endif
 }
 
+void resil_registry_load_options_init_sized(resil_registry_load_options *o, size_t struct_size) {
+  if (!o) return;
+  resil_registry_load_options full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(o, struct_size, &full, sizeof full);
+}
+
+/* The flags of opts (0 for NULL), or RESIL_EINVAL with err set. */
+static resil_status opts_flags(const resil_registry_load_options *opts, uint32_t *flags,
+                               resil_registry_error *uerr) {
+  *flags = 0;
+  if (!opts) return RESIL_OK;
+  const char *why = NULL;
+  if (resil__sized_size(opts) < offsetof(resil_registry_load_options, flags) + sizeof opts->flags)
+    why = "resil_registry_load_options: not passed through resil_registry_load_options_init()";
+  else if (opts->flags & ~(uint32_t)RESIL_REGISTRY_NO_OPEN)
+    why = "resil_registry_load_options: unknown flags";
+  if (!why) {
+    *flags = opts->flags;
+    return RESIL_OK;
+  }
+  if (uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error)) {
+    resil_registry_error full;
+    memset(&full, 0, sizeof full);
+    full.struct_size = sizeof full;
+    full.status = RESIL_EINVAL;
+    snprintf(full.message, sizeof full.message, "%s", why);
+    resil__sized_out(uerr, resil__sized_size(uerr), &full, sizeof full);
+  }
+  return RESIL_EINVAL;
+}
+
 resil_status resil_registry_load_string(const char *text, size_t len, const char *name,
                                         resil_registry **out, resil_registry_error *err) {
+  return resil_registry_load_string_ex(text, len, name, NULL, out, err);
+}
+
+resil_status resil_registry_load_string_ex(const char *text, size_t len, const char *name,
+                                           const resil_registry_load_options *opts,
+                                           resil_registry **out, resil_registry_error *err) {
   clear_err(err);
   if (!text || !out) return RESIL_EINVAL;
+  uint32_t flags;
+  resil_status st = opts_flags(opts, &flags, err);
+  if (st) return st;
   snapshot *snap = NULL;
   resil_registry_reload_stats rs;
   memset(&rs, 0, sizeof rs);
-  resil_status st = load(text, len, name, NULL, &snap, &rs, err);
+  st = load(text, len, name, flags, NULL, NULL, &snap, &rs, err);
   if (st) return st;
   resil_registry *r = calloc(1, sizeof *r);
   if (!r || pthread_rwlock_init(&r->lock, NULL)) {
@@ -1804,6 +2219,7 @@ resil_status resil_registry_load_string(const char *text, size_t len, const char
     return RESIL_ESYS;
   }
   r->cur = snap;
+  r->flags = flags;
   atomic_init(&r->gen, 1);
   rs.struct_size = sizeof rs;
   rs.generation = 1;
@@ -1814,13 +2230,21 @@ resil_status resil_registry_load_string(const char *text, size_t len, const char
 
 resil_status resil_registry_load_file(const char *path, resil_registry **out,
                                       resil_registry_error *err) {
+  return resil_registry_load_file_ex(path, NULL, out, err);
+}
+
+resil_status resil_registry_load_file_ex(const char *path, const resil_registry_load_options *opts,
+                                         resil_registry **out, resil_registry_error *err) {
   clear_err(err);
   if (!path || !out) return RESIL_EINVAL;
+  uint32_t flags;
+  resil_status st = opts_flags(opts, &flags, err);
+  if (st) return st;
   char *text;
   size_t len;
-  resil_status st = read_file(path, &text, &len, err);
+  st = read_file(path, &text, &len, err);
   if (st) return st;
-  st = resil_registry_load_string(text, len, path, out, err);
+  st = resil_registry_load_string_ex(text, len, path, opts, out, err);
   free(text);
   return st;
 }
@@ -1830,9 +2254,48 @@ void resil_registry_free(resil_registry *reg) {
   while (reg->ncollectors) collector_drop(reg, reg->ncollectors - 1);
   if (reg->sink) sink_drop(reg);
   snap_free(reg->cur);
+  snap_free(reg->grave);
   pthread_mutex_destroy(&reg->reload_mu);
   pthread_rwlock_destroy(&reg->lock);
   free(reg);
+}
+
+/* 1 when e, or what it keeps alive, holds something outside the process's
+ * memory and threads of its own making that a removal must release: an
+ * open store, an HTTP client's connections, a thread pool's threads. */
+static int holds_resources(const entry *e) {
+  if (e->kind == RESIL_REG_STORE || e->kind == RESIL_REG_HTTP_CLIENT ||
+      e->kind == RESIL_REG_THREADPOOL)
+    return 1;
+  for (size_t i = 0; i < e->ndeps; i++)
+    if (holds_resources(e->deps[i])) return 1;
+  return 0;
+}
+
+/* The entries of old that cur no longer holds and that may come back (no
+ * resources held), each with a reference; NULL when there are none (or no
+ * memory: then they are freed as before, their state not kept). */
+static snapshot *grave_of(const snapshot *old, const snapshot *cur) {
+  size_t n = 0;
+  for (size_t i = 0; i < old->n; i++) {
+    entry *e = old->v[i];
+    if (snap_find(cur, e->kind, e->name) != e && !holds_resources(e)) n++;
+  }
+  if (n == 0) return NULL;
+  snapshot *g = calloc(1, sizeof *g);
+  if (g) g->v = calloc(n, sizeof *g->v);
+  if (!g || !g->v) {
+    free(g);
+    return NULL;
+  }
+  for (size_t i = 0; i < old->n; i++) { /* old is sorted: so is g */
+    entry *e = old->v[i];
+    if (snap_find(cur, e->kind, e->name) != e && !holds_resources(e)) {
+      entry_ref(e);
+      g->v[g->n++] = e;
+    }
+  }
+  return g;
 }
 
 /* reload_mu held. The caller's err gets the error (when its size allows). */
@@ -1845,7 +2308,7 @@ static resil_status reload_locked(resil_registry *reg, const char *text, size_t 
   memset(&rs, 0, sizeof rs);
   resil_registry_error le;
   resil_registry_error_init(&le);
-  resil_status st = load(text, len, name, reg->cur, &snap, &rs, &le);
+  resil_status st = load(text, len, name, reg->flags, reg->cur, reg->grave, &snap, &rs, &le);
   if (st == RESIL_OK) {
     pthread_rwlock_wrlock(&reg->lock);
     snapshot *old = reg->cur;
@@ -1855,7 +2318,10 @@ static resil_status reload_locked(resil_registry *reg, const char *text, size_t 
     reg->last = rs;
     pthread_rwlock_unlock(&reg->lock);
     follow_swap(reg, old, snap);
+    snapshot *prev_grave = reg->grave;
+    reg->grave = grave_of(old, snap);
     snap_free(old); /* entries kept or leased live on */
+    snap_free(prev_grave); /* those that did not come back */
   }
   sink_reload(reg, name, st, &le);
   if (st != RESIL_OK && uerr && resil__sized_size(uerr) >= sizeof(resil_registry_error))
@@ -1929,6 +2395,21 @@ int64_t resil_registry_chain_total_timeout_ns(resil_registry *reg, const char *n
   int64_t t = e ? e->total_timeout_ns : -1;
   pthread_rwlock_unlock(&reg->lock);
   return t;
+}
+
+resil_status resil_registry_http_client_timeouts_sized(resil_registry *reg, const char *name,
+                                                      resil_registry_http_timeouts *out,
+                                                      size_t struct_size) {
+  if (!reg) return RESIL_EMISUSE;
+  if (!name || !out) return RESIL_EINVAL;
+  pthread_rwlock_rdlock(&reg->lock);
+  entry *e = snap_find(reg->cur, RESIL_REG_HTTP_CLIENT, name);
+  resil_registry_http_timeouts t;
+  if (e) t = e->http;
+  pthread_rwlock_unlock(&reg->lock);
+  if (!e) return RESIL_EINVAL;
+  resil__sized_out(out, struct_size, &t, sizeof t);
+  return RESIL_OK;
 }
 
 resil_breaker *resil_registry_breaker(resil_registry *reg, const char *name) {

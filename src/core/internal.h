@@ -205,6 +205,22 @@ static inline resil_status resil__check_ns(resil_error *err, const char *field,
  * and jansson accept), 0 otherwise. A NUL byte is valid UTF-8. */
 int resil__utf8_valid(const void *s, size_t n);
 
+/* The one escaping of bytes in log lines and messages (utf8.c): every
+ * control byte, DEL and byte >= 0x80 is written "\xNN" (lower-case hex),
+ * every other byte as it is, so that no raw control byte (nor a UTF-8 line
+ * separator, U+2028, C1...) reaches a terminal or a log. */
+static inline int resil__escape_needed(unsigned char c) { return c < 0x20 || c >= 0x7f; }
+/* The number of bytes of s[0..n) that need an escape. */
+size_t resil__escape_count(const char *s, size_t n);
+/* Rewrites buf[0..n) escaped, in place, into buf[0..n + 3k) and ends it
+ * with a NUL; k is resil__escape_count(buf, n) and buf holds n + 3k + 1
+ * bytes. */
+void resil__escape_inplace(char *buf, size_t n, size_t k);
+/* Writes s[0..n) escaped into dst[0..cap), NUL-terminated; when it does not
+ * fit, as much as fits (never part of an escape) followed by "...".
+ * Returns dst. */
+char *resil__escape_excerpt(char *dst, size_t cap, const char *s, size_t n);
+
 /* Saturating helpers. */
 static inline int64_t resil__sat_add(int64_t a, int64_t b) {
   if (b > 0 && a > INT64_MAX - b) return INT64_MAX;

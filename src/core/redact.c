@@ -4,6 +4,7 @@
  * the event log. The rules are listed once, for users, in the
  * resil_http_log_fn comment of http.h. */
 #include "redact.h"
+#include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -395,27 +396,7 @@ void resil__redact_excerpt(char *dst, size_t cap, const char *s, size_t len,
     snprintf(dst, cap, "%s", RESIL__REDACTED);
   } else {
     /* Escaped as a log line is; cut with "...", never inside an escape. */
-    static const char hex[] = "0123456789abcdef";
-    size_t w = 0, fits = 0, i = 0;
-    for (; i < t->len; i++) {
-      unsigned char c = (unsigned char)t->p[i];
-      size_t k = resil__unsafe_byte(c) ? 4 : 1;
-      if (w + k + 1 > cap) break;
-      if (k == 1) {
-        dst[w++] = (char)c;
-      } else {
-        dst[w++] = '\\';
-        dst[w++] = 'x';
-        dst[w++] = hex[c >> 4];
-        dst[w++] = hex[c & 15];
-      }
-      if (w + 4 <= cap) fits = w; /* room for "..." and the NUL after it */
-    }
-    if (i < t->len) {
-      w = fits;
-      w += (size_t)snprintf(dst + w, cap - w, "...");
-    }
-    if (w < cap) dst[w] = '\0';
+    resil__escape_excerpt(dst, cap, t->p, t->len);
   }
   free(a.p);
   free(b.p);

@@ -11,10 +11,6 @@
 
 #define RESIL__REDACTED "[REDACTED]"
 
-/* 1 for a byte no log line or message shows raw (escaped "\xNN"): control
- * bytes, DEL and bytes >= 0x80. */
-static inline int resil__unsafe_byte(unsigned char c) { return c < 0x20 || c >= 0x7f; }
-
 /* Where redacted text goes: appends s[0..n) to out; returns 0, or -1 (out
  * of memory: the redaction stops with -1). */
 typedef int (*resil__put_fn)(void *out, const char *s, size_t n);

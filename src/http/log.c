@@ -86,34 +86,18 @@ int resil__http_log_header(const resil_allocator *a, http_buf *out, const char *
   return resil__redact_text(resil__http_put, &h, value, vl);
 }
 
-static int needs_escape(unsigned char c) { return resil__unsafe_byte(c); }
-
-/* Rewrites b->p[from..len) in place with every control byte, DEL and byte
- * >= 0x80 as "\xNN". Without memory for that, those bytes become '?': a raw
- * one never passes. */
+/* Rewrites b->p[from..len) in place escaped (resil__escape_inplace: every
+ * control byte, DEL and byte >= 0x80 as "\xNN"). Without memory for that,
+ * those bytes become '?': a raw one never passes. */
 static void escape_tail(const resil_allocator *a, http_buf *b, size_t from) {
-  static const char hex[] = "0123456789abcdef";
-  size_t k = 0;
-  for (size_t i = from; i < b->len; i++) k += needs_escape((unsigned char)b->p[i]);
+  size_t k = resil__escape_count(b->p + from, b->len - from);
   if (k == 0) return;
   if (resil__http_buf_reserve(a, b, 3 * k) != 0) {
     for (size_t i = from; i < b->len; i++)
-      if (needs_escape((unsigned char)b->p[i])) b->p[i] = '?';
+      if (resil__escape_needed((unsigned char)b->p[i])) b->p[i] = '?';
     return;
   }
-  size_t r = b->len, w = b->len + 3 * k;
-  b->p[w] = '\0';
-  while (r > from) {
-    unsigned char c = (unsigned char)b->p[--r];
-    if (needs_escape(c)) {
-      b->p[--w] = hex[c & 15];
-      b->p[--w] = hex[c >> 4];
-      b->p[--w] = 'x';
-      b->p[--w] = '\\';
-    } else {
-      b->p[--w] = (char)c;
-    }
-  }
+  resil__escape_inplace(b->p + from, b->len - from, k);
   b->len += 3 * k;
 }
 

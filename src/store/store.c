@@ -432,10 +432,12 @@ static int sync_init(resil_store *s) {
   return 1;
 }
 
-resil_status resil_store_open(const char *uri, const resil_store_config *ucfg,
-                              resil_store **out, resil_error *err) {
-  if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
-  *out = NULL;
+/* resil_store_open, or with check_only (out NULL) resil_store_check: the
+ * same validation, then nothing opened. */
+static resil_status open_store(const char *uri, const resil_store_config *ucfg,
+                               resil_store **out, int check_only, resil_error *err) {
+  if (!out && !check_only) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
+  if (out) *out = NULL;
   resil_store_config full;
   config_defaults(&full);
   resil_status st;
@@ -483,6 +485,7 @@ resil_status resil_store_open(const char *uri, const resil_store_config *ucfg,
                       "must start with 'sqlite:' or 'postgresql://', got '%s'", shown);
   }
 
+  if (check_only) return RESIL_OK;
   resil_store *s = resil__calloc(cfg->alloc, sizeof *s);
   if (!s) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   s->alloc = cfg->alloc;
@@ -523,6 +526,16 @@ resil_status resil_store_open(const char *uri, const resil_store_config *ucfg,
   s->magic = RESIL_MAGIC_STORE;
   *out = s;
   return RESIL_OK;
+}
+
+resil_status resil_store_open(const char *uri, const resil_store_config *cfg,
+                              resil_store **out, resil_error *err) {
+  return open_store(uri, cfg, out, 0, err);
+}
+
+resil_status resil_store_check(const char *uri, const resil_store_config *cfg,
+                               resil_error *err) {
+  return open_store(uri, cfg, NULL, 1, err);
 }
 
 void resil_store_close(resil_store *s) {

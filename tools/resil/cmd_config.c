@@ -1,7 +1,9 @@
-/* resil config check FILE...: loads each registry file (registry.h) as a
- * service would, and prints one summary line per good file on stdout, or
- * the error as FILE:LINE:COL: key.path: message on stderr. Exit 0 when
- * every file is good, 2 otherwise (and on bad usage). */
+/* resil config check [--open] FILE...: loads each registry file
+ * (registry.h) as a service would, without opening its stores (no file
+ * created, no server contacted: RESIL_REGISTRY_NO_OPEN) unless --open, and
+ * prints one summary line per good file on stdout, or the error as
+ * FILE:LINE:COL: key.path: message on stderr. Exit 0 when every file is
+ * good, 2 otherwise (and on bad usage). */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,20 +14,27 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: resil config check FILE...\n"
+          "usage: resil config check [--open] FILE...\n"
           "  Loads each YAML registry file (circuitbreaker, retry, ratelimiter,\n"
           "  bulkhead, timelimiter, hedge and chain sections; see registry.h) and\n"
           "  builds every instance with the library's own validation.\n"
+          "  Stores are checked (their uri's form, their settings) but not opened:\n"
+          "  no database file is created, no server contacted.\n"
+          "  --open  open the stores too, as a service would (creates a SQLite\n"
+          "          file, connects to PostgreSQL)\n"
           "  Good file: 'FILE: OK: N instances (...)' on stdout.\n"
           "  Bad file: 'FILE:LINE:COL: key.path: message' on stderr.\n"
           "Exit status: 0 when every file is good, 2 otherwise or on bad usage.\n");
 }
 
-static int check_one(const char *file) {
+static int check_one(const char *file, int open) {
   resil_registry *reg = NULL;
   resil_registry_error err;
   resil_registry_error_init(&err);
-  if (resil_registry_load_file(file, &reg, &err) != RESIL_OK) {
+  resil_registry_load_options opts;
+  resil_registry_load_options_init(&opts);
+  opts.flags = open ? 0 : RESIL_REGISTRY_NO_OPEN;
+  if (resil_registry_load_file_ex(file, &opts, &reg, &err) != RESIL_OK) {
     char line[1024];
     resil_registry_error_format(&err, line, sizeof line);
     fprintf(stderr, "%s\n", line);
@@ -55,9 +64,18 @@ int resil_cmd_config(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  int first = 2, open = 0;
+  if (strcmp(argv[2], "--open") == 0) {
+    open = 1;
+    first = 3;
+  }
+  if (first >= argc) {
+    usage(stderr);
+    return 2;
+  }
   int rc = 0;
-  for (int i = 2; i < argc; i++)
-    if (check_one(argv[i])) rc = 2;
+  for (int i = first; i < argc; i++)
+    if (check_one(argv[i], open)) rc = 2;
   return rc;
 }
 

@@ -22,10 +22,15 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: resil describe [--order LAYERS] [--retries N[,N...]] [--retry-wait MS]\n"
           "                      [--timeout MS] [--deadline MS] [--hedges N] [--hedge-delay MS]\n"
-          "       resil describe --config FILE [--chain NAME]\n"
+          "       resil describe --config FILE [--chain NAME] [--client NAME]\n"
           "  --config FILE    describe the chains of a registry file (registry.h), every\n"
           "                   one, or only NAME with --chain; the other options do not\n"
-          "                   apply (the file says it all)\n"
+          "                   apply (the file says it all). A chain does not name its\n"
+          "                   HTTP client: for each http_client of the file (or only\n"
+          "                   --client NAME) one more worst-case line counts each\n"
+          "                   attempt as the client bounds it (lease + connect +\n"
+          "                   response timeouts, per redirect hop), or as the chain's\n"
+          "                   time limiter does when that is shorter\n"
           "  --order LAYERS   outermost first, comma-separated from: retry, breaker,\n"
           "                   ratelimiter, timelimiter, bulkhead, hedge\n"
           "                   (default retry,breaker,ratelimiter,timelimiter,bulkhead)\n"
@@ -79,105 +84,238 @@ static int next_attempts(const char **pp, const char *all, uint32_t *out) {
   return 0;
 }
 
+/* a + b, a * b for non-negative times, saturating at INT64_MAX. */
+static int64_t sat_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+static int64_t sat_mul(int64_t a, int64_t b) {
+  return a != 0 && b > INT64_MAX / a ? INT64_MAX : a * b;
+}
+
+/* The line "worst case per logical call[ with WHAT]: ...": a's attempts and
+ * backoff, each serial attempt taking attempt_ns (why, in `note`, may be
+ * ""), the time cut at deadline_ns (0: none). */
+static void print_worst(const resil_amplification *a, const char *with, int64_t attempt_ns,
+                        const char *note, int64_t deadline_ns) {
+  int64_t time_ns = sat_add(sat_add(sat_mul((int64_t)a->serial_attempts, attempt_ns), a->wait_ns),
+                            a->hedge_delay_ns);
+  long long per_attempt_ms = (long long)(attempt_ns / 1000000);
+  /* With hedges, attempts run in parallel: the time counts the serial
+   * ones, plus the hedge delay. */
+  char attempts[96], hedge_part[64] = "";
+  if (a->serial_attempts != a->attempts)
+    snprintf(attempts, sizeof attempts,
+             "%llu physical attempts (%llu one after another, hedges in parallel)",
+             (unsigned long long)a->attempts, (unsigned long long)a->serial_attempts);
+  else
+    snprintf(attempts, sizeof attempts, "%llu physical attempts",
+             (unsigned long long)a->attempts);
+  if (a->hedge_delay_ns > 0)
+    snprintf(hedge_part, sizeof hedge_part, " + %lld ms hedge delay",
+             (long long)(a->hedge_delay_ns / 1000000));
+  /* The deadline ends the logical call: worst time = min(computed,
+   * deadline). */
+  if (deadline_ns > 0 && time_ns > deadline_ns)
+    printf("worst case per logical call%s: %s, %.3f s: the deadline "
+           "(computed %.3f s = %llu x %lld ms per attempt%s + %lld ms backoff%s, cut at "
+           "the %lld ms deadline)\n",
+           with, attempts, (double)deadline_ns / 1e9, (double)time_ns / 1e9,
+           (unsigned long long)a->serial_attempts, per_attempt_ms, note,
+           (long long)(a->wait_ns / 1000000), hedge_part, (long long)(deadline_ns / 1000000));
+  else
+    printf("worst case per logical call%s: %s, %.3f s "
+           "(%llu x %lld ms per attempt%s + %lld ms backoff%s%s)\n",
+           with, attempts, (double)time_ns / 1e9, (unsigned long long)a->serial_attempts,
+           per_attempt_ms, note, (long long)(a->wait_ns / 1000000), hedge_part,
+           deadline_ns > 0 ? ", within the deadline" : "");
+}
+
+/* An HTTP client a chain's calls may go through (describe --config). */
+typedef struct client_bound {
+  const char *name;
+  int64_t lease_ns, connect_ns, response_ns;
+  uint32_t hops;
+} client_bound;
+
 /* Prints what resil_chain_describe says about ch and its static
- * amplification, the worst time cut at deadline_ns (0: none). Returns 1 when
- * the chain has warnings, else 0. */
-static int print_chain(const resil_chain *ch, int64_t deadline_ns) {
-  char out[4096];
-  resil_chain_describe(ch, out, sizeof out);
+ * amplification, the worst time cut at deadline_ns (0: none); then, for
+ * each of the nclients clients, the worst case of the chain's calls
+ * through it: an attempt lasts what the client allows (lease + hops x
+ * (connect + response)), or the chain's time limiter when that is shorter.
+ * Returns 1 when the chain has warnings, 2 when it cannot be described,
+ * else 0. */
+static int print_chain(const resil_chain *ch, int64_t deadline_ns, const client_bound *clients,
+                       size_t nclients) {
+  size_t need = resil_chain_describe(ch, NULL, 0);
+  char *out = malloc(need + 1);
+  if (!out) {
+    fprintf(stderr, "resil describe: out of memory\n");
+    return 2;
+  }
+  resil_chain_describe(ch, out, need + 1);
   fputs(out, stdout);
+  free(out);
   resil_amplification a;
-  if (resil_chain_amplification(ch, &a) == RESIL_OK) {
-    long long per_attempt_ms =
-        (long long)(a.serial_attempts
-                        ? (a.time_ns - a.wait_ns - a.hedge_delay_ns) /
-                              (int64_t)a.serial_attempts / 1000000
-                        : 0);
-    /* With hedges, attempts run in parallel: the time counts the serial
-     * ones, plus the hedge delay. */
-    char attempts[96], hedge_part[64] = "";
-    if (a.serial_attempts != a.attempts)
-      snprintf(attempts, sizeof attempts,
-               "%llu physical attempts (%llu one after another, hedges in parallel)",
-               (unsigned long long)a.attempts, (unsigned long long)a.serial_attempts);
-    else
-      snprintf(attempts, sizeof attempts, "%llu physical attempts",
-               (unsigned long long)a.attempts);
-    if (a.hedge_delay_ns > 0)
-      snprintf(hedge_part, sizeof hedge_part, " + %lld ms hedge delay",
-               (long long)(a.hedge_delay_ns / 1000000));
-    /* The deadline ends the logical call: worst time = min(computed,
-     * deadline). */
-    if (deadline_ns > 0 && a.time_ns > deadline_ns)
-      printf("worst case per logical call: %s, %.3f s: the deadline "
-             "(computed %.3f s = %llu x %lld ms per attempt + %lld ms backoff%s, cut at "
-             "the %lld ms deadline)\n",
-             attempts, (double)deadline_ns / 1e9, (double)a.time_ns / 1e9,
-             (unsigned long long)a.serial_attempts, per_attempt_ms,
-             (long long)(a.wait_ns / 1000000), hedge_part,
-             (long long)(deadline_ns / 1000000));
-    else
-      printf("worst case per logical call: %s, %.3f s "
-             "(%llu x %lld ms per attempt + %lld ms backoff%s%s)\n",
-             attempts, (double)a.time_ns / 1e9, (unsigned long long)a.serial_attempts,
-             per_attempt_ms, (long long)(a.wait_ns / 1000000), hedge_part,
-             deadline_ns > 0 ? ", within the deadline" : "");
+  if (resil_chain_amplification(ch, &a) != RESIL_OK) {
+    fprintf(stderr, "resil describe: the chain's amplification cannot be computed\n");
+    return 2;
+  }
+  /* the attempt timeout of the chain's time limiter (0: none) */
+  int64_t tl_ns = a.serial_attempts && a.time_ns < INT64_MAX
+                      ? (a.time_ns - a.wait_ns - a.hedge_delay_ns) / (int64_t)a.serial_attempts
+                      : 0;
+  print_worst(&a, "", tl_ns, "", deadline_ns);
+  for (size_t i = 0; i < nclients; i++) {
+    const client_bound *c = &clients[i];
+    int64_t client_ns =
+        sat_add(c->lease_ns, sat_mul((int64_t)c->hops, sat_add(c->connect_ns, c->response_ns)));
+    char with[200], note[320];
+    snprintf(with, sizeof with, " through http_client %s", c->name);
+    char bound[200], hops[32] = "";
+    if (c->hops > 1) snprintf(hops, sizeof hops, "%u hops x (", (unsigned)c->hops);
+    snprintf(bound, sizeof bound, "%lld ms lease + %s%lld ms connect + %lld ms response%s",
+             (long long)(c->lease_ns / 1000000), hops, (long long)(c->connect_ns / 1000000),
+             (long long)(c->response_ns / 1000000), c->hops > 1 ? ")" : "");
+    int64_t attempt_ns = client_ns;
+    if (tl_ns > 0 && tl_ns <= client_ns) {
+      attempt_ns = tl_ns;
+      snprintf(note, sizeof note, " (the time limiter's, shorter than the client's %s)", bound);
+    } else {
+      snprintf(note, sizeof note, " (the client's %s%s)", bound,
+               tl_ns > 0 ? "; the time limiter's is longer" : "; no time limiter");
+    }
+    print_worst(&a, with, attempt_ns, note, deadline_ns);
   }
   return resil_chain_warnings(ch) ? 1 : 0;
 }
 
 #ifdef RESIL_HAVE_CONFIG
-typedef struct chain_names {
-  char names[64][128];
-  size_t n;
-} chain_names;
+/* Names of one kind in a registry, in its order (strcmp), copied. */
+typedef struct name_list {
+  char **v;
+  size_t n, cap;
+  int oom;
+} name_list;
 
-static int collect_chain(void *user, resil_registry_kind kind, const char *name, void *h) {
+typedef struct collected {
+  name_list chains, clients;
+} collected;
+
+static void name_add(name_list *l, const char *name) {
+  if (l->oom) return;
+  if (l->n == l->cap) {
+    size_t nc = l->cap ? 2 * l->cap : 16;
+    char **nv = realloc(l->v, nc * sizeof *nv);
+    if (!nv) {
+      l->oom = 1;
+      return;
+    }
+    l->v = nv;
+    l->cap = nc;
+  }
+  char *d = strdup(name);
+  if (!d) {
+    l->oom = 1;
+    return;
+  }
+  l->v[l->n++] = d;
+}
+
+static void names_free(name_list *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+}
+
+static int collect(void *user, resil_registry_kind kind, const char *name, void *h) {
   (void)h;
-  chain_names *cn = user;
-  if (kind == RESIL_REG_CHAIN && cn->n < 64)
-    snprintf(cn->names[cn->n++], sizeof cn->names[0], "%s", name);
+  collected *c = user;
+  if (kind == RESIL_REG_CHAIN) name_add(&c->chains, name);
+  if (kind == RESIL_REG_HTTP_CLIENT) name_add(&c->clients, name);
   return 0;
 }
 
-/* resil describe --config FILE [--chain NAME]: every chain of the file (or
- * NAME), each as print_chain describes it, its total_timeout as the
- * deadline. */
-static int describe_config(const char *file, const char *only) {
+static void list_names(const char *what, const name_list *l) {
+  fprintf(stderr, " (%s:", what);
+  for (size_t i = 0; i < l->n; i++) fprintf(stderr, " %s", l->v[i]);
+  fprintf(stderr, "%s)\n", l->n ? "" : " none");
+}
+
+/* resil describe --config FILE [--chain NAME] [--client NAME]: every chain
+ * of the file (or NAME), each as print_chain describes it, its
+ * total_timeout as the deadline, with the worst case through every
+ * http_client of the file (or only NAME). No fixed limit: every chain,
+ * whole names; a chain that cannot be described is an error (exit 2). */
+static int describe_config(const char *file, const char *only, const char *client) {
   resil_registry *reg = NULL;
   resil_registry_error err;
   resil_registry_error_init(&err);
-  if (resil_registry_load_file(file, &reg, &err) != RESIL_OK) {
+  resil_registry_load_options opts;
+  resil_registry_load_options_init(&opts);
+  opts.flags = RESIL_REGISTRY_NO_OPEN; /* describing creates no file, contacts no server */
+  if (resil_registry_load_file_ex(file, &opts, &reg, &err) != RESIL_OK) {
     char line[1024];
     resil_registry_error_format(&err, line, sizeof line);
     fprintf(stderr, "%s\n", line);
     return 2;
   }
-  chain_names cn;
-  cn.n = 0;
-  if (only) {
-    if (!resil_registry_chain(reg, only)) {
-      (void)resil_registry_foreach(reg, collect_chain, &cn);
-      fprintf(stderr, "resil describe: --chain: no chain '%s' in %s (chains:", only, file);
-      for (size_t i = 0; i < cn.n; i++) fprintf(stderr, " %s", cn.names[i]);
-      fprintf(stderr, "%s)\n", cn.n ? "" : " none");
-      resil_registry_free(reg);
-      return 2;
-    }
-    snprintf(cn.names[0], sizeof cn.names[0], "%s", only);
-    cn.n = 1;
-  } else {
-    (void)resil_registry_foreach(reg, collect_chain, &cn);
-  }
-  if (cn.n == 0) printf("%s: no chains\n", file);
+  collected all;
+  memset(&all, 0, sizeof all);
+  (void)resil_registry_foreach(reg, collect, &all);
   int rc = 0;
-  for (size_t i = 0; i < cn.n; i++) {
-    if (i) printf("\n");
-    printf("chain %s (%s):\n", cn.names[i], file);
-    int r = print_chain(resil_registry_chain(reg, cn.names[i]),
-                        resil_registry_chain_total_timeout_ns(reg, cn.names[i]));
+  client_bound *cb = NULL;
+  size_t ncb = 0;
+  if (all.chains.oom || all.clients.oom) {
+    fprintf(stderr, "resil describe: out of memory\n");
+    rc = 2;
+    goto done;
+  }
+  if (only && !resil_registry_chain(reg, only)) {
+    fprintf(stderr, "resil describe: --chain: no chain '%s' in %s", only, file);
+    list_names("chains", &all.chains);
+    rc = 2;
+    goto done;
+  }
+  if (client && resil_registry_http_client(reg, client) == NULL) {
+    fprintf(stderr, "resil describe: --client: no http_client '%s' in %s", client, file);
+    list_names("http clients", &all.clients);
+    rc = 2;
+    goto done;
+  }
+  cb = calloc(all.clients.n ? all.clients.n : 1, sizeof *cb);
+  if (!cb) {
+    fprintf(stderr, "resil describe: out of memory\n");
+    rc = 2;
+    goto done;
+  }
+  for (size_t i = 0; i < all.clients.n; i++) {
+    if (client && strcmp(client, all.clients.v[i]) != 0) continue;
+    resil_registry_http_timeouts t;
+    if (resil_registry_http_client_timeouts(reg, all.clients.v[i], &t) != RESIL_OK) {
+      fprintf(stderr, "resil describe: http_client '%s': no timeouts\n", all.clients.v[i]);
+      rc = 2;
+      goto done;
+    }
+    cb[ncb++] = (client_bound){all.clients.v[i], t.lease_timeout_ns, t.connect_timeout_ns,
+                               t.response_timeout_ns, t.max_hops};
+  }
+  if (all.chains.n == 0) printf("%s: no chains\n", file);
+  size_t shown = 0;
+  for (size_t i = 0; i < all.chains.n; i++) {
+    const char *name = all.chains.v[i];
+    if (only && strcmp(only, name) != 0) continue;
+    resil_chain *ch = resil_registry_chain(reg, name);
+    if (!ch) {
+      fprintf(stderr, "resil describe: chain '%s' of %s cannot be found\n", name, file);
+      rc = 2;
+      break;
+    }
+    if (shown++) printf("\n");
+    printf("chain %s (%s):\n", name, file);
+    int r = print_chain(ch, resil_registry_chain_total_timeout_ns(reg, name), cb, ncb);
     if (r > rc) rc = r;
   }
+done:
+  free(cb);
+  names_free(&all.chains);
+  names_free(&all.clients);
   resil_registry_free(reg);
   return rc;
 }
@@ -189,7 +327,7 @@ int resil_cmd_describe(int argc, char **argv) {
   int64_t wait_ns = MS(500), timeout_ns = MS(1000), deadline_ns = 0;
   int64_t hedge_delay_ns = MS(100);
   uint32_t hedges = 1;
-  const char *config = NULL, *chain_name = NULL;
+  const char *config = NULL, *chain_name = NULL, *client_name = NULL;
   int others = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -208,6 +346,10 @@ int resil_cmd_describe(int argc, char **argv) {
     }
     if (strcmp(a, "--chain") == 0) {
       chain_name = v;
+      continue;
+    }
+    if (strcmp(a, "--client") == 0) {
+      client_name = v;
       continue;
     }
     others++;
@@ -243,8 +385,9 @@ int resil_cmd_describe(int argc, char **argv) {
     }
   }
 
-  if (chain_name && !config) {
-    fprintf(stderr, "resil describe: --chain needs --config FILE\n");
+  if ((chain_name || client_name) && !config) {
+    fprintf(stderr, "resil describe: %s needs --config FILE\n",
+            chain_name ? "--chain" : "--client");
     return 2;
   }
   if (config) {
@@ -254,7 +397,7 @@ int resil_cmd_describe(int argc, char **argv) {
       return 2;
     }
 #ifdef RESIL_HAVE_CONFIG
-    return describe_config(config, chain_name);
+    return describe_config(config, chain_name, client_name);
 #else
     fprintf(stderr, "resil describe: --config: this resil was built without "
                     "libresil-config (libyaml)\n");
@@ -347,7 +490,7 @@ int resil_cmd_describe(int argc, char **argv) {
             retries);
     rc = 2;
   }
-  if (rc == 0) rc = print_chain(ch, deadline_ns);
+  if (rc == 0) rc = print_chain(ch, deadline_ns, NULL, 0);
   resil_chain_free(ch);
   for (size_t i = 0; i < MAXP; i++) {
     resil_retry_free(rts[i]);
