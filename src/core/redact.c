@@ -12,7 +12,7 @@
 
 static int lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
-static int ieq(const char *a, size_t alen, const char *b) {
+int resil__ieq(const char *a, size_t alen, const char *b) {
   size_t blen = strlen(b);
   if (alen != blen) return 0;
   for (size_t i = 0; i < alen; i++)
@@ -20,8 +20,7 @@ static int ieq(const char *a, size_t alen, const char *b) {
   return 1;
 }
 
-/* 1 when the lower-case needle occurs in s[0..len) ignoring case. */
-static int icontains(const char *s, size_t len, const char *needle) {
+int resil__icontains(const char *s, size_t len, const char *needle) {
   size_t n = strlen(needle);
   if (n > len) return 0;
   for (size_t i = 0; i + n <= len; i++) {
@@ -47,9 +46,9 @@ static int secret_param_decoded(const char *name, size_t len) {
    * authorization code, a one-time password, a PIN. */
   static const char *const whole[] = {"code", "otp", "pin"};
   for (size_t i = 0; i < sizeof part / sizeof part[0]; i++)
-    if (icontains(name, len, part[i])) return 1;
+    if (resil__icontains(name, len, part[i])) return 1;
   for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++)
-    if (ieq(name, len, whole[i])) return 1;
+    if (resil__ieq(name, len, whole[i])) return 1;
   return 0;
 }
 

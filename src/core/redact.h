@@ -11,6 +11,11 @@
 
 #define RESIL__REDACTED "[REDACTED]"
 
+/* 1 when a[0..alen) equals the lower-case b, ignoring case. */
+int resil__ieq(const char *a, size_t alen, const char *b);
+/* 1 when the lower-case needle occurs in s[0..len), ignoring case. */
+int resil__icontains(const char *s, size_t len, const char *needle);
+
 /* Where redacted text goes: appends s[0..n) to out; returns 0, or -1 (out
  * of memory: the redaction stops with -1). */
 typedef int (*resil__put_fn)(void *out, const char *s, size_t n);

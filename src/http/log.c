@@ -13,32 +13,10 @@
 
 #define REDACTED RESIL__REDACTED
 
-static int lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
-
-static int ieq(const char *a, size_t alen, const char *b) {
-  size_t blen = strlen(b);
-  if (alen != blen) return 0;
-  for (size_t i = 0; i < alen; i++)
-    if (lower((unsigned char)a[i]) != b[i]) return 0;
-  return 1;
-}
-
-/* 1 when the lower-case needle occurs in s[0..len) ignoring case. */
-static int icontains(const char *s, size_t len, const char *needle) {
-  size_t n = strlen(needle);
-  if (n > len) return 0;
-  for (size_t i = 0; i + n <= len; i++) {
-    size_t k = 0;
-    while (k < n && lower((unsigned char)s[i + k]) == needle[k]) k++;
-    if (k == n) return 1;
-  }
-  return 0;
-}
-
 /* 1 when s[0..len) ends with the lower-case suffix, ignoring case. */
 static int iends(const char *s, size_t len, const char *suffix) {
   size_t n = strlen(suffix);
-  return n <= len && ieq(s + len - n, n, suffix);
+  return n <= len && resil__ieq(s + len - n, n, suffix);
 }
 
 int resil__http_secret_header(const char *name, size_t len) {
@@ -47,10 +25,10 @@ int resil__http_secret_header(const char *name, size_t len) {
                                      "signature", "cookie",   "apikey",    "api-key",
                                      "api_key"};
   for (size_t i = 0; i < sizeof part / sizeof part[0]; i++)
-    if (icontains(name, len, part[i])) return 1;
+    if (resil__icontains(name, len, part[i])) return 1;
   /* "*-key": X-Access-Key, Ocp-Apim-Subscription-Key, ... but not the
    * idempotency key, which must stay visible to correlate attempts. */
-  if (ieq(name, len, "key") || iends(name, len, "-key") || iends(name, len, "_key"))
+  if (resil__ieq(name, len, "key") || iends(name, len, "-key") || iends(name, len, "_key"))
     return !iends(name, len, "idempotency-key");
   return 0;
 }
