@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fixture/fixture.h"
 
@@ -201,8 +202,12 @@ int resil_cmd_fixture(int argc, char **argv) {
   if (resil_cli_reloader_stop(reloader, 250) != 0) {
     fprintf(stderr, "resil fixture: stopped during a reload of %s: reload abandoned\n",
             config);
+    /* _exit: no exit handler or library destructor may run while the
+     * reload's thread is still inside a library (libpq, GSSAPI: ThreadSanitizer
+     * saw their destructors race with it). */
     fflush(stdout);
-    exit(0);
+    fflush(stderr);
+    _exit(0);
   }
   resil_cli_config_close(reg); /* before the fixture's collector */
   resil_fixture_stop(f);

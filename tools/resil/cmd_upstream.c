@@ -689,8 +689,12 @@ out:
   if (resil_cli_reloader_stop(reloader, 250) != 0) {
     fprintf(stderr, PROG ": stopped during a reload of %s: reload abandoned\n",
             o.config);
+    /* _exit: no exit handler or library destructor may run while the
+     * reload's thread is still inside a library (libpq, GSSAPI: ThreadSanitizer
+     * saw their destructors race with it). */
     fflush(stdout);
-    exit(rc);
+    fflush(stderr);
+    _exit(rc);
   }
   resil_cli_config_close(reg); /* before the collector it is in */
   the_upstream = NULL;

@@ -59,8 +59,9 @@ void resil_cli_reloader_kick(resil_cli_reloader *r);
  * for at most wait_ms. 0: the thread ended and r is freed (NULL: 0).
  * -1: a reload is still running; r, its registry and everything the
  * registry uses (collector, event sink) must be left as they are: the
- * caller exits the process without freeing them (the reload is abandoned:
- * the process ends before it applies anything more). */
+ * caller ends the process with _exit() without freeing them (the reload is
+ * abandoned: the process ends before it applies anything more; no exit
+ * handler or library destructor runs under the reload's thread). */
 int resil_cli_reloader_stop(resil_cli_reloader *r, int wait_ms);
 
 #endif
