@@ -279,6 +279,18 @@ RESIL_API const char *resil_chain_layer_name(const resil_chain *ch, size_t i);
  * Since 0.2. */
 RESIL_API int resil_chain_layer_kind(const resil_chain *ch, size_t i);
 
+/* Layer i's policy object when the layer was added by a typed adder
+ * (resil_chain_add_retry, ..._breaker, ..._ratelimiter, ..._timelimiter,
+ * ..._bulkhead, ..._threadpool, ..._hedge): a resil_retry *, ... by
+ * resil_chain_layer_kind(). NULL for a layer added with
+ * resil_chain_add_layer() (a custom layer, even one of a library kind: its
+ * policy is opaque), a NULL chain or i out of range. For drivers that run
+ * a chain's layers themselves (the async engine's resil_engine_call_chain).
+ * Since 0.2. */
+RESIL_API void *resil_chain_layer_policy(const resil_chain *ch, size_t i);
+/* The chain's total_timeout_ns (0: none); -1 for a NULL chain. Since 0.2. */
+RESIL_API int64_t resil_chain_total_timeout_ns(const resil_chain *ch);
+
 /* Writes the nesting, e.g. "Retry(Breaker(Bulkhead(call)))", into buf.
  * Returns the length it needed (like snprintf); 0 (and buf "") for a NULL
  * chain. */

@@ -1407,3 +1407,12 @@ int resil_chain_layer_kind(const resil_chain *ch, size_t i) {
   if (!chain_valid(ch) || i >= ch->n) return -1;
   return (int)ch->layers[i].desc.kind;
 }
+
+void *resil_chain_layer_policy(const resil_chain *ch, size_t i) {
+  if (!chain_valid(ch) || i >= ch->n) return NULL;
+  return resil__chain_layer_typed(&ch->layers[i].desc) ? ch->layers[i].desc.policy : NULL;
+}
+
+int64_t resil_chain_total_timeout_ns(const resil_chain *ch) {
+  return chain_valid(ch) ? ch->total_timeout_ns : -1;
+}

@@ -43,6 +43,9 @@
 
 enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE, ST_BHWAIT, ST_CWAIT };
 
+/* The per-attempt steps (see "steps"). */
+enum { STEP_RL = ENG_STEP_RL, STEP_BR = ENG_STEP_BR, STEP_BH = ENG_STEP_BH };
+
 /* A transfer waiting in the engine's queue for a connection (see
  * "connections" below). */
 typedef struct eng_cwait {
@@ -123,6 +126,18 @@ struct resil_engine_handle {
   int state;
   int deadline_hit;
   int rl_held;    /* this attempt's rate-limiter permit is reserved */
+  /* The per-attempt steps (STEP_*), outermost first, and the one to run
+   * next: 0 for a new attempt; a rate-limiter WAIT (rl_held) resumes at
+   * its own step, a bulkhead grant at the step after it (see "steps"). */
+  unsigned char steps[3];
+  unsigned char nsteps, step_i;
+  /* A breaker outside the retry (resil_engine_call_chain): one permit per
+   * logical call, taken at its start, recorded at finish with the final
+   * outcome and the call's duration. */
+  resil_breaker *cbr;
+  resil_breaker_permit cpermit;
+  int has_cpermit;
+  int64_t call_t0;
   int has_permit; /* breaker permit held */
   int has_bh;     /* bulkhead slot held */
   int at_kind;    /* ABORT_* the `at` timer ends the transfer with */
@@ -455,6 +470,11 @@ static void finish(resil_engine_handle *call, resil_outcome o) {
   call->prev = call->next = NULL;
   e->active--;
   token_unsubscribe(call);
+  if (call->has_cpermit) {
+    int64_t dur = eng_now(e) - call->call_t0;
+    resil_breaker_record(call->cbr, &call->cpermit, &o, dur < 0 ? 0 : dur);
+    call->has_cpermit = 0;
+  }
   resil_http_response *r = call->res;
   call->res = NULL;
   ST_INC(e, completed);
@@ -496,6 +516,7 @@ static void begin_attempt(resil_engine_handle *call);
  * retry decides. */
 static void after_attempt(resil_engine_handle *call, const resil_outcome *o, int64_t duration_ns) {
   resil_engine *e = call->e;
+  call->step_i = 0;
   if (call->has_bh) {
     resil_bulkhead_release(call->pol.bulkhead);
     call->has_bh = 0;
@@ -1029,6 +1050,17 @@ static void flight_abort(resil_engine_handle *call, int kind) {
  * drained. Each WAIT holds a ref on the call until its fate is known to the
  * loop (withdrawn, or its grant drained), counted in e->bh_outstanding. */
 
+static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t now);
+
+/* A step refused the attempt (nothing sent): the steps before it give back
+ * what they took (a breaker permit released, not recorded; a bulkhead slot)
+ * and the attempt ends REJECTED(why). */
+static void step_reject(resil_engine_handle *call, resil_reason why) {
+  release_holds(call);
+  resil_outcome o = resil_outcome_make(RESIL_REJECTED, why);
+  after_attempt(call, &o, 0);
+}
+
 static void bh_ready(void *arg) {
   resil_engine_handle *call = arg;
   resil_engine *e = call->e;
@@ -1094,7 +1126,7 @@ static void bh_drain(resil_engine *e) {
     if (atomic_load_explicit(&call->cancel_req, memory_order_acquire))
       finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
     else
-      start_transfer(call);
+      run_steps(call, attempt_ctx(call), eng_now(e));
     call_unref(call);
   }
 }
@@ -1102,15 +1134,12 @@ static void bh_drain(resil_engine *e) {
 /* The max wait passed (`t` in ST_BHWAIT). */
 static void bh_wait_expired(resil_engine_handle *call) {
   if (bh_withdraw(call)) {
-    start_transfer(call);
+    run_steps(call, attempt_ctx(call), eng_now(call->e));
     return;
   }
-  if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
-  call->has_permit = 0;
   call->state = ST_WAIT;
   ST_INC(call->e, rej_bh_wait);
-  resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
-  after_attempt(call, &o, 0);
+  step_reject(call, RESIL_REASON_BULKHEAD_FULL);
 }
 
 /* Takes a slot or queues for one. Returns 1 when the transfer may start
@@ -1150,12 +1179,69 @@ static int bh_acquire(resil_engine_handle *call, const resil_ctx *actx, int64_t 
       return 0;
     }
   }
-  if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
-  call->has_permit = 0;
   ST_INC(e, rej_bh_full);
-  resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
-  after_attempt(call, &o, 0);
+  step_reject(call, RESIL_REASON_BULKHEAD_FULL);
   return 0;
+}
+
+/* ---- steps ------------------------------------------------------------------
+ *
+ * An attempt runs its policies as a small program: call->steps, outermost
+ * first (resil_engine_call: rate limiter, breaker, bulkhead;
+ * resil_engine_call_chain: the chain's order), then the transfer. Two
+ * steps can wait: a rate-limiter reservation (a timer on `t`; the attempt
+ * resumes at that step, rl_held set, the permit already its own) and a
+ * bulkhead queue (the grant resumes at the step after it). A step that
+ * refuses ends the attempt through step_reject: what the steps before it
+ * took is given back. */
+
+static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t now) {
+  resil_engine *e = call->e;
+  while (call->step_i < call->nsteps) {
+    unsigned char i = call->step_i++;
+    switch (call->steps[i]) {
+    case STEP_RL: {
+      if (call->rl_held) {
+        call->rl_held = 0;
+        break;
+      }
+      int64_t wait = 0;
+      resil_reason why = RESIL_REASON_OK;
+      resil_decision d = resil_ratelimiter_reserve(call->pol.ratelimiter, 1, actx, &wait, &why);
+      if (d == RESIL_DECISION_DENY) {
+        ST_INC(e, rej_ratelimiter);
+        step_reject(call, why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE
+                                                       : RESIL_REASON_RATE_LIMITED);
+        return;
+      }
+      if (d == RESIL_DECISION_WAIT) {
+        call->rl_held = 1;
+        call->step_i = i;
+        call->state = ST_WAIT;
+        if (arm_at(e, &call->t, resil__sat_add(now, wait)) == 0) return;
+        /* No timer: go on at once. */
+        call->rl_held = 0;
+        call->step_i = (unsigned char)(i + 1);
+      }
+      break;
+    }
+    case STEP_BR:
+      if (resil_breaker_try_acquire(call->pol.breaker, &call->permit) != RESIL_DECISION_GO) {
+        ST_INC(e, rej_breaker);
+        step_reject(call, RESIL_REASON_BREAKER_OPEN);
+        return;
+      }
+      call->has_permit = 1;
+      break;
+    case STEP_BH:
+      if (!bh_acquire(call, actx, now)) return;
+      break;
+    default:
+      break;
+    }
+  }
+  call->step_i = 0;
+  start_transfer(call);
 }
 
 /* The per-attempt policies, then the transfer. */
@@ -1172,37 +1258,8 @@ static void begin_attempt(resil_engine_handle *call) {
     finish_between(call, RESIL_REASON_DEADLINE, RESIL_STOP_DEADLINE);
     return;
   }
-  if (!call->rl_held && call->tries++ > 0) ST_INC(e, retries);
-  resil_outcome o;
-  if (call->pol.ratelimiter && !call->rl_held) {
-    int64_t wait = 0;
-    resil_reason why = RESIL_REASON_OK;
-    resil_decision d = resil_ratelimiter_reserve(call->pol.ratelimiter, 1, actx, &wait, &why);
-    if (d == RESIL_DECISION_DENY) {
-      ST_INC(e, rej_ratelimiter);
-      o = resil_outcome_make(RESIL_REJECTED, why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE
-                                                                          : RESIL_REASON_RATE_LIMITED);
-      after_attempt(call, &o, 0);
-      return;
-    }
-    if (d == RESIL_DECISION_WAIT) {
-      call->rl_held = 1;
-      call->state = ST_WAIT;
-      if (arm_at(e, &call->t, resil__sat_add(now, wait)) == 0) return;
-    }
-  }
-  call->rl_held = 0;
-  if (call->pol.breaker) {
-    if (resil_breaker_try_acquire(call->pol.breaker, &call->permit) != RESIL_DECISION_GO) {
-      ST_INC(e, rej_breaker);
-      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
-      after_attempt(call, &o, 0);
-      return;
-    }
-    call->has_permit = 1;
-  }
-  if (call->pol.bulkhead && !bh_acquire(call, actx, now)) return;
-  start_transfer(call);
+  if (call->step_i == 0 && !call->rl_held && call->tries++ > 0) ST_INC(e, retries);
+  run_steps(call, actx, now);
 }
 
 /* `t` fired: the deferred start, or the end of a wait. */
@@ -1214,6 +1271,17 @@ static void on_call_timer(void *arg) {
   }
   if (call->state == ST_START) {
     call->state = ST_WAIT;
+    if (call->cbr) {
+      call->call_t0 = eng_now(call->e);
+      if (resil_breaker_try_acquire(call->cbr, &call->cpermit) != RESIL_DECISION_GO) {
+        ST_INC(call->e, rej_breaker);
+        resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+        o.attempts = 0;
+        finish(call, o);
+        return;
+      }
+      call->has_cpermit = 1;
+    }
     if (call->pol.retry &&
         resil_retry_begin(call->pol.retry, &call->ctx, call->rst) != RESIL_DECISION_GO) {
       finish(call, resil_retry_result(call->rst));
@@ -1396,6 +1464,13 @@ static void on_wake(void *arg) {
 /* ---- hooks for flows on top of the engine (engine_int.h) ------------------ */
 
 int64_t resil__engine_now(const resil_engine *e) { return eng_now(e); }
+
+void resil__engine_set_order(resil_engine_handle *h, const unsigned char *steps, size_t n,
+                             resil_breaker *cbr) {
+  h->nsteps = 0;
+  for (size_t i = 0; i < n && i < sizeof h->steps; i++) h->steps[h->nsteps++] = steps[i];
+  h->cbr = cbr;
+}
 resil_http_client *resil__engine_client(const resil_engine *e) { return e->client; }
 
 void resil__engine_defer_report(resil_engine_handle *h) {
@@ -1632,6 +1707,9 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   call->alloc = e->alloc;
   call->e = e;
   call->pol = pol;
+  if (pol.ratelimiter) call->steps[call->nsteps++] = STEP_RL;
+  if (pol.breaker) call->steps[call->nsteps++] = STEP_BR;
+  if (pol.bulkhead) call->steps[call->nsteps++] = STEP_BH;
   call->ctx = *cx;
   call->ctx.flags |= resil_http_request_call_flags(call->req);
   call->ctx.idempotency_key = resil_http_request_idempotency_key(call->req);

@@ -28,6 +28,14 @@ void resil__engine_defer_report(resil_engine_handle *h);
  * deferred (a cancelled call, a call never deferred). */
 void resil__engine_report(resil_engine_handle *h, const resil_outcome *o, const char *key);
 
+/* h (just returned by resil_engine_call, not started yet): its
+ * per-attempt steps become steps[0..n-1] (ENG_STEP_*, outermost first,
+ * each kind at most once, each policy set in the call's policies) and cbr
+ * (may be NULL) a breaker taken once per logical call (engine_chain.c). */
+enum { ENG_STEP_RL = 1, ENG_STEP_BR, ENG_STEP_BH };
+void resil__engine_set_order(resil_engine_handle *h, const unsigned char *steps, size_t n,
+                             resil_breaker *cbr);
+
 typedef struct resil__engine_ext {
   /* Loop thread, on a later loop iteration after resil__engine_post(). */
   void (*on_post)(struct resil__engine_ext *x);

@@ -1,0 +1,287 @@
+/* A chain's layers on the async engine (engine.h resil_engine_call_chain)
+ * and the registry driving the engine and the blocking client
+ * (registry_call.h): the chain's order honoured on the engine exactly as
+ * resil_chain_run honours it on the blocking path, chains the engine cannot
+ * run refused by name, calls on a registry chain holding one lease while
+ * another thread reloads, and the attempt events of the retries and
+ * clients the registry builds. Real fixture on 127.0.0.1, the built-in
+ * loop. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#if defined(RESIL_HAVE_CONFIG) && defined(RESIL_HAVE_LOOP)
+#include "fixture/fixture.h"
+#include "resil/breaker.h"
+#include "resil/engine.h"
+#include "resil/loop.h"
+#include "resil/registry.h"
+
+typedef struct env {
+  resil_fixture *fx;
+  resil_registry *reg;
+  resil_loop *loop;
+  resil_loop_adapter *ad;
+  resil_engine *e;
+  resil_registry_lease *client_lease;
+} env;
+
+/* The registry text: %s is the fixture's URL. */
+static const char *YAML =
+    "circuitbreaker:\n"
+    "  instances:\n"
+    "    b: {minimum_calls: 1000, window_size: 1000}\n"
+    "    b2: {minimum_calls: 1000, window_size: 1000}\n"
+    "    b3: {initial_state: half_open, half_open_permitted_calls: 1}\n"
+    "retry:\n"
+    "  instances:\n"
+    "    r: {max_attempts: 3, initial_wait: 1ms, backoff: fixed}\n"
+    "ratelimiter:\n"
+    "  instances:\n"
+    "    rl: {limit_for_period: 1000, refresh_period: 1s, timeout: 0}\n"
+    "    rl0: {limit_for_period: 1, refresh_period: 1h, timeout: 0}\n"
+    "bulkhead:\n"
+    "  instances:\n"
+    "    bh: {max_concurrent: 10}\n"
+    "timelimiter:\n"
+    "  instances:\n"
+    "    tl: {timeout: 2s}\n"
+    "http_client:\n"
+    "  instances:\n"
+    "    fx:\n"
+    "      base_url: %s\n"
+    "      endpoints:\n"
+    "        fail: {path: /status/503}\n"
+    "        ok: {path: /items/1}\n"
+    "chain:\n"
+    "  instances:\n"
+    "    in: {total_timeout: 10s, layers: [{retry: r}, {circuitbreaker: b}]}\n"
+    "    out: {total_timeout: 10s, layers: [{circuitbreaker: b}, {retry: r}]}\n"
+    "    full: {total_timeout: 10s, layers: [{retry: r}, {circuitbreaker: b}, {ratelimiter: rl},\n"
+    "           {timelimiter: tl}, {bulkhead: bh}]}\n"
+    "    rlfirst: {layers: [{ratelimiter: rl0}, {circuitbreaker: b2}]}\n"
+    "    brfirst: {layers: [{circuitbreaker: b3}, {ratelimiter: rl0}]}\n"
+    "    rl_out: {layers: [{ratelimiter: rl}, {retry: r}]}\n"
+    "    bh_out: {layers: [{bulkhead: bh}, {retry: r}, {circuitbreaker: b}]}\n";
+
+static void env_start(env *v, const char *yaml_fmt) {
+  memset(v, 0, sizeof *v);
+  char eb[256];
+  if (resil_fixture_start(NULL, &v->fx, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
+  size_t n = strlen(yaml_fmt) + 256;
+  char *text = malloc(n);
+  assert_non_null(text);
+  snprintf(text, n, yaml_fmt, resil_fixture_url(v->fx));
+  resil_registry_error re;
+  resil_registry_error_init(&re);
+  resil_status st = resil_registry_load_string(text, strlen(text), "t.yaml", &v->reg, &re);
+  if (st != RESIL_OK) {
+    char m[600];
+    resil_registry_error_format(&re, m, sizeof m);
+    fail_msg("load: %s", m);
+  }
+  free(text);
+  assert_status(RESIL_OK, resil_loop_new(NULL, &v->loop));
+  assert_status(RESIL_OK, resil_loop_adapter_new(v->loop, &v->ad));
+  resil_engine_config ec;
+  resil_engine_config_init(&ec);
+  ec.adapter = v->ad;
+  ec.client = resil_registry_acquire(v->reg, RESIL_REG_HTTP_CLIENT, "fx", &v->client_lease);
+  assert_non_null(ec.client);
+  assert_status(RESIL_OK, resil_engine_new(&ec, &v->e, NULL));
+}
+
+static void env_stop(env *v) {
+  resil_engine_free(v->e);
+  resil_loop_adapter_free(v->ad);
+  resil_loop_free(v->loop);
+  resil_registry_release(v->client_lease);
+  resil_registry_free(v->reg);
+  resil_fixture_stop(v->fx);
+}
+
+typedef struct waiter {
+  env *v;
+  int left;
+  resil_outcome last;
+  int count;
+} waiter;
+
+static void done_count(void *user, resil_engine_handle *h, resil_outcome o,
+                       resil_http_response *r) {
+  (void)h;
+  waiter *w = user;
+  resil_http_response_free(r);
+  w->last = o;
+  w->count++;
+  if (--w->left == 0) resil_loop_stop(w->v->loop);
+}
+
+static uint64_t breaker_calls(resil_breaker *b) {
+  resil_breaker_metrics m;
+  memset(&m, 0, sizeof m);
+  assert_status(RESIL_OK, resil_breaker_get_metrics(b, &m));
+  return m.total_calls;
+}
+
+/* n calls of endpoint on chain `name` on the engine, one after another;
+ * returns the last outcome. */
+static resil_outcome engine_calls(env *v, const char *name, const char *ep, int n) {
+  resil_chain *ch = resil_registry_chain(v->reg, name);
+  assert_non_null(ch);
+  waiter w = {.v = v, .left = 1};
+  for (int i = 0; i < n; i++) {
+    w.left = 1;
+    resil_error err;
+    resil_status st = resil_engine_call_chain(v->e, ch, ep, NULL, NULL, done_count, &w, NULL, &err);
+    if (st != RESIL_OK) fail_msg("call_chain: %s", err.msg);
+    assert_status(RESIL_OK, resil_loop_run(v->loop));
+  }
+  return w.last;
+}
+
+static resil_outcome blocking_calls(env *v, const char *name, const char *ep, int n) {
+  resil_chain *ch = resil_registry_chain(v->reg, name);
+  resil_http_client *c = resil_registry_http_client(v->reg, "fx");
+  resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  for (int i = 0; i < n; i++) {
+    resil_http_request *req = NULL;
+    assert_status(RESIL_OK, resil_http_request_new(c, ep, NULL, &req, NULL));
+    resil_ctx ctx;
+    resil_ctx_init(&ctx);
+    ctx.flags = resil_http_request_call_flags(req);
+    o = resil_chain_run(ch, &ctx, resil_http_request_attempt, req);
+    resil_http_request_free(req);
+  }
+  return o;
+}
+
+/* Retry(Breaker) records every attempt in the breaker, Breaker(Retry) one
+ * record per logical call: on the engine exactly as on the blocking path. */
+static void engine_honours_chain_order_like_blocking_path(void **state) {
+  (void)state;
+  env v;
+  env_start(&v, YAML);
+  resil_breaker *b = resil_registry_breaker(v.reg, "b");
+  struct {
+    const char *chain;
+    uint64_t want;
+  } cases[] = {{"in", 3 * 4}, {"out", 4}, {"full", 3 * 4}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    uint64_t b0 = breaker_calls(b);
+    resil_outcome oe = engine_calls(&v, cases[k].chain, "fail", 4);
+    uint64_t b1 = breaker_calls(b);
+    resil_outcome ob = blocking_calls(&v, cases[k].chain, "fail", 4);
+    uint64_t b2 = breaker_calls(b);
+    print_message("%s: engine %llu breaker records, blocking %llu\n", cases[k].chain,
+                  (unsigned long long)(b1 - b0), (unsigned long long)(b2 - b1));
+    assert_int_equal(b1 - b0, cases[k].want);
+    assert_int_equal(b2 - b1, cases[k].want);
+    assert_int_equal(oe.kind, ob.kind);
+    assert_int_equal(oe.http_status, 503);
+    assert_int_equal(oe.attempts, 3);
+    assert_int_equal(ob.attempts, 3);
+  }
+  env_stop(&v);
+}
+
+/* RateLimiter(Breaker(call)) vs Breaker(RateLimiter(call)) with a limiter
+ * out of permits: the first rejects before its breaker is asked; the
+ * second takes a breaker permit first and, when the limiter rejects,
+ * releases it unrecorded: a HALF_OPEN breaker with one trial permit still
+ * has it for the next call (kept, it would refuse: BREAKER_OPEN). */
+static void later_layer_rejection_hands_back_earlier_permit(void **state) {
+  (void)state;
+  env v;
+  env_start(&v, YAML);
+  resil_breaker *b2 = resil_registry_breaker(v.reg, "b2");
+  resil_breaker *b3 = resil_registry_breaker(v.reg, "b3");
+  resil_outcome o = engine_calls(&v, "rlfirst", "ok", 1); /* spends rl0's one permit */
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  uint64_t c0 = breaker_calls(b2);
+  o = engine_calls(&v, "rlfirst", "ok", 1);
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_RATE_LIMITED);
+  assert_int_equal(breaker_calls(b2), c0);
+  for (int i = 0; i < 3; i++) {
+    o = engine_calls(&v, "brfirst", "ok", 1);
+    assert_int_equal(o.kind, RESIL_REJECTED);
+    assert_int_equal(o.reason, RESIL_REASON_RATE_LIMITED);
+  }
+  resil_breaker_metrics m;
+  memset(&m, 0, sizeof m);
+  assert_status(RESIL_OK, resil_breaker_get_metrics(b3, &m));
+  assert_int_equal(m.state, RESIL_BREAKER_HALF_OPEN);
+  assert_int_equal(m.total_calls, 0);
+  assert_int_equal(m.total_ignored, 0); /* released, not recorded */
+  assert_int_equal(m.total_not_permitted, 0);
+  resil_engine_stats es;
+  assert_status(RESIL_OK, resil_engine_get_stats(v.e, &es));
+  assert_int_equal(es.rejected_ratelimiter, 4);
+  assert_int_equal(es.rejected_breaker, 0);
+  env_stop(&v);
+}
+
+static void refused_chains_name_the_layer(void **state) {
+  (void)state;
+  env v;
+  env_start(&v, YAML);
+  resil_error err;
+  assert_status(RESIL_EINVAL,
+                resil_engine_chain_check(resil_registry_chain(v.reg, "rl_out"), &err));
+  assert_non_null(strstr(err.msg, "layer 0 (RateLimiter 'rl') is outside the retry"));
+  assert_status(RESIL_EINVAL,
+                resil_engine_chain_check(resil_registry_chain(v.reg, "bh_out"), &err));
+  assert_non_null(strstr(err.msg, "layer 0 (Bulkhead 'bh')"));
+  waiter w = {.v = &v, .left = 1};
+  resil_engine_handle *h = (resil_engine_handle *)&w;
+  assert_status(RESIL_EINVAL, resil_engine_call_chain(v.e, resil_registry_chain(v.reg, "rl_out"),
+                                                      "ok", NULL, NULL, done_count, &w, &h, &err));
+  assert_null(h);
+  assert_non_null(strstr(err.msg, "outside the retry"));
+  assert_status(RESIL_OK, resil_engine_chain_check(resil_registry_chain(v.reg, "full"), &err));
+  assert_status(RESIL_OK, resil_engine_chain_check(resil_registry_chain(v.reg, "out"), &err));
+  assert_status(RESIL_EINVAL, resil_engine_chain_check(NULL, &err));
+  /* A second retry, a custom layer, a thread pool: by hand. */
+  resil_chain_config cc;
+  resil_chain_config_init(&cc);
+  resil_chain *ch;
+  assert_status(RESIL_OK, resil_chain_new(&cc, &ch, NULL));
+  resil_retry *r = resil_registry_retry(v.reg, "r");
+  assert_status(RESIL_OK, resil_chain_add_retry(ch, r));
+  assert_status(RESIL_OK, resil_chain_add_retry(ch, r));
+  assert_status(RESIL_EINVAL, resil_engine_chain_check(ch, &err));
+  assert_non_null(strstr(err.msg, "layer 1 (Retry 'r') is a second retry"));
+  resil_chain_free(ch);
+  assert_status(RESIL_OK, resil_chain_new(&cc, &ch, NULL));
+  resil_layer l = {.struct_size = sizeof l,
+                   .kind = RESIL_LAYER_BREAKER,
+                   .label = "Mine",
+                   .name = "x",
+                   .policy = r,
+                   .run = (resil_layer_run_fn)resil_retry_run,
+                   .max_attempts = 1};
+  assert_status(RESIL_OK, resil_chain_add_layer(ch, &l));
+  assert_status(RESIL_EINVAL, resil_engine_chain_check(ch, &err));
+  assert_non_null(strstr(err.msg, "layer 0 (Mine 'x') is a custom layer"));
+  assert_null(resil_chain_layer_policy(ch, 0));
+  resil_chain_free(ch);
+  env_stop(&v);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(engine_honours_chain_order_like_blocking_path),
+      cmocka_unit_test(later_layer_rejection_hands_back_earlier_permit),
+      cmocka_unit_test(refused_chains_name_the_layer),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#else
+int main(void) { return 77; }
+#endif
