@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "config/registry_int.h"
 #include "core/internal.h"
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
@@ -416,6 +417,7 @@ size_t resil_registry_error_format(const resil_registry_error *e, char *buf, siz
 /* Load context: the document and where the first error goes. */
 typedef struct lctx {
   const char *file;
+  resil__reg_events *ev; /* attempt listeners of retries and clients built */
   yaml_document_t *doc;
   resil_registry_error err; /* full size; copied out at the end */
 } lctx;
@@ -1209,12 +1211,16 @@ struct entry {
   entry *deps[RESIL_CHAIN_MAX_LAYERS + MAXF]; /* kept alive while this lives */
   size_t ndeps;
   int64_t total_timeout_ns; /* chains */
+  resil__reg_events *ev;    /* retries and clients: their listener's box */
 };
 
 static void entry_unref(entry *e) {
   if (!e) return;
   if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
   KINDS[e->kind].destroy(e->handle);
+#ifdef RESIL_CONFIG_HTTP
+  resil__reg_events_unref(e->ev);
+#endif
   for (size_t i = 0; i < e->ndeps; i++) entry_unref(e->deps[i]);
   free(e->name);
   free(e->fp);
@@ -1270,6 +1276,7 @@ struct resil_registry {
   resil_metrics *collectors[MAX_COLLECTORS]; /* resil_registry_metrics_add */
   size_t ncollectors;
   struct resil_event_sink *sink; /* resil_registry_events_attach */
+  resil__reg_events *ev; /* the attempt listeners' box (registry_int.h) */
 };
 
 /* The resolved settings as text: equal texts, equal settings. Returns the
@@ -1434,6 +1441,14 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
       }
       anycfg tmp = s->cfg;
 #ifdef RESIL_CONFIG_HTTP
+      /* Attempt events (resil_registry_events_attach) through the box. */
+      if (c->ev && s->kind == RESIL_REG_RETRY) {
+        tmp.rt.on_attempt = resil__reg_events_on_attempt;
+        tmp.rt.on_attempt_user = c->ev;
+      } else if (c->ev && s->kind == RESIL_REG_HTTP_CLIENT) {
+        tmp.hc.on_attempt = resil__reg_events_on_attempt;
+        tmp.hc.on_attempt_user = c->ev;
+      }
       resil_http_endpoint *table = NULL;
       if (s->kind == RESIL_REG_HTTP_CLIENT) {
         table = calloc(s->neps, sizeof *table);
@@ -1460,6 +1475,12 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
         st = policy_error(c, s, &pe);
         break;
       }
+#ifdef RESIL_CONFIG_HTTP
+      if (c->ev && (s->kind == RESIL_REG_RETRY || s->kind == RESIL_REG_HTTP_CLIENT)) {
+        resil__reg_events_ref(c->ev);
+        e->ev = c->ev;
+      }
+#endif
       for (size_t j = 0; j < ndeps; j++) {
         entry_ref(deps[RESIL_CHAIN_MAX_LAYERS + j]);
         e->deps[e->ndeps++] = deps[RESIL_CHAIN_MAX_LAYERS + j];
@@ -1514,10 +1535,11 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, snapshot **ou
  * not change. */
 static resil_status load(const char *text, size_t len, const char *file, const snapshot *old,
                          snapshot **out, resil_registry_reload_stats *rs,
-                         resil_registry_error *uerr) {
+                         resil_registry_error *uerr, resil__reg_events *ev) {
   lctx c;
   memset(&c, 0, sizeof c);
   c.file = file ? file : "<string>";
+  c.ev = ev;
   c.err.struct_size = sizeof c.err;
   yaml_parser_t parser;
   yaml_document_t doc;
@@ -1743,6 +1765,7 @@ resil_status resil_registry_metrics_remove(resil_registry *reg, resil_metrics *m
 
 static void sink_drop(resil_registry *reg) {
   for (size_t i = 0; i < reg->cur->n; i++) sink_detach_entry(reg, reg->cur->v[i]);
+  resil__reg_events_set(reg->ev, NULL);
   reg->sink = NULL;
 }
 
@@ -1752,6 +1775,7 @@ resil_status resil_registry_events_attach(resil_registry *reg, resil_event_sink 
   pthread_mutex_lock(&reg->reload_mu);
   if (reg->sink) sink_drop(reg);
   reg->sink = sink;
+  resil__reg_events_set(reg->ev, sink);
   for (size_t i = 0; sink && i < reg->cur->n; i++) sink_attach_entry(reg, reg->cur->v[i]);
   pthread_mutex_unlock(&reg->reload_mu);
   return RESIL_OK;
@@ -1789,20 +1813,30 @@ resil_status resil_registry_load_string(const char *text, size_t len, const char
   snapshot *snap = NULL;
   resil_registry_reload_stats rs;
   memset(&rs, 0, sizeof rs);
-  resil_status st = load(text, len, name, NULL, &snap, &rs, err);
-  if (st) return st;
+  resil__reg_events *ev = NULL;
+#ifdef RESIL_CONFIG_HTTP
+  if (!(ev = resil__reg_events_new())) return RESIL_ENOMEM;
+#endif
+  resil_status st = load(text, len, name, NULL, &snap, &rs, err, ev);
+  if (st) {
+    resil__reg_events_unref(ev);
+    return st;
+  }
   resil_registry *r = calloc(1, sizeof *r);
   if (!r || pthread_rwlock_init(&r->lock, NULL)) {
     free(r);
     snap_free(snap);
+    resil__reg_events_unref(ev);
     return RESIL_ENOMEM;
   }
   if (pthread_mutex_init(&r->reload_mu, NULL)) {
     pthread_rwlock_destroy(&r->lock);
     free(r);
     snap_free(snap);
+    resil__reg_events_unref(ev);
     return RESIL_ESYS;
   }
+  r->ev = ev;
   r->cur = snap;
   atomic_init(&r->gen, 1);
   rs.struct_size = sizeof rs;
@@ -1830,6 +1864,7 @@ void resil_registry_free(resil_registry *reg) {
   while (reg->ncollectors) collector_drop(reg, reg->ncollectors - 1);
   if (reg->sink) sink_drop(reg);
   snap_free(reg->cur);
+  resil__reg_events_unref(reg->ev);
   pthread_mutex_destroy(&reg->reload_mu);
   pthread_rwlock_destroy(&reg->lock);
   free(reg);
@@ -1845,7 +1880,7 @@ static resil_status reload_locked(resil_registry *reg, const char *text, size_t 
   memset(&rs, 0, sizeof rs);
   resil_registry_error le;
   resil_registry_error_init(&le);
-  resil_status st = load(text, len, name, reg->cur, &snap, &rs, &le);
+  resil_status st = load(text, len, name, reg->cur, &snap, &rs, &le, reg->ev);
   if (st == RESIL_OK) {
     pthread_rwlock_wrlock(&reg->lock);
     snapshot *old = reg->cur;

@@ -8,6 +8,7 @@
  * loop. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,9 @@
 #include "resil/breaker.h"
 #include "resil/engine.h"
 #include "resil/loop.h"
+#include "resil/events.h"
 #include "resil/registry.h"
+#include "resil/registry_call.h"
 
 typedef struct env {
   resil_fixture *fx;
@@ -40,7 +43,7 @@ static const char *YAML =
     "    b3: {initial_state: half_open, half_open_permitted_calls: 1}\n"
     "retry:\n"
     "  instances:\n"
-    "    r: {max_attempts: 3, initial_wait: 1ms, backoff: fixed}\n"
+    "    r: {max_attempts: 3, wait: 1ms, backoff: fixed, respect_retry_after: false}\n"
     "ratelimiter:\n"
     "  instances:\n"
     "    rl: {limit_for_period: 1000, refresh_period: 1s, timeout: 0}\n"
@@ -274,11 +277,227 @@ static void refused_chains_name_the_layer(void **state) {
   env_stop(&v);
 }
 
+/* ---- the registry drives the calls (registry_call.h) ---------------------- */
+
+/* A retry that alternates between generations (max_attempts 2 and 3). */
+static const char *GEN_FMT =
+    "circuitbreaker:\n"
+    "  instances:\n"
+    "    b: {minimum_calls: 10000, window_size: 10000}\n"
+    "retry:\n"
+    "  instances:\n"
+    "    r: {max_attempts: %d, wait: %dms, backoff: fixed, respect_retry_after: false}\n"
+    "http_client:\n"
+    "  instances:\n"
+    "    fx:\n"
+    "      base_url: %s\n"
+    "      max_connections: 64\n"
+    "      endpoints:\n"
+    "        fail: {path: /status/503, idempotency_key: send}\n"
+    "        ok: {path: /items/1}\n"
+    "chain:\n"
+    "  instances:\n"
+    "    c: {total_timeout: 20s, layers: [{retry: r}, {circuitbreaker: b}]}\n"
+    "    solo: {layers: [{circuitbreaker: b}]}\n";
+
+static char *gen_text(const env *v, int gen) {
+  char *t = malloc(2048);
+  assert_non_null(t);
+  snprintf(t, 2048, GEN_FMT, gen % 2 ? 2 : 3, gen % 2 ? 1 : 2, resil_fixture_url(v->fx));
+  return t;
+}
+
+/* env_start with GEN_FMT generation 1. */
+static void env_gen_start(env *v) {
+  char fmt[2048];
+  /* GEN_FMT's max_attempts and wait, the URL left for env_start. */
+  snprintf(fmt, sizeof fmt, "%s", GEN_FMT);
+  char *p = strstr(fmt, "%d, wait: %dms");
+  memcpy(p, "2, wait: 1ms", 12);
+  memmove(p + 12, p + 14, strlen(p + 14) + 1);
+  env_start(v, fmt);
+}
+
+typedef struct reloader {
+  env *v;
+  atomic_int *done; /* calls completed, read at each reload */
+  int reloads;
+  int done_at_last;
+} reloader;
+
+static void *reload_main(void *u) {
+  reloader *rl = u;
+  for (int g = 2; g <= 21; g++) {
+    /* Spread over the run: reload k once 40k calls have completed. */
+    while (atomic_load(rl->done) < 40 * (g - 1)) sched_yield();
+    char *t = gen_text(rl->v, g);
+    resil_registry_error re;
+    resil_registry_error_init(&re);
+    assert_status(RESIL_OK, resil_registry_reload_string(rl->v->reg, t, strlen(t), "t.yaml", &re));
+    free(t);
+    rl->reloads++;
+    rl->done_at_last = atomic_load(rl->done);
+  }
+  return NULL;
+}
+
+typedef struct many {
+  env *v;
+  int submitted, bad, total, window;
+  atomic_int done;
+} many;
+
+static void many_submit(many *m);
+
+static void many_done(void *user, resil_engine_handle *h, resil_outcome o,
+                      resil_http_response *r) {
+  many *m = user;
+  (void)h;
+  resil_http_response_free(r);
+  atomic_fetch_add(&m->done, 1);
+  if (o.kind != RESIL_ANSWERED || o.http_status != 503 || (o.attempts != 2 && o.attempts != 3)) {
+    if (!m->bad) {
+      char b[128];
+      resil_outcome_format(&o, b, sizeof b);
+      print_message("first bad outcome: %s, %u attempts\n", b, (unsigned)o.attempts);
+    }
+    m->bad++;
+  }
+  if (m->submitted < m->total) many_submit(m);
+  if (atomic_load(&m->done) == m->total) resil_loop_stop(m->v->loop);
+}
+
+static void many_submit(many *m) {
+  resil_error err;
+  resil_status st = resil_registry_engine_call(m->v->reg, m->v->e, "c", "fail", NULL, NULL,
+                                               many_done, m, NULL, &err);
+  if (st != RESIL_OK) fail_msg("registry_engine_call: %s", err.msg);
+  m->submitted++;
+}
+
+/* 1000 calls on the engine through a registry chain while another thread
+ * reloads the file 20 times with a changed retry: each call ends once,
+ * every one after 2 or 3 attempts (its retry's), and the old instances are
+ * freed only when their last call gives its lease back (ASan and TSan: no
+ * use after free, no leak, no race). */
+static void engine_calls_survive_reloads_mt(void **state) {
+  (void)state;
+  env v;
+  env_gen_start(&v);
+  many m = {.v = &v, .total = 1000, .window = 50};
+  atomic_init(&m.done, 0);
+  for (int i = 0; i < m.window; i++) many_submit(&m);
+  reloader rl = {.v = &v, .done = &m.done};
+  pthread_t th;
+  assert_int_equal(0, pthread_create(&th, NULL, reload_main, &rl));
+  assert_status(RESIL_OK, resil_loop_run(v.loop));
+  pthread_join(th, NULL);
+  assert_int_equal(atomic_load(&m.done), 1000);
+  assert_int_equal(m.bad, 0);
+  assert_int_equal(rl.reloads, 20);
+  print_message("calls completed when the 20th reload returned: %d\n", rl.done_at_last);
+  assert_true(rl.done_at_last < 1000); /* every reload ran with calls in flight */
+  assert_int_equal(resil_engine_active(v.e), 0);
+  resil_engine_stats es;
+  assert_status(RESIL_OK, resil_engine_get_stats(v.e, &es));
+  assert_int_equal(es.calls_completed, 1000);
+  env_stop(&v);
+}
+
+typedef struct lines {
+  pthread_mutex_t mu;
+  int retry_r, done_r, done_fx, other;
+} lines;
+
+static void on_line(void *user, const char *line) {
+  lines *l = user;
+  pthread_mutex_lock(&l->mu);
+  int r = strstr(line, "\"instance\":\"r\"") != NULL;
+  int fx = strstr(line, "\"instance\":\"fx\"") != NULL;
+  if (r && strstr(line, "\"kind\":\"retry\"")) l->retry_r++;
+  else if (r && strstr(line, "\"kind\":\"call_done\"")) l->done_r++;
+  else if (fx && strstr(line, "\"kind\":\"call_done\"")) l->done_fx++;
+  else l->other++;
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void one_call(env *v, const char *chain, const char *ep) {
+  waiter w = {.v = v, .left = 1};
+  resil_error err;
+  if (resil_registry_engine_call(v->reg, v->e, chain, ep, NULL, NULL, done_count, &w, NULL,
+                                 &err) != RESIL_OK)
+    fail_msg("registry_engine_call: %s", err.msg);
+  assert_status(RESIL_OK, resil_loop_run(v->loop));
+}
+
+/* resil_registry_events_attach reaches the attempt listeners of the retries
+ * and clients the registry built, and those a reload puts in place;
+ * detaching stops them. */
+static void attempt_events_reach_the_sink(void **state) {
+  (void)state;
+  env v;
+  env_gen_start(&v);
+  lines l = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  resil_event_sink_config sc;
+  resil_event_sink_config_init(&sc);
+  sc.fn = on_line;
+  sc.user = &l;
+  resil_event_sink *sink;
+  assert_status(RESIL_OK, resil_event_sink_new(&sc, &sink, NULL));
+  one_call(&v, "c", "fail"); /* before attaching: nothing */
+  assert_int_equal(l.retry_r + l.done_r + l.done_fx, 0);
+  assert_status(RESIL_OK, resil_registry_events_attach(v.reg, sink));
+  one_call(&v, "c", "fail"); /* generation 1: 2 attempts */
+  assert_int_equal(l.retry_r, 1);
+  assert_int_equal(l.done_r, 1);
+  one_call(&v, "solo", "ok"); /* no retry: the client reports it */
+  assert_int_equal(l.done_fx, 1);
+  /* Blocking, under one lease of the chain and of the client. */
+  resil_outcome o;
+  resil_http_response *resp = NULL;
+  resil_error err;
+  assert_status(RESIL_OK, resil_registry_http_call(v.reg, "c", "fx", "fail", NULL, NULL, &o,
+                                                   &resp, &err));
+  assert_int_equal(o.attempts, 2);
+  assert_int_equal(resil_http_response_status(resp), 503);
+  resil_http_response_free(resp);
+  assert_int_equal(l.retry_r, 2);
+  assert_int_equal(l.done_r, 2);
+  /* A reload replaces the retry (3 attempts): the new one is wired too. */
+  char *t = gen_text(&v, 2);
+  assert_status(RESIL_OK, resil_registry_reload_string(v.reg, t, strlen(t), "t.yaml", NULL));
+  free(t);
+  one_call(&v, "c", "fail");
+  assert_int_equal(l.retry_r, 4);
+  assert_int_equal(l.done_r, 3);
+  assert_status(RESIL_OK, resil_registry_events_attach(v.reg, NULL));
+  one_call(&v, "c", "fail");
+  assert_int_equal(l.retry_r, 4);
+  assert_int_equal(l.done_r, 3);
+  /* Errors: no such chain or client, nothing sent, no lease kept. */
+  assert_status(RESIL_EINVAL, resil_registry_http_call(v.reg, "nope", "fx", "fail", NULL, NULL,
+                                                       &o, NULL, &err));
+  assert_non_null(strstr(err.msg, "no chain 'nope'"));
+  assert_status(RESIL_EINVAL, resil_registry_http_call(v.reg, "c", "nope", "fail", NULL, NULL,
+                                                       &o, NULL, &err));
+  assert_non_null(strstr(err.msg, "no http_client 'nope'"));
+  waiter w = {.v = &v, .left = 1};
+  assert_status(RESIL_EINVAL, resil_registry_engine_call(v.reg, v.e, "nope", "fail", NULL, NULL,
+                                                         done_count, &w, NULL, &err));
+  assert_status(RESIL_EINVAL, resil_registry_engine_call(v.reg, v.e, "c", "nope", NULL, NULL,
+                                                         done_count, &w, NULL, &err));
+  env_stop(&v);
+  resil_event_sink_free(sink);
+  pthread_mutex_destroy(&l.mu);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(engine_honours_chain_order_like_blocking_path),
       cmocka_unit_test(later_layer_rejection_hands_back_earlier_permit),
       cmocka_unit_test(refused_chains_name_the_layer),
+      cmocka_unit_test(engine_calls_survive_reloads_mt),
+      cmocka_unit_test(attempt_events_reach_the_sink),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
