@@ -146,7 +146,7 @@ int lab_run_wrong(const lab_experiment *e, lab_result *r) {
 
 static const lab_experiment *const tables[] = {
     lab_policy_experiments, lab_http_experiments, lab_idem_experiments,
-    lab_async_experiments, lab_async_keyed_experiments};
+    lab_async_experiments, lab_async_keyed_experiments, lab_registry_experiments};
 
 const lab_experiment *lab_find(const char *id) {
   for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)

@@ -61,6 +61,9 @@ extern const lab_experiment lab_async_experiments[];
 /* A7 (lab_async_keyed.c): empty unless the built-in loop, the fixture and
  * the store are built. */
 extern const lab_experiment lab_async_keyed_experiments[];
+/* O1 (lab_registry.c): empty unless the built-in loop, the fixture and
+ * libresil-config are built. */
+extern const lab_experiment lab_registry_experiments[];
 
 /* Checks used by experiments: record the first failure into r and return
  * the condition. */
