@@ -242,6 +242,20 @@ RESIL_API resil_status resil_chain_add_hedge(resil_chain *ch, resil_hedge *p);
 RESIL_API resil_status resil_chain_count_hedges(resil_chain *ch, size_t i,
                                                 uint64_t n);
 
+/* For a driver that runs the chain's layers itself (the async engine's
+ * resil_engine_call_chain): counts one call returning from layer i with
+ * outcome *o into the counters resil_chain_layer_stats reads, as
+ * resil_chain_run counts it; i == resil_chain_layers(ch) counts one call of
+ * the protected call itself (a physical attempt, resil_chain_call_stats).
+ * rejected: the layer refused the call itself (nothing inside it called);
+ * retries: a RETRY layer's attempts beyond the first of that call (0 for
+ * other layers). A few atomic adds. RESIL_EMISUSE (NULL chain),
+ * RESIL_EINVAL (o NULL, i out of range, retries on a layer that is not a
+ * RETRY). Since 0.2. */
+RESIL_API resil_status resil_chain_count_layer(resil_chain *ch, size_t i,
+                                               const resil_outcome *o, int rejected,
+                                               uint64_t retries);
+
 /* Runs one logical call through all layers. ctx may be NULL. When the chain
  * has a total timeout and ctx has no deadline, the deadline is set here, once
  * for the whole logical call. When the final outcome is not a success and a

@@ -292,13 +292,21 @@ RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
  * loaded). Never reordered.
  * The layers' policies are the chain's (borrowed): they and the chain must
  * outlive the call (a registry chain: hold a lease until done returns, as
- * resil_registry_engine_call does). The chain's per-layer counters
- * (resil_chain_layer_stats) do not count engine calls: the engine's
- * (resil_engine_get_stats) and the policies' own counters do. The
- * chain's fallback is not run.
+ * resil_registry_engine_call does). The call feeds the chain's per-layer
+ * counters (resil_chain_layer_stats, resil_chain_call_stats) as
+ * resil_chain_run does: each attempt that ends is counted by the layers
+ * inside the retry down to the one that refused it (its rejection), or by
+ * all of them and the protected call (one per attempt, hedges not
+ * included) when it reached the transfer; the logical call by the retry
+ * layer (with its retries) and the layers outside it. Not counted: an
+ * attempt a cancel or the deadline ends before its transfer (while it
+ * waits for a rate-limiter permit or a bulkhead slot), and a hedge
+ * layer's hedges (the engine's stats and the hedge's own metrics count
+ * them). The engine's counters (resil_engine_get_stats) count as for any
+ * call. The chain's fallback is not run.
  * Otherwise as resil_engine_call (same thread, completion, statuses). */
 RESIL_API resil_status resil_engine_chain_check(const resil_chain *ch, resil_error *err);
-RESIL_API resil_status resil_engine_call_chain(resil_engine *e, const resil_chain *ch,
+RESIL_API resil_status resil_engine_call_chain(resil_engine *e, resil_chain *ch,
                                                const char *endpoint,
                                                const resil_http_args *args,
                                                const resil_ctx *ctx, resil_engine_done_fn done,

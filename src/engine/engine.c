@@ -137,7 +137,14 @@ struct resil_engine_handle {
   resil_breaker *cbr;
   resil_breaker_permit cpermit;
   int has_cpermit;
+  int cbr_refused;
   int64_t call_t0;
+  /* resil_engine_call_chain: the chain whose layer counters the call feeds
+   * (NULL: none), see "chain counters". */
+  resil_chain *chain;
+  int nlayers, retry_layer, cbr_layer;
+  unsigned char step_layer[3];
+  int rej_layer; /* the layer that refused this attempt, -1 none */
   int has_permit; /* breaker permit held */
   int has_bh;     /* bulkhead slot held */
   int at_kind;    /* ABORT_* the `at` timer ends the transfer with */
@@ -451,8 +458,44 @@ static void release_holds(resil_engine_handle *call) {
   }
 }
 
+/* ---- chain counters ------------------------------------------------------------
+ * A call of resil_engine_call_chain feeds its chain's layer counters
+ * (resil_chain_layer_stats) as resil_chain_run would: each attempt ending
+ * is counted by the layers inside the retry down to the one that refused
+ * it (counted as its rejection), or by all of them and the protected call
+ * when it reached the transfer; the logical call's end by the retry layer
+ * (its retries, its own refusal) and the layers outside it. */
+
+static void chain_count_attempt(resil_engine_handle *call, const resil_outcome *o) {
+  int rej = call->rej_layer;
+  call->rej_layer = -1;
+  for (int j = call->retry_layer + 1; j < call->nlayers; j++) {
+    if (rej >= 0 && j > rej) break;
+    (void)resil_chain_count_layer(call->chain, (size_t)j, o, j == rej, 0);
+  }
+  if (rej < 0) (void)resil_chain_count_layer(call->chain, (size_t)call->nlayers, o, 0, 0);
+}
+
+static void chain_count_call(resil_engine_handle *call, const resil_outcome *o) {
+  for (int j = 0; j <= call->retry_layer; j++) {
+    if (call->cbr_refused && j > call->cbr_layer) break;
+    int rejected = 0;
+    uint64_t retries = 0;
+    if (j == call->cbr_layer) {
+      rejected = call->cbr_refused;
+    } else if (j == call->retry_layer) {
+      rejected = o->kind == RESIL_REJECTED &&
+                 (call->tries == 0 || o->reason == RESIL_REASON_DEADLINE ||
+                  o->reason == RESIL_REASON_RETRY_BUDGET);
+      retries = call->tries > 1 ? call->tries - 1u : 0;
+    }
+    (void)resil_chain_count_layer(call->chain, (size_t)j, o, rejected, retries);
+  }
+}
+
 static void finish(resil_engine_handle *call, resil_outcome o) {
   resil_engine *e = call->e;
+  if (call->chain) chain_count_call(call, &o);
   release_holds(call);
   if (call->bw) {
     resil_bulkhead_waiter_free(call->bw);
@@ -517,6 +560,7 @@ static void begin_attempt(resil_engine_handle *call);
 static void after_attempt(resil_engine_handle *call, const resil_outcome *o, int64_t duration_ns) {
   resil_engine *e = call->e;
   call->step_i = 0;
+  if (call->chain) chain_count_attempt(call, o);
   if (call->has_bh) {
     resil_bulkhead_release(call->pol.bulkhead);
     call->has_bh = 0;
@@ -1056,6 +1100,7 @@ static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t 
  * what they took (a breaker permit released, not recorded; a bulkhead slot)
  * and the attempt ends REJECTED(why). */
 static void step_reject(resil_engine_handle *call, resil_reason why) {
+  if (call->chain && call->step_i > 0) call->rej_layer = call->step_layer[call->step_i - 1];
   release_holds(call);
   resil_outcome o = resil_outcome_make(RESIL_REJECTED, why);
   after_attempt(call, &o, 0);
@@ -1275,6 +1320,7 @@ static void on_call_timer(void *arg) {
       call->call_t0 = eng_now(call->e);
       if (resil_breaker_try_acquire(call->cbr, &call->cpermit) != RESIL_DECISION_GO) {
         ST_INC(call->e, rej_breaker);
+        call->cbr_refused = 1;
         resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
         o.attempts = 0;
         finish(call, o);
@@ -1465,11 +1511,18 @@ static void on_wake(void *arg) {
 
 int64_t resil__engine_now(const resil_engine *e) { return eng_now(e); }
 
-void resil__engine_set_order(resil_engine_handle *h, const unsigned char *steps, size_t n,
-                             resil_breaker *cbr) {
+void resil__engine_set_plan(resil_engine_handle *h, const resil__engine_plan *p) {
   h->nsteps = 0;
-  for (size_t i = 0; i < n && i < sizeof h->steps; i++) h->steps[h->nsteps++] = steps[i];
-  h->cbr = cbr;
+  for (size_t i = 0; i < p->nsteps && i < sizeof h->steps; i++) {
+    h->steps[h->nsteps] = p->steps[i];
+    h->step_layer[h->nsteps++] = p->step_layer[i];
+  }
+  h->cbr = p->cbr;
+  h->cbr_layer = p->cbr_layer;
+  h->chain = p->chain;
+  h->nlayers = p->nlayers;
+  h->retry_layer = p->retry_layer;
+  h->rej_layer = -1;
 }
 resil_http_client *resil__engine_client(const resil_engine *e) { return e->client; }
 

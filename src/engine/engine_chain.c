@@ -3,6 +3,7 @@
  * policies, the order of its per-attempt steps, a breaker per logical
  * call, the call's deadline), then submitted through resil_engine_call;
  * a chain the engine cannot run as written is refused, never reordered. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,9 +15,7 @@
 
 typedef struct eng_plan {
   resil_engine_policies pol;
-  unsigned char steps[3];
-  size_t nsteps;
-  resil_breaker *cbr;        /* breaker outside the retry */
+  resil__engine_plan order;  /* steps, outer breaker, layer indices */
   int64_t call_timeout_ns;   /* time limiter outside the retry; 0 none */
   int64_t total_timeout_ns;  /* the chain's */
 } eng_plan;
@@ -28,23 +27,33 @@ static resil_status refuse(resil_error *err, const resil_chain *ch, size_t i, co
 }
 
 static int has_step(const eng_plan *p, unsigned char k) {
-  for (size_t j = 0; j < p->nsteps; j++)
-    if (p->steps[j] == k) return 1;
+  for (size_t j = 0; j < p->order.nsteps; j++)
+    if (p->order.steps[j] == k) return 1;
   return 0;
 }
 
-static resil_status plan_chain(const resil_chain *ch, eng_plan *p, resil_error *err) {
+static void add_step(eng_plan *p, unsigned char k, size_t layer) {
+  p->order.step_layer[p->order.nsteps] = (unsigned char)layer;
+  p->order.steps[p->order.nsteps++] = k;
+}
+
+static resil_status plan_chain(resil_chain *ch, eng_plan *p, resil_error *err) {
   memset(p, 0, sizeof *p);
   resil_engine_policies_init(&p->pol);
+  p->order.chain = ch;
+  p->order.cbr_layer = -1;
+  p->order.retry_layer = -1;
   if (!ch || resil_chain_total_timeout_ns(ch) < 0)
     return resil__err(err, RESIL_EINVAL, "chain", "must not be NULL");
   p->total_timeout_ns = resil_chain_total_timeout_ns(ch);
   size_t n = resil_chain_layers(ch);
+  p->order.nlayers = (int)n;
   size_t r = n; /* the retry layer's index (n: none) */
   for (size_t i = 0; i < n; i++) {
     if (resil_chain_layer_kind(ch, i) != RESIL_LAYER_RETRY) continue;
     if (r != n) return refuse(err, ch, i, "is a second retry: the engine runs one retry per call");
     r = i;
+    p->order.retry_layer = (int)i;
   }
   int tl_seen = 0;
   for (size_t i = 0; i < n; i++) {
@@ -62,14 +71,15 @@ static resil_status plan_chain(const resil_chain *ch, eng_plan *p, resil_error *
       return refuse(err, ch, i, "is a thread pool: the engine's transfers run on its loop");
     case RESIL_LAYER_BREAKER:
       if (outside) {
-        if (p->cbr) return refuse(err, ch, i, "is a second breaker outside the retry");
-        p->cbr = pol;
+        if (p->order.cbr) return refuse(err, ch, i, "is a second breaker outside the retry");
+        p->order.cbr = pol;
+        p->order.cbr_layer = (int)i;
         break;
       }
       if (has_step(p, ENG_STEP_BR))
         return refuse(err, ch, i, "is a second breaker inside the retry");
       p->pol.breaker = pol;
-      p->steps[p->nsteps++] = ENG_STEP_BR;
+      add_step(p, ENG_STEP_BR, i);
       break;
     case RESIL_LAYER_RATELIMITER:
       if (outside)
@@ -77,7 +87,7 @@ static resil_status plan_chain(const resil_chain *ch, eng_plan *p, resil_error *
       if (has_step(p, ENG_STEP_RL))
         return refuse(err, ch, i, "is a second rate limiter inside the retry");
       p->pol.ratelimiter = pol;
-      p->steps[p->nsteps++] = ENG_STEP_RL;
+      add_step(p, ENG_STEP_RL, i);
       break;
     case RESIL_LAYER_BULKHEAD:
       if (outside)
@@ -85,7 +95,7 @@ static resil_status plan_chain(const resil_chain *ch, eng_plan *p, resil_error *
       if (has_step(p, ENG_STEP_BH))
         return refuse(err, ch, i, "is a second bulkhead inside the retry");
       p->pol.bulkhead = pol;
-      p->steps[p->nsteps++] = ENG_STEP_BH;
+      add_step(p, ENG_STEP_BH, i);
       break;
     case RESIL_LAYER_TIMELIMITER: {
       int64_t to = resil_timelimiter_timeout_ns(pol);
@@ -104,7 +114,7 @@ static resil_status plan_chain(const resil_chain *ch, eng_plan *p, resil_error *
         return refuse(err, ch, i,
                       "is outside the retry: the engine hedges each attempt of the retry");
       if (p->pol.hedge) return refuse(err, ch, i, "is a second hedge");
-      if (p->nsteps || tl_seen)
+      if (p->order.nsteps || tl_seen)
         return refuse(err, ch, i,
                       "is inside a per-attempt layer: each of the engine's hedge transfers "
                       "takes its own permits and attempt timeout (put the hedge outside them)");
@@ -119,12 +129,13 @@ static resil_status plan_chain(const resil_chain *ch, eng_plan *p, resil_error *
 
 resil_status resil_engine_chain_check(const resil_chain *ch, resil_error *err) {
   eng_plan p;
-  resil_status st = plan_chain(ch, &p, err);
+  /* Only read (the plan's chain pointer is not used for counting here). */
+  resil_status st = plan_chain((resil_chain *)(uintptr_t)ch, &p, err);
   if (st == RESIL_OK && err) resil_error_clear(err);
   return st;
 }
 
-resil_status resil_engine_call_chain(resil_engine *e, const resil_chain *ch,
+resil_status resil_engine_call_chain(resil_engine *e, resil_chain *ch,
                                      const char *endpoint, const resil_http_args *args,
                                      const resil_ctx *ctx, resil_engine_done_fn done,
                                      void *user, resil_engine_handle **out,
@@ -147,7 +158,7 @@ resil_status resil_engine_call_chain(resil_engine *e, const resil_chain *ch,
   st = resil_engine_call(e, endpoint, args, &p.pol, &lc, done, user, &h, err);
   if (st != RESIL_OK) return st;
   /* Not started yet (the start is on a later loop iteration). */
-  resil__engine_set_order(h, p.steps, p.nsteps, p.cbr);
+  resil__engine_set_plan(h, &p.order);
   if (out) *out = h;
   else resil_engine_handle_release(h);
   return RESIL_OK;

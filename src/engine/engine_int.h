@@ -7,6 +7,7 @@
 #define RESIL_ENGINE_INT_H
 
 #include "core/timerheap.h"
+#include "resil/chain.h"
 #include "resil/engine.h"
 
 /* The adapter's clock (CLOCK_MONOTONIC without now_ns). */
@@ -28,13 +29,26 @@ void resil__engine_defer_report(resil_engine_handle *h);
  * deferred (a cancelled call, a call never deferred). */
 void resil__engine_report(resil_engine_handle *h, const resil_outcome *o, const char *key);
 
-/* h (just returned by resil_engine_call, not started yet): its
- * per-attempt steps become steps[0..n-1] (ENG_STEP_*, outermost first,
- * each kind at most once, each policy set in the call's policies) and cbr
- * (may be NULL) a breaker taken once per logical call (engine_chain.c). */
+/* How resil_engine_call_chain runs a chain (engine_chain.c). */
 enum { ENG_STEP_RL = 1, ENG_STEP_BR, ENG_STEP_BH };
-void resil__engine_set_order(resil_engine_handle *h, const unsigned char *steps, size_t n,
-                             resil_breaker *cbr);
+typedef struct resil__engine_plan {
+  /* The per-attempt steps (ENG_STEP_*, outermost first, each kind at most
+   * once, each policy set in the call's policies), and the chain layer
+   * index of each. */
+  unsigned char steps[3];
+  unsigned char step_layer[3];
+  size_t nsteps;
+  /* A breaker taken once per logical call (NULL: none), layer cbr_layer. */
+  resil_breaker *cbr;
+  int cbr_layer;
+  /* The chain whose layer counters the call feeds (resil_chain_count_layer),
+   * its number of layers, and its retry layer's index (-1: none). */
+  resil_chain *chain;
+  int nlayers;
+  int retry_layer;
+} resil__engine_plan;
+/* h: just returned by resil_engine_call, not started yet. */
+void resil__engine_set_plan(resil_engine_handle *h, const resil__engine_plan *p);
 
 typedef struct resil__engine_ext {
   /* Loop thread, on a later loop iteration after resil__engine_post(). */

@@ -164,6 +164,33 @@ static resil_outcome blocking_calls(env *v, const char *name, const char *ep, in
   return o;
 }
 
+/* The chain's layer counters (and the protected call's, as layer n). */
+typedef struct layer_snap {
+  size_t n;
+  resil_layer_stats l[RESIL_CHAIN_MAX_LAYERS + 1];
+} layer_snap;
+
+static void snap_layers(resil_chain *ch, layer_snap *s) {
+  s->n = resil_chain_layers(ch);
+  for (size_t i = 0; i < s->n; i++) assert_status(RESIL_OK, resil_chain_layer_stats(ch, i, &s->l[i]));
+  assert_status(RESIL_OK, resil_chain_call_stats(ch, &s->l[s->n]));
+}
+
+/* The counters moved by the same amounts from a to b as from b to c. */
+static void assert_same_deltas(const char *name, const layer_snap *a, const layer_snap *b,
+                               const layer_snap *c) {
+  for (size_t i = 0; i <= a->n; i++) {
+    const resil_layer_stats *x = &a->l[i], *y = &b->l[i], *z = &c->l[i];
+#define SAME(f)                                                                            \
+  if (y->f - x->f != z->f - y->f)                                                          \
+    fail_msg("%s layer %zu " #f ": engine %llu, blocking %llu", name, i,                  \
+             (unsigned long long)(y->f - x->f), (unsigned long long)(z->f - y->f));
+    SAME(calls_in) SAME(attempts_out) SAME(rejections) SAME(successes) SAME(retries)
+    for (int k = 0; k < 5; k++) SAME(by_kind[k])
+#undef SAME
+  }
+}
+
 /* Retry(Breaker) records every attempt in the breaker, Breaker(Retry) one
  * record per logical call: on the engine exactly as on the blocking path. */
 static void engine_honours_chain_order_like_blocking_path(void **state) {
@@ -176,11 +203,18 @@ static void engine_honours_chain_order_like_blocking_path(void **state) {
     uint64_t want;
   } cases[] = {{"in", 3 * 4}, {"out", 4}, {"full", 3 * 4}};
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    resil_chain *ch = resil_registry_chain(v.reg, cases[k].chain);
+    layer_snap s0, s1, s2;
+    snap_layers(ch, &s0);
     uint64_t b0 = breaker_calls(b);
     resil_outcome oe = engine_calls(&v, cases[k].chain, "fail", 4);
     uint64_t b1 = breaker_calls(b);
+    snap_layers(ch, &s1);
     resil_outcome ob = blocking_calls(&v, cases[k].chain, "fail", 4);
     uint64_t b2 = breaker_calls(b);
+    snap_layers(ch, &s2);
+    assert_same_deltas(cases[k].chain, &s0, &s1, &s2);
+    assert_int_equal(s1.l[0].calls_in - s0.l[0].calls_in, 4);
     print_message("%s: engine %llu breaker records, blocking %llu\n", cases[k].chain,
                   (unsigned long long)(b1 - b0), (unsigned long long)(b2 - b1));
     assert_int_equal(b1 - b0, cases[k].want);
@@ -216,6 +250,20 @@ static void later_layer_rejection_hands_back_earlier_permit(void **state) {
     assert_int_equal(o.kind, RESIL_REJECTED);
     assert_int_equal(o.reason, RESIL_REASON_RATE_LIMITED);
   }
+  /* The same refusals on the blocking path move the layer counters alike. */
+  const char *names[] = {"rlfirst", "brfirst"};
+  for (int k = 0; k < 2; k++) {
+    resil_chain *ch = resil_registry_chain(v.reg, names[k]);
+    layer_snap s0, s1, s2;
+    snap_layers(ch, &s0);
+    (void)engine_calls(&v, names[k], "ok", 2);
+    snap_layers(ch, &s1);
+    (void)blocking_calls(&v, names[k], "ok", 2);
+    snap_layers(ch, &s2);
+    assert_same_deltas(names[k], &s0, &s1, &s2);
+    assert_int_equal(s1.l[0].rejections - s0.l[0].rejections, k == 0 ? 2 : 0);
+    assert_int_equal(s1.l[1].rejections - s0.l[1].rejections, k == 1 ? 2 : 0);
+  }
   resil_breaker_metrics m;
   memset(&m, 0, sizeof m);
   assert_status(RESIL_OK, resil_breaker_get_metrics(b3, &m));
@@ -225,7 +273,7 @@ static void later_layer_rejection_hands_back_earlier_permit(void **state) {
   assert_int_equal(m.total_not_permitted, 0);
   resil_engine_stats es;
   assert_status(RESIL_OK, resil_engine_get_stats(v.e, &es));
-  assert_int_equal(es.rejected_ratelimiter, 4);
+  assert_int_equal(es.rejected_ratelimiter, 8);
   assert_int_equal(es.rejected_breaker, 0);
   env_stop(&v);
 }
