@@ -272,22 +272,25 @@ RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
  *     A hedge layer inside the retry is policies.hedge: it must be outside
  *     the per-attempt breaker, rate limiter, bulkhead and time limiter
  *     (each hedge transfer takes its own permits and timeout);
- *   - outside the retry: a breaker (at most one) is taken once per logical
- *     call when it starts (refused: the call completes REJECTED(BREAKER_OPEN),
- *     nothing sent) and recorded once with the final outcome and the
- *     call's duration, as resil_breaker_run around resil_retry_run; a time
- *     limiter bounds the whole call: the call's deadline becomes the
- *     earlier of the ctx's and now + its timeout (the deadline rules above
- *     apply, also to the outcome);
+ *   - outside the retry, once per logical call when it starts, in the
+ *     chain's order: a breaker (at most one) takes a permit (refused: the
+ *     call completes REJECTED(BREAKER_OPEN), nothing sent) recorded once
+ *     with the final outcome and the call's duration, as resil_breaker_run
+ *     around resil_retry_run; a rate limiter (at most one) takes one
+ *     permit (a WAIT is a timer; refused: REJECTED(RATE_LIMITED), or
+ *     DEADLINE, and a breaker permit taken before it is released, not
+ *     recorded); a time limiter bounds the whole call: the call's deadline
+ *     becomes the earlier of the ctx's and now + its timeout (the deadline
+ *     rules above apply, also to the outcome);
  *   - the chain's total_timeout_ns is the call's deadline when the ctx has
  *     none (as resil_chain_run).
  * Refused at submission (RESIL_EINVAL, err's msg names the layer by index,
- * label and name, and why, e.g. "layer 0 (RateLimiter 'rl') is outside
- * the retry: the engine runs it per attempt only"): a custom layer
- * (resil_chain_add_layer, even of a library kind), a thread pool, a second
- * retry, a rate limiter, bulkhead or hedge outside the retry, a second
- * breaker, rate limiter, bulkhead, time limiter or hedge at the same
- * level, a hedge inside a per-attempt layer. resil_engine_chain_check()
+ * label and name, and why, e.g. "layer 0 (Bulkhead 'bh') is outside the
+ * retry: the engine holds a bulkhead slot per attempt only"): a custom
+ * layer (resil_chain_add_layer, even of a library kind), a thread pool, a
+ * second retry, a bulkhead or hedge outside the retry, a second breaker,
+ * rate limiter, bulkhead, time limiter or hedge at the same level, a
+ * hedge inside a per-attempt layer. resil_engine_chain_check()
  * tells the same without submitting (check a chain once, when it is
  * loaded). Never reordered.
  * The layers' policies are the chain's (borrowed): they and the chain must

@@ -137,12 +137,18 @@ struct resil_engine_handle {
   resil_breaker *cbr;
   resil_breaker_permit cpermit;
   int has_cpermit;
-  int cbr_refused;
   int64_t call_t0;
+  /* ... and a rate limiter outside the retry: one permit per logical call
+   * (a WAIT is `t`, the call staying in ST_START). The outer steps, in the
+   * chain's order (STEP_BR, STEP_RL), their layers, the next to run. */
+  resil_ratelimiter *crl;
+  int crl_held;
+  unsigned char outer[2], outer_layer[2], nouter, outer_i;
+  int outer_rej_layer; /* the outer layer that refused the call, -1 none */
   /* resil_engine_call_chain: the chain whose layer counters the call feeds
    * (NULL: none), see "chain counters". */
   resil_chain *chain;
-  int nlayers, retry_layer, cbr_layer;
+  int nlayers, retry_layer;
   unsigned char step_layer[3];
   int rej_layer; /* the layer that refused this attempt, -1 none */
   int has_permit; /* breaker permit held */
@@ -478,12 +484,11 @@ static void chain_count_attempt(resil_engine_handle *call, const resil_outcome *
 
 static void chain_count_call(resil_engine_handle *call, const resil_outcome *o) {
   for (int j = 0; j <= call->retry_layer; j++) {
-    if (call->cbr_refused && j > call->cbr_layer) break;
-    int rejected = 0;
+    int rej = call->outer_rej_layer;
+    if (rej >= 0 && j > rej) break;
+    int rejected = j == rej;
     uint64_t retries = 0;
-    if (j == call->cbr_layer) {
-      rejected = call->cbr_refused;
-    } else if (j == call->retry_layer) {
+    if (j == call->retry_layer) {
       rejected = o->kind == RESIL_REJECTED &&
                  (call->tries == 0 || o->reason == RESIL_REASON_DEADLINE ||
                   o->reason == RESIL_REASON_RETRY_BUDGET);
@@ -1307,6 +1312,62 @@ static void begin_attempt(resil_engine_handle *call) {
   run_steps(call, actx, now);
 }
 
+/* A layer outside the retry refused the logical call: what the outer
+ * layers before it took is given back (a breaker permit released, not
+ * recorded), and the call ends REJECTED(why), nothing sent. */
+static void outer_reject(resil_engine_handle *call, unsigned char i, resil_reason why) {
+  call->outer_rej_layer = call->outer_layer[i];
+  if (call->has_cpermit) {
+    resil_breaker_release(call->cbr, &call->cpermit);
+    call->has_cpermit = 0;
+  }
+  resil_outcome o = resil_outcome_make(RESIL_REJECTED, why);
+  o.attempts = 0;
+  finish(call, o);
+}
+
+/* The layers outside the retry (resil_engine_call_chain), once per logical
+ * call at its start, in the chain's order. Returns 1 when the call goes
+ * on, 0 when it waits for a rate-limiter permit (`t`, still ST_START) or
+ * ended. */
+static int outer_steps(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  if (call->outer_i == 0 && !call->crl_held) call->call_t0 = eng_now(e);
+  while (call->outer_i < call->nouter) {
+    unsigned char i = call->outer_i++;
+    if (call->outer[i] == STEP_BR) {
+      if (resil_breaker_try_acquire(call->cbr, &call->cpermit) != RESIL_DECISION_GO) {
+        ST_INC(e, rej_breaker);
+        outer_reject(call, i, RESIL_REASON_BREAKER_OPEN);
+        return 0;
+      }
+      call->has_cpermit = 1;
+      continue;
+    }
+    if (call->crl_held) {
+      call->crl_held = 0;
+      continue;
+    }
+    int64_t wait = 0;
+    resil_reason why = RESIL_REASON_OK;
+    resil_decision d = resil_ratelimiter_reserve(call->crl, 1, &call->ctx, &wait, &why);
+    if (d == RESIL_DECISION_DENY) {
+      ST_INC(e, rej_ratelimiter);
+      outer_reject(call, i,
+                   why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE : RESIL_REASON_RATE_LIMITED);
+      return 0;
+    }
+    if (d == RESIL_DECISION_WAIT) {
+      call->crl_held = 1;
+      call->outer_i = i;
+      if (arm_at(e, &call->t, resil__sat_add(eng_now(e), wait)) == 0) return 0;
+      call->crl_held = 0; /* no timer: go on at once */
+      call->outer_i = (unsigned char)(i + 1);
+    }
+  }
+  return 1;
+}
+
 /* `t` fired: the deferred start, or the end of a wait. */
 static void on_call_timer(void *arg) {
   resil_engine_handle *call = arg;
@@ -1315,19 +1376,8 @@ static void on_call_timer(void *arg) {
     return;
   }
   if (call->state == ST_START) {
+    if (call->nouter && !outer_steps(call)) return;
     call->state = ST_WAIT;
-    if (call->cbr) {
-      call->call_t0 = eng_now(call->e);
-      if (resil_breaker_try_acquire(call->cbr, &call->cpermit) != RESIL_DECISION_GO) {
-        ST_INC(call->e, rej_breaker);
-        call->cbr_refused = 1;
-        resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
-        o.attempts = 0;
-        finish(call, o);
-        return;
-      }
-      call->has_cpermit = 1;
-    }
     if (call->pol.retry &&
         resil_retry_begin(call->pol.retry, &call->ctx, call->rst) != RESIL_DECISION_GO) {
       finish(call, resil_retry_result(call->rst));
@@ -1518,7 +1568,13 @@ void resil__engine_set_plan(resil_engine_handle *h, const resil__engine_plan *p)
     h->step_layer[h->nsteps++] = p->step_layer[i];
   }
   h->cbr = p->cbr;
-  h->cbr_layer = p->cbr_layer;
+  h->crl = p->crl;
+  h->nouter = 0;
+  for (size_t i = 0; i < p->nouter && i < sizeof h->outer; i++) {
+    h->outer[h->nouter] = p->outer[i];
+    h->outer_layer[h->nouter++] = p->outer_layer[i];
+  }
+  h->outer_rej_layer = -1;
   h->chain = p->chain;
   h->nlayers = p->nlayers;
   h->retry_layer = p->retry_layer;

@@ -32,6 +32,11 @@ static int has_step(const eng_plan *p, unsigned char k) {
   return 0;
 }
 
+static void add_outer(eng_plan *p, unsigned char k, size_t layer) {
+  p->order.outer_layer[p->order.nouter] = (unsigned char)layer;
+  p->order.outer[p->order.nouter++] = k;
+}
+
 static void add_step(eng_plan *p, unsigned char k, size_t layer) {
   p->order.step_layer[p->order.nsteps] = (unsigned char)layer;
   p->order.steps[p->order.nsteps++] = k;
@@ -41,7 +46,6 @@ static resil_status plan_chain(resil_chain *ch, eng_plan *p, resil_error *err) {
   memset(p, 0, sizeof *p);
   resil_engine_policies_init(&p->pol);
   p->order.chain = ch;
-  p->order.cbr_layer = -1;
   p->order.retry_layer = -1;
   if (!ch || resil_chain_total_timeout_ns(ch) < 0)
     return resil__err(err, RESIL_EINVAL, "chain", "must not be NULL");
@@ -73,7 +77,7 @@ static resil_status plan_chain(resil_chain *ch, eng_plan *p, resil_error *err) {
       if (outside) {
         if (p->order.cbr) return refuse(err, ch, i, "is a second breaker outside the retry");
         p->order.cbr = pol;
-        p->order.cbr_layer = (int)i;
+        add_outer(p, ENG_STEP_BR, i);
         break;
       }
       if (has_step(p, ENG_STEP_BR))
@@ -82,8 +86,13 @@ static resil_status plan_chain(resil_chain *ch, eng_plan *p, resil_error *err) {
       add_step(p, ENG_STEP_BR, i);
       break;
     case RESIL_LAYER_RATELIMITER:
-      if (outside)
-        return refuse(err, ch, i, "is outside the retry: the engine runs it per attempt only");
+      if (outside) {
+        if (p->order.crl)
+          return refuse(err, ch, i, "is a second rate limiter outside the retry");
+        p->order.crl = pol;
+        add_outer(p, ENG_STEP_RL, i);
+        break;
+      }
       if (has_step(p, ENG_STEP_RL))
         return refuse(err, ch, i, "is a second rate limiter inside the retry");
       p->pol.ratelimiter = pol;
@@ -91,7 +100,9 @@ static resil_status plan_chain(resil_chain *ch, eng_plan *p, resil_error *err) {
       break;
     case RESIL_LAYER_BULKHEAD:
       if (outside)
-        return refuse(err, ch, i, "is outside the retry: the engine runs it per attempt only");
+        return refuse(err, ch, i,
+                      "is outside the retry: the engine holds a bulkhead slot per attempt "
+                      "only");
       if (has_step(p, ENG_STEP_BH))
         return refuse(err, ch, i, "is a second bulkhead inside the retry");
       p->pol.bulkhead = pol;

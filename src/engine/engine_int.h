@@ -38,9 +38,14 @@ typedef struct resil__engine_plan {
   unsigned char steps[3];
   unsigned char step_layer[3];
   size_t nsteps;
-  /* A breaker taken once per logical call (NULL: none), layer cbr_layer. */
+  /* The layers outside the retry, once per logical call: a breaker (NULL:
+   * none) and a rate limiter (NULL: none), as steps (ENG_STEP_BR,
+   * ENG_STEP_RL) in the chain's order, with their layer indices. */
   resil_breaker *cbr;
-  int cbr_layer;
+  resil_ratelimiter *crl;
+  unsigned char outer[2];
+  unsigned char outer_layer[2];
+  size_t nouter;
   /* The chain whose layer counters the call feeds (resil_chain_count_layer),
    * its number of layers, and its retry layer's index (-1: none). */
   resil_chain *chain;

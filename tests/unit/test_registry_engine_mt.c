@@ -69,7 +69,8 @@ static const char *YAML =
     "           {timelimiter: tl}, {bulkhead: bh}]}\n"
     "    rlfirst: {layers: [{ratelimiter: rl0}, {circuitbreaker: b2}]}\n"
     "    brfirst: {layers: [{circuitbreaker: b3}, {ratelimiter: rl0}]}\n"
-    "    rl_out: {layers: [{ratelimiter: rl}, {retry: r}]}\n"
+    "    rl_out: {layers: [{ratelimiter: rl}, {retry: r}, {circuitbreaker: b}]}\n"
+    "    rl0_out: {layers: [{circuitbreaker: b2}, {ratelimiter: rl0}, {retry: r}]}\n"
     "    bh_out: {layers: [{bulkhead: bh}, {retry: r}, {circuitbreaker: b}]}\n";
 
 static void env_start(env *v, const char *yaml_fmt) {
@@ -201,7 +202,7 @@ static void engine_honours_chain_order_like_blocking_path(void **state) {
   struct {
     const char *chain;
     uint64_t want;
-  } cases[] = {{"in", 3 * 4}, {"out", 4}, {"full", 3 * 4}};
+  } cases[] = {{"in", 3 * 4}, {"out", 4}, {"full", 3 * 4}, {"rl_out", 3 * 4}};
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     resil_chain *ch = resil_registry_chain(v.reg, cases[k].chain);
     layer_snap s0, s1, s2;
@@ -278,25 +279,56 @@ static void later_layer_rejection_hands_back_earlier_permit(void **state) {
   env_stop(&v);
 }
 
+/* Breaker(RateLimiter(Retry)) with the limiter's one permit spent by the
+ * first call: later calls are refused by the limiter once per logical
+ * call, before any attempt, the breaker's permit given back; the layer
+ * counters move alike on both paths. */
+static void outer_rate_limiter_takes_one_permit_per_call(void **state) {
+  (void)state;
+  env v;
+  env_start(&v, YAML);
+  resil_chain *ch = resil_registry_chain(v.reg, "rl0_out");
+  resil_outcome o = engine_calls(&v, "rl0_out", "fail", 1);
+  assert_int_equal(o.attempts, 3); /* three attempts, one permit */
+  assert_int_equal(o.http_status, 503);
+  resil_breaker *b2 = resil_registry_breaker(v.reg, "b2");
+  uint64_t c0 = breaker_calls(b2);
+  assert_int_equal(c0, 1);
+  layer_snap s0, s1, s2;
+  snap_layers(ch, &s0);
+  o = engine_calls(&v, "rl0_out", "fail", 2);
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_RATE_LIMITED);
+  assert_int_equal(o.attempts, 0);
+  snap_layers(ch, &s1);
+  o = blocking_calls(&v, "rl0_out", "fail", 2);
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_RATE_LIMITED);
+  snap_layers(ch, &s2);
+  assert_same_deltas("rl0_out", &s0, &s1, &s2);
+  assert_int_equal(s1.l[1].rejections - s0.l[1].rejections, 2);
+  assert_int_equal(s1.l[2].calls_in - s0.l[2].calls_in, 0);
+  assert_int_equal(breaker_calls(b2), c0); /* the permits went back unrecorded */
+  env_stop(&v);
+}
+
 static void refused_chains_name_the_layer(void **state) {
   (void)state;
   env v;
   env_start(&v, YAML);
   resil_error err;
   assert_status(RESIL_EINVAL,
-                resil_engine_chain_check(resil_registry_chain(v.reg, "rl_out"), &err));
-  assert_non_null(strstr(err.msg, "layer 0 (RateLimiter 'rl') is outside the retry"));
-  assert_status(RESIL_EINVAL,
                 resil_engine_chain_check(resil_registry_chain(v.reg, "bh_out"), &err));
-  assert_non_null(strstr(err.msg, "layer 0 (Bulkhead 'bh')"));
+  assert_non_null(strstr(err.msg, "layer 0 (Bulkhead 'bh') is outside the retry"));
   waiter w = {.v = &v, .left = 1};
   resil_engine_handle *h = (resil_engine_handle *)&w;
-  assert_status(RESIL_EINVAL, resil_engine_call_chain(v.e, resil_registry_chain(v.reg, "rl_out"),
+  assert_status(RESIL_EINVAL, resil_engine_call_chain(v.e, resil_registry_chain(v.reg, "bh_out"),
                                                       "ok", NULL, NULL, done_count, &w, &h, &err));
   assert_null(h);
   assert_non_null(strstr(err.msg, "outside the retry"));
   assert_status(RESIL_OK, resil_engine_chain_check(resil_registry_chain(v.reg, "full"), &err));
   assert_status(RESIL_OK, resil_engine_chain_check(resil_registry_chain(v.reg, "out"), &err));
+  assert_status(RESIL_OK, resil_engine_chain_check(resil_registry_chain(v.reg, "rl_out"), &err));
   assert_status(RESIL_EINVAL, resil_engine_chain_check(NULL, &err));
   /* A second retry, a custom layer, a thread pool: by hand. */
   resil_chain_config cc;
@@ -543,6 +575,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(engine_honours_chain_order_like_blocking_path),
       cmocka_unit_test(later_layer_rejection_hands_back_earlier_permit),
+      cmocka_unit_test(outer_rate_limiter_takes_one_permit_per_call),
       cmocka_unit_test(refused_chains_name_the_layer),
       cmocka_unit_test(engine_calls_survive_reloads_mt),
       cmocka_unit_test(attempt_events_reach_the_sink),
