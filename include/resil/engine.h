@@ -470,6 +470,24 @@ RESIL_API resil_status resil_engine_call_keyed_sized(
   resil_engine_call_keyed_sized((e), (endpoint), (args), (policies), (ctx), (done), (user),   \
                                 (report), sizeof(resil_http_recovery), (out), (err))
 
+/* resil_engine_call_keyed() through chain ch (see resil_engine_call_chain):
+ * the chain's retry drives the writes (policies.retry there), the layers
+ * inside it run per physical request (each write and each status query) in
+ * the chain's order, the time limiter inside it is each request's attempt
+ * timeout, and the chain's total_timeout (when the ctx has no deadline)
+ * and a time limiter outside the retry bound the call. Refused besides
+ * resil_engine_call_chain's cases: a breaker or rate limiter outside the
+ * retry (the keyed flow has no per-call layer). The chain's layer counters
+ * are not fed. Otherwise as resil_engine_call_keyed. Since 0.2. */
+RESIL_API resil_status resil_engine_call_chain_keyed_sized(
+    resil_engine *e, resil_chain *ch, const char *endpoint, const resil_http_args *args,
+    const resil_ctx *ctx, resil_engine_keyed_done_fn done, void *user,
+    resil_http_recovery *report, size_t report_size, resil_engine_keyed **out,
+    resil_error *err);
+#define resil_engine_call_chain_keyed(e, ch, endpoint, args, ctx, done, user, report, out, err) \
+  resil_engine_call_chain_keyed_sized((e), (ch), (endpoint), (args), (ctx), (done), (user),     \
+                                      (report), sizeof(resil_http_recovery), (out), (err))
+
 /* From any thread: ends the call on the next loop iteration. A physical
  * request in flight is cancelled as resil_engine_cancel() does; a wait ends
  * at once. The call completes with the last write's outcome, stop

@@ -47,8 +47,8 @@ extern "C" {
  * (NULL reg), RESIL_EINVAL (NULL chain or done, no such chain: "no chain
  * 'x' in the registry", a chain the engine cannot run, and
  * resil_engine_call's reasons), RESIL_ENOMEM: done is never called, no
- * lease is held, err says why. e's client must hold the endpoint. The
- * keyed flow (resil_engine_call_keyed) has no registry form yet. Since 0.2. */
+ * lease is held, err says why. e's client must hold the endpoint.
+ * Since 0.2. */
 RESIL_API resil_status resil_registry_engine_call(resil_registry *reg, resil_engine *e,
                                                   const char *chain, const char *endpoint,
                                                   const resil_http_args *args,
@@ -56,6 +56,22 @@ RESIL_API resil_status resil_registry_engine_call(resil_registry *reg, resil_eng
                                                   resil_engine_done_fn done, void *user,
                                                   resil_engine_handle **out,
                                                   resil_error *err);
+
+/* The keyed flow (engine.h resil_engine_call_chain_keyed: writes driven
+ * by the chain's retry, status queries, the chain's order per physical
+ * request) under one lease of chain `chain`, released after done returned.
+ * Statuses and thread as resil_registry_engine_call. Use the macro.
+ * Since 0.2. */
+RESIL_API resil_status resil_registry_engine_call_keyed_sized(
+    resil_registry *reg, resil_engine *e, const char *chain, const char *endpoint,
+    const resil_http_args *args, const resil_ctx *ctx, resil_engine_keyed_done_fn done,
+    void *user, resil_http_recovery *report, size_t report_size, resil_engine_keyed **out,
+    resil_error *err);
+#define resil_registry_engine_call_keyed(reg, e, chain, endpoint, args, ctx, done, user, report,  \
+                                         out, err)                                              \
+  resil_registry_engine_call_keyed_sized((reg), (e), (chain), (endpoint), (args), (ctx), (done), \
+                                         (user), (report), sizeof(resil_http_recovery), (out),   \
+                                         (err))
 
 /* A blocking logical call of endpoint of http_client `client` through
  * chain `chain`, both of reg, under one lease of each:

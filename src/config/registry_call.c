@@ -109,6 +109,48 @@ resil_status resil_registry_engine_call(resil_registry *reg, resil_engine *e,
   return st;
 }
 
+typedef struct reg_keyed {
+  resil_registry_lease *lease;
+  resil_engine_keyed_done_fn done;
+  void *user;
+} reg_keyed;
+
+static void reg_keyed_done(void *u, resil_engine_keyed *k, resil_outcome o,
+                           resil_http_response *r) {
+  reg_keyed *rc = u;
+  rc->done(rc->user, k, o, r);
+  resil_registry_release(rc->lease);
+  free(rc);
+}
+
+resil_status resil_registry_engine_call_keyed_sized(
+    resil_registry *reg, resil_engine *e, const char *chain, const char *endpoint,
+    const resil_http_args *args, const resil_ctx *ctx, resil_engine_keyed_done_fn done,
+    void *user, resil_http_recovery *report, size_t report_size, resil_engine_keyed **out,
+    resil_error *err) {
+  if (out) *out = NULL;
+  if (!reg) return resil__err(err, RESIL_EMISUSE, NULL, "registry must not be NULL");
+  if (!chain) return resil__err(err, RESIL_EINVAL, "chain", "must not be NULL");
+  if (!done) return resil__err(err, RESIL_EINVAL, "done", "must not be NULL");
+  reg_keyed *rc = malloc(sizeof *rc);
+  if (!rc) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  resil_chain *ch = resil_registry_acquire(reg, RESIL_REG_CHAIN, chain, &rc->lease);
+  if (!ch) {
+    free(rc);
+    return resil__err(err, RESIL_EINVAL, "chain", "no chain '%s' in the registry", chain);
+  }
+  rc->done = done;
+  rc->user = user;
+  resil_status st = resil_engine_call_chain_keyed_sized(e, ch, endpoint, args, ctx,
+                                                        reg_keyed_done, rc, report,
+                                                        report_size, out, err);
+  if (st != RESIL_OK) {
+    resil_registry_release(rc->lease);
+    free(rc);
+  }
+  return st;
+}
+
 /* ---- blocking ------------------------------------------------------------------ */
 
 resil_status resil_registry_http_call(resil_registry *reg, const char *chain,

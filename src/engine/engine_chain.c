@@ -146,6 +146,20 @@ resil_status resil_engine_chain_check(const resil_chain *ch, resil_error *err) {
   return st;
 }
 
+/* The call's ctx: the chain's total timeout when the ctx has none (as
+ * resil_chain_run), and a time limiter outside the retry bounds the whole
+ * call. NULL for an uninitialised ctx. */
+static const resil_ctx *chain_ctx(const eng_plan *p, resil_ctx *lc, const resil_ctx *ctx) {
+  const resil_ctx *cx = resil__ctx_in(lc, ctx);
+  if (!cx) return NULL;
+  if (cx != lc) *lc = *cx;
+  if (p->total_timeout_ns > 0 && lc->deadline_ns == RESIL_NO_DEADLINE)
+    resil_ctx_set_timeout_ns(lc, p->total_timeout_ns);
+  if (p->call_timeout_ns > 0 && resil_ctx_remaining_ns(lc) > p->call_timeout_ns)
+    resil_ctx_set_timeout_ns(lc, p->call_timeout_ns);
+  return lc;
+}
+
 resil_status resil_engine_call_chain(resil_engine *e, resil_chain *ch,
                                      const char *endpoint, const resil_http_args *args,
                                      const resil_ctx *ctx, resil_engine_done_fn done,
@@ -156,15 +170,7 @@ resil_status resil_engine_call_chain(resil_engine *e, resil_chain *ch,
   resil_status st = plan_chain(ch, &p, err);
   if (st != RESIL_OK) return st;
   resil_ctx lc;
-  const resil_ctx *cx = resil__ctx_in(&lc, ctx);
-  if (!cx) return resil__err(err, RESIL_EINVAL, "ctx", "call resil_ctx_init()");
-  if (cx != &lc) lc = *cx;
-  /* The chain's total timeout when the ctx has none (as resil_chain_run),
-   * and a time limiter outside the retry bounds the whole call. */
-  if (p.total_timeout_ns > 0 && lc.deadline_ns == RESIL_NO_DEADLINE)
-    resil_ctx_set_timeout_ns(&lc, p.total_timeout_ns);
-  if (p.call_timeout_ns > 0 && resil_ctx_remaining_ns(&lc) > p.call_timeout_ns)
-    resil_ctx_set_timeout_ns(&lc, p.call_timeout_ns);
+  if (!chain_ctx(&p, &lc, ctx)) return resil__err(err, RESIL_EINVAL, "ctx", "call resil_ctx_init()");
   resil_engine_handle *h = NULL;
   st = resil_engine_call(e, endpoint, args, &p.pol, &lc, done, user, &h, err);
   if (st != RESIL_OK) return st;
@@ -172,5 +178,33 @@ resil_status resil_engine_call_chain(resil_engine *e, resil_chain *ch,
   resil__engine_set_plan(h, &p.order);
   if (out) *out = h;
   else resil_engine_handle_release(h);
+  return RESIL_OK;
+}
+
+resil_status resil_engine_call_chain_keyed_sized(resil_engine *e, resil_chain *ch,
+                                                 const char *endpoint,
+                                                 const resil_http_args *args,
+                                                 const resil_ctx *ctx,
+                                                 resil_engine_keyed_done_fn done, void *user,
+                                                 resil_http_recovery *report,
+                                                 size_t report_size, resil_engine_keyed **out,
+                                                 resil_error *err) {
+  if (out) *out = NULL;
+  eng_plan p;
+  resil_status st = plan_chain(ch, &p, err);
+  if (st != RESIL_OK) return st;
+  if (p.order.nouter)
+    return refuse(err, ch, p.order.outer_layer[0],
+                  "is outside the retry: the keyed flow runs its layers per physical request");
+  resil_ctx lc;
+  if (!chain_ctx(&p, &lc, ctx)) return resil__err(err, RESIL_EINVAL, "ctx", "call resil_ctx_init()");
+  resil_engine_keyed *k = NULL;
+  st = resil_engine_call_keyed_sized(e, endpoint, args, &p.pol, &lc, done, user, report,
+                                     report_size, &k, err);
+  if (st != RESIL_OK) return st;
+  p.order.chain = NULL; /* requests and queries are not the chain's attempts */
+  resil__engine_keyed_set_plan(k, &p.order);
+  if (out) *out = k;
+  else resil_engine_keyed_release(k);
   return RESIL_OK;
 }

@@ -54,6 +54,10 @@ typedef struct resil__engine_plan {
 } resil__engine_plan;
 /* h: just returned by resil_engine_call, not started yet. */
 void resil__engine_set_plan(resil_engine_handle *h, const resil__engine_plan *p);
+/* k: just returned by resil_engine_call_keyed, not started yet: each of its
+ * physical requests gets p (no outer steps; p->chain NULL: the keyed flow
+ * does not feed the chain's counters). */
+void resil__engine_keyed_set_plan(resil_engine_keyed *k, const resil__engine_plan *p);
 
 typedef struct resil__engine_ext {
   /* Loop thread, on a later loop iteration after resil__engine_post(). */

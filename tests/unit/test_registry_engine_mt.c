@@ -41,6 +41,7 @@ static const char *YAML =
     "    b: {minimum_calls: 1000, window_size: 1000}\n"
     "    b2: {minimum_calls: 1000, window_size: 1000}\n"
     "    b3: {initial_state: half_open, half_open_permitted_calls: 1}\n"
+    "    bopen: {initial_state: forced_open}\n"
     "retry:\n"
     "  instances:\n"
     "    r: {max_attempts: 3, wait: 1ms, backoff: fixed, respect_retry_after: false}\n"
@@ -71,7 +72,9 @@ static const char *YAML =
     "    brfirst: {layers: [{circuitbreaker: b3}, {ratelimiter: rl0}]}\n"
     "    rl_out: {layers: [{ratelimiter: rl}, {retry: r}, {circuitbreaker: b}]}\n"
     "    rl0_out: {layers: [{circuitbreaker: b2}, {ratelimiter: rl0}, {retry: r}]}\n"
-    "    bh_out: {layers: [{bulkhead: bh}, {retry: r}, {circuitbreaker: b}]}\n";
+    "    bh_out: {layers: [{bulkhead: bh}, {retry: r}, {circuitbreaker: b}]}\n"
+    "    kbr: {layers: [{retry: r}, {circuitbreaker: bopen}, {ratelimiter: rl0}]}\n"
+    "    krl: {layers: [{retry: r}, {ratelimiter: rl0}, {circuitbreaker: bopen}]}\n";
 
 static void env_start(env *v, const char *yaml_fmt) {
   memset(v, 0, sizeof *v);
@@ -309,6 +312,60 @@ static void outer_rate_limiter_takes_one_permit_per_call(void **state) {
   assert_int_equal(s1.l[1].rejections - s0.l[1].rejections, 2);
   assert_int_equal(s1.l[2].calls_in - s0.l[2].calls_in, 0);
   assert_int_equal(breaker_calls(b2), c0); /* the permits went back unrecorded */
+  env_stop(&v);
+}
+
+static void keyed_done(void *user, resil_engine_keyed *k, resil_outcome o,
+                       resil_http_response *r) {
+  (void)k;
+  waiter *w = user;
+  resil_http_response_free(r);
+  w->last = o;
+  w->count++;
+  if (--w->left == 0) resil_loop_stop(w->v->loop);
+}
+
+static resil_outcome keyed_call(env *v, const char *chain, const char *ep) {
+  waiter w = {.v = v, .left = 1};
+  resil_error err;
+  if (resil_registry_engine_call_keyed(v->reg, v->e, chain, ep, NULL, NULL, keyed_done, &w, NULL,
+                                       NULL, &err) != RESIL_OK)
+    fail_msg("registry_engine_call_keyed: %s", err.msg);
+  assert_status(RESIL_OK, resil_loop_run(v->loop));
+  assert_int_equal(w.count, 1);
+  return w.last;
+}
+
+/* The keyed flow through a registry chain: the chain's retry drives the
+ * writes, each write passes the chain's layers in the chain's order (a
+ * forced-open breaker before a limiter out of permits refuses with
+ * BREAKER_OPEN; the other way round RATE_LIMITED), one lease per call. */
+static void keyed_calls_follow_the_chain(void **state) {
+  (void)state;
+  env v;
+  env_start(&v, YAML);
+  resil_breaker *b = resil_registry_breaker(v.reg, "b");
+  uint64_t b0 = breaker_calls(b);
+  resil_outcome o = keyed_call(&v, "in", "fail");
+  assert_int_equal(o.http_status, 503);
+  assert_int_equal(breaker_calls(b) - b0, 3); /* three writes, each through the breaker */
+  o = engine_calls(&v, "rlfirst", "ok", 1); /* spends rl0's one permit */
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  o = keyed_call(&v, "kbr", "ok");
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_BREAKER_OPEN);
+  o = keyed_call(&v, "krl", "ok");
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_RATE_LIMITED);
+  o = engine_calls(&v, "kbr", "ok", 1);
+  assert_int_equal(o.reason, RESIL_REASON_BREAKER_OPEN);
+  o = engine_calls(&v, "krl", "ok", 1);
+  assert_int_equal(o.reason, RESIL_REASON_RATE_LIMITED);
+  resil_error err;
+  waiter w = {.v = &v, .left = 1};
+  assert_status(RESIL_EINVAL, resil_registry_engine_call_keyed(v.reg, v.e, "out", "ok", NULL, NULL,
+                                                               keyed_done, &w, NULL, NULL, &err));
+  assert_non_null(strstr(err.msg, "layer 0 (Breaker 'b') is outside the retry"));
   env_stop(&v);
 }
 
@@ -577,6 +634,7 @@ int main(void) {
       cmocka_unit_test(later_layer_rejection_hands_back_earlier_permit),
       cmocka_unit_test(outer_rate_limiter_takes_one_permit_per_call),
       cmocka_unit_test(refused_chains_name_the_layer),
+      cmocka_unit_test(keyed_calls_follow_the_chain),
       cmocka_unit_test(engine_calls_survive_reloads_mt),
       cmocka_unit_test(attempt_events_reach_the_sink),
   };
