@@ -299,13 +299,13 @@ RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
  * counters (resil_chain_layer_stats, resil_chain_call_stats) as
  * resil_chain_run does: each attempt that ends is counted by the layers
  * inside the retry down to the one that refused it (its rejection), or by
- * all of them and the protected call (one per attempt, hedges not
- * included) when it reached the transfer; the logical call by the retry
- * layer (with its retries) and the layers outside it. Not counted: an
- * attempt a cancel or the deadline ends before its transfer (while it
- * waits for a rate-limiter permit or a bulkhead slot), and a hedge
- * layer's hedges (the engine's stats and the hedge's own metrics count
- * them). The engine's counters (resil_engine_get_stats) count as for any
+ * all of them and the protected call (once per attempt: its hedge
+ * transfers are not counted as calls of the layers below the hedge) when
+ * it reached the transfer; the logical call by the retry layer (with its
+ * retries) and the layers outside it; a hedge layer counts the hedges
+ * sent (`hedges`; not `unhedged`). Not counted: an attempt a cancel or the
+ * deadline ends before its transfer (while it waits for a rate-limiter
+ * permit or a bulkhead slot). The engine's counters (resil_engine_get_stats) count as for any
  * call. The chain's fallback is not run.
  * Otherwise as resil_engine_call (same thread, completion, statuses). */
 RESIL_API resil_status resil_engine_chain_check(const resil_chain *ch, resil_error *err);

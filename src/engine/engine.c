@@ -148,7 +148,8 @@ struct resil_engine_handle {
   /* resil_engine_call_chain: the chain whose layer counters the call feeds
    * (NULL: none), see "chain counters". */
   resil_chain *chain;
-  int nlayers, retry_layer;
+  int nlayers, retry_layer, hedge_layer;
+  uint32_t att_hedges; /* hedges the policy sent in this attempt */
   unsigned char step_layer[3];
   int rej_layer; /* the layer that refused this attempt, -1 none */
   int has_permit; /* breaker permit held */
@@ -470,11 +471,14 @@ static void release_holds(resil_engine_handle *call) {
  * is counted by the layers inside the retry down to the one that refused
  * it (counted as its rejection), or by all of them and the protected call
  * when it reached the transfer; the logical call's end by the retry layer
- * (its retries, its own refusal) and the layers outside it. */
+ * (its retries, its own refusal) and the layers outside it. A hedge layer
+ * counts the hedges the policy sent in each attempt. */
 
 static void chain_count_attempt(resil_engine_handle *call, const resil_outcome *o) {
   int rej = call->rej_layer;
   call->rej_layer = -1;
+  if (call->hedge_layer >= 0 && call->att_hedges)
+    (void)resil_chain_count_hedges(call->chain, (size_t)call->hedge_layer, call->att_hedges);
   for (int j = call->retry_layer + 1; j < call->nlayers; j++) {
     if (rej >= 0 && j > rej) break;
     (void)resil_chain_count_layer(call->chain, (size_t)j, o, j == rej, 0);
@@ -566,6 +570,7 @@ static void after_attempt(resil_engine_handle *call, const resil_outcome *o, int
   resil_engine *e = call->e;
   call->step_i = 0;
   if (call->chain) chain_count_attempt(call, o);
+  call->att_hedges = 0;
   if (call->has_bh) {
     resil_bulkhead_release(call->pol.bulkhead);
     call->has_bh = 0;
@@ -1046,6 +1051,7 @@ static void on_hedge_timer(void *arg) {
   if (resil_hedge_on_timer(call->pol.hedge, &call->hc, &next) != RESIL_DECISION_GO) return;
   uint32_t n = call->hc.attempts;
   ST_INC(call->e, hedges_sent);
+  call->att_hedges++;
   if (next >= 0) arm_at(call->e, &call->ht, resil__sat_add(eng_now(call->e), next));
   if (n >= 2 && n <= RESIL_HEDGE_MAX_HEDGES + 1) hedge_send(call, n);
 }
@@ -1578,6 +1584,7 @@ void resil__engine_set_plan(resil_engine_handle *h, const resil__engine_plan *p)
   h->chain = p->chain;
   h->nlayers = p->nlayers;
   h->retry_layer = p->retry_layer;
+  h->hedge_layer = p->hedge_layer;
   h->rej_layer = -1;
 }
 resil_http_client *resil__engine_client(const resil_engine *e) { return e->client; }

@@ -47,6 +47,7 @@ static resil_status plan_chain(resil_chain *ch, eng_plan *p, resil_error *err) {
   resil_engine_policies_init(&p->pol);
   p->order.chain = ch;
   p->order.retry_layer = -1;
+  p->order.hedge_layer = -1;
   if (!ch || resil_chain_total_timeout_ns(ch) < 0)
     return resil__err(err, RESIL_EINVAL, "chain", "must not be NULL");
   p->total_timeout_ns = resil_chain_total_timeout_ns(ch);
@@ -130,6 +131,7 @@ static resil_status plan_chain(resil_chain *ch, eng_plan *p, resil_error *err) {
                       "is inside a per-attempt layer: each of the engine's hedge transfers "
                       "takes its own permits and attempt timeout (put the hedge outside them)");
       p->pol.hedge = pol;
+      p->order.hedge_layer = (int)i;
       break;
     default:
       return refuse(err, ch, i, "is of a kind the engine does not run");

@@ -51,6 +51,7 @@ typedef struct resil__engine_plan {
   resil_chain *chain;
   int nlayers;
   int retry_layer;
+  int hedge_layer; /* -1: none */
 } resil__engine_plan;
 /* h: just returned by resil_engine_call, not started yet. */
 void resil__engine_set_plan(resil_engine_handle *h, const resil__engine_plan *p);

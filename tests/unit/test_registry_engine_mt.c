@@ -55,6 +55,12 @@ static const char *YAML =
     "timelimiter:\n"
     "  instances:\n"
     "    tl: {timeout: 2s}\n"
+    "hedge:\n"
+    "  instances:\n"
+    "    hg: {delay: 50ms, max_hedges: 1, executor: pool}\n"
+    "threadpool:\n"
+    "  instances:\n"
+    "    pool: {threads: 4}\n"
     "http_client:\n"
     "  instances:\n"
     "    fx:\n"
@@ -62,6 +68,7 @@ static const char *YAML =
     "      endpoints:\n"
     "        fail: {path: /status/503}\n"
     "        ok: {path: /items/1}\n"
+    "        slow: {path: /slow, query: ms=400}\n"
     "chain:\n"
     "  instances:\n"
     "    in: {total_timeout: 10s, layers: [{retry: r}, {circuitbreaker: b}]}\n"
@@ -73,6 +80,7 @@ static const char *YAML =
     "    rl_out: {layers: [{ratelimiter: rl}, {retry: r}, {circuitbreaker: b}]}\n"
     "    rl0_out: {layers: [{circuitbreaker: b2}, {ratelimiter: rl0}, {retry: r}]}\n"
     "    bh_out: {layers: [{bulkhead: bh}, {retry: r}, {circuitbreaker: b}]}\n"
+    "    hedged: {layers: [{retry: r}, {hedge: hg}, {circuitbreaker: b}]}\n"
     "    kbr: {layers: [{retry: r}, {circuitbreaker: bopen}, {ratelimiter: rl0}]}\n"
     "    krl: {layers: [{retry: r}, {ratelimiter: rl0}, {circuitbreaker: bopen}]}\n";
 
@@ -369,6 +377,30 @@ static void keyed_calls_follow_the_chain(void **state) {
   env_stop(&v);
 }
 
+/* Retry(Hedge(Breaker)) on a slow answer: one hedge per call, counted by
+ * the hedge layer on both paths (the blocking one hedges on the hedge's
+ * thread pool, the engine through its split form). */
+static void hedge_layer_counts_engine_hedges(void **state) {
+  (void)state;
+  env v;
+  env_start(&v, YAML);
+  resil_chain *ch = resil_registry_chain(v.reg, "hedged");
+  layer_snap s0, s1, s2;
+  snap_layers(ch, &s0);
+  resil_outcome o = engine_calls(&v, "hedged", "slow", 2);
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  snap_layers(ch, &s1);
+  o = blocking_calls(&v, "hedged", "slow", 2);
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  snap_layers(ch, &s2);
+  assert_int_equal(s1.l[1].hedges - s0.l[1].hedges, 2);
+  assert_int_equal(s2.l[1].hedges - s1.l[1].hedges, 2);
+  assert_int_equal(s1.l[1].calls_in - s0.l[1].calls_in, 2);
+  assert_int_equal(s2.l[1].calls_in - s1.l[1].calls_in, 2);
+  assert_int_equal(s1.l[0].calls_in - s0.l[0].calls_in, 2);
+  env_stop(&v);
+}
+
 static void refused_chains_name_the_layer(void **state) {
   (void)state;
   env v;
@@ -633,6 +665,7 @@ int main(void) {
       cmocka_unit_test(engine_honours_chain_order_like_blocking_path),
       cmocka_unit_test(later_layer_rejection_hands_back_earlier_permit),
       cmocka_unit_test(outer_rate_limiter_takes_one_permit_per_call),
+      cmocka_unit_test(hedge_layer_counts_engine_hedges),
       cmocka_unit_test(refused_chains_name_the_layer),
       cmocka_unit_test(keyed_calls_follow_the_chain),
       cmocka_unit_test(engine_calls_survive_reloads_mt),
