@@ -242,6 +242,20 @@ RESIL_API resil_status resil_chain_add_hedge(resil_chain *ch, resil_hedge *p);
 RESIL_API resil_status resil_chain_count_hedges(resil_chain *ch, size_t i,
                                                 uint64_t n);
 
+/* For a driver that runs the chain's layers itself (the async engine's
+ * resil_engine_call_chain): counts one call returning from layer i with
+ * outcome *o into the counters resil_chain_layer_stats reads, as
+ * resil_chain_run counts it; i == resil_chain_layers(ch) counts one call of
+ * the protected call itself (a physical attempt, resil_chain_call_stats).
+ * rejected: the layer refused the call itself (nothing inside it called);
+ * retries: a RETRY layer's attempts beyond the first of that call (0 for
+ * other layers). A few atomic adds. RESIL_EMISUSE (NULL chain),
+ * RESIL_EINVAL (o NULL, i out of range, retries on a layer that is not a
+ * RETRY). Since 0.2. */
+RESIL_API resil_status resil_chain_count_layer(resil_chain *ch, size_t i,
+                                               const resil_outcome *o, int rejected,
+                                               uint64_t retries);
+
 /* Runs one logical call through all layers. ctx may be NULL. When the chain
  * has a total timeout and ctx has no deadline, the deadline is set here, once
  * for the whole logical call. When the final outcome is not a success and a
@@ -278,6 +292,18 @@ RESIL_API const char *resil_chain_layer_name(const resil_chain *ch, size_t i);
 /* Layer i's resil_layer_kind; -1 for a NULL chain or i out of range.
  * Since 0.2. */
 RESIL_API int resil_chain_layer_kind(const resil_chain *ch, size_t i);
+
+/* Layer i's policy object when the layer was added by a typed adder
+ * (resil_chain_add_retry, ..._breaker, ..._ratelimiter, ..._timelimiter,
+ * ..._bulkhead, ..._threadpool, ..._hedge): a resil_retry *, ... by
+ * resil_chain_layer_kind(). NULL for a layer added with
+ * resil_chain_add_layer() (a custom layer, even one of a library kind: its
+ * policy is opaque), a NULL chain or i out of range. For drivers that run
+ * a chain's layers themselves (the async engine's resil_engine_call_chain).
+ * Since 0.2. */
+RESIL_API void *resil_chain_layer_policy(const resil_chain *ch, size_t i);
+/* The chain's total_timeout_ns (0: none); -1 for a NULL chain. Since 0.2. */
+RESIL_API int64_t resil_chain_total_timeout_ns(const resil_chain *ch);
 
 /* Writes the nesting, e.g. "Retry(Breaker(Bulkhead(call)))", into buf.
  * Returns the length it needed (like snprintf); 0 (and buf "") for a NULL

@@ -123,6 +123,7 @@
 #include "breaker.h"
 #include "bulkhead.h"
 #include "call.h"
+#include "chain.h"
 #include "hedge.h"
 #include "http.h"
 #include "loop.h"
@@ -254,6 +255,70 @@ RESIL_API resil_status resil_engine_call(resil_engine *e, const char *endpoint,
                                          const resil_engine_policies *policies,
                                          const resil_ctx *ctx, resil_engine_done_fn done,
                                          void *user, resil_engine_handle **out, resil_error *err);
+
+/* ---- a chain's layers on the engine (Since 0.2) ----------------------------
+ * resil_engine_call_chain(): a logical call through the layers of chain ch
+ * (chain.h, e.g. a registry's chain), in the chain's order, outermost
+ * first, as resil_chain_run runs them on the blocking path:
+ *   - the retry layer (at most one) drives the attempts as policies.retry;
+ *   - the layers inside the retry (all layers when there is none) run per
+ *     attempt, acquired in the chain's order: a breaker (try_acquire, then
+ *     record), a rate limiter (reserve: a WAIT is a timer) and a bulkhead
+ *     (enqueue: a wait in its queue), at most one of each; e.g.
+ *     Retry(Breaker(RateLimiter(TimeLimiter(Bulkhead(call))))) takes the
+ *     breaker permit, then the rate-limiter permit, then the slot. A
+ *     layer that refuses ends the attempt REJECTED (the retry may go on)
+ *     and hands back what the layers outside it took: a breaker permit
+ *     is released, not recorded; a slot is given back (a rate-limiter
+ *     permit taken is spent, as on the blocking path). A time limiter
+ *     inside the retry (at most one) is the attempt timeout
+ *     (policies.attempt_timeout_ns), counted from each transfer's start.
+ *     A hedge layer inside the retry is policies.hedge: it must be outside
+ *     the per-attempt breaker, rate limiter, bulkhead and time limiter
+ *     (each hedge transfer takes its own permits and timeout);
+ *   - outside the retry, once per logical call when it starts, in the
+ *     chain's order: a breaker (at most one) takes a permit (refused: the
+ *     call completes REJECTED(BREAKER_OPEN), nothing sent) recorded once
+ *     with the final outcome and the call's duration, as resil_breaker_run
+ *     around resil_retry_run; a rate limiter (at most one) takes one
+ *     permit (a WAIT is a timer; refused: REJECTED(RATE_LIMITED), or
+ *     DEADLINE, and a breaker permit taken before it is released, not
+ *     recorded); a time limiter bounds the whole call: the call's deadline
+ *     becomes the earlier of the ctx's and now + its timeout (the deadline
+ *     rules above apply, also to the outcome);
+ *   - the chain's total_timeout_ns is the call's deadline when the ctx has
+ *     none (as resil_chain_run).
+ * Refused at submission (RESIL_EINVAL, err's msg names the layer by index,
+ * label and name, and why, e.g. "layer 0 (Bulkhead 'bh') is outside the
+ * retry: the engine holds a bulkhead slot per attempt only"): a custom
+ * layer (resil_chain_add_layer, even of a library kind), a thread pool, a
+ * second retry, a bulkhead or hedge outside the retry, a second breaker,
+ * rate limiter, bulkhead, time limiter or hedge at the same level, a
+ * hedge inside a per-attempt layer. resil_engine_chain_check()
+ * tells the same without submitting (check a chain once, when it is
+ * loaded). Never reordered.
+ * The layers' policies are the chain's (borrowed): they and the chain must
+ * outlive the call (a registry chain: hold a lease until done returns, as
+ * resil_registry_engine_call does). The call feeds the chain's per-layer
+ * counters (resil_chain_layer_stats, resil_chain_call_stats) as
+ * resil_chain_run does: each attempt that ends is counted by the layers
+ * inside the retry down to the one that refused it (its rejection), or by
+ * all of them and the protected call (once per attempt: its hedge
+ * transfers are not counted as calls of the layers below the hedge) when
+ * it reached the transfer; the logical call by the retry layer (with its
+ * retries) and the layers outside it; a hedge layer counts the hedges
+ * sent (`hedges`; not `unhedged`). Not counted: an attempt a cancel or the
+ * deadline ends before its transfer (while it waits for a rate-limiter
+ * permit or a bulkhead slot). The engine's counters (resil_engine_get_stats) count as for any
+ * call. The chain's fallback is not run.
+ * Otherwise as resil_engine_call (same thread, completion, statuses). */
+RESIL_API resil_status resil_engine_chain_check(const resil_chain *ch, resil_error *err);
+RESIL_API resil_status resil_engine_call_chain(resil_engine *e, resil_chain *ch,
+                                               const char *endpoint,
+                                               const resil_http_args *args,
+                                               const resil_ctx *ctx, resil_engine_done_fn done,
+                                               void *user, resil_engine_handle **out,
+                                               resil_error *err);
 
 /* From any thread: asks the call to end. It takes effect on the next loop
  * iteration (the adapter is woken): a call waiting to start, queued for a
@@ -409,6 +474,24 @@ RESIL_API resil_status resil_engine_call_keyed_sized(
 #define resil_engine_call_keyed(e, endpoint, args, policies, ctx, done, user, report, out, err) \
   resil_engine_call_keyed_sized((e), (endpoint), (args), (policies), (ctx), (done), (user),   \
                                 (report), sizeof(resil_http_recovery), (out), (err))
+
+/* resil_engine_call_keyed() through chain ch (see resil_engine_call_chain):
+ * the chain's retry drives the writes (policies.retry there), the layers
+ * inside it run per physical request (each write and each status query) in
+ * the chain's order, the time limiter inside it is each request's attempt
+ * timeout, and the chain's total_timeout (when the ctx has no deadline)
+ * and a time limiter outside the retry bound the call. Refused besides
+ * resil_engine_call_chain's cases: a breaker or rate limiter outside the
+ * retry (the keyed flow has no per-call layer). The chain's layer counters
+ * are not fed. Otherwise as resil_engine_call_keyed. Since 0.2. */
+RESIL_API resil_status resil_engine_call_chain_keyed_sized(
+    resil_engine *e, resil_chain *ch, const char *endpoint, const resil_http_args *args,
+    const resil_ctx *ctx, resil_engine_keyed_done_fn done, void *user,
+    resil_http_recovery *report, size_t report_size, resil_engine_keyed **out,
+    resil_error *err);
+#define resil_engine_call_chain_keyed(e, ch, endpoint, args, ctx, done, user, report, out, err) \
+  resil_engine_call_chain_keyed_sized((e), (ch), (endpoint), (args), (ctx), (done), (user),     \
+                                      (report), sizeof(resil_http_recovery), (out), (err))
 
 /* From any thread: ends the call on the next loop iteration. A physical
  * request in flight is cancelled as resil_engine_cancel() does; a wait ends

@@ -458,6 +458,18 @@ RESIL_API resil_status resil_registry_metrics_remove(resil_registry *reg, resil_
  *    the sink (resil_hedge_listener_add: its "hedge" lines under its
  *    instance name), added, replaced and removed across reloads as the
  *    breakers' (Since 0.2).
+ *  - every retry and HTTP client the registry builds (those of a reload
+ *    too) has a registry listener as its on_attempt (set when it is built:
+ *    a config field), which forwards each attempt to the sink attached
+ *    now (resil_event_attempt_listener: "retry" and "call_done" lines
+ *    under the retry's, or the client's, name), or drops it when none is;
+ *    detaching waits for such a forward running on another thread, so the
+ *    sink may be freed once this returns. Attempts of calls still
+ *    finishing on a replaced retry under a lease are logged too (Since
+ *    0.2).
+ * Calls through a registry chain on the engine or the blocking client,
+ * under one lease: registry_call.h (resil_registry_engine_call,
+ * resil_registry_http_call).
  * The sink must outlive the attachment: detach it (or free the registry)
  * before resil_event_sink_free(). RESIL_OK; RESIL_EMISUSE (NULL registry);
  * RESIL_ESTATE (libresil-config was built without libresil-http and sink

@@ -1407,3 +1407,24 @@ int resil_chain_layer_kind(const resil_chain *ch, size_t i) {
   if (!chain_valid(ch) || i >= ch->n) return -1;
   return (int)ch->layers[i].desc.kind;
 }
+
+void *resil_chain_layer_policy(const resil_chain *ch, size_t i) {
+  if (!chain_valid(ch) || i >= ch->n) return NULL;
+  return resil__chain_layer_typed(&ch->layers[i].desc) ? ch->layers[i].desc.policy : NULL;
+}
+
+int64_t resil_chain_total_timeout_ns(const resil_chain *ch) {
+  return chain_valid(ch) ? ch->total_timeout_ns : -1;
+}
+
+resil_status resil_chain_count_layer(resil_chain *ch, size_t i, const resil_outcome *o,
+                                     int rejected, uint64_t retries) {
+  if (!chain_valid(ch)) return RESIL_EMISUSE;
+  if (!o || i > ch->n || (retries && (i == ch->n || ch->layers[i].desc.kind != RESIL_LAYER_RETRY)))
+    return RESIL_EINVAL;
+  layer_counters *c = i == ch->n ? &ch->call : &ch->layers[i].c;
+  if (rejected) atomic_fetch_add_explicit(&c->rejections, 1, memory_order_relaxed);
+  if (retries) atomic_fetch_add_explicit(&c->retries, retries, memory_order_relaxed);
+  count_outcome(c, *o);
+  return RESIL_OK;
+}

@@ -111,3 +111,16 @@ resil_status resil_chain_add_hedge(resil_chain *ch, resil_hedge *p) {
                    .hedges_blocking = resil_hedge_has_executor(p)};
   return resil_chain_add_layer(ch, &l);
 }
+
+int resil__chain_layer_typed(const resil_layer *l) {
+  switch (l->kind) {
+  case RESIL_LAYER_RETRY: return l->run == resil__chain_run_retry;
+  case RESIL_LAYER_BREAKER: return l->run == resil__chain_run_breaker;
+  case RESIL_LAYER_RATELIMITER: return l->run == resil__chain_run_ratelimiter;
+  case RESIL_LAYER_TIMELIMITER: return l->run == run_timelimiter;
+  case RESIL_LAYER_BULKHEAD: return l->run == resil__chain_run_bulkhead;
+  case RESIL_LAYER_THREADPOOL: return l->run == run_threadpool;
+  case RESIL_LAYER_HEDGE: return l->run == run_hedge;
+  default: return 0;
+  }
+}

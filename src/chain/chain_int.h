@@ -17,4 +17,8 @@ resil_outcome resil__chain_run_retry(void *p, const resil_ctx *ctx,
 resil_outcome resil__chain_run_bulkhead(void *p, const resil_ctx *ctx,
                                         resil_call_fn fn, void *arg);
 
+/* 1 when layer l was added by a typed adder (chain_add.c): its policy is
+ * the library object of its kind. */
+int resil__chain_layer_typed(const resil_layer *l);
+
 #endif

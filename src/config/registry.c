@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "config/registry_int.h"
 #include "core/internal.h"
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
@@ -425,6 +426,7 @@ size_t resil_registry_error_format(const resil_registry_error *e, char *buf, siz
 /* Load context: the document and where the first error goes. */
 typedef struct lctx {
   const char *file;
+  resil__reg_events *ev; /* attempt listeners of retries and clients built */
   yaml_document_t *doc;
   size_t old_n; /* a reload: the instances the registry has now */
   uint32_t flags; /* RESIL_REGISTRY_NO_OPEN */
@@ -1392,12 +1394,16 @@ struct entry {
   size_t ndeps;
   int64_t total_timeout_ns; /* chains */
   resil_registry_http_timeouts http; /* http clients */
+  resil__reg_events *ev;    /* retries and clients: their listener's box */
 };
 
 static void entry_unref(entry *e) {
   if (!e) return;
   if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
   KINDS[e->kind].destroy(e->handle);
+#ifdef RESIL_CONFIG_HTTP
+  resil__reg_events_unref(e->ev);
+#endif
   for (size_t i = 0; i < e->ndeps; i++) entry_unref(e->deps[i]);
   free(e->name);
   free(e->fp);
@@ -1455,6 +1461,7 @@ struct resil_registry {
   size_t ncollectors;
   struct resil_event_sink *sink; /* resil_registry_events_attach */
   uint32_t flags;                /* resil_registry_load_options.flags */
+  resil__reg_events *ev; /* the attempt listeners' box (registry_int.h) */
 };
 
 /* The resolved settings as bytes into b (emptied first): equal
@@ -1667,6 +1674,14 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
       if (s->kind == RESIL_REG_STORE) tmp.st.check_only = (c->flags & RESIL_REGISTRY_NO_OPEN) != 0;
 #endif
 #ifdef RESIL_CONFIG_HTTP
+      /* Attempt events (resil_registry_events_attach) through the box. */
+      if (c->ev && s->kind == RESIL_REG_RETRY) {
+        tmp.rt.on_attempt = resil__reg_events_on_attempt;
+        tmp.rt.on_attempt_user = c->ev;
+      } else if (c->ev && s->kind == RESIL_REG_HTTP_CLIENT) {
+        tmp.hc.on_attempt = resil__reg_events_on_attempt;
+        tmp.hc.on_attempt_user = c->ev;
+      }
       resil_http_endpoint *table = NULL;
       if (s->kind == RESIL_REG_HTTP_CLIENT) {
         table = calloc(s->neps, sizeof *table);
@@ -1693,6 +1708,12 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
         st = policy_error(c, s, &pe);
         break;
       }
+#ifdef RESIL_CONFIG_HTTP
+      if (c->ev && (s->kind == RESIL_REG_RETRY || s->kind == RESIL_REG_HTTP_CLIENT)) {
+        resil__reg_events_ref(c->ev);
+        e->ev = c->ev;
+      }
+#endif
       for (size_t j = 0; j < ndeps; j++) {
         entry_ref(deps[RESIL_CHAIN_MAX_LAYERS + j]);
         e->deps[e->ndeps++] = deps[RESIL_CHAIN_MAX_LAYERS + j];
@@ -1848,12 +1869,14 @@ static resil_status scan_bounds(lctx *c, const char *text, size_t len) {
  * not change. */
 static resil_status load(const char *text, size_t len, const char *file, uint32_t flags,
                          const snapshot *old, const snapshot *grave, snapshot **out,
-                         resil_registry_reload_stats *rs, resil_registry_error *uerr) {
+                         resil_registry_reload_stats *rs, resil_registry_error *uerr,
+                         resil__reg_events *ev) {
   lctx c;
   memset(&c, 0, sizeof c);
   c.file = file ? file : "<string>";
   c.old_n = old ? old->n : 0;
   c.flags = flags;
+  c.ev = ev;
   c.err.struct_size = sizeof c.err;
   yaml_parser_t parser;
   yaml_document_t doc;
@@ -2116,6 +2139,7 @@ resil_status resil_registry_metrics_remove(resil_registry *reg, resil_metrics *m
 
 static void sink_drop(resil_registry *reg) {
   for (size_t i = 0; i < reg->cur->n; i++) sink_detach_entry(reg, reg->cur->v[i]);
+  resil__reg_events_set(reg->ev, NULL);
   reg->sink = NULL;
 }
 
@@ -2125,6 +2149,7 @@ resil_status resil_registry_events_attach(resil_registry *reg, resil_event_sink 
   pthread_mutex_lock(&reg->reload_mu);
   if (reg->sink) sink_drop(reg);
   reg->sink = sink;
+  resil__reg_events_set(reg->ev, sink);
   for (size_t i = 0; sink && i < reg->cur->n; i++) sink_attach_entry(reg, reg->cur->v[i]);
   pthread_mutex_unlock(&reg->reload_mu);
   return RESIL_OK;
@@ -2204,20 +2229,30 @@ resil_status resil_registry_load_string_ex(const char *text, size_t len, const c
   snapshot *snap = NULL;
   resil_registry_reload_stats rs;
   memset(&rs, 0, sizeof rs);
-  st = load(text, len, name, flags, NULL, NULL, &snap, &rs, err);
-  if (st) return st;
+  resil__reg_events *ev = NULL;
+#ifdef RESIL_CONFIG_HTTP
+  if (!(ev = resil__reg_events_new())) return RESIL_ENOMEM;
+#endif
+  st = load(text, len, name, flags, NULL, NULL, &snap, &rs, err, ev);
+  if (st) {
+    resil__reg_events_unref(ev);
+    return st;
+  }
   resil_registry *r = calloc(1, sizeof *r);
   if (!r || pthread_rwlock_init(&r->lock, NULL)) {
     free(r);
     snap_free(snap);
+    resil__reg_events_unref(ev);
     return RESIL_ENOMEM;
   }
   if (pthread_mutex_init(&r->reload_mu, NULL)) {
     pthread_rwlock_destroy(&r->lock);
     free(r);
     snap_free(snap);
+    resil__reg_events_unref(ev);
     return RESIL_ESYS;
   }
+  r->ev = ev;
   r->cur = snap;
   r->flags = flags;
   atomic_init(&r->gen, 1);
@@ -2255,6 +2290,7 @@ void resil_registry_free(resil_registry *reg) {
   if (reg->sink) sink_drop(reg);
   snap_free(reg->cur);
   snap_free(reg->grave);
+  resil__reg_events_unref(reg->ev);
   pthread_mutex_destroy(&reg->reload_mu);
   pthread_rwlock_destroy(&reg->lock);
   free(reg);
@@ -2308,7 +2344,7 @@ static resil_status reload_locked(resil_registry *reg, const char *text, size_t 
   memset(&rs, 0, sizeof rs);
   resil_registry_error le;
   resil_registry_error_init(&le);
-  resil_status st = load(text, len, name, reg->flags, reg->cur, reg->grave, &snap, &rs, &le);
+  resil_status st = load(text, len, name, reg->flags, reg->cur, reg->grave, &snap, &rs, &le, reg->ev);
   if (st == RESIL_OK) {
     pthread_rwlock_wrlock(&reg->lock);
     snapshot *old = reg->cur;

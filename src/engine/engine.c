@@ -43,6 +43,9 @@
 
 enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE, ST_BHWAIT, ST_CWAIT };
 
+/* The per-attempt steps (see "steps"). */
+enum { STEP_RL = ENG_STEP_RL, STEP_BR = ENG_STEP_BR, STEP_BH = ENG_STEP_BH };
+
 /* A transfer waiting in the engine's queue for a connection (see
  * "connections" below). */
 typedef struct eng_cwait {
@@ -123,6 +126,32 @@ struct resil_engine_handle {
   int state;
   int deadline_hit;
   int rl_held;    /* this attempt's rate-limiter permit is reserved */
+  /* The per-attempt steps (STEP_*), outermost first, and the one to run
+   * next: 0 for a new attempt; a rate-limiter WAIT (rl_held) resumes at
+   * its own step, a bulkhead grant at the step after it (see "steps"). */
+  unsigned char steps[3];
+  unsigned char nsteps, step_i;
+  /* A breaker outside the retry (resil_engine_call_chain): one permit per
+   * logical call, taken at its start, recorded at finish with the final
+   * outcome and the call's duration. */
+  resil_breaker *cbr;
+  resil_breaker_permit cpermit;
+  int has_cpermit;
+  int64_t call_t0;
+  /* ... and a rate limiter outside the retry: one permit per logical call
+   * (a WAIT is `t`, the call staying in ST_START). The outer steps, in the
+   * chain's order (STEP_BR, STEP_RL), their layers, the next to run. */
+  resil_ratelimiter *crl;
+  int crl_held;
+  unsigned char outer[2], outer_layer[2], nouter, outer_i;
+  int outer_rej_layer; /* the outer layer that refused the call, -1 none */
+  /* resil_engine_call_chain: the chain whose layer counters the call feeds
+   * (NULL: none), see "chain counters". */
+  resil_chain *chain;
+  int nlayers, retry_layer, hedge_layer;
+  uint32_t att_hedges; /* hedges the policy sent in this attempt */
+  unsigned char step_layer[3];
+  int rej_layer; /* the layer that refused this attempt, -1 none */
   int has_permit; /* breaker permit held */
   int has_bh;     /* bulkhead slot held */
   int at_kind;    /* ABORT_* the `at` timer ends the transfer with */
@@ -439,8 +468,46 @@ static void release_holds(resil_engine_handle *call) {
   }
 }
 
+/* ---- chain counters ------------------------------------------------------------
+ * A call of resil_engine_call_chain feeds its chain's layer counters
+ * (resil_chain_layer_stats) as resil_chain_run would: each attempt ending
+ * is counted by the layers inside the retry down to the one that refused
+ * it (counted as its rejection), or by all of them and the protected call
+ * when it reached the transfer; the logical call's end by the retry layer
+ * (its retries, its own refusal) and the layers outside it. A hedge layer
+ * counts the hedges the policy sent in each attempt. */
+
+static void chain_count_attempt(resil_engine_handle *call, const resil_outcome *o) {
+  int rej = call->rej_layer;
+  call->rej_layer = -1;
+  if (call->hedge_layer >= 0 && call->att_hedges)
+    (void)resil_chain_count_hedges(call->chain, (size_t)call->hedge_layer, call->att_hedges);
+  for (int j = call->retry_layer + 1; j < call->nlayers; j++) {
+    if (rej >= 0 && j > rej) break;
+    (void)resil_chain_count_layer(call->chain, (size_t)j, o, j == rej, 0);
+  }
+  if (rej < 0) (void)resil_chain_count_layer(call->chain, (size_t)call->nlayers, o, 0, 0);
+}
+
+static void chain_count_call(resil_engine_handle *call, const resil_outcome *o) {
+  for (int j = 0; j <= call->retry_layer; j++) {
+    int rej = call->outer_rej_layer;
+    if (rej >= 0 && j > rej) break;
+    int rejected = j == rej;
+    uint64_t retries = 0;
+    if (j == call->retry_layer) {
+      rejected = o->kind == RESIL_REJECTED &&
+                 (call->tries == 0 || o->reason == RESIL_REASON_DEADLINE ||
+                  o->reason == RESIL_REASON_RETRY_BUDGET);
+      retries = call->tries > 1 ? call->tries - 1u : 0;
+    }
+    (void)resil_chain_count_layer(call->chain, (size_t)j, o, rejected, retries);
+  }
+}
+
 static void finish(resil_engine_handle *call, resil_outcome o) {
   resil_engine *e = call->e;
+  if (call->chain) chain_count_call(call, &o);
   release_holds(call);
   if (call->bw) {
     resil_bulkhead_waiter_free(call->bw);
@@ -458,6 +525,11 @@ static void finish(resil_engine_handle *call, resil_outcome o) {
   call->prev = call->next = NULL;
   e->active--;
   token_unsubscribe(call);
+  if (call->has_cpermit) {
+    int64_t dur = eng_now(e) - call->call_t0;
+    resil_breaker_record(call->cbr, &call->cpermit, &o, dur < 0 ? 0 : dur);
+    call->has_cpermit = 0;
+  }
   resil_http_response *r = call->res;
   call->res = NULL;
   ST_INC(e, completed);
@@ -499,6 +571,9 @@ static void begin_attempt(resil_engine_handle *call);
  * retry decides. */
 static void after_attempt(resil_engine_handle *call, const resil_outcome *o, int64_t duration_ns) {
   resil_engine *e = call->e;
+  call->step_i = 0;
+  if (call->chain) chain_count_attempt(call, o);
+  call->att_hedges = 0;
   if (call->has_bh) {
     resil_bulkhead_release(call->pol.bulkhead);
     call->has_bh = 0;
@@ -979,6 +1054,7 @@ static void on_hedge_timer(void *arg) {
   if (resil_hedge_on_timer(call->pol.hedge, &call->hc, &next) != RESIL_DECISION_GO) return;
   uint32_t n = call->hc.attempts;
   ST_INC(call->e, hedges_sent);
+  call->att_hedges++;
   if (next >= 0) arm_at(call->e, &call->ht, resil__sat_add(eng_now(call->e), next));
   if (n >= 2 && n <= RESIL_HEDGE_MAX_HEDGES + 1) hedge_send(call, n);
 }
@@ -1031,6 +1107,18 @@ static void flight_abort(resil_engine_handle *call, int kind) {
  * or released at once) and its grant, pushed or about to be, is only
  * drained. Each WAIT holds a ref on the call until its fate is known to the
  * loop (withdrawn, or its grant drained), counted in e->bh_outstanding. */
+
+static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t now);
+
+/* A step refused the attempt (nothing sent): the steps before it give back
+ * what they took (a breaker permit released, not recorded; a bulkhead slot)
+ * and the attempt ends REJECTED(why). */
+static void step_reject(resil_engine_handle *call, resil_reason why) {
+  if (call->chain && call->step_i > 0) call->rej_layer = call->step_layer[call->step_i - 1];
+  release_holds(call);
+  resil_outcome o = resil_outcome_make(RESIL_REJECTED, why);
+  after_attempt(call, &o, 0);
+}
 
 static void bh_ready(void *arg) {
   resil_engine_handle *call = arg;
@@ -1097,7 +1185,7 @@ static void bh_drain(resil_engine *e) {
     if (atomic_load_explicit(&call->cancel_req, memory_order_acquire))
       finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
     else
-      start_transfer(call);
+      run_steps(call, attempt_ctx(call), eng_now(e));
     call_unref(call);
   }
 }
@@ -1105,15 +1193,12 @@ static void bh_drain(resil_engine *e) {
 /* The max wait passed (`t` in ST_BHWAIT). */
 static void bh_wait_expired(resil_engine_handle *call) {
   if (bh_withdraw(call)) {
-    start_transfer(call);
+    run_steps(call, attempt_ctx(call), eng_now(call->e));
     return;
   }
-  if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
-  call->has_permit = 0;
   call->state = ST_WAIT;
   ST_INC(call->e, rej_bh_wait);
-  resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
-  after_attempt(call, &o, 0);
+  step_reject(call, RESIL_REASON_BULKHEAD_FULL);
 }
 
 /* Takes a slot or queues for one. Returns 1 when the transfer may start
@@ -1153,12 +1238,69 @@ static int bh_acquire(resil_engine_handle *call, const resil_ctx *actx, int64_t 
       return 0;
     }
   }
-  if (call->has_permit) resil_breaker_release(call->pol.breaker, &call->permit);
-  call->has_permit = 0;
   ST_INC(e, rej_bh_full);
-  resil_outcome o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BULKHEAD_FULL);
-  after_attempt(call, &o, 0);
+  step_reject(call, RESIL_REASON_BULKHEAD_FULL);
   return 0;
+}
+
+/* ---- steps ------------------------------------------------------------------
+ *
+ * An attempt runs its policies as a small program: call->steps, outermost
+ * first (resil_engine_call: rate limiter, breaker, bulkhead;
+ * resil_engine_call_chain: the chain's order), then the transfer. Two
+ * steps can wait: a rate-limiter reservation (a timer on `t`; the attempt
+ * resumes at that step, rl_held set, the permit already its own) and a
+ * bulkhead queue (the grant resumes at the step after it). A step that
+ * refuses ends the attempt through step_reject: what the steps before it
+ * took is given back. */
+
+static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t now) {
+  resil_engine *e = call->e;
+  while (call->step_i < call->nsteps) {
+    unsigned char i = call->step_i++;
+    switch (call->steps[i]) {
+    case STEP_RL: {
+      if (call->rl_held) {
+        call->rl_held = 0;
+        break;
+      }
+      int64_t wait = 0;
+      resil_reason why = RESIL_REASON_OK;
+      resil_decision d = resil_ratelimiter_reserve(call->pol.ratelimiter, 1, actx, &wait, &why);
+      if (d == RESIL_DECISION_DENY) {
+        ST_INC(e, rej_ratelimiter);
+        step_reject(call, why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE
+                                                       : RESIL_REASON_RATE_LIMITED);
+        return;
+      }
+      if (d == RESIL_DECISION_WAIT) {
+        call->rl_held = 1;
+        call->step_i = i;
+        call->state = ST_WAIT;
+        if (arm_at(e, &call->t, resil__sat_add(now, wait)) == 0) return;
+        /* No timer: go on at once. */
+        call->rl_held = 0;
+        call->step_i = (unsigned char)(i + 1);
+      }
+      break;
+    }
+    case STEP_BR:
+      if (resil_breaker_try_acquire(call->pol.breaker, &call->permit) != RESIL_DECISION_GO) {
+        ST_INC(e, rej_breaker);
+        step_reject(call, RESIL_REASON_BREAKER_OPEN);
+        return;
+      }
+      call->has_permit = 1;
+      break;
+    case STEP_BH:
+      if (!bh_acquire(call, actx, now)) return;
+      break;
+    default:
+      break;
+    }
+  }
+  call->step_i = 0;
+  start_transfer(call);
 }
 
 /* The per-attempt policies, then the transfer. */
@@ -1175,37 +1317,64 @@ static void begin_attempt(resil_engine_handle *call) {
     finish_between(call, RESIL_REASON_DEADLINE, RESIL_STOP_DEADLINE);
     return;
   }
-  if (!call->rl_held && call->tries++ > 0) ST_INC(e, retries);
-  resil_outcome o;
-  if (call->pol.ratelimiter && !call->rl_held) {
+  if (call->step_i == 0 && !call->rl_held && call->tries++ > 0) ST_INC(e, retries);
+  run_steps(call, actx, now);
+}
+
+/* A layer outside the retry refused the logical call: what the outer
+ * layers before it took is given back (a breaker permit released, not
+ * recorded), and the call ends REJECTED(why), nothing sent. */
+static void outer_reject(resil_engine_handle *call, unsigned char i, resil_reason why) {
+  call->outer_rej_layer = call->outer_layer[i];
+  if (call->has_cpermit) {
+    resil_breaker_release(call->cbr, &call->cpermit);
+    call->has_cpermit = 0;
+  }
+  resil_outcome o = resil_outcome_make(RESIL_REJECTED, why);
+  o.attempts = 0;
+  finish(call, o);
+}
+
+/* The layers outside the retry (resil_engine_call_chain), once per logical
+ * call at its start, in the chain's order. Returns 1 when the call goes
+ * on, 0 when it waits for a rate-limiter permit (`t`, still ST_START) or
+ * ended. */
+static int outer_steps(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  if (call->outer_i == 0 && !call->crl_held) call->call_t0 = eng_now(e);
+  while (call->outer_i < call->nouter) {
+    unsigned char i = call->outer_i++;
+    if (call->outer[i] == STEP_BR) {
+      if (resil_breaker_try_acquire(call->cbr, &call->cpermit) != RESIL_DECISION_GO) {
+        ST_INC(e, rej_breaker);
+        outer_reject(call, i, RESIL_REASON_BREAKER_OPEN);
+        return 0;
+      }
+      call->has_cpermit = 1;
+      continue;
+    }
+    if (call->crl_held) {
+      call->crl_held = 0;
+      continue;
+    }
     int64_t wait = 0;
     resil_reason why = RESIL_REASON_OK;
-    resil_decision d = resil_ratelimiter_reserve(call->pol.ratelimiter, 1, actx, &wait, &why);
+    resil_decision d = resil_ratelimiter_reserve(call->crl, 1, &call->ctx, &wait, &why);
     if (d == RESIL_DECISION_DENY) {
       ST_INC(e, rej_ratelimiter);
-      o = resil_outcome_make(RESIL_REJECTED, why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE
-                                                                          : RESIL_REASON_RATE_LIMITED);
-      after_attempt(call, &o, 0);
-      return;
+      outer_reject(call, i,
+                   why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE : RESIL_REASON_RATE_LIMITED);
+      return 0;
     }
     if (d == RESIL_DECISION_WAIT) {
-      call->rl_held = 1;
-      call->state = ST_WAIT;
-      if (arm_at(e, &call->t, resil__sat_add(now, wait)) == 0) return;
+      call->crl_held = 1;
+      call->outer_i = i;
+      if (arm_at(e, &call->t, resil__sat_add(eng_now(e), wait)) == 0) return 0;
+      call->crl_held = 0; /* no timer: go on at once */
+      call->outer_i = (unsigned char)(i + 1);
     }
   }
-  call->rl_held = 0;
-  if (call->pol.breaker) {
-    if (resil_breaker_try_acquire(call->pol.breaker, &call->permit) != RESIL_DECISION_GO) {
-      ST_INC(e, rej_breaker);
-      o = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
-      after_attempt(call, &o, 0);
-      return;
-    }
-    call->has_permit = 1;
-  }
-  if (call->pol.bulkhead && !bh_acquire(call, actx, now)) return;
-  start_transfer(call);
+  return 1;
 }
 
 /* `t` fired: the deferred start, or the end of a wait. */
@@ -1216,6 +1385,7 @@ static void on_call_timer(void *arg) {
     return;
   }
   if (call->state == ST_START) {
+    if (call->nouter && !outer_steps(call)) return;
     call->state = ST_WAIT;
     if (call->pol.retry &&
         resil_retry_begin(call->pol.retry, &call->ctx, call->rst) != RESIL_DECISION_GO) {
@@ -1399,6 +1569,27 @@ static void on_wake(void *arg) {
 /* ---- hooks for flows on top of the engine (engine_int.h) ------------------ */
 
 int64_t resil__engine_now(const resil_engine *e) { return eng_now(e); }
+
+void resil__engine_set_plan(resil_engine_handle *h, const resil__engine_plan *p) {
+  h->nsteps = 0;
+  for (size_t i = 0; i < p->nsteps && i < sizeof h->steps; i++) {
+    h->steps[h->nsteps] = p->steps[i];
+    h->step_layer[h->nsteps++] = p->step_layer[i];
+  }
+  h->cbr = p->cbr;
+  h->crl = p->crl;
+  h->nouter = 0;
+  for (size_t i = 0; i < p->nouter && i < sizeof h->outer; i++) {
+    h->outer[h->nouter] = p->outer[i];
+    h->outer_layer[h->nouter++] = p->outer_layer[i];
+  }
+  h->outer_rej_layer = -1;
+  h->chain = p->chain;
+  h->nlayers = p->nlayers;
+  h->retry_layer = p->retry_layer;
+  h->hedge_layer = p->hedge_layer;
+  h->rej_layer = -1;
+}
 resil_http_client *resil__engine_client(const resil_engine *e) { return e->client; }
 int resil__engine_freeing(const resil_engine *e) { return e->freeing; }
 
@@ -1639,6 +1830,9 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   call->alloc = e->alloc;
   call->e = e;
   call->pol = pol;
+  if (pol.ratelimiter) call->steps[call->nsteps++] = STEP_RL;
+  if (pol.breaker) call->steps[call->nsteps++] = STEP_BR;
+  if (pol.bulkhead) call->steps[call->nsteps++] = STEP_BH;
   call->ctx = *cx;
   call->ctx.flags |= resil_http_request_call_flags(call->req);
   call->ctx.idempotency_key = resil_http_request_idempotency_key(call->req);

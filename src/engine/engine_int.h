@@ -7,6 +7,7 @@
 #define RESIL_ENGINE_INT_H
 
 #include "core/timerheap.h"
+#include "resil/chain.h"
 #include "resil/engine.h"
 
 /* The adapter's clock (CLOCK_MONOTONIC without now_ns). */
@@ -29,6 +30,37 @@ void resil__engine_defer_report(resil_engine_handle *h);
  * duration, attempt 1, next_wait_ns -1. Once; a no-op when nothing is
  * deferred (a cancelled call, a call never deferred). */
 void resil__engine_report(resil_engine_handle *h, const resil_outcome *o, const char *key);
+
+/* How resil_engine_call_chain runs a chain (engine_chain.c). */
+enum { ENG_STEP_RL = 1, ENG_STEP_BR, ENG_STEP_BH };
+typedef struct resil__engine_plan {
+  /* The per-attempt steps (ENG_STEP_*, outermost first, each kind at most
+   * once, each policy set in the call's policies), and the chain layer
+   * index of each. */
+  unsigned char steps[3];
+  unsigned char step_layer[3];
+  size_t nsteps;
+  /* The layers outside the retry, once per logical call: a breaker (NULL:
+   * none) and a rate limiter (NULL: none), as steps (ENG_STEP_BR,
+   * ENG_STEP_RL) in the chain's order, with their layer indices. */
+  resil_breaker *cbr;
+  resil_ratelimiter *crl;
+  unsigned char outer[2];
+  unsigned char outer_layer[2];
+  size_t nouter;
+  /* The chain whose layer counters the call feeds (resil_chain_count_layer),
+   * its number of layers, and its retry layer's index (-1: none). */
+  resil_chain *chain;
+  int nlayers;
+  int retry_layer;
+  int hedge_layer; /* -1: none */
+} resil__engine_plan;
+/* h: just returned by resil_engine_call, not started yet. */
+void resil__engine_set_plan(resil_engine_handle *h, const resil__engine_plan *p);
+/* k: just returned by resil_engine_call_keyed, not started yet: each of its
+ * physical requests gets p (no outer steps; p->chain NULL: the keyed flow
+ * does not feed the chain's counters). */
+void resil__engine_keyed_set_plan(resil_engine_keyed *k, const resil__engine_plan *p);
 
 typedef struct resil__engine_ext {
   /* Loop thread, on a later loop iteration after resil__engine_post(). */

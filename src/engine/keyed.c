@@ -48,6 +48,10 @@ struct resil_engine_keyed {
   int has_key;
   const http_endpoint *ep;
   resil_engine_policies pol; /* per physical request: retry NULL */
+  /* resil_engine_call_chain_keyed: the order of each request's policies
+   * (resil__engine_set_plan), when has_plan. */
+  resil__engine_plan plan;
+  int has_plan;
   resil_retry *retry;
   resil_ctx ctx;
   resil__recov rv;
@@ -206,6 +210,7 @@ static int submit(resil_engine_keyed *k, const char *ep, const resil_http_args *
                   const resil_ctx *cx, resil_engine_done_fn fn) {
   resil_engine_handle *h = NULL;
   if (resil_engine_call(k->e, ep, a, &k->pol, cx, fn, k, &h, NULL) != RESIL_OK) return -1;
+  if (k->has_plan) resil__engine_set_plan(h, &k->plan);
   /* A status query is reported once its answer is read (on_query_done). */
   if (fn == on_query_done) resil__engine_defer_report(h);
   pthread_mutex_lock(&k->mu);
@@ -412,6 +417,11 @@ static void on_engine_free(resil__engine_ext *x) {
   resil__engine_detach(k->e, &k->ext);
   /* A request in flight ends with the engine's calls, and the flow with it. */
   if (k->phase == PH_START || k->phase == PH_POLL || k->phase == PH_BACKOFF) finish_cancelled(k);
+}
+
+void resil__engine_keyed_set_plan(resil_engine_keyed *k, const resil__engine_plan *p) {
+  k->plan = *p;
+  k->has_plan = 1;
 }
 
 /* ---- public API -------------------------------------------------------------- */

@@ -124,7 +124,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: resil lab [--json FILE] [--html FILE] [--only ID[,ID...]] [--path P] [--list]\n"
           "  Runs the failure experiments of DESIGN §7 and §9 (P1-P14, H1-H16,\n"
-          "  I1-I8, A1-A8) against real code, a loopback upstream and temporary\n"
+          "  I1-I8, A1-A8, O1) against real code, a loopback upstream and temporary\n"
           "  SQLite files; the H and I experiments run twice, on the blocking API\n"
           "  and on the async engine (listed as H1/engine, ...). Prints one line\n"
           "  per experiment and exits 1 when any fails.\n"

@@ -37,4 +37,5 @@ const lab_experiment *const lab_families[] = {
     lab_idem_experiments,        /* I1-I8 (exp_idem.c) */
     lab_async_experiments,       /* A1-A6, A8 (exp_async.c) */
     lab_async_keyed_experiments, /* A7 (exp_async_keyed.c) */
+    lab_registry_experiments,    /* O1 (exp_registry.c) */
     NULL};

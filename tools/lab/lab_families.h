@@ -19,6 +19,9 @@ extern const lab_experiment lab_async_experiments[];
 /* A7 (exp_async_keyed.c): empty unless the built-in loop, the fixture and
  * the store are built. */
 extern const lab_experiment lab_async_keyed_experiments[];
+/* O1 (exp_registry.c): empty unless the built-in loop, the fixture and
+ * libresil-config are built. */
+extern const lab_experiment lab_registry_experiments[];
 
 /* The registration table: every family's table, in the order `resil lab`
  * runs and lists them, then NULL. */

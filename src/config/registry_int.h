@@ -1,0 +1,28 @@
+/* What registry.c and registry_call.c share (not installed). */
+#ifndef RESIL_REGISTRY_INT_H
+#define RESIL_REGISTRY_INT_H
+
+#include "resil/call.h"
+
+struct resil_event_sink;
+
+/* The registry's attempt-event indirection (resil_registry_events_attach):
+ * every retry and HTTP client the registry builds gets
+ * resil__reg_events_on_attempt as its on_attempt listener with the
+ * registry's box as user, and holds a reference on the box for as long as
+ * it lives (it may outlive the registry under a lease). The listener
+ * forwards to the sink attached now (read atomically), or drops the event
+ * when none is. Built with libresil-http only (RESIL_CONFIG_HTTP). */
+typedef struct resil__reg_events resil__reg_events;
+
+/* A box with one reference and no sink; NULL out of memory. */
+resil__reg_events *resil__reg_events_new(void);
+void resil__reg_events_ref(resil__reg_events *b);
+/* NULL is a no-op. */
+void resil__reg_events_unref(resil__reg_events *b);
+/* Attaches sink (NULL detaches). Returns once no listener call still uses
+ * the sink attached before: the caller may then free that sink. */
+void resil__reg_events_set(resil__reg_events *b, struct resil_event_sink *sink);
+void resil__reg_events_on_attempt(void *user, const resil_attempt_info *info);
+
+#endif
