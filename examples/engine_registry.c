@@ -24,36 +24,8 @@
 #include <resil/engine.h>
 #include <resil/metrics_mhd.h>
 #include <resil/registry.h>
+#include <resil/registry_call.h>
 #include <resil/resil.h>
-
-/* The engine applies its own order (retry; then per attempt rate limiter,
- * breaker, bulkhead; the HTTP transfer with the attempt timeout): take
- * each layer of the file's chain into that set. The typed lookups lend
- * handles without a lease: fine in a program that never reloads. */
-static int policies_from_chain(resil_registry *reg, const char *chain,
-                               resil_engine_policies *pol) {
-  resil_chain *ch = resil_registry_chain(reg, chain);
-  if (!ch)
-    return -1;
-  resil_engine_policies_init(pol);
-  for (size_t i = 0; i < resil_chain_layers(ch); i++) {
-    const char *name = resil_chain_layer_name(ch, i);
-    switch (resil_chain_layer_kind(ch, i)) {
-    case RESIL_LAYER_RETRY: pol->retry = resil_registry_retry(reg, name); break;
-    case RESIL_LAYER_RATELIMITER: pol->ratelimiter = resil_registry_ratelimiter(reg, name); break;
-    case RESIL_LAYER_BREAKER: pol->breaker = resil_registry_breaker(reg, name); break;
-    case RESIL_LAYER_BULKHEAD: pol->bulkhead = resil_registry_bulkhead(reg, name); break;
-    case RESIL_LAYER_HEDGE: pol->hedge = resil_registry_hedge(reg, name); break;
-    case RESIL_LAYER_TIMELIMITER:
-      pol->attempt_timeout_ns = resil_timelimiter_timeout_ns(resil_registry_timelimiter(reg, name));
-      break;
-    default:
-      fprintf(stderr, "chain %s: layer %s has no engine equivalent\n", chain, name);
-      return -1;
-    }
-  }
-  return 0;
-}
 
 typedef struct {
   const char *endpoint, *param, *value;
@@ -97,10 +69,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", line);
     return 1;
   }
-  resil_http_client *client = resil_registry_http_client(reg, "upstream");
-  resil_engine_policies pol;
-  if (!client || policies_from_chain(reg, "upstream", &pol) != 0) {
+  /* The engine's client, leased for the engine's life: a reload that
+   * replaced it would leave this engine on the old one, alive. */
+  resil_registry_lease *client_lease = NULL;
+  resil_http_client *client =
+      resil_registry_acquire(reg, RESIL_REG_HTTP_CLIENT, "upstream", &client_lease);
+  if (!client || !resil_registry_chain(reg, "upstream")) {
     fprintf(stderr, "%s: needs http_client and chain instances named 'upstream'\n", argv[1]);
+    resil_registry_release(client_lease);
     resil_registry_free(reg);
     return 1;
   }
@@ -139,8 +115,11 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  /* Three calls, all in flight at once; one deadline each, the chain's
-   * total_timeout. A fresh flaky id per run: it fails twice, then 200. */
+  /* Three calls, all in flight at once, each through chain "upstream" in
+   * its order, under one lease of its policies (a reload meanwhile never
+   * mixes old and new instances within a call); one deadline each, the
+   * chain's total_timeout. A fresh flaky id per run: it fails twice, then
+   * 200. */
   char flaky_id[32];
   snprintf(flaky_id, sizeof flaky_id, "ex-%ld-%ld", (long)getpid(), (long)time(NULL));
   const call_spec specs[] = {
@@ -154,12 +133,9 @@ int main(int argc, char **argv) {
     resil_http_args_init(&args);
     args.params = &p;
     args.param_count = 1;
-    resil_ctx ctx;
-    resil_ctx_init(&ctx);
-    resil_ctx_set_timeout_ns(&ctx, resil_registry_chain_total_timeout_ns(reg, "upstream"));
     calls[i] = (call_state){&run, &specs[i]};
-    if (resil_engine_call(e, specs[i].endpoint, &args, &pol, &ctx, done, &calls[i], NULL, &err) ==
-        RESIL_OK)
+    if (resil_registry_engine_call(reg, e, "upstream", specs[i].endpoint, &args, NULL, done,
+                                   &calls[i], NULL, &err) == RESIL_OK)
       run.pending++;
     else
       fprintf(stderr, "%s: %s\n", specs[i].endpoint, err.msg);
@@ -180,6 +156,7 @@ int main(int argc, char **argv) {
   resil_loop_adapter_free(ad);
   resil_loop_free(loop);
   MHD_stop_daemon(d);
+  resil_registry_release(client_lease);
   resil_registry_free(reg); /* leaves the collector */
   resil_metrics_free(m);
   return st.calls_completed == NCALLS ? 0 : 1;
