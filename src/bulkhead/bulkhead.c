@@ -32,12 +32,9 @@
  * the waiter after the handover. */
 #define _GNU_SOURCE /* syscall(SYS_futex) */
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -107,8 +104,7 @@ struct resil_bulkhead {
   /* Shared bulkheads only (sh NULL otherwise). */
   bh_shared *sh;
   resil_shared *shared;       /* the segment sh points into (a reference) */
-  _Atomic int64_t me_pid;     /* the process `me` was computed for */
-  _Atomic uint64_t me;        /* this process's permit word */
+  resil__shared_owner_cache me; /* this process's permit word */
   _Atomic uint32_t sh_held;   /* permits this process holds */
   _Atomic uint64_t sh_permitted;
   _Atomic uint32_t sh_blocked; /* callers sleeping in sh_wait */
@@ -678,32 +674,6 @@ const char *resil_bulkhead_name(const resil_bulkhead *bh) {
 #define SH_POLL_NS (2 * RESIL_NS_PER_MS)
 #define SH_HELPER_POLL_NS (10 * RESIL_NS_PER_MS)
 
-/* The state char and the start time of a process from /proc/<pid>/stat:
- * 1 when read, 0 when the process is gone (or unreadable). */
-static int proc_stat(long pid, char *state, uint64_t *start) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  /* "pid (comm) S ppid ...": comm may hold spaces and parentheses, so
-   * the fields are counted from the last ')'. */
-  char *p = strrchr(buf, ')');
-  if (!p || p[1] != ' ') return 0;
-  p += 2;
-  *state = *p;
-  for (int field = 3; field < 22; field++) {
-    p = strchr(p, ' ');
-    if (!p) return 0;
-    p++;
-  }
-  *start = strtoull(p, NULL, 10);
-  return 1;
-}
-
 static void futex_wait(_Atomic uint32_t *w, uint32_t old, int64_t ns) {
   struct timespec ts = {(time_t)(ns / RESIL_NS_PER_S), (long)(ns % RESIL_NS_PER_S)};
   /* Not FUTEX_PRIVATE_FLAG: the word is in memory shared with other
@@ -716,18 +686,7 @@ static void futex_wake(_Atomic uint32_t *w, int n) {
 }
 
 /* This process's permit word, recomputed after fork(). */
-static uint64_t sh_me(resil_bulkhead *bh) {
-  int64_t pid = (int64_t)getpid();
-  if (RESIL_LIKELY(atomic_load_explicit(&bh->me_pid, memory_order_acquire) == pid))
-    return atomic_load_explicit(&bh->me, memory_order_relaxed);
-  char st;
-  uint64_t start = 0;
-  if (!proc_stat((long)pid, &st, &start)) start = 0;
-  uint64_t me = ((uint64_t)pid << 32) | (uint32_t)start;
-  atomic_store_explicit(&bh->me, me, memory_order_relaxed);
-  atomic_store_explicit(&bh->me_pid, pid, memory_order_release);
-  return me;
-}
+static inline uint64_t sh_me(resil_bulkhead *bh) { return resil__shared_owner(&bh->me); }
 
 static int sh_take(resil_bulkhead *bh) {
   const uint64_t me = sh_me(bh);
@@ -763,16 +722,7 @@ typedef struct sh_memo {
 static int owner_gone(uint64_t v, sh_memo *memo) {
   for (int k = 0; k < memo->n; k++)
     if (memo->word[k] == v) return memo->dead[k];
-  long pid = (long)(v >> 32);
-  int dead;
-  char st = 0;
-  uint64_t start = 0;
-  if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-    dead = 1;
-  else if (!proc_stat(pid, &st, &start))
-    dead = 1; /* gone between the two looks */
-  else
-    dead = st == 'Z' || st == 'X' || (uint32_t)start != (uint32_t)v;
+  int dead = resil__shared_owner_gone(v);
   if (memo->n < 16) {
     memo->word[memo->n] = v;
     memo->dead[memo->n++] = dead;
@@ -1011,8 +961,8 @@ static resil_status use_shared(resil_bulkhead *bh, const resil_bulkhead_config *
                    "the permits fit in a slot");
     bh->sh = (bh_shared *)(void *)words;
     bh->shared = seg;
-    atomic_init(&bh->me_pid, 0);
-    atomic_init(&bh->me, 0);
+    atomic_init(&bh->me.pid, 0);
+    atomic_init(&bh->me.word, 0);
     atomic_init(&bh->sh_held, 0);
     atomic_init(&bh->sh_permitted, 0);
     atomic_init(&bh->sh_blocked, 0);

@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -750,4 +751,49 @@ resil_status resil__shared_test_die_mid_apply(resil_shared *seg,
   atomic_store_explicit(&seg->hdr->op_slot, (uint32_t)free_i, memory_order_relaxed);
   atomic_store_explicit(&seg->hdr->op, 1, memory_order_release);
   return RESIL_OK; /* mutex held, slot not written */
+}
+
+/* ---- owners of shared state ------------------------------------------------ */
+
+/* The state char and start time of a process from /proc/<pid>/stat: 1
+ * when read, 0 when the process is gone (or its stat unreadable). */
+static int proc_stat(long pid, char *state, uint64_t *start) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  /* "pid (comm) S ppid ...": comm may hold spaces and parentheses, so the
+   * fields are counted from the last ')'. */
+  char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ') return 0;
+  p += 2;
+  *state = *p;
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p, ' ');
+    if (!p) return 0;
+    p++;
+  }
+  *start = strtoull(p, NULL, 10);
+  return 1;
+}
+
+uint64_t resil__shared_owner_self(void) {
+  long pid = (long)getpid();
+  char st;
+  uint64_t start = 0;
+  if (!proc_stat(pid, &st, &start)) start = 0;
+  return ((uint64_t)pid << 32) | (uint32_t)start;
+}
+
+int resil__shared_owner_gone(uint64_t word) {
+  long pid = (long)(word >> 32);
+  char st = 0;
+  uint64_t start = 0;
+  if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 1;
+  if (!proc_stat(pid, &st, &start)) return 1; /* gone between the two looks */
+  return st == 'Z' || st == 'X' || (uint32_t)start != (uint32_t)word;
 }

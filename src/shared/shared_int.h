@@ -15,8 +15,10 @@
 #ifndef RESIL_SHARED_INT_H
 #define RESIL_SHARED_INT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "resil/shared.h"
 
@@ -94,6 +96,34 @@ int resil__shared_fallback(resil_shared *seg, const char *instance,
 resil_status resil__shared_test_die_mid_apply(resil_shared *seg,
                                               const resil__shared_req *req,
                                               resil_error *err);
+
+/* Process identity for ownership records in shared state: the caller's
+ * pid << 32 | the low 32 bits of its start time in clock ticks since boot
+ * (/proc/<pid>/stat field 22), so that a pid reused by a later process is
+ * not taken for an earlier owner. Reads /proc: callers cache it per pid
+ * (getpid changes after fork). Never 0. */
+uint64_t resil__shared_owner_self(void);
+/* 1 when the owner recorded in `word` (resil__shared_owner_self of some
+ * process) is gone: kill(pid, 0) fails with ESRCH, /proc says zombie or
+ * dead, or the start time differs (the pid was reused). 0 while it
+ * lives. */
+int resil__shared_owner_gone(uint64_t word);
+
+/* resil__shared_owner_self cached in a handle, recomputed after fork. */
+typedef struct resil__shared_owner_cache {
+  _Atomic int64_t pid; /* the process `word` is for; 0: none yet */
+  _Atomic uint64_t word;
+} resil__shared_owner_cache;
+
+static inline uint64_t resil__shared_owner(resil__shared_owner_cache *c) {
+  int64_t pid = (int64_t)getpid();
+  if (__builtin_expect(atomic_load_explicit(&c->pid, memory_order_acquire) == pid, 1))
+    return atomic_load_explicit(&c->word, memory_order_relaxed);
+  uint64_t w = resil__shared_owner_self();
+  atomic_store_explicit(&c->word, w, memory_order_relaxed);
+  atomic_store_explicit(&c->pid, pid, memory_order_release);
+  return w;
+}
 
 /* 1 when the handle is a segment handle. */
 int resil__shared_valid(const resil_shared *seg);
