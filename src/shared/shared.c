@@ -691,6 +691,25 @@ resil_status resil__shared_replace(resil_shared *seg, const resil__shared_req *r
   return attach(seg, req, 1, state, err);
 }
 
+resil_status resil__shared_find(resil_shared *seg, uint32_t kind, const char *name,
+                                uint64_t **state, resil_error *err) {
+  if (!valid(seg) || seg->fallback || !name)
+    return resil__err(err, RESIL_ESTATE, "shared", "no segment");
+  resil_status st = lock_table(seg, err);
+  if (st != RESIL_OK) return st;
+  long free_i;
+  long i = find_slot(seg, kind, name, &free_i);
+  if (i >= 0) {
+    atomic_fetch_add_explicit(&seg->refs, 1, memory_order_relaxed);
+    *state = seg->slots[i].state;
+  } else {
+    st = resil__err(err, RESIL_ESTATE, "instance", "no %s '%s' in segment %s",
+                    kind_name(kind), name, seg->path);
+  }
+  unlock_table(seg);
+  return st;
+}
+
 int resil_shared_foreach(resil_shared *seg, resil_shared_foreach_fn fn, void *user) {
   if (!valid(seg) || !fn) return -1;
   if (seg->fallback) return 0;

@@ -76,6 +76,14 @@ resil_status resil__shared_attach(resil_shared *seg, const resil__shared_req *re
 resil_status resil__shared_replace(resil_shared *seg, const resil__shared_req *req,
                                    uint64_t **state, resil_error *err);
 
+/* The state words of an existing instance (kind, name), whatever its
+ * config, for introspection (a later "resil state show") and white-box
+ * tests: RESIL_OK with *state set and a reference taken (drop it with
+ * resil__shared_release); RESIL_ESTATE when there is no such instance or
+ * the segment is in fallback mode; RESIL_ESYS when the lock fails. */
+resil_status resil__shared_find(resil_shared *seg, uint32_t kind, const char *name,
+                                uint64_t **state, resil_error *err);
+
 /* Drops a reference taken by attach or replace. */
 void resil__shared_release(resil_shared *seg);
 

@@ -16,6 +16,7 @@
 
 #include "resil/retry.h"
 #include "resil/shared.h"
+#include "shared/shared_int.h"
 
 static int64_t mono(void) {
   struct timespec ts;
@@ -217,11 +218,65 @@ static void sigkill_chaos_never_wedges_the_budget(void **state) {
   assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
 }
 
+/* White-box: the lock word (word 11 of the slot: ten slice epochs, the
+ * token count, the lock) left held by a process that died. */
+static void a_lock_left_by_a_dead_process_is_taken_over(void **state) {
+  (void)state;
+  resil_shared_config sc;
+  char name[64];
+  seg_config(&sc, name, sizeof name, "dead");
+  resil_shared *seg = NULL;
+  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_retry_budget *b = budget(seg, RESIL_BUDGET_FINAGLE);
+  for (int i = 0; i < 10; i++) resil_retry_budget_deposit(b);
+  uint64_t *w = NULL;
+  assert_status(RESIL_OK, resil__shared_find(seg, RESIL__SHK_BUDGET, "api", &w, NULL));
+  pid_t d = fork();
+  assert_true(d >= 0);
+  if (d == 0) {
+    uint64_t me = resil__shared_owner_self();
+    __atomic_store_n(&w[11], me, __ATOMIC_RELEASE); /* takes the lock, dies */
+    _exit(0);
+  }
+  assert_int_equal(waitpid(d, NULL, 0), d);
+  assert_int_equal(__atomic_load_n(&w[11], __ATOMIC_ACQUIRE) >> 32, (uint64_t)d);
+  int64_t t0 = mono();
+  assert_true(resil_retry_budget_try_withdraw(b));
+  int64_t us = (mono() - t0) / 1000;
+  print_message("lock of dead pid %ld taken over in %lld us\n", (long)d, (long long)us);
+  assert_true(us < 1000000);
+  assert_int_equal(__atomic_load_n(&w[11], __ATOMIC_ACQUIRE), 0);
+  /* A live holder's lock is not taken: the withdrawal waits until it is
+   * released. */
+  pid_t l = fork();
+  assert_true(l >= 0);
+  if (l == 0) {
+    uint64_t me = resil__shared_owner_self();
+    __atomic_store_n(&w[11], me, __ATOMIC_RELEASE);
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n(&w[11], 0, __ATOMIC_RELEASE);
+    _exit(0);
+  }
+  while (__atomic_load_n(&w[11], __ATOMIC_ACQUIRE) == 0) test_sleep_ms(1);
+  t0 = mono();
+  (void)resil_retry_budget_try_withdraw(b);
+  int64_t ms = (mono() - t0) / 1000000;
+  assert_int_equal(waitpid(l, NULL, 0), l);
+  print_message("withdrawal waited %lld ms for a live holder\n", (long long)ms);
+  assert_true(ms >= 50);
+  resil__shared_release(seg);
+  resil_retry_budget_free(b);
+  resil_shared_close(seg);
+  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(withdrawals_across_processes_never_exceed_the_shared_balance),
       cmocka_unit_test(grpc_tokens_and_the_recorded_config_are_shared),
       cmocka_unit_test(sigkill_chaos_never_wedges_the_budget),
+      cmocka_unit_test(a_lock_left_by_a_dead_process_is_taken_over),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

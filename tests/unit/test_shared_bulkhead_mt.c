@@ -20,6 +20,7 @@
 #include "resil/bulkhead.h"
 #include "resil/ratelimit.h"
 #include "resil/shared.h"
+#include "shared/shared_int.h"
 
 static int64_t mono(void) {
   struct timespec ts;
@@ -242,6 +243,46 @@ static void a_blocked_acquire_wakes_on_another_processs_release(void **state) {
   assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
 }
 
+/* White-box: permit words (from word 8 of the slot) naming a live process
+ * with another start time (its pid was reused) are reclaimed; the live
+ * process's own word is not. */
+static void a_permit_of_a_reused_pid_is_reclaimed_a_live_owners_kept(void **state) {
+  (void)state;
+  resil_shared_config sc;
+  char name[64];
+  seg_config(&sc, name, sizeof name, "reuse");
+  resil_shared *seg = NULL;
+  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_bulkhead *bh = bulkhead(seg, 2, RESIL_MS(500));
+  uint64_t *w = NULL;
+  assert_status(RESIL_OK, resil__shared_find(seg, RESIL__SHK_BULKHEAD, "db", &w, NULL));
+  int up[2], down[2];
+  assert_int_equal(pipe(up), 0);
+  assert_int_equal(pipe(down), 0);
+  pid_t a = holder(bh, up[1], down[0]); /* a live owner of one permit */
+  assert_int_equal(rd(up[0]), 'y');
+  uint64_t live = __atomic_load_n(&w[8], __ATOMIC_ACQUIRE);
+  assert_int_equal(live >> 32, (uint64_t)a);
+  /* The other permit: a's pid with another start time. */
+  __atomic_store_n(&w[9], live ^ 1, __ATOMIC_RELEASE);
+  resil_reason why;
+  assert_int_equal(resil_bulkhead_acquire(bh, NULL, &why), RESIL_DECISION_GO);
+  assert_int_equal(__atomic_load_n(&w[8], __ATOMIC_ACQUIRE), live);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), RESIL_DECISION_DENY);
+  assert_int_equal(resil_bulkhead_release(bh), RESIL_OK);
+  assert_int_equal(write(down[1], "r", 1), 1);
+  wait_exit0(a);
+  assert_int_equal(resil_bulkhead_available(bh), 2);
+  close(up[0]);
+  close(up[1]);
+  close(down[0]);
+  close(down[1]);
+  resil__shared_release(seg);
+  resil_bulkhead_free(bh);
+  resil_shared_close(seg);
+  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+}
+
 /* ---- SIGKILL chaos ---------------------------------------------------------- */
 
 #define CHAOS_WORKERS 6
@@ -429,6 +470,7 @@ int main(void) {
       cmocka_unit_test(at_most_max_concurrent_across_processes),
       cmocka_unit_test(a_killed_holders_permit_comes_back_within_a_second),
       cmocka_unit_test(a_blocked_acquire_wakes_on_another_processs_release),
+      cmocka_unit_test(a_permit_of_a_reused_pid_is_reclaimed_a_live_owners_kept),
       cmocka_unit_test(sigkill_chaos_leaves_no_permit_leaked_and_nobody_wedged),
       /* Last: it starts a thread, and the others fork. */
       cmocka_unit_test(an_enqueued_waiter_gets_a_permit_another_process_frees),
