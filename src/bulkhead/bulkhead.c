@@ -89,6 +89,9 @@ struct resil_bulkhead {
   _Atomic uint32_t peak;
   uint32_t max;
   unsigned magic;
+  /* A shared bulkhead's slot words, or NULL: read by every take and
+   * release, so on the first cache line with word, max and magic. */
+  bh_shared *sh;
   int64_t max_wait_ns;
   uint32_t max_queued;
   _Atomic uint32_t peak_waiters;
@@ -101,8 +104,7 @@ struct resil_bulkhead {
   char *name;
   const resil_clock *clock; /* for the default ctx of run */
   const resil_allocator *alloc;
-  /* Shared bulkheads only (sh NULL otherwise). */
-  bh_shared *sh;
+  /* Shared bulkheads only (sh, above, is NULL otherwise). */
   resil_shared *shared;       /* the segment sh points into (a reference) */
   resil__shared_owner_cache me; /* this process's permit word */
   _Atomic uint32_t sh_held;   /* permits this process holds */
