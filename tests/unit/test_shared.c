@@ -263,6 +263,46 @@ static void a_segment_from_an_earlier_boot_is_reinitialised(void **state) {
   rm_dir_segment(&sc, dir);
 }
 
+/* White-box: the time namespace recorded in the header (the 8 bytes after
+ * the 40-byte boot id) is another one: CLOCK_MONOTONIC would differ. */
+static void a_segment_of_another_time_namespace_is_refused(void **state) {
+  (void)state;
+  struct stat ns;
+  if (stat("/proc/self/ns/time", &ns) != 0) skip(); /* kernel without them */
+  char dir[64];
+  make_tmpdir(dir, sizeof dir);
+  resil_shared_config sc;
+  cfg_for(&sc, "timens", dir);
+  resil_shared *seg = NULL;
+  resil_error err;
+  assert_int_equal(resil_shared_open(&sc, &seg, &err), RESIL_OK);
+  char p[256];
+  snprintf(p, sizeof p, "%s", resil_shared_path(seg));
+  resil_shared_close(seg);
+  char real[64] = {0};
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  assert_non_null(f);
+  assert_non_null(fgets(real, sizeof real, f));
+  fclose(f);
+  real[strcspn(real, "\n")] = 0;
+  int fd = open(p, O_RDWR);
+  assert_true(fd >= 0);
+  char hdr[4096];
+  assert_int_equal(pread(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
+  char *at = memmem(hdr, sizeof hdr, real, strlen(real));
+  assert_non_null(at);
+  uint64_t ino;
+  memcpy(&ino, at + 40, sizeof ino);
+  assert_int_equal(ino, (uint64_t)ns.st_ino);
+  ino += 1;
+  memcpy(at + 40, &ino, sizeof ino);
+  assert_int_equal(pwrite(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
+  close(fd);
+  assert_int_equal(resil_shared_open(&sc, &seg, &err), RESIL_ESTATE);
+  assert_non_null(strstr(err.msg, "was created in another time namespace"));
+  rm_dir_segment(&sc, dir);
+}
+
 static void another_config_names_the_first_differing_field_and_full_is_clear(
     void **state) {
   (void)state;
@@ -503,6 +543,7 @@ int main(void) {
       cmocka_unit_test(two_processes_share_one_slot_in_a_0600_object_named_by_uid_and_layout),
       cmocka_unit_test(a_segment_with_another_mode_or_owner_is_refused_naming_it),
       cmocka_unit_test(a_segment_from_an_earlier_boot_is_reinitialised),
+      cmocka_unit_test(a_segment_of_another_time_namespace_is_refused),
       cmocka_unit_test(another_config_names_the_first_differing_field_and_full_is_clear),
       cmocka_unit_test(creators_racing_make_one_segment_and_one_instance),
       cmocka_unit_test(a_process_killed_inside_a_table_change_is_repaired_by_the_next),
