@@ -42,8 +42,10 @@
  * segment whose creator died while initialising it is initialised by the
  * next process that opens it.
  *
- * Instances. The segment holds `capacity` instance slots, fixed at
- * creation. An instance is created in the first free slot, or found by
+ * Instances. Rate limiters (ratelimit.h), semaphore bulkheads
+ * (bulkhead.h) and retry budgets (retry.h) take a `shared` config field;
+ * breakers are not shared yet. The segment holds `capacity` instance
+ * slots, fixed at creation. An instance is created in the first free slot, or found by
  * its kind and name. Opening an existing instance with a different
  * configuration fails, naming the first field that differs; no free slot
  * is the error "segment ... is full (capacity N)". Either error, like a
@@ -118,9 +120,9 @@ typedef struct resil_shared_config {
    * created; an existing segment keeps the capacity it was created with
    * (resil_shared_capacity). Each slot takes 4 KiB. Default 64. */
   uint32_t capacity;
-  /* Permission bits of the object, 0600 or 0660 (group opt-in). The object
-   * is created with them (whatever the umask) and an existing one must have
-   * exactly them. Default 0600. */
+  /* Permission bits of the object: 0600, or 0640 / 0660 to let the group
+   * in (opt-in). The object is created with them (whatever the umask) and
+   * an existing one must have exactly them. Default 0600. */
   uint32_t mode;
   /* 0: a segment or instance that cannot be used falls back to
    * per-process state (counted, reported). 1: it is an error. Default 0. */
@@ -174,12 +176,13 @@ RESIL_API uint64_t resil_shared_fallbacks(const resil_shared *seg);
  * file's path. Owned by the handle; NULL for NULL. Since 0.2. */
 RESIL_API const char *resil_shared_path(const resil_shared *seg);
 
-/* Instance slots of the segment (0 in fallback mode or for NULL). */
+/* Instance slots of the segment (0 in fallback mode or for NULL). Since
+ * 0.2. */
 RESIL_API uint32_t resil_shared_capacity(const resil_shared *seg);
 
 /* Called for each instance in the segment: kind is "ratelimiter",
- * "bulkhead", ...; generation counts the replacements of its config
- * (1 at creation). Return nonzero to stop. */
+ * "bulkhead", "retry_budget", ...; generation counts the replacements of
+ * its config (1 at creation). Return nonzero to stop. Since 0.2. */
 typedef int (*resil_shared_foreach_fn)(void *user, const char *kind,
                                        const char *name, uint64_t generation);
 

@@ -72,7 +72,11 @@ resil_status resil__shared_attach(resil_shared *seg, const resil__shared_req *re
 
 /* Replaces the instance's configuration and state (a registry reload):
  * generation + 1, state back to req's initial state, for every process.
- * Creates it when absent. Results as resil__shared_attach (no mismatch). */
+ * Creates it when absent. Results as resil__shared_attach (no mismatch).
+ * Handles attached before keep the configuration they cached (limit,
+ * period...) and go on working on the reset state: the caller (the
+ * registry) re-creates them; nothing tells them yet (the generation is
+ * in the slot, for a later check). */
 resil_status resil__shared_replace(resil_shared *seg, const resil__shared_req *req,
                                    uint64_t **state, resil_error *err);
 
