@@ -175,6 +175,7 @@ static void a_segment_that_cannot_be_opened_gives_per_process_limiters(void **st
 
 typedef struct results {
   _Atomic int64_t admitted[WORKERS];
+  _Atomic int64_t first_grant_ns[WORKERS];
   _Atomic int64_t last_grant_ns[WORKERS];
 } results;
 
@@ -205,14 +206,16 @@ static void eight_processes_flat_out_get_exactly_the_permits_of_the_cycles(void 
       resil_shared *s2 = seg;
       if (i % 2 && resil_shared_open(&sc, &s2, NULL) != RESIL_OK) _exit(1);
       resil_ratelimiter *mine = limiter(s2, "flat", LIMIT, PERIOD_NS);
-      int64_t n = 0, last = 0;
+      int64_t n = 0, first = 0, last = 0;
       while (mono() < t_go + RUN_NS) {
         if (resil_ratelimiter_acquire(mine, 1, NULL, NULL) == RESIL_DECISION_GO) {
           n++;
           last = mono();
+          if (!first) first = last;
         }
       }
       atomic_store(&res->admitted[i], n);
+      atomic_store(&res->first_grant_ns[i], first);
       atomic_store(&res->last_grant_ns[i], last);
       _exit(0);
     }
@@ -231,21 +234,26 @@ static void eight_processes_flat_out_get_exactly_the_permits_of_the_cycles(void 
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
   }
-  int64_t admitted = 0, last = 0;
+  int64_t admitted = 0, first = INT64_MAX, last = 0;
   for (int i = 0; i < WORKERS; i++) {
     admitted += atomic_load(&res->admitted[i]);
     if (atomic_load(&res->last_grant_ns[i]) > last) last = atomic_load(&res->last_grant_ns[i]);
+    int64_t f = atomic_load(&res->first_grant_ns[i]);
+    if (f && f < first) first = f;
   }
   /* Cycles count from the limiter's creation (after t_before): every grant
    * up to `last` is in cycles 0..(last - t_before) / period. */
   int64_t bound = ((last - t_before) / PERIOD_NS + 1) * LIMIT;
-  /* The cycles wholly inside the run, each fully used. */
-  int64_t full = (RUN_NS / PERIOD_NS - 1) * LIMIT;
-  print_message("admitted %lld, bound %lld, full cycles' permits %lld\n",
-                (long long)admitted, (long long)bound, (long long)full);
+  /* The permits of the cycles in which the workers were calling, from
+   * the cycle of the first grant: a cycle that ended before the children
+   * had started (a slow fork under a sanitizer) was not asked for. Cycle
+   * numbers from t_before, a few microseconds before the creation. */
+  int64_t offered = ((last - t_before) / PERIOD_NS - (first - t_before) / PERIOD_NS + 1) * LIMIT;
+  print_message("admitted %lld, bound %lld, offered while calling %lld\n",
+                (long long)admitted, (long long)bound, (long long)offered);
   assert_true(admitted <= bound);
-  assert_true(admitted * 100 >= bound * 95);
-  assert_true(admitted >= full);
+  assert_true(admitted * 100 >= offered * 95);
+  assert_true(offered >= bound - LIMIT); /* at most cycle 0 missed */
   resil_ratelimiter_free(rl);
   resil_shared_close(seg);
   munmap(res, sizeof *res);
