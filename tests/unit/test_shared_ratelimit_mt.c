@@ -175,8 +175,10 @@ static void a_segment_that_cannot_be_opened_gives_per_process_limiters(void **st
 
 typedef struct results {
   _Atomic int64_t admitted[WORKERS];
-  _Atomic int64_t first_grant_ns[WORKERS];
   _Atomic int64_t last_grant_ns[WORKERS];
+  /* 1 for each cycle (from t_before) in which some worker was running an
+   * acquire: the cycles whose permits were asked for. */
+  _Atomic int called[64];
 } results;
 
 static void eight_processes_flat_out_get_exactly_the_permits_of_the_cycles(void **state) {
@@ -198,24 +200,28 @@ static void eight_processes_flat_out_get_exactly_the_permits_of_the_cycles(void 
     assert_true(pids[i] >= 0);
     if (pids[i] == 0) {
       close(go[1]);
-      int64_t t_go;
-      if (read(go[0], &t_go, sizeof t_go) != (ssize_t)sizeof t_go) _exit(9);
+      int64_t t[2]; /* t_before, t_go */
+      if (read(go[0], t, sizeof t) != (ssize_t)sizeof t) _exit(9);
+      const int64_t t_before = t[0], t_go = t[1];
       /* Half the workers open the segment themselves, half use the
        * inherited handle; each creates its limiter, which the parent has
        * created in the segment just before "go". */
       resil_shared *s2 = seg;
       if (i % 2 && resil_shared_open(&sc, &s2, NULL) != RESIL_OK) _exit(1);
       resil_ratelimiter *mine = limiter(s2, "flat", LIMIT, PERIOD_NS);
-      int64_t n = 0, first = 0, last = 0;
-      while (mono() < t_go + RUN_NS) {
+      int64_t n = 0, last = 0, marked = -1;
+      for (int64_t now = mono(); now < t_go + RUN_NS; now = mono()) {
+        int64_t c = (now - t_before) / PERIOD_NS;
+        if (c != marked && c >= 0 && c < 64) {
+          atomic_store_explicit(&res->called[c], 1, memory_order_relaxed);
+          marked = c;
+        }
         if (resil_ratelimiter_acquire(mine, 1, NULL, NULL) == RESIL_DECISION_GO) {
           n++;
           last = mono();
-          if (!first) first = last;
         }
       }
       atomic_store(&res->admitted[i], n);
-      atomic_store(&res->first_grant_ns[i], first);
       atomic_store(&res->last_grant_ns[i], last);
       _exit(0);
     }
@@ -224,9 +230,9 @@ static void eight_processes_flat_out_get_exactly_the_permits_of_the_cycles(void 
   /* Created after the forks: cycle 0 is not spent waiting for them. */
   int64_t t_before = mono();
   resil_ratelimiter *rl = limiter(seg, "flat", LIMIT, PERIOD_NS);
-  int64_t t_go = mono();
+  int64_t t[2] = {t_before, mono()};
   for (int i = 0; i < WORKERS; i++)
-    assert_int_equal(write(go[1], &t_go, sizeof t_go), (ssize_t)sizeof t_go);
+    assert_int_equal(write(go[1], t, sizeof t), (ssize_t)sizeof t);
   close(go[1]);
   for (int i = 0; i < WORKERS; i++) {
     int status = 0;
@@ -234,26 +240,27 @@ static void eight_processes_flat_out_get_exactly_the_permits_of_the_cycles(void 
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
   }
-  int64_t admitted = 0, first = INT64_MAX, last = 0;
+  int64_t admitted = 0, last = 0, cycles_called = 0;
   for (int i = 0; i < WORKERS; i++) {
     admitted += atomic_load(&res->admitted[i]);
     if (atomic_load(&res->last_grant_ns[i]) > last) last = atomic_load(&res->last_grant_ns[i]);
-    int64_t f = atomic_load(&res->first_grant_ns[i]);
-    if (f && f < first) first = f;
   }
+  for (int c = 0; c < 64; c++) cycles_called += atomic_load(&res->called[c]);
   /* Cycles count from the limiter's creation (after t_before): every grant
    * up to `last` is in cycles 0..(last - t_before) / period. */
   int64_t bound = ((last - t_before) / PERIOD_NS + 1) * LIMIT;
-  /* The permits of the cycles in which the workers were calling, from
-   * the cycle of the first grant: a cycle that ended before the children
-   * had started (a slow fork under a sanitizer) was not asked for. Cycle
-   * numbers from t_before, a few microseconds before the creation. */
-  int64_t offered = ((last - t_before) / PERIOD_NS - (first - t_before) / PERIOD_NS + 1) * LIMIT;
-  print_message("admitted %lld, bound %lld, offered while calling %lld\n",
-                (long long)admitted, (long long)bound, (long long)offered);
+  /* The permits of the cycles in which some worker was calling: a cycle
+   * in which none ran (cycle 0 before a slow setup under a sanitizer, or
+   * every worker descheduled on an overloaded machine) was not asked
+   * for. Cycle numbers from t_before, a few microseconds before the
+   * creation. */
+  int64_t offered = cycles_called * LIMIT;
+  print_message("admitted %lld, bound %lld, offered in the %lld cycles called in %lld\n",
+                (long long)admitted, (long long)bound, (long long)cycles_called,
+                (long long)offered);
   assert_true(admitted <= bound);
-  assert_true(admitted * 100 >= offered * 95);
-  assert_true(offered >= bound - LIMIT); /* at most cycle 0 missed */
+  assert_true(admitted * 100 >= (offered < bound ? offered : bound) * 95);
+  assert_true(admitted * 100 >= bound * 80); /* a sanity floor */
   resil_ratelimiter_free(rl);
   resil_shared_close(seg);
   munmap(res, sizeof *res);
