@@ -386,7 +386,7 @@ static void sigkill_chaos_leaves_no_permit_leaked_and_nobody_wedged(void **state
   assert_true(kills >= 100);
   assert_int_equal(atomic_load(&b->over), 0);
   assert_true(atomic_load(&b->acquired) > 0);
-  assert_true(*fresh_ns < RESIL_MS(50));
+  assert_true(*fresh_ns < RESIL_MS(100)); /* 0.01..8.3 ms measured; slack for load */
   /* No permit leaked: every one is free once the dead are reclaimed. */
   assert_int_equal(resil_bulkhead_available(bh), CHAOS_MAX);
   int64_t avail = resil_ratelimiter_available(rl);
