@@ -70,10 +70,12 @@
  * `required` 1 the same condition is an error naming the reason.
  *
  * Thread-safety: every function may be called on one segment from any
- * thread at once, except resil_shared_close(). A segment handle must not be
- * used in a child after fork() without the child opening its own (the
- * policies created before fork() do work in the child: the mapping is
- * inherited, and their state is the shared one).
+ * thread at once, except resil_shared_close(). After fork() the child may
+ * use the segment and the policies it inherited (the mapping stays shared;
+ * a bulkhead's permits are the child's own, recorded under its pid), as
+ * long as no other thread of the parent was inside a resil_shared call or
+ * a shared bulkhead's queue at the fork (the usual rule for locks and
+ * fork()).
  *
  * Linux only (shm_open, /proc, robust mutexes).
  *

@@ -77,6 +77,18 @@ static void wait_exit0(pid_t pid) {
   assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+typedef struct run_seen {
+  resil_bulkhead *bh;
+  uint32_t available_inside;
+} run_seen;
+
+static resil_outcome run_fn(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  run_seen *s = arg;
+  s->available_inside = resil_bulkhead_available(s->bh);
+  return resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_OK);
+}
+
 static void at_most_max_concurrent_across_processes(void **state) {
   (void)state;
   resil_shared_config sc;
@@ -115,6 +127,12 @@ static void at_most_max_concurrent_across_processes(void **state) {
   assert_int_equal(resil_bulkhead_available(bh), 1);
   assert_int_equal(resil_bulkhead_try_acquire(bh2, &why), RESIL_DECISION_GO);
   assert_int_equal(resil_bulkhead_release(bh2), RESIL_OK);
+  /* The run form takes and gives back a shared permit. */
+  run_seen seen = {bh2, 99};
+  resil_outcome o = resil_bulkhead_run(bh2, NULL, run_fn, &seen);
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  assert_int_equal(seen.available_inside, 0);
+  assert_int_equal(resil_bulkhead_available(bh), 1);
   assert_int_equal(resil_bulkhead_release(bh), RESIL_OK);
   /* A process releases only what it holds. */
   assert_int_equal(resil_bulkhead_release(bh), RESIL_EMISUSE);
