@@ -398,8 +398,11 @@ static resil_status open_object(const resil_shared_config *cfg, resil_shared *se
                                 resil_error *err) {
   const char *path = seg->path;
   int fd;
+  /* O_NONBLOCK: a FIFO or device planted under the name does not block
+   * the open (it is then refused as not a regular file). */
   if (cfg->dir)
-    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, (mode_t)cfg->mode);
+    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+              (mode_t)cfg->mode);
   else
     fd = shm_open(path, O_RDWR | O_CREAT, (mode_t)cfg->mode); /* + NOFOLLOW, CLOEXEC */
   if (fd < 0)

@@ -189,6 +189,17 @@ static void a_segment_with_another_mode_or_owner_is_refused_naming_it(void **sta
   assert_non_null(strstr(err.msg, "cannot open segment"));
   unlink(link);
 
+  /* A FIFO under the name is refused without blocking. */
+  resil_shared_config fc;
+  cfg_for(&fc, "fifo", dir);
+  char fifo[300];
+  snprintf(fifo, sizeof fifo, "%s/resil-%lu-v%d-fifo", dir, (unsigned long)geteuid(),
+           RESIL_SHARED_LAYOUT);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(resil_shared_open(&fc, &seg, &err), RESIL_ESTATE);
+  assert_non_null(strstr(err.msg, "is not a regular file"));
+  unlink(fifo);
+
   /* Bad names. */
   resil_shared_config bad;
   cfg_for(&bad, "a/b", NULL);
