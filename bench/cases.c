@@ -7,6 +7,7 @@
  * against the iteration count). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "resil/breaker.h"
@@ -14,6 +15,7 @@
 #include "resil/chain.h"
 #include "resil/ratelimit.h"
 #include "resil/retry.h"
+#include "resil/shared.h"
 
 /* ---- the protected call ---------------------------------------------- */
 
@@ -336,6 +338,48 @@ static void case_ratelimiter_acquire(const bench_opts *o, json_t *cases) {
   finish(&r, cases);
 }
 
+/* The same limiter with its state in a shared segment (POSIX shm, a
+ * name of this process's own, removed afterwards): the cost of the
+ * indirection and of the shared cache line, uncontended. */
+static void case_shared_ratelimiter_acquire(const bench_opts *o, json_t *cases) {
+  bench_result r;
+  memset(&r, 0, sizeof r);
+  r.name = "shared_ratelimiter_acquire";
+  r.measures = "resil_ratelimiter_acquire as ratelimiter_acquire, the state in a "
+               "resil_shared segment (POSIX shm), one process";
+  char name[64];
+  snprintf(name, sizeof name, "bench-%ld", (long)getpid());
+  resil_shared_config sc;
+  resil_shared_config_init(&sc);
+  sc.name = name;
+  sc.required = 1;
+  resil_shared *seg = NULL;
+  resil_ratelimiter *rl = NULL;
+  resil_error err;
+  resil_status st = resil_shared_open(&sc, &seg, &err);
+  if (st != RESIL_OK) {
+    setup_error(&r, "resil_shared_open", st, &err);
+    finish(&r, cases);
+    return;
+  }
+  resil_ratelimiter_config cfg;
+  resil_ratelimiter_config_init(&cfg);
+  cfg.name = "bench";
+  cfg.limit_for_period = 2147483647;
+  cfg.refresh_period_ns = INT64_C(1000000000);
+  cfg.timeout_ns = 0;
+  cfg.shared = seg;
+  st = resil_ratelimiter_new(&cfg, &rl, &err);
+  if (st != RESIL_OK)
+    setup_error(&r, "resil_ratelimiter_new", st, &err);
+  else
+    bench_measure(o, body_ratelimiter_acquire, rl, &r);
+  resil_ratelimiter_free(rl);
+  resil_shared_close(seg);
+  resil_shared_unlink(&sc, NULL);
+  finish(&r, cases);
+}
+
 static void case_bulkhead_acquire_release(const bench_opts *o, json_t *cases) {
   bench_result r;
   memset(&r, 0, sizeof r);
@@ -461,6 +505,8 @@ int bench_run_cases(const bench_opts *opts, const char *json_path) {
   if (bench_selected(opts, "retry_run")) case_retry_run(opts, cases);
   if (bench_selected(opts, "ratelimiter_acquire"))
     case_ratelimiter_acquire(opts, cases);
+  if (bench_selected(opts, "shared_ratelimiter_acquire"))
+    case_shared_ratelimiter_acquire(opts, cases);
   if (bench_selected(opts, "bulkhead_acquire_release"))
     case_bulkhead_acquire_release(opts, cases);
   if (bench_selected(opts, "chain4_run")) case_chain4_run(opts, cases);

@@ -16,6 +16,33 @@
  * A connection-pool limit is not a bulkhead: it limits connections to a
  * target, not how many calls run.
  *
+ * Shared bulkheads (since 0.2, DESIGN §8.1). With cfg.shared the permits
+ * live in a segment slot, one 64-bit word per permit holding its owner's
+ * pid and process start time (/proc/<pid>/stat field 22): taking one is a
+ * compare-and-swap of a free word to the caller's process, releasing one
+ * a compare-and-swap back to free, so a process killed at any instruction
+ * holds the permit or does not. A permit whose owner is gone (kill(pid, 0)
+ * says ESRCH, /proc says zombie, or the start time differs: the pid was
+ * reused) is reclaimed by a pass that a caller finding no permit makes, at
+ * most once per 10 ms across all processes: a dead process's permits come
+ * back at the next acquisition attempt 10 ms or more after its death
+ * (well within the 1 s DESIGN asks). Releases are by process: any thread
+ * of the process that took a permit may release it. Waiting differs from
+ * the per-process bulkhead: there is no FIFO order across processes.
+ * A blocked resil_bulkhead_acquire sleeps on a futex word of the slot that
+ * every release bumps (FUTEX_WAKE works across processes on shared
+ * memory), re-checking at least every 2 ms (for the token and for
+ * reclaims). Waiters queued with resil_bulkhead_enqueue are served in
+ * FIFO order within the process: a release by this process hands its
+ * permit to the head of the queue as before, and one helper thread per
+ * shared bulkhead (started at the first enqueue that waits, stopped by
+ * resil_bulkhead_free; never one per waiter) sleeps on the same futex word
+ * and hands permits freed by other processes to the queue. Every call
+ * reads the process id (getpid, to follow fork()); try_acquire and release
+ * scan the permit words. The counters (permitted, rejected, handed over,
+ * withdrawn, waiting, peaks) are this process's; in_flight and available
+ * are the segment's, all processes together.
+ *
  *   resil_bulkhead_config cfg;
  *   resil_bulkhead_config_init(&cfg);
  *   cfg.max_concurrent = 2;
@@ -43,6 +70,7 @@
 #include "call.h"
 #include "clock.h"
 #include "outcome.h"
+#include "shared.h"
 #include "status.h"
 #include "version.h"
 
@@ -84,7 +112,21 @@ typedef struct resil_bulkhead_config {
    * RESIL_BULKHEAD_MAX_QUEUED (in 0.1 waiting was bounded only by the
    * callers' threads). */
   uint32_t max_queued;
+  /* Since 0.2: a segment (shared.h) to keep the permits in, shared with
+   * every process that creates a bulkhead of the same name in the same
+   * segment: at most max_concurrent calls hold a permit across all of
+   * them. NULL = per-process. Default NULL. The slot records
+   * max_concurrent (another value is RESIL_EINVAL naming it), which must
+   * then be 1..RESIL_BULKHEAD_SHARED_MAX_CONCURRENT; max_wait_ns and
+   * max_queued stay per process. A segment in fallback mode or full gives
+   * a per-process bulkhead and a counted fallback, unless the segment is
+   * required (then RESIL_ESTATE with the reason). The segment handle must
+   * stay open until the bulkhead is freed. See "Shared bulkheads" above. */
+  resil_shared *shared;
 } resil_bulkhead_config;
+
+/* Most permits of a shared bulkhead (one 64-bit word each in its slot). */
+#define RESIL_BULKHEAD_SHARED_MAX_CONCURRENT 400
 
 #define RESIL_BULKHEAD_MAX_QUEUED 1000000
 

@@ -22,8 +22,15 @@
  *   if (resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO) ...
  *   resil_ratelimiter_free(rl);
  *
- * Permits are per instance (per process); a global quota needs a shared
- * store (DESIGN §8).
+ * Permits are per instance; with cfg.shared the instance is shared by the
+ * processes of the host (DESIGN §8.1): its state words live in the
+ * segment and every process runs the same compare-and-swaps on them, so
+ * the permits are exact across processes. The counters of
+ * resil_ratelimiter_metrics (permitted, reserved, refused, cancelled,
+ * waiting) stay per process; available and nanos_to_wait read the shared
+ * state. A process killed at any instruction leaves the state word either
+ * before or after its one compare-and-swap: a permit it took is spent, no
+ * other is lost. A quota across hosts needs another store (DESIGN §8.2).
  *
  * Lock-free: the whole state (cycle and permits) is one 64-bit word updated
  * with a compare-and-swap; no call takes a lock or allocates. One precise
@@ -46,6 +53,7 @@
 #include "call.h"
 #include "clock.h"
 #include "outcome.h"
+#include "shared.h"
 #include "status.h"
 #include "version.h"
 
@@ -80,6 +88,20 @@ typedef struct resil_ratelimiter_config {
   const resil_clock *clock;
   /* NULL = malloc/free. Used only by _new and _free. */
   const resil_allocator *alloc;
+  /* Since 0.2: a segment (shared.h) to keep the state in, shared with
+   * every process that creates a limiter of the same name in the same
+   * segment; NULL = per-process state. Default NULL. The slot records
+   * limit_for_period and refresh_period_ns: a limiter of that name with
+   * another value is RESIL_EINVAL naming the field. timeout_ns stays per
+   * process (it bounds this process's waits). The clock must be the
+   * system one (NULL): cycles are counted on CLOCK_MONOTONIC from the
+   * slot's creation in every process; another clock is RESIL_EINVAL
+   * (field "clock"). When the segment is in fallback mode or full, the
+   * limiter gets per-process state (a fallback counted on the segment)
+   * unless the segment is required: then creation fails with the reason
+   * (RESIL_ESTATE). The segment handle must stay open until the limiter
+   * is freed (the limiter holds a reference to its mapping). */
+  resil_shared *shared;
 } resil_ratelimiter_config;
 
 /* Counters since creation. Monotonic; each is a value between its values

@@ -13,6 +13,7 @@
 #include "retry.h"
 #include "ratelimit.h"
 #include "bulkhead.h"
+#include "shared.h"
 #include "timelimit.h"
 #include "hedge.h"
 #include "chain.h"

@@ -91,6 +91,7 @@
 #include "call.h"
 #include "clock.h"
 #include "outcome.h"
+#include "shared.h"
 #include "status.h"
 #include "version.h"
 
@@ -453,6 +454,21 @@ typedef struct resil_retry_budget_config {
   const resil_clock *clock;
   /* NULL = malloc/free. */
   const resil_allocator *alloc;
+  /* Since 0.2: a segment (shared.h) to keep the budget in, shared with
+   * every process that creates a budget of the same name in the same
+   * segment: their calls deposit into, and their retries withdraw from,
+   * one balance. NULL = per-process. Default NULL. The slot records mode,
+   * ttl_ns, min_retries_per_s, percent_can_retry_pct, max_tokens and
+   * token_ratio_milli (another value is RESIL_EINVAL naming the field).
+   * The clock must be the system one (NULL): slices are counted on
+   * CLOCK_MONOTONIC in every process. Withdrawals then serialise on a lock
+   * word in the segment held for a few atomic operations, whose holder's
+   * death (SIGKILL) leaves a valid state and the lock to the next caller.
+   * A segment in fallback mode or full gives a per-process budget and a
+   * counted fallback, unless the segment is required (then RESIL_ESTATE
+   * with the reason). The segment handle must stay open until the budget
+   * is freed. */
+  resil_shared *shared;
 } resil_retry_budget_config;
 
 /* Writes the documented defaults and struct_size. NULL is a no-op. A macro

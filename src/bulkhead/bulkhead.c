@@ -30,14 +30,20 @@
  * the two happens. An enqueued waiter's callback is called after the mutex
  * is dropped, from cb and arg copied under it: the library never touches
  * the waiter after the handover. */
+#define _GNU_SOURCE /* syscall(SYS_futex) */
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "bulkhead/bulkhead_int.h"
 #include "bulkhead/sync_int.h"
 #include "core/internal.h"
 #include "resil/bulkhead.h"
+#include "shared/shared_int.h"
 
 #if defined(__GNUC__)
 #define RESIL_NOINLINE_ __attribute__((noinline))
@@ -66,12 +72,26 @@ struct resil_bulkhead_waiter {
   pthread_cond_t *cv;         /* a blocked acquire's own condition variable */
 };
 
+/* A shared bulkhead's slot words (see "shared bulkheads" below). */
+typedef struct bh_shared {
+  _Atomic uint32_t seq;   /* bumped by every release: the futex word */
+  _Atomic uint32_t nwait; /* sleepers on seq (a hint: a dead one stays) */
+  _Atomic int64_t last_reclaim_ns; /* CLOCK_MONOTONIC of the last pass */
+  _Atomic uint64_t reserved[6];
+  _Atomic uint64_t permit[]; /* 0 free, else pid << 32 | start time */
+} bh_shared;
+
+#define SH_PERMIT_WORD0 8
+
 struct resil_bulkhead {
   _Atomic uint64_t word;
   _Atomic uint32_t waiters; /* length of the list; written under mu */
   _Atomic uint32_t peak;
   uint32_t max;
   unsigned magic;
+  /* A shared bulkhead's slot words, or NULL: read by every take and
+   * release, so on the first cache line with word, max and magic. */
+  bh_shared *sh;
   int64_t max_wait_ns;
   uint32_t max_queued;
   _Atomic uint32_t peak_waiters;
@@ -84,11 +104,30 @@ struct resil_bulkhead {
   char *name;
   const resil_clock *clock; /* for the default ctx of run */
   const resil_allocator *alloc;
+  /* Shared bulkheads only (sh, above, is NULL otherwise). */
+  resil_shared *shared;       /* the segment sh points into (a reference) */
+  resil__shared_owner_cache me; /* this process's permit word */
+  _Atomic uint32_t sh_held;   /* permits this process holds */
+  _Atomic uint64_t sh_permitted;
+  _Atomic uint32_t sh_blocked; /* callers sleeping in sh_wait */
+  pthread_cond_t poll_cv;     /* wakes the helper thread (under mu) */
+  pthread_t poller;
+  int64_t poller_pid;         /* the process whose helper runs, 0: none */
+  int poll_stop;              /* under mu */
 };
 
 static inline int valid(const resil_bulkhead *bh) {
   return bh && bh->magic == RESIL_MAGIC_BULKHEAD;
 }
+
+static int sh_take_or_reclaim(resil_bulkhead *bh);
+static resil_status sh_release(resil_bulkhead *bh);
+static resil_reason sh_wait(resil_bulkhead *bh, int64_t until_ns, resil_cancel *cancel);
+static int sh_take_or_queue(resil_bulkhead *bh, resil_bulkhead_waiter *w);
+static uint32_t sh_in_flight(const resil_bulkhead *bh);
+static resil_status use_shared(resil_bulkhead *bh, const resil_bulkhead_config *cfg,
+                               resil_error *err);
+static void sh_free(resil_bulkhead *bh);
 
 /* The 0.1 layout ends with `alloc`. */
 #define BH_CONFIG_MIN_SIZE                                                     \
@@ -103,6 +142,7 @@ static void config_defaults(resil_bulkhead_config *cfg) {
   cfg->clock = NULL;
   cfg->alloc = NULL;
   cfg->max_queued = RESIL_BULKHEAD_MAX_QUEUED;
+  cfg->shared = NULL;
 }
 
 void resil_bulkhead_config_init_sized(resil_bulkhead_config *cfg, size_t n) {
@@ -160,6 +200,10 @@ resil_status resil_bulkhead_new(const resil_bulkhead_config *ucfg,
   atomic_init(&bh->peak, 0);
   atomic_init(&bh->permitted_wraps, 0);
   atomic_init(&bh->rejected, 0);
+  if (cfg->shared && (st = use_shared(bh, cfg, err)) != RESIL_OK) {
+    pthread_mutex_destroy(&bh->mu);
+    goto fail_mu;
+  }
   bh->magic = RESIL_MAGIC_BULKHEAD;
   *out = bh;
   return RESIL_OK;
@@ -172,6 +216,7 @@ fail_mu:
 
 void resil_bulkhead_free(resil_bulkhead *bh) {
   if (!valid(bh)) return;
+  if (bh->sh) sh_free(bh);
   bh->magic = RESIL_MAGIC_DEAD;
   pthread_mutex_destroy(&bh->mu);
   const resil_allocator *a = bh->alloc;
@@ -181,6 +226,7 @@ void resil_bulkhead_free(resil_bulkhead *bh) {
 
 /* Takes a slot if one is free: the lock-free fast path. */
 static inline int take_slot(resil_bulkhead *bh) {
+  if (RESIL_UNLIKELY(bh->sh != NULL)) return sh_take_or_reclaim(bh);
   uint64_t w = atomic_load_explicit(&bh->word, memory_order_seq_cst);
   for (;;) {
     /* QUEUED is above every max: one comparison refuses both. */
@@ -355,7 +401,9 @@ resil_decision resil_bulkhead_acquire(resil_bulkhead *bh, const resil_ctx *ctx,
   }
   int64_t wait = wait_budget(bh, c);
   resil_reason d = RESIL_REASON_BULKHEAD_FULL;
-  if (wait > 0)
+  if (wait > 0 && bh->sh)
+    d = sh_wait(bh, resil__sat_add(resil__mono_ns(), wait), c ? c->cancel : NULL);
+  else if (wait > 0)
     d = wait_for_slot(bh, resil__sat_add(resil__mono_ns(), wait),
                       c ? c->cancel : NULL);
   set_why(why, d);
@@ -399,6 +447,7 @@ static RESIL_NOINLINE_ resil_status release_slow(resil_bulkhead *bh) {
 
 /* resil_bulkhead_release for a valid bh. */
 static inline resil_status release_valid(resil_bulkhead *bh) {
+  if (RESIL_UNLIKELY(bh->sh != NULL)) return sh_release(bh);
   uint64_t w = atomic_load_explicit(&bh->word, memory_order_relaxed);
   do {
     if (RESIL_UNLIKELY(w & QUEUED)) return release_slow(bh);
@@ -475,7 +524,7 @@ resil_decision resil_bulkhead_enqueue(resil_bulkhead *bh, const resil_ctx *ctx,
     w->cb = cb;
     w->arg = arg;
     w->cv = NULL;
-    int q = take_or_queue(bh, w);
+    int q = bh->sh ? sh_take_or_queue(bh, w) : take_or_queue(bh, w);
     pthread_mutex_unlock(&bh->mu);
     if (q >= 0) {
       set_why(why, RESIL_REASON_OK);
@@ -567,6 +616,7 @@ resil_outcome resil_bulkhead_run(resil_bulkhead *bh, const resil_ctx *ctx,
 
 uint32_t resil_bulkhead_available(const resil_bulkhead *bh) {
   if (!valid(bh)) return 0;
+  if (bh->sh) return bh->max - sh_in_flight(bh);
   uint64_t w = atomic_load_explicit(&((resil_bulkhead *)bh)->word,
                                     memory_order_relaxed);
   return bh->max - (uint32_t)(w & IN_FLIGHT_MASK);
@@ -594,10 +644,347 @@ resil_status resil_bulkhead_get_metrics_sized(const resil_bulkhead *bh,
   out->withdrawn = atomic_load_explicit(&m->withdrawn, memory_order_relaxed);
   out->peak_waiting = atomic_load_explicit(&m->peak_waiters, memory_order_relaxed);
   out->max_queued = bh->max_queued;
+  if (bh->sh) {
+    out->in_flight = sh_in_flight(bh);
+    out->available = bh->max - out->in_flight;
+    out->permitted = atomic_load_explicit(&m->sh_permitted, memory_order_relaxed);
+    out->waiting += atomic_load_explicit(&m->sh_blocked, memory_order_relaxed);
+  }
   resil__sized_out(dst, n, &full, sizeof full);
   return RESIL_OK;
 }
 
 const char *resil_bulkhead_name(const resil_bulkhead *bh) {
   return valid(bh) ? bh->name : NULL;
+}
+
+/* ---- shared bulkheads (DESIGN §8.1) ---------------------------------------
+ *
+ * The slot's words (bh_shared): a futex word `seq` that every release
+ * bumps, a count of its sleepers, the time of the last reclaim pass, and
+ * from word 8 one word per permit: 0 when free, else the owner's
+ * pid << 32 | the low 32 bits of its start time in clock ticks since boot
+ * (/proc/<pid>/stat field 22), so that a pid reused by a new process is
+ * not taken for the dead owner. Every change of a permit is one
+ * compare-and-swap; seq, nwait and last_reclaim_ns are hints (a process
+ * killed between the swap and the bump costs a sleeper at most one poll
+ * interval), so a SIGKILL at any instruction leaves every permit either
+ * with a live owner, free, or with a dead owner that the next reclaim pass
+ * frees. The words are only touched with atomic operations. */
+
+#define SH_RECLAIM_EVERY_NS (10 * RESIL_NS_PER_MS)
+#define SH_POLL_NS (2 * RESIL_NS_PER_MS)
+#define SH_HELPER_POLL_NS (10 * RESIL_NS_PER_MS)
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t old, int64_t ns) {
+  struct timespec ts = {(time_t)(ns / RESIL_NS_PER_S), (long)(ns % RESIL_NS_PER_S)};
+  /* Not FUTEX_PRIVATE_FLAG: the word is in memory shared with other
+   * processes. EAGAIN (it changed), EINTR, ETIMEDOUT: the caller looks. */
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, old, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *w, int n) {
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+/* This process's permit word, recomputed after fork(). */
+static inline uint64_t sh_me(resil_bulkhead *bh) { return resil__shared_owner(&bh->me); }
+
+static int sh_take(resil_bulkhead *bh) {
+  const uint64_t me = sh_me(bh);
+  for (uint32_t i = 0; i < bh->max; i++) {
+    uint64_t v = atomic_load_explicit(&bh->sh->permit[i], memory_order_relaxed);
+    if (v != 0) continue;
+    if (atomic_compare_exchange_strong_explicit(&bh->sh->permit[i], &v, me,
+                                                memory_order_seq_cst,
+                                                memory_order_relaxed)) {
+      atomic_fetch_add_explicit(&bh->sh_permitted, 1, memory_order_relaxed);
+      uint32_t held = atomic_fetch_add_explicit(&bh->sh_held, 1, memory_order_relaxed) + 1;
+      uint32_t peak = atomic_load_explicit(&bh->peak, memory_order_relaxed);
+      while (held > peak &&
+             !atomic_compare_exchange_weak_explicit(&bh->peak, &peak, held,
+                                                    memory_order_relaxed,
+                                                    memory_order_relaxed)) {
+      }
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* 1 when the owner of permit word v is gone. A small memo of the pids
+ * seen in this pass saves re-reading /proc for a process holding several
+ * permits. */
+typedef struct sh_memo {
+  uint64_t word[16];
+  int dead[16];
+  int n;
+} sh_memo;
+
+static int owner_gone(uint64_t v, sh_memo *memo) {
+  for (int k = 0; k < memo->n; k++)
+    if (memo->word[k] == v) return memo->dead[k];
+  int dead = resil__shared_owner_gone(v);
+  if (memo->n < 16) {
+    memo->word[memo->n] = v;
+    memo->dead[memo->n++] = dead;
+  }
+  return dead;
+}
+
+/* A reclaim pass when none was made in the last SH_RECLAIM_EVERY_NS by
+ * any process: frees the permits of dead owners. Returns how many. */
+static int sh_reclaim(resil_bulkhead *bh) {
+  bh_shared *sh = bh->sh;
+  int64_t now = resil__mono_ns();
+  int64_t last = atomic_load_explicit(&sh->last_reclaim_ns, memory_order_relaxed);
+  if (now - last < SH_RECLAIM_EVERY_NS && now >= last) return 0;
+  if (!atomic_compare_exchange_strong_explicit(&sh->last_reclaim_ns, &last, now,
+                                               memory_order_relaxed,
+                                               memory_order_relaxed))
+    return 0; /* another process (or thread) makes this pass */
+  const uint64_t me = sh_me(bh);
+  sh_memo memo;
+  memo.n = 0;
+  int freed = 0;
+  for (uint32_t i = 0; i < bh->max; i++) {
+    uint64_t v = atomic_load_explicit(&sh->permit[i], memory_order_relaxed);
+    if (v == 0 || (v >> 32) == (me >> 32) || !owner_gone(v, &memo)) continue;
+    if (atomic_compare_exchange_strong_explicit(&sh->permit[i], &v, 0,
+                                                memory_order_seq_cst,
+                                                memory_order_relaxed))
+      freed++;
+  }
+  if (freed) {
+    atomic_fetch_add_explicit(&sh->seq, 1, memory_order_seq_cst);
+    futex_wake(&sh->seq, freed);
+  }
+  return freed;
+}
+
+static int sh_take_or_reclaim(resil_bulkhead *bh) {
+  if (RESIL_LIKELY(sh_take(bh))) return 1;
+  return sh_reclaim(bh) > 0 && sh_take(bh);
+}
+
+/* Frees one of this process's permits and wakes a sleeper. */
+static resil_status sh_free_permit(resil_bulkhead *bh) {
+  bh_shared *sh = bh->sh;
+  const uint64_t me = sh_me(bh);
+  for (uint32_t i = 0; i < bh->max; i++) {
+    uint64_t v = me;
+    if (atomic_load_explicit(&sh->permit[i], memory_order_relaxed) != me) continue;
+    if (atomic_compare_exchange_strong_explicit(&sh->permit[i], &v, 0,
+                                                memory_order_seq_cst,
+                                                memory_order_relaxed)) {
+      atomic_fetch_sub_explicit(&bh->sh_held, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&sh->seq, 1, memory_order_seq_cst);
+      if (atomic_load_explicit(&sh->nwait, memory_order_seq_cst) > 0)
+        futex_wake(&sh->seq, 1);
+      return RESIL_OK;
+    }
+  }
+  return RESIL_EMISUSE;
+}
+
+/* Hands a permit this process holds to the head of its queue (mu held,
+ * queue not empty); returns with mu released after calling the waiter's
+ * callback. */
+static void sh_hand_over(resil_bulkhead *bh) {
+  resil_bulkhead_waiter *h = bh->head;
+  unlink_waiter(bh, h);
+  atomic_fetch_add_explicit(&bh->sh_permitted, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&bh->handed_over, 1, memory_order_relaxed);
+  h->state = W_HANDED;
+  resil_bulkhead_ready_fn cb = h->cb;
+  void *arg = h->arg;
+  pthread_mutex_unlock(&bh->mu);
+  if (cb) cb(arg);
+}
+
+static resil_status sh_release(resil_bulkhead *bh) {
+  if (RESIL_UNLIKELY(atomic_load_explicit(&bh->waiters, memory_order_relaxed) > 0)) {
+    pthread_mutex_lock(&bh->mu);
+    if (bh->head) {
+      const uint64_t me = sh_me(bh);
+      int held = 0;
+      for (uint32_t i = 0; i < bh->max && !held; i++)
+        held = atomic_load_explicit(&bh->sh->permit[i], memory_order_relaxed) == me;
+      if (!held) {
+        pthread_mutex_unlock(&bh->mu);
+        return RESIL_EMISUSE;
+      }
+      sh_hand_over(bh); /* the permit stays this process's */
+      return RESIL_OK;
+    }
+    pthread_mutex_unlock(&bh->mu);
+  }
+  return sh_free_permit(bh);
+}
+
+/* A blocked acquire: sleeps on seq, re-checking at least every SH_POLL_NS
+ * (the token, reclaims, a wake lost to a killed releaser). nwait is raised
+ * before seq is read and the permits are looked at, and a release frees
+ * its permit before it bumps seq: a release after the look changes seq,
+ * so the futex does not sleep. */
+static resil_reason sh_wait(resil_bulkhead *bh, int64_t until_ns, resil_cancel *cancel) {
+  bh_shared *sh = bh->sh;
+  resil_reason d = RESIL_REASON_BULKHEAD_FULL;
+  atomic_fetch_add_explicit(&bh->sh_blocked, 1, memory_order_relaxed);
+  for (;;) {
+    atomic_fetch_add_explicit(&sh->nwait, 1, memory_order_seq_cst);
+    uint32_t seen = atomic_load_explicit(&sh->seq, memory_order_seq_cst);
+    int got = sh_take_or_reclaim(bh);
+    int64_t now = resil__mono_ns();
+    if (!got && !resil_cancel_is_set(cancel) && now < until_ns) {
+      int64_t slice = until_ns - now;
+      if (slice > SH_POLL_NS) slice = SH_POLL_NS;
+      futex_wait(&sh->seq, seen, slice);
+    }
+    atomic_fetch_sub_explicit(&sh->nwait, 1, memory_order_relaxed);
+    if (got) {
+      d = RESIL_REASON_OK;
+      break;
+    }
+    if (resil_cancel_is_set(cancel)) {
+      d = RESIL_REASON_CANCELLED;
+      break;
+    }
+    if (resil__mono_ns() >= until_ns) break;
+  }
+  atomic_fetch_sub_explicit(&bh->sh_blocked, 1, memory_order_relaxed);
+  return d;
+}
+
+/* The helper thread of a shared bulkhead with queued (enqueued) waiters:
+ * hands permits freed by any process to the head of the queue. */
+static void *sh_helper(void *arg) {
+  resil_bulkhead *bh = arg;
+  bh_shared *sh = bh->sh;
+  pthread_mutex_lock(&bh->mu);
+  while (!bh->poll_stop) {
+    if (!bh->head) {
+      pthread_cond_wait(&bh->poll_cv, &bh->mu);
+      continue;
+    }
+    atomic_fetch_add_explicit(&sh->nwait, 1, memory_order_seq_cst);
+    uint32_t seen = atomic_load_explicit(&sh->seq, memory_order_seq_cst);
+    if (sh_take_or_reclaim(bh)) {
+      atomic_fetch_sub_explicit(&sh->nwait, 1, memory_order_relaxed);
+      /* mu is held: the queue still has its head. sh_take counted the
+       * permit; the handover counts it again. */
+      atomic_fetch_sub_explicit(&bh->sh_permitted, 1, memory_order_relaxed);
+      sh_hand_over(bh);
+      pthread_mutex_lock(&bh->mu);
+      continue;
+    }
+    pthread_mutex_unlock(&bh->mu);
+    futex_wait(&sh->seq, seen, SH_HELPER_POLL_NS);
+    atomic_fetch_sub_explicit(&sh->nwait, 1, memory_order_relaxed);
+    pthread_mutex_lock(&bh->mu);
+  }
+  pthread_mutex_unlock(&bh->mu);
+  return NULL;
+}
+
+/* resil_bulkhead_enqueue's queueing for a shared bulkhead (mu held): a
+ * free permit (1), or w queued and the helper told (0), or the queue is
+ * full (-1). */
+static int sh_take_or_queue(resil_bulkhead *bh, resil_bulkhead_waiter *w) {
+  if (sh_take_or_reclaim(bh)) return 1;
+  if (bh->max_queued == 0 ||
+      atomic_load_explicit(&bh->waiters, memory_order_relaxed) >= bh->max_queued)
+    return -1;
+  int64_t pid = (int64_t)getpid();
+  if (bh->poller_pid != pid) {
+    /* No helper in this process yet (or only the parent's, before fork). */
+    bh->poll_stop = 0;
+    if (pthread_create(&bh->poller, NULL, sh_helper, bh) != 0) return -1;
+    bh->poller_pid = pid;
+  }
+  append_waiter(bh, w);
+  pthread_cond_signal(&bh->poll_cv);
+  return 0;
+}
+
+static uint32_t sh_in_flight(const resil_bulkhead *bh) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < bh->max; i++)
+    n += atomic_load_explicit(&bh->sh->permit[i], memory_order_relaxed) != 0;
+  return n;
+}
+
+typedef struct bh_shared_rec {
+  int64_t max_concurrent;
+} bh_shared_rec;
+
+static const resil__shared_field bh_shared_fields[] = {
+    {"max_concurrent", offsetof(bh_shared_rec, max_concurrent), sizeof(int64_t)},
+};
+
+static resil_status use_shared(resil_bulkhead *bh, const resil_bulkhead_config *cfg,
+                               resil_error *err) {
+  resil_shared *seg = cfg->shared;
+  if (!resil__shared_valid(seg))
+    return resil__err(err, RESIL_EINVAL, "shared", "is not a resil_shared handle");
+  resil_status st;
+  if ((st = resil__check_range(err, "max_concurrent", cfg->max_concurrent, 1,
+                               RESIL_BULKHEAD_SHARED_MAX_CONCURRENT)))
+    return st;
+  bh_shared_rec rec;
+  memset(&rec, 0, sizeof rec);
+  rec.max_concurrent = cfg->max_concurrent;
+  resil__shared_req q;
+  memset(&q, 0, sizeof q);
+  q.kind = RESIL__SHK_BULKHEAD;
+  q.name = bh->name;
+  q.cfg = &rec;
+  q.cfg_len = sizeof rec;
+  q.fields = bh_shared_fields;
+  q.nfields = 1;
+  resil_error why;
+  resil_error_clear(&why);
+  uint64_t *words = NULL;
+  if (resil__shared_live(seg))
+    st = resil__shared_attach(seg, &q, &words, &why);
+  else
+    st = resil__err(&why, RESIL_ESTATE, "shared",
+                    "segment %s could not be opened: per-process state",
+                    resil_shared_path(seg));
+  if (st == RESIL_OK) {
+    if (resil__cond_init_mono(&bh->poll_cv) != 0) {
+      resil__shared_release(seg);
+      return resil__err(err, RESIL_ESYS, NULL, "cannot create a condition variable");
+    }
+    _Static_assert(sizeof(bh_shared) == SH_PERMIT_WORD0 * sizeof(uint64_t),
+                   "permits start at word 8");
+    _Static_assert(SH_PERMIT_WORD0 + RESIL_BULKHEAD_SHARED_MAX_CONCURRENT <=
+                       RESIL__SHARED_STATE_WORDS,
+                   "the permits fit in a slot");
+    bh->sh = (bh_shared *)(void *)words;
+    bh->shared = seg;
+    atomic_init(&bh->me.pid, 0);
+    atomic_init(&bh->me.word, 0);
+    atomic_init(&bh->sh_held, 0);
+    atomic_init(&bh->sh_permitted, 0);
+    atomic_init(&bh->sh_blocked, 0);
+    return RESIL_OK;
+  }
+  if (st == RESIL_EINVAL || !resil__shared_fallback(seg, bh->name, &why)) {
+    if (err) *err = why;
+    return st;
+  }
+  return RESIL_OK;
+}
+
+static void sh_free(resil_bulkhead *bh) {
+  if (bh->poller_pid == (int64_t)getpid()) {
+    pthread_mutex_lock(&bh->mu);
+    bh->poll_stop = 1;
+    pthread_cond_signal(&bh->poll_cv);
+    pthread_mutex_unlock(&bh->mu);
+    pthread_join(bh->poller, NULL);
+  }
+  pthread_cond_destroy(&bh->poll_cv);
+  resil__shared_release(bh->shared);
 }

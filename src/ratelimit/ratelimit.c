@@ -41,20 +41,34 @@
 #include "core/shard.h"
 #include "ratelimit/ratelimit_int.h"
 #include "resil/ratelimit.h"
+#include "shared/shared_int.h"
 
 #define RL_LIMIT_MAX INT64_C(2147483647)
 
 /* The state, the read-only parameters and the counters are all touched by
  * every call, so they are kept together rather than on separate cache lines
  * (and the allocator gives no alignment beyond malloc's anyway). */
-struct resil_ratelimiter {
+/* The state every call changes: in the handle (`own`), or in a slot of a
+ * shared segment (words 0, 1, 2: see resil_ratelimiter_new), where other
+ * processes change it with the same compare-and-swaps. start_ns is written
+ * once, when the slot is created, and only read after. */
+typedef struct rl_state {
   _Atomic uint64_t state;
   _Atomic int64_t epoch;
+  int64_t start_ns; /* clock time at which cycle 0 began */
+} rl_state;
+
+_Static_assert(sizeof(rl_state) == 3 * sizeof(uint64_t) &&
+                   sizeof(_Atomic uint64_t) == sizeof(uint64_t),
+               "rl_state is three 64-bit words of a shared slot");
+
+struct resil_ratelimiter {
+  rl_state *st; /* &own, or the shared slot's words */
   unsigned magic;
   int64_t limit;
   int64_t period_ns;
   int64_t timeout_ns;
-  int64_t start_ns; /* clock time at which cycle 0 began */
+  int64_t start_ns; /* st->start_ns, read once */
   int64_t max_cycle; /* INT64_MAX / period_ns (see cycle_of) */
   const resil_clock *clock;
   int coarse; /* cycles are read on the clock's coarse reading (see rl_now) */
@@ -70,6 +84,8 @@ struct resil_ratelimiter {
   resil__shards counts;
   _Atomic uint64_t n_cancelled;
   _Atomic uint64_t n_waiting; /* callers sleeping in acquire_wait now */
+  resil_shared *shared; /* the segment st points into (a reference), or NULL */
+  rl_state own;
 };
 
 /* resil_ratelimiter.counts */
@@ -91,9 +107,9 @@ static inline int64_t unpack_cycle(uint64_t s, int64_t epoch) {
 }
 
 static inline void raise_epoch(resil_ratelimiter *rl, int64_t cycle) {
-  int64_t e = atomic_load_explicit(&rl->epoch, memory_order_relaxed);
+  int64_t e = atomic_load_explicit(&rl->st->epoch, memory_order_relaxed);
   while (e < cycle &&
-         !atomic_compare_exchange_weak_explicit(&rl->epoch, &e, cycle,
+         !atomic_compare_exchange_weak_explicit(&rl->st->epoch, &e, cycle,
                                                 memory_order_seq_cst,
                                                 memory_order_relaxed)) {
   }
@@ -165,6 +181,7 @@ static void config_defaults(resil_ratelimiter_config *cfg) {
   cfg->timeout_ns = 5 * RESIL_NS_PER_S;
   cfg->clock = NULL;
   cfg->alloc = NULL;
+  cfg->shared = NULL;
 }
 
 void resil_ratelimiter_config_init_sized(resil_ratelimiter_config *cfg,
@@ -200,6 +217,73 @@ static resil_status validate(const resil_ratelimiter_config *cfg,
              resil__fmt_ns(hi, sizeof hi, max_timeout));
     return resil__err_range_ns(err, "timeout_ns", 0, max_timeout,
                                cfg->timeout_ns, what);
+  }
+  return RESIL_OK;
+}
+
+/* ---- shared state (DESIGN §8.1) -------------------------------------------
+ *
+ * With cfg.shared the state words (rl_state) live in the segment's slot
+ * of (ratelimiter, name), created with a full first cycle starting now;
+ * every process runs the same code on them. What must agree across
+ * processes is recorded in the slot and compared on attach. */
+typedef struct rl_shared_rec {
+  int64_t limit_for_period;
+  int64_t refresh_period_ns;
+} rl_shared_rec;
+
+static const resil__shared_field rl_shared_fields[] = {
+    {"limit_for_period", offsetof(rl_shared_rec, limit_for_period), sizeof(int64_t)},
+    {"refresh_period_ns", offsetof(rl_shared_rec, refresh_period_ns), sizeof(int64_t)},
+};
+
+/* Points rl->st into the segment, or leaves it on rl->own after a counted
+ * fallback; an error when the segment is required or the config differs. */
+static resil_status use_shared(resil_ratelimiter *rl,
+                               const resil_ratelimiter_config *cfg,
+                               resil_error *err) {
+  resil_shared *seg = cfg->shared;
+  if (!resil__shared_valid(seg))
+    return resil__err(err, RESIL_EINVAL, "shared", "is not a resil_shared handle");
+  if (cfg->clock && cfg->clock != resil_clock_system())
+    return resil__err(err, RESIL_EINVAL, "clock",
+                      "a shared limiter needs the system clock (NULL): its cycles "
+                      "are counted on CLOCK_MONOTONIC in every process");
+  rl_shared_rec rec;
+  memset(&rec, 0, sizeof rec);
+  rec.limit_for_period = rl->limit;
+  rec.refresh_period_ns = rl->period_ns;
+  const uint64_t init[3] = {pack(0, rl->limit), 0, (uint64_t)rl->own.start_ns};
+  resil__shared_req q;
+  memset(&q, 0, sizeof q);
+  q.kind = RESIL__SHK_RATELIMITER;
+  q.name = rl->name;
+  q.cfg = &rec;
+  q.cfg_len = sizeof rec;
+  q.fields = rl_shared_fields;
+  q.nfields = sizeof rl_shared_fields / sizeof rl_shared_fields[0];
+  q.init = init;
+  q.init_words = 3;
+  resil_error why;
+  resil_error_clear(&why);
+  uint64_t *words = NULL;
+  resil_status st;
+  if (resil__shared_live(seg))
+    st = resil__shared_attach(seg, &q, &words, &why);
+  else
+    st = resil__err(&why, RESIL_ESTATE, "shared",
+                    "segment %s could not be opened: per-process state",
+                    resil_shared_path(seg));
+  if (st == RESIL_OK) {
+    rl->st = (rl_state *)(void *)words;
+    rl->shared = seg;
+    return RESIL_OK;
+  }
+  /* Another config is always an error; the rest falls back unless the
+   * segment is required. */
+  if (st == RESIL_EINVAL || !resil__shared_fallback(seg, rl->name, &why)) {
+    if (err) *err = why;
+    return st;
   }
   return RESIL_OK;
 }
@@ -242,9 +326,17 @@ resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
                rl->period_ns / 100 >= rl->clock->coarse_resolution_ns;
   rl->cycle_ns = rl->coarse ? rl->clock->coarse_ns : rl->clock->now_ns;
   rl->clock_self = rl->clock->self;
-  rl->start_ns = rl_now(rl);
-  atomic_init(&rl->state, pack(0, rl->limit));
-  atomic_init(&rl->epoch, 0);
+  rl->own.start_ns = rl_now(rl);
+  atomic_init(&rl->own.state, pack(0, rl->limit));
+  atomic_init(&rl->own.epoch, 0);
+  rl->st = &rl->own;
+  if (cfg->shared && (st = use_shared(rl, cfg, err)) != RESIL_OK) {
+    resil__shards_free(&rl->counts);
+    resil__free(cfg->alloc, rl->name);
+    resil__free(cfg->alloc, rl);
+    return st;
+  }
+  rl->start_ns = rl->st->start_ns;
   atomic_init(&rl->n_cancelled, 0);
   atomic_init(&rl->n_waiting, 0);
   rl->magic = RESIL_MAGIC_RATELIM;
@@ -257,6 +349,7 @@ void resil_ratelimiter_free(resil_ratelimiter *rl) {
   rl->magic = RESIL_MAGIC_DEAD;
   const resil_allocator *a = rl->alloc;
   resil__shards_free(&rl->counts);
+  if (rl->shared) resil__shared_release(rl->shared);
   resil__free(a, rl->name);
   resil__free(a, rl);
 }
@@ -309,8 +402,8 @@ __attribute__((always_inline))
 #endif
 static inline int take_now(resil_ratelimiter *rl, int64_t rel, int64_t n,
                            uint64_t *old, int64_t *epoch) {
-  *old = atomic_load_explicit(&rl->state, memory_order_acquire);
-  *epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  *old = atomic_load_explicit(&rl->st->state, memory_order_acquire);
+  *epoch = atomic_load_explicit(&rl->st->epoch, memory_order_acquire);
   const int64_t sc = unpack_cycle(*old, *epoch);
   /* As cycle_of's hint check: sc * period cannot overflow. */
   if (RESIL_UNLIKELY(unpack_permits(*old) < n || sc < 0 || sc > rl->max_cycle))
@@ -319,10 +412,10 @@ static inline int take_now(resil_ratelimiter *rl, int64_t rel, int64_t n,
   if (RESIL_UNLIKELY(off < 0 || off >= rl->period_ns)) return 0;
   /* permits >= n >= 1: subtracting n leaves the tag bits alone. */
   if (RESIL_LIKELY(atomic_compare_exchange_strong_explicit(
-          &rl->state, old, *old - (uint64_t)n, memory_order_acq_rel,
+          &rl->st->state, old, *old - (uint64_t)n, memory_order_acq_rel,
           memory_order_acquire)))
     return 1;
-  *epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  *epoch = atomic_load_explicit(&rl->st->epoch, memory_order_acquire);
   return 0;
 }
 
@@ -374,7 +467,7 @@ reserve_slow(resil_ratelimiter *rl, int64_t n, const resil_ctx *c, int64_t now,
       return RESIL_DECISION_DENY;
     }
     if (cy > sc) raise_epoch(rl, cy);
-    if (atomic_compare_exchange_weak_explicit(&rl->state, &old, pack(cy, p - n),
+    if (atomic_compare_exchange_weak_explicit(&rl->st->state, &old, pack(cy, p - n),
                                               memory_order_acq_rel,
                                               memory_order_acquire)) {
       if (wait_ns) *wait_ns = wait;
@@ -388,7 +481,7 @@ reserve_slow(resil_ratelimiter *rl, int64_t n, const resil_ctx *c, int64_t now,
     }
     /* The failed swap loaded the new state; the epoch that interprets it
      * must be read after it. */
-    epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+    epoch = atomic_load_explicit(&rl->st->epoch, memory_order_acquire);
   }
 }
 
@@ -428,19 +521,19 @@ resil_decision resil__ratelimiter_reserve_at(resil_ratelimiter *rl, int permits,
  * from granting more than limit_for_period. */
 static void give_back(resil_ratelimiter *rl, int64_t n) {
   const int64_t cur = rel_now(rl, rl_now(rl)) / rl->period_ns;
-  uint64_t old = atomic_load_explicit(&rl->state, memory_order_acquire);
-  int64_t epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+  uint64_t old = atomic_load_explicit(&rl->st->state, memory_order_acquire);
+  int64_t epoch = atomic_load_explicit(&rl->st->epoch, memory_order_acquire);
   for (;;) {
     int64_t sc = unpack_cycle(old, epoch);
     int64_t c = cur > sc ? cur : sc;
     int64_t p = refill(unpack_permits(old), c - sc, rl->limit) + n;
     if (p > rl->limit) p = rl->limit;
     if (c > sc) raise_epoch(rl, c);
-    if (atomic_compare_exchange_weak_explicit(&rl->state, &old, pack(c, p),
+    if (atomic_compare_exchange_weak_explicit(&rl->st->state, &old, pack(c, p),
                                               memory_order_acq_rel,
                                               memory_order_acquire))
       return;
-    epoch = atomic_load_explicit(&rl->epoch, memory_order_acquire);
+    epoch = atomic_load_explicit(&rl->st->epoch, memory_order_acquire);
   }
 }
 
@@ -649,8 +742,8 @@ static int64_t read_now(const resil_ratelimiter *rl, int64_t *nanos_to_wait) {
   resil_ratelimiter *m = (resil_ratelimiter *)rl; /* atomics need non-const */
   const int64_t rel = rel_now(rl, rl_now(rl));
   const int64_t cur = rel / rl->period_ns;
-  uint64_t s = atomic_load_explicit(&m->state, memory_order_acquire);
-  int64_t epoch = atomic_load_explicit(&m->epoch, memory_order_acquire);
+  uint64_t s = atomic_load_explicit(&m->st->state, memory_order_acquire);
+  int64_t epoch = atomic_load_explicit(&m->st->epoch, memory_order_acquire);
   int64_t sc = unpack_cycle(s, epoch);
   int64_t c = cur > sc ? cur : sc;
   int64_t p = refill(unpack_permits(s), c - sc, rl->limit);

@@ -1,11 +1,13 @@
 /* Retry budget: Finagle's RetryBudget (a leaky token bucket over a TTL
  * window) and gRPC's retry throttling. See include/resil/retry.h. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "retry_int.h"
+#include "shared/shared_int.h"
 
 /* Balances are kept in thousandths of a token so that percentages and
  * gRPC's three-decimal token_ratio are exact integers. */
@@ -16,13 +18,28 @@
 /* Epoch of a slice that never held anything: below any real epoch. */
 #define EPOCH_NONE INT64_MIN
 
-typedef struct budget_slice {
-  /* Which slice of time (now / slice_ns) the amount belongs to. Changed only
-   * under the mutex, after the amount was reset. */
-  _Atomic int64_t epoch;
-  /* Deposits minus withdrawals in that slice, in thousandths. */
-  _Atomic int64_t milli;
-} budget_slice;
+/* What deposits, withdrawals and the gRPC count change: in the handle
+ * (`own`), or in the words of a shared segment's slot (DESIGN §8.1), where
+ * every process runs the same code on it. The epochs and the token count
+ * come first: they are the slot's initial state (RESIL__SHARED_INIT_WORDS
+ * words at most); the amounts start at 0. */
+typedef struct budget_state {
+  /* Which slice of time (now / slice_ns) each amount belongs to. Changed
+   * only under the lock, after the amount was reset. */
+  _Atomic int64_t epoch[BUDGET_SLICES];
+  _Atomic int64_t tokens_milli; /* gRPC token count */
+  /* The shared budget's lock (below): 0, or its holder's
+   * resil__shared_owner_self word. Unused by a per-process budget. */
+  _Atomic uint64_t lock;
+  /* Deposits minus withdrawals in each slice, in thousandths. */
+  _Atomic int64_t milli[BUDGET_SLICES];
+} budget_state;
+
+#define BUDGET_INIT_WORDS (BUDGET_SLICES + 1)
+_Static_assert(sizeof(budget_state) == (2 * BUDGET_SLICES + 2) * sizeof(int64_t),
+               "budget_state is words of a shared slot");
+_Static_assert(BUDGET_INIT_WORDS <= RESIL__SHARED_INIT_WORDS,
+               "the initial words fit a slot's initial state");
 
 struct resil_retry_budget {
   uint32_t magic;
@@ -37,13 +54,16 @@ struct resil_retry_budget {
   /* gRPC. */
   int64_t max_milli;
   int64_t ratio_milli;
-  /* Serialises withdrawals and slice resets; deposits do not take it. */
+  /* Serialises withdrawals and slice resets; deposits do not take it. A
+   * shared budget uses st->lock instead (budget_lock). */
   pthread_mutex_t mu;
+  budget_state *st; /* &own, or the shared slot's words */
+  resil_shared *shared; /* the segment st points into (a reference) */
+  resil__shared_owner_cache me;
   /* Keeps the read-mostly fields above off the cache lines every deposit
    * writes. */
   char pad_[64];
-  budget_slice slices[BUDGET_SLICES];
-  _Atomic int64_t tokens_milli; /* gRPC token count */
+  budget_state own;
 };
 
 int resil__budget_valid(const resil_retry_budget *b) {
@@ -66,6 +86,7 @@ static void config_defaults(resil_retry_budget_config *cfg) {
   cfg->token_ratio_milli = 100;
   cfg->clock = NULL;
   cfg->alloc = NULL;
+  cfg->shared = NULL;
 }
 
 void resil_retry_budget_config_init_sized(resil_retry_budget_config *cfg,
@@ -111,6 +132,81 @@ static resil_status validate(const resil_retry_budget_config *c,
   return RESIL_OK;
 }
 
+/* ---- shared budgets (DESIGN §8.1) ---------------------------------------- */
+
+typedef struct budget_shared_rec {
+  int64_t mode;
+  int64_t ttl_ns;
+  int64_t min_retries_per_s;
+  int64_t percent_can_retry_pct;
+  int64_t max_tokens;
+  int64_t token_ratio_milli;
+} budget_shared_rec;
+
+#define BUDGET_FIELD(f) {#f, offsetof(budget_shared_rec, f), sizeof(int64_t)}
+static const resil__shared_field budget_shared_fields[] = {
+    BUDGET_FIELD(mode),          BUDGET_FIELD(ttl_ns),
+    BUDGET_FIELD(min_retries_per_s), BUDGET_FIELD(percent_can_retry_pct),
+    BUDGET_FIELD(max_tokens),    BUDGET_FIELD(token_ratio_milli),
+};
+
+/* Points b->st into the segment, or leaves it on b->own after a counted
+ * fallback; an error when the segment is required or the config differs. */
+static resil_status use_shared(resil_retry_budget *b,
+                               const resil_retry_budget_config *cfg,
+                               resil_error *err) {
+  resil_shared *seg = cfg->shared;
+  if (!resil__shared_valid(seg))
+    return resil__err(err, RESIL_EINVAL, "shared", "is not a resil_shared handle");
+  if (cfg->clock && cfg->clock != resil_clock_system())
+    return resil__err(err, RESIL_EINVAL, "clock",
+                      "a shared budget needs the system clock (NULL): its slices "
+                      "are counted on CLOCK_MONOTONIC in every process");
+  budget_shared_rec rec;
+  memset(&rec, 0, sizeof rec);
+  rec.mode = cfg->mode;
+  rec.ttl_ns = cfg->ttl_ns;
+  rec.min_retries_per_s = cfg->min_retries_per_s;
+  rec.percent_can_retry_pct = cfg->percent_can_retry_pct;
+  rec.max_tokens = cfg->max_tokens;
+  rec.token_ratio_milli = cfg->token_ratio_milli;
+  uint64_t init[BUDGET_INIT_WORDS];
+  for (int i = 0; i < BUDGET_SLICES; i++) init[i] = (uint64_t)EPOCH_NONE;
+  init[BUDGET_SLICES] = (uint64_t)b->max_milli;
+  resil__shared_req q;
+  memset(&q, 0, sizeof q);
+  q.kind = RESIL__SHK_BUDGET;
+  q.name = b->name ? b->name : "retry-budget"; /* b is not valid yet */
+  q.cfg = &rec;
+  q.cfg_len = sizeof rec;
+  q.fields = budget_shared_fields;
+  q.nfields = sizeof budget_shared_fields / sizeof budget_shared_fields[0];
+  q.init = init;
+  q.init_words = BUDGET_INIT_WORDS;
+  resil_error why;
+  resil_error_clear(&why);
+  uint64_t *words = NULL;
+  resil_status st;
+  if (resil__shared_live(seg))
+    st = resil__shared_attach(seg, &q, &words, &why);
+  else
+    st = resil__err(&why, RESIL_ESTATE, "shared",
+                    "segment %s could not be opened: per-process state",
+                    resil_shared_path(seg));
+  if (st == RESIL_OK) {
+    b->st = (budget_state *)(void *)words;
+    b->shared = seg;
+    atomic_init(&b->me.pid, 0);
+    atomic_init(&b->me.word, 0);
+    return RESIL_OK;
+  }
+  if (st == RESIL_EINVAL || !resil__shared_fallback(seg, q.name, &why)) {
+    if (err) *err = why;
+    return st;
+  }
+  return RESIL_OK;
+}
+
 resil_status resil_retry_budget_new(const resil_retry_budget_config *ucfg,
                                     resil_retry_budget **out,
                                     resil_error *err) {
@@ -152,10 +248,18 @@ resil_status resil_retry_budget_new(const resil_retry_budget_config *ucfg,
   b->max_milli = (int64_t)cfg->max_tokens * MILLI;
   b->ratio_milli = cfg->token_ratio_milli;
   for (int i = 0; i < BUDGET_SLICES; i++) {
-    atomic_init(&b->slices[i].epoch, EPOCH_NONE);
-    atomic_init(&b->slices[i].milli, 0);
+    atomic_init(&b->own.epoch[i], EPOCH_NONE);
+    atomic_init(&b->own.milli[i], 0);
   }
-  atomic_init(&b->tokens_milli, b->max_milli);
+  atomic_init(&b->own.tokens_milli, b->max_milli);
+  atomic_init(&b->own.lock, 0);
+  b->st = &b->own;
+  if (cfg->shared && (st = use_shared(b, cfg, err)) != RESIL_OK) {
+    pthread_mutex_destroy(&b->mu);
+    resil__free(cfg->alloc, b->name);
+    resil__free(cfg->alloc, b);
+    return st;
+  }
   b->magic = RESIL_MAGIC_BUDGET;
   *out = b;
   resil_error_clear(err);
@@ -166,6 +270,7 @@ void resil_retry_budget_free(resil_retry_budget *b) {
   if (!b || b->magic != RESIL_MAGIC_BUDGET) return;
   b->magic = RESIL_MAGIC_DEAD;
   pthread_mutex_destroy(&b->mu);
+  if (b->shared) resil__shared_release(b->shared);
   resil__free(b->alloc, b->name);
   resil__free(b->alloc, b);
 }
@@ -182,73 +287,112 @@ static int64_t epoch_now(const resil_retry_budget *b) {
   return (now > 0 ? now : 0) / b->slice_ns;
 }
 
-/* Reuses a slice for epoch e once its own epoch has left the window. Caller
- * holds the mutex. The amount is cleared before the new epoch is published
- * (release), so a lock-free depositor that sees the new epoch adds to the
- * cleared amount. */
-static void slice_claim_locked(budget_slice *s, int64_t e) {
-  if (atomic_load_explicit(&s->epoch, memory_order_relaxed) < e) {
-    atomic_store_explicit(&s->milli, 0, memory_order_relaxed);
-    atomic_store_explicit(&s->epoch, e, memory_order_release);
+/* The lock withdrawals and slice resets take. A per-process budget's is
+ * its mutex. A shared budget's is st->lock, taken by a compare-and-swap
+ * from 0 to the caller's process word: its holder runs a few atomic
+ * operations, so a waiter spins (yielding), and after a while checks that
+ * the holder lives; a dead holder's lock is taken over. That is safe
+ * without repair because every step under the lock leaves a valid state:
+ * a slice reset is "amount = 0, then epoch = e" (a holder killed between
+ * leaves an empty slice of an old epoch, which the next claim resets
+ * again), a withdrawal is one subtraction. */
+static void budget_lock(resil_retry_budget *b) {
+  if (!b->shared) {
+    pthread_mutex_lock(&b->mu);
+    return;
+  }
+  const uint64_t me = resil__shared_owner(&b->me);
+  for (unsigned spins = 1;; spins++) {
+    uint64_t v = 0;
+    if (atomic_compare_exchange_weak_explicit(&b->st->lock, &v, me,
+                                              memory_order_acquire,
+                                              memory_order_relaxed))
+      return;
+    if (spins % 1024 == 0 && v != 0 && (v >> 32) != (me >> 32) &&
+        resil__shared_owner_gone(v) &&
+        atomic_compare_exchange_strong_explicit(&b->st->lock, &v, me,
+                                                memory_order_acquire,
+                                                memory_order_relaxed))
+      return; /* taken over from a dead holder */
+    if (spins % 16 == 0) sched_yield();
+  }
+}
+
+static void budget_unlock(resil_retry_budget *b) {
+  if (!b->shared)
+    pthread_mutex_unlock(&b->mu);
+  else
+    atomic_store_explicit(&b->st->lock, 0, memory_order_release);
+}
+
+/* Reuses slice i for epoch e once its own epoch has left the window.
+ * Caller holds the lock. The amount is cleared before the new epoch is
+ * published (release), so a lock-free depositor that sees the new epoch
+ * adds to the cleared amount. */
+static void slice_claim_locked(budget_state *st, int i, int64_t e) {
+  if (atomic_load_explicit(&st->epoch[i], memory_order_relaxed) < e) {
+    atomic_store_explicit(&st->milli[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&st->epoch[i], e, memory_order_release);
   }
 }
 
 static void window_add(resil_retry_budget *b, int64_t amount) {
   int64_t e = epoch_now(b);
-  budget_slice *s = &b->slices[e % BUDGET_SLICES];
+  int i = (int)(e % BUDGET_SLICES);
+  budget_state *st = b->st;
   /* A slice already at a later epoch belongs to a thread whose clock read
    * came later; the amount then counts in that slice, slightly longer than
    * the TTL, which errs by at most one slice. */
-  if (RESIL_LIKELY(atomic_load_explicit(&s->epoch, memory_order_acquire) >= e)) {
-    atomic_fetch_add_explicit(&s->milli, amount, memory_order_relaxed);
+  if (RESIL_LIKELY(atomic_load_explicit(&st->epoch[i], memory_order_acquire) >= e)) {
+    atomic_fetch_add_explicit(&st->milli[i], amount, memory_order_relaxed);
     return;
   }
-  pthread_mutex_lock(&b->mu);
-  slice_claim_locked(s, e);
-  atomic_fetch_add_explicit(&s->milli, amount, memory_order_relaxed);
-  pthread_mutex_unlock(&b->mu);
+  budget_lock(b);
+  slice_claim_locked(st, i, e);
+  atomic_fetch_add_explicit(&st->milli[i], amount, memory_order_relaxed);
+  budget_unlock(b);
 }
 
 /* Reserve plus every slice still inside the window ending at epoch e. */
 static int64_t window_sum(const resil_retry_budget *b, int64_t e) {
-  resil_retry_budget *m = (resil_retry_budget *)b; /* atomics are not const */
+  budget_state *st = b->st;
   int64_t total = b->reserve_milli;
   for (int i = 0; i < BUDGET_SLICES; i++) {
-    int64_t ep = atomic_load_explicit(&m->slices[i].epoch, memory_order_acquire);
+    int64_t ep = atomic_load_explicit(&st->epoch[i], memory_order_acquire);
     if (ep > e - BUDGET_SLICES)
-      total += atomic_load_explicit(&m->slices[i].milli, memory_order_relaxed);
+      total += atomic_load_explicit(&st->milli[i], memory_order_relaxed);
   }
   return total;
 }
 
-/* Withdrawals serialise on the mutex: while it is held, slices are neither
+/* Withdrawals serialise on the lock: while it is held, slices are neither
  * reset nor debited by anyone else, and lock-free deposits only raise the
  * sum, so the check below can never let two withdrawals share one token. */
 static int window_try_withdraw(resil_retry_budget *b) {
   int granted = 0;
-  pthread_mutex_lock(&b->mu);
+  budget_lock(b);
   int64_t e = epoch_now(b);
-  budget_slice *s = &b->slices[e % BUDGET_SLICES];
-  slice_claim_locked(s, e);
+  int i = (int)(e % BUDGET_SLICES);
+  slice_claim_locked(b->st, i, e);
   if (window_sum(b, e) >= MILLI) {
-    atomic_fetch_sub_explicit(&s->milli, MILLI, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&b->st->milli[i], MILLI, memory_order_relaxed);
     granted = 1;
   }
-  pthread_mutex_unlock(&b->mu);
+  budget_unlock(b);
   return granted;
 }
 
 /* ---- gRPC token count -------------------------------------------------- */
 
 static void tokens_add(resil_retry_budget *b, int64_t delta) {
-  int64_t cur = atomic_load_explicit(&b->tokens_milli, memory_order_relaxed);
+  int64_t cur = atomic_load_explicit(&b->st->tokens_milli, memory_order_relaxed);
   for (;;) {
     int64_t next = cur + delta;
     if (next > b->max_milli) next = b->max_milli;
     if (next < 0) next = 0;
     /* The common case of a healthy downstream: already full, no write. */
     if (next == cur) return;
-    if (atomic_compare_exchange_weak_explicit(&b->tokens_milli, &cur, next,
+    if (atomic_compare_exchange_weak_explicit(&b->st->tokens_milli, &cur, next,
                                               memory_order_relaxed,
                                               memory_order_relaxed))
       return;
@@ -256,9 +400,8 @@ static void tokens_add(resil_retry_budget *b, int64_t delta) {
 }
 
 static int tokens_allow(const resil_retry_budget *b) {
-  resil_retry_budget *m = (resil_retry_budget *)b;
   /* "count > max_tokens / 2", exact in thousandths. */
-  return atomic_load_explicit(&m->tokens_milli, memory_order_relaxed) * 2 >
+  return atomic_load_explicit(&b->st->tokens_milli, memory_order_relaxed) * 2 >
          b->max_milli;
 }
 
@@ -318,8 +461,7 @@ int64_t resil_retry_budget_balance(const resil_retry_budget *b) {
   if (!resil__budget_valid(b)) return 0;
   int64_t milli;
   if (b->mode == RESIL_BUDGET_GRPC)
-    milli = atomic_load_explicit(&((resil_retry_budget *)b)->tokens_milli,
-                                 memory_order_relaxed);
+    milli = atomic_load_explicit(&b->st->tokens_milli, memory_order_relaxed);
   else
     milli = window_sum(b, epoch_now(b));
   return milli > 0 ? milli / MILLI : 0;
