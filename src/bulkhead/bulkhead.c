@@ -942,16 +942,9 @@ static resil_status use_shared(resil_bulkhead *bh, const resil_bulkhead_config *
   q.cfg_len = sizeof rec;
   q.fields = bh_shared_fields;
   q.nfields = 1;
-  resil_error why;
-  resil_error_clear(&why);
   uint64_t *words = NULL;
-  if (resil__shared_live(seg))
-    st = resil__shared_attach(seg, &q, &words, &why);
-  else
-    st = resil__err(&why, RESIL_ESTATE, "shared",
-                    "segment %s could not be opened: per-process state",
-                    resil_shared_path(seg));
-  if (st == RESIL_OK) {
+  st = resil__shared_join(seg, NULL, "bulkhead", &q, &words, err);
+  if (st == RESIL_OK && words) {
     if (resil__cond_init_mono(&bh->poll_cv) != 0) {
       resil__shared_release(seg);
       return resil__err(err, RESIL_ESYS, NULL, "cannot create a condition variable");
@@ -968,13 +961,8 @@ static resil_status use_shared(resil_bulkhead *bh, const resil_bulkhead_config *
     atomic_init(&bh->sh_held, 0);
     atomic_init(&bh->sh_permitted, 0);
     atomic_init(&bh->sh_blocked, 0);
-    return RESIL_OK;
   }
-  if (st == RESIL_EINVAL || !resil__shared_fallback(seg, bh->name, &why)) {
-    if (err) *err = why;
-    return st;
-  }
-  return RESIL_OK;
+  return st;
 }
 
 static void sh_free(resil_bulkhead *bh) {

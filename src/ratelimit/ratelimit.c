@@ -243,12 +243,6 @@ static resil_status use_shared(resil_ratelimiter *rl,
                                const resil_ratelimiter_config *cfg,
                                resil_error *err) {
   resil_shared *seg = cfg->shared;
-  if (!resil__shared_valid(seg))
-    return resil__err(err, RESIL_EINVAL, "shared", "is not a resil_shared handle");
-  if (cfg->clock && cfg->clock != resil_clock_system())
-    return resil__err(err, RESIL_EINVAL, "clock",
-                      "a shared limiter needs the system clock (NULL): its cycles "
-                      "are counted on CLOCK_MONOTONIC in every process");
   rl_shared_rec rec;
   memset(&rec, 0, sizeof rec);
   rec.limit_for_period = rl->limit;
@@ -264,28 +258,13 @@ static resil_status use_shared(resil_ratelimiter *rl,
   q.nfields = sizeof rl_shared_fields / sizeof rl_shared_fields[0];
   q.init = init;
   q.init_words = 3;
-  resil_error why;
-  resil_error_clear(&why);
   uint64_t *words = NULL;
-  resil_status st;
-  if (resil__shared_live(seg))
-    st = resil__shared_attach(seg, &q, &words, &why);
-  else
-    st = resil__err(&why, RESIL_ESTATE, "shared",
-                    "segment %s could not be opened: per-process state",
-                    resil_shared_path(seg));
-  if (st == RESIL_OK) {
+  resil_status st = resil__shared_join(seg, cfg->clock, "limiter", &q, &words, err);
+  if (st == RESIL_OK && words) {
     rl->st = (rl_state *)(void *)words;
     rl->shared = seg;
-    return RESIL_OK;
   }
-  /* Another config is always an error; the rest falls back unless the
-   * segment is required. */
-  if (st == RESIL_EINVAL || !resil__shared_fallback(seg, rl->name, &why)) {
-    if (err) *err = why;
-    return st;
-  }
-  return RESIL_OK;
+  return st;
 }
 
 resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,

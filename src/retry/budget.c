@@ -156,12 +156,6 @@ static resil_status use_shared(resil_retry_budget *b,
                                const resil_retry_budget_config *cfg,
                                resil_error *err) {
   resil_shared *seg = cfg->shared;
-  if (!resil__shared_valid(seg))
-    return resil__err(err, RESIL_EINVAL, "shared", "is not a resil_shared handle");
-  if (cfg->clock && cfg->clock != resil_clock_system())
-    return resil__err(err, RESIL_EINVAL, "clock",
-                      "a shared budget needs the system clock (NULL): its slices "
-                      "are counted on CLOCK_MONOTONIC in every process");
   budget_shared_rec rec;
   memset(&rec, 0, sizeof rec);
   rec.mode = cfg->mode;
@@ -183,28 +177,15 @@ static resil_status use_shared(resil_retry_budget *b,
   q.nfields = sizeof budget_shared_fields / sizeof budget_shared_fields[0];
   q.init = init;
   q.init_words = BUDGET_INIT_WORDS;
-  resil_error why;
-  resil_error_clear(&why);
   uint64_t *words = NULL;
-  resil_status st;
-  if (resil__shared_live(seg))
-    st = resil__shared_attach(seg, &q, &words, &why);
-  else
-    st = resil__err(&why, RESIL_ESTATE, "shared",
-                    "segment %s could not be opened: per-process state",
-                    resil_shared_path(seg));
-  if (st == RESIL_OK) {
+  resil_status st = resil__shared_join(seg, cfg->clock, "budget", &q, &words, err);
+  if (st == RESIL_OK && words) {
     b->st = (budget_state *)(void *)words;
     b->shared = seg;
     atomic_init(&b->me.pid, 0);
     atomic_init(&b->me.word, 0);
-    return RESIL_OK;
   }
-  if (st == RESIL_EINVAL || !resil__shared_fallback(seg, q.name, &why)) {
-    if (err) *err = why;
-    return st;
-  }
-  return RESIL_OK;
+  return st;
 }
 
 resil_status resil_retry_budget_new(const resil_retry_budget_config *ucfg,

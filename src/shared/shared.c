@@ -580,6 +580,35 @@ int resil__shared_fallback(resil_shared *seg, const char *instance,
   return 1;
 }
 
+resil_status resil__shared_join(resil_shared *seg, const void *clock, const char *what,
+                                const resil__shared_req *req, uint64_t **state,
+                                resil_error *err) {
+  *state = NULL;
+  if (!valid(seg)) return resil__err(err, RESIL_EINVAL, "shared", "is not a resil_shared handle");
+  if (clock && clock != (const void *)resil_clock_system())
+    return resil__err(err, RESIL_EINVAL, "clock",
+                      "a shared %s needs the system clock (NULL): its times are "
+                      "counted on CLOCK_MONOTONIC in every process",
+                      what);
+  resil_error why;
+  resil_error_clear(&why);
+  resil_status st;
+  if (!seg->fallback)
+    st = resil__shared_attach(seg, req, state, &why);
+  else
+    st = resil__err(&why, RESIL_ESTATE, "shared",
+                    "segment %s could not be opened: per-process state", seg->path);
+  if (st == RESIL_OK) return RESIL_OK;
+  *state = NULL;
+  /* Another config is always an error; the rest falls back unless the
+   * segment is required. */
+  if (st == RESIL_EINVAL || !resil__shared_fallback(seg, req->name, &why)) {
+    if (err) *err = why;
+    return st;
+  }
+  return RESIL_OK;
+}
+
 /* ---- instances ---------------------------------------------------------- */
 
 /* The slot of (kind, name), or -1; the first free slot in *free_i (-1 if

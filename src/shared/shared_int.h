@@ -100,6 +100,20 @@ int resil__shared_live(const resil_shared *seg);
 int resil__shared_fallback(resil_shared *seg, const char *instance,
                            const resil_error *why);
 
+/* What every shared policy's constructor does with its segment, in one
+ * place: checks the handle and the clock (a shared instance counts time on
+ * CLOCK_MONOTONIC in every process: only the system clock, NULL, will do),
+ * then attaches req's instance. RESIL_OK with *state set (shared; a
+ * reference taken), or RESIL_OK with *state NULL: the instance gets
+ * per-process state, the fallback counted and told (the segment could not
+ * be opened, or is full). An error (err set): seg is not a segment handle,
+ * a custom clock, another configuration under the name (always), or any
+ * failure when the segment is `required`. `what` names the policy in
+ * messages ("limiter"). */
+resil_status resil__shared_join(resil_shared *seg, const void *clock, const char *what,
+                                const resil__shared_req *req, uint64_t **state,
+                                resil_error *err);
+
 /* For tests only: does what creating req's instance does up to the moment
  * the staged image is marked for applying (op = 1), then returns with the
  * table mutex still held and the slot untouched, as a process killed
