@@ -188,6 +188,7 @@ typedef struct resil_http_client resil_http_client;
 typedef struct resil_store resil_store;
 typedef struct resil_retry_budget resil_retry_budget;
 typedef struct resil_threadpool resil_threadpool;
+typedef struct resil_shared resil_shared;
 
 /* The kinds of instances; values are appended only. */
 typedef enum resil_registry_kind {
@@ -204,6 +205,7 @@ typedef enum resil_registry_kind {
   RESIL_REG_STORE = 8,       /* "store", resil_store *                      */
   RESIL_REG_RETRY_BUDGET = 9,/* "retry_budget", resil_retry_budget *        */
   RESIL_REG_THREADPOOL = 10, /* "threadpool", resil_threadpool *            */
+  RESIL_REG_SHARED = 11,     /* "shared", resil_shared * (Since 0.2)         */
   RESIL_REG_KIND_COUNT_      /* not a kind                                  */
 } resil_registry_kind;
 
@@ -356,6 +358,9 @@ RESIL_API resil_store *resil_registry_store(resil_registry *reg, const char *nam
 RESIL_API resil_retry_budget *resil_registry_retry_budget(resil_registry *reg,
                                                           const char *name);
 RESIL_API resil_threadpool *resil_registry_threadpool(resil_registry *reg, const char *name);
+/* The shared segment `name` of section `shared` (shared.h); NULL when
+ * absent or not opened (RESIL_REGISTRY_NO_OPEN). Since 0.2. */
+RESIL_API resil_shared *resil_registry_shared(resil_registry *reg, const char *name);
 /* The total_timeout of chain `name` in nanoseconds (0 = none), as the file
  * gave it (resil_chain has no getter for it); -1 when there is no such
  * chain. For describing a chain (`resil describe --config`). Since 0.2. */

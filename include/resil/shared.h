@@ -164,6 +164,12 @@ RESIL_API void resil_shared_config_init_sized(resil_shared_config *cfg,
 RESIL_API resil_status resil_shared_open(const resil_shared_config *cfg,
                                          resil_shared **out, resil_error *err);
 
+/* Checks cfg as resil_shared_open does (RESIL_OK or RESIL_EINVAL naming
+ * the field) without opening or creating anything (the registry's
+ * RESIL_REGISTRY_NO_OPEN). Since 0.2. */
+RESIL_API resil_status resil_shared_config_check(const resil_shared_config *cfg,
+                                                 resil_error *err);
+
 /* Drops the caller's reference: the mapping goes when the last instance
  * created in it has been freed too. The object itself stays (other
  * processes, and later ones, use it); resil_shared_unlink removes it. NULL

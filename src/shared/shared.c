@@ -195,6 +195,11 @@ static resil_status read_config(const resil_shared_config *ucfg,
   return RESIL_OK;
 }
 
+resil_status resil_shared_config_check(const resil_shared_config *cfg, resil_error *err) {
+  resil_shared_config full;
+  return read_config(cfg, &full, err);
+}
+
 /* The object's name (POSIX shm) or path (dir). */
 static char *make_path(const resil_shared_config *cfg) {
   char obj[128];
