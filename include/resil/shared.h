@@ -143,6 +143,10 @@ typedef struct resil_shared_config {
    * registry (registry.h) opens its segments with 1: a file's changed
    * settings are the new truth. Default 0. */
   int replace_differing;
+  /* Since 0.2. 1: an absent segment is not created (with `required` 1
+   * that is RESIL_ESTATE "no segment PATH"; else a fallback), for tools
+   * that only look (`resil state show`). Default 0. */
+  int existing_only;
 } resil_shared_config;
 
 /* Writes the documented defaults and struct_size. A macro passing

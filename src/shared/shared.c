@@ -190,6 +190,8 @@ static resil_status read_config(const resil_shared_config *ucfg,
     return resil__err_range(err, "required", 0, 1, full->required, NULL);
   if (full->replace_differing != 0 && full->replace_differing != 1)
     return resil__err_range(err, "replace_differing", 0, 1, full->replace_differing, NULL);
+  if (full->existing_only != 0 && full->existing_only != 1)
+    return resil__err_range(err, "existing_only", 0, 1, full->existing_only, NULL);
   if (full->dir && !full->dir[0])
     return resil__err(err, RESIL_EINVAL, "dir", "must be NULL or a directory");
   return RESIL_OK;
@@ -408,13 +410,16 @@ static resil_status open_object(const resil_shared_config *cfg, resil_shared *se
                                 resil_error *err) {
   const char *path = seg->path;
   int fd;
+  int creat = cfg->existing_only ? 0 : O_CREAT;
   /* O_NONBLOCK: a FIFO or device planted under the name does not block
    * the open (it is then refused as not a regular file). */
   if (cfg->dir)
-    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+    fd = open(path, O_RDWR | creat | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
               (mode_t)cfg->mode);
   else
-    fd = shm_open(path, O_RDWR | O_CREAT, (mode_t)cfg->mode); /* + NOFOLLOW, CLOEXEC */
+    fd = shm_open(path, O_RDWR | creat, (mode_t)cfg->mode); /* + NOFOLLOW, CLOEXEC */
+  if (fd < 0 && errno == ENOENT && cfg->existing_only)
+    return resil__err(err, RESIL_ESTATE, "segment", "no segment %s", path);
   if (fd < 0)
     return resil__err(err, errno == EACCES || errno == EPERM ? RESIL_ESTATE : RESIL_ESYS,
                       "segment", "cannot open segment %s: %s", path, strerror(errno));

@@ -613,6 +613,12 @@ static void peeks_read_without_creating_and_segment_figures_render(void **state)
   resil_shared_config sc;
   cfg_for(&sc, name, dir);
   resil_shared *seg;
+  /* existing_only: an absent segment is not created */
+  sc.existing_only = 1;
+  resil_error e0;
+  assert_int_equal(resil_shared_open(&sc, &seg, &e0), RESIL_ESTATE);
+  assert_non_null(strstr(e0.msg, "no segment"));
+  sc.existing_only = 0;
   assert_int_equal(resil_shared_open(&sc, &seg, NULL), RESIL_OK);
   assert_string_equal(resil_shared_name(seg), name);
   resil_error err;
