@@ -50,6 +50,39 @@
  * in a blocking resil_chain_run, hedge.h). An instance that names another
  * is kept by a reload only when the one it names was kept.
  *
+ * Shared segments (Since 0.2; shared.h, DESIGN §8.1): section `shared`
+ * names segments, each instance's name being the segment's, with the keys
+ * of resil_shared_config: dir (a directory the segment is a file in;
+ * default POSIX shared memory), capacity, mode (octal: 0600, 0640, 0660),
+ * required (true: a segment or instance that cannot be used is an error;
+ * false, the default: per-process state, counted and logged):
+ *
+ *   shared:
+ *     instances:
+ *       app: {dir: /run/myapp, capacity: 128, mode: 0600, required: false}
+ *   ratelimiter:
+ *     instances:
+ *       upstream: {limit_for_period: 100, refresh_period: 1s, shared: app}
+ *
+ * Rate limiters, bulkheads and retry budgets take `shared: NAME` (the
+ * segment keeps their state, shared by every process that loads the same
+ * names; `shared:` on another kind is an error naming those that accept
+ * it). A segment is opened (and created) by the load, not under
+ * RESIL_REGISTRY_NO_OPEN (its config is checked, nothing opened; the
+ * instances then get per-process state), and kept across reloads while its
+ * settings do not change; instances naming it are kept only when it was.
+ * Segments are opened with replace_differing: a reload (or a load) whose
+ * settings for a shared instance differ from the segment's replaces it
+ * there for every process (generation + 1, state reset); a process that
+ * loads the same settings attaches to it; an unchanged instance keeps its
+ * object and state. Processes that have not reloaded keep their cached
+ * settings (a limiter's limit) on the reset state until they reload. Each
+ * segment's figures are added by resil_registry_metrics_add
+ * (resil_shared_metrics_add); each fallback is a shared_fallback line
+ * through the sink of resil_registry_events_attach (those of the first
+ * load are kept, up to 8 per segment, until a sink is attached).
+ * resil_registry_shared() returns a segment's handle.
+ *
  * HTTP clients (section http_client, when libresil-config is built with
  * libresil-http) take the client config's keys (base_url, max_connections,
  * connect_timeout, response_timeout, max_response_bytes: 64MiB, ...) and an
