@@ -338,6 +338,13 @@ RESIL_API resil_outcome resil_bulkhead_run(resil_bulkhead *bh,
 /* Free slots now, 0..max_concurrent; 0 for a NULL handle. Since 0.1. */
 RESIL_API uint32_t resil_bulkhead_available(const resil_bulkhead *bh);
 
+/* Reads the shared bulkhead `name` of seg (shared.h) without creating it:
+ * its permits available now (*available) and max_concurrent (*max), either
+ * may be NULL. Statuses as resil_ratelimiter_shared_peek. Since 0.2. */
+RESIL_API resil_status resil_bulkhead_shared_peek(resil_shared *seg, const char *name,
+                                                  uint32_t *available, uint32_t *max,
+                                                  resil_error *err);
+
 /* Fills *out up to the caller's struct size (a macro passing
  * sizeof(resil_bulkhead_metrics)). RESIL_OK, RESIL_EMISUSE (NULL handle),
  * RESIL_EINVAL (out NULL). Since 0.1. */

@@ -28,6 +28,11 @@
  *   recovered            attempt, http_status, idempotency_key: a keyed call
  *                        answered with a stored result (RESIL_OF_RECOVERED)
  *   store_recovery       selected, recovered, failed, damaged
+ *   shared_fallback      segment; shared_instance (absent when the segment
+ *                        itself could not be used), reason: state kept per
+ *                        process instead of in a shared segment (shared.h;
+ *                        "instance" is the segment's name; the registry
+ *                        writes it, resil_event_shared_fallback)
  *   reload               ok, file, changed, kept, error; a successful
  *                        registry reload also replaced, added, removed and
  *                        generation (the registry emits them through
@@ -167,6 +172,14 @@ RESIL_API resil_status resil_event_reload_counts(resil_event_sink *s, const char
                                                  const char *file, uint64_t generation,
                                                  size_t kept, size_t replaced, size_t added,
                                                  size_t removed);
+
+/* A shared segment's fallback to per-process state (a
+ * resil_shared_fallback_fn's arguments): instance is the segment's name,
+ * shared_instance the policy instance that fell back (omitted when NULL:
+ * the segment itself), reason the sentence why (paths in it are written
+ * as they are). Statuses as resil_event_emit. Since 0.2. */
+RESIL_API resil_status resil_event_shared_fallback(resil_event_sink *s, const char *segment,
+                                                   const char *instance, const char *reason);
 
 /* A store recovery run (resil_store_recover_report's report). Statuses as
  * resil_event_emit. Since 0.2. */

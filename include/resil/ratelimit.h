@@ -202,6 +202,17 @@ RESIL_API resil_outcome resil_ratelimiter_run(resil_ratelimiter *rl,
  * clock; changes nothing. 0 for a NULL handle. Since 0.1. */
 RESIL_API int64_t resil_ratelimiter_available(const resil_ratelimiter *rl);
 
+/* Reads the shared limiter `name` of seg (shared.h) without creating it:
+ * its permits available now (*available, may be NULL) and its
+ * limit_for_period (*limit, may be NULL), as a limiter attached to it
+ * would report them. RESIL_OK; RESIL_EINVAL (seg or name NULL);
+ * RESIL_ESTATE (no such limiter in the segment, or the segment is in
+ * fallback mode); RESIL_ENOMEM; RESIL_ESYS (the segment's lock). For
+ * tools (`resil state show`). Thread-safe. Since 0.2. */
+RESIL_API resil_status resil_ratelimiter_shared_peek(resil_shared *seg, const char *name,
+                                                     int64_t *available, int64_t *limit,
+                                                     resil_error *err);
+
 /* Nanoseconds a request for one permit made now would have to wait for it
  * (Resilience4j's getNanosToWait): 0 when a permit is available now, else
  * the time until the cycle that covers it starts (the reservations already

@@ -50,6 +50,39 @@
  * in a blocking resil_chain_run, hedge.h). An instance that names another
  * is kept by a reload only when the one it names was kept.
  *
+ * Shared segments (Since 0.2; shared.h, DESIGN §8.1): section `shared`
+ * names segments, each instance's name being the segment's, with the keys
+ * of resil_shared_config: dir (a directory the segment is a file in;
+ * default POSIX shared memory), capacity, mode (octal: 0600, 0640, 0660),
+ * required (true: a segment or instance that cannot be used is an error;
+ * false, the default: per-process state, counted and logged):
+ *
+ *   shared:
+ *     instances:
+ *       app: {dir: /run/myapp, capacity: 128, mode: 0600, required: false}
+ *   ratelimiter:
+ *     instances:
+ *       upstream: {limit_for_period: 100, refresh_period: 1s, shared: app}
+ *
+ * Rate limiters, bulkheads and retry budgets take `shared: NAME` (the
+ * segment keeps their state, shared by every process that loads the same
+ * names; `shared:` on another kind is an error naming those that accept
+ * it). A segment is opened (and created) by the load, not under
+ * RESIL_REGISTRY_NO_OPEN (its config is checked, nothing opened; the
+ * instances then get per-process state), and kept across reloads while its
+ * settings do not change; instances naming it are kept only when it was.
+ * Segments are opened with replace_differing: a reload (or a load) whose
+ * settings for a shared instance differ from the segment's replaces it
+ * there for every process (generation + 1, state reset); a process that
+ * loads the same settings attaches to it; an unchanged instance keeps its
+ * object and state. Processes that have not reloaded keep their cached
+ * settings (a limiter's limit) on the reset state until they reload. Each
+ * segment's figures are added by resil_registry_metrics_add
+ * (resil_shared_metrics_add); each fallback is a shared_fallback line
+ * through the sink of resil_registry_events_attach (those of the first
+ * load are kept, up to 8 per segment, until a sink is attached).
+ * resil_registry_shared() returns a segment's handle.
+ *
  * HTTP clients (section http_client, when libresil-config is built with
  * libresil-http) take the client config's keys (base_url, max_connections,
  * connect_timeout, response_timeout, max_response_bytes: 64MiB, ...) and an
@@ -188,6 +221,7 @@ typedef struct resil_http_client resil_http_client;
 typedef struct resil_store resil_store;
 typedef struct resil_retry_budget resil_retry_budget;
 typedef struct resil_threadpool resil_threadpool;
+typedef struct resil_shared resil_shared;
 
 /* The kinds of instances; values are appended only. */
 typedef enum resil_registry_kind {
@@ -204,6 +238,7 @@ typedef enum resil_registry_kind {
   RESIL_REG_STORE = 8,       /* "store", resil_store *                      */
   RESIL_REG_RETRY_BUDGET = 9,/* "retry_budget", resil_retry_budget *        */
   RESIL_REG_THREADPOOL = 10, /* "threadpool", resil_threadpool *            */
+  RESIL_REG_SHARED = 11,     /* "shared", resil_shared * (Since 0.2)         */
   RESIL_REG_KIND_COUNT_      /* not a kind                                  */
 } resil_registry_kind;
 
@@ -356,6 +391,9 @@ RESIL_API resil_store *resil_registry_store(resil_registry *reg, const char *nam
 RESIL_API resil_retry_budget *resil_registry_retry_budget(resil_registry *reg,
                                                           const char *name);
 RESIL_API resil_threadpool *resil_registry_threadpool(resil_registry *reg, const char *name);
+/* The shared segment `name` of section `shared` (shared.h); NULL when
+ * absent or not opened (RESIL_REGISTRY_NO_OPEN). Since 0.2. */
+RESIL_API resil_shared *resil_registry_shared(resil_registry *reg, const char *name);
 /* The total_timeout of chain `name` in nanoseconds (0 = none), as the file
  * gave it (resil_chain has no getter for it); -1 when there is no such
  * chain. For describing a chain (`resil describe --config`). Since 0.2. */

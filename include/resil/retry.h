@@ -509,6 +509,12 @@ RESIL_API int resil_retry_budget_try_withdraw(resil_retry_budget *b);
  * Since 0.1. */
 RESIL_API int64_t resil_retry_budget_balance(const resil_retry_budget *b);
 
+/* Reads the shared budget `name` of seg (shared.h) without creating it:
+ * its balance (*tokens, as resil_retry_budget_balance; may be NULL).
+ * Statuses as resil_ratelimiter_shared_peek. Since 0.2. */
+RESIL_API resil_status resil_retry_budget_shared_peek(resil_shared *seg, const char *name,
+                                                      int64_t *tokens, resil_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -132,6 +132,21 @@ typedef struct resil_shared_config {
   /* Told about each fallback; NULL = nobody. Default NULL. */
   resil_shared_fallback_fn on_fallback;
   void *user;
+  /* Since 0.2. 0: creating an instance that exists in the segment with
+   * another configuration is RESIL_EINVAL naming the first differing
+   * field. 1: it replaces the instance for every process instead (its
+   * generation + 1, its state back to the new configuration's initial
+   * state); an instance whose configuration is the same is attached as
+   * with 0, so that many processes applying one change replace it once.
+   * Handles created before the replacement keep the settings they cached
+   * and go on using the reset state until they are re-created. The
+   * registry (registry.h) opens its segments with 1: a file's changed
+   * settings are the new truth. Default 0. */
+  int replace_differing;
+  /* Since 0.2. 1: an absent segment is not created (with `required` 1
+   * that is RESIL_ESTATE "no segment PATH"; else a fallback), for tools
+   * that only look (`resil state show`). Default 0. */
+  int existing_only;
 } resil_shared_config;
 
 /* Writes the documented defaults and struct_size. A macro passing
@@ -152,6 +167,12 @@ RESIL_API void resil_shared_config_init_sized(resil_shared_config *cfg,
  * strerror). err may be NULL. Since 0.2. */
 RESIL_API resil_status resil_shared_open(const resil_shared_config *cfg,
                                          resil_shared **out, resil_error *err);
+
+/* Checks cfg as resil_shared_open does (RESIL_OK or RESIL_EINVAL naming
+ * the field) without opening or creating anything (the registry's
+ * RESIL_REGISTRY_NO_OPEN). Since 0.2. */
+RESIL_API resil_status resil_shared_config_check(const resil_shared_config *cfg,
+                                                 resil_error *err);
 
 /* Drops the caller's reference: the mapping goes when the last instance
  * created in it has been freed too. The object itself stays (other
@@ -187,6 +208,22 @@ RESIL_API uint32_t resil_shared_capacity(const resil_shared *seg);
  * its config (1 at creation). Return nonzero to stop. Since 0.2. */
 typedef int (*resil_shared_foreach_fn)(void *user, const char *kind,
                                        const char *name, uint64_t generation);
+
+/* Adds the segment's figures to a collector (metrics.h) under name (NULL:
+ * the segment's name):
+ *   resil_shared_slots_used{name}        gauge    instances in the segment
+ *   resil_shared_slots_capacity{name}    gauge    its capacity (0 in
+ *                                                 fallback mode)
+ *   resil_shared_fallback_mode{name}     gauge    1 when in fallback mode
+ *   resil_shared_fallback_total{name}    counter  resil_shared_fallbacks
+ * Statuses as resil_metrics_add_source; the segment must outlive its
+ * membership (resil_metrics_remove(m, seg) first). Since 0.2. */
+struct resil_metrics;
+RESIL_API resil_status resil_shared_metrics_add(struct resil_metrics *m, const char *name,
+                                                resil_shared *seg);
+
+/* The segment's name as given in its config (NULL for NULL). Since 0.2. */
+RESIL_API const char *resil_shared_name(const resil_shared *seg);
 
 /* Calls fn for each instance, in slot order, under the segment's lock (fn
  * must not call other resil_shared or instance-creation functions).

@@ -976,3 +976,29 @@ static void sh_free(resil_bulkhead *bh) {
   pthread_cond_destroy(&bh->poll_cv);
   resil__shared_release(bh->shared);
 }
+
+resil_status resil_bulkhead_shared_peek(resil_shared *seg, const char *name,
+                                        uint32_t *available, uint32_t *max,
+                                        resil_error *err) {
+  if (!seg || !name)
+    return resil__err(err, RESIL_EINVAL, seg ? "name" : "seg", "must not be NULL");
+  bh_shared_rec rec;
+  resil_status st = resil__shared_find_cfg(seg, RESIL__SHK_BULKHEAD, name, &rec,
+                                           sizeof rec, err);
+  if (st != RESIL_OK) return st;
+  resil_bulkhead_config c;
+  resil_bulkhead_config_init(&c);
+  c.name = name;
+  c.max_concurrent = (uint32_t)rec.max_concurrent;
+  c.shared = seg;
+  resil_bulkhead *bh;
+  if ((st = resil_bulkhead_new(&c, &bh, err)) != RESIL_OK) return st;
+  if (!bh->sh) {
+    resil_bulkhead_free(bh);
+    return resil__err(err, RESIL_ESTATE, "shared", "the segment is in fallback mode");
+  }
+  if (available) *available = resil_bulkhead_available(bh);
+  if (max) *max = (uint32_t)rec.max_concurrent;
+  resil_bulkhead_free(bh);
+  return RESIL_OK;
+}

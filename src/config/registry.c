@@ -28,6 +28,7 @@
 #include "resil/ratelimit.h"
 #include "resil/registry.h"
 #include "resil/retry.h"
+#include "resil/shared.h"
 #include "resil/timelimit.h"
 #include "resil/metrics.h"
 #ifdef RESIL_CONFIG_HTTP
@@ -44,7 +45,8 @@ typedef enum ftype {
   F_U32, F_I64, F_DUR, F_DBL, F_BOOL, F_PCT, F_ENUM, F_CLASSES,
   F_STR,  /* const char *, pointing into the document during the build */
   F_SIZE, /* size_t, with a size unit */
-  F_REF   /* a pointer to another instance, named in the file (ref_kind) */
+  F_REF,  /* a pointer to another instance, named in the file (ref_kind) */
+  F_OCT   /* uint32_t written in octal ("0600") */
 } ftype;
 
 typedef struct field {
@@ -109,12 +111,14 @@ static const field RATELIMITER_FIELDS[] = {
     FLD(resil_ratelimiter_config, "limit_for_period", limit_for_period, F_I64),
     FLD(resil_ratelimiter_config, "refresh_period", refresh_period_ns, F_DUR),
     FLD(resil_ratelimiter_config, "timeout", timeout_ns, F_DUR),
+    FREF(resil_ratelimiter_config, "shared", shared, RESIL_REG_SHARED),
 };
 
 static const field BULKHEAD_FIELDS[] = {
     FLD(resil_bulkhead_config, "max_concurrent", max_concurrent, F_U32),
     FLD(resil_bulkhead_config, "max_wait", max_wait_ns, F_DUR),
     FLD(resil_bulkhead_config, "max_queued", max_queued, F_U32),
+    FREF(resil_bulkhead_config, "shared", shared, RESIL_REG_SHARED),
 };
 
 static const field TIMELIMITER_FIELDS[] = {
@@ -145,6 +149,7 @@ static const field BUDGET_FIELDS[] = {
     FLD(resil_retry_budget_config, "percent_can_retry", percent_can_retry_pct, F_U32),
     FLD(resil_retry_budget_config, "max_tokens", max_tokens, F_U32),
     FLD(resil_retry_budget_config, "token_ratio_milli", token_ratio_milli, F_U32),
+    FREF(resil_retry_budget_config, "shared", shared, RESIL_REG_SHARED),
 };
 
 static const field THREADPOOL_FIELDS[] = {
@@ -223,6 +228,23 @@ static const field STORE_FIELDS[] = {
 };
 #endif
 
+/* Shared segments (section `shared`): the instance's name is the
+ * segment's. Which kinds can be shared is said once, by the F_REF fields
+ * `shared` (ref_kind RESIL_REG_SHARED) of their tables above. */
+typedef struct seg_hook seg_hook;
+typedef struct shared_cfg {
+  resil_shared_config sc;
+  int check_only;        /* RESIL_REGISTRY_NO_OPEN: the config checked, nothing opened */
+  resil__reg_events *ev; /* where fallback lines go (NULL: nowhere) */
+  seg_hook *hook;        /* out: made by new_shared, then the entry's */
+} shared_cfg;
+static const field SHARED_FIELDS[] = {
+    {"dir", "dir", F_STR, offsetof(shared_cfg, sc.dir), NULL, 0},
+    {"capacity", "capacity", F_U32, offsetof(shared_cfg, sc.capacity), NULL, 0},
+    {"mode", "mode", F_OCT, offsetof(shared_cfg, sc.mode), NULL, 0},
+    {"required", "required", F_BOOL, offsetof(shared_cfg, sc.required), NULL, 0},
+};
+
 #define MAXF 24
 
 typedef union anycfg {
@@ -236,6 +258,7 @@ typedef union anycfg {
   resil_chain_config ch;
   resil_retry_budget_config rb;
   resil_threadpool_config tp;
+  shared_cfg sh;
 #ifdef RESIL_CONFIG_HTTP
   resil_http_client_config hc;
 #endif
@@ -307,6 +330,9 @@ static void free_http(void *h);
 static void free_store(void *h);
 static void init_http(anycfg *c);
 static void init_store(anycfg *c);
+static void init_sh(anycfg *c);
+static resil_status new_sh(anycfg *c, const char *name, void **o, resil_error *e);
+static void free_sh(void *h);
 
 typedef struct kinddesc {
   const char *section;
@@ -345,7 +371,101 @@ static const kinddesc KINDS[RESIL_REG_KIND_COUNT_] = {
 #endif
     KD("retry_budget", BUDGET_FIELDS, init_rb, new_rb, free_rb),
     KD("threadpool", THREADPOOL_FIELDS, init_tp, new_tp, free_tp),
+    /* configs are not checked on their own: that would open a segment */
+    {"shared", SHARED_FIELDS, sizeof SHARED_FIELDS / sizeof *SHARED_FIELDS, init_sh, new_sh,
+     free_sh, 1, 0},
 };
+
+/* A segment's fallback hook: writes a shared_fallback line through the
+ * registry's event box, or keeps it (up to HOOK_PENDING) until a sink is
+ * attached (a segment opened by the first load falls back before anyone
+ * could attach one). */
+enum { HOOK_PENDING = 8 };
+struct seg_hook {
+  pthread_mutex_t mu;
+  resil__reg_events *ev; /* a reference, or NULL */
+  char segment[RESIL_SHARED_NAME_MAX + 1];
+  size_t npending;
+  struct {
+    int has_instance;
+    char instance[RESIL_SHARED_NAME_MAX + 1];
+    char reason[256];
+  } pending[HOOK_PENDING];
+};
+
+static void hook_fallback(void *user, const char *instance, const resil_error *why) {
+  seg_hook *h = user;
+  if (!h->ev) return;
+  pthread_mutex_lock(&h->mu);
+  const char *reason = why ? why->msg : "";
+  if (!resil__reg_events_fallback(h->ev, h->segment, instance, reason) &&
+      h->npending < HOOK_PENDING) {
+    size_t i = h->npending++;
+    h->pending[i].has_instance = instance != NULL;
+    snprintf(h->pending[i].instance, sizeof h->pending[i].instance, "%s",
+             instance ? instance : "");
+    snprintf(h->pending[i].reason, sizeof h->pending[i].reason, "%s", reason);
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* Writes the kept lines once a sink is attached. */
+static void hook_flush(seg_hook *h) {
+  if (!h || !h->ev) return;
+  pthread_mutex_lock(&h->mu);
+  size_t i = 0;
+  for (; i < h->npending; i++)
+    if (!resil__reg_events_fallback(h->ev, h->segment,
+                                    h->pending[i].has_instance ? h->pending[i].instance : NULL,
+                                    h->pending[i].reason))
+      break;
+  if (i) {
+    memmove(h->pending, h->pending + i, (h->npending - i) * sizeof h->pending[0]);
+    h->npending -= i;
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+
+static void hook_free(seg_hook *h) {
+  if (!h) return;
+  resil__reg_events_unref(h->ev);
+  pthread_mutex_destroy(&h->mu);
+  free(h);
+}
+
+static void init_sh(anycfg *c) {
+  memset(&c->sh, 0, sizeof c->sh);
+  resil_shared_config_init(&c->sh.sc);
+  /* The file is the truth: a changed instance replaces the segment's
+   * (for every process), an unchanged one attaches (shared.h). */
+  c->sh.sc.replace_differing = 1;
+}
+static resil_status new_sh(anycfg *c, const char *name, void **o, resil_error *e) {
+  *o = NULL;
+  c->sh.hook = NULL;
+  c->sh.sc.name = name;
+  if (c->sh.check_only) return resil_shared_config_check(&c->sh.sc, e);
+  seg_hook *h = calloc(1, sizeof *h);
+  if (!h || pthread_mutex_init(&h->mu, NULL) != 0) {
+    free(h);
+    return resil__err(e, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  snprintf(h->segment, sizeof h->segment, "%s", name);
+  if (c->sh.ev) {
+    resil__reg_events_ref(c->sh.ev);
+    h->ev = c->sh.ev;
+  }
+  c->sh.sc.on_fallback = hook_fallback;
+  c->sh.sc.user = h;
+  resil_status st = resil_shared_open(&c->sh.sc, (resil_shared **)o, e);
+  if (st != RESIL_OK) {
+    hook_free(h);
+    return st;
+  }
+  c->sh.hook = h;
+  return RESIL_OK;
+}
+static void free_sh(void *h) { resil_shared_close(h); }
 
 #ifdef RESIL_CONFIG_HTTP
 static void init_http(anycfg *c) { resil_http_client_config_init(&c->hc); }
@@ -772,6 +892,16 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
     memcpy(dst, &z, sizeof z);
     return RESIL_OK;
   }
+  case F_OCT: {
+    uint64_t x = 0;
+    const char *q = s;
+    for (; *q >= '0' && *q <= '7' && x <= 0777777; q++) x = x * 8 + (uint64_t)(*q - '0');
+    if (q == s || *q || x > 0777777)
+      return fail_at(c, v, path, "expected permission bits in octal such as 0600, got '%s'", s);
+    uint32_t u = (uint32_t)x;
+    memcpy(dst, &u, sizeof u);
+    return RESIL_OK;
+  }
   case F_CLASSES:
   case F_STR:
   case F_REF:
@@ -848,6 +978,7 @@ static void fp_field(fpbuf *b, const field *f, const anycfg *cfg) {
   switch (f->type) {
   case F_U32:
   case F_PCT:
+  case F_OCT:
   case F_CLASSES: {
     uint32_t u;
     memcpy(&u, src, sizeof u);
@@ -965,6 +1096,19 @@ static resil_status apply_map(lctx *c, spec *s, yaml_node_t *m, const char *path
     size_t fi = kd->nfields;
     for (size_t i = 0; i < kd->nfields; i++)
       if (strcmp(kd->fields[i].key, key) == 0) fi = i;
+    if (fi == kd->nfields && strcmp(key, "shared") == 0) {
+      /* The kinds that can be: those with a `shared` reference field. */
+      char list[160] = "";
+      size_t len = 0;
+      for (int j = 0; j < RESIL_REG_KIND_COUNT_; j++)
+        for (size_t i = 0; i < KINDS[j].nfields; i++)
+          if (KINDS[j].fields[i].type == F_REF && KINDS[j].fields[i].ref_kind == RESIL_REG_SHARED &&
+              len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "",
+                                    KINDS[j].section);
+      return fail_at(c, k, sub, "%s instances cannot be shared (shared state exists for %s)",
+                     KINDS[s->kind].section, list);
+    }
     if (fi == kd->nfields) {
       const char *cand[MAXF + 2];
       size_t nc = 0;
@@ -1395,12 +1539,14 @@ struct entry {
   int64_t total_timeout_ns; /* chains */
   resil_registry_http_timeouts http; /* http clients */
   resil__reg_events *ev;    /* retries and clients: their listener's box */
+  seg_hook *hook;           /* shared segments: their fallback hook */
 };
 
 static void entry_unref(entry *e) {
   if (!e) return;
   if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
   KINDS[e->kind].destroy(e->handle);
+  hook_free(e->hook);
 #ifdef RESIL_CONFIG_HTTP
   resil__reg_events_unref(e->ev);
 #endif
@@ -1571,15 +1717,16 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
   spec_index ix = {0};
   if (spec_index_build(c, ss, &ix)) return RESIL_ENOMEM;
   /* Configs on their own (a range error in an unused config is an error
-   * too), then what policies refer to (budgets, thread pools), then the
-   * policies, then the chains. */
-  for (int pass = 0; pass < 4 && st == RESIL_OK; pass++) {
+   * too), then shared segments, then what policies refer to (budgets,
+   * thread pools), then the policies, then the chains. */
+  for (int pass = 0; pass < 5 && st == RESIL_OK; pass++) {
     for (size_t i = 0; i < ss->n && st == RESIL_OK; i++) {
       spec *s = &ss->v[i];
       int want = s->is_config                                                     ? 0
-                 : s->kind == RESIL_REG_RETRY_BUDGET || s->kind == RESIL_REG_THREADPOOL ? 1
-                 : s->kind == RESIL_REG_CHAIN                                       ? 3
-                                                                                    : 2;
+                 : s->kind == RESIL_REG_SHARED                                      ? 1
+                 : s->kind == RESIL_REG_RETRY_BUDGET || s->kind == RESIL_REG_THREADPOOL ? 2
+                 : s->kind == RESIL_REG_CHAIN                                       ? 4
+                                                                                    : 3;
       if (want != pass) continue;
       resil_error pe;
       resil_error_clear(&pe);
@@ -1670,6 +1817,10 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
         break;
       }
       anycfg tmp = s->cfg;
+      if (s->kind == RESIL_REG_SHARED) {
+        tmp.sh.check_only = (c->flags & RESIL_REGISTRY_NO_OPEN) != 0;
+        tmp.sh.ev = c->ev;
+      }
 #ifdef RESIL_CONFIG_STORE
       if (s->kind == RESIL_REG_STORE) tmp.st.check_only = (c->flags & RESIL_REGISTRY_NO_OPEN) != 0;
 #endif
@@ -1730,6 +1881,7 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
         }
       }
       if (s->kind == RESIL_REG_CHAIN) e->total_timeout_ns = s->cfg.ch.total_timeout_ns;
+      if (s->kind == RESIL_REG_SHARED) e->hook = tmp.sh.hook;
 #ifdef RESIL_CONFIG_HTTP
       if (s->kind == RESIL_REG_HTTP_CLIENT) {
         e->http.struct_size = sizeof e->http;
@@ -2049,6 +2201,7 @@ static resil_status metrics_add_entry(resil_metrics *m, const entry *e) {
 #ifdef RESIL_CONFIG_STORE
   case RESIL_REG_STORE: return resil_store_metrics_add(m, e->name, e->handle);
 #endif
+  case RESIL_REG_SHARED: return resil_shared_metrics_add(m, e->name, e->handle);
   default: return RESIL_OK; /* retry budgets and thread pools have no figures */
   }
 }
@@ -2059,6 +2212,8 @@ static void metrics_remove_entry(resil_metrics *m, const entry *e) {
 }
 
 static void sink_attach_entry(resil_registry *reg, const entry *e) {
+  /* A segment's fallbacks kept until a sink came (seg_hook). */
+  if (reg->sink && e->kind == RESIL_REG_SHARED) hook_flush(e->hook);
 #ifdef RESIL_CONFIG_HTTP
   if (reg->sink && e->kind == RESIL_REG_BREAKER)
     (void)resil_breaker_listener_add(e->handle, resil_event_breaker_listener, reg->sink);
@@ -2301,7 +2456,7 @@ void resil_registry_free(resil_registry *reg) {
  * open store, an HTTP client's connections, a thread pool's threads. */
 static int holds_resources(const entry *e) {
   if (e->kind == RESIL_REG_STORE || e->kind == RESIL_REG_HTTP_CLIENT ||
-      e->kind == RESIL_REG_THREADPOOL)
+      e->kind == RESIL_REG_THREADPOOL || e->kind == RESIL_REG_SHARED)
     return 1;
   for (size_t i = 0; i < e->ndeps; i++)
     if (holds_resources(e->deps[i])) return 1;
@@ -2477,6 +2632,9 @@ resil_store *resil_registry_store(resil_registry *reg, const char *name) {
 }
 resil_retry_budget *resil_registry_retry_budget(resil_registry *reg, const char *name) {
   return resil_registry_get(reg, RESIL_REG_RETRY_BUDGET, name);
+}
+resil_shared *resil_registry_shared(resil_registry *reg, const char *name) {
+  return resil_registry_get(reg, RESIL_REG_SHARED, name);
 }
 resil_threadpool *resil_registry_threadpool(resil_registry *reg, const char *name) {
   return resil_registry_get(reg, RESIL_REG_THREADPOOL, name);

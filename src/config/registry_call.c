@@ -63,6 +63,20 @@ void resil__reg_events_on_attempt(void *user, const resil_attempt_info *info) {
 #endif
 }
 
+int resil__reg_events_fallback(resil__reg_events *b, const char *segment, const char *instance,
+                               const char *reason) {
+#ifdef RESIL_CONFIG_HTTP
+  atomic_fetch_add(&b->active, 1);
+  struct resil_event_sink *s = atomic_load(&b->sink);
+  if (s) (void)resil_event_shared_fallback(s, segment, instance, reason);
+  atomic_fetch_sub_explicit(&b->active, 1, memory_order_release);
+  return s != NULL;
+#else
+  (void)b, (void)segment, (void)instance, (void)reason;
+  return 1; /* no sink can ever be attached: nothing to keep */
+#endif
+}
+
 #ifdef RESIL_CONFIG_HTTP
 
 /* ---- on the engine ------------------------------------------------------------ */

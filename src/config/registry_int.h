@@ -24,5 +24,10 @@ void resil__reg_events_unref(resil__reg_events *b);
  * the sink attached before: the caller may then free that sink. */
 void resil__reg_events_set(resil__reg_events *b, struct resil_event_sink *sink);
 void resil__reg_events_on_attempt(void *user, const resil_attempt_info *info);
+/* Writes a shared_fallback line (resil_event_shared_fallback) to the sink
+ * attached now: 1 when one was attached (the line written or dropped by
+ * the sink), 0 when none is (the caller keeps the line for later). */
+int resil__reg_events_fallback(resil__reg_events *b, const char *segment, const char *instance,
+                               const char *reason);
 
 #endif

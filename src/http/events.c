@@ -401,6 +401,17 @@ resil_status resil_event_reload_counts(resil_event_sink *s, const char *registry
   return write_line(s, o);
 }
 
+resil_status resil_event_shared_fallback(resil_event_sink *s, const char *segment,
+                                        const char *instance, const char *reason) {
+  if (!s) return RESIL_EMISUSE;
+  json_t *o = head(s, segment, "shared_fallback");
+  if (!o) return RESIL_ENOMEM;
+  if (segment) json_object_set_new(o, "segment", jstr(segment));
+  if (instance) json_object_set_new(o, "shared_instance", jstr(instance));
+  json_object_set_new(o, "reason", jstr(reason ? reason : ""));
+  return write_line(s, o);
+}
+
 resil_status resil_event_store_recovery(resil_event_sink *s, const char *store,
                                         const resil_store_recovery *r) {
   if (!s) return RESIL_EMISUSE;

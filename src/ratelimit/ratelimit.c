@@ -742,6 +742,35 @@ int64_t resil_ratelimiter_nanos_to_wait(const resil_ratelimiter *rl) {
   return w;
 }
 
+resil_status resil_ratelimiter_shared_peek(resil_shared *seg, const char *name,
+                                           int64_t *available, int64_t *limit,
+                                           resil_error *err) {
+  if (!seg || !name)
+    return resil__err(err, RESIL_EINVAL, seg ? "name" : "seg", "must not be NULL");
+  rl_shared_rec rec;
+  resil_status st = resil__shared_find_cfg(seg, RESIL__SHK_RATELIMITER, name, &rec,
+                                           sizeof rec, err);
+  if (st != RESIL_OK) return st;
+  /* A limiter attached to the existing slot (never creates one: slots are
+   * never freed, and a replacement in between is a mismatch error). */
+  resil_ratelimiter_config c;
+  resil_ratelimiter_config_init(&c);
+  c.name = name;
+  c.limit_for_period = rec.limit_for_period;
+  c.refresh_period_ns = rec.refresh_period_ns;
+  c.shared = seg;
+  resil_ratelimiter *rl;
+  if ((st = resil_ratelimiter_new(&c, &rl, err)) != RESIL_OK) return st;
+  if (!rl->shared) { /* fell back (cannot happen on a live segment) */
+    resil_ratelimiter_free(rl);
+    return resil__err(err, RESIL_ESTATE, "shared", "the segment is in fallback mode");
+  }
+  if (available) *available = resil_ratelimiter_available(rl);
+  if (limit) *limit = rec.limit_for_period;
+  resil_ratelimiter_free(rl);
+  return RESIL_OK;
+}
+
 resil_status resil_ratelimiter_get_metrics_sized(const resil_ratelimiter *rl,
                                                  resil_ratelimiter_metrics *dst,
                                                  size_t n) {

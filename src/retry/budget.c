@@ -438,6 +438,34 @@ int resil_retry_budget_try_withdraw(resil_retry_budget *b) {
   return resil__budget_allow_retry(b);
 }
 
+resil_status resil_retry_budget_shared_peek(resil_shared *seg, const char *name,
+                                           int64_t *tokens, resil_error *err) {
+  if (!seg || !name)
+    return resil__err(err, RESIL_EINVAL, seg ? "name" : "seg", "must not be NULL");
+  budget_shared_rec rec;
+  resil_status st = resil__shared_find_cfg(seg, RESIL__SHK_BUDGET, name, &rec, sizeof rec, err);
+  if (st != RESIL_OK) return st;
+  resil_retry_budget_config c;
+  resil_retry_budget_config_init(&c);
+  c.name = name;
+  c.mode = (resil_retry_budget_mode)rec.mode;
+  c.ttl_ns = rec.ttl_ns;
+  c.min_retries_per_s = (uint32_t)rec.min_retries_per_s;
+  c.percent_can_retry_pct = (uint32_t)rec.percent_can_retry_pct;
+  c.max_tokens = (uint32_t)rec.max_tokens;
+  c.token_ratio_milli = (uint32_t)rec.token_ratio_milli;
+  c.shared = seg;
+  resil_retry_budget *b;
+  if ((st = resil_retry_budget_new(&c, &b, err)) != RESIL_OK) return st;
+  if (!b->shared) {
+    resil_retry_budget_free(b);
+    return resil__err(err, RESIL_ESTATE, "shared", "the segment is in fallback mode");
+  }
+  if (tokens) *tokens = resil_retry_budget_balance(b);
+  resil_retry_budget_free(b);
+  return RESIL_OK;
+}
+
 int64_t resil_retry_budget_balance(const resil_retry_budget *b) {
   if (!resil__budget_valid(b)) return 0;
   int64_t milli;

@@ -53,6 +53,7 @@
 #include "core/internal.h"
 #include "resil/shared.h"
 #include "shared/shared_int.h"
+#include "resil/metrics.h"
 
 #define SH_MAGIC UINT64_C(0x4d48534c49534552) /* "RESILSHM" little-endian */
 #define SH_HANDLE_MAGIC 0x5348524du          /* "SHRM" */
@@ -104,6 +105,8 @@ struct resil_shared {
   _Atomic uint64_t fallbacks;
   int required;
   int fallback;
+  int replace_differing;
+  char *name;
   resil_shared_fallback_fn on_fallback;
   void *user;
   char *path;
@@ -185,9 +188,18 @@ static resil_status read_config(const resil_shared_config *ucfg,
                       "must be 0600, 0640 or 0660, got 0%o", full->mode);
   if (full->required != 0 && full->required != 1)
     return resil__err_range(err, "required", 0, 1, full->required, NULL);
+  if (full->replace_differing != 0 && full->replace_differing != 1)
+    return resil__err_range(err, "replace_differing", 0, 1, full->replace_differing, NULL);
+  if (full->existing_only != 0 && full->existing_only != 1)
+    return resil__err_range(err, "existing_only", 0, 1, full->existing_only, NULL);
   if (full->dir && !full->dir[0])
     return resil__err(err, RESIL_EINVAL, "dir", "must be NULL or a directory");
   return RESIL_OK;
+}
+
+resil_status resil_shared_config_check(const resil_shared_config *cfg, resil_error *err) {
+  resil_shared_config full;
+  return read_config(cfg, &full, err);
 }
 
 /* The object's name (POSIX shm) or path (dir). */
@@ -398,13 +410,16 @@ static resil_status open_object(const resil_shared_config *cfg, resil_shared *se
                                 resil_error *err) {
   const char *path = seg->path;
   int fd;
+  int creat = cfg->existing_only ? 0 : O_CREAT;
   /* O_NONBLOCK: a FIFO or device planted under the name does not block
    * the open (it is then refused as not a regular file). */
   if (cfg->dir)
-    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+    fd = open(path, O_RDWR | creat | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
               (mode_t)cfg->mode);
   else
-    fd = shm_open(path, O_RDWR | O_CREAT, (mode_t)cfg->mode); /* + NOFOLLOW, CLOEXEC */
+    fd = shm_open(path, O_RDWR | creat, (mode_t)cfg->mode); /* + NOFOLLOW, CLOEXEC */
+  if (fd < 0 && errno == ENOENT && cfg->existing_only)
+    return resil__err(err, RESIL_ESTATE, "segment", "no segment %s", path);
   if (fd < 0)
     return resil__err(err, errno == EACCES || errno == EPERM ? RESIL_ESTATE : RESIL_ESYS,
                       "segment", "cannot open segment %s: %s", path, strerror(errno));
@@ -492,7 +507,14 @@ resil_status resil_shared_open(const resil_shared_config *ucfg, resil_shared **o
     free(seg);
     return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   }
+  seg->name = strdup(cfg.name);
+  if (!seg->name) {
+    free(seg->path);
+    free(seg);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
   seg->required = cfg.required;
+  seg->replace_differing = cfg.replace_differing;
   seg->on_fallback = cfg.on_fallback;
   seg->user = cfg.user;
   atomic_init(&seg->refs, 1);
@@ -503,6 +525,7 @@ resil_status resil_shared_open(const resil_shared_config *ucfg, resil_shared **o
   if (st != RESIL_OK) {
     if (cfg.required) {
       if (err) *err = why;
+      free(seg->name);
       free(seg->path);
       free(seg);
       return st;
@@ -525,6 +548,7 @@ static void unref(resil_shared *seg) {
   if (atomic_fetch_sub_explicit(&seg->refs, 1, memory_order_acq_rel) != 1) return;
   if (seg->base) munmap(seg->base, seg->size);
   seg->magic = RESIL_MAGIC_DEAD;
+  free(seg->name);
   free(seg->path);
   free(seg);
 }
@@ -690,8 +714,12 @@ static resil_status attach(resil_shared *seg, const resil__shared_req *req,
   if (i >= 0 && !replace) {
     const sh_slot *s = &seg->slots[i];
     if (s->cfg_len != req->cfg_len || memcmp(s->cfg, req->cfg, req->cfg_len) != 0) {
-      st = mismatch(seg, req, s, err);
-      goto out;
+      if (!seg->replace_differing) {
+        st = mismatch(seg, req, s, err);
+        goto out;
+      }
+      stage_new(seg, req, s->generation + 1);
+      apply(seg, (uint32_t)i, seg->staging);
     }
   } else if (i >= 0) {
     stage_new(seg, req, seg->slots[i].generation + 1);
@@ -740,6 +768,78 @@ resil_status resil__shared_find(resil_shared *seg, uint32_t kind, const char *na
   }
   unlock_table(seg);
   return st;
+}
+
+resil_status resil__shared_find_cfg(resil_shared *seg, uint32_t kind, const char *name,
+                                    void *cfg, size_t cfg_len, resil_error *err) {
+  if (!valid(seg) || seg->fallback || !name)
+    return resil__err(err, RESIL_ESTATE, "shared", "no segment");
+  resil_status st = lock_table(seg, err);
+  if (st != RESIL_OK) return st;
+  long free_i;
+  long i = find_slot(seg, kind, name, &free_i);
+  if (i < 0)
+    st = resil__err(err, RESIL_ESTATE, "instance", "no %s '%s' in segment %s",
+                    kind_name(kind), name, seg->path);
+  else if (seg->slots[i].cfg_len != cfg_len)
+    st = resil__err(err, RESIL_ESTATE, "instance",
+                    "%s '%s' in segment %s has a configuration of another size",
+                    kind_name(kind), name, seg->path);
+  else
+    memcpy(cfg, seg->slots[i].cfg, cfg_len);
+  unlock_table(seg);
+  return st;
+}
+
+const char *resil_shared_name(const resil_shared *seg) {
+  return valid(seg) ? seg->name : NULL;
+}
+
+static int count_one(void *user, const char *kind, const char *name, uint64_t gen) {
+  (void)user, (void)kind, (void)name, (void)gen;
+  return 0;
+}
+
+typedef struct sh_metrics_snap {
+  double used, capacity, fallback_mode, fallbacks;
+} sh_metrics_snap;
+
+static resil_status sh_metrics_snapshot(const void *obj, void *snap) {
+  resil_shared *seg = (resil_shared *)obj;
+  sh_metrics_snap *s = snap;
+  int n = resil_shared_foreach(seg, count_one, NULL);
+  s->used = n > 0 ? (double)n : 0;
+  s->capacity = (double)resil_shared_capacity(seg);
+  s->fallback_mode = seg->fallback ? 1 : 0;
+  s->fallbacks = (double)resil_shared_fallbacks(seg);
+  return RESIL_OK;
+}
+
+static const resil_metric_family sh_families[] = {
+    {"resil_shared_slots_used", RESIL_METRIC_GAUGE, "Instances in the shared segment"},
+    {"resil_shared_slots_capacity", RESIL_METRIC_GAUGE,
+     "Instance slots of the shared segment (0 in fallback mode)"},
+    {"resil_shared_fallback_mode", RESIL_METRIC_GAUGE,
+     "1 when the segment could not be used and instances have per-process state"},
+    {"resil_shared_fallback_total", RESIL_METRIC_COUNTER,
+     "Fallbacks to per-process state (the segment, or an instance)"},
+};
+
+static void sh_metrics_emit(const void *snap, size_t family, resil_metrics_emitter *e) {
+  const sh_metrics_snap *s = snap;
+  double v = family == 0 ? s->used : family == 1 ? s->capacity
+             : family == 2 ? s->fallback_mode : s->fallbacks;
+  resil_metrics_sample(e, v, 0, NULL);
+}
+
+static const resil_metrics_source sh_source = {
+    sizeof(resil_metrics_source), sh_families, sizeof sh_families / sizeof sh_families[0],
+    sizeof(sh_metrics_snap), sh_metrics_snapshot, sh_metrics_emit};
+
+resil_status resil_shared_metrics_add(struct resil_metrics *m, const char *name,
+                                      resil_shared *seg) {
+  if (!valid(seg)) return RESIL_EINVAL;
+  return resil_metrics_add_source(m, name ? name : seg->name, &sh_source, seg);
 }
 
 int resil_shared_foreach(resil_shared *seg, resil_shared_foreach_fn fn, void *user) {

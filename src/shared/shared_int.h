@@ -88,6 +88,15 @@ resil_status resil__shared_replace(resil_shared *seg, const resil__shared_req *r
 resil_status resil__shared_find(resil_shared *seg, uint32_t kind, const char *name,
                                 uint64_t **state, resil_error *err);
 
+/* Copies the configuration record of the existing instance (kind, name)
+ * into cfg (cfg_len bytes, the policy's record size) without taking a
+ * reference or creating anything: RESIL_OK; RESIL_ESTATE when there is no
+ * such instance, its record has another size, or the segment is in
+ * fallback mode; RESIL_ESYS when the lock fails. For the policies'
+ * read-only peeks (resil_ratelimiter_shared_peek and friends). */
+resil_status resil__shared_find_cfg(resil_shared *seg, uint32_t kind, const char *name,
+                                    void *cfg, size_t cfg_len, resil_error *err);
+
 /* Drops a reference taken by attach or replace. */
 void resil__shared_release(resil_shared *seg);
 

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "test_http_common.h"
+#include "resil/shared.h"
 
 extern char **environ;
 
@@ -488,6 +489,13 @@ static void call_bad_arguments_exit_2_with_one_line_naming_the_argument(void **s
       {{u, "--timeout"}, "--timeout:"},
       {{"--max-body", "0", u}, "--max-body:"},
       {{"--max-body", "1073741825", u}, "--max-body:"},
+      {{"--rate", "2/1h", u}, "--rate:"},
+      {{"--state", "S", u}, "--state:"},
+      {{"--state", "S", "--rate", "2", u}, "--rate:"},
+      {{"--state", "S", "--rate", "0/1s", u}, "--rate:"},
+      {{"--state", "S", "--rate", "2/xs", u}, "--rate:"},
+      {{"--state-dir", "/tmp", u}, "--state-dir:"},
+      {{"--state", "a/b", "--rate", "1/1s", u}, "--state:"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const char *argv[8] = {"call"};
@@ -504,6 +512,87 @@ static void call_bad_arguments_exit_2_with_one_line_naming_the_argument(void **s
     run_result_free(&r);
   }
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+}
+
+/* ---- --state: policies kept across invocations (DESIGN 8.1) ------------ */
+
+static size_t files_in(const char *dir) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 1", dir);
+  return system(cmd) == 0 ? 1 : 0;
+}
+
+/* Three sequential `resil call --state S --rate 2/1h`: the third is
+ * REJECTED (exit 7) and the upstream saw 2; `resil state show` lists the
+ * limiter with no permit left, `reset` gives them back; another --rate
+ * replaces it (generation 2); show never creates a segment. */
+static void call_state_rate_is_kept_across_invocations(void **state) {
+  cli_state *s = *state;
+  if (!getenv("RESIL_BIN")) skip();
+  char dir[] = "/tmp/resil-cli-state-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char seg[32];
+  snprintf(seg, sizeof seg, "t%ld", (long)getpid());
+  const char *u = url(s, "/items/7");
+  run_result r;
+  for (int i = 0; i < 2; i++) {
+    RUN(&r, "call", "--state", seg, "--state-dir", dir, "--rate", "2/1h", u);
+    assert_exit(&r, 0);
+    run_result_free(&r);
+  }
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--rate", "2/1h", u);
+  assert_exit(&r, 7);
+  assert_contains(r.err, "REJECTED(no rate limiter permit) after 0 attempts");
+  run_result_free(&r);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 2);
+
+  RUN(&r, "state", "show", seg, "--dir", dir);
+  assert_exit(&r, 0);
+  assert_contains(r.out, "1 instance, capacity 64");
+  assert_contains(r.out, "ratelimiter");
+  assert_contains(r.out, "rate");
+  assert_contains(r.out, "generation 1: 0 of 2 permits available");
+  run_result_free(&r);
+
+  RUN(&r, "state", "reset", seg, "rate", "--dir", dir);
+  assert_exit(&r, 0);
+  run_result_free(&r);
+  RUN(&r, "state", "show", seg, "--dir", dir);
+  assert_contains(r.out, "generation 1: 2 of 2 permits available");
+  run_result_free(&r);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--rate", "2/1h", u);
+  assert_exit(&r, 0);
+  run_result_free(&r);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 3);
+
+  /* another rate: the command line is the truth, the limiter is replaced */
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--rate", "5/1h", u);
+  assert_exit(&r, 0);
+  run_result_free(&r);
+  RUN(&r, "state", "show", seg, "--dir", dir);
+  assert_contains(r.out, "generation 2: 4 of 5 permits available");
+  run_result_free(&r);
+
+  /* errors: no such instance, no such segment (and none is created) */
+  RUN(&r, "state", "reset", seg, "nope", "--dir", dir);
+  assert_exit(&r, 1);
+  assert_contains(r.err, "INSTANCE: no instance 'nope'");
+  run_result_free(&r);
+  RUN(&r, "state", "show", "absent", "--dir", dir);
+  assert_exit(&r, 1);
+  assert_contains(r.err, "no segment");
+  run_result_free(&r);
+  RUN(&r, "state", "show");
+  assert_exit(&r, 2);
+  assert_contains(r.err, "NAME: missing");
+  run_result_free(&r);
+  assert_int_equal(files_in(dir), 1);
+
+  char path[256];
+  snprintf(path, sizeof path, "%s/resil-%lu-v%d-%s", dir, (unsigned long)geteuid(),
+           RESIL_SHARED_LAYOUT, seg);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(rmdir(dir), 0);
 }
 
 static void call_help_exits_0_and_documents_the_exit_codes(void **state) {
@@ -886,6 +975,7 @@ int main(void) {
       T(call_follows_redirects_only_with_location),
       T(call_warns_about_retry_without_deadline_and_long_timeouts),
       T(call_bad_arguments_exit_2_with_one_line_naming_the_argument),
+      T(call_state_rate_is_kept_across_invocations),
       T(call_help_exits_0_and_documents_the_exit_codes),
       T(call_with_stdin_or_stdout_closed_exits_1_and_sends_nothing),
       T(call_location_past_the_redirect_limit_exits_8),

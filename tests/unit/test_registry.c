@@ -21,6 +21,8 @@
 #include "resil/registry.h"
 #include "resil/resil.h"
 #include "resil/store.h"
+#include "resil/events.h"
+#include "resil/shared.h"
 
 static char tmpdir[64];
 
@@ -750,6 +752,217 @@ static void cli_describe_config_prints_every_chain(void **state) {
   assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 2);
 }
 
+/* ---- shared segments (section `shared`, DESIGN §8.1) ---------------------- */
+
+static size_t dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  size_t n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL)
+    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+static void shared_text(char *buf, size_t n, const char *dir, int limit, const char *required) {
+  snprintf(buf, n,
+           "shared:\n"
+           "  instances:\n"
+           "    app: {dir: %s, capacity: 16, mode: 0600, required: %s}\n"
+           "ratelimiter:\n"
+           "  instances:\n"
+           "    api: {limit_for_period: %d, refresh_period: 1h, shared: app}\n"
+           "    own: {limit_for_period: 2, refresh_period: 1h}\n"
+           "bulkhead:\n"
+           "  instances:\n"
+           "    pool: {max_concurrent: 3, shared: app}\n"
+           "retry_budget:\n"
+           "  instances:\n"
+           "    b: {mode: grpc, max_tokens: 10, shared: app}\n",
+           dir, required, limit);
+}
+
+static int gen_of(void *user, const char *kind, const char *name, uint64_t gen) {
+  if (strcmp(kind, "ratelimiter") == 0 && strcmp(name, "api") == 0) *(uint64_t *)user = gen;
+  return 0;
+}
+
+static char *render(resil_registry *reg) {
+  resil_metrics *m;
+  assert_int_equal(resil_metrics_new(NULL, &m), RESIL_OK);
+  assert_int_equal(resil_registry_metrics_add(reg, m), RESIL_OK);
+  char *t, *out;
+  assert_int_equal(resil_metrics_render_alloc(m, &t, NULL), RESIL_OK);
+  out = strdup(t);
+  resil_metrics_text_free(m, t);
+  assert_int_equal(resil_registry_metrics_remove(reg, m), RESIL_OK);
+  resil_metrics_free(m);
+  return out;
+}
+
+/* Two registries (as two processes would) on one segment share the
+ * limiter's permits and export the same values; a reload keeps what did
+ * not change and replaces, in the segment, what did (generation 2, state
+ * reset); a changed segment re-creates what names it; NO_OPEN opens
+ * nothing. */
+static void shared_segments_are_shared_kept_and_replaced_by_reloads(void **state) {
+  (void)state;
+  char dir[128], text[1024];
+  snprintf(dir, sizeof dir, "%s/seg", tmpdir);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  shared_text(text, sizeof text, dir, 2, "true");
+  const char *p = write_file("shared.yaml", text);
+
+  resil_registry_load_options o;
+  resil_registry_load_options_init(&o);
+  o.flags = RESIL_REGISTRY_NO_OPEN;
+  resil_registry *chk;
+  assert_int_equal(resil_registry_load_file_ex(p, &o, &chk, NULL), RESIL_OK);
+  assert_null(resil_registry_shared(chk, "app"));
+  assert_non_null(resil_registry_ratelimiter(chk, "api"));
+  resil_registry_free(chk);
+  assert_int_equal(dir_entries(dir), 0); /* nothing opened or created */
+
+  resil_registry *r1, *r2;
+  assert_int_equal(resil_registry_load_file(p, &r1, NULL), RESIL_OK);
+  assert_int_equal(resil_registry_load_file(p, &r2, NULL), RESIL_OK);
+  resil_shared *seg = resil_registry_shared(r1, "app");
+  assert_non_null(seg);
+  assert_int_equal(resil_shared_is_fallback(seg), 0);
+  assert_int_equal(resil_shared_capacity(seg), 16);
+  assert_int_equal(dir_entries(dir), 1);
+  resil_ratelimiter *a1 = resil_registry_ratelimiter(r1, "api");
+  resil_ratelimiter *a2 = resil_registry_ratelimiter(r2, "api");
+  assert_int_equal(resil_ratelimiter_acquire(a1, 1, NULL, NULL), RESIL_DECISION_GO);
+  assert_int_equal(resil_ratelimiter_available(a2), 1);
+  assert_int_equal(resil_ratelimiter_available(resil_registry_ratelimiter(r2, "own")), 2);
+  /* each process exports the shared values, and the segment's figures */
+  char *t = render(r2);
+  assert_non_null(strstr(t, "resil_ratelimiter_available_permissions{name=\"api\"} 1\n"));
+  assert_non_null(strstr(t, "resil_ratelimiter_available_permissions{name=\"own\"} 2\n"));
+  assert_non_null(strstr(t, "resil_shared_slots_used{name=\"app\"} 3\n"));
+  assert_non_null(strstr(t, "resil_shared_slots_capacity{name=\"app\"} 16\n"));
+  assert_non_null(strstr(t, "resil_shared_fallback_total{name=\"app\"} 0\n"));
+  free(t);
+
+  /* the same file: everything kept, the limiter's state too */
+  assert_int_equal(resil_registry_reload(r1, p, NULL), RESIL_OK);
+  assert_ptr_equal(resil_registry_shared(r1, "app"), seg);
+  assert_ptr_equal(resil_registry_ratelimiter(r1, "api"), a1);
+  assert_int_equal(resil_ratelimiter_available(a1), 1);
+  uint64_t gen = 0;
+  assert_int_equal(resil_shared_foreach(seg, gen_of, &gen), 3);
+  assert_int_equal(gen, 1);
+
+  /* the limiter changed: replaced in the segment for every process */
+  shared_text(text, sizeof text, dir, 5, "true");
+  p = write_file("shared.yaml", text);
+  resil_registry_reload_stats rs;
+  assert_int_equal(resil_registry_reload(r1, p, NULL), RESIL_OK);
+  assert_int_equal(resil_registry_last_reload(r1, &rs), RESIL_OK);
+  assert_int_equal(rs.replaced, 1);
+  assert_ptr_equal(resil_registry_shared(r1, "app"), seg);
+  resil_ratelimiter *b1 = resil_registry_ratelimiter(r1, "api");
+  assert_ptr_not_equal(b1, a1);
+  assert_int_equal(resil_ratelimiter_available(b1), 5);
+  assert_int_equal(resil_shared_foreach(seg, gen_of, &gen), 3);
+  assert_int_equal(gen, 2);
+  /* the other process, reloading the same file, attaches: no generation 3 */
+  assert_int_equal(resil_registry_reload(r2, p, NULL), RESIL_OK);
+  assert_int_equal(resil_ratelimiter_available(resil_registry_ratelimiter(r2, "api")), 5);
+  assert_int_equal(resil_shared_foreach(seg, gen_of, &gen), 3);
+  assert_int_equal(gen, 2);
+
+  /* the segment's settings changed: it and what names it are new */
+  resil_bulkhead *pool = resil_registry_bulkhead(r1, "pool");
+  shared_text(text, sizeof text, dir, 5, "false");
+  p = write_file("shared.yaml", text);
+  assert_int_equal(resil_registry_reload(r1, p, NULL), RESIL_OK);
+  assert_ptr_not_equal(resil_registry_shared(r1, "app"), seg);
+  assert_ptr_not_equal(resil_registry_bulkhead(r1, "pool"), pool);
+  assert_ptr_not_equal(resil_registry_ratelimiter(r1, "api"), b1);
+  assert_non_null(resil_registry_retry_budget(r1, "b"));
+
+  resil_shared_config sc;
+  resil_shared_config_init(&sc);
+  sc.name = "app";
+  sc.dir = dir;
+  resil_registry_free(r1);
+  resil_registry_free(r2);
+  assert_int_equal(resil_shared_unlink(&sc, NULL), RESIL_OK);
+}
+
+static void collect_line(void *user, const char *line) {
+  char *buf = user;
+  size_t l = strlen(buf);
+  snprintf(buf + l, 4096 - l, "%s\n", line);
+}
+
+/* A required segment that cannot be opened is an error at its name; one
+ * that is not falls back: counted, and its event lines (kept until a sink
+ * is attached) say which segment and instance. */
+static void a_shared_segment_falls_back_with_events_or_fails_when_required(void **state) {
+  (void)state;
+  const char *req =
+      "shared:\n"
+      "  instances:\n"
+      "    app: {dir: /nonexistent/resil-test, required: true}\n"
+      "ratelimiter:\n"
+      "  instances:\n"
+      "    api: {limit_for_period: 2, refresh_period: 1h, shared: app}\n";
+  const char *p = write_file("req.yaml", req);
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  assert_int_not_equal(resil_registry_load_file(p, &reg, &err), RESIL_OK);
+  assert_null(reg);
+  assert_int_equal(err.line, 3);
+  assert_int_equal(err.column, 5);
+  assert_string_equal(err.key_path, "shared.instances.app");
+  assert_non_null(strstr(err.message, "/nonexistent/resil-test"));
+
+  const char *soft =
+      "shared:\n"
+      "  instances:\n"
+      "    app: {dir: /nonexistent/resil-test}\n"
+      "ratelimiter:\n"
+      "  instances:\n"
+      "    api: {limit_for_period: 2, refresh_period: 1h, shared: app}\n";
+  p = write_file("soft.yaml", soft);
+  assert_int_equal(resil_registry_load_file(p, &reg, NULL), RESIL_OK);
+  resil_shared *seg = resil_registry_shared(reg, "app");
+  assert_int_equal(resil_shared_is_fallback(seg), 1);
+  assert_int_equal(resil_shared_fallbacks(seg), 2); /* the segment, then api */
+  resil_ratelimiter *rl = resil_registry_ratelimiter(reg, "api");
+  assert_int_equal(resil_ratelimiter_available(rl), 2); /* per process */
+  char *t = render(reg);
+  assert_non_null(strstr(t, "resil_shared_fallback_total{name=\"app\"} 2\n"));
+  assert_non_null(strstr(t, "resil_shared_fallback_mode{name=\"app\"} 1\n"));
+  free(t);
+  char lines[4096] = "";
+  resil_event_sink_config ec;
+  resil_event_sink_config_init(&ec);
+  ec.fn = collect_line;
+  ec.user = lines;
+  resil_event_sink *sink;
+  assert_int_equal(resil_event_sink_new(&ec, &sink, NULL), RESIL_OK);
+  assert_int_equal(resil_registry_events_attach(reg, sink), RESIL_OK);
+  const char *l1 = strstr(lines, "\"kind\":\"shared_fallback\"");
+  assert_non_null(l1);
+  assert_non_null(strstr(lines, "\"shared_instance\":\"api\""));
+  assert_non_null(strstr(l1 + 1, "\"kind\":\"shared_fallback\"")); /* two lines */
+  assert_non_null(strstr(lines, "/nonexistent/resil-test"));
+  assert_int_equal(resil_event_sink_lines(sink), 2);
+  /* attached again: nothing written twice */
+  assert_int_equal(resil_registry_events_attach(reg, NULL), RESIL_OK);
+  assert_int_equal(resil_registry_events_attach(reg, sink), RESIL_OK);
+  assert_int_equal(resil_event_sink_lines(sink), 2);
+  assert_int_equal(resil_registry_events_attach(reg, NULL), RESIL_OK);
+  resil_event_sink_free(sink);
+  resil_registry_free(reg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(durations_and_sizes_parse_exactly),
@@ -770,6 +983,8 @@ int main(void) {
       cmocka_unit_test(store_errors_point_at_the_uri),
       cmocka_unit_test(cli_config_check_exit_codes_and_lines),
       cmocka_unit_test(cli_describe_config_prints_every_chain),
+      cmocka_unit_test(shared_segments_are_shared_kept_and_replaced_by_reloads),
+      cmocka_unit_test(a_shared_segment_falls_back_with_events_or_fails_when_required),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

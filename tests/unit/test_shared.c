@@ -16,6 +16,10 @@
 
 #include "test_util.h"
 
+#include "resil/bulkhead.h"
+#include "resil/metrics.h"
+#include "resil/ratelimit.h"
+#include "resil/retry.h"
 #include "resil/shared.h"
 #include "shared/shared_int.h"
 
@@ -549,6 +553,141 @@ static void a_segment_that_cannot_be_used_falls_back_or_fails_when_required(void
   assert_int_equal(h.calls, 2);
 }
 
+/* replace_differing (the registry's mode): another config replaces the
+ * instance (generation + 1, state reset) instead of failing; the same
+ * config attaches (a second process applying the same change replaces
+ * nothing). */
+static void replace_differing_replaces_another_config_once(void **state) {
+  (void)state;
+  char dir[64], name[64];
+  make_tmpdir(dir, sizeof dir);
+  unique_name(name, sizeof name, "repl");
+  resil_shared_config sc;
+  cfg_for(&sc, name, dir);
+  resil_shared *strict, *repl;
+  assert_int_equal(resil_shared_open(&sc, &strict, NULL), RESIL_OK);
+  sc.replace_differing = 1;
+  assert_int_equal(resil_shared_open(&sc, &repl, NULL), RESIL_OK);
+  sc.replace_differing = 2;
+  resil_error err;
+  resil_shared *bad;
+  assert_int_equal(resil_shared_open(&sc, &bad, &err), RESIL_EINVAL);
+  assert_string_equal(err.field, "replace_differing");
+
+  rec r1 = {5, 1000000000}, r2 = {7, 1000000000};
+  uint64_t init1[1] = {5}, init2[1] = {7};
+  resil__shared_req q1 = req_of("lim", &r1, init1, 1), q2 = req_of("lim", &r2, init2, 1);
+  uint64_t *w;
+  assert_int_equal(resil__shared_attach(strict, &q1, &w, NULL), RESIL_OK);
+  w[0] = 1; /* state in use */
+  resil__shared_release(strict);
+  /* strict: a mismatch */
+  assert_int_equal(resil__shared_attach(strict, &q2, &w, &err), RESIL_EINVAL);
+  assert_string_equal(err.field, "limit_for_period");
+  /* replace_differing: replaced, generation 2, state reset */
+  assert_int_equal(resil__shared_attach(repl, &q2, &w, NULL), RESIL_OK);
+  assert_int_equal(w[0], 7);
+  w[0] = 3;
+  resil__shared_release(repl);
+  char first[128] = "";
+  assert_int_equal(resil_shared_foreach(repl, first_fn, first), 1);
+  assert_string_equal(first, "ratelimiter/lim/2");
+  /* the same config again: attached, not replaced */
+  assert_int_equal(resil__shared_attach(repl, &q2, &w, NULL), RESIL_OK);
+  assert_int_equal(w[0], 3);
+  resil__shared_release(repl);
+  assert_int_equal(resil_shared_foreach(repl, first_fn, first), 1);
+  assert_string_equal(first, "ratelimiter/lim/2");
+  resil_shared_close(strict);
+  resil_shared_close(repl);
+  rm_dir_segment(&sc, dir);
+}
+
+/* The policies' peeks read an instance without creating one; the
+ * segment's figures render. */
+static void peeks_read_without_creating_and_segment_figures_render(void **state) {
+  (void)state;
+  char dir[64], name[64];
+  make_tmpdir(dir, sizeof dir);
+  unique_name(name, sizeof name, "peek");
+  resil_shared_config sc;
+  cfg_for(&sc, name, dir);
+  resil_shared *seg;
+  /* existing_only: an absent segment is not created */
+  sc.existing_only = 1;
+  resil_error e0;
+  assert_int_equal(resil_shared_open(&sc, &seg, &e0), RESIL_ESTATE);
+  assert_non_null(strstr(e0.msg, "no segment"));
+  sc.existing_only = 0;
+  assert_int_equal(resil_shared_open(&sc, &seg, NULL), RESIL_OK);
+  assert_string_equal(resil_shared_name(seg), name);
+  resil_error err;
+  int64_t avail = -1, limit = -1;
+  assert_int_equal(resil_ratelimiter_shared_peek(seg, "rl", &avail, &limit, &err),
+                   RESIL_ESTATE);
+  int n = 0;
+  assert_int_equal(resil_shared_foreach(seg, count_fn, &n), 0); /* nothing created */
+
+  resil_ratelimiter_config rc;
+  resil_ratelimiter_config_init(&rc);
+  rc.name = "rl";
+  rc.limit_for_period = 3;
+  rc.refresh_period_ns = 3600 * 1000000000LL;
+  rc.shared = seg;
+  resil_ratelimiter *rl;
+  assert_int_equal(resil_ratelimiter_new(&rc, &rl, NULL), RESIL_OK);
+  assert_int_equal(resil_ratelimiter_acquire(rl, 1, NULL, NULL), RESIL_DECISION_GO);
+  assert_int_equal(resil_ratelimiter_shared_peek(seg, "rl", &avail, &limit, NULL), RESIL_OK);
+  assert_int_equal(avail, 2);
+  assert_int_equal(limit, 3);
+
+  resil_bulkhead_config bc;
+  resil_bulkhead_config_init(&bc);
+  bc.name = "bh";
+  bc.max_concurrent = 4;
+  bc.shared = seg;
+  resil_bulkhead *bh;
+  assert_int_equal(resil_bulkhead_new(&bc, &bh, NULL), RESIL_OK);
+  assert_int_equal(resil_bulkhead_try_acquire(bh, NULL), RESIL_DECISION_GO);
+  uint32_t av = 0, mx = 0;
+  assert_int_equal(resil_bulkhead_shared_peek(seg, "bh", &av, &mx, NULL), RESIL_OK);
+  assert_int_equal(av, 3);
+  assert_int_equal(mx, 4);
+  resil_bulkhead_release(bh);
+
+  resil_retry_budget_config gc;
+  resil_retry_budget_config_init(&gc);
+  gc.name = "rb";
+  gc.mode = RESIL_BUDGET_GRPC;
+  gc.max_tokens = 10;
+  gc.shared = seg;
+  resil_retry_budget *rb;
+  assert_int_equal(resil_retry_budget_new(&gc, &rb, NULL), RESIL_OK);
+  int64_t tokens = -1;
+  assert_int_equal(resil_retry_budget_shared_peek(seg, "rb", &tokens, NULL), RESIL_OK);
+  assert_int_equal(tokens, resil_retry_budget_balance(rb));
+  assert_int_equal(resil_bulkhead_shared_peek(seg, "rl", &av, &mx, &err), RESIL_ESTATE);
+
+  resil_metrics *m;
+  assert_int_equal(resil_metrics_new(NULL, &m), RESIL_OK);
+  assert_int_equal(resil_shared_metrics_add(m, "app", seg), RESIL_OK);
+  char *text;
+  assert_int_equal(resil_metrics_render_alloc(m, &text, NULL), RESIL_OK);
+  assert_non_null(strstr(text, "resil_shared_slots_used{name=\"app\"} 3\n"));
+  assert_non_null(strstr(text, "resil_shared_slots_capacity{name=\"app\"} 64\n"));
+  assert_non_null(strstr(text, "resil_shared_fallback_mode{name=\"app\"} 0\n"));
+  assert_non_null(strstr(text, "# TYPE resil_shared_fallback_total counter\n"));
+  assert_non_null(strstr(text, "resil_shared_fallback_total{name=\"app\"} 0\n"));
+  resil_metrics_text_free(m, text);
+  resil_metrics_free(m);
+
+  resil_retry_budget_free(rb);
+  resil_bulkhead_free(bh);
+  resil_ratelimiter_free(rl);
+  resil_shared_close(seg);
+  rm_dir_segment(&sc, dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(two_processes_share_one_slot_in_a_0600_object_named_by_uid_and_layout),
@@ -560,6 +699,8 @@ int main(void) {
       cmocka_unit_test(a_process_killed_inside_a_table_change_is_repaired_by_the_next),
       cmocka_unit_test(an_object_whose_creator_died_before_ready_is_initialised_again),
       cmocka_unit_test(a_segment_that_cannot_be_used_falls_back_or_fails_when_required),
+      cmocka_unit_test(replace_differing_replaces_another_config_once),
+      cmocka_unit_test(peeks_read_without_creating_and_segment_figures_render),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

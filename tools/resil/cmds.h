@@ -14,6 +14,9 @@ int resil_cmd_config(int argc, char **argv);
 /* resil call: an HTTP call through the policies (built with libresil-http). */
 int resil_cmd_call(int argc, char **argv);
 
+/* resil state show|reset NAME: a shared segment's instances (shared.h). */
+int resil_cmd_state(int argc, char **argv);
+
 /* resil fixture [--port N] [--bind ADDR] [--verbose]: runs the
  * fault-injecting upstream until SIGINT or SIGTERM (built with the
  * fixture). */

@@ -22,6 +22,7 @@ static void usage(FILE *f) {
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
           "  upstream   run an idempotent payment service that can crash itself\n"
 #endif
+          "  state      show or reset a shared segment's instances (state show NAME)\n"
           "  version    print the version\n"
           "Run 'resil COMMAND --help' for a command's options.\n");
 }
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "lab") == 0) return lab_main(argc - 1, argv + 1);
   if (strcmp(cmd, "describe") == 0) return resil_cmd_describe(argc - 1, argv + 1);
   if (strcmp(cmd, "config") == 0) return resil_cmd_config(argc - 1, argv + 1);
+  if (strcmp(cmd, "state") == 0) return resil_cmd_state(argc - 1, argv + 1);
 #ifdef RESIL_HAVE_HTTP
   if (strcmp(cmd, "call") == 0) return resil_cmd_call(argc - 1, argv + 1);
 #endif
