@@ -1847,9 +1847,20 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   call->at.arg = call;
   call->ht.cb = on_hedge_timer;
   call->ht.arg = call;
-  int64_t now = eng_now(e);
+  /* The deadline on the loop's clock. When both are the process's
+   * CLOCK_MONOTONIC (an adapter without its own now_ns, a ctx on the
+   * system clock) it is the ctx's deadline itself. Otherwise it is
+   * converted through the time left, read before the loop's now: the
+   * thread may be preempted between the two reads, and in this order that
+   * makes the deadline late by the gap, never early. */
   int64_t rem = resil_ctx_remaining_ns(cx);
-  call->deadline_at = rem == INT64_MAX ? INT64_MAX : resil__sat_add(now, rem);
+  int64_t now = eng_now(e);
+  if (rem == INT64_MAX)
+    call->deadline_at = INT64_MAX;
+  else if (!e->ad->now_ns && resil__clock(cx->clock) == resil_clock_system())
+    call->deadline_at = cx->deadline_ns;
+  else
+    call->deadline_at = resil__sat_add(now, rem);
   /* The start is deferred to a later loop iteration: done_fn is never
    * called from inside this function. */
   if (arm_at(e, &call->t, now) != 0 ||
