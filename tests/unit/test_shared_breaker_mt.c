@@ -6,6 +6,7 @@
  * shared handle. Real processes (fork); every child is killed or waited for
  * by the test that started it. */
 #include <sched.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -13,7 +14,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <threads.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -576,7 +576,7 @@ static void an_unusable_segment_gives_a_per_process_breaker_unless_required(void
 #define THREADS 4
 #define PER_THREAD 20000
 
-static int hammer(void *arg) {
+static void *hammer(void *arg) {
   resil_breaker *br = arg;
   resil_outcome ok = resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_OK);
   for (int i = 0; i < PER_THREAD; i++) {
@@ -584,7 +584,7 @@ static int hammer(void *arg) {
     if (resil_breaker_try_acquire(br, &p) == RESIL_DECISION_GO)
       resil_breaker_record(br, &p, &ok, 1000);
   }
-  return 0;
+  return NULL;
 }
 
 static void threads_and_a_process_share_one_window(void **state) {
@@ -604,10 +604,10 @@ static void threads_and_a_process_share_one_window(void **state) {
     hammer(mine);
     _exit(0);
   }
-  thrd_t t[THREADS];
+  pthread_t t[THREADS];
   for (int i = 0; i < THREADS; i++)
-    assert_int_equal(thrd_create(&t[i], hammer, br), thrd_success);
-  for (int i = 0; i < THREADS; i++) assert_int_equal(thrd_join(t[i], NULL), thrd_success);
+    assert_int_equal(pthread_create(&t[i], NULL, hammer, br), 0);
+  for (int i = 0; i < THREADS; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
   wait_all(&pid, 1);
   resil_breaker_metrics m;
   assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
