@@ -385,16 +385,25 @@ static RESIL_NOINLINE void lock_slow(resil_breaker *br) {
   }
 }
 
-/* One attempt: 1 when taken. */
-static RESIL_ALWAYS_INLINE int try_lock_br(resil_breaker *br) {
+/* One attempt: 1 when taken. In-process the lock only holds 0 or 1, so an
+ * exchange (which measured a little cheaper than a compare-and-swap) does;
+ * a shared lock must not overwrite its holder's token. */
+static RESIL_ALWAYS_INLINE int try_lock_shared(resil_breaker *br) {
   uint64_t z = 0;
-  if (RESIL_LIKELY(atomic_compare_exchange_strong_explicit(
-          &br->s->lock, &z, lock_token(br), memory_order_acquire,
-          memory_order_relaxed))) {
-    locked(br);
+  if (atomic_compare_exchange_strong_explicit(&br->s->lock, &z, lock_token(br),
+                                              memory_order_acquire,
+                                              memory_order_relaxed)) {
+    fix_store(br);
     return 1;
   }
   return 0;
+}
+
+static RESIL_ALWAYS_INLINE int try_lock_br(resil_breaker *br) {
+  br_state *s = br->s;
+  if (RESIL_LIKELY(s == &br->u.own))
+    return !atomic_exchange_explicit(&s->lock, 1u, memory_order_acquire);
+  return try_lock_shared(br);
 }
 
 static RESIL_ALWAYS_INLINE void lock_br(resil_breaker *br) {
@@ -1623,6 +1632,35 @@ record_slow(resil_breaker *br, const resil_breaker_permit *permit,
                        precise_reading(br, t, run));
 }
 
+/* The inline path's end, the lock held: a permit of the current
+ * generation in CLOSED and a clean window only count; anything else goes
+ * on out of line. */
+static RESIL_ALWAYS_INLINE resil_status
+record_clean(resil_breaker *br, br_state *s, const resil_breaker_permit *permit,
+             resil_outcome_class cls, int slow, int64_t t, int run) {
+  uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
+  if (RESIL_UNLIKELY(atomic_load_explicit(&s->word, memory_order_relaxed) !=
+                     expect))
+    return record_held(br, permit, cls, slow, t, run);
+  if (RESIL_LIKELY(resil__window_clean(&s->win))) {
+    s->t_calls++;
+    resil__window_record_count(&s->win, 0, 0);
+    atomic_store_explicit(&s->lock, 0u, memory_order_release);
+    return RESIL_OK;
+  }
+  return record_closed(br, 0, 0, t, run);
+}
+
+/* The inline path on a shared state (the lock takes a token and fixes the
+ * window's address): out of line, so that the in-process path saves no
+ * registers. */
+static RESIL_NOINLINE resil_status
+record_shared(resil_breaker *br, const resil_breaker_permit *permit,
+              resil_outcome_class cls, int slow, int64_t t, int run) {
+  lock_br(br);
+  return record_clean(br, br->s, permit, cls, slow, t, run);
+}
+
 /* The common case inline: CLOSED with a count window, a recorded class
  * that is not a failure, not slow, a permit of the current generation, an
  * uncontended lock, and a clean window (no failure, no slow call in it: a
@@ -1634,21 +1672,15 @@ record(resil_breaker *br, const resil_breaker_permit *permit,
        resil_outcome_class cls, int slow, int64_t t, int run) {
   if (RESIL_UNLIKELY(slow || !((br->inline_mask >> (unsigned)cls) & 1u)))
     return record_slow(br, permit, cls, slow, t, run);
-  /* Everything that needs no lock is computed before taking it: loads
-   * after the lock's acquire cannot be moved above it. */
-  uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
-  if (RESIL_UNLIKELY(!try_lock_br(br)))
+  /* s in a local: br->s would be loaded again after the lock's
+   * acquire, which no load can be moved above. */
+  br_state *s = br->s;
+  if (RESIL_UNLIKELY(s != &br->u.own))
+    return record_shared(br, permit, cls, slow, t, run);
+  if (RESIL_UNLIKELY(
+          atomic_exchange_explicit(&s->lock, 1u, memory_order_acquire)))
     return record_contended(br, permit, cls, slow, t, run);
-  if (RESIL_UNLIKELY(atomic_load_explicit(&br->s->word, memory_order_relaxed) !=
-                     expect))
-    return record_held(br, permit, cls, slow, t, run);
-  if (RESIL_LIKELY(resil__window_clean(&br->s->win))) {
-    br->s->t_calls++;
-    resil__window_record_count(&br->s->win, 0, 0);
-    unlock_br(br);
-    return RESIL_OK;
-  }
-  return record_closed(br, 0, 0, t, run);
+  return record_clean(br, s, permit, cls, slow, t, run);
 }
 
 /* Any other outcome: classified out of line, so that the inline path makes
