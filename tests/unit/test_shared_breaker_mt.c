@@ -94,7 +94,7 @@ typedef struct board {
   _Atomic long calls;  /* permitted calls (each an upstream call) */
   _Atomic long rejected;
   _Atomic long bad;
-  _Atomic long probes[64]; /* M2: permits per generation */
+  _Atomic long probes[128]; /* M2: permits per generation (< 128: 400 ms / 15 ms periods) */
 } board;
 
 static board *board_new(void) {
@@ -200,7 +200,7 @@ static pid_t m2_worker(resil_shared *seg, board *b, int64_t end) {
       continue;
     }
     if (p.state != RESIL_BREAKER_HALF_OPEN) atomic_fetch_add(&b->bad, 1);
-    atomic_fetch_add(&b->probes[p.generation % 64], 1);
+    atomic_fetch_add(&b->probes[p.generation % 128], 1);
     atomic_fetch_add(&b->calls, 1);
     resil_outcome o = failure(); /* the probe fails: OPEN again */
     if (resil_breaker_record(br, &p, &o, 1000) != RESIL_OK) _exit(2);
@@ -225,7 +225,7 @@ static void m2_half_open_lets_one_probe_in_across_eight_processes(void **state) 
   atomic_store(&b->go, 1);
   wait_all(w, WORKERS);
   long periods = 0, over = 0;
-  for (int g = 0; g < 64; g++) {
+  for (int g = 0; g < 128; g++) {
     long n = atomic_load(&b->probes[g]);
     periods += n > 0;
     over += n > 1;
@@ -306,6 +306,61 @@ static void a_permit_from_an_older_generation_is_ignored_in_another_process(void
   close(up[1]);
   close(down[0]);
   close(down[1]);
+  resil_breaker_free(br);
+  seg_done(seg, &sc);
+}
+
+/* ---- the run form and listeners ---------------------------------------------- */
+
+static resil_outcome fail_fn(void *arg, const resil_ctx *ctx) {
+  (void)arg;
+  (void)ctx;
+  return resil_outcome_http(503);
+}
+
+static void count_events(void *user, resil_breaker *br, const resil_breaker_event *e) {
+  (void)br;
+  if (e->kind == RESIL_BREAKER_EVENT_TRANSITION) (*(int *)user)++;
+}
+
+static void the_run_form_works_and_a_transition_is_told_by_its_maker_only(void **state) {
+  (void)state;
+  resil_shared_config sc;
+  char name[64];
+  seg_config(&sc, name, sizeof name, "run");
+  resil_shared *seg = seg_open(&sc);
+  resil_breaker_config c;
+  m1_config(&c, seg);
+  c.window_size = 4;
+  c.minimum_calls = 4;
+  resil_breaker *br = breaker_of(&c);
+  int seen = 0;
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, count_events, &seen));
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    resil_breaker *mine = NULL;
+    if (resil_breaker_new(&c, &mine, NULL) != RESIL_OK) _exit(1);
+    int told = 0;
+    if (resil_breaker_listener_add(mine, count_events, &told) != RESIL_OK) _exit(2);
+    for (int i = 0; i < 4; i++) (void)resil_breaker_run(mine, NULL, fail_fn, NULL);
+    /* This process opened it: its listener was told. */
+    _exit(told == 1 && resil_breaker_state(mine) == RESIL_BREAKER_OPEN ? 0 : 3);
+  }
+  wait_all(&pid, 1);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  assert_int_equal(seen, 0); /* another process's transition: no event here */
+  resil_outcome o = resil_breaker_run(br, NULL, fail_fn, NULL);
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_BREAKER_OPEN);
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_CLOSED));
+  assert_int_equal(seen, 1);
+  resil_breaker_metrics m;
+  assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
+  assert_int_equal(m.total_failures, 4);
+  assert_int_equal(m.total_not_permitted, 1);
+  assert_int_equal(m.total_transitions, 2);
+  check_ok(br);
   resil_breaker_free(br);
   seg_done(seg, &sc);
 }
@@ -624,6 +679,7 @@ int main(void) {
       cmocka_unit_test(m1_eight_processes_open_one_breaker_after_at_most_27_calls),
       cmocka_unit_test(m2_half_open_lets_one_probe_in_across_eight_processes),
       cmocka_unit_test(a_permit_from_an_older_generation_is_ignored_in_another_process),
+      cmocka_unit_test(the_run_form_works_and_a_transition_is_told_by_its_maker_only),
       cmocka_unit_test(a_lock_holder_that_dies_mid_change_is_taken_over_and_repaired),
       cmocka_unit_test(sigkill_chaos_leaves_the_state_consistent_and_nobody_wedged),
       cmocka_unit_test(another_config_names_the_field_and_bad_shared_configs_are_refused),
