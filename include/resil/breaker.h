@@ -336,9 +336,12 @@ typedef struct resil_breaker_config {
    * emptied, HALF_OPEN permits are capped), so no process is wedged and no
    * invariant stays broken. A process killed while holding a HALF_OPEN
    * permit never returns it: the period ends by half_open_max_wait_ns, as
-   * for a call whose result never comes. resil_shared_reset puts the
-   * breaker back to its initial state for every process; results being
-   * recorded at that instant may be lost.
+   * for a call whose result never comes. resil_shared_reset (and a
+   * replace) puts the breaker back to its initial state for every process:
+   * it takes the breaker's lock first (waiting for a holder, taking it
+   * over from a dead one), so it never rewrites the state under a record.
+   * The state restarts in generation 1, so a permit of the very first
+   * generation still held then counts in the new state.
    *
    * When the segment is in fallback mode or full, the breaker gets
    * per-process state (a fallback counted on the segment) unless the

@@ -61,7 +61,8 @@
  * how), never under a lock, except the breaker's: its multi-word changes
  * (window, totals, transitions) are made under a lock in its slot that
  * records its holder process, and a waiter that finds the holder dead
- * takes the lock over and repairs the state first (breaker.h).
+ * takes the lock over and repairs the state first (breaker.h); a reset or
+ * replace takes that lock too before rewriting the slot.
  *
  * Fallback. When the segment cannot be used (permissions, another user's
  * object, no /dev/shm, no space, a bad header, another time namespace) or

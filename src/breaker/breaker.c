@@ -1003,6 +1003,8 @@ static resil_status use_shared(resil_breaker *br, const resil_breaker_config *cf
   q.nfields = sizeof br_shared_fields / sizeof br_shared_fields[0];
   q.init = init;
   q.init_words = RESIL__SHARED_INIT_WORDS;
+  /* A reset or replace takes the lock before rewriting the state. */
+  q.lock_word = (uint32_t)(offsetof(br_state, lock) / sizeof(uint64_t)) + 1u;
   resil_error why;
   resil_error_clear(&why);
   uint64_t *words = NULL;

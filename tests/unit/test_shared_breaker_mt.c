@@ -516,6 +516,60 @@ static void sigkill_chaos_leaves_the_state_consistent_and_nobody_wedged(void **s
   seg_done(seg, &sc);
 }
 
+/* ---- resil_shared_reset while processes record ------------------------------ */
+
+static void a_reset_while_processes_record_keeps_the_window_consistent(void **state) {
+  (void)state;
+  resil_shared_config sc;
+  char name[64];
+  seg_config(&sc, name, sizeof name, "reset");
+  resil_shared *seg = seg_open(&sc);
+  resil_breaker_config c;
+  chaos_config(&c, seg); /* the workers' (chaos_spawn) */
+  resil_breaker *br = breaker_of(&c);
+  board *b = board_new();
+  pid_t w[2];
+  for (int i = 0; i < 2; i++) w[i] = chaos_spawn(seg, b, (unsigned)i + 7u);
+  /* The workers attach (under the table's mutex) and record first. */
+  while (atomic_load(&b->calls) < 1000) sched_yield();
+  int64_t end = mono() + RESIL_MS(500);
+  long resets = 0;
+  while (mono() < end) {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+    assert_status(RESIL_OK, resil_shared_reset(seg, "chaos", NULL));
+    resets++;
+    char why[256];
+    if (resil__breaker_check(br, why, sizeof why) != 0) {
+      for (int i = 0; i < 2; i++) kill(w[i], SIGKILL);
+      fail_msg("after %ld resets: %s", resets, why);
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(kill(w[i], SIGKILL), 0);
+    assert_int_equal(waitpid(w[i], NULL, 0), w[i]);
+  }
+  print_message("resets %ld, calls %ld\n", resets, atomic_load(&b->calls));
+  check_ok(br);
+  /* A lock left by a dead holder does not stop a reset. */
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    resil__breaker_test_die_locked(br);
+    _exit(0);
+  }
+  wait_all(&pid, 1);
+  int64_t t0 = mono();
+  assert_status(RESIL_OK, resil_shared_reset(seg, "chaos", NULL));
+  int64_t took = mono() - t0;
+  print_message("reset past a dead holder in %.2f ms\n", (double)took / 1e6);
+  assert_true(took < RESIL_MS(100));
+  check_ok(br);
+  munmap(b, sizeof *b);
+  resil_breaker_free(br);
+  seg_done(seg, &sc);
+}
+
 /* ---- configuration ------------------------------------------------------------ */
 
 static int64_t fake_now(void *self) {
@@ -682,6 +736,7 @@ int main(void) {
       cmocka_unit_test(the_run_form_works_and_a_transition_is_told_by_its_maker_only),
       cmocka_unit_test(a_lock_holder_that_dies_mid_change_is_taken_over_and_repaired),
       cmocka_unit_test(sigkill_chaos_leaves_the_state_consistent_and_nobody_wedged),
+      cmocka_unit_test(a_reset_while_processes_record_keeps_the_window_consistent),
       cmocka_unit_test(another_config_names_the_field_and_bad_shared_configs_are_refused),
       cmocka_unit_test(an_unusable_segment_gives_a_per_process_breaker_unless_required),
       cmocka_unit_test(threads_and_a_process_share_one_window),
