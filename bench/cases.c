@@ -64,7 +64,8 @@ static uint64_t check_calls(const call_counter *c, uint64_t before,
 /* A breaker as a service would configure it: Resilience4j's defaults (count
  * window of 100 results, minimum 100 calls, 50 % failures, OPEN wait 60 s),
  * with slow-call detection at 1 s (slow-call rate threshold 100 %). */
-static resil_status make_breaker(resil_breaker **out, resil_error *err) {
+static resil_status make_breaker_in(resil_shared *seg, resil_breaker **out,
+                                    resil_error *err) {
   resil_breaker_config cfg;
   resil_breaker_config_init(&cfg);
   cfg.name = "bench";
@@ -72,7 +73,12 @@ static resil_status make_breaker(resil_breaker **out, resil_error *err) {
   cfg.window_size = 100;
   cfg.minimum_calls = 100;
   cfg.slow_call_duration_ns = INT64_C(1000000000);
+  cfg.shared = seg;
   return resil_breaker_new(&cfg, out, err);
+}
+
+static resil_status make_breaker(resil_breaker **out, resil_error *err) {
+  return make_breaker_in(NULL, out, err);
 }
 
 typedef struct breaker_state {
@@ -295,6 +301,46 @@ static void case_breaker_acquire_record(const bench_opts *o, json_t *cases) {
                body_breaker_acquire_record);
 }
 
+/* The same breaker with its state in a shared segment (POSIX shm, a name
+ * of this process's own, removed afterwards): the cost of the indirection,
+ * of the lock's owner token and of the shared cache lines, uncontended. */
+static void case_shared_breaker_acquire_record(const bench_opts *o,
+                                               json_t *cases) {
+  bench_result r;
+  memset(&r, 0, sizeof r);
+  r.name = "shared_breaker_acquire_record";
+  r.measures = "resil_breaker_try_acquire + resil_breaker_record as "
+               "breaker_acquire_record, the state in a resil_shared segment "
+               "(POSIX shm), one process";
+  char name[64];
+  snprintf(name, sizeof name, "bench-br-%ld", (long)getpid());
+  resil_shared_config sc;
+  resil_shared_config_init(&sc);
+  sc.name = name;
+  sc.required = 1;
+  resil_shared *seg = NULL;
+  breaker_state s;
+  memset(&s, 0, sizeof s);
+  resil_error err;
+  resil_status st = resil_shared_open(&sc, &seg, &err);
+  if (st != RESIL_OK) {
+    setup_error(&r, "resil_shared_open", st, &err);
+    finish(&r, cases);
+    return;
+  }
+  st = make_breaker_in(seg, &s.br, &err);
+  if (st != RESIL_OK)
+    setup_error(&r, "resil_breaker_new", st, &err);
+  else
+    bench_measure(o, body_breaker_acquire_record, &s, &r);
+  if (!r.error[0] && resil_breaker_state(s.br) != RESIL_BREAKER_CLOSED)
+    snprintf(r.error, sizeof r.error, "breaker left CLOSED");
+  resil_breaker_free(s.br);
+  resil_shared_close(seg);
+  resil_shared_unlink(&sc, NULL);
+  finish(&r, cases);
+}
+
 static void case_breaker_run(const bench_opts *o, json_t *cases) {
   breaker_case(o, cases, "breaker_run",
                "resil_breaker_run of a no-op call (through a function "
@@ -501,6 +547,8 @@ int bench_run_cases(const bench_opts *opts, const char *json_path) {
   json_t *cases = json_array();
   if (bench_selected(opts, "breaker_acquire_record"))
     case_breaker_acquire_record(opts, cases);
+  if (bench_selected(opts, "shared_breaker_acquire_record"))
+    case_shared_breaker_acquire_record(opts, cases);
   if (bench_selected(opts, "breaker_run")) case_breaker_run(opts, cases);
   if (bench_selected(opts, "retry_run")) case_retry_run(opts, cases);
   if (bench_selected(opts, "ratelimiter_acquire"))

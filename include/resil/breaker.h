@@ -162,6 +162,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shared.h"
 #include "alloc.h"
 #include "call.h"
 #include "clock.h"
@@ -296,6 +297,59 @@ typedef struct resil_breaker_config {
   /* Where the HALF_OPEN maximum wait leads (Resilience4j's
    * transitionToStateAfterWaitDuration): 0 = OPEN, 1 = CLOSED. Default 0. */
   int half_open_max_wait_to_closed;
+  /* Since 0.2: a segment (shared.h) to keep the state in, shared with every
+   * process that creates a breaker of the same name in the same segment;
+   * NULL = per-process state. Default NULL.
+   *
+   * Shared: the state word (state and generation), the window and its
+   * totals, the HALF_OPEN permits, the OPEN wait series, the state's start
+   * and the monotonic totals (metrics) live in the segment's slot for the
+   * name; the rules of DESIGN §2.2 hold across processes: the window counts
+   * every process's results, HALF_OPEN lets in half_open_permitted_calls
+   * probes in all, a permit of an earlier generation (from any process) is
+   * ignored everywhere, and each transition is made once, by the process
+   * whose call caused it (or that first saw its time come). That process
+   * records the event in its own ring and delivers it to its own
+   * listeners; the other processes see the new state but no event:
+   * listeners and the event ring are per process.
+   *
+   * Per process: name lookup aside, event_capacity, the ring, listeners and
+   * alloc. The slot records every other field but clock (window_type,
+   * window_size, minimum_calls, the thresholds, slow_call_duration_ns, the
+   * waits and multiplier, half_open_permitted_calls, automatic_half_open,
+   * the classes, initial_state, half_open_max_wait_to_closed): a breaker of
+   * that name with another value is RESIL_EINVAL naming the first differing
+   * field. The clock must be the system one (NULL; another is RESIL_EINVAL,
+   * field "clock"): times are CLOCK_MONOTONIC readings compared across
+   * processes. The window must fit one segment slot: a count window of at
+   * most 13632 results (the larger of window_size and
+   * half_open_permitted_calls), a time window of 212 seconds (less
+   * with a large half_open_permitted_calls); a larger one is RESIL_EINVAL
+   * naming the field and the maximum.
+   *
+   * Acquire in CLOSED stays one atomic load; everything else happens under
+   * a lock in the slot whose holder is recorded (process id and start
+   * time): a process killed while holding it is detected by the next
+   * waiter (within about a millisecond of waiting), which takes the lock
+   * over and repairs the state before using it (the window's totals are
+   * recomputed from its contents, a window the state cannot hold is
+   * emptied, HALF_OPEN permits are capped), so no process is wedged and no
+   * invariant stays broken. A process killed while holding a HALF_OPEN
+   * permit never returns it: the period ends by half_open_max_wait_ns, as
+   * for a call whose result never comes. resil_shared_reset (and a
+   * replace) puts the breaker back to its initial state for every process:
+   * it takes the breaker's lock first (waiting for a holder, taking it
+   * over from a dead one), so it never rewrites the state under a record.
+   * The state restarts in generation 1, so a permit of the very first
+   * generation still held then counts in the new state.
+   *
+   * When the segment is in fallback mode or full, the breaker gets
+   * per-process state (a fallback counted on the segment) unless the
+   * segment is required: then creation fails with the reason
+   * (RESIL_ESTATE). The segment handle must stay open until the breaker is
+   * freed (the breaker holds a reference to its mapping). After fork() the
+   * child may use the breakers it inherited. */
+  resil_shared *shared;
 } resil_breaker_config;
 
 /* A permit handed out by resil_breaker_try_acquire(). A plain value the

@@ -1,7 +1,7 @@
 /* resil_shared: state shared by the processes of one host (DESIGN §8.1).
  *
- * A shared segment is opened by name. Rate limiters and bulkheads (more
- * policies to come) created with `cfg.shared` set to a segment keep their
+ * A shared segment is opened by name. Breakers, rate limiters, bulkheads
+ * and retry budgets created with `cfg.shared` set to a segment keep their
  * state in it, under their instance name: every process that opens the
  * same segment and creates the same kind of instance under the same name
  * shares one state, with the single-process semantics of DESIGN §2.
@@ -42,9 +42,9 @@
  * segment whose creator died while initialising it is initialised by the
  * next process that opens it.
  *
- * Instances. Rate limiters (ratelimit.h), semaphore bulkheads
- * (bulkhead.h) and retry budgets (retry.h) take a `shared` config field;
- * breakers are not shared yet. The segment holds `capacity` instance
+ * Instances. Circuit breakers (breaker.h), rate limiters (ratelimit.h),
+ * semaphore bulkheads (bulkhead.h) and retry budgets (retry.h) take a
+ * `shared` config field. The segment holds `capacity` instance
  * slots, fixed at creation. An instance is created in the first free slot, or found by
  * its kind and name. Opening an existing instance with a different
  * configuration fails, naming the first field that differs; no free slot
@@ -58,7 +58,11 @@
  * the mutex after a death (EOWNERDEAD) re-applies the interrupted change
  * before it marks the mutex consistent. The policies' own state is changed
  * with lock-free 64-bit compare-and-swap only (each policy's header says
- * how), never under a lock.
+ * how), never under a lock, except the breaker's: its multi-word changes
+ * (window, totals, transitions) are made under a lock in its slot that
+ * records its holder process, and a waiter that finds the holder dead
+ * takes the lock over and repairs the state first (breaker.h); a reset or
+ * replace takes that lock too before rewriting the slot.
  *
  * Fallback. When the segment cannot be used (permissions, another user's
  * object, no /dev/shm, no space, a bad header, another time namespace) or

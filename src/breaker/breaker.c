@@ -14,9 +14,15 @@
  *     in case the holder was preempted. `word` is written only with the
  *     lock held, so a transition and its window change are one step for
  *     every other locked reader.
- *   - `word` and the read-only configuration sit at least 64 bytes before
- *     `lock` and the counters it guards, so the stores of the record path
- *     never invalidate the cache line the acquire path reads.
+ *   - `word` sits 64 bytes before `lock` and the counters it guards (see
+ *     br_state), so the stores of the record path never invalidate the
+ *     cache line the acquire path reads.
+ *   - The state (br_state and the windows' storage) is reached through
+ *     br->s: the handle's own block, or a shared segment's slot (DESIGN
+ *     §8.1, cfg.shared), where every process runs this same code on it. A
+ *     shared lock holds its holder's owner word (pid and start time) so a
+ *     waiter can tell a dead holder, take the lock over and repair the
+ *     state (repair); listener delivery stays outside the lock.
  *   - Events are collected while the lock is held (into the ring and into a
  *     per-call buffer) and delivered to listeners after it is released, on
  *     the calling thread, from a snapshot of the listener list.
@@ -25,7 +31,9 @@
  *     a breaker layer through resil__breaker_enter/_leave (breaker_int.h),
  *     and hands the reading enter takes before the call to a rate limiter
  *     right below it. */
+#define _GNU_SOURCE /* madvise, MAP_ANONYMOUS, MADV_WIPEONFORK */
 #include <sched.h>
+#include <sys/mman.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -36,6 +44,7 @@
 #include "core/window.h"
 #include "breaker/breaker_int.h"
 #include "resil/breaker.h"
+#include "shared/shared_int.h"
 
 #if defined(__GNUC__)
 #define RESIL_NOINLINE __attribute__((noinline))
@@ -105,10 +114,74 @@ typedef struct evbuf {
   listener ls[RESIL_BREAKER_MAX_LISTENERS];
 } evbuf;
 
-struct resil_breaker {
-  /* ---- read by every acquire and record; written only on transitions
-   * (word) or never (the rest). */
+/* The state the breaker's rules change: in the handle (`own`), or in the
+ * slot of a shared segment (DESIGN §8.1), where every process that shares
+ * the breaker runs the same code on it. The first line holds `word` and
+ * what only transitions write; `lock` starts the second, followed by what
+ * every record writes (and, in the handle, by the main window's slots).
+ * The first RESIL__SHARED_INIT_WORDS words are everything a new state
+ * needs besides zeros (a shared slot is created from them).
+ *
+ * `win.store` is an address: in a segment each process maps the slot
+ * elsewhere, so whoever takes the lock points it at its own mapping
+ * (fix_store) before using the window. */
+typedef struct br_state {
   _Atomic uint64_t word; /* state | generation << STATE_BITS */
+  int64_t since_ns;      /* when the current state began */
+  int64_t cur_wait_ns;   /* wait of the current (or last) OPEN */
+  /* The configured series' wait for `opens` (cur_wait_ns differs only for
+   * an OPEN entered by resil_breaker_open_for). */
+  int64_t series_wait_ns;
+  uint32_t opens;     /* consecutive OPENs, as Resilience4j counts them */
+  uint32_t exceeded;  /* METRICS_ONLY: excursion already reported */
+  uint32_t half_left; /* HALF_OPEN permits not handed out */
+  uint32_t unused_;
+  uint64_t t_ignored;
+  uint64_t t_not_permitted;
+  /* ---- under the lock, written by every record. 0: free; otherwise the
+   * holder: 1 in a handle, the owner word of the holding process
+   * (resil__shared_owner_self) in a segment. */
+  _Atomic uint64_t lock;
+  resil__window win;
+  uint64_t t_calls; /* successes = t_calls - t_failures */
+  uint64_t t_failures;
+  uint64_t t_slow;
+  uint64_t t_slow_failures;
+  uint64_t t_transitions;
+} br_state;
+
+_Static_assert(offsetof(br_state, lock) == 64, "word and lock on two lines");
+_Static_assert(sizeof(resil__window) == 64 && offsetof(resil__window, store) == 56,
+               "the window's address is its last word");
+_Static_assert(offsetof(br_state, win) + offsetof(resil__window, store) ==
+                   RESIL__SHARED_INIT_WORDS * sizeof(uint64_t),
+               "a new state is its first RESIL__SHARED_INIT_WORDS words");
+_Static_assert(sizeof(br_state) % 8 == 0, "window slots follow it");
+
+/* The window storage follows the state: in the handle's block (`own` is
+ * the handle's last member) and in a shared slot alike. */
+#define STORE_OFF sizeof(br_state)
+#define SHARED_STORE_BYTES                                                     \
+  (RESIL__SHARED_STATE_WORDS * sizeof(uint64_t) - STORE_OFF)
+
+/* A shared breaker's lock token, in a page the kernel empties in a forked
+ * child (MADV_WIPEONFORK): 0 there means "not computed in this process". */
+typedef struct br_token {
+  _Atomic uint64_t token;
+} br_token;
+
+/* What a shared handle needs besides the config: it lives where the
+ * handle's own state would (a shared handle does not use it), which keeps
+ * an in-process handle small. */
+typedef struct br_shx {
+  resil_shared *seg; /* the segment s points into (a reference) */
+  br_token *tok;     /* NULL: no WIPEONFORK, ocache instead */
+  resil__shared_owner_cache ocache;
+} br_shx;
+
+struct resil_breaker {
+  /* ---- read by every acquire and record; never written. */
+  br_state *s; /* &u.own, or the shared slot's state */
   uint32_t magic;
   uint32_t failure_mask;
   /* Classes whose result the inline record path takes: with a count
@@ -140,19 +213,10 @@ struct resil_breaker {
   double multiplier;
   const resil_allocator *alloc;
 
-  /* ---- written on transitions, events and rare results, under the
-   * lock. */
-  int64_t since_ns;    /* when the current state began */
-  int64_t cur_wait_ns; /* wait of the current (or last) OPEN */
-  /* The configured series' wait for `opens` (cur_wait_ns differs only for
-   * an OPEN entered by resil_breaker_open_for). */
-  int64_t series_wait_ns;
-  uint32_t opens;      /* consecutive OPENs, as Resilience4j counts them */
-  uint32_t exceeded;   /* METRICS_ONLY: excursion already reported */
-  uint64_t ev_total;   /* events ever emitted */
-  uint64_t t_ignored;
-  uint64_t t_not_permitted;
-  uint64_t t_transitions;
+  /* ---- this process's events and listeners, under the lock. The block
+   * that follows the struct: main window storage, HALF_OPEN window storage
+   * (time windows only), event ring, name (see block_layout). */
+  uint64_t ev_total; /* events ever emitted (by this handle) */
   listener *ls;
   uint32_t nls;
   uint32_t ls_cap;
@@ -160,28 +224,18 @@ struct resil_breaker {
   atomic_uint deliv[2];
   uint32_t phase;
   uint32_t remove_busy;
-  /* Layout of the block that follows the struct. */
-  uint32_t half_off;
-  uint32_t ring_off;
-  uint32_t name_off;
-  uint32_t block_bytes;
 
-  /* ---- written by every record, under the lock. Last in the struct, so
-   * that the main window's slots (which follow it) are contiguous with it:
-   * a lock handed between threads drags as few cache lines as possible. */
-  atomic_uint lock;
-  uint32_t half_left; /* HALF_OPEN permits not handed out */
-  resil__window win;
-  uint64_t t_calls; /* successes = t_calls - t_failures */
-  uint64_t t_failures;
-  uint64_t t_slow;
-  uint64_t t_slow_failures;
+  /* Last: the main window's slots follow it in the block, so that the
+   * counters a record writes are contiguous with them. */
+  union {
+    br_state own; /* in-process */
+    br_shx shx;   /* shared (s points elsewhere) */
+  } u;
 };
 
-_Static_assert(offsetof(struct resil_breaker, lock) -
-                       offsetof(struct resil_breaker, word) >=
-                   64,
-               "word and lock must not share a cache line");
+_Static_assert(sizeof(struct resil_breaker) ==
+                   offsetof(struct resil_breaker, u) + sizeof(br_state),
+               "the window storage follows the handle's state");
 _Static_assert(sizeof(packed_event) == 16, "compact event ring");
 
 /* Depth of listener deliveries on this thread (any breaker): a listener
@@ -207,40 +261,163 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static size_t align8(size_t n) { return (n + 7u) & ~(size_t)7u; }
+
+/* Bytes of the main window's and the HALF_OPEN window's storage (the same
+ * bytes with a count window: only one of the two is live at a time). */
+static void window_bytes(resil__window_kind kind, uint32_t size, uint32_t half,
+                         size_t *main_bytes, size_t *half_bytes) {
+  if (kind == RESIL__WINDOW_COUNT) {
+    uint32_t larger = size > half ? size : half;
+    *main_bytes = resil__window_store_bytes(RESIL__WINDOW_COUNT, larger);
+    *half_bytes = 0;
+  } else {
+    *main_bytes = resil__window_store_bytes(RESIL__WINDOW_TIME, size);
+    *half_bytes = resil__window_store_bytes(RESIL__WINDOW_COUNT, half);
+  }
+}
+
+/* The windows' storage, after the state (the handle's or the slot's). */
+static inline void *main_store(const resil_breaker *br) {
+  return (char *)br->s + STORE_OFF;
+}
+static inline void *half_store(const resil_breaker *br) {
+  if (br->window_kind == RESIL__WINDOW_COUNT)
+    return main_store(br);
+  return (char *)main_store(br) +
+         align8(resil__window_store_bytes(RESIL__WINDOW_TIME, br->window_size));
+}
+
+/* The block's layout: returns the event ring's offset; *name_off and
+ * *total (NULL: not wanted) the name's and the block's size. */
+static size_t block_layout(const resil_breaker *br, size_t *name_off,
+                           size_t *total) {
+  size_t mb, hb;
+  window_bytes((resil__window_kind)br->window_kind, br->window_size,
+               br->half_permitted, &mb, &hb);
+  size_t ring_off = sizeof(resil_breaker) + align8(mb) + align8(hb);
+  size_t n = ring_off + (size_t)br->event_cap * sizeof(packed_event);
+  if (name_off)
+    *name_off = n;
+  if (total)
+    *total = n + strlen((const char *)br + n) + 1;
+  return ring_off;
+}
+
+/* The lock's token for this handle: 1 in-process; in a segment, the
+ * owner word of this process (computed once per process). */
+static inline int is_shared(const resil_breaker *br) {
+  return br->s != &br->u.own;
+}
+
+static RESIL_NOINLINE uint64_t token_slow(resil_breaker *br) {
+  br_shx *x = &br->u.shx;
+  if (!x->tok)
+    return resil__shared_owner(&x->ocache);
+  uint64_t t = resil__shared_owner_self();
+  atomic_store_explicit(&x->tok->token, t, memory_order_relaxed);
+  return t;
+}
+
+static RESIL_ALWAYS_INLINE uint64_t lock_token(resil_breaker *br) {
+  if (RESIL_LIKELY(!is_shared(br)))
+    return 1;
+  br_token *tok = br->u.shx.tok;
+  uint64_t t = tok ? atomic_load_explicit(&tok->token, memory_order_relaxed) : 0;
+  return RESIL_LIKELY(t) ? t : token_slow(br);
+}
+
+static void repair(resil_breaker *br);
+
+/* A shared state's window address, for this process (lock held). A time
+ * window is the main one; a count window is the main one when the main
+ * window counts (both share the storage), else the HALF_OPEN one. */
+static inline void fix_store(resil_breaker *br) {
+  resil__window *w = &br->s->win;
+  w->store = w->kind == RESIL__WINDOW_TIME ? main_store(br) : half_store(br);
+}
+
+static inline void locked(resil_breaker *br) {
+  if (RESIL_UNLIKELY(is_shared(br)))
+    fix_store(br);
+}
+
+/* Waits of a shared lock between two looks at whether its holder still
+ * lives (a SIGKILLed holder never releases it). */
+#define LOCK_YIELDS_BEFORE_OWNER_CHECK 4u
+
 /* Contended path: exponential backoff between looks, then yields (see the
- * tuning constants above). */
+ * tuning constants above). In a segment a waiter that has yielded a few
+ * times looks at the holder: when that process is gone, the first waiter
+ * to swap its token for the dead one's owns the lock and repairs the state
+ * (the dead holder may have stopped anywhere in a change). */
 static RESIL_NOINLINE void lock_slow(resil_breaker *br) {
+  uint64_t tok = lock_token(br);
+  _Atomic uint64_t *l = &br->s->lock;
   unsigned delay = LOCK_MIN_DELAY;
-  unsigned looks = 0;
+  unsigned looks = 0, yields = 0;
   for (;;) {
     for (unsigned i = 0; i < delay; i++)
       cpu_relax();
-    if (!atomic_load_explicit(&br->lock, memory_order_relaxed) &&
-        !atomic_exchange_explicit(&br->lock, 1u, memory_order_acquire))
+    uint64_t cur = atomic_load_explicit(l, memory_order_relaxed);
+    if (!cur && atomic_compare_exchange_strong_explicit(
+                    l, &cur, tok, memory_order_acquire, memory_order_relaxed)) {
+      locked(br);
       return;
+    }
     if (delay < LOCK_MAX_DELAY)
       delay <<= 1;
     if (++looks >= LOCK_LOOKS_BEFORE_YIELD) {
       looks = 0;
       sched_yield();
+      if (is_shared(br) && ++yields % LOCK_YIELDS_BEFORE_OWNER_CHECK == 0) {
+        cur = atomic_load_explicit(l, memory_order_relaxed);
+        if (cur > 1 && cur != tok && resil__shared_owner_gone(cur) &&
+            atomic_compare_exchange_strong_explicit(l, &cur, tok,
+                                                    memory_order_acquire,
+                                                    memory_order_relaxed)) {
+          fix_store(br);
+          repair(br);
+          return;
+        }
+      }
     }
   }
 }
 
+/* One attempt: 1 when taken. In-process the lock only holds 0 or 1, so an
+ * exchange (which measured a little cheaper than a compare-and-swap) does;
+ * a shared lock must not overwrite its holder's token. */
+static RESIL_ALWAYS_INLINE int try_lock_shared(resil_breaker *br) {
+  uint64_t z = 0;
+  if (atomic_compare_exchange_strong_explicit(&br->s->lock, &z, lock_token(br),
+                                              memory_order_acquire,
+                                              memory_order_relaxed)) {
+    fix_store(br);
+    return 1;
+  }
+  return 0;
+}
+
+static RESIL_ALWAYS_INLINE int try_lock_br(resil_breaker *br) {
+  br_state *s = br->s;
+  if (RESIL_LIKELY(s == &br->u.own))
+    return !atomic_exchange_explicit(&s->lock, 1u, memory_order_acquire);
+  return try_lock_shared(br);
+}
+
 static RESIL_ALWAYS_INLINE void lock_br(resil_breaker *br) {
-  if (RESIL_LIKELY(
-          !atomic_exchange_explicit(&br->lock, 1u, memory_order_acquire)))
+  if (RESIL_LIKELY(try_lock_br(br)))
     return;
   lock_slow(br);
 }
 
 static inline void unlock_br(resil_breaker *br) {
-  atomic_store_explicit(&br->lock, 0u, memory_order_release);
+  atomic_store_explicit(&br->s->lock, 0u, memory_order_release);
 }
 
 static inline uint64_t load_word(const resil_breaker *br) {
-  return atomic_load_explicit(&((resil_breaker *)br)->word,
-                              memory_order_acquire);
+  return atomic_load_explicit(&br->s->word, memory_order_acquire);
 }
 
 static inline int64_t now_precise(const resil_breaker *br) {
@@ -278,15 +455,12 @@ static inline int64_t precise_reading(const resil_breaker *br, int64_t t,
   return run && br->slow_coarse ? RESIL__NO_NOW : t;
 }
 
-static inline void *main_store(resil_breaker *br) { return br + 1; }
-static inline void *half_store(resil_breaker *br) {
-  return (char *)br + br->half_off;
-}
 static inline packed_event *ring(resil_breaker *br) {
-  return (packed_event *)(void *)((char *)br + br->ring_off);
+  return (packed_event *)(void *)((char *)br + block_layout(br, NULL, NULL));
 }
 static inline const char *name_of(const resil_breaker *br) {
-  return (const char *)br + br->name_off;
+  size_t ring_off = block_layout(br, NULL, NULL);
+  return (const char *)br + ring_off + (size_t)br->event_cap * sizeof(packed_event);
 }
 
 static inline uint32_t half_min(const resil_breaker *br) {
@@ -412,7 +586,7 @@ static inline void unlock_deliver(resil_breaker *br, evbuf *eb) {
  * enters HALF_OPEN thousands of times. */
 static void window_to(resil_breaker *br, resil__window_kind kind,
                       uint32_t size, uint32_t min_calls, void *store) {
-  resil__window *w = &br->win;
+  resil__window *w = &br->s->win;
   if (w->store == store && w->kind == (uint32_t)kind && w->size == size) {
     w->min_calls = min_calls;
     resil__window_clear(w);
@@ -432,18 +606,18 @@ static void window_half(resil_breaker *br) {
 }
 
 static void count_open(resil_breaker *br) {
-  if (br->opens < UINT32_MAX)
-    br->opens++;
-  br->series_wait_ns =
-      br->opens == 1 ? br->open_wait_ns : next_wait(br, br->series_wait_ns);
-  br->cur_wait_ns = br->series_wait_ns;
+  if (br->s->opens < UINT32_MAX)
+    br->s->opens++;
+  br->s->series_wait_ns =
+      br->s->opens == 1 ? br->open_wait_ns : next_wait(br, br->s->series_wait_ns);
+  br->s->cur_wait_ns = br->s->series_wait_ns;
 }
 
 /* Enters `to` as of instant `at` in a new generation: the per-state setup
  * shared by transitions and reset, without the event. */
 static void restart(resil_breaker *br, resil_breaker_state_kind to,
                     int64_t at) {
-  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
+  uint64_t w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
   switch (to) {
   case RESIL_BREAKER_OPEN:
     /* OPEN keeps the window it came from: it shows why it opened. */
@@ -456,21 +630,21 @@ static void restart(resil_breaker *br, resil_breaker_state_kind to,
     break;
   case RESIL_BREAKER_HALF_OPEN:
     /* The consecutive OPEN count is kept: a failed probe grows the wait. */
-    br->half_left = br->half_permitted;
+    br->s->half_left = br->half_permitted;
     window_half(br);
     break;
   case RESIL_BREAKER_CLOSED:
   case RESIL_BREAKER_DISABLED:
   case RESIL_BREAKER_METRICS_ONLY:
-    br->opens = 0;
-    br->cur_wait_ns = 0;
-    br->series_wait_ns = 0;
+    br->s->opens = 0;
+    br->s->cur_wait_ns = 0;
+    br->s->series_wait_ns = 0;
     window_main(br);
     break;
   }
-  br->exceeded = 0;
-  br->since_ns = at;
-  atomic_store_explicit(&br->word,
+  br->s->exceeded = 0;
+  br->s->since_ns = at;
+  atomic_store_explicit(&br->s->word,
                         ((word_gen(w) + 1) << STATE_BITS) | (uint64_t)to,
                         memory_order_release);
 }
@@ -478,9 +652,9 @@ static void restart(resil_breaker *br, resil_breaker_state_kind to,
 static void enter(resil_breaker *br, evbuf *eb, resil_breaker_state_kind to,
                   int64_t at, resil_breaker_cause cause) {
   resil_breaker_state_kind from =
-      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+      word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
   restart(br, to, at);
-  br->t_transitions++;
+  br->s->t_transitions++;
   emit(br, eb, RESIL_BREAKER_EVENT_TRANSITION, from, to, cause, at);
 }
 
@@ -492,18 +666,18 @@ static void enter(resil_breaker *br, evbuf *eb, resil_breaker_state_kind to,
 static int settle(resil_breaker *br, int64_t now, evbuf *eb) {
   while (eb->catchup < RESIL_BREAKER_MAX_CATCHUP) {
     resil_breaker_state_kind st =
-        word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+        word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
     int64_t at;
     resil_breaker_state_kind to;
     resil_breaker_cause cause;
     if (st == RESIL_BREAKER_HALF_OPEN && br->half_max_ns > 0 &&
-        now - br->since_ns >= br->half_max_ns) {
-      at = br->since_ns + br->half_max_ns; /* <= now: no overflow */
+        now - br->s->since_ns >= br->half_max_ns) {
+      at = br->s->since_ns + br->half_max_ns; /* <= now: no overflow */
       to = br->half_to_closed ? RESIL_BREAKER_CLOSED : RESIL_BREAKER_OPEN;
       cause = RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT;
     } else if (st == RESIL_BREAKER_OPEN && br->auto_half_open &&
-               now - br->since_ns >= br->cur_wait_ns) {
-      at = br->since_ns + br->cur_wait_ns;
+               now - br->s->since_ns >= br->s->cur_wait_ns) {
+      at = br->s->since_ns + br->s->cur_wait_ns;
       to = RESIL_BREAKER_HALF_OPEN;
       cause = RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED;
     } else {
@@ -569,6 +743,7 @@ static void config_defaults(resil_breaker_config *cfg) {
   cfg->ignored_classes = 0;
   cfg->initial_state = RESIL_BREAKER_CLOSED;
   cfg->half_open_max_wait_to_closed = 0;
+  cfg->shared = NULL;
 }
 
 void resil_breaker_config_init_sized(resil_breaker_config *cfg,
@@ -700,7 +875,308 @@ static resil_status validate(const resil_breaker_config *cfg,
   return RESIL_OK;
 }
 
-static size_t align8(size_t n) { return (n + 7u) & ~(size_t)7u; }
+
+/* ---- shared state (DESIGN §8.1) -------------------------------------------
+ *
+ * With cfg.shared the br_state and the window storage live in the slot of
+ * (breaker, name): the state at the slot's first word, the storage at
+ * STORE_OFF (main window, then the HALF_OPEN window for a time
+ * window). Every process runs the code above on them, under `lock`, whose
+ * holder is a process's owner word: a waiter that finds the holder dead
+ * takes the lock over and repairs the state (repair). What must agree
+ * across processes is recorded in the slot and compared on attach. */
+
+#define TOKEN_PAGE 4096u
+
+typedef struct br_shared_rec {
+  int64_t window_type;
+  int64_t window_size;
+  int64_t minimum_calls;
+  int64_t failure_rate_threshold_pct;
+  int64_t slow_call_rate_threshold_pct;
+  int64_t slow_call_duration_ns;
+  int64_t open_wait_ns;
+  /* A double: 16 bytes so that a difference is reported as such, not as
+   * an integer. */
+  unsigned char open_wait_multiplier[16];
+  int64_t open_wait_max_ns;
+  int64_t half_open_permitted_calls;
+  int64_t half_open_max_wait_ns;
+  int64_t automatic_half_open;
+  int64_t failure_classes;
+  int64_t ignored_classes;
+  int64_t initial_state;
+  int64_t half_open_max_wait_to_closed;
+} br_shared_rec;
+
+#define BR_FIELD(f) {#f, offsetof(br_shared_rec, f), sizeof(((br_shared_rec *)0)->f)}
+static const resil__shared_field br_shared_fields[] = {
+    BR_FIELD(window_type),
+    BR_FIELD(window_size),
+    BR_FIELD(minimum_calls),
+    BR_FIELD(failure_rate_threshold_pct),
+    BR_FIELD(slow_call_rate_threshold_pct),
+    BR_FIELD(slow_call_duration_ns),
+    BR_FIELD(open_wait_ns),
+    BR_FIELD(open_wait_multiplier),
+    BR_FIELD(open_wait_max_ns),
+    BR_FIELD(half_open_permitted_calls),
+    BR_FIELD(half_open_max_wait_ns),
+    BR_FIELD(automatic_half_open),
+    BR_FIELD(failure_classes),
+    BR_FIELD(ignored_classes),
+    BR_FIELD(initial_state),
+    BR_FIELD(half_open_max_wait_to_closed),
+};
+#undef BR_FIELD
+_Static_assert(sizeof(br_shared_rec) <= RESIL__SHARED_CFG_MAX, "record fits a slot");
+
+/* What a shared config must be, before anything is allocated: the system
+ * clock, and windows that fit a slot. */
+static resil_status shared_check(const resil_breaker_config *cfg,
+                                 size_t main_bytes, size_t half_bytes,
+                                 resil_error *err) {
+  if (!resil__shared_valid(cfg->shared))
+    return resil__err(err, RESIL_EINVAL, "shared", "is not a resil_shared handle");
+  if (cfg->clock && cfg->clock != resil_clock_system())
+    return resil__err(err, RESIL_EINVAL, "clock",
+                      "a shared breaker needs the system clock (NULL): its times "
+                      "are CLOCK_MONOTONIC readings compared across processes");
+  if (align8(main_bytes) + half_bytes <= SHARED_STORE_BYTES)
+    return RESIL_OK;
+  if (cfg->window_type == RESIL_BREAKER_WINDOW_COUNT) {
+    uint32_t max = (uint32_t)(SHARED_STORE_BYTES / sizeof(uint64_t) * 32u);
+    const char *f = cfg->window_size >= cfg->half_open_permitted_calls
+                        ? "window_size"
+                        : "half_open_permitted_calls";
+    return resil__err(err, RESIL_EINVAL, f,
+                      "a shared breaker's count window holds at most %u results "
+                      "(one segment slot); window_size is %u, "
+                      "half_open_permitted_calls %u",
+                      (unsigned)max, (unsigned)cfg->window_size,
+                      (unsigned)cfg->half_open_permitted_calls);
+  }
+  size_t hb = half_bytes;
+  uint32_t max = hb >= SHARED_STORE_BYTES
+                     ? 0
+                     : (uint32_t)((SHARED_STORE_BYTES - hb) / sizeof(resil__bucket));
+  return resil__err(err, RESIL_EINVAL, "window_size",
+                    "a shared breaker's time window holds at most %u seconds "
+                    "(one segment slot, with half_open_permitted_calls %u), got %u",
+                    (unsigned)max, (unsigned)cfg->half_open_permitted_calls,
+                    (unsigned)cfg->window_size);
+}
+
+/* Points br->s into the segment (the slot created from br->own's state if
+ * new), or leaves it on br->own after a counted fallback; an error when the
+ * segment is required or the config differs. */
+static resil_status use_shared(resil_breaker *br, const resil_breaker_config *cfg,
+                               resil_error *err) {
+  resil_shared *seg = cfg->shared;
+  br_shared_rec rec;
+  memset(&rec, 0, sizeof rec);
+  rec.window_type = (int64_t)cfg->window_type;
+  rec.window_size = cfg->window_size;
+  rec.minimum_calls = cfg->minimum_calls;
+  rec.failure_rate_threshold_pct = cfg->failure_rate_threshold_pct;
+  rec.slow_call_rate_threshold_pct = cfg->slow_call_rate_threshold_pct;
+  rec.slow_call_duration_ns = cfg->slow_call_duration_ns;
+  rec.open_wait_ns = cfg->open_wait_ns;
+  memcpy(rec.open_wait_multiplier, &cfg->open_wait_multiplier, sizeof(double));
+  rec.open_wait_max_ns = cfg->open_wait_max_ns;
+  rec.half_open_permitted_calls = cfg->half_open_permitted_calls;
+  rec.half_open_max_wait_ns = cfg->half_open_max_wait_ns;
+  rec.automatic_half_open = cfg->automatic_half_open;
+  rec.failure_classes = cfg->failure_classes;
+  rec.ignored_classes = cfg->ignored_classes;
+  rec.initial_state = (int64_t)cfg->initial_state;
+  rec.half_open_max_wait_to_closed = cfg->half_open_max_wait_to_closed;
+  uint64_t init[RESIL__SHARED_INIT_WORDS];
+  memcpy(init, &br->u.own, sizeof init); /* lock 0, window empty, no address */
+  resil__shared_req q;
+  memset(&q, 0, sizeof q);
+  q.kind = RESIL__SHK_BREAKER;
+  q.name = name_of(br);
+  q.cfg = &rec;
+  q.cfg_len = sizeof rec;
+  q.fields = br_shared_fields;
+  q.nfields = sizeof br_shared_fields / sizeof br_shared_fields[0];
+  q.init = init;
+  q.init_words = RESIL__SHARED_INIT_WORDS;
+  /* A reset or replace takes the lock before rewriting the state. */
+  q.lock_word = (uint32_t)(offsetof(br_state, lock) / sizeof(uint64_t)) + 1u;
+  resil_error why;
+  resil_error_clear(&why);
+  uint64_t *words = NULL;
+  resil_status st;
+  if (resil__shared_live(seg))
+    st = resil__shared_attach(seg, &q, &words, &why);
+  else
+    st = resil__err(&why, RESIL_ESTATE, "shared",
+                    "segment %s could not be opened: per-process state",
+                    resil_shared_path(seg));
+  if (st == RESIL_OK) {
+    void *page = mmap(NULL, TOKEN_PAGE, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+#ifdef MADV_WIPEONFORK
+    if (page != MAP_FAILED && madvise(page, TOKEN_PAGE, MADV_WIPEONFORK) != 0) {
+      munmap(page, TOKEN_PAGE); /* older kernel: getpid on each lock */
+      page = MAP_FAILED;
+    }
+#else
+    if (page != MAP_FAILED)
+      munmap(page, TOKEN_PAGE);
+    page = MAP_FAILED;
+#endif
+    /* From here on u.own is not the state: it holds u.shx. */
+    br->s = (br_state *)(void *)words;
+    memset(&br->u, 0, sizeof br->u);
+    br->u.shx.tok = page == MAP_FAILED ? NULL : page;
+    br->u.shx.seg = seg;
+    return RESIL_OK;
+  }
+  /* Another config is always an error; the rest falls back unless the
+   * segment is required. */
+  if (st == RESIL_EINVAL || !resil__shared_fallback(seg, name_of(br), &why)) {
+    if (err)
+      *err = why;
+    return st;
+  }
+  return RESIL_OK;
+}
+
+/* ---- repair and consistency (a lock taken over from a dead process) ------ */
+
+/* The window the state `st` may hold: 1 main, 2 HALF_OPEN, 3 either (OPEN
+ * keeps the window it came from). */
+static unsigned windows_allowed(resil_breaker_state_kind st) {
+  if (st == RESIL_BREAKER_HALF_OPEN)
+    return 2;
+  if (st == RESIL_BREAKER_OPEN)
+    return 3;
+  return 1;
+}
+
+static int is_window(const resil_breaker *br, const resil__window *w, int half) {
+  if (half)
+    return w->kind == RESIL__WINDOW_COUNT && w->size == br->half_permitted &&
+           w->min_calls == half_min(br);
+  return w->kind == br->window_kind && w->size == br->window_size &&
+         w->min_calls == br->min_calls;
+}
+
+/* The totals of a window's contents (its calls: at least the results its
+ * slots show, at most its size for a count window). */
+static void window_contents(const resil__window *w, resil__window *t) {
+  *t = *w;
+  t->failures = t->slow = t->slow_failures = 0;
+  if (w->kind == RESIL__WINDOW_COUNT) {
+    const uint64_t *p = w->store;
+    uint64_t marked = 0;
+    for (uint32_t i = 0; i < w->size; i++) {
+      uint64_t v = (p[i >> 5] >> ((i & 31u) * 2u)) & 3u;
+      t->failures += v & 1u;
+      t->slow += v >> 1;
+      t->slow_failures += v == 3u;
+      marked += v != 0;
+    }
+    if (t->calls < marked)
+      t->calls = marked;
+    if (t->calls > w->size)
+      t->calls = w->size;
+    if (t->head >= w->size)
+      t->head = 0;
+  } else {
+    const resil__bucket *b = w->store;
+    t->calls = 0;
+    for (uint32_t i = 0; i < w->size; i++) {
+      t->calls += b[i].calls;
+      t->failures += b[i].failures;
+      t->slow += b[i].slow;
+      t->slow_failures += b[i].slow_failures;
+    }
+  }
+}
+
+/* Makes the state consistent again (lock held, store fixed): the window is
+ * one the state may hold (else an empty main window), its totals are its
+ * contents, HALF_OPEN permits are within the permitted count. */
+static void repair(resil_breaker *br) {
+  br_state *s = br->s;
+  resil_breaker_state_kind st =
+      word_state(atomic_load_explicit(&s->word, memory_order_relaxed));
+  unsigned ok = windows_allowed(st);
+  resil__window *w = &s->win;
+  int main_ok = (ok & 1u) && is_window(br, w, 0);
+  int half_ok = (ok & 2u) && is_window(br, w, 1);
+  if (!main_ok && !half_ok) {
+    if (st == RESIL_BREAKER_HALF_OPEN)
+      resil__window_init(w, RESIL__WINDOW_COUNT, br->half_permitted, half_min(br),
+                         half_store(br));
+    else
+      resil__window_init(w, (resil__window_kind)br->window_kind, br->window_size,
+                         br->min_calls, main_store(br));
+    fix_store(br);
+  } else {
+    resil__window t;
+    window_contents(w, &t);
+    *w = t;
+  }
+  if (s->half_left > br->half_permitted)
+    s->half_left = br->half_permitted;
+}
+
+int resil__breaker_check(resil_breaker *br, char *why, size_t n) {
+  if (!valid(br)) {
+    snprintf(why, n, "not a breaker");
+    return -1;
+  }
+  lock_br(br);
+  br_state *s = br->s;
+  resil_breaker_state_kind st =
+      word_state(atomic_load_explicit(&s->word, memory_order_relaxed));
+  unsigned ok = windows_allowed(st);
+  const resil__window *w = &s->win;
+  int rc = 0;
+  if (!(((ok & 1u) && is_window(br, w, 0)) || ((ok & 2u) && is_window(br, w, 1)))) {
+    snprintf(why, n, "state %s holds a window of kind %u size %u minimum %u",
+             resil_breaker_state_name(st), w->kind, w->size, w->min_calls);
+    rc = -1;
+  } else {
+    resil__window t;
+    window_contents(w, &t);
+    if (t.calls != w->calls || t.failures != w->failures || t.slow != w->slow ||
+        t.slow_failures != w->slow_failures || t.head != w->head) {
+      snprintf(why, n,
+               "window totals calls %llu failures %llu slow %llu head %u; "
+               "contents %llu %llu %llu head %u",
+               (unsigned long long)w->calls, (unsigned long long)w->failures,
+               (unsigned long long)w->slow, w->head, (unsigned long long)t.calls,
+               (unsigned long long)t.failures, (unsigned long long)t.slow, t.head);
+      rc = -1;
+    } else if (s->half_left > br->half_permitted) {
+      snprintf(why, n, "%u HALF_OPEN permits left of %u", s->half_left,
+               br->half_permitted);
+      rc = -1;
+    } else if (s->t_failures > s->t_calls || s->t_slow > s->t_calls) {
+      snprintf(why, n, "totals: %llu failures, %llu slow of %llu calls",
+               (unsigned long long)s->t_failures, (unsigned long long)s->t_slow,
+               (unsigned long long)s->t_calls);
+      rc = -1;
+    }
+  }
+  unlock_br(br);
+  return rc;
+}
+
+void resil__breaker_test_die_locked(resil_breaker *br) {
+  lock_br(br);
+  /* As a record stopped between its slot and its totals. */
+  br->s->win.failures += 3;
+  br->s->win.calls = br->s->win.size + 7u;
+  if (br->s->half_left < UINT32_MAX)
+    br->s->half_left = br->half_permitted + 5u;
+}
 
 resil_status resil_breaker_new(const resil_breaker_config *ucfg,
                                resil_breaker **out, resil_error *err) {
@@ -728,25 +1204,16 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
    * same bytes when the main window is a count window: only one of the two
    * is live at a time), event ring, name. */
   size_t main_bytes, half_bytes;
-  if (kind == RESIL__WINDOW_COUNT) {
-    uint32_t larger = cfg->window_size > half ? cfg->window_size : half;
-    main_bytes = resil__window_store_bytes(RESIL__WINDOW_COUNT, larger);
-    half_bytes = 0;
-  } else {
-    main_bytes =
-        resil__window_store_bytes(RESIL__WINDOW_TIME, cfg->window_size);
-    half_bytes = resil__window_store_bytes(RESIL__WINDOW_COUNT, half);
-  }
+  window_bytes(kind, cfg->window_size, half, &main_bytes, &half_bytes);
   const char *name = cfg->name ? cfg->name : DEFAULT_NAME;
   size_t name_len = strlen(name);
   size_t off = sizeof(resil_breaker);
-  size_t half_off = align8(off + main_bytes);
-  size_t ring_off = align8(half_off + half_bytes);
+  size_t ring_off = off + align8(main_bytes) + align8(half_bytes);
   size_t name_off =
       ring_off + (size_t)cfg->event_capacity * sizeof(packed_event);
   size_t total = name_off + name_len + 1;
-  if (half_bytes == 0)
-    half_off = off;
+  if (cfg->shared && (st = shared_check(cfg, main_bytes, half_bytes, err)))
+    return st;
 
   resil_breaker *br = resil__calloc(cfg->alloc, total);
   if (!br)
@@ -790,26 +1257,27 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
   br->half_max_ns = cfg->half_open_max_wait_ns;
   br->multiplier = cfg->open_wait_multiplier;
   br->alloc = cfg->alloc;
-  br->half_off = (uint32_t)half_off;
-  br->ring_off = (uint32_t)ring_off;
-  br->name_off = (uint32_t)name_off;
-  br->block_bytes = (uint32_t)total;
+  br->s = &br->u.own;
   memcpy((char *)br + name_off, name, name_len + 1);
 
-  atomic_init(&br->lock, 0u);
+  atomic_init(&br->s->lock, 0u);
   atomic_init(&br->deliv[0], 0u);
   atomic_init(&br->deliv[1], 0u);
   /* Generation 0, then the initial state is entered as generation 1,
    * without an event. */
-  atomic_init(&br->word, (uint64_t)RESIL_BREAKER_CLOSED);
+  atomic_init(&br->s->word, (uint64_t)RESIL_BREAKER_CLOSED);
   window_main(br);
   restart(br, cfg->initial_state, resil__now(clock));
   if (cfg->initial_state == RESIL_BREAKER_HALF_OPEN) {
     /* As Resilience4j's HalfOpenState(1): the breaker starts as if it had
      * opened once, so a failed probe makes the second consecutive OPEN and
      * waits the series' second wait. */
-    br->opens = 1;
-    br->series_wait_ns = br->open_wait_ns;
+    br->s->opens = 1;
+    br->s->series_wait_ns = br->open_wait_ns;
+  }
+  if (cfg->shared && (st = use_shared(br, cfg, err)) != RESIL_OK) {
+    resil__free(cfg->alloc, br);
+    return st;
   }
   *out = br;
   return RESIL_OK;
@@ -821,6 +1289,11 @@ void resil_breaker_free(resil_breaker *br) {
   const resil_allocator *a = br->alloc;
   resil__free(a, br->ls);
   br->magic = RESIL_MAGIC_DEAD;
+  if (is_shared(br)) {
+    if (br->u.shx.tok)
+      munmap(br->u.shx.tok, TOKEN_PAGE);
+    resil__shared_release(br->u.shx.seg);
+  }
   resil__free(a, br);
 }
 
@@ -833,7 +1306,9 @@ size_t resil_breaker_memory_bytes(const resil_breaker *br) {
     return 0;
   resil_breaker *m = (resil_breaker *)br;
   lock_br(m);
-  size_t n = (size_t)m->block_bytes + (size_t)m->ls_cap * sizeof(listener);
+  size_t total;
+  block_layout(m, NULL, &total);
+  size_t n = total + (size_t)m->ls_cap * sizeof(listener);
   unlock_br(m);
   return n;
 }
@@ -906,7 +1381,7 @@ acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
     now = now_precise(br);
   evbuf eb;
   lock_settled(br, now, &eb);
-  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
+  uint64_t w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
   resil_breaker_state_kind st = word_state(w);
   int ok = 1;
   if (st == RESIL_BREAKER_OPEN) {
@@ -914,17 +1389,17 @@ acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
     /* Without the timer the first acquire after the wait moves it, at this
      * moment. With it the catch-up does (at the wait's end): an OPEN still
      * there after settling lags behind the clock (catch-up bound). */
-    if (!br->auto_half_open && now - br->since_ns >= br->cur_wait_ns) {
+    if (!br->auto_half_open && now - br->s->since_ns >= br->s->cur_wait_ns) {
       enter(br, &eb, RESIL_BREAKER_HALF_OPEN, now,
             RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED);
-      w = atomic_load_explicit(&br->word, memory_order_relaxed);
+      w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
       st = RESIL_BREAKER_HALF_OPEN;
       ok = 1;
     }
   }
   if (st == RESIL_BREAKER_HALF_OPEN) {
-    if (br->half_left > 0)
-      br->half_left--;
+    if (br->s->half_left > 0)
+      br->s->half_left--;
     else
       ok = 0;
   } else if (st == RESIL_BREAKER_FORCED_OPEN) {
@@ -934,7 +1409,7 @@ acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
     permit->generation = word_gen(w);
     permit->state = st;
   } else {
-    br->t_not_permitted++;
+    br->s->t_not_permitted++;
     emit(br, &eb, RESIL_BREAKER_EVENT_NOT_PERMITTED, st, st,
          RESIL_BREAKER_CAUSE_NONE, now);
   }
@@ -990,12 +1465,12 @@ resil_decision resil__breaker_acquire_at(resil_breaker *br,
 static RESIL_NOINLINE resil_status record_closed(resil_breaker *br,
                                                  unsigned failed, int slow,
                                                  int64_t t, int run) {
-  resil__window *w = &br->win;
-  br->t_calls++;
-  br->t_failures += failed;
+  resil__window *w = &br->s->win;
+  br->s->t_calls++;
+  br->s->t_failures += failed;
   if (slow) {
-    br->t_slow++;
-    br->t_slow_failures += failed;
+    br->s->t_slow++;
+    br->s->t_slow_failures += failed;
   }
   uint64_t before = w->calls;
   resil__window_record_count(w, (int)failed, slow);
@@ -1021,8 +1496,8 @@ static RESIL_NOINLINE resil_status record_closed(resil_breaker *br,
 
 /* Hands back a HALF_OPEN permit of the current generation (lock held). */
 static inline void hand_back(resil_breaker *br, resil_breaker_state_kind st) {
-  if (st == RESIL_BREAKER_HALF_OPEN && br->half_left < br->half_permitted)
-    br->half_left++;
+  if (st == RESIL_BREAKER_HALF_OPEN && br->s->half_left < br->half_permitted)
+    br->s->half_left++;
 }
 
 /* Applies the overdue time-driven changes of a state driven by time, with
@@ -1030,7 +1505,7 @@ static inline void hand_back(resil_breaker *br, resil_breaker_state_kind st) {
 static void settle_locked(resil_breaker *br, evbuf *eb, int64_t *now,
                           int *have_now) {
   resil_breaker_state_kind st =
-      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+      word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
   if (RESIL_LIKELY(!time_driven(br, st)))
     return;
   if (!*have_now) {
@@ -1058,7 +1533,7 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
   eb_init(&eb);
   /* HALF_OPEN past its maximum wait must not take this result. */
   settle_locked(br, &eb, &now, &have_now);
-  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
+  uint64_t w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
   resil_breaker_state_kind st = word_state(w);
   if (word_gen(w) != permit->generation) {
     /* Issued in an earlier state period: it changes nothing at all. */
@@ -1075,32 +1550,32 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
     /* REJECTED (local protection refused the call) counts nowhere; an
      * ignored class counts as ignored only. Neither votes. */
     if ((br->ignored_mask >> (unsigned)cls) & 1u)
-      br->t_ignored++;
+      br->s->t_ignored++;
     hand_back(br, st);
     unlock_deliver(br, &eb);
     return RESIL_OK;
   }
-  br->t_calls++;
-  br->t_failures += (uint64_t)failed;
-  br->t_slow += (uint64_t)slow;
-  br->t_slow_failures += (uint64_t)(slow & failed);
-  if (br->win.kind == RESIL__WINDOW_COUNT) {
-    resil__window_record_count(&br->win, failed, slow);
+  br->s->t_calls++;
+  br->s->t_failures += (uint64_t)failed;
+  br->s->t_slow += (uint64_t)slow;
+  br->s->t_slow_failures += (uint64_t)(slow & failed);
+  if (br->s->win.kind == RESIL__WINDOW_COUNT) {
+    resil__window_record_count(&br->s->win, failed, slow);
   } else {
     if (wnow == RESIL__NO_NOW)
       wnow = now_window(br);
-    resil__window_record_time(&br->win, wnow, failed, slow);
+    resil__window_record_time(&br->s->win, wnow, failed, slow);
   }
   resil__verdict v =
-      resil__window_verdict(&br->win, br->failure_pct, br->slow_pct);
+      resil__window_verdict(&br->s->win, br->failure_pct, br->slow_pct);
   if (v >= RESIL__VERDICT_FAILURE) {
     if (!have_now)
       now = now_precise(br);
     if (st != RESIL_BREAKER_METRICS_ONLY) {
       enter(br, &eb, RESIL_BREAKER_OPEN, now, cause_of(v));
-    } else if (!br->exceeded) {
+    } else if (!br->s->exceeded) {
       /* Reported once per excursion above a threshold. */
-      br->exceeded = 1;
+      br->s->exceeded = 1;
       emit(br, &eb, RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED, st, st,
            cause_of(v), now);
     }
@@ -1111,7 +1586,7 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
       enter(br, &eb, RESIL_BREAKER_CLOSED, now,
             RESIL_BREAKER_CAUSE_BELOW_THRESHOLDS);
     } else {
-      br->exceeded = 0;
+      br->s->exceeded = 0;
     }
   }
   unlock_deliver(br, &eb);
@@ -1146,7 +1621,7 @@ record_slow(resil_breaker *br, const resil_breaker_permit *permit,
     uint64_t expect =
         (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
     lock_br(br);
-    if (atomic_load_explicit(&br->word, memory_order_relaxed) != expect)
+    if (atomic_load_explicit(&br->s->word, memory_order_relaxed) != expect)
       return record_held(br, permit, cls, slow, t, run);
     return record_closed(br, (br->failure_mask >> (unsigned)cls) & 1u, slow,
                          t, run);
@@ -1157,6 +1632,35 @@ record_slow(resil_breaker *br, const resil_breaker_permit *permit,
   lock_br(br);
   return record_locked(br, permit, cls, slow, wnow,
                        precise_reading(br, t, run));
+}
+
+/* The inline path's end, the lock held: a permit of the current
+ * generation in CLOSED and a clean window only count; anything else goes
+ * on out of line. */
+static RESIL_ALWAYS_INLINE resil_status
+record_clean(resil_breaker *br, br_state *s, const resil_breaker_permit *permit,
+             resil_outcome_class cls, int slow, int64_t t, int run) {
+  uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
+  if (RESIL_UNLIKELY(atomic_load_explicit(&s->word, memory_order_relaxed) !=
+                     expect))
+    return record_held(br, permit, cls, slow, t, run);
+  if (RESIL_LIKELY(resil__window_clean(&s->win))) {
+    s->t_calls++;
+    resil__window_record_count(&s->win, 0, 0);
+    atomic_store_explicit(&s->lock, 0u, memory_order_release);
+    return RESIL_OK;
+  }
+  return record_closed(br, 0, 0, t, run);
+}
+
+/* The inline path on a shared state (the lock takes a token and fixes the
+ * window's address): out of line, so that the in-process path saves no
+ * registers. */
+static RESIL_NOINLINE resil_status
+record_shared(resil_breaker *br, const resil_breaker_permit *permit,
+              resil_outcome_class cls, int slow, int64_t t, int run) {
+  lock_br(br);
+  return record_clean(br, br->s, permit, cls, slow, t, run);
 }
 
 /* The common case inline: CLOSED with a count window, a recorded class
@@ -1170,22 +1674,15 @@ record(resil_breaker *br, const resil_breaker_permit *permit,
        resil_outcome_class cls, int slow, int64_t t, int run) {
   if (RESIL_UNLIKELY(slow || !((br->inline_mask >> (unsigned)cls) & 1u)))
     return record_slow(br, permit, cls, slow, t, run);
-  /* Everything that needs no lock is computed before taking it: loads
-   * after the lock's acquire cannot be moved above it. */
-  uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
+  /* s in a local: br->s would be loaded again after the lock's
+   * acquire, which no load can be moved above. */
+  br_state *s = br->s;
+  if (RESIL_UNLIKELY(s != &br->u.own))
+    return record_shared(br, permit, cls, slow, t, run);
   if (RESIL_UNLIKELY(
-          atomic_exchange_explicit(&br->lock, 1u, memory_order_acquire)))
+          atomic_exchange_explicit(&s->lock, 1u, memory_order_acquire)))
     return record_contended(br, permit, cls, slow, t, run);
-  if (RESIL_UNLIKELY(atomic_load_explicit(&br->word, memory_order_relaxed) !=
-                     expect))
-    return record_held(br, permit, cls, slow, t, run);
-  if (RESIL_LIKELY(resil__window_clean(&br->win))) {
-    br->t_calls++;
-    resil__window_record_count(&br->win, 0, 0);
-    unlock_br(br);
-    return RESIL_OK;
-  }
-  return record_closed(br, 0, 0, t, run);
+  return record_clean(br, s, permit, cls, slow, t, run);
 }
 
 /* Any other outcome: classified out of line, so that the inline path makes
@@ -1247,7 +1744,7 @@ resil_status resil_breaker_release(resil_breaker *br,
   lock_br(br);
   /* A HALF_OPEN past its maximum wait must not get the permit back. */
   settle_locked(br, &eb, &now, &have_now);
-  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
+  uint64_t w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
   if (word_gen(w) == permit->generation)
     hand_back(br, word_state(w));
   unlock_deliver(br, &eb);
@@ -1376,7 +1873,7 @@ resil_breaker_state_kind resil_breaker_state(resil_breaker *br) {
     return st;
   evbuf eb;
   lock_settled(br, now_precise(br), &eb);
-  st = word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+  st = word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
   unlock_deliver(br, &eb);
   return st;
 }
@@ -1398,16 +1895,16 @@ static void enter_manual(resil_breaker *br, evbuf *eb,
                          resil_breaker_state_kind from,
                          resil_breaker_state_kind to, int64_t now,
                          int64_t wait_ns) {
-  uint32_t opens = br->opens;
-  int64_t series = br->series_wait_ns;
+  uint32_t opens = br->s->opens;
+  int64_t series = br->s->series_wait_ns;
   if (from == to)
     restart(br, to, now);
   else
     enter(br, eb, to, now, RESIL_BREAKER_CAUSE_MANUAL);
   if (wait_ns > 0) {
-    br->opens = opens;
-    br->series_wait_ns = series;
-    br->cur_wait_ns = wait_ns;
+    br->s->opens = opens;
+    br->s->series_wait_ns = series;
+    br->s->cur_wait_ns = wait_ns;
   }
 }
 
@@ -1417,7 +1914,7 @@ static resil_status manual(resil_breaker *br, resil_breaker_state_kind to,
   evbuf eb;
   lock_settled(br, now, &eb);
   resil_breaker_state_kind from =
-      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+      word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
   resil_status st = RESIL_OK;
   if (refused(from, to))
     st = RESIL_ESTATE;
@@ -1452,7 +1949,7 @@ resil_status resil_breaker_reset(resil_breaker *br) {
   evbuf eb;
   lock_settled(br, now, &eb);
   resil_breaker_state_kind from =
-      word_state(atomic_load_explicit(&br->word, memory_order_relaxed));
+      word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
   if (from != RESIL_BREAKER_CLOSED)
     enter(br, &eb, RESIL_BREAKER_CLOSED, now, RESIL_BREAKER_CAUSE_RESET);
   else
@@ -1479,19 +1976,19 @@ resil_status resil_breaker_get_metrics_sized(resil_breaker *br,
   int64_t wnow = br->window_coarse ? resil__coarse_now(br->clock) : now;
   evbuf eb;
   lock_settled(br, now, &eb);
-  uint64_t w = atomic_load_explicit(&br->word, memory_order_relaxed);
-  if (br->win.kind == RESIL__WINDOW_TIME)
-    resil__window_advance(&br->win, wnow);
+  uint64_t w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
+  if (br->s->win.kind == RESIL__WINDOW_TIME)
+    resil__window_advance(&br->s->win, wnow);
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
   out->state = word_state(w);
   out->generation = word_gen(w);
-  out->state_since_ns = br->since_ns;
-  out->consecutive_opens = br->opens;
-  out->open_wait_ns = br->cur_wait_ns;
+  out->state_since_ns = br->s->since_ns;
+  out->consecutive_opens = br->s->opens;
+  out->open_wait_ns = br->s->cur_wait_ns;
   out->half_open_permits_available =
-      out->state == RESIL_BREAKER_HALF_OPEN ? br->half_left : 0;
-  const resil__window *win = &br->win;
+      out->state == RESIL_BREAKER_HALF_OPEN ? br->s->half_left : 0;
+  const resil__window *win = &br->s->win;
   out->buffered_calls = win->calls;
   out->failed_calls = win->failures;
   out->slow_calls = win->slow;
@@ -1506,15 +2003,15 @@ resil_status resil_breaker_get_metrics_sized(resil_breaker *br,
   } else {
     out->rates = RESIL_BREAKER_RATES_NOT_ENOUGH_DATA;
   }
-  out->total_calls = br->t_calls;
-  out->total_successes = br->t_calls - br->t_failures;
-  out->total_failures = br->t_failures;
-  out->total_slow = br->t_slow;
-  out->total_ignored = br->t_ignored;
-  out->total_not_permitted = br->t_not_permitted;
-  out->total_transitions = br->t_transitions;
-  out->total_slow_failed = br->t_slow_failures;
-  out->total_slow_successful = br->t_slow - br->t_slow_failures;
+  out->total_calls = br->s->t_calls;
+  out->total_successes = br->s->t_calls - br->s->t_failures;
+  out->total_failures = br->s->t_failures;
+  out->total_slow = br->s->t_slow;
+  out->total_ignored = br->s->t_ignored;
+  out->total_not_permitted = br->s->t_not_permitted;
+  out->total_transitions = br->s->t_transitions;
+  out->total_slow_failed = br->s->t_slow_failures;
+  out->total_slow_successful = br->s->t_slow - br->s->t_slow_failures;
   unlock_deliver(br, &eb);
   resil__sized_out(uout, struct_size, &full, sizeof full);
   return RESIL_OK;

@@ -10,6 +10,7 @@
 #ifndef RESIL_BREAKER_INT_H
 #define RESIL_BREAKER_INT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "resil/breaker.h"
@@ -17,6 +18,20 @@
 /* "No reading supplied." */
 #ifndef RESIL__NO_NOW
 #define RESIL__NO_NOW INT64_MIN
+/* Checks the breaker's invariants under its lock (Since 0.2; tests and
+ * the shared breaker's SIGKILL tests): the window is one its state may
+ * hold, its totals (calls, failures, slow, slow failures, head) equal its
+ * contents, the HALF_OPEN permits left are at most the permitted count,
+ * and the monotonic totals agree. 0 when they hold; -1 with why (n bytes)
+ * saying what does not. */
+int resil__breaker_check(resil_breaker *br, char *why, size_t n);
+
+/* For tests only: takes the lock, breaks the window's totals and the
+ * HALF_OPEN permits as a process killed in the middle of a change would
+ * leave them, and returns with the lock held: the caller (a child) then
+ * _exits. The next process to need the lock takes it over and repairs. */
+void resil__breaker_test_die_locked(resil_breaker *br);
+
 #endif
 
 /* Acquire in CLOSED, DISABLED and METRICS_ONLY is one atomic load and uses
@@ -66,5 +81,19 @@ void resil__breaker_leave(resil_breaker *br, const resil_breaker_permit *permit,
  * REASON_OK), as resil_breaker_run records one (Since 0.2). */
 void resil__breaker_leave_ok(resil_breaker *br,
                              const resil_breaker_permit *permit, int64_t t0);
+
+/* Checks the breaker's invariants under its lock (Since 0.2; tests and
+ * the shared breaker's SIGKILL tests): the window is one its state may
+ * hold, its totals (calls, failures, slow, slow failures, head) equal its
+ * contents, the HALF_OPEN permits left are at most the permitted count,
+ * and the monotonic totals agree. 0 when they hold; -1 with why (n bytes)
+ * saying what does not. */
+int resil__breaker_check(resil_breaker *br, char *why, size_t n);
+
+/* For tests only: takes the lock, breaks the window's totals and the
+ * HALF_OPEN permits as a process killed in the middle of a change would
+ * leave them, and returns with the lock held: the caller (a child) then
+ * _exits. The next process to need the lock takes it over and repairs. */
+void resil__breaker_test_die_locked(resil_breaker *br);
 
 #endif

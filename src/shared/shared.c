@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -75,7 +76,8 @@ typedef struct sh_slot {
   uint32_t init_words;
   unsigned char cfg[RESIL__SHARED_CFG_MAX];
   uint64_t init[RESIL__SHARED_INIT_WORDS];
-  unsigned char pad_[32];
+  uint32_t lock_word; /* resil__shared_req.lock_word (0 in older slots) */
+  unsigned char pad_[28];
   uint64_t state[RESIL__SHARED_STATE_WORDS];
 } sh_slot;
 
@@ -662,6 +664,7 @@ static void stage_new(resil_shared *seg, const resil__shared_req *req, uint64_t 
   img->cfg_len = (uint32_t)req->cfg_len;
   memcpy(img->cfg, req->cfg, req->cfg_len);
   img->init_words = (uint32_t)req->init_words;
+  img->lock_word = req->lock_word;
   for (size_t k = 0; k < req->init_words; k++) img->init[k] = img->state[k] = req->init[k];
 }
 
@@ -688,6 +691,36 @@ static resil_status mismatch(resil_shared *seg, const resil__shared_req *req,
   return resil__err(err, RESIL_EINVAL, "config",
                     "%s '%s' exists in segment %s with another configuration",
                     kind_name(req->kind), req->name, seg->path);
+}
+
+/* Takes the policy lock of slot s (its lock_word), for a reset or replace
+ * about to rewrite the state: waits for a live holder (policies hold it
+ * for a few instructions), takes it over from a dead one (the new image
+ * replaces whatever it left). Returns the token it holds the lock with, 0
+ * when the slot has no policy lock. Mutex held. */
+static uint64_t take_policy_lock(sh_slot *s) {
+  uint32_t lw = s->lock_word;
+  if (lw == 0 || lw > RESIL__SHARED_STATE_WORDS) return 0;
+  uint64_t *l = &s->state[lw - 1];
+  uint64_t me = resil__shared_owner_self();
+  for (unsigned n = 1;; n++) {
+    uint64_t cur = __atomic_load_n(l, __ATOMIC_RELAXED);
+    if ((cur == 0 || (n % 4 == 0 && cur != me && resil__shared_owner_gone(cur))) &&
+        __atomic_compare_exchange_n(l, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return me;
+    sched_yield();
+  }
+}
+
+/* Writes img into slot i (apply) with the slot's policy lock held, and
+ * releases the lock after the whole image is in. Mutex held. */
+static void apply_locked(resil_shared *seg, uint32_t i, sh_slot *img) {
+  sh_slot *s = &seg->slots[i];
+  uint32_t lw = s->lock_word;
+  uint64_t tok = take_policy_lock(s);
+  if (tok) img->state[lw - 1] = tok; /* the copy keeps it held */
+  apply(seg, i, img);
+  if (tok) __atomic_store_n(&s->state[lw - 1], 0, __ATOMIC_RELEASE);
 }
 
 static resil_status check_req(resil_shared *seg, const resil__shared_req *req,
@@ -723,7 +756,7 @@ static resil_status attach(resil_shared *seg, const resil__shared_req *req,
     }
   } else if (i >= 0) {
     stage_new(seg, req, seg->slots[i].generation + 1);
-    apply(seg, (uint32_t)i, seg->staging);
+    apply_locked(seg, (uint32_t)i, seg->staging);
   } else if (free_i < 0) {
     st = resil__err(err, RESIL_ESTATE, "shared",
                     "segment %s is full (capacity %u): no slot for %s '%s'", seg->path,
@@ -877,7 +910,7 @@ resil_status resil_shared_reset(resil_shared *seg, const char *instance,
     memset(img->state, 0, sizeof img->state);
     for (uint32_t k = 0; k < s->init_words && k < RESIL__SHARED_INIT_WORDS; k++)
       img->state[k] = s->init[k];
-    apply(seg, i, img);
+    apply_locked(seg, i, img);
     found++;
   }
   unlock_table(seg);

@@ -59,6 +59,13 @@ typedef struct resil__shared_req {
   size_t nfields;
   const uint64_t *init;
   size_t init_words;
+  /* 0, or 1 + the index of a state word the policy uses as a lock that
+   * holds its holder's owner word (resil__shared_owner_self) while it
+   * changes several words (the breaker). A reset or replace takes that
+   * lock first (taking it over when its holder is dead), writes the new
+   * state with it held, then releases it: the state is never rewritten
+   * under a holder. Recorded in the slot at creation. */
+  uint32_t lock_word;
 } resil__shared_req;
 
 /* Finds or creates the slot of (req->kind, req->name). RESIL_OK with
