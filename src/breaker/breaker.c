@@ -931,17 +931,11 @@ static const resil__shared_field br_shared_fields[] = {
 #undef BR_FIELD
 _Static_assert(sizeof(br_shared_rec) <= RESIL__SHARED_CFG_MAX, "record fits a slot");
 
-/* What a shared config must be, before anything is allocated: the system
- * clock, and windows that fit a slot. */
+/* What a shared config must be, before anything is allocated: windows
+ * that fit a slot (the handle and the clock: resil__shared_join). */
 static resil_status shared_check(const resil_breaker_config *cfg,
                                  size_t main_bytes, size_t half_bytes,
                                  resil_error *err) {
-  if (!resil__shared_valid(cfg->shared))
-    return resil__err(err, RESIL_EINVAL, "shared", "is not a resil_shared handle");
-  if (cfg->clock && cfg->clock != resil_clock_system())
-    return resil__err(err, RESIL_EINVAL, "clock",
-                      "a shared breaker needs the system clock (NULL): its times "
-                      "are CLOCK_MONOTONIC readings compared across processes");
   if (align8(main_bytes) + half_bytes <= SHARED_STORE_BYTES)
     return RESIL_OK;
   if (cfg->window_type == RESIL_BREAKER_WINDOW_COUNT) {
@@ -1005,17 +999,9 @@ static resil_status use_shared(resil_breaker *br, const resil_breaker_config *cf
   q.init_words = RESIL__SHARED_INIT_WORDS;
   /* A reset or replace takes the lock before rewriting the state. */
   q.lock_word = (uint32_t)(offsetof(br_state, lock) / sizeof(uint64_t)) + 1u;
-  resil_error why;
-  resil_error_clear(&why);
   uint64_t *words = NULL;
-  resil_status st;
-  if (resil__shared_live(seg))
-    st = resil__shared_attach(seg, &q, &words, &why);
-  else
-    st = resil__err(&why, RESIL_ESTATE, "shared",
-                    "segment %s could not be opened: per-process state",
-                    resil_shared_path(seg));
-  if (st == RESIL_OK) {
+  resil_status st = resil__shared_join(seg, cfg->clock, "breaker", &q, &words, err);
+  if (st == RESIL_OK && words) {
     void *page = mmap(NULL, TOKEN_PAGE, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 #ifdef MADV_WIPEONFORK
@@ -1033,16 +1019,8 @@ static resil_status use_shared(resil_breaker *br, const resil_breaker_config *cf
     memset(&br->u, 0, sizeof br->u);
     br->u.shx.tok = page == MAP_FAILED ? NULL : page;
     br->u.shx.seg = seg;
-    return RESIL_OK;
   }
-  /* Another config is always an error; the rest falls back unless the
-   * segment is required. */
-  if (st == RESIL_EINVAL || !resil__shared_fallback(seg, name_of(br), &why)) {
-    if (err)
-      *err = why;
-    return st;
-  }
-  return RESIL_OK;
+  return st;
 }
 
 /* ---- repair and consistency (a lock taken over from a dead process) ------ */
