@@ -64,7 +64,8 @@
  *     instances:
  *       upstream: {limit_for_period: 100, refresh_period: 1s, shared: app}
  *
- * Rate limiters, bulkheads and retry budgets take `shared: NAME` (the
+ * Circuit breakers, rate limiters, bulkheads and retry budgets take
+ * `shared: NAME` (the
  * segment keeps their state, shared by every process that loads the same
  * names; `shared:` on another kind is an error naming those that accept
  * it). A segment is opened (and created) by the load, not under

@@ -88,6 +88,7 @@ static const field BREAKER_FIELDS[] = {
     FEN(resil_breaker_config, "initial_state", initial_state, BREAKER_STATES),
     FLD(resil_breaker_config, "half_open_max_wait_to_closed", half_open_max_wait_to_closed,
         F_BOOL),
+    FREF(resil_breaker_config, "shared", shared, RESIL_REG_SHARED),
 };
 
 static const field RETRY_FIELDS[] = {

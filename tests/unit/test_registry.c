@@ -893,6 +893,86 @@ static void shared_segments_are_shared_kept_and_replaced_by_reloads(void **state
   assert_int_equal(resil_shared_unlink(&sc, NULL), RESIL_OK);
 }
 
+static void breaker_text(char *buf, size_t n, const char *dir, int minimum) {
+  snprintf(buf, n,
+           "shared:\n"
+           "  instances:\n"
+           "    app: {dir: %s, capacity: 8, required: true}\n"
+           "circuitbreaker:\n"
+           "  instances:\n"
+           "    up: {window_size: 4, minimum_calls: %d, failure_rate_threshold: 50,\n"
+           "         open_wait: 1h, shared: app}\n",
+           dir, minimum);
+}
+
+static void fail_through(resil_breaker *br, int n) {
+  resil_outcome o = resil_outcome_http(503);
+  for (int i = 0; i < n; i++) {
+    resil_breaker_permit pm;
+    assert_int_equal(resil_breaker_try_acquire(br, &pm), RESIL_DECISION_GO);
+    assert_int_equal(resil_breaker_record(br, &pm, &o, 1000), RESIL_OK);
+  }
+}
+
+/* A breaker with `shared: app`: two registries (two processes) on one
+ * segment share its window, so failures recorded through one open it in
+ * the other; reloading the same file keeps it (and its state); a reload
+ * that changes its config replaces it in the segment (CLOSED again, for
+ * the other registry too). */
+static void a_shared_breaker_is_shared_and_replaced_by_reloads(void **state) {
+  (void)state;
+  char dir[128], text[1024];
+  snprintf(dir, sizeof dir, "%s/segbr", tmpdir);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  breaker_text(text, sizeof text, dir, 2);
+  const char *p = write_file("shared-breaker.yaml", text);
+  resil_registry *r1, *r2;
+  assert_int_equal(resil_registry_load_file(p, &r1, NULL), RESIL_OK);
+  assert_int_equal(resil_registry_load_file(p, &r2, NULL), RESIL_OK);
+  resil_breaker *b1 = resil_registry_breaker(r1, "up");
+  resil_breaker *b2 = resil_registry_breaker(r2, "up");
+  assert_non_null(b1);
+  assert_ptr_not_equal(b1, b2);
+  fail_through(b1, 1);
+  assert_int_equal(resil_breaker_state(b2), RESIL_BREAKER_CLOSED);
+  fail_through(b2, 1); /* the window holds both: 2 of 2 failed */
+  assert_int_equal(resil_breaker_state(b1), RESIL_BREAKER_OPEN);
+  assert_int_equal(resil_breaker_state(b2), RESIL_BREAKER_OPEN);
+  resil_breaker_permit pm;
+  assert_int_equal(resil_breaker_try_acquire(b1, &pm), RESIL_DECISION_DENY);
+
+  /* the same file: kept, still OPEN */
+  assert_int_equal(resil_registry_reload(r1, p, NULL), RESIL_OK);
+  assert_ptr_equal(resil_registry_breaker(r1, "up"), b1);
+  assert_int_equal(resil_breaker_state(b1), RESIL_BREAKER_OPEN);
+
+  /* its config changed: replaced in the segment for every process */
+  breaker_text(text, sizeof text, dir, 3);
+  p = write_file("shared-breaker.yaml", text);
+  resil_registry_reload_stats rs;
+  assert_int_equal(resil_registry_reload(r1, p, NULL), RESIL_OK);
+  assert_int_equal(resil_registry_last_reload(r1, &rs), RESIL_OK);
+  assert_int_equal(rs.replaced, 1);
+  resil_breaker *c1 = resil_registry_breaker(r1, "up");
+  assert_ptr_not_equal(c1, b1);
+  assert_int_equal(resil_breaker_state(c1), RESIL_BREAKER_CLOSED);
+  assert_int_equal(resil_breaker_state(b2), RESIL_BREAKER_CLOSED); /* reset there too */
+  assert_int_equal(resil_registry_reload(r2, p, NULL), RESIL_OK);
+  resil_breaker *c2 = resil_registry_breaker(r2, "up");
+  fail_through(c2, 2);
+  assert_int_equal(resil_breaker_state(c1), RESIL_BREAKER_CLOSED); /* minimum 3 now */
+  fail_through(c1, 1);
+  assert_int_equal(resil_breaker_state(c2), RESIL_BREAKER_OPEN);
+
+  resil_shared_config sc;
+  resil_shared_config_init(&sc);
+  sc.name = "app";
+  sc.dir = dir;
+  resil_registry_free(r1);
+  resil_registry_free(r2);
+  assert_int_equal(resil_shared_unlink(&sc, NULL), RESIL_OK);
+}
+
 static void collect_line(void *user, const char *line) {
   char *buf = user;
   size_t l = strlen(buf);
@@ -984,6 +1064,7 @@ int main(void) {
       cmocka_unit_test(cli_config_check_exit_codes_and_lines),
       cmocka_unit_test(cli_describe_config_prints_every_chain),
       cmocka_unit_test(shared_segments_are_shared_kept_and_replaced_by_reloads),
+      cmocka_unit_test(a_shared_breaker_is_shared_and_replaced_by_reloads),
       cmocka_unit_test(a_shared_segment_falls_back_with_events_or_fails_when_required),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
