@@ -564,6 +564,25 @@ RESIL_API resil_status resil_breaker_get_metrics_sized(
 #define resil_breaker_get_metrics(br, out)                                     \
   resil_breaker_get_metrics_sized((br), (out), sizeof(resil_breaker_metrics))
 
+/* Reads the shared breaker `name` of seg (shared.h) without creating it:
+ * fills *out (up to its struct_size, given by the macro) as
+ * resil_breaker_get_metrics would for a breaker attached to it: state,
+ * generation, the window (buffered and failed calls, rates), consecutive
+ * opens, the OPEN wait, HALF_OPEN permits left and the totals of every
+ * process. Like any attached breaker it first applies overdue time-driven
+ * changes (HALF_OPEN maximum wait; with automatic_half_open, the end of
+ * the OPEN wait), which every process would make; it records no call and
+ * takes no permit. RESIL_OK; RESIL_EINVAL (seg, name or out NULL, or
+ * struct_size smaller than a size_t); RESIL_ESTATE (no such breaker in the
+ * segment, or the segment is in fallback mode); RESIL_ENOMEM; RESIL_ESYS
+ * (the segment's lock). For tools (`resil state show`). Thread-safe. Use
+ * the macro. Since 0.2. */
+RESIL_API resil_status resil_breaker_shared_peek_sized(resil_shared *seg, const char *name,
+                                                       resil_breaker_metrics *out,
+                                                       size_t struct_size, resil_error *err);
+#define resil_breaker_shared_peek(seg, name, out, err)                         \
+  resil_breaker_shared_peek_sized((seg), (name), (out), sizeof(resil_breaker_metrics), (err))
+
 /* Copies the most recent events, at most max and at most event_capacity,
  * oldest first, into out, an array of max elements of elem_size bytes
  * each (given by the macro). Returns the number copied (0 for a NULL

@@ -1995,6 +1995,55 @@ resil_status resil_breaker_get_metrics_sized(resil_breaker *br,
   return RESIL_OK;
 }
 
+resil_status resil_breaker_shared_peek_sized(resil_shared *seg, const char *name,
+                                             resil_breaker_metrics *out,
+                                             size_t struct_size, resil_error *err) {
+  if (!seg || !name || !out)
+    return resil__err(err, RESIL_EINVAL, !seg ? "seg" : !name ? "name" : "out",
+                      "must not be NULL");
+  if (struct_size < sizeof(size_t))
+    return resil__err(err, RESIL_EINVAL, "out", "struct_size too small");
+  br_shared_rec rec;
+  resil_status st = resil__shared_find_cfg(seg, RESIL__SHK_BREAKER, name, &rec,
+                                           sizeof rec, err);
+  if (st != RESIL_OK)
+    return st;
+  /* A breaker attached to the existing slot, with the recorded config
+   * (never creates one: slots are never freed, and a replacement in
+   * between is a mismatch error). */
+  resil_breaker_config c;
+  resil_breaker_config_init(&c);
+  c.name = name;
+  c.window_type = (resil_breaker_window_type)rec.window_type;
+  c.window_size = (uint32_t)rec.window_size;
+  c.minimum_calls = (uint32_t)rec.minimum_calls;
+  c.failure_rate_threshold_pct = (uint32_t)rec.failure_rate_threshold_pct;
+  c.slow_call_rate_threshold_pct = (uint32_t)rec.slow_call_rate_threshold_pct;
+  c.slow_call_duration_ns = rec.slow_call_duration_ns;
+  c.open_wait_ns = rec.open_wait_ns;
+  memcpy(&c.open_wait_multiplier, rec.open_wait_multiplier, sizeof(double));
+  c.open_wait_max_ns = rec.open_wait_max_ns;
+  c.half_open_permitted_calls = (uint32_t)rec.half_open_permitted_calls;
+  c.half_open_max_wait_ns = rec.half_open_max_wait_ns;
+  c.automatic_half_open = (int)rec.automatic_half_open;
+  c.failure_classes = (uint32_t)rec.failure_classes;
+  c.ignored_classes = (uint32_t)rec.ignored_classes;
+  c.initial_state = (resil_breaker_state_kind)rec.initial_state;
+  c.half_open_max_wait_to_closed = (int)rec.half_open_max_wait_to_closed;
+  c.event_capacity = 0;
+  c.shared = seg;
+  resil_breaker *br;
+  if ((st = resil_breaker_new(&c, &br, err)) != RESIL_OK)
+    return st;
+  if (!is_shared(br)) { /* fell back (cannot happen on a live segment) */
+    resil_breaker_free(br);
+    return resil__err(err, RESIL_ESTATE, "shared", "the segment is in fallback mode");
+  }
+  st = resil_breaker_get_metrics_sized(br, out, struct_size);
+  resil_breaker_free(br);
+  return st;
+}
+
 size_t resil_breaker_events_sized(resil_breaker *br, resil_breaker_event *out,
                                   size_t max, size_t elem_size) {
   if (!valid(br) || !out || elem_size < EVENT_MIN_SIZE ||

@@ -940,6 +940,18 @@ static void a_shared_breaker_is_shared_and_replaced_by_reloads(void **state) {
   assert_int_equal(resil_breaker_state(b2), RESIL_BREAKER_OPEN);
   resil_breaker_permit pm;
   assert_int_equal(resil_breaker_try_acquire(b1, &pm), RESIL_DECISION_DENY);
+  /* the read-only peek sees the same (and creates nothing) */
+  resil_shared *seg = resil_registry_shared(r1, "app");
+  resil_breaker_metrics m;
+  assert_int_equal(resil_breaker_shared_peek(seg, "up", &m, NULL), RESIL_OK);
+  assert_int_equal(m.state, RESIL_BREAKER_OPEN);
+  assert_int_equal(m.buffered_calls, 2);
+  assert_int_equal(m.failed_calls, 2);
+  assert_int_equal(m.consecutive_opens, 1);
+  assert_int_equal(m.total_not_permitted, 1);
+  assert_int_equal(resil_breaker_shared_peek(seg, "nope", &m, NULL), RESIL_ESTATE);
+  uint64_t g = 0;
+  assert_int_equal(resil_shared_foreach(seg, gen_of, &g), 1);
 
   /* the same file: kept, still OPEN */
   assert_int_equal(resil_registry_reload(r1, p, NULL), RESIL_OK);

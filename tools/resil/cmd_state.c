@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "cmds.h"
+#include "resil/breaker.h"
 #include "resil/bulkhead.h"
 #include "resil/ratelimit.h"
 #include "resil/retry.h"
@@ -25,7 +27,8 @@ static void usage(FILE *f) {
           "          its config, 1 at creation) and state; creates nothing\n"
           "  reset   puts INSTANCE (every instance of that name), or every\n"
           "          instance, back to its initial state for every process: a\n"
-          "          rate limiter gets a full cycle, a bulkhead all its permits\n"
+          "          rate limiter gets a full cycle, a bulkhead all its permits,\n"
+          "          a breaker its initial state with an empty window\n"
           "  --dir DIR   the segment is a file in DIR (as `dir:` in a registry\n"
           "              file and --state-dir of resil call); default: POSIX\n"
           "              shared memory (/dev/shm)\n"
@@ -73,6 +76,36 @@ static int collect(void *user, const char *kind, const char *name, uint64_t gen)
   return 0;
 }
 
+/* A breaker's state, window (this state period's), OPEN series and
+ * totals: `OPEN for 120 ms (wait 10000 ms), window 5 calls 5 failed
+ * (100%, minimum 5), 1 consecutive opens, totals 5 calls 5 failed 3
+ * rejected`. */
+static void describe_breaker(const resil_breaker_metrics *m, char *buf, size_t n) {
+  struct timespec ts;
+  long long for_ms = -1;
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) { /* the shared breaker's clock */
+    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    if (now >= m->state_since_ns) for_ms = (long long)((now - m->state_since_ns) / 1000000);
+  }
+  char since[32] = "", wait[48] = "", rate[32] = "", probes[48] = "";
+  if (for_ms >= 0) snprintf(since, sizeof since, " for %lld ms", for_ms);
+  if (m->state == RESIL_BREAKER_OPEN)
+    snprintf(wait, sizeof wait, " (wait %lld ms)", (long long)(m->open_wait_ns / 1000000));
+  if (m->state == RESIL_BREAKER_HALF_OPEN)
+    snprintf(probes, sizeof probes, ", %u probe permits left",
+             (unsigned)m->half_open_permits_available);
+  if (m->rates == RESIL_BREAKER_RATES_AVAILABLE)
+    snprintf(rate, sizeof rate, "%.0f%%, ", m->failure_rate_pct);
+  snprintf(buf, n,
+           "%s%s%s%s, window %llu calls %llu failed (%sminimum %llu), %u consecutive opens, "
+           "totals %llu calls %llu failed %llu rejected",
+           resil_breaker_state_name(m->state), since, wait, probes,
+           (unsigned long long)m->buffered_calls, (unsigned long long)m->failed_calls, rate,
+           (unsigned long long)m->minimum_calls, (unsigned)m->consecutive_opens,
+           (unsigned long long)m->total_calls, (unsigned long long)m->total_failures,
+           (unsigned long long)m->total_not_permitted);
+}
+
 /* The state of one instance, in words. One line per kind: a kind this
  * resil cannot read says so. */
 static void describe(resil_shared *seg, const inst *e, char *buf, size_t n) {
@@ -91,10 +124,11 @@ static void describe(resil_shared *seg, const inst *e, char *buf, size_t n) {
     if ((st = resil_retry_budget_shared_peek(seg, e->name, &tokens, &err)) == RESIL_OK)
       snprintf(buf, n, "%lld tokens", (long long)tokens);
   }
-  /* ISSUE 20, breaker: when the shared breaker lands, add its peek here
-   * (`else if (strcmp(e->kind, "breaker") == 0)`: state, failure rate,
-   * buffered calls). */
-  else {
+  else if (strcmp(e->kind, "breaker") == 0) {
+    resil_breaker_metrics m;
+    if ((st = resil_breaker_shared_peek(seg, e->name, &m, &err)) == RESIL_OK)
+      describe_breaker(&m, buf, n);
+  } else {
     snprintf(buf, n, "(this resil cannot read a %s's state)", e->kind);
     return;
   }
