@@ -595,6 +595,117 @@ static void call_state_rate_is_kept_across_invocations(void **state) {
   assert_int_equal(rmdir(dir), 0);
 }
 
+/* M5: sequential `resil call --state S --breaker window=5,min=5,...`
+ * against a failing route: the first 5 invocations are made (exit 6) and
+ * open the shared breaker; the next ones are REJECTED (exit 7) and the
+ * upstream's counter stops at 5; after the wait exactly one probe goes
+ * through (a failing one re-opens it: the next is rejected at once), and
+ * a succeeding probe closes it. `resil state show` describes it. The
+ * rejections are made only while well inside the wait (measured from
+ * before the invocation that opened it), so a slow machine makes fewer,
+ * never a wrong one. */
+static void call_state_breaker_opens_across_invocations_and_probes_after_the_wait(void **state) {
+  cli_state *s = *state;
+  if (!getenv("RESIL_BIN")) skip();
+  char dir[] = "/tmp/resil-cli-breaker-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char seg[32];
+  snprintf(seg, sizeof seg, "b%ld", (long)getpid());
+  const int64_t wait_ms = 1000;
+  const char *spec = "window=5,min=5,rate=50,wait=1s,probes=1";
+  char fail_url[512];
+  snprintf(fail_url, sizeof fail_url, "%s", url(s, "/status/503"));
+  run_result r;
+  int64_t before_open = 0, after_open = 0;
+  for (int i = 0; i < 5; i++) {
+    before_open = mono_ms();
+    RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec, fail_url);
+    assert_exit(&r, 6);
+    run_result_free(&r);
+  }
+  after_open = mono_ms();
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 5);
+
+  int rejected = 0;
+  while (rejected < 20 && mono_ms() - before_open < wait_ms / 2) {
+    RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec, fail_url);
+    assert_exit(&r, 7);
+    assert_contains(r.err, "REJECTED(circuit breaker open) after 0 attempts");
+    run_result_free(&r);
+    rejected++;
+  }
+  print_message("M5: invocations %d, upstream_calls 5, rejected_invocations %d\n", 5 + rejected,
+                rejected);
+  assert_true(rejected >= 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 5);
+  RUN(&r, "state", "show", seg, "--dir", dir);
+  assert_exit(&r, 0);
+  assert_contains(r.out, "breaker");
+  assert_contains(r.out, "generation 1: OPEN for ");
+  assert_contains(r.out, "(wait 1000 ms), window 5 calls 5 failed (100%, minimum 5)");
+  assert_contains(r.out, ", 1 consecutive opens");
+  run_result_free(&r);
+
+  /* after the wait: one probe (failing: OPEN again, the next rejected) */
+  while (mono_ms() - after_open < wait_ms + 50) usleep(10000);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec, fail_url);
+  assert_exit(&r, 6);
+  run_result_free(&r);
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 6);
+  int64_t reopened = mono_ms();
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec, fail_url);
+  assert_exit(&r, 7);
+  run_result_free(&r);
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 6);
+  print_message("M5: probe_after_wait 1\n");
+
+  /* after the next wait a succeeding probe closes it */
+  while (mono_ms() - reopened < wait_ms + 50) usleep(10000);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec, url(s, "/items/7"));
+  assert_exit(&r, 0);
+  run_result_free(&r);
+  RUN(&r, "state", "show", seg, "--dir", dir);
+  assert_contains(r.out, "generation 1: CLOSED");
+  assert_contains(r.out, "0 consecutive opens, totals 7 calls 6 failed"); /* a close ends the series */
+  run_result_free(&r);
+
+  /* another spec replaces it (generation 2); usage errors name the key */
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", "window=3", url(s, "/items/7"));
+  assert_exit(&r, 0);
+  run_result_free(&r);
+  RUN(&r, "state", "show", seg, "--dir", dir);
+  assert_contains(r.out, "generation 2: CLOSED");
+  run_result_free(&r);
+  RUN(&r, "call", "--breaker", "window=3", url(s, "/items/7"));
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--breaker: needs --state NAME");
+  run_result_free(&r);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", "window=3,size=2",
+      url(s, "/items/7"));
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--breaker: unknown key 'size'");
+  run_result_free(&r);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", "wait=soon", url(s, "/items/7"));
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--breaker: wait: expected a duration");
+  run_result_free(&r);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", "window=3,min=4",
+      url(s, "/items/7"));
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--breaker: min: must be at most window (3), got 4");
+  run_result_free(&r);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, url(s, "/items/7"));
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--state: needs --rate N/PERIOD or --breaker SPEC");
+  run_result_free(&r);
+
+  char path[256];
+  snprintf(path, sizeof path, "%s/resil-%lu-v%d-%s", dir, (unsigned long)geteuid(),
+           RESIL_SHARED_LAYOUT, seg);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(rmdir(dir), 0);
+}
+
 static void call_help_exits_0_and_documents_the_exit_codes(void **state) {
   (void)state;
   run_result r;
@@ -976,6 +1087,7 @@ int main(void) {
       T(call_warns_about_retry_without_deadline_and_long_timeouts),
       T(call_bad_arguments_exit_2_with_one_line_naming_the_argument),
       T(call_state_rate_is_kept_across_invocations),
+      T(call_state_breaker_opens_across_invocations_and_probes_after_the_wait),
       T(call_help_exits_0_and_documents_the_exit_codes),
       T(call_with_stdin_or_stdout_closed_exits_1_and_sends_nothing),
       T(call_location_past_the_redirect_limit_exits_8),

@@ -166,16 +166,31 @@ static void usage(FILE *f) {
       "  --state NAME            keep the call's policies in the shared segment\n"
       "                          NAME of this user (DESIGN 8.1), so that\n"
       "                          successive invocations (a script, a cron job)\n"
-      "                          share them: with --rate, one rate limiter for\n"
-      "                          every call made with --state NAME. A different\n"
-      "                          --rate replaces the recorded one (its permits\n"
-      "                          start over). `resil state show NAME` lists them\n"
+      "                          share them: with --rate, one rate limiter, with\n"
+      "                          --breaker, one circuit breaker for every call\n"
+      "                          made with --state NAME (needs one or both). A\n"
+      "                          different --rate or --breaker replaces the\n"
+      "                          recorded one (its state starts over). `resil\n"
+      "                          state show NAME` lists them\n"
       "  --state-dir DIR         the segment is a file in DIR (default: POSIX\n"
       "                          shared memory, /dev/shm)\n"
       "  --rate N/PERIOD         with --state: at most N calls per PERIOD (e.g.\n"
       "                          100/1s, 2/1h, 5/500ms), across invocations; a\n"
       "                          call over the rate is not made: exit 7,\n"
-      "                          REJECTED(rate limited)\n"
+      "                          REJECTED(no rate limiter permit)\n"
+      "  --breaker KEY=V[,KEY=V...]\n"
+      "                          with --state: a circuit breaker around the call\n"
+      "                          (one result per invocation, after its retries)\n"
+      "                          across invocations, on a count window; keys:\n"
+      "                          window=N (calls, default 10), min=N (calls\n"
+      "                          before it can open, 1..window, default window),\n"
+      "                          rate=PCT (failure rate that opens it, default\n"
+      "                          50), wait=DURATION (OPEN, e.g. 300ms, 10s, 5m;\n"
+      "                          default 60s), probes=N (calls let through after\n"
+      "                          the wait, default 1). Failures: not sent,\n"
+      "                          unknown, 5xx, 408, 425, 429. While open the call\n"
+      "                          is not made: exit 7, REJECTED(circuit breaker\n"
+      "                          open). E.g. --breaker window=5,min=5,wait=10s\n"
       "  -h, --help              print this help\n"
       "Options take their value as the next argument, or --opt=VALUE (long) and\n"
       "-XVALUE (short); '--' ends the options.\n"
@@ -192,8 +207,8 @@ static void usage(FILE *f) {
       "     EXECUTED it (also when a later attempt was not sent or refused)\n"
       "  5  answered 4xx other than 408, 425, 429: fix the request\n"
       "  6  answered 5xx, 408, 425 or 429\n"
-      "  7  REJECTED: refused locally before sending (deadline too short, or\n"
-      "     over --rate)\n"
+      "  7  REJECTED: refused locally before sending (deadline too short,\n"
+      "     over --rate, or --breaker open)\n"
       "  8  -L: still a redirect after 5 hops, or one that cannot be followed\n");
 }
 
@@ -227,10 +242,13 @@ typedef struct call_opts {
   const char *state_dir;      /* --state-dir DIR                            */
   int64_t rate_n;             /* --rate N/PERIOD; 0: none                   */
   int64_t rate_period_ns;
-  /* ISSUE 20, breaker: --breaker (a shared circuit breaker around the call,
-   * kept across invocations) gets its fields here, its parsing in
-   * parse_args, and its creation next to the rate limiter's in
-   * resil_cmd_call (marked there too). Not implemented by this resil. */
+  /* --breaker SPEC: a shared circuit breaker around the call (count
+   * window), kept across invocations; br_window 0: none. */
+  uint32_t br_window;
+  uint32_t br_min;
+  uint32_t br_rate_pct;
+  int64_t br_wait_ns;
+  uint32_t br_probes;
 } call_opts;
 
 static void opts_free(call_opts *o) {
@@ -321,6 +339,91 @@ static int parse_rate(call_opts *o, const char *v) {
   (void)o;
   return bad("--rate", "%s", "this resil was built without libresil-config (durations)");
 #endif
+}
+
+/* --breaker KEY=VALUE[,KEY=VALUE...]: window=N (the count window, 1..13632,
+ * default 10), min=N (minimum calls, 1..window, default window), rate=PCT
+ * (failure rate threshold, 1..100, default 50), wait=DURATION (OPEN wait,
+ * default 60s), probes=N (HALF_OPEN calls, 1..window, default 1). An
+ * error names the argument and the key. */
+static int parse_breaker(call_opts *o, const char *v) {
+  o->br_window = 10;
+  o->br_min = 0;
+  o->br_rate_pct = 50;
+  o->br_wait_ns = 60 * 1000 * NS_PER_MS;
+  o->br_probes = 1;
+  const char *p = v;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char item[96];
+    if (len == 0 || len >= sizeof item)
+      return bad("--breaker",
+                 "expected KEY=VALUE[,KEY=VALUE...] such as window=5,min=5,rate=50,wait=10s, "
+                 "got '%s'",
+                 v);
+    memcpy(item, p, len);
+    item[len] = '\0';
+    char *eq = strchr(item, '=');
+    if (!eq || eq == item || eq[1] == '\0') {
+      fprintf(stderr, PROG ": --breaker: expected KEY=VALUE, got '%s'\n", item);
+      return EXIT_USAGE;
+    }
+    *eq = '\0';
+    const char *key = item, *val = eq + 1;
+    if (strcmp(key, "wait") == 0) {
+#ifdef RESIL_HAVE_CONFIG
+      int64_t ns = 0;
+      char why[160];
+      if (resil_parse_duration(val, &ns, why, sizeof why) != RESIL_OK || ns < NS_PER_MS) {
+        fprintf(stderr,
+                PROG ": --breaker: wait: expected a duration of at least 1ms such as 300ms, "
+                     "10s or 5m, got '%s'\n",
+                val);
+        return EXIT_USAGE;
+      }
+      o->br_wait_ns = ns;
+#else
+      return bad("--breaker", "%s", "wait: this resil was built without libresil-config (durations)");
+#endif
+    } else {
+      uint32_t *dst = strcmp(key, "window") == 0   ? &o->br_window
+                      : strcmp(key, "min") == 0    ? &o->br_min
+                      : strcmp(key, "rate") == 0   ? &o->br_rate_pct
+                      : strcmp(key, "probes") == 0 ? &o->br_probes
+                                                   : NULL;
+      if (!dst) {
+        fprintf(stderr,
+                PROG ": --breaker: unknown key '%s' (window, min, rate, wait, probes)\n", key);
+        return EXIT_USAGE;
+      }
+      long long max = dst == &o->br_rate_pct ? 100 : 1000000;
+      char *e = NULL;
+      errno = 0;
+      long long n = (*val >= '0' && *val <= '9') ? strtoll(val, &e, 10) : -1;
+      if (n < 1 || errno || *e || n > max) {
+        fprintf(stderr, PROG ": --breaker: %s: expected %s1..%lld, got '%s'\n", key,
+                dst == &o->br_rate_pct ? "a failure rate in percent " : "a count ", max, val);
+        return EXIT_USAGE;
+      }
+      *dst = (uint32_t)n;
+    }
+    p += len + (end ? 1 : 0);
+    if (end && *p == '\0')
+      return bad("--breaker", "a trailing ',' in '%s'", v);
+  }
+  if (!o->br_min) o->br_min = o->br_window;
+  if (o->br_min > o->br_window) {
+    fprintf(stderr, PROG ": --breaker: min: must be at most window (%u), got %u\n",
+            (unsigned)o->br_window, (unsigned)o->br_min);
+    return EXIT_USAGE;
+  }
+  if (o->br_probes > o->br_window) {
+    fprintf(stderr, PROG ": --breaker: probes: must be at most window (%u), got %u\n",
+            (unsigned)o->br_window, (unsigned)o->br_probes);
+    return EXIT_USAGE;
+  }
+  return 0;
 }
 
 static int parse_method(const char *v, int *out) {
@@ -584,6 +687,9 @@ static int parse_args(int argc, char **argv, call_opts *o) {
     } else if ((m = opt_value(argc, argv, &i, NULL, "--rate", &v)) != 0) {
       if (m < 0) return EXIT_USAGE;
       if ((rc = parse_rate(o, v)) != 0) return rc;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--breaker", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      if ((rc = parse_breaker(o, v)) != 0) return rc;
     } else if ((m = opt_value(argc, argv, &i, NULL, "--chain", &v)) != 0) {
       if (m < 0) return EXIT_USAGE;
       o->chain = v;
@@ -628,9 +734,12 @@ static int parse_args(int argc, char **argv, call_opts *o) {
                "--config FILE and --chain NAME go together");
   if (o->rate_n && !o->state)
     return bad("--rate", "%s", "needs --state NAME (the segment that keeps it across calls)");
+  if (o->br_window && !o->state)
+    return bad("--breaker", "%s", "needs --state NAME (the segment that keeps it across calls)");
   if (o->state_dir && !o->state) return bad("--state-dir", "%s", "needs --state NAME");
-  if (o->state && !o->rate_n)
-    return bad("--state", "%s", "needs --rate N/PERIOD (the policy to keep in the segment)");
+  if (o->state && !o->rate_n && !o->br_window)
+    return bad("--state", "%s",
+               "needs --rate N/PERIOD or --breaker SPEC (the policies to keep in the segment)");
   if (o->state && o->chain)
     return bad("--state", "%s",
                "a --chain's file names its own segments (its `shared:` section)");
@@ -947,7 +1056,8 @@ static void state_fallback(void *user, const char *instance, const resil_error *
  * the command line is the truth, as a registry file is (replace_differing).
  * A segment that cannot be used falls back to per-call state with a
  * warning. Returns 0, EXIT_USAGE or EXIT_LOCAL (reported). */
-static int open_state(const call_opts *o, resil_shared **seg, resil_ratelimiter **rate) {
+static int open_state(const call_opts *o, resil_shared **seg, resil_ratelimiter **rate,
+                      resil_breaker **br) {
   resil_shared_config sc;
   resil_shared_config_init(&sc);
   sc.name = o->state;
@@ -964,19 +1074,38 @@ static int open_state(const call_opts *o, resil_shared **seg, resil_ratelimiter 
             m);
     return st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
   }
-  resil_ratelimiter_config rc;
-  resil_ratelimiter_config_init(&rc);
-  rc.name = "rate";
-  rc.limit_for_period = o->rate_n;
-  rc.refresh_period_ns = o->rate_period_ns;
-  rc.timeout_ns = 0; /* one call: over the rate it is not made */
-  rc.shared = *seg;
-  if ((st = resil_ratelimiter_new(&rc, rate, &err)) != RESIL_OK) {
-    fprintf(stderr, PROG ": --rate: %s\n", err.msg);
-    return st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
+  if (o->rate_n) {
+    resil_ratelimiter_config rc;
+    resil_ratelimiter_config_init(&rc);
+    rc.name = "rate";
+    rc.limit_for_period = o->rate_n;
+    rc.refresh_period_ns = o->rate_period_ns;
+    rc.timeout_ns = 0; /* one call: over the rate it is not made */
+    rc.shared = *seg;
+    if ((st = resil_ratelimiter_new(&rc, rate, &err)) != RESIL_OK) {
+      fprintf(stderr, PROG ": --rate: %s\n", err.msg);
+      return st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
+    }
   }
-  /* ISSUE 20, breaker: the shared breaker (--breaker) is created here,
-   * named "breaker", with rc.shared = *seg. */
+  if (o->br_window) {
+    resil_breaker_config bc;
+    resil_breaker_config_init(&bc);
+    bc.name = "breaker";
+    bc.window_type = RESIL_BREAKER_WINDOW_COUNT;
+    bc.window_size = o->br_window;
+    bc.minimum_calls = o->br_min;
+    bc.failure_rate_threshold_pct = o->br_rate_pct;
+    bc.open_wait_ns = o->br_wait_ns;
+    bc.half_open_permitted_calls = o->br_probes;
+    /* half_open_max_wait_ns keeps its default (60 s): a probe whose
+     * process is killed before its result is given up then. */
+    bc.event_capacity = 0; /* no one reads this process's events */
+    bc.shared = *seg;
+    if ((st = resil_breaker_new(&bc, br, &err)) != RESIL_OK) {
+      fprintf(stderr, PROG ": --breaker: %s\n", err.msg);
+      return st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
+    }
+  }
   return 0;
 }
 
@@ -1005,6 +1134,7 @@ int resil_cmd_call(int argc, char **argv) {
 #endif
   resil_shared *seg = NULL;
   resil_ratelimiter *rate = NULL;
+  resil_breaker *br = NULL;
   resil_error err;
   resil_status st;
   int rc = parse_args(argc, argv, &o);
@@ -1033,7 +1163,7 @@ int resil_cmd_call(int argc, char **argv) {
   }
 #endif
 
-  if (o.state && (rc = open_state(&o, &seg, &rate)) != 0) goto done;
+  if (o.state && (rc = open_state(&o, &seg, &rate, &br)) != 0) goto done;
 
   resil_retry_config rcfg;
   resil_retry_config_init(&rcfg);
@@ -1121,18 +1251,35 @@ int resil_cmd_call(int argc, char **argv) {
 
   resil_outcome fin;
   resil_reason why = RESIL_REASON_OK;
-  /* ISSUE 20, breaker: a shared breaker's try_acquire goes here, before
-   * the rate limiter, and its record after the call. */
-  if (rate && resil_ratelimiter_acquire(rate, 1, NULL, &why) != RESIL_DECISION_GO)
-    fin = resil_outcome_make(RESIL_REJECTED, why == RESIL_REASON_OK ? RESIL_REASON_RATE_LIMITED
-                                                                     : why);
-  else
+  /* The shared breaker outside the rate limiter (a call it refuses takes
+   * no rate permit), one result per invocation, after its retries. */
+  resil_breaker_permit permit;
+  int held = 0, made = 0;
+  int64_t t0 = 0;
+  if (br && resil_breaker_try_acquire(br, &permit) != RESIL_DECISION_GO) {
+    fin = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+  } else {
+    held = br != NULL;
+    if (rate && resil_ratelimiter_acquire(rate, 1, NULL, &why) != RESIL_DECISION_GO) {
+      fin = resil_outcome_make(RESIL_REJECTED, why == RESIL_REASON_OK ? RESIL_REASON_RATE_LIMITED
+                                                                       : why);
+    } else {
+      made = 1;
+      t0 = mono_ns();
 #ifdef RESIL_HAVE_CONFIG
-  if (chain)
-    fin = run_chain(&o, chain, req);
-  else
+      if (chain)
+        fin = run_chain(&o, chain, req);
+      else
 #endif
-    fin = run_call(&o, retry, req);
+        fin = run_call(&o, retry, req);
+    }
+  }
+  if (held && !made) {
+    (void)resil_breaker_release(br, &permit); /* the rate refused it: not made */
+  } else if (held) {
+    int64_t took = mono_ns() - t0;
+    (void)resil_breaker_record(br, &permit, &fin, took > 0 ? took : 0);
+  }
   resp = resil_http_request_take_response(req);
   rc = exit_status(&fin);
   const char *detail = resp ? resil_http_response_error(resp) : NULL;
@@ -1179,6 +1326,7 @@ done:
   resil_http_client_free(client);
   resil_retry_free(retry);
   resil_ratelimiter_free(rate);
+  resil_breaker_free(br);
   resil_shared_close(seg);
 #ifdef RESIL_HAVE_CONFIG
   resil_registry_free(reg);
