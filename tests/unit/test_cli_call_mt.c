@@ -694,6 +694,11 @@ static void call_state_breaker_opens_across_invocations_and_probes_after_the_wai
   assert_exit(&r, 2);
   assert_contains(r.err, "--breaker: min: must be at most window (3), got 4");
   run_result_free(&r);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", "window=20000",
+      url(s, "/items/7"));
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--breaker: window: a shared breaker's count window holds at most");
+  run_result_free(&r);
   RUN(&r, "call", "--state", seg, "--state-dir", dir, url(s, "/items/7"));
   assert_exit(&r, 2);
   assert_contains(r.err, "--state: needs --rate N/PERIOD or --breaker SPEC");

@@ -1102,7 +1102,18 @@ static int open_state(const call_opts *o, resil_shared **seg, resil_ratelimiter 
     bc.event_capacity = 0; /* no one reads this process's events */
     bc.shared = *seg;
     if ((st = resil_breaker_new(&bc, br, &err)) != RESIL_OK) {
-      fprintf(stderr, PROG ": --breaker: %s\n", err.msg);
+      /* named by the spec's key (a shared window's limit is the slot's) */
+      static const char *const keys[][2] = {{"window_size", "window"},
+                                            {"minimum_calls", "min"},
+                                            {"failure_rate_threshold_pct", "rate"},
+                                            {"open_wait_ns", "wait"},
+                                            {"half_open_permitted_calls", "probes"}};
+      const char *key = err.field, *m = err.msg;
+      size_t fl = strlen(err.field);
+      if (fl && strncmp(m, err.field, fl) == 0 && m[fl] == ':' && m[fl + 1] == ' ') m += fl + 2;
+      for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (strcmp(err.field, keys[k][0]) == 0) key = keys[k][1];
+      fprintf(stderr, PROG ": --breaker: %s%s%s\n", key, *key ? ": " : "", m);
       return st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
     }
   }
