@@ -23,19 +23,8 @@
 #include "resil/breaker.h"
 #include "resil/shared.h"
 
-static int64_t mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void seg_config(resil_shared_config *sc, char *name, size_t n, const char *tag) {
-  static int seq;
-  snprintf(name, n, "br%ld-%s-%d", (long)getpid(), tag, seq++);
-  resil_shared_config_init(sc);
-  sc->name = name;
-  sc->required = 1;
-}
+#define SHARED_TEST_PREFIX "br"
+#include "test_shared_common.h"
 
 static resil_shared *seg_open(resil_shared_config *sc) {
   resil_shared *seg = NULL;
@@ -741,5 +730,5 @@ int main(void) {
       cmocka_unit_test(an_unusable_segment_gives_a_per_process_breaker_unless_required),
       cmocka_unit_test(threads_and_a_process_share_one_window),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, NULL, seg_unlink_all);
 }

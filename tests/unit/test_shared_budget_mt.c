@@ -18,19 +18,8 @@
 #include "resil/shared.h"
 #include "shared/shared_int.h"
 
-static int64_t mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void seg_config(resil_shared_config *sc, char *name, size_t n, const char *tag) {
-  static int seq;
-  snprintf(name, n, "bg%ld-%s-%d", (long)getpid(), tag, seq++);
-  resil_shared_config_init(sc);
-  sc->name = name;
-  sc->required = 1;
-}
+#define SHARED_TEST_PREFIX "bg"
+#include "test_shared_common.h"
 
 static resil_retry_budget *budget(resil_shared *seg, resil_retry_budget_mode mode) {
   resil_retry_budget_config c;
@@ -278,5 +267,5 @@ int main(void) {
       cmocka_unit_test(sigkill_chaos_never_wedges_the_budget),
       cmocka_unit_test(a_lock_left_by_a_dead_process_is_taken_over),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, NULL, seg_unlink_all);
 }

@@ -22,19 +22,8 @@
 #include "resil/shared.h"
 #include "shared/shared_int.h"
 
-static int64_t mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void seg_config(resil_shared_config *sc, char *name, size_t n, const char *tag) {
-  static int seq;
-  snprintf(name, n, "bh%ld-%s-%d", (long)getpid(), tag, seq++);
-  resil_shared_config_init(sc);
-  sc->name = name;
-  sc->required = 1;
-}
+#define SHARED_TEST_PREFIX "bh"
+#include "test_shared_common.h"
 
 static resil_bulkhead *bulkhead(resil_shared *seg, uint32_t max, int64_t max_wait_ns) {
   resil_bulkhead_config c;
@@ -493,5 +482,5 @@ int main(void) {
       /* Last: it starts a thread, and the others fork. */
       cmocka_unit_test(an_enqueued_waiter_gets_a_permit_another_process_frees),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, NULL, seg_unlink_all);
 }

@@ -17,19 +17,8 @@
 #include "resil/ratelimit.h"
 #include "resil/shared.h"
 
-static int64_t mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void seg_config(resil_shared_config *sc, char *name, size_t n, const char *tag) {
-  static int seq;
-  snprintf(name, n, "rl%ld-%s-%d", (long)getpid(), tag, seq++);
-  resil_shared_config_init(sc);
-  sc->name = name;
-  sc->required = 1;
-}
+#define SHARED_TEST_PREFIX "rl"
+#include "test_shared_common.h"
 
 static resil_ratelimiter *limiter(resil_shared *seg, const char *name, int64_t limit,
                                   int64_t period_ns) {
@@ -274,5 +263,5 @@ int main(void) {
       cmocka_unit_test(a_segment_that_cannot_be_opened_gives_per_process_limiters),
       cmocka_unit_test(eight_processes_flat_out_get_exactly_the_permits_of_the_cycles),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, NULL, seg_unlink_all);
 }
