@@ -4,7 +4,7 @@
  * through this table; a family knows nothing of the runner or of another
  * family.
  *
- * Adding a family X (the next ones: M, G, D, F, O, R):
+ * Adding a family X (the next ones: G, D, F, R):
  *  1. tools/lab/exp_X.c (CMake globs the folder's .c files): the
  *     experiments and their table, terminated by {NULL}, and an empty
  *     table {{NULL}} in a build without what the family needs (see
@@ -38,4 +38,5 @@ const lab_experiment *const lab_families[] = {
     lab_async_experiments,       /* A1-A6, A8 (exp_async.c) */
     lab_async_keyed_experiments, /* A7 (exp_async_keyed.c) */
     lab_registry_experiments,    /* O1 (exp_registry.c) */
+    lab_shared_experiments,      /* M1 (exp_shared.c) */
     NULL};

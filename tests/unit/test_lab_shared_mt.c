@@ -1,0 +1,60 @@
+/* Lab experiments M (tools/lab/exp_shared.c): state shared by forked
+ * worker processes through a segment in a temporary directory. Each must
+ * pass, and its wrong variant (per-process state) must fail through the
+ * named check. */
+#include <stdio.h>
+#include <string.h>
+
+#include "lab.h"
+#include "test_util.h"
+
+static long long num(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_integer(v)) fail_msg("observed.%s missing", k);
+  return json_integer_value(v);
+}
+
+static const char *str(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_string(v)) fail_msg("observed.%s missing", k);
+  return json_string_value(v);
+}
+
+static const lab_experiment *find(const char *id) {
+  const lab_experiment *e = lab_find(id);
+  if (!e) fail_msg("%s is not registered", id);
+  return e;
+}
+
+static void wrong_fails(const lab_experiment *e, lab_result *r) {
+  if (lab_run_wrong(e, r) != 0) fail_msg("%s against %s passed: %s", e->id, e->wrong, r->summary);
+  print_message("%s against %s fails as it must: [%s] %s\n", e->id, e->wrong, r->failed_checks,
+                r->summary);
+  assert_true(lab_check_failed(r, e->wrong_fails));
+}
+
+static void m1_eight_processes_open_one_shared_breaker(void **s) {
+  (void)s;
+  const lab_experiment *e = find("M1");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("M1: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "workers"), 8);
+  assert_in_range(num(o, "upstream_calls_before_open"), 20, 27);
+  assert_string_equal(str(o, "breaker_state"), "OPEN");
+  assert_true(num(o, "wrong_variant_calls") >= 100);
+  if (!r.pass) fail_msg("M1 failed: %s", r.failure);
+  lab_result_clear(&r);
+
+  wrong_fails(e, &r);
+  assert_true(num(r.observed, "upstream_calls_before_open") >= 100);
+  lab_result_clear(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(m1_eight_processes_open_one_shared_breaker),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,296 @@
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+/* Lab experiments M (issue 20, "Lab"): state shared by the processes of one
+ * host (resil/shared.h). Every worker is a real process (fork) of the lab;
+ * the "upstream" is a function that counts its calls in a MAP_SHARED page,
+ * so every process's calls are counted in one place. The segment lives in
+ * a temporary directory (resil_shared_config.dir), removed afterwards:
+ * nothing is left in /dev/shm. Every child is waited for, within a bounded
+ * time (killed and reaped past it).
+ *
+ * M1: 8 workers share one breaker (count window 20, minimum 20, 50 %) and
+ *     call until it rejects them; every call fails. The upstream sees at
+ *     most 20 + 7 calls. Wrong variant: per-process breakers (each process
+ *     opens its own after 20: about 8 x 20). */
+#include <errno.h>
+#include <signal.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lab_families.h"
+#include "lab_result.h"
+#include "resil/breaker.h"
+#include "resil/shared.h"
+
+enum { M_WORKERS = 8 };
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- the segment in a temporary directory ---------------------------------- */
+
+typedef struct m_seg {
+  char dir[80];
+  char name[40];
+  resil_shared_config sc;
+  resil_shared *seg;
+} m_seg;
+
+/* Opens (creating) the segment "<tag>-<pid>" in a fresh temp dir,
+ * required. 0 or -1 (r records why). */
+static int m_seg_open(lab_result *r, m_seg *s, const char *tag) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(s->dir, sizeof s->dir, "%s/resil-%s-XXXXXX",
+           tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp", tag);
+  if (!lab_check(r, mkdtemp(s->dir) != NULL, "mkdtemp: %s", strerror(errno))) {
+    s->dir[0] = '\0';
+    return -1;
+  }
+  snprintf(s->name, sizeof s->name, "%s-%ld", tag, (long)getpid());
+  resil_shared_config_init(&s->sc);
+  s->sc.name = s->name;
+  s->sc.dir = s->dir;
+  s->sc.required = 1;
+  resil_error err;
+  if (!lab_check(r, resil_shared_open(&s->sc, &s->seg, &err) == RESIL_OK, "segment: %s",
+                 err.msg)) {
+    s->seg = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+/* Closes the handle, removes the segment's file and the directory. */
+static void m_seg_done(m_seg *s) {
+  if (s->seg) {
+    resil_shared_close(s->seg);
+    (void)resil_shared_unlink(&s->sc, NULL);
+    s->seg = NULL;
+  }
+  if (s->dir[0]) rmdir(s->dir);
+  s->dir[0] = '\0';
+}
+
+/* A page every worker writes its counts to (MAP_SHARED, inherited). */
+static void *m_board(size_t n) {
+  void *b = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (b == MAP_FAILED) return NULL;
+  memset(b, 0, n);
+  return b;
+}
+
+/* ---- the workers ------------------------------------------------------------ */
+
+typedef int (*m_work_fn)(void *arg, int i); /* the child's body: its exit status */
+
+typedef struct m_crew {
+  pid_t pid[M_WORKERS];
+  int started;
+  int exited_ok;  /* exited with status 0 */
+  int failed;     /* another status, or a signal */
+  int killed;     /* still running at the deadline: killed */
+  int last_bad;   /* the last bad exit status (or 128 + signal) */
+} m_crew;
+
+/* Forks n workers, each running fn(arg, i) and _exit()ing with its result.
+ * A failed fork leaves started < n. */
+static void m_crew_start(m_crew *c, int n, m_work_fn fn, void *arg) {
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < n; i++) {
+    pid_t pid = fork();
+    if (pid < 0) break;
+    if (pid == 0) _exit(fn(arg, i));
+    c->pid[c->started++] = pid;
+  }
+}
+
+/* Waits for every started worker until deadline (monotonic ns); those still
+ * running then are killed (SIGKILL) and reaped. */
+static void m_crew_reap(m_crew *c, int64_t deadline) {
+  int left = c->started;
+  int done[M_WORKERS] = {0};
+  while (left > 0) {
+    for (int i = 0; i < c->started; i++) {
+      if (done[i]) continue;
+      int st = 0;
+      pid_t w = waitpid(c->pid[i], &st, WNOHANG);
+      if (w == 0 || (w < 0 && errno == EINTR)) continue;
+      done[i] = 1;
+      left--;
+      if (w > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        c->exited_ok++;
+      } else {
+        c->failed++;
+        c->last_bad = w < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+    }
+    if (left == 0) break;
+    if (mono_ns() > deadline) {
+      for (int i = 0; i < c->started; i++)
+        if (!done[i] && kill(c->pid[i], SIGKILL) == 0) c->killed++;
+      deadline = INT64_MAX; /* the killed ones are reaped by the next passes */
+    }
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Spins (yielding) until the start line, bounded. */
+static int m_wait_go(_Atomic int *go, int64_t until) {
+  while (!atomic_load(go))
+    if (mono_ns() > until) return -1;
+    else sched_yield();
+  return 0;
+}
+
+/* ---- M1: one window for 8 processes ---------------------------------------- */
+
+typedef struct m1_board {
+  _Atomic int go;
+  _Atomic int started;  /* workers that got their breaker */
+  _Atomic long calls;   /* calls that reached the upstream */
+  _Atomic int rejected; /* workers rejected (OPEN) */
+} m1_board;
+
+typedef struct m1 {
+  resil_shared *seg; /* NULL: per-process breakers (the wrong variant) */
+  m1_board *b;
+  int64_t deadline;
+} m1;
+
+static void m1_config(resil_breaker_config *c, resil_shared *seg) {
+  resil_breaker_config_init(c);
+  c->name = "m1";
+  c->window_size = 20;
+  c->minimum_calls = 20;
+  c->failure_rate_threshold_pct = 50;
+  c->open_wait_ns = RESIL_S(60);
+  c->shared = seg;
+}
+
+/* The upstream: counts the call in the shared page, lets the other
+ * processes run meanwhile, and fails. */
+static resil_outcome m1_upstream(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  m1_board *b = arg;
+  atomic_fetch_add(&b->calls, 1);
+  sched_yield();
+  return resil_outcome_http(503);
+}
+
+/* A worker: its own handle on the breaker (shared or per-process); calls
+ * until rejected. */
+static int m1_worker(void *arg, int i) {
+  (void)i;
+  m1 *x = arg;
+  resil_breaker_config c;
+  m1_config(&c, x->seg);
+  resil_breaker *br = NULL;
+  if (resil_breaker_new(&c, &br, NULL) != RESIL_OK) return 1;
+  atomic_fetch_add(&x->b->started, 1);
+  if (m_wait_go(&x->b->go, x->deadline) != 0) return 2;
+  for (;;) {
+    resil_outcome o = resil_breaker_run(br, NULL, m1_upstream, x->b);
+    if (o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_BREAKER_OPEN) break;
+    if (mono_ns() > x->deadline) return 3;
+  }
+  atomic_fetch_add(&x->b->rejected, 1);
+  int open = resil_breaker_state(br) == RESIL_BREAKER_OPEN;
+  resil_breaker_free(br);
+  return open ? 0 : 4;
+}
+
+/* One run of 8 workers; returns the upstream's calls (-1: not run). */
+static long m1_round(lab_result *r, resil_shared *seg, m_crew *crew, int *started,
+                     int *rejected) {
+  m1 x = {seg, m_board(sizeof(m1_board)), mono_ns() + RESIL_S(10)};
+  if (!lab_check(r, x.b != NULL, "mmap: %s", strerror(errno))) return -1;
+  m_crew_start(crew, M_WORKERS, m1_worker, &x);
+  while (atomic_load(&x.b->started) < crew->started && mono_ns() < x.deadline) sched_yield();
+  atomic_store(&x.b->go, 1);
+  m_crew_reap(crew, x.deadline + RESIL_S(1));
+  long calls = atomic_load(&x.b->calls);
+  *started = atomic_load(&x.b->started);
+  *rejected = atomic_load(&x.b->rejected);
+  munmap(x.b, sizeof(m1_board));
+  return calls;
+}
+
+static int m1_run(lab_result *r, int wrong) {
+  m_seg s;
+  memset(&s, 0, sizeof s);
+  if (m_seg_open(r, &s, "m1") != 0) goto out;
+  m_crew crew;
+  int started = 0, rejected = 0;
+  long calls = m1_round(r, wrong ? NULL : s.seg, &crew, &started, &rejected);
+  if (calls < 0) goto out;
+  /* What a fresh process on the same configuration sees: this one. */
+  resil_breaker_config c;
+  m1_config(&c, wrong ? NULL : s.seg);
+  resil_breaker *br = NULL;
+  resil_error err;
+  if (!lab_check(r, resil_breaker_new(&c, &br, &err) == RESIL_OK, "breaker: %s", err.msg))
+    goto out;
+  resil_breaker_state_kind st = resil_breaker_state(br);
+  resil_breaker_permit p;
+  int fresh_rejected = resil_breaker_try_acquire(br, &p) != RESIL_DECISION_GO;
+  if (!fresh_rejected) resil_breaker_release(br, &p);
+  resil_breaker_free(br);
+  /* The wrong variant, inline: per-process breakers. */
+  m_crew wcrew;
+  int wstarted = 0, wrejected = 0;
+  long wrong_calls = m1_round(r, NULL, &wcrew, &wstarted, &wrejected);
+
+  lab_obs_str(r, "breakers", wrong ? "one per process" : "one, in a shared segment");
+  lab_obs_int(r, "workers", started);
+  lab_obs_int(r, "workers_exited_ok", crew.exited_ok);
+  lab_obs_int(r, "workers_rejected", rejected);
+  lab_obs_int(r, "upstream_calls_before_open", calls);
+  lab_obs_str(r, "breaker_state", resil_breaker_state_name(st));
+  lab_obs_bool(r, "fresh_process_rejected", fresh_rejected);
+  lab_obs_int(r, "wrong_variant_calls", wrong_calls);
+  lab_summary(r,
+              "%d processes, %s: the upstream saw %ld calls before every worker was "
+              "rejected (per-process breakers: %ld); a fresh process sees %s",
+              started, wrong ? "per-process breakers" : "one shared breaker", calls, wrong_calls,
+              resil_breaker_state_name(st));
+  lab_expect(r, "workers_ran",
+             started == M_WORKERS && crew.exited_ok == M_WORKERS && crew.killed == 0,
+             "%d of %d workers started, %d exited 0, %d killed (last bad status %d)", started,
+             M_WORKERS, crew.exited_ok, crew.killed, crew.last_bad);
+  lab_expect(r, "every_worker_rejected", rejected == M_WORKERS, "%d of %d workers rejected",
+             rejected, M_WORKERS);
+  lab_expect(r, "upstream_calls_before_open", calls >= 20 && calls <= 20 + M_WORKERS - 1,
+             "the upstream saw %ld calls before every worker was rejected, not 20..%d", calls,
+             20 + M_WORKERS - 1);
+  lab_expect(r, "breaker_open", st == RESIL_BREAKER_OPEN && fresh_rejected,
+             "a fresh process sees %s and is %s", resil_breaker_state_name(st),
+             fresh_rejected ? "rejected" : "let through");
+  lab_expect(r, "wrong_variant_lets_more_through",
+             wrong_calls >= 100 && wstarted == M_WORKERS && wrejected == M_WORKERS,
+             "per-process breakers let %ld calls through (%d workers, %d rejected), not >= 100",
+             wrong_calls, wstarted, wrejected);
+out:
+  m_seg_done(&s);
+  return r->pass;
+}
+
+static int m1_right(lab_result *r) { return m1_run(r, 0); }
+static int m1_wrong(lab_result *r) { return m1_run(r, 1); }
+
+const lab_experiment lab_shared_experiments[] = {
+    {"M1",
+     "8 processes share one breaker (count window 20, minimum 20, 50 %): the failing upstream "
+     "sees at most 27 calls before every worker is rejected",
+     m1_right, m1_wrong, "a breaker per process", "upstream_calls_before_open", 0},
+    {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
