@@ -52,9 +52,30 @@ static void m1_eight_processes_open_one_shared_breaker(void **s) {
   lab_result_clear(&r);
 }
 
+static void m2_half_open_lets_one_probe_in_per_period_across_processes(void **s) {
+  (void)s;
+  const lab_experiment *e = find("M2");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("M2: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "workers"), 8);
+  assert_int_equal(num(o, "probes_seen"), 1);
+  assert_true(num(o, "half_open_periods") >= 3);
+  assert_int_equal(num(o, "probes"), num(o, "half_open_periods"));
+  assert_true(num(o, "rejected") >= 7);
+  if (!r.pass) fail_msg("M2 failed: %s", r.failure);
+  lab_result_clear(&r);
+
+  wrong_fails(e, &r);
+  assert_true(num(r.observed, "probes_seen") > 1);
+  lab_result_clear(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(m1_eight_processes_open_one_shared_breaker),
+      cmocka_unit_test(m2_half_open_lets_one_probe_in_per_period_across_processes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,12 @@
  * M1: 8 workers share one breaker (count window 20, minimum 20, 50 %) and
  *     call until it rejects them; every call fails. The upstream sees at
  *     most 20 + 7 calls. Wrong variant: per-process breakers (each process
- *     opens its own after 20: about 8 x 20). */
+ *     opens its own after 20: about 8 x 20).
+ * M2: a shared breaker, OPEN for 15 ms at a time, HALF_OPEN lets 1 call in;
+ *     8 workers call flat out for 400 ms and every probe fails (OPEN
+ *     again): exactly 1 probe per HALF_OPEN period (a period is a state
+ *     generation, the permit's). Wrong variant: per-process breakers (8
+ *     probes per period). */
 #include <errno.h>
 #include <signal.h>
 #include <sched.h>
@@ -288,9 +293,148 @@ out:
 static int m1_right(lab_result *r) { return m1_run(r, 0); }
 static int m1_wrong(lab_result *r) { return m1_run(r, 1); }
 
+/* ---- M2: one probe per HALF_OPEN period across 8 processes ------------------ */
+
+enum { M2_GENS = 256 };
+
+typedef struct m2_board {
+  _Atomic int go;
+  _Atomic int started;
+  _Atomic int64_t end; /* set before go (the workers are forked before) */
+  _Atomic long probes;   /* calls that reached the upstream */
+  _Atomic long rejected; /* calls not permitted */
+  _Atomic long not_half_open;
+  _Atomic long per_gen[M2_GENS]; /* probes per state generation */
+} m2_board;
+
+typedef struct m2 {
+  resil_shared *seg;
+  m2_board *b;
+  int64_t deadline;
+} m2;
+
+static void m2_config(resil_breaker_config *c, resil_shared *seg) {
+  resil_breaker_config_init(c);
+  c->name = "m2";
+  c->window_size = 4;
+  c->minimum_calls = 4;
+  c->open_wait_ns = RESIL_MS(15);
+  c->half_open_permitted_calls = 1;
+  c->half_open_max_wait_ns = 0;
+  c->initial_state = RESIL_BREAKER_OPEN;
+  c->shared = seg;
+}
+
+static int m2_worker(void *arg, int i) {
+  (void)i;
+  m2 *x = arg;
+  resil_breaker_config c;
+  m2_config(&c, x->seg);
+  resil_breaker *br = NULL;
+  if (resil_breaker_new(&c, &br, NULL) != RESIL_OK) return 1;
+  atomic_fetch_add(&x->b->started, 1);
+  if (m_wait_go(&x->b->go, x->deadline) != 0) return 2;
+  int rc = 0;
+  const int64_t end = atomic_load(&x->b->end);
+  while (mono_ns() < end) {
+    resil_breaker_permit p;
+    if (resil_breaker_try_acquire(br, &p) != RESIL_DECISION_GO) {
+      atomic_fetch_add(&x->b->rejected, 1);
+      sched_yield();
+      continue;
+    }
+    /* The probe reaches the upstream, which fails it: OPEN again. */
+    if (p.state != RESIL_BREAKER_HALF_OPEN) atomic_fetch_add(&x->b->not_half_open, 1);
+    if (p.generation < M2_GENS) atomic_fetch_add(&x->b->per_gen[p.generation], 1);
+    atomic_fetch_add(&x->b->probes, 1);
+    resil_outcome o = resil_outcome_http(503);
+    if (resil_breaker_record(br, &p, &o, 1000) != RESIL_OK) {
+      rc = 3;
+      break;
+    }
+  }
+  resil_breaker_free(br);
+  return rc;
+}
+
+static int m2_run(lab_result *r, int wrong) {
+  m_seg s;
+  memset(&s, 0, sizeof s);
+  resil_breaker *br = NULL;
+  m2 x = {NULL, NULL, 0};
+  if (m_seg_open(r, &s, "m2") != 0) goto out;
+  x.seg = wrong ? NULL : s.seg;
+  x.b = m_board(sizeof(m2_board));
+  if (!lab_check(r, x.b != NULL, "mmap: %s", strerror(errno))) goto out;
+  resil_breaker_config c;
+  m2_config(&c, x.seg);
+  resil_error err;
+  /* The parent's handle (created first: the shared state starts OPEN). */
+  if (!lab_check(r, resil_breaker_new(&c, &br, &err) == RESIL_OK, "breaker: %s", err.msg))
+    goto out;
+  x.deadline = mono_ns() + RESIL_S(10);
+  m_crew crew;
+  m_crew_start(&crew, M_WORKERS, m2_worker, &x);
+  while (atomic_load(&x.b->started) < crew.started && mono_ns() < x.deadline) sched_yield();
+  atomic_store(&x.b->end, mono_ns() + RESIL_MS(400));
+  atomic_store(&x.b->go, 1);
+  m_crew_reap(&crew, x.deadline);
+  long periods = 0, most = 0, over = 0, sum = 0;
+  for (int g = 0; g < M2_GENS; g++) {
+    long n = atomic_load(&x.b->per_gen[g]);
+    periods += n > 0;
+    over += n > 1;
+    sum += n;
+    if (n > most) most = n;
+  }
+  long probes = atomic_load(&x.b->probes), rejected = atomic_load(&x.b->rejected);
+  long not_half_open = atomic_load(&x.b->not_half_open);
+  resil_breaker_metrics m;
+  int have_m = resil_breaker_get_metrics(br, &m) == RESIL_OK;
+
+  lab_obs_str(r, "breakers", wrong ? "one per process" : "one, in a shared segment");
+  lab_obs_int(r, "workers", atomic_load(&x.b->started));
+  lab_obs_int(r, "half_open_periods", periods);
+  lab_obs_int(r, "probes_seen", most);
+  lab_obs_int(r, "probes", probes);
+  lab_obs_int(r, "periods_with_more_than_one_probe", over);
+  lab_obs_int(r, "rejected", rejected);
+  lab_obs_int(r, "probes_outside_half_open", not_half_open);
+  if (have_m) lab_obs_int(r, "transitions", (long long)m.total_transitions);
+  lab_summary(r,
+              "%d processes, %s, 400 ms: %ld HALF_OPEN periods, at most %ld probe(s) in one "
+              "(%ld in all), %ld calls rejected",
+              atomic_load(&x.b->started), wrong ? "per-process breakers" : "one shared breaker",
+              periods, most, probes, rejected);
+  lab_expect(r, "workers_ran",
+             crew.started == M_WORKERS && crew.exited_ok == M_WORKERS && crew.killed == 0,
+             "%d of %d workers started, %d exited 0, %d killed (last bad status %d)",
+             crew.started, M_WORKERS, crew.exited_ok, crew.killed, crew.last_bad);
+  lab_expect(r, "several_periods", periods >= 3, "%ld HALF_OPEN periods in 400 ms, not >= 3",
+             periods);
+  lab_expect(r, "one_probe_per_period", most == 1 && over == 0 && sum == probes,
+             "%ld periods let in more than one probe (at most %ld in one)", over, most);
+  lab_expect(r, "probes_in_half_open", not_half_open == 0,
+             "%ld permits were handed out outside HALF_OPEN", not_half_open);
+  lab_expect(r, "others_rejected", rejected >= M_WORKERS - 1, "%ld calls rejected, not >= %d",
+             rejected, M_WORKERS - 1);
+out:
+  if (br) resil_breaker_free(br);
+  if (x.b) munmap(x.b, sizeof(m2_board));
+  m_seg_done(&s);
+  return r->pass;
+}
+
+static int m2_right(lab_result *r) { return m2_run(r, 0); }
+static int m2_wrong(lab_result *r) { return m2_run(r, 1); }
+
 const lab_experiment lab_shared_experiments[] = {
     {"M1",
      "8 processes share one breaker (count window 20, minimum 20, 50 %): the failing upstream "
      "sees at most 27 calls before every worker is rejected",
      m1_right, m1_wrong, "a breaker per process", "upstream_calls_before_open", 0},
+    {"M2",
+     "HALF_OPEN with 1 permitted call across 8 processes calling at once: exactly 1 probe per "
+     "HALF_OPEN period",
+     m2_right, m2_wrong, "a breaker per process", "one_probe_per_period", 0},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
