@@ -1,7 +1,7 @@
 /* Lab experiments M (tools/lab/exp_shared.c): state shared by forked
  * worker processes through a segment in a temporary directory. Each must
  * pass, and its wrong variant (per-process state) must fail through the
- * named check. */
+ * named check. M3 takes 3 s per run. */
 #include <stdio.h>
 #include <string.h>
 
@@ -52,6 +52,12 @@ static void m1_eight_processes_open_one_shared_breaker(void **s) {
   lab_result_clear(&r);
 }
 
+static double real(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_real(v)) fail_msg("observed.%s missing", k);
+  return json_real_value(v);
+}
+
 static void m2_half_open_lets_one_probe_in_per_period_across_processes(void **s) {
   (void)s;
   const lab_experiment *e = find("M2");
@@ -72,10 +78,30 @@ static void m2_half_open_lets_one_probe_in_per_period_across_processes(void **s)
   lab_result_clear(&r);
 }
 
+static void m3_eight_processes_share_one_rate_limiter(void **s) {
+  (void)s;
+  const lab_experiment *e = find("M3");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("M3: %s\n", r.summary);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "workers"), 8);
+  assert_true(num(o, "admitted") <= num(o, "bound"));
+  assert_true(num(o, "bound") >= 300); /* 30 cycles of 100 ms + the first */
+  assert_true(real(o, "ratio") <= 1.0);
+  if (!r.pass) fail_msg("M3 failed: %s", r.failure);
+  lab_result_clear(&r);
+
+  wrong_fails(e, &r);
+  assert_true(num(r.observed, "admitted") > 2 * num(r.observed, "bound"));
+  lab_result_clear(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(m1_eight_processes_open_one_shared_breaker),
       cmocka_unit_test(m2_half_open_lets_one_probe_in_per_period_across_processes),
+      cmocka_unit_test(m3_eight_processes_share_one_rate_limiter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

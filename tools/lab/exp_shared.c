@@ -15,7 +15,12 @@
  *     8 workers call flat out for 400 ms and every probe fails (OPEN
  *     again): exactly 1 probe per HALF_OPEN period (a period is a state
  *     generation, the permit's). Wrong variant: per-process breakers (8
- *     probes per period). */
+ *     probes per period).
+ * M3: a rate limiter of 10 per 100 ms (100 per second) shared by 8 workers
+ *     calling flat out for 3 s: at most the exact bound (the cycles up to
+ *     the last grant x 10 + the first period's 10) and at least 95 % of
+ *     the permits of the cycles in which workers were calling. Wrong
+ *     variant: per-process limiters (about 8 x the bound). */
 #include <errno.h>
 #include <signal.h>
 #include <sched.h>
@@ -32,6 +37,7 @@
 #include "lab_families.h"
 #include "lab_result.h"
 #include "resil/breaker.h"
+#include "resil/ratelimit.h"
 #include "resil/shared.h"
 
 enum { M_WORKERS = 8 };
@@ -428,6 +434,143 @@ out:
 static int m2_right(lab_result *r) { return m2_run(r, 0); }
 static int m2_wrong(lab_result *r) { return m2_run(r, 1); }
 
+/* ---- M3: one rate limiter for 8 processes ---------------------------------- */
+
+enum { M3_LIMIT = 10, M3_CYCLES = 64 };
+#define M3_PERIOD_NS RESIL_MS(100)
+#define M3_RUN_NS RESIL_S(3)
+
+typedef struct m3_board {
+  _Atomic int go;
+  _Atomic int started;
+  _Atomic int64_t t_before; /* just before the limiter's creation */
+  _Atomic long admitted;
+  _Atomic int64_t last_grant;
+  /* 1 for each cycle (from t_before) in which some worker was calling. */
+  _Atomic int called[M3_CYCLES];
+} m3_board;
+
+typedef struct m3 {
+  resil_shared *seg;
+  m3_board *b;
+  int64_t deadline;
+} m3;
+
+static resil_status m3_limiter(resil_shared *seg, resil_ratelimiter **out, resil_error *err) {
+  resil_ratelimiter_config c;
+  resil_ratelimiter_config_init(&c);
+  c.name = "m3";
+  c.limit_for_period = M3_LIMIT;
+  c.refresh_period_ns = M3_PERIOD_NS;
+  c.timeout_ns = 0;
+  c.shared = seg;
+  return resil_ratelimiter_new(&c, out, err);
+}
+
+static int m3_worker(void *arg, int i) {
+  (void)i;
+  m3 *x = arg;
+  resil_ratelimiter *rl = NULL;
+  /* Shared: created by the parent first, after the forks (cycle 0 is not
+   * spent forking); this handle attaches to it. */
+  if (m_wait_go(&x->b->go, x->deadline) != 0) return 2;
+  if (m3_limiter(x->seg, &rl, NULL) != RESIL_OK) return 1;
+  atomic_fetch_add(&x->b->started, 1);
+  const int64_t t_before = atomic_load(&x->b->t_before);
+  long n = 0;
+  int64_t last = 0, marked = -1;
+  for (int64_t now = mono_ns(); now < t_before + M3_RUN_NS; now = mono_ns()) {
+    int64_t cy = (now - t_before) / M3_PERIOD_NS;
+    if (cy != marked && cy >= 0 && cy < M3_CYCLES) {
+      atomic_store_explicit(&x->b->called[cy], 1, memory_order_relaxed);
+      marked = cy;
+    }
+    if (resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO) {
+      n++;
+      last = mono_ns();
+    }
+  }
+  atomic_fetch_add(&x->b->admitted, n);
+  int64_t seen = atomic_load(&x->b->last_grant);
+  while (last > seen && !atomic_compare_exchange_weak(&x->b->last_grant, &seen, last)) {
+  }
+  resil_ratelimiter_free(rl);
+  return 0;
+}
+
+static int m3_run(lab_result *r, int wrong) {
+  m_seg s;
+  memset(&s, 0, sizeof s);
+  resil_ratelimiter *rl = NULL;
+  m3 x = {NULL, NULL, 0};
+  if (m_seg_open(r, &s, "m3") != 0) goto out;
+  x.seg = wrong ? NULL : s.seg;
+  x.b = m_board(sizeof(m3_board));
+  if (!lab_check(r, x.b != NULL, "mmap: %s", strerror(errno))) goto out;
+  x.deadline = mono_ns() + M3_RUN_NS + RESIL_S(10);
+  m_crew crew;
+  m_crew_start(&crew, M_WORKERS, m3_worker, &x);
+  int64_t t_before = mono_ns();
+  resil_error err;
+  if (!lab_check(r, m3_limiter(x.seg, &rl, &err) == RESIL_OK, "limiter: %s", err.msg)) {
+    atomic_store(&x.b->t_before, t_before - M3_RUN_NS); /* the workers stop at once */
+    atomic_store(&x.b->go, 1);
+    m_crew_reap(&crew, x.deadline);
+    goto out;
+  }
+  atomic_store(&x.b->t_before, t_before);
+  atomic_store(&x.b->go, 1);
+  m_crew_reap(&crew, x.deadline);
+  long admitted = atomic_load(&x.b->admitted);
+  int64_t last = atomic_load(&x.b->last_grant);
+  long cycles_called = 0;
+  for (int c = 0; c < M3_CYCLES; c++) cycles_called += atomic_load(&x.b->called[c]);
+  /* Every grant up to `last` is in the cycles 0..(last - t_before) /
+   * period of the limiter (created after t_before): at most their count
+   * x the limit, i.e. the cycles elapsed x 10 + the first period's 10. */
+  long cycles = last > t_before ? (long)((last - t_before) / M3_PERIOD_NS) : 0;
+  long bound = (cycles + 1) * M3_LIMIT;
+  /* The permits of the cycles in which some worker was calling (a cycle
+   * in which none ran, every worker descheduled, was not asked for). */
+  long offered = cycles_called * M3_LIMIT;
+  long floor_of = offered < bound ? offered : bound;
+  double ratio = bound > 0 ? (double)admitted / (double)bound : 0.0;
+
+  lab_obs_str(r, "limiters", wrong ? "one per process" : "one, in a shared segment");
+  lab_obs_int(r, "workers", atomic_load(&x.b->started));
+  lab_obs_int(r, "limit_for_period", M3_LIMIT);
+  lab_obs_int(r, "refresh_period_ms", M3_PERIOD_NS / 1000000);
+  lab_obs_real(r, "run_s", (double)M3_RUN_NS / 1e9);
+  lab_obs_int(r, "admitted", admitted);
+  lab_obs_int(r, "bound", bound);
+  lab_obs_int(r, "cycles_called", cycles_called);
+  lab_obs_int(r, "offered", offered);
+  lab_obs_real(r, "ratio", ratio);
+  lab_obs_real(r, "ratio_of_cycles_called", floor_of > 0 ? (double)admitted / (double)floor_of : 0);
+  lab_summary(r,
+              "%d processes, %s, 10 per 100 ms for 3 s: %ld admitted, bound %ld (%ld cycles "
+              "+ the first), ratio %.3f",
+              atomic_load(&x.b->started), wrong ? "per-process limiters" : "one shared limiter",
+              admitted, bound, cycles, ratio);
+  lab_expect(r, "workers_ran",
+             crew.started == M_WORKERS && crew.exited_ok == M_WORKERS && crew.killed == 0,
+             "%d of %d workers started, %d exited 0, %d killed (last bad status %d)",
+             crew.started, M_WORKERS, crew.exited_ok, crew.killed, crew.last_bad);
+  lab_expect(r, "admitted_within_bound", admitted <= bound,
+             "%ld admitted, more than the bound %ld", admitted, bound);
+  lab_expect(r, "admitted_at_least_95_pct", admitted * 100 >= floor_of * 95,
+             "%ld admitted, less than 95 %% of %ld (the permits of the %ld cycles called)",
+             admitted, floor_of, cycles_called);
+out:
+  if (rl) resil_ratelimiter_free(rl);
+  if (x.b) munmap(x.b, sizeof(m3_board));
+  m_seg_done(&s);
+  return r->pass;
+}
+
+static int m3_right(lab_result *r) { return m3_run(r, 0); }
+static int m3_wrong(lab_result *r) { return m3_run(r, 1); }
+
 const lab_experiment lab_shared_experiments[] = {
     {"M1",
      "8 processes share one breaker (count window 20, minimum 20, 50 %): the failing upstream "
@@ -437,4 +580,8 @@ const lab_experiment lab_shared_experiments[] = {
      "HALF_OPEN with 1 permitted call across 8 processes calling at once: exactly 1 probe per "
      "HALF_OPEN period",
      m2_right, m2_wrong, "a breaker per process", "one_probe_per_period", 0},
+    {"M3",
+     "a rate limiter of 100 per second (10 per 100 ms) shared by 8 processes flat out for 3 s: "
+     "admitted within the exact bound and at least 95 % of it",
+     m3_right, m3_wrong, "a limiter per process", "admitted_within_bound", 0},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
