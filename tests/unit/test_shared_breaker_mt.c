@@ -26,18 +26,6 @@
 #define SHARED_TEST_PREFIX "br"
 #include "test_shared_common.h"
 
-static resil_shared *seg_open(resil_shared_config *sc) {
-  resil_shared *seg = NULL;
-  resil_error err;
-  if (resil_shared_open(sc, &seg, &err) != RESIL_OK) fail_msg("%s", err.msg);
-  return seg;
-}
-
-static void seg_done(resil_shared *seg, resil_shared_config *sc) {
-  resil_shared_close(seg);
-  assert_status(RESIL_OK, resil_shared_unlink(sc, NULL));
-}
-
 /* M1's breaker: count window 20, minimum 20, 50 %, OPEN for a minute. */
 static void m1_config(resil_breaker_config *c, resil_shared *seg) {
   resil_breaker_config_init(c);

@@ -43,8 +43,7 @@ static void withdrawals_across_processes_never_exceed_the_shared_balance(void **
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "fin");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_retry_budget *b = budget(seg, RESIL_BUDGET_FINAGLE);
   for (int i = 0; i < 50; i++) assert_status(RESIL_OK, resil_retry_budget_deposit(b));
   assert_int_equal(resil_retry_budget_balance(b), 10); /* 50 calls x 20 % */
@@ -97,8 +96,7 @@ static void withdrawals_across_processes_never_exceed_the_shared_balance(void **
   assert_false(resil_retry_budget_try_withdraw(b));
   munmap((void *)granted, sizeof *granted);
   resil_retry_budget_free(b);
-  resil_shared_close(seg);
-  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+  seg_done(seg, &sc);
 }
 
 static void grpc_tokens_and_the_recorded_config_are_shared(void **state) {
@@ -106,8 +104,7 @@ static void grpc_tokens_and_the_recorded_config_are_shared(void **state) {
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "grpc");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_retry_budget *b = budget(seg, RESIL_BUDGET_GRPC);
   assert_int_equal(resil_retry_budget_balance(b), 10);
   pid_t d = fork();
@@ -144,8 +141,7 @@ static void grpc_tokens_and_the_recorded_config_are_shared(void **state) {
   assert_status(RESIL_OK, resil_shared_reset(seg, "api", NULL));
   assert_int_equal(resil_retry_budget_balance(b), 10);
   resil_retry_budget_free(b);
-  resil_shared_close(seg);
-  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+  seg_done(seg, &sc);
 }
 
 /* ---- SIGKILL chaos: nobody wedged, the balance stays consistent ----------- */
@@ -164,8 +160,7 @@ static void sigkill_chaos_never_wedges_the_budget(void **state) {
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "chaos");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_retry_budget *b = budget(seg, RESIL_BUDGET_FINAGLE);
   pid_t kids[CHAOS_KIDS];
   for (int k = 0; k < CHAOS_KIDS; k++) {
@@ -203,8 +198,7 @@ static void sigkill_chaos_never_wedges_the_budget(void **state) {
   assert_true(ms < 1000);
   assert_true(bal >= 0);
   resil_retry_budget_free(b);
-  resil_shared_close(seg);
-  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+  seg_done(seg, &sc);
 }
 
 /* White-box: the lock word (word 11 of the slot: ten slice epochs, the
@@ -214,8 +208,7 @@ static void a_lock_left_by_a_dead_process_is_taken_over(void **state) {
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "dead");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_retry_budget *b = budget(seg, RESIL_BUDGET_FINAGLE);
   for (int i = 0; i < 10; i++) resil_retry_budget_deposit(b);
   uint64_t *w = NULL;
@@ -256,8 +249,7 @@ static void a_lock_left_by_a_dead_process_is_taken_over(void **state) {
   assert_true(ms >= 50);
   resil__shared_release(seg);
   resil_retry_budget_free(b);
-  resil_shared_close(seg);
-  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+  seg_done(seg, &sc);
 }
 
 int main(void) {

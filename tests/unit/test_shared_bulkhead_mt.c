@@ -83,8 +83,7 @@ static void at_most_max_concurrent_across_processes(void **state) {
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "max");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_bulkhead *bh = bulkhead(seg, 2, 0);
   int up[2], down[2];
   assert_int_equal(pipe(up), 0);
@@ -157,8 +156,7 @@ static void a_killed_holders_permit_comes_back_within_a_second(void **state) {
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "kill");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_bulkhead *bh = bulkhead(seg, 2, RESIL_S(1));
   int up[2];
   assert_int_equal(pipe(up), 0);
@@ -192,8 +190,7 @@ static void a_killed_holders_permit_comes_back_within_a_second(void **state) {
   close(up[0]);
   close(up[1]);
   resil_bulkhead_free(bh);
-  resil_shared_close(seg);
-  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+  seg_done(seg, &sc);
 }
 
 static void a_blocked_acquire_wakes_on_another_processs_release(void **state) {
@@ -201,8 +198,7 @@ static void a_blocked_acquire_wakes_on_another_processs_release(void **state) {
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "wake");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_bulkhead *bh = bulkhead(seg, 1, RESIL_S(5));
   int up[2], down[2];
   assert_int_equal(pipe(up), 0);
@@ -258,8 +254,7 @@ static void a_permit_of_a_reused_pid_is_reclaimed_a_live_owners_kept(void **stat
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "reuse");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_bulkhead *bh = bulkhead(seg, 2, RESIL_MS(500));
   uint64_t *w = NULL;
   assert_status(RESIL_OK, resil__shared_find(seg, RESIL__SHK_BULKHEAD, "db", &w, NULL));
@@ -286,8 +281,7 @@ static void a_permit_of_a_reused_pid_is_reclaimed_a_live_owners_kept(void **stat
   close(down[1]);
   resil__shared_release(seg);
   resil_bulkhead_free(bh);
-  resil_shared_close(seg);
-  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+  seg_done(seg, &sc);
 }
 
 /* ---- SIGKILL chaos ---------------------------------------------------------- */
@@ -330,8 +324,7 @@ static void sigkill_chaos_leaves_no_permit_leaked_and_nobody_wedged(void **state
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "chaos");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_bulkhead *bh = bulkhead(seg, CHAOS_MAX, RESIL_MS(5));
   resil_ratelimiter_config rc;
   resil_ratelimiter_config_init(&rc);
@@ -402,8 +395,7 @@ static void sigkill_chaos_leaves_no_permit_leaked_and_nobody_wedged(void **state
   munmap(b, sizeof *b);
   resil_ratelimiter_free(rl);
   resil_bulkhead_free(bh);
-  resil_shared_close(seg);
-  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+  seg_done(seg, &sc);
 }
 
 /* ---- enqueue (event loops): one helper thread, no thread per waiter ------ */
@@ -422,8 +414,7 @@ static void an_enqueued_waiter_gets_a_permit_another_process_frees(void **state)
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "enq");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_bulkhead *bh = bulkhead(seg, 1, RESIL_S(5));
   int up[2], down[2];
   assert_int_equal(pipe(up), 0);

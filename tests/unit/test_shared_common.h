@@ -34,6 +34,20 @@ static void seg_config(resil_shared_config *sc, char *name, size_t n, const char
   if (seg_count < SEG_NAMES_MAX) snprintf(seg_names[seg_count++], sizeof seg_names[0], "%s", name);
 }
 
+/* Opens sc's segment (required: a failure fails the test). */
+static resil_shared *seg_open(resil_shared_config *sc) {
+  resil_shared *seg = NULL;
+  resil_error err;
+  if (resil_shared_open(sc, &seg, &err) != RESIL_OK) fail_msg("%s", err.msg);
+  return seg;
+}
+
+/* Closes the handle and removes the segment's object. */
+static void seg_done(resil_shared *seg, resil_shared_config *sc) {
+  resil_shared_close(seg);
+  assert_status(RESIL_OK, resil_shared_unlink(sc, NULL));
+}
+
 /* Group teardown: unlinks every POSIX shm segment named by seg_config in
  * this process (a test that moved one to a directory removes it itself;
  * one already unlinked is ENOENT, ignored). */

@@ -40,8 +40,7 @@ static void two_handles_on_one_shared_limiter_share_its_permits(void **state) {
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "two");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_ratelimiter *a = limiter(seg, "api", 3, RESIL_H(1));
   resil_ratelimiter *b = limiter(seg, "api", 3, RESIL_H(1));
   resil_ratelimiter *other = limiter(seg, "other", 3, RESIL_H(1));
@@ -79,8 +78,7 @@ static void another_config_clock_or_a_full_segment_is_refused_with_the_reason(vo
   char name[64];
   seg_config(&sc, name, sizeof name, "cfg");
   sc.capacity = 1;
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   resil_ratelimiter *a = limiter(seg, "api", 3, RESIL_S(1));
   resil_ratelimiter_config c;
   resil_ratelimiter_config_init(&c);
@@ -131,8 +129,7 @@ static void another_config_clock_or_a_full_segment_is_refused_with_the_reason(vo
   assert_int_equal(resil_ratelimiter_acquire(b, 3, NULL, &why), RESIL_DECISION_GO);
   assert_int_equal(resil_ratelimiter_acquire(b, 1, NULL, &why), RESIL_DECISION_DENY);
   resil_ratelimiter_free(b);
-  resil_shared_close(seg);
-  assert_status(RESIL_OK, resil_shared_unlink(&sc, NULL));
+  seg_done(seg, &sc);
 }
 
 static void a_segment_that_cannot_be_opened_gives_per_process_limiters(void **state) {
@@ -141,8 +138,7 @@ static void a_segment_that_cannot_be_opened_gives_per_process_limiters(void **st
   resil_shared_config_init(&sc);
   sc.name = "fb";
   sc.dir = "/nonexistent-resil-dir";
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   assert_true(resil_shared_is_fallback(seg));
   resil_ratelimiter *a = limiter(seg, "api", 2, RESIL_H(1));
   resil_ratelimiter *b = limiter(seg, "api", 2, RESIL_H(1));
@@ -175,8 +171,7 @@ static void eight_processes_flat_out_get_exactly_the_permits_of_the_cycles(void 
   resil_shared_config sc;
   char name[64];
   seg_config(&sc, name, sizeof name, "exact");
-  resil_shared *seg = NULL;
-  assert_status(RESIL_OK, resil_shared_open(&sc, &seg, NULL));
+  resil_shared *seg = seg_open(&sc);
   results *res = mmap(NULL, sizeof *res, PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(res != MAP_FAILED);
