@@ -1,7 +1,8 @@
 /* Lab experiments M (tools/lab/exp_shared.c): state shared by forked
- * worker processes through a segment in a temporary directory. Each must
- * pass, and its wrong variant (per-process state) must fail through the
- * named check. M3 takes 3 s per run. */
+ * worker processes through a segment in a temporary directory, by
+ * successive `resil call --state` invocations (M5, RESIL_BIN: the built
+ * tool). Each must pass, and its wrong variant must fail through the named
+ * check. M3 takes 3 s per run. */
 #include <stdio.h>
 #include <string.h>
 
@@ -97,11 +98,40 @@ static void m3_eight_processes_share_one_rate_limiter(void **s) {
   lab_result_clear(&r);
 }
 
+#ifdef RESIL_HAVE_FIXTURE
+static void m5_resil_call_state_in_a_shell_loop_opens_the_breaker_across_invocations(void **s) {
+  (void)s;
+  const lab_experiment *e = find("M5");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("M5: %s\n", r.summary);
+  json_t *o = r.observed;
+  if (!r.pass) fail_msg("M5 failed: %s", r.failure);
+  assert_int_equal(num(o, "invocations"), 25);
+  assert_int_equal(num(o, "upstream_calls"), num(o, "window_minimum"));
+  assert_int_equal(num(o, "rejected_invocations"), 20);
+  assert_int_equal(num(o, "probe_after_wait"), 1);
+  assert_string_equal(str(o, "breaker_state"), "OPEN");
+  assert_string_equal(str(o, "exit_statuses_after_wait"), "6 7");
+  lab_result_clear(&r);
+
+  /* Without --state every invocation has its own breaker: all 25 (and
+   * both after the wait) reach the upstream. */
+  wrong_fails(e, &r);
+  assert_int_equal(num(r.observed, "upstream_calls"), 25);
+  assert_int_equal(num(r.observed, "rejected_invocations"), 0);
+  lab_result_clear(&r);
+}
+#endif
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(m1_eight_processes_open_one_shared_breaker),
       cmocka_unit_test(m2_half_open_lets_one_probe_in_per_period_across_processes),
       cmocka_unit_test(m3_eight_processes_share_one_rate_limiter),
+#ifdef RESIL_HAVE_FIXTURE
+      cmocka_unit_test(m5_resil_call_state_in_a_shell_loop_opens_the_breaker_across_invocations),
+#endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,10 +20,21 @@
  *     calling flat out for 3 s: at most the exact bound (the cycles up to
  *     the last grant x 10 + the first period's 10) and at least 95 % of
  *     the permits of the cycles in which workers were calling. Wrong
- *     variant: per-process limiters (about 8 x the bound). */
+ *     variant: per-process limiters (about 8 x the bound).
+ * M5: the resil tool itself (lab_resil_bin: RESIL_BIN, or this process
+ *     when it is `resil lab`) in a /bin/sh loop: 25 sequential `resil call
+ *     --state S --state-dir DIR --breaker window=5,min=5,...` against the
+ *     fixture's /status/503 (the fixture in this process): 5 reach the
+ *     upstream and open the breaker, 20 exit 7; after the wait, one probe.
+ *     The wait is 35 x one invocation's time, measured first (300 ms at
+ *     least: about 300 ms plain, 1 s under ASan). Wrong variant: the same
+ *     loop without --state (all 25 reach the upstream). Needs the fixture. */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sched.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +50,10 @@
 #include "resil/breaker.h"
 #include "resil/ratelimit.h"
 #include "resil/shared.h"
+#ifdef RESIL_HAVE_FIXTURE
+#include "fixture/fixture.h"
+extern char **environ;
+#endif
 
 enum { M_WORKERS = 8 };
 
@@ -57,9 +72,9 @@ typedef struct m_seg {
   resil_shared *seg;
 } m_seg;
 
-/* Opens (creating) the segment "<tag>-<pid>" in a fresh temp dir,
- * required. 0 or -1 (r records why). */
-static int m_seg_open(lab_result *r, m_seg *s, const char *tag) {
+/* A fresh temp dir for the segment "<tag>-<pid>" (s->dir, s->name, s->sc
+ * required, not opened). 0 or -1 (r records why). */
+static int m_seg_dir(lab_result *r, m_seg *s, const char *tag) {
   const char *tmp = getenv("TMPDIR");
   snprintf(s->dir, sizeof s->dir, "%s/resil-%s-XXXXXX",
            tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp", tag);
@@ -72,6 +87,13 @@ static int m_seg_open(lab_result *r, m_seg *s, const char *tag) {
   s->sc.name = s->name;
   s->sc.dir = s->dir;
   s->sc.required = 1;
+  return 0;
+}
+
+/* Opens (creating) the segment "<tag>-<pid>" in a fresh temp dir,
+ * required. 0 or -1 (r records why). */
+static int m_seg_open(lab_result *r, m_seg *s, const char *tag) {
+  if (m_seg_dir(r, s, tag) != 0) return -1;
   resil_error err;
   if (!lab_check(r, resil_shared_open(&s->sc, &s->seg, &err) == RESIL_OK, "segment: %s",
                  err.msg)) {
@@ -571,6 +593,278 @@ out:
 static int m3_right(lab_result *r) { return m3_run(r, 0); }
 static int m3_wrong(lab_result *r) { return m3_run(r, 1); }
 
+/* ---- M5: `resil call --state` from a shell loop ---------------------------- */
+
+#ifdef RESIL_HAVE_FIXTURE
+
+enum { M5_INVOCATIONS = 25, M5_MIN = 5, M5_STATUS_MAX = 32 };
+
+/* `sh -c M5_LOOP sh BIN N ERR ARGS...`: runs `BIN ARGS...` N times, one
+ * after the other, stdout to /dev/null and stderr appended to the file
+ * ERR, and prints each invocation's exit status on a line. */
+static const char m5_loop[] =
+    "bin=$1 n=$2 err=$3; shift 3; i=0\n"
+    "while [ \"$i\" -lt \"$n\" ]; do\n"
+    "  i=$((i + 1))\n"
+    "  \"$bin\" \"$@\" >/dev/null 2>>\"$err\"\n"
+    "  echo $?\n"
+    "done\n";
+
+typedef struct m5_sh {
+  int status[M5_STATUS_MAX]; /* the invocations' exit statuses, in order */
+  int count;
+  int exit;      /* the shell's exit status (128 + signal; -1 not reaped) */
+  int timed_out; /* killed (its process group) at the limit */
+  int64_t ns;    /* from spawning the shell to its exit */
+} m5_sh;
+
+/* Runs the loop (n <= M5_STATUS_MAX) within limit_ns. 0, or -1 when the
+ * shell could not be started. */
+static int m5_run_sh(const char *bin, int n, const char *errfile, char *const *args, int nargs,
+                     m5_sh *out, int64_t limit_ns) {
+  memset(out, 0, sizeof *out);
+  out->exit = -1;
+  char n_s[16];
+  snprintf(n_s, sizeof n_s, "%d", n);
+  char *argv[16];
+  int k = 0;
+  argv[k++] = "/bin/sh";
+  argv[k++] = "-c";
+  argv[k++] = (char *)m5_loop;
+  argv[k++] = "sh";
+  argv[k++] = (char *)bin;
+  argv[k++] = n_s;
+  argv[k++] = (char *)errfile;
+  for (int i = 0; i < nargs && k < 15; i++) argv[k++] = args[i];
+  argv[k] = NULL;
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, fds[1]);
+  posix_spawnattr_t at;
+  posix_spawnattr_init(&at);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP); /* its own group: killed whole */
+  posix_spawnattr_setpgroup(&at, 0);
+  const int64_t t0 = mono_ns();
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    return -1;
+  }
+  char buf[256];
+  size_t len = 0;
+  const int64_t end = t0 + limit_ns;
+  for (;;) {
+    int64_t left_ms = (end - mono_ns()) / 1000000;
+    if (left_ms <= 0) {
+      out->timed_out = 1;
+      break;
+    }
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    int pr = poll(&p, 1, (int)(left_ms < 1000 ? left_ms : 1000));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    ssize_t got = read(fds[0], buf + len, sizeof buf - 1 - len);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break; /* EOF: the loop is over */
+    len += (size_t)got;
+    buf[len] = '\0';
+    char *nl;
+    while ((nl = strchr(buf, '\n')) != NULL) {
+      *nl = '\0';
+      if (out->count < M5_STATUS_MAX) out->status[out->count++] = atoi(buf);
+      len -= (size_t)(nl + 1 - buf);
+      memmove(buf, nl + 1, len + 1);
+    }
+    if (len == sizeof buf - 1) len = 0; /* a line that is no status */
+  }
+  close(fds[0]);
+  if (out->timed_out) kill(-pid, SIGKILL);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  out->ns = mono_ns() - t0;
+  out->exit = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return 0;
+}
+
+/* Lines of the file that contain needle (-1: it cannot be read). */
+static long m5_count_lines(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[512];
+  long n = 0;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, needle)) n++;
+  fclose(f);
+  return n;
+}
+
+static int m5_run(lab_result *r, int wrong) {
+  char bin[512];
+  if (!lab_check(r, lab_resil_bin(bin, sizeof bin),
+                 "M5 runs `resil call` in a shell loop: set RESIL_BIN to the resil binary"))
+    return 0;
+  resil_fixture *fx = NULL;
+  m_seg s;
+  memset(&s, 0, sizeof s);
+  char errfile[128] = "";
+  char eb[256];
+  if (!lab_check(r, resil_fixture_start(NULL, &fx, eb, sizeof eb) == 0, "fixture: %s", eb))
+    return 0;
+  if (m_seg_dir(r, &s, "m5") != 0) goto out;
+  snprintf(errfile, sizeof errfile, "%s/stderr", s.dir);
+  char url[160];
+  snprintf(url, sizeof url, "%s/status/503", resil_fixture_url(fx));
+
+  /* The wait: long enough for the 20 rejected invocations on this machine
+   * (35 x one invocation, measured: `resil call --help` 3 times through
+   * the same loop), 300 ms at least, 8 s at most. */
+  m5_sh cal;
+  char *help[] = {"call", "--help"};
+  if (!lab_check(r, m5_run_sh(bin, 3, "/dev/null", help, 2, &cal, RESIL_S(60)) == 0,
+                 "cannot start /bin/sh: %s", strerror(errno)))
+    goto out;
+  int64_t one_ms = cal.ns / 3 / 1000000 + 1;
+  int64_t wait_ms = (one_ms * 35 + 49) / 50 * 50;
+  if (wait_ms < 300) wait_ms = 300;
+  if (wait_ms > 8000) wait_ms = 8000;
+  char spec[96];
+  snprintf(spec, sizeof spec, "window=%d,min=%d,rate=50,wait=%lldms,probes=1", M5_MIN, M5_MIN,
+           (long long)wait_ms);
+  char *args_state[] = {"call", "--state", s.name, "--state-dir", s.dir, "--breaker", spec, url};
+  char *args_plain[] = {"call", url};
+  char *const *args = wrong ? args_plain : args_state;
+  int nargs = wrong ? 2 : 8;
+
+  /* The loop: 25 invocations. */
+  m5_sh loop;
+  if (!lab_check(r, m5_run_sh(bin, M5_INVOCATIONS, errfile, args, nargs, &loop,
+                              RESIL_S(120)) == 0,
+                 "cannot start /bin/sh: %s", strerror(errno)))
+    goto out;
+  const int64_t loop_end = mono_ns();
+  long upstream = resil_fixture_attempts(fx, "status");
+  int made = 0, rejected = 0, other = 0;
+  for (int i = 0; i < loop.count; i++) {
+    if (loop.status[i] == 6) made++;
+    else if (loop.status[i] == 7) rejected++;
+    else other++;
+  }
+  long rejected_lines = m5_count_lines(errfile, "REJECTED(circuit breaker open) after 0 attempts");
+
+  /* What another process (this one) finds in the segment after the loop. */
+  resil_breaker_metrics bm;
+  memset(&bm, 0, sizeof bm);
+  int peeked = 0;
+  if (!wrong) {
+    s.sc.existing_only = 1;
+    resil_shared *seg = NULL;
+    resil_error err;
+    memset(&err, 0, sizeof err);
+    if (resil_shared_open(&s.sc, &seg, &err) == RESIL_OK) {
+      peeked = resil_breaker_shared_peek(seg, "breaker", &bm, &err) == RESIL_OK;
+      resil_shared_close(seg);
+    }
+    lab_check(r, peeked, "the breaker in segment %s: %s", s.name, err.msg);
+  }
+
+  /* After the wait (counted from the loop's end: the breaker opened
+   * before it), the same invocation twice: the probe goes through (and
+   * fails: OPEN again), the next is rejected. */
+  int64_t until = loop_end + RESIL_MS(wait_ms) + RESIL_MS(50);
+  while (mono_ns() < until) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  m5_sh after;
+  if (!lab_check(r, m5_run_sh(bin, 2, errfile, args, nargs, &after, RESIL_S(60)) == 0,
+                 "cannot start /bin/sh: %s", strerror(errno)))
+    goto out;
+  long probes = resil_fixture_attempts(fx, "status") - upstream;
+  char after_s[32];
+  snprintf(after_s, sizeof after_s, "%d %d", after.count > 0 ? after.status[0] : -1,
+           after.count > 1 ? after.status[1] : -1);
+
+  char loop_s[400];
+  if (wrong)
+    snprintf(loop_s, sizeof loop_s, "for i in 1..%d: resil call %s; echo $?", M5_INVOCATIONS,
+             url);
+  else
+    snprintf(loop_s, sizeof loop_s,
+             "for i in 1..%d: resil call --state %s --state-dir DIR --breaker %s %s; echo $?",
+             M5_INVOCATIONS, s.name, spec, url);
+  lab_obs_str(r, "loop", loop_s);
+  lab_obs_str(r, "breaker", wrong ? "none kept (no --state: each invocation its own)"
+                                  : "one, in the --state segment");
+  lab_obs_int(r, "invocations", loop.count);
+  lab_obs_int(r, "upstream_calls", upstream);
+  lab_obs_int(r, "window_minimum", M5_MIN);
+  lab_obs_int(r, "made_invocations", made);
+  lab_obs_int(r, "rejected_invocations", rejected);
+  lab_obs_int(r, "rejected_messages", rejected_lines);
+  lab_obs_int(r, "invocation_ms", one_ms);
+  lab_obs_int(r, "wait_ms", wait_ms);
+  lab_obs_int(r, "loop_ms", loop.ns / 1000000);
+  if (peeked) {
+    lab_obs_str(r, "breaker_state", resil_breaker_state_name(bm.state));
+    lab_obs_int(r, "breaker_total_calls", (long long)bm.total_calls);
+    lab_obs_int(r, "breaker_not_permitted", (long long)bm.total_not_permitted);
+  }
+  lab_obs_int(r, "probe_after_wait", probes);
+  lab_obs_str(r, "exit_statuses_after_wait", after_s);
+  lab_summary(r,
+              "%d sequential `resil call`%s against a failing route: the upstream saw %ld "
+              "calls, %d invocations rejected (exit 7) in %lld ms; after the %lld ms wait "
+              "%ld of 2 invocations reached it (exits %s)",
+              loop.count, wrong ? " without --state" : " --state --breaker", upstream, rejected,
+              (long long)(loop.ns / 1000000), (long long)wait_ms, probes, after_s);
+  lab_expect(r, "invocations_ran",
+             loop.count == M5_INVOCATIONS && other == 0 && loop.exit == 0 && !loop.timed_out,
+             "%d of %d invocations reported, %d exited neither 6 nor 7, the loop exited %d%s",
+             loop.count, M5_INVOCATIONS, other, loop.exit, loop.timed_out ? " (timed out)" : "");
+  lab_expect(r, "upstream_calls", upstream == M5_MIN,
+             "the upstream saw %ld calls, not the window's minimum %d (the loop took %lld ms, "
+             "the wait is %lld ms)",
+             upstream, M5_MIN, (long long)(loop.ns / 1000000), (long long)wait_ms);
+  lab_expect(r, "rejected_invocations",
+             rejected == M5_INVOCATIONS - M5_MIN && rejected_lines == rejected,
+             "%d invocations exited 7 and %ld said REJECTED(circuit breaker open), not %d",
+             rejected, rejected_lines, M5_INVOCATIONS - M5_MIN);
+  if (!wrong)
+    lab_expect(r, "breaker_open",
+               peeked && bm.state == RESIL_BREAKER_OPEN &&
+                   bm.total_not_permitted == (uint64_t)rejected,
+               "the segment's breaker is %s with %llu calls not permitted (%d rejected)",
+               peeked ? resil_breaker_state_name(bm.state) : "absent",
+               (unsigned long long)bm.total_not_permitted, rejected);
+  lab_expect(r, "probe_after_wait",
+             probes == 1 && after.count == 2 && after.status[0] == 6 && after.status[1] == 7,
+             "after the wait %ld call(s) reached the upstream (exits %s), not 1 probe (6 then 7)",
+             probes, after_s);
+out:
+  if (s.dir[0]) {
+    s.sc.existing_only = 0;
+    (void)resil_shared_unlink(&s.sc, NULL); /* absent in the wrong variant */
+    if (errfile[0]) unlink(errfile);
+  }
+  m_seg_done(&s);
+  resil_fixture_stop(fx);
+  return r->pass;
+}
+
+static int m5_right(lab_result *r) { return m5_run(r, 0); }
+static int m5_wrong(lab_result *r) { return m5_run(r, 1); }
+
+#endif /* RESIL_HAVE_FIXTURE */
+
 const lab_experiment lab_shared_experiments[] = {
     {"M1",
      "8 processes share one breaker (count window 20, minimum 20, 50 %): the failing upstream "
@@ -584,4 +878,12 @@ const lab_experiment lab_shared_experiments[] = {
      "a rate limiter of 100 per second (10 per 100 ms) shared by 8 processes flat out for 3 s: "
      "admitted within the exact bound and at least 95 % of it",
      m3_right, m3_wrong, "a limiter per process", "admitted_within_bound", 0},
+#ifdef RESIL_HAVE_FIXTURE
+    {"M5",
+     "`resil call --state` from a shell loop: 25 invocations against a failing route open the "
+     "breaker after the window's minimum (5), the rest exit 7 and the upstream stops seeing "
+     "calls; after the wait one probe goes through",
+     m5_right, m5_wrong, "the same loop without --state (a breaker per invocation)",
+     "upstream_calls", 0},
+#endif
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
