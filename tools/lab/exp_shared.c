@@ -28,9 +28,19 @@
  *     upstream and open the breaker, 20 exit 7; after the wait, one probe.
  *     The wait is 35 x one invocation's time, measured first (300 ms at
  *     least: about 300 ms plain, 1 s under ASan). Wrong variant: the same
- *     loop without --state (all 25 reach the upstream). Needs the fixture. */
+ *     loop without --state (all 25 reach the upstream). Needs the fixture.
+ * M6: a process opens a segment it cannot open: fallback, one event,
+ *     resil_shared_fallback_total 1, a breaker on it per process; with
+ *     `required`, the error. Run as root, a forked child drops to uid and
+ *     gid 65534 and finds root's real segment (mode 0600) under its own
+ *     segment's name in a 1777 directory (as another user's object could
+ *     squat the name in /dev/shm); run as another user, which cannot make
+ *     another user's object, the child finds the user's own segment made
+ *     unopenable (chmod 000). Wrong variant: a segment it can open (no
+ *     fallback; the second breaker handle shares the first's OPEN). */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sched.h>
@@ -41,6 +51,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +60,7 @@
 #include "lab_families.h"
 #include "lab_result.h"
 #include "resil/breaker.h"
+#include "resil/metrics.h"
 #include "resil/ratelimit.h"
 #include "resil/shared.h"
 #ifdef RESIL_HAVE_FIXTURE
@@ -865,6 +878,281 @@ static int m5_wrong(lab_result *r) { return m5_run(r, 1); }
 
 #endif /* RESIL_HAVE_FIXTURE */
 
+/* ---- M6: a segment the user cannot open ------------------------------------ */
+
+enum { M6_NOBODY = 65534, M6_WINDOW = 4 };
+
+typedef struct m6_board {
+  int ran;        /* the child reached the end */
+  long uid;       /* its effective user id */
+  int stat_errno; /* 0: it could stat the object under its segment's name */
+  long owner;     /* that object's owner and mode bits, as it saw them */
+  unsigned mode;
+  int is_fallback;
+  int events;        /* on_fallback calls after the open */
+  int event_segment; /* the first one was about the segment (instance NULL) */
+  char event_msg[192];
+  double total;      /* resil_shared_fallback_total after the open */
+  double mode_gauge; /* resil_shared_fallback_mode */
+  int opened_after;  /* failures after which its breaker was OPEN (0: never) */
+  int rejects;       /* the call after that was REJECTED(circuit breaker open) */
+  int second_state;  /* a second handle's state, same name (resil_breaker_state_kind) */
+  int events_after;  /* on_fallback calls after the two breakers */
+  double total_after;
+  int required_status; /* resil_shared_open with required 1 */
+  char required_field[48];
+  char required_msg[192];
+} m6_board;
+
+typedef struct m6 {
+  m6_board *b;
+  const char *dir;
+  const char *name;
+  int drop; /* drop to uid and gid 65534 (nobody) first */
+} m6;
+
+typedef struct m6_hook {
+  int calls;
+  int first_segment;
+  char first_msg[192];
+} m6_hook;
+
+static void m6_on_fallback(void *user, const char *instance, const resil_error *why) {
+  m6_hook *h = user;
+  if (h->calls++ == 0) {
+    h->first_segment = instance == NULL;
+    snprintf(h->first_msg, sizeof h->first_msg, "%s", why->msg);
+  }
+}
+
+/* The value of the series family{name="seg"} in m's exposition (-1: none). */
+static double m6_metric(resil_metrics *m, const char *family, const char *seg) {
+  char *text = NULL;
+  if (resil_metrics_render_alloc(m, &text, NULL) != RESIL_OK) return -1;
+  char key[160];
+  snprintf(key, sizeof key, "\n%s{name=\"%s\"} ", family, seg);
+  const char *p = strstr(text, key);
+  double v = p ? strtod(p + strlen(key), NULL) : -1;
+  resil_metrics_text_free(m, text);
+  return v;
+}
+
+static resil_outcome m6_fail(void *arg, const resil_ctx *ctx) {
+  (void)arg;
+  (void)ctx;
+  return resil_outcome_http(503);
+}
+
+/* The process that opens the segment: after the fallback, a breaker on it
+ * (count window 4, minimum 4) and a second handle under the same name;
+ * then the same segment, required. Its findings go to the board. */
+static int m6_child(void *arg, int i) {
+  (void)i;
+  m6 *x = arg;
+  m6_board *b = x->b;
+  if (x->drop) {
+    if (setgroups(0, NULL) != 0 || setgid(M6_NOBODY) != 0 || setuid(M6_NOBODY) != 0) return 10;
+    if (setuid(0) == 0) return 11; /* for good */
+    /* Changing ids made it undumpable: /proc/self would be root's, and
+     * the sanitizers read it. */
+    (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  }
+  b->uid = (long)geteuid();
+  char path[256];
+  snprintf(path, sizeof path, "%s/resil-%lu-v%d-%s", x->dir, (unsigned long)geteuid(),
+           RESIL_SHARED_LAYOUT, x->name);
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    b->owner = (long)sb.st_uid;
+    b->mode = (unsigned)(sb.st_mode & 07777);
+  } else {
+    b->stat_errno = errno;
+  }
+  m6_hook h;
+  memset(&h, 0, sizeof h);
+  resil_shared_config sc;
+  resil_shared_config_init(&sc);
+  sc.name = x->name;
+  sc.dir = x->dir;
+  sc.on_fallback = m6_on_fallback;
+  sc.user = &h;
+  resil_shared *seg = NULL;
+  if (resil_shared_open(&sc, &seg, NULL) != RESIL_OK) return 12;
+  b->is_fallback = resil_shared_is_fallback(seg);
+  b->events = h.calls;
+  b->event_segment = h.first_segment;
+  snprintf(b->event_msg, sizeof b->event_msg, "%s", h.first_msg);
+  resil_metrics *m = NULL;
+  if (resil_metrics_new(NULL, &m) != RESIL_OK) return 13;
+  if (resil_shared_metrics_add(m, NULL, seg) != RESIL_OK) return 13;
+  b->total = m6_metric(m, "resil_shared_fallback_total", x->name);
+  b->mode_gauge = m6_metric(m, "resil_shared_fallback_mode", x->name);
+
+  resil_breaker_config c;
+  resil_breaker_config_init(&c);
+  c.name = "m6";
+  c.window_size = M6_WINDOW;
+  c.minimum_calls = M6_WINDOW;
+  c.failure_rate_threshold_pct = 50;
+  c.open_wait_ns = RESIL_S(60);
+  c.shared = seg;
+  resil_breaker *b1 = NULL, *b2 = NULL;
+  if (resil_breaker_new(&c, &b1, NULL) != RESIL_OK) return 14;
+  for (int k = 1; k <= 2 * M6_WINDOW && !b->opened_after; k++) {
+    (void)resil_breaker_run(b1, NULL, m6_fail, NULL);
+    if (resil_breaker_state(b1) == RESIL_BREAKER_OPEN) b->opened_after = k;
+  }
+  resil_outcome o = resil_breaker_run(b1, NULL, m6_fail, NULL);
+  b->rejects = o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_BREAKER_OPEN;
+  if (resil_breaker_new(&c, &b2, NULL) != RESIL_OK) return 15;
+  b->second_state = (int)resil_breaker_state(b2);
+  b->events_after = h.calls;
+  b->total_after = m6_metric(m, "resil_shared_fallback_total", x->name);
+  resil_metrics_remove(m, seg);
+  resil_metrics_free(m);
+  resil_breaker_free(b2);
+  resil_breaker_free(b1);
+  resil_shared_close(seg);
+
+  sc.required = 1;
+  sc.on_fallback = NULL;
+  resil_error err;
+  resil_error_clear(&err);
+  resil_shared *req = NULL;
+  b->required_status = (int)resil_shared_open(&sc, &req, &err);
+  if (b->required_status == RESIL_OK) resil_shared_close(req);
+  snprintf(b->required_field, sizeof b->required_field, "%s", err.field);
+  snprintf(b->required_msg, sizeof b->required_msg, "%s", err.msg);
+  b->ran = 1;
+  return 0;
+}
+
+static int m6_run(lab_result *r, int wrong) {
+  m_seg s;
+  memset(&s, 0, sizeof s);
+  m6_board *b = NULL;
+  char own[160] = "", squat[160] = "";
+  const int root = geteuid() == 0;
+  if (m_seg_dir(r, &s, "m6") != 0) goto out;
+  b = m_board(sizeof *b);
+  if (!lab_check(r, b != NULL, "mmap: %s", strerror(errno))) goto out;
+  /* A real segment of this process's user: created and closed (the
+   * object stays). */
+  resil_error err;
+  resil_error_clear(&err);
+  if (!lab_check(r, resil_shared_open(&s.sc, &s.seg, &err) == RESIL_OK, "segment: %s", err.msg))
+    goto out;
+  resil_shared_close(s.seg);
+  s.seg = NULL;
+  snprintf(own, sizeof own, "%s/resil-%lu-v%d-%s", s.dir, (unsigned long)geteuid(),
+           RESIL_SHARED_LAYOUT, s.name);
+  const char *how;
+  if (root) {
+    /* The directory as /dev/shm is (1777: anyone creates, nobody removes
+     * another's); the child is uid 65534, whose segment's name is
+     * resil-65534-...: there, root's segment (the right experiment). */
+    snprintf(squat, sizeof squat, "%s/resil-%d-v%d-%s", s.dir, M6_NOBODY, RESIL_SHARED_LAYOUT,
+             s.name);
+    if (!lab_check(r, chmod(s.dir, 01777) == 0, "chmod %s: %s", s.dir, strerror(errno)))
+      goto out;
+    if (!wrong && !lab_check(r, link(own, squat) == 0, "link %s: %s", squat, strerror(errno)))
+      goto out;
+    how = wrong ? "as uid 65534 (a child of the root lab, dropped to nobody by setgid/setuid) "
+                  "in a 1777 dir where nothing has its segment's name: it creates its own"
+                : "as uid 65534 (a child of the root lab, dropped to nobody by setgid/setuid): "
+                  "the object under its segment's name is root's real segment, mode 0600 "
+                  "(hard-linked there, in a 1777 dir as /dev/shm is: another user's object "
+                  "squatting the name)";
+  } else {
+    if (!wrong && !lab_check(r, chmod(own, 0) == 0, "chmod %s: %s", own, strerror(errno)))
+      goto out;
+    how = wrong ? "as this user (not root), its own segment: it opens"
+                : "as this user (not root, who alone can make another user's object): its "
+                  "own real segment made unopenable (chmod 000), not another user's";
+  }
+  m6 x = {b, s.dir, s.name, root};
+  m_crew crew;
+  m_crew_start(&crew, 1, m6_child, &x);
+  m_crew_reap(&crew, mono_ns() + RESIL_S(20));
+
+  const char *eacces = strerror(EACCES);
+  char mode_s[8];
+  snprintf(mode_s, sizeof mode_s, "%04o", b->mode);
+  char required_s[280];
+  snprintf(required_s, sizeof required_s, "%s: %s",
+           resil_status_name((resil_status)b->required_status), b->required_msg);
+  lab_obs_str(r, "exercised", how);
+  lab_obs_int(r, "process_uid", b->uid);
+  if (b->stat_errno == 0) {
+    lab_obs_int(r, "segment_owner_uid", b->owner);
+    lab_obs_str(r, "segment_mode", mode_s);
+  } else {
+    lab_obs_str(r, "segment_stat", strerror(b->stat_errno));
+  }
+  lab_obs_bool(r, "fallback_mode", b->is_fallback);
+  lab_obs_int(r, "fallback_events", b->events);
+  lab_obs_str(r, "fallback_event", b->event_msg);
+  lab_obs_int(r, "resil_shared_fallback_total", (long long)b->total);
+  lab_obs_int(r, "breaker_open_after_failures", b->opened_after);
+  lab_obs_bool(r, "breaker_rejects_when_open", b->rejects);
+  lab_obs_str(r, "second_handle_state",
+              resil_breaker_state_name((resil_breaker_state_kind)b->second_state));
+  lab_obs_int(r, "fallback_events_after_breakers", b->events_after);
+  lab_obs_int(r, "resil_shared_fallback_total_after_breakers", (long long)b->total_after);
+  lab_obs_str(r, "required_error", required_s);
+  lab_obs_str(r, "required_error_field", b->required_field);
+  lab_summary(r,
+              "uid %ld opens a segment %s: %s, %d fallback event(s), "
+              "resil_shared_fallback_total %.0f; its breaker opens after %d failures, a second "
+              "handle is %s; required: %s",
+              b->uid, wrong ? "it can open" : "it cannot open",
+              b->is_fallback ? "per-process state" : "shared state", b->events, b->total,
+              b->opened_after,
+              resil_breaker_state_name((resil_breaker_state_kind)b->second_state), required_s);
+  lab_expect(r, "child_ran", crew.exited_ok == 1 && b->ran,
+             "the child %s (status %d)", crew.started ? "failed" : "was not started",
+             crew.last_bad);
+  if (!wrong)
+    lab_expect(r, "segment_not_openable",
+               b->stat_errno == 0 &&
+                   (root ? b->uid == M6_NOBODY && b->owner == 0 && b->mode == 0600
+                         : b->mode == 0),
+               "uid %ld sees %s under its segment's name, owner %ld, mode %s", b->uid,
+               b->stat_errno ? strerror(b->stat_errno) : "an object", b->owner, mode_s);
+  lab_expect(r, "fallback_events",
+             b->is_fallback && b->events == 1 && b->event_segment && b->total == 1.0 &&
+                 b->mode_gauge == 1.0,
+             "fallback mode %d, %d event(s), resil_shared_fallback_total %.0f, "
+             "resil_shared_fallback_mode %.0f; not 1, 1, 1, 1",
+             b->is_fallback, b->events, b->total, b->mode_gauge);
+  lab_expect(r, "fallback_names_the_reason",
+             strstr(b->event_msg, "cannot open segment ") && strstr(b->event_msg, eacces),
+             "the event says '%s'", b->event_msg);
+  lab_expect(r, "breaker_per_process",
+             b->opened_after == M6_WINDOW && b->rejects &&
+                 b->second_state == RESIL_BREAKER_CLOSED && b->events_after == 3 &&
+                 b->total_after == 3.0,
+             "its breaker opened after %d failures (rejects next: %d), a second handle is %s, "
+             "%d events and resil_shared_fallback_total %.0f after both (not 4, 1, CLOSED, 3, 3)",
+             b->opened_after, b->rejects,
+             resil_breaker_state_name((resil_breaker_state_kind)b->second_state), b->events_after,
+             b->total_after);
+  lab_expect(r, "required_error",
+             b->required_status == RESIL_ESTATE && strcmp(b->required_field, "segment") == 0 &&
+                 strstr(b->required_msg, "cannot open segment ") &&
+                 strstr(b->required_msg, eacces),
+             "required: %s", required_s);
+out:
+  if (squat[0]) unlink(squat);
+  if (own[0]) unlink(own);
+  if (b) munmap(b, sizeof *b);
+  m_seg_done(&s);
+  return r->pass;
+}
+
+static int m6_right(lab_result *r) { return m6_run(r, 0); }
+static int m6_wrong(lab_result *r) { return m6_run(r, 1); }
+
 const lab_experiment lab_shared_experiments[] = {
     {"M1",
      "8 processes share one breaker (count window 20, minimum 20, 50 %): the failing upstream "
@@ -886,4 +1174,9 @@ const lab_experiment lab_shared_experiments[] = {
      m5_right, m5_wrong, "the same loop without --state (a breaker per invocation)",
      "upstream_calls", 0},
 #endif
+    {"M6",
+     "a segment the process cannot open (another user's, mode 0600): per-process state with "
+     "one fallback event and resil_shared_fallback_total 1, a breaker on it works per process; "
+     "required, the open fails naming the reason",
+     m6_right, m6_wrong, "a segment the process can open", "fallback_events", 0},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
