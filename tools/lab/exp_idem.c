@@ -980,21 +980,6 @@ static int i6_wrong(lab_result *r) { return i6_run(r, 1); }
 
 /* ---- I8: a real process crash ------------------------------------------- */
 
-/* The resil binary: RESIL_BIN, else this process when it is resil. */
-static int resil_bin(char *out, size_t n) {
-  const char *env = getenv("RESIL_BIN");
-  if (env && *env) {
-    snprintf(out, n, "%s", env);
-    return access(out, X_OK) == 0;
-  }
-  ssize_t len = readlink("/proc/self/exe", out, n - 1);
-  if (len <= 0)
-    return 0;
-  out[len] = '\0';
-  const char *base = strrchr(out, '/');
-  return base && strcmp(base + 1, "resil") == 0;
-}
-
 typedef struct upstream_proc {
   pid_t pid;
   int out; /* read end of its stdout */
@@ -1281,7 +1266,7 @@ static long crash_series(lab_result *r, const char *bin, idem_env *e, resil_stor
 /* The wrong variant restarts without recovering. */
 static int i8_run(lab_result *r, int recovery) {
   char bin[512];
-  if (!lab_check(r, resil_bin(bin, sizeof bin),
+  if (!lab_check(r, lab_resil_bin(bin, sizeof bin),
                  "I8 runs `resil upstream` as a child process: set RESIL_BIN to the resil binary"))
     return 0;
   idem_env e;

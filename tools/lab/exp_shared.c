@@ -20,16 +20,39 @@
  *     calling flat out for 3 s: at most the exact bound (the cycles up to
  *     the last grant x 10 + the first period's 10) and at least 95 % of
  *     the permits of the cycles in which workers were calling. Wrong
- *     variant: per-process limiters (about 8 x the bound). */
+ *     variant: per-process limiters (about 8 x the bound).
+ * M5: the resil tool itself (lab_resil_bin: RESIL_BIN, or this process
+ *     when it is `resil lab`) in a /bin/sh loop: 25 sequential `resil call
+ *     --state S --state-dir DIR --breaker window=5,min=5,...` against the
+ *     fixture's /status/503 (the fixture in this process): 5 reach the
+ *     upstream and open the breaker, 20 exit 7; after the wait, one probe.
+ *     The wait is 35 x one invocation's time, measured first (300 ms at
+ *     least: about 300 ms plain, 1 s under ASan). Wrong variant: the same
+ *     loop without --state (all 25 reach the upstream). Needs the fixture.
+ * M6: a process opens a segment it cannot open: fallback, one event,
+ *     resil_shared_fallback_total 1, a breaker on it per process; with
+ *     `required`, the error. Run as root, a forked child drops to uid and
+ *     gid 65534 and finds root's real segment (mode 0600) under its own
+ *     segment's name in a 1777 directory (as another user's object could
+ *     squat the name in /dev/shm); run as another user, which cannot make
+ *     another user's object, the child finds the user's own segment made
+ *     unopenable (chmod 000). Wrong variant: a segment it can open (no
+ *     fallback; the second breaker handle shares the first's OPEN). */
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sched.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,8 +60,13 @@
 #include "lab_families.h"
 #include "lab_result.h"
 #include "resil/breaker.h"
+#include "resil/metrics.h"
 #include "resil/ratelimit.h"
 #include "resil/shared.h"
+#ifdef RESIL_HAVE_FIXTURE
+#include "fixture/fixture.h"
+extern char **environ;
+#endif
 
 enum { M_WORKERS = 8 };
 
@@ -57,9 +85,9 @@ typedef struct m_seg {
   resil_shared *seg;
 } m_seg;
 
-/* Opens (creating) the segment "<tag>-<pid>" in a fresh temp dir,
- * required. 0 or -1 (r records why). */
-static int m_seg_open(lab_result *r, m_seg *s, const char *tag) {
+/* A fresh temp dir for the segment "<tag>-<pid>" (s->dir, s->name, s->sc
+ * required, not opened). 0 or -1 (r records why). */
+static int m_seg_dir(lab_result *r, m_seg *s, const char *tag) {
   const char *tmp = getenv("TMPDIR");
   snprintf(s->dir, sizeof s->dir, "%s/resil-%s-XXXXXX",
            tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp", tag);
@@ -72,6 +100,13 @@ static int m_seg_open(lab_result *r, m_seg *s, const char *tag) {
   s->sc.name = s->name;
   s->sc.dir = s->dir;
   s->sc.required = 1;
+  return 0;
+}
+
+/* Opens (creating) the segment "<tag>-<pid>" in a fresh temp dir,
+ * required. 0 or -1 (r records why). */
+static int m_seg_open(lab_result *r, m_seg *s, const char *tag) {
+  if (m_seg_dir(r, s, tag) != 0) return -1;
   resil_error err;
   if (!lab_check(r, resil_shared_open(&s->sc, &s->seg, &err) == RESIL_OK, "segment: %s",
                  err.msg)) {
@@ -571,6 +606,553 @@ out:
 static int m3_right(lab_result *r) { return m3_run(r, 0); }
 static int m3_wrong(lab_result *r) { return m3_run(r, 1); }
 
+/* ---- M5: `resil call --state` from a shell loop ---------------------------- */
+
+#ifdef RESIL_HAVE_FIXTURE
+
+enum { M5_INVOCATIONS = 25, M5_MIN = 5, M5_STATUS_MAX = 32 };
+
+/* `sh -c M5_LOOP sh BIN N ERR ARGS...`: runs `BIN ARGS...` N times, one
+ * after the other, stdout to /dev/null and stderr appended to the file
+ * ERR, and prints each invocation's exit status on a line. */
+static const char m5_loop[] =
+    "bin=$1 n=$2 err=$3; shift 3; i=0\n"
+    "while [ \"$i\" -lt \"$n\" ]; do\n"
+    "  i=$((i + 1))\n"
+    "  \"$bin\" \"$@\" >/dev/null 2>>\"$err\"\n"
+    "  echo $?\n"
+    "done\n";
+
+typedef struct m5_sh {
+  int status[M5_STATUS_MAX]; /* the invocations' exit statuses, in order */
+  int count;
+  int exit;      /* the shell's exit status (128 + signal; -1 not reaped) */
+  int timed_out; /* killed (its process group) at the limit */
+  int64_t ns;    /* from spawning the shell to its exit */
+} m5_sh;
+
+/* Runs the loop (n <= M5_STATUS_MAX) within limit_ns. 0, or -1 when the
+ * shell could not be started. */
+static int m5_run_sh(const char *bin, int n, const char *errfile, char *const *args, int nargs,
+                     m5_sh *out, int64_t limit_ns) {
+  memset(out, 0, sizeof *out);
+  out->exit = -1;
+  char n_s[16];
+  snprintf(n_s, sizeof n_s, "%d", n);
+  char *argv[16];
+  int k = 0;
+  argv[k++] = "/bin/sh";
+  argv[k++] = "-c";
+  argv[k++] = (char *)m5_loop;
+  argv[k++] = "sh";
+  argv[k++] = (char *)bin;
+  argv[k++] = n_s;
+  argv[k++] = (char *)errfile;
+  for (int i = 0; i < nargs && k < 15; i++) argv[k++] = args[i];
+  argv[k] = NULL;
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, fds[1]);
+  posix_spawnattr_t at;
+  posix_spawnattr_init(&at);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP); /* its own group: killed whole */
+  posix_spawnattr_setpgroup(&at, 0);
+  const int64_t t0 = mono_ns();
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    return -1;
+  }
+  char buf[256];
+  size_t len = 0;
+  const int64_t end = t0 + limit_ns;
+  for (;;) {
+    int64_t left_ms = (end - mono_ns()) / 1000000;
+    if (left_ms <= 0) {
+      out->timed_out = 1;
+      break;
+    }
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    int pr = poll(&p, 1, (int)(left_ms < 1000 ? left_ms : 1000));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    ssize_t got = read(fds[0], buf + len, sizeof buf - 1 - len);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break; /* EOF: the loop is over */
+    len += (size_t)got;
+    buf[len] = '\0';
+    char *nl;
+    while ((nl = strchr(buf, '\n')) != NULL) {
+      *nl = '\0';
+      if (out->count < M5_STATUS_MAX) out->status[out->count++] = atoi(buf);
+      len -= (size_t)(nl + 1 - buf);
+      memmove(buf, nl + 1, len + 1);
+    }
+    if (len == sizeof buf - 1) len = 0; /* a line that is no status */
+  }
+  close(fds[0]);
+  if (out->timed_out) kill(-pid, SIGKILL);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  out->ns = mono_ns() - t0;
+  out->exit = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return 0;
+}
+
+/* Lines of the file that contain needle (-1: it cannot be read). */
+static long m5_count_lines(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[512];
+  long n = 0;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, needle)) n++;
+  fclose(f);
+  return n;
+}
+
+static int m5_run(lab_result *r, int wrong) {
+  char bin[512];
+  if (!lab_check(r, lab_resil_bin(bin, sizeof bin),
+                 "M5 runs `resil call` in a shell loop: set RESIL_BIN to the resil binary"))
+    return 0;
+  resil_fixture *fx = NULL;
+  m_seg s;
+  memset(&s, 0, sizeof s);
+  char errfile[128] = "";
+  char eb[256];
+  if (!lab_check(r, resil_fixture_start(NULL, &fx, eb, sizeof eb) == 0, "fixture: %s", eb))
+    return 0;
+  if (m_seg_dir(r, &s, "m5") != 0) goto out;
+  snprintf(errfile, sizeof errfile, "%s/stderr", s.dir);
+  char url[160];
+  snprintf(url, sizeof url, "%s/status/503", resil_fixture_url(fx));
+
+  /* The wait: long enough for the 20 rejected invocations on this machine
+   * (35 x one invocation, measured: `resil call --help` 3 times through
+   * the same loop), 300 ms at least, 8 s at most. */
+  m5_sh cal;
+  char *help[] = {"call", "--help"};
+  if (!lab_check(r, m5_run_sh(bin, 3, "/dev/null", help, 2, &cal, RESIL_S(60)) == 0,
+                 "cannot start /bin/sh: %s", strerror(errno)))
+    goto out;
+  int64_t one_ms = cal.ns / 3 / 1000000 + 1;
+  int64_t wait_ms = (one_ms * 35 + 49) / 50 * 50;
+  if (wait_ms < 300) wait_ms = 300;
+  if (wait_ms > 8000) wait_ms = 8000;
+  char spec[96];
+  snprintf(spec, sizeof spec, "window=%d,min=%d,rate=50,wait=%lldms,probes=1", M5_MIN, M5_MIN,
+           (long long)wait_ms);
+  char *args_state[] = {"call", "--state", s.name, "--state-dir", s.dir, "--breaker", spec, url};
+  char *args_plain[] = {"call", url};
+  char *const *args = wrong ? args_plain : args_state;
+  int nargs = wrong ? 2 : 8;
+
+  /* The loop: 25 invocations. */
+  m5_sh loop;
+  if (!lab_check(r, m5_run_sh(bin, M5_INVOCATIONS, errfile, args, nargs, &loop,
+                              RESIL_S(120)) == 0,
+                 "cannot start /bin/sh: %s", strerror(errno)))
+    goto out;
+  const int64_t loop_end = mono_ns();
+  long upstream = resil_fixture_attempts(fx, "status");
+  int made = 0, rejected = 0, other = 0;
+  for (int i = 0; i < loop.count; i++) {
+    if (loop.status[i] == 6) made++;
+    else if (loop.status[i] == 7) rejected++;
+    else other++;
+  }
+  long rejected_lines = m5_count_lines(errfile, "REJECTED(circuit breaker open) after 0 attempts");
+
+  /* What another process (this one) finds in the segment after the loop. */
+  resil_breaker_metrics bm;
+  memset(&bm, 0, sizeof bm);
+  int peeked = 0;
+  if (!wrong) {
+    s.sc.existing_only = 1;
+    resil_shared *seg = NULL;
+    resil_error err;
+    memset(&err, 0, sizeof err);
+    if (resil_shared_open(&s.sc, &seg, &err) == RESIL_OK) {
+      peeked = resil_breaker_shared_peek(seg, "breaker", &bm, &err) == RESIL_OK;
+      resil_shared_close(seg);
+    }
+    lab_check(r, peeked, "the breaker in segment %s: %s", s.name, err.msg);
+  }
+
+  /* After the wait (counted from the loop's end: the breaker opened
+   * before it), the same invocation twice: the probe goes through (and
+   * fails: OPEN again), the next is rejected. */
+  int64_t until = loop_end + RESIL_MS(wait_ms) + RESIL_MS(50);
+  while (mono_ns() < until) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  m5_sh after;
+  if (!lab_check(r, m5_run_sh(bin, 2, errfile, args, nargs, &after, RESIL_S(60)) == 0,
+                 "cannot start /bin/sh: %s", strerror(errno)))
+    goto out;
+  long probes = resil_fixture_attempts(fx, "status") - upstream;
+  char after_s[32];
+  snprintf(after_s, sizeof after_s, "%d %d", after.count > 0 ? after.status[0] : -1,
+           after.count > 1 ? after.status[1] : -1);
+
+  char loop_s[400];
+  if (wrong)
+    snprintf(loop_s, sizeof loop_s, "for i in 1..%d: resil call %s; echo $?", M5_INVOCATIONS,
+             url);
+  else
+    snprintf(loop_s, sizeof loop_s,
+             "for i in 1..%d: resil call --state %s --state-dir DIR --breaker %s %s; echo $?",
+             M5_INVOCATIONS, s.name, spec, url);
+  lab_obs_str(r, "loop", loop_s);
+  lab_obs_str(r, "breaker", wrong ? "none kept (no --state: each invocation its own)"
+                                  : "one, in the --state segment");
+  lab_obs_int(r, "invocations", loop.count);
+  lab_obs_int(r, "upstream_calls", upstream);
+  lab_obs_int(r, "window_minimum", M5_MIN);
+  lab_obs_int(r, "made_invocations", made);
+  lab_obs_int(r, "rejected_invocations", rejected);
+  lab_obs_int(r, "rejected_messages", rejected_lines);
+  lab_obs_int(r, "invocation_ms", one_ms);
+  lab_obs_int(r, "wait_ms", wait_ms);
+  lab_obs_int(r, "loop_ms", loop.ns / 1000000);
+  if (peeked) {
+    lab_obs_str(r, "breaker_state", resil_breaker_state_name(bm.state));
+    lab_obs_int(r, "breaker_total_calls", (long long)bm.total_calls);
+    lab_obs_int(r, "breaker_not_permitted", (long long)bm.total_not_permitted);
+  }
+  lab_obs_int(r, "probe_after_wait", probes);
+  lab_obs_str(r, "exit_statuses_after_wait", after_s);
+  lab_summary(r,
+              "%d sequential `resil call`%s against a failing route: the upstream saw %ld "
+              "calls, %d invocations rejected (exit 7) in %lld ms; after the %lld ms wait "
+              "%ld of 2 invocations reached it (exits %s)",
+              loop.count, wrong ? " without --state" : " --state --breaker", upstream, rejected,
+              (long long)(loop.ns / 1000000), (long long)wait_ms, probes, after_s);
+  lab_expect(r, "invocations_ran",
+             loop.count == M5_INVOCATIONS && other == 0 && loop.exit == 0 && !loop.timed_out,
+             "%d of %d invocations reported, %d exited neither 6 nor 7, the loop exited %d%s",
+             loop.count, M5_INVOCATIONS, other, loop.exit, loop.timed_out ? " (timed out)" : "");
+  lab_expect(r, "upstream_calls", upstream == M5_MIN,
+             "the upstream saw %ld calls, not the window's minimum %d (the loop took %lld ms, "
+             "the wait is %lld ms)",
+             upstream, M5_MIN, (long long)(loop.ns / 1000000), (long long)wait_ms);
+  lab_expect(r, "rejected_invocations",
+             rejected == M5_INVOCATIONS - M5_MIN && rejected_lines == rejected,
+             "%d invocations exited 7 and %ld said REJECTED(circuit breaker open), not %d",
+             rejected, rejected_lines, M5_INVOCATIONS - M5_MIN);
+  if (!wrong)
+    lab_expect(r, "breaker_open",
+               peeked && bm.state == RESIL_BREAKER_OPEN &&
+                   bm.total_not_permitted == (uint64_t)rejected,
+               "the segment's breaker is %s with %llu calls not permitted (%d rejected)",
+               peeked ? resil_breaker_state_name(bm.state) : "absent",
+               (unsigned long long)bm.total_not_permitted, rejected);
+  lab_expect(r, "probe_after_wait",
+             probes == 1 && after.count == 2 && after.status[0] == 6 && after.status[1] == 7,
+             "after the wait %ld call(s) reached the upstream (exits %s), not 1 probe (6 then 7)",
+             probes, after_s);
+out:
+  if (s.dir[0]) {
+    s.sc.existing_only = 0;
+    (void)resil_shared_unlink(&s.sc, NULL); /* absent in the wrong variant */
+    if (errfile[0]) unlink(errfile);
+  }
+  m_seg_done(&s);
+  resil_fixture_stop(fx);
+  return r->pass;
+}
+
+static int m5_right(lab_result *r) { return m5_run(r, 0); }
+static int m5_wrong(lab_result *r) { return m5_run(r, 1); }
+
+#endif /* RESIL_HAVE_FIXTURE */
+
+/* ---- M6: a segment the user cannot open ------------------------------------ */
+
+enum { M6_NOBODY = 65534, M6_WINDOW = 4 };
+
+typedef struct m6_board {
+  int ran;        /* the child reached the end */
+  long uid;       /* its effective user id */
+  int stat_errno; /* 0: it could stat the object under its segment's name */
+  long owner;     /* that object's owner and mode bits, as it saw them */
+  unsigned mode;
+  int is_fallback;
+  int events;        /* on_fallback calls after the open */
+  int event_segment; /* the first one was about the segment (instance NULL) */
+  char event_msg[192];
+  double total;      /* resil_shared_fallback_total after the open */
+  double mode_gauge; /* resil_shared_fallback_mode */
+  int opened_after;  /* failures after which its breaker was OPEN (0: never) */
+  int rejects;       /* the call after that was REJECTED(circuit breaker open) */
+  int second_state;  /* a second handle's state, same name (resil_breaker_state_kind) */
+  int events_after;  /* on_fallback calls after the two breakers */
+  double total_after;
+  int required_status; /* resil_shared_open with required 1 */
+  char required_field[48];
+  char required_msg[192];
+} m6_board;
+
+typedef struct m6 {
+  m6_board *b;
+  const char *dir;
+  const char *name;
+  int drop; /* drop to uid and gid 65534 (nobody) first */
+} m6;
+
+typedef struct m6_hook {
+  int calls;
+  int first_segment;
+  char first_msg[192];
+} m6_hook;
+
+static void m6_on_fallback(void *user, const char *instance, const resil_error *why) {
+  m6_hook *h = user;
+  if (h->calls++ == 0) {
+    h->first_segment = instance == NULL;
+    snprintf(h->first_msg, sizeof h->first_msg, "%s", why->msg);
+  }
+}
+
+/* The value of the series family{name="seg"} in m's exposition (-1: none). */
+static double m6_metric(resil_metrics *m, const char *family, const char *seg) {
+  char *text = NULL;
+  if (resil_metrics_render_alloc(m, &text, NULL) != RESIL_OK) return -1;
+  char key[160];
+  snprintf(key, sizeof key, "\n%s{name=\"%s\"} ", family, seg);
+  const char *p = strstr(text, key);
+  double v = p ? strtod(p + strlen(key), NULL) : -1;
+  resil_metrics_text_free(m, text);
+  return v;
+}
+
+static resil_outcome m6_fail(void *arg, const resil_ctx *ctx) {
+  (void)arg;
+  (void)ctx;
+  return resil_outcome_http(503);
+}
+
+/* The process that opens the segment: after the fallback, a breaker on it
+ * (count window 4, minimum 4) and a second handle under the same name;
+ * then the same segment, required. Its findings go to the board. */
+static int m6_child(void *arg, int i) {
+  (void)i;
+  m6 *x = arg;
+  m6_board *b = x->b;
+  if (x->drop) {
+    if (setgroups(0, NULL) != 0 || setgid(M6_NOBODY) != 0 || setuid(M6_NOBODY) != 0) return 10;
+    if (setuid(0) == 0) return 11; /* for good */
+    /* Changing ids made it undumpable: /proc/self would be root's, and
+     * the sanitizers read it. */
+    (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  }
+  b->uid = (long)geteuid();
+  char path[256];
+  snprintf(path, sizeof path, "%s/resil-%lu-v%d-%s", x->dir, (unsigned long)geteuid(),
+           RESIL_SHARED_LAYOUT, x->name);
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    b->owner = (long)sb.st_uid;
+    b->mode = (unsigned)(sb.st_mode & 07777);
+  } else {
+    b->stat_errno = errno;
+  }
+  m6_hook h;
+  memset(&h, 0, sizeof h);
+  resil_shared_config sc;
+  resil_shared_config_init(&sc);
+  sc.name = x->name;
+  sc.dir = x->dir;
+  sc.on_fallback = m6_on_fallback;
+  sc.user = &h;
+  resil_shared *seg = NULL;
+  if (resil_shared_open(&sc, &seg, NULL) != RESIL_OK) return 12;
+  b->is_fallback = resil_shared_is_fallback(seg);
+  b->events = h.calls;
+  b->event_segment = h.first_segment;
+  snprintf(b->event_msg, sizeof b->event_msg, "%s", h.first_msg);
+  resil_metrics *m = NULL;
+  if (resil_metrics_new(NULL, &m) != RESIL_OK) return 13;
+  if (resil_shared_metrics_add(m, NULL, seg) != RESIL_OK) return 13;
+  b->total = m6_metric(m, "resil_shared_fallback_total", x->name);
+  b->mode_gauge = m6_metric(m, "resil_shared_fallback_mode", x->name);
+
+  resil_breaker_config c;
+  resil_breaker_config_init(&c);
+  c.name = "m6";
+  c.window_size = M6_WINDOW;
+  c.minimum_calls = M6_WINDOW;
+  c.failure_rate_threshold_pct = 50;
+  c.open_wait_ns = RESIL_S(60);
+  c.shared = seg;
+  resil_breaker *b1 = NULL, *b2 = NULL;
+  if (resil_breaker_new(&c, &b1, NULL) != RESIL_OK) return 14;
+  for (int k = 1; k <= 2 * M6_WINDOW && !b->opened_after; k++) {
+    (void)resil_breaker_run(b1, NULL, m6_fail, NULL);
+    if (resil_breaker_state(b1) == RESIL_BREAKER_OPEN) b->opened_after = k;
+  }
+  resil_outcome o = resil_breaker_run(b1, NULL, m6_fail, NULL);
+  b->rejects = o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_BREAKER_OPEN;
+  if (resil_breaker_new(&c, &b2, NULL) != RESIL_OK) return 15;
+  b->second_state = (int)resil_breaker_state(b2);
+  b->events_after = h.calls;
+  b->total_after = m6_metric(m, "resil_shared_fallback_total", x->name);
+  resil_metrics_remove(m, seg);
+  resil_metrics_free(m);
+  resil_breaker_free(b2);
+  resil_breaker_free(b1);
+  resil_shared_close(seg);
+
+  sc.required = 1;
+  sc.on_fallback = NULL;
+  resil_error err;
+  resil_error_clear(&err);
+  resil_shared *req = NULL;
+  b->required_status = (int)resil_shared_open(&sc, &req, &err);
+  if (b->required_status == RESIL_OK) resil_shared_close(req);
+  snprintf(b->required_field, sizeof b->required_field, "%s", err.field);
+  snprintf(b->required_msg, sizeof b->required_msg, "%s", err.msg);
+  b->ran = 1;
+  return 0;
+}
+
+static int m6_run(lab_result *r, int wrong) {
+  m_seg s;
+  memset(&s, 0, sizeof s);
+  m6_board *b = NULL;
+  char own[160] = "", squat[160] = "";
+  const int root = geteuid() == 0;
+  if (m_seg_dir(r, &s, "m6") != 0) goto out;
+  b = m_board(sizeof *b);
+  if (!lab_check(r, b != NULL, "mmap: %s", strerror(errno))) goto out;
+  /* A real segment of this process's user: created and closed (the
+   * object stays). */
+  resil_error err;
+  resil_error_clear(&err);
+  if (!lab_check(r, resil_shared_open(&s.sc, &s.seg, &err) == RESIL_OK, "segment: %s", err.msg))
+    goto out;
+  resil_shared_close(s.seg);
+  s.seg = NULL;
+  snprintf(own, sizeof own, "%s/resil-%lu-v%d-%s", s.dir, (unsigned long)geteuid(),
+           RESIL_SHARED_LAYOUT, s.name);
+  const char *how;
+  if (root) {
+    /* The directory as /dev/shm is (1777: anyone creates, nobody removes
+     * another's); the child is uid 65534, whose segment's name is
+     * resil-65534-...: there, root's segment (the right experiment). */
+    snprintf(squat, sizeof squat, "%s/resil-%d-v%d-%s", s.dir, M6_NOBODY, RESIL_SHARED_LAYOUT,
+             s.name);
+    if (!lab_check(r, chmod(s.dir, 01777) == 0, "chmod %s: %s", s.dir, strerror(errno)))
+      goto out;
+    if (!wrong && !lab_check(r, link(own, squat) == 0, "link %s: %s", squat, strerror(errno)))
+      goto out;
+    how = wrong ? "as uid 65534 (a child of the root lab, dropped to nobody by setgid/setuid) "
+                  "in a 1777 dir where nothing has its segment's name: it creates its own"
+                : "as uid 65534 (a child of the root lab, dropped to nobody by setgid/setuid): "
+                  "the object under its segment's name is root's real segment, mode 0600 "
+                  "(hard-linked there, in a 1777 dir as /dev/shm is: another user's object "
+                  "squatting the name)";
+  } else {
+    if (!wrong && !lab_check(r, chmod(own, 0) == 0, "chmod %s: %s", own, strerror(errno)))
+      goto out;
+    how = wrong ? "as this user (not root), its own segment: it opens"
+                : "as this user (not root, who alone can make another user's object): its "
+                  "own real segment made unopenable (chmod 000), not another user's";
+  }
+  m6 x = {b, s.dir, s.name, root};
+  m_crew crew;
+  m_crew_start(&crew, 1, m6_child, &x);
+  m_crew_reap(&crew, mono_ns() + RESIL_S(20));
+
+  const char *eacces = strerror(EACCES);
+  char mode_s[8];
+  snprintf(mode_s, sizeof mode_s, "%04o", b->mode);
+  char required_s[280];
+  snprintf(required_s, sizeof required_s, "%s: %s",
+           resil_status_name((resil_status)b->required_status), b->required_msg);
+  lab_obs_str(r, "exercised", how);
+  lab_obs_int(r, "process_uid", b->uid);
+  if (b->stat_errno == 0) {
+    lab_obs_int(r, "segment_owner_uid", b->owner);
+    lab_obs_str(r, "segment_mode", mode_s);
+  } else {
+    lab_obs_str(r, "segment_stat", strerror(b->stat_errno));
+  }
+  lab_obs_bool(r, "fallback_mode", b->is_fallback);
+  lab_obs_int(r, "fallback_events", b->events);
+  lab_obs_str(r, "fallback_event", b->event_msg);
+  lab_obs_int(r, "resil_shared_fallback_total", (long long)b->total);
+  lab_obs_int(r, "breaker_open_after_failures", b->opened_after);
+  lab_obs_bool(r, "breaker_rejects_when_open", b->rejects);
+  lab_obs_str(r, "second_handle_state",
+              resil_breaker_state_name((resil_breaker_state_kind)b->second_state));
+  lab_obs_int(r, "fallback_events_after_breakers", b->events_after);
+  lab_obs_int(r, "resil_shared_fallback_total_after_breakers", (long long)b->total_after);
+  lab_obs_str(r, "required_error", required_s);
+  lab_obs_str(r, "required_error_field", b->required_field);
+  lab_summary(r,
+              "uid %ld opens a segment %s: %s, %d fallback event(s), "
+              "resil_shared_fallback_total %.0f; its breaker opens after %d failures, a second "
+              "handle is %s; required: %s",
+              b->uid, wrong ? "it can open" : "it cannot open",
+              b->is_fallback ? "per-process state" : "shared state", b->events, b->total,
+              b->opened_after,
+              resil_breaker_state_name((resil_breaker_state_kind)b->second_state), required_s);
+  lab_expect(r, "child_ran", crew.exited_ok == 1 && b->ran,
+             "the child %s (status %d)", crew.started ? "failed" : "was not started",
+             crew.last_bad);
+  if (!wrong)
+    lab_expect(r, "segment_not_openable",
+               b->stat_errno == 0 &&
+                   (root ? b->uid == M6_NOBODY && b->owner == 0 && b->mode == 0600
+                         : b->mode == 0),
+               "uid %ld sees %s under its segment's name, owner %ld, mode %s", b->uid,
+               b->stat_errno ? strerror(b->stat_errno) : "an object", b->owner, mode_s);
+  lab_expect(r, "fallback_events",
+             b->is_fallback && b->events == 1 && b->event_segment && b->total == 1.0 &&
+                 b->mode_gauge == 1.0,
+             "fallback mode %d, %d event(s), resil_shared_fallback_total %.0f, "
+             "resil_shared_fallback_mode %.0f; not 1, 1, 1, 1",
+             b->is_fallback, b->events, b->total, b->mode_gauge);
+  lab_expect(r, "fallback_names_the_reason",
+             strstr(b->event_msg, "cannot open segment ") && strstr(b->event_msg, eacces),
+             "the event says '%s'", b->event_msg);
+  lab_expect(r, "breaker_per_process",
+             b->opened_after == M6_WINDOW && b->rejects &&
+                 b->second_state == RESIL_BREAKER_CLOSED && b->events_after == 3 &&
+                 b->total_after == 3.0,
+             "its breaker opened after %d failures (rejects next: %d), a second handle is %s, "
+             "%d events and resil_shared_fallback_total %.0f after both (not 4, 1, CLOSED, 3, 3)",
+             b->opened_after, b->rejects,
+             resil_breaker_state_name((resil_breaker_state_kind)b->second_state), b->events_after,
+             b->total_after);
+  lab_expect(r, "required_error",
+             b->required_status == RESIL_ESTATE && strcmp(b->required_field, "segment") == 0 &&
+                 strstr(b->required_msg, "cannot open segment ") &&
+                 strstr(b->required_msg, eacces),
+             "required: %s", required_s);
+out:
+  if (squat[0]) unlink(squat);
+  if (own[0]) unlink(own);
+  if (b) munmap(b, sizeof *b);
+  m_seg_done(&s);
+  return r->pass;
+}
+
+static int m6_right(lab_result *r) { return m6_run(r, 0); }
+static int m6_wrong(lab_result *r) { return m6_run(r, 1); }
+
 const lab_experiment lab_shared_experiments[] = {
     {"M1",
      "8 processes share one breaker (count window 20, minimum 20, 50 %): the failing upstream "
@@ -584,4 +1166,17 @@ const lab_experiment lab_shared_experiments[] = {
      "a rate limiter of 100 per second (10 per 100 ms) shared by 8 processes flat out for 3 s: "
      "admitted within the exact bound and at least 95 % of it",
      m3_right, m3_wrong, "a limiter per process", "admitted_within_bound", 0},
+#ifdef RESIL_HAVE_FIXTURE
+    {"M5",
+     "`resil call --state` from a shell loop: 25 invocations against a failing route open the "
+     "breaker after the window's minimum (5), the rest exit 7 and the upstream stops seeing "
+     "calls; after the wait one probe goes through",
+     m5_right, m5_wrong, "the same loop without --state (a breaker per invocation)",
+     "upstream_calls", 0},
+#endif
+    {"M6",
+     "a segment the process cannot open (another user's, mode 0600): per-process state with "
+     "one fallback event and resil_shared_fallback_total 1, a breaker on it works per process; "
+     "required, the open fails naming the reason",
+     m6_right, m6_wrong, "a segment the process can open", "fallback_events", 0},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};

@@ -38,5 +38,5 @@ const lab_experiment *const lab_families[] = {
     lab_async_experiments,       /* A1-A6, A8 (exp_async.c) */
     lab_async_keyed_experiments, /* A7 (exp_async_keyed.c) */
     lab_registry_experiments,    /* O1 (exp_registry.c) */
-    lab_shared_experiments,      /* M1-M3 (exp_shared.c) */
+    lab_shared_experiments,      /* M1-M3, M5, M6 (exp_shared.c) */
     NULL};

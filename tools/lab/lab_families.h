@@ -22,7 +22,9 @@ extern const lab_experiment lab_async_keyed_experiments[];
 /* O1 (exp_registry.c): empty unless the built-in loop, the fixture and
  * libresil-config are built. */
 extern const lab_experiment lab_registry_experiments[];
-/* M1-M3 (exp_shared.c): state shared by processes (fork()ed workers). */
+/* M1-M3, M5, M6 (exp_shared.c): state shared by processes (fork()ed
+ * workers, `resil call --state` invocations; M5 only when the fixture is
+ * built) and the fallback when a segment cannot be opened. */
 extern const lab_experiment lab_shared_experiments[];
 
 /* The registration table: every family's table, in the order `resil lab`

@@ -3,7 +3,9 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void lab_result_clear(lab_result *r) {
   if (r->observed) json_decref(r->observed);
@@ -77,4 +79,17 @@ void lab_summary(lab_result *r, const char *fmt, ...) {
 
 const char *lab_path_name(int path) {
   return path == LAB_PATH_ENGINE ? "engine" : "blocking";
+}
+
+int lab_resil_bin(char *out, size_t n) {
+  const char *env = getenv("RESIL_BIN");
+  if (env && *env) {
+    snprintf(out, n, "%s", env);
+    return access(out, X_OK) == 0;
+  }
+  ssize_t len = readlink("/proc/self/exe", out, n - 1);
+  if (len <= 0) return 0;
+  out[len] = '\0';
+  const char *base = strrchr(out, '/');
+  return base && strcmp(base + 1, "resil") == 0;
 }

@@ -79,4 +79,11 @@ const char *lab_path_name(int path);
 /* Frees r->observed and zeroes r. */
 void lab_result_clear(lab_result *r);
 
+/* The resil binary, for experiments that run it as a child process (I8's
+ * `resil upstream`, M5's `resil call`): $RESIL_BIN when set (the tests set
+ * it), else this process's own executable when it is resil (`resil lab`,
+ * /proc/self/exe). 1 with its path in out, 0 when there is none (or
+ * RESIL_BIN is not executable). */
+int lab_resil_bin(char *out, size_t n);
+
 #endif
