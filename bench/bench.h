@@ -170,6 +170,11 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path);
  * (async_cases.c). */
 int bench_run_async_cases(const bench_opts *opts, const char *json_path);
 
+/* shared_breaker_acquire_record and shared_ratelimiter_acquire (one
+ * process, the state in a segment): their ns per call at most this many
+ * times breaker_acquire_record's and ratelimiter_acquire's, same run
+ * (issue 20). */
+#define BENCH_SHARED_MAX_NS_RATIO 1.5
 /* The processes-vs-threads cases' target: N forked processes on one
  * breaker (or rate limiter) in a resil_shared segment reach at least this
  * fraction of the total ops/s of N threads on one in-process instance,

@@ -36,6 +36,7 @@ expect("${out}" "retry_run +- +- +- +- +>= 5 +NO +not in perf-r4j's results")
 # Same-run ratios name their reference and target.
 expect("${out}" "http_keepalive_get +vs bare libcurl \\[1 caller, 4 rounds\\]: caller CPU/req 22\\.00 / 20\\.00 us = x1\\.100 \\(target <= 1\\.05\\) NO; p50 30\\.0 / 28\\.5 us, added \\+1\\.50 us \\(target <= 3 us\\) yes; req/s 9700 / 10000 = 0\\.970 \\(target >= 0\\.95\\) yes")
 expect("${out}" "store_sqlite_keyed_ops +vs raw INSERT: ops/s 500 / 1000 = 0\\.500 \\(target >= 0\\.45\\) yes")
+expect("${out}" "shared_ratelimiter_acquire +16\\.00 ns / ratelimiter_acquire 10\\.00 ns = x1\\.600 \\(target <= 1\\.50\\) NO\n")
 expect("${out}" "shared_breaker_4procs +4 processes 36\\.00 M ops/s / 4 threads 80\\.00 M ops/s = 0\\.450 \\(target >= 0\\.50\\) NO \\(ratio of the medians 0\\.450\\) \\[3 rounds of 1000 ms, load 1\\.50\\.\\.2\\.50\\]")
 expect("${out}" "cli_call_state_nginx +plain 6\\.500 ms, --state 6\\.750 ms, added \\+0\\.250 ms \\(target <= 1\\.0\\) yes; CPU 6\\.00 / 6\\.20 ms \\[100 pairs, load 1\\.00\\.\\.1\\.25\\]")
 expect("${out}" "MISSED: breaker_2threads Resilience4j ns / libresil ns >= 4 \\(perf-r4j\\) \\(value 3\\)")
