@@ -5,7 +5,13 @@
  *                   [--pg-uri URI | --pg-skipped REASON]
  *                   [--store-effect insert|direct|none]
  *                   [--nginx-url URL [--nginx-cpu N] | --nginx-skipped REASON]
- *       measures every case (or the ones named), then the HTTP cases (also
+ *                   [--procs-run-ms N] [--resil-cli PATH] [--cli-pairs N]
+ *       measures every case (or the ones named), then the shared-state
+ *       cases (N processes on one shared breaker or rate limiter against N
+ *       threads on one in-process instance, runs of --procs-run-ms, default
+ *       1000; `resil call --state` against plain `resil call`, the resil
+ *       executable at PATH, --cli-pairs pairs, default 100, against the
+ *       nginx at URL; skipped without PATH or URL), then the HTTP cases (also
  *       against the nginx at URL, and the async engine cases there; or
  *       reported as skipped with REASON), then
  *       the operation-store cases (SQLite in a new directory under DIR, by
@@ -38,6 +44,7 @@ static void usage(void) {
           "                       [--pg-uri URI | --pg-skipped REASON] "
           "[--store-effect insert|direct|none]\n"
           "                       [--nginx-url URL [--nginx-cpu N] | --nginx-skipped REASON]\n"
+          "                       [--procs-run-ms N] [--resil-cli PATH] [--cli-pairs N]\n"
           "       resil_bench report --c FILE (--peers FILE | --peers-skipped "
           "REASON)\n"
           "                          [--r4j FILE | --r4j-skipped REASON] --out FILE\n");
@@ -73,6 +80,8 @@ int main(int argc, char **argv) {
                      .thread_run_ns = INT64_C(300000000),
                      .pin_threads = 1,
                      .nginx_cpu = -1,
+                     .procs_run_ns = INT64_C(1000000000),
+                     .cli_pairs = 100,
                      .store_effect_insert = BENCH_EFFECT_EXEC};
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -110,6 +119,12 @@ int main(int argc, char **argv) {
       opts.nginx_url = v;
     else if (!strcmp(a, "--nginx-skipped"))
       opts.nginx_skipped = v;
+    else if (!strcmp(a, "--resil-cli"))
+      opts.resil_cli = v;
+    else if (!strcmp(a, "--procs-run-ms"))
+      opts.procs_run_ns = positive(a, v, 60000) * INT64_C(1000000);
+    else if (!strcmp(a, "--cli-pairs"))
+      opts.cli_pairs = (int)positive(a, v, 1000);
     else if (!strcmp(a, "--nginx-cpu"))
       opts.nginx_cpu = (int)int_in(a, v, 0, 1023);
     else if (!strcmp(a, "--store-effect")) {
@@ -136,6 +151,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "run") && out) {
     int rc = bench_run_cases(&opts, out);
+    if (rc == 0) rc = bench_run_shared_cases(&opts, out);
     if (rc == 0) rc = bench_run_http_cases(&opts, out);
     if (rc == 0) rc = bench_run_async_cases(&opts, out);
     return rc != 0 ? rc : bench_run_store_cases(&opts, out);

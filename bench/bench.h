@@ -10,7 +10,13 @@
 
 #include <jansson.h>
 
+#include "resil/breaker.h"
+#include "resil/ratelimit.h"
+#include "resil/shared.h"
+
 #define BENCH_MAX_RUNS 31
+/* Threads (or processes) of a multi-thread case, at most. */
+#define BENCH_MAX_THREADS 16
 
 /* How every case is measured; set from the command line. */
 typedef struct bench_opts {
@@ -30,6 +36,11 @@ typedef struct bench_opts {
   int nginx_cpu;          /* the CPU nginx's one worker is pinned to (-1:
                              not pinned, or not known): the sequential
                              nginx case pins its caller to another one  */
+  int64_t procs_run_ns;   /* the processes-vs-threads cases: each run of
+                             either side lasts this long                 */
+  const char *resil_cli;  /* NULL: the `resil call --state` case is
+                             skipped; else the resil executable          */
+  int cli_pairs;          /* that case's timed pairs of invocations      */
 } bench_opts;
 
 /* bench_opts.store_effect_insert: the store cases' effect inserts its row
@@ -84,6 +95,35 @@ void bench_measure_threads(const bench_opts *opts, int nthreads,
                            bench_thread_fn body, void *state,
                            bench_result *out);
 
+/* One timed run of bench_measure_threads(): nthreads threads (pinned as
+ * opts->pin_threads says) run body on state for run_ns; returns the total
+ * ops/s (the sum of each thread's ops over its own time), or a negative
+ * value after writing out->error. */
+double bench_thread_run(const bench_opts *opts, int nthreads,
+                        bench_thread_fn body, void *state, int64_t run_ns,
+                        bench_result *out);
+
+/* The CPU thread i of a pinned multi-thread case runs on: the
+ * (i mod count)-th CPU this process may use; -1 with fewer than 2. */
+int bench_nth_allowed_cpu(int i);
+
+/* The policies as the cases configure them (cases.c), in seg or (NULL) in
+ * the process: a breaker with a count window of 100, minimum 100 calls,
+ * slow-call detection at 1 s; a rate limiter of 2^31-1 permits per 1 s
+ * cycle, timeout 0. */
+resil_status bench_make_breaker(resil_shared *seg, resil_breaker **out,
+                                resil_error *err);
+resil_status bench_make_ratelimiter(resil_shared *seg, resil_ratelimiter **out,
+                                    resil_error *err);
+
+/* Thread bodies (bench_thread_fn) on a resil_breaker * (try_acquire +
+ * record(success) in the split form) and on a resil_ratelimiter * (acquire
+ * of 1 permit) (cases.c). */
+uint64_t bench_thread_breaker_split(void *breaker, const atomic_int *stop,
+                                    uint64_t *ops);
+uint64_t bench_thread_ratelimiter_acquire(void *limiter, const atomic_int *stop,
+                                          uint64_t *ops);
+
 /* Appends a case to a JSON array. */
 void bench_result_to_json(const bench_result *r, json_t *array);
 
@@ -129,6 +169,31 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path);
  * marked "kind": "async"; skipped without nginx or libresil-http
  * (async_cases.c). */
 int bench_run_async_cases(const bench_opts *opts, const char *json_path);
+
+/* shared_breaker_acquire_record and shared_ratelimiter_acquire (one
+ * process, the state in a segment): their ns per call at most this many
+ * times breaker_acquire_record's and ratelimiter_acquire's, same run
+ * (issue 20). */
+#define BENCH_SHARED_MAX_NS_RATIO 1.5
+/* The processes-vs-threads cases' target: N forked processes on one
+ * breaker (or rate limiter) in a resil_shared segment reach at least this
+ * fraction of the total ops/s of N threads on one in-process instance,
+ * same run (issue 20). */
+#define BENCH_SHARED_MIN_RATIO 0.5
+/* The `resil call --state` case's target: its start-to-exit time at most
+ * this many milliseconds above plain `resil call`'s (median of pairwise
+ * differences, same run, against nginx). */
+#define BENCH_CLI_STATE_MAX_ADDED_MS 1.0
+
+/* Runs the shared-state cases (shared_cases.c): shared_breaker_Nprocs and
+ * shared_ratelimiter_Nprocs for N = 2, 4, 8 (N forked processes on one
+ * instance in a segment against N threads on one in-process instance,
+ * alternating runs of opts->procs_run_ns), marked "kind": "procs"; and
+ * cli_call_state_nginx (`resil call --state` against plain `resil call`,
+ * whole processes, against the nginx at opts->nginx_url), marked "kind":
+ * "cli", skipped without nginx or opts->resil_cli. Appends them to the JSON
+ * that bench_run_cases() wrote to path. */
+int bench_run_shared_cases(const bench_opts *opts, const char *json_path);
 
 /* The operation-store cases' target: libresil's keyed operations per
  * second (begin + complete) at least this fraction of the raw ceiling

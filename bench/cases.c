@@ -63,9 +63,10 @@ static uint64_t check_calls(const call_counter *c, uint64_t before,
 
 /* A breaker as a service would configure it: Resilience4j's defaults (count
  * window of 100 results, minimum 100 calls, 50 % failures, OPEN wait 60 s),
- * with slow-call detection at 1 s (slow-call rate threshold 100 %). */
-static resil_status make_breaker_in(resil_shared *seg, resil_breaker **out,
-                                    resil_error *err) {
+ * with slow-call detection at 1 s (slow-call rate threshold 100 %); its
+ * state in seg, or in the process (NULL). */
+resil_status bench_make_breaker(resil_shared *seg, resil_breaker **out,
+                                resil_error *err) {
   resil_breaker_config cfg;
   resil_breaker_config_init(&cfg);
   cfg.name = "bench";
@@ -78,7 +79,7 @@ static resil_status make_breaker_in(resil_shared *seg, resil_breaker **out,
 }
 
 static resil_status make_breaker(resil_breaker **out, resil_error *err) {
-  return make_breaker_in(NULL, out, err);
+  return bench_make_breaker(NULL, out, err);
 }
 
 typedef struct breaker_state {
@@ -120,10 +121,10 @@ static uint64_t body_breaker_run(void *p, uint64_t iters) {
 }
 
 /* Split form until told to stop; the stop flag is read once every 256
- * operations so the check costs nothing measurable. */
-static uint64_t thread_breaker_split(void *p, const atomic_int *stop,
-                                     uint64_t *ops) {
-  breaker_state *s = p;
+ * operations so the check costs nothing measurable. p is the breaker. */
+uint64_t bench_thread_breaker_split(void *p, const atomic_int *stop,
+                                    uint64_t *ops) {
+  resil_breaker *br = p;
   resil_outcome ok_outcome;
   memset(&ok_outcome, 0, sizeof ok_outcome);
   ok_outcome.kind = RESIL_ANSWERED;
@@ -133,8 +134,8 @@ static uint64_t thread_breaker_split(void *p, const atomic_int *stop,
   do {
     for (int k = 0; k < 256; k++) {
       resil_breaker_permit permit;
-      if (resil_breaker_try_acquire(s->br, &permit)) {
-        if (resil_breaker_record(s->br, &permit, &ok_outcome,
+      if (resil_breaker_try_acquire(br, &permit)) {
+        if (resil_breaker_record(br, &permit, &ok_outcome,
                                  SPLIT_DURATION_NS) != RESIL_OK)
           failed++;
       } else {
@@ -174,6 +175,22 @@ static uint64_t body_ratelimiter_acquire(void *p, uint64_t iters) {
     ok += resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO;
   bench_sink(ok);
   return ok;
+}
+
+/* Acquires of one permit until told to stop (the stop flag read every
+ * 256); p is the limiter. */
+uint64_t bench_thread_ratelimiter_acquire(void *p, const atomic_int *stop,
+                                          uint64_t *ops) {
+  resil_ratelimiter *rl = p;
+  uint64_t done = 0, failed = 0;
+  do {
+    for (int k = 0; k < 256; k++)
+      failed += resil_ratelimiter_acquire(rl, 1, NULL, NULL) != RESIL_DECISION_GO;
+    done += 256;
+  } while (!atomic_load_explicit(stop, memory_order_relaxed));
+  bench_sink(done);
+  *ops = done;
+  return failed;
 }
 
 static uint64_t body_bulkhead_acquire_release(void *p, uint64_t iters) {
@@ -220,13 +237,15 @@ static resil_status make_retry(resil_retry **out, resil_error *err) {
 /* A limit far above what one process can consume (2^31 - 1 permits per
  * second), so every acquire takes the permitted path: the case measures the
  * limiter's cost, not its waiting. Fail fast. */
-static resil_status make_ratelimiter(resil_ratelimiter **out, resil_error *err) {
+resil_status bench_make_ratelimiter(resil_shared *seg, resil_ratelimiter **out,
+                                   resil_error *err) {
   resil_ratelimiter_config cfg;
   resil_ratelimiter_config_init(&cfg);
   cfg.name = "bench";
   cfg.limit_for_period = 2147483647;
   cfg.refresh_period_ns = INT64_C(1000000000);
   cfg.timeout_ns = 0;
+  cfg.shared = seg;
   return resil_ratelimiter_new(&cfg, out, err);
 }
 
@@ -328,7 +347,7 @@ static void case_shared_breaker_acquire_record(const bench_opts *o,
     finish(&r, cases);
     return;
   }
-  st = make_breaker_in(seg, &s.br, &err);
+  st = bench_make_breaker(seg, &s.br, &err);
   if (st != RESIL_OK)
     setup_error(&r, "resil_breaker_new", st, &err);
   else
@@ -375,7 +394,7 @@ static void case_ratelimiter_acquire(const bench_opts *o, json_t *cases) {
                "at once; limit 2^31-1 per 1 s cycle, timeout 0";
   resil_ratelimiter *rl = NULL;
   resil_error err;
-  resil_status st = make_ratelimiter(&rl, &err);
+  resil_status st = bench_make_ratelimiter(NULL, &rl, &err);
   if (st != RESIL_OK)
     setup_error(&r, "resil_ratelimiter_new", st, &err);
   else
@@ -408,14 +427,7 @@ static void case_shared_ratelimiter_acquire(const bench_opts *o, json_t *cases) 
     finish(&r, cases);
     return;
   }
-  resil_ratelimiter_config cfg;
-  resil_ratelimiter_config_init(&cfg);
-  cfg.name = "bench";
-  cfg.limit_for_period = 2147483647;
-  cfg.refresh_period_ns = INT64_C(1000000000);
-  cfg.timeout_ns = 0;
-  cfg.shared = seg;
-  st = resil_ratelimiter_new(&cfg, &rl, &err);
+  st = bench_make_ratelimiter(seg, &rl, &err);
   if (st != RESIL_OK)
     setup_error(&r, "resil_ratelimiter_new", st, &err);
   else
@@ -462,7 +474,7 @@ static void case_chain4_run(const bench_opts *o, json_t *cases) {
     setup_error(&r, "resil_retry_new", st, &err);
   } else if ((st = make_breaker(&br, &err)) != RESIL_OK) {
     setup_error(&r, "resil_breaker_new", st, &err);
-  } else if ((st = make_ratelimiter(&rl, &err)) != RESIL_OK) {
+  } else if ((st = bench_make_ratelimiter(NULL, &rl, &err)) != RESIL_OK) {
     setup_error(&r, "resil_ratelimiter_new", st, &err);
   } else if ((st = make_bulkhead(&bh, &err)) != RESIL_OK) {
     setup_error(&r, "resil_bulkhead_new", st, &err);
@@ -512,7 +524,7 @@ static void case_breaker_threads(const bench_opts *o, json_t *cases,
   if (st != RESIL_OK)
     setup_error(&r, "resil_breaker_new", st, &err);
   else
-    bench_measure_threads(o, nthreads, thread_breaker_split, &s, &r);
+    bench_measure_threads(o, nthreads, bench_thread_breaker_split, s.br, &r);
   if (!r.error[0] && resil_breaker_state(s.br) != RESIL_BREAKER_CLOSED)
     snprintf(r.error, sizeof r.error, "breaker left CLOSED");
   resil_breaker_free(s.br);

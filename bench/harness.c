@@ -112,7 +112,7 @@ typedef struct thread_slot {
   int64_t ns;
 } thread_slot;
 
-static int nth_allowed_cpu(int i) {
+int bench_nth_allowed_cpu(int i) {
 #ifdef CPU_SET
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -149,12 +149,13 @@ static void *thread_main(void *p) {
   return NULL;
 }
 
-#define BENCH_MAX_THREADS 16
-
-/* One timed run; returns total ops/s, or a negative value on failure. */
-static double thread_run(const bench_opts *opts, int nthreads,
-                         bench_thread_fn body, void *state, int64_t run_ns,
-                         bench_result *out) {
+double bench_thread_run(const bench_opts *opts, int nthreads,
+                        bench_thread_fn body, void *state, int64_t run_ns,
+                        bench_result *out) {
+  if (nthreads < 1 || nthreads > BENCH_MAX_THREADS) {
+    snprintf(out->error, sizeof out->error, "bad thread count %d", nthreads);
+    return -1.0;
+  }
   thread_slot slots[BENCH_MAX_THREADS];
   atomic_int ready, go, stop;
   atomic_init(&ready, 0);
@@ -163,7 +164,7 @@ static double thread_run(const bench_opts *opts, int nthreads,
   for (int i = 0; i < nthreads; i++) {
     slots[i] = (thread_slot){.body = body, .state = state, .ready = &ready,
                              .go = &go, .stop = &stop,
-                             .cpu = opts->pin_threads ? nth_allowed_cpu(i) : -1};
+                             .cpu = opts->pin_threads ? bench_nth_allowed_cpu(i) : -1};
     if (pthread_create(&slots[i].tid, NULL, thread_main, &slots[i]) != 0) {
       snprintf(out->error, sizeof out->error, "pthread_create failed");
       atomic_store(&go, 1);
@@ -204,11 +205,11 @@ void bench_measure_threads(const bench_opts *opts, int nthreads,
   }
   out->threads = nthreads;
   out->has_ops = 1;
-  if (thread_run(opts, nthreads, body, state, opts->thread_run_ns / 2, out) < 0)
+  if (bench_thread_run(opts, nthreads, body, state, opts->thread_run_ns / 2, out) < 0)
     return;
   out->nruns = 0;
   for (int r = 0; r < opts->runs && r < BENCH_MAX_RUNS; r++) {
-    double ops = thread_run(opts, nthreads, body, state, opts->thread_run_ns, out);
+    double ops = bench_thread_run(opts, nthreads, body, state, opts->thread_run_ns, out);
     if (ops <= 0.0) {
       if (!out->error[0])
         snprintf(out->error, sizeof out->error, "run %d made no progress", r + 1);

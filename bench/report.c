@@ -169,6 +169,12 @@ static int is_async_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "async");
 }
 
+/* The shared-state cases (shared_cases.c): processes against threads, and
+ * `resil call --state` against plain `resil call`. */
+static int is_shared_case(json_t *c) {
+  return !strcmp(str(c, "kind", ""), "procs") || !strcmp(str(c, "kind", ""), "cli");
+}
+
 /* The common verdict of a same-run ratio case: a skipped case is checked as
  * not evaluated, a case with an error as missed, otherwise the ratio is
  * held against min_ratio. Sets o's "met", prints the SKIPPED or INVALID
@@ -195,6 +201,112 @@ static int ratio_verdict(json_t *cc, json_t *o, json_t *checks, const char *name
   add_check(checks, what, ratio, met, 1);
   json_object_set_new(o, "met", json_boolean(met));
   return met;
+}
+
+/* The shared-state cases (shared_cases.c): N processes on one shared
+ * instance against N threads on one in-process instance (ratio of total
+ * ops/s, same run), and `resil call --state`'s added start-to-exit time.
+ * Appends each case, with "target" and "met", to ocases. */
+static void report_shared(json_t *ccases, json_t *ocases, json_t *checks) {
+  char target[96], what[200];
+  int header = 0;
+  size_t i;
+  json_t *cc;
+  /* One process: the policy with its state in a segment against the same
+   * policy in the process, both policy cases of this run. */
+  static const char *const one[][2] = {
+      {"shared_breaker_acquire_record", "breaker_acquire_record"},
+      {"shared_ratelimiter_acquire", "ratelimiter_acquire"}};
+  for (size_t k = 0; k < sizeof one / sizeof one[0]; k++) {
+    json_t *sh = find_case(ccases, one[k][0]), *in = find_case(ccases, one[k][1]);
+    if (!sh) continue;
+    if (!header) {
+      printf("\nShared state in one process: the policy case with its state in a "
+             "resil_shared segment against the same case in the process, same run; target "
+             "<= %.2fx its ns per call:\n", BENCH_SHARED_MAX_NS_RATIO);
+      header = 1;
+    }
+    double ns_sh = num(sh, "ns_per_call"), ns_in = num(in, "ns_per_call");
+    double ratio = ns_sh / ns_in;
+    /* The shared case invalid: missed; the in-process one: not evaluated. */
+    int evaluated = !isnan(ratio) || json_object_get(sh, "error") != NULL;
+    int met = !isnan(ratio) && ratio <= BENCH_SHARED_MAX_NS_RATIO;
+    snprintf(what, sizeof what, "%s ns_per_call <= %.2fx %s's (same run)", one[k][0],
+             BENCH_SHARED_MAX_NS_RATIO, one[k][1]);
+    add_check(checks, what, ratio, met, evaluated);
+    if (!isnan(ratio))
+      printf("  %-30s %.2f ns / %s %.2f ns = x%.3f (target <= %.2f) %s\n", one[k][0], ns_sh,
+             one[k][1], ns_in, ratio, BENCH_SHARED_MAX_NS_RATIO, met ? "yes" : "NO");
+    else
+      printf("  %-30s %s: %s or %s missing or invalid\n", one[k][0],
+             evaluated ? "NO" : "not evaluated", one[k][0], one[k][1]);
+  }
+  header = 0;
+  snprintf(target, sizeof target, ">= %.2fx the threads' total ops/s", BENCH_SHARED_MIN_RATIO);
+  json_array_foreach(ccases, i, cc) {
+    if (strcmp(str(cc, "kind", ""), "procs") != 0) continue;
+    if (!header) {
+      printf("\nShared state across processes: N forked processes on one instance in a "
+             "resil_shared segment against N threads on one in-process instance, "
+             "alternating runs, same run; target %s; medians over rounds, ratio = median "
+             "of per-round ratios (with more workers than CPUs both sides share them):\n",
+             target);
+      header = 1;
+    }
+    const char *name = str(cc, "name", "?");
+    long long workers = (long long)json_integer_value(json_object_get(cc, "workers"));
+    json_t *o = json_deep_copy(cc);
+    json_object_set_new(o, "target", json_string(target));
+    snprintf(what, sizeof what, "%s processes' total ops/s >= %.2fx threads' (same run)", name,
+             BENCH_SHARED_MIN_RATIO);
+    int met = ratio_verdict(cc, o, checks, name, what, BENCH_SHARED_MIN_RATIO);
+    if (met >= 0)
+      printf("  %-26s %lld processes %.2f M ops/s / %lld threads %.2f M ops/s = %.3f "
+             "(target >= %.2f) %s (ratio of the medians %.3f) [%lld rounds of %lld ms, "
+             "load %.2f..%.2f]\n",
+             name, workers, num(cc, "ops_per_s_procs") / 1e6, workers,
+             num(cc, "ops_per_s_threads") / 1e6, num(cc, "ratio"), BENCH_SHARED_MIN_RATIO,
+             met ? "yes" : "NO", num(cc, "ratio_of_medians"),
+             (long long)json_integer_value(json_object_get(cc, "rounds")),
+             (long long)json_integer_value(json_object_get(cc, "run_ms")),
+             num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+    json_array_append_new(ocases, o);
+  }
+  json_array_foreach(ccases, i, cc) {
+    if (strcmp(str(cc, "kind", ""), "cli") != 0) continue;
+    const char *name = str(cc, "name", "?");
+    snprintf(target, sizeof target, "added <= %.1f ms", BENCH_CLI_STATE_MAX_ADDED_MS);
+    printf("\n`resil call --state` against plain `resil call`, whole processes started "
+           "alternately against nginx, same run; target: %s (median of pairwise "
+           "differences):\n", target);
+    json_t *o = json_deep_copy(cc);
+    json_object_set_new(o, "target", json_string(target));
+    snprintf(what, sizeof what, "%s start-to-exit time added by --state <= %.1f ms", name,
+             BENCH_CLI_STATE_MAX_ADDED_MS);
+    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
+    const char *err = json_string_value(json_object_get(cc, "error"));
+    if (skipped) {
+      add_check(checks, what, NAN, 0, 0);
+      json_object_set_new(o, "met", json_null());
+      printf("  %-26s SKIPPED: %s\n", name, skipped);
+    } else if (err) {
+      add_check(checks, what, NAN, 0, 1);
+      json_object_set_new(o, "met", json_false());
+      printf("  %-26s INVALID: %s\n", name, err);
+    } else {
+      double added = num(cc, "added_ms");
+      int met = added <= BENCH_CLI_STATE_MAX_ADDED_MS;
+      add_check(checks, what, added, met, 1);
+      json_object_set_new(o, "met", json_boolean(met));
+      printf("  %-26s plain %.3f ms, --state %.3f ms, added %+.3f ms (target <= %.1f) %s; "
+             "CPU %.2f / %.2f ms [%lld pairs, load %.2f..%.2f]\n",
+             name, num(cc, "wall_ms_plain"), num(cc, "wall_ms_state"), added,
+             BENCH_CLI_STATE_MAX_ADDED_MS, met ? "yes" : "NO", num(cc, "cpu_ms_plain"),
+             num(cc, "cpu_ms_state"), (long long)json_integer_value(json_object_get(cc, "pairs")),
+             num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+    }
+    json_array_append_new(ocases, o);
+  }
 }
 
 /* The async cases (async_cases.c): libresil's engine against bare libcurl
@@ -441,7 +553,8 @@ static json_t *report_floors(json_t *ccases, json_t *machine) {
   size_t i;
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
-    if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc)) continue;
+    if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc))
+      continue;
     const char *name = str(cc, "name", "?");
     const hw_floor *f = floor_for(name);
     if (!f) continue;
@@ -695,7 +808,8 @@ int bench_report(const char *c_json, const char *peers_json,
   size_t i;
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
-    if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc)) continue;
+    if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc))
+      continue;
     const char *name = str(cc, "name", "?");
     const case_target *t = target_for(name);
     json_t *o = json_deep_copy(cc);
@@ -773,6 +887,7 @@ int bench_report(const char *c_json, const char *peers_json,
   report_http(ccases, ocases, checks);
   report_async(ccases, ocases, checks);
   report_store(ccases, ocases, checks);
+  report_shared(ccases, ocases, checks);
 
   /* Memory. */
   json_t *bytes = json_object_get(c, "breaker_bytes_100_window");
@@ -872,6 +987,8 @@ int bench_report(const char *c_json, const char *peers_json,
     json_object_set(out, "async_method", json_object_get(c, "async_method"));
   if (json_object_get(c, "store_method"))
     json_object_set(out, "store_method", json_object_get(c, "store_method"));
+  if (json_object_get(c, "shared_method"))
+    json_object_set(out, "shared_method", json_object_get(c, "shared_method"));
   json_object_set(out, "library_version", json_object_get(c, "library_version"));
 
   int rc = json_dump_file(out, out_path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));

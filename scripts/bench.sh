@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # libresil benchmarks, in one command:
-#   1. builds resil_bench in build/bench (Release, -O2);
-#   2. runs the C cases (each case: several runs, median), then the HTTP
+#   1. builds resil_bench and the resil command in build/bench (Release,
+#      -O2);
+#   2. runs the C cases (each case: several runs, median), then the
+#      shared-state cases: N = 2, 4 and 8 forked processes on one breaker
+#      (and on one rate limiter) in a resil_shared segment against N
+#      threads on one in-process instance, alternating runs of 1 s (total
+#      ops/s, ratio; about 90 s at the defaults; on a machine with fewer
+#      CPUs than workers both sides share them), and `resil call --state`
+#      against plain `resil call`, whole processes started alternately
+#      against nginx (100 pairs; its added start-to-exit time); then the HTTP
 #      cases: keep-alive GETs against an in-process loopback fixture, bare
 #      libcurl vs libresil's client behind a full chain, alternating in the
 #      same run (about 15 s at the defaults, more on a busy machine; needs
@@ -31,7 +39,8 @@
 #   5. installs the Node.js peers pinned in bench/node_peers/package.json
 #      (opossum, cockatiel) into build/bench/node_peers and measures them in
 #      the same run;
-#   6. prints the tables and writes bench/results.json: the physical
+#   6. prints the tables and writes bench/results.json (each case with the
+#      load average when it ran where it records one): the physical
 #      references measured in this run (uncontended atomic fetch_add,
 #      exchange and CAS, one CLOCK_MONOTONIC and one CLOCK_MONOTONIC_COARSE
 #      read, an indirect call) and each policy case in those units and
@@ -40,7 +49,9 @@
 #      ratio with its reference, target and met?: Resilience4j ns / ours
 #      per case, HTTP against bare libcurl (caller CPU per request, p50
 #      added, req/s), async against bare multi_socket, the store against
-#      raw INSERT transactions, the Node peers.
+#      raw INSERT transactions, N processes on a shared instance against
+#      N threads, `resil call --state` against plain `resil call`, the Node
+#      peers.
 # When nginx cannot start, its cases are reported as skipped with the reason.
 # When node or npm is missing or the install fails, the peers are reported
 # as skipped (with the reason, also in results.json) and the C results still
@@ -50,17 +61,18 @@
 # Missed targets are reported, not fatal.
 #
 # Usage: bash scripts/bench.sh [--quick] [--no-r4j]
-#   --quick   3 runs of 50 ms per case, fewer HTTP and store rounds, perf-r4j
+#   --quick   3 runs of 50 ms per case (100 ms for processes vs threads, 20
+#             pairs of resil call), fewer HTTP and store rounds, perf-r4j
 #             with --quick (a smoke test; figures are noisier)
 #   --no-r4j  skip the Resilience4j comparison (the Java side)
 # Environment: PERF_R4J, the perf-r4j tool's directory (holding run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs=7 min_run_ms=200 thread_run_ms=300 quick=0 no_r4j=0
+runs=7 min_run_ms=200 thread_run_ms=300 procs_run_ms=1000 cli_pairs=100 quick=0 no_r4j=0
 for arg in "$@"; do
   case "$arg" in
-    --quick) runs=3 min_run_ms=50 thread_run_ms=100 quick=1 ;;
+    --quick) runs=3 min_run_ms=50 thread_run_ms=100 procs_run_ms=100 cli_pairs=20 quick=1 ;;
     --no-r4j) no_r4j=1 ;;
     *) echo "usage: bash scripts/bench.sh [--quick] [--no-r4j]" >&2; exit 2 ;;
   esac
@@ -71,12 +83,14 @@ bash scripts/deps.sh
 build=build/bench
 # A failed run must not leave the previous run's figures looking current.
 rm -f bench/results.json
-echo "== building resil_bench (Release, -O2) in $build"
+echo "== building resil_bench and resil (Release, -O2) in $build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" \
-  -DRESIL_BUILD_BENCH=ON -DRESIL_BUILD_TESTS=OFF -DRESIL_BUILD_TOOL=OFF \
+  -DRESIL_BUILD_BENCH=ON -DRESIL_BUILD_TESTS=OFF -DRESIL_BUILD_TOOL=ON \
   -DRESIL_WITH_HTTP=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" --target resil_bench >/dev/null
+cmake --build "$build" -j"$(nproc)" --target resil_bench resil >/dev/null
 bin="$build/bench/resil_bench"
+# The `resil call --state` case starts this executable.
+resil_cli="$PWD/$build/resil"
 
 # The PostgreSQL server of the store case: started now, stopped as soon as
 # the cases have run, and on any exit (a failure, Ctrl-C) by the trap.
@@ -149,7 +163,8 @@ fi
 
 echo "== libresil cases (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
 "$bin" run --out "$build/c.json" --runs "$runs" --min-run-ms "$min_run_ms" \
-  --thread-run-ms "$thread_run_ms" --store-dir "$PWD/$build" "${pg_args[@]}" "${nginx_args[@]}"
+  --thread-run-ms "$thread_run_ms" --procs-run-ms "$procs_run_ms" --cli-pairs "$cli_pairs" \
+  --resil-cli "$resil_cli" --store-dir "$PWD/$build" "${pg_args[@]}" "${nginx_args[@]}"
 stop_pg
 stop_nginx
 echo "load average after the cases: $(cut -d' ' -f1-3 /proc/loadavg)"
