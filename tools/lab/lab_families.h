@@ -24,6 +24,9 @@ extern const lab_experiment lab_async_keyed_experiments[];
 extern const lab_experiment lab_registry_experiments[];
 /* M1-M3 (exp_shared.c): state shared by processes (fork()ed workers). */
 extern const lab_experiment lab_shared_experiments[];
+/* M4 (exp_shared_chaos.c): SIGKILL chaos on shared state (fork()ed
+ * workers killed and respawned). */
+extern const lab_experiment lab_shared_chaos_experiments[];
 
 /* The registration table: every family's table, in the order `resil lab`
  * runs and lists them, then NULL. */
