@@ -525,6 +525,33 @@ static int m4_check(m4 *x) {
     f->calls = m.total_calls;
   }
 
+  /* The bulkhead: a decision at once (try_acquire: the call itself never
+   * waits on the dead), every permit back within 1 s (a dead holder's
+   * comes back when a reclaim pass frees it, one every 10 ms at most, so
+   * when the dead hold them all the first may take a little more than
+   * 10 ms: measured, bounded by the 1 s of DESIGN §8.1), and none beyond
+   * max_concurrent. Once permits leaked (the wrong variant) the later
+   * checks skip it: they would only wait 1 s each. */
+  if (f->leaked_max == 0) {
+    int64_t last_kill = atomic_load(&x->b->last_kill_ns);
+    t0 = m4_now();
+    int got = bh_take(x, bh, 0);
+    t = m4_now() - t0;
+    if (t > RESIL_MS(10)) m4_wedge(f, "a bulkhead decision", t);
+    int64_t first = got ? t : -1;
+    while (got < M4_MAX && bh_take(x, bh, RESIL_S(1)))
+      if (++got == 1) first = m4_now() - t0;
+    if (first >= 0) m4_max(&f->bh_first_ns_max, first);
+    if (got == M4_MAX) m4_max(&f->bh_back_ns_max, m4_now() - last_kill);
+    if (got == 0) m4_wedge(f, "a bulkhead permit (none within 1 s)", m4_now() - t0);
+    if (M4_MAX - got > f->leaked_max) f->leaked_max = M4_MAX - got;
+    if (got == M4_MAX && bh_take(x, bh, 0)) {
+      m4_violation(f, "bulkhead: a permit beyond the %d held", M4_MAX);
+      (void)bh_give(x, bh);
+    }
+    for (int i = 0; i < got; i++) (void)bh_give(x, bh);
+  }
+
   /* The limiter: within 0..limit, a permit within 10 ms, and exactly the
    * limit in a cycle of its own. */
   int64_t avail = 0, limit = 0;
@@ -554,32 +581,6 @@ static int m4_check(m4 *x) {
   if (f->limiter_cycle >= 0 && f->limiter_cycle != M4_LIMIT)
     m4_violation(f, "limiter: %lld permits in a cycle of its own, not %d",
                  (long long)f->limiter_cycle, M4_LIMIT);
-
-  /* The bulkhead: a decision at once (try_acquire: the call itself never
-   * waits on the dead), every permit back within 1 s (a dead holder's
-   * comes back when a reclaim pass frees it, one every 10 ms at most, so
-   * when the dead hold them all the first may take a little more than
-   * 10 ms: measured, bounded by the 1 s of DESIGN §8.1), and none beyond
-   * max_concurrent. Once permits leaked (the wrong variant) the later
-   * checks skip it: they would only wait 1 s each. */
-  if (f->leaked_max > 0) return 0;
-  int64_t last_kill = atomic_load(&x->b->last_kill_ns);
-  t0 = m4_now();
-  int got = bh_take(x, bh, 0);
-  t = m4_now() - t0;
-  if (t > RESIL_MS(10)) m4_wedge(f, "a bulkhead decision", t);
-  int64_t first = got ? t : -1;
-  while (got < M4_MAX && bh_take(x, bh, RESIL_S(1)))
-    if (++got == 1) first = m4_now() - t0;
-  if (first >= 0) m4_max(&f->bh_first_ns_max, first);
-  if (got == M4_MAX) m4_max(&f->bh_back_ns_max, m4_now() - last_kill);
-  if (got == 0) m4_wedge(f, "a bulkhead permit (none within 1 s)", m4_now() - t0);
-  if (M4_MAX - got > f->leaked_max) f->leaked_max = M4_MAX - got;
-  if (got == M4_MAX && bh_take(x, bh, 0)) {
-    m4_violation(f, "bulkhead: a permit beyond the %d held", M4_MAX);
-    (void)bh_give(x, bh);
-  }
-  for (int i = 0; i < got; i++) (void)bh_give(x, bh);
   return 0;
 }
 
