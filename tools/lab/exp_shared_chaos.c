@@ -116,7 +116,7 @@ typedef struct m4_slot {
  * and the last (final) check's own. */
 typedef struct m4_fresh {
   int checks;     /* checker processes that ran to the end */
-  int wedged;     /* acquisitions that got no permit within 10 ms */
+  int wedged;     /* no breaker or limiter permit, no bulkhead decision in 10 ms */
   int violations; /* invariants broken */
   char why[200];  /* the first broken invariant or wedge */
   int rolls;      /* CLOSED windows replaced by successes */
@@ -858,8 +858,8 @@ static int m4_wrong(lab_result *r) { return m4_run(r, 1); }
 const lab_experiment lab_shared_chaos_experiments[] = {
     {"M4",
      "SIGKILL chaos: 8 processes hammer one shared breaker, rate limiter and bulkhead while "
-     "a random one is killed every few ms, 1,000 kills: nobody wedged, the invariants hold, "
-     "every dead holder's permit back within 1 s",
+     "one is killed every few ms and replaced, 1,000 kills: nobody wedged, the invariants "
+     "hold, every dead holder's permit back within 1 s",
      m4_right, m4_wrong, "a bulkhead that is a plain shared counter (no owners)",
      "no_permit_leaked", 0},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
