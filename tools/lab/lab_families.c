@@ -39,4 +39,5 @@ const lab_experiment *const lab_families[] = {
     lab_async_keyed_experiments, /* A7 (exp_async_keyed.c) */
     lab_registry_experiments,    /* O1 (exp_registry.c) */
     lab_shared_experiments,      /* M1-M3, M5, M6 (exp_shared.c) */
+    lab_shared_chaos_experiments, /* M4 (exp_shared_chaos.c) */
     NULL};

@@ -26,6 +26,9 @@ extern const lab_experiment lab_registry_experiments[];
  * workers, `resil call --state` invocations; M5 only when the fixture is
  * built) and the fallback when a segment cannot be opened. */
 extern const lab_experiment lab_shared_experiments[];
+/* M4 (exp_shared_chaos.c): SIGKILL chaos on shared state (fork()ed
+ * workers killed and respawned). */
+extern const lab_experiment lab_shared_chaos_experiments[];
 
 /* The registration table: every family's table, in the order `resil lab`
  * runs and lists them, then NULL. */
