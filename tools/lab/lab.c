@@ -124,18 +124,12 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: resil lab [--json FILE] [--html FILE] [--only ID[,ID...]] [--path P] [--list]\n"
           "  Runs the failure experiments of DESIGN §7 and §9 (P1-P14, H1-H16,\n"
-          "  I1-I8, A1-A8, O1, M1-M6) against real code, a loopback upstream,
-"
-          "  temporary SQLite files, forked worker processes and the resil tool
-"
-          "  itself (M5: `resil call --state` in a shell loop); the H and I
-"
-          "  experiments run twice, on the blocking API and on the async engine
-"
-          "  (listed as H1/engine, ...). Prints one line per experiment and exits 1
-"
-          "  when any fails.
-"
+          "  I1-I8, A1-A8, O1, M1-M6) against real code, a loopback upstream,\n"
+          "  temporary SQLite files, forked worker processes and the resil tool\n"
+          "  itself (M5: `resil call --state` in a shell loop); the H and I\n"
+          "  experiments run twice, on the blocking API and on the async engine\n"
+          "  (listed as H1/engine, ...). Prints one line per experiment and exits 1\n"
+          "  when any fails.\n"
           "  --json FILE   write the evidence JSON to FILE\n"
           "  --only IDS    run only these experiments (e.g. P1,P6,H3 or H3/engine)\n"
           "  --path P      blocking, engine or both (default both) for the H and I\n"
