@@ -215,12 +215,71 @@ static void auth_and_database_from_the_uri(void **state) {
   redis_stop(&s);
 }
 
+static resil_outcome ok_call(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  ++*(int *)arg;
+  return resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_OK);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The handle in a chain (breaker over the limiter) and the run form, as a
+ * local limiter is used; and one decision's latency on loopback. */
+static void chain_and_run_form_unchanged(void **state) {
+  (void)state;
+  static redis_srv s;
+  redis_start(&s);
+  resil_ratelimiter *rl = redis_rl(&s, "chain", 3, RESIL_S(10), 3, 0, RESIL_REDIS_FAILURE_CLOSED);
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  resil_breaker *br;
+  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, NULL));
+  resil_chain_config cc;
+  resil_chain_config_init(&cc);
+  resil_chain *ch;
+  assert_status(RESIL_OK, resil_chain_new(&cc, &ch, NULL));
+  assert_status(RESIL_OK, resil_chain_add_breaker(ch, br));
+  assert_status(RESIL_OK, resil_chain_add_ratelimiter(ch, rl));
+  int calls = 0;
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(resil_chain_run(ch, NULL, ok_call, &calls).kind, RESIL_ANSWERED);
+  assert_int_equal(resil_ratelimiter_run(rl, NULL, ok_call, &calls).kind, RESIL_ANSWERED);
+  resil_outcome o = resil_chain_run(ch, NULL, ok_call, &calls);
+  assert_int_equal(o.kind, RESIL_REJECTED);
+  assert_int_equal(o.reason, RESIL_REASON_RATE_LIMITED);
+  assert_int_equal(calls, 3);
+  resil_chain_free(ch);
+  resil_breaker_free(br);
+  resil_ratelimiter_free(rl);
+
+  /* Latency: 2,000 decisions on a key that always grants. */
+  enum { N = 2000 };
+  static int64_t lat[N];
+  rl = redis_rl(&s, "latency", 1000000, RESIL_S(1), 1000000, 0, RESIL_REDIS_FAILURE_CLOSED);
+  for (int i = 0; i < N; i++) {
+    int64_t t0 = mono_ns();
+    assert_int_equal(resil_ratelimiter_reserve(rl, 1, NULL, NULL, NULL), RESIL_DECISION_GO);
+    lat[i] = mono_ns() - t0;
+  }
+  qsort(lat, N, sizeof lat[0], cmp_i64);
+  print_message("decision latency on loopback: p50 %lld us, p99 %lld us, max %lld us\n",
+                (long long)lat[N / 2] / 1000, (long long)lat[N * 99 / 100] / 1000,
+                (long long)lat[N - 1] / 1000);
+  assert_int_equal(redis_metrics(rl).redis_decisions, N);
+  resil_ratelimiter_free(rl);
+  redis_stop(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(config_errors_name_the_field, redis_teardown),
       cmocka_unit_test_teardown(gcra_burst_rate_and_reservations, redis_teardown),
       cmocka_unit_test_teardown(noscript_after_flush_reloads_once, redis_teardown),
       cmocka_unit_test_teardown(auth_and_database_from_the_uri, redis_teardown),
+      cmocka_unit_test_teardown(chain_and_run_form_unchanged, redis_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
