@@ -31,7 +31,10 @@
  * free connection); a host name is resolved by getaddrinfo(), which that
  * bound does not cover: give an address to have every wait bounded. A
  * permit the limiter reserves from the future is then waited for as the
- * local limiter's are (bounded by timeout_ns and the deadline).
+ * local limiter's are (bounded by timeout_ns and the deadline, less the
+ * time the decision spent before its command was sent).
+ * resil_ratelimiter_available, _nanos_to_wait and _get_metrics ask Redis
+ * too (a round trip bounded the same way; 0 when Redis cannot answer).
  *
  * When Redis cannot decide (no connection, a timeout, an error reply, no
  * free connection before the bound, or the breaker on the connection open)
@@ -40,8 +43,9 @@
  *   CLOSED  refused with RESIL_REASON_RATE_LIMITER_UNAVAILABLE (REJECTED,
  *           "rate limiter unavailable");
  *   LOCAL   a local limiter of limit_for_period / expected_instances
- *           (at least 1) per refresh_period decides, in cfg.shared when a
- *           segment is given (shared by the host's processes).
+ *           (at least 1) per refresh_period decides, named NAME + ":local",
+ *           in cfg.shared when a segment is given (shared by the host's
+ *           processes).
  * A breaker (breaker.h) guards the Redis connection: once it is open, a
  * decision costs no I/O until its wait ends and a probe goes through.
  *

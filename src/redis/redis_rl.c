@@ -316,8 +316,11 @@ static int wait_fd(int fd, short ev, int64_t deadline) {
     int64_t left = deadline - mono_ns();
     if (left <= 0) return 0;
     struct pollfd pfd = {.fd = fd, .events = ev, .revents = 0};
-    int ms = (int)((left + 999999) / 1000000);
-    int n = poll(&pfd, 1, ms);
+    /* ppoll: to the nanosecond (poll's milliseconds, rounded up, would
+     * overshoot the bound by up to 1 ms). */
+    struct timespec ts = {.tv_sec = (time_t)(left / RESIL_NS_PER_S),
+                          .tv_nsec = (long)(left % RESIL_NS_PER_S)};
+    int n = ppoll(&pfd, 1, &ts, NULL);
     if (n > 0) return 1;
     if (n < 0 && errno != EINTR) return -1;
   }
@@ -468,17 +471,22 @@ static rr_conn *conn_take(rr *r, int64_t deadline) {
 typedef enum { RUN_OK, RUN_IO, RUN_REPLY } run_rc;
 
 /* EVALSHA on k (connected first when needed), loading the script again on
- * NOSCRIPT (once). RUN_OK with *out the script's array reply; RUN_IO
- * (the connection is closed); RUN_REPLY (an error reply or an unexpected
- * reply: the connection stays). */
-static run_rc run_script(rr *r, rr_conn *k, int64_t deadline, int64_t permits, int64_t maxw_us,
-                         redisReply **out) {
+ * NOSCRIPT (once). The longest wait a reservation may have is max_wait_ns
+ * less the time since t0 (the wait for the connection, connecting), read
+ * when the command is sent. RUN_OK with *out the script's array reply;
+ * RUN_IO (the connection is closed); RUN_REPLY (an error reply or an
+ * unexpected reply: the connection stays). */
+static run_rc run_script(rr *r, rr_conn *k, int64_t t0, int64_t deadline, int64_t permits,
+                         int64_t max_wait_ns, redisReply **out) {
   *out = NULL;
   if (k->fd < 0 && conn_open(r, k, deadline)) return RUN_IO;
   char a_n[24], a_w[24];
   snprintf(a_n, sizeof a_n, "%lld", (long long)permits);
-  snprintf(a_w, sizeof a_w, "%lld", (long long)maxw_us);
   for (int attempt = 0;; attempt++) {
+    int64_t maxw_us = (max_wait_ns - (mono_ns() - t0)) / 1000;
+    if (maxw_us < 0) maxw_us = 0;
+    if (maxw_us > RR_EXACT_MAX) maxw_us = RR_EXACT_MAX;
+    snprintf(a_w, sizeof a_w, "%lld", (long long)maxw_us);
     const char *argv[9] = {"EVALSHA", k->sha, "1", r->key, a_n, r->a_limit, r->a_period,
                            r->a_burst, a_w};
     size_t lens[9];
@@ -510,7 +518,7 @@ static run_rc run_script(rr *r, rr_conn *k, int64_t deadline, int64_t permits, i
 
 /* One round trip under the breaker and the bound: RUN_OK with *out, or a
  * failure (counted). */
-static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t maxw_us,
+static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t max_wait_ns,
                      redisReply **out) {
   *out = NULL;
   const int64_t t0 = mono_ns();
@@ -530,7 +538,7 @@ static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t maxw_
     bump(r, M_BUSY);
     resil_breaker_release(r->br, &bp);
   } else {
-    rc = run_script(r, k, t0 + bound, permits, maxw_us, out);
+    rc = run_script(r, k, t0, t0 + bound, permits, max_wait_ns, out);
     pthread_mutex_unlock(&k->mu);
     int64_t d = mono_ns() - t0;
     resil_outcome o = rc == RUN_OK ? resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_OK)
@@ -583,10 +591,8 @@ static resil_decision rr_reserve(void *self, int permits, const resil_ctx *ctx,
     *why = RESIL_REASON_RATE_LIMITED;
     return RESIL_DECISION_DENY;
   }
-  int64_t maxw_us = max_wait_ns / 1000;
-  if (maxw_us > RR_EXACT_MAX) maxw_us = RR_EXACT_MAX;
   redisReply *rep;
-  if (decide(r, ctx, permits, maxw_us, &rep) != RUN_OK)
+  if (decide(r, ctx, permits, max_wait_ns, &rep) != RUN_OK)
     return fallback(r, permits, ctx, wait_ns, why);
   long long allowed = rep->element[0]->integer, w = rep->element[1]->integer;
   freeReplyObject(rep);
@@ -771,7 +777,9 @@ resil_status resil_redis_ratelimiter_new(const resil_redis_ratelimiter_config *u
   if (r->failure == RESIL_REDIS_FAILURE_LOCAL) {
     resil_ratelimiter_config lc;
     resil_ratelimiter_config_init(&lc);
-    lc.name = name;
+    char lname[256];
+    snprintf(lname, sizeof lname, "%.249s:local", name);
+    lc.name = lname;
     int64_t share = r->limit / cfg->expected_instances;
     lc.limit_for_period = share > 0 ? share : 1;
     lc.refresh_period_ns = cfg->refresh_period_ns;
