@@ -65,6 +65,7 @@
 #include "alloc.h"
 #include "breaker.h"
 #include "clock.h"
+#include "metrics.h"
 #include "ratelimit.h"
 #include "shared.h"
 #include "status.h"
@@ -164,7 +165,9 @@ RESIL_API resil_status resil_redis_ratelimiter_new(const resil_redis_ratelimiter
 typedef struct resil_redis_ratelimiter_metrics {
   /* Sized struct (version.h): the bytes the library wrote. */
   size_t struct_size;
-  uint64_t redis_decisions;  /* decisions Redis made (granted or refused)     */
+  uint64_t redis_decisions;  /* decisions Redis made (granted or refused; the
+                                peeks of _available and the metrics are not
+                                counted, their failures are)                 */
   uint64_t redis_errors;     /* round trips that failed (I/O, timeout, error
                                 reply, protocol): the connection is dropped
                                 unless the reply was an error                 */
@@ -177,6 +180,7 @@ typedef struct resil_redis_ratelimiter_metrics {
   uint64_t connects;         /* connections made (the first ones included)    */
   int64_t last_decision_ns;  /* the last Redis round trip's duration          */
   int64_t max_decision_ns;   /* the longest decision (failures included)      */
+  int64_t total_decision_ns; /* the Redis decisions' round trips, summed      */
 } resil_redis_ratelimiter_metrics;
 
 /* Fills *out up to the caller's struct size (a macro passing
@@ -188,6 +192,20 @@ RESIL_API resil_status resil_redis_ratelimiter_get_metrics_sized(
 #define resil_redis_ratelimiter_get_metrics(rl, out)                           \
   resil_redis_ratelimiter_get_metrics_sized((rl), (out),                       \
                                             sizeof(resil_redis_ratelimiter_metrics))
+
+/* Adds the limiter's Redis figures to a collector (metrics.h; the
+ * limiter's own, resil_metrics_add_ratelimiter, are added apart):
+ *   resil_redis_ratelimiter_decisions_total{by=redis|open|closed|local}
+ *   resil_redis_ratelimiter_failures_total{cause=error|breaker_open|busy}
+ *   resil_redis_ratelimiter_noscript_reloads_total
+ *   resil_redis_ratelimiter_connects_total
+ *   resil_redis_ratelimiter_decision_seconds_total (Redis decisions, summed)
+ *   resil_redis_ratelimiter_decision_seconds{stat=last|max}
+ * name NULL = the limiter's. resil_metrics_remove(m, rl) removes them (with
+ * the limiter's own). RESIL_OK; RESIL_EMISUSE (m NULL); RESIL_EINVAL (rl
+ * not a Redis limiter); RESIL_ENOMEM. Since 0.2. */
+RESIL_API resil_status resil_redis_ratelimiter_metrics_add(resil_metrics *m, const char *name,
+                                                           const resil_ratelimiter *rl);
 
 /* The breaker on the limiter's Redis connection (owned by the limiter), or
  * NULL when rl is not a Redis limiter. Since 0.2. */

@@ -471,7 +471,9 @@ RESIL_API resil_status resil_registry_foreach(resil_registry *reg,
  * under its instance name: breakers, retries, rate limiters, bulkheads,
  * time limiters, hedges and chains through the resil_metrics_add_* calls,
  * HTTP clients and stores through their libraries' sources (when
- * libresil-config was built with them); retry budgets and thread pools have
+ * libresil-config was built with them), a rate limiter on Redis with its
+ * Redis figures too (resil_redis_ratelimiter_metrics_add); retry budgets
+ * and thread pools have
  * no figures. The collector then follows every reload: a kept instance
  * keeps its series (its counters go on), a replaced one shows the new
  * object's figures, an added one appears, a removed one disappears. The

@@ -2260,7 +2260,15 @@ static resil_status metrics_add_entry(resil_metrics *m, const entry *e) {
   switch (e->kind) {
   case RESIL_REG_BREAKER: return resil_metrics_add_breaker(m, e->name, e->handle);
   case RESIL_REG_RETRY: return resil_metrics_add_retry(m, e->name, e->handle);
-  case RESIL_REG_RATELIMITER: return resil_metrics_add_ratelimiter(m, e->name, e->handle);
+  case RESIL_REG_RATELIMITER: {
+    resil_status st = resil_metrics_add_ratelimiter(m, e->name, e->handle);
+#ifdef RESIL_CONFIG_REDIS
+    /* A limiter on Redis: its Redis figures too. */
+    if (st == RESIL_OK && resil_redis_ratelimiter_breaker(e->handle))
+      st = resil_redis_ratelimiter_metrics_add(m, e->name, e->handle);
+#endif
+    return st;
+  }
   case RESIL_REG_BULKHEAD: return resil_metrics_add_bulkhead(m, e->name, e->handle);
   case RESIL_REG_TIMELIMITER: return resil_metrics_add_timelimiter(m, e->name, e->handle);
   case RESIL_REG_HEDGE: return resil_metrics_add_hedge(m, e->name, e->handle);

@@ -34,6 +34,7 @@
 
 #include "core/internal.h"
 #include "core/redact.h"
+#include "resil/metrics.h"
 #include "resil/redis.h"
 
 /* Numbers the script handles stay below 2^53 (Lua's doubles are exact
@@ -144,7 +145,7 @@ typedef struct rr {
   rr_conn *conns;
   _Atomic unsigned next;
   _Atomic uint64_t m[M_COUNT];
-  _Atomic int64_t last_ns, max_ns;
+  _Atomic int64_t last_ns, max_ns, total_ns;
 } rr;
 
 static int64_t mono_ns(void) {
@@ -544,10 +545,11 @@ static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t max_w
     resil_outcome o = rc == RUN_OK ? resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_OK)
                                    : resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
     resil_breaker_record(r->br, &bp, &o, d);
-    if (rc == RUN_OK) {
+    if (rc == RUN_OK && permits > 0) { /* a peek is no decision */
       bump(r, M_DECISIONS);
       atomic_store_explicit(&r->last_ns, d, memory_order_relaxed);
-    } else {
+      atomic_fetch_add_explicit(&r->total_ns, d, memory_order_relaxed);
+    } else if (rc != RUN_OK) {
       bump(r, M_ERRORS);
     }
   }
@@ -836,6 +838,7 @@ resil_status resil_redis_ratelimiter_get_metrics_sized(const resil_ratelimiter *
   m.connects = v[M_CONNECTS];
   m.last_decision_ns = atomic_load_explicit(&r->last_ns, memory_order_relaxed);
   m.max_decision_ns = atomic_load_explicit(&r->max_ns, memory_order_relaxed);
+  m.total_decision_ns = atomic_load_explicit(&r->total_ns, memory_order_relaxed);
   resil__sized_out(dst, n, &m, sizeof m);
   return RESIL_OK;
 }
@@ -848,4 +851,67 @@ resil_breaker *resil_redis_ratelimiter_breaker(const resil_ratelimiter *rl) {
 resil_ratelimiter *resil_redis_ratelimiter_local(const resil_ratelimiter *rl) {
   rr *r = rr_of(rl);
   return r ? r->local : NULL;
+}
+
+/* ---- metrics (resil_metrics source) ---------------------------------------- */
+
+static const resil_metric_family rr_fams[] = {
+    {"resil_redis_ratelimiter_decisions_total", RESIL_METRIC_COUNTER,
+     "Decisions by who made them: redis, or the failure policy (open, closed, local)"},
+    {"resil_redis_ratelimiter_failures_total", RESIL_METRIC_COUNTER,
+     "Decisions Redis did not make, by cause: error (I/O, timeout, error reply), "
+     "breaker_open, busy (no free connection within the bound)"},
+    {"resil_redis_ratelimiter_noscript_reloads_total", RESIL_METRIC_COUNTER,
+     "Script loaded again after NOSCRIPT"},
+    {"resil_redis_ratelimiter_connects_total", RESIL_METRIC_COUNTER,
+     "Connections made to Redis"},
+    {"resil_redis_ratelimiter_decision_seconds_total", RESIL_METRIC_COUNTER,
+     "Time of the decisions Redis made, summed (divide by decisions_total{by=\"redis\"})"},
+    {"resil_redis_ratelimiter_decision_seconds", RESIL_METRIC_GAUGE,
+     "The last Redis decision's time (stat=last), the longest decision's (stat=max)"},
+};
+
+static resil_status rr_snapshot(const void *obj, void *snap) {
+  return resil_redis_ratelimiter_get_metrics(obj, snap);
+}
+
+static void rr_by(resil_metrics_emitter *e, const char *label, const char *value, double v) {
+  const char *l[2] = {label, value};
+  resil_metrics_sample(e, v, 1, l);
+}
+
+static void rr_emit(const void *snap, size_t family, resil_metrics_emitter *e) {
+  const resil_redis_ratelimiter_metrics *m = snap;
+  switch (family) {
+  case 0:
+    rr_by(e, "by", "redis", (double)m->redis_decisions);
+    rr_by(e, "by", "open", (double)m->fallback_open);
+    rr_by(e, "by", "closed", (double)m->fallback_closed);
+    rr_by(e, "by", "local", (double)m->fallback_local);
+    break;
+  case 1:
+    rr_by(e, "cause", "error", (double)m->redis_errors);
+    rr_by(e, "cause", "breaker_open", (double)m->breaker_rejected);
+    rr_by(e, "cause", "busy", (double)m->busy);
+    break;
+  case 2: resil_metrics_sample(e, (double)m->noscript_reloads, 0, NULL); break;
+  case 3: resil_metrics_sample(e, (double)m->connects, 0, NULL); break;
+  case 4: resil_metrics_sample(e, (double)m->total_decision_ns / 1e9, 0, NULL); break;
+  case 5:
+    rr_by(e, "stat", "last", (double)m->last_decision_ns / 1e9);
+    rr_by(e, "stat", "max", (double)m->max_decision_ns / 1e9);
+    break;
+  default: break;
+  }
+}
+
+static const resil_metrics_source rr_src = {
+    sizeof(resil_metrics_source), rr_fams, sizeof rr_fams / sizeof rr_fams[0],
+    sizeof(resil_redis_ratelimiter_metrics), rr_snapshot, rr_emit};
+
+resil_status resil_redis_ratelimiter_metrics_add(resil_metrics *m, const char *name,
+                                                 const resil_ratelimiter *rl) {
+  if (!m) return RESIL_EMISUSE;
+  if (!rr_of(rl)) return RESIL_EINVAL;
+  return resil_metrics_add_source(m, name ? name : resil_ratelimiter_name(rl), &rr_src, rl);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "resil/metrics.h"
 #include "resil/registry.h"
 #include "test_redis_common.h"
 
@@ -53,6 +54,25 @@ static void a_redis_limiter_from_yaml_in_a_chain(void **state) {
   assert_int_equal(o.reason, RESIL_REASON_RATE_LIMITED);
   assert_int_equal(calls, 2);
   assert_int_equal(redis_metrics(rl).redis_decisions, 3);
+  /* The registry's collector shows the Redis figures beside the limiter's
+   * own (whose available permits come from the script's peek). */
+  resil_metrics *m;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_registry_metrics_add(reg, m));
+  char *text = NULL;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, NULL));
+  const char *want[] = {
+      "resil_redis_ratelimiter_decisions_total{name=\"global\",by=\"redis\"} 3\n",
+      "resil_redis_ratelimiter_failures_total{name=\"global\",cause=\"error\"} 0\n",
+      "resil_redis_ratelimiter_connects_total{name=\"global\"} 1\n",
+      "resil_redis_ratelimiter_decision_seconds{name=\"global\",stat=\"max\"} ",
+      "resil_ratelimiter_available_permissions{name=\"global\"} 0\n",
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    if (!strstr(text, want[i])) fail_msg("missing %s in:\n%s", want[i], text);
+  resil_metrics_text_free(m, text);
+  assert_status(RESIL_OK, resil_registry_metrics_remove(reg, m));
+  resil_metrics_free(m);
   redisContext *c = redis_client(&s);
   assert_non_null(c);
   redisReply *r = redisCommand(c, "EXISTS t:global"); /* key_prefix + name */
