@@ -52,6 +52,13 @@
  * Passwords are never printed: an error that quotes the URI shows its
  * userinfo as [REDACTED].
  *
+ * Not yet (DESIGN §8.2's engine path): on the async engine (engine.h) a
+ * decision is made by this blocking path on the loop's thread, so a call's
+ * rate-limit step holds the loop for one round trip (tens of microseconds
+ * on loopback; up to redis_timeout_ns while Redis hangs and its breaker is
+ * still closed). The engine's check before a hedged attempt asks with a
+ * deadline of now: no Redis I/O fits, so the failure policy answers it.
+ *
  * Thread-safety: a limiter may be used from any number of threads at once
  * (connections are taken under a mutex each; a thread that finds none free
  * waits for one within its bound). A limiter, like its connections, must

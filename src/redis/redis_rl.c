@@ -34,6 +34,7 @@
 
 #include "core/internal.h"
 #include "core/redact.h"
+#include "redis/redis_int.h"
 #include "resil/metrics.h"
 #include "resil/redis.h"
 
@@ -52,7 +53,7 @@
  * "tat fr limit period" and expires once TAT has passed (a missing key is
  * the same state). Replies {allowed, wait_us} ({0, wait_us, available} for
  * a peek). */
-static const char rr_script[] =
+const char resil__redis_gcra_script[] =
     "local n = tonumber(ARGV[1])\n"
     "local limit = tonumber(ARGV[2])\n"
     "local period = tonumber(ARGV[3])\n"
@@ -393,7 +394,7 @@ static int conn_expect(rr_conn *k, int64_t deadline, int argc, const char **argv
 }
 
 static int conn_load(rr_conn *k, int64_t deadline) {
-  const char *argv[3] = {"SCRIPT", "LOAD", rr_script};
+  const char *argv[3] = {"SCRIPT", "LOAD", resil__redis_gcra_script};
   return conn_expect(k, deadline, 3, argv, k->sha, sizeof k->sha);
 }
 
