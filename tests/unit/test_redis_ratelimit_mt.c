@@ -120,6 +120,7 @@ static void exact_across_processes(void **state) {
       cfg.burst = BURST;
       cfg.timeout_ns = 0;
       cfg.failure = RESIL_REDIS_FAILURE_CLOSED;
+      cfg.redis_timeout_ns = RESIL_S(1); /* as redis_rl's */
       if (resil_redis_ratelimiter_new(&cfg, &w.rl, NULL) != RESIL_OK) _exit(2);
       w.until = until;
       while (mono_ns() < w.until) {
