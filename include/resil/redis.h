@@ -148,6 +148,14 @@ typedef struct resil_redis_ratelimiter_config {
   const resil_clock *clock;
   /* NULL = malloc/free. */
   const resil_allocator *alloc;
+  /* Told when the failure policy takes over (entered 1, cause a static
+   * sentence: the breaker is open, no answer, an error reply, no free
+   * connection) and when Redis decides again (entered 0, cause NULL):
+   * called by the deciding thread, inside the decision, once per change
+   * (calls from two threads may overlap; an entered is followed by at most
+   * one left). It must not call the limiter. NULL = none. Default NULL. */
+  void (*on_fallback)(void *user, const char *name, int entered, const char *cause);
+  void *on_fallback_user;
 } resil_redis_ratelimiter_config;
 
 /* Writes the documented defaults and struct_size. A macro passing
@@ -188,6 +196,7 @@ typedef struct resil_redis_ratelimiter_metrics {
   int64_t last_decision_ns;  /* the last Redis round trip's duration          */
   int64_t max_decision_ns;   /* the longest decision (failures included)      */
   int64_t total_decision_ns; /* the Redis decisions' round trips, summed      */
+  uint64_t fallbacks_entered; /* times the failure policy took over          */
 } resil_redis_ratelimiter_metrics;
 
 /* Fills *out up to the caller's struct size (a macro passing
@@ -206,6 +215,7 @@ RESIL_API resil_status resil_redis_ratelimiter_get_metrics_sized(
  *   resil_redis_ratelimiter_failures_total{cause=error|breaker_open|busy}
  *   resil_redis_ratelimiter_noscript_reloads_total
  *   resil_redis_ratelimiter_connects_total
+ *   resil_redis_ratelimiter_fallbacks_entered_total
  *   resil_redis_ratelimiter_decision_seconds_total (Redis decisions, summed)
  *   resil_redis_ratelimiter_decision_seconds{stat=last|max}
  * name NULL = the limiter's. resil_metrics_remove(m, rl) removes them (with

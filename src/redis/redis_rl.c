@@ -129,12 +129,14 @@ enum {
   M_LOCAL,
   M_NOSCRIPT,
   M_CONNECTS,
+  M_ENTERED,
   M_COUNT
 };
 
 typedef struct rr {
   const resil_allocator *alloc;
   char *key;
+  const char *name; /* the name in key (after the prefix) */
   rr_uri u;
   int64_t limit, period_us, burst;
   int64_t redis_timeout_ns;
@@ -147,6 +149,9 @@ typedef struct rr {
   _Atomic unsigned next;
   _Atomic uint64_t m[M_COUNT];
   _Atomic int64_t last_ns, max_ns, total_ns;
+  _Atomic int failing; /* 1 from a decision Redis did not make to one it made */
+  void (*on_fallback)(void *user, const char *name, int entered, const char *cause);
+  void *on_fallback_user;
 } rr;
 
 static int64_t mono_ns(void) {
@@ -538,10 +543,11 @@ static run_rc run_script(rr *r, rr_conn *k, int64_t t0, int64_t deadline, int64_
 }
 
 /* One round trip under the breaker and the bound: RUN_OK with *out, or a
- * failure (counted). */
+ * failure (counted; *cause says what it was). */
 static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t max_wait_ns,
-                     redisReply **out) {
+                     redisReply **out, const char **cause) {
   *out = NULL;
+  *cause = NULL;
   const int64_t t0 = mono_ns();
   int64_t bound = r->redis_timeout_ns;
   if (ctx && ctx->deadline_ns != RESIL_NO_DEADLINE) {
@@ -551,12 +557,14 @@ static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t max_w
   resil_breaker_permit bp;
   if (resil_breaker_try_acquire(r->br, &bp) != RESIL_DECISION_GO) {
     bump(r, M_BREAKER);
+    *cause = "the breaker on the Redis connection is open";
     return RUN_IO;
   }
   run_rc rc = RUN_IO;
   rr_conn *k = bound > 0 ? conn_take(r, t0 + bound) : NULL;
   if (!k) {
     bump(r, M_BUSY);
+    *cause = "no connection came free within the bound";
     resil_breaker_release(r->br, &bp);
   } else {
     rc = run_script(r, k, t0, t0 + bound, permits, max_wait_ns, out);
@@ -571,6 +579,8 @@ static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t max_w
       atomic_fetch_add_explicit(&r->total_ns, d, memory_order_relaxed);
     } else if (rc != RUN_OK) {
       bump(r, M_ERRORS);
+      *cause = rc == RUN_REPLY ? "Redis answered with an error"
+                               : "no answer from Redis (connection error or timeout)";
     }
   }
   int64_t d = mono_ns() - t0;
@@ -614,8 +624,17 @@ static resil_decision rr_reserve(void *self, int permits, const resil_ctx *ctx,
     return RESIL_DECISION_DENY;
   }
   redisReply *rep;
-  if (decide(r, ctx, permits, max_wait_ns, &rep) != RUN_OK)
+  const char *cause;
+  if (decide(r, ctx, permits, max_wait_ns, &rep, &cause) != RUN_OK) {
+    if (!atomic_exchange_explicit(&r->failing, 1, memory_order_acq_rel)) {
+      bump(r, M_ENTERED);
+      if (r->on_fallback) r->on_fallback(r->on_fallback_user, r->name, 1, cause);
+    }
     return fallback(r, permits, ctx, wait_ns, why);
+  }
+  if (atomic_load_explicit(&r->failing, memory_order_relaxed) &&
+      atomic_exchange_explicit(&r->failing, 0, memory_order_acq_rel) && r->on_fallback)
+    r->on_fallback(r->on_fallback_user, r->name, 0, NULL);
   long long allowed = rep->element[0]->integer, w = rep->element[1]->integer;
   freeReplyObject(rep);
   *wait_ns = us_to_ns(w < 0 ? 0 : w);
@@ -630,7 +649,8 @@ static resil_decision rr_reserve(void *self, int permits, const resil_ctx *ctx,
 static int rr_peek(void *self, int64_t *available, int64_t *nanos_to_wait) {
   rr *r = self;
   redisReply *rep;
-  if (decide(r, NULL, 0, 0, &rep) != RUN_OK) return -1;
+  const char *cause;
+  if (decide(r, NULL, 0, 0, &rep, &cause) != RUN_OK) return -1;
   int ok = rep->elements >= 3 && rep->element[2]->type == REDIS_REPLY_INTEGER;
   if (ok) {
     *nanos_to_wait = us_to_ns(rep->element[1]->integer);
@@ -780,6 +800,9 @@ resil_status resil_redis_ratelimiter_new(const resil_redis_ratelimiter_config *u
     return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   }
   snprintf(r->key, kl, "%s%s", cfg->key_prefix, name);
+  r->name = r->key + strlen(cfg->key_prefix);
+  r->on_fallback = cfg->on_fallback;
+  r->on_fallback_user = cfg->on_fallback_user;
   for (int i = 0; i < r->nconn; i++) {
     pthread_mutex_init(&r->conns[i].mu, NULL);
     r->conns[i].fd = -1;
@@ -856,6 +879,7 @@ resil_status resil_redis_ratelimiter_get_metrics_sized(const resil_ratelimiter *
   m.fallback_local = v[M_LOCAL];
   m.noscript_reloads = v[M_NOSCRIPT];
   m.connects = v[M_CONNECTS];
+  m.fallbacks_entered = v[M_ENTERED];
   m.last_decision_ns = atomic_load_explicit(&r->last_ns, memory_order_relaxed);
   m.max_decision_ns = atomic_load_explicit(&r->max_ns, memory_order_relaxed);
   m.total_decision_ns = atomic_load_explicit(&r->total_ns, memory_order_relaxed);
@@ -885,6 +909,8 @@ static const resil_metric_family rr_fams[] = {
      "Script loaded again after NOSCRIPT"},
     {"resil_redis_ratelimiter_connects_total", RESIL_METRIC_COUNTER,
      "Connections made to Redis"},
+    {"resil_redis_ratelimiter_fallbacks_entered_total", RESIL_METRIC_COUNTER,
+     "Times the failure policy took over from Redis"},
     {"resil_redis_ratelimiter_decision_seconds_total", RESIL_METRIC_COUNTER,
      "Time of the decisions Redis made, summed (divide by decisions_total{by=\"redis\"})"},
     {"resil_redis_ratelimiter_decision_seconds", RESIL_METRIC_GAUGE,
@@ -916,8 +942,9 @@ static void rr_emit(const void *snap, size_t family, resil_metrics_emitter *e) {
     break;
   case 2: resil_metrics_sample(e, (double)m->noscript_reloads, 0, NULL); break;
   case 3: resil_metrics_sample(e, (double)m->connects, 0, NULL); break;
-  case 4: resil_metrics_sample(e, (double)m->total_decision_ns / 1e9, 0, NULL); break;
-  case 5:
+  case 4: resil_metrics_sample(e, (double)m->fallbacks_entered, 0, NULL); break;
+  case 5: resil_metrics_sample(e, (double)m->total_decision_ns / 1e9, 0, NULL); break;
+  case 6:
     rr_by(e, "stat", "last", (double)m->last_decision_ns / 1e9);
     rr_by(e, "stat", "max", (double)m->max_decision_ns / 1e9);
     break;

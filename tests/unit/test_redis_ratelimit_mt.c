@@ -167,8 +167,27 @@ static int64_t timed_reserve(resil_ratelimiter *rl, resil_decision *d, resil_rea
   return mono_ns() - t0;
 }
 
+/* on_fallback's calls, per limiter. */
+typedef struct fb_log {
+  int entered, left;
+  char cause[96];
+} fb_log;
+
+static void on_fallback(void *user, const char *name, int entered, const char *cause) {
+  (void)name;
+  fb_log *l = user;
+  if (entered) {
+    l->entered++;
+    snprintf(l->cause, sizeof l->cause, "%s", cause);
+  } else {
+    l->left++;
+  }
+}
+
 static void frozen_redis_each_policy(void **state) {
   (void)state;
+  static fb_log logs[3];
+  memset(logs, 0, sizeof logs);
   static redis_srv s;
   redis_start(&s);
   const resil_redis_failure pol[3] = {RESIL_REDIS_FAILURE_OPEN, RESIL_REDIS_FAILURE_CLOSED,
@@ -184,6 +203,8 @@ static void frozen_redis_each_policy(void **state) {
     cfg.timeout_ns = 0;
     cfg.failure = pol[p];
     cfg.expected_instances = 4;
+    cfg.on_fallback = on_fallback;
+    cfg.on_fallback_user = &logs[p];
     resil_error err;
     assert_status(RESIL_OK, resil_redis_ratelimiter_new(&cfg, &rl[p], &err));
     resil_decision d;
@@ -226,6 +247,11 @@ static void frozen_redis_each_policy(void **state) {
     assert_int_equal(resil_breaker_state(resil_redis_ratelimiter_breaker(rl[p])),
                      RESIL_BREAKER_OPEN);
     assert_int_equal(m.redis_errors, 4);
+    /* One change told, with its cause; counted. */
+    assert_int_equal(logs[p].entered, 1);
+    assert_int_equal(logs[p].left, 0);
+    assert_string_equal(logs[p].cause, "no answer from Redis (connection error or timeout)");
+    assert_int_equal(m.fallbacks_entered, 1);
     assert_int_equal(m.breaker_rejected, 36);
     assert_true(slow_after_open < MS(1));
     switch (pol[p]) {
@@ -260,6 +286,7 @@ static void frozen_redis_each_policy(void **state) {
     resil_redis_ratelimiter_metrics after = redis_metrics(rl[p]);
     assert_int_equal(after.redis_decisions, before.redis_decisions + 1);
     assert_int_equal(d, RESIL_DECISION_GO);
+    assert_int_equal(logs[p].left, 1); /* Redis decides again: told */
     resil_ratelimiter_free(rl[p]);
   }
   redis_stop(&s);
