@@ -505,7 +505,13 @@ typedef enum { RUN_OK, RUN_IO, RUN_REPLY } run_rc;
 static run_rc run_script(rr *r, rr_conn *k, int64_t t0, int64_t deadline, int64_t permits,
                          int64_t max_wait_ns, redisReply **out) {
   *out = NULL;
-  if (k->fd < 0 && conn_open(r, k, deadline)) return RUN_IO;
+  /* A connection made before this decision may be stale (Redis restarted,
+   * an idle connection dropped): when it fails before the deadline, it is
+   * made again once and the command sent again. A command Redis ran whose
+   * reply was lost is then run twice: a permit spent unused, never one too
+   * many. */
+  int fresh = k->fd < 0;
+  if (fresh && conn_open(r, k, deadline)) return RUN_IO;
   char a_n[24], a_w[24];
   snprintf(a_n, sizeof a_n, "%lld", (long long)permits);
   for (int attempt = 0;; attempt++) {
@@ -520,7 +526,10 @@ static run_rc run_script(rr *r, rr_conn *k, int64_t t0, int64_t deadline, int64_
     redisReply *rep;
     if (conn_cmd(k, deadline, 9, argv, lens, &rep)) {
       conn_close(k);
-      return RUN_IO;
+      if (fresh || mono_ns() >= deadline || conn_open(r, k, deadline)) return RUN_IO;
+      fresh = 1;
+      attempt = -1; /* the new connection loaded the script */
+      continue;
     }
     if (rep->type == REDIS_REPLY_ERROR && attempt == 0 && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
       freeReplyObject(rep);

@@ -97,12 +97,12 @@ static int redis_available(void) {
 
 /* Starts redis-server (extra: more arguments, NULL-terminated list or NULL)
  * and waits for its PING, at most 5 s. */
-static void redis_start_with(redis_srv *s, const char *const *extra) {
+static void redis_start_on(redis_srv *s, const char *const *extra, int want_port) {
   memset(s, 0, sizeof *s);
   redis_available();
   snprintf(s->dir, sizeof s->dir, "/tmp/resil-redis-XXXXXX");
   assert_non_null(mkdtemp(s->dir));
-  s->port = free_port();
+  s->port = want_port > 0 ? want_port : free_port();
   assert_true(s->port > 0);
   char port[16];
   snprintf(port, sizeof port, "%d", s->port);
@@ -144,7 +144,23 @@ static void redis_start_with(redis_srv *s, const char *const *extra) {
   fail_msg("redis-server on port %d did not answer PING within 5 s (log in %s)", s->port, s->dir);
 }
 
+static void redis_start_with(redis_srv *s, const char *const *extra) {
+  redis_start_on(s, extra, 0);
+}
+
+static inline void redis_start_port(redis_srv *s, int port) { redis_start_on(s, NULL, port); }
+
 static inline void redis_start(redis_srv *s) { redis_start_with(s, NULL); }
+
+static void redis_stop(redis_srv *s);
+
+/* Kills the server and starts a new one on the same port (an empty one:
+ * no data, no scripts), as a restart or a failover does. */
+static inline void redis_restart(redis_srv *s) {
+  int port = s->port;
+  redis_stop(s);
+  redis_start_port(s, port);
+}
 
 static inline void redis_freeze(redis_srv *s) {
   assert_int_equal(kill(s->pid, SIGSTOP), 0);

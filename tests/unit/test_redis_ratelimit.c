@@ -171,6 +171,31 @@ static void noscript_after_flush_reloads_once(void **state) {
   redis_stop(&s);
 }
 
+/* Redis restarted (a new, empty server on the same port): the decision
+ * after it finds its connection dead, connects again within its bound,
+ * loads the script and decides; no decision fails. */
+static void restart_reconnects_within_the_decision(void **state) {
+  (void)state;
+  static redis_srv s;
+  redis_start(&s);
+  resil_ratelimiter *rl =
+      redis_rl(&s, "restart", 1000, RESIL_S(1), 1000, 0, RESIL_REDIS_FAILURE_CLOSED);
+  resil_reason why;
+  int64_t w;
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(resil_ratelimiter_reserve(rl, 1, NULL, &w, &why), RESIL_DECISION_GO);
+  redis_restart(&s);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(resil_ratelimiter_reserve(rl, 1, NULL, &w, &why), RESIL_DECISION_GO);
+  resil_redis_ratelimiter_metrics m = redis_metrics(rl);
+  assert_int_equal(m.redis_decisions, 6);
+  assert_int_equal(m.redis_errors, 0);
+  assert_int_equal(m.fallback_closed, 0);
+  assert_int_equal(m.connects, 2);
+  resil_ratelimiter_free(rl);
+  redis_stop(&s);
+}
+
 /* A password and a database from the URI: AUTH and SELECT; the key lives
  * in that database. A wrong password: Redis refuses, the policy decides. */
 static void auth_and_database_from_the_uri(void **state) {
@@ -314,6 +339,7 @@ int main(void) {
       cmocka_unit_test_teardown(config_errors_name_the_field, redis_teardown),
       cmocka_unit_test_teardown(gcra_burst_rate_and_reservations, redis_teardown),
       cmocka_unit_test_teardown(noscript_after_flush_reloads_once, redis_teardown),
+      cmocka_unit_test_teardown(restart_reconnects_within_the_decision, redis_teardown),
       cmocka_unit_test_teardown(auth_and_database_from_the_uri, redis_teardown),
       cmocka_unit_test_teardown(chain_and_run_form_unchanged, redis_teardown),
   };
