@@ -1,6 +1,7 @@
 /* What the Redis tests share: a redis-server of their own (Debian's, on
  * 127.0.0.1, a free port, in a temp dir, no persistence), started and
- * killed by PID, a PING to wait for it, and a bare hiredis client for the
+ * killed by PID (and by the kernel when the test dies: PR_SET_PDEATHSIG),
+ * a PING to wait for it, and a bare hiredis client for the
  * commands a test sends itself (SCRIPT FLUSH, SELECT). Header-only.
  *
  * Without redis-server the tests skip with a message, except in CI (CI set
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -120,6 +122,9 @@ static void redis_start_on(redis_srv *s, const char *const *extra, int want_port
       break;
     }
   if (s->pid == 0) {
+    /* Killed with the test, whatever ends it (a ctest timeout included):
+     * no server outlives its test. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     char log[96];
     snprintf(log, sizeof log, "%s/redis.log", s->dir);
     if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr)) _exit(126);
