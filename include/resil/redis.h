@@ -121,8 +121,10 @@ typedef struct resil_redis_ratelimiter_config {
   int64_t burst;
   /* Longest wait for a reserved permit, as the local limiter's timeout_ns
    * (0 = fail fast: never reserve). It bounds the permit's wait, not the
-   * time Redis takes to answer (redis_timeout_ns does). 0..2^50 us.
-   * Default 5 s. */
+   * time Redis takes to answer (redis_timeout_ns does). 0..2^50 us, and
+   * as for the local limiter (whose rules the handle keeps, and which the
+   * LOCAL policy uses) limit_for_period × (timeout / refresh_period + 1)
+   * at most 2^31 - 1. Default 5 s. */
   int64_t timeout_ns;
   /* Longest wait for Redis per decision, 1 ms..60 s. Default 20 ms. */
   int64_t redis_timeout_ns;
