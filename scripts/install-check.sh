@@ -6,7 +6,7 @@
 #   - CMake (`find_package(resil)` in a tiny project, -DCMAKE_PREFIX_PATH),
 #     linking the imported targets (resil::http, resil::http_static, ...);
 # one program per library (resil, resil-http, resil-uv, resil-store,
-# resil-mhd, resil-config) and examples/engine_registry.c, and runs them
+# resil-mhd, resil-config, resil-redis) and examples/engine_registry.c, and runs them
 # all with LD_LIBRARY_PATH unset. Then checks what the libraries export.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -207,6 +207,29 @@ int main(void) {
 }
 C
 
+# <resil/redis.h> exposes only libresil's types: a program compiles and
+# links with resil-redis alone (hiredis in Requires.private), and a
+# limiter on a port nobody listens on refuses by its failure policy
+# (closed) without any server.
+cat >"$prefix/src/redis_rl.c" <<'C'
+#include <resil/redis.h>
+#include <stdio.h>
+int main(void) {
+  resil_redis_ratelimiter_config cfg;
+  resil_redis_ratelimiter_config_init(&cfg);
+  cfg.uri = "redis://127.0.0.1:1/0";
+  cfg.failure = RESIL_REDIS_FAILURE_CLOSED;
+  resil_ratelimiter *rl = NULL;
+  resil_reason why = RESIL_REASON_OK;
+  int ok = resil_redis_ratelimiter_new(&cfg, &rl, NULL) == RESIL_OK &&
+           resil_ratelimiter_acquire(rl, 1, NULL, &why) == RESIL_DECISION_DENY &&
+           why == RESIL_REASON_RATE_LIMITER_UNAVAILABLE;
+  resil_ratelimiter_free(rl);
+  puts(ok ? "redis: ok" : "redis: FAILED");
+  return ok ? 0 : 1;
+}
+C
+
 # name, source, pkg-config modules, CMake target stem (resil::STEM, _static)
 programs=(
   "hello hello_breaker.c resil resil"
@@ -215,6 +238,7 @@ programs=(
   "store store.c resil-store store"
   "mhd_idem mhd_idem.c resil-mhd mhd"
   "registry registry.c resil-config config"
+  "redis redis_rl.c resil-redis redis"
   "engine_registry engine_registry.c resil-config,resil-mhd config,mhd"
   "runpath runpath.c resil-uv,resil-config,resil-mhd uv,config,mhd"
 )
@@ -357,6 +381,14 @@ if have resil-store; then
 fi
 if have resil-uv; then
   check_exports "$(lib resil-uv)" 'resil_uv_'
+fi
+if have resil-redis; then
+  check_exports "$(lib resil-redis)" 'resil_redis_'
+  # libresil does not depend on hiredis; resil-redis.pc keeps it private.
+  if readelf -d "$(lib resil)" | grep -q 'NEEDED.*hiredis'; then fail "libresil needs hiredis"; fi
+  if pkg-config --print-requires resil-redis | grep -q hiredis; then
+    fail "resil-redis.pc requires hiredis publicly (<resil/redis.h> exposes none of it)"
+  fi
 fi
 if have resil-config; then
   # libresil-config exports its own API only (the core helpers compiled in

@@ -16,7 +16,10 @@
  *             open, bulkhead full, no rate permit, deadline, retry budget),
  *             or a local resource limit did (LOCAL_RESOURCES, since 0.2: no
  *             socket for EMFILE/ENFILE/ENOBUFS/ENOMEM, no local port for
- *             EADDRNOTAVAIL; the upstream was not contacted). Never a
+ *             EADDRNOTAVAIL; the upstream was not contacted), or a rate
+ *             limiter whose shared store cannot be reached refused it
+ *             (RATE_LIMITER_UNAVAILABLE, since 0.2: failure policy
+ *             `closed` of libresil-redis's limiter). Never a
  *             downstream failure: no breaker counts it, whatever its
  *             classes; like every REJECTED it is safe to repeat
  *             (resil_outcome_maybe_executed 0) but retried only with
@@ -65,7 +68,8 @@ typedef enum resil_outcome_kind {
   X(QUEUE_FULL, RESIL_REJECTED, "thread pool queue full")                      \
   X(DECODE, RESIL_ANSWERED, "response could not be decoded")                  \
   X(RESPONSE_TOO_LARGE, RESIL_UNKNOWN, "response body over the size limit")   \
-  X(LOCAL_RESOURCES, RESIL_REJECTED, "local resource limit (descriptors, ports)")
+  X(LOCAL_RESOURCES, RESIL_REJECTED, "local resource limit (descriptors, ports)") \
+  X(RATE_LIMITER_UNAVAILABLE, RESIL_REJECTED, "rate limiter unavailable")
 
 typedef enum resil_reason {
 #define RESIL__REASON_ENUM(name, kind, text) RESIL_REASON_##name,

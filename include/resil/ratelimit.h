@@ -213,6 +213,86 @@ RESIL_API resil_status resil_ratelimiter_shared_peek(resil_shared *seg, const ch
                                                      int64_t *available, int64_t *limit,
                                                      resil_error *err);
 
+/* ---- backends (Since 0.2) -------------------------------------------------
+ *
+ * A limiter whose permits are decided outside this process (a store that
+ * many hosts share: libresil-redis's resil_redis_ratelimiter_new builds one)
+ * keeps this handle and API: resil_ratelimiter_reserve, _acquire, _run,
+ * the chain's layer, the engine and the registry use it unchanged. The
+ * limiter keeps the parts that do not depend on where the permits live:
+ * the arguments' checks, the bound on a reservation's wait (min of
+ * timeout_ns and the ctx's remaining deadline), the reason of a refusal
+ * (DEADLINE when the wait the backend reports is within timeout_ns,
+ * RATE_LIMITED otherwise), the sleep for a reserved permit on the
+ * limiter's clock, cancellation, and the counters of
+ * resil_ratelimiter_metrics. The backend only decides.
+ *
+ * A backend's functions may be called from any thread at once (the
+ * limiter's own thread-safety is the backend's). */
+typedef struct resil_ratelimiter_backend {
+  /* Sized struct (version.h); set by resil_ratelimiter_backend_init(). */
+  size_t struct_size;
+  /* Passed to every function below. */
+  void *self;
+  /* Required. Takes `permits` (>= 1) now, or reserves them when they come
+   * within max_wait_ns (>= 0: min of timeout_ns and ctx's remaining
+   * deadline, read when the call began). ctx is NULL or a full-size ctx;
+   * a backend that does I/O bounds it by ctx's deadline. Returns
+   *   GO    taken now: *wait_ns 0, *why RESIL_REASON_OK;
+   *   WAIT  reserved: *wait_ns (0 < wait <= max_wait_ns) to wait,
+   *         *why RESIL_REASON_OK;
+   *   DENY  nothing consumed. *why RESIL_REASON_RATE_LIMITED with *wait_ns
+   *         the wait that would have been needed (the limiter reports
+   *         DEADLINE instead when it is within timeout_ns), or another
+   *         reason the limiter passes on as it is (e.g.
+   *         RESIL_REASON_RATE_LIMITER_UNAVAILABLE, *wait_ns 0).
+   * wait_ns and why are never NULL. */
+  resil_decision (*reserve)(void *self, int permits, const resil_ctx *ctx,
+                            int64_t max_wait_ns, int64_t *wait_ns,
+                            resil_reason *why);
+  /* Optional (NULL: permits reserved by a cancelled wait stay spent).
+   * Gives back `permits` reserved by reserve() whose wait was cancelled. */
+  void (*give_back)(void *self, int permits);
+  /* Optional (NULL: resil_ratelimiter_available and _nanos_to_wait report
+   * 0). Reads without consuming: the permits available now (negative when
+   * reserved ahead) and the wait for one. Returns 0, or -1 when it could
+   * not read (both are then reported 0). */
+  int (*peek)(void *self, int64_t *available, int64_t *nanos_to_wait);
+  /* Optional. Called once by resil_ratelimiter_free() (and by
+   * resil_ratelimiter_new_backed() when it fails after taking the
+   * backend): frees self. */
+  void (*free)(void *self);
+} resil_ratelimiter_backend;
+
+/* Zeroes *be and sets struct_size. A macro passing
+ * sizeof(resil_ratelimiter_backend). NULL is a no-op. Since 0.2. */
+RESIL_API void resil_ratelimiter_backend_init_sized(resil_ratelimiter_backend *be,
+                                                    size_t struct_size);
+#define resil_ratelimiter_backend_init(be)                                     \
+  resil_ratelimiter_backend_init_sized((be), sizeof(resil_ratelimiter_backend))
+
+/* Creates a limiter whose permits the backend decides. cfg as for
+ * resil_ratelimiter_new (validated the same way; limit_for_period and
+ * refresh_period_ns describe the backend's rate, for the metrics and the
+ * registry), except that cfg.shared must be NULL (the backend keeps the
+ * state: RESIL_EINVAL, field "shared"). cfg.clock is the clock a reserved
+ * permit is waited for on. The limiter copies *be; from the call on, it
+ * owns be->self: on success resil_ratelimiter_free calls be->free, and on
+ * any failure after be was accepted this call does. RESIL_OK;
+ * RESIL_EINVAL (cfg, be or out NULL, be without reserve, a field out of
+ * range: err names it); RESIL_ENOMEM. Since 0.2. */
+RESIL_API resil_status resil_ratelimiter_new_backed(const resil_ratelimiter_config *cfg,
+                                                    const resil_ratelimiter_backend *be,
+                                                    resil_ratelimiter **out,
+                                                    resil_error *err);
+
+/* The backend a limiter was created with (its copy), or NULL for a limiter
+ * with local state or a NULL handle. A backend's library uses it to find
+ * its own state from the handle (it checks be->reserve is its function).
+ * Since 0.2. */
+RESIL_API const resil_ratelimiter_backend *
+resil_ratelimiter_backend_of(const resil_ratelimiter *rl);
+
 /* Nanoseconds a request for one permit made now would have to wait for it
  * (Resilience4j's getNanosToWait): 0 when a permit is available now, else
  * the time until the cycle that covers it starts (the reservations already

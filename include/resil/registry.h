@@ -103,6 +103,23 @@
  *           create_payment: {method: POST, path: /payments, idempotency_key: send}
  *           get_payment: {path: "/payments/{id}", response_codec: json}
  *
+ * Rate limiters on Redis (Since 0.2, when libresil-config is built with
+ * libresil-redis; redis.h): `redis: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`
+ * makes the instance resil_redis_ratelimiter_new's (the same
+ * resil_ratelimiter handle: chains, the engine and the metrics take it as
+ * they take a local one), with limit_for_period, refresh_period and timeout
+ * as above and the keys failure (open | closed | local; default local),
+ * burst, expected_instances, redis_timeout (default 20ms) and key_prefix;
+ * `shared: NAME` is then the segment of the local policy's limiter. Those
+ * keys without `redis` are an error naming the key. The limiter does not
+ * connect at load (a Redis down then is its failure policy's); a URI error
+ * is reported at the `redis` key with the password shown as [REDACTED]:
+ *
+ *   ratelimiter:
+ *     instances:
+ *       payments: {limit_for_period: 100, refresh_period: 1s, timeout: 0s,
+ *                  redis: "redis://127.0.0.1:6379/0", failure: closed}
+ *
  * Operation stores (section store, with libresil-store): uri
  * ("sqlite:/var/lib/app/ops.db" or "postgresql://..."), busy_timeout,
  * pool_size, effects_in_store (true or false; see store.h: only for effects
@@ -454,7 +471,9 @@ RESIL_API resil_status resil_registry_foreach(resil_registry *reg,
  * under its instance name: breakers, retries, rate limiters, bulkheads,
  * time limiters, hedges and chains through the resil_metrics_add_* calls,
  * HTTP clients and stores through their libraries' sources (when
- * libresil-config was built with them); retry budgets and thread pools have
+ * libresil-config was built with them), a rate limiter on Redis with its
+ * Redis figures too (resil_redis_ratelimiter_metrics_add); retry budgets
+ * and thread pools have
  * no figures. The collector then follows every reload: a kept instance
  * keeps its series (its counters go on), a replaced one shows the new
  * object's figures, an added one appears, a removed one disappears. The

@@ -35,6 +35,9 @@
 #include "resil/events.h"
 #include "resil/http.h"
 #endif
+#ifdef RESIL_CONFIG_REDIS
+#include "resil/redis.h"
+#endif
 #ifdef RESIL_CONFIG_STORE
 #include "resil/store.h"
 #endif
@@ -108,12 +111,41 @@ static const field RETRY_FIELDS[] = {
     FREF(resil_retry_config, "budget", budget, RESIL_REG_RETRY_BUDGET),
 };
 
+/* A rate limiter's config, and (with libresil-redis) the keys of a limiter
+ * on Redis: `redis: redis://...` makes one (resil_redis_ratelimiter_new);
+ * its other keys are refused without it. Unset (the library's defaults):
+ * failure, burst, expected_instances and redis_timeout_ns -1, key_prefix
+ * NULL. `shared` is then the
+ * segment of the `local` policy's limiter. */
+typedef struct rl_cfg {
+  resil_ratelimiter_config rl;
+  const char *redis;
+  int failure; /* index into FAILURES */
+  int64_t burst;
+  int64_t expected_instances;
+  int64_t redis_timeout_ns;
+  const char *key_prefix;
+} rl_cfg;
+#ifdef RESIL_CONFIG_REDIS
+static const char *const FAILURES[] = {"open", "closed", "local", NULL};
+#endif
+#define RLF(k, c, t) {k, #c, t, offsetof(rl_cfg, rl.c), NULL, 0}
 static const field RATELIMITER_FIELDS[] = {
-    FLD(resil_ratelimiter_config, "limit_for_period", limit_for_period, F_I64),
-    FLD(resil_ratelimiter_config, "refresh_period", refresh_period_ns, F_DUR),
-    FLD(resil_ratelimiter_config, "timeout", timeout_ns, F_DUR),
-    FREF(resil_ratelimiter_config, "shared", shared, RESIL_REG_SHARED),
+    RLF("limit_for_period", limit_for_period, F_I64),
+    RLF("refresh_period", refresh_period_ns, F_DUR),
+    RLF("timeout", timeout_ns, F_DUR),
+    {"shared", "shared", F_REF, offsetof(rl_cfg, rl.shared), NULL, RESIL_REG_SHARED},
+#ifdef RESIL_CONFIG_REDIS
+    {"redis", "uri", F_STR, offsetof(rl_cfg, redis), NULL, 0},
+    {"failure", "failure", F_ENUM, offsetof(rl_cfg, failure), FAILURES, 0},
+    {"burst", "burst", F_I64, offsetof(rl_cfg, burst), NULL, 0},
+    {"expected_instances", "expected_instances", F_I64, offsetof(rl_cfg, expected_instances),
+     NULL, 0},
+    {"redis_timeout", "redis_timeout_ns", F_DUR, offsetof(rl_cfg, redis_timeout_ns), NULL, 0},
+    {"key_prefix", "key_prefix", F_STR, offsetof(rl_cfg, key_prefix), NULL, 0},
+#endif
 };
+#undef RLF
 
 static const field BULKHEAD_FIELDS[] = {
     FLD(resil_bulkhead_config, "max_concurrent", max_concurrent, F_U32),
@@ -252,7 +284,7 @@ typedef union anycfg {
   size_t struct_size;
   resil_breaker_config br;
   resil_retry_config rt;
-  resil_ratelimiter_config rl;
+  rl_cfg rl;
   resil_bulkhead_config bh;
   resil_timelimiter_config tl;
   resil_hedge_config hg;
@@ -270,7 +302,14 @@ typedef union anycfg {
 
 static void init_br(anycfg *c) { resil_breaker_config_init(&c->br); }
 static void init_rt(anycfg *c) { resil_retry_config_init(&c->rt); }
-static void init_rl(anycfg *c) { resil_ratelimiter_config_init(&c->rl); }
+static void init_rl(anycfg *c) {
+  memset(&c->rl, 0, sizeof c->rl);
+  resil_ratelimiter_config_init(&c->rl.rl);
+  c->rl.failure = -1;
+  c->rl.burst = -1;
+  c->rl.expected_instances = -1;
+  c->rl.redis_timeout_ns = -1;
+}
 static void init_bh(anycfg *c) { resil_bulkhead_config_init(&c->bh); }
 static void init_tl(anycfg *c) { resil_timelimiter_config_init(&c->tl); }
 static void init_hg(anycfg *c) { resil_hedge_config_init(&c->hg); }
@@ -297,8 +336,38 @@ static resil_status new_rt(anycfg *c, const char *name, void **o, resil_error *e
   return resil_retry_new(&c->rt, (resil_retry **)o, e);
 }
 static resil_status new_rl(anycfg *c, const char *name, void **o, resil_error *e) {
-  c->rl.name = name;
-  return resil_ratelimiter_new(&c->rl, (resil_ratelimiter **)o, e);
+  rl_cfg *r = &c->rl;
+  r->rl.name = name;
+#ifdef RESIL_CONFIG_REDIS
+  if (r->redis) {
+    resil_redis_ratelimiter_config rc;
+    resil_redis_ratelimiter_config_init(&rc);
+    rc.name = name;
+    rc.uri = r->redis;
+    rc.limit_for_period = r->rl.limit_for_period;
+    rc.refresh_period_ns = r->rl.refresh_period_ns;
+    rc.timeout_ns = r->rl.timeout_ns;
+    rc.shared = r->rl.shared;
+    rc.clock = r->rl.clock;
+    rc.alloc = r->rl.alloc;
+    if (r->failure >= 0) rc.failure = (resil_redis_failure)(r->failure + 1);
+    if (r->burst >= 0) rc.burst = r->burst;
+    if (r->expected_instances >= 0) rc.expected_instances = r->expected_instances;
+    if (r->redis_timeout_ns >= 0) rc.redis_timeout_ns = r->redis_timeout_ns;
+    if (r->key_prefix) rc.key_prefix = r->key_prefix;
+    return resil_redis_ratelimiter_new(&rc, (resil_ratelimiter **)o, e);
+  }
+#endif
+  /* The Redis keys mean nothing to a local limiter: refused, not ignored. */
+  const char *set = r->failure >= 0 ? "failure"
+                    : r->burst >= 0 ? "burst"
+                    : r->expected_instances >= 0 ? "expected_instances"
+                    : r->redis_timeout_ns >= 0 ? "redis_timeout_ns"
+                    : r->key_prefix ? "key_prefix"
+                                    : NULL;
+  if (set)
+    return resil__err(e, RESIL_EINVAL, set, "is a key of a rate limiter on Redis: set `redis` too");
+  return resil_ratelimiter_new(&r->rl, (resil_ratelimiter **)o, e);
 }
 static resil_status new_bh(anycfg *c, const char *name, void **o, resil_error *e) {
   c->bh.name = name;
@@ -2191,7 +2260,15 @@ static resil_status metrics_add_entry(resil_metrics *m, const entry *e) {
   switch (e->kind) {
   case RESIL_REG_BREAKER: return resil_metrics_add_breaker(m, e->name, e->handle);
   case RESIL_REG_RETRY: return resil_metrics_add_retry(m, e->name, e->handle);
-  case RESIL_REG_RATELIMITER: return resil_metrics_add_ratelimiter(m, e->name, e->handle);
+  case RESIL_REG_RATELIMITER: {
+    resil_status st = resil_metrics_add_ratelimiter(m, e->name, e->handle);
+#ifdef RESIL_CONFIG_REDIS
+    /* A limiter on Redis: its Redis figures too. */
+    if (st == RESIL_OK && resil_redis_ratelimiter_breaker(e->handle))
+      st = resil_redis_ratelimiter_metrics_add(m, e->name, e->handle);
+#endif
+    return st;
+  }
   case RESIL_REG_BULKHEAD: return resil_metrics_add_bulkhead(m, e->name, e->handle);
   case RESIL_REG_TIMELIMITER: return resil_metrics_add_timelimiter(m, e->name, e->handle);
   case RESIL_REG_HEDGE: return resil_metrics_add_hedge(m, e->name, e->handle);

@@ -240,6 +240,7 @@ static inline int64_t resil__sat_mul(int64_t a, int64_t b) {
 #define RESIL_MAGIC_BREAKER 0x42524b52u  /* "BRKR" */
 #define RESIL_MAGIC_RETRY 0x52545259u    /* "RTRY" */
 #define RESIL_MAGIC_RATELIM 0x524c4d54u  /* "RLMT" */
+#define RESIL_MAGIC_RATELIM_BE 0x524c4245u /* "RLBE": a limiter on a backend */
 #define RESIL_MAGIC_BULKHEAD 0x424b4844u /* "BKHD" */
 #define RESIL_MAGIC_POOL 0x504f4f4cu     /* "POOL" */
 #define RESIL_MAGIC_TIMELIM 0x544c4d54u  /* "TLMT" */

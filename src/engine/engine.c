@@ -1254,6 +1254,15 @@ static int bh_acquire(resil_engine_handle *call, const resil_ctx *actx, int64_t 
  * refuses ends the attempt through step_reject: what the steps before it
  * took is given back. */
 
+/* The reason a rate limiter's refusal ends a call with: DEADLINE, or a
+ * backed limiter's RATE_LIMITER_UNAVAILABLE, as the limiter said; any
+ * other refusal is RATE_LIMITED. */
+static resil_reason rl_refusal(resil_reason why) {
+  return why == RESIL_REASON_DEADLINE || why == RESIL_REASON_RATE_LIMITER_UNAVAILABLE
+             ? why
+             : RESIL_REASON_RATE_LIMITED;
+}
+
 static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t now) {
   resil_engine *e = call->e;
   while (call->step_i < call->nsteps) {
@@ -1269,8 +1278,7 @@ static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t 
       resil_decision d = resil_ratelimiter_reserve(call->pol.ratelimiter, 1, actx, &wait, &why);
       if (d == RESIL_DECISION_DENY) {
         ST_INC(e, rej_ratelimiter);
-        step_reject(call, why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE
-                                                       : RESIL_REASON_RATE_LIMITED);
+        step_reject(call, rl_refusal(why));
         return;
       }
       if (d == RESIL_DECISION_WAIT) {
@@ -1362,8 +1370,7 @@ static int outer_steps(resil_engine_handle *call) {
     resil_decision d = resil_ratelimiter_reserve(call->crl, 1, &call->ctx, &wait, &why);
     if (d == RESIL_DECISION_DENY) {
       ST_INC(e, rej_ratelimiter);
-      outer_reject(call, i,
-                   why == RESIL_REASON_DEADLINE ? RESIL_REASON_DEADLINE : RESIL_REASON_RATE_LIMITED);
+      outer_reject(call, i, rl_refusal(why));
       return 0;
     }
     if (d == RESIL_DECISION_WAIT) {

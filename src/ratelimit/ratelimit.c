@@ -32,7 +32,16 @@
  * division. A refusal writes nothing to the state. A chain whose
  * breaker layer sits directly above the limiter on the same clock passes
  * the breaker's reading to resil__ratelimiter_enter (ratelimit_int.h)
- * instead, when it is as fresh as the limiter needs. */
+ * instead, when it is as fresh as the limiter needs.
+ *
+ * A limiter on a backend (resil_ratelimiter_new_backed, Since 0.2) carries
+ * another magic, RESIL_MAGIC_RATELIM_BE, and no permits in its own state.
+ * Every inline fast path above checks for RESIL_MAGIC_RATELIM (or finds no
+ * permit), so such a limiter always lands in the out-of-line paths, which
+ * hand the decision to the backend (reserve_other): the local limiter's
+ * hot path pays nothing for backends. resil__ratelimiter_clock() is NULL
+ * for it, so a chain runs it through resil_ratelimiter_run (its layer's
+ * run) rather than the split path, which reads the local state. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -86,7 +95,13 @@ struct resil_ratelimiter {
   _Atomic uint64_t n_waiting; /* callers sleeping in acquire_wait now */
   resil_shared *shared; /* the segment st points into (a reference), or NULL */
   rl_state own;
+  resil_ratelimiter_backend be; /* magic RESIL_MAGIC_RATELIM_BE only */
 };
+
+/* A live limiter, local or on a backend. */
+static inline int rl_valid(const resil_ratelimiter *rl) {
+  return rl && (rl->magic == RESIL_MAGIC_RATELIM || rl->magic == RESIL_MAGIC_RATELIM_BE);
+}
 
 /* resil_ratelimiter.counts */
 enum { C_PERMITTED, C_RESERVED, C_REFUSED, C_COUNT };
@@ -267,8 +282,11 @@ static resil_status use_shared(resil_ratelimiter *rl,
   return st;
 }
 
-resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
-                                   resil_ratelimiter **out, resil_error *err) {
+/* resil_ratelimiter_new, and _new_backed when be is not NULL (be checked
+ * by the caller; its free is the caller's on failure). */
+static resil_status create(const resil_ratelimiter_config *ucfg,
+                           const resil_ratelimiter_backend *be,
+                           resil_ratelimiter **out, resil_error *err) {
   if (!ucfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
   if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
   resil_ratelimiter_config full;
@@ -280,6 +298,9 @@ resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
   if (st != RESIL_OK) return st;
   st = validate(cfg, err);
   if (st != RESIL_OK) return st;
+  if (be && cfg->shared)
+    return resil__err(err, RESIL_EINVAL, "shared",
+                      "must be NULL for a limiter on a backend (the backend keeps the state)");
   resil_ratelimiter *rl = resil__alloc(cfg->alloc, sizeof *rl);
   if (!rl) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   memset(rl, 0, sizeof *rl);
@@ -306,7 +327,8 @@ resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
   rl->cycle_ns = rl->coarse ? rl->clock->coarse_ns : rl->clock->now_ns;
   rl->clock_self = rl->clock->self;
   rl->own.start_ns = rl_now(rl);
-  atomic_init(&rl->own.state, pack(0, rl->limit));
+  /* A backed limiter's own state has no permits: nothing takes one. */
+  atomic_init(&rl->own.state, pack(0, be ? 0 : rl->limit));
   atomic_init(&rl->own.epoch, 0);
   rl->st = &rl->own;
   if (cfg->shared && (st = use_shared(rl, cfg, err)) != RESIL_OK) {
@@ -318,13 +340,50 @@ resil_status resil_ratelimiter_new(const resil_ratelimiter_config *ucfg,
   rl->start_ns = rl->st->start_ns;
   atomic_init(&rl->n_cancelled, 0);
   atomic_init(&rl->n_waiting, 0);
-  rl->magic = RESIL_MAGIC_RATELIM;
+  if (be) rl->be = *be;
+  rl->magic = be ? RESIL_MAGIC_RATELIM_BE : RESIL_MAGIC_RATELIM;
   *out = rl;
   return RESIL_OK;
 }
 
+resil_status resil_ratelimiter_new(const resil_ratelimiter_config *cfg,
+                                   resil_ratelimiter **out, resil_error *err) {
+  return create(cfg, NULL, out, err);
+}
+
+void resil_ratelimiter_backend_init_sized(resil_ratelimiter_backend *be, size_t n) {
+  if (!be) return;
+  resil_ratelimiter_backend full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(be, n, &full, sizeof full);
+}
+
+resil_status resil_ratelimiter_new_backed(const resil_ratelimiter_config *cfg,
+                                          const resil_ratelimiter_backend *ube,
+                                          resil_ratelimiter **out, resil_error *err) {
+  if (!ube) return resil__err(err, RESIL_EINVAL, "backend", "must not be NULL");
+  resil_ratelimiter_backend be;
+  memset(&be, 0, sizeof be);
+  be.struct_size = sizeof be;
+  resil_status st = resil__sized_in(&be, sizeof be, ube, sizeof be,
+                                    "resil_ratelimiter_backend",
+                                    "resil_ratelimiter_backend_init", err);
+  if (st != RESIL_OK) return st;
+  if (!be.reserve)
+    return resil__err(err, RESIL_EINVAL, "backend.reserve", "must not be NULL");
+  st = create(cfg, &be, out, err);
+  if (st != RESIL_OK && be.free) be.free(be.self);
+  return st;
+}
+
+const resil_ratelimiter_backend *resil_ratelimiter_backend_of(const resil_ratelimiter *rl) {
+  return rl && rl->magic == RESIL_MAGIC_RATELIM_BE ? &rl->be : NULL;
+}
+
 void resil_ratelimiter_free(resil_ratelimiter *rl) {
-  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return;
+  if (!rl_valid(rl)) return;
+  if (rl->magic == RESIL_MAGIC_RATELIM_BE && rl->be.free) rl->be.free(rl->be.self);
   rl->magic = RESIL_MAGIC_DEAD;
   const resil_allocator *a = rl->alloc;
   resil__shards_free(&rl->counts);
@@ -464,6 +523,44 @@ reserve_slow(resil_ratelimiter *rl, int64_t n, const resil_ctx *c, int64_t now,
   }
 }
 
+/* reserve_impl when args_ok refused: a misuse (args_ok said so), or a
+ * limiter on a backend, which decides. The bound on the wait, the reason of
+ * a refusal and the counters are the limiter's (ratelimit.h, backends). */
+__attribute__((noinline)) static resil_decision
+reserve_other(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
+              int64_t *wait_ns, resil_reason *why) {
+  resil_ctx lc;
+  const resil_ctx *c = NULL;
+  if (!rl || rl->magic != RESIL_MAGIC_RATELIM_BE || permits < 1 ||
+      (ctx && !(c = resil__ctx_in(&lc, ctx))))
+    return RESIL_DECISION_DENY; /* args_ok wrote *wait_ns and *why */
+  int64_t limit_ns = rl->timeout_ns;
+  if (c && c->deadline_ns != RESIL_NO_DEADLINE) {
+    int64_t left = resil_ctx_remaining_ns(c);
+    if (left < limit_ns) limit_ns = left;
+  }
+  int64_t w = 0;
+  resil_reason r = RESIL_REASON_LOCAL_ERROR;
+  resil_decision d = rl->be.reserve(rl->be.self, permits, c, limit_ns, &w, &r);
+  if (d == RESIL_DECISION_WAIT && w <= 0) d = RESIL_DECISION_GO;
+  if (d == RESIL_DECISION_GO || d == RESIL_DECISION_WAIT) {
+    if (d == RESIL_DECISION_GO) w = 0;
+    resil__shards_add(&rl->counts, d == RESIL_DECISION_GO ? C_PERMITTED : C_RESERVED, 1);
+    if (wait_ns) *wait_ns = w;
+    set_why(why, RESIL_REASON_OK);
+    return d;
+  }
+  if (r == RESIL_REASON_OK || r == RESIL_REASON_NONE) r = RESIL_REASON_LOCAL_ERROR;
+  /* Within the timeout, refused only because the deadline is shorter. */
+  if (r == RESIL_REASON_RATE_LIMITED && w > limit_ns && w <= rl->timeout_ns)
+    r = RESIL_REASON_DEADLINE;
+  if (r != RESIL_REASON_RATE_LIMITED && r != RESIL_REASON_DEADLINE) w = 0;
+  resil__shards_add(&rl->counts, C_REFUSED, 1);
+  if (wait_ns) *wait_ns = w;
+  set_why(why, r);
+  return RESIL_DECISION_DENY;
+}
+
 /* resil_ratelimiter_reserve; now: a reading as resil__ratelimiter_reserve_at
  * takes one, or NULL (the limiter reads its clock). */
 #if defined(__GNUC__)
@@ -476,7 +573,7 @@ static inline resil_decision reserve_impl(resil_ratelimiter *rl, int permits,
   resil_ctx lc;
   const resil_ctx *c;
   if (!args_ok(rl, permits, ctx, &lc, &c, wait_ns, why))
-    return RESIL_DECISION_DENY;
+    return reserve_other(rl, permits, ctx, wait_ns, why);
   if (now) return reserve_now(rl, permits, c, *now, 1, wait_ns, why);
   return reserve_now(rl, permits, c, rl_now(rl), !rl->coarse, wait_ns, why);
 }
@@ -499,6 +596,10 @@ resil_decision resil__ratelimiter_reserve_at(resil_ratelimiter *rl, int permits,
  * created is cancelled); once it has, the cap at the limit keeps the cycle
  * from granting more than limit_for_period. */
 static void give_back(resil_ratelimiter *rl, int64_t n) {
+  if (rl->magic == RESIL_MAGIC_RATELIM_BE) {
+    if (rl->be.give_back) rl->be.give_back(rl->be.self, (int)n);
+    return;
+  }
   const int64_t cur = rel_now(rl, rl_now(rl)) / rl->period_ns;
   uint64_t old = atomic_load_explicit(&rl->st->state, memory_order_acquire);
   int64_t epoch = atomic_load_explicit(&rl->st->epoch, memory_order_acquire);
@@ -660,7 +761,7 @@ static inline resil_outcome run_impl(resil_ratelimiter *rl, const resil_ctx *ctx
                                      const int64_t *now) {
   resil_ctx lc;
   const resil_ctx *c = resil__ctx_in(&lc, ctx);
-  if (!fn || !rl || rl->magic != RESIL_MAGIC_RATELIM || !c)
+  if (!fn || !rl_valid(rl) || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   if (!ctx) lc.clock = rl->clock; /* c == &lc: the defaults */
   resil_outcome o;
@@ -707,6 +808,7 @@ static resil_outcome refused(resil_reason why) {
   switch (why) {
   case RESIL_REASON_DEADLINE:
   case RESIL_REASON_RATE_LIMITED:
+  case RESIL_REASON_RATE_LIMITER_UNAVAILABLE:
     return resil_outcome_make(RESIL_REJECTED, why);
   case RESIL_REASON_CANCELLED:
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED);
@@ -719,6 +821,12 @@ static resil_outcome refused(resil_reason why) {
  * reading. */
 static int64_t read_now(const resil_ratelimiter *rl, int64_t *nanos_to_wait) {
   resil_ratelimiter *m = (resil_ratelimiter *)rl; /* atomics need non-const */
+  if (rl->magic == RESIL_MAGIC_RATELIM_BE) {
+    int64_t a = 0, w = 0;
+    if (!rl->be.peek || rl->be.peek(rl->be.self, &a, &w) != 0) a = w = 0;
+    if (nanos_to_wait) *nanos_to_wait = w;
+    return a;
+  }
   const int64_t rel = rel_now(rl, rl_now(rl));
   const int64_t cur = rel / rl->period_ns;
   uint64_t s = atomic_load_explicit(&m->st->state, memory_order_acquire);
@@ -731,12 +839,12 @@ static int64_t read_now(const resil_ratelimiter *rl, int64_t *nanos_to_wait) {
 }
 
 int64_t resil_ratelimiter_available(const resil_ratelimiter *rl) {
-  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return 0;
+  if (!rl_valid(rl)) return 0;
   return read_now(rl, NULL);
 }
 
 int64_t resil_ratelimiter_nanos_to_wait(const resil_ratelimiter *rl) {
-  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return 0;
+  if (!rl_valid(rl)) return 0;
   int64_t w;
   read_now(rl, &w);
   return w;
@@ -774,7 +882,7 @@ resil_status resil_ratelimiter_shared_peek(resil_shared *seg, const char *name,
 resil_status resil_ratelimiter_get_metrics_sized(const resil_ratelimiter *rl,
                                                  resil_ratelimiter_metrics *dst,
                                                  size_t n) {
-  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return RESIL_EMISUSE;
+  if (!rl_valid(rl)) return RESIL_EMISUSE;
   if (!dst) return RESIL_EINVAL;
   resil_ratelimiter *m = (resil_ratelimiter *)rl;
   resil_ratelimiter_metrics full, *out = &full;
@@ -791,6 +899,6 @@ resil_status resil_ratelimiter_get_metrics_sized(const resil_ratelimiter *rl,
 }
 
 const char *resil_ratelimiter_name(const resil_ratelimiter *rl) {
-  if (!rl || rl->magic != RESIL_MAGIC_RATELIM) return NULL;
+  if (!rl_valid(rl)) return NULL;
   return rl->name;
 }

@@ -1,0 +1,973 @@
+/* libresil-redis: the rate limiter on Redis (include/resil/redis.h,
+ * DESIGN §8.2), plugged into libresil's limiter as a backend
+ * (resil_ratelimiter_new_backed, ratelimit.h).
+ *
+ * I/O. hiredis only formats commands (redisFormatCommandArgv) and parses
+ * replies (redisReader); the sockets are this file's: non-blocking, every
+ * wait a poll() against one deadline per decision on CLOCK_MONOTONIC, and
+ * every send with MSG_NOSIGNAL (hiredis's blocking context writes with
+ * write(), which raises SIGPIPE on a connection Redis closed, and its
+ * timeouts bound each read, not a decision). The same framing serves a
+ * non-blocking engine path later.
+ *
+ * A connection is a mutex, a socket and a reader. A decision takes the
+ * first free one (trylock), or waits for one (in turn) on
+ * pthread_mutex_clocklock until its deadline. An I/O error or a timeout
+ * closes the connection (the reader may hold half a reply, the socket a
+ * late one); the next decision on it connects again. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "core/internal.h"
+#include "core/redact.h"
+#include "redis/redis_int.h"
+#include "resil/metrics.h"
+#include "resil/redis.h"
+
+/* Numbers the script handles stay below 2^53 (Lua's doubles are exact
+ * there): the config's bounds keep them below 2^50. */
+#define RR_EXACT_MAX (INT64_C(1) << 50)
+
+/* The GCRA script. ARGV: permits (0 = peek), limit_for_period, period (us),
+ * burst, the longest wait a reservation may have (us). The theoretical
+ * arrival time (TAT) is tat + fr / limit microseconds (0 <= fr < limit); the
+ * emission interval T = period / limit is q + r / limit. A request for n
+ * permits at `now` is allowed at TAT' - burst × T, where TAT' = max(now,
+ * TAT) + n × T: GO when that is not after now, a reservation when it comes
+ * within the longest wait (the TAT moves, the wait is rounded up to the
+ * microsecond), a refusal otherwise (nothing written). The key keeps
+ * "tat fr limit period" and expires once TAT has passed (a missing key is
+ * the same state). Replies {allowed, wait_us} ({0, wait_us, available} for
+ * a peek). */
+const char resil__redis_gcra_script[] =
+    "local n = tonumber(ARGV[1])\n"
+    "local limit = tonumber(ARGV[2])\n"
+    "local period = tonumber(ARGV[3])\n"
+    "local burst = tonumber(ARGV[4])\n"
+    "local maxw = tonumber(ARGV[5])\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "local q = math.floor(period / limit)\n"
+    "local r = period - q * limit\n"
+    "local tat, fr = now, 0\n"
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v then\n"
+    "  local a, b, l, p = string.match(v, '^(%d+) (%d+) (%d+) (%d+)$')\n"
+    "  if not a then\n"
+    "    return redis.error_reply('RESIL ' .. KEYS[1] .. ' does not hold a resil rate limiter')\n"
+    "  end\n"
+    "  if tonumber(l) ~= limit or tonumber(p) ~= period then\n"
+    "    return redis.error_reply('RESIL ' .. KEYS[1] .. ' holds a limit of ' .. l .. ' per ' ..\n"
+    "      p .. ' us, not ' .. ARGV[2] .. ' per ' .. ARGV[3] .. ' us')\n"
+    "  end\n"
+    "  tat = tonumber(a)\n"
+    "  fr = tonumber(b)\n"
+    "  if tat < now then tat = now; fr = 0 end\n"
+    "end\n"
+    "local m = n\n"
+    "if m == 0 then m = 1 end\n"
+    "local f = fr + m * r\n"
+    "local c = math.floor(f / limit)\n"
+    "local ntat = tat + m * q + c\n"
+    "local nfr = f - c * limit\n"
+    "local bf = burst * r\n"
+    "local bc = math.floor(bf / limit)\n"
+    "local aq = ntat - burst * q - bc\n"
+    "local afr = nfr - (bf - bc * limit)\n"
+    "if afr < 0 then afr = afr + limit; aq = aq - 1 end\n"
+    "local wait = 0\n"
+    "if aq > now then\n"
+    "  wait = aq - now\n"
+    "  if afr > 0 then wait = wait + 1 end\n"
+    "elseif aq == now and afr > 0 then\n"
+    "  wait = 1\n"
+    "end\n"
+    "if n == 0 then\n"
+    "  return {0, wait, math.floor(((now - tat) * limit - fr + burst * period) / period)}\n"
+    "end\n"
+    "if wait > maxw then return {0, wait} end\n"
+    "redis.call('SET', KEYS[1], string.format('%d %d %d %d', ntat, nfr, limit, period),\n"
+    "  'PX', math.floor((ntat - now) / 1000) + 1)\n"
+    "return {1, wait}\n";
+
+typedef struct rr_uri {
+  char *host;
+  char port[8];
+  long db;
+  char *user; /* NULL: none */
+  char *pass; /* NULL: no AUTH */
+} rr_uri;
+
+typedef struct rr_conn {
+  pthread_mutex_t mu;
+  int fd; /* -1: not connected */
+  redisReader *rd;
+  char sha[48]; /* the script's SHA1, from SCRIPT LOAD on this connection */
+} rr_conn;
+
+enum {
+  M_DECISIONS,
+  M_ERRORS,
+  M_BREAKER,
+  M_BUSY,
+  M_OPEN,
+  M_CLOSED,
+  M_LOCAL,
+  M_NOSCRIPT,
+  M_CONNECTS,
+  M_ENTERED,
+  M_COUNT
+};
+
+typedef struct rr {
+  const resil_allocator *alloc;
+  char *key;
+  const char *name; /* the name in key (after the prefix) */
+  rr_uri u;
+  int64_t limit, period_us, burst;
+  int64_t redis_timeout_ns;
+  resil_redis_failure failure;
+  char a_limit[24], a_period[24], a_burst[24];
+  resil_breaker *br;
+  resil_ratelimiter *local;
+  int nconn;
+  rr_conn *conns;
+  _Atomic unsigned next;
+  _Atomic uint64_t m[M_COUNT];
+  _Atomic int64_t last_ns, max_ns, total_ns;
+  _Atomic int failing; /* 1 from a decision Redis did not make to one it made */
+  void (*on_fallback)(void *user, const char *name, int entered, const char *cause);
+  void *on_fallback_user;
+} rr;
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec;
+}
+
+static void bump(rr *r, int k) { atomic_fetch_add_explicit(&r->m[k], 1, memory_order_relaxed); }
+
+/* ---- the URI ------------------------------------------------------------- */
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* s[0..n) percent-decoded into a new string; NULL with *bad set when a
+ * '%' is not followed by two hex digits, or out of memory (*bad 0). */
+static char *pct_dup(const resil_allocator *a, const char *s, size_t n, int *bad) {
+  *bad = 0;
+  char *o = resil__alloc(a, n + 1);
+  if (!o) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '%') {
+      int h = -1;
+      if (i + 2 < n) {
+        int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+        if (hi >= 0 && lo >= 0) h = hi * 16 + lo;
+      }
+      if (h <= 0) { /* a bad escape; a NUL byte cannot be passed on either */
+        *bad = 1;
+        resil__free(a, o);
+        return NULL;
+      }
+      o[k++] = (char)h;
+      i += 2;
+    } else {
+      o[k++] = s[i];
+    }
+  }
+  o[k] = '\0';
+  return o;
+}
+
+static void uri_free(const resil_allocator *a, rr_uri *u) {
+  resil__free(a, u->host);
+  resil__free(a, u->user);
+  if (u->pass) {
+    memset(u->pass, 0, strlen(u->pass));
+    resil__free(a, u->pass);
+  }
+  memset(u, 0, sizeof *u);
+}
+
+static resil_status uri_err(resil_error *err, const char *uri, const char *why) {
+  char shown[96];
+  resil__redact_excerpt(shown, sizeof shown, uri, strlen(uri), RESIL__REDACT_URL, uri);
+  return resil__err(err, RESIL_EINVAL, "uri",
+                    "must be redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], got \"%s\": %s", shown,
+                    why);
+}
+
+static resil_status parse_uri(const resil_allocator *a, const char *uri, rr_uri *u,
+                              resil_error *err) {
+  memset(u, 0, sizeof *u);
+  if (!uri) return resil__err(err, RESIL_EINVAL, "uri", "must be set (redis://HOST:PORT/DB)");
+  if (strncasecmp(uri, "redis://", 8) != 0)
+    return uri_err(err, uri, "the scheme is not redis://");
+  const char *s = uri + 8;
+  if (strpbrk(s, "?#")) return uri_err(err, uri, "a query or fragment (not supported)");
+  size_t alen = strcspn(s, "/");
+  const char *at = NULL;
+  for (size_t i = 0; i < alen; i++)
+    if (s[i] == '@') at = s + i;
+  const char *h = s;
+  int bad = 0;
+  if (at) {
+    const char *colon = memchr(s, ':', (size_t)(at - s));
+    if (!colon) return uri_err(err, uri, "userinfo must be [USER]:PASSWORD");
+    if (colon > s && !(u->user = pct_dup(a, s, (size_t)(colon - s), &bad))) goto fail_dec;
+    if (!(u->pass = pct_dup(a, colon + 1, (size_t)(at - colon - 1), &bad))) goto fail_dec;
+    h = at + 1;
+  }
+  const char *end = s + alen;
+  const char *hend, *p;
+  if (*h == '[') {
+    const char *rb = memchr(h, ']', (size_t)(end - h));
+    if (!rb) {
+      uri_free(a, u);
+      return uri_err(err, uri, "an IPv6 address without ']'");
+    }
+    u->host = resil__alloc(a, (size_t)(rb - h));
+    if (!u->host) goto nomem;
+    memcpy(u->host, h + 1, (size_t)(rb - h - 1));
+    u->host[rb - h - 1] = '\0';
+    hend = rb + 1;
+  } else {
+    hend = h;
+    while (hend < end && *hend != ':') hend++;
+    u->host = resil__alloc(a, (size_t)(hend - h) + 1);
+    if (!u->host) goto nomem;
+    memcpy(u->host, h, (size_t)(hend - h));
+    u->host[hend - h] = '\0';
+  }
+  if (!u->host[0]) {
+    uri_free(a, u);
+    return uri_err(err, uri, "no host");
+  }
+  long port = 6379;
+  p = hend;
+  if (p < end && *p == ':') {
+    p++;
+    port = 0;
+    if (p == end) port = -1;
+    for (; p < end && port >= 0; p++) {
+      if (*p < '0' || *p > '9' || port > 65535) port = -1;
+      else port = port * 10 + (*p - '0');
+    }
+  } else if (p != end) {
+    port = -1;
+  }
+  if (port < 1 || port > 65535) {
+    uri_free(a, u);
+    return uri_err(err, uri, "the port must be 1..65535");
+  }
+  snprintf(u->port, sizeof u->port, "%ld", port);
+  u->db = 0;
+  if (*end == '/' && end[1]) {
+    const char *d = end + 1;
+    long db = 0;
+    for (; *d && db >= 0; d++) {
+      if (*d < '0' || *d > '9' || db > 214748364) db = -1;
+      else db = db * 10 + (*d - '0');
+    }
+    if (db < 0 || db > 2147483647) {
+      uri_free(a, u);
+      return uri_err(err, uri, "the database must be 0..2147483647");
+    }
+    u->db = db;
+  }
+  return RESIL_OK;
+fail_dec:
+  uri_free(a, u);
+  if (bad) return uri_err(err, uri, "a bad percent escape in the userinfo");
+  return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+nomem:
+  uri_free(a, u);
+  return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+}
+
+/* ---- connections ------------------------------------------------------- */
+
+static void conn_close(rr_conn *k) {
+  if (k->fd >= 0) close(k->fd);
+  k->fd = -1;
+  if (k->rd) redisReaderFree(k->rd);
+  k->rd = NULL;
+  k->sha[0] = '\0';
+}
+
+/* 1 when fd is ready for ev before the deadline, 0 at the deadline, -1 on
+ * an error. */
+static int wait_fd(int fd, short ev, int64_t deadline) {
+  for (;;) {
+    int64_t left = deadline - mono_ns();
+    if (left <= 0) return 0;
+    struct pollfd pfd = {.fd = fd, .events = ev, .revents = 0};
+    /* ppoll: to the nanosecond (poll's milliseconds, rounded up, would
+     * overshoot the bound by up to 1 ms). */
+    struct timespec ts = {.tv_sec = (time_t)(left / RESIL_NS_PER_S),
+                          .tv_nsec = (long)(left % RESIL_NS_PER_S)};
+    int n = ppoll(&pfd, 1, &ts, NULL);
+    if (n > 0) return 1;
+    if (n < 0 && errno != EINTR) return -1;
+  }
+}
+
+/* One command, one reply (which may be an error reply). 0, or -1 (I/O,
+ * protocol or the deadline: the connection must be closed). */
+static int conn_cmd(rr_conn *k, int64_t deadline, int argc, const char **argv,
+                    const size_t *lens, redisReply **out) {
+  *out = NULL;
+  char *cmd = NULL;
+  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  if (len < 0 || !cmd) return -1;
+  size_t off = 0;
+  int rc = 0;
+  while (off < (size_t)len) {
+    ssize_t w = send(k->fd, cmd + off, (size_t)len - off, MSG_NOSIGNAL);
+    if (w > 0) {
+      off += (size_t)w;
+    } else if (w < 0 && errno == EINTR) {
+      continue;
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (wait_fd(k->fd, POLLOUT, deadline) != 1) {
+        rc = -1;
+        break;
+      }
+    } else {
+      rc = -1;
+      break;
+    }
+  }
+  redisFreeCommand(cmd);
+  if (rc) return -1;
+  for (;;) {
+    void *reply = NULL;
+    if (redisReaderGetReply(k->rd, &reply) != REDIS_OK) return -1;
+    if (reply) {
+      *out = reply;
+      return 0;
+    }
+    char buf[4096];
+    ssize_t n = recv(k->fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      if (redisReaderFeed(k->rd, buf, (size_t)n) != REDIS_OK) return -1;
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (wait_fd(k->fd, POLLIN, deadline) != 1) return -1;
+    } else {
+      return -1; /* closed, or an error */
+    }
+  }
+}
+
+/* A command whose reply must be +OK-like (status or string): 0, or -1. */
+static int conn_expect(rr_conn *k, int64_t deadline, int argc, const char **argv,
+                       char *copy, size_t cap) {
+  size_t lens[4];
+  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+  redisReply *rep;
+  if (conn_cmd(k, deadline, argc, argv, lens, &rep)) return -1;
+  int ok = rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_STRING;
+  if (ok && copy) {
+    if (rep->len >= cap) ok = 0;
+    else memcpy(copy, rep->str, rep->len + 1);
+  }
+  freeReplyObject(rep);
+  return ok ? 0 : -1;
+}
+
+static int conn_load(rr_conn *k, int64_t deadline) {
+  const char *argv[3] = {"SCRIPT", "LOAD", resil__redis_gcra_script};
+  return conn_expect(k, deadline, 3, argv, k->sha, sizeof k->sha);
+}
+
+/* Connects, authenticates, selects the database and loads the script,
+ * all before the deadline. 0, or -1 (closed again). */
+static int conn_open(rr *r, rr_conn *k, int64_t deadline) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  if (getaddrinfo(r->u.host, r->u.port, &hints, &res) != 0 || !res) return -1;
+  int fd = -1;
+  for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      int soerr = 0;
+      socklen_t sl = sizeof soerr;
+      rc = wait_fd(fd, POLLOUT, deadline) == 1 &&
+                   getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0
+               ? 0
+               : -1;
+    }
+    if (rc != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0) return -1;
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  k->fd = fd;
+  k->rd = redisReaderCreate();
+  if (!k->rd) {
+    conn_close(k);
+    return -1;
+  }
+  bump(r, M_CONNECTS);
+  if (r->u.pass) {
+    const char *argv[3] = {"AUTH", r->u.user ? r->u.user : r->u.pass, r->u.pass};
+    if (conn_expect(k, deadline, r->u.user ? 3 : 2, argv, NULL, 0)) goto fail;
+  }
+  if (r->u.db) {
+    char db[16];
+    snprintf(db, sizeof db, "%ld", r->u.db);
+    const char *argv[2] = {"SELECT", db};
+    if (conn_expect(k, deadline, 2, argv, NULL, 0)) goto fail;
+  }
+  if (conn_load(k, deadline)) goto fail;
+  return 0;
+fail:
+  conn_close(k);
+  return -1;
+}
+
+/* Locks mu, waiting until the deadline (CLOCK_MONOTONIC): 0, or an
+ * error number. pthread_mutex_clocklock; under ThreadSanitizer, which
+ * (GCC 12's) does not intercept it and would then report every access of
+ * the lock's holder as a race, pthread_mutex_timedlock at the same instant
+ * on CLOCK_REALTIME (a step of that clock moves the wait's end: sanitizer
+ * builds only). */
+static int lock_until(pthread_mutex_t *mu, int64_t deadline) {
+#if defined(__SANITIZE_THREAD__)
+  struct timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  int64_t at = (int64_t)rt.tv_sec * RESIL_NS_PER_S + rt.tv_nsec + (deadline - mono_ns());
+  struct timespec ts = {.tv_sec = (time_t)(at / RESIL_NS_PER_S),
+                        .tv_nsec = (long)(at % RESIL_NS_PER_S)};
+  return pthread_mutex_timedlock(mu, &ts);
+#else
+  struct timespec ts = {.tv_sec = (time_t)(deadline / RESIL_NS_PER_S),
+                        .tv_nsec = (long)(deadline % RESIL_NS_PER_S)};
+  return pthread_mutex_clocklock(mu, CLOCK_MONOTONIC, &ts);
+#endif
+}
+
+/* A connection of the pool, locked; NULL when none came free before the
+ * deadline. */
+static rr_conn *conn_take(rr *r, int64_t deadline) {
+  /* The first free one: a single caller keeps using one connection, more
+   * connections are made only when callers overlap. */
+  for (int i = 0; i < r->nconn; i++) {
+    rr_conn *k = &r->conns[i];
+    if (pthread_mutex_trylock(&k->mu) == 0) return k;
+  }
+  unsigned start = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
+  rr_conn *k = &r->conns[start % (unsigned)r->nconn];
+  return lock_until(&k->mu, deadline) == 0 ? k : NULL;
+}
+
+/* ---- decisions ----------------------------------------------------------- */
+
+typedef enum { RUN_OK, RUN_IO, RUN_REPLY } run_rc;
+
+/* EVALSHA on k (connected first when needed), loading the script again on
+ * NOSCRIPT (once). The longest wait a reservation may have is max_wait_ns
+ * less the time since t0 (the wait for the connection, connecting), read
+ * when the command is sent. RUN_OK with *out the script's array reply;
+ * RUN_IO (the connection is closed); RUN_REPLY (an error reply or an
+ * unexpected reply: the connection stays). */
+static run_rc run_script(rr *r, rr_conn *k, int64_t t0, int64_t deadline, int64_t permits,
+                         int64_t max_wait_ns, redisReply **out) {
+  *out = NULL;
+  /* A connection made before this decision may be stale (Redis restarted,
+   * an idle connection dropped): when it fails before the deadline, it is
+   * made again once and the command sent again. A command Redis ran whose
+   * reply was lost is then run twice: a permit spent unused, never one too
+   * many. */
+  int fresh = k->fd < 0;
+  if (fresh && conn_open(r, k, deadline)) return RUN_IO;
+  char a_n[24], a_w[24];
+  snprintf(a_n, sizeof a_n, "%lld", (long long)permits);
+  for (int attempt = 0;; attempt++) {
+    int64_t maxw_us = (max_wait_ns - (mono_ns() - t0)) / 1000;
+    if (maxw_us < 0) maxw_us = 0;
+    if (maxw_us > RR_EXACT_MAX) maxw_us = RR_EXACT_MAX;
+    snprintf(a_w, sizeof a_w, "%lld", (long long)maxw_us);
+    const char *argv[9] = {"EVALSHA", k->sha, "1", r->key, a_n, r->a_limit, r->a_period,
+                           r->a_burst, a_w};
+    size_t lens[9];
+    for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
+    redisReply *rep;
+    if (conn_cmd(k, deadline, 9, argv, lens, &rep)) {
+      conn_close(k);
+      if (fresh || mono_ns() >= deadline || conn_open(r, k, deadline)) return RUN_IO;
+      fresh = 1;
+      attempt = -1; /* the new connection loaded the script */
+      continue;
+    }
+    if (rep->type == REDIS_REPLY_ERROR && attempt == 0 && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
+      freeReplyObject(rep);
+      bump(r, M_NOSCRIPT);
+      if (conn_load(k, deadline)) {
+        conn_close(k);
+        return RUN_IO;
+      }
+      continue;
+    }
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
+        rep->element[0]->type != REDIS_REPLY_INTEGER ||
+        rep->element[1]->type != REDIS_REPLY_INTEGER) {
+      freeReplyObject(rep);
+      return RUN_REPLY;
+    }
+    *out = rep;
+    return RUN_OK;
+  }
+}
+
+/* One round trip under the breaker and the bound: RUN_OK with *out, or a
+ * failure (counted; *cause says what it was). */
+static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t max_wait_ns,
+                     redisReply **out, const char **cause) {
+  *out = NULL;
+  *cause = NULL;
+  const int64_t t0 = mono_ns();
+  int64_t bound = r->redis_timeout_ns;
+  if (ctx && ctx->deadline_ns != RESIL_NO_DEADLINE) {
+    int64_t left = resil_ctx_remaining_ns(ctx);
+    if (left < bound) bound = left;
+  }
+  resil_breaker_permit bp;
+  if (resil_breaker_try_acquire(r->br, &bp) != RESIL_DECISION_GO) {
+    bump(r, M_BREAKER);
+    *cause = "the breaker on the Redis connection is open";
+    return RUN_IO;
+  }
+  run_rc rc = RUN_IO;
+  rr_conn *k = bound > 0 ? conn_take(r, t0 + bound) : NULL;
+  if (!k) {
+    bump(r, M_BUSY);
+    *cause = "no connection came free within the bound";
+    resil_breaker_release(r->br, &bp);
+  } else {
+    rc = run_script(r, k, t0, t0 + bound, permits, max_wait_ns, out);
+    pthread_mutex_unlock(&k->mu);
+    int64_t d = mono_ns() - t0;
+    resil_outcome o = rc == RUN_OK ? resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_OK)
+                                   : resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+    resil_breaker_record(r->br, &bp, &o, d);
+    if (rc == RUN_OK && permits > 0) { /* a peek is no decision */
+      bump(r, M_DECISIONS);
+      atomic_store_explicit(&r->last_ns, d, memory_order_relaxed);
+      atomic_fetch_add_explicit(&r->total_ns, d, memory_order_relaxed);
+    } else if (rc != RUN_OK) {
+      bump(r, M_ERRORS);
+      *cause = rc == RUN_REPLY ? "Redis answered with an error"
+                               : "no answer from Redis (connection error or timeout)";
+    }
+  }
+  int64_t d = mono_ns() - t0;
+  int64_t mx = atomic_load_explicit(&r->max_ns, memory_order_relaxed);
+  while (d > mx && !atomic_compare_exchange_weak_explicit(&r->max_ns, &mx, d,
+                                                          memory_order_relaxed,
+                                                          memory_order_relaxed)) {
+  }
+  return rc;
+}
+
+static resil_decision fallback(rr *r, int permits, const resil_ctx *ctx, int64_t *wait_ns,
+                               resil_reason *why) {
+  switch (r->failure) {
+  case RESIL_REDIS_FAILURE_OPEN:
+    bump(r, M_OPEN);
+    *wait_ns = 0;
+    *why = RESIL_REASON_OK;
+    return RESIL_DECISION_GO;
+  case RESIL_REDIS_FAILURE_LOCAL:
+    bump(r, M_LOCAL);
+    return resil_ratelimiter_reserve(r->local, permits, ctx, wait_ns, why);
+  default:
+    bump(r, M_CLOSED);
+    *wait_ns = 0;
+    *why = RESIL_REASON_RATE_LIMITER_UNAVAILABLE;
+    return RESIL_DECISION_DENY;
+  }
+}
+
+static int64_t us_to_ns(long long us) {
+  return us >= INT64_MAX / 1000 ? INT64_MAX : (int64_t)us * 1000;
+}
+
+static resil_decision rr_reserve(void *self, int permits, const resil_ctx *ctx,
+                                 int64_t max_wait_ns, int64_t *wait_ns, resil_reason *why) {
+  rr *r = self;
+  if (permits > r->burst) { /* never within a burst: no need to ask */
+    *wait_ns = INT64_MAX;
+    *why = RESIL_REASON_RATE_LIMITED;
+    return RESIL_DECISION_DENY;
+  }
+  redisReply *rep;
+  const char *cause;
+  if (decide(r, ctx, permits, max_wait_ns, &rep, &cause) != RUN_OK) {
+    if (!atomic_exchange_explicit(&r->failing, 1, memory_order_acq_rel)) {
+      bump(r, M_ENTERED);
+      if (r->on_fallback) r->on_fallback(r->on_fallback_user, r->name, 1, cause);
+    }
+    return fallback(r, permits, ctx, wait_ns, why);
+  }
+  if (atomic_load_explicit(&r->failing, memory_order_relaxed) &&
+      atomic_exchange_explicit(&r->failing, 0, memory_order_acq_rel) && r->on_fallback)
+    r->on_fallback(r->on_fallback_user, r->name, 0, NULL);
+  long long allowed = rep->element[0]->integer, w = rep->element[1]->integer;
+  freeReplyObject(rep);
+  *wait_ns = us_to_ns(w < 0 ? 0 : w);
+  if (!allowed) {
+    *why = RESIL_REASON_RATE_LIMITED;
+    return RESIL_DECISION_DENY;
+  }
+  *why = RESIL_REASON_OK;
+  return *wait_ns > 0 ? RESIL_DECISION_WAIT : RESIL_DECISION_GO;
+}
+
+static int rr_peek(void *self, int64_t *available, int64_t *nanos_to_wait) {
+  rr *r = self;
+  redisReply *rep;
+  const char *cause;
+  if (decide(r, NULL, 0, 0, &rep, &cause) != RUN_OK) return -1;
+  int ok = rep->elements >= 3 && rep->element[2]->type == REDIS_REPLY_INTEGER;
+  if (ok) {
+    *nanos_to_wait = us_to_ns(rep->element[1]->integer);
+    *available = rep->element[2]->integer;
+  }
+  freeReplyObject(rep);
+  return ok ? 0 : -1;
+}
+
+static void rr_free(void *self) {
+  rr *r = self;
+  if (!r) return;
+  const resil_allocator *a = r->alloc;
+  for (int i = 0; r->conns && i < r->nconn; i++) {
+    conn_close(&r->conns[i]);
+    pthread_mutex_destroy(&r->conns[i].mu);
+  }
+  resil__free(a, r->conns);
+  resil_breaker_free(r->br);
+  resil_ratelimiter_free(r->local);
+  uri_free(a, &r->u);
+  resil__free(a, r->key);
+  resil__free(a, r);
+}
+
+/* ---- configuration -------------------------------------------------------- */
+
+static void config_defaults(resil_redis_ratelimiter_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->struct_size = sizeof *cfg;
+  cfg->name = "ratelimiter";
+  cfg->key_prefix = "resil:rl:";
+  cfg->limit_for_period = 50;
+  cfg->refresh_period_ns = RESIL_NS_PER_S;
+  cfg->burst = 0;
+  cfg->timeout_ns = 5 * RESIL_NS_PER_S;
+  cfg->redis_timeout_ns = 20 * RESIL_NS_PER_MS;
+  cfg->failure = RESIL_REDIS_FAILURE_LOCAL;
+  cfg->expected_instances = 1;
+  cfg->connections = 4;
+}
+
+void resil_redis_ratelimiter_config_init_sized(resil_redis_ratelimiter_config *cfg, size_t n) {
+  if (!cfg) return;
+  resil_redis_ratelimiter_config full;
+  config_defaults(&full);
+  resil__sized_out(cfg, n, &full, sizeof full);
+}
+
+static resil_status validate(const resil_redis_ratelimiter_config *cfg, int64_t burst,
+                             resil_error *err) {
+  resil_status st;
+  if ((st = resil__check_range(err, "limit_for_period", cfg->limit_for_period, 1,
+                               INT64_C(2147483647))))
+    return st;
+  if ((st = resil__check_ns(err, "refresh_period_ns", cfg->refresh_period_ns, 1000,
+                            RR_EXACT_MAX * 1000)))
+    return st;
+  if (cfg->refresh_period_ns % 1000 != 0)
+    return resil__err(err, RESIL_EINVAL, "refresh_period_ns",
+                      "must be a whole number of microseconds (Redis's clock), got %lld ns",
+                      (long long)cfg->refresh_period_ns);
+  if ((st = resil__check_range(err, "burst", cfg->burst, 0, INT64_C(2147483647)))) return st;
+  const int64_t period_us = cfg->refresh_period_ns / 1000;
+  if (burst > RR_EXACT_MAX / cfg->limit_for_period || burst > RR_EXACT_MAX / period_us)
+    return resil__err(err, RESIL_EINVAL, "burst",
+                      "burst x limit_for_period and burst x refresh_period (us) must not "
+                      "exceed 2^50, got burst %lld",
+                      (long long)burst);
+  if ((st = resil__check_ns(err, "timeout_ns", cfg->timeout_ns, 0, RR_EXACT_MAX * 1000)))
+    return st;
+  if ((st = resil__check_ns(err, "redis_timeout_ns", cfg->redis_timeout_ns, RESIL_NS_PER_MS,
+                            60 * RESIL_NS_PER_S)))
+    return st;
+  if (cfg->failure != RESIL_REDIS_FAILURE_OPEN && cfg->failure != RESIL_REDIS_FAILURE_CLOSED &&
+      cfg->failure != RESIL_REDIS_FAILURE_LOCAL)
+    return resil__err(err, RESIL_EINVAL, "failure",
+                      "must be RESIL_REDIS_FAILURE_OPEN, _CLOSED or _LOCAL, got %d",
+                      (int)cfg->failure);
+  if ((st = resil__check_range(err, "expected_instances", cfg->expected_instances, 1, 1000000)))
+    return st;
+  if ((st = resil__check_range(err, "connections", cfg->connections, 1, 64))) return st;
+  if (!cfg->key_prefix) return resil__err(err, RESIL_EINVAL, "key_prefix", "must not be NULL");
+  return RESIL_OK;
+}
+
+/* The breaker on the connection: cfg->breaker, or the default. */
+static resil_status make_breaker(rr *r, const resil_redis_ratelimiter_config *cfg,
+                                 const char *name, resil_error *err) {
+  resil_breaker_config bc;
+  char bname[256];
+  if (cfg->breaker) {
+    /* Copied at the caller's size, the rest defaults. */
+    resil_breaker_config_init(&bc);
+    size_t n = resil__sized_size(cfg->breaker);
+    if (n > sizeof bc) n = sizeof bc;
+    if (n >= sizeof(size_t)) memcpy(&bc, cfg->breaker, n);
+  } else {
+    resil_breaker_config_init(&bc);
+    snprintf(bname, sizeof bname, "%.249s:redis", name);
+    bc.name = bname;
+    bc.window_size = 10;
+    bc.minimum_calls = 5;
+    bc.failure_rate_threshold_pct = 50;
+    bc.open_wait_ns = RESIL_NS_PER_S;
+    bc.half_open_permitted_calls = 1;
+  }
+  if (!bc.clock) bc.clock = cfg->clock;
+  if (!bc.alloc) bc.alloc = cfg->alloc;
+  resil_error be;
+  resil_status st = resil_breaker_new(&bc, &r->br, &be);
+  if (st != RESIL_OK)
+    return resil__err(err, st, "breaker", "%s", be.msg);
+  return RESIL_OK;
+}
+
+resil_status resil_redis_ratelimiter_new(const resil_redis_ratelimiter_config *ucfg,
+                                         resil_ratelimiter **out, resil_error *err) {
+  if (!ucfg) return resil__err(err, RESIL_EINVAL, "cfg", "must not be NULL");
+  if (!out) return resil__err(err, RESIL_EINVAL, "out", "must not be NULL");
+  resil_redis_ratelimiter_config full;
+  const resil_redis_ratelimiter_config *cfg = &full;
+  config_defaults(&full);
+  resil_status st = resil__sized_in(&full, sizeof full, ucfg, sizeof full,
+                                    "resil_redis_ratelimiter_config",
+                                    "resil_redis_ratelimiter_config_init", err);
+  if (st != RESIL_OK) return st;
+  const int64_t burst = cfg->burst ? cfg->burst : cfg->limit_for_period;
+  if ((st = validate(cfg, burst, err))) return st;
+  const resil_allocator *a = cfg->alloc;
+  const char *name = cfg->name ? cfg->name : "ratelimiter";
+  rr *r = resil__calloc(a, sizeof *r);
+  if (!r) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  r->alloc = a;
+  if ((st = parse_uri(a, cfg->uri, &r->u, err))) {
+    resil__free(a, r);
+    return st;
+  }
+  size_t kl = strlen(cfg->key_prefix) + strlen(name) + 1;
+  r->key = resil__alloc(a, kl);
+  r->nconn = cfg->connections;
+  r->conns = resil__calloc(a, sizeof *r->conns * (size_t)r->nconn);
+  if (!r->key || !r->conns) {
+    resil__free(a, r->conns);
+    r->conns = NULL;
+    rr_free(r);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  snprintf(r->key, kl, "%s%s", cfg->key_prefix, name);
+  r->name = r->key + strlen(cfg->key_prefix);
+  r->on_fallback = cfg->on_fallback;
+  r->on_fallback_user = cfg->on_fallback_user;
+  for (int i = 0; i < r->nconn; i++) {
+    pthread_mutex_init(&r->conns[i].mu, NULL);
+    r->conns[i].fd = -1;
+  }
+  r->limit = cfg->limit_for_period;
+  r->period_us = cfg->refresh_period_ns / 1000;
+  r->burst = burst;
+  r->redis_timeout_ns = cfg->redis_timeout_ns;
+  r->failure = cfg->failure;
+  snprintf(r->a_limit, sizeof r->a_limit, "%lld", (long long)r->limit);
+  snprintf(r->a_period, sizeof r->a_period, "%lld", (long long)r->period_us);
+  snprintf(r->a_burst, sizeof r->a_burst, "%lld", (long long)r->burst);
+  if ((st = make_breaker(r, cfg, name, err))) {
+    rr_free(r);
+    return st;
+  }
+  if (r->failure == RESIL_REDIS_FAILURE_LOCAL) {
+    resil_ratelimiter_config lc;
+    resil_ratelimiter_config_init(&lc);
+    char lname[256];
+    snprintf(lname, sizeof lname, "%.249s:local", name);
+    lc.name = lname;
+    int64_t share = r->limit / cfg->expected_instances;
+    lc.limit_for_period = share > 0 ? share : 1;
+    lc.refresh_period_ns = cfg->refresh_period_ns;
+    lc.timeout_ns = cfg->timeout_ns;
+    lc.clock = cfg->clock;
+    lc.alloc = a;
+    lc.shared = cfg->shared;
+    if ((st = resil_ratelimiter_new(&lc, &r->local, err))) {
+      rr_free(r);
+      return st;
+    }
+  }
+  resil_ratelimiter_backend be;
+  resil_ratelimiter_backend_init(&be);
+  be.self = r;
+  be.reserve = rr_reserve;
+  be.peek = rr_peek;
+  be.free = rr_free;
+  resil_ratelimiter_config rc;
+  resil_ratelimiter_config_init(&rc);
+  rc.name = name;
+  rc.limit_for_period = r->limit;
+  rc.refresh_period_ns = cfg->refresh_period_ns;
+  rc.timeout_ns = cfg->timeout_ns;
+  rc.clock = cfg->clock;
+  rc.alloc = a;
+  return resil_ratelimiter_new_backed(&rc, &be, out, err); /* frees r on failure */
+}
+
+static rr *rr_of(const resil_ratelimiter *rl) {
+  const resil_ratelimiter_backend *be = resil_ratelimiter_backend_of(rl);
+  return be && be->reserve == rr_reserve ? be->self : NULL;
+}
+
+resil_status resil_redis_ratelimiter_get_metrics_sized(const resil_ratelimiter *rl,
+                                                       resil_redis_ratelimiter_metrics *dst,
+                                                       size_t n) {
+  rr *r = rr_of(rl);
+  if (!r) return RESIL_EMISUSE;
+  if (!dst) return RESIL_EINVAL;
+  resil_redis_ratelimiter_metrics m;
+  memset(&m, 0, sizeof m);
+  m.struct_size = sizeof m;
+  uint64_t v[M_COUNT];
+  for (int i = 0; i < M_COUNT; i++) v[i] = atomic_load_explicit(&r->m[i], memory_order_relaxed);
+  m.redis_decisions = v[M_DECISIONS];
+  m.redis_errors = v[M_ERRORS];
+  m.breaker_rejected = v[M_BREAKER];
+  m.busy = v[M_BUSY];
+  m.fallback_open = v[M_OPEN];
+  m.fallback_closed = v[M_CLOSED];
+  m.fallback_local = v[M_LOCAL];
+  m.noscript_reloads = v[M_NOSCRIPT];
+  m.connects = v[M_CONNECTS];
+  m.fallbacks_entered = v[M_ENTERED];
+  m.last_decision_ns = atomic_load_explicit(&r->last_ns, memory_order_relaxed);
+  m.max_decision_ns = atomic_load_explicit(&r->max_ns, memory_order_relaxed);
+  m.total_decision_ns = atomic_load_explicit(&r->total_ns, memory_order_relaxed);
+  resil__sized_out(dst, n, &m, sizeof m);
+  return RESIL_OK;
+}
+
+resil_breaker *resil_redis_ratelimiter_breaker(const resil_ratelimiter *rl) {
+  rr *r = rr_of(rl);
+  return r ? r->br : NULL;
+}
+
+resil_ratelimiter *resil_redis_ratelimiter_local(const resil_ratelimiter *rl) {
+  rr *r = rr_of(rl);
+  return r ? r->local : NULL;
+}
+
+/* ---- metrics (resil_metrics source) ---------------------------------------- */
+
+static const resil_metric_family rr_fams[] = {
+    {"resil_redis_ratelimiter_decisions_total", RESIL_METRIC_COUNTER,
+     "Decisions by who made them: redis, or the failure policy (open, closed, local)"},
+    {"resil_redis_ratelimiter_failures_total", RESIL_METRIC_COUNTER,
+     "Decisions Redis did not make, by cause: error (I/O, timeout, error reply), "
+     "breaker_open, busy (no free connection within the bound)"},
+    {"resil_redis_ratelimiter_noscript_reloads_total", RESIL_METRIC_COUNTER,
+     "Script loaded again after NOSCRIPT"},
+    {"resil_redis_ratelimiter_connects_total", RESIL_METRIC_COUNTER,
+     "Connections made to Redis"},
+    {"resil_redis_ratelimiter_fallbacks_entered_total", RESIL_METRIC_COUNTER,
+     "Times the failure policy took over from Redis"},
+    {"resil_redis_ratelimiter_decision_seconds_total", RESIL_METRIC_COUNTER,
+     "Time of the decisions Redis made, summed (divide by decisions_total{by=\"redis\"})"},
+    {"resil_redis_ratelimiter_decision_seconds", RESIL_METRIC_GAUGE,
+     "The last Redis decision's time (stat=last), the longest decision's (stat=max)"},
+};
+
+static resil_status rr_snapshot(const void *obj, void *snap) {
+  return resil_redis_ratelimiter_get_metrics(obj, snap);
+}
+
+static void rr_by(resil_metrics_emitter *e, const char *label, const char *value, double v) {
+  const char *l[2] = {label, value};
+  resil_metrics_sample(e, v, 1, l);
+}
+
+static void rr_emit(const void *snap, size_t family, resil_metrics_emitter *e) {
+  const resil_redis_ratelimiter_metrics *m = snap;
+  switch (family) {
+  case 0:
+    rr_by(e, "by", "redis", (double)m->redis_decisions);
+    rr_by(e, "by", "open", (double)m->fallback_open);
+    rr_by(e, "by", "closed", (double)m->fallback_closed);
+    rr_by(e, "by", "local", (double)m->fallback_local);
+    break;
+  case 1:
+    rr_by(e, "cause", "error", (double)m->redis_errors);
+    rr_by(e, "cause", "breaker_open", (double)m->breaker_rejected);
+    rr_by(e, "cause", "busy", (double)m->busy);
+    break;
+  case 2: resil_metrics_sample(e, (double)m->noscript_reloads, 0, NULL); break;
+  case 3: resil_metrics_sample(e, (double)m->connects, 0, NULL); break;
+  case 4: resil_metrics_sample(e, (double)m->fallbacks_entered, 0, NULL); break;
+  case 5: resil_metrics_sample(e, (double)m->total_decision_ns / 1e9, 0, NULL); break;
+  case 6:
+    rr_by(e, "stat", "last", (double)m->last_decision_ns / 1e9);
+    rr_by(e, "stat", "max", (double)m->max_decision_ns / 1e9);
+    break;
+  default: break;
+  }
+}
+
+static const resil_metrics_source rr_src = {
+    sizeof(resil_metrics_source), rr_fams, sizeof rr_fams / sizeof rr_fams[0],
+    sizeof(resil_redis_ratelimiter_metrics), rr_snapshot, rr_emit};
+
+resil_status resil_redis_ratelimiter_metrics_add(resil_metrics *m, const char *name,
+                                                 const resil_ratelimiter *rl) {
+  if (!m) return RESIL_EMISUSE;
+  if (!rr_of(rl)) return RESIL_EINVAL;
+  return resil_metrics_add_source(m, name ? name : resil_ratelimiter_name(rl), &rr_src, rl);
+}
