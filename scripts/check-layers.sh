@@ -18,8 +18,8 @@
 #   - every exp_*.c is a family, a unit of its own above the lab's shared
 #     files: it never includes another family (nor any .c file), and names
 #     no other family's table;
-#   - the shared files (lab_result, lab_ops, lab_engine, lab_report,
-#     lab_families) never include the runner's lab.h, which sits on top;
+#   - the shared files (lab_result, lab_ops, lab_engine, lab_procs,
+#     lab_report, lab_families) never include the runner's lab.h, which sits on top;
 #   - a lab file includes only lab headers, public headers (resil/...) and
 #     the fixture's fixture/fixture.h: never a header of tools/resil (the
 #     CLI's cmd_*.c) nor of the library's internals;
@@ -129,6 +129,7 @@ lab_result   0 lab/lab_result.h lab/lab_result.c
 lab_report   0 lab/lab_report.h lab/lab_report.c
 lab_ops      1 lab/lab_ops.h lab/lab_ops.c
 lab_engine   1 lab/lab_engine.h lab/lab_engine.c
+lab_procs    1 lab/lab_procs.h lab/lab_procs.c
 lab_families 1 lab/lab_families.h lab/lab_families.c
 runner       3 lab/lab.h lab/lab.c
 '

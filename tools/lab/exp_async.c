@@ -44,11 +44,7 @@ static const resil_http_endpoint async_endpoints[] = {
      .path = "/slow", .query = "ms=200"},
 };
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static int64_t now_ms(void) { return lab_now_ns() / 1000000; }
 
 /* One engine on one built-in loop, and what its completions saw. */
 typedef struct async_lab {
@@ -83,11 +79,7 @@ typedef struct async_lab {
 
 enum { ASYNC_SAMPLE_MS = 5, ASYNC_SAMPLES = 400 };
 
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+static int64_t now_us(void) { return lab_now_ns() / 1000; }
 
 /* Takes one sample now when due (or always with force: the first, the
  * one after submitting and the last, so at most ASYNC_SAMPLES + 3). */
@@ -522,11 +514,7 @@ typedef struct a4_canceller {
   int64_t t_cancel_ns[2];
 } a4_canceller;
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+static int64_t now_ns(void) { return lab_now_ns(); }
 
 static void *a4_cancel_main(void *u) {
   a4_canceller *k = u;

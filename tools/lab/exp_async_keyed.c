@@ -47,11 +47,7 @@ static const resil_http_endpoint keyed_endpoints[] = {
      .content_type = "application/json", .status_endpoint = "op_status"},
 };
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static int64_t now_ms(void) { return lab_now_ns() / 1000000; }
 
 typedef struct a7_state {
   resil_fixture *fx;

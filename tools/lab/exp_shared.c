@@ -58,6 +58,7 @@
 #include <unistd.h>
 
 #include "lab_families.h"
+#include "lab_procs.h"
 #include "lab_result.h"
 #include "resil/breaker.h"
 #include "resil/metrics.h"
@@ -69,71 +70,6 @@ extern char **environ;
 #endif
 
 enum { M_WORKERS = 8 };
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* ---- the segment in a temporary directory ---------------------------------- */
-
-typedef struct m_seg {
-  char dir[80];
-  char name[40];
-  resil_shared_config sc;
-  resil_shared *seg;
-} m_seg;
-
-/* A fresh temp dir for the segment "<tag>-<pid>" (s->dir, s->name, s->sc
- * required, not opened). 0 or -1 (r records why). */
-static int m_seg_dir(lab_result *r, m_seg *s, const char *tag) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(s->dir, sizeof s->dir, "%s/resil-%s-XXXXXX",
-           tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp", tag);
-  if (!lab_check(r, mkdtemp(s->dir) != NULL, "mkdtemp: %s", strerror(errno))) {
-    s->dir[0] = '\0';
-    return -1;
-  }
-  snprintf(s->name, sizeof s->name, "%s-%ld", tag, (long)getpid());
-  resil_shared_config_init(&s->sc);
-  s->sc.name = s->name;
-  s->sc.dir = s->dir;
-  s->sc.required = 1;
-  return 0;
-}
-
-/* Opens (creating) the segment "<tag>-<pid>" in a fresh temp dir,
- * required. 0 or -1 (r records why). */
-static int m_seg_open(lab_result *r, m_seg *s, const char *tag) {
-  if (m_seg_dir(r, s, tag) != 0) return -1;
-  resil_error err;
-  if (!lab_check(r, resil_shared_open(&s->sc, &s->seg, &err) == RESIL_OK, "segment: %s",
-                 err.msg)) {
-    s->seg = NULL;
-    return -1;
-  }
-  return 0;
-}
-
-/* Closes the handle, removes the segment's file and the directory. */
-static void m_seg_done(m_seg *s) {
-  if (s->seg) {
-    resil_shared_close(s->seg);
-    (void)resil_shared_unlink(&s->sc, NULL);
-    s->seg = NULL;
-  }
-  if (s->dir[0]) rmdir(s->dir);
-  s->dir[0] = '\0';
-}
-
-/* A page every worker writes its counts to (MAP_SHARED, inherited). */
-static void *m_board(size_t n) {
-  void *b = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (b == MAP_FAILED) return NULL;
-  memset(b, 0, n);
-  return b;
-}
 
 /* ---- the workers ------------------------------------------------------------ */
 
@@ -181,7 +117,7 @@ static void m_crew_reap(m_crew *c, int64_t deadline) {
       }
     }
     if (left == 0) break;
-    if (mono_ns() > deadline) {
+    if (lab_now_ns() > deadline) {
       for (int i = 0; i < c->started; i++)
         if (!done[i] && kill(c->pid[i], SIGKILL) == 0) c->killed++;
       deadline = INT64_MAX; /* the killed ones are reaped by the next passes */
@@ -194,7 +130,7 @@ static void m_crew_reap(m_crew *c, int64_t deadline) {
 /* Spins (yielding) until the start line, bounded. */
 static int m_wait_go(_Atomic int *go, int64_t until) {
   while (!atomic_load(go))
-    if (mono_ns() > until) return -1;
+    if (lab_now_ns() > until) return -1;
     else sched_yield();
   return 0;
 }
@@ -248,7 +184,7 @@ static int m1_worker(void *arg, int i) {
   for (;;) {
     resil_outcome o = resil_breaker_run(br, NULL, m1_upstream, x->b);
     if (o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_BREAKER_OPEN) break;
-    if (mono_ns() > x->deadline) return 3;
+    if (lab_now_ns() > x->deadline) return 3;
   }
   atomic_fetch_add(&x->b->rejected, 1);
   int open = resil_breaker_state(br) == RESIL_BREAKER_OPEN;
@@ -259,10 +195,10 @@ static int m1_worker(void *arg, int i) {
 /* One run of 8 workers; returns the upstream's calls (-1: not run). */
 static long m1_round(lab_result *r, resil_shared *seg, m_crew *crew, int *started,
                      int *rejected) {
-  m1 x = {seg, m_board(sizeof(m1_board)), mono_ns() + RESIL_S(10)};
+  m1 x = {seg, lab_board(sizeof(m1_board)), lab_now_ns() + RESIL_S(10)};
   if (!lab_check(r, x.b != NULL, "mmap: %s", strerror(errno))) return -1;
   m_crew_start(crew, M_WORKERS, m1_worker, &x);
-  while (atomic_load(&x.b->started) < crew->started && mono_ns() < x.deadline) sched_yield();
+  while (atomic_load(&x.b->started) < crew->started && lab_now_ns() < x.deadline) sched_yield();
   atomic_store(&x.b->go, 1);
   m_crew_reap(crew, x.deadline + RESIL_S(1));
   long calls = atomic_load(&x.b->calls);
@@ -273,9 +209,9 @@ static long m1_round(lab_result *r, resil_shared *seg, m_crew *crew, int *starte
 }
 
 static int m1_run(lab_result *r, int wrong) {
-  m_seg s;
+  lab_seg s;
   memset(&s, 0, sizeof s);
-  if (m_seg_open(r, &s, "m1") != 0) goto out;
+  if (lab_seg_open(r, &s, "m1") != 0) goto out;
   m_crew crew;
   int started = 0, rejected = 0;
   long calls = m1_round(r, wrong ? NULL : s.seg, &crew, &started, &rejected);
@@ -327,7 +263,7 @@ static int m1_run(lab_result *r, int wrong) {
              "per-process breakers let %ld calls through (%d workers, %d rejected), not >= 100",
              wrong_calls, wstarted, wrejected);
 out:
-  m_seg_done(&s);
+  lab_seg_done(&s);
   return r->pass;
 }
 
@@ -377,7 +313,7 @@ static int m2_worker(void *arg, int i) {
   if (m_wait_go(&x->b->go, x->deadline) != 0) return 2;
   int rc = 0;
   const int64_t end = atomic_load(&x->b->end);
-  while (mono_ns() < end) {
+  while (lab_now_ns() < end) {
     resil_breaker_permit p;
     if (resil_breaker_try_acquire(br, &p) != RESIL_DECISION_GO) {
       atomic_fetch_add(&x->b->rejected, 1);
@@ -399,13 +335,13 @@ static int m2_worker(void *arg, int i) {
 }
 
 static int m2_run(lab_result *r, int wrong) {
-  m_seg s;
+  lab_seg s;
   memset(&s, 0, sizeof s);
   resil_breaker *br = NULL;
   m2 x = {NULL, NULL, 0};
-  if (m_seg_open(r, &s, "m2") != 0) goto out;
+  if (lab_seg_open(r, &s, "m2") != 0) goto out;
   x.seg = wrong ? NULL : s.seg;
-  x.b = m_board(sizeof(m2_board));
+  x.b = lab_board(sizeof(m2_board));
   if (!lab_check(r, x.b != NULL, "mmap: %s", strerror(errno))) goto out;
   resil_breaker_config c;
   m2_config(&c, x.seg);
@@ -413,11 +349,11 @@ static int m2_run(lab_result *r, int wrong) {
   /* The parent's handle (created first: the shared state starts OPEN). */
   if (!lab_check(r, resil_breaker_new(&c, &br, &err) == RESIL_OK, "breaker: %s", err.msg))
     goto out;
-  x.deadline = mono_ns() + RESIL_S(10);
+  x.deadline = lab_now_ns() + RESIL_S(10);
   m_crew crew;
   m_crew_start(&crew, M_WORKERS, m2_worker, &x);
-  while (atomic_load(&x.b->started) < crew.started && mono_ns() < x.deadline) sched_yield();
-  atomic_store(&x.b->end, mono_ns() + RESIL_MS(400));
+  while (atomic_load(&x.b->started) < crew.started && lab_now_ns() < x.deadline) sched_yield();
+  atomic_store(&x.b->end, lab_now_ns() + RESIL_MS(400));
   atomic_store(&x.b->go, 1);
   m_crew_reap(&crew, x.deadline);
   long periods = 0, most = 0, over = 0, sum = 0;
@@ -462,7 +398,7 @@ static int m2_run(lab_result *r, int wrong) {
 out:
   if (br) resil_breaker_free(br);
   if (x.b) munmap(x.b, sizeof(m2_board));
-  m_seg_done(&s);
+  lab_seg_done(&s);
   return r->pass;
 }
 
@@ -514,7 +450,7 @@ static int m3_worker(void *arg, int i) {
   const int64_t t_before = atomic_load(&x->b->t_before);
   long n = 0;
   int64_t last = 0, marked = -1;
-  for (int64_t now = mono_ns(); now < t_before + M3_RUN_NS; now = mono_ns()) {
+  for (int64_t now = lab_now_ns(); now < t_before + M3_RUN_NS; now = lab_now_ns()) {
     int64_t cy = (now - t_before) / M3_PERIOD_NS;
     if (cy != marked && cy >= 0 && cy < M3_CYCLES) {
       atomic_store_explicit(&x->b->called[cy], 1, memory_order_relaxed);
@@ -522,7 +458,7 @@ static int m3_worker(void *arg, int i) {
     }
     if (resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO) {
       n++;
-      last = mono_ns();
+      last = lab_now_ns();
     }
   }
   atomic_fetch_add(&x->b->admitted, n);
@@ -534,18 +470,18 @@ static int m3_worker(void *arg, int i) {
 }
 
 static int m3_run(lab_result *r, int wrong) {
-  m_seg s;
+  lab_seg s;
   memset(&s, 0, sizeof s);
   resil_ratelimiter *rl = NULL;
   m3 x = {NULL, NULL, 0};
-  if (m_seg_open(r, &s, "m3") != 0) goto out;
+  if (lab_seg_open(r, &s, "m3") != 0) goto out;
   x.seg = wrong ? NULL : s.seg;
-  x.b = m_board(sizeof(m3_board));
+  x.b = lab_board(sizeof(m3_board));
   if (!lab_check(r, x.b != NULL, "mmap: %s", strerror(errno))) goto out;
-  x.deadline = mono_ns() + M3_RUN_NS + RESIL_S(10);
+  x.deadline = lab_now_ns() + M3_RUN_NS + RESIL_S(10);
   m_crew crew;
   m_crew_start(&crew, M_WORKERS, m3_worker, &x);
-  int64_t t_before = mono_ns();
+  int64_t t_before = lab_now_ns();
   resil_error err;
   if (!lab_check(r, m3_limiter(x.seg, &rl, &err) == RESIL_OK, "limiter: %s", err.msg)) {
     atomic_store(&x.b->t_before, t_before - M3_RUN_NS); /* the workers stop at once */
@@ -599,7 +535,7 @@ static int m3_run(lab_result *r, int wrong) {
 out:
   if (rl) resil_ratelimiter_free(rl);
   if (x.b) munmap(x.b, sizeof(m3_board));
-  m_seg_done(&s);
+  lab_seg_done(&s);
   return r->pass;
 }
 
@@ -661,7 +597,7 @@ static int m5_run_sh(const char *bin, int n, const char *errfile, char *const *a
   posix_spawnattr_init(&at);
   posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP); /* its own group: killed whole */
   posix_spawnattr_setpgroup(&at, 0);
-  const int64_t t0 = mono_ns();
+  const int64_t t0 = lab_now_ns();
   pid_t pid = -1;
   int rc = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -675,7 +611,7 @@ static int m5_run_sh(const char *bin, int n, const char *errfile, char *const *a
   size_t len = 0;
   const int64_t end = t0 + limit_ns;
   for (;;) {
-    int64_t left_ms = (end - mono_ns()) / 1000000;
+    int64_t left_ms = (end - lab_now_ns()) / 1000000;
     if (left_ms <= 0) {
       out->timed_out = 1;
       break;
@@ -703,7 +639,7 @@ static int m5_run_sh(const char *bin, int n, const char *errfile, char *const *a
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  out->ns = mono_ns() - t0;
+  out->ns = lab_now_ns() - t0;
   out->exit = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return 0;
 }
@@ -726,13 +662,13 @@ static int m5_run(lab_result *r, int wrong) {
                  "M5 runs `resil call` in a shell loop: set RESIL_BIN to the resil binary"))
     return 0;
   resil_fixture *fx = NULL;
-  m_seg s;
+  lab_seg s;
   memset(&s, 0, sizeof s);
   char errfile[128] = "";
   char eb[256];
   if (!lab_check(r, resil_fixture_start(NULL, &fx, eb, sizeof eb) == 0, "fixture: %s", eb))
     return 0;
-  if (m_seg_dir(r, &s, "m5") != 0) goto out;
+  if (lab_seg_dir(r, &s, "m5") != 0) goto out;
   snprintf(errfile, sizeof errfile, "%s/stderr", s.dir);
   char url[160];
   snprintf(url, sizeof url, "%s/status/503", resil_fixture_url(fx));
@@ -763,7 +699,7 @@ static int m5_run(lab_result *r, int wrong) {
                               RESIL_S(120)) == 0,
                  "cannot start /bin/sh: %s", strerror(errno)))
     goto out;
-  const int64_t loop_end = mono_ns();
+  const int64_t loop_end = lab_now_ns();
   long upstream = resil_fixture_attempts(fx, "status");
   int made = 0, rejected = 0, other = 0;
   for (int i = 0; i < loop.count; i++) {
@@ -793,7 +729,7 @@ static int m5_run(lab_result *r, int wrong) {
    * before it), the same invocation twice: the probe goes through (and
    * fails: OPEN again), the next is rejected. */
   int64_t until = loop_end + RESIL_MS(wait_ms) + RESIL_MS(50);
-  while (mono_ns() < until) {
+  while (lab_now_ns() < until) {
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
   }
@@ -868,7 +804,7 @@ out:
     (void)resil_shared_unlink(&s.sc, NULL); /* absent in the wrong variant */
     if (errfile[0]) unlink(errfile);
   }
-  m_seg_done(&s);
+  lab_seg_done(&s);
   resil_fixture_stop(fx);
   return r->pass;
 }
@@ -1028,13 +964,13 @@ static int m6_child(void *arg, int i) {
 }
 
 static int m6_run(lab_result *r, int wrong) {
-  m_seg s;
+  lab_seg s;
   memset(&s, 0, sizeof s);
   m6_board *b = NULL;
   char own[160] = "", squat[160] = "";
   const int root = geteuid() == 0;
-  if (m_seg_dir(r, &s, "m6") != 0) goto out;
-  b = m_board(sizeof *b);
+  if (lab_seg_dir(r, &s, "m6") != 0) goto out;
+  b = lab_board(sizeof *b);
   if (!lab_check(r, b != NULL, "mmap: %s", strerror(errno))) goto out;
   /* A real segment of this process's user: created and closed (the
    * object stays). */
@@ -1073,7 +1009,7 @@ static int m6_run(lab_result *r, int wrong) {
   m6 x = {b, s.dir, s.name, root};
   m_crew crew;
   m_crew_start(&crew, 1, m6_child, &x);
-  m_crew_reap(&crew, mono_ns() + RESIL_S(20));
+  m_crew_reap(&crew, lab_now_ns() + RESIL_S(20));
 
   const char *eacces = strerror(EACCES);
   char mode_s[8];
@@ -1146,7 +1082,7 @@ out:
   if (squat[0]) unlink(squat);
   if (own[0]) unlink(own);
   if (b) munmap(b, sizeof *b);
-  m_seg_done(&s);
+  lab_seg_done(&s);
   return r->pass;
 }
 

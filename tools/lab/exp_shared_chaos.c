@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "lab_families.h"
+#include "lab_procs.h"
 #include "lab_result.h"
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
@@ -87,12 +88,6 @@ enum {
 };
 #define M4_PERIOD_NS RESIL_MS(5)
 #define M4_HARD_NS RESIL_S(40)
-
-static int64_t m4_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void m4_sleep_ns(int64_t ns) {
   struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
@@ -142,10 +137,7 @@ typedef struct m4_board {
 /* ---- the segment, the instances ----------------------------------------- */
 
 typedef struct m4 {
-  char dir[80];
-  char name[40];
-  resil_shared_config sc;
-  resil_shared *seg;
+  lab_seg s;
   int wrong;
   m4_board *b;
   resil_breaker *br;
@@ -202,14 +194,14 @@ static int bh_take(m4 *x, resil_bulkhead *bh, int64_t wait_ns) {
   if (!x->wrong)
     return (wait_ns == 0 ? resil_bulkhead_try_acquire(bh, NULL)
                          : resil_bulkhead_acquire(bh, NULL, NULL)) == RESIL_DECISION_GO;
-  int64_t until = m4_now() + wait_ns;
+  int64_t until = lab_now_ns() + wait_ns;
   for (;;) {
     uint32_t v = atomic_load(&x->b->counter);
     if (v < M4_MAX) {
       if (atomic_compare_exchange_weak(&x->b->counter, &v, v + 1)) return 1;
       continue;
     }
-    if (m4_now() >= until) return 0;
+    if (lab_now_ns() >= until) return 0;
     m4_sleep_ns(RESIL_US(100));
   }
 }
@@ -333,7 +325,7 @@ static void m4_checkpoint(m4 *x, pid_t *pid, m4_chaos *c, unsigned *seed, int la
       c->by_op[op >= 0 && op < OP_N ? op : OP_NONE]++;
     }
   }
-  atomic_store(&x->b->last_kill_ns, m4_now());
+  atomic_store(&x->b->last_kill_ns, lab_now_ns());
   for (int i = 0; i < M4_WORKERS; i++) {
     if (pid[i] > 0) (void)m4_kill(pid[i]);
     pid[i] = -1;
@@ -351,14 +343,14 @@ static void m4_checkpoint(m4 *x, pid_t *pid, m4_chaos *c, unsigned *seed, int la
 static void m4_run_chaos(m4 *x, m4_chaos *c) {
   memset(c, 0, sizeof *c);
   pid_t pid[M4_WORKERS];
-  unsigned seed = (unsigned)getpid() ^ (unsigned)m4_now();
+  unsigned seed = (unsigned)getpid() ^ (unsigned)lab_now_ns();
   int segment = 0;
   long next_check = M4_CHECK_EVERY;
   atomic_store(&x->b->fail_pct, M4_FAIL_PCT_CLOSED);
   for (int i = 0; i < M4_WORKERS; i++) pid[i] = m4_spawn(x, i, (unsigned)rand_r(&seed));
-  int64_t t0 = m4_now();
+  int64_t t0 = lab_now_ns();
   while (c->kills < M4_KILLS) {
-    if (m4_now() > x->hard_deadline) {
+    if (lab_now_ns() > x->hard_deadline) {
       c->timed_out = 1;
       break;
     }
@@ -377,7 +369,7 @@ static void m4_run_chaos(m4 *x, m4_chaos *c) {
      * seen within 500 us (the breaker's lock is taken there: a kill
      * inside it leaves a change half made for the next holder to
      * repair). */
-    for (int64_t until = m4_now() + RESIL_US(500); c->kills % 2 && m4_now() < until;) {
+    for (int64_t until = lab_now_ns() + RESIL_US(500); c->kills % 2 && lab_now_ns() < until;) {
       int i = 0;
       for (; i < M4_WORKERS; i++)
         if (atomic_load(&x->b->w[(k + i) % M4_WORKERS].op) == OP_RECORD) break;
@@ -406,7 +398,7 @@ static void m4_run_chaos(m4 *x, m4_chaos *c) {
    * back to CLOSED, its window filled), then the last check. */
   atomic_store(&x->b->fail_pct, 0);
   m4_sleep_ns(RESIL_MS(30));
-  c->ns = m4_now() - t0;
+  c->ns = lab_now_ns() - t0;
   m4_checkpoint(x, pid, c, &seed, 1);
 }
 
@@ -473,7 +465,7 @@ static int m4_check(m4 *x) {
   resil_breaker *br = NULL;
   resil_ratelimiter *rl = NULL, *rl0 = NULL;
   resil_bulkhead *bh = NULL;
-  if (resil_shared_open(&x->sc, &seg, NULL) != RESIL_OK) return 1;
+  if (resil_shared_open(&x->s.sc, &seg, NULL) != RESIL_OK) return 1;
   if (m4_breaker(seg, &br, NULL) || m4_limiter(seg, RESIL_MS(10), &rl, NULL) ||
       m4_limiter(seg, 0, &rl0, NULL) || m4_bulkhead(seg, RESIL_S(1), &bh, NULL))
     return 2;
@@ -485,13 +477,13 @@ static int m4_check(m4 *x) {
   m4_check_breaker(f, &m, "as found");
   /* A permit within 10 ms (the lock may name a dead holder: taken over;
    * OPEN lasts 2 ms, a HALF_OPEN period 3 ms at most). */
-  int64_t t0 = m4_now(), t;
+  int64_t t0 = lab_now_ns(), t;
   resil_breaker_permit p;
   int go = 0;
   while (!(go = resil_breaker_try_acquire(br, &p) == RESIL_DECISION_GO) &&
-         m4_now() - t0 < RESIL_S(1))
+         lab_now_ns() - t0 < RESIL_S(1))
     sched_yield();
-  t = m4_now() - t0;
+  t = lab_now_ns() - t0;
   m4_max(&f->breaker_ns_max, t);
   if (!go || t > RESIL_MS(10)) m4_wedge(f, "a breaker permit", t);
   const resil_outcome ok = resil_outcome_http(200);
@@ -534,16 +526,16 @@ static int m4_check(m4 *x) {
    * checks skip it: they would only wait 1 s each. */
   if (f->leaked_max == 0) {
     int64_t last_kill = atomic_load(&x->b->last_kill_ns);
-    t0 = m4_now();
+    t0 = lab_now_ns();
     int got = bh_take(x, bh, 0);
-    t = m4_now() - t0;
+    t = lab_now_ns() - t0;
     if (t > RESIL_MS(10)) m4_wedge(f, "a bulkhead decision", t);
     int64_t first = got ? t : -1;
     while (got < M4_MAX && bh_take(x, bh, RESIL_S(1)))
-      if (++got == 1) first = m4_now() - t0;
+      if (++got == 1) first = lab_now_ns() - t0;
     if (first >= 0) m4_max(&f->bh_first_ns_max, first);
-    if (got == M4_MAX) m4_max(&f->bh_back_ns_max, m4_now() - last_kill);
-    if (got == 0) m4_wedge(f, "a bulkhead permit (none within 1 s)", m4_now() - t0);
+    if (got == M4_MAX) m4_max(&f->bh_back_ns_max, lab_now_ns() - last_kill);
+    if (got == 0) m4_wedge(f, "a bulkhead permit (none within 1 s)", lab_now_ns() - t0);
     if (M4_MAX - got > f->leaked_max) f->leaked_max = M4_MAX - got;
     if (got == M4_MAX && bh_take(x, bh, 0)) {
       m4_violation(f, "bulkhead: a permit beyond the %d held", M4_MAX);
@@ -560,23 +552,23 @@ static int m4_check(m4 *x) {
   if (avail < 0 || avail > M4_LIMIT || limit != M4_LIMIT)
     m4_violation(f, "limiter: %lld available of %lld (limit %d)", (long long)avail,
                  (long long)limit, M4_LIMIT);
-  t0 = m4_now();
+  t0 = lab_now_ns();
   go = resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO;
-  t = m4_now() - t0;
+  t = lab_now_ns() - t0;
   m4_max(&f->limiter_ns_max, t);
   if (!go || t > RESIL_MS(10)) m4_wedge(f, "a limiter permit", t);
   f->limiter_cycle = -1;
   for (int tries = 0; tries < 5 && f->limiter_cycle < 0; tries++) {
     while (resil_ratelimiter_acquire(rl0, 1, NULL, NULL) == RESIL_DECISION_GO) {
     }
-    int64_t before = m4_now(), wait = resil_ratelimiter_nanos_to_wait(rl0);
+    int64_t before = lab_now_ns(), wait = resil_ratelimiter_nanos_to_wait(rl0);
     if (wait <= 0) continue; /* the cycle turned meanwhile: drain again */
     m4_sleep_ns(wait + RESIL_US(50));
     long n = 0;
     while (resil_ratelimiter_acquire(rl0, 1, NULL, NULL) == RESIL_DECISION_GO) n++;
     /* The cycle began at before + wait or later, and the takes after it:
      * all in that one cycle when they ended before before + wait + period. */
-    if (m4_now() < before + wait + M4_PERIOD_NS) f->limiter_cycle = n;
+    if (lab_now_ns() < before + wait + M4_PERIOD_NS) f->limiter_cycle = n;
   }
   if (f->limiter_cycle >= 0 && f->limiter_cycle != M4_LIMIT)
     m4_violation(f, "limiter: %lld permits in a cycle of its own, not %d",
@@ -599,7 +591,7 @@ static int m4_check_in_child(m4 *x) {
     pid_t w = waitpid(pid, &st, WNOHANG);
     if (w == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     if (w < 0 && errno != EINTR) return -1;
-    if (m4_now() > x->hard_deadline) {
+    if (lab_now_ns() > x->hard_deadline) {
       (void)m4_kill(pid);
       return -1;
     }
@@ -628,7 +620,7 @@ static int m4_take_timed(m4 *x, int n, int64_t t0, m4_reclaim *r) {
   int got = 0;
   for (; got < n; got++) {
     if (!bh_take(x, x->bh_long, RESIL_S(1))) break;
-    int64_t ns = m4_now() - t0;
+    int64_t ns = lab_now_ns() - t0;
     r->timed++;
     if (ns > r->max_ns) r->max_ns = ns;
   }
@@ -638,7 +630,7 @@ static int m4_take_timed(m4 *x, int n, int64_t t0, m4_reclaim *r) {
 static void m4_run_reclaim(m4 *x, m4_reclaim *r) {
   memset(r, 0, sizeof *r);
   unsigned seed = (unsigned)getpid() ^ 0x5eedu;
-  for (int round = 0; round < M4_ROUNDS && m4_now() < x->hard_deadline; round++) {
+  for (int round = 0; round < M4_ROUNDS && lab_now_ns() < x->hard_deadline; round++) {
     pid_t h[M4_MAX];
     int reaped[M4_MAX] = {0};
     int n = 0;
@@ -648,9 +640,9 @@ static void m4_run_reclaim(m4 *x, m4_reclaim *r) {
       if (h[n] < 0) break;
       if (h[n] == 0) m4_holder(x, n);
     }
-    int64_t until = m4_now() + RESIL_S(2);
+    int64_t until = lab_now_ns() + RESIL_S(2);
     int ready = 0, bad = 0;
-    while (m4_now() < until) {
+    while (lab_now_ns() < until) {
       ready = bad = 0;
       for (int j = 0; j < n; j++) {
         int v = atomic_load(&x->b->held[j]);
@@ -669,7 +661,7 @@ static void m4_run_reclaim(m4 *x, m4_reclaim *r) {
        * process). */
       int k = 1 + (int)(rand_r(&seed) % M4_MAX);
       int reap_first = round % 2 == 0;
-      int64_t t0 = m4_now();
+      int64_t t0 = lab_now_ns();
       for (int j = 0; j < k; j++) {
         (void)kill(h[j], SIGKILL);
         if (reap_first) reaped[j] = m4_kill(h[j]) == 0;
@@ -677,7 +669,7 @@ static void m4_run_reclaim(m4 *x, m4_reclaim *r) {
       int got = m4_take_timed(x, k, t0, r);
       if (got == k) {
         /* The rest, killed while the lab holds the first k's permits. */
-        int64_t t1 = m4_now();
+        int64_t t1 = lab_now_ns();
         for (int j = k; j < n; j++) reaped[j] = m4_kill(h[j]) == 0;
         got += m4_take_timed(x, M4_MAX - k, t1, r);
       }
@@ -696,35 +688,15 @@ static void m4_run_reclaim(m4 *x, m4_reclaim *r) {
 /* ---- M4 --------------------------------------------------------------------- */
 
 static int m4_open(lab_result *r, m4 *x) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(x->dir, sizeof x->dir, "%s/resil-m4-XXXXXX",
-           tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
-  if (!lab_check(r, mkdtemp(x->dir) != NULL, "mkdtemp: %s", strerror(errno))) {
-    x->dir[0] = '\0';
-    return -1;
-  }
-  snprintf(x->name, sizeof x->name, "m4-%ld", (long)getpid());
-  resil_shared_config_init(&x->sc);
-  x->sc.name = x->name;
-  x->sc.dir = x->dir;
-  x->sc.required = 1;
+  if (lab_seg_open(r, &x->s, "m4") != 0) return -1;
   resil_error err;
-  if (!lab_check(r, resil_shared_open(&x->sc, &x->seg, &err) == RESIL_OK, "segment: %s",
-                 err.msg)) {
-    x->seg = NULL;
-    return -1;
-  }
-  x->b = mmap(NULL, sizeof(m4_board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (!lab_check(r, x->b != MAP_FAILED, "mmap: %s", strerror(errno))) {
-    x->b = NULL;
-    return -1;
-  }
-  memset(x->b, 0, sizeof(m4_board));
-  if (!lab_check(r, m4_breaker(x->seg, &x->br, &err) == 0, "breaker: %s", err.msg) ||
-      !lab_check(r, m4_limiter(x->seg, 0, &x->rl, &err) == 0, "limiter: %s", err.msg) ||
-      !lab_check(r, m4_bulkhead(x->seg, RESIL_MS(2), &x->bh_short, &err) == 0, "bulkhead: %s",
+  x->b = lab_board(sizeof(m4_board));
+  if (!lab_check(r, x->b != NULL, "mmap: %s", strerror(errno))) return -1;
+  if (!lab_check(r, m4_breaker(x->s.seg, &x->br, &err) == 0, "breaker: %s", err.msg) ||
+      !lab_check(r, m4_limiter(x->s.seg, 0, &x->rl, &err) == 0, "limiter: %s", err.msg) ||
+      !lab_check(r, m4_bulkhead(x->s.seg, RESIL_MS(2), &x->bh_short, &err) == 0, "bulkhead: %s",
                  err.msg) ||
-      !lab_check(r, m4_bulkhead(x->seg, RESIL_S(1), &x->bh_long, &err) == 0, "bulkhead: %s",
+      !lab_check(r, m4_bulkhead(x->s.seg, RESIL_S(1), &x->bh_long, &err) == 0, "bulkhead: %s",
                  err.msg))
     return -1;
   return 0;
@@ -736,18 +708,14 @@ static void m4_close(m4 *x) {
   if (x->rl) resil_ratelimiter_free(x->rl);
   if (x->br) resil_breaker_free(x->br);
   if (x->b) munmap(x->b, sizeof(m4_board));
-  if (x->seg) {
-    resil_shared_close(x->seg);
-    (void)resil_shared_unlink(&x->sc, NULL);
-  }
-  if (x->dir[0]) rmdir(x->dir);
+  lab_seg_done(&x->s);
 }
 
 static int m4_run(lab_result *r, int wrong) {
   m4 x;
   memset(&x, 0, sizeof x);
   x.wrong = wrong;
-  int64_t start = m4_now();
+  int64_t start = lab_now_ns();
   x.hard_deadline = start + M4_HARD_NS;
   if (m4_open(r, &x) != 0) {
     m4_close(&x);
@@ -758,7 +726,7 @@ static int m4_run(lab_result *r, int wrong) {
   const m4_fresh *f = &x.b->f;
   m4_reclaim rc;
   m4_run_reclaim(&x, &rc);
-  int64_t duration = m4_now() - start;
+  int64_t duration = lab_now_ns() - start;
 
   long loops = 0, limiter_go = 0, breaker_go = 0, rejected = 0, bh_go = 0, bh_full = 0,
        over = 0;

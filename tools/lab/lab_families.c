@@ -15,7 +15,8 @@
  *           {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
  *     It includes lab_result.h (the result and the checks), lab_families.h
  *     (its table's declaration) and, as it needs them, lab_ops.h (--metrics
- *     and --events), lab_engine.h (the engine path), public headers
+ *     and --events), lab_engine.h (the engine path), lab_procs.h (a
+ *     shared segment in a temp dir, a page for forked workers), public headers
  *     (resil/...) and fixture/fixture.h; never the runner's lab.h, another
  *     exp_*.c, or tools/resil (scripts/check-layers.sh checks it).
  *  2. lab_families.h: extern const lab_experiment lab_X_experiments[];

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void lab_result_clear(lab_result *r) {
@@ -92,4 +93,10 @@ int lab_resil_bin(char *out, size_t n) {
   out[len] = '\0';
   const char *base = strrchr(out, '/');
   return base && strcmp(base + 1, "resil") == 0;
+}
+
+int64_t lab_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct lab_result {
   int pass;
@@ -85,5 +86,8 @@ void lab_result_clear(lab_result *r);
  * /proc/self/exe). 1 with its path in out, 0 when there is none (or
  * RESIL_BIN is not executable). */
 int lab_resil_bin(char *out, size_t n);
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock every experiment times with. */
+int64_t lab_now_ns(void);
 
 #endif
