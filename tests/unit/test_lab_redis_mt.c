@@ -175,8 +175,26 @@ static void g4_fixed_window_doubles_at_the_edge_gcra_does_not(void **s) {
   lab_result_clear(&r);
 }
 
+/* Without redis-server an experiment fails, saying so; it does not pass
+ * or skip. */
+static void without_redis_server_the_g_experiments_fail_naming_it(void **s) {
+  (void)s;
+  assert_int_equal(setenv("RESIL_REDIS_SERVER", "/nonexistent/redis-server", 1), 0);
+  const char *ids[3] = {"G2", "G3", "G4"};
+  for (int i = 0; i < 3; i++) {
+    lab_result r;
+    assert_int_equal(lab_run_one(find(ids[i]), &r), 0);
+    print_message("%s without redis-server: %s\n", ids[i], r.failure);
+    assert_true(lab_check_failed(&r, "redis_server_found"));
+    assert_non_null(strstr(r.failure, "/nonexistent/redis-server is not an executable"));
+    lab_result_clear(&r);
+  }
+  assert_int_equal(unsetenv("RESIL_REDIS_SERVER"), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(without_redis_server_the_g_experiments_fail_naming_it),
       cmocka_unit_test(g2_frozen_redis_each_policy_within_the_bound_and_the_breaker_opens),
       cmocka_unit_test(g3_restarted_redis_reloads_the_script_and_decisions_go_on),
       cmocka_unit_test(g4_fixed_window_doubles_at_the_edge_gcra_does_not),

@@ -1,7 +1,7 @@
 /* Lab experiments G (issue 21, "Lab"; DESIGN §8.2): a rate limiter whose
  * permits live in Redis (libresil-redis, resil/redis.h), on a redis-server
  * the experiment starts itself: Debian's /usr/bin/redis-server (or the
- * first redis-server on PATH), on 127.0.0.1, a free port, in a temporary
+ * first redis-server on PATH; $RESIL_REDIS_SERVER names another), on 127.0.0.1, a free port, in a temporary
  * directory, no persistence (--save "" --appendonly no); killed by PID
  * (SIGKILL, reaped) at the end, and by the kernel if the lab dies first
  * (PR_SET_PDEATHSIG). Without redis-server every G experiment FAILS
@@ -109,9 +109,15 @@ typedef struct g_srv {
   char uri[64];
 } g_srv;
 
-/* Debian's /usr/bin/redis-server, else the first on PATH: 1 with its path
- * in out, or 0. */
+/* $RESIL_REDIS_SERVER when set (it must be executable), else Debian's
+ * /usr/bin/redis-server, else the first on PATH: 1 with its path in out,
+ * or 0. */
 static int g_find_server(char *out, size_t n) {
+  const char *env = getenv("RESIL_REDIS_SERVER");
+  if (env && *env) {
+    snprintf(out, n, "%s", env);
+    return access(out, X_OK) == 0;
+  }
   if (access("/usr/bin/redis-server", X_OK) == 0) {
     snprintf(out, n, "/usr/bin/redis-server");
     return 1;
@@ -204,9 +210,16 @@ static void g_srv_done(g_srv *s) {
  * why; nothing left running). */
 static int g_start(lab_result *r, g_srv *s) {
   if (!s->bin[0] && !g_find_server(s->bin, sizeof s->bin)) {
-    lab_expect(r, "redis_server_found", 0,
-               "redis-server is not installed (not /usr/bin/redis-server nor on PATH): the G "
-               "experiments need it (scripts/deps.sh installs Debian's redis-server)");
+    const char *env = getenv("RESIL_REDIS_SERVER");
+    if (env && *env)
+      lab_expect(r, "redis_server_found", 0,
+                 "RESIL_REDIS_SERVER=%s is not an executable: the G experiments need "
+                 "redis-server",
+                 env);
+    else
+      lab_expect(r, "redis_server_found", 0,
+                 "redis-server is not installed (not /usr/bin/redis-server nor on PATH): the G "
+                 "experiments need it (scripts/deps.sh installs Debian's redis-server)");
     return -1;
   }
   if (!s->dir[0]) {
