@@ -1,8 +1,9 @@
 /* Lab experiments G (tools/lab/exp_redis.c): libresil-redis's limiter
  * against a redis-server each experiment starts itself. Each must pass,
  * with the observed values asserted here, and its wrong variant must fail
- * through the named check. G2 takes about 3 s per run, G3 about 2 s, G4
- * up to 2 s (it waits for the clock's second edges).
+ * through the named check. G1 (on the blocking path: 4 processes x 4
+ * threads) takes about 3.5 s per run, G2 about 3 s, G3 about 2 s, G4 up to
+ * 2 s (it waits for the clock's second edges).
  *
  * Without redis-server the experiments fail (saying so): this test skips
  * then with a message, except in CI (CI=true), where it fails, as the
@@ -70,6 +71,30 @@ static void wrong_fails(const lab_experiment *e, lab_result *r) {
   print_message("%s against %s fails as it must: [%s] %s\n", e->id, e->wrong, r->failed_checks,
                 r->summary);
   assert_true(lab_check_failed(r, e->wrong_fails));
+}
+
+static void g1_blocking_path_four_processes_share_one_limiter_within_the_gcra_bound(void **s) {
+  (void)s;
+  redis_installed();
+  const lab_experiment *e = find("G1");
+  lab_result r;
+  lab_run_one(e, &r);
+  print_message("G1: %s\n", r.summary);
+  if (!r.pass) fail_msg("G1 failed: %s", r.failure);
+  json_t *o = r.observed;
+  assert_string_equal(json_string_value(get(o, "path")), "blocking");
+  assert_int_equal(num(o, "processes"), 4);
+  assert_true(real(o, "bound") >= 600.0); /* 10 + 3 s x 200 */
+  assert_true((double)num(o, "admitted") <= real(o, "bound") + 1.0);
+  assert_true(real(o, "ratio") >= 0.95);
+  assert_true(num(o, "decision_p99_us") > 0);
+  assert_int_equal(num(o, "redis_errors"), 0);
+  lab_result_clear(&r);
+
+  /* A limiter per process: each its own 200/s, about 4 x the bound. */
+  wrong_fails(e, &r);
+  assert_true((double)num(r.observed, "admitted") > 3.0 * real(r.observed, "bound"));
+  lab_result_clear(&r);
 }
 
 static void g2_frozen_redis_each_policy_within_the_bound_and_the_breaker_opens(void **s) {
@@ -180,8 +205,8 @@ static void g4_fixed_window_doubles_at_the_edge_gcra_does_not(void **s) {
 static void without_redis_server_the_g_experiments_fail_naming_it(void **s) {
   (void)s;
   assert_int_equal(setenv("RESIL_REDIS_SERVER", "/nonexistent/redis-server", 1), 0);
-  const char *ids[3] = {"G2", "G3", "G4"};
-  for (int i = 0; i < 3; i++) {
+  const char *ids[4] = {"G1", "G2", "G3", "G4"};
+  for (int i = 0; i < 4; i++) {
     lab_result r;
     assert_int_equal(lab_run_one(find(ids[i]), &r), 0);
     print_message("%s without redis-server: %s\n", ids[i], r.failure);
@@ -195,6 +220,7 @@ static void without_redis_server_the_g_experiments_fail_naming_it(void **s) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(without_redis_server_the_g_experiments_fail_naming_it),
+      cmocka_unit_test(g1_blocking_path_four_processes_share_one_limiter_within_the_gcra_bound),
       cmocka_unit_test(g2_frozen_redis_each_policy_within_the_bound_and_the_breaker_opens),
       cmocka_unit_test(g3_restarted_redis_reloads_the_script_and_decisions_go_on),
       cmocka_unit_test(g4_fixed_window_doubles_at_the_edge_gcra_does_not),
@@ -206,6 +232,7 @@ int main(void) {
 
 static void no_g_experiment_without_libresil_redis(void **s) {
   (void)s;
+  assert_null(lab_find("G1"));
   assert_null(lab_find("G2"));
   assert_null(lab_find("G3"));
   assert_null(lab_find("G4"));

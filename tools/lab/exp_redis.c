@@ -9,6 +9,14 @@
  * start (5 s), the worker threads (fixed run times), every decision (the
  * limiter's Redis timeout).
  *
+ * G1 (blocking path; DESIGN's G1 is on the engine, which is to come): 4
+ *     forked processes, each with its own limiter on one key (200 per
+ *     second, burst 10) and 4 threads deciding flat out (fail fast) for
+ *     3 s, each grant a call to the "upstream" (counted in a MAP_SHARED
+ *     page): the upstream sees at most GCRA's bound over the grants' span
+ *     (burst + span / T, + 1 for a grant stamped after Redis's TIME) and at
+ *     least 95 % of it. Wrong variant: a limiter per process (its own key:
+ *     about 4 x the bound).
  * G2: Redis frozen (SIGSTOP) for 1 s under load: three limiters (failure
  *     policies open, closed, local; 100 per second, 4 expected instances:
  *     the local share is 25 per second), each asked by 4 threads once a
@@ -53,6 +61,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -303,6 +312,210 @@ static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x > y) - (x < y);
 }
+
+/* ---- G1 (blocking path): 4 processes, one limiter in Redis --------------- */
+
+enum { G1_PROCS = 4, G1_THREADS = 4, G1_LIMIT = 200, G1_BURST = 10, G1_SAMPLES = 20000 };
+#define G1_RUN (3000 * G_MS)
+
+/* What a worker process reports (a MAP_SHARED page). */
+typedef struct g1_slot {
+  int done;
+  long admitted;        /* the upstream's calls (one per grant) */
+  int64_t first, last;  /* the first and the last grant (monotonic) */
+  long decisions, odd;  /* decisions; refusals other than RATE_LIMITED */
+  long redis_errors;
+  int64_t p99_ns, max_ns; /* the process's decisions */
+} g1_slot;
+
+typedef struct g1_thr {
+  resil_ratelimiter *rl;
+  int64_t until;
+  long admitted, decisions, odd;
+  int64_t first, last;
+  int64_t *lat;
+  int nlat;
+} g1_thr;
+
+static void *g1_thread(void *arg) {
+  g1_thr *t = arg;
+  while (mono_ns() < t->until) {
+    resil_reason why = RESIL_REASON_OK;
+    int64_t t0 = mono_ns();
+    resil_decision d = resil_ratelimiter_acquire(t->rl, 1, NULL, &why);
+    int64_t t1 = mono_ns();
+    t->decisions++;
+    if (t->nlat < G1_SAMPLES) t->lat[t->nlat++] = t1 - t0;
+    if (d == RESIL_DECISION_GO) {
+      if (!t->admitted) t->first = t1;
+      t->last = t1;
+      t->admitted++; /* the call to the upstream */
+    } else if (why != RESIL_REASON_RATE_LIMITED) {
+      t->odd++;
+    }
+  }
+  return NULL;
+}
+
+/* A worker process: its own limiter (a process's connections are its
+ * own), G1_THREADS threads deciding flat out until `until`. */
+static int g1_child(const char *uri, const char *name, int64_t until, g1_slot *slot) {
+  resil_redis_ratelimiter_config cfg;
+  resil_redis_ratelimiter_config_init(&cfg);
+  cfg.uri = uri;
+  cfg.name = name;
+  cfg.limit_for_period = G1_LIMIT;
+  cfg.burst = G1_BURST;
+  cfg.timeout_ns = 0;
+  cfg.redis_timeout_ns = 1000 * G_MS; /* what Redis decides is measured, not its timeout */
+  cfg.failure = RESIL_REDIS_FAILURE_CLOSED;
+  cfg.connections = G1_THREADS;
+  resil_ratelimiter *rl = NULL;
+  if (resil_redis_ratelimiter_new(&cfg, &rl, NULL) != RESIL_OK) return 2;
+  g1_thr t[G1_THREADS];
+  pthread_t th[G1_THREADS];
+  memset(t, 0, sizeof t);
+  int started = 0;
+  for (int i = 0; i < G1_THREADS; i++) {
+    t[i].rl = rl;
+    t[i].until = until;
+    t[i].lat = calloc(G1_SAMPLES, sizeof *t[i].lat);
+    if (!t[i].lat || pthread_create(&th[i], NULL, g1_thread, &t[i]) != 0) break;
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  int n = 0;
+  for (int i = 0; i < started; i++) n += t[i].nlat;
+  int64_t *all = calloc((size_t)n + 1, sizeof *all);
+  int k = 0;
+  slot->first = INT64_MAX;
+  for (int i = 0; i < started; i++) {
+    slot->admitted += t[i].admitted;
+    slot->decisions += t[i].decisions;
+    slot->odd += t[i].odd;
+    if (t[i].admitted && t[i].first < slot->first) slot->first = t[i].first;
+    if (t[i].last > slot->last) slot->last = t[i].last;
+    for (int j = 0; all && j < t[i].nlat; j++) all[k++] = t[i].lat[j];
+    free(t[i].lat);
+  }
+  if (all && k > 0) {
+    qsort(all, (size_t)k, sizeof *all, cmp_i64);
+    slot->p99_ns = all[(k * 99) / 100];
+    slot->max_ns = all[k - 1];
+  }
+  free(all);
+  slot->redis_errors = (long)g_metrics(rl).redis_errors;
+  resil_ratelimiter_free(rl);
+  slot->done = started == G1_THREADS;
+  return started == G1_THREADS ? 0 : 3;
+}
+
+static int g1_run(lab_result *r, int wrong) {
+  g_srv s;
+  memset(&s, 0, sizeof s);
+  g1_slot *board = MAP_FAILED;
+  pid_t kids[G1_PROCS];
+  int started = 0;
+  if (g_start(r, &s) != 0) goto out;
+  board = mmap(NULL, sizeof(g1_slot) * G1_PROCS, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (!lab_check(r, board != MAP_FAILED, "mmap: %s", strerror(errno))) goto out;
+  memset(board, 0, sizeof(g1_slot) * G1_PROCS);
+  int64_t until = mono_ns() + 300 * G_MS + G1_RUN; /* 300 ms for the processes to start */
+  for (int i = 0; i < G1_PROCS; i++) {
+    char name[32];
+    /* The wrong variant: a limiter per process (its own key). */
+    snprintf(name, sizeof name, wrong ? "g1-%d" : "g1", i);
+    pid_t parent = getpid();
+    kids[i] = fork();
+    if (!lab_check(r, kids[i] >= 0, "fork: %s", strerror(errno))) break;
+    if (kids[i] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(126);
+      _exit(g1_child(s.uri, name, until, &board[i]));
+    }
+    started++;
+  }
+  /* Every process, within the run and 10 s more; killed past it. */
+  int exited_ok = 0, killed = 0;
+  int64_t deadline = until + 10000 * G_MS;
+  for (int i = 0; i < started; i++) {
+    int st = 0;
+    for (;;) {
+      pid_t w = waitpid(kids[i], &st, WNOHANG);
+      if (w == kids[i]) {
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) exited_ok++;
+        break;
+      }
+      if (w < 0 && errno != EINTR) break;
+      if (mono_ns() > deadline) {
+        kill(kids[i], SIGKILL);
+        waitpid(kids[i], &st, 0);
+        killed++;
+        break;
+      }
+      sleep_ns(5 * G_MS);
+    }
+  }
+  if (!lab_check(r, started == G1_PROCS && exited_ok == G1_PROCS,
+                 "%d of %d worker processes exited well (%d killed at the deadline)", exited_ok,
+                 G1_PROCS, killed))
+    goto out;
+  long admitted = 0, decisions = 0, odd = 0, errors = 0;
+  int64_t first = INT64_MAX, last = 0, p99 = 0, mx = 0;
+  for (int i = 0; i < G1_PROCS; i++) {
+    g1_slot *b = &board[i];
+    admitted += b->admitted;
+    decisions += b->decisions;
+    odd += b->odd;
+    errors += b->redis_errors;
+    if (b->admitted && b->first < first) first = b->first;
+    if (b->last > last) last = b->last;
+    if (b->p99_ns > p99) p99 = b->p99_ns;
+    if (b->max_ns > mx) mx = b->max_ns;
+  }
+  /* GCRA's bound over the span of the grants: burst + span / T. A grant is
+   * stamped when its reply arrived, up to a round trip after Redis's TIME:
+   * one more permit may fall in the stamped span. */
+  const int64_t t_ns = 1000000000 / G1_LIMIT;
+  double span = admitted ? (double)(last - first) : 0.0;
+  double bound = G1_BURST + span / (double)t_ns;
+  double ratio = bound > 0 ? (double)admitted / bound : 0.0;
+  lab_obs_str(r, "path", "blocking");
+  lab_obs_int(r, "processes", G1_PROCS);
+  lab_obs_int(r, "threads_per_process", G1_THREADS);
+  lab_obs_int(r, "limit_per_s", G1_LIMIT);
+  lab_obs_int(r, "burst", G1_BURST);
+  lab_obs_int(r, "decisions", decisions);
+  lab_obs_int(r, "admitted", admitted);
+  lab_obs_real(r, "span_ms", span / 1e6);
+  lab_obs_real(r, "bound", bound);
+  lab_obs_real(r, "ratio", ratio);
+  lab_obs_int(r, "decision_p99_us", p99 / 1000);
+  lab_obs_int(r, "decision_max_us", mx / 1000);
+  lab_obs_int(r, "redis_errors", errors);
+  lab_summary(r,
+              "blocking path, %d processes x %d threads flat out, %s of %d/s (burst %d): "
+              "%ld decisions, the upstream saw %ld calls in %.0f ms; GCRA bound %.1f, ratio "
+              "%.3f; decision p99 %lld us, max %lld us",
+              G1_PROCS, G1_THREADS, wrong ? "a limiter per process (own keys)" : "one limiter",
+              G1_LIMIT, G1_BURST, decisions, admitted, span / 1e6, bound, ratio,
+              (long long)(p99 / 1000), (long long)(mx / 1000));
+  lab_expect(r, "no_errors", errors == 0 && odd == 0,
+             "%ld Redis errors, %ld refusals other than rate limited", errors, odd);
+  lab_expect(r, "admitted_within_bound", (double)admitted <= bound + 1.0,
+             "the upstream saw %ld calls, over GCRA's bound %.1f (+1)", admitted, bound);
+  lab_expect(r, "admitted_near_bound", ratio >= 0.95,
+             "the upstream saw %ld calls, %.3f of the bound %.1f (under 0.95)", admitted, ratio,
+             bound);
+out:
+  if (board != MAP_FAILED) munmap(board, sizeof(g1_slot) * G1_PROCS);
+  g_srv_done(&s);
+  return r->pass;
+}
+
+static int g1_right(lab_result *r) { return g1_run(r, 0); }
+static int g1_wrong(lab_result *r) { return g1_run(r, 1); }
 
 /* ---- G2: Redis frozen under load ---------------------------------------- */
 
@@ -980,6 +1193,11 @@ static int g4_right(lab_result *r) { return g4_run(r, 0); }
 static int g4_wrong(lab_result *r) { return g4_run(r, 1); }
 
 const lab_experiment lab_redis_experiments[] = {
+    {"G1",
+     "on the blocking path (the engine path's 50 calls in flight per process are to come): "
+     "4 processes x 4 threads flat out through one Redis limiter of 200/s for 3 s: the "
+     "upstream sees at most the GCRA bound and at least 95 % of it",
+     g1_right, g1_wrong, "a limiter per process (its own key)", "admitted_within_bound", 0},
     {"G2",
      "Redis frozen (SIGSTOP) for 1 s under 12 threads: every decision ends within the Redis "
      "timeout (20 ms) + 5 ms; open permits, closed refuses (rate limiter unavailable), local "

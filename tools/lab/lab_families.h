@@ -29,7 +29,7 @@ extern const lab_experiment lab_shared_experiments[];
 /* M4 (exp_shared_chaos.c): SIGKILL chaos on shared state (fork()ed
  * workers killed and respawned). */
 extern const lab_experiment lab_shared_chaos_experiments[];
-/* G2-G4 (exp_redis.c): the rate limiter on Redis (libresil-redis) against
+/* G1-G4 (exp_redis.c): the rate limiter on Redis (libresil-redis) against
  * a redis-server the experiment starts; empty unless libresil-redis is
  * built. */
 extern const lab_experiment lab_redis_experiments[];
