@@ -302,7 +302,8 @@ int bench_run_redis_cases(const bench_opts *opts, const char *json_path) {
   /* Warm-up (connections made, script loaded on both) and calibration: a
    * round's decisions per side take about half of --min-run-ms. */
   uint64_t per_round = 0;
-  if (!why[0] && ours_run(rl, 200, why, sizeof why) == 0 && bare_run(&b, 200, why, sizeof why) == 0) {
+  if (!why[0] && ours_run(rl, 200, why, sizeof why) == 0 &&
+      bare_run(&b, 200, why, sizeof why) == 0) {
     int64_t t0 = bench_now_ns();
     if (ours_run(rl, 500, why, sizeof why) == 0) {
       double ns = (double)(bench_now_ns() - t0) / 500.0;

@@ -1,8 +1,9 @@
 /* Lab experiments G (issue 21, "Lab"; DESIGN §8.2): a rate limiter whose
  * permits live in Redis (libresil-redis, resil/redis.h), on a redis-server
  * the experiment starts itself: Debian's /usr/bin/redis-server (or the
- * first redis-server on PATH; $RESIL_REDIS_SERVER names another), on 127.0.0.1, a free port, in a temporary
- * directory, no persistence (--save "" --appendonly no); killed by PID
+ * first redis-server on PATH; $RESIL_REDIS_SERVER names another), on
+ * 127.0.0.1, a free port, in a temporary directory, no persistence
+ * (--save "" --appendonly no); killed by PID
  * (SIGKILL, reaped) at the end, and by the kernel if the lab dies first
  * (PR_SET_PDEATHSIG). Without redis-server every G experiment FAILS
  * saying so (deps.sh installs it). Every wait is bounded: the server's
@@ -36,9 +37,9 @@
  *     is replaced: its connection lives, the script is gone). Two threads
  *     decide once a millisecond on a `closed` limiter (whose breaker waits
  *     100 ms; a Redis timeout of 250 ms, so that a loaded machine's delays
- *     are not taken for failures). The connections are made again (the script loaded with
- *     them), NOSCRIPT reloads it once per connection, and once Redis
- *     decides again no decision fails. Wrong variant: a client that loads
+ *     are not taken for failures). The connections are made again (the
+ *     script loaded with them), NOSCRIPT reloads it once per connection,
+ *     and once Redis decides again no decision fails. Wrong variant: a client that loads
  *     its script only when it starts (EVALSHA of a SHA it never loads
  *     again): every decision after the restart fails.
  * G4: the window edge: a naive fixed-window limiter (INCR of a key named
@@ -48,7 +49,7 @@
  *     twice the limit, in about 55 ms; the GCRA limiter (10 per second,
  *     burst 10) asked the same way lets through at most burst + span / T
  *     (T = 100 ms). Wrong variant: the naive limiter in GCRA's place. */
-#define _GNU_SOURCE /* PR_SET_PDEATHSIG */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -60,8 +61,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -112,7 +113,6 @@ static void sleep_until(int64_t mono) { sleep_ns(mono - mono_ns()); }
 typedef struct g_srv {
   pid_t pid;
   int port;
-  int stopped; /* SIGSTOPped */
   char bin[256];
   char dir[96];
   char uri[64];
@@ -184,14 +184,13 @@ static int g_do(const g_srv *s, const char *cmd) {
   return ok;
 }
 
-/* Kills the server (SIGKILL, by its PID) and reaps it; the directory
- * stays (g_srv_done removes it). */
+/* Kills the server (SIGKILL, by its PID; a SIGSTOPped one too) and reaps
+ * it; the directory stays (g_srv_done removes it). */
 static void g_kill(g_srv *s) {
   if (s->pid > 0) {
     kill(s->pid, SIGKILL);
     waitpid(s->pid, NULL, 0);
     s->pid = 0;
-    s->stopped = 0;
   }
 }
 
@@ -281,12 +280,12 @@ static int g_start(lab_result *r, g_srv *s) {
   return -1;
 }
 
-static int g_signal(lab_result *r, g_srv *s, int sig) {
-  if (!lab_check(r, s->pid > 0 && kill(s->pid, sig) == 0, "kill(%ld, %d): %s", (long)s->pid,
-                 sig, strerror(errno)))
-    return -1;
-  s->stopped = sig == SIGSTOP;
-  return 0;
+/* SIGSTOP or SIGCONT to the server: 0, or -1 (r records why). */
+static int g_signal(lab_result *r, const g_srv *s, int sig) {
+  return lab_check(r, s->pid > 0 && kill(s->pid, sig) == 0, "kill(%ld, %d): %s", (long)s->pid,
+                   sig, strerror(errno))
+             ? 0
+             : -1;
 }
 
 /* A limiter on the server: 0, or -1 (r records why). */
@@ -320,7 +319,6 @@ enum { G1_PROCS = 4, G1_THREADS = 4, G1_LIMIT = 200, G1_BURST = 10, G1_SAMPLES =
 
 /* What a worker process reports (a MAP_SHARED page). */
 typedef struct g1_slot {
-  int done;
   long admitted;        /* the upstream's calls (one per grant) */
   int64_t first, last;  /* the first and the last grant (monotonic) */
   long decisions, odd;  /* decisions; refusals other than RATE_LIMITED */
@@ -380,7 +378,10 @@ static int g1_child(const char *uri, const char *name, int64_t until, g1_slot *s
     t[i].rl = rl;
     t[i].until = until;
     t[i].lat = calloc(G1_SAMPLES, sizeof *t[i].lat);
-    if (!t[i].lat || pthread_create(&th[i], NULL, g1_thread, &t[i]) != 0) break;
+    if (!t[i].lat || pthread_create(&th[i], NULL, g1_thread, &t[i]) != 0) {
+      free(t[i].lat);
+      break;
+    }
     started++;
   }
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
@@ -406,7 +407,6 @@ static int g1_child(const char *uri, const char *name, int64_t until, g1_slot *s
   free(all);
   slot->redis_errors = (long)g_metrics(rl).redis_errors;
   resil_ratelimiter_free(rl);
-  slot->done = started == G1_THREADS;
   return started == G1_THREADS ? 0 : 3;
 }
 
@@ -423,9 +423,8 @@ static int g1_run(lab_result *r, int wrong) {
   memset(board, 0, sizeof(g1_slot) * G1_PROCS);
   int64_t until = mono_ns() + 300 * G_MS + G1_RUN; /* 300 ms for the processes to start */
   for (int i = 0; i < G1_PROCS; i++) {
-    char name[32];
-    /* The wrong variant: a limiter per process (its own key). */
-    snprintf(name, sizeof name, wrong ? "g1-%d" : "g1", i);
+    char name[32] = "g1";
+    if (wrong) snprintf(name, sizeof name, "g1-%d", i); /* a limiter per process: its own key */
     pid_t parent = getpid();
     kids[i] = fork();
     if (!lab_check(r, kids[i] >= 0, "fork: %s", strerror(errno))) break;
@@ -528,8 +527,7 @@ enum { G2_MAX_SAMPLES = 4096 };
 
 typedef struct g2_worker {
   resil_ratelimiter *rl;
-  resil_redis_failure policy;
-  int64_t freeze_at, thaw_at, until; /* monotonic; freeze/thaw set by the main thread */
+  int64_t until;                     /* monotonic */
   int64_t max_ns;                    /* the longest decision of the whole run */
   int64_t max_freeze_ns;             /* ... of those that overlapped the freeze */
   /* During the freeze: */
@@ -623,9 +621,10 @@ static int g2_run(lab_result *r, int wrong) {
     cfg.connections = G2_THREADS;
     if (wrong) cfg.breaker = &never;
     if (g_limiter(r, &cfg, &rl[p]) != 0) goto out;
+    char bname[48];
+    snprintf(bname, sizeof bname, "%s_redis_breaker", g2_names[p]);
     lab_ops_add_ratelimiter(r, g2_names[p], rl[p]);
-    lab_ops_add_breaker(r, wrong ? "never_opening_breaker" : "redis_breaker",
-                        resil_redis_ratelimiter_breaker(rl[p]));
+    lab_ops_add_breaker(r, bname, resil_redis_ratelimiter_breaker(rl[p]));
   }
   int64_t t_start = mono_ns();
   int64_t until = t_start + G2_BEFORE + G2_FREEZE + G2_AFTER;
@@ -633,12 +632,13 @@ static int g2_run(lab_result *r, int wrong) {
     for (int i = 0; i < G2_THREADS; i++) {
       g2_worker *x = &w[p][i];
       x->rl = rl[p];
-      x->policy = g2_pols[p];
       x->until = until;
       x->open_cost = calloc(G2_MAX_SAMPLES, sizeof *x->open_cost);
       args[p][i].w = x;
       args[p][i].sh = &sh;
-      if (!lab_check(r, x->open_cost && pthread_create(&th[p][i], NULL, g2_thread, &args[p][i]) == 0,
+      if (!lab_check(r,
+                     x->open_cost &&
+                         pthread_create(&th[p][i], NULL, g2_thread, &args[p][i]) == 0,
                      "could not start a worker thread")) {
         free(x->open_cost);
         x->open_cost = NULL;
@@ -704,8 +704,9 @@ join:
       json_object_set_new(o, "refused_unavailable", json_integer(unavailable));
       json_object_set_new(o, "refused_rate_limited", json_integer(limited));
       json_object_set_new(o, "refused_other", json_integer(other));
-      json_object_set_new(o, "redis_errors",
-                          json_integer((json_int_t)(frozen[p].redis_errors - before[p].redis_errors)));
+      json_object_set_new(
+          o, "redis_errors",
+          json_integer((json_int_t)(frozen[p].redis_errors - before[p].redis_errors)));
       json_object_set_new(
           o, "breaker_rejected",
           json_integer((json_int_t)(frozen[p].breaker_rejected - before[p].breaker_rejected)));
@@ -713,8 +714,9 @@ join:
       json_object_set_new(o, "decisions_while_open", json_integer(n));
       json_object_set_new(o, "decision_while_open_median_us", json_real((double)median / 1e3));
       json_object_set_new(o, "decision_while_open_p99_us", json_real((double)p99 / 1e3));
-      json_object_set_new(o, "redis_decisions_after_thaw",
-                          json_integer((json_int_t)(end.redis_decisions - frozen[p].redis_decisions)));
+      json_object_set_new(
+          o, "redis_decisions_after_thaw",
+          json_integer((json_int_t)(end.redis_decisions - frozen[p].redis_decisions)));
       json_object_set_new(o, "permitted_after_thaw", json_integer(after));
       json_object_set_new(pr, g2_names[p], o);
       if (!breaker_open[p]) all_open = 0;
@@ -816,7 +818,9 @@ typedef struct g3_event {
 } g3_event;
 
 /* The wrong variant's client: loads a script once when it starts, then
- * EVALSHA only (reconnects after an I/O error, never loads again). */
+ * EVALSHA only (reconnects after an I/O error, never loads again). Its
+ * script is a trivial one ("return 1"): what is measured is the reload,
+ * not GCRA. */
 typedef struct g3_naive {
   redisContext *c;
   int port;
