@@ -19,7 +19,9 @@
  *       URI, or reported as skipped with REASON; their effect inserts one
  *       row through resil_store_txn_exec, with --store-effect direct through
  *       its own prepared statement on the connection, with --store-effect
- *       none runs no SQL), and writes the raw
+ *       none runs no SQL), then the rate limiter on Redis
+ *       (redis_ratelimiter_acquire against a bare hiredis EVALSHA, on a
+ *       redis-server it starts; skipped without one), and writes the raw
  *       figures as JSON;
  *   resil_bench report --c FILE (--peers FILE | --peers-skipped REASON)
  *                      [--r4j FILE | --r4j-skipped REASON] --out FILE
@@ -154,7 +156,8 @@ int main(int argc, char **argv) {
     if (rc == 0) rc = bench_run_shared_cases(&opts, out);
     if (rc == 0) rc = bench_run_http_cases(&opts, out);
     if (rc == 0) rc = bench_run_async_cases(&opts, out);
-    return rc != 0 ? rc : bench_run_store_cases(&opts, out);
+    if (rc == 0) rc = bench_run_store_cases(&opts, out);
+    return rc != 0 ? rc : bench_run_redis_cases(&opts, out);
   }
   if (!strcmp(cmd, "report") && out && c_json && (peers || skipped))
     return bench_report(c_json, peers, skipped, r4j,

@@ -207,6 +207,17 @@ int bench_run_shared_cases(const bench_opts *opts, const char *json_path);
  * (store_cases.c). */
 int bench_run_store_cases(const bench_opts *opts, const char *json_path);
 
+/* The rate limiter on Redis case's target: redis_ratelimiter_acquire's
+ * decisions per second at least this fraction of a bare hiredis EVALSHA of
+ * the same script's, same run (issue 21). */
+#define BENCH_REDIS_MIN_RATIO 0.9
+
+/* Runs redis_ratelimiter_acquire (libresil-redis's blocking decision vs a
+ * bare hiredis EVALSHA of the same script, alternating rounds, against a
+ * redis-server it starts) and appends it, marked "kind": "redis"; skipped
+ * without libresil-redis or redis-server (redis_cases.c). */
+int bench_run_redis_cases(const bench_opts *opts, const char *json_path);
+
 /* Merges the C results with the Node peers' JSON (or the reason they were
  * skipped) and perf-r4j's (run.sh --out FILE; or the reason it was not
  * run), prints the tables (each ratio with its reference, target and

@@ -165,6 +165,10 @@ static int is_store_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "store");
 }
 
+static int is_redis_case(json_t *c) {
+  return !strcmp(str(c, "kind", ""), "redis");
+}
+
 static int is_async_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "async");
 }
@@ -478,6 +482,47 @@ static void report_store(json_t *ccases, json_t *ocases, json_t *checks) {
   }
 }
 
+/* The rate limiter on Redis (redis_cases.c): the limiter's blocking
+ * decisions per second against a bare hiredis EVALSHA of the same script,
+ * same run. Appends the case, with "target" and "met", to ocases. */
+static void report_redis(json_t *ccases, json_t *ocases, json_t *checks) {
+  char target[96], what[200];
+  snprintf(target, sizeof target, ">= %.2f of a bare hiredis EVALSHA's decisions/s",
+           BENCH_REDIS_MIN_RATIO);
+  int header = 0;
+  size_t i;
+  json_t *cc;
+  json_array_foreach(ccases, i, cc) {
+    if (!is_redis_case(cc)) continue;
+    if (!header) {
+      printf("\nRate limiter on Redis, one blocking decision (one EVALSHA round trip on "
+             "loopback) against its reference, a bare hiredis EVALSHA of the same script, "
+             "same run, one thread; target %s; medians over alternating rounds:\n",
+             target);
+      header = 1;
+    }
+    const char *name = str(cc, "name", "?");
+    json_t *o = json_deep_copy(cc);
+    json_object_set_new(o, "target", json_string(target));
+    double ratio = num(cc, "ratio");
+    snprintf(what, sizeof what, "%s libresil-redis decisions/s >= %.2fx a bare hiredis "
+             "EVALSHA's (same run)", name, BENCH_REDIS_MIN_RATIO);
+    int met = ratio_verdict(cc, o, checks, name, what, BENCH_REDIS_MIN_RATIO);
+    if (met >= 0)
+      printf("  %-26s vs bare hiredis EVALSHA [%lld rounds of %lld, load %.2f..%.2f]: "
+             "%.2f / %.2f us per decision, rate ratio %.3f (target >= %.2f) %s (median of "
+             "per-round ratios %.3f); caller CPU %.2f / %.2f us = x%.2f (not a target)\n",
+             name, (long long)json_integer_value(json_object_get(cc, "rounds")),
+             (long long)json_integer_value(json_object_get(cc, "decisions_per_round")),
+             num(cc, "loadavg_start"), num(cc, "loadavg_end"),
+             num(cc, "ns_per_decision_libresil") / 1e3, num(cc, "ns_per_decision_bare") / 1e3,
+             ratio, BENCH_REDIS_MIN_RATIO, met ? "yes" : "NO",
+             num(cc, "ratio_median_of_rounds"), num(cc, "cpu_ns_per_decision_libresil") / 1e3,
+             num(cc, "cpu_ns_per_decision_bare") / 1e3, num(cc, "cpu_ratio"));
+    json_array_append_new(ocases, o);
+  }
+}
+
 /* ---- physical references and floors ------------------------------------ */
 
 static double phys(json_t *machine, const char *key) {
@@ -553,7 +598,8 @@ static json_t *report_floors(json_t *ccases, json_t *machine) {
   size_t i;
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
-    if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc))
+    if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc) ||
+        is_redis_case(cc))
       continue;
     const char *name = str(cc, "name", "?");
     const hw_floor *f = floor_for(name);
@@ -808,7 +854,8 @@ int bench_report(const char *c_json, const char *peers_json,
   size_t i;
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
-    if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc))
+    if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc) ||
+        is_redis_case(cc))
       continue;
     const char *name = str(cc, "name", "?");
     const case_target *t = target_for(name);
@@ -888,6 +935,7 @@ int bench_report(const char *c_json, const char *peers_json,
   report_async(ccases, ocases, checks);
   report_store(ccases, ocases, checks);
   report_shared(ccases, ocases, checks);
+  report_redis(ccases, ocases, checks);
 
   /* Memory. */
   json_t *bytes = json_object_get(c, "breaker_bytes_100_window");
@@ -989,6 +1037,8 @@ int bench_report(const char *c_json, const char *peers_json,
     json_object_set(out, "store_method", json_object_get(c, "store_method"));
   if (json_object_get(c, "shared_method"))
     json_object_set(out, "shared_method", json_object_get(c, "shared_method"));
+  if (json_object_get(c, "redis_method"))
+    json_object_set(out, "redis_method", json_object_get(c, "redis_method"));
   json_object_set(out, "library_version", json_object_get(c, "library_version"));
 
   int rc = json_dump_file(out, out_path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));

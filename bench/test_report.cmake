@@ -45,6 +45,8 @@ foreach(key "\"hardware_floor\"" "\"ratio_to_floor\": 2" "\"in_rmw\": 2\\.5" "\"
   expect("${json}" "${key}")
 endforeach()
 
+# The rate limiter on Redis against a bare hiredis EVALSHA.
+expect("${out}" "redis_ratelimiter_acquire +vs bare hiredis EVALSHA \\[15 rounds of 5000, load 0\\.50\\.\\.0\\.75\\]: 20\\.00 / 19\\.00 us per decision, rate ratio 0\\.950 \\(target >= 0\\.90\\) yes \\(median of per-round ratios 0\\.960\\); caller CPU 6\\.00 / 5\\.50 us = x1\\.09 \\(not a target\\)")
 run_report(out ${OUT}/skipped.json --r4j-skipped "java is not on PATH")
 expect("${out}" "\nR4j: skipped \\(java is not on PATH\\)\n")
 expect("${out}" "targets: [0-9]+ met, [0-9]+ missed, 1[0-9] not evaluated")

@@ -29,6 +29,13 @@
 #      scripts/pg-start.sh (its data directory under build/bench/pgtmp, on
 #      the same disk as the SQLite files when it can) and stops on exit
 #      (about 35 s at the defaults; needs libresil-store);
+#      then the rate limiter on Redis: redis_ratelimiter_acquire (one
+#      blocking decision of libresil-redis's limiter, one EVALSHA round
+#      trip) against a bare hiredis EVALSHA of the same script, alternating
+#      rounds in the same run, on a redis-server that resil_bench starts
+#      (Debian's, 127.0.0.1, a free port, a temp dir, killed by PID; about
+#      3 s at the defaults; skipped, with the reason, without
+#      libresil-redis or redis-server, which scripts/deps.sh installs);
 #   4. the Resilience4j comparison: when `java` (17 or later, with javac)
 #      is on PATH and the perf-r4j tool is there (directory $PERF_R4J,
 #      default ../shared/tools/perf-r4j next to this checkout or next to

@@ -123,10 +123,13 @@ static int selected(const char *only, const char *id) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: resil lab [--json FILE] [--html FILE] [--only ID[,ID...]] [--path P] [--list]\n"
-          "  Runs the failure experiments of DESIGN §7 and §9 (P1-P14, H1-H16,\n"
-          "  I1-I8, A1-A8, O1, M1-M6) against real code, a loopback upstream,\n"
-          "  temporary SQLite files, forked worker processes and the resil tool\n"
-          "  itself (M5: `resil call --state` in a shell loop); the H and I\n"
+          "  Runs the failure experiments of DESIGN §7, §8 and §9 (P1-P14, H1-H16,\n"
+          "  I1-I8, A1-A8, O1, M1-M6, G1-G4) against real code, a loopback upstream,\n"
+          "  temporary SQLite files, forked worker processes, the resil tool\n"
+          "  itself (M5: `resil call --state` in a shell loop) and a redis-server\n"
+          "  the G experiments start (Debian's /usr/bin/redis-server, or\n"
+          "  $RESIL_REDIS_SERVER; without it they fail; G1 on the blocking path\n"
+          "  for now); the H and I\n"
           "  experiments run twice, on the blocking API and on the async engine\n"
           "  (listed as H1/engine, ...). Prints one line per experiment and exits 1\n"
           "  when any fails.\n"

@@ -29,6 +29,10 @@ extern const lab_experiment lab_shared_experiments[];
 /* M4 (exp_shared_chaos.c): SIGKILL chaos on shared state (fork()ed
  * workers killed and respawned). */
 extern const lab_experiment lab_shared_chaos_experiments[];
+/* G1-G4 (exp_redis.c): the rate limiter on Redis (libresil-redis) against
+ * a redis-server the experiment starts; empty unless libresil-redis is
+ * built. */
+extern const lab_experiment lab_redis_experiments[];
 
 /* The registration table: every family's table, in the order `resil lab`
  * runs and lists them, then NULL. */

@@ -1,0 +1,1225 @@
+/* Lab experiments G (issue 21, "Lab"; DESIGN §8.2): a rate limiter whose
+ * permits live in Redis (libresil-redis, resil/redis.h), on a redis-server
+ * the experiment starts itself: Debian's /usr/bin/redis-server (or the
+ * first redis-server on PATH; $RESIL_REDIS_SERVER names another), on
+ * 127.0.0.1, a free port, in a temporary directory, no persistence
+ * (--save "" --appendonly no); killed by PID
+ * (SIGKILL, reaped) at the end, and by the kernel if the lab dies first
+ * (PR_SET_PDEATHSIG). Without redis-server every G experiment FAILS
+ * saying so (deps.sh installs it). Every wait is bounded: the server's
+ * start (5 s), the worker threads (fixed run times), every decision (the
+ * limiter's Redis timeout).
+ *
+ * G1 (blocking path; DESIGN's G1 is on the engine, which is to come): 4
+ *     forked processes, each with its own limiter on one key (200 per
+ *     second, burst 10) and 4 threads deciding flat out (fail fast) for
+ *     3 s, each grant a call to the "upstream" (counted in a MAP_SHARED
+ *     page): the upstream sees at most GCRA's bound over the grants' span
+ *     (burst + span / T, + 1 for a grant stamped after Redis's TIME) and at
+ *     least 95 % of it. Wrong variant: a limiter per process (its own key:
+ *     about 4 x the bound).
+ * G2: Redis frozen (SIGSTOP) for 1 s under load: three limiters (failure
+ *     policies open, closed, local; 100 per second, 4 expected instances:
+ *     the local share is 25 per second), each asked by 4 threads once a
+ *     millisecond, before, during and after the freeze. Every decision
+ *     during the freeze ends within the Redis timeout (20 ms) + 5 ms
+ *     (+ 15 ms under the sanitizers; the longest of the whole run is
+ *     recorded too); during the freeze `open` permits every call, `closed`
+ *     refuses every call with "rate limiter unavailable", `local` permits
+ *     at most the local share per cycle; each breaker on Redis opens, and
+ *     then a decision costs what a local one does (median under 1 ms, no
+ *     Redis I/O); after SIGCONT and the breaker's wait, Redis decides
+ *     again. Wrong variant: a breaker that never opens (every decision of
+ *     the freeze waits the whole Redis timeout).
+ * G3: Redis restarted mid-run: the server is killed and a new, empty one
+ *     (no keys, no scripts) started on the same port, then SCRIPT FLUSH
+ *     on it (what a client behind a proxy sees when the server behind it
+ *     is replaced: its connection lives, the script is gone). Two threads
+ *     decide once a millisecond on a `closed` limiter (whose breaker waits
+ *     100 ms; a Redis timeout of 250 ms, so that a loaded machine's delays
+ *     are not taken for failures). The connections are made again (the
+ *     script loaded with them), NOSCRIPT reloads it once per connection,
+ *     and once Redis decides again no decision fails. Wrong variant: a client that loads
+ *     its script only when it starts (EVALSHA of a SHA it never loads
+ *     again): every decision after the restart fails.
+ * G4: the window edge: a naive fixed-window limiter (INCR of a key named
+ *     after the client clock's second, EXPIRE when new: what a first
+ *     attempt at a global limit does), 10 per second, lets 10 calls
+ *     through 50 ms before a second's edge and 10 more 1 ms after it: 20,
+ *     twice the limit, in about 55 ms; the GCRA limiter (10 per second,
+ *     burst 10) asked the same way lets through at most burst + span / T
+ *     (T = 100 ms). Wrong variant: the naive limiter in GCRA's place. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lab_families.h"
+#include "lab_ops.h"
+#include "lab_result.h"
+
+#ifdef RESIL_HAVE_REDIS
+#include <hiredis/hiredis.h>
+
+#include "resil/breaker.h"
+#include "resil/ratelimit.h"
+#include "resil/redis.h"
+
+#define G_MS INT64_C(1000000)
+#define G_REDIS_TIMEOUT (20 * G_MS)
+#ifdef RESIL_SANITIZED
+#define G_SLACK (15 * G_MS) /* the sanitizers slow every step down */
+#else
+#define G_SLACK (5 * G_MS)
+#endif
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t real_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void sleep_ns(int64_t ns) {
+  if (ns <= 0) return;
+  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static void sleep_until(int64_t mono) { sleep_ns(mono - mono_ns()); }
+
+/* ---- the experiment's own redis-server ---------------------------------- */
+
+typedef struct g_srv {
+  pid_t pid;
+  int port;
+  char bin[256];
+  char dir[96];
+  char uri[64];
+} g_srv;
+
+/* $RESIL_REDIS_SERVER when set (it must be executable), else Debian's
+ * /usr/bin/redis-server, else the first on PATH: 1 with its path in out,
+ * or 0. */
+static int g_find_server(char *out, size_t n) {
+  const char *env = getenv("RESIL_REDIS_SERVER");
+  if (env && *env) {
+    snprintf(out, n, "%s", env);
+    return access(out, X_OK) == 0;
+  }
+  if (access("/usr/bin/redis-server", X_OK) == 0) {
+    snprintf(out, n, "/usr/bin/redis-server");
+    return 1;
+  }
+  const char *path = getenv("PATH");
+  while (path && *path) {
+    const char *colon = strchr(path, ':');
+    size_t len = colon ? (size_t)(colon - path) : strlen(path);
+    if (len > 0 && len < n - 16) {
+      snprintf(out, n, "%.*s/redis-server", (int)len, path);
+      if (access(out, X_OK) == 0) return 1;
+    }
+    if (!colon) break;
+    path = colon + 1;
+  }
+  out[0] = '\0';
+  return 0;
+}
+
+static int g_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t l = sizeof a;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+/* A hiredis client on the server, 1 s timeouts; NULL on failure. */
+static redisContext *g_client(const g_srv *s) {
+  struct timeval tv = {1, 0};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", s->port, tv);
+  if (!c || c->err) {
+    if (c) redisFree(c);
+    return NULL;
+  }
+  redisSetTimeout(c, tv);
+  return c;
+}
+
+/* One command without arguments; 1 when its reply is not an error. */
+static int g_do(const g_srv *s, const char *cmd) {
+  redisContext *c = g_client(s);
+  if (!c) return 0;
+  redisReply *rep = redisCommand(c, cmd);
+  int ok = rep && rep->type != REDIS_REPLY_ERROR;
+  if (rep) freeReplyObject(rep);
+  redisFree(c);
+  return ok;
+}
+
+/* Kills the server (SIGKILL, by its PID; a SIGSTOPped one too) and reaps
+ * it; the directory stays (g_srv_done removes it). */
+static void g_kill(g_srv *s) {
+  if (s->pid > 0) {
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    s->pid = 0;
+  }
+}
+
+/* Kills the server and removes its directory and what is in it. */
+static void g_srv_done(g_srv *s) {
+  g_kill(s);
+  if (!s->dir[0]) return;
+  DIR *d = opendir(s->dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+      char p[400];
+      snprintf(p, sizeof p, "%s/%s", s->dir, e->d_name);
+      unlink(p);
+    }
+    closedir(d);
+  }
+  rmdir(s->dir);
+  s->dir[0] = '\0';
+}
+
+/* Starts redis-server on s->port (a free one when 0), in s->dir (made
+ * when empty), and waits for its PING, at most 5 s. 0, or -1 (r records
+ * why; nothing left running). */
+static int g_start(lab_result *r, g_srv *s) {
+  if (!s->bin[0] && !g_find_server(s->bin, sizeof s->bin)) {
+    const char *env = getenv("RESIL_REDIS_SERVER");
+    if (env && *env)
+      lab_expect(r, "redis_server_found", 0,
+                 "RESIL_REDIS_SERVER=%s is not an executable: the G experiments need "
+                 "redis-server",
+                 env);
+    else
+      lab_expect(r, "redis_server_found", 0,
+                 "redis-server is not installed (not /usr/bin/redis-server nor on PATH): the G "
+                 "experiments need it (scripts/deps.sh installs Debian's redis-server)");
+    return -1;
+  }
+  if (!s->dir[0]) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(s->dir, sizeof s->dir, "%s/resil-lab-redis-XXXXXX",
+             tmp && *tmp && strlen(tmp) < 48 ? tmp : "/tmp");
+    if (!lab_check(r, mkdtemp(s->dir) != NULL, "mkdtemp: %s", strerror(errno))) {
+      s->dir[0] = '\0';
+      return -1;
+    }
+  }
+  if (s->port <= 0) s->port = g_free_port();
+  if (!lab_check(r, s->port > 0, "no free port on 127.0.0.1")) return -1;
+  char port[16], log[160];
+  snprintf(port, sizeof port, "%d", s->port);
+  snprintf(log, sizeof log, "%s/redis.log", s->dir);
+  const char *argv[] = {s->bin,       "--port",     port,   "--bind",      "127.0.0.1",
+                        "--save",     "",           "--appendonly", "no",  "--dir",
+                        s->dir,       "--daemonize", "no",  "--loglevel",  "warning",
+                        "--logfile",  log,          NULL};
+  pid_t parent = getpid();
+  s->pid = fork();
+  if (!lab_check(r, s->pid >= 0, "fork: %s", strerror(errno))) {
+    s->pid = 0;
+    return -1;
+  }
+  if (s->pid == 0) {
+    /* Killed with the lab, whatever ends it: no server outlives it. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
+    execv(s->bin, (char *const *)argv);
+    _exit(127);
+  }
+  snprintf(s->uri, sizeof s->uri, "redis://127.0.0.1:%d/0", s->port);
+  int64_t until = mono_ns() + 5000 * G_MS;
+  while (mono_ns() < until) {
+    int st;
+    if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+      s->pid = 0;
+      lab_check(r, 0, "redis-server on port %d exited at its start (status %d; log in %s)",
+                s->port, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), log);
+      return -1;
+    }
+    if (g_do(s, "PING")) return 0;
+    sleep_ns(10 * G_MS);
+  }
+  g_kill(s);
+  lab_check(r, 0, "redis-server on port %d did not answer PING within 5 s (log in %s)", s->port,
+            log);
+  return -1;
+}
+
+/* SIGSTOP or SIGCONT to the server: 0, or -1 (r records why). */
+static int g_signal(lab_result *r, const g_srv *s, int sig) {
+  return lab_check(r, s->pid > 0 && kill(s->pid, sig) == 0, "kill(%ld, %d): %s", (long)s->pid,
+                   sig, strerror(errno))
+             ? 0
+             : -1;
+}
+
+/* A limiter on the server: 0, or -1 (r records why). */
+static int g_limiter(lab_result *r, const resil_redis_ratelimiter_config *cfg,
+                     resil_ratelimiter **out) {
+  resil_error err;
+  memset(&err, 0, sizeof err);
+  *out = NULL;
+  return lab_check(r, resil_redis_ratelimiter_new(cfg, out, &err) == RESIL_OK,
+                   "resil_redis_ratelimiter_new(%s): %s", cfg->name, err.msg)
+             ? 0
+             : -1;
+}
+
+static resil_redis_ratelimiter_metrics g_metrics(const resil_ratelimiter *rl) {
+  resil_redis_ratelimiter_metrics m;
+  memset(&m, 0, sizeof m);
+  (void)resil_redis_ratelimiter_get_metrics(rl, &m);
+  return m;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* ---- G1 (blocking path): 4 processes, one limiter in Redis --------------- */
+
+enum { G1_PROCS = 4, G1_THREADS = 4, G1_LIMIT = 200, G1_BURST = 10, G1_SAMPLES = 20000 };
+#define G1_RUN (3000 * G_MS)
+
+/* What a worker process reports (a MAP_SHARED page). */
+typedef struct g1_slot {
+  long admitted;        /* the upstream's calls (one per grant) */
+  int64_t first, last;  /* the first and the last grant (monotonic) */
+  long decisions, odd;  /* decisions; refusals other than RATE_LIMITED */
+  long redis_errors;
+  int64_t p99_ns, max_ns; /* the process's decisions */
+} g1_slot;
+
+typedef struct g1_thr {
+  resil_ratelimiter *rl;
+  int64_t until;
+  long admitted, decisions, odd;
+  int64_t first, last;
+  int64_t *lat;
+  int nlat;
+} g1_thr;
+
+static void *g1_thread(void *arg) {
+  g1_thr *t = arg;
+  while (mono_ns() < t->until) {
+    resil_reason why = RESIL_REASON_OK;
+    int64_t t0 = mono_ns();
+    resil_decision d = resil_ratelimiter_acquire(t->rl, 1, NULL, &why);
+    int64_t t1 = mono_ns();
+    t->decisions++;
+    if (t->nlat < G1_SAMPLES) t->lat[t->nlat++] = t1 - t0;
+    if (d == RESIL_DECISION_GO) {
+      if (!t->admitted) t->first = t1;
+      t->last = t1;
+      t->admitted++; /* the call to the upstream */
+    } else if (why != RESIL_REASON_RATE_LIMITED) {
+      t->odd++;
+    }
+  }
+  return NULL;
+}
+
+/* A worker process: its own limiter (a process's connections are its
+ * own), G1_THREADS threads deciding flat out until `until`. */
+static int g1_child(const char *uri, const char *name, int64_t until, g1_slot *slot) {
+  resil_redis_ratelimiter_config cfg;
+  resil_redis_ratelimiter_config_init(&cfg);
+  cfg.uri = uri;
+  cfg.name = name;
+  cfg.limit_for_period = G1_LIMIT;
+  cfg.burst = G1_BURST;
+  cfg.timeout_ns = 0;
+  cfg.redis_timeout_ns = 1000 * G_MS; /* what Redis decides is measured, not its timeout */
+  cfg.failure = RESIL_REDIS_FAILURE_CLOSED;
+  cfg.connections = G1_THREADS;
+  resil_ratelimiter *rl = NULL;
+  if (resil_redis_ratelimiter_new(&cfg, &rl, NULL) != RESIL_OK) return 2;
+  g1_thr t[G1_THREADS];
+  pthread_t th[G1_THREADS];
+  memset(t, 0, sizeof t);
+  int started = 0;
+  for (int i = 0; i < G1_THREADS; i++) {
+    t[i].rl = rl;
+    t[i].until = until;
+    t[i].lat = calloc(G1_SAMPLES, sizeof *t[i].lat);
+    if (!t[i].lat || pthread_create(&th[i], NULL, g1_thread, &t[i]) != 0) {
+      free(t[i].lat);
+      break;
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  int n = 0;
+  for (int i = 0; i < started; i++) n += t[i].nlat;
+  int64_t *all = calloc((size_t)n + 1, sizeof *all);
+  int k = 0;
+  slot->first = INT64_MAX;
+  for (int i = 0; i < started; i++) {
+    slot->admitted += t[i].admitted;
+    slot->decisions += t[i].decisions;
+    slot->odd += t[i].odd;
+    if (t[i].admitted && t[i].first < slot->first) slot->first = t[i].first;
+    if (t[i].last > slot->last) slot->last = t[i].last;
+    for (int j = 0; all && j < t[i].nlat; j++) all[k++] = t[i].lat[j];
+    free(t[i].lat);
+  }
+  if (all && k > 0) {
+    qsort(all, (size_t)k, sizeof *all, cmp_i64);
+    slot->p99_ns = all[(k * 99) / 100];
+    slot->max_ns = all[k - 1];
+  }
+  free(all);
+  slot->redis_errors = (long)g_metrics(rl).redis_errors;
+  resil_ratelimiter_free(rl);
+  return started == G1_THREADS ? 0 : 3;
+}
+
+static int g1_run(lab_result *r, int wrong) {
+  g_srv s;
+  memset(&s, 0, sizeof s);
+  g1_slot *board = MAP_FAILED;
+  pid_t kids[G1_PROCS];
+  int started = 0;
+  if (g_start(r, &s) != 0) goto out;
+  board = mmap(NULL, sizeof(g1_slot) * G1_PROCS, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (!lab_check(r, board != MAP_FAILED, "mmap: %s", strerror(errno))) goto out;
+  memset(board, 0, sizeof(g1_slot) * G1_PROCS);
+  int64_t until = mono_ns() + 300 * G_MS + G1_RUN; /* 300 ms for the processes to start */
+  for (int i = 0; i < G1_PROCS; i++) {
+    char name[32] = "g1";
+    if (wrong) snprintf(name, sizeof name, "g1-%d", i); /* a limiter per process: its own key */
+    pid_t parent = getpid();
+    kids[i] = fork();
+    if (!lab_check(r, kids[i] >= 0, "fork: %s", strerror(errno))) break;
+    if (kids[i] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(126);
+      _exit(g1_child(s.uri, name, until, &board[i]));
+    }
+    started++;
+  }
+  /* Every process, within the run and 10 s more; killed past it. */
+  int exited_ok = 0, killed = 0;
+  int64_t deadline = until + 10000 * G_MS;
+  for (int i = 0; i < started; i++) {
+    int st = 0;
+    for (;;) {
+      pid_t w = waitpid(kids[i], &st, WNOHANG);
+      if (w == kids[i]) {
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) exited_ok++;
+        break;
+      }
+      if (w < 0 && errno != EINTR) break;
+      if (mono_ns() > deadline) {
+        kill(kids[i], SIGKILL);
+        waitpid(kids[i], &st, 0);
+        killed++;
+        break;
+      }
+      sleep_ns(5 * G_MS);
+    }
+  }
+  if (!lab_check(r, started == G1_PROCS && exited_ok == G1_PROCS,
+                 "%d of %d worker processes exited well (%d killed at the deadline)", exited_ok,
+                 G1_PROCS, killed))
+    goto out;
+  long admitted = 0, decisions = 0, odd = 0, errors = 0;
+  int64_t first = INT64_MAX, last = 0, p99 = 0, mx = 0;
+  for (int i = 0; i < G1_PROCS; i++) {
+    g1_slot *b = &board[i];
+    admitted += b->admitted;
+    decisions += b->decisions;
+    odd += b->odd;
+    errors += b->redis_errors;
+    if (b->admitted && b->first < first) first = b->first;
+    if (b->last > last) last = b->last;
+    if (b->p99_ns > p99) p99 = b->p99_ns;
+    if (b->max_ns > mx) mx = b->max_ns;
+  }
+  /* GCRA's bound over the span of the grants: burst + span / T. A grant is
+   * stamped when its reply arrived, up to a round trip after Redis's TIME:
+   * one more permit may fall in the stamped span. */
+  const int64_t t_ns = 1000000000 / G1_LIMIT;
+  double span = admitted ? (double)(last - first) : 0.0;
+  double bound = G1_BURST + span / (double)t_ns;
+  double ratio = bound > 0 ? (double)admitted / bound : 0.0;
+  lab_obs_str(r, "path", "blocking");
+  lab_obs_int(r, "processes", G1_PROCS);
+  lab_obs_int(r, "threads_per_process", G1_THREADS);
+  lab_obs_int(r, "limit_per_s", G1_LIMIT);
+  lab_obs_int(r, "burst", G1_BURST);
+  lab_obs_int(r, "decisions", decisions);
+  lab_obs_int(r, "admitted", admitted);
+  lab_obs_real(r, "span_ms", span / 1e6);
+  lab_obs_real(r, "bound", bound);
+  lab_obs_real(r, "ratio", ratio);
+  lab_obs_int(r, "decision_p99_us", p99 / 1000);
+  lab_obs_int(r, "decision_max_us", mx / 1000);
+  lab_obs_int(r, "redis_errors", errors);
+  lab_summary(r,
+              "blocking path, %d processes x %d threads flat out, %s of %d/s (burst %d): "
+              "%ld decisions, the upstream saw %ld calls in %.0f ms; GCRA bound %.1f, ratio "
+              "%.3f; decision p99 %lld us, max %lld us",
+              G1_PROCS, G1_THREADS, wrong ? "a limiter per process (own keys)" : "one limiter",
+              G1_LIMIT, G1_BURST, decisions, admitted, span / 1e6, bound, ratio,
+              (long long)(p99 / 1000), (long long)(mx / 1000));
+  lab_expect(r, "no_errors", errors == 0 && odd == 0,
+             "%ld Redis errors, %ld refusals other than rate limited", errors, odd);
+  lab_expect(r, "admitted_within_bound", (double)admitted <= bound + 1.0,
+             "the upstream saw %ld calls, over GCRA's bound %.1f (+1)", admitted, bound);
+  lab_expect(r, "admitted_near_bound", ratio >= 0.95,
+             "the upstream saw %ld calls, %.3f of the bound %.1f (under 0.95)", admitted, ratio,
+             bound);
+out:
+  if (board != MAP_FAILED) munmap(board, sizeof(g1_slot) * G1_PROCS);
+  g_srv_done(&s);
+  return r->pass;
+}
+
+static int g1_right(lab_result *r) { return g1_run(r, 0); }
+static int g1_wrong(lab_result *r) { return g1_run(r, 1); }
+
+/* ---- G2: Redis frozen under load ---------------------------------------- */
+
+enum { G2_POLICIES = 3, G2_THREADS = 4, G2_LIMIT = 100, G2_INSTANCES = 4 };
+#define G2_SHARE (G2_LIMIT / G2_INSTANCES)
+#define G2_BEFORE (300 * G_MS)
+#define G2_FREEZE (1000 * G_MS)
+#define G2_AFTER (1400 * G_MS) /* the breaker's 1 s wait, then Redis again */
+enum { G2_MAX_SAMPLES = 4096 };
+
+typedef struct g2_worker {
+  resil_ratelimiter *rl;
+  int64_t until;                     /* monotonic */
+  int64_t max_ns;                    /* the longest decision of the whole run */
+  int64_t max_freeze_ns;             /* ... of those that overlapped the freeze */
+  /* During the freeze: */
+  long go, deny, deny_unavailable, deny_limited, deny_other;
+  /* Decisions of the freeze taken while the breaker was open: their costs. */
+  int64_t *open_cost;
+  int n_open_cost;
+  long after_go; /* permitted after the thaw */
+} g2_worker;
+
+typedef struct g2_shared {
+  _Atomic int64_t freeze_at, thaw_at;
+} g2_shared;
+
+typedef struct g2_arg {
+  g2_worker *w;
+  g2_shared *sh;
+} g2_arg;
+
+static void *g2_thread(void *arg) {
+  g2_arg *a = arg;
+  g2_worker *w = a->w;
+  resil_breaker *br = resil_redis_ratelimiter_breaker(w->rl);
+  while (mono_ns() < w->until) {
+    int64_t fz = a->sh->freeze_at, th = a->sh->thaw_at;
+    int open_before = resil_breaker_state(br) == RESIL_BREAKER_OPEN;
+    resil_reason why = RESIL_REASON_OK;
+    int64_t t0 = mono_ns();
+    resil_decision d = resil_ratelimiter_acquire(w->rl, 1, NULL, &why);
+    int64_t t1 = mono_ns();
+    if (t1 - t0 > w->max_ns) w->max_ns = t1 - t0;
+    if (fz && t1 >= fz && (!th || t0 <= th) && t1 - t0 > w->max_freeze_ns)
+      w->max_freeze_ns = t1 - t0;
+    /* A decision that started inside the freeze and ended before the thaw. */
+    if (fz && t0 >= fz && (!th || t1 < th)) {
+      if (d == RESIL_DECISION_GO) {
+        w->go++;
+      } else {
+        w->deny++;
+        if (why == RESIL_REASON_RATE_LIMITER_UNAVAILABLE) w->deny_unavailable++;
+        else if (why == RESIL_REASON_RATE_LIMITED) w->deny_limited++;
+        else w->deny_other++;
+      }
+      if (open_before && resil_breaker_state(br) == RESIL_BREAKER_OPEN &&
+          w->n_open_cost < G2_MAX_SAMPLES)
+        w->open_cost[w->n_open_cost++] = t1 - t0;
+    } else if (th && t0 >= th && d == RESIL_DECISION_GO) {
+      w->after_go++;
+    }
+    sleep_ns(G_MS);
+  }
+  return NULL;
+}
+
+static const char *const g2_names[G2_POLICIES] = {"open", "closed", "local"};
+static const resil_redis_failure g2_pols[G2_POLICIES] = {
+    RESIL_REDIS_FAILURE_OPEN, RESIL_REDIS_FAILURE_CLOSED, RESIL_REDIS_FAILURE_LOCAL};
+
+static int g2_run(lab_result *r, int wrong) {
+  g_srv s;
+  memset(&s, 0, sizeof s);
+  resil_ratelimiter *rl[G2_POLICIES] = {NULL, NULL, NULL};
+  g2_worker w[G2_POLICIES][G2_THREADS];
+  g2_arg args[G2_POLICIES][G2_THREADS];
+  pthread_t th[G2_POLICIES][G2_THREADS];
+  int started = 0;
+  g2_shared sh;
+  sh.freeze_at = 0;
+  sh.thaw_at = 0;
+  memset(w, 0, sizeof w);
+  resil_redis_ratelimiter_metrics before[G2_POLICIES], frozen[G2_POLICIES];
+  memset(before, 0, sizeof before);
+  memset(frozen, 0, sizeof frozen);
+  int breaker_open[G2_POLICIES] = {0, 0, 0};
+  int64_t freeze_ns = 0;
+  if (g_start(r, &s) != 0) goto out;
+  resil_breaker_config never; /* the wrong variant's: it never opens */
+  resil_breaker_config_init(&never);
+  never.window_size = 100000;
+  never.minimum_calls = 100000;
+  for (int p = 0; p < G2_POLICIES; p++) {
+    resil_redis_ratelimiter_config cfg;
+    resil_redis_ratelimiter_config_init(&cfg);
+    cfg.uri = s.uri;
+    cfg.name = g2_names[p];
+    cfg.limit_for_period = G2_LIMIT;
+    cfg.timeout_ns = 0; /* fail fast: a decision is one round trip */
+    cfg.redis_timeout_ns = G_REDIS_TIMEOUT;
+    cfg.failure = g2_pols[p];
+    cfg.expected_instances = G2_INSTANCES;
+    cfg.connections = G2_THREADS;
+    if (wrong) cfg.breaker = &never;
+    if (g_limiter(r, &cfg, &rl[p]) != 0) goto out;
+    char bname[48];
+    snprintf(bname, sizeof bname, "%s_redis_breaker", g2_names[p]);
+    lab_ops_add_ratelimiter(r, g2_names[p], rl[p]);
+    lab_ops_add_breaker(r, bname, resil_redis_ratelimiter_breaker(rl[p]));
+  }
+  int64_t t_start = mono_ns();
+  int64_t until = t_start + G2_BEFORE + G2_FREEZE + G2_AFTER;
+  for (int p = 0; p < G2_POLICIES; p++)
+    for (int i = 0; i < G2_THREADS; i++) {
+      g2_worker *x = &w[p][i];
+      x->rl = rl[p];
+      x->until = until;
+      x->open_cost = calloc(G2_MAX_SAMPLES, sizeof *x->open_cost);
+      args[p][i].w = x;
+      args[p][i].sh = &sh;
+      if (!lab_check(r,
+                     x->open_cost &&
+                         pthread_create(&th[p][i], NULL, g2_thread, &args[p][i]) == 0,
+                     "could not start a worker thread")) {
+        free(x->open_cost);
+        x->open_cost = NULL;
+        goto join;
+      }
+      started++;
+    }
+  sleep_until(t_start + G2_BEFORE);
+  for (int p = 0; p < G2_POLICIES; p++) before[p] = g_metrics(rl[p]);
+  if (g_signal(r, &s, SIGSTOP) != 0) goto join;
+  sh.freeze_at = mono_ns();
+  sleep_until(sh.freeze_at + G2_FREEZE);
+  for (int p = 0; p < G2_POLICIES; p++) {
+    breaker_open[p] =
+        resil_breaker_state(resil_redis_ratelimiter_breaker(rl[p])) == RESIL_BREAKER_OPEN;
+    frozen[p] = g_metrics(rl[p]);
+  }
+  sh.thaw_at = mono_ns();
+  freeze_ns = sh.thaw_at - sh.freeze_at;
+  g_signal(r, &s, SIGCONT);
+join:
+  for (int k = 0; k < started; k++) pthread_join(th[k / G2_THREADS][k % G2_THREADS], NULL);
+  if (started < G2_POLICIES * G2_THREADS || !sh.thaw_at) goto free_samples;
+  {
+    int64_t worst = 0, worst_run = 0;
+    json_t *pr = json_object();
+    int all_open = 1, cost_ok = 1, results_ok = 1, redis_again = 1;
+    long local_go = 0;
+    int64_t worst_median_open = 0;
+    char per[3][160];
+    for (int p = 0; p < G2_POLICIES; p++) {
+      long go = 0, deny = 0, unavailable = 0, limited = 0, other = 0, after = 0;
+      int n = 0;
+      for (int i = 0; i < G2_THREADS; i++) {
+        g2_worker *x = &w[p][i];
+        if (x->max_freeze_ns > worst) worst = x->max_freeze_ns;
+        if (x->max_ns > worst_run) worst_run = x->max_ns;
+        go += x->go;
+        deny += x->deny;
+        unavailable += x->deny_unavailable;
+        limited += x->deny_limited;
+        other += x->deny_other;
+        after += x->after_go;
+        n += x->n_open_cost;
+      }
+      int64_t *all = calloc((size_t)n + 1, sizeof *all);
+      int64_t median = -1, p99 = -1;
+      if (all) {
+        int k = 0;
+        for (int i = 0; i < G2_THREADS; i++)
+          for (int j = 0; j < w[p][i].n_open_cost; j++) all[k++] = w[p][i].open_cost[j];
+        qsort(all, (size_t)n, sizeof *all, cmp_i64);
+        if (n > 0) {
+          median = all[n / 2];
+          p99 = all[(n * 99) / 100];
+        }
+        free(all);
+      }
+      resil_redis_ratelimiter_metrics end = g_metrics(rl[p]);
+      json_t *o = json_object();
+      json_object_set_new(o, "permitted", json_integer(go));
+      json_object_set_new(o, "refused", json_integer(deny));
+      json_object_set_new(o, "refused_unavailable", json_integer(unavailable));
+      json_object_set_new(o, "refused_rate_limited", json_integer(limited));
+      json_object_set_new(o, "refused_other", json_integer(other));
+      json_object_set_new(
+          o, "redis_errors",
+          json_integer((json_int_t)(frozen[p].redis_errors - before[p].redis_errors)));
+      json_object_set_new(
+          o, "breaker_rejected",
+          json_integer((json_int_t)(frozen[p].breaker_rejected - before[p].breaker_rejected)));
+      json_object_set_new(o, "redis_breaker_opened", json_boolean(breaker_open[p]));
+      json_object_set_new(o, "decisions_while_open", json_integer(n));
+      json_object_set_new(o, "decision_while_open_median_us", json_real((double)median / 1e3));
+      json_object_set_new(o, "decision_while_open_p99_us", json_real((double)p99 / 1e3));
+      json_object_set_new(
+          o, "redis_decisions_after_thaw",
+          json_integer((json_int_t)(end.redis_decisions - frozen[p].redis_decisions)));
+      json_object_set_new(o, "permitted_after_thaw", json_integer(after));
+      json_object_set_new(pr, g2_names[p], o);
+      if (!breaker_open[p]) all_open = 0;
+      if (median < 0 || median > G_MS) cost_ok = 0;
+      if (median < 0 || worst_median_open < 0) worst_median_open = -1;
+      else if (median > worst_median_open) worst_median_open = median;
+      if (end.redis_decisions <= frozen[p].redis_decisions) redis_again = 0;
+      long decided = go + deny;
+      switch (g2_pols[p]) {
+      case RESIL_REDIS_FAILURE_OPEN:
+        if (decided == 0 || go != decided) results_ok = 0;
+        snprintf(per[p], sizeof per[p], "open %ld/%ld permitted", go, decided);
+        break;
+      case RESIL_REDIS_FAILURE_CLOSED:
+        if (decided == 0 || unavailable != decided) results_ok = 0;
+        snprintf(per[p], sizeof per[p], "closed %ld/%ld refused (unavailable)", unavailable,
+                 decided);
+        break;
+      default: {
+        /* The local limiter's cycles (refresh_period 1 s) touched by the
+         * freeze: at most the share in each. */
+        long cycles = (long)(freeze_ns / (1000 * G_MS)) + 2;
+        local_go = go;
+        json_object_set_new(o, "local_share", json_integer(G2_SHARE));
+        json_object_set_new(o, "local_bound", json_integer(G2_SHARE * cycles));
+        if (go < G2_SHARE || go > G2_SHARE * cycles || limited + go != decided) results_ok = 0;
+        snprintf(per[p], sizeof per[p], "local %ld/%ld permitted (share %d/s, bound %ld)", go,
+                 decided, G2_SHARE, G2_SHARE * cycles);
+        break;
+      }
+      }
+    }
+    char open_s[48];
+    if (worst_median_open < 0 || !all_open)
+      snprintf(open_s, sizeof open_s, "(none: a breaker stayed closed)");
+    else
+      snprintf(open_s, sizeof open_s, "%.1f us", (double)worst_median_open / 1e3);
+    lab_obs_int(r, "threads", G2_POLICIES * G2_THREADS);
+    lab_obs_int(r, "freeze_ms", freeze_ns / G_MS);
+    lab_obs_int(r, "redis_timeout_ms", G_REDIS_TIMEOUT / G_MS);
+    lab_obs_real(r, "decision_max_ms", (double)worst / 1e6);
+    lab_obs_int(r, "decision_bound_ms", (G_REDIS_TIMEOUT + G_SLACK) / G_MS);
+    /* Before and after the freeze too: Redis's round trips then include
+     * the machine's scheduling (12 threads and redis-server on the cores
+     * there are); for the record, not checked. */
+    lab_obs_real(r, "decision_max_ms_whole_run", (double)worst_run / 1e6);
+    lab_obs_json(r, "policy_results", pr);
+    lab_obs_bool(r, "redis_breaker_opened", all_open);
+    lab_obs_real(r, "decision_while_open_median_us", (double)worst_median_open / 1e3);
+    lab_obs_int(r, "local_permitted", local_go);
+    lab_obs_bool(r, "redis_decides_after_thaw", redis_again);
+    lab_summary(r,
+                "%d threads, Redis SIGSTOPped %lld ms: longest decision then %.1f ms (bound %lld); "
+                "%s; %s; %s; breakers %s, median decision while open %s; Redis decides "
+                "after the thaw: %s",
+                G2_POLICIES * G2_THREADS, (long long)(freeze_ns / G_MS), (double)worst / 1e6,
+                (long long)((G_REDIS_TIMEOUT + G_SLACK) / G_MS), per[0], per[1], per[2],
+                all_open ? "opened" : "not all opened", open_s, redis_again ? "yes" : "no");
+    lab_expect(r, "decision_within_redis_timeout", worst <= G_REDIS_TIMEOUT + G_SLACK,
+               "a decision during the freeze took %.1f ms, more than the Redis timeout %lld ms "
+               "+ %lld ms",
+               (double)worst / 1e6, (long long)(G_REDIS_TIMEOUT / G_MS),
+               (long long)(G_SLACK / G_MS));
+    lab_expect(r, "policy_results", results_ok, "the failure policies decided: %s; %s; %s",
+               per[0], per[1], per[2]);
+    lab_expect(r, "redis_breaker_opened", all_open,
+               "a breaker on Redis was not OPEN at the end of the freeze");
+    lab_expect(r, "cost_drops_to_local", cost_ok,
+               "the median decision while the breaker was open: %s, not under 1 ms", open_s);
+    lab_expect(r, "redis_decides_after_thaw", redis_again,
+               "after SIGCONT and the breaker's wait, a limiter's decisions did not reach Redis");
+  }
+free_samples:
+  for (int p = 0; p < G2_POLICIES; p++)
+    for (int i = 0; i < G2_THREADS; i++) free(w[p][i].open_cost);
+out:
+  lab_capture(r);
+  for (int p = 0; p < G2_POLICIES; p++)
+    if (rl[p]) resil_ratelimiter_free(rl[p]);
+  g_srv_done(&s);
+  return r->pass;
+}
+
+static int g2_right(lab_result *r) { return g2_run(r, 0); }
+static int g2_wrong(lab_result *r) { return g2_run(r, 1); }
+
+/* ---- G3: Redis restarted mid-run ---------------------------------------- */
+
+enum { G3_THREADS = 2, G3_MAX_EVENTS = 8192 };
+#define G3_BEFORE (300 * G_MS)
+#define G3_BETWEEN (400 * G_MS) /* from the new server's start to SCRIPT FLUSH */
+#define G3_AFTER (400 * G_MS)
+
+/* One decision: its start and end, and whether Redis decided it. */
+typedef struct g3_event {
+  int64_t t0, t1;
+  int ok;           /* 1 decided (permitted), 0 failed */
+  resil_reason why; /* a failure's reason (the limiter's) */
+} g3_event;
+
+/* The wrong variant's client: loads a script once when it starts, then
+ * EVALSHA only (reconnects after an I/O error, never loads again). Its
+ * script is a trivial one ("return 1"): what is measured is the reload,
+ * not GCRA. */
+typedef struct g3_naive {
+  redisContext *c;
+  int port;
+  char sha[48];
+} g3_naive;
+
+static int g3_naive_connect(g3_naive *n) {
+  struct timeval tv = {0, 20 * 1000};
+  n->c = redisConnectWithTimeout("127.0.0.1", n->port, tv);
+  if (!n->c || n->c->err) {
+    if (n->c) redisFree(n->c);
+    n->c = NULL;
+    return -1;
+  }
+  redisSetTimeout(n->c, tv);
+  return 0;
+}
+
+static int g3_naive_decide(g3_naive *n) {
+  if (!n->c && g3_naive_connect(n) != 0) return 0;
+  redisReply *rep = redisCommand(n->c, "EVALSHA %s 0", n->sha);
+  if (!rep) {
+    redisFree(n->c);
+    n->c = NULL;
+    return 0;
+  }
+  int ok = rep->type == REDIS_REPLY_INTEGER;
+  freeReplyObject(rep);
+  return ok;
+}
+
+typedef struct g3_worker {
+  resil_ratelimiter *rl; /* right */
+  g3_naive naive;        /* wrong */
+  int64_t until;
+  g3_event *ev;
+  int n;
+} g3_worker;
+
+static void *g3_thread(void *arg) {
+  g3_worker *w = arg;
+  while (mono_ns() < w->until && w->n < G3_MAX_EVENTS) {
+    g3_event *e = &w->ev[w->n];
+    e->t0 = mono_ns();
+    e->why = RESIL_REASON_OK;
+    if (w->rl) e->ok = resil_ratelimiter_acquire(w->rl, 1, NULL, &e->why) == RESIL_DECISION_GO;
+    else e->ok = g3_naive_decide(&w->naive);
+    e->t1 = mono_ns();
+    w->n++;
+    sleep_ns(G_MS);
+  }
+  return NULL;
+}
+
+static int g3_run(lab_result *r, int wrong) {
+  g_srv s;
+  memset(&s, 0, sizeof s);
+  resil_ratelimiter *rl = NULL;
+  g3_worker w[G3_THREADS];
+  pthread_t th[G3_THREADS];
+  int started = 0;
+  memset(w, 0, sizeof w);
+  if (g_start(r, &s) != 0) goto out;
+  resil_breaker_config bc; /* the default breaker, with a wait of 100 ms */
+  resil_breaker_config_init(&bc);
+  bc.open_wait_ns = 100 * G_MS;
+  resil_redis_ratelimiter_config cfg;
+  resil_redis_ratelimiter_config_init(&cfg);
+  cfg.uri = s.uri;
+  cfg.name = "restart";
+  cfg.limit_for_period = 1000000; /* never refuses for the rate: a refusal is a failure */
+  cfg.timeout_ns = 0;
+  /* What is measured is the restart's handling, not the round trip's
+   * time: a loaded machine (two cores, the suite running) can hold
+   * redis-server off the CPU past 20 ms, which would count as a failure. */
+  cfg.redis_timeout_ns = 250 * G_MS;
+  cfg.failure = RESIL_REDIS_FAILURE_CLOSED;
+  cfg.connections = G3_THREADS;
+  cfg.breaker = &bc;
+  if (g_limiter(r, &cfg, &rl) != 0) goto out;
+  lab_ops_add_ratelimiter(r, "restart", rl);
+  int64_t t_start = mono_ns();
+  int64_t until = t_start + G3_BEFORE + G3_BETWEEN + G3_AFTER + 500 * G_MS;
+  for (int i = 0; i < G3_THREADS; i++) {
+    w[i].until = until;
+    w[i].ev = calloc(G3_MAX_EVENTS, sizeof *w[i].ev);
+    if (!wrong) {
+      w[i].rl = rl;
+    } else {
+      w[i].naive.port = s.port;
+      if (g3_naive_connect(&w[i].naive) == 0) {
+        redisReply *rep = redisCommand(w[i].naive.c, "SCRIPT LOAD %s", "return 1");
+        if (rep && rep->type == REDIS_REPLY_STRING)
+          snprintf(w[i].naive.sha, sizeof w[i].naive.sha, "%s", rep->str);
+        if (rep) freeReplyObject(rep);
+      }
+      if (!lab_check(r, w[i].naive.sha[0], "the naive client could not load its script")) {
+        if (w[i].naive.c) redisFree(w[i].naive.c);
+        free(w[i].ev);
+        w[i].ev = NULL;
+        goto join;
+      }
+    }
+    if (!lab_check(r, w[i].ev && pthread_create(&th[i], NULL, g3_thread, &w[i]) == 0,
+                   "could not start a worker thread")) {
+      if (w[i].naive.c) redisFree(w[i].naive.c);
+      free(w[i].ev);
+      w[i].ev = NULL;
+      goto join;
+    }
+    started++;
+  }
+  sleep_until(t_start + G3_BEFORE);
+  resil_redis_ratelimiter_metrics m0 = g_metrics(rl);
+  /* The restart: killed, a new empty server on the same port. */
+  int64_t t_kill = mono_ns();
+  g_kill(&s);
+  int restarted = g_start(r, &s) == 0;
+  int64_t t_up = mono_ns();
+  resil_redis_ratelimiter_metrics m1 = g_metrics(rl);
+  int flushed = 0;
+  int64_t t_flush = 0;
+  if (restarted) {
+    sleep_until(t_up + G3_BETWEEN);
+    m1 = g_metrics(rl);
+    t_flush = mono_ns();
+    flushed = g_do(&s, "SCRIPT FLUSH");
+  }
+join:
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < G3_THREADS; i++)
+    if (w[i].naive.c) redisFree(w[i].naive.c);
+  if (started == G3_THREADS && restarted) {
+    lab_check(r, flushed, "SCRIPT FLUSH on the new server failed");
+    resil_redis_ratelimiter_metrics m2 = g_metrics(rl);
+    /* Recovered: the first decided decision that started after the new
+     * server answered PING. "After the restart" begins there (at the new
+     * server's PING when Redis never decides again); before it, from the
+     * kill, is the restart's gap. */
+    int64_t recovered = INT64_MAX;
+    long before_ok = 0, before_failed = 0, gap_failed = 0, failed_after = 0, ok_after = 0;
+    long after_flush_ok = 0, after_flush_failed = 0;
+    char first_failure[200] = "";
+    for (int i = 0; i < G3_THREADS; i++)
+      for (int j = 0; j < w[i].n; j++)
+        if (w[i].ev[j].ok && w[i].ev[j].t0 >= t_up && w[i].ev[j].t1 < recovered)
+          recovered = w[i].ev[j].t1;
+    for (int i = 0; i < G3_THREADS; i++)
+      for (int j = 0; j < w[i].n; j++) {
+        g3_event *e = &w[i].ev[j];
+        if (e->t1 < t_kill) {
+          if (e->ok) before_ok++;
+          else before_failed++;
+        } else if (e->t0 < (recovered == INT64_MAX ? t_up : recovered)) {
+          if (!e->ok) gap_failed++;
+        } else {
+          if (e->ok) {
+            ok_after++;
+          } else if (failed_after++ == 0) {
+            snprintf(first_failure, sizeof first_failure,
+                     "; the first: %.1f ms after the new server was up (SCRIPT FLUSH at "
+                     "%.1f ms), took %.1f ms, %s",
+                     (double)(e->t0 - t_up) / 1e6, (double)(t_flush - t_up) / 1e6,
+                     (double)(e->t1 - e->t0) / 1e6, resil_reason_name(e->why));
+          }
+          if (e->t0 >= t_flush) {
+            if (e->ok) after_flush_ok++;
+            else after_flush_failed++;
+          }
+        }
+      }
+    long long reconnects = (long long)(m1.connects - m0.connects);
+    long long reloads = (long long)(m2.noscript_reloads - m0.noscript_reloads);
+    if (wrong) reconnects = reloads = 0; /* the naive client has no metrics */
+    char again[64];
+    if (recovered == INT64_MAX)
+      snprintf(again, sizeof again, "never");
+    else
+      snprintf(again, sizeof again, "%.1f ms after it is up", (double)(recovered - t_up) / 1e6);
+    lab_obs_int(r, "threads", G3_THREADS);
+    lab_obs_int(r, "decisions_before", before_ok + before_failed);
+    lab_obs_int(r, "failed_before", before_failed);
+    lab_obs_int(r, "restart_ms", (t_up - t_kill) / G_MS);
+    lab_obs_int(r, "recovered_after_ms",
+                recovered == INT64_MAX ? -1 : (long long)((recovered - t_up) / G_MS));
+    lab_obs_int(r, "failed_during_restart", gap_failed);
+    lab_obs_int(r, "reconnects", reconnects);
+    lab_obs_int(r, "noscript_reloads", reloads);
+    lab_obs_int(r, "decisions_after_restart", ok_after + failed_after);
+    lab_obs_int(r, "decisions_after_flush", after_flush_ok + after_flush_failed);
+    lab_obs_int(r, "failed_decisions", failed_after);
+    lab_summary(r,
+                "%s, %d threads: %ld decided before; restart %lld ms (%ld failed meanwhile, "
+                "Redis decides again %s, %lld reconnects); SCRIPT FLUSH: "
+                "%lld NOSCRIPT reloads; after the restart %ld decided, %ld failed",
+                wrong ? "a client that loads its script only at start" : "resil limiter",
+                G3_THREADS, before_ok, (long long)((t_up - t_kill) / G_MS), gap_failed,
+                again, reconnects, reloads, ok_after, failed_after);
+    lab_expect(r, "decisions_before_restart", before_ok > 0 && before_failed == 0,
+               "before the restart %ld decided, %ld failed", before_ok, before_failed);
+    lab_expect(r, "no_failed_decisions_after_restart",
+               recovered != INT64_MAX && failed_after == 0 && after_flush_ok > 0,
+               "after the restart %ld decisions failed (%ld decided, %ld after SCRIPT FLUSH)%s",
+               failed_after, ok_after, after_flush_ok, first_failure);
+    if (!wrong) {
+      lab_expect(r, "reconnected", reconnects >= 1,
+                 "no connection was made again after the restart");
+      lab_expect(r, "noscript_reloaded", reloads >= 1 && reloads <= G3_THREADS,
+                 "%lld NOSCRIPT reloads after SCRIPT FLUSH (1..%d: once per connection)",
+                 reloads, G3_THREADS);
+    }
+  }
+  for (int i = 0; i < G3_THREADS; i++) free(w[i].ev);
+out:
+  lab_capture(r);
+  if (rl) resil_ratelimiter_free(rl);
+  g_srv_done(&s);
+  return r->pass;
+}
+
+static int g3_right(lab_result *r) { return g3_run(r, 0); }
+static int g3_wrong(lab_result *r) { return g3_run(r, 1); }
+
+/* ---- G4: a window's edge ------------------------------------------------ */
+
+enum { G4_LIMIT = 10, G4_ASKS = 2 * G4_LIMIT };
+#define G4_LEAD (50 * G_MS) /* the first batch, before the edge */
+#define G4_LAG (1 * G_MS)   /* the second, after it */
+
+/* The naive fixed window: INCR of "lab:fw:<client clock's second>", EXPIRE
+ * when it is new; permitted while the count is at most the limit. 1
+ * permitted, 0 refused, -1 an error. */
+static int g4_naive(redisContext *c, const char *tag) {
+  long long sec = (long long)(real_ns() / 1000000000);
+  char key[96];
+  snprintf(key, sizeof key, "lab:fw:%s:%lld", tag, sec);
+  redisReply *rep = redisCommand(c, "INCR %s", key);
+  if (!rep || rep->type != REDIS_REPLY_INTEGER) {
+    if (rep) freeReplyObject(rep);
+    return -1;
+  }
+  long long n = rep->integer;
+  freeReplyObject(rep);
+  if (n == 1) {
+    rep = redisCommand(c, "EXPIRE %s 2", key);
+    if (rep) freeReplyObject(rep);
+  }
+  return n <= G4_LIMIT;
+}
+
+typedef struct g4_batch {
+  long admitted;
+  int64_t first, last; /* monotonic, of the admitted */
+  int errors;
+} g4_batch;
+
+/* Asks G4_ASKS times in a row with the naive window (rl NULL) or rl. */
+static void g4_ask(redisContext *c, resil_ratelimiter *rl, const char *tag, g4_batch *b) {
+  for (int i = 0; i < G4_ASKS; i++) {
+    int ok = rl ? resil_ratelimiter_acquire(rl, 1, NULL, NULL) == RESIL_DECISION_GO
+                : g4_naive(c, tag);
+    if (ok < 0) {
+      b->errors++;
+      continue;
+    }
+    if (ok) {
+      int64_t t = mono_ns();
+      if (!b->admitted) b->first = t;
+      b->last = t;
+      b->admitted++;
+    }
+  }
+}
+
+/* Waits for the client clock's next second, less lead; then one batch
+ * before the edge and one just after it. Returns the admitted of both and
+ * their span; 1 when the first batch ended before the edge and the second
+ * began after it (on the client clock), 0 when a late wake-up spoilt it. */
+static int g4_edge(redisContext *c, resil_ratelimiter *rl, const char *tag, long *admitted,
+                   int64_t *span, int *errors) {
+  int64_t now = real_ns();
+  int64_t edge = (now / 1000000000 + 1) * 1000000000;
+  if (edge - now < G4_LEAD + 20 * G_MS) edge += 1000000000; /* too close: the next one */
+  int64_t mono_edge = mono_ns() + (edge - now);
+  g4_batch a = {0, 0, 0, 0}, b = {0, 0, 0, 0};
+  sleep_until(mono_edge - G4_LEAD);
+  int64_t a0 = real_ns();
+  g4_ask(c, rl, tag, &a);
+  int64_t a1 = real_ns();
+  sleep_until(mono_edge + G4_LAG);
+  int64_t b0 = real_ns();
+  g4_ask(c, rl, tag, &b);
+  *admitted = a.admitted + b.admitted;
+  int64_t first = a.admitted ? a.first : b.first, last = b.admitted ? b.last : a.last;
+  *span = *admitted ? last - first : 0;
+  *errors = a.errors + b.errors;
+  return a0 < edge && a1 < edge && b0 >= edge;
+}
+
+/* g4_edge until one straddles the edge as planned, at most 3 seconds. */
+static int g4_edges(redisContext *c, resil_ratelimiter *rl, const char *tag, long *admitted,
+                    int64_t *span, int *errors) {
+  for (int i = 0; i < 3; i++)
+    if (g4_edge(c, rl, tag, admitted, span, errors)) return 1;
+  return 0;
+}
+
+static int g4_run(lab_result *r, int wrong) {
+  g_srv s;
+  memset(&s, 0, sizeof s);
+  resil_ratelimiter *rl = NULL;
+  redisContext *c = NULL;
+  if (g_start(r, &s) != 0) goto out;
+  c = g_client(&s);
+  if (!lab_check(r, c != NULL, "could not connect to redis-server on port %d", s.port)) goto out;
+  resil_redis_ratelimiter_config cfg;
+  resil_redis_ratelimiter_config_init(&cfg);
+  cfg.uri = s.uri;
+  cfg.name = "edge";
+  cfg.limit_for_period = G4_LIMIT;
+  cfg.burst = G4_LIMIT;
+  cfg.timeout_ns = 0;
+  cfg.redis_timeout_ns = 1000 * G_MS; /* what Redis decides is measured here, not its timeout */
+  cfg.failure = RESIL_REDIS_FAILURE_CLOSED;
+  if (g_limiter(r, &cfg, &rl) != 0) goto out;
+  lab_ops_add_ratelimiter(r, "edge", rl);
+  long wrong_n = 0, gcra_n = 0;
+  int64_t wrong_span = 0, gcra_span = 0;
+  int wrong_err = 0, gcra_err = 0;
+  int straddled = g4_edges(c, NULL, "naive", &wrong_n, &wrong_span, &wrong_err);
+  straddled &= g4_edges(c, wrong ? NULL : rl, wrong ? "naive2" : "gcra", &gcra_n, &gcra_span,
+                        &gcra_err);
+  resil_redis_ratelimiter_metrics m = g_metrics(rl);
+  /* GCRA's bound over the span from the first to the last grant: burst +
+   * span / T, T = 1 s / limit; one more when a grant's stamp (taken after
+   * its reply) falls after Redis's TIME. */
+  const int64_t t_ns = 1000000000 / G4_LIMIT;
+  long bound = G4_LIMIT + (long)(gcra_span / t_ns) + 1;
+  lab_obs_int(r, "limit", G4_LIMIT);
+  lab_obs_int(r, "asked_per_edge", 2 * G4_ASKS);
+  lab_obs_int(r, "edge_admitted_wrong", wrong_n);
+  lab_obs_real(r, "edge_span_wrong_ms", (double)wrong_span / 1e6);
+  lab_obs_int(r, "edge_admitted_gcra", gcra_n);
+  lab_obs_real(r, "edge_span_gcra_ms", (double)gcra_span / 1e6);
+  lab_obs_int(r, "gcra_bound", bound);
+  lab_obs_int(r, "redis_errors", (long long)m.redis_errors + wrong_err + gcra_err);
+  lab_summary(r,
+              "%d per second, %d asks %lld ms before a second's edge and %d just after: the "
+              "naive fixed window (INCR+EXPIRE on the client clock) let %ld through in %.1f "
+              "ms; %s let %ld through in %.1f ms (bound %ld)",
+              G4_LIMIT, G4_ASKS, (long long)(G4_LEAD / G_MS), G4_ASKS, wrong_n,
+              (double)wrong_span / 1e6, wrong ? "the naive window again, in GCRA's place" : "GCRA",
+              gcra_n, (double)gcra_span / 1e6, bound);
+  lab_expect(r, "batches_straddle_the_edge", straddled,
+             "three times in a row a batch did not fall on its side of the edge (late wake-ups)");
+  lab_expect(r, "no_errors", m.redis_errors == 0 && wrong_err == 0 && gcra_err == 0,
+             "%llu Redis errors, %d naive errors", (unsigned long long)m.redis_errors,
+             wrong_err + gcra_err);
+  lab_expect(r, "naive_window_doubles", wrong_n == 2 * G4_LIMIT,
+             "the naive window let %ld through at the edge, not %d", wrong_n, 2 * G4_LIMIT);
+  lab_expect(r, "edge_admitted_within_bound", gcra_n <= bound && gcra_n >= G4_LIMIT,
+             "%ld let through at the edge in %.1f ms; GCRA's bound is %ld (and at least the "
+             "burst, %d)",
+             gcra_n, (double)gcra_span / 1e6, bound, G4_LIMIT);
+out:
+  lab_capture(r);
+  if (c) redisFree(c);
+  if (rl) resil_ratelimiter_free(rl);
+  g_srv_done(&s);
+  return r->pass;
+}
+
+static int g4_right(lab_result *r) { return g4_run(r, 0); }
+static int g4_wrong(lab_result *r) { return g4_run(r, 1); }
+
+const lab_experiment lab_redis_experiments[] = {
+    {"G1",
+     "on the blocking path (the engine path's 50 calls in flight per process are to come): "
+     "4 processes x 4 threads flat out through one Redis limiter of 200/s for 3 s: the "
+     "upstream sees at most the GCRA bound and at least 95 % of it",
+     g1_right, g1_wrong, "a limiter per process (its own key)", "admitted_within_bound", 0},
+    {"G2",
+     "Redis frozen (SIGSTOP) for 1 s under 12 threads: every decision ends within the Redis "
+     "timeout (20 ms) + 5 ms; open permits, closed refuses (rate limiter unavailable), local "
+     "keeps the local share; the breaker on Redis opens and a decision then costs a local one",
+     g2_right, g2_wrong, "a breaker on Redis that never opens", "cost_drops_to_local", 0},
+    {"G3",
+     "Redis restarted mid-run (a new empty server on the same port, then SCRIPT FLUSH): the "
+     "connections are made again, NOSCRIPT reloads the script once, no decision fails once "
+     "Redis is back",
+     g3_right, g3_wrong, "a client that loads its script only when it starts",
+     "no_failed_decisions_after_restart", 0},
+    {"G4",
+     "a window's edge: a naive fixed window (INCR+EXPIRE on the client clock) lets twice the "
+     "limit through around a second's edge; GCRA at most burst + span / T",
+     g4_right, g4_wrong, "the naive fixed window in GCRA's place", "edge_admitted_within_bound",
+     0},
+    {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
+
+#else /* no libresil-redis in this build */
+const lab_experiment lab_redis_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL, 0}};
+#endif
