@@ -158,6 +158,9 @@ struct resil_engine_handle {
   resil_breaker_permit permit;
   resil__timer t, dl, at;
   int64_t deadline_at;    /* loop clock; INT64_MAX none */
+  /* The ctx deadline on CLOCK_MONOTONIC, what the deadline header counts
+   * down to (transfer.h, budget_end); INT64_MAX none. */
+  int64_t deadline_mono;
   int64_t attempt_end_at; /* loop clock; INT64_MAX none */
   int64_t att_t0;
   uint32_t attempts;
@@ -658,6 +661,20 @@ static int64_t transfer_left(const resil_engine_handle *call, int64_t now, int64
   return left;
 }
 
+/* The CLOCK_MONOTONIC instant at which the budget of a transfer starting
+ * at `now` (loop clock) ends, for its deadline header: the call's
+ * deadline, or the attempt's end end_at (loop clock, INT64_MAX none) when
+ * that comes first. A loop with its own clock has the end converted
+ * through the time left to it. */
+static int64_t budget_end(const resil_engine_handle *call, int64_t end_at, int64_t now) {
+  int64_t b = call->deadline_mono;
+  if (end_at != INT64_MAX) {
+    int64_t a = call->e->ad->now_ns ? resil__sat_add(resil__http_mono_ns(), end_at - now) : end_at;
+    if (a < b) b = a;
+  }
+  return b;
+}
+
 /* A transfer's request is on the wire: its timer `t` now ends it at the
  * client's response timeout (ABORT_RESPONSE) or at its attempt timeout
  * end_at (ABORT_DEADLINE), whichever comes first. */
@@ -698,7 +715,8 @@ static void transfer_start_now(resil_engine_handle *call) {
   int64_t left = transfer_left(call, now, &call->attempt_end_at);
   call->att_t0 = now;
   call->attempts++;
-  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left, &o) != 0) {
+  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left,
+                                budget_end(call, call->attempt_end_at, now), &o) != 0) {
     resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
     resil_http_response *old = call->res;
     call->res = x->s.res;
@@ -1022,7 +1040,8 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
   }
   int64_t left = transfer_left(call, now, &hg->end_at);
   call->attempts++;
-  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left, &o) != 0) {
+  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left,
+                                budget_end(call, hg->end_at, now), &o) != 0) {
     resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
     hedge_release(call, hg, &o, 0);
     hedge_settle(call, n, &o, 0, x, HEDGE_NORMAL);
@@ -1855,9 +1874,18 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
    * makes the deadline late by the gap, never early. */
   int64_t rem = resil_ctx_remaining_ns(cx);
   int64_t now = eng_now(e);
+  int sys_ctx = resil__clock(cx->clock) == resil_clock_system();
+  /* The header's deadline: the ctx's own on the system clock
+   * (CLOCK_MONOTONIC), else converted in the same order as below. */
+  if (rem == INT64_MAX)
+    call->deadline_mono = INT64_MAX;
+  else if (sys_ctx)
+    call->deadline_mono = cx->deadline_ns;
+  else
+    call->deadline_mono = resil__sat_add(e->ad->now_ns ? resil__http_mono_ns() : now, rem);
   if (rem == INT64_MAX)
     call->deadline_at = INT64_MAX;
-  else if (!e->ad->now_ns && resil__clock(cx->clock) == resil_clock_system())
+  else if (!e->ad->now_ns && sys_ctx)
     call->deadline_at = cx->deadline_ns;
   else
     call->deadline_at = resil__sat_add(now, rem);
