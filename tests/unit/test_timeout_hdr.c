@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/timeout_hdr.h"
+#include "resil/deadline.h"
 #include "test_util.h"
 
 #define NS_MS INT64_C(1000000)
@@ -173,6 +174,100 @@ static void envoy_milliseconds(void **state) {
   assert_int_equal(ns, NS_MS);
 }
 
+/* resil_deadline_from_headers: the server's rule. */
+typedef struct verdict {
+  resil_deadline_verdict v;
+  int64_t budget;
+  unsigned from, invalid;
+} verdict;
+
+static verdict from_headers(const char *own, const char *grpc, const char *envoy, int64_t max,
+                            int64_t floor) {
+  verdict r = {0, -1, 99, 99};
+  r.v = resil_deadline_from_headers(own, grpc, envoy, max, floor, &r.budget, &r.from, &r.invalid);
+  return r;
+}
+
+#define FLOOR RESIL_DEADLINE_FLOOR_NS
+
+static void server_takes_the_smallest_valid_value(void **state) {
+  (void)state;
+  verdict r = from_headers(NULL, NULL, NULL, 0, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_NONE);
+  assert_true(r.budget == INT64_MAX);
+  assert_int_equal(r.from, 0);
+  assert_int_equal(r.invalid, 0);
+  /* No header: the server's maximum. */
+  r = from_headers(NULL, NULL, NULL, 2 * NS_S, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_NONE);
+  assert_true(r.budget == 2 * NS_S);
+  r = from_headers("300m", NULL, NULL, 0, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_GIVEN);
+  assert_true(r.budget == 300 * NS_MS);
+  assert_int_equal(r.from, RESIL_DEADLINE_FROM_HEADER);
+  /* The smallest wins, whichever header carries it. */
+  r = from_headers("300m", "200000u", "250", 0, FLOOR);
+  assert_true(r.budget == 200 * NS_MS);
+  assert_int_equal(r.from, RESIL_DEADLINE_FROM_GRPC);
+  r = from_headers("300m", "1S", "150", 0, FLOOR);
+  assert_true(r.budget == 150 * NS_MS);
+  assert_int_equal(r.from, RESIL_DEADLINE_FROM_ENVOY);
+  /* Clamped to the server's maximum. */
+  r = from_headers("10S", NULL, NULL, 2 * NS_S, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_GIVEN);
+  assert_true(r.budget == 2 * NS_S);
+  r = from_headers("99999999H", NULL, NULL, 0, FLOOR);
+  assert_true(r.budget == INT64_MAX);
+}
+
+static void server_refuses_below_the_floor(void **state) {
+  (void)state;
+  verdict r = from_headers("4999999n", NULL, NULL, 0, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_REFUSE);
+  assert_true(r.budget == 4999999);
+  r = from_headers("5m", NULL, NULL, 0, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_GIVEN);
+  r = from_headers("0n", NULL, NULL, 0, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_REFUSE);
+  assert_true(r.budget == 0);
+  /* A large value elsewhere does not rescue a small one. */
+  r = from_headers("1S", "3m", NULL, 0, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_REFUSE);
+  assert_int_equal(r.from, RESIL_DEADLINE_FROM_GRPC);
+  /* Floor 0: nothing is refused; a negative floor is 0. */
+  r = from_headers("0n", NULL, NULL, 0, 0);
+  assert_int_equal(r.v, RESIL_DEADLINE_GIVEN);
+  r = from_headers("1m", NULL, NULL, 0, -5);
+  assert_int_equal(r.v, RESIL_DEADLINE_GIVEN);
+}
+
+static void server_ignores_invalid_values_and_says_so(void **state) {
+  (void)state;
+  /* Invalid only: as if absent, the server's maximum applies. */
+  verdict r = from_headers("-1m", "soon", "1.5", 3 * NS_S, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_NONE);
+  assert_true(r.budget == 3 * NS_S);
+  assert_int_equal(r.invalid, RESIL_DEADLINE_FROM_HEADER | RESIL_DEADLINE_FROM_GRPC |
+                                  RESIL_DEADLINE_FROM_ENVOY);
+  /* An invalid value beside a valid one: the valid one counts. */
+  r = from_headers("123456789m", "250m", NULL, 0, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_GIVEN);
+  assert_true(r.budget == 250 * NS_MS);
+  assert_int_equal(r.invalid, RESIL_DEADLINE_FROM_HEADER);
+  /* An invalid tiny value refuses nothing. */
+  r = from_headers("1 m", NULL, NULL, 0, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_NONE);
+  /* Envoy's 0 is "no timeout": absent, not invalid. */
+  r = from_headers(NULL, NULL, "0", 0, FLOOR);
+  assert_int_equal(r.v, RESIL_DEADLINE_NONE);
+  assert_int_equal(r.invalid, 0);
+  /* Envoy's value is milliseconds, never the gRPC grammar. */
+  r = from_headers(NULL, NULL, "300m", 0, FLOOR);
+  assert_int_equal(r.invalid, RESIL_DEADLINE_FROM_ENVOY);
+  assert_int_equal(resil_deadline_from_headers("1m", NULL, NULL, 0, FLOOR, NULL, NULL, NULL),
+                   RESIL_DEADLINE_NONE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(format_picks_finest_unit_and_rounds_down),
@@ -180,6 +275,9 @@ int main(void) {
       cmocka_unit_test(parse_accepts_the_grammar),
       cmocka_unit_test(parse_refuses_everything_else),
       cmocka_unit_test(envoy_milliseconds),
+      cmocka_unit_test(server_takes_the_smallest_valid_value),
+      cmocka_unit_test(server_refuses_below_the_floor),
+      cmocka_unit_test(server_ignores_invalid_values_and_says_so),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
