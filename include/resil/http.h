@@ -525,9 +525,11 @@ typedef struct resil_http_client_config {
    * stops waiting. The value is read just before libcurl writes each
    * request: after the pool lease, the connect and any backoff, and again
    * for each redirect hop, so a retry carries what is left, never the
-   * original budget (envoy#13196). It is the time to the ctx deadline (on
-   * the async engine, to the attempt timeout when that comes first), at
-   * most the response timeout, written in the finest unit that fits 8
+   * original budget (envoy#13196). It is the time to the ctx deadline, the
+   * call's whole budget as the caller waits for it: not shortened to a
+   * per-attempt timeout (response_timeout_ns, the engine's
+   * attempt_timeout_ns), which is the client's own choice to give up on
+   * one attempt and try again; written in the finest unit that fits 8
    * digits and rounded DOWN: the receiver never gets more time than was
    * left. A call without a deadline sends no header (absent means "no
    * deadline" to every reader of the grammar). Relative values make the

@@ -661,20 +661,6 @@ static int64_t transfer_left(const resil_engine_handle *call, int64_t now, int64
   return left;
 }
 
-/* The CLOCK_MONOTONIC instant at which the budget of a transfer starting
- * at `now` (loop clock) ends, for its deadline header: the call's
- * deadline, or the attempt's end end_at (loop clock, INT64_MAX none) when
- * that comes first. A loop with its own clock has the end converted
- * through the time left to it. */
-static int64_t budget_end(const resil_engine_handle *call, int64_t end_at, int64_t now) {
-  int64_t b = call->deadline_mono;
-  if (end_at != INT64_MAX) {
-    int64_t a = call->e->ad->now_ns ? resil__sat_add(resil__http_mono_ns(), end_at - now) : end_at;
-    if (a < b) b = a;
-  }
-  return b;
-}
-
 /* A transfer's request is on the wire: its timer `t` now ends it at the
  * client's response timeout (ABORT_RESPONSE) or at its attempt timeout
  * end_at (ABORT_DEADLINE), whichever comes first. */
@@ -716,7 +702,7 @@ static void transfer_start_now(resil_engine_handle *call) {
   call->att_t0 = now;
   call->attempts++;
   if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left,
-                                budget_end(call, call->attempt_end_at, now), &o) != 0) {
+                                call->deadline_mono, &o) != 0) {
     resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
     resil_http_response *old = call->res;
     call->res = x->s.res;
@@ -1041,7 +1027,7 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
   int64_t left = transfer_left(call, now, &hg->end_at);
   call->attempts++;
   if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left,
-                                budget_end(call, hg->end_at, now), &o) != 0) {
+                                call->deadline_mono, &o) != 0) {
     resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
     hedge_release(call, hg, &o, 0);
     hedge_settle(call, n, &o, 0, x, HEDGE_NORMAL);

@@ -179,14 +179,11 @@ static void withhold_secrets(http_slot *s) {
 }
 
 /* Writes the value of the slot's deadline header line: the time left at
- * `now` until the attempt's budget ends, at most the response timeout that
- * starts now (the client waits no longer for this request), in gRPC's
- * grammar rounded down (core/timeout_hdr.h). */
+ * `now` until the call's deadline, in gRPC's grammar rounded down
+ * (core/timeout_hdr.h). */
 static void write_budget(http_slot *s, int64_t now) {
   const http_xfer *x = &s->x;
-  int64_t left = x->budget_end - now;
-  if (left > x->response_timeout_ns) left = x->response_timeout_ns;
-  resil__timeout_format(left, s->dl_line + x->tp->dl_header_len + 2);
+  resil__timeout_format(x->budget_end - now, s->dl_line + x->tp->dl_header_len + 2);
 }
 
 static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,

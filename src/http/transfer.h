@@ -155,8 +155,8 @@ typedef struct http_xfer {
   unsigned local_port;
   int64_t response_timeout_ns;
   int64_t resp_deadline;  /* monotonic ns; valid once prereqs > 0        */
-  /* Monotonic ns at which the call's budget for this attempt ends, when the
-   * attempt carries the deadline header (s->dl_line), else INT64_MAX. */
+  /* The call's deadline on CLOCK_MONOTONIC when the attempt carries the
+   * deadline header (s->dl_line), else INT64_MAX. */
   int64_t budget_end;
   /* Called (when set) each time a request is about to go on the wire,
    * after resp_deadline is set: the engine arms its response timer. */
@@ -262,12 +262,11 @@ int resil__http_easy_setup(const resil_http_client *c, http_slot *s, long maxcon
  * the transfer may start, or -1 with *out NOT_SENT(LOCAL_ERROR) and the
  * reason in s->res.
  *
- * budget_end: the CLOCK_MONOTONIC instant at which the call's budget for
- * this attempt ends (the ctx deadline converted once by the caller, or the
- * attempt's own end when that comes first), INT64_MAX when the call has no
- * deadline. When finite and the client and endpoint send the deadline
- * header, every request of the attempt carries budget_end - now (and at most
- * the response timeout) as read just before libcurl builds it. */
+ * budget_end: the call's deadline on CLOCK_MONOTONIC (the ctx deadline
+ * converted once by the caller), INT64_MAX when the call has no deadline.
+ * When finite and the client and endpoint send the deadline header, every
+ * request of the attempt carries budget_end - now as read just before
+ * libcurl builds it. */
 int resil__http_attempt_begin(resil_http_client *c, const resil_http_request *req,
                               http_slot *s, uint32_t attempt, uint32_t flags, int64_t left_ns,
                               int64_t budget_end, resil_outcome *out);
