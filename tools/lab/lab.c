@@ -124,8 +124,9 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: resil lab [--json FILE] [--html FILE] [--only ID[,ID...]] [--path P] [--list]\n"
           "  Runs the failure experiments of DESIGN §7 and §9 (P1-P14, H1-H16,\n"
-          "  I1-I8, A1-A8, O1, M1-M3) against real code, a loopback upstream, temporary\n"
-          "  SQLite files and forked worker processes; the H and I experiments run\n"
+          "  I1-I8, A1-A8, O1, M1-M3, D1-D4) against real code, a loopback upstream,\n"
+          "  chains of loopback hops, temporary SQLite files and forked worker\n"
+          "  processes; the H and I experiments run\n"
           "  twice, on the blocking API and on the async engine (listed as\n"
           "  H1/engine, ...). Prints one line per experiment and exits 1 when any\n"
           "  fails.\n"

@@ -39,4 +39,5 @@ const lab_experiment *const lab_families[] = {
     lab_async_keyed_experiments, /* A7 (exp_async_keyed.c) */
     lab_registry_experiments,    /* O1 (exp_registry.c) */
     lab_shared_experiments,      /* M1-M3 (exp_shared.c) */
+    lab_hops_experiments,        /* D1-D4 (exp_hops.c) */
     NULL};

@@ -24,6 +24,8 @@ extern const lab_experiment lab_async_keyed_experiments[];
 extern const lab_experiment lab_registry_experiments[];
 /* M1-M3 (exp_shared.c): state shared by processes (fork()ed workers). */
 extern const lab_experiment lab_shared_experiments[];
+/* D1-D4: deadlines across hops (exp_hops.c). */
+extern const lab_experiment lab_hops_experiments[];
 
 /* The registration table: every family's table, in the order `resil lab`
  * runs and lists them, then NULL. */
