@@ -310,6 +310,12 @@ int resil__http_easy_setup(const resil_http_client *cl, http_slot *s, long maxco
   s->method_set = -1;
   s->connect_to_set = -1;
   s->timeout_set = -1;
+  /* The deadline header's name, once: each attempt writes only the value
+   * (on_prereq). */
+  if (c->dl_header) {
+    memcpy(s->dl_line, c->dl_header, c->dl_header_len);
+    memcpy(s->dl_line + c->dl_header_len, ": 0n", 5);
+  }
   /* A new handle sends no custom headers. */
   s->headers_set = NULL;
   s->headers_known = 1;
@@ -820,11 +826,8 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
   s->ic.len = 0;
   s->ic_count = 0;
   int refused = c->ninterceptors ? run_interceptors(c, req, s, attempt) : 0;
+  /* s->dl_line holds "Name: " since resil__http_easy_setup. */
   int dl = budget_end != INT64_MAX && c->dl_header && !ep->no_deadline;
-  if (dl) {
-    memcpy(s->dl_line, c->dl_header, c->dl_header_len);
-    memcpy(s->dl_line + c->dl_header_len, ": ", 2);
-  }
   if (!refused && RESIL_UNLIKELY(link_headers(c, s, req, dl) != 0)) {
     refused = 1;
     set_error(res, "%s", "out of memory");
@@ -864,9 +867,10 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
     x->response_timeout_ns = c->response_timeout_ns < left ? c->response_timeout_ns : left;
     x->max_body = c->max_response_bytes;
     x->budget_end = dl ? budget_end : INT64_MAX;
-    /* The value as of now, for the request log; on_prereq writes it anew
-     * for each request sent. */
-    if (dl) write_budget(s, resil__http_mono_ns());
+    /* on_prereq writes the value for each request sent; the request log
+     * (HEADERS and up), written before, shows it as of now. */
+    if (dl && c->log_level >= RESIL_HTTP_LOG_HEADERS && c->log_level != RESIL_HTTP_LOG_METADATA)
+      write_budget(s, resil__http_mono_ns());
     s->errbuf[0] = '\0';
     if (c->log_level != RESIL_HTTP_LOG_NONE && c->log_level != RESIL_HTTP_LOG_METADATA)
       log_request(c, s, req, attempt);
