@@ -93,6 +93,11 @@ RESIL_API resil_status resil_deadline_mhd_new(const resil_deadline_mhd_config *c
  * Since 0.2. */
 RESIL_API void resil_deadline_mhd_free(resil_deadline_mhd *d);
 
+/* The helper's name (owned by d); NULL for a NULL handle. Since 0.2. The
+ * counters below go to a metrics collector with
+ * resil_deadline_mhd_metrics_add (metrics_mhd.h). */
+RESIL_API const char *resil_deadline_mhd_name(const resil_deadline_mhd *d);
+
 /* Reads the request's deadline headers from conn. GIVEN or NONE: sets
  * ctx->deadline_ns to now + the budget on ctx->clock (NULL: the helper's
  * clock is set in ctx->clock first), or leaves ctx without a deadline for

@@ -118,6 +118,10 @@ void resil_deadline_mhd_free(resil_deadline_mhd *d) {
   resil__free(d->alloc, d);
 }
 
+const char *resil_deadline_mhd_name(const resil_deadline_mhd *d) {
+  return valid(d) ? d->name : NULL;
+}
+
 resil_deadline_verdict resil_deadline_mhd_read(resil_deadline_mhd *d, struct MHD_Connection *conn,
                                                resil_ctx *ctx, int64_t *budget_ns) {
   if (!valid(d) || !conn || !ctx || ctx->struct_size == 0) return RESIL_DEADLINE_NONE;

@@ -11,8 +11,10 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include "metrics_common.h"
 #include "resil/deadline_mhd.h"
 #include "resil/idem_mhd.h"
+#include "resil/metrics_mhd.h"
 #include "resil/store.h"
 #include "test_http_common.h"
 
@@ -335,6 +337,20 @@ static void idem_refused_request_leaves_no_pending_row(void **state) {
   resil_deadline_mhd_stats ds = stats(s->dl);
   assert_int_equal(ds.refused, 2);
   assert_int_equal(store_rows(s), 2);
+  /* The counters as metrics, checked by promtool. */
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_deadline_mhd_metrics_add(m, NULL, s->dl));
+  assert_status(RESIL_OK, resil_idem_mhd_metrics_add(m, "pay", s->idem));
+  char *text = NULL;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, NULL));
+  assert_non_null(strstr(text, "resil_deadline_requests_total{name=\"deadline\",result=\"refused\"} 2\n"));
+  assert_non_null(strstr(text, "resil_deadline_requests_total{name=\"deadline\",result=\"given\"} 1\n"));
+  assert_non_null(strstr(text, "resil_deadline_requests_total{name=\"deadline\",result=\"none\"} 1\n"));
+  assert_non_null(strstr(text, "resil_idem_requests_total{name=\"pay\",result=\"deadline_refused\"} 2\n"));
+  resil_metrics_text_free(m, text);
+  mx_promtool_check(m);
+  resil_metrics_free(m);
   MHD_stop_daemon(s->d);
   resil_idem_mhd_free(s->idem);
   resil_deadline_mhd_free(s->dl);
