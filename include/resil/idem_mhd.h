@@ -317,14 +317,15 @@ typedef struct resil_idem_mhd_config {
   void *log_user;
   /* Since 0.2. The caller's deadline (deadline_mhd.h), or NULL (default):
    * none read. Not owned: must outlive the helper. For an operation
-   * request (not the status or recovery routes) the helper reads it as
-   * soon as the request's headers are complete: below the floor it
-   * answers the refusal (504 by default, counted in deadline_refused and
-   * in the deadline helper's own counters) at once, before reading the
-   * body and before the store is touched, so a refused request never
-   * creates a PENDING operation, never runs the handler and never replays
-   * a stored answer; otherwise the deadline goes to the handler in
-   * call->ctx. */
+   * request (not the status or recovery routes) the helper reads it when
+   * the request's headers are complete (resil_idem_mhd_access: before the
+   * body is read; resil_idem_mhd_serve, which a server calls with the body
+   * it read itself: when it is called, so the budget counts from there):
+   * below the floor it answers the refusal (504 by default, counted in
+   * deadline_refused and in the deadline helper's own counters) at once,
+   * before the store is touched, so a refused request never creates a
+   * PENDING operation, never runs the handler and never replays a stored
+   * answer; otherwise the deadline goes to the handler in call->ctx. */
   resil_deadline_mhd *deadline;
 } resil_idem_mhd_config;
 
