@@ -365,9 +365,10 @@ if have resil-http; then
   check_exports "$(lib resil-http)" 'resil_http_|resil_engine_|resil_event_'
 fi
 if have resil-mhd; then
-  # libresil-mhd exports only resil_idem_* and resil_metrics_mhd_* (its own
-  # API; the store's functions come from libresil-store).
-  check_exports "$(lib resil-mhd)" 'resil_idem_|resil_metrics_mhd_'
+  # libresil-mhd exports only resil_idem_*, resil_metrics_mhd_* and
+  # resil_deadline_mhd_* (its own API; the store's functions come from
+  # libresil-store).
+  check_exports "$(lib resil-mhd)" 'resil_idem_|resil_metrics_mhd_|resil_deadline_mhd_'
 fi
 if have resil-store; then
   check_exports "$(lib resil-store)" 'resil_(store|op)_'

@@ -262,6 +262,12 @@ typedef struct resil_http_endpoint {
    * whose path or query template has a {key} placeholder. NULL (default):
    * no status queries. */
   const char *status_endpoint;
+  /* Since 0.2. 0 (default): the endpoint's attempts carry the deadline
+   * header when the client sends it (resil_http_client_config,
+   * deadline_propagation); 1: never on this endpoint (an upstream that
+   * rejects unknown headers, or one that must not learn the caller's
+   * budget). 0 or 1. */
+  int no_deadline_header;
 } resil_http_endpoint;
 
 /* An endpoint entry with struct_size set, for tables:
@@ -511,6 +517,39 @@ typedef struct resil_http_client_config {
    * Runs on the calling thread, with no library lock held. */
   resil_attempt_listener_fn on_attempt;
   void *on_attempt_user;
+  /* Since 0.2. Deadline propagation (DESIGN §8.3). 1 (default): every
+   * attempt of a call whose resil_ctx has a deadline carries the budget
+   * left for it, in header deadline_header, as a relative duration in
+   * gRPC's timeout grammar (1..8 digits and a unit H, M, S, m, u, n:
+   * "287513u"), so that the next hop can stop working when the caller
+   * stops waiting. The value is read just before libcurl writes each
+   * request: after the pool lease, the connect and any backoff, and again
+   * for each redirect hop, so a retry carries what is left, never the
+   * original budget (envoy#13196). It is the time to the ctx deadline, the
+   * call's whole budget as the caller waits for it: not shortened to a
+   * per-attempt timeout (response_timeout_ns, the engine's
+   * attempt_timeout_ns), which is the client's own choice to give up on
+   * one attempt and try again; written in the finest unit that fits 8
+   * digits and rounded DOWN: the receiver never gets more time than was
+   * left. A call without a deadline sends no header (absent means "no
+   * deadline" to every reader of the grammar). Relative values make the
+   * hosts' clocks irrelevant.
+   * A header of the same name set by the endpoint table, the call's
+   * resil_http_args.headers or an interceptor is not sent when the library
+   * sends its own (never two values): the library's value is the only one
+   * that is right for this attempt at send time, and a caller that wants
+   * to give the next hop less sets a shorter ctx deadline. On an attempt
+   * without the header (no deadline, the endpoint's no_deadline_header,
+   * or propagation off) such a header is sent as given.
+   * 0: no attempt of the client carries it. 0 or 1. */
+  int deadline_propagation;
+  /* Since 0.2. The header's name: an HTTP token of 1..64 characters, not
+   * the idempotency header nor a header libcurl or libresil set (Host,
+   * Content-Length, Transfer-Encoding, Expect, Content-Encoding,
+   * Connection); RESIL_EINVAL naming the field. Read only when
+   * deadline_propagation is 1. "grpc-timeout" is allowed (the same
+   * grammar). Copied. Default "Request-Timeout". */
+  const char *deadline_header;
 } resil_http_client_config;
 
 /* Writes the documented defaults and struct_size (a macro passing

@@ -164,6 +164,8 @@
 #include <microhttpd.h>
 
 #include "alloc.h"
+#include "call.h"
+#include "deadline_mhd.h"
 #include "status.h"
 #include "store.h"
 #include "version.h"
@@ -197,6 +199,12 @@ typedef struct resil_idem_call {
   /* 1 when recovery re-drives the operation, 0 for a request. */
   int recovering;
   resil_idem_call_priv *priv_;
+  /* Since 0.2. The request's context, for every call the handler makes:
+   * its deadline is the caller's budget when the helper has a
+   * resil_deadline_mhd (config `deadline`), counted from the moment the
+   * request's headers were complete; no deadline otherwise, and during
+   * recovery. Never NULL in the handler and the hooks. */
+  const resil_ctx *ctx;
 } resil_idem_call;
 
 /* The wrapped handler: the operation's effect. Runs inside the transaction
@@ -307,6 +315,18 @@ typedef struct resil_idem_mhd_config {
    * its user pointer. */
   resil_idem_log_fn log;
   void *log_user;
+  /* Since 0.2. The caller's deadline (deadline_mhd.h), or NULL (default):
+   * none read. Not owned: must outlive the helper. For an operation
+   * request (not the status or recovery routes) the helper reads it when
+   * the request's headers are complete (resil_idem_mhd_access: before the
+   * body is read; resil_idem_mhd_serve, which a server calls with the body
+   * it read itself: when it is called, so the budget counts from there):
+   * below the floor it answers the refusal (504 by default, counted in
+   * deadline_refused and in the deadline helper's own counters) at once,
+   * before the store is touched, so a refused request never creates a
+   * PENDING operation, never runs the handler and never replays a stored
+   * answer; otherwise the deadline goes to the handler in call->ctx. */
+  resil_deadline_mhd *deadline;
 } resil_idem_mhd_config;
 
 /* Writes the documented defaults. NULL is a no-op. Since 0.2 (a macro
@@ -425,6 +445,9 @@ typedef struct resil_idem_mhd_stats {
   uint64_t recovered;      /* operations completed by recovery           */
   /* Since 0.2: */
   uint64_t damaged;        /* damaged PENDING rows recovery skipped      */
+  uint64_t deadline_refused; /* refused: the caller's budget was below
+                              the deadline helper's floor (config
+                              `deadline`); not in `requests`             */
 } resil_idem_mhd_stats;
 
 /* Snapshot of the counters, written up to struct_size. Returns RESIL_OK,

@@ -60,12 +60,22 @@ RESIL_API enum MHD_Result resil_metrics_mhd_access(void *cls,
 /* Adds a resil_idem_mhd helper (idem_mhd.h) to a collector under `name`
  * (NULL: the helper's name): resil_idem_requests_total{name,result}
  * (executed, replayed, in_progress, conflict, rejected, handler_failed,
- * store_error, dropped), resil_idem_status_queries_total,
+ * store_error, dropped, and since 0.2 deadline_refused),
+ * resil_idem_status_queries_total,
  * resil_idem_recovered_total, resil_idem_damaged_total. Same statuses as
  * resil_metrics_add_source. Since 0.2. */
 typedef struct resil_idem_mhd resil_idem_mhd;
 RESIL_API resil_status resil_idem_mhd_metrics_add(resil_metrics *m, const char *name,
                                                   const resil_idem_mhd *h);
+
+/* Adds a resil_deadline_mhd helper (deadline_mhd.h) to a collector under
+ * `name` (NULL: the helper's name): resil_deadline_requests_total{name,
+ * result} (given, none, refused), resil_deadline_clamped_total,
+ * resil_deadline_invalid_total. Same statuses as resil_metrics_add_source.
+ * Since 0.2. */
+typedef struct resil_deadline_mhd resil_deadline_mhd;
+RESIL_API resil_status resil_deadline_mhd_metrics_add(resil_metrics *m, const char *name,
+                                                      const resil_deadline_mhd *d);
 
 #ifdef __cplusplus
 }

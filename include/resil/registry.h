@@ -86,13 +86,14 @@
  *
  * HTTP clients (section http_client, when libresil-config is built with
  * libresil-http) take the client config's keys (base_url, max_connections,
- * connect_timeout, response_timeout, max_response_bytes: 64MiB, ...) and an
+ * connect_timeout, response_timeout, max_response_bytes: 64MiB, ...;
+ * since 0.2 deadline_propagation: true | false and deadline_header) and an
  * endpoint table, each endpoint under its name with the keys of
  * resil_http_endpoint (method: GET | HEAD | POST | PUT | PATCH | DELETE |
  * OPTIONS; path; query; headers: ["Name: value", ...]; idempotent: default |
  * true | false; request_codec and response_codec: raw | json;
  * content_type; idempotency_key: none | send; empty_is_error; base_url;
- * status_endpoint):
+ * status_endpoint; since 0.2 no_deadline_header):
  *
  *   http_client:
  *     instances:

@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "outcome.h"
 #include "call.h"
+#include "deadline.h"
 /* RESIL_POLICY_HEADERS: each policy module adds its header below. */
 #include "breaker.h"
 #include "retry.h"

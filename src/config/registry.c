@@ -224,6 +224,8 @@ static const field HTTP_FIELDS[] = {
     FLD(resil_http_client_config, "status_query_classes", status_query_classes, F_CLASSES),
     FLD(resil_http_client_config, "status_poll", status_poll_ns, F_DUR),
     FLD(resil_http_client_config, "pending_wait_max", pending_wait_max_ns, F_DUR),
+    FLD(resil_http_client_config, "deadline_propagation", deadline_propagation, F_BOOL),
+    FLD(resil_http_client_config, "deadline_header", deadline_header, F_STR),
 };
 
 /* An endpoint's keys (its name is its key in `endpoints`); headers is a
@@ -240,6 +242,7 @@ static const field EP_FIELDS[] = {
     FLD(resil_http_endpoint, "empty_is_error", empty_is_error, F_BOOL),
     FLD(resil_http_endpoint, "base_url", base_url, F_STR),
     FLD(resil_http_endpoint, "status_endpoint", status_endpoint, F_STR),
+    FLD(resil_http_endpoint, "no_deadline_header", no_deadline_header, F_BOOL),
 };
 #define NEPF (sizeof EP_FIELDS / sizeof *EP_FIELDS)
 #define EP_MAX_HEADERS 32

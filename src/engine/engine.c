@@ -158,6 +158,9 @@ struct resil_engine_handle {
   resil_breaker_permit permit;
   resil__timer t, dl, at;
   int64_t deadline_at;    /* loop clock; INT64_MAX none */
+  /* The ctx deadline on CLOCK_MONOTONIC, what the deadline header counts
+   * down to (transfer.h, budget_end); INT64_MAX none. */
+  int64_t deadline_mono;
   int64_t attempt_end_at; /* loop clock; INT64_MAX none */
   int64_t att_t0;
   uint32_t attempts;
@@ -698,7 +701,8 @@ static void transfer_start_now(resil_engine_handle *call) {
   int64_t left = transfer_left(call, now, &call->attempt_end_at);
   call->att_t0 = now;
   call->attempts++;
-  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left, &o) != 0) {
+  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left,
+                                call->deadline_mono, &o) != 0) {
     resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
     resil_http_response *old = call->res;
     call->res = x->s.res;
@@ -1022,7 +1026,8 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
   }
   int64_t left = transfer_left(call, now, &hg->end_at);
   call->attempts++;
-  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left, &o) != 0) {
+  if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left,
+                                call->deadline_mono, &o) != 0) {
     resil__http_attempt_done(c, call->req, &x->s, &o, actx->attempt, 0, eng_now(e) - now);
     hedge_release(call, hg, &o, 0);
     hedge_settle(call, n, &o, 0, x, HEDGE_NORMAL);
@@ -1862,9 +1867,18 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
    * makes the deadline late by the gap, never early. */
   int64_t rem = resil_ctx_remaining_ns(cx);
   int64_t now = eng_now(e);
+  int sys_ctx = resil__clock(cx->clock) == resil_clock_system();
+  /* The header's deadline: the ctx's own on the system clock
+   * (CLOCK_MONOTONIC), else converted in the same order as below. */
+  if (rem == INT64_MAX)
+    call->deadline_mono = INT64_MAX;
+  else if (sys_ctx)
+    call->deadline_mono = cx->deadline_ns;
+  else
+    call->deadline_mono = resil__sat_add(e->ad->now_ns ? resil__http_mono_ns() : now, rem);
   if (rem == INT64_MAX)
     call->deadline_at = INT64_MAX;
-  else if (!e->ad->now_ns && resil__clock(cx->clock) == resil_clock_system())
+  else if (!e->ad->now_ns && sys_ctx)
     call->deadline_at = cx->deadline_ns;
   else
     call->deadline_at = resil__sat_add(now, rem);

@@ -50,6 +50,8 @@ static void config_defaults(resil_http_client_config *cfg) {
       RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR);
   cfg->status_poll_ns = 100 * RESIL_NS_PER_MS;
   cfg->pending_wait_max_ns = 10 * RESIL_NS_PER_S;
+  cfg->deadline_propagation = 1;
+  cfg->deadline_header = "Request-Timeout";
 }
 
 void resil_http_client_config_init_sized(resil_http_client_config *cfg, size_t n) {
@@ -278,6 +280,9 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
     return resil__err_range(err, EFIELD("idempotency_key"), 0, 1, (int64_t)src->idempotency_key, NULL);
   if (src->empty_is_error != 0 && src->empty_is_error != 1)
     return resil__err_range(err, EFIELD("empty_is_error"), 0, 1, src->empty_is_error, NULL);
+  if (src->no_deadline_header != 0 && src->no_deadline_header != 1)
+    return resil__err_range(err, EFIELD("no_deadline_header"), 0, 1, src->no_deadline_header,
+                            NULL);
   if (!src->path)
     return resil__err(err, RESIL_EINVAL, EFIELD("path"), "endpoint '%s': path is required", en);
 
@@ -291,6 +296,7 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
   e->resp_codec = src->response_codec;
   e->key_mode = src->idempotency_key;
   e->empty_is_error = src->empty_is_error;
+  e->no_deadline = src->no_deadline_header;
   e->decoder = src->decoder;
   e->decoder_user = src->decoder_user;
   e->status_name = src->status_endpoint;
@@ -418,6 +424,7 @@ static void client_destroy(resil_http_client *c) {
   resil__free(a, c->t.interceptors);
   resil__free(a, c->name);
   resil__free(a, c->t.idem_header);
+  resil__free(a, c->t.dl_header);
   resil__free(a, c->t.proxy);
   resil__free(a, c->t.ca_file);
   resil__free(a, c->t.user_agent);
@@ -562,6 +569,26 @@ static resil_status check_config(const resil_http_client_config *cfg,
                       "\"%.40s\" is a header libcurl or libresil set (Host, Content-Length, "
                       "Transfer-Encoding, Expect, Content-Encoding, Connection)",
                       cfg->idempotency_header);
+  if ((st = resil__check_range(err, "deadline_propagation", cfg->deadline_propagation, 0, 1)))
+    return st;
+  if (cfg->deadline_propagation) {
+    const char *dh = cfg->deadline_header;
+    size_t dl = dh ? strlen(dh) : 0;
+    if (dl == 0 || dl > HTTP_DL_HEADER_MAX)
+      return resil__err(err, RESIL_EINVAL, "deadline_header",
+                        "must be a header name of 1..%d characters", HTTP_DL_HEADER_MAX);
+    for (const char *p = dh; *p; p++)
+      if (!resil__http_tchar((unsigned char)*p))
+        return resil__err(err, RESIL_EINVAL, "deadline_header",
+                          "must be an HTTP token, got \"%.40s\"", dh);
+    if (resil__http_reserved_header(dh, dl) ||
+        resil__http_ieq(dh, dl, cfg->idempotency_header, strlen(cfg->idempotency_header)))
+      return resil__err(err, RESIL_EINVAL, "deadline_header",
+                        "\"%.40s\" is the idempotency header or a header libcurl or libresil "
+                        "set (Host, Content-Length, Transfer-Encoding, Expect, "
+                        "Content-Encoding, Connection)",
+                        dh);
+  }
   /* Sent as a header line as it is: validated as endpoint header values are. */
   for (const char *p = cfg->user_agent; p && *p; p++)
     if (!resil__http_value_char((unsigned char)*p))
@@ -634,6 +661,10 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
   c->t.idem_header = dup_n(a, cfg->idempotency_header, strlen(cfg->idempotency_header));
   c->t.idem_header_len = strlen(cfg->idempotency_header);
   ok = c->name && c->t.idem_header;
+  if (ok && cfg->deadline_propagation) {
+    c->t.dl_header_len = strlen(cfg->deadline_header);
+    ok = (c->t.dl_header = dup_n(a, cfg->deadline_header, c->t.dl_header_len)) != NULL;
+  }
   if (ok && cfg->proxy) ok = (c->t.proxy = dup_n(a, cfg->proxy, strlen(cfg->proxy))) != NULL;
   if (ok && cfg->ca_file) ok = (c->t.ca_file = dup_n(a, cfg->ca_file, strlen(cfg->ca_file))) != NULL;
   if (ok) {

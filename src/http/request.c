@@ -125,7 +125,9 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
   }
   /* t_leased was read after the lease: the time left from then. */
   int64_t left = deadline == INT64_MAX ? INT64_MAX : deadline - t_leased;
-  if (resil__http_attempt_begin(c, req, s, ctx->attempt, ctx->flags, left, &o) == 0) {
+  /* deadline is the ctx's, converted to CLOCK_MONOTONIC once at t0: what
+   * the deadline header counts down to. */
+  if (resil__http_attempt_begin(c, req, s, ctx->attempt, ctx->flags, left, deadline, &o) == 0) {
     CURLcode rc = CURLE_OK;
     int aborted = run_transfer(s, ctx->cancel, deadline, &rc);
     o = resil__http_attempt_end(c, req, s, aborted, rc);

@@ -178,6 +178,14 @@ static void withhold_secrets(http_slot *s) {
   }
 }
 
+/* Writes the value of the slot's deadline header line: the time left at
+ * `now` until the call's deadline, in gRPC's grammar rounded down
+ * (core/timeout_hdr.h). */
+static void write_budget(http_slot *s, int64_t now) {
+  const http_xfer *x = &s->x;
+  resil__timeout_format(x->budget_end - now, s->dl_line + x->tp->dl_header_len + 2);
+}
+
 static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,
                      int conn_primary_port, int conn_local_port) {
   (void)conn_primary_ip;
@@ -206,7 +214,12 @@ static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,
   x->prereqs++;
   x->got_bytes = 0;
   x->local_port = conn_local_port > 0 ? (unsigned)conn_local_port : 0;
-  x->resp_deadline = resil__sat_add(resil__http_mono_ns(), x->response_timeout_ns);
+  int64_t now = resil__http_mono_ns();
+  x->resp_deadline = resil__sat_add(now, x->response_timeout_ns);
+  /* libcurl builds the request from the list after this callback: the
+   * budget it carries is the one left now, after connecting, the lease
+   * wait and any backoff, and again for each redirect hop. */
+  if (x->budget_end != INT64_MAX) write_budget(s, now);
   if (x->on_sent) x->on_sent(x->on_sent_arg);
   return CURL_PREREQFUNC_OK;
 }
@@ -297,6 +310,12 @@ int resil__http_easy_setup(const resil_http_client *cl, http_slot *s, long maxco
   s->method_set = -1;
   s->connect_to_set = -1;
   s->timeout_set = -1;
+  /* The deadline header's name, once: each attempt writes only the value
+   * (on_prereq). */
+  if (c->dl_header) {
+    memcpy(s->dl_line, c->dl_header, c->dl_header_len);
+    memcpy(s->dl_line + c->dl_header_len, ": 0n", 5);
+  }
   /* A new handle sends no custom headers. */
   s->headers_set = NULL;
   s->headers_known = 1;
@@ -646,11 +665,15 @@ static RESIL_HTTP_OUTLINE unsigned own_lead_headers(const http_slot *s,
 }
 
 /* Puts the request's headers (but those an interceptor overrides), then
- * the interceptors', into s->nodes from index k on; returns the new count. */
-static RESIL_HTTP_OUTLINE uint32_t link_custom(http_slot *s, const resil_http_request *req,
-                                               uint32_t k) {
+ * the interceptors', into s->nodes from index k on; returns the new count.
+ * With dl, a header named as the deadline header is left out, whoever set
+ * it: the library's value, computed at send time, is the one sent. */
+static RESIL_HTTP_OUTLINE uint32_t link_custom(const http_transport *c, http_slot *s,
+                                               const resil_http_request *req, uint32_t k,
+                                               int dl) {
   for (uint32_t i = 0; i < req->nhdrs; i++) {
     const char *h = req->hdr_store + req->hdr_offs[i];
+    if (dl && ieq(h, req->hdr_nlen[i], c->dl_header, c->dl_header_len)) continue;
     int overridden = 0;
     for (uint32_t j = 0; j < s->ic_count && !overridden; j++) {
       if (s->ic_offs[j] == UINT32_MAX) continue;
@@ -660,8 +683,15 @@ static RESIL_HTTP_OUTLINE uint32_t link_custom(http_slot *s, const resil_http_re
     }
     if (!overridden) s->nodes[k++].data = (char *)(uintptr_t)h;
   }
-  for (uint32_t j = 0; j < s->ic_count; j++)
-    if (s->ic_offs[j] != UINT32_MAX) s->nodes[k++].data = s->ic.p + s->ic_offs[j];
+  for (uint32_t j = 0; j < s->ic_count; j++) {
+    if (s->ic_offs[j] == UINT32_MAX) continue;
+    const char *e = s->ic.p + s->ic_offs[j];
+    if (dl) {
+      const char *colon = strchr(e, ':');
+      if (colon && ieq(e, (size_t)(colon - e), c->dl_header, c->dl_header_len)) continue;
+    }
+    s->nodes[k++].data = (char *)(uintptr_t)e;
+  }
   return k;
 }
 
@@ -676,9 +706,11 @@ static RESIL_HTTP_OUTLINE int grow_nodes(const http_transport *c, http_slot *s, 
 }
 
 /* Links the request's headers and the interceptors' into the slot's own
- * curl_slist nodes: no allocation once the slot has grown to size. */
-static int link_headers(const http_transport *c, http_slot *s, const resil_http_request *req) {
-  uint32_t total = req->nhdrs + s->ic_count + 3;
+ * curl_slist nodes: no allocation once the slot has grown to size. With
+ * dl, the deadline header line (s->dl_line) comes last. */
+static int link_headers(const http_transport *c, http_slot *s, const resil_http_request *req,
+                        int dl) {
+  uint32_t total = req->nhdrs + s->ic_count + 4;
   if (total > s->nodes_cap && grow_nodes(c, s, total) != 0) return -1;
   int custom = req->nhdrs || s->ic_count;
   uint32_t k = 0;
@@ -691,7 +723,8 @@ static int link_headers(const http_transport *c, http_slot *s, const resil_http_
     if (!(own & 2)) s->nodes[k++].data = accept_any;
     if (!(own & 4) && c->ae_line) s->nodes[k++].data = c->ae_line;
   }
-  if (custom) k = link_custom(s, req, k);
+  if (custom) k = link_custom(c, s, req, k, dl);
+  if (dl) s->nodes[k++].data = s->dl_line;
   for (uint32_t i = 0; i < k; i++) s->nodes[i].next = i + 1 < k ? &s->nodes[i + 1] : NULL;
   s->has_nodes = k > 0;
   struct curl_slist *want = k ? s->nodes : NULL;
@@ -781,7 +814,7 @@ static RESIL_HTTP_OUTLINE CURLcode set_url(const http_transport *c, http_slot *s
 
 int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *req,
                               http_slot *s, uint32_t attempt, uint32_t flags, int64_t left,
-                              resil_outcome *out) {
+                              int64_t budget_end, resil_outcome *out) {
   http_transport *c = resil__http_tp(cl);
   const http_endpoint *ep = req->ep;
   resil_outcome o;
@@ -793,7 +826,9 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
   s->ic.len = 0;
   s->ic_count = 0;
   int refused = c->ninterceptors ? run_interceptors(c, req, s, attempt) : 0;
-  if (!refused && RESIL_UNLIKELY(link_headers(c, s, req) != 0)) {
+  /* s->dl_line holds "Name: " since resil__http_easy_setup. */
+  int dl = budget_end != INT64_MAX && c->dl_header && !ep->no_deadline;
+  if (!refused && RESIL_UNLIKELY(link_headers(c, s, req, dl) != 0)) {
     refused = 1;
     set_error(res, "%s", "out of memory");
   }
@@ -831,6 +866,11 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
                    ((req->flags | flags) & (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY));
     x->response_timeout_ns = c->response_timeout_ns < left ? c->response_timeout_ns : left;
     x->max_body = c->max_response_bytes;
+    x->budget_end = dl ? budget_end : INT64_MAX;
+    /* on_prereq writes the value for each request sent; the request log
+     * (HEADERS and up), written before, shows it as of now. */
+    if (dl && c->log_level >= RESIL_HTTP_LOG_HEADERS && c->log_level != RESIL_HTTP_LOG_METADATA)
+      write_budget(s, resil__http_mono_ns());
     s->errbuf[0] = '\0';
     if (c->log_level != RESIL_HTTP_LOG_NONE && c->log_level != RESIL_HTTP_LOG_METADATA)
       log_request(c, s, req, attempt);

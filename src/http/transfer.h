@@ -19,11 +19,14 @@
 #include <curl/curl.h>
 
 #include "base.h"
+#include "core/timeout_hdr.h"
 #include "log_int.h"
 #include "response_int.h"
 #include "template.h"
 
 #define RESIL_MAGIC_HTTP_REQUEST 0x48524551u /* "HREQ" */
+/* Longest deadline header name (resil_http_client_config.deadline_header). */
+#define HTTP_DL_HEADER_MAX 64
 
 /* The part of a client a transfer reads: its settings (fixed once
  * resil_http_client_new() returns) and its per-attempt counters. struct
@@ -45,6 +48,10 @@ typedef struct http_transport {
   resil_http_resend resend_stale;
   char *idem_header;
   size_t idem_header_len;
+  /* Deadline propagation (DESIGN §8.3): the header carrying each attempt's
+   * remaining budget, NULL when the client does not send it. */
+  char *dl_header;
+  size_t dl_header_len;
   size_t max_response_bytes;
   resil_http_decoder_fn decoder;
   void *decoder_user;
@@ -120,6 +127,7 @@ typedef struct http_endpoint {
   void *decoder_user;
   char *tpl_store;      /* copies of the template sources                 */
   int32_t status_ep;    /* index of the status endpoint, -1 none          */
+  int no_deadline;      /* never send the deadline header                 */
   /* The caller's status_endpoint string: read only while
    * resil_http_client_new() runs (client.c, recovery_setup). */
   const char *status_name;
@@ -147,6 +155,9 @@ typedef struct http_xfer {
   unsigned local_port;
   int64_t response_timeout_ns;
   int64_t resp_deadline;  /* monotonic ns; valid once prereqs > 0        */
+  /* The call's deadline on CLOCK_MONOTONIC when the attempt carries the
+   * deadline header (s->dl_line), else INT64_MAX. */
+  int64_t budget_end;
   /* Called (when set) each time a request is about to go on the wire,
    * after resp_deadline is set: the engine arms its response timer. */
   void (*on_sent)(void *arg);
@@ -189,6 +200,10 @@ typedef struct http_slot {
   int headers_known;
   http_buf log;
   char errbuf[CURL_ERROR_SIZE];
+  /* "Name: value" of the deadline header, the value rewritten for every
+   * request the attempt sends (transfer.c, on_prereq); a node of the
+   * attempt's list points here when it carries one. */
+  char dl_line[HTTP_DL_HEADER_MAX + 2 + RESIL__TIMEOUT_BUF];
 } http_slot;
 
 struct resil_http_headers {
@@ -245,10 +260,16 @@ int resil__http_easy_setup(const resil_http_client *c, http_slot *s, long maxcon
  * and whole-transfer timeouts from left_ns (INT64_MAX: no deadline), resets
  * the transfer state, logs the request. Counts the attempt. Returns 0 when
  * the transfer may start, or -1 with *out NOT_SENT(LOCAL_ERROR) and the
- * reason in s->res. */
+ * reason in s->res.
+ *
+ * budget_end: the call's deadline on CLOCK_MONOTONIC (the ctx deadline
+ * converted once by the caller), INT64_MAX when the call has no deadline.
+ * When finite and the client and endpoint send the deadline header, every
+ * request of the attempt carries budget_end - now as read just before
+ * libcurl builds it. */
 int resil__http_attempt_begin(resil_http_client *c, const resil_http_request *req,
                               http_slot *s, uint32_t attempt, uint32_t flags, int64_t left_ns,
-                              resil_outcome *out);
+                              int64_t budget_end, resil_outcome *out);
 /* Classifies the transfer libcurl finished with rc (or that was ended by
  * `aborted`, ABORT_*) into an outcome; decodes an answer, parses
  * Retry-After, runs the decoder hook, fills the response info and the

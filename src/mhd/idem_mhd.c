@@ -26,7 +26,7 @@
 typedef struct idem_counters {
   atomic_uint_fast64_t requests, executed, replayed, in_progress, conflicts,
       rejected, handler_failed, store_errors, dropped, status_queries,
-      recovered, damaged;
+      recovered, damaged, deadline_refused;
 } idem_counters;
 
 struct resil_idem_mhd {
@@ -49,6 +49,7 @@ struct resil_idem_mhd {
   resil_idem_pending_fn on_pending;
   resil_idem_committed_fn on_committed;
   resil_idem_status_fn status_extra;
+  resil_deadline_mhd *deadline;
   const resil_allocator *alloc;
   idem_counters n;
 };
@@ -75,6 +76,10 @@ typedef struct idem_req {
   char *body;
   size_t len, cap;
   int too_large;
+  /* The request's context, its deadline read on the first call (when the
+   * helper has a deadline helper and the request is an operation). */
+  int has_ctx;
+  resil_ctx ctx;
 } idem_req;
 
 static void bump(atomic_uint_fast64_t *c) {
@@ -227,6 +232,7 @@ resil_status resil_idem_mhd_new(const resil_idem_mhd_config *ucfg,
   h->status_extra = cfg->status_extra;
   h->log = cfg->log;
   h->log_user = cfg->log_user;
+  h->deadline = cfg->deadline;
   h->magic = IDEM_MAGIC;
   *out = h;
   return RESIL_OK;
@@ -265,6 +271,7 @@ resil_status resil_idem_mhd_get_stats_sized(const resil_idem_mhd *h,
   out->status_queries = atomic_load(&n->status_queries);
   out->recovered = atomic_load(&n->recovered);
   out->damaged = atomic_load(&n->damaged);
+  out->deadline_refused = atomic_load(&n->deadline_refused);
   resil__sized_out(uout, struct_size, &full, sizeof full);
   return RESIL_OK;
 }
@@ -628,7 +635,7 @@ static int random_key(char *out, size_t outlen) {
 static enum MHD_Result serve_op(resil_idem_mhd *h, struct MHD_Connection *conn,
                                 const char *method, const char *path,
                                 const void *body, size_t body_len,
-                                void *request_user) {
+                                void *request_user, const resil_ctx *ctx) {
   bump(&h->n.requests);
   header_count hc = {h->key_header, 0};
   MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &hc);
@@ -682,7 +689,8 @@ static enum MHD_Result serve_op(resil_idem_mhd *h, struct MHD_Connection *conn,
   resil_idem_call call = {.key = key,
                           .conn = conn,
                           .request_user = request_user,
-                          .priv_ = &priv};
+                          .priv_ = &priv,
+                          .ctx = ctx};
   resil_status st =
       resil_store_execute(h->store, key, &req, run_request, &call, &br, &rec);
   free_blocks(&priv);
@@ -894,6 +902,46 @@ static enum MHD_Result serve_recover(resil_idem_mhd *h,
   return queue_json(h, conn, 200, &b, 0, NULL);
 }
 
+/* 1 when path is one of the helper's own routes (status, recovery), 0
+ * for an operation. */
+static int own_route(const resil_idem_mhd *h, const char *path) {
+  return (h->status_prefix && strncmp(path, h->status_prefix, h->status_prefix_len) == 0) ||
+         (h->recover_path && strcmp(path, h->recover_path) == 0);
+}
+
+/* The operation's context from the caller's deadline: 1 when the request
+ * may go on (ctx set), 0 when it is refused (answered in *rc, nothing
+ * else done). */
+static int read_deadline(resil_idem_mhd *h, struct MHD_Connection *conn, resil_ctx *ctx,
+                         enum MHD_Result *rc) {
+  resil_ctx_init(ctx);
+  if (!h->deadline ||
+      resil_deadline_mhd_read(h->deadline, conn, ctx, NULL) != RESIL_DEADLINE_REFUSE)
+    return 1;
+  bump(&h->n.deadline_refused);
+  *rc = resil_deadline_mhd_refuse(h->deadline, conn);
+  return 0;
+}
+
+/* resil_idem_mhd_serve with the request's context when the access handler
+ * read it already (ctx), else read here. */
+static enum MHD_Result serve_ctx(resil_idem_mhd *h, struct MHD_Connection *conn,
+                                 const char *method, const char *path, const void *body,
+                                 size_t body_len, void *request_user, const resil_ctx *ctx) {
+  if (h->status_prefix &&
+      strncmp(path, h->status_prefix, h->status_prefix_len) == 0)
+    return serve_status(h, conn, method, path + h->status_prefix_len);
+  if (h->recover_path && strcmp(path, h->recover_path) == 0)
+    return serve_recover(h, conn, method);
+  resil_ctx local;
+  if (!ctx) {
+    enum MHD_Result rc = MHD_NO;
+    if (!read_deadline(h, conn, &local, &rc)) return rc;
+    ctx = &local;
+  }
+  return serve_op(h, conn, method, path, body, body_len, request_user, ctx);
+}
+
 enum MHD_Result resil_idem_mhd_serve(resil_idem_mhd *h,
                                      struct MHD_Connection *conn,
                                      const char *method, const char *path,
@@ -901,12 +949,7 @@ enum MHD_Result resil_idem_mhd_serve(resil_idem_mhd *h,
                                      void *request_user) {
   if (!valid(h) || !conn || !method || !path || (body_len && !body))
     return MHD_NO;
-  if (h->status_prefix &&
-      strncmp(path, h->status_prefix, h->status_prefix_len) == 0)
-    return serve_status(h, conn, method, path + h->status_prefix_len);
-  if (h->recover_path && strcmp(path, h->recover_path) == 0)
-    return serve_recover(h, conn, method);
-  return serve_op(h, conn, method, path, body, body_len, request_user);
+  return serve_ctx(h, conn, method, path, body, body_len, request_user, NULL);
 }
 
 resil_status resil_idem_mhd_recover(resil_idem_mhd *h, int64_t older_than_ns,
@@ -931,7 +974,9 @@ resil_status resil_idem_mhd_recover_report_sized(resil_idem_mhd *h,
       max_ops > MAX_RECOVER_OPS)
     return RESIL_EINVAL;
   resil_idem_call_priv priv = {.h = h};
-  resil_idem_call call = {.recovering = 1, .priv_ = &priv};
+  resil_ctx none;
+  resil_ctx_init(&none);
+  resil_idem_call call = {.recovering = 1, .priv_ = &priv, .ctx = &none};
   resil_status st = resil_store_recover_report(h->store, older_than_ns, max_ops,
                                                run_handler, &call, &r);
   free_blocks(&priv);
@@ -1007,6 +1052,13 @@ enum MHD_Result resil_idem_mhd_access(void *cls, struct MHD_Connection *conn,
     if (!q) return MHD_NO;
     q->magic = IDEM_REQ_MAGIC;
     *con_cls = q;
+    /* The caller's budget counts from here, and a refusal comes before
+     * the body is read (MHD then closes the connection). */
+    if (h->deadline && url && !own_route(h, url)) {
+      enum MHD_Result rc = MHD_NO;
+      if (!read_deadline(h, conn, &q->ctx, &rc)) return rc;
+      q->has_ctx = 1;
+    }
     return MHD_YES;
   }
   if (q->magic != IDEM_REQ_MAGIC) return MHD_NO;
@@ -1019,7 +1071,8 @@ enum MHD_Result resil_idem_mhd_access(void *cls, struct MHD_Connection *conn,
     bump(&h->n.rejected);
     return answer_error(h, conn, 413, "request body too large", NULL, 0);
   }
-  return resil_idem_mhd_serve(h, conn, method, url, q->body, q->len, NULL);
+  if (!method || !url || (q->len && !q->body)) return MHD_NO;
+  return serve_ctx(h, conn, method, url, q->body, q->len, NULL, q->has_ctx ? &q->ctx : NULL);
 }
 
 void resil_idem_mhd_completed(void *cls, struct MHD_Connection *conn,

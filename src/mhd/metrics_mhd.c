@@ -66,7 +66,7 @@ enum MHD_Result resil_metrics_mhd_access(void *cls, struct MHD_Connection *conn,
 
 static const resil_metric_family idem_fams[] = {
     {"resil_idem_requests_total", RESIL_METRIC_COUNTER,
-     "Operation requests served, by result (executed, replayed, in_progress, conflict, rejected, handler_failed, store_error, dropped)."},
+     "Operation requests served, by result (executed, replayed, in_progress, conflict, rejected, handler_failed, store_error, dropped, deadline_refused)."},
     {"resil_idem_status_queries_total", RESIL_METRIC_COUNTER, "Status route requests."},
     {"resil_idem_recovered_total", RESIL_METRIC_COUNTER, "Operations completed by recovery."},
     {"resil_idem_damaged_total", RESIL_METRIC_COUNTER, "Damaged PENDING rows recovery skipped."},
@@ -93,6 +93,7 @@ static void idem_emit(const void *snap, size_t f, resil_metrics_emitter *e) {
     res(e, "handler_failed", s->handler_failed);
     res(e, "store_error", s->store_errors);
     res(e, "dropped", s->dropped);
+    res(e, "deadline_refused", s->deadline_refused);
     break;
   case 1: resil_metrics_sample(e, (double)s->status_queries, 0, NULL); break;
   case 2: resil_metrics_sample(e, (double)s->recovered, 0, NULL); break;
@@ -110,4 +111,45 @@ resil_status resil_idem_mhd_metrics_add(resil_metrics *m, const char *name,
   if (!m) return RESIL_EMISUSE;
   if (!h) return RESIL_EINVAL;
   return resil_metrics_add_source(m, name ? name : resil_idem_mhd_name(h), &idem_src, h);
+}
+
+/* ---- the deadline helper as a source -------------------------------------- */
+
+static const resil_metric_family dl_fams[] = {
+    {"resil_deadline_requests_total", RESIL_METRIC_COUNTER,
+     "Requests whose caller's deadline was read, by result (given, none, refused)."},
+    {"resil_deadline_clamped_total", RESIL_METRIC_COUNTER,
+     "Caller's budgets cut to the server's maximum."},
+    {"resil_deadline_invalid_total", RESIL_METRIC_COUNTER,
+     "Requests carrying at least one invalid deadline value (ignored)."},
+};
+
+static resil_status dl_snapshot(const void *obj, void *snap) {
+  return resil_deadline_mhd_get_stats((const resil_deadline_mhd *)obj,
+                                      (resil_deadline_mhd_stats *)snap);
+}
+
+static void dl_emit(const void *snap, size_t f, resil_metrics_emitter *e) {
+  const resil_deadline_mhd_stats *s = snap;
+  switch (f) {
+  case 0:
+    res(e, "given", s->given);
+    res(e, "none", s->none);
+    res(e, "refused", s->refused);
+    break;
+  case 1: resil_metrics_sample(e, (double)s->clamped, 0, NULL); break;
+  case 2: resil_metrics_sample(e, (double)s->invalid, 0, NULL); break;
+  default: break;
+  }
+}
+
+static const resil_metrics_source dl_src = {
+    sizeof(resil_metrics_source), dl_fams, sizeof dl_fams / sizeof dl_fams[0],
+    sizeof(resil_deadline_mhd_stats), dl_snapshot, dl_emit};
+
+resil_status resil_deadline_mhd_metrics_add(resil_metrics *m, const char *name,
+                                            const resil_deadline_mhd *d) {
+  if (!m) return RESIL_EMISUSE;
+  if (!d) return RESIL_EINVAL;
+  return resil_metrics_add_source(m, name ? name : resil_deadline_mhd_name(d), &dl_src, d);
 }

@@ -407,6 +407,58 @@ static void call_sends_headers_and_the_raw_body_of_a_file(void **state) {
   run_result_free(&r);
 }
 
+/* The value of "name" in the echo route's JSON headers object, into out. */
+static int echo_header(const char *json, const char *name, char *out, size_t len) {
+  char pat[80];
+  snprintf(pat, sizeof pat, "\"%s\":\"", name);
+  const char *p = strstr(json, pat);
+  if (!p) return 0;
+  p += strlen(pat);
+  size_t n = strcspn(p, "\"");
+  snprintf(out, len, "%.*s", (int)n, p);
+  return 1;
+}
+
+static void call_deadline_is_sent_as_the_budget_left(void **state) {
+  cli_state *s = *state;
+  run_result r;
+  char v[64];
+  /* --deadline: Request-Timeout, gRPC's grammar, no more than was given. */
+  RUN(&r, "call", "--deadline", "300", "-H", "Request-Timeout: 5S", url(s, "/echo"));
+  assert_exit(&r, 0);
+  assert_true(echo_header(r.out, "request-timeout", v, sizeof v));
+  size_t n = strlen(v);
+  assert_true(n >= 2 && v[n - 1] == 'u');
+  long us = atol(v);
+  assert_true(us > 0 && us <= 300000);
+  /* The -H of the same name gave way: one value, the library's. */
+  assert_null(strstr(r.out, "5S"));
+  run_result_free(&r);
+  /* Another name. */
+  RUN(&r, "call", "--deadline", "300", "--deadline-header", "grpc-timeout", url(s, "/echo"));
+  assert_exit(&r, 0);
+  assert_true(echo_header(r.out, "grpc-timeout", v, sizeof v));
+  assert_false(echo_header(r.out, "request-timeout", v, sizeof v));
+  run_result_free(&r);
+  /* None, and no deadline: no header; a -H goes as given. */
+  RUN(&r, "call", "--deadline", "300", "--deadline-header", "none", url(s, "/echo"));
+  assert_exit(&r, 0);
+  assert_false(echo_header(r.out, "request-timeout", v, sizeof v));
+  run_result_free(&r);
+  RUN(&r, "call", "-H", "Request-Timeout: 5S", url(s, "/echo"));
+  assert_exit(&r, 0);
+  assert_true(echo_header(r.out, "request-timeout", v, sizeof v));
+  assert_string_equal(v, "5S");
+  run_result_free(&r);
+  RUN(&r, "call", "--deadline-header", "Bad Name", url(s, "/echo"));
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--deadline-header");
+  run_result_free(&r);
+  RUN(&r, "call", "--deadline-header", "Host", url(s, "/echo"));
+  assert_exit(&r, 2);
+  run_result_free(&r);
+}
+
 static void call_reads_the_body_from_stdin_with_its_content_type(void **state) {
   cli_state *s = *state;
   /* Skip before making the temporary file that run_resil would strand. */
@@ -1087,6 +1139,7 @@ int main(void) {
       T(call_deadline_stops_retries_of_a_slow_get),
       T(call_deadline_refusal_after_not_sent_is_rejected_exit_7),
       T(call_sends_headers_and_the_raw_body_of_a_file),
+      T(call_deadline_is_sent_as_the_budget_left),
       T(call_reads_the_body_from_stdin_with_its_content_type),
       T(call_follows_redirects_only_with_location),
       T(call_warns_about_retry_without_deadline_and_long_timeouts),

@@ -598,6 +598,9 @@ static void http_header_settings_are_validated(void **state) {
       {"      user_agent: \"app\\x7f\"\n", "user_agent", 19},
       {"      idempotency_header: Host\n", "idempotency_header", 27},
       {"      idempotency_header: Transfer-Encoding\n", "idempotency_header", 27},
+      {"      deadline_header: Host\n", "deadline_header", 24},
+      {"      deadline_header: \"Request Timeout\"\n", "deadline_header", 24},
+      {"      deadline_propagation: 2\n", "deadline_propagation", 29},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char yaml[512];
@@ -627,6 +630,37 @@ static void http_header_settings_are_validated(void **state) {
     snprintf(where, sizeof where, "h.yaml:5:%u: ", (unsigned)cases[i].column);
     if (strncmp(msg, where, strlen(where)) != 0) fail_msg("%s", msg);
   }
+}
+
+/* The deadline settings (Since 0.2) load: another header, off, and off
+ * for one endpoint. */
+static void http_deadline_settings_load(void **state) {
+  (void)state;
+  const char *yaml = "http_client:\n"
+                     "  instances:\n"
+                     "    api:\n"
+                     "      base_url: http://127.0.0.1:9\n"
+                     "      deadline_header: grpc-timeout\n"
+                     "      endpoints:\n"
+                     "        get: {path: /x}\n"
+                     "        quiet: {path: /y, no_deadline_header: true}\n"
+                     "    off:\n"
+                     "      base_url: http://127.0.0.1:9\n"
+                     "      deadline_propagation: false\n"
+                     "      deadline_header: \"not read when off\"\n"
+                     "      endpoints:\n"
+                     "        get: {path: /x}\n";
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  if (resil_registry_load_string(yaml, strlen(yaml), "d.yaml", &reg, &err) != RESIL_OK) {
+    char msg[1024];
+    resil_registry_error_format(&err, msg, sizeof msg);
+    fail_msg("%s", msg);
+  }
+  assert_non_null(resil_registry_http_client(reg, "api"));
+  assert_non_null(resil_registry_http_client(reg, "off"));
+  resil_registry_free(reg);
 }
 
 static void store_errors_point_at_the_uri(void **state) {
@@ -1072,6 +1106,7 @@ int main(void) {
       cmocka_unit_test(references_are_resolved_and_kept_with_what_they_name),
       cmocka_unit_test(http_client_and_store_load_and_reload),
       cmocka_unit_test(http_header_settings_are_validated),
+      cmocka_unit_test(http_deadline_settings_load),
       cmocka_unit_test(store_errors_point_at_the_uri),
       cmocka_unit_test(cli_config_check_exit_codes_and_lines),
       cmocka_unit_test(cli_describe_config_prints_every_chain),

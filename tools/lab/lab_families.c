@@ -42,4 +42,5 @@ const lab_experiment *const lab_families[] = {
     lab_shared_experiments,      /* M1-M3, M5, M6 (exp_shared.c) */
     lab_shared_chaos_experiments, /* M4 (exp_shared_chaos.c) */
     lab_redis_experiments,       /* G1-G4 (exp_redis.c) */
+    lab_hops_experiments,        /* D1-D4 (exp_hops.c) */
     NULL};

@@ -33,6 +33,8 @@ extern const lab_experiment lab_shared_chaos_experiments[];
  * a redis-server the experiment starts; empty unless libresil-redis is
  * built. */
 extern const lab_experiment lab_redis_experiments[];
+/* D1-D4: deadlines across hops (exp_hops.c). */
+extern const lab_experiment lab_hops_experiments[];
 
 /* The registration table: every family's table, in the order `resil lab`
  * runs and lists them, then NULL. */

@@ -5,6 +5,7 @@
  *   resil call [-X METHOD] [-H 'Name: value']... [-d BODY|@FILE|@-] [-L]
  *              [--max-body BYTES]
  *              [--connect-timeout MS] [--timeout MS] [--deadline MS]
+ *              [--deadline-header NAME|none]
  *              [--retry N] [--backoff exp:INITIAL,MULT,CAP|fixed:MS]
  *              [--idempotency-key auto|KEY] [--unsafe-retries] [-v|-vv] URL
  *   resil call --config FILE --chain NAME [options but --retry/--backoff/
@@ -132,7 +133,14 @@ static void usage(FILE *f) {
       "                          last byte (default 60000)\n"
       "  --deadline MS           total time of the call, every attempt and wait\n"
       "                          included; each timeout is clipped to it\n"
-      "                          (default: none)\n"
+      "                          (default: none). Each attempt tells the server\n"
+      "                          the time left when it is sent, in header\n"
+      "                          Request-Timeout (gRPC's timeout grammar, e.g.\n"
+      "                          287513u; a retry sends what is left)\n"
+      "  --deadline-header NAME  send that budget in header NAME instead (e.g.\n"
+      "                          grpc-timeout); 'none' sends no such header. A\n"
+      "                          -H of the same name is replaced by it while a\n"
+      "                          deadline runs\n"
       "  --retry N               at most N attempts, the first included: --retry 3\n"
       "                          makes at most 3 calls (1..1000; default 1, no\n"
       "                          retry). NOT_SENT is retried; UNKNOWN, 5xx, 408,\n"
@@ -224,6 +232,7 @@ typedef struct call_opts {
   int64_t connect_timeout_ns; /* 0: the client's default                   */
   int64_t timeout_ns;         /* 0: the client's default                   */
   int64_t deadline_ns;        /* 0: none                                   */
+  const char *deadline_header; /* NULL: the library's; "": none           */
   uint32_t attempts;
   int fixed_backoff;
   int64_t initial_wait_ns;
@@ -442,6 +451,29 @@ static int is_tchar(int c) {
 
 static int ieq(const char *a, size_t alen, const char *b) {
   return strlen(b) == alen && strncasecmp(a, b, alen) == 0;
+}
+
+/* --deadline-header NAME|none: an HTTP token of 1..64 characters, checked
+ * here so that a bad one is a usage error (the client checks the rest:
+ * not a header libresil owns). */
+static int set_deadline_header(call_opts *o, const char *v) {
+  if (strcmp(v, "none") == 0) {
+    o->deadline_header = "";
+    return 0;
+  }
+  size_t n = strlen(v);
+  if (n == 0 || n > 64)
+    return bad("--deadline-header", "%s", "expected a header name of 1..64 characters or 'none'");
+  for (size_t k = 0; k < n; k++)
+    if (!is_tchar((unsigned char)v[k]))
+      return bad("--deadline-header", "%s", "the header name must be an HTTP token (no spaces)");
+  static const char *const owned[] = {"Content-Length", "Content-Encoding", "Transfer-Encoding",
+                                      "Host", "Expect", "Connection", "Idempotency-Key"};
+  for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++)
+    if (ieq(v, n, owned[k]))
+      return bad("--deadline-header", "%s cannot carry the deadline", owned[k]);
+  o->deadline_header = v;
+  return 0;
 }
 
 /* "Name: value" into a stored copy split at the colon. Leading and
@@ -673,6 +705,9 @@ static int parse_args(int argc, char **argv, call_opts *o) {
       if (m < 0 || parse_ms("--connect-timeout", v, 1, &o->connect_timeout_ns)) return EXIT_USAGE;
     } else if ((m = opt_value(argc, argv, &i, NULL, "--timeout", &v)) != 0) {
       if (m < 0 || parse_ms("--timeout", v, 1, &o->timeout_ns)) return EXIT_USAGE;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--deadline-header", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      if ((rc = set_deadline_header(o, v)) != 0) return rc;
     } else if ((m = opt_value(argc, argv, &i, NULL, "--deadline", &v)) != 0) {
       if (m < 0 || parse_ms("--deadline", v, 1, &o->deadline_ns)) return EXIT_USAGE;
     } else if ((m = opt_value(argc, argv, &i, NULL, "--config", &v)) != 0) {
@@ -1224,6 +1259,8 @@ int resil_cmd_call(int argc, char **argv) {
   cc.follow_redirects = o.follow;
   cc.max_redirects = MAX_REDIRECTS;
   if (o.max_body) cc.max_response_bytes = o.max_body;
+  if (o.deadline_header && !o.deadline_header[0]) cc.deadline_propagation = 0;
+  else if (o.deadline_header) cc.deadline_header = o.deadline_header;
   if (o.verbose >= 2) {
     cc.log_level = RESIL_HTTP_LOG_HEADERS;
     cc.log_fn = log_line;

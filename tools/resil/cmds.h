@@ -28,4 +28,9 @@ int resil_cmd_fixture(int argc, char **argv);
  * with the fixture and libresil-store). */
 int resil_cmd_upstream(int argc, char **argv);
 
+/* resil relay [--to URL] [--work MS] ...: one hop of a chain of services,
+ * taking its deadline from the caller's budget and forwarding what is left
+ * (DESIGN §8.3; built with the fixture and libresil-mhd). */
+int resil_cmd_relay(int argc, char **argv);
+
 #endif

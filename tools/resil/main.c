@@ -21,6 +21,7 @@ static void usage(FILE *f) {
 #endif
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
           "  upstream   run an idempotent payment service that can crash itself\n"
+          "  relay      run one hop of a chain: the caller's deadline in, what is left out\n"
 #endif
           "  state      show or reset a shared segment's instances (state show NAME)\n"
           "  version    print the version\n"
@@ -45,6 +46,7 @@ int main(int argc, char **argv) {
 #endif
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_STORE)
   if (strcmp(cmd, "upstream") == 0) return resil_cmd_upstream(argc - 1, argv + 1);
+  if (strcmp(cmd, "relay") == 0) return resil_cmd_relay(argc - 1, argv + 1);
 #endif
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
     printf("resil %s\n", resil_version());
