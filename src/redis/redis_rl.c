@@ -306,6 +306,61 @@ nomem:
   return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
 }
 
+/* ---- the protocol: one implementation for both paths ------------------------
+ *
+ * The blocking path (one command, one reply, under a deadline) and the
+ * engine path (commands pipelined on one non-blocking connection per loop)
+ * format the same commands and read the same replies with these. */
+
+/* SCRIPT LOAD of the GCRA script, formatted: its length, or -1. */
+static int fmt_load(char **cmd) {
+  const char *argv[3] = {"SCRIPT", "LOAD", resil__redis_gcra_script};
+  size_t lens[3] = {6, 4, sizeof resil__redis_gcra_script - 1};
+  return redisFormatCommandArgv(cmd, 3, argv, lens);
+}
+
+/* The decision's EVALSHA, formatted (its length, or -1): permits (0 = a
+ * peek), and the longest wait a reservation may have, max_wait_ns less
+ * the elapsed_ns the decision has already spent (waiting for a connection,
+ * connecting, in the engine's queue), read when the command is made. */
+static int fmt_eval(const rr *r, const char *sha, int64_t permits, int64_t max_wait_ns,
+                    int64_t elapsed_ns, char **cmd) {
+  char a_n[24], a_w[24];
+  int64_t maxw_us = (max_wait_ns - elapsed_ns) / 1000;
+  if (maxw_us < 0) maxw_us = 0;
+  if (maxw_us > RR_EXACT_MAX) maxw_us = RR_EXACT_MAX;
+  snprintf(a_n, sizeof a_n, "%lld", (long long)permits);
+  snprintf(a_w, sizeof a_w, "%lld", (long long)maxw_us);
+  const char *argv[9] = {"EVALSHA", sha, "1", r->key, a_n, r->a_limit, r->a_period,
+                         r->a_burst, a_w};
+  size_t lens[9];
+  for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
+  return redisFormatCommandArgv(cmd, 9, argv, lens);
+}
+
+/* A reply to AUTH, SELECT or SCRIPT LOAD: 1 when it is a status or a
+ * string (copied into copy, cap bytes, when copy is not NULL), else 0. */
+static int reply_setup_ok(const redisReply *rep, char *copy, size_t cap) {
+  int ok = rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_STRING;
+  if (ok && copy) {
+    if (rep->len >= cap) ok = 0;
+    else memcpy(copy, rep->str, rep->len + 1);
+  }
+  return ok;
+}
+
+/* Redis no longer has the script (restart, failover, SCRIPT FLUSH). */
+static int reply_noscript(const redisReply *rep) {
+  return rep->type == REDIS_REPLY_ERROR && rep->str && strncmp(rep->str, "NOSCRIPT", 8) == 0;
+}
+
+/* The script's reply: {allowed, wait_us[, available]}. */
+static int reply_decision_ok(const redisReply *rep) {
+  return rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 &&
+         rep->element[0]->type == REDIS_REPLY_INTEGER &&
+         rep->element[1]->type == REDIS_REPLY_INTEGER;
+}
+
 /* ---- connections ------------------------------------------------------- */
 
 static void conn_close(rr_conn *k) {
@@ -333,13 +388,11 @@ static int wait_fd(int fd, short ev, int64_t deadline) {
   }
 }
 
-/* One command, one reply (which may be an error reply). 0, or -1 (I/O,
- * protocol or the deadline: the connection must be closed). */
-static int conn_cmd(rr_conn *k, int64_t deadline, int argc, const char **argv,
-                    const size_t *lens, redisReply **out) {
+/* One formatted command (freed here), one reply (which may be an error
+ * reply). 0, or -1 (I/O, protocol or the deadline: the connection must be
+ * closed). */
+static int conn_cmd_raw(rr_conn *k, int64_t deadline, char *cmd, int len, redisReply **out) {
   *out = NULL;
-  char *cmd = NULL;
-  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
   if (len < 0 || !cmd) return -1;
   size_t off = 0;
   int rc = 0;
@@ -382,6 +435,13 @@ static int conn_cmd(rr_conn *k, int64_t deadline, int argc, const char **argv,
   }
 }
 
+static int conn_cmd(rr_conn *k, int64_t deadline, int argc, const char **argv,
+                    const size_t *lens, redisReply **out) {
+  char *cmd = NULL;
+  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  return conn_cmd_raw(k, deadline, cmd, len, out);
+}
+
 /* A command whose reply must be +OK-like (status or string): 0, or -1. */
 static int conn_expect(rr_conn *k, int64_t deadline, int argc, const char **argv,
                        char *copy, size_t cap) {
@@ -389,18 +449,19 @@ static int conn_expect(rr_conn *k, int64_t deadline, int argc, const char **argv
   for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
   redisReply *rep;
   if (conn_cmd(k, deadline, argc, argv, lens, &rep)) return -1;
-  int ok = rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_STRING;
-  if (ok && copy) {
-    if (rep->len >= cap) ok = 0;
-    else memcpy(copy, rep->str, rep->len + 1);
-  }
+  int ok = reply_setup_ok(rep, copy, cap);
   freeReplyObject(rep);
   return ok ? 0 : -1;
 }
 
 static int conn_load(rr_conn *k, int64_t deadline) {
-  const char *argv[3] = {"SCRIPT", "LOAD", resil__redis_gcra_script};
-  return conn_expect(k, deadline, 3, argv, k->sha, sizeof k->sha);
+  char *cmd = NULL;
+  int len = fmt_load(&cmd);
+  redisReply *rep;
+  if (conn_cmd_raw(k, deadline, cmd, len, &rep)) return -1;
+  int ok = reply_setup_ok(rep, k->sha, sizeof k->sha);
+  freeReplyObject(rep);
+  return ok ? 0 : -1;
 }
 
 /* Connects, authenticates, selects the database and loads the script,
@@ -512,26 +573,18 @@ static run_rc run_script(rr *r, rr_conn *k, int64_t t0, int64_t deadline, int64_
    * many. */
   int fresh = k->fd < 0;
   if (fresh && conn_open(r, k, deadline)) return RUN_IO;
-  char a_n[24], a_w[24];
-  snprintf(a_n, sizeof a_n, "%lld", (long long)permits);
   for (int attempt = 0;; attempt++) {
-    int64_t maxw_us = (max_wait_ns - (mono_ns() - t0)) / 1000;
-    if (maxw_us < 0) maxw_us = 0;
-    if (maxw_us > RR_EXACT_MAX) maxw_us = RR_EXACT_MAX;
-    snprintf(a_w, sizeof a_w, "%lld", (long long)maxw_us);
-    const char *argv[9] = {"EVALSHA", k->sha, "1", r->key, a_n, r->a_limit, r->a_period,
-                           r->a_burst, a_w};
-    size_t lens[9];
-    for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
+    char *cmd = NULL;
+    int len = fmt_eval(r, k->sha, permits, max_wait_ns, mono_ns() - t0, &cmd);
     redisReply *rep;
-    if (conn_cmd(k, deadline, 9, argv, lens, &rep)) {
+    if (conn_cmd_raw(k, deadline, cmd, len, &rep)) {
       conn_close(k);
       if (fresh || mono_ns() >= deadline || conn_open(r, k, deadline)) return RUN_IO;
       fresh = 1;
       attempt = -1; /* the new connection loaded the script */
       continue;
     }
-    if (rep->type == REDIS_REPLY_ERROR && attempt == 0 && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
+    if (attempt == 0 && reply_noscript(rep)) {
       freeReplyObject(rep);
       bump(r, M_NOSCRIPT);
       if (conn_load(k, deadline)) {
@@ -540,9 +593,7 @@ static run_rc run_script(rr *r, rr_conn *k, int64_t t0, int64_t deadline, int64_
       }
       continue;
     }
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
-        rep->element[0]->type != REDIS_REPLY_INTEGER ||
-        rep->element[1]->type != REDIS_REPLY_INTEGER) {
+    if (!reply_decision_ok(rep)) {
       freeReplyObject(rep);
       return RUN_REPLY;
     }
@@ -551,6 +602,53 @@ static run_rc run_script(rr *r, rr_conn *k, int64_t t0, int64_t deadline, int64_
   }
 }
 
+/* The bound on a decision's wait for Redis: min(redis_timeout_ns, the
+ * ctx's remaining deadline). Both paths. */
+static int64_t io_bound(const rr *r, const resil_ctx *ctx) {
+  int64_t bound = r->redis_timeout_ns;
+  if (ctx && ctx->deadline_ns != RESIL_NO_DEADLINE) {
+    int64_t left = resil_ctx_remaining_ns(ctx);
+    if (left < bound) bound = left;
+  }
+  return bound;
+}
+
+static void note_max(rr *r, int64_t d) {
+  int64_t mx = atomic_load_explicit(&r->max_ns, memory_order_relaxed);
+  while (d > mx && !atomic_compare_exchange_weak_explicit(&r->max_ns, &mx, d,
+                                                          memory_order_relaxed,
+                                                          memory_order_relaxed)) {
+  }
+}
+
+/* A round trip ended (rc) after d ns: the breaker records it, the counters
+ * count it; *cause says what a failure was. Both paths. */
+static void note_round(rr *r, resil_breaker_permit *bp, run_rc rc, int64_t permits, int64_t d,
+                       const char **cause) {
+  resil_outcome o = rc == RUN_OK ? resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_OK)
+                                 : resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
+  resil_breaker_record(r->br, bp, &o, d < 0 ? 0 : d);
+  if (rc == RUN_OK && permits > 0) { /* a peek is no decision */
+    bump(r, M_DECISIONS);
+    atomic_store_explicit(&r->last_ns, d, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->total_ns, d, memory_order_relaxed);
+  } else if (rc != RUN_OK) {
+    bump(r, M_ERRORS);
+    *cause = rc == RUN_REPLY ? "Redis answered with an error"
+                             : "no answer from Redis (connection error or timeout)";
+  }
+}
+
+/* The breaker's permit for a round trip: 1, or 0 (counted; *cause set). */
+static int breaker_enter(rr *r, resil_breaker_permit *bp, const char **cause) {
+  if (resil_breaker_try_acquire(r->br, bp) == RESIL_DECISION_GO) return 1;
+  bump(r, M_BREAKER);
+  *cause = "the breaker on the Redis connection is open";
+  return 0;
+}
+
+static const char CAUSE_BUSY[] = "no connection came free within the bound";
+
 /* One round trip under the breaker and the bound: RUN_OK with *out, or a
  * failure (counted; *cause says what it was). */
 static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t max_wait_ns,
@@ -558,46 +656,21 @@ static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t max_w
   *out = NULL;
   *cause = NULL;
   const int64_t t0 = mono_ns();
-  int64_t bound = r->redis_timeout_ns;
-  if (ctx && ctx->deadline_ns != RESIL_NO_DEADLINE) {
-    int64_t left = resil_ctx_remaining_ns(ctx);
-    if (left < bound) bound = left;
-  }
+  int64_t bound = io_bound(r, ctx);
   resil_breaker_permit bp;
-  if (resil_breaker_try_acquire(r->br, &bp) != RESIL_DECISION_GO) {
-    bump(r, M_BREAKER);
-    *cause = "the breaker on the Redis connection is open";
-    return RUN_IO;
-  }
+  if (!breaker_enter(r, &bp, cause)) return RUN_IO;
   run_rc rc = RUN_IO;
   rr_conn *k = bound > 0 ? conn_take(r, t0 + bound) : NULL;
   if (!k) {
     bump(r, M_BUSY);
-    *cause = "no connection came free within the bound";
+    *cause = CAUSE_BUSY;
     resil_breaker_release(r->br, &bp);
   } else {
     rc = run_script(r, k, t0, t0 + bound, permits, max_wait_ns, out);
     pthread_mutex_unlock(&k->mu);
-    int64_t d = mono_ns() - t0;
-    resil_outcome o = rc == RUN_OK ? resil_outcome_make(RESIL_ANSWERED, RESIL_REASON_OK)
-                                   : resil_outcome_make(RESIL_UNKNOWN, RESIL_REASON_TIMEOUT);
-    resil_breaker_record(r->br, &bp, &o, d);
-    if (rc == RUN_OK && permits > 0) { /* a peek is no decision */
-      bump(r, M_DECISIONS);
-      atomic_store_explicit(&r->last_ns, d, memory_order_relaxed);
-      atomic_fetch_add_explicit(&r->total_ns, d, memory_order_relaxed);
-    } else if (rc != RUN_OK) {
-      bump(r, M_ERRORS);
-      *cause = rc == RUN_REPLY ? "Redis answered with an error"
-                               : "no answer from Redis (connection error or timeout)";
-    }
+    note_round(r, &bp, rc, permits, mono_ns() - t0, cause);
   }
-  int64_t d = mono_ns() - t0;
-  int64_t mx = atomic_load_explicit(&r->max_ns, memory_order_relaxed);
-  while (d > mx && !atomic_compare_exchange_weak_explicit(&r->max_ns, &mx, d,
-                                                          memory_order_relaxed,
-                                                          memory_order_relaxed)) {
-  }
+  note_max(r, mono_ns() - t0);
   return rc;
 }
 
@@ -624,28 +697,25 @@ static int64_t us_to_ns(long long us) {
   return us >= INT64_MAX / 1000 ? INT64_MAX : (int64_t)us * 1000;
 }
 
-static resil_decision rr_reserve(void *self, int permits, const resil_ctx *ctx,
-                                 int64_t max_wait_ns, int64_t *wait_ns, resil_reason *why) {
-  rr *r = self;
-  if (permits > r->burst) { /* never within a burst: no need to ask */
-    *wait_ns = INT64_MAX;
-    *why = RESIL_REASON_RATE_LIMITED;
-    return RESIL_DECISION_DENY;
+/* Redis could not decide (cause): the failure policy decides, and
+ * on_fallback is told when it takes over. Both paths. */
+static resil_decision decide_failed(rr *r, int permits, const resil_ctx *ctx, const char *cause,
+                                    int64_t *wait_ns, resil_reason *why) {
+  if (!atomic_exchange_explicit(&r->failing, 1, memory_order_acq_rel)) {
+    bump(r, M_ENTERED);
+    if (r->on_fallback) r->on_fallback(r->on_fallback_user, r->name, 1, cause);
   }
-  redisReply *rep;
-  const char *cause;
-  if (decide(r, ctx, permits, max_wait_ns, &rep, &cause) != RUN_OK) {
-    if (!atomic_exchange_explicit(&r->failing, 1, memory_order_acq_rel)) {
-      bump(r, M_ENTERED);
-      if (r->on_fallback) r->on_fallback(r->on_fallback_user, r->name, 1, cause);
-    }
-    return fallback(r, permits, ctx, wait_ns, why);
-  }
+  return fallback(r, permits, ctx, wait_ns, why);
+}
+
+/* Redis decided (rep: reply_decision_ok): its answer, and on_fallback told
+ * when Redis decides again. Both paths. */
+static resil_decision decide_answered(rr *r, const redisReply *rep, int64_t *wait_ns,
+                                      resil_reason *why) {
   if (atomic_load_explicit(&r->failing, memory_order_relaxed) &&
       atomic_exchange_explicit(&r->failing, 0, memory_order_acq_rel) && r->on_fallback)
     r->on_fallback(r->on_fallback_user, r->name, 0, NULL);
   long long allowed = rep->element[0]->integer, w = rep->element[1]->integer;
-  freeReplyObject(rep);
   *wait_ns = us_to_ns(w < 0 ? 0 : w);
   if (!allowed) {
     *why = RESIL_REASON_RATE_LIMITED;
@@ -653,6 +723,27 @@ static resil_decision rr_reserve(void *self, int permits, const resil_ctx *ctx,
   }
   *why = RESIL_REASON_OK;
   return *wait_ns > 0 ? RESIL_DECISION_WAIT : RESIL_DECISION_GO;
+}
+
+/* More permits than a burst: never granted, no need to ask. Both paths. */
+static int over_burst(const rr *r, int permits, int64_t *wait_ns, resil_reason *why) {
+  if (permits <= r->burst) return 0;
+  *wait_ns = INT64_MAX;
+  *why = RESIL_REASON_RATE_LIMITED;
+  return 1;
+}
+
+static resil_decision rr_reserve(void *self, int permits, const resil_ctx *ctx,
+                                 int64_t max_wait_ns, int64_t *wait_ns, resil_reason *why) {
+  rr *r = self;
+  if (over_burst(r, permits, wait_ns, why)) return RESIL_DECISION_DENY;
+  redisReply *rep;
+  const char *cause;
+  if (decide(r, ctx, permits, max_wait_ns, &rep, &cause) != RUN_OK)
+    return decide_failed(r, permits, ctx, cause, wait_ns, why);
+  resil_decision d = decide_answered(r, rep, wait_ns, why);
+  freeReplyObject(rep);
+  return d;
 }
 
 static int rr_peek(void *self, int64_t *available, int64_t *nanos_to_wait) {
