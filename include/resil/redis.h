@@ -199,6 +199,10 @@ typedef struct resil_redis_ratelimiter_metrics {
   int64_t max_decision_ns;   /* the longest decision (failures included)      */
   int64_t total_decision_ns; /* the Redis decisions' round trips, summed      */
   uint64_t fallbacks_entered; /* times the failure policy took over          */
+  uint64_t writes; /* the engine path's writes to Redis, each carrying the
+                      commands queued since the last (pipelined): compare
+                      with redis_decisions. Since 0.2 (added after
+                      fallbacks_entered)                                   */
 } resil_redis_ratelimiter_metrics;
 
 /* Fills *out up to the caller's struct size (a macro passing

@@ -130,6 +130,7 @@ enum {
   M_NOSCRIPT,
   M_CONNECTS,
   M_ENTERED,
+  M_WRITES,
   M_COUNT
 };
 
@@ -150,6 +151,9 @@ typedef struct rr {
   _Atomic uint64_t m[M_COUNT];
   _Atomic int64_t last_ns, max_ns, total_ns;
   _Atomic int failing; /* 1 from a decision Redis did not make to one it made */
+  /* The engine path: one connection per loop (see "the engine path"). */
+  pthread_mutex_t amu;
+  struct rr_aconn *aconns;
   void (*on_fallback)(void *user, const char *name, int entered, const char *cause);
   void *on_fallback_user;
 } rr;
@@ -746,6 +750,645 @@ static resil_decision rr_reserve(void *self, int permits, const resil_ctx *ctx,
   return d;
 }
 
+/* ---- the engine path ----------------------------------------------------------
+ *
+ * On the async engine (engine.h; reserve_async, ratelimit.h) a decision
+ * never blocks the loop. Each loop that asks (each engine) gets one
+ * connection of its own (rr_aconn), driven only by that loop's thread: its
+ * fd is watched through the engine, its one timer is on the engine's heap.
+ * The blocking pool (cfg.connections) is not used. Decisions are
+ * pipelined: each EVALSHA is appended to the output buffer, written when
+ * the fd is next writable (the decisions of one loop iteration go out in
+ * one write), and its reply matched in FIFO order (the fifo ring: one entry
+ * per command sent, setup commands included). Connecting is non-blocking
+ * (the connect, AUTH, SELECT and SCRIPT LOAD pipelined); the decisions
+ * that arrive meanwhile wait in wq and are sent once the script's SHA is
+ * known. Each decision is bounded by io_bound (min(redis_timeout_ns, the
+ * ctx's remaining deadline)) on the loop's clock: at its end the failure
+ * policy answers it and its late reply, if one comes, is discarded (the
+ * decision stays in the fifo without its request: an orphan). A withdrawn
+ * decision becomes an orphan too. A connection error sends every pending
+ * decision to the failure policy, except those sent on a connection made
+ * before they began, which are sent again once on a new one within their
+ * bound (as on the blocking path); NOSCRIPT loads the script once (one
+ * SCRIPT LOAD for every decision pipelined before it) and sends the
+ * decision again. The breaker, the counters, the failure policy and the
+ * replies are the blocking path's (the functions above). */
+
+enum { AC_CLOSED, AC_CONNECTING, AC_SETUP, AC_READY };
+enum { K_EVAL, K_AUTH, K_SELECT, K_LOAD };
+
+/* Output beyond which a decision is not queued (Redis not reading): the
+ * failure policy decides, counted as busy. */
+#define AC_OBUF_MAX ((size_t)4 << 20)
+
+typedef struct rr_adec {
+  resil_ratelimiter_request *q; /* NULL: answered (timed out) or withdrawn */
+  struct rr_adec *next;         /* in wq, or in a list being ended       */
+  struct rr_adec *due;          /* in the timer's list of ended bounds   */
+  struct rr_aconn *ac;
+  int64_t t0, deadline;         /* loop clock                            */
+  int64_t max_wait_ns;
+  int permits;
+  int bp_held;   /* the breaker permit is not recorded yet              */
+  int may_retry; /* began on a ready connection: sent again once on a new one */
+  int noscript;  /* NOSCRIPT answered once                               */
+  uint64_t seq;  /* the command's number on its connection               */
+  resil_breaker_permit bp;
+} rr_adec;
+
+typedef struct rr_afifo {
+  rr_adec *d; /* K_EVAL */
+  int kind;
+  uint64_t seq;
+} rr_afifo;
+
+typedef struct rr_aconn {
+  rr *r;
+  const resil_ratelimiter_loop *lp;
+  struct rr_aconn *next;
+  int fd, state;
+  unsigned watched;
+  redisReader *rd;
+  char sha[48];
+  char *obuf;
+  size_t olen, ocap;
+  rr_afifo *fifo; /* ring */
+  size_t fhead, fcount, fcap;
+  rr_adec *wq_head, *wq_tail; /* not sent: waiting for the connection */
+  uint64_t seq, load_seq;     /* commands sent; the last SCRIPT LOAD's number */
+  void *timer;
+  int64_t timer_at; /* INT64_MAX: not armed */
+} rr_aconn;
+
+static void ac_on_io(void *arg, int fd, unsigned events);
+
+static int64_t ac_now(const rr_aconn *ac) { return ac->lp->now_ns(ac->lp->self); }
+
+static void ac_watch(rr_aconn *ac) {
+  unsigned ev = 0;
+  if (ac->fd >= 0) {
+    if (ac->state != AC_CONNECTING) ev |= RESIL_IO_READ;
+    if (ac->state == AC_CONNECTING || ac->olen) ev |= RESIL_IO_WRITE;
+  }
+  if (ev == ac->watched) return;
+  if (ac->lp->watch(ac->lp->self, ac->fd, ev, ac_on_io, ac) == 0) ac->watched = ev;
+}
+
+static int ac_append(rr_aconn *ac, char *cmd, int len) {
+  if (len < 0 || !cmd) return -1;
+  size_t n = (size_t)len;
+  if (ac->olen + n > ac->ocap) {
+    size_t nc = ac->ocap ? ac->ocap : 4096;
+    while (nc < ac->olen + n) nc *= 2;
+    char *b = resil__alloc(ac->r->alloc, nc);
+    if (!b) {
+      redisFreeCommand(cmd);
+      return -1;
+    }
+    if (ac->olen) memcpy(b, ac->obuf, ac->olen);
+    resil__free(ac->r->alloc, ac->obuf);
+    ac->obuf = b;
+    ac->ocap = nc;
+  }
+  memcpy(ac->obuf + ac->olen, cmd, n);
+  ac->olen += n;
+  redisFreeCommand(cmd);
+  return 0;
+}
+
+static int fifo_push(rr_aconn *ac, rr_adec *d, int kind, uint64_t seq) {
+  if (ac->fcount == ac->fcap) {
+    size_t nc = ac->fcap ? ac->fcap * 2 : 64;
+    rr_afifo *v = resil__alloc(ac->r->alloc, nc * sizeof *v);
+    if (!v) return -1;
+    for (size_t i = 0; i < ac->fcount; i++) v[i] = ac->fifo[(ac->fhead + i) % ac->fcap];
+    resil__free(ac->r->alloc, ac->fifo);
+    ac->fifo = v;
+    ac->fhead = 0;
+    ac->fcap = nc;
+  }
+  ac->fifo[(ac->fhead + ac->fcount) % ac->fcap] = (rr_afifo){d, kind, seq};
+  ac->fcount++;
+  return 0;
+}
+
+/* Queues a formatted command with its fifo entry: 0, or -1 (out of memory:
+ * nothing queued). */
+static int ac_send(rr_aconn *ac, char *cmd, int len, rr_adec *d, int kind) {
+  size_t olen = ac->olen;
+  if (ac_append(ac, cmd, len)) return -1;
+  if (fifo_push(ac, d, kind, ac->seq + 1)) {
+    ac->olen = olen;
+    return -1;
+  }
+  ac->seq++;
+  if (d) d->seq = ac->seq;
+  if (kind == K_LOAD) ac->load_seq = ac->seq;
+  return 0;
+}
+
+static int ac_send_eval(rr_aconn *ac, rr_adec *d) {
+  char *cmd = NULL;
+  int len = fmt_eval(ac->r, ac->sha, d->permits, d->max_wait_ns, ac_now(ac) - d->t0, &cmd);
+  return ac_send(ac, cmd, len, d, K_EVAL);
+}
+
+static int ac_send_load(rr_aconn *ac) {
+  char *cmd = NULL;
+  int len = fmt_load(&cmd);
+  return ac_send(ac, cmd, len, NULL, K_LOAD);
+}
+
+static void ac_free_dec(rr_aconn *ac, rr_adec *d) { resil__free(ac->r->alloc, d); }
+
+/* The decision ends with rc (RUN_OK: rep is Redis's answer): the breaker
+ * and the counters note it (unless done at its timeout), and its request,
+ * if it still has one, is answered. d is freed. */
+static void ac_settle(rr_aconn *ac, rr_adec *d, run_rc rc, const redisReply *rep,
+                      const char *cause, int keep) {
+  rr *r = ac->r;
+  int64_t dur = ac_now(ac) - d->t0;
+  if (d->bp_held) {
+    d->bp_held = 0;
+    note_round(r, &d->bp, rc, d->permits, dur, &cause);
+  }
+  resil_ratelimiter_request *q = d->q;
+  int permits = d->permits;
+  d->q = NULL;
+  if (!keep) ac_free_dec(ac, d);
+  if (!q) return;
+  note_max(r, dur);
+  q->backend = NULL;
+  int64_t w = 0;
+  resil_reason why = RESIL_REASON_OK;
+  resil_decision dec = rc == RUN_OK ? decide_answered(r, rep, &w, &why)
+                                    : decide_failed(r, permits, q->ctx, cause, &w, &why);
+  q->answer(q, dec, w, why);
+}
+
+/* ac_settle, d freed. */
+static void ac_end(rr_aconn *ac, rr_adec *d, run_rc rc, const redisReply *rep,
+                   const char *cause) {
+  ac_settle(ac, d, rc, rep, cause, 0);
+}
+
+static void ac_arm(rr_aconn *ac, int64_t at) {
+  if (at >= ac->timer_at) return;
+  if (ac->lp->timer_arm(ac->lp->self, ac->timer, at) == 0) ac->timer_at = at;
+}
+
+static int ac_connect(rr_aconn *ac);
+
+/* Sends the decisions waiting for the connection (it is ready). */
+static void ac_flush_wq(rr_aconn *ac) {
+  while (ac->wq_head) {
+    rr_adec *d = ac->wq_head;
+    ac->wq_head = d->next;
+    if (!ac->wq_head) ac->wq_tail = NULL;
+    d->next = NULL;
+    if (ac_send_eval(ac, d)) {
+      bump(ac->r, M_BUSY);
+      ac_end(ac, d, RUN_IO, NULL, CAUSE_BUSY); /* out of memory */
+    }
+  }
+  ac_watch(ac);
+}
+
+static void wq_push(rr_aconn *ac, rr_adec *d) {
+  d->next = NULL;
+  if (ac->wq_tail) ac->wq_tail->next = d;
+  else ac->wq_head = d;
+  ac->wq_tail = d;
+}
+
+/* Closes the connection (cause: why) and ends what was pending on it:
+ * orphans are dropped, decisions that may be retried wait for a new
+ * connection, the others go to the failure policy. */
+static void ac_fail(rr_aconn *ac, const char *cause) {
+  if (ac->fd >= 0) {
+    if (ac->watched) ac->lp->watch(ac->lp->self, ac->fd, 0, ac_on_io, ac);
+    close(ac->fd);
+  }
+  ac->watched = 0;
+  ac->fd = -1;
+  ac->state = AC_CLOSED;
+  if (ac->rd) redisReaderFree(ac->rd);
+  ac->rd = NULL;
+  ac->olen = 0;
+  ac->sha[0] = '\0';
+  /* What was pending, in order: the commands sent, then those not sent. */
+  rr_adec *head = NULL, **tail = &head;
+  for (size_t i = 0; i < ac->fcount; i++) {
+    rr_afifo *f = &ac->fifo[(ac->fhead + i) % ac->fcap];
+    if (f->kind != K_EVAL) continue;
+    f->d->next = NULL;
+    *tail = f->d;
+    tail = &f->d->next;
+  }
+  ac->fhead = ac->fcount = 0;
+  *tail = ac->wq_head;
+  ac->wq_head = ac->wq_tail = NULL;
+  int64_t now = ac_now(ac);
+  rr_adec *again = NULL, **atail = &again;
+  while (head) {
+    rr_adec *d = head;
+    head = d->next;
+    d->next = NULL;
+    if (d->q && d->may_retry && now < d->deadline) {
+      d->may_retry = 0;
+      *atail = d;
+      atail = &d->next;
+    } else {
+      ac_end(ac, d, RUN_IO, NULL, cause); /* may queue new decisions */
+    }
+  }
+  if (!again) return;
+  /* Sent again on a new connection, ahead of any queued meanwhile. */
+  *atail = ac->wq_head;
+  ac->wq_head = again;
+  if (!*atail) ac->wq_tail = NULL;
+  ac->wq_tail = NULL;
+  for (rr_adec *d = ac->wq_head; d; d = d->next) ac->wq_tail = d;
+  if (ac->state == AC_CLOSED && ac_connect(ac) != 0) {
+    while (ac->wq_head) { /* no new connection: the failure policy */
+      rr_adec *d = ac->wq_head;
+      ac->wq_head = d->next;
+      if (!ac->wq_head) ac->wq_tail = NULL;
+      ac_end(ac, d, RUN_IO, NULL, cause);
+    }
+  }
+}
+
+/* The connection is made: AUTH, SELECT and SCRIPT LOAD, pipelined. */
+static void ac_setup(rr_aconn *ac) {
+  rr *r = ac->r;
+  ac->state = AC_SETUP;
+  int bad = 0;
+  if (r->u.pass) {
+    const char *argv[3] = {"AUTH", r->u.user ? r->u.user : r->u.pass, r->u.pass};
+    char *cmd = NULL;
+    int len = redisFormatCommand(&cmd, r->u.user ? "AUTH %s %s" : "AUTH %s", argv[1], argv[2]);
+    bad |= ac_send(ac, cmd, len, NULL, K_AUTH);
+  }
+  if (!bad && r->u.db) {
+    char *cmd = NULL;
+    int len = redisFormatCommand(&cmd, "SELECT %ld", r->u.db);
+    bad |= ac_send(ac, cmd, len, NULL, K_SELECT);
+  }
+  if (!bad) bad |= ac_send_load(ac);
+  if (bad) {
+    ac_fail(ac, "no answer from Redis (connection error or timeout)");
+    return;
+  }
+  ac_watch(ac);
+}
+
+/* Starts a connection (non-blocking): 0, or -1 (the decisions waiting for
+ * it were ended). A host name is resolved by getaddrinfo, which may block
+ * (redis.h says so): an address does not. */
+static int ac_connect(rr_aconn *ac) {
+  rr *r = ac->r;
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  int fd = -1, rc = -1;
+  if (getaddrinfo(r->u.host, r->u.port, &hints, &res) == 0 && res) {
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+      fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) continue;
+      rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+      if (rc != 0 && errno == EINPROGRESS) rc = 1;
+      if (rc < 0) {
+        close(fd);
+        fd = -1;
+      }
+    }
+    freeaddrinfo(res);
+  }
+  if (fd >= 0) ac->rd = redisReaderCreate();
+  if (fd < 0 || !ac->rd) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ac->fd = fd;
+  bump(r, M_CONNECTS);
+  if (rc == 1) {
+    ac->state = AC_CONNECTING;
+    ac_watch(ac);
+  } else {
+    ac_setup(ac);
+  }
+  return ac->state == AC_CLOSED ? -1 : 0;
+}
+
+/* One reply, matched with the oldest command sent. */
+static void ac_reply(rr_aconn *ac, redisReply *rep) {
+  if (!ac->fcount) {
+    ac_fail(ac, "Redis answered with an error"); /* a reply nobody asked for */
+    return;
+  }
+  rr_afifo f = ac->fifo[ac->fhead];
+  ac->fhead = (ac->fhead + 1) % ac->fcap;
+  ac->fcount--;
+  if (f.kind != K_EVAL) {
+    if (!reply_setup_ok(rep, f.kind == K_LOAD ? ac->sha : NULL, sizeof ac->sha)) {
+      ac_fail(ac, "Redis answered with an error");
+      return;
+    }
+    if (f.kind == K_LOAD && ac->state == AC_SETUP) {
+      ac->state = AC_READY;
+      ac_flush_wq(ac);
+    }
+    return;
+  }
+  rr_adec *d = f.d;
+  if (reply_noscript(rep) && !d->noscript) {
+    /* One SCRIPT LOAD for every EVALSHA sent before it; then this one
+     * again (Redis runs them in order). */
+    d->noscript = 1;
+    if (!d->q) { /* an orphan: nothing to send again */
+      ac_end(ac, d, RUN_REPLY, rep, NULL);
+      return;
+    }
+    int load = f.seq > ac->load_seq; /* no SCRIPT LOAD sent after it yet */
+    if (load) bump(ac->r, M_NOSCRIPT);
+    if ((load && ac_send_load(ac)) || ac_send_eval(ac, d)) {
+      ac_fail(ac, "no answer from Redis (connection error or timeout)");
+      return;
+    }
+    ac_watch(ac);
+    return;
+  }
+  ac_end(ac, d, reply_decision_ok(rep) ? RUN_OK : RUN_REPLY, rep, NULL);
+}
+
+static void ac_on_io(void *arg, int fd, unsigned events) {
+  rr_aconn *ac = arg;
+  (void)fd;
+  if (ac->fd < 0) return;
+  if (ac->state == AC_CONNECTING) {
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    if (!(events & (RESIL_IO_WRITE | RESIL_IO_ERROR))) return;
+    if (getsockopt(ac->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0) {
+      ac_fail(ac, "no answer from Redis (connection error or timeout)");
+      return;
+    }
+    ac_setup(ac);
+    return;
+  }
+  if ((events & RESIL_IO_WRITE) && ac->olen) {
+    size_t off = 0;
+    while (off < ac->olen) {
+      ssize_t w = send(ac->fd, ac->obuf + off, ac->olen - off, MSG_NOSIGNAL);
+      if (w > 0) {
+        off += (size_t)w;
+      } else if (w < 0 && errno == EINTR) {
+        continue;
+      } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        ac_fail(ac, "no answer from Redis (connection error or timeout)");
+        return;
+      }
+    }
+    if (off) {
+      memmove(ac->obuf, ac->obuf + off, ac->olen - off);
+      ac->olen -= off;
+      bump(ac->r, M_WRITES);
+    }
+  }
+  if (events & (RESIL_IO_READ | RESIL_IO_ERROR)) {
+    for (int rounds = 0; rounds < 64; rounds++) {
+      char buf[16384];
+      ssize_t n = recv(ac->fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        if (redisReaderFeed(ac->rd, buf, (size_t)n) != REDIS_OK) {
+          ac_fail(ac, "no answer from Redis (connection error or timeout)");
+          return;
+        }
+        if ((size_t)n < sizeof buf) break;
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        ac_fail(ac, "no answer from Redis (connection error or timeout)");
+        return;
+      }
+    }
+    /* Replies, one at a time: an answer may queue new commands, or fail
+     * the connection (its reader is then gone). */
+    while (ac->rd) {
+      void *reply = NULL;
+      redisReader *rd = ac->rd;
+      if (redisReaderGetReply(rd, &reply) != REDIS_OK) {
+        ac_fail(ac, "no answer from Redis (connection error or timeout)");
+        return;
+      }
+      if (!reply) break;
+      ac_reply(ac, reply);
+      freeReplyObject(reply);
+    }
+  }
+  if (ac->fd >= 0) ac_watch(ac);
+}
+
+/* The timer: the decisions whose bound has passed go to the failure
+ * policy (their late replies will be discarded). */
+static void ac_on_timer(void *arg) {
+  rr_aconn *ac = arg;
+  ac->timer_at = INT64_MAX;
+  int64_t now = ac_now(ac);
+  /* Collected first, answered after: an answer may queue commands. */
+  rr_adec *due = NULL, **tail = &due;
+  for (size_t i = 0; i < ac->fcount; i++) { /* sent: stay in the fifo, as orphans */
+    rr_afifo *f = &ac->fifo[(ac->fhead + i) % ac->fcap];
+    if (f->kind == K_EVAL && f->d->q && f->d->deadline <= now) {
+      f->d->due = NULL;
+      *tail = f->d;
+      tail = &f->d->due;
+    }
+  }
+  rr_adec *gone = NULL; /* not sent: off the queue */
+  for (rr_adec **pp = &ac->wq_head; *pp;) {
+    rr_adec *d = *pp;
+    if (d->deadline <= now) {
+      *pp = d->next;
+      d->next = gone;
+      gone = d;
+    } else {
+      pp = &d->next;
+    }
+  }
+  ac->wq_tail = NULL;
+  for (rr_adec *d = ac->wq_head; d; d = d->next) ac->wq_tail = d;
+  static const char timeout[] = "no answer from Redis (connection error or timeout)";
+  while (due) {
+    rr_adec *d = due;
+    due = d->due;
+    ac_settle(ac, d, RUN_IO, NULL, timeout, 1);
+  }
+  while (gone) {
+    rr_adec *d = gone;
+    gone = d->next;
+    ac_end(ac, d, RUN_IO, NULL, timeout);
+  }
+  /* The next bound to watch. */
+  int64_t next = INT64_MAX;
+  for (size_t i = 0; i < ac->fcount; i++) {
+    rr_afifo *f = &ac->fifo[(ac->fhead + i) % ac->fcap];
+    if (f->kind == K_EVAL && f->d->q && f->d->deadline < next) next = f->d->deadline;
+  }
+  for (rr_adec *d = ac->wq_head; d; d = d->next)
+    if (d->deadline < next) next = d->deadline;
+  if (next != INT64_MAX) ac_arm(ac, next);
+}
+
+/* The loop's connection, made on first use (NULL: out of memory). */
+static rr_aconn *ac_of(rr *r, const resil_ratelimiter_loop *lp) {
+  pthread_mutex_lock(&r->amu);
+  rr_aconn *ac = r->aconns;
+  while (ac && ac->lp != lp) ac = ac->next;
+  if (!ac && (ac = resil__calloc(r->alloc, sizeof *ac)) != NULL) {
+    ac->r = r;
+    ac->lp = lp;
+    ac->fd = -1;
+    ac->timer_at = INT64_MAX;
+    if (!(ac->timer = lp->timer_new(lp->self, ac_on_timer, ac))) {
+      resil__free(r->alloc, ac);
+      ac = NULL;
+    } else {
+      ac->next = r->aconns;
+      r->aconns = ac;
+    }
+  }
+  pthread_mutex_unlock(&r->amu);
+  return ac;
+}
+
+static int rr_reserve_async(void *self, const resil_ratelimiter_loop *lp,
+                            resil_ratelimiter_request *q, resil_decision *dec, int64_t *wait_ns,
+                            resil_reason *why) {
+  rr *r = self;
+  if (over_burst(r, q->permits, wait_ns, why)) {
+    *dec = RESIL_DECISION_DENY;
+    return 0;
+  }
+  const char *cause = NULL;
+  int64_t bound = io_bound(r, q->ctx);
+  rr_aconn *ac = NULL;
+  resil_breaker_permit bp;
+  if (!breaker_enter(r, &bp, &cause)) {
+    *dec = decide_failed(r, q->permits, q->ctx, cause, wait_ns, why);
+    return 0;
+  }
+  rr_adec *d = NULL;
+  if (bound <= 0 || !(ac = ac_of(r, lp)) || ac->olen > AC_OBUF_MAX ||
+      !(d = resil__calloc(r->alloc, sizeof *d))) {
+    resil_breaker_release(r->br, &bp);
+    bump(r, M_BUSY);
+    *dec = decide_failed(r, q->permits, q->ctx, CAUSE_BUSY, wait_ns, why);
+    return 0;
+  }
+  int64_t now = ac_now(ac);
+  d->q = q;
+  d->t0 = now;
+  d->deadline = resil__sat_add(now, bound);
+  d->max_wait_ns = q->max_wait_ns;
+  d->permits = q->permits;
+  d->bp = bp;
+  d->bp_held = 1;
+  d->may_retry = ac->state == AC_READY;
+  d->ac = ac;
+  if (ac->state == AC_CLOSED && ac_connect(ac) != 0) {
+    /* No connection: the failure policy answers now (never later from
+     * inside this call). */
+    ac_free_dec(ac, d);
+    note_round(r, &bp, RUN_IO, q->permits, 0, &cause);
+    *dec = decide_failed(r, q->permits, q->ctx, cause, wait_ns, why);
+    return 0;
+  }
+  q->backend = d;
+  if (ac->state == AC_READY) {
+    if (ac_send_eval(ac, d)) {
+      q->backend = NULL;
+      ac_free_dec(ac, d);
+      resil_breaker_release(r->br, &bp);
+      bump(r, M_BUSY);
+      *dec = decide_failed(r, q->permits, q->ctx, CAUSE_BUSY, wait_ns, why);
+      return 0;
+    }
+    ac_watch(ac);
+  } else {
+    wq_push(ac, d);
+  }
+  ac_arm(ac, d->deadline);
+  return 1;
+}
+
+static void rr_withdraw(void *self, resil_ratelimiter_request *q) {
+  rr *r = self;
+  rr_adec *d = q->backend;
+  if (!d) return;
+  q->backend = NULL;
+  d->q = NULL;
+  if (d->seq) return; /* sent: its reply is discarded when it comes */
+  rr_aconn *ac = d->ac;
+  rr_adec *prev = NULL;
+  for (rr_adec *x = ac->wq_head; x; prev = x, x = x->next) {
+    if (x != d) continue;
+    if (prev) prev->next = d->next;
+    else ac->wq_head = d->next;
+    if (ac->wq_tail == d) ac->wq_tail = prev;
+    if (d->bp_held) resil_breaker_release(r->br, &d->bp);
+    ac_free_dec(ac, d);
+    return;
+  }
+}
+
+/* Frees ac and what it holds; loop_alive: its watch and timer are given
+ * back to the loop (not when the limiter is freed before its engine). */
+static void ac_destroy(rr_aconn *ac, int loop_alive) {
+  rr *r = ac->r;
+  if (ac->fd >= 0) {
+    if (loop_alive && ac->watched) ac->lp->watch(ac->lp->self, ac->fd, 0, ac_on_io, ac);
+    close(ac->fd);
+  }
+  if (ac->rd) redisReaderFree(ac->rd);
+  for (size_t i = 0; i < ac->fcount; i++) {
+    rr_afifo *f = &ac->fifo[(ac->fhead + i) % ac->fcap];
+    if (f->kind != K_EVAL) continue;
+    if (f->d->bp_held) resil_breaker_release(r->br, &f->d->bp);
+    ac_free_dec(ac, f->d);
+  }
+  while (ac->wq_head) {
+    rr_adec *d = ac->wq_head;
+    ac->wq_head = d->next;
+    if (d->bp_held) resil_breaker_release(r->br, &d->bp);
+    ac_free_dec(ac, d);
+  }
+  if (loop_alive) ac->lp->timer_free(ac->lp->self, ac->timer);
+  resil__free(r->alloc, ac->fifo);
+  resil__free(r->alloc, ac->obuf);
+  resil__free(r->alloc, ac);
+}
+
+static void rr_loop_end(void *self, const resil_ratelimiter_loop *lp) {
+  rr *r = self;
+  pthread_mutex_lock(&r->amu);
+  rr_aconn **pp = &r->aconns;
+  while (*pp && (*pp)->lp != lp) pp = &(*pp)->next;
+  rr_aconn *ac = *pp;
+  if (ac) *pp = ac->next;
+  pthread_mutex_unlock(&r->amu);
+  if (ac) ac_destroy(ac, 1);
+}
+
 static int rr_peek(void *self, int64_t *available, int64_t *nanos_to_wait) {
   rr *r = self;
   redisReply *rep;
@@ -769,6 +1412,14 @@ static void rr_free(void *self) {
     pthread_mutex_destroy(&r->conns[i].mu);
   }
   resil__free(a, r->conns);
+  /* Connections of engines not freed first (a misuse: redis.h): closed,
+   * their watches and timers left to the engine. */
+  while (r->aconns) {
+    rr_aconn *ac = r->aconns;
+    r->aconns = ac->next;
+    ac_destroy(ac, 0);
+  }
+  pthread_mutex_destroy(&r->amu);
   resil_breaker_free(r->br);
   resil_ratelimiter_free(r->local);
   uri_free(a, &r->u);
@@ -885,7 +1536,9 @@ resil_status resil_redis_ratelimiter_new(const resil_redis_ratelimiter_config *u
   rr *r = resil__calloc(a, sizeof *r);
   if (!r) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   r->alloc = a;
+  pthread_mutex_init(&r->amu, NULL);
   if ((st = parse_uri(a, cfg->uri, &r->u, err))) {
+    pthread_mutex_destroy(&r->amu);
     resil__free(a, r);
     return st;
   }
@@ -942,6 +1595,9 @@ resil_status resil_redis_ratelimiter_new(const resil_redis_ratelimiter_config *u
   be.self = r;
   be.reserve = rr_reserve;
   be.peek = rr_peek;
+  be.reserve_async = rr_reserve_async;
+  be.withdraw = rr_withdraw;
+  be.loop_end = rr_loop_end;
   be.free = rr_free;
   resil_ratelimiter_config rc;
   resil_ratelimiter_config_init(&rc);
@@ -980,6 +1636,7 @@ resil_status resil_redis_ratelimiter_get_metrics_sized(const resil_ratelimiter *
   m.noscript_reloads = v[M_NOSCRIPT];
   m.connects = v[M_CONNECTS];
   m.fallbacks_entered = v[M_ENTERED];
+  m.writes = v[M_WRITES];
   m.last_decision_ns = atomic_load_explicit(&r->last_ns, memory_order_relaxed);
   m.max_decision_ns = atomic_load_explicit(&r->max_ns, memory_order_relaxed);
   m.total_decision_ns = atomic_load_explicit(&r->total_ns, memory_order_relaxed);
