@@ -263,6 +263,14 @@ typedef struct resil_ratelimiter_loop {
   int (*timer_arm)(void *self, void *timer, int64_t at_ns);
   void (*timer_disarm)(void *self, void *timer);
   void (*timer_free)(void *self, void *timer);
+  /* Registers end(arg), called once on the loop thread when the loop's
+   * owner ends (resil_engine_free, after its calls have ended, before its
+   * adapter's watches and heap go): the backend stops its watches, frees
+   * its timers and what it kept for this loop. A backend registers when it
+   * first keeps something for the loop, and may outlive its limiter's
+   * handle until then (a limiter freed before the engine). 0, or -1 out of
+   * memory (not registered). */
+  int (*on_end)(void *self, resil_loop_fn end, void *arg);
 } resil_ratelimiter_loop;
 
 /* One decision asked without blocking. Owned by the caller, which must keep
@@ -323,7 +331,7 @@ typedef struct resil_ratelimiter_backend {
    * when it is answered at once (*d, *wait_ns and *why as reserve()'s; q
    * not kept), or 1 when q->answer will give it later, on the loop thread
    * (the backend keeps q until then). Loop thread only. With it, withdraw
-   * and loop_end are required. */
+   * is required. */
   int (*reserve_async)(void *self, const resil_ratelimiter_loop *loop,
                        resil_ratelimiter_request *q, resil_decision *d, int64_t *wait_ns,
                        resil_reason *why);
@@ -331,10 +339,6 @@ typedef struct resil_ratelimiter_backend {
    * when it reaches the backend's store anyway, stays spent). Loop
    * thread. Since 0.2. */
   void (*withdraw)(void *self, resil_ratelimiter_request *q);
-  /* The loop's owner ends (resil_engine_free), no request of it pending:
-   * the backend stops its watches and frees its timers and anything it
-   * kept for that loop. Loop thread. Since 0.2. */
-  void (*loop_end)(void *self, const resil_ratelimiter_loop *loop);
 } resil_ratelimiter_backend;
 
 /* Zeroes *be and sets struct_size. A macro passing
@@ -381,11 +385,6 @@ RESIL_API int resil_ratelimiter_reserve_async(resil_ratelimiter *rl,
  * in the backend's store stays spent); else a no-op. Loop thread. Since
  * 0.2. */
 RESIL_API void resil_ratelimiter_withdraw_async(resil_ratelimiter_async *q);
-/* The loop ends (its owner is freed; nothing of it pending): the backend
- * drops what it keeps for it. A no-op for a limiter that does not decide
- * asynchronously or never did on this loop. Loop thread. Since 0.2. */
-RESIL_API void resil_ratelimiter_loop_end(resil_ratelimiter *rl,
-                                          const resil_ratelimiter_loop *loop);
 
 /* Creates a limiter whose permits the backend decides. cfg as for
  * resil_ratelimiter_new (validated the same way; limit_for_period and
@@ -396,8 +395,8 @@ RESIL_API void resil_ratelimiter_loop_end(resil_ratelimiter *rl,
  * owns be->self: on success resil_ratelimiter_free calls be->free, and on
  * any failure after be was accepted this call does. RESIL_OK;
  * RESIL_EINVAL (cfg, be or out NULL, be without reserve, a field out of
- * range: err names it; be with reserve_async but without withdraw or
- * loop_end); RESIL_ENOMEM. A backend struct of a size before reserve_async
+ * range: err names it; be with reserve_async but without withdraw);
+ * RESIL_ENOMEM. A backend struct of a size before reserve_async
  * was added is accepted (reserve_async then NULL). Since 0.2. */
 RESIL_API resil_status resil_ratelimiter_new_backed(const resil_ratelimiter_config *cfg,
                                                     const resil_ratelimiter_backend *be,

@@ -203,6 +203,13 @@ typedef struct eng_bwatch {
   void *arg;
 } eng_bwatch;
 
+/* A backend's end (rll.on_end), run by resil_engine_free. */
+typedef struct eng_bend {
+  struct eng_bend *next;
+  resil_loop_fn end;
+  void *arg;
+} eng_bend;
+
 /* A backend's timer on the engine's heap. */
 typedef struct eng_btimer {
   resil__timer t;
@@ -251,11 +258,10 @@ struct resil_engine {
    * that submits again is refused (otherwise free never ends). */
   int freeing;
   /* Asynchronous rate-limiter decisions: the loop lent to backends, their
-   * watched fds, and the limiters that asked on it (told at free). */
+   * watched fds, and what they asked to run at free (rll.on_end). */
   resil_ratelimiter_loop rll;
   eng_bwatch *bwatches;
-  resil_ratelimiter **arls;
-  size_t narls, caparls;
+  struct eng_bend *bends;
 };
 
 static int64_t eng_now(const resil_engine *e) {
@@ -1310,29 +1316,13 @@ static resil_reason rl_refusal(resil_reason why) {
  * pending decision (deadline, cancel, free). The backend watches its fds
  * through rll.watch (the adapter's watch, its callback wrapped so that the
  * engine's epilogue runs after it) and arms timers on the engine's heap
- * (rll.timer_*): the adapter keeps its one timer. Every limiter that asked
- * is told when the engine is freed (loop_end). */
+ * (rll.timer_*): the adapter keeps its one timer. A backend that keeps
+ * something for the loop registers an end (rll.on_end), run when the
+ * engine is freed: the engine holds no limiter pointer, so a limiter freed
+ * before the engine (its calls done) leaves its backend to that end. */
 
 static void on_rl_answer(resil_ratelimiter_async *q, resil_decision d, int64_t wait, resil_reason why);
 static void on_call_timer(void *arg);
-
-/* Remembers rl as one to tell at free: 0, or -1 (out of memory: ask it on
- * the blocking path). */
-static int rl_loop_note(resil_engine *e, resil_ratelimiter *rl) {
-  for (size_t i = 0; i < e->narls; i++)
-    if (e->arls[i] == rl) return 0;
-  if (e->narls == e->caparls) {
-    size_t nc = e->caparls ? e->caparls * 2 : 4;
-    resil_ratelimiter **v = resil__alloc(e->alloc, nc * sizeof *v);
-    if (!v) return -1;
-    if (e->narls) memcpy(v, e->arls, e->narls * sizeof *v);
-    resil__free(e->alloc, e->arls);
-    e->arls = v;
-    e->caparls = nc;
-  }
-  e->arls[e->narls++] = rl;
-  return 0;
-}
 
 /* The limiter's decision for the step: 0 with *d, *wait, *why (the answer
  * kept from an asynchronous decision, or one made now), or 1 when it is
@@ -1347,7 +1337,7 @@ static int rl_decide(resil_engine_handle *call, resil_ratelimiter *rl, const res
     *why = call->ans_why;
     return 0;
   }
-  if (resil_ratelimiter_is_async(rl) && rl_loop_note(e, rl) == 0) {
+  if (resil_ratelimiter_is_async(rl)) {
     call->rq.done = on_rl_answer;
     call->rq.arg = call;
     return resil_ratelimiter_reserve_async(rl, &e->rll, &call->rq, 1, ctx, d, wait, why);
@@ -1409,6 +1399,17 @@ static int rll_watch(void *self, int fd, unsigned events, resil_io_fn cb, void *
     w->next = e->bwatches;
     e->bwatches = w;
   }
+  return 0;
+}
+
+static int rll_on_end(void *self, resil_loop_fn end, void *arg) {
+  resil_engine *e = self;
+  eng_bend *b = resil__calloc(e->alloc, sizeof *b);
+  if (!b) return -1;
+  b->end = end;
+  b->arg = arg;
+  b->next = e->bends;
+  e->bends = b;
   return 0;
 }
 
@@ -1899,6 +1900,7 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   e->rll.timer_arm = rll_timer_arm;
   e->rll.timer_disarm = rll_timer_disarm;
   e->rll.timer_free = rll_timer_free;
+  e->rll.on_end = rll_on_end;
   e->client = c;
   e->max_free = 2 * (size_t)c->nslots < 64 ? 64 : 2 * (size_t)c->nslots;
   e->conn_cap = c->nslots;
@@ -1974,9 +1976,13 @@ void resil_engine_free(resil_engine *e) {
   /* Every waiter was withdrawn above (bh_withdraw takes back a grant that
    * raced); nothing is left on e->granted. */
   bh_drain(e);
-  /* The limiters that decided on this loop drop their watches and timers. */
-  for (size_t i = 0; i < e->narls; i++) resil_ratelimiter_loop_end(e->arls[i], &e->rll);
-  resil__free(e->alloc, e->arls);
+  /* The backends that decided on this loop drop their watches and timers. */
+  while (e->bends) {
+    eng_bend *b = e->bends;
+    e->bends = b->next;
+    b->end(b->arg);
+    resil__free(e->alloc, b);
+  }
   while (e->bwatches) { /* a backend that left a watch */
     eng_bwatch *w = e->bwatches;
     e->bwatches = w->next;

@@ -375,9 +375,8 @@ resil_status resil_ratelimiter_new_backed(const resil_ratelimiter_config *cfg,
   if (st != RESIL_OK) return st;
   if (!be.reserve)
     return resil__err(err, RESIL_EINVAL, "backend.reserve", "must not be NULL");
-  if (be.reserve_async && (!be.withdraw || !be.loop_end))
-    return resil__err(err, RESIL_EINVAL, be.withdraw ? "backend.loop_end" : "backend.withdraw",
-                      "must be set with reserve_async");
+  if (be.reserve_async && !be.withdraw)
+    return resil__err(err, RESIL_EINVAL, "backend.withdraw", "must be set with reserve_async");
   st = create(cfg, &be, out, err);
   if (st != RESIL_OK && be.free) be.free(be.self);
   return st;
@@ -633,10 +632,6 @@ void resil_ratelimiter_withdraw_async(resil_ratelimiter_async *q) {
   if (!q || !q->pending) return;
   q->pending = 0;
   q->rl->be.withdraw(q->rl->be.self, &q->req);
-}
-
-void resil_ratelimiter_loop_end(resil_ratelimiter *rl, const resil_ratelimiter_loop *loop) {
-  if (resil_ratelimiter_is_async(rl) && loop) rl->be.loop_end(rl->be.self, loop);
 }
 
 /* resil_ratelimiter_reserve; now: a reading as resil__ratelimiter_reserve_at

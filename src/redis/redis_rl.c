@@ -154,6 +154,7 @@ typedef struct rr {
   /* The engine path: one connection per loop (see "the engine path"). */
   pthread_mutex_t amu;
   struct rr_aconn *aconns;
+  int dead; /* the limiter was freed: the last loop's end frees this (amu) */
   void (*on_fallback)(void *user, const char *name, int entered, const char *cause);
   void *on_fallback_user;
 } rr;
@@ -1249,6 +1250,8 @@ static void ac_on_timer(void *arg) {
   if (next != INT64_MAX) ac_arm(ac, next);
 }
 
+static void ac_loop_end(void *arg);
+
 /* The loop's connection, made on first use (NULL: out of memory). */
 static rr_aconn *ac_of(rr *r, const resil_ratelimiter_loop *lp) {
   pthread_mutex_lock(&r->amu);
@@ -1259,7 +1262,9 @@ static rr_aconn *ac_of(rr *r, const resil_ratelimiter_loop *lp) {
     ac->lp = lp;
     ac->fd = -1;
     ac->timer_at = INT64_MAX;
-    if (!(ac->timer = lp->timer_new(lp->self, ac_on_timer, ac))) {
+    if (!(ac->timer = lp->timer_new(lp->self, ac_on_timer, ac)) ||
+        lp->on_end(lp->self, ac_loop_end, ac) != 0) {
+      if (ac->timer) lp->timer_free(lp->self, ac->timer);
       resil__free(r->alloc, ac);
       ac = NULL;
     } else {
@@ -1351,12 +1356,11 @@ static void rr_withdraw(void *self, resil_ratelimiter_request *q) {
   }
 }
 
-/* Frees ac and what it holds; loop_alive: its watch and timer are given
- * back to the loop (not when the limiter is freed before its engine). */
-static void ac_destroy(rr_aconn *ac, int loop_alive) {
+/* Frees ac and what it holds, its watch and timer given back to the loop. */
+static void ac_destroy(rr_aconn *ac) {
   rr *r = ac->r;
   if (ac->fd >= 0) {
-    if (loop_alive && ac->watched) ac->lp->watch(ac->lp->self, ac->fd, 0, ac_on_io, ac);
+    if (ac->watched) ac->lp->watch(ac->lp->self, ac->fd, 0, ac_on_io, ac);
     close(ac->fd);
   }
   if (ac->rd) redisReaderFree(ac->rd);
@@ -1372,21 +1376,27 @@ static void ac_destroy(rr_aconn *ac, int loop_alive) {
     if (d->bp_held) resil_breaker_release(r->br, &d->bp);
     ac_free_dec(ac, d);
   }
-  if (loop_alive) ac->lp->timer_free(ac->lp->self, ac->timer);
+  ac->lp->timer_free(ac->lp->self, ac->timer);
   resil__free(r->alloc, ac->fifo);
   resil__free(r->alloc, ac->obuf);
   resil__free(r->alloc, ac);
 }
 
-static void rr_loop_end(void *self, const resil_ratelimiter_loop *lp) {
-  rr *r = self;
+static void rr_free_now(rr *r);
+
+/* The loop's owner ends (rll.on_end): its connection goes; the last one
+ * of a limiter already freed frees the rest. */
+static void ac_loop_end(void *arg) {
+  rr_aconn *ac = arg;
+  rr *r = ac->r;
   pthread_mutex_lock(&r->amu);
   rr_aconn **pp = &r->aconns;
-  while (*pp && (*pp)->lp != lp) pp = &(*pp)->next;
-  rr_aconn *ac = *pp;
-  if (ac) *pp = ac->next;
+  while (*pp && *pp != ac) pp = &(*pp)->next;
+  if (*pp) *pp = ac->next;
+  int last = r->dead && !r->aconns;
   pthread_mutex_unlock(&r->amu);
-  if (ac) ac_destroy(ac, 1);
+  ac_destroy(ac);
+  if (last) rr_free_now(r);
 }
 
 static int rr_peek(void *self, int64_t *available, int64_t *nanos_to_wait) {
@@ -1403,22 +1413,26 @@ static int rr_peek(void *self, int64_t *available, int64_t *nanos_to_wait) {
   return ok ? 0 : -1;
 }
 
+/* The handle is freed: the rest now, or, while engines still have a
+ * connection of it (their loops watch its fd, its timer is on their heap),
+ * at the last one's end (ac_loop_end). */
 static void rr_free(void *self) {
   rr *r = self;
   if (!r) return;
+  pthread_mutex_lock(&r->amu);
+  r->dead = 1;
+  int later = r->aconns != NULL;
+  pthread_mutex_unlock(&r->amu);
+  if (!later) rr_free_now(r);
+}
+
+static void rr_free_now(rr *r) {
   const resil_allocator *a = r->alloc;
   for (int i = 0; r->conns && i < r->nconn; i++) {
     conn_close(&r->conns[i]);
     pthread_mutex_destroy(&r->conns[i].mu);
   }
   resil__free(a, r->conns);
-  /* Connections of engines not freed first (a misuse: redis.h): closed,
-   * their watches and timers left to the engine. */
-  while (r->aconns) {
-    rr_aconn *ac = r->aconns;
-    r->aconns = ac->next;
-    ac_destroy(ac, 0);
-  }
   pthread_mutex_destroy(&r->amu);
   resil_breaker_free(r->br);
   resil_ratelimiter_free(r->local);
@@ -1597,7 +1611,6 @@ resil_status resil_redis_ratelimiter_new(const resil_redis_ratelimiter_config *u
   be.peek = rr_peek;
   be.reserve_async = rr_reserve_async;
   be.withdraw = rr_withdraw;
-  be.loop_end = rr_loop_end;
   be.free = rr_free;
   resil_ratelimiter_config rc;
   resil_ratelimiter_config_init(&rc);

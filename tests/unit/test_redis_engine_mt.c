@@ -64,8 +64,8 @@ static void rec_reset(void) {
   R.loop_thread = pthread_self();
 }
 
-static void submit_range(resil_engine *e, const resil_engine_policies *pol, size_t from,
-                         size_t to) {
+static void submit_ctx(resil_engine *e, const resil_engine_policies *pol, size_t from, size_t to,
+                       const resil_ctx *ctx) {
   resil_http_param p = {.name = "id", .value = "1"};
   resil_http_args args;
   resil_http_args_init(&args);
@@ -75,10 +75,15 @@ static void submit_range(resil_engine *e, const resil_engine_policies *pol, size
     R.tag[i] = i;
     R.sub_ns[i] = mono_ns();
     resil_error err;
-    if (resil_engine_call(e, "item", &args, pol, NULL, rec_done, &R.tag[i], NULL, &err) !=
+    if (resil_engine_call(e, "item", &args, pol, ctx, rec_done, &R.tag[i], NULL, &err) !=
         RESIL_OK)
       fail_msg("submit: %s", err.msg);
   }
+}
+
+static void submit_range(resil_engine *e, const resil_engine_policies *pol, size_t from,
+                         size_t to) {
+  submit_ctx(e, pol, from, to, NULL);
 }
 
 static void run_until_done(te_env *t, size_t want) {
@@ -341,6 +346,45 @@ static void redis_restarted_mid_run_costs_no_decision(void **state) {
   redis_stop(&s);
 }
 
+/* Calls whose deadline (5 ms) ends before Redis, frozen, answers: each
+ * ends DEADLINE and withdraws its decision (its late reply discarded after
+ * SIGCONT); then the limiter is freed before the engine: its connection on
+ * the engine goes with the engine (ASan: nothing used after free, nothing
+ * leaked). */
+static void withdrawn_decisions_and_a_limiter_freed_before_the_engine(void **state) {
+  fx_state *fs = *state;
+  redis_srv s;
+  redis_start(&s);
+  resil_ratelimiter *rl = limiter(&s, "withdrawn", 100000, RESIL_S(1), RESIL_S(1),
+                                  RESIL_REDIS_FAILURE_CLOSED, 1);
+  te_env *t = te_open(fs->f, eps, NEPS, NULL, NULL);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.ratelimiter = rl;
+  rec_reset();
+  submit_range(t->e, &pol, 0, 1);
+  run_until_done(t, 1);
+  assert_int_equal(R.status[0], 200);
+  redis_freeze(&s);
+  rec_reset();
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, RESIL_MS(5));
+  submit_ctx(t->e, &pol, 0, 100, &ctx);
+  run_until_done(t, 100);
+  for (size_t i = 0; i < 100; i++) {
+    assert_int_equal(R.o[i].kind, RESIL_REJECTED);
+    assert_true(R.o[i].reason == RESIL_REASON_DEADLINE ||
+                R.o[i].reason == RESIL_REASON_RATE_LIMITER_UNAVAILABLE);
+  }
+  redis_thaw(&s);
+  resil_ratelimiter_free(rl); /* before the engine */
+  int64_t end = mono_ns() + RESIL_MS(100);
+  while (mono_ns() < end) tl_run_once(&t->l, 10); /* the late replies */
+  te_close(t);
+  redis_stop(&s);
+}
+
 static int teardown(void **state) {
   redis_teardown(state);
   return fx_teardown(state);
@@ -357,6 +401,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(script_flush_mid_run_costs_one_load, fx_setup, teardown),
       cmocka_unit_test_setup_teardown(redis_restarted_mid_run_costs_no_decision, fx_setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(withdrawn_decisions_and_a_limiter_freed_before_the_engine,
+                                      fx_setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
