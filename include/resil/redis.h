@@ -240,6 +240,7 @@ RESIL_API resil_status resil_redis_ratelimiter_get_metrics_sized(
  *   resil_redis_ratelimiter_noscript_reloads_total
  *   resil_redis_ratelimiter_connects_total
  *   resil_redis_ratelimiter_fallbacks_entered_total
+ *   resil_redis_ratelimiter_writes_total (the engine path's writes)
  *   resil_redis_ratelimiter_decision_seconds_total (Redis decisions, summed)
  *   resil_redis_ratelimiter_decision_seconds{stat=last|max}
  * name NULL = the limiter's. resil_metrics_remove(m, rl) removes them (with

@@ -1681,6 +1681,8 @@ static const resil_metric_family rr_fams[] = {
      "Connections made to Redis"},
     {"resil_redis_ratelimiter_fallbacks_entered_total", RESIL_METRIC_COUNTER,
      "Times the failure policy took over from Redis"},
+    {"resil_redis_ratelimiter_writes_total", RESIL_METRIC_COUNTER,
+     "Writes to Redis of the engine path, each carrying the commands pipelined since the last"},
     {"resil_redis_ratelimiter_decision_seconds_total", RESIL_METRIC_COUNTER,
      "Time of the decisions Redis made, summed (divide by decisions_total{by=\"redis\"})"},
     {"resil_redis_ratelimiter_decision_seconds", RESIL_METRIC_GAUGE,
@@ -1713,8 +1715,9 @@ static void rr_emit(const void *snap, size_t family, resil_metrics_emitter *e) {
   case 2: resil_metrics_sample(e, (double)m->noscript_reloads, 0, NULL); break;
   case 3: resil_metrics_sample(e, (double)m->connects, 0, NULL); break;
   case 4: resil_metrics_sample(e, (double)m->fallbacks_entered, 0, NULL); break;
-  case 5: resil_metrics_sample(e, (double)m->total_decision_ns / 1e9, 0, NULL); break;
-  case 6:
+  case 5: resil_metrics_sample(e, (double)m->writes, 0, NULL); break;
+  case 6: resil_metrics_sample(e, (double)m->total_decision_ns / 1e9, 0, NULL); break;
+  case 7:
     rr_by(e, "stat", "last", (double)m->last_decision_ns / 1e9);
     rr_by(e, "stat", "max", (double)m->max_decision_ns / 1e9);
     break;

@@ -16,6 +16,7 @@
 #include "test_engine_common.h"
 #include "test_redis_common.h"
 
+#include "resil/metrics.h"
 #include "resil/ratelimit.h"
 
 static const resil_http_endpoint eps[] = {
@@ -170,6 +171,17 @@ static void thousand_calls_in_flight_are_exact_and_pipelined(void **state) {
   /* Pipelined: far fewer writes than decisions. */
   assert_true(m.writes > 0);
   assert_true(m.writes * 10 <= m.redis_decisions);
+  /* The collector shows the writes. */
+  resil_metrics *mc;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &mc));
+  assert_status(RESIL_OK, resil_redis_ratelimiter_metrics_add(mc, NULL, rl));
+  char *text = NULL, want[96];
+  assert_status(RESIL_OK, resil_metrics_render_alloc(mc, &text, NULL));
+  snprintf(want, sizeof want, "resil_redis_ratelimiter_writes_total{name=\"exact\"} %llu\n",
+           (unsigned long long)m.writes);
+  if (!strstr(text, want)) fail_msg("missing %s in:\n%s", want, text);
+  resil_metrics_text_free(mc, text);
+  resil_metrics_free(mc);
   resil_ratelimiter_metrics lm;
   assert_status(RESIL_OK, resil_ratelimiter_get_metrics(rl, &lm));
   assert_int_equal(lm.permitted, admitted);
