@@ -818,6 +818,7 @@ typedef struct rr_aconn {
   size_t fhead, fcount, fcap;
   rr_adec *wq_head, *wq_tail; /* not sent: waiting for the connection */
   uint64_t seq, load_seq;     /* commands sent; the last SCRIPT LOAD's number */
+  uint64_t gen;               /* connections made                              */
   void *timer;
   int64_t timer_at; /* INT64_MAX: not armed */
 } rr_aconn;
@@ -1076,6 +1077,7 @@ static int ac_connect(rr_aconn *ac) {
   int one = 1;
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ac->fd = fd;
+  ac->gen++;
   bump(r, M_CONNECTS);
   if (rc == 1) {
     ac->state = AC_CONNECTING;
@@ -1164,6 +1166,8 @@ static void ac_on_io(void *arg, int fd, unsigned events) {
     }
   }
   if (events & (RESIL_IO_READ | RESIL_IO_ERROR)) {
+    int gone = 0; /* closed or an error: after the replies already read */
+    const uint64_t gen = ac->gen;
     for (int rounds = 0; rounds < 64; rounds++) {
       char buf[16384];
       ssize_t n = recv(ac->fd, buf, sizeof buf, 0);
@@ -1178,8 +1182,8 @@ static void ac_on_io(void *arg, int fd, unsigned events) {
       } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         break;
       } else {
-        ac_fail(ac, "no answer from Redis (connection error or timeout)");
-        return;
+        gone = 1;
+        break;
       }
     }
     /* Replies, one at a time: an answer may queue new commands, or fail
@@ -1194,6 +1198,10 @@ static void ac_on_io(void *arg, int fd, unsigned events) {
       if (!reply) break;
       ac_reply(ac, reply);
       freeReplyObject(reply);
+    }
+    if (gone && ac->gen == gen && ac->fd >= 0) {
+      ac_fail(ac, "no answer from Redis (connection error or timeout)");
+      return;
     }
   }
   if (ac->fd >= 0) ac_watch(ac);
