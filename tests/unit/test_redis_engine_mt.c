@@ -12,7 +12,9 @@
  * within the 20 ms Redis timeout + slack by the failure policy, the late
  * replies are discarded after SIGCONT and Redis decides again; SCRIPT
  * FLUSH between two batches costs one SCRIPT LOAD and no failed decision;
- * Redis restarted between two batches costs no failed decision. */
+ * Redis restarted between two batches costs no failed decision; calls
+ * whose deadline ends first withdraw their decisions, and a limiter freed
+ * before the engine. On the test adapter, resil_loop and libuv. */
 #include "test_engine_common.h"
 #include "test_redis_common.h"
 
@@ -420,5 +422,18 @@ int main(void) {
       cmocka_unit_test_setup_teardown(withdrawn_decisions_and_a_limiter_freed_before_the_engine,
                                       fx_setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = cmocka_run_group_tests_name("Redis limiter on the engine, test adapter", tests,
+                                           NULL, NULL);
+#ifdef RESIL_HAVE_LOOP
+  tl_use_builtin_loop = 1;
+  failed += cmocka_run_group_tests_name("Redis limiter on the engine, resil_loop", tests, NULL,
+                                        NULL);
+  tl_use_builtin_loop = 0;
+#endif
+#ifdef RESIL_HAVE_UV
+  tl_use_uv = 1;
+  failed += cmocka_run_group_tests_name("Redis limiter on the engine, libuv (libresil-uv)",
+                                        tests, NULL, NULL);
+#endif
+  return failed;
 }
