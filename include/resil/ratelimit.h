@@ -352,18 +352,29 @@ RESIL_API void resil_ratelimiter_backend_init_sized(resil_ratelimiter_backend *b
  * engine): on a limiter whose backend has reserve_async, the limiter keeps
  * the parts it keeps on the blocking path (the bound on the wait, the
  * reason of a refusal, the counters) and the backend decides on the loop.
- * The caller sets done and arg; the rest is the limiter's. Since 0.2. */
+ * Owned by the caller (one per decision in progress); set by
+ * resil_ratelimiter_async_init(), then the caller sets done and arg; the
+ * rest is the limiter's. Since 0.2. */
 typedef struct resil_ratelimiter_async {
-  resil_ratelimiter_request req; /* the backend's view */
-  resil_ratelimiter *rl;
-  int64_t limit_ns;
-  int pending;
+  /* Sized struct (version.h); set by resil_ratelimiter_async_init(). */
+  size_t struct_size;
   /* The answer, as resil_ratelimiter_reserve's (counted), on the loop
    * thread. */
   void (*done)(struct resil_ratelimiter_async *q, resil_decision d, int64_t wait_ns,
                resil_reason why);
   void *arg;
+  /* The limiter's. */
+  resil_ratelimiter_request req; /* the backend's view */
+  resil_ratelimiter *rl;
+  int64_t limit_ns;
+  int pending;
 } resil_ratelimiter_async;
+
+/* Zeroes *q and sets struct_size. A macro passing
+ * sizeof(resil_ratelimiter_async). NULL is a no-op. Since 0.2. */
+RESIL_API void resil_ratelimiter_async_init_sized(resil_ratelimiter_async *q, size_t struct_size);
+#define resil_ratelimiter_async_init(q)                                        \
+  resil_ratelimiter_async_init_sized((q), sizeof(resil_ratelimiter_async))
 
 /* 1 when rl decides asynchronously (a backend with reserve_async), else 0.
  * Since 0.2. */
@@ -373,7 +384,9 @@ RESIL_API int resil_ratelimiter_is_async(const resil_ratelimiter *rl);
  * set; ctx NULL or a full-size ctx, both kept by the caller until the
  * answer or the withdrawal). Returns 0 when it is answered at once (*d,
  * *wait_ns, *why as resil_ratelimiter_reserve's; on a limiter that does
- * not decide asynchronously this is resil_ratelimiter_reserve), or 1 when
+ * not decide asynchronously, or a q not passed through _init or of a
+ * smaller size, or a ctx of a smaller size than this library's, this is
+ * resil_ratelimiter_reserve), or 1 when
  * it is pending: q->done runs later on the loop thread, never from inside
  * this call. Loop thread only. Since 0.2. */
 RESIL_API int resil_ratelimiter_reserve_async(resil_ratelimiter *rl,

@@ -2053,6 +2053,7 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   call->alloc = e->alloc;
   call->e = e;
   call->pol = pol;
+  resil_ratelimiter_async_init(&call->rq);
   if (pol.ratelimiter) call->steps[call->nsteps++] = STEP_RL;
   if (pol.breaker) call->steps[call->nsteps++] = STEP_BR;
   if (pol.bulkhead) call->steps[call->nsteps++] = STEP_BH;

@@ -588,9 +588,18 @@ int resil_ratelimiter_is_async(const resil_ratelimiter *rl) {
   return rl && rl->magic == RESIL_MAGIC_RATELIM_BE && rl->be.reserve_async;
 }
 
+void resil_ratelimiter_async_init_sized(resil_ratelimiter_async *q, size_t n) {
+  if (!q) return;
+  resil_ratelimiter_async full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(q, n, &full, sizeof full);
+}
+
 static void async_answer(resil_ratelimiter_request *req, resil_decision d, int64_t w,
                          resil_reason r) {
-  resil_ratelimiter_async *q = (resil_ratelimiter_async *)(void *)req;
+  resil_ratelimiter_async *q =
+      (resil_ratelimiter_async *)(void *)((char *)req - offsetof(resil_ratelimiter_async, req));
   q->pending = 0;
   int64_t wait = 0;
   resil_reason why = RESIL_REASON_OK;
@@ -603,7 +612,8 @@ int resil_ratelimiter_reserve_async(resil_ratelimiter *rl, const resil_ratelimit
                                     resil_decision *d, int64_t *wait_ns, resil_reason *why) {
   resil_ctx lc;
   const resil_ctx *c = NULL;
-  if (!resil_ratelimiter_is_async(rl) || !q || !loop || permits < 1 ||
+  if (!resil_ratelimiter_is_async(rl) || !q || q->struct_size < sizeof *q || !q->done ||
+      !loop || permits < 1 ||
       (ctx && !(c = resil__ctx_in(&lc, ctx))) || (ctx && c != ctx)) {
     *d = resil_ratelimiter_reserve(rl, permits, ctx, wait_ns, why);
     return 0;

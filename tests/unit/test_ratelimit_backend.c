@@ -339,7 +339,7 @@ static void async_decisions_keep_the_limiters_rules(void **state) {
 
   answer an = {0};
   resil_ratelimiter_async q;
-  memset(&q, 0, sizeof q);
+  resil_ratelimiter_async_init(&q);
   q.done = on_answer;
   q.arg = &an;
   resil_ctx ctx;
