@@ -7,8 +7,9 @@
  * wait a poll() against one deadline per decision on CLOCK_MONOTONIC, and
  * every send with MSG_NOSIGNAL (hiredis's blocking context writes with
  * write(), which raises SIGPIPE on a connection Redis closed, and its
- * timeouts bound each read, not a decision). The same framing serves a
- * non-blocking engine path later.
+ * timeouts bound each read, not a decision). The engine path ("the engine
+ * path" below) pipelines the same commands on a connection per engine
+ * loop, driven by that loop.
  *
  * A connection is a mutex, a socket and a reader. A decision takes the
  * first free one (trylock), or waits for one (in turn) on
