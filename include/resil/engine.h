@@ -19,7 +19,13 @@
  * same objects sync callers use: one breaker may serve both.
  *
  * A logical call, per attempt:
- *   ratelimiter  resil_ratelimiter_reserve: a WAIT becomes a timer;
+ *   ratelimiter  resil_ratelimiter_reserve: a WAIT becomes a timer; a
+ *                limiter whose backend decides without blocking (Since
+ *                0.2: libresil-redis's, ratelimit.h "backends") is asked
+ *                on the loop (resil_ratelimiter_reserve_async) and the
+ *                call waits for its answer, no thread blocked; its fds
+ *                are watched through the adapter and its timers share the
+ *                engine's;
  *   breaker      resil_breaker_try_acquire, then record(outcome, duration);
  *   bulkhead     resil_bulkhead_enqueue: no free slot queues the call in the
  *                bulkhead's FIFO queue (shared with blocking callers) for

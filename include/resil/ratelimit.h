@@ -52,6 +52,7 @@
 #include "alloc.h"
 #include "call.h"
 #include "clock.h"
+#include "loop.h"
 #include "outcome.h"
 #include "shared.h"
 #include "status.h"
@@ -228,7 +229,70 @@ RESIL_API resil_status resil_ratelimiter_shared_peek(resil_shared *seg, const ch
  * resil_ratelimiter_metrics. The backend only decides.
  *
  * A backend's functions may be called from any thread at once (the
- * limiter's own thread-safety is the backend's). */
+ * limiter's own thread-safety is the backend's), except the asynchronous
+ * ones below, which are called on the thread of the loop they are given.
+ *
+ * Asynchronous decisions (Since 0.2). A backend whose decision is I/O may
+ * also decide without blocking the caller's event loop: the async engine
+ * (engine.h) lends it the loop (resil_ratelimiter_loop: the loop's clock,
+ * fd watches and timers multiplexed on the engine's one adapter timer) and
+ * a request (resil_ratelimiter_request), and resumes the call when the
+ * answer arrives. A backend without reserve_async keeps the behaviour it
+ * had: the engine calls reserve() on its loop thread. */
+
+/* What the loop's owner (the async engine) lends a backend. Every function
+ * is called on the loop thread only, and only between the backend's first
+ * reserve_async on this loop and its loop_end. Filled by the engine. */
+typedef struct resil_ratelimiter_loop {
+  /* Sized struct (version.h): the size of the code that filled it. */
+  size_t struct_size;
+  /* Passed to every function below. */
+  void *self;
+  /* The loop's monotonic clock in nanoseconds (what timers are armed on). */
+  int64_t (*now_ns)(void *self);
+  /* Watches fd as resil_loop_adapter.watch does (loop.h: level
+   * triggered, events 0 stops watching; stop before closing the fd).
+   * 0, or -1 with errno set. */
+  int (*watch)(void *self, int fd, unsigned events, resil_io_fn cb, void *arg);
+  /* Timers multiplexed on the owner's one adapter timer (the adapter has
+   * only one): timer_new makes one that runs cb(arg) on the loop thread
+   * when due (NULL: out of memory); timer_arm (re)arms it at at_ns on
+   * now_ns's clock (0, or -1 out of memory: not armed); timer_disarm;
+   * timer_free disarms and frees it. */
+  void *(*timer_new)(void *self, resil_loop_fn cb, void *arg);
+  int (*timer_arm)(void *self, void *timer, int64_t at_ns);
+  void (*timer_disarm)(void *self, void *timer);
+  void (*timer_free)(void *self, void *timer);
+  /* Registers end(arg), called once on the loop thread when the loop's
+   * owner ends (resil_engine_free, after its calls have ended, before its
+   * adapter's watches and heap go): the backend stops its watches, frees
+   * its timers and what it kept for this loop. A backend registers when it
+   * first keeps something for the loop, and may outlive its limiter's
+   * handle until then (a limiter freed before the engine). 0, or -1 out of
+   * memory (not registered). */
+  int (*on_end)(void *self, resil_loop_fn end, void *arg);
+} resil_ratelimiter_loop;
+
+/* One decision asked without blocking. Owned by the caller, which must keep
+ * it (and ctx) until it is answered or withdrawn. */
+typedef struct resil_ratelimiter_request {
+  /* Sized struct (version.h): the size of the code that filled it. */
+  size_t struct_size;
+  /* As reserve()'s arguments. */
+  int permits;
+  const resil_ctx *ctx;
+  int64_t max_wait_ns;
+  /* Set by the caller. The answer (as reserve()'s: GO, WAIT with wait_ns,
+   * DENY with why), given by the backend once, on the loop thread, never
+   * from inside reserve_async, unless the request was withdrawn first. */
+  void (*answer)(struct resil_ratelimiter_request *q, resil_decision d, int64_t wait_ns,
+                 resil_reason why);
+  /* The caller's. */
+  void *user;
+  /* The backend's, from reserve_async until the answer or the withdrawal. */
+  void *backend;
+} resil_ratelimiter_request;
+
 typedef struct resil_ratelimiter_backend {
   /* Sized struct (version.h); set by resil_ratelimiter_backend_init(). */
   size_t struct_size;
@@ -262,6 +326,19 @@ typedef struct resil_ratelimiter_backend {
    * resil_ratelimiter_new_backed() when it fails after taking the
    * backend): frees self. */
   void (*free)(void *self);
+  /* Optional, Since 0.2 (NULL: the async engine calls reserve on its loop
+   * thread). Starts q's decision on `loop` without blocking: returns 0
+   * when it is answered at once (*d, *wait_ns and *why as reserve()'s; q
+   * not kept), or 1 when q->answer will give it later, on the loop thread
+   * (the backend keeps q until then). Loop thread only. With it, withdraw
+   * is required. */
+  int (*reserve_async)(void *self, const resil_ratelimiter_loop *loop,
+                       resil_ratelimiter_request *q, resil_decision *d, int64_t *wait_ns,
+                       resil_reason *why);
+  /* Forgets a pending q: its answer is not given (what the decision took,
+   * when it reaches the backend's store anyway, stays spent). Loop
+   * thread. Since 0.2. */
+  void (*withdraw)(void *self, resil_ratelimiter_request *q);
 } resil_ratelimiter_backend;
 
 /* Zeroes *be and sets struct_size. A macro passing
@@ -270,6 +347,57 @@ RESIL_API void resil_ratelimiter_backend_init_sized(resil_ratelimiter_backend *b
                                                     size_t struct_size);
 #define resil_ratelimiter_backend_init(be)                                     \
   resil_ratelimiter_backend_init_sized((be), sizeof(resil_ratelimiter_backend))
+
+/* An asynchronous decision, for the owner of an event loop (the async
+ * engine): on a limiter whose backend has reserve_async, the limiter keeps
+ * the parts it keeps on the blocking path (the bound on the wait, the
+ * reason of a refusal, the counters) and the backend decides on the loop.
+ * Owned by the caller (one per decision in progress); set by
+ * resil_ratelimiter_async_init(), then the caller sets done and arg; the
+ * rest is the limiter's. Since 0.2. */
+typedef struct resil_ratelimiter_async {
+  /* Sized struct (version.h); set by resil_ratelimiter_async_init(). */
+  size_t struct_size;
+  /* The answer, as resil_ratelimiter_reserve's (counted), on the loop
+   * thread. */
+  void (*done)(struct resil_ratelimiter_async *q, resil_decision d, int64_t wait_ns,
+               resil_reason why);
+  void *arg;
+  /* The limiter's. */
+  resil_ratelimiter_request req; /* the backend's view */
+  resil_ratelimiter *rl;
+  int64_t limit_ns;
+  int pending;
+} resil_ratelimiter_async;
+
+/* Zeroes *q and sets struct_size. A macro passing
+ * sizeof(resil_ratelimiter_async). NULL is a no-op. Since 0.2. */
+RESIL_API void resil_ratelimiter_async_init_sized(resil_ratelimiter_async *q, size_t struct_size);
+#define resil_ratelimiter_async_init(q)                                        \
+  resil_ratelimiter_async_init_sized((q), sizeof(resil_ratelimiter_async))
+
+/* 1 when rl decides asynchronously (a backend with reserve_async), else 0.
+ * Since 0.2. */
+RESIL_API int resil_ratelimiter_is_async(const resil_ratelimiter *rl);
+
+/* Starts a decision for `permits` (>= 1) on `loop` (q->done and q->arg
+ * set; ctx NULL or a full-size ctx, both kept by the caller until the
+ * answer or the withdrawal). Returns 0 when it is answered at once (*d,
+ * *wait_ns, *why as resil_ratelimiter_reserve's; on a limiter that does
+ * not decide asynchronously, or a q not passed through _init or of a
+ * smaller size, or a ctx of a smaller size than this library's, this is
+ * resil_ratelimiter_reserve), or 1 when
+ * it is pending: q->done runs later on the loop thread, never from inside
+ * this call. Loop thread only. Since 0.2. */
+RESIL_API int resil_ratelimiter_reserve_async(resil_ratelimiter *rl,
+                                              const resil_ratelimiter_loop *loop,
+                                              resil_ratelimiter_async *q, int permits,
+                                              const resil_ctx *ctx, resil_decision *d,
+                                              int64_t *wait_ns, resil_reason *why);
+/* Withdraws q when it is pending (done is not run; what the decision took
+ * in the backend's store stays spent); else a no-op. Loop thread. Since
+ * 0.2. */
+RESIL_API void resil_ratelimiter_withdraw_async(resil_ratelimiter_async *q);
 
 /* Creates a limiter whose permits the backend decides. cfg as for
  * resil_ratelimiter_new (validated the same way; limit_for_period and
@@ -280,7 +408,9 @@ RESIL_API void resil_ratelimiter_backend_init_sized(resil_ratelimiter_backend *b
  * owns be->self: on success resil_ratelimiter_free calls be->free, and on
  * any failure after be was accepted this call does. RESIL_OK;
  * RESIL_EINVAL (cfg, be or out NULL, be without reserve, a field out of
- * range: err names it); RESIL_ENOMEM. Since 0.2. */
+ * range: err names it; be with reserve_async but without withdraw);
+ * RESIL_ENOMEM. A backend struct of a size before reserve_async
+ * was added is accepted (reserve_async then NULL). Since 0.2. */
 RESIL_API resil_status resil_ratelimiter_new_backed(const resil_ratelimiter_config *cfg,
                                                     const resil_ratelimiter_backend *be,
                                                     resil_ratelimiter **out,

@@ -52,12 +52,30 @@
  * Passwords are never printed: an error that quotes the URI shows its
  * userinfo as [REDACTED].
  *
- * Not yet (DESIGN §8.2's engine path): on the async engine (engine.h) a
- * decision is made by this blocking path on the loop's thread, so a call's
- * rate-limit step holds the loop for one round trip (tens of microseconds
- * on loopback; up to redis_timeout_ns while Redis hangs and its breaker is
- * still closed). The engine's check before a hedged attempt asks with a
- * deadline of now: no Redis I/O fits, so the failure policy answers it.
+ * The engine path (DESIGN §8.2; the backend's reserve_async, ratelimit.h):
+ * on the async engine (engine.h) a decision never blocks the loop. Each
+ * engine that asks gets one connection of its own (made on its first
+ * decision, non-blocking: connect, AUTH, SELECT and SCRIPT LOAD pipelined;
+ * the pool of `connections` is the blocking path's), driven only by the
+ * engine's loop thread: its fd is watched through the engine's adapter and
+ * its one timer is multiplexed on the engine's (the adapter keeps its one
+ * timer). The decisions are pipelined on it: the EVALSHAs of one loop
+ * iteration go out in one write, the replies are matched in order. Each
+ * decision is bounded as above, on the loop's clock: when the bound passes
+ * the failure policy answers it, and its reply, if it comes later, is
+ * discarded. A connection error sends the decisions pending on it to the
+ * failure policy, except those sent on a connection made before they
+ * began, which are sent again once on a new one within their bound (as
+ * on the blocking path); NOSCRIPT costs one SCRIPT LOAD for all the
+ * decisions pipelined before it, each then sent again. The breaker, the
+ * failure policy and the counters are the blocking path's; `writes` counts
+ * the engine path's writes. A host name is resolved by getaddrinfo()
+ * when the connection is made, on the loop's thread: give an address to
+ * keep every call on the loop non-blocking. The engine's check before a
+ * hedged attempt asks with a deadline of now: no Redis I/O fits, so the
+ * failure policy answers it. A limiter may be freed before an engine that
+ * used it (once its calls are done): its connection on that engine, and
+ * what the limiter needs for it, go when the engine is freed.
  *
  * Thread-safety: a limiter may be used from any number of threads at once
  * (connections are taken under a mutex each; a thread that finds none free
@@ -199,6 +217,10 @@ typedef struct resil_redis_ratelimiter_metrics {
   int64_t max_decision_ns;   /* the longest decision (failures included)      */
   int64_t total_decision_ns; /* the Redis decisions' round trips, summed      */
   uint64_t fallbacks_entered; /* times the failure policy took over          */
+  uint64_t writes; /* the engine path's writes to Redis, each carrying the
+                      commands queued since the last (pipelined): compare
+                      with redis_decisions. Since 0.2 (added after
+                      fallbacks_entered)                                   */
 } resil_redis_ratelimiter_metrics;
 
 /* Fills *out up to the caller's struct size (a macro passing
@@ -218,6 +240,7 @@ RESIL_API resil_status resil_redis_ratelimiter_get_metrics_sized(
  *   resil_redis_ratelimiter_noscript_reloads_total
  *   resil_redis_ratelimiter_connects_total
  *   resil_redis_ratelimiter_fallbacks_entered_total
+ *   resil_redis_ratelimiter_writes_total (the engine path's writes)
  *   resil_redis_ratelimiter_decision_seconds_total (Redis decisions, summed)
  *   resil_redis_ratelimiter_decision_seconds{stat=last|max}
  * name NULL = the limiter's. resil_metrics_remove(m, rl) removes them (with

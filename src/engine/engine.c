@@ -24,6 +24,7 @@
  * to it while it runs (call->tsub): a signal cancels it as
  * resil_engine_cancel does. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -184,7 +185,41 @@ struct resil_engine_handle {
   int64_t report_dur;
   /* ST_CWAIT: queued for a connection (the queue's timer bounds it). */
   eng_cwait cw;
+  /* A rate-limiter decision asked asynchronously (see "asynchronous
+   * decisions"): pending in rq (the call in ST_WAIT, or ST_START for an
+   * outer limiter), then its answer kept in rl_ans until the step that
+   * asked takes it. */
+  resil_ratelimiter_async rq;
+  int rl_ans;
+  resil_decision ans_d;
+  int64_t ans_wait;
+  resil_reason ans_why;
 };
+
+/* An fd a rate-limiter backend watches through the engine (see
+ * "asynchronous decisions"). */
+typedef struct eng_bwatch {
+  struct eng_bwatch *next;
+  resil_engine *e;
+  int fd;
+  resil_io_fn cb;
+  void *arg;
+} eng_bwatch;
+
+/* A backend's end (rll.on_end), run by resil_engine_free. */
+typedef struct eng_bend {
+  struct eng_bend *next;
+  resil_loop_fn end;
+  void *arg;
+} eng_bend;
+
+/* A backend's timer on the engine's heap. */
+typedef struct eng_btimer {
+  resil__timer t;
+  resil_engine *e;
+  resil_loop_fn cb;
+  void *arg;
+} eng_btimer;
 
 struct resil_engine {
   uint32_t magic;
@@ -225,6 +260,11 @@ struct resil_engine {
   /* Set by resil_engine_free() before it ends the calls: a done_fn it runs
    * that submits again is refused (otherwise free never ends). */
   int freeing;
+  /* Asynchronous rate-limiter decisions: the loop lent to backends, their
+   * watched fds, and what they asked to run at free (rll.on_end). */
+  resil_ratelimiter_loop rll;
+  eng_bwatch *bwatches;
+  struct eng_bend *bends;
 };
 
 static int64_t eng_now(const resil_engine *e) {
@@ -510,6 +550,7 @@ static void chain_count_call(resil_engine_handle *call, const resil_outcome *o) 
 
 static void finish(resil_engine_handle *call, resil_outcome o) {
   resil_engine *e = call->e;
+  resil_ratelimiter_withdraw_async(&call->rq);
   if (call->chain) chain_count_call(call, &o);
   release_holds(call);
   if (call->bw) {
@@ -1268,6 +1309,149 @@ static resil_reason rl_refusal(resil_reason why) {
              : RESIL_REASON_RATE_LIMITED;
 }
 
+/* ---- asynchronous decisions ---------------------------------------------------
+ *
+ * A limiter whose backend decides without blocking (reserve_async,
+ * ratelimit.h: libresil-redis's) is asked on the loop: the step that asks
+ * leaves the call waiting (ST_WAIT, or ST_START for a limiter outside the
+ * retry) with rq pending, and the backend's answer, given on the loop
+ * thread from its watch or timer (both run through the engine: on_bio,
+ * the heap), is kept in the call and handed to the same step, resumed as
+ * a timer `t` would resume it (on_call_timer). finish() withdraws a
+ * pending decision (deadline, cancel, free). The backend watches its fds
+ * through rll.watch (the adapter's watch, its callback wrapped so that the
+ * engine's epilogue runs after it) and arms timers on the engine's heap
+ * (rll.timer_*): the adapter keeps its one timer. A backend that keeps
+ * something for the loop registers an end (rll.on_end), run when the
+ * engine is freed: the engine holds no limiter pointer, so a limiter freed
+ * before the engine (its calls done) leaves its backend to that end. */
+
+static void on_rl_answer(resil_ratelimiter_async *q, resil_decision d, int64_t wait, resil_reason why);
+static void on_call_timer(void *arg);
+
+/* The limiter's decision for the step: 0 with *d, *wait, *why (the answer
+ * kept from an asynchronous decision, or one made now), or 1 when it is
+ * pending (on_rl_answer resumes the call). */
+static int rl_decide(resil_engine_handle *call, resil_ratelimiter *rl, const resil_ctx *ctx,
+                     resil_decision *d, int64_t *wait, resil_reason *why) {
+  resil_engine *e = call->e;
+  if (call->rl_ans) {
+    call->rl_ans = 0;
+    *d = call->ans_d;
+    *wait = call->ans_wait;
+    *why = call->ans_why;
+    return 0;
+  }
+  if (resil_ratelimiter_is_async(rl)) {
+    call->rq.done = on_rl_answer;
+    call->rq.arg = call;
+    return resil_ratelimiter_reserve_async(rl, &e->rll, &call->rq, 1, ctx, d, wait, why);
+  }
+  *d = resil_ratelimiter_reserve(rl, 1, ctx, wait, why);
+  return 0;
+}
+
+static void on_rl_answer(resil_ratelimiter_async *q, resil_decision d, int64_t wait, resil_reason why) {
+  resil_engine_handle *call = q->arg;
+  call->rl_ans = 1;
+  call->ans_d = d;
+  call->ans_wait = wait;
+  call->ans_why = why;
+  on_call_timer(call); /* call may be freed from here on */
+}
+
+static void on_bio(void *arg, int fd, unsigned events) {
+  eng_bwatch *w = arg;
+  resil_engine *e = w->e;
+  w->cb(w->arg, fd, events); /* may stop the watch (w freed) */
+  if (e->conn_kick) conn_dispatch(e);
+  rearm(e);
+}
+
+static int64_t rll_now(void *self) { return eng_now(self); }
+
+static int rll_watch(void *self, int fd, unsigned events, resil_io_fn cb, void *arg) {
+  resil_engine *e = self;
+  eng_bwatch **pp = &e->bwatches;
+  while (*pp && (*pp)->fd != fd) pp = &(*pp)->next;
+  eng_bwatch *w = *pp;
+  if (!events) {
+    if (!w) return 0;
+    *pp = w->next;
+    resil__free(e->alloc, w);
+    return e->ad->watch(e->ad->self, fd, 0, on_bio, NULL);
+  }
+  if (!cb) {
+    errno = EINVAL;
+    return -1;
+  }
+  int fresh = !w;
+  if (fresh) {
+    if (!(w = resil__calloc(e->alloc, sizeof *w))) {
+      errno = ENOMEM;
+      return -1;
+    }
+    w->e = e;
+    w->fd = fd;
+  }
+  w->cb = cb;
+  w->arg = arg;
+  if (e->ad->watch(e->ad->self, fd, events, on_bio, w) != 0) {
+    if (fresh) resil__free(e->alloc, w);
+    return -1;
+  }
+  if (fresh) {
+    w->next = e->bwatches;
+    e->bwatches = w;
+  }
+  return 0;
+}
+
+static int rll_on_end(void *self, resil_loop_fn end, void *arg) {
+  resil_engine *e = self;
+  eng_bend *b = resil__calloc(e->alloc, sizeof *b);
+  if (!b) return -1;
+  b->end = end;
+  b->arg = arg;
+  b->next = e->bends;
+  e->bends = b;
+  return 0;
+}
+
+static void on_btimer(void *arg) {
+  eng_btimer *b = arg;
+  b->cb(b->arg);
+}
+
+static void *rll_timer_new(void *self, resil_loop_fn cb, void *arg) {
+  resil_engine *e = self;
+  eng_btimer *b = resil__calloc(e->alloc, sizeof *b);
+  if (!b) return NULL;
+  b->e = e;
+  b->cb = cb;
+  b->arg = arg;
+  b->t.cb = on_btimer;
+  b->t.arg = b;
+  return b;
+}
+
+static int rll_timer_arm(void *self, void *timer, int64_t at_ns) {
+  eng_btimer *b = timer;
+  int r = arm_at(self, &b->t, at_ns);
+  rearm(self);
+  return r;
+}
+
+static void rll_timer_disarm(void *self, void *timer) {
+  resil__timerheap_disarm(&((resil_engine *)self)->heap, &((eng_btimer *)timer)->t);
+}
+
+static void rll_timer_free(void *self, void *timer) {
+  if (!timer) return;
+  rll_timer_disarm(self, timer);
+  resil__free(((resil_engine *)self)->alloc, timer);
+}
+
 static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t now) {
   resil_engine *e = call->e;
   while (call->step_i < call->nsteps) {
@@ -1280,7 +1464,12 @@ static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t 
       }
       int64_t wait = 0;
       resil_reason why = RESIL_REASON_OK;
-      resil_decision d = resil_ratelimiter_reserve(call->pol.ratelimiter, 1, actx, &wait, &why);
+      resil_decision d;
+      if (rl_decide(call, call->pol.ratelimiter, actx, &d, &wait, &why)) {
+        call->step_i = i; /* the answer resumes here */
+        call->state = ST_WAIT;
+        return;
+      }
       if (d == RESIL_DECISION_DENY) {
         ST_INC(e, rej_ratelimiter);
         step_reject(call, rl_refusal(why));
@@ -1330,7 +1519,8 @@ static void begin_attempt(resil_engine_handle *call) {
     finish_between(call, RESIL_REASON_DEADLINE, RESIL_STOP_DEADLINE);
     return;
   }
-  if (call->step_i == 0 && !call->rl_held && call->tries++ > 0) ST_INC(e, retries);
+  if (call->step_i == 0 && !call->rl_held && !call->rl_ans && call->tries++ > 0)
+    ST_INC(e, retries);
   run_steps(call, actx, now);
 }
 
@@ -1354,7 +1544,7 @@ static void outer_reject(resil_engine_handle *call, unsigned char i, resil_reaso
  * ended. */
 static int outer_steps(resil_engine_handle *call) {
   resil_engine *e = call->e;
-  if (call->outer_i == 0 && !call->crl_held) call->call_t0 = eng_now(e);
+  if (call->outer_i == 0 && !call->crl_held && !call->rl_ans) call->call_t0 = eng_now(e);
   while (call->outer_i < call->nouter) {
     unsigned char i = call->outer_i++;
     if (call->outer[i] == STEP_BR) {
@@ -1372,7 +1562,11 @@ static int outer_steps(resil_engine_handle *call) {
     }
     int64_t wait = 0;
     resil_reason why = RESIL_REASON_OK;
-    resil_decision d = resil_ratelimiter_reserve(call->crl, 1, &call->ctx, &wait, &why);
+    resil_decision d;
+    if (rl_decide(call, call->crl, &call->ctx, &d, &wait, &why)) {
+      call->outer_i = i; /* the answer resumes here, still ST_START */
+      return 0;
+    }
     if (d == RESIL_DECISION_DENY) {
       ST_INC(e, rej_ratelimiter);
       outer_reject(call, i, rl_refusal(why));
@@ -1703,6 +1897,15 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   e->magic = RESIL_MAGIC_ENGINE;
   e->alloc = c->t.alloc;
   e->ad = ad;
+  e->rll.struct_size = sizeof e->rll;
+  e->rll.self = e;
+  e->rll.now_ns = rll_now;
+  e->rll.watch = rll_watch;
+  e->rll.timer_new = rll_timer_new;
+  e->rll.timer_arm = rll_timer_arm;
+  e->rll.timer_disarm = rll_timer_disarm;
+  e->rll.timer_free = rll_timer_free;
+  e->rll.on_end = rll_on_end;
   e->client = c;
   e->max_free = 2 * (size_t)c->nslots < 64 ? 64 : 2 * (size_t)c->nslots;
   e->conn_cap = c->nslots;
@@ -1778,6 +1981,19 @@ void resil_engine_free(resil_engine *e) {
   /* Every waiter was withdrawn above (bh_withdraw takes back a grant that
    * raced); nothing is left on e->granted. */
   bh_drain(e);
+  /* The backends that decided on this loop drop their watches and timers. */
+  while (e->bends) {
+    eng_bend *b = e->bends;
+    e->bends = b->next;
+    b->end(b->arg);
+    resil__free(e->alloc, b);
+  }
+  while (e->bwatches) { /* a backend that left a watch */
+    eng_bwatch *w = e->bwatches;
+    e->bwatches = w->next;
+    e->ad->watch(e->ad->self, w->fd, 0, on_bio, NULL);
+    resil__free(e->alloc, w);
+  }
   curl_multi_cleanup(e->multi);
   while (e->socks) {
     eng_sock *sk = e->socks;
@@ -1842,6 +2058,7 @@ resil_status resil_engine_call(resil_engine *e, const char *endpoint,
   call->alloc = e->alloc;
   call->e = e;
   call->pol = pol;
+  resil_ratelimiter_async_init(&call->rq);
   if (pol.ratelimiter) call->steps[call->nsteps++] = STEP_RL;
   if (pol.breaker) call->steps[call->nsteps++] = STEP_BR;
   if (pol.bulkhead) call->steps[call->nsteps++] = STEP_BH;

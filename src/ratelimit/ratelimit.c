@@ -43,6 +43,7 @@
  * for it, so a chain runs it through resil_ratelimiter_run (its layer's
  * run) rather than the split path, which reads the local state. */
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -366,12 +367,16 @@ resil_status resil_ratelimiter_new_backed(const resil_ratelimiter_config *cfg,
   resil_ratelimiter_backend be;
   memset(&be, 0, sizeof be);
   be.struct_size = sizeof be;
-  resil_status st = resil__sized_in(&be, sizeof be, ube, sizeof be,
+  /* A backend of 0.2 before reserve_async was added is accepted. */
+  resil_status st = resil__sized_in(&be, sizeof be, ube,
+                                    offsetof(resil_ratelimiter_backend, reserve_async),
                                     "resil_ratelimiter_backend",
                                     "resil_ratelimiter_backend_init", err);
   if (st != RESIL_OK) return st;
   if (!be.reserve)
     return resil__err(err, RESIL_EINVAL, "backend.reserve", "must not be NULL");
+  if (be.reserve_async && !be.withdraw)
+    return resil__err(err, RESIL_EINVAL, "backend.withdraw", "must be set with reserve_async");
   st = create(cfg, &be, out, err);
   if (st != RESIL_OK && be.free) be.free(be.self);
   return st;
@@ -523,25 +528,24 @@ reserve_slow(resil_ratelimiter *rl, int64_t n, const resil_ctx *c, int64_t now,
   }
 }
 
-/* reserve_impl when args_ok refused: a misuse (args_ok said so), or a
- * limiter on a backend, which decides. The bound on the wait, the reason of
- * a refusal and the counters are the limiter's (ratelimit.h, backends). */
-__attribute__((noinline)) static resil_decision
-reserve_other(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
-              int64_t *wait_ns, resil_reason *why) {
-  resil_ctx lc;
-  const resil_ctx *c = NULL;
-  if (!rl || rl->magic != RESIL_MAGIC_RATELIM_BE || permits < 1 ||
-      (ctx && !(c = resil__ctx_in(&lc, ctx))))
-    return RESIL_DECISION_DENY; /* args_ok wrote *wait_ns and *why */
+/* The bound on a backed limiter's reservation: min of timeout_ns and c's
+ * remaining deadline. */
+static int64_t be_bound(const resil_ratelimiter *rl, const resil_ctx *c) {
   int64_t limit_ns = rl->timeout_ns;
   if (c && c->deadline_ns != RESIL_NO_DEADLINE) {
     int64_t left = resil_ctx_remaining_ns(c);
     if (left < limit_ns) limit_ns = left;
   }
-  int64_t w = 0;
-  resil_reason r = RESIL_REASON_LOCAL_ERROR;
-  resil_decision d = rl->be.reserve(rl->be.self, permits, c, limit_ns, &w, &r);
+  return limit_ns;
+}
+
+/* What a backend answered (d, w, r; limit_ns the bound it was given), as
+ * the limiter reports it: the reason of a refusal and the counters are the
+ * limiter's (ratelimit.h, backends). The blocking and the asynchronous
+ * paths both end here. */
+static resil_decision be_finish(resil_ratelimiter *rl, resil_decision d, int64_t w,
+                                resil_reason r, int64_t limit_ns, int64_t *wait_ns,
+                                resil_reason *why) {
   if (d == RESIL_DECISION_WAIT && w <= 0) d = RESIL_DECISION_GO;
   if (d == RESIL_DECISION_GO || d == RESIL_DECISION_WAIT) {
     if (d == RESIL_DECISION_GO) w = 0;
@@ -559,6 +563,85 @@ reserve_other(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
   if (wait_ns) *wait_ns = w;
   set_why(why, r);
   return RESIL_DECISION_DENY;
+}
+
+/* reserve_impl when args_ok refused: a misuse (args_ok said so), or a
+ * limiter on a backend, which decides. */
+__attribute__((noinline)) static resil_decision
+reserve_other(resil_ratelimiter *rl, int permits, const resil_ctx *ctx,
+              int64_t *wait_ns, resil_reason *why) {
+  resil_ctx lc;
+  const resil_ctx *c = NULL;
+  if (!rl || rl->magic != RESIL_MAGIC_RATELIM_BE || permits < 1 ||
+      (ctx && !(c = resil__ctx_in(&lc, ctx))))
+    return RESIL_DECISION_DENY; /* args_ok wrote *wait_ns and *why */
+  int64_t limit_ns = be_bound(rl, c);
+  int64_t w = 0;
+  resil_reason r = RESIL_REASON_LOCAL_ERROR;
+  resil_decision d = rl->be.reserve(rl->be.self, permits, c, limit_ns, &w, &r);
+  return be_finish(rl, d, w, r, limit_ns, wait_ns, why);
+}
+
+/* ---- asynchronous decisions (ratelimit.h) ------------------------------------ */
+
+int resil_ratelimiter_is_async(const resil_ratelimiter *rl) {
+  return rl && rl->magic == RESIL_MAGIC_RATELIM_BE && rl->be.reserve_async;
+}
+
+void resil_ratelimiter_async_init_sized(resil_ratelimiter_async *q, size_t n) {
+  if (!q) return;
+  resil_ratelimiter_async full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  resil__sized_out(q, n, &full, sizeof full);
+}
+
+static void async_answer(resil_ratelimiter_request *req, resil_decision d, int64_t w,
+                         resil_reason r) {
+  resil_ratelimiter_async *q =
+      (resil_ratelimiter_async *)(void *)((char *)req - offsetof(resil_ratelimiter_async, req));
+  q->pending = 0;
+  int64_t wait = 0;
+  resil_reason why = RESIL_REASON_OK;
+  d = be_finish(q->rl, d, w, r, q->limit_ns, &wait, &why);
+  q->done(q, d, wait, why);
+}
+
+int resil_ratelimiter_reserve_async(resil_ratelimiter *rl, const resil_ratelimiter_loop *loop,
+                                    resil_ratelimiter_async *q, int permits, const resil_ctx *ctx,
+                                    resil_decision *d, int64_t *wait_ns, resil_reason *why) {
+  resil_ctx lc;
+  const resil_ctx *c = NULL;
+  if (!resil_ratelimiter_is_async(rl) || !q || q->struct_size < sizeof *q || !q->done ||
+      !loop || permits < 1 ||
+      (ctx && !(c = resil__ctx_in(&lc, ctx))) || (ctx && c != ctx)) {
+    *d = resil_ratelimiter_reserve(rl, permits, ctx, wait_ns, why);
+    return 0;
+  }
+  q->rl = rl;
+  q->pending = 0;
+  q->limit_ns = be_bound(rl, ctx);
+  memset(&q->req, 0, sizeof q->req);
+  q->req.struct_size = sizeof q->req;
+  q->req.permits = permits;
+  q->req.ctx = ctx;
+  q->req.max_wait_ns = q->limit_ns;
+  q->req.answer = async_answer;
+  int64_t w = 0;
+  resil_reason r = RESIL_REASON_LOCAL_ERROR;
+  resil_decision bd = RESIL_DECISION_DENY;
+  if (rl->be.reserve_async(rl->be.self, loop, &q->req, &bd, &w, &r) == 1) {
+    q->pending = 1;
+    return 1;
+  }
+  *d = be_finish(rl, bd, w, r, q->limit_ns, wait_ns, why);
+  return 0;
+}
+
+void resil_ratelimiter_withdraw_async(resil_ratelimiter_async *q) {
+  if (!q || !q->pending) return;
+  q->pending = 0;
+  q->rl->be.withdraw(q->rl->be.self, &q->req);
 }
 
 /* resil_ratelimiter_reserve; now: a reading as resil__ratelimiter_reserve_at

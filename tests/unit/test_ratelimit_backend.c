@@ -4,6 +4,7 @@
  * with the limiter's own rules for the wait's bound, a refusal's reason,
  * cancellation and counters. The backend here is a counter in the test
  * (what libresil-redis plugs in is tested by test_redis_ratelimit*). */
+#include <stddef.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -255,12 +256,156 @@ static void new_backed_checks_and_owns_the_backend(void **state) {
   resil_ratelimiter_free(rl);
 }
 
+/* ---- asynchronous decisions (reserve_async, Since 0.2) ---------------------- */
+
+/* The fake decides later: reserve_async keeps q (pending) unless `now` is
+ * set, and the test gives the answer as the backend's loop would. */
+typedef struct afake {
+  resil_ratelimiter_request *q;
+  int now;
+  int withdrawn;
+  const resil_ratelimiter_loop *loop;
+} afake;
+
+/* The backend's self: the fake (first, so that backend_of serves) and the
+ * asynchronous part. */
+typedef struct both {
+  fake f;
+  afake a;
+} both;
+
+static int afake_reserve_async(void *self, const resil_ratelimiter_loop *loop,
+                               resil_ratelimiter_request *q, resil_decision *d, int64_t *wait_ns,
+                               resil_reason *why) {
+  afake *af = &((both *)self)->a;
+  af->loop = loop;
+  if (af->now) {
+    *d = RESIL_DECISION_GO;
+    *wait_ns = 0;
+    *why = RESIL_REASON_OK;
+    return 0;
+  }
+  af->q = q;
+  return 1;
+}
+
+static void afake_withdraw(void *self, resil_ratelimiter_request *q) {
+  afake *af = &((both *)self)->a;
+  if (af->q == q) af->q = NULL;
+  af->withdrawn++;
+}
+
+typedef struct answer {
+  int n;
+  resil_decision d;
+  int64_t wait;
+  resil_reason why;
+} answer;
+
+static void on_answer(resil_ratelimiter_async *q, resil_decision d, int64_t wait,
+                      resil_reason why) {
+  answer *an = q->arg;
+  an->n++;
+  an->d = d;
+  an->wait = wait;
+  an->why = why;
+}
+
+/* The limiter keeps its part on the asynchronous path: the bound it gives
+ * the backend, the reason of a refusal (RATE_LIMITED within timeout_ns but
+ * beyond the deadline becomes DEADLINE), the counters; an answer at once
+ * is returned at once; a withdrawn decision is not answered. An old-size
+ * backend (before reserve_async) is accepted and decides on reserve(). */
+static void async_decisions_keep_the_limiters_rules(void **state) {
+  (void)state;
+  both b;
+  memset(&b, 0, sizeof b);
+  resil_ratelimiter_config cfg;
+  resil_ratelimiter_config_init(&cfg);
+  cfg.name = "async";
+  cfg.timeout_ns = MS(100);
+  resil_ratelimiter_backend be = backend_of(&b.f);
+  be.reserve_async = afake_reserve_async;
+  resil_ratelimiter *rl = NULL;
+  resil_error err;
+  assert_status(RESIL_EINVAL, resil_ratelimiter_new_backed(&cfg, &be, &rl, &err));
+  assert_string_equal(err.field, "backend.withdraw");
+  be.withdraw = afake_withdraw;
+  assert_status(RESIL_OK, resil_ratelimiter_new_backed(&cfg, &be, &rl, &err));
+  assert_int_equal(resil_ratelimiter_is_async(rl), 1);
+  resil_ratelimiter_loop loop;
+  memset(&loop, 0, sizeof loop);
+  loop.struct_size = sizeof loop;
+
+  answer an = {0};
+  resil_ratelimiter_async q;
+  resil_ratelimiter_async_init(&q);
+  q.done = on_answer;
+  q.arg = &an;
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  resil_ctx_set_timeout_ns(&ctx, MS(10));
+  resil_decision d = RESIL_DECISION_GO;
+  int64_t w = -1;
+  resil_reason why = RESIL_REASON_NONE;
+  assert_int_equal(resil_ratelimiter_reserve_async(rl, &loop, &q, 1, &ctx, &d, &w, &why), 1);
+  assert_ptr_equal(b.a.loop, &loop);
+  assert_non_null(b.a.q);
+  assert_true(b.a.q->max_wait_ns <= MS(10) && b.a.q->max_wait_ns > 0);
+  assert_int_equal(an.n, 0);
+  /* Refused for 50 ms: within timeout_ns, beyond the deadline. */
+  b.a.q->answer(b.a.q, RESIL_DECISION_DENY, MS(50), RESIL_REASON_RATE_LIMITED);
+  assert_int_equal(an.n, 1);
+  assert_int_equal(an.d, RESIL_DECISION_DENY);
+  assert_int_equal(an.why, RESIL_REASON_DEADLINE);
+  assert_int_equal(an.wait, MS(50));
+
+  /* A WAIT of 0 is a GO; counted. */
+  assert_int_equal(resil_ratelimiter_reserve_async(rl, &loop, &q, 1, NULL, &d, &w, &why), 1);
+  b.a.q->answer(b.a.q, RESIL_DECISION_WAIT, 0, RESIL_REASON_OK);
+  assert_int_equal(an.n, 2);
+  assert_int_equal(an.d, RESIL_DECISION_GO);
+
+  /* Withdrawn: never answered. */
+  assert_int_equal(resil_ratelimiter_reserve_async(rl, &loop, &q, 1, NULL, &d, &w, &why), 1);
+  resil_ratelimiter_withdraw_async(&q);
+  assert_int_equal(b.a.withdrawn, 1);
+  assert_null(b.a.q);
+  resil_ratelimiter_withdraw_async(&q); /* not pending: a no-op */
+  assert_int_equal(b.a.withdrawn, 1);
+
+  /* Answered at once. */
+  b.a.now = 1;
+  assert_int_equal(resil_ratelimiter_reserve_async(rl, &loop, &q, 1, NULL, &d, &w, &why), 0);
+  assert_int_equal(d, RESIL_DECISION_GO);
+  assert_int_equal(an.n, 2);
+  resil_ratelimiter_metrics m;
+  assert_status(RESIL_OK, resil_ratelimiter_get_metrics(rl, &m));
+  assert_int_equal(m.permitted, 2);
+  assert_int_equal(m.refused, 1);
+  resil_ratelimiter_free(rl);
+
+  /* A backend struct of the size before reserve_async. */
+  fake f;
+  memset(&f, 0, sizeof f);
+  f.left = 1;
+  resil_ratelimiter_backend old = backend_of(&f);
+  old.struct_size = offsetof(resil_ratelimiter_backend, reserve_async);
+  assert_status(RESIL_OK, resil_ratelimiter_new_backed(&cfg, &old, &rl, &err));
+  assert_int_equal(resil_ratelimiter_is_async(rl), 0);
+  assert_int_equal(resil_ratelimiter_reserve_async(rl, &loop, &q, 1, NULL, &d, &w, &why), 0);
+  assert_int_equal(d, RESIL_DECISION_GO);
+  assert_int_equal(f.reserves, 1);
+  resil_ratelimiter_free(rl);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(backend_decides_the_limiter_keeps_its_rules),
       cmocka_unit_test(acquire_waits_on_the_clock_and_cancel_gives_back),
       cmocka_unit_test(run_and_chain_use_the_backend),
       cmocka_unit_test(new_backed_checks_and_owns_the_backend),
+      cmocka_unit_test(async_decisions_keep_the_limiters_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
