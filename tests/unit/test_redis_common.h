@@ -1,7 +1,7 @@
-/* What the Redis tests share: a redis-server of their own (Debian's, on
- * 127.0.0.1, a free port, in a temp dir, no persistence), started and
- * killed by PID (and by the kernel when the test dies: PR_SET_PDEATHSIG),
- * a PING to wait for it, and a bare hiredis client for the
+/* What the Redis tests share: a redis-server of their own
+ * (src/fixture/redis_server.h: Debian's, on 127.0.0.1, a free port, in a
+ * temp dir, no persistence, killed by PID and by the kernel when the test
+ * dies), and a bare hiredis client for the
  * commands a test sends itself (SCRIPT FLUSH, SELECT). Header-only.
  *
  * Without redis-server the tests skip with a message, except in CI (CI set
@@ -24,16 +24,16 @@
 
 #include <hiredis/hiredis.h>
 
+#include "fixture/redis_server.h"
 #include "test_util.h"
 
 #include "resil/redis.h"
 
+/* The server (src/fixture/redis_server.h), as the tests use it. */
 typedef struct redis_srv {
-  pid_t pid;
-  int port;
-  char dir[64];
-  char uri[128];
-  int stopped; /* SIGSTOPped */
+  resil_fx_redis fx;
+  int port;       /* fx.port */
+  char uri[64];   /* fx.uri */
 } redis_srv;
 
 /* Every server this process started and has not stopped: the teardown
@@ -41,26 +41,7 @@ typedef struct redis_srv {
 enum { REDIS_SRV_MAX = 8 };
 static redis_srv *redis_live[REDIS_SRV_MAX];
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
+static inline int64_t mono_ns(void) { return resil_fx_redis_now_ns(); }
 
 /* A hiredis client on the test's server, 1 s timeouts; NULL on failure. */
 static redisContext *redis_client(const redis_srv *s) {
@@ -86,112 +67,65 @@ static inline int redis_do(const redis_srv *s, const char *fmt, const char *arg)
   return ok;
 }
 
-/* 1 when redis-server is on PATH; otherwise skips the test (fails in CI). */
+/* 1 when there is a redis-server to run; otherwise skips the test (fails
+ * in CI). */
 static int redis_available(void) {
-  if (system("command -v redis-server >/dev/null 2>&1") == 0) return 1;
+  char bin[256];
+  if (resil_fx_redis_find(bin, sizeof bin)) return 1;
   const char *ci = getenv("CI");
   if (ci && strcmp(ci, "true") == 0)
-    fail_msg("redis-server is not installed, and CI=true: scripts/deps.sh installs it");
-  print_message("redis-server is not installed: skipping (CI fails instead)\n");
+    fail_msg("%s, and CI=true: scripts/deps.sh installs redis-server", bin);
+  print_message("%s: skipping (CI fails instead)\n", bin);
   skip();
   return 0;
 }
 
-/* Starts redis-server (extra: more arguments, NULL-terminated list or NULL)
- * and waits for its PING, at most 5 s. */
-static void redis_start_on(redis_srv *s, const char *const *extra, int want_port) {
-  memset(s, 0, sizeof *s);
-  redis_available();
-  snprintf(s->dir, sizeof s->dir, "/tmp/resil-redis-XXXXXX");
-  assert_non_null(mkdtemp(s->dir));
-  s->port = want_port > 0 ? want_port : free_port();
-  assert_true(s->port > 0);
-  char port[16];
-  snprintf(port, sizeof port, "%d", s->port);
-  const char *argv[32] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
-                          "--save", "", "--appendonly", "no", "--dir", s->dir,
-                          "--daemonize", "no", "--loglevel", "warning"};
-  int n = 15;
-  for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
-  argv[n] = NULL;
-  s->pid = fork();
-  assert_true(s->pid >= 0);
-  for (int i = 0; s->pid > 0 && i < REDIS_SRV_MAX; i++)
-    if (!redis_live[i]) {
+static void redis_remember(redis_srv *s) {
+  for (int i = 0; i < REDIS_SRV_MAX; i++)
+    if (!redis_live[i] || redis_live[i] == s) {
       redis_live[i] = s;
-      break;
+      return;
     }
-  if (s->pid == 0) {
-    /* Killed with the test, whatever ends it (a ctest timeout included):
-     * no server outlives its test. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    char log[96];
-    snprintf(log, sizeof log, "%s/redis.log", s->dir);
-    if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr)) _exit(126);
-    execvp("redis-server", (char *const *)argv);
-    _exit(127);
-  }
-  snprintf(s->uri, sizeof s->uri, "redis://127.0.0.1:%d/0", s->port);
-  int64_t until = mono_ns() + 5 * INT64_C(1000000000);
-  while (mono_ns() < until) {
-    redisContext *c = redis_client(s);
-    if (c) {
-      redisReply *r = redisCommand(c, "PING");
-      /* With --requirepass a PING is refused (NOAUTH): up all the same. */
-      int up = r != NULL;
-      if (r) freeReplyObject(r);
-      redisFree(c);
-      if (up) return;
-    }
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  fail_msg("redis-server on port %d did not answer PING within 5 s (log in %s)", s->port, s->dir);
+}
+
+/* Starts the server (extra: more arguments, NULL-terminated, or NULL; the
+ * port and dir s already has, when it has them) and waits for its PING. */
+static void redis_launch(redis_srv *s, const char *const *extra) {
+  redis_available();
+  char err[256];
+  if (resil_fx_redis_start(&s->fx, extra, err, sizeof err) != 0) fail_msg("%s", err);
+  redis_remember(s);
+  s->port = s->fx.port;
+  snprintf(s->uri, sizeof s->uri, "%s", s->fx.uri);
 }
 
 static void redis_start_with(redis_srv *s, const char *const *extra) {
-  redis_start_on(s, extra, 0);
+  memset(s, 0, sizeof *s);
+  redis_launch(s, extra);
 }
 
-static inline void redis_start_port(redis_srv *s, int port) { redis_start_on(s, NULL, port); }
-
 static inline void redis_start(redis_srv *s) { redis_start_with(s, NULL); }
-
-static void redis_stop(redis_srv *s);
 
 /* Kills the server and starts a new one on the same port (an empty one:
  * no data, no scripts), as a restart or a failover does. */
 static inline void redis_restart(redis_srv *s) {
-  int port = s->port;
-  redis_stop(s);
-  redis_start_port(s, port);
+  resil_fx_redis_kill(&s->fx);
+  redis_launch(s, NULL);
 }
 
 static inline void redis_freeze(redis_srv *s) {
-  assert_int_equal(kill(s->pid, SIGSTOP), 0);
-  s->stopped = 1;
+  assert_int_equal(resil_fx_redis_signal(&s->fx, SIGSTOP), 0);
 }
 
 static inline void redis_thaw(redis_srv *s) {
-  assert_int_equal(kill(s->pid, SIGCONT), 0);
-  s->stopped = 0;
+  assert_int_equal(resil_fx_redis_signal(&s->fx, SIGCONT), 0);
 }
 
 /* Kills the server this test started (by its PID) and removes its dir. */
 static void redis_stop(redis_srv *s) {
   for (int i = 0; i < REDIS_SRV_MAX; i++)
     if (redis_live[i] == s) redis_live[i] = NULL;
-  if (s->pid > 0) {
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    s->pid = 0;
-  }
-  if (s->dir[0]) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
-    if (system(cmd) != 0) print_message("could not remove %s\n", s->dir);
-    s->dir[0] = '\0';
-  }
+  resil_fx_redis_done(&s->fx);
 }
 
 /* cmocka teardown: stops every server a test left running (it failed). */
