@@ -269,16 +269,19 @@ static void engine_reservations_count_the_permits_another_process_took(void **st
   assert_non_null(rl);
   holder h = spawn_holder("rl", name);
 
+  /* read_at is taken before the reading: nanos_to_wait counts from an
+   * instant at or after it, so the calls start at least nanos_to_wait
+   * after read_at (taken after, a slow return would shorten it). */
   resil_ratelimiter_metrics m;
-  assert_int_equal(resil_ratelimiter_get_metrics(rl, &m), RESIL_OK);
   int64_t read_at = mono();
+  assert_int_equal(resil_ratelimiter_get_metrics(rl, &m), RESIL_OK);
   /* Unless the cycle turned between the child's acquisitions and this
    * reading (then the child takes the new cycle's permits on a retry). */
   for (int tries = 0; m.available != 0 && tries < 3; tries++) {
     assert_int_equal(end_holder(&h, 0), 0);
     h = spawn_holder("rl", name);
-    assert_int_equal(resil_ratelimiter_get_metrics(rl, &m), RESIL_OK);
     read_at = mono();
+    assert_int_equal(resil_ratelimiter_get_metrics(rl, &m), RESIL_OK);
   }
   assert_int_equal(m.available, 0);
   assert_true(m.nanos_to_wait > 0);
