@@ -35,7 +35,11 @@
  * side and round. Reported: each side's median over the rounds, the ratio
  * of the CPU medians, the median of per-round CPU ratios (the target: <=
  * BENCH_DEADLINE_HDR_MAX_CPU_RATIO) and the wall ratio, and the load average at the
- * start and end. With --pin (the default) and two CPUs the caller runs on
+ * start and end. Then, as a reference (not a target), the same rounds on
+ * bare libcurl (bench_bare_setopts, curl_easy_perform, one handle and
+ * connection) with the line "Request-Timeout: 59999999u" (libresil's for a
+ * 60 s budget, same length) or none: what libcurl itself charges for one
+ * such line. With --pin (the default) and two CPUs the caller runs on
  * one CPU and the server (the fixture's threads, or nginx's worker at
  * --nginx-cpu) on another. Every call must answer 200 "ok" on its one
  * attempt and no connection may be opened during the measured rounds. */
@@ -84,7 +88,8 @@ static const char method[] =
     "(60 s) on both; rounds of ~25 ms per side, each in blocks of 25 requests alternating "
     "the sides (ABBA..., from the other side every other round); caller CPU = "
     "CLOCK_THREAD_CPUTIME_ID over each block, summed per side and round; medians over "
-    "the rounds; ratio = median of per-round CPU ratios";
+    "the rounds; ratio = median of per-round CPU ratios; then the same rounds on bare "
+    "libcurl with the same line (value of the same length) or none, the reference";
 
 #ifndef RESIL_BENCH_HTTP
 
@@ -180,6 +185,97 @@ static int batch(resil_http_client *c, const char *ep, uint64_t n, double *cpu, 
   return 0;
 }
 
+/* libresil's side of a block: n calls on "ka" (on) or "ka_nodl". */
+static int resil_block(void *state, int on, uint64_t n, double *cpu, double *wall, char *why,
+                       size_t wn) {
+  return batch(state, on ? "ka" : "ka_nodl", n, cpu, wall, why, wn);
+}
+
+/* The reference: bare libcurl (bench_bare_setopts, curl_easy_perform on
+ * one handle and connection) sending the same line with a value of the
+ * same length as libresil's for a 60 s budget, or not (CURLOPT_HTTPHEADER
+ * switched between the list and NULL, once per block): what libcurl itself
+ * charges for one such line, the floor for any client on it. */
+typedef struct bare_side {
+  CURL *e;
+  struct curl_slist *line;
+  int set; /* -1 unknown, 0 NULL set, 1 the list set */
+  size_t len; /* body bytes of the last request */
+} bare_side;
+
+static size_t bare_write(char *p, size_t size, size_t n, void *ud) {
+  bare_side *b = ud;
+  (void)p;
+  b->len += size * n;
+  return size * n;
+}
+
+static int bare_block(void *state, int on, uint64_t n, double *cpu, double *wall, char *why,
+                      size_t wn) {
+  bare_side *b = state;
+  if (b->set != on) {
+    if (curl_easy_setopt(b->e, CURLOPT_HTTPHEADER, on ? b->line : NULL) != CURLE_OK) {
+      snprintf(why, wn, "bare libcurl: CURLOPT_HTTPHEADER refused");
+      return -1;
+    }
+    b->set = on;
+  }
+  int64_t c0 = thread_cpu_ns(), t0 = bench_now_ns();
+  for (uint64_t i = 0; i < n; i++) {
+    b->len = 0;
+    CURLcode rc = curl_easy_perform(b->e);
+    long code = 0;
+    if (rc == CURLE_OK) curl_easy_getinfo(b->e, CURLINFO_RESPONSE_CODE, &code);
+    if (rc != CURLE_OK || code != 200 || b->len != 2) {
+      snprintf(why, wn, "bare libcurl: %s, status %ld, %zu bytes", curl_easy_strerror(rc), code,
+               b->len);
+      return -1;
+    }
+  }
+  int64_t t1 = bench_now_ns(), c1 = thread_cpu_ns();
+  *cpu = (double)(c1 - c0) / (double)n;
+  *wall = (double)(t1 - t0) / (double)n;
+  return 0;
+}
+
+typedef int (*block_fn)(void *state, int on, uint64_t n, double *cpu, double *wall, char *why,
+                        size_t wn);
+
+/* Per side (on, off) and round: CPU and wall ns per request, and the
+ * round's CPU ratio. */
+typedef struct rounds_out {
+  double cpu_on[MAX_ROUNDS], cpu_off[MAX_ROUNDS], w_on[MAX_ROUNDS], w_off[MAX_ROUNDS],
+      ratio[MAX_ROUNDS];
+  int done;
+} rounds_out;
+
+/* rounds rounds of per_round requests per side (a multiple of BLOCK). */
+static void run_rounds(block_fn fn, void *state, uint64_t per_round, int rounds, rounds_out *r,
+                       char *why, size_t wn) {
+  r->done = 0;
+  for (int k = 0; k < rounds && !why[0]; k++) {
+    /* The round's blocks alternate the sides, ABBAABBA... from A in even
+     * rounds and B in odd ones: whatever else the machine does meanwhile
+     * lands on both sides alike. */
+    double sum[2][2] = {{0, 0}, {0, 0}}; /* [on][cpu, wall] */
+    for (uint64_t b = 0; b < 2 * (per_round / BLOCK) && !why[0]; b++) {
+      int on = (uint64_t)k % 2 == ((b + 1) / 2) % 2;
+      double cpu, wall;
+      if (fn(state, on, BLOCK, &cpu, &wall, why, wn) != 0) break;
+      sum[on][0] += cpu;
+      sum[on][1] += wall;
+    }
+    if (why[0]) break;
+    double blocks = (double)(per_round / BLOCK);
+    r->cpu_on[k] = sum[1][0] / blocks;
+    r->w_on[k] = sum[1][1] / blocks;
+    r->cpu_off[k] = sum[0][0] / blocks;
+    r->w_off[k] = sum[0][1] / blocks;
+    r->ratio[k] = r->cpu_on[k] / r->cpu_off[k];
+    r->done = k + 1;
+  }
+}
+
 /* The header's presence as the fixture saw it on GET /echo: 1, 0, or -1
  * with why. */
 static int echo_has_header(resil_http_client *c, const char *ep, char *why, size_t wn) {
@@ -257,46 +353,44 @@ static void run_case(const bench_opts *opts, const char *name, const char *base_
   int rounds = 8 * opts->runs;
   if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
   if (rounds < 2) rounds = 2;
-  double cpu_on[MAX_ROUNDS], cpu_off[MAX_ROUNDS], w_on[MAX_ROUNDS], w_off[MAX_ROUNDS],
-      ratio[MAX_ROUNDS];
+  rounds_out *ro = calloc(1, sizeof *ro), *rb = calloc(1, sizeof *rb);
+  if (!ro || !rb) snprintf(why, sizeof why, "out of memory");
   uint64_t conns0 = c ? connections(c) : 0;
-  int done = 0;
-  for (int k = 0; k < rounds && !why[0]; k++) {
-    /* The round's blocks alternate the sides, ABBAABBA... from A in even
-     * rounds and B in odd ones: whatever else the machine does meanwhile
-     * lands on both sides alike. */
-    double sum[2][2] = {{0, 0}, {0, 0}}; /* [on][cpu, wall] */
-    for (uint64_t b = 0; b < 2 * (per_round / BLOCK) && !why[0]; b++) {
-      int on = (uint64_t)k % 2 == ((b + 1) / 2) % 2;
-      if (batch(c, on ? "ka" : "ka_nodl", BLOCK, &cpu, &wall, why, sizeof why) != 0) break;
-      sum[on][0] += cpu;
-      sum[on][1] += wall;
-    }
-    if (why[0]) break;
-    double blocks = (double)(per_round / BLOCK);
-    cpu_on[k] = sum[1][0] / blocks;
-    w_on[k] = sum[1][1] / blocks;
-    cpu_off[k] = sum[0][0] / blocks;
-    w_off[k] = sum[0][1] / blocks;
-    ratio[k] = cpu_on[k] / cpu_off[k];
-    done = k + 1;
-  }
+  if (!why[0]) run_rounds(resil_block, c, per_round, rounds, ro, why, sizeof why);
   uint64_t opened = c ? connections(c) - conns0 : 0;
   if (!why[0] && opened)
     snprintf(why, sizeof why, "%llu connection(s) opened during the measured rounds",
              (unsigned long long)opened);
+  /* Then the same rounds on bare libcurl, the reference. */
+  char ka_url[300];
+  snprintf(ka_url, sizeof ka_url, "%s/ka", base_url);
+  bare_side b = {NULL, NULL, -1, 0};
+  char bwhy[300] = "";
+  if (!why[0]) {
+    b.e = curl_easy_init();
+    b.line = curl_slist_append(NULL, "Request-Timeout: 59999999u");
+    if (!b.e || !b.line || bench_bare_setopts(b.e, ka_url, bare_write, &b, 1L) != CURLE_OK)
+      snprintf(bwhy, sizeof bwhy, "bare libcurl: setup failed");
+    double cpu2, wall2;
+    if (!bwhy[0] && bare_block(&b, 1, 300, &cpu2, &wall2, bwhy, sizeof bwhy) == 0 &&
+        bare_block(&b, 0, 300, &cpu2, &wall2, bwhy, sizeof bwhy) == 0)
+      run_rounds(bare_block, &b, per_round, rounds, rb, bwhy, sizeof bwhy);
+  }
+  if (b.e) curl_easy_cleanup(b.e);
+  curl_slist_free_all(b.line);
   double load1 = loadavg1();
   json_t *o = case_stub(name);
   json_object_set_new(o, "loadavg_start", json_real(load0));
   json_object_set_new(o, "loadavg_end", json_real(load1));
+  int done = ro ? ro->done : 0;
   json_object_set_new(o, "rounds", json_integer(done));
   json_object_set_new(o, "requests_per_round", json_integer((json_int_t)per_round));
   json_object_set_new(o, "caller_cpu", json_integer(client_cpu));
   json_object_set_new(o, "server_cpu", json_integer(server_cpu));
   if (done > 0) {
-    double con = bench_median(cpu_on, done), coff = bench_median(cpu_off, done);
-    double won = bench_median(w_on, done), woff = bench_median(w_off, done);
-    double r = bench_median(ratio, done);
+    double con = bench_median(ro->cpu_on, done), coff = bench_median(ro->cpu_off, done);
+    double won = bench_median(ro->w_on, done), woff = bench_median(ro->w_off, done);
+    double r = bench_median(ro->ratio, done);
     json_object_set_new(o, "cpu_ns_per_request_header", json_real(con));
     json_object_set_new(o, "cpu_ns_per_request_no_header", json_real(coff));
     json_object_set_new(o, "ns_per_request_header", json_real(won));
@@ -304,13 +398,28 @@ static void run_case(const bench_opts *opts, const char *name, const char *base_
     json_object_set_new(o, "ratio", json_real(r));
     json_object_set_new(o, "cpu_ratio_of_medians", json_real(con / coff));
     json_object_set_new(o, "wall_ratio", json_real(won / woff));
-    json_object_set_new(o, "rounds_cpu_ns_header", real_array(cpu_on, done));
-    json_object_set_new(o, "rounds_cpu_ns_no_header", real_array(cpu_off, done));
+    json_object_set_new(o, "rounds_cpu_ns_header", real_array(ro->cpu_on, done));
+    json_object_set_new(o, "rounds_cpu_ns_no_header", real_array(ro->cpu_off, done));
     printf("  %-32s caller CPU %.2f us/request with the header, %.2f without: ratio %.4f "
            "(of medians %.4f); wall %.2f / %.2f us; %d rounds of %llu, load %.2f..%.2f\n",
            name, con / 1e3, coff / 1e3, r, con / coff, won / 1e3, woff / 1e3, done,
            (unsigned long long)per_round, load0, load1);
   }
+  if (rb && rb->done > 0) {
+    int n = rb->done;
+    double con = bench_median(rb->cpu_on, n), coff = bench_median(rb->cpu_off, n);
+    json_object_set_new(o, "bare_cpu_ns_per_request_header", json_real(con));
+    json_object_set_new(o, "bare_cpu_ns_per_request_no_header", json_real(coff));
+    json_object_set_new(o, "bare_ratio", json_real(bench_median(rb->ratio, n)));
+    printf("  %-32s bare libcurl, the same line or none: caller CPU %.2f / %.2f us, ratio "
+           "%.4f (the reference, not a target)\n",
+           "", con / 1e3, coff / 1e3, bench_median(rb->ratio, n));
+  } else if (bwhy[0]) {
+    json_object_set_new(o, "bare_error", json_string(bwhy));
+    printf("  %-32s bare libcurl reference not measured: %s\n", "", bwhy);
+  }
+  free(ro);
+  free(rb);
   if (why[0]) {
     json_object_set_new(o, "error", json_string(why));
     printf("  %-32s INVALID: %s\n", name, why);

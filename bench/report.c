@@ -577,6 +577,11 @@ static void report_deadline(json_t *ccases, json_t *ocases, json_t *checks) {
              (long long)json_integer_value(json_object_get(cc, "rounds")),
              (long long)json_integer_value(json_object_get(cc, "requests_per_round")),
              num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+      if (json_object_get(cc, "bare_ratio"))
+        printf("  %-32s bare libcurl, the same line or none: caller CPU %.2f / %.2f us, ratio "
+               "%.4f (the reference: what libcurl charges for the line; not a target)\n",
+               "", num(cc, "bare_cpu_ns_per_request_header") / 1e3,
+               num(cc, "bare_cpu_ns_per_request_no_header") / 1e3, num(cc, "bare_ratio"));
     }
     json_array_append_new(ocases, o);
   }
