@@ -82,15 +82,6 @@ static void case_with(json_t *entries, const char *name, const char *key, const 
   json_array_append_new(entries, o);
 }
 
-static const char method[] =
-    "one client (pool 1) with GET /ka on two endpoints, one sending the deadline header, "
-    "one with no_deadline_header; resil_http_call without retry, the same ctx deadline "
-    "(60 s) on both; rounds of ~25 ms per side, each in blocks of 25 requests alternating "
-    "the sides (ABBA..., from the other side every other round); caller CPU = "
-    "CLOCK_THREAD_CPUTIME_ID over each block, summed per side and round; medians over "
-    "the rounds; ratio = median of per-round CPU ratios; then the same rounds on bare "
-    "libcurl with the same line (value of the same length) or none, the reference";
-
 #ifndef RESIL_BENCH_HTTP
 
 int bench_run_deadline_cases(const bench_opts *opts, const char *json_path) {
@@ -110,6 +101,15 @@ int bench_run_deadline_cases(const bench_opts *opts, const char *json_path) {
 #include "fixture/fixture.h"
 #include "http_bench.h"
 #include "resil/http.h"
+
+static const char method[] =
+    "one client (pool 1) with GET /ka on two endpoints, one sending the deadline header, "
+    "one with no_deadline_header; resil_http_call without retry, the same ctx deadline "
+    "(60 s) on both; rounds of ~25 ms per side, each in blocks of 25 requests alternating "
+    "the sides (ABBA..., from the other side every other round); caller CPU = "
+    "CLOCK_THREAD_CPUTIME_ID over each block, summed per side and round; medians over "
+    "the rounds; ratio = median of per-round CPU ratios; then the same rounds on bare "
+    "libcurl with the same line (value of the same length) or none, the reference";
 
 #define BATCH_NS INT64_C(25000000)
 #define DEADLINE_NS INT64_C(60000000000)
