@@ -21,7 +21,9 @@
  *       its own prepared statement on the connection, with --store-effect
  *       none runs no SQL), then the rate limiter on Redis
  *       (redis_ratelimiter_acquire against a bare hiredis EVALSHA, on a
- *       redis-server it starts; skipped without one), and writes the raw
+ *       redis-server it starts; skipped without one), then the deadline
+ *       header's cost (http_deadline_header_cost against an in-process
+ *       fixture, and _nginx against the nginx at URL), and writes the raw
  *       figures as JSON;
  *   resil_bench report --c FILE (--peers FILE | --peers-skipped REASON)
  *                      [--r4j FILE | --r4j-skipped REASON] --out FILE
@@ -157,7 +159,8 @@ int main(int argc, char **argv) {
     if (rc == 0) rc = bench_run_http_cases(&opts, out);
     if (rc == 0) rc = bench_run_async_cases(&opts, out);
     if (rc == 0) rc = bench_run_store_cases(&opts, out);
-    return rc != 0 ? rc : bench_run_redis_cases(&opts, out);
+    if (rc == 0) rc = bench_run_redis_cases(&opts, out);
+    return rc != 0 ? rc : bench_run_deadline_cases(&opts, out);
   }
   if (!strcmp(cmd, "report") && out && c_json && (peers || skipped))
     return bench_report(c_json, peers, skipped, r4j,

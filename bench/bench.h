@@ -218,6 +218,17 @@ int bench_run_store_cases(const bench_opts *opts, const char *json_path);
  * without libresil-redis or redis-server (redis_cases.c). */
 int bench_run_redis_cases(const bench_opts *opts, const char *json_path);
 
+/* The deadline header's cost (issue 21): libresil-http's caller CPU per
+ * keep-alive GET with the deadline header sent at most this many times the
+ * same call with the same deadline and no header, same run. */
+#define BENCH_DEADLINE_HDR_MAX_CPU_RATIO 1.01
+
+/* Runs http_deadline_header_cost (against an in-process fixture) and
+ * http_deadline_header_cost_nginx (against opts->nginx_url; skipped
+ * without it): alternating rounds of the same GET with and without the
+ * header, and appends them, marked "kind": "deadline" (deadline_cases.c). */
+int bench_run_deadline_cases(const bench_opts *opts, const char *json_path);
+
 /* Merges the C results with the Node peers' JSON (or the reason they were
  * skipped) and perf-r4j's (run.sh --out FILE; or the reason it was not
  * run), prints the tables (each ratio with its reference, target and

@@ -169,6 +169,10 @@ static int is_redis_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "redis");
 }
 
+static int is_deadline_case(json_t *c) {
+  return !strcmp(str(c, "kind", ""), "deadline");
+}
+
 static int is_async_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "async");
 }
@@ -523,6 +527,66 @@ static void report_redis(json_t *ccases, json_t *ocases, json_t *checks) {
   }
 }
 
+/* The deadline header's cost (deadline_cases.c): caller CPU per keep-alive
+ * GET with the header against the same call and deadline without it, same
+ * run. Appends the case, with "target" and "met", to ocases. */
+static void report_deadline(json_t *ccases, json_t *ocases, json_t *checks) {
+  char target[96], what[240];
+  snprintf(target, sizeof target, "caller CPU <= %.2fx the same call without the header",
+           BENCH_DEADLINE_HDR_MAX_CPU_RATIO);
+  int header = 0;
+  size_t i;
+  json_t *cc;
+  json_array_foreach(ccases, i, cc) {
+    if (!is_deadline_case(cc)) continue;
+    if (!header) {
+      printf("\nDeadline header (Request-Timeout) cost, keep-alive GET through resil_http_call "
+             "with a ctx deadline, header sent vs no_deadline_header, same client, same run; "
+             "target %s; medians over alternating rounds:\n", target);
+      header = 1;
+    }
+    const char *name = str(cc, "name", "?");
+    json_t *o = json_deep_copy(cc);
+    json_object_set_new(o, "target", json_string(target));
+    snprintf(what, sizeof what, "%s caller CPU per request with the deadline header <= %.2fx "
+             "without (median of per-round ratios, same run)", name,
+             BENCH_DEADLINE_HDR_MAX_CPU_RATIO);
+    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
+    const char *err = json_string_value(json_object_get(cc, "error"));
+    if (skipped) {
+      add_check(checks, what, NAN, 0, 0);
+      json_object_set_new(o, "met", json_null());
+      printf("  %-32s SKIPPED: %s\n", name, skipped);
+    } else if (err) {
+      add_check(checks, what, NAN, 0, 1);
+      json_object_set_new(o, "met", json_false());
+      printf("  %-32s INVALID: %s\n", name, err);
+    } else {
+      double ratio = num(cc, "ratio");
+      int met = ratio <= BENCH_DEADLINE_HDR_MAX_CPU_RATIO;
+      add_check(checks, what, ratio, met, 1);
+      json_object_set_new(o, "met", json_boolean(met));
+      printf("  %-32s caller CPU %.2f / %.2f us per request, ratio %.4f (target <= %.2f) %s "
+             "(ratio of the medians %.4f); wall %.2f / %.2f us = x%.3f  [%lld rounds of %lld, "
+             "load %.2f..%.2f]\n",
+             name, num(cc, "cpu_ns_per_request_header") / 1e3,
+             num(cc, "cpu_ns_per_request_no_header") / 1e3, ratio,
+             BENCH_DEADLINE_HDR_MAX_CPU_RATIO, met ? "yes" : "NO",
+             num(cc, "cpu_ratio_of_medians"), num(cc, "ns_per_request_header") / 1e3,
+             num(cc, "ns_per_request_no_header") / 1e3, num(cc, "wall_ratio"),
+             (long long)json_integer_value(json_object_get(cc, "rounds")),
+             (long long)json_integer_value(json_object_get(cc, "requests_per_round")),
+             num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+      if (json_object_get(cc, "bare_ratio"))
+        printf("  %-32s bare libcurl, the same line or none: caller CPU %.2f / %.2f us, ratio "
+               "%.4f (the reference: what libcurl charges for the line; not a target)\n",
+               "", num(cc, "bare_cpu_ns_per_request_header") / 1e3,
+               num(cc, "bare_cpu_ns_per_request_no_header") / 1e3, num(cc, "bare_ratio"));
+    }
+    json_array_append_new(ocases, o);
+  }
+}
+
 /* ---- physical references and floors ------------------------------------ */
 
 static double phys(json_t *machine, const char *key) {
@@ -599,7 +663,7 @@ static json_t *report_floors(json_t *ccases, json_t *machine) {
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
     if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc) ||
-        is_redis_case(cc))
+        is_redis_case(cc) || is_deadline_case(cc))
       continue;
     const char *name = str(cc, "name", "?");
     const hw_floor *f = floor_for(name);
@@ -855,7 +919,7 @@ int bench_report(const char *c_json, const char *peers_json,
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
     if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc) ||
-        is_redis_case(cc))
+        is_redis_case(cc) || is_deadline_case(cc))
       continue;
     const char *name = str(cc, "name", "?");
     const case_target *t = target_for(name);
@@ -936,6 +1000,7 @@ int bench_report(const char *c_json, const char *peers_json,
   report_store(ccases, ocases, checks);
   report_shared(ccases, ocases, checks);
   report_redis(ccases, ocases, checks);
+  report_deadline(ccases, ocases, checks);
 
   /* Memory. */
   json_t *bytes = json_object_get(c, "breaker_bytes_100_window");
@@ -1039,6 +1104,8 @@ int bench_report(const char *c_json, const char *peers_json,
     json_object_set(out, "shared_method", json_object_get(c, "shared_method"));
   if (json_object_get(c, "redis_method"))
     json_object_set(out, "redis_method", json_object_get(c, "redis_method"));
+  if (json_object_get(c, "deadline_method"))
+    json_object_set(out, "deadline_method", json_object_get(c, "deadline_method"));
   json_object_set(out, "library_version", json_object_get(c, "library_version"));
 
   int rc = json_dump_file(out, out_path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));

@@ -47,6 +47,11 @@ endforeach()
 
 # The rate limiter on Redis against a bare hiredis EVALSHA.
 expect("${out}" "redis_ratelimiter_acquire +vs bare hiredis EVALSHA \\[15 rounds of 5000, load 0\\.50\\.\\.0\\.75\\]: 20\\.00 / 19\\.00 us per decision, rate ratio 0\\.950 \\(target >= 0\\.90\\) yes \\(median of per-round ratios 0\\.960\\); caller CPU 6\\.00 / 5\\.50 us = x1\\.09 \\(not a target\\)")
+# The deadline header's cost: caller CPU with / without, target, verdict;
+# a skipped case says why.
+expect("${out}" "http_deadline_header_cost +caller CPU 12\\.60 / 12\\.50 us per request, ratio 1\\.0080 \\(target <= 1\\.01\\) yes \\(ratio of the medians 1\\.0080\\); wall 30\\.00 / 29\\.90 us = x1\\.003  \\[56 rounds of 1000, load 2\\.50\\.\\.3\\.00\\]")
+expect("${out}" "bare libcurl, the same line or none: caller CPU 11\\.60 / 11\\.50 us, ratio 1\\.0087 \\(the reference")
+expect("${out}" "http_deadline_header_cost_nginx +SKIPPED: no nginx")
 run_report(out ${OUT}/skipped.json --r4j-skipped "java is not on PATH")
 expect("${out}" "\nR4j: skipped \\(java is not on PATH\\)\n")
 expect("${out}" "targets: [0-9]+ met, [0-9]+ missed, 1[0-9] not evaluated")

@@ -36,6 +36,11 @@
 #      (Debian's, 127.0.0.1, a free port, a temp dir, killed by PID; about
 #      3 s at the defaults; skipped, with the reason, without
 #      libresil-redis or redis-server, which scripts/deps.sh installs);
+#      then the deadline header's cost (http_deadline_header_cost, and
+#      _nginx against the same nginx): caller CPU per keep-alive GET
+#      through libresil's client with a ctx deadline, the Request-Timeout
+#      header sent vs the same call and deadline without it, alternating
+#      rounds in the same run (about 5 s at the defaults);
 #   4. the Resilience4j comparison: when `java` (17 or later, with javac)
 #      is on PATH and the perf-r4j tool is there (directory $PERF_R4J,
 #      default ../shared/tools/perf-r4j next to this checkout or next to
