@@ -20,10 +20,12 @@
  *       row through resil_store_txn_exec, with --store-effect direct through
  *       its own prepared statement on the connection, with --store-effect
  *       none runs no SQL), then the rate limiter on Redis
- *       (redis_ratelimiter_acquire against a bare hiredis EVALSHA, on a
- *       redis-server it starts; skipped without one), then the deadline
- *       header's cost (http_deadline_header_cost against an in-process
- *       fixture, and _nginx against the nginx at URL), and writes the raw
+ *       (redis_ratelimiter_acquire against a bare hiredis EVALSHA, and
+ *       redis_engine_decisions, 1,000 in flight on the engine path against
+ *       bare hiredis async, on a redis-server it starts; skipped without
+ *       one), then the deadline header's cost (http_deadline_header_cost
+ *       against an in-process fixture, and _nginx against the nginx at
+ *       URL), and writes the raw
  *       figures as JSON;
  *   resil_bench report --c FILE (--peers FILE | --peers-skipped REASON)
  *                      [--r4j FILE | --r4j-skipped REASON] --out FILE

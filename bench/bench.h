@@ -207,15 +207,18 @@ int bench_run_shared_cases(const bench_opts *opts, const char *json_path);
  * (store_cases.c). */
 int bench_run_store_cases(const bench_opts *opts, const char *json_path);
 
-/* The rate limiter on Redis case's target: redis_ratelimiter_acquire's
+/* The rate limiter on Redis cases' target: redis_ratelimiter_acquire's
  * decisions per second at least this fraction of a bare hiredis EVALSHA of
- * the same script's, same run (issue 21). */
+ * the same script's, and redis_engine_decisions' (1,000 in flight) of bare
+ * hiredis async's, same run (issue 21). */
 #define BENCH_REDIS_MIN_RATIO 0.9
 
 /* Runs redis_ratelimiter_acquire (libresil-redis's blocking decision vs a
- * bare hiredis EVALSHA of the same script, alternating rounds, against a
- * redis-server it starts) and appends it, marked "kind": "redis"; skipped
- * without libresil-redis or redis-server (redis_cases.c). */
+ * bare hiredis EVALSHA of the same script) and redis_engine_decisions (its
+ * engine path with 1,000 decisions in flight vs bare hiredis async),
+ * alternating rounds, against a redis-server it starts, and appends them,
+ * marked "kind": "redis"; skipped without libresil-redis or redis-server
+ * (redis_cases.c). */
 int bench_run_redis_cases(const bench_opts *opts, const char *json_path);
 
 /* The deadline header's cost (issue 21): libresil-http's caller CPU per

@@ -486,33 +486,61 @@ static void report_store(json_t *ccases, json_t *ocases, json_t *checks) {
   }
 }
 
-/* The rate limiter on Redis (redis_cases.c): the limiter's blocking
- * decisions per second against a bare hiredis EVALSHA of the same script,
- * same run. Appends the case, with "target" and "met", to ocases. */
+/* The rate limiter on Redis (redis_cases.c), each case against bare
+ * hiredis sending EVALSHA of the same script, same run:
+ * redis_ratelimiter_acquire, the limiter's blocking decisions per second
+ * against blocking redisCommandArgv; redis_engine_decisions (a case with
+ * "in_flight"), its engine path's decisions per second with that many in
+ * flight against hiredis async. Appends each case, with "target" and
+ * "met", to ocases. */
 static void report_redis(json_t *ccases, json_t *ocases, json_t *checks) {
   char target[96], what[200];
-  snprintf(target, sizeof target, ">= %.2f of a bare hiredis EVALSHA's decisions/s",
-           BENCH_REDIS_MIN_RATIO);
   int header = 0;
   size_t i;
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
     if (!is_redis_case(cc)) continue;
     if (!header) {
-      printf("\nRate limiter on Redis, one blocking decision (one EVALSHA round trip on "
-             "loopback) against its reference, a bare hiredis EVALSHA of the same script, "
-             "same run, one thread; target %s; medians over alternating rounds:\n",
-             target);
+      printf("\nRate limiter on Redis against its reference, bare hiredis sending EVALSHA of "
+             "the same script with the same arguments to the same redis-server on loopback, "
+             "same run, one thread; target >= %.2f of the reference's decisions/s; medians "
+             "over alternating rounds:\n",
+             BENCH_REDIS_MIN_RATIO);
       header = 1;
     }
     const char *name = str(cc, "name", "?");
     json_t *o = json_deep_copy(cc);
-    json_object_set_new(o, "target", json_string(target));
     double ratio = num(cc, "ratio");
-    snprintf(what, sizeof what, "%s libresil-redis decisions/s >= %.2fx a bare hiredis "
-             "EVALSHA's (same run)", name, BENCH_REDIS_MIN_RATIO);
+    long long in_flight = (long long)json_integer_value(json_object_get(cc, "in_flight"));
+    if (in_flight > 0) {
+      snprintf(target, sizeof target,
+               ">= %.2f of bare hiredis async's decisions/s, %lld in flight",
+               BENCH_REDIS_MIN_RATIO, in_flight);
+      snprintf(what, sizeof what, "%s libresil-redis engine-path decisions/s >= %.2fx bare "
+               "hiredis async's, %lld in flight (same run)", name, BENCH_REDIS_MIN_RATIO,
+               in_flight);
+    } else {
+      snprintf(target, sizeof target, ">= %.2f of a bare hiredis EVALSHA's decisions/s",
+               BENCH_REDIS_MIN_RATIO);
+      snprintf(what, sizeof what, "%s libresil-redis decisions/s >= %.2fx a bare hiredis "
+               "EVALSHA's (same run)", name, BENCH_REDIS_MIN_RATIO);
+    }
+    json_object_set_new(o, "target", json_string(target));
     int met = ratio_verdict(cc, o, checks, name, what, BENCH_REDIS_MIN_RATIO);
-    if (met >= 0)
+    if (met >= 0 && in_flight > 0)
+      printf("  %-26s vs bare hiredis async, %lld in flight [%lld rounds of %lld, load "
+             "%.2f..%.2f]: %.0f / %.0f decisions/s, rate ratio %.3f (target >= %.2f) %s "
+             "(median of per-round ratios %.3f); loop CPU %.2f / %.2f us per decision = "
+             "x%.2f, redis-server busy %.2f / %.2f (not targets)\n",
+             name, in_flight, (long long)json_integer_value(json_object_get(cc, "rounds")),
+             (long long)json_integer_value(json_object_get(cc, "decisions_per_round")),
+             num(cc, "loadavg_start"), num(cc, "loadavg_end"),
+             num(cc, "decisions_per_s_libresil"), num(cc, "decisions_per_s_bare"), ratio,
+             BENCH_REDIS_MIN_RATIO, met ? "yes" : "NO", num(cc, "ratio_median_of_rounds"),
+             num(cc, "cpu_ns_per_decision_libresil") / 1e3,
+             num(cc, "cpu_ns_per_decision_bare") / 1e3, num(cc, "cpu_ratio"),
+             num(cc, "server_busy_libresil"), num(cc, "server_busy_bare"));
+    else if (met >= 0)
       printf("  %-26s vs bare hiredis EVALSHA [%lld rounds of %lld, load %.2f..%.2f]: "
              "%.2f / %.2f us per decision, rate ratio %.3f (target >= %.2f) %s (median of "
              "per-round ratios %.3f); caller CPU %.2f / %.2f us = x%.2f (not a target)\n",

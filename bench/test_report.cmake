@@ -45,13 +45,16 @@ foreach(key "\"hardware_floor\"" "\"ratio_to_floor\": 2" "\"in_rmw\": 2\\.5" "\"
   expect("${json}" "${key}")
 endforeach()
 
-# The rate limiter on Redis against a bare hiredis EVALSHA.
+# The rate limiter on Redis against bare hiredis: blocking EVALSHA, and
+# async with 1,000 in flight (a ratio below the target: NO, and MISSED).
 expect("${out}" "redis_ratelimiter_acquire +vs bare hiredis EVALSHA \\[15 rounds of 5000, load 0\\.50\\.\\.0\\.75\\]: 20\\.00 / 19\\.00 us per decision, rate ratio 0\\.950 \\(target >= 0\\.90\\) yes \\(median of per-round ratios 0\\.960\\); caller CPU 6\\.00 / 5\\.50 us = x1\\.09 \\(not a target\\)")
 # The deadline header's cost: caller CPU with / without, target, verdict;
 # a skipped case says why.
 expect("${out}" "http_deadline_header_cost +caller CPU 12\\.60 / 12\\.50 us per request, ratio 1\\.0080 \\(target <= 1\\.01\\) yes \\(ratio of the medians 1\\.0080\\); wall 30\\.00 / 29\\.90 us = x1\\.003  \\[56 rounds of 1000, load 2\\.50\\.\\.3\\.00\\]")
 expect("${out}" "bare libcurl, the same line or none: caller CPU 11\\.60 / 11\\.50 us, ratio 1\\.0087 \\(the reference")
 expect("${out}" "http_deadline_header_cost_nginx +SKIPPED: no nginx")
+expect("${out}" "redis_engine_decisions +vs bare hiredis async, 1000 in flight \\[15 rounds of 20000, load 1\\.00\\.\\.1\\.50\\]: 85000 / 100000 decisions/s, rate ratio 0\\.850 \\(target >= 0\\.90\\) NO \\(median of per-round ratios 0\\.860\\); loop CPU 1\\.20 / 0\\.90 us per decision = x1\\.33, redis-server busy 0\\.80 / 0\\.95 \\(not targets\\)")
+expect("${out}" "MISSED: redis_engine_decisions libresil-redis engine-path decisions/s >= 0\\.90x bare hiredis async's, 1000 in flight \\(same run\\) \\(value 0\\.85\\)")
 run_report(out ${OUT}/skipped.json --r4j-skipped "java is not on PATH")
 expect("${out}" "\nR4j: skipped \\(java is not on PATH\\)\n")
 expect("${out}" "targets: [0-9]+ met, [0-9]+ missed, 1[0-9] not evaluated")

@@ -32,9 +32,12 @@
 #      then the rate limiter on Redis: redis_ratelimiter_acquire (one
 #      blocking decision of libresil-redis's limiter, one EVALSHA round
 #      trip) against a bare hiredis EVALSHA of the same script, alternating
-#      rounds in the same run, on a redis-server that resil_bench starts
-#      (Debian's, 127.0.0.1, a free port, a temp dir, killed by PID; about
-#      3 s at the defaults; skipped, with the reason, without
+#      rounds in the same run, and redis_engine_decisions (the limiter's
+#      engine path, 1,000 decisions in flight on one loop thread) against
+#      bare hiredis async keeping 1,000 EVALSHAs in flight, on a
+#      redis-server that resil_bench starts (Debian's, 127.0.0.1, a free
+#      port, a temp dir, killed by PID; about 10 s at the defaults;
+#      skipped, with the reason, without
 #      libresil-redis or redis-server, which scripts/deps.sh installs);
 #      then the deadline header's cost (http_deadline_header_cost, and
 #      _nginx against the same nginx): caller CPU per keep-alive GET
