@@ -105,6 +105,7 @@ int bench_run_redis_cases(const bench_opts *opts, const char *json_path) {
 
 #include <hiredis/hiredis.h>
 
+#include "fixture/redis_server.h"
 #include "redis/redis_int.h" /* the script, for the bare side (as the tests) */
 #include "resil/redis.h"
 
@@ -121,46 +122,8 @@ static double loadavg1(void) {
 
 /* ---- the bench's redis-server ------------------------------------------- */
 
-typedef struct srv {
-  pid_t pid;
-  int port;
-  char dir[96];
-  char log[160];
-} srv;
-
-static int find_server(char *out, size_t n) {
-  if (access("/usr/bin/redis-server", X_OK) == 0) {
-    snprintf(out, n, "/usr/bin/redis-server");
-    return 1;
-  }
-  const char *path = getenv("PATH");
-  while (path && *path) {
-    const char *colon = strchr(path, ':');
-    size_t len = colon ? (size_t)(colon - path) : strlen(path);
-    if (len > 0 && len < n - 16) {
-      snprintf(out, n, "%.*s/redis-server", (int)len, path);
-      if (access(out, X_OK) == 0) return 1;
-    }
-    if (!colon) break;
-    path = colon + 1;
-  }
-  return 0;
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
+/* The server: src/fixture/redis_server.h (the tests' and the lab's too). */
+typedef resil_fx_redis srv;
 
 static redisContext *client(int port) {
   struct timeval tv = {1, 0};
@@ -173,75 +136,13 @@ static redisContext *client(int port) {
   return c;
 }
 
-static void srv_stop(srv *s) {
-  if (s->pid > 0) {
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    s->pid = 0;
-  }
-  if (s->dir[0]) {
-    unlink(s->log);
-    rmdir(s->dir);
-    s->dir[0] = '\0';
-  }
-}
-
 /* Starts it and waits for its PING (5 s at most): 0, or -1 with why. */
 static int srv_start(srv *s, char *why, size_t n) {
-  char bin[256];
   memset(s, 0, sizeof *s);
-  if (!find_server(bin, sizeof bin)) {
-    snprintf(why, n, "redis-server is not installed (scripts/deps.sh installs it)");
-    return -1;
-  }
-  const char *tmp = getenv("TMPDIR");
-  snprintf(s->dir, sizeof s->dir, "%s/resil-bench-redis-XXXXXX",
-           tmp && *tmp && strlen(tmp) < 48 ? tmp : "/tmp");
-  if (!mkdtemp(s->dir)) {
-    snprintf(why, n, "mkdtemp: %s", strerror(errno));
-    s->dir[0] = '\0';
-    return -1;
-  }
-  snprintf(s->log, sizeof s->log, "%s/redis.log", s->dir);
-  s->port = free_port();
-  char port[16];
-  snprintf(port, sizeof port, "%d", s->port);
-  const char *argv[] = {bin,         "--port",    port,      "--bind",     "127.0.0.1",
-                        "--save",    "",          "--appendonly", "no",    "--dir",
-                        s->dir,      "--daemonize", "no",    "--loglevel", "warning",
-                        "--logfile", s->log,      NULL};
-  pid_t parent = getpid();
-  s->pid = fork();
-  if (s->pid < 0) {
-    snprintf(why, n, "fork: %s", strerror(errno));
-    s->pid = 0;
-    srv_stop(s);
-    return -1;
-  }
-  if (s->pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);
-    execv(bin, (char *const *)argv);
-    _exit(127);
-  }
-  int64_t until = bench_now_ns() + INT64_C(5000000000);
-  while (bench_now_ns() < until) {
-    redisContext *c = client(s->port);
-    if (c) {
-      redisReply *r = redisCommand(c, "PING");
-      int up = r && r->type == REDIS_REPLY_STATUS;
-      if (r) freeReplyObject(r);
-      redisFree(c);
-      if (up) return 0;
-    }
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  snprintf(why, n, "redis-server on port %d did not answer PING within 5 s (log %s)", s->port,
-           s->log);
-  srv_stop(s);
-  return -1;
+  return resil_fx_redis_start(s, NULL, why, n);
 }
+
+static void srv_stop(srv *s) { resil_fx_redis_done(s); }
 
 /* ---- the two sides ------------------------------------------------------- */
 
