@@ -102,10 +102,17 @@ static void g1_engine_path_four_processes_share_one_limiter_within_the_gcra_boun
   assert_true(num(o, "redis_writes") < num(o, "decisions"));
   assert_int_equal(num(o, "redis_connects"), 4);
   assert_int_equal(num(o, "refused_rate_limited") + num(o, "completed_200"), num(o, "calls"));
+  /* decision_*: the rate-limiter step's decisions, each timed (up to
+   * 150,000 per process), from the limiter's call of the backend to
+   * Redis's answer; submit_to_refusal_*: a refused call from submission to
+   * completion, beside it. */
   assert_true(num(o, "decision_samples") > 1000);
+  assert_true(num(o, "decision_samples") <= num(o, "decisions"));
   assert_true(num(o, "decision_p99_us") > 0);
   assert_true(num(o, "decision_p99_us") >= num(o, "decision_p50_us"));
   assert_true(num(o, "decision_max_us") >= num(o, "decision_p99_us"));
+  assert_true(num(o, "submit_to_refusal_samples") > 1000);
+  assert_true(num(o, "submit_to_refusal_p99_us") > 0);
   assert_int_equal(num(o, "redis_errors"), 0);
   lab_result_clear(&r);
 

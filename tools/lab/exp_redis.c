@@ -19,11 +19,12 @@
  *     their handlers received) at most GCRA's bound over a span holding
  *     every grant (burst + span / T: from the first admitted call's
  *     submission to the last one's completion) and at least 95 % of it.
- *     The decision latency is measured from submission to completion of
- *     the calls the limiter refused (the limiter is the engine's first
- *     step and its refusal completes the call; neither the engine nor the
- *     limiter's metrics expose a per-decision latency, only the Redis
- *     round trips' mean and max, which are reported too). The processes
+ *     The decision latency (neither the engine nor the limiter's metrics
+ *     expose one per decision: only the Redis round trips' mean and max,
+ *     reported too) is each decision of the rate-limiter step, timed by a
+ *     backend that forwards to the Redis limiter's own (g1_timed): from
+ *     the limiter's call of reserve_async to the Redis backend's answer;
+ *     beside it, submission to completion of the refused calls. The processes
  *     are killed by PID past run + drain + 5 s. Wrong variant: a limiter
  *     per process (its own key: about 4 x the bound). The blocking path's
  *     G1 (4 processes x 4 threads) is gone: test_redis_ratelimit_mt's
@@ -331,7 +332,7 @@ static int cmp_i64(const void *a, const void *b) {
 /* ---- G1 (engine path): 4 processes, one limiter in Redis ---------------- */
 
 #if defined(RESIL_HAVE_FIXTURE) && defined(RESIL_HAVE_LOOP)
-enum { G1_PROCS = 4, G1_INFLIGHT = 50, G1_LIMIT = 200, G1_BURST = 10, G1_SAMPLES = 200000 };
+enum { G1_PROCS = 4, G1_INFLIGHT = 50, G1_LIMIT = 200, G1_BURST = 10, G1_SAMPLES = 150000 };
 #define G1_RUN (3000 * G_MS)
 #define G1_SETUP (500 * G_MS) /* for the processes to start their fixtures */
 #define G1_DRAIN (5000 * G_MS) /* for the calls in flight at the end */
@@ -349,9 +350,120 @@ typedef struct g1_slot {
   int64_t first, last;     /* the admitted calls' first submit, last completion */
   uint64_t redis_decisions, redis_errors, writes, connects;
   int64_t rtt_total_ns, rtt_max_ns; /* the limiter's Redis round trips */
-  int nlat;
-  int64_t lat[G1_SAMPLES]; /* submit to completion of the refused calls */
+  int nstep, nsub;
+  int64_t step[G1_SAMPLES]; /* the limiter step's decisions (g1_timed) */
+  int64_t sub[G1_SAMPLES];  /* submit to completion of the refused calls */
 } g1_slot;
+
+/* The decision latency of the engine's rate-limiter step, from its start
+ * to its answer: a backend (ratelimit.h) that forwards every decision to
+ * the Redis limiter's own backend (resil_ratelimiter_backend_of) and
+ * times it, from the limiter's call of reserve_async (the step asked the
+ * limiter, which bounded the wait) to the Redis backend's answer (before
+ * the limiter counts it and the engine resumes the call). The engine uses
+ * a limiter made on it (resil_ratelimiter_new_backed): the same Redis
+ * decisions, pipelined on the same connection; one allocation more per
+ * decision (the forwarded request). */
+typedef struct g1_timed {
+  const resil_ratelimiter_backend *in; /* the Redis limiter's; it outlives this */
+  g1_slot *slot;
+} g1_timed;
+
+typedef struct g1_treq {
+  resil_ratelimiter_request q; /* what the Redis backend is given */
+  resil_ratelimiter_request *outer;
+  g1_timed *t;
+  int64_t t0;
+} g1_treq;
+
+static void g1_timed_note(g1_timed *t, int64_t t0) {
+  if (t->slot->nstep < G1_SAMPLES) t->slot->step[t->slot->nstep++] = mono_ns() - t0;
+}
+
+static resil_decision g1_timed_reserve(void *self, int permits, const resil_ctx *ctx,
+                                       int64_t max_wait_ns, int64_t *wait_ns, resil_reason *why) {
+  g1_timed *t = self;
+  return t->in->reserve(t->in->self, permits, ctx, max_wait_ns, wait_ns, why);
+}
+
+static int g1_timed_peek(void *self, int64_t *available, int64_t *nanos_to_wait) {
+  g1_timed *t = self;
+  return t->in->peek ? t->in->peek(t->in->self, available, nanos_to_wait) : -1;
+}
+
+static void g1_timed_free(void *self) { free(self); }
+
+static void g1_timed_answer(resil_ratelimiter_request *q, resil_decision d, int64_t wait_ns,
+                            resil_reason why) {
+  g1_treq *tq = q->user;
+  resil_ratelimiter_request *outer = tq->outer;
+  g1_timed_note(tq->t, tq->t0);
+  outer->backend = NULL;
+  free(tq);
+  outer->answer(outer, d, wait_ns, why);
+}
+
+static int g1_timed_reserve_async(void *self, const resil_ratelimiter_loop *loop,
+                                  resil_ratelimiter_request *q, resil_decision *d,
+                                  int64_t *wait_ns, resil_reason *why) {
+  g1_timed *t = self;
+  g1_treq *tq = calloc(1, sizeof *tq);
+  if (!tq) { /* no timing: the decision itself */
+    *d = g1_timed_reserve(self, q->permits, q->ctx, q->max_wait_ns, wait_ns, why);
+    return 0;
+  }
+  tq->q.struct_size = sizeof tq->q;
+  tq->q.permits = q->permits;
+  tq->q.ctx = q->ctx;
+  tq->q.max_wait_ns = q->max_wait_ns;
+  tq->q.answer = g1_timed_answer;
+  tq->q.user = tq;
+  tq->outer = q;
+  tq->t = t;
+  tq->t0 = mono_ns();
+  if (t->in->reserve_async(t->in->self, loop, &tq->q, d, wait_ns, why) == 0) {
+    g1_timed_note(t, tq->t0);
+    free(tq);
+    return 0;
+  }
+  q->backend = tq;
+  return 1;
+}
+
+static void g1_timed_withdraw(void *self, resil_ratelimiter_request *q) {
+  g1_timed *t = self;
+  g1_treq *tq = q->backend;
+  if (!tq) return;
+  t->in->withdraw(t->in->self, &tq->q);
+  q->backend = NULL;
+  free(tq);
+}
+
+/* A limiter on rl's backend, timed into slot (g1_timed): 0, or -1. */
+static int g1_timed_new(resil_ratelimiter *rl, g1_slot *slot, resil_ratelimiter **out) {
+  const resil_ratelimiter_backend *in = resil_ratelimiter_backend_of(rl);
+  if (!in || !in->reserve_async || !in->withdraw) return -1;
+  g1_timed *t = calloc(1, sizeof *t);
+  if (!t) return -1;
+  t->in = in;
+  t->slot = slot;
+  resil_ratelimiter_backend be;
+  resil_ratelimiter_backend_init(&be);
+  be.self = t;
+  be.reserve = g1_timed_reserve;
+  be.peek = g1_timed_peek;
+  be.free = g1_timed_free;
+  be.reserve_async = g1_timed_reserve_async;
+  be.withdraw = g1_timed_withdraw;
+  resil_ratelimiter_config cfg;
+  resil_ratelimiter_config_init(&cfg);
+  cfg.name = "g1-timed";
+  cfg.limit_for_period = G1_LIMIT;
+  cfg.refresh_period_ns = 1000 * G_MS;
+  cfg.timeout_ns = 0; /* as the Redis limiter's: fail fast */
+  /* On failure the call frees t (be.free). */
+  return resil_ratelimiter_new_backed(&cfg, &be, out, NULL) == RESIL_OK ? 0 : -1;
+}
 
 typedef struct g1_proc g1_proc;
 typedef struct g1_call {
@@ -402,7 +514,7 @@ static void g1_done(void *user, resil_engine_handle *h, resil_outcome o,
     if (now > s->last) s->last = now;
   } else if (o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_RATE_LIMITED) {
     s->refused++;
-    if (s->nlat < G1_SAMPLES) s->lat[s->nlat++] = now - c->sub;
+    if (s->nsub < G1_SAMPLES) s->sub[s->nsub++] = now - c->sub;
   } else {
     s->odd++;
   }
@@ -425,7 +537,7 @@ static int g1_child(const char *uri, const char *name, int64_t start, g1_slot *s
   resil_http_client *c = NULL;
   resil_loop *loop = NULL;
   resil_loop_adapter *ad = NULL;
-  resil_ratelimiter *rl = NULL;
+  resil_ratelimiter *rl = NULL, *timed = NULL;
   g1_proc *p = calloc(1, sizeof *p);
   if (!p) return rc;
   slot->first = INT64_MAX;
@@ -465,8 +577,10 @@ static int g1_child(const char *uri, const char *name, int64_t start, g1_slot *s
   cfg.failure = RESIL_REDIS_FAILURE_CLOSED;
   if (resil_redis_ratelimiter_new(&cfg, &rl, NULL) != RESIL_OK) goto out;
   rc++;
+  if (g1_timed_new(rl, slot, &timed) != 0) goto out;
+  rc++;
   resil_engine_policies_init(&p->pol);
-  p->pol.ratelimiter = rl;
+  p->pol.ratelimiter = timed;
   p->prm.name = "id";
   p->prm.value = "1";
   resil_http_args_init(&p->args);
@@ -491,6 +605,7 @@ out:
   if (p->e) resil_engine_free(p->e); /* ends what still runs */
   if (ad) resil_loop_adapter_free(ad);
   if (loop) resil_loop_free(loop);
+  if (timed) resil_ratelimiter_free(timed); /* before rl: its backend is rl's */
   if (rl) {
     resil_redis_ratelimiter_metrics m = g_metrics(rl);
     slot->redis_decisions = m.redis_decisions;
@@ -509,6 +624,29 @@ out:
   free(p);
   if (rc == 0) slot->stage = 3;
   return rc;
+}
+
+typedef struct g1_pct {
+  size_t n;
+  int64_t p50, p99, max;
+} g1_pct;
+
+/* The percentiles of the processes' step (which 0) or sub (1) samples,
+ * sorted in all (room for every sample). */
+static void g1_percentiles(const g1_slot *board, int which, int64_t *all, g1_pct *out) {
+  size_t k = 0;
+  for (int i = 0; i < G1_PROCS; i++) {
+    const g1_slot *b = &board[i];
+    int n = which ? b->nsub : b->nstep;
+    for (int j = 0; j < n; j++) all[k++] = which ? b->sub[j] : b->step[j];
+  }
+  memset(out, 0, sizeof *out);
+  out->n = k;
+  if (k == 0) return;
+  qsort(all, k, sizeof *all, cmp_i64);
+  out->p50 = all[k / 2];
+  out->p99 = all[(k * 99) / 100];
+  out->max = all[k - 1];
 }
 
 static int g1_run(lab_result *r, int wrong) {
@@ -569,11 +707,9 @@ static int g1_run(lab_result *r, int wrong) {
   long upstream = 0, ok = 0, refused = 0, odd = 0, calls = 0;
   unsigned long long decisions = 0, errors = 0, writes = 0, connects = 0;
   int64_t first = INT64_MAX, last = 0, rtt_total = 0, rtt_max = 0;
-  size_t n = 0;
-  for (int i = 0; i < G1_PROCS; i++) n += (size_t)board[i].nlat;
-  all = calloc(n + 1, sizeof *all);
+  int untimed = 0;
+  all = calloc((size_t)G1_PROCS * G1_SAMPLES + 1, sizeof *all);
   if (!lab_check(r, all != NULL, "out of memory")) goto out;
-  size_t k = 0;
   for (int i = 0; i < G1_PROCS; i++) {
     g1_slot *b = &board[i];
     upstream += b->upstream;
@@ -589,15 +725,12 @@ static int g1_run(lab_result *r, int wrong) {
     if (b->rtt_max_ns > rtt_max) rtt_max = b->rtt_max_ns;
     if (b->ok && b->first < first) first = b->first;
     if (b->last > last) last = b->last;
-    for (int j = 0; j < b->nlat; j++) all[k++] = b->lat[j];
+    uint64_t want = b->redis_decisions < G1_SAMPLES ? b->redis_decisions : G1_SAMPLES;
+    if ((uint64_t)b->nstep != want) untimed++;
   }
-  int64_t p50 = 0, p99 = 0, mx = 0;
-  if (k > 0) {
-    qsort(all, k, sizeof *all, cmp_i64);
-    p50 = all[k / 2];
-    p99 = all[(k * 99) / 100];
-    mx = all[k - 1];
-  }
+  g1_pct step, sub;
+  g1_percentiles(board, 0, all, &step);
+  g1_percentiles(board, 1, all, &sub);
   /* GCRA's bound: burst + span / T over a span that holds every grant:
    * from the first admitted call's submission to the last one's
    * completion (each grant, stamped by Redis's TIME, falls between its
@@ -623,24 +756,31 @@ static int g1_run(lab_result *r, int wrong) {
   lab_obs_real(r, "bound", bound);
   lab_obs_real(r, "ratio", ratio);
   lab_obs_str(r, "decision_latency_measured",
-              "submit to completion of the calls the limiter refused (the rate limiter is the "
-              "engine's first step, a refusal completes the call): the engine's start of the "
-              "call on its next loop pass, the pipelined Redis round trip, the completion");
-  lab_obs_int(r, "decision_samples", (long long)k);
-  lab_obs_int(r, "decision_p50_us", p50 / 1000);
-  lab_obs_int(r, "decision_p99_us", p99 / 1000);
-  lab_obs_int(r, "decision_max_us", mx / 1000);
+              "the rate-limiter step's decisions, from the limiter's call of its backend's "
+              "reserve_async to the Redis backend's answer (a timing backend forwarding to "
+              "the Redis limiter's), every decision");
+  lab_obs_int(r, "decision_samples", (long long)step.n);
+  lab_obs_int(r, "decision_p50_us", step.p50 / 1000);
+  lab_obs_int(r, "decision_p99_us", step.p99 / 1000);
+  lab_obs_int(r, "decision_max_us", step.max / 1000);
+  lab_obs_int(r, "submit_to_refusal_samples", (long long)sub.n);
+  lab_obs_int(r, "submit_to_refusal_p50_us", sub.p50 / 1000);
+  lab_obs_int(r, "submit_to_refusal_p99_us", sub.p99 / 1000);
   lab_obs_int(r, "redis_round_trip_mean_us", (long long)(rtt_mean / 1000.0));
   lab_obs_int(r, "redis_round_trip_max_us", rtt_max / 1000);
   lab_obs_int(r, "redis_errors", (long long)errors);
   lab_summary(r,
               "engine path, %d processes x %d calls in flight, %s of %d/s (burst %d): %ld "
               "calls, %llu Redis decisions in %llu writes; the upstream saw %ld calls in "
-              "%.0f ms; GCRA bound %.1f, ratio %.3f; decision (submit to refusal) p50 %lld "
-              "us, p99 %lld us, max %lld us",
+              "%.0f ms; GCRA bound %.1f, ratio %.3f; decision p50 %lld us, p99 %lld us, max "
+              "%lld us (submit to refusal p99 %lld us)",
               G1_PROCS, G1_INFLIGHT, wrong ? "a limiter per process (own keys)" : "one limiter",
               G1_LIMIT, G1_BURST, calls, decisions, writes, upstream, span / 1e6, bound, ratio,
-              (long long)(p50 / 1000), (long long)(p99 / 1000), (long long)(mx / 1000));
+              (long long)(step.p50 / 1000), (long long)(step.p99 / 1000),
+              (long long)(step.max / 1000), (long long)(sub.p99 / 1000));
+  lab_expect(r, "every_decision_timed", decisions > 0 && untimed == 0,
+             "%d processes timed other than their Redis decisions (up to %d each)", untimed,
+             G1_SAMPLES);
   lab_expect(r, "no_errors", errors == 0 && odd == 0,
              "%llu Redis errors, %ld completions neither 200 nor rate limited", errors, odd);
   lab_expect(r, "upstream_saw_the_admitted", upstream == ok,
