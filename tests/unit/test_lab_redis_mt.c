@@ -1,8 +1,8 @@
 /* Lab experiments G (tools/lab/exp_redis.c): libresil-redis's limiter
  * against a redis-server each experiment starts itself. Each must pass,
  * with the observed values asserted here, and its wrong variant must fail
- * through the named check. G1 (on the blocking path: 4 processes x 4
- * threads) takes about 3.5 s per run, G2 about 3 s, G3 about 2 s, G4 up to
+ * through the named check. G1 (on the engine path: 4 processes, 50 calls
+ * in flight each) takes about 3.6 s per run, G2 about 3 s, G3 about 2 s, G4 up to
  * 2 s (it waits for the clock's second edges).
  *
  * Without redis-server the experiments fail (saying so): this test skips
@@ -73,7 +73,7 @@ static void wrong_fails(const lab_experiment *e, lab_result *r) {
   assert_true(lab_check_failed(r, e->wrong_fails));
 }
 
-static void g1_blocking_path_four_processes_share_one_limiter_within_the_gcra_bound(void **s) {
+static void g1_engine_path_four_processes_share_one_limiter_within_the_gcra_bound(void **s) {
   (void)s;
   redis_installed();
   const lab_experiment *e = find("G1");
@@ -82,18 +82,45 @@ static void g1_blocking_path_four_processes_share_one_limiter_within_the_gcra_bo
   print_message("G1: %s\n", r.summary);
   if (!r.pass) fail_msg("G1 failed: %s", r.failure);
   json_t *o = r.observed;
-  assert_string_equal(json_string_value(get(o, "path")), "blocking");
+  assert_string_equal(json_string_value(get(o, "path")), "engine");
   assert_int_equal(num(o, "processes"), 4);
-  assert_true(real(o, "bound") >= 600.0); /* 10 + 3 s x 200 */
+  assert_int_equal(num(o, "in_flight_per_process"), 50);
+  /* 3 s of calls: the span of the grants is about 3 s, the bound about
+   * 10 + 3 s x 200. */
+  assert_true(real(o, "span_ms") >= 2900.0);
+  assert_true(real(o, "bound") >= 590.0);
+  assert_true(real(o, "bound") <= 650.0);
+  /* admitted: the requests the upstreams received, each a call the
+   * limiter let through (completed 200). */
+  assert_int_equal(num(o, "admitted"), num(o, "completed_200"));
   assert_true((double)num(o, "admitted") <= real(o, "bound") + 1.0);
   assert_true(real(o, "ratio") >= 0.95);
+  assert_true(real(o, "ratio") <= 1.0 + 1.0 / real(o, "bound"));
+  /* Every call decided by Redis, pipelined (fewer writes than decisions),
+   * one connection per process's loop. */
+  assert_int_equal(num(o, "decisions"), num(o, "calls"));
+  assert_true(num(o, "redis_writes") < num(o, "decisions"));
+  assert_int_equal(num(o, "redis_connects"), 4);
+  assert_int_equal(num(o, "refused_rate_limited") + num(o, "completed_200"), num(o, "calls"));
+  /* decision_*: the rate-limiter step's decisions, each timed (up to
+   * 150,000 per process), from the limiter's call of the backend to
+   * Redis's answer; submit_to_refusal_*: a refused call from submission to
+   * completion, beside it. */
+  assert_true(num(o, "decision_samples") > 1000);
+  assert_true(num(o, "decision_samples") <= num(o, "decisions"));
   assert_true(num(o, "decision_p99_us") > 0);
+  assert_true(num(o, "decision_p99_us") >= num(o, "decision_p50_us"));
+  assert_true(num(o, "decision_max_us") >= num(o, "decision_p99_us"));
+  assert_true(num(o, "submit_to_refusal_samples") > 1000);
+  assert_true(num(o, "submit_to_refusal_p99_us") > 0);
   assert_int_equal(num(o, "redis_errors"), 0);
   lab_result_clear(&r);
 
-  /* A limiter per process: each its own 200/s, about 4 x the bound. */
+  /* A limiter per process: each its own 200/s, about 4 x the bound (3.3 x
+   * once under ASan on two shared cores: a process starved for more than
+   * the burst's 50 ms loses permits). */
   wrong_fails(e, &r);
-  assert_true((double)num(r.observed, "admitted") > 3.0 * real(r.observed, "bound"));
+  assert_true((double)num(r.observed, "admitted") > 2.0 * real(r.observed, "bound"));
   lab_result_clear(&r);
 }
 
@@ -220,7 +247,7 @@ static void without_redis_server_the_g_experiments_fail_naming_it(void **s) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(without_redis_server_the_g_experiments_fail_naming_it),
-      cmocka_unit_test(g1_blocking_path_four_processes_share_one_limiter_within_the_gcra_bound),
+      cmocka_unit_test(g1_engine_path_four_processes_share_one_limiter_within_the_gcra_bound),
       cmocka_unit_test(g2_frozen_redis_each_policy_within_the_bound_and_the_breaker_opens),
       cmocka_unit_test(g3_restarted_redis_reloads_the_script_and_decisions_go_on),
       cmocka_unit_test(g4_fixed_window_doubles_at_the_edge_gcra_does_not),

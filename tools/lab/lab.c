@@ -129,7 +129,7 @@ static void usage(FILE *f) {
           "  processes, the resil tool itself (M5: `resil call --state` in a shell\n"
           "  loop) and a redis-server the G experiments start (Debian's\n"
           "  /usr/bin/redis-server, or $RESIL_REDIS_SERVER; without it they fail;\n"
-          "  G1 on the blocking path for now); the H and I experiments run twice,\n"
+          "  G1 on the async engine); the H and I experiments run twice,\n"
           "  on the blocking API and on the async engine (listed as H1/engine, ...).\n"
           "  Prints one line per experiment and exits 1 when any fails.\n"
           "  --json FILE   write the evidence JSON to FILE\n"
