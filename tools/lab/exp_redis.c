@@ -61,7 +61,6 @@
  *     burst 10) asked the same way lets through at most burst + span / T
  *     (T = 100 ms). Wrong variant: the naive limiter in GCRA's place. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -79,6 +78,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixture/redis_server.h"
 #include "lab_families.h"
 #include "lab_ops.h"
 #include "lab_result.h"
@@ -104,11 +104,7 @@
 #define G_SLACK (5 * G_MS)
 #endif
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+static int64_t mono_ns(void) { return lab_now_ns(); }
 
 static int64_t real_ns(void) {
   struct timespec ts;
@@ -127,56 +123,11 @@ static void sleep_until(int64_t mono) { sleep_ns(mono - mono_ns()); }
 
 /* ---- the experiment's own redis-server ---------------------------------- */
 
-typedef struct g_srv {
-  pid_t pid;
-  int port;
-  char bin[256];
-  char dir[96];
-  char uri[64];
-} g_srv;
-
-/* $RESIL_REDIS_SERVER when set (it must be executable), else Debian's
- * /usr/bin/redis-server, else the first on PATH: 1 with its path in out,
- * or 0. */
-static int g_find_server(char *out, size_t n) {
-  const char *env = getenv("RESIL_REDIS_SERVER");
-  if (env && *env) {
-    snprintf(out, n, "%s", env);
-    return access(out, X_OK) == 0;
-  }
-  if (access("/usr/bin/redis-server", X_OK) == 0) {
-    snprintf(out, n, "/usr/bin/redis-server");
-    return 1;
-  }
-  const char *path = getenv("PATH");
-  while (path && *path) {
-    const char *colon = strchr(path, ':');
-    size_t len = colon ? (size_t)(colon - path) : strlen(path);
-    if (len > 0 && len < n - 16) {
-      snprintf(out, n, "%.*s/redis-server", (int)len, path);
-      if (access(out, X_OK) == 0) return 1;
-    }
-    if (!colon) break;
-    path = colon + 1;
-  }
-  out[0] = '\0';
-  return 0;
-}
-
-static int g_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
+/* The server: src/fixture/redis_server.h (the Redis tests' and bench's
+ * too): $RESIL_REDIS_SERVER, /usr/bin/redis-server or PATH; 127.0.0.1, a
+ * free port (or the one it had: a restart), a temp dir, no persistence,
+ * killed by PID and by the kernel if the lab dies. */
+typedef resil_fx_redis g_srv;
 
 /* A hiredis client on the server, 1 s timeouts; NULL on failure. */
 static redisContext *g_client(const g_srv *s) {
@@ -201,100 +152,25 @@ static int g_do(const g_srv *s, const char *cmd) {
   return ok;
 }
 
-/* Kills the server (SIGKILL, by its PID; a SIGSTOPped one too) and reaps
- * it; the directory stays (g_srv_done removes it). */
-static void g_kill(g_srv *s) {
-  if (s->pid > 0) {
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    s->pid = 0;
-  }
-}
+static void g_kill(g_srv *s) { resil_fx_redis_kill(s); }
 
-/* Kills the server and removes its directory and what is in it. */
-static void g_srv_done(g_srv *s) {
-  g_kill(s);
-  if (!s->dir[0]) return;
-  DIR *d = opendir(s->dir);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-      char p[400];
-      snprintf(p, sizeof p, "%s/%s", s->dir, e->d_name);
-      unlink(p);
-    }
-    closedir(d);
-  }
-  rmdir(s->dir);
-  s->dir[0] = '\0';
-}
+static void g_srv_done(g_srv *s) { resil_fx_redis_done(s); }
 
 /* Starts redis-server on s->port (a free one when 0), in s->dir (made
  * when empty), and waits for its PING, at most 5 s. 0, or -1 (r records
- * why; nothing left running). */
+ * why; nothing left running). Without a redis-server the check
+ * redis_server_found fails, naming what was looked for. */
 static int g_start(lab_result *r, g_srv *s) {
-  if (!s->bin[0] && !g_find_server(s->bin, sizeof s->bin)) {
-    const char *env = getenv("RESIL_REDIS_SERVER");
-    if (env && *env)
-      lab_expect(r, "redis_server_found", 0,
-                 "RESIL_REDIS_SERVER=%s is not an executable: the G experiments need "
-                 "redis-server",
-                 env);
-    else
-      lab_expect(r, "redis_server_found", 0,
-                 "redis-server is not installed (not /usr/bin/redis-server nor on PATH): the G "
-                 "experiments need it (scripts/deps.sh installs Debian's redis-server)");
+  if (!s->bin[0] && !resil_fx_redis_find(s->bin, sizeof s->bin)) {
+    lab_expect(r, "redis_server_found", 0,
+               "%s is not an executable redis-server: the G experiments need one "
+               "(scripts/deps.sh installs Debian's; RESIL_REDIS_SERVER names another)",
+               s->bin);
+    s->bin[0] = '\0';
     return -1;
   }
-  if (!s->dir[0]) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(s->dir, sizeof s->dir, "%s/resil-lab-redis-XXXXXX",
-             tmp && *tmp && strlen(tmp) < 48 ? tmp : "/tmp");
-    if (!lab_check(r, mkdtemp(s->dir) != NULL, "mkdtemp: %s", strerror(errno))) {
-      s->dir[0] = '\0';
-      return -1;
-    }
-  }
-  if (s->port <= 0) s->port = g_free_port();
-  if (!lab_check(r, s->port > 0, "no free port on 127.0.0.1")) return -1;
-  char port[16], log[160];
-  snprintf(port, sizeof port, "%d", s->port);
-  snprintf(log, sizeof log, "%s/redis.log", s->dir);
-  const char *argv[] = {s->bin,       "--port",     port,   "--bind",      "127.0.0.1",
-                        "--save",     "",           "--appendonly", "no",  "--dir",
-                        s->dir,       "--daemonize", "no",  "--loglevel",  "warning",
-                        "--logfile",  log,          NULL};
-  pid_t parent = getpid();
-  s->pid = fork();
-  if (!lab_check(r, s->pid >= 0, "fork: %s", strerror(errno))) {
-    s->pid = 0;
-    return -1;
-  }
-  if (s->pid == 0) {
-    /* Killed with the lab, whatever ends it: no server outlives it. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);
-    execv(s->bin, (char *const *)argv);
-    _exit(127);
-  }
-  snprintf(s->uri, sizeof s->uri, "redis://127.0.0.1:%d/0", s->port);
-  int64_t until = mono_ns() + 5000 * G_MS;
-  while (mono_ns() < until) {
-    int st;
-    if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-      s->pid = 0;
-      lab_check(r, 0, "redis-server on port %d exited at its start (status %d; log in %s)",
-                s->port, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), log);
-      return -1;
-    }
-    if (g_do(s, "PING")) return 0;
-    sleep_ns(10 * G_MS);
-  }
-  g_kill(s);
-  lab_check(r, 0, "redis-server on port %d did not answer PING within 5 s (log in %s)", s->port,
-            log);
-  return -1;
+  char why[400];
+  return lab_check(r, resil_fx_redis_start(s, NULL, why, sizeof why) == 0, "%s", why) ? 0 : -1;
 }
 
 /* SIGSTOP or SIGCONT to the server: 0, or -1 (r records why). */
