@@ -336,13 +336,13 @@ static void frozen_redis_each_decision_ends_within_the_bound(void **state) {
   redis_stop(&s);
 }
 
-/* SCRIPT FLUSH between two batches: the second's pipelined EVALSHAs are
- * answered NOSCRIPT; one SCRIPT LOAD, each sent again, none fails. */
-static void script_flush_mid_run_costs_one_load(void **state) {
-  fx_state *fs = *state;
+/* 100 calls through a limiter on a fresh server, then `disrupt`, then 200
+ * more: every call succeeds; the limiter's metrics after all 300. */
+static resil_redis_ratelimiter_metrics run_disrupted(fx_state *fs, const char *name,
+                                                     void (*disrupt)(redis_srv *)) {
   redis_srv s;
   redis_start(&s);
-  resil_ratelimiter *rl = limiter(&s, "noscript", 100000, RESIL_S(1), RESIL_S(1),
+  resil_ratelimiter *rl = limiter(&s, name, 100000, RESIL_S(1), RESIL_S(1),
                                   RESIL_REDIS_FAILURE_CLOSED, 0);
   te_env *t = te_open(fs->f, eps, NEPS, NULL, NULL);
   resil_engine_policies pol;
@@ -351,54 +351,42 @@ static void script_flush_mid_run_costs_one_load(void **state) {
   rec_reset();
   submit_range(t->e, &pol, 0, 100);
   run_until_done(t, 100);
-  assert_true(redis_do(&s, "SCRIPT FLUSH", NULL));
+  disrupt(&s);
   submit_range(t->e, &pol, 100, 300);
   run_until_done(t, 300);
   for (size_t i = 0; i < 300; i++) assert_int_equal(R.status[i], 200);
   resil_redis_ratelimiter_metrics m = redis_metrics(rl);
-  print_message("SCRIPT FLUSH mid-run: %llu reloads, %llu decisions by Redis, %llu errors\n",
-                (unsigned long long)m.noscript_reloads, (unsigned long long)m.redis_decisions,
-                (unsigned long long)m.redis_errors);
+  print_message("%s mid-run: %llu reloads, %llu decisions by Redis, %llu errors, %llu connects\n",
+                name, (unsigned long long)m.noscript_reloads,
+                (unsigned long long)m.redis_decisions, (unsigned long long)m.redis_errors,
+                (unsigned long long)m.connects);
+  te_close(t);
+  resil_ratelimiter_free(rl);
+  redis_stop(&s);
+  return m;
+}
+
+static void flush_scripts(redis_srv *s) { assert_true(redis_do(s, "SCRIPT FLUSH", NULL)); }
+
+/* SCRIPT FLUSH between two batches: the second's pipelined EVALSHAs are
+ * answered NOSCRIPT; one SCRIPT LOAD, each sent again, none fails. */
+static void script_flush_mid_run_costs_one_load(void **state) {
+  resil_redis_ratelimiter_metrics m = run_disrupted(*state, "noscript", flush_scripts);
   assert_int_equal(m.noscript_reloads, 1);
   assert_int_equal(m.redis_decisions, 300);
   assert_int_equal(m.redis_errors, 0);
   assert_int_equal(m.fallback_closed, 0);
-  te_close(t);
-  resil_ratelimiter_free(rl);
-  redis_stop(&s);
 }
 
 /* Redis restarted between two batches (killed, a new empty one on the same
  * port): the decisions sent on the old connection are sent again once on a
  * new one, within their bound; none fails. */
 static void redis_restarted_mid_run_costs_no_decision(void **state) {
-  fx_state *fs = *state;
-  redis_srv s;
-  redis_start(&s);
-  resil_ratelimiter *rl = limiter(&s, "restart", 100000, RESIL_S(1), RESIL_S(1),
-                                  RESIL_REDIS_FAILURE_CLOSED, 0);
-  te_env *t = te_open(fs->f, eps, NEPS, NULL, NULL);
-  resil_engine_policies pol;
-  resil_engine_policies_init(&pol);
-  pol.ratelimiter = rl;
-  rec_reset();
-  submit_range(t->e, &pol, 0, 100);
-  run_until_done(t, 100);
-  redis_restart(&s);
-  submit_range(t->e, &pol, 100, 300);
-  run_until_done(t, 300);
-  for (size_t i = 0; i < 300; i++) assert_int_equal(R.status[i], 200);
-  resil_redis_ratelimiter_metrics m = redis_metrics(rl);
-  print_message("Redis restarted mid-run: %llu decisions by Redis, %llu errors, %llu connects\n",
-                (unsigned long long)m.redis_decisions, (unsigned long long)m.redis_errors,
-                (unsigned long long)m.connects);
+  resil_redis_ratelimiter_metrics m = run_disrupted(*state, "restart", redis_restart);
   assert_int_equal(m.redis_decisions, 300);
   assert_int_equal(m.redis_errors, 0);
   assert_int_equal(m.fallback_closed, 0);
   assert_int_equal(m.connects, 2);
-  te_close(t);
-  resil_ratelimiter_free(rl);
-  redis_stop(&s);
 }
 
 /* Calls whose deadline (5 ms) ends before Redis, frozen, answers: each
