@@ -124,7 +124,8 @@ typedef struct resil_redis_ratelimiter_config {
    * shares the permits; all must have the same limit_for_period and
    * refresh_period_ns (a limiter finding another rate in the key is
    * refused by Redis: an error reply, counted in redis_errors, and the
-   * failure policy decides). Default "resil:rl:". */
+   * failure policy decides; unless it takes the key over:
+   * take_over_other_rate). Default "resil:rl:". */
   const char *key_prefix;
   /* Permits per refresh period, 1..2147483647. Default 50. */
   int64_t limit_for_period;
@@ -176,6 +177,16 @@ typedef struct resil_redis_ratelimiter_config {
    * one left). It must not call the limiter. NULL = none. Default NULL. */
   void (*on_fallback)(void *user, const char *name, int entered, const char *cause);
   void *on_fallback_user;
+  /* 1: the limiter's first decision takes over a key holding another rate
+   * (limit_for_period or refresh_period_ns) instead of being refused: the
+   * key starts afresh under this limiter's rate (as a fresh key: a full
+   * burst), and from then on a limiter of the old rate is refused (its
+   * failure policy decides) until it is made again with the new one. What
+   * a configuration change wants (the registry sets it: the file is the
+   * truth, as for a shared segment's instances, DESIGN 8.1); never set it
+   * on limiters whose rates may differ by mistake. 0 (default): another
+   * rate is always refused. Since 0.2. */
+  int take_over_other_rate;
 } resil_redis_ratelimiter_config;
 
 /* Writes the documented defaults and struct_size. A macro passing

@@ -358,6 +358,10 @@ static resil_status new_rl(anycfg *c, const char *name, void **o, resil_error *e
     if (r->expected_instances >= 0) rc.expected_instances = r->expected_instances;
     if (r->redis_timeout_ns >= 0) rc.redis_timeout_ns = r->redis_timeout_ns;
     if (r->key_prefix) rc.key_prefix = r->key_prefix;
+    /* The file is the truth (as for a shared segment's instances): a load
+     * or reload that changed the rate takes the key over; processes still
+     * on the old rate are refused until they reload. */
+    rc.take_over_other_rate = 1;
     return resil_redis_ratelimiter_new(&rc, (resil_ratelimiter **)o, e);
   }
 #endif

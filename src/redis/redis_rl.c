@@ -72,8 +72,11 @@ const char resil__redis_gcra_script[] =
     "    return redis.error_reply('RESIL ' .. KEYS[1] .. ' does not hold a resil rate limiter')\n"
     "  end\n"
     "  if tonumber(l) ~= limit or tonumber(p) ~= period then\n"
-    "    return redis.error_reply('RESIL ' .. KEYS[1] .. ' holds a limit of ' .. l .. ' per ' ..\n"
-    "      p .. ' us, not ' .. ARGV[2] .. ' per ' .. ARGV[3] .. ' us')\n"
+    "    if ARGV[6] ~= '1' then\n"
+    "      return redis.error_reply('RESIL ' .. KEYS[1] .. ' holds a limit of ' .. l .. ' per ' ..\n"
+    "        p .. ' us, not ' .. ARGV[2] .. ' per ' .. ARGV[3] .. ' us')\n"
+    "    end\n"
+    "    a, b = now, 0\n"
     "  end\n"
     "  tat = tonumber(a)\n"
     "  fr = tonumber(b)\n"
@@ -152,6 +155,9 @@ typedef struct rr {
   _Atomic uint64_t m[M_COUNT];
   _Atomic int64_t last_ns, max_ns, total_ns;
   _Atomic int failing; /* 1 from a decision Redis did not make to one it made */
+  /* 1 until a decision of this limiter wrote its key: the script may take
+   * over a key of another rate (cfg.take_over_other_rate). */
+  _Atomic int take_over;
   /* The engine path: one connection per loop (see "the engine path"). */
   pthread_mutex_t amu;
   struct rr_aconn *aconns;
@@ -337,11 +343,14 @@ static int fmt_eval(const rr *r, const char *sha, int64_t permits, int64_t max_w
   if (maxw_us > RR_EXACT_MAX) maxw_us = RR_EXACT_MAX;
   snprintf(a_n, sizeof a_n, "%lld", (long long)permits);
   snprintf(a_w, sizeof a_w, "%lld", (long long)maxw_us);
-  const char *argv[9] = {"EVALSHA", sha, "1", r->key, a_n, r->a_limit, r->a_period,
-                         r->a_burst, a_w};
-  size_t lens[9];
-  for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
-  return redisFormatCommandArgv(cmd, 9, argv, lens);
+  /* ARGV[6] "1": take over a key of another rate (take_over_other_rate,
+   * until a decision of this limiter wrote the key). */
+  const char *argv[10] = {"EVALSHA", sha, "1", r->key, a_n, r->a_limit, r->a_period,
+                          r->a_burst, a_w, "1"};
+  int argc = atomic_load_explicit(&r->take_over, memory_order_relaxed) ? 10 : 9;
+  size_t lens[10];
+  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+  return redisFormatCommandArgv(cmd, argc, argv, lens);
 }
 
 /* A reply to AUTH, SELECT or SCRIPT LOAD: 1 when it is a status or a
@@ -727,6 +736,9 @@ static resil_decision decide_answered(rr *r, const redisReply *rep, int64_t *wai
     *why = RESIL_REASON_RATE_LIMITED;
     return RESIL_DECISION_DENY;
   }
+  /* Granted: the script wrote the key under this limiter's rate. */
+  if (atomic_load_explicit(&r->take_over, memory_order_relaxed))
+    atomic_store_explicit(&r->take_over, 0, memory_order_relaxed);
   *why = RESIL_REASON_OK;
   return *wait_ns > 0 ? RESIL_DECISION_WAIT : RESIL_DECISION_GO;
 }
@@ -1588,6 +1600,7 @@ resil_status resil_redis_ratelimiter_new(const resil_redis_ratelimiter_config *u
   r->burst = burst;
   r->redis_timeout_ns = cfg->redis_timeout_ns;
   r->failure = cfg->failure;
+  atomic_init(&r->take_over, cfg->take_over_other_rate ? 1 : 0);
   snprintf(r->a_limit, sizeof r->a_limit, "%lld", (long long)r->limit);
   snprintf(r->a_period, sizeof r->a_period, "%lld", (long long)r->period_us);
   snprintf(r->a_burst, sizeof r->a_burst, "%lld", (long long)r->burst);

@@ -88,6 +88,79 @@ static void a_redis_limiter_from_yaml_in_a_chain(void **state) {
   resil_registry_free(reg);
 }
 
+/* A reload that changes a Redis limiter's rate: the new limiter takes the
+ * key over at its first decision (Redis decides it, no error), instead of
+ * being refused until the key, holding the old rate, expires (up to the
+ * burst's emission intervals: 20 s here); a limiter still on the old rate
+ * (another process that has not reloaded) is then refused with the reason
+ * and its failure policy decides. An unchanged limiter is kept. */
+static void a_reload_that_changes_the_rate_takes_the_key_over(void **state) {
+  (void)state;
+  static redis_srv s;
+  redis_start(&s);
+  char yaml[512];
+  const char *fmt = "ratelimiter:\n"
+                    "  instances:\n"
+                    "    global: {limit_for_period: %d, refresh_period: 10s, timeout: 0s,\n"
+                    "             redis: \"%s\", failure: closed, key_prefix: \"r:\"}\n"
+                    "    same: {limit_for_period: 7, refresh_period: 10s, timeout: 0s,\n"
+                    "           redis: \"%s\", failure: closed, key_prefix: \"r:\"}\n";
+  snprintf(yaml, sizeof yaml, fmt, 2, s.uri, s.uri);
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  if (resil_registry_load_string(yaml, strlen(yaml), "r.yaml", &reg, &err) != RESIL_OK)
+    fail_msg("%s: %s", err.key_path, err.message);
+  resil_ratelimiter *before = resil_registry_ratelimiter(reg, "global");
+  resil_ratelimiter *same = resil_registry_ratelimiter(reg, "same");
+  resil_reason why;
+  int64_t w;
+  assert_int_equal(resil_ratelimiter_reserve(before, 1, NULL, &w, &why), RESIL_DECISION_GO);
+  assert_int_equal(resil_ratelimiter_reserve(same, 1, NULL, &w, &why), RESIL_DECISION_GO);
+
+  snprintf(yaml, sizeof yaml, fmt, 5, s.uri, s.uri);
+  if (resil_registry_reload_string(reg, yaml, strlen(yaml), "r.yaml", &err) != RESIL_OK)
+    fail_msg("%s: %s", err.key_path, err.message);
+  resil_registry_reload_stats rs;
+  assert_status(RESIL_OK, resil_registry_last_reload(reg, &rs));
+  assert_int_equal(rs.replaced, 1);
+  assert_ptr_equal(resil_registry_ratelimiter(reg, "same"), same);
+  resil_ratelimiter *after = resil_registry_ratelimiter(reg, "global");
+  assert_ptr_not_equal(after, before);
+  /* Redis decides under the new rate at once: 5 fresh permits. */
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(resil_ratelimiter_reserve(after, 1, NULL, &w, &why), RESIL_DECISION_GO);
+  assert_int_equal(resil_ratelimiter_reserve(after, 1, NULL, &w, &why), RESIL_DECISION_DENY);
+  assert_int_equal(why, RESIL_REASON_RATE_LIMITED);
+  resil_redis_ratelimiter_metrics m = redis_metrics(after);
+  assert_int_equal(m.redis_decisions, 6);
+  assert_int_equal(m.redis_errors, 0);
+  /* Another process still on the old rate (made outside a registry: no
+   * take-over) is refused now; its policy (closed) rejects. */
+  resil_ratelimiter *old = NULL;
+  resil_redis_ratelimiter_config oc;
+  resil_redis_ratelimiter_config_init(&oc);
+  oc.uri = s.uri;
+  oc.name = "global";
+  oc.key_prefix = "r:";
+  oc.limit_for_period = 2;
+  oc.refresh_period_ns = RESIL_S(10);
+  oc.timeout_ns = 0;
+  oc.failure = RESIL_REDIS_FAILURE_CLOSED;
+  oc.redis_timeout_ns = RESIL_S(1);
+  assert_status(RESIL_OK, resil_redis_ratelimiter_new(&oc, &old, NULL));
+  assert_int_equal(resil_ratelimiter_reserve(old, 1, NULL, &w, &why), RESIL_DECISION_DENY);
+  assert_int_equal(why, RESIL_REASON_RATE_LIMITER_UNAVAILABLE);
+  assert_int_equal(redis_metrics(old).redis_errors, 1);
+  /* ... and does not take the key back: the new rate goes on. */
+  assert_int_equal(resil_ratelimiter_reserve(after, 1, NULL, &w, &why), RESIL_DECISION_DENY);
+  assert_int_equal(why, RESIL_REASON_RATE_LIMITED);
+  assert_int_equal(redis_metrics(after).redis_errors, 0);
+  resil_ratelimiter_free(old);
+  resil_registry_free(reg);
+  redis_stop(&s);
+}
+
 static void load_error(const char *yaml, resil_registry_error *err) {
   resil_registry *reg = NULL;
   resil_registry_error_init(err);
@@ -131,6 +204,8 @@ static void redis_keys_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(a_redis_limiter_from_yaml_in_a_chain, redis_teardown),
+      cmocka_unit_test_teardown(a_reload_that_changes_the_rate_takes_the_key_over,
+                                redis_teardown),
       cmocka_unit_test(redis_keys_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
