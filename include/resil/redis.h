@@ -232,6 +232,9 @@ typedef struct resil_redis_ratelimiter_metrics {
                       commands queued since the last (pipelined): compare
                       with redis_decisions. Since 0.2 (added after
                       fallbacks_entered)                                   */
+  /* Since 0.2: permits of cancelled reserved waits given back to Redis
+   * (the blocking path's acquire; one round trip each). */
+  uint64_t given_back;
 } resil_redis_ratelimiter_metrics;
 
 /* Fills *out up to the caller's struct size (a macro passing

@@ -82,6 +82,18 @@ const char resil__redis_gcra_script[] =
     "  fr = tonumber(b)\n"
     "  if tat < now then tat = now; fr = 0 end\n"
     "end\n"
+    "if n < 0 then\n"
+    "  if not v then return {1, 0} end\n"
+    "  local g = -n\n"
+    "  local f = fr - g * r\n"
+    "  local c = math.floor(f / limit)\n"
+    "  local ntat = tat - g * q + c\n"
+    "  local nfr = f - c * limit\n"
+    "  if ntat < now then ntat = now; nfr = 0 end\n"
+    "  redis.call('SET', KEYS[1], string.format('%d %d %d %d', ntat, nfr, limit, period),\n"
+    "    'PX', math.floor((ntat - now) / 1000) + 1)\n"
+    "  return {1, 0}\n"
+    "end\n"
     "local m = n\n"
     "if m == 0 then m = 1 end\n"
     "local f = fr + m * r\n"
@@ -135,6 +147,7 @@ enum {
   M_CONNECTS,
   M_ENTERED,
   M_WRITES,
+  M_GIVEN_BACK,
   M_COUNT
 };
 
@@ -1420,6 +1433,22 @@ static void ac_loop_end(void *arg) {
   if (last) rr_free_now(r);
 }
 
+/* A reserved wait was cancelled (the blocking path's acquire): its
+ * permits go back, the key's theoretical arrival time moved back by as
+ * many emission intervals (never before now), as the local limiter gives
+ * back. One round trip bounded as a decision; when Redis cannot answer
+ * they stay spent (never one too many). */
+static void rr_give_back(void *self, int permits) {
+  rr *r = self;
+  redisReply *rep;
+  const char *cause;
+  if (permits <= 0) return;
+  if (decide(r, NULL, -(int64_t)permits, 0, &rep, &cause) == RUN_OK) {
+    bump(r, M_GIVEN_BACK);
+    freeReplyObject(rep);
+  }
+}
+
 static int rr_peek(void *self, int64_t *available, int64_t *nanos_to_wait) {
   rr *r = self;
   redisReply *rep;
@@ -1631,6 +1660,7 @@ resil_status resil_redis_ratelimiter_new(const resil_redis_ratelimiter_config *u
   be.self = r;
   be.reserve = rr_reserve;
   be.peek = rr_peek;
+  be.give_back = rr_give_back;
   be.reserve_async = rr_reserve_async;
   be.withdraw = rr_withdraw;
   be.free = rr_free;
@@ -1672,6 +1702,7 @@ resil_status resil_redis_ratelimiter_get_metrics_sized(const resil_ratelimiter *
   m.connects = v[M_CONNECTS];
   m.fallbacks_entered = v[M_ENTERED];
   m.writes = v[M_WRITES];
+  m.given_back = v[M_GIVEN_BACK];
   m.last_decision_ns = atomic_load_explicit(&r->last_ns, memory_order_relaxed);
   m.max_decision_ns = atomic_load_explicit(&r->max_ns, memory_order_relaxed);
   m.total_decision_ns = atomic_load_explicit(&r->total_ns, memory_order_relaxed);

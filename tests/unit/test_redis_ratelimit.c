@@ -150,6 +150,37 @@ static void gcra_burst_rate_and_reservations(void **state) {
   redis_stop(&s);
 }
 
+/* A reserved wait cancelled (acquire with a signalled token): the permit
+ * goes back to Redis, so the next caller waits one emission interval (5 s),
+ * not two; as the local limiter gives back. */
+static void a_cancelled_wait_gives_its_permit_back(void **state) {
+  (void)state;
+  static redis_srv s; /* static: the teardown may stop it after a failure */
+  redis_start(&s);
+  resil_ratelimiter *rl =
+      redis_rl(&s, "giveback", 2, RESIL_S(10), 2, RESIL_S(30), RESIL_REDIS_FAILURE_CLOSED);
+  resil_reason why;
+  int64_t w;
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(resil_ratelimiter_reserve(rl, 1, NULL, &w, &why), RESIL_DECISION_GO);
+  resil_cancel *c;
+  assert_status(RESIL_OK, resil_cancel_new(&c));
+  resil_cancel_signal(c);
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.cancel = c;
+  assert_int_equal(resil_ratelimiter_acquire(rl, 1, &ctx, &why), RESIL_DECISION_DENY);
+  assert_int_equal(why, RESIL_REASON_CANCELLED);
+  resil_cancel_free(c);
+  assert_int_equal(redis_metrics(rl).given_back, 1);
+  assert_int_equal(resil_ratelimiter_reserve(rl, 1, NULL, &w, &why), RESIL_DECISION_WAIT);
+  print_message("after the give-back the next wait is %.3f s (one interval: 5 s)\n",
+                (double)w / 1e9);
+  assert_true(w > RESIL_S(4) && w <= RESIL_S(5));
+  resil_ratelimiter_free(rl);
+  redis_stop(&s);
+}
+
 static void noscript_after_flush_reloads_once(void **state) {
   (void)state;
   static redis_srv s; /* static: the teardown may stop it after a failure */
@@ -338,6 +369,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(config_errors_name_the_field, redis_teardown),
       cmocka_unit_test_teardown(gcra_burst_rate_and_reservations, redis_teardown),
+      cmocka_unit_test_teardown(a_cancelled_wait_gives_its_permit_back, redis_teardown),
       cmocka_unit_test_teardown(noscript_after_flush_reloads_once, redis_teardown),
       cmocka_unit_test_teardown(restart_reconnects_within_the_decision, redis_teardown),
       cmocka_unit_test_teardown(auth_and_database_from_the_uri, redis_teardown),
