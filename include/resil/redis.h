@@ -26,7 +26,10 @@
  * Each decision takes one round trip on one of the limiter's connections
  * (blocking sockets' I/O done with poll() under one deadline, hiredis only
  * formats and parses), and waits for it at most
- *   min(redis_timeout_ns, the ctx's remaining deadline)
+ *   min(the limiter's timeout_ns, the ctx's remaining deadline,
+ *       redis_timeout_ns)
+ * (timeout_ns counts when above 0: a fail-fast limiter, timeout 0, still
+ * asks Redis within the other two)
  * (connecting, AUTH, SELECT and SCRIPT LOAD included, and the wait for a
  * free connection); a host name is resolved by getaddrinfo(), which that
  * bound does not cover: give an address to have every wait bounded. A

@@ -630,10 +630,16 @@ static run_rc run_script(rr *r, rr_conn *k, int64_t t0, int64_t deadline, int64_
   }
 }
 
-/* The bound on a decision's wait for Redis: min(redis_timeout_ns, the
- * ctx's remaining deadline). Both paths. */
-static int64_t io_bound(const rr *r, const resil_ctx *ctx) {
+/* The bound on a decision's wait for Redis (DESIGN 8.2): min(the
+ * limiter's wait, the ctx's remaining deadline, redis_timeout_ns). The
+ * limiter's wait, max_wait_ns (min of its timeout_ns and the deadline, as
+ * the limiter computes it), counts when it is above 0: a caller willing
+ * to wait that long for a permit is not kept longer by Redis; a fail-fast
+ * limiter (timeout 0: no wait for a permit) still asks Redis, within the
+ * other two. Both paths. */
+static int64_t io_bound(const rr *r, const resil_ctx *ctx, int64_t max_wait_ns) {
   int64_t bound = r->redis_timeout_ns;
+  if (max_wait_ns > 0 && max_wait_ns < bound) bound = max_wait_ns;
   if (ctx && ctx->deadline_ns != RESIL_NO_DEADLINE) {
     int64_t left = resil_ctx_remaining_ns(ctx);
     if (left < bound) bound = left;
@@ -684,7 +690,7 @@ static run_rc decide(rr *r, const resil_ctx *ctx, int64_t permits, int64_t max_w
   *out = NULL;
   *cause = NULL;
   const int64_t t0 = mono_ns();
-  int64_t bound = io_bound(r, ctx);
+  int64_t bound = io_bound(r, ctx, max_wait_ns);
   resil_breaker_permit bp;
   if (!breaker_enter(r, &bp, cause)) return RUN_IO;
   run_rc rc = RUN_IO;
@@ -1319,7 +1325,7 @@ static int rr_reserve_async(void *self, const resil_ratelimiter_loop *lp,
     return 0;
   }
   const char *cause = NULL;
-  int64_t bound = io_bound(r, q->ctx);
+  int64_t bound = io_bound(r, q->ctx, q->max_wait_ns);
   rr_aconn *ac = NULL;
   resil_breaker_permit bp;
   if (!breaker_enter(r, &bp, &cause)) {

@@ -322,6 +322,36 @@ static void frozen_redis_each_policy(void **state) {
   redis_stop(&s);
 }
 
+/* The limiter's own timeout bounds a decision too (DESIGN 8.2: min of the
+ * limiter's timeout, the deadline and the Redis timeout): a limiter that
+ * waits at most 30 ms for a permit, with a Redis timeout of 1 s, gives up
+ * on a frozen Redis after 30 ms, not 1 s. */
+static void the_limiters_timeout_bounds_a_decision(void **state) {
+  (void)state;
+  static redis_srv s;
+  redis_start(&s);
+  resil_ratelimiter *rl =
+      redis_rl(&s, "t30", 100, RESIL_S(1), 0, RESIL_MS(30), RESIL_REDIS_FAILURE_OPEN);
+  resil_decision d;
+  resil_reason why;
+  timed_reserve(rl, &d, &why); /* connected while Redis runs */
+  assert_int_equal(d, RESIL_DECISION_GO);
+  int64_t lag = sched_lag_ns();
+  redis_freeze(&s);
+  int64_t took = timed_reserve(rl, &d, &why);
+  redis_thaw(&s);
+  print_message("frozen, timeout 30 ms, Redis timeout 1 s: the decision took %lld us\n",
+                (long long)took / 1000);
+  assert_int_equal(d, RESIL_DECISION_GO); /* open */
+  assert_true(took >= MS(29));
+  if (took > MS(30) + SLACK_NS + lag)
+    fail_msg("took %lld us (scheduling lag %lld us)", (long long)took / 1000,
+             (long long)lag / 1000);
+  assert_int_equal(redis_metrics(rl).fallback_open, 1);
+  resil_ratelimiter_free(rl);
+  redis_stop(&s);
+}
+
 /* Threads on a frozen Redis with fewer connections than threads: the wait
  * for a connection is within the bound too. */
 typedef struct fz {
@@ -397,6 +427,7 @@ int main(void) {
       cmocka_unit_test_teardown(exact_across_processes, redis_teardown),
       cmocka_unit_test_teardown(frozen_redis_each_policy, redis_teardown),
       cmocka_unit_test_teardown(frozen_redis_threads_wait_within_the_bound, redis_teardown),
+      cmocka_unit_test_teardown(the_limiters_timeout_bounds_a_decision, redis_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
