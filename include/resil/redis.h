@@ -260,6 +260,7 @@ RESIL_API resil_status resil_redis_ratelimiter_get_metrics_sized(
  *   resil_redis_ratelimiter_writes_total (the engine path's writes)
  *   resil_redis_ratelimiter_decision_seconds_total (Redis decisions, summed)
  *   resil_redis_ratelimiter_decision_seconds{stat=last|max}
+ *   resil_redis_ratelimiter_given_back_total (cancelled waits' permits)
  * name NULL = the limiter's. resil_metrics_remove(m, rl) removes them (with
  * the limiter's own). RESIL_OK; RESIL_EMISUSE (m NULL); RESIL_EINVAL (rl
  * not a Redis limiter); RESIL_ENOMEM. Since 0.2. */

@@ -1746,6 +1746,8 @@ static const resil_metric_family rr_fams[] = {
      "Time of the decisions Redis made, summed (divide by decisions_total{by=\"redis\"})"},
     {"resil_redis_ratelimiter_decision_seconds", RESIL_METRIC_GAUGE,
      "The last Redis decision's time (stat=last), the longest decision's (stat=max)"},
+    {"resil_redis_ratelimiter_given_back_total", RESIL_METRIC_COUNTER,
+     "Permits of cancelled reserved waits given back to Redis"},
 };
 
 static resil_status rr_snapshot(const void *obj, void *snap) {
@@ -1780,6 +1782,7 @@ static void rr_emit(const void *snap, size_t family, resil_metrics_emitter *e) {
     rr_by(e, "stat", "last", (double)m->last_decision_ns / 1e9);
     rr_by(e, "stat", "max", (double)m->max_decision_ns / 1e9);
     break;
+  case 8: resil_metrics_sample(e, (double)m->given_back, 0, NULL); break;
   default: break;
   }
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "redis/redis_int.h"
+#include "resil/metrics.h"
 #include "test_redis_common.h"
 
 static void config_errors_name_the_field(void **state) {
@@ -173,6 +174,15 @@ static void a_cancelled_wait_gives_its_permit_back(void **state) {
   assert_int_equal(why, RESIL_REASON_CANCELLED);
   resil_cancel_free(c);
   assert_int_equal(redis_metrics(rl).given_back, 1);
+  resil_metrics *mx;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &mx));
+  assert_status(RESIL_OK, resil_redis_ratelimiter_metrics_add(mx, NULL, rl));
+  char *text = NULL;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(mx, &text, NULL));
+  if (!strstr(text, "resil_redis_ratelimiter_given_back_total{name=\"giveback\"} 1\n"))
+    fail_msg("no given_back_total 1 in:\n%s", text);
+  resil_metrics_text_free(mx, text);
+  resil_metrics_free(mx);
   assert_int_equal(resil_ratelimiter_reserve(rl, 1, NULL, &w, &why), RESIL_DECISION_WAIT);
   print_message("after the give-back the next wait is %.3f s (one interval: 5 s)\n",
                 (double)w / 1e9);
