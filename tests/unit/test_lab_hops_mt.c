@@ -5,14 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lab.h"
+#include "test_lab_common.h"
 #include "test_util.h"
-
-static const lab_experiment *find(const char *id) {
-  const lab_experiment *e = lab_find(id);
-  if (!e) fail_msg("%s is not registered", id);
-  return e;
-}
 
 static double real(json_t *o, const char *k) {
   json_t *v = json_object_get(o, k);

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lab.h"
+#include "test_lab_common.h"
 #include "test_util.h"
 
 #ifdef RESIL_HAVE_REDIS
@@ -58,19 +58,6 @@ static int boolean(json_t *o, const char *k) {
   json_t *v = get(o, k);
   if (!json_is_boolean(v)) fail_msg("observed.%s is not a boolean", k);
   return json_is_true(v);
-}
-
-static const lab_experiment *find(const char *id) {
-  const lab_experiment *e = lab_find(id);
-  if (!e) fail_msg("%s is not registered", id);
-  return e;
-}
-
-static void wrong_fails(const lab_experiment *e, lab_result *r) {
-  if (lab_run_wrong(e, r) != 0) fail_msg("%s against %s passed: %s", e->id, e->wrong, r->summary);
-  print_message("%s against %s fails as it must: [%s] %s\n", e->id, e->wrong, r->failed_checks,
-                r->summary);
-  assert_true(lab_check_failed(r, e->wrong_fails));
 }
 
 static void g1_engine_path_four_processes_share_one_limiter_within_the_gcra_bound(void **s) {

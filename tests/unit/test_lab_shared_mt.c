@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lab.h"
+#include "test_lab_common.h"
 #include "test_util.h"
 
 static long long num(json_t *o, const char *k) {
@@ -20,19 +20,6 @@ static const char *str(json_t *o, const char *k) {
   json_t *v = json_object_get(o, k);
   if (!json_is_string(v)) fail_msg("observed.%s missing", k);
   return json_string_value(v);
-}
-
-static const lab_experiment *find(const char *id) {
-  const lab_experiment *e = lab_find(id);
-  if (!e) fail_msg("%s is not registered", id);
-  return e;
-}
-
-static void wrong_fails(const lab_experiment *e, lab_result *r) {
-  if (lab_run_wrong(e, r) != 0) fail_msg("%s against %s passed: %s", e->id, e->wrong, r->summary);
-  print_message("%s against %s fails as it must: [%s] %s\n", e->id, e->wrong, r->failed_checks,
-                r->summary);
-  assert_true(lab_check_failed(r, e->wrong_fails));
 }
 
 static void m1_eight_processes_open_one_shared_breaker(void **s) {
