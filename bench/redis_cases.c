@@ -144,6 +144,22 @@ static int srv_start(srv *s, char *why, size_t n) {
 
 static void srv_stop(srv *s) { resil_fx_redis_done(s); }
 
+/* What both cases record of a run: the load before and after, the rounds
+ * and their size, the limiter's Redis errors and connects; a run whose
+ * limiter met Redis errors gets why (when it has none yet). */
+static void put_run(json_t *o, double load0, double load1, int done, uint64_t per_round,
+                    const resil_redis_ratelimiter_metrics *m, char *why, size_t n) {
+  json_object_set_new(o, "loadavg_start", json_real(load0));
+  json_object_set_new(o, "loadavg_end", json_real(load1));
+  json_object_set_new(o, "rounds", json_integer(done));
+  json_object_set_new(o, "decisions_per_round", json_integer((json_int_t)per_round));
+  json_object_set_new(o, "redis_errors", json_integer((json_int_t)m->redis_errors));
+  json_object_set_new(o, "connects", json_integer((json_int_t)m->connects));
+  if (!why[0] && m->redis_errors)
+    snprintf(why, n, "%llu Redis errors on the limiter's side",
+             (unsigned long long)m->redis_errors);
+}
+
 /* ---- the two sides ------------------------------------------------------- */
 
 #define LIMIT "1000000" /* per second, and the burst: far above a loopback round trip's rate */
@@ -270,15 +286,7 @@ static int run_acquire(const bench_opts *opts, const srv *sp, const char *json_p
   memset(&m, 0, sizeof m);
   if (rl) (void)resil_redis_ratelimiter_get_metrics(rl, &m);
   double load1 = loadavg1();
-  json_object_set_new(o, "loadavg_start", json_real(load0));
-  json_object_set_new(o, "loadavg_end", json_real(load1));
-  json_object_set_new(o, "rounds", json_integer(done));
-  json_object_set_new(o, "decisions_per_round", json_integer((json_int_t)per_round));
-  json_object_set_new(o, "redis_errors", json_integer((json_int_t)m.redis_errors));
-  json_object_set_new(o, "connects", json_integer((json_int_t)m.connects));
-  if (!why[0] && m.redis_errors)
-    snprintf(why, sizeof why, "%llu Redis errors on the limiter's side",
-             (unsigned long long)m.redis_errors);
+  put_run(o, load0, load1, done, per_round, &m, why, sizeof why);
   if (done > 0) {
     double mo = median_of(ours_ns, done), mb = median_of(bare_ns, done);
     double co = median_of(ours_cpu, done), cb = median_of(bare_cpu, done);
@@ -740,15 +748,7 @@ static int run_engine(const bench_opts *opts, const srv *sp, const char *json_pa
                                   "to about --min-run-ms per side, 1,000 in flight from the "
                                   "first submission to the last answer; medians over the "
                                   "rounds; one connection each, one loop thread"));
-  json_object_set_new(o, "loadavg_start", json_real(load0));
-  json_object_set_new(o, "loadavg_end", json_real(load1));
-  json_object_set_new(o, "rounds", json_integer(done));
-  json_object_set_new(o, "decisions_per_round", json_integer((json_int_t)per_round));
-  json_object_set_new(o, "redis_errors", json_integer((json_int_t)m.redis_errors));
-  json_object_set_new(o, "connects", json_integer((json_int_t)m.connects));
-  if (!why[0] && m.redis_errors)
-    snprintf(why, sizeof why, "%llu Redis errors on the limiter's side",
-             (unsigned long long)m.redis_errors);
+  put_run(o, load0, load1, done, per_round, &m, why, sizeof why);
   if (done > 0) {
     double mo = median_of(rate[0], done), mb = median_of(rate[1], done);
     double co = median_of(cpu[0], done), cb = median_of(cpu[1], done);
