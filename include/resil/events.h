@@ -44,6 +44,11 @@
  *                        the primary, k hedge k), elapsed_ms (since the
  *                        primary started), delay_ms (sent: the delay used),
  *                        outcome, reason, http_status (won, rejected)
+ *   instance_ejected, instance_returned, instance_added, instance_removed
+ *                        upstream, address, index, ejections (and for
+ *                        instance_ejected duration_ms, consecutive): an
+ *                        instance of an upstream with several (http.h,
+ *                        "Many instances"), resil_event_instance_listener
  *   application kinds: whatever resil_event_emit is given.
  * Never a secret: no header, no body; a URL given to resil_event_emit_url
  * is redacted as resil_http_log_fn documents (userinfo, secret-looking
@@ -153,6 +158,16 @@ RESIL_API void resil_event_hedge_listener(void *user, const resil_hedge_event *e
  * before it resend_prevented or recovered when the outcome's flags say so.
  * Since 0.2. */
 RESIL_API void resil_event_attempt_listener(void *user, const resil_attempt_info *info);
+
+/* A resil_http_instance_listener_fn (resil_http_client_config.on_instance):
+ * user is the sink; instance is ev->client. Writes one line of kind
+ * instance_ejected (upstream, address: ev->instance redacted as a URL,
+ * index, ejections, duration_ms, consecutive), instance_returned,
+ * instance_added or instance_removed (upstream, address, index,
+ * ejections). Since 0.2. */
+struct resil_http_instance_event;
+RESIL_API void resil_event_instance_listener(void *user,
+                                             const struct resil_http_instance_event *ev);
 
 /* A registry reload (the registry calls it; so may an application): ok 1
  * or 0, file the configuration file (may be NULL), changed and kept the

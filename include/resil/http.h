@@ -268,6 +268,17 @@ typedef struct resil_http_endpoint {
    * rejects unknown headers, or one that must not learn the caller's
    * budget). 0 or 1. */
   int no_deadline_header;
+  /* Since 0.2. Several instances of this endpoint's upstream (DESIGN
+   * §8.4): a NULL-terminated list of 1..64 base URLs, each as base_url
+   * (the same rules, one origin each), instead of base_url (give one or
+   * the other). Every attempt of a call chooses one (see
+   * resil_http_client_config, "Many instances"); NULL (default): the
+   * endpoint uses base_url or the client's instances. Copied. */
+  const char *const *instances;
+  /* Since 0.2. 1: base_url's host name is resolved and every address it
+   * has is an instance (see resil_http_client_config.resolve_instances);
+   * needs base_url. 0 (default) or 1. */
+  int resolve_instances;
 } resil_http_endpoint;
 
 /* An endpoint entry with struct_size set, for tables:
@@ -372,6 +383,47 @@ typedef enum resil_http_log_level {
  * LF and TAB of a body become spaces and its other control bytes '.'. */
 typedef void (*resil_http_log_fn)(void *user, resil_http_log_level level,
                                   const char *line);
+
+/* How an attempt chooses among the instances of an upstream (see
+ * resil_http_client_config, "Many instances"). Since 0.2. */
+typedef enum resil_http_balance {
+  /* Two instances drawn at random, the one with fewer attempts in flight
+   * (ties: the first drawn). The default. */
+  RESIL_HTTP_BALANCE_P2C = 0,
+  /* The next instance in turn. */
+  RESIL_HTTP_BALANCE_ROUND_ROBIN = 1
+} resil_http_balance;
+
+/* The ejection classes by default: the breaker's (breaker.h). */
+#define RESIL_HTTP_EJECT_CLASSES_DEFAULT                                       \
+  (RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) | RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) | \
+   RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) | RESIL_CLASSES_THROTTLED)
+
+typedef enum resil_http_instance_event_kind {
+  RESIL_HTTP_INSTANCE_EJECTED = 1,   /* out of the choice for duration_ns  */
+  RESIL_HTTP_INSTANCE_RETURNED = 2,  /* its probe succeeded: back in       */
+  RESIL_HTTP_INSTANCE_ADDED = 3,     /* a resolution found a new address   */
+  RESIL_HTTP_INSTANCE_REMOVED = 4    /* a resolution no longer returned it */
+} resil_http_instance_event_kind;
+
+/* What a resil_http_instance_listener_fn is told. Filled by the library;
+ * struct_size is the size it filled. Strings live for the call only. */
+typedef struct resil_http_instance_event {
+  size_t struct_size;
+  resil_http_instance_event_kind kind;
+  const char *client;     /* the client's name                            */
+  const char *upstream;   /* the client's base URL, or the endpoint's name
+                             for an endpoint's own instances              */
+  const char *instance;   /* the instance: its base URL, or for a resolved
+                             name "base_url@address"                      */
+  uint32_t index;         /* its index (resil_http_client_instance_stats)  */
+  uint64_t ejections;     /* ejections so far, this one included          */
+  int64_t duration_ns;    /* EJECTED: how long                            */
+  uint32_t consecutive;   /* EJECTED: failures in a row that caused it    */
+} resil_http_instance_event;
+
+typedef void (*resil_http_instance_listener_fn)(void *user,
+                                                const resil_http_instance_event *ev);
 
 typedef struct resil_http_client_config {
   /* Set by resil_http_client_config_init() (version.h, "Sized structs").
@@ -550,6 +602,85 @@ typedef struct resil_http_client_config {
    * deadline_propagation is 1. "grpc-timeout" is allowed (the same
    * grammar). Copied. Default "Request-Timeout". */
   const char *deadline_header;
+  /* ---- Many instances of the upstream (DESIGN §8.4). Since 0.2. ----
+   *
+   * An upstream (the client's, or an endpoint's own) may be several
+   * instances: a static list of base URLs (`instances`), or a host name
+   * whose every address is one (`resolve_instances`). Each ATTEMPT of a
+   * call chooses one instance, so the policies around
+   * resil_http_request_attempt() (retry, hedge, breaker) keep counting
+   * logical calls and attempts as before:
+   *   - choice: `balance`, among the instances neither ejected nor tried
+   *     by this call yet; when every live instance was tried, among the
+   *     live ones; the last instance is never left out (below).
+   *   - retry elsewhere: a retry goes to an instance this logical call
+   *     (the resil_http_request) has not tried when one is live; a hedge
+   *     (attempts of one request at once) to one other than the running
+   *     attempts'. Which attempts may be retried at all does not change:
+   *     the retry layer decides (NOT_SENT may move anywhere, an unkeyed
+   *     POST included, since it reached nobody; after UNKNOWN only a keyed
+   *     or idempotent call moves on). resil_http_call_keyed()'s status
+   *     queries prefer an instance other than the one whose write ended
+   *     UNKNOWN (the operation store is shared, §6).
+   *   - outlier ejection, per instance: eject_consecutive attempts in a
+   *     row ending in a class of eject_classes (NOT_SENT counts only for
+   *     DNS, CONNECT_REFUSED and CONNECT_TIMEOUT; cancelled attempts,
+   *     POOL_TIMEOUT, LOCAL_ERROR and REJECTED count neither way; any
+   *     other outcome resets the count) take it out of the choice for
+   *     eject_base_ns × (ejections so far), at most eject_max_ns, plus a
+   *     random 0..10 % so that clients ejected together do not return
+   *     together. Then ONE attempt at a time probes it: a success puts it
+   *     back (the multiplier decreases by one per eject_base_ns of health
+   *     afterwards), a failure ejects it again, for longer. At most
+   *     eject_max_percent of the instances are out (ejected or probing) at
+   *     once, rounded down, and never all: a single instance is never
+   *     ejected. An instance that would be ejected past the cap stays in
+   *     the choice (counted, resil_http_instance_stats.ejections_skipped).
+   *   - the client's breaker, around the call, still sees logical calls or
+   *     attempts as its place in the chain says; ejection is per instance.
+   * An instance is a pool origin of its own (max_connections_per_host
+   * applies to each). The response says which instance answered
+   * (resil_http_response_instance) and resil_http_client_instance_stats()
+   * reads each one's figures.
+   *
+   * NULL-terminated list of 1..64 base URLs, each as base_url; give
+   * base_url or instances, not both. NULL (default): base_url. Copied. */
+  const char *const *instances;
+  /* 1: base_url's host is a name whose addresses (IPv4 and IPv6, as
+   * getaddrinfo gives them, at most 64) are the instances: the client
+   * connects to each address (CURLOPT_CONNECT_TO) while the URL, the Host
+   * header and the TLS server name stay base_url's. Resolved when the
+   * client is created (a failure there leaves no instance yet: attempts
+   * end NOT_SENT(DNS) until a resolution succeeds) and again every
+   * resolve_interval_ns on a thread of the client (every second while no
+   * address is known); an address that disappears leaves the choice, one
+   * that comes back keeps its figures. A numeric host is one instance.
+   * 0 (default) or 1. */
+  int resolve_instances;
+  /* 1 s..1 day. Default 30 s. */
+  int64_t resolve_interval_ns;
+  /* Default RESIL_HTTP_BALANCE_P2C. */
+  resil_http_balance balance;
+  /* Consecutive failures that eject an instance, 1..1000, or 0: never
+   * eject. Default 5. Read only when an upstream has several instances (or
+   * resolves a name). */
+  uint32_t eject_consecutive;
+  /* RESIL_CLASS_BIT() of the classes that count as failures, a subset of
+   * NOT_SENT, UNKNOWN, SERVER_ERROR, HTTP_408, HTTP_425, HTTP_429.
+   * Default the breaker's: all six (RESIL_HTTP_EJECT_CLASSES_DEFAULT). */
+  uint32_t eject_classes;
+  /* 1 ms..1 day, and eject_base_ns <= eject_max_ns <= 1 day. Defaults
+   * 30 s and 300 s. */
+  int64_t eject_base_ns;
+  int64_t eject_max_ns;
+  /* 0..100. Default 50. */
+  uint32_t eject_max_percent;
+  /* Told of every ejection and return (resil_http_instance_event), on the
+   * thread whose attempt caused it (or the resolver's), with no library
+   * lock held; NULL (default) none. resil_event_instance_listener
+   * (events.h) writes them to an event log. */
+  resil_http_instance_listener_fn on_instance;
+  void *on_instance_user;
 } resil_http_client_config;
 
 /* Writes the documented defaults and struct_size (a macro passing
@@ -630,12 +761,60 @@ RESIL_API resil_status resil_http_client_get_stats_sized(const resil_http_client
  * _requests_total, _requests_sent_total, _resends_total{name,kind}
  * (prevented, allowed), _connections_opened_total, _lease_timeouts_total,
  * _pool_in_use, _pool_max, _status_queries_total{name,answer},
- * _recovered_total, from resil_http_client_get_stats. The client is
+ * _recovered_total, from resil_http_client_get_stats; since 0.2 for each
+ * instance of an upstream with several (resil_http_client_instance_stats):
+ * resil_http_instance_in_flight{name,upstream,instance},
+ * _state{...} (0 healthy, 1 out, 2 probing, 3 gone), _ejections_total,
+ * _ejections_skipped_total, _attempts_total{...,outcome}. The client is
  * borrowed: remove it (resil_metrics_remove) before freeing it. Part of
  * libresil-http. Same statuses as resil_metrics_add_source. Since 0.2. */
 typedef struct resil_metrics resil_metrics;
 RESIL_API resil_status resil_http_client_metrics_add(resil_metrics *m, const char *name,
                                                      const resil_http_client *c);
+
+/* One instance of one of the client's upstreams (see
+ * resil_http_client_config, "Many instances"). Since 0.2. */
+typedef enum resil_http_instance_state {
+  RESIL_HTTP_INSTANCE_HEALTHY = 0,
+  RESIL_HTTP_INSTANCE_OUT = 1,      /* ejected                              */
+  RESIL_HTTP_INSTANCE_PROBING = 2,  /* back from ejection, one attempt at a
+                                       time until one succeeds or fails    */
+  RESIL_HTTP_INSTANCE_GONE = 3      /* no longer returned by its name's
+                                       resolution                           */
+} resil_http_instance_state;
+
+typedef struct resil_http_instance_stats {
+  size_t struct_size;          /* bytes the library wrote (version.h)     */
+  char instance[320];          /* as resil_http_instance_event.instance,
+                                  truncated                               */
+  char upstream[256];          /* as resil_http_instance_event.upstream   */
+  uint32_t upstream_index;     /* 0 the client's, k the k-th endpoint that
+                                  has its own instances                   */
+  resil_http_instance_state state;
+  uint32_t in_flight;          /* attempts chosen for it and not ended    */
+  uint32_t consecutive;        /* failures in a row now                   */
+  uint64_t ejections;          /* times ejected                           */
+  uint64_t ejections_skipped;  /* ejections the cap refused               */
+  uint64_t chosen;             /* attempts that chose it                  */
+  /* Attempt outcomes by kind, indexed by resil_outcome_kind (0 unused). */
+  uint64_t outcomes[5];
+  int64_t out_remaining_ns;    /* OUT: time left, else 0                  */
+} resil_http_instance_stats;
+
+/* Instances of all the client's upstreams, the client's first: stable
+ * indexes for the client's life (a resolved name's addresses keep their
+ * index when they disappear and come back). 0 for NULL. Thread-safe.
+ * Since 0.2. */
+RESIL_API size_t resil_http_client_instance_count(const resil_http_client *c);
+/* Snapshot of instance i, written up to the caller's size (a macro passing
+ * sizeof). Returns RESIL_OK, RESIL_EINVAL (out NULL, i out of range),
+ * RESIL_EMISUSE (NULL handle). Thread-safe. Since 0.2. */
+RESIL_API resil_status resil_http_client_instance_stats_sized(const resil_http_client *c,
+                                                              size_t i,
+                                                              resil_http_instance_stats *out,
+                                                              size_t struct_size);
+#define resil_http_client_instance_stats(c, i, out)                            \
+  resil_http_client_instance_stats_sized((c), (i), (out), sizeof(resil_http_instance_stats))
 
 /* ---- logical calls ---------------------------------------------------- */
 
@@ -1024,6 +1203,10 @@ RESIL_API const char *resil_http_response_decode_error(const resil_http_response
 /* libcurl's or libresil's message for a failed attempt (e.g. "Failed to
  * connect to 127.0.0.1 port 9: Connection refused"), or NULL. Since 0.1. */
 RESIL_API const char *resil_http_response_error(const resil_http_response *r);
+/* Since 0.2. The index of the instance the attempt that produced the
+ * response went to (resil_http_client_instance_stats), or -1 when it chose
+ * none (ended before: no time left, cancelled, no instance known). */
+RESIL_API int resil_http_response_instance(const resil_http_response *r);
 /* Value of the final response's header `name` (case-insensitive; the first
  * one when repeated), NULL when absent. Owned by r. Since 0.1. */
 RESIL_API const char *resil_http_response_header(const resil_http_response *r,
