@@ -357,7 +357,6 @@ int resil__http_group_resolve(const resil_allocator *a, http_group *g) {
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_ADDRCONFIG;
   int rc = getaddrinfo(g->host, g->port, &hints, &res);
   if (rc != 0 || !res) {
     if (res) freeaddrinfo(res);

@@ -8,6 +8,9 @@
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -429,6 +432,137 @@ static void the_engine_moves_not_sent_attempts_and_hedges_elsewhere(void **state
   resil_fixture_stop(f[1]);
 }
 
+/* ---- a resolved name ------------------------------------------------------------ */
+
+/* Runs in a child process whose resolver reads NSS_WRAPPER_HOSTS
+ * (libnss-wrapper, LD_PRELOAD), a real hosts file the child rewrites:
+ * svc.resil.test has the addresses 127.0.0.1 and 127.0.0.2, a fixture
+ * listens on each at the same port. Returns 0 when every check held. */
+static int dns_child(const char *hosts) {
+  resil_fixture_config fc;
+  resil_fixture_config_init(&fc);
+  resil_fixture *f[2];
+  char eb[256];
+  if (resil_fixture_start(&fc, &f[0], eb, sizeof eb) != 0) return 10;
+  fc.port = resil_fixture_port(f[0]);
+  fc.bind_addr = "127.0.0.2";
+  if (resil_fixture_start(&fc, &f[1], eb, sizeof eb) != 0) return 11;
+  FILE *fp = fopen(hosts, "w");
+  if (!fp) return 12;
+  fprintf(fp, "127.0.0.1 svc.resil.test\n127.0.0.2 svc.resil.test\n");
+  fclose(fp);
+  char base[64];
+  snprintf(base, sizeof base, "http://svc.resil.test:%u", (unsigned)fc.port);
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  static const resil_http_endpoint ep[] = {RESIL_HTTP_ENDPOINT(.name = "echo", .path = "/echo",
+                                                               .method = RESIL_HTTP_GET)};
+  cfg.endpoints = ep;
+  cfg.endpoint_count = 1;
+  cfg.base_url = base;
+  cfg.resolve_instances = 1;
+  cfg.resolve_interval_ns = INT64_C(1000000000);
+  cfg.balance = RESIL_HTTP_BALANCE_ROUND_ROBIN;
+  resil_http_client *c = NULL;
+  resil_error err;
+  if (resil_http_client_new(&cfg, &c, &err) != RESIL_OK) return 13;
+  if (resil_http_client_instance_count(c) != 2) return 14;
+  for (int k = 0; k < 20; k++) {
+    resil_outcome o = resil_http_call(c, "echo", NULL, NULL, NULL, NULL);
+    if (!resil_outcome_is_success(&o)) return 15;
+  }
+  /* Each address got its share, with the name's Host header. */
+  if (resil_fixture_attempts(f[0], "echo") != 10 || resil_fixture_attempts(f[1], "echo") != 10)
+    return 16;
+  char host[128];
+  char want[80];
+  snprintf(want, sizeof want, "svc.resil.test:%u", (unsigned)fc.port);
+  if (!resil_fixture_last_header(f[1], "echo", "host", host, sizeof host) ||
+      strcmp(host, want) != 0)
+    return 17;
+  resil_http_instance_stats is;
+  if (resil_http_client_instance_stats(c, 1, &is) != RESIL_OK) return 18;
+  char label[128];
+  snprintf(label, sizeof label, "%s@127.0.0.2", base);
+  if (strcmp(is.instance, label) != 0) return 19;
+  /* The name loses an address: within the interval (1 s) it is gone and
+   * every call goes to the other. */
+  fp = fopen(hosts, "w");
+  if (!fp) return 20;
+  fprintf(fp, "127.0.0.2 svc.resil.test\n");
+  fclose(fp);
+  /* nss_wrapper reads the file again when its mtime (whole seconds)
+   * changes: written twice within a second, it would keep the old one. */
+  struct timeval tv[2];
+  gettimeofday(&tv[0], NULL);
+  tv[0].tv_sec += 5;
+  tv[1] = tv[0];
+  if (utimes(hosts, tv) != 0) return 23;
+  int gone = 0;
+  for (int k = 0; k < 60 && !gone; k++) {
+    sleep_ms(50);
+    gone = resil_http_client_instance_stats(c, 0, &is) == RESIL_OK &&
+           is.state == RESIL_HTTP_INSTANCE_GONE;
+  }
+  if (!gone) return 21;
+  resil_fixture_reset(f[0]);
+  resil_fixture_reset(f[1]);
+  for (int k = 0; k < 10; k++) (void)resil_http_call(c, "echo", NULL, NULL, NULL, NULL);
+  if (resil_fixture_attempts(f[0], "echo") != 0 || resil_fixture_attempts(f[1], "echo") != 10)
+    return 22;
+  resil_http_client_free(c);
+  resil_fixture_stop(f[0]);
+  resil_fixture_stop(f[1]);
+  return 0;
+}
+
+#define NSS_WRAPPER "/usr/lib/x86_64-linux-gnu/libnss_wrapper.so"
+static const char *self_path;
+
+static void a_resolved_names_addresses_are_instances(void **state) {
+  (void)state;
+  if (access(NSS_WRAPPER, R_OK) != 0) {
+    /* scripts/deps.sh installs libnss-wrapper; CI runs this. */
+    print_message("skipped: %s missing\n", NSS_WRAPPER);
+    if (getenv("CI")) fail_msg("libnss-wrapper is missing in CI");
+    return;
+  }
+  char hosts[] = "/tmp/resil-hosts-XXXXXX";
+  int fd = mkstemp(hosts);
+  assert_true(fd >= 0);
+  close(fd);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    const char *pre = getenv("LD_PRELOAD");
+    char lp[512];
+    snprintf(lp, sizeof lp, "%s%s%s", pre ? pre : "", pre ? ":" : "", NSS_WRAPPER);
+    setenv("LD_PRELOAD", lp, 1);
+    setenv("NSS_WRAPPER_HOSTS", hosts, 1);
+    setenv("RESIL_TEST_DNS_CHILD", hosts, 1);
+    /* The sanitizers' runtimes then need not come first. */
+    const char *ao = getenv("ASAN_OPTIONS");
+    char asan[512];
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", ao ? ao : "", ao ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    execl(self_path, self_path, (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  int64_t end = mono_ms() + 30000;
+  pid_t w = 0;
+  while ((w = waitpid(pid, &st, WNOHANG)) == 0 && mono_ms() < end) sleep_ms(20);
+  if (w == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    unlink(hosts);
+    fail_msg("the resolver child did not finish within 30 s");
+  }
+  unlink(hosts);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* ---- configuration -------------------------------------------------------------- */
 
 static void bad_instance_settings_are_named(void **state) {
@@ -483,8 +617,13 @@ static void bad_instance_settings_are_named(void **state) {
   resil_http_client_free(c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  (void)argc;
+  self_path = argv[0];
+  const char *child = getenv("RESIL_TEST_DNS_CHILD");
+  if (child) return dns_child(child);
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a_resolved_names_addresses_are_instances),
       cmocka_unit_test(round_robin_takes_each_instance_in_turn),
       cmocka_unit_test(both_choices_spread_calls_over_every_instance),
       cmocka_unit_test(not_sent_attempts_move_to_an_untried_instance),
