@@ -545,6 +545,13 @@ static void a_resolved_names_addresses_are_instances(void **state) {
     char asan[512];
     snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", ao ? ao : "", ao ? ":" : "");
     setenv("ASAN_OPTIONS", asan, 1);
+    /* libnss_wrapper's own fork handlers unlock a mutex they did not lock
+     * (a ThreadSanitizer report in the wrapper, not in libresil): mutex
+     * misuse is not reported in this child; races still are. */
+    const char *to = getenv("TSAN_OPTIONS");
+    char tsan[1024];
+    snprintf(tsan, sizeof tsan, "%s%sreport_mutex_bugs=0", to ? to : "", to ? ":" : "");
+    setenv("TSAN_OPTIONS", tsan, 1);
     execl(self_path, self_path, (char *)NULL);
     _exit(127);
   }
