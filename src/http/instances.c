@@ -82,6 +82,7 @@ http_inst *resil__http_group_add(const resil_allocator *a, http_group *g, const 
   atomic_init(&i->consecutive, 0);
   atomic_init(&i->mult, 0);
   atomic_init(&i->out_until, 0);
+  atomic_init(&i->healthy_since, 0);
   atomic_init(&i->ejections, 0);
   atomic_init(&i->skipped, 0);
   atomic_init(&i->chosen, 0);
@@ -294,13 +295,21 @@ void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o) {
   unsigned kind = (unsigned)o->kind;
   if (kind < 5) atomic_fetch_add_explicit(&i->outcomes[kind], 1, memory_order_relaxed);
   int v = judge(g, o);
-  if (v == 0 && !probe) {
-    /* The common case takes no lock. */
-    if (atomic_load_explicit(&i->consecutive, memory_order_relaxed))
-      atomic_store_explicit(&i->consecutive, 0, memory_order_relaxed);
-    if (!atomic_load_explicit(&i->mult, memory_order_relaxed)) return;
+  if (!probe) {
+    /* Said nothing about the instance, or ejection is off. */
+    if (v < 0 || g->eject_consecutive == 0) return;
+    if (v == 0) {
+      /* The common case takes no lock. */
+      if (atomic_load_explicit(&i->consecutive, memory_order_relaxed))
+        atomic_store_explicit(&i->consecutive, 0, memory_order_relaxed);
+      if (!atomic_load_explicit(&i->mult, memory_order_relaxed)) return;
+      /* A multiplier to lower: only once a base time of health passed. */
+      if (resil__http_mono_ns() -
+              atomic_load_explicit(&i->healthy_since, memory_order_relaxed) <
+          g->eject_base_ns)
+        return;
+    }
   }
-  if (g->eject_consecutive == 0 && !probe) return;
   int64_t now = resil__http_mono_ns();
   int told = 0;
   int64_t dur = 0;
@@ -316,7 +325,7 @@ void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o) {
       atomic_store_explicit(&i->probe_busy, 0, memory_order_relaxed);
       atomic_store_explicit(&i->state, RESIL_HTTP_INSTANCE_HEALTHY, memory_order_release);
       atomic_fetch_sub_explicit(&g->out, 1, memory_order_relaxed);
-      i->healthy_since = now;
+      atomic_store_explicit(&i->healthy_since, now, memory_order_relaxed);
       told = RESIL_HTTP_INSTANCE_RETURNED;
     } else {
       /* Failed again: out again, for longer (it is still counted out). */
@@ -327,9 +336,10 @@ void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o) {
   } else if (st == RESIL_HTTP_INSTANCE_HEALTHY && v == 0) {
     /* The multiplier decreases by one per eject_base_ns of health. */
     unsigned m = atomic_load_explicit(&i->mult, memory_order_relaxed);
-    if (m && now - i->healthy_since >= g->eject_base_ns) {
+    if (m && now - atomic_load_explicit(&i->healthy_since, memory_order_relaxed) >=
+                 g->eject_base_ns) {
       atomic_store_explicit(&i->mult, m - 1, memory_order_relaxed);
-      i->healthy_since = now;
+      atomic_store_explicit(&i->healthy_since, now, memory_order_relaxed);
     }
   } else if (st == RESIL_HTTP_INSTANCE_HEALTHY && v > 0 && g->eject_consecutive) {
     unsigned c = atomic_fetch_add_explicit(&i->consecutive, 1, memory_order_relaxed) + 1;

@@ -40,7 +40,7 @@ typedef struct http_inst {
   atomic_uint consecutive;
   atomic_uint mult;              /* ejection multiplier now             */
   atomic_int_fast64_t out_until; /* OUT: monotonic ns                   */
-  int64_t healthy_since;         /* under g->mu                         */
+  atomic_int_fast64_t healthy_since; /* back from ejection (monotonic ns) */
   atomic_uint_fast64_t ejections, skipped, chosen;
   atomic_uint_fast64_t outcomes[5];
 } http_inst;
