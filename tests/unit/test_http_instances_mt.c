@@ -18,6 +18,7 @@
 #include "resil/events.h"
 #include "resil/bulkhead.h"
 #include "resil/hedge.h"
+#include "resil/metrics.h"
 #include "test_engine_common.h"
 #include "test_http_common.h"
 
@@ -127,6 +128,29 @@ static void round_robin_takes_each_instance_in_turn(void **state) {
     seen[i]++;
     resil_http_response_free(r);
   }
+  /* The metrics say the same per instance (promtool checks the format in
+   * test_metrics; here the series and values). */
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "up", c));
+  char *text = NULL;
+  size_t tlen = 0;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, &tlen));
+  for (int i = 0; i < 3; i++) {
+    char line[256];
+    snprintf(line, sizeof line,
+             "resil_http_instance_attempts_total{name=\"up\",upstream=\"%s\",instance=\"%s\","
+             "outcome=\"answered\"} 100\n",
+             s.urls[0], s.urls[i]);
+    if (!strstr(text, line)) fail_msg("missing: %s in\n%s", line, text);
+    snprintf(line, sizeof line,
+             "resil_http_instance_state{name=\"up\",upstream=\"%s\",instance=\"%s\"} 0\n",
+             s.urls[0], s.urls[i]);
+    assert_non_null(strstr(text, line));
+  }
+  resil_metrics_text_free(m, text);
+  resil_metrics_remove(m, c);
+  resil_metrics_free(m);
   for (int i = 0; i < 3; i++) {
     assert_int_equal(seen[i], 100);
     assert_int_equal(resil_fixture_attempts(f[i], "items"), 100);
