@@ -6,13 +6,16 @@
  * traffic still flows when the restarted instance is back), each through
  * resil_http_call_keyed (POST /payments with its own Idempotency-Key and
  * body {"amount": n}, n = 1..1000 the payment's number; status endpoint GET
- * /operations/{key}; a retry of 4 attempts). Mid-run, once 300 payments are
- * done and 3 attempts are in flight to it (and 1 ms more, so that they are
- * inside the server), instance 0 is SIGKILLed (by its PID, never
- * restarted); once 550 are done, the same way, instance 1 is stopped
- * (SIGTERM) and started again on its port with --recover, which re-drives
- * what the killed instance left PENDING (the fleet's recovery: a starting
- * instance recovers its dead peers' operations). A payment whose call did
+ * /operations/{key}; a retry of 4 attempts). Each payment's effect takes
+ * 10 ms inside its transaction (`--work-ms 10`: a payment processor's
+ * latency), so that a kill finds operations in the middle. Mid-run, once
+ * 300 payments are done and 3 attempts are in flight to it (and 3 ms more,
+ * so that they are inside the server), instance 0 is SIGKILLed (by its
+ * PID, never restarted); once 550 are done, the same way, instance 1 is
+ * stopped (SIGTERM) and started again on its port with --recover, which
+ * re-drives what the killed instance left PENDING (the fleet's recovery: a
+ * starting instance recovers its dead peers' operations). A payment whose
+ * call did
  * not end 201 asks the status endpoint again (resil_http_operation_status:
  * the pattern http.h documents for a key kept after UNKNOWN) until its
  * operation is COMMITTED, and sends it again with the same key when the
@@ -81,6 +84,7 @@ enum {
   PAYMENTS = 1000,
   CALLERS = 16,
   WAVE_MS = 32,     /* payments start in waves of CALLERS, one every 32 ms */
+  WORK_MS = 10,     /* each payment's effect: `resil upstream --work-ms` */
   KILL_AT = 300,    /* payments done before instance 0 is killed */
   RESTART_AT = 550, /* ... before instance 1 is restarted */
   KILLED = 0,
@@ -141,9 +145,9 @@ static int up_wait(up_proc *p, int ms) {
   return res;
 }
 
-/* `resil upstream --store uri --port port [--recover]`, killed by the
- * kernel if this thread dies; 0 once it listens (p->port its port), -1
- * with nothing left running. */
+/* `resil upstream --store uri --port port --work-ms WORK_MS [--recover]`,
+ * killed by the kernel if this thread dies; 0 once it listens (p->port its
+ * port), -1 with nothing left running. */
 static int up_start_once(up_proc *p, const char *bin, const char *uri, int port, int recover) {
   p->pid = 0;
   p->out = -1;
@@ -153,8 +157,10 @@ static int up_start_once(up_proc *p, const char *bin, const char *uri, int port,
   fcntl(fds[0], F_SETFD, FD_CLOEXEC);
   char port_s[16];
   snprintf(port_s, sizeof port_s, "%d", port);
+  char work[16];
+  snprintf(work, sizeof work, "%d", WORK_MS);
   char *argv[] = {(char *)bin, "upstream", "--store", (char *)uri, "--port", port_s,
-                  recover ? "--recover" : NULL, NULL};
+                  "--work-ms", work, recover ? "--recover" : NULL, NULL};
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
@@ -423,9 +429,9 @@ static uint32_t wait_for(fleet *f, int n, size_t i, int ms) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
-  /* 1 ms more: the attempts are then in the server, most inside the
-   * operation (PENDING stored, the effect's transaction). */
-  sleep_ms(1);
+  /* 3 ms more: the attempts are then in the server, most inside the
+   * operation (PENDING stored, the effect's 10 ms of work running). */
+  sleep_ms(3);
   return st.in_flight;
 }
 
