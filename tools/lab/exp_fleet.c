@@ -9,9 +9,9 @@
  * /operations/{key}; a retry of 4 attempts). Each payment's effect takes
  * 10 ms inside its transaction (`--work-ms 10`: a payment processor's
  * latency), so that a kill finds operations in the middle. Mid-run, once
- * 300 payments are done and 3 attempts are in flight to it (and 3 ms more,
- * so that they are inside the server), instance 0 is SIGKILLed (by its
- * PID, never restarted); once 550 are done, the same way, instance 1 is
+ * 250 payments are done, 5 ms into a wave that sent it at least 3
+ * attempts (inside the server by then), instance 0 is SIGKILLed (by its
+ * PID, never restarted); once 450 are done, the same way, instance 1 is
  * stopped (SIGTERM) and started again on its port with --recover, which
  * re-drives what the killed instance left PENDING (the fleet's recovery: a
  * starting instance recovers its dead peers' operations). A payment whose
@@ -85,8 +85,8 @@ enum {
   CALLERS = 16,
   WAVE_MS = 32,     /* payments start in waves of CALLERS, one every 32 ms */
   WORK_MS = 10,     /* each payment's effect: `resil upstream --work-ms` */
-  KILL_AT = 300,    /* payments done before instance 0 is killed */
-  RESTART_AT = 550, /* ... before instance 1 is restarted */
+  KILL_AT = 250,    /* payments done before instance 0 is killed */
+  RESTART_AT = 450, /* ... before instance 1 is restarted */
   KILLED = 0,
   RESTARTED = 1,
   MAX_EV = 32 /* attempts recorded per payment */
@@ -416,22 +416,23 @@ static const resil_http_endpoint fleet_endpoints[] = {
                         .idempotency_key = RESIL_HTTP_KEY_SEND, .status_endpoint = "op_status"),
 };
 
-/* Waits (at most ms) until done reaches n, then (at most 2 s) until
- * instance i has at least two attempts in flight; the in-flight count
- * seen. */
+/* Waits (at most ms) until done reaches n, then for a wave that sends
+ * instance i at least 3 attempts, and returns 5 ms after that wave's start
+ * (at most 2 s of waves): its attempts are then inside the server, most in
+ * the middle of the operation (PENDING stored, the effect's 10 ms of work
+ * running). The in-flight count seen then. */
 static uint32_t wait_for(fleet *f, int n, size_t i, int ms) {
   int64_t until = lab_now_ns() + ms * MS;
   while (atomic_load(&f->done) < n && lab_now_ns() < until) sleep_ms(1);
   resil_http_instance_stats st;
   memset(&st, 0, sizeof st);
   for (until = lab_now_ns() + 2000 * MS; lab_now_ns() < until;) {
-    if (resil_http_client_instance_stats(f->c, i, &st) != RESIL_OK || st.in_flight >= 3) break;
-    struct timespec ts = {0, 100000};
+    int64_t wave = (lab_now_ns() - f->start) / (WAVE_MS * MS) + 1;
+    int64_t at = f->start + wave * WAVE_MS * MS + 5 * MS, now = lab_now_ns();
+    struct timespec ts = {0, (long)(at - now)};
     nanosleep(&ts, NULL);
+    if (resil_http_client_instance_stats(f->c, i, &st) != RESIL_OK || st.in_flight >= 3) break;
   }
-  /* 3 ms more: the attempts are then in the server, most inside the
-   * operation (PENDING stored, the effect's 10 ms of work running). */
-  sleep_ms(3);
   return st.in_flight;
 }
 
@@ -452,7 +453,7 @@ static int f5_run(lab_result *r, int wrong) {
   uint32_t in_flight_at_kill = 0, in_flight_at_stop = 0;
   int done_at_kill = 0, done_at_restart = 0;
   uint64_t chosen_before_restart = 0, answered_before_restart = 0;
-  int64_t run_ns = 0;
+  int64_t run_ns = 0, restart_ns = 0;
   PGconn *db = NULL;
   resil_store *store = NULL;
   if (!lab_check(r, f.rec != NULL, "out of memory")) goto out;
@@ -478,9 +479,10 @@ static int f5_run(lab_result *r, int wrong) {
   cc.max_connections_per_host = 2 * CALLERS;
   cc.connect_timeout_ns = 1000 * MS;
   cc.response_timeout_ns = 5000 * MS;
-  /* A dead instance is out for 200 ms .. 1 s at a time, not 30 s. */
+  /* A dead instance is out for 200 to 500 ms at a time, not 30 s: the
+   * restarted one is soon back in the choice. */
   cc.eject_base_ns = 200 * MS;
-  cc.eject_max_ns = 1000 * MS;
+  cc.eject_max_ns = 500 * MS;
   cc.status_poll_ns = 20 * MS;
   cc.pending_wait_max_ns = 5000 * MS;
   resil_http_interceptor ic = {on_attempt_url, &f};
@@ -519,10 +521,12 @@ static int f5_run(lab_result *r, int wrong) {
    * on its port, recovering what instance 0 left PENDING. */
   in_flight_at_stop = wait_for(&f, RESTART_AT, RESTARTED, 20000);
   done_at_restart = atomic_load(&f.done);
+  int64_t stop_t0 = lab_now_ns();
   kill(up[RESTARTED].pid, SIGTERM);
   stop_rc = up_wait(&up[RESTARTED], 10000);
   int port1 = up[RESTARTED].port;
   restarted = up_start(&up[RESTARTED], bin, pg.uri, port1, 1) == 0;
+  restart_ns = lab_now_ns() - stop_t0;
   lab_check(r, restarted, "resil upstream 1 did not start again on port %d", port1);
   {
     resil_http_instance_stats st;
@@ -633,6 +637,7 @@ static int f5_run(lab_result *r, int wrong) {
   lab_obs_int(r, "done_at_restart", done_at_restart);
   lab_obs_int(r, "in_flight_at_stop", in_flight_at_stop);
   lab_obs_int(r, "recovered_at_restart", up[RESTARTED].recovered);
+  lab_obs_real(r, "restart_ms", (double)restart_ns / 1e6);
   lab_obs_int(r, "attempts_to_restarted_after", after_restart);
   lab_obs_int(r, "answered_by_restarted_after", answered_after_restart);
   lab_obs_int(r, "write_attempts", writes);
