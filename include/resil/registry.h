@@ -132,8 +132,11 @@
  *           ledger: {path: /ledger, instances: ["http://10.0.1.1:9000",
  *                                                "http://10.0.1.2:9000"]}
  *
- * resil_registry_http_client_balance() reads a client's settings back,
- * resil_http_client_instance_stats() its instances.
+ * With resil_registry_events_attach, each client's instance events
+ * (ejected, returned, added, removed) are lines of the sink
+ * (resil_event_instance_listener); resil_registry_http_client_balance()
+ * reads a client's settings back, resil_http_client_instance_stats() its
+ * instances.
  *
  * Rate limiters on Redis (Since 0.2, when libresil-config is built with
  * libresil-redis; redis.h): `redis: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`
@@ -575,6 +578,12 @@ RESIL_API resil_status resil_registry_metrics_remove(resil_registry *reg, resil_
  *    the sink (resil_hedge_listener_add: its "hedge" lines under its
  *    instance name), added, replaced and removed across reloads as the
  *    breakers' (Since 0.2).
+ *  - every HTTP client the registry builds (those of a reload too) has a
+ *    registry listener as its on_instance that forwards each instance
+ *    event to the sink attached now (resil_event_instance_listener:
+ *    "instance_ejected", "instance_returned", "instance_added",
+ *    "instance_removed" lines with the client's name), or drops it when
+ *    none is, as for attempts below (Since 0.2).
  *  - every retry and HTTP client the registry builds (those of a reload
  *    too) has a registry listener as its on_attempt (set when it is built:
  *    a config field), which forwards each attempt to the sink attached

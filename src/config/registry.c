@@ -2040,6 +2040,8 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
       } else if (c->ev && s->kind == RESIL_REG_HTTP_CLIENT) {
         tmp.hc.on_attempt = resil__reg_events_on_attempt;
         tmp.hc.on_attempt_user = c->ev;
+        tmp.hc.on_instance = resil__reg_events_on_instance;
+        tmp.hc.on_instance_user = c->ev;
       }
       resil_http_endpoint *table = NULL;
       if (s->kind == RESIL_REG_HTTP_CLIENT) {
