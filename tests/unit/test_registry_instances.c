@@ -150,6 +150,69 @@ static void a_reload_keeps_the_same_instances_and_replaces_others(void **state) 
   resil_registry_free(reg);
 }
 
+/* `resil describe --config`: after the chains, a client with several
+ * instances is listed with its balance, its ejection settings and each
+ * instance (a URL's userinfo redacted, the upstream it belongs to); a
+ * client of one base URL is not. */
+static void describe_lists_a_clients_instances_and_settings(void **state) {
+  (void)state;
+  const char *bin = getenv("RESIL_BIN");
+  if (!bin || !*bin) skip();
+  char dir[] = "/tmp/resil-reginst-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char file[128], out[128], cmd[512];
+  snprintf(file, sizeof file, "%s/d.yaml", dir);
+  snprintf(out, sizeof out, "%s/out", dir);
+  FILE *f = fopen(file, "w");
+  assert_non_null(f);
+  fputs("retry:\n"
+        "  instances:\n"
+        "    r: {max_attempts: 2}\n"
+        "chain:\n"
+        "  instances:\n"
+        "    c: {total_timeout: 2s, layers: [{retry: r}]}\n",
+        f);
+  /* PAY with a password in its first instance's URL */
+  char pay[2048];
+  snprintf(pay, sizeof pay, "%s", PAY);
+  char *p = strstr(pay, "http://127.0.0.1:9001");
+  assert_non_null(p);
+  fwrite(pay, 1, (size_t)(p - pay), f);
+  fprintf(f, "http://u:s3cret@%s", p + strlen("http://"));
+  fputs("    one:\n"
+        "      base_url: http://127.0.0.1:9\n"
+        "      endpoints: {get: {path: /x}}\n",
+        f);
+  assert_int_equal(fclose(f), 0);
+  snprintf(cmd, sizeof cmd, "'%s' describe --config '%s' >'%s' 2>&1", bin, file, out);
+  int st = system(cmd);
+  char text[8192];
+  f = fopen(out, "r");
+  assert_non_null(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  unlink(file);
+  unlink(out);
+  rmdir(dir);
+  if (st != 0) fail_msg("exit %d:\n%s", st, text);
+  static const char *const want[] = {
+      "chain c (",
+      "\nhttp_client pay: 5 instances, balance round_robin\n",
+      "  ejection: after 3 consecutive failures (server_error, not_sent), for 2.000 s x its "
+      "ejections so far (at most 20.000 s, + 0..10 % jitter); at most 34 % of the instances "
+      "out, never the last\n",
+      "  instance 0: http://[REDACTED]@127.0.0.1:9001 (the client's)\n",
+      "  instance 2: http://127.0.0.1:9003 (the client's)\n",
+      "  instance 3: http://127.0.0.1:9101 (endpoint ledger)\n",
+      "  instance 4: http://127.0.0.1:9102 (endpoint ledger)\n",
+  };
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+    if (!strstr(text, want[i])) fail_msg("'%s' not in:\n%s", want[i], text);
+  assert_null(strstr(text, "s3cret"));
+  assert_null(strstr(text, "\nhttp_client one:"));
+}
+
 /* ---- errors ---------------------------------------------------------------------- */
 
 typedef struct bad_case {
@@ -382,6 +445,7 @@ int main(void) {
       cmocka_unit_test(a_client_and_an_endpoint_with_instances_load),
       cmocka_unit_test(the_defaults_are_the_clients),
       cmocka_unit_test(a_reload_keeps_the_same_instances_and_replaces_others),
+      cmocka_unit_test(describe_lists_a_clients_instances_and_settings),
       cmocka_unit_test(every_bad_value_names_its_key_range_and_line),
       cmocka_unit_test(an_endpoints_bad_instances_are_reported_at_the_endpoint),
       cmocka_unit_test(a_clients_ejection_reaches_the_registrys_sink),
