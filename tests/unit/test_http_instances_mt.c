@@ -99,14 +99,15 @@ static void get_ok(resil_http_client *c, resil_retry *rt) {
   assert_true(resil_outcome_is_success(&o));
 }
 
-static resil_retry *retry_n(uint32_t n) {
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = n;
-  rc.wait_ns = 0;
-  resil_retry *r = NULL;
-  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
-  return r;
+/* A client on three instances in turn, without ejection: a port where
+ * nothing listens (*dead, instance 0) and two fixtures (f). */
+static resil_http_client *dead_and_two(resil_fixture *f[2], char **dead) {
+  f[0] = fx_start();
+  f[1] = fx_start();
+  *dead = dead_url();
+  setup s = {.urls = {*dead, resil_fixture_url(f[0]), resil_fixture_url(f[1])},
+             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 0, .pct = 50};
+  return client_of(&s);
 }
 
 /* ---- choice ------------------------------------------------------------------- */
@@ -218,11 +219,9 @@ static void both_choices_spread_calls_over_every_instance(void **state) {
  * keeps being chosen first, so the moves are many. */
 static void not_sent_attempts_move_to_an_untried_instance(void **state) {
   (void)state;
-  resil_fixture *f[2] = {fx_start(), fx_start()};
-  char *dead = dead_url();
-  setup s = {.urls = {dead, resil_fixture_url(f[0]), resil_fixture_url(f[1])},
-             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 0, .pct = 50};
-  resil_http_client *c = client_of(&s);
+  resil_fixture *f[2];
+  char *dead;
+  resil_http_client *c = dead_and_two(f, &dead);
   resil_retry *rt = retry_n(2);
   for (int k = 0; k < 30; k++) {
     resil_http_response *r = NULL;
@@ -453,11 +452,9 @@ static void a_status_query_goes_to_another_instance(void **state) {
  * primary's. */
 static void the_engine_moves_not_sent_attempts_and_hedges_elsewhere(void **state) {
   (void)state;
-  resil_fixture *f[2] = {fx_start(), fx_start()};
-  char *dead = dead_url();
-  setup s = {.urls = {dead, resil_fixture_url(f[0]), resil_fixture_url(f[1])},
-             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 0, .pct = 50};
-  resil_http_client *c = client_of(&s);
+  resil_fixture *f[2];
+  char *dead;
+  resil_http_client *c = dead_and_two(f, &dead);
   test_loop *l = calloc(1, sizeof *l);
   tl_init(l);
   resil_engine *e = engine_on(l, c);
