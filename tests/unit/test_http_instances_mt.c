@@ -18,6 +18,7 @@
 #include "resil/events.h"
 #include "resil/bulkhead.h"
 #include "resil/hedge.h"
+#include "resil/metrics.h"
 #include "test_engine_common.h"
 #include "test_http_common.h"
 
@@ -98,14 +99,15 @@ static void get_ok(resil_http_client *c, resil_retry *rt) {
   assert_true(resil_outcome_is_success(&o));
 }
 
-static resil_retry *retry_n(uint32_t n) {
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = n;
-  rc.wait_ns = 0;
-  resil_retry *r = NULL;
-  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
-  return r;
+/* A client on three instances in turn, without ejection: a port where
+ * nothing listens (*dead, instance 0) and two fixtures (f). */
+static resil_http_client *dead_and_two(resil_fixture *f[2], char **dead) {
+  f[0] = fx_start();
+  f[1] = fx_start();
+  *dead = dead_url();
+  setup s = {.urls = {*dead, resil_fixture_url(f[0]), resil_fixture_url(f[1])},
+             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 0, .pct = 50};
+  return client_of(&s);
 }
 
 /* ---- choice ------------------------------------------------------------------- */
@@ -127,6 +129,29 @@ static void round_robin_takes_each_instance_in_turn(void **state) {
     seen[i]++;
     resil_http_response_free(r);
   }
+  /* The metrics say the same per instance (promtool checks the format in
+   * test_metrics; here the series and values). */
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "up", c));
+  char *text = NULL;
+  size_t tlen = 0;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, &tlen));
+  for (int i = 0; i < 3; i++) {
+    char line[256];
+    snprintf(line, sizeof line,
+             "resil_http_instance_attempts_total{name=\"up\",upstream=\"%s\",instance=\"%s\","
+             "outcome=\"answered\"} 100\n",
+             s.urls[0], s.urls[i]);
+    if (!strstr(text, line)) fail_msg("missing: %s in\n%s", line, text);
+    snprintf(line, sizeof line,
+             "resil_http_instance_state{name=\"up\",upstream=\"%s\",instance=\"%s\"} 0\n",
+             s.urls[0], s.urls[i]);
+    assert_non_null(strstr(text, line));
+  }
+  resil_metrics_text_free(m, text);
+  resil_metrics_remove(m, c);
+  resil_metrics_free(m);
   for (int i = 0; i < 3; i++) {
     assert_int_equal(seen[i], 100);
     assert_int_equal(resil_fixture_attempts(f[i], "items"), 100);
@@ -138,6 +163,36 @@ static void round_robin_takes_each_instance_in_turn(void **state) {
   }
   resil_http_client_free(c);
   for (int i = 0; i < 3; i++) resil_fixture_stop(f[i]);
+}
+
+/* A pool of one slot per instance keeps one connection to each: a slot
+ * that holds none to the chosen instance is not the one just used for
+ * another (that would reconnect at every change of instance). */
+static void each_instance_keeps_its_connection_in_the_pool(void **state) {
+  (void)state;
+  resil_fixture *f[4] = {fx_start(), fx_start(), fx_start(), fx_start()};
+  setup s = {.urls = {resil_fixture_url(f[0]), resil_fixture_url(f[1]), resil_fixture_url(f[2]),
+                      resil_fixture_url(f[3])},
+             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 5, .pct = 50};
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = eps;
+  cfg.endpoint_count = NEPS;
+  apply(&cfg, &s);
+  cfg.max_connections = 4;
+  cfg.max_connections_per_host = 1;
+  resil_http_client *c = NULL;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+  for (int k = 0; k < 100; k++) {
+    resil_outcome o = call_p(c, "item", NULL, KV("id", "4"));
+    assert_true(resil_outcome_is_success(&o));
+  }
+  resil_http_stats st;
+  assert_status(RESIL_OK, resil_http_client_get_stats(c, &st));
+  assert_int_equal(st.connections_opened, 4);
+  for (int i = 0; i < 4; i++) assert_int_equal(resil_fixture_attempts(f[i], "items"), 25);
+  resil_http_client_free(c);
+  for (int i = 0; i < 4; i++) resil_fixture_stop(f[i]);
 }
 
 typedef struct call_arg {
@@ -194,11 +249,9 @@ static void both_choices_spread_calls_over_every_instance(void **state) {
  * keeps being chosen first, so the moves are many. */
 static void not_sent_attempts_move_to_an_untried_instance(void **state) {
   (void)state;
-  resil_fixture *f[2] = {fx_start(), fx_start()};
-  char *dead = dead_url();
-  setup s = {.urls = {dead, resil_fixture_url(f[0]), resil_fixture_url(f[1])},
-             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 0, .pct = 50};
-  resil_http_client *c = client_of(&s);
+  resil_fixture *f[2];
+  char *dead;
+  resil_http_client *c = dead_and_two(f, &dead);
   resil_retry *rt = retry_n(2);
   for (int k = 0; k < 30; k++) {
     resil_http_response *r = NULL;
@@ -429,11 +482,9 @@ static void a_status_query_goes_to_another_instance(void **state) {
  * primary's. */
 static void the_engine_moves_not_sent_attempts_and_hedges_elsewhere(void **state) {
   (void)state;
-  resil_fixture *f[2] = {fx_start(), fx_start()};
-  char *dead = dead_url();
-  setup s = {.urls = {dead, resil_fixture_url(f[0]), resil_fixture_url(f[1])},
-             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 0, .pct = 50};
-  resil_http_client *c = client_of(&s);
+  resil_fixture *f[2];
+  char *dead;
+  resil_http_client *c = dead_and_two(f, &dead);
   test_loop *l = calloc(1, sizeof *l);
   tl_init(l);
   resil_engine *e = engine_on(l, c);
@@ -739,6 +790,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(a_resolved_names_addresses_are_instances),
       cmocka_unit_test(round_robin_takes_each_instance_in_turn),
       cmocka_unit_test(both_choices_spread_calls_over_every_instance),
+      cmocka_unit_test(each_instance_keeps_its_connection_in_the_pool),
       cmocka_unit_test(not_sent_attempts_move_to_an_untried_instance),
       cmocka_unit_test(consecutive_failures_eject_probe_and_eject_again_for_longer),
       cmocka_unit_test(a_probe_that_succeeds_returns_the_instance),
