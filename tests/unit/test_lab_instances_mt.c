@@ -1,0 +1,105 @@
+/* Lab experiments F1-F4 (tools/lab/exp_instances.c): many instances of one
+ * upstream, each an in-process fixture on 127.0.0.1. Each must pass with
+ * the observed names the issue asks for, and its wrong variant (no
+ * ejection, no retry, round robin as P2C, no ejection cap) must fail
+ * through the named check. F3 is skipped when the built-in loop is not
+ * built. */
+#include <stdio.h>
+#include <string.h>
+
+#include "test_lab_common.h"
+#include "test_util.h"
+
+static double real(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_number(v)) fail_msg("observed.%s missing", k);
+  return json_number_value(v);
+}
+
+static long long num(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_integer(v)) fail_msg("observed.%s missing", k);
+  return json_integer_value(v);
+}
+
+/* Runs id, prints its summary, fails with its failure; the caller reads
+ * r->observed and then calls done(). */
+static void run(const lab_experiment *e, lab_result *r) {
+  lab_run_one(e, r);
+  print_message("%s: %s\n", e->id, r->summary);
+  if (!r->pass) fail_msg("%s failed: %s", e->id, r->failure);
+}
+
+static void done(const lab_experiment *e, lab_result *r) {
+  lab_result_clear(r);
+  wrong_fails(e, r);
+  lab_result_clear(r);
+}
+
+static void f1_bad_instance_is_ejected_and_probed(void **s) {
+  (void)s;
+  const lab_experiment *e = find("F1");
+  lab_result r;
+  run(e, &r);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "instances"), 4);
+  assert_int_equal(num(o, "calls"), 1000);
+  assert_int_equal(num(o, "failed_calls"), 0);
+  assert_true(num(o, "ejections") >= 1);
+  assert_true(num(o, "calls_to_bad_before_ejection") <= 5);
+  assert_true(num(o, "calls_to_bad_after_ejection") <= 1);
+  assert_true(num(o, "ejection_periods") >= 2);
+  done(e, &r);
+}
+
+static void f2_not_sent_moves_to_another_instance(void **s) {
+  (void)s;
+  const lab_experiment *e = find("F2");
+  lab_result r;
+  run(e, &r);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "caller_failures"), 0);
+  assert_true(num(o, "moved_not_sent") > 0);
+  assert_true(num(o, "posts_moved") > 0);
+  assert_int_equal(num(o, "post_effects"), num(o, "posts"));
+  done(e, &r);
+}
+
+static void f3_p2c_avoids_the_slow_instance(void **s) {
+  (void)s;
+  const lab_experiment *e = lab_find("F3");
+  if (!e) {
+    print_message("F3: the built-in loop is not built; skipped\n");
+    skip();
+  }
+  lab_result r;
+  run(e, &r);
+  json_t *o = r.observed;
+  assert_true(real(o, "share_slow_p2c") <= real(o, "share_slow_rr") / 4);
+  assert_true(real(o, "share_slow_rr") > 0.15);
+  assert_true(real(o, "p99_ms_p2c") < real(o, "p99_ms_rr"));
+  done(e, &r);
+}
+
+static void f4_half_at_most_ejected_and_breaker_opens(void **s) {
+  (void)s;
+  const lab_experiment *e = find("F4");
+  lab_result r;
+  run(e, &r);
+  json_t *o = r.observed;
+  assert_true(num(o, "max_ejected") <= 2);
+  assert_true(num(o, "max_ejected") >= 1);
+  json_t *st = json_object_get(o, "breaker_state");
+  assert_true(json_is_string(st) && strcmp(json_string_value(st), "OPEN") == 0);
+  done(e, &r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(f1_bad_instance_is_ejected_and_probed),
+      cmocka_unit_test(f2_not_sent_moves_to_another_instance),
+      cmocka_unit_test(f3_p2c_avoids_the_slow_instance),
+      cmocka_unit_test(f4_half_at_most_ejected_and_breaker_opens),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

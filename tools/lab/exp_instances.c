@@ -1,0 +1,771 @@
+/* Lab experiments F1-F4 (issue 22, "Lab"; DESIGN §8.4): many instances of
+ * one upstream. Every instance is an in-process fixture (fixture.h) on
+ * 127.0.0.1 with a port of its own; they serve the same URLs, and the bad or
+ * slow one is made so for every request by its config (force_status,
+ * delay_all_ms). One client names them all (resil_http_client_config.
+ * instances) and chooses an instance per attempt.
+ *
+ * F1: 4 instances, one answers 503 to everything; 1,000 GETs (one every
+ *     millisecond) with a retry of 2 (3 attempts, no wait): a 503 moves to
+ *     another instance, so no call fails. After 5 consecutive failures the
+ *     bad one is ejected (for 100 ms, then 200 ms: eject_base_ns and
+ *     eject_max_ns, plus up to 10 %), and after each ejection time one
+ *     attempt probes it (it fails, and it is ejected again). The bad
+ *     instance's attempts (its fixture's counter) are read at every one of
+ *     its ejections (the instance listener runs on the thread whose attempt
+ *     ejected it, after that attempt reached the fixture): before the first
+ *     ejection at most 5; in each ejection period (from an ejection to the
+ *     next, the last to the end) at most 1, the probe. Wrong variant:
+ *     eject_consecutive 0 (no ejection): the bad one keeps its share of
+ *     attempts, all in one period after its 5th failure.
+ * F2: 4 instances, one refuses connections (the port of a fixture started
+ *     and stopped); 200 calls, GET and unkeyed POST /effect/200 in turn,
+ *     with a retry of 2 and ejection off (so that calls keep meeting the
+ *     refusing one): every NOT_SENT attempt moves to another instance, the
+ *     unkeyed POST too (it reached nobody), the caller sees no failure and
+ *     the live instances' effects are the POSTs, exactly. Wrong variant: no
+ *     retry (the NOT_SENT attempts are the callers' failures).
+ * F3 (engine path): 5 instances, one slow (every request sleeps 500 ms),
+ *     four fast (5 ms); 2,000 GETs on the async engine (built-in loop),
+ *     two submitted every millisecond and at most 200 in flight, once with
+ *     round robin and once with P2C (fewest attempts in flight of two drawn
+ *     at random): round robin sends the slow one a fifth of the calls and
+ *     they hold its p99 at 500 ms; P2C sends it far fewer (at most a quarter
+ *     of round robin's share) and its p99 is lower. Latency is from the
+ *     call's submission to its completion. Wrong variant: round robin in
+ *     place of P2C.
+ * F4: 4 instances, all answer 503; logical calls (a retry of 2) through a
+ *     client-level breaker (count window 20, 20 calls at least, 50 %), one
+ *     every millisecond, at most 200: ejection takes at most 50 % of the
+ *     instances out (2 of 4: the states OUT and PROBING, sampled after each
+ *     call and at every ejection), never all, the others' ejections are
+ *     refused by the cap (ejections_skipped), and the breaker opens on the
+ *     logical calls' failures. Wrong variant: eject_max_percent 100 (3 of 4
+ *     out: the last one is never ejected). */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lab_families.h"
+#include "lab_ops.h"
+#include "lab_result.h"
+
+#if defined(RESIL_HAVE_HTTP) && defined(RESIL_HAVE_FIXTURE)
+
+#include "fixture/fixture.h"
+#include "resil/breaker.h"
+#include "resil/http.h"
+#include "resil/resil.h"
+#include "resil/retry.h"
+#ifdef RESIL_HAVE_LOOP
+#include "resil/engine.h"
+#include "resil/loop.h"
+#endif
+
+#define MS INT64_C(1000000)
+enum { MAX_INSTANCES = 5 };
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static const resil_http_endpoint inst_endpoints[] = {
+    RESIL_HTTP_ENDPOINT(.name = "item", .path = "/items/1"),
+    RESIL_HTTP_ENDPOINT(.name = "effect", .method = RESIL_HTTP_POST, .path = "/effect/200"),
+};
+
+/* The instances: fixtures (dead ones stopped at once, their port kept),
+ * their URLs, and the NULL-terminated list the client is given. */
+typedef struct fleet {
+  size_t n;
+  resil_fixture *fx[MAX_INSTANCES]; /* NULL for a dead one */
+  char url[MAX_INSTANCES][64];
+  const char *list[MAX_INSTANCES + 1];
+} fleet;
+
+/* Starts n instances with cfg[i] (NULL: defaults); dead[i] 1 makes
+ * instance i a port with nothing listening (a fixture started, then
+ * stopped). 0, or -1 with a failed check in r. */
+static int fleet_start(lab_result *r, fleet *fl, size_t n, const resil_fixture_config *cfg,
+                       const int *dead) {
+  memset(fl, 0, sizeof *fl);
+  fl->n = n;
+  for (size_t i = 0; i < n; i++) {
+    char eb[256] = "";
+    if (!lab_check(r, resil_fixture_start(cfg ? &cfg[i] : NULL, &fl->fx[i], eb, sizeof eb) == 0,
+                   "fixture %zu: %s", i, eb))
+      return -1;
+    snprintf(fl->url[i], sizeof fl->url[i], "%s", resil_fixture_url(fl->fx[i]));
+    fl->list[i] = fl->url[i];
+    if (dead && dead[i]) {
+      resil_fixture_stop(fl->fx[i]);
+      fl->fx[i] = NULL;
+    }
+  }
+  fl->list[n] = NULL;
+  return 0;
+}
+
+static void fleet_stop(fleet *fl) {
+  for (size_t i = 0; i < fl->n; i++) resil_fixture_stop(fl->fx[i]);
+  memset(fl, 0, sizeof *fl);
+}
+
+/* The client's instance index of URL url, or -1. */
+static int instance_of(const resil_http_client *c, const char *url) {
+  size_t n = resil_http_client_instance_count(c);
+  for (size_t i = 0; i < n; i++) {
+    resil_http_instance_stats st;
+    if (resil_http_client_instance_stats(c, i, &st) == RESIL_OK && strcmp(st.instance, url) == 0)
+      return (int)i;
+  }
+  return -1;
+}
+
+/* Instances OUT or PROBING now. */
+static unsigned instances_out(const resil_http_client *c) {
+  unsigned out = 0;
+  size_t n = resil_http_client_instance_count(c);
+  for (size_t i = 0; i < n; i++) {
+    resil_http_instance_stats st;
+    if (resil_http_client_instance_stats(c, i, &st) == RESIL_OK &&
+        (st.state == RESIL_HTTP_INSTANCE_OUT || st.state == RESIL_HTTP_INSTANCE_PROBING))
+      out++;
+  }
+  return out;
+}
+
+static resil_retry *retry_of(lab_result *r, uint32_t attempts) {
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = attempts;
+  rc.backoff = RESIL_RETRY_FIXED;
+  rc.wait_ns = 0;
+  resil_retry *rt = NULL;
+  resil_error err;
+  if (!lab_check(r, resil_retry_new(&rc, &rt, &err) == RESIL_OK, "retry: %s", err.msg))
+    return NULL;
+  return rt;
+}
+
+/* A client on fl's instances with the lab's endpoints; cfg_fn tweaks it. */
+static resil_http_client *client_on(lab_result *r, fleet *fl,
+                                    void (*tweak)(resil_http_client_config *, void *),
+                                    void *user) {
+  resil_http_client_config cc;
+  resil_http_client_config_init(&cc);
+  cc.instances = fl->list;
+  cc.endpoints = inst_endpoints;
+  cc.endpoint_count = sizeof inst_endpoints / sizeof inst_endpoints[0];
+  if (tweak) tweak(&cc, user);
+  lab_ops_client_config(r, &cc, "client");
+  resil_http_client *c = NULL;
+  resil_error err;
+  if (!lab_check(r, resil_http_client_new(&cc, &c, &err) == RESIL_OK, "client: %s", err.msg))
+    return NULL;
+  return c;
+}
+
+static void client_done(lab_result *r, resil_http_client *c) {
+  if (!c) return;
+  lab_ops_add_client(r, "client", c);
+  lab_capture(r);
+  resil_http_client_free(c);
+}
+
+/* ---- F1 ------------------------------------------------------------------------ */
+
+enum { F1_INSTANCES = 4, F1_BAD = 2, F1_CALLS = 1000, F1_MARKS = 256 };
+
+typedef struct f1_watch {
+  pthread_mutex_t mu;
+  resil_fixture *bad;
+  const char *bad_url;
+  long marks[F1_MARKS]; /* the bad one's attempts at each of its ejections */
+  size_t nmarks;
+  uint64_t ejections_other; /* of another instance (none expected) */
+  uint64_t returned;
+} f1_watch;
+
+static void f1_on_instance(void *user, const resil_http_instance_event *ev) {
+  f1_watch *w = user;
+  pthread_mutex_lock(&w->mu);
+  int bad = ev->instance && strcmp(ev->instance, w->bad_url) == 0;
+  if (ev->kind == RESIL_HTTP_INSTANCE_EJECTED) {
+    if (!bad)
+      w->ejections_other++;
+    else if (w->nmarks < F1_MARKS)
+      w->marks[w->nmarks++] = resil_fixture_attempts(w->bad, "items");
+  } else if (ev->kind == RESIL_HTTP_INSTANCE_RETURNED && bad) {
+    w->returned++;
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
+typedef struct f1_cfg {
+  f1_watch *w;
+  uint32_t eject_consecutive;
+} f1_cfg;
+
+static void f1_tweak(resil_http_client_config *cc, void *u) {
+  f1_cfg *fc = u;
+  cc->eject_consecutive = fc->eject_consecutive;
+  cc->eject_base_ns = 100 * MS;
+  cc->eject_max_ns = 200 * MS;
+  cc->on_instance = f1_on_instance;
+  cc->on_instance_user = fc->w;
+}
+
+static int f1_run(lab_result *r, uint32_t eject_consecutive) {
+  resil_fixture_config fcfg[F1_INSTANCES];
+  for (size_t i = 0; i < F1_INSTANCES; i++) resil_fixture_config_init(&fcfg[i]);
+  fcfg[F1_BAD].force_status = 503;
+  fleet fl;
+  f1_watch w;
+  memset(&w, 0, sizeof w);
+  pthread_mutex_init(&w.mu, NULL);
+  resil_http_client *c = NULL;
+  resil_retry *rt = NULL;
+  if (fleet_start(r, &fl, F1_INSTANCES, fcfg, NULL) != 0) goto out;
+  w.bad = fl.fx[F1_BAD];
+  w.bad_url = fl.url[F1_BAD];
+  f1_cfg fc = {&w, eject_consecutive};
+  if (!(c = client_on(r, &fl, f1_tweak, &fc)) || !(rt = retry_of(r, 3))) goto out;
+  int bad_index = instance_of(c, fl.url[F1_BAD]);
+  size_t failed = 0, retried = 0;
+  long answered_by[F1_INSTANCES] = {0};
+  int64_t t0 = lab_now_ns();
+  for (int i = 0; i < F1_CALLS; i++) {
+    resil_http_response *resp = NULL;
+    resil_outcome o = resil_http_call(c, "item", NULL, rt, NULL, &resp);
+    if (!resil_outcome_is_success(&o)) failed++;
+    if (o.attempts > 1) retried++;
+    int at = resp ? resil_http_response_instance(resp) : -1;
+    if (at >= 0 && at < F1_INSTANCES && resil_outcome_is_success(&o)) answered_by[at]++;
+    resil_http_response_free(resp);
+    sleep_ms(1);
+  }
+  double elapsed_ms = (double)(lab_now_ns() - t0) / 1e6;
+  long bad_total = resil_fixture_attempts(fl.fx[F1_BAD], "items");
+  pthread_mutex_lock(&w.mu);
+  size_t nmarks = w.nmarks;
+  long marks[F1_MARKS];
+  memcpy(marks, w.marks, sizeof marks);
+  uint64_t others = w.ejections_other, returned = w.returned;
+  pthread_mutex_unlock(&w.mu);
+  /* Before the first ejection; without one, up to the 5th failure (where
+   * it should have been), and the rest is one period. */
+  long before = nmarks ? marks[0] : (bad_total < 5 ? bad_total : 5);
+  long after_max = 0, periods = 0;
+  json_t *per_period = json_array();
+  long from = before;
+  for (size_t k = 1; k <= nmarks || (nmarks == 0 && k == 1); k++) {
+    long to = k < nmarks ? marks[k] : bad_total;
+    long in = to - from;
+    json_array_append_new(per_period, json_integer(in));
+    if (in > after_max) after_max = in;
+    periods++;
+    from = to;
+    if (nmarks == 0) break;
+  }
+  resil_http_instance_stats bs;
+  memset(&bs, 0, sizeof bs);
+  if (bad_index >= 0) resil_http_client_instance_stats(c, (size_t)bad_index, &bs);
+  long healthy_answers = 0;
+  json_t *answers = json_array();
+  for (size_t i = 0; i < F1_INSTANCES; i++) {
+    int idx = instance_of(c, fl.url[i]);
+    long a = idx >= 0 && idx < F1_INSTANCES ? answered_by[idx] : 0;
+    json_array_append_new(answers, json_integer(a));
+    if (i != F1_BAD) healthy_answers += a;
+  }
+  lab_obs_int(r, "instances", (long long)resil_http_client_instance_count(c));
+  lab_obs_int(r, "calls", F1_CALLS);
+  lab_obs_int(r, "failed_calls", (long long)failed);
+  lab_obs_int(r, "retried_calls", (long long)retried);
+  lab_obs_int(r, "eject_consecutive", eject_consecutive);
+  lab_obs_int(r, "ejections", (long long)bs.ejections);
+  lab_obs_int(r, "ejections_of_healthy", (long long)others);
+  lab_obs_int(r, "returned", (long long)returned);
+  lab_obs_int(r, "calls_to_bad", bad_total);
+  lab_obs_int(r, "calls_to_bad_before_ejection", before);
+  lab_obs_int(r, "calls_to_bad_after_ejection", after_max);
+  lab_obs_int(r, "ejection_periods", periods);
+  lab_obs_json(r, "calls_to_bad_per_period", per_period);
+  lab_obs_json(r, "answered_by_instance", answers);
+  lab_obs_real(r, "elapsed_ms", elapsed_ms);
+  lab_summary(r, "4 instances, one 503: %d GETs, %zu failed, %zu retried; the bad one got %ld "
+                 "attempts: %ld before its first ejection, at most %ld per ejection period "
+                 "(%ld periods, %" PRIu64 " ejections) in %.0f ms",
+              F1_CALLS, failed, retried, bad_total, before, after_max, periods, bs.ejections,
+              elapsed_ms);
+  lab_expect(r, "instances", resil_http_client_instance_count(c) == F1_INSTANCES && bad_index >= 0,
+             "%zu instances, the bad one at %d", resil_http_client_instance_count(c), bad_index);
+  lab_expect(r, "failed_calls", failed == 0 && healthy_answers == F1_CALLS,
+             "%zu calls failed, the healthy instances answered %ld of %d", failed,
+             healthy_answers, F1_CALLS);
+  lab_expect(r, "ejections", bs.ejections >= 1 && others == 0,
+             "the bad instance was ejected %" PRIu64 " times, healthy ones %" PRIu64,
+             bs.ejections, others);
+  lab_expect(r, "calls_to_bad_before_ejection", before >= 1 && before <= 5,
+             "%ld attempts reached the bad instance before its first ejection", before);
+  lab_expect(r, "calls_to_bad_after_ejection", after_max <= 1,
+             "%ld attempts reached the bad instance in one ejection period", after_max);
+  lab_expect(r, "probed_after_ejection_time", nmarks >= 2,
+             "the bad instance was probed (and ejected again) %zu times",
+             nmarks ? nmarks - 1 : 0);
+out:
+  resil_retry_free(rt);
+  client_done(r, c);
+  fleet_stop(&fl);
+  pthread_mutex_destroy(&w.mu);
+  return r->pass;
+}
+
+static int f1_right(lab_result *r) { return f1_run(r, 5); }
+static int f1_wrong(lab_result *r) { return f1_run(r, 0); }
+
+/* ---- F2 ------------------------------------------------------------------------ */
+
+enum { F2_INSTANCES = 4, F2_DEAD = 1, F2_CALLS = 200 };
+
+static void f2_tweak(resil_http_client_config *cc, void *u) {
+  (void)u;
+  cc->eject_consecutive = 0;
+}
+
+static int f2_run(lab_result *r, uint32_t attempts) {
+  int dead[F2_INSTANCES] = {0};
+  dead[F2_DEAD] = 1;
+  fleet fl;
+  resil_http_client *c = NULL;
+  resil_retry *rt = NULL;
+  if (fleet_start(r, &fl, F2_INSTANCES, NULL, dead) != 0) goto out;
+  if (!(c = client_on(r, &fl, f2_tweak, NULL)) || !(rt = retry_of(r, attempts))) goto out;
+  int dead_index = instance_of(c, fl.url[F2_DEAD]);
+  size_t failures = 0, posts = 0, posts_moved = 0, moved = 0, calls_moved = 0;
+  for (int i = 0; i < F2_CALLS; i++) {
+    int post = i % 2;
+    resil_http_response *resp = NULL;
+    resil_outcome o = resil_http_call(c, post ? "effect" : "item", NULL, rt, NULL, &resp);
+    resil_http_response_free(resp);
+    if (post) posts++;
+    if (!resil_outcome_is_success(&o)) {
+      failures++;
+      continue;
+    }
+    /* The only failures are the refusing instance's NOT_SENT attempts:
+     * every attempt before the one that answered was one. */
+    if (o.attempts > 1) {
+      moved += o.attempts - 1;
+      calls_moved++;
+      if (post) posts_moved++;
+    }
+  }
+  long effects = 0;
+  for (size_t i = 0; i < F2_INSTANCES; i++)
+    if (fl.fx[i]) effects += resil_fixture_effects(fl.fx[i], "effect");
+  resil_http_instance_stats ds;
+  memset(&ds, 0, sizeof ds);
+  if (dead_index >= 0) resil_http_client_instance_stats(c, (size_t)dead_index, &ds);
+  uint64_t dead_not_sent = ds.outcomes[RESIL_NOT_SENT];
+  lab_obs_int(r, "instances", (long long)resil_http_client_instance_count(c));
+  lab_obs_int(r, "calls", F2_CALLS);
+  lab_obs_int(r, "attempts_per_call", attempts);
+  lab_obs_int(r, "caller_failures", (long long)failures);
+  lab_obs_int(r, "not_sent_at_refusing", (long long)dead_not_sent);
+  lab_obs_int(r, "moved_not_sent", (long long)moved);
+  lab_obs_int(r, "calls_moved", (long long)calls_moved);
+  lab_obs_int(r, "posts", (long long)posts);
+  lab_obs_int(r, "posts_moved", (long long)posts_moved);
+  lab_obs_int(r, "post_effects", effects);
+  lab_summary(r, "4 instances, one refusing connections: %d calls (%zu unkeyed POSTs), %zu "
+                 "failed; %" PRIu64 " NOT_SENT attempts at the refusing one, %zu moved to "
+                 "another (%zu POSTs moved); effects %ld for %zu POSTs",
+              F2_CALLS, posts, failures, dead_not_sent, moved, posts_moved, effects, posts);
+  lab_expect(r, "caller_failures", failures == 0, "%zu calls failed", failures);
+  lab_expect(r, "moved_not_sent", moved > 0 && moved == dead_not_sent && posts_moved > 0,
+             "%zu attempts moved after NOT_SENT, %" PRIu64 " NOT_SENT at the refusing "
+             "instance, %zu POSTs moved",
+             moved, dead_not_sent, posts_moved);
+  lab_expect(r, "post_effects", effects == (long)posts,
+             "%ld effects on the live instances for %zu POSTs", effects, posts);
+out:
+  resil_retry_free(rt);
+  client_done(r, c);
+  fleet_stop(&fl);
+  return r->pass;
+}
+
+static int f2_right(lab_result *r) { return f2_run(r, 3); }
+static int f2_wrong(lab_result *r) { return f2_run(r, 1); }
+
+/* ---- F4 ------------------------------------------------------------------------ */
+
+enum { F4_INSTANCES = 4, F4_CALLS = 200 };
+
+typedef struct f4_watch {
+  const resil_http_client *_Atomic c; /* set once the client exists */
+  _Atomic unsigned max_out;
+} f4_watch;
+
+static void f4_note(f4_watch *w, unsigned out) {
+  unsigned m = atomic_load(&w->max_out);
+  while (out > m && !atomic_compare_exchange_weak(&w->max_out, &m, out)) {
+  }
+}
+
+static void f4_on_instance(void *user, const resil_http_instance_event *ev) {
+  f4_watch *w = user;
+  const resil_http_client *c = atomic_load(&w->c);
+  if (ev->kind == RESIL_HTTP_INSTANCE_EJECTED && c) f4_note(w, instances_out(c));
+}
+
+typedef struct f4_cfg {
+  f4_watch *w;
+  uint32_t max_percent;
+} f4_cfg;
+
+static void f4_tweak(resil_http_client_config *cc, void *u) {
+  f4_cfg *fc = u;
+  cc->eject_max_percent = fc->max_percent;
+  cc->eject_base_ns = 1000 * MS;
+  cc->eject_max_ns = 1000 * MS;
+  cc->on_instance = f4_on_instance;
+  cc->on_instance_user = fc->w;
+}
+
+static int f4_run(lab_result *r, uint32_t max_percent) {
+  resil_fixture_config fcfg[F4_INSTANCES];
+  for (size_t i = 0; i < F4_INSTANCES; i++) {
+    resil_fixture_config_init(&fcfg[i]);
+    fcfg[i].force_status = 503;
+  }
+  fleet fl;
+  f4_watch w;
+  memset(&w, 0, sizeof w);
+  resil_http_client *c = NULL;
+  resil_retry *rt = NULL;
+  resil_breaker *br = NULL;
+  if (fleet_start(r, &fl, F4_INSTANCES, fcfg, NULL) != 0) goto out;
+  f4_cfg fc = {&w, max_percent};
+  if (!(c = client_on(r, &fl, f4_tweak, &fc)) || !(rt = retry_of(r, 3))) goto out;
+  atomic_store(&w.c, c);
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.name = lab_ops_name(r, "breaker", "breaker");
+  bc.window_size = 20;
+  bc.minimum_calls = 20;
+  bc.failure_rate_threshold_pct = 50;
+  bc.open_wait_ns = 60 * INT64_C(1000000000);
+  resil_error err;
+  if (!lab_check(r, resil_breaker_new(&bc, &br, &err) == RESIL_OK, "breaker: %s", err.msg))
+    goto out;
+  lab_ops_breaker_events(r, br);
+  size_t made = 0, rejected = 0, opened_after = 0;
+  for (int i = 0; i < F4_CALLS; i++) {
+    resil_breaker_permit p;
+    if (resil_breaker_try_acquire(br, &p) != RESIL_DECISION_GO) {
+      rejected++;
+      continue;
+    }
+    int64_t t0 = lab_now_ns();
+    resil_outcome o = resil_http_call(c, "item", NULL, rt, NULL, NULL);
+    resil_breaker_record(br, &p, &o, lab_now_ns() - t0);
+    made++;
+    f4_note(&w, instances_out(c));
+    if (!opened_after && resil_breaker_state(br) == RESIL_BREAKER_OPEN) opened_after = made;
+    sleep_ms(1);
+  }
+  uint64_t ejections = 0, skipped = 0;
+  size_t n = resil_http_client_instance_count(c);
+  for (size_t i = 0; i < n; i++) {
+    resil_http_instance_stats st;
+    if (resil_http_client_instance_stats(c, i, &st) != RESIL_OK) continue;
+    ejections += st.ejections;
+    skipped += st.ejections_skipped;
+  }
+  long attempts = 0;
+  for (size_t i = 0; i < F4_INSTANCES; i++) attempts += resil_fixture_attempts(fl.fx[i], "items");
+  unsigned max_out = atomic_load(&w.max_out);
+  const char *state = resil_breaker_state_name(resil_breaker_state(br));
+  lab_obs_int(r, "instances", (long long)n);
+  lab_obs_int(r, "eject_max_percent", max_percent);
+  lab_obs_int(r, "max_ejected", max_out);
+  lab_obs_int(r, "ejections", (long long)ejections);
+  lab_obs_int(r, "ejections_skipped", (long long)skipped);
+  lab_obs_int(r, "logical_calls", (long long)made);
+  lab_obs_int(r, "attempts", attempts);
+  lab_obs_int(r, "rejected_by_breaker", (long long)rejected);
+  lab_obs_int(r, "breaker_opened_after_calls", (long long)opened_after);
+  lab_obs_str(r, "breaker_state", state);
+  lab_summary(r, "4 instances, all 503 (eject_max_percent %u): at most %u out at once, %" PRIu64
+                 " ejections, %" PRIu64 " refused by the cap; the breaker is %s after %zu "
+                 "logical calls (%ld attempts), %zu rejected",
+              max_percent, max_out, ejections, skipped, state, made, attempts, rejected);
+  lab_expect(r, "max_ejected", max_out >= 1 && max_out <= F4_INSTANCES / 2,
+             "%u instances out at once (at most 2 of 4)", max_out);
+  lab_expect(r, "ejections_capped", skipped > 0, "the cap refused %" PRIu64 " ejections",
+             skipped);
+  lab_expect(r, "breaker_state", strcmp(state, "OPEN") == 0 && opened_after > 0 && rejected > 0,
+             "the breaker is %s (opened after %zu logical calls, %zu rejected)", state,
+             opened_after, rejected);
+out:
+  if (br) {
+    lab_ops_add_breaker(r, "breaker", br);
+    lab_capture(r);
+  }
+  resil_breaker_free(br);
+  resil_retry_free(rt);
+  client_done(r, c);
+  fleet_stop(&fl);
+  return r->pass;
+}
+
+static int f4_right(lab_result *r) { return f4_run(r, 50); }
+static int f4_wrong(lab_result *r) { return f4_run(r, 100); }
+
+/* ---- F3 (the async engine) ---------------------------------------------------- */
+
+#ifdef RESIL_HAVE_LOOP
+
+enum { F3_INSTANCES = 5, F3_SLOW = 0, F3_CALLS = 2000, F3_PER_MS = 2, F3_CAP = 200 };
+
+typedef struct f3_drive f3_drive;
+
+typedef struct f3_tag {
+  f3_drive *d;
+  size_t i;
+} f3_tag;
+
+struct f3_drive {
+  lab_result *r;
+  resil_loop *loop;
+  resil_loop_adapter *ad;  /* the engine's */
+  resil_loop_adapter *tad; /* the arrivals' timer */
+  resil_engine *e;
+  size_t submitted, done, in_flight, max_in_flight, refused;
+  int64_t t0;
+  int64_t *t_submit, *latency;
+  int *instance;
+  resil_outcome *o;
+  f3_tag *tags;
+};
+
+static void f3_done(void *user, resil_engine_handle *h, resil_outcome o,
+                    resil_http_response *resp);
+
+/* Submits the calls due by now (F3_PER_MS a millisecond since t0), while
+ * fewer than F3_CAP are in flight. */
+static void f3_submit_due(f3_drive *d) {
+  int64_t now = lab_now_ns();
+  size_t due = (size_t)((now - d->t0) / MS + 1) * F3_PER_MS;
+  if (due > F3_CALLS) due = F3_CALLS;
+  while (d->submitted < due && d->in_flight < F3_CAP) {
+    size_t i = d->submitted++;
+    d->tags[i].d = d;
+    d->tags[i].i = i;
+    d->t_submit[i] = lab_now_ns();
+    resil_error err;
+    if (resil_engine_call(d->e, "item", NULL, NULL, NULL, f3_done, &d->tags[i], NULL, &err) !=
+        RESIL_OK) {
+      d->refused++;
+      d->done++;
+      continue;
+    }
+    if (++d->in_flight > d->max_in_flight) d->max_in_flight = d->in_flight;
+  }
+  if (d->done == F3_CALLS) resil_loop_stop(d->loop);
+}
+
+static void f3_tick(void *arg) {
+  f3_drive *d = arg;
+  f3_submit_due(d);
+  if (d->submitted < F3_CALLS) d->tad->timer(d->tad->self, MS, f3_tick, d);
+}
+
+static void f3_done(void *user, resil_engine_handle *h, resil_outcome o,
+                    resil_http_response *resp) {
+  (void)h;
+  f3_tag *t = user;
+  f3_drive *d = t->d;
+  d->latency[t->i] = lab_now_ns() - d->t_submit[t->i];
+  d->o[t->i] = o;
+  d->instance[t->i] = resp ? resil_http_response_instance(resp) : -1;
+  resil_http_response_free(resp);
+  d->in_flight--;
+  d->done++;
+  if (d->done == F3_CALLS)
+    resil_loop_stop(d->loop);
+  else
+    f3_submit_due(d);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void f3_tweak(resil_http_client_config *cc, void *u) {
+  cc->balance = *(resil_http_balance *)u;
+  cc->max_connections = 1024;
+  cc->max_connections_per_host = 256;
+  cc->lease_timeout_ns = 10000 * MS;
+}
+
+typedef struct f3_figures {
+  double share_slow, p50_ms, p99_ms, elapsed_ms;
+  size_t slow_calls, failed, max_in_flight;
+} f3_figures;
+
+/* One run of F3_CALLS on a fresh client with `balance`. 0, or -1 (a failed
+ * check in r). */
+static int f3_one(lab_result *r, fleet *fl, resil_http_balance balance, const char *name,
+                  f3_figures *fig) {
+  memset(fig, 0, sizeof *fig);
+  resil_http_client *c = client_on(r, fl, f3_tweak, &balance);
+  if (!c) return -1;
+  f3_drive d;
+  memset(&d, 0, sizeof d);
+  d.r = r;
+  d.t_submit = calloc(F3_CALLS, sizeof *d.t_submit);
+  d.latency = calloc(F3_CALLS, sizeof *d.latency);
+  d.instance = calloc(F3_CALLS, sizeof *d.instance);
+  d.o = calloc(F3_CALLS, sizeof *d.o);
+  d.tags = calloc(F3_CALLS, sizeof *d.tags);
+  int rc = -1;
+  resil_engine_config ec;
+  resil_engine_config_init(&ec);
+  resil_error err;
+  if (!lab_check(r, d.t_submit && d.latency && d.instance && d.o && d.tags, "out of memory") ||
+      !lab_check(r, resil_loop_new(NULL, &d.loop) == RESIL_OK, "resil_loop_new failed") ||
+      !lab_check(r, resil_loop_adapter_new(d.loop, &d.ad) == RESIL_OK &&
+                        resil_loop_adapter_new(d.loop, &d.tad) == RESIL_OK,
+                 "resil_loop_adapter_new failed"))
+    goto out;
+  ec.adapter = d.ad;
+  ec.client = c;
+  if (!lab_check(r, resil_engine_new(&ec, &d.e, &err) == RESIL_OK, "engine: %s", err.msg))
+    goto out;
+  int slow = instance_of(c, fl->url[F3_SLOW]);
+  d.t0 = lab_now_ns();
+  f3_tick(&d);
+  if (d.done < F3_CALLS) resil_loop_run(d.loop);
+  fig->elapsed_ms = (double)(lab_now_ns() - d.t0) / 1e6;
+  fig->max_in_flight = d.max_in_flight;
+  size_t answered = 0;
+  for (size_t i = 0; i < F3_CALLS; i++) {
+    if (!resil_outcome_is_success(&d.o[i])) fig->failed++;
+    if (d.instance[i] >= 0) answered++;
+    if (slow >= 0 && d.instance[i] == slow) fig->slow_calls++;
+  }
+  fig->failed += d.refused;
+  fig->share_slow = answered ? (double)fig->slow_calls / (double)answered : 0;
+  qsort(d.latency, F3_CALLS, sizeof *d.latency, cmp_i64);
+  /* Nearest rank. */
+  fig->p50_ms = (double)d.latency[(F3_CALLS * 50 + 99) / 100 - 1] / 1e6;
+  fig->p99_ms = (double)d.latency[(F3_CALLS * 99 + 99) / 100 - 1] / 1e6;
+  lab_check(r, slow >= 0, "%s: the slow instance is not among the client's", name);
+  rc = 0;
+out:
+  resil_engine_free(d.e);
+  resil_loop_adapter_free(d.tad);
+  resil_loop_adapter_free(d.ad);
+  resil_loop_free(d.loop);
+  free(d.t_submit);
+  free(d.latency);
+  free(d.instance);
+  free(d.o);
+  free(d.tags);
+  client_done(r, c);
+  return rc;
+}
+
+static int f3_run(lab_result *r, int wrong) {
+  resil_fixture_config fcfg[F3_INSTANCES];
+  for (size_t i = 0; i < F3_INSTANCES; i++) {
+    resil_fixture_config_init(&fcfg[i]);
+    fcfg[i].delay_all_ms = i == F3_SLOW ? 500 : 5;
+  }
+  fleet fl;
+  f3_figures rr, p2c;
+  if (fleet_start(r, &fl, F3_INSTANCES, fcfg, NULL) != 0) goto out;
+  if (f3_one(r, &fl, RESIL_HTTP_BALANCE_ROUND_ROBIN, "round robin", &rr) != 0) goto out;
+  if (f3_one(r, &fl, wrong ? RESIL_HTTP_BALANCE_ROUND_ROBIN : RESIL_HTTP_BALANCE_P2C,
+             wrong ? "round robin (as P2C)" : "P2C", &p2c) != 0)
+    goto out;
+  lab_obs_str(r, "path", lab_path_name(LAB_PATH_ENGINE));
+  lab_obs_int(r, "instances", F3_INSTANCES);
+  lab_obs_int(r, "calls", F3_CALLS);
+  lab_obs_int(r, "concurrency", F3_CAP);
+  lab_obs_int(r, "submitted_per_ms", F3_PER_MS);
+  lab_obs_str(r, "p2c_balance", wrong ? "round_robin" : "p2c");
+  lab_obs_real(r, "share_slow_p2c", p2c.share_slow);
+  lab_obs_real(r, "share_slow_rr", rr.share_slow);
+  lab_obs_real(r, "p99_ms_p2c", p2c.p99_ms);
+  lab_obs_real(r, "p99_ms_rr", rr.p99_ms);
+  lab_obs_real(r, "p50_ms_p2c", p2c.p50_ms);
+  lab_obs_real(r, "p50_ms_rr", rr.p50_ms);
+  lab_obs_int(r, "slow_calls_p2c", (long long)p2c.slow_calls);
+  lab_obs_int(r, "slow_calls_rr", (long long)rr.slow_calls);
+  lab_obs_int(r, "max_in_flight_p2c", (long long)p2c.max_in_flight);
+  lab_obs_int(r, "max_in_flight_rr", (long long)rr.max_in_flight);
+  lab_obs_int(r, "failed_calls", (long long)(p2c.failed + rr.failed));
+  lab_obs_real(r, "elapsed_ms_p2c", p2c.elapsed_ms);
+  lab_obs_real(r, "elapsed_ms_rr", rr.elapsed_ms);
+  lab_summary(r, "1 slow (500 ms) among 4 fast (5 ms), %d calls on the engine, at most %d in "
+                 "flight: the slow one took %.2f %% with %s, %.2f %% with round robin; p99 "
+                 "%.1f ms vs %.1f ms",
+              F3_CALLS, F3_CAP, p2c.share_slow * 100, wrong ? "round robin as P2C" : "P2C",
+              rr.share_slow * 100, p2c.p99_ms, rr.p99_ms);
+  lab_expect(r, "calls_answered", p2c.failed == 0 && rr.failed == 0,
+             "%zu calls failed with P2C, %zu with round robin", p2c.failed, rr.failed);
+  lab_expect(r, "share_slow_p2c", p2c.share_slow <= rr.share_slow / 4,
+             "the slow instance took %.2f %% of the calls with P2C, %.2f %% with round robin",
+             p2c.share_slow * 100, rr.share_slow * 100);
+  lab_expect(r, "p99_ms_p2c", p2c.p99_ms < rr.p99_ms, "p99 %.1f ms with P2C, %.1f ms with round "
+             "robin", p2c.p99_ms, rr.p99_ms);
+out:
+  fleet_stop(&fl);
+  return r->pass;
+}
+
+static int f3_right(lab_result *r) { return f3_run(r, 0); }
+static int f3_wrong(lab_result *r) { return f3_run(r, 1); }
+
+#define F3_ENTRY                                                                           \
+  {"F3",                                                                                   \
+   "1 slow instance (500 ms) among 4 fast ones (5 ms), 2,000 calls on the engine, at most " \
+   "200 in flight: P2C by in-flight sends it far fewer calls than round robin and p99 drops", \
+   f3_right, f3_wrong, "round robin in place of P2C", "share_slow_p2c", LAB_PATHS_BLOCKING},
+#else
+#define F3_ENTRY
+#endif
+
+const lab_experiment lab_instances_experiments[] = {
+    {"F1",
+     "4 instances, one answers 503: ejected after 5 consecutive failures, one probe per "
+     "ejection period, 1,000 GETs with a retry of 2 and none fails",
+     f1_right, f1_wrong, "eject_consecutive 0 (no ejection)", "calls_to_bad_after_ejection", 0},
+    {"F2",
+     "one instance refuses connections: every NOT_SENT attempt moves to another instance, an "
+     "unkeyed POST too, the caller sees no failure and effects equal POSTs",
+     f2_right, f2_wrong, "no retry", "caller_failures", 0},
+    F3_ENTRY
+    {"F4",
+     "all 4 instances fail: at most 50 % ejected, never all; the client-level breaker opens "
+     "on the logical calls",
+     f4_right, f4_wrong, "eject_max_percent 100", "max_ejected", 0},
+    {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
+
+#else
+
+const lab_experiment lab_instances_experiments[] = {{NULL, NULL, NULL, NULL, NULL, NULL, 0}};
+
+#endif
