@@ -2,8 +2,9 @@
  * upstream, each an in-process fixture on 127.0.0.1. Each must pass with
  * the observed names the issue asks for, and its wrong variant (no
  * ejection, no retry, round robin as P2C, no ejection cap) must fail
- * through the named check. F3 is skipped when the built-in loop is not
- * built. */
+ * through the named check. F1, F2 and F4 run on the blocking API and on
+ * the async engine; F3 drives the engine itself and is skipped when the
+ * built-in loop is not built. */
 #include <stdio.h>
 #include <string.h>
 
@@ -22,26 +23,35 @@ static long long num(json_t *o, const char *k) {
   return json_integer_value(v);
 }
 
-/* Runs id, prints its summary, fails with its failure; the caller reads
- * r->observed and then calls done(). */
-static void run(const lab_experiment *e, lab_result *r) {
-  lab_run_one(e, r);
-  print_message("%s: %s\n", e->id, r->summary);
-  if (!r->pass) fail_msg("%s failed: %s", e->id, r->failure);
+/* F1, F2 and F4 run on the engine too (when the built-in loop is built):
+ * each path's run passes, with the figures check_fn asserts, and each
+ * path's wrong variant fails through the named check. */
+typedef void (*figures_fn)(json_t *o);
+
+static void on_both_paths(const char *id, figures_fn check_fn) {
+  const lab_experiment *e = find(id);
+  for (int path = LAB_PATH_BLOCKING; path <= LAB_PATH_ENGINE; path++) {
+    if (!lab_runs_on(e, path)) {
+      print_message("%s/%s: not built; skipped\n", id, lab_path_name(path));
+      continue;
+    }
+    lab_result r;
+    lab_run_on(e, path, &r);
+    print_message("%s/%s: %s\n", id, lab_path_name(path), r.summary);
+    if (!r.pass) fail_msg("%s/%s failed: %s", id, lab_path_name(path), r.failure);
+    check_fn(r.observed);
+    if (path == LAB_PATH_ENGINE) assert_true(num(r.observed, "engine_calls") > 0);
+    lab_result_clear(&r);
+    if (lab_run_wrong_on(e, path, &r) != 0)
+      fail_msg("%s/%s against %s passed: %s", id, lab_path_name(path), e->wrong, r.summary);
+    print_message("%s/%s against %s fails as it must: [%s] %s\n", id, lab_path_name(path),
+                  e->wrong, r.failed_checks, r.summary);
+    assert_true(lab_check_failed(&r, e->wrong_fails));
+    lab_result_clear(&r);
+  }
 }
 
-static void done(const lab_experiment *e, lab_result *r) {
-  lab_result_clear(r);
-  wrong_fails(e, r);
-  lab_result_clear(r);
-}
-
-static void f1_bad_instance_is_ejected_and_probed(void **s) {
-  (void)s;
-  const lab_experiment *e = find("F1");
-  lab_result r;
-  run(e, &r);
-  json_t *o = r.observed;
+static void f1_figures(json_t *o) {
   assert_int_equal(num(o, "instances"), 4);
   assert_int_equal(num(o, "calls"), 1000);
   assert_int_equal(num(o, "failed_calls"), 0);
@@ -49,20 +59,23 @@ static void f1_bad_instance_is_ejected_and_probed(void **s) {
   assert_true(num(o, "calls_to_bad_before_ejection") <= 5);
   assert_true(num(o, "calls_to_bad_after_ejection") <= 1);
   assert_true(num(o, "ejection_periods") >= 2);
-  done(e, &r);
 }
 
-static void f2_not_sent_moves_to_another_instance(void **s) {
+static void f1_bad_instance_is_ejected_and_probed(void **s) {
   (void)s;
-  const lab_experiment *e = find("F2");
-  lab_result r;
-  run(e, &r);
-  json_t *o = r.observed;
+  on_both_paths("F1", f1_figures);
+}
+
+static void f2_figures(json_t *o) {
   assert_int_equal(num(o, "caller_failures"), 0);
   assert_true(num(o, "moved_not_sent") > 0);
   assert_true(num(o, "posts_moved") > 0);
   assert_int_equal(num(o, "post_effects"), num(o, "posts"));
-  done(e, &r);
+}
+
+static void f2_not_sent_moves_to_another_instance(void **s) {
+  (void)s;
+  on_both_paths("F2", f2_figures);
 }
 
 static void f3_p2c_avoids_the_slow_instance(void **s) {
@@ -73,6 +86,10 @@ static void f3_p2c_avoids_the_slow_instance(void **s) {
     skip();
   }
   lab_result r;
+  lab_run_one(e, &r);
+  print_message("F3: %s%s%s%s\n", r.summary, r.pass ? "" : " [failed: ",
+                r.pass ? "" : r.failed_checks, r.pass ? "" : "]");
+  json_t *o = r.observed;
 #ifdef RESIL_SANITIZED
   /* Under a sanitizer on a loaded 2-core machine the loop thread may fall
    * behind two calls a millisecond (the fast instances' answers pile up in
@@ -81,10 +98,6 @@ static void f3_p2c_avoids_the_slow_instance(void **s) {
    * of round robin's share, and only the timing checks may fail. The plain
    * build holds the lab's checks. (Measured under TSan at a load average
    * of 8 on 2 cores: 0.73 %, p99 61 ms against 522 ms, passed.) */
-  lab_run_one(e, &r);
-  print_message("%s: %s%s%s%s\n", e->id, r.summary, r.pass ? "" : " [reported, not failed: ",
-                r.pass ? "" : r.failed_checks, r.pass ? "" : "]");
-  json_t *o = r.observed;
   if (!r.pass) {
     /* Only the timing checks failed (the first failure is one of them, so
      * no unnamed check failed before). */
@@ -101,27 +114,27 @@ static void f3_p2c_avoids_the_slow_instance(void **s) {
   }
   assert_true(real(o, "share_slow_p2c") < real(o, "share_slow_rr") / 2);
 #else
-  run(e, &r);
-  json_t *o = r.observed;
+  if (!r.pass) fail_msg("F3 failed: %s", r.failure);
   assert_true(real(o, "share_slow_p2c") <= real(o, "share_slow_rr") / 4);
   assert_true(real(o, "p99_ms_p2c") < real(o, "p99_ms_rr"));
 #endif
   assert_true(real(o, "share_slow_rr") > 0.15);
   assert_int_equal(num(o, "failed_calls"), 0);
-  done(e, &r);
+  lab_result_clear(&r);
+  wrong_fails(e, &r);
+  lab_result_clear(&r);
 }
 
-static void f4_half_at_most_ejected_and_breaker_opens(void **s) {
-  (void)s;
-  const lab_experiment *e = find("F4");
-  lab_result r;
-  run(e, &r);
-  json_t *o = r.observed;
+static void f4_figures(json_t *o) {
   assert_true(num(o, "max_ejected") <= 2);
   assert_true(num(o, "max_ejected") >= 1);
   json_t *st = json_object_get(o, "breaker_state");
   assert_true(json_is_string(st) && strcmp(json_string_value(st), "OPEN") == 0);
-  done(e, &r);
+}
+
+static void f4_half_at_most_ejected_and_breaker_opens(void **s) {
+  (void)s;
+  on_both_paths("F4", f4_figures);
 }
 
 int main(void) {

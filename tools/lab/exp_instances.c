@@ -59,6 +59,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lab_engine.h"
 #include "lab_families.h"
 #include "lab_ops.h"
 #include "lab_result.h"
@@ -188,6 +189,46 @@ static void client_done(lab_result *r, resil_http_client *c) {
   resil_http_client_free(c);
 }
 
+/* F1, F2 and F4 run on both paths: on the engine path their calls are
+ * submitted to an engine on c (lab_engine.h), driven on this thread. 1 with
+ * *le set (NULL on the blocking path), or 0 (a failed check in r). */
+static int engine_for(lab_result *r, resil_http_client *c, lab_engine **le) {
+  *le = NULL;
+#ifdef RESIL_HAVE_LOOP
+  if (r->path == LAB_PATH_ENGINE) return (*le = lab_engine_open(r, c)) != NULL;
+#else
+  (void)c;
+#endif
+  return r->path != LAB_PATH_ENGINE;
+}
+
+/* One logical call of endpoint ep through retry rt, on le when not NULL. */
+static resil_outcome inst_call(lab_engine *le, resil_http_client *c, const char *ep,
+                               resil_retry *rt, resil_http_response **out) {
+#ifdef RESIL_HAVE_LOOP
+  if (le) return lab_engine_call(le, ep, NULL, rt, NULL, out);
+#else
+  (void)le;
+#endif
+  return resil_http_call(c, ep, NULL, rt, NULL, out);
+}
+
+/* On the engine path, the named check that the calls took the engine (a
+ * fall back to the blocking path cannot pass), and closes le. */
+static void engine_done(lab_result *r, lab_engine *le) {
+#ifdef RESIL_HAVE_LOOP
+  if (r->path == LAB_PATH_ENGINE) {
+    size_t n = lab_engine_calls(le);
+    lab_obs_int(r, "engine_calls", (long long)n);
+    lab_expect(r, "ran_on_engine", n > 0, "no call went through the engine");
+  }
+  lab_engine_close(le);
+#else
+  (void)r;
+  (void)le;
+#endif
+}
+
 /* ---- F1 ------------------------------------------------------------------------ */
 
 enum { F1_INSTANCES = 4, F1_BAD = 2, F1_CALLS = 1000, F1_MARKS = 256 };
@@ -240,19 +281,22 @@ static int f1_run(lab_result *r, uint32_t eject_consecutive) {
   memset(&w, 0, sizeof w);
   pthread_mutex_init(&w.mu, NULL);
   resil_http_client *c = NULL;
+  lab_engine *le = NULL;
   resil_retry *rt = NULL;
   if (fleet_start(r, &fl, F1_INSTANCES, fcfg, NULL) != 0) goto out;
   w.bad = fl.fx[F1_BAD];
   w.bad_url = fl.url[F1_BAD];
   f1_cfg fc = {&w, eject_consecutive};
-  if (!(c = client_on(r, &fl, f1_tweak, &fc)) || !(rt = retry_of(r, 3))) goto out;
+  if (!(c = client_on(r, &fl, f1_tweak, &fc)) || !(rt = retry_of(r, 3)) ||
+      !engine_for(r, c, &le))
+    goto out;
   int bad_index = instance_of(c, fl.url[F1_BAD]);
   size_t failed = 0, retried = 0;
   long answered_by[F1_INSTANCES] = {0};
   int64_t t0 = lab_now_ns();
   for (int i = 0; i < F1_CALLS; i++) {
     resil_http_response *resp = NULL;
-    resil_outcome o = resil_http_call(c, "item", NULL, rt, NULL, &resp);
+    resil_outcome o = inst_call(le, c, "item", rt, &resp);
     if (!resil_outcome_is_success(&o)) failed++;
     if (o.attempts > 1) retried++;
     int at = resp ? resil_http_response_instance(resp) : -1;
@@ -330,6 +374,7 @@ static int f1_run(lab_result *r, uint32_t eject_consecutive) {
              "the bad instance was probed (and ejected again) %zu times",
              nmarks ? nmarks - 1 : 0);
 out:
+  engine_done(r, le);
   resil_retry_free(rt);
   client_done(r, c);
   fleet_stop(&fl);
@@ -355,14 +400,17 @@ static int f2_run(lab_result *r, uint32_t attempts) {
   fleet fl;
   resil_http_client *c = NULL;
   resil_retry *rt = NULL;
+  lab_engine *le = NULL;
   if (fleet_start(r, &fl, F2_INSTANCES, NULL, dead) != 0) goto out;
-  if (!(c = client_on(r, &fl, f2_tweak, NULL)) || !(rt = retry_of(r, attempts))) goto out;
+  if (!(c = client_on(r, &fl, f2_tweak, NULL)) || !(rt = retry_of(r, attempts)) ||
+      !engine_for(r, c, &le))
+    goto out;
   int dead_index = instance_of(c, fl.url[F2_DEAD]);
   size_t failures = 0, posts = 0, posts_moved = 0, moved = 0, calls_moved = 0;
   for (int i = 0; i < F2_CALLS; i++) {
     int post = i % 2;
     resil_http_response *resp = NULL;
-    resil_outcome o = resil_http_call(c, post ? "effect" : "item", NULL, rt, NULL, &resp);
+    resil_outcome o = inst_call(le, c, post ? "effect" : "item", rt, &resp);
     resil_http_response_free(resp);
     if (post) posts++;
     if (!resil_outcome_is_success(&o)) {
@@ -406,6 +454,7 @@ static int f2_run(lab_result *r, uint32_t attempts) {
   lab_expect(r, "post_effects", effects == (long)posts,
              "%ld effects on the live instances for %zu POSTs", effects, posts);
 out:
+  engine_done(r, le);
   resil_retry_free(rt);
   client_done(r, c);
   fleet_stop(&fl);
@@ -462,9 +511,12 @@ static int f4_run(lab_result *r, uint32_t max_percent) {
   resil_http_client *c = NULL;
   resil_retry *rt = NULL;
   resil_breaker *br = NULL;
+  lab_engine *le = NULL;
   if (fleet_start(r, &fl, F4_INSTANCES, fcfg, NULL) != 0) goto out;
   f4_cfg fc = {&w, max_percent};
-  if (!(c = client_on(r, &fl, f4_tweak, &fc)) || !(rt = retry_of(r, 3))) goto out;
+  if (!(c = client_on(r, &fl, f4_tweak, &fc)) || !(rt = retry_of(r, 3)) ||
+      !engine_for(r, c, &le))
+    goto out;
   atomic_store(&w.c, c);
   resil_breaker_config bc;
   resil_breaker_config_init(&bc);
@@ -485,7 +537,7 @@ static int f4_run(lab_result *r, uint32_t max_percent) {
       continue;
     }
     int64_t t0 = lab_now_ns();
-    resil_outcome o = resil_http_call(c, "item", NULL, rt, NULL, NULL);
+    resil_outcome o = inst_call(le, c, "item", rt, NULL);
     resil_breaker_record(br, &p, &o, lab_now_ns() - t0);
     made++;
     f4_note(&w, instances_out(c));
@@ -526,6 +578,7 @@ static int f4_run(lab_result *r, uint32_t max_percent) {
              "the breaker is %s (opened after %zu logical calls, %zu rejected)", state,
              opened_after, rejected);
 out:
+  engine_done(r, le);
   if (br) {
     lab_ops_add_breaker(r, "breaker", br);
     lab_capture(r);
@@ -755,16 +808,17 @@ const lab_experiment lab_instances_experiments[] = {
     {"F1",
      "4 instances, one answers 503: ejected after 5 consecutive failures, one probe per "
      "ejection period, 1,000 GETs with a retry of 2 and none fails",
-     f1_right, f1_wrong, "eject_consecutive 0 (no ejection)", "calls_to_bad_after_ejection", 0},
+     f1_right, f1_wrong, "eject_consecutive 0 (no ejection)", "calls_to_bad_after_ejection",
+     LAB_PATHS_BOTH},
     {"F2",
      "one instance refuses connections: every NOT_SENT attempt moves to another instance, an "
      "unkeyed POST too, the caller sees no failure and effects equal POSTs",
-     f2_right, f2_wrong, "no retry", "caller_failures", 0},
+     f2_right, f2_wrong, "no retry", "caller_failures", LAB_PATHS_BOTH},
     F3_ENTRY
     {"F4",
      "all 4 instances fail: at most 50 % ejected, never all; the client-level breaker opens "
      "on the logical calls",
-     f4_right, f4_wrong, "eject_max_percent 100", "max_ejected", 0},
+     f4_right, f4_wrong, "eject_max_percent 100", "max_ejected", LAB_PATHS_BOTH},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #else
