@@ -173,8 +173,10 @@ static resil_http_client *client_on(lab_result *r, fleet *fl,
   cc.instances = fl->list;
   cc.endpoints = inst_endpoints;
   cc.endpoint_count = sizeof inst_endpoints / sizeof inst_endpoints[0];
-  if (tweak) tweak(&cc, user);
+  /* The event log's listeners first: a tweak that sets an instance
+   * listener of its own forwards to the one it replaces. */
   lab_ops_client_config(r, &cc, "client");
+  if (tweak) tweak(&cc, user);
   resil_http_client *c = NULL;
   resil_error err;
   if (!lab_check(r, resil_http_client_new(&cc, &c, &err) == RESIL_OK, "client: %s", err.msg))
@@ -241,6 +243,9 @@ typedef struct f1_watch {
   size_t nmarks;
   uint64_t ejections_other; /* of another instance (none expected) */
   uint64_t returned;
+  /* The listener replaced (the event log's, --events), or NULL. */
+  resil_http_instance_listener_fn next;
+  void *next_user;
 } f1_watch;
 
 static void f1_on_instance(void *user, const resil_http_instance_event *ev) {
@@ -256,6 +261,7 @@ static void f1_on_instance(void *user, const resil_http_instance_event *ev) {
     w->returned++;
   }
   pthread_mutex_unlock(&w->mu);
+  if (w->next) w->next(w->next_user, ev);
 }
 
 typedef struct f1_cfg {
@@ -268,6 +274,8 @@ static void f1_tweak(resil_http_client_config *cc, void *u) {
   cc->eject_consecutive = fc->eject_consecutive;
   cc->eject_base_ns = 100 * MS;
   cc->eject_max_ns = 200 * MS;
+  fc->w->next = cc->on_instance;
+  fc->w->next_user = cc->on_instance_user;
   cc->on_instance = f1_on_instance;
   cc->on_instance_user = fc->w;
 }
@@ -471,6 +479,9 @@ enum { F4_INSTANCES = 4, F4_CALLS = 200 };
 typedef struct f4_watch {
   const resil_http_client *_Atomic c; /* set once the client exists */
   _Atomic unsigned max_out;
+  /* The listener replaced (the event log's, --events), or NULL. */
+  resil_http_instance_listener_fn next;
+  void *next_user;
 } f4_watch;
 
 static void f4_note(f4_watch *w, unsigned out) {
@@ -483,6 +494,7 @@ static void f4_on_instance(void *user, const resil_http_instance_event *ev) {
   f4_watch *w = user;
   const resil_http_client *c = atomic_load(&w->c);
   if (ev->kind == RESIL_HTTP_INSTANCE_EJECTED && c) f4_note(w, instances_out(c));
+  if (w->next) w->next(w->next_user, ev);
 }
 
 typedef struct f4_cfg {
@@ -495,6 +507,8 @@ static void f4_tweak(resil_http_client_config *cc, void *u) {
   cc->eject_max_percent = fc->max_percent;
   cc->eject_base_ns = 1000 * MS;
   cc->eject_max_ns = 1000 * MS;
+  fc->w->next = cc->on_instance;
+  fc->w->next_user = cc->on_instance_user;
   cc->on_instance = f4_on_instance;
   cc->on_instance_user = fc->w;
 }
