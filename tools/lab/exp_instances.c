@@ -5,8 +5,8 @@
  * delay_all_ms). One client names them all (resil_http_client_config.
  * instances) and chooses an instance per attempt.
  *
- * F1: 4 instances, one answers 503 to everything; 1,000 GETs (one every
- *     millisecond) with a retry of 2 (3 attempts, no wait): a 503 moves to
+ * F1: 4 instances, one answers 503 to everything; 1,000 GETs (a 1 ms pause
+ *     after each) with a retry of 2 (3 attempts, no wait): a 503 moves to
  *     another instance, so no call fails. After 5 consecutive failures the
  *     bad one is ejected (for 100 ms, then 200 ms: eject_base_ns and
  *     eject_max_ns, plus up to 10 %), and after each ejection time one
@@ -92,39 +92,39 @@ static const resil_http_endpoint inst_endpoints[] = {
 
 /* The instances: fixtures (dead ones stopped at once, their port kept),
  * their URLs, and the NULL-terminated list the client is given. */
-typedef struct fleet {
+typedef struct inst_set {
   size_t n;
   resil_fixture *fx[MAX_INSTANCES]; /* NULL for a dead one */
   char url[MAX_INSTANCES][64];
   const char *list[MAX_INSTANCES + 1];
-} fleet;
+} inst_set;
 
 /* Starts n instances with cfg[i] (NULL: defaults); dead[i] 1 makes
  * instance i a port with nothing listening (a fixture started, then
  * stopped). 0, or -1 with a failed check in r. */
-static int fleet_start(lab_result *r, fleet *fl, size_t n, const resil_fixture_config *cfg,
-                       const int *dead) {
-  memset(fl, 0, sizeof *fl);
-  fl->n = n;
+static int set_start(lab_result *r, inst_set *set, size_t n, const resil_fixture_config *cfg,
+                     const int *dead) {
+  memset(set, 0, sizeof *set);
+  set->n = n;
   for (size_t i = 0; i < n; i++) {
     char eb[256] = "";
-    if (!lab_check(r, resil_fixture_start(cfg ? &cfg[i] : NULL, &fl->fx[i], eb, sizeof eb) == 0,
+    if (!lab_check(r, resil_fixture_start(cfg ? &cfg[i] : NULL, &set->fx[i], eb, sizeof eb) == 0,
                    "fixture %zu: %s", i, eb))
       return -1;
-    snprintf(fl->url[i], sizeof fl->url[i], "%s", resil_fixture_url(fl->fx[i]));
-    fl->list[i] = fl->url[i];
+    snprintf(set->url[i], sizeof set->url[i], "%s", resil_fixture_url(set->fx[i]));
+    set->list[i] = set->url[i];
     if (dead && dead[i]) {
-      resil_fixture_stop(fl->fx[i]);
-      fl->fx[i] = NULL;
+      resil_fixture_stop(set->fx[i]);
+      set->fx[i] = NULL;
     }
   }
-  fl->list[n] = NULL;
+  set->list[n] = NULL;
   return 0;
 }
 
-static void fleet_stop(fleet *fl) {
-  for (size_t i = 0; i < fl->n; i++) resil_fixture_stop(fl->fx[i]);
-  memset(fl, 0, sizeof *fl);
+static void set_stop(inst_set *set) {
+  for (size_t i = 0; i < set->n; i++) resil_fixture_stop(set->fx[i]);
+  memset(set, 0, sizeof *set);
 }
 
 /* The client's instance index of URL url, or -1. */
@@ -164,13 +164,14 @@ static resil_retry *retry_of(lab_result *r, uint32_t attempts) {
   return rt;
 }
 
-/* A client on fl's instances with the lab's endpoints; cfg_fn tweaks it. */
-static resil_http_client *client_on(lab_result *r, fleet *fl,
+/* A client on the instances of set with the lab's endpoints; tweak (may be
+ * NULL) sets the experiment's fields, user its argument. */
+static resil_http_client *client_on(lab_result *r, inst_set *set,
                                     void (*tweak)(resil_http_client_config *, void *),
                                     void *user) {
   resil_http_client_config cc;
   resil_http_client_config_init(&cc);
-  cc.instances = fl->list;
+  cc.instances = set->list;
   cc.endpoints = inst_endpoints;
   cc.endpoint_count = sizeof inst_endpoints / sizeof inst_endpoints[0];
   /* The event log's listeners first: a tweak that sets an instance
@@ -233,7 +234,7 @@ static void engine_done(lab_result *r, lab_engine *le) {
 
 /* ---- F1 ------------------------------------------------------------------------ */
 
-enum { F1_INSTANCES = 4, F1_BAD = 2, F1_CALLS = 1000, F1_MARKS = 256 };
+enum { F1_INSTANCES = 4, F1_BAD = 2, F1_CALLS = 1000, F1_EJECT = 5, F1_MARKS = 256 };
 
 typedef struct f1_watch {
   pthread_mutex_t mu;
@@ -284,14 +285,14 @@ static int f1_run(lab_result *r, uint32_t eject_consecutive) {
   resil_fixture_config fcfg[F1_INSTANCES];
   for (size_t i = 0; i < F1_INSTANCES; i++) resil_fixture_config_init(&fcfg[i]);
   fcfg[F1_BAD].force_status = 503;
-  fleet fl;
+  inst_set fl;
   f1_watch w;
   memset(&w, 0, sizeof w);
   pthread_mutex_init(&w.mu, NULL);
   resil_http_client *c = NULL;
   lab_engine *le = NULL;
   resil_retry *rt = NULL;
-  if (fleet_start(r, &fl, F1_INSTANCES, fcfg, NULL) != 0) goto out;
+  if (set_start(r, &fl, F1_INSTANCES, fcfg, NULL) != 0) goto out;
   w.bad = fl.fx[F1_BAD];
   w.bad_url = fl.url[F1_BAD];
   f1_cfg fc = {&w, eject_consecutive};
@@ -320,20 +321,26 @@ static int f1_run(lab_result *r, uint32_t eject_consecutive) {
   memcpy(marks, w.marks, sizeof marks);
   uint64_t others = w.ejections_other, returned = w.returned;
   pthread_mutex_unlock(&w.mu);
-  /* Before the first ejection; without one, up to the 5th failure (where
-   * it should have been), and the rest is one period. */
-  long before = nmarks ? marks[0] : (bad_total < 5 ? bad_total : 5);
-  long after_max = 0, periods = 0;
+  /* The bad one's attempts before its first ejection, then in each
+   * ejection period: from one ejection (its attempts then, the one that
+   * ejected it included) to the next, the last to the end of the run.
+   * Without any ejection (the wrong variant), the run after its
+   * F1_EJECT-th failure, where it should have been ejected, is one period. */
+  long before, after_max = 0, periods = 0;
   json_t *per_period = json_array();
-  long from = before;
-  for (size_t k = 1; k <= nmarks || (nmarks == 0 && k == 1); k++) {
-    long to = k < nmarks ? marks[k] : bad_total;
-    long in = to - from;
-    json_array_append_new(per_period, json_integer(in));
-    if (in > after_max) after_max = in;
-    periods++;
-    from = to;
-    if (nmarks == 0) break;
+  if (nmarks == 0) {
+    before = bad_total < F1_EJECT ? bad_total : F1_EJECT;
+    after_max = bad_total - before;
+    periods = 1;
+    json_array_append_new(per_period, json_integer(after_max));
+  } else {
+    before = marks[0];
+    for (size_t k = 0; k < nmarks; k++) {
+      long in = (k + 1 < nmarks ? marks[k + 1] : bad_total) - marks[k];
+      json_array_append_new(per_period, json_integer(in));
+      if (in > after_max) after_max = in;
+      periods++;
+    }
   }
   resil_http_instance_stats bs;
   memset(&bs, 0, sizeof bs);
@@ -374,7 +381,7 @@ static int f1_run(lab_result *r, uint32_t eject_consecutive) {
   lab_expect(r, "ejections", bs.ejections >= 1 && others == 0,
              "the bad instance was ejected %" PRIu64 " times, healthy ones %" PRIu64,
              bs.ejections, others);
-  lab_expect(r, "calls_to_bad_before_ejection", before >= 1 && before <= 5,
+  lab_expect(r, "calls_to_bad_before_ejection", before >= 1 && before <= F1_EJECT,
              "%ld attempts reached the bad instance before its first ejection", before);
   lab_expect(r, "calls_to_bad_after_ejection", after_max <= 1,
              "%ld attempts reached the bad instance in one ejection period", after_max);
@@ -385,12 +392,12 @@ out:
   engine_done(r, le);
   resil_retry_free(rt);
   client_done(r, c);
-  fleet_stop(&fl);
+  set_stop(&fl);
   pthread_mutex_destroy(&w.mu);
   return r->pass;
 }
 
-static int f1_right(lab_result *r) { return f1_run(r, 5); }
+static int f1_right(lab_result *r) { return f1_run(r, F1_EJECT); }
 static int f1_wrong(lab_result *r) { return f1_run(r, 0); }
 
 /* ---- F2 ------------------------------------------------------------------------ */
@@ -405,11 +412,11 @@ static void f2_tweak(resil_http_client_config *cc, void *u) {
 static int f2_run(lab_result *r, uint32_t attempts) {
   int dead[F2_INSTANCES] = {0};
   dead[F2_DEAD] = 1;
-  fleet fl;
+  inst_set fl;
   resil_http_client *c = NULL;
   resil_retry *rt = NULL;
   lab_engine *le = NULL;
-  if (fleet_start(r, &fl, F2_INSTANCES, NULL, dead) != 0) goto out;
+  if (set_start(r, &fl, F2_INSTANCES, NULL, dead) != 0) goto out;
   if (!(c = client_on(r, &fl, f2_tweak, NULL)) || !(rt = retry_of(r, attempts)) ||
       !engine_for(r, c, &le))
     goto out;
@@ -465,7 +472,7 @@ out:
   engine_done(r, le);
   resil_retry_free(rt);
   client_done(r, c);
-  fleet_stop(&fl);
+  set_stop(&fl);
   return r->pass;
 }
 
@@ -519,14 +526,14 @@ static int f4_run(lab_result *r, uint32_t max_percent) {
     resil_fixture_config_init(&fcfg[i]);
     fcfg[i].force_status = 503;
   }
-  fleet fl;
+  inst_set fl;
   f4_watch w;
   memset(&w, 0, sizeof w);
   resil_http_client *c = NULL;
   resil_retry *rt = NULL;
   resil_breaker *br = NULL;
   lab_engine *le = NULL;
-  if (fleet_start(r, &fl, F4_INSTANCES, fcfg, NULL) != 0) goto out;
+  if (set_start(r, &fl, F4_INSTANCES, fcfg, NULL) != 0) goto out;
   f4_cfg fc = {&w, max_percent};
   if (!(c = client_on(r, &fl, f4_tweak, &fc)) || !(rt = retry_of(r, 3)) ||
       !engine_for(r, c, &le))
@@ -600,7 +607,7 @@ out:
   resil_breaker_free(br);
   resil_retry_free(rt);
   client_done(r, c);
-  fleet_stop(&fl);
+  set_stop(&fl);
   return r->pass;
 }
 
@@ -696,10 +703,10 @@ typedef struct f3_figures {
 
 /* One run of F3_CALLS on a fresh client with `balance`. 0, or -1 (a failed
  * check in r). */
-static int f3_one(lab_result *r, fleet *fl, resil_http_balance balance, const char *name,
-                  f3_figures *fig) {
+static int f3_one(lab_result *r, inst_set *set, resil_http_balance balance,
+                  const char *name, f3_figures *fig) {
   memset(fig, 0, sizeof *fig);
-  resil_http_client *c = client_on(r, fl, f3_tweak, &balance);
+  resil_http_client *c = client_on(r, set, f3_tweak, &balance);
   if (!c) return -1;
   f3_drive d;
   memset(&d, 0, sizeof d);
@@ -723,7 +730,7 @@ static int f3_one(lab_result *r, fleet *fl, resil_http_balance balance, const ch
   ec.client = c;
   if (!lab_check(r, resil_engine_new(&ec, &d.e, &err) == RESIL_OK, "engine: %s", err.msg))
     goto out;
-  int slow = instance_of(c, fl->url[F3_SLOW]);
+  int slow = instance_of(c, set->url[F3_SLOW]);
   d.t0 = lab_now_ns();
   f3_tick(&d);
   if (d.done < F3_CALLS) resil_loop_run(d.loop);
@@ -763,9 +770,9 @@ static int f3_run(lab_result *r, int wrong) {
     resil_fixture_config_init(&fcfg[i]);
     fcfg[i].delay_all_ms = i == F3_SLOW ? 500 : 5;
   }
-  fleet fl;
+  inst_set fl;
   f3_figures rr, p2c;
-  if (fleet_start(r, &fl, F3_INSTANCES, fcfg, NULL) != 0) goto out;
+  if (set_start(r, &fl, F3_INSTANCES, fcfg, NULL) != 0) goto out;
   if (f3_one(r, &fl, RESIL_HTTP_BALANCE_ROUND_ROBIN, "round robin", &rr) != 0) goto out;
   if (f3_one(r, &fl, wrong ? RESIL_HTTP_BALANCE_ROUND_ROBIN : RESIL_HTTP_BALANCE_P2C,
              wrong ? "round robin (as P2C)" : "P2C", &p2c) != 0)
@@ -802,7 +809,7 @@ static int f3_run(lab_result *r, int wrong) {
   lab_expect(r, "p99_ms_p2c", p2c.p99_ms < rr.p99_ms, "p99 %.1f ms with P2C, %.1f ms with round "
              "robin", p2c.p99_ms, rr.p99_ms);
 out:
-  fleet_stop(&fl);
+  set_stop(&fl);
   return r->pass;
 }
 
