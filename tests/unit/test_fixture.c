@@ -1374,7 +1374,7 @@ static void force_status_answers_every_route_and_counts_no_effect(void **state) 
 }
 
 /* delay_all_ms delays every counted request, the route's own delay on top;
- * a stop interrupts it. */
+ * a stop interrupts it (the request is dropped, not answered). */
 static void delay_all_delays_every_route(void **state) {
   (void)state;
   resil_fixture_config cfg;
@@ -1396,6 +1396,22 @@ static void delay_all_delays_every_route(void **state) {
   if (took < 150) fail_msg("slow answered after %lld ms", (long long)took);
   assert_int_equal(resil_fixture_effects(f, "slow"), 1);
   resil_fixture_stop(f);
+  /* A stop interrupts the sleep: the request is dropped, not answered. */
+  cfg.delay_all_ms = 5000;
+  f = start_with(&cfg);
+  slow_call sc = {f, "/effect/200", {0}};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, slow_thread, &sc), 0);
+  int64_t end = now_ms() + 5000;
+  while (resil_fixture_attempts(f, "effect") < 1 && now_ms() < end) nap_ms(5);
+  assert_int_equal(resil_fixture_attempts(f, "effect"), 1);
+  t0 = now_ms();
+  resil_fixture_stop(f);
+  took = now_ms() - t0;
+  pthread_join(t, NULL);
+  if (took > 1000) fail_msg("stop took %lld ms", (long long)took);
+  assert_int_not_equal(sc.r.code, CURLE_OK);
+  reply_free(&sc.r);
   cfg.delay_all_ms = 600001;
   char err[256] = "";
   f = NULL;
