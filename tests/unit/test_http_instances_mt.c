@@ -99,14 +99,15 @@ static void get_ok(resil_http_client *c, resil_retry *rt) {
   assert_true(resil_outcome_is_success(&o));
 }
 
-static resil_retry *retry_n(uint32_t n) {
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = n;
-  rc.wait_ns = 0;
-  resil_retry *r = NULL;
-  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
-  return r;
+/* A client on three instances in turn, without ejection: a port where
+ * nothing listens (*dead, instance 0) and two fixtures (f). */
+static resil_http_client *dead_and_two(resil_fixture *f[2], char **dead) {
+  f[0] = fx_start();
+  f[1] = fx_start();
+  *dead = dead_url();
+  setup s = {.urls = {*dead, resil_fixture_url(f[0]), resil_fixture_url(f[1])},
+             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 0, .pct = 50};
+  return client_of(&s);
 }
 
 /* ---- choice ------------------------------------------------------------------- */
@@ -164,6 +165,36 @@ static void round_robin_takes_each_instance_in_turn(void **state) {
   for (int i = 0; i < 3; i++) resil_fixture_stop(f[i]);
 }
 
+/* A pool of one slot per instance keeps one connection to each: a slot
+ * that holds none to the chosen instance is not the one just used for
+ * another (that would reconnect at every change of instance). */
+static void each_instance_keeps_its_connection_in_the_pool(void **state) {
+  (void)state;
+  resil_fixture *f[4] = {fx_start(), fx_start(), fx_start(), fx_start()};
+  setup s = {.urls = {resil_fixture_url(f[0]), resil_fixture_url(f[1]), resil_fixture_url(f[2]),
+                      resil_fixture_url(f[3])},
+             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 5, .pct = 50};
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = eps;
+  cfg.endpoint_count = NEPS;
+  apply(&cfg, &s);
+  cfg.max_connections = 4;
+  cfg.max_connections_per_host = 1;
+  resil_http_client *c = NULL;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+  for (int k = 0; k < 100; k++) {
+    resil_outcome o = call_p(c, "item", NULL, KV("id", "4"));
+    assert_true(resil_outcome_is_success(&o));
+  }
+  resil_http_stats st;
+  assert_status(RESIL_OK, resil_http_client_get_stats(c, &st));
+  assert_int_equal(st.connections_opened, 4);
+  for (int i = 0; i < 4; i++) assert_int_equal(resil_fixture_attempts(f[i], "items"), 25);
+  resil_http_client_free(c);
+  for (int i = 0; i < 4; i++) resil_fixture_stop(f[i]);
+}
+
 typedef struct call_arg {
   resil_http_client *c;
   int n;
@@ -218,11 +249,9 @@ static void both_choices_spread_calls_over_every_instance(void **state) {
  * keeps being chosen first, so the moves are many. */
 static void not_sent_attempts_move_to_an_untried_instance(void **state) {
   (void)state;
-  resil_fixture *f[2] = {fx_start(), fx_start()};
-  char *dead = dead_url();
-  setup s = {.urls = {dead, resil_fixture_url(f[0]), resil_fixture_url(f[1])},
-             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 0, .pct = 50};
-  resil_http_client *c = client_of(&s);
+  resil_fixture *f[2];
+  char *dead;
+  resil_http_client *c = dead_and_two(f, &dead);
   resil_retry *rt = retry_n(2);
   for (int k = 0; k < 30; k++) {
     resil_http_response *r = NULL;
@@ -234,11 +263,12 @@ static void not_sent_attempts_move_to_an_untried_instance(void **state) {
   /* Every POST had one effect, on a live instance. */
   assert_int_equal(resil_fixture_effects(f[0], "effect") + resil_fixture_effects(f[1], "effect"),
                    30);
-  /* Round robin advances once per attempt: the calls alternate between
-   * starting on the dead instance (then moving) and on a live one. */
+  /* Round robin advances once per attempt (from a random start): the
+   * calls alternate between starting on the dead instance (then moving)
+   * and on a live one, so about half of them met it, once each. */
   resil_http_instance_stats d = st_of(c, 0);
-  assert_int_equal(d.outcomes[RESIL_NOT_SENT], 15);
-  assert_int_equal(d.chosen, 15);
+  assert_true(d.chosen >= 14 && d.chosen <= 16);
+  assert_int_equal(d.outcomes[RESIL_NOT_SENT], d.chosen);
   assert_int_equal(d.ejections, 0);
   resil_retry_free(rt);
   resil_http_client_free(c);
@@ -453,11 +483,9 @@ static void a_status_query_goes_to_another_instance(void **state) {
  * primary's. */
 static void the_engine_moves_not_sent_attempts_and_hedges_elsewhere(void **state) {
   (void)state;
-  resil_fixture *f[2] = {fx_start(), fx_start()};
-  char *dead = dead_url();
-  setup s = {.urls = {dead, resil_fixture_url(f[0]), resil_fixture_url(f[1])},
-             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 0, .pct = 50};
-  resil_http_client *c = client_of(&s);
+  resil_fixture *f[2];
+  char *dead;
+  resil_http_client *c = dead_and_two(f, &dead);
   test_loop *l = calloc(1, sizeof *l);
   tl_init(l);
   resil_engine *e = engine_on(l, c);
@@ -763,6 +791,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(a_resolved_names_addresses_are_instances),
       cmocka_unit_test(round_robin_takes_each_instance_in_turn),
       cmocka_unit_test(both_choices_spread_calls_over_every_instance),
+      cmocka_unit_test(each_instance_keeps_its_connection_in_the_pool),
       cmocka_unit_test(not_sent_attempts_move_to_an_untried_instance),
       cmocka_unit_test(consecutive_failures_eject_probe_and_eject_again_for_longer),
       cmocka_unit_test(a_probe_that_succeeds_returns_the_instance),

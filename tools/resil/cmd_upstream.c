@@ -285,6 +285,14 @@ static void quiet_notice(void *arg, const char *message) {
   (void)message;
 }
 
+/* Serialises the CREATE TABLE of `resil upstream` processes starting at
+ * once on one PostgreSQL database (a fleet): two concurrent CREATE TABLE IF
+ * NOT EXISTS of one table can both find it missing, and the second then
+ * fails on the catalog's unique index ("duplicate key value violates unique
+ * constraint pg_type_typname_nsp_index"). A key of its own, not the
+ * store's migration lock. */
+#define PAYMENTS_TABLE_LOCK "8243160126213387637"
+
 /* No UNIQUE constraint on op_key: a duplicate effect must be visible as a
  * second row, not be turned into an error that hides it. */
 static int create_table(const char *uri, const char *backend) {
@@ -315,11 +323,16 @@ static int create_table(const char *uri, const char *backend) {
   if (ok) {
     /* "relation already exists, skipping" is not worth a line on stderr. */
     PQsetNoticeProcessor(pg, quiet_notice, NULL);
-    PGresult *r = PQexec(pg, "CREATE TABLE IF NOT EXISTS payments ("
+    /* One transaction (several statements in one PQexec): the lock, held
+     * until it commits, then the table, looked up again under it. */
+    PGresult *r = PQexec(pg, "BEGIN;"
+                             "SELECT pg_advisory_xact_lock(" PAYMENTS_TABLE_LOCK ");"
+                             "CREATE TABLE IF NOT EXISTS payments ("
                              " id BIGSERIAL PRIMARY KEY, op_key TEXT NOT NULL,"
                              " route TEXT NOT NULL, amount INTEGER NOT NULL);"
                              "CREATE INDEX IF NOT EXISTS payments_op_key"
-                             " ON payments(op_key);");
+                             " ON payments(op_key);"
+                             "COMMIT;");
     ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
   }
