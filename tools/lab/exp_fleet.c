@@ -48,7 +48,6 @@
  * attempt under a new key and asks no status (what a client that retries
  * UNKNOWN without its key does): the writes that ended UNKNOWN but ran, and
  * those the restarted instance recovered, run twice; no_duplicates fails. */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,7 +228,6 @@ typedef struct pay_rec {
 } pay_rec;
 
 typedef struct fleet {
-  lab_result *r;
   int wrong;
   resil_http_client *c;
   resil_retry *retry;
@@ -446,7 +444,7 @@ static int f5_run(lab_result *r, int wrong) {
   if (lab_pg_start(r, &pg) != 0) return 0;
   up_proc up[N_INST];
   for (int i = 0; i < N_INST; i++) up[i] = (up_proc){.out = -1, .recovered = -1};
-  fleet f = {.r = r, .wrong = wrong, .end = t0 + 45000 * MS};
+  fleet f = {.wrong = wrong, .end = t0 + 45000 * MS};
   f.rec = calloc(PAYMENTS, sizeof *f.rec);
   pthread_t th[CALLERS];
   int nth = 0, killed = 0, kill_sig = -1, stop_rc = -1, restarted = 0;
