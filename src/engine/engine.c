@@ -251,10 +251,10 @@ struct resil_engine {
   resil__engine_ext *exts;      /* attached                */
   resil__engine_ext *post_head; /* posted, under mu        */
   eng_stats st; /* resil_engine_get_stats */
-  /* Connections (see "connections"): the client's limits, transfers in
-   * libcurl per origin, and the FIFO queue of transfers waiting for one. */
+  /* Connections (see "connections"): the client's limit (per origin:
+   * resil__http_origin_cap), transfers in libcurl per origin, and the FIFO
+   * queue of transfers waiting for one. */
   size_t conn_cap;
-  uint32_t host_cap;
   uint32_t *origin_busy, *origin_waiting; /* client's norigins each */
   eng_cwait *cq_head, *cq_tail;
   size_t queued, peak_queued;
@@ -397,7 +397,8 @@ static eng_xfer *xfer_get(resil_engine *e) {
  * newcomer overtakes a waiter. */
 
 static int conn_room(const resil_engine *e, uint32_t origin) {
-  return e->in_flight < e->conn_cap && e->origin_busy[origin] < e->host_cap;
+  return e->in_flight < e->conn_cap &&
+         e->origin_busy[origin] < resil__http_origin_cap(e->client, origin);
 }
 
 /* May a new transfer to origin start now (without overtaking a waiter)? */
@@ -491,7 +492,7 @@ static void on_conn_timer(void *arg) {
 static void conn_dispatch(resil_engine *e) {
   eng_cwait *w = e->cq_head;
   while (w && e->in_flight < e->conn_cap) {
-    if (e->origin_busy[w->origin] >= e->host_cap) {
+    if (e->origin_busy[w->origin] >= resil__http_origin_cap(e->client, w->origin)) {
       w = w->next;
       continue;
     }
@@ -1970,7 +1971,6 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
   e->client = c;
   e->max_free = 2 * (size_t)c->nslots < 64 ? 64 : 2 * (size_t)c->nslots;
   e->conn_cap = c->nslots;
-  e->host_cap = c->per_host;
   size_t no = c->t.norigins ? c->t.norigins : 1;
   e->origin_busy = resil__calloc(e->alloc, no * sizeof(uint32_t));
   e->origin_waiting = resil__calloc(e->alloc, no * sizeof(uint32_t));

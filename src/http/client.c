@@ -680,6 +680,7 @@ static void client_destroy(resil_http_client *c) {
   }
   resil__free(a, c->groups);
   resil__free(a, c->all);
+  resil__free(a, c->origin_group);
   resil__free(a, c->t.interceptors);
   resil__free(a, c->name);
   resil__free(a, c->t.idem_header);
@@ -1056,6 +1057,21 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
     c->origin_inuse = resil__calloc(a, c->t.norigins * sizeof *c->origin_inuse);
     if (!c->origin_inuse) st = resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   }
+  if (st == RESIL_OK && c->ngroups) {
+    /* Which origins are instances of which upstream: a listed instance's
+     * own, a resolved name's reserved ones. */
+    c->origin_group = resil__calloc(a, c->t.norigins * sizeof *c->origin_group);
+    if (!c->origin_group) st = resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+    for (uint32_t k = 0; st == RESIL_OK && k < c->ngroups; k++) {
+      http_group *g = c->groups[k];
+      if (g->resolve) {
+        for (uint32_t o = 0; o < HTTP_MAX_INSTANCES; o++) c->origin_group[g->origin0 + o] = g;
+      } else {
+        for (unsigned i = 0; i < atomic_load(&g->n); i++)
+          c->origin_group[g->inst[i]->origin] = g;
+      }
+    }
+  }
   if (st == RESIL_OK) {
     /* Thread-safe in libcurl >= 7.84 and reference counted by libcurl. */
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
@@ -1170,7 +1186,8 @@ http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
   int64_t until = 0;
   if (waited) *waited = 0;
   pthread_mutex_lock(&c->mu);
-  while (c->nfree == 0 || c->origin_inuse[origin] >= c->per_host) {
+  uint32_t cap = resil__http_origin_cap(c, origin);
+  while (c->nfree == 0 || c->origin_inuse[origin] >= cap) {
     if (waited) *waited = 1;
     if (cancel && resil_cancel_is_set(cancel)) {
       pthread_mutex_unlock(&c->mu);

@@ -69,6 +69,9 @@ struct resil_http_client {
    * names (resolver_on when it runs; rstop under rmu stops it). */
   http_group **groups;
   uint32_t ngroups;
+  /* By origin (t.norigins): the upstream whose instance it is, NULL for
+   * an origin of its own (resil__http_origin_cap). */
+  http_group **origin_group;
   http_inst **all;
   atomic_uint nall;
   uint32_t all_cap;
@@ -104,5 +107,20 @@ http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
                                      http_slot **out, int *waited);
 void resil__http_pool_release(resil_http_client *c, http_slot *s,
                               uint32_t origin);
+
+/* Attempts in flight at once to `origin`, of the blocking pool's slots or
+ * an engine's connections (max_connections): max_connections_per_host,
+ * and for an instance of an upstream (instances.c) at most
+ * max_connections / its live instances (at least 1), so that the idle
+ * connections of all the instances fit in the pool together and none is
+ * closed to open another instance's. */
+static inline uint32_t resil__http_origin_cap(const resil_http_client *c, uint32_t origin) {
+  const http_group *g = c->origin_group ? c->origin_group[origin] : NULL;
+  if (!g) return c->per_host;
+  unsigned live = atomic_load_explicit(&((http_group *)g)->live, memory_order_relaxed);
+  uint32_t share = live > 1 ? c->nslots / live : c->nslots;
+  if (share < 1) share = 1;
+  return share < c->per_host ? share : c->per_host;
+}
 
 #endif

@@ -728,6 +728,46 @@ static void a_resolved_names_addresses_are_instances(void **state) {
   assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* The engine with many calls in flight over 4 instances keeps its
+ * connections: each instance may hold max_connections / 4 of them, so
+ * their idle ones all fit in libcurl's cache (max_connections) and none is
+ * closed to open another instance's; the blocking pool likewise. */
+static void instances_share_the_connections_without_reconnecting(void **state) {
+  (void)state;
+  resil_fixture *f[4] = {fx_start(), fx_start(), fx_start(), fx_start()};
+  setup s = {.urls = {resil_fixture_url(f[0]), resil_fixture_url(f[1]), resil_fixture_url(f[2]),
+                      resil_fixture_url(f[3])},
+             .balance = RESIL_HTTP_BALANCE_P2C, .eject = 5, .pct = 50};
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = eps;
+  cfg.endpoint_count = NEPS;
+  apply(&cfg, &s);
+  cfg.max_connections = 8;
+  cfg.max_connections_per_host = 8;
+  resil_http_client *c = NULL;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+  test_loop *l = calloc(1, sizeof *l);
+  tl_init(l);
+  resil_engine *e = engine_on(l, c);
+  done_rec *d = rec_new();
+  for (size_t i = 0; i < 400; i++)
+    assert_status(RESIL_OK, submit(e, d, i, "slow", KV("ms", "2"), NULL, NULL, NULL));
+  assert_true(tl_run_until(l, &d->done, 400, 30000));
+  for (size_t i = 0; i < 400; i++) assert_int_equal(d->status[i], 200);
+  resil_http_stats st;
+  assert_status(RESIL_OK, resil_http_client_get_stats(c, &st));
+  print_message("engine: %llu connections for 400 calls\n",
+                (unsigned long long)st.connections_opened);
+  assert_true(st.connections_opened <= 8);
+  for (int i = 0; i < 4; i++) assert_true(resil_fixture_attempts(f[i], "slow") > 0);
+  resil_engine_free(e);
+  tl_close(l);
+  free(l);
+  resil_http_client_free(c);
+  for (int i = 0; i < 4; i++) resil_fixture_stop(f[i]);
+}
+
 /* ---- configuration -------------------------------------------------------------- */
 
 static void bad_instance_settings_are_named(void **state) {
@@ -799,6 +839,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(a_status_query_goes_to_another_instance),
       cmocka_unit_test(the_engine_moves_not_sent_attempts_and_hedges_elsewhere),
       cmocka_unit_test(a_blocking_hedge_goes_to_the_other_instance),
+      cmocka_unit_test(instances_share_the_connections_without_reconnecting),
       cmocka_unit_test(bad_instance_settings_are_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
