@@ -80,6 +80,13 @@ typedef struct bench_result {
 void bench_sink(uint64_t v);
 
 int64_t bench_now_ns(void);
+/* The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID: user + system),
+ * ns. */
+int64_t bench_thread_cpu_ns(void);
+/* The 1-minute load average, NAN when unknown. */
+double bench_loadavg1(void);
+/* Pins the calling thread to cpu; 0, or -1 (affinity unchanged). */
+int bench_pin_self(int cpu);
 double bench_median(const double *v, int n);
 
 /* Warm-up, calibration to opts->min_run_ns, then opts->runs timed runs of a
