@@ -15,7 +15,10 @@ int bench_policies_open(bench_policies *p, const bench_policies_config *cfg, cha
   resil_http_client_config hc;
   resil_http_client_config_init(&hc);
   hc.name = "bench";
-  hc.base_url = cfg->base_url;
+  if (cfg->instances)
+    hc.instances = cfg->instances;
+  else
+    hc.base_url = cfg->base_url;
   hc.endpoints = cfg->endpoints;
   hc.endpoint_count = cfg->endpoint_count;
   hc.max_connections = cfg->max_connections;
