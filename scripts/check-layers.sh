@@ -38,6 +38,7 @@ table='
 base          0 http/base.h http/base.c
 template      0 http/template.h http/template.c
 log           1 http/log_int.h http/log.c
+instances     1 http/instances.h http/instances.c
 response      1 http/response_int.h http/response.c
 events        2 http/events.c
 transfer      2 http/transfer.h http/transfer.c

@@ -185,6 +185,10 @@ struct resil_engine_handle {
   int64_t report_dur;
   /* ST_CWAIT: queued for a connection (the queue's timer bounds it). */
   eng_cwait cw;
+  /* The instance the primary chose (ep->group, instances.c) until its
+   * transfer takes it (x->s.inst), and whether it probes it. */
+  http_inst *inst;
+  int inst_probe;
   /* A rate-limiter decision asked asynchronously (see "asynchronous
    * decisions"): pending in rq (the call in ST_WAIT, or ST_START for an
    * outer limiter), then its answer kept in rl_ans until the step that
@@ -548,6 +552,25 @@ static void chain_count_call(resil_engine_handle *call, const resil_outcome *o) 
   }
 }
 
+/* Chooses an instance of req's upstream for an attempt (instances.c): the
+ * blocking path's rule, one implementation. NULL when none is known. */
+static http_inst *pick_instance(resil_http_request *req, int *probe) {
+  http_inst *i = resil__http_inst_pick(req->ep->group, &req->tried, probe);
+  if (i) atomic_store_explicit(&req->last_bit, i->bit + 1, memory_order_relaxed);
+  return i;
+}
+
+/* The primary's chosen instance, never handed to a transfer, hears o (a
+ * lease that expired, a call that ended while queued). */
+static void inst_drop(resil_engine_handle *call, resil_outcome o) {
+  if (!call->inst) return;
+  http_inst *i = call->inst;
+  call->inst = NULL;
+  resil__http_inst_done(i, call->inst_probe, &o);
+}
+
+resil_http_request *resil__engine_request(resil_engine_handle *h) { return h->req; }
+
 static void finish(resil_engine_handle *call, resil_outcome o) {
   resil_engine *e = call->e;
   resil_ratelimiter_withdraw_async(&call->rq);
@@ -558,6 +581,7 @@ static void finish(resil_engine_handle *call, resil_outcome o) {
     call->bw = NULL;
   }
   conn_withdraw(e, &call->cw);
+  inst_drop(call, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED));
   call->state = ST_DONE;
   resil__timerheap_disarm(&e->heap, &call->t);
   resil__timerheap_disarm(&e->heap, &call->dl);
@@ -667,7 +691,7 @@ static void transfer_end(resil_engine_handle *call, int aborted, CURLcode rc) {
   eng_xfer *x = call->x;
   call->x = NULL;
   curl_multi_remove_handle(e->multi, x->s.e);
-  conn_out(e, call->req->ep->origin);
+  conn_out(e, (uint32_t)x->s.origin);
   resil__timerheap_disarm(&e->heap, &call->at);
   resil_http_client *c = e->client;
   const resil_ctx *actx = attempt_ctx(call);
@@ -733,12 +757,17 @@ static void transfer_start_now(resil_engine_handle *call) {
   eng_xfer *x = xfer_get(e);
   if (!x) {
     o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    inst_drop(call, o);
     resil__http_count_outcome(c, &o);
     resil__http_log_bare(c, call->req->ep, &o, actx->attempt, 0);
     call->attempts++;
     after_attempt(call, &o, 0);
     return;
   }
+  /* resil__http_attempt_done gives the instance back. */
+  x->s.inst = call->inst;
+  x->s.probe = call->inst_probe;
+  call->inst = NULL;
   int64_t left = transfer_left(call, now, &call->attempt_end_at);
   call->att_t0 = now;
   call->attempts++;
@@ -765,7 +794,7 @@ static void transfer_start_now(resil_engine_handle *call) {
   ST_INC(e, transfers);
   /* transfer_end() counts it out again, also when adding failed (then
    * classified as a local failure before sending, ABORT_LOCAL). */
-  conn_in(e, call->req->ep->origin);
+  conn_in(e, (uint32_t)x->s.origin);
   if (curl_multi_add_handle(e->multi, x->s.e) != CURLM_OK) {
     transfer_end(call, ABORT_LOCAL, CURLE_FAILED_INIT);
     return;
@@ -788,6 +817,7 @@ static void conn_lease_expired(resil_engine_handle *call) {
   resil__timerheap_disarm(&e->heap, &call->t);
   int64_t waited = eng_now(e) - call->cw.t0;
   resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_POOL_TIMEOUT);
+  inst_drop(call, o);
   atomic_fetch_add_explicit(&c->st_lease_timeouts, 1, memory_order_relaxed);
   ST_INC(e, rej_pool);
   resil__http_count_outcome(c, &o);
@@ -820,6 +850,19 @@ static void conn_go_primary(eng_cwait *w) {
 static void start_transfer(resil_engine_handle *call) {
   resil_engine *e = call->e;
   call->cw.origin = call->req->ep->origin;
+  if (call->req->ep->group) {
+    call->inst = pick_instance(call->req, &call->inst_probe);
+    if (!call->inst) {
+      resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS);
+      resil__http_count_outcome(e->client, &o);
+      resil__http_log_bare(e->client, call->req->ep, &o, attempt_ctx(call)->attempt, 0);
+      call->attempts++;
+      call->state = ST_WAIT;
+      after_attempt(call, &o, 0);
+      return;
+    }
+    call->cw.origin = call->inst->origin;
+  }
   call->cw.go = conn_go_primary;
   call->cw.expired = conn_expired_primary;
   int r = conn_start_or_queue(e, &call->cw, e->client->lease_timeout_ns);
@@ -877,7 +920,7 @@ static void primary_drop(resil_engine_handle *call) {
   eng_xfer *x = call->x;
   call->x = NULL;
   curl_multi_remove_handle(e->multi, x->s.e);
-  conn_out(e, call->req->ep->origin);
+  conn_out(e, (uint32_t)x->s.origin);
   resil__timerheap_disarm(&e->heap, &call->at);
   resil_outcome o = resil__http_attempt_end(e->client, call->req, &x->s, ABORT_CANCEL, CURLE_OK);
   resil__http_attempt_done(e->client, call->req, &x->s, &o, attempt_ctx(call)->attempt, 0,
@@ -981,7 +1024,7 @@ static void hedge_end(resil_engine_handle *call, uint32_t n, int aborted, CURLco
   hg->x = NULL;
   resil__timerheap_disarm(&e->heap, &hg->at);
   curl_multi_remove_handle(e->multi, x->s.e);
-  conn_out(e, call->req->ep->origin);
+  conn_out(e, (uint32_t)x->s.origin);
   resil_outcome o = resil__http_attempt_end(e->client, call->req, &x->s, aborted, rc);
   int64_t dur = eng_now(e) - hg->t0;
   resil__http_attempt_done(e->client, call->req, &x->s, &o, attempt_ctx(call)->attempt, 0, dur);
@@ -1051,9 +1094,24 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
     }
     hg->has_bh = 1;
   }
-  if (!conn_admit(e, call->req->ep->origin)) {
+  /* A hedge goes to an instance other than the running attempts' (they
+   * are in the call's tried set). */
+  http_inst *hi = NULL;
+  int hprobe = 0;
+  uint32_t horigin = call->req->ep->origin;
+  if (call->req->ep->group) {
+    if (!(hi = pick_instance(call->req, &hprobe))) {
+      o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS);
+      hedge_release(call, hg, NULL, 0);
+      hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
+      return;
+    }
+    horigin = hi->origin;
+  }
+  if (!conn_admit(e, horigin)) {
     /* No connection free at once (a hedge never waits for one). */
     o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_POOL_TIMEOUT);
+    if (hi) resil__http_inst_done(hi, hprobe, &o);
     hedge_release(call, hg, NULL, 0);
     hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
     return;
@@ -1061,10 +1119,13 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
   eng_xfer *x = xfer_get(e);
   if (!x) {
     o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+    if (hi) resil__http_inst_done(hi, hprobe, &o);
     hedge_release(call, hg, NULL, 0);
     hedge_settle(call, n, &o, 0, NULL, HEDGE_NORMAL);
     return;
   }
+  x->s.inst = hi;
+  x->s.probe = hprobe;
   int64_t left = transfer_left(call, now, &hg->end_at);
   call->attempts++;
   if (resil__http_attempt_begin(c, call->req, &x->s, actx->attempt, actx->flags, left,
@@ -1081,7 +1142,7 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
   hg->x = x;
   hg->t0 = now;
   ST_INC(e, transfers);
-  conn_in(e, call->req->ep->origin);
+  conn_in(e, horigin);
   if (curl_multi_add_handle(e->multi, x->s.e) != CURLM_OK) {
     hedge_end(call, n, ABORT_LOCAL, CURLE_FAILED_INIT, HEDGE_NORMAL);
     return;

@@ -25,6 +25,8 @@ void resil__engine_disarm(resil_engine *e, resil__timer *t);
  * reports it from its done callback with resil__engine_report, with the
  * outcome it decides (keyed.c: a status query's, marked recovered). */
 void resil__engine_defer_report(resil_engine_handle *h);
+/* The request of h's logical call (valid until h's done_fn returns). */
+resil_http_request *resil__engine_request(resil_engine_handle *h);
 /* From h's done callback: reports h's deferred attempt with outcome *o
  * and idempotency key `key` (NULL: the request's own), the engine's
  * duration, attempt 1, next_wait_ns -1. Once; a no-op when nothing is

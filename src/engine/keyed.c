@@ -52,6 +52,9 @@ struct resil_engine_keyed {
    * (resil__engine_set_plan), when has_plan. */
   resil__engine_plan plan;
   int has_plan;
+  /* The instance the latest write went to (-1 none): status queries
+   * prefer another (DESIGN §8.4). */
+  int w_instance;
   resil_retry *retry;
   resil_ctx ctx;
   resil__recov rv;
@@ -212,7 +215,10 @@ static int submit(resil_engine_keyed *k, const char *ep, const resil_http_args *
   if (resil_engine_call(k->e, ep, a, &k->pol, cx, fn, k, &h, NULL) != RESIL_OK) return -1;
   if (k->has_plan) resil__engine_set_plan(h, &k->plan);
   /* A status query is reported once its answer is read (on_query_done). */
-  if (fn == on_query_done) resil__engine_defer_report(h);
+  if (fn == on_query_done) {
+    resil__engine_defer_report(h);
+    resil__http_request_avoid(resil__engine_request(h), k->w_instance);
+  }
   pthread_mutex_lock(&k->mu);
   k->cur = h;
   int c = k->cancel;
@@ -285,6 +291,7 @@ static void on_write_done(void *user, resil_engine_handle *h, resil_outcome o,
   k->wdur = resil__engine_now(k->e) - k->w_t0;
   resil_http_response_free(k->res);
   k->res = r;
+  k->w_instance = r ? resil_http_response_instance(r) : -1;
   if (!took_back(k, h)) {
     k->wo = o;
     k->rep.write_attempts++;
@@ -461,6 +468,7 @@ resil_status resil_engine_call_keyed_sized(resil_engine *e, const char *endpoint
     return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
   }
   k->alloc = c->t.alloc;
+  k->w_instance = -1;
   k->e = e;
   k->c = c;
   k->ep = req->ep;

@@ -52,6 +52,13 @@ static void config_defaults(resil_http_client_config *cfg) {
   cfg->pending_wait_max_ns = 10 * RESIL_NS_PER_S;
   cfg->deadline_propagation = 1;
   cfg->deadline_header = "Request-Timeout";
+  cfg->resolve_interval_ns = 30 * RESIL_NS_PER_S;
+  cfg->balance = RESIL_HTTP_BALANCE_P2C;
+  cfg->eject_consecutive = 5;
+  cfg->eject_classes = RESIL_HTTP_EJECT_CLASSES_DEFAULT;
+  cfg->eject_base_ns = 30 * RESIL_NS_PER_S;
+  cfg->eject_max_ns = 300 * RESIL_NS_PER_S;
+  cfg->eject_max_percent = 50;
 }
 
 void resil_http_client_config_init_sized(resil_http_client_config *cfg, size_t n) {
@@ -173,6 +180,28 @@ static const char *parse_base(const char *url, char *key, size_t keylen) {
   return NULL;
 }
 
+/* A NULL-terminated list of instance base URLs (field names it): 1..64
+ * valid entries. */
+static resil_status check_instances(const char *const *list, const char *field,
+                                    resil_error *err) {
+  size_t n = 0;
+  while (list[n]) n++;
+  if (n < 1 || n > HTTP_MAX_INSTANCES)
+    return resil__err(err, RESIL_EINVAL, field,
+                      "must list 1..%u base URLs (NULL-terminated), got %zu",
+                      (unsigned)HTTP_MAX_INSTANCES, n);
+  for (size_t i = 0; i < n; i++) {
+    char key[300];
+    const char *why = parse_base(list[i], key, sizeof key);
+    if (why) {
+      char f[64];
+      snprintf(f, sizeof f, "%.40s[%zu]", field, i);
+      return resil__err(err, RESIL_EINVAL, f, "%s", why);
+    }
+  }
+  return RESIL_OK;
+}
+
 static int media_type_eq(const char *ct, const char *type) {
   /* Compares the media type of ct (before ';', spaces trimmed) with type. */
   while (*ct == ' ' || *ct == '\t') ct++;
@@ -237,6 +266,27 @@ static int method_idempotent(resil_http_method m) {
   return m != RESIL_HTTP_POST && m != RESIL_HTTP_PATCH;
 }
 
+/* Appends origin `key` (a new index even when the key is known: a
+ * resolved name's addresses are origins of their own). */
+static resil_status origin_append(resil_http_client *c, const char *key, uint32_t *out,
+                                  resil_error *err) {
+  const resil_allocator *a = c->t.alloc;
+  if (c->t.norigins == c->origins_cap) {
+    uint32_t cap = c->origins_cap ? c->origins_cap * 2 : 8;
+    char **o = resil__calloc(a, cap * sizeof *o);
+    if (!o) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+    if (c->t.norigins) memcpy(o, c->t.origins, c->t.norigins * sizeof *o);
+    resil__free(a, c->t.origins);
+    c->t.origins = o;
+    c->origins_cap = cap;
+  }
+  char *k = dup_n(a, key, strlen(key));
+  if (!k) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  c->t.origins[c->t.norigins] = k;
+  *out = c->t.norigins++;
+  return RESIL_OK;
+}
+
 static resil_status origin_index(resil_http_client *c, const char *key,
                                  uint32_t *out, resil_error *err) {
   for (uint32_t i = 0; i < c->t.norigins; i++)
@@ -244,18 +294,114 @@ static resil_status origin_index(resil_http_client *c, const char *key,
       *out = i;
       return RESIL_OK;
     }
-  char *k = dup_n(c->t.alloc, key, strlen(key));
-  if (!k) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
-  c->t.origins[c->t.norigins] = k;
-  *out = c->t.norigins++;
+  return origin_append(c, key, out, err);
+}
+
+/* ---- upstreams of several instances (instances.c) ---------------------------- */
+
+/* A base URL without its trailing '/'s: its length. */
+static size_t base_trim(const char *b) {
+  size_t n = strlen(b);
+  while (n > 0 && b[n - 1] == '/') n--;
+  return n;
+}
+
+/* A new upstream `name` of several instances: the base URLs of `list`
+ * (NULL-terminated, checked), or the addresses of resolve_base's host
+ * (resolved here once; the resolver thread goes on). */
+static resil_status group_new(resil_http_client *c, const resil_http_client_config *cfg,
+                              const char *name, const char *const *list,
+                              const char *resolve_base, http_group **out,
+                              resil_error *err) {
+  const resil_allocator *a = c->t.alloc;
+  size_t n = 0;
+  if (list)
+    while (list[n]) n++;
+  uint32_t need = list ? (uint32_t)n : HTTP_MAX_INSTANCES;
+  if (c->all_cap - atomic_load(&c->nall) < need) {
+    uint32_t cap = c->all_cap + need + 8;
+    http_inst **all = resil__calloc(a, cap * sizeof *all);
+    if (!all) return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+    if (c->all) memcpy(all, c->all, c->all_cap * sizeof *all);
+    resil__free(a, c->all);
+    c->all = all;
+    c->all_cap = cap;
+    for (uint32_t k = 0; k < c->ngroups; k++) c->groups[k]->all = all;
+  }
+  http_group **gs = resil__calloc(a, (c->ngroups + 1) * sizeof *gs);
+  http_group *g = resil__calloc(a, sizeof *g);
+  if (!gs || !g || resil__http_group_init(g) != 0) {
+    resil__free(a, gs);
+    resil__free(a, g);
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  }
+  if (c->ngroups) memcpy(gs, c->groups, c->ngroups * sizeof *gs);
+  gs[c->ngroups] = g;
+  resil__free(a, c->groups);
+  c->groups = gs;
+  g->gindex = c->ngroups++;
+  g->all = c->all;
+  g->nall = &c->nall;
+  g->balance = (int)cfg->balance;
+  g->eject_consecutive = cfg->eject_consecutive;
+  g->eject_classes = cfg->eject_classes;
+  g->eject_base_ns = cfg->eject_base_ns;
+  g->eject_max_ns = cfg->eject_max_ns;
+  g->eject_max_percent = cfg->eject_max_percent;
+  g->listener = cfg->on_instance;
+  g->listener_user = cfg->on_instance_user;
+  g->client_name = c->name;
+  if (!(g->name = dup_n(a, name, strlen(name))))
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  *out = g;
+  char key[300];
+  if (list) {
+    for (size_t i = 0; i < n; i++) {
+      parse_base(list[i], key, sizeof key);
+      uint32_t origin = 0;
+      resil_status st = origin_index(c, key, &origin, err);
+      if (st != RESIL_OK) return st;
+      size_t bl = base_trim(list[i]);
+      char label[320];
+      snprintf(label, sizeof label, "%.*s", (int)bl, list[i]);
+      if (!resil__http_group_add(a, g, list[i], bl, label, NULL, origin))
+        return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+    }
+    return RESIL_OK;
+  }
+  /* A resolved name: host and port from the origin key
+   * ("scheme://host:port", the host bracketed when IPv6), its origins
+   * reserved (one per address it may have), then a first lookup. */
+  parse_base(resolve_base, key, sizeof key);
+  const char *h = strstr(key, "://") + 3;
+  const char *colon = strrchr(h, ':');
+  g->resolve = 1;
+  g->base_len = base_trim(resolve_base);
+  g->base = dup_n(a, resolve_base, g->base_len);
+  g->ct_host = dup_n(a, h, (size_t)(colon - h));
+  g->port = dup_n(a, colon + 1, strlen(colon + 1));
+  if (h[0] == '[') g->host = dup_n(a, h + 1, (size_t)(colon - h) - 2);
+  else g->host = dup_n(a, h, (size_t)(colon - h));
+  if (!g->base || !g->ct_host || !g->port || !g->host)
+    return resil__err(err, RESIL_ENOMEM, NULL, "out of memory");
+  for (uint32_t k = 0; k < HTTP_MAX_INSTANCES; k++) {
+    uint32_t o = 0;
+    resil_status st = origin_append(c, key, &o, err);
+    if (st != RESIL_OK) return st;
+    if (k == 0) g->origin0 = o;
+  }
+  /* No address yet is not an error: attempts end NOT_SENT(DNS) until the
+   * resolver finds one. */
+  (void)resil__http_group_resolve(a, g);
   return RESIL_OK;
 }
 
 static resil_status compile_endpoint(resil_http_client *c, size_t idx,
                                      const resil_http_endpoint *src,
                                      const char *const *gzip_types,
-                                     const char *client_base,
+                                     const resil_http_client_config *cfg,
                                      http_endpoint *e, resil_error *err) {
+  const char *client_base = cfg->base_url ? cfg->base_url : cfg->instances[0];
   char fname[48];
   const resil_allocator *a = c->t.alloc;
 #define EFIELD(f) (snprintf(fname, sizeof fname, "endpoints[%u].%.20s", (unsigned)idx, f), fname)
@@ -283,6 +429,19 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
   if (src->no_deadline_header != 0 && src->no_deadline_header != 1)
     return resil__err_range(err, EFIELD("no_deadline_header"), 0, 1, src->no_deadline_header,
                             NULL);
+  if (src->resolve_instances != 0 && src->resolve_instances != 1)
+    return resil__err_range(err, EFIELD("resolve_instances"), 0, 1, src->resolve_instances,
+                            NULL);
+  if (src->instances && src->base_url)
+    return resil__err(err, RESIL_EINVAL, EFIELD("instances"),
+                      "endpoint '%s': give base_url or instances, not both", src->name);
+  if (src->resolve_instances && !src->base_url)
+    return resil__err(err, RESIL_EINVAL, EFIELD("resolve_instances"),
+                      "endpoint '%s': resolves base_url's host: give base_url", src->name);
+  if (src->instances) {
+    resil_status ist = check_instances(src->instances, EFIELD("instances"), err);
+    if (ist != RESIL_OK) return ist;
+  }
   if (!src->path)
     return resil__err(err, RESIL_EINVAL, EFIELD("path"), "endpoint '%s': path is required", en);
 
@@ -365,7 +524,9 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
     w += n + 1;
   }
 
-  const char *base = src->base_url ? src->base_url : client_base;
+  const char *base = src->instances ? src->instances[0]
+                     : src->base_url ? src->base_url
+                                     : client_base;
   char key[300];
   const char *why = parse_base(base, key, sizeof key);
   if (why)
@@ -386,6 +547,14 @@ static resil_status compile_endpoint(resil_http_client *c, size_t idx,
     memcpy(e->fixed_url, base, bl);
     memcpy(e->fixed_url + bl, e->path.src, pl + 1);
     e->fixed_url_len = bl + pl;
+  }
+  if (src->instances || src->resolve_instances) {
+    resil_status gst = group_new(c, cfg, en, src->instances,
+                                 src->resolve_instances ? src->base_url : NULL, &e->group, err);
+    if (gst != RESIL_OK) return gst;
+  } else if (!src->base_url && c->ngroups && c->groups[0]->gindex == 0 &&
+             (cfg->instances || cfg->resolve_instances)) {
+    e->group = c->groups[0];
   }
   return origin_index(c, key, &e->origin, err);
 #undef EFIELD
@@ -410,8 +579,92 @@ static int accept_encoding_line(char *out, size_t n) {
 
 /* ---- client lifetime ---------------------------------------------------------- */
 
+/* ---- the resolver thread --------------------------------------------------------- */
+
+static int has_resolved(const resil_http_client *c) {
+  for (uint32_t i = 0; i < c->ngroups; i++)
+    if (c->groups[i]->resolve) return 1;
+  return 0;
+}
+
+/* Looks every resolved name up again when its interval is over (every
+ * second while it has no address), until rstop. */
+static void *resolver_main(void *arg) {
+  resil_http_client *c = arg;
+  pthread_mutex_lock(&c->rmu);
+  while (!c->rstop) {
+    int64_t now = resil__http_mono_ns(), next = INT64_MAX;
+    for (uint32_t i = 0; i < c->ngroups && !c->rstop; i++) {
+      http_group *g = c->groups[i];
+      if (!g->resolve) continue;
+      pthread_mutex_lock(&g->mu);
+      int64_t at = g->resolved_at;
+      pthread_mutex_unlock(&g->mu);
+      int64_t every = atomic_load(&g->live) ? c->resolve_interval_ns : RESIL_NS_PER_S;
+      int64_t due = resil__sat_add(at, every);
+      if (due <= now) {
+        pthread_mutex_unlock(&c->rmu);
+        if (resil__http_group_resolve(c->t.alloc, g) != 0) {
+          pthread_mutex_lock(&g->mu);
+          g->resolved_at = resil__http_mono_ns();
+          pthread_mutex_unlock(&g->mu);
+        }
+        pthread_mutex_lock(&c->rmu);
+        now = resil__http_mono_ns();
+        due = resil__sat_add(now, atomic_load(&g->live) ? c->resolve_interval_ns : RESIL_NS_PER_S);
+      }
+      if (due < next) next = due;
+    }
+    if (c->rstop) break;
+    struct timespec ts;
+    int64_t until = next == INT64_MAX ? resil__sat_add(now, RESIL_NS_PER_S) : next;
+    ts.tv_sec = (time_t)(until / RESIL_NS_PER_S);
+    ts.tv_nsec = (long)(until % RESIL_NS_PER_S);
+    pthread_cond_timedwait(&c->rcv, &c->rmu, &ts);
+  }
+  pthread_mutex_unlock(&c->rmu);
+  return NULL;
+}
+
+static resil_status resolver_start(resil_http_client *c, resil_error *err) {
+  if (!has_resolved(c)) return RESIL_OK;
+  pthread_condattr_t ca;
+  if (pthread_mutex_init(&c->rmu, NULL) != 0)
+    return resil__err(err, RESIL_ESYS, NULL, "pthread_mutex_init failed");
+  int ok = pthread_condattr_init(&ca) == 0;
+  if (ok) {
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    ok = pthread_cond_init(&c->rcv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+  }
+  if (!ok) {
+    pthread_mutex_destroy(&c->rmu);
+    return resil__err(err, RESIL_ESYS, NULL, "pthread_cond_init failed");
+  }
+  if (pthread_create(&c->resolver, NULL, resolver_main, c) != 0) {
+    pthread_cond_destroy(&c->rcv);
+    pthread_mutex_destroy(&c->rmu);
+    return resil__err(err, RESIL_ESYS, NULL, "could not start the resolver thread");
+  }
+  c->resolver_on = 1;
+  return RESIL_OK;
+}
+
+static void resolver_stop(resil_http_client *c) {
+  if (!c->resolver_on) return;
+  pthread_mutex_lock(&c->rmu);
+  c->rstop = 1;
+  pthread_cond_signal(&c->rcv);
+  pthread_mutex_unlock(&c->rmu);
+  pthread_join(c->resolver, NULL);
+  pthread_cond_destroy(&c->rcv);
+  pthread_mutex_destroy(&c->rmu);
+  c->resolver_on = 0;
+}
+
 static void client_destroy(resil_http_client *c) {
   const resil_allocator *a = c->t.alloc;
+  resolver_stop(c);
   for (uint32_t i = 0; c->slots && i < c->nslots; i++)
     resil__http_slot_cleanup(c, &c->slots[i]);
   resil__free(a, c->slots);
@@ -421,6 +674,12 @@ static void client_destroy(resil_http_client *c) {
   for (uint32_t i = 0; c->t.origins && i < c->t.norigins; i++) resil__free(a, c->t.origins[i]);
   resil__free(a, c->t.origins);
   resil__free(a, c->origin_inuse);
+  for (uint32_t i = 0; c->groups && i < c->ngroups; i++) {
+    resil__http_group_free(a, c->groups[i]);
+    resil__free(a, c->groups[i]);
+  }
+  resil__free(a, c->groups);
+  resil__free(a, c->all);
   resil__free(a, c->t.interceptors);
   resil__free(a, c->name);
   resil__free(a, c->t.idem_header);
@@ -519,12 +778,50 @@ static resil_status recovery_setup(resil_http_client *c, const resil_http_client
   return RESIL_OK;
 }
 
+#define EJECT_CLASSES_ALLOWED                                                  \
+  (RESIL_HTTP_EJECT_CLASSES_DEFAULT)
+
+static resil_status check_instance_settings(const resil_http_client_config *cfg,
+                                            resil_error *err) {
+  resil_status st;
+  if ((st = resil__check_range(err, "resolve_instances", cfg->resolve_instances, 0, 1))) return st;
+  if ((st = resil__check_ns(err, "resolve_interval_ns", cfg->resolve_interval_ns,
+                               RESIL_NS_PER_S, HTTP_DAY_NS)))
+    return st;
+  if ((st = resil__check_range(err, "balance", (int64_t)cfg->balance, 0,
+                               RESIL_HTTP_BALANCE_ROUND_ROBIN)))
+    return st;
+  if ((st = resil__check_range(err, "eject_consecutive", cfg->eject_consecutive, 0, 1000)))
+    return st;
+  if (cfg->eject_classes & ~(uint32_t)EJECT_CLASSES_ALLOWED)
+    return resil__err(err, RESIL_EINVAL, "eject_classes",
+                      "may hold only the NOT_SENT, UNKNOWN, SERVER_ERROR, HTTP_408, HTTP_425 and "
+                      "HTTP_429 bits (0x%x), got 0x%x",
+                      (unsigned)EJECT_CLASSES_ALLOWED, (unsigned)cfg->eject_classes);
+  if ((st = resil__check_ns(err, "eject_base_ns", cfg->eject_base_ns, RESIL_NS_PER_MS,
+                               HTTP_DAY_NS)))
+    return st;
+  if (cfg->eject_max_ns < cfg->eject_base_ns || cfg->eject_max_ns > HTTP_DAY_NS)
+    return resil__err_range_ns(err, "eject_max_ns", cfg->eject_base_ns, HTTP_DAY_NS,
+                               cfg->eject_max_ns, "eject_base_ns..1 day");
+  return resil__check_range(err, "eject_max_percent", cfg->eject_max_percent, 0, 100);
+}
+
 static resil_status check_config(const resil_http_client_config *cfg,
                                  resil_error *err) {
   resil_status st;
-  if (!cfg->base_url) return resil__err(err, RESIL_EINVAL, "base_url", "is required");
+  if (cfg->base_url && cfg->instances)
+    return resil__err(err, RESIL_EINVAL, "instances",
+                      "give base_url or instances, not both");
+  if (!cfg->base_url && !cfg->instances)
+    return resil__err(err, RESIL_EINVAL, "base_url", "is required (or instances)");
+  if (cfg->instances && (st = check_instances(cfg->instances, "instances", err))) return st;
+  if ((st = check_instance_settings(cfg, err))) return st;
+  if (cfg->resolve_instances && !cfg->base_url)
+    return resil__err(err, RESIL_EINVAL, "resolve_instances",
+                      "resolves base_url's host: give base_url, not instances");
   char key[300];
-  const char *why = parse_base(cfg->base_url, key, sizeof key);
+  const char *why = parse_base(cfg->base_url ? cfg->base_url : cfg->instances[0], key, sizeof key);
   if (why) return resil__err(err, RESIL_EINVAL, "base_url", "%s", why);
   if (!cfg->endpoints && cfg->endpoint_count)
     return resil__err(err, RESIL_EINVAL, "endpoints", "is NULL with endpoint_count %zu",
@@ -700,6 +997,7 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
   if (ok) ok = (c->free_stack = resil__alloc(a, c->nslots * sizeof *c->free_stack)) != NULL;
   size_t ne = cfg->endpoint_count;
   if (ok) ok = (c->eps = resil__calloc(a, ne * sizeof *c->eps)) != NULL;
+  c->origins_cap = (uint32_t)ne + 1;
   if (ok) ok = (c->t.origins = resil__calloc(a, (ne + 1) * sizeof *c->t.origins)) != NULL;
   if (!ok) {
     client_destroy(c);
@@ -733,18 +1031,26 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
   c->on_attempt = cfg->on_attempt;
   c->on_attempt_user = cfg->on_attempt_user;
 
+  c->resolve_interval_ns = cfg->resolve_interval_ns;
+  atomic_init(&c->nall, 0);
   /* The client's own origin is origin 0 even when no endpoint uses it. */
   char key[300];
-  parse_base(cfg->base_url, key, sizeof key);
+  parse_base(cfg->base_url ? cfg->base_url : cfg->instances[0], key, sizeof key);
   uint32_t o0 = 0;
   st = origin_index(c, key, &o0, err);
+  if (st == RESIL_OK && (cfg->instances || cfg->resolve_instances)) {
+    http_group *g0 = NULL;
+    st = group_new(c, cfg, cfg->base_url ? cfg->base_url : cfg->instances[0], cfg->instances,
+                   cfg->resolve_instances ? cfg->base_url : NULL, &g0, err);
+  }
   const char *const *gz = cfg->gzip_media_types ? cfg->gzip_media_types : default_gzip_types;
   for (size_t i = 0; st == RESIL_OK && i < ne; i++) {
     resil_http_endpoint ep;
     st = endpoint_in(cfg, i, &ep, err);
-    if (st == RESIL_OK) st = compile_endpoint(c, i, &ep, gz, cfg->base_url, &c->eps[i], err);
+    if (st == RESIL_OK) st = compile_endpoint(c, i, &ep, gz, cfg, &c->eps[i], err);
     c->neps = i + 1;
   }
+  if (st == RESIL_OK) st = resolver_start(c, err);
   if (st == RESIL_OK) st = recovery_setup(c, cfg, err);
   if (st == RESIL_OK) {
     c->origin_inuse = resil__calloc(a, c->t.norigins * sizeof *c->origin_inuse);
@@ -805,6 +1111,41 @@ resil_status resil_http_client_get_stats_sized(const resil_http_client *cc,
   out->status_pending = atomic_load(&c->st_status_pending);
   out->status_unknown = atomic_load(&c->st_status_unknown);
   out->recovered = atomic_load(&c->st_recovered);
+  resil__sized_out(uout, n, &full, sizeof full);
+  return RESIL_OK;
+}
+
+size_t resil_http_client_instance_count(const resil_http_client *c) {
+  if (!c || c->magic != RESIL_MAGIC_HTTP_CLIENT) return 0;
+  return atomic_load_explicit(&((resil_http_client *)c)->nall, memory_order_acquire);
+}
+
+resil_status resil_http_client_instance_stats_sized(const resil_http_client *cc, size_t idx,
+                                                    resil_http_instance_stats *uout,
+                                                    size_t n) {
+  if (!cc) return RESIL_EMISUSE;
+  if (cc->magic != RESIL_MAGIC_HTTP_CLIENT) return RESIL_EMISUSE;
+  resil_http_client *c = (resil_http_client *)cc;
+  if (!uout || idx >= atomic_load_explicit(&c->nall, memory_order_acquire)) return RESIL_EINVAL;
+  const http_inst *i = c->all[idx];
+  resil_http_instance_stats full, *out = &full;
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  snprintf(out->instance, sizeof out->instance, "%s", i->label);
+  snprintf(out->upstream, sizeof out->upstream, "%s", i->g->name);
+  out->upstream_index = i->g->gindex;
+  int st = atomic_load(&i->state);
+  out->state = (resil_http_instance_state)st;
+  out->in_flight = atomic_load(&i->in_flight);
+  out->consecutive = atomic_load(&i->consecutive);
+  out->ejections = atomic_load(&i->ejections);
+  out->ejections_skipped = atomic_load(&i->skipped);
+  out->chosen = atomic_load(&i->chosen);
+  for (int k = 0; k < 5; k++) out->outcomes[k] = atomic_load(&i->outcomes[k]);
+  if (st == RESIL_HTTP_INSTANCE_OUT) {
+    int64_t left = atomic_load(&i->out_until) - resil__http_mono_ns();
+    out->out_remaining_ns = left > 0 ? left : 0;
+  }
   resil__sized_out(uout, n, &full, sizeof full);
   return RESIL_OK;
 }

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "instances.h"
 #include "slot.h"
 #include "transfer.h"
 
@@ -61,6 +62,23 @@ struct resil_http_client {
   uint32_t nfree;
   uint32_t waiters;
   atomic_uint st_leased;
+  /* Many instances (instances.c, DESIGN §8.4), fixed once created but for
+   * what the resolver adds: the upstreams of several instances (groups[0]
+   * the client's own when it has them), every instance by index (all,
+   * nall published), the origins' capacity, and the thread re-resolving
+   * names (resolver_on when it runs; rstop under rmu stops it). */
+  http_group **groups;
+  uint32_t ngroups;
+  http_inst **all;
+  atomic_uint nall;
+  uint32_t all_cap;
+  uint32_t origins_cap;
+  int64_t resolve_interval_ns;
+  int resolver_on;
+  int rstop;
+  pthread_t resolver;
+  pthread_mutex_t rmu;
+  pthread_cond_t rcv;
 };
 
 _Static_assert(offsetof(struct resil_http_client, t) == 0,

@@ -310,6 +310,39 @@ void resil_event_hedge_listener(void *user, const resil_hedge_event *ev) {
   write_line(s, o);
 }
 
+/* A URL redacted as the HTTP log does (userinfo, secret-looking query
+ * values), into o[key]. */
+static void set_redacted_url(resil_event_sink *s, json_t *o, const char *key, const char *url) {
+  http_buf b = {0};
+  if (url && resil__http_redact_url(s->alloc, &b, url) == 0 && b.p)
+    json_object_set_new(o, key, jstr(b.p));
+  else
+    json_object_set_new(o, key, json_string("[REDACTED]"));
+  resil__http_buf_free(s->alloc, &b);
+}
+
+void resil_event_instance_listener(void *user, const struct resil_http_instance_event *ev) {
+  resil_event_sink *s = user;
+  if (!s || !ev) return;
+  static const char *const names[] = {"instance_event", "instance_ejected", "instance_returned",
+                                      "instance_added", "instance_removed"};
+  unsigned k = (unsigned)ev->kind < 5 ? (unsigned)ev->kind : 0;
+  json_t *o = head(s, ev->client, names[k]);
+  if (!o) {
+    atomic_fetch_add(&s->dropped, 1);
+    return;
+  }
+  set_redacted_url(s, o, "upstream", ev->upstream);
+  set_redacted_url(s, o, "address", ev->instance);
+  json_object_set_new(o, "index", json_integer(ev->index));
+  json_object_set_new(o, "ejections", json_integer((json_int_t)ev->ejections));
+  if (ev->kind == RESIL_HTTP_INSTANCE_EJECTED) {
+    json_object_set_new(o, "duration_ms", json_real((double)ev->duration_ns / 1e6));
+    json_object_set_new(o, "consecutive", json_integer(ev->consecutive));
+  }
+  write_line(s, o);
+}
+
 static void outcome_members(json_t *o, const resil_attempt_info *i) {
   json_object_set_new(o, "attempt", json_integer(i->attempt));
   json_object_set_new(o, "outcome", json_string(resil_outcome_kind_name(i->outcome.kind)));

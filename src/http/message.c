@@ -179,6 +179,23 @@ void resil__http_request_unref(resil_http_request *req) {
     request_destroy(req);
 }
 
+int resil__http_request_instance(const resil_http_request *req) {
+  if (!req) return -1;
+  unsigned b = atomic_load_explicit(&req->last_bit, memory_order_relaxed);
+  if (!b || !req->ep->group) return -1;
+  return (int)req->ep->group->inst[b - 1]->index;
+}
+
+void resil__http_request_avoid(resil_http_request *q, int idx) {
+  const resil_http_client *c = q->client;
+  if (idx < 0 || !q->ep->group ||
+      (unsigned)idx >= atomic_load_explicit(&((resil_http_client *)c)->nall, memory_order_acquire))
+    return;
+  const http_inst *i = c->all[idx];
+  if (i->g == q->ep->group)
+    atomic_store_explicit(&q->tried, UINT64_C(1) << i->bit, memory_order_relaxed);
+}
+
 static int client_usable(const resil_http_client *c) {
   return c && c->magic == RESIL_MAGIC_HTTP_CLIENT &&
          !atomic_load_explicit(&((resil_http_client *)c)->user_freed, memory_order_relaxed);
@@ -464,6 +481,8 @@ resil_status resil_http_request_new(resil_http_client *c, const char *endpoint,
   req->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
   req->magic = RESIL_MAGIC_HTTP_REQUEST;
   atomic_init(&req->refs, 1);
+  atomic_init(&req->tried, 0);
+  atomic_init(&req->last_bit, 0);
   req->client = c;
   req->ep = ep;
   req->hdr_store = p.hb.store.p;

@@ -29,5 +29,12 @@ resil_outcome resil__http_not_built(const resil_http_client *c, const char *why,
 
 /* Drops one reference to req (the last frees it and its client's). */
 void resil__http_request_unref(resil_http_request *req);
+/* The client-wide index of the instance req's latest attempt chose, -1
+ * none or req NULL (instances.c). */
+int resil__http_request_instance(const resil_http_request *req);
+/* A status query q about a call whose attempt went to instance idx (-1:
+ * none) prefers another instance of the same upstream: idx counts as
+ * tried by q. */
+void resil__http_request_avoid(resil_http_request *q, int idx);
 
 #endif

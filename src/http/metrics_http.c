@@ -21,10 +21,63 @@ static const resil_metric_family http_fams[] = {
      "Recovery status queries, by answer (committed, pending, unknown)."},
     {"resil_http_client_recovered_total", RESIL_METRIC_COUNTER,
      "Keyed calls answered with a stored result."},
+    {"resil_http_instance_in_flight", RESIL_METRIC_GAUGE,
+     "Attempts in flight to an instance of an upstream with several."},
+    {"resil_http_instance_state", RESIL_METRIC_GAUGE,
+     "An instance's state: 0 healthy, 1 out (ejected), 2 probing, 3 gone."},
+    {"resil_http_instance_ejections_total", RESIL_METRIC_COUNTER,
+     "Times an instance was ejected."},
+    {"resil_http_instance_ejections_skipped_total", RESIL_METRIC_COUNTER,
+     "Ejections the cap on the share of instances out refused."},
+    {"resil_http_instance_attempts_total", RESIL_METRIC_COUNTER,
+     "Attempts that went to an instance, by outcome."},
 };
 
+/* What one scrape reads: the client's counters and, for the first
+ * HTTP_METRIC_INSTANCES instances, theirs. */
+#define HTTP_METRIC_INSTANCES 64
+typedef struct http_snap {
+  resil_http_stats s;
+  size_t ninst;
+  resil_http_instance_stats inst[HTTP_METRIC_INSTANCES];
+} http_snap;
+
 static resil_status http_snapshot(const void *obj, void *snap) {
-  return resil_http_client_get_stats((const resil_http_client *)obj, (resil_http_stats *)snap);
+  const resil_http_client *c = obj;
+  http_snap *h = snap;
+  resil_status st = resil_http_client_get_stats(c, &h->s);
+  if (st != RESIL_OK) return st;
+  size_t n = resil_http_client_instance_count(c);
+  if (n > HTTP_METRIC_INSTANCES) n = HTTP_METRIC_INSTANCES;
+  h->ninst = 0;
+  for (size_t i = 0; i < n; i++)
+    if (resil_http_client_instance_stats(c, i, &h->inst[h->ninst]) == RESIL_OK) h->ninst++;
+  return RESIL_OK;
+}
+
+static void inst_sample(resil_metrics_emitter *e, const resil_http_instance_stats *i, double v,
+                        const char *outcome) {
+  const char *l[6] = {"upstream", i->upstream, "instance", i->instance, "outcome", outcome};
+  resil_metrics_sample(e, v, outcome ? 3 : 2, l);
+}
+
+static void inst_emit(const http_snap *h, size_t f, resil_metrics_emitter *e) {
+  for (size_t k = 0; k < h->ninst; k++) {
+    const resil_http_instance_stats *i = &h->inst[k];
+    switch (f) {
+    case 10: inst_sample(e, i, (double)i->in_flight, NULL); break;
+    case 11: inst_sample(e, i, (double)i->state, NULL); break;
+    case 12: inst_sample(e, i, (double)i->ejections, NULL); break;
+    case 13: inst_sample(e, i, (double)i->ejections_skipped, NULL); break;
+    case 14:
+      inst_sample(e, i, (double)i->outcomes[RESIL_NOT_SENT], "not_sent");
+      inst_sample(e, i, (double)i->outcomes[RESIL_UNKNOWN], "unknown");
+      inst_sample(e, i, (double)i->outcomes[RESIL_ANSWERED], "answered");
+      inst_sample(e, i, (double)i->outcomes[RESIL_REJECTED], "rejected");
+      break;
+    default: break;
+    }
+  }
 }
 
 static void by(resil_metrics_emitter *e, const char *label, const char *v, uint64_t n) {
@@ -33,7 +86,11 @@ static void by(resil_metrics_emitter *e, const char *label, const char *v, uint6
 }
 
 static void http_emit(const void *snap, size_t f, resil_metrics_emitter *e) {
-  const resil_http_stats *s = snap;
+  const resil_http_stats *s = &((const http_snap *)snap)->s;
+  if (f >= 10) {
+    inst_emit(snap, f, e);
+    return;
+  }
   switch (f) {
   case 0: resil_metrics_sample(e, (double)s->requests, 0, NULL); break;
   case 1:
@@ -63,7 +120,7 @@ static void http_emit(const void *snap, size_t f, resil_metrics_emitter *e) {
 
 static const resil_metrics_source http_src = {
     sizeof(resil_metrics_source), http_fams, sizeof http_fams / sizeof http_fams[0],
-    sizeof(resil_http_stats), http_snapshot, http_emit};
+    sizeof(http_snap), http_snapshot, http_emit};
 
 resil_status resil_http_client_metrics_add(resil_metrics *m, const char *name,
                                            const resil_http_client *c) {

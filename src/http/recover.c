@@ -32,6 +32,9 @@ typedef struct keyed_call {
   resil_outcome query_o;
   int64_t query_ns;
   int64_t query_wait_before;
+  /* The write request: its status queries prefer another instance than
+   * its latest attempt's (the store is shared, DESIGN §8.4). */
+  const resil_http_request *wreq;
 } keyed_call;
 
 typedef enum rec_result { REC_UNKNOWN = 0, REC_PENDING, REC_COMMITTED } rec_result;
@@ -82,6 +85,7 @@ static resil_http_op_state query_status(keyed_call *k, const resil_ctx *actx,
   resil_http_response *q = NULL;
   int64_t t0 = resil__http_mono_ns();
   if (resil_http_request_new(c, k->rv.sep->name, &a, &sreq, NULL) == RESIL_OK) {
+    resil__http_request_avoid(sreq, resil__http_request_instance(k->wreq));
     qo = physical(k, sreq, &qctx);
     q = resil_http_request_take_response(sreq);
     resil_http_request_free(sreq);
@@ -145,6 +149,7 @@ static resil_outcome call_keyed(resil_http_client *c, const char *endpoint,
   keyed_call k;
   memset(&k, 0, sizeof k);
   k.chain = chain;
+  k.wreq = req;
   if (resil__recov_init(&k.rv, c, req->ep, req->key, &args, rep) != 0) {
     resil_http_request_free(req);
     return resil__http_not_built(c, "out of memory", out);

@@ -110,19 +110,31 @@ static resil_outcome finish_bare(resil_http_request *req, uint32_t seq, resil_ou
   return o;
 }
 
+/* An attempt that chose instance i (probe: it probes it) and ended before
+ * its transfer began: i hears the outcome (instances.c judges it). */
+static resil_outcome inst_bare(http_inst *i, int probe, resil_outcome o) {
+  if (i) resil__http_inst_done(i, probe, &o);
+  return o;
+}
+
 static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, http_slot *s,
                                  const resil_ctx *ctx, uint32_t seq, int64_t t0, int64_t t_leased,
-                                 int64_t deadline) {
-  const http_endpoint *ep = req->ep;
+                                 int64_t deadline, http_inst *inst, int probe) {
   resil_outcome o;
   const char *why = NULL;
+  uint32_t origin = inst ? inst->origin : req->ep->origin;
   if (!s->e && resil__http_slot_setup(c, s) != 0) why = "could not create libcurl handles";
   if (!why && !s->res && !(s->res = resil__http_response_new(c->t.alloc))) why = "out of memory";
   if (why) {
-    resil__http_pool_release(c, s, ep->origin);
-    return finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR),
-                       ctx, t0, why);
+    resil__http_pool_release(c, s, origin);
+    return inst_bare(inst, probe,
+                     finish_bare(req, seq,
+                                 resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR),
+                                 ctx, t0, why));
   }
+  /* resil__http_attempt_done gives the instance back. */
+  s->inst = inst;
+  s->probe = probe;
   /* t_leased was read after the lease: the time left from then. */
   int64_t left = deadline == INT64_MAX ? INT64_MAX : deadline - t_leased;
   /* deadline is the ctx's, converted to CLOCK_MONOTONIC once at t0: what
@@ -147,7 +159,7 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
     s->res = old;
   }
   pthread_mutex_unlock(&req->mu);
-  resil__http_pool_release(c, s, ep->origin);
+  resil__http_pool_release(c, s, origin);
   return o;
 }
 
@@ -177,30 +189,50 @@ resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
     int64_t deadline = budget == INT64_MAX ? INT64_MAX : resil__sat_add(t0, budget);
     int64_t lease_to = c->lease_timeout_ns < budget ? c->lease_timeout_ns : budget;
     http_slot *s = NULL;
-    int waited = 0;
-    http_lease_rc lr =
-        resil__http_pool_lease(c, req->ep->origin, lease_to, ctx->cancel, &s, &waited);
-    if (lr == HTTP_LEASE_TIMEOUT) {
+    int waited = 0, probe = 0;
+    http_inst *inst = NULL;
+    uint32_t origin = req->ep->origin;
+    http_lease_rc lr;
+    if (req->ep->group) {
+      inst = resil__http_inst_pick(req->ep->group, &req->tried, &probe);
+      if (inst) {
+        origin = inst->origin;
+        atomic_store_explicit(&req->last_bit, inst->bit + 1, memory_order_relaxed);
+      }
+    }
+    if (req->ep->group && !inst) {
+      o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS), ctx, t0,
+                      "no address of the upstream's name is known yet");
+    } else if ((lr = resil__http_pool_lease(c, origin, lease_to, ctx->cancel, &s, &waited)) ==
+               HTTP_LEASE_TIMEOUT) {
       atomic_fetch_add_explicit(&c->st_lease_timeouts, 1, memory_order_relaxed);
-      o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_POOL_TIMEOUT), ctx,
-                      t0, "no pool connection free within the lease timeout");
+      o = inst_bare(inst, probe,
+                    finish_bare(req, seq,
+                                resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_POOL_TIMEOUT),
+                                ctx, t0, "no pool connection free within the lease timeout"));
     } else if (lr == HTTP_LEASE_CANCELLED) {
-      o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx, t0,
-                      "cancelled while waiting for a pool connection");
+      o = inst_bare(inst, probe,
+                    finish_bare(req, seq,
+                                resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx,
+                                t0, "cancelled while waiting for a pool connection"));
     } else if (waited && atomic_load_explicit(&req->answered, memory_order_relaxed) != answered) {
       /* Another attempt of this request (a hedge's primary, holding the
        * connection this one waited for) got its answer meanwhile: the
        * call is being decided, and sending now would only repeat it. The
        * answer was counted before that slot was given back (run_attempt),
        * and the lease's mutex orders the two. */
-      resil__http_pool_release(c, s, req->ep->origin);
-      o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx, t0,
-                      "another attempt of this request was answered while this one waited for a "
-                      "pool connection");
+      resil__http_pool_release(c, s, origin);
+      o = inst_bare(inst, probe,
+                    finish_bare(req, seq,
+                                resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx,
+                                t0,
+                                "another attempt of this request was answered while this one "
+                                "waited for a pool connection"));
     } else {
       /* A slot taken without waiting was taken at t0 (lease_wait_ns 0):
        * no second clock read. */
-      o = run_attempt(c, req, s, ctx, seq, t0, waited ? resil__http_mono_ns() : t0, deadline);
+      o = run_attempt(c, req, s, ctx, seq, t0, waited ? resil__http_mono_ns() : t0, deadline,
+                      inst, probe);
     }
   }
   resil__http_request_unref(req);

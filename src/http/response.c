@@ -39,6 +39,7 @@ void resil__http_response_reset(resil_http_response *r) {
   r->error[0] = '\0';
   r->recovered = 0;
   r->has_key = 0;
+  r->instance = 0;
   r->key[0] = '\0';
 }
 
@@ -120,6 +121,10 @@ const char *resil_http_response_decode_error(const resil_http_response *r) {
 
 const char *resil_http_response_error(const resil_http_response *r) {
   return valid(r) && r->has_error ? r->error : NULL;
+}
+
+int resil_http_response_instance(const resil_http_response *r) {
+  return valid(r) ? r->instance - 1 : -1;
 }
 
 const char *resil_http_response_header(const resil_http_response *r,

@@ -24,6 +24,7 @@ struct resil_http_response {
   resil_http_info info;
   int recovered; /* the stored result of a status query (recover_rules.c) */
   int has_key;   /* key holds the call's idempotency key              */
+  int instance;  /* 1 + the index of the attempt's instance, 0 none    */
   /* From here on only strings, which a fresh response does not zero (only
    * their first byte): resil__http_response_new clears the fields above,
    * up to offsetof(decode_error). The whole struct stays within malloc's

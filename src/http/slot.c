@@ -57,5 +57,6 @@ void resil__http_slot_cleanup(const resil_http_client *c, http_slot *s) {
   resil__free(a, s->ic_offs);
   resil__http_buf_free(a, &s->ic);
   resil__http_buf_free(a, &s->url);
+  resil__http_buf_free(a, &s->ubuf);
   resil__http_buf_free(a, &s->log);
 }

@@ -526,7 +526,7 @@ static RESIL_HTTP_COLD void log_request(const http_transport *c, http_slot *s,
   log_puts(c, s, "--> ");
   log_puts(c, s, resil__http_method_name(req->ep->method));
   log_puts(c, s, " ");
-  (void)resil__http_redact_url(c->alloc, &s->log, req->url);
+  (void)resil__http_redact_url(c->alloc, &s->log, s->inst ? s->ubuf.p : req->url);
   snprintf(tmp, sizeof tmp, " endpoint=%s attempt=%u", req->ep->name, attempt);
   log_puts(c, s, tmp);
   emit(c, s, RESIL_HTTP_LOG_BASIC);
@@ -788,8 +788,8 @@ static RESIL_HTTP_OUTLINE int run_interceptors(const http_transport *c,
   const http_endpoint *ep = req->ep;
   resil_http_response *res = s->res;
   resil_http_attempt_info info = {sizeof info, ep->name, resil__http_method_name(ep->method),
-                                  req->url, req->body, req->body_len, req->key,
-                                  attempt};
+                                  s->inst ? s->ubuf.p : req->url, req->body, req->body_len,
+                                  req->key, attempt};
   resil_http_headers h = {s, c};
   for (size_t i = 0; i < c->ninterceptors; i++) {
     resil_status st = c->interceptors[i].fn(c->interceptors[i].user, &info, &h);
@@ -800,6 +800,22 @@ static RESIL_HTTP_OUTLINE int run_interceptors(const http_transport *c,
       return 1;
     }
   }
+  return 0;
+}
+
+/* The URL of an attempt to instance i: its base, then what follows the
+ * endpoint's base in the request's URL (path and query), in s->ubuf.
+ * 1 when out of memory (the reason in s->res), else 0. */
+static RESIL_HTTP_OUTLINE int instance_url(const http_transport *c, http_slot *s,
+                                           const resil_http_request *req, const http_inst *i) {
+  const char *rest = req->url + req->ep->base_len;
+  s->ubuf.len = 0;
+  if (resil__http_buf_append(c->alloc, &s->ubuf, i->base, i->base_len) != 0 ||
+      resil__http_buf_append(c->alloc, &s->ubuf, rest, strlen(rest) + 1) != 0) {
+    set_error(s->res, "%s", "out of memory");
+    return 1;
+  }
+  s->ubuf.len--; /* the NUL is not counted */
   return 0;
 }
 
@@ -821,11 +837,17 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
   resil_http_response *res = s->res;
   resil__http_response_reset(res);
   atomic_fetch_add_explicit(&c->st_attempts, 1, memory_order_relaxed);
-  s->origin = (int32_t)ep->origin;
+  const http_inst *inst = s->inst;
+  s->origin = (int32_t)(inst ? inst->origin : ep->origin);
+  int refused = 0;
+  if (inst) {
+    res->instance = (int)inst->index + 1;
+    refused = instance_url(c, s, req, inst);
+  }
 
   s->ic.len = 0;
   s->ic_count = 0;
-  int refused = c->ninterceptors ? run_interceptors(c, req, s, attempt) : 0;
+  if (!refused && c->ninterceptors) refused = run_interceptors(c, req, s, attempt);
   /* s->dl_line holds "Name: " since resil__http_easy_setup. */
   int dl = budget_end != INT64_MAX && c->dl_header && !ep->no_deadline;
   if (!refused && RESIL_UNLIKELY(link_headers(c, s, req, dl) != 0)) {
@@ -835,10 +857,15 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
   if (refused) {
     o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   } else {
-    size_t ul = strlen(req->url);
+    const char *url = inst ? s->ubuf.p : req->url;
+    size_t ul = inst ? s->ubuf.len : strlen(req->url);
     CURLcode src = CURLE_OK;
-    if (s->url.len != ul || memcmp(s->url.p, req->url, ul) != 0)
-      src = set_url(c, s, req->url, ul);
+    if (s->url.len != ul || memcmp(s->url.p, url, ul) != 0) src = set_url(c, s, url, ul);
+    const struct curl_slist *ct = inst ? inst->connect_to : NULL;
+    if (src == CURLE_OK && ct != s->ct_set) {
+      src = curl_easy_setopt(s->e, CURLOPT_CONNECT_TO, ct);
+      s->ct_set = src == CURLE_OK ? ct : NULL;
+    }
     if (src == CURLE_OK) src = set_method(s, req);
     if (RESIL_UNLIKELY(src != CURLE_OK)) {
       /* The handle may still hold the previous request's URL or method. */
@@ -861,7 +888,7 @@ int resil__http_attempt_begin(resil_http_client *cl, const resil_http_request *r
     x->tp = c;
     x->res = res;
     x->follow = c->follow_redirects;
-    x->origin = c->origins[ep->origin];
+    x->origin = c->origins[s->origin];
     x->resend_ok = c->resend_stale == RESIL_HTTP_RESEND_IF_SAFE &&
                    ((req->flags | flags) & (RESIL_CALL_IDEMPOTENT | RESIL_CALL_STABLE_KEY));
     x->response_timeout_ns = c->response_timeout_ns < left ? c->response_timeout_ns : left;
@@ -941,6 +968,11 @@ void resil__http_attempt_done(resil_http_client *cl, const resil_http_request *r
   res->info.total_ns = total_ns;
   if (c->log_level != RESIL_HTTP_LOG_NONE) log_result(c, s, req, res, attempt);
   resil__http_count_outcome(cl, &o);
+  if (s->inst) {
+    http_inst *i = s->inst;
+    s->inst = NULL;
+    resil__http_inst_done(i, s->probe, &o);
+  }
 }
 
 void resil__http_log_bare(const resil_http_client *cl, const http_endpoint *ep,

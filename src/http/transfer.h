@@ -20,6 +20,7 @@
 
 #include "base.h"
 #include "core/timeout_hdr.h"
+#include "instances.h"
 #include "log_int.h"
 #include "response_int.h"
 #include "template.h"
@@ -131,6 +132,12 @@ typedef struct http_endpoint {
   /* The caller's status_endpoint string: read only while
    * resil_http_client_new() runs (client.c, recovery_setup). */
   const char *status_name;
+  /* The endpoint's upstream when it has several instances (its own or the
+   * client's, instances.c), else NULL: base/origin above then say where
+   * every attempt goes. With a group, base is its first instance's (or the
+   * resolved name's) and a request's URL is rebuilt per attempt as the
+   * chosen instance's base + what follows base_len. */
+  http_group *group;
 } http_endpoint;
 
 /* Per-attempt transfer state, written by libcurl callbacks on the thread
@@ -200,6 +207,15 @@ typedef struct http_slot {
   int headers_known;
   http_buf log;
   char errbuf[CURL_ERROR_SIZE];
+  /* The instance the current attempt chose (NULL: the endpoint's base)
+   * and whether it probes it; resil__http_attempt_done hands both back
+   * (resil__http_inst_done) and clears inst. */
+  http_inst *inst;
+  int probe;
+  /* CURLOPT_CONNECT_TO last set (NULL none). */
+  const struct curl_slist *ct_set;
+  /* The URL of an attempt to an instance, built here. */
+  http_buf ubuf;
   /* "Name: value" of the deadline header, the value rewritten for every
    * request the attempt sends (transfer.c, on_prereq); a node of the
    * attempt's list points here when it carries one. */
@@ -244,6 +260,11 @@ struct resil_http_request {
   _Atomic uint32_t answered;
   int taken;
   resil_http_response *pub;
+  /* Bits of the instances of ep->group this call's attempts chose
+   * (instances.c), and the last one's bit + 1 (0 none): a status query
+   * about this call prefers another instance. */
+  atomic_uint_fast64_t tried;
+  atomic_uint last_bit;
 };
 
 /* ---- one physical attempt (transfer.c) ---------------------------------- */

@@ -90,6 +90,17 @@ static inline resil_outcome call_p(resil_http_client *c, const char *ep, resil_h
 
 #define KV(...) ((const char *const[]){__VA_ARGS__, NULL})
 
+/* A retry of at most n attempts without waits. */
+static inline resil_retry *retry_n(uint32_t n) {
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = n;
+  rc.wait_ns = 0;
+  resil_retry *r = NULL;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
+  return r;
+}
+
 /* ---- a scripted raw HTTP server on 127.0.0.1 ---------------------------------
  * For what the fixture cannot say: a Location to another origin or another
  * protocol, a status answer in a chosen shape, and the request bytes as

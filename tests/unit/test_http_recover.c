@@ -89,16 +89,6 @@ static void apply_opts(resil_http_client_config *cfg, void *u) {
   if (o->set_classes) cfg->status_query_classes = o->classes;
 }
 
-static resil_retry *retry_n(uint32_t n) {
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = n;
-  rc.wait_ns = 0;
-  resil_retry *r = NULL;
-  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
-  return r;
-}
-
 static resil_http_args args_of(resil_http_param *ps, size_t n, const char *key) {
   resil_http_args a;
   resil_http_args_init(&a);

@@ -37,16 +37,6 @@ static void apply_opts(resil_http_client_config *cfg, void *u) {
   if (o->pending_max_ms) cfg->pending_wait_max_ns = MS(o->pending_max_ms);
 }
 
-static resil_retry *retry_n(uint32_t n) {
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.max_attempts = n;
-  rc.wait_ns = 0;
-  resil_retry *r = NULL;
-  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
-  return r;
-}
-
 /* The fixture's operation store: key stored PENDING, as while its
  * first request is still executing. */
 static void op_pending(resil_fixture *f, const char *key) {
