@@ -40,7 +40,9 @@ typedef struct bench_policies_config {
   const char *const *instances;
   const resil_http_endpoint *endpoints;
   size_t endpoint_count;
-  uint32_t max_connections;   /* both the total and the per-host limit */
+  uint32_t max_connections;   /* the total limit, and the per-host limit
+                                 unless max_connections_per_host is set */
+  uint32_t max_connections_per_host; /* 0: max_connections               */
   int64_t lease_timeout_ns;   /* < 0: the client's default             */
   int64_t slow_call_ns;
   uint32_t bulkhead_max;      /* 0: the bulkhead's default             */

@@ -22,7 +22,8 @@ int bench_policies_open(bench_policies *p, const bench_policies_config *cfg, cha
   hc.endpoints = cfg->endpoints;
   hc.endpoint_count = cfg->endpoint_count;
   hc.max_connections = cfg->max_connections;
-  hc.max_connections_per_host = cfg->max_connections;
+  hc.max_connections_per_host =
+      cfg->max_connections_per_host ? cfg->max_connections_per_host : cfg->max_connections;
   if (cfg->lease_timeout_ns >= 0) hc.lease_timeout_ns = cfg->lease_timeout_ns;
   hc.user_agent = BENCH_USER_AGENT;
   const char *what = "resil_http_client_new";

@@ -665,14 +665,28 @@ static void report_instances(json_t *ccases, json_t *ocases, json_t *checks) {
       json_object_set_new(o, "target", json_string(target));
       int met = ratio_verdict(cc, o, checks, name, what, BENCH_INSTANCES_MIN_RATIO);
       if (met >= 0)
-        printf("  %-32s %lld in flight: %.0f req/s over %lld instances, %.0f over one, ratio "
-               "%.3f (target >= %.2f) %s (ratio of the medians %.3f); loop CPU %.2f / %.2f us "
-               "per request (not a target); shares %s  [%lld rounds, load %.2f..%.2f]\n",
-               name, in_flight, num(cc, "req_per_s_many"), n, num(cc, "req_per_s_one"), ratio,
-               BENCH_INSTANCES_MIN_RATIO, met ? "yes" : "NO", num(cc, "ratio_of_medians"),
-               num(cc, "cpu_us_per_req_many"), num(cc, "cpu_us_per_req_one"), sh,
+        printf("  %-32s %lld in flight: %.0f req/s over %lld instances (%lld connections each "
+               "at most), %.0f over one, ratio %.3f (target >= %.2f) %s (ratio of the medians "
+               "%.3f); loop CPU %.2f / %.2f us per request (not a target); shares %s  [%lld "
+               "rounds, load %.2f..%.2f]\n",
+               name, in_flight, num(cc, "req_per_s_many"), n,
+               (long long)json_integer_value(
+                   json_object_get(cc, "max_connections_per_host_many")),
+               num(cc, "req_per_s_one"), ratio, BENCH_INSTANCES_MIN_RATIO, met ? "yes" : "NO",
+               num(cc, "ratio_of_medians"), num(cc, "cpu_us_per_req_many"),
+               num(cc, "cpu_us_per_req_one"), sh,
                (long long)json_integer_value(json_object_get(cc, "rounds")),
                num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+      if (met >= 0 && json_object_get(cc, "ratio_shared"))
+        printf("  %-32s the same client with %lld connections per instance: %.0f req/s, "
+               "ratio %.3f, loop CPU %.2f us per request, %.3f connections opened per "
+               "request (not a target)\n",
+               "",
+               (long long)json_integer_value(
+                   json_object_get(cc, "max_connections_per_host_many_shared")),
+               num(cc, "req_per_s_many_shared"), num(cc, "ratio_shared"),
+               num(cc, "cpu_us_per_req_many_shared"),
+               num(cc, "connections_per_request_many_shared"));
       json_array_append_new(ocases, o);
       continue;
     }
@@ -698,15 +712,20 @@ static void report_instances(json_t *ccases, json_t *ocases, json_t *checks) {
       json_object_set_new(o, "met", json_boolean(met));
       printf("  %-32s caller CPU %.2f us per request over %lld instances, %.2f over one, "
              "ratio %.4f (target <= %.2f) %s (ratio of the medians %.4f); wall %.2f / %.2f us "
-             "= x%.3f; shares %s  [%lld rounds of %lld, load %.2f..%.2f]\n",
+             "= x%.3f; shares %s; %.3f connections opened per request  [%lld rounds of %lld, "
+             "load %.2f..%.2f]\n",
              name, num(cc, "cpu_ns_per_request_many") / 1e3, n,
              num(cc, "cpu_ns_per_request_one") / 1e3, ratio, BENCH_INSTANCES_MAX_CPU_RATIO,
              met ? "yes" : "NO", num(cc, "cpu_ratio_of_medians"),
              num(cc, "ns_per_request_many") / 1e3, num(cc, "ns_per_request_one") / 1e3,
-             num(cc, "wall_ratio"), sh,
+             num(cc, "wall_ratio"), sh, num(cc, "connections_per_request_many"),
              (long long)json_integer_value(json_object_get(cc, "rounds")),
              (long long)json_integer_value(json_object_get(cc, "requests_per_round")),
              num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+      if (json_object_get(cc, "ratio_same"))
+        printf("  %-32s %lld instances that are all the first URL (one origin, one "
+               "connection): caller CPU %.2f us per request, ratio %.4f (not a target)\n",
+               "", n, num(cc, "cpu_ns_per_request_many_same") / 1e3, num(cc, "ratio_same"));
     }
     json_array_append_new(ocases, o);
   }
