@@ -1204,13 +1204,24 @@ http_lease_rc resil__http_pool_lease(resil_http_client *c, uint32_t origin,
    * handing a thread back its own connection keeps the easy handle, its
    * buffers and the socket's state on the CPU that used them last (with 8
    * callers on 2 CPUs, letting connections hop between threads cost about
-   * 10 us of CPU per request). Then the most recently used one. */
+   * 10 us of CPU per request). Then the most recently used one without a
+   * connection, and when every free slot holds one to another origin, the
+   * least recently used: with several origins (the instances of an
+   * upstream, instances.c) taking the most recently used would make one
+   * slot reconnect at each change of origin while the others' connections
+   * idle. */
   pthread_t self = pthread_self();
-  uint32_t pick = c->nfree - 1;
-  int found_origin = 0;
+  uint32_t pick = 0;
+  int found_origin = 0, found_empty = 0;
   for (uint32_t k = c->nfree; k-- > 0;) {
     const http_slot *sl = &c->slots[c->free_stack[k]];
-    if (sl->origin != (int32_t)origin) continue;
+    if (sl->origin != (int32_t)origin) {
+      if (!found_origin && !found_empty && sl->origin < 0) {
+        pick = k;
+        found_empty = 1;
+      }
+      continue;
+    }
     if (sl->has_last_thread && pthread_equal(sl->last_thread, self)) {
       pick = k;
       break;

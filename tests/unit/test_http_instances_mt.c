@@ -165,6 +165,36 @@ static void round_robin_takes_each_instance_in_turn(void **state) {
   for (int i = 0; i < 3; i++) resil_fixture_stop(f[i]);
 }
 
+/* A pool of one slot per instance keeps one connection to each: a slot
+ * that holds none to the chosen instance is not the one just used for
+ * another (that would reconnect at every change of instance). */
+static void each_instance_keeps_its_connection_in_the_pool(void **state) {
+  (void)state;
+  resil_fixture *f[4] = {fx_start(), fx_start(), fx_start(), fx_start()};
+  setup s = {.urls = {resil_fixture_url(f[0]), resil_fixture_url(f[1]), resil_fixture_url(f[2]),
+                      resil_fixture_url(f[3])},
+             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 5, .pct = 50};
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = eps;
+  cfg.endpoint_count = NEPS;
+  apply(&cfg, &s);
+  cfg.max_connections = 4;
+  cfg.max_connections_per_host = 1;
+  resil_http_client *c = NULL;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+  for (int k = 0; k < 100; k++) {
+    resil_outcome o = call_p(c, "item", NULL, KV("id", "4"));
+    assert_true(resil_outcome_is_success(&o));
+  }
+  resil_http_stats st;
+  assert_status(RESIL_OK, resil_http_client_get_stats(c, &st));
+  assert_int_equal(st.connections_opened, 4);
+  for (int i = 0; i < 4; i++) assert_int_equal(resil_fixture_attempts(f[i], "items"), 25);
+  resil_http_client_free(c);
+  for (int i = 0; i < 4; i++) resil_fixture_stop(f[i]);
+}
+
 typedef struct call_arg {
   resil_http_client *c;
   int n;
@@ -760,6 +790,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(a_resolved_names_addresses_are_instances),
       cmocka_unit_test(round_robin_takes_each_instance_in_turn),
       cmocka_unit_test(both_choices_spread_calls_over_every_instance),
+      cmocka_unit_test(each_instance_keeps_its_connection_in_the_pool),
       cmocka_unit_test(not_sent_attempts_move_to_an_untried_instance),
       cmocka_unit_test(consecutive_failures_eject_probe_and_eject_again_for_longer),
       cmocka_unit_test(a_probe_that_succeeds_returns_the_instance),
