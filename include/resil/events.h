@@ -45,7 +45,8 @@
  *                        primary started), delay_ms (sent: the delay used),
  *                        outcome, reason, http_status (won, rejected)
  *   instance_ejected, instance_returned, instance_added, instance_removed
- *                        upstream, address, index, ejections (and for
+ *                        upstream, url (the instance's base URL), address (a
+ *                        resolved name's), index, ejections (and for
  *                        instance_ejected duration_ms, consecutive): an
  *                        instance of an upstream with several (http.h,
  *                        "Many instances"), resil_event_instance_listener
@@ -160,11 +161,11 @@ RESIL_API void resil_event_hedge_listener(void *user, const resil_hedge_event *e
 RESIL_API void resil_event_attempt_listener(void *user, const resil_attempt_info *info);
 
 /* A resil_http_instance_listener_fn (resil_http_client_config.on_instance):
- * user is the sink; instance is ev->client. Writes one line of kind
- * instance_ejected (upstream, address: ev->instance redacted as a URL,
- * index, ejections, duration_ms, consecutive), instance_returned,
- * instance_added or instance_removed (upstream, address, index,
- * ejections). Since 0.2. */
+ * user is the sink; the line's "instance" is ev->client, then upstream
+ * and url (ev->upstream and ev->instance, redacted as URLs), address
+ * (a resolved name's), index, ejections, and for instance_ejected
+ * duration_ms and consecutive; kinds instance_ejected, instance_returned,
+ * instance_added, instance_removed. Since 0.2. */
 struct resil_http_instance_event;
 RESIL_API void resil_event_instance_listener(void *user,
                                              const struct resil_http_instance_event *ev);

@@ -414,12 +414,14 @@ typedef struct resil_http_instance_event {
   const char *client;     /* the client's name                            */
   const char *upstream;   /* the client's base URL, or the endpoint's name
                              for an endpoint's own instances              */
-  const char *instance;   /* the instance: its base URL, or for a resolved
-                             name "base_url@address"                      */
+  const char *instance;   /* the instance's base URL (for a resolved name
+                             the name's base_url, and `address` below)    */
   uint32_t index;         /* its index (resil_http_client_instance_stats)  */
   uint64_t ejections;     /* ejections so far, this one included          */
   int64_t duration_ns;    /* EJECTED: how long                            */
   uint32_t consecutive;   /* EJECTED: failures in a row that caused it    */
+  const char *address;    /* a resolved name's address ("10.0.0.7",
+                             "[::1]"), NULL for a listed base URL         */
 } resil_http_instance_event;
 
 typedef void (*resil_http_instance_listener_fn)(void *user,
@@ -785,8 +787,8 @@ typedef enum resil_http_instance_state {
 
 typedef struct resil_http_instance_stats {
   size_t struct_size;          /* bytes the library wrote (version.h)     */
-  char instance[320];          /* as resil_http_instance_event.instance,
-                                  truncated                               */
+  char instance[320];          /* its base URL, for a resolved name's
+                                  address "base_url@address"; truncated   */
   char upstream[256];          /* as resil_http_instance_event.upstream   */
   uint32_t upstream_index;     /* 0 the client's, k the k-th endpoint that
                                   has its own instances                   */

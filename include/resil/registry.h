@@ -104,6 +104,40 @@
  *           create_payment: {method: POST, path: /payments, idempotency_key: send}
  *           get_payment: {path: "/payments/{id}", response_codec: json}
  *
+ * Many instances of an upstream (Since 0.2; http.h, "Many instances",
+ * DESIGN §8.4): a client takes `instances`, a list of base URLs, instead of
+ * base_url (both is an error naming the two), or `resolve_instances: true`
+ * with base_url (its host name's every address is an instance), and the
+ * keys resolve_interval (1s..1d, default 30s), balance (p2c | round_robin;
+ * default p2c), eject_consecutive (0..1000, 0 never ejects; default 5),
+ * eject_classes (a class list as failure_classes: a subset of not_sent,
+ * unknown, server_error, http_408, http_425, http_429; default all six),
+ * eject_base and eject_max (1ms..1d, eject_base <= eject_max; defaults 30s
+ * and 300s) and eject_max_percent (0..100; default 50). An endpoint takes
+ * its own `instances` (instead of its base_url) or `resolve_instances:
+ * true` (with its base_url); the client's balance and ejection settings
+ * apply to them. A value out of range is reported at its line as every
+ * key's; a bad item of a list at the item ("instances[1]"):
+ *
+ *   http_client:
+ *     instances:
+ *       payments:
+ *         instances: ["http://10.0.0.1:8080", "http://10.0.0.2:8080",
+ *                     "http://10.0.0.3:8080"]
+ *         balance: p2c
+ *         eject_consecutive: 5
+ *         eject_base: 30s
+ *         endpoints:
+ *           create_payment: {method: POST, path: /payments, idempotency_key: send}
+ *           ledger: {path: /ledger, instances: ["http://10.0.1.1:9000",
+ *                                                "http://10.0.1.2:9000"]}
+ *
+ * With resil_registry_events_attach, each client's instance events
+ * (ejected, returned, added, removed) are lines of the sink
+ * (resil_event_instance_listener); resil_registry_http_client_balance()
+ * reads a client's settings back, resil_http_client_instance_stats() its
+ * instances.
+ *
  * Rate limiters on Redis (Since 0.2, when libresil-config is built with
  * libresil-redis; redis.h): `redis: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`
  * makes the instance resil_redis_ratelimiter_new's (the same
@@ -440,6 +474,33 @@ RESIL_API resil_status resil_registry_http_client_timeouts_sized(
 #define resil_registry_http_client_timeouts(reg, name, out)                    \
   resil_registry_http_client_timeouts_sized((reg), (name), (out),              \
                                             sizeof(resil_registry_http_timeouts))
+/* How http_client `name` chooses among its instances and ejects them, as
+ * the file resolved it (a sized struct; http.h, "Many instances"): for
+ * `resil describe --config`. The values are the client config's (its
+ * defaults where the file says nothing), read even when the client has one
+ * instance (then nothing is chosen or ejected). Since 0.2. */
+typedef struct resil_registry_http_balance {
+  size_t struct_size;
+  int balance;                 /* a resil_http_balance                    */
+  int resolve_instances;       /* 0 or 1: the client's base_url resolved  */
+  int64_t resolve_interval_ns;
+  uint32_t eject_consecutive;  /* 0: never ejects                         */
+  uint32_t eject_classes;      /* RESIL_CLASS_BIT() mask                   */
+  int64_t eject_base_ns;
+  int64_t eject_max_ns;
+  uint32_t eject_max_percent;
+  uint32_t listed_instances;   /* base URLs the file lists: the client's
+                                  `instances` and its endpoints' together */
+} resil_registry_http_balance;
+/* Writes them into *out up to struct_size (use the macro). RESIL_OK;
+ * RESIL_EMISUSE (NULL registry); RESIL_EINVAL (NULL name or out, or no
+ * such http_client). Since 0.2. */
+RESIL_API resil_status resil_registry_http_client_balance_sized(
+    resil_registry *reg, const char *name, resil_registry_http_balance *out,
+    size_t struct_size);
+#define resil_registry_http_client_balance(reg, name, out)                     \
+  resil_registry_http_client_balance_sized((reg), (name), (out),               \
+                                           sizeof(resil_registry_http_balance))
 /* Any kind: the handle, to be cast to the kind's type. */
 RESIL_API void *resil_registry_get(resil_registry *reg, resil_registry_kind kind,
                                    const char *name);
@@ -517,6 +578,12 @@ RESIL_API resil_status resil_registry_metrics_remove(resil_registry *reg, resil_
  *    the sink (resil_hedge_listener_add: its "hedge" lines under its
  *    instance name), added, replaced and removed across reloads as the
  *    breakers' (Since 0.2).
+ *  - every HTTP client the registry builds (those of a reload too) has a
+ *    registry listener as its on_instance that forwards each instance
+ *    event to the sink attached now (resil_event_instance_listener:
+ *    "instance_ejected", "instance_returned", "instance_added",
+ *    "instance_removed" lines with the client's name), or drops it when
+ *    none is, as for attempts below (Since 0.2).
  *  - every retry and HTTP client the registry builds (those of a reload
  *    too) has a registry listener as its on_attempt (set when it is built:
  *    a config field), which forwards each attempt to the sink attached

@@ -49,7 +49,10 @@ typedef enum ftype {
   F_STR,  /* const char *, pointing into the document during the build */
   F_SIZE, /* size_t, with a size unit */
   F_REF,  /* a pointer to another instance, named in the file (ref_kind) */
-  F_OCT   /* uint32_t written in octal ("0600") */
+  F_OCT,  /* uint32_t written in octal ("0600") */
+  F_STRS  /* const char *const *, a NULL-terminated list of strings (a YAML
+             sequence of scalars): the array lives until the load ends
+             (lctx_alloc), the strings in the document */
 } ftype;
 
 typedef struct field {
@@ -201,6 +204,8 @@ static const char *const IDEMPOTENCY[] = {"default", "true", "false", NULL};
 static const char *const CODECS[] = {"raw", "json", NULL};
 static const char *const KEYS[] = {"none", "send", NULL};
 static const char *const RESENDS[] = {"never", "if_safe", NULL};
+/* Indexed by resil_http_balance. */
+static const char *const BALANCES[] = {"p2c", "round_robin", NULL};
 
 static const field HTTP_FIELDS[] = {
     FLD(resil_http_client_config, "base_url", base_url, F_STR),
@@ -226,6 +231,16 @@ static const field HTTP_FIELDS[] = {
     FLD(resil_http_client_config, "pending_wait_max", pending_wait_max_ns, F_DUR),
     FLD(resil_http_client_config, "deadline_propagation", deadline_propagation, F_BOOL),
     FLD(resil_http_client_config, "deadline_header", deadline_header, F_STR),
+    /* Many instances of the upstream (http.h, "Many instances"; Since 0.2) */
+    FLD(resil_http_client_config, "instances", instances, F_STRS),
+    FLD(resil_http_client_config, "resolve_instances", resolve_instances, F_BOOL),
+    FLD(resil_http_client_config, "resolve_interval", resolve_interval_ns, F_DUR),
+    FEN(resil_http_client_config, "balance", balance, BALANCES),
+    FLD(resil_http_client_config, "eject_consecutive", eject_consecutive, F_U32),
+    FLD(resil_http_client_config, "eject_classes", eject_classes, F_CLASSES),
+    FLD(resil_http_client_config, "eject_base", eject_base_ns, F_DUR),
+    FLD(resil_http_client_config, "eject_max", eject_max_ns, F_DUR),
+    FLD(resil_http_client_config, "eject_max_percent", eject_max_percent, F_PCT),
 };
 
 /* An endpoint's keys (its name is its key in `endpoints`); headers is a
@@ -243,6 +258,8 @@ static const field EP_FIELDS[] = {
     FLD(resil_http_endpoint, "base_url", base_url, F_STR),
     FLD(resil_http_endpoint, "status_endpoint", status_endpoint, F_STR),
     FLD(resil_http_endpoint, "no_deadline_header", no_deadline_header, F_BOOL),
+    FLD(resil_http_endpoint, "instances", instances, F_STRS),
+    FLD(resil_http_endpoint, "resolve_instances", resolve_instances, F_BOOL),
 };
 #define NEPF (sizeof EP_FIELDS / sizeof *EP_FIELDS)
 #define EP_MAX_HEADERS 32
@@ -281,7 +298,26 @@ static const field SHARED_FIELDS[] = {
     {"required", "required", F_BOOL, offsetof(shared_cfg, sc.required), NULL, 0},
 };
 
-#define MAXF 24
+/* The most fields of one kind (spec.src, the unknown key's candidates). */
+#define MAXF 40
+#define FITS(t) _Static_assert(sizeof t / sizeof *t <= MAXF, #t " has more than MAXF fields")
+FITS(BREAKER_FIELDS);
+FITS(RETRY_FIELDS);
+FITS(RATELIMITER_FIELDS);
+FITS(BULKHEAD_FIELDS);
+FITS(TIMELIMITER_FIELDS);
+FITS(HEDGE_FIELDS);
+FITS(BUDGET_FIELDS);
+FITS(THREADPOOL_FIELDS);
+FITS(CHAIN_FIELDS);
+FITS(SHARED_FIELDS);
+#ifdef RESIL_CONFIG_HTTP
+FITS(HTTP_FIELDS);
+#endif
+#ifdef RESIL_CONFIG_STORE
+FITS(STORE_FIELDS);
+#endif
+#undef FITS
 
 typedef union anycfg {
   size_t struct_size;
@@ -627,6 +663,8 @@ typedef struct lctx {
   yaml_document_t *doc;
   size_t old_n; /* a reload: the instances the registry has now */
   uint32_t flags; /* RESIL_REGISTRY_NO_OPEN */
+  void **allocs;  /* lctx_alloc's blocks, freed when the load ends */
+  size_t nallocs, callocs;
   resil_registry_error err; /* full size; copied out at the end */
 } lctx;
 
@@ -750,6 +788,28 @@ static int cmp_keyent(const void *a, const void *b) {
 }
 
 static resil_status oom(lctx *c);
+
+/* n bytes that live until the load ends (freed by load()); NULL out of
+ * memory (reported). */
+static void *lctx_alloc(lctx *c, size_t n) {
+  if (c->nallocs == c->callocs) {
+    size_t nc = c->callocs ? 2 * c->callocs : 8;
+    void **nv = realloc(c->allocs, nc * sizeof *nv);
+    if (!nv) {
+      oom(c);
+      return NULL;
+    }
+    c->allocs = nv;
+    c->callocs = nc;
+  }
+  void *p = malloc(n ? n : 1);
+  if (!p) {
+    oom(c);
+    return NULL;
+  }
+  c->allocs[c->nallocs++] = p;
+  return p;
+}
 
 /* Checks that n is a mapping (or null: an empty one) with scalar keys and no
  * duplicate key; the first fault in file order is reported. With idx, the
@@ -894,6 +954,27 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
     memcpy(dst, &s, sizeof s);
     return RESIL_OK;
   }
+  if (f->type == F_STRS) {
+    /* The only such keys are lists of base URLs (`instances`). */
+    if (v->type != YAML_SEQUENCE_NODE)
+      return fail_at(c, v, path,
+                     "expected a list of base URLs such as [\"http://10.0.0.1:8080\", "
+                     "\"http://10.0.0.2:8080\"], got %s",
+                     node_type_name(v));
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    const char **list = lctx_alloc(c, (n + 1) * sizeof *list);
+    if (!list) return RESIL_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+      yaml_node_t *e = node(c, v->data.sequence.items.start[i]);
+      if (!scalar(e) || is_null(e))
+        return fail_at(c, e, path, "item %zu: expected a base URL, got %s", i,
+                       scalar(e) ? "nothing" : node_type_name(e));
+      list[i] = scalar(e);
+    }
+    list[n] = NULL;
+    memcpy(dst, &list, sizeof list);
+    return RESIL_OK;
+  }
   if (!s || (is_null(v) && f->type != F_ENUM))
     return fail_at(c, v, path, "expected a value, got %s",
                    s ? "nothing" : node_type_name(v));
@@ -982,6 +1063,7 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
   case F_CLASSES:
   case F_STR:
   case F_REF:
+  case F_STRS:
     break;
   }
   return RESIL_EINVAL;
@@ -1092,6 +1174,20 @@ static void fp_field(fpbuf *b, const field *f, const anycfg *cfg) {
     size_t z;
     memcpy(&z, src, sizeof z);
     fp_fmt(b, "%zu", z);
+    break;
+  }
+  case F_STRS: {
+    /* "L<count>:" then each string as fp_str writes it; N for NULL */
+    const char *const *l;
+    memcpy(&l, src, sizeof l);
+    if (!l) {
+      fp_put(b, "N", 1);
+      break;
+    }
+    size_t n = 0;
+    while (l[n]) n++;
+    fp_fmt(b, "L%zu:", n);
+    for (size_t i = 0; i < n; i++) fp_str(b, l[i]);
     break;
   }
   case F_REF: {
@@ -1529,7 +1625,31 @@ static void rename_fields(const kinddesc *kd, char *msg, size_t n) {
   }
 }
 
-/* Maps the policy's error back to the node that set the field. */
+/* A field as a policy names an item of a list field ("instances[2]"): 1
+ * with the name's length (before the '[') in *namelen and N in *idx; else
+ * 0, *namelen the whole length. */
+static int field_index(const char *f, size_t *namelen, size_t *idx) {
+  const char *b = strchr(f, '[');
+  *namelen = b ? (size_t)(b - f) : strlen(f);
+  int used = 0;
+  return b && sscanf(b, "[%zu]%n", idx, &used) == 1 && b[used] == '\0';
+}
+
+/* Item idx of sequence n (the node of a list field), or n itself. */
+static const yaml_node_t *item_at(lctx *c, const yaml_node_t *n, size_t idx) {
+  if (!n || n->type != YAML_SEQUENCE_NODE ||
+      idx >= (size_t)(n->data.sequence.items.top - n->data.sequence.items.start))
+    return n;
+  return node(c, n->data.sequence.items.start[idx]);
+}
+
+/* 1 when the C field named cfield is f's name (f without its "[N]"). */
+static int field_is(const char *cfield, const char *f, size_t namelen) {
+  return strncmp(cfield, f, namelen) == 0 && cfield[namelen] == '\0';
+}
+
+/* Maps the policy's error back to the node that set the field (an item of
+ * a list field, "instances[2]", to that item). */
 static resil_status policy_error(lctx *c, const spec *s, const resil_error *pe) {
   const kinddesc *kd = &KINDS[s->kind];
 #ifdef RESIL_CONFIG_HTTP
@@ -1542,8 +1662,11 @@ static resil_status policy_error(lctx *c, const spec *s, const resil_error *pe) 
     const yaml_node_t *at = e->at;
     char path[256];
     join(path, sizeof path, e->path, fname[0] ? "." : "", fname);
+    size_t nl = 0, idx = 0;
+    int has_idx = field_index(fname, &nl, &idx);
     for (size_t i = 0; i < NEPF; i++)
-      if (strcmp(EP_FIELDS[i].cfield, fname) == 0 && e->src_node[i]) at = e->src_node[i];
+      if (field_is(EP_FIELDS[i].cfield, fname, nl) && e->src_node[i])
+        at = has_idx ? item_at(c, e->src_node[i], idx) : e->src_node[i];
     if (strcmp(fname, "headers") == 0 && e->headers_node) at = e->headers_node;
     const char *m = pe->msg;
     size_t lf = strlen(pe->field);
@@ -1559,19 +1682,26 @@ static resil_status policy_error(lctx *c, const spec *s, const resil_error *pe) 
     return c->err.status;
   }
 #endif
-  size_t fi = kd->nfields;
+  size_t fi = kd->nfields, nl = 0, idx = 0;
+  int has_idx = field_index(pe->field, &nl, &idx);
   for (size_t i = 0; i < kd->nfields; i++)
-    if (strcmp(kd->fields[i].cfield, pe->field) == 0) fi = i;
+    if (field_is(kd->fields[i].cfield, pe->field, nl)) fi = i;
   /* A store that cannot be opened: its uri is at fault (fields[0]). */
   if (fi == kd->nfields && s->kind == RESIL_REG_STORE) fi = 0;
   const yaml_node_t *at = s->at;
   char path[256];
   const char *base = s->path;
   if (fi < kd->nfields) {
-    if (s->src[fi] != SRC_NONE) at = s->src_node[fi];
+    if (s->src[fi] != SRC_NONE) at = has_idx ? item_at(c, s->src_node[fi], idx) : s->src_node[fi];
     if (s->src[fi] == SRC_DEFAULT) base = s->def_path;
     if (s->src[fi] == SRC_BASE) base = s->base_path;
     join(path, sizeof path, base, ".", kd->fields[fi].key);
+    if (has_idx) {
+      char ix[24];
+      snprintf(ix, sizeof ix, "[%zu]", idx);
+      size_t l = strlen(path);
+      join(path + l, sizeof path - l, "", "", ix);
+    }
   } else {
     snprintf(path, sizeof path, "%s", base);
   }
@@ -1615,6 +1745,7 @@ struct entry {
   size_t ndeps;
   int64_t total_timeout_ns; /* chains */
   resil_registry_http_timeouts http; /* http clients */
+  resil_registry_http_balance http_balance; /* http clients */
   resil__reg_events *ev;    /* retries and clients: their listener's box */
   seg_hook *hook;           /* shared segments: their fallback hook */
 };
@@ -1909,6 +2040,8 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
       } else if (c->ev && s->kind == RESIL_REG_HTTP_CLIENT) {
         tmp.hc.on_attempt = resil__reg_events_on_attempt;
         tmp.hc.on_attempt_user = c->ev;
+        tmp.hc.on_instance = resil__reg_events_on_instance;
+        tmp.hc.on_instance_user = c->ev;
       }
       resil_http_endpoint *table = NULL;
       if (s->kind == RESIL_REG_HTTP_CLIENT) {
@@ -1966,6 +2099,21 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
         e->http.connect_timeout_ns = s->cfg.hc.connect_timeout_ns;
         e->http.response_timeout_ns = s->cfg.hc.response_timeout_ns;
         e->http.max_hops = 1 + (s->cfg.hc.follow_redirects ? s->cfg.hc.max_redirects : 0);
+        resil_registry_http_balance *hb = &e->http_balance;
+        hb->struct_size = sizeof *hb;
+        hb->balance = (int)s->cfg.hc.balance;
+        hb->resolve_instances = s->cfg.hc.resolve_instances;
+        hb->resolve_interval_ns = s->cfg.hc.resolve_interval_ns;
+        hb->eject_consecutive = s->cfg.hc.eject_consecutive;
+        hb->eject_classes = s->cfg.hc.eject_classes;
+        hb->eject_base_ns = s->cfg.hc.eject_base_ns;
+        hb->eject_max_ns = s->cfg.hc.eject_max_ns;
+        hb->eject_max_percent = s->cfg.hc.eject_max_percent;
+        for (size_t j = 0; s->cfg.hc.instances && s->cfg.hc.instances[j]; j++)
+          hb->listed_instances++;
+        for (size_t k = 0; k < s->neps; k++)
+          for (size_t j = 0; s->eps[k].ep.instances && s->eps[k].ep.instances[j]; j++)
+            hb->listed_instances++;
       }
 #endif
       s->made = e;
@@ -2161,6 +2309,8 @@ static resil_status load(const char *text, size_t len, const char *file, uint32_
 #endif
   }
   free(ss.v);
+  for (size_t i = 0; i < c.nallocs; i++) free(c.allocs[i]);
+  free(c.allocs);
   yaml_document_delete(&doc);
   yaml_parser_delete(&parser);
 out:
@@ -2685,6 +2835,21 @@ resil_status resil_registry_http_client_timeouts_sized(resil_registry *reg, cons
   pthread_rwlock_unlock(&reg->lock);
   if (!e) return RESIL_EINVAL;
   resil__sized_out(out, struct_size, &t, sizeof t);
+  return RESIL_OK;
+}
+
+resil_status resil_registry_http_client_balance_sized(resil_registry *reg, const char *name,
+                                                     resil_registry_http_balance *out,
+                                                     size_t struct_size) {
+  if (!reg) return RESIL_EMISUSE;
+  if (!name || !out) return RESIL_EINVAL;
+  pthread_rwlock_rdlock(&reg->lock);
+  entry *e = snap_find(reg->cur, RESIL_REG_HTTP_CLIENT, name);
+  resil_registry_http_balance b;
+  if (e) b = e->http_balance;
+  pthread_rwlock_unlock(&reg->lock);
+  if (!e) return RESIL_EINVAL;
+  resil__sized_out(out, struct_size, &b, sizeof b);
   return RESIL_OK;
 }
 

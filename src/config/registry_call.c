@@ -63,6 +63,18 @@ void resil__reg_events_on_attempt(void *user, const resil_attempt_info *info) {
 #endif
 }
 
+void resil__reg_events_on_instance(void *user, const struct resil_http_instance_event *ev) {
+#ifdef RESIL_CONFIG_HTTP
+  resil__reg_events *b = user;
+  atomic_fetch_add(&b->active, 1);
+  struct resil_event_sink *s = atomic_load(&b->sink);
+  if (s) resil_event_instance_listener(s, ev);
+  atomic_fetch_sub_explicit(&b->active, 1, memory_order_release);
+#else
+  (void)user, (void)ev;
+#endif
+}
+
 int resil__reg_events_fallback(resil__reg_events *b, const char *segment, const char *instance,
                                const char *reason) {
 #ifdef RESIL_CONFIG_HTTP

@@ -5,10 +5,12 @@
 #include "resil/call.h"
 
 struct resil_event_sink;
+struct resil_http_instance_event;
 
 /* The registry's attempt-event indirection (resil_registry_events_attach):
  * every retry and HTTP client the registry builds gets
- * resil__reg_events_on_attempt as its on_attempt listener with the
+ * resil__reg_events_on_attempt as its on_attempt listener (and every HTTP
+ * client resil__reg_events_on_instance as its on_instance) with the
  * registry's box as user, and holds a reference on the box for as long as
  * it lives (it may outlive the registry under a lease). The listener
  * forwards to the sink attached now (read atomically), or drops the event
@@ -24,6 +26,10 @@ void resil__reg_events_unref(resil__reg_events *b);
  * the sink attached before: the caller may then free that sink. */
 void resil__reg_events_set(resil__reg_events *b, struct resil_event_sink *sink);
 void resil__reg_events_on_attempt(void *user, const resil_attempt_info *info);
+/* The HTTP clients' on_instance (the same box as user): forwards each
+ * instance event to the sink attached now (resil_event_instance_listener),
+ * or drops it when none is. */
+void resil__reg_events_on_instance(void *user, const struct resil_http_instance_event *ev);
 /* Writes a shared_fallback line (resil_event_shared_fallback) to the sink
  * attached now: 1 when one was attached (the line written or dropped by
  * the sink), 0 when none is (the caller keeps the line for later). */

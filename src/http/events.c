@@ -333,7 +333,8 @@ void resil_event_instance_listener(void *user, const struct resil_http_instance_
     return;
   }
   set_redacted_url(s, o, "upstream", ev->upstream);
-  set_redacted_url(s, o, "address", ev->instance);
+  set_redacted_url(s, o, "url", ev->instance);
+  if (ev->address) json_object_set_new(o, "address", jstr(ev->address));
   json_object_set_new(o, "index", json_integer(ev->index));
   json_object_set_new(o, "ejections", json_integer((json_int_t)ev->ejections));
   if (ev->kind == RESIL_HTTP_INSTANCE_EJECTED) {

@@ -15,13 +15,20 @@
 #include <netdb.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 int resil__http_group_init(http_group *g) {
   atomic_init(&g->n, 0);
   atomic_init(&g->out, 0);
   atomic_init(&g->live, 0);
-  atomic_init(&g->seq, 0);
+  /* A random start: two clients (two processes) do not make the same first
+   * choice nor draw the same jitter. */
+  uint64_t seed = 0;
+  if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+    seed = (uint64_t)resil__http_mono_ns() ^ ((uint64_t)getpid() << 32);
+  atomic_init(&g->seq, seed);
   atomic_init(&g->resolutions, 0);
   atomic_init(&g->resolve_failures, 0);
   return pthread_mutex_init(&g->mu, NULL) == 0 ? 0 : -1;
@@ -108,7 +115,14 @@ static void tell(const http_inst *i, resil_http_instance_event_kind kind, int64_
   ev.kind = kind;
   ev.client = g->client_name;
   ev.upstream = g->name;
-  ev.instance = i->label;
+  /* A resolved name's instance: the name's base URL and the address. */
+  const char *at = g->resolve ? strrchr(i->label, '@') : NULL;
+  if (at) {
+    ev.instance = g->base;
+    ev.address = at + 1;
+  } else {
+    ev.instance = i->label;
+  }
   ev.index = i->index;
   ev.ejections = atomic_load_explicit(&i->ejections, memory_order_relaxed);
   ev.duration_ns = dur;

@@ -548,6 +548,16 @@ static void call_bad_arguments_exit_2_with_one_line_naming_the_argument(void **s
       {{"--state", "S", "--rate", "2/xs", u}, "--rate:"},
       {{"--state-dir", "/tmp", u}, "--state-dir:"},
       {{"--state", "a/b", "--rate", "1/1s", u}, "--state:"},
+      /* several instances */
+      {{"--instance", "ftp://127.0.0.1:1", u}, "--instance:"},
+      {{u, "--instance"}, "--instance:"},
+      {{"--instance", "http://127.0.0.1:1"}, "URL:"},
+      {{"--instance", "http://127.0.0.1:1", "items/1"}, "URL:"},
+      {{"/items/1"}, "URL:"},
+      {{"--balance", "p2c", u}, "--balance:"},
+      {{"--instance", "http://127.0.0.1:1", "--balance", "least", u}, "--balance:"},
+      {{"--resolve", "--instance", "http://127.0.0.1:1", u}, "--resolve:"},
+      {{"--resolve", "--instance", "http://127.0.0.1:1", "/items/1"}, "--resolve:"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const char *argv[8] = {"call"};
@@ -564,6 +574,108 @@ static void call_bad_arguments_exit_2_with_one_line_naming_the_argument(void **s
     run_result_free(&r);
   }
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+}
+
+/* ---- several instances (issue 22) -------------------------------------- */
+
+/* Two fixtures on 127.0.0.1, one stopped (its port refuses): `resil call
+ * --instance LIVE --instance DEAD PATH --retry 2` always answers 0 through
+ * the live one; a first attempt that chose the dead one is NOT_SENT and the
+ * retry moves (seen within at most 20 runs, wherever round robin starts; an
+ * unkeyed POST moves too: it reached nobody). stderr says which instance
+ * answered, -v each attempt's. */
+static void call_several_instances_retry_moves_past_a_refused_one(void **state) {
+  cli_state *s = *state;
+  resil_fixture *dead = fx_start();
+  char dead_url[128], live_url[128];
+  snprintf(dead_url, sizeof dead_url, "%s", resil_fixture_url(dead));
+  snprintf(live_url, sizeof live_url, "%s", resil_fixture_url(s->f));
+  resil_fixture_stop(dead); /* its port now refuses */
+  char want[200];
+  snprintf(want, sizeof want, "resil call: answered by instance 1: %s\n", live_url);
+  int moved = 0;
+  long runs = 0;
+  for (; runs < 20 && !moved; runs++) {
+    run_result r;
+    RUN(&r, "call", "-v", "--retry", "2", "--deadline", "5000", "--timeout", "2000",
+        "--backoff", "fixed:0", "--balance", "round_robin", "--instance", dead_url,
+        "--instance", live_url, "/items/7");
+    assert_exit(&r, 0);
+    assert_string_equal(r.out, "{\"id\":7,\"name\":\"item-7\"}");
+    assert_contains(r.err, want);
+    if (strstr(r.err, "attempt 1: NOT_SENT(connection refused)")) {
+      char first[200];
+      snprintf(first, sizeof first, " instance 0 (%s), next in 0 ms\n", dead_url);
+      assert_contains(r.err, first);
+      assert_contains(r.err, "attempt 2: ANSWERED(200) status=200 ");
+      moved = 1;
+    }
+    run_result_free(&r);
+  }
+  assert_true(moved);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), runs);
+
+  /* A POST without a key: a refused attempt reached nobody, so it moves. */
+  moved = 0;
+  long posts = 0;
+  for (; posts < 20 && !moved; posts++) {
+    run_result r;
+    RUN(&r, "call", "-v", "--retry", "2", "--deadline", "5000", "--timeout", "2000",
+        "--backoff", "fixed:0", "-d", "x", "--balance", "round_robin", "--instance", dead_url,
+        "--instance", live_url, "/echo");
+    assert_exit(&r, 0);
+    if (strstr(r.err, "attempt 1: NOT_SENT(connection refused)")) moved = 1;
+    run_result_free(&r);
+  }
+  assert_true(moved);
+  assert_int_equal(resil_fixture_effects(s->f, "echo"), posts); /* one each */
+
+  /* The URL's own origin is the first instance; the last attempt's line
+   * names the dead one when every attempt was refused. */
+  char u[200], other[64];
+  snprintf(u, sizeof u, "%s/items/1", dead_url);
+  snprintf(other, sizeof other, "http://127.0.0.1:%u", closed_port());
+  run_result r;
+  RUN(&r, "call", "--instance", other, u);
+  assert_exit(&r, 3);
+  assert_contains(r.err, "resil call: the last attempt went to instance ");
+  assert_true(strstr(r.err, dead_url) || strstr(r.err, other));
+  run_result_free(&r);
+}
+
+/* --resolve: every address of the URL's host name is an instance, the URL
+ * (its Host) kept; the line names the address that answered. */
+static void call_resolve_spreads_over_the_names_addresses(void **state) {
+  cli_state *s = *state;
+  const char *base = resil_fixture_url(s->f); /* http://127.0.0.1:PORT */
+  char u[200];
+  snprintf(u, sizeof u, "http://localhost%s/items/4", strrchr(base, ':'));
+  run_result r;
+  /* localhost may also be ::1, where the fixture does not listen: a retry */
+  RUN(&r, "call", "--resolve", "--retry", "2", "--deadline", "5000", "--timeout", "2000", u);
+  assert_exit(&r, 0);
+  assert_string_equal(r.out, "{\"id\":4,\"name\":\"item-4\"}");
+  assert_contains(r.err, "resil call: answered by instance ");
+  char want[200];
+  snprintf(want, sizeof want, ": http://localhost%s@127.0.0.1\n", strrchr(base, ':'));
+  assert_contains(r.err, want);
+  run_result_free(&r);
+}
+
+/* An instance URL's userinfo is never printed (the URL redacted as the
+ * library's log does). */
+static void call_instance_lines_redact_the_url(void **state) {
+  cli_state *s = *state;
+  char live[200];
+  const char *base = resil_fixture_url(s->f); /* http://127.0.0.1:PORT */
+  snprintf(live, sizeof live, "http://user:s3cret@%s", base + strlen("http://"));
+  run_result r;
+  RUN(&r, "call", "-v", "--instance", live, "--instance", live, "/items/2");
+  assert_exit(&r, 0);
+  assert_null(strstr(r.err, "s3cret"));
+  assert_contains(r.err, "[REDACTED]@127.0.0.1:");
+  assert_contains(r.err, "resil call: answered by instance ");
+  run_result_free(&r);
 }
 
 /* ---- --state: policies kept across invocations (DESIGN 8.1) ------------ */
@@ -771,6 +883,9 @@ static void call_help_exits_0_and_documents_the_exit_codes(void **state) {
   assert_contains(r.out, "usage: resil call [OPTIONS] URL");
   assert_contains(r.out, "--retry N");
   assert_contains(r.out, "--retry 3\n                          makes at most 3 calls");
+  assert_contains(r.out, "--instance BASE_URL ");
+  assert_contains(r.out, "--resolve ");
+  assert_contains(r.out, "--balance p2c|round_robin");
   assert_contains(r.out, "Exit status:");
   for (int code = 0; code <= 8; code++) {
     char line[8];
@@ -1144,6 +1259,9 @@ int main(void) {
       T(call_follows_redirects_only_with_location),
       T(call_warns_about_retry_without_deadline_and_long_timeouts),
       T(call_bad_arguments_exit_2_with_one_line_naming_the_argument),
+      T(call_several_instances_retry_moves_past_a_refused_one),
+      T(call_resolve_spreads_over_the_names_addresses),
+      T(call_instance_lines_redact_the_url),
       T(call_state_rate_is_kept_across_invocations),
       T(call_state_breaker_opens_across_invocations_and_probes_after_the_wait),
       T(call_help_exits_0_and_documents_the_exit_codes),

@@ -1331,6 +1331,94 @@ static void header_timeout_closes_held_half_requests_only(void **state) {
   resil_fixture_stop(f);
 }
 
+/* ---- issue 22: one bad or slow instance among fixtures with the same URLs */
+
+/* force_status answers every counted request with that status, counted as
+ * an attempt, no effect; uncounted paths answer as usual. */
+static void force_status_answers_every_route_and_counts_no_effect(void **state) {
+  (void)state;
+  resil_fixture_config cfg;
+  resil_fixture_config_init(&cfg);
+  assert_int_equal(cfg.force_status, 0);
+  assert_int_equal(cfg.delay_all_ms, 0);
+  cfg.force_status = 503;
+  resil_fixture *f = start_with(&cfg);
+  reply r;
+  request(f, "GET", "/items/1", NULL, NULL, &r);
+  assert_int_equal(r.status, 503);
+  json_t *j = parse(&r);
+  assert_int_equal(jint(j, "status"), 503);
+  assert_true(json_is_true(json_object_get(j, "forced")));
+  json_decref(j);
+  reply_free(&r);
+  request(f, "POST", "/effect/200", "{}", NULL, &r);
+  assert_int_equal(r.status, 503);
+  reply_free(&r);
+  request(f, "GET", "/nowhere", NULL, NULL, &r);
+  assert_int_equal(r.status, 404);
+  reply_free(&r);
+  request(f, "GET", "/__stats", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  reply_free(&r);
+  assert_int_equal(resil_fixture_attempts(f, "items"), 1);
+  assert_int_equal(resil_fixture_attempts(f, "effect"), 1);
+  assert_int_equal(resil_fixture_effects(f, "effect"), 0);
+  resil_fixture_stop(f);
+  /* Out of range: refused at start. */
+  cfg.force_status = 99;
+  char err[256] = "";
+  f = NULL;
+  assert_int_equal(resil_fixture_start(&cfg, &f, err, sizeof err), -1);
+  assert_null(f);
+  assert_non_null(strstr(err, "force_status"));
+}
+
+/* delay_all_ms delays every counted request, the route's own delay on top;
+ * a stop interrupts it (the request is dropped, not answered). */
+static void delay_all_delays_every_route(void **state) {
+  (void)state;
+  resil_fixture_config cfg;
+  resil_fixture_config_init(&cfg);
+  cfg.delay_all_ms = 100;
+  resil_fixture *f = start_with(&cfg);
+  reply r;
+  int64_t t0 = now_ms();
+  request(f, "GET", "/items/1", NULL, NULL, &r);
+  int64_t took = now_ms() - t0;
+  assert_int_equal(r.status, 200);
+  reply_free(&r);
+  if (took < 100) fail_msg("items answered after %lld ms", (long long)took);
+  t0 = now_ms();
+  request(f, "POST", "/slow?ms=50", "{}", NULL, &r);
+  took = now_ms() - t0;
+  assert_int_equal(r.status, 200);
+  reply_free(&r);
+  if (took < 150) fail_msg("slow answered after %lld ms", (long long)took);
+  assert_int_equal(resil_fixture_effects(f, "slow"), 1);
+  resil_fixture_stop(f);
+  /* A stop interrupts the sleep: the request is dropped, not answered. */
+  cfg.delay_all_ms = 5000;
+  f = start_with(&cfg);
+  slow_call sc = {f, "/effect/200", {0}};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, slow_thread, &sc), 0);
+  int64_t end = now_ms() + 5000;
+  while (resil_fixture_attempts(f, "effect") < 1 && now_ms() < end) nap_ms(5);
+  assert_int_equal(resil_fixture_attempts(f, "effect"), 1);
+  t0 = now_ms();
+  resil_fixture_stop(f);
+  took = now_ms() - t0;
+  pthread_join(t, NULL);
+  if (took > 1000) fail_msg("stop took %lld ms", (long long)took);
+  assert_int_not_equal(sc.r.code, CURLE_OK);
+  reply_free(&sc.r);
+  cfg.delay_all_ms = 600001;
+  char err[256] = "";
+  f = NULL;
+  assert_int_equal(resil_fixture_start(&cfg, &f, err, sizeof err), -1);
+  assert_non_null(strstr(err, "delay_all_ms"));
+}
+
 int main(void) {
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
     return 1;
@@ -1369,6 +1457,8 @@ int main(void) {
       FX_TEST(encoded_nul_and_two_keys_are_refused),
       cmocka_unit_test(idle_half_requests_are_bounded_and_timed_out),
       cmocka_unit_test(header_timeout_closes_held_half_requests_only),
+      cmocka_unit_test(force_status_answers_every_route_and_counts_no_effect),
+      cmocka_unit_test(delay_all_delays_every_route),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();

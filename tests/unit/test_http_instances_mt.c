@@ -263,11 +263,12 @@ static void not_sent_attempts_move_to_an_untried_instance(void **state) {
   /* Every POST had one effect, on a live instance. */
   assert_int_equal(resil_fixture_effects(f[0], "effect") + resil_fixture_effects(f[1], "effect"),
                    30);
-  /* Round robin advances once per attempt: the calls alternate between
-   * starting on the dead instance (then moving) and on a live one. */
+  /* Round robin advances once per attempt (from a random start): the
+   * calls alternate between starting on the dead instance (then moving)
+   * and on a live one, so about half of them met it, once each. */
   resil_http_instance_stats d = st_of(c, 0);
-  assert_int_equal(d.outcomes[RESIL_NOT_SENT], 15);
-  assert_int_equal(d.chosen, 15);
+  assert_true(d.chosen >= 14 && d.chosen <= 16);
+  assert_int_equal(d.outcomes[RESIL_NOT_SENT], d.chosen);
   assert_int_equal(d.ejections, 0);
   resil_retry_free(rt);
   resil_http_client_free(c);

@@ -176,10 +176,56 @@ static void lab_events_have_a6_hedge_lines(void **state) {
   assert_true(keyed_sent >= 2);
 }
 
+/* `resil lab --only F4 --events G`: the instance listener the experiment
+ * sets forwards to the event log's (lab_ops_client_config sets it first):
+ * F4's two ejections (4 instances failing, at most 50 % out) are
+ * "instance_ejected" lines of f4_client, and its breaker's opening a
+ * "breaker" line. */
+static void lab_events_have_f4_instance_lines(void **state) {
+  (void)state;
+  const char *bin = getenv("RESIL_BIN");
+  if (!bin) {
+    if (ci()) fail_msg("RESIL_BIN is not set");
+    skip();
+  }
+  char g[128], cmd[512];
+  snprintf(g, sizeof g, "%s/f4.jsonl", dir);
+  snprintf(cmd, sizeof cmd, "'%s' lab --only F4 --path blocking --events '%s' >%s/out 2>&1",
+           bin, g, dir);
+  int rc = system(cmd);
+  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
+    char out[128];
+    snprintf(out, sizeof out, "%s/out", dir);
+    fprintf(stderr, "%s\n", slurp(out));
+    fail_msg("resil lab exited %d", WEXITSTATUS(rc));
+  }
+  FILE *ev = fopen(g, "r");
+  assert_non_null(ev);
+  char line[8192];
+  int ejected = 0;
+  while (fgets(line, sizeof line, ev)) {
+    json_error_t je;
+    json_t *j = json_loads(line, 0, &je);
+    if (!json_is_object(j)) fail_msg("not a JSON object: %s", line);
+    const char *kind = json_string_value(json_object_get(j, "kind"));
+    const char *inst = json_string_value(json_object_get(j, "instance"));
+    if (kind && inst && strcmp(kind, "instance_ejected") == 0 &&
+        strcmp(inst, "f4_client") == 0) {
+      ejected++;
+      assert_true(json_is_integer(json_object_get(j, "index")));
+      assert_int_equal(json_integer_value(json_object_get(j, "consecutive")), 5);
+    }
+    json_decref(j);
+  }
+  fclose(ev);
+  assert_int_equal(ejected, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(lab_writes_metrics_and_events, setup, teardown),
       cmocka_unit_test_setup_teardown(lab_events_have_a6_hedge_lines, setup, teardown),
+      cmocka_unit_test_setup_teardown(lab_events_have_f4_instance_lines, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,4 +43,6 @@ const lab_experiment *const lab_families[] = {
     lab_shared_chaos_experiments, /* M4 (exp_shared_chaos.c) */
     lab_redis_experiments,       /* G1-G4 (exp_redis.c) */
     lab_hops_experiments,        /* D1-D4 (exp_hops.c) */
+    lab_instances_experiments,   /* F1-F4 (exp_instances.c) */
+    lab_fleet_experiments,       /* F5 (exp_fleet.c) */
     NULL};

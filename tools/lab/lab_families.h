@@ -35,6 +35,14 @@ extern const lab_experiment lab_shared_chaos_experiments[];
 extern const lab_experiment lab_redis_experiments[];
 /* D1-D4: deadlines across hops (exp_hops.c). */
 extern const lab_experiment lab_hops_experiments[];
+/* F1-F4: many instances of one upstream (exp_instances.c; F3 only when
+ * the built-in loop is built): empty unless the fixture is built. */
+extern const lab_experiment lab_instances_experiments[];
+/* F5 (exp_fleet.c): 4 `resil upstream` processes on one PostgreSQL the
+ * experiment starts, one killed and one restarted under keyed payments;
+ * empty unless libresil-http, the store, the fixture and libresil-mhd are
+ * built. */
+extern const lab_experiment lab_fleet_experiments[];
 
 /* The registration table: every family's table, in the order `resil lab`
  * runs and lists them, then NULL. */

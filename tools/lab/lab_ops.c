@@ -255,6 +255,10 @@ void lab_ops_client_config(lab_result *r, resil_http_client_config *cfg, const c
     cfg->on_attempt = resil_event_attempt_listener;
     cfg->on_attempt_user = o->sink;
   }
+  if (o->sink && !cfg->on_instance) {
+    cfg->on_instance = resil_event_instance_listener;
+    cfg->on_instance_user = o->sink;
+  }
 }
 #endif
 

@@ -54,8 +54,10 @@ void lab_ops_add_chain(lab_result *r, const char *name, const resil_chain *ch);
 #include "resil/http.h"
 void lab_ops_add_client(lab_result *r, const char *name, const resil_http_client *c);
 /* Sets cfg->name to "<experiment>_<name>" when it has none (the buffer
- * lives in r's ops until the next lab_ops_begin), and cfg->on_attempt to
- * the event log's listener when it has none. */
+ * lives in r's ops until the next lab_ops_begin), and cfg->on_attempt and
+ * cfg->on_instance to the event log's listeners when it has none (an
+ * experiment with a listener of its own can call it first and forward to
+ * what it set). */
 void lab_ops_client_config(lab_result *r, resil_http_client_config *cfg, const char *name);
 #endif
 #ifdef RESIL_HAVE_STORE

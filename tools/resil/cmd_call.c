@@ -7,7 +7,8 @@
  *              [--connect-timeout MS] [--timeout MS] [--deadline MS]
  *              [--deadline-header NAME|none]
  *              [--retry N] [--backoff exp:INITIAL,MULT,CAP|fixed:MS]
- *              [--idempotency-key auto|KEY] [--unsafe-retries] [-v|-vv] URL
+ *              [--idempotency-key auto|KEY] [--unsafe-retries] [-v|-vv]
+ *              [--instance BASE_URL]... [--resolve] [--balance p2c|round_robin] URL
  *   resil call --config FILE --chain NAME [options but --retry/--backoff/
  *              --unsafe-retries] URL
  *
@@ -55,7 +56,16 @@
  * is percent-encoded, so no placeholder can ever be read into a user's URL.
  * The fragment is dropped, as curl does. --retry N is the retry's
  * max_attempts (the first attempt included); the HTTP layer never retries by
- * itself. */
+ * itself.
+ *
+ * Several instances (http.h, "Many instances"): each --instance BASE_URL is
+ * one more instance of the URL's upstream (the URL's scheme://authority is
+ * the first; with --instance the URL may also be a path alone, "/x?y", and
+ * then only the --instance URLs are instances); --resolve makes every
+ * address of the URL's host name an instance. Each attempt chooses one
+ * (--balance), a retry one this call has not tried; stderr says which
+ * instance the last attempt went to (and -v each attempt's), its URL
+ * redacted. */
 #include <stdio.h>
 
 #include "cmds.h"
@@ -107,6 +117,7 @@ static void usage(FILE *f) {
   fprintf(
       f,
       "usage: resil call [OPTIONS] URL\n"
+      "       resil call [OPTIONS] --instance BASE_URL [--instance BASE_URL]... PATH\n"
       "Makes one logical HTTP call through libresil (every attempt counted, a\n"
       "retry only when it is safe, one total deadline), writes the response\n"
       "body to stdout as received, and says by its exit status what happened.\n"
@@ -199,6 +210,28 @@ static void usage(FILE *f) {
       "                          unknown, 5xx, 408, 425, 429. While open the call\n"
       "                          is not made: exit 7, REJECTED(circuit breaker\n"
       "                          open). E.g. --breaker window=5,min=5,wait=10s\n"
+      "  --instance BASE_URL     one more instance of the URL's upstream\n"
+      "                          (repeatable, at most 64 with the URL's): each\n"
+      "                          attempt goes to one of them, a retry to one\n"
+      "                          this call has not tried yet. BASE_URL is\n"
+      "                          http(s)://HOST[:PORT]; the URL's own\n"
+      "                          scheme://HOST[:PORT] is the first instance, or\n"
+      "                          give the URL as a path alone (/items/1?x=y) and\n"
+      "                          only the --instance URLs are. A NOT_SENT attempt\n"
+      "                          (connection refused) moves even for a POST\n"
+      "  --resolve               every address of the URL's host name is an\n"
+      "                          instance (connecting by address, the Host\n"
+      "                          header and TLS name the URL's); not with\n"
+      "                          --instance\n"
+      "  --balance p2c|round_robin\n"
+      "                          how an attempt chooses among the instances:\n"
+      "                          the less busy of two drawn at random (p2c, the\n"
+      "                          default) or in turn; needs --instance or\n"
+      "                          --resolve\n"
+      "                          With several instances (or --resolve), stderr\n"
+      "                          says which one the last attempt went to\n"
+      "                          (\"resil call: answered by instance 1: URL\"),\n"
+      "                          -v each attempt's; the URL redacted\n"
       "  -h, --help              print this help\n"
       "Options take their value as the next argument, or --opt=VALUE (long) and\n"
       "-XVALUE (short); '--' ends the options.\n"
@@ -258,6 +291,11 @@ typedef struct call_opts {
   uint32_t br_rate_pct;
   int64_t br_wait_ns;
   uint32_t br_probes;
+  /* Several instances (--instance, --resolve, --balance). */
+  const char **instances;     /* the --instance values, in order           */
+  size_t instance_count;
+  int resolve;
+  int balance;                /* resil_http_balance, or -1: the default    */
 } call_opts;
 
 static void opts_free(call_opts *o) {
@@ -265,6 +303,7 @@ static void opts_free(call_opts *o) {
   free(o->hdr_store);
   free(o->headers);
   free(o->body);
+  free(o->instances);
 }
 
 static int bad(const char *arg, const char *fmt, const char *v) {
@@ -657,9 +696,11 @@ static int parse_args(int argc, char **argv, call_opts *o) {
   o->initial_wait_ns = 100 * NS_PER_MS;
   o->multiplier = 2.0;
   o->cap_ns = 2000 * NS_PER_MS;
+  o->balance = -1;
   o->headers = calloc((size_t)argc, sizeof *o->headers);
   o->hdr_store = calloc((size_t)argc, sizeof *o->hdr_store);
-  if (!o->headers || !o->hdr_store) {
+  o->instances = calloc((size_t)argc, sizeof *o->instances);
+  if (!o->headers || !o->hdr_store || !o->instances) {
     fprintf(stderr, PROG ": out of memory\n");
     return EXIT_LOCAL;
   }
@@ -688,6 +729,8 @@ static int parse_args(int argc, char **argv, call_opts *o) {
       o->verbose += 2;
     } else if (strcmp(a, "-L") == 0 || strcmp(a, "--location") == 0) {
       o->follow = 1;
+    } else if (strcmp(a, "--resolve") == 0) {
+      o->resolve = 1;
     } else if (strcmp(a, "--unsafe-retries") == 0) {
       o->retry_options = 1;
       o->unsafe = 1;
@@ -752,6 +795,20 @@ static int parse_args(int argc, char **argv, call_opts *o) {
       if (m < 0) return EXIT_USAGE;
       o->retry_options = 1;
       if ((rc = parse_backoff(o, v)) != 0) return rc;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--instance", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      /* Checked by the client (base_url's rules); never quoted here. */
+      if (strncasecmp(v, "http://", 7) != 0 && strncasecmp(v, "https://", 8) != 0)
+        return bad("--instance", "%s", "must start with http:// or https://");
+      o->instances[o->instance_count++] = v;
+    } else if ((m = opt_value(argc, argv, &i, NULL, "--balance", &v)) != 0) {
+      if (m < 0) return EXIT_USAGE;
+      if (strcmp(v, "p2c") == 0)
+        o->balance = RESIL_HTTP_BALANCE_P2C;
+      else if (strcmp(v, "round_robin") == 0)
+        o->balance = RESIL_HTTP_BALANCE_ROUND_ROBIN;
+      else
+        return bad("--balance", "expected p2c or round_robin, got '%s'", v);
     } else if ((m = opt_value(argc, argv, &i, NULL, "--idempotency-key", &v)) != 0) {
       if (m < 0) return EXIT_USAGE;
       if ((rc = parse_key(o, v)) != 0) return rc;
@@ -764,6 +821,14 @@ static int parse_args(int argc, char **argv, call_opts *o) {
     fprintf(stderr, PROG ": URL: missing (see --help)\n");
     return EXIT_USAGE;
   }
+  if (o->resolve && o->instance_count)
+    return bad("--resolve", "%s",
+               "--resolve and --instance: give one or the other (the URL's addresses, or "
+               "a list of base URLs)");
+  if (o->balance >= 0 && !o->resolve && !o->instance_count)
+    return bad("--balance", "%s", "needs --instance or --resolve (one instance: nothing to choose)");
+  if (o->resolve && o->url[0] == '/')
+    return bad("--resolve", "%s", "needs a URL with a host name, not a path");
   if ((o->config != NULL) != (o->chain != NULL))
     return bad(o->config ? "--config" : "--chain", "%s",
                "--config FILE and --chain NAME go together");
@@ -837,11 +902,15 @@ static void url_parts_free(url_parts *u) {
   free(u->query);
 }
 
-/* Returns 0, EXIT_USAGE (reported) or EXIT_LOCAL (reported). */
-static int split_url(const char *url, url_parts *u) {
+/* Returns 0, EXIT_USAGE (reported) or EXIT_LOCAL (reported). A path alone
+ * ("/x?y", path_only: with --instance) leaves u->base NULL. */
+static int split_url(const char *url, int path_only, url_parts *u) {
   size_t slen;
   const char *scheme;
-  if (strncasecmp(url, "http://", 7) == 0) {
+  if (path_only && url[0] == '/') {
+    slen = 0;
+    scheme = NULL;
+  } else if (strncasecmp(url, "http://", 7) == 0) {
     slen = 7;
     scheme = "http://";
   } else if (strncasecmp(url, "https://", 8) == 0) {
@@ -849,11 +918,13 @@ static int split_url(const char *url, url_parts *u) {
     scheme = "https://";
   } else {
     /* Not quoted: even a mistyped URL may carry credentials. */
-    return bad("URL", "%s", "must start with http:// or https://");
+    return bad("URL", "%s",
+               path_only ? "must start with http:// or https://, or be a path starting with /"
+                         : "must start with http:// or https://");
   }
   const char *auth = url + slen;
-  size_t alen = strcspn(auth, "/?#");
-  if (alen == 0) return bad("URL", "%s", "has no host");
+  size_t alen = scheme ? strcspn(auth, "/?#") : 0;
+  if (scheme && alen == 0) return bad("URL", "%s", "has no host");
   const char *rest = auth + alen;
   size_t plen = strcspn(rest, "?#");
   const char *q = rest + plen;
@@ -862,16 +933,18 @@ static int split_url(const char *url, url_parts *u) {
     q++;
     qlen = strcspn(q, "#");
   }
-  u->base = malloc(slen + alen + 1);
+  u->base = scheme ? malloc(slen + alen + 1) : NULL;
   u->path = plen ? escape_part(rest, plen, 0) : malloc(2);
   u->query = qlen ? escape_part(q, qlen, 1) : NULL;
-  if (!u->base || !u->path || (qlen && !u->query)) {
+  if ((scheme && !u->base) || !u->path || (qlen && !u->query)) {
     fprintf(stderr, PROG ": out of memory\n");
     return EXIT_LOCAL;
   }
-  memcpy(u->base, scheme, slen);
-  memcpy(u->base + slen, auth, alen);
-  u->base[slen + alen] = '\0';
+  if (scheme) {
+    memcpy(u->base, scheme, slen);
+    memcpy(u->base + slen, auth, alen);
+    u->base[slen + alen] = '\0';
+  }
   if (!plen) strcpy(u->path, "/");
   return 0;
 }
@@ -967,10 +1040,61 @@ static void fmt_status(char *buf, size_t n, const resil_outcome *o) {
     snprintf(buf, n, "-");
 }
 
+/* The attempts each instance was chosen for (several instances): which
+ * instance an attempt went to is the one whose count grew, since this
+ * process makes one attempt at a time. */
+typedef struct chosen_watch {
+  const resil_http_client *client; /* NULL: one instance, nothing watched */
+  uint64_t *chosen;
+  size_t n;
+} chosen_watch;
+
+static void watch_snapshot(chosen_watch *w) {
+  if (!w->client) return;
+  size_t n = resil_http_client_instance_count(w->client);
+  if (n > w->n) {
+    uint64_t *nv = realloc(w->chosen, n * sizeof *nv);
+    if (!nv) return; /* then the lines say no instance */
+    memset(nv + w->n, 0, (n - w->n) * sizeof *nv);
+    w->chosen = nv;
+    w->n = n;
+  }
+  for (size_t i = 0; i < w->n; i++) {
+    resil_http_instance_stats st;
+    if (resil_http_client_instance_stats(w->client, i, &st) == RESIL_OK) w->chosen[i] = st.chosen;
+  }
+}
+
+/* The instance chosen since the last snapshot (and a new snapshot), or -1. */
+static long watch_chosen(chosen_watch *w) {
+  long which = -1;
+  for (size_t i = 0; w->client && i < w->n; i++) {
+    resil_http_instance_stats st;
+    if (resil_http_client_instance_stats(w->client, i, &st) == RESIL_OK &&
+        st.chosen != w->chosen[i]) {
+      which = (long)i;
+      w->chosen[i] = st.chosen;
+    }
+  }
+  return which;
+}
+
+/* Instance i's URL, redacted (a base URL may carry userinfo); resolved:
+ * --resolve's "URL@address". */
+static void instance_url(const resil_http_client *c, long i, int resolved, char *buf, size_t n) {
+  resil_http_instance_stats st;
+  if (i < 0 || resil_http_client_instance_stats(c, (size_t)i, &st) != RESIL_OK) {
+    snprintf(buf, n, "?");
+    return;
+  }
+  resil_cli_instance_text(buf, n, st.instance, resolved);
+}
+
 /* Runs the attempts with the retry's split form, printing one line per
- * attempt with -v. Returns the final outcome. */
+ * attempt with -v (with the instance it went to when w watches several).
+ * Returns the final outcome. */
 static resil_outcome run_call(const call_opts *o, resil_retry *retry,
-                              resil_http_request *req) {
+                              resil_http_request *req, chosen_watch *w) {
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.flags = resil_http_request_call_flags(req);
@@ -985,6 +1109,7 @@ static resil_outcome run_call(const call_opts *o, resil_retry *retry,
     fprintf(stderr, "no attempt made: %s\n", resil_outcome_format(&r, ob, sizeof ob));
   }
   while (d != RESIL_DECISION_DENY) {
+    if (o->verbose) watch_snapshot(w);
     int64_t t0 = mono_ns();
     resil_outcome a = resil_http_request_attempt(req, resil_retry_state_ctx(st));
     int64_t took = mono_ns() - t0;
@@ -992,17 +1117,26 @@ static resil_outcome run_call(const call_opts *o, resil_retry *retry,
     int64_t delay = 0;
     d = resil_retry_next_timed(retry, st, &a, took, &delay);
     if (o->verbose) {
-      char ob[96], sb[16];
+      char ob[96], sb[16], ib[440] = "";
       resil_outcome_format(&a, ob, sizeof ob);
       fmt_status(sb, sizeof sb, &a);
+      if (w->client) {
+        long which = watch_chosen(w);
+        char url[400];
+        instance_url(w->client, which, o->resolve, url, sizeof url);
+        if (which >= 0)
+          snprintf(ib, sizeof ib, " instance %ld (%s)", which, url);
+        else
+          snprintf(ib, sizeof ib, " no instance");
+      }
       if (d != RESIL_DECISION_DENY) {
-        fprintf(stderr, "attempt %u: %s status=%s %.1f ms, next in %lld ms%s\n", (unsigned)n,
-                ob, sb, (double)took / 1e6, (long long)(delay / NS_PER_MS),
+        fprintf(stderr, "attempt %u: %s status=%s %.1f ms%s, next in %lld ms%s\n", (unsigned)n,
+                ob, sb, (double)took / 1e6, ib, (long long)(delay / NS_PER_MS),
                 a.retry_after_ms > 0 ? " (Retry-After)" : "");
       } else {
         resil_outcome r = resil_retry_result(st);
-        fprintf(stderr, "attempt %u: %s status=%s %.1f ms, stop: %s\n", (unsigned)n, ob, sb,
-                (double)took / 1e6, resil_stop_name(r.stop));
+        fprintf(stderr, "attempt %u: %s status=%s %.1f ms%s, stop: %s\n", (unsigned)n, ob, sb,
+                (double)took / 1e6, ib, resil_stop_name(r.stop));
       }
     }
     if (d == RESIL_DECISION_WAIT) resil_clock_sleep_ns(NULL, delay, NULL);
@@ -1050,8 +1184,9 @@ static int write_body(const resil_http_response *resp) {
 }
 
 /* Reports a client or request setup error: usage (2) when the error is about
- * what the user gave, else local (1). */
-static int setup_error(resil_status st, const resil_error *err) {
+ * what the user gave, else local (1). url_first: the client's instances[0]
+ * is the URL's (else an --instance). */
+static int setup_error(resil_status st, const resil_error *err, int url_first) {
   const char *msg = err->msg;
   size_t fl = strlen(err->field);
   if (fl && strncmp(msg, err->field, fl) == 0 && msg[fl] == ':') msg += fl + 1;
@@ -1061,8 +1196,18 @@ static int setup_error(resil_status st, const resil_error *err) {
     return EXIT_LOCAL;
   }
   const char *arg = err->field;
+  size_t item = 0;
+  int used = 0;
   if (strcmp(arg, "base_url") == 0 || strncmp(arg, "endpoints[0].", 13) == 0)
     arg = "URL";
+  else if (sscanf(arg, "instances[%zu]%n", &item, &used) == 1 && arg[used] == '\0')
+    arg = item == 0 && url_first ? "URL" : "--instance";
+  else if (strcmp(arg, "instances") == 0)
+    arg = "--instance";
+  else if (strcmp(arg, "resolve_instances") == 0 || strcmp(arg, "resolve_interval_ns") == 0)
+    arg = "--resolve";
+  else if (strcmp(arg, "balance") == 0)
+    arg = "--balance";
   else if (strcmp(arg, "headers") == 0)
     arg = "-H";
   else if (strcmp(arg, "body") == 0)
@@ -1181,14 +1326,17 @@ int resil_cmd_call(int argc, char **argv) {
   resil_shared *seg = NULL;
   resil_ratelimiter *rate = NULL;
   resil_breaker *br = NULL;
+  const char **inst = NULL;         /* the client's instances (--instance) */
+  chosen_watch watch = {NULL, NULL, 0};
   resil_error err;
   resil_status st;
   int rc = parse_args(argc, argv, &o);
+  int several = o.instance_count > 0 || o.resolve;
   if (rc != 0) {
     rc = rc < 0 ? EXIT_OK : rc;
     goto done;
   }
-  if ((rc = split_url(o.url, &u)) != 0) goto done;
+  if ((rc = split_url(o.url, o.instance_count > 0, &u)) != 0) goto done;
 #ifdef RESIL_HAVE_CONFIG
   if (o.config) {
     resil_registry_error rerr;
@@ -1248,7 +1396,24 @@ int resil_cmd_call(int argc, char **argv) {
   resil_http_client_config cc;
   resil_http_client_config_init(&cc);
   cc.name = "call";
-  cc.base_url = u.base;
+  if (o.instance_count) {
+    /* The URL's origin first (when it has one), then each --instance. */
+    inst = calloc(o.instance_count + 2, sizeof *inst);
+    if (!inst) {
+      fprintf(stderr, PROG ": out of memory\n");
+      rc = EXIT_LOCAL;
+      goto done;
+    }
+    size_t k = 0;
+    if (u.base) inst[k++] = u.base;
+    for (size_t i = 0; i < o.instance_count; i++) inst[k++] = o.instances[i];
+    inst[k] = NULL;
+    cc.instances = inst;
+  } else {
+    cc.base_url = u.base;
+  }
+  cc.resolve_instances = o.resolve;
+  if (o.balance >= 0) cc.balance = (resil_http_balance)o.balance;
   cc.endpoints = &ep;
   cc.endpoint_count = 1;
   /* One logical call, one attempt at a time: one connection is enough. */
@@ -1266,9 +1431,10 @@ int resil_cmd_call(int argc, char **argv) {
     cc.log_fn = log_line;
   }
   if ((st = resil_http_client_new(&cc, &client, &err)) != RESIL_OK) {
-    rc = setup_error(st, &err);
+    rc = setup_error(st, &err, u.base != NULL);
     goto done;
   }
+  if (several) watch.client = client;
   resil_http_args args;
   resil_http_args_init(&args);
   args.headers = o.headers;
@@ -1277,7 +1443,7 @@ int resil_cmd_call(int argc, char **argv) {
   args.body_len = o.body_len;
   args.idempotency_key = o.idem_key;
   if ((st = resil_http_request_new(client, "call", &args, &req, &err)) != RESIL_OK) {
-    rc = setup_error(st, &err);
+    rc = setup_error(st, &err, u.base != NULL);
     goto done;
   }
 
@@ -1319,7 +1485,7 @@ int resil_cmd_call(int argc, char **argv) {
         fin = run_chain(&o, chain, req);
       else
 #endif
-        fin = run_call(&o, retry, req);
+        fin = run_call(&o, retry, req, &watch);
     }
   }
   if (held && !made) {
@@ -1330,6 +1496,13 @@ int resil_cmd_call(int argc, char **argv) {
   }
   resp = resil_http_request_take_response(req);
   rc = exit_status(&fin);
+  if (several && resp && resil_http_response_instance(resp) >= 0) {
+    long which = resil_http_response_instance(resp);
+    char url[400];
+    instance_url(client, which, o.resolve, url, sizeof url);
+    fprintf(stderr, PROG ": %s instance %ld: %s\n",
+            fin.kind == RESIL_ANSWERED ? "answered by" : "the last attempt went to", which, url);
+  }
   const char *detail = resp ? resil_http_response_error(resp) : NULL;
   char ob[96];
   resil_outcome_format(&fin, ob, sizeof ob);
@@ -1379,6 +1552,8 @@ done:
 #ifdef RESIL_HAVE_CONFIG
   resil_registry_free(reg);
 #endif
+  free(inst);
+  free(watch.chosen);
   url_parts_free(&u);
   opts_free(&o);
   return rc;

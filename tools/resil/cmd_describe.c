@@ -15,6 +15,13 @@
 #ifdef RESIL_HAVE_CONFIG
 #include "resil/registry.h"
 #endif
+#if defined(RESIL_HAVE_CONFIG) && defined(RESIL_HAVE_HTTP)
+#include <ctype.h>
+
+#include "cli.h"
+#include "core/redact.h"
+#include "resil/http.h"
+#endif
 
 #define MS(x) ((int64_t)(x) * INT64_C(1000000))
 
@@ -30,7 +37,10 @@ static void usage(FILE *f) {
           "                   --client NAME) one more worst-case line counts each\n"
           "                   attempt as the client bounds it (lease + connect +\n"
           "                   response timeouts, per redirect hop), or as the chain's\n"
-          "                   time limiter does when that is shorter\n"
+          "                   time limiter does when that is shorter. A client with\n"
+          "                   several instances (or a resolved name) is listed\n"
+          "                   after the chains: its instances (URLs redacted),\n"
+          "                   the balance and the ejection settings\n"
           "  --order LAYERS   outermost first, comma-separated from: retry, breaker,\n"
           "                   ratelimiter, timelimiter, bulkhead, hedge\n"
           "                   (default retry,breaker,ratelimiter,timelimiter,bulkhead)\n"
@@ -232,6 +242,56 @@ static int collect(void *user, resil_registry_kind kind, const char *name, void 
   return 0;
 }
 
+#ifdef RESIL_HAVE_HTTP
+/* A client with several instances, or a resolved name (registry.h, "Many
+ * instances"): its balance and ejection settings, then one line per
+ * instance (its URL redacted) with the upstream it belongs to. Nothing for
+ * a client of one base URL. */
+static void print_instances(resil_registry *reg, const char *name) {
+  resil_registry_http_balance b;
+  resil_http_client *c = resil_registry_http_client(reg, name);
+  if (!c || resil_registry_http_client_balance(reg, name, &b) != RESIL_OK) return;
+  size_t n = resil_http_client_instance_count(c);
+  if (!b.listed_instances && !b.resolve_instances && n <= 1) return;
+  char classes[160] = "";
+  size_t k = 0;
+  for (int i = 0; i < RESIL_CLASS_COUNT_ && k < sizeof classes; i++) {
+    if (!(b.eject_classes & RESIL_CLASS_BIT(i))) continue;
+    k += (size_t)snprintf(classes + k, sizeof classes - k, "%s%s", k ? ", " : "",
+                          resil_outcome_class_name((resil_outcome_class)i));
+  }
+  for (char *q = classes; *q; q++) *q = (char)tolower((unsigned char)*q);
+  printf("\nhttp_client %s: %zu instance%s, balance %s%s\n", name, n, n == 1 ? "" : "s",
+         b.balance == RESIL_HTTP_BALANCE_ROUND_ROBIN ? "round_robin" : "p2c",
+         b.resolve_instances ? ", base_url's name resolved" : "");
+  if (b.resolve_instances)
+    printf("  resolved again every %.3f s\n", (double)b.resolve_interval_ns / 1e9);
+  if (b.eject_consecutive == 0)
+    printf("  ejection: never (eject_consecutive 0)\n");
+  else
+    printf("  ejection: after %u consecutive failures (%s), for %.3f s x its ejections so far "
+           "(at most %.3f s, + 0..10 %% jitter); at most %u %% of the instances out, never "
+           "the last\n",
+           (unsigned)b.eject_consecutive, classes, (double)b.eject_base_ns / 1e9,
+           (double)b.eject_max_ns / 1e9, (unsigned)b.eject_max_percent);
+  for (size_t i = 0; i < n; i++) {
+    resil_http_instance_stats st;
+    if (resil_http_client_instance_stats(c, i, &st) != RESIL_OK) continue;
+    char inst[400], up[300];
+    /* A base URL may carry userinfo: never printed. An endpoint's resolved
+     * name is not told apart here: its "URL@address" is redacted whole. */
+    resil_cli_instance_text(inst, sizeof inst, st.instance,
+                            st.upstream_index == 0 && b.resolve_instances);
+    if (st.upstream_index == 0)
+      snprintf(up, sizeof up, "the client's");
+    else
+      resil__redact_excerpt(up, sizeof up, st.upstream, strlen(st.upstream), RESIL__REDACT_NONE,
+                            NULL);
+    printf("  instance %zu: %s (%s%s)\n", i, inst, st.upstream_index ? "endpoint " : "", up);
+  }
+}
+#endif
+
 static void list_names(const char *what, const name_list *l) {
   fprintf(stderr, " (%s:", what);
   for (size_t i = 0; i < l->n; i++) fprintf(stderr, " %s", l->v[i]);
@@ -312,6 +372,9 @@ static int describe_config(const char *file, const char *only, const char *clien
     int r = print_chain(ch, resil_registry_chain_total_timeout_ns(reg, name), cb, ncb);
     if (r > rc) rc = r;
   }
+#ifdef RESIL_HAVE_HTTP
+  for (size_t i = 0; rc < 2 && !only && i < ncb; i++) print_instances(reg, cb[i].name);
+#endif
 done:
   free(cb);
   names_free(&all.chains);

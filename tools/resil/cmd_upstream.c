@@ -5,8 +5,9 @@
  *   POST /payments         Idempotency-Key required; body {"amount":N} with
  *                          N in 1..1000000. The effect, one row INSERTed into
  *                          payments(id, op_key, route, amount) of the store's
- *                          database, commits in the transaction that writes
- *                          the terminal state. 201 {"key","payment_id",
+ *                          database (then --work-ms of work), commits in the
+ *                          transaction that writes the terminal state.
+ *                          201 {"key","payment_id",
  *                          "amount"} with Location; another body is a stored
  *                          business refusal (FAILED, 400, no effect).
  *   GET /operations/{key}  the operation's state (resil_idem_mhd).
@@ -43,6 +44,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "resil/idem_mhd.h"
@@ -72,6 +74,7 @@ typedef struct upstream {
   long crash_nth;
   atomic_long reached; /* new operations that reached crash_at */
   int verbose;
+  long work_ms; /* --work-ms: the effect's time after its row is written */
 } upstream;
 
 /* Written from a hook that may run on any thread; the process dies right
@@ -85,7 +88,7 @@ static void usage(FILE *out) {
           "                      [--crash-nth N] [--recover] [--verbose]\n"
           "                      [--timeout-s N] [--max-connections N]\n"
           "                      [--unsafe-commit-effect-early] [--config FILE]\n"
-          "                      [--events FILE]\n"
+          "                      [--events FILE] [--work-ms N]\n"
           "Serves an idempotent POST /payments (Idempotency-Key required,\n"
           "body {\"amount\":N}), GET /operations/{key} and POST /__recover on\n"
           "the operation store URI (sqlite:/path/file.db or postgresql://...)\n"
@@ -118,6 +121,9 @@ static void usage(FILE *out) {
           "  --events FILE    with --config: append the event log (JSON lines:\n"
           "                   reloads, the configured breakers' transitions);\n"
           "                   SIGHUP reopens FILE (logrotate)\n"
+          "  --work-ms N      each payment's effect works N ms more after its row\n"
+          "                   is written, inside its transaction (a payment\n"
+          "                   processor's latency), 0..10000; default 0\n"
           "  --verbose        say on stderr where the process kills itself\n"
           "  --unsafe-commit-effect-early\n"
           "                   TEST ONLY: commit the effect before the terminal\n"
@@ -224,7 +230,6 @@ static resil_status insert_pg(PGconn *pg, const char *key, long long amount,
 
 static resil_status pay(void *user, resil_idem_call *call,
                         resil_op_response *out) {
-  (void)user;
   long long amount = amount_of(call->pending);
   if (amount == 0) {
     /* A business refusal: stored FAILED and replayed, no effect. */
@@ -244,6 +249,12 @@ static resil_status pay(void *user, resil_idem_call *call,
                      &id);
   if (st != RESIL_OK)
     return st;
+  const upstream *u = user;
+  if (u->work_ms > 0) {
+    struct timespec ts = {u->work_ms / 1000, (u->work_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
   json_t *j = json_pack("{s:s,s:I,s:I}", "key", call->key, "payment_id",
                         (json_int_t)id, "amount", (json_int_t)amount);
   char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -273,6 +284,14 @@ static void quiet_notice(void *arg, const char *message) {
   (void)arg;
   (void)message;
 }
+
+/* Serialises the CREATE TABLE of `resil upstream` processes starting at
+ * once on one PostgreSQL database (a fleet): two concurrent CREATE TABLE IF
+ * NOT EXISTS of one table can both find it missing, and the second then
+ * fails on the catalog's unique index ("duplicate key value violates unique
+ * constraint pg_type_typname_nsp_index"). A key of its own, not the
+ * store's migration lock. */
+#define PAYMENTS_TABLE_LOCK "8243160126213387637"
 
 /* No UNIQUE constraint on op_key: a duplicate effect must be visible as a
  * second row, not be turned into an error that hides it. */
@@ -304,11 +323,16 @@ static int create_table(const char *uri, const char *backend) {
   if (ok) {
     /* "relation already exists, skipping" is not worth a line on stderr. */
     PQsetNoticeProcessor(pg, quiet_notice, NULL);
-    PGresult *r = PQexec(pg, "CREATE TABLE IF NOT EXISTS payments ("
+    /* One transaction (several statements in one PQexec): the lock, held
+     * until it commits, then the table, looked up again under it. */
+    PGresult *r = PQexec(pg, "BEGIN;"
+                             "SELECT pg_advisory_xact_lock(" PAYMENTS_TABLE_LOCK ");"
+                             "CREATE TABLE IF NOT EXISTS payments ("
                              " id BIGSERIAL PRIMARY KEY, op_key TEXT NOT NULL,"
                              " route TEXT NOT NULL, amount INTEGER NOT NULL);"
                              "CREATE INDEX IF NOT EXISTS payments_op_key"
-                             " ON payments(op_key);");
+                             " ON payments(op_key);"
+                             "COMMIT;");
     ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
   }
@@ -427,12 +451,13 @@ typedef struct options {
   long max_conns;
   const char *config;
   const char *events;
+  long work_ms;
 } options;
 
 /* Options that take a value, in the order of the switch below. */
 static const char *const value_options[] = {
     "--store",     "--port", "--bind", "--crash-at", "--crash-nth",
-    "--timeout-s", "--max-connections", "--config", "--events"};
+    "--timeout-s", "--max-connections", "--config", "--events", "--work-ms"};
 #define N_VALUE_OPTIONS (sizeof value_options / sizeof value_options[0])
 
 /* 0 or 2: exit with it (help printed, or bad arguments); -1: go on. */
@@ -528,6 +553,12 @@ static int parse_args(int argc, char **argv, options *o) {
     case 8:
       o->events = v;
       break;
+    case 9:
+      if (parse_long(v, 0, 10000, &o->work_ms) != 0) {
+        fprintf(stderr, PROG ": --work-ms: must be 0..10000, got '%s'\n", v);
+        return 2;
+      }
+      break;
     default:
       if (parse_long(v, 1, 1000000, &o->crash_nth) != 0) {
         fprintf(stderr, PROG ": --crash-nth: must be 1..1000000, got '%s'\n",
@@ -574,7 +605,8 @@ int resil_cmd_upstream(int argc, char **argv) {
   resil_cli_reloader *reloader = NULL; /* SIGHUP's reloads */
 
   upstream u = {.crash_at = o.crash_at, .crash_nth = o.crash_nth,
-                .verbose = o.verbose, .idle_to = (unsigned)o.timeout_s,
+                .verbose = o.verbose, .work_ms = o.work_ms,
+                .idle_to = (unsigned)o.timeout_s,
                 .header_to = (unsigned)o.timeout_s};
   if (u.header_to > RESIL_IDEM_MHD_HEADER_TIMEOUT_S)
     u.header_to = RESIL_IDEM_MHD_HEADER_TIMEOUT_S;
