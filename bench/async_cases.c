@@ -155,12 +155,6 @@ static const char *const side_key[NSIDES] = {"libcurl_multi", "libresil",
 static const int orders[6][NSIDES] = {{0, 1, 2}, {1, 0, 2}, {2, 0, 1},
                                       {0, 2, 1}, {1, 2, 0}, {2, 1, 0}};
 
-static int64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static size_t heap_in_use(void) {
   struct mallinfo2 mi = mallinfo2();
   return mi.uordblks + mi.hblkhd;
@@ -516,7 +510,7 @@ static int run_batch(int side, bare_side *bare, resil_side *ours, resil_loop *lo
   b->want_body = want_body;
   b->mem_base = heap_in_use();
   b->mem_peak = b->mem_base;
-  int64_t cpu0 = thread_cpu_ns();
+  int64_t cpu0 = bench_thread_cpu_ns();
   int64_t t0 = bench_now_ns();
   int is_bare = side != SIDE_RESIL;
   if (side == SIDE_WINDOW && b->inflight > ASYNC_CONNS) b->inflight = ASYNC_CONNS;
@@ -526,7 +520,7 @@ static int run_batch(int side, bare_side *bare, resil_side *ours, resil_loop *lo
   resil_status st = RESIL_OK;
   if (rc == 0) st = resil_loop_run(loop);
   int64_t t1 = bench_now_ns();
-  int64_t cpu1 = thread_cpu_ns();
+  int64_t cpu1 = bench_thread_cpu_ns();
   if (is_bare) bare_free_xfers(bare);
   if (rc != 0) {
     snprintf(why, whylen, "%s: could not start the batch%s%s", side_key[side],
@@ -595,11 +589,6 @@ static int same_on_the_wire(bare_side *bare, resil_side *ours, resil_loop *loop,
   return rc;
 }
 
-static double loadavg1(void) {
-  double l[3];
-  return getloadavg(l, 3) >= 1 ? l[0] : NAN;
-}
-
 static void set_side(json_t *o, const char *key, int side, json_t *v) {
   char k[96];
   snprintf(k, sizeof k, "%s_%s", key, side_key[side]);
@@ -612,7 +601,7 @@ static void run_case(const bench_opts *opts, const char *name, const char *measu
   char why[1000] = "";
   char url[256];
   snprintf(url, sizeof url, "%s/ka", base_url);
-  double load0 = loadavg1();
+  double load0 = bench_loadavg1();
   resil_loop *loop = NULL;
   bare_side bare;
   resil_side ours;
@@ -674,7 +663,7 @@ static void run_case(const bench_opts *opts, const char *name, const char *measu
     if (resil_http_client_get_stats(ours.p.client, &hs) == RESIL_OK)
       conns_opened = (long)hs.connections_opened;
   }
-  double load1 = loadavg1();
+  double load1 = bench_loadavg1();
   json_object_set_new(o, "inflight", json_integer((json_int_t)inflight));
   json_object_set_new(o, "requests_per_batch", json_integer((json_int_t)total));
   json_object_set_new(o, "max_connections", json_integer(ASYNC_CONNS));

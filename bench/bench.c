@@ -5,6 +5,7 @@
  *                   [--pg-uri URI | --pg-skipped REASON]
  *                   [--store-effect insert|direct|none]
  *                   [--nginx-url URL [--nginx-cpu N] | --nginx-skipped REASON]
+ *                   [--nginx-instances URL,URL[,...]]
  *                   [--procs-run-ms N] [--resil-cli PATH] [--cli-pairs N]
  *       measures every case (or the ones named), then the shared-state
  *       cases (N processes on one shared breaker or rate limiter against N
@@ -25,8 +26,11 @@
  *       bare hiredis async, on a redis-server it starts; skipped without
  *       one), then the deadline header's cost (http_deadline_header_cost
  *       against an in-process fixture, and _nginx against the nginx at
- *       URL), and writes the raw
- *       figures as JSON;
+ *       URL), then the many-instances cases (a client of the
+ *       --nginx-instances URLs, the same nginx on several ports, against a
+ *       client of the first one: caller CPU per keep-alive GET, and the
+ *       engine's req/s with 1,000 in flight; skipped without them), and
+ *       writes the raw figures as JSON;
  *   resil_bench report --c FILE (--peers FILE | --peers-skipped REASON)
  *                      [--r4j FILE | --r4j-skipped REASON] --out FILE
  *       merges them with the Node.js peers and with perf-r4j's JSON (the
@@ -50,6 +54,7 @@ static void usage(void) {
           "                       [--pg-uri URI | --pg-skipped REASON] "
           "[--store-effect insert|direct|none]\n"
           "                       [--nginx-url URL [--nginx-cpu N] | --nginx-skipped REASON]\n"
+          "                       [--nginx-instances URL,URL[,...]]\n"
           "                       [--procs-run-ms N] [--resil-cli PATH] [--cli-pairs N]\n"
           "       resil_bench report --c FILE (--peers FILE | --peers-skipped "
           "REASON)\n"
@@ -125,6 +130,8 @@ int main(int argc, char **argv) {
       opts.nginx_url = v;
     else if (!strcmp(a, "--nginx-skipped"))
       opts.nginx_skipped = v;
+    else if (!strcmp(a, "--nginx-instances"))
+      opts.nginx_instances = v;
     else if (!strcmp(a, "--resil-cli"))
       opts.resil_cli = v;
     else if (!strcmp(a, "--procs-run-ms"))
@@ -162,7 +169,8 @@ int main(int argc, char **argv) {
     if (rc == 0) rc = bench_run_async_cases(&opts, out);
     if (rc == 0) rc = bench_run_store_cases(&opts, out);
     if (rc == 0) rc = bench_run_redis_cases(&opts, out);
-    return rc != 0 ? rc : bench_run_deadline_cases(&opts, out);
+    if (rc == 0) rc = bench_run_deadline_cases(&opts, out);
+    return rc != 0 ? rc : bench_run_instances_cases(&opts, out);
   }
   if (!strcmp(cmd, "report") && out && c_json && (peers || skipped))
     return bench_report(c_json, peers, skipped, r4j,

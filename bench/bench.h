@@ -36,6 +36,10 @@ typedef struct bench_opts {
   int nginx_cpu;          /* the CPU nginx's one worker is pinned to (-1:
                              not pinned, or not known): the sequential
                              nginx case pins its caller to another one  */
+  const char *nginx_instances; /* NULL, or comma-separated base URLs of
+                             the same nginx on several ports (server
+                             blocks): the many-instances cases; skipped
+                             without it                                 */
   int64_t procs_run_ns;   /* the processes-vs-threads cases: each run of
                              either side lasts this long                 */
   const char *resil_cli;  /* NULL: the `resil call --state` case is
@@ -80,6 +84,13 @@ typedef struct bench_result {
 void bench_sink(uint64_t v);
 
 int64_t bench_now_ns(void);
+/* The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID: user + system),
+ * ns. */
+int64_t bench_thread_cpu_ns(void);
+/* The 1-minute load average, NAN when unknown. */
+double bench_loadavg1(void);
+/* Pins the calling thread to cpu; 0, or -1 (affinity unchanged). */
+int bench_pin_self(int cpu);
 double bench_median(const double *v, int n);
 
 /* Warm-up, calibration to opts->min_run_ns, then opts->runs timed runs of a
@@ -231,6 +242,22 @@ int bench_run_redis_cases(const bench_opts *opts, const char *json_path);
  * without it): alternating rounds of the same GET with and without the
  * header, and appends them, marked "kind": "deadline" (deadline_cases.c). */
 int bench_run_deadline_cases(const bench_opts *opts, const char *json_path);
+
+/* The many-instances cases' targets (issue 22): a keep-alive GET through
+ * a client of several instances costs at most this many times the caller
+ * CPU of the same GET through a client of one, same run; and the engine
+ * with 1,000 in flight over several instances reaches at least this
+ * fraction of its req/s over one. */
+#define BENCH_INSTANCES_MAX_CPU_RATIO 1.02
+#define BENCH_INSTANCES_MIN_RATIO 0.95
+
+/* Runs http_instances_choice_nginx (caller CPU per keep-alive GET, a
+ * client of the instances in opts->nginx_instances vs a client of the
+ * first one only, alternating blocks) and async_instances_1000_inflight
+ * (the engine, 1,000 in flight, the same two clients, alternating
+ * batches), and appends them, marked "kind": "instances"; skipped without
+ * opts->nginx_instances or libresil-http (instances_cases.c). */
+int bench_run_instances_cases(const bench_opts *opts, const char *json_path);
 
 /* Merges the C results with the Node peers' JSON (or the reason they were
  * skipped) and perf-r4j's (run.sh --out FILE; or the reason it was not

@@ -125,24 +125,6 @@ static const resil_http_endpoint endpoints[] = {
                         .no_deadline_header = 1),
 };
 
-static int64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static double loadavg1(void) {
-  double l[3];
-  return getloadavg(l, 3) >= 1 ? l[0] : NAN;
-}
-
-static int pin_self(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0 ? 0 : -1;
-}
-
 /* One call on endpoint with ctx; the response of a 200, else NULL with
  * why. */
 static resil_http_response *call(resil_http_client *c, const char *ep, const resil_ctx *ctx,
@@ -166,7 +148,7 @@ static int batch(resil_http_client *c, const char *ep, uint64_t n, double *cpu, 
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   resil_ctx_set_timeout_ns(&ctx, DEADLINE_NS);
-  int64_t c0 = thread_cpu_ns(), t0 = bench_now_ns();
+  int64_t c0 = bench_thread_cpu_ns(), t0 = bench_now_ns();
   for (uint64_t i = 0; i < n; i++) {
     resil_http_response *resp = call(c, ep, &ctx, why, wn);
     if (!resp) return -1;
@@ -179,7 +161,7 @@ static int batch(resil_http_client *c, const char *ep, uint64_t n, double *cpu, 
       return -1;
     }
   }
-  int64_t t1 = bench_now_ns(), c1 = thread_cpu_ns();
+  int64_t t1 = bench_now_ns(), c1 = bench_thread_cpu_ns();
   *cpu = (double)(c1 - c0) / (double)n;
   *wall = (double)(t1 - t0) / (double)n;
   return 0;
@@ -220,7 +202,7 @@ static int bare_block(void *state, int on, uint64_t n, double *cpu, double *wall
     }
     b->set = on;
   }
-  int64_t c0 = thread_cpu_ns(), t0 = bench_now_ns();
+  int64_t c0 = bench_thread_cpu_ns(), t0 = bench_now_ns();
   for (uint64_t i = 0; i < n; i++) {
     b->len = 0;
     CURLcode rc = curl_easy_perform(b->e);
@@ -232,7 +214,7 @@ static int bare_block(void *state, int on, uint64_t n, double *cpu, double *wall
       return -1;
     }
   }
-  int64_t t1 = bench_now_ns(), c1 = thread_cpu_ns();
+  int64_t t1 = bench_now_ns(), c1 = bench_thread_cpu_ns();
   *cpu = (double)(c1 - c0) / (double)n;
   *wall = (double)(t1 - t0) / (double)n;
   return 0;
@@ -315,7 +297,7 @@ static json_t *real_array(const double *v, int n) {
 static void run_case(const bench_opts *opts, const char *name, const char *base_url, int fx,
                      int client_cpu, int server_cpu, json_t *entries) {
   char why[512] = "";
-  double load0 = loadavg1();
+  double load0 = bench_loadavg1();
   resil_http_client *c = NULL;
   resil_http_client_config hc;
   resil_http_client_config_init(&hc);
@@ -378,7 +360,7 @@ static void run_case(const bench_opts *opts, const char *name, const char *base_
   }
   if (b.e) curl_easy_cleanup(b.e);
   curl_slist_free_all(b.line);
-  double load1 = loadavg1();
+  double load1 = bench_loadavg1();
   json_t *o = case_stub(name);
   json_object_set_new(o, "loadavg_start", json_real(load0));
   json_object_set_new(o, "loadavg_end", json_real(load1));
@@ -448,7 +430,7 @@ int bench_run_deadline_cases(const bench_opts *opts, const char *json_path) {
      * it: started on the second CPU, then the caller moves to the first. */
     int ccpu = can_pin ? bench_nth_allowed_cpu(0) : -1;
     int scpu = can_pin ? bench_nth_allowed_cpu(1) : -1;
-    int pinned = can_pin && pin_self(scpu) == 0;
+    int pinned = can_pin && bench_pin_self(scpu) == 0;
     resil_fixture_config fc;
     resil_fixture_config_init(&fc);
     resil_fixture *fx = NULL;
@@ -458,7 +440,7 @@ int bench_run_deadline_cases(const bench_opts *opts, const char *json_path) {
       snprintf(why, sizeof why, "resil_fixture_start: %s", ferr);
       case_with(entries, CASE_FX, "error", why);
     } else {
-      if (pinned && pin_self(ccpu) != 0) pinned = 0;
+      if (pinned && bench_pin_self(ccpu) != 0) pinned = 0;
       run_case(opts, CASE_FX, resil_fixture_url(fx), 1, pinned ? ccpu : -1,
                pinned ? scpu : -1, entries);
       resil_fixture_stop(fx);
@@ -475,7 +457,7 @@ int bench_run_deadline_cases(const bench_opts *opts, const char *json_path) {
       if (can_pin && opts->nginx_cpu >= 0) {
         for (int i = 0; ccpu < 0 && i < 2; i++)
           if (bench_nth_allowed_cpu(i) != opts->nginx_cpu) ccpu = bench_nth_allowed_cpu(i);
-        if (ccpu >= 0 && pin_self(ccpu) != 0) ccpu = -1;
+        if (ccpu >= 0 && bench_pin_self(ccpu) != 0) ccpu = -1;
       }
       run_case(opts, CASE_NGX, opts->nginx_url, 0, ccpu, ccpu >= 0 ? opts->nginx_cpu : -1,
                entries);

@@ -1,5 +1,6 @@
 /* The measuring harness: warm-up, calibration, repeated runs, medians,
  * threads, and the machine description. */
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -24,6 +25,29 @@ int64_t bench_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t bench_thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+double bench_loadavg1(void) {
+  double l[3];
+  return getloadavg(l, 3) >= 1 ? l[0] : NAN;
+}
+
+int bench_pin_self(int cpu) {
+#ifdef CPU_SET
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0 ? 0 : -1;
+#else
+  (void)cpu;
+  return -1;
+#endif
 }
 
 static int cmp_double(const void *a, const void *b) {

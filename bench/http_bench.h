@@ -18,9 +18,10 @@
 CURLcode bench_bare_setopts(CURL *e, const char *url, curl_write_callback wr, void *wd,
                             long maxconnects);
 
-/* libresil's side of the HTTP cases (http_cases.c, blocking) and the async
- * cases (async_cases.c, the engine): a client of `endpoints` on base_url
- * and the policies both wrap around it, configured alike: the default
+/* libresil's side of the HTTP cases (http_cases.c, blocking), the async
+ * cases (async_cases.c, the engine) and the many-instances engine case
+ * (instances_cases.c): a client of `endpoints` on base_url (or on
+ * instances) and the policies both wrap around it, configured alike: the default
  * retry, a breaker with a count window of 100 (minimum 100 calls) and slow
  * calls at slow_call_ns, a bulkhead of bulkhead_max (0: its default). */
 #include <stddef.h>
@@ -33,9 +34,15 @@ CURLcode bench_bare_setopts(CURL *e, const char *url, curl_write_callback wr, vo
 
 typedef struct bench_policies_config {
   const char *base_url;
+  /* NULL, or the NULL-terminated base URLs of several instances of the
+   * upstream (resil_http_client_config.instances); base_url is then not
+   * used. */
+  const char *const *instances;
   const resil_http_endpoint *endpoints;
   size_t endpoint_count;
-  uint32_t max_connections;   /* both the total and the per-host limit */
+  uint32_t max_connections;   /* the total limit, and the per-host limit
+                                 unless max_connections_per_host is set */
+  uint32_t max_connections_per_host; /* 0: max_connections               */
   int64_t lease_timeout_ns;   /* < 0: the client's default             */
   int64_t slow_call_ns;
   uint32_t bulkhead_max;      /* 0: the bulkhead's default             */

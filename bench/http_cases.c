@@ -581,12 +581,6 @@ static double median(const double *v, int n) {
 
 /* CPU time of the calling thread: user and system, so the system calls a
  * side makes are counted, the time it waits for the server is not. */
-static int64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x > y) - (x < y);
@@ -786,7 +780,7 @@ static void seq_batch(resil_fixture *fx, int side, void *state, uint64_t n, int6
   memset(st, 0, sizeof *st);
   get_fn get = side_get[side];
   long c0 = connections_of(fx, side, &state, 1);
-  int64_t cpu0 = thread_cpu_ns();
+  int64_t cpu0 = bench_thread_cpu_ns();
   uint64_t failed = 0;
   int64_t t = bench_now_ns();
   int64_t t_start = t;
@@ -797,7 +791,7 @@ static void seq_batch(resil_fixture *fx, int side, void *state, uint64_t n, int6
     t = t1;
   }
   st->req_per_s = (double)n * 1e9 / (double)(t - t_start);
-  st->cpu_us = (double)(thread_cpu_ns() - cpu0) / 1e3 / (double)n;
+  st->cpu_us = (double)(bench_thread_cpu_ns() - cpu0) / 1e3 / (double)n;
   st->requests = n;
   st->failures = failed;
   st->new_connections = connections_of(fx, side, &state, 1) - c0;
@@ -934,21 +928,13 @@ static int allowed_cpu(int i) {
   return -1;
 }
 
-/* Pins the calling thread to one CPU: 0, or -1 (its affinity unchanged). */
-static int pin_self(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0 ? 0 : -1;
-}
-
 static void *conc_main(void *p) {
   conc_caller *w = p;
-  if (w->cpu >= 0 && pin_self(w->cpu) != 0) w->cpu = -1;
+  if (w->cpu >= 0 && bench_pin_self(w->cpu) != 0) w->cpu = -1;
   pthread_mutex_lock(&w->gate->mu);
   while (!w->gate->go) pthread_cond_wait(&w->gate->cv, &w->gate->mu);
   pthread_mutex_unlock(&w->gate->mu);
-  w->cpu_ns = thread_cpu_ns();
+  w->cpu_ns = bench_thread_cpu_ns();
   int64_t t = bench_now_ns();
   while (!atomic_load_explicit(&w->gate->stop, memory_order_relaxed)) {
     w->failures += !w->get(w->state);
@@ -958,7 +944,7 @@ static void *conc_main(void *p) {
     w->ops++;
   }
   w->t_end = t;
-  w->cpu_ns = thread_cpu_ns() - w->cpu_ns;
+  w->cpu_ns = bench_thread_cpu_ns() - w->cpu_ns;
   return NULL;
 }
 
@@ -1142,7 +1128,7 @@ static void run_fixture_case(const bench_opts *opts, json_t *entries, int which,
     all_cases_with(opts, entries, which, which, "error", why);
     return;
   }
-  if (client_cpu >= 0 && pin_self(client_cpu) != 0) client_cpu = server_cpu = -1;
+  if (client_cpu >= 0 && bench_pin_self(client_cpu) != 0) client_cpu = server_cpu = -1;
   http_target tg = {{CASE_SEQ, CASE_CONC}, {measures_seq, measures_conc}, fx,
                     resil_fixture_url(fx)};
   printf("  HTTP: fixture %s (in-process, libmicrohttpd %s), libcurl %s", tg.base_url,
@@ -1196,7 +1182,7 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
     int pin = opts->pin_threads && allowed_cpu(1) >= 0 &&
               pthread_getaffinity_np(pthread_self(), sizeof saved, &saved) == 0;
     int client_cpu = pin ? allowed_cpu(0) : -1, server_cpu = pin ? allowed_cpu(1) : -1;
-    if (pin && pin_self(server_cpu) != 0) pin = 0;
+    if (pin && bench_pin_self(server_cpu) != 0) pin = 0;
     run_fixture_case(opts, entries, 0, pin ? client_cpu : -1, pin ? server_cpu : -1);
     if (pin) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   }
@@ -1224,7 +1210,7 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path) {
             pthread_getaffinity_np(pthread_self(), sizeof saved, &saved) == 0) {
           for (int i = 0; client_cpu < 0 && allowed_cpu(i) >= 0; i++)
             if (allowed_cpu(i) != opts->nginx_cpu) client_cpu = allowed_cpu(i);
-          if (client_cpu >= 0 && pin_self(client_cpu) != 0) client_cpu = -1;
+          if (client_cpu >= 0 && bench_pin_self(client_cpu) != 0) client_cpu = -1;
         }
         if (client_cpu >= 0)
           printf("  (sequential case: caller on CPU %d, nginx's worker on CPU %d)\n", client_cpu,

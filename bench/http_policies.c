@@ -15,11 +15,15 @@ int bench_policies_open(bench_policies *p, const bench_policies_config *cfg, cha
   resil_http_client_config hc;
   resil_http_client_config_init(&hc);
   hc.name = "bench";
-  hc.base_url = cfg->base_url;
+  if (cfg->instances)
+    hc.instances = cfg->instances;
+  else
+    hc.base_url = cfg->base_url;
   hc.endpoints = cfg->endpoints;
   hc.endpoint_count = cfg->endpoint_count;
   hc.max_connections = cfg->max_connections;
-  hc.max_connections_per_host = cfg->max_connections;
+  hc.max_connections_per_host =
+      cfg->max_connections_per_host ? cfg->max_connections_per_host : cfg->max_connections;
   if (cfg->lease_timeout_ns >= 0) hc.lease_timeout_ns = cfg->lease_timeout_ns;
   hc.user_agent = BENCH_USER_AGENT;
   const char *what = "resil_http_client_new";

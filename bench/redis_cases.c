@@ -109,17 +109,6 @@ int bench_run_redis_cases(const bench_opts *opts, const char *json_path) {
 #include "redis/redis_int.h" /* the script, for the bare side (as the tests) */
 #include "resil/redis.h"
 
-static int64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static double loadavg1(void) {
-  double l[3];
-  return getloadavg(l, 3) >= 1 ? l[0] : NAN;
-}
-
 /* ---- the bench's redis-server ------------------------------------------- */
 
 /* The server: src/fixture/redis_server.h (the tests' and the lab's too). */
@@ -212,7 +201,7 @@ static double median_of(double *v, int n) { return bench_median(v, n); }
 static int run_acquire(const bench_opts *opts, const srv *sp, const char *json_path) {
   const srv s = *sp;
   char why[512] = "";
-  double load0 = loadavg1();
+  double load0 = bench_loadavg1();
   resil_ratelimiter *rl = NULL;
   bare b = {NULL, ""};
   json_t *o = case_stub();
@@ -263,10 +252,10 @@ static int run_acquire(const bench_opts *opts, const srv *sp, const char *json_p
   for (int k = 0; k < rounds && !why[0]; k++) {
     for (int j = 0; j < 2 && !why[0]; j++) {
       int side = (k + j) % 2; /* 0 ours, 1 bare; the order swapped every round */
-      int64_t c0 = thread_cpu_ns(), t0 = bench_now_ns();
+      int64_t c0 = bench_thread_cpu_ns(), t0 = bench_now_ns();
       int rc = side == 0 ? ours_run(rl, per_round, why, sizeof why)
                          : bare_run(&b, per_round, why, sizeof why);
-      int64_t t1 = bench_now_ns(), c1 = thread_cpu_ns();
+      int64_t t1 = bench_now_ns(), c1 = bench_thread_cpu_ns();
       if (rc != 0) break;
       double ns = (double)(t1 - t0) / (double)per_round;
       double cpu = (double)(c1 - c0) / (double)per_round;
@@ -285,7 +274,7 @@ static int run_acquire(const bench_opts *opts, const srv *sp, const char *json_p
   resil_redis_ratelimiter_metrics m;
   memset(&m, 0, sizeof m);
   if (rl) (void)resil_redis_ratelimiter_get_metrics(rl, &m);
-  double load1 = loadavg1();
+  double load1 = bench_loadavg1();
   put_run(o, load0, load1, done, per_round, &m, why, sizeof why);
   if (done > 0) {
     double mo = median_of(ours_ns, done), mb = median_of(bare_ns, done);
@@ -624,7 +613,7 @@ static int engine_round(eours *o, ebare *b, int side, uint64_t want) {
 
 static int run_engine(const bench_opts *opts, const srv *sp, const char *json_path) {
   char why[512] = "";
-  double load0 = loadavg1();
+  double load0 = bench_loadavg1();
   json_t *o = engine_stub();
   eours *ours = calloc(1, sizeof *ours);
   ebare *eb = calloc(1, sizeof *eb);
@@ -725,9 +714,9 @@ static int run_engine(const bench_opts *opts, const srv *sp, const char *json_pa
   for (int k = 0; k < rounds && !why[0]; k++) {
     for (int j = 0; j < 2 && !why[0]; j++) {
       int side = (k + j) % 2; /* 0 ours, 1 eb; the order swapped every round */
-      int64_t s0 = srv_cpu_ns(sp->pid), c0 = thread_cpu_ns(), t0 = bench_now_ns();
+      int64_t s0 = srv_cpu_ns(sp->pid), c0 = bench_thread_cpu_ns(), t0 = bench_now_ns();
       int rc = engine_round(ours, eb, side, per_round);
-      int64_t t1 = bench_now_ns(), c1 = thread_cpu_ns(), s1 = srv_cpu_ns(sp->pid);
+      int64_t t1 = bench_now_ns(), c1 = bench_thread_cpu_ns(), s1 = srv_cpu_ns(sp->pid);
       if (rc != 0) break;
       rate[side][k] = (double)per_round * 1e9 / (double)(t1 - t0);
       cpu[side][k] = (double)(c1 - c0) / (double)per_round;
@@ -741,7 +730,7 @@ static int run_engine(const bench_opts *opts, const srv *sp, const char *json_pa
   resil_redis_ratelimiter_metrics m;
   memset(&m, 0, sizeof m);
   if (rl) (void)resil_redis_ratelimiter_get_metrics(rl, &m);
-  double load1 = loadavg1();
+  double load1 = bench_loadavg1();
   json_object_set_new(o, "method",
                       json_string("alternating rounds (the order swapped every round), the "
                                   "same number of decisions per side and round, calibrated "

@@ -173,6 +173,10 @@ static int is_deadline_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "deadline");
 }
 
+static int is_instances_case(json_t *c) {
+  return !strcmp(str(c, "kind", ""), "instances");
+}
+
 static int is_async_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "async");
 }
@@ -615,6 +619,118 @@ static void report_deadline(json_t *ccases, json_t *ocases, json_t *checks) {
   }
 }
 
+/* Each instance's share, "a / b / c / d", from the case's
+ * "instance_shares". */
+static void fmt_shares(json_t *cc, char *buf, size_t size) {
+  json_t *a = json_object_get(cc, "instance_shares");
+  size_t i, used = 0;
+  json_t *v;
+  buf[0] = '\0';
+  json_array_foreach(a, i, v) {
+    int k = snprintf(buf + used, size - used, "%s%.3f", i ? " / " : "", json_number_value(v));
+    if (k < 0 || (size_t)k >= size - used) break;
+    used += (size_t)k;
+  }
+}
+
+/* The many-instances cases (instances_cases.c), a client of several
+ * instances against a client of one, same run: http_instances_choice_nginx,
+ * caller CPU per keep-alive GET (at most BENCH_INSTANCES_MAX_CPU_RATIO
+ * times); async_instances_1000_inflight (a case with "inflight"), the
+ * engine's req/s (at least BENCH_INSTANCES_MIN_RATIO of it). Appends each
+ * case, with "target" and "met", to ocases. */
+static void report_instances(json_t *ccases, json_t *ocases, json_t *checks) {
+  char target[96], what[240], sh[160];
+  int header = 0;
+  size_t i;
+  json_t *cc;
+  json_array_foreach(ccases, i, cc) {
+    if (!is_instances_case(cc)) continue;
+    if (!header) {
+      printf("\nMany instances, a client of several nginx ports (P2C) against a client of the "
+             "first one, same run; medians over alternating rounds:\n");
+      header = 1;
+    }
+    const char *name = str(cc, "name", "?");
+    json_t *o = json_deep_copy(cc);
+    long long n = (long long)json_integer_value(json_object_get(cc, "instances"));
+    long long in_flight = (long long)json_integer_value(json_object_get(cc, "inflight"));
+    fmt_shares(cc, sh, sizeof sh);
+    double ratio = num(cc, "ratio");
+    if (in_flight > 0) {
+      snprintf(target, sizeof target, ">= %.2f of the req/s over one instance",
+               BENCH_INSTANCES_MIN_RATIO);
+      snprintf(what, sizeof what, "%s engine req/s over several instances >= %.2fx over one, "
+               "%lld in flight (same run)", name, BENCH_INSTANCES_MIN_RATIO, in_flight);
+      json_object_set_new(o, "target", json_string(target));
+      int met = ratio_verdict(cc, o, checks, name, what, BENCH_INSTANCES_MIN_RATIO);
+      if (met >= 0)
+        printf("  %-32s %lld in flight: %.0f req/s over %lld instances (%lld connections each "
+               "at most), %.0f over one, ratio %.3f (target >= %.2f) %s (ratio of the medians "
+               "%.3f); loop CPU %.2f / %.2f us per request (not a target); shares %s  [%lld "
+               "rounds, load %.2f..%.2f]\n",
+               name, in_flight, num(cc, "req_per_s_many"), n,
+               (long long)json_integer_value(
+                   json_object_get(cc, "max_connections_per_host_many")),
+               num(cc, "req_per_s_one"), ratio, BENCH_INSTANCES_MIN_RATIO, met ? "yes" : "NO",
+               num(cc, "ratio_of_medians"), num(cc, "cpu_us_per_req_many"),
+               num(cc, "cpu_us_per_req_one"), sh,
+               (long long)json_integer_value(json_object_get(cc, "rounds")),
+               num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+      if (met >= 0 && json_object_get(cc, "ratio_shared"))
+        printf("  %-32s the same client with %lld connections per instance: %.0f req/s, "
+               "ratio %.3f, loop CPU %.2f us per request, %.3f connections opened per "
+               "request (not a target)\n",
+               "",
+               (long long)json_integer_value(
+                   json_object_get(cc, "max_connections_per_host_many_shared")),
+               num(cc, "req_per_s_many_shared"), num(cc, "ratio_shared"),
+               num(cc, "cpu_us_per_req_many_shared"),
+               num(cc, "connections_per_request_many_shared"));
+      json_array_append_new(ocases, o);
+      continue;
+    }
+    snprintf(target, sizeof target, "caller CPU <= %.2fx the same GET over one instance",
+             BENCH_INSTANCES_MAX_CPU_RATIO);
+    snprintf(what, sizeof what, "%s caller CPU per keep-alive GET over several instances <= "
+             "%.2fx over one (median of per-round ratios, same run)", name,
+             BENCH_INSTANCES_MAX_CPU_RATIO);
+    json_object_set_new(o, "target", json_string(target));
+    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
+    const char *err = json_string_value(json_object_get(cc, "error"));
+    if (skipped) {
+      add_check(checks, what, NAN, 0, 0);
+      json_object_set_new(o, "met", json_null());
+      printf("  %-32s SKIPPED: %s\n", name, skipped);
+    } else if (err) {
+      add_check(checks, what, NAN, 0, 1);
+      json_object_set_new(o, "met", json_false());
+      printf("  %-32s INVALID: %s\n", name, err);
+    } else {
+      int met = ratio <= BENCH_INSTANCES_MAX_CPU_RATIO;
+      add_check(checks, what, ratio, met, 1);
+      json_object_set_new(o, "met", json_boolean(met));
+      printf("  %-32s caller CPU %.2f us per request over %lld instances, %.2f over one, "
+             "ratio %.4f (target <= %.2f) %s (ratio of the medians %.4f); wall %.2f / %.2f us "
+             "= x%.3f; shares %s; %.3f connections opened per request  [%lld rounds of %lld, "
+             "load %.2f..%.2f]\n",
+             name, num(cc, "cpu_ns_per_request_many") / 1e3, n,
+             num(cc, "cpu_ns_per_request_one") / 1e3, ratio, BENCH_INSTANCES_MAX_CPU_RATIO,
+             met ? "yes" : "NO", num(cc, "cpu_ratio_of_medians"),
+             num(cc, "ns_per_request_many") / 1e3, num(cc, "ns_per_request_one") / 1e3,
+             num(cc, "wall_ratio"), sh, num(cc, "connections_per_request_many"),
+             (long long)json_integer_value(json_object_get(cc, "rounds")),
+             (long long)json_integer_value(json_object_get(cc, "requests_per_round")),
+             num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+      if (json_object_get(cc, "ratio_same"))
+        printf("  %-32s %lld instances that are all the first URL (one origin, one "
+               "connection): caller CPU %.2f us per request, ratio %.4f (not a target)\n",
+               "", n, num(cc, "cpu_ns_per_request_many_same") / 1e3, num(cc, "ratio_same"));
+    }
+    json_array_append_new(ocases, o);
+  }
+}
+
 /* ---- physical references and floors ------------------------------------ */
 
 static double phys(json_t *machine, const char *key) {
@@ -691,7 +807,7 @@ static json_t *report_floors(json_t *ccases, json_t *machine) {
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
     if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc) ||
-        is_redis_case(cc) || is_deadline_case(cc))
+        is_redis_case(cc) || is_deadline_case(cc) || is_instances_case(cc))
       continue;
     const char *name = str(cc, "name", "?");
     const hw_floor *f = floor_for(name);
@@ -947,7 +1063,7 @@ int bench_report(const char *c_json, const char *peers_json,
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
     if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc) ||
-        is_redis_case(cc) || is_deadline_case(cc))
+        is_redis_case(cc) || is_deadline_case(cc) || is_instances_case(cc))
       continue;
     const char *name = str(cc, "name", "?");
     const case_target *t = target_for(name);
@@ -1029,6 +1145,7 @@ int bench_report(const char *c_json, const char *peers_json,
   report_shared(ccases, ocases, checks);
   report_redis(ccases, ocases, checks);
   report_deadline(ccases, ocases, checks);
+  report_instances(ccases, ocases, checks);
 
   /* Memory. */
   json_t *bytes = json_object_get(c, "breaker_bytes_100_window");
@@ -1134,6 +1251,8 @@ int bench_report(const char *c_json, const char *peers_json,
     json_object_set(out, "redis_method", json_object_get(c, "redis_method"));
   if (json_object_get(c, "deadline_method"))
     json_object_set(out, "deadline_method", json_object_get(c, "deadline_method"));
+  if (json_object_get(c, "instances_method"))
+    json_object_set(out, "instances_method", json_object_get(c, "instances_method"));
   json_object_set(out, "library_version", json_object_get(c, "library_version"));
 
   int rc = json_dump_file(out, out_path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));

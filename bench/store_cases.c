@@ -292,12 +292,6 @@ typedef struct figures {
   double cpu_us_per_op[NSIDES];
 } figures;
 
-static int64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Runs operations until `ns` have passed; returns the ops/s, or -1 with
  * the failure in why. */
 static double batch(side *sd, int64_t ns, uint64_t *done, char *why, size_t whylen) {
@@ -329,10 +323,10 @@ static int run_rounds(const plan *p, side *sides, commits_fn commits, void *cctx
     for (int k = 0; k < NSIDES; k++) {
       int i = r % 2 ? NSIDES - 1 - k : k;
       uint64_t c0 = commits ? commits(cctx) : 0;
-      int64_t cpu0 = thread_cpu_ns();
+      int64_t cpu0 = bench_thread_cpu_ns();
       double ops = batch(&sides[i], p->batch_ns, &done, why, whylen);
       if (ops < 0) return -1;
-      sides[i].cpu_ns_measured += thread_cpu_ns() - cpu0;
+      sides[i].cpu_ns_measured += bench_thread_cpu_ns() - cpu0;
       uint64_t c1 = commits ? commits(cctx) : 0;
       sides[i].ops_per_s[r] = ops;
       sides[i].ops_measured += done;

@@ -55,6 +55,13 @@ expect("${out}" "bare libcurl, the same line or none: caller CPU 11\\.60 / 11\\.
 expect("${out}" "http_deadline_header_cost_nginx +SKIPPED: no nginx")
 expect("${out}" "redis_engine_decisions +vs bare hiredis async, 1000 in flight \\[15 rounds of 20000, load 1\\.00\\.\\.1\\.50\\]: 85000 / 100000 decisions/s, rate ratio 0\\.850 \\(target >= 0\\.90\\) NO \\(median of per-round ratios 0\\.860\\); loop CPU 1\\.20 / 0\\.90 us per decision = x1\\.33, redis-server busy 0\\.80 / 0\\.95 \\(not targets\\)")
 expect("${out}" "MISSED: redis_engine_decisions libresil-redis engine-path decisions/s >= 0\\.90x bare hiredis async's, 1000 in flight \\(same run\\) \\(value 0\\.85\\)")
+# Many instances: caller CPU over 4 instances vs one (met), the engine's
+# req/s over 4 vs one (missed), each with the instances' shares.
+expect("${out}" "http_instances_choice_nginx +caller CPU 15\\.15 us per request over 4 instances, 15\\.00 over one, ratio 1\\.0120 \\(target <= 1\\.02\\) yes \\(ratio of the medians 1\\.0100\\); wall 40\\.40 / 40\\.00 us = x1\\.010; shares 0\\.250 / 0\\.249 / 0\\.251 / 0\\.250; 0\\.000 connections opened per request  \\[56 rounds of 1000, load 2\\.00\\.\\.2\\.50\\]")
+expect("${out}" "4 instances that are all the first URL \\(one origin, one connection\\): caller CPU 15\\.07 us per request, ratio 1\\.0050 \\(not a target\\)")
+expect("${out}" "async_instances_1000_inflight +1000 in flight: 9300 req/s over 4 instances \\(16 connections each at most\\), 10000 over one, ratio 0\\.930 \\(target >= 0\\.95\\) NO \\(ratio of the medians 0\\.930\\); loop CPU 40\\.00 / 38\\.00 us per request \\(not a target\\); shares 0\\.300 / 0\\.200 / 0\\.250 / 0\\.250  \\[7 rounds, load 1\\.00\\.\\.1\\.25\\]")
+expect("${out}" "the same client with 64 connections per instance: 5000 req/s, ratio 0\\.500, loop CPU 76\\.00 us per request, 0\\.600 connections opened per request \\(not a target\\)")
+expect("${out}" "MISSED: async_instances_1000_inflight engine req/s over several instances >= 0\\.95x over one, 1000 in flight \\(same run\\) \\(value 0\\.93\\)")
 run_report(out ${OUT}/skipped.json --r4j-skipped "java is not on PATH")
 expect("${out}" "\nR4j: skipped \\(java is not on PATH\\)\n")
 expect("${out}" "targets: [0-9]+ met, [0-9]+ missed, 1[0-9] not evaluated")

@@ -43,7 +43,13 @@
 #      _nginx against the same nginx): caller CPU per keep-alive GET
 #      through libresil's client with a ctx deadline, the Request-Timeout
 #      header sent vs the same call and deadline without it, alternating
-#      rounds in the same run (about 5 s at the defaults);
+#      rounds in the same run (about 5 s at the defaults); then many
+#      instances of an upstream against that nginx, which listens on 4
+#      ports (4 server blocks, RESIL_NGINX_PORTS=4): a client of the 4
+#      (P2C) against a client of the first one, caller CPU per keep-alive
+#      GET in alternating blocks (http_instances_choice_nginx) and the
+#      engine's req/s with 1,000 in flight in alternating batches
+#      (async_instances_1000_inflight; about 15 s at the defaults);
 #   4. the Resilience4j comparison: when `java` (17 or later, with javac)
 #      is on PATH and the perf-r4j tool is there (directory $PERF_R4J,
 #      default ../shared/tools/perf-r4j next to this checkout or next to
@@ -65,8 +71,8 @@
 #      per case, HTTP against bare libcurl (caller CPU per request, p50
 #      added, req/s), async against bare multi_socket, the store against
 #      raw INSERT transactions, N processes on a shared instance against
-#      N threads, `resil call --state` against plain `resil call`, the Node
-#      peers.
+#      N threads, `resil call --state` against plain `resil call`, a
+#      client of 4 instances against a client of one, the Node peers.
 # When nginx cannot start, its cases are reported as skipped with the reason.
 # When node or npm is missing or the install fails, the peers are reported
 # as skipped (with the reason, also in results.json) and the C results still
@@ -153,7 +159,7 @@ else
   pg_args=(--pg-uri "$pg_uri")
 fi
 
-echo "== nginx for the HTTP and async cases (scripts/nginx-start.sh)"
+echo "== nginx for the HTTP, async and many-instances cases (scripts/nginx-start.sh)"
 # With two CPUs or more, nginx's one worker runs on the last CPU this
 # script may use and the sequential nginx case's caller on another one
 # (--nginx-cpu): left to the scheduler, whether the two shared a CPU
@@ -165,10 +171,13 @@ IFS=, read -ra ranges <<<"$cpus"
 for r in "${ranges[@]}"; do last=${r##*-}; done
 if [[ $last =~ ^[0-9]+$ ]] && [ "$(nproc)" -ge 2 ]; then nginx_cpu=$last; fi
 : >"$build/nginx-start.log"
-if url=$(RESIL_NGINX_CPU=$nginx_cpu bash scripts/nginx-start.sh 2>>"$build/nginx-start.log"); then
-  nginx_url=$url
+# Four ports, one server block each: the many-instances cases' 4 instances
+# (--nginx-instances); the other cases use the first.
+if urls=$(RESIL_NGINX_CPU=$nginx_cpu RESIL_NGINX_PORTS=4 bash scripts/nginx-start.sh \
+            2>>"$build/nginx-start.log"); then
+  nginx_url=$(head -n 1 <<<"$urls")
   echo "nginx at $nginx_url ($(grep -m1 'running in' "$build/nginx-start.log" | sed 's/^nginx-start: //'))"
-  nginx_args=(--nginx-url "$nginx_url")
+  nginx_args=(--nginx-url "$nginx_url" --nginx-instances "$(paste -sd, <<<"$urls")")
   if [ -n "$nginx_cpu" ]; then nginx_args+=(--nginx-cpu "$nginx_cpu"); fi
 else
   nginx_reason="scripts/nginx-start.sh failed: $(grep -m1 'nginx-start:' "$build/nginx-start.log" || tail -n 1 "$build/nginx-start.log") (full log: $build/nginx-start.log)"

@@ -7,6 +7,14 @@
 #   curl "$url/ka"                         # 200 "ok"
 #   bash scripts/nginx-stop.sh "$url"
 #
+# With RESIL_NGINX_PORTS=N (1..16, default 1) the same server listens on N
+# free ports, one server block each with the same locations (N instances of
+# one upstream, for the many-instances benchmark), and prints N base URLs,
+# one a line, the first being the one nginx-stop.sh takes:
+#
+#   urls=$(RESIL_NGINX_PORTS=4 bash scripts/nginx-start.sh)
+#   bash scripts/nginx-stop.sh "$(head -n 1 <<<"$urls")"
+#
 # Installs Debian's nginx-light when no nginx binary is found (apt-get, as
 # root; it does nothing when nginx is already there; not as root it fails
 # and says so). The Debian service the package starts is left alone: this
@@ -41,7 +49,8 @@
 #
 # Environment: RESIL_NGINX overrides the nginx binary; RESIL_NGINX_WORKERS
 # the number of workers; RESIL_NGINX_CPU the worker's CPU (default: not
-# pinned); TMPDIR chooses where the directory goes.
+# pinned); RESIL_NGINX_PORTS the number of ports (server blocks); TMPDIR
+# chooses where the directory goes.
 set -euo pipefail
 
 log() { echo "nginx-start: $*" >&2; }
@@ -69,6 +78,9 @@ fi
 
 workers=${RESIL_NGINX_WORKERS:-1}
 [[ $workers =~ ^[1-9][0-9]*$ ]] || { log "RESIL_NGINX_WORKERS must be a positive integer"; exit 2; }
+nports=${RESIL_NGINX_PORTS:-1}
+[[ $nports =~ ^[1-9][0-9]*$ ]] && [ "$nports" -le 16 ] ||
+  { log "RESIL_NGINX_PORTS must be an integer 1..16, got '$nports'"; exit 2; }
 cpu=${RESIL_NGINX_CPU:-}
 affinity_line=""
 if [ -n "$cpu" ]; then
@@ -104,7 +116,32 @@ if [ "$(id -u)" -eq 0 ]; then
   done
 fi
 
+# One server block per port in "$@", all alike.
+server_blocks() {
+  local p
+  for p in "$@"; do
+    cat <<SERVER
+  server {
+    listen 127.0.0.1:$p backlog=4096;
+    location = /ka {
+      default_type text/plain;
+      return 200 "ok";
+    }
+    location = /echo {
+      default_type application/json;
+      return 200 '{"headers":{"method":"\$request_method","protocol":"\$server_protocol","host":"\$http_host","user-agent":"\$http_user_agent","accept":"\$http_accept","accept-encoding":"\$http_accept_encoding","connection":"\$http_connection","expect":"\$http_expect","content-length":"\$http_content_length","content-type":"\$http_content_type","transfer-encoding":"\$http_transfer_encoding","te":"\$http_te","idempotency-key":"\$http_idempotency_key","authorization":"\$http_authorization","proxy-connection":"\$http_proxy_connection"}}';
+    }
+    location / {
+      return 404;
+    }
+  }
+SERVER
+  done
+}
+
 write_conf() {
+  local servers
+  servers=$(server_blocks "$@")
   cat >"$dir/nginx.conf" <<CONF
 # Written by scripts/nginx-start.sh; removed by scripts/nginx-stop.sh.
 $user_line
@@ -127,20 +164,7 @@ http {
   fastcgi_temp_path $dir/tmp/fastcgi;
   uwsgi_temp_path $dir/tmp/uwsgi;
   scgi_temp_path $dir/tmp/scgi;
-  server {
-    listen 127.0.0.1:$1 backlog=4096;
-    location = /ka {
-      default_type text/plain;
-      return 200 "ok";
-    }
-    location = /echo {
-      default_type application/json;
-      return 200 '{"headers":{"method":"\$request_method","protocol":"\$server_protocol","host":"\$http_host","user-agent":"\$http_user_agent","accept":"\$http_accept","accept-encoding":"\$http_accept_encoding","connection":"\$http_connection","expect":"\$http_expect","content-length":"\$http_content_length","content-type":"\$http_content_type","transfer-encoding":"\$http_transfer_encoding","te":"\$http_te","idempotency-key":"\$http_idempotency_key","authorization":"\$http_authorization","proxy-connection":"\$http_proxy_connection"}}';
-    }
-    location / {
-      return 404;
-    }
-  }
+$servers
 }
 CONF
 }
@@ -150,15 +174,30 @@ CONF
 port_free() {
   ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
+# nports distinct free ports; 0 when one of them was not free.
+pick_ports() {
+  ports=()
+  local p i
+  for ((i = 0; i < nports; i++)); do
+    p=$(( 20000 + RANDOM % 40000 ))
+    [[ " ${ports[*]} " != *" $p "* ]] && port_free "$p" || return 1
+    ports+=("$p")
+  done
+}
+# 0 when nginx listens on every one of them.
+all_bound() {
+  local p
+  for p in "${ports[@]}"; do ! port_free "$p" || return 1; done
+}
 started=0
 for _ in $(seq 1 20); do
-  port=$(( 20000 + RANDOM % 40000 ))
-  port_free "$port" || continue
-  write_conf "$port"
+  pick_ports || continue
+  port=${ports[0]}
+  write_conf "${ports[@]}"
   if "$nginx" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" >"$dir/start.log" 2>&1; then
-    # The master writes its pid file once the listening socket is bound.
+    # The master writes its pid file once the listening sockets are bound.
     for _ in $(seq 1 100); do
-      [ -s "$dir/nginx.pid" ] && ! port_free "$port" && { started=1; break; }
+      [ -s "$dir/nginx.pid" ] && all_bound && { started=1; break; }
       sleep 0.05
     done
     [ "$started" -eq 1 ] && break
@@ -170,8 +209,10 @@ if [ "$started" -ne 1 ]; then
   cat "$dir/start.log" "$dir/error.log" >&2 2>/dev/null || true
   false
 fi
+# nginx-stop.sh finds the server by its first port.
 echo "$port" >"$dir/port"
+printf '%s\n' "${ports[@]}" >"$dir/ports"
 
 trap - ERR INT TERM
-log "nginx $("$nginx" -v 2>&1 | sed 's/^nginx version: //') running in $dir (port $port, $workers worker(s)${cpu:+ on CPU $cpu}, pid $(cat "$dir/nginx.pid"))"
-echo "http://127.0.0.1:$port"
+log "nginx $("$nginx" -v 2>&1 | sed 's/^nginx version: //') running in $dir (port${ports[1]:+s} ${ports[*]}, $workers worker(s)${cpu:+ on CPU $cpu}, pid $(cat "$dir/nginx.pid"))"
+for p in "${ports[@]}"; do echo "http://127.0.0.1:$p"; done
