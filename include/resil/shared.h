@@ -99,8 +99,9 @@ extern "C" {
 
 typedef struct resil_shared resil_shared;
 
-/* The segment layout version, part of the object's name. */
-#define RESIL_SHARED_LAYOUT 1
+/* The segment layout version, part of the object's name: a library with
+ * another layout never maps the object (2 since 0.2's breaker ramp). */
+#define RESIL_SHARED_LAYOUT 2
 /* Longest segment and instance name, in bytes. */
 #define RESIL_SHARED_NAME_MAX 64
 /* Most instance slots a segment may hold. */
