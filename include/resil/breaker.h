@@ -574,6 +574,14 @@ RESIL_API resil_decision resil_breaker_try_acquire_why(resil_breaker *br,
  * overdue change. Since 0.2. */
 RESIL_API double resil_breaker_ramp_share(resil_breaker *br);
 
+/* 1 when the breaker is HALF_OPEN, or ramping (its ramp's time not up): the
+ * "retries last" rule (DESIGN §2.9; retry.h recovery_breaker, hedge.h) lets
+ * no retry or hedge through it then. 0 otherwise and for a NULL handle.
+ * Lock-free: one atomic load, and a clock read while ramping; applies no
+ * overdue change (a HALF_OPEN past its maximum wait still says 1 until a
+ * call settles it). Since 0.2. */
+RESIL_API int resil_breaker_recovering(resil_breaker *br);
+
 /* Records the result of a permitted call: outcome *o, which took
  * duration_ns. A permit from an older generation changes nothing; an
  * ignored class counts in total_ignored only; a REJECTED outcome counts

@@ -1692,14 +1692,17 @@ double resil_breaker_ramp_share(resil_breaker *br) {
   return ramp_share_at(br, w, now_precise(br));
 }
 
-int resil__breaker_recovering(resil_breaker *br) {
+int resil_breaker_recovering(resil_breaker *br) {
   if (!valid(br))
     return 0;
   uint64_t w = load_word(br);
   resil_breaker_state_kind st = word_state(w);
   if (RESIL_LIKELY(st != ST_RAMP))
     return st == RESIL_BREAKER_HALF_OPEN;
-  return ramp_share_at(br, w, now_precise(br)) < 1.0;
+  /* Ramping until its time is up (whatever its share). */
+  return now_precise(br) -
+             atomic_load_explicit(&ramp_state(br)->start, memory_order_relaxed) <
+         ramp_cfg(br)->ns;
 }
 
 /* CLOSED, count window, a recorded class, a permit of the current

@@ -46,11 +46,6 @@ resil_status resil__breaker_record_at(resil_breaker *br,
                                       const resil_breaker_permit *permit,
                                       const resil_outcome *o,
                                       int64_t duration_ns, int64_t now);
-/* 1 when the breaker is HALF_OPEN or ramping with a share below 1 (the
- * "retries last" rule, DESIGN §2.9: a retry or hedge layer above it makes
- * no further attempt); 0 otherwise and for an invalid handle. One atomic
- * load; reads the clock only while ramping. Applies no overdue change. */
-int resil__breaker_recovering(resil_breaker *br);
 /* The breaker's clock (NULL for an invalid handle). */
 const resil_clock *resil__breaker_clock(const resil_breaker *br);
 /* 1 when call durations may be measured on the clock's coarse reading
