@@ -257,8 +257,10 @@ typedef struct resil_hedge_config {
    * no further hedge, and suppressed_recovering counts it (a REJECTED event
    * with outcome REJECTED(RECOVERING)). The check is one atomic load (and a
    * clock read while ramping), made only when a hedge is due, before the
-   * budget (no token taken). The async engine watches its per-attempt
-   * breaker instead. NULL (default): none. */
+   * budget (no token taken). In a chain (chain.h) a hedge layer watches
+   * the library breaker layer nearest inside it, when there is one,
+   * instead; the async engine its per-attempt breaker. NULL (default):
+   * none. */
   struct resil_breaker *recovery_breaker;
   /* 1 = hedge during recovery as before (nothing watched, not even the
    * engine's breaker); 0 = hedges last. 0..1. Default 0. */

@@ -18,6 +18,7 @@
 #include "resil/bulkhead.h"
 #include "resil/retry.h"
 #include "breaker/breaker_int.h"
+#include "hedge/hedge_int.h"
 
 #define MAGIC_HEDGE 0x48444745u /* "HDGE" */
 #define MAX_DELAY_NS (24 * 3600 * RESIL_NS_PER_S)
@@ -554,11 +555,18 @@ resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
 
 resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
+  return resil__hedge_run_watch(h, ctx, fn, arg, NULL);
+}
+
+resil_outcome resil__hedge_run_watch(resil_hedge *h, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg,
+                                     resil_breaker *watch) {
   resil_ctx lc;
   const resil_ctx *c = resil__ctx_in(&lc, ctx);
   if (!valid(h) || !fn || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  if (h->executor) return resil_hedge_run_on(h, c, h->executor, fn, arg);
+  if (h->executor)
+    return resil__hedge_run_on_watch(h, c, h->executor, fn, arg, watch);
   bump(&h->calls);
   bump(&h->passed_blocking);
   return fn(arg, c);

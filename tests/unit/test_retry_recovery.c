@@ -306,6 +306,63 @@ static void hedge_sends_none_while_the_breaker_recovers(void **state) {
   env_free(&e);
 }
 
+static resil_outcome slow_ok(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  counter *c = arg;
+  __atomic_fetch_add(&c->calls, 1, __ATOMIC_RELAXED);
+  test_sleep_ms(60);
+  return resil_outcome_ok();
+}
+
+/* A chain Hedge(Breaker): the hedge layer (blocking form, on a thread
+ * pool; its timer runs on real time by design) watches the breaker layer
+ * inside it: HALF_OPEN, the 5 ms hedge of a 60 ms call is not sent; once
+ * the breaker is closed it is. */
+static void chain_hedge_watches_the_breaker_inside_it(void **state) {
+  (void)state;
+  env e;
+  env_new(&e, 0);
+  resil_threadpool_config tc;
+  resil_threadpool_config_init(&tc);
+  tc.threads = 4;
+  tc.queue_capacity = 8;
+  resil_threadpool *tp = NULL;
+  resil_error err;
+  assert_status(RESIL_OK, resil_threadpool_new(&tc, &tp, &err));
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.delay_ns = MS(5);
+  hc.max_hedges = 1;
+  hc.executor = tp;
+  resil_hedge *h = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&hc, &h, &err));
+  resil_chain_config cc;
+  resil_chain_config_init(&cc);
+  resil_chain *ch = NULL;
+  assert_status(RESIL_OK, resil_chain_new(&cc, &ch, &err));
+  assert_status(RESIL_OK, resil_chain_add_hedge(ch, h));
+  assert_status(RESIL_OK, resil_chain_add_breaker(ch, e.br));
+  resil_ctx ctx = idem_ctx();
+  counter c = {0, 200};
+  resil_outcome o = resil_chain_run(ch, &ctx, slow_ok, &c);
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  assert_int_equal(__atomic_load_n(&c.calls, __ATOMIC_RELAXED), 1);
+  resil_hedge_metrics hm;
+  assert_status(RESIL_OK, resil_hedge_get_metrics(h, &hm));
+  assert_int_equal(hm.suppressed_recovering, 1);
+  assert_int_equal(hm.hedges_sent, 0);
+  assert_status(RESIL_OK, resil_breaker_transition(e.br, RESIL_BREAKER_CLOSED));
+  o = resil_chain_run(ch, &ctx, slow_ok, &c);
+  assert_int_equal(o.kind, RESIL_ANSWERED);
+  assert_status(RESIL_OK, resil_hedge_get_metrics(h, &hm));
+  assert_int_equal(hm.hedges_sent, 1);
+  resil_chain_free(ch);
+  resil_hedge_free(h);
+  resil_threadpool_free(tp);
+  assert_int_equal(c.calls, 3);
+  env_free(&e);
+}
+
 static void config_is_validated(void **state) {
   (void)state;
   env e;
@@ -346,6 +403,7 @@ int main(void) {
       cmocka_unit_test(split_form_and_state_watch),
       cmocka_unit_test(chain_retry_watches_the_breaker_inside_it),
       cmocka_unit_test(hedge_sends_none_while_the_breaker_recovers),
+      cmocka_unit_test(chain_hedge_watches_the_breaker_inside_it),
       cmocka_unit_test(config_is_validated),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
