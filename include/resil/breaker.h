@@ -185,10 +185,15 @@
  *   path). While ramping, an acquire reads the precise clock and makes one
  *   atomic add (pow() when aggression is not 1), and records take the
  *   general path under the lock.
+ *   Retries last: while the breaker is HALF_OPEN or ramping
+ *   (resil_breaker_recovering), a retry or hedge that watches it (retry.h
+ *   recovery_breaker, a chain's retry or hedge layer above it, the engine)
+ *   makes no further attempt.
  *
  * Memory: one block holds the state, the windows, the event ring and the
  * name; a breaker with a 100-call count window and the default 8-event ring
- * occupies under 512 bytes (resil_breaker_memory_bytes). The listener array
+ * occupies under 512 bytes (resil_breaker_memory_bytes); a configured ramp
+ * adds 48 bytes. The listener array
  * is allocated only when a listener is added. */
 #ifndef RESIL_BREAKER_H
 #define RESIL_BREAKER_H
@@ -551,7 +556,8 @@ RESIL_API const char *resil_breaker_cause_name(resil_breaker_cause c);
 /* Asks for permission to make one call. Returns RESIL_DECISION_GO and fills
  * *permit when permitted; RESIL_DECISION_DENY when not (the call must not
  * be made): the rejection is counted in total_not_permitted and emits a
- * NOT_PERMITTED event. In OPEN whose wait has elapsed (without the
+ * NOT_PERMITTED event (a ramp's refusal, Since 0.2: total_ramp_rejected
+ * only, no event; resil_breaker_try_acquire_why tells them apart). In OPEN whose wait has elapsed (without the
  * automatic timer) it moves to HALF_OPEN and takes a probe permit. A NULL
  * handle or a NULL permit gives DENY and counts nothing. Never WAIT. Never
  * blocks on I/O. Since 0.1 (returns resil_decision since 0.2). */

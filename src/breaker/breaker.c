@@ -1653,12 +1653,22 @@ acquire(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
   return acquire_slow(br, permit, now);
 }
 
+/* acquire_slow as a decision: out of line, so that try_acquire's common
+ * case stays the load, the test and a tail call it was before the ramp. */
+static RESIL_NOINLINE resil_decision
+acquire_slow_decision(resil_breaker *br, resil_breaker_permit *permit,
+                      int64_t now) {
+  return acquire_slow(br, permit, now) == ACQ_GO ? RESIL_DECISION_GO
+                                                 : RESIL_DECISION_DENY;
+}
+
 resil_decision resil_breaker_try_acquire(resil_breaker *br,
                                          resil_breaker_permit *permit) {
   if (RESIL_UNLIKELY(!valid(br) || !permit))
     return RESIL_DECISION_DENY;
-  return acquire(br, permit, RESIL__NO_NOW) == ACQ_GO ? RESIL_DECISION_GO
-                                                      : RESIL_DECISION_DENY;
+  if (RESIL_LIKELY(acquire_fast(br, permit)))
+    return RESIL_DECISION_GO;
+  return acquire_slow_decision(br, permit, RESIL__NO_NOW);
 }
 
 resil_decision resil_breaker_try_acquire_why(resil_breaker *br,
@@ -1679,8 +1689,9 @@ resil_decision resil__breaker_acquire_at(resil_breaker *br,
                                          int64_t now) {
   if (RESIL_UNLIKELY(!valid(br) || !permit))
     return RESIL_DECISION_DENY;
-  return acquire(br, permit, now) == ACQ_GO ? RESIL_DECISION_GO
-                                            : RESIL_DECISION_DENY;
+  if (RESIL_LIKELY(acquire_fast(br, permit)))
+    return RESIL_DECISION_GO;
+  return acquire_slow_decision(br, permit, now);
 }
 
 double resil_breaker_ramp_share(resil_breaker *br) {
