@@ -180,7 +180,14 @@ typedef struct br_ramp {
   int64_t ns;                  /* ramp_duration_ns */
   uint64_t min_inc;            /* the minimum share, 32.32 fixed point */
   double exp;                  /* 1 / ramp_aggression */
+  double inv_ns;               /* 1 / ramp_duration_ns */
+  /* How an acquire reads the time into the ramp: RAMP_PRECISE, or the
+   * coarse reading when its resolution is at most 1 % of the ramp (the
+   * share it gives is then at most 1 % of the ramp late): RAMP_COARSE
+   * through the clock, RAMP_SYS_COARSE the system clock's inline. */
+  int64_t read;
 } br_ramp;
+enum { RAMP_PRECISE = 0, RAMP_COARSE = 1, RAMP_SYS_COARSE = 2 };
 
 _Static_assert(offsetof(br_state, lock) == 64, "word and lock on two lines");
 _Static_assert(sizeof(resil__window) == 64 && offsetof(resil__window, store) == 56,
@@ -548,7 +555,7 @@ static uint64_t ramp_inc(const br_ramp *c, int64_t el) {
     return c->min_inc;
   if (el >= c->ns)
     return RAMP_ONE;
-  double x = (double)el / (double)c->ns;
+  double x = (double)el * c->inv_ns;
   if (c->exp != 1.0)
     x = pow(x, c->exp);
   double f = x * (double)RAMP_ONE;
@@ -576,6 +583,15 @@ static int ramp_admit(resil_breaker *br, int64_t now) {
     return 1;
   atomic_fetch_add_explicit(&rs->t_rejected, 1u, memory_order_relaxed);
   return 0;
+}
+
+/* The reading an acquire decides a ramp with (br_ramp.read). */
+static inline int64_t now_ramp(const resil_breaker *br, const br_ramp *c) {
+#if RESIL__HAVE_SYS_COARSE
+  if (RESIL_LIKELY(c->read == RAMP_SYS_COARSE))
+    return resil__sys_coarse_ns();
+#endif
+  return c->read == RAMP_PRECISE ? now_precise(br) : resil__coarse_now(br->clock);
 }
 
 /* The share at `now` of a breaker whose word is w, as a double. */
@@ -1444,6 +1460,14 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
     rc->ns = cfg->ramp_duration_ns;
     rc->min_inc = ((uint64_t)cfg->ramp_min_percent << 32) / 100u;
     rc->exp = 1.0 / cfg->ramp_aggression;
+    rc->inv_ns = 1.0 / (double)cfg->ramp_duration_ns;
+    rc->read = clock->coarse_ns && clock->coarse_resolution_ns <=
+                                       cfg->ramp_duration_ns / 100
+                   ? RAMP_COARSE
+                   : RAMP_PRECISE;
+    if (RESIL__HAVE_SYS_COARSE && rc->read == RAMP_COARSE &&
+        clock == resil_clock_system())
+      rc->read = RAMP_SYS_COARSE;
   }
   memcpy((char *)br + name_off, name, name_len + 1);
 
@@ -1576,10 +1600,9 @@ static RESIL_NOINLINE int
 acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
   uint64_t w = load_word(br);
   if (word_state(w) == ST_RAMP) {
-    /* Lock-free while the ramp runs; its end is settled below. */
-    if (now == RESIL__NO_NOW)
-      now = now_precise(br);
-    int a = ramp_admit(br, now);
+    /* Lock-free while the ramp runs; its end is settled below, on a
+     * precise reading. */
+    int a = ramp_admit(br, now != RESIL__NO_NOW ? now : now_ramp(br, ramp_cfg(br)));
     if (a == 0)
       return ACQ_RAMP;
     if (a > 0) {
@@ -1770,7 +1793,10 @@ static void settle_locked(resil_breaker *br, evbuf *eb, int64_t *now,
                           int *have_now) {
   resil_breaker_state_kind st =
       word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
-  if (RESIL_LIKELY(!time_driven(br, st)))
+  /* A ramp's end changes neither how a result counts nor a permit handed
+   * back: records and releases leave it to the next acquire, state or
+   * metrics (no clock read for it here). */
+  if (RESIL_LIKELY(!time_driven(br, st) || st == ST_RAMP))
     return;
   if (!*have_now) {
     *now = now_precise(br);
@@ -1861,6 +1887,12 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
 static RESIL_NOINLINE resil_status
 record_held(resil_breaker *br, const resil_breaker_permit *permit,
             resil_outcome_class cls, int slow, int64_t t, int run) {
+  /* A ramping CLOSED with a count window records as a CLOSED does. */
+  if (br->window_kind == RESIL__WINDOW_COUNT && recorded(br, cls) &&
+      atomic_load_explicit(&br->s->word, memory_order_relaxed) ==
+          ((permit->generation << STATE_BITS) | (uint64_t)ST_RAMP))
+    return record_closed(br, (br->failure_mask >> (unsigned)cls) & 1u, slow,
+                         t, run);
   return record_locked(br, permit, cls, slow, window_reading(br, t, run),
                        precise_reading(br, t, run));
 }
