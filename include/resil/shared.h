@@ -167,7 +167,7 @@ RESIL_API void resil_shared_config_init_sized(resil_shared_config *cfg,
  * config never passed through resil_shared_config_init() or a field out of
  * range (err names the field); RESIL_ENOMEM; and, when cfg->required is 1,
  * RESIL_ESTATE for an object that cannot be used (err->field "segment",
- * err->msg e.g. "segment /resil-1000-v1-app belongs to uid 0, not 1000"),
+ * err->msg e.g. "segment /resil-1000-v2-app belongs to uid 0, not 1000"),
  * or RESIL_ESYS for a failed system call (err->msg names the call and
  * strerror). err may be NULL. Since 0.2. */
 RESIL_API resil_status resil_shared_open(const resil_shared_config *cfg,
