@@ -152,9 +152,53 @@
  * another NULL argument), state says FORCED_OPEN, name says NULL, counts
  * and sizes are 0.
  *
+ * Ramp (Since 0.2, DESIGN §2.9; opt-in with ramp_duration_ns > 0): after an
+ * automatic HALF_OPEN -> CLOSED (healthy probes, or the HALF_OPEN maximum
+ * wait with half_open_max_wait_to_closed) the breaker admits a growing
+ * share of calls for ramp_duration_ns D: at t ns into the ramp,
+ *     share(t) = max(ramp_min_percent / 100, (t / D)^(1 / ramp_aggression))
+ * (Envoy's slow start curve), then every call again. The state is CLOSED
+ * throughout (resil_breaker_state, metrics, events); `ramping` and
+ * `ramp_share` in the metrics and resil_breaker_ramp_share() show the ramp.
+ * A manual transition to CLOSED and a reset give full traffic at once.
+ *   Admission is exact, not random, and the same for the split, run, chain
+ *   and engine forms and across the processes of a shared breaker (its ramp
+ *   lives in the slot): every decision adds share(t) to one accumulator (an
+ *   atomic add, 32.32 fixed point) and the call is admitted when the
+ *   integer part grows (error diffusion), so any run of consecutive
+ *   decisions admits the sum of their shares, within one call.
+ *   A call not admitted is refused (DENY; the run form and the chain return
+ *   REJECTED(RECOVERING)); it is counted in total_ramp_rejected only: no
+ *   NOT_PERMITTED event, not in total_not_permitted, never in the window.
+ *   Admitted calls are recorded in the window as in any CLOSED: a failure
+ *   rate reached during the ramp opens the breaker, which ends the ramp
+ *   (RAMP_ENDED with the opening's cause). Consecutive OPENs: a ramping
+ *   CLOSED keeps the count (and the series' wait) it came with, and only the
+ *   ramp's completion restarts it, so an OPEN during the ramp waits the
+ *   series' next wait (longer with open_wait_multiplier > 1) and its
+ *   HALF_OPEN, if healthy, starts the ramp over.
+ *   The ramp's end is time-driven (see "Time"): the first call that looks
+ *   at the state after the instant ends it, dated at that instant, within
+ *   the same generation (permits issued during the ramp stay valid).
+ *   Cost: with the ramp off, nothing (the acquire fast path is unchanged:
+ *   a ramping CLOSED is an internal state that leaves it for the slow
+ *   path). While ramping, an acquire reads the clock (its coarse reading
+ *   when the clock's coarse resolution is at most 1 % of the ramp: the
+ *   system clock's for a ramp of 400 ms or more; the share is then up to
+ *   1 % of the ramp late) and makes one atomic add (and a pow() when
+ *   aggression is not 1), without the lock; a record takes the lock as in
+ *   CLOSED (a count window's result is counted as a CLOSED counts it,
+ *   off the inline path). Measured on one thread: about 2.5 times a plain
+ *   CLOSED acquire + record while admitting every call.
+ *   Retries last: while the breaker is HALF_OPEN or ramping
+ *   (resil_breaker_recovering), a retry or hedge that watches it (retry.h
+ *   recovery_breaker, a chain's retry or hedge layer above it, the engine)
+ *   makes no further attempt.
+ *
  * Memory: one block holds the state, the windows, the event ring and the
  * name; a breaker with a 100-call count window and the default 8-event ring
- * occupies under 512 bytes (resil_breaker_memory_bytes). The listener array
+ * occupies under 512 bytes (resil_breaker_memory_bytes); a configured ramp
+ * adds 64 bytes. The listener array
  * is allocated only when a listener is added. */
 #ifndef RESIL_BREAKER_H
 #define RESIL_BREAKER_H
@@ -317,15 +361,19 @@ typedef struct resil_breaker_config {
    * alloc. The slot records every other field but clock (window_type,
    * window_size, minimum_calls, the thresholds, slow_call_duration_ns, the
    * waits and multiplier, half_open_permitted_calls, automatic_half_open,
-   * the classes, initial_state, half_open_max_wait_to_closed): a breaker of
+   * the classes, initial_state, half_open_max_wait_to_closed, the ramp's
+   * three fields): a breaker of
    * that name with another value is RESIL_EINVAL naming the first differing
    * field. The clock must be the system one (NULL; another is RESIL_EINVAL,
    * field "clock"): times are CLOCK_MONOTONIC readings compared across
    * processes. The window must fit one segment slot: a count window of at
    * most 13632 results (the larger of window_size and
    * half_open_permitted_calls), a time window of 212 seconds (less
-   * with a large half_open_permitted_calls); a larger one is RESIL_EINVAL
-   * naming the field and the maximum.
+   * with a large half_open_permitted_calls); with a ramp configured, whose
+   * state takes 64 bytes of the slot, 13376 results and 208 seconds. A
+   * larger one is RESIL_EINVAL naming the field and the maximum. The
+   * ramp's state (its start, accumulator and refusals) is in the slot: all
+   * the processes ramp together, one admission decision sequence.
    *
    * Acquire in CLOSED stays one atomic load; everything else happens under
    * a lock in the slot whose holder is recorded (process id and start
@@ -350,6 +398,20 @@ typedef struct resil_breaker_config {
    * freed (the breaker holds a reference to its mapping). After fork() the
    * child may use the breakers it inherited. */
   resil_shared *shared;
+  /* ---- Since 0.2: the ramp after recovery (DESIGN §2.9; see "Ramp"
+   * above). A shared breaker records the three fields in its slot (another
+   * value is RESIL_EINVAL naming the field). */
+  /* How long the ramp after an automatic HALF_OPEN -> CLOSED lasts.
+   * 0 = no ramp (full traffic at once, as Resilience4j). 0 or at least
+   * 1 ms. Default 0. */
+  int64_t ramp_duration_ns;
+  /* The share admitted at the ramp's start, in percent. 1..100. Default
+   * 10 (Envoy's slow start min_weight_percent). */
+  uint32_t ramp_min_percent;
+  /* The curve's exponent: share(t) = max(min, (t / D)^(1 / aggression));
+   * 1.0 = linear, above 1 faster at first, below 1 slower (Envoy's slow
+   * start aggression). Finite and > 0. Default 1.0. */
+  double ramp_aggression;
 } resil_breaker_config;
 
 /* A permit handed out by resil_breaker_try_acquire(). A plain value the
@@ -363,7 +425,17 @@ typedef enum resil_breaker_event_kind {
   RESIL_BREAKER_EVENT_TRANSITION = 1,    /* from -> to */
   RESIL_BREAKER_EVENT_NOT_PERMITTED = 2, /* a call was rejected in `from` */
   RESIL_BREAKER_EVENT_RESET = 3,         /* resil_breaker_reset() */
-  RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED = 4 /* METRICS_ONLY only */
+  RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED = 4, /* METRICS_ONLY only */
+  /* Since 0.2 (see "Ramp"): a ramp began, with the automatic HALF_OPEN ->
+   * CLOSED TRANSITION just before it (same instant and cause; from and to
+   * CLOSED). */
+  RESIL_BREAKER_EVENT_RAMP_STARTED = 5,
+  /* Since 0.2: the ramp ended: completed (cause RAMP_COMPLETED, at the
+   * instant ramp_duration_ns after its start), or cut short by a
+   * transition (OPEN, a manual one, a reset: that transition's cause,
+   * delivered just before its TRANSITION event). From and to CLOSED. Every
+   * RAMP_STARTED is followed by one RAMP_ENDED. */
+  RESIL_BREAKER_EVENT_RAMP_ENDED = 6
 } resil_breaker_event_kind;
 
 /* Why an event happened. */
@@ -376,7 +448,8 @@ typedef enum resil_breaker_cause {
   RESIL_BREAKER_CAUSE_BOTH_RATES = 5,       /* both reached */
   RESIL_BREAKER_CAUSE_BELOW_THRESHOLDS = 6, /* HALF_OPEN probes healthy */
   RESIL_BREAKER_CAUSE_OPEN_WAIT_ELAPSED = 7,
-  RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT = 8
+  RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT = 8,
+  RESIL_BREAKER_CAUSE_RAMP_COMPLETED = 9 /* Since 0.2: the ramp's time is up */
 } resil_breaker_cause;
 
 /* An event (a sized struct: the library sets struct_size to the bytes it
@@ -429,6 +502,13 @@ typedef struct resil_breaker_metrics {
   uint64_t slow_successful_calls; /* window: slow - slow failed */
   uint64_t total_slow_failed;     /* totals: slow and failed */
   uint64_t total_slow_successful; /* totals: total_slow - slow failed */
+  /* ---- Since 0.2: the ramp (see "Ramp"). */
+  int ramping;           /* 1 while a ramp runs (state CLOSED), else 0 */
+  double ramp_share;     /* share admitted now, 0..1; 1.0 when not ramping */
+  int64_t ramp_since_ns; /* when the running ramp began; 0 when none */
+  /* Totals: calls a ramp refused (REJECTED, reason RECOVERING). Not in
+   * total_not_permitted, never in the window. */
+  uint64_t total_ramp_rejected;
 } resil_breaker_metrics;
 
 /* Called once for each event, on the thread that caused it, with no library
@@ -469,23 +549,49 @@ RESIL_API const char *resil_breaker_name(const resil_breaker *br);
 /* "CLOSED", "OPEN", "HALF_OPEN", "DISABLED", "FORCED_OPEN", "METRICS_ONLY";
  * static text, "?" for an unknown value. Since 0.1. */
 RESIL_API const char *resil_breaker_state_name(resil_breaker_state_kind st);
-/* "TRANSITION", "NOT_PERMITTED", "RESET", "THRESHOLDS_EXCEEDED"; "?" for an
- * unknown value. Since 0.1. */
+/* "TRANSITION", "NOT_PERMITTED", "RESET", "THRESHOLDS_EXCEEDED",
+ * "RAMP_STARTED", "RAMP_ENDED"; "?" for an unknown value. Since 0.1. */
 RESIL_API const char *resil_breaker_event_kind_name(resil_breaker_event_kind k);
 /* "NONE", "MANUAL", "RESET", "FAILURE_RATE", "SLOW_CALL_RATE",
  * "BOTH_RATES", "BELOW_THRESHOLDS", "OPEN_WAIT_ELAPSED",
- * "HALF_OPEN_MAX_WAIT"; "?" for an unknown value. Since 0.1. */
+ * "HALF_OPEN_MAX_WAIT", "RAMP_COMPLETED"; "?" for an unknown value.
+ * Since 0.1. */
 RESIL_API const char *resil_breaker_cause_name(resil_breaker_cause c);
 
 /* Asks for permission to make one call. Returns RESIL_DECISION_GO and fills
  * *permit when permitted; RESIL_DECISION_DENY when not (the call must not
  * be made): the rejection is counted in total_not_permitted and emits a
- * NOT_PERMITTED event. In OPEN whose wait has elapsed (without the
+ * NOT_PERMITTED event (a ramp's refusal, Since 0.2: total_ramp_rejected
+ * only, no event; resil_breaker_try_acquire_why tells them apart). In OPEN whose wait has elapsed (without the
  * automatic timer) it moves to HALF_OPEN and takes a probe permit. A NULL
  * handle or a NULL permit gives DENY and counts nothing. Never WAIT. Never
  * blocks on I/O. Since 0.1 (returns resil_decision since 0.2). */
 RESIL_API resil_decision resil_breaker_try_acquire(resil_breaker *br,
                                                    resil_breaker_permit *permit);
+
+/* resil_breaker_try_acquire that also says why a call was refused, for
+ * the split form's REJECTED outcome: on DENY, *why (when not NULL) is
+ * RESIL_REASON_RECOVERING when a ramp did not admit the call (counted in
+ * total_ramp_rejected, no event), else RESIL_REASON_BREAKER_OPEN (OPEN,
+ * FORCED_OPEN, HALF_OPEN without a probe left, a NULL handle or permit);
+ * on GO it is RESIL_REASON_NONE. Since 0.2. */
+RESIL_API resil_decision resil_breaker_try_acquire_why(resil_breaker *br,
+                                                       resil_breaker_permit *permit,
+                                                       resil_reason *why);
+
+/* The share of calls a ramp admits now, 0..1 (see "Ramp"): 1.0 when the
+ * breaker is not ramping (or its ramp's time is up), 0.0 for a NULL handle.
+ * Lock-free: one atomic load, and a clock read while ramping. Applies no
+ * overdue change. Since 0.2. */
+RESIL_API double resil_breaker_ramp_share(resil_breaker *br);
+
+/* 1 when the breaker is HALF_OPEN, or ramping (its ramp's time not up): the
+ * "retries last" rule (DESIGN §2.9; retry.h recovery_breaker, hedge.h) lets
+ * no retry or hedge through it then. 0 otherwise and for a NULL handle.
+ * Lock-free: one atomic load, and a clock read while ramping; applies no
+ * overdue change (a HALF_OPEN past its maximum wait still says 1 until a
+ * call settles it). Since 0.2. */
+RESIL_API int resil_breaker_recovering(resil_breaker *br);
 
 /* Records the result of a permitted call: outcome *o, which took
  * duration_ns. A permit from an older generation changes nothing; an
@@ -509,7 +615,8 @@ resil_breaker_release(resil_breaker *br, const resil_breaker_permit *permit);
 
 /* Run form: acquires, calls fn(arg, ctx) when permitted, measures its
  * duration (see "Clock reads") and records the outcome, which it returns.
- * When not permitted returns REJECTED(BREAKER_OPEN) without calling fn.
+ * When not permitted returns REJECTED(BREAKER_OPEN), or REJECTED(RECOVERING)
+ * when a ramp did not admit it, without calling fn.
  * ctx NULL means a default context (no deadline, no token, the breaker's
  * clock); otherwise fn gets ctx itself, or a full-size copy when ctx was
  * built against an older header. A NULL handle, a NULL fn or a ctx never

@@ -98,6 +98,9 @@
 extern "C" {
 #endif
 
+/* breaker.h (retries and hedges last, Since 0.2). */
+struct resil_breaker;
+
 typedef struct resil_hedge resil_hedge;
 typedef struct resil_retry_budget resil_retry_budget;
 typedef struct resil_threadpool resil_threadpool;
@@ -146,7 +149,8 @@ typedef enum resil_hedge_event_kind {
   RESIL_HEDGE_EVENT_CANCELLED_LOSER = 3,
   /* Hedge `hedge` did not go: the budget refused it in resil_hedge_on_timer
    * (refused_by_budget; outcome REJECTED(RETRY_BUDGET), and `hedge` is the
-   * number it would have had), or it was recorded with a REJECTED outcome
+   * number it would have had), the watched breaker was recovering (Since
+   * 0.2: suppressed_recovering; outcome REJECTED(RECOVERING)), or it was recorded with a REJECTED outcome
    * (the caller's other policies or thread pool refused it after the policy
    * let it go; outcome that one). */
   RESIL_HEDGE_EVENT_REJECTED = 4,
@@ -246,6 +250,21 @@ typedef struct resil_hedge_config {
    * gets none. */
   resil_hedge_event_fn on_event;
   void *on_event_user;
+  /* ---- Since 0.2: hedges last (DESIGN §2.9, as retries). The breaker
+   * the hedged attempts go through (breaker.h; not owned, it must outlive
+   * the hedge): while it is HALF_OPEN or ramping (resil_breaker_recovering)
+   * resil_hedge_on_timer sends no hedge: it answers DENY, the call sends
+   * no further hedge, and suppressed_recovering counts it (a REJECTED event
+   * with outcome REJECTED(RECOVERING)). The check is one atomic load (and a
+   * clock read while ramping), made only when a hedge is due, before the
+   * budget (no token taken). In a chain (chain.h) a hedge layer watches
+   * the library breaker layer nearest inside it, when there is one,
+   * instead; the async engine its per-attempt breaker. NULL (default):
+   * none. */
+  struct resil_breaker *recovery_breaker;
+  /* 1 = hedge during recovery as before (nothing watched, not even the
+   * engine's breaker); 0 = hedges last. 0..1. Default 0. */
+  int hedge_during_recovery;
 } resil_hedge_config;
 
 /* Counters since creation, each read atomically (the set is not one
@@ -264,6 +283,9 @@ typedef struct resil_hedge_metrics {
                                  executor)                                 */
   uint32_t samples;           /* latencies in the window now               */
   int64_t delay_ns;           /* the delay a call beginning now would get  */
+  /* Since 0.2: hedges not sent because the watched breaker was HALF_OPEN
+   * or ramping (recovery_breaker; one per call at most). */
+  uint64_t suppressed_recovering;
 } resil_hedge_metrics;
 
 /* The caller's state of one logical call, filled by resil_hedge_begin and
@@ -397,6 +419,15 @@ RESIL_API resil_decision resil_hedge_begin_sized(resil_hedge *h,
 RESIL_API resil_decision resil_hedge_on_timer(resil_hedge *h,
                                               resil_hedge_call *call,
                                               int64_t *next_delay_ns);
+/* resil_hedge_on_timer watching `br` (the breaker this call's hedged
+ * attempts go through) instead of the config's recovery_breaker, for hedges
+ * last (DESIGN §2.9); NULL watches nothing; ignored with
+ * hedge_during_recovery. The async engine gives its per-attempt breaker.
+ * Since 0.2. */
+RESIL_API resil_decision resil_hedge_on_timer_watch(resil_hedge *h,
+                                                   resil_hedge_call *call,
+                                                   int64_t *next_delay_ns,
+                                                   struct resil_breaker *br);
 
 /* Attempt `attempt` (1 = the primary) of the call ended with *o after
  * duration_ns. Returns the verdict (above), updating *call and the

@@ -69,7 +69,10 @@ typedef enum resil_outcome_kind {
   X(DECODE, RESIL_ANSWERED, "response could not be decoded")                  \
   X(RESPONSE_TOO_LARGE, RESIL_UNKNOWN, "response body over the size limit")   \
   X(LOCAL_RESOURCES, RESIL_REJECTED, "local resource limit (descriptors, ports)") \
-  X(RATE_LIMITER_UNAVAILABLE, RESIL_REJECTED, "rate limiter unavailable")
+  X(RATE_LIMITER_UNAVAILABLE, RESIL_REJECTED, "rate limiter unavailable") \
+  /* Since 0.2: a breaker's ramp after recovery did not admit the call      \
+   * (breaker.h, "Ramp"); counted nowhere as a failure. */                  \
+  X(RECOVERING, RESIL_REJECTED, "recovering")
 
 typedef enum resil_reason {
 #define RESIL__REASON_ENUM(name, kind, text) RESIL_REASON_##name,
@@ -124,7 +127,11 @@ typedef enum resil_stop {
   RESIL_STOP_MAX_ATTEMPTS,    /* max_attempts reached                      */
   RESIL_STOP_DEADLINE,        /* next attempt would not fit the deadline   */
   RESIL_STOP_BUDGET,          /* retry budget spent                        */
-  RESIL_STOP_CANCELLED        /* the call's cancellation token fired       */
+  RESIL_STOP_CANCELLED,       /* the call's cancellation token fired       */
+  /* Since 0.2: a retry was due but the breaker inside the retry layer was
+   * HALF_OPEN or ramping (DESIGN §2.9, "retries last"; retry.h,
+   * retry_during_recovery): the last attempt's outcome is kept. */
+  RESIL_STOP_RECOVERING
 } resil_stop;
 
 typedef struct resil_outcome {

@@ -99,6 +99,9 @@
 extern "C" {
 #endif
 
+/* breaker.h (retries and hedges last, Since 0.2). */
+struct resil_breaker;
+
 typedef struct resil_retry resil_retry;
 typedef struct resil_retry_budget resil_retry_budget;
 
@@ -229,6 +232,23 @@ typedef struct resil_retry_config {
    * to measure attempts. */
   resil_attempt_listener_fn on_attempt;
   void *on_attempt_user;
+  /* ---- Since 0.2: retries last (DESIGN §2.9). */
+  /* The breaker this retry watches (breaker.h; not owned, it must outlive
+   * the retry): while it is HALF_OPEN or ramping (resil_breaker_recovering),
+   * a retry that was due is not made: the call stops with
+   * RESIL_STOP_RECOVERING and the last attempt's outcome, counted in
+   * stats.suppressed_recovering (and in failed_*; the stops[] slots end at
+   * CANCELLED). The check is one atomic load of the breaker's state (and a
+   * clock read while it ramps), made only when a retry is due, after the
+   * class, safety, max_attempts and cancellation rules and before the
+   * deadline and the budget (no budget token is taken). For the run and
+   * split forms used alone; in a chain (chain.h) the retry layer watches
+   * the library breaker layer inside it, when there is one, instead. NULL
+   * (default): none, unless a chain gives one. */
+  struct resil_breaker *recovery_breaker;
+  /* 1 = retry during recovery as before (no breaker is watched, not even a
+   * chain's); 0 = retries last. 0..1. Default 0. */
+  int retry_during_recovery;
 } resil_retry_config;
 
 /* Writes the documented defaults and struct_size. NULL is a no-op. A macro
@@ -327,6 +347,14 @@ RESIL_API resil_decision resil_retry_next_timed(resil_retry *r,
 RESIL_API resil_decision resil_retry_next(resil_retry *r, resil_retry_state *st,
                                           const resil_outcome *o,
                                           int64_t *wait_ns);
+/* Retries last (DESIGN §2.9): after resil_retry_begin, the breaker this
+ * logical call watches instead of the config's recovery_breaker (NULL:
+ * none), for a caller whose attempts go through a breaker of their own
+ * (the async engine gives its per-attempt breaker). Ignored with
+ * retry_during_recovery. RESIL_OK, or RESIL_EINVAL (st not begun, or br
+ * not a live breaker). Since 0.2. */
+RESIL_API resil_status resil_retry_state_watch(resil_retry_state *st,
+                                               struct resil_breaker *br);
 /* The final outcome after DENY (see the top of this file); before it, the
  * last recorded outcome with stop NONE. NOT_SENT(LOCAL_ERROR) for NULL.
  * Since 0.1. */
@@ -334,7 +362,9 @@ RESIL_API resil_outcome resil_retry_result(const resil_retry_state *st);
 
 /* ---- metrics and static analysis -------------------------------------- */
 
-/* Slots of resil_retry_stats.stops: one per resil_stop value. */
+/* Slots of resil_retry_stats.stops: one per resil_stop value up to
+ * RESIL_STOP_CANCELLED (RESIL_STOP_RECOVERING, Since 0.2, is counted in
+ * suppressed_recovering: the 0.1 struct keeps its layout). */
 #define RESIL_RETRY_STOP_SLOTS 8
 
 typedef struct resil_retry_stats {
@@ -357,6 +387,10 @@ typedef struct resil_retry_stats {
    * or because the retry budget refused. */
   uint64_t refused_by_deadline;
   uint64_t refused_by_budget;
+  /* Since 0.2: calls that stopped with RESIL_STOP_RECOVERING: a retry was
+   * due while the watched breaker was HALF_OPEN or ramping (one suppressed
+   * retry each). */
+  uint64_t suppressed_recovering;
 } resil_retry_stats;
 
 /* Fills *out, up to the caller's struct size, with monotonic counters (each

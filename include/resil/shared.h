@@ -99,8 +99,9 @@ extern "C" {
 
 typedef struct resil_shared resil_shared;
 
-/* The segment layout version, part of the object's name. */
-#define RESIL_SHARED_LAYOUT 1
+/* The segment layout version, part of the object's name: a library with
+ * another layout never maps the object (2 since 0.2's breaker ramp). */
+#define RESIL_SHARED_LAYOUT 2
 /* Longest segment and instance name, in bytes. */
 #define RESIL_SHARED_NAME_MAX 64
 /* Most instance slots a segment may hold. */
@@ -166,7 +167,7 @@ RESIL_API void resil_shared_config_init_sized(resil_shared_config *cfg,
  * config never passed through resil_shared_config_init() or a field out of
  * range (err names the field); RESIL_ENOMEM; and, when cfg->required is 1,
  * RESIL_ESTATE for an object that cannot be used (err->field "segment",
- * err->msg e.g. "segment /resil-1000-v1-app belongs to uid 0, not 1000"),
+ * err->msg e.g. "segment /resil-1000-v2-app belongs to uid 0, not 1000"),
  * or RESIL_ESYS for a failed system call (err->msg names the call and
  * strerror). err may be NULL. Since 0.2. */
 RESIL_API resil_status resil_shared_open(const resil_shared_config *cfg,

@@ -32,6 +32,7 @@
  *     and hands the reading enter takes before the call to a rate limiter
  *     right below it. */
 #define _GNU_SOURCE /* madvise, MAP_ANONYMOUS, MADV_WIPEONFORK */
+#include <math.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <stdatomic.h>
@@ -70,19 +71,33 @@
 #define LOCK_LOOKS_BEFORE_YIELD 16u
 
 #define STATE_BITS 3u
+/* resil_breaker.modes */
+#define MODE_HALF_TO_CLOSED 1u /* HALF_OPEN maximum wait leads to CLOSED */
+#define MODE_RAMP 2u           /* a ramp is configured (br_ramp follows) */
 /* States that permit every call without a lock, as a bit set. */
 #define ALWAYS_PERMITS                                                         \
   ((1u << RESIL_BREAKER_CLOSED) | (1u << RESIL_BREAKER_DISABLED) |             \
    (1u << RESIL_BREAKER_METRICS_ONLY))
 #define STATE_MASK 7u
+/* A CLOSED breaker that is ramping (DESIGN §2.9; breaker.h "Ramp"): an
+ * internal state, reported as CLOSED everywhere. It is not in
+ * ALWAYS_PERMITS, so the acquire fast path sends it to acquire_slow with
+ * no instruction added for a breaker that never ramps, and the inline
+ * record path (which expects CLOSED) sends its records to record_locked. */
+#define ST_RAMP ((resil_breaker_state_kind)6)
+/* 1.0 in the ramp's 32.32 fixed point. */
+#define RAMP_ONE (UINT64_C(1) << 32)
 
 /* Events one operation can produce after its time-driven catch-up: a reset
  * gives a TRANSITION and a RESET; an acquire, a record or a manual
  * transition at most one. The catch-up stops early to leave them room,
  * delivers what it has and goes on (at most RESIL_BREAKER_MAX_CATCHUP
  * transitions in one call). */
-#define EVBUF_CAP 8u
-#define EVBUF_RESERVE 2u
+#define EVBUF_CAP 10u
+/* A reset may end a ramp too (RAMP_ENDED, TRANSITION, RESET); a catch-up
+ * step emits at most two events (HALF_OPEN -> CLOSED and RAMP_STARTED). */
+#define EVBUF_RESERVE 3u
+#define EVBUF_STEP 2u
 
 #define DEFAULT_NAME "breaker"
 #define NAME_MAX_LEN 255u
@@ -150,6 +165,30 @@ typedef struct br_state {
   uint64_t t_transitions;
 } br_state;
 
+/* The ramp's area (DESIGN §2.9), present only when a ramp is configured
+ * (MODE_RAMP), so that a breaker without one is not a byte larger: right
+ * after the state, before the windows' storage, in the handle's block and
+ * in a shared slot alike (ramp_state). Its first half is state: written
+ * under the lock when a ramp starts, read and added to without it by every
+ * acquire while ramping (ramp_admit); zero in a new shared slot. Its second
+ * half is the configuration, read from the handle's own block (ramp_cfg);
+ * in a slot those words are unused (each process has its copy). */
+typedef struct br_ramp {
+  _Atomic int64_t start;       /* the ramp's first instant */
+  _Atomic uint64_t acc;        /* shares summed, 32.32 fixed point */
+  _Atomic uint64_t t_rejected; /* calls the ramps refused (monotonic) */
+  int64_t ns;                  /* ramp_duration_ns */
+  uint64_t min_inc;            /* the minimum share, 32.32 fixed point */
+  double exp;                  /* 1 / ramp_aggression */
+  double inv_ns;               /* 1 / ramp_duration_ns */
+  /* How an acquire reads the time into the ramp: RAMP_PRECISE, or the
+   * coarse reading when its resolution is at most 1 % of the ramp (the
+   * share it gives is then at most 1 % of the ramp late): RAMP_COARSE
+   * through the clock, RAMP_SYS_COARSE the system clock's inline. */
+  int64_t read;
+} br_ramp;
+enum { RAMP_PRECISE = 0, RAMP_COARSE = 1, RAMP_SYS_COARSE = 2 };
+
 _Static_assert(offsetof(br_state, lock) == 64, "word and lock on two lines");
 _Static_assert(sizeof(resil__window) == 64 && offsetof(resil__window, store) == 56,
                "the window's address is its last word");
@@ -163,6 +202,9 @@ _Static_assert(sizeof(br_state) % 8 == 0, "window slots follow it");
 #define STORE_OFF sizeof(br_state)
 #define SHARED_STORE_BYTES                                                     \
   (RESIL__SHARED_STATE_WORDS * sizeof(uint64_t) - STORE_OFF)
+/* What a configured ramp takes of the storage after the state. */
+#define RAMP_BYTES sizeof(br_ramp)
+_Static_assert(sizeof(br_ramp) % 8 == 0, "window slots follow it");
 
 /* A shared breaker's lock token, in a page the kernel empties in a forked
  * child (MADV_WIPEONFORK): 0 there means "not computed in this process". */
@@ -202,7 +244,7 @@ struct resil_breaker {
   uint8_t slow_coarse;   /* run form measures on the coarse clock */
   uint8_t window_coarse; /* time window is placed on the coarse clock */
   uint8_t ms_granular;   /* growing wait truncates to whole ms */
-  uint8_t half_to_closed; /* HALF_OPEN maximum wait leads to CLOSED */
+  uint8_t modes;         /* MODE_* */
   uint32_t window_size;
   uint32_t min_calls;
   uint32_t half_permitted;
@@ -247,6 +289,10 @@ static _Thread_local unsigned tl_delivering;
 static inline resil_breaker_state_kind word_state(uint64_t w) {
   return (resil_breaker_state_kind)(w & STATE_MASK);
 }
+/* The state as the API reports it (a ramp is CLOSED). */
+static inline resil_breaker_state_kind pub_state(resil_breaker_state_kind st) {
+  return st == ST_RAMP ? RESIL_BREAKER_CLOSED : st;
+}
 static inline uint64_t word_gen(uint64_t w) { return w >> STATE_BITS; }
 
 static inline int valid(const resil_breaker *br) {
@@ -278,8 +324,20 @@ static void window_bytes(resil__window_kind kind, uint32_t size, uint32_t half,
 }
 
 /* The windows' storage, after the state (the handle's or the slot's). */
+static inline size_t ramp_bytes(const resil_breaker *br) {
+  return (br->modes & MODE_RAMP) ? RAMP_BYTES : 0;
+}
 static inline void *main_store(const resil_breaker *br) {
-  return (char *)br->s + STORE_OFF;
+  return (char *)br->s + STORE_OFF + ramp_bytes(br);
+}
+/* The ramp's state (MODE_RAMP only): after the state, wherever it is. */
+static inline br_ramp *ramp_state(const resil_breaker *br) {
+  return (br_ramp *)(void *)((char *)br->s + STORE_OFF);
+}
+/* The ramp's configuration (MODE_RAMP only): in the handle's own block,
+ * right after the struct (the same place as ramp_state in-process). */
+static inline const br_ramp *ramp_cfg(const resil_breaker *br) {
+  return (const br_ramp *)(const void *)((const char *)br + sizeof(*br));
 }
 static inline void *half_store(const resil_breaker *br) {
   if (br->window_kind == RESIL__WINDOW_COUNT)
@@ -295,7 +353,7 @@ static size_t block_layout(const resil_breaker *br, size_t *name_off,
   size_t mb, hb;
   window_bytes((resil__window_kind)br->window_kind, br->window_size,
                br->half_permitted, &mb, &hb);
-  size_t ring_off = sizeof(resil_breaker) + align8(mb) + align8(hb);
+  size_t ring_off = sizeof(resil_breaker) + ramp_bytes(br) + align8(mb) + align8(hb);
   size_t n = ring_off + (size_t)br->event_cap * sizeof(packed_event);
   if (name_off)
     *name_off = n;
@@ -485,7 +543,64 @@ static inline int plain_success(const resil_outcome *o) {
 static inline int time_driven(const resil_breaker *br,
                               resil_breaker_state_kind st) {
   return (st == RESIL_BREAKER_HALF_OPEN && br->half_max_ns > 0) ||
-         (st == RESIL_BREAKER_OPEN && br->auto_half_open);
+         (st == RESIL_BREAKER_OPEN && br->auto_half_open) || st == ST_RAMP;
+}
+
+/* ---- the ramp (DESIGN §2.9) ------------------------------------------------
+ *
+ * share(t) = max(min, (t / D)^(1 / aggression)), Envoy's slow start curve,
+ * as a 32.32 fixed-point increment in [ramp_min_inc, RAMP_ONE]. */
+static uint64_t ramp_inc(const br_ramp *c, int64_t el) {
+  if (el <= 0)
+    return c->min_inc;
+  if (el >= c->ns)
+    return RAMP_ONE;
+  double x = (double)el * c->inv_ns;
+  if (c->exp != 1.0)
+    x = pow(x, c->exp);
+  double f = x * (double)RAMP_ONE;
+  uint64_t inc = f >= (double)RAMP_ONE ? RAMP_ONE : (uint64_t)f;
+  return inc < c->min_inc ? c->min_inc : inc;
+}
+
+/* The one admission decision of a ramp, for every form (try_acquire, run,
+ * chain, engine) and every process of a shared breaker: 1 admitted, 0
+ * refused (counted in t_ramp_rejected), -1 the ramp's time is up at `now`
+ * (the caller ends it under the lock). Without the lock: the decisions are
+ * ordered by one atomic add of share(t) to the accumulator, and a call is
+ * admitted when the add carries into the integer part. Over any run of
+ * consecutive decisions the admitted calls are the sum of their shares
+ * within one (error diffusion), whatever the threads or processes. */
+static int ramp_admit(resil_breaker *br, int64_t now) {
+  br_ramp *rs = ramp_state(br);
+  const br_ramp *c = ramp_cfg(br);
+  int64_t el = now - atomic_load_explicit(&rs->start, memory_order_relaxed);
+  if (el >= c->ns)
+    return -1;
+  uint64_t inc = ramp_inc(c, el);
+  uint64_t old = atomic_fetch_add_explicit(&rs->acc, inc, memory_order_relaxed);
+  if (((old + inc) >> 32) != (old >> 32))
+    return 1;
+  atomic_fetch_add_explicit(&rs->t_rejected, 1u, memory_order_relaxed);
+  return 0;
+}
+
+/* The reading an acquire decides a ramp with (br_ramp.read). */
+static inline int64_t now_ramp(const resil_breaker *br, const br_ramp *c) {
+#if RESIL__HAVE_SYS_COARSE
+  if (RESIL_LIKELY(c->read == RAMP_SYS_COARSE))
+    return resil__sys_coarse_ns();
+#endif
+  return c->read == RAMP_PRECISE ? now_precise(br) : resil__coarse_now(br->clock);
+}
+
+/* The share at `now` of a breaker whose word is w, as a double. */
+static double ramp_share_at(resil_breaker *br, uint64_t w, int64_t now) {
+  if (word_state(w) != ST_RAMP)
+    return 1.0;
+  int64_t el =
+      now - atomic_load_explicit(&ramp_state(br)->start, memory_order_relaxed);
+  return (double)ramp_inc(ramp_cfg(br), el) / (double)RAMP_ONE;
 }
 
 static resil_breaker_cause cause_of(resil__verdict v) {
@@ -614,10 +729,15 @@ static void count_open(resil_breaker *br) {
 }
 
 /* Enters `to` as of instant `at` in a new generation: the per-state setup
- * shared by transitions and reset, without the event. */
-static void restart(resil_breaker *br, resil_breaker_state_kind to,
-                    int64_t at) {
+ * shared by transitions and reset, without the event. With `ramp` (to is
+ * CLOSED) the CLOSED ramps: it keeps the consecutive OPENs and the waits it
+ * came with (an OPEN during the ramp is the series' next), and its word
+ * holds ST_RAMP. */
+static void restart_as(resil_breaker *br, resil_breaker_state_kind to,
+                       int64_t at, int ramp) {
   uint64_t w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
+  uint32_t opens = br->s->opens;
+  int64_t cur = br->s->cur_wait_ns, series = br->s->series_wait_ns;
   switch (to) {
   case RESIL_BREAKER_OPEN:
     /* OPEN keeps the window it came from: it shows why it opened. */
@@ -644,18 +764,75 @@ static void restart(resil_breaker *br, resil_breaker_state_kind to,
   }
   br->s->exceeded = 0;
   br->s->since_ns = at;
+  resil_breaker_state_kind wst = to;
+  if (ramp) {
+    br->s->opens = opens;
+    br->s->cur_wait_ns = cur;
+    br->s->series_wait_ns = series;
+    /* Half a call in hand: the admitted count is the rounded sum. */
+    br_ramp *rs = ramp_state(br);
+    atomic_store_explicit(&rs->acc, RAMP_ONE / 2u, memory_order_relaxed);
+    atomic_store_explicit(&rs->start, at, memory_order_relaxed);
+    wst = ST_RAMP;
+  }
   atomic_store_explicit(&br->s->word,
-                        ((word_gen(w) + 1) << STATE_BITS) | (uint64_t)to,
+                        ((word_gen(w) + 1) << STATE_BITS) | (uint64_t)wst,
                         memory_order_release);
+}
+
+static void restart(resil_breaker *br, resil_breaker_state_kind to,
+                    int64_t at) {
+  restart_as(br, to, at, 0);
+}
+
+/* A state change out of a ramp ends it first: RAMP_ENDED with the cause
+ * of the change, at its instant. Returns the state as reported. */
+static resil_breaker_state_kind leave_ramp(resil_breaker *br, evbuf *eb,
+                                           resil_breaker_state_kind from,
+                                           resil_breaker_cause cause,
+                                           int64_t at) {
+  if (from != ST_RAMP)
+    return from;
+  emit(br, eb, RESIL_BREAKER_EVENT_RAMP_ENDED, RESIL_BREAKER_CLOSED,
+       RESIL_BREAKER_CLOSED, cause, at);
+  return RESIL_BREAKER_CLOSED;
+}
+
+/* A transition with its events; `ramp`: to is an automatic CLOSED after
+ * HALF_OPEN, which ramps when a ramp is configured. */
+static void enter_as(resil_breaker *br, evbuf *eb, resil_breaker_state_kind to,
+                     int64_t at, resil_breaker_cause cause, int ramp) {
+  resil_breaker_state_kind from = leave_ramp(
+      br, eb,
+      word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed)),
+      cause, at);
+  ramp = ramp && (br->modes & MODE_RAMP);
+  restart_as(br, to, at, ramp);
+  br->s->t_transitions++;
+  emit(br, eb, RESIL_BREAKER_EVENT_TRANSITION, from, to, cause, at);
+  if (ramp)
+    emit(br, eb, RESIL_BREAKER_EVENT_RAMP_STARTED, RESIL_BREAKER_CLOSED,
+         RESIL_BREAKER_CLOSED, cause, at);
 }
 
 static void enter(resil_breaker *br, evbuf *eb, resil_breaker_state_kind to,
                   int64_t at, resil_breaker_cause cause) {
-  resil_breaker_state_kind from =
-      word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
-  restart(br, to, at);
-  br->s->t_transitions++;
-  emit(br, eb, RESIL_BREAKER_EVENT_TRANSITION, from, to, cause, at);
+  enter_as(br, eb, to, at, cause, 0);
+}
+
+/* The ramp's time is up at `at`: full traffic, in the same generation
+ * (permits of the ramp stay valid), and the consecutive OPENs restart as
+ * on entering CLOSED. Not a transition. */
+static void end_ramp(resil_breaker *br, evbuf *eb, int64_t at) {
+  uint64_t w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
+  br->s->opens = 0;
+  br->s->cur_wait_ns = 0;
+  br->s->series_wait_ns = 0;
+  atomic_store_explicit(&br->s->word,
+                        (w & ~(uint64_t)STATE_MASK) | RESIL_BREAKER_CLOSED,
+                        memory_order_release);
+  emit(br, eb, RESIL_BREAKER_EVENT_RAMP_ENDED, RESIL_BREAKER_CLOSED,
+       RESIL_BREAKER_CLOSED, RESIL_BREAKER_CAUSE_RAMP_COMPLETED, at);
 }
 
 /* Applies the time-driven changes due at `now`, each at its scheduled
@@ -670,10 +847,24 @@ static int settle(resil_breaker *br, int64_t now, evbuf *eb) {
     int64_t at;
     resil_breaker_state_kind to;
     resil_breaker_cause cause;
+    if (eb->n + EVBUF_STEP + EVBUF_RESERVE > EVBUF_CAP &&
+        time_driven(br, st))
+      return 1; /* perhaps a change due: deliver first, then come back */
+    if (st == ST_RAMP) {
+      int64_t start =
+          atomic_load_explicit(&ramp_state(br)->start, memory_order_relaxed);
+      int64_t d = ramp_cfg(br)->ns;
+      if (now - start < d)
+        return 0;
+      end_ramp(br, eb, start + d);
+      eb->catchup++;
+      continue;
+    }
     if (st == RESIL_BREAKER_HALF_OPEN && br->half_max_ns > 0 &&
         now - br->s->since_ns >= br->half_max_ns) {
       at = br->s->since_ns + br->half_max_ns; /* <= now: no overflow */
-      to = br->half_to_closed ? RESIL_BREAKER_CLOSED : RESIL_BREAKER_OPEN;
+      to = (br->modes & MODE_HALF_TO_CLOSED) ? RESIL_BREAKER_CLOSED
+                                              : RESIL_BREAKER_OPEN;
       cause = RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT;
     } else if (st == RESIL_BREAKER_OPEN && br->auto_half_open &&
                now - br->s->since_ns >= br->s->cur_wait_ns) {
@@ -683,9 +874,7 @@ static int settle(resil_breaker *br, int64_t now, evbuf *eb) {
     } else {
       return 0;
     }
-    if (eb->n + EVBUF_RESERVE >= EVBUF_CAP)
-      return 1;
-    enter(br, eb, to, at, cause);
+    enter_as(br, eb, to, at, cause, to == RESIL_BREAKER_CLOSED);
     eb->catchup++;
   }
   return 0;
@@ -744,6 +933,9 @@ static void config_defaults(resil_breaker_config *cfg) {
   cfg->initial_state = RESIL_BREAKER_CLOSED;
   cfg->half_open_max_wait_to_closed = 0;
   cfg->shared = NULL;
+  cfg->ramp_duration_ns = 0;
+  cfg->ramp_min_percent = 10;
+  cfg->ramp_aggression = 1.0;
 }
 
 void resil_breaker_config_init_sized(resil_breaker_config *cfg,
@@ -867,6 +1059,19 @@ static resil_status validate(const resil_breaker_config *cfg,
       (st = resil__check_range(err, "name", (int64_t)strlen(cfg->name), 0,
                                NAME_MAX_LEN)))
     return st;
+  if (cfg->ramp_duration_ns != 0 && cfg->ramp_duration_ns < RESIL_NS_PER_MS)
+    return resil__err_range_ns(err, "ramp_duration_ns", 0, INT64_MAX,
+                               cfg->ramp_duration_ns,
+                               "0 (no ramp) or at least 1 ms");
+  if ((st = resil__check_range(err, "ramp_min_percent", cfg->ramp_min_percent,
+                               1, 100)))
+    return st;
+  double ag = cfg->ramp_aggression;
+  if (!(ag > 0.0) || !isfinite(ag)) { /* also rejects NaN */
+    resil__err(err, RESIL_EINVAL, "ramp_aggression",
+               "must be finite and greater than 0, got %g", ag);
+    return RESIL_EINVAL;
+  }
   if (cfg->clock && !cfg->clock->now_ns)
     return resil__err(err, RESIL_EINVAL, "clock", "now_ns must not be NULL");
   if (cfg->alloc && (!cfg->alloc->alloc || !cfg->alloc->free))
@@ -907,6 +1112,9 @@ typedef struct br_shared_rec {
   int64_t ignored_classes;
   int64_t initial_state;
   int64_t half_open_max_wait_to_closed;
+  int64_t ramp_duration_ns;
+  int64_t ramp_min_percent;
+  unsigned char ramp_aggression[16]; /* a double, as open_wait_multiplier */
 } br_shared_rec;
 
 #define BR_FIELD(f) {#f, offsetof(br_shared_rec, f), sizeof(((br_shared_rec *)0)->f)}
@@ -927,6 +1135,9 @@ static const resil__shared_field br_shared_fields[] = {
     BR_FIELD(ignored_classes),
     BR_FIELD(initial_state),
     BR_FIELD(half_open_max_wait_to_closed),
+    BR_FIELD(ramp_duration_ns),
+    BR_FIELD(ramp_min_percent),
+    BR_FIELD(ramp_aggression),
 };
 #undef BR_FIELD
 _Static_assert(sizeof(br_shared_rec) <= RESIL__SHARED_CFG_MAX, "record fits a slot");
@@ -935,11 +1146,12 @@ _Static_assert(sizeof(br_shared_rec) <= RESIL__SHARED_CFG_MAX, "record fits a sl
  * that fit a slot (the handle and the clock: resil__shared_join). */
 static resil_status shared_check(const resil_breaker_config *cfg,
                                  size_t main_bytes, size_t half_bytes,
-                                 resil_error *err) {
-  if (align8(main_bytes) + half_bytes <= SHARED_STORE_BYTES)
+                                 size_t ramp, resil_error *err) {
+  const size_t avail = SHARED_STORE_BYTES - ramp; /* a ramp's area first */
+  if (align8(main_bytes) + half_bytes <= avail)
     return RESIL_OK;
   if (cfg->window_type == RESIL_BREAKER_WINDOW_COUNT) {
-    uint32_t max = (uint32_t)(SHARED_STORE_BYTES / sizeof(uint64_t) * 32u);
+    uint32_t max = (uint32_t)(avail / sizeof(uint64_t) * 32u);
     const char *f = cfg->window_size >= cfg->half_open_permitted_calls
                         ? "window_size"
                         : "half_open_permitted_calls";
@@ -951,9 +1163,9 @@ static resil_status shared_check(const resil_breaker_config *cfg,
                       (unsigned)cfg->half_open_permitted_calls);
   }
   size_t hb = half_bytes;
-  uint32_t max = hb >= SHARED_STORE_BYTES
+  uint32_t max = hb >= avail
                      ? 0
-                     : (uint32_t)((SHARED_STORE_BYTES - hb) / sizeof(resil__bucket));
+                     : (uint32_t)((avail - hb) / sizeof(resil__bucket));
   return resil__err(err, RESIL_EINVAL, "window_size",
                     "a shared breaker's time window holds at most %u seconds "
                     "(one segment slot, with half_open_permitted_calls %u), got %u",
@@ -985,6 +1197,9 @@ static resil_status use_shared(resil_breaker *br, const resil_breaker_config *cf
   rec.ignored_classes = cfg->ignored_classes;
   rec.initial_state = (int64_t)cfg->initial_state;
   rec.half_open_max_wait_to_closed = cfg->half_open_max_wait_to_closed;
+  rec.ramp_duration_ns = cfg->ramp_duration_ns;
+  rec.ramp_min_percent = cfg->ramp_min_percent;
+  memcpy(rec.ramp_aggression, &cfg->ramp_aggression, sizeof(double));
   uint64_t init[RESIL__SHARED_INIT_WORDS];
   memcpy(init, &br->u.own, sizeof init); /* lock 0, window empty, no address */
   resil__shared_req q;
@@ -1118,7 +1333,7 @@ int resil__breaker_check(resil_breaker *br, char *why, size_t n) {
   int rc = 0;
   if (!(((ok & 1u) && is_window(br, w, 0)) || ((ok & 2u) && is_window(br, w, 1)))) {
     snprintf(why, n, "state %s holds a window of kind %u size %u minimum %u",
-             resil_breaker_state_name(st), w->kind, w->size, w->min_calls);
+             resil_breaker_state_name(pub_state(st)), w->kind, w->size, w->min_calls);
     rc = -1;
   } else {
     resil__window t;
@@ -1178,19 +1393,22 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
                                 ? RESIL__WINDOW_TIME
                                 : RESIL__WINDOW_COUNT;
   uint32_t half = cfg->half_open_permitted_calls;
-  /* One block: struct, main window storage, HALF_OPEN window storage (the
-   * same bytes when the main window is a count window: only one of the two
-   * is live at a time), event ring, name. */
+  /* One block: struct, the ramp's area (when configured), main window
+   * storage, HALF_OPEN window storage (the same bytes when the main window
+   * is a count window: only one of the two is live at a time), event ring,
+   * name. */
   size_t main_bytes, half_bytes;
   window_bytes(kind, cfg->window_size, half, &main_bytes, &half_bytes);
   const char *name = cfg->name ? cfg->name : DEFAULT_NAME;
   size_t name_len = strlen(name);
-  size_t off = sizeof(resil_breaker);
+  size_t rb = cfg->ramp_duration_ns > 0 ? RAMP_BYTES : 0;
+  size_t off = sizeof(resil_breaker) + rb;
   size_t ring_off = off + align8(main_bytes) + align8(half_bytes);
   size_t name_off =
       ring_off + (size_t)cfg->event_capacity * sizeof(packed_event);
   size_t total = name_off + name_len + 1;
-  if (cfg->shared && (st = shared_check(cfg, main_bytes, half_bytes, err)))
+  if (cfg->shared &&
+      (st = shared_check(cfg, main_bytes, half_bytes, rb, err)))
     return st;
 
   resil_breaker *br = resil__calloc(cfg->alloc, total);
@@ -1206,7 +1424,8 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
           ? (uint32_t)RESIL_BREAKER_CLASSIFIABLE & ~cfg->ignored_classes &
                 ~cfg->failure_classes
           : 0;
-  br->half_to_closed = (uint8_t)cfg->half_open_max_wait_to_closed;
+  br->modes = (uint8_t)((cfg->half_open_max_wait_to_closed ? MODE_HALF_TO_CLOSED : 0u) |
+                        (cfg->ramp_duration_ns > 0 ? MODE_RAMP : 0u));
   br->slow_ns = cfg->slow_call_duration_ns;
   br->clock = clock;
   br->failure_pct = (uint8_t)cfg->failure_rate_threshold_pct;
@@ -1236,6 +1455,20 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
   br->multiplier = cfg->open_wait_multiplier;
   br->alloc = cfg->alloc;
   br->s = &br->u.own;
+  if (rb) {
+    br_ramp *rc = (br_ramp *)(void *)((char *)br + sizeof(*br));
+    rc->ns = cfg->ramp_duration_ns;
+    rc->min_inc = ((uint64_t)cfg->ramp_min_percent << 32) / 100u;
+    rc->exp = 1.0 / cfg->ramp_aggression;
+    rc->inv_ns = 1.0 / (double)cfg->ramp_duration_ns;
+    rc->read = clock->coarse_ns && clock->coarse_resolution_ns <=
+                                       cfg->ramp_duration_ns / 100
+                   ? RAMP_COARSE
+                   : RAMP_PRECISE;
+    if (RESIL__HAVE_SYS_COARSE && rc->read == RAMP_COARSE &&
+        clock == resil_clock_system())
+      rc->read = RAMP_SYS_COARSE;
+  }
   memcpy((char *)br + name_off, name, name_len + 1);
 
   atomic_init(&br->s->lock, 0u);
@@ -1322,6 +1555,10 @@ const char *resil_breaker_event_kind_name(resil_breaker_event_kind k) {
     return "RESET";
   case RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED:
     return "THRESHOLDS_EXCEEDED";
+  case RESIL_BREAKER_EVENT_RAMP_STARTED:
+    return "RAMP_STARTED";
+  case RESIL_BREAKER_EVENT_RAMP_ENDED:
+    return "RAMP_ENDED";
   }
   return "?";
 }
@@ -1346,20 +1583,39 @@ const char *resil_breaker_cause_name(resil_breaker_cause c) {
     return "OPEN_WAIT_ELAPSED";
   case RESIL_BREAKER_CAUSE_HALF_OPEN_MAX_WAIT:
     return "HALF_OPEN_MAX_WAIT";
+  case RESIL_BREAKER_CAUSE_RAMP_COMPLETED:
+    return "RAMP_COMPLETED";
   }
   return "?";
 }
 
 /* ---- acquire / record / release ------------------------------------------ */
 
-/* OPEN, HALF_OPEN, FORCED_OPEN, or a state that changed under us. */
-static RESIL_NOINLINE resil_decision
+/* What acquire decided: ACQ_GO (= RESIL_DECISION_GO), or refused by the
+ * state (OPEN...) or by a ramp. */
+enum { ACQ_DENY = 0, ACQ_GO = 1, ACQ_RAMP = 2 };
+
+/* OPEN, HALF_OPEN, FORCED_OPEN, a ramp, or a state that changed under us. */
+static RESIL_NOINLINE int
 acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
+  uint64_t w = load_word(br);
+  if (word_state(w) == ST_RAMP) {
+    /* Lock-free while the ramp runs; its end is settled below, on a
+     * precise reading. */
+    int a = ramp_admit(br, now != RESIL__NO_NOW ? now : now_ramp(br, ramp_cfg(br)));
+    if (a == 0)
+      return ACQ_RAMP;
+    if (a > 0) {
+      permit->generation = word_gen(w);
+      permit->state = RESIL_BREAKER_CLOSED;
+      return ACQ_GO;
+    }
+  }
   if (now == RESIL__NO_NOW)
     now = now_precise(br);
   evbuf eb;
   lock_settled(br, now, &eb);
-  uint64_t w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
+  w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
   resil_breaker_state_kind st = word_state(w);
   int ok = 1;
   if (st == RESIL_BREAKER_OPEN) {
@@ -1382,17 +1638,22 @@ acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
       ok = 0;
   } else if (st == RESIL_BREAKER_FORCED_OPEN) {
     ok = 0;
+  } else if (st == ST_RAMP && ramp_admit(br, now) == 0) {
+    /* A ramp that began since the look above (settled: its time is not
+     * up): the same decision. */
+    unlock_deliver(br, &eb);
+    return ACQ_RAMP;
   }
   if (ok) {
     permit->generation = word_gen(w);
-    permit->state = st;
+    permit->state = pub_state(st);
   } else {
     br->s->t_not_permitted++;
     emit(br, &eb, RESIL_BREAKER_EVENT_NOT_PERMITTED, st, st,
          RESIL_BREAKER_CAUSE_NONE, now);
   }
   unlock_deliver(br, &eb);
-  return ok ? RESIL_DECISION_GO : RESIL_DECISION_DENY;
+  return ok ? ACQ_GO : ACQ_DENY;
 }
 
 /* acquire's common case: a state that always permits (one atomic load,
@@ -1409,17 +1670,41 @@ static RESIL_ALWAYS_INLINE int acquire_fast(resil_breaker *br,
   return 0;
 }
 
-static RESIL_ALWAYS_INLINE resil_decision
+static RESIL_ALWAYS_INLINE int
 acquire(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
-  if (RESIL_LIKELY(acquire_fast(br, permit))) return RESIL_DECISION_GO;
+  if (RESIL_LIKELY(acquire_fast(br, permit))) return ACQ_GO;
   return acquire_slow(br, permit, now);
+}
+
+/* acquire_slow as a decision: out of line, so that try_acquire's common
+ * case stays the load, the test and a tail call it was before the ramp. */
+static RESIL_NOINLINE resil_decision
+acquire_slow_decision(resil_breaker *br, resil_breaker_permit *permit,
+                      int64_t now) {
+  return acquire_slow(br, permit, now) == ACQ_GO ? RESIL_DECISION_GO
+                                                 : RESIL_DECISION_DENY;
 }
 
 resil_decision resil_breaker_try_acquire(resil_breaker *br,
                                          resil_breaker_permit *permit) {
   if (RESIL_UNLIKELY(!valid(br) || !permit))
     return RESIL_DECISION_DENY;
-  return acquire(br, permit, RESIL__NO_NOW);
+  if (RESIL_LIKELY(acquire_fast(br, permit)))
+    return RESIL_DECISION_GO;
+  return acquire_slow_decision(br, permit, RESIL__NO_NOW);
+}
+
+resil_decision resil_breaker_try_acquire_why(resil_breaker *br,
+                                             resil_breaker_permit *permit,
+                                             resil_reason *why) {
+  int a = RESIL_UNLIKELY(!valid(br) || !permit)
+              ? ACQ_DENY
+              : acquire(br, permit, RESIL__NO_NOW);
+  if (why)
+    *why = a == ACQ_GO     ? RESIL_REASON_NONE
+           : a == ACQ_RAMP ? RESIL_REASON_RECOVERING
+                           : RESIL_REASON_BREAKER_OPEN;
+  return a == ACQ_GO ? RESIL_DECISION_GO : RESIL_DECISION_DENY;
 }
 
 resil_decision resil__breaker_acquire_at(resil_breaker *br,
@@ -1427,7 +1712,31 @@ resil_decision resil__breaker_acquire_at(resil_breaker *br,
                                          int64_t now) {
   if (RESIL_UNLIKELY(!valid(br) || !permit))
     return RESIL_DECISION_DENY;
-  return acquire(br, permit, now);
+  if (RESIL_LIKELY(acquire_fast(br, permit)))
+    return RESIL_DECISION_GO;
+  return acquire_slow_decision(br, permit, now);
+}
+
+double resil_breaker_ramp_share(resil_breaker *br) {
+  if (!valid(br))
+    return 0.0;
+  uint64_t w = load_word(br);
+  if (RESIL_LIKELY(word_state(w) != ST_RAMP))
+    return 1.0;
+  return ramp_share_at(br, w, now_precise(br));
+}
+
+int resil_breaker_recovering(resil_breaker *br) {
+  if (!valid(br))
+    return 0;
+  uint64_t w = load_word(br);
+  resil_breaker_state_kind st = word_state(w);
+  if (RESIL_LIKELY(st != ST_RAMP))
+    return st == RESIL_BREAKER_HALF_OPEN;
+  /* Ramping until its time is up (whatever its share). */
+  return now_precise(br) -
+             atomic_load_explicit(&ramp_state(br)->start, memory_order_relaxed) <
+         ramp_cfg(br)->ns;
 }
 
 /* CLOSED, count window, a recorded class, a permit of the current
@@ -1484,7 +1793,10 @@ static void settle_locked(resil_breaker *br, evbuf *eb, int64_t *now,
                           int *have_now) {
   resil_breaker_state_kind st =
       word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
-  if (RESIL_LIKELY(!time_driven(br, st)))
+  /* A ramp's end changes neither how a result counts nor a permit handed
+   * back: records and releases leave it to the next acquire, state or
+   * metrics (no clock read for it here). */
+  if (RESIL_LIKELY(!time_driven(br, st) || st == ST_RAMP))
     return;
   if (!*have_now) {
     *now = now_precise(br);
@@ -1519,7 +1831,7 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
     return RESIL_OK;
   }
   if (st != RESIL_BREAKER_CLOSED && st != RESIL_BREAKER_HALF_OPEN &&
-      st != RESIL_BREAKER_METRICS_ONLY) {
+      st != RESIL_BREAKER_METRICS_ONLY && st != ST_RAMP) {
     /* DISABLED records nothing; OPEN and FORCED_OPEN issue no permits. */
     unlock_deliver(br, &eb);
     return RESIL_OK;
@@ -1561,8 +1873,8 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
     if (st == RESIL_BREAKER_HALF_OPEN) {
       if (!have_now)
         now = now_precise(br);
-      enter(br, &eb, RESIL_BREAKER_CLOSED, now,
-            RESIL_BREAKER_CAUSE_BELOW_THRESHOLDS);
+      enter_as(br, &eb, RESIL_BREAKER_CLOSED, now,
+               RESIL_BREAKER_CAUSE_BELOW_THRESHOLDS, 1);
     } else {
       br->s->exceeded = 0;
     }
@@ -1575,6 +1887,12 @@ record_locked(resil_breaker *br, const resil_breaker_permit *permit,
 static RESIL_NOINLINE resil_status
 record_held(resil_breaker *br, const resil_breaker_permit *permit,
             resil_outcome_class cls, int slow, int64_t t, int run) {
+  /* A ramping CLOSED with a count window records as a CLOSED does. */
+  if (br->window_kind == RESIL__WINDOW_COUNT && recorded(br, cls) &&
+      atomic_load_explicit(&br->s->word, memory_order_relaxed) ==
+          ((permit->generation << STATE_BITS) | (uint64_t)ST_RAMP))
+    return record_closed(br, (br->failure_mask >> (unsigned)cls) & 1u, slow,
+                         t, run);
   return record_locked(br, permit, cls, slow, window_reading(br, t, run),
                        precise_reading(br, t, run));
 }
@@ -1753,8 +2071,11 @@ static RESIL_ALWAYS_INLINE void record_run(resil_breaker *br,
 static RESIL_ALWAYS_INLINE int enter_run(resil_breaker *br,
                                          resil_breaker_permit *permit,
                                          int64_t *t0, resil_outcome *refusal) {
-  if (RESIL_UNLIKELY(!acquire(br, permit, RESIL__NO_NOW))) {
-    *refusal = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+  int a = acquire(br, permit, RESIL__NO_NOW);
+  if (RESIL_UNLIKELY(a != ACQ_GO)) {
+    *refusal = resil_outcome_make(RESIL_REJECTED, a == ACQ_RAMP
+                                                      ? RESIL_REASON_RECOVERING
+                                                      : RESIL_REASON_BREAKER_OPEN);
     return 0;
   }
   *t0 = now_run(br);
@@ -1853,7 +2174,7 @@ resil_breaker_state_kind resil_breaker_state(resil_breaker *br) {
   lock_settled(br, now_precise(br), &eb);
   st = word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
   unlock_deliver(br, &eb);
-  return st;
+  return pub_state(st);
 }
 
 /* Resilience4j's StateTransition table has every pair but these. */
@@ -1875,10 +2196,13 @@ static void enter_manual(resil_breaker *br, evbuf *eb,
                          int64_t wait_ns) {
   uint32_t opens = br->s->opens;
   int64_t series = br->s->series_wait_ns;
-  if (from == to)
+  if (pub_state(from) == to) {
+    /* A ramping CLOSED restarted by hand gets full traffic. */
+    leave_ramp(br, eb, from, RESIL_BREAKER_CAUSE_MANUAL, now);
     restart(br, to, now);
-  else
+  } else {
     enter(br, eb, to, now, RESIL_BREAKER_CAUSE_MANUAL);
+  }
   if (wait_ns > 0) {
     br->s->opens = opens;
     br->s->series_wait_ns = series;
@@ -1894,7 +2218,7 @@ static resil_status manual(resil_breaker *br, resil_breaker_state_kind to,
   resil_breaker_state_kind from =
       word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
   resil_status st = RESIL_OK;
-  if (refused(from, to))
+  if (refused(pub_state(from), to))
     st = RESIL_ESTATE;
   else
     enter_manual(br, &eb, from, to, now, wait_ns);
@@ -1928,10 +2252,12 @@ resil_status resil_breaker_reset(resil_breaker *br) {
   lock_settled(br, now, &eb);
   resil_breaker_state_kind from =
       word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed));
-  if (from != RESIL_BREAKER_CLOSED)
+  if (pub_state(from) != RESIL_BREAKER_CLOSED) {
     enter(br, &eb, RESIL_BREAKER_CLOSED, now, RESIL_BREAKER_CAUSE_RESET);
-  else
+  } else {
+    from = leave_ramp(br, &eb, from, RESIL_BREAKER_CAUSE_RESET, now);
     restart(br, RESIL_BREAKER_CLOSED, now); /* new generation, no event */
+  }
   emit(br, &eb, RESIL_BREAKER_EVENT_RESET, from, RESIL_BREAKER_CLOSED,
        RESIL_BREAKER_CAUSE_RESET, now);
   unlock_deliver(br, &eb);
@@ -1959,8 +2285,18 @@ resil_status resil_breaker_get_metrics_sized(resil_breaker *br,
     resil__window_advance(&br->s->win, wnow);
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
-  out->state = word_state(w);
+  out->state = pub_state(word_state(w));
   out->generation = word_gen(w);
+  out->ramping = word_state(w) == ST_RAMP;
+  out->ramp_share = ramp_share_at(br, w, now);
+  out->ramp_since_ns =
+      out->ramping
+          ? atomic_load_explicit(&ramp_state(br)->start, memory_order_relaxed)
+          : 0;
+  out->total_ramp_rejected =
+      (br->modes & MODE_RAMP)
+          ? atomic_load_explicit(&ramp_state(br)->t_rejected, memory_order_relaxed)
+          : 0;
   out->state_since_ns = br->s->since_ns;
   out->consecutive_opens = br->s->opens;
   out->open_wait_ns = br->s->cur_wait_ns;
@@ -2030,6 +2366,9 @@ resil_status resil_breaker_shared_peek_sized(resil_shared *seg, const char *name
   c.ignored_classes = (uint32_t)rec.ignored_classes;
   c.initial_state = (resil_breaker_state_kind)rec.initial_state;
   c.half_open_max_wait_to_closed = (int)rec.half_open_max_wait_to_closed;
+  c.ramp_duration_ns = rec.ramp_duration_ns;
+  c.ramp_min_percent = (uint32_t)rec.ramp_min_percent;
+  memcpy(&c.ramp_aggression, rec.ramp_aggression, sizeof(double));
   c.event_capacity = 0;
   c.shared = seg;
   resil_breaker *br;

@@ -10,6 +10,7 @@
 #include "core/internal.h"
 #include "core/shard.h"
 #include "ratelimit/ratelimit_int.h"
+#include "hedge/hedge_int.h"
 #include "retry/retry_int.h"
 #include "resil/bulkhead.h"
 #include "resil/chain.h"
@@ -69,6 +70,9 @@ typedef struct chain_layer {
   /* For a LAYER_*_AT layer: the first layer at or below it that is not one
    * (ch->n: none); layers i..split_end-1 are entered in one pass. */
   size_t split_end;
+  /* A library retry or hedge: the library breaker layer nearest inside it
+   * (NULL: none), which it watches for "retries last" (DESIGN §2.9). */
+  resil_breaker *watch;
   layer_counters c;
 } chain_layer;
 
@@ -303,6 +307,16 @@ resil_status resil_chain_add_layer(resil_chain *ch, const resil_layer *ulayer) {
       resil__bulkhead_valid(layer->policy))
     L->at = LAYER_BULKHEAD_AT;
   if (layer->run == resil__chain_run_retry) L->at = LAYER_RETRY_AT;
+  /* Retries and hedges last: every library retry or hedge layer above
+   * without a breaker inside it yet watches this one, the nearest inside. */
+  if (L->at == LAYER_BREAKER_AT)
+    for (size_t j = 0; j < ch->n; j++) {
+      chain_layer *J = &ch->layers[j];
+      if (!J->watch && (J->at == LAYER_RETRY_AT ||
+                        (J->desc.kind == RESIL_LAYER_HEDGE &&
+                         resil__chain_layer_typed(&J->desc))))
+        J->watch = layer->policy;
+    }
   if (L->desc.max_attempts == 0) L->desc.max_attempts = 1;
   if (L->desc.kind != RESIL_LAYER_HEDGE) {
     L->desc.max_hedges = 0;
@@ -655,9 +669,14 @@ enter_generic(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
              .below = {.clean = 0}, .heap = 0};
   if (RESIL_UNLIKELY(L->desc.hedges_blocking)) {
     atomic_init(&f.par_calls, 0);
-    o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
+    if (L->watch) /* a library hedge above a breaker layer */
+      o = resil__hedge_run_watch(L->desc.policy, ctx, trampoline_par, &f, L->watch);
+    else
+      o = L->desc.run(L->desc.policy, ctx, trampoline_par, &f);
     /* Every call has returned, ordered by the policy's own lock. */
     f.inner_calls = atomic_load_explicit(&f.par_calls, memory_order_relaxed);
+  } else if (L->at == LAYER_RETRY_AT) {
+    o = resil__retry_run_watch(L->desc.policy, ctx, trampoline, &f, L->watch);
   } else {
     o = L->desc.run(L->desc.policy, ctx, trampoline, &f);
   }
@@ -685,7 +704,7 @@ enter_retry(resil_chain *ch, size_t i, const resil_ctx *ctx, resil_call_fn fn,
     o = split_pass(ch, j, &first, fn, arg, &f.below);
   else
     o = enter_layer(ch, j, &first, fn, arg, &f.below);
-  resil__retry_fast_rest(r, &first, trampoline, &f, &o);
+  resil__retry_fast_rest(r, &first, trampoline, &f, &o, ch->layers[i].watch);
   settle_layer(ch, i, &f, &o, up);
   return o;
 }
@@ -757,7 +776,8 @@ retry_unclean(resil_chain *ch, const resil_ctx *first, resil_call_fn fn,
   frame f = {.ch = ch, .i = 0, .fn = fn, .arg = arg, .inner_calls = 1,
              .below = {.clean = 0}, .heap = 0};
   link top = {.clean = 0};
-  resil__retry_fast_rest(ch->ops[0].policy, first, trampoline, &f, io);
+  resil__retry_fast_rest(ch->ops[0].policy, first, trampoline, &f, io,
+                         ch->layers[0].watch);
   settle_layer(ch, 0, &f, io, &top);
   if (top.clean) resil__shards_add(&ch->clean, 0, 1);
 }

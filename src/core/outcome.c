@@ -168,6 +168,8 @@ const char *resil_stop_name(resil_stop s) {
     return "BUDGET";
   case RESIL_STOP_CANCELLED:
     return "CANCELLED";
+  case RESIL_STOP_RECOVERING:
+    return "RECOVERING";
   }
   return "?";
 }

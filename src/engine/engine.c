@@ -1080,9 +1080,11 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
     }
   }
   if (call->pol.breaker) {
-    if (resil_breaker_try_acquire(call->pol.breaker, &hg->permit) != RESIL_DECISION_GO) {
+    resil_reason why;
+    if (resil_breaker_try_acquire_why(call->pol.breaker, &hg->permit, &why) !=
+        RESIL_DECISION_GO) {
       ST_INC(e, rej_breaker);
-      hedge_rejected(call, n, hg, RESIL_REASON_BREAKER_OPEN);
+      hedge_rejected(call, n, hg, why); /* BREAKER_OPEN or RECOVERING */
       return;
     }
     hg->has_permit = 1;
@@ -1159,7 +1161,10 @@ static void on_hedge_timer(void *arg) {
   resil_engine_handle *call = arg;
   if (call->state != ST_FLIGHT || call->hedge_over) return;
   int64_t next = -1;
-  if (resil_hedge_on_timer(call->pol.hedge, &call->hc, &next) != RESIL_DECISION_GO) return;
+  /* Hedges last (DESIGN §2.9): the hedge watches the attempt's breaker. */
+  if (resil_hedge_on_timer_watch(call->pol.hedge, &call->hc, &next, call->pol.breaker) !=
+      RESIL_DECISION_GO)
+    return;
   uint32_t n = call->hc.attempts;
   ST_INC(call->e, hedges_sent);
   call->att_hedges++;
@@ -1548,14 +1553,17 @@ static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t 
       }
       break;
     }
-    case STEP_BR:
-      if (resil_breaker_try_acquire(call->pol.breaker, &call->permit) != RESIL_DECISION_GO) {
+    case STEP_BR: {
+      resil_reason why;
+      if (resil_breaker_try_acquire_why(call->pol.breaker, &call->permit, &why) !=
+          RESIL_DECISION_GO) {
         ST_INC(e, rej_breaker);
-        step_reject(call, RESIL_REASON_BREAKER_OPEN);
+        step_reject(call, why); /* BREAKER_OPEN or RECOVERING (a ramp) */
         return;
       }
       call->has_permit = 1;
       break;
+    }
     case STEP_BH:
       if (!bh_acquire(call, actx, now)) return;
       break;
@@ -1610,9 +1618,11 @@ static int outer_steps(resil_engine_handle *call) {
   while (call->outer_i < call->nouter) {
     unsigned char i = call->outer_i++;
     if (call->outer[i] == STEP_BR) {
-      if (resil_breaker_try_acquire(call->cbr, &call->cpermit) != RESIL_DECISION_GO) {
+      resil_reason why;
+      if (resil_breaker_try_acquire_why(call->cbr, &call->cpermit, &why) !=
+          RESIL_DECISION_GO) {
         ST_INC(e, rej_breaker);
-        outer_reject(call, i, RESIL_REASON_BREAKER_OPEN);
+        outer_reject(call, i, why);
         return 0;
       }
       call->has_cpermit = 1;
@@ -1660,6 +1670,9 @@ static void on_call_timer(void *arg) {
       finish(call, resil_retry_result(call->rst));
       return;
     }
+    /* Retries last (DESIGN §2.9): the retry watches the attempt's breaker. */
+    if (call->pol.retry && call->pol.breaker)
+      (void)resil_retry_state_watch(call->rst, call->pol.breaker);
   }
   begin_attempt(call);
 }

@@ -17,6 +17,8 @@
 #include "resil/hedge.h"
 #include "resil/bulkhead.h"
 #include "resil/retry.h"
+#include "breaker/breaker_int.h"
+#include "hedge/hedge_int.h"
 
 #define MAGIC_HEDGE 0x48444745u /* "HDGE" */
 #define MAX_DELAY_NS (24 * 3600 * RESIL_NS_PER_S)
@@ -38,6 +40,8 @@ struct resil_hedge {
   const resil_allocator *alloc;
   resil_hedge_event_fn on_event;
   void *on_event_user;
+  struct resil_breaker *watch; /* recovery_breaker; NULL: none */
+  int during;                  /* hedge_during_recovery */
 
   /* Listeners added after creation (resil_hedge_listener_add): the array
    * under lmu; nls read without it as a fast "none" check; `active` counts
@@ -53,7 +57,8 @@ struct resil_hedge {
 
   _Atomic int64_t cur_delay_ns;
   _Atomic uint64_t calls, hedged_calls, hedges_sent, hedges_won,
-      cancelled_losers, refused_by_budget, passed_unsafe, passed_blocking;
+      cancelled_losers, refused_by_budget, passed_unsafe, passed_blocking,
+      suppressed_recovering;
   _Atomic uint32_t samples;
 
   /* Percentile mode: under mu. */
@@ -127,6 +132,11 @@ static resil_status validate(const resil_hedge_config *c, resil_error *err) {
     return st;
   if (c->deposit_calls != 0 && c->deposit_calls != 1)
     return resil__err_range(err, "deposit_calls", 0, 1, c->deposit_calls, NULL);
+  if (c->recovery_breaker && !resil__breaker_clock(c->recovery_breaker))
+    return resil__err(err, RESIL_EINVAL, "recovery_breaker", "is not a live breaker");
+  if (c->hedge_during_recovery != 0 && c->hedge_during_recovery != 1)
+    return resil__err_range(err, "hedge_during_recovery", 0, 1,
+                            c->hedge_during_recovery, NULL);
   return RESIL_OK;
 }
 
@@ -180,6 +190,8 @@ resil_status resil_hedge_new(const resil_hedge_config *ucfg, resil_hedge **out,
   h->alloc = cfg.alloc;
   h->on_event = cfg.on_event;
   h->on_event_user = cfg.on_event_user;
+  h->during = cfg.hedge_during_recovery;
+  h->watch = h->during ? NULL : cfg.recovery_breaker;
   atomic_init(&h->cur_delay_ns, cfg.delay_ns);
   h->magic = MAGIC_HEDGE;
   *out = h;
@@ -402,8 +414,23 @@ resil_decision resil_hedge_begin_sized(resil_hedge *h, const resil_ctx *ctx,
   return d;
 }
 
+static resil_decision on_timer(resil_hedge *h, resil_hedge_call *call,
+                               int64_t *next_delay_ns, struct resil_breaker *watch);
+
 resil_decision resil_hedge_on_timer(resil_hedge *h, resil_hedge_call *call,
                                     int64_t *next_delay_ns) {
+  return on_timer(h, call, next_delay_ns, valid(h) ? h->watch : NULL);
+}
+
+resil_decision resil_hedge_on_timer_watch(resil_hedge *h, resil_hedge_call *call,
+                                          int64_t *next_delay_ns, resil_breaker *watch) {
+  if (!valid(h) || h->during) watch = NULL;
+  return on_timer(h, call, next_delay_ns, watch);
+}
+
+/* The one decision whether to send a hedge (every form). */
+static resil_decision on_timer(resil_hedge *h, resil_hedge_call *call,
+                               int64_t *next_delay_ns, struct resil_breaker *watch) {
   if (next_delay_ns) *next_delay_ns = -1;
   resil_hedge_call full;
   if (!valid(h) || !call || !call_in(&full, call)) return RESIL_DECISION_DENY;
@@ -412,6 +439,16 @@ resil_decision resil_hedge_on_timer(resil_hedge *h, resil_hedge_call *call,
       full.in_flight == 0 || full.attempts - 1 >= h->max_hedges) {
     full.state |= RESIL_HEDGE_CALL_NO_MORE;
     call_out(call, &full);
+    return RESIL_DECISION_DENY;
+  }
+  if (watch && resil_breaker_recovering(watch)) {
+    /* Hedges last (DESIGN §2.9): none while the breaker recovers. */
+    bump(&h->suppressed_recovering);
+    full.state |= RESIL_HEDGE_CALL_NO_MORE;
+    full.delay_ns = -1;
+    call_out(call, &full);
+    resil_outcome ro = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_RECOVERING);
+    event(h, &full, RESIL_HEDGE_EVENT_REJECTED, full.attempts + 1, -1, &ro);
     return RESIL_DECISION_DENY;
   }
   if (h->budget && !resil_retry_budget_try_withdraw(h->budget)) {
@@ -518,11 +555,18 @@ resil_hedge_verdict resil_hedge_record(resil_hedge *h, resil_hedge_call *call,
 
 resil_outcome resil_hedge_run(resil_hedge *h, const resil_ctx *ctx,
                               resil_call_fn fn, void *arg) {
+  return resil__hedge_run_watch(h, ctx, fn, arg, NULL);
+}
+
+resil_outcome resil__hedge_run_watch(resil_hedge *h, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg,
+                                     resil_breaker *watch) {
   resil_ctx lc;
   const resil_ctx *c = resil__ctx_in(&lc, ctx);
   if (!valid(h) || !fn || !c)
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  if (h->executor) return resil_hedge_run_on(h, c, h->executor, fn, arg);
+  if (h->executor)
+    return resil__hedge_run_on_watch(h, c, h->executor, fn, arg, watch);
   bump(&h->calls);
   bump(&h->passed_blocking);
   return fn(arg, c);
@@ -579,6 +623,8 @@ resil_status resil_hedge_get_metrics_sized(const resil_hedge *ch,
   m.passed_blocking = atomic_load_explicit(&h->passed_blocking, memory_order_relaxed);
   m.samples = atomic_load_explicit(&h->samples, memory_order_relaxed);
   m.delay_ns = atomic_load_explicit(&h->cur_delay_ns, memory_order_relaxed);
+  m.suppressed_recovering =
+      atomic_load_explicit(&h->suppressed_recovering, memory_order_relaxed);
   resil__sized_out(dst, n, &m, sizeof m);
   return RESIL_OK;
 }

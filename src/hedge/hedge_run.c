@@ -13,6 +13,7 @@
 #include "core/internal.h"
 #include "resil/bulkhead.h"
 #include "resil/hedge.h"
+#include "hedge/hedge_int.h"
 
 #define MAX_ATTEMPTS (RESIL_HEDGE_MAX_HEDGES + 1)
 
@@ -91,6 +92,12 @@ static int start(race *r, resil_threadpool *tp, const resil_ctx *c, uint32_t n,
 resil_outcome resil_hedge_run_on(resil_hedge *h, const resil_ctx *ctx,
                                  resil_threadpool *tp, resil_call_fn fn,
                                  void *arg) {
+  return resil__hedge_run_on_watch(h, ctx, tp, fn, arg, NULL);
+}
+
+resil_outcome resil__hedge_run_on_watch(resil_hedge *h, const resil_ctx *ctx,
+                                        resil_threadpool *tp, resil_call_fn fn,
+                                        void *arg, resil_breaker *watch) {
   resil_ctx lc;
   const resil_ctx *c = resil__ctx_in(&lc, ctx);
   if (!h || !tp || !fn || !c || !resil_hedge_name(h))
@@ -157,7 +164,8 @@ resil_outcome resil_hedge_run_on(resil_hedge *h, const resil_ctx *ctx,
     if (next_at != INT64_MAX && now >= next_at) {
       next_at = INT64_MAX;
       int64_t nd = -1;
-      if (resil_hedge_on_timer(h, &hc, &nd) == RESIL_DECISION_GO) {
+      if ((watch ? resil_hedge_on_timer_watch(h, &hc, &nd, watch)
+                 : resil_hedge_on_timer(h, &hc, &nd)) == RESIL_DECISION_GO) {
         pthread_mutex_unlock(&r.mu);
         if (start(&r, tp, c, hc.attempts, &why) != 0) {
           /* Counted as sent by the split form; it ends at once, not sent. */

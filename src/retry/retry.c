@@ -6,6 +6,7 @@
 
 #include "core/shard.h"
 #include "retry_int.h"
+#include "breaker/breaker_int.h"
 
 /* resil_retry_state.bits */
 #define ST_STOPPED 0x1u    /* the final outcome is in st->result            */
@@ -48,6 +49,10 @@ struct resil_retry {
   void *user;
   void (*user_free)(void *user);
   const resil_clock *clock; /* as configured: may be NULL (system) */
+  /* The breaker watched for "retries last" (NULL: none; NULL also with
+   * retry_during_recovery, whose flag is `during`). */
+  struct resil_breaker *watch;
+  uint32_t during;
   const resil_allocator *alloc;
   char *name;
   uint64_t seed_base;
@@ -63,6 +68,7 @@ struct resil_retry {
   char pad_[64];
   _Atomic uint64_t refused_deadline;
   _Atomic uint64_t refused_budget;
+  _Atomic uint64_t suppressed; /* calls stopped with RESIL_STOP_RECOVERING */
   _Atomic uint64_t seq; /* per-call generator seeds */
   _Atomic uint64_t stops[RESIL_RETRY_STOP_SLOTS];
 };
@@ -76,6 +82,8 @@ struct resil_retry_state {
   resil_outcome result;
   const resil_retry *owner;
   const resil_allocator *alloc;
+  /* The breaker this call watches (the retry's, or its chain's). */
+  struct resil_breaker *watch;
   int64_t base_wait_ns;
   int64_t prev_wait_ns;
   /* The wait asked for before the attempt now being made (0 for the
@@ -138,6 +146,8 @@ static void config_defaults(resil_retry_config *cfg) {
   cfg->alloc = NULL;
   cfg->on_attempt = NULL;
   cfg->on_attempt_user = NULL;
+  cfg->recovery_breaker = NULL;
+  cfg->retry_during_recovery = 0;
 }
 
 void resil_retry_config_init_sized(resil_retry_config *cfg, size_t n) {
@@ -201,6 +211,10 @@ static resil_status validate(const resil_retry_config *c, resil_error *err) {
                       "is not a live retry budget");
   if (c->clock && !c->clock->now_ns)
     return resil__err(err, RESIL_EINVAL, "clock", "has no now_ns function");
+  if (c->recovery_breaker && !resil__breaker_clock(c->recovery_breaker))
+    return resil__err(err, RESIL_EINVAL, "recovery_breaker",
+                      "is not a live breaker");
+  CHECK(retry_during_recovery, 0, 1);
   if (c->alloc && (!c->alloc->alloc || !c->alloc->free))
     return resil__err(err, RESIL_EINVAL, "alloc",
                       "needs both alloc and free functions");
@@ -267,6 +281,8 @@ resil_status resil_retry_new(const resil_retry_config *ucfg, resil_retry **out,
   r->user = cfg->user;
   r->user_free = cfg->user_free;
   r->clock = cfg->clock;
+  r->watch = cfg->retry_during_recovery ? NULL : cfg->recovery_breaker;
+  r->during = (uint32_t)cfg->retry_during_recovery;
   resil__ctx_defaults(&r->first_ctx);
   r->first_ctx.clock = r->clock;
   r->first_ctx.attempt = 1;
@@ -278,6 +294,7 @@ resil_status resil_retry_new(const resil_retry_config *ucfg, resil_retry **out,
                        (uint64_t)(uintptr_t)r);
   atomic_init(&r->refused_deadline, 0);
   atomic_init(&r->refused_budget, 0);
+  atomic_init(&r->suppressed, 0);
   atomic_init(&r->seq, 0);
   for (int i = 0; i < RESIL_RETRY_STOP_SLOTS; i++) atomic_init(&r->stops[i], 0);
   r->magic = RESIL_MAGIC_RETRY;
@@ -449,7 +466,10 @@ static void account(resil_retry *r, const resil_retry_state *st,
     resil__shards_add(&r->calls, C_OK_RETRIED, 1);
   } else {
     resil__shards_add(&r->calls, n <= 1 ? C_FAILED_FIRST : C_FAILED_RETRIED, 1);
-    BUMP(r->stops[stop], 1);
+    if (RESIL_LIKELY(stop < RESIL_RETRY_STOP_SLOTS))
+      BUMP(r->stops[stop], 1);
+    else
+      BUMP(r->suppressed, 1); /* RESIL_STOP_RECOVERING */
   }
   if (n) resil__shards_add(&r->calls, C_ATTEMPTS_OTHER, n);
 }
@@ -557,6 +577,7 @@ static resil_decision begin(resil_retry *r, const resil_ctx *ctx,
   st->ctx = *c;
   if (!ctx) st->ctx.clock = r->clock;
   st->owner = r;
+  st->watch = r->watch;
   st->bits = 0;
   st->base_wait_ns = r->initial_wait_ns;
   st->prev_wait_ns = r->initial_wait_ns;
@@ -618,6 +639,10 @@ static resil_stop decide(resil_retry *r, resil_retry_state *st,
   if (n >= r->max_attempts) return finish(r, st, RESIL_STOP_MAX_ATTEMPTS);
   if (st->ctx.cancel && resil_cancel_is_set(st->ctx.cancel))
     return finish(r, st, RESIL_STOP_CANCELLED);
+  /* Retries last (DESIGN §2.9): none while the breaker inside is
+   * recovering; nothing taken from the budget. */
+  if (st->watch && resil_breaker_recovering(st->watch))
+    return finish(r, st, RESIL_STOP_RECOVERING);
 
   int64_t wait = computed_wait(r, st);
   if (r->respect_retry_after && o->retry_after_ms > 0) {
@@ -700,6 +725,7 @@ resil_outcome resil_retry_result(const resil_retry_state *st) {
 static void state_init_rest(resil_retry *r, resil_retry_state *st) {
   state_reset(st);
   st->owner = r;
+  st->watch = r->watch;
   st->bits = 0;
   st->base_wait_ns = r->initial_wait_ns;
   st->prev_wait_ns = r->initial_wait_ns;
@@ -740,6 +766,7 @@ static resil_outcome run_loop(resil_retry *r, resil_retry_state *st,
 typedef struct call_of {
   resil_call_fn fn;
   void *arg;
+  struct resil_breaker *watch; /* the breaker the call watches */
 } call_of;
 
 /* The fast path's first attempt did not end the call: the state begin()
@@ -754,16 +781,19 @@ __attribute__((noinline)) static void run_rest(resil_retry *r,
   int64_t delay = 0;
   st.ctx = first ? *first : r->first_ctx;
   state_init_rest(r, &st);
+  st.watch = k->watch;
   resil_decision d = resil_retry_next_timed(r, &st, io, 0, &delay);
   *io = run_loop(r, &st, d, delay, k->fn, k->arg);
 }
 
 /* Budget, deadline, token or listener: begin() first. */
 __attribute__((noinline)) static resil_outcome
-run_full(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
+run_full(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg,
+         struct resil_breaker *watch) {
   resil_retry_state st;
   int64_t delay = 0;
   resil_decision d = begin(r, ctx, &st);
+  st.watch = watch;
   if (d != RESIL_DECISION_DENY) d = run_attempt(r, &st, fn, arg, &delay);
   return run_loop(r, &st, d, delay, fn, arg);
 }
@@ -790,8 +820,9 @@ static inline void after_first(resil_retry *r, const resil_ctx *first,
 __attribute__((always_inline))
 #endif
 static inline resil_outcome run_fast(resil_retry *r, const resil_ctx *first,
-                                     resil_call_fn fn, void *arg) {
-  const call_of k = {fn, arg};
+                                     resil_call_fn fn, void *arg,
+                                     struct resil_breaker *watch) {
+  const call_of k = {fn, arg, watch};
   resil_outcome o = fn(arg, first);
   after_first(r, first, &k, &o);
   return o;
@@ -815,8 +846,9 @@ int resil__retry_fast_first(const resil_retry *r, const resil_ctx *ctx,
 }
 
 void resil__retry_fast_rest(resil_retry *r, const resil_ctx *first,
-                            resil_call_fn fn, void *arg, resil_outcome *io) {
-  const call_of k = {fn, arg};
+                            resil_call_fn fn, void *arg, resil_outcome *io,
+                            struct resil_breaker *watch) {
+  const call_of k = {fn, arg, r->during ? NULL : watch ? watch : r->watch};
   after_first(r, first, &k, io);
 }
 
@@ -830,18 +862,33 @@ void resil__retry_first_ok(resil_retry *r) {
 
 /* resil_retry_run for every call but the plain one without a ctx. */
 __attribute__((noinline)) static resil_outcome
-run_general(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg) {
+run_general(resil_retry *r, const resil_ctx *ctx, resil_call_fn fn, void *arg,
+            struct resil_breaker *watch) {
   if (RESIL_UNLIKELY(!valid(r) || !fn))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
+  watch = r->during ? NULL : watch ? watch : r->watch;
   resil_ctx lc;
   const resil_ctx *c = ctx ? resil__ctx_in(&lc, ctx) : NULL;
   if (RESIL_UNLIKELY(ctx && !c))
     return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
-  if (!takes_fast_path(r, c)) return run_full(r, ctx, fn, arg);
-  if (!c) return run_fast(r, &r->first_ctx, fn, arg);
+  if (!takes_fast_path(r, c)) return run_full(r, ctx, fn, arg, watch);
+  if (!c) return run_fast(r, &r->first_ctx, fn, arg, watch);
   if (c != &lc) lc = *c;
   lc.attempt = 1;
-  return run_fast(r, &lc, fn, arg);
+  return run_fast(r, &lc, fn, arg, watch);
+}
+
+resil_outcome resil__retry_run_watch(resil_retry *r, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg,
+                                     struct resil_breaker *watch) {
+  return run_general(r, ctx, fn, arg, watch);
+}
+
+resil_status resil_retry_state_watch(resil_retry_state *st, resil_breaker *watch) {
+  if (!st || !st->owner || !valid(st->owner)) return RESIL_EINVAL;
+  if (watch && !resil__breaker_clock(watch)) return RESIL_EINVAL;
+  if (!st->owner->during) st->watch = watch;
+  return RESIL_OK;
 }
 
 resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
@@ -849,8 +896,8 @@ resil_outcome resil_retry_run(resil_retry *r, const resil_ctx *ctx,
   /* The plain call: no ctx (the first attempt gets the retry's own constant
    * one), no budget, listener or predicate. */
   if (RESIL_UNLIKELY(!r || r->plain != RESIL_MAGIC_RETRY || ctx || !fn))
-    return run_general(r, ctx, fn, arg);
-  const call_of k = {fn, arg};
+    return run_general(r, ctx, fn, arg, NULL);
+  const call_of k = {fn, arg, r->watch};
   resil_outcome o = fn(arg, &r->first_ctx);
   if (RESIL_LIKELY(resil__common_success(o.kind, o.reason, o.http_status))) {
     resil__shards_add(&r->calls, C_OK_FIRST, 1);
@@ -884,6 +931,7 @@ resil_status resil_retry_get_stats_sized(const resil_retry *r,
       out->successful_without_retry + out->successful_with_retry;
   out->refused_by_deadline = LOAD(m->refused_deadline);
   out->refused_by_budget = LOAD(m->refused_budget);
+  out->suppressed_recovering = LOAD(m->suppressed);
   resil__sized_out(dst, n, &full, sizeof full);
   return RESIL_OK;
 }

@@ -37,7 +37,17 @@ int64_t resil__retry_worst_wait_of(const resil_retry *r);
 int resil__retry_fast_first(const resil_retry *r, const resil_ctx *ctx,
                             resil_ctx *first);
 void resil__retry_fast_rest(resil_retry *r, const resil_ctx *first,
-                            resil_call_fn fn, void *arg, resil_outcome *io);
+                            resil_call_fn fn, void *arg, resil_outcome *io,
+                            struct resil_breaker *watch);
+/* Retries last (DESIGN §2.9, Since 0.2): `watch` (NULL: none) is the
+ * breaker a chain found inside this retry layer; it replaces the config's
+ * recovery_breaker for this call (neither is watched with
+ * retry_during_recovery). resil__retry_run_watch is resil_retry_run with
+ * it; resil__retry_fast_rest above takes it too. */
+resil_outcome resil__retry_run_watch(resil_retry *r, const resil_ctx *ctx,
+                                     resil_call_fn fn, void *arg,
+                                     struct resil_breaker *watch);
+
 /* For a caller that decides once whether the fast path applies (the chain
  * at build time, Since 0.2): 1 when r is valid and has no budget, attempt
  * listener or predicate (all fixed when r is made). Then, for a full-size

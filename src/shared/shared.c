@@ -1,7 +1,9 @@
 /* Shared segment (DESIGN §8.1): a POSIX shared-memory object or a file,
  * mapped MAP_SHARED, holding a header and a fixed table of instance slots.
  *
- * Layout (RESIL_SHARED_LAYOUT 1), offsets in bytes:
+ * Layout (RESIL_SHARED_LAYOUT 2 since 0.2's breaker ramp: a breaker's
+ * configuration record holds the ramp's fields and, with a ramp, its state
+ * words hold the ramp before the windows), offsets in bytes:
  *
  *   0      header: magic, layout, ready, size, capacity, slot size, boot
  *          id, time namespace, creation time, the table mutex and the redo

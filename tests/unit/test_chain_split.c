@@ -198,6 +198,9 @@ static void side_new(side *s, const int *order, size_t n, int split,
   tc.wait_ns = RESIL_MS(40);
   tc.retry_on_rejected = 1;
   tc.clock = s->clock;
+  /* Retries last (DESIGN §2.9): the split chain's retry watches the
+   * breaker layer inside it; the nested one is told to watch the same. */
+  tc.recovery_breaker = s->br;
   assert_int_equal(resil_retry_new(&tc, &s->rt, &err), RESIL_OK);
   resil_chain_config cc;
   resil_chain_config_init(&cc);

@@ -142,14 +142,42 @@ static void hedge_without_a_breaker_permit_or_bulkhead_slot_is_not_sent(void **s
   hc.max_wait_ns = RESIL_S(1);
   resil_bulkhead *bh = NULL;
   assert_int_equal(resil_bulkhead_new(&hc, &bh, NULL), RESIL_OK);
-  resil_hedge *h = hedge_of(RESIL_MS(20), 1);
   resil_engine_policies pol;
   resil_engine_policies_init(&pol);
   pol.breaker = br;
-  pol.hedge = h;
   test_loop l;
   tl_init(&l);
   resil_engine *e = engine_on(&l, c);
+  /* Hedges last (DESIGN §2.9, the default): the breaker is HALF_OPEN, so
+   * the engine's hedge is not even tried: counted as suppressed by the
+   * hedge, no breaker refusal. The primary's success closes the breaker. */
+  resil_hedge *h_last = hedge_of(RESIL_MS(20), 1);
+  pol.hedge = h_last;
+  static done_rec d0;
+  rec_init(&d0);
+  run_one(&l, e, &d0, 0, "slow_first", KV("id", "br0", "ms", "300"), &pol);
+  assert_int_equal(d0.o[0].http_status, 200);
+  resil_engine_stats st0 = stats_of(e);
+  assert_int_equal(st0.hedges_sent, 0);
+  assert_int_equal(st0.rejected_breaker, 0);
+  assert_int_equal(st0.transfers, 1);
+  resil_hedge_metrics hm;
+  assert_int_equal(resil_hedge_get_metrics(h_last, &hm), RESIL_OK);
+  assert_int_equal(hm.suppressed_recovering, 1);
+  assert_int_equal(hm.hedges_sent, 0);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+  assert_int_equal(resil_breaker_transition(br, RESIL_BREAKER_OPEN), RESIL_OK);
+  assert_int_equal(resil_breaker_transition(br, RESIL_BREAKER_HALF_OPEN), RESIL_OK);
+  /* As before with hedge_during_recovery: the hedge goes for a breaker
+   * permit, which the HALF_OPEN breaker has no more of. */
+  resil_hedge_config hcfg;
+  resil_hedge_config_init(&hcfg);
+  hcfg.delay_ns = RESIL_MS(20);
+  hcfg.max_hedges = 1;
+  hcfg.hedge_during_recovery = 1;
+  resil_hedge *h = NULL;
+  assert_int_equal(resil_hedge_new(&hcfg, &h, NULL), RESIL_OK);
+  pol.hedge = h;
   static done_rec d;
   rec_init(&d);
   run_one(&l, e, &d, 0, "slow_first", KV("id", "br", "ms", "300"), &pol);
@@ -158,7 +186,7 @@ static void hedge_without_a_breaker_permit_or_bulkhead_slot_is_not_sent(void **s
   assert_int_equal(st.hedges_sent, 1);
   assert_int_equal(st.hedges_rejected, 1);
   assert_int_equal(st.rejected_breaker, 1);
-  assert_int_equal(st.transfers, 1);
+  assert_int_equal(st.transfers, 2);
   pol.breaker = NULL;
   pol.bulkhead = bh;
   run_one(&l, e, &d, 1, "slow_first", KV("id", "bh", "ms", "300"), &pol);
@@ -168,13 +196,14 @@ static void hedge_without_a_breaker_permit_or_bulkhead_slot_is_not_sent(void **s
   assert_int_equal(st.hedges_rejected, 2);
   assert_int_equal(st.rejected_bulkhead_full, 1);
   assert_int_equal(st.rejected_bulkhead_wait, 0);
-  assert_int_equal(st.transfers, 2);
+  assert_int_equal(st.transfers, 3);
   assert_int_equal(st.hedge_wins, 0);
-  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 2);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 3);
   assert_int_equal(resil_bulkhead_available(bh), 1);
   resil_engine_free(e);
   tl_close(&l);
   resil_hedge_free(h);
+  resil_hedge_free(h_last);
   resil_breaker_free(br);
   resil_bulkhead_free(bh);
   resil_http_client_free(c);
