@@ -42,6 +42,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "core/ramp.h"
 #include "core/window.h"
 #include "breaker/breaker_int.h"
 #include "resil/breaker.h"
@@ -85,8 +86,6 @@
  * no instruction added for a breaker that never ramps, and the inline
  * record path (which expects CLOSED) sends its records to record_locked. */
 #define ST_RAMP ((resil_breaker_state_kind)6)
-/* 1.0 in the ramp's 32.32 fixed point. */
-#define RAMP_ONE (UINT64_C(1) << 32)
 
 /* Events one operation can produce after its time-driven catch-up: a reset
  * gives a TRANSITION and a RESET; an acquire, a record or a manual
@@ -177,10 +176,7 @@ typedef struct br_ramp {
   _Atomic int64_t start;       /* the ramp's first instant */
   _Atomic uint64_t acc;        /* shares summed, 32.32 fixed point */
   _Atomic uint64_t t_rejected; /* calls the ramps refused (monotonic) */
-  int64_t ns;                  /* ramp_duration_ns */
-  uint64_t min_inc;            /* the minimum share, 32.32 fixed point */
-  double exp;                  /* 1 / ramp_aggression */
-  double inv_ns;               /* 1 / ramp_duration_ns */
+  resil__ramp_curve c;         /* ramp_duration_ns, min share, aggression */
   /* How an acquire reads the time into the ramp: RAMP_PRECISE, or the
    * coarse reading when its resolution is at most 1 % of the ramp (the
    * share it gives is then at most 1 % of the ramp late): RAMP_COARSE
@@ -546,22 +542,7 @@ static inline int time_driven(const resil_breaker *br,
          (st == RESIL_BREAKER_OPEN && br->auto_half_open) || st == ST_RAMP;
 }
 
-/* ---- the ramp (DESIGN §2.9) ------------------------------------------------
- *
- * share(t) = max(min, (t / D)^(1 / aggression)), Envoy's slow start curve,
- * as a 32.32 fixed-point increment in [ramp_min_inc, RAMP_ONE]. */
-static uint64_t ramp_inc(const br_ramp *c, int64_t el) {
-  if (el <= 0)
-    return c->min_inc;
-  if (el >= c->ns)
-    return RAMP_ONE;
-  double x = (double)el * c->inv_ns;
-  if (c->exp != 1.0)
-    x = pow(x, c->exp);
-  double f = x * (double)RAMP_ONE;
-  uint64_t inc = f >= (double)RAMP_ONE ? RAMP_ONE : (uint64_t)f;
-  return inc < c->min_inc ? c->min_inc : inc;
-}
+/* ---- the ramp (DESIGN §2.9; the curve and the admission: core/ramp.h) ---- */
 
 /* The one admission decision of a ramp, for every form (try_acquire, run,
  * chain, engine) and every process of a shared breaker: 1 admitted, 0
@@ -575,11 +556,9 @@ static int ramp_admit(resil_breaker *br, int64_t now) {
   br_ramp *rs = ramp_state(br);
   const br_ramp *c = ramp_cfg(br);
   int64_t el = now - atomic_load_explicit(&rs->start, memory_order_relaxed);
-  if (el >= c->ns)
+  if (el >= c->c.ns)
     return -1;
-  uint64_t inc = ramp_inc(c, el);
-  uint64_t old = atomic_fetch_add_explicit(&rs->acc, inc, memory_order_relaxed);
-  if (((old + inc) >> 32) != (old >> 32))
+  if (resil__ramp_take(&rs->acc, resil__ramp_inc(&c->c, el)))
     return 1;
   atomic_fetch_add_explicit(&rs->t_rejected, 1u, memory_order_relaxed);
   return 0;
@@ -600,7 +579,7 @@ static double ramp_share_at(resil_breaker *br, uint64_t w, int64_t now) {
     return 1.0;
   int64_t el =
       now - atomic_load_explicit(&ramp_state(br)->start, memory_order_relaxed);
-  return (double)ramp_inc(ramp_cfg(br), el) / (double)RAMP_ONE;
+  return (double)resil__ramp_inc(&ramp_cfg(br)->c, el) / (double)RESIL__RAMP_ONE;
 }
 
 static resil_breaker_cause cause_of(resil__verdict v) {
@@ -771,7 +750,7 @@ static void restart_as(resil_breaker *br, resil_breaker_state_kind to,
     br->s->series_wait_ns = series;
     /* Half a call in hand: the admitted count is the rounded sum. */
     br_ramp *rs = ramp_state(br);
-    atomic_store_explicit(&rs->acc, RAMP_ONE / 2u, memory_order_relaxed);
+    atomic_store_explicit(&rs->acc, RESIL__RAMP_ONE / 2u, memory_order_relaxed);
     atomic_store_explicit(&rs->start, at, memory_order_relaxed);
     wst = ST_RAMP;
   }
@@ -853,7 +832,7 @@ static int settle(resil_breaker *br, int64_t now, evbuf *eb) {
     if (st == ST_RAMP) {
       int64_t start =
           atomic_load_explicit(&ramp_state(br)->start, memory_order_relaxed);
-      int64_t d = ramp_cfg(br)->ns;
+      int64_t d = ramp_cfg(br)->c.ns;
       if (now - start < d)
         return 0;
       end_ramp(br, eb, start + d);
@@ -1457,10 +1436,8 @@ resil_status resil_breaker_new(const resil_breaker_config *ucfg,
   br->s = &br->u.own;
   if (rb) {
     br_ramp *rc = (br_ramp *)(void *)((char *)br + sizeof(*br));
-    rc->ns = cfg->ramp_duration_ns;
-    rc->min_inc = ((uint64_t)cfg->ramp_min_percent << 32) / 100u;
-    rc->exp = 1.0 / cfg->ramp_aggression;
-    rc->inv_ns = 1.0 / (double)cfg->ramp_duration_ns;
+    resil__ramp_curve_init(&rc->c, cfg->ramp_duration_ns, cfg->ramp_min_percent,
+                           cfg->ramp_aggression);
     rc->read = clock->coarse_ns && clock->coarse_resolution_ns <=
                                        cfg->ramp_duration_ns / 100
                    ? RAMP_COARSE
@@ -1736,7 +1713,7 @@ int resil_breaker_recovering(resil_breaker *br) {
   /* Ramping until its time is up (whatever its share). */
   return now_precise(br) -
              atomic_load_explicit(&ramp_state(br)->start, memory_order_relaxed) <
-         ramp_cfg(br)->ns;
+         ramp_cfg(br)->c.ns;
 }
 
 /* CLOSED, count window, a recorded class, a permit of the current
