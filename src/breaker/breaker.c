@@ -1038,19 +1038,10 @@ static resil_status validate(const resil_breaker_config *cfg,
       (st = resil__check_range(err, "name", (int64_t)strlen(cfg->name), 0,
                                NAME_MAX_LEN)))
     return st;
-  if (cfg->ramp_duration_ns != 0 && cfg->ramp_duration_ns < RESIL_NS_PER_MS)
-    return resil__err_range_ns(err, "ramp_duration_ns", 0, INT64_MAX,
-                               cfg->ramp_duration_ns,
-                               "0 (no ramp) or at least 1 ms");
-  if ((st = resil__check_range(err, "ramp_min_percent", cfg->ramp_min_percent,
-                               1, 100)))
+  if ((st = resil__ramp_check(err, "ramp_duration_ns", cfg->ramp_duration_ns,
+                               "ramp_min_percent", cfg->ramp_min_percent,
+                               "ramp_aggression", cfg->ramp_aggression)))
     return st;
-  double ag = cfg->ramp_aggression;
-  if (!(ag > 0.0) || !isfinite(ag)) { /* also rejects NaN */
-    resil__err(err, RESIL_EINVAL, "ramp_aggression",
-               "must be finite and greater than 0, got %g", ag);
-    return RESIL_EINVAL;
-  }
   if (cfg->clock && !cfg->clock->now_ns)
     return resil__err(err, RESIL_EINVAL, "clock", "now_ns must not be NULL");
   if (cfg->alloc && (!cfg->alloc->alloc || !cfg->alloc->free))

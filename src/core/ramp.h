@@ -16,6 +16,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/internal.h"
+
 #define RESIL__RAMP_ONE (UINT64_C(1) << 32)
 
 /* A ramp's curve (its layout is part of the breaker's shared slot). */
@@ -26,8 +28,25 @@ typedef struct resil__ramp_curve {
   double inv_ns;    /* 1 / ns                                 */
 } resil__ramp_curve;
 
-/* duration_ns > 0, min_percent 1..100, aggression > 0 (checked by the
- * callers' config validation). */
+/* The three settings of a ramp, checked for every config that has one
+ * (fields named as given): the duration 0 (no ramp) or at least 1 ms, the
+ * minimum share 1..100 %, the aggression finite and > 0. */
+static inline resil_status resil__ramp_check(resil_error *err, const char *dur_field,
+                                             int64_t duration_ns, const char *min_field,
+                                             uint32_t min_percent, const char *ag_field,
+                                             double aggression) {
+  if (duration_ns != 0 && duration_ns < RESIL_NS_PER_MS)
+    return resil__err_range_ns(err, dur_field, 0, INT64_MAX, duration_ns,
+                               "0 (no ramp) or at least 1 ms");
+  resil_status st = resil__check_range(err, min_field, min_percent, 1, 100);
+  if (st != RESIL_OK) return st;
+  if (!(aggression > 0.0) || !isfinite(aggression)) /* also rejects NaN */
+    return resil__err(err, RESIL_EINVAL, ag_field, "must be finite and greater than 0, got %g",
+                      aggression);
+  return RESIL_OK;
+}
+
+/* duration_ns > 0, min_percent 1..100, aggression > 0 (resil__ramp_check). */
 static inline void resil__ramp_curve_init(resil__ramp_curve *c, int64_t duration_ns,
                                           uint32_t min_percent, double aggression) {
   c->ns = duration_ns;
