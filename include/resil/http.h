@@ -683,6 +683,20 @@ typedef struct resil_http_client_config {
    * (events.h) writes them to an event log. */
   resil_http_instance_listener_fn on_instance;
   void *on_instance_user;
+  /* The ramp of an instance back from ejection (DESIGN §2.9, §8.4; the
+   * breaker's ramp, breaker.h, the same curve and rule): once its probe
+   * succeeds, for instance_ramp_ns it takes part in a growing share of the
+   * choices, share(t) = max(instance_ramp_min_percent / 100,
+   * (t / instance_ramp_ns)^(1 / instance_ramp_aggression)), decided without
+   * randomness (over any run of choices it took part in the sum of their
+   * shares within one), then in every one. An instance ejected again
+   * during its ramp starts over after its next probe. 0 (default): no ramp,
+   * full share at once; else 1 ms..1 day. */
+  int64_t instance_ramp_ns;
+  /* 1..100. Default 10. */
+  uint32_t instance_ramp_min_percent;
+  /* Finite and > 0; 1.0 linear. Default 1.0. */
+  double instance_ramp_aggression;
 } resil_http_client_config;
 
 /* Writes the documented defaults and struct_size (a macro passing
@@ -801,6 +815,9 @@ typedef struct resil_http_instance_stats {
   /* Attempt outcomes by kind, indexed by resil_outcome_kind (0 unused). */
   uint64_t outcomes[5];
   int64_t out_remaining_ns;    /* OUT: time left, else 0                  */
+  /* Its share of the choices now: 1.0, or during its ramp after an
+   * ejection (instance_ramp_ns) the ramp's share. */
+  double ramp_share;
 } resil_http_instance_stats;
 
 /* Instances of all the client's upstreams, the client's first: stable

@@ -59,6 +59,9 @@ static void config_defaults(resil_http_client_config *cfg) {
   cfg->eject_base_ns = 30 * RESIL_NS_PER_S;
   cfg->eject_max_ns = 300 * RESIL_NS_PER_S;
   cfg->eject_max_percent = 50;
+  cfg->instance_ramp_ns = 0;
+  cfg->instance_ramp_min_percent = 10;
+  cfg->instance_ramp_aggression = 1.0;
 }
 
 void resil_http_client_config_init_sized(resil_http_client_config *cfg, size_t n) {
@@ -348,6 +351,9 @@ static resil_status group_new(resil_http_client *c, const resil_http_client_conf
   g->eject_base_ns = cfg->eject_base_ns;
   g->eject_max_ns = cfg->eject_max_ns;
   g->eject_max_percent = cfg->eject_max_percent;
+  if (cfg->instance_ramp_ns)
+    resil__ramp_curve_init(&g->ramp, cfg->instance_ramp_ns, cfg->instance_ramp_min_percent,
+                           cfg->instance_ramp_aggression);
   g->listener = cfg->on_instance;
   g->listener_user = cfg->on_instance_user;
   g->client_name = c->name;
@@ -805,7 +811,14 @@ static resil_status check_instance_settings(const resil_http_client_config *cfg,
   if (cfg->eject_max_ns < cfg->eject_base_ns || cfg->eject_max_ns > HTTP_DAY_NS)
     return resil__err_range_ns(err, "eject_max_ns", cfg->eject_base_ns, HTTP_DAY_NS,
                                cfg->eject_max_ns, "eject_base_ns..1 day");
-  return resil__check_range(err, "eject_max_percent", cfg->eject_max_percent, 0, 100);
+  if ((st = resil__check_range(err, "eject_max_percent", cfg->eject_max_percent, 0, 100)))
+    return st;
+  if (cfg->instance_ramp_ns > HTTP_DAY_NS)
+    return resil__err_range_ns(err, "instance_ramp_ns", 0, HTTP_DAY_NS, cfg->instance_ramp_ns,
+                               "0 (no ramp) or 1 ms..1 day");
+  return resil__ramp_check(err, "instance_ramp_ns", cfg->instance_ramp_ns,
+                           "instance_ramp_min_percent", cfg->instance_ramp_min_percent,
+                           "instance_ramp_aggression", cfg->instance_ramp_aggression);
 }
 
 static resil_status check_config(const resil_http_client_config *cfg,
@@ -1162,6 +1175,7 @@ resil_status resil_http_client_instance_stats_sized(const resil_http_client *cc,
     int64_t left = atomic_load(&i->out_until) - resil__http_mono_ns();
     out->out_remaining_ns = left > 0 ? left : 0;
   }
+  out->ramp_share = resil__http_inst_share(i);
   resil__sized_out(uout, n, &full, sizeof full);
   return RESIL_OK;
 }

@@ -90,6 +90,8 @@ http_inst *resil__http_group_add(const resil_allocator *a, http_group *g, const 
   atomic_init(&i->mult, 0);
   atomic_init(&i->out_until, 0);
   atomic_init(&i->healthy_since, 0);
+  atomic_init(&i->ramp_start, 0);
+  atomic_init(&i->ramp_acc, RESIL__RAMP_ONE / 2u);
   atomic_init(&i->ejections, 0);
   atomic_init(&i->skipped, 0);
   atomic_init(&i->chosen, 0);
@@ -161,11 +163,32 @@ static void wake_returns(http_group *g, unsigned n) {
   }
 }
 
+/* A ramping instance's part in this choice (core/ramp.h): 1 when it takes
+ * part, 0 not; its ramp ends (ramp_start 0) once the time is up. */
+static int ramp_part(http_inst *i) {
+  int64_t start = atomic_load_explicit(&i->ramp_start, memory_order_relaxed);
+  if (!start) return 1;
+  const resil__ramp_curve *c = &i->g->ramp;
+  int64_t el = resil__http_mono_ns() - start;
+  if (el >= c->ns) {
+    atomic_compare_exchange_strong(&i->ramp_start, &start, 0);
+    return 1;
+  }
+  return resil__ramp_take(&i->ramp_acc, resil__ramp_inc(c, el));
+}
+
+double resil__http_inst_share(const http_inst *i) {
+  int64_t start = atomic_load_explicit(&i->ramp_start, memory_order_relaxed);
+  if (!start) return 1.0;
+  return (double)resil__ramp_inc(&i->g->ramp, resil__http_mono_ns() - start) /
+         (double)RESIL__RAMP_ONE;
+}
+
 /* May an attempt go to i now? A PROBING instance takes one attempt at a
- * time (claimed when chosen). */
-static int usable(const http_inst *i) {
+ * time (claimed when chosen); a ramping one its share of the choices. */
+static int usable(http_inst *i) {
   int st = atomic_load_explicit(&i->state, memory_order_acquire);
-  if (st == RESIL_HTTP_INSTANCE_HEALTHY) return 1;
+  if (st == RESIL_HTTP_INSTANCE_HEALTHY) return ramp_part(i);
   return st == RESIL_HTTP_INSTANCE_PROBING &&
          !atomic_load_explicit(&i->probe_busy, memory_order_relaxed);
 }
@@ -212,10 +235,10 @@ http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int
   for (int pass = 0; pass < 4 && !i; pass++) {
     unsigned k = 0;
     for (unsigned b = 0; b < n; b++) {
-      const http_inst *c = g->inst[b];
+      http_inst *c = g->inst[b];
       int st = atomic_load_explicit(&c->state, memory_order_acquire);
+      if (pass == 0 && (t >> b) & 1u) continue;
       int ok = pass <= 1 ? usable(c) : pass == 2 ? st != RESIL_HTTP_INSTANCE_GONE : 1;
-      if (ok && pass == 0 && (t >> b) & 1u) ok = 0;
       if (ok) cand[k++] = b;
     }
     if (!k) continue;
@@ -299,6 +322,7 @@ static int64_t eject(http_group *g, http_inst *i, int64_t now) {
   atomic_store_explicit(&i->out_until, resil__sat_add(now, d), memory_order_relaxed);
   atomic_store_explicit(&i->consecutive, 0, memory_order_relaxed);
   atomic_store_explicit(&i->probe_busy, 0, memory_order_relaxed);
+  atomic_store_explicit(&i->ramp_start, 0, memory_order_relaxed);
   atomic_store_explicit(&i->state, RESIL_HTTP_INSTANCE_OUT, memory_order_release);
   return d;
 }
@@ -340,6 +364,10 @@ void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o) {
       atomic_store_explicit(&i->state, RESIL_HTTP_INSTANCE_HEALTHY, memory_order_release);
       atomic_fetch_sub_explicit(&g->out, 1, memory_order_relaxed);
       atomic_store_explicit(&i->healthy_since, now, memory_order_relaxed);
+      if (g->ramp.ns) {
+        atomic_store_explicit(&i->ramp_acc, RESIL__RAMP_ONE / 2u, memory_order_relaxed);
+        atomic_store_explicit(&i->ramp_start, now > 0 ? now : 1, memory_order_relaxed);
+      }
       told = RESIL_HTTP_INSTANCE_RETURNED;
     } else {
       /* Failed again: out again, for longer (it is still counted out). */

@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 
 #include "base.h"
+#include "core/ramp.h"
 
 /* Instances per upstream at most (a call's tried set is one 64-bit word). */
 #define HTTP_MAX_INSTANCES 64
@@ -42,6 +43,10 @@ typedef struct http_inst {
   atomic_int_fast64_t out_until; /* OUT: monotonic ns                   */
   atomic_int_fast64_t healthy_since; /* back from ejection (monotonic ns) */
   atomic_uint_fast64_t ejections, skipped, chosen;
+  /* The ramp after a return (g->ramp.ns > 0): its start (monotonic ns, 0
+   * none) and the admission accumulator (core/ramp.h). */
+  atomic_int_fast64_t ramp_start;
+  _Atomic uint64_t ramp_acc;
   atomic_uint_fast64_t outcomes[5];
 } http_inst;
 
@@ -60,6 +65,7 @@ typedef struct http_group {
   uint32_t eject_classes;
   int64_t eject_base_ns, eject_max_ns;
   uint32_t eject_max_percent;
+  resil__ramp_curve ramp;        /* ramp.ns 0: no ramp after a return   */
   /* Events: the client's listener (may be NULL) and name. */
   resil_http_instance_listener_fn listener;
   void *listener_user;
@@ -95,6 +101,10 @@ void resil__http_group_free(const resil_allocator *a, http_group *g);
 http_inst *resil__http_group_add(const resil_allocator *a, http_group *g, const char *base,
                                  size_t base_len, const char *label, const char *connect_to,
                                  uint32_t origin);
+
+/* The share of the choices instance i takes part in now (1.0 outside its
+ * ramp). */
+double resil__http_inst_share(const http_inst *i);
 
 /* Chooses an instance for an attempt of a call whose tried set is
  * *tried (bits of g's instances; the chosen one's is set) and counts it

@@ -398,6 +398,68 @@ static void a_probe_that_succeeds_returns_the_instance(void **state) {
   resil_fixture_stop(good);
 }
 
+/* An instance back from ejection ramps (instance_ramp_ns, the breaker's
+ * curve): right after its probe it takes part in about 10 % of the
+ * choices, at the end of the ramp in all of them. */
+static void an_instance_back_from_ejection_ramps_up(void **state) {
+  (void)state;
+  resil_fixture *good = fx_start();
+  resil_fixture *back = fx_start();
+  uint16_t port = resil_fixture_port(back);
+  char url[64];
+  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
+  resil_fixture_stop(back);
+  setup s = {.urls = {url, resil_fixture_url(good)}, .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN,
+             .eject = 2, .base_ns = 100 * INT64_C(1000000), .pct = 50};
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = eps;
+  cfg.endpoint_count = NEPS;
+  apply(&cfg, &s);
+  cfg.instance_ramp_ns = 600 * INT64_C(1000000);
+  resil_http_client *c = NULL;
+  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+  resil_retry *rt = retry_n(2);
+  for (int k = 0; k < 6; k++) get_ok(c, rt);
+  assert_int_equal(st_of(c, 0).state, RESIL_HTTP_INSTANCE_OUT);
+  resil_fixture_config fc;
+  resil_fixture_config_init(&fc);
+  fc.port = port;
+  char eb[256];
+  if (resil_fixture_start(&fc, &back, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
+  sleep_ms(120);
+  /* The probe: one call goes to it and succeeds. */
+  int64_t t0 = 0;
+  while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_HEALTHY) {
+    get_ok(c, rt);
+    t0 = mono_ms();
+  }
+  double s0 = st_of(c, 0).ramp_share;
+  assert_true(s0 >= 0.099 && s0 < 0.2);
+  /* Calls for 800 ms: the share of the returned instance per 200 ms. */
+  long prev_back = resil_fixture_attempts(back, "items");
+  long prev_good = resil_fixture_attempts(good, "items");
+  double share[4];
+  for (int b = 0; b < 4; b++) {
+    while (mono_ms() < t0 + 200 * (b + 1)) get_ok(c, rt);
+    long nb = resil_fixture_attempts(back, "items"), ng = resil_fixture_attempts(good, "items");
+    share[b] = (double)(nb - prev_back) / (double)((nb - prev_back) + (ng - prev_good));
+    prev_back = nb;
+    prev_good = ng;
+  }
+  print_message("returned instance's share of the calls per 200 ms: %.3f %.3f %.3f %.3f\n",
+                share[0], share[1], share[2], share[3]);
+  /* Round robin over two: half the calls at full share. */
+  assert_true(share[0] < 0.2);
+  assert_true(share[3] > 0.45);
+  assert_true(share[0] < share[1] && share[1] < share[3]);
+  assert_true(st_of(c, 0).ramp_share == 1.0);
+  resil_retry_free(rt);
+  resil_http_client_free(c);
+  resil_fixture_stop(back);
+  resil_fixture_stop(good);
+}
+
 /* Every instance fails: at most the share is out, never all of them, even
  * at 100 %; the choice then uses what is left. */
 static void the_cap_and_the_last_instance_are_never_ejected(void **state) {
@@ -799,6 +861,11 @@ static void bad_instance_settings_are_named(void **state) {
        cfg.eject_classes = RESIL_CLASS_BIT(RESIL_CLASS_CLIENT_ERROR)),
       "eject_classes");
   assert_non_null(strstr(err.msg, "HTTP_429"));
+  TRY((cfg.base_url = "http://127.0.0.1:1", cfg.instance_ramp_ns = 1000), "instance_ramp_ns");
+  TRY((cfg.base_url = "http://127.0.0.1:1", cfg.instance_ramp_min_percent = 0),
+      "instance_ramp_min_percent");
+  TRY((cfg.base_url = "http://127.0.0.1:1", cfg.instance_ramp_aggression = 0.0),
+      "instance_ramp_aggression");
 #undef TRY
   /* An endpoint's own list and a base_url together. */
   resil_http_endpoint ep2[] = {RESIL_HTTP_ENDPOINT(.name = "x", .path = "/x",
@@ -835,6 +902,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(not_sent_attempts_move_to_an_untried_instance),
       cmocka_unit_test(consecutive_failures_eject_probe_and_eject_again_for_longer),
       cmocka_unit_test(a_probe_that_succeeds_returns_the_instance),
+      cmocka_unit_test(an_instance_back_from_ejection_ramps_up),
       cmocka_unit_test(the_cap_and_the_last_instance_are_never_ejected),
       cmocka_unit_test(a_status_query_goes_to_another_instance),
       cmocka_unit_test(the_engine_moves_not_sent_attempts_and_hedges_elsewhere),
