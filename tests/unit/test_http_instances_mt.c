@@ -48,6 +48,8 @@ typedef struct setup {
   int64_t base_ns;
   uint32_t pct;
   resil_event_sink *sink;
+  uint32_t max_conn, per_host; /* 0: the defaults */
+  int64_t ramp_ns;             /* instance_ramp_ns */
 } setup;
 
 static void apply(resil_http_client_config *cfg, void *u) {
@@ -60,6 +62,9 @@ static void apply(resil_http_client_config *cfg, void *u) {
   cfg->eject_max_ns = cfg->eject_base_ns * 10;
   cfg->eject_max_percent = s->pct;
   cfg->connect_timeout_ns = INT64_C(1000000000);
+  if (s->max_conn) cfg->max_connections = s->max_conn;
+  if (s->per_host) cfg->max_connections_per_host = s->per_host;
+  cfg->instance_ramp_ns = s->ramp_ns;
   if (s->sink) {
     cfg->on_instance = (resil_http_instance_listener_fn)resil_event_instance_listener;
     cfg->on_instance_user = s->sink;
@@ -173,16 +178,9 @@ static void each_instance_keeps_its_connection_in_the_pool(void **state) {
   resil_fixture *f[4] = {fx_start(), fx_start(), fx_start(), fx_start()};
   setup s = {.urls = {resil_fixture_url(f[0]), resil_fixture_url(f[1]), resil_fixture_url(f[2]),
                       resil_fixture_url(f[3])},
-             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 5, .pct = 50};
-  resil_http_client_config cfg;
-  resil_http_client_config_init(&cfg);
-  cfg.endpoints = eps;
-  cfg.endpoint_count = NEPS;
-  apply(&cfg, &s);
-  cfg.max_connections = 4;
-  cfg.max_connections_per_host = 1;
-  resil_http_client *c = NULL;
-  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 5, .pct = 50,
+             .max_conn = 4, .per_host = 1};
+  resil_http_client *c = client_of(&s);
   for (int k = 0; k < 100; k++) {
     resil_outcome o = call_p(c, "item", NULL, KV("id", "4"));
     assert_true(resil_outcome_is_success(&o));
@@ -410,15 +408,9 @@ static void an_instance_back_from_ejection_ramps_up(void **state) {
   snprintf(url, sizeof url, "%s", resil_fixture_url(back));
   resil_fixture_stop(back);
   setup s = {.urls = {url, resil_fixture_url(good)}, .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN,
-             .eject = 2, .base_ns = 100 * INT64_C(1000000), .pct = 50};
-  resil_http_client_config cfg;
-  resil_http_client_config_init(&cfg);
-  cfg.endpoints = eps;
-  cfg.endpoint_count = NEPS;
-  apply(&cfg, &s);
-  cfg.instance_ramp_ns = 600 * INT64_C(1000000);
-  resil_http_client *c = NULL;
-  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+             .eject = 2, .base_ns = 100 * INT64_C(1000000), .pct = 50,
+             .ramp_ns = 600 * INT64_C(1000000)};
+  resil_http_client *c = client_of(&s);
   resil_retry *rt = retry_n(2);
   for (int k = 0; k < 6; k++) get_ok(c, rt);
   assert_int_equal(st_of(c, 0).state, RESIL_HTTP_INSTANCE_OUT);
@@ -799,16 +791,9 @@ static void instances_share_the_connections_without_reconnecting(void **state) {
   resil_fixture *f[4] = {fx_start(), fx_start(), fx_start(), fx_start()};
   setup s = {.urls = {resil_fixture_url(f[0]), resil_fixture_url(f[1]), resil_fixture_url(f[2]),
                       resil_fixture_url(f[3])},
-             .balance = RESIL_HTTP_BALANCE_P2C, .eject = 5, .pct = 50};
-  resil_http_client_config cfg;
-  resil_http_client_config_init(&cfg);
-  cfg.endpoints = eps;
-  cfg.endpoint_count = NEPS;
-  apply(&cfg, &s);
-  cfg.max_connections = 8;
-  cfg.max_connections_per_host = 8;
-  resil_http_client *c = NULL;
-  assert_status(RESIL_OK, resil_http_client_new(&cfg, &c, NULL));
+             .balance = RESIL_HTTP_BALANCE_P2C, .eject = 5, .pct = 50, .max_conn = 8,
+             .per_host = 8};
+  resil_http_client *c = client_of(&s);
   test_loop *l = calloc(1, sizeof *l);
   tl_init(l);
   resil_engine *e = engine_on(l, c);
