@@ -898,6 +898,53 @@ static void cli_describe_config_prints_every_chain(void **state) {
   assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 2);
 }
 
+/* `resil describe --config` shows each chain's breakers' ramp and, without
+ * --chain, every breaker's ramp and every retry's and hedge's recovery
+ * behaviour (DESIGN §2.9). */
+static void cli_describe_config_shows_recovery(void **state) {
+  (void)state;
+  if (!getenv("RESIL_BIN")) skip();
+  const char *p = write_file("rec.yaml",
+                             "circuitbreaker:\n"
+                             "  instances:\n"
+                             "    payments: {ramp_duration: 30s, ramp_min_percent: 20, "
+                             "ramp_aggression: 2}\n"
+                             "    plain: {}\n"
+                             "retry:\n"
+                             "  instances:\n"
+                             "    payments: {max_attempts: 3, recovery_breaker: payments}\n"
+                             "    reports: {max_attempts: 3, retry_during_recovery: true}\n"
+                             "    inchain: {max_attempts: 2}\n"
+                             "hedge:\n"
+                             "  instances:\n"
+                             "    reads: {delay: 5ms, recovery_breaker: payments}\n"
+                             "chain:\n"
+                             "  instances:\n"
+                             "    checkout:\n"
+                             "      total_timeout: 2s\n"
+                             "      layers: [{retry: inchain}, {circuitbreaker: payments}]\n");
+  char out[16384], err[8192], args[1024];
+  snprintf(args, sizeof args, "describe --config %s", p);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(out, "note: retry \"inchain\" retries last: while breaker \"payments\""));
+  assert_non_null(strstr(out, "  breaker \"payments\": ramp after recovery: from 20 % of calls "
+                              "to all over 30.000 s (aggression 2: faster at first)"));
+  assert_non_null(strstr(out, "  circuitbreaker plain: no ramp: full traffic once closed"));
+  assert_non_null(strstr(out, "  retry payments: retries last: no retry while circuitbreaker "
+                              "payments is HALF_OPEN or ramping"));
+  assert_non_null(strstr(out, "  retry reports: retries during recovery too "
+                              "(retry_during_recovery: true)"));
+  assert_non_null(strstr(out, "  retry inchain: retries last in a chain: no retry while the "
+                              "breaker layer inside it"));
+  assert_non_null(strstr(out, "  hedge reads: hedges last: no hedge while circuitbreaker "
+                              "payments is HALF_OPEN or ramping"));
+  /* --chain: the chain and its breakers' ramp, not the whole list */
+  snprintf(args, sizeof args, "describe --config %s --chain checkout", p);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(out, "  breaker \"payments\": ramp after recovery: from 20 %"));
+  assert_null(strstr(out, "circuitbreaker plain"));
+}
+
 /* ---- shared segments (section `shared`, DESIGN §8.1) ---------------------- */
 
 static size_t dir_entries(const char *dir) {
@@ -1223,6 +1270,7 @@ int main(void) {
       cmocka_unit_test(store_errors_point_at_the_uri),
       cmocka_unit_test(cli_config_check_exit_codes_and_lines),
       cmocka_unit_test(cli_describe_config_prints_every_chain),
+      cmocka_unit_test(cli_describe_config_shows_recovery),
       cmocka_unit_test(shared_segments_are_shared_kept_and_replaced_by_reloads),
       cmocka_unit_test(a_shared_breaker_is_shared_and_replaced_by_reloads),
       cmocka_unit_test(a_shared_segment_falls_back_with_events_or_fails_when_required),
