@@ -1959,13 +1959,13 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
   for (int pass = 0; pass < 5 && st == RESIL_OK; pass++) {
     for (size_t i = 0; i < ss->n && st == RESIL_OK; i++) {
       spec *s = &ss->v[i];
-      int want = s->is_config                  ? 0
+      int named = s->kind == RESIL_REG_RETRY_BUDGET || s->kind == RESIL_REG_THREADPOOL ||
+                  s->kind == RESIL_REG_BREAKER;
+      int want = s->is_config                 ? 0
                  : s->kind == RESIL_REG_SHARED ? 1
-                 : s->kind == RESIL_REG_RETRY_BUDGET || s->kind == RESIL_REG_THREADPOOL ||
-                         s->kind == RESIL_REG_BREAKER
-                     ? 2
-                 : s->kind == RESIL_REG_CHAIN                                       ? 4
-                                                                                    : 3;
+                 : named                       ? 2
+                 : s->kind == RESIL_REG_CHAIN  ? 4
+                                               : 3;
       if (want != pass) continue;
       resil_error pe;
       resil_error_clear(&pe);
