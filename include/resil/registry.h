@@ -56,13 +56,13 @@
  * number > 0, default 1 = linear); a retry takes retry_during_recovery and
  * a hedge hedge_during_recovery (true | false, default false: retries and
  * hedges last), and a standalone retry or hedge `recovery_breaker: NAME`,
- * a circuitbreaker instance of the file it watches (in a chain the retry
- * or hedge layer watches the breaker layer inside it instead). A value out
+ * a circuitbreaker instance of the file it watches (in a chain with a
+ * breaker layer inside the retry or hedge layer, that one instead). A value out
  * of range is reported at its key as any other; a name that is no
  * circuitbreaker instance as a budget's ("no circuitbreaker instance 'x'
  * in this file", or a "did you mean"). A reload that changes a breaker's
- * ramp settings replaces it (a new object, CLOSED), and with it every
- * retry and hedge naming it and every chain using them:
+ * ramp settings replaces it (a new object in its initial state), and with
+ * it every retry and hedge naming it and every chain using them:
  *
  *   circuitbreaker:
  *     instances:
