@@ -316,7 +316,10 @@ RESIL_API size_t resil_chain_nesting(const resil_chain *ch, char *buf,
  * per fact worth knowing that is not a trap (a retry outside a breaker:
  * the breaker counts every attempt, the recommended order; a hedge layer:
  * which calls it hedges, and whether resil_chain_run hedges on its executor
- * or passes calls through unhedged), and one "warning: ..." line per real trap (a retry without a
+ * or passes calls through unhedged; since 0.2, retries and hedges last,
+ * DESIGN §2.9: the breaker a library retry or hedge layer watches -- the
+ * breaker layer nearest inside it, else its recovery_breaker -- or that it
+ * retries or hedges during recovery too), and one "warning: ..." line per real trap (a retry without a
  * deadline; an attempt timeout longer than the total deadline; nested
  * retries, or a retry and a hedge, multiplying attempts). Returns the
  * length it needed; 0 (and buf "") for a NULL chain. */

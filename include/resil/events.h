@@ -15,13 +15,25 @@
  *                        state), cause, seq
  *   breaker_rejected     state, seq: a call not permitted
  *   breaker_reset, breaker_thresholds_exceeded   state, seq
+ *   breaker_ramp         event (started, ended), cause, share, seq: the
+ *                        ramp after recovery (breaker.h "Ramp", Since 0.2;
+ *                        RAMP_STARTED and RAMP_ENDED). cause: started, that
+ *                        of the HALF_OPEN -> CLOSED before it
+ *                        (BELOW_THRESHOLDS, HALF_OPEN_MAX_WAIT); ended,
+ *                        RAMP_COMPLETED or the transition's that cut it
+ *                        short (FAILURE_RATE, MANUAL, RESET, ...). share:
+ *                        resil_breaker_ramp_share() as the line is written
+ *                        (the ramp's first share at its start, 1 after it)
  *   retry                attempt, outcome, reason, http_status, duration_ms,
  *                        wait_ms (the wait before the next attempt),
  *                        idempotency_key: an attempt after which another
  *                        follows
  *   call_done            attempt, outcome, reason, http_status,
  *                        duration_ms, stop, idempotency_key: the last
- *                        attempt of a logical call
+ *                        attempt of a logical call (stop "RECOVERING":
+ *                        a retry was due but the watched breaker was
+ *                        HALF_OPEN or ramping, retry.h recovery_breaker;
+ *                        outcome and reason are the last attempt's)
  *   resend_prevented     attempt, idempotency_key: libcurl's hidden re-send
  *                        of a request on a new connection was refused
  *                        (outcome flag RESIL_OF_RESEND_PREVENTED)
@@ -43,7 +55,10 @@
  *                        passed_unsafe: resil_hedge_event_kind), hedge (0
  *                        the primary, k hedge k), elapsed_ms (since the
  *                        primary started), delay_ms (sent: the delay used),
- *                        outcome, reason, http_status (won, rejected)
+ *                        outcome, reason, http_status (won, rejected; a
+ *                        hedge not sent because the watched breaker was
+ *                        recovering, hedge.h recovery_breaker: rejected,
+ *                        outcome REJECTED, reason RECOVERING)
  *   instance_ejected, instance_returned, instance_added, instance_removed
  *                        upstream, url (the instance's base URL), address (a
  *                        resolved name's), index, ejections (and for

@@ -10,23 +10,28 @@
  *
  *   resil_circuitbreaker_calls_total{name,kind}     counter  successful,
  *                                                            failed, ignored,
- *                                                            not_permitted
+ *                                                            not_permitted,
+ *                                                            ramp_rejected
  *   resil_circuitbreaker_slow_calls_total{name,kind} counter successful, failed
  *   resil_circuitbreaker_state{name,state}          gauge    one-hot, 6 states
  *   resil_circuitbreaker_failure_rate{name}         gauge    percent; NaN until
  *   resil_circuitbreaker_slow_call_rate{name}       gauge    minimum calls
  *   resil_circuitbreaker_buffered_calls{name,kind}  gauge    successful, failed
  *   resil_circuitbreaker_transitions_total{name}    counter
+ *   resil_circuitbreaker_ramp_ratio{name}           gauge    share admitted now
+ *                                         (breaker.h "Ramp"; 1 when not ramping)
  *   resil_retry_calls_total{name,kind}              counter  successful_without_
  *                                retry, successful_with_retry, failed_with_retry,
  *                                failed_without_retry
  *   resil_retry_attempts_total, resil_retry_refused_attempts_total{reason}
+ *                                (deadline, budget, recovering: retries last)
  *   resil_ratelimiter_available_permissions, _waiting_calls (gauges),
  *   resil_ratelimiter_calls_total{kind}
  *   resil_bulkhead_available_concurrent_calls, _max_allowed_concurrent_calls,
  *   _waiting_calls (gauges), resil_bulkhead_calls_total{kind}
  *   resil_timelimiter_calls_total{kind}, _running_tasks, _abandoned_tasks
- *   resil_hedge_calls_total{kind}, resil_hedge_hedges_total{kind},
+ *   resil_hedge_calls_total{kind}, resil_hedge_hedges_total{kind} (sent,
+ *   won, refused_by_budget, refused_recovering, cancelled_loser),
  *   resil_hedge_delay_seconds
  *   resil_chain_layer_calls_total, _attempts_total, _rejections_total
  *   {name,position,layer,instance}, resil_chain_call_attempts_total

@@ -50,6 +50,30 @@
  * in a blocking resil_chain_run, hedge.h). An instance that names another
  * is kept by a reload only when the one it names was kept.
  *
+ * Recovery in the seed's order (Since 0.2; breaker.h "Ramp", DESIGN §2.9):
+ * a circuitbreaker takes ramp_duration (0, the default, = no ramp; else at
+ * least 1ms), ramp_min_percent (1..100, default 10) and ramp_aggression (a
+ * number > 0, default 1 = linear); a retry takes retry_during_recovery and
+ * a hedge hedge_during_recovery (true | false, default false: retries and
+ * hedges last), and a standalone retry or hedge `recovery_breaker: NAME`,
+ * a circuitbreaker instance of the file it watches (in a chain with a
+ * breaker layer inside the retry or hedge layer, that one instead). A value out
+ * of range is reported at its key as any other; a name that is no
+ * circuitbreaker instance as a budget's ("no circuitbreaker instance 'x'
+ * in this file", or a "did you mean"). A reload that changes a breaker's
+ * ramp settings replaces it (a new object in its initial state), and with
+ * it every retry and hedge naming it and every chain using them:
+ *
+ *   circuitbreaker:
+ *     instances:
+ *       payments: {open_wait: 10s, ramp_duration: 30s, ramp_min_percent: 10}
+ *   retry:
+ *     instances:
+ *       payments: {max_attempts: 3, recovery_breaker: payments}
+ *       reports: {max_attempts: 3, retry_during_recovery: true}
+ *
+ * resil_registry_recovery() reads these settings back (`resil describe`).
+ *
  * Shared segments (Since 0.2; shared.h, DESIGN §8.1): section `shared`
  * names segments, each instance's name being the segment's, with the keys
  * of resil_shared_config: dir (a directory the segment is a file in;
@@ -501,6 +525,35 @@ RESIL_API resil_status resil_registry_http_client_balance_sized(
 #define resil_registry_http_client_balance(reg, name, out)                     \
   resil_registry_http_client_balance_sized((reg), (name), (out),               \
                                            sizeof(resil_registry_http_balance))
+/* The recovery settings of a circuitbreaker, retry or hedge instance, as
+ * the file resolved them (a sized struct; see "Recovery in the seed's
+ * order" above): for `resil describe --config`. Since 0.2. */
+typedef struct resil_registry_recovery {
+  size_t struct_size;
+  /* circuitbreaker: its ramp (breaker.h; ramp_duration_ns 0: none);
+   * 0 for a retry or a hedge. */
+  int64_t ramp_duration_ns;
+  uint32_t ramp_min_percent;
+  double ramp_aggression;
+  /* retry, hedge: retry_during_recovery or hedge_during_recovery (1:
+   * retries or hedges during recovery as before; 0: last); 0 for a
+   * breaker. */
+  int during_recovery;
+  /* retry, hedge: the circuitbreaker instance its recovery_breaker names,
+   * "" when none (in a chain the layer watches the breaker layer inside it
+   * instead). */
+  char recovery_breaker[256];
+} resil_registry_recovery;
+/* Writes them into *out up to struct_size (use the macro). RESIL_OK;
+ * RESIL_EMISUSE (NULL registry); RESIL_EINVAL (NULL name or out, a kind
+ * other than RESIL_REG_BREAKER, RESIL_REG_RETRY, RESIL_REG_HEDGE, or no
+ * such instance). Since 0.2. */
+RESIL_API resil_status resil_registry_recovery_sized(resil_registry *reg,
+                                                    resil_registry_kind kind, const char *name,
+                                                    resil_registry_recovery *out,
+                                                    size_t struct_size);
+#define resil_registry_recovery(reg, kind, name, out)                          \
+  resil_registry_recovery_sized((reg), (kind), (name), (out), sizeof(resil_registry_recovery))
 /* Any kind: the handle, to be cast to the kind's type. */
 RESIL_API void *resil_registry_get(resil_registry *reg, resil_registry_kind kind,
                                    const char *name);

@@ -1230,6 +1230,40 @@ static void collect_notes(const resil_chain *ch, sbuf *b) {
   }
 }
 
+/* Retries and hedges last (DESIGN §2.9): the breaker each library retry
+ * or hedge layer watches (the breaker layer nearest inside it, else its
+ * config's recovery_breaker), or that it retries or hedges during recovery
+ * too. */
+static void collect_recovery_notes(const resil_chain *ch, sbuf *b) {
+  for (size_t i = 0; i < ch->n; i++) {
+    const chain_layer *L = &ch->layers[i];
+    int is_retry = L->at == LAYER_RETRY_AT;
+    int is_hedge = L->desc.kind == RESIL_LAYER_HEDGE && resil__chain_layer_typed(&L->desc);
+    if (!is_retry && !is_hedge) continue;
+    resil_breaker *own = NULL;
+    int during = is_retry ? resil__retry_recovery(L->desc.policy, &own)
+                          : resil__hedge_recovery(L->desc.policy, &own);
+    resil_breaker *w = L->watch ? L->watch : own;
+    if (during && L->watch)
+      sb_add(b,
+             "note: %s \"%s\" %s during recovery too (%s_during_recovery): breaker "
+             "\"%s\" inside it is not watched\n",
+             is_retry ? "retry" : "hedge", L->name, is_retry ? "retries" : "hedges",
+             is_retry ? "retry" : "hedge", resil_breaker_name(L->watch));
+    else if (!during && w && is_retry)
+      sb_add(b,
+             "note: retry \"%s\" retries last: while breaker \"%s\" is HALF_OPEN or "
+             "ramping after recovery it makes no retry (the call stops with RECOVERING, "
+             "counted)\n",
+             L->name, resil_breaker_name(w));
+    else if (!during && w)
+      sb_add(b,
+             "note: hedge \"%s\" hedges last: while breaker \"%s\" is HALF_OPEN or "
+             "ramping after recovery it sends no hedge (counted)\n",
+             L->name, resil_breaker_name(w));
+  }
+}
+
 /* The real traps (chain.h). */
 static unsigned collect_warnings(const resil_chain *ch, sbuf *b) {
   unsigned n = 0;
@@ -1316,6 +1350,7 @@ size_t resil_chain_describe(const resil_chain *ch, char *buf, size_t size) {
     sb_add(&b, "  deadline: %lld ms per logical call\n",
            (long long)(ch->total_timeout_ns / RESIL_NS_PER_MS));
   collect_notes(ch, &b);
+  collect_recovery_notes(ch, &b);
   collect_warnings(ch, &b);
   return b.len;
 }

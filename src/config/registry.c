@@ -95,6 +95,9 @@ static const field BREAKER_FIELDS[] = {
     FLD(resil_breaker_config, "half_open_max_wait_to_closed", half_open_max_wait_to_closed,
         F_BOOL),
     FREF(resil_breaker_config, "shared", shared, RESIL_REG_SHARED),
+    FLD(resil_breaker_config, "ramp_duration", ramp_duration_ns, F_DUR),
+    FLD(resil_breaker_config, "ramp_min_percent", ramp_min_percent, F_PCT),
+    FLD(resil_breaker_config, "ramp_aggression", ramp_aggression, F_DBL),
 };
 
 static const field RETRY_FIELDS[] = {
@@ -112,6 +115,8 @@ static const field RETRY_FIELDS[] = {
         F_BOOL),
     FLD(resil_retry_config, "min_attempt_budget", min_attempt_budget_ns, F_DUR),
     FREF(resil_retry_config, "budget", budget, RESIL_REG_RETRY_BUDGET),
+    FREF(resil_retry_config, "recovery_breaker", recovery_breaker, RESIL_REG_BREAKER),
+    FLD(resil_retry_config, "retry_during_recovery", retry_during_recovery, F_BOOL),
 };
 
 /* A rate limiter's config, and (with libresil-redis) the keys of a limiter
@@ -175,6 +180,8 @@ static const field HEDGE_FIELDS[] = {
     FLD(resil_hedge_config, "deposit_calls", deposit_calls, F_BOOL),
     FREF(resil_hedge_config, "budget", budget, RESIL_REG_RETRY_BUDGET),
     FREF(resil_hedge_config, "executor", executor, RESIL_REG_THREADPOOL),
+    FREF(resil_hedge_config, "recovery_breaker", recovery_breaker, RESIL_REG_BREAKER),
+    FLD(resil_hedge_config, "hedge_during_recovery", hedge_during_recovery, F_BOOL),
 };
 
 static const char *const BUDGET_MODES[] = {"finagle", "grpc", NULL};
@@ -1746,6 +1753,7 @@ struct entry {
   int64_t total_timeout_ns; /* chains */
   resil_registry_http_timeouts http; /* http clients */
   resil_registry_http_balance http_balance; /* http clients */
+  resil_registry_recovery recovery; /* breakers, retries and hedges */
   resil__reg_events *ev;    /* retries and clients: their listener's box */
   seg_hook *hook;           /* shared segments: their fallback hook */
 };
@@ -1827,6 +1835,26 @@ static void fingerprint(const spec *s, fpbuf *b) {
 #ifdef RESIL_CONFIG_HTTP
   fingerprint_endpoints(s, b);
 #endif
+}
+
+/* What resil_registry_recovery() reads back: a breaker's ramp, a retry's
+ * or a hedge's flag and the breaker its recovery_breaker names. */
+static void recovery_of(const spec *s, resil_registry_recovery *r) {
+  memset(r, 0, sizeof *r);
+  r->struct_size = sizeof *r;
+  const kinddesc *kd = &KINDS[s->kind];
+  if (s->kind == RESIL_REG_BREAKER) {
+    r->ramp_duration_ns = s->cfg.br.ramp_duration_ns;
+    r->ramp_min_percent = s->cfg.br.ramp_min_percent;
+    r->ramp_aggression = s->cfg.br.ramp_aggression;
+    return;
+  }
+  r->during_recovery = s->kind == RESIL_REG_RETRY ? s->cfg.rt.retry_during_recovery
+                                                  : s->cfg.hg.hedge_during_recovery;
+  for (size_t f = 0; f < kd->nfields; f++)
+    if (kd->fields[f].type == F_REF && kd->fields[f].ref_kind == RESIL_REG_BREAKER &&
+        s->ref_name[f])
+      snprintf(r->recovery_breaker, sizeof r->recovery_breaker, "%s", s->ref_name[f]);
 }
 
 static entry *entry_new(const spec *s, const fpbuf *fp) {
@@ -1926,15 +1954,18 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
   if (spec_index_build(c, ss, &ix)) return RESIL_ENOMEM;
   /* Configs on their own (a range error in an unused config is an error
    * too), then shared segments, then what policies refer to (budgets,
-   * thread pools), then the policies, then the chains. */
+   * thread pools, and breakers: a retry's or a hedge's recovery_breaker),
+   * then the other policies, then the chains. */
   for (int pass = 0; pass < 5 && st == RESIL_OK; pass++) {
     for (size_t i = 0; i < ss->n && st == RESIL_OK; i++) {
       spec *s = &ss->v[i];
-      int want = s->is_config                                                     ? 0
-                 : s->kind == RESIL_REG_SHARED                                      ? 1
-                 : s->kind == RESIL_REG_RETRY_BUDGET || s->kind == RESIL_REG_THREADPOOL ? 2
-                 : s->kind == RESIL_REG_CHAIN                                       ? 4
-                                                                                    : 3;
+      int named = s->kind == RESIL_REG_RETRY_BUDGET || s->kind == RESIL_REG_THREADPOOL ||
+                  s->kind == RESIL_REG_BREAKER;
+      int want = s->is_config                 ? 0
+                 : s->kind == RESIL_REG_SHARED ? 1
+                 : named                       ? 2
+                 : s->kind == RESIL_REG_CHAIN  ? 4
+                                               : 3;
       if (want != pass) continue;
       resil_error pe;
       resil_error_clear(&pe);
@@ -2091,6 +2122,9 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
         }
       }
       if (s->kind == RESIL_REG_CHAIN) e->total_timeout_ns = s->cfg.ch.total_timeout_ns;
+      if (s->kind == RESIL_REG_BREAKER || s->kind == RESIL_REG_RETRY ||
+          s->kind == RESIL_REG_HEDGE)
+        recovery_of(s, &e->recovery);
       if (s->kind == RESIL_REG_SHARED) e->hook = tmp.sh.hook;
 #ifdef RESIL_CONFIG_HTTP
       if (s->kind == RESIL_REG_HTTP_CLIENT) {
@@ -2850,6 +2884,23 @@ resil_status resil_registry_http_client_balance_sized(resil_registry *reg, const
   pthread_rwlock_unlock(&reg->lock);
   if (!e) return RESIL_EINVAL;
   resil__sized_out(out, struct_size, &b, sizeof b);
+  return RESIL_OK;
+}
+
+resil_status resil_registry_recovery_sized(resil_registry *reg, resil_registry_kind kind,
+                                          const char *name, resil_registry_recovery *out,
+                                          size_t struct_size) {
+  if (!reg) return RESIL_EMISUSE;
+  if (!name || !out ||
+      (kind != RESIL_REG_BREAKER && kind != RESIL_REG_RETRY && kind != RESIL_REG_HEDGE))
+    return RESIL_EINVAL;
+  pthread_rwlock_rdlock(&reg->lock);
+  entry *e = snap_find(reg->cur, kind, name);
+  resil_registry_recovery r;
+  if (e) r = e->recovery;
+  pthread_rwlock_unlock(&reg->lock);
+  if (!e) return RESIL_EINVAL;
+  resil__sized_out(out, struct_size, &r, sizeof r);
   return RESIL_OK;
 }
 

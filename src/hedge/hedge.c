@@ -75,6 +75,11 @@ struct resil_hedge {
 
 static int valid(const resil_hedge *h) { return h && h->magic == MAGIC_HEDGE; }
 
+int resil__hedge_recovery(const resil_hedge *h, resil_breaker **watch) {
+  if (watch) *watch = valid(h) ? h->watch : NULL;
+  return valid(h) ? h->during : 0;
+}
+
 static void config_defaults(resil_hedge_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->struct_size = sizeof *cfg;

@@ -17,4 +17,10 @@ resil_outcome resil__hedge_run_on_watch(resil_hedge *h, const resil_ctx *ctx,
                                         resil_threadpool *tp, resil_call_fn fn,
                                         void *arg, resil_breaker *watch);
 
+/* For describing a chain (resil_chain_describe): 1 when h hedges during
+ * recovery (hedge_during_recovery), else 0 (also for an invalid handle);
+ * *watch (may be NULL) gets the config's recovery_breaker (NULL: none, or
+ * hedge_during_recovery). */
+int resil__hedge_recovery(const resil_hedge *h, resil_breaker **watch);
+
 #endif

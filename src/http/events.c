@@ -265,16 +265,33 @@ void resil_event_breaker_listener(void *user, resil_breaker *br,
                                   const resil_breaker_event *ev) {
   resil_event_sink *s = user;
   if (!s || !ev) return;
+  int ramp = ev->kind == RESIL_BREAKER_EVENT_RAMP_STARTED ||
+             ev->kind == RESIL_BREAKER_EVENT_RAMP_ENDED;
   const char *kind = ev->kind == RESIL_BREAKER_EVENT_TRANSITION      ? "breaker_transition"
                      : ev->kind == RESIL_BREAKER_EVENT_NOT_PERMITTED ? "breaker_rejected"
                      : ev->kind == RESIL_BREAKER_EVENT_RESET         ? "breaker_reset"
-                                                                     : "breaker_thresholds_exceeded";
+                     : ev->kind == RESIL_BREAKER_EVENT_THRESHOLDS_EXCEEDED
+                         ? "breaker_thresholds_exceeded"
+                     : ramp ? "breaker_ramp"
+                            : "breaker_event";
   json_t *o = head(s, resil_breaker_name(br), kind);
   if (!o) {
     atomic_fetch_add(&s->dropped, 1);
     return;
   }
-  if (ev->kind == RESIL_BREAKER_EVENT_TRANSITION) {
+  if (ramp) {
+    /* The ramp after recovery (breaker.h "Ramp"): its start with the
+     * cause of the HALF_OPEN -> CLOSED before it, its end with its own
+     * cause (RAMP_COMPLETED, or the transition that cut it short); share
+     * is the share admitted as the line is written (the listener runs in
+     * the call that caused the event): the ramp's first share at its start,
+     * 1 once it is over. */
+    json_object_set_new(o, "event", json_string(ev->kind == RESIL_BREAKER_EVENT_RAMP_STARTED
+                                                    ? "started"
+                                                    : "ended"));
+    json_object_set_new(o, "cause", json_string(resil_breaker_cause_name(ev->cause)));
+    json_object_set_new(o, "share", json_real(resil_breaker_ramp_share(br)));
+  } else if (ev->kind == RESIL_BREAKER_EVENT_TRANSITION) {
     json_object_set_new(o, "from", json_string(state_label(ev->from)));
     json_object_set_new(o, "to", json_string(state_label(ev->to)));
     json_object_set_new(o, "cause", json_string(resil_breaker_cause_name(ev->cause)));

@@ -38,7 +38,7 @@ static resil_status add(resil_metrics *m, const char *name, const char *own,
 
 static const resil_metric_family breaker_fams[] = {
     {"resil_circuitbreaker_calls_total", C,
-     "Calls recorded or refused by the breaker, by kind (successful, failed, ignored, not_permitted)."},
+     "Calls recorded or refused by the breaker, by kind (successful, failed, ignored, not_permitted, ramp_rejected: refused by a ramp after recovery)."},
     {"resil_circuitbreaker_slow_calls_total", C,
      "Recorded calls slower than the slow-call threshold, by kind (successful, failed)."},
     {"resil_circuitbreaker_state", G, "1 for the breaker's current state, 0 for the others."},
@@ -49,6 +49,8 @@ static const resil_metric_family breaker_fams[] = {
     {"resil_circuitbreaker_buffered_calls", G,
      "Calls in the current window, by kind (successful, failed)."},
     {"resil_circuitbreaker_transitions_total", C, "State transitions."},
+    {"resil_circuitbreaker_ramp_ratio", G,
+     "Share of calls the breaker admits now: below 1 during the ramp after recovery, else 1."},
 };
 
 static resil_status breaker_snap(const void *obj, void *snap) {
@@ -67,6 +69,7 @@ static void breaker_emit(const void *snap, size_t f, resil_metrics_emitter *e) {
     l1(e, "kind", "failed", (double)s->total_failures);
     l1(e, "kind", "ignored", (double)s->total_ignored);
     l1(e, "kind", "not_permitted", (double)s->total_not_permitted);
+    l1(e, "kind", "ramp_rejected", (double)s->total_ramp_rejected);
     break;
   case 1:
     l1(e, "kind", "successful", (double)s->total_slow_successful);
@@ -83,6 +86,7 @@ static void breaker_emit(const void *snap, size_t f, resil_metrics_emitter *e) {
     l1(e, "kind", "failed", (double)s->failed_calls);
     break;
   case 6: one(e, (double)s->total_transitions); break;
+  case 7: one(e, s->ramp_share); break;
   default: break;
   }
 }
@@ -103,7 +107,7 @@ static const resil_metric_family retry_fams[] = {
      "Finished logical calls, by kind (successful_without_retry, successful_with_retry, failed_with_retry, failed_without_retry)."},
     {"resil_retry_attempts_total", C, "Physical attempts made."},
     {"resil_retry_refused_attempts_total", C,
-     "Attempts not made, by reason (deadline too short, retry budget refused)."},
+     "Attempts not made, by reason (deadline too short, retry budget refused, recovering: the watched breaker was half-open or ramping)."},
 };
 
 static resil_status retry_snap(const void *obj, void *snap) {
@@ -123,6 +127,7 @@ static void retry_emit(const void *snap, size_t f, resil_metrics_emitter *e) {
   case 2:
     l1(e, "reason", "deadline", (double)s->refused_by_deadline);
     l1(e, "reason", "budget", (double)s->refused_by_budget);
+    l1(e, "reason", "recovering", (double)s->suppressed_recovering);
     break;
   default: break;
   }
@@ -261,7 +266,7 @@ static const resil_metric_family hedge_fams[] = {
     {"resil_hedge_calls_total", C,
      "Logical calls, by kind (hedged, passed_unsafe, passed_blocking, single: the rest)."},
     {"resil_hedge_hedges_total", C,
-     "Hedge attempts, by kind (sent, won, refused_by_budget), and losers cancelled (cancelled_loser)."},
+     "Hedge attempts, by kind (sent, won, refused_by_budget, refused_recovering: the watched breaker was half-open or ramping), and losers cancelled (cancelled_loser)."},
     {"resil_hedge_delay_seconds", G, "The delay a call beginning now would get."},
 };
 
@@ -284,6 +289,7 @@ static void hedge_emit(const void *snap, size_t f, resil_metrics_emitter *e) {
     l1(e, "kind", "sent", (double)s->hedges_sent);
     l1(e, "kind", "won", (double)s->hedges_won);
     l1(e, "kind", "refused_by_budget", (double)s->refused_by_budget);
+    l1(e, "kind", "refused_recovering", (double)s->suppressed_recovering);
     l1(e, "kind", "cancelled_loser", (double)s->cancelled_losers);
     break;
   case 2: one(e, (double)s->delay_ns / 1e9); break;

@@ -852,6 +852,11 @@ void resil__retry_fast_rest(resil_retry *r, const resil_ctx *first,
   after_first(r, first, &k, io);
 }
 
+int resil__retry_recovery(const resil_retry *r, struct resil_breaker **watch) {
+  if (watch) *watch = valid(r) ? r->watch : NULL;
+  return valid(r) ? (int)r->during : 0;
+}
+
 int resil__retry_plain_first(const resil_retry *r) {
   return valid(r) && takes_fast_path(r, NULL) && !r->predicate;
 }

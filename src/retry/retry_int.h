@@ -57,6 +57,12 @@ resil_outcome resil__retry_run_watch(resil_retry *r, const resil_ctx *ctx,
  * resil__retry_first_ok(r) does and sets the outcome's stop to
  * RESIL_STOP_SUCCESS and attempts to 1. */
 int resil__retry_plain_first(const resil_retry *r);
+
+/* For describing a chain (resil_chain_describe, Since 0.2): 1 when r
+ * retries during recovery (retry_during_recovery), else 0 (also for an
+ * invalid handle); *watch (may be NULL) gets the config's
+ * recovery_breaker it watches (NULL: none, or retry_during_recovery). */
+int resil__retry_recovery(const resil_retry *r, struct resil_breaker **watch);
 void resil__retry_first_ok(resil_retry *r);
 
 #endif

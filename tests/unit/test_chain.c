@@ -179,6 +179,70 @@ static void recommended_order_with_a_deadline_has_no_warning(void **state) {
   resil_chain_free(ch);
 }
 
+/* Retries and hedges last (DESIGN §2.9): describe names the breaker each
+ * library retry and hedge layer watches (the breaker layer inside it, or
+ * the config's recovery_breaker), or that it retries during recovery. */
+static void describe_names_the_breaker_retries_and_hedges_watch(void **state) {
+  (void)state;
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.name = "payments";
+  resil_breaker *br = NULL;
+  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, NULL));
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.name = "r";
+  resil_retry *last = NULL, *during = NULL;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &last, NULL));
+  rc.name = "r2";
+  rc.retry_during_recovery = 1;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &during, NULL));
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.name = "h";
+  hc.delay_ns = MS(5);
+  hc.recovery_breaker = br;
+  resil_hedge *h = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&hc, &h, NULL));
+  char buf[4096];
+  /* Retry(Breaker(call)): the retry watches the breaker layer */
+  resil_chain *ch = make_chain(MS(2000), NULL, NULL);
+  assert_status(RESIL_OK, resil_chain_add_retry(ch, last));
+  assert_status(RESIL_OK, resil_chain_add_breaker(ch, br));
+  resil_chain_describe(ch, buf, sizeof buf);
+  assert_non_null(strstr(buf, "note: retry \"r\" retries last: while breaker \"payments\" is "
+                              "HALF_OPEN or ramping after recovery it makes no retry"));
+  assert_int_equal(resil_chain_warnings(ch), 0);
+  resil_chain_free(ch);
+  /* retry_during_recovery: the breaker inside is not watched */
+  ch = make_chain(MS(2000), NULL, NULL);
+  assert_status(RESIL_OK, resil_chain_add_retry(ch, during));
+  assert_status(RESIL_OK, resil_chain_add_breaker(ch, br));
+  resil_chain_describe(ch, buf, sizeof buf);
+  assert_non_null(strstr(buf, "note: retry \"r2\" retries during recovery too "
+                              "(retry_during_recovery): breaker \"payments\" inside it is not "
+                              "watched"));
+  assert_null(strstr(buf, "retries last"));
+  resil_chain_free(ch);
+  /* a hedge without a breaker layer: its recovery_breaker; a retry
+   * watching nothing gets no note */
+  ch = make_chain(MS(2000), NULL, NULL);
+  assert_status(RESIL_OK, resil_chain_add_hedge(ch, h));
+  resil_chain_describe(ch, buf, sizeof buf);
+  assert_non_null(strstr(buf, "note: hedge \"h\" hedges last: while breaker \"payments\" is "
+                              "HALF_OPEN or ramping after recovery it sends no hedge"));
+  resil_chain_free(ch);
+  ch = make_chain(MS(2000), NULL, NULL);
+  assert_status(RESIL_OK, resil_chain_add_retry(ch, last));
+  resil_chain_describe(ch, buf, sizeof buf);
+  assert_null(strstr(buf, "recovery"));
+  resil_chain_free(ch);
+  resil_hedge_free(h);
+  resil_retry_free(during);
+  resil_retry_free(last);
+  resil_breaker_free(br);
+}
+
 static void fallback_tells_rejection_from_failure_and_never_fakes_success(
     void **state) {
   (void)state;
@@ -514,6 +578,7 @@ int main(void) {
       cmocka_unit_test(chain_counts_clean_passes_like_every_layer),
       cmocka_unit_test(chain_counts_rejections_of_the_refusing_layer),
       cmocka_unit_test(recommended_order_with_a_deadline_has_no_warning),
+      cmocka_unit_test(describe_names_the_breaker_retries_and_hedges_watch),
       cmocka_unit_test(fallback_tells_rejection_from_failure_and_never_fakes_success),
       cmocka_unit_test(amplification_of_nested_retries),
       cmocka_unit_test(chain_applies_total_deadline_once),

@@ -1237,6 +1237,64 @@ static void describe_includes_hedges_in_the_worst_case(void **state) {
   run_result_free(&r);
 }
 
+/* `resil state show` on a shared breaker ramping after recovery (DESIGN
+ * §2.9): CLOSED, the share admitted, the ramp's refusals. The breaker is
+ * made here, in the test process, with a 60 s ramp from 10 %: it opens at
+ * creation (1 ms wait), one healthy probe closes it into the ramp, and 20
+ * calls at about 10 % are mostly refused. */
+static void state_show_describes_a_ramping_breaker(void **state) {
+  (void)state;
+  if (!getenv("RESIL_BIN")) skip();
+  char dir[] = "/tmp/resil-cli-ramp-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char seg[32];
+  snprintf(seg, sizeof seg, "r%ld", (long)getpid());
+  resil_shared_config sc;
+  resil_shared_config_init(&sc);
+  sc.name = seg;
+  sc.dir = dir;
+  resil_shared *sh = NULL;
+  resil_error err;
+  assert_status(RESIL_OK, resil_shared_open(&sc, &sh, &err));
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.name = "payments";
+  bc.shared = sh;
+  bc.initial_state = RESIL_BREAKER_OPEN;
+  bc.open_wait_ns = MS(1);
+  bc.half_open_permitted_calls = 1;
+  bc.ramp_duration_ns = RESIL_S(60);
+  resil_breaker *br = NULL;
+  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, &err));
+  usleep(5000);
+  resil_breaker_permit p;
+  assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
+  resil_outcome ok = resil_outcome_ok();
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &ok, 0));
+  int refused = 0;
+  for (int i = 0; i < 20; i++) {
+    if (resil_breaker_try_acquire(br, &p) == RESIL_DECISION_GO)
+      assert_status(RESIL_OK, resil_breaker_release(br, &p));
+    else
+      refused++;
+  }
+  assert_true(refused >= 15);
+  run_result r;
+  RUN(&r, "state", "show", seg, "--dir", dir);
+  assert_exit(&r, 0);
+  assert_contains(r.out, ": CLOSED for ");
+  assert_contains(r.out, ", ramping: 10% of calls admitted, window 0 calls");
+  char want[64];
+  snprintf(want, sizeof want, " 0 rejected %d refused by a ramp", refused);
+  assert_contains(r.out, want);
+  run_result_free(&r);
+  resil_breaker_free(br);
+  resil_shared_close(sh);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -1264,6 +1322,7 @@ int main(void) {
       T(call_instance_lines_redact_the_url),
       T(call_state_rate_is_kept_across_invocations),
       T(call_state_breaker_opens_across_invocations_and_probes_after_the_wait),
+      T(state_show_describes_a_ramping_breaker),
       T(call_help_exits_0_and_documents_the_exit_codes),
       T(call_with_stdin_or_stdout_closed_exits_1_and_sends_nothing),
       T(call_location_past_the_redirect_limit_exits_8),

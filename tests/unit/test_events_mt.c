@@ -5,6 +5,7 @@
  * cookies, tokens in the query, URL userinfo) ever appears. */
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -98,6 +99,120 @@ static void breaker_events_are_json_lines(void **state) {
   json_decref(o);
   assert_status(RESIL_OK, resil_breaker_listener_remove(br, resil_event_breaker_listener, s));
   assert_int_equal(2, resil_event_sink_lines(s));
+  resil_breaker_free(br);
+  resil_event_sink_free(s);
+  lines_free(&l);
+  resil_manual_clock_free(mc);
+}
+
+static resil_outcome answers_503(void *arg, const resil_ctx *ctx) {
+  (void)arg, (void)ctx;
+  return resil_outcome_http(503);
+}
+
+/* The ramp after recovery and retries last (DESIGN §2.9): the ramp's start
+ * and end are breaker_ramp lines (not breaker_thresholds_exceeded), a
+ * retry stopped by the recovering breaker ends with call_done stop
+ * RECOVERING, a hedge not sent is a rejected hedge line with reason
+ * RECOVERING. Manual clock: a 1 s linear ramp from 10 %. */
+static void recovery_events_are_json_lines(void **state) {
+  (void)state;
+  resil_manual_clock *mc = NULL;
+  assert_status(RESIL_OK, resil_manual_clock_new(0, INT64_C(1796125103123), &mc));
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, resil_manual_clock_get(mc));
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.name = "payments";
+  bc.window_size = 2;
+  bc.minimum_calls = 2;
+  bc.open_wait_ns = MS(100);
+  bc.half_open_permitted_calls = 1;
+  bc.ramp_duration_ns = MS(1000);
+  bc.clock = resil_manual_clock_get(mc);
+  resil_breaker *br = NULL;
+  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, NULL));
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, resil_event_breaker_listener, s));
+  resil_outcome bad = resil_outcome_http(503), ok = resil_outcome_ok();
+  resil_breaker_permit p;
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
+    assert_status(RESIL_OK, resil_breaker_record(br, &p, &bad, 0));
+  }
+  resil_manual_clock_advance_ns(mc, MS(100));
+  assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &ok, 0));
+  /* closed->open, open->half_open, half_open->closed, the ramp's start */
+  if (l.n != 4) fail_msg("%zu lines, the last: %s", l.n, l.n ? l.v[l.n - 1] : "");
+  json_t *o = parsed(&l, 2, "payments", "breaker_transition");
+  assert_string_equal("closed", sget(o, "to"));
+  json_decref(o);
+  o = parsed(&l, 3, "payments", "breaker_ramp");
+  assert_string_equal("started", sget(o, "event"));
+  assert_string_equal("BELOW_THRESHOLDS", sget(o, "cause"));
+  assert_true(fabs(json_real_value(json_object_get(o, "share")) - 0.1) < 1e-6);
+  assert_true(json_is_integer(json_object_get(o, "seq")));
+  json_decref(o);
+
+  /* a retry due while it ramps: call_done, stop RECOVERING */
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.name = "payments_retry";
+  rc.max_attempts = 3;
+  rc.wait_ns = MS(10);
+  rc.clock = resil_manual_clock_get(mc);
+  rc.recovery_breaker = br;
+  rc.on_attempt = resil_event_attempt_listener;
+  rc.on_attempt_user = s;
+  resil_retry *r = NULL;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  resil_outcome out = resil_retry_run(r, &ctx, answers_503, NULL);
+  assert_int_equal(RESIL_STOP_RECOVERING, out.stop);
+  assert_int_equal(5, l.n);
+  o = parsed(&l, 4, "payments_retry", "call_done");
+  assert_string_equal("RECOVERING", sget(o, "stop"));
+  assert_int_equal(1, json_integer_value(json_object_get(o, "attempt")));
+  assert_int_equal(503, json_integer_value(json_object_get(o, "http_status")));
+  json_decref(o);
+
+  /* a hedge due while it ramps: rejected, reason RECOVERING */
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.name = "search";
+  hc.delay_ns = MS(5);
+  hc.clock = resil_manual_clock_get(mc);
+  hc.recovery_breaker = br;
+  hc.on_event = resil_event_hedge_listener;
+  hc.on_event_user = s;
+  resil_hedge *h = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&hc, &h, NULL));
+  resil_hedge_call call;
+  int64_t delay;
+  assert_int_equal(RESIL_DECISION_WAIT, resil_hedge_begin(h, &ctx, &call, &delay));
+  resil_manual_clock_advance_ns(mc, MS(5));
+  assert_int_equal(RESIL_DECISION_DENY, resil_hedge_on_timer(h, &call, &delay));
+  assert_int_equal(6, l.n);
+  o = parsed(&l, 5, "search", "hedge");
+  assert_string_equal("rejected", sget(o, "event"));
+  assert_string_equal("REJECTED", sget(o, "outcome"));
+  assert_string_equal("RECOVERING", sget(o, "reason"));
+  json_decref(o);
+
+  /* the ramp's time is up: its end, RAMP_COMPLETED, share 1 */
+  resil_manual_clock_advance_ns(mc, MS(1000));
+  assert_int_equal(RESIL_BREAKER_CLOSED, resil_breaker_state(br));
+  assert_int_equal(7, l.n);
+  o = parsed(&l, 6, "payments", "breaker_ramp");
+  assert_string_equal("ended", sget(o, "event"));
+  assert_string_equal("RAMP_COMPLETED", sget(o, "cause"));
+  assert_true(json_real_value(json_object_get(o, "share")) == 1.0);
+  json_decref(o);
+  assert_status(RESIL_OK, resil_breaker_listener_remove(br, resil_event_breaker_listener, s));
+  resil_hedge_free(h);
+  resil_retry_free(r);
   resil_breaker_free(br);
   resil_event_sink_free(s);
   lines_free(&l);
@@ -471,6 +586,7 @@ static void hedge_events_are_json_lines(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(breaker_events_are_json_lines),
+      cmocka_unit_test(recovery_events_are_json_lines),
       cmocka_unit_test(retries_are_logged_with_their_wait),
       cmocka_unit_test_setup_teardown(resend_prevented_is_logged_and_no_secret_appears,
                                       fx_setup, fx_teardown),

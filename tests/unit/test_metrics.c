@@ -1,6 +1,7 @@
 /* Prometheus text exposition (metrics.h): the exact text for a fixed set of
  * instances, monotonic counters, the size query, label escaping, the
  * source interface's checks, and `promtool check metrics` on the output. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,12 +32,13 @@ static void dump_on_mismatch(const char *got, const char *want) {
 /* The exposition of mx_make()'s set, checked line by line against the
  * getters' figures (2 successes + 2 failures: 50 %). */
 static const char golden[] =
-    "# HELP resil_circuitbreaker_calls_total Calls recorded or refused by the breaker, by kind (successful, failed, ignored, not_permitted).\n"
+    "# HELP resil_circuitbreaker_calls_total Calls recorded or refused by the breaker, by kind (successful, failed, ignored, not_permitted, ramp_rejected: refused by a ramp after recovery).\n"
     "# TYPE resil_circuitbreaker_calls_total counter\n"
     "resil_circuitbreaker_calls_total{name=\"payments\",kind=\"successful\"} 2\n"
     "resil_circuitbreaker_calls_total{name=\"payments\",kind=\"failed\"} 2\n"
     "resil_circuitbreaker_calls_total{name=\"payments\",kind=\"ignored\"} 0\n"
     "resil_circuitbreaker_calls_total{name=\"payments\",kind=\"not_permitted\"} 0\n"
+    "resil_circuitbreaker_calls_total{name=\"payments\",kind=\"ramp_rejected\"} 0\n"
     "# HELP resil_circuitbreaker_slow_calls_total Recorded calls slower than the slow-call threshold, by kind (successful, failed).\n"
     "# TYPE resil_circuitbreaker_slow_calls_total counter\n"
     "resil_circuitbreaker_slow_calls_total{name=\"payments\",kind=\"successful\"} 0\n"
@@ -62,6 +64,9 @@ static const char golden[] =
     "# HELP resil_circuitbreaker_transitions_total State transitions.\n"
     "# TYPE resil_circuitbreaker_transitions_total counter\n"
     "resil_circuitbreaker_transitions_total{name=\"payments\"} 0\n"
+    "# HELP resil_circuitbreaker_ramp_ratio Share of calls the breaker admits now: below 1 during the ramp after recovery, else 1.\n"
+    "# TYPE resil_circuitbreaker_ramp_ratio gauge\n"
+    "resil_circuitbreaker_ramp_ratio{name=\"payments\"} 1\n"
     "# HELP resil_retry_calls_total Finished logical calls, by kind (successful_without_retry, successful_with_retry, failed_with_retry, failed_without_retry).\n"
     "# TYPE resil_retry_calls_total counter\n"
     "resil_retry_calls_total{name=\"payments_retry\",kind=\"successful_without_retry\"} 2\n"
@@ -71,10 +76,11 @@ static const char golden[] =
     "# HELP resil_retry_attempts_total Physical attempts made.\n"
     "# TYPE resil_retry_attempts_total counter\n"
     "resil_retry_attempts_total{name=\"payments_retry\"} 2\n"
-    "# HELP resil_retry_refused_attempts_total Attempts not made, by reason (deadline too short, retry budget refused).\n"
+    "# HELP resil_retry_refused_attempts_total Attempts not made, by reason (deadline too short, retry budget refused, recovering: the watched breaker was half-open or ramping).\n"
     "# TYPE resil_retry_refused_attempts_total counter\n"
     "resil_retry_refused_attempts_total{name=\"payments_retry\",reason=\"deadline\"} 0\n"
     "resil_retry_refused_attempts_total{name=\"payments_retry\",reason=\"budget\"} 0\n"
+    "resil_retry_refused_attempts_total{name=\"payments_retry\",reason=\"recovering\"} 0\n"
     "# HELP resil_ratelimiter_available_permissions Permits available now (negative while permits of coming cycles are reserved).\n"
     "# TYPE resil_ratelimiter_available_permissions gauge\n"
     "resil_ratelimiter_available_permissions{name=\"api\"} 3\n"
@@ -120,11 +126,12 @@ static const char golden[] =
     "resil_hedge_calls_total{name=\"search\",kind=\"passed_unsafe\"} 0\n"
     "resil_hedge_calls_total{name=\"search\",kind=\"passed_blocking\"} 0\n"
     "resil_hedge_calls_total{name=\"search\",kind=\"single\"} 0\n"
-    "# HELP resil_hedge_hedges_total Hedge attempts, by kind (sent, won, refused_by_budget), and losers cancelled (cancelled_loser).\n"
+    "# HELP resil_hedge_hedges_total Hedge attempts, by kind (sent, won, refused_by_budget, refused_recovering: the watched breaker was half-open or ramping), and losers cancelled (cancelled_loser).\n"
     "# TYPE resil_hedge_hedges_total counter\n"
     "resil_hedge_hedges_total{name=\"search\",kind=\"sent\"} 0\n"
     "resil_hedge_hedges_total{name=\"search\",kind=\"won\"} 0\n"
     "resil_hedge_hedges_total{name=\"search\",kind=\"refused_by_budget\"} 0\n"
+    "resil_hedge_hedges_total{name=\"search\",kind=\"refused_recovering\"} 0\n"
     "resil_hedge_hedges_total{name=\"search\",kind=\"cancelled_loser\"} 0\n"
     "# HELP resil_hedge_delay_seconds The delay a call beginning now would get.\n"
     "# TYPE resil_hedge_delay_seconds gauge\n"
@@ -336,6 +343,112 @@ static void promtool_accepts_the_exposition(void **state) {
   mx_free(&s);
 }
 
+/* Since 0.2 (DESIGN §2.9): during a breaker's ramp after recovery the
+ * ramp ratio gauge is the share admitted now and the ramp's refusals are
+ * kind "ramp_rejected"; a retry and a hedge watching it count what they
+ * did not send (reason "recovering", kind "refused_recovering"); promtool
+ * accepts the exposition. On the manual clock: a 1 s linear ramp from
+ * 10 %, 250 ms in (share 0.25), 100 decisions (25 admitted). */
+static resil_outcome mx_503(void *arg, const resil_ctx *ctx) {
+  (void)arg, (void)ctx;
+  return resil_outcome_http(503);
+}
+
+static void ramp_and_recovery_figures(void **state) {
+  (void)state;
+  resil_manual_clock *mc = NULL;
+  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
+  const resil_clock *clk = resil_manual_clock_get(mc);
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.name = "ramped";
+  bc.window_size = 4;
+  bc.minimum_calls = 2;
+  bc.open_wait_ns = RESIL_MS(100);
+  bc.half_open_permitted_calls = 1;
+  bc.clock = clk;
+  bc.ramp_duration_ns = RESIL_MS(1000);
+  resil_breaker *br = NULL;
+  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, NULL));
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.name = "ramped_retry";
+  rc.max_attempts = 3;
+  rc.wait_ns = 0;
+  rc.clock = clk;
+  rc.recovery_breaker = br;
+  resil_retry *rt = NULL;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &rt, NULL));
+  resil_hedge_config hc;
+  resil_hedge_config_init(&hc);
+  hc.name = "ramped_hedge";
+  hc.delay_ns = RESIL_MS(5);
+  hc.clock = clk;
+  hc.recovery_breaker = br;
+  resil_hedge *hg = NULL;
+  assert_status(RESIL_OK, resil_hedge_new(&hc, &hg, NULL));
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_metrics_add_breaker(m, NULL, br));
+  assert_status(RESIL_OK, resil_metrics_add_retry(m, NULL, rt));
+  assert_status(RESIL_OK, resil_metrics_add_hedge(m, NULL, hg));
+
+  /* open, wait, one healthy probe: CLOSED and ramping */
+  resil_breaker_permit p;
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
+    resil_outcome o = resil_outcome_http(503);
+    assert_status(RESIL_OK, resil_breaker_record(br, &p, &o, 0));
+  }
+  resil_manual_clock_advance_ns(mc, RESIL_MS(100));
+  assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
+  resil_outcome ok = resil_outcome_ok();
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &ok, 0));
+  resil_manual_clock_advance_ns(mc, RESIL_MS(250));
+  int admitted = 0;
+  for (int i = 0; i < 100; i++)
+    if (resil_breaker_try_acquire(br, &p) == RESIL_DECISION_GO) {
+      admitted++;
+      assert_status(RESIL_OK, resil_breaker_record(br, &p, &ok, 0));
+    }
+  /* a retry due while ramping is not made; a hedge due is not sent */
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  resil_outcome o = resil_retry_run(rt, &ctx, mx_503, NULL);
+  assert_int_equal(o.stop, RESIL_STOP_RECOVERING);
+  resil_hedge_call call;
+  int64_t delay = 0;
+  assert_int_equal(resil_hedge_begin(hg, &ctx, &call, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(resil_hedge_on_timer(hg, &call, &delay), RESIL_DECISION_DENY);
+
+  char *text = render(m);
+  assert_true(fabs(value_of(text, "resil_circuitbreaker_ramp_ratio{name=\"ramped\"}") - 0.25) <
+              1e-9);
+  assert_true(value_of(text, "resil_circuitbreaker_calls_total{name=\"ramped\",kind="
+                             "\"ramp_rejected\"}") == (double)(100 - admitted));
+  assert_true(admitted >= 24 && admitted <= 26);
+  /* not counted as refusals of an OPEN breaker */
+  assert_true(value_of(text, "resil_circuitbreaker_calls_total{name=\"ramped\",kind="
+                             "\"not_permitted\"}") == 0);
+  assert_true(value_of(text, "resil_retry_refused_attempts_total{name=\"ramped_retry\","
+                             "reason=\"recovering\"}") == 1);
+  assert_true(value_of(text, "resil_hedge_hedges_total{name=\"ramped_hedge\",kind="
+                             "\"refused_recovering\"}") == 1);
+  free(text);
+  mx_promtool_check(m);
+  /* the ramp over: the ratio is 1 again */
+  resil_manual_clock_advance_ns(mc, RESIL_MS(750));
+  text = render(m);
+  assert_true(value_of(text, "resil_circuitbreaker_ramp_ratio{name=\"ramped\"}") == 1.0);
+  free(text);
+  resil_metrics_free(m);
+  resil_hedge_free(hg);
+  resil_retry_free(rt);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
 /* Since 0.2: the chain's layer accessors the chain metrics label with. */
 static void chain_layer_accessors(void **state) {
   (void)state;
@@ -363,6 +476,7 @@ int main(void) {
       cmocka_unit_test(source_interface_writes_help_type_and_labels),
       cmocka_unit_test(promtool_accepts_the_exposition),
       cmocka_unit_test(chain_layer_accessors),
+      cmocka_unit_test(ramp_and_recovery_figures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -528,6 +528,118 @@ static void references_are_resolved_and_kept_with_what_they_name(void **state) {
   resil_registry_free(reg);
 }
 
+/* Recovery in the seed's order (DESIGN §2.9): a breaker's ramp keys, a
+ * retry's and a hedge's recovery_breaker (named before its section) and
+ * *_during_recovery; the retry watching the breaker stops with RECOVERING
+ * while it is HALF_OPEN, the one with retry_during_recovery retries; the
+ * breaker ramps after its probes; a reload changing the ramp replaces the
+ * breaker and what names it, and keeps the rest. */
+static resil_outcome fails_503(void *arg, const resil_ctx *ctx) {
+  (void)ctx;
+  (*(int *)arg)++;
+  return resil_outcome_http(503);
+}
+
+static void recovery_settings_load_watch_and_reload(void **state) {
+  (void)state;
+  const char *tmpl = "retry:\n"
+                     "  instances:\n"
+                     "    payments: {max_attempts: 3, wait: 0s, recovery_breaker: payments}\n"
+                     "    reports: {max_attempts: 3, wait: 0s, retry_during_recovery: true}\n"
+                     "hedge:\n"
+                     "  instances:\n"
+                     "    reads: {delay: 5ms, recovery_breaker: payments}\n"
+                     "    bulk: {delay: 5ms, hedge_during_recovery: true}\n"
+                     "circuitbreaker:\n"
+                     "  configs:\n"
+                     "    default: {ramp_aggression: 2}\n"
+                     "  instances:\n"
+                     "    payments: {ramp_duration: 30s, ramp_min_percent: %d}\n"
+                     "    plain: {}\n";
+  char yaml[1024];
+  snprintf(yaml, sizeof yaml, tmpl, 20);
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  if (resil_registry_load_string(yaml, strlen(yaml), "rec", &reg, &err) != RESIL_OK) {
+    char line[512];
+    resil_registry_error_format(&err, line, sizeof line);
+    fail_msg("%s", line);
+  }
+  resil_registry_recovery rr;
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_BREAKER, "payments", &rr), RESIL_OK);
+  assert_int_equal(rr.ramp_duration_ns, RESIL_S(30));
+  assert_int_equal(rr.ramp_min_percent, 20);
+  assert_true(rr.ramp_aggression == 2.0);
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_BREAKER, "plain", &rr), RESIL_OK);
+  assert_int_equal(rr.ramp_duration_ns, 0);
+  assert_int_equal(rr.ramp_min_percent, 10);
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_RETRY, "payments", &rr), RESIL_OK);
+  assert_string_equal(rr.recovery_breaker, "payments");
+  assert_int_equal(rr.during_recovery, 0);
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_RETRY, "reports", &rr), RESIL_OK);
+  assert_string_equal(rr.recovery_breaker, "");
+  assert_int_equal(rr.during_recovery, 1);
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_HEDGE, "reads", &rr), RESIL_OK);
+  assert_string_equal(rr.recovery_breaker, "payments");
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_HEDGE, "bulk", &rr), RESIL_OK);
+  assert_int_equal(rr.during_recovery, 1);
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_CHAIN, "payments", &rr), RESIL_EINVAL);
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_RETRY, "nope", &rr), RESIL_EINVAL);
+  assert_int_equal(resil_registry_recovery(NULL, RESIL_REG_RETRY, "payments", &rr), RESIL_EMISUSE);
+
+  /* HALF_OPEN: the watching retry makes one attempt, the other three */
+  resil_breaker *br = resil_registry_breaker(reg, "payments");
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_OPEN));
+  assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_HALF_OPEN));
+  resil_ctx ctx;
+  resil_ctx_init(&ctx);
+  ctx.flags = RESIL_CALL_IDEMPOTENT;
+  int calls = 0;
+  resil_outcome o = resil_retry_run(resil_registry_retry(reg, "payments"), &ctx, fails_503, &calls);
+  assert_int_equal(o.stop, RESIL_STOP_RECOVERING);
+  assert_int_equal(calls, 1);
+  calls = 0;
+  o = resil_retry_run(resil_registry_retry(reg, "reports"), &ctx, fails_503, &calls);
+  assert_int_equal(o.stop, RESIL_STOP_MAX_ATTEMPTS);
+  assert_int_equal(calls, 3);
+  /* healthy probes close it into a ramp (30 s: still ramping) */
+  for (int i = 0; i < 10; i++) {
+    resil_breaker_permit p;
+    assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+    resil_outcome ok = resil_outcome_ok();
+    assert_status(RESIL_OK, resil_breaker_record(br, &p, &ok, 0));
+  }
+  resil_breaker_metrics m;
+  assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.ramping, 1);
+  assert_true(m.ramp_share > 0.199 && m.ramp_share < 0.5); /* 20 % at first */
+
+  /* the ramp changes: the breaker, the retry and the hedge naming it are
+   * replaced; "reports", "bulk" and "plain" are kept */
+  resil_retry *rt = resil_registry_retry(reg, "payments");
+  resil_hedge *hg = resil_registry_hedge(reg, "reads");
+  snprintf(yaml, sizeof yaml, tmpl, 30);
+  assert_int_equal(resil_registry_reload_string(reg, yaml, strlen(yaml), "rec", &err), RESIL_OK);
+  resil_registry_reload_stats rs;
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.replaced, 3);
+  assert_int_equal(rs.kept, 3);
+  assert_ptr_not_equal(resil_registry_breaker(reg, "payments"), br);
+  assert_ptr_not_equal(resil_registry_retry(reg, "payments"), rt);
+  assert_ptr_not_equal(resil_registry_hedge(reg, "reads"), hg);
+  assert_int_equal(resil_breaker_state(resil_registry_breaker(reg, "payments")),
+                   RESIL_BREAKER_CLOSED);
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_BREAKER, "payments", &rr), RESIL_OK);
+  assert_int_equal(rr.ramp_min_percent, 30);
+  /* the same text: everything kept */
+  assert_int_equal(resil_registry_reload_string(reg, yaml, strlen(yaml), "rec", &err), RESIL_OK);
+  assert_int_equal(resil_registry_last_reload(reg, &rs), RESIL_OK);
+  assert_int_equal(rs.kept, 6);
+  resil_registry_free(reg);
+}
+
 /* ---- HTTP clients and stores ------------------------------------------------ */
 
 static void http_client_and_store_load_and_reload(void **state) {
@@ -784,6 +896,53 @@ static void cli_describe_config_prints_every_chain(void **state) {
   snprintf(args, sizeof args, "describe --config %s/examples/config/payments-client.yaml --order retry",
            RESIL_SOURCE_DIR);
   assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 2);
+}
+
+/* `resil describe --config` shows each chain's breakers' ramp and, without
+ * --chain, every breaker's ramp and every retry's and hedge's recovery
+ * behaviour (DESIGN §2.9). */
+static void cli_describe_config_shows_recovery(void **state) {
+  (void)state;
+  if (!getenv("RESIL_BIN")) skip();
+  const char *p = write_file("rec.yaml",
+                             "circuitbreaker:\n"
+                             "  instances:\n"
+                             "    payments: {ramp_duration: 30s, ramp_min_percent: 20, "
+                             "ramp_aggression: 2}\n"
+                             "    plain: {}\n"
+                             "retry:\n"
+                             "  instances:\n"
+                             "    payments: {max_attempts: 3, recovery_breaker: payments}\n"
+                             "    reports: {max_attempts: 3, retry_during_recovery: true}\n"
+                             "    inchain: {max_attempts: 2}\n"
+                             "hedge:\n"
+                             "  instances:\n"
+                             "    reads: {delay: 5ms, recovery_breaker: payments}\n"
+                             "chain:\n"
+                             "  instances:\n"
+                             "    checkout:\n"
+                             "      total_timeout: 2s\n"
+                             "      layers: [{retry: inchain}, {circuitbreaker: payments}]\n");
+  char out[16384], err[8192], args[1024];
+  snprintf(args, sizeof args, "describe --config %s", p);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(out, "note: retry \"inchain\" retries last: while breaker \"payments\""));
+  assert_non_null(strstr(out, "  breaker \"payments\": ramp after recovery: from 20 % of calls "
+                              "to all over 30.000 s (aggression 2: faster at first)"));
+  assert_non_null(strstr(out, "  circuitbreaker plain: no ramp: full traffic once closed"));
+  assert_non_null(strstr(out, "  retry payments: retries last: no retry while circuitbreaker "
+                              "payments is HALF_OPEN or ramping"));
+  assert_non_null(strstr(out, "  retry reports: retries during recovery too "
+                              "(retry_during_recovery: true)"));
+  assert_non_null(strstr(out, "  retry inchain: retries last in a chain: no retry while the "
+                              "breaker layer inside it"));
+  assert_non_null(strstr(out, "  hedge reads: hedges last: no hedge while circuitbreaker "
+                              "payments is HALF_OPEN or ramping"));
+  /* --chain: the chain and its breakers' ramp, not the whole list */
+  snprintf(args, sizeof args, "describe --config %s --chain checkout", p);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(out, "  breaker \"payments\": ramp after recovery: from 20 %"));
+  assert_null(strstr(out, "circuitbreaker plain"));
 }
 
 /* ---- shared segments (section `shared`, DESIGN §8.1) ---------------------- */
@@ -1104,12 +1263,14 @@ int main(void) {
       cmocka_unit_test(reload_with_an_error_changes_nothing),
       cmocka_unit_test(a_lease_outlives_the_registry),
       cmocka_unit_test(references_are_resolved_and_kept_with_what_they_name),
+      cmocka_unit_test(recovery_settings_load_watch_and_reload),
       cmocka_unit_test(http_client_and_store_load_and_reload),
       cmocka_unit_test(http_header_settings_are_validated),
       cmocka_unit_test(http_deadline_settings_load),
       cmocka_unit_test(store_errors_point_at_the_uri),
       cmocka_unit_test(cli_config_check_exit_codes_and_lines),
       cmocka_unit_test(cli_describe_config_prints_every_chain),
+      cmocka_unit_test(cli_describe_config_shows_recovery),
       cmocka_unit_test(shared_segments_are_shared_kept_and_replaced_by_reloads),
       cmocka_unit_test(a_shared_breaker_is_shared_and_replaced_by_reloads),
       cmocka_unit_test(a_shared_segment_falls_back_with_events_or_fails_when_required),

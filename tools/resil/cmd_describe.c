@@ -40,7 +40,10 @@ static void usage(FILE *f) {
           "                   time limiter does when that is shorter. A client with\n"
           "                   several instances (or a resolved name) is listed\n"
           "                   after the chains: its instances (URLs redacted),\n"
-          "                   the balance and the ejection settings\n"
+          "                   the balance and the ejection settings. Each chain's\n"
+          "                   breakers show their ramp after recovery; without\n"
+          "                   --chain, every breaker's ramp and every retry's and\n"
+          "                   hedge's recovery behaviour follow (retries last)\n"
           "  --order LAYERS   outermost first, comma-separated from: retry, breaker,\n"
           "                   ratelimiter, timelimiter, bulkhead, hedge\n"
           "                   (default retry,breaker,ratelimiter,timelimiter,bulkhead)\n"
@@ -206,7 +209,7 @@ typedef struct name_list {
 } name_list;
 
 typedef struct collected {
-  name_list chains, clients;
+  name_list chains, clients, breakers, retries, hedges;
 } collected;
 
 static void name_add(name_list *l, const char *name) {
@@ -239,7 +242,77 @@ static int collect(void *user, resil_registry_kind kind, const char *name, void 
   collected *c = user;
   if (kind == RESIL_REG_CHAIN) name_add(&c->chains, name);
   if (kind == RESIL_REG_HTTP_CLIENT) name_add(&c->clients, name);
+  if (kind == RESIL_REG_BREAKER) name_add(&c->breakers, name);
+  if (kind == RESIL_REG_RETRY) name_add(&c->retries, name);
+  if (kind == RESIL_REG_HEDGE) name_add(&c->hedges, name);
   return 0;
+}
+
+/* A breaker's ramp after recovery (breaker.h "Ramp", DESIGN §2.9), as the
+ * file resolved it: "no ramp ..." or "ramp over D from M % of calls ...". */
+static void ramp_text(char *buf, size_t n, const resil_registry_recovery *r) {
+  if (r->ramp_duration_ns == 0) {
+    snprintf(buf, n, "no ramp: full traffic once closed (ramp_duration 0)");
+    return;
+  }
+  const char *curve = r->ramp_aggression == 1.0 ? "linear"
+                      : r->ramp_aggression > 1.0 ? "faster at first"
+                                                 : "slower at first";
+  snprintf(buf, n,
+           "ramp after recovery: from %u %% of calls to all over %.3f s (aggression %g: %s); "
+           "a call not admitted is REJECTED (recovering)",
+           (unsigned)r->ramp_min_percent, (double)r->ramp_duration_ns / 1e9, r->ramp_aggression,
+           curve);
+}
+
+/* The ramp of each breaker layer of chain ch (registry instances). */
+static void print_chain_ramps(resil_registry *reg, const resil_chain *ch) {
+  for (size_t i = 0; i < resil_chain_layers(ch); i++) {
+    resil_registry_recovery r;
+    const char *name = resil_chain_layer_name(ch, i);
+    if (resil_chain_layer_kind(ch, i) != RESIL_LAYER_BREAKER || !name ||
+        resil_registry_recovery(reg, RESIL_REG_BREAKER, name, &r) != RESIL_OK)
+      continue;
+    char t[256];
+    ramp_text(t, sizeof t, &r);
+    printf("  breaker \"%s\": %s\n", name, t);
+  }
+}
+
+/* Every breaker's ramp, every retry's and hedge's recovery behaviour
+ * (retries and hedges last, DESIGN §2.9). */
+static void print_recovery(resil_registry *reg, const collected *all) {
+  if (!all->breakers.n && !all->retries.n && !all->hedges.n) return;
+  printf("\nrecovery (ramp after closing, retries and hedges last):\n");
+  resil_registry_recovery r;
+  for (size_t i = 0; i < all->breakers.n; i++) {
+    if (resil_registry_recovery(reg, RESIL_REG_BREAKER, all->breakers.v[i], &r) != RESIL_OK)
+      continue;
+    char t[256];
+    ramp_text(t, sizeof t, &r);
+    printf("  circuitbreaker %s: %s\n", all->breakers.v[i], t);
+  }
+  for (int k = 0; k < 2; k++) {
+    const name_list *l = k == 0 ? &all->retries : &all->hedges;
+    const char *kind = k == 0 ? "retry" : "hedge";
+    for (size_t i = 0; i < l->n; i++) {
+      if (resil_registry_recovery(reg, k == 0 ? RESIL_REG_RETRY : RESIL_REG_HEDGE, l->v[i],
+                                  &r) != RESIL_OK)
+        continue;
+      if (r.during_recovery)
+        printf("  %s %s: %s during recovery too (%s_during_recovery: true)\n", kind, l->v[i],
+               k == 0 ? "retries" : "hedges", kind);
+      else if (r.recovery_breaker[0])
+        printf("  %s %s: %s last: %s while circuitbreaker %s is HALF_OPEN or ramping "
+               "(in a chain, the breaker layer inside it instead)\n",
+               kind, l->v[i], k == 0 ? "retries" : "hedges", k == 0 ? "no retry" : "no hedge",
+               r.recovery_breaker);
+      else
+        printf("  %s %s: %s last in a chain: %s while the breaker layer inside it is "
+               "HALF_OPEN or ramping (alone it watches no breaker: no recovery_breaker)\n",
+               kind, l->v[i], k == 0 ? "retries" : "hedges", k == 0 ? "no retry" : "no hedge");
+    }
+  }
 }
 
 #ifdef RESIL_HAVE_HTTP
@@ -370,8 +443,11 @@ static int describe_config(const char *file, const char *only, const char *clien
     if (shown++) printf("\n");
     printf("chain %s (%s):\n", name, file);
     int r = print_chain(ch, resil_registry_chain_total_timeout_ns(reg, name), cb, ncb);
+    print_chain_ramps(reg, ch);
     if (r > rc) rc = r;
   }
+  if (rc < 2 && !only && !all.breakers.oom && !all.retries.oom && !all.hedges.oom)
+    print_recovery(reg, &all);
 #ifdef RESIL_HAVE_HTTP
   for (size_t i = 0; rc < 2 && !only && i < ncb; i++) print_instances(reg, cb[i].name);
 #endif
@@ -379,6 +455,9 @@ done:
   free(cb);
   names_free(&all.chains);
   names_free(&all.clients);
+  names_free(&all.breakers);
+  names_free(&all.retries);
+  names_free(&all.hedges);
   resil_registry_free(reg);
   return rc;
 }

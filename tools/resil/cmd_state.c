@@ -79,7 +79,8 @@ static int collect(void *user, const char *kind, const char *name, uint64_t gen)
 /* A breaker's state, window (this state period's), OPEN series and
  * totals: `OPEN for 120 ms (wait 10000 ms), window 5 calls 5 failed
  * (100%, minimum 5), 1 consecutive opens, totals 5 calls 5 failed 3
- * rejected`. */
+ * rejected`; a ramping CLOSED adds `, ramping: 35% of calls admitted` and
+ * the ramp's refusals `8 refused by a ramp`. */
 static void describe_breaker(const resil_breaker_metrics *m, char *buf, size_t n) {
   struct timespec ts;
   long long for_ms = -1;
@@ -87,23 +88,30 @@ static void describe_breaker(const resil_breaker_metrics *m, char *buf, size_t n
     int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     if (now >= m->state_since_ns) for_ms = (long long)((now - m->state_since_ns) / 1000000);
   }
-  char since[32] = "", wait[48] = "", rate[32] = "", probes[48] = "";
+  char since[32] = "", wait[48] = "", rate[32] = "", probes[48] = "", ramp[96] = "";
   if (for_ms >= 0) snprintf(since, sizeof since, " for %lld ms", for_ms);
   if (m->state == RESIL_BREAKER_OPEN)
     snprintf(wait, sizeof wait, " (wait %lld ms)", (long long)(m->open_wait_ns / 1000000));
   if (m->state == RESIL_BREAKER_HALF_OPEN)
     snprintf(probes, sizeof probes, ", %u probe permits left",
              (unsigned)m->half_open_permits_available);
+  /* the ramp after recovery (breaker.h "Ramp"): CLOSED, a share admitted */
+  if (m->ramping)
+    snprintf(ramp, sizeof ramp, ", ramping: %.0f%% of calls admitted", m->ramp_share * 100.0);
   if (m->rates == RESIL_BREAKER_RATES_AVAILABLE)
     snprintf(rate, sizeof rate, "%.0f%%, ", m->failure_rate_pct);
+  char ramp_rejected[48] = "";
+  if (m->total_ramp_rejected)
+    snprintf(ramp_rejected, sizeof ramp_rejected, " %llu refused by a ramp",
+             (unsigned long long)m->total_ramp_rejected);
   snprintf(buf, n,
-           "%s%s%s%s, window %llu calls %llu failed (%sminimum %llu), %u consecutive opens, "
-           "totals %llu calls %llu failed %llu rejected",
-           resil_breaker_state_name(m->state), since, wait, probes,
+           "%s%s%s%s%s, window %llu calls %llu failed (%sminimum %llu), %u consecutive opens, "
+           "totals %llu calls %llu failed %llu rejected%s",
+           resil_breaker_state_name(m->state), since, wait, probes, ramp,
            (unsigned long long)m->buffered_calls, (unsigned long long)m->failed_calls, rate,
            (unsigned long long)m->minimum_calls, (unsigned)m->consecutive_opens,
            (unsigned long long)m->total_calls, (unsigned long long)m->total_failures,
-           (unsigned long long)m->total_not_permitted);
+           (unsigned long long)m->total_not_permitted, ramp_rejected);
 }
 
 /* The state of one instance, in words. One line per kind: a kind this
