@@ -83,8 +83,9 @@
 /* A CLOSED breaker that is ramping (DESIGN §2.9; breaker.h "Ramp"): an
  * internal state, reported as CLOSED everywhere. It is not in
  * ALWAYS_PERMITS, so the acquire fast path sends it to acquire_slow with
- * no instruction added for a breaker that never ramps, and the inline
- * record path (which expects CLOSED) sends its records to record_locked. */
+ * no instruction added for a breaker that never ramps, where its
+ * lock-free decision is made (acquire_other); the inline record path takes
+ * a ramping CLOSED's successes as CLOSED's (record_clean). */
 #define ST_RAMP ((resil_breaker_state_kind)6)
 
 /* Events one operation can produce after its time-driven catch-up: a reset
