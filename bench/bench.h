@@ -181,6 +181,14 @@ int bench_run_http_cases(const bench_opts *opts, const char *json_path);
  * (async_cases.c). */
 int bench_run_async_cases(const bench_opts *opts, const char *json_path);
 
+/* The breaker's ramp (issue 23): breaker_acquire_record on a ramping
+ * breaker at most this many times the plain CLOSED breaker's, same run
+ * (median of per-round ratios, cases.c ramp_cases). */
+#define BENCH_RAMP_MAX_RATIO 1.2
+/* ... and on a breaker with a ramp configured, not ramping: within noise,
+ * taken as at most 5 % above the plain breaker's, same run. */
+#define BENCH_RAMP_OFF_MAX_RATIO 1.05
+
 /* shared_breaker_acquire_record and shared_ratelimiter_acquire (one
  * process, the state in a segment): their ns per call at most this many
  * times breaker_acquire_record's and ratelimiter_acquire's, same run

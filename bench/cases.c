@@ -360,6 +360,212 @@ static void case_shared_breaker_acquire_record(const bench_opts *o,
   finish(&r, cases);
 }
 
+/* ---- the breaker's ramp against the plain breaker (issue 23) -------------
+ *
+ * Each case is priced against breaker_acquire_record in the same run: both
+ * breakers are warmed up and calibrated, then opts->runs rounds alternate
+ * them (the reference first in even rounds, second in odd ones, so that a
+ * drift of the machine falls on both); the ratio is the median of the
+ * per-round ratios. Kind "ramp"; report.c checks the targets. */
+
+/* A breaker as bench_make_breaker's with a ramp of one day configured
+ * (min_pct, aggression), which never ends during the run; ramping: started
+ * (OPEN then HALF_OPEN by hand, one healthy probe closes it: an automatic
+ * HALF_OPEN -> CLOSED ramps), else CLOSED and not ramping. */
+static resil_status make_ramp_breaker(int ramping, uint32_t min_pct,
+                                      double aggression, resil_breaker **out,
+                                      resil_error *err) {
+  resil_breaker_config cfg;
+  resil_breaker_config_init(&cfg);
+  cfg.name = "bench-ramp";
+  cfg.window_type = RESIL_BREAKER_WINDOW_COUNT;
+  cfg.window_size = 100;
+  cfg.minimum_calls = 100;
+  cfg.slow_call_duration_ns = INT64_C(1000000000);
+  cfg.half_open_permitted_calls = 1;
+  cfg.ramp_duration_ns = INT64_C(86400) * INT64_C(1000000000);
+  cfg.ramp_min_percent = min_pct;
+  cfg.ramp_aggression = aggression;
+  resil_status st = resil_breaker_new(&cfg, out, err);
+  if (st != RESIL_OK || !ramping) return st;
+  resil_breaker_permit p;
+  resil_outcome ok = {.kind = RESIL_ANSWERED, .reason = RESIL_REASON_OK,
+                      .retry_after_ms = -1};
+  resil_breaker_metrics m;
+  if (resil_breaker_transition(*out, RESIL_BREAKER_OPEN) != RESIL_OK ||
+      resil_breaker_transition(*out, RESIL_BREAKER_HALF_OPEN) != RESIL_OK ||
+      resil_breaker_try_acquire(*out, &p) != RESIL_DECISION_GO ||
+      resil_breaker_record(*out, &p, &ok, SPLIT_DURATION_NS) != RESIL_OK ||
+      resil_breaker_get_metrics(*out, &m) != RESIL_OK || !m.ramping) {
+    snprintf(err->msg, sizeof err->msg, "the breaker did not start its ramp");
+    resil_breaker_free(*out);
+    *out = NULL;
+    return RESIL_EINVAL;
+  }
+  return RESIL_OK;
+}
+
+typedef struct ramp_bench_state {
+  resil_breaker *br;
+  uint64_t admitted, refused;
+} ramp_bench_state;
+
+/* try_acquire + record(success) of the admitted ones: every decision
+ * counts as done (a refusal is the ramp's answer); the admitted and refused
+ * are tallied for the check of the share. */
+static uint64_t body_ramp_decide(void *p, uint64_t iters) {
+  ramp_bench_state *s = p;
+  resil_outcome ok_outcome;
+  memset(&ok_outcome, 0, sizeof ok_outcome);
+  ok_outcome.kind = RESIL_ANSWERED;
+  ok_outcome.reason = RESIL_REASON_OK;
+  ok_outcome.retry_after_ms = -1;
+  uint64_t done = 0, in = 0;
+  for (uint64_t i = 0; i < iters; i++) {
+    resil_breaker_permit permit;
+    if (resil_breaker_try_acquire(s->br, &permit)) {
+      in++;
+      done += resil_breaker_record(s->br, &permit, &ok_outcome,
+                                   SPLIT_DURATION_NS) == RESIL_OK;
+    } else {
+      done++;
+    }
+  }
+  s->admitted += in;
+  s->refused += iters - in;
+  bench_sink(done);
+  return done;
+}
+
+typedef struct ramp_case {
+  const char *name;
+  const char *measures;
+  int ramping;
+  uint32_t min_pct;
+  double aggression;
+  double target_max; /* ns per call at most this times the reference's */
+} ramp_case;
+
+static void run_ramp_case(const bench_opts *o, json_t *cases, const ramp_case *rc) {
+  json_t *j = json_object();
+  json_object_set_new(j, "name", json_string(rc->name));
+  json_object_set_new(j, "kind", json_string("ramp"));
+  json_object_set_new(j, "measures", json_string(rc->measures));
+  json_object_set_new(j, "reference", json_string("breaker_acquire_record"));
+  json_object_set_new(j, "target_max_ratio", json_real(rc->target_max));
+  char error[256] = "";
+  resil_error err;
+  breaker_state ref;
+  memset(&ref, 0, sizeof ref);
+  ramp_bench_state rs;
+  memset(&rs, 0, sizeof rs);
+  resil_status st = make_breaker(&ref.br, &err);
+  if (st != RESIL_OK)
+    snprintf(error, sizeof error, "resil_breaker_new: %s (%s)", resil_status_name(st), err.msg);
+  else if ((st = make_ramp_breaker(rc->ramping, rc->min_pct, rc->aggression, &rs.br, &err)) !=
+           RESIL_OK)
+    snprintf(error, sizeof error, "the ramp's breaker: %s (%s)", resil_status_name(st), err.msg);
+  double load0 = bench_loadavg1();
+  bench_result rr, rt;
+  memset(&rr, 0, sizeof rr);
+  memset(&rt, 0, sizeof rt);
+  bench_opts one = *o;
+  one.runs = 1;
+  if (!error[0]) {
+    bench_measure(&one, body_breaker_acquire_record, &ref, &rr);
+    bench_measure(&one, body_ramp_decide, &rs, &rt);
+    if (rr.error[0] || rt.error[0])
+      snprintf(error, sizeof error, "%s", rr.error[0] ? rr.error : rt.error);
+  }
+  double ns_ref[BENCH_MAX_RUNS], ns_case[BENCH_MAX_RUNS], ratio[BENCH_MAX_RUNS];
+  int n = 0;
+  for (int r = 0; !error[0] && r < o->runs && r < BENCH_MAX_RUNS; r++) {
+    for (int k = 0; k < 2 && !error[0]; k++) {
+      int is_ref = (k == 0) == (r % 2 == 0);
+      uint64_t iters = is_ref ? rr.iters_per_run : rt.iters_per_run;
+      int64_t t0 = bench_now_ns();
+      uint64_t ok = is_ref ? body_breaker_acquire_record(&ref, iters)
+                           : body_ramp_decide(&rs, iters);
+      int64_t t1 = bench_now_ns();
+      if (ok != iters)
+        snprintf(error, sizeof error, "round %d: %llu of %llu operations did not succeed",
+                 r + 1, (unsigned long long)(iters - ok), (unsigned long long)iters);
+      (is_ref ? ns_ref : ns_case)[n] = (double)(t1 - t0) / (double)iters;
+    }
+    if (!error[0]) {
+      ratio[n] = ns_case[n] / ns_ref[n];
+      n++;
+    }
+  }
+  if (!error[0]) {
+    resil_breaker_metrics m;
+    double share = (double)rs.admitted / (double)(rs.admitted + rs.refused);
+    double want = rc->ramping ? rc->min_pct / 100.0 : 1.0;
+    if (resil_breaker_state(ref.br) != RESIL_BREAKER_CLOSED)
+      snprintf(error, sizeof error, "the reference left CLOSED");
+    else if (resil_breaker_get_metrics(rs.br, &m) != RESIL_OK || m.ramping != rc->ramping ||
+             m.state != RESIL_BREAKER_CLOSED)
+      snprintf(error, sizeof error, "the ramp's breaker %s", rc->ramping ? "stopped ramping"
+                                                                          : "is not plain CLOSED");
+    else if (share < want - 0.01 || share > want + 0.01)
+      snprintf(error, sizeof error, "admitted share %.4f, expected %.2f", share, want);
+    json_object_set_new(j, "admitted_share", json_real(share));
+  }
+  if (error[0]) {
+    json_object_set_new(j, "error", json_string(error));
+    printf("  %-34s INVALID: %s\n", rc->name, error);
+  } else {
+    double mr = bench_median(ratio, n), lo = ratio[0], hi = ratio[0];
+    for (int i = 1; i < n; i++) {
+      if (ratio[i] < lo) lo = ratio[i];
+      if (ratio[i] > hi) hi = ratio[i];
+    }
+    json_t *a = json_array(), *b = json_array(), *c = json_array();
+    for (int i = 0; i < n; i++) {
+      json_array_append_new(a, json_real(ns_case[i]));
+      json_array_append_new(b, json_real(ns_ref[i]));
+      json_array_append_new(c, json_real(ratio[i]));
+    }
+    json_object_set_new(j, "ns_per_call", json_real(bench_median(ns_case, n)));
+    json_object_set_new(j, "ns_per_call_ref", json_real(bench_median(ns_ref, n)));
+    json_object_set_new(j, "ratio", json_real(mr));
+    json_object_set_new(j, "ratio_min", json_real(lo));
+    json_object_set_new(j, "ratio_max", json_real(hi));
+    json_object_set_new(j, "runs", a);
+    json_object_set_new(j, "runs_ref", b);
+    json_object_set_new(j, "runs_ratio", c);
+    json_object_set_new(j, "rounds", json_integer(n));
+    json_object_set_new(j, "iterations_per_run", json_integer((json_int_t)rt.iters_per_run));
+    printf("  %-34s %8.2f ns vs breaker_acquire_record %.2f ns: x%.3f (x%.3f..x%.3f, %d "
+           "rounds)\n",
+           rc->name, bench_median(ns_case, n), bench_median(ns_ref, n), mr, lo, hi, n);
+  }
+  json_object_set_new(j, "loadavg_start", json_real(load0));
+  json_object_set_new(j, "loadavg_end", json_real(bench_loadavg1()));
+  fflush(stdout);
+  json_array_append_new(cases, j);
+  resil_breaker_free(ref.br);
+  resil_breaker_free(rs.br);
+}
+
+static const ramp_case ramp_cases[] = {
+    {"breaker_ramp_acquire_record",
+     "breaker_acquire_record on a breaker in its ramp (1 day, linear, min share 100 %: "
+     "every call admitted)",
+     1, 100, 1.0, BENCH_RAMP_MAX_RATIO},
+    {"breaker_ramp10_acquire_record",
+     "breaker_acquire_record on a breaker in its ramp (1 day, linear, min share 10 %: one "
+     "call in 10 admitted and recorded, the others refused)",
+     1, 10, 1.0, BENCH_RAMP_MAX_RATIO},
+    {"breaker_ramp_pow_acquire_record",
+     "breaker_acquire_record on a breaker in its ramp (1 day, aggression 2, min share "
+     "100 %: every call admitted)",
+     1, 100, 2.0, BENCH_RAMP_MAX_RATIO},
+    {"breaker_ramp_off_acquire_record",
+     "breaker_acquire_record on a CLOSED breaker with a ramp configured, not ramping",
+     0, 10, 1.0, BENCH_RAMP_OFF_MAX_RATIO},
+};
+
 static void case_breaker_run(const bench_opts *o, json_t *cases) {
   breaker_case(o, cases, "breaker_run",
                "resil_breaker_run of a no-op call (through a function "
@@ -561,6 +767,9 @@ int bench_run_cases(const bench_opts *opts, const char *json_path) {
     case_breaker_acquire_record(opts, cases);
   if (bench_selected(opts, "shared_breaker_acquire_record"))
     case_shared_breaker_acquire_record(opts, cases);
+  for (size_t k = 0; k < sizeof ramp_cases / sizeof ramp_cases[0]; k++)
+    if (bench_selected(opts, ramp_cases[k].name))
+      run_ramp_case(opts, cases, &ramp_cases[k]);
   if (bench_selected(opts, "breaker_run")) case_breaker_run(opts, cases);
   if (bench_selected(opts, "retry_run")) case_retry_run(opts, cases);
   if (bench_selected(opts, "ratelimiter_acquire"))

@@ -177,6 +177,10 @@ static int is_instances_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "instances");
 }
 
+static int is_ramp_case(json_t *c) {
+  return !strcmp(str(c, "kind", ""), "ramp");
+}
+
 static int is_async_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "async");
 }
@@ -315,6 +319,52 @@ static void report_shared(json_t *ccases, json_t *ocases, json_t *checks) {
              name, num(cc, "wall_ms_plain"), num(cc, "wall_ms_state"), added,
              BENCH_CLI_STATE_MAX_ADDED_MS, met ? "yes" : "NO", num(cc, "cpu_ms_plain"),
              num(cc, "cpu_ms_state"), (long long)json_integer_value(json_object_get(cc, "pairs")),
+             num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+    }
+    json_array_append_new(ocases, o);
+  }
+}
+
+/* The breaker's ramp cases (cases.c ramp_cases, issue 23): each against
+ * breaker_acquire_record alternated with it in the same run; ratio = median
+ * of the per-round ratios, with its range. Appends each case, with
+ * "target" and "met", to ocases. */
+static void report_ramp(json_t *ccases, json_t *ocases, json_t *checks) {
+  char target[96], what[200];
+  int header = 0;
+  size_t i;
+  json_t *cc;
+  json_array_foreach(ccases, i, cc) {
+    if (!is_ramp_case(cc)) continue;
+    if (!header) {
+      printf("\nThe breaker's ramp: acquire + record on a ramping breaker (or one with a ramp "
+             "configured, not ramping) against breaker_acquire_record, alternating rounds, same "
+             "run; ratio = median of per-round ratios:\n");
+      header = 1;
+    }
+    const char *name = str(cc, "name", "?");
+    double max = num(cc, "target_max_ratio");
+    snprintf(target, sizeof target, "<= %.2fx breaker_acquire_record's ns per call", max);
+    snprintf(what, sizeof what, "%s ns_per_call <= %.2fx breaker_acquire_record's (same run)",
+             name, max);
+    json_t *o = json_deep_copy(cc);
+    json_object_set_new(o, "target", json_string(target));
+    const char *err = json_string_value(json_object_get(cc, "error"));
+    double ratio = num(cc, "ratio");
+    if (err || isnan(ratio)) {
+      add_check(checks, what, NAN, 0, 1);
+      json_object_set_new(o, "met", json_false());
+      printf("  %-34s INVALID: %s\n", name, err ? err : "no ratio");
+    } else {
+      int met = ratio <= max;
+      add_check(checks, what, ratio, met, 1);
+      json_object_set_new(o, "met", json_boolean(met));
+      printf("  %-34s %.2f ns / %.2f ns = x%.3f (x%.3f..x%.3f) (target <= %.2f) %s "
+             "[admitted %.1f %%, %lld rounds, load %.2f..%.2f]\n",
+             name, num(cc, "ns_per_call"), num(cc, "ns_per_call_ref"), ratio,
+             num(cc, "ratio_min"), num(cc, "ratio_max"), max, met ? "yes" : "NO",
+             100.0 * num(cc, "admitted_share"),
+             (long long)json_integer_value(json_object_get(cc, "rounds")),
              num(cc, "loadavg_start"), num(cc, "loadavg_end"));
     }
     json_array_append_new(ocases, o);
@@ -807,7 +857,8 @@ static json_t *report_floors(json_t *ccases, json_t *machine) {
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
     if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc) ||
-        is_redis_case(cc) || is_deadline_case(cc) || is_instances_case(cc))
+        is_redis_case(cc) || is_deadline_case(cc) || is_instances_case(cc) ||
+        is_ramp_case(cc))
       continue;
     const char *name = str(cc, "name", "?");
     const hw_floor *f = floor_for(name);
@@ -1063,7 +1114,8 @@ int bench_report(const char *c_json, const char *peers_json,
   json_t *cc;
   json_array_foreach(ccases, i, cc) {
     if (is_http_case(cc) || is_store_case(cc) || is_async_case(cc) || is_shared_case(cc) ||
-        is_redis_case(cc) || is_deadline_case(cc) || is_instances_case(cc))
+        is_redis_case(cc) || is_deadline_case(cc) || is_instances_case(cc) ||
+        is_ramp_case(cc))
       continue;
     const char *name = str(cc, "name", "?");
     const case_target *t = target_for(name);
@@ -1143,6 +1195,7 @@ int bench_report(const char *c_json, const char *peers_json,
   report_async(ccases, ocases, checks);
   report_store(ccases, ocases, checks);
   report_shared(ccases, ocases, checks);
+  report_ramp(ccases, ocases, checks);
   report_redis(ccases, ocases, checks);
   report_deadline(ccases, ocases, checks);
   report_instances(ccases, ocases, checks);

@@ -187,9 +187,12 @@
  *   system clock's for a ramp of 400 ms or more; the share is then up to
  *   1 % of the ramp late) and makes one atomic add (and a pow() when
  *   aggression is not 1), without the lock; a record takes the lock as in
- *   CLOSED (a count window's result is counted as a CLOSED counts it,
- *   off the inline path). Measured on one thread: about 2.5 times a plain
- *   CLOSED acquire + record while admitting every call.
+ *   CLOSED (a count window's success on CLOSED's inline path, any other
+ *   result as a CLOSED counts it). Measured on one thread
+ *   (breaker_ramp_acquire_record, README "Benchmarks"): about 2.2 times a
+ *   plain CLOSED acquire + record while admitting every call, the cost of
+ *   the clock read and the atomic add (3.1 times with aggression 2: the
+ *   pow()).
  *   Retries last: while the breaker is HALF_OPEN or ramping
  *   (resil_breaker_recovering), a retry or hedge that watches it (retry.h
  *   recovery_breaker, a chain's retry or hedge layer above it, the engine)

@@ -83,8 +83,9 @@
 /* A CLOSED breaker that is ramping (DESIGN §2.9; breaker.h "Ramp"): an
  * internal state, reported as CLOSED everywhere. It is not in
  * ALWAYS_PERMITS, so the acquire fast path sends it to acquire_slow with
- * no instruction added for a breaker that never ramps, and the inline
- * record path (which expects CLOSED) sends its records to record_locked. */
+ * no instruction added for a breaker that never ramps, where its
+ * lock-free decision is made (acquire_other); the inline record path takes
+ * a ramping CLOSED's successes as CLOSED's (record_clean). */
 #define ST_RAMP ((resil_breaker_state_kind)6)
 
 /* Events one operation can produce after its time-driven catch-up: a reset
@@ -552,7 +553,7 @@ static inline int time_driven(const resil_breaker *br,
  * admitted when the add carries into the integer part. Over any run of
  * consecutive decisions the admitted calls are the sum of their shares
  * within one (error diffusion), whatever the threads or processes. */
-static int ramp_admit(resil_breaker *br, int64_t now) {
+static RESIL_ALWAYS_INLINE int ramp_admit(resil_breaker *br, int64_t now) {
   br_ramp *rs = ramp_state(br);
   const br_ramp *c = ramp_cfg(br);
   int64_t el = now - atomic_load_explicit(&rs->start, memory_order_relaxed);
@@ -1563,27 +1564,15 @@ const char *resil_breaker_cause_name(resil_breaker_cause c) {
  * state (OPEN...) or by a ramp. */
 enum { ACQ_DENY = 0, ACQ_GO = 1, ACQ_RAMP = 2 };
 
-/* OPEN, HALF_OPEN, FORCED_OPEN, a ramp, or a state that changed under us. */
+/* OPEN, HALF_OPEN, FORCED_OPEN, a ramp whose time is up, or a state that
+ * changed under us: under the lock. */
 static RESIL_NOINLINE int
-acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
-  uint64_t w = load_word(br);
-  if (word_state(w) == ST_RAMP) {
-    /* Lock-free while the ramp runs; its end is settled below, on a
-     * precise reading. */
-    int a = ramp_admit(br, now != RESIL__NO_NOW ? now : now_ramp(br, ramp_cfg(br)));
-    if (a == 0)
-      return ACQ_RAMP;
-    if (a > 0) {
-      permit->generation = word_gen(w);
-      permit->state = RESIL_BREAKER_CLOSED;
-      return ACQ_GO;
-    }
-  }
+acquire_locked(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
   if (now == RESIL__NO_NOW)
     now = now_precise(br);
   evbuf eb;
   lock_settled(br, now, &eb);
-  w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
+  uint64_t w = atomic_load_explicit(&br->s->word, memory_order_relaxed);
   resil_breaker_state_kind st = word_state(w);
   int ok = 1;
   if (st == RESIL_BREAKER_OPEN) {
@@ -1624,6 +1613,33 @@ acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
   return ok ? ACQ_GO : ACQ_DENY;
 }
 
+/* Any state but one that always permits: a ramping breaker decides
+ * without the lock (its end is settled by acquire_locked, on a precise
+ * reading); everything else goes to acquire_locked. Inline in its two out
+ * of line callers, so that a ramping acquire makes one call and sets up no
+ * frame for the locked path's event buffer. */
+static RESIL_ALWAYS_INLINE int
+acquire_other(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
+  uint64_t w = load_word(br);
+  if (word_state(w) == ST_RAMP) {
+    int a = ramp_admit(br, now != RESIL__NO_NOW ? now : now_ramp(br, ramp_cfg(br)));
+    if (a == 0)
+      return ACQ_RAMP;
+    if (a > 0) {
+      permit->generation = word_gen(w);
+      permit->state = RESIL_BREAKER_CLOSED;
+      return ACQ_GO;
+    }
+  }
+  return acquire_locked(br, permit, now);
+}
+
+/* acquire_other out of line (the run forms' acquire). */
+static RESIL_NOINLINE int
+acquire_slow(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
+  return acquire_other(br, permit, now);
+}
+
 /* acquire's common case: a state that always permits (one atomic load,
  * no time). 0: acquire_slow decides (nothing was changed). */
 static RESIL_ALWAYS_INLINE int acquire_fast(resil_breaker *br,
@@ -1644,13 +1660,13 @@ acquire(resil_breaker *br, resil_breaker_permit *permit, int64_t now) {
   return acquire_slow(br, permit, now);
 }
 
-/* acquire_slow as a decision: out of line, so that try_acquire's common
+/* acquire_other as a decision: out of line, so that try_acquire's common
  * case stays the load, the test and a tail call it was before the ramp. */
 static RESIL_NOINLINE resil_decision
 acquire_slow_decision(resil_breaker *br, resil_breaker_permit *permit,
                       int64_t now) {
-  return acquire_slow(br, permit, now) == ACQ_GO ? RESIL_DECISION_GO
-                                                 : RESIL_DECISION_DENY;
+  return acquire_other(br, permit, now) == ACQ_GO ? RESIL_DECISION_GO
+                                                  : RESIL_DECISION_DENY;
 }
 
 resil_decision resil_breaker_try_acquire(resil_breaker *br,
@@ -1905,8 +1921,10 @@ static RESIL_ALWAYS_INLINE resil_status
 record_clean(resil_breaker *br, br_state *s, const resil_breaker_permit *permit,
              resil_outcome_class cls, int slow, int64_t t, int run) {
   uint64_t expect = (permit->generation << STATE_BITS) | RESIL_BREAKER_CLOSED;
-  if (RESIL_UNLIKELY(atomic_load_explicit(&s->word, memory_order_relaxed) !=
-                     expect))
+  uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
+  /* A ramping CLOSED counts its results as a CLOSED does (record_held):
+   * the second test is only made when the first fails. */
+  if (RESIL_UNLIKELY(w != expect) && w != (expect | (uint64_t)ST_RAMP))
     return record_held(br, permit, cls, slow, t, run);
   if (RESIL_LIKELY(resil__window_clean(&s->win))) {
     s->t_calls++;

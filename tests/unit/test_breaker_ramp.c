@@ -214,6 +214,44 @@ static void aggression_shapes_the_curve_as_envoy_slow_start(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* A success recorded during the ramp is counted in the window and the
+ * totals as in CLOSED (it takes CLOSED's inline record path), and the
+ * failures after it are judged on the same window: two of the last four
+ * open the breaker, which ends the ramp. */
+static void ramp_records_count_as_closed(void **state) {
+  (void)state;
+  resil_manual_clock *mc = clock_new();
+  resil_breaker_config cfg;
+  ramp_config(&cfg, mc);
+  cfg.ramp_min_percent = 100;
+  resil_breaker *br = breaker_new(&cfg);
+  open_then_recover(br, mc);
+  resil_breaker_metrics m0 = metrics_of(br);
+  assert_int_equal(m0.ramping, 1);
+  assert_int_equal(m0.buffered_calls, 0);
+  assert_int_equal(admitted_of(br, 3), 3);
+  resil_breaker_metrics m = metrics_of(br);
+  assert_int_equal(m.ramping, 1);
+  assert_int_equal(m.buffered_calls, 3);
+  assert_int_equal(m.successful_calls, 3);
+  assert_int_equal(m.total_calls, m0.total_calls + 3);
+  resil_breaker_permit p;
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+  record(br, &p, resil_outcome_http(503));
+  m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.ramping, 1);
+  assert_int_equal(m.buffered_calls, 4);
+  assert_int_equal(m.failed_calls, 1);
+  assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+  record(br, &p, resil_outcome_http(503));
+  m = metrics_of(br);
+  assert_int_equal(m.state, RESIL_BREAKER_OPEN);
+  assert_int_equal(m.ramping, 0);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
 static resil_outcome count_call(void *arg, const resil_ctx *ctx) {
   (void)ctx;
   (*(int *)arg)++;
@@ -479,6 +517,7 @@ int main(void) {
       cmocka_unit_test(ramp_off_by_default_gives_full_traffic_at_once),
       cmocka_unit_test(linear_ramp_admits_the_curve_and_ends_on_time),
       cmocka_unit_test(aggression_shapes_the_curve_as_envoy_slow_start),
+      cmocka_unit_test(ramp_records_count_as_closed),
       cmocka_unit_test(run_form_and_chain_refuse_with_recovering),
       cmocka_unit_test(failure_during_ramp_reopens_with_next_wait_and_ramps_again),
       cmocka_unit_test(permits_of_the_ramp_count_after_it_ends),
