@@ -48,6 +48,7 @@
 #include <time.h>
 
 #include "lab_families.h"
+#include "lab_ops.h"
 #include "lab_result.h"
 
 #if defined(RESIL_HAVE_HTTP) && defined(RESIL_HAVE_FIXTURE)
@@ -107,6 +108,7 @@ typedef struct rig {
   atomic_long retries_during, retries_after, retries_before;
   caller *callers[MAX_CALLERS];
   int ncallers;
+  lab_result *r; /* --metrics and --events (lab_ops.h) */
 } rig;
 
 static void on_event(void *user, resil_breaker *br, const resil_breaker_event *ev) {
@@ -143,8 +145,11 @@ static const resil_http_endpoint eps[] = {
     RESIL_HTTP_ENDPOINT(.name = "item", .path = "/items/1"),
     RESIL_HTTP_ENDPOINT(.name = "flaky", .path = "/flaky/{id}")};
 
-static int rig_start(lab_result *r, rig *g, const resil_breaker_config *bc) {
+/* `tag` names the rig's instances for --metrics and --events (lab_ops.h):
+ * "<id>_<tag>breaker", "<id>_<tag>client". */
+static int rig_start(lab_result *r, rig *g, const resil_breaker_config *bc, const char *tag) {
   memset(g, 0, sizeof *g);
+  g->r = r;
   pthread_mutex_init(&g->mu, NULL);
   resil_fixture_config fc;
   resil_fixture_config_init(&fc);
@@ -167,6 +172,12 @@ static int rig_start(lab_result *r, rig *g, const resil_breaker_config *bc) {
   if (!lab_check(r, resil_breaker_new(bc, &g->br, &e) == RESIL_OK, "breaker: %s", e.msg))
     return -1;
   resil_breaker_listener_add(g->br, on_event, g);
+  char name[64];
+  snprintf(name, sizeof name, "%sclient", tag);
+  lab_ops_add_client(r, name, g->cl);
+  snprintf(name, sizeof name, "%sbreaker", tag);
+  lab_ops_add_breaker(r, name, g->br);
+  lab_ops_breaker_events(r, g->br);
   g->t0 = lab_now_ns();
   return 0;
 }
@@ -182,6 +193,7 @@ static void rig_stop_callers(rig *g) {
 
 static void rig_free(rig *g) {
   rig_stop_callers(g);
+  lab_capture(g->r);
   for (int i = 0; i < g->ncallers; i++) free(g->callers[i]);
   g->ncallers = 0;
   resil_chain_free(g->ch);
@@ -336,7 +348,8 @@ static int r1_once(lab_result *r, int64_t ramp_ns, int nb, double *share, uint64
   bc.ramp_duration_ns = ramp_ns;
   rig g;
   int rc = -1;
-  if (rig_start(r, &g, &bc) != 0 || start_callers(r, &g, R1_CALLERS, split_caller) != 0)
+  if (rig_start(r, &g, &bc, with_obs ? "" : "control_") != 0 ||
+      start_callers(r, &g, R1_CALLERS, split_caller) != 0)
     goto out;
   if (!lab_expect(r, "breaker_opens", wait_for(&g.opens, 1, 5000),
                   "the breaker did not open under 100 %% failures within 5 s"))
@@ -435,7 +448,7 @@ static int r3_run(lab_result *r, int wrong) {
   bc.ramp_duration_ns = 2000 * MS;
   bc.open_wait_multiplier = wrong ? 1.0 : 2.0;
   rig g;
-  if (rig_start(r, &g, &bc) != 0 || start_callers(r, &g, R1_CALLERS, split_caller) != 0)
+  if (rig_start(r, &g, &bc, "") != 0 || start_callers(r, &g, R1_CALLERS, split_caller) != 0)
     goto out;
   if (!lab_expect(r, "breaker_opens", wait_for(&g.opens, 1, 5000),
                   "the breaker did not open under 100 %% failures within 5 s"))
@@ -593,7 +606,7 @@ static int r2_run(lab_result *r, int wrong) {
   bc.ramp_duration_ns = 1000 * MS;
   rig g;
   resil_error e;
-  if (rig_start(r, &g, &bc) != 0) goto out;
+  if (rig_start(r, &g, &bc, "") != 0) goto out;
   resil_retry_config rc;
   resil_retry_config_init(&rc);
   rc.name = "r2";
@@ -610,6 +623,8 @@ static int r2_run(lab_result *r, int wrong) {
                      resil_chain_add_breaker(g.ch, g.br) == RESIL_OK,
                  "chain layers refused"))
     goto out;
+  lab_ops_add_retry(r, "retry", g.rt);
+  lab_ops_add_chain(r, "chain", g.ch);
   if (start_callers(r, &g, R2_CALLERS, r2_caller) != 0) goto out;
   if (!lab_expect(r, "breaker_opens", wait_for(&g.opens, 1, 5000),
                   "the breaker did not open under 100 %% failures within 5 s"))
