@@ -313,9 +313,8 @@ static void obs_timeline(lab_result *r, rig *g, int64_t end_ns) {
 
 /* Appends buckets to observed.ramp_share: [{t_ms, width_ms, share,
  * decisions}] (buckets without a decision are left out). */
-static void ramp_share_append(json_t *arr, rig *g, int64_t from_bin, int count, int64_t width_ms,
+static void ramp_share_append(json_t *arr, int64_t from_bin, int count, int64_t width_ms,
                               const double *share, const uint64_t *dec) {
-  (void)g;
   for (int k = 0; k < count; k++)
     if (dec[k] > 0)
       json_array_append_new(arr, json_pack("{s:I,s:I,s:f,s:I}", "t_ms",
@@ -374,7 +373,7 @@ static int r1_once(lab_result *r, int64_t ramp_ns, int nb, double *share, uint64
   if (with_obs) {
     obs_timeline(r, &g, end_ns);
     json_t *arr = json_array();
-    ramp_share_append(arr, &g, *start_bin, nb, R1_BUCKET_MS, share, dec);
+    ramp_share_append(arr, *start_bin, nb, R1_BUCKET_MS, share, dec);
     lab_obs_json(r, "ramp_share", arr);
     resil_breaker_metrics m;
     resil_breaker_get_metrics(g.br, &m);
@@ -497,11 +496,11 @@ static int r3_run(lab_result *r, int wrong) {
   uint64_t d1[20], d2[R3_INTO_RAMP_MS / R3_BUCKET_MS];
   buckets(&g, b1, n1, R3_BUCKET_MS, s1, d1);
   json_t *arr = json_array();
-  ramp_share_append(arr, &g, b1, n1, R3_BUCKET_MS, s1, d1);
+  ramp_share_append(arr, b1, n1, R3_BUCKET_MS, s1, d1);
   double second_first = -1;
   if (r2s) {
     buckets(&g, b2, n2, R3_BUCKET_MS, s2, d2);
-    ramp_share_append(arr, &g, b2, n2, R3_BUCKET_MS, s2, d2);
+    ramp_share_append(arr, b2, n2, R3_BUCKET_MS, s2, d2);
     second_first = s2[0];
   }
   obs_timeline(r, &g, end_ns);
