@@ -1373,6 +1373,36 @@ static void force_status_answers_every_route_and_counts_no_effect(void **state) 
   assert_non_null(strstr(err, "force_status"));
 }
 
+/* resil_fixture_set_force_status switches the forced status while the
+ * fixture serves: on, off again (the route runs), out of range refused. */
+static void force_status_changes_at_run_time(void **state) {
+  (void)state;
+  resil_fixture *f = start_with(NULL);
+  reply r;
+  request(f, "GET", "/items/1", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  reply_free(&r);
+  assert_int_equal(resil_fixture_set_force_status(f, 503), 0);
+  request(f, "GET", "/items/1", NULL, NULL, &r);
+  assert_int_equal(r.status, 503);
+  json_t *j = parse(&r);
+  assert_true(json_is_true(json_object_get(j, "forced")));
+  json_decref(j);
+  reply_free(&r);
+  assert_int_equal(resil_fixture_set_force_status(f, 99), -1);
+  assert_int_equal(resil_fixture_set_force_status(f, 600), -1);
+  assert_int_equal(resil_fixture_set_force_status(NULL, 0), -1);
+  request(f, "GET", "/items/1", NULL, NULL, &r);
+  assert_int_equal(r.status, 503); /* unchanged by the refused calls */
+  reply_free(&r);
+  assert_int_equal(resil_fixture_set_force_status(f, 0), 0);
+  request(f, "GET", "/items/1", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  reply_free(&r);
+  assert_int_equal(resil_fixture_attempts(f, "items"), 4);
+  resil_fixture_stop(f);
+}
+
 /* delay_all_ms delays every counted request, the route's own delay on top;
  * a stop interrupts it (the request is dropped, not answered). */
 static void delay_all_delays_every_route(void **state) {
@@ -1458,6 +1488,7 @@ int main(void) {
       cmocka_unit_test(idle_half_requests_are_bounded_and_timed_out),
       cmocka_unit_test(header_timeout_closes_held_half_requests_only),
       cmocka_unit_test(force_status_answers_every_route_and_counts_no_effect),
+      cmocka_unit_test(force_status_changes_at_run_time),
       cmocka_unit_test(delay_all_delays_every_route),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

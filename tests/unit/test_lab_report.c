@@ -96,6 +96,38 @@ static void breaker_timeline_draws_every_transition(void **state) {
   free(html);
 }
 
+/* R1, R3: the ramp on the timeline, its span on the CLOSED lane and the
+ * admitted share per bucket below; a malformed share series leaves the
+ * timeline without the ramp. */
+static void breaker_timeline_draws_the_ramp(void **state) {
+  (void)state;
+  static const char tl[] = "\"timeline\":[{\"t_ms\":0,\"state\":\"CLOSED\"},"
+                           "{\"t_ms\":10,\"state\":\"OPEN\"},{\"t_ms\":310,"
+                           "\"state\":\"HALF_OPEN\"},{\"t_ms\":311,\"state\":\"CLOSED\"}],"
+                           "\"ramps\":[{\"from_ms\":311,\"to_ms\":711}],\"timeline_end_ms\":800";
+  char doc[1024];
+  snprintf(doc, sizeof doc,
+           "{%s,\"ramp_share\":[{\"t_ms\":311,\"width_ms\":200,\"share\":0.1,"
+           "\"decisions\":900},{\"t_ms\":511,\"width_ms\":200,\"share\":0.6,"
+           "\"decisions\":300}]}",
+           tl);
+  char *html = page_for("R1", "s", doc);
+  assert_int_equal(1, count(html, "<svg"));
+  assert_int_equal(1, count(html, "data-kind=\"ramp-share\""));
+  assert_int_equal(1, count(html, "<rect class=\"ramp\""));
+  assert_int_equal(2, count(html, "<rect class=\"share\""));
+  assert_non_null(strstr(html, "data-share=\"0.6000\" data-decisions=\"300\""));
+  assert_non_null(strstr(html, "10 % first, 60 % last"));
+  free(html);
+  snprintf(doc, sizeof doc,
+           "{%s,\"ramp_share\":[{\"t_ms\":311,\"width_ms\":200,\"share\":1.5}]}", tl);
+  html = page_for("R1", "s", doc);
+  assert_int_equal(1, count(html, "data-kind=\"breaker-timeline\"><svg"));
+  assert_int_equal(0, count(html, "ramp-share"));
+  assert_int_equal(0, count(html, "<rect class=\"ramp\""));
+  free(html);
+}
+
 static void each_series_gives_its_picture(void **state) {
   (void)state;
   static const struct {
@@ -198,6 +230,7 @@ int main(void) {
       cmocka_unit_test(ids_titles_and_labels_are_escaped),
       cmocka_unit_test(page_is_self_contained),
       cmocka_unit_test(breaker_timeline_draws_every_transition),
+      cmocka_unit_test(breaker_timeline_draws_the_ramp),
       cmocka_unit_test(each_series_gives_its_picture),
       cmocka_unit_test(missing_or_malformed_series_gives_no_picture),
       cmocka_unit_test(a_document_without_experiments_is_refused),

@@ -21,9 +21,10 @@
 
 #include <cmocka.h>
 
-/* The experiments of issue 9's list, all that the lab's report draws. */
+/* The experiments of issue 9's list, all that the lab's report draws, and
+ * R1 (issue 23: the breaker's ramp on the P6-style timeline). */
 static const char *const required[] = {"P6", "P7", "P8", "P10", "P11", "P13", "P14", "H5", "H6",
-                                       "I1", "I2", "I8", "A1", "A3", "A5", "A6"};
+                                       "I1", "I2", "I8", "A1", "A3", "A5", "A6", "R1"};
 #define NREQ (sizeof required / sizeof required[0])
 
 static char dir[64];
@@ -183,6 +184,12 @@ static void report_renders_in_chromium(void **state) {
         continue;
       }
       if (!drawn_svg(sec)) fail_msg("%s: no <svg> with a drawn, data-carrying element", id);
+      /* R1's timeline carries the ramp: its span on the CLOSED lane and
+       * the admitted share per bucket, one bar each. */
+      if (strcmp(id, "R1") == 0 &&
+          (!strstr(sec, "data-kind=\"ramp-share\"") || !strstr(sec, "class=\"ramp\"") ||
+           !strstr(sec, "class=\"share\"")))
+        fail_msg("R1: the timeline does not draw the ramp and its admitted share");
       free(sec);
       checked++;
     }

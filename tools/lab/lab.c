@@ -124,7 +124,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: resil lab [--json FILE] [--html FILE] [--only ID[,ID...]] [--path P] [--list]\n"
           "  Runs the failure experiments of DESIGN §7, §8 and §9 (P1-P14, H1-H16,\n"
-          "  I1-I8, A1-A8, O1, M1-M6, G1-G4, D1-D4, F1-F5) against real code, a\n"
+          "  I1-I8, A1-A8, O1, M1-M6, G1-G4, D1-D4, F1-F5, R1-R3) against real code, a\n"
           "  loopback upstream (F1-F4: several, one per instance of an upstream),\n"
           "  chains of loopback hops, temporary SQLite files, forked worker\n"
           "  processes, the resil tool itself (M5: `resil call --state` in a shell\n"

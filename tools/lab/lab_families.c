@@ -4,7 +4,7 @@
  * through this table; a family knows nothing of the runner or of another
  * family.
  *
- * Adding a family X (the next ones: G, D, F, R):
+ * Adding a family X (as G, D, F and R were):
  *  1. tools/lab/exp_X.c (CMake globs the folder's .c files): the
  *     experiments and their table, terminated by {NULL}, and an empty
  *     table {{NULL}} in a build without what the family needs (see
@@ -45,4 +45,5 @@ const lab_experiment *const lab_families[] = {
     lab_hops_experiments,        /* D1-D4 (exp_hops.c) */
     lab_instances_experiments,   /* F1-F4 (exp_instances.c) */
     lab_fleet_experiments,       /* F5 (exp_fleet.c) */
+    lab_recovery_experiments,    /* R1-R3 (exp_recovery.c) */
     NULL};

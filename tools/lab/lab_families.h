@@ -44,6 +44,11 @@ extern const lab_experiment lab_instances_experiments[];
  * built. */
 extern const lab_experiment lab_fleet_experiments[];
 
+/* R1-R3 (exp_recovery.c): recovery in the seed's order (the breaker's
+ * ramp after HALF_OPEN -> CLOSED, retries last) against the fixture;
+ * empty unless the fixture is built. */
+extern const lab_experiment lab_recovery_experiments[];
+
 /* The registration table: every family's table, in the order `resil lab`
  * runs and lists them, then NULL. */
 extern const lab_experiment *const lab_families[];

@@ -95,6 +95,86 @@ static int state_level(const char *s) {
   return 2;
 }
 
+/* The ramp after HALF_OPEN -> CLOSED (DESIGN §2.9) when the experiment
+ * recorded it (R1, R3): observed.ramps [{from_ms, to_ms}], shaded on the
+ * CLOSED lane, and observed.ramp_share [{t_ms, width_ms, share,
+ * decisions}], the share of the decisions made in each bucket that the
+ * breaker admitted, drawn in a band below the lanes (0..100 %). 1 when
+ * ramp_share is there and well formed (every entry, share 0..1), and
+ * *end the last bucket's end; 0 otherwise (the timeline is then drawn
+ * without the ramp). */
+static int ramp_series(const json_t *o, double *end) {
+  const json_t *rs = json_object_get(o, "ramp_share");
+  size_t n = json_array_size(rs);
+  if (!json_is_array(rs) || n == 0) return 0;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *b = json_array_get(rs, i);
+    double t, w, sh;
+    if (!num(b, "t_ms", &t) || !num(b, "width_ms", &w) || !num(b, "share", &sh) || t < 0 ||
+        w <= 0 || sh < 0 || sh > 1)
+      return 0;
+    if (t + w > *end) *end = t + w;
+  }
+  return 1;
+}
+
+static void draw_ramp_lane(FILE *f, const json_t *o, double span, double y) {
+  const json_t *ramps = json_object_get(o, "ramps");
+  size_t n = json_array_size(ramps);
+  for (size_t i = 0; i < n; i++) {
+    const json_t *r = json_array_get(ramps, i);
+    double a, b;
+    if (!num(r, "from_ms", &a) || !num(r, "to_ms", &b) || a < 0 || b < a) continue;
+    fprintf(f, "<rect class=\"ramp\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"18\" "
+               "data-from-ms=\"%g\" data-to-ms=\"%g\"><title>ramp from %g ms to %g ms</title>"
+               "</rect>",
+            LEFT + PW * a / span, y - 9, PW * (b - a) / span, a, b, a, b);
+  }
+}
+
+/* The band of admitted shares, from y top (100 %) to bottom (0 %). */
+static void draw_ramp_share(FILE *f, const json_t *o, double span, double top, double bottom,
+                            char *caption, size_t cap, size_t *used) {
+  const json_t *rs = json_object_get(o, "ramp_share");
+  size_t n = json_array_size(rs);
+  double h = bottom - top;
+  fputs("<g class=\"ramp-share\" data-kind=\"ramp-share\">", f);
+  fprintf(f, "<text class=\"lbl\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">admitted</text>",
+          LEFT - 6, (top + bottom) / 2 + 4);
+  fprintf(f, "<text class=\"val\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">100 %%</text>",
+          LEFT - 6, top + 4);
+  fprintf(f, "<line class=\"axis\" x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>", LEFT,
+          bottom, LEFT + PW, bottom);
+  fprintf(f, "<line class=\"full\" x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>", LEFT,
+          top, LEFT + PW, top);
+  double first = -1, last = -1, w0 = 0;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *b = json_array_get(rs, i);
+    double t = 0, w = 0, sh = 0, d = 0;
+    num(b, "t_ms", &t);
+    num(b, "width_ms", &w);
+    num(b, "share", &sh);
+    num(b, "decisions", &d);
+    if (first < 0) {
+      first = sh;
+      w0 = w;
+    }
+    last = sh;
+    fprintf(f, "<rect class=\"share\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+               "data-t-ms=\"%g\" data-width-ms=\"%g\" data-share=\"%.4f\" "
+               "data-decisions=\"%.0f\"><title>%g-%g ms: %.1f %% of %.0f decisions admitted"
+               "</title></rect>",
+            LEFT + PW * t / span, bottom - h * sh, PW * w / span, h * sh, t, w, sh, d, t, t + w,
+            sh * 100, d);
+  }
+  fputs("</g>", f);
+  int k = snprintf(caption + *used, cap - *used,
+                   "; below, the share of calls admitted per %g ms bucket: %.0f %% first, "
+                   "%.0f %% last",
+                   w0, first * 100, last * 100);
+  if (k > 0 && (size_t)k < cap - *used) *used += (size_t)k;
+}
+
 static int draw_timeline(FILE *f, const json_t *o) {
   const json_t *tl = json_object_get(o, "timeline");
   size_t n = json_array_size(tl);
@@ -106,10 +186,14 @@ static int draw_timeline(FILE *f, const json_t *o) {
     if (t > end) end = t;
   }
   if (num(o, "timeline_end_ms", &t) && t > end) end = t;
+  int ramp = ramp_series(o, &end);
   double span = end > 0 ? end * 1.1 : 1.0;
   const double ys[3] = {30, 65, 100};
   figure_open(f, "breaker-timeline");
-  svg_open(f, 150, "breaker-timeline", "breaker state over time");
+  svg_open(f, ramp ? 240 : 150, "breaker-timeline",
+           ramp ? "breaker state over time, with the ramp's admitted share"
+                : "breaker state over time");
+  if (ramp) draw_ramp_lane(f, o, span, ys[2]);
   const char *names[3] = {"OPEN", "HALF_OPEN", "CLOSED"};
   for (int i = 0; i < 3; i++)
     fprintf(f, "<text class=\"lbl\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>", LEFT - 6,
@@ -167,7 +251,8 @@ static int draw_timeline(FILE *f, const json_t *o) {
                "<title>call rejected at %g ms</title></path>",
             x - 4, x + 4, x + 4, x - 4, json_number_value(v), json_number_value(v));
   }
-  x_axis(f, 120, span, "ms");
+  if (ramp) draw_ramp_share(f, o, span, 125, 195, caption, sizeof caption, &used);
+  x_axis(f, ramp ? 210 : 120, span, "ms");
   if (nr > 0 && used < sizeof caption - 40)
     snprintf(caption + used, sizeof caption - used, "; %zu call(s) rejected (x)", nr);
   figure_close(f, caption);
@@ -596,6 +681,8 @@ static const char css[] =
     "svg .step{fill:none;stroke:#333;stroke-width:1.5}"
     "svg .s0{fill:#d44}svg .s1{fill:#e9a020}svg .s2{fill:#3a8}"
     "svg rect.seg{opacity:.35}"
+    "svg rect.ramp{fill:#3a8;opacity:.2}svg rect.share{fill:#3a8;opacity:.6}"
+    "svg .full{stroke:#bbb;stroke-width:1;stroke-dasharray:3 3}"
     "svg .rej{stroke:#c00;stroke-width:2}"
     "svg .att{fill:#4a7bd0}svg .eff{fill:#e8892b}"
     "svg .comp{fill:#9aa6b8}svg .meas{fill:#4a7bd0}"

@@ -1,0 +1,101 @@
+/* Lab experiments R (tools/lab/exp_recovery.c): recovery in the seed's
+ * order against the fixture. R1, the breaker's ramp after HALF_OPEN ->
+ * CLOSED under 10 callers flat out; R2, Retry(Breaker(HTTP)) sends no retry
+ * during HALF_OPEN and the ramp; R3, a failure during the ramp reopens the
+ * breaker with the next, longer wait and the ramp starts over. Each must
+ * pass with the issue's figures, and its wrong variant (no ramp,
+ * retry_during_recovery = 1, open_wait_multiplier 1) must fail through its
+ * named check. */
+#include <stdio.h>
+#include <string.h>
+
+#include "test_lab_common.h"
+#include "test_util.h"
+
+static double real(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_number(v)) fail_msg("observed.%s missing", k);
+  return json_number_value(v);
+}
+
+static long long num(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_integer(v)) fail_msg("observed.%s missing", k);
+  return json_integer_value(v);
+}
+
+static int yes(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_boolean(v)) fail_msg("observed.%s missing", k);
+  return json_is_true(v);
+}
+
+/* Runs id; returns its result (the caller clears it) after checking it
+ * passed. */
+static void run_ok(const char *id, lab_result *r) {
+  lab_run_one(find(id), r);
+  print_message("%s: %s\n", id, r->summary);
+  if (!r->pass) fail_msg("%s failed: %s", id, r->failure);
+}
+
+static void wrong(const char *id) {
+  lab_result r;
+  wrong_fails(find(id), &r);
+  lab_result_clear(&r);
+}
+
+static void r1_the_ramp_grows_and_never_falls(void **s) {
+  (void)s;
+  lab_result r;
+  run_ok("R1", &r);
+  json_t *o = r.observed;
+  assert_true(real(o, "first_bucket_share") <= 0.25);
+  assert_true(real(o, "last_bucket_share") >= 0.95);
+  assert_true(yes(o, "monotone"));
+  assert_true(real(o, "wrong_first_bucket_share") >= 0.95);
+  json_t *shares = json_object_get(o, "bucket_shares");
+  assert_int_equal(json_array_size(shares), 11);
+  for (size_t k = 1; k < json_array_size(shares); k++)
+    assert_true(json_number_value(json_array_get(shares, k)) >=
+                json_number_value(json_array_get(shares, k - 1)));
+  /* The series the report draws. */
+  assert_true(json_array_size(json_object_get(o, "ramp_share")) == 11);
+  assert_true(json_array_size(json_object_get(o, "ramps")) >= 1);
+  assert_true(num(o, "ramp_rejected") > 0);
+  lab_result_clear(&r);
+  wrong("R1");
+}
+
+static void r2_no_retry_while_recovering(void **s) {
+  (void)s;
+  lab_result r;
+  run_ok("R2", &r);
+  json_t *o = r.observed;
+  assert_int_equal(num(o, "retries_during_recovery"), 0);
+  assert_true(num(o, "suppressed_retries") > 0);
+  assert_true(num(o, "retries_after_ramp") > 0);
+  lab_result_clear(&r);
+  wrong("R2");
+}
+
+static void r3_a_failure_in_the_ramp_reopens_with_a_longer_wait(void **s) {
+  (void)s;
+  lab_result r;
+  run_ok("R3", &r);
+  json_t *o = r.observed;
+  assert_true(yes(o, "reopened"));
+  assert_true(real(o, "wait_ms") > real(o, "first_wait_ms"));
+  assert_true(yes(o, "ramp_restarted"));
+  assert_true(real(o, "second_ramp_first_bucket_share") <= 0.25);
+  lab_result_clear(&r);
+  wrong("R3");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(r1_the_ramp_grows_and_never_falls),
+      cmocka_unit_test(r2_no_retry_while_recovering),
+      cmocka_unit_test(r3_a_failure_in_the_ramp_reopens_with_a_longer_wait),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
