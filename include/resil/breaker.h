@@ -588,12 +588,14 @@ RESIL_API resil_decision resil_breaker_try_acquire_why(resil_breaker *br,
  * overdue change. Since 0.2. */
 RESIL_API double resil_breaker_ramp_share(resil_breaker *br);
 
-/* 1 when the breaker is HALF_OPEN, or ramping (its ramp's time not up): the
- * "retries last" rule (DESIGN §2.9; retry.h recovery_breaker, hedge.h) lets
- * no retry or hedge through it then. 0 otherwise and for a NULL handle.
- * Lock-free: one atomic load, and a clock read while ramping; applies no
- * overdue change (a HALF_OPEN past its maximum wait still says 1 until a
- * call settles it). Since 0.2. */
+/* 1 when the breaker is HALF_OPEN, ramping (its ramp's time not up), or
+ * OPEN past its wait without the automatic transition (its next call would
+ * be the probe): the "retries last" rule (DESIGN §2.9; retry.h
+ * recovery_breaker, hedge.h) lets no retry or hedge through it then. 0
+ * otherwise and for a NULL handle. One atomic load, a clock read while
+ * ramping, and in OPEN the breaker's lock; applies no overdue change (a
+ * HALF_OPEN past its maximum wait still says 1 until a call settles it).
+ * Since 0.2. */
 RESIL_API int resil_breaker_recovering(resil_breaker *br);
 
 /* Records the result of a permitted call: outcome *o, which took

@@ -355,6 +355,15 @@ RESIL_API resil_decision resil_retry_next(resil_retry *r, resil_retry_state *st,
  * not a live breaker). Since 0.2. */
 RESIL_API resil_status resil_retry_state_watch(resil_retry_state *st,
                                                struct resil_breaker *br);
+/* Retries last (DESIGN §2.9), after the wait: call it when a WAIT decision's
+ * wait is over, before the next attempt. DENY when the call stops now (the
+ * breaker it watches began recovering during the wait, HALF_OPEN or ramping,
+ * or is OPEN past its wait so that the next call would be its probe: stop
+ * RESIL_STOP_RECOVERING, counted in suppressed_recovering; the listener has
+ * already seen the last attempt, with the wait that was planned), or after
+ * the call stopped; GO otherwise. resil_retry_run does it itself. NULL or a
+ * state of another retry: DENY. Since 0.2. */
+RESIL_API resil_decision resil_retry_proceed(resil_retry *r, resil_retry_state *st);
 /* The final outcome after DENY (see the top of this file); before it, the
  * last recorded outcome with stop NONE. NOT_SENT(LOCAL_ERROR) for NULL.
  * Since 0.1. */

@@ -1715,6 +1715,18 @@ int resil_breaker_recovering(resil_breaker *br) {
     return 0;
   uint64_t w = load_word(br);
   resil_breaker_state_kind st = word_state(w);
+  if (st == RESIL_BREAKER_OPEN && !br->auto_half_open) {
+    /* OPEN past its wait: the next call would be the probe (the first
+     * acquire moves it to HALF_OPEN). Read under the lock. */
+    int64_t now = now_precise(br);
+    evbuf eb;
+    lock_settled(br, now, &eb);
+    int due = word_state(atomic_load_explicit(&br->s->word, memory_order_relaxed)) ==
+                  RESIL_BREAKER_OPEN &&
+              now - br->s->since_ns >= br->s->cur_wait_ns;
+    unlock_deliver(br, &eb);
+    return due;
+  }
   if (RESIL_LIKELY(st != ST_RAMP))
     return st == RESIL_BREAKER_HALF_OPEN;
   /* Ramping until its time is up (whatever its share). */

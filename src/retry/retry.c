@@ -744,6 +744,21 @@ static resil_decision run_attempt(resil_retry *r, resil_retry_state *st,
   return resil_retry_next_timed(r, st, &o, resil__now(clk) - t0, delay);
 }
 
+/* Retries last, after the wait (resil_retry_proceed). */
+static resil_decision proceed(resil_retry *r, resil_retry_state *st) {
+  if (st->watch && resil_breaker_recovering(st->watch)) {
+    finish(r, st, RESIL_STOP_RECOVERING);
+    return RESIL_DECISION_DENY;
+  }
+  return RESIL_DECISION_GO;
+}
+
+resil_decision resil_retry_proceed(resil_retry *r, resil_retry_state *st) {
+  if (RESIL_UNLIKELY(!st || !valid(r) || st->owner != r)) return RESIL_DECISION_DENY;
+  if (st->bits & ST_STOPPED) return RESIL_DECISION_DENY;
+  return proceed(r, st);
+}
+
 /* The attempts after the first one's decision d, then the final outcome. */
 static resil_outcome run_loop(resil_retry *r, resil_retry_state *st,
                               resil_decision d, int64_t delay,
@@ -755,6 +770,8 @@ static resil_outcome run_loop(resil_retry *r, resil_retry_state *st,
       finish(r, st, RESIL_STOP_CANCELLED);
       break;
     }
+    /* The breaker may have started recovering during the wait. */
+    if (delay > 0 && proceed(r, st) == RESIL_DECISION_DENY) break;
     d = run_attempt(r, st, fn, arg, &delay);
   }
   return st->result;

@@ -396,8 +396,65 @@ static void config_is_validated(void **state) {
   env_free(&e);
 }
 
+/* A retry planned while the breaker is OPEN whose wait outlasts the OPEN
+ * wait: after its wait the breaker's next call would be the probe, so the
+ * retry stops RECOVERING instead of being that probe (run form, and the
+ * split form's resil_retry_proceed). */
+static void a_retry_whose_wait_outlasts_open_is_not_the_probe(void **state) {
+  (void)state;
+  resil_manual_clock *mc = NULL;
+  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.window_size = 1;
+  bc.minimum_calls = 1;
+  bc.open_wait_ns = MS(100);
+  bc.clock = resil_manual_clock_get(mc);
+  resil_breaker *br = NULL;
+  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, NULL));
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = MS(200);
+  rc.clock = resil_manual_clock_get(mc);
+  rc.recovery_breaker = br;
+  resil_retry *r = NULL;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
+  via v = {br, {0, 503}};
+  resil_ctx ctx = idem_ctx();
+  resil_outcome o = resil_retry_run(r, &ctx, through_breaker, &v);
+  assert_int_equal(v.c.calls, 1);
+  assert_int_equal(o.stop, RESIL_STOP_RECOVERING);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_retry_stats rs;
+  assert_status(RESIL_OK, resil_retry_get_stats(r, &rs));
+  assert_int_equal(rs.suppressed_recovering, 1);
+
+  /* The split form: WAIT planned while OPEN, the wait passes, proceed says
+   * DENY. */
+  resil_manual_clock_advance_ns(mc, MS(1000));
+  resil_breaker_reset(br);
+  resil_retry_state *st = NULL;
+  assert_status(RESIL_OK, resil_retry_state_new(NULL, &st));
+  assert_int_equal(resil_retry_begin(r, &ctx, st), RESIL_DECISION_GO);
+  resil_outcome first = through_breaker(&v, resil_retry_state_ctx(st));
+  int64_t wait = 0;
+  assert_int_equal(resil_retry_next_timed(r, st, &first, 0, &wait), RESIL_DECISION_WAIT);
+  assert_int_equal(wait, MS(200));
+  assert_int_equal(resil_retry_proceed(r, st), RESIL_DECISION_GO); /* OPEN, wait not over */
+  resil_manual_clock_advance_ns(mc, wait);
+  assert_int_equal(resil_retry_proceed(r, st), RESIL_DECISION_DENY);
+  assert_int_equal(resil_retry_result(st).stop, RESIL_STOP_RECOVERING);
+  assert_int_equal(v.c.calls, 2);
+  resil_retry_state_free(st);
+  resil_retry_free(r);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a_retry_whose_wait_outlasts_open_is_not_the_probe),
       cmocka_unit_test(run_form_stops_recovering_while_half_open),
       cmocka_unit_test(ramp_suppresses_retries_until_it_ends),
       cmocka_unit_test(split_form_and_state_watch),
