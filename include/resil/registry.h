@@ -137,7 +137,10 @@
  * eject_classes (a class list as failure_classes: a subset of not_sent,
  * unknown, server_error, http_408, http_425, http_429; default all six),
  * eject_base and eject_max (1ms..1d, eject_base <= eject_max; defaults 30s
- * and 300s) and eject_max_percent (0..100; default 50). An endpoint takes
+ * and 300s), eject_max_percent (0..100; default 50), and the ramp of an
+ * instance back from ejection: instance_ramp (0 = none, the default, or
+ * 1ms..1d), instance_ramp_min_percent (1..100; default 10) and
+ * instance_ramp_aggression (> 0; default 1.0). An endpoint takes
  * its own `instances` (instead of its base_url) or `resolve_instances:
  * true` (with its base_url); the client's balance and ejection settings
  * apply to them. A value out of range is reported at its line as every

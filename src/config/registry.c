@@ -248,6 +248,10 @@ static const field HTTP_FIELDS[] = {
     FLD(resil_http_client_config, "eject_base", eject_base_ns, F_DUR),
     FLD(resil_http_client_config, "eject_max", eject_max_ns, F_DUR),
     FLD(resil_http_client_config, "eject_max_percent", eject_max_percent, F_PCT),
+    /* An instance back from ejection ramps (http.h; DESIGN §2.9) */
+    FLD(resil_http_client_config, "instance_ramp", instance_ramp_ns, F_DUR),
+    FLD(resil_http_client_config, "instance_ramp_min_percent", instance_ramp_min_percent, F_PCT),
+    FLD(resil_http_client_config, "instance_ramp_aggression", instance_ramp_aggression, F_DBL),
 };
 
 /* An endpoint's keys (its name is its key in `endpoints`); headers is a

@@ -49,6 +49,9 @@ static const char *PAY = "http_client:\n"
                          "      eject_base: 2s\n"
                          "      eject_max: 20s\n"
                          "      eject_max_percent: 34%\n"
+                         "      instance_ramp: 2s\n"
+                         "      instance_ramp_min_percent: 20\n"
+                         "      instance_ramp_aggression: 1.5\n"
                          "      endpoints:\n"
                          "        create: {method: POST, path: /payments, idempotency_key: send}\n"
                          "        ledger:\n"
@@ -269,6 +272,13 @@ static void every_bad_value_names_its_key_range_and_line(void **state) {
       E("      instances: [\"http://127.0.0.1:9001\", \"ftp://127.0.0.1:9002\"]\n",
        "instances[1]", 4, 44, "instances"),
       E("      instances: []\n", "instances", 4, 18, "instances"),
+      /* the instance ramp (DESIGN 2.9): its keys reach the client's checks */
+      R(LIST "      instance_ramp: 500us\n", "instance_ramp", 5, 22, "instance_ramp", 0,
+        INT64_MAX, RESIL_MS(1) / 2),
+      R(LIST "      instance_ramp_min_percent: 0\n", "instance_ramp_min_percent", 5, 34, "100", 1,
+        100, 0),
+      E(LIST "      instance_ramp_aggression: 0\n", "instance_ramp_aggression", 5, 33,
+        "must be finite and greater than 0"),
       /* both: named together */
       E(ONE LIST, "instances", 5, 18, "base_url"),
   };
