@@ -6,41 +6,15 @@
 
 #include "breaker/breaker_int.h"
 #include "core/internal.h"
-#include "test_util.h"
+#include "test_breaker_common.h"
 
-static resil_manual_clock *clock_new(void) {
-  resil_manual_clock *mc = NULL;
-  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
-  return mc;
-}
-
-static resil_breaker *breaker_new(const resil_breaker_config *cfg) {
-  resil_breaker *br = NULL;
-  resil_error err;
-  resil_status st = resil_breaker_new(cfg, &br, &err);
-  if (st != RESIL_OK)
-    fail_msg("resil_breaker_new: %s", err.msg);
-  return br;
-}
-
-/* Window 4 / min 2 / 50 % / OPEN wait 100 ms / 1 probe, a 1 s linear ramp
- * from 10 %. */
+/* P6's config (window 4 / min 2 / 50 % / 1 probe) with an OPEN wait of
+ * 100 ms and a 1 s linear ramp from 10 %. */
 static void ramp_config(resil_breaker_config *cfg, resil_manual_clock *mc) {
-  resil_breaker_config_init(cfg);
-  cfg->window_size = 4;
-  cfg->minimum_calls = 2;
-  cfg->failure_rate_threshold_pct = 50;
+  p6_config(cfg, mc);
   cfg->open_wait_ns = MS(100);
-  cfg->half_open_permitted_calls = 1;
   cfg->event_capacity = 64;
-  cfg->clock = resil_manual_clock_get(mc);
   cfg->ramp_duration_ns = MS(1000);
-}
-
-static resil_breaker_metrics metrics_of(resil_breaker *br) {
-  resil_breaker_metrics m;
-  assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
-  return m;
 }
 
 static void record(resil_breaker *br, const resil_breaker_permit *p,
