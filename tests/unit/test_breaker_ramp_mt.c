@@ -119,17 +119,22 @@ static void eight_threads_admit_the_curve_per_100_decisions(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* The breaker "ramped" in seg, HALF_OPEN, with a ramp of 60 s from 10 %. */
+static void shared_config(resil_breaker_config *cfg, resil_shared *seg) {
+  resil_breaker_config_init(cfg);
+  cfg->name = "ramped";
+  cfg->window_size = 100;
+  cfg->minimum_calls = 10;
+  cfg->open_wait_ns = MS(1);
+  cfg->half_open_permitted_calls = 1;
+  cfg->initial_state = RESIL_BREAKER_HALF_OPEN;
+  cfg->ramp_duration_ns = MS(60000); /* the share stays 10 % for 6 s */
+  cfg->shared = seg;
+}
+
 static resil_breaker *shared_breaker(resil_shared *seg) {
   resil_breaker_config cfg;
-  resil_breaker_config_init(&cfg);
-  cfg.name = "ramped";
-  cfg.window_size = 100;
-  cfg.minimum_calls = 10;
-  cfg.open_wait_ns = MS(1);
-  cfg.half_open_permitted_calls = 1;
-  cfg.initial_state = RESIL_BREAKER_HALF_OPEN;
-  cfg.ramp_duration_ns = MS(60000); /* the share stays 10 % for 6 s */
-  cfg.shared = seg;
+  shared_config(&cfg, seg);
   return breaker_new(&cfg);
 }
 
@@ -193,16 +198,8 @@ static void shared_breaker_processes_ramp_together(void **state) {
   assert_int_equal(peek.total_ramp_rejected, ma.total_ramp_rejected);
   /* Another ramp under the name: refused, naming the field. */
   resil_breaker_config cfg;
-  resil_breaker_config_init(&cfg);
-  cfg.name = "ramped";
-  cfg.window_size = 100;
-  cfg.minimum_calls = 10;
-  cfg.open_wait_ns = MS(1);
-  cfg.half_open_permitted_calls = 1;
-  cfg.initial_state = RESIL_BREAKER_HALF_OPEN;
-  cfg.ramp_duration_ns = MS(60000);
+  shared_config(&cfg, seg);
   cfg.ramp_min_percent = 20;
-  cfg.shared = seg;
   resil_breaker *d = NULL;
   assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &d, &err));
   assert_string_equal(err.field, "ramp_min_percent");
