@@ -191,30 +191,39 @@ static int is_shared_case(json_t *c) {
   return !strcmp(str(c, "kind", ""), "procs") || !strcmp(str(c, "kind", ""), "cli");
 }
 
-/* The common verdict of a same-run ratio case: a skipped case is checked as
- * not evaluated, a case with an error as missed, otherwise the ratio is
- * held against min_ratio. Sets o's "met", prints the SKIPPED or INVALID
- * line itself, and returns -1 then; else 1 (met) or 0 (missed), for the
- * caller to print the figures. */
-static int ratio_verdict(json_t *cc, json_t *o, json_t *checks, const char *name,
-                         const char *what, double min_ratio) {
+/* A case with no figure to judge: one marked "skipped" is checked as not
+ * evaluated, one with an "error" (or, failing that, the reason invalid
+ * when not NULL) as missed. Adds the check what, sets o's "met", prints the
+ * SKIPPED or INVALID line (name in a column of width) and returns 1 then;
+ * else 0, and does nothing. */
+static int case_unjudged(json_t *cc, json_t *o, json_t *checks, int width, const char *name,
+                         const char *what, const char *invalid) {
   const char *skipped = json_string_value(json_object_get(cc, "skipped"));
   const char *err = json_string_value(json_object_get(cc, "error"));
-  double ratio = num(cc, "ratio");
+  if (!err) err = invalid;
   if (skipped) {
     add_check(checks, what, NAN, 0, 0);
     json_object_set_new(o, "met", json_null());
-    printf("  %-26s SKIPPED: %s\n", name, skipped);
-    return -1;
+    printf("  %-*s SKIPPED: %s\n", width, name, skipped);
+    return 1;
   }
   if (err) {
     add_check(checks, what, NAN, 0, 1);
     json_object_set_new(o, "met", json_false());
-    printf("  %-26s INVALID: %s\n", name, err);
-    return -1;
+    printf("  %-*s INVALID: %s\n", width, name, err);
+    return 1;
   }
-  int met = ratio >= min_ratio;
-  add_check(checks, what, ratio, met, 1);
+  return 0;
+}
+
+/* The common verdict of a case judged on one figure, value, that met says
+ * is on target: case_unjudged's, and -1, for a case with no figure; else
+ * adds the check what with value, sets o's "met" and returns 1 (met) or 0
+ * (missed), for the caller to print the figures. */
+static int case_verdict(json_t *cc, json_t *o, json_t *checks, int width, const char *name,
+                        const char *what, const char *invalid, double value, int met) {
+  if (case_unjudged(cc, o, checks, width, name, what, invalid)) return -1;
+  add_check(checks, what, value, met, 1);
   json_object_set_new(o, "met", json_boolean(met));
   return met;
 }
@@ -275,7 +284,8 @@ static void report_shared(json_t *ccases, json_t *ocases, json_t *checks) {
     json_object_set_new(o, "target", json_string(target));
     snprintf(what, sizeof what, "%s processes' total ops/s >= %.2fx threads' (same run)", name,
              BENCH_SHARED_MIN_RATIO);
-    int met = ratio_verdict(cc, o, checks, name, what, BENCH_SHARED_MIN_RATIO);
+    int met = case_verdict(cc, o, checks, 26, name, what, NULL, num(cc, "ratio"),
+                           num(cc, "ratio") >= BENCH_SHARED_MIN_RATIO);
     if (met >= 0)
       printf("  %-26s %lld processes %.2f M ops/s / %lld threads %.2f M ops/s = %.3f "
              "(target >= %.2f) %s (ratio of the medians %.3f) [%lld rounds of %lld ms, "
@@ -299,28 +309,16 @@ static void report_shared(json_t *ccases, json_t *ocases, json_t *checks) {
     json_object_set_new(o, "target", json_string(target));
     snprintf(what, sizeof what, "%s start-to-exit time added by --state <= %.1f ms", name,
              BENCH_CLI_STATE_MAX_ADDED_MS);
-    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
-    const char *err = json_string_value(json_object_get(cc, "error"));
-    if (skipped) {
-      add_check(checks, what, NAN, 0, 0);
-      json_object_set_new(o, "met", json_null());
-      printf("  %-26s SKIPPED: %s\n", name, skipped);
-    } else if (err) {
-      add_check(checks, what, NAN, 0, 1);
-      json_object_set_new(o, "met", json_false());
-      printf("  %-26s INVALID: %s\n", name, err);
-    } else {
-      double added = num(cc, "added_ms");
-      int met = added <= BENCH_CLI_STATE_MAX_ADDED_MS;
-      add_check(checks, what, added, met, 1);
-      json_object_set_new(o, "met", json_boolean(met));
+    double added = num(cc, "added_ms");
+    int met = case_verdict(cc, o, checks, 26, name, what, NULL, added,
+                           added <= BENCH_CLI_STATE_MAX_ADDED_MS);
+    if (met >= 0)
       printf("  %-26s plain %.3f ms, --state %.3f ms, added %+.3f ms (target <= %.1f) %s; "
              "CPU %.2f / %.2f ms [%lld pairs, load %.2f..%.2f]\n",
              name, num(cc, "wall_ms_plain"), num(cc, "wall_ms_state"), added,
              BENCH_CLI_STATE_MAX_ADDED_MS, met ? "yes" : "NO", num(cc, "cpu_ms_plain"),
              num(cc, "cpu_ms_state"), (long long)json_integer_value(json_object_get(cc, "pairs")),
              num(cc, "loadavg_start"), num(cc, "loadavg_end"));
-    }
     json_array_append_new(ocases, o);
   }
 }
@@ -349,16 +347,10 @@ static void report_ramp(json_t *ccases, json_t *ocases, json_t *checks) {
              name, max);
     json_t *o = json_deep_copy(cc);
     json_object_set_new(o, "target", json_string(target));
-    const char *err = json_string_value(json_object_get(cc, "error"));
     double ratio = num(cc, "ratio");
-    if (err || isnan(ratio)) {
-      add_check(checks, what, NAN, 0, 1);
-      json_object_set_new(o, "met", json_false());
-      printf("  %-34s INVALID: %s\n", name, err ? err : "no ratio");
-    } else {
-      int met = ratio <= max;
-      add_check(checks, what, ratio, met, 1);
-      json_object_set_new(o, "met", json_boolean(met));
+    int met = case_verdict(cc, o, checks, 34, name, what, isnan(ratio) ? "no ratio" : NULL,
+                           ratio, ratio <= max);
+    if (met >= 0)
       printf("  %-34s %.2f ns / %.2f ns = x%.3f (x%.3f..x%.3f) (target <= %.2f) %s "
              "[admitted %.1f %%, %lld rounds, load %.2f..%.2f]\n",
              name, num(cc, "ns_per_call"), num(cc, "ns_per_call_ref"), ratio,
@@ -366,7 +358,6 @@ static void report_ramp(json_t *ccases, json_t *ocases, json_t *checks) {
              100.0 * num(cc, "admitted_share"),
              (long long)json_integer_value(json_object_get(cc, "rounds")),
              num(cc, "loadavg_start"), num(cc, "loadavg_end"));
-    }
     json_array_append_new(ocases, o);
   }
 }
@@ -395,7 +386,8 @@ static void report_async(json_t *ccases, json_t *ocases, json_t *checks) {
     double ratio = num(cc, "ratio");
     snprintf(what, sizeof what, "%s libresil engine req/s >= %.2fx bare multi_socket's "
              "(same run)", name, BENCH_ASYNC_MIN_RATIO);
-    int met = ratio_verdict(cc, o, checks, name, what, BENCH_ASYNC_MIN_RATIO);
+    int met = case_verdict(cc, o, checks, 26, name, what, NULL, ratio,
+                           ratio >= BENCH_ASYNC_MIN_RATIO);
     if (met >= 0) {
       double cpu = num(cc, "cpu_ratio");
       int cpu_ok = isnan(cpu) || cpu <= BENCH_ASYNC_MAX_CPU_RATIO; /* NaN: not evaluated */
@@ -450,20 +442,10 @@ static void report_http(json_t *ccases, json_t *ocases, json_t *checks) {
     const char *name = str(cc, "name", "?");
     json_t *o = json_deep_copy(cc);
     json_object_set_new(o, "target", json_string(target));
-    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
-    const char *err = json_string_value(json_object_get(cc, "error"));
     double ratio = num(cc, "ratio"), added = num(cc, "p50_added_us");
     snprintf(what, sizeof what, "%s libresil req/s >= %.2fx bare libcurl's (same run)",
              name, BENCH_HTTP_MIN_RATIO);
-    if (skipped) {
-      add_check(checks, what, NAN, 0, 0);
-      json_object_set_new(o, "met", json_null());
-      printf("  %-28s SKIPPED: %s\n", name, skipped);
-    } else if (err) {
-      add_check(checks, what, NAN, 0, 1);
-      json_object_set_new(o, "met", json_false());
-      printf("  %-28s INVALID: %s\n", name, err);
-    } else {
+    if (!case_unjudged(cc, o, checks, 28, name, what, NULL)) {
       double cpu = num(cc, "cpu_ratio");
       int ratio_ok = ratio >= BENCH_HTTP_MIN_RATIO;
       int added_ok = added <= BENCH_HTTP_MAX_ADDED_US;
@@ -526,7 +508,8 @@ static void report_store(json_t *ccases, json_t *ocases, json_t *checks) {
     double ratio = num(cc, "ratio");
     snprintf(what, sizeof what, "%s libresil keyed ops/s >= %.2fx raw INSERT transactions' "
              "(same run)", name, BENCH_STORE_MIN_RATIO);
-    int met = ratio_verdict(cc, o, checks, name, what, BENCH_STORE_MIN_RATIO);
+    int met = case_verdict(cc, o, checks, 26, name, what, NULL, ratio,
+                           ratio >= BENCH_STORE_MIN_RATIO);
     if (met >= 0) {
       printf("  %-26s vs raw INSERT: ops/s %.0f / %.0f = %.3f (target >= %.2f) %s (ratio of "
              "the medians %.3f)  commits/op libresil %.2f raw %.2f  [%s, %lld rounds]\n",
@@ -580,7 +563,8 @@ static void report_redis(json_t *ccases, json_t *ocases, json_t *checks) {
                "EVALSHA's (same run)", name, BENCH_REDIS_MIN_RATIO);
     }
     json_object_set_new(o, "target", json_string(target));
-    int met = ratio_verdict(cc, o, checks, name, what, BENCH_REDIS_MIN_RATIO);
+    int met = case_verdict(cc, o, checks, 26, name, what, NULL, ratio,
+                           ratio >= BENCH_REDIS_MIN_RATIO);
     if (met >= 0 && in_flight > 0)
       printf("  %-26s vs bare hiredis async, %lld in flight [%lld rounds of %lld, load "
              "%.2f..%.2f]: %.0f / %.0f decisions/s, rate ratio %.3f (target >= %.2f) %s "
@@ -633,21 +617,10 @@ static void report_deadline(json_t *ccases, json_t *ocases, json_t *checks) {
     snprintf(what, sizeof what, "%s caller CPU per request with the deadline header <= %.2fx "
              "without (median of per-round ratios, same run)", name,
              BENCH_DEADLINE_HDR_MAX_CPU_RATIO);
-    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
-    const char *err = json_string_value(json_object_get(cc, "error"));
-    if (skipped) {
-      add_check(checks, what, NAN, 0, 0);
-      json_object_set_new(o, "met", json_null());
-      printf("  %-32s SKIPPED: %s\n", name, skipped);
-    } else if (err) {
-      add_check(checks, what, NAN, 0, 1);
-      json_object_set_new(o, "met", json_false());
-      printf("  %-32s INVALID: %s\n", name, err);
-    } else {
-      double ratio = num(cc, "ratio");
-      int met = ratio <= BENCH_DEADLINE_HDR_MAX_CPU_RATIO;
-      add_check(checks, what, ratio, met, 1);
-      json_object_set_new(o, "met", json_boolean(met));
+    double ratio = num(cc, "ratio");
+    int met = case_verdict(cc, o, checks, 32, name, what, NULL, ratio,
+                           ratio <= BENCH_DEADLINE_HDR_MAX_CPU_RATIO);
+    if (met >= 0) {
       printf("  %-32s caller CPU %.2f / %.2f us per request, ratio %.4f (target <= %.2f) %s "
              "(ratio of the medians %.4f); wall %.2f / %.2f us = x%.3f  [%lld rounds of %lld, "
              "load %.2f..%.2f]\n",
@@ -713,7 +686,8 @@ static void report_instances(json_t *ccases, json_t *ocases, json_t *checks) {
       snprintf(what, sizeof what, "%s engine req/s over several instances >= %.2fx over one, "
                "%lld in flight (same run)", name, BENCH_INSTANCES_MIN_RATIO, in_flight);
       json_object_set_new(o, "target", json_string(target));
-      int met = ratio_verdict(cc, o, checks, name, what, BENCH_INSTANCES_MIN_RATIO);
+      int met = case_verdict(cc, o, checks, 26, name, what, NULL, ratio,
+                             ratio >= BENCH_INSTANCES_MIN_RATIO);
       if (met >= 0)
         printf("  %-32s %lld in flight: %.0f req/s over %lld instances (%lld connections each "
                "at most), %.0f over one, ratio %.3f (target >= %.2f) %s (ratio of the medians "
@@ -746,20 +720,9 @@ static void report_instances(json_t *ccases, json_t *ocases, json_t *checks) {
              "%.2fx over one (median of per-round ratios, same run)", name,
              BENCH_INSTANCES_MAX_CPU_RATIO);
     json_object_set_new(o, "target", json_string(target));
-    const char *skipped = json_string_value(json_object_get(cc, "skipped"));
-    const char *err = json_string_value(json_object_get(cc, "error"));
-    if (skipped) {
-      add_check(checks, what, NAN, 0, 0);
-      json_object_set_new(o, "met", json_null());
-      printf("  %-32s SKIPPED: %s\n", name, skipped);
-    } else if (err) {
-      add_check(checks, what, NAN, 0, 1);
-      json_object_set_new(o, "met", json_false());
-      printf("  %-32s INVALID: %s\n", name, err);
-    } else {
-      int met = ratio <= BENCH_INSTANCES_MAX_CPU_RATIO;
-      add_check(checks, what, ratio, met, 1);
-      json_object_set_new(o, "met", json_boolean(met));
+    int met = case_verdict(cc, o, checks, 32, name, what, NULL, ratio,
+                           ratio <= BENCH_INSTANCES_MAX_CPU_RATIO);
+    if (met >= 0) {
       printf("  %-32s caller CPU %.2f us per request over %lld instances, %.2f over one, "
              "ratio %.4f (target <= %.2f) %s (ratio of the medians %.4f); wall %.2f / %.2f us "
              "= x%.3f; shares %s; %.3f connections opened per request  [%lld rounds of %lld, "

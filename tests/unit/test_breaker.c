@@ -6,41 +6,9 @@
 
 #include "breaker/breaker_int.h"
 #include "core/internal.h"
-#include "test_util.h"
+#include "test_breaker_common.h"
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static resil_manual_clock *clock_new(void) {
-  resil_manual_clock *mc = NULL;
-  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
-  return mc;
-}
-
-static resil_breaker *breaker_new(const resil_breaker_config *cfg) {
-  resil_breaker *br = NULL;
-  resil_error err;
-  resil_status st = resil_breaker_new(cfg, &br, &err);
-  if (st != RESIL_OK)
-    fail_msg("resil_breaker_new: %s", err.msg);
-  return br;
-}
-
-/* DESIGN §7 P6: window 4 / min 2 / 50 % / OPEN wait 150 ms / 1 probe. */
-static void p6_config(resil_breaker_config *cfg, resil_manual_clock *mc) {
-  resil_breaker_config_init(cfg);
-  cfg->window_size = 4;
-  cfg->minimum_calls = 2;
-  cfg->failure_rate_threshold_pct = 50;
-  cfg->open_wait_ns = MS(150);
-  cfg->half_open_permitted_calls = 1;
-  cfg->clock = resil_manual_clock_get(mc);
-}
-
-static resil_breaker_metrics metrics_of(resil_breaker *br) {
-  resil_breaker_metrics m;
-  assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
-  return m;
-}
 
 /* Acquire (must be permitted) and record. */
 static void record_ok(resil_breaker *br, resil_outcome o, int64_t dur) {

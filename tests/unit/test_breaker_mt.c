@@ -7,29 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "test_breaker_common.h"
 
 #define THREADS 4
-
-static resil_manual_clock *clock_new(void) {
-  resil_manual_clock *mc = NULL;
-  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
-  return mc;
-}
-
-static resil_breaker *breaker_new(const resil_breaker_config *cfg) {
-  resil_breaker *br = NULL;
-  resil_error err;
-  if (resil_breaker_new(cfg, &br, &err) != RESIL_OK)
-    fail_msg("resil_breaker_new: %s", err.msg);
-  return br;
-}
-
-static resil_breaker_metrics metrics_of(resil_breaker *br) {
-  resil_breaker_metrics m;
-  assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
-  return m;
-}
 
 static void run_threads(void *(*fn)(void *), void *arg) {
   pthread_t th[THREADS];

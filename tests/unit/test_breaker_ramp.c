@@ -6,41 +6,15 @@
 
 #include "breaker/breaker_int.h"
 #include "core/internal.h"
-#include "test_util.h"
+#include "test_breaker_common.h"
 
-static resil_manual_clock *clock_new(void) {
-  resil_manual_clock *mc = NULL;
-  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
-  return mc;
-}
-
-static resil_breaker *breaker_new(const resil_breaker_config *cfg) {
-  resil_breaker *br = NULL;
-  resil_error err;
-  resil_status st = resil_breaker_new(cfg, &br, &err);
-  if (st != RESIL_OK)
-    fail_msg("resil_breaker_new: %s", err.msg);
-  return br;
-}
-
-/* Window 4 / min 2 / 50 % / OPEN wait 100 ms / 1 probe, a 1 s linear ramp
- * from 10 %. */
+/* P6's config (window 4 / min 2 / 50 % / 1 probe) with an OPEN wait of
+ * 100 ms and a 1 s linear ramp from 10 %. */
 static void ramp_config(resil_breaker_config *cfg, resil_manual_clock *mc) {
-  resil_breaker_config_init(cfg);
-  cfg->window_size = 4;
-  cfg->minimum_calls = 2;
-  cfg->failure_rate_threshold_pct = 50;
+  p6_config(cfg, mc);
   cfg->open_wait_ns = MS(100);
-  cfg->half_open_permitted_calls = 1;
   cfg->event_capacity = 64;
-  cfg->clock = resil_manual_clock_get(mc);
   cfg->ramp_duration_ns = MS(1000);
-}
-
-static resil_breaker_metrics metrics_of(resil_breaker *br) {
-  resil_breaker_metrics m;
-  assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
-  return m;
 }
 
 static void record(resil_breaker *br, const resil_breaker_permit *p,
@@ -48,19 +22,35 @@ static void record(resil_breaker *br, const resil_breaker_permit *p,
   assert_status(RESIL_OK, resil_breaker_record(br, p, &o, 0));
 }
 
-/* Two failures open it; the wait passes; one healthy probe closes it. */
-static void open_then_recover(resil_breaker *br, resil_manual_clock *mc) {
+/* Two calls admitted and recorded as failures (503): with ramp_config's
+ * window, they open a CLOSED breaker. */
+static void two_failures(resil_breaker *br) {
   resil_breaker_permit p;
   for (int i = 0; i < 2; i++) {
     assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
     record(br, &p, resil_outcome_http(503));
   }
+}
+
+/* Two failures open it; the wait passes; one healthy probe closes it. */
+static void open_then_recover(resil_breaker *br, resil_manual_clock *mc) {
+  resil_breaker_permit p;
+  two_failures(br);
   assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
   resil_breaker_metrics m = metrics_of(br);
   resil_manual_clock_advance_ns(mc, m.open_wait_ns);
   assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
   record(br, &p, resil_outcome_ok());
   assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+}
+
+/* A breaker of cfg on mc that has opened and recovered (open_then_recover):
+ * ramping, when cfg configures a ramp. */
+static resil_breaker *recovered_breaker(const resil_breaker_config *cfg,
+                                        resil_manual_clock *mc) {
+  resil_breaker *br = breaker_new(cfg);
+  open_then_recover(br, mc);
+  return br;
 }
 
 /* n decisions through try_acquire_why; admitted ones record a success. */
@@ -96,8 +86,7 @@ static void ramp_off_by_default_gives_full_traffic_at_once(void **state) {
   assert_int_equal(probe.ramp_min_percent, 10);
   assert_true(probe.ramp_aggression == 1.0);
   cfg.ramp_duration_ns = 0;
-  resil_breaker *br = breaker_new(&cfg);
-  open_then_recover(br, mc);
+  resil_breaker *br = recovered_breaker(&cfg, mc);
   assert_int_equal(admitted_of(br, 100), 100);
   resil_breaker_metrics m = metrics_of(br);
   assert_int_equal(m.ramping, 0);
@@ -121,8 +110,7 @@ static void linear_ramp_admits_the_curve_and_ends_on_time(void **state) {
   resil_manual_clock *mc = clock_new();
   resil_breaker_config cfg;
   ramp_config(&cfg, mc);
-  resil_breaker *br = breaker_new(&cfg);
-  open_then_recover(br, mc);
+  resil_breaker *br = recovered_breaker(&cfg, mc);
   int64_t start = resil_manual_clock_get(mc)->now_ns(resil_manual_clock_get(mc)->self);
   resil_breaker_metrics m0 = metrics_of(br);
   assert_int_equal(m0.state, RESIL_BREAKER_CLOSED);
@@ -183,8 +171,7 @@ static void aggression_shapes_the_curve_as_envoy_slow_start(void **state) {
     ramp_config(&cfg, mc);
     cfg.ramp_aggression = aggr[a];
     cfg.ramp_min_percent = 5;
-    resil_breaker *br = breaker_new(&cfg);
-    open_then_recover(br, mc);
+    resil_breaker *br = recovered_breaker(&cfg, mc);
     for (int pct = 0; pct < 100; pct += 5) {
       double want = pow(pct / 100.0, 1.0 / aggr[a]);
       if (want < 0.05)
@@ -205,8 +192,7 @@ static void aggression_shapes_the_curve_as_envoy_slow_start(void **state) {
   resil_breaker_config cfg;
   ramp_config(&cfg, mc);
   cfg.ramp_aggression = 2.0;
-  resil_breaker *br = breaker_new(&cfg);
-  open_then_recover(br, mc);
+  resil_breaker *br = recovered_breaker(&cfg, mc);
   resil_manual_clock_advance_ns(mc, MS(250));
   int got = admitted_of(br, 200);
   assert_true(got >= 99 && got <= 101);
@@ -224,8 +210,7 @@ static void ramp_records_count_as_closed(void **state) {
   resil_breaker_config cfg;
   ramp_config(&cfg, mc);
   cfg.ramp_min_percent = 100;
-  resil_breaker *br = breaker_new(&cfg);
-  open_then_recover(br, mc);
+  resil_breaker *br = recovered_breaker(&cfg, mc);
   resil_breaker_metrics m0 = metrics_of(br);
   assert_int_equal(m0.ramping, 1);
   assert_int_equal(m0.buffered_calls, 0);
@@ -266,8 +251,7 @@ static void run_form_and_chain_refuse_with_recovering(void **state) {
   resil_breaker_config cfg;
   ramp_config(&cfg, mc);
   cfg.ramp_min_percent = 25;
-  resil_breaker *br = breaker_new(&cfg);
-  open_then_recover(br, mc);
+  resil_breaker *br = recovered_breaker(&cfg, mc);
   int calls = 0, rejected = 0;
   for (int i = 0; i < 100; i++) {
     resil_outcome o = resil_breaker_run(br, NULL, count_call, &calls);
@@ -317,17 +301,12 @@ static void failure_during_ramp_reopens_with_next_wait_and_ramps_again(void **st
   ramp_config(&cfg, mc);
   cfg.open_wait_multiplier = 2.0;
   cfg.ramp_min_percent = 100; /* every call admitted: the window decides */
-  resil_breaker *br = breaker_new(&cfg);
-  open_then_recover(br, mc);
+  resil_breaker *br = recovered_breaker(&cfg, mc);
   resil_breaker_metrics m = metrics_of(br);
   assert_int_equal(m.ramping, 1);
   assert_int_equal(m.consecutive_opens, 1);
   resil_manual_clock_advance_ns(mc, MS(300));
-  resil_breaker_permit p;
-  for (int i = 0; i < 2; i++) {
-    assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
-    record(br, &p, resil_outcome_http(503));
-  }
+  two_failures(br);
   m = metrics_of(br);
   assert_int_equal(m.state, RESIL_BREAKER_OPEN);
   assert_int_equal(m.consecutive_opens, 2);
@@ -341,6 +320,7 @@ static void failure_during_ramp_reopens_with_next_wait_and_ramps_again(void **st
   assert_int_equal(ev[n - 1].from, RESIL_BREAKER_CLOSED);
   assert_int_equal(ev[n - 1].to, RESIL_BREAKER_OPEN);
   /* The longer wait, then the probe: the ramp starts over. */
+  resil_breaker_permit p;
   resil_manual_clock_advance_ns(mc, MS(199));
   assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_DENY);
   resil_manual_clock_advance_ns(mc, MS(1));
@@ -353,10 +333,7 @@ static void failure_during_ramp_reopens_with_next_wait_and_ramps_again(void **st
   assert_int_equal(ev[n - 1].kind, RESIL_BREAKER_EVENT_RAMP_STARTED);
   /* This ramp completes: the count restarts, the next OPEN waits 100 ms. */
   resil_manual_clock_advance_ns(mc, MS(1000));
-  for (int i = 0; i < 2; i++) {
-    assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
-    record(br, &p, resil_outcome_http(503));
-  }
+  two_failures(br);
   m = metrics_of(br);
   assert_int_equal(m.state, RESIL_BREAKER_OPEN);
   assert_int_equal(m.consecutive_opens, 1);
@@ -373,8 +350,7 @@ static void permits_of_the_ramp_count_after_it_ends(void **state) {
   resil_breaker_config cfg;
   ramp_config(&cfg, mc);
   cfg.ramp_min_percent = 100;
-  resil_breaker *br = breaker_new(&cfg);
-  open_then_recover(br, mc);
+  resil_breaker *br = recovered_breaker(&cfg, mc);
   resil_breaker_permit p1, p2;
   assert_int_equal(resil_breaker_try_acquire(br, &p1), RESIL_DECISION_GO);
   assert_int_equal(resil_breaker_try_acquire(br, &p2), RESIL_DECISION_GO);
@@ -397,8 +373,7 @@ static void manual_close_and_reset_end_the_ramp(void **state) {
   resil_manual_clock *mc = clock_new();
   resil_breaker_config cfg;
   ramp_config(&cfg, mc);
-  resil_breaker *br = breaker_new(&cfg);
-  open_then_recover(br, mc);
+  resil_breaker *br = recovered_breaker(&cfg, mc);
   assert_status(RESIL_OK, resil_breaker_transition(br, RESIL_BREAKER_CLOSED));
   resil_breaker_event ev[64];
   size_t n = events_of(br, ev, 64);
@@ -408,8 +383,7 @@ static void manual_close_and_reset_end_the_ramp(void **state) {
   assert_int_equal(metrics_of(br).ramping, 0);
 
   resil_breaker_free(br);
-  br = breaker_new(&cfg);
-  open_then_recover(br, mc);
+  br = recovered_breaker(&cfg, mc);
   assert_status(RESIL_OK, resil_breaker_reset(br));
   n = events_of(br, ev, 64);
   assert_int_equal(ev[n - 2].kind, RESIL_BREAKER_EVENT_RAMP_ENDED);

@@ -11,6 +11,7 @@
 #include "test_shared_common.h"
 
 #include "breaker/breaker_int.h"
+#include "test_breaker_common.h"
 
 enum { THREADS = 8, WINDOW = 100, STEPS = 40 };
 
@@ -55,8 +56,7 @@ static void *hammer_thread(void *arg) {
  * diffusion gives one), and the share never falls. */
 static void eight_threads_admit_the_curve_per_100_decisions(void **state) {
   (void)state;
-  resil_manual_clock *mc = NULL;
-  assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
+  resil_manual_clock *mc = clock_new();
   resil_breaker_config cfg;
   resil_breaker_config_init(&cfg);
   cfg.window_size = 100;
@@ -67,9 +67,7 @@ static void eight_threads_admit_the_curve_per_100_decisions(void **state) {
   cfg.ramp_duration_ns = MS(2000);
   cfg.ramp_aggression = 1.5;
   cfg.initial_state = RESIL_BREAKER_HALF_OPEN;
-  resil_breaker *br = NULL;
-  resil_error err;
-  assert_status(RESIL_OK, resil_breaker_new(&cfg, &br, &err));
+  resil_breaker *br = breaker_new(&cfg);
   resil_breaker_permit p;
   assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
   resil_outcome ok = resil_outcome_ok();
@@ -111,8 +109,7 @@ static void eight_threads_admit_the_curve_per_100_decisions(void **state) {
     pthread_join(th[i], NULL);
   print_message("worst window off the curve by %d of %d\n", worst, WINDOW);
   assert_true(worst <= 1);
-  resil_breaker_metrics m;
-  assert_status(RESIL_OK, resil_breaker_get_metrics(br, &m));
+  resil_breaker_metrics m = metrics_of(br);
   assert_int_equal(m.ramping, 0); /* the last step is at D */
   assert_int_equal(m.total_ramp_rejected, refused);
   assert_int_equal(m.total_failures, 0);
@@ -122,22 +119,23 @@ static void eight_threads_admit_the_curve_per_100_decisions(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* The breaker "ramped" in seg, HALF_OPEN, with a ramp of 60 s from 10 %. */
+static void shared_config(resil_breaker_config *cfg, resil_shared *seg) {
+  resil_breaker_config_init(cfg);
+  cfg->name = "ramped";
+  cfg->window_size = 100;
+  cfg->minimum_calls = 10;
+  cfg->open_wait_ns = MS(1);
+  cfg->half_open_permitted_calls = 1;
+  cfg->initial_state = RESIL_BREAKER_HALF_OPEN;
+  cfg->ramp_duration_ns = MS(60000); /* the share stays 10 % for 6 s */
+  cfg->shared = seg;
+}
+
 static resil_breaker *shared_breaker(resil_shared *seg) {
   resil_breaker_config cfg;
-  resil_breaker_config_init(&cfg);
-  cfg.name = "ramped";
-  cfg.window_size = 100;
-  cfg.minimum_calls = 10;
-  cfg.open_wait_ns = MS(1);
-  cfg.half_open_permitted_calls = 1;
-  cfg.initial_state = RESIL_BREAKER_HALF_OPEN;
-  cfg.ramp_duration_ns = MS(60000); /* the share stays 10 % for 6 s */
-  cfg.shared = seg;
-  resil_breaker *br = NULL;
-  resil_error err;
-  if (resil_breaker_new(&cfg, &br, &err) != RESIL_OK)
-    fail_msg("%s", err.msg);
-  return br;
+  shared_config(&cfg, seg);
+  return breaker_new(&cfg);
 }
 
 static int decide(resil_breaker *br, int n) {
@@ -170,8 +168,7 @@ static void shared_breaker_processes_ramp_together(void **state) {
   assert_int_equal(resil_breaker_try_acquire(a, &p), RESIL_DECISION_GO);
   resil_outcome ok = resil_outcome_ok();
   assert_status(RESIL_OK, resil_breaker_record(a, &p, &ok, 0));
-  resil_breaker_metrics m;
-  assert_status(RESIL_OK, resil_breaker_get_metrics(b, &m));
+  resil_breaker_metrics m = metrics_of(b);
   assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
   assert_int_equal(m.ramping, 1);
   assert_true(m.ramp_share > 0.099 && m.ramp_share < 0.11);
@@ -191,9 +188,7 @@ static void shared_breaker_processes_ramp_together(void **state) {
     got += decide(a, 1) + decide(b, 1);
   if (got < 99 || got > 101)
     fail_msg("1000 decisions at 10 %% admitted %d", got);
-  resil_breaker_metrics ma, mb;
-  assert_status(RESIL_OK, resil_breaker_get_metrics(a, &ma));
-  assert_status(RESIL_OK, resil_breaker_get_metrics(b, &mb));
+  resil_breaker_metrics ma = metrics_of(a), mb = metrics_of(b);
   assert_int_equal(ma.total_ramp_rejected, (uint64_t)(1000 - got));
   assert_int_equal(mb.total_ramp_rejected, ma.total_ramp_rejected);
   resil_breaker_metrics peek;
@@ -203,16 +198,8 @@ static void shared_breaker_processes_ramp_together(void **state) {
   assert_int_equal(peek.total_ramp_rejected, ma.total_ramp_rejected);
   /* Another ramp under the name: refused, naming the field. */
   resil_breaker_config cfg;
-  resil_breaker_config_init(&cfg);
-  cfg.name = "ramped";
-  cfg.window_size = 100;
-  cfg.minimum_calls = 10;
-  cfg.open_wait_ns = MS(1);
-  cfg.half_open_permitted_calls = 1;
-  cfg.initial_state = RESIL_BREAKER_HALF_OPEN;
-  cfg.ramp_duration_ns = MS(60000);
+  shared_config(&cfg, seg);
   cfg.ramp_min_percent = 20;
-  cfg.shared = seg;
   resil_breaker *d = NULL;
   assert_status(RESIL_EINVAL, resil_breaker_new(&cfg, &d, &err));
   assert_string_equal(err.field, "ramp_min_percent");
