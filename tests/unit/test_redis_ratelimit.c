@@ -77,7 +77,7 @@ static void config_errors_name_the_field(void **state) {
    * made, and its decisions are the failure policy's. */
   resil_redis_ratelimiter_config_init(&cfg);
   char uri[64];
-  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0", resil_fx_redis_free_port());
+  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0", resil_fx_free_port());
   cfg.uri = uri;
   cfg.failure = RESIL_REDIS_FAILURE_CLOSED;
   assert_status(RESIL_OK, resil_redis_ratelimiter_new(&cfg, &rl, &err));

@@ -2,6 +2,8 @@
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "lab_procs.h"
 
+#include "fixture/redis_server.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -101,21 +103,6 @@ static int pg_bindir(char *out, size_t n) {
   }
   snprintf(out, n, "/usr/lib/postgresql/%ld/bin", best);
   return 1;
-}
-
-static int pg_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
 }
 
 /* fork/exec of argv with stdin /dev/null and stdout and stderr appended to
@@ -269,7 +256,7 @@ int lab_pg_start(lab_result *r, lab_pg *pg) {
   snprintf(log, sizeof log, "%s/server.log", pg->dir);
   /* A port free a moment ago; taken meanwhile, the start fails: another. */
   for (int attempt = 0; attempt < 3; attempt++) {
-    if (!lab_check(r, (pg->port = pg_free_port()) > 0, "no free port on 127.0.0.1")) goto fail;
+    if (!lab_check(r, (pg->port = resil_fx_free_port()) > 0, "no free port on 127.0.0.1")) goto fail;
     char port[16];
     snprintf(port, sizeof port, "%d", pg->port);
     char *const sargv[] = {postgres, "-D", data, "-p", port, "-k", pg->dir,
