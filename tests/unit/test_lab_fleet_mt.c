@@ -17,12 +17,6 @@
 #define CHILD_DIR_PREFIX "/tmp/resil-fleet"
 #include "test_child_common.h"
 
-static long long num(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_integer(v)) fail_msg("observed.%s missing", k);
-  return json_integer_value(v);
-}
-
 static void f5_a_fleet_on_one_store_loses_and_repeats_no_payment(void **s) {
   (void)s;
   const lab_experiment *e = find("F5");
@@ -31,27 +25,27 @@ static void f5_a_fleet_on_one_store_loses_and_repeats_no_payment(void **s) {
   print_message("F5: %s\n", r.summary);
   if (!r.pass) fail_msg("F5 failed: %s [%s]", r.failure, r.failed_checks);
   json_t *o = r.observed;
-  assert_int_equal(num(o, "instances"), 4);
-  assert_int_equal(num(o, "payments"), 1000);
-  assert_int_equal(num(o, "paid"), 1000);
-  assert_int_equal(num(o, "effects"), 1000);
-  assert_int_equal(num(o, "duplicates"), 0);
-  assert_int_equal(num(o, "lost"), 0);
-  assert_int_equal(num(o, "killed"), 1);
-  assert_int_equal(num(o, "restarted"), 1);
-  assert_int_equal(num(o, "committed_operations"), 1000);
-  assert_int_equal(num(o, "pending_left"), 0);
+  assert_int_equal(obs_int(o, "instances"), 4);
+  assert_int_equal(obs_int(o, "payments"), 1000);
+  assert_int_equal(obs_int(o, "paid"), 1000);
+  assert_int_equal(obs_int(o, "effects"), 1000);
+  assert_int_equal(obs_int(o, "duplicates"), 0);
+  assert_int_equal(obs_int(o, "lost"), 0);
+  assert_int_equal(obs_int(o, "killed"), 1);
+  assert_int_equal(obs_int(o, "restarted"), 1);
+  assert_int_equal(obs_int(o, "committed_operations"), 1000);
+  assert_int_equal(obs_int(o, "pending_left"), 0);
   /* The kill landed on calls in flight, and every one of them was
    * resolved through another instance's status query. */
-  assert_true(num(o, "unknown_calls") >= 1);
-  assert_int_equal(num(o, "unknown_resolved"), num(o, "unknown_calls"));
-  assert_int_equal(num(o, "status_same_instance"), 0);
-  assert_true(num(o, "status_queries") >= num(o, "unknown_calls"));
+  assert_true(obs_int(o, "unknown_calls") >= 1);
+  assert_int_equal(obs_int(o, "unknown_resolved"), obs_int(o, "unknown_calls"));
+  assert_int_equal(obs_int(o, "status_same_instance"), 0);
+  assert_true(obs_int(o, "status_queries") >= obs_int(o, "unknown_calls"));
   lab_result_clear(&r);
 
   wrong_fails(e, &r);
-  assert_true(num(r.observed, "duplicates") > 0);
-  assert_int_equal(num(r.observed, "status_queries"), 0);
+  assert_true(obs_int(r.observed, "duplicates") > 0);
+  assert_int_equal(obs_int(r.observed, "status_queries"), 0);
   lab_result_clear(&r);
 }
 

@@ -8,18 +8,6 @@
 #include "test_lab_common.h"
 #include "test_util.h"
 
-static double real(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_number(v)) fail_msg("observed.%s missing", k);
-  return json_number_value(v);
-}
-
-static long long num(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_integer(v)) fail_msg("observed.%s missing", k);
-  return json_integer_value(v);
-}
-
 static void run_and_wrong(const char *id) {
   const lab_experiment *e = find(id);
   lab_result r;
@@ -47,8 +35,8 @@ static void d1_budgets_follow_the_chain(void **s) {
          b3 = json_number_value(json_array_get(b, 2));
   assert_true(b1 <= 300 && b1 > 250);
   assert_true(b2 <= b1 - 40 && b3 <= b2 - 40);
-  assert_true(real(o, "late_work_ms") == 0);
-  assert_int_equal(num(o, "client_status"), 200);
+  assert_true(obs_real(o, "late_work_ms") == 0);
+  assert_int_equal(obs_int(o, "client_status"), 200);
   if (!r.pass) fail_msg("D1 failed: %s", r.failure);
   lab_result_clear(&r);
   run_and_wrong("D1");
@@ -65,9 +53,9 @@ static void d3_refused_below_the_floor_leaves_nothing(void **s) {
   lab_run_one(find("D3"), &r);
   print_message("D3: %s\n", r.summary);
   json_t *o = r.observed;
-  assert_int_equal(num(o, "refused"), 1);
-  assert_int_equal(num(o, "effects"), 0);
-  assert_int_equal(num(o, "pending_rows"), 0);
+  assert_int_equal(obs_int(o, "refused"), 1);
+  assert_int_equal(obs_int(o, "effects"), 0);
+  assert_int_equal(obs_int(o, "pending_rows"), 0);
   if (!r.pass) fail_msg("D3 failed: %s", r.failure);
   lab_result_clear(&r);
   run_and_wrong("D3");

@@ -11,18 +11,6 @@
 #include "test_lab_common.h"
 #include "test_util.h"
 
-static double real(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_number(v)) fail_msg("observed.%s missing", k);
-  return json_number_value(v);
-}
-
-static long long num(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_integer(v)) fail_msg("observed.%s missing", k);
-  return json_integer_value(v);
-}
-
 /* F1, F2 and F4 run on the engine too (when the built-in loop is built):
  * each path's run passes, with the figures check_fn asserts, and each
  * path's wrong variant fails through the named check. */
@@ -40,7 +28,7 @@ static void on_both_paths(const char *id, figures_fn check_fn) {
     print_message("%s/%s: %s\n", id, lab_path_name(path), r.summary);
     if (!r.pass) fail_msg("%s/%s failed: %s", id, lab_path_name(path), r.failure);
     check_fn(r.observed);
-    if (path == LAB_PATH_ENGINE) assert_true(num(r.observed, "engine_calls") > 0);
+    if (path == LAB_PATH_ENGINE) assert_true(obs_int(r.observed, "engine_calls") > 0);
     lab_result_clear(&r);
     if (lab_run_wrong_on(e, path, &r) != 0)
       fail_msg("%s/%s against %s passed: %s", id, lab_path_name(path), e->wrong, r.summary);
@@ -52,13 +40,13 @@ static void on_both_paths(const char *id, figures_fn check_fn) {
 }
 
 static void f1_figures(json_t *o) {
-  assert_int_equal(num(o, "instances"), 4);
-  assert_int_equal(num(o, "calls"), 1000);
-  assert_int_equal(num(o, "failed_calls"), 0);
-  assert_true(num(o, "ejections") >= 1);
-  assert_true(num(o, "calls_to_bad_before_ejection") <= 5);
-  assert_true(num(o, "calls_to_bad_after_ejection") <= 1);
-  assert_true(num(o, "ejection_periods") >= 2);
+  assert_int_equal(obs_int(o, "instances"), 4);
+  assert_int_equal(obs_int(o, "calls"), 1000);
+  assert_int_equal(obs_int(o, "failed_calls"), 0);
+  assert_true(obs_int(o, "ejections") >= 1);
+  assert_true(obs_int(o, "calls_to_bad_before_ejection") <= 5);
+  assert_true(obs_int(o, "calls_to_bad_after_ejection") <= 1);
+  assert_true(obs_int(o, "ejection_periods") >= 2);
 }
 
 static void f1_bad_instance_is_ejected_and_probed(void **s) {
@@ -67,10 +55,10 @@ static void f1_bad_instance_is_ejected_and_probed(void **s) {
 }
 
 static void f2_figures(json_t *o) {
-  assert_int_equal(num(o, "caller_failures"), 0);
-  assert_true(num(o, "moved_not_sent") > 0);
-  assert_true(num(o, "posts_moved") > 0);
-  assert_int_equal(num(o, "post_effects"), num(o, "posts"));
+  assert_int_equal(obs_int(o, "caller_failures"), 0);
+  assert_true(obs_int(o, "moved_not_sent") > 0);
+  assert_true(obs_int(o, "posts_moved") > 0);
+  assert_int_equal(obs_int(o, "post_effects"), obs_int(o, "posts"));
 }
 
 static void f2_not_sent_moves_to_another_instance(void **s) {
@@ -112,22 +100,22 @@ static void f3_p2c_avoids_the_slow_instance(void **s) {
                     strncmp(r.failure, "p99_ms_p2c:", 11) != 0))
       fail_msg("F3 failed beyond its timing checks: %s", r.failure);
   }
-  assert_true(real(o, "share_slow_p2c") < real(o, "share_slow_rr") / 2);
+  assert_true(obs_real(o, "share_slow_p2c") < obs_real(o, "share_slow_rr") / 2);
 #else
   if (!r.pass) fail_msg("F3 failed: %s", r.failure);
-  assert_true(real(o, "share_slow_p2c") <= real(o, "share_slow_rr") / 4);
-  assert_true(real(o, "p99_ms_p2c") < real(o, "p99_ms_rr"));
+  assert_true(obs_real(o, "share_slow_p2c") <= obs_real(o, "share_slow_rr") / 4);
+  assert_true(obs_real(o, "p99_ms_p2c") < obs_real(o, "p99_ms_rr"));
 #endif
-  assert_true(real(o, "share_slow_rr") > 0.15);
-  assert_int_equal(num(o, "failed_calls"), 0);
+  assert_true(obs_real(o, "share_slow_rr") > 0.15);
+  assert_int_equal(obs_int(o, "failed_calls"), 0);
   lab_result_clear(&r);
   wrong_fails(e, &r);
   lab_result_clear(&r);
 }
 
 static void f4_figures(json_t *o) {
-  assert_true(num(o, "max_ejected") <= 2);
-  assert_true(num(o, "max_ejected") >= 1);
+  assert_true(obs_int(o, "max_ejected") <= 2);
+  assert_true(obs_int(o, "max_ejected") >= 1);
   json_t *st = json_object_get(o, "breaker_state");
   assert_true(json_is_string(st) && strcmp(json_string_value(st), "OPEN") == 0);
 }

@@ -12,18 +12,6 @@
 #include "test_lab_common.h"
 #include "test_util.h"
 
-static double real(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_number(v)) fail_msg("observed.%s missing", k);
-  return json_number_value(v);
-}
-
-static long long num(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_integer(v)) fail_msg("observed.%s missing", k);
-  return json_integer_value(v);
-}
-
 static int yes(json_t *o, const char *k) {
   json_t *v = json_object_get(o, k);
   if (!json_is_boolean(v)) fail_msg("observed.%s missing", k);
@@ -49,10 +37,10 @@ static void r1_the_ramp_grows_and_never_falls(void **s) {
   lab_result r;
   run_ok("R1", &r);
   json_t *o = r.observed;
-  assert_true(real(o, "first_bucket_share") <= 0.25);
-  assert_true(real(o, "last_bucket_share") >= 0.95);
+  assert_true(obs_real(o, "first_bucket_share") <= 0.25);
+  assert_true(obs_real(o, "last_bucket_share") >= 0.95);
   assert_true(yes(o, "monotone"));
-  assert_true(real(o, "wrong_first_bucket_share") >= 0.95);
+  assert_true(obs_real(o, "wrong_first_bucket_share") >= 0.95);
   json_t *shares = json_object_get(o, "bucket_shares");
   assert_int_equal(json_array_size(shares), 11);
   for (size_t k = 1; k < json_array_size(shares); k++)
@@ -61,7 +49,7 @@ static void r1_the_ramp_grows_and_never_falls(void **s) {
   /* The series the report draws. */
   assert_true(json_array_size(json_object_get(o, "ramp_share")) == 11);
   assert_true(json_array_size(json_object_get(o, "ramps")) >= 1);
-  assert_true(num(o, "ramp_rejected") > 0);
+  assert_true(obs_int(o, "ramp_rejected") > 0);
   lab_result_clear(&r);
   wrong("R1");
 }
@@ -71,9 +59,9 @@ static void r2_no_retry_while_recovering(void **s) {
   lab_result r;
   run_ok("R2", &r);
   json_t *o = r.observed;
-  assert_int_equal(num(o, "retries_during_recovery"), 0);
-  assert_true(num(o, "suppressed_retries") > 0);
-  assert_true(num(o, "retries_after_ramp") > 0);
+  assert_int_equal(obs_int(o, "retries_during_recovery"), 0);
+  assert_true(obs_int(o, "suppressed_retries") > 0);
+  assert_true(obs_int(o, "retries_after_ramp") > 0);
   lab_result_clear(&r);
   wrong("R2");
 }
@@ -84,9 +72,9 @@ static void r3_a_failure_in_the_ramp_reopens_with_a_longer_wait(void **s) {
   run_ok("R3", &r);
   json_t *o = r.observed;
   assert_true(yes(o, "reopened"));
-  assert_true(real(o, "wait_ms") > real(o, "first_wait_ms"));
+  assert_true(obs_real(o, "wait_ms") > obs_real(o, "first_wait_ms"));
   assert_true(yes(o, "ramp_restarted"));
-  assert_true(real(o, "second_ramp_first_bucket_share") <= 0.25);
+  assert_true(obs_real(o, "second_ramp_first_bucket_share") <= 0.25);
   lab_result_clear(&r);
   wrong("R3");
 }

@@ -10,12 +10,6 @@
 #include "test_lab_common.h"
 #include "test_util.h"
 
-static long long num(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_integer(v)) fail_msg("observed.%s missing", k);
-  return json_integer_value(v);
-}
-
 static const char *str(json_t *o, const char *k) {
   json_t *v = json_object_get(o, k);
   if (!json_is_string(v)) fail_msg("observed.%s missing", k);
@@ -29,15 +23,15 @@ static void m1_eight_processes_open_one_shared_breaker(void **s) {
   lab_run_one(e, &r);
   print_message("M1: %s\n", r.summary);
   json_t *o = r.observed;
-  assert_int_equal(num(o, "workers"), 8);
-  assert_in_range(num(o, "upstream_calls_before_open"), 20, 27);
+  assert_int_equal(obs_int(o, "workers"), 8);
+  assert_in_range(obs_int(o, "upstream_calls_before_open"), 20, 27);
   assert_string_equal(str(o, "breaker_state"), "OPEN");
-  assert_true(num(o, "wrong_variant_calls") >= 100);
+  assert_true(obs_int(o, "wrong_variant_calls") >= 100);
   if (!r.pass) fail_msg("M1 failed: %s", r.failure);
   lab_result_clear(&r);
 
   wrong_fails(e, &r);
-  assert_true(num(r.observed, "upstream_calls_before_open") >= 100);
+  assert_true(obs_int(r.observed, "upstream_calls_before_open") >= 100);
   lab_result_clear(&r);
 }
 
@@ -54,16 +48,16 @@ static void m2_half_open_lets_one_probe_in_per_period_across_processes(void **s)
   lab_run_one(e, &r);
   print_message("M2: %s\n", r.summary);
   json_t *o = r.observed;
-  assert_int_equal(num(o, "workers"), 8);
-  assert_int_equal(num(o, "probes_seen"), 1);
-  assert_true(num(o, "half_open_periods") >= 3);
-  assert_int_equal(num(o, "probes"), num(o, "half_open_periods"));
-  assert_true(num(o, "rejected") >= 7);
+  assert_int_equal(obs_int(o, "workers"), 8);
+  assert_int_equal(obs_int(o, "probes_seen"), 1);
+  assert_true(obs_int(o, "half_open_periods") >= 3);
+  assert_int_equal(obs_int(o, "probes"), obs_int(o, "half_open_periods"));
+  assert_true(obs_int(o, "rejected") >= 7);
   if (!r.pass) fail_msg("M2 failed: %s", r.failure);
   lab_result_clear(&r);
 
   wrong_fails(e, &r);
-  assert_true(num(r.observed, "probes_seen") > 1);
+  assert_true(obs_int(r.observed, "probes_seen") > 1);
   lab_result_clear(&r);
 }
 
@@ -74,15 +68,15 @@ static void m3_eight_processes_share_one_rate_limiter(void **s) {
   lab_run_one(e, &r);
   print_message("M3: %s\n", r.summary);
   json_t *o = r.observed;
-  assert_int_equal(num(o, "workers"), 8);
-  assert_true(num(o, "admitted") <= num(o, "bound"));
-  assert_true(num(o, "bound") >= 300); /* 30 cycles of 100 ms + the first */
+  assert_int_equal(obs_int(o, "workers"), 8);
+  assert_true(obs_int(o, "admitted") <= obs_int(o, "bound"));
+  assert_true(obs_int(o, "bound") >= 300); /* 30 cycles of 100 ms + the first */
   assert_true(real(o, "ratio") <= 1.0);
   if (!r.pass) fail_msg("M3 failed: %s", r.failure);
   lab_result_clear(&r);
 
   wrong_fails(e, &r);
-  assert_true(num(r.observed, "admitted") > 2 * num(r.observed, "bound"));
+  assert_true(obs_int(r.observed, "admitted") > 2 * obs_int(r.observed, "bound"));
   lab_result_clear(&r);
 }
 
@@ -95,10 +89,10 @@ static void m5_resil_call_state_in_a_shell_loop_opens_the_breaker_across_invocat
   print_message("M5: %s\n", r.summary);
   json_t *o = r.observed;
   if (!r.pass) fail_msg("M5 failed: %s", r.failure);
-  assert_int_equal(num(o, "invocations"), 25);
-  assert_int_equal(num(o, "upstream_calls"), num(o, "window_minimum"));
-  assert_int_equal(num(o, "rejected_invocations"), 20);
-  assert_int_equal(num(o, "probe_after_wait"), 1);
+  assert_int_equal(obs_int(o, "invocations"), 25);
+  assert_int_equal(obs_int(o, "upstream_calls"), obs_int(o, "window_minimum"));
+  assert_int_equal(obs_int(o, "rejected_invocations"), 20);
+  assert_int_equal(obs_int(o, "probe_after_wait"), 1);
   assert_string_equal(str(o, "breaker_state"), "OPEN");
   assert_string_equal(str(o, "exit_statuses_after_wait"), "6 7");
   lab_result_clear(&r);
@@ -106,8 +100,8 @@ static void m5_resil_call_state_in_a_shell_loop_opens_the_breaker_across_invocat
   /* Without --state every invocation has its own breaker: all 25 (and
    * both after the wait) reach the upstream. */
   wrong_fails(e, &r);
-  assert_int_equal(num(r.observed, "upstream_calls"), 25);
-  assert_int_equal(num(r.observed, "rejected_invocations"), 0);
+  assert_int_equal(obs_int(r.observed, "upstream_calls"), 25);
+  assert_int_equal(obs_int(r.observed, "rejected_invocations"), 0);
   lab_result_clear(&r);
 }
 #endif
@@ -121,9 +115,9 @@ static void m6_a_segment_that_cannot_be_opened_falls_back_with_one_event(void **
   print_message("M6 exercised %s\n", str(r.observed, "exercised"));
   json_t *o = r.observed;
   if (!r.pass) fail_msg("M6 failed: %s", r.failure);
-  assert_int_equal(num(o, "fallback_events"), 1);
-  assert_int_equal(num(o, "resil_shared_fallback_total"), 1);
-  assert_int_equal(num(o, "breaker_open_after_failures"), 4);
+  assert_int_equal(obs_int(o, "fallback_events"), 1);
+  assert_int_equal(obs_int(o, "resil_shared_fallback_total"), 1);
+  assert_int_equal(obs_int(o, "breaker_open_after_failures"), 4);
   assert_string_equal(str(o, "second_handle_state"), "CLOSED");
   assert_non_null(strstr(str(o, "required_error"), "RESIL_ESTATE: segment: cannot open segment "));
   assert_non_null(strstr(str(o, "required_error"), "Permission denied"));
@@ -132,7 +126,7 @@ static void m6_a_segment_that_cannot_be_opened_falls_back_with_one_event(void **
   /* A segment it can open: no fallback, and the second handle shares the
    * first one's OPEN state. */
   wrong_fails(e, &r);
-  assert_int_equal(num(r.observed, "fallback_events"), 0);
+  assert_int_equal(obs_int(r.observed, "fallback_events"), 0);
   assert_string_equal(str(r.observed, "second_handle_state"), "OPEN");
   lab_result_clear(&r);
 }
