@@ -205,10 +205,11 @@ static int claim(http_inst *i, int *probe) {
   return 1;
 }
 
-static http_inst *choose(http_group *g, const uint32_t *cand, unsigned k) {
+/* P2C: two distinct candidates drawn at random, the one with fewer
+ * attempts in flight (ties: the first drawn). */
+static http_inst *choose_p2c(http_group *g, const uint32_t *cand, unsigned k) {
   if (k == 1) return g->inst[cand[0]];
   uint64_t r = draw(g);
-  if (g->balance == RESIL_HTTP_BALANCE_ROUND_ROBIN) return g->inst[cand[r % k]];
   unsigned a = (unsigned)(r % k);
   unsigned b = (unsigned)((r >> 32) % (k - 1));
   if (b >= a) b++;
@@ -257,7 +258,7 @@ http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int
       }
     } else {
       for (int tries = 0; tries < 3 && !i; tries++) {
-        http_inst *c = choose(g, cand, k);
+        http_inst *c = choose_p2c(g, cand, k);
         if (pass > 1 || claim(c, probe)) i = c;
       }
     }
