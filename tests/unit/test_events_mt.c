@@ -61,6 +61,35 @@ static const char *sget(json_t *o, const char *k) {
   return v;
 }
 
+/* Breaker "payments" (count window 2, minimum 2, OPEN wait 100 ms, 1 probe,
+ * ramp_ns after recovery, 0 none) on the manual clock, its events to sink s
+ * (one line to attach). */
+static resil_breaker *payments_breaker(resil_manual_clock *mc, resil_event_sink *s,
+                                       int64_t ramp_ns) {
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.name = "payments";
+  bc.window_size = 2;
+  bc.minimum_calls = 2;
+  bc.open_wait_ns = MS(100);
+  bc.half_open_permitted_calls = 1;
+  bc.ramp_duration_ns = ramp_ns;
+  bc.clock = resil_manual_clock_get(mc);
+  resil_breaker *br = NULL;
+  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, NULL));
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, resil_event_breaker_listener, s));
+  return br;
+}
+
+/* Two failures bad: the breaker opens. */
+static void open_with(resil_breaker *br, resil_outcome bad) {
+  for (int i = 0; i < 2; i++) {
+    resil_breaker_permit p;
+    assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
+    assert_status(RESIL_OK, resil_breaker_record(br, &p, &bad, 0));
+  }
+}
+
 static void breaker_events_are_json_lines(void **state) {
   (void)state;
   resil_manual_clock *mc = NULL;
@@ -68,22 +97,8 @@ static void breaker_events_are_json_lines(void **state) {
   assert_status(RESIL_OK, resil_manual_clock_new(0, INT64_C(1796125103123), &mc));
   lines l = {0};
   resil_event_sink *s = sink_fn(&l, resil_manual_clock_get(mc));
-  resil_breaker_config bc;
-  resil_breaker_config_init(&bc);
-  bc.name = "payments";
-  bc.window_size = 2;
-  bc.minimum_calls = 2;
-  bc.clock = resil_manual_clock_get(mc);
-  resil_breaker *br = NULL;
-  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, NULL));
-  /* One line to attach. */
-  assert_status(RESIL_OK, resil_breaker_listener_add(br, resil_event_breaker_listener, s));
-  resil_outcome bad = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED);
-  for (int i = 0; i < 2; i++) {
-    resil_breaker_permit p;
-    assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
-    assert_status(RESIL_OK, resil_breaker_record(br, &p, &bad, 0));
-  }
+  resil_breaker *br = payments_breaker(mc, s, 0);
+  open_with(br, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED));
   resil_breaker_permit p;
   assert_int_equal(RESIL_DECISION_DENY, resil_breaker_try_acquire(br, &p));
   assert_int_equal(2, l.n);
@@ -121,24 +136,10 @@ static void recovery_events_are_json_lines(void **state) {
   assert_status(RESIL_OK, resil_manual_clock_new(0, INT64_C(1796125103123), &mc));
   lines l = {0};
   resil_event_sink *s = sink_fn(&l, resil_manual_clock_get(mc));
-  resil_breaker_config bc;
-  resil_breaker_config_init(&bc);
-  bc.name = "payments";
-  bc.window_size = 2;
-  bc.minimum_calls = 2;
-  bc.open_wait_ns = MS(100);
-  bc.half_open_permitted_calls = 1;
-  bc.ramp_duration_ns = MS(1000);
-  bc.clock = resil_manual_clock_get(mc);
-  resil_breaker *br = NULL;
-  assert_status(RESIL_OK, resil_breaker_new(&bc, &br, NULL));
-  assert_status(RESIL_OK, resil_breaker_listener_add(br, resil_event_breaker_listener, s));
-  resil_outcome bad = resil_outcome_http(503), ok = resil_outcome_ok();
+  resil_breaker *br = payments_breaker(mc, s, MS(1000));
+  resil_outcome ok = resil_outcome_ok();
   resil_breaker_permit p;
-  for (int i = 0; i < 2; i++) {
-    assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
-    assert_status(RESIL_OK, resil_breaker_record(br, &p, &bad, 0));
-  }
+  open_with(br, resil_outcome_http(503));
   resil_manual_clock_advance_ns(mc, MS(100));
   assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
   assert_status(RESIL_OK, resil_breaker_record(br, &p, &ok, 0));
