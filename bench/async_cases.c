@@ -472,16 +472,8 @@ static int resil_open(resil_side *s, resil_loop *loop, const char *base_url, siz
     resil_close(s);
     return -1;
   }
-  resil_engine_config ec;
-  resil_engine_config_init(&ec);
-  ec.adapter = s->ad;
-  ec.client = s->p.client;
   what = "resil_engine_new";
-  if ((st = resil_engine_new(&ec, &s->eng, &err)) != RESIL_OK) goto fail;
-  resil_engine_policies_init(&s->pol);
-  s->pol.retry = s->p.rt;
-  s->pol.breaker = s->p.br;
-  s->pol.bulkhead = s->p.bh;
+  if ((st = bench_policies_engine(&s->p, s->ad, &s->eng, &s->pol, &err)) != RESIL_OK) goto fail;
   return 0;
 fail:
   snprintf(why, whylen, "%s: %s (%s)", what, resil_status_name(st), err.msg);

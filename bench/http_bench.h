@@ -62,4 +62,14 @@ int bench_policies_open(bench_policies *p, const bench_policies_config *cfg, cha
 /* Frees what bench_policies_open made (each may be NULL). */
 void bench_policies_close(bench_policies *p);
 
+/* An async engine on adapter ad for p's client, and *pol its policies
+ * {retry, breaker, bulkhead} of p: the engine cases' libresil side.
+ * RESIL_OK, or resil_engine_new's status with err. */
+struct resil_loop_adapter;
+struct resil_engine;
+struct resil_engine_policies;
+resil_status bench_policies_engine(const bench_policies *p, struct resil_loop_adapter *ad,
+                                   struct resil_engine **eng,
+                                   struct resil_engine_policies *pol, resil_error *err);
+
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "http_bench.h"
+#include "resil/engine.h"
 
 int bench_policies_open(bench_policies *p, const bench_policies_config *cfg, char *why,
                         size_t whylen) {
@@ -70,3 +71,19 @@ void bench_policies_close(bench_policies *p) {
  * declaration in every translation unit). */
 typedef int bench_http_policies_unused;
 #endif
+
+resil_status bench_policies_engine(const bench_policies *p, resil_loop_adapter *ad,
+                                   resil_engine **eng, resil_engine_policies *pol,
+                                   resil_error *err) {
+  resil_engine_config ec;
+  resil_engine_config_init(&ec);
+  ec.adapter = ad;
+  ec.client = p->client;
+  resil_status st = resil_engine_new(&ec, eng, err);
+  if (st != RESIL_OK) return st;
+  resil_engine_policies_init(pol);
+  pol->retry = p->rt;
+  pol->breaker = p->br;
+  pol->bulkhead = p->bh;
+  return RESIL_OK;
+}
