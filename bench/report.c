@@ -94,6 +94,17 @@ static const hw_floor floors[] = {
     {"breaker_2threads", 0, 1, 0, 0, 0, 0,
      "as breaker_acquire_record, but the lock's and counters' cache lines move "
      "between the cores: contention is not in the floor"},
+    /* The ramp's cases (report_ramp prints them against their target). */
+    {"breaker_ramp_acquire_record", 1, 1, 0, 0, 1, 0,
+     "acquire: the state word, one coarse reading (the share is a function "
+     "of time; the coarse clock's resolution is under 1 % of the ramp), one "
+     "fetch_add on the ramp's accumulator (the decisions' one order, which "
+     "makes the share exact under concurrency); record as CLOSED's (1 xchg)"},
+    {"breaker_ramp_pow_acquire_record", 1, 1, 0, 0, 1, 0,
+     "as breaker_ramp_acquire_record; pow() for an aggression other than 1 "
+     "is arithmetic, not priced"},
+    {"breaker_ramp_off_acquire_record", 0, 1, 0, 0, 0, 0,
+     "as breaker_acquire_record: CLOSED's fast path does not look at the ramp"},
 };
 
 static const hw_floor *floor_for(const char *name) {
@@ -323,11 +334,18 @@ static void report_shared(json_t *ccases, json_t *ocases, json_t *checks) {
   }
 }
 
+static double floor_ns(const hw_floor *f, json_t *machine);
+static void fmt_counts(char *buf, size_t size, const hw_floor *f);
+
 /* The breaker's ramp cases (cases.c ramp_cases, issue 23): each against
  * breaker_acquire_record alternated with it in the same run; ratio = median
  * of the per-round ratios, with its range. Appends each case, with
- * "target" and "met", to ocases. */
-static void report_ramp(json_t *ccases, json_t *ocases, json_t *checks) {
+ * "target" and "met", to ocases. With the run's physical references, each
+ * case also gets its floor as a ratio: the reference's measured ns plus
+ * what the case's floor adds to the reference's floor (floors[]), over the
+ * reference's ns: the lowest ratio the case's operations allow
+ * ("floor_ratio"; a target below it cannot be met by this design). */
+static void report_ramp(json_t *ccases, json_t *ocases, json_t *checks, json_t *machine) {
   char target[96], what[200];
   int header = 0;
   size_t i;
@@ -358,6 +376,17 @@ static void report_ramp(json_t *ccases, json_t *ocases, json_t *checks) {
              100.0 * num(cc, "admitted_share"),
              (long long)json_integer_value(json_object_get(cc, "rounds")),
              num(cc, "loadavg_start"), num(cc, "loadavg_end"));
+    const hw_floor *f = floor_for(name), *fr = floor_for("breaker_acquire_record");
+    double ref = num(cc, "ns_per_call_ref");
+    double added = f && fr ? floor_ns(f, machine) - floor_ns(fr, machine) : NAN;
+    if (met >= 0 && !isnan(added) && ref > 0) {
+      char counts[200];
+      fmt_counts(counts, sizeof counts, f);
+      double fratio = (ref + added) / ref;
+      json_object_set_new(o, "floor_ratio", json_real(fratio));
+      printf("    its floor: %s = the reference's + %.2f ns: x%.3f%s\n", counts, added, fratio,
+             fratio > max ? " (the target is below it)" : "");
+    }
     json_array_append_new(ocases, o);
   }
 }
@@ -1158,7 +1187,7 @@ int bench_report(const char *c_json, const char *peers_json,
   report_async(ccases, ocases, checks);
   report_store(ccases, ocases, checks);
   report_shared(ccases, ocases, checks);
-  report_ramp(ccases, ocases, checks);
+  report_ramp(ccases, ocases, checks, machine);
   report_redis(ccases, ocases, checks);
   report_deadline(ccases, ocases, checks);
   report_instances(ccases, ocases, checks);

@@ -40,6 +40,9 @@ expect("${out}" "shared_ratelimiter_acquire +16\\.00 ns / ratelimiter_acquire 10
 expect("${out}" "shared_breaker_4procs +4 processes 36\\.00 M ops/s / 4 threads 80\\.00 M ops/s = 0\\.450 \\(target >= 0\\.50\\) NO \\(ratio of the medians 0\\.450\\) \\[3 rounds of 1000 ms, load 1\\.50\\.\\.2\\.50\\]")
 # The breaker's ramp against the plain breaker (issue 23), same run.
 expect("${out}" "breaker_ramp_acquire_record +13\\.00 ns / 10\\.00 ns = x1\\.300 \\(x1\\.250\\.\\.x1\\.400\\) \\(target <= 1\\.20\\) NO \\[admitted 100\\.0 %, 9 rounds, load 1\\.00\\.\\.1\\.50\\]")
+# Its floor: the reference plus what a ramping call adds (the
+# accumulator's fetch_add 2 ns + a coarse read 5 ns) over the reference.
+expect("${out}" "its floor: 1 fetch_add \\+ 1 xchg \\+ 1 coarse read = the reference's \\+ 7\\.00 ns: x1\\.700 \\(the target is below it\\)")
 expect("${out}" "breaker_ramp_off_acquire_record +10\\.10 ns / 10\\.00 ns = x1\\.010 \\(x0\\.980\\.\\.x1\\.030\\) \\(target <= 1\\.05\\) yes")
 expect("${out}" "MISSED: breaker_ramp_acquire_record ns_per_call <= 1\\.20x breaker_acquire_record's \\(same run\\)")
 expect("${out}" "cli_call_state_nginx +plain 6\\.500 ms, --state 6\\.750 ms, added \\+0\\.250 ms \\(target <= 1\\.0\\) yes; CPU 6\\.00 / 6\\.20 ms \\[100 pairs, load 1\\.00\\.\\.1\\.25\\]")
