@@ -311,7 +311,8 @@ static size_t base_trim(const char *b) {
 
 /* A new upstream `name` of several instances: the base URLs of `list`
  * (NULL-terminated, checked), or the addresses of resolve_base's host
- * (resolved here once; the resolver thread goes on). */
+ * (looked up by the resolver thread, the first time as soon as it
+ * starts: never here, so that creating a client never waits for DNS). */
 static resil_status group_new(resil_http_client *c, const resil_http_client_config *cfg,
                               const char *name, const char *const *list,
                               const char *resolve_base, http_group **out,
@@ -376,8 +377,8 @@ static resil_status group_new(resil_http_client *c, const resil_http_client_conf
     return RESIL_OK;
   }
   /* A resolved name: host and port from the origin key
-   * ("scheme://host:port", the host bracketed when IPv6), its origins
-   * reserved (one per address it may have), then a first lookup. */
+   * ("scheme://host:port", the host bracketed when IPv6) and its origins
+   * reserved (one per address it may have). */
   parse_base(resolve_base, key, sizeof key);
   const char *h = strstr(key, "://") + 3;
   const char *colon = strrchr(h, ':');
@@ -396,9 +397,9 @@ static resil_status group_new(resil_http_client *c, const resil_http_client_conf
     if (st != RESIL_OK) return st;
     if (k == 0) g->origin0 = o;
   }
-  /* No address yet is not an error: attempts end NOT_SENT(DNS) until the
-   * resolver finds one. */
-  (void)resil__http_group_resolve(a, g);
+  /* No address yet: an attempt waits for the first lookup within its own
+   * time (request.c, the engine's DNSWAIT), then ends NOT_SENT(DNS) while
+   * no address is known. */
   return RESIL_OK;
 }
 
@@ -593,8 +594,10 @@ static int has_resolved(const resil_http_client *c) {
   return 0;
 }
 
-/* Looks every resolved name up again when its interval is over (every
- * second while it has no address), until rstop. */
+/* Looks every resolved name up: at once when the thread starts (the
+ * first lookup, resolved_at 0), then again when its interval is over
+ * (every second while it has no address), until rstop. The end of a
+ * name's first lookup is told to the watchers (the engines). */
 static void *resolver_main(void *arg) {
   resil_http_client *c = arg;
   pthread_mutex_lock(&c->rmu);
@@ -607,8 +610,9 @@ static void *resolver_main(void *arg) {
       int64_t at = g->resolved_at;
       pthread_mutex_unlock(&g->mu);
       int64_t every = atomic_load(&g->live) ? c->resolve_interval_ns : RESIL_NS_PER_S;
-      int64_t due = resil__sat_add(at, every);
+      int64_t due = at ? resil__sat_add(at, every) : now;
       if (due <= now) {
+        int first = !resil__http_group_ready(g);
         pthread_mutex_unlock(&c->rmu);
         if (resil__http_group_resolve(c->t.alloc, g) != 0) {
           pthread_mutex_lock(&g->mu);
@@ -616,6 +620,7 @@ static void *resolver_main(void *arg) {
           pthread_mutex_unlock(&g->mu);
         }
         pthread_mutex_lock(&c->rmu);
+        for (http_watch *w = first ? c->watchers : NULL; w; w = w->next) w->fn(w->arg);
         now = resil__http_mono_ns();
         due = resil__sat_add(now, atomic_load(&g->live) ? c->resolve_interval_ns : RESIL_NS_PER_S);
       }
@@ -654,6 +659,23 @@ static resil_status resolver_start(resil_http_client *c, resil_error *err) {
   }
   c->resolver_on = 1;
   return RESIL_OK;
+}
+
+void resil__http_client_watch(resil_http_client *c, http_watch *w) {
+  if (!c->resolver_on) return;
+  pthread_mutex_lock(&c->rmu);
+  w->next = c->watchers;
+  c->watchers = w;
+  pthread_mutex_unlock(&c->rmu);
+}
+
+void resil__http_client_unwatch(resil_http_client *c, http_watch *w) {
+  if (!c->resolver_on) return;
+  pthread_mutex_lock(&c->rmu);
+  http_watch **pp = &c->watchers;
+  while (*pp && *pp != w) pp = &(*pp)->next;
+  if (*pp) *pp = w->next;
+  pthread_mutex_unlock(&c->rmu);
 }
 
 static void resolver_stop(resil_http_client *c) {
@@ -1064,7 +1086,6 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
     if (st == RESIL_OK) st = compile_endpoint(c, i, &ep, gz, cfg, &c->eps[i], err);
     c->neps = i + 1;
   }
-  if (st == RESIL_OK) st = resolver_start(c, err);
   if (st == RESIL_OK) st = recovery_setup(c, cfg, err);
   if (st == RESIL_OK) {
     c->origin_inuse = resil__calloc(a, c->t.norigins * sizeof *c->origin_inuse);
@@ -1092,6 +1113,9 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
     else
       c->curl_inited = 1;
   }
+  /* Last: the resolver thread's first lookups run while the caller goes
+   * on (this function never waits for DNS). */
+  if (st == RESIL_OK) st = resolver_start(c, err);
   if (st != RESIL_OK) {
     client_destroy(c);
     return st;
