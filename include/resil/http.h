@@ -682,7 +682,9 @@ typedef struct resil_http_client_config {
    * lookup succeeded; on_instance hears each address added, on the
    * resolver's thread. resil_http_client_free() waits for a lookup in
    * progress to return (getaddrinfo cannot be interrupted: up to the
-   * system resolver's own timeouts, resolv.conf "timeout" x "attempts"). */
+   * system resolver's own timeouts, resolv.conf "timeout" x "attempts").
+   * The registry's check mode (RESIL_REGISTRY_NO_OPEN: `resil config
+   * check`, `resil describe --config`) looks no name up. */
   int resolve_instances;
   /* 1 s..1 day. Default 30 s. */
   int64_t resolve_interval_ns;

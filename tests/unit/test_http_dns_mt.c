@@ -1,7 +1,8 @@
 /* A resolved name (http.h resolve_instances) behind a real system resolver
  * whose nameserver does not answer, or answers late: creating the client
- * never waits for DNS, and a call made before the first lookup ended waits
- * for it within its own time, on the blocking path and on the engine.
+ * never waits for DNS, a call made before the first lookup ended waits for
+ * it within its own time, on the blocking path and on the engine, and
+ * `resil config check` / `resil describe --config` look no name up.
  *
  * Each case runs in a child process (this program again, with
  * RESIL_TEST_DNS_CASE set) inside network and mount namespaces of its own
@@ -352,6 +353,78 @@ static int case_late(int ns) {
   return rc;
 }
 
+/* Runs argv (the tool), output to out; its exit status, and its duration
+ * in *took. */
+static int run_tool(char *const argv[], const char *out, int64_t *took) {
+  int64_t t = mono_ms();
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  *took = mono_ms() - t;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* `resil config check` and `resil describe --config` on a file with a
+ * resolved name: quick, and not one query. */
+static int case_config(int ns, const char *dir) {
+  const char *bin = getenv("RESIL_BIN");
+  if (!bin || !*bin) return 77;
+  char file[256], out[256];
+  snprintf(file, sizeof file, "%s/c.yaml", dir);
+  snprintf(out, sizeof out, "%s/out", dir);
+  CHECK(write_file(file, "http_client:\n"
+                         "  instances:\n"
+                         "    api:\n"
+                         "      base_url: http://" NAME ":8080\n"
+                         "      resolve_instances: true\n"
+                         "      endpoints:\n"
+                         "        get: {path: /x}\n"
+                         "        own: {path: /y, base_url: \"http://" NAME
+                         ":8081\", resolve_instances: true}\n") == 0,
+        30, "cannot write %s", file);
+  unsigned char q[512];
+  int64_t took = 0;
+  char *check[] = {(char *)bin, "config", "check", file, NULL};
+  int st = run_tool(check, out, &took);
+  fprintf(stderr, "dns child: resil config check: exit %d after %lld ms\n", st, (long long)took);
+  CHECK(st == 0, 31, "resil config check exited %d", st);
+  CHECK(took < 1000, 32, "resil config check took %lld ms", (long long)took);
+  CHECK(query_in(ns, 0, q, sizeof q, NULL) == 0, 33, "resil config check looked the name up");
+  char *desc[] = {(char *)bin, "describe", "--config", file, NULL};
+  st = run_tool(desc, out, &took);
+  fprintf(stderr, "dns child: resil describe --config: exit %d after %lld ms\n", st,
+          (long long)took);
+  CHECK(st == 0, 34, "resil describe exited %d", st);
+  CHECK(took < 1000, 35, "resil describe took %lld ms", (long long)took);
+  CHECK(query_in(ns, 0, q, sizeof q, NULL) == 0, 36, "resil describe looked the name up");
+  char text[4096] = "";
+  FILE *fp = fopen(out, "r");
+  CHECK(fp, 37, "no output");
+  size_t n = fread(text, 1, sizeof text - 1, fp);
+  text[n] = '\0';
+  fclose(fp);
+  CHECK(strstr(text, "http_client api: base_url's name resolved at run time (not looked up "
+                     "here), balance p2c\n"),
+        38, "describe said:\n%s", text);
+  /* The control: a client of this process does ask the same nameserver. */
+  resil_error err;
+  resil_http_client *c = client_named(8080, &err);
+  CHECK(c, 39, "client: %s", err.msg);
+  CHECK(query_in(ns, 1000, q, sizeof q, NULL) > 0, 40, "no query from a client (setup)");
+  resil_http_client_free(c);
+  return 0;
+}
+
 static int dns_case(const char *name) {
   char dir[] = "/tmp/resil-dns-XXXXXX";
   if (!mkdtemp(dir)) return 50;
@@ -365,12 +438,18 @@ static int dns_case(const char *name) {
     fprintf(stderr, "dns child: cannot bind 127.0.0.1:53 (%s)\n", strerror(errno));
     return 51;
   }
-  int rc = strcmp(name, "silent") == 0 ? case_silent(ns) : case_late(ns);
+  int rc = strcmp(name, "silent") == 0 ? case_silent(ns)
+           : strcmp(name, "late") == 0 ? case_late(ns)
+                                       : case_config(ns, dir);
   close(ns);
   char p[300];
   snprintf(p, sizeof p, "%s/resolv.conf", dir);
   unlink(p);
   snprintf(p, sizeof p, "%s/nsswitch.conf", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/c.yaml", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/out", dir);
   unlink(p);
   rmdir(dir);
   return rc;
@@ -412,6 +491,11 @@ static void a_call_made_at_once_waits_for_the_first_lookup(void **state) {
   run_case("late");
 }
 
+static void config_check_and_describe_look_no_name_up(void **state) {
+  (void)state;
+  run_case("config");
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   self_path = argv[0];
@@ -420,6 +504,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(creating_a_client_never_waits_for_a_silent_nameserver),
       cmocka_unit_test(a_call_made_at_once_waits_for_the_first_lookup),
+      cmocka_unit_test(config_check_and_describe_look_no_name_up),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
