@@ -222,13 +222,25 @@ static int is_dns(resil_outcome o) {
   return o.kind == RESIL_NOT_SENT && o.reason == RESIL_REASON_DNS;
 }
 
-/* One engine call on c, deadline ms (0 none): its outcome and duration. */
-static resil_outcome engine_call(resil_http_client *c, int64_t ms, int *status, int64_t *took) {
+/* Signals a token 100 ms after it starts (a thread of its own). */
+static void *cancel_later(void *arg) {
+  sleep_ms(100);
+  resil_cancel_signal(arg);
+  return NULL;
+}
+
+/* One engine call on c, deadline ms (0 none), its ctx's cancel token
+ * signalled after 100 ms when cancel is given: its outcome and duration. */
+static resil_outcome engine_call(resil_http_client *c, int64_t ms, resil_cancel *cancel,
+                                 int *status, int64_t *took) {
   static test_loop l;
   tl_init(&l);
   resil_engine *e = engine_on(&l, c);
   done_rec *d = rec_new();
   resil_ctx ctx = ctx_ms(ms);
+  ctx.cancel = cancel;
+  pthread_t th;
+  if (cancel && pthread_create(&th, NULL, cancel_later, cancel) != 0) cancel = NULL;
   int64_t t = mono_ms();
   resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_LOCAL_ERROR);
   *status = -1;
@@ -238,6 +250,7 @@ static resil_outcome engine_call(resil_http_client *c, int64_t ms, int *status, 
     *status = d->status[0];
     *took = d->at_ms[0] - t;
   }
+  if (cancel) pthread_join(th, NULL);
   resil_engine_free(e);
   tl_close(&l);
   return o;
@@ -298,16 +311,47 @@ static int case_silent(int ns) {
   /* The engine: the call waits in the engine, the loop goes on. */
   int status = 0;
   took = -1;
-  o = engine_call(c, 300, &status, &took);
+  o = engine_call(c, 300, NULL, &status, &took);
   fprintf(stderr, "dns child: engine call, deadline 300 ms: %s(%s) after %lld ms\n",
           resil_outcome_kind_name(o.kind), resil_reason_name(o.reason), (long long)took);
   CHECK(is_dns(o), 8, "engine: %s(%s), not NOT_SENT(DNS)", resil_outcome_kind_name(o.kind),
         resil_reason_name(o.reason));
   CHECK(took >= 280 && took < 1000, 9, "engine: %lld ms, not its 300 ms deadline",
         (long long)took);
+  /* A cancel ends the wait at once, on both paths. */
+  resil_cancel *tok = NULL;
+  CHECK(resil_cancel_new(&tok) == RESIL_OK, 13, "token");
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, cancel_later, tok) == 0, 14, "thread");
+  ctx = ctx_ms(3000);
+  ctx.cancel = tok;
+  t = mono_ms();
+  o = resil_http_call(c, "echo", NULL, NULL, &ctx, NULL);
+  took = mono_ms() - t;
+  pthread_join(th, NULL);
+  resil_cancel_free(tok);
+  fprintf(stderr, "dns child: blocking call cancelled after 100 ms: %s(%s) after %lld ms\n",
+          resil_outcome_kind_name(o.kind), resil_reason_name(o.reason), (long long)took);
+  CHECK(o.kind == RESIL_NOT_SENT && o.reason == RESIL_REASON_CANCELLED && took >= 90 &&
+            took < 400,
+        15, "cancelled: %s(%s) after %lld ms", resil_outcome_kind_name(o.kind),
+        resil_reason_name(o.reason), (long long)took);
+  CHECK(resil_cancel_new(&tok) == RESIL_OK, 16, "token");
+  o = engine_call(c, 3000, tok, &status, &took);
+  resil_cancel_free(tok);
+  fprintf(stderr, "dns child: engine call cancelled after 100 ms: %s(%s) after %lld ms\n",
+          resil_outcome_kind_name(o.kind), resil_reason_name(o.reason), (long long)took);
+  CHECK(o.kind == RESIL_NOT_SENT && o.reason == RESIL_REASON_CANCELLED && took >= 90 &&
+            took < 400,
+        17, "engine cancelled: %s(%s) after %lld ms", resil_outcome_kind_name(o.kind),
+        resil_reason_name(o.reason), (long long)took);
   CHECK(resil_http_client_instance_count(c) == 0, 10, "an instance without an answer");
-  /* Freed during a lookup (the resolver's: 2 s each): free does not wait
-   * for it, and the resolver thread ends once getaddrinfo returns. */
+  /* Freed during a lookup (2 s each, the next one a second after the
+   * last ended: its query says it began): free does not wait for it, and
+   * the resolver thread ends once getaddrinfo returns. */
+  while (query_in(ns, 0, q, sizeof q, NULL) > 0) {
+  }
+  CHECK(query_in(ns, 4000, q, sizeof q, NULL) > 0, 18, "no second lookup");
   t = mono_ms();
   resil_http_client_free(c);
   took = mono_ms() - t;
@@ -315,7 +359,7 @@ static int case_silent(int ns) {
           (long long)took);
   CHECK(took < 100, 11, "resil_http_client_free waited %lld ms for the lookup", (long long)took);
   int gone = 0;
-  for (int k = 0; k < 300 && !gone; k++) {
+  for (int k = 0; k < 500 && !gone; k++) {
     gone = threads_now() == before;
     if (!gone) sleep_ms(10);
   }
@@ -350,7 +394,7 @@ static int case_late(int ns) {
     int status = -1;
     int64_t took = -1;
     if (engine) {
-      o = engine_call(c, 3000, &status, &took);
+      o = engine_call(c, 3000, NULL, &status, &took);
       took += made;
     } else {
       resil_ctx ctx = ctx_ms(3000);
