@@ -651,13 +651,44 @@ typedef struct resil_http_client_config {
   /* 1: base_url's host is a name whose addresses (IPv4 and IPv6, as
    * getaddrinfo gives them, at most 64) are the instances: the client
    * connects to each address (CURLOPT_CONNECT_TO) while the URL, the Host
-   * header and the TLS server name stay base_url's. Resolved when the
-   * client is created (a failure there leaves no instance yet: attempts
-   * end NOT_SENT(DNS) until a resolution succeeds) and again every
-   * resolve_interval_ns on a thread of the client (every second while no
-   * address is known); an address that disappears leaves the choice, one
-   * that comes back keeps its figures. A numeric host is one instance.
-   * 0 (default) or 1. */
+   * header and the TLS server name stay base_url's. A numeric host is one
+   * instance. 0 (default) or 1.
+   *
+   * The name is looked up on a thread of the client (the resolver, one
+   * per client that resolves a name), never on a caller's:
+   * resil_http_client_new() starts it and returns at once, without
+   * waiting for DNS. Its first lookup begins then; later ones every
+   * resolve_interval_ns (every second while no address is known). An
+   * address that disappears leaves the choice, one that comes back keeps
+   * its figures.
+   *
+   * An attempt made before the name's first lookup has ended (success or
+   * failure) waits for it, as long as it may wait to connect (libcurl
+   * counts a lookup in its connect timeout): connect_timeout_ns, cut to
+   * the attempt's time left (its ctx deadline, and on the engine
+   * policies.attempt_timeout_ns). A cancel token ends the wait (looked at
+   * every 10 ms on the blocking path): NOT_SENT(CANCELLED). If the lookup
+   * has not ended by then the attempt ends NOT_SENT(DNS), as when the
+   * lookup failed or found no address: nothing was sent, so a retry may
+   * move it anywhere. Blocking calls (resil_http_call(),
+   * resil_http_request_attempt()) wait on a condition variable the
+   * resolver signals; the engine never blocks its loop: the call waits in
+   * the engine (not counted in max_connections) and starts on the loop
+   * thread as soon as the resolver says the lookup ended, in the order
+   * the calls came. Once the first lookup has ended no attempt waits for
+   * DNS again: later lookups replace the addresses under the calls.
+   *
+   * resil_http_client_instance_count() counts no address until the first
+   * lookup succeeded; on_instance hears each address added, on the
+   * resolver's thread. Freeing the client never waits for a lookup in
+   * progress either (getaddrinfo cannot be interrupted: it may take the
+   * system resolver's timeouts, resolv.conf "timeout" x "attempts"): once
+   * the client is destroyed (resil_http_client_free() and its last engine
+   * freed), that lookup's answer is dropped, on_instance hears nothing
+   * more, and the resolver thread frees what is left when getaddrinfo
+   * returns. A destruction waits only for an answer being applied.
+   * The registry's check mode (RESIL_REGISTRY_NO_OPEN: `resil config
+   * check`, `resil describe --config`) looks no name up. */
   int resolve_instances;
   /* 1 s..1 day. Default 30 s. */
   int64_t resolve_interval_ns;

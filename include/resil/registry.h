@@ -387,8 +387,12 @@ typedef struct resil_registry_load_options {
  * resil_registry_store() and resil_registry_get() return NULL for it,
  * resil_registry_count() and resil_registry_foreach() (with a NULL handle)
  * include it, collectors leave it out. The registry's reloads keep the
- * flag. (HTTP clients never connect when they are built; thread pools do
- * start their threads.) Since 0.2. */
+ * flag. (HTTP clients never connect when they are built, and under this
+ * flag look no name up either: a client or endpoint with
+ * resolve_instances is built as its base_url alone, no resolver thread,
+ * so its addresses are not among resil_http_client_instance_count()'s;
+ * every setting is still checked. Thread pools do start their threads.)
+ * Since 0.2. */
 #define RESIL_REGISTRY_NO_OPEN 0x1u
 
 /* Writes the defaults into *opts (flags 0) and sets struct_size. NULL is a

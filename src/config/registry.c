@@ -2091,6 +2091,16 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
         for (size_t j = 0; j < s->neps; j++) table[j] = s->eps[j].ep;
         tmp.hc.endpoints = table;
         tmp.hc.endpoint_count = s->neps;
+        if (c->flags & RESIL_REGISTRY_NO_OPEN) {
+          /* Checked, not run: a resolved name is built as its base_url
+           * alone, so the client starts no resolver and nothing looks the
+           * name up (registry.h, RESIL_REGISTRY_NO_OPEN). Every setting is
+           * still checked; resolve_instances without a base_url stays, for
+           * its error. */
+          if (tmp.hc.base_url) tmp.hc.resolve_instances = 0;
+          for (size_t j = 0; j < s->neps; j++)
+            if (table[j].base_url) table[j].resolve_instances = 0;
+        }
       }
       st = KINDS[s->kind].create(&tmp, s->name, &e->handle, &pe);
       free(table);

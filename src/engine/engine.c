@@ -12,6 +12,8 @@
  *          forwards it to the loop (e->granted, the adapter's wake)
  *   CWAIT  queued in the engine for a connection (see "connections"),
  *          bounded by the queue's one timer and `dl`
+ *   DNSWAIT waiting for the first lookup of its upstream's name (see
+ *          "a resolved name's first lookup"), bounded by `t` and `dl`
  *   FLIGHT one transfer in the multi handle
  *   DONE   completed (done_fn called); kept only while handles remain
  * Every call has four timers on the engine's heap: `t` (start, waits, the
@@ -42,7 +44,7 @@
 
 #define RESIL_MAGIC_ENGINE 0x454e474eu /* "ENGN" */
 
-enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE, ST_BHWAIT, ST_CWAIT };
+enum { ST_START = 0, ST_WAIT, ST_FLIGHT, ST_DONE, ST_BHWAIT, ST_CWAIT, ST_DNSWAIT };
 
 /* The per-attempt steps (see "steps"). */
 enum { STEP_RL = ENG_STEP_RL, STEP_BR = ENG_STEP_BR, STEP_BH = ENG_STEP_BH };
@@ -185,6 +187,11 @@ struct resil_engine_handle {
   int64_t report_dur;
   /* ST_CWAIT: queued for a connection (the queue's timer bounds it). */
   eng_cwait cw;
+  /* ST_DNSWAIT: on e's list of calls waiting for a first lookup, since
+   * dns_t0 (loop clock). */
+  struct resil_engine_handle *dprev, *dnext;
+  int dns_queued;
+  int64_t dns_t0;
   /* The instance the primary chose (ep->group, instances.c) until its
    * transfer takes it (x->s.inst), and whether it probes it. */
   http_inst *inst;
@@ -261,6 +268,12 @@ struct resil_engine {
   /* One timer for the whole queue: at (or before) the earliest expires_at. */
   resil__timer conn_timer;
   int conn_kick; /* a connection was given back while transfers wait */
+  /* Calls waiting for a resolved name's first lookup (ST_DNSWAIT), the
+   * client's word that one ended (dns_watch, on the resolver thread: sets
+   * dns_kick and wakes the loop). */
+  resil_engine_handle *dq_head;
+  http_watch dns_watch;
+  atomic_int dns_kick;
   /* Set by resil_engine_free() before it ends the calls: a done_fn it runs
    * that submits again is refused (otherwise free never ends). */
   int freeing;
@@ -348,6 +361,7 @@ static void call_unref(resil_engine_handle *call) {
 }
 
 static void token_unsubscribe(resil_engine_handle *call);
+static void dns_withdraw(resil_engine_handle *call);
 
 /* Keeps a finished transfer's easy handle for the next attempt, up to
  * twice the connection limit idle; frees the rest. */
@@ -582,6 +596,7 @@ static void finish(resil_engine_handle *call, resil_outcome o) {
     call->bw = NULL;
   }
   conn_withdraw(e, &call->cw);
+  dns_withdraw(call);
   inst_drop(call, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED));
   call->state = ST_DONE;
   resil__timerheap_disarm(&e->heap, &call->t);
@@ -844,6 +859,103 @@ static void conn_go_primary(eng_cwait *w) {
     transfer_start_now(call);
 }
 
+/* ---- a resolved name's first lookup -----------------------------------------
+ *
+ * The client looks a resolved name up on its resolver thread, the first
+ * time as soon as it is created. An attempt whose upstream's first lookup
+ * has not ended waits for it (ST_DNSWAIT) on e's list, as long as the
+ * blocking path would (request.c): the connect timeout, cut to the
+ * attempt's time left (deadline, attempt timeout; transfer_left). The
+ * resolver tells the engine through its watcher (dns_landed: dns_kick and
+ * the adapter's wake); on_wake then starts every waiting call whose name
+ * is ready, in the order they came, through start_transfer again. A wait
+ * that runs out (`t`, or the deadline `dl`) ends the attempt NOT_SENT(DNS)
+ * as a lookup that failed does; a cancel ends the call as in any wait. The
+ * loop never blocks. */
+
+/* Any thread (the resolver's): a first lookup ended. */
+static void dns_landed(void *arg) {
+  resil_engine *e = arg;
+  atomic_store_explicit(&e->dns_kick, 1, memory_order_release);
+  e->ad->wake(e->ad->self);
+}
+
+static void dns_withdraw(resil_engine_handle *call) {
+  if (!call->dns_queued) return;
+  resil_engine *e = call->e;
+  if (call->dprev) call->dprev->dnext = call->dnext;
+  else e->dq_head = call->dnext;
+  if (call->dnext) call->dnext->dprev = call->dprev;
+  call->dprev = call->dnext = NULL;
+  call->dns_queued = 0;
+}
+
+/* The attempt ends NOT_SENT(DNS) before any transfer: no address known
+ * (the first lookup failed or found none), or its wait for the first
+ * lookup ran out (waited > 0). */
+static void dns_not_sent(resil_engine_handle *call, int64_t waited) {
+  resil_engine *e = call->e;
+  resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS);
+  resil__http_count_outcome(e->client, &o);
+  resil__http_log_bare(e->client, call->req->ep, &o, attempt_ctx(call)->attempt, waited);
+  call->attempts++;
+  call->state = ST_WAIT;
+  after_attempt(call, &o, waited);
+}
+
+/* `t` or `dl` ended the wait (the call is still on the list). */
+static void dns_wait_over(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  dns_withdraw(call);
+  resil__timerheap_disarm(&e->heap, &call->t);
+  dns_not_sent(call, eng_now(e) - call->dns_t0);
+}
+
+static void start_transfer(resil_engine_handle *call);
+
+/* Puts call on the list (ST_DNSWAIT) for at most the connect timeout, cut
+ * to its time left. */
+static void dns_wait(resil_engine_handle *call) {
+  resil_engine *e = call->e;
+  int64_t now = eng_now(e), end_at;
+  int64_t wait = transfer_left(call, now, &end_at);
+  if (e->client->t.connect_timeout_ns < wait) wait = e->client->t.connect_timeout_ns;
+  if (wait <= 0 || arm_at(e, &call->t, resil__sat_add(now, wait)) != 0) {
+    dns_not_sent(call, 0);
+    return;
+  }
+  call->dns_t0 = now;
+  call->state = ST_DNSWAIT;
+  call->dprev = NULL;
+  call->dnext = NULL;
+  /* At the tail: the calls start in the order they came. */
+  resil_engine_handle **pp = &e->dq_head;
+  while (*pp) {
+    call->dprev = *pp;
+    pp = &(*pp)->dnext;
+  }
+  *pp = call;
+  call->dns_queued = 1;
+}
+
+/* on_wake after dns_landed: the waiting calls whose name is ready go on,
+ * from the list's head (a call that starts may end others: start again
+ * from the head each time). */
+static void dns_dispatch(resil_engine *e) {
+  for (;;) {
+    resil_engine_handle *call = e->dq_head;
+    while (call && !resil__http_group_ready(call->req->ep->group)) call = call->dnext;
+    if (!call) return;
+    dns_withdraw(call);
+    resil__timerheap_disarm(&e->heap, &call->t);
+    call->state = ST_WAIT;
+    if (atomic_load_explicit(&call->cancel_req, memory_order_acquire))
+      finish_between(call, RESIL_REASON_CANCELLED, RESIL_STOP_CANCELLED);
+    else
+      start_transfer(call);
+  }
+}
+
 /* The attempt's transfer (its policies passed): starts now when a
  * connection is free, else queues (ST_CWAIT) for at most the client's
  * lease timeout (the queue's timer; every primary has the same timeout,
@@ -852,14 +964,13 @@ static void start_transfer(resil_engine_handle *call) {
   resil_engine *e = call->e;
   call->cw.origin = call->req->ep->origin;
   if (call->req->ep->group) {
+    if (!resil__http_group_ready(call->req->ep->group)) {
+      dns_wait(call);
+      return;
+    }
     call->inst = pick_instance(call->req, &call->inst_probe);
     if (!call->inst) {
-      resil_outcome o = resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS);
-      resil__http_count_outcome(e->client, &o);
-      resil__http_log_bare(e->client, call->req->ep, &o, attempt_ctx(call)->attempt, 0);
-      call->attempts++;
-      call->state = ST_WAIT;
-      after_attempt(call, &o, 0);
+      dns_not_sent(call, 0);
       return;
     }
     call->cw.origin = call->inst->origin;
@@ -1662,6 +1773,10 @@ static void on_call_timer(void *arg) {
     bh_wait_expired(call);
     return;
   }
+  if (call->state == ST_DNSWAIT) {
+    dns_wait_over(call);
+    return;
+  }
   if (call->state == ST_START) {
     if (call->nouter && !outer_steps(call)) return;
     call->state = ST_WAIT;
@@ -1698,6 +1813,9 @@ static void on_deadline(void *arg) {
     conn_withdraw(call->e, &call->cw);
     resil__timerheap_disarm(&call->e->heap, &call->t);
     conn_lease_expired(call);
+  } else if (call->state == ST_DNSWAIT) {
+    /* So is the wait for the first lookup. */
+    dns_wait_over(call);
   } else {
     bh_withdraw(call); /* a slot handed over is released by finish */
     resil__timerheap_disarm(&call->e->heap, &call->t);
@@ -1848,6 +1966,7 @@ static void on_wake(void *arg) {
     x->on_post(x);
   }
   bh_drain(e);
+  if (atomic_exchange_explicit(&e->dns_kick, 0, memory_order_acq_rel)) dns_dispatch(e);
   if (e->conn_kick) conn_dispatch(e);
   rearm(e);
 }
@@ -2034,6 +2153,11 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
     return resil__err(err, RESIL_ESYS, NULL, "could not set up libcurl's multi handle or the adapter");
   }
   resil__http_client_ref(c);
+  /* Told when a resolved name's first lookup ends (none: no resolver). */
+  atomic_init(&e->dns_kick, 0);
+  e->dns_watch.fn = dns_landed;
+  e->dns_watch.arg = e;
+  resil__http_client_watch(c, &e->dns_watch);
   *out = e;
   if (err) resil_error_clear(err);
   return RESIL_OK;
@@ -2042,6 +2166,8 @@ resil_status resil_engine_new(const resil_engine_config *ucfg, resil_engine **ou
 void resil_engine_free(resil_engine *e) {
   if (!e || e->magic != RESIL_MAGIC_ENGINE) return;
   e->freeing = 1; /* resil_engine_call(_keyed) from a done_fn: RESIL_ESTATE */
+  /* No word of a first lookup reaches the adapter after this. */
+  resil__http_client_unwatch(e->client, &e->dns_watch);
   /* Flows on top of the engine (keyed.c) end first. */
   while (e->exts) e->exts->on_free(e->exts);
   while (e->calls) {

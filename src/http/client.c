@@ -3,6 +3,7 @@
  * Layer 4 (src/http/README.md). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -311,7 +312,8 @@ static size_t base_trim(const char *b) {
 
 /* A new upstream `name` of several instances: the base URLs of `list`
  * (NULL-terminated, checked), or the addresses of resolve_base's host
- * (resolved here once; the resolver thread goes on). */
+ * (looked up by the resolver thread, the first time as soon as it
+ * starts: never here, so that creating a client never waits for DNS). */
 static resil_status group_new(resil_http_client *c, const resil_http_client_config *cfg,
                               const char *name, const char *const *list,
                               const char *resolve_base, http_group **out,
@@ -376,8 +378,8 @@ static resil_status group_new(resil_http_client *c, const resil_http_client_conf
     return RESIL_OK;
   }
   /* A resolved name: host and port from the origin key
-   * ("scheme://host:port", the host bracketed when IPv6), its origins
-   * reserved (one per address it may have), then a first lookup. */
+   * ("scheme://host:port", the host bracketed when IPv6) and its origins
+   * reserved (one per address it may have). */
   parse_base(resolve_base, key, sizeof key);
   const char *h = strstr(key, "://") + 3;
   const char *colon = strrchr(h, ':');
@@ -396,9 +398,9 @@ static resil_status group_new(resil_http_client *c, const resil_http_client_conf
     if (st != RESIL_OK) return st;
     if (k == 0) g->origin0 = o;
   }
-  /* No address yet is not an error: attempts end NOT_SENT(DNS) until the
-   * resolver finds one. */
-  (void)resil__http_group_resolve(a, g);
+  /* No address yet: an attempt waits for the first lookup within its own
+   * time (request.c, the engine's DNSWAIT), then ends NOT_SENT(DNS) while
+   * no address is known. */
   return RESIL_OK;
 }
 
@@ -593,8 +595,22 @@ static int has_resolved(const resil_http_client *c) {
   return 0;
 }
 
-/* Looks every resolved name up again when its interval is over (every
- * second while it has no address), until rstop. */
+static void client_destroy(resil_http_client *c);
+
+/* The resolver thread, stopped while in getaddrinfo by a destruction
+ * that returned at once (resolver_stop): ends that destruction. */
+static void resolver_end_destroy(resil_http_client *c) {
+  pthread_cond_destroy(&c->rcv);
+  pthread_mutex_destroy(&c->rmu);
+  c->resolver_on = 0;
+  client_destroy(c);
+}
+
+/* Looks every resolved name up: at once when the thread starts (the
+ * first lookup, resolved_at 0), then again when its interval is over
+ * (every second while it has no address), until rstop. The end of a
+ * name's first lookup is told to the watchers (the engines). No lock is
+ * held during a lookup. */
 static void *resolver_main(void *arg) {
   resil_http_client *c = arg;
   pthread_mutex_lock(&c->rmu);
@@ -607,15 +623,30 @@ static void *resolver_main(void *arg) {
       int64_t at = g->resolved_at;
       pthread_mutex_unlock(&g->mu);
       int64_t every = atomic_load(&g->live) ? c->resolve_interval_ns : RESIL_NS_PER_S;
-      int64_t due = resil__sat_add(at, every);
+      int64_t due = at ? resil__sat_add(at, every) : now;
       if (due <= now) {
+        int first = !resil__http_group_ready(g);
+        c->in_lookup = 1;
         pthread_mutex_unlock(&c->rmu);
-        if (resil__http_group_resolve(c->t.alloc, g) != 0) {
-          pthread_mutex_lock(&g->mu);
-          g->resolved_at = resil__http_mono_ns();
-          pthread_mutex_unlock(&g->mu);
-        }
+        struct addrinfo *res = resil__http_group_lookup(g);
         pthread_mutex_lock(&c->rmu);
+        c->in_lookup = 0;
+        if (c->rstop) {
+          /* Stopped during the lookup: its answer is not applied (nor
+           * told: resil_http_client_free may have returned). */
+          if (res) freeaddrinfo(res);
+          int handover = c->handover;
+          pthread_mutex_unlock(&c->rmu);
+          if (handover) resolver_end_destroy(c);
+          return NULL;
+        }
+        c->applying = 1;
+        pthread_mutex_unlock(&c->rmu);
+        (void)resil__http_group_apply(c->t.alloc, g, res);
+        pthread_mutex_lock(&c->rmu);
+        c->applying = 0;
+        pthread_cond_broadcast(&c->rcv);
+        for (http_watch *w = first ? c->watchers : NULL; w; w = w->next) w->fn(w->arg);
         now = resil__http_mono_ns();
         due = resil__sat_add(now, atomic_load(&g->live) ? c->resolve_interval_ns : RESIL_NS_PER_S);
       }
@@ -656,21 +687,53 @@ static resil_status resolver_start(resil_http_client *c, resil_error *err) {
   return RESIL_OK;
 }
 
-static void resolver_stop(resil_http_client *c) {
+void resil__http_client_watch(resil_http_client *c, http_watch *w) {
   if (!c->resolver_on) return;
   pthread_mutex_lock(&c->rmu);
+  w->next = c->watchers;
+  c->watchers = w;
+  pthread_mutex_unlock(&c->rmu);
+}
+
+void resil__http_client_unwatch(resil_http_client *c, http_watch *w) {
+  if (!c->resolver_on) return;
+  pthread_mutex_lock(&c->rmu);
+  http_watch **pp = &c->watchers;
+  while (*pp && *pp != w) pp = &(*pp)->next;
+  if (*pp) *pp = w->next;
+  pthread_mutex_unlock(&c->rmu);
+}
+
+/* Stops the resolver: waits for an answer being applied (and told), not
+ * for a lookup in progress (getaddrinfo cannot be interrupted: with a
+ * silent nameserver it takes the resolver's timeouts). Returns 1 when the
+ * resolver is in a lookup: it then ends the destruction itself when the
+ * lookup returns (resolver_end_destroy; the thread detached), else 0,
+ * the thread joined. */
+static int resolver_stop(resil_http_client *c) {
+  if (!c->resolver_on) return 0;
+  pthread_mutex_lock(&c->rmu);
   c->rstop = 1;
-  pthread_cond_signal(&c->rcv);
+  pthread_cond_broadcast(&c->rcv);
+  while (c->applying) pthread_cond_wait(&c->rcv, &c->rmu);
+  if (c->in_lookup) {
+    c->handover = 1;
+    pthread_detach(c->resolver);
+    pthread_mutex_unlock(&c->rmu);
+    return 1;
+  }
   pthread_mutex_unlock(&c->rmu);
   pthread_join(c->resolver, NULL);
   pthread_cond_destroy(&c->rcv);
   pthread_mutex_destroy(&c->rmu);
   c->resolver_on = 0;
+  return 0;
 }
 
 static void client_destroy(resil_http_client *c) {
   const resil_allocator *a = c->t.alloc;
-  resolver_stop(c);
+  /* The resolver, in a lookup, frees the client once it returns. */
+  if (resolver_stop(c)) return;
   for (uint32_t i = 0; c->slots && i < c->nslots; i++)
     resil__http_slot_cleanup(c, &c->slots[i]);
   resil__free(a, c->slots);
@@ -1064,7 +1127,6 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
     if (st == RESIL_OK) st = compile_endpoint(c, i, &ep, gz, cfg, &c->eps[i], err);
     c->neps = i + 1;
   }
-  if (st == RESIL_OK) st = resolver_start(c, err);
   if (st == RESIL_OK) st = recovery_setup(c, cfg, err);
   if (st == RESIL_OK) {
     c->origin_inuse = resil__calloc(a, c->t.norigins * sizeof *c->origin_inuse);
@@ -1092,6 +1154,9 @@ resil_status resil_http_client_new(const resil_http_client_config *ucfg,
     else
       c->curl_inited = 1;
   }
+  /* Last: the resolver thread's first lookups run while the caller goes
+   * on (this function never waits for DNS). */
+  if (st == RESIL_OK) st = resolver_start(c, err);
   if (st != RESIL_OK) {
     client_destroy(c);
     return st;

@@ -78,11 +78,36 @@ struct resil_http_client {
   uint32_t origins_cap;
   int64_t resolve_interval_ns;
   int resolver_on;
-  int rstop;
+  /* Under rmu: rstop stops the resolver; in_lookup, it is in getaddrinfo
+   * (which cannot be interrupted), so a client destroyed meanwhile hands
+   * the rest of its destruction to it (handover); applying, it applies
+   * an answer and tells the listener, which the destruction waits for
+   * (rcv). */
+  int rstop, in_lookup, applying, handover;
   pthread_t resolver;
   pthread_mutex_t rmu;
   pthread_cond_t rcv;
+  /* Told when a resolved name's first lookup ends (under rmu): the
+   * engines on this client (resil__http_client_watch). */
+  struct http_watch *watchers;
 };
+
+/* A watcher of the first lookups of a client's resolved names: fn(arg)
+ * runs on the resolver thread, with the client's resolver mutex held,
+ * after each name's first lookup ended (resil__http_group_ready turned
+ * 1). fn must only hand the news over to its own thread (the engine
+ * wakes its loop) and take no lock of the client. */
+typedef struct http_watch {
+  struct http_watch *next;
+  void (*fn)(void *arg);
+  void *arg;
+} http_watch;
+
+/* Adds w (fn, arg set by the caller), or does nothing when c resolves no
+ * name. After resil__http_client_unwatch(c, w) returns, fn is not running
+ * and will not run again. Any thread. */
+void resil__http_client_watch(resil_http_client *c, http_watch *w);
+void resil__http_client_unwatch(resil_http_client *c, http_watch *w);
 
 _Static_assert(offsetof(struct resil_http_client, t) == 0,
                "resil__http_tp(): the transport is the client's first member");

@@ -12,11 +12,13 @@
 #include "instances.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 int resil__http_group_init(http_group *g) {
@@ -31,7 +33,18 @@ int resil__http_group_init(http_group *g) {
   atomic_init(&g->seq, seed);
   atomic_init(&g->resolutions, 0);
   atomic_init(&g->resolve_failures, 0);
-  return pthread_mutex_init(&g->mu, NULL) == 0 ? 0 : -1;
+  atomic_init(&g->first_done, 0);
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca) != 0) return -1;
+  int ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+           pthread_cond_init(&g->first_cv, &ca) == 0;
+  pthread_condattr_destroy(&ca);
+  if (!ok) return -1;
+  if (pthread_mutex_init(&g->mu, NULL) != 0) {
+    pthread_cond_destroy(&g->first_cv);
+    return -1;
+  }
+  return 0;
 }
 
 void resil__http_group_free(const resil_allocator *a, http_group *g) {
@@ -49,6 +62,7 @@ void resil__http_group_free(const resil_allocator *a, http_group *g) {
   resil__free(a, g->port);
   resil__free(a, g->ct_host);
   resil__free(a, g->base);
+  pthread_cond_destroy(&g->first_cv);
   pthread_mutex_destroy(&g->mu);
 }
 
@@ -405,15 +419,42 @@ void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o) {
 
 /* ---- a resolved name ------------------------------------------------------------ */
 
-int resil__http_group_resolve(const resil_allocator *a, http_group *g) {
+/* The first lookup ended (under g->mu): the calls waiting for it go on. */
+static void first_ended(http_group *g) {
+  if (atomic_load_explicit(&g->first_done, memory_order_relaxed)) return;
+  atomic_store_explicit(&g->first_done, 1, memory_order_release);
+  pthread_cond_broadcast(&g->first_cv);
+}
+
+int resil__http_group_wait_first(http_group *g, int64_t until_ns) {
+  if (resil__http_group_ready(g)) return 1;
+  struct timespec ts;
+  ts.tv_sec = (time_t)(until_ns / RESIL_NS_PER_S);
+  ts.tv_nsec = (long)(until_ns % RESIL_NS_PER_S);
+  pthread_mutex_lock(&g->mu);
+  while (!atomic_load_explicit(&g->first_done, memory_order_relaxed))
+    if (pthread_cond_timedwait(&g->first_cv, &g->mu, &ts) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&g->mu);
+  return resil__http_group_ready(g);
+}
+
+struct addrinfo *resil__http_group_lookup(const http_group *g) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  int rc = getaddrinfo(g->host, g->port, &hints, &res);
-  if (rc != 0 || !res) {
-    if (res) freeaddrinfo(res);
+  if (getaddrinfo(g->host, g->port, &hints, &res) == 0 && res) return res;
+  if (res) freeaddrinfo(res);
+  return NULL;
+}
+
+int resil__http_group_apply(const resil_allocator *a, http_group *g, struct addrinfo *res) {
+  if (!res) {
     atomic_fetch_add_explicit(&g->resolve_failures, 1, memory_order_relaxed);
+    pthread_mutex_lock(&g->mu);
+    g->resolved_at = resil__http_mono_ns();
+    first_ended(g);
+    pthread_mutex_unlock(&g->mu);
     return -1;
   }
   /* The addresses of this answer, in its order, without repeats. */
@@ -481,6 +522,7 @@ int resil__http_group_resolve(const resil_allocator *a, http_group *g) {
     if (i) added[nadd++] = i;
   }
   g->resolved_at = resil__http_mono_ns();
+  first_ended(g);
   pthread_mutex_unlock(&g->mu);
   for (unsigned q = 0; q < nadd; q++) tell(added[q], RESIL_HTTP_INSTANCE_ADDED, 0, 0);
   for (unsigned q = 0; q < nback; q++) tell(back[q], RESIL_HTTP_INSTANCE_ADDED, 0, 0);

@@ -7,7 +7,8 @@
  * resil__http_inst_pick, and every attempt that chose an instance ends in
  * resil__http_inst_done (transfer.c's resil__http_attempt_done, or the
  * caller for an attempt that ended before its transfer began). A resolved
- * name's addresses are kept up to date by resil__http_group_resolve.
+ * name's addresses are kept up to date by resil__http_group_lookup and
+ * resil__http_group_apply.
  * Uses base.h. Not installed. */
 #ifndef RESIL_HTTP_INSTANCES_H
 #define RESIL_HTTP_INSTANCES_H
@@ -87,6 +88,12 @@ typedef struct http_group {
   size_t base_len;
   int64_t resolved_at;           /* under mu                            */
   atomic_uint_fast64_t resolutions, resolve_failures;
+  /* A resolved name's first lookup has ended (its answer applied, or its
+   * failure counted): set once by the resolver thread under mu, which
+   * then broadcasts first_cv (CLOCK_MONOTONIC) to the calls waiting for
+   * it (resil__http_group_wait_first). */
+  atomic_int first_done;
+  pthread_cond_t first_cv;
 } http_group;
 
 /* Sets up g (zeroed by the caller) with the settings; 0 or -1. */
@@ -117,9 +124,26 @@ http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int
  * listener (ejected, returned) with no lock held. */
 void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o);
 
-/* Looks g's name up again (getaddrinfo, blocking) and adds new addresses,
- * marks the ones no longer returned GONE and brings back the ones that
- * return. Returns 0, or -1 when the lookup failed (the instances stay). */
-int resil__http_group_resolve(const resil_allocator *a, http_group *g);
+struct addrinfo;
+/* Looks g's name up (getaddrinfo, blocking: only the client's resolver
+ * thread calls it, holding no lock): the answer, or NULL when the lookup
+ * failed. Reads only g's fixed host and port. */
+struct addrinfo *resil__http_group_lookup(const http_group *g);
+/* Applies a lookup's answer res (freed here; NULL: it failed): adds new
+ * addresses, marks the ones no longer returned GONE and brings back the
+ * ones that return, then tells the listener (no lock held). A failure
+ * leaves the instances as they are. The first call ends g's first lookup
+ * either way (first_done, waiters woken). Returns 0, or -1 for a failure. */
+int resil__http_group_apply(const resil_allocator *a, http_group *g, struct addrinfo *res);
+
+/* Has g's first lookup ended? Always 1 for a list of instances. Any
+ * thread, no lock. */
+static inline int resil__http_group_ready(http_group *g) {
+  return !g->resolve || atomic_load_explicit(&g->first_done, memory_order_acquire);
+}
+
+/* Waits until g's first lookup has ended or CLOCK_MONOTONIC reaches
+ * until_ns, whichever is first. Returns resil__http_group_ready(g). */
+int resil__http_group_wait_first(http_group *g, int64_t until_ns);
 
 #endif

@@ -164,6 +164,30 @@ static resil_outcome run_attempt(resil_http_client *c, resil_http_request *req, 
 }
 
 
+/* How the wait for a resolved name's first lookup ended (first_lookup). */
+enum { DNS_READY = 1, DNS_LATE = 2, DNS_CANCELLED = 3 };
+
+/* An attempt on upstream g: 0 when g needs no wait (a list of instances,
+ * or a name whose first lookup has ended), else waits for the first
+ * lookup as long as the attempt may wait to connect, as libcurl counts
+ * a name's lookup in its connect timeout (transfer.c: the connect
+ * timeout, cut to the deadline), looking at the cancel token every
+ * 10 ms as run_transfer does: DNS_READY, DNS_LATE or DNS_CANCELLED. */
+static int first_lookup(resil_http_client *c, http_group *g, resil_cancel *cancel, int64_t t0,
+                        int64_t deadline) {
+  if (resil__http_group_ready(g)) return 0;
+  int64_t end = resil__sat_add(t0, c->t.connect_timeout_ns);
+  if (deadline < end) end = deadline;
+  for (;;) {
+    if (cancel && resil_cancel_is_set(cancel)) return DNS_CANCELLED;
+    int64_t now = resil__http_mono_ns();
+    if (now >= end) return resil__http_group_ready(g) ? DNS_READY : DNS_LATE;
+    int64_t until = cancel ? resil__sat_add(now, 10 * RESIL_NS_PER_MS) : end;
+    if (until > end) until = end;
+    if (resil__http_group_wait_first(g, until)) return DNS_READY;
+  }
+}
+
 resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
   resil_http_request *req = arg;
   if (!req || req->magic != RESIL_MAGIC_HTTP_REQUEST)
@@ -187,20 +211,35 @@ resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
                     "no time left before the deadline");
   } else {
     int64_t deadline = budget == INT64_MAX ? INT64_MAX : resil__sat_add(t0, budget);
-    int64_t lease_to = c->lease_timeout_ns < budget ? c->lease_timeout_ns : budget;
     http_slot *s = NULL;
     int waited = 0, probe = 0;
     http_inst *inst = NULL;
     uint32_t origin = req->ep->origin;
     http_lease_rc lr;
-    if (req->ep->group) {
+    /* A resolved name whose first lookup has not ended: wait for it. */
+    int dns = req->ep->group ? first_lookup(c, req->ep->group, ctx->cancel, t0, deadline) : 0;
+    int64_t now = dns ? resil__http_mono_ns() : t0;
+    int64_t left = deadline == INT64_MAX ? INT64_MAX : deadline - now;
+    int64_t lease_to = c->lease_timeout_ns < left ? c->lease_timeout_ns : left;
+    if ((dns == 0 || dns == DNS_READY) && left > 0 && req->ep->group) {
       inst = resil__http_inst_pick(req->ep->group, &req->tried, &probe);
       if (inst) {
         origin = inst->origin;
         atomic_store_explicit(&req->last_bit, inst->bit + 1, memory_order_relaxed);
       }
     }
-    if (req->ep->group && !inst) {
+    if (dns == DNS_CANCELLED) {
+      o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CANCELLED), ctx,
+                      t0, "cancelled while waiting for the first lookup of the upstream's name");
+    } else if (dns == DNS_LATE) {
+      o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS), ctx, t0,
+                      "the first lookup of the upstream's name had not ended within the "
+                      "attempt's time (its deadline or the connect timeout)");
+    } else if (left <= 0) {
+      /* The first lookup ended just as the time did. */
+      o = finish_bare(req, seq, resil_outcome_make(RESIL_REJECTED, RESIL_REASON_DEADLINE), ctx,
+                      t0, "no time left before the deadline");
+    } else if (req->ep->group && !inst) {
       o = finish_bare(req, seq, resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_DNS), ctx, t0,
                       "no address of the upstream's name is known yet");
     } else if ((lr = resil__http_pool_lease(c, origin, lease_to, ctx->cancel, &s, &waited)) ==
@@ -231,7 +270,7 @@ resil_outcome resil_http_request_attempt(void *arg, const resil_ctx *uctx) {
     } else {
       /* A slot taken without waiting was taken at t0 (lease_wait_ns 0):
        * no second clock read. */
-      o = run_attempt(c, req, s, ctx, seq, t0, waited ? resil__http_mono_ns() : t0, deadline,
+      o = run_attempt(c, req, s, ctx, seq, t0, waited ? resil__http_mono_ns() : now, deadline,
                       inst, probe);
     }
   }

@@ -678,10 +678,13 @@ static int dns_child(const char *hosts) {
   resil_http_client *c = NULL;
   resil_error err;
   if (resil_http_client_new(&cfg, &c, &err) != RESIL_OK) return 13;
-  if (resil_http_client_instance_count(c) != 2) return 14;
+  /* The first call, right after the creation (which does not look the
+   * name up), waits for the resolver's first lookup and finds both
+   * addresses. */
   for (int k = 0; k < 20; k++) {
     resil_outcome o = resil_http_call(c, "echo", NULL, NULL, NULL, NULL);
     if (!resil_outcome_is_success(&o)) return 15;
+    if (resil_http_client_instance_count(c) != 2) return 14;
   }
   /* Each address got its share, with the name's Host header. */
   if (resil_fixture_attempts(f[0], "echo") != 10 || resil_fixture_attempts(f[1], "echo") != 10)

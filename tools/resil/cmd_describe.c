@@ -318,8 +318,9 @@ static void print_recovery(resil_registry *reg, const collected *all) {
 #ifdef RESIL_HAVE_HTTP
 /* A client with several instances, or a resolved name (registry.h, "Many
  * instances"): its balance and ejection settings, then one line per
- * instance (its URL redacted) with the upstream it belongs to. Nothing for
- * a client of one base URL. */
+ * instance (its URL redacted) with the upstream it belongs to; a resolved
+ * name is said to be resolved at run time (describe looks no name up).
+ * Nothing for a client of one base URL. */
 static void print_instances(resil_registry *reg, const char *name) {
   resil_registry_http_balance b;
   resil_http_client *c = resil_registry_http_client(reg, name);
@@ -334,11 +335,15 @@ static void print_instances(resil_registry *reg, const char *name) {
                           resil_outcome_class_name((resil_outcome_class)i));
   }
   for (char *q = classes; *q; q++) *q = (char)tolower((unsigned char)*q);
-  printf("\nhttp_client %s: %zu instance%s, balance %s%s\n", name, n, n == 1 ? "" : "s",
-         b.balance == RESIL_HTTP_BALANCE_ROUND_ROBIN ? "round_robin" : "p2c",
-         b.resolve_instances ? ", base_url's name resolved" : "");
+  const char *bal = b.balance == RESIL_HTTP_BALANCE_ROUND_ROBIN ? "round_robin" : "p2c";
+  /* Loaded with RESIL_REGISTRY_NO_OPEN: a resolved name is not looked up
+   * here (its addresses are not among the instances listed below). */
   if (b.resolve_instances)
-    printf("  resolved again every %.3f s\n", (double)b.resolve_interval_ns / 1e9);
+    printf("\nhttp_client %s: base_url's name resolved at run time (not looked up here), "
+           "balance %s\n  resolved again every %.3f s\n",
+           name, bal, (double)b.resolve_interval_ns / 1e9);
+  else
+    printf("\nhttp_client %s: %zu instance%s, balance %s\n", name, n, n == 1 ? "" : "s", bal);
   if (b.eject_consecutive == 0)
     printf("  ejection: never (eject_consecutive 0)\n");
   else
