@@ -680,13 +680,9 @@ typedef struct resil_http_client_config {
    *
    * resil_http_client_instance_count() counts no address until the first
    * lookup succeeded; on_instance hears each address added, on the
-   * resolver's thread. Freeing the client never waits for a lookup in
-   * progress either (getaddrinfo cannot be interrupted: it may take the
-   * system resolver's timeouts, resolv.conf "timeout" x "attempts"): once
-   * the client is destroyed (resil_http_client_free() and its last engine
-   * freed), that lookup's answer is dropped, on_instance hears nothing
-   * more, and the resolver thread frees what is left when getaddrinfo
-   * returns. A destruction waits only for an answer being applied.
+   * resolver's thread. resil_http_client_free() waits for a lookup in
+   * progress to return (getaddrinfo cannot be interrupted: up to the
+   * system resolver's own timeouts, resolv.conf "timeout" x "attempts").
    * The registry's check mode (RESIL_REGISTRY_NO_OPEN: `resil config
    * check`, `resil describe --config`) looks no name up. */
   int resolve_instances;

@@ -3,7 +3,6 @@
  * Layer 4 (src/http/README.md). */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -595,22 +594,10 @@ static int has_resolved(const resil_http_client *c) {
   return 0;
 }
 
-static void client_destroy(resil_http_client *c);
-
-/* The resolver thread, stopped while in getaddrinfo by a destruction
- * that returned at once (resolver_stop): ends that destruction. */
-static void resolver_end_destroy(resil_http_client *c) {
-  pthread_cond_destroy(&c->rcv);
-  pthread_mutex_destroy(&c->rmu);
-  c->resolver_on = 0;
-  client_destroy(c);
-}
-
 /* Looks every resolved name up: at once when the thread starts (the
  * first lookup, resolved_at 0), then again when its interval is over
  * (every second while it has no address), until rstop. The end of a
- * name's first lookup is told to the watchers (the engines). No lock is
- * held during a lookup. */
+ * name's first lookup is told to the watchers (the engines). */
 static void *resolver_main(void *arg) {
   resil_http_client *c = arg;
   pthread_mutex_lock(&c->rmu);
@@ -626,26 +613,13 @@ static void *resolver_main(void *arg) {
       int64_t due = at ? resil__sat_add(at, every) : now;
       if (due <= now) {
         int first = !resil__http_group_ready(g);
-        c->in_lookup = 1;
         pthread_mutex_unlock(&c->rmu);
-        struct addrinfo *res = resil__http_group_lookup(g);
-        pthread_mutex_lock(&c->rmu);
-        c->in_lookup = 0;
-        if (c->rstop) {
-          /* Stopped during the lookup: its answer is not applied (nor
-           * told: resil_http_client_free may have returned). */
-          if (res) freeaddrinfo(res);
-          int handover = c->handover;
-          pthread_mutex_unlock(&c->rmu);
-          if (handover) resolver_end_destroy(c);
-          return NULL;
+        if (resil__http_group_resolve(c->t.alloc, g) != 0) {
+          pthread_mutex_lock(&g->mu);
+          g->resolved_at = resil__http_mono_ns();
+          pthread_mutex_unlock(&g->mu);
         }
-        c->applying = 1;
-        pthread_mutex_unlock(&c->rmu);
-        (void)resil__http_group_apply(c->t.alloc, g, res);
         pthread_mutex_lock(&c->rmu);
-        c->applying = 0;
-        pthread_cond_broadcast(&c->rcv);
         for (http_watch *w = first ? c->watchers : NULL; w; w = w->next) w->fn(w->arg);
         now = resil__http_mono_ns();
         due = resil__sat_add(now, atomic_load(&g->live) ? c->resolve_interval_ns : RESIL_NS_PER_S);
@@ -704,36 +678,21 @@ void resil__http_client_unwatch(resil_http_client *c, http_watch *w) {
   pthread_mutex_unlock(&c->rmu);
 }
 
-/* Stops the resolver: waits for an answer being applied (and told), not
- * for a lookup in progress (getaddrinfo cannot be interrupted: with a
- * silent nameserver it takes the resolver's timeouts). Returns 1 when the
- * resolver is in a lookup: it then ends the destruction itself when the
- * lookup returns (resolver_end_destroy; the thread detached), else 0,
- * the thread joined. */
-static int resolver_stop(resil_http_client *c) {
-  if (!c->resolver_on) return 0;
+static void resolver_stop(resil_http_client *c) {
+  if (!c->resolver_on) return;
   pthread_mutex_lock(&c->rmu);
   c->rstop = 1;
-  pthread_cond_broadcast(&c->rcv);
-  while (c->applying) pthread_cond_wait(&c->rcv, &c->rmu);
-  if (c->in_lookup) {
-    c->handover = 1;
-    pthread_detach(c->resolver);
-    pthread_mutex_unlock(&c->rmu);
-    return 1;
-  }
+  pthread_cond_signal(&c->rcv);
   pthread_mutex_unlock(&c->rmu);
   pthread_join(c->resolver, NULL);
   pthread_cond_destroy(&c->rcv);
   pthread_mutex_destroy(&c->rmu);
   c->resolver_on = 0;
-  return 0;
 }
 
 static void client_destroy(resil_http_client *c) {
   const resil_allocator *a = c->t.alloc;
-  /* The resolver, in a lookup, frees the client once it returns. */
-  if (resolver_stop(c)) return;
+  resolver_stop(c);
   for (uint32_t i = 0; c->slots && i < c->nslots; i++)
     resil__http_slot_cleanup(c, &c->slots[i]);
   resil__free(a, c->slots);

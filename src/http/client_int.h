@@ -78,12 +78,7 @@ struct resil_http_client {
   uint32_t origins_cap;
   int64_t resolve_interval_ns;
   int resolver_on;
-  /* Under rmu: rstop stops the resolver; in_lookup, it is in getaddrinfo
-   * (which cannot be interrupted), so a client destroyed meanwhile hands
-   * the rest of its destruction to it (handover); applying, it applies
-   * an answer and tells the listener, which the destruction waits for
-   * (rcv). */
-  int rstop, in_lookup, applying, handover;
+  int rstop;
   pthread_t resolver;
   pthread_mutex_t rmu;
   pthread_cond_t rcv;

@@ -438,21 +438,16 @@ int resil__http_group_wait_first(http_group *g, int64_t until_ns) {
   return resil__http_group_ready(g);
 }
 
-struct addrinfo *resil__http_group_lookup(const http_group *g) {
+int resil__http_group_resolve(const resil_allocator *a, http_group *g) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(g->host, g->port, &hints, &res) == 0 && res) return res;
-  if (res) freeaddrinfo(res);
-  return NULL;
-}
-
-int resil__http_group_apply(const resil_allocator *a, http_group *g, struct addrinfo *res) {
-  if (!res) {
+  int rc = getaddrinfo(g->host, g->port, &hints, &res);
+  if (rc != 0 || !res) {
+    if (res) freeaddrinfo(res);
     atomic_fetch_add_explicit(&g->resolve_failures, 1, memory_order_relaxed);
     pthread_mutex_lock(&g->mu);
-    g->resolved_at = resil__http_mono_ns();
     first_ended(g);
     pthread_mutex_unlock(&g->mu);
     return -1;

@@ -7,8 +7,7 @@
  * resil__http_inst_pick, and every attempt that chose an instance ends in
  * resil__http_inst_done (transfer.c's resil__http_attempt_done, or the
  * caller for an attempt that ended before its transfer began). A resolved
- * name's addresses are kept up to date by resil__http_group_lookup and
- * resil__http_group_apply.
+ * name's addresses are kept up to date by resil__http_group_resolve.
  * Uses base.h. Not installed. */
 #ifndef RESIL_HTTP_INSTANCES_H
 #define RESIL_HTTP_INSTANCES_H
@@ -124,17 +123,12 @@ http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int
  * listener (ejected, returned) with no lock held. */
 void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o);
 
-struct addrinfo;
 /* Looks g's name up (getaddrinfo, blocking: only the client's resolver
- * thread calls it, holding no lock): the answer, or NULL when the lookup
- * failed. Reads only g's fixed host and port. */
-struct addrinfo *resil__http_group_lookup(const http_group *g);
-/* Applies a lookup's answer res (freed here; NULL: it failed): adds new
- * addresses, marks the ones no longer returned GONE and brings back the
- * ones that return, then tells the listener (no lock held). A failure
- * leaves the instances as they are. The first call ends g's first lookup
- * either way (first_done, waiters woken). Returns 0, or -1 for a failure. */
-int resil__http_group_apply(const resil_allocator *a, http_group *g, struct addrinfo *res);
+ * thread calls it) and adds new addresses, marks the ones no longer
+ * returned GONE and brings back the ones that return. The first call
+ * ends g's first lookup either way (first_done, waiters woken). Returns
+ * 0, or -1 when the lookup failed (the instances stay). */
+int resil__http_group_resolve(const resil_allocator *a, http_group *g);
 
 /* Has g's first lookup ended? Always 1 for a list of instances. Any
  * thread, no lock. */

