@@ -271,7 +271,7 @@ struct resil_engine {
   /* Calls waiting for a resolved name's first lookup (ST_DNSWAIT), the
    * client's word that one ended (dns_watch, on the resolver thread: sets
    * dns_kick and wakes the loop). */
-  resil_engine_handle *dq_head;
+  resil_engine_handle *dq_head, *dq_tail;
   http_watch dns_watch;
   atomic_int dns_kick;
   /* Set by resil_engine_free() before it ends the calls: a done_fn it runs
@@ -886,6 +886,7 @@ static void dns_withdraw(resil_engine_handle *call) {
   if (call->dprev) call->dprev->dnext = call->dnext;
   else e->dq_head = call->dnext;
   if (call->dnext) call->dnext->dprev = call->dprev;
+  else e->dq_tail = call->dprev;
   call->dprev = call->dnext = NULL;
   call->dns_queued = 0;
 }
@@ -926,15 +927,12 @@ static void dns_wait(resil_engine_handle *call) {
   }
   call->dns_t0 = now;
   call->state = ST_DNSWAIT;
-  call->dprev = NULL;
-  call->dnext = NULL;
   /* At the tail: the calls start in the order they came. */
-  resil_engine_handle **pp = &e->dq_head;
-  while (*pp) {
-    call->dprev = *pp;
-    pp = &(*pp)->dnext;
-  }
-  *pp = call;
+  call->dprev = e->dq_tail;
+  call->dnext = NULL;
+  if (e->dq_tail) e->dq_tail->dnext = call;
+  else e->dq_head = call;
+  e->dq_tail = call;
   call->dns_queued = 1;
 }
 
