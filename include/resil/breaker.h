@@ -465,6 +465,14 @@ typedef struct resil_breaker_event {
   resil_breaker_state_kind from; /* state before (the state, if no change) */
   resil_breaker_state_kind to;   /* state after */
   resil_breaker_cause cause;
+  /* Since 0.2 (see "Ramp"): for RAMP_STARTED and RAMP_ENDED, the share of
+   * calls the ramp admitted at the event's instant, 0..1, as fixed under
+   * the breaker's lock (a listener that runs later still gets the
+   * instant's share): RAMP_STARTED the ramp's first share
+   * (ramp_min_percent / 100); RAMP_ENDED 1.0 when completed, else the
+   * share the ramp had reached when the transition cut it short. 1.0 for
+   * every other event. Exact to 2^-31 (the event ring keeps it so). */
+  double ramp_share;
 } resil_breaker_event;
 
 /* Whether the window's rates can be decided yet. */

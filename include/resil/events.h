@@ -22,8 +22,10 @@
  *                        (BELOW_THRESHOLDS, HALF_OPEN_MAX_WAIT); ended,
  *                        RAMP_COMPLETED or the transition's that cut it
  *                        short (FAILURE_RATE, MANUAL, RESET, ...). share:
- *                        resil_breaker_ramp_share() as the line is written
- *                        (the ramp's first share at its start, 1 after it)
+ *                        the share admitted at the event's instant, the
+ *                        event's ramp_share, however late the line is
+ *                        written (started: the ramp's first share; ended:
+ *                        1 when completed, else the share it had reached)
  *   retry                attempt, outcome, reason, http_status, duration_ms,
  *                        wait_ms (the wait before the next attempt),
  *                        idempotency_key: an attempt after which another

@@ -110,8 +110,9 @@ typedef struct packed_event {
   uint8_t from;
   uint8_t to;
   uint8_t cause;
-  uint32_t unused;
+  uint32_t share; /* ramp_share in 1.31 fixed point (SHARE_ONE: 1.0) */
 } packed_event;
+#define SHARE_ONE (UINT32_C(1) << 31)
 
 typedef struct listener {
   resil_breaker_listener_fn fn;
@@ -620,10 +621,27 @@ static int64_t next_wait(const resil_breaker *br, int64_t w) {
 /* ---- events ---------------------------------------------------------------
  */
 
+/* An event's ramp_share (breaker.h) in 1.31 fixed point: for a ramp event
+ * the ramp's share at its instant t, on the curve from the ramp's start
+ * (the lock is held: RAMP_STARTED comes after restart_as set the start to
+ * t, share(0); a RAMP_ENDED before any new start, share(t - start), 1.0
+ * when its time is up); 1.0 for every other event. */
+static uint32_t event_share(resil_breaker *br, resil_breaker_event_kind kind,
+                            int64_t t) {
+  if ((kind != RESIL_BREAKER_EVENT_RAMP_STARTED &&
+       kind != RESIL_BREAKER_EVENT_RAMP_ENDED) ||
+      !(br->modes & MODE_RAMP))
+    return SHARE_ONE;
+  int64_t el =
+      t - atomic_load_explicit(&ramp_state(br)->start, memory_order_relaxed);
+  return (uint32_t)(resil__ramp_inc(&ramp_cfg(br)->c, el) >> 1);
+}
+
 static void emit(resil_breaker *br, evbuf *eb, resil_breaker_event_kind kind,
                  resil_breaker_state_kind from, resil_breaker_state_kind to,
                  resil_breaker_cause cause, int64_t t) {
   uint64_t seq = ++br->ev_total;
+  uint32_t share = event_share(br, kind, t);
   if (br->event_cap) {
     packed_event *pe = &ring(br)[(seq - 1) % br->event_cap];
     pe->time_ns = t;
@@ -631,7 +649,7 @@ static void emit(resil_breaker *br, evbuf *eb, resil_breaker_event_kind kind,
     pe->from = (uint8_t)from;
     pe->to = (uint8_t)to;
     pe->cause = (uint8_t)cause;
-    pe->unused = 0;
+    pe->share = share;
   }
   /* The catch-up in settle() leaves EVBUF_RESERVE slots for the operation,
    * so this never drops an event; the check only guards the array. */
@@ -644,6 +662,7 @@ static void emit(resil_breaker *br, evbuf *eb, resil_breaker_event_kind kind,
     e->from = from;
     e->to = to;
     e->cause = cause;
+    e->ramp_share = (double)share / (double)SHARE_ONE;
   }
 }
 
@@ -2402,6 +2421,7 @@ size_t resil_breaker_events_sized(resil_breaker *br, resil_breaker_event *out,
     e.from = (resil_breaker_state_kind)pe->from;
     e.to = (resil_breaker_state_kind)pe->to;
     e.cause = (resil_breaker_cause)pe->cause;
+    e.ramp_share = (double)pe->share / (double)SHARE_ONE;
     resil__sized_out((char *)out + i * elem_size, elem_size, &e, sizeof e);
   }
   unlock_br(br);

@@ -283,14 +283,18 @@ void resil_event_breaker_listener(void *user, resil_breaker *br,
     /* The ramp after recovery (breaker.h "Ramp"): its start with the
      * cause of the HALF_OPEN -> CLOSED before it, its end with its own
      * cause (RAMP_COMPLETED, or the transition that cut it short); share
-     * is the share admitted as the line is written (the listener runs in
-     * the call that caused the event): the ramp's first share at its start,
-     * 1 once it is over. */
+     * is the share at the event's instant, the event's ramp_share (a
+     * listener ahead of this one, or a slow sink, may write the line when
+     * the share has moved on, or the breaker has opened). An event of the
+     * 0.1 layout (a caller's own copy) has none: the share now. */
+    int has_share = ev->struct_size >= offsetof(resil_breaker_event, ramp_share) +
+                                           sizeof ev->ramp_share;
     json_object_set_new(o, "event", json_string(ev->kind == RESIL_BREAKER_EVENT_RAMP_STARTED
                                                     ? "started"
                                                     : "ended"));
     json_object_set_new(o, "cause", json_string(resil_breaker_cause_name(ev->cause)));
-    json_object_set_new(o, "share", json_real(resil_breaker_ramp_share(br)));
+    json_object_set_new(o, "share", json_real(has_share ? ev->ramp_share
+                                                        : resil_breaker_ramp_share(br)));
   } else if (ev->kind == RESIL_BREAKER_EVENT_TRANSITION) {
     json_object_set_new(o, "from", json_string(state_label(ev->from)));
     json_object_set_new(o, "to", json_string(state_label(ev->to)));

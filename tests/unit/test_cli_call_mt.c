@@ -875,6 +875,140 @@ static void call_state_breaker_opens_across_invocations_and_probes_after_the_wai
   assert_int_equal(rmdir(dir), 0);
 }
 
+/* Runs `resil call` with args until an invocation is admitted by the
+ * breaker's ramp (exit other than 7), at most 50 times; a refused one is
+ * REJECTED(recovering). Returns the refusals. */
+#define RUN_ADMITTED(r, ...)                                                   \
+  run_admitted((r), (const char *const[]){__VA_ARGS__, NULL})
+static int run_admitted(run_result *r, const char *const *args) {
+  for (int refused = 0; refused < 50; refused++) {
+    run_resil(r, NULL, args);
+    if (r->status != 7) return refused;
+    assert_contains(r->err, "REJECTED(recovering) after 0 attempts");
+    run_result_free(r);
+  }
+  fail_msg("50 invocations refused by a 20%% ramp");
+  return -1;
+}
+
+/* The ramp after recovery and retries last (DESIGN §2.9) across
+ * invocations: `--breaker window=2,min=2,rate=100,wait=300ms,ramp=60s,
+ * ramp_min=20`. Two failures open it; after the wait the probe, made with
+ * --retry 3 against the failing route, is one attempt (retries last: the
+ * breaker is HALF_OPEN), and opens it again; the next probe succeeds and
+ * the breaker ramps: `resil state show` says 20 % admitted, and of 10
+ * invocations about 2 are made (the ramp admits the sum of the shares,
+ * 0.5 + 10 x 0.2), the others exit 7 REJECTED(recovering) and reach no
+ * server. An admitted --retry 3 call to the failing route during the ramp
+ * makes one attempt (stop RECOVERING); with --retry-during-recovery three.
+ * A bad ramp value is a usage error naming the key, with the breaker's
+ * message (the registry's), and creates no segment. */
+static void call_state_breaker_ramps_after_recovery_and_retries_last(void **state) {
+  cli_state *s = *state;
+  if (!getenv("RESIL_BIN")) skip();
+  char dir[] = "/tmp/resil-cli-ramp-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char seg[32];
+  snprintf(seg, sizeof seg, "rc%ld", (long)getpid());
+  const char *spec = "window=2,min=2,rate=100,wait=300ms,ramp=60s,ramp_min=20";
+  char fail_url[512], ok_url[512];
+  snprintf(fail_url, sizeof fail_url, "%s", url(s, "/status/503"));
+  snprintf(ok_url, sizeof ok_url, "%s", url(s, "/items/7"));
+  run_result r;
+  for (int i = 0; i < 2; i++) {
+    RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec, fail_url);
+    assert_exit(&r, 6);
+    run_result_free(&r);
+  }
+  int64_t opened = mono_ms();
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 2);
+
+  /* the probe with --retry 3 against the failing route: one attempt */
+  while (mono_ms() - opened < 350) usleep(10000);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec, "--retry", "3", "-v",
+      fail_url);
+  assert_exit(&r, 6);
+  assert_contains(r.err, "stop: RECOVERING (not retried: the --breaker is recovering");
+  run_result_free(&r);
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 3);
+  opened = mono_ms();
+
+  /* a succeeding probe closes it into the ramp */
+  while (mono_ms() - opened < 350) usleep(10000);
+  RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec, ok_url);
+  assert_exit(&r, 0);
+  run_result_free(&r);
+  RUN(&r, "state", "show", seg, "--dir", dir);
+  assert_exit(&r, 0);
+  assert_contains(r.out, ": CLOSED for ");
+  assert_contains(r.out, ", ramping: 20% of calls admitted");
+  run_result_free(&r);
+  int made = 0, refused = 0;
+  for (int i = 0; i < 10; i++) {
+    RUN(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec, ok_url);
+    if (r.status == 7) {
+      assert_contains(r.err, "REJECTED(recovering) after 0 attempts");
+      refused++;
+    } else {
+      assert_exit(&r, 0);
+      made++;
+    }
+    run_result_free(&r);
+  }
+  print_message("ramp 20%%: made %d of 10 invocations, refused %d\n", made, refused);
+  /* 2 on the curve; 4 only if the 10 took 24 s (share 0.4 by then) */
+  assert_true(made >= 1 && made <= 4);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 1 + made);
+
+  /* retries last during the ramp, then retries during recovery */
+  refused = RUN_ADMITTED(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec,
+                         "--retry", "3", "-v", fail_url);
+  assert_exit(&r, 6);
+  assert_contains(r.err, "stop: RECOVERING");
+  run_result_free(&r);
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 4);
+  refused = RUN_ADMITTED(&r, "call", "--state", seg, "--state-dir", dir, "--breaker", spec,
+                         "--retry", "3", "--backoff", "fixed:0", "--retry-during-recovery", "-v",
+                         fail_url);
+  assert_exit(&r, 6);
+  assert_contains(r.err, "stop: MAX_ATTEMPTS");
+  run_result_free(&r);
+  assert_int_equal(resil_fixture_attempts(s->f, "status"), 7);
+  /* two failures in the window of 2: open again, the ramp over */
+  RUN(&r, "state", "show", seg, "--dir", dir);
+  assert_contains(r.out, ": OPEN for ");
+  run_result_free(&r);
+
+  /* usage errors: the option and the key, the breaker's message */
+  static const char *const bad_specs[][2] = {
+      {"ramp=500us", "--breaker: ramp: must be 0 (no ramp) or at least 1 ms, got 500 us"},
+      {"ramp=soon", "--breaker: ramp: expected a duration"},
+      {"ramp=2s,ramp_min=0", "--breaker: ramp_min: must be 1..100, got 0"},
+      {"ramp=2s,ramp_min=101", "--breaker: ramp_min: must be 1..100, got 101"},
+      {"ramp=2s,ramp_min=x", "--breaker: ramp_min: expected a whole number (percent)"},
+      {"ramp=2s,ramp_aggression=0",
+       "--breaker: ramp_aggression: must be finite and greater than 0, got 0"},
+      {"ramp_aggression=inf", "--breaker: ramp_aggression: must be finite and greater than 0"},
+      {"ramp_aggression=fast", "--breaker: ramp_aggression: expected a number, got 'fast'"},
+      {"ramp_max=5", "--breaker: unknown key 'ramp_max'"},
+  };
+  for (size_t i = 0; i < sizeof bad_specs / sizeof bad_specs[0]; i++) {
+    RUN(&r, "call", "--state", "absent", "--state-dir", dir, "--breaker", bad_specs[i][0], ok_url);
+    assert_exit(&r, 2);
+    assert_contains(r.err, bad_specs[i][1]);
+    assert_int_equal(count(r.err, "\n"), 1);
+    run_result_free(&r);
+  }
+  assert_int_equal(files_in(dir), 1); /* no segment "absent" */
+  RUN(&r, "call", "--retry", "3", "--retry-during-recovery", ok_url);
+  assert_exit(&r, 2);
+  assert_contains(r.err, "--retry-during-recovery: needs --breaker SPEC");
+  run_result_free(&r);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void call_help_exits_0_and_documents_the_exit_codes(void **state) {
   (void)state;
   run_result r;
@@ -1322,6 +1456,7 @@ int main(void) {
       T(call_instance_lines_redact_the_url),
       T(call_state_rate_is_kept_across_invocations),
       T(call_state_breaker_opens_across_invocations_and_probes_after_the_wait),
+      T(call_state_breaker_ramps_after_recovery_and_retries_last),
       T(state_show_describes_a_ramping_breaker),
       T(call_help_exits_0_and_documents_the_exit_codes),
       T(call_with_stdin_or_stdout_closed_exits_1_and_sends_nothing),

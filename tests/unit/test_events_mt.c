@@ -220,6 +220,97 @@ static void recovery_events_are_json_lines(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* A listener ahead of the sink that takes 400 ms (on the manual clock) over
+ * each ramp event: the sink writes the line 400 ms after the event. */
+static void slow_on_ramp(void *user, resil_breaker *br, const resil_breaker_event *ev) {
+  (void)br;
+  if (ev->kind == RESIL_BREAKER_EVENT_RAMP_STARTED || ev->kind == RESIL_BREAKER_EVENT_RAMP_ENDED)
+    resil_manual_clock_advance_ns(user, MS(400));
+}
+
+static double share_of(const lines *l, size_t i, const char *event, const char *cause) {
+  json_t *o = parsed(l, i, "payments", "breaker_ramp");
+  assert_string_equal(event, sget(o, "event"));
+  assert_string_equal(cause, sget(o, "cause"));
+  double share = json_real_value(json_object_get(o, "share"));
+  json_decref(o);
+  return share;
+}
+
+/* A breaker_ramp line's share is the share at its event's instant, not
+ * when the line is written: with a listener ahead of the sink that lets
+ * 400 ms pass, the start says the ramp's first share (0.1, not 0.4), a
+ * ramp cut short by an OPEN 600 ms into its 1 s says the 0.6 it had
+ * reached (not 1, the breaker being OPEN when the line is written), and a
+ * completed one 1. */
+static void ramp_line_share_is_the_share_at_the_events_instant(void **state) {
+  (void)state;
+  resil_manual_clock *mc = NULL;
+  assert_status(RESIL_OK, resil_manual_clock_new(0, INT64_C(1796125103123), &mc));
+  lines l = {0};
+  resil_event_sink *s = sink_fn(&l, resil_manual_clock_get(mc));
+  resil_breaker *br = payments_breaker(mc, s, MS(1000));
+  assert_status(RESIL_OK, resil_breaker_listener_remove(br, resil_event_breaker_listener, s));
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, slow_on_ramp, mc));
+  assert_status(RESIL_OK, resil_breaker_listener_add(br, resil_event_breaker_listener, s));
+  resil_outcome ok = resil_outcome_ok(), bad = resil_outcome_http(503);
+  resil_breaker_permit p;
+  open_with(br, bad);
+  resil_manual_clock_advance_ns(mc, MS(100));
+  assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &ok, 0));
+  /* closed->open, open->half_open, half_open->closed, the ramp's start */
+  if (l.n != 4) fail_msg("%zu lines, the last: %s", l.n, l.n ? l.v[l.n - 1] : "");
+  double share = share_of(&l, 3, "started", "BELOW_THRESHOLDS");
+  if (fabs(share - 0.1) > 1e-6) fail_msg("started with share %.9f, expected 0.1", share);
+
+  /* 400 ms into the ramp now; two failures 600 ms into it open it again */
+  resil_manual_clock_advance_ns(mc, MS(200));
+  for (int failed = 0, tries = 0; failed < 2; tries++) {
+    assert_true(tries < 100);
+    if (resil_breaker_try_acquire(br, &p) != RESIL_DECISION_GO) continue;
+    assert_status(RESIL_OK, resil_breaker_record(br, &p, &bad, 0));
+    failed++;
+  }
+  assert_int_equal(RESIL_BREAKER_OPEN, resil_breaker_state(br));
+  if (l.n != 6) fail_msg("%zu lines, the last: %s", l.n, l.n ? l.v[l.n - 1] : "");
+  share = share_of(&l, 4, "ended", "FAILURE_RATE");
+  if (fabs(share - 0.6) > 1e-6) fail_msg("cut short with share %.9f, expected 0.6", share);
+  json_decref(parsed(&l, 5, "payments", "breaker_transition"));
+  /* the breaker's event ring keeps the same shares */
+  resil_breaker_event evs[8];
+  size_t nev = resil_breaker_events(br, evs, 8), ramps = 0;
+  for (size_t i = 0; i < nev; i++) {
+    double want = evs[i].kind == RESIL_BREAKER_EVENT_RAMP_STARTED ? 0.1
+                  : evs[i].kind == RESIL_BREAKER_EVENT_RAMP_ENDED ? 0.6
+                                                                 : 1.0;
+    if (fabs(evs[i].ramp_share - want) > 1e-6)
+      fail_msg("event %zu (%s): ramp_share %.9f, expected %g", i,
+               resil_breaker_event_kind_name(evs[i].kind), evs[i].ramp_share, want);
+    ramps += want < 1.0;
+  }
+  assert_int_equal(6, nev);
+  assert_int_equal(2, ramps);
+
+  /* the next probe starts it over; its time up, it ends with share 1 */
+  resil_manual_clock_advance_ns(mc, MS(100));
+  assert_int_equal(RESIL_DECISION_GO, resil_breaker_try_acquire(br, &p));
+  assert_status(RESIL_OK, resil_breaker_record(br, &p, &ok, 0));
+  if (l.n != 9) fail_msg("%zu lines, the last: %s", l.n, l.n ? l.v[l.n - 1] : "");
+  share = share_of(&l, 8, "started", "BELOW_THRESHOLDS");
+  if (fabs(share - 0.1) > 1e-6) fail_msg("started again with share %.9f, expected 0.1", share);
+  resil_manual_clock_advance_ns(mc, MS(600));
+  assert_int_equal(RESIL_BREAKER_CLOSED, resil_breaker_state(br));
+  assert_int_equal(10, l.n);
+  assert_true(share_of(&l, 9, "ended", "RAMP_COMPLETED") == 1.0);
+  assert_status(RESIL_OK, resil_breaker_listener_remove(br, resil_event_breaker_listener, s));
+  assert_status(RESIL_OK, resil_breaker_listener_remove(br, slow_on_ramp, mc));
+  resil_breaker_free(br);
+  resil_event_sink_free(s);
+  lines_free(&l);
+  resil_manual_clock_free(mc);
+}
+
 static resil_outcome refused(void *arg, const resil_ctx *ctx) {
   (void)arg, (void)ctx;
   return resil_outcome_make(RESIL_NOT_SENT, RESIL_REASON_CONNECT_REFUSED);
@@ -588,6 +679,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(breaker_events_are_json_lines),
       cmocka_unit_test(recovery_events_are_json_lines),
+      cmocka_unit_test(ramp_line_share_is_the_share_at_the_events_instant),
       cmocka_unit_test(retries_are_logged_with_their_wait),
       cmocka_unit_test_setup_teardown(resend_prevented_is_logged_and_no_secret_appears,
                                       fx_setup, fx_teardown),

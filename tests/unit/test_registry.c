@@ -137,6 +137,52 @@ static void payments_example_loads_with_inheritance(void **state) {
   char nest[256];
   resil_chain_nesting(ch, nest, sizeof nest);
   assert_string_equal(nest, "Retry(Breaker(RateLimiter(TimeLimiter(Bulkhead(call)))))");
+  /* recovery in steps: the breaker's ramp, the retry's retries last */
+  resil_registry_recovery rec;
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_BREAKER, "payments", &rec), RESIL_OK);
+  assert_int_equal(rec.ramp_duration_ns, RESIL_S(20));
+  assert_int_equal(rec.ramp_min_percent, 10);
+  assert_true(rec.ramp_aggression == 1.0);
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_RETRY, "payments", &rec), RESIL_OK);
+  assert_int_equal(rec.during_recovery, 0);
+  assert_string_equal(rec.recovery_breaker, "");
+  resil_registry_free(reg);
+}
+
+/* The example of an upstream of several instances (DESIGN 8.4): three
+ * client instances and an endpoint's two, the balance and ejection settings
+ * as written, the breaker's ramp. */
+static void instances_example_loads_with_balance_and_ejection(void **state) {
+  (void)state;
+  resil_registry *reg = NULL;
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  resil_status st = resil_registry_load_file(
+      RESIL_SOURCE_DIR "/examples/config/upstream-instances.yaml", &reg, &err);
+  char line[1024];
+  resil_registry_error_format(&err, line, sizeof line);
+  if (st != RESIL_OK) fail_msg("%s", line);
+  assert_non_null(resil_registry_http_client(reg, "catalog"));
+  resil_registry_http_balance b;
+  assert_int_equal(resil_registry_http_client_balance(reg, "catalog", &b), RESIL_OK);
+  assert_int_equal(b.balance, RESIL_HTTP_BALANCE_P2C);
+  assert_int_equal(b.resolve_instances, 0);
+  assert_int_equal(b.listed_instances, 5);
+  assert_int_equal(b.eject_consecutive, 5);
+  assert_int_equal(b.eject_classes, RESIL_CLASS_BIT(RESIL_CLASS_NOT_SENT) |
+                                        RESIL_CLASS_BIT(RESIL_CLASS_UNKNOWN) |
+                                        RESIL_CLASS_BIT(RESIL_CLASS_SERVER_ERROR) |
+                                        RESIL_CLASS_BIT(RESIL_CLASS_HTTP_429));
+  assert_int_equal(b.eject_base_ns, RESIL_S(30));
+  assert_int_equal(b.eject_max_ns, RESIL_S(300));
+  assert_int_equal(b.eject_max_percent, 50);
+  resil_registry_recovery rec;
+  assert_int_equal(resil_registry_recovery(reg, RESIL_REG_BREAKER, "catalog", &rec), RESIL_OK);
+  assert_int_equal(rec.ramp_duration_ns, RESIL_S(30));
+  assert_int_equal(rec.ramp_min_percent, 10);
+  char nest[256];
+  resil_chain_nesting(resil_registry_chain(reg, "catalog"), nest, sizeof nest);
+  assert_string_equal(nest, "Retry(Breaker(call))");
   resil_registry_free(reg);
 }
 
@@ -844,6 +890,8 @@ static void cli_config_check_exit_codes_and_lines(void **state) {
   assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
   assert_string_equal(err, "");
   assert_non_null(strstr(out, "service-upstreams.yaml: OK: 16 instances"));
+  assert_non_null(strstr(out, "upstream-instances.yaml: OK: 4 instances (1 circuitbreaker, 1 retry, "
+                              "1 chain, 1 http_client)"));
   /* a good and a bad file: both reported, exit 2 */
   snprintf(args, sizeof args,
            "config check %s/examples/config/payments-client.yaml %s/tests/data/config/range.yaml",
@@ -877,6 +925,19 @@ static void cli_describe_config_prints_every_chain(void **state) {
   assert_non_null(strstr(out, "deadline: 3000 ms per logical call"));
   assert_non_null(strstr(out, "worst case per logical call: 3 physical attempts, 3.000 s: the deadline "
                               "(computed 6.400 s = 3 x 800 ms per attempt + 4000 ms backoff"));
+  assert_non_null(strstr(out, "  breaker \"payments\": ramp after recovery: from 10 % of calls to all "
+                              "over 20.000 s (aggression 1: linear)"));
+  /* the example of several instances: the balance, the ejection, each one */
+  snprintf(args, sizeof args, "describe --config %s/examples/config/upstream-instances.yaml",
+           RESIL_SOURCE_DIR);
+  assert_int_equal(run_tool(args, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(out, "http_client catalog: 5 instances, balance p2c\n"));
+  assert_non_null(strstr(out, "  ejection: after 5 consecutive failures (server_error, http_429, "
+                              "not_sent, unknown), for 30.000 s x its ejections so far (at most "
+                              "300.000 s"));
+  assert_non_null(strstr(out, "  instance 4: http://127.0.0.1:9082 (endpoint get_price)\n"));
+  assert_non_null(strstr(out, "  circuitbreaker catalog: ramp after recovery: from 10 % of calls "
+                              "to all over 30.000 s"));
   /* every chain; the inventory chain's retry x hedge is a warning: exit 1 */
   snprintf(args, sizeof args, "describe --config %s/examples/config/service-upstreams.yaml",
            RESIL_SOURCE_DIR);
@@ -1252,6 +1313,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(durations_and_sizes_parse_exactly),
       cmocka_unit_test(payments_example_loads_with_inheritance),
+      cmocka_unit_test(instances_example_loads_with_balance_and_ejection),
       cmocka_unit_test(every_example_loads),
       cmocka_unit_test(service_example_has_every_upstream),
       cmocka_unit_test(every_broken_file_gives_its_exact_error),

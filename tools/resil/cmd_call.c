@@ -210,6 +210,21 @@ static void usage(FILE *f) {
       "                          unknown, 5xx, 408, 425, 429. While open the call\n"
       "                          is not made: exit 7, REJECTED(circuit breaker\n"
       "                          open). E.g. --breaker window=5,min=5,wait=10s\n"
+      "                          Its ramp after recovery (DESIGN 2.9, the\n"
+      "                          registry's ramp_duration, ramp_min_percent,\n"
+      "                          ramp_aggression): ramp=DURATION (0 = none, the\n"
+      "                          default, or at least 1ms), ramp_min=PCT\n"
+      "                          (1..100, default 10), ramp_aggression=X (> 0,\n"
+      "                          default 1: linear). Once a probe closes it, it\n"
+      "                          admits ramp_min %% of the calls, then a share\n"
+      "                          growing to all over the ramp; a call not\n"
+      "                          admitted is not made: exit 7,\n"
+      "                          REJECTED(recovering). While it is HALF_OPEN or\n"
+      "                          ramping, --retry makes no retry (retries last:\n"
+      "                          the call stops after its attempt)\n"
+      "  --retry-during-recovery with --breaker: retry even while the breaker\n"
+      "                          is HALF_OPEN or ramping (the registry's\n"
+      "                          retry_during_recovery: true)\n"
       "  --instance BASE_URL     one more instance of the URL's upstream\n"
       "                          (repeatable, at most 64 with the URL's): each\n"
       "                          attempt goes to one of them, a retry to one\n"
@@ -249,7 +264,7 @@ static void usage(FILE *f) {
       "  5  answered 4xx other than 408, 425, 429: fix the request\n"
       "  6  answered 5xx, 408, 425 or 429\n"
       "  7  REJECTED: refused locally before sending (deadline too short,\n"
-      "     over --rate, or --breaker open)\n"
+      "     over --rate, --breaker open, or not admitted by its ramp)\n"
       "  8  -L: still a redirect after 5 hops, or one that cannot be followed\n");
 }
 
@@ -291,6 +306,13 @@ typedef struct call_opts {
   uint32_t br_rate_pct;
   int64_t br_wait_ns;
   uint32_t br_probes;
+  /* Its ramp after recovery (breaker.h "Ramp"): ramp=, ramp_min=,
+   * ramp_aggression=; br_ramp_ns 0: none. Ranges are the breaker's. */
+  int64_t br_ramp_ns;
+  uint32_t br_ramp_min_pct;
+  double br_ramp_aggression;
+  /* --retry-during-recovery: the retry does not watch the breaker. */
+  int retry_during_recovery;
   /* Several instances (--instance, --resolve, --balance). */
   const char **instances;     /* the --instance values, in order           */
   size_t instance_count;
@@ -392,7 +414,12 @@ static int parse_rate(call_opts *o, const char *v) {
 /* --breaker KEY=VALUE[,KEY=VALUE...]: window=N (the count window, 1..13632,
  * default 10), min=N (minimum calls, 1..window, default window), rate=PCT
  * (failure rate threshold, 1..100, default 50), wait=DURATION (OPEN wait,
- * default 60s), probes=N (HALF_OPEN calls, 1..window, default 1). An
+ * default 60s), probes=N (HALF_OPEN calls, 1..window, default 1), and the
+ * ramp after recovery, the registry's ramp_duration, ramp_min_percent and
+ * ramp_aggression: ramp=DURATION (default 0, none), ramp_min=PCT (default
+ * 10), ramp_aggression=X (default 1). A value that is not a number of its
+ * kind is refused here; the ramp's ranges are the breaker's own
+ * (resil_breaker_new, as for a registry file), reported by open_state. An
  * error names the argument and the key. */
 static int parse_breaker(call_opts *o, const char *v) {
   o->br_window = 10;
@@ -400,6 +427,9 @@ static int parse_breaker(call_opts *o, const char *v) {
   o->br_rate_pct = 50;
   o->br_wait_ns = 60 * 1000 * NS_PER_MS;
   o->br_probes = 1;
+  o->br_ramp_ns = 0;
+  o->br_ramp_min_pct = 10;
+  o->br_ramp_aggression = 1.0;
   const char *p = v;
   while (*p) {
     const char *end = strchr(p, ',');
@@ -434,6 +464,40 @@ static int parse_breaker(call_opts *o, const char *v) {
 #else
       return bad("--breaker", "%s", "wait: this resil was built without libresil-config (durations)");
 #endif
+    } else if (strcmp(key, "ramp") == 0) {
+#ifdef RESIL_HAVE_CONFIG
+      char why[160];
+      if (resil_parse_duration(val, &o->br_ramp_ns, why, sizeof why) != RESIL_OK) {
+        fprintf(stderr,
+                PROG ": --breaker: ramp: expected a duration such as 500ms, 2s or 0 (no "
+                     "ramp), got '%s'\n",
+                val);
+        return EXIT_USAGE;
+      }
+#else
+      return bad("--breaker", "%s", "ramp: this resil was built without libresil-config (durations)");
+#endif
+    } else if (strcmp(key, "ramp_min") == 0) {
+      /* A percent, "20" or "20%" as in a registry file. */
+      char *e = NULL;
+      errno = 0;
+      long long n = (*val >= '0' && *val <= '9') ? strtoll(val, &e, 10) : -1;
+      if (n >= 0 && e && *e == '%') e++;
+      if (n < 0 || errno || *e || n > UINT32_MAX) {
+        fprintf(stderr, PROG ": --breaker: ramp_min: expected a whole number (percent), got '%s'\n",
+                val);
+        return EXIT_USAGE;
+      }
+      o->br_ramp_min_pct = (uint32_t)n;
+    } else if (strcmp(key, "ramp_aggression") == 0) {
+      char *e = NULL;
+      errno = 0;
+      double d = strtod(val, &e);
+      if (errno || e == val || *e || d != d) {
+        fprintf(stderr, PROG ": --breaker: ramp_aggression: expected a number, got '%s'\n", val);
+        return EXIT_USAGE;
+      }
+      o->br_ramp_aggression = d;
     } else {
       uint32_t *dst = strcmp(key, "window") == 0   ? &o->br_window
                       : strcmp(key, "min") == 0    ? &o->br_min
@@ -442,7 +506,9 @@ static int parse_breaker(call_opts *o, const char *v) {
                                                    : NULL;
       if (!dst) {
         fprintf(stderr,
-                PROG ": --breaker: unknown key '%s' (window, min, rate, wait, probes)\n", key);
+                PROG ": --breaker: unknown key '%s' (window, min, rate, wait, probes, ramp, "
+                     "ramp_min, ramp_aggression)\n",
+                key);
         return EXIT_USAGE;
       }
       long long max = dst == &o->br_rate_pct ? 100 : 1000000;
@@ -734,6 +800,9 @@ static int parse_args(int argc, char **argv, call_opts *o) {
     } else if (strcmp(a, "--unsafe-retries") == 0) {
       o->retry_options = 1;
       o->unsafe = 1;
+    } else if (strcmp(a, "--retry-during-recovery") == 0) {
+      o->retry_options = 1;
+      o->retry_during_recovery = 1;
     } else if ((m = opt_value(argc, argv, &i, "-X", "--request", &v)) != 0) {
       if (m < 0) return EXIT_USAGE;
       if (parse_method(v, &o->method) != 0)
@@ -836,6 +905,10 @@ static int parse_args(int argc, char **argv, call_opts *o) {
     return bad("--rate", "%s", "needs --state NAME (the segment that keeps it across calls)");
   if (o->br_window && !o->state)
     return bad("--breaker", "%s", "needs --state NAME (the segment that keeps it across calls)");
+  if (o->retry_during_recovery && !o->br_window)
+    return bad("--retry-during-recovery", "%s",
+               "needs --breaker SPEC (without one no breaker is watched: retries are never "
+               "held back)");
   if (o->state_dir && !o->state) return bad("--state-dir", "%s", "needs --state NAME");
   if (o->state && !o->rate_n && !o->br_window)
     return bad("--state", "%s",
@@ -845,7 +918,8 @@ static int parse_args(int argc, char **argv, call_opts *o) {
                "a --chain's file names its own segments (its `shared:` section)");
   if (o->chain && o->retry_options)
     return bad("--chain", "%s",
-               "the chain's layers replace --retry, --backoff and --unsafe-retries");
+               "the chain's layers replace --retry, --backoff, --unsafe-retries and "
+               "--retry-during-recovery");
 #ifndef RESIL_HAVE_CONFIG
   if (o->config)
     return bad("--config", "%s", "this resil was built without libresil-config (libyaml)");
@@ -998,6 +1072,9 @@ static const char *stop_hint(const resil_outcome *o) {
     return "the deadline left no time for another attempt";
   case RESIL_STOP_MAX_ATTEMPTS:
     return "all --retry attempts made";
+  case RESIL_STOP_RECOVERING:
+    return "not retried: the --breaker is recovering (HALF_OPEN, this call its probe, or "
+           "ramping): retries last; --retry-during-recovery retries anyway";
   default:
     return NULL;
   }
@@ -1139,7 +1216,12 @@ static resil_outcome run_call(const call_opts *o, resil_retry *retry,
                 (double)took / 1e6, ib, resil_stop_name(r.stop));
       }
     }
-    if (d == RESIL_DECISION_WAIT) resil_clock_sleep_ns(NULL, delay, NULL);
+    if (d == RESIL_DECISION_WAIT) {
+      resil_clock_sleep_ns(NULL, delay, NULL);
+      /* Retries last after the wait too: a --breaker that began recovering
+       * meanwhile stops the call (RECOVERING). */
+      d = resil_retry_proceed(retry, st);
+    }
   }
   resil_outcome final = resil_retry_result(st);
   resil_retry_state_free(st);
@@ -1232,12 +1314,63 @@ static void state_fallback(void *user, const char *instance, const resil_error *
           why->msg);
 }
 
+/* --breaker's circuit breaker, in segment seg (NULL: this process's, as
+ * open_state makes to check the spec before the segment is opened). An
+ * error is reported naming the spec's key, with the breaker's own message
+ * (its ranges, the ramp's among them, as for a registry file). */
+static resil_status new_breaker(const call_opts *o, resil_shared *seg, resil_breaker **br) {
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.name = "breaker";
+  bc.window_type = RESIL_BREAKER_WINDOW_COUNT;
+  bc.window_size = o->br_window;
+  bc.minimum_calls = o->br_min;
+  bc.failure_rate_threshold_pct = o->br_rate_pct;
+  bc.open_wait_ns = o->br_wait_ns;
+  bc.half_open_permitted_calls = o->br_probes;
+  bc.ramp_duration_ns = o->br_ramp_ns;
+  bc.ramp_min_percent = o->br_ramp_min_pct;
+  bc.ramp_aggression = o->br_ramp_aggression;
+  /* half_open_max_wait_ns keeps its default (60 s): a probe whose
+   * process is killed before its result is given up then. */
+  bc.event_capacity = 0; /* no one reads this process's events */
+  bc.shared = seg;
+  resil_error err;
+  resil_status st = resil_breaker_new(&bc, br, &err);
+  if (st != RESIL_OK) {
+    /* named by the spec's key (a shared window's limit is the slot's) */
+    static const char *const keys[][2] = {{"window_size", "window"},
+                                          {"minimum_calls", "min"},
+                                          {"failure_rate_threshold_pct", "rate"},
+                                          {"open_wait_ns", "wait"},
+                                          {"half_open_permitted_calls", "probes"},
+                                          {"ramp_duration_ns", "ramp"},
+                                          {"ramp_min_percent", "ramp_min"},
+                                          {"ramp_aggression", "ramp_aggression"}};
+    const char *key = err.field, *m = err.msg;
+    size_t fl = strlen(err.field);
+    if (fl && strncmp(m, err.field, fl) == 0 && m[fl] == ':' && m[fl + 1] == ' ') m += fl + 2;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+      if (strcmp(err.field, keys[k][0]) == 0) key = keys[k][1];
+    fprintf(stderr, PROG ": --breaker: %s%s%s\n", key, *key ? ": " : "", m);
+  }
+  return st;
+}
+
 /* --state: the segment (created if needed) and the policies kept in it;
  * the command line is the truth, as a registry file is (replace_differing).
  * A segment that cannot be used falls back to per-call state with a
  * warning. Returns 0, EXIT_USAGE or EXIT_LOCAL (reported). */
 static int open_state(const call_opts *o, resil_shared **seg, resil_ratelimiter **rate,
                       resil_breaker **br) {
+  resil_status st;
+  if (o->br_window) {
+    /* The spec checked first, so that a bad one creates no segment. */
+    if ((st = new_breaker(o, NULL, br)) != RESIL_OK)
+      return st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
+    resil_breaker_free(*br);
+    *br = NULL;
+  }
   resil_shared_config sc;
   resil_shared_config_init(&sc);
   sc.name = o->state;
@@ -1245,7 +1378,7 @@ static int open_state(const call_opts *o, resil_shared **seg, resil_ratelimiter 
   sc.replace_differing = 1;
   sc.on_fallback = state_fallback;
   resil_error err;
-  resil_status st = resil_shared_open(&sc, seg, &err);
+  st = resil_shared_open(&sc, seg, &err);
   if (st != RESIL_OK) {
     const char *m = err.msg;
     size_t fl = strlen(err.field);
@@ -1267,36 +1400,8 @@ static int open_state(const call_opts *o, resil_shared **seg, resil_ratelimiter 
       return st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
     }
   }
-  if (o->br_window) {
-    resil_breaker_config bc;
-    resil_breaker_config_init(&bc);
-    bc.name = "breaker";
-    bc.window_type = RESIL_BREAKER_WINDOW_COUNT;
-    bc.window_size = o->br_window;
-    bc.minimum_calls = o->br_min;
-    bc.failure_rate_threshold_pct = o->br_rate_pct;
-    bc.open_wait_ns = o->br_wait_ns;
-    bc.half_open_permitted_calls = o->br_probes;
-    /* half_open_max_wait_ns keeps its default (60 s): a probe whose
-     * process is killed before its result is given up then. */
-    bc.event_capacity = 0; /* no one reads this process's events */
-    bc.shared = *seg;
-    if ((st = resil_breaker_new(&bc, br, &err)) != RESIL_OK) {
-      /* named by the spec's key (a shared window's limit is the slot's) */
-      static const char *const keys[][2] = {{"window_size", "window"},
-                                            {"minimum_calls", "min"},
-                                            {"failure_rate_threshold_pct", "rate"},
-                                            {"open_wait_ns", "wait"},
-                                            {"half_open_permitted_calls", "probes"}};
-      const char *key = err.field, *m = err.msg;
-      size_t fl = strlen(err.field);
-      if (fl && strncmp(m, err.field, fl) == 0 && m[fl] == ':' && m[fl + 1] == ' ') m += fl + 2;
-      for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
-        if (strcmp(err.field, keys[k][0]) == 0) key = keys[k][1];
-      fprintf(stderr, PROG ": --breaker: %s%s%s\n", key, *key ? ": " : "", m);
-      return st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
-    }
-  }
+  if (o->br_window && (st = new_breaker(o, *seg, br)) != RESIL_OK)
+    return st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
   return 0;
 }
 
@@ -1377,6 +1482,11 @@ int resil_cmd_call(int argc, char **argv) {
   }
   rcfg.respect_retry_after = !o.fixed_backoff || o.initial_wait_ns > 0;
   rcfg.unsafe_retry_non_idempotent = o.unsafe;
+  /* Retries last (DESIGN §2.9), the registry's default: the retry watches
+   * the --breaker around it and makes no retry while it is HALF_OPEN (this
+   * invocation is its probe) or ramping, unless --retry-during-recovery. */
+  rcfg.recovery_breaker = br;
+  rcfg.retry_during_recovery = o.retry_during_recovery;
   if (!o.chain && (st = resil_retry_new(&rcfg, &retry, &err)) != RESIL_OK) {
     fprintf(stderr, PROG ": %s: %s\n", st == RESIL_EINVAL ? "--backoff" : "retry", err.msg);
     rc = st == RESIL_EINVAL ? EXIT_USAGE : EXIT_LOCAL;
@@ -1470,8 +1580,10 @@ int resil_cmd_call(int argc, char **argv) {
   resil_breaker_permit permit;
   int held = 0, made = 0;
   int64_t t0 = 0;
-  if (br && resil_breaker_try_acquire(br, &permit) != RESIL_DECISION_GO) {
-    fin = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_BREAKER_OPEN);
+  resil_reason refusal = RESIL_REASON_BREAKER_OPEN;
+  if (br && resil_breaker_try_acquire_why(br, &permit, &refusal) != RESIL_DECISION_GO) {
+    /* BREAKER_OPEN, or RECOVERING: its ramp did not admit this call */
+    fin = resil_outcome_make(RESIL_REJECTED, refusal);
   } else {
     held = br != NULL;
     if (rate && resil_ratelimiter_acquire(rate, 1, NULL, &why) != RESIL_DECISION_GO) {
