@@ -1180,6 +1180,22 @@ resil_status resil_http_client_instance_stats_sized(const resil_http_client *cc,
   return RESIL_OK;
 }
 
+int resil__http_instance_labels(const resil_http_client *cc, size_t idx, char *inst,
+                                size_t ni, char *up, size_t nu) {
+  resil_http_client *c = (resil_http_client *)cc;
+  if (idx >= atomic_load_explicit(&c->nall, memory_order_acquire)) return -1;
+  const http_inst *i = c->all[idx];
+  const char *at = i->g->resolve ? strrchr(i->label, '@') : NULL;
+  size_t bl = at ? (size_t)(at - i->label) : strlen(i->label);
+  resil__redact_excerpt(inst, ni, i->label, bl, RESIL__REDACT_URL, NULL);
+  if (at) {
+    size_t used = strlen(inst);
+    snprintf(inst + used, ni - used, "%s", at);
+  }
+  resil__redact_excerpt(up, nu, i->g->name, strlen(i->g->name), RESIL__REDACT_URL, NULL);
+  return 0;
+}
+
 const http_endpoint *resil__http_find_endpoint(const resil_http_client *c,
                                                const char *name) {
   for (size_t i = 0; i < c->neps; i++)

@@ -4,6 +4,8 @@
 #include "resil/http.h"
 #include "resil/metrics.h"
 
+#include "client_int.h"
+
 static const resil_metric_family http_fams[] = {
     {"resil_http_client_requests_total", RESIL_METRIC_COUNTER, "Logical calls (requests) created."},
     {"resil_http_client_attempts_total", RESIL_METRIC_COUNTER,
@@ -50,8 +52,14 @@ static resil_status http_snapshot(const void *obj, void *snap) {
   size_t n = resil_http_client_instance_count(c);
   if (n > HTTP_METRIC_INSTANCES) n = HTTP_METRIC_INSTANCES;
   h->ninst = 0;
-  for (size_t i = 0; i < n; i++)
-    if (resil_http_client_instance_stats(c, i, &h->inst[h->ninst]) == RESIL_OK) h->ninst++;
+  /* The labels redacted: a base URL may carry a password. */
+  for (size_t i = 0; i < n; i++) {
+    resil_http_instance_stats *s = &h->inst[h->ninst];
+    if (resil_http_client_instance_stats(c, i, s) == RESIL_OK &&
+        resil__http_instance_labels(c, i, s->instance, sizeof s->instance, s->upstream,
+                                    sizeof s->upstream) == 0)
+      h->ninst++;
+  }
   return RESIL_OK;
 }
 

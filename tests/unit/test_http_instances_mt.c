@@ -170,6 +170,50 @@ static void round_robin_takes_each_instance_in_turn(void **state) {
   for (int i = 0; i < 3; i++) resil_fixture_stop(f[i]);
 }
 
+/* An instance's base URL may carry a password: its metric labels are
+ * redacted as the HTTP log redacts a URL (userinfo, secret-looking query
+ * values), the upstream's too, and a resolved name's "@address" stays.
+ * The stats keep the URL as given (the caller's own). */
+static void instance_metrics_never_show_a_password(void **state) {
+  (void)state;
+  setup s = {.urls = {"http://user:s3cret@127.0.0.1:1", "http://127.0.0.1:2/a\"b\\c"},
+             .eject = 5, .pct = 50};
+  resil_http_client *c = client_of(&s);
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = eps;
+  cfg.endpoint_count = NEPS;
+  cfg.base_url = "http://u2:pw2@127.0.0.1:3"; /* a numeric host: one address */
+  cfg.resolve_instances = 1;
+  resil_http_client *rc = NULL;
+  resil_error err;
+  if (resil_http_client_new(&cfg, &rc, &err) != RESIL_OK) fail_msg("client: %s", err.msg);
+  assert_string_equal(st_of(c, 0).instance, "http://user:s3cret@127.0.0.1:1");
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "up", c));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "rs", rc));
+  char *text = NULL;
+  size_t tlen = 0;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, &tlen));
+  if (strstr(text, "s3cret") || strstr(text, "pw2")) fail_msg("a password in\n%s", text);
+  const char *want[] = {
+      "resil_http_instance_state{name=\"up\",upstream=\"http://[REDACTED]@127.0.0.1:1\","
+      "instance=\"http://[REDACTED]@127.0.0.1:1\"} 0\n",
+      "resil_http_instance_state{name=\"up\",upstream=\"http://[REDACTED]@127.0.0.1:1\","
+      "instance=\"http://127.0.0.1:2/a\\\"b\\\\c\"} 0\n",
+      "resil_http_instance_state{name=\"rs\",upstream=\"http://[REDACTED]@127.0.0.1:3\","
+      "instance=\"http://[REDACTED]@127.0.0.1:3@127.0.0.1\"} 0\n"};
+  for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+    if (!strstr(text, want[k])) fail_msg("missing: %s in\n%s", want[k], text);
+  resil_metrics_text_free(m, text);
+  resil_metrics_remove(m, c);
+  resil_metrics_remove(m, rc);
+  resil_metrics_free(m);
+  resil_http_client_free(rc);
+  resil_http_client_free(c);
+}
+
 /* A pool of one slot per instance keeps one connection to each: a slot
  * that holds none to the chosen instance is not the one just used for
  * another (that would reconnect at every change of instance). */
@@ -882,6 +926,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_resolved_names_addresses_are_instances),
       cmocka_unit_test(round_robin_takes_each_instance_in_turn),
+      cmocka_unit_test(instance_metrics_never_show_a_password),
       cmocka_unit_test(both_choices_spread_calls_over_every_instance),
       cmocka_unit_test(each_instance_keeps_its_connection_in_the_pool),
       cmocka_unit_test(not_sent_attempts_move_to_an_untried_instance),
