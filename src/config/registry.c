@@ -903,14 +903,15 @@ static yaml_node_t *map_get(lctx *c, yaml_node_t *m, const char *key) {
 
 /* ---- values ----------------------------------------------------------------------- */
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
-  if (!s || !isdigit((unsigned char)*s)) return -1;
+/* The decimal number s[0..len), nothing else, at most max. */
+static int parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out) {
+  if (!s || len == 0) return -1;
   uint64_t v = 0;
-  for (; isdigit((unsigned char)*s); s++) {
-    if (v > (UINT64_MAX - 9) / 10) return -1;
-    v = v * 10 + (uint64_t)(*s - '0');
+  for (size_t i = 0; i < len; i++) {
+    if (!isdigit((unsigned char)s[i]) || v > (UINT64_MAX - 9) / 10) return -1;
+    v = v * 10 + (uint64_t)(s[i] - '0');
   }
-  if (*s || v > max) return -1;
+  if (v > max) return -1;
   *out = v;
   return 0;
 }
@@ -993,12 +994,11 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
   switch (f->type) {
   case F_U32:
   case F_PCT: {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%s", s);
-    size_t l = strlen(buf);
-    if (f->type == F_PCT && l && buf[l - 1] == '%') buf[l - 1] = 0;
+    /* Read whole: a copy into a fixed buffer cut a long value short. */
+    size_t l = strlen(s);
+    if (f->type == F_PCT && l && s[l - 1] == '%') l--;
     uint64_t x;
-    if (parse_u64(buf, UINT32_MAX, &x))
+    if (parse_u64(s, l, UINT32_MAX, &x))
       return fail_at(c, v, path, "expected a whole number 0..4294967295%s, got '%s'",
                      f->type == F_PCT ? " (percent)" : "", s);
     uint32_t u = (uint32_t)x;
