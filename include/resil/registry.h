@@ -130,7 +130,9 @@
  *
  * Many instances of an upstream (Since 0.2; http.h, "Many instances",
  * DESIGN §8.4): a client takes `instances`, a list of base URLs, instead of
- * base_url (both is an error naming the two), or `resolve_instances: true`
+ * base_url (both in one mapping is an error naming the two; either one
+ * replaces the other inherited from a config: the instance's over its
+ * base_config's, that over the default's), or `resolve_instances: true`
  * with base_url (its host name's every address is an instance), and the
  * keys resolve_interval (1s..1d, default 30s), balance (p2c | round_robin;
  * default p2c), eject_consecutive (0..1000, 0 never ejects; default 5),

@@ -1312,6 +1312,22 @@ static resil_status apply_map(lctx *c, spec *s, yaml_node_t *m, const char *path
     }
     s->src[fi] = (uint8_t)src;
     s->src_node[fi] = v;
+#ifdef RESIL_CONFIG_HTTP
+    /* A client's upstream is base_url or instances (registry.h: "instead
+     * of"): one given here replaces the other inherited from a config;
+     * both in one mapping stay the client's error. */
+    if (s->kind == RESIL_REG_HTTP_CLIENT &&
+        (strcmp(key, "base_url") == 0 || strcmp(key, "instances") == 0)) {
+      const char *other = key[0] == 'b' ? "instances" : "base_url";
+      for (size_t i = 0; i < kd->nfields; i++)
+        if (strcmp(kd->fields[i].key, other) == 0 && s->src[i] != SRC_NONE && s->src[i] < src) {
+          const char *none = NULL;
+          memcpy((unsigned char *)&s->cfg + kd->fields[i].off, &none, sizeof none);
+          s->src[i] = SRC_NONE;
+          s->src_node[i] = NULL;
+        }
+    }
+#endif
   }
   return RESIL_OK;
 }

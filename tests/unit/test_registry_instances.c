@@ -121,6 +121,42 @@ static void the_defaults_are_the_clients(void **state) {
   resil_registry_free(reg);
 }
 
+/* registry.h: a client takes `instances` "instead of base_url": an
+ * instance's own list replaces a base_url it inherits (a default or base
+ * config), and its own base_url replaces an inherited list; both in one
+ * mapping stay an error. */
+static void an_instances_upstream_replaces_an_inherited_one(void **state) {
+  (void)state;
+  resil_registry *reg = load_ok("http_client:\n"
+                                "  configs:\n"
+                                "    default: {base_url: \"http://127.0.0.1:9000\"}\n"
+                                "    fleet: {instances: [\"http://127.0.0.1:9001\", "
+                                "\"http://127.0.0.1:9002\"]}\n"
+                                "  instances:\n"
+                                "    one: {endpoints: {get: {path: /x}}}\n"
+                                "    two:\n"
+                                "      instances: [\"http://127.0.0.1:9001\", "
+                                "\"http://127.0.0.1:9002\"]\n"
+                                "      endpoints: {get: {path: /x}}\n"
+                                "    three: {base_config: fleet, base_url: \"http://127.0.0.1:9003\",\n"
+                                "            endpoints: {get: {path: /x}}}\n");
+  assert_int_equal(resil_http_client_instance_count(resil_registry_http_client(reg, "one")), 0);
+  assert_int_equal(resil_http_client_instance_count(resil_registry_http_client(reg, "two")), 2);
+  assert_int_equal(resil_http_client_instance_count(resil_registry_http_client(reg, "three")), 0);
+  resil_registry_free(reg);
+  const char *both = "http_client:\n"
+                     "  instances:\n"
+                     "    two:\n"
+                     "      base_url: \"http://127.0.0.1:9000\"\n"
+                     "      instances: [\"http://127.0.0.1:9001\"]\n"
+                     "      endpoints: {get: {path: /x}}\n";
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  reg = NULL;
+  assert_status(RESIL_EINVAL, resil_registry_load_string(both, strlen(both), "i.yaml", &reg, &err));
+  assert_string_equal(err.key_path, "http_client.instances.two.instances");
+}
+
 /* A reload of the same file keeps the client (its pool, its instances'
  * figures); another list of instances, or an item changed, replaces it. */
 static void a_reload_keeps_the_same_instances_and_replaces_others(void **state) {
@@ -454,6 +490,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_client_and_an_endpoint_with_instances_load),
       cmocka_unit_test(the_defaults_are_the_clients),
+      cmocka_unit_test(an_instances_upstream_replaces_an_inherited_one),
       cmocka_unit_test(a_reload_keeps_the_same_instances_and_replaces_others),
       cmocka_unit_test(describe_lists_a_clients_instances_and_settings),
       cmocka_unit_test(every_bad_value_names_its_key_range_and_line),
