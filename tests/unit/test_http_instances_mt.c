@@ -214,6 +214,49 @@ static void instance_metrics_never_show_a_password(void **state) {
   resil_http_client_free(c);
 }
 
+/* Every instance has its series, an endpoint's own too: the client's 64
+ * and an endpoint's 2 (the snapshot held the first 64 only, so an
+ * endpoint's instances after a full client list had none). */
+static void every_instance_has_its_metrics(void **state) {
+  (void)state;
+  char urls[66][32];
+  const char *mine[65], *its[3];
+  for (int i = 0; i < 66; i++) snprintf(urls[i], sizeof urls[i], "http://127.0.0.1:%d", 1 + i);
+  for (int i = 0; i < 64; i++) mine[i] = urls[i];
+  mine[64] = NULL;
+  its[0] = urls[64];
+  its[1] = urls[65];
+  its[2] = NULL;
+  resil_http_endpoint ep[2] = {RESIL_HTTP_ENDPOINT(.name = "item", .path = "/items/1"),
+                               RESIL_HTTP_ENDPOINT(.name = "ledger", .path = "/ledger")};
+  ep[1].instances = its;
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.instances = mine;
+  cfg.endpoints = ep;
+  cfg.endpoint_count = 2;
+  resil_http_client *c = NULL;
+  resil_error err;
+  if (resil_http_client_new(&cfg, &c, &err) != RESIL_OK) fail_msg("client: %s", err.msg);
+  assert_int_equal(resil_http_client_instance_count(c), 66);
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "up", c));
+  char *text = NULL;
+  size_t tlen = 0;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, &tlen));
+  int n = 0;
+  for (const char *q = text; (q = strstr(q, "resil_http_instance_state{")) != NULL; q++) n++;
+  assert_int_equal(n, 66);
+  const char *want = "resil_http_instance_attempts_total{name=\"up\",upstream=\"ledger\","
+                     "instance=\"http://127.0.0.1:66\",outcome=\"answered\"} 0\n";
+  if (!strstr(text, want)) fail_msg("missing: %s", want);
+  resil_metrics_text_free(m, text);
+  resil_metrics_remove(m, c);
+  resil_metrics_free(m);
+  resil_http_client_free(c);
+}
+
 /* A pool of one slot per instance keeps one connection to each: a slot
  * that holds none to the chosen instance is not the one just used for
  * another (that would reconnect at every change of instance). */
@@ -927,6 +970,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(a_resolved_names_addresses_are_instances),
       cmocka_unit_test(round_robin_takes_each_instance_in_turn),
       cmocka_unit_test(instance_metrics_never_show_a_password),
+      cmocka_unit_test(every_instance_has_its_metrics),
       cmocka_unit_test(both_choices_spread_calls_over_every_instance),
       cmocka_unit_test(each_instance_keeps_its_connection_in_the_pool),
       cmocka_unit_test(not_sent_attempts_move_to_an_untried_instance),
