@@ -539,6 +539,48 @@ static void an_instance_back_from_ejection_ramps_up(void **state) {
   resil_fixture_stop(good);
 }
 
+/* While the only live instance ramps, an ejected one gets nothing: the
+ * ramp shares the choices among live instances, it does not hand the
+ * calls it declines to an instance that is out (the choice's last resort
+ * took every instance not gone, the ejected one included: about 40 % of
+ * the calls went to it). */
+static void an_ejected_instance_gets_nothing_while_the_other_ramps(void **state) {
+  (void)state;
+  resil_fixture *good = fx_start();
+  resil_fixture *back = fx_start();
+  uint16_t port = resil_fixture_port(back);
+  char url[64], gurl[64];
+  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
+  snprintf(gurl, sizeof gurl, "%s", resil_fixture_url(good));
+  resil_fixture_stop(back);
+  setup s = {.urls = {url, gurl}, .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 1,
+             .base_ns = 300 * INT64_C(1000000), .pct = 50, .ramp_ns = 60 * INT64_C(1000000000)};
+  resil_http_client *c = client_of(&s);
+  resil_retry *rt = retry_n(2);
+  while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_OUT) get_ok(c, rt);
+  resil_fixture_config fc;
+  resil_fixture_config_init(&fc);
+  fc.port = port;
+  char eb[256];
+  if (resil_fixture_start(&fc, &back, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
+  sleep_ms(340);
+  while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_HEALTHY) get_ok(c, rt);
+  assert_true(st_of(c, 0).ramp_share < 0.2); /* ramping: 60 s from 10 % */
+  /* The other one goes away and is ejected (one failure). */
+  resil_fixture_stop(good);
+  while (st_of(c, 1).state != RESIL_HTTP_INSTANCE_OUT) (void)call_p(c, "item", NULL, KV("id", "1"));
+  int failed = 0;
+  for (int k = 0; k < 20; k++) {
+    resil_outcome o = call_p(c, "item", NULL, KV("id", "1"));
+    failed += !resil_outcome_is_success(&o);
+  }
+  assert_int_equal(st_of(c, 1).state, RESIL_HTTP_INSTANCE_OUT); /* still out: the test holds */
+  assert_int_equal(failed, 0);
+  resil_retry_free(rt);
+  resil_http_client_free(c);
+  resil_fixture_stop(back);
+}
+
 /* Every instance fails: at most the share is out, never all of them, even
  * at 100 %; the choice then uses what is left. */
 static void the_cap_and_the_last_instance_are_never_ejected(void **state) {
@@ -977,6 +1019,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(consecutive_failures_eject_probe_and_eject_again_for_longer),
       cmocka_unit_test(a_probe_that_succeeds_returns_the_instance),
       cmocka_unit_test(an_instance_back_from_ejection_ramps_up),
+      cmocka_unit_test(an_ejected_instance_gets_nothing_while_the_other_ramps),
       cmocka_unit_test(the_cap_and_the_last_instance_are_never_ejected),
       cmocka_unit_test(a_status_query_goes_to_another_instance),
       cmocka_unit_test(the_engine_moves_not_sent_attempts_and_hedges_elsewhere),
