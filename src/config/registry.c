@@ -974,6 +974,15 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
                      "\"http://10.0.0.2:8080\"], got %s",
                      node_type_name(v));
     size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    /* A bound before the copy, as for classes: a list in a config or an
+     * anchor is copied and walked once per instance that takes it, and the
+     * client checks the count (1..64) only after. 4 x 64 leaves the exact
+     * error to the client for any list a person could mean. */
+    if (n > 4 * 64)
+      return fail_at(c, v, path,
+                     "at most %d base URLs in a list (an upstream has at most 64 instances), "
+                     "got %zu",
+                     4 * 64, n);
     const char **list = lctx_alloc(c, (n + 1) * sizeof *list);
     if (!list) return RESIL_ENOMEM;
     for (size_t i = 0; i < n; i++) {
