@@ -520,6 +520,10 @@ typedef struct resil_registry_http_balance {
   uint32_t eject_max_percent;
   uint32_t listed_instances;   /* base URLs the file lists: the client's
                                   `instances` and its endpoints' together */
+  /* The ramp of an instance back from ejection (instance_ramp: 0 none). */
+  int64_t instance_ramp_ns;
+  uint32_t instance_ramp_min_percent;
+  double instance_ramp_aggression;
 } resil_registry_http_balance;
 /* Writes them into *out up to struct_size (use the macro). RESIL_OK;
  * RESIL_EMISUSE (NULL registry); RESIL_EINVAL (NULL name or out, or no

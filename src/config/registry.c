@@ -2172,6 +2172,9 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
         hb->eject_base_ns = s->cfg.hc.eject_base_ns;
         hb->eject_max_ns = s->cfg.hc.eject_max_ns;
         hb->eject_max_percent = s->cfg.hc.eject_max_percent;
+        hb->instance_ramp_ns = s->cfg.hc.instance_ramp_ns;
+        hb->instance_ramp_min_percent = s->cfg.hc.instance_ramp_min_percent;
+        hb->instance_ramp_aggression = s->cfg.hc.instance_ramp_aggression;
         for (size_t j = 0; s->cfg.hc.instances && s->cfg.hc.instances[j]; j++)
           hb->listed_instances++;
         for (size_t k = 0; k < s->neps; k++)

@@ -116,6 +116,9 @@ static void the_defaults_are_the_clients(void **state) {
   assert_int_equal(b.eject_max_ns, d.eject_max_ns);
   assert_int_equal(b.eject_max_percent, d.eject_max_percent);
   assert_int_equal(b.resolve_interval_ns, d.resolve_interval_ns);
+  assert_int_equal(b.instance_ramp_ns, d.instance_ramp_ns);
+  assert_int_equal(b.instance_ramp_min_percent, d.instance_ramp_min_percent);
+  assert_true(b.instance_ramp_aggression == d.instance_ramp_aggression);
   assert_int_equal(b.listed_instances, 2);
   assert_int_equal(resil_http_client_instance_count(resil_registry_http_client(reg, "two")), 2);
   resil_registry_free(reg);
@@ -241,6 +244,8 @@ static void describe_lists_a_clients_instances_and_settings(void **state) {
       "  ejection: after 3 consecutive failures (server_error, not_sent), for 2.000 s x its "
       "ejections so far (at most 20.000 s, + 0..10 % jitter); at most 34 % of the instances "
       "out, never the last\n",
+      "  back from ejection: ramps from 20 % of the choices to all over 2.000 s (aggression "
+      "1.5: faster at first)\n",
       "  instance 0: http://[REDACTED]@127.0.0.1:9001 (the client's)\n",
       "  instance 2: http://127.0.0.1:9003 (the client's)\n",
       "  instance 3: http://127.0.0.1:9101 (endpoint ledger)\n",
