@@ -33,6 +33,8 @@ static const resil_metric_family http_fams[] = {
      "Ejections the cap on the share of instances out refused."},
     {"resil_http_instance_attempts_total", RESIL_METRIC_COUNTER,
      "Attempts that went to an instance, by outcome."},
+    {"resil_http_instance_ramp_ratio", RESIL_METRIC_GAUGE,
+     "An instance's share of the choices now: 1, or its ramp's share back from ejection."},
 };
 
 /* What one scrape reads: the client's counters, and the client itself
@@ -78,6 +80,7 @@ static void inst_emit(const http_snap *h, size_t f, resil_metrics_emitter *e) {
       inst_sample(e, i, (double)i->outcomes[RESIL_ANSWERED], "answered");
       inst_sample(e, i, (double)i->outcomes[RESIL_REJECTED], "rejected");
       break;
+    case 15: inst_sample(e, i, i->ramp_share, NULL); break;
     default: break;
     }
   }

@@ -566,6 +566,28 @@ static void an_ejected_instance_gets_nothing_while_the_other_ramps(void **state)
   sleep_ms(340);
   while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_HEALTHY) get_ok(c, rt);
   assert_true(st_of(c, 0).ramp_share < 0.2); /* ramping: 60 s from 10 % */
+  /* Its share is a metric (DESIGN 2.9), 1 for the other. */
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "up", c));
+  char *text = NULL;
+  size_t tlen = 0;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, &tlen));
+  char want[256];
+  snprintf(want, sizeof want,
+           "resil_http_instance_ramp_ratio{name=\"up\",upstream=\"%s\",instance=\"%s\"} ", url,
+           url);
+  const char *at = strstr(text, want);
+  if (!at) fail_msg("missing: %s in\n%s", want, text);
+  double r0 = strtod(at + strlen(want), NULL);
+  assert_true(r0 > 0.09 && r0 < 0.2);
+  snprintf(want, sizeof want,
+           "resil_http_instance_ramp_ratio{name=\"up\",upstream=\"%s\",instance=\"%s\"} 1\n", url,
+           gurl);
+  if (!strstr(text, want)) fail_msg("missing: %s in\n%s", want, text);
+  resil_metrics_text_free(m, text);
+  resil_metrics_remove(m, c);
+  resil_metrics_free(m);
   /* The other one goes away and is ejected (one failure). */
   resil_fixture_stop(good);
   while (st_of(c, 1).state != RESIL_HTTP_INSTANCE_OUT) (void)call_p(c, "item", NULL, KV("id", "1"));
