@@ -223,6 +223,10 @@ static void describe_lists_a_clients_instances_and_settings(void **state) {
   fprintf(f, "http://u:s3cret@%s", p + strlen("http://"));
   fputs("    one:\n"
         "      base_url: http://127.0.0.1:9\n"
+        "      endpoints: {get: {path: /x}}\n"
+        "    none:\n"
+        "      instances: [\"http://127.0.0.1:9201\", \"http://127.0.0.1:9202\"]\n"
+        "      eject_classes: []\n"
         "      endpoints: {get: {path: /x}}\n",
         f);
   assert_int_equal(fclose(f), 0);
@@ -250,6 +254,9 @@ static void describe_lists_a_clients_instances_and_settings(void **state) {
       "  instance 2: http://127.0.0.1:9003 (the client's)\n",
       "  instance 3: http://127.0.0.1:9101 (endpoint ledger)\n",
       "  instance 4: http://127.0.0.1:9102 (endpoint ledger)\n",
+      /* no class counts: nothing ejects (it said "failures ()") */
+      "\nhttp_client none: 2 instances, balance p2c\n"
+      "  ejection: never (eject_classes empty)\n",
   };
   for (size_t i = 0; i < sizeof want / sizeof *want; i++)
     if (!strstr(text, want[i])) fail_msg("'%s' not in:\n%s", want[i], text);

@@ -347,6 +347,8 @@ static void print_instances(resil_registry *reg, const char *name) {
     printf("  resolved again every %.3f s\n", (double)b.resolve_interval_ns / 1e9);
   if (b.eject_consecutive == 0)
     printf("  ejection: never (eject_consecutive 0)\n");
+  else if (b.eject_classes == 0)
+    printf("  ejection: never (eject_classes empty)\n");
   else
     printf("  ejection: after %u consecutive failures (%s), for %.3f s x its ejections so far "
            "(at most %.3f s, + 0..10 %% jitter); at most %u %% of the instances out, never "
