@@ -504,9 +504,8 @@ RESIL_API resil_status resil_registry_http_client_timeouts_sized(
   resil_registry_http_client_timeouts_sized((reg), (name), (out),              \
                                             sizeof(resil_registry_http_timeouts))
 /* How http_client `name` chooses among its instances, ejects them and
- * ramps them back, as
- * the file resolved it (a sized struct; http.h, "Many instances"): for
- * `resil describe --config`. The values are the client config's (its
+ * ramps them back, as the file resolved it (a sized struct; http.h, "Many
+ * instances"): for `resil describe --config`. The values are the client config's (its
  * defaults where the file says nothing), read even when the client has one
  * instance (then nothing is chosen or ejected). Since 0.2. */
 typedef struct resil_registry_http_balance {
