@@ -1035,6 +1035,11 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
     char *end;
     errno = 0;
     double d = strtod(s, &end);
+    if (errno == ERANGE && end != s && !*end)
+      return fail_at(c, v, path,
+                     "'%s' is out of a number's range (a double: magnitudes from about "
+                     "2.2e-308 to 1.8e308)",
+                     s);
     if (errno || end == s || *end || d != d)
       return fail_at(c, v, path, "expected a number, got '%s'", s);
     memcpy(dst, &d, sizeof d);
