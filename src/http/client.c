@@ -191,7 +191,7 @@ static resil_status check_instances(const char *const *list, const char *field,
   while (list[n]) n++;
   if (n < 1 || n > HTTP_MAX_INSTANCES)
     return resil__err(err, RESIL_EINVAL, field,
-                      "must list 1..%u base URLs (NULL-terminated), got %zu",
+                      "must list 1..%u base URLs, got %zu",
                       (unsigned)HTTP_MAX_INSTANCES, n);
   for (size_t i = 0; i < n; i++) {
     char key[300];

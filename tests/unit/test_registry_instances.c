@@ -319,7 +319,8 @@ static void every_bad_value_names_its_key_range_and_line(void **state) {
       E(LIST "      eject_classes: [success]\n", "eject_classes", 5, 22, "eject_classes"),
       E("      instances: [\"http://127.0.0.1:9001\", \"ftp://127.0.0.1:9002\"]\n",
        "instances[1]", 4, 44, "instances"),
-      E("      instances: []\n", "instances", 4, 18, "instances"),
+      /* the C API's "(NULL-terminated)" is no help in a file */
+      E("      instances: []\n", "instances", 4, 18, "must list 1..64 base URLs, got 0"),
       /* the instance ramp (DESIGN 2.9): its keys reach the client's checks */
       R(LIST "      instance_ramp: 500us\n", "instance_ramp", 5, 22, "instance_ramp", 0,
         INT64_MAX, RESIL_MS(1) / 2),
