@@ -808,7 +808,10 @@ RESIL_API resil_status resil_http_client_get_stats_sized(const resil_http_client
  * instance of an upstream with several (resil_http_client_instance_stats):
  * resil_http_instance_in_flight{name,upstream,instance},
  * _state{...} (0 healthy, 1 out, 2 probing, 3 gone), _ejections_total,
- * _ejections_skipped_total, _attempts_total{...,outcome}. The client is
+ * _ejections_skipped_total, _attempts_total{...,outcome}, _ramp_ratio{...}
+ * (its share of the choices: 1, or its ramp's back from ejection); upstream
+ * and instance are the stats' URLs redacted as the HTTP log redacts a URL
+ * (userinfo and secret-looking query values replaced). The client is
  * borrowed: remove it (resil_metrics_remove) before freeing it. Part of
  * libresil-http. Same statuses as resil_metrics_add_source. Since 0.2. */
 typedef struct resil_metrics resil_metrics;

@@ -130,7 +130,9 @@
  *
  * Many instances of an upstream (Since 0.2; http.h, "Many instances",
  * DESIGN §8.4): a client takes `instances`, a list of base URLs, instead of
- * base_url (both is an error naming the two), or `resolve_instances: true`
+ * base_url (both in one mapping is an error naming the two; either one
+ * replaces the other inherited from a config: the instance's over its
+ * base_config's, that over the default's), or `resolve_instances: true`
  * with base_url (its host name's every address is an instance), and the
  * keys resolve_interval (1s..1d, default 30s), balance (p2c | round_robin;
  * default p2c), eject_consecutive (0..1000, 0 never ejects; default 5),
@@ -505,9 +507,9 @@ RESIL_API resil_status resil_registry_http_client_timeouts_sized(
 #define resil_registry_http_client_timeouts(reg, name, out)                    \
   resil_registry_http_client_timeouts_sized((reg), (name), (out),              \
                                             sizeof(resil_registry_http_timeouts))
-/* How http_client `name` chooses among its instances and ejects them, as
- * the file resolved it (a sized struct; http.h, "Many instances"): for
- * `resil describe --config`. The values are the client config's (its
+/* How http_client `name` chooses among its instances, ejects them and
+ * ramps them back, as the file resolved it (a sized struct; http.h, "Many
+ * instances"): for `resil describe --config`. The values are the client config's (its
  * defaults where the file says nothing), read even when the client has one
  * instance (then nothing is chosen or ejected). Since 0.2. */
 typedef struct resil_registry_http_balance {
@@ -522,6 +524,10 @@ typedef struct resil_registry_http_balance {
   uint32_t eject_max_percent;
   uint32_t listed_instances;   /* base URLs the file lists: the client's
                                   `instances` and its endpoints' together */
+  /* The ramp of an instance back from ejection (instance_ramp: 0 none). */
+  int64_t instance_ramp_ns;
+  uint32_t instance_ramp_min_percent;
+  double instance_ramp_aggression;
 } resil_registry_http_balance;
 /* Writes them into *out up to struct_size (use the macro). RESIL_OK;
  * RESIL_EMISUSE (NULL registry); RESIL_EINVAL (NULL name or out, or no

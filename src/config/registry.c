@@ -903,14 +903,15 @@ static yaml_node_t *map_get(lctx *c, yaml_node_t *m, const char *key) {
 
 /* ---- values ----------------------------------------------------------------------- */
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
-  if (!s || !isdigit((unsigned char)*s)) return -1;
+/* The decimal number s[0..len), nothing else, at most max. */
+static int parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out) {
+  if (!s || len == 0) return -1;
   uint64_t v = 0;
-  for (; isdigit((unsigned char)*s); s++) {
-    if (v > (UINT64_MAX - 9) / 10) return -1;
-    v = v * 10 + (uint64_t)(*s - '0');
+  for (size_t i = 0; i < len; i++) {
+    if (!isdigit((unsigned char)s[i]) || v > (UINT64_MAX - 9) / 10) return -1;
+    v = v * 10 + (uint64_t)(s[i] - '0');
   }
-  if (*s || v > max) return -1;
+  if (v > max) return -1;
   *out = v;
   return 0;
 }
@@ -973,6 +974,15 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
                      "\"http://10.0.0.2:8080\"], got %s",
                      node_type_name(v));
     size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    /* A bound before the copy, as for classes: a list in a config or an
+     * anchor is copied and walked once per instance that takes it, and the
+     * client checks the count (1..64) only after. 4 x 64 leaves the exact
+     * error to the client for any list a person could mean. */
+    if (n > 4 * 64)
+      return fail_at(c, v, path,
+                     "at most %d base URLs in a list (an upstream has at most 64 instances), "
+                     "got %zu",
+                     4 * 64, n);
     const char **list = lctx_alloc(c, (n + 1) * sizeof *list);
     if (!list) return RESIL_ENOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -993,12 +1003,11 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
   switch (f->type) {
   case F_U32:
   case F_PCT: {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%s", s);
-    size_t l = strlen(buf);
-    if (f->type == F_PCT && l && buf[l - 1] == '%') buf[l - 1] = 0;
+    /* Read whole: a copy into a fixed buffer cut a long value short. */
+    size_t l = strlen(s);
+    if (f->type == F_PCT && l && s[l - 1] == '%') l--;
     uint64_t x;
-    if (parse_u64(buf, UINT32_MAX, &x))
+    if (parse_u64(s, l, UINT32_MAX, &x))
       return fail_at(c, v, path, "expected a whole number 0..4294967295%s, got '%s'",
                      f->type == F_PCT ? " (percent)" : "", s);
     uint32_t u = (uint32_t)x;
@@ -1026,6 +1035,11 @@ static resil_status parse_value(lctx *c, const field *f, yaml_node_t *v, const c
     char *end;
     errno = 0;
     double d = strtod(s, &end);
+    if (errno == ERANGE && end != s && !*end)
+      return fail_at(c, v, path,
+                     "'%s' is out of a number's range (a double: magnitudes from about "
+                     "2.2e-308 to 1.8e308)",
+                     s);
     if (errno || end == s || *end || d != d)
       return fail_at(c, v, path, "expected a number, got '%s'", s);
     memcpy(dst, &d, sizeof d);
@@ -1312,6 +1326,22 @@ static resil_status apply_map(lctx *c, spec *s, yaml_node_t *m, const char *path
     }
     s->src[fi] = (uint8_t)src;
     s->src_node[fi] = v;
+#ifdef RESIL_CONFIG_HTTP
+    /* A client's upstream is base_url or instances (registry.h: "instead
+     * of"): one given here replaces the other inherited from a config;
+     * both in one mapping stay the client's error. */
+    if (s->kind == RESIL_REG_HTTP_CLIENT &&
+        (strcmp(key, "base_url") == 0 || strcmp(key, "instances") == 0)) {
+      const char *other = key[0] == 'b' ? "instances" : "base_url";
+      for (size_t i = 0; i < kd->nfields; i++)
+        if (strcmp(kd->fields[i].key, other) == 0 && s->src[i] != SRC_NONE && s->src[i] < src) {
+          const char *none = NULL;
+          memcpy((unsigned char *)&s->cfg + kd->fields[i].off, &none, sizeof none);
+          s->src[i] = SRC_NONE;
+          s->src_node[i] = NULL;
+        }
+    }
+#endif
   }
   return RESIL_OK;
 }
@@ -2157,6 +2187,9 @@ static resil_status build(lctx *c, specs *ss, const snapshot *old, const snapsho
         hb->eject_base_ns = s->cfg.hc.eject_base_ns;
         hb->eject_max_ns = s->cfg.hc.eject_max_ns;
         hb->eject_max_percent = s->cfg.hc.eject_max_percent;
+        hb->instance_ramp_ns = s->cfg.hc.instance_ramp_ns;
+        hb->instance_ramp_min_percent = s->cfg.hc.instance_ramp_min_percent;
+        hb->instance_ramp_aggression = s->cfg.hc.instance_ramp_aggression;
         for (size_t j = 0; s->cfg.hc.instances && s->cfg.hc.instances[j]; j++)
           hb->listed_instances++;
         for (size_t k = 0; k < s->neps; k++)

@@ -191,7 +191,7 @@ static resil_status check_instances(const char *const *list, const char *field,
   while (list[n]) n++;
   if (n < 1 || n > HTTP_MAX_INSTANCES)
     return resil__err(err, RESIL_EINVAL, field,
-                      "must list 1..%u base URLs (NULL-terminated), got %zu",
+                      "must list 1..%u base URLs, got %zu",
                       (unsigned)HTTP_MAX_INSTANCES, n);
   for (size_t i = 0; i < n; i++) {
     char key[300];
@@ -1202,6 +1202,22 @@ resil_status resil_http_client_instance_stats_sized(const resil_http_client *cc,
   out->ramp_share = resil__http_inst_share(i);
   resil__sized_out(uout, n, &full, sizeof full);
   return RESIL_OK;
+}
+
+int resil__http_instance_labels(const resil_http_client *cc, size_t idx, char *inst,
+                                size_t ni, char *up, size_t nu) {
+  resil_http_client *c = (resil_http_client *)cc;
+  if (idx >= atomic_load_explicit(&c->nall, memory_order_acquire)) return -1;
+  const http_inst *i = c->all[idx];
+  const char *at = i->g->resolve ? strrchr(i->label, '@') : NULL;
+  size_t bl = at ? (size_t)(at - i->label) : strlen(i->label);
+  resil__redact_excerpt(inst, ni, i->label, bl, RESIL__REDACT_URL, NULL);
+  if (at) {
+    size_t used = strlen(inst);
+    snprintf(inst + used, ni - used, "%s", at);
+  }
+  resil__redact_excerpt(up, nu, i->g->name, strlen(i->g->name), RESIL__REDACT_URL, NULL);
+  return 0;
 }
 
 const http_endpoint *resil__http_find_endpoint(const resil_http_client *c,

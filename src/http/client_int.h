@@ -112,6 +112,13 @@ void resil__http_client_unref(resil_http_client *c);
 const http_endpoint *resil__http_find_endpoint(const resil_http_client *c,
                                                const char *name);
 
+/* Instance idx's base URL and its upstream as a metric label shows them
+ * (metrics_http.c): redacted as the log redacts a URL (userinfo, secret-
+ * looking query values), a resolved name's "@address" kept, cut to fit.
+ * Returns 0, or -1 when idx is out of range (nothing written). */
+int resil__http_instance_labels(const resil_http_client *c, size_t idx, char *inst,
+                                size_t ni, char *up, size_t nu);
+
 typedef enum http_lease_rc {
   HTTP_LEASE_OK = 0,
   HTTP_LEASE_TIMEOUT = 1,

@@ -207,6 +207,15 @@ static int usable(http_inst *i) {
          !atomic_load_explicit(&i->probe_busy, memory_order_relaxed);
 }
 
+/* usable() without the ramp's decision: when the ramps declined every
+ * live instance, one of them still takes the call (never an ejected one). */
+static int live_now(http_inst *i) {
+  int st = atomic_load_explicit(&i->state, memory_order_acquire);
+  return st == RESIL_HTTP_INSTANCE_HEALTHY ||
+         (st == RESIL_HTTP_INSTANCE_PROBING &&
+          !atomic_load_explicit(&i->probe_busy, memory_order_relaxed));
+}
+
 /* Claims i for this attempt: 1 done (*probe set), 0 when another attempt
  * claimed its probe first. */
 static int claim(http_inst *i, int *probe) {
@@ -244,16 +253,21 @@ http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int
   http_inst *i = NULL;
   /* Round robin walks the instances in turn from the group's counter; P2C
    * draws two among the candidates. Pass 0: usable and not tried by this
-   * call; pass 1: usable; pass 2 (never with the cap working, but a probe
-   * claimed by another attempt or addresses gone can leave nothing):
-   * whatever is not gone, then anything. */
-  for (int pass = 0; pass < 4 && !i; pass++) {
+   * call; pass 1: usable; pass 2: live, whatever the ramps decided (they
+   * share the choices among live instances; when they decline every one,
+   * an ejected instance must not get the call); pass 3 (never with the cap
+   * working, but a probe claimed by another attempt or addresses gone can
+   * leave nothing): whatever is not gone, then anything. */
+  for (int pass = 0; pass < 5 && !i; pass++) {
     unsigned k = 0;
     for (unsigned b = 0; b < n; b++) {
       http_inst *c = g->inst[b];
       int st = atomic_load_explicit(&c->state, memory_order_acquire);
       if (pass == 0 && (t >> b) & 1u) continue;
-      int ok = pass <= 1 ? usable(c) : pass == 2 ? st != RESIL_HTTP_INSTANCE_GONE : 1;
+      int ok = pass <= 1   ? usable(c)
+               : pass == 2 ? live_now(c)
+               : pass == 3 ? st != RESIL_HTTP_INSTANCE_GONE
+                           : 1;
       if (ok) cand[k++] = b;
     }
     if (!k) continue;
@@ -266,14 +280,14 @@ http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int
         for (unsigned q = 0; q < k; q++)
           if (cand[q] == b) {
             http_inst *c = g->inst[b];
-            if (pass > 1 || claim(c, probe)) i = c;
+            if (pass > 2 || claim(c, probe)) i = c;
             break;
           }
       }
     } else {
       for (int tries = 0; tries < 3 && !i; tries++) {
         http_inst *c = choose_p2c(g, cand, k);
-        if (pass > 1 || claim(c, probe)) i = c;
+        if (pass > 2 || claim(c, probe)) i = c;
       }
     }
   }

@@ -4,6 +4,8 @@
 #include "resil/http.h"
 #include "resil/metrics.h"
 
+#include "client_int.h"
+
 static const resil_metric_family http_fams[] = {
     {"resil_http_client_requests_total", RESIL_METRIC_COUNTER, "Logical calls (requests) created."},
     {"resil_http_client_attempts_total", RESIL_METRIC_COUNTER,
@@ -31,28 +33,25 @@ static const resil_metric_family http_fams[] = {
      "Ejections the cap on the share of instances out refused."},
     {"resil_http_instance_attempts_total", RESIL_METRIC_COUNTER,
      "Attempts that went to an instance, by outcome."},
+    {"resil_http_instance_ramp_ratio", RESIL_METRIC_GAUGE,
+     "An instance's share of the choices now: 1, or its ramp's share back from ejection."},
 };
 
-/* What one scrape reads: the client's counters and, for the first
- * HTTP_METRIC_INSTANCES instances, theirs. */
-#define HTTP_METRIC_INSTANCES 64
+/* What one scrape reads: the client's counters, and the client itself
+ * for its instances, which the instance families read as they are emitted
+ * (a client may have 64 instances per upstream and any number of
+ * upstreams: more than a snapshot of at most 64 KiB holds). The client is
+ * borrowed by the collector, so it is alive during the render. */
 typedef struct http_snap {
   resil_http_stats s;
-  size_t ninst;
-  resil_http_instance_stats inst[HTTP_METRIC_INSTANCES];
+  const resil_http_client *c;
 } http_snap;
 
 static resil_status http_snapshot(const void *obj, void *snap) {
   const resil_http_client *c = obj;
   http_snap *h = snap;
-  resil_status st = resil_http_client_get_stats(c, &h->s);
-  if (st != RESIL_OK) return st;
-  size_t n = resil_http_client_instance_count(c);
-  if (n > HTTP_METRIC_INSTANCES) n = HTTP_METRIC_INSTANCES;
-  h->ninst = 0;
-  for (size_t i = 0; i < n; i++)
-    if (resil_http_client_instance_stats(c, i, &h->inst[h->ninst]) == RESIL_OK) h->ninst++;
-  return RESIL_OK;
+  h->c = c;
+  return resil_http_client_get_stats(c, &h->s);
 }
 
 static void inst_sample(resil_metrics_emitter *e, const resil_http_instance_stats *i, double v,
@@ -62,8 +61,14 @@ static void inst_sample(resil_metrics_emitter *e, const resil_http_instance_stat
 }
 
 static void inst_emit(const http_snap *h, size_t f, resil_metrics_emitter *e) {
-  for (size_t k = 0; k < h->ninst; k++) {
-    const resil_http_instance_stats *i = &h->inst[k];
+  size_t n = resil_http_client_instance_count(h->c);
+  for (size_t k = 0; k < n; k++) {
+    resil_http_instance_stats st, *i = &st;
+    /* The labels redacted: a base URL may carry a password. */
+    if (resil_http_client_instance_stats(h->c, k, i) != RESIL_OK ||
+        resil__http_instance_labels(h->c, k, i->instance, sizeof i->instance, i->upstream,
+                                    sizeof i->upstream) != 0)
+      continue;
     switch (f) {
     case 10: inst_sample(e, i, (double)i->in_flight, NULL); break;
     case 11: inst_sample(e, i, (double)i->state, NULL); break;
@@ -75,6 +80,7 @@ static void inst_emit(const http_snap *h, size_t f, resil_metrics_emitter *e) {
       inst_sample(e, i, (double)i->outcomes[RESIL_ANSWERED], "answered");
       inst_sample(e, i, (double)i->outcomes[RESIL_REJECTED], "rejected");
       break;
+    case 15: inst_sample(e, i, i->ramp_share, NULL); break;
     default: break;
     }
   }

@@ -170,6 +170,93 @@ static void round_robin_takes_each_instance_in_turn(void **state) {
   for (int i = 0; i < 3; i++) resil_fixture_stop(f[i]);
 }
 
+/* An instance's base URL may carry a password: its metric labels are
+ * redacted as the HTTP log redacts a URL (userinfo, secret-looking query
+ * values), the upstream's too, and a resolved name's "@address" stays.
+ * The stats keep the URL as given (the caller's own). */
+static void instance_metrics_never_show_a_password(void **state) {
+  (void)state;
+  setup s = {.urls = {"http://user:s3cret@127.0.0.1:1", "http://127.0.0.1:2/a\"b\\c"},
+             .eject = 5, .pct = 50};
+  resil_http_client *c = client_of(&s);
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.endpoints = eps;
+  cfg.endpoint_count = NEPS;
+  cfg.base_url = "http://u2:pw2@127.0.0.1:3"; /* a numeric host: one address */
+  cfg.resolve_instances = 1;
+  resil_http_client *rc = NULL;
+  resil_error err;
+  if (resil_http_client_new(&cfg, &rc, &err) != RESIL_OK) fail_msg("client: %s", err.msg);
+  assert_string_equal(st_of(c, 0).instance, "http://user:s3cret@127.0.0.1:1");
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "up", c));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "rs", rc));
+  char *text = NULL;
+  size_t tlen = 0;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, &tlen));
+  if (strstr(text, "s3cret") || strstr(text, "pw2")) fail_msg("a password in\n%s", text);
+  const char *want[] = {
+      "resil_http_instance_state{name=\"up\",upstream=\"http://[REDACTED]@127.0.0.1:1\","
+      "instance=\"http://[REDACTED]@127.0.0.1:1\"} 0\n",
+      "resil_http_instance_state{name=\"up\",upstream=\"http://[REDACTED]@127.0.0.1:1\","
+      "instance=\"http://127.0.0.1:2/a\\\"b\\\\c\"} 0\n",
+      "resil_http_instance_state{name=\"rs\",upstream=\"http://[REDACTED]@127.0.0.1:3\","
+      "instance=\"http://[REDACTED]@127.0.0.1:3@127.0.0.1\"} 0\n"};
+  for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+    if (!strstr(text, want[k])) fail_msg("missing: %s in\n%s", want[k], text);
+  resil_metrics_text_free(m, text);
+  resil_metrics_remove(m, c);
+  resil_metrics_remove(m, rc);
+  resil_metrics_free(m);
+  resil_http_client_free(rc);
+  resil_http_client_free(c);
+}
+
+/* Every instance has its series, an endpoint's own too: the client's 64
+ * and an endpoint's 2 (the snapshot held the first 64 only, so an
+ * endpoint's instances after a full client list had none). */
+static void every_instance_has_its_metrics(void **state) {
+  (void)state;
+  char urls[66][32];
+  const char *mine[65], *its[3];
+  for (int i = 0; i < 66; i++) snprintf(urls[i], sizeof urls[i], "http://127.0.0.1:%d", 1 + i);
+  for (int i = 0; i < 64; i++) mine[i] = urls[i];
+  mine[64] = NULL;
+  its[0] = urls[64];
+  its[1] = urls[65];
+  its[2] = NULL;
+  resil_http_endpoint ep[2] = {RESIL_HTTP_ENDPOINT(.name = "item", .path = "/items/1"),
+                               RESIL_HTTP_ENDPOINT(.name = "ledger", .path = "/ledger")};
+  ep[1].instances = its;
+  resil_http_client_config cfg;
+  resil_http_client_config_init(&cfg);
+  cfg.instances = mine;
+  cfg.endpoints = ep;
+  cfg.endpoint_count = 2;
+  resil_http_client *c = NULL;
+  resil_error err;
+  if (resil_http_client_new(&cfg, &c, &err) != RESIL_OK) fail_msg("client: %s", err.msg);
+  assert_int_equal(resil_http_client_instance_count(c), 66);
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "up", c));
+  char *text = NULL;
+  size_t tlen = 0;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, &tlen));
+  int n = 0;
+  for (const char *q = text; (q = strstr(q, "resil_http_instance_state{")) != NULL; q++) n++;
+  assert_int_equal(n, 66);
+  const char *want = "resil_http_instance_attempts_total{name=\"up\",upstream=\"ledger\","
+                     "instance=\"http://127.0.0.1:66\",outcome=\"answered\"} 0\n";
+  if (!strstr(text, want)) fail_msg("missing: %s", want);
+  resil_metrics_text_free(m, text);
+  resil_metrics_remove(m, c);
+  resil_metrics_free(m);
+  resil_http_client_free(c);
+}
+
 /* A pool of one slot per instance keeps one connection to each: a slot
  * that holds none to the chosen instance is not the one just used for
  * another (that would reconnect at every change of instance). */
@@ -450,6 +537,70 @@ static void an_instance_back_from_ejection_ramps_up(void **state) {
   resil_http_client_free(c);
   resil_fixture_stop(back);
   resil_fixture_stop(good);
+}
+
+/* While the only live instance ramps, an ejected one gets nothing: the
+ * ramp shares the choices among live instances, it does not hand the
+ * calls it declines to an instance that is out (the choice's last resort
+ * took every instance not gone, the ejected one included: about 40 % of
+ * the calls went to it). */
+static void an_ejected_instance_gets_nothing_while_the_other_ramps(void **state) {
+  (void)state;
+  resil_fixture *good = fx_start();
+  resil_fixture *back = fx_start();
+  uint16_t port = resil_fixture_port(back);
+  char url[64], gurl[64];
+  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
+  snprintf(gurl, sizeof gurl, "%s", resil_fixture_url(good));
+  resil_fixture_stop(back);
+  setup s = {.urls = {url, gurl}, .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 1,
+             .base_ns = 300 * INT64_C(1000000), .pct = 50, .ramp_ns = 60 * INT64_C(1000000000)};
+  resil_http_client *c = client_of(&s);
+  resil_retry *rt = retry_n(2);
+  while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_OUT) get_ok(c, rt);
+  resil_fixture_config fc;
+  resil_fixture_config_init(&fc);
+  fc.port = port;
+  char eb[256];
+  if (resil_fixture_start(&fc, &back, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
+  sleep_ms(340);
+  while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_HEALTHY) get_ok(c, rt);
+  assert_true(st_of(c, 0).ramp_share < 0.2); /* ramping: 60 s from 10 % */
+  /* Its share is a metric (DESIGN 2.9), 1 for the other. */
+  resil_metrics *m = NULL;
+  assert_status(RESIL_OK, resil_metrics_new(NULL, &m));
+  assert_status(RESIL_OK, resil_http_client_metrics_add(m, "up", c));
+  char *text = NULL;
+  size_t tlen = 0;
+  assert_status(RESIL_OK, resil_metrics_render_alloc(m, &text, &tlen));
+  char want[256];
+  snprintf(want, sizeof want,
+           "resil_http_instance_ramp_ratio{name=\"up\",upstream=\"%s\",instance=\"%s\"} ", url,
+           url);
+  const char *at = strstr(text, want);
+  if (!at) fail_msg("missing: %s in\n%s", want, text);
+  double r0 = strtod(at + strlen(want), NULL);
+  assert_true(r0 > 0.09 && r0 < 0.2);
+  snprintf(want, sizeof want,
+           "resil_http_instance_ramp_ratio{name=\"up\",upstream=\"%s\",instance=\"%s\"} 1\n", url,
+           gurl);
+  if (!strstr(text, want)) fail_msg("missing: %s in\n%s", want, text);
+  resil_metrics_text_free(m, text);
+  resil_metrics_remove(m, c);
+  resil_metrics_free(m);
+  /* The other one goes away and is ejected (one failure). */
+  resil_fixture_stop(good);
+  while (st_of(c, 1).state != RESIL_HTTP_INSTANCE_OUT) (void)call_p(c, "item", NULL, KV("id", "1"));
+  int failed = 0;
+  for (int k = 0; k < 20; k++) {
+    resil_outcome o = call_p(c, "item", NULL, KV("id", "1"));
+    failed += !resil_outcome_is_success(&o);
+  }
+  assert_int_equal(st_of(c, 1).state, RESIL_HTTP_INSTANCE_OUT); /* still out: the test holds */
+  assert_int_equal(failed, 0);
+  resil_retry_free(rt);
+  resil_http_client_free(c);
+  resil_fixture_stop(back);
 }
 
 /* Every instance fails: at most the share is out, never all of them, even
@@ -885,12 +1036,15 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_resolved_names_addresses_are_instances),
       cmocka_unit_test(round_robin_takes_each_instance_in_turn),
+      cmocka_unit_test(instance_metrics_never_show_a_password),
+      cmocka_unit_test(every_instance_has_its_metrics),
       cmocka_unit_test(both_choices_spread_calls_over_every_instance),
       cmocka_unit_test(each_instance_keeps_its_connection_in_the_pool),
       cmocka_unit_test(not_sent_attempts_move_to_an_untried_instance),
       cmocka_unit_test(consecutive_failures_eject_probe_and_eject_again_for_longer),
       cmocka_unit_test(a_probe_that_succeeds_returns_the_instance),
       cmocka_unit_test(an_instance_back_from_ejection_ramps_up),
+      cmocka_unit_test(an_ejected_instance_gets_nothing_while_the_other_ramps),
       cmocka_unit_test(the_cap_and_the_last_instance_are_never_ejected),
       cmocka_unit_test(a_status_query_goes_to_another_instance),
       cmocka_unit_test(the_engine_moves_not_sent_attempts_and_hedges_elsewhere),

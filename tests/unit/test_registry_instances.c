@@ -116,9 +116,48 @@ static void the_defaults_are_the_clients(void **state) {
   assert_int_equal(b.eject_max_ns, d.eject_max_ns);
   assert_int_equal(b.eject_max_percent, d.eject_max_percent);
   assert_int_equal(b.resolve_interval_ns, d.resolve_interval_ns);
+  assert_int_equal(b.instance_ramp_ns, d.instance_ramp_ns);
+  assert_int_equal(b.instance_ramp_min_percent, d.instance_ramp_min_percent);
+  assert_true(b.instance_ramp_aggression == d.instance_ramp_aggression);
   assert_int_equal(b.listed_instances, 2);
   assert_int_equal(resil_http_client_instance_count(resil_registry_http_client(reg, "two")), 2);
   resil_registry_free(reg);
+}
+
+/* registry.h: a client takes `instances` "instead of base_url": an
+ * instance's own list replaces a base_url it inherits (a default or base
+ * config), and its own base_url replaces an inherited list; both in one
+ * mapping stay an error. */
+static void an_instances_upstream_replaces_an_inherited_one(void **state) {
+  (void)state;
+  resil_registry *reg = load_ok("http_client:\n"
+                                "  configs:\n"
+                                "    default: {base_url: \"http://127.0.0.1:9000\"}\n"
+                                "    fleet: {instances: [\"http://127.0.0.1:9001\", "
+                                "\"http://127.0.0.1:9002\"]}\n"
+                                "  instances:\n"
+                                "    one: {endpoints: {get: {path: /x}}}\n"
+                                "    two:\n"
+                                "      instances: [\"http://127.0.0.1:9001\", "
+                                "\"http://127.0.0.1:9002\"]\n"
+                                "      endpoints: {get: {path: /x}}\n"
+                                "    three: {base_config: fleet, base_url: \"http://127.0.0.1:9003\",\n"
+                                "            endpoints: {get: {path: /x}}}\n");
+  assert_int_equal(resil_http_client_instance_count(resil_registry_http_client(reg, "one")), 0);
+  assert_int_equal(resil_http_client_instance_count(resil_registry_http_client(reg, "two")), 2);
+  assert_int_equal(resil_http_client_instance_count(resil_registry_http_client(reg, "three")), 0);
+  resil_registry_free(reg);
+  const char *both = "http_client:\n"
+                     "  instances:\n"
+                     "    two:\n"
+                     "      base_url: \"http://127.0.0.1:9000\"\n"
+                     "      instances: [\"http://127.0.0.1:9001\"]\n"
+                     "      endpoints: {get: {path: /x}}\n";
+  resil_registry_error err;
+  resil_registry_error_init(&err);
+  reg = NULL;
+  assert_status(RESIL_EINVAL, resil_registry_load_string(both, strlen(both), "i.yaml", &reg, &err));
+  assert_string_equal(err.key_path, "http_client.instances.two.instances");
 }
 
 /* A reload of the same file keeps the client (its pool, its instances'
@@ -184,6 +223,10 @@ static void describe_lists_a_clients_instances_and_settings(void **state) {
   fprintf(f, "http://u:s3cret@%s", p + strlen("http://"));
   fputs("    one:\n"
         "      base_url: http://127.0.0.1:9\n"
+        "      endpoints: {get: {path: /x}}\n"
+        "    none:\n"
+        "      instances: [\"http://127.0.0.1:9201\", \"http://127.0.0.1:9202\"]\n"
+        "      eject_classes: []\n"
         "      endpoints: {get: {path: /x}}\n",
         f);
   assert_int_equal(fclose(f), 0);
@@ -205,10 +248,15 @@ static void describe_lists_a_clients_instances_and_settings(void **state) {
       "  ejection: after 3 consecutive failures (server_error, not_sent), for 2.000 s x its "
       "ejections so far (at most 20.000 s, + 0..10 % jitter); at most 34 % of the instances "
       "out, never the last\n",
+      "  back from ejection: ramps from 20 % of the choices to all over 2.000 s (aggression "
+      "1.5: faster at first)\n",
       "  instance 0: http://[REDACTED]@127.0.0.1:9001 (the client's)\n",
       "  instance 2: http://127.0.0.1:9003 (the client's)\n",
       "  instance 3: http://127.0.0.1:9101 (endpoint ledger)\n",
       "  instance 4: http://127.0.0.1:9102 (endpoint ledger)\n",
+      /* no class counts: nothing ejects (it said "failures ()") */
+      "\nhttp_client none: 2 instances, balance p2c\n"
+      "  ejection: never (eject_classes empty)\n",
   };
   for (size_t i = 0; i < sizeof want / sizeof *want; i++)
     if (!strstr(text, want[i])) fail_msg("'%s' not in:\n%s", want[i], text);
@@ -271,7 +319,8 @@ static void every_bad_value_names_its_key_range_and_line(void **state) {
       E(LIST "      eject_classes: [success]\n", "eject_classes", 5, 22, "eject_classes"),
       E("      instances: [\"http://127.0.0.1:9001\", \"ftp://127.0.0.1:9002\"]\n",
        "instances[1]", 4, 44, "instances"),
-      E("      instances: []\n", "instances", 4, 18, "instances"),
+      /* the C API's "(NULL-terminated)" is no help in a file */
+      E("      instances: []\n", "instances", 4, 18, "must list 1..64 base URLs, got 0"),
       /* the instance ramp (DESIGN 2.9): its keys reach the client's checks */
       R(LIST "      instance_ramp: 500us\n", "instance_ramp", 5, 22, "instance_ramp", 0,
         INT64_MAX, RESIL_MS(1) / 2),
@@ -454,6 +503,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_client_and_an_endpoint_with_instances_load),
       cmocka_unit_test(the_defaults_are_the_clients),
+      cmocka_unit_test(an_instances_upstream_replaces_an_inherited_one),
       cmocka_unit_test(a_reload_keeps_the_same_instances_and_replaces_others),
       cmocka_unit_test(describe_lists_a_clients_instances_and_settings),
       cmocka_unit_test(every_bad_value_names_its_key_range_and_line),

@@ -248,6 +248,14 @@ static int collect(void *user, resil_registry_kind kind, const char *name, void 
   return 0;
 }
 
+/* A ramp's curve by its aggression (core/ramp.h: a breaker's and an
+ * instance's alike). */
+static const char *curve_name(double aggression) {
+  return aggression == 1.0  ? "linear"
+         : aggression > 1.0 ? "faster at first"
+                            : "slower at first";
+}
+
 /* A breaker's ramp after recovery (breaker.h "Ramp", DESIGN §2.9), as the
  * file resolved it: "no ramp ..." or "ramp over D from M % of calls ...". */
 static void ramp_text(char *buf, size_t n, const resil_registry_recovery *r) {
@@ -255,9 +263,7 @@ static void ramp_text(char *buf, size_t n, const resil_registry_recovery *r) {
     snprintf(buf, n, "no ramp: full traffic once closed (ramp_duration 0)");
     return;
   }
-  const char *curve = r->ramp_aggression == 1.0 ? "linear"
-                      : r->ramp_aggression > 1.0 ? "faster at first"
-                                                 : "slower at first";
+  const char *curve = curve_name(r->ramp_aggression);
   snprintf(buf, n,
            "ramp after recovery: from %u %% of calls to all over %.3f s (aggression %g: %s); "
            "a call not admitted is REJECTED (recovering)",
@@ -346,12 +352,21 @@ static void print_instances(resil_registry *reg, const char *name) {
     printf("\nhttp_client %s: %zu instance%s, balance %s\n", name, n, n == 1 ? "" : "s", bal);
   if (b.eject_consecutive == 0)
     printf("  ejection: never (eject_consecutive 0)\n");
+  else if (b.eject_classes == 0)
+    printf("  ejection: never (eject_classes empty)\n");
   else
     printf("  ejection: after %u consecutive failures (%s), for %.3f s x its ejections so far "
            "(at most %.3f s, + 0..10 %% jitter); at most %u %% of the instances out, never "
            "the last\n",
            (unsigned)b.eject_consecutive, classes, (double)b.eject_base_ns / 1e9,
            (double)b.eject_max_ns / 1e9, (unsigned)b.eject_max_percent);
+  if (b.instance_ramp_ns == 0)
+    printf("  back from ejection: no ramp, every choice at once (instance_ramp 0)\n");
+  else
+    printf("  back from ejection: ramps from %u %% of the choices to all over %.3f s "
+           "(aggression %g: %s)\n",
+           (unsigned)b.instance_ramp_min_percent, (double)b.instance_ramp_ns / 1e9,
+           b.instance_ramp_aggression, curve_name(b.instance_ramp_aggression));
   for (size_t i = 0; i < n; i++) {
     resil_http_instance_stats st;
     if (resil_http_client_instance_stats(c, i, &st) != RESIL_OK) continue;
