@@ -534,6 +534,54 @@ static void retry_whose_wait_outlasts_open_is_not_the_probe(void **state) {
   resil_manual_clock_free(mc);
 }
 
+/* A first attempt is no retry: one that waits for a rate-limiter permit
+ * (a reservation: a timer) while the breaker is HALF_OPEN goes when the
+ * permit is due, as the breaker's probe, and is not stopped RECOVERING. */
+static void first_attempt_after_a_ratelimiter_wait_is_the_probe_not_stopped(void **state) {
+  fx_state *s = *state;
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_manual_clock *mc = NULL;
+  assert_int_equal(resil_manual_clock_new(0, 0, &mc), RESIL_OK);
+  resil_breaker *br = te_breaker_new(mc, 1, 10);
+  te_breaker_open_past_wait(br, mc);
+  /* One permit per 100 ms, taken now: the call's is reserved from the next
+   * cycle (a WAIT of 100 ms; the limiter's clock stands still). */
+  resil_ratelimiter_config rlc;
+  resil_ratelimiter_config_init(&rlc);
+  rlc.limit_for_period = 1;
+  rlc.refresh_period_ns = RESIL_MS(100);
+  rlc.timeout_ns = RESIL_S(5);
+  rlc.clock = resil_manual_clock_get(mc);
+  resil_ratelimiter *rl = NULL;
+  assert_int_equal(resil_ratelimiter_new(&rlc, &rl, NULL), RESIL_OK);
+  assert_int_equal(resil_ratelimiter_reserve(rl, 1, NULL, NULL, NULL), RESIL_DECISION_GO);
+  resil_retry *retry = retry_of(3, 0);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  pol.ratelimiter = rl;
+  pol.breaker = br;
+  done_rec *d = rec_new();
+  assert_int_equal(submit(t->e, d, 0, "item", KV("id", "1"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 20000));
+  assert_int_equal(d->o[0].kind, RESIL_ANSWERED);
+  assert_int_equal(d->o[0].http_status, 200);
+  assert_int_equal(d->o[0].attempts, 1);
+  assert_int_equal(d->o[0].stop, RESIL_STOP_SUCCESS);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 1);
+  assert_int_equal(retry_stats_of(retry).suppressed_recovering, 0);
+  /* The probe passed: CLOSED, ramping. */
+  resil_breaker_metrics m;
+  assert_int_equal(resil_breaker_get_metrics(br, &m), RESIL_OK);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.ramping, 1);
+  te_close(t);
+  resil_retry_free(retry);
+  resil_ratelimiter_free(rl);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
 static void ratelimiter_reservations_are_timers(void **state) {
   fx_state *s = *state;
   te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
@@ -1689,6 +1737,8 @@ int main(void) {
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(retry_whose_wait_outlasts_open_is_not_the_probe, fx_setup,
                                       fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          first_attempt_after_a_ratelimiter_wait_is_the_probe_not_stopped, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(ratelimiter_reservations_are_timers, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(
           submit_errors_never_call_back_and_expired_deadline_completes_later, fx_setup,
