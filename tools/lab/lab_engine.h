@@ -1,6 +1,8 @@
-/* The lab's engine path (LAB_PATH_ENGINE): the H and I experiments' calls
- * submitted to the async engine (engine.h) on a built-in loop, driven on
- * the experiment's thread until they complete. One lab_engine per client
+/* The lab's engine path (LAB_PATH_ENGINE): the H, I, F and R experiments'
+ * calls submitted to the async engine (engine.h) on a built-in loop, driven
+ * on the experiment's thread until they complete (lab_engine_run), or kept
+ * in flight by a thread of the experiment's that drives the loop itself
+ * (lab_engine_loop, lab_engine_submit: R1-R3). One lab_engine per client
  * and experiment, so that the engine's connection cache lives as long as
  * the blocking client's pool would (keep-alive reuse across calls, H8,
  * H16). Built when the built-in loop is (RESIL_HAVE_LOOP). */
