@@ -27,6 +27,9 @@
  *                are watched through the adapter and its timers share the
  *                engine's;
  *   breaker      resil_breaker_try_acquire, then record(outcome, duration);
+ *                refused, the attempt ends REJECTED(BREAKER_OPEN), or
+ *                REJECTED(RECOVERING) when a ramp did not admit it (Since
+ *                0.2; breaker.h "Ramp": not recorded, no failure);
  *   bulkhead     resil_bulkhead_enqueue: no free slot queues the call in the
  *                bulkhead's FIFO queue (shared with blocking callers) for
  *                at most min(max_wait_ns, the deadline), a timer; a release
@@ -45,7 +48,13 @@
  * and around the attempts
  *   retry        resil_retry_begin / resil_retry_next_timed: backoff and
  *                Retry-After become timers; without a retry there is one
- *                attempt;
+ *                attempt. Retries last (Since 0.2, DESIGN §2.9): the retry
+ *                watches policies.breaker (resil_retry_state_watch): a
+ *                retry due while it is HALF_OPEN or ramping, or whose wait
+ *                ends when it is (or is OPEN past its wait:
+ *                resil_retry_proceed), is not made: stop RECOVERING,
+ *                counted in the retry's suppressed_recovering. A hedge
+ *                watches it likewise (resil_hedge_on_timer_watch);
  *   deadline     the ctx's remaining time when the call is submitted,
  *                measured on the adapter's clock: when it passes, a
  *                transfer in flight is removed at once (UNKNOWN(TIMEOUT)

@@ -1786,9 +1786,11 @@ static void on_call_timer(void *arg) {
     /* Retries last (DESIGN §2.9): the retry watches the attempt's breaker. */
     if (call->pol.retry && call->pol.breaker)
       (void)resil_retry_state_watch(call->rst, call->pol.breaker);
-  } else if (call->pol.retry && call->tries > 0 &&
+  } else if (call->pol.retry && call->tries > 0 && !call->rl_held && !call->rl_ans &&
              resil_retry_proceed(call->pol.retry, call->rst) != RESIL_DECISION_GO) {
-    /* A retry's wait is over and its breaker began recovering meanwhile. */
+    /* A retry's wait is over and its breaker began recovering meanwhile
+     * (not a rate-limiter reservation's wait or answer: the attempt waiting
+     * there, the first one too, was already let go). */
     finish(call, resil_retry_result(call->rst));
     return;
   }

@@ -293,6 +293,62 @@ static inline void te_close(te_env *v) {
   v->c = NULL;
 }
 
+/* ---- a breaker recovering (DESIGN §2.9), on a manual clock ---------------------
+ * Window 4, at least 2 calls, 50 %, OPEN wait 100 ms, `probes` HALF_OPEN
+ * calls, a 1 s linear ramp from ramp_min_percent (0: no ramp), on mc. The
+ * helpers below drive it through its split form on the test thread; the
+ * clock moves only when they move it, so a ramp stays at its start, where
+ * it admits ramp_min_percent of the decisions by error diffusion from one
+ * half: with 50 % the first decision, then every second; with 10 % the
+ * 6th, then every 10th (breaker.h "Ramp"). */
+static inline resil_breaker *te_breaker_new(resil_manual_clock *mc, uint32_t probes,
+                                            uint32_t ramp_min_percent) {
+  resil_breaker_config bc;
+  resil_breaker_config_init(&bc);
+  bc.window_size = 4;
+  bc.minimum_calls = 2;
+  bc.failure_rate_threshold_pct = 50;
+  bc.open_wait_ns = RESIL_MS(100);
+  bc.half_open_permitted_calls = probes;
+  if (ramp_min_percent) {
+    bc.ramp_duration_ns = RESIL_S(1);
+    bc.ramp_min_percent = ramp_min_percent;
+  }
+  bc.clock = resil_manual_clock_get(mc);
+  resil_breaker *br = NULL;
+  resil_error err;
+  if (resil_breaker_new(&bc, &br, &err) != RESIL_OK) fail_msg("breaker: %s", err.msg);
+  return br;
+}
+
+/* Calls admitted by br and recorded with HTTP status `status` until br is
+ * OPEN, then its OPEN wait passes on mc: the next call is its probe, and
+ * resil_breaker_recovering() says so. */
+static inline void te_breaker_open_past_wait(resil_breaker *br, resil_manual_clock *mc) {
+  for (int i = 0; i < 8 && resil_breaker_state(br) != RESIL_BREAKER_OPEN; i++) {
+    resil_breaker_permit p;
+    assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+    resil_outcome o = resil_outcome_http(503);
+    assert_int_equal(resil_breaker_record(br, &p, &o, 0), RESIL_OK);
+  }
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  resil_manual_clock_advance_ns(mc, RESIL_MS(100));
+  assert_true(resil_breaker_recovering(br));
+}
+
+/* te_breaker_open_past_wait, then healthy probes: CLOSED, ramping when
+ * te_breaker_new gave it a ramp (at its start: the clock stands still). */
+static inline void te_breaker_recover(resil_breaker *br, resil_manual_clock *mc) {
+  te_breaker_open_past_wait(br, mc);
+  for (int i = 0; i < 8 && resil_breaker_state(br) != RESIL_BREAKER_CLOSED; i++) {
+    resil_breaker_permit p;
+    assert_int_equal(resil_breaker_try_acquire(br, &p), RESIL_DECISION_GO);
+    resil_outcome o = resil_outcome_ok();
+    assert_int_equal(resil_breaker_record(br, &p, &o, 0), RESIL_OK);
+  }
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_CLOSED);
+}
+
 /* ---- completion bookkeeping -------------------------------------------------- */
 
 /* The completions of a test's calls, by call number (submit's i). */

@@ -546,6 +546,86 @@ static void hedged_get_won_by_the_hedge_reports_sent_won_and_the_losing_primary(
   resil_http_client_free(c);
 }
 
+/* ---- hedges last (DESIGN §2.9): the breaker ramping ----------------------------- */
+
+/* The hedge event of kind REJECTED in r, or NULL. */
+static const resil_hedge_event *rejected_event(const hedge_evs *r) {
+  for (size_t i = 0; i < r->n; i++)
+    if (r->ev[i].kind == RESIL_HEDGE_EVENT_REJECTED) return &r->ev[i];
+  return NULL;
+}
+
+/* A hedged GET (the primary answers after 300 ms, the hedge is due at
+ * 20 ms) through a breaker ramping at 50 % (te_breaker_new, its manual
+ * clock standing still: the primary's decision is admitted, the next one
+ * is not). Hedges last (the default): the hedge is not tried: the policy
+ * counts it suppressed and reports it REJECTED(RECOVERING), the breaker
+ * sees no decision for it, the engine sends no hedge. With
+ * hedge_during_recovery the hedge asks the breaker, whose ramp refuses
+ * it: a rejected hedge, REJECTED(RECOVERING) to the policy (not
+ * BREAKER_OPEN), counted by the engine as a breaker refusal and by the
+ * ramp. Either way only the primary reaches the fixture and its 200 is
+ * the call's. */
+static void hedge_during_a_ramp_is_refused_recovering(void **state) {
+  fx_state *s = *state;
+  resil_http_client *c = client_on(s->f, eps, NEPS, NULL, NULL);
+  resil_manual_clock *mc = NULL;
+  assert_int_equal(resil_manual_clock_new(0, 0, &mc), RESIL_OK);
+  test_loop l;
+  tl_init(&l);
+  resil_engine *e = engine_on(&l, c);
+  static done_rec d;
+  rec_init(&d);
+  for (int during = 0; during <= 1; during++) {
+    resil_breaker *br = te_breaker_new(mc, 1, 50);
+    te_breaker_recover(br, mc);
+    static hedge_evs r;
+    memset(&r, 0, sizeof r);
+    resil_hedge_config hc;
+    resil_hedge_config_init(&hc);
+    hc.delay_ns = RESIL_MS(20);
+    hc.max_hedges = 1;
+    hc.hedge_during_recovery = during;
+    hc.on_event = hedge_ev;
+    hc.on_event_user = &r;
+    resil_hedge *h = NULL;
+    assert_int_equal(resil_hedge_new(&hc, &h, NULL), RESIL_OK);
+    resil_engine_policies pol;
+    resil_engine_policies_init(&pol);
+    pol.breaker = br;
+    pol.hedge = h;
+    resil_engine_stats st0 = stats_of(e);
+    run_one(&l, e, &d, (size_t)during, "slow", KV("ms", "300"), &pol);
+    assert_int_equal(d.o[during].http_status, 200);
+    assert_int_equal(resil_fixture_attempts(s->f, "slow"), during + 1);
+    const resil_hedge_event *ev = rejected_event(&r);
+    assert_non_null(ev);
+    assert_int_equal(ev->hedge, 1);
+    assert_int_equal(ev->has_outcome, 1);
+    assert_int_equal(ev->outcome.kind, RESIL_REJECTED);
+    assert_int_equal(ev->outcome.reason, RESIL_REASON_RECOVERING);
+    resil_hedge_metrics hm;
+    assert_int_equal(resil_hedge_get_metrics(h, &hm), RESIL_OK);
+    resil_engine_stats st = stats_of(e);
+    resil_breaker_metrics m;
+    assert_int_equal(resil_breaker_get_metrics(br, &m), RESIL_OK);
+    assert_int_equal(m.ramping, 1);
+    assert_int_equal(st.transfers - st0.transfers, 1);
+    assert_int_equal(hm.suppressed_recovering, during ? 0 : 1);
+    assert_int_equal(hm.hedges_sent, during ? 1 : 0);
+    assert_int_equal(st.hedges_sent - st0.hedges_sent, during ? 1 : 0);
+    assert_int_equal(st.hedges_rejected - st0.hedges_rejected, during ? 1 : 0);
+    assert_int_equal(st.rejected_breaker - st0.rejected_breaker, during ? 1 : 0);
+    assert_int_equal(m.total_ramp_rejected, during ? 1 : 0);
+    resil_hedge_free(h);
+    resil_breaker_free(br);
+  }
+  resil_engine_free(e);
+  tl_close(&l);
+  resil_http_client_free(c);
+  resil_manual_clock_free(mc);
+}
+
 /* ---- (f) no winner: the first UNKNOWN, not a later 409 ----------------------- */
 
 /* A keyed POST whose primary takes the key (held PENDING 2 s by the
@@ -625,6 +705,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(
           hedged_get_won_by_the_hedge_reports_sent_won_and_the_losing_primary, fx_setup,
           fx_teardown),
+      cmocka_unit_test_setup_teardown(hedge_during_a_ramp_is_refused_recovering, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(
           keyed_post_no_winner_ends_with_the_primary_unknown_not_the_hedge_409, fx_setup,
           fx_teardown),

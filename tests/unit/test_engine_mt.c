@@ -362,6 +362,226 @@ static void breaker_and_bulkhead_reject_without_sending(void **state) {
   resil_bulkhead_free(bh);
 }
 
+/* ---- recovery in the seed's order (DESIGN §2.9) on the engine -----------------
+ * The breakers are te_breaker_new's, on a manual clock that stands still
+ * (test_engine_common.h): a ramp stays at its start. */
+
+static resil_retry_stats retry_stats_of(const resil_retry *r) {
+  resil_retry_stats st;
+  assert_int_equal(resil_retry_get_stats(r, &st), RESIL_OK);
+  return st;
+}
+
+/* (a) A call the ramp does not admit completes REJECTED(RECOVERING),
+ * nothing sent, and the breaker does not count it: 20 calls at a share of
+ * 10 % admit 2 (the 6th and the 16th decisions), 18 are refused, and the
+ * window holds the 2 successes only (18 failures would have reopened it). */
+static void ramp_refusal_completes_rejected_recovering_not_a_failure(void **state) {
+  fx_state *s = *state;
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_manual_clock *mc = NULL;
+  assert_int_equal(resil_manual_clock_new(0, 0, &mc), RESIL_OK);
+  resil_breaker *br = te_breaker_new(mc, 1, 10);
+  te_breaker_recover(br, mc);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.breaker = br;
+  done_rec *d = rec_new();
+  for (size_t i = 0; i < 20; i++)
+    assert_int_equal(submit(t->e, d, i, "item", KV("id", "1"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 20, 20000));
+  size_t ok = 0, recovering = 0;
+  for (size_t i = 0; i < 20; i++) {
+    assert_int_equal(d->count[i], 1);
+    if (d->o[i].kind == RESIL_ANSWERED && d->status[i] == 200) ok++;
+    if (d->o[i].kind == RESIL_REJECTED && d->o[i].reason == RESIL_REASON_RECOVERING) {
+      assert_int_equal(d->status[i], -1); /* no response: nothing sent */
+      recovering++;
+    }
+  }
+  assert_int_equal(ok, 2);
+  assert_int_equal(recovering, 18);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 2);
+  resil_breaker_metrics m;
+  assert_int_equal(resil_breaker_get_metrics(br, &m), RESIL_OK);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.ramping, 1);
+  assert_int_equal(m.total_ramp_rejected, 18);
+  assert_int_equal(m.total_not_permitted, 0);
+  assert_int_equal(m.buffered_calls, 2);
+  assert_int_equal(m.failed_calls, 0);
+  resil_engine_stats st;
+  assert_int_equal(resil_engine_get_stats(t->e, &st), RESIL_OK);
+  assert_int_equal(st.rejected_breaker, 18);
+  assert_int_equal(st.completed_rejected, 18);
+  assert_int_equal(st.transfers, 2);
+  te_close(t);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* (b) Retries last on the engine: the engine's retry watches the call's
+ * breaker (policies.breaker; nothing in the retry's config). A first
+ * attempt answered 503 while the breaker is HALF_OPEN (it is one of three
+ * probes) or ramping (at 100 %: every call admitted, still ramping) is not
+ * retried: the call stops RECOVERING with that 503, one request reached
+ * the fixture, and the retry counts one suppressed retry. */
+static void retry_stops_recovering_while_half_open_or_ramping(void **state) {
+  fx_state *s = *state;
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_manual_clock *mc = NULL;
+  assert_int_equal(resil_manual_clock_new(0, 0, &mc), RESIL_OK);
+  resil_breaker *half = te_breaker_new(mc, 3, 0);
+  te_breaker_open_past_wait(half, mc);
+  resil_breaker *ramping = te_breaker_new(mc, 1, 100);
+  te_breaker_recover(ramping, mc);
+  resil_retry *retry = retry_of(3, 0);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  done_rec *d = rec_new();
+  resil_breaker *brs[2] = {half, ramping};
+  const char *ids[2] = {"rec-half", "rec-ramp"};
+  for (size_t i = 0; i < 2; i++) {
+    pol.breaker = brs[i];
+    assert_int_equal(submit(t->e, d, i, "flaky", KV("id", ids[i], "n", "1"), &pol, NULL, NULL),
+                     RESIL_OK);
+    assert_true(tl_run_until(&t->l, &d->done, i + 1, 20000));
+    assert_int_equal(d->o[i].kind, RESIL_ANSWERED);
+    assert_int_equal(d->o[i].http_status, 503);
+    assert_int_equal(d->o[i].stop, RESIL_STOP_RECOVERING);
+    assert_int_equal(d->o[i].attempts, 1);
+    assert_int_equal(resil_fixture_attempts(s->f, "flaky"), (long)i + 1);
+    assert_int_equal(retry_stats_of(retry).suppressed_recovering, i + 1);
+  }
+  assert_int_equal(resil_breaker_state(half), RESIL_BREAKER_HALF_OPEN);
+  resil_breaker_metrics m;
+  assert_int_equal(resil_breaker_get_metrics(ramping, &m), RESIL_OK);
+  assert_int_equal(m.ramping, 1);
+  resil_engine_stats st;
+  assert_int_equal(resil_engine_get_stats(t->e, &st), RESIL_OK);
+  assert_int_equal(st.retries, 0);
+  /* retry_during_recovery = 1: as before, the retry goes (the second
+   * request for the id answers 200), as the second of a fresh HALF_OPEN
+   * breaker's three probes. */
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.max_attempts = 3;
+  rc.wait_ns = 0;
+  rc.retry_during_recovery = 1;
+  resil_retry *during = NULL;
+  assert_int_equal(resil_retry_new(&rc, &during, NULL), RESIL_OK);
+  resil_breaker *half2 = te_breaker_new(mc, 3, 0);
+  te_breaker_open_past_wait(half2, mc);
+  pol.retry = during;
+  pol.breaker = half2;
+  assert_int_equal(submit(t->e, d, 2, "flaky", KV("id", "rec-during", "n", "1"), &pol, NULL, NULL),
+                   RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 3, 20000));
+  assert_int_equal(d->o[2].http_status, 200);
+  assert_int_equal(d->o[2].attempts, 2);
+  assert_int_equal(retry_stats_of(during).suppressed_recovering, 0);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 4);
+  te_close(t);
+  resil_retry_free(retry);
+  resil_retry_free(during);
+  resil_breaker_free(half);
+  resil_breaker_free(half2);
+  resil_breaker_free(ramping);
+  resil_manual_clock_free(mc);
+}
+
+/* (b) ... and after the wait: a retry planned while the breaker was CLOSED
+ * (its wait 300 ms on the loop) whose breaker opened meanwhile and is past
+ * its OPEN wait when the wait ends (the next call would be its probe) is
+ * not made (resil_retry_proceed): stop RECOVERING, one request, the
+ * breaker still OPEN. */
+static void retry_whose_wait_outlasts_open_is_not_the_probe(void **state) {
+  fx_state *s = *state;
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_manual_clock *mc = NULL;
+  assert_int_equal(resil_manual_clock_new(0, 0, &mc), RESIL_OK);
+  resil_breaker *br = te_breaker_new(mc, 1, 10);
+  resil_retry *retry = retry_of(3, RESIL_MS(300));
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  pol.breaker = br;
+  done_rec *d = rec_new();
+  assert_int_equal(submit(t->e, d, 0, "flaky", KV("id", "rec-wait", "n", "1"), &pol, NULL, NULL),
+                   RESIL_OK);
+  /* The first attempt's 503 is recorded (then the retry's wait begins, in
+   * the same callback). */
+  int64_t end = mono_ms() + 20000;
+  resil_breaker_metrics m;
+  do {
+    tl_run_once(&t->l, 5);
+    assert_int_equal(resil_breaker_get_metrics(br, &m), RESIL_OK);
+    assert_true(mono_ms() < end);
+  } while (m.failed_calls < 1);
+  assert_int_equal(atomic_load(&d->done), 0);
+  te_breaker_open_past_wait(br, mc);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 20000));
+  assert_int_equal(d->o[0].http_status, 503);
+  assert_int_equal(d->o[0].stop, RESIL_STOP_RECOVERING);
+  assert_int_equal(d->o[0].attempts, 1);
+  assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 1);
+  assert_int_equal(retry_stats_of(retry).suppressed_recovering, 1);
+  assert_int_equal(resil_breaker_state(br), RESIL_BREAKER_OPEN);
+  te_close(t);
+  resil_retry_free(retry);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
+/* A first attempt is no retry: one that waits for a rate-limiter permit
+ * (a reservation: a timer) while the breaker is HALF_OPEN goes when the
+ * permit is due, as the breaker's probe, and is not stopped RECOVERING. */
+static void first_attempt_after_a_ratelimiter_wait_is_the_probe_not_stopped(void **state) {
+  fx_state *s = *state;
+  te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
+  resil_manual_clock *mc = NULL;
+  assert_int_equal(resil_manual_clock_new(0, 0, &mc), RESIL_OK);
+  resil_breaker *br = te_breaker_new(mc, 1, 10);
+  te_breaker_open_past_wait(br, mc);
+  /* One permit per 100 ms, taken now: the call's is reserved from the next
+   * cycle (a WAIT of 100 ms; the limiter's clock stands still). */
+  resil_ratelimiter_config rlc;
+  resil_ratelimiter_config_init(&rlc);
+  rlc.limit_for_period = 1;
+  rlc.refresh_period_ns = RESIL_MS(100);
+  rlc.timeout_ns = RESIL_S(5);
+  rlc.clock = resil_manual_clock_get(mc);
+  resil_ratelimiter *rl = NULL;
+  assert_int_equal(resil_ratelimiter_new(&rlc, &rl, NULL), RESIL_OK);
+  assert_int_equal(resil_ratelimiter_reserve(rl, 1, NULL, NULL, NULL), RESIL_DECISION_GO);
+  resil_retry *retry = retry_of(3, 0);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = retry;
+  pol.ratelimiter = rl;
+  pol.breaker = br;
+  done_rec *d = rec_new();
+  assert_int_equal(submit(t->e, d, 0, "item", KV("id", "1"), &pol, NULL, NULL), RESIL_OK);
+  assert_true(tl_run_until(&t->l, &d->done, 1, 20000));
+  assert_int_equal(d->o[0].kind, RESIL_ANSWERED);
+  assert_int_equal(d->o[0].http_status, 200);
+  assert_int_equal(d->o[0].attempts, 1);
+  assert_int_equal(d->o[0].stop, RESIL_STOP_SUCCESS);
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 1);
+  assert_int_equal(retry_stats_of(retry).suppressed_recovering, 0);
+  /* The probe passed: CLOSED, ramping. */
+  resil_breaker_metrics m;
+  assert_int_equal(resil_breaker_get_metrics(br, &m), RESIL_OK);
+  assert_int_equal(m.state, RESIL_BREAKER_CLOSED);
+  assert_int_equal(m.ramping, 1);
+  te_close(t);
+  resil_retry_free(retry);
+  resil_ratelimiter_free(rl);
+  resil_breaker_free(br);
+  resil_manual_clock_free(mc);
+}
+
 static void ratelimiter_reservations_are_timers(void **state) {
   fx_state *s = *state;
   te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
@@ -1511,6 +1731,14 @@ int main(void) {
                                       fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(breaker_and_bulkhead_reject_without_sending, fx_setup,
                                       fx_teardown),
+      cmocka_unit_test_setup_teardown(ramp_refusal_completes_rejected_recovering_not_a_failure,
+                                      fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(retry_stops_recovering_while_half_open_or_ramping, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(retry_whose_wait_outlasts_open_is_not_the_probe, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(
+          first_attempt_after_a_ratelimiter_wait_is_the_probe_not_stopped, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(ratelimiter_reservations_are_timers, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(
           submit_errors_never_call_back_and_expired_deadline_completes_later, fx_setup,

@@ -11,34 +11,6 @@
 #include "test_lab_common.h"
 #include "test_util.h"
 
-/* F1, F2 and F4 run on the engine too (when the built-in loop is built):
- * each path's run passes, with the figures check_fn asserts, and each
- * path's wrong variant fails through the named check. */
-typedef void (*figures_fn)(json_t *o);
-
-static void on_both_paths(const char *id, figures_fn check_fn) {
-  const lab_experiment *e = find(id);
-  for (int path = LAB_PATH_BLOCKING; path <= LAB_PATH_ENGINE; path++) {
-    if (!lab_runs_on(e, path)) {
-      print_message("%s/%s: not built; skipped\n", id, lab_path_name(path));
-      continue;
-    }
-    lab_result r;
-    lab_run_on(e, path, &r);
-    print_message("%s/%s: %s\n", id, lab_path_name(path), r.summary);
-    if (!r.pass) fail_msg("%s/%s failed: %s", id, lab_path_name(path), r.failure);
-    check_fn(r.observed);
-    if (path == LAB_PATH_ENGINE) assert_true(obs_int(r.observed, "engine_calls") > 0);
-    lab_result_clear(&r);
-    if (lab_run_wrong_on(e, path, &r) != 0)
-      fail_msg("%s/%s against %s passed: %s", id, lab_path_name(path), e->wrong, r.summary);
-    print_message("%s/%s against %s fails as it must: [%s] %s\n", id, lab_path_name(path),
-                  e->wrong, r.failed_checks, r.summary);
-    assert_true(lab_check_failed(&r, e->wrong_fails));
-    lab_result_clear(&r);
-  }
-}
-
 static void f1_figures(json_t *o) {
   assert_int_equal(obs_int(o, "instances"), 4);
   assert_int_equal(obs_int(o, "calls"), 1000);

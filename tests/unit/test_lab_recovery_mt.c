@@ -2,10 +2,12 @@
  * order against the fixture. R1, the breaker's ramp after HALF_OPEN ->
  * CLOSED under 10 callers flat out; R2, Retry(Breaker(HTTP)) sends no retry
  * during HALF_OPEN and the ramp; R3, a failure during the ramp reopens the
- * breaker with the next, longer wait and the ramp starts over. Each must
- * pass with the issue's figures, and its wrong variant (no ramp,
- * retry_during_recovery = 1, open_wait_multiplier 1) must fail through its
- * named check. */
+ * breaker with the next, longer wait and the ramp starts over. Each runs on
+ * the blocking path and, when the built-in loop is built, on the async
+ * engine (R1/engine, ...: 10 or 4 calls kept in flight, the engine's own
+ * retry for R2). On each path each must pass with the issue's figures, and
+ * its wrong variant (no ramp, retry_during_recovery = 1,
+ * open_wait_multiplier 1) must fail through its named check. */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,25 +20,7 @@ static int yes(json_t *o, const char *k) {
   return json_is_true(v);
 }
 
-/* Runs id; returns its result (the caller clears it) after checking it
- * passed. */
-static void run_ok(const char *id, lab_result *r) {
-  lab_run_one(find(id), r);
-  print_message("%s: %s\n", id, r->summary);
-  if (!r->pass) fail_msg("%s failed: %s", id, r->failure);
-}
-
-static void wrong(const char *id) {
-  lab_result r;
-  wrong_fails(find(id), &r);
-  lab_result_clear(&r);
-}
-
-static void r1_the_ramp_grows_and_never_falls(void **s) {
-  (void)s;
-  lab_result r;
-  run_ok("R1", &r);
-  json_t *o = r.observed;
+static void r1_figures(json_t *o) {
   assert_true(obs_real(o, "first_bucket_share") <= 0.25);
   assert_true(obs_real(o, "last_bucket_share") >= 0.95);
   assert_true(yes(o, "monotone"));
@@ -50,33 +34,34 @@ static void r1_the_ramp_grows_and_never_falls(void **s) {
   assert_true(json_array_size(json_object_get(o, "ramp_share")) == 11);
   assert_true(json_array_size(json_object_get(o, "ramps")) >= 1);
   assert_true(obs_int(o, "ramp_rejected") > 0);
-  lab_result_clear(&r);
-  wrong("R1");
+}
+
+static void r1_the_ramp_grows_and_never_falls(void **s) {
+  (void)s;
+  on_both_paths("R1", r1_figures);
+}
+
+static void r2_figures(json_t *o) {
+  assert_int_equal(obs_int(o, "retries_during_recovery"), 0);
+  assert_true(obs_int(o, "suppressed_retries") > 0);
+  assert_true(obs_int(o, "retries_after_ramp") > 0);
 }
 
 static void r2_no_retry_while_recovering(void **s) {
   (void)s;
-  lab_result r;
-  run_ok("R2", &r);
-  json_t *o = r.observed;
-  assert_int_equal(obs_int(o, "retries_during_recovery"), 0);
-  assert_true(obs_int(o, "suppressed_retries") > 0);
-  assert_true(obs_int(o, "retries_after_ramp") > 0);
-  lab_result_clear(&r);
-  wrong("R2");
+  on_both_paths("R2", r2_figures);
 }
 
-static void r3_a_failure_in_the_ramp_reopens_with_a_longer_wait(void **s) {
-  (void)s;
-  lab_result r;
-  run_ok("R3", &r);
-  json_t *o = r.observed;
+static void r3_figures(json_t *o) {
   assert_true(yes(o, "reopened"));
   assert_true(obs_real(o, "wait_ms") > obs_real(o, "first_wait_ms"));
   assert_true(yes(o, "ramp_restarted"));
   assert_true(obs_real(o, "second_ramp_first_bucket_share") <= 0.25);
-  lab_result_clear(&r);
-  wrong("R3");
+}
+
+static void r3_a_failure_in_the_ramp_reopens_with_a_longer_wait(void **s) {
+  (void)s;
+  on_both_paths("R3", r3_figures);
 }
 
 int main(void) {

@@ -206,16 +206,6 @@ static size_t engine_calls(const lab_http *h) {
 #endif
 }
 
-/* On the engine path, the named check that the experiment's calls (n of
- * them, counted by engine_calls before its engines closed) took the engine:
- * a silent fall back to the blocking path cannot pass. Nothing on the
- * blocking path. */
-static void expect_ran_on_engine(lab_result *r, size_t n) {
-  if (r->path != LAB_PATH_ENGINE) return;
-  lab_obs_int(r, "engine_calls", (long long)n);
-  lab_expect(r, "ran_on_engine", n > 0, "no call went through the engine");
-}
-
 #define KV(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 static const char *fmt(const resil_outcome *o, char *b, size_t n) {
@@ -286,7 +276,7 @@ static int h1_run(lab_result *r, int wrong) {
   lab_expect(r, "token_bound", strcmp(tok, "tok-42") == 0, "token header not bound");
   lab_check(r, seen == 1, "upstream saw %ld requests", seen);
   resil_http_response_free(resp);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -317,7 +307,7 @@ static int h2_run(lab_result *r, int wrong) {
   lab_check(r, a.http_status == 400 && n400 == 1, "400: %s, %ld attempts", oa, n400);
   lab_expect(r, "one_attempt_500", b.http_status == 500 && n500 == 1, "500: %s, %ld attempts",
              ob, n500);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   resil_retry_free(rt);
@@ -452,7 +442,7 @@ static int h3_run(lab_result *r, int respect_retry_after) {
              H3_CAP_MS + H3_SLACK_MS);
   lab_expect(r, "one_attempt_without_retry", without == 1 && made_without == 1,
              "%ld attempts seen, %lld made without retry, expected 1", without, made_without);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
   lab_http_close(&h);
   resil_retry_free(rt);
   return r->pass;
@@ -522,7 +512,7 @@ static int h4_run(lab_result *r, int wrong) {
               made);
   lab_expect(r, "one_attempt_each", ok && total == 4 && made == 4,
              "some call made more than one attempt");
-  expect_ran_on_engine(r, on_engine);
+  lab_engine_expect_ran(r, on_engine);
   resil_retry_free(rt);
   return r->pass;
 }
@@ -559,7 +549,7 @@ static int h5_run(lab_result *r, int wrong) {
   lab_expect(r, "unknown_timeout", o.kind == RESIL_UNKNOWN && o.reason == RESIL_REASON_TIMEOUT,
              "outcome %s", ob);
   lab_check(r, eff == 1, "effects %ld, expected 1", eff);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -612,7 +602,7 @@ static int h6_run(lab_result *r, int wrong) {
              "safe default: effects %ld attempts %u", eff_safe, os.attempts);
   lab_check(r, eff_key == 1 && att_key >= 2 && resil_outcome_is_success(&ok),
             "keyed: effects %ld attempts %ld", eff_key, att_key);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   resil_retry_free(unsafe);
@@ -669,7 +659,7 @@ static int h7_run(lab_result *r, int wrong) {
              "outcome %s", ob);
   lab_check(r, st.requests_sent == 0, "%llu requests sent", (unsigned long long)st.requests_sent);
   resil_http_response_free(resp);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -728,7 +718,7 @@ static int h8_run(lab_result *r, int wrong) {
             seen);
   lab_expect(r, "same_port", ports[0] != 0 && ports[0] == ports[1], "ports differ");
   lab_expect(r, "one_connection", conns == 1, "%ld connections", conns);
-  expect_ran_on_engine(r, on_engine);
+  lab_engine_expect_ran(r, on_engine);
 out:
 #ifdef RESIL_HAVE_LOOP
   lab_engine_close(other_le);
@@ -845,7 +835,7 @@ static int h9_run(lab_result *r, int64_t lease_timeout_ns) {
   lab_check(r, made == 1 && lease_timeouts == 1, "%lld attempts, %lld lease timeouts, expected 1",
             made, lease_timeouts);
   lab_check(r, after.http_status == 200, "after release %s", ab);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -945,7 +935,7 @@ static int h10_run(lab_result *r, int wrong) {
              r->path == LAB_PATH_ENGINE ? resil_status_name(est) : "");
   lab_check(r, strcmp(err.field, "endpoints[1].path") == 0, "field %s", err.field);
   lab_check(r, conns == 0, "%ld connections", conns);
-  expect_ran_on_engine(r, on_engine);
+  lab_engine_expect_ran(r, on_engine);
   resil_http_client_free(c);
   resil_fixture_stop(fx);
   return r->pass;
@@ -983,7 +973,7 @@ static int h11_run(lab_result *r, int wrong) {
   resil_http_response_free(e);
   resil_http_response_free(b);
   resil_http_response_free(n);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -1020,7 +1010,7 @@ static int h12_run(lab_result *r, int wrong) {
   lab_expect(r, "business_rejection", b.reason == RESIL_REASON_BUSINESS && b_att == 1,
              "422: %s, %ld attempts", b1, b_att);
   lab_check(r, s.http_status == 200 && s_att == 2, "429,200: %s, %ld attempts", b2, s_att);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   resil_retry_free(rt);
@@ -1118,7 +1108,7 @@ static int h13_run(lab_result *r, int wrong) {
   lab_check(r, seen == 5, "upstream saw %ld requests, expected 5", seen);
   lab_check(r, total > 0, "nothing was logged: the check would prove nothing");
   lab_check(r, headers_redacted, "HEADERS level showed no redaction marker");
-  expect_ran_on_engine(r, on_engine);
+  lab_engine_expect_ran(r, on_engine);
   return r->pass;
 }
 
@@ -1176,7 +1166,7 @@ static int h14_run(lab_result *r, int gzip) {
              "2049 not gzipped/decoded");
   lab_check(r, strcmp(enc[1], "identity") == 0 && decoded[1] == 2048, "2048 gzipped");
   lab_check(r, seen == 2, "upstream saw %ld requests, expected 2", seen);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;
@@ -1222,7 +1212,7 @@ static int h15_run(lab_result *r, int wrong) {
   lab_expect(r, "off_as_is", oa.http_status == 302 && ia.hops == 0 && sa.attempts == 1,
              "off: %s", b1);
   lab_check(r, ob.http_status == 200 && ib.hops == 2 && sb.attempts == 1, "on: %s hops %u", b2, ib.hops);
-  expect_ran_on_engine(r, engine_calls(&off) + engine_calls(&on));
+  lab_engine_expect_ran(r, engine_calls(&off) + engine_calls(&on));
   resil_http_response_free(a);
   resil_http_response_free(b);
   lab_http_close(&off);
@@ -1293,7 +1283,7 @@ static int h16_run(lab_result *r, int wrong) {
              "re-sends refused %lld, allowed %lld, expected 1 and 0", prevented, counted);
   lab_expect(r, "one_attempt", made == 1, "%lld attempts, expected 1", made);
   resil_http_response_free(resp);
-  expect_ran_on_engine(r, engine_calls(&h));
+  lab_engine_expect_ran(r, engine_calls(&h));
 out:
   lab_http_close(&h);
   return r->pass;

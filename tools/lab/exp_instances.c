@@ -220,11 +220,7 @@ static resil_outcome inst_call(lab_engine *le, resil_http_client *c, const char 
  * fall back to the blocking path cannot pass), and closes le. */
 static void engine_done(lab_result *r, lab_engine *le) {
 #ifdef RESIL_HAVE_LOOP
-  if (r->path == LAB_PATH_ENGINE) {
-    size_t n = lab_engine_calls(le);
-    lab_obs_int(r, "engine_calls", (long long)n);
-    lab_expect(r, "ran_on_engine", n > 0, "no call went through the engine");
-  }
+  lab_engine_expect_ran(r, lab_engine_calls(le));
   lab_engine_close(le);
 #else
   (void)r;

@@ -2,8 +2,13 @@
  * §2.9): a breaker in front of the real fixture (src/fixture/fixture.h)
  * whose upstream fails (force_status 503, switched at run time by
  * resil_fixture_set_force_status) and recovers; the breaker ramps traffic
- * back after HALF_OPEN -> CLOSED, and retries come back last. Blocking path
- * only: callers are threads calling flat out.
+ * back after HALF_OPEN -> CLOSED, and retries come back last. Each runs on
+ * both paths: on the blocking path the callers are threads calling flat
+ * out; on the engine path (R1/engine, ...) one thread drives an async
+ * engine on the client (lab_engine.h) that keeps as many calls in flight
+ * as there are callers, a completion submitting the next call at once (see
+ * "the engine path" below). The figures and checks are the same, plus
+ * ran_on_engine.
  *
  * R1: 100 % failures open the breaker (count window 20, minimum 10, 50 %,
  *     OPEN wait 300 ms, 5 probes); the upstream recovers; the probes pass;
@@ -28,8 +33,11 @@
  *     HALF_OPEN and the 1 s ramp no retry reaches the upstream (a retry
  *     counts as during recovery when resil_breaker_recovering() says so as
  *     it is sent), the suppressed ones are counted (the retry's
- *     suppressed_recovering); after the ramp retries are sent again. Wrong
- *     variant: retry_during_recovery = 1.
+ *     suppressed_recovering); after the ramp retries are sent again. On
+ *     the engine the same retry and breaker are the calls' policies
+ *     (resil_engine_policies.retry and .breaker, no chain): the engine's
+ *     retry watches the breaker itself. Wrong variant:
+ *     retry_during_recovery = 1.
  * R3: R1's breaker with open_wait_multiplier 2; 400 ms into the ramp the
  *     upstream fails again: the breaker opens (the ramp ends, cause
  *     FAILURE_RATE) with the series' next wait (600 ms > 300 ms), the
@@ -47,6 +55,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lab_engine.h"
 #include "lab_families.h"
 #include "lab_ops.h"
 #include "lab_result.h"
@@ -61,6 +70,10 @@
 #include "resil/http.h"
 #include "resil/resil.h"
 #include "resil/retry.h"
+#ifdef RESIL_HAVE_LOOP
+#include "resil/engine.h"
+#include "resil/loop.h"
+#endif
 
 #define MS INT64_C(1000000)
 enum { MAX_CALLERS = 10, NBINS = 12000 /* 1 ms bins: 12 s */, MAX_EVENTS = 64 };
@@ -89,6 +102,10 @@ typedef struct caller {
   pthread_t th;
   int started;
   uint32_t dec[NBINS], adm[NBINS];
+  /* The engine path's driver (engine_caller): the calls its engine
+   * accepted, and why it could not run (empty when it could). */
+  size_t engine_calls;
+  char err[320];
 } caller;
 
 typedef struct rig {
@@ -108,7 +125,9 @@ typedef struct rig {
   atomic_long retries_during, retries_after, retries_before;
   caller *callers[MAX_CALLERS];
   int ncallers;
-  lab_result *r; /* --metrics and --events (lab_ops.h) */
+  int in_flight;       /* the engine path: the calls kept in flight */
+  size_t engine_calls; /* ... the engine accepted (callers stopped) */
+  lab_result *r;       /* --metrics and --events (lab_ops.h) */
 } rig;
 
 static void on_event(void *user, resil_breaker *br, const resil_breaker_event *ev) {
@@ -188,11 +207,14 @@ static void rig_stop_callers(rig *g) {
     if (g->callers[i]->started) {
       pthread_join(g->callers[i]->th, NULL);
       g->callers[i]->started = 0;
+      g->engine_calls += g->callers[i]->engine_calls;
     }
 }
 
 static void rig_free(rig *g) {
   rig_stop_callers(g);
+  for (int i = 0; i < g->ncallers; i++)
+    lab_check(g->r, g->callers[i]->err[0] == 0, "engine path: %s", g->callers[i]->err);
   lab_capture(g->r);
   for (int i = 0; i < g->ncallers; i++) free(g->callers[i]);
   g->ncallers = 0;
@@ -233,6 +255,243 @@ static int wait_for(atomic_int *counter, int n, int64_t timeout_ms) {
 static void sleep_until(int64_t at_ns) {
   int64_t now = lab_now_ns();
   if (at_ns > now) sleep_ms((at_ns - now + MS - 1) / MS);
+}
+
+/* ---- R2's logical calls ------------------------------------------------- */
+
+/* One logical call: GET /items/1, or (1 in 16) /flaky/{id}?fail=1, whose
+ * first attempt answers 503 and a second one 200. */
+typedef struct r2_arg {
+  rig *g;
+  int flaky;
+  char id[32];
+} r2_arg;
+
+/* splitmix64's finaliser: which calls go to /flaky is a fixed pseudo-random
+ * choice of 1 in 16, independent of the ramp's admission (every 8th call,
+ * say, would alias with a share of 1/8: the ramp's error diffusion admits
+ * exactly every 8th decision, all of them flaky, and the breaker reopens). */
+static uint64_t mix64(uint64_t x) {
+  x += UINT64_C(0x9e3779b97f4a7c15);
+  x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+  x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+  return x ^ (x >> 31);
+}
+
+/* The run's next logical call (any caller's), and its ctx. */
+static void r2_next(rig *g, r2_arg *a, resil_ctx *ctx) {
+  uint64_t n = atomic_fetch_add(&g->seq, 1);
+  a->g = g;
+  a->flaky = mix64(n) % 16 == 0;
+  snprintf(a->id, sizeof a->id, "r2-%llu", (unsigned long long)n);
+  resil_ctx_init(ctx);
+  ctx->flags = RESIL_CALL_IDEMPOTENT;
+}
+
+/* a's endpoint; *use is its args (filled in args and p), NULL for
+ * /items/1. */
+static const char *r2_request(const r2_arg *a, resil_http_args *args, resil_http_param p[2],
+                              const resil_http_args **use) {
+  *use = NULL;
+  if (!a->flaky) return "item";
+  p[0] = (resil_http_param){"id", a->id};
+  p[1] = (resil_http_param){"fail", "1"};
+  resil_http_args_init(args);
+  args->params = &p[0];
+  args->param_count = 1;
+  args->query = &p[1];
+  args->query_count = 1;
+  *use = args;
+  return "flaky";
+}
+
+/* A retry that reached the upstream: during recovery when the breaker says
+ * so now, else after the ramp once one started, else before the OPEN. */
+static void r2_count_retry(rig *g) {
+  if (resil_breaker_recovering(g->br))
+    atomic_fetch_add(&g->retries_during, 1);
+  else if (atomic_load(&g->ramps_started) > 0)
+    atomic_fetch_add(&g->retries_after, 1);
+  else
+    atomic_fetch_add(&g->retries_before, 1);
+}
+
+/* A refusal of an OPEN breaker (or a HALF_OPEN one without a probe left):
+ * the caller pauses 1 ms before its next call. */
+static int open_refusal(const resil_outcome *o) {
+  return o->kind == RESIL_REJECTED && o->reason == RESIL_REASON_BREAKER_OPEN;
+}
+
+/* The protected call of the blocking path: one HTTP attempt. A retry
+ * (attempt > 1) that reaches it is counted as it is sent. */
+static resil_outcome r2_call(void *arg, const resil_ctx *ctx) {
+  r2_arg *a = arg;
+  if (ctx && ctx->attempt > 1) r2_count_retry(a->g);
+  resil_http_args args;
+  resil_http_param p[2];
+  const resil_http_args *use;
+  const char *ep = r2_request(a, &args, p, &use);
+  return resil_http_call(a->g->cl, ep, use, NULL, ctx, NULL);
+}
+
+static void *r2_caller(void *arg) {
+  caller *c = arg;
+  rig *g = c->rig;
+  while (!atomic_load_explicit(&g->stop, memory_order_relaxed)) {
+    r2_arg a;
+    resil_ctx ctx;
+    r2_next(g, &a, &ctx);
+    resil_outcome o = resil_chain_run(g->ch, &ctx, r2_call, &a);
+    if (open_refusal(&o)) sleep_ms(1);
+  }
+  return NULL;
+}
+
+/* ---- the engine path ----------------------------------------------------
+ * One thread (engine_caller, the loop's) opens an engine on the rig's
+ * client (lab_engine_open: a built-in loop), keeps g->in_flight calls in
+ * flight through the breaker (resil_engine_policies.breaker) and, for R2,
+ * the retry (.retry: the engine's retry watches that breaker itself), and
+ * drives the loop until the rig stops. A completion submits the next call
+ * at once, as a blocking caller asks again; one refused by an OPEN breaker
+ * 1 ms later, as a blocking caller sleeps. R1 and R3 bin each decision
+ * (the breaker's, as the attempt starts) at the instant its call was
+ * submitted: the engine starts a call on its next loop iteration. A call
+ * that completes other than REJECTED was admitted (a HALF_OPEN probe too,
+ * which only comes before the buckets: they start at the ramp's start),
+ * one REJECTED(RECOVERING) refused by the ramp. R2 counts the retries
+ * sent at the end of each attempt (r2_on_attempt, the retry's attempt
+ * listener). */
+#ifdef RESIL_HAVE_LOOP
+
+typedef struct eng_drive eng_drive;
+
+/* One of the calls kept in flight. */
+typedef struct eng_call {
+  eng_drive *dr;
+  int busy;          /* submitted, not yet complete */
+  int64_t t_sub;     /* when it was submitted */
+  int64_t resume_at; /* not busy: when the next one is due */
+} eng_call;
+
+struct eng_drive {
+  caller *c;
+  rig *g;
+  lab_engine *le;
+  resil_engine_policies pol;
+  eng_call calls[MAX_CALLERS];
+};
+
+static void eng_done(void *user, resil_engine_handle *h, resil_outcome o,
+                     resil_http_response *resp);
+
+/* Submits k's next call: R2's next logical call, or R1's and R3's GET. */
+static void eng_submit(eng_call *k) {
+  eng_drive *dr = k->dr;
+  rig *g = dr->g;
+  const char *ep = "item";
+  const resil_http_args *use = NULL;
+  resil_http_args args;
+  resil_http_param p[2];
+  r2_arg a;
+  resil_ctx ctx;
+  if (g->rt) {
+    r2_next(g, &a, &ctx);
+    ep = r2_request(&a, &args, p, &use);
+  }
+  k->t_sub = lab_now_ns();
+  resil_error err;
+  if (lab_engine_submit(dr->le, ep, use, &dr->pol, g->rt ? &ctx : NULL, eng_done, k, &err) ==
+      RESIL_OK) {
+    k->busy = 1;
+    return;
+  }
+  if (!dr->c->err[0]) snprintf(dr->c->err, sizeof dr->c->err, "submission refused: %s", err.msg);
+  k->resume_at = k->t_sub + MS;
+}
+
+static void eng_done(void *user, resil_engine_handle *h, resil_outcome o,
+                     resil_http_response *resp) {
+  (void)h;
+  eng_call *k = user;
+  eng_drive *dr = k->dr;
+  rig *g = dr->g;
+  resil_http_response_free(resp);
+  k->busy = 0;
+  /* The calls the engine's free ends (CANCELLED) after the rig stopped. */
+  if (atomic_load_explicit(&g->stop, memory_order_relaxed)) return;
+  int open = open_refusal(&o);
+  int64_t bin = (k->t_sub - g->t0) / MS;
+  if (!g->rt && !open && bin >= 0 && bin < NBINS) {
+    dr->c->dec[bin]++;
+    if (o.kind != RESIL_REJECTED) dr->c->adm[bin]++;
+  }
+  if (open)
+    k->resume_at = lab_now_ns() + MS;
+  else
+    eng_submit(k);
+}
+
+static void *engine_caller(void *arg) {
+  caller *c = arg;
+  rig *g = c->rig;
+  eng_drive dr;
+  memset(&dr, 0, sizeof dr);
+  dr.c = c;
+  dr.g = g;
+  /* lab_engine_open's checks go to a result of this thread's; rig_free
+   * reports them. */
+  lab_result er;
+  memset(&er, 0, sizeof er);
+  er.pass = 1;
+  if (!(dr.le = lab_engine_open(&er, g->cl))) {
+    snprintf(c->err, sizeof c->err, "%s", er.failure);
+    return NULL;
+  }
+  resil_engine_policies_init(&dr.pol);
+  dr.pol.breaker = g->br;
+  dr.pol.retry = g->rt;
+  int n = g->in_flight < MAX_CALLERS ? g->in_flight : MAX_CALLERS;
+  for (int i = 0; i < n; i++) {
+    dr.calls[i].dr = &dr;
+    eng_submit(&dr.calls[i]);
+  }
+  resil_loop *loop = lab_engine_loop(dr.le);
+  while (!atomic_load_explicit(&g->stop, memory_order_relaxed)) {
+    resil_loop_run_once(loop, MS, NULL);
+    int64_t now = lab_now_ns();
+    for (int i = 0; i < n; i++)
+      if (!dr.calls[i].busy && dr.calls[i].resume_at <= now) eng_submit(&dr.calls[i]);
+  }
+  c->engine_calls = lab_engine_calls(dr.le);
+  lab_engine_close(dr.le);
+  return NULL;
+}
+
+/* R2's retries sent on the engine: the retry's attempt listener, at the
+ * end of each attempt. An attempt after the first that was sent (neither
+ * REJECTED nor NOT_SENT) is counted as r2_call counts one as it is sent:
+ * that was a transfer's time before (about a ms), too short for the
+ * breaker to begin recovering (300 ms of OPEN come first); a retry sent in
+ * a ramp's last ms would count as after it (the wrong variant sends them
+ * throughout the ramp). */
+static void r2_on_attempt(void *user, const resil_attempt_info *info) {
+  if (info->attempt > 1 && info->outcome.kind != RESIL_REJECTED &&
+      info->outcome.kind != RESIL_NOT_SENT)
+    r2_count_retry(user);
+}
+#endif
+
+/* The run's callers: n threads running fn on the blocking path; on the
+ * engine path one thread (engine_caller) keeping n calls in flight. */
+static int start_path_callers(lab_result *r, rig *g, int n, void *(*fn)(void *)) {
+#ifdef RESIL_HAVE_LOOP
+  if (r->path == LAB_PATH_ENGINE) {
+    g->in_flight = n;
+    return start_callers(r, g, 1, engine_caller);
+  }
+#endif
+  return start_callers(r, g, n, fn);
 }
 
 /* ---- R1, R3: callers on the split form ----------------------------------- */
@@ -348,7 +607,7 @@ static int r1_once(lab_result *r, int64_t ramp_ns, int nb, double *share, uint64
   rig g;
   int rc = -1;
   if (rig_start(r, &g, &bc, with_obs ? "" : "control_") != 0 ||
-      start_callers(r, &g, R1_CALLERS, split_caller) != 0)
+      start_path_callers(r, &g, R1_CALLERS, split_caller) != 0)
     goto out;
   if (!lab_expect(r, "breaker_opens", wait_for(&g.opens, 1, 5000),
                   "the breaker did not open under 100 %% failures within 5 s"))
@@ -378,6 +637,7 @@ static int r1_once(lab_result *r, int64_t ramp_ns, int nb, double *share, uint64
     resil_breaker_metrics m;
     resil_breaker_get_metrics(g.br, &m);
     lab_obs_int(r, "ramp_rejected", (long long)m.total_ramp_rejected);
+    lab_engine_expect_ran(r, g.engine_calls);
   }
   rc = 0;
 out:
@@ -418,9 +678,11 @@ static int r1_run(lab_result *r, int wrong) {
   lab_obs_real(r, "min_step", min_step);
   lab_obs_str(r, "monotone_rule", "each bucket >= the previous one, exactly (no tolerance)");
   lab_obs_real(r, "wrong_first_bucket_share", wfirst);
-  lab_summary(r, "10 callers flat out after the probes passed: admitted %.3f in the first 200 ms, "
+  lab_summary(r, "%d %s after the probes passed: admitted %.3f in the first 200 ms, "
                  "%.3f in 2.0-2.2 s (%d buckets, %s, smallest step %+.3f); without a ramp %.3f "
                  "in the first 200 ms",
+              R1_CALLERS,
+              r->path == LAB_PATH_ENGINE ? "calls in flight on the engine" : "callers flat out",
               first, last, R1_BUCKETS, monotone ? "never falling" : "FALLING", min_step, wfirst);
   lab_expect(r, "buckets_filled", filled, "a 200 ms bucket saw no decision");
   lab_expect(r, "first_bucket_share", first >= 0 && first <= 0.25,
@@ -447,7 +709,8 @@ static int r3_run(lab_result *r, int wrong) {
   bc.ramp_duration_ns = 2000 * MS;
   bc.open_wait_multiplier = wrong ? 1.0 : 2.0;
   rig g;
-  if (rig_start(r, &g, &bc, "") != 0 || start_callers(r, &g, R1_CALLERS, split_caller) != 0)
+  if (rig_start(r, &g, &bc, "") != 0 ||
+      start_path_callers(r, &g, R1_CALLERS, split_caller) != 0)
     goto out;
   if (!lab_expect(r, "breaker_opens", wait_for(&g.opens, 1, 5000),
                   "the breaker did not open under 100 %% failures within 5 s"))
@@ -530,6 +793,7 @@ static int r3_run(lab_result *r, int wrong) {
              "after the next probes the ramp %s (first 100 ms admitted %.3f, at most 0.25 "
              "expected)",
              r2s ? "started" : "did not start", second_first);
+  lab_engine_expect_ran(r, g.engine_calls);
 out:
   rig_free(&g);
   return r->pass;
@@ -539,63 +803,6 @@ static int r3_right(lab_result *r) { return r3_run(r, 0); }
 static int r3_wrong(lab_result *r) { return r3_run(r, 1); }
 
 /* ---- R2: Retry(Breaker(call)) --------------------------------------------- */
-
-typedef struct r2_arg {
-  rig *g;
-  int flaky;
-  char id[32];
-} r2_arg;
-
-/* The protected call: one HTTP attempt. A retry (attempt > 1) that reaches
- * it is counted as during recovery when the breaker says so now. */
-static resil_outcome r2_call(void *arg, const resil_ctx *ctx) {
-  r2_arg *a = arg;
-  rig *g = a->g;
-  if (ctx && ctx->attempt > 1) {
-    if (resil_breaker_recovering(g->br))
-      atomic_fetch_add(&g->retries_during, 1);
-    else if (atomic_load(&g->ramps_started) > 0)
-      atomic_fetch_add(&g->retries_after, 1);
-    else
-      atomic_fetch_add(&g->retries_before, 1);
-  }
-  if (!a->flaky) return resil_http_call(g->cl, "item", NULL, NULL, ctx, NULL);
-  resil_http_param p = {"id", a->id}, q = {"fail", "1"};
-  resil_http_args args;
-  resil_http_args_init(&args);
-  args.params = &p;
-  args.param_count = 1;
-  args.query = &q;
-  args.query_count = 1;
-  return resil_http_call(g->cl, "flaky", &args, NULL, ctx, NULL);
-}
-
-/* splitmix64's finaliser: which calls go to /flaky is a fixed pseudo-random
- * choice of 1 in 16, independent of the ramp's admission (every 8th call,
- * say, would alias with a share of 1/8: the ramp's error diffusion admits
- * exactly every 8th decision, all of them flaky, and the breaker reopens). */
-static uint64_t mix64(uint64_t x) {
-  x += UINT64_C(0x9e3779b97f4a7c15);
-  x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return x ^ (x >> 31);
-}
-
-static void *r2_caller(void *arg) {
-  caller *c = arg;
-  rig *g = c->rig;
-  while (!atomic_load_explicit(&g->stop, memory_order_relaxed)) {
-    uint64_t n = atomic_fetch_add(&g->seq, 1);
-    r2_arg a = {g, mix64(n) % 16 == 0, ""};
-    snprintf(a.id, sizeof a.id, "r2-%llu", (unsigned long long)n);
-    resil_ctx ctx;
-    resil_ctx_init(&ctx);
-    ctx.flags = RESIL_CALL_IDEMPOTENT;
-    resil_outcome o = resil_chain_run(g->ch, &ctx, r2_call, &a);
-    if (o.kind == RESIL_REJECTED && o.reason == RESIL_REASON_BREAKER_OPEN) sleep_ms(1);
-  }
-  return NULL;
-}
 
 enum { R2_CALLERS = 4 };
 
@@ -612,19 +819,30 @@ static int r2_run(lab_result *r, int wrong) {
   rc.max_attempts = 2;
   rc.wait_ns = 5 * MS;
   rc.retry_during_recovery = wrong;
-  resil_chain_config chc;
-  resil_chain_config_init(&chc);
-  chc.name = "r2";
-  if (!lab_check(r, resil_retry_new(&rc, &g.rt, &e) == RESIL_OK, "retry: %s", e.msg) ||
-      !lab_check(r, resil_chain_new(&chc, &g.ch, &e) == RESIL_OK, "chain: %s", e.msg) ||
-      !lab_check(r,
-                 resil_chain_add_retry(g.ch, g.rt) == RESIL_OK &&
-                     resil_chain_add_breaker(g.ch, g.br) == RESIL_OK,
-                 "chain layers refused"))
-    goto out;
+  int engine = r->path == LAB_PATH_ENGINE;
+#ifdef RESIL_HAVE_LOOP
+  if (engine) {
+    rc.on_attempt = r2_on_attempt;
+    rc.on_attempt_user = &g;
+  }
+#endif
+  if (!lab_check(r, resil_retry_new(&rc, &g.rt, &e) == RESIL_OK, "retry: %s", e.msg)) goto out;
   lab_ops_add_retry(r, "retry", g.rt);
-  lab_ops_add_chain(r, "chain", g.ch);
-  if (start_callers(r, &g, R2_CALLERS, r2_caller) != 0) goto out;
+  /* The blocking path's chain; on the engine the retry and the breaker are
+   * the calls' policies (engine_caller). */
+  if (!engine) {
+    resil_chain_config chc;
+    resil_chain_config_init(&chc);
+    chc.name = "r2";
+    if (!lab_check(r, resil_chain_new(&chc, &g.ch, &e) == RESIL_OK, "chain: %s", e.msg) ||
+        !lab_check(r,
+                   resil_chain_add_retry(g.ch, g.rt) == RESIL_OK &&
+                       resil_chain_add_breaker(g.ch, g.br) == RESIL_OK,
+                   "chain layers refused"))
+      goto out;
+    lab_ops_add_chain(r, "chain", g.ch);
+  }
+  if (start_path_callers(r, &g, R2_CALLERS, r2_caller) != 0) goto out;
   if (!lab_expect(r, "breaker_opens", wait_for(&g.opens, 1, 5000),
                   "the breaker did not open under 100 %% failures within 5 s"))
     goto out;
@@ -653,7 +871,10 @@ static int r2_run(lab_result *r, int wrong) {
   long during = atomic_load(&g.retries_during), after = atomic_load(&g.retries_after),
        before = atomic_load(&g.retries_before);
   char nest[96];
-  resil_chain_nesting(g.ch, nest, sizeof nest);
+  if (g.ch)
+    resil_chain_nesting(g.ch, nest, sizeof nest);
+  else
+    snprintf(nest, sizeof nest, "Retry(Breaker(call)) as the engine's policies");
   lab_obs_str(r, "chain", nest);
   lab_obs_int(r, "retry_during_recovery", wrong);
   lab_obs_int(r, "retries_before_recovery", before);
@@ -673,6 +894,7 @@ static int r2_run(lab_result *r, int wrong) {
   lab_expect(r, "suppressed_retries", st.suppressed_recovering > 0,
              "no retry was suppressed during recovery");
   lab_expect(r, "retries_after_ramp", after > 0, "no retry was sent after the ramp");
+  lab_engine_expect_ran(r, g.engine_calls);
 out:
   rig_free(&g);
   return r->pass;
@@ -685,15 +907,18 @@ const lab_experiment lab_recovery_experiments[] = {
     {"R1",
      "breaker opens under 100 % failures, the upstream recovers, the probes pass: a 2 s ramp "
      "with 10 callers flat out admits <= 25 % in the first 200 ms, >= 95 % after, never falling",
-     r1_right, r1_wrong, "no ramp (full traffic right after HALF_OPEN)", "first_bucket_share", 0},
+     r1_right, r1_wrong, "no ramp (full traffic right after HALF_OPEN)", "first_bucket_share",
+     LAB_PATHS_BOTH},
     {"R2",
      "Retry(Breaker(HTTP)): no retry sent during HALF_OPEN and the ramp, the suppressed ones "
      "counted; retries resume after the ramp",
-     r2_right, r2_wrong, "retry_during_recovery = 1", "no_retry_during_recovery", 0},
+     r2_right, r2_wrong, "retry_during_recovery = 1", "no_retry_during_recovery",
+     LAB_PATHS_BOTH},
     {"R3",
      "the upstream fails again during the ramp: the breaker opens with the next, longer wait "
      "and the ramp starts over after the next probes",
-     r3_right, r3_wrong, "open_wait_multiplier 1 (the wait does not grow)", "wait_longer", 0},
+     r3_right, r3_wrong, "open_wait_multiplier 1 (the wait does not grow)", "wait_longer",
+     LAB_PATHS_BOTH},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0}};
 
 #else

@@ -1,6 +1,12 @@
 /* The lab's engine path: see lab_engine.h. */
 #include "lab_engine.h"
 
+void lab_engine_expect_ran(lab_result *r, size_t n) {
+  if (r->path != LAB_PATH_ENGINE) return;
+  lab_obs_int(r, "engine_calls", (long long)n);
+  lab_expect(r, "ran_on_engine", n > 0, "no call went through the engine");
+}
+
 #if defined(RESIL_HAVE_HTTP) && defined(RESIL_HAVE_LOOP)
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +54,17 @@ void lab_engine_close(lab_engine *le) {
 resil_engine *lab_engine_engine(lab_engine *le) { return le ? le->e : NULL; }
 
 size_t lab_engine_calls(const lab_engine *le) { return le ? le->calls : 0; }
+
+resil_loop *lab_engine_loop(lab_engine *le) { return le ? le->loop : NULL; }
+
+resil_status lab_engine_submit(lab_engine *le, const char *endpoint, const resil_http_args *args,
+                               const resil_engine_policies *policies, const resil_ctx *ctx,
+                               resil_engine_done_fn done, void *user, resil_error *err) {
+  resil_status st =
+      resil_engine_call(le->e, endpoint, args, policies, ctx, done, user, NULL, err);
+  if (st == RESIL_OK) le->calls++;
+  return st;
+}
 
 static void finish(lab_engine *le, lab_engine_req *q, resil_outcome o, resil_http_response *resp) {
   q->outcome = o;

@@ -1,6 +1,8 @@
-/* The lab's engine path (LAB_PATH_ENGINE): the H and I experiments' calls
- * submitted to the async engine (engine.h) on a built-in loop, driven on
- * the experiment's thread until they complete. One lab_engine per client
+/* The lab's engine path (LAB_PATH_ENGINE): the H, I, F and R experiments'
+ * calls submitted to the async engine (engine.h) on a built-in loop, driven
+ * on the experiment's thread until they complete (lab_engine_run), or kept
+ * in flight by a thread of the experiment's that drives the loop itself
+ * (lab_engine_loop, lab_engine_submit: R1-R3). One lab_engine per client
  * and experiment, so that the engine's connection cache lives as long as
  * the blocking client's pool would (keep-alive reuse across calls, H8,
  * H16). Built when the built-in loop is (RESIL_HAVE_LOOP). */
@@ -12,6 +14,12 @@
 #ifdef RESIL_HAVE_HTTP
 typedef struct lab_engine lab_engine;
 #endif
+
+/* On the engine path, the named check that an experiment's calls took the
+ * engine (n of them, lab_engine_calls read before its engines closed),
+ * observed as engine_calls: a silent fall back to the blocking path cannot
+ * pass. Nothing on the blocking path. */
+void lab_engine_expect_ran(lab_result *r, size_t n);
 
 #if defined(RESIL_HAVE_HTTP) && defined(RESIL_HAVE_LOOP)
 #include "resil/engine.h"
@@ -26,6 +34,16 @@ resil_engine *lab_engine_engine(lab_engine *le);
 /* Calls the engine accepted so far (an experiment on the engine path checks
  * that its calls took it). */
 size_t lab_engine_calls(const lab_engine *le);
+
+/* The loop le's engine runs on, for an experiment that keeps calls in
+ * flight itself (lab_engine_submit from their done_fns) and drives it with
+ * resil_loop_run_once on the thread that opened le. */
+resil_loop *lab_engine_loop(lab_engine *le);
+/* resil_engine_call on le's engine (loop thread), counted in
+ * lab_engine_calls when accepted. */
+resil_status lab_engine_submit(lab_engine *le, const char *endpoint, const resil_http_args *args,
+                               const resil_engine_policies *policies, const resil_ctx *ctx,
+                               resil_engine_done_fn done, void *user, resil_error *err);
 
 /* One call of a batch: set the inputs, lab_engine_run fills the outputs. */
 typedef struct lab_engine_req {
