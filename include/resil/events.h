@@ -61,12 +61,22 @@
  *                        hedge not sent because the watched breaker was
  *                        recovering, hedge.h recovery_breaker: rejected,
  *                        outcome REJECTED, reason RECOVERING)
- *   instance_ejected, instance_returned, instance_added, instance_removed
+ *   instance_ejected, instance_returned, instance_added, instance_removed,
+ *   instance_ramp_ended
  *                        upstream, url (the instance's base URL), address (a
  *                        resolved name's), index, ejections (and for
  *                        instance_ejected duration_ms, consecutive): an
  *                        instance of an upstream with several (http.h,
- *                        "Many instances"), resil_event_instance_listener
+ *                        "Many instances"), resil_event_instance_listener.
+ *                        instance_ramp_ended (Since 0.2;
+ *                        RESIL_HTTP_INSTANCE_RAMP_ENDED): the ramp that
+ *                        began at instance_returned (instance_ramp_ns) ran
+ *                        its whole duration; share 1, duration_ms the
+ *                        ramp's duration, late_ms how long after the
+ *                        ramp's end the line was written (a choice
+ *                        notices the end: the ramp ended at time minus
+ *                        late_ms). A ramp cut short by an ejection has
+ *                        no such line (instance_ejected ends it)
  *   application kinds: whatever resil_event_emit is given.
  * Never a secret: no header, no body; a URL given to resil_event_emit_url
  * is redacted as resil_http_log_fn documents (userinfo, secret-looking
@@ -181,8 +191,10 @@ RESIL_API void resil_event_attempt_listener(void *user, const resil_attempt_info
  * user is the sink; the line's "instance" is ev->client, then upstream
  * and url (ev->upstream and ev->instance, redacted as URLs), address
  * (a resolved name's), index, ejections, and for instance_ejected
- * duration_ms and consecutive; kinds instance_ejected, instance_returned,
- * instance_added, instance_removed. Since 0.2. */
+ * duration_ms and consecutive, for instance_ramp_ended share, duration_ms
+ * and late_ms; kinds instance_ejected, instance_returned, instance_added,
+ * instance_removed, instance_ramp_ended (RESIL_HTTP_INSTANCE_RAMP_ENDED);
+ * an unknown kind is written as instance_event. Since 0.2. */
 struct resil_http_instance_event;
 RESIL_API void resil_event_instance_listener(void *user,
                                              const struct resil_http_instance_event *ev);

@@ -401,9 +401,26 @@ typedef enum resil_http_balance {
 
 typedef enum resil_http_instance_event_kind {
   RESIL_HTTP_INSTANCE_EJECTED = 1,   /* out of the choice for duration_ns  */
-  RESIL_HTTP_INSTANCE_RETURNED = 2,  /* its probe succeeded: back in       */
+  RESIL_HTTP_INSTANCE_RETURNED = 2,  /* its probe succeeded: back in (and,
+                                        with instance_ramp_ns, its ramp
+                                        starts: time_ns)                   */
   RESIL_HTTP_INSTANCE_ADDED = 3,     /* a resolution found a new address   */
-  RESIL_HTTP_INSTANCE_REMOVED = 4    /* a resolution no longer returned it */
+  RESIL_HTTP_INSTANCE_REMOVED = 4,   /* a resolution no longer returned it */
+  /* Since 0.2: the ramp after a return (instance_ramp_ns) ran its whole
+   * duration: the instance takes part in every choice again. time_ns is
+   * the ramp's end (the RETURNED event's time_ns + instance_ramp_ns),
+   * duration_ns the ramp's duration. There is no timer: the first choice
+   * of an instance of that upstream made after the ramp's end notices it
+   * (a blocking call's attempt or the engine's, on that thread; stats and
+   * metrics only show the share 1), so the event may come later than its
+   * time_ns; a compare-and-swap on the ramp makes it told once per ramp
+   * whatever the threads choosing at once. A ramp cut short by an
+   * ejection is not told ended: the EJECTED event ends it (and the next
+   * return starts a new ramp); an ejection that comes after the ramp's
+   * time was up tells RAMP_ENDED first if no choice did. An instance a
+   * resolution removed (REMOVED) is in no choice: its ramp is told ended
+   * once it is back and chosen among. */
+  RESIL_HTTP_INSTANCE_RAMP_ENDED = 5
 } resil_http_instance_event_kind;
 
 /* What a resil_http_instance_listener_fn is told. Filled by the library;
@@ -418,10 +435,16 @@ typedef struct resil_http_instance_event {
                              the name's base_url, and `address` below)    */
   uint32_t index;         /* its index (resil_http_client_instance_stats)  */
   uint64_t ejections;     /* ejections so far, this one included          */
-  int64_t duration_ns;    /* EJECTED: how long                            */
+  int64_t duration_ns;    /* EJECTED: how long; RAMP_ENDED: the ramp's
+                             duration (instance_ramp_ns)                  */
   uint32_t consecutive;   /* EJECTED: failures in a row that caused it    */
   const char *address;    /* a resolved name's address ("10.0.0.7",
                              "[::1]"), NULL for a listed base URL         */
+  /* Since 0.2: the instant the event happened, CLOCK_MONOTONIC ns (the
+   * clock of the client's ejection times): the ejection, the probe's
+   * success (RETURNED: the ramp's start), the lookup's answer (ADDED,
+   * REMOVED), the ramp's end (RAMP_ENDED: however late noticed). */
+  int64_t time_ns;
 } resil_http_instance_event;
 
 typedef void (*resil_http_instance_listener_fn)(void *user,
@@ -704,10 +727,12 @@ typedef struct resil_http_client_config {
   int64_t eject_max_ns;
   /* 0..100. Default 50. */
   uint32_t eject_max_percent;
-  /* Told of every ejection and return (resil_http_instance_event), on the
-   * thread whose attempt caused it (or the resolver's), with no library
-   * lock held; NULL (default) none. resil_event_instance_listener
-   * (events.h) writes them to an event log. */
+  /* Told of every ejection, return and end of a return's ramp
+   * (resil_http_instance_event), on the thread whose attempt caused it
+   * (for RAMP_ENDED the one whose choice noticed it; the resolver's for
+   * ADDED and REMOVED), with no library lock held; NULL (default) none.
+   * resil_event_instance_listener (events.h) writes them to an event
+   * log. */
   resil_http_instance_listener_fn on_instance;
   void *on_instance_user;
   /* The ramp of an instance back from ejection (DESIGN §2.9, §8.4; the
@@ -716,8 +741,10 @@ typedef struct resil_http_client_config {
    * choices, share(t) = max(instance_ramp_min_percent / 100,
    * (t / instance_ramp_ns)^(1 / instance_ramp_aggression)), decided without
    * randomness (over any run of choices it took part in the sum of their
-   * shares within one), then in every one. An instance ejected again
-   * during its ramp starts over after its next probe. 0 (default): no ramp,
+   * shares within one), then in every one (on_instance hears
+   * RESIL_HTTP_INSTANCE_RAMP_ENDED once). An instance ejected again
+   * during its ramp starts over after its next probe (that ramp is not
+   * told ended: the ejection ends it). 0 (default): no ramp,
    * full share at once; else 1 ms..1 day. */
   int64_t instance_ramp_ns;
   /* 1..100. Default 10. */

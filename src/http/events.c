@@ -11,6 +11,7 @@
 
 #include "core/internal.h"
 #include "core/redact.h"
+#include "http/base.h"
 #include "http/log_int.h"
 #include "http/template.h"
 #include "resil/events.h"
@@ -345,9 +346,10 @@ static void set_redacted_url(resil_event_sink *s, json_t *o, const char *key, co
 void resil_event_instance_listener(void *user, const struct resil_http_instance_event *ev) {
   resil_event_sink *s = user;
   if (!s || !ev) return;
-  static const char *const names[] = {"instance_event", "instance_ejected", "instance_returned",
-                                      "instance_added", "instance_removed"};
-  unsigned k = (unsigned)ev->kind < 5 ? (unsigned)ev->kind : 0;
+  static const char *const names[] = {"instance_event",   "instance_ejected",
+                                      "instance_returned", "instance_added",
+                                      "instance_removed",  "instance_ramp_ended"};
+  unsigned k = (unsigned)ev->kind < 6 ? (unsigned)ev->kind : 0;
   json_t *o = head(s, ev->client, names[k]);
   if (!o) {
     atomic_fetch_add(&s->dropped, 1);
@@ -361,6 +363,16 @@ void resil_event_instance_listener(void *user, const struct resil_http_instance_
   if (ev->kind == RESIL_HTTP_INSTANCE_EJECTED) {
     json_object_set_new(o, "duration_ms", json_real((double)ev->duration_ns / 1e6));
     json_object_set_new(o, "consecutive", json_integer(ev->consecutive));
+  } else if (ev->kind == RESIL_HTTP_INSTANCE_RAMP_ENDED) {
+    /* The ramp ran its whole duration: share 1 from its end on. The line
+     * is written when a choice noticed the end (there is no timer):
+     * late_ms says how long after the end, on the clock of time_ns (an
+     * event of a layout without time_ns: none). */
+    json_object_set_new(o, "share", json_real(1.0));
+    json_object_set_new(o, "duration_ms", json_real((double)ev->duration_ns / 1e6));
+    if (ev->struct_size >= offsetof(resil_http_instance_event, time_ns) + sizeof ev->time_ns)
+      json_object_set_new(o, "late_ms",
+                          json_real((double)(resil__http_mono_ns() - ev->time_ns) / 1e6));
   }
   write_line(s, o);
 }

@@ -121,8 +121,10 @@ http_inst *resil__http_group_add(const resil_allocator *a, http_group *g, const 
 
 /* ---- events ------------------------------------------------------------------- */
 
+/* Tells g's listener (no lock held) that `kind` happened to i at `when`
+ * (monotonic ns). */
 static void tell(const http_inst *i, resil_http_instance_event_kind kind, int64_t dur,
-                 uint32_t consecutive) {
+                 uint32_t consecutive, int64_t when) {
   const http_group *g = i->g;
   if (!g->listener) return;
   resil_http_instance_event ev;
@@ -143,6 +145,7 @@ static void tell(const http_inst *i, resil_http_instance_event_kind kind, int64_
   ev.ejections = atomic_load_explicit(&i->ejections, memory_order_relaxed);
   ev.duration_ns = dur;
   ev.consecutive = consecutive;
+  ev.time_ns = when;
   g->listener(g->listener_user, &ev);
 }
 
@@ -178,14 +181,18 @@ static void wake_returns(http_group *g, unsigned n) {
 }
 
 /* A ramping instance's part in this choice (core/ramp.h): 1 when it takes
- * part, 0 not; its ramp ends (ramp_start 0) once the time is up. */
-static int ramp_part(http_inst *i) {
+ * part, 0 not. Once the time is up its ramp ends (ramp_start 0): the one
+ * thread whose compare-and-swap ends it gets the ramp's end in *ended (to
+ * tell RAMP_ENDED once the choice is made); an ejection that ended it
+ * first (eject) leaves the swap failing. */
+static int ramp_part(http_inst *i, int64_t *ended) {
   int64_t start = atomic_load_explicit(&i->ramp_start, memory_order_relaxed);
   if (!start) return 1;
   const resil__ramp_curve *c = &i->g->ramp;
   int64_t el = resil__http_mono_ns() - start;
   if (el >= c->ns) {
-    atomic_compare_exchange_strong(&i->ramp_start, &start, 0);
+    if (atomic_compare_exchange_strong(&i->ramp_start, &start, 0))
+      *ended = resil__sat_add(start, c->ns);
     return 1;
   }
   return resil__ramp_take(&i->ramp_acc, resil__ramp_inc(c, el));
@@ -199,10 +206,11 @@ double resil__http_inst_share(const http_inst *i) {
 }
 
 /* May an attempt go to i now? A PROBING instance takes one attempt at a
- * time (claimed when chosen); a ramping one its share of the choices. */
-static int usable(http_inst *i) {
+ * time (claimed when chosen); a ramping one its share of the choices
+ * (*ended as ramp_part says). */
+static int usable(http_inst *i, int64_t *ended) {
   int st = atomic_load_explicit(&i->state, memory_order_acquire);
-  if (st == RESIL_HTTP_INSTANCE_HEALTHY) return ramp_part(i);
+  if (st == RESIL_HTTP_INSTANCE_HEALTHY) return ramp_part(i, ended);
   return st == RESIL_HTTP_INSTANCE_PROBING &&
          !atomic_load_explicit(&i->probe_busy, memory_order_relaxed);
 }
@@ -250,6 +258,9 @@ http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int
   if (atomic_load_explicit(&g->out, memory_order_relaxed)) wake_returns(g, n);
   uint64_t t = atomic_load_explicit(tried, memory_order_relaxed);
   uint32_t cand[HTTP_MAX_INSTANCES];
+  /* Ramps this choice ended (bits) and their ends: told at the end. */
+  uint64_t ended = 0;
+  int64_t ends[HTTP_MAX_INSTANCES];
   http_inst *i = NULL;
   /* Round robin walks the instances in turn from the group's counter; P2C
    * draws two among the candidates. Pass 0: usable and not tried by this
@@ -264,10 +275,15 @@ http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int
       http_inst *c = g->inst[b];
       int st = atomic_load_explicit(&c->state, memory_order_acquire);
       if (pass == 0 && (t >> b) & 1u) continue;
-      int ok = pass <= 1   ? usable(c)
+      int64_t end = 0;
+      int ok = pass <= 1   ? usable(c, &end)
                : pass == 2 ? live_now(c)
                : pass == 3 ? st != RESIL_HTTP_INSTANCE_GONE
                            : 1;
+      if (end) {
+        ended |= UINT64_C(1) << b;
+        ends[b] = end;
+      }
       if (ok) cand[k++] = b;
     }
     if (!k) continue;
@@ -295,6 +311,9 @@ http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int
   atomic_fetch_or_explicit(tried, UINT64_C(1) << i->bit, memory_order_relaxed);
   atomic_fetch_add_explicit(&i->in_flight, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&i->chosen, 1, memory_order_relaxed);
+  /* No lock is held here (wake_returns released g->mu). */
+  for (unsigned b = 0; ended; b++, ended >>= 1)
+    if (ended & 1u) tell(g->inst[b], RESIL_HTTP_INSTANCE_RAMP_ENDED, g->ramp.ns, 0, ends[b]);
   return i;
 }
 
@@ -343,15 +362,23 @@ static int64_t out_time(const http_group *g, http_inst *i) {
 }
 
 /* Takes i out (under g->mu; i counted in g->out by the caller when it was
- * not yet). Returns the duration. */
-static int64_t eject(http_group *g, http_inst *i, int64_t now) {
+ * not yet). Returns the duration. A ramp in progress ends: cut short, it
+ * is not told ended (EJECTED says it); when its time was up already and
+ * no choice noticed it yet, *ramp_end is set to its end (RAMP_ENDED to
+ * tell first), else left alone. */
+static int64_t eject(http_group *g, http_inst *i, int64_t now, int64_t *ramp_end) {
   atomic_fetch_add_explicit(&i->ejections, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&i->mult, 1, memory_order_relaxed);
   int64_t d = out_time(g, i);
   atomic_store_explicit(&i->out_until, resil__sat_add(now, d), memory_order_relaxed);
   atomic_store_explicit(&i->consecutive, 0, memory_order_relaxed);
   atomic_store_explicit(&i->probe_busy, 0, memory_order_relaxed);
-  atomic_store_explicit(&i->ramp_start, 0, memory_order_relaxed);
+  /* One swap decides with ramp_part's: whichever ends the ramp first.
+   * Judged on the clock after the swap (a choice that ended it before
+   * read a clock at or past the end: the same rule). */
+  int64_t start = atomic_exchange_explicit(&i->ramp_start, 0, memory_order_relaxed);
+  if (start && resil__http_mono_ns() - start >= g->ramp.ns)
+    *ramp_end = resil__sat_add(start, g->ramp.ns);
   atomic_store_explicit(&i->state, RESIL_HTTP_INSTANCE_OUT, memory_order_release);
   return d;
 }
@@ -379,7 +406,7 @@ void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o) {
   }
   int64_t now = resil__http_mono_ns();
   int told = 0;
-  int64_t dur = 0;
+  int64_t dur = 0, ramp_end = 0;
   uint32_t cons = 0;
   pthread_mutex_lock(&g->mu);
   int st = atomic_load_explicit(&i->state, memory_order_relaxed);
@@ -401,7 +428,7 @@ void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o) {
     } else {
       /* Failed again: out again, for longer (it is still counted out). */
       cons = 1;
-      dur = eject(g, i, now);
+      dur = eject(g, i, now, &ramp_end);
       told = RESIL_HTTP_INSTANCE_EJECTED;
     }
   } else if (st == RESIL_HTTP_INSTANCE_HEALTHY && v == 0) {
@@ -418,7 +445,7 @@ void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o) {
       if (atomic_load_explicit(&g->out, memory_order_relaxed) < cap_out(g)) {
         atomic_fetch_add_explicit(&g->out, 1, memory_order_relaxed);
         cons = c;
-        dur = eject(g, i, now);
+        dur = eject(g, i, now, &ramp_end);
         told = RESIL_HTTP_INSTANCE_EJECTED;
       } else {
         atomic_fetch_add_explicit(&i->skipped, 1, memory_order_relaxed);
@@ -428,7 +455,8 @@ void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o) {
   /* A late result of an attempt chosen before the instance went out (or
    * while another attempt probes it) changes nothing. */
   pthread_mutex_unlock(&g->mu);
-  if (told) tell(i, (resil_http_instance_event_kind)told, dur, cons);
+  if (ramp_end) tell(i, RESIL_HTTP_INSTANCE_RAMP_ENDED, g->ramp.ns, 0, ramp_end);
+  if (told) tell(i, (resil_http_instance_event_kind)told, dur, cons, now);
 }
 
 /* ---- a resolved name ------------------------------------------------------------ */
@@ -530,11 +558,11 @@ int resil__http_group_resolve(const resil_allocator *a, http_group *g) {
     http_inst *i = resil__http_group_add(a, g, g->base, g->base_len, label, ct, g->origin0 + bit);
     if (i) added[nadd++] = i;
   }
-  g->resolved_at = resil__http_mono_ns();
+  int64_t at = g->resolved_at = resil__http_mono_ns();
   first_ended(g);
   pthread_mutex_unlock(&g->mu);
-  for (unsigned q = 0; q < nadd; q++) tell(added[q], RESIL_HTTP_INSTANCE_ADDED, 0, 0);
-  for (unsigned q = 0; q < nback; q++) tell(back[q], RESIL_HTTP_INSTANCE_ADDED, 0, 0);
-  for (unsigned q = 0; q < ngone; q++) tell(gone[q], RESIL_HTTP_INSTANCE_REMOVED, 0, 0);
+  for (unsigned q = 0; q < nadd; q++) tell(added[q], RESIL_HTTP_INSTANCE_ADDED, 0, 0, at);
+  for (unsigned q = 0; q < nback; q++) tell(back[q], RESIL_HTTP_INSTANCE_ADDED, 0, 0, at);
+  for (unsigned q = 0; q < ngone; q++) tell(gone[q], RESIL_HTTP_INSTANCE_REMOVED, 0, 0, at);
   return 0;
 }

@@ -44,7 +44,9 @@ typedef struct http_inst {
   atomic_int_fast64_t healthy_since; /* back from ejection (monotonic ns) */
   atomic_uint_fast64_t ejections, skipped, chosen;
   /* The ramp after a return (g->ramp.ns > 0): its start (monotonic ns, 0
-   * none) and the admission accumulator (core/ramp.h). */
+   * none; set at the return under g->mu, set to 0 by one atomic swap:
+   * the choice that sees the time up, which tells RAMP_ENDED, or an
+   * ejection) and the admission accumulator (core/ramp.h). */
   atomic_int_fast64_t ramp_start;
   _Atomic uint64_t ramp_acc;
   atomic_uint_fast64_t outcomes[5];
@@ -115,12 +117,15 @@ double resil__http_inst_share(const http_inst *i);
 /* Chooses an instance for an attempt of a call whose tried set is
  * *tried (bits of g's instances; the chosen one's is set) and counts it
  * in flight. *probe is set to 1 when the attempt probes an instance back
- * from ejection. NULL when g has no instance yet (an unresolved name). */
+ * from ejection. NULL when g has no instance yet (an unresolved name).
+ * Runs the group's listener (RAMP_ENDED of the ramps whose time it saw up
+ * first) with no lock held. */
 http_inst *resil__http_inst_pick(http_group *g, atomic_uint_fast64_t *tried, int *probe);
 
 /* The attempt that chose i (probe as pick said) ended with o: out of
  * flight, counted, and the ejection rules applied. Runs the group's
- * listener (ejected, returned) with no lock held. */
+ * listener (ejected, returned; ramp ended, before an ejection, when the
+ * ramp's time was up and no choice told it) with no lock held. */
 void resil__http_inst_done(http_inst *i, int probe, const resil_outcome *o);
 
 /* Looks g's name up (getaddrinfo, blocking: only the client's resolver

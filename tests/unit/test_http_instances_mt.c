@@ -50,6 +50,8 @@ typedef struct setup {
   resil_event_sink *sink;
   uint32_t max_conn, per_host; /* 0: the defaults */
   int64_t ramp_ns;             /* instance_ramp_ns */
+  resil_http_instance_listener_fn on_inst; /* instead of the sink's */
+  void *on_inst_user;
 } setup;
 
 static void apply(resil_http_client_config *cfg, void *u) {
@@ -68,6 +70,10 @@ static void apply(resil_http_client_config *cfg, void *u) {
   if (s->sink) {
     cfg->on_instance = (resil_http_instance_listener_fn)resil_event_instance_listener;
     cfg->on_instance_user = s->sink;
+  }
+  if (s->on_inst) {
+    cfg->on_instance = s->on_inst;
+    cfg->on_instance_user = s->on_inst_user;
   }
 }
 
@@ -607,6 +613,263 @@ static void an_ejected_instance_gets_nothing_while_the_other_ramps(void **state)
   resil_fixture_stop(back);
 }
 
+/* ---- the end of a return's ramp -------------------------------------------------- */
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * INT64_C(1000000000) + ts.tv_nsec;
+}
+
+/* What on_instance heard: each event's kind, index, instant, duration and
+ * the moment it was told; passed on to an event sink when one is set. */
+typedef struct heard {
+  pthread_mutex_t mu;
+  int n;
+  struct {
+    int kind;
+    uint32_t index;
+    int64_t time_ns, duration_ns, told_ns;
+  } ev[256];
+  resil_event_sink *sink;
+} heard;
+
+static void hear(void *u, const resil_http_instance_event *ev) {
+  heard *h = u;
+  int64_t now = mono_ns();
+  pthread_mutex_lock(&h->mu);
+  if (h->n < 256) {
+    h->ev[h->n].kind = (int)ev->kind;
+    h->ev[h->n].index = ev->index;
+    h->ev[h->n].time_ns = ev->time_ns;
+    h->ev[h->n].duration_ns = ev->duration_ns;
+    h->ev[h->n].told_ns = now;
+    h->n++;
+  }
+  pthread_mutex_unlock(&h->mu);
+  if (h->sink) resil_event_instance_listener(h->sink, ev);
+}
+
+/* Events of `kind` heard for instance `index`; *last (if given) the last
+ * one's place in h->ev (-1 none). */
+static int heard_count(heard *h, int kind, uint32_t index, int *last) {
+  int n = 0;
+  if (last) *last = -1;
+  pthread_mutex_lock(&h->mu);
+  for (int k = 0; k < h->n; k++)
+    if (h->ev[k].kind == kind && h->ev[k].index == index) {
+      n++;
+      if (last) *last = k;
+    }
+  pthread_mutex_unlock(&h->mu);
+  return n;
+}
+
+/* Event log lines kept by the sink's fn (the sink calls it under its lock). */
+typedef struct kept_lines {
+  char buf[32768];
+  size_t len;
+} kept_lines;
+
+static void keep_line(void *u, const char *line) {
+  kept_lines *k = u;
+  int w = snprintf(k->buf + k->len, sizeof k->buf - k->len, "%s\n", line);
+  if (w > 0 && (size_t)w < sizeof k->buf - k->len) k->len += (size_t)w;
+}
+
+/* The fixture on `port` again, and the instance's ejection time waited
+ * out (ms). */
+static resil_fixture *restart_on(uint16_t port, long wait_ms) {
+  resil_fixture_config fc;
+  resil_fixture_config_init(&fc);
+  fc.port = port;
+  resil_fixture *f = NULL;
+  char eb[256];
+  if (resil_fixture_start(&fc, &f, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
+  sleep_ms(wait_ms);
+  return f;
+}
+
+/* Threads that call at once (a barrier) until CLOCK_MONOTONIC reaches
+ * `until` (ns). */
+typedef struct burst_arg {
+  resil_http_client *c;
+  pthread_barrier_t *go;
+  int64_t until;
+} burst_arg;
+
+static void *burst_caller(void *u) {
+  burst_arg *a = u;
+  pthread_barrier_wait(a->go);
+  while (mono_ns() < a->until) {
+    resil_outcome o = call_p(a->c, "item", NULL, KV("id", "1"));
+    if (!resil_outcome_is_success(&o)) fail_msg("call failed");
+  }
+  return NULL;
+}
+
+/* The end of a return's ramp is an event (DESIGN 2.9: its start and its
+ * end are events), told once: 4 threads choosing all through the ramp
+ * and past its end tell RAMP_ENDED once, at or after the end, with the
+ * ramp's end (the return's instant + instance_ramp_ns) as its instant.
+ * (Before: no such kind, nothing told.) */
+static void a_returns_ramp_end_is_told_once(void **state) {
+  (void)state;
+  resil_fixture *good = fx_start();
+  resil_fixture *back = fx_start();
+  uint16_t port = resil_fixture_port(back);
+  char url[64];
+  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
+  resil_fixture_stop(back);
+  heard *h = calloc(1, sizeof *h);
+  pthread_mutex_init(&h->mu, NULL);
+  const int64_t ramp = MS(200);
+  setup s = {.urls = {url, resil_fixture_url(good)}, .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN,
+             .eject = 2, .base_ns = MS(100), .pct = 50, .ramp_ns = ramp, .on_inst = hear,
+             .on_inst_user = h};
+  resil_http_client *c = client_of(&s);
+  resil_retry *rt = retry_n(2);
+  for (int k = 0; k < 6; k++) get_ok(c, rt);
+  assert_int_equal(st_of(c, 0).state, RESIL_HTTP_INSTANCE_OUT);
+  back = restart_on(port, 120);
+  while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_HEALTHY) get_ok(c, rt);
+  int r;
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RETURNED, 0, &r), 1);
+  int64_t t_ret = h->ev[r].time_ns;
+  /* 4 threads call through the ramp and 100 ms past its end. */
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, 4);
+  burst_arg ba = {c, &go, t_ret + ramp + MS(100)};
+  pthread_t th[4];
+  for (int k = 0; k < 4; k++) pthread_create(&th[k], NULL, burst_caller, &ba);
+  for (int k = 0; k < 4; k++) pthread_join(th[k], NULL);
+  pthread_barrier_destroy(&go);
+  int e;
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RAMP_ENDED, 0, &e), 1);
+  assert_true(h->ev[e].time_ns == t_ret + ramp);
+  assert_true(h->ev[e].duration_ns == ramp);
+  assert_true(h->ev[e].told_ns >= t_ret + ramp);
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RAMP_ENDED, 1, NULL), 0);
+  assert_true(st_of(c, 0).chosen > 20); /* it took part in the choices */
+  /* More choices: still once. */
+  for (int k = 0; k < 20; k++) get_ok(c, rt);
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RAMP_ENDED, 0, NULL), 1);
+  resil_retry_free(rt);
+  resil_http_client_free(c);
+  pthread_mutex_destroy(&h->mu);
+  free(h);
+  resil_fixture_stop(back);
+  resil_fixture_stop(good);
+}
+
+/* A ramp that an ejection cuts short is not told ended (the EJECTED event
+ * ends it), not even once its time has passed. The next return's ramp
+ * is: its end passes with no choice (a stats read shows share 1 and tells
+ * nothing), then the engine's first choice (the blocking call's pick, one
+ * implementation) tells it with the ramp's end as its instant, however
+ * late. The event log has one instance_ramp_ended line: share 1, the
+ * ramp's duration, late_ms. */
+static void a_ramp_cut_short_by_an_ejection_is_not_told_ended(void **state) {
+  (void)state;
+  resil_fixture *good = fx_start();
+  resil_fixture *back = fx_start();
+  uint16_t port = resil_fixture_port(back);
+  char url[64];
+  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
+  resil_fixture_stop(back);
+  kept_lines *kl = calloc(1, sizeof *kl);
+  heard *h = calloc(1, sizeof *h);
+  pthread_mutex_init(&h->mu, NULL);
+  resil_event_sink_config ec;
+  resil_event_sink_config_init(&ec);
+  ec.fn = keep_line;
+  ec.user = kl;
+  assert_status(RESIL_OK, resil_event_sink_new(&ec, &h->sink, NULL));
+  const int64_t ramp = MS(400);
+  setup s = {.urls = {url, resil_fixture_url(good)}, .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN,
+             .eject = 2, .base_ns = MS(100), .pct = 50, .ramp_ns = ramp, .on_inst = hear,
+             .on_inst_user = h};
+  resil_http_client *c = client_of(&s);
+  resil_retry *rt = retry_n(2);
+  for (int k = 0; k < 6; k++) get_ok(c, rt);
+  assert_int_equal(st_of(c, 0).state, RESIL_HTTP_INSTANCE_OUT);
+  back = restart_on(port, 120);
+  while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_HEALTHY) get_ok(c, rt);
+  int r;
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RETURNED, 0, &r), 1);
+  int64_t t1 = h->ev[r].time_ns;
+  /* Down again mid-ramp: ejected. */
+  resil_fixture_stop(back);
+  while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_OUT) get_ok(c, rt);
+  assert_true(mono_ns() < t1 + ramp);
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_EJECTED, 0, NULL), 2);
+  /* Past that ramp's end, choices (a probe fails: out again): nothing. */
+  while (mono_ns() < t1 + ramp + MS(50)) get_ok(c, rt);
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RAMP_ENDED, 0, NULL), 0);
+  /* Back again: a new ramp; its end passes with no choice. */
+  back = restart_on(port, 0);
+  for (int64_t until = mono_ns() + MS(3000);
+       st_of(c, 0).state != RESIL_HTTP_INSTANCE_HEALTHY && mono_ns() < until; sleep_ms(10))
+    get_ok(c, rt);
+  assert_int_equal(st_of(c, 0).state, RESIL_HTTP_INSTANCE_HEALTHY);
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RETURNED, 0, &r), 2);
+  int64_t t2 = h->ev[r].time_ns;
+  while (mono_ns() < t2 + ramp + MS(60)) sleep_ms(5);
+  assert_true(st_of(c, 0).ramp_share == 1.0);
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RAMP_ENDED, 0, NULL), 0);
+  /* The engine's calls choose: the end is told, once, at t2 + ramp. */
+  test_loop *l = calloc(1, sizeof *l);
+  tl_init(l);
+  resil_engine *eng = engine_on(l, c);
+  resil_engine_policies pol;
+  resil_engine_policies_init(&pol);
+  pol.retry = rt;
+  done_rec *d = rec_new();
+  for (size_t i = 0; i < 10; i++)
+    assert_status(RESIL_OK, submit(eng, d, i, "item", KV("id", "5"), &pol, NULL, NULL));
+  assert_true(tl_run_until(l, &d->done, 10, 10000));
+  for (size_t i = 0; i < 10; i++) assert_int_equal(d->status[i], 200);
+  int e;
+  assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RAMP_ENDED, 0, &e), 1);
+  assert_true(h->ev[e].time_ns == t2 + ramp);
+  assert_true(h->ev[e].duration_ns == ramp);
+  assert_true(h->ev[e].told_ns >= t2 + ramp + MS(60)); /* noticed late */
+  resil_engine_free(eng);
+  tl_close(l);
+  free(l);
+  resil_retry_free(rt);
+  resil_http_client_free(c);
+  resil_event_sink_free(h->sink);
+  /* The event log: two returns, one instance_ramp_ended line, after the
+   * second return's. */
+  const char *ret = strstr(kl->buf, "\"kind\":\"instance_returned\"");
+  assert_non_null(ret);
+  const char *ret2 = strstr(ret + 1, "\"kind\":\"instance_returned\"");
+  const char *end = strstr(kl->buf, "\"kind\":\"instance_ramp_ended\"");
+  if (!ret2 || !end) fail_msg("lines:\n%s", kl->buf);
+  assert_true(end > ret2);
+  assert_null(strstr(end + 1, "\"kind\":\"instance_ramp_ended\""));
+  char line[2048];
+  const char *bol = end;
+  while (bol > kl->buf && bol[-1] != '\n') bol--;
+  snprintf(line, sizeof line, "%.*s", (int)(strchr(end, '\n') - bol), bol);
+  print_message("%s\n", line);
+  char want[256];
+  snprintf(want, sizeof want, "\"url\":\"%s\"", url);
+  assert_non_null(strstr(line, want));
+  assert_non_null(strstr(line, "\"index\":0,"));
+  assert_non_null(strstr(line, "\"share\":1.0,"));
+  assert_non_null(strstr(line, "\"duration_ms\":400.0,"));
+  const char *late = strstr(line, "\"late_ms\":");
+  assert_non_null(late);
+  assert_true(strtod(late + strlen("\"late_ms\":"), NULL) >= 60.0);
+  pthread_mutex_destroy(&h->mu);
+  free(h);
+  free(kl);
+  resil_fixture_stop(back);
+  resil_fixture_stop(good);
+}
+
 /* Every instance fails: at most the share is out, never all of them, even
  * at 100 %; the choice then uses what is left. */
 static void the_cap_and_the_last_instance_are_never_ejected(void **state) {
@@ -1049,6 +1312,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(a_probe_that_succeeds_returns_the_instance),
       cmocka_unit_test(an_instance_back_from_ejection_ramps_up),
       cmocka_unit_test(an_ejected_instance_gets_nothing_while_the_other_ramps),
+      cmocka_unit_test(a_returns_ramp_end_is_told_once),
+      cmocka_unit_test(a_ramp_cut_short_by_an_ejection_is_not_told_ended),
       cmocka_unit_test(the_cap_and_the_last_instance_are_never_ejected),
       cmocka_unit_test(a_status_query_goes_to_another_instance),
       cmocka_unit_test(the_engine_moves_not_sent_attempts_and_hedges_elsewhere),
