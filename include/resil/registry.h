@@ -648,7 +648,8 @@ RESIL_API resil_status resil_registry_metrics_remove(resil_registry *reg, resil_
  *    registry listener as its on_instance that forwards each instance
  *    event to the sink attached now (resil_event_instance_listener:
  *    "instance_ejected", "instance_returned", "instance_added",
- *    "instance_removed" lines with the client's name), or drops it when
+ *    "instance_removed", "instance_ramp_ended" lines with the client's
+ *    name), or drops it when
  *    none is, as for attempts below (Since 0.2).
  *  - every retry and HTTP client the registry builds (those of a reload
  *    too) has a registry listener as its on_attempt (set when it is built:
