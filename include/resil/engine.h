@@ -396,7 +396,8 @@ typedef struct resil_engine_stats {
   uint64_t rejected_ratelimiter;   /* no permit within the limiter's timeout
                                       or the deadline (RATE_LIMITED or
                                       DEADLINE), or none at once for a hedge */
-  uint64_t rejected_breaker;       /* breaker refused a permit            */
+  uint64_t rejected_breaker;       /* breaker refused a permit: open, or
+                                      its ramp (rejected_recovering)       */
   uint64_t rejected_bulkhead_full; /* no slot, and the queue full or
                                       max_wait_ns 0; no free slot at once
                                       for a hedge                          */
@@ -406,6 +407,30 @@ typedef struct resil_engine_stats {
    * client's lease timeout (or their deadline) in vain, NOT_SENT(POOL_TIMEOUT)
    * (see "Connections"). */
   uint64_t rejected_pool_timeout;
+  /* ---- Since 0.2: recovery (DESIGN §2.9). A caller compiled without
+   * these fields gets none (its struct_size ends before them). */
+  /* Of rejected_breaker (still counted there: it is every refusal of a
+   * breaker permit, so the rejected_* per layer keep adding up to the
+   * rejections): those a breaker's ramp refused, REJECTED(RECOVERING),
+   * attempts, hedges and calls refused by a breaker outside the retry
+   * (resil_engine_call_chain) alike. The rest of rejected_breaker are
+   * BREAKER_OPEN. */
+  uint64_t rejected_recovering;
+  /* Hedges that were due and not sent because the breaker they go through
+   * (policies.breaker, or the chain's per-attempt breaker) was recovering:
+   * with hedges last (the hedge's hedge_during_recovery 0, the default)
+   * those the hedge policy did not let go because the breaker was
+   * HALF_OPEN or ramping (not in hedges_sent; the hedge's
+   * suppressed_recovering); with hedge_during_recovery 1, those it let go
+   * that the breaker's ramp refused (in hedges_sent, hedges_rejected,
+   * rejected_breaker and rejected_recovering). */
+  uint64_t hedges_refused_recovering;
+  /* Logical calls whose retry stopped RESIL_STOP_RECOVERING: a retry was
+   * due and not made because the breaker the attempts go through was
+   * HALF_OPEN or ramping (retries last; retry.h retry_during_recovery 0).
+   * One per call at most; not in retries; the retry's
+   * suppressed_recovering counts the same calls (for that retry). */
+  uint64_t retries_suppressed_recovering;
 } resil_engine_stats;
 
 /* Fills *out up to the caller's struct size (a macro passing

@@ -329,6 +329,10 @@ typedef struct resil_hedge_call {
 #define RESIL_HEDGE_CALL_NO_MORE 0x8u /* no further hedge will be allowed    */
 #define RESIL_HEDGE_CALL_KEYED 0x10u  /* the ctx carried RESIL_CALL_STABLE_KEY:
                                          keyed_unacceptable_classes decide */
+/* Since 0.2: set (with NO_MORE) when resil_hedge_on_timer sent no hedge
+ * because the watched breaker was recovering (suppressed_recovering): how
+ * the async engine tells that DENY from the others. */
+#define RESIL_HEDGE_CALL_RECOVERING 0x20u
 
 /* What resil_hedge_record says to do with an attempt's outcome. */
 typedef enum resil_hedge_verdict {

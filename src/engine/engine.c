@@ -101,6 +101,7 @@ typedef struct eng_stats {
   _Atomic uint64_t transfers, retries, hedges_sent, hedges_rejected, hedge_wins, losers,
       unhedged;
   _Atomic uint64_t rej_ratelimiter, rej_breaker, rej_bh_full, rej_bh_wait, rej_pool;
+  _Atomic uint64_t rej_recovering, hedges_recovering, retries_recovering;
 } eng_stats;
 
 static inline void st_inc(_Atomic uint64_t *c) {
@@ -623,6 +624,7 @@ static void finish(resil_engine_handle *call, resil_outcome o) {
   case RESIL_UNKNOWN: ST_INC(e, unknown); break;
   case RESIL_REJECTED: ST_INC(e, rejected); break;
   }
+  if (o.stop == RESIL_STOP_RECOVERING) ST_INC(e, retries_recovering); /* retries last */
   atomic_store_explicit(&call->finished, 1, memory_order_release);
   call->done(call->user, call, o, r);
   resil_http_request_free(call->req);
@@ -1154,6 +1156,13 @@ static void on_hedge_attempt_timer(void *arg) {
   if (hg->x) hedge_end(hg->call, hg->n, hg->at_kind, CURLE_OK, HEDGE_NORMAL);
 }
 
+/* A breaker refused a permit: why is BREAKER_OPEN, or RECOVERING (its
+ * ramp), which rejected_recovering counts too. */
+static void breaker_refused(resil_engine *e, resil_reason why) {
+  ST_INC(e, rej_breaker);
+  if (why == RESIL_REASON_RECOVERING) ST_INC(e, rej_recovering);
+}
+
 /* A hedge the policies refused at once: recorded REJECTED, not sent. */
 static void hedge_rejected(resil_engine_handle *call, uint32_t n, eng_hedge *hg, resil_reason why) {
   resil_outcome o = resil_outcome_make(RESIL_REJECTED, why);
@@ -1192,7 +1201,8 @@ static void hedge_send(resil_engine_handle *call, uint32_t n) {
     resil_reason why;
     if (resil_breaker_try_acquire_why(call->pol.breaker, &hg->permit, &why) !=
         RESIL_DECISION_GO) {
-      ST_INC(e, rej_breaker);
+      breaker_refused(e, why);
+      if (why == RESIL_REASON_RECOVERING) ST_INC(e, hedges_recovering);
       hedge_rejected(call, n, hg, why); /* BREAKER_OPEN or RECOVERING */
       return;
     }
@@ -1272,8 +1282,10 @@ static void on_hedge_timer(void *arg) {
   int64_t next = -1;
   /* Hedges last (DESIGN §2.9): the hedge watches the attempt's breaker. */
   if (resil_hedge_on_timer_watch(call->pol.hedge, &call->hc, &next, call->pol.breaker) !=
-      RESIL_DECISION_GO)
+      RESIL_DECISION_GO) {
+    if (call->hc.state & RESIL_HEDGE_CALL_RECOVERING) ST_INC(call->e, hedges_recovering);
     return;
+  }
   uint32_t n = call->hc.attempts;
   ST_INC(call->e, hedges_sent);
   call->att_hedges++;
@@ -1666,7 +1678,7 @@ static void run_steps(resil_engine_handle *call, const resil_ctx *actx, int64_t 
       resil_reason why;
       if (resil_breaker_try_acquire_why(call->pol.breaker, &call->permit, &why) !=
           RESIL_DECISION_GO) {
-        ST_INC(e, rej_breaker);
+        breaker_refused(e, why);
         step_reject(call, why); /* BREAKER_OPEN or RECOVERING (a ramp) */
         return;
       }
@@ -1730,7 +1742,7 @@ static int outer_steps(resil_engine_handle *call) {
       resil_reason why;
       if (resil_breaker_try_acquire_why(call->cbr, &call->cpermit, &why) !=
           RESIL_DECISION_GO) {
-        ST_INC(e, rej_breaker);
+        breaker_refused(e, why);
         outer_reject(call, i, why);
         return 0;
       }
@@ -2377,6 +2389,9 @@ resil_status resil_engine_get_stats_sized(const resil_engine *ce, resil_engine_s
   st.rejected_bulkhead_full = LD(rej_bh_full);
   st.rejected_bulkhead_wait = LD(rej_bh_wait);
   st.rejected_pool_timeout = LD(rej_pool);
+  st.rejected_recovering = LD(rej_recovering);
+  st.hedges_refused_recovering = LD(hedges_recovering);
+  st.retries_suppressed_recovering = LD(retries_recovering);
 #undef LD
   resil__sized_out(out, n, &st, sizeof st);
   return RESIL_OK;

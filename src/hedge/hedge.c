@@ -449,7 +449,7 @@ static resil_decision on_timer(resil_hedge *h, resil_hedge_call *call,
   if (watch && resil_breaker_recovering(watch)) {
     /* Hedges last (DESIGN §2.9): none while the breaker recovers. */
     bump(&h->suppressed_recovering);
-    full.state |= RESIL_HEDGE_CALL_NO_MORE;
+    full.state |= RESIL_HEDGE_CALL_NO_MORE | RESIL_HEDGE_CALL_RECOVERING;
     full.delay_ns = -1;
     call_out(call, &full);
     resil_outcome ro = resil_outcome_make(RESIL_REJECTED, RESIL_REASON_RECOVERING);

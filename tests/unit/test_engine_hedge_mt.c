@@ -617,6 +617,11 @@ static void hedge_during_a_ramp_is_refused_recovering(void **state) {
     assert_int_equal(st.hedges_rejected - st0.hedges_rejected, during ? 1 : 0);
     assert_int_equal(st.rejected_breaker - st0.rejected_breaker, during ? 1 : 0);
     assert_int_equal(m.total_ramp_rejected, during ? 1 : 0);
+    /* Either way one hedge did not go for the recovery; the ramp's refusal
+     * (during) is a rejected_recovering too, the policy's is not. */
+    assert_int_equal(st.hedges_refused_recovering - st0.hedges_refused_recovering, 1);
+    assert_int_equal(st.rejected_recovering - st0.rejected_recovering, during ? 1 : 0);
+    assert_int_equal(st.retries_suppressed_recovering - st0.retries_suppressed_recovering, 0);
     resil_hedge_free(h);
     resil_breaker_free(br);
   }

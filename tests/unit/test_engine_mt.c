@@ -415,6 +415,22 @@ static void ramp_refusal_completes_rejected_recovering_not_a_failure(void **stat
   assert_int_equal(st.rejected_breaker, 18);
   assert_int_equal(st.completed_rejected, 18);
   assert_int_equal(st.transfers, 2);
+  /* The ramp's refusals are rejected_recovering too (still in
+   * rejected_breaker); no hedge, no retry here. */
+  assert_int_equal(st.rejected_recovering, 18);
+  assert_int_equal(st.hedges_refused_recovering, 0);
+  assert_int_equal(st.retries_suppressed_recovering, 0);
+  /* A caller compiled before these fields: its struct ends before them,
+   * the library writes up to there and says so. */
+  resil_engine_stats old;
+  memset(&old, 0xab, sizeof old);
+  size_t old_size = offsetof(resil_engine_stats, rejected_recovering);
+  assert_int_equal(resil_engine_get_stats_sized(t->e, &old, old_size), RESIL_OK);
+  assert_int_equal(old.struct_size, old_size);
+  assert_int_equal(old.rejected_breaker, 18);
+  assert_int_equal(old.rejected_pool_timeout, 0);
+  assert_int_equal(old.rejected_recovering, 0xababababababababULL);
+  assert_int_equal(old.retries_suppressed_recovering, 0xababababababababULL);
   te_close(t);
   resil_breaker_free(br);
   resil_manual_clock_free(mc);
@@ -461,6 +477,10 @@ static void retry_stops_recovering_while_half_open_or_ramping(void **state) {
   resil_engine_stats st;
   assert_int_equal(resil_engine_get_stats(t->e, &st), RESIL_OK);
   assert_int_equal(st.retries, 0);
+  /* The engine counts the two suppressed retries; nothing was refused. */
+  assert_int_equal(st.retries_suppressed_recovering, 2);
+  assert_int_equal(st.rejected_recovering, 0);
+  assert_int_equal(st.rejected_breaker, 0);
   /* retry_during_recovery = 1: as before, the retry goes (the second
    * request for the id answers 200), as the second of a fresh HALF_OPEN
    * breaker's three probes. */
@@ -482,6 +502,9 @@ static void retry_stops_recovering_while_half_open_or_ramping(void **state) {
   assert_int_equal(d->o[2].attempts, 2);
   assert_int_equal(retry_stats_of(during).suppressed_recovering, 0);
   assert_int_equal(resil_fixture_attempts(s->f, "flaky"), 4);
+  assert_int_equal(resil_engine_get_stats(t->e, &st), RESIL_OK);
+  assert_int_equal(st.retries, 1);
+  assert_int_equal(st.retries_suppressed_recovering, 2);
   te_close(t);
   resil_retry_free(retry);
   resil_retry_free(during);

@@ -275,6 +275,9 @@ static void hedge_sends_none_while_the_breaker_recovers(void **state) {
   assert_int_equal(resil_hedge_begin(h, &ctx, &call, &delay), RESIL_DECISION_WAIT);
   assert_int_equal(resil_hedge_on_timer(h, &call, &delay), RESIL_DECISION_DENY);
   assert_int_equal(call.attempts, 1);
+  /* The call's state says why (how the engine tells this DENY apart). */
+  assert_int_equal(call.state & (RESIL_HEDGE_CALL_NO_MORE | RESIL_HEDGE_CALL_RECOVERING),
+                   RESIL_HEDGE_CALL_NO_MORE | RESIL_HEDGE_CALL_RECOVERING);
   resil_hedge_metrics hm;
   assert_status(RESIL_OK, resil_hedge_get_metrics(h, &hm));
   assert_int_equal(hm.suppressed_recovering, 1);
@@ -287,6 +290,7 @@ static void hedge_sends_none_while_the_breaker_recovers(void **state) {
   resil_breaker *closed = NULL;
   assert_status(RESIL_OK, resil_breaker_new(&bc, &closed, &err));
   assert_int_equal(resil_hedge_begin(h, &ctx, &call, &delay), RESIL_DECISION_WAIT);
+  assert_int_equal(call.state & RESIL_HEDGE_CALL_RECOVERING, 0); /* a new call */
   assert_int_equal(resil_hedge_on_timer_watch(h, &call, &delay, closed), RESIL_DECISION_GO);
   assert_int_equal(call.attempts, 2);
   /* Closed: hedges go again. */
