@@ -663,8 +663,22 @@ typedef struct resil_http_client_config {
    *     the choice (counted, resil_http_instance_stats.ejections_skipped).
    *   - the client's breaker, around the call, still sees logical calls or
    *     attempts as its place in the chain says; ejection is per instance.
-   * An instance is a pool origin of its own (max_connections_per_host
-   * applies to each). The response says which instance answered
+   * An instance's pool origin is its URL's scheme, host and port (lower
+   * case, the default port filled in): instances of different origins do
+   * not share connections, and max_connections_per_host applies to each.
+   * The same origin listed twice (the same URL twice, or spelled
+   * differently: "http://a", "http://a:80", "http://a/", or other paths on
+   * one host) is accepted and gives two instances of ONE origin: each is
+   * chosen, counted (a row of resil_http_client_instance_stats each),
+   * ejected, probed and ramped on its own (an ejection of one leaves the
+   * other in the choice, though it is the same server; both count in
+   * eject_max_percent), and "another instance" for a retry or a hedge may
+   * be the other (the same server); but they share the origin's
+   * connections: an idle connection of one serves the other, and the
+   * origin's cap (max_connections_per_host, and with several instances
+   * max_connections / the live instances) applies to the two together,
+   * not to each. The same holds for an instance whose origin is base_url's
+   * or another upstream's. The response says which instance answered
    * (resil_http_response_instance) and resil_http_client_instance_stats()
    * reads each one's figures.
    *

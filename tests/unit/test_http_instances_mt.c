@@ -290,6 +290,74 @@ static void each_instance_keeps_its_connection_in_the_pool(void **state) {
   for (int i = 0; i < 4; i++) resil_fixture_stop(f[i]);
 }
 
+/* Instances of one origin (http.h "Many instances": the same URL twice,
+ * or spelled differently, "http://h:p" and "http://h:p/"): each is an
+ * instance of its own (chosen in turn, its own figures), but they share the
+ * origin's connections: 30 calls in turn over three such instances open
+ * one connection. */
+static void same_origin_instances_share_connections_but_count_apart(void **state) {
+  (void)state;
+  resil_fixture *f = fx_start();
+  char slash[160];
+  snprintf(slash, sizeof slash, "%s/", resil_fixture_url(f));
+  setup s = {.urls = {resil_fixture_url(f), resil_fixture_url(f), slash},
+             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 5, .pct = 50,
+             .max_conn = 3, .per_host = 3};
+  resil_http_client *c = client_of(&s);
+  assert_int_equal(resil_http_client_instance_count(c), 3);
+  for (int k = 0; k < 30; k++) {
+    resil_outcome o = call_p(c, "item", NULL, KV("id", "4"));
+    assert_true(resil_outcome_is_success(&o));
+  }
+  for (size_t i = 0; i < 3; i++) {
+    resil_http_instance_stats st = st_of(c, i);
+    assert_int_equal(st.chosen, 10);
+    assert_int_equal(st.outcomes[RESIL_ANSWERED], 10);
+  }
+  assert_string_equal(st_of(c, 0).instance, st_of(c, 1).instance);
+  resil_http_stats hs;
+  assert_status(RESIL_OK, resil_http_client_get_stats(c, &hs));
+  assert_int_equal(hs.connections_opened, 1);
+  assert_int_equal(resil_fixture_attempts(f, "items"), 30);
+  resil_http_client_free(c);
+  resil_fixture_stop(f);
+}
+
+/* ... and they are ejected apart: a dead origin listed twice (two
+ * spellings) and a live instance, a cap of one instance out (50 % of 3):
+ * both dead ones fail their own attempts; the first to fail 3 in a row is
+ * ejected, the other stays in the choice though it is the same server (its
+ * ejection refused by the cap, counted). */
+static void same_origin_instances_are_ejected_apart(void **state) {
+  (void)state;
+  resil_fixture *f = fx_start();
+  char *dead = dead_url();
+  char dead2[160];
+  snprintf(dead2, sizeof dead2, "%s/", dead);
+  setup s = {.urls = {dead, dead2, resil_fixture_url(f)},
+             .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 3, .pct = 50};
+  resil_http_client *c = client_of(&s);
+  resil_retry *rt = retry_n(3);
+  int k = 0;
+  for (; k < 30 && (st_of(c, 0).outcomes[RESIL_NOT_SENT] < 3 ||
+                    st_of(c, 1).outcomes[RESIL_NOT_SENT] < 3);
+       k++)
+    get_ok(c, rt);
+  assert_true(k < 30);
+  resil_http_instance_stats d[2] = {st_of(c, 0), st_of(c, 1)};
+  int out = d[0].state == RESIL_HTTP_INSTANCE_OUT ? 0 : 1;
+  assert_int_equal(d[out].state, RESIL_HTTP_INSTANCE_OUT);
+  assert_int_equal(d[out].ejections, 1);
+  assert_int_equal(d[1 - out].state, RESIL_HTTP_INSTANCE_HEALTHY);
+  assert_int_equal(d[1 - out].ejections, 0);
+  assert_true(d[1 - out].ejections_skipped >= 1);
+  assert_int_equal(st_of(c, 2).ejections, 0);
+  resil_retry_free(rt);
+  resil_http_client_free(c);
+  free(dead);
+  resil_fixture_stop(f);
+}
+
 typedef struct call_arg {
   resil_http_client *c;
   int n;
@@ -1317,6 +1385,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(every_instance_has_its_metrics),
       cmocka_unit_test(both_choices_spread_calls_over_every_instance),
       cmocka_unit_test(each_instance_keeps_its_connection_in_the_pool),
+      cmocka_unit_test(same_origin_instances_share_connections_but_count_apart),
+      cmocka_unit_test(same_origin_instances_are_ejected_apart),
       cmocka_unit_test(not_sent_attempts_move_to_an_untried_instance),
       cmocka_unit_test(consecutive_failures_eject_probe_and_eject_again_for_longer),
       cmocka_unit_test(a_probe_that_succeeds_returns_the_instance),
