@@ -76,10 +76,10 @@ typedef struct run_opts {
 static void run_resil_opts(run_result *r, run_opts *ro, const char *const *args) {
   const char *bin = getenv("RESIL_BIN");
   if (!bin || !*bin) skip();
-  const char *argv[64];
+  const char *argv[160]; /* 65 --instance and a URL fit */
   size_t n = 0;
   argv[n++] = bin;
-  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+  for (; args[n - 1] && n < 159; n++) argv[n] = args[n - 1];
   argv[n] = NULL;
   int out = temp_fd(), err = temp_fd();
   posix_spawn_file_actions_t fa;
@@ -573,6 +573,43 @@ static void call_bad_arguments_exit_2_with_one_line_naming_the_argument(void **s
                i, r.status, r.out, r.err, cases[i].names);
     run_result_free(&r);
   }
+  assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+}
+
+/* At most 64 instances, the URL's origin among them: 64 --instance and a
+ * URL are one too many, and the message says the URL's origin counts (it
+ * said "got 65" only); with a path alone, 64 --instance are allowed and 65
+ * are not. Nothing is sent. */
+static void call_too_many_instances_says_the_urls_own_counts(void **state) {
+  cli_state *s = *state;
+  static char inst[65][40];
+  const char *argv[2 * 65 + 4] = {"call"};
+  for (int i = 0; i < 65; i++) snprintf(inst[i], sizeof inst[i], "http://127.0.0.1:%d", i + 2);
+  size_t n = 1;
+  for (int i = 0; i < 64; i++) {
+    argv[n++] = "--instance";
+    argv[n++] = inst[i];
+  }
+  argv[n++] = url(s, "/items/1");
+  argv[n] = NULL;
+  run_result r;
+  run_resil(&r, NULL, argv);
+  assert_exit(&r, 2);
+  assert_int_equal(r.out_len, 0);
+  assert_int_equal(count(r.err, "\n"), 1);
+  assert_contains(r.err, "resil call: --instance: at most 64 instances with the URL's own, got 65 "
+                         "(64 --instance and the URL's origin)\n");
+  run_result_free(&r);
+  /* A path alone: the --instance URLs are all the instances. */
+  argv[n - 1] = "--instance";
+  argv[n++] = inst[64];
+  argv[n++] = "/items/1";
+  argv[n] = NULL;
+  run_resil(&r, NULL, argv);
+  assert_exit(&r, 2);
+  assert_int_equal(count(r.err, "\n"), 1);
+  assert_contains(r.err, "resil call: --instance: at most 64 instances, got 65\n");
+  run_result_free(&r);
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
 }
 
@@ -1451,6 +1488,7 @@ int main(void) {
       T(call_follows_redirects_only_with_location),
       T(call_warns_about_retry_without_deadline_and_long_timeouts),
       T(call_bad_arguments_exit_2_with_one_line_naming_the_argument),
+      T(call_too_many_instances_says_the_urls_own_counts),
       T(call_several_instances_retry_moves_past_a_refused_one),
       T(call_resolve_spreads_over_the_names_addresses),
       T(call_instance_lines_redact_the_url),

@@ -94,6 +94,8 @@
 #define PROG "resil call"
 #define NS_PER_MS INT64_C(1000000)
 #define MAX_MS INT64_C(86400000)
+/* Instances of one upstream, the URL's origin included (http.h: 1..64). */
+#define MAX_INSTANCES 64
 /* Largest -d body read from a file or stdin: exactly 1 GiB is accepted. */
 #define MAX_BODY_BYTES ((size_t)1 << 30)
 /* Largest --max-body, the library's max_response_bytes range. */
@@ -1442,6 +1444,20 @@ int resil_cmd_call(int argc, char **argv) {
     goto done;
   }
   if ((rc = split_url(o.url, o.instance_count > 0, &u)) != 0) goto done;
+  if (o.instance_count + (u.base ? 1u : 0u) > MAX_INSTANCES) {
+    /* The client would say "got 65" without saying the URL's origin is one
+     * of them (http.h: 1..64 instances). */
+    if (u.base)
+      fprintf(stderr,
+              PROG ": --instance: at most %d instances with the URL's own, got %zu (%zu "
+                   "--instance and the URL's origin)\n",
+              MAX_INSTANCES, o.instance_count + 1, o.instance_count);
+    else
+      fprintf(stderr, PROG ": --instance: at most %d instances, got %zu\n", MAX_INSTANCES,
+              o.instance_count);
+    rc = EXIT_USAGE;
+    goto done;
+  }
 #ifdef RESIL_HAVE_CONFIG
   if (o.config) {
     resil_registry_error rerr;
