@@ -814,6 +814,7 @@ static void a_returns_ramp_end_is_told_once(void **state) {
   int r;
   assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RETURNED, 0, &r), 1);
   int64_t t_ret = h->ev[r].time_ns;
+  uint64_t chosen0 = st_of(c, 0).chosen;
   /* 4 threads call through the ramp and 100 ms past its end. */
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, 4);
@@ -828,7 +829,7 @@ static void a_returns_ramp_end_is_told_once(void **state) {
   assert_true(h->ev[e].duration_ns == ramp);
   assert_true(h->ev[e].told_ns >= t_ret + ramp);
   assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RAMP_ENDED, 1, NULL), 0);
-  assert_true(st_of(c, 0).chosen > 20); /* it took part in the choices */
+  assert_true(st_of(c, 0).chosen > chosen0); /* it took part in the choices */
   /* More choices: still once. */
   for (int k = 0; k < 20; k++) get_ok(c, rt);
   assert_int_equal(heard_count(h, RESIL_HTTP_INSTANCE_RAMP_ENDED, 0, NULL), 1);
