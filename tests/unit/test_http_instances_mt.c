@@ -440,6 +440,16 @@ static void not_sent_attempts_move_to_an_untried_instance(void **state) {
   resil_fixture_stop(f[1]);
 }
 
+/* The URL of a fixture started and stopped (nothing listens on its port
+ * until restart_on brings one back there): the port. */
+static uint16_t stopped_fixture_url(char *url, size_t size) {
+  resil_fixture *f = fx_start();
+  uint16_t port = resil_fixture_port(f);
+  snprintf(url, size, "%s", resil_fixture_url(f));
+  resil_fixture_stop(f);
+  return port;
+}
+
 /* ---- ejection ------------------------------------------------------------------- */
 
 static void consecutive_failures_eject_probe_and_eject_again_for_longer(void **state) {
@@ -522,11 +532,9 @@ static void consecutive_failures_eject_probe_and_eject_again_for_longer(void **s
 static void a_probe_that_succeeds_returns_the_instance(void **state) {
   (void)state;
   resil_fixture *good = fx_start();
-  resil_fixture *back = fx_start();
-  uint16_t port = resil_fixture_port(back);
   char url[64];
-  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
-  resil_fixture_stop(back);
+  uint16_t port = stopped_fixture_url(url, sizeof url);
+  resil_fixture *back = NULL;
   setup s = {.urls = {url, resil_fixture_url(good)}, .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN,
              .eject = 2, .base_ns = 100 * INT64_C(1000000), .pct = 50};
   resil_http_client *c = client_of(&s);
@@ -577,11 +585,9 @@ static void a_probe_that_succeeds_returns_the_instance(void **state) {
 static void an_instance_back_from_ejection_ramps_up(void **state) {
   (void)state;
   resil_fixture *good = fx_start();
-  resil_fixture *back = fx_start();
-  uint16_t port = resil_fixture_port(back);
   char url[64];
-  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
-  resil_fixture_stop(back);
+  uint16_t port = stopped_fixture_url(url, sizeof url);
+  resil_fixture *back = NULL;
   setup s = {.urls = {url, resil_fixture_url(good)}, .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN,
              .eject = 2, .base_ns = 100 * INT64_C(1000000), .pct = 50,
              .ramp_ns = 600 * INT64_C(1000000)};
@@ -794,11 +800,9 @@ static void *burst_caller(void *u) {
 static void a_returns_ramp_end_is_told_once(void **state) {
   (void)state;
   resil_fixture *good = fx_start();
-  resil_fixture *back = fx_start();
-  uint16_t port = resil_fixture_port(back);
   char url[64];
-  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
-  resil_fixture_stop(back);
+  uint16_t port = stopped_fixture_url(url, sizeof url);
+  resil_fixture *back = NULL;
   heard *h = calloc(1, sizeof *h);
   pthread_mutex_init(&h->mu, NULL);
   const int64_t ramp = MS(200);
@@ -851,11 +855,9 @@ static void a_returns_ramp_end_is_told_once(void **state) {
 static void a_ramp_cut_short_by_an_ejection_is_not_told_ended(void **state) {
   (void)state;
   resil_fixture *good = fx_start();
-  resil_fixture *back = fx_start();
-  uint16_t port = resil_fixture_port(back);
   char url[64];
-  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
-  resil_fixture_stop(back);
+  uint16_t port = stopped_fixture_url(url, sizeof url);
+  resil_fixture *back = NULL;
   kept_lines *kl = calloc(1, sizeof *kl);
   heard *h = calloc(1, sizeof *h);
   pthread_mutex_init(&h->mu, NULL);
