@@ -443,6 +443,38 @@ RESIL_API resil_status resil_engine_get_stats_sized(const resil_engine *e,
 #define resil_engine_get_stats(e, out) \
   resil_engine_get_stats_sized((e), (out), sizeof(resil_engine_stats))
 
+/* Adds the engine's counters above to a metrics collector (metrics.h) as
+ * a source, under `name` (required: an engine has no name of its own):
+ *   resil_engine_calls_submitted_total{name}          calls_submitted
+ *   resil_engine_calls_total{name,outcome}            completed_* (answered,
+ *                                                     not_sent, unknown,
+ *                                                     rejected)
+ *   resil_engine_calls_in_flight{name}       gauge    calls_submitted less
+ *                                                     calls_completed
+ *   resil_engine_transfers_total{name}                transfers
+ *   resil_engine_retries_total{name}                  retries
+ *   resil_engine_retries_suppressed_recovering_total{name}
+ *                                                     retries_suppressed_recovering
+ *   resil_engine_hedges_total{name,kind}              sent, rejected (hedges_
+ *                         rejected), won (hedge_wins), refused_recovering
+ *                         (hedges_refused_recovering), cancelled_loser
+ *                         (cancelled_losers; primaries included)
+ *   resil_engine_unhedged_attempts_total{name}        unhedged
+ *   resil_engine_rejected_total{name,reason}          ratelimiter, breaker_open
+ *                         (rejected_breaker less rejected_recovering),
+ *                         recovering, bulkhead_full, bulkhead_wait,
+ *                         pool_timeout: the reasons are disjoint and add up
+ *                         to the rejections.
+ * The render reads the counters as resil_engine_get_stats does, on the
+ * scraping thread while the loop thread runs the engine (never the
+ * loop-thread-only resil_engine_in_flight/_queued). The engine is
+ * borrowed: remove it (resil_metrics_remove) before resil_engine_free.
+ * Part of libresil-http. Same statuses as resil_metrics_add_source
+ * (RESIL_EINVAL for a NULL engine or name). Since 0.2. */
+typedef struct resil_metrics resil_metrics;
+RESIL_API resil_status resil_engine_metrics_add(resil_metrics *m, const char *name,
+                                                const resil_engine *e);
+
 
 /* ---- keyed calls with the recovery flow (Since 0.2) ----------------------
  * resil_engine_call_keyed(): resil_http_call_keyed() (http.h: read its

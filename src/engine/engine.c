@@ -102,6 +102,9 @@ typedef struct eng_stats {
       unhedged;
   _Atomic uint64_t rej_ratelimiter, rej_breaker, rej_bh_full, rej_bh_wait, rej_pool;
   _Atomic uint64_t rej_recovering, hedges_recovering, retries_recovering;
+  /* rej_breaker less rej_recovering, counted on its own so that a reader
+   * on another thread never sees it go down (resil__engine_breaker_open). */
+  _Atomic uint64_t rej_breaker_open;
 } eng_stats;
 
 static inline void st_inc(_Atomic uint64_t *c) {
@@ -1161,6 +1164,7 @@ static void on_hedge_attempt_timer(void *arg) {
 static void breaker_refused(resil_engine *e, resil_reason why) {
   ST_INC(e, rej_breaker);
   if (why == RESIL_REASON_RECOVERING) ST_INC(e, rej_recovering);
+  else ST_INC(e, rej_breaker_open);
 }
 
 /* A hedge the policies refused at once: recorded REJECTED, not sent. */
@@ -2395,4 +2399,9 @@ resil_status resil_engine_get_stats_sized(const resil_engine *ce, resil_engine_s
 #undef LD
   resil__sized_out(out, n, &st, sizeof st);
   return RESIL_OK;
+}
+
+uint64_t resil__engine_breaker_open(const resil_engine *ce) {
+  resil_engine *e = (resil_engine *)ce; /* atomics need non-const */
+  return atomic_load_explicit(&e->st.rej_breaker_open, memory_order_relaxed);
 }

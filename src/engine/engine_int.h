@@ -19,6 +19,11 @@ int resil__engine_freeing(const resil_engine *e);
  * puts the earliest timer on the adapter. Returns 0, -1 out of memory. */
 int resil__engine_arm(resil_engine *e, resil__timer *t, int64_t at_ns);
 void resil__engine_disarm(resil_engine *e, resil__timer *t);
+/* Breaker refusals that were BREAKER_OPEN (rejected_breaker less
+ * rejected_recovering), a counter of its own: the metrics' reason
+ * "breaker_open" never goes down, which the difference of two counters
+ * read one after the other could. Any thread, as resil_engine_get_stats. */
+uint64_t resil__engine_breaker_open(const resil_engine *e);
 
 /* h (just returned by resil_engine_call, no retry in its policies): its
  * attempt is not reported to the client's listener when it ends; the flow

@@ -6,10 +6,12 @@
  * per-attempt policies. The fixture's server threads make these
  * concurrency tests (_mt). */
 #include "test_engine_common.h"
+#include "metrics_common.h"
 
 #include "resil/breaker.h"
 #include "resil/bulkhead.h"
 #include "resil/hedge.h"
+#include "resil/metrics.h"
 #include "resil/ratelimit.h"
 
 static const resil_http_endpoint eps[] = {
@@ -318,6 +320,27 @@ static void h16_dead_reused_connection_is_not_resent_on_the_engine(void **state)
 
 /* ---- per-attempt policies ----------------------------------------------------------- */
 
+/* A scraper on its own thread renders the engine's metrics while the loop
+ * thread runs calls (resil_engine_metrics_add: the render reads atomics
+ * only; TSan runs this test). */
+typedef struct scraper {
+  resil_metrics *m;
+  atomic_int stop;
+  int renders;
+} scraper;
+
+static void *scraper_main(void *arg) {
+  scraper *sc = arg;
+  do {
+    char *text = NULL;
+    if (resil_metrics_render_alloc(sc->m, &text, NULL) == RESIL_OK) {
+      if (strstr(text, "resil_engine_calls_submitted_total{name=\"e\"}")) sc->renders++;
+      resil_metrics_text_free(sc->m, text);
+    }
+  } while (!atomic_load(&sc->stop));
+  return NULL;
+}
+
 static void breaker_and_bulkhead_reject_without_sending(void **state) {
   fx_state *s = *state;
   te_env *t = te_open(s->f, eps, NEPS, NULL, NULL);
@@ -336,10 +359,19 @@ static void breaker_and_bulkhead_reject_without_sending(void **state) {
   pol.breaker = br;
   pol.bulkhead = bh;
   done_rec *d = rec_new();
+  scraper sc = {.renders = 0};
+  atomic_init(&sc.stop, 0);
+  assert_int_equal(resil_metrics_new(NULL, &sc.m), RESIL_OK);
+  assert_int_equal(resil_engine_metrics_add(sc.m, "e", t->e), RESIL_OK);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, scraper_main, &sc), 0);
   /* Five slow calls start on one iteration: two get the bulkhead's slots. */
   for (size_t i = 0; i < 5; i++)
     assert_int_equal(submit(t->e, d, i, "slow", KV("ms", "200"), &pol, NULL, NULL), RESIL_OK);
   assert_true(tl_run_until(&t->l, &d->done, 5, 20000));
+  atomic_store(&sc.stop, 1);
+  pthread_join(th, NULL);
+  assert_true(sc.renders > 0);
   size_t ok = 0, full = 0;
   for (size_t i = 0; i < 5; i++) {
     if (d->o[i].http_status == 200) ok++;
@@ -357,6 +389,20 @@ static void breaker_and_bulkhead_reject_without_sending(void **state) {
   assert_int_equal(d->o[5].reason, RESIL_REASON_BREAKER_OPEN);
   assert_int_equal(d->status[5], -1);
   assert_int_equal(resil_fixture_attempts(s->f, "items"), 0);
+  /* The metrics: the open breaker's refusal is breaker_open, not recovering. */
+  char *text = NULL;
+  assert_int_equal(resil_metrics_render_alloc(sc.m, &text, NULL), RESIL_OK);
+  static const char *const want[] = {
+      "resil_engine_calls_submitted_total{name=\"e\"} 6\n",
+      "resil_engine_calls_in_flight{name=\"e\"} 0\n",
+      "resil_engine_rejected_total{name=\"e\",reason=\"breaker_open\"} 1\n",
+      "resil_engine_rejected_total{name=\"e\",reason=\"recovering\"} 0\n",
+      "resil_engine_rejected_total{name=\"e\",reason=\"bulkhead_full\"} 3\n",
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    if (!strstr(text, want[i])) fail_msg("missing line \"%s\" in:\n%s", want[i], text);
+  resil_metrics_text_free(sc.m, text);
+  resil_metrics_free(sc.m);
   te_close(t);
   resil_breaker_free(br);
   resil_bulkhead_free(bh);
@@ -431,6 +477,39 @@ static void ramp_refusal_completes_rejected_recovering_not_a_failure(void **stat
   assert_int_equal(old.rejected_pool_timeout, 0);
   assert_int_equal(old.rejected_recovering, 0xababababababababULL);
   assert_int_equal(old.retries_suppressed_recovering, 0xababababababababULL);
+  /* The same counters as metrics (resil_engine_metrics_add): the ramp's
+   * refusals under reason "recovering", none under "breaker_open" (the
+   * reasons are disjoint), and the exposition passes promtool. */
+  resil_metrics *mx = NULL;
+  assert_int_equal(resil_metrics_new(NULL, &mx), RESIL_OK);
+  assert_int_equal(resil_engine_metrics_add(mx, NULL, t->e), RESIL_EINVAL); /* no name */
+  assert_int_equal(resil_engine_metrics_add(mx, "e", NULL), RESIL_EINVAL);
+  assert_int_equal(resil_engine_metrics_add(NULL, "e", t->e), RESIL_EMISUSE);
+  assert_int_equal(resil_engine_metrics_add(mx, "e", t->e), RESIL_OK);
+  assert_int_equal(resil_engine_metrics_add(mx, "e", t->e), RESIL_EINVAL); /* same name */
+  char *text = NULL;
+  assert_int_equal(resil_metrics_render_alloc(mx, &text, NULL), RESIL_OK);
+  static const char *const want[] = {
+      "# TYPE resil_engine_rejected_total counter\n",
+      "resil_engine_calls_submitted_total{name=\"e\"} 20\n",
+      "resil_engine_calls_total{name=\"e\",outcome=\"answered\"} 2\n",
+      "resil_engine_calls_total{name=\"e\",outcome=\"rejected\"} 18\n",
+      "resil_engine_calls_in_flight{name=\"e\"} 0\n",
+      "resil_engine_transfers_total{name=\"e\"} 2\n",
+      "resil_engine_retries_total{name=\"e\"} 0\n",
+      "resil_engine_retries_suppressed_recovering_total{name=\"e\"} 0\n",
+      "resil_engine_hedges_total{name=\"e\",kind=\"refused_recovering\"} 0\n",
+      "resil_engine_rejected_total{name=\"e\",reason=\"breaker_open\"} 0\n",
+      "resil_engine_rejected_total{name=\"e\",reason=\"recovering\"} 18\n",
+      "resil_engine_rejected_total{name=\"e\",reason=\"pool_timeout\"} 0\n",
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    if (!strstr(text, want[i])) fail_msg("missing line \"%s\" in:\n%s", want[i], text);
+  resil_metrics_text_free(mx, text);
+  mx_promtool_check(mx);
+  assert_int_equal(resil_metrics_remove(mx, t->e), RESIL_OK);
+  assert_int_equal(resil_metrics_count(mx), 0);
+  resil_metrics_free(mx);
   te_close(t);
   resil_breaker_free(br);
   resil_manual_clock_free(mc);

@@ -15,6 +15,7 @@
 #include "resil/idem_mhd.h"
 #include "resil/metrics_mhd.h"
 #include "resil/store.h"
+#include "test_engine_common.h"
 #include "test_http_common.h"
 #include "metrics_common.h"
 #include "test_store_common.h"
@@ -259,7 +260,7 @@ static resil_status no_handler(void *user, resil_idem_call *call, resil_op_respo
 }
 
 /* promtool on one instance of every kind: the core kinds, an HTTP client,
- * a store and an idempotency helper. */
+ * an engine, a store and an idempotency helper. */
 static void promtool_accepts_every_kind(void **state) {
   fx_state *st = *state;
   mx_set s;
@@ -279,13 +280,18 @@ static void promtool_accepts_every_kind(void **state) {
   assert_status(RESIL_OK, resil_http_client_metrics_add(s.m, NULL, c));
   assert_status(RESIL_OK, resil_store_metrics_add(s.m, NULL, store));
   assert_status(RESIL_OK, resil_idem_mhd_metrics_add(s.m, NULL, h));
+  te_env *te = te_open(st->f, eps, 1, NULL, NULL);
+  assert_status(RESIL_OK, resil_engine_metrics_add(s.m, "engine", te->e));
   char *t = render(s.m);
   has(t, "# TYPE resil_http_client_attempts_total counter\n");
   has(t, "# TYPE resil_store_pending_operations gauge\n");
   has(t, "# TYPE resil_idem_requests_total counter\n");
   has(t, "# TYPE resil_circuitbreaker_state gauge\n");
+  has(t, "# TYPE resil_engine_rejected_total counter\n");
   resil_metrics_text_free(s.m, t);
   mx_promtool_check(s.m);
+  assert_status(RESIL_OK, resil_metrics_remove(s.m, te->e));
+  te_close(te);
   mx_free(&s);
   resil_idem_mhd_free(h);
   resil_store_close(store);
