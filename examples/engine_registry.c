@@ -114,6 +114,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "engine: %s\n", err.msg);
     return 1;
   }
+  /* Its counters on /metrics too (resil_engine_calls_total, ...). */
+  if (resil_engine_metrics_add(m, "engine", e) != RESIL_OK) {
+    fprintf(stderr, "engine metrics failed\n");
+    return 1;
+  }
 
   /* Three calls, all in flight at once, each through chain "upstream" in
    * its order, under one lease of its policies (a reload meanwhile never
@@ -152,6 +157,7 @@ int main(int argc, char **argv) {
   if (serve_s > 0)
     sleep(serve_s); /* curl the /metrics URL above meanwhile */
 
+  resil_metrics_remove(m, e); /* before the engine goes */
   resil_engine_free(e);
   resil_loop_adapter_free(ad);
   resil_loop_free(loop);

@@ -36,9 +36,10 @@
  *   resil_chain_layer_calls_total, _attempts_total, _rejections_total
  *   {name,position,layer,instance}, resil_chain_call_attempts_total
  *
- * The HTTP client's, the operation store's and the idempotency helper's
- * figures come from their own libraries, which add them through the source
- * interface below (resil_http_client_metrics_add in http.h, libresil-http;
+ * The HTTP client's, the engine's, the operation store's and the
+ * idempotency helper's figures come from their own libraries, which add
+ * them through the source interface below (resil_http_client_metrics_add
+ * in http.h and resil_engine_metrics_add in engine.h, libresil-http;
  * resil_store_metrics_add in store.h, libresil-store;
  * resil_idem_mhd_metrics_add in metrics_mhd.h, libresil-mhd, which also has
  * the /metrics handler), so libresil keeps depending on libc and threads

@@ -44,4 +44,6 @@ check '^engine: 3 calls completed, 5 transfers, 2 retries$' out
 check '^HTTP/1.[01] 200' metrics
 check '^resil_circuitbreaker_state\{name="upstream",state="closed"\} 1' metrics
 check '^resil_retry_calls_total\{name="upstream",kind="successful_with_retry"\} 1' metrics
+check '^resil_engine_calls_total\{name="engine",outcome="answered"\} 3' metrics
+check '^resil_engine_retries_total\{name="engine"\} 2' metrics
 echo "example_engine_registry: ok"
