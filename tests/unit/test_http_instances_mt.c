@@ -450,6 +450,19 @@ static uint16_t stopped_fixture_url(char *url, size_t size) {
   return port;
 }
 
+/* The fixture on `port` again, and the instance's ejection time waited
+ * out (ms). */
+static resil_fixture *restart_on(uint16_t port, long wait_ms) {
+  resil_fixture_config fc;
+  resil_fixture_config_init(&fc);
+  fc.port = port;
+  resil_fixture *f = NULL;
+  char eb[256];
+  if (resil_fixture_start(&fc, &f, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
+  sleep_ms(wait_ms);
+  return f;
+}
+
 /* ---- ejection ------------------------------------------------------------------- */
 
 static void consecutive_failures_eject_probe_and_eject_again_for_longer(void **state) {
@@ -541,12 +554,7 @@ static void a_probe_that_succeeds_returns_the_instance(void **state) {
   resil_retry *rt = retry_n(2);
   for (int k = 0; k < 6; k++) get_ok(c, rt);
   assert_int_equal(st_of(c, 0).state, RESIL_HTTP_INSTANCE_OUT);
-  resil_fixture_config fc;
-  resil_fixture_config_init(&fc);
-  fc.port = port;
-  char eb[256];
-  if (resil_fixture_start(&fc, &back, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
-  sleep_ms(120);
+  back = restart_on(port, 120);
   for (int k = 0; k < 6; k++) get_ok(c, rt);
   resil_http_instance_stats b = st_of(c, 0);
   assert_int_equal(b.state, RESIL_HTTP_INSTANCE_HEALTHY);
@@ -559,8 +567,7 @@ static void a_probe_that_succeeds_returns_the_instance(void **state) {
   assert_int_equal(b.ejections, 2);
   assert_true(b.out_remaining_ns > 150 * INT64_C(1000000));
   /* Back, healthy for two base times: the next ejection is 1 x base. */
-  if (resil_fixture_start(&fc, &back, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
-  sleep_ms(230);
+  back = restart_on(port, 230);
   for (int k = 0; k < 4; k++) get_ok(c, rt);
   assert_int_equal(st_of(c, 0).state, RESIL_HTTP_INSTANCE_HEALTHY);
   /* Two base times of health (with successes in each): 2 -> 1 -> 0. */
@@ -595,12 +602,7 @@ static void an_instance_back_from_ejection_ramps_up(void **state) {
   resil_retry *rt = retry_n(2);
   for (int k = 0; k < 6; k++) get_ok(c, rt);
   assert_int_equal(st_of(c, 0).state, RESIL_HTTP_INSTANCE_OUT);
-  resil_fixture_config fc;
-  resil_fixture_config_init(&fc);
-  fc.port = port;
-  char eb[256];
-  if (resil_fixture_start(&fc, &back, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
-  sleep_ms(120);
+  back = restart_on(port, 120);
   /* The probe: one call goes to it and succeeds. */
   int64_t t0 = 0;
   while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_HEALTHY) {
@@ -641,23 +643,16 @@ static void an_instance_back_from_ejection_ramps_up(void **state) {
 static void an_ejected_instance_gets_nothing_while_the_other_ramps(void **state) {
   (void)state;
   resil_fixture *good = fx_start();
-  resil_fixture *back = fx_start();
-  uint16_t port = resil_fixture_port(back);
   char url[64], gurl[64];
-  snprintf(url, sizeof url, "%s", resil_fixture_url(back));
+  uint16_t port = stopped_fixture_url(url, sizeof url);
+  resil_fixture *back = NULL;
   snprintf(gurl, sizeof gurl, "%s", resil_fixture_url(good));
-  resil_fixture_stop(back);
   setup s = {.urls = {url, gurl}, .balance = RESIL_HTTP_BALANCE_ROUND_ROBIN, .eject = 1,
              .base_ns = 300 * INT64_C(1000000), .pct = 50, .ramp_ns = 60 * INT64_C(1000000000)};
   resil_http_client *c = client_of(&s);
   resil_retry *rt = retry_n(2);
   while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_OUT) get_ok(c, rt);
-  resil_fixture_config fc;
-  resil_fixture_config_init(&fc);
-  fc.port = port;
-  char eb[256];
-  if (resil_fixture_start(&fc, &back, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
-  sleep_ms(340);
+  back = restart_on(port, 340);
   while (st_of(c, 0).state != RESIL_HTTP_INSTANCE_HEALTHY) get_ok(c, rt);
   assert_true(st_of(c, 0).ramp_share < 0.2); /* ramping: 60 s from 10 % */
   /* Its share is a metric (DESIGN 2.9), 1 for the other. */
@@ -759,19 +754,6 @@ static void keep_line(void *u, const char *line) {
   kept_lines *k = u;
   int w = snprintf(k->buf + k->len, sizeof k->buf - k->len, "%s\n", line);
   if (w > 0 && (size_t)w < sizeof k->buf - k->len) k->len += (size_t)w;
-}
-
-/* The fixture on `port` again, and the instance's ejection time waited
- * out (ms). */
-static resil_fixture *restart_on(uint16_t port, long wait_ms) {
-  resil_fixture_config fc;
-  resil_fixture_config_init(&fc);
-  fc.port = port;
-  resil_fixture *f = NULL;
-  char eb[256];
-  if (resil_fixture_start(&fc, &f, eb, sizeof eb) != 0) fail_msg("fixture: %s", eb);
-  sleep_ms(wait_ms);
-  return f;
 }
 
 /* Threads that call at once (a barrier) until CLOCK_MONOTONIC reaches
