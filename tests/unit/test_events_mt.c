@@ -125,6 +125,24 @@ static resil_outcome answers_503(void *arg, const resil_ctx *ctx) {
   return resil_outcome_http(503);
 }
 
+/* A retry of 3 attempts, wait_ns apart on mc, watching `watch` (or none),
+ * whose attempts go to the sink s. */
+static resil_retry *logged_retry(const char *name, int64_t wait_ns, resil_manual_clock *mc,
+                                 resil_breaker *watch, resil_event_sink *s) {
+  resil_retry_config rc;
+  resil_retry_config_init(&rc);
+  rc.name = name;
+  rc.max_attempts = 3;
+  rc.wait_ns = wait_ns;
+  rc.clock = resil_manual_clock_get(mc);
+  rc.recovery_breaker = watch;
+  rc.on_attempt = resil_event_attempt_listener;
+  rc.on_attempt_user = s;
+  resil_retry *r = NULL;
+  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
+  return r;
+}
+
 /* The ramp after recovery and retries last (DESIGN §2.9): the ramp's start
  * and end are breaker_ramp lines (not breaker_thresholds_exceeded), a
  * retry stopped by the recovering breaker ends with call_done stop
@@ -156,17 +174,7 @@ static void recovery_events_are_json_lines(void **state) {
   json_decref(o);
 
   /* a retry due while it ramps: call_done, stop RECOVERING */
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.name = "payments_retry";
-  rc.max_attempts = 3;
-  rc.wait_ns = MS(10);
-  rc.clock = resil_manual_clock_get(mc);
-  rc.recovery_breaker = br;
-  rc.on_attempt = resil_event_attempt_listener;
-  rc.on_attempt_user = s;
-  resil_retry *r = NULL;
-  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
+  resil_retry *r = logged_retry("payments_retry", MS(10), mc, br, s);
   resil_ctx ctx;
   resil_ctx_init(&ctx);
   ctx.flags = RESIL_CALL_IDEMPOTENT;
@@ -322,16 +330,7 @@ static void retries_are_logged_with_their_wait(void **state) {
   assert_status(RESIL_OK, resil_manual_clock_new(0, 0, &mc));
   lines l = {0};
   resil_event_sink *s = sink_fn(&l, resil_manual_clock_get(mc));
-  resil_retry_config rc;
-  resil_retry_config_init(&rc);
-  rc.name = "orders";
-  rc.max_attempts = 3;
-  rc.wait_ns = RESIL_MS(250);
-  rc.clock = resil_manual_clock_get(mc);
-  rc.on_attempt = resil_event_attempt_listener;
-  rc.on_attempt_user = s;
-  resil_retry *r = NULL;
-  assert_status(RESIL_OK, resil_retry_new(&rc, &r, NULL));
+  resil_retry *r = logged_retry("orders", RESIL_MS(250), mc, NULL, s);
   resil_retry_run(r, NULL, refused, NULL);
   assert_int_equal(3, l.n);
   for (size_t i = 0; i < 2; i++) {
