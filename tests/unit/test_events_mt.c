@@ -125,6 +125,18 @@ static resil_outcome answers_503(void *arg, const resil_ctx *ctx) {
   return resil_outcome_http(503);
 }
 
+/* Line i, a breaker_ramp line of "payments" (event, cause, a seq): its
+ * share. */
+static double share_of(const lines *l, size_t i, const char *event, const char *cause) {
+  json_t *o = parsed(l, i, "payments", "breaker_ramp");
+  assert_string_equal(event, sget(o, "event"));
+  assert_string_equal(cause, sget(o, "cause"));
+  assert_true(json_is_integer(json_object_get(o, "seq")));
+  double share = json_real_value(json_object_get(o, "share"));
+  json_decref(o);
+  return share;
+}
+
 /* A retry of 3 attempts, wait_ns apart on mc, watching `watch` (or none),
  * whose attempts go to the sink s. */
 static resil_retry *logged_retry(const char *name, int64_t wait_ns, resil_manual_clock *mc,
@@ -166,12 +178,7 @@ static void recovery_events_are_json_lines(void **state) {
   json_t *o = parsed(&l, 2, "payments", "breaker_transition");
   assert_string_equal("closed", sget(o, "to"));
   json_decref(o);
-  o = parsed(&l, 3, "payments", "breaker_ramp");
-  assert_string_equal("started", sget(o, "event"));
-  assert_string_equal("BELOW_THRESHOLDS", sget(o, "cause"));
-  assert_true(fabs(json_real_value(json_object_get(o, "share")) - 0.1) < 1e-6);
-  assert_true(json_is_integer(json_object_get(o, "seq")));
-  json_decref(o);
+  assert_true(fabs(share_of(&l, 3, "started", "BELOW_THRESHOLDS") - 0.1) < 1e-6);
 
   /* a retry due while it ramps: call_done, stop RECOVERING */
   resil_retry *r = logged_retry("payments_retry", MS(10), mc, br, s);
@@ -214,11 +221,7 @@ static void recovery_events_are_json_lines(void **state) {
   resil_manual_clock_advance_ns(mc, MS(1000));
   assert_int_equal(RESIL_BREAKER_CLOSED, resil_breaker_state(br));
   assert_int_equal(7, l.n);
-  o = parsed(&l, 6, "payments", "breaker_ramp");
-  assert_string_equal("ended", sget(o, "event"));
-  assert_string_equal("RAMP_COMPLETED", sget(o, "cause"));
-  assert_true(json_real_value(json_object_get(o, "share")) == 1.0);
-  json_decref(o);
+  assert_true(share_of(&l, 6, "ended", "RAMP_COMPLETED") == 1.0);
   assert_status(RESIL_OK, resil_breaker_listener_remove(br, resil_event_breaker_listener, s));
   resil_hedge_free(h);
   resil_retry_free(r);
@@ -234,15 +237,6 @@ static void slow_on_ramp(void *user, resil_breaker *br, const resil_breaker_even
   (void)br;
   if (ev->kind == RESIL_BREAKER_EVENT_RAMP_STARTED || ev->kind == RESIL_BREAKER_EVENT_RAMP_ENDED)
     resil_manual_clock_advance_ns(user, MS(400));
-}
-
-static double share_of(const lines *l, size_t i, const char *event, const char *cause) {
-  json_t *o = parsed(l, i, "payments", "breaker_ramp");
-  assert_string_equal(event, sget(o, "event"));
-  assert_string_equal(cause, sget(o, "cause"));
-  double share = json_real_value(json_object_get(o, "share"));
-  json_decref(o);
-  return share;
 }
 
 /* A breaker_ramp line's share is the share at its event's instant, not
